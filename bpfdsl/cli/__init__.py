@@ -1,0 +1,116 @@
+"""Command line of bpfdsl: the one COMMANDS table and the one place that renders errors.
+
+Each command lives in a module of this package exposing ``register(sub)``, which adds its
+argparse sub-parser(s) with ``set_defaults(func=cmd_x)``; ``cmd_x(args) -> int`` only
+calls library functions and formats results.  Modules are imported only when their
+command runs (start-up time counts: ``bpfdsl compile`` is timed against clang).
+
+Exit codes: 0 ok, 1 failed (diagnostics, verifier rejection), 2 unusable input or usage,
+3 missing privileges (EPERM/EACCES from bpf(2)).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+
+OK, FAILED, USAGE, NO_PERMISSION = 0, 1, 2, 3
+
+# command -> (module under bpfdsl.cli, one-line help).  Several commands may share a module.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "compile": ("compile_cmds", "compile a .bpfd program to an eBPF ELF object"),
+    "disasm": ("compile_cmds", "disassemble an object per section, with source lines"),
+    "check": ("check_cmd", "static verifier-like check of a .bpfd or .o (no privileges)"),
+    "load": ("load_cmds", "load an object into the kernel and pin it (≈ bpftool prog loadall)"),
+    "unload": ("load_cmds", "remove everything pinned under a pin directory"),
+    "attach": ("attach_cmds", "attach an XDP program to an interface"),
+    "detach": ("attach_cmds", "detach XDP from an interface"),
+    "show": ("attach_cmds", "list what bpfdsl has loaded, pinned and attached"),
+    "map": ("map_cmds", "dump, lookup, update, delete map entries (BTF-typed)"),
+    "run": ("run_cmds", "run a program on packets (BPF_PROG_TEST_RUN or the interpreter)"),
+    "demo": ("run_cmds", "the main job end to end on a veth pair in a temporary namespace"),
+    "bench": ("bench_cmds", "benchmarks against clang-compiled references"),
+}
+
+
+def _module(name: str):
+    try:
+        return importlib.import_module(f"bpfdsl.cli.{name}")
+    except ModuleNotFoundError as e:
+        if e.name == f"bpfdsl.cli.{name}":
+            return None
+        raise
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The argparse parser; ``only`` limits imports to the module of one command."""
+    from bpfdsl import __version__
+
+    p = argparse.ArgumentParser(
+        prog="bpfdsl",
+        description="bpfdsl: write, compile, check, load and attach eBPF networking programs",
+    )
+    p.add_argument("--version", action="version", version=f"bpfdsl {__version__}")
+    p.add_argument("-j", "--json", action="store_true", help="machine-readable output")
+    p.add_argument("-v", "--verbose", action="store_true", help="more detail")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    done: set[str] = set()
+    for cmd, (modname, _help) in COMMANDS.items():
+        if only is not None and cmd != only:
+            continue
+        if modname in done:
+            continue
+        done.add(modname)
+        mod = _module(modname)
+        if mod is not None:
+            mod.register(sub)
+    return p
+
+
+def _render_error(err: BaseException, as_json: bool) -> None:
+    from bpfdsl.diagnostics import DiagnosticError
+
+    if isinstance(err, DiagnosticError):
+        if as_json:
+            print(json.dumps({"error": [
+                {"severity": d.severity, "code": d.code, "message": d.message,
+                 "file": d.span.file if d.span else None,
+                 "line": d.span.line if d.span else None,
+                 "col": d.span.col if d.span else None,
+                 "hints": d.hints, "notes": d.notes}
+                for d in err.diagnostics]}), file=sys.stderr)
+        else:
+            print(err.render(), file=sys.stderr)
+    else:
+        msg = str(err) or type(err).__name__
+        print(json.dumps({"error": msg}) if as_json else f"error: {msg}", file=sys.stderr)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI; returns the exit code (see module docstring)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    first = next((a for a in argv if not a.startswith("-")), None)
+    parser = build_parser(first if first in COMMANDS else None)
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return USAGE
+    from bpfdsl.diagnostics import DiagnosticError
+
+    try:
+        return int(args.func(args) or 0)
+    except DiagnosticError as e:
+        _render_error(e, args.json)
+        return e.exit_code
+    except PermissionError as e:
+        _render_error(e, args.json)
+        return NO_PERMISSION
+    except KeyboardInterrupt:
+        return 130
+    except (OSError, ValueError) as e:
+        # Library code raises DiagnosticError for what it knows; this is the safety net
+        # that keeps a traceback from a user.
+        _render_error(e, args.json)
+        return FAILED

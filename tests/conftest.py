@@ -1,0 +1,17 @@
+"""Shared test fixtures.  Kernel tests use ``@pytest.mark.kernel`` (bpfdsl.pytest_plugin)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PROGS = ROOT / "progs"
+DATA = ROOT / "tests" / "data"
+PCAPS = ROOT.parent / "shared" / "pcaps"
+
+
+@pytest.fixture
+def root() -> Path:
+    return ROOT
