@@ -1,0 +1,57 @@
+"""uapi.py and helpers.py numbers agree with the running kernel's own BTF (vmlinux)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+
+from bpfdsl import uapi as U
+from bpfdsl.helpers import HELPERS
+
+VMLINUX = Path("/sys/kernel/btf/vmlinux")
+
+
+@lru_cache(maxsize=1)
+def _kernel_enums() -> dict[str, int]:
+    if not VMLINUX.exists() or shutil.which("bpftool") is None:
+        pytest.skip("needs /sys/kernel/btf/vmlinux and bpftool (scripts/test.sh installs it)")
+    out = subprocess.run(["bpftool", "btf", "dump", "file", str(VMLINUX), "format", "c"],
+                         capture_output=True, text=True, check=True).stdout
+    return {m[1]: int(m[2]) for m in re.finditer(r"^\s+(\w+) = (-?\d+),$", out, re.M)}
+
+
+@pytest.mark.kernel
+@pytest.mark.parametrize("enum,prefix", [
+    (U.BpfCmd, "BPF_"), (U.MapType, "BPF_MAP_TYPE_"), (U.ProgramType, "BPF_PROG_TYPE_"),
+    (U.AttachType, "BPF_"), (U.XdpAction, "XDP_"), (U.SkAction, "SK_"),
+    (U.SockOpsOp, "BPF_SOCK_OPS_"),
+])
+def test_enum_matches_kernel(enum, prefix):
+    k = _kernel_enums()
+    for member in enum:
+        name = prefix + member.name
+        assert k.get(name) == member.value, name
+
+
+@pytest.mark.kernel
+def test_helper_ids_match_kernel():
+    k = _kernel_enums()
+    for h in HELPERS.values():
+        assert k.get(f"BPF_FUNC_{h.name}") == h.id, h.name
+
+
+def test_section_table():
+    assert U.kind_for_section("xdp").attach_type == U.AttachType.XDP
+    assert U.kind_for_section("xdp/cpumap").attach_type == U.AttachType.XDP_CPUMAP
+    assert U.kind_for_section("xdp/devmap").attach_type == U.AttachType.XDP_DEVMAP
+    assert U.kind_for_section("xdp/anything").section == "xdp"
+    assert U.kind_for_section("sk_msg").program_type == U.ProgramType.SK_MSG
+    assert U.kind_for_section("sockops").program_type == U.ProgramType.SOCK_OPS
+    assert U.kind_for_section(".text") is None
+    assert "XDP_TX" not in U.kind_for_keyword("xdp(devmap)").returns
+    assert "XDP_TX" not in U.kind_for_keyword("xdp(cpumap)").returns
