@@ -104,10 +104,20 @@ class UsageError(DiagnosticError):
     exit_code = 2
 
 
-def error(code: str, message: str, span: Span | None = None, *, hint: str | None = None,
-          note: str | None = None) -> Diagnostic:
+def error(
+    code: str,
+    message: str,
+    span: Span | None = None,
+    *,
+    hint: str | None = None,
+    note: str | None = None,
+) -> Diagnostic:
     """Shorthand for an error :class:`Diagnostic` with at most one hint and one note."""
     return Diagnostic(
-        "error", code, message, span,
-        hints=[hint] if hint else [], notes=[note] if note else [],
+        "error",
+        code,
+        message,
+        span,
+        hints=[hint] if hint else [],
+        notes=[note] if note else [],
     )

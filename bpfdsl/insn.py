@@ -23,13 +23,30 @@ INSN_SIZE = 8  # bytes per slot
 _FMT = struct.Struct("<BBhi")
 
 _ALU_NAMES = {
-    U.BPF_ADD: "+=", U.BPF_SUB: "-=", U.BPF_MUL: "*=", U.BPF_DIV: "/=", U.BPF_OR: "|=",
-    U.BPF_AND: "&=", U.BPF_LSH: "<<=", U.BPF_RSH: ">>=", U.BPF_MOD: "%=", U.BPF_XOR: "^=",
-    U.BPF_MOV: "=", U.BPF_ARSH: "s>>=",
+    U.BPF_ADD: "+=",
+    U.BPF_SUB: "-=",
+    U.BPF_MUL: "*=",
+    U.BPF_DIV: "/=",
+    U.BPF_OR: "|=",
+    U.BPF_AND: "&=",
+    U.BPF_LSH: "<<=",
+    U.BPF_RSH: ">>=",
+    U.BPF_MOD: "%=",
+    U.BPF_XOR: "^=",
+    U.BPF_MOV: "=",
+    U.BPF_ARSH: "s>>=",
 }
 _JMP_NAMES = {
-    U.BPF_JEQ: "==", U.BPF_JGT: ">", U.BPF_JGE: ">=", U.BPF_JSET: "&", U.BPF_JNE: "!=",
-    U.BPF_JSGT: "s>", U.BPF_JSGE: "s>=", U.BPF_JLT: "<", U.BPF_JLE: "<=", U.BPF_JSLT: "s<",
+    U.BPF_JEQ: "==",
+    U.BPF_JGT: ">",
+    U.BPF_JGE: ">=",
+    U.BPF_JSET: "&",
+    U.BPF_JNE: "!=",
+    U.BPF_JSGT: "s>",
+    U.BPF_JSGE: "s>=",
+    U.BPF_JLT: "<",
+    U.BPF_JLE: "<=",
+    U.BPF_JSLT: "s<",
     U.BPF_JSLE: "s<=",
 }
 SIZE_BYTES = {U.BPF_B: 1, U.BPF_H: 2, U.BPF_W: 4, U.BPF_DW: 8}
@@ -218,15 +235,18 @@ def index_by_slot(insns: Sequence[Insn]) -> dict[int, int]:
     return {s: i for i, s in enumerate(slot_offsets(insns))}
 
 
-def jump_target(insns: Sequence[Insn], i: int, slots: Sequence[int] | None = None,
-                by_slot: dict[int, int] | None = None) -> int | None:
+def jump_target(
+    insns: Sequence[Insn],
+    i: int,
+    slots: Sequence[int] | None = None,
+    by_slot: dict[int, int] | None = None,
+) -> int | None:
     """List index a jump (or pseudo call) at index ``i`` goes to; None if it lands mid-insn
     or outside the program.  Pass precomputed ``slots``/``by_slot`` in loops."""
     x = insns[i]
     slots = slots if slots is not None else slot_offsets(insns)
     by_slot = by_slot if by_slot is not None else index_by_slot(insns)
-    delta = x.imm if (x.is_pseudo_call or (x.cls == U.BPF_JMP32 and x.op == U.BPF_JA)) \
-        else x.off
+    delta = x.imm if (x.is_pseudo_call or (x.cls == U.BPF_JMP32 and x.op == U.BPF_JA)) else x.off
     return by_slot.get(slots[i] + 1 + delta)
 
 
@@ -281,8 +301,13 @@ def ld_map_fd(dst: int, fd: int) -> Insn:
 
 def ld_map_value(dst: int, fd: int, offset: int) -> Insn:
     """ld_imm64 with ``src = BPF_PSEUDO_MAP_VALUE``: pointer to byte ``offset`` of map value 0."""
-    return Insn(U.BPF_LD | U.BPF_IMM | U.BPF_DW, dst, U.BPF_PSEUDO_MAP_VALUE, 0,
-                _s64((fd & 0xFFFFFFFF) | ((offset & 0xFFFFFFFF) << 32)))
+    return Insn(
+        U.BPF_LD | U.BPF_IMM | U.BPF_DW,
+        dst,
+        U.BPF_PSEUDO_MAP_VALUE,
+        0,
+        _s64((fd & 0xFFFFFFFF) | ((offset & 0xFFFFFFFF) << 32)),
+    )
 
 
 def ldx_mem(size: int, dst: int, src: int, off: int) -> Insn:
@@ -352,8 +377,9 @@ def _helper_name(helper_id: int) -> str:
     return f"bpf_{h.name}#{helper_id}" if h else f"unknown#{helper_id}"
 
 
-def format_insn(x: Insn, *, with_code: bool = True,
-                symbol: Callable[[Insn], str | None] | None = None) -> str:
+def format_insn(
+    x: Insn, *, with_code: bool = True, symbol: Callable[[Insn], str | None] | None = None
+) -> str:
     """One instruction in the kernel log's syntax: ``(61) r2 = *(u32 *)(r1 +4)``.
 
     ``symbol(insn)`` may name an ld_imm64 operand (``map[drops]``) for disassembly.

@@ -20,17 +20,28 @@ VMLINUX = Path("/sys/kernel/btf/vmlinux")
 def _kernel_enums() -> dict[str, int]:
     if not VMLINUX.exists() or shutil.which("bpftool") is None:
         pytest.skip("needs /sys/kernel/btf/vmlinux and bpftool (scripts/test.sh installs it)")
-    out = subprocess.run(["bpftool", "btf", "dump", "file", str(VMLINUX), "format", "c"],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        ["bpftool", "btf", "dump", "file", str(VMLINUX), "format", "c"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     return {m[1]: int(m[2]) for m in re.finditer(r"^\s+(\w+) = (-?\d+),$", out, re.M)}
 
 
 @pytest.mark.kernel
-@pytest.mark.parametrize("enum,prefix", [
-    (U.BpfCmd, "BPF_"), (U.MapType, "BPF_MAP_TYPE_"), (U.ProgramType, "BPF_PROG_TYPE_"),
-    (U.AttachType, "BPF_"), (U.XdpAction, "XDP_"), (U.SkAction, "SK_"),
-    (U.SockOpsOp, "BPF_SOCK_OPS_"),
-])
+@pytest.mark.parametrize(
+    "enum,prefix",
+    [
+        (U.BpfCmd, "BPF_"),
+        (U.MapType, "BPF_MAP_TYPE_"),
+        (U.ProgramType, "BPF_PROG_TYPE_"),
+        (U.AttachType, "BPF_"),
+        (U.XdpAction, "XDP_"),
+        (U.SkAction, "SK_"),
+        (U.SockOpsOp, "BPF_SOCK_OPS_"),
+    ],
+)
 def test_enum_matches_kernel(enum, prefix):
     k = _kernel_enums()
     for member in enum:

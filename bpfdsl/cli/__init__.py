@@ -74,13 +74,26 @@ def _render_error(err: BaseException, as_json: bool) -> None:
 
     if isinstance(err, DiagnosticError):
         if as_json:
-            print(json.dumps({"error": [
-                {"severity": d.severity, "code": d.code, "message": d.message,
-                 "file": d.span.file if d.span else None,
-                 "line": d.span.line if d.span else None,
-                 "col": d.span.col if d.span else None,
-                 "hints": d.hints, "notes": d.notes}
-                for d in err.diagnostics]}), file=sys.stderr)
+            print(
+                json.dumps(
+                    {
+                        "error": [
+                            {
+                                "severity": d.severity,
+                                "code": d.code,
+                                "message": d.message,
+                                "file": d.span.file if d.span else None,
+                                "line": d.span.line if d.span else None,
+                                "col": d.span.col if d.span else None,
+                                "hints": d.hints,
+                                "notes": d.notes,
+                            }
+                            for d in err.diagnostics
+                        ]
+                    }
+                ),
+                file=sys.stderr,
+            )
         else:
             print(err.render(), file=sys.stderr)
     else:
