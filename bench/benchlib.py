@@ -1,0 +1,175 @@
+"""Shared helpers of the benchmark scripts in bench/ (not part of the installed package).
+
+Paths of the reference programs, building the clang-19 objects (tests/data/c/build.sh),
+timing child processes, statistics and plain-text tables.  Every script imports this module
+from its own directory (``python3 bench/NAME.py`` puts bench/ first on sys.path) and puts the
+repository root on sys.path so ``bpfdsl`` is taken from the working tree.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PROGS = ROOT / "progs"
+C_DIR = ROOT / "tests" / "data" / "c"
+CLANG = os.environ.get("CLANG", "clang-19")
+CLANG_ARGS = ["-O2", "-g", "-target", "bpf", "-c"]
+
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+# Programs compared against C: (name of progs/NAME.bpfd == tests/data/c/NAME.c).
+REFERENCE_PROGRAMS = (
+    "xdp_pass",
+    "xdp_drop",
+    "xdp_udp_filter",
+    "xdp_acl",
+    "xdp_reflect",
+    "xdp_vlan_strip",
+    "xdp_cpumap_steer",
+    "xdp_devmap_forward",
+    "xdp_xsk_redirect",
+    "sk_msg_redirect_ingress",
+    "sk_msg_policy",
+)
+
+
+class BenchError(RuntimeError):
+    """A benchmark cannot run here (missing tool, not root); the message says what to do."""
+
+
+def arch_include() -> str:
+    """The multiarch include dir holding <asm/types.h> (clang -target bpf does not search it)."""
+    machine = subprocess.run(["gcc", "-dumpmachine"], capture_output=True, text=True)
+    name = machine.stdout.strip() if machine.returncode == 0 else f"{os.uname().machine}-linux-gnu"
+    return f"/usr/include/{name}"
+
+
+def clang_cmd(src: Path, out: Path) -> list[str]:
+    """The clang-19 command line that compiles one reference C file (same as build.sh)."""
+    return [CLANG, *CLANG_ARGS, f"-I{arch_include()}", str(src), "-o", str(out)]
+
+
+def ours_compile_cmd(src: Path, out: Path) -> list[str]:
+    """The whole-process ``bpfdsl compile`` command line (the working tree's package)."""
+    return [sys.executable, "-m", "bpfdsl", "compile", str(src), "-o", str(out)]
+
+
+def require_tool(name: str, hint: str) -> str:
+    """Path of ``name`` on PATH, or BenchError with ``hint``."""
+    path = shutil.which(name)
+    if path is None:
+        raise BenchError(f"{name} not found: {hint}")
+    return path
+
+
+def require_root() -> None:
+    """BenchError unless running as root (bpf(), namespaces and veths need it)."""
+    if os.geteuid() != 0:
+        raise BenchError("needs root (CAP_BPF, CAP_NET_ADMIN): run with sudo")
+
+
+def env_with_tree() -> dict[str, str]:
+    """Environment for child Python processes: the working tree first on PYTHONPATH."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+    return env
+
+
+def run(cmd: Sequence[str], *, timeout: float = 120, check: bool = True, **kw):
+    """subprocess.run with captured text output; on failure BenchError naming the command."""
+    proc = subprocess.run(list(cmd), capture_output=True, text=True, timeout=timeout, **kw)
+    if check and proc.returncode != 0:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-15:]
+        raise BenchError(f"command failed ({proc.returncode}): {' '.join(cmd)}\n" + "\n".join(tail))
+    return proc
+
+
+def time_process(cmd: Sequence[str], runs: int, *, timeout: float = 120, env=None) -> list[float]:
+    """Wall-clock seconds of ``runs`` executions of ``cmd`` (each must exit 0)."""
+    out = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        run(cmd, timeout=timeout, env=env)
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def median(xs: Sequence[float]) -> float:
+    return statistics.median(xs) if xs else float("nan")
+
+
+def mean_sd(xs: Sequence[float]) -> tuple[float, float]:
+    """(mean, sample standard deviation; 0 for fewer than two values)."""
+    if not xs:
+        return float("nan"), float("nan")
+    return statistics.fmean(xs), (statistics.stdev(xs) if len(xs) > 1 else 0.0)
+
+
+def verdict(ok: bool | None) -> str:
+    """PASS / MISS / n/a for a goal check."""
+    return "n/a" if ok is None else ("PASS" if ok else "MISS")
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """A plain-text table, columns left-aligned for text and right-aligned for numbers."""
+    cells = [[str(h) for h in headers]] + [["" if c is None else str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    numeric = [
+        all(_is_num(r[i]) for r in cells[1:] if r[i] not in ("", "n/a", "-"))
+        for i in range(len(headers))
+    ]
+    lines = []
+    for n, r in enumerate(cells):
+        parts = [
+            c.rjust(w) if numeric[i] and n > 0 else c.ljust(w)
+            for i, (c, w) in enumerate(zip(r, widths, strict=True))
+        ]
+        lines.append("  ".join(parts).rstrip())
+        if n == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _is_num(s: str) -> bool:
+    try:
+        float(s.rstrip("%x").replace("±", "").split()[0] if s.strip() else "x")
+    except ValueError:
+        return False
+    return True
+
+
+def build_c(out_dir: Path, names: Sequence[str] | None = None) -> dict[str, Path]:
+    """Compile the reference C programs (all, or ``names``) into ``out_dir``; name -> .o."""
+    require_tool(CLANG, "apt-get install clang-19 (or set CLANG=)")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    objs = {}
+    for src in sorted(C_DIR.glob("*.c")):
+        if names is not None and src.stem not in names:
+            continue
+        obj = out_dir / f"{src.stem}.o"
+        run(clang_cmd(src, obj))
+        objs[src.stem] = obj
+    return objs
+
+
+def compile_ours(src: Path, out: Path) -> None:
+    """Compile a .bpfd file with the in-tree compiler (library call) into ``out``."""
+    from bpfdsl.compiler import compile_source
+
+    res = compile_source(src.read_text(), str(src))
+    out.write_bytes(res.obj)
+
+
+def ensure_bpffs() -> None:
+    """Mount bpffs on /sys/fs/bpf if it is not mounted (as bpftool does)."""
+    if not os.path.ismount("/sys/fs/bpf"):
+        run(["mount", "-t", "bpf", "bpf", "/sys/fs/bpf"])

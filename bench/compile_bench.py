@@ -1,0 +1,286 @@
+#!/usr/bin/env python3
+"""Compiler benchmark (issue 2): bpfdsl vs clang-19 on the reference programs.
+
+For every progs/NAME.bpfd that has a tests/data/c/NAME.c twin, prints
+  1. per program function: instruction count ours vs clang's, and verifier-processed
+     instructions ours vs clang's ("processed N insns" from the kernel log of BPF_PROG_LOAD
+     with log_level 1|4 = BPF_LOG_LEVEL1 | BPF_LOG_STATS);
+  2. per file: whole-process compile time ``bpfdsl compile`` vs
+     ``clang-19 -O2 -g -target bpf -c`` (median of --runs runs, ratio ours/clang), and the
+     in-process time of ``bpfdsl.compiler.compile_source`` (median of --inproc-runs runs after a
+     first, discarded, warm-up call).
+Goals (issue 2): insns and processed insns <= clang's; whole-process ratio <= 1.5; in-process
+<= 10 ms.  Each row says PASS or MISS; the exit status is 0 either way (1 only when the
+benchmark itself cannot run).
+
+Instruction counts are in 8-byte slots, as the kernel counts them (``insn_cnt`` of
+BPF_PROG_LOAD): an ld_imm64 counts as two, for both compilers.  A program's count includes
+the .text subprograms its object carries (none for inlined code).
+
+Usage: python3 bench/compile_bench.py [--runs N] [--inproc-runs N] [--programs a,b] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import benchlib as B
+
+GOAL_RATIO = 1.5
+GOAL_INPROC_MS = 10.0
+PROCESSED_RE = re.compile(r"processed (\d+) insns")
+PROGRAM_SECTIONS = ("xdp", "xdp.frags", "xdp/cpumap", "xdp/devmap", "sk_msg", "sockops")
+
+
+def program_slots(obj: Path) -> list[tuple[str, str, int]]:
+    """[(section, function, slots)] of the programs in ``obj`` in symbol order.
+
+    Read with pyelftools from the symbol table: slots = st_size / 8 (ld_imm64 = 2 slots),
+    plus the size of .text (BPF-to-BPF subprograms) when present.
+    """
+    from elftools.elf.elffile import ELFFile
+
+    out = []
+    with obj.open("rb") as f:
+        elf = ELFFile(f)
+        text = elf.get_section_by_name(".text")
+        sub = (text.data_size // 8) if text is not None else 0
+        syms = elf.get_section_by_name(".symtab")
+        found = []
+        for s in syms.iter_symbols():
+            if s["st_info"]["type"] != "STT_FUNC" or s["st_info"]["bind"] != "STB_GLOBAL":
+                continue
+            sec = elf.get_section(s["st_shndx"]).name
+            if sec in PROGRAM_SECTIONS:
+                found.append((sec, s["st_value"], s.name, s["st_size"] // 8 + sub))
+    for sec, _v, name, n in sorted(found):
+        out.append((sec, name, n))
+    return out
+
+
+def processed_insns(obj: Path) -> dict[str, int]:
+    """Function name -> verifier-processed insns, loading ``obj`` into the kernel once.
+
+    Loads through libbpf (``bpftool -d prog loadall``, which asks the kernel for log level
+    1|2|4 and prints the log of every program) into a throw-away pin dir that is removed
+    afterwards.  The same path is used for both compilers' objects, so the figures compare.
+    """
+    import shutil
+    import uuid
+
+    B.ensure_bpffs()
+    pin = Path("/sys/fs/bpf") / f"bpfdsl_cbench_{uuid.uuid4().hex[:10]}"
+    try:
+        proc = B.run(["bpftool", "-d", "prog", "loadall", str(obj), str(pin)], check=False)
+    finally:
+        shutil.rmtree(pin, ignore_errors=True)
+    if proc.returncode != 0:
+        raise B.BenchError(f"kernel rejected {obj.name}:\n" + proc.stderr[-2000:])
+    out, cur = {}, None
+    for line in proc.stderr.splitlines():
+        m = re.search(r"prog '([^']+)': -- BEGIN PROG LOAD LOG --", line)
+        if m:
+            cur = m.group(1)
+            continue
+        m = PROCESSED_RE.search(line)
+        if m and cur is not None:
+            out[cur] = int(m.group(1))
+            cur = None
+    return out
+
+
+def pair_programs(ours, clang):
+    """Pair functions of the two objects by section, then by order within the section."""
+    pairs = []
+    by_sec: dict[str, list] = {}
+    for sec, name, n in clang:
+        by_sec.setdefault(sec, []).append((name, n))
+    used: dict[str, int] = {}
+    for sec, name, n in ours:
+        i = used.get(sec, 0)
+        other = by_sec.get(sec, [])
+        pairs.append((sec, (name, n), other[i] if i < len(other) else None))
+        used[sec] = i + 1
+    for sec, lst in by_sec.items():
+        for c in lst[used.get(sec, 0) :]:
+            pairs.append((sec, None, c))
+    return pairs
+
+
+def inproc_ms(src: Path, runs: int) -> float:
+    """Median ms of compile_source(text) over ``runs`` calls after one warm-up call."""
+    from bpfdsl.compiler import compile_source
+
+    text = src.read_text()
+    compile_source(text, str(src))
+    xs = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        compile_source(text, str(src))
+        xs.append((time.perf_counter() - t0) * 1000)
+    return B.median(xs)
+
+
+def le(a, b):
+    return None if a is None or b is None else a <= b
+
+
+def bench(names, runs: int, inproc_runs: int, kernel: bool, work: Path) -> dict:
+    """Run everything; returns {"programs": [...rows], "files": [...rows], "notes": [...]}."""
+    res = {"programs": [], "files": [], "notes": []}
+    env = B.env_with_tree()
+    for name in names:
+        bpfd, csrc = B.PROGS / f"{name}.bpfd", B.C_DIR / f"{name}.c"
+        if not csrc.exists():
+            res["notes"].append(f"{name}: no C reference, skipped")
+            continue
+        cobj, oobj = work / f"{name}.clang.o", work / f"{name}.ours.o"
+        B.run(B.clang_cmd(csrc, cobj))
+        have_ours = bpfd.exists()
+        if have_ours:
+            try:
+                B.run(B.ours_compile_cmd(bpfd, oobj), env=env)
+            except B.BenchError as e:
+                res["notes"].append(f"{name}: bpfdsl compile failed: {e}")
+                have_ours = False
+        else:
+            res["notes"].append(f"{name}: progs/{name}.bpfd does not exist yet (clang only)")
+        c_slots = program_slots(cobj)
+        o_slots = program_slots(oobj) if have_ours else []
+        c_proc = o_proc = {}
+        if kernel:
+            try:
+                c_proc = processed_insns(cobj)
+                o_proc = processed_insns(oobj) if have_ours else {}
+            except B.BenchError as e:
+                res["notes"].append(f"{name}: {e}")
+        for sec, o, c in pair_programs(o_slots, c_slots):
+            op = o_proc.get(o[0]) if o else None
+            cp = c_proc.get(c[0]) if c else None
+            res["programs"].append(
+                {
+                    "file": name,
+                    "section": sec,
+                    "ours": o[0] if o else None,
+                    "clang": c[0] if c else None,
+                    "insns_ours": o[1] if o else None,
+                    "insns_clang": c[1] if c else None,
+                    "insns_goal": le(o[1] if o else None, c[1] if c else None),
+                    "processed_ours": op,
+                    "processed_clang": cp,
+                    "processed_goal": le(op, cp),
+                }
+            )
+        t_clang = B.median(B.time_process(B.clang_cmd(csrc, cobj), runs))
+        row = {"file": name, "clang_ms": t_clang * 1000, "runs": runs}
+        if have_ours:
+            t_ours = B.median(B.time_process(B.ours_compile_cmd(bpfd, oobj), runs, env=env))
+            row.update(ours_ms=t_ours * 1000, ratio=t_ours / t_clang)
+            row["ratio_goal"] = row["ratio"] <= GOAL_RATIO
+            try:
+                row["inproc_ms"] = inproc_ms(bpfd, inproc_runs)
+                row["inproc_goal"] = row["inproc_ms"] <= GOAL_INPROC_MS
+            except Exception as e:  # noqa: BLE001 - report, keep benchmarking the others
+                res["notes"].append(f"{name}: in-process compile failed: {e}")
+        res["files"].append(row)
+    return res
+
+
+def fmt(v, spec=".1f"):
+    return "n/a" if v is None else format(v, spec)
+
+
+def render(res: dict) -> str:
+    rows = [
+        [
+            p["file"],
+            p["section"],
+            p["ours"] or "-",
+            fmt(p["insns_ours"], "d"),
+            fmt(p["insns_clang"], "d"),
+            B.verdict(p["insns_goal"]),
+            fmt(p["processed_ours"], "d"),
+            fmt(p["processed_clang"], "d"),
+            B.verdict(p["processed_goal"]),
+        ]
+        for p in res["programs"]
+    ]
+    out = [
+        "Instructions (8-byte slots) and verifier-processed insns; goal: ours <= clang",
+        B.table(
+            ["file", "section", "function", "insns", "clang", "goal", "processed", "clang", "goal"],
+            rows,
+        ),
+        "",
+        f"Compile time (median); goals: whole-process ratio <= {GOAL_RATIO}, "
+        f"in-process <= {GOAL_INPROC_MS:g} ms",
+    ]
+    frows = [
+        [
+            f["file"],
+            f["runs"],
+            fmt(f.get("ours_ms")),
+            fmt(f["clang_ms"]),
+            fmt(f.get("ratio"), ".2f"),
+            B.verdict(f.get("ratio_goal")),
+            fmt(f.get("inproc_ms"), ".2f"),
+            B.verdict(f.get("inproc_goal")),
+        ]
+        for f in res["files"]
+    ]
+    out.append(
+        B.table(
+            ["file", "runs", "bpfdsl ms", "clang ms", "ratio", "goal", "in-proc ms", "goal"],
+            frows,
+        )
+    )
+    out += [f"note: {n}" for n in res["notes"]]
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--runs", type=int, default=9, help="whole-process runs per compiler")
+    ap.add_argument("--inproc-runs", type=int, default=20, help="in-process runs per program")
+    ap.add_argument(
+        "--programs", help="comma-separated subset of " + ",".join(B.REFERENCE_PROGRAMS)
+    )
+    ap.add_argument("--quick", action="store_true", help="3 runs, 5 in-process runs (< 1 min)")
+    ap.add_argument("--no-kernel", action="store_true", help="skip the verifier column")
+    ap.add_argument("--json", metavar="FILE", help="also write the results as JSON")
+    a = ap.parse_args(argv)
+    if a.quick:
+        a.runs, a.inproc_runs = min(a.runs, 3), min(a.inproc_runs, 5)
+    if a.runs < 1 or a.inproc_runs < 1:
+        ap.error("--runs and --inproc-runs must be >= 1")
+    names = B.REFERENCE_PROGRAMS
+    if a.programs:
+        names = tuple(n.strip() for n in a.programs.split(",") if n.strip())
+        unknown = [n for n in names if not (B.C_DIR / f"{n}.c").exists()]
+        if unknown:
+            ap.error(f"no C reference for: {', '.join(unknown)}")
+    try:
+        B.require_tool(B.CLANG, "apt-get install clang-19 (or set CLANG=)")
+        kernel = not a.no_kernel
+        if kernel:
+            B.require_root()
+            B.require_tool("bpftool", "apt-get install bpftool (or pass --no-kernel)")
+        with tempfile.TemporaryDirectory(prefix="bpfdsl-cbench-") as tmp:
+            res = bench(names, a.runs, a.inproc_runs, kernel, Path(tmp))
+    except B.BenchError as e:
+        print(f"compile_bench: {e}", file=sys.stderr)
+        return 1
+    print(render(res))
+    if a.json:
+        Path(a.json).write_text(json.dumps(res, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
