@@ -154,6 +154,26 @@ class AttachType(IntEnum):
     TCX_EGRESS = 47
 
 
+class LinkType(IntEnum):
+    """``enum bpf_link_type`` (``bpf_link_info.type``)."""
+
+    UNSPEC = 0
+    RAW_TRACEPOINT = 1
+    TRACING = 2
+    CGROUP = 3
+    ITER = 4
+    NETNS = 5
+    XDP = 6
+    PERF_EVENT = 7
+    KPROBE_MULTI = 8
+    STRUCT_OPS = 9
+    NETFILTER = 10
+    TCX = 11
+    UPROBE_MULTI = 12
+    NETKIT = 13
+    SOCKMAP = 14
+
+
 class XdpAction(IntEnum):
     """``enum xdp_action``: XDP program return values."""
 

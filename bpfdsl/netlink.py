@@ -1,0 +1,279 @@
+"""Kernel side, rtnetlink: interfaces, XDP over netlink, network namespaces, veth pairs.
+
+Takes interface / namespace names, returns ifindexes and :class:`XdpState`; the only
+module that talks rtnetlink (through pyroute2, imported lazily because it costs ~0.4 s).
+XDP over netlink is ``RTM_SETLINK`` with a nested ``IFLA_XDP`` (``IFLA_XDP_FD``,
+``IFLA_XDP_FLAGS``, ``IFLA_XDP_EXPECTED_FD``), as in linux/if_link.h and iproute2.
+Errors are :class:`~bpfdsl.diagnostics.DiagnosticError` saying what to do.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from bpfdsl.diagnostics import DiagnosticError, error
+from bpfdsl.uapi import XdpFlags
+
+CLONE_NEWNET = 0x40000000  # linux/sched.h
+NETNS_RUN_DIR = "/run/netns"  # iproute2's directory of named namespaces
+
+# IFLA_XDP_ATTACHED values (linux/if_link.h XDP_ATTACHED_*)
+_ATTACHED_MODES = {0: None, 1: "native", 2: "generic", 3: "offload", 4: "multi"}
+MODE_FLAGS = {"native": XdpFlags.DRV_MODE, "generic": XdpFlags.SKB_MODE}
+
+
+@dataclass(frozen=True, slots=True)
+class XdpState:
+    """What netlink reports about XDP on one interface (``IFLA_XDP`` of RTM_GETLINK).
+
+    ``mode``: None (nothing attached), ``native``, ``generic``, ``offload`` or ``multi``;
+    ``prog_id``: the kernel program id of the single attached program (0 when none or multi);
+    ``drv_prog_id``/``skb_prog_id``: per-mode ids (0 when none).
+    """
+
+    ifindex: int
+    mode: str | None
+    prog_id: int
+    drv_prog_id: int = 0
+    skb_prog_id: int = 0
+
+    def prog_id_for(self, mode: str) -> int:
+        """Program id attached in ``mode`` (``native``/``generic``), 0 when none."""
+        if mode == "native":
+            return self.drv_prog_id or (self.prog_id if self.mode == "native" else 0)
+        return self.skb_prog_id or (self.prog_id if self.mode == "generic" else 0)
+
+
+def interface_names() -> list[str]:
+    """Names of the interfaces of the current network namespace."""
+    return [name for _i, name in socket.if_nameindex()]
+
+
+def ifindex(name: str) -> int:
+    """The ifindex of interface ``name`` in the current network namespace.
+
+    Raises DiagnosticError (``unknown-interface``) naming the interfaces that exist.
+    """
+    if not name or len(name) >= 16 or "/" in name:
+        raise DiagnosticError(
+            error(
+                "unknown-interface",
+                f"invalid interface name {name!r}",
+                hint="interface names are 1-15 characters, e.g. eth0",
+            )
+        )
+    try:
+        return socket.if_nametoindex(name)
+    except OSError:
+        have = ", ".join(interface_names()) or "none"
+        raise DiagnosticError(
+            error(
+                "unknown-interface",
+                f"no network interface named {name!r}",
+                hint=f"interfaces here: {have} (see `ip link`)",
+            )
+        ) from None
+
+
+def ifname(index: int) -> str:
+    """Name of interface ``index``, or ``if<index>`` when it no longer exists."""
+    try:
+        return socket.if_indextoname(index)
+    except OSError:
+        return f"if{index}"
+
+
+def _ipr(netns: str | None = None):
+    from pyroute2 import IPRoute  # noqa: PLC0415 (slow import, only when netlink is needed)
+
+    return IPRoute(netns=netns) if netns else IPRoute()
+
+
+def _netlink_error(e: Exception, what: str, dev: str) -> DiagnosticError:
+    code = getattr(e, "code", 0)
+    hint = None
+    if code == errno.EOPNOTSUPP:
+        hint = "the driver has no native XDP support here; use --mode generic"
+    elif code == errno.EBUSY:
+        hint = (
+            f"{dev} already has an XDP program in another mode or through a link; "
+            f"detach it first (`bpfdsl detach --dev {dev}`)"
+        )
+    elif code == errno.EEXIST:
+        hint = f"{dev} already has an XDP program; pass --replace to swap it atomically"
+    elif code in (errno.EPERM, errno.EACCES):
+        hint = "run as root (needs CAP_NET_ADMIN and CAP_BPF)"
+    elif code == errno.EINVAL:
+        hint = "is the program an XDP program (section `xdp`, not xdp/cpumap or xdp/devmap)?"
+    msg = e.args[1] if len(getattr(e, "args", ())) > 1 else os.strerror(code or errno.EIO)
+    return DiagnosticError(error("attach-failed", f"{what} on {dev}: {msg}", hint=hint))
+
+
+def xdp_state(index: int, *, netns: str | None = None) -> XdpState:
+    """XDP state of interface ``index`` (RTM_GETLINK, ``IFLA_XDP``).
+
+    Raises DiagnosticError when the interface is gone.
+    """
+    from pyroute2.netlink.exceptions import NetlinkError  # noqa: PLC0415
+
+    try:
+        with _ipr(netns) as ipr:
+            link = ipr.get_links(index)[0]
+    except NetlinkError as e:
+        raise _netlink_error(e, "reading XDP state", ifname(index)) from None
+    xdp = link.get_attr("IFLA_XDP")
+    attrs = dict(xdp["attrs"]) if xdp else {}
+    mode_raw = attrs.get("IFLA_XDP_ATTACHED")
+    if isinstance(mode_raw, str) or mode_raw is None:  # pyroute2 maps the value to a name
+        mode = {
+            "xdp": "native",
+            "xdpgeneric": "generic",
+            "xdpoffload": "offload",
+            "xdpmulti": "multi",
+        }.get(mode_raw)
+    else:
+        mode = _ATTACHED_MODES.get(int(mode_raw))
+    return XdpState(
+        ifindex=index,
+        mode=mode,
+        prog_id=int(attrs.get("IFLA_XDP_PROG_ID", 0) or 0),
+        drv_prog_id=int(attrs.get("IFLA_XDP_DRV_PROG_ID", 0) or 0),
+        skb_prog_id=int(attrs.get("IFLA_XDP_SKB_PROG_ID", 0) or 0),
+    )
+
+
+def xdp_set(
+    index: int, prog_fd: int, flags: int, *, expected_fd: int | None = None, dev: str | None = None
+) -> None:
+    """Attach (``prog_fd`` >= 0) or detach (``prog_fd == -1``) XDP on ``index`` via netlink.
+
+    ``flags``: ``XdpFlags`` (mode bit, UPDATE_IF_NOEXIST, REPLACE).  With ``expected_fd``
+    (requires ``XdpFlags.REPLACE``) the kernel swaps atomically only if that program is
+    still the attached one (``IFLA_XDP_EXPECTED_FD``, kernel 5.7+).
+    Raises DiagnosticError with the kernel's reason and what to do.
+    """
+    from pyroute2.netlink.exceptions import NetlinkError  # noqa: PLC0415
+
+    if flags & XdpFlags.HW_MODE:
+        raise DiagnosticError(
+            error(
+                "attach-failed",
+                "XDP offload mode is not supported",
+                hint="use --mode native or --mode generic",
+            )
+        )
+    attrs = [("IFLA_XDP_FD", prog_fd), ("IFLA_XDP_FLAGS", int(flags))]
+    if expected_fd is not None:
+        attrs.append(("IFLA_XDP_EXPECTED_FD", expected_fd))
+    what = "attaching XDP" if prog_fd >= 0 else "detaching XDP"
+    try:
+        with _ipr() as ipr:
+            ipr.link("set", index=index, xdp={"attrs": attrs})
+    except NetlinkError as e:
+        raise _netlink_error(e, what, dev or ifname(index)) from None
+
+
+# ---- network namespaces -------------------------------------------------------------
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _setns(fd: int) -> None:
+    if _libc.setns(fd, CLONE_NEWNET) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"setns: {os.strerror(err)}")
+
+
+def create_netns(name: str) -> None:
+    """Create the named network namespace ``/run/netns/NAME`` (as ``ip netns add``)."""
+    from pyroute2 import netns  # noqa: PLC0415
+
+    netns.create(name)
+    with _ipr(name) as ipr:  # loopback up, as a fresh namespace has it down
+        lo = ipr.link_lookup(ifname="lo")
+        if lo:
+            ipr.link("set", index=lo[0], state="up")
+
+
+def remove_netns(name: str) -> None:
+    """Remove the named namespace (no error when it is already gone)."""
+    from pyroute2 import netns  # noqa: PLC0415
+
+    if os.path.exists(os.path.join(NETNS_RUN_DIR, name)):
+        netns.remove(name)
+
+
+@contextmanager
+def in_netns(name: str) -> Iterator[None]:
+    """Run the body with the calling thread in network namespace ``name`` (setns(2)).
+
+    Unlike ``ip netns exec`` this keeps the mount namespace, so /sys/fs/bpf stays visible.
+    Sockets created inside stay in that namespace after the block.  Restores the previous
+    namespace on exit, also on exceptions.
+    """
+    old = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+    try:
+        new = os.open(os.path.join(NETNS_RUN_DIR, name), os.O_RDONLY)
+        try:
+            _setns(new)
+        finally:
+            os.close(new)
+        try:
+            yield
+        finally:
+            _setns(old)
+    finally:
+        os.close(old)
+
+
+# ---- veth pairs ----------------------------------------------------------------------
+
+
+def create_veth(name: str, peer: str, *, peer_netns: str | None = None) -> None:
+    """Create veth pair ``name`` (current namespace) <-> ``peer`` (in ``peer_netns``).
+
+    Both ends are left down; see :func:`configure`.
+    """
+    peer_spec: dict = {"ifname": peer}
+    if peer_netns:
+        peer_spec["net_ns_fd"] = peer_netns
+    with _ipr() as ipr:
+        ipr.link("add", ifname=name, kind="veth", peer=peer_spec)
+
+
+def configure(
+    dev: str,
+    *,
+    netns: str | None = None,
+    address: str | None = None,
+    prefixlen: int = 24,
+    up: bool = True,
+) -> str:
+    """Give ``dev`` an IPv4 ``address``/``prefixlen`` and bring it up; returns its MAC."""
+    with _ipr(netns) as ipr:
+        idx = ipr.link_lookup(ifname=dev)[0]
+        if address:
+            ipr.addr("add", index=idx, address=address, prefixlen=prefixlen)
+        if up:
+            ipr.link("set", index=idx, state="up")
+        return ipr.get_links(idx)[0].get_attr("IFLA_ADDRESS")
+
+
+def add_neighbour(dev: str, ip: str, mac: str, *, netns: str | None = None) -> None:
+    """Permanent ARP entry ``ip -> mac`` on ``dev`` (so tests need no ARP round trip)."""
+    with _ipr(netns) as ipr:
+        idx = ipr.link_lookup(ifname=dev)[0]
+        ipr.neigh("replace", dst=ip, lladdr=mac, ifindex=idx, state=0x80)  # NUD_PERMANENT
+
+
+def delete_link(dev: str, *, netns: str | None = None) -> None:
+    """Delete interface ``dev`` (a veth takes its peer with it); no error if it is gone."""
+    with _ipr(netns) as ipr:
+        for idx in ipr.link_lookup(ifname=dev):
+            ipr.link("del", index=idx)

@@ -1,0 +1,234 @@
+"""Packets for test runs and traffic: read captures, parse hex, build frames, describe changes.
+
+Takes pcap/pcapng files or hex text, returns Ethernet frames as ``bytes`` (wire order);
+builds UDP/IPv4 frames with correct checksums (RFC 791/768) without scapy (fast), and
+uses scapy only to describe a frame in one line.  Errors are DiagnosticError/UsageError.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+from bpfdsl.diagnostics import DiagnosticError, UsageError, error
+
+DLT_EN10MB = 1  # pcap LINKTYPE_ETHERNET (tcpdump.org/linktypes.html)
+ETH_HLEN = 14
+ETH_P_IP = 0x0800
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    """One captured frame: ``data`` as captured (may be shorter than ``wirelen``), 1-based ``index``."""
+
+    index: int
+    data: bytes
+    wirelen: int
+
+
+def read_pcap(path: str | Path, *, limit: int | None = None) -> list[Frame]:
+    """Frames of an Ethernet pcap or pcapng file, in file order (at most ``limit``).
+
+    Raises UsageError for a missing/unreadable file, a file that is not a capture, or a
+    link type other than Ethernet (LINKTYPE_ETHERNET = 1).  A truncated last record ends
+    the list (what tcpdump does) instead of failing.
+    """
+    from scapy.error import Scapy_Exception  # noqa: PLC0415 (scapy is slow to import)
+    from scapy.utils import RawPcapReader  # noqa: PLC0415
+
+    p = Path(path)
+    if not p.is_file():
+        raise UsageError(error("bad-capture", f"{p}: no such capture file"))
+    try:
+        reader = RawPcapReader(str(p))
+    except (Scapy_Exception, OSError, EOFError, struct.error, ValueError) as e:
+        raise UsageError(
+            error(
+                "bad-capture",
+                f"{p}: not a pcap/pcapng capture ({e})",
+                hint="write captures with `tcpdump -w FILE` (Ethernet)",
+            )
+        ) from None
+    frames: list[Frame] = []
+    try:
+        # low 16 bits: the link type; the upper bits may carry FCS info (pcap spec,
+        # LT_LINKTYPE() in libpcap's pcap-common.h)
+        linktype = getattr(reader, "linktype", DLT_EN10MB) & 0xFFFF
+        if linktype != DLT_EN10MB:
+            raise UsageError(
+                error(
+                    "bad-capture",
+                    f"{p}: link type {linktype} is not Ethernet",
+                    hint="XDP sees Ethernet frames; capture on an Ethernet interface "
+                    "(not `-i any`, which writes Linux cooked captures)",
+                )
+            )
+        records = iter(reader)
+        while limit is None or len(frames) < limit:
+            try:
+                rec = next(records)
+            except (StopIteration, EOFError):
+                break
+            except (Scapy_Exception, struct.error, ValueError) as e:
+                if frames:
+                    break
+                raise UsageError(error("bad-capture", f"{p}: corrupt capture ({e})")) from None
+            if rec is None:
+                break
+            data, meta = rec
+            wirelen = getattr(meta, "wirelen", None) or len(data)
+            frames.append(Frame(len(frames) + 1, bytes(data), int(wirelen)))
+    finally:
+        reader.close()
+    return frames
+
+
+def parse_hex(text: str) -> bytes:
+    """Bytes from hex text: ``"00 11 22"``, ``"001122"``, ``"00:11:22"``, ``"0x0011"``.
+
+    Raises UsageError naming the first character that is not hex.
+    """
+    s = re.sub(r"0x", "", text.strip(), flags=re.IGNORECASE)
+    s = re.sub(r"[\s:,.\-]", "", s)
+    m = re.search(r"[^0-9a-fA-F]", s)
+    if m:
+        raise UsageError(
+            error(
+                "bad-hex",
+                f"not a hex digit: {m.group()!r} in --hex",
+                hint="give bytes as hex, e.g. --hex 'ffffffffffff 0011...'",
+            )
+        )
+    if len(s) % 2:
+        raise UsageError(error("bad-hex", f"odd number of hex digits ({len(s)}) in --hex"))
+    return bytes.fromhex(s)
+
+
+def mac_bytes(mac: str) -> bytes:
+    """``"aa:bb:cc:dd:ee:ff"`` -> 6 bytes."""
+    return bytes.fromhex(mac.replace(":", "").replace("-", ""))
+
+
+def inet_checksum(data: bytes) -> int:
+    """The Internet checksum (RFC 1071) of ``data``, as a host-order 16-bit number."""
+    if len(data) % 2:
+        data += b"\0"
+    total = sum(struct.unpack(f"!{len(data) // 2}H", data))
+    while total >> 16:
+        total = (total & 0xFFFF) + (total >> 16)
+    return ~total & 0xFFFF
+
+
+def udp_frame(
+    *,
+    src_mac: str,
+    dst_mac: str,
+    src_ip: str,
+    dst_ip: str,
+    sport: int,
+    dport: int,
+    payload: bytes = b"",
+    ttl: int = 64,
+    ident: int = 0,
+) -> bytes:
+    """An Ethernet/IPv4/UDP frame (ports host order in, network order on the wire)."""
+    sip, dip = socket.inet_aton(src_ip), socket.inet_aton(dst_ip)
+    ulen = 8 + len(payload)
+    pseudo = sip + dip + struct.pack("!BBH", 0, socket.IPPROTO_UDP, ulen)
+    udp = struct.pack("!HHHH", sport, dport, ulen, 0) + payload
+    csum = inet_checksum(pseudo + udp) or 0xFFFF
+    udp = udp[:6] + struct.pack("!H", csum) + udp[8:]
+    ip = struct.pack(
+        "!BBHHHBBH4s4s",
+        0x45,
+        0,
+        20 + ulen,
+        ident & 0xFFFF,
+        0x4000,
+        ttl,
+        socket.IPPROTO_UDP,
+        0,
+        sip,
+        dip,
+    )
+    ip = ip[:10] + struct.pack("!H", inet_checksum(ip)) + ip[12:]
+    eth = mac_bytes(dst_mac) + mac_bytes(src_mac) + struct.pack("!H", ETH_P_IP)
+    return eth + ip + udp
+
+
+def summary(frame: bytes) -> str:
+    """One-line scapy description of an Ethernet frame (never raises)."""
+    try:
+        import scapy.layers.inet  # noqa: F401, PLC0415 (binds IPv4/UDP/TCP to Ether)
+        import scapy.layers.inet6  # noqa: F401, PLC0415
+        from scapy.layers.l2 import Ether  # noqa: PLC0415
+
+        return Ether(frame).summary()
+    except Exception as e:  # noqa: BLE001 - scapy may fail on any malformed frame
+        return f"<{len(frame)} bytes, not decodable: {type(e).__name__}>"
+
+
+def changed_ranges(before: bytes, after: bytes) -> list[tuple[int, int]]:
+    """Byte ranges ``[start, end)`` (offsets into ``after``) that differ from ``before``.
+
+    Compares position by position over the common length; bytes beyond it count as
+    changed when the length changed.
+    """
+    out: list[tuple[int, int]] = []
+    n = min(len(before), len(after))
+    i = 0
+    while i < n:
+        if before[i] != after[i]:
+            j = i
+            while j < n and before[j] != after[j]:
+                j += 1
+            out.append((i, j))
+            i = j
+        else:
+            i += 1
+    if len(after) > n:
+        out.append((n, len(after)))
+    return out
+
+
+def describe_change(before: bytes, after: bytes, *, max_ranges: int = 4) -> list[str]:
+    """Human lines saying how ``after`` differs from ``before`` (empty when identical)."""
+    lines: list[str] = []
+    if len(after) != len(before):
+        d = len(after) - len(before)
+        lines.append(f"length {len(before)} -> {len(after)} ({d:+d} bytes)")
+        if (
+            d != 0
+            and after
+            and before
+            and (
+                after.endswith(before[-min(len(before), 32) :])
+                if d > 0
+                else before.endswith(after[-32:])
+            )
+        ):
+            lines.append(f"head {'grew' if d > 0 else 'shrank'} by {abs(d)} bytes")
+            return lines
+    ranges = changed_ranges(before, after)
+    for start, end in ranges[:max_ranges]:
+        old = before[start:end][:16].hex(" ")
+        new = after[start:end][:16].hex(" ")
+        more = " ..." if end - start > 16 else ""
+        lines.append(f"bytes {start}..{end - 1}: {old or '-'}{more} -> {new}{more}")
+    if len(ranges) > max_ranges:
+        lines.append(f"... {len(ranges) - max_ranges} more changed ranges")
+    return lines
+
+
+def check_frame(data: bytes, where: str) -> None:
+    """Raise DiagnosticError if ``data`` is too short to be an Ethernet frame."""
+    if len(data) < ETH_HLEN:
+        raise DiagnosticError(
+            error(
+                "bad-packet",
+                f"{where}: {len(data)} bytes is shorter than an Ethernet header ({ETH_HLEN} bytes)",
+            )
+        )
