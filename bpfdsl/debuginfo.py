@@ -36,6 +36,8 @@ from llvmlite import ir
 
 from bpfdsl.uapi import MapType
 
+T = ir.DIToken  # a bare LLVM token operand (DW_TAG_..., flags), printed unquoted
+
 DW_LANG = "DW_LANG_C11"
 PRODUCER = "bpfdsl"
 
@@ -51,85 +53,34 @@ _INTS: dict[str, tuple[str, str, int, str]] = {
     "i32": ("__s32", "int", 32, "DW_ATE_signed"),
     "i64": ("__s64", "long long", 64, "DW_ATE_signed"),
 }
+_C_BASIC = {  # C scalars by name: (bits, DW encoding)
+    "bool": (8, "DW_ATE_boolean"), "char": (8, "DW_ATE_signed_char"), "int": (32, "DW_ATE_signed"),
+}  # fmt: skip
 _BE = {"be16": "u16", "be32": "u32", "be64": "u64"}  # typedef __beN -> __uN (linux/types.h)
 
 # Map types whose kernel implementation refuses BTF key/value types (map_check_no_btf):
 # libbpf-style C declares them with __uint(key_size, N) / __uint(value_size, N).
 SIZE_ONLY_MAP_TYPES: frozenset[int] = frozenset(
-    {
-        MapType.PROG_ARRAY,
-        MapType.PERF_EVENT_ARRAY,
-        MapType.DEVMAP,
-        MapType.DEVMAP_HASH,
-        MapType.CPUMAP,
-        MapType.XSKMAP,
-        MapType.SOCKMAP,
-        MapType.SOCKHASH,
-        MapType.ARRAY_OF_MAPS,
-        MapType.HASH_OF_MAPS,
-        MapType.STACK_TRACE,
-        MapType.RINGBUF,
-    }
+    MapType[n]
+    for n in "PROG_ARRAY PERF_EVENT_ARRAY DEVMAP DEVMAP_HASH CPUMAP XSKMAP SOCKMAP SOCKHASH "
+    "ARRAY_OF_MAPS HASH_OF_MAPS STACK_TRACE RINGBUF".split()
 )
 
-# Kernel context structs (include/uapi/linux/bpf.h; offsets checked against
-# /sys/kernel/btf/vmlinux on 6.18).  Members: (name, kind, byte offset) where kind is
-# "u32", "u64", "ptr" (void *, the kernel's __bpf_md_ptr) or "u32x4" (__u32[4]).
-_CTX_STRUCTS: dict[str, tuple[int, tuple[tuple[str, str, int], ...]]] = {
-    "xdp_md": (
-        24,
-        tuple(
-            (n, "u32", 4 * i)
-            for i, n in enumerate(
-                "data data_end data_meta ingress_ifindex rx_queue_index egress_ifindex".split()
-            )
-        ),
-    ),
-    "sk_msg_md": (
-        80,
-        (
-            ("data", "ptr", 0),
-            ("data_end", "ptr", 8),
-            ("family", "u32", 16),
-            ("remote_ip4", "u32", 20),
-            ("local_ip4", "u32", 24),
-            ("remote_ip6", "u32x4", 28),
-            ("local_ip6", "u32x4", 44),
-            ("remote_port", "u32", 60),
-            ("local_port", "u32", 64),
-            ("size", "u32", 68),
-            ("sk", "ptr", 72),
-        ),
-    ),
-    "bpf_sock_ops": (
-        224,
-        (
-            ("op", "u32", 0),
-            ("args", "u32x4", 4),
-            ("family", "u32", 20),
-            ("remote_ip4", "u32", 24),
-            ("local_ip4", "u32", 28),
-            ("remote_ip6", "u32x4", 32),
-            ("local_ip6", "u32x4", 48),
-            *(
-                (n, "u32", 64 + 4 * i)
-                for i, n in enumerate(
-                    "remote_port local_port is_fullsock snd_cwnd srtt_us bpf_sock_ops_cb_flags state "
-                    "rtt_min snd_ssthresh rcv_nxt snd_nxt snd_una mss_cache ecn_flags rate_delivered "
-                    "rate_interval_us packets_out retrans_out total_retrans segs_in data_segs_in "
-                    "segs_out data_segs_out lost_out sacked_out sk_txhash".split()
-                )
-            ),
-            ("bytes_received", "u64", 168),
-            ("bytes_acked", "u64", 176),
-            ("sk", "ptr", 184),
-            ("skb_data", "ptr", 192),
-            ("skb_data_end", "ptr", 200),
-            ("skb_len", "u32", 208),
-            ("skb_tcp_flags", "u32", 212),
-            ("skb_hwtstamp", "u64", 216),
-        ),
-    ),
+# Kernel context structs (include/uapi/linux/bpf.h), as "type name..." groups laid out with
+# natural alignment, which reproduces the kernel offsets (tests compare with vmlinux BTF).
+# "ptr" is the kernel's __bpf_md_ptr (8 bytes); "u32x4" is __u32[4]; in bpf_sock_ops the
+# union {args[4]; reply; replylong[4]} is described by its first member.
+_CTX_STRUCTS: dict[str, str] = {
+    "xdp_md": "u32 data data_end data_meta ingress_ifindex rx_queue_index egress_ifindex",
+    "sk_msg_md": "ptr data data_end; u32 family remote_ip4 local_ip4; u32x4 remote_ip6 local_ip6;"
+    " u32 remote_port local_port size; ptr sk",
+    "bpf_sock_ops": "u32 op; u32x4 args; u32 family remote_ip4 local_ip4;"
+    " u32x4 remote_ip6 local_ip6; u32 remote_port local_port is_fullsock snd_cwnd srtt_us"
+    " bpf_sock_ops_cb_flags state rtt_min snd_ssthresh rcv_nxt snd_nxt snd_una mss_cache"
+    " ecn_flags rate_delivered rate_interval_us packets_out retrans_out total_retrans segs_in"
+    " data_segs_in segs_out data_segs_out lost_out sacked_out sk_txhash;"
+    " u64 bytes_received bytes_acked; ptr sk skb_data skb_data_end; u32 skb_len skb_tcp_flags;"
+    " u64 skb_hwtstamp",
 }
 
 
@@ -191,32 +142,17 @@ class DebugInfo:
     """
 
     def __init__(
-        self,
-        module: ir.Module,
-        filename: str,
-        *,
-        source: str | None = None,
-        directory: str = "",
-        producer: str = PRODUCER,
-    ) -> None:
+        self, module: ir.Module, filename: str, *, source: str | None = None,
+        directory: str = "", producer: str = PRODUCER,
+    ) -> None:  # fmt: skip
         self.module = module
-        file_ops: dict[str, object] = {"filename": filename, "directory": directory}
-        if source is not None:
-            file_ops["source"] = source
-        self.file = module.add_debug_info("DIFile", file_ops)
-        self.cu = module.add_debug_info(
-            "DICompileUnit",
-            {
-                "language": ir.DIToken(DW_LANG),
-                "file": self.file,
-                "producer": producer,
-                "isOptimized": True,
-                "runtimeVersion": 0,
-                "emissionKind": ir.DIToken("FullDebug"),
-                "nameTableKind": ir.DIToken("None"),
-            },
-            is_distinct=True,
-        )
+        extra = {"source": source} if source is not None else {}
+        self.file = self._di("DIFile", filename=filename, directory=directory, **extra)
+        self.cu = self._di(
+            "DICompileUnit", distinct=True, language=T(DW_LANG), file=self.file,
+            producer=producer, isOptimized=True, runtimeVersion=0,
+            emissionKind=T("FullDebug"), nameTableKind=T("None"),
+        )  # fmt: skip
         module.add_named_metadata("llvm.dbg.cu", self.cu)
         flags = module.add_named_metadata("llvm.module.flags")
         i32 = ir.IntType(32)
@@ -227,29 +163,29 @@ class DebugInfo:
         self._types: dict[str, DIType] = {}
         self._finalized = False
 
+    def _di(self, kind: str, *, distinct: bool = False, **ops: object) -> ir.DIValue:
+        """``!kind(ops...)``; non-distinct nodes are shared by llvmlite when equal."""
+        return self.module.add_debug_info(kind, ops, is_distinct=distinct)
+
+    def _set_ops(self, node: ir.DIValue, **ops: object) -> None:
+        """Complete a distinct node created earlier (the way to build metadata cycles)."""
+        node.operands = tuple(sorted(self.module._fix_di_operands(ops.items())))
+
     # ---- types -------------------------------------------------------------------------
 
     def _basic(self, name: str, bits: int, encoding: str) -> DIType:
         key = "basic " + name
         if key not in self._types:
-            md = self.module.add_debug_info(
-                "DIBasicType", {"name": name, "size": bits, "encoding": ir.DIToken(encoding)}
-            )
+            md = self._di("DIBasicType", name=name, size=bits, encoding=T(encoding))
             self._types[key] = DIType(md, bits // 8, bits // 8)
         return self._types[key]
 
     def typedef(self, name: str, base: DIType, line: int = 0) -> DIType:
         """``typedef base name;`` (BTF TYPEDEF)."""
-        md = self.module.add_debug_info(
-            "DIDerivedType",
-            {
-                "tag": ir.DIToken("DW_TAG_typedef"),
-                "name": name,
-                "file": self.file,
-                "line": line,
-                "baseType": base.md,
-            },
-        )
+        md = self._di(
+            "DIDerivedType", tag=T("DW_TAG_typedef"), name=name, file=self.file, line=line,
+            baseType=base.md,
+        )  # fmt: skip
         return DIType(md, base.size, base.align)
 
     def int_type(self, name: str) -> DIType:
@@ -262,12 +198,8 @@ class DebugInfo:
             t = self.typedef(tdname, self._basic(cname, bits, enc))
         elif name in _BE:
             t = self.typedef("__" + name, self.int_type(_BE[name]))
-        elif name == "bool":
-            t = self._basic("_Bool", 8, "DW_ATE_boolean")
-        elif name == "char":
-            t = self._basic("char", 8, "DW_ATE_signed_char")
-        elif name == "int":
-            t = self._basic("int", 32, "DW_ATE_signed")
+        elif name in _C_BASIC:
+            t = self._basic(name if name != "bool" else "_Bool", *_C_BASIC[name])
         else:
             raise ValueError(f"no debug type for scalar {name!r}")
         self._types[name] = t
@@ -275,47 +207,32 @@ class DebugInfo:
 
     def pointer_type(self, base: DIType | None) -> DIType:
         """``base *`` (``None``: ``void *``); 8 bytes on BPF."""
-        md = self.module.add_debug_info(
-            "DIDerivedType",
-            {
-                "tag": ir.DIToken("DW_TAG_pointer_type"),
-                "baseType": base.md if base else None,
-                "size": 64,
-            },
-        )
+        md = self._di(
+            "DIDerivedType", tag=T("DW_TAG_pointer_type"), baseType=base.md if base else None,
+            size=64,
+        )  # fmt: skip
         return DIType(md, 8, 8)
 
     def qualified(self, base: DIType, *quals: str) -> DIType:
-        """``const``/``volatile`` qualifiers, outermost first: ``qualified(t, "const", "volatile")``."""
+        """Qualifiers, outermost first: ``qualified(t, "const", "volatile")``."""
         md = base.md
         for q in reversed(quals):
-            md = self.module.add_debug_info(
-                "DIDerivedType", {"tag": ir.DIToken(f"DW_TAG_{q}_type"), "baseType": md}
-            )
+            md = self._di("DIDerivedType", tag=T(f"DW_TAG_{q}_type"), baseType=md)
         return DIType(md, base.size, base.align)
 
     def array_type(self, elem: DIType, count: int) -> DIType:
         """``elem[count]`` (BTF ARRAY with the ``__ARRAY_SIZE_TYPE__`` index)."""
-        sub = self.module.add_debug_info("DISubrange", {"count": count})
-        md = self.module.add_debug_info(
-            "DICompositeType",
-            {
-                "tag": ir.DIToken("DW_TAG_array_type"),
-                "baseType": elem.md,
-                "size": elem.size * count * 8,
-                "elements": self.module.add_metadata([sub]),
-            },
-        )
+        sub = self._di("DISubrange", count=count)
+        md = self._di(
+            "DICompositeType", tag=T("DW_TAG_array_type"), baseType=elem.md,
+            size=elem.size * count * 8, elements=self.module.add_metadata([sub]),
+        )  # fmt: skip
         return DIType(md, elem.size * count, elem.align)
 
     def struct_type(
-        self,
-        name: str | None,
-        fields: Sequence[tuple[str, DIType] | tuple[str, DIType, int]],
-        *,
-        line: int = 0,
-        size: int | None = None,
-    ) -> DIType:
+        self, name: str | None, fields: Sequence[tuple[str, DIType] | tuple[str, DIType, int]],
+        *, line: int = 0, size: int | None = None,
+    ) -> DIType:  # fmt: skip
         """``struct name { ... }`` with C natural alignment (FIELD-BUGS B07).
 
         ``fields``: ``(name, type)`` laid out at the next multiple of the type's alignment,
@@ -323,45 +240,25 @@ class DebugInfo:
         ``size`` defaults to the end of the last member rounded up to the struct alignment.
         ``name=None`` makes an anonymous struct.  Member offsets in BTF are in bits.
         """
+        ops: dict[str, object] = {"tag": T("DW_TAG_structure_type"), "file": self.file}
+        ops.update({"line": line, "name": name} if name else {"line": line})
+        # Members name the struct as scope, so it is created first (distinct) and completed.
+        st = self._di("DICompositeType", distinct=True, **ops)
         members: list[ir.DIValue] = []
-        ops: dict[str, object] = {
-            "tag": ir.DIToken("DW_TAG_structure_type"),
-            "file": self.file,
-            "line": line,
-        }
-        if name:
-            ops["name"] = name
-        # The struct node must exist before its members (they name it as scope); it is
-        # distinct, so fill in size/elements afterwards.
-        st = self.module.add_debug_info("DICompositeType", dict(ops, size=0), is_distinct=True)
-        off = 0
-        align = 1
+        off = align = 0
         for f in fields:
             fname, ftype = f[0], f[1]
-            if len(f) == 3:
-                off = f[2]
-            else:
-                off = -(-off // ftype.align) * ftype.align
+            off = f[2] if len(f) == 3 else -(-off // ftype.align) * ftype.align
             align = max(align, ftype.align)
-            members.append(
-                self.module.add_debug_info(
-                    "DIDerivedType",
-                    {
-                        "tag": ir.DIToken("DW_TAG_member"),
-                        "name": fname,
-                        "scope": _ref(st),
-                        "file": self.file,
-                        "line": line,
-                        "baseType": ftype.md,
-                        "size": ftype.size * 8,
-                        "offset": off * 8,
-                    },
-                )
-            )
+            members.append(self._di(
+                "DIDerivedType", tag=T("DW_TAG_member"), name=fname, scope=_ref(st),
+                file=self.file, line=line, baseType=ftype.md, size=ftype.size * 8,
+                offset=off * 8,
+            ))  # fmt: skip
             off += ftype.size
+        align = max(align, 1)
         total = size if size is not None else -(-off // align) * align
-        ops.update(size=total * 8, elements=self.module.add_metadata(members))
-        st.operands = tuple(sorted(self.module._fix_di_operands(ops.items())))
+        self._set_ops(st, **ops, size=total * 8, elements=self.module.add_metadata(members))
         return DIType(st, total, align)
 
     def ctx_type(self, ctx: str) -> DIType:
@@ -370,59 +267,37 @@ class DebugInfo:
         (the kernel matches the program's ctx argument by struct name)."""
         key = "struct " + ctx
         if key not in self._types:
-            size, layout = _CTX_STRUCTS.get(ctx, (0, ()))
-            kinds = {
-                "u32": self.int_type("u32"),
-                "u64": self.int_type("u64"),
-                "ptr": self.pointer_type(None),
-            }
-            kinds["u32x4"] = self.array_type(kinds["u32"], 4)
-            self._types[key] = self.struct_type(
-                ctx, [(n, kinds[k], o) for n, k, o in layout], size=size
-            )
+            u32 = self.int_type("u32")
+            kinds = {"u32": u32, "u64": self.int_type("u64"), "ptr": self.pointer_type(None)}
+            kinds["u32x4"] = self.array_type(u32, 4)
+            fields = []
+            for group in _CTX_STRUCTS.get(ctx, "").split(";"):
+                kind, *names = group.split() or [""]
+                fields += [(n, kinds[kind]) for n in names]
+            self._types[key] = self.struct_type(ctx, fields)
         return self._types[key]
 
     # ---- globals -----------------------------------------------------------------------
 
     def _global_var(self, gv: ir.GlobalVariable, name: str, ty: DIType, line: int) -> None:
-        var = self.module.add_debug_info(
-            "DIGlobalVariable",
-            {
-                "name": name,
-                "scope": _ref(self.cu),
-                "file": self.file,
-                "line": line,
-                "type": ty.md,
-                "isLocal": False,
-                "isDefinition": True,
-            },
-            is_distinct=True,
-        )
-        gve = self.module.add_debug_info(
-            "DIGlobalVariableExpression",
-            {"var": var, "expr": self.module.add_debug_info("DIExpression", {})},
-        )
+        var = self._di(
+            "DIGlobalVariable", distinct=True, name=name, scope=_ref(self.cu), file=self.file,
+            line=line, type=ty.md, isLocal=False, isDefinition=True,
+        )  # fmt: skip
+        gve = self._di("DIGlobalVariableExpression", var=var, expr=self._di("DIExpression"))
         gv.set_metadata("dbg", gve)
         self._globals.append(gve)
+        self.keep(gv)
 
     def keep(self, *values: ir.GlobalValue) -> None:
         """Add globals/functions to ``llvm.compiler.used`` (never dropped by the optimizer)."""
         self._used.extend(values)
 
     def map_global(
-        self,
-        name: str,
-        map_type: int,
-        *,
-        max_entries: int,
-        key: DIType | None = None,
-        value: DIType | None = None,
-        key_size: int | None = None,
-        value_size: int | None = None,
-        map_flags: int = 0,
-        pinning: int = 0,
-        line: int = 0,
-    ) -> ir.GlobalVariable:
+        self, name: str, map_type: int, *, max_entries: int, key: DIType | None = None,
+        value: DIType | None = None, key_size: int | None = None, value_size: int | None = None,
+        map_flags: int = 0, pinning: int = 0, line: int = 0,
+    ) -> ir.GlobalVariable:  # fmt: skip
         """A BTF-defined map: ``struct { __uint(type, T); __type(key, K); ... } name SEC(".maps")``.
 
         ``__uint(f, v)`` is member ``f`` of type ``int (*)[v]``; ``__type(f, T)`` is ``T *``
@@ -430,7 +305,7 @@ class DebugInfo:
         sockhash...) key/value types become ``key_size``/``value_size`` as libbpf-style C
         writes them; sizes may also be given directly.  ``map_flags``/``pinning`` (uapi
         ``BPF_F_*``, ``LIBBPF_PIN_BY_NAME`` = 1) appear only when nonzero.
-        Returns the ``.maps`` global (32+ bytes of zeroed pointers), kept in compiler.used.
+        Returns the ``.maps`` global (8 zero bytes per member), kept in compiler.used.
         """
         int_t = self.int_type("int")
 
@@ -453,10 +328,8 @@ class DebugInfo:
         ptr = ir.PointerType()
         gv = ir.GlobalVariable(self.module, ir.LiteralStructType([ptr] * len(fields)), name)
         gv.initializer = ir.Constant(gv.value_type, None)
-        gv.section = ".maps"
-        gv.align = 8
+        gv.section, gv.align = ".maps", 8
         self._global_var(gv, name, st, line)
-        self.keep(gv)
         return gv
 
     def license(self, text: str = "GPL", name: str = "LICENSE") -> ir.GlobalVariable:
@@ -466,91 +339,61 @@ class DebugInfo:
         ty = ir.ArrayType(ir.IntType(8), len(data))
         gv = ir.GlobalVariable(self.module, ty, name)
         gv.initializer = ir.Constant(ty, bytearray(data))
-        gv.section = "license"
-        gv.align = 1
+        gv.section, gv.align = "license", 1
         self._global_var(gv, name, self.array_type(self.int_type("char"), len(data)), 0)
-        self.keep(gv)
         return gv
 
     def config_global(
-        self,
-        name: str,
-        ty: DIType,
-        value: int | bytes,
-        *,
-        line: int = 0,
+        self, name: str, ty: DIType, value: int | bytes, *, line: int = 0,
         ir_type: ir.Type | None = None,
-    ) -> ir.GlobalVariable:
+    ) -> ir.GlobalVariable:  # fmt: skip
         """``const volatile T name = value;`` in ``.rodata`` (BTF VAR + DATASEC .rodata), the
-        load-time config a loader may overwrite.  ``value``: an int (stored in host order —
-        for ``be*`` types pass the already byte-swapped value) or raw bytes of ``ty.size``.
-        Read it with :func:`load_config`."""
+        load-time config a loader may overwrite.  ``value``: an int (stored little-endian
+        as BPF does; for ``be*`` types pass the already byte-swapped value) or raw bytes of
+        ``ty.size``.  Read it with :func:`load_config`."""
         if ir_type is None:
+            width = ty.size * 8
             ir_type = (
-                ir.IntType(ty.size * 8)
+                ir.IntType(width)
                 if isinstance(value, int)
                 else ir.ArrayType(ir.IntType(8), ty.size)
             )
+        init = bytearray(value) if isinstance(value, bytes) else value
         gv = ir.GlobalVariable(self.module, ir_type, name)
-        gv.initializer = ir.Constant(
-            ir_type, bytearray(value) if isinstance(value, bytes) else value
-        )
+        gv.initializer = ir.Constant(ir_type, init)
         gv.global_constant = True
-        gv.section = ".rodata"
-        gv.align = ty.align
+        gv.section, gv.align = ".rodata", ty.align
         self._global_var(gv, name, self.qualified(ty, "const", "volatile"), line)
-        self.keep(gv)
         return gv
 
     def function(
-        self,
-        fn: ir.Function,
-        *,
-        line: int,
-        ctx: str | DIType | None = "xdp_md",
-        arg_name: str = "ctx",
-        ret: DIType | None = None,
-    ) -> FunctionDebug:
+        self, fn: ir.Function, *, line: int, ctx: str | DIType | None = "xdp_md",
+        arg_name: str = "ctx", ret: DIType | None = None,
+    ) -> FunctionDebug:  # fmt: skip
         """Attach a ``DISubprogram`` to ``fn`` (a program: ``int name(struct ctx *ctx)``).
 
         LLVM emits it as BTF FUNC + FUNC_PROTO and as ``.BTF.ext`` func info; ``fn`` is
         marked ``nounwind`` (else LLVM adds ``.eh_frame``) and kept in compiler.used.
         """
         ret = ret or self.int_type("int")
-        params: list[DIType] = []
-        if ctx is not None:
-            cty = self.ctx_type(ctx) if isinstance(ctx, str) else ctx
-            params.append(self.pointer_type(cty))
-        sty = self.module.add_debug_info(
-            "DISubroutineType",
-            {"types": self.module.add_metadata([ret.md, *(p.md for p in params)])},
+        params = [] if ctx is None else [
+            self.pointer_type(self.ctx_type(ctx) if isinstance(ctx, str) else ctx)
+        ]  # fmt: skip
+        sty = self._di(
+            "DISubroutineType", types=self.module.add_metadata([ret.md, *(p.md for p in params)])
         )
-        ops = {
-            "name": fn.name,
-            "scope": self.file,
-            "file": self.file,
-            "line": line,
-            "type": sty,
-            "scopeLine": line,
-            "flags": ir.DIToken("DIFlagPrototyped"),
-            "spFlags": ir.DIToken("DISPFlagDefinition | DISPFlagOptimized"),
-            "unit": self.cu,
-        }
-        sp = self.module.add_debug_info("DISubprogram", ops, is_distinct=True)
-        if params:
-            arg = self.module.add_debug_info(
-                "DILocalVariable",
-                {
-                    "name": arg_name,
-                    "arg": 1,
-                    "scope": _ref(sp),
-                    "file": self.file,
-                    "line": line,
-                    "type": params[0].md,
-                },
-            )
-            ops["retainedNodes"] = self.module.add_metadata([arg])
-            sp.operands = tuple(sorted(self.module._fix_di_operands(ops.items())))
+        ops = dict(
+            name=fn.name, scope=self.file, file=self.file, line=line, type=sty, scopeLine=line,
+            flags=T("DIFlagPrototyped"), spFlags=T("DISPFlagDefinition | DISPFlagOptimized"),
+            unit=self.cu,
+        )  # fmt: skip
+        sp = self._di("DISubprogram", distinct=True, **ops)
+        if params:  # the parameter name BTF shows in FUNC_PROTO comes from this variable
+            arg = self._di(
+                "DILocalVariable", name=arg_name, arg=1, scope=_ref(sp), file=self.file,
+                line=line, type=params[0].md,
+            )  # fmt: skip
+            self._set_ops(sp, **ops, retainedNodes=self.module.add_metadata([arg]))
         fn.set_metadata("dbg", sp)
         fn.attributes.add("nounwind")
         self.keep(fn)
@@ -563,12 +406,9 @@ class DebugInfo:
         self._finalized = True
         if self._globals:
             ops = dict(self.cu.operands)
-            ops["globals"] = self.module.add_metadata(list(self._globals))
-            self.cu.operands = tuple(sorted(self.module._fix_di_operands(ops.items())))
+            self._set_ops(self.cu, **ops, globals=self.module.add_metadata(list(self._globals)))
         if self._used:
-            ptr = ir.PointerType()
-            ty = ir.ArrayType(ptr, len(self._used))
+            ty = ir.ArrayType(ir.PointerType(), len(self._used))
             used = ir.GlobalVariable(self.module, ty, "llvm.compiler.used")
-            used.linkage = "appending"
-            used.section = "llvm.metadata"
-            used.initializer = ir.Constant(ty, [v for v in self._used])
+            used.linkage, used.section = "appending", "llvm.metadata"
+            used.initializer = ir.Constant(ty, list(self._used))
