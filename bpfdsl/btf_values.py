@@ -77,11 +77,8 @@ def format_value(btf: Btf, tid: int, data: bytes, _depth: int = 0) -> Any:
     if k == Kind.ARRAY:
         esz = btf.size_of(t.type)
         et = btf.resolve(t.type)
-        if (
-            et.kind == Kind.INT
-            and et.size == 1
-            and et.encoding & BTF_INT_CHAR | (et.name == "char")
-        ):
+        is_char = et.kind == Kind.INT and et.size == 1
+        if is_char and (et.encoding & BTF_INT_CHAR or et.name == "char"):
             raw = data[: t.nelems].split(b"\0", 1)[0]
             if all(32 <= c < 127 for c in raw):
                 return raw.decode()
