@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import errno
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field, fields
 
 from bpfdsl import netlink, syscall
 from bpfdsl.diagnostics import DiagnosticError, UsageError, error
@@ -39,9 +39,10 @@ class XdpAttachment:
     prog_name: str = ""
     link_id: int | None = None
     link_pin: str | None = None
+    link_fd: syscall.Fd | None = field(default=None, compare=False, repr=False)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "link_fd"}
 
 
 def link_pin_path(pin_dir: str, dev: str) -> str:
@@ -170,6 +171,10 @@ def attach_xdp(
                         hint="use --mode generic",
                     )
                 ) from None
+            if e.errno == errno.EINVAL:
+                from bpfdsl.cpumap import refuse_on_interface  # noqa: PLC0415
+
+                refuse_on_interface(prog_fd, prog_name, dev)  # explains xdp(cpumap/devmap)
             if (
                 method == "link"
                 or isinstance(e, PermissionError)
@@ -178,15 +183,22 @@ def attach_xdp(
                 raise _attach_error(e, dev) from None
             # links unsupported here (kernel < 5.9) or refused: netlink says why
         if link is not None:
-            with link:
+            try:
                 link_id = int(syscall.link_info(link).id)
                 if link_pin:
                     ensure_bpffs()
                     os.makedirs(os.path.dirname(link_pin), exist_ok=True)
                     syscall.obj_pin(link, link_pin)
-            # without a pin the link died with its fd: only sensible for callers that
-            # pass link_pin; the CLI always does.
-            return XdpAttachment(dev, index, mode, "link", prog_id, prog_name, link_id, link_pin)
+            except BaseException:
+                link.close()  # the link dies with its last fd: nothing stays attached
+                raise
+            if link_pin:
+                link.close()
+                link = None
+            # without a pin the caller owns the link: it detaches when .link_fd closes
+            return XdpAttachment(
+                dev, index, mode, "link", prog_id, prog_name, link_id, link_pin, link
+            )
     if netlink.xdp_state(index).mode is not None:
         raise _occupied(dev, _current(dev, index))
     netlink.xdp_set(index, prog_fd, flags | XdpFlags.UPDATE_IF_NOEXIST, dev=dev)

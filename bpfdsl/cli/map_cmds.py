@@ -1,0 +1,125 @@
+"""CLI: ``bpfdsl map dump|lookup|update|delete MAP ...`` (keys and values by BTF type)."""
+
+from __future__ import annotations
+
+import json
+
+OK, FAILED = 0, 1
+MAP_HELP = "MAP := PIN_PATH | DIR:NAME | id:N"
+_FLAGS = {"any": 0, "noexist": 1, "exist": 2}  # BPF_ANY, BPF_NOEXIST, BPF_EXIST (bpf.h)
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "map",
+        help="dump, lookup, update, delete map entries (BTF-typed)",
+        description=f"Read and write map entries by their BTF types. {MAP_HELP}. "
+        "KEY/VALUE := 42 | 0x2a | 10.0.0.1 | 10.0.0.0/8 | JSON object/array | "
+        "hex:BYTES",
+    )
+    verbs = p.add_subparsers(dest="verb", metavar="VERB", required=True)
+    d = verbs.add_parser("dump", help="every entry of the map")
+    d.add_argument("map", metavar="MAP")
+    d.add_argument("--sum", action="store_true", help="per-CPU maps: print the sum over CPUs")
+    d.set_defaults(func=cmd_map_dump)
+    lk = verbs.add_parser("lookup", help="the value of one key")
+    lk.add_argument("map", metavar="MAP")
+    lk.add_argument("key", metavar="KEY")
+    lk.set_defaults(func=cmd_map_lookup)
+    up = verbs.add_parser("update", help="set the value of one key")
+    up.add_argument("map", metavar="MAP")
+    up.add_argument("key", metavar="KEY")
+    up.add_argument("value", metavar="VALUE")
+    up.add_argument(
+        "--flags",
+        choices=tuple(_FLAGS),
+        default="any",
+        help="any (default), noexist (create only), exist (replace only)",
+    )
+    up.set_defaults(func=cmd_map_update)
+    de = verbs.add_parser("delete", help="remove one key")
+    de.add_argument("map", metavar="MAP")
+    de.add_argument("key", metavar="KEY")
+    de.set_defaults(func=cmd_map_delete)
+
+
+def _text(v) -> str:
+    return v if isinstance(v, str) else json.dumps(v)
+
+
+def _sum(values):
+    if isinstance(values, list) and all(isinstance(v, int) for v in values):
+        return sum(values)
+    return values
+
+
+def cmd_map_dump(args) -> int:
+    from bpfdsl.mapview import MapView  # noqa: PLC0415
+
+    with MapView(args.map) as m:
+        rows = []
+        for k, v in m.entries():
+            val = None if v is None else m.value_value(v)
+            if args.sum and m.percpu:
+                val = _sum(val)
+            rows.append((m.key_value(k), val))
+        if args.json:
+            print(
+                json.dumps(
+                    {"map": m.describe(), "entries": [{"key": k, "value": v} for k, v in rows]},
+                    indent=2,
+                )
+            )
+            return OK
+        d = m.describe()
+        print(
+            f"map {d['name']!r} (id {d['id']}, {d['type']}, key {d['key_size']} B, "
+            f"value {d['value_size']} B, max_entries {d['max_entries']}"
+            f"{', per-CPU values' if m.percpu and not args.sum else ''})"
+        )
+        for k, v in rows:
+            print(f"{_text(k)}: {_text(v) if v is not None else '<not readable>'}")
+        print(f"{len(rows)} entr{'y' if len(rows) == 1 else 'ies'}")
+    return OK
+
+
+def cmd_map_lookup(args) -> int:
+    from bpfdsl.mapview import MapView  # noqa: PLC0415
+
+    with MapView(args.map) as m:
+        key = m.parse_key(args.key)
+        v = m.lookup(key)
+        val = None if v is None else m.value_value(v)
+        if args.json:
+            print(json.dumps({"key": m.key_value(key), "value": val, "found": v is not None}))
+        elif v is None:
+            print(f"{_text(m.key_value(key))}: not found")
+        else:
+            print(f"{_text(m.key_value(key))}: {_text(val)}")
+        return OK if v is not None else FAILED
+
+
+def cmd_map_update(args) -> int:
+    from bpfdsl.mapview import MapView  # noqa: PLC0415
+
+    with MapView(args.map) as m:
+        key, value = m.parse_key(args.key), m.parse_value(args.value)
+        m.update(key, value, _FLAGS[args.flags])
+        if args.json:
+            print(json.dumps({"key": m.key_value(key), "value": m.value_value(value)}))
+        else:
+            print(f"{_text(m.key_value(key))}: {_text(m.value_value(value))}")
+    return OK
+
+
+def cmd_map_delete(args) -> int:
+    from bpfdsl.mapview import MapView  # noqa: PLC0415
+
+    with MapView(args.map) as m:
+        key = m.parse_key(args.key)
+        found = m.delete(key)
+        if args.json:
+            print(json.dumps({"key": m.key_value(key), "deleted": found}))
+        else:
+            print(f"{_text(m.key_value(key))}: {'deleted' if found else 'not found'}")
+        return OK if found else FAILED
