@@ -214,7 +214,8 @@ def _occupied(dev: str, cur: XdpAttachment | None) -> DiagnosticError:
         error(
             "attach-failed",
             f"{dev} already has {what}",
-            hint=f"pass --replace to swap it atomically, or `bpfdsl detach --dev {dev}` first",
+            hint="replace it atomically (`bpfdsl attach` without --no-replace), or "
+            f"`bpfdsl detach --dev {dev}` first",
         )
     )
 
@@ -317,7 +318,8 @@ def detach_xdp(
         for path in list(extra_pins) + _pins_of_link(cur.link_id, pin_roots):
             try:
                 os.unlink(path)
-            except FileNotFoundError:
+                os.rmdir(os.path.dirname(path))  # only if the link was all it held
+            except OSError:
                 pass
         return cur
     flags = netlink.MODE_FLAGS.get(cur.mode, XdpFlags.NONE)
@@ -354,3 +356,34 @@ def fd_kind(fd: int) -> str:
     if target.startswith("anon_inode:bpf-"):
         return target.removeprefix("anon_inode:bpf-").split("-")[0]
     return "btf" if target == "anon_inode:btf" else ""
+
+
+def move_link_pin(att: XdpAttachment, link_pin: str) -> XdpAttachment:
+    """Pin ``att``'s link at ``link_pin`` and unpin it elsewhere in bpffs.
+
+    Used after a replace: the link now runs a program of another pin dir, so unloading
+    the old dir must not take the link (and the new program) down with it.
+    """
+    if att.link_id is None:
+        return att
+    old = _pins_of_link(att.link_id, (BPFFS,))
+    if link_pin not in old:
+        os.makedirs(os.path.dirname(link_pin), exist_ok=True)
+        with syscall.get_fd_by_id("link", att.link_id) as link:
+            syscall.obj_pin(link, link_pin)
+    for p in old:
+        if p != link_pin:
+            try:
+                os.unlink(p)
+            except FileNotFoundError:
+                pass
+    return XdpAttachment(
+        att.dev,
+        att.ifindex,
+        att.mode,
+        att.method,
+        att.prog_id,
+        att.prog_name,
+        att.link_id,
+        link_pin,
+    )

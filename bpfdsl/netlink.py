@@ -127,6 +127,10 @@ def xdp_state(index: int, *, netns: str | None = None) -> XdpState:
             link = ipr.get_links(index)[0]
     except NetlinkError as e:
         raise _netlink_error(e, "reading XDP state", ifname(index)) from None
+    return _state(index, link)
+
+
+def _state(index: int, link) -> XdpState:
     xdp = link.get_attr("IFLA_XDP")
     attrs = dict(xdp["attrs"]) if xdp else {}
     mode_raw = attrs.get("IFLA_XDP_ATTACHED")
@@ -146,6 +150,15 @@ def xdp_state(index: int, *, netns: str | None = None) -> XdpState:
         drv_prog_id=int(attrs.get("IFLA_XDP_DRV_PROG_ID", 0) or 0),
         skb_prog_id=int(attrs.get("IFLA_XDP_SKB_PROG_ID", 0) or 0),
     )
+
+
+def xdp_states(*, netns: str | None = None) -> dict[str, XdpState]:
+    """Interface name -> XDP state for every interface of the namespace (one RTM_GETLINK dump)."""
+    out: dict[str, XdpState] = {}
+    with _ipr(netns) as ipr:
+        for link in ipr.get_links():
+            out[link.get_attr("IFLA_IFNAME")] = _state(link["index"], link)
+    return out
 
 
 def xdp_set(

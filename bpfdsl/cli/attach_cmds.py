@@ -1,0 +1,164 @@
+"""CLI: ``bpfdsl attach``, ``bpfdsl detach``, ``bpfdsl show``."""
+
+from __future__ import annotations
+
+import json
+
+OK, FAILED = 0, 1
+PROG_HELP = "PROG := FILE.o | FILE.bpfd | PINNED_PROG | PIN_DIR (from `bpfdsl load --pin-dir`)"
+
+
+def register(sub) -> None:
+    a = sub.add_parser(
+        "attach",
+        help="attach an XDP program to an interface",
+        description="Attach an XDP program to an interface through a BPF link pinned in "
+        "bpffs (netlink where links are unsupported).  An attached program is replaced "
+        f"atomically.  Forms: `attach xdp PROG --dev IFACE`, `attach PROG IFACE`.  {PROG_HELP}",
+    )
+    a.add_argument("words", nargs="+", metavar="[xdp] PROG [IFACE]")
+    a.add_argument("--dev", metavar="IFACE", help="the interface")
+    a.add_argument(
+        "--mode",
+        default="native",
+        choices=("native", "generic", "offload"),
+        help="native (driver, default) or generic (skb); offload is refused",
+    )
+    a.add_argument("--prog", metavar="NAME", help="which program of the object / pin dir")
+    a.add_argument(
+        "--pin-dir",
+        metavar="DIR",
+        help="bpffs dir for programs, maps and the link (object files: default "
+        "/sys/fs/bpf/bpfdsl/<object name>)",
+    )
+    a.add_argument(
+        "--set",
+        action="append",
+        metavar="NAME=VALUE",
+        help="load-time config value (.rodata) when PROG is an object file",
+    )
+    a.add_argument(
+        "--no-replace",
+        action="store_true",
+        help="fail instead of replacing a program already on the interface",
+    )
+    a.add_argument(
+        "--netlink", action="store_true", help="attach through netlink instead of a BPF link"
+    )
+    a.set_defaults(func=cmd_attach)
+
+    d = sub.add_parser(
+        "detach",
+        help="detach XDP from an interface",
+        description="Detach the XDP program of IFACE (link or netlink) and remove the link's pins.",
+    )
+    d.add_argument("dev_pos", nargs="?", metavar="IFACE")
+    d.add_argument("--dev", metavar="IFACE")
+    d.set_defaults(func=cmd_detach)
+
+    s = sub.add_parser(
+        "show",
+        help="list what bpfdsl has loaded, pinned and attached",
+        description="XDP programs on the interfaces of this namespace, and "
+        "the programs, maps and links pinned in bpffs by bpfdsl.",
+    )
+    s.add_argument("--all", action="store_true", help="every pin dir in /sys/fs/bpf")
+    s.set_defaults(func=cmd_show)
+
+
+def _dev(args, positional) -> str:
+    from bpfdsl.diagnostics import UsageError, error  # noqa: PLC0415
+
+    if args.dev and positional and args.dev != positional:
+        raise UsageError(error("bad-args", f"two interfaces given: {positional} and {args.dev}"))
+    dev = args.dev or positional
+    if not dev:
+        raise UsageError(error("bad-args", "no interface given", hint="add --dev IFACE"))
+    return dev
+
+
+def cmd_attach(args) -> int:
+    from bpfdsl import attach, inventory  # noqa: PLC0415
+    from bpfdsl.diagnostics import UsageError, error  # noqa: PLC0415
+
+    words = list(args.words)
+    if words[0] == "xdp" and len(words) > 1:
+        words.pop(0)
+    if len(words) > 2:
+        raise UsageError(
+            error(
+                "bad-args",
+                f"unexpected arguments: {' '.join(words[2:])}",
+                hint="bpfdsl attach xdp PROG --dev IFACE",
+            )
+        )
+    dev = _dev(args, words[1] if len(words) > 1 else None)
+    attach._check_mode(args.mode)
+    with inventory.open_program(
+        words[0], prog=args.prog, pin_dir=args.pin_dir, config_items=args.set
+    ) as prog:
+        link_pin = attach.link_pin_path(prog.pin_dir, dev) if prog.pin_dir else None
+        res = attach.attach_xdp(
+            prog.fd,
+            dev,
+            mode=args.mode,
+            link_pin=link_pin,
+            replace=not args.no_replace,
+            method="netlink" if args.netlink else "auto",
+        )
+        if res.method == "link" and res.link_pin is None and link_pin:
+            res = attach.move_link_pin(res, link_pin)  # replaced: the link now lives here
+    if args.json:
+        print(json.dumps(res.to_dict()))
+    else:
+        via = f"link {res.link_id} pinned at {res.link_pin}" if res.method == "link" else "netlink"
+        print(
+            f"attached {res.prog_name or 'program'} (id {res.prog_id}) to {res.dev} "
+            f"in {res.mode} mode via {via}"
+        )
+    return OK
+
+
+def cmd_detach(args) -> int:
+    from bpfdsl import attach  # noqa: PLC0415
+
+    dev = _dev(args, args.dev_pos)
+    res = attach.detach_xdp(dev, pin_roots=(attach.BPFFS,))
+    if args.json:
+        print(json.dumps({"detached": res.to_dict() if res else None, "dev": dev}))
+    elif res is None:
+        print(f"{dev}: no XDP program attached")
+    else:
+        print(
+            f"detached {res.prog_name or 'program'} (id {res.prog_id}) from {dev} "
+            f"({res.mode} mode, via {res.method})"
+        )
+    return OK
+
+
+def cmd_show(args) -> int:
+    from bpfdsl import inventory  # noqa: PLC0415
+
+    inv = inventory.collect(all_dirs=args.all)
+    if args.json:
+        print(json.dumps(inv, indent=2))
+        return OK
+    print("XDP attachments (this network namespace):")
+    if not inv["attachments"]:
+        print("  none")
+    for a in inv["attachments"]:
+        via = f"link {a['link_id']}" if a["method"] == "link" else "netlink"
+        pin = f", pinned at {a['link_pin']}" if a.get("link_pin") else ""
+        print(
+            f"  {a['dev']}: {a['prog_name'] or '?'} (prog id {a['prog_id']}) "
+            f"{a['mode']} mode via {via}{pin}"
+        )
+    print("pinned by bpfdsl:")
+    if not inv["pins"]:
+        print("  none")
+    for d in inv["pins"]:
+        print(f"  {d['dir']}")
+        for o in d["objects"]:
+            extra = f" {o['detail']}" if o.get("detail") else ""
+            print(f"    {o['kind']:<4} {o['name']:<24} id {o['id']}{extra}")
+    return OK

@@ -1,0 +1,275 @@
+"""Kernel side: find programs to attach and list what bpfdsl pinned and attached.
+
+:func:`open_program` turns a CLI ``PROG`` (object file, ``.bpfd``, pinned program or pin
+dir) into an open program fd plus the pin dir its link belongs in.  :func:`collect` walks
+bpffs pin dirs and the interfaces of this namespace for ``bpfdsl show``; it returns
+plain dicts (JSON-ready).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from bpfdsl import attach, netlink, syscall
+from bpfdsl.diagnostics import DiagnosticError, UsageError, error
+from bpfdsl.uapi import AttachType, LinkType, MapType, ProgramType
+
+MANIFEST_NAMES = ("bpfdsl.json", "manifest", "bpfdsl_manifest")  # files the loader may write
+
+
+@dataclass
+class OpenProgram:
+    """A program ready to attach: ``fd`` (owned by the context), kernel ``name``, and
+    ``pin_dir`` (where its link gets pinned; None when nothing is pinned)."""
+
+    fd: int
+    name: str
+    pin_dir: str | None
+
+
+def _type_name(enum, value: int) -> str:
+    try:
+        return enum(value).name.lower()
+    except ValueError:
+        return str(value)
+
+
+def pinned_programs(directory: str) -> dict[str, str]:
+    """Pin name -> path of the programs pinned in ``directory`` or ``directory/progs``."""
+    out: dict[str, str] = {}
+    for d in (directory, os.path.join(directory, "progs")):
+        try:
+            names = sorted(os.listdir(d))
+        except OSError:
+            continue
+        for n in names:
+            p = os.path.join(d, n)
+            if os.path.isfile(p) and _kind_at(p) == "prog":
+                out.setdefault(n, p)
+    return out
+
+
+def _kind_at(path: str) -> str:
+    try:
+        with syscall.obj_get(path) as fd:
+            return attach.fd_kind(int(fd))
+    except (syscall.BpfError, OSError):
+        return ""
+
+
+def _owner_dir(prog_path: str) -> str:
+    parent = os.path.dirname(prog_path)
+    return os.path.dirname(parent) if os.path.basename(parent) == "progs" else parent
+
+
+@contextmanager
+def open_program(
+    ref: str,
+    *,
+    prog: str | None = None,
+    pin_dir: str | None = None,
+    config_items: list[str] | None = None,
+) -> Iterator[OpenProgram]:
+    """Open the program ``ref`` names (see module docstring); closes its fd on exit.
+
+    An object file is loaded (``bpfdsl.loader``) and pinned under ``pin_dir`` (default
+    /sys/fs/bpf/bpfdsl/<object name>); if the body raises, those pins are removed again.
+    Raises UsageError for a missing file, no/ambiguous program, or a pin that is no program.
+    """
+    if os.path.isdir(ref):
+        progs = pinned_programs(ref)
+        path = _choose_pinned(ref, progs, prog)
+        with _open_pinned(path) as fd:
+            yield OpenProgram(int(fd), _prog_name(fd), pin_dir or ref)
+        return
+    if os.path.isfile(ref) and _kind_at(ref) == "prog":
+        with _open_pinned(ref) as fd:
+            yield OpenProgram(int(fd), _prog_name(fd), pin_dir or _owner_dir(ref))
+        return
+    if not os.path.isfile(ref):
+        raise UsageError(error("no-such-file", f"{ref}: no such object, pinned program or pin dir"))
+    yield from _load_and_open(ref, prog, pin_dir, config_items)
+
+
+def _load_and_open(
+    ref: str, prog: str | None, pin_dir: str | None, config_items: list[str] | None
+) -> Iterator[OpenProgram]:
+    from bpfdsl import loader, objfile, testrun  # noqa: PLC0415
+
+    spec = objfile.read_object(testrun.object_bytes(ref))
+    config = testrun.parse_config(config_items)
+    if prog is None:
+        xdp = [
+            p.name
+            for p in spec.programs.values()
+            if p.kind.program_type == ProgramType.XDP and p.kind.attach_type == AttachType.XDP
+        ]
+        if len(xdp) == 1:
+            prog = xdp[0]
+    name, kind = testrun.choose_program(spec, prog)
+    if kind.program_type != ProgramType.XDP or kind.attach_type != AttachType.XDP:
+        raise DiagnosticError(
+            error(
+                "attach-failed",
+                f"program {name!r} (section {spec.programs[name].section}) is "
+                "not a plain XDP program and cannot be attached to an interface",
+                hint="xdp(cpumap)/xdp(devmap) programs go into cpumap/devmap entries",
+            )
+        )
+    stem = re.sub(r"[^A-Za-z0-9_]", "_", os.path.basename(ref).rsplit(".", 1)[0])
+    pin_dir = pin_dir or os.path.join(attach.DEFAULT_PIN_ROOT, stem)
+    existed = os.path.exists(pin_dir)
+    attach.ensure_bpffs()
+    coll = loader.load_collection(spec, config=config, pin_dir=pin_dir)
+    try:
+        with coll:
+            yield OpenProgram(int(coll.programs[name].fd), name, pin_dir)
+    except BaseException:
+        if not existed:
+            shutil.rmtree(pin_dir, ignore_errors=True)
+        raise
+
+
+def _choose_pinned(directory: str, progs: dict[str, str], prog: str | None) -> str:
+    if not progs:
+        raise UsageError(
+            error(
+                "unknown-program",
+                f"no program pinned in {directory}",
+                hint="load one with `bpfdsl load FILE.o --pin-dir DIR`",
+            )
+        )
+    if prog is not None:
+        if prog in progs:
+            return progs[prog]
+        raise UsageError(
+            error(
+                "unknown-program",
+                f"no program {prog!r} pinned in {directory}",
+                hint=f"programs there: {', '.join(progs)}",
+            )
+        )
+    if len(progs) == 1:
+        return next(iter(progs.values()))
+    raise UsageError(
+        error(
+            "unknown-program",
+            f"{len(progs)} programs pinned in {directory}",
+            hint=f"pick one with --prog: {', '.join(progs)}",
+        )
+    )
+
+
+def _open_pinned(path: str) -> syscall.Fd:
+    try:
+        fd = syscall.obj_get(path)
+    except syscall.BpfError as e:
+        if isinstance(e, PermissionError):
+            raise
+        raise UsageError(
+            error("no-such-file", f"{path}: cannot open pin: {os.strerror(e.errno)}")
+        ) from None
+    if attach.fd_kind(int(fd)) != "prog":
+        fd.close()
+        raise UsageError(error("unknown-program", f"{path} is pinned but is not a program"))
+    return fd
+
+
+def _prog_name(fd) -> str:
+    return syscall.prog_info(fd).name.decode(errors="replace")
+
+
+# ---- bpfdsl show ---------------------------------------------------------------------
+
+
+def _describe(path: str) -> dict | None:
+    try:
+        with syscall.obj_get(path) as fd:
+            kind = attach.fd_kind(int(fd))
+            if kind == "prog":
+                i = syscall.prog_info(fd)
+                return {
+                    "kind": "prog",
+                    "id": int(i.id),
+                    "name": os.path.basename(path),
+                    "detail": _type_name(ProgramType, int(i.type)),
+                    "path": path,
+                }
+            if kind == "map":
+                i = syscall.map_info(fd)
+                return {
+                    "kind": "map",
+                    "id": int(i.id),
+                    "name": os.path.basename(path),
+                    "detail": _type_name(MapType, int(i.type)),
+                    "path": path,
+                }
+            if kind == "link":
+                i = syscall.link_info(fd)
+                detail = _type_name(LinkType, int(i.type))
+                if i.type == LinkType.XDP:
+                    detail += f" ifindex {i.xdp_ifindex}" if i.xdp_ifindex else " (detached)"
+                return {
+                    "kind": "link",
+                    "id": int(i.id),
+                    "name": os.path.basename(path),
+                    "detail": f"{detail} prog {int(i.prog_id)}",
+                    "path": path,
+                    "prog_id": int(i.prog_id),
+                }
+    except (syscall.BpfError, OSError):
+        return None
+    return None
+
+
+def _is_ours(directory: str) -> bool:
+    if directory.startswith(attach.DEFAULT_PIN_ROOT + "/"):
+        return True
+    return any(os.path.exists(os.path.join(directory, m)) for m in MANIFEST_NAMES)
+
+
+def pin_dirs(
+    *, all_dirs: bool = False, root: str = attach.BPFFS, max_dirs: int = 10_000
+) -> list[str]:
+    """Pin dirs to list: bpfdsl's (under /sys/fs/bpf/bpfdsl or with a manifest), or all."""
+    out: list[str] = []
+    for dirpath, dirs, files in os.walk(root):
+        dirs.sort()
+        if len(out) >= max_dirs:
+            break
+        if files and (all_dirs or _is_ours(dirpath)):
+            out.append(dirpath)
+    return out
+
+
+def collect(*, all_dirs: bool = False) -> dict:
+    """``{"attachments": [...], "pins": [{"dir", "objects": [...]}, ...]}`` (JSON-ready)."""
+    pins = []
+    link_pins: dict[int, str] = {}
+    for d in pin_dirs(all_dirs=all_dirs):
+        objs = []
+        for n in sorted(os.listdir(d)):
+            p = os.path.join(d, n)
+            if os.path.isfile(p) and (o := _describe(p)) is not None:
+                objs.append(o)
+                if o["kind"] == "link":
+                    link_pins.setdefault(o["id"], p)
+        if objs:
+            pins.append({"dir": d, "objects": objs})
+    atts = []
+    for dev, st in netlink.xdp_states().items():
+        if st.mode is None:
+            continue
+        cur = attach.xdp_attachment(dev)
+        if cur is None:
+            continue
+        d = cur.to_dict()
+        if cur.link_id is not None:
+            d["link_pin"] = link_pins.get(cur.link_id)
+        atts.append(d)
+    return {"attachments": atts, "pins": pins}
