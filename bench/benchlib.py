@@ -14,6 +14,7 @@ import statistics
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -173,3 +174,86 @@ def ensure_bpffs() -> None:
     """Mount bpffs on /sys/fs/bpf if it is not mounted (as bpftool does)."""
     if not os.path.ismount("/sys/fs/bpf"):
         run(["mount", "-t", "bpf", "bpf", "/sys/fs/bpf"])
+
+
+PROGRAM_SECTIONS = ("xdp", "xdp.frags", "xdp/cpumap", "xdp/devmap", "sk_msg", "sockops")
+
+
+def program_slots(obj: Path) -> list[tuple[str, str, int]]:
+    """[(section, function, slots)] of the programs in ``obj`` in symbol order.
+
+    Read with pyelftools from the symbol table: slots = st_size / 8 (ld_imm64 = 2 slots),
+    plus the size of .text (BPF-to-BPF subprograms) when present.
+    """
+    from elftools.elf.elffile import ELFFile
+
+    out = []
+    with obj.open("rb") as f:
+        elf = ELFFile(f)
+        text = elf.get_section_by_name(".text")
+        sub = (text.data_size // 8) if text is not None else 0
+        syms = elf.get_section_by_name(".symtab")
+        found = []
+        for s in syms.iter_symbols():
+            if s["st_info"]["type"] != "STT_FUNC" or s["st_info"]["bind"] != "STB_GLOBAL":
+                continue
+            sec = elf.get_section(s["st_shndx"]).name
+            if sec in PROGRAM_SECTIONS:
+                found.append((sec, s["st_value"], s.name, s["st_size"] // 8 + sub))
+    for sec, _v, name, n in sorted(found):
+        out.append((sec, name, n))
+    return out
+
+
+class Loaded:
+    """An object loaded by libbpf (``bpftool prog loadall OBJ DIR pinmaps DIR/maps``) into a
+    unique bpffs dir, so objects of both compilers load the same way.
+
+    ``progs``: section name -> program Fd (first program of that section); ``maps``: map name
+    -> (Fd, syscall.MapInfo).  ``close()`` closes the fds and removes the pins.
+    """
+
+    def __init__(self, obj: Path):
+        from bpfdsl import syscall
+
+        self.pin = Path("/sys/fs/bpf") / f"bpfdsl_bench_{uuid.uuid4().hex[:10]}"
+        self.fds = []
+        self.progs = {}  # section -> fd (first program of that section)
+        self.maps = {}  # name -> (fd, MapInfo)
+        try:
+            run(
+                [
+                    "bpftool",
+                    "prog",
+                    "loadall",
+                    str(obj),
+                    str(self.pin),
+                    "pinmaps",
+                    str(self.pin / "maps"),
+                ]
+            )
+            for sec, name, _n in program_slots(obj):
+                if sec not in self.progs:
+                    self.progs[sec] = self._keep(syscall.obj_get(str(self.pin / name)))
+            maps_dir = self.pin / "maps"
+            for p in sorted(maps_dir.iterdir()) if maps_dir.exists() else ():
+                fd = self._keep(syscall.obj_get(str(p)))
+                self.maps[p.name] = (fd, syscall.map_info(fd))
+        except BaseException:
+            self.close()
+            raise
+
+    def _keep(self, fd):
+        self.fds.append(fd)
+        return fd
+
+    def map_of_type(self, map_type: int, exclude_name_part: str = ".") -> tuple | None:
+        for name, (fd, info) in self.maps.items():
+            if info.type == map_type and exclude_name_part not in name:
+                return fd, info
+        return None
+
+    def close(self) -> None:
+        for fd in self.fds:
+            fd.close()
+        shutil.rmtree(self.pin, ignore_errors=True)

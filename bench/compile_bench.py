@@ -35,33 +35,6 @@ import benchlib as B
 GOAL_RATIO = 1.5
 GOAL_INPROC_MS = 10.0
 PROCESSED_RE = re.compile(r"processed (\d+) insns")
-PROGRAM_SECTIONS = ("xdp", "xdp.frags", "xdp/cpumap", "xdp/devmap", "sk_msg", "sockops")
-
-
-def program_slots(obj: Path) -> list[tuple[str, str, int]]:
-    """[(section, function, slots)] of the programs in ``obj`` in symbol order.
-
-    Read with pyelftools from the symbol table: slots = st_size / 8 (ld_imm64 = 2 slots),
-    plus the size of .text (BPF-to-BPF subprograms) when present.
-    """
-    from elftools.elf.elffile import ELFFile
-
-    out = []
-    with obj.open("rb") as f:
-        elf = ELFFile(f)
-        text = elf.get_section_by_name(".text")
-        sub = (text.data_size // 8) if text is not None else 0
-        syms = elf.get_section_by_name(".symtab")
-        found = []
-        for s in syms.iter_symbols():
-            if s["st_info"]["type"] != "STT_FUNC" or s["st_info"]["bind"] != "STB_GLOBAL":
-                continue
-            sec = elf.get_section(s["st_shndx"]).name
-            if sec in PROGRAM_SECTIONS:
-                found.append((sec, s["st_value"], s.name, s["st_size"] // 8 + sub))
-    for sec, _v, name, n in sorted(found):
-        out.append((sec, name, n))
-    return out
 
 
 def processed_insns(obj: Path) -> dict[str, int]:
@@ -151,8 +124,8 @@ def bench(names, runs: int, inproc_runs: int, kernel: bool, work: Path) -> dict:
                 have_ours = False
         else:
             res["notes"].append(f"{name}: progs/{name}.bpfd does not exist yet (clang only)")
-        c_slots = program_slots(cobj)
-        o_slots = program_slots(oobj) if have_ours else []
+        c_slots = B.program_slots(cobj)
+        o_slots = B.program_slots(oobj) if have_ours else []
         c_proc = o_proc = {}
         if kernel:
             try:

@@ -218,9 +218,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def program_name(obj: Path) -> str:
     """Name of the first program in section ``xdp`` of ``obj`` (what both tools pin)."""
-    from compile_bench import program_slots
-
-    for sec, name, _n in program_slots(obj):
+    for sec, name, _n in B.program_slots(obj):
         if sec == "xdp":
             return name
     raise B.BenchError(f"{obj.name} has no program in section xdp")

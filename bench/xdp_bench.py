@@ -27,70 +27,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import struct
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
 
 import benchlib as B
-from compile_bench import program_slots
 from netns import VethNs
 
 GOAL = 0.98
 SCENARIOS = {"drop": "xdp_drop", "devmap": "xdp_devmap_forward", "cpumap": "xdp_cpumap_steer"}
 UDP_PORT = 9  # destination port of the test frames (the cpumap programs drop it)
-
-
-class Loaded:
-    """An object loaded by libbpf (bpftool) and pinned under a unique dir; fds by section/type."""
-
-    def __init__(self, obj: Path):
-        from bpfdsl import syscall
-
-        self.pin = Path("/sys/fs/bpf") / f"bpfdsl_xbench_{uuid.uuid4().hex[:10]}"
-        self.fds = []
-        self.progs = {}  # section -> fd (first program of that section)
-        self.maps = {}  # name -> (fd, MapInfo)
-        try:
-            B.run(
-                [
-                    "bpftool",
-                    "prog",
-                    "loadall",
-                    str(obj),
-                    str(self.pin),
-                    "pinmaps",
-                    str(self.pin / "maps"),
-                ]
-            )
-            for sec, name, _n in program_slots(obj):
-                if sec not in self.progs:
-                    self.progs[sec] = self._keep(syscall.obj_get(str(self.pin / name)))
-            maps_dir = self.pin / "maps"
-            for p in sorted(maps_dir.iterdir()) if maps_dir.exists() else ():
-                fd = self._keep(syscall.obj_get(str(p)))
-                self.maps[p.name] = (fd, syscall.map_info(fd))
-        except BaseException:
-            self.close()
-            raise
-
-    def _keep(self, fd):
-        self.fds.append(fd)
-        return fd
-
-    def map_of_type(self, map_type: int, exclude_name_part: str = ".") -> tuple | None:
-        for name, (fd, info) in self.maps.items():
-            if info.type == map_type and exclude_name_part not in name:
-                return fd, info
-        return None
-
-    def close(self) -> None:
-        for fd in self.fds:
-            fd.close()
-        shutil.rmtree(self.pin, ignore_errors=True)
 
 
 def percpu_sum(fd, info, key: int = 0) -> int:
@@ -101,7 +49,7 @@ def percpu_sum(fd, info, key: int = 0) -> int:
     return sum(struct.unpack_from("<Q", raw, 8 * i)[0] for i in range(n) if len(raw) >= 8 * (i + 1))
 
 
-def setup(scenario: str, lo: Loaded, ns: VethNs, sink_fd) -> callable:
+def setup(scenario: str, lo: B.Loaded, ns: VethNs, sink_fd) -> callable:
     """Attach the scenario's program(s) of ``lo``; returns a function -> counted frames so far."""
     from xdpgen import link_stats
 
@@ -166,15 +114,15 @@ def bench(objs: dict[str, dict[str, Path]], scenarios, runs: int, frames: int) -
     B.ensure_bpffs()
     old_aff = os.sched_getaffinity(0)
     os.sched_setaffinity(0, {0})
-    loaded: list[Loaded] = []
+    loaded: list[B.Loaded] = []
     try:
-        sink = Loaded(objs["drop"]["clang"])  # drop program on vb1 for devmap, same for both
+        sink = B.Loaded(objs["drop"]["clang"])  # drop program on vb1 for devmap, same for both
         loaded.append(sink)
         for sc in scenarios:
             per = {label: [] for label in objs[sc]}
             los = {}
             for label, obj in objs[sc].items():
-                los[label] = Loaded(obj)
+                los[label] = B.Loaded(obj)
                 loaded.append(los[label])
             with VethNs(2) as ns, netlink.in_netns(ns.name):
                 with LiveFrameGenerator(ns.ifindex(ns.pairs[0][0]), frame) as gen:
