@@ -1,0 +1,118 @@
+"""Test helpers of the redirect-family tests (test_devmap, test_cpumap, test_xsk, test_skmsg,
+test_sockops): build the clang-19 C programs, load an object and hand back fds, read per-CPU
+counters.
+
+Objects are loaded with ``bpftool prog loadall`` (libbpf 1.x, which also sets the expected
+attach type of xdp/cpumap, xdp/devmap, sk_msg and sockops sections), pinned under a unique
+bpffs directory only long enough to open every program and map, then unpinned: the test
+holds the only references, so nothing stays behind even if the test process dies.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import struct
+import subprocess
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from bpfdsl import syscall as S
+
+HERE = Path(__file__).resolve().parent
+C_DIRS = (HERE / "data" / "c", HERE / "data" / "redirect_c")
+CLANG = [
+    "clang-19",
+    "-O2",
+    "-g",
+    "-target",
+    "bpf",
+    "-Wall",
+    "-Werror",
+    f"-I/usr/include/{os.uname().machine}-linux-gnu",
+]
+
+
+def build_c(out: Path) -> dict[str, Path]:
+    """Compile every .c of tests/data/c and tests/data/redirect_c into ``out``; name -> .o."""
+    if shutil.which("clang-19") is None:
+        pytest.skip("clang-19 not installed (apt-get install clang-19)")
+    objs = {}
+    for d in C_DIRS:
+        for src in sorted(d.glob("*.c")):
+            obj = out / f"{src.stem}.o"
+            proc = subprocess.run(
+                [*CLANG, "-c", str(src), "-o", str(obj)],
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            assert proc.returncode == 0, f"clang-19 failed on {src}:\n{proc.stderr}"
+            objs[src.stem] = obj
+    return objs
+
+
+@dataclass
+class Loaded:
+    """Programs and maps of one loaded object, by name (owned fds, closed on exit)."""
+
+    progs: dict[str, S.Fd] = field(default_factory=dict)
+    maps: dict[str, S.Fd] = field(default_factory=dict)
+
+
+@contextmanager
+def load_object(obj: Path) -> Iterator[Loaded]:
+    """Load ``obj`` with bpftool, open all programs and maps, remove the pins; yields
+    :class:`Loaded`.  Everything is released when the block exits."""
+    if shutil.which("bpftool") is None:
+        pytest.skip("bpftool not installed")
+    base = f"/sys/fs/bpf/bpfdsl_rt_{uuid.uuid4().hex[:8]}"
+    ld = Loaded()
+    try:
+        os.makedirs(base)
+        proc = subprocess.run(
+            ["bpftool", "prog", "loadall", str(obj), f"{base}/p", "pinmaps", f"{base}/m"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert proc.returncode == 0, f"bpftool loadall {obj.name} failed:\n{proc.stderr}"
+        for kind, into in (("p", ld.progs), ("m", ld.maps)):
+            d = f"{base}/{kind}"
+            for name in os.listdir(d) if os.path.isdir(d) else ():
+                into[name] = S.obj_get(f"{d}/{name}")
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    try:
+        yield ld
+    finally:
+        for fd in (*ld.progs.values(), *ld.maps.values()):
+            fd.close()
+
+
+def percpu_values(map_fd: int, key: int) -> list[int]:
+    """The u64 value of ``key`` on each possible CPU of a per-CPU array."""
+    n = S.possible_cpus()
+    raw = S.map_lookup(map_fd, struct.pack("<I", key), 8 * n)
+    assert raw is not None
+    return list(struct.unpack(f"<{n}Q", raw))
+
+
+def percpu_sum(map_fd: int, key: int) -> int:
+    return sum(percpu_values(map_fd, key))
+
+
+def quiet_ipv6(ns: str) -> None:
+    """Disable IPv6 in test namespace ``ns`` so new interfaces send no router solicitations,
+    DAD or MLD frames that XDP counters would see besides the test's own traffic."""
+    from bpfdsl import netlink
+
+    with netlink.in_netns(ns):  # /proc/sys/net is the opening thread's namespace
+        for conf in ("all", "default"):
+            with open(f"/proc/sys/net/ipv6/conf/{conf}/disable_ipv6", "w") as f:
+                f.write("1")
