@@ -1,0 +1,202 @@
+"""Program contexts of the userspace machine: ``struct xdp_md`` and ``struct sk_msg_md``.
+
+Each context is a read-only region whose loads follow the kernel's ctx conversion
+(net/core/filter.c ``xdp_convert_ctx_access`` / ``sk_msg_convert_ctx_access``) and access
+rules (``xdp_is_valid_access`` / ``sk_msg_is_valid_access``), over a buffer laid out as
+BPF_PROG_TEST_RUN lays it out (net/bpf/test_run.c): a 4096-byte frame, 256 bytes of XDP
+headroom (the first 40 hold ``struct xdp_frame``), the packet, and 320 bytes of
+``skb_shared_info`` tailroom at the end that adjust_tail may not grow into.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+from dataclasses import dataclass
+
+from bpfdsl.uapi import AttachType
+
+from .memory import Fault, PacketRegion, Ptr, Region
+
+XDP_PACKET_HEADROOM = 256  # include/uapi/linux/bpf.h
+XDP_FRAME_SIZE = 4096  # PAGE_SIZE: frame_sz of BPF_PROG_TEST_RUN buffers
+XDP_SHINFO_TAILROOM = 320  # SKB_DATA_ALIGN(sizeof(struct skb_shared_info)) on x86_64
+XDP_FRAME_STRUCT = 40  # sizeof(struct xdp_frame), kept at the start of the headroom
+XDP_MAX_LINEAR = XDP_FRAME_SIZE - XDP_PACKET_HEADROOM - XDP_SHINFO_TAILROOM  # 3520 bytes
+ETH_HLEN = 14
+
+# struct xdp_md (include/uapi/linux/bpf.h): six u32 fields
+_XDP_FIELDS = {
+    0: "data",
+    4: "data_end",
+    8: "data_meta",
+    12: "ingress_ifindex",
+    16: "rx_queue_index",
+    20: "egress_ifindex",
+}
+
+
+class CtxRegion(Region):
+    """Base for context regions: loads are computed, stores are refused."""
+
+    __slots__ = ()
+
+    def store(self, p: Ptr, off: int, size: int, value: object) -> None:
+        raise Fault(f"write to the {self.name} context (the kernel allows no ctx writes here)")
+
+    def write_bytes(self, p: Ptr, data: bytes) -> None:
+        self.store(p, 0, len(data), 0)
+
+    def read_bytes(self, p: Ptr, size: int) -> bytes:
+        raise Fault(f"the {self.name} context passed where memory was expected")
+
+
+class XdpContext(CtxRegion):
+    """``struct xdp_md`` over one frame.
+
+    ``packet``: the frame bytes (wire order).  ``attach``: the program's expected attach
+    type (``AttachType.XDP``, ``XDP_CPUMAP`` or ``XDP_DEVMAP``): ``egress_ifindex`` is
+    readable only in devmap programs (``xdp_is_valid_access``).  ``meta``: initial
+    metadata bytes placed just before the packet (as ``ctx_in.data`` of a test run).
+    """
+
+    __slots__ = ("pkt", "ingress_ifindex", "rx_queue_index", "egress_ifindex", "attach")
+
+    def __init__(
+        self,
+        packet: bytes,
+        *,
+        attach: AttachType | None = AttachType.XDP,
+        ingress_ifindex: int = 1,
+        rx_queue_index: int = 0,
+        egress_ifindex: int = 0,
+        meta: bytes = b"",
+    ) -> None:
+        super().__init__("ctx", bytearray(24), name="xdp_md", writable=False)
+        if len(packet) > XDP_MAX_LINEAR:
+            raise ValueError(
+                f"packet of {len(packet)} bytes: frames over {XDP_MAX_LINEAR} bytes need XDP "
+                "frags, which the interpreter does not model"
+            )
+        buf = bytearray(XDP_FRAME_SIZE)
+        start = XDP_PACKET_HEADROOM
+        buf[start : start + len(packet)] = packet
+        if meta:
+            buf[start - len(meta) : start] = meta
+        self.pkt = PacketRegion(buf, start, start + len(packet))
+        self.pkt.lo = start - len(meta)
+        self.attach = attach
+        self.ingress_ifindex = ingress_ifindex
+        self.rx_queue_index = rx_queue_index
+        self.egress_ifindex = egress_ifindex
+
+    # ---- packet geometry, in offsets of the frame buffer ----
+    @property
+    def data(self) -> int:
+        return self.pkt.data
+
+    @property
+    def data_end(self) -> int:
+        return self.pkt.hi
+
+    @property
+    def data_meta(self) -> int:
+        return self.pkt.lo
+
+    def data_out(self) -> bytes:
+        """What BPF_PROG_TEST_RUN copies out: metadata + packet (data_meta..data_end)."""
+        return bytes(self.pkt.buf[self.pkt.lo : self.pkt.hi])
+
+    def load(self, p: Ptr, off: int, size: int, signed: bool = False) -> object:
+        o = p.off + off
+        name = _XDP_FIELDS.get(o)
+        if name is None or size != 4:
+            raise Fault(f"invalid xdp_md access: offset {o} size {size} (only whole u32 fields)")
+        pk = self.pkt
+        if name == "data":
+            return Ptr(pk, pk.data, pk.gen)
+        if name == "data_end":
+            return Ptr(pk, pk.hi, pk.gen)
+        if name == "data_meta":
+            return Ptr(pk, pk.lo, pk.gen)
+        if name == "egress_ifindex" and self.attach != AttachType.XDP_DEVMAP:
+            raise Fault("xdp_md.egress_ifindex is readable only in xdp(devmap) programs")
+        return getattr(self, name)
+
+
+def _ip4(addr: str | int | bytes) -> bytes:
+    if isinstance(addr, bytes):
+        return addr
+    if isinstance(addr, int):
+        return addr.to_bytes(4, "big")
+    return ipaddress.IPv4Address(addr).packed
+
+
+def _ip6(addr: str | bytes) -> bytes:
+    return addr if isinstance(addr, bytes) else ipaddress.IPv6Address(addr).packed
+
+
+@dataclass
+class SockInfo:
+    """The socket an sk_msg program runs for, as the user describes it.
+
+    Addresses as text (``"10.0.0.1"``, ``"fd00::1"``) or network-order bytes; ports are
+    host-order numbers.  ``family``: ``socket.AF_INET`` or ``socket.AF_INET6``.
+    """
+
+    family: int = socket.AF_INET
+    local_ip: str | bytes = "127.0.0.1"
+    remote_ip: str | bytes = "127.0.0.1"
+    local_port: int = 0
+    remote_port: int = 0
+
+
+class SkMsgContext(CtxRegion):
+    """``struct sk_msg_md`` over one message (one scatterlist element, all linear).
+
+    Field values follow ``sk_msg_convert_ctx_access``: ``remote_port`` is the network-
+    order port in the upper 16 bits (``skc_dport << 16`` on little endian), ``local_port``
+    the host-order number (``skc_num``); addresses are the raw network-order words.
+    """
+
+    __slots__ = ("pkt", "sock", "image", "apply_bytes", "cork_bytes", "redirect")
+
+    def __init__(self, message: bytes, sock: SockInfo | None = None) -> None:
+        super().__init__("ctx", bytearray(80), name="sk_msg_md", writable=False)
+        self.sock = sock or SockInfo()
+        self.pkt = PacketRegion(bytearray(message), 0, len(message), name="message")
+        self.apply_bytes = 0
+        self.cork_bytes = 0
+        self.redirect: tuple | None = None
+        s = self.sock
+        img = bytearray(80)
+        img[16:20] = s.family.to_bytes(4, "little")
+        if s.family == socket.AF_INET:
+            img[20:24] = _ip4(s.remote_ip)
+            img[24:28] = _ip4(s.local_ip)
+        else:
+            img[28:44] = _ip6(s.remote_ip)
+            img[44:60] = _ip6(s.local_ip)
+        img[60:64] = (int.from_bytes(s.remote_port.to_bytes(2, "big"), "little") << 16).to_bytes(
+            4, "little"
+        )
+        img[64:68] = s.local_port.to_bytes(4, "little")
+        self.image = img
+
+    def data_out(self) -> bytes:
+        return bytes(self.pkt.buf)
+
+    def load(self, p: Ptr, off: int, size: int, signed: bool = False) -> object:
+        o = p.off + off
+        pk = self.pkt
+        if o == 0 and size == 8:
+            return Ptr(pk, pk.data, pk.gen)
+        if o == 8 and size == 8:
+            return Ptr(pk, pk.hi, pk.gen)
+        if o == 72 and size == 8:
+            return Ptr(Region("sock", bytearray(80), name="bpf_sock", writable=False), 0)
+        if 16 <= o < 72 and size == 4 and o % 4 == 0:
+            if o == 68:  # size: total message bytes (msg->sg.size)
+                return len(pk.buf)
+            return int.from_bytes(self.image[o : o + 4], "little")
+        raise Fault(f"invalid sk_msg_md access: offset {o} size {size}")

@@ -1,0 +1,383 @@
+"""Helper functions of the userspace machine, keyed by the ids of :mod:`bpfdsl.helpers`.
+
+Each implementation takes the machine and r1..r5 and returns r0 as the kernel's helper
+does (net/core/filter.c, kernel/bpf/helpers.c, net/core/sock_map.c, kernel/bpf/devmap.c):
+negative errno values as 64-bit two's complement, XDP/SK actions for the redirect
+helpers.  Packet-changing helpers (``pkt_changing`` in the helper table) bump the packet
+region's generation, so pointers derived before the call fault like the verifier's
+invalidation.  Helpers not listed here raise a Fault naming the helper.
+"""
+
+from __future__ import annotations
+
+import errno
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from bpfdsl.helpers import HELPERS, map_fits_helper
+from bpfdsl.uapi import (
+    BPF_F_BROADCAST,
+    BPF_F_EXCLUDE_INGRESS,
+    BPF_F_INGRESS,
+    MapType,
+    SkAction,
+    XdpAction,
+)
+
+from .ctx import (
+    ETH_HLEN,
+    XDP_FRAME_SIZE,
+    XDP_FRAME_STRUCT,
+    XDP_SHINFO_TAILROOM,
+    SkMsgContext,
+    XdpContext,
+)
+from .maps import Map, SlotMap
+from .memory import M32, M64, Fault, Ptr, s32
+
+if TYPE_CHECKING:
+    from .machine import Machine
+
+Impl = Callable[..., Any]
+IMPLS: dict[int, Impl] = {}
+XDP_METALEN_MAX = 255  # type_max(skb_shared_info.meta_len), include/net/xdp.h
+
+
+def _neg(e: int) -> int:
+    return -e & M64
+
+
+def helper(name: str) -> Callable[[Impl], Impl]:
+    """Register an implementation under the id of helper ``name`` (bpfdsl.helpers)."""
+
+    def deco(fn: Impl) -> Impl:
+        IMPLS[HELPERS[name].id] = fn
+        return fn
+
+    return deco
+
+
+def _map(m: Machine, v: object, name: str) -> Map:
+    if not isinstance(v, Map):
+        raise Fault(f"bpf_{name}: r1 is not a map reference")
+    if not map_fits_helper(v.map_type, name):
+        raise Fault(f"bpf_{name}: map '{v.name}' of type {v.map_type.name} is not allowed")
+    return v
+
+
+def _mem(v: object, size: int, what: str) -> bytes:
+    if type(v) is not Ptr:
+        raise Fault(f"{what}: expected a pointer to {size} readable bytes, got a scalar")
+    return v.region.read_bytes(v, size)
+
+
+def _xdp(m: Machine, name: str) -> XdpContext:
+    if not isinstance(m.ctx, XdpContext):
+        raise Fault(f"bpf_{name} needs an XDP context")
+    return m.ctx
+
+
+def _msg(m: Machine, name: str) -> SkMsgContext:
+    if not isinstance(m.ctx, SkMsgContext):
+        raise Fault(f"bpf_{name} needs an sk_msg context")
+    return m.ctx
+
+
+# ---- maps ----
+
+
+@helper("map_lookup_elem")
+def _lookup(m: Machine, r1, r2, *_):
+    mp = _map(m, r1, "map_lookup_elem")
+    r = mp.lookup(_mem(r2, mp.key_size, "map key"), m.env.cpu)
+    return 0 if r is None else Ptr(r, 0, r.gen)
+
+
+@helper("map_lookup_percpu_elem")
+def _lookup_percpu(m: Machine, r1, r2, r3, *_):
+    mp = _map(m, r1, "map_lookup_percpu_elem")
+    cpu = r3 & M32
+    if cpu >= mp.ncpus:
+        return 0
+    r = mp.lookup(_mem(r2, mp.key_size, "map key"), cpu)
+    return 0 if r is None else Ptr(r, 0, r.gen)
+
+
+@helper("map_update_elem")
+def _update(m: Machine, r1, r2, r3, r4, *_):
+    mp = _map(m, r1, "map_update_elem")
+    key = _mem(r2, mp.key_size, "map key")
+    if isinstance(mp, SlotMap):
+        raise Fault(f"map_update_elem on {mp.map_type.name} is not modelled")
+    rc = mp.update(key, _mem(r3, mp.value_size, "map value"), r4, m.env.cpu)
+    return rc & M64
+
+
+@helper("map_delete_elem")
+def _delete(m: Machine, r1, r2, *_):
+    mp = _map(m, r1, "map_delete_elem")
+    return mp.delete(_mem(r2, mp.key_size, "map key")) & M64
+
+
+# ---- time, randomness, cpu ----
+
+
+@helper("ktime_get_ns")
+def _ktime(m: Machine, *_):
+    return m.env.now_ns()
+
+
+IMPLS[HELPERS["ktime_get_boot_ns"].id] = _ktime
+IMPLS[HELPERS["ktime_get_coarse_ns"].id] = _ktime
+
+
+@helper("jiffies64")
+def _jiffies(m: Machine, *_):
+    return m.env.now_ns() // 4_000_000  # CONFIG_HZ=250
+
+
+@helper("get_prandom_u32")
+def _prandom(m: Machine, *_):
+    return m.env.rng.getrandbits(32)
+
+
+@helper("get_smp_processor_id")
+def _cpu(m: Machine, *_):
+    return m.env.cpu
+
+
+@helper("get_numa_node_id")
+def _numa(m: Machine, *_):
+    return 0
+
+
+@helper("trace_printk")
+def _printk(m: Machine, r1, r2, *_):
+    text = _mem(r1, r2 & M32, "trace_printk format")
+    m.trace.append(text.split(b"\0", 1)[0].decode("latin-1"))
+    return len(text) & M64
+
+
+# ---- checksums ----
+
+
+def _sum32(data: bytes, seed: int) -> int:
+    """x86_64 ``csum_partial``: 32-bit ones' complement sum of little-endian words."""
+    s = seed + sum(int.from_bytes(data[i : i + 4], "little") for i in range(0, len(data), 4))
+    while s >> 32:
+        s = (s & M32) + (s >> 32)
+    return s
+
+
+@helper("csum_diff")
+def _csum_diff(m: Machine, r1, r2, r3, r4, r5):
+    fsz, tsz, seed = r2 & M32, r4 & M32, r5 & M32
+    if (fsz | tsz) & 3 or fsz > 512 or tsz > 512:
+        return _neg(errno.EINVAL)
+    frm = _mem(r1, fsz, "csum_diff from") if fsz else b""
+    to = _mem(r3, tsz, "csum_diff to") if tsz else b""
+    if fsz and tsz:
+        a, b = _sum32(to, seed), _sum32(frm, 0)
+        return _sum32((~b & M32).to_bytes(4, "little"), a)
+    if tsz:
+        return _sum32(to, seed)
+    if fsz:
+        return ~_sum32(frm, ~seed & M32) & M32
+    return seed
+
+
+# ---- XDP ----
+
+
+@helper("redirect")
+def _redirect(m: Machine, r1, r2, *_):
+    _xdp(m, "redirect")
+    if r2:
+        return XdpAction.ABORTED
+    m.redirect = ("ifindex", r1 & M32, 0)
+    return XdpAction.REDIRECT
+
+
+@helper("redirect_map")
+def _redirect_map(m: Machine, r1, r2, r3, *_):
+    mp = _map(m, r1, "redirect_map")
+    flags = r3
+    extra = (
+        BPF_F_BROADCAST | BPF_F_EXCLUDE_INGRESS
+        if mp.map_type in (MapType.DEVMAP, MapType.DEVMAP_HASH)
+        else 0
+    )
+    if flags & ~(3 | extra):
+        return XdpAction.ABORTED
+    key = (r2 & M32).to_bytes(4, "little")
+    assert isinstance(mp, SlotMap)
+    if mp.target(key) is None and not flags & BPF_F_BROADCAST:
+        m.redirect = None
+        return flags & 3
+    m.redirect = (mp.name, r2 & M32, flags)
+    return XdpAction.REDIRECT
+
+
+@helper("xdp_adjust_head")
+def _adjust_head(m: Machine, r1, r2, *_):
+    x = _xdp(m, "xdp_adjust_head")
+    pk = x.pkt
+    pk.gen += 1
+    off = s32(r2)
+    metalen = pk.data - pk.lo
+    new = pk.data + off
+    if new < XDP_FRAME_STRUCT + metalen or new > pk.hi - ETH_HLEN:
+        return _neg(errno.EINVAL)
+    if metalen:
+        pk.buf[pk.lo + off : pk.lo + off + metalen] = pk.buf[pk.lo : pk.data]
+    pk.lo += off
+    pk.data = new
+    return 0
+
+
+@helper("xdp_adjust_tail")
+def _adjust_tail(m: Machine, r1, r2, *_):
+    x = _xdp(m, "xdp_adjust_tail")
+    pk = x.pkt
+    pk.gen += 1
+    off = s32(r2)
+    new = pk.hi + off
+    if new > XDP_FRAME_SIZE - XDP_SHINFO_TAILROOM or new < pk.data + ETH_HLEN:
+        return _neg(errno.EINVAL)
+    if off > 0:
+        pk.buf[pk.hi : new] = bytes(off)
+    pk.hi = new
+    return 0
+
+
+@helper("xdp_adjust_meta")
+def _adjust_meta(m: Machine, r1, r2, *_):
+    x = _xdp(m, "xdp_adjust_meta")
+    pk = x.pkt
+    pk.gen += 1
+    meta = pk.lo + s32(r2)
+    metalen = pk.data - meta
+    if meta < XDP_FRAME_STRUCT or meta > pk.data:
+        return _neg(errno.EINVAL)
+    if metalen & 3 or metalen > XDP_METALEN_MAX:
+        return _neg(errno.EACCES)
+    pk.lo = meta
+    return 0
+
+
+@helper("xdp_get_buff_len")
+def _buff_len(m: Machine, *_):
+    pk = _xdp(m, "xdp_get_buff_len").pkt
+    return pk.hi - pk.data
+
+
+def _xdp_span(m: Machine, name: str, r2, r4) -> tuple[int, int] | int:
+    pk = _xdp(m, name).pkt
+    off, n = r2 & M32, r4 & M32
+    if off > 0xFFFF or n > 0xFFFF:
+        return _neg(errno.EFAULT)
+    if off + n > pk.hi - pk.data:
+        return _neg(errno.EINVAL)
+    return pk.data + off, n
+
+
+@helper("xdp_load_bytes")
+def _load_bytes(m: Machine, r1, r2, r3, r4, *_):
+    span = _xdp_span(m, "xdp_load_bytes", r2, r4)
+    if isinstance(span, int):
+        return span
+    start, n = span
+    if type(r3) is not Ptr:
+        raise Fault("bpf_xdp_load_bytes: r3 is not a pointer")
+    r3.region.write_bytes(r3, bytes(m.ctx.pkt.buf[start : start + n]))
+    return 0
+
+
+@helper("xdp_store_bytes")
+def _store_bytes(m: Machine, r1, r2, r3, r4, *_):
+    span = _xdp_span(m, "xdp_store_bytes", r2, r4)
+    if isinstance(span, int):
+        return span
+    start, n = span
+    m.ctx.pkt.buf[start : start + n] = _mem(r3, n, "xdp_store_bytes source")
+    return 0
+
+
+# ---- sk_msg ----
+
+
+def _msg_redirect(m: Machine, mp: Map, key: bytes, flags: int, name: str) -> int:
+    x = _msg(m, name)
+    if flags & ~BPF_F_INGRESS:
+        return SkAction.DROP
+    assert isinstance(mp, SlotMap)
+    sk = mp.target(key)
+    if sk is None:
+        return SkAction.DROP
+    x.redirect = (mp.name, key, sk, flags)
+    return SkAction.PASS
+
+
+@helper("msg_redirect_map")
+def _msg_redirect_map(m: Machine, r1, r2, r3, r4, *_):
+    mp = _map(m, r2, "msg_redirect_map")
+    return _msg_redirect(m, mp, (r3 & M32).to_bytes(4, "little"), r4, "msg_redirect_map")
+
+
+@helper("msg_redirect_hash")
+def _msg_redirect_hash(m: Machine, r1, r2, r3, r4, *_):
+    mp = _map(m, r2, "msg_redirect_hash")
+    key = _mem(r3, mp.key_size, "sockhash key")
+    return _msg_redirect(m, mp, key, r4, "msg_redirect_hash")
+
+
+@helper("msg_apply_bytes")
+def _apply(m: Machine, r1, r2, *_):
+    _msg(m, "msg_apply_bytes").apply_bytes = r2 & M32
+    return 0
+
+
+@helper("msg_cork_bytes")
+def _cork(m: Machine, r1, r2, *_):
+    _msg(m, "msg_cork_bytes").cork_bytes = r2 & M32
+    return 0
+
+
+@helper("msg_pull_data")
+def _pull(m: Machine, r1, r2, r3, r4, *_):
+    pk = _msg(m, "msg_pull_data").pkt
+    pk.gen += 1
+    start, end = r2 & M32, r3 & M32
+    size = len(pk.buf)
+    if r4 or end <= start or start >= size or end > size:
+        return _neg(errno.EINVAL)
+    pk.data = pk.lo = start
+    pk.hi = end
+    return 0
+
+
+@helper("msg_push_data")
+def _push(m: Machine, r1, r2, r3, r4, *_):
+    pk = _msg(m, "msg_push_data").pkt
+    pk.gen += 1
+    start, n = r2 & M32, r3 & M32
+    if r4 or start > len(pk.buf):
+        return _neg(errno.EINVAL)
+    if n:
+        pk.buf[start:start] = bytes(n)
+        pk.data = pk.lo = 0
+        pk.hi = len(pk.buf)
+    return 0
+
+
+@helper("msg_pop_data")
+def _pop(m: Machine, r1, r2, r3, r4, *_):
+    pk = _msg(m, "msg_pop_data").pkt
+    pk.gen += 1
+    start, n = r2 & M32, r3 & M32
+    if r4 or not n or start >= len(pk.buf) or start + n > len(pk.buf):
+        return _neg(errno.EINVAL)
+    del pk.buf[start : start + n]
+    pk.data = pk.lo = 0
+    pk.hi = len(pk.buf)
+    return 0
