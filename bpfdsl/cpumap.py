@@ -76,6 +76,32 @@ def explain_create_error(err: S.BpfError, map_name: str, declared: int) -> Diagn
     )
 
 
+def create_cpumap(
+    map_name: str, max_entries: int, value_size: int = 8, *, clamp: bool = True
+) -> tuple[S.Fd, str | None]:
+    """BPF_MAP_CREATE of a cpumap (u32 keys, ``value_size`` 4 or 8) -> (Fd, warning or None).
+
+    With ``clamp`` max_entries is cut to the possible CPUs (see :func:`clamp_max_entries`);
+    without, an oversized declaration fails.  Kernel refusals become DiagnosticError naming
+    the map, the declared size and the host limit (FIELD-BUGS B09).
+    """
+    if value_size not in (4, 8):
+        raise UsageError(
+            error(
+                "cpumap-invalid",
+                f"cpumap '{map_name}': value size {value_size}, expected 4 (qsize) or 8 "
+                "(struct bpf_cpumap_val)",
+            )
+        )
+    n, warning = clamp_max_entries(max_entries, map_name) if clamp else (max_entries, None)
+    try:
+        return S.map_create(MapType.CPUMAP, 4, value_size, n, name=map_name), warning
+    except S.BpfPermissionError:
+        raise
+    except S.BpfError as e:
+        raise explain_create_error(e, map_name, max_entries) from None
+
+
 def xdp_attach_type(prog_fd: int) -> AttachType | None:
     """The expected attach type of a loaded XDP program: XDP, XDP_CPUMAP or XDP_DEVMAP.
 
