@@ -1,0 +1,30 @@
+"""Userspace BPF machine: run XDP and sk_msg programs without the kernel.
+
+``load_object(obj)`` -> :class:`InterpCollection` (programs + in-memory maps);
+``collection["prog"].run(frame)`` -> :class:`InterpResult`.  ``InterpEngine`` is the
+``bpfdsl run --engine interp`` engine.  Never imports the compiler front or back end.
+"""
+
+from __future__ import annotations
+
+from .ctx import SkMsgContext, SockInfo, XdpContext
+from .engine import InterpEngine
+from .machine import Env, InterpError, Machine
+from .maps import Map, make_map
+from .program import InterpCollection, InterpProgram, InterpResult, load_object
+
+__all__ = [
+    "Env",
+    "InterpCollection",
+    "InterpEngine",
+    "InterpError",
+    "InterpProgram",
+    "InterpResult",
+    "Machine",
+    "Map",
+    "SkMsgContext",
+    "SockInfo",
+    "XdpContext",
+    "load_object",
+    "make_map",
+]

@@ -170,10 +170,10 @@ class Machine:
     def _op_ld_imm64(self, i: int, x: Insn, nxt: int) -> Callable[[], int]:
         R, d = self.R, x.dst
         v: object = x.imm & M64
-        if x.src != 0:
-            if i not in self.resolved:
-                return _bad(f"ld_imm64 with pseudo source {x.src} that names no known map")
+        if i in self.resolved:
             v = self.resolved[i]
+        elif x.src != 0:
+            return _bad(f"ld_imm64 with pseudo source {x.src} that names no known map")
 
         def op() -> int:
             R[d] = v

@@ -1,0 +1,207 @@
+"""Programs and maps of one object, ready for the userspace machine (no kernel).
+
+Takes a :class:`bpfdsl.objfile.CollectionSpec` (``read_object``), creates an in-memory
+map per ``.maps`` entry and an array map per data section (``.rodata`` read-only for
+programs, with ``config`` values written into its VARs like the loader does), resolves
+each program's ld_imm64 relocations to those maps, and runs programs on frames or
+messages.  :func:`load_object` does it all from ELF bytes or a path.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bpfdsl import uapi as U
+from bpfdsl.diagnostics import Span, UsageError, error
+from bpfdsl.insn import slot_offsets
+from bpfdsl.uapi import AttachType, MapType, ProgramKind
+
+from .ctx import SkMsgContext, SockInfo, XdpContext
+from .machine import DEFAULT_BUDGET, Env, Machine
+from .maps import Map, make_map
+from .memory import Ptr
+
+
+@dataclass
+class InterpResult:
+    """One run: ``retval`` (r0 as u32, what BPF_PROG_TEST_RUN reports), ``data_out``
+    (XDP: metadata + packet after the program; sk_msg: the message), ``redirect`` (XDP:
+    ``(map name or "ifindex", key, flags)`` of the last successful redirect; sk_msg:
+    ``(map name, key bytes, socket, flags)``), sk_msg ``apply_bytes``/``cork_bytes``,
+    ``trace`` (bpf_trace_printk lines), ``duration_ns`` (wall time of the run)."""
+
+    retval: int
+    data_out: bytes
+    redirect: tuple | None = None
+    apply_bytes: int = 0
+    cork_bytes: int = 0
+    trace: list[str] = field(default_factory=list)
+    duration_ns: int = 0
+
+
+class InterpProgram:
+    """One program of a collection; ``run`` executes it on a frame (XDP) or message
+    (sk_msg).  Raises :class:`~bpfdsl.interp.machine.InterpError` on a fault."""
+
+    def __init__(self, spec: Any, maps: dict[str, Map], data: dict[str, Map], env: Env):
+        self.name: str = spec.name
+        self.spec = spec
+        self.kind: ProgramKind | None = spec.kind
+        resolved: dict[int, object] = {}
+        for rel in spec.relocations:
+            if rel.kind == "map":
+                resolved[rel.insn_idx] = maps[rel.symbol]
+            elif rel.kind == "data":
+                dm = data[rel.symbol]
+                region = dm.lookup(bytes(4))
+                resolved[rel.insn_idx] = Ptr(region, rel.offset)
+        self._slots = slot_offsets(spec.insns)
+        self.machine = Machine(spec.insns, env=env, resolved=resolved, where=self.where)
+
+    def where(self, i: int) -> Span | None:
+        """Source position of instruction index ``i`` from .BTF.ext line info."""
+        li = self.spec.line_at(self._slots[i]) if hasattr(self.spec, "line_at") else None
+        if li is None or not li.line:
+            return None
+        return Span(li.file or "<object>", li.line, max(1, li.col))
+
+    @property
+    def env(self) -> Env:
+        return self.machine.env
+
+    def run_xdp(
+        self,
+        packet: bytes,
+        *,
+        ingress_ifindex: int = 1,
+        rx_queue_index: int = 0,
+        egress_ifindex: int = 0,
+        meta: bytes = b"",
+    ) -> InterpResult:
+        """Run on one Ethernet frame (wire order) as BPF_PROG_TEST_RUN would (ingress
+        ifindex 1 = loopback, queue 0); devmap programs see ``egress_ifindex``."""
+        attach = self.kind.attach_type if self.kind else AttachType.XDP
+        ctx = XdpContext(
+            packet,
+            attach=attach,
+            ingress_ifindex=ingress_ifindex,
+            rx_queue_index=rx_queue_index,
+            egress_ifindex=egress_ifindex,
+            meta=meta,
+        )
+        t0 = time.perf_counter_ns()
+        r0 = self.machine.run(ctx)
+        dt = time.perf_counter_ns() - t0
+        m = self.machine
+        return InterpResult(
+            r0 & 0xFFFFFFFF, ctx.data_out(), m.redirect, trace=m.trace, duration_ns=dt
+        )
+
+    def run_sk_msg(self, message: bytes, sock: SockInfo | None = None) -> InterpResult:
+        """Run on one message sent on a socket described by ``sock``."""
+        ctx = SkMsgContext(message, sock)
+        t0 = time.perf_counter_ns()
+        r0 = self.machine.run(ctx)
+        dt = time.perf_counter_ns() - t0
+        return InterpResult(
+            r0 & 0xFFFFFFFF,
+            ctx.data_out(),
+            ctx.redirect,
+            ctx.apply_bytes,
+            ctx.cork_bytes,
+            self.machine.trace,
+            dt,
+        )
+
+    def run(self, data: bytes, **kw: Any) -> InterpResult:
+        """:meth:`run_sk_msg` for sk_msg programs, else :meth:`run_xdp`."""
+        if self.kind is not None and self.kind.program_type == U.ProgramType.SK_MSG:
+            return self.run_sk_msg(data, **kw)
+        if self.kind is not None and self.kind.program_type != U.ProgramType.XDP:
+            raise UsageError(
+                error(
+                    "no-interp",
+                    f"program {self.name!r} ({self.kind.section}): the interpreter runs "
+                    "XDP and sk_msg programs only",
+                )
+            )
+        return self.run_xdp(data, **kw)
+
+
+class InterpCollection:
+    """All programs and maps of one object.  ``maps``: by name (the ``.maps`` ones);
+    ``data``: data sections as one-entry array maps (key 0); ``env``: shared clock/CPU."""
+
+    def __init__(
+        self,
+        spec: Any,
+        *,
+        config: dict[str, int | bytes] | None = None,
+        ncpus: int | None = None,
+        seed: int = 0,
+        budget: int = DEFAULT_BUDGET,
+    ) -> None:
+        n = ncpus or os.cpu_count() or 1
+        self.env = Env(ncpus=n, seed=seed)
+        self.maps: dict[str, Map] = {}
+        for name, ms in spec.maps.items():
+            try:
+                self.maps[name] = make_map(
+                    name, ms.map_type, ms.key_size, ms.value_size, ms.max_entries, ms.map_flags, n
+                )
+            except ValueError as e:
+                raise UsageError(error("no-interp", str(e))) from None
+        self.data: dict[str, Map] = {}
+        for name, ds in spec.data_sections.items():
+            dm = make_map(name, MapType.ARRAY, 4, max(1, len(ds.data)), 1, 0, n)
+            dm.lookup(bytes(4)).buf[: len(ds.data)] = ds.data
+            self.data[name] = dm
+        self._configure(spec, config or {})
+        for name, ds in spec.data_sections.items():
+            if ds.readonly:
+                self.data[name].lookup(bytes(4)).writable = False
+        self.programs = {
+            name: InterpProgram(ps, self.maps, self.data, self.env)
+            for name, ps in spec.programs.items()
+        }
+        for p in self.programs.values():
+            p.machine.budget = budget
+
+    def _configure(self, spec: Any, config: dict[str, int | bytes]) -> None:
+        ro = spec.data_sections.get(".rodata")
+        for name, value in config.items():
+            var = ro.vars.get(name) if ro else None
+            if var is None:
+                known = ", ".join(sorted(ro.vars)) if ro else "none"
+                raise UsageError(
+                    error("bad-config", f"no config named {name!r}", hint=f"configs: {known}")
+                )
+            raw = (
+                (value & ((1 << (8 * var.size)) - 1)).to_bytes(var.size, "little")
+                if isinstance(value, int)
+                else bytes(value)
+            )
+            if len(raw) != var.size:
+                raise UsageError(
+                    error("bad-config", f"config {name!r} takes {var.size} bytes, got {len(raw)}")
+                )
+            self.data[".rodata"].lookup(bytes(4)).buf[var.offset : var.offset + var.size] = raw
+
+    def __getitem__(self, name: str) -> InterpProgram:
+        return self.programs[name]
+
+
+def load_object(
+    obj: bytes | str | Path, *, config: dict[str, int | bytes] | None = None, **kw: Any
+) -> InterpCollection:
+    """Read an ELF object (bytes or path) and prepare it for the interpreter.
+
+    Raises UsageError for unusable objects, unknown configs or unsupported map types.
+    """
+    from bpfdsl.objfile import read_object  # noqa: PLC0415
+
+    return InterpCollection(read_object(obj), config=config, **kw)
