@@ -12,15 +12,24 @@ offset (FIELD-BUGS B13), so loaders that upload ``.BTF`` as-is (iproute2) accept
 
 LLVM failures (invalid IR, verifier errors, codegen errors) raise
 :class:`InternalCompilerError`: they are bugs of bpfdsl, not of the user's program.
+
+LLVM's BPF backend reports some errors ("unsupported signed division", "too many
+arguments", "A call to built-in function 'memcpy' is not supported", the 512-byte stack
+limit) through LLVMContext's default diagnostic handler, which prints and calls exit(1):
+the Python process would die.  llvmlite exposes no diagnostic handler, so :func:`check_ir`
+finds those shapes in the optimized IR first and raises a :class:`DiagnosticError` naming
+the source line; the stack limit is lifted in LLVM (``-bpf-stack-size``) and checked on
+the emitted instructions instead (:func:`stack_depths`).
 """
 
 from __future__ import annotations
 
+import re
 import struct
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from bpfdsl.diagnostics import DiagnosticError, UsageError, error
+from bpfdsl.diagnostics import DiagnosticError, Span, UsageError, error
 
 if TYPE_CHECKING:  # llvmlite is imported lazily: `bpfdsl --help` must start fast
     from llvmlite import binding as llvm
@@ -29,6 +38,8 @@ if TYPE_CHECKING:  # llvmlite is imported lazily: `bpfdsl --help` must start fas
 TRIPLE = "bpfel"
 DATA_LAYOUT = "e-m:e-p:64:64-i64:64-i128:128-n32:64-S128"  # clang-19 -target bpf (LE)
 MCPUS = ("v1", "v2", "v3", "v4", "generic", "probe")  # llc -march=bpf -mcpu=help
+MAX_STACK = 512  # bytes per BPF program frame (kernel MAX_BPF_STACK)
+MAX_INLINE_MEM = 1024  # bytes: largest constant memcpy/memset the BPF backend expands inline
 
 _machines: dict[str, llvm.TargetMachine] = {}
 _initialized = False
@@ -57,6 +68,9 @@ def _llvm():
     if not _initialized:
         llvm.initialize_all_targets()
         llvm.initialize_all_asmprinters()
+        # A frame above 512 bytes would make LLVM exit(1); stack_depths() reports it instead.
+        # (cl::opt may be set only once per process: ParseCommandLineOptions exits on repeats.)
+        llvm.set_option("bpfdsl", "-bpf-stack-size=1048576")
         _initialized = True
     return llvm
 
@@ -130,12 +144,136 @@ def emit(
     """Parse, verify, optimize once; emit the object (and on request asm / optimized IR)."""
     tm = target_machine(mcpu)
     mod = optimize(parse(module_or_ir_text), mcpu=mcpu, opt=opt)
+    check_ir(mod, mcpu)
     try:
         obj = tm.emit_object(mod)
         asm_text = tm.emit_assembly(mod) if asm else None
     except RuntimeError as e:
         raise InternalCompilerError("LLVM BPF code generation failed", str(e)) from None
+    for func, depth in stack_depths(obj).items():
+        if depth > MAX_STACK:
+            raise _unsupported(
+                mod, None, "stack-limit",
+                f"program '{func}' needs {depth} bytes of stack; the kernel allows {MAX_STACK}",
+                "keep large values in a map (a percpu_array of one entry) instead of locals",
+                func=func,
+            )  # fmt: skip
     return Emitted(fixup_btf_datasecs(obj), asm_text, str(mod) if ir else None)
+
+
+# ---- shapes the BPF backend would turn into exit(1) ---------------------------------------
+
+
+def _unsupported(
+    mod: llvm.ModuleRef, instr: object, code: str, message: str, hint: str, func: str = ""
+) -> DiagnosticError:
+    """A DiagnosticError at the source position of ``instr`` (its ``!dbg``) or of ``func``
+    (its DISubprogram line), read from the module text; only built on the error path."""
+    text = str(mod)
+    span = None
+    fname = re.search(r'!DIFile\(filename: "([^"]*)"', text)
+    if instr is not None and (ref := re.search(r"!dbg (![0-9]+)", str(instr))):
+        loc = re.search(
+            re.escape(ref.group(1)) + r" = !DILocation\(line: (\d+)(?:, column: (\d+))?", text
+        )
+        if loc and fname:
+            span = Span(fname.group(1), int(loc.group(1)), int(loc.group(2) or 1))
+    elif func:
+        sp = re.search(r'!DISubprogram\(name: "' + re.escape(func) + r'".*?line: (\d+)', text)
+        if sp and fname:
+            span = Span(fname.group(1), int(sp.group(1)), 1)
+    return DiagnosticError(error(code, message, span, hint=hint))
+
+
+_INTRINSIC_MEM = ("llvm.memcpy.", "llvm.memmove.", "llvm.memset.")
+
+
+def check_ir(mod: llvm.ModuleRef, mcpu: str = "v3") -> None:
+    """Raise :class:`DiagnosticError` for IR the BPF backend cannot lower (see module doc):
+    allocas outside the entry block, signed div/mod before v4, calls with more than 5
+    arguments, non-constant or > 1024-byte memcpy/memset, 8/16-bit atomics."""
+    v4 = mcpu in ("v4", "probe")
+    for fn in mod.functions:
+        if fn.is_declaration:
+            continue
+        for i, block in enumerate(fn.blocks):
+            for ins in block.instructions:
+                op = ins.opcode
+                if op == "alloca" and i != 0:
+                    raise _unsupported(mod, ins, "internal-compiler-error",
+                                       "internal compiler error: dynamic stack allocation",
+                                       "this is a bpfdsl bug; please report it")  # fmt: skip
+                elif op in ("sdiv", "srem") and not v4:
+                    raise _unsupported(
+                        mod, ins, "signed-division",
+                        "signed division or remainder needs BPF ISA v4 (kernel >= 6.6)",
+                        "use unsigned operands, or compile with --mcpu v4",
+                    )  # fmt: skip
+                elif op in ("atomicrmw", "cmpxchg"):
+                    ops = list(ins.operands)
+                    if str(ops[-1].type) in ("i8", "i16"):
+                        raise _unsupported(mod, ins, "unsupported-atomic",
+                                           "atomic operations work on 32- or 64-bit values only",
+                                           "make the counter u32 or u64")  # fmt: skip
+                elif op == "call":
+                    _check_call(mod, ins)
+
+
+def _check_call(mod: llvm.ModuleRef, ins: object) -> None:
+    ops = list(ins.operands)
+    callee, args = ops[-1], ops[:-1]
+    name = callee.name  # "" for a helper call through inttoptr
+    if name.startswith(_INTRINSIC_MEM):
+        size = args[2]
+        n = size.get_constant_value() if size.is_constant else None
+        if n is None or n > MAX_INLINE_MEM:
+            raise _unsupported(
+                mod, ins, "unsupported-copy",
+                f"copy or fill of {'a variable number of' if n is None else n} bytes "
+                f"(BPF inlines constant sizes up to {MAX_INLINE_MEM})",
+                "copy in bounded pieces of constant size",
+            )  # fmt: skip
+    elif not name.startswith("llvm.") and len(args) > 5:
+        raise _unsupported(mod, ins, "too-many-arguments",
+                           f"a BPF call takes at most 5 arguments, not {len(args)}",
+                           "pass a pointer to a struct instead")  # fmt: skip
+
+
+def stack_depths(obj: bytes) -> dict[str, int]:
+    """Stack bytes used per function of an eBPF object (deepest r10-relative access,
+    directly or through ``rX = r10; rX += -N``), keyed by function symbol name."""
+    secs, _ = _elf_sections(obj)
+    out: dict[str, int] = {}
+    for fname, shndx, start, fsize, kind in _elf_symbols(obj, secs):
+        if kind != 2 or not 0 < shndx < len(secs):  # STT_FUNC, defined here
+            continue
+        _name, _typ, off, size, _link, flags = secs[shndx]
+        if not flags & 0x4:  # SHF_EXECINSTR
+            continue
+        off += start
+        size = fsize or size - start
+        depth, fp = 0, {}  # fp: register -> its offset from r10 (a frame pointer copy)
+        pos = off
+        while pos + 8 <= off + size:
+            code, regs, disp, imm = struct.unpack_from("<BBhi", obj, pos)
+            dst, src, cls = regs & 0xF, regs >> 4, code & 7
+            pos += 16 if code == 0x18 else 8  # ld_imm64 is two slots
+            base = src if cls == 1 else dst if cls in (2, 3) else None
+            if base == 10:
+                depth = max(depth, -disp)
+            elif base in fp:
+                depth = max(depth, -(fp[base] + disp))
+            if code == 0xBF and (src == 10 or src in fp):  # r_dst = r10 (or a copy)
+                fp[dst] = 0 if src == 10 else fp[src]
+            elif code == 0x07 and dst in fp:  # r_dst += imm
+                fp[dst] += imm
+                depth = max(depth, -fp[dst])
+            elif cls in (0, 1, 4, 7) and dst in fp:  # ld/ldx/alu/alu64 overwrite dst
+                del fp[dst]
+            elif code == 0x85:  # a call clobbers r0-r5
+                fp = {r: o for r, o in fp.items() if r > 5}
+        out[fname] = depth
+    return out
 
 
 def emit_object(module_or_ir_text: ir.Module | str, mcpu: str = "v3", opt: int = 2) -> bytes:
@@ -158,8 +296,8 @@ _BTF_EXTRA = {1: 4, 3: 12, 14: 4, 17: 4}
 _BTF_PER_VLEN = {4: 12, 5: 12, 6: 8, 13: 8, 15: 12, 19: 12}
 
 
-def _elf_sections(obj: bytes) -> tuple[list[tuple[str, int, int, int, int]], bytes]:
-    """ELF64 LE section headers as (name, type, offset, size, link) plus the raw bytes."""
+def _elf_sections(obj: bytes) -> tuple[list[tuple[str, int, int, int, int, int]], bytes]:
+    """ELF64 LE section headers as (name, type, offset, size, link, flags) plus the bytes."""
     if obj[:4] != b"\x7fELF" or obj[4] != 2 or obj[5] != 1:
         raise InternalCompilerError("LLVM did not produce a 64-bit LE ELF object", "")
     (shoff,) = struct.unpack_from("<Q", obj, 0x28)
@@ -167,10 +305,24 @@ def _elf_sections(obj: bytes) -> tuple[list[tuple[str, int, int, int, int]], byt
     raw = [struct.unpack_from("<IIQQQQII", obj, shoff + i * shentsize) for i in range(shnum)]
     stroff = raw[shstrndx][4]
     secs = []
-    for name, typ, _fl, _addr, off, size, link, _info in raw:
+    for name, typ, flags, _addr, off, size, link, _info in raw:
         end = obj.index(b"\0", stroff + name)
-        secs.append((obj[stroff + name : end].decode(), typ, off, size, link))
+        secs.append((obj[stroff + name : end].decode(), typ, off, size, link, flags))
     return secs, obj
+
+
+def _elf_symbols(obj: bytes, secs: list) -> list[tuple[str, int, int, int, int]]:
+    """ELF64 LE symbols as (name, section index, value, size, STT type)."""
+    symtab = next((s for s in secs if s[1] == 2), None)  # SHT_SYMTAB
+    if symtab is None:
+        return []
+    strtab = secs[symtab[4]][2]
+    out = []
+    for off in range(symtab[2], symtab[2] + symtab[3], 24):
+        st_name, info, _other, shndx, value, size = struct.unpack_from("<IBBHQQ", obj, off)
+        name = obj[strtab + st_name : obj.index(b"\0", strtab + st_name)].decode()
+        out.append((name, shndx, value, size, info & 0xF))
+    return out
 
 
 def fixup_btf_datasecs(obj: bytes) -> bytes:
@@ -179,16 +331,11 @@ def fixup_btf_datasecs(obj: bytes) -> bytes:
     section or variable the object lacks.  Objects without ``.BTF`` are returned unchanged."""
     secs, _ = _elf_sections(obj)
     btf = next((s for s in secs if s[0] == ".BTF"), None)
-    symtab = next((s for s in secs if s[1] == 2), None)  # SHT_SYMTAB
-    if btf is None or symtab is None:
+    if btf is None:
         return obj
     by_name = {s[0]: i for i, s in enumerate(secs)}
-    strtab = secs[symtab[4]]
-    syms: dict[tuple[int, str], int] = {}  # (section index, name) -> st_value
-    for off in range(symtab[2], symtab[2] + symtab[3], 24):
-        st_name, _info, _other, shndx, value, _size = struct.unpack_from("<IBBHQQ", obj, off)
-        end = obj.index(b"\0", strtab[2] + st_name)
-        syms[(shndx, obj[strtab[2] + st_name : end].decode())] = value
+    # (section index, name) -> st_value
+    syms = {(shndx, name): value for name, shndx, value, _s, _k in _elf_symbols(obj, secs)}
     out = bytearray(obj)
     base = btf[2]
     magic, _v, _f, hdr_len, type_off, type_len, str_off, _sl = struct.unpack_from(
