@@ -1,0 +1,298 @@
+"""AST of bpfdsl (front end): plain dataclasses made by :mod:`bpfdsl.build` from the parse tree.
+
+Every node has ``span`` (:class:`bpfdsl.diagnostics.Span`, 1-based line/col of the source).
+Sema (:mod:`bpfdsl.sema`) annotates nodes through side tables, never by mutating them,
+except ``Expr.ty`` which it fills with the checked :mod:`bpfdsl.types` type.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .diagnostics import Span
+
+
+@dataclass(eq=False, slots=True)
+class Node:
+    span: Span
+
+
+# ---- types as written ----
+@dataclass(eq=False, slots=True)
+class NamedType(Node):
+    name: str
+
+
+@dataclass(eq=False, slots=True)
+class ArrayType(Node):
+    elem: NamedType | ArrayType
+    length: Expr
+
+
+TypeRef = NamedType | ArrayType
+
+
+# ---- expressions ----
+@dataclass(eq=False, slots=True)
+class Expr(Node):
+    ty: Any = field(default=None, init=False)
+
+
+@dataclass(eq=False, slots=True)
+class IntLit(Expr):
+    value: int
+
+
+@dataclass(eq=False, slots=True)
+class BoolLit(Expr):
+    value: bool
+
+
+@dataclass(eq=False, slots=True)
+class AddrLit(Expr):
+    """IPv4 (4 bytes), IPv6 (16 bytes) or MAC (6 bytes) literal, network byte order.
+
+    ``prefixlen`` is set for prefix literals such as ``10.0.0.0/8``.
+    """
+
+    kind: str  # "ipv4" | "ipv6" | "mac"
+    data: bytes
+    prefixlen: int | None = None
+
+
+@dataclass(eq=False, slots=True)
+class Name(Expr):
+    id: str
+
+
+@dataclass(eq=False, slots=True)
+class Field(Expr):
+    obj: Expr
+    name: str
+
+
+@dataclass(eq=False, slots=True)
+class MethodCall(Expr):
+    obj: Expr
+    name: str
+    args: list[Expr]
+
+
+@dataclass(eq=False, slots=True)
+class Index(Expr):
+    obj: Expr
+    index: Expr
+
+
+@dataclass(eq=False, slots=True)
+class Call(Expr):
+    name: str
+    args: list[Expr]
+    kwargs: dict[str, Expr]
+
+
+@dataclass(eq=False, slots=True)
+class BinOp(Expr):
+    op: str  # + - * / % << >> & | ^
+    left: Expr
+    right: Expr
+
+
+@dataclass(eq=False, slots=True)
+class Compare(Expr):
+    op: str  # == != < <= > >=
+    left: Expr
+    right: Expr
+
+
+@dataclass(eq=False, slots=True)
+class Logic(Expr):
+    op: str  # && ||
+    left: Expr
+    right: Expr
+
+
+@dataclass(eq=False, slots=True)
+class Unary(Expr):
+    op: str  # ! - ~
+    operand: Expr
+
+
+@dataclass(eq=False, slots=True)
+class Cast(Expr):
+    expr: Expr
+    to: TypeRef
+
+
+@dataclass(eq=False, slots=True)
+class InPrefix(Expr):
+    """``addr in 10.0.0.0/8``: prefix membership, folded to a masked compare."""
+
+    left: Expr
+    right: Expr
+
+
+@dataclass(eq=False, slots=True)
+class Parse(Expr):
+    """``parse HEADER``: bounds-checked view of the next header at the parse cursor (optional)."""
+
+    header: str
+
+
+# ---- statements ----
+@dataclass(eq=False, slots=True)
+class Stmt(Node):
+    pass
+
+
+@dataclass(eq=False, slots=True)
+class Block(Node):
+    stmts: list[Stmt]
+
+
+@dataclass(eq=False, slots=True)
+class Let(Stmt):
+    name: str
+    type: TypeRef | None
+    value: Expr
+    orelse: Block | None
+
+
+@dataclass(eq=False, slots=True)
+class If(Stmt):
+    cond: Expr
+    then: Block
+    orelse: Block | None
+
+
+@dataclass(eq=False, slots=True)
+class IfLet(Stmt):
+    name: str
+    value: Expr
+    then: Block
+    orelse: Block | None
+
+
+@dataclass(eq=False, slots=True)
+class MatchArm(Node):
+    patterns: list[Expr | None]  # None = wildcard
+    body: Block
+
+
+@dataclass(eq=False, slots=True)
+class Match(Stmt):
+    subject: Expr
+    arms: list[MatchArm]
+
+
+@dataclass(eq=False, slots=True)
+class For(Stmt):
+    var: str
+    start: Expr
+    end: Expr
+    body: Block
+
+
+@dataclass(eq=False, slots=True)
+class While(Stmt):
+    cond: Expr
+    body: Block
+
+
+@dataclass(eq=False, slots=True)
+class Return(Stmt):
+    value: Expr
+
+
+@dataclass(eq=False, slots=True)
+class Break(Stmt):
+    pass
+
+
+@dataclass(eq=False, slots=True)
+class Continue(Stmt):
+    pass
+
+
+@dataclass(eq=False, slots=True)
+class Assign(Stmt):
+    target: Expr
+    op: str  # "=" or "+=" ...
+    value: Expr
+
+
+@dataclass(eq=False, slots=True)
+class ExprStmt(Stmt):
+    expr: Expr
+
+
+# ---- top-level items ----
+@dataclass(eq=False, slots=True)
+class License(Node):
+    text: str
+
+
+@dataclass(eq=False, slots=True)
+class ConstDecl(Node):
+    name: str
+    type: TypeRef
+    value: Expr
+
+
+@dataclass(eq=False, slots=True)
+class ConfigDecl(Node):
+    name: str
+    type: TypeRef
+    value: Expr
+
+
+@dataclass(eq=False, slots=True)
+class MapDecl(Node):
+    name: str
+    kind: str
+    kind_span: Span
+    type_args: list[TypeRef]
+    args: dict[str, Expr]
+
+
+@dataclass(eq=False, slots=True)
+class FieldDecl(Node):
+    name: str
+    type: TypeRef
+
+
+@dataclass(eq=False, slots=True)
+class StructDecl(Node):
+    name: str
+    fields: list[FieldDecl]
+
+
+@dataclass(eq=False, slots=True)
+class Param(Node):
+    name: str
+    type: TypeRef
+
+
+@dataclass(eq=False, slots=True)
+class FnDecl(Node):
+    name: str
+    params: list[Param]
+    ret: TypeRef | None
+    body: Block
+
+
+@dataclass(eq=False, slots=True)
+class ProgDecl(Node):
+    """``xdp fn name(ctx) { ... }``; ``keyword`` is the PROGRAM_KINDS keyword (``xdp(cpumap)``)."""
+
+    keyword: str
+    name: str
+    ctx: str
+    body: Block
+
+
+@dataclass(eq=False, slots=True)
+class Program(Node):
+    items: list[Node]
+    source: str = ""

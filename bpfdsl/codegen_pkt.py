@@ -1,0 +1,240 @@
+"""Packet access lowering (back end mixin of :class:`bpfdsl.codegen.CodeGen`).
+
+``parse H`` reads the cursor (a packet pointer), checks ``cursor + size > data_end`` on
+64-bit pointers (the shape the verifier accepts; never arithmetic on data_end, never
+32-bit ALU on pointers: FIELD-BUGS B04/B06), then advances the cursor by the header's
+length (ipv4: ihl*4 with ihl >= 5; tcp: doff*4 with doff >= 5).  data/data_end are
+loaded from ``struct xdp_md`` (u32 at offsets 0/4, zero-extended, as clang does) at each
+use, so after adjust_head/adjust_tail (which reset the cursor to data) they are fresh.
+Header field writes update checksums incrementally per RFC 1624 eqn. 3: the IPv4 header
+checksum, the L4 checksum for port writes, and the L4 pseudo-header checksum for IP
+address writes (UDP: a zero checksum stays zero, a computed zero becomes 0xffff).
+"""
+
+from __future__ import annotations
+
+from llvmlite import ir
+
+from . import ast
+from . import types as T
+from .headers import IPV6_EXT_HEADERS, IPV6_EXT_MAX
+from .helpers import HELPERS
+
+I1, I8, I16, I32, I64 = (ir.IntType(n) for n in (1, 8, 16, 32, 64))
+PTR = ir.PointerType()
+XDP_MD = {
+    "data": 0,
+    "data_end": 4,
+    "data_meta": 8,
+    "ingress_ifindex": 12,
+    "rx_queue_index": 16,
+    "egress_ifindex": 20,
+}  # struct xdp_md (uapi/linux/bpf.h)
+
+
+class PktGen:
+    def ctx_u32(self, off: int) -> ir.Value:
+        return self.b.load(self.gep(self.f.ctx, off), typ=I32, align=4)
+
+    def pkt_data(self) -> ir.Value:
+        return self.b.inttoptr(self.b.zext(self.ctx_u32(XDP_MD["data"]), I64), PTR)
+
+    def pkt_end(self) -> ir.Value:
+        return self.b.inttoptr(self.b.zext(self.ctx_u32(XDP_MD["data_end"]), I64), PTR)
+
+    def ctx_field(self, name: str) -> ir.Value:
+        if name == "len":  # data_end - data as a 64-bit scalar (B04)
+            d = self.b.zext(self.ctx_u32(XDP_MD["data"]), I64)
+            de = self.b.zext(self.ctx_u32(XDP_MD["data_end"]), I64)
+            return self.b.sub(de, d)
+        return self.ctx_u32(XDP_MD[name])
+
+    # ---- optionals ----
+    def gen_optional(self, e: ast.Expr, fail: ir.Block) -> ir.Value:
+        """Emit ``e`` (parse, lookup, skip_ext); branch to ``fail`` when missing; return the
+        payload on the fall-through path."""
+        if isinstance(e, ast.Parse):
+            return self.parse(e.header, fail)
+        if isinstance(e, ast.Call) and e.name == "skip_ext":
+            return self.skip_ext(e, fail)
+        if isinstance(e, ast.MethodCall):
+            p = self.map_lookup(e)
+            ok = self.new_block("found")
+            self.b.cbranch(self.b.icmp_unsigned("==", p, ir.Constant(PTR, None)), fail, ok)
+            self.b.position_at_end(ok)
+            return p
+        raise AssertionError("codegen: optional")
+
+    def bounds(self, p: ir.Value, size: int, fail: ir.Block, name: str) -> None:
+        """Branch to ``fail`` if ``p + size > data_end`` (pointer compare, verifier shape)."""
+        ok = self.new_block(f"{name}.ok")
+        end = self.gep(p, size)
+        self.b.cbranch(self.b.icmp_unsigned(">", end, self.pkt_end()), fail, ok)
+        self.b.position_at_end(ok)
+
+    def parse(self, header: str, fail: ir.Block) -> ir.Value:
+        from .headers import HEADERS
+
+        h = HEADERS[header]
+        cur = self.b.load(self.f.cursor, typ=PTR)
+        self.bounds(cur, h.size, fail, header)
+        if h.length is None:
+            nxt = self.gep(cur, h.size)
+        else:
+            off, shift = (0, 0) if h.length == "ihl" else (12, 4)
+            byte = self.b.load(self.gep(cur, off), typ=I8, align=1)
+            n = self.b.and_(
+                self.b.lshr(byte, ir.Constant(I8, shift)) if shift else byte, ir.Constant(I8, 0xF)
+            )
+            ok = self.new_block(f"{header}.len")
+            self.b.cbranch(self.b.icmp_unsigned("<", n, ir.Constant(I8, 5)), fail, ok)
+            self.b.position_at_end(ok)
+            ln = self.b.shl(self.b.zext(n, I64), ir.Constant(I64, 2))
+            nxt = self.gep(cur, ln)
+        self.b.store(nxt, self.f.cursor)
+        return cur
+
+    def skip_ext(self, e: ast.Call, fail: ir.Block) -> ir.Value:
+        """Walk at most IPV6_EXT_MAX extension headers after an ipv6 header; result: the
+        upper-layer protocol number (u8); missing if truncated or too many headers."""
+        ip6 = self.gen(e.args[0])
+        nh_slot = self.alloca(I8, "nexthdr", 1)
+        cnt = self.alloca(I32, "ext.i", 4)
+        self.b.store(self.b.load(self.gep(ip6, 6), typ=I8, align=1), nh_slot)
+        self.b.store(ir.Constant(I32, 0), cnt)
+        head, body, ext, done = (
+            self.new_block(n) for n in ("ext.head", "ext.body", "ext.hdr", "ext.done")
+        )
+        self.b.branch(head)
+        self.b.position_at_end(head)
+        self.b.cbranch(
+            self.b.icmp_unsigned("<", self.b.load(cnt), ir.Constant(I32, IPV6_EXT_MAX)), body, fail
+        )
+        self.b.position_at_end(body)
+        nh = self.b.load(nh_slot)
+        is_ext = None
+        for v in IPV6_EXT_HEADERS:
+            c = self.b.icmp_unsigned("==", nh, ir.Constant(I8, v))
+            is_ext = c if is_ext is None else self.b.or_(is_ext, c)
+        self.b.cbranch(is_ext, ext, done)
+        self.b.position_at_end(ext)
+        cur = self.b.load(self.f.cursor, typ=PTR)
+        self.bounds(cur, 8, fail, "ext")
+        nxt_hdr = self.b.load(cur, typ=I8, align=1)
+        hlen = self.b.load(self.gep(cur, 1), typ=I8, align=1)
+        ln = self.b.shl(
+            self.b.add(self.b.zext(hlen, I64), ir.Constant(I64, 1)), ir.Constant(I64, 3)
+        )
+        is_frag = self.b.icmp_unsigned("==", nh, ir.Constant(I8, 44))
+        ln = self.b.select(is_frag, ir.Constant(I64, 8), ln)
+        self.b.store(self.gep(cur, ln), self.f.cursor)
+        self.b.store(nxt_hdr, nh_slot)
+        self.b.store(self.b.add(self.b.load(cnt), ir.Constant(I32, 1)), cnt)
+        self.b.branch(head)
+        self.b.position_at_end(done)
+        return self.b.load(nh_slot)
+
+    def resize(self, e: ast.Call) -> ir.Value:
+        """adjust_head/adjust_tail/adjust_meta(delta): helper call, then cursor = data."""
+        hid = HELPERS["xdp_" + e.name].id
+        r = self.helper(hid, I64, [self.f.ctx, self.rv(e.args[0], T.I32)])
+        self.b.store(self.pkt_data(), self.f.cursor)
+        return r
+
+    # ---- fields ----
+    def header_field_ptr(self, e: ast.Field) -> ir.Value:
+        f = e.obj.ty.layout.fields[e.name]
+        return self.gep(self.gen(e.obj), f.offset)
+
+    def load_header_field(self, e: ast.Field) -> ir.Value:
+        f = e.obj.ty.layout.fields[e.name]
+        p = self.gep(self.gen(e.obj), f.offset)
+        if not isinstance(f.type, T.IntType):
+            return p
+        v = self.b.load(p, typ=self.lt(f.type), align=f.type.size)
+        if f.width:
+            if f.shift:
+                v = self.b.lshr(v, ir.Constant(v.type, f.shift))
+            v = self.b.and_(v, ir.Constant(v.type, (1 << f.width) - 1))
+        return v
+
+    def _words(self, base: ir.Value, lo: int, hi: int) -> list[ir.Value]:
+        return [self.b.load(self.gep(base, o), typ=I16, align=2) for o in range(lo, hi, 2)]
+
+    def _related_l4(self, ip_obj: ast.Expr) -> list[tuple[object, ir.Value]]:
+        from .sema import Local
+
+        ip = self.c.sym.get(ip_obj) if isinstance(ip_obj, ast.Name) else None
+        out = []
+        if ip is None:
+            return out
+        for scope in self.env:
+            for loc, slot in scope.items():
+                if (
+                    isinstance(loc, Local)
+                    and loc.header_parent is ip
+                    and isinstance(loc.ty, T.HeaderType)
+                    and loc.ty.layout.pseudo
+                ):
+                    out.append((loc.ty.layout, self.b.load(slot, typ=PTR)))
+        return out
+
+    def store_header_field(self, tgt: ast.Field, op: str, value: ast.Expr) -> None:
+        layout = tgt.obj.ty.layout
+        f = layout.fields[tgt.name]
+        hdr = self.gen(tgt.obj)
+        p = self.gep(hdr, f.offset)
+        size = f.type.size
+        lo, hi = f.offset & ~1, (f.offset + size + 1) & ~1
+        own = layout.csum is not None and not (lo <= layout.csum < hi)
+        l4 = self._related_l4(tgt.obj) if tgt.name in ("saddr", "daddr") else []
+        if isinstance(f.type, T.IntType):
+            v = self.rv(value, f.type)
+            if op != "=":
+                old = self.b.load(p, typ=v.type, align=size)
+                fn = {
+                    "+=": self.b.add,
+                    "-=": self.b.sub,
+                    "|=": self.b.or_,
+                    "&=": self.b.and_,
+                    "^=": self.b.xor,
+                }[op]
+                v = fn(old, v)
+        old_w = self._words(hdr, lo, hi) if own or l4 else []
+        if isinstance(f.type, T.IntType):
+            self.b.store(v, p, align=size)
+        else:
+            self.store_bytes(p, value, f.type, 2 if f.type == T.MAC else f.type.align)
+        if not old_w:
+            return
+        new_w = self._words(hdr, lo, hi)
+        if own:
+            self.csum_update(self.gep(hdr, layout.csum), old_w, new_w, layout.zero_ok)
+        for l4layout, l4ptr in l4:
+            self.csum_update(self.gep(l4ptr, l4layout.csum), old_w, new_w, l4layout.zero_ok)
+
+    def csum_update(
+        self, cp: ir.Value, old: list[ir.Value], new: list[ir.Value], zero_ok: bool
+    ) -> None:
+        """RFC 1624 eqn. 3: HC' = ~(~HC + ~m + m') over 16-bit words (byte-order neutral)."""
+        b = self.b
+        hc = b.load(cp, typ=I16, align=2)
+        skip = None
+        if zero_ok:
+            do, skip = self.new_block("csum.do"), self.new_block("csum.done")
+            b.cbranch(b.icmp_unsigned("==", hc, ir.Constant(I16, 0)), skip, do)
+            b.position_at_end(do)
+        s = b.zext(b.not_(hc), I32)
+        for w in old:
+            s = b.add(s, b.zext(b.not_(w), I32))
+        for w in new:
+            s = b.add(s, b.zext(w, I32))
+        for _ in range(2):
+            s = b.add(b.and_(s, ir.Constant(I32, 0xFFFF)), b.lshr(s, ir.Constant(I32, 16)))
+        r = b.trunc(b.not_(s), I16)
+        if zero_ok:
+            r = b.select(b.icmp_unsigned("==", r, ir.Constant(I16, 0)), ir.Constant(I16, 0xFFFF), r)
+        b.store(r, cp, align=2)
+        if skip is not None:
+            b.branch(skip)
+            b.position_at_end(skip)

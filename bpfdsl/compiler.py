@@ -1,0 +1,128 @@
+"""Compiler facade (back end): .bpfd source text -> eBPF ELF object.
+
+The pipeline is a visible list of calls: parse (parser) -> build AST (build) -> check
+(sema) -> LLVM IR (codegen, with debug info for BTF) -> optimize + emit (target).
+``compile_source`` raises DiagnosticError for anything wrong with the program.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .diagnostics import UsageError, error
+
+EMIT_KINDS = ("obj", "llvm-ir", "asm")
+
+
+@dataclass
+class ProgramStats:
+    """Per program: ``insns`` (8-byte slots in its section) and ``stack`` bytes."""
+
+    name: str
+    section: str
+    insns: int
+    stack: int
+
+
+@dataclass
+class CompileResult:
+    """``obj``: ELF bytes (EM_BPF, little-endian); ``llvm_ir``: the IR codegen produced
+    (optimized IR when ``emit="llvm-ir"``); ``asm``: assembly text when ``emit="asm"``;
+    ``programs``: program names in source order; ``stats``: filled on request."""
+
+    obj: bytes
+    llvm_ir: str
+    asm: str | None
+    programs: list[str]
+    stats: list[ProgramStats] = field(default_factory=list)
+
+
+def front_end(text: str, filename: str = "<input>"):
+    """Parse and check ``text``; returns sema.Checked.  Raises DiagnosticError."""
+    from .build import parse_program
+    from .sema import check
+
+    return check(parse_program(text, filename), filename)
+
+
+def compile_source(
+    text: str,
+    filename: str = "<input>",
+    *,
+    mcpu: str = "v3",
+    emit: str = "obj",
+    debug: bool = True,
+    stats: bool = False,
+) -> CompileResult:
+    """Compile bpfdsl ``text`` (named ``filename`` in diagnostics and line info).
+
+    ``mcpu``: BPF ISA level v1..v4 (default v3: jmp32 + alu32, kernel >= 5.1).  ``emit``:
+    ``obj`` | ``llvm-ir`` | ``asm`` (the object is always produced).  ``debug``: emit BTF
+    and line info (needed by libbpf for ``.maps``).  Raises DiagnosticError (exit 1) for
+    program errors, UsageError for bad arguments.
+    """
+    if emit not in EMIT_KINDS:
+        raise UsageError(
+            error("bad-emit", f"unknown --emit kind {emit!r}", hint="use obj, llvm-ir or asm")
+        )
+    from . import target
+    from .codegen import generate
+
+    checked = front_end(text, filename)
+    dbg = None
+    if debug:
+        from llvmlite import ir
+
+        from .codegen_debug import DebugAdapter
+
+        lines = {n: d.span.line for n, d in checked.map_decls.items()}
+        module = ir.Module(name=filename)
+        dbg = DebugAdapter(module, filename, text, lines)
+        module = generate(checked, dbg, module)
+    else:
+        module = generate(checked)
+    ir_text = str(module)
+    out = target.emit(ir_text, mcpu=mcpu, asm=emit == "asm", ir=emit == "llvm-ir")
+    res = CompileResult(
+        out.obj,
+        out.ir if emit == "llvm-ir" else ir_text,
+        out.asm,
+        [d.name for d, _k in checked.progs],
+    )
+    if stats:
+        res.stats = object_stats(out.obj, res.programs)
+    return res
+
+
+def object_stats(obj: bytes, programs: list[str]) -> list[ProgramStats]:
+    """Instruction count (decoded with bpfdsl.insn) and stack bytes per program function."""
+    import io
+
+    from elftools.elf.elffile import ELFFile
+
+    from . import insn, target
+
+    depths = target.stack_depths(obj)
+    elf = ELFFile(io.BytesIO(obj))
+    symtab = elf.get_section_by_name(".symtab")
+    out = []
+    for sym in symtab.iter_symbols():
+        if sym["st_info"]["type"] != "STT_FUNC" or sym.name not in programs:
+            continue
+        sec = elf.get_section(sym["st_shndx"])
+        data = sec.data()[sym["st_value"] : sym["st_value"] + (sym["st_size"] or sec["sh_size"])]
+        n = sum(i.width for i in insn.decode(data))
+        out.append(ProgramStats(sym.name, sec.name, n, depths.get(sym.name, 0)))
+    out.sort(key=lambda s: programs.index(s.name))
+    return out
+
+
+def compile_file(path: str | Path, **kw) -> CompileResult:
+    """Read ``path`` and :func:`compile_source` it.  Raises UsageError if unreadable."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise UsageError(error("unreadable-input", f"cannot read {path}: {e}")) from None
+    return compile_source(text, str(path), **kw)

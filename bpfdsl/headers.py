@@ -1,0 +1,198 @@
+"""Built-in packet header layouts (front end data): what ``parse NAME`` gives.
+
+Offsets, sizes and field names are the kernel's (include/uapi/linux/if_ether.h ethhdr,
+if_vlan.h vlan_hdr, ip.h iphdr, ipv6.h ipv6hdr, tcp.h tcphdr, udp.h udphdr, icmp.h
+icmphdr, icmpv6.h icmp6hdr).  Multi-byte fields are network order (be16/be32).
+Bit fields (ihl, version, doff, TCP flags) are read-only views of one byte.
+``csum``: offset of the header's own checksum and whether it covers the IP pseudo-header.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from . import types as T
+
+
+@dataclass(frozen=True)
+class HField:
+    """One header field: byte ``offset``, ``type``; for bit fields ``shift``/``width``."""
+
+    offset: int
+    type: T.Type
+    shift: int = 0
+    width: int = 0  # 0 = whole field
+
+    @property
+    def writable(self) -> bool:
+        return self.width == 0
+
+
+@dataclass(frozen=True)
+class Header:
+    """``size``: fixed part in bytes.  ``length``: how the full length is found
+    (``None`` fixed, ``"ihl"`` ipv4 ihl*4, ``"doff"`` tcp doff*4).  ``csum``: offset of
+    the checksum field or None; ``pseudo``: the checksum covers the IP pseudo-header;
+    ``zero_ok``: a zero checksum means "none" and stays zero (UDP over IPv4)."""
+
+    name: str
+    c_name: str
+    size: int
+    fields: dict[str, HField] = field(default_factory=dict)
+    length: str | None = None
+    csum: int | None = None
+    pseudo: bool = False
+    zero_ok: bool = False
+    l4: bool = False
+
+
+_F = HField
+HEADERS: dict[str, Header] = {
+    "ethernet": Header(
+        "ethernet",
+        "ethhdr",
+        14,
+        {"h_dest": _F(0, T.MAC), "h_source": _F(6, T.MAC), "h_proto": _F(12, T.BE16)},
+    ),
+    "vlan": Header(
+        "vlan",
+        "vlan_hdr",
+        4,
+        {"h_vlan_TCI": _F(0, T.BE16), "h_vlan_encapsulated_proto": _F(2, T.BE16)},
+    ),
+    "ipv4": Header(
+        "ipv4",
+        "iphdr",
+        20,
+        {
+            "ihl": _F(0, T.U8, 0, 4),
+            "version": _F(0, T.U8, 4, 4),
+            "tos": _F(1, T.U8),
+            "tot_len": _F(2, T.BE16),
+            "id": _F(4, T.BE16),
+            "frag_off": _F(6, T.BE16),
+            "ttl": _F(8, T.U8),
+            "protocol": _F(9, T.U8),
+            "check": _F(10, T.BE16),
+            "saddr": _F(12, T.BE32),
+            "daddr": _F(16, T.BE32),
+        },
+        length="ihl",
+        csum=10,
+    ),
+    "ipv6": Header(
+        "ipv6",
+        "ipv6hdr",
+        40,
+        {
+            "priority": _F(0, T.U8, 0, 4),
+            "version": _F(0, T.U8, 4, 4),
+            "payload_len": _F(4, T.BE16),
+            "nexthdr": _F(6, T.U8),
+            "hop_limit": _F(7, T.U8),
+            "saddr": _F(8, T.IPV6_ADDR),
+            "daddr": _F(24, T.IPV6_ADDR),
+        },
+    ),
+    "tcp": Header(
+        "tcp",
+        "tcphdr",
+        20,
+        {
+            "source": _F(0, T.BE16),
+            "dest": _F(2, T.BE16),
+            "seq": _F(4, T.BE32),
+            "ack_seq": _F(8, T.BE32),
+            "doff": _F(12, T.U8, 4, 4),
+            "fin": _F(13, T.U8, 0, 1),
+            "syn": _F(13, T.U8, 1, 1),
+            "rst": _F(13, T.U8, 2, 1),
+            "psh": _F(13, T.U8, 3, 1),
+            "ack": _F(13, T.U8, 4, 1),
+            "urg": _F(13, T.U8, 5, 1),
+            "ece": _F(13, T.U8, 6, 1),
+            "cwr": _F(13, T.U8, 7, 1),
+            "window": _F(14, T.BE16),
+            "check": _F(16, T.BE16),
+            "urg_ptr": _F(18, T.BE16),
+        },
+        length="doff",
+        csum=16,
+        pseudo=True,
+        l4=True,
+    ),
+    "udp": Header(
+        "udp",
+        "udphdr",
+        8,
+        {
+            "source": _F(0, T.BE16),
+            "dest": _F(2, T.BE16),
+            "len": _F(4, T.BE16),
+            "check": _F(6, T.BE16),
+        },
+        csum=6,
+        pseudo=True,
+        zero_ok=True,
+        l4=True,
+    ),
+    "icmp": Header(
+        "icmp",
+        "icmphdr",
+        8,
+        {
+            "type": _F(0, T.U8),
+            "code": _F(1, T.U8),
+            "checksum": _F(2, T.BE16),
+            "id": _F(4, T.BE16),
+            "sequence": _F(6, T.BE16),
+            "gateway": _F(4, T.BE32),
+        },
+        csum=2,
+        l4=True,
+    ),
+    "icmpv6": Header(
+        "icmpv6",
+        "icmp6hdr",
+        8,
+        {
+            "icmp6_type": _F(0, T.U8),
+            "icmp6_code": _F(1, T.U8),
+            "icmp6_cksum": _F(2, T.BE16),
+            "icmp6_identifier": _F(4, T.BE16),
+            "icmp6_sequence": _F(6, T.BE16),
+        },
+        csum=2,
+        pseudo=True,
+        l4=True,
+    ),
+}
+
+# IPv6 extension headers walked by skip_ext(): hop-by-hop, routing, fragment, dest-opts
+# (RFC 8200 section 4); AH (51) has its length in 4-byte units and is not walked.
+IPV6_EXT_HEADERS = (0, 43, 44, 60)
+IPV6_EXT_MAX = 6  # bound of the walk (headers), like the kernel's samples
+
+# Named constants of the language (value, type).  ETH_P_* are be16 like h_proto.
+CONSTANTS: dict[str, tuple[int, T.Type]] = {
+    "ETH_P_IP": (0x0800, T.BE16),
+    "ETH_P_IPV6": (0x86DD, T.BE16),
+    "ETH_P_ARP": (0x0806, T.BE16),
+    "ETH_P_8021Q": (0x8100, T.BE16),
+    "ETH_P_8021AD": (0x88A8, T.BE16),
+    "IPPROTO_HOPOPTS": (0, T.U8),
+    "IPPROTO_ICMP": (1, T.U8),
+    "IPPROTO_IPIP": (4, T.U8),
+    "IPPROTO_TCP": (6, T.U8),
+    "IPPROTO_UDP": (17, T.U8),
+    "IPPROTO_IPV6": (41, T.U8),
+    "IPPROTO_ROUTING": (43, T.U8),
+    "IPPROTO_FRAGMENT": (44, T.U8),
+    "IPPROTO_GRE": (47, T.U8),
+    "IPPROTO_ICMPV6": (58, T.U8),
+    "IPPROTO_DSTOPTS": (60, T.U8),
+    "ICMP_ECHOREPLY": (0, T.U8),
+    "ICMP_ECHO": (8, T.U8),
+    "ICMPV6_ECHO_REQUEST": (128, T.U8),
+    "ICMPV6_ECHO_REPLY": (129, T.U8),
+}

@@ -1,0 +1,480 @@
+"""Expression typing for sema (front end): types, constant folding, byte order, map access.
+
+Used by :class:`bpfdsl.sema.Sema` only.  Every checked expression gets ``expr.ty``;
+constant scalars get ``Checked.cval[expr]`` (raw memory value: a be16 ``53`` is
+``0x3500``), constant byte strings ``Checked.cbytes[expr]`` (network order).
+"""
+
+from __future__ import annotations
+
+from . import ast
+from . import types as T
+from .headers import CONSTANTS, HEADERS
+from .uapi import (
+    BPF_ANY,
+    BPF_EXIST,
+    BPF_F_BROADCAST,
+    BPF_F_EXCLUDE_INGRESS,
+    BPF_F_INGRESS,
+    BPF_NOEXIST,
+    PROGRAM_KINDS,
+)
+
+FLAG_CONSTANTS = {
+    "BPF_ANY": BPF_ANY,
+    "BPF_NOEXIST": BPF_NOEXIST,
+    "BPF_EXIST": BPF_EXIST,
+    "BPF_F_INGRESS": BPF_F_INGRESS,
+    "BPF_F_BROADCAST": BPF_F_BROADCAST,
+    "BPF_F_EXCLUDE_INGRESS": BPF_F_EXCLUDE_INGRESS,
+}
+ACTIONS: dict[str, int] = {}
+for _k in PROGRAM_KINDS:
+    ACTIONS.update({n: int(v) for n, v in _k.returns.items() if not n.isdigit()})
+
+CTX_FIELDS = {
+    "len": T.U64,
+    "ingress_ifindex": T.U32,
+    "rx_queue_index": T.U32,
+    "egress_ifindex": T.U32,
+}
+PKT_RESIZE = {
+    "adjust_head": "xdp_adjust_head",
+    "adjust_tail": "xdp_adjust_tail",
+    "adjust_meta": "xdp_adjust_meta",
+}
+# builtin fn -> (param types, return type); None = special-cased
+BUILTINS: dict[str, tuple[list[T.Type], T.Type] | None] = {
+    "redirect": ([T.U32, T.U64], T.U64),
+    "redirect_map": None,
+    "adjust_head": ([T.I32], T.I64),
+    "adjust_tail": ([T.I32], T.I64),
+    "adjust_meta": ([T.I32], T.I64),
+    "ktime_get_ns": ([], T.U64),
+    "get_prandom_u32": ([], T.U32),
+    "get_smp_processor_id": ([], T.U32),
+    "host": None,
+    "be16": None,
+    "be32": None,
+    "be64": None,
+    "skip_ext": None,
+}
+
+
+def bswap(v: int, bits: int) -> int:
+    return int.from_bytes((v & ((1 << bits) - 1)).to_bytes(bits // 8, "little"), "big")
+
+
+def const_int(sema, e: ast.Expr) -> int | None:
+    """Check ``e`` and return its compile-time integer value (host order) or None."""
+    t = sema.ex.expr(e)
+    v = sema.c.cval.get(e)
+    if v is None:
+        return None
+    if isinstance(t, T.IntType) and t.be:
+        return bswap(v, t.bits)
+    return v
+
+
+class ExprChecker:
+    def __init__(self, sema):
+        self.s = sema
+        self.c = sema.c
+
+    def err(self, *a, **k):
+        self.s.err(*a, **k)
+
+    # ---- entry points ----
+    def expr(self, e: ast.Expr) -> T.Type:
+        if e.ty is not None:
+            return e.ty
+        t = getattr(self, "e_" + type(e).__name__)(e)
+        e.ty = t
+        return t
+
+    def expect(self, e: ast.Expr, ty: T.Type) -> None:
+        self.expr(e)
+        self.coerce(e, ty)
+
+    def coerce(self, e: ast.Expr, ty: T.Type) -> None:
+        """Check that ``e`` fits ``ty``; an untyped literal takes ``ty`` (range-checked)."""
+        t = e.ty
+        if t is None or ty is None:
+            return
+        if isinstance(t, T.UntypedInt):
+            v = self.c.cval.get(e, 0)
+            if isinstance(ty, T.IntType):
+                lo = -(1 << (ty.bits - 1)) if ty.signed else 0
+                hi = (1 << (ty.bits - (1 if ty.signed else 0))) - 1
+                if not lo <= v <= hi:
+                    self.err("out-of-range", f"{v} does not fit in {ty}", e.span)
+                raw = v & ((1 << ty.bits) - 1)
+                self.c.cval[e] = bswap(raw, ty.bits) if ty.be else raw
+                e.ty = ty
+                return
+            if isinstance(ty, T.BoolType):
+                self.err(
+                    "type-mismatch",
+                    "expected bool, found an integer",
+                    e.span,
+                    "compare it: `x != 0`",
+                )
+                return
+        if t == ty or isinstance(ty, T.UntypedInt):
+            return
+        if isinstance(t, T.IntType) and isinstance(ty, T.IntType):
+            if t.be != ty.be:
+                self.byte_order(e, t, ty)
+            elif t.be and t.bits != ty.bits:
+                self.err("type-mismatch", f"expected {ty}, found {t}", e.span)
+            elif t.bits > ty.bits:
+                self.err(
+                    "type-mismatch",
+                    f"expected {ty}, found {t} (may not fit)",
+                    e.span,
+                    f"convert explicitly: `(...) as {ty}`",
+                )
+            return
+        if isinstance(t, T.RefType):
+            return self.coerce_ref(e, t, ty)
+        self.err("type-mismatch", f"expected {ty}, found {t}", e.span)
+
+    def coerce_ref(self, e, t: T.RefType, ty: T.Type) -> None:
+        if t.inner != ty and not (
+            isinstance(t.inner, T.IntType)
+            and isinstance(ty, T.IntType)
+            and t.inner.be == ty.be
+            and t.inner.bits <= ty.bits
+        ):
+            self.err("type-mismatch", f"expected {ty}, found {t.inner}", e.span)
+
+    def byte_order(self, e: ast.Node, a: T.Type, b: T.Type) -> None:
+        be, host = (a, b) if getattr(a, "be", False) else (b, a)
+        self.err(
+            "byte-order",
+            f"mixing {be} (network byte order) with {host} (host byte order)",
+            e.span,
+            f"convert the host value with `{be}(x)` or the network value with `host(x)`",
+        )
+
+    def cond(self, e: ast.Expr) -> None:
+        t = self.expr(e)
+        if not isinstance(t, T.BoolType):
+            if isinstance(t, T.OptionalType):
+                self.unhandled(e)
+            else:
+                self.err(
+                    "type-mismatch",
+                    f"a condition must be bool, found {t}",
+                    e.span,
+                    "compare it, e.g. `x != 0`",
+                )
+
+    def unhandled(self, e: ast.Expr) -> None:
+        what = "the lookup" if isinstance(e, ast.MethodCall) else "this value"
+        if isinstance(e, ast.Parse):
+            what = f"`parse {e.header}`"
+        self.err(
+            "unhandled-missing",
+            f"{what} may be missing and the missing case is not handled",
+            e.span,
+            "write `let v = ... else { return XDP_PASS }` or `if let v = ... { ... }`",
+        )
+
+    # ---- literals and names ----
+    def e_IntLit(self, e):
+        self.c.cval[e] = e.value
+        return T.UNTYPED
+
+    def e_BoolLit(self, e):
+        self.c.cval[e] = int(e.value)
+        return T.BOOL
+
+    def e_AddrLit(self, e):
+        if e.prefixlen is not None:
+            self.c.cbytes[e] = e.data
+            return T.IPV4_PREFIX if e.kind == "ipv4" else T.IPV6_PREFIX
+        if e.kind == "ipv4":
+            self.c.cval[e] = int.from_bytes(e.data, "little")
+            return T.BE32
+        self.c.cbytes[e] = e.data
+        return T.MAC if e.kind == "mac" else T.IPV6_ADDR
+
+    def e_Name(self, e):
+        from .sema import Config, Const, Local
+
+        sym = self.s.lookup(e.id)
+        if sym is None:
+            if e.id in CONSTANTS:
+                v, ty = CONSTANTS[e.id]
+                self.c.cval[e] = bswap(v, ty.bits) if ty.be else v
+                return ty
+            if e.id in ACTIONS:
+                self.c.cval[e] = ACTIONS[e.id]
+                return T.U32
+            if e.id in FLAG_CONSTANTS:
+                self.c.cval[e] = FLAG_CONSTANTS[e.id]
+                return T.UNTYPED
+            names = [n for s in self.s.scopes for n in s] + list(CONSTANTS) + list(ACTIONS)
+            self.err("unknown-name", f"unknown name `{e.id}`", e.span, self.s.suggest(e.id, names))
+            return T.U64
+        self.c.sym[e] = sym
+        if isinstance(sym, Const):
+            self.c.cval[e] = sym.value
+            return sym.ty
+        if isinstance(sym, Config):
+            return sym.ty
+        if isinstance(sym, Local):
+            if sym in self.s.stale:
+                self.err(
+                    "stale-header",
+                    f"header `{e.id}` is invalid here: the packet was "
+                    f"resized at line {self.s.stale[sym]}",
+                    e.span,
+                    "parse the header again after adjust_head/adjust_tail",
+                )
+            return sym.ty
+        return sym  # MapType or CTX
+
+    # ---- field access ----
+    def e_Field(self, e):
+        t = self.expr(e.obj)
+        if isinstance(t, T.RefType):
+            t = t.inner
+        if isinstance(t, T.OptionalType):
+            self.unhandled(e.obj)
+            return T.U64
+        if isinstance(t, T.HeaderType):
+            f = t.layout.fields.get(e.name)
+            if f is None:
+                self.err(
+                    "unknown-field",
+                    f"header `{t.name}` has no field `{e.name}`",
+                    e.span,
+                    self.s.suggest(e.name, t.layout.fields)
+                    or "fields: " + ", ".join(t.layout.fields),
+                )
+                return T.U64
+            return f.type
+        if isinstance(t, T.StructType):
+            if e.name not in t.fields:
+                self.err(
+                    "unknown-field",
+                    f"struct `{t.name}` has no field `{e.name}`",
+                    e.span,
+                    self.s.suggest(e.name, t.fields) or "fields: " + ", ".join(t.fields),
+                )
+                return T.U64
+            return t.fields[e.name][1]
+        if isinstance(t, T.CtxType):
+            if e.name not in CTX_FIELDS:
+                self.err(
+                    "unknown-field",
+                    f"the context has no field `{e.name}`",
+                    e.span,
+                    "fields: " + ", ".join(CTX_FIELDS),
+                )
+                return T.U64
+            return CTX_FIELDS[e.name]
+        self.err("no-fields", f"{t} has no fields", e.span)
+        return T.U64
+
+    def e_Index(self, e):
+        t = self.expr(e.obj)
+        if isinstance(t, T.MapType):
+            self.map_key(t, e.index)
+            self.err(
+                "unhandled-missing",
+                f"`{t.name}[...]` may be missing and the missing case is not handled",
+                e.span,
+                f"write `let v = {t.name}.lookup(k) else "
+                "{ ... }`; `m[k] = v` and `m[k] += n` are fine as statements",
+            )
+            return t.value
+        if isinstance(t, T.ArrayType):
+            self.expect(e.index, T.U32)
+            return t.elem
+        self.err("not-indexable", f"{t} cannot be indexed", e.span)
+        return T.U64
+
+    # ---- operators ----
+    def unify(self, node, a: ast.Expr, b: ast.Expr) -> T.Type:
+        ta, tb = self.expr(a), self.expr(b)
+        ta = ta.inner if isinstance(ta, T.RefType) else ta
+        tb = tb.inner if isinstance(tb, T.RefType) else tb
+        if isinstance(ta, T.UntypedInt) and isinstance(tb, T.UntypedInt):
+            return T.UNTYPED
+        if isinstance(ta, T.UntypedInt):
+            self.coerce(a, tb)
+            return tb
+        if isinstance(tb, T.UntypedInt):
+            self.coerce(b, ta)
+            return ta
+        if isinstance(ta, T.IntType) and isinstance(tb, T.IntType):
+            if ta.be != tb.be:
+                self.byte_order(node, ta, tb)
+                return ta
+            if ta.be and ta.bits != tb.bits:
+                self.err("type-mismatch", f"mixing {ta} and {tb}", node.span)
+            return ta if ta.bits >= tb.bits else tb
+        if ta == tb:
+            return ta
+        self.err("type-mismatch", f"mixing {ta} and {tb}", node.span)
+        return ta
+
+    def fold(self, e, op, a, b, ty):
+        va, vb = self.c.cval.get(a), self.c.cval.get(b)
+        if va is None or vb is None:
+            return
+        import operator as o
+
+        fns = {
+            "+": o.add,
+            "-": o.sub,
+            "*": o.mul,
+            "&": o.and_,
+            "|": o.or_,
+            "^": o.xor,
+            "<<": o.lshift,
+            ">>": o.rshift,
+            "/": o.floordiv,
+            "%": o.mod,
+        }
+        if op in "/%" and vb == 0:
+            self.err("division-by-zero", "division by zero", b.span)
+            return
+        v = fns[op](va, vb)
+        if isinstance(ty, T.IntType):
+            v &= (1 << ty.bits) - 1
+        self.c.cval[e] = v
+
+    def e_BinOp(self, e):
+        ty = self.unify(e, e.left, e.right)
+        if isinstance(ty, T.IntType) and ty.be and e.op not in "&|^":
+            self.err(
+                "byte-order",
+                f"arithmetic `{e.op}` on {ty} (network byte order)",
+                e.span,
+                f"convert first with `host(x)`, compute, then convert back with `{ty}(x)`",
+            )
+        elif not T.is_int(ty):
+            self.err("type-mismatch", f"`{e.op}` needs integers, found {ty}", e.span)
+            return T.U64
+        self.fold(e, e.op, e.left, e.right, ty)
+        return ty
+
+    def e_Compare(self, e):
+        ty = self.unify(e, e.left, e.right)
+        if isinstance(ty, T.UntypedInt):
+            ty = T.U64
+            self.coerce(e.left, ty)
+            self.coerce(e.right, ty)
+        if isinstance(ty, T.IntType) and ty.be and e.op not in ("==", "!="):
+            self.err(
+                "byte-order",
+                f"ordering `{e.op}` on {ty} compares bytes in the wrong order",
+                e.span,
+                "convert with `host(x)` first",
+            )
+        if isinstance(ty, (T.BytesType, T.StructType)) and e.op not in ("==", "!="):
+            self.err("type-mismatch", f"`{e.op}` is not defined for {ty}", e.span)
+        self.c.optype[e] = ty
+        va, vb = self.c.cval.get(e.left), self.c.cval.get(e.right)
+        if va is not None and vb is not None and e.op in ("==", "!="):
+            self.c.cval[e] = int((va == vb) == (e.op == "=="))
+        return T.BOOL
+
+    def e_Logic(self, e):
+        self.cond(e.left)
+        self.cond(e.right)
+        return T.BOOL
+
+    def e_Unary(self, e):
+        if e.op == "!":
+            self.cond(e.operand)
+            return T.BOOL
+        t = self.expr(e.operand)
+        if not T.is_host_int(t):
+            self.err("type-mismatch", f"`{e.op}` needs a host-order integer, found {t}", e.span)
+            return T.U64
+        v = self.c.cval.get(e.operand)
+        if v is not None:
+            r = -v if e.op == "-" else ~v
+            if isinstance(t, T.IntType):
+                r &= (1 << t.bits) - 1
+            self.c.cval[e] = r
+        return t
+
+    def e_Cast(self, e):
+        t = self.expr(e.expr)
+        t = t.inner if isinstance(t, T.RefType) else t
+        to = self.s.resolve_type(e.to)
+        if not isinstance(to, T.IntType) or not T.is_int(t) or to.be or getattr(t, "be", False):
+            self.err(
+                "bad-cast",
+                f"cannot cast {t} to {to} with `as`",
+                e.span,
+                "`as` converts between host-order integers; use host()/be16()/be32() "
+                "for byte order",
+            )
+            return to
+        v = self.c.cval.get(e.expr)
+        if v is not None:
+            self.c.cval[e] = v & ((1 << to.bits) - 1)
+        return to
+
+    def e_InPrefix(self, e):
+        ta, tb = self.expr(e.left), self.expr(e.right)
+        want = {T.IPV4_PREFIX.name: T.BE32, T.IPV6_PREFIX.name: T.IPV6_ADDR}
+        if not (isinstance(e.right, ast.AddrLit) and e.right.prefixlen is not None):
+            self.err(
+                "type-mismatch",
+                "`in` needs a prefix literal on the right, e.g. 10.0.0.0/8",
+                e.right.span,
+            )
+        elif ta != want[tb.name]:
+            self.err(
+                "type-mismatch",
+                f"`{tb}` membership needs a {want[tb.name]} address, found {ta}",
+                e.left.span,
+            )
+        return T.BOOL
+
+    def e_Parse(self, e):
+        if self.s.kind is None:
+            self.err(
+                "parse-outside-program",
+                "`parse` is only allowed in a program body",
+                e.span,
+                "parse in the program and pass the header to the fn",
+            )
+        if e.header not in HEADERS:
+            self.err(
+                "unknown-header",
+                f"unknown header `{e.header}`",
+                e.span,
+                self.s.suggest(e.header, HEADERS) or "headers: " + ", ".join(HEADERS),
+            )
+            return T.OptionalType(T.U64)
+        return T.OptionalType(T.HeaderType(e.header, HEADERS[e.header]), "header")
+
+    # ---- calls (sema_calls) ----
+    def e_Call(self, e):
+        from .sema_calls import call
+
+        return call(self, e)
+
+    def e_MethodCall(self, e):
+        from .sema_calls import method_call
+
+        return method_call(self, e)
+
+    def map_key(self, m: T.MapType, k: ast.Expr) -> None:
+        from .sema_calls import map_key
+
+        map_key(self, m, k)
+
+    def assign(self, s: ast.Assign) -> None:
+        from .sema_calls import assign
+
+        assign(self, s)
