@@ -180,11 +180,23 @@ PROGRAM_SECTIONS = ("xdp", "xdp.frags", "xdp/cpumap", "xdp/devmap", "sk_msg", "s
 
 
 def program_slots(obj: Path) -> list[tuple[str, str, int]]:
-    """[(section, function, slots)] of the programs in ``obj`` in symbol order.
+    """[(section, function, slots)] of the programs in ``obj``, by section then symbol order.
 
-    Read with pyelftools from the symbol table: slots = st_size / 8 (ld_imm64 = 2 slots),
-    plus the size of .text (BPF-to-BPF subprograms) when present.
+    Slots are 8-byte instruction units as the kernel counts them (ld_imm64 = 2), including
+    the BPF-to-BPF subprograms the program carries.  Read with ``bpfdsl.objfile`` (sum of
+    ``Insn.width``; subprograms appended) when it is available, else with pyelftools from
+    the symbol table (st_size / 8, plus the size of .text); both agree on clang's objects.
     """
+    try:
+        from bpfdsl.objfile import read_object
+    except ImportError:
+        return _program_slots_elf(obj)
+    spec = read_object(obj)
+    progs = [(p.section, p.name, sum(i.width for i in p.insns)) for p in spec.programs.values()]
+    return sorted(progs, key=lambda t: t[0])
+
+
+def _program_slots_elf(obj: Path) -> list[tuple[str, str, int]]:
     from elftools.elf.elffile import ELFFile
 
     out = []

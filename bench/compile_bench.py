@@ -37,13 +37,35 @@ GOAL_INPROC_MS = 10.0
 PROCESSED_RE = re.compile(r"processed (\d+) insns")
 
 
-def processed_insns(obj: Path) -> dict[str, int]:
-    """Function name -> verifier-processed insns, loading ``obj`` into the kernel once.
+def processed_insns(obj: Path) -> tuple[dict[str, int], str]:
+    """(function name -> verifier-processed insns, how it was loaded), loading ``obj`` once.
 
-    Loads through libbpf (``bpftool -d prog loadall``, which asks the kernel for log level
-    1|2|4 and prints the log of every program) into a throw-away pin dir that is removed
-    afterwards.  The same path is used for both compilers' objects, so the figures compare.
+    Primary path: bpfdsl's loader (``bpfdsl.loader.load_collection`` with
+    ``log_level=1|4`` = BPF_LOG_LEVEL1 | BPF_LOG_STATS, BPF_PROG_LOAD through bpfdsl.syscall);
+    the kernel log's "processed N insns" line gives the figure.  Fallback when that loader is
+    missing or refuses the object: libbpf (``bpftool -d prog loadall`` asks for log level
+    1|2|4 and prints each program's log) into a throw-away pin dir removed afterwards.
     """
+    try:
+        from bpfdsl.loader import load_collection
+        from bpfdsl.objfile import read_object
+
+        with load_collection(read_object(obj), log_level=1 | 4) as coll:
+            out = {}
+            for name, p in coll.programs.items():
+                m = PROCESSED_RE.search(p.log)
+                if m:
+                    out[name] = int(m.group(1))
+            return out, "bpfdsl.loader"
+    except ImportError:
+        pass
+    except Exception as e:  # noqa: BLE001 - fall back to libbpf and say so
+        why = f"bpfdsl loader failed on {obj.name} ({type(e).__name__}: {e}); used bpftool"
+        return _processed_bpftool(obj), why
+    return _processed_bpftool(obj), "bpftool"
+
+
+def _processed_bpftool(obj: Path) -> dict[str, int]:
     import shutil
     import uuid
 
@@ -106,7 +128,7 @@ def le(a, b):
 
 def bench(names, runs: int, inproc_runs: int, kernel: bool, work: Path) -> dict:
     """Run everything; returns {"programs": [...rows], "files": [...rows], "notes": [...]}."""
-    res = {"programs": [], "files": [], "notes": []}
+    res = {"programs": [], "files": [], "notes": [], "loaded_with": set()}
     env = B.env_with_tree()
     for name in names:
         bpfd, csrc = B.PROGS / f"{name}.bpfd", B.C_DIR / f"{name}.c"
@@ -129,8 +151,13 @@ def bench(names, runs: int, inproc_runs: int, kernel: bool, work: Path) -> dict:
         c_proc = o_proc = {}
         if kernel:
             try:
-                c_proc = processed_insns(cobj)
-                o_proc = processed_insns(oobj) if have_ours else {}
+                c_proc, how_c = processed_insns(cobj)
+                o_proc, how_o = processed_insns(oobj) if have_ours else ({}, None)
+                for how in {how_c, how_o} - {None}:
+                    if how in ("bpfdsl.loader", "bpftool"):
+                        res["loaded_with"].add(how)
+                    else:
+                        res["notes"].append(f"{name}: {how}")
             except B.BenchError as e:
                 res["notes"].append(f"{name}: {e}")
         for sec, o, c in pair_programs(o_slots, c_slots):
@@ -162,6 +189,7 @@ def bench(names, runs: int, inproc_runs: int, kernel: bool, work: Path) -> dict:
             except Exception as e:  # noqa: BLE001 - report, keep benchmarking the others
                 res["notes"].append(f"{name}: in-process compile failed: {e}")
         res["files"].append(row)
+    res["loaded_with"] = sorted(res["loaded_with"])
     return res
 
 
@@ -213,6 +241,8 @@ def render(res: dict) -> str:
             frows,
         )
     )
+    if res["loaded_with"]:
+        out.append("note: verifier figures from loads by " + " and ".join(res["loaded_with"]))
     out += [f"note: {n}" for n in res["notes"]]
     return "\n".join(out)
 
