@@ -1,0 +1,190 @@
+"""Loader on the real kernel: clang-19 libbpf-style objects load and behave; configs, pinning,
+cpumap clamp (B09), BTF fix-ups (B13), verifier errors with source lines, and hygiene: a
+failed load leaves no fd and no pin behind."""
+
+from __future__ import annotations
+
+import copy
+import os
+import shutil
+import struct
+import uuid
+
+import pytest
+from objbuild import all_c_fixtures, build, source
+
+from bpfdsl import syscall as S
+from bpfdsl.loader import LoadError, VerifierError, load_collection
+from bpfdsl.objfile import read_object
+from bpfdsl.uapi import MapType, XdpAction
+
+pytestmark = pytest.mark.kernel
+
+
+@pytest.fixture
+def pin_dir():
+    d = f"/sys/fs/bpf/bpfdsl_test_{uuid.uuid4().hex[:10]}"
+    os.mkdir(d)
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def _fds() -> set[str]:
+    return set(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.parametrize("name", all_c_fixtures())
+def test_clang_objects_load(name):
+    spec = read_object(build(name))
+    with load_collection(spec) as coll:
+        assert set(coll.programs) == set(spec.programs)
+        for p in coll.programs.values():
+            info = S.prog_info(p.fd)
+            assert info.type == p.spec.program_type
+            assert info.nr_line_info == len(p.spec.line_info) > 0  # BTF line info reached it
+        for name_, m in spec.maps.items():
+            info = S.map_info(coll.maps[name_].fd)
+            assert (info.type, info.key_size, info.value_size) == (
+                m.map_type,
+                m.key_size,
+                m.value_size,
+            )
+
+
+def test_configs_reach_the_program():
+    spec = read_object(build("compat_maps"))
+    prog_default = load_collection(spec)
+    with prog_default as coll:
+        fd = coll.programs["compat_maps"].fd
+        assert S.prog_test_run(fd, bytes(59)).retval == XdpAction.DROP  # min_len 60
+        assert S.prog_test_run(fd, bytes(60)).retval == XdpAction.PASS
+    cfg = {"min_len": 100, "verdict": "1", "tag": 0x55, "magic": b"\x07" + bytes(7)}
+    with load_collection(spec, config=cfg) as coll:
+        fd = coll.programs["compat_maps"].fd
+        assert S.prog_test_run(fd, bytes(99)).retval == XdpAction.DROP
+        assert S.prog_test_run(fd, bytes(128)).retval == XdpAction.DROP  # verdict = 1
+        echo = coll.maps["config_echo"].fd
+        got = [
+            struct.unpack("<Q", S.map_lookup(echo, struct.pack("<I", i), 8))[0] for i in range(4)
+        ]
+        assert got == [100, 1, 0x55, 7]
+        with pytest.raises(S.BpfError):  # .rodata is frozen
+            S.map_update(coll.maps[".rodata"].fd, bytes(4), bytes(16))
+
+
+def test_unknown_config_lists_known_ones():
+    spec = read_object(build("compat_maps"))
+    with pytest.raises(LoadError) as ei:
+        load_collection(spec, config={"min_lenn": 1})
+    d = ei.value.diagnostics[0]
+    assert "min_lenn" in d.message and "min_len" in d.hints[0] and "magic" in d.hints[0]
+
+
+def test_subprogram_calls_work():
+    spec = read_object(build("compat_multi"))
+    with load_collection(spec, config={"step": 5}) as coll:
+        assert S.prog_test_run(coll.programs["count_pass"].fd, bytes(64)).retval == 2
+        assert S.prog_test_run(coll.programs["count_drop"].fd, bytes(64), repeat=3).retval == 1
+        hits = coll.maps["hits"].fd
+        vals = [
+            struct.unpack("<Q", S.map_lookup(hits, struct.pack("<I", i), 8))[0] for i in range(2)
+        ]
+        assert vals == [5, 15]
+
+
+def test_verifier_error_names_source_line():
+    spec = read_object(build("reject_bounds"))
+    bad_line = next(
+        i
+        for i, ln in enumerate(source("reject_bounds").read_text().splitlines(), 1)
+        if "BAD" in ln and "if" in ln
+    )
+    with pytest.raises(VerifierError) as ei:
+        load_collection(spec)
+    e = ei.value
+    d = e.diagnostics[0]
+    assert "outside of the packet" in d.message and "no_bounds" in d.message
+    assert d.span is not None and d.span.line == bad_line
+    assert "eth->h_proto" in e.details and "(71)" in e.details
+    assert "processed" in e.log
+
+
+def test_missing_license_is_a_clear_error():
+    with pytest.raises(LoadError, match="no license"):
+        load_collection(read_object(build("no_license")))
+
+
+def test_cpumap_clamped_to_possible_cpus():
+    spec = read_object(build("cpumap_big"))
+    assert spec.maps["big_cpu_map"].max_entries == 4096
+    with load_collection(spec) as coll:
+        info = S.map_info(coll.maps["big_cpu_map"].fd)
+        assert info.max_entries == S.possible_cpus()
+        assert any("4096" in w and "clamped" in w for w in coll.warnings)
+        # empty slot: redirect falls back to XDP_PASS
+        assert S.prog_test_run(coll.programs["to_cpu0"].fd, bytes(64)).retval == XdpAction.PASS
+
+
+def test_pinned_by_name_map_is_reused(pin_dir):
+    spec = read_object(build("pinned_map"))
+    with load_collection(spec, pin_dir=pin_dir) as a:
+        assert a.maps["shared_count"].pinned == f"{pin_dir}/shared_count"
+        S.prog_test_run(a.programs["count_shared"].fd, bytes(64))
+        with load_collection(spec, pin_dir=pin_dir) as b:
+            assert b.maps["shared_count"].reused and not b.pins
+            assert (
+                S.map_info(a.maps["shared_count"].fd).id == S.map_info(b.maps["shared_count"].fd).id
+            )
+            S.prog_test_run(b.programs["count_shared"].fd, bytes(64))
+        raw = S.map_lookup(a.maps["shared_count"].fd, bytes(4), 8)
+        assert struct.unpack("<Q", raw)[0] == 2
+
+
+def test_incompatible_pin_is_refused(pin_dir):
+    with S.map_create(MapType.HASH, 4, 16, 8) as other:
+        S.obj_pin(other, f"{pin_dir}/shared_count")
+    with pytest.raises(LoadError) as ei:
+        load_collection(read_object(build("pinned_map")), pin_dir=pin_dir)
+    assert "value_size 16 (object: 8)" in str(ei.value)
+    assert os.listdir(pin_dir) == ["shared_count"]  # the foreign pin is left alone
+
+
+def _failing_specs(pin_dir: str):
+    """(label, spec, kwargs) failing at different stages of load_collection."""
+    out = [("no license", read_object(build("no_license")), {})]
+    bad_btf = read_object(build("compat_maps"))
+    bad_btf.btf = copy.deepcopy(bad_btf.btf)
+    bad_btf.btf.datasecs()[0].size = 1  # vars now lie outside: kernel refuses the BTF
+    out.append(("btf", bad_btf, {}))
+    bad_map = read_object(build("compat_maps"))
+    list(bad_map.maps.values())[-1].max_entries = 0  # EINVAL after other maps exist
+    out.append(("map", bad_map, {}))
+    out.append(("config", read_object(build("compat_maps")), {"config": {"x": 1}}))
+    out.append(
+        (
+            "pin then config",
+            read_object(build("pinned_map")),
+            {"pin_dir": pin_dir, "config": {"x": 1}},
+        )
+    )
+    out.append(("verifier", read_object(build("reject_bounds")), {}))
+    second = read_object(build("compat_multi"))
+    second.programs["count_drop"].insns = second.programs["count_drop"].insns[:-1]
+    out.append(("second program", second, {}))
+    return out
+
+
+def test_failed_loads_leave_nothing_behind(pin_dir):
+    cases = _failing_specs(pin_dir)
+    fds_before = _fds()
+    seen = set()
+    for i in range(500):
+        label, spec, kw = cases[i % len(cases)]
+        with pytest.raises((LoadError, VerifierError)):
+            load_collection(spec, **kw)
+        seen.add(label)
+    assert seen == {c[0] for c in cases}
+    assert _fds() == fds_before
+    assert os.listdir(pin_dir) == []  # (/sys/fs/bpf itself is shared with other tests)
