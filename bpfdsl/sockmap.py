@@ -44,7 +44,8 @@ def sk_msg_attach(
 ) -> None:
     """Attach sk_msg program ``prog_fd`` to sockmap/sockhash ``map_fd`` (BPF_SK_MSG_VERDICT).
 
-    A map holds one sk_msg program; attaching another replaces it.  Raises DiagnosticError
+    A map holds one sk_msg program; attaching another replaces it.  Only sockets added to
+    the map afterwards run it (attach before sockets arrive).  Raises DiagnosticError
     for a wrong map kind or program type, BpfPermissionError without privileges.
     """
     require_map(map_fd, SOCK_MAP_KINDS, map_name)
@@ -64,7 +65,9 @@ def sk_msg_detach(
 ) -> bool:
     """Detach sk_msg program ``prog_fd`` from the map; False when it was not attached.
 
-    Sockets already in the map keep working as plain TCP afterwards.
+    The kernel hands a map's programs to a socket when the socket *enters* the map
+    (net/core/sock_map.c sock_map_link): connections made after the detach are plain TCP,
+    sockets already in the map keep the program until they leave it (close or delete).
     """
     require_map(map_fd, SOCK_MAP_KINDS, map_name)
     try:
