@@ -8,6 +8,9 @@ environment (CI sets it) the skip becomes a failure, so a green run proves the k
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -51,3 +54,228 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_runtest_setup(item: pytest.Item) -> None:
     if item.get_closest_marker("kernel") is not None:
         require_kernel()
+
+
+# ---------------------------------------------------------------------------------------
+# Fixtures: run one program on the kernel (BPF_PROG_TEST_RUN) or the userspace interpreter
+# with the same calls.  ``bpf_engine`` is parametrized over both engines (the kernel one
+# carries the ``kernel`` mark, so it skips without root); ``bpf_program`` loads an object.
+#
+#     def test_drop(bpf_program):
+#         prog = bpf_program("progs/xdp_udp_filter.bpfd", config={"blocked_port": 9999})
+#         res = prog.run(Ether() / IP() / UDP(dport=9999))
+#         assert res.verdict == "XDP_DROP"
+#         assert prog.maps["drops"].total(0) == 1
+# ---------------------------------------------------------------------------------------
+
+ENGINES = ("interp", "kernel")
+
+
+@dataclass
+class BpfRun:
+    """One run: ``retval``, ``verdict`` (``XDP_DROP``...), ``data_out`` (bytes after the
+    program), ``redirect`` (interpreter only: the redirect target, else None)."""
+
+    retval: int
+    verdict: str
+    data_out: bytes
+    redirect: tuple | None = None
+
+    @property
+    def packet(self):
+        """``data_out`` parsed by scapy as an Ethernet frame."""
+        from scapy.layers.l2 import Ether  # noqa: PLC0415
+
+        return Ether(self.data_out)
+
+
+class BpfMap:
+    """A map of a loaded program, same calls on both engines.  Keys/values are bytes or
+    ints (little endian, sized by the map); per-CPU values read back as lists."""
+
+    def __init__(self, name: str, key_size: int, value_size: int, map_type: int, ncpus: int):
+        self.name, self.key_size, self.value_size = name, key_size, value_size
+        self.map_type, self.ncpus = map_type, ncpus
+
+    @property
+    def percpu(self) -> bool:
+        from bpfdsl.uapi import MapType  # noqa: PLC0415
+
+        return self.map_type in (
+            MapType.PERCPU_ARRAY,
+            MapType.PERCPU_HASH,
+            MapType.LRU_PERCPU_HASH,
+        )
+
+    def _b(self, x: Any, size: int) -> bytes:
+        if isinstance(x, int):
+            return (x & ((1 << (8 * size)) - 1)).to_bytes(size, "little")
+        return bytes(x)
+
+    def set(self, key: Any, value: Any) -> None:
+        raise NotImplementedError
+
+    def get(self, key: Any) -> bytes | list[bytes] | None:
+        raise NotImplementedError
+
+    def items(self) -> dict[bytes, bytes | list[bytes]]:
+        raise NotImplementedError
+
+    def total(self, key: Any) -> int:
+        """The value at ``key`` as a little-endian int, summed over CPUs; 0 when absent."""
+        v = self.get(key)
+        if v is None:
+            return 0
+        vals = v if isinstance(v, list) else [v]
+        return sum(int.from_bytes(x[: self.value_size], "little") for x in vals)
+
+
+class _InterpMap(BpfMap):
+    def __init__(self, m):
+        super().__init__(m.name, m.key_size, m.value_size, m.map_type, m.ncpus)
+        self.m = m
+
+    def set(self, key: Any, value: Any) -> None:
+        self.m.set(key, value)
+
+    def get(self, key: Any):
+        return self.m.get(key)
+
+    def items(self):
+        return dict(self.m.items())
+
+
+class _KernelMap(BpfMap):
+    def __init__(self, lm, ncpus: int):
+        super().__init__(lm.name, lm.key_size, lm.value_size, lm.map_type, ncpus)
+        self.fd = lm.fd
+
+    def _vsize(self) -> int:
+        return ((self.value_size + 7) & ~7) * self.ncpus if self.percpu else self.value_size
+
+    def set(self, key: Any, value: Any) -> None:
+        from bpfdsl import syscall  # noqa: PLC0415
+
+        if self.percpu:
+            vals = value if isinstance(value, list) else [value] * self.ncpus
+            pad = (-self.value_size) % 8
+            raw = b"".join(self._b(v, self.value_size) + bytes(pad) for v in vals)
+        else:
+            raw = self._b(value, self.value_size)
+        syscall.map_update(self.fd, self._b(key, self.key_size), raw)
+
+    def _split(self, raw: bytes):
+        if not self.percpu:
+            return raw
+        step = (self.value_size + 7) & ~7
+        return [raw[i * step : i * step + self.value_size] for i in range(self.ncpus)]
+
+    def get(self, key: Any):
+        from bpfdsl import syscall  # noqa: PLC0415
+
+        raw = syscall.map_lookup(self.fd, self._b(key, self.key_size), self._vsize())
+        return None if raw is None else self._split(raw)
+
+    def items(self):
+        from bpfdsl import syscall  # noqa: PLC0415
+
+        out, key, seen = {}, None, 0
+        while seen <= 1_000_000:
+            key = syscall.map_get_next_key(self.fd, key, self.key_size)
+            if key is None:
+                break
+            seen += 1
+            raw = syscall.map_lookup(self.fd, key, self._vsize())
+            if raw is not None:
+                out[key] = self._split(raw)
+        return out
+
+
+class BpfProgram:
+    """One program of a loaded object on one engine: ``run(packet)``, ``maps[name]``."""
+
+    def __init__(self, engine: str, spec, name: str | None, config: dict | None):
+        from bpfdsl.testrun import choose_program  # noqa: PLC0415
+
+        self.engine = engine
+        self.name, self.kind = choose_program(spec, name)
+        self._coll = None
+        if engine == "interp":
+            from bpfdsl.interp import InterpCollection  # noqa: PLC0415
+
+            self._interp = InterpCollection(spec, config=config or {})
+            self.maps = {n: _InterpMap(m) for n, m in self._interp.maps.items()}
+        else:
+            from bpfdsl import loader, syscall  # noqa: PLC0415
+
+            self._coll = loader.load_collection(spec, config=config or {})
+            n = syscall.possible_cpus()
+            self.maps = {
+                k: _KernelMap(lm, n) for k, lm in self._coll.maps.items() if lm.spec is not None
+            }
+
+    def run(self, packet: Any, **ctx: Any) -> BpfRun:
+        """Run on ``packet`` (bytes or a scapy packet).  Interpreter keywords: XDP
+        ``ingress_ifindex``, ``rx_queue_index``, ``egress_ifindex``; sk_msg ``sock``
+        (:class:`bpfdsl.interp.SockInfo`).  The kernel engine skips the test for program
+        kinds BPF_PROG_TEST_RUN refuses (cpumap, devmap, sk_msg)."""
+        from bpfdsl.testrun import verdict_name  # noqa: PLC0415
+
+        data = bytes(packet)
+        if self.engine == "interp":
+            r = self._interp.programs[self.name].run(data, **ctx)
+            return BpfRun(r.retval, verdict_name(self.kind, r.retval), r.data_out, r.redirect)
+        if not self.kind.test_run:
+            pytest.skip(
+                f"BPF_PROG_TEST_RUN refuses {self.kind.keyword or self.kind.section} programs "
+                "(tested with the interpreter and real traffic)"
+            )
+        if ctx:
+            pytest.skip(f"the kernel test run cannot set {', '.join(ctx)}")
+        from bpfdsl import syscall  # noqa: PLC0415
+
+        r = syscall.prog_test_run(self._coll.programs[self.name].fd, data)
+        return BpfRun(r.retval, verdict_name(self.kind, r.retval), r.data_out)
+
+    def close(self) -> None:
+        if self._coll is not None:
+            self._coll.close()
+            self._coll = None
+
+
+def load_spec(obj: str | Path | bytes):
+    """CollectionSpec of ``obj``: ELF bytes, a ``.o`` path, or a ``.bpfd`` source path
+    (compiled with bpfdsl.compiler)."""
+    from bpfdsl.objfile import read_object  # noqa: PLC0415
+
+    if isinstance(obj, (str, Path)) and str(obj).endswith(".bpfd"):
+        from bpfdsl.compiler import compile_file  # noqa: PLC0415
+
+        return read_object(compile_file(str(obj)).obj)
+    return read_object(obj)
+
+
+@pytest.fixture(params=[ENGINES[0], pytest.param(ENGINES[1], marks=pytest.mark.kernel)])
+def bpf_engine(request: pytest.FixtureRequest) -> str:
+    """``"interp"`` or ``"kernel"``: every test using it runs once per engine."""
+    return request.param
+
+
+@pytest.fixture
+def bpf_program(bpf_engine: str):
+    """Factory ``bpf_program(obj, program=None, *, config=None) -> BpfProgram`` on the
+    engine of ``bpf_engine``; kernel objects are closed after the test."""
+    made: list[BpfProgram] = []
+
+    def load(
+        obj: str | Path | bytes, program: str | None = None, *, config: dict | None = None
+    ) -> BpfProgram:
+        p = BpfProgram(bpf_engine, load_spec(obj), program, config)
+        made.append(p)
+        return p
+
+    try:
+        yield load
+    finally:
+        for p in made:
+            p.close()
