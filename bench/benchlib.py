@@ -162,12 +162,22 @@ def build_c(out_dir: Path, names: Sequence[str] | None = None) -> dict[str, Path
     return objs
 
 
-def compile_ours(src: Path, out: Path) -> None:
-    """Compile a .bpfd file with the in-tree compiler (library call) into ``out``."""
-    from bpfdsl.compiler import compile_source
+def compile_ours(src: Path, out: Path) -> str | None:
+    """Compile a .bpfd file with the in-tree compiler into ``out``; None on success, else
+    why not (the benchmarks then run with the clang object only and print the reason).
 
-    res = compile_source(src.read_text(), str(src))
+    Uses the library call ``bpfdsl.compiler.compile_source`` (no dependence on the CLI)."""
+    if not src.exists():
+        return f"{src.relative_to(ROOT)} does not exist yet"
+    try:
+        from bpfdsl.compiler import compile_source
+
+        res = compile_source(src.read_text(), str(src))
+    except Exception as e:  # noqa: BLE001 - any compiler failure is reported, not fatal
+        msg = str(e).strip().splitlines()
+        return f"bpfdsl cannot compile {src.name}: {type(e).__name__}: {msg[0] if msg else ''}"
     out.write_bytes(res.obj)
+    return None
 
 
 def ensure_bpffs() -> None:

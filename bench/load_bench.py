@@ -199,12 +199,12 @@ def main(argv: list[str] | None = None) -> int:
         with tempfile.TemporaryDirectory(prefix="bpfdsl-lbench-") as tmp:
             objs = {"clang": B.build_c(Path(tmp), [a.program])[a.program]}
             notes = []
-            if bpfd.exists():
-                ours = Path(tmp) / f"{a.program}.ours.o"
-                B.run(B.ours_compile_cmd(bpfd, ours), env=B.env_with_tree())
+            ours = Path(tmp) / f"{a.program}.ours.o"
+            why = B.compile_ours(bpfd, ours)
+            if why is None:
                 objs = {"bpfdsl": ours, **objs}
             else:
-                notes.append(f"progs/{a.program}.bpfd missing: clang object only")
+                notes.append(f"{why}: clang object only")
             res = bench(objs, a.runs)
             res["notes"] += notes
     except B.BenchError as e:

@@ -268,16 +268,12 @@ def main(argv: list[str] | None = None) -> int:
             work = Path(tmp)
             objs = {"clang": B.build_c(work / "clang", [NAME])[NAME]}
             notes = []
-            bpfd = B.PROGS / f"{NAME}.bpfd"
-            if bpfd.exists():
-                ours = work / f"{NAME}.ours.o"
-                try:
-                    B.run(B.ours_compile_cmd(bpfd, ours), env=B.env_with_tree())
-                    objs["bpfdsl"] = ours
-                except B.BenchError as e:
-                    notes.append(f"bpfdsl compile failed, clang only: {e}")
+            ours = work / f"{NAME}.ours.o"
+            why = B.compile_ours(B.PROGS / f"{NAME}.bpfd", ours)
+            if why is None:
+                objs["bpfdsl"] = ours
             else:
-                notes.append(f"progs/{NAME}.bpfd missing: clang program only")
+                notes.append(f"{why}: clang program only")
             res = bench(objs, sizes, a.runs, a.millis, work)
             res["notes"] = notes
     except B.BenchError as e:

@@ -190,16 +190,12 @@ def build_objects(work: Path, scenarios) -> tuple[dict, list[str]]:
     for sc in ("drop", *scenarios):
         name = SCENARIOS[sc]
         objs[sc] = {"clang": cobjs[name]}
-        bpfd = B.PROGS / f"{name}.bpfd"
-        if not bpfd.exists():
-            notes.append(f"{sc}: progs/{name}.bpfd missing, clang only")
-            continue
         out = work / f"{name}.ours.o"
-        try:
-            B.run(B.ours_compile_cmd(bpfd, out), env=B.env_with_tree())
+        why = B.compile_ours(B.PROGS / f"{name}.bpfd", out)
+        if why is None:
             objs[sc]["bpfdsl"] = out
-        except B.BenchError as e:
-            notes.append(f"{sc}: bpfdsl compile failed: {e}")
+        else:
+            notes.append(f"{sc}: {why}, clang only")
     return objs, sorted(set(notes))
 
 
