@@ -97,14 +97,21 @@ class DIType:
 class FunctionDebug:
     """The DISubprogram of one program function; :meth:`loc` makes its ``!dbg`` locations."""
 
-    module: ir.Module
+    debug: DebugInfo
     subprogram: ir.DIValue
 
     def loc(self, line: int, col: int = 0) -> ir.DIValue:
         """``!DILocation(line, column)`` in this function (1-based, as in the .bpfd source)."""
-        return self.module.add_debug_info(
-            "DILocation", {"line": line, "column": col, "scope": self.subprogram}
-        )
+        return self.debug._di("DILocation", line=line, column=col, scope=self.subprogram)
+
+
+def _key(v: object) -> object:
+    """Hashable identity of a metadata operand (tokens by text, nodes by object)."""
+    if isinstance(v, ir.DIToken):
+        return ("token", v.value)
+    if isinstance(v, ir.Value):
+        return ("node", id(v))
+    return v
 
 
 def _ref(node: ir.DIValue) -> ir.DIToken:
@@ -146,6 +153,7 @@ class DebugInfo:
         directory: str = "", producer: str = PRODUCER,
     ) -> None:  # fmt: skip
         self.module = module
+        self._cache: dict[tuple, ir.Value] = {}
         extra = {"source": source} if source is not None else {}
         self.file = self._di("DIFile", filename=filename, directory=directory, **extra)
         self.cu = self._di(
@@ -158,18 +166,41 @@ class DebugInfo:
         i32 = ir.IntType(32)
         flags.add(module.add_metadata([i32(7), "Dwarf Version", i32(5)]))
         flags.add(module.add_metadata([i32(2), "Debug Info Version", i32(3)]))
-        self._globals: list[ir.DIValue] = []  # DIGlobalVariableExpressions for the CU
+        # The CU's globals: list, grown in place (so finalize() is only needed for
+        # llvm.compiler.used); made directly, not via add_metadata, so no other user shares it.
+        self._globals = ir.values.MDValue(module, [], name=str(len(module.metadata)))
+        self._set_ops(self.cu, **dict(self.cu.operands), globals=self._globals)
         self._used: list[ir.GlobalValue] = []  # llvm.compiler.used
         self._types: dict[str, DIType] = {}
         self._finalized = False
 
+    # llvmlite's add_debug_info/add_metadata dedupe by hashing operands recursively (the
+    # whole type graph, per call): building a module took ~10 ms.  These cache by identity.
+
     def _di(self, kind: str, *, distinct: bool = False, **ops: object) -> ir.DIValue:
-        """``!kind(ops...)``; non-distinct nodes are shared by llvmlite when equal."""
-        return self.module.add_debug_info(kind, ops, is_distinct=distinct)
+        """``!kind(ops...)``; equal non-distinct nodes are shared."""
+        items = tuple(sorted(ops.items()))
+        key = None if distinct else (kind, tuple((k, _key(v)) for k, v in items))
+        node = self._cache.get(key) if key else None
+        if node is None:
+            name = str(len(self.module.metadata))
+            node = ir.values.DIValue(self.module, distinct, kind, items, name=name)
+            if key:
+                self._cache[key] = node
+        return node
+
+    def _md(self, values: Sequence[ir.Value]) -> ir.MDValue:
+        """``!{values...}`` (a metadata tuple), shared when equal."""
+        key = ("!{}", tuple(_key(v) for v in values))
+        node = self._cache.get(key)
+        if node is None:
+            name = str(len(self.module.metadata))
+            node = self._cache[key] = ir.values.MDValue(self.module, values, name=name)
+        return node
 
     def _set_ops(self, node: ir.DIValue, **ops: object) -> None:
         """Complete a distinct node created earlier (the way to build metadata cycles)."""
-        node.operands = tuple(sorted(self.module._fix_di_operands(ops.items())))
+        node.operands = tuple(sorted(ops.items()))
 
     # ---- types -------------------------------------------------------------------------
 
@@ -225,7 +256,7 @@ class DebugInfo:
         sub = self._di("DISubrange", count=count)
         md = self._di(
             "DICompositeType", tag=T("DW_TAG_array_type"), baseType=elem.md,
-            size=elem.size * count * 8, elements=self.module.add_metadata([sub]),
+            size=elem.size * count * 8, elements=self._md([sub]),
         )  # fmt: skip
         return DIType(md, elem.size * count, elem.align)
 
@@ -258,7 +289,7 @@ class DebugInfo:
             off += ftype.size
         align = max(align, 1)
         total = size if size is not None else -(-off // align) * align
-        self._set_ops(st, **ops, size=total * 8, elements=self.module.add_metadata(members))
+        self._set_ops(st, **ops, size=total * 8, elements=self._md(members))
         return DIType(st, total, align)
 
     def ctx_type(self, ctx: str) -> DIType:
@@ -286,7 +317,7 @@ class DebugInfo:
         )  # fmt: skip
         gve = self._di("DIGlobalVariableExpression", var=var, expr=self._di("DIExpression"))
         gv.set_metadata("dbg", gve)
-        self._globals.append(gve)
+        self._globals.operands = (*self._globals.operands, gve)
         self.keep(gv)
 
     def keep(self, *values: ir.GlobalValue) -> None:
@@ -368,20 +399,20 @@ class DebugInfo:
 
     def function(
         self, fn: ir.Function, *, line: int, ctx: str | DIType | None = "xdp_md",
-        arg_name: str = "ctx", ret: DIType | None = None,
+        arg_name: str = "ctx", ret: DIType | None = None, program: bool = True,
     ) -> FunctionDebug:  # fmt: skip
         """Attach a ``DISubprogram`` to ``fn`` (a program: ``int name(struct ctx *ctx)``).
 
         LLVM emits it as BTF FUNC + FUNC_PROTO and as ``.BTF.ext`` func info; ``fn`` is
-        marked ``nounwind`` (else LLVM adds ``.eh_frame``) and kept in compiler.used.
+        marked ``nounwind`` (else LLVM adds ``.eh_frame``) and, when ``program``, kept in
+        compiler.used.  Inlined helpers take ``ctx=None, program=False``: their locations
+        then carry ``inlinedAt`` and line info shows the helper's lines.
         """
         ret = ret or self.int_type("int")
         params = [] if ctx is None else [
             self.pointer_type(self.ctx_type(ctx) if isinstance(ctx, str) else ctx)
         ]  # fmt: skip
-        sty = self._di(
-            "DISubroutineType", types=self.module.add_metadata([ret.md, *(p.md for p in params)])
-        )
+        sty = self._di("DISubroutineType", types=self._md([ret.md, *(p.md for p in params)]))
         ops = dict(
             name=fn.name, scope=self.file, file=self.file, line=line, type=sty, scopeLine=line,
             flags=T("DIFlagPrototyped"), spFlags=T("DISPFlagDefinition | DISPFlagOptimized"),
@@ -393,20 +424,20 @@ class DebugInfo:
                 "DILocalVariable", name=arg_name, arg=1, scope=_ref(sp), file=self.file,
                 line=line, type=params[0].md,
             )  # fmt: skip
-            self._set_ops(sp, **ops, retainedNodes=self.module.add_metadata([arg]))
+            self._set_ops(sp, **ops, retainedNodes=self._md([arg]))
         fn.set_metadata("dbg", sp)
         fn.attributes.add("nounwind")
-        self.keep(fn)
-        return FunctionDebug(self.module, sp)
+        if program:
+            self.keep(fn)
+        return FunctionDebug(self, sp)
 
     def finalize(self) -> None:
-        """Write the CU's ``globals:`` list and ``llvm.compiler.used``; call once, last."""
+        """Write ``llvm.compiler.used`` (maps, license, configs, programs); call once, last.
+
+        Optional: external globals survive without it, but clang writes it too."""
         if self._finalized:
             return
         self._finalized = True
-        if self._globals:
-            ops = dict(self.cu.operands)
-            self._set_ops(self.cu, **ops, globals=self.module.add_metadata(list(self._globals)))
         if self._used:
             ty = ir.ArrayType(ir.PointerType(), len(self._used))
             used = ir.GlobalVariable(self.module, ty, "llvm.compiler.used")
