@@ -10,6 +10,7 @@ holds the only references, so nothing stays behind even if the test process dies
 
 from __future__ import annotations
 
+import ctypes
 import os
 import shutil
 import struct
@@ -23,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from bpfdsl import syscall as S
+from bpfdsl.uapi import BpfCmd
 
 HERE = Path(__file__).resolve().parent
 C_DIRS = (HERE / "data" / "c", HERE / "data" / "redirect_c")
@@ -116,3 +118,24 @@ def quiet_ipv6(ns: str) -> None:
         for conf in ("all", "default"):
             with open(f"/proc/sys/net/ipv6/conf/{conf}/disable_ipv6", "w") as f:
                 f.write("1")
+
+
+class _EnableStatsAttr(ctypes.Structure):
+    _fields_ = [("type", ctypes.c_uint32)]  # union bpf_attr.enable_stats; 0 = BPF_STATS_RUN_TIME
+
+
+@contextmanager
+def bpf_run_stats() -> Iterator[None]:
+    """Kernel program run counters (bpf_prog_info.run_cnt) on while the block runs.
+
+    BPF_ENABLE_STATS returns an fd; the stats stay on only while it is open, so nothing is
+    left switched on if the test dies (unlike writing kernel.bpf_stats_enabled).
+    """
+    fd = S.Fd(S.sys_bpf(BpfCmd.ENABLE_STATS, _EnableStatsAttr(0)))
+    with fd:
+        yield
+
+
+def run_count(prog_fd: int) -> int:
+    """How often the kernel ran the program (needs :func:`bpf_run_stats`)."""
+    return int(S.prog_info(prog_fd).run_cnt)
