@@ -147,11 +147,12 @@ def _fail(path: str, msg: str, hint: str | None = None) -> UsageError:
     return UsageError(error("bad-object", f"{path}: {msg}", hint=hint))
 
 
-def read_object(data: bytes | str | Path) -> CollectionSpec:
-    """Read an eBPF ELF object (bytes or a path).  Raises UsageError on anything unusable:
-    missing file, not ELF, not EM_BPF/64-bit/little-endian, truncated or corrupt sections,
-    legacy ``maps``, malformed ``.maps`` definitions or relocations."""
-    path = "<object>"
+def read_object(data: bytes | str | Path, *, name: str | None = None) -> CollectionSpec:
+    """Read an eBPF ELF object (bytes or a path; ``name`` labels bytes in messages).
+    Raises UsageError on anything unusable: missing file, not ELF, not EM_BPF/64-bit/
+    little-endian, truncated or corrupt sections, legacy ``maps``, malformed ``.maps``
+    definitions or relocations."""
+    path = name or "<object>"
     if not isinstance(data, bytes | bytearray | memoryview):
         path = str(data)
         try:

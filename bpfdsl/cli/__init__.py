@@ -21,7 +21,7 @@ OK, FAILED, USAGE, NO_PERMISSION = 0, 1, 2, 3
 # command -> (module under bpfdsl.cli, one-line help).  Several commands may share a module.
 COMMANDS: dict[str, tuple[str, str]] = {
     "compile": ("compile_cmds", "compile a .bpfd program to an eBPF ELF object"),
-    "disasm": ("compile_cmds", "disassemble an object per section, with source lines"),
+    "disasm": ("disasm_cmd", "disassemble an object per section, with source lines"),
     "check": ("check_cmd", "static verifier-like check of a .bpfd or .o (no privileges)"),
     "load": ("load_cmds", "load an object into the kernel and pin it (≈ bpftool prog loadall)"),
     "unload": ("load_cmds", "remove everything pinned under a pin directory"),

@@ -1,0 +1,145 @@
+"""CLI: ``bpfdsl load FILE [--pin-dir DIR] [--set NAME=VALUE]... [--log]`` and
+``bpfdsl unload DIR`` (≈ ``bpftool prog loadall`` / ``rm -r`` of what it pinned)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+
+OK = 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "load",
+        help="load an object into the kernel and pin it (≈ bpftool prog loadall)",
+        description="Load every program and map of FILE (.o, or .bpfd compiled first) and pin "
+        "them under DIR/progs and DIR/maps, with a manifest so `bpfdsl show`/`unload` know "
+        "them.  Needs root (CAP_BPF + CAP_NET_ADMIN).",
+    )
+    p.add_argument("file", metavar="FILE", help="FILE := OBJ.o | PROG.bpfd")
+    p.add_argument(
+        "--pin-dir",
+        metavar="DIR",
+        help="bpffs directory to pin into (default /sys/fs/bpf/bpfdsl/<file stem>)",
+    )
+    p.add_argument(
+        "--set",
+        metavar="NAME=VALUE",
+        action="append",
+        default=[],
+        help="set a load-time config (.rodata variable); repeatable",
+    )
+    p.add_argument(
+        "--log",
+        action="store_true",
+        help="print the whole verifier log of every program (also on rejection)",
+    )
+    p.add_argument(
+        "--log-level",
+        type=int,
+        default=1,
+        metavar="N",
+        help="verifier log level with --log (1 = instructions, 2 = + states)",
+    )
+    p.set_defaults(func=cmd_load)
+    u = sub.add_parser(
+        "unload",
+        help="remove everything pinned under a pin directory",
+        description="Detach the links pinned in DIR, then remove every pin `bpfdsl load` made "
+        "there and the directory itself.",
+    )
+    u.add_argument("pin_dir", metavar="DIR")
+    u.set_defaults(func=cmd_unload)
+
+
+def default_pin_dir(path: str) -> str:
+    from bpfdsl.attach import DEFAULT_PIN_ROOT  # noqa: PLC0415
+
+    stem = re.sub(r"[^A-Za-z0-9_]", "_", os.path.basename(path).rsplit(".", 1)[0])
+    return os.path.join(DEFAULT_PIN_ROOT, stem)
+
+
+def cmd_load(args) -> int:
+    from bpfdsl import loader, objfile, pins, testrun  # noqa: PLC0415
+
+    spec = objfile.read_object(testrun.object_bytes(args.file), name=args.file)
+    config = testrun.parse_config(args.set)
+    pin_dir = args.pin_dir or default_pin_dir(args.file)
+    level = args.log_level if args.log else 0
+    try:
+        coll = loader.load_collection(spec, config=config, log_level=level)
+    except loader.VerifierError as e:
+        if args.log:
+            print(e.log, file=sys.stderr)
+        raise
+    with coll:
+        for w in coll.warnings:
+            print(f"warning: {w}", file=sys.stderr)
+        if args.log:
+            for p in coll.programs.values():
+                print(f"== verifier log of {p.name} ==\n{p.log}", file=sys.stderr)
+        try:
+            res = pins.pin_collection(coll, pin_dir, source=os.path.abspath(args.file))
+        except BaseException:
+            for path in coll.pins:  # maps pinned by name for this load only
+                if os.path.lexists(path):
+                    os.unlink(path)
+            raise
+        rows = _rows(coll, res)
+    if args.json:
+        print(json.dumps({"pin_dir": pin_dir, "objects": rows, "warnings": coll.warnings}))
+        return OK
+    print(f"loaded {args.file} into {pin_dir}")
+    for r in rows:
+        print(f"  {r['kind']:<4} {r['name']:<20} id {r['id']:<6} {r['type']:<14} {r['pin']}")
+    return OK
+
+
+def _rows(coll, res) -> list[dict]:
+    from bpfdsl import syscall as S  # noqa: PLC0415
+    from bpfdsl.uapi import MapType, ProgramType  # noqa: PLC0415
+
+    rows = []
+    for name, p in coll.programs.items():
+        info = S.prog_info(p.fd)
+        rows.append(
+            {
+                "kind": "prog",
+                "name": name,
+                "id": info.id,
+                "pin": res.programs[name],
+                "type": ProgramType(info.type).name.lower(),
+                "section": p.spec.section,
+            }
+        )
+    for name, m in coll.maps.items():
+        info = S.map_info(m.fd)
+        try:
+            t = MapType(info.type).name.lower()
+        except ValueError:
+            t = str(info.type)
+        rows.append(
+            {
+                "kind": "map",
+                "name": name,
+                "id": info.id,
+                "pin": res.maps[name],
+                "type": t,
+                "max_entries": info.max_entries,
+            }
+        )
+    return rows
+
+
+def cmd_unload(args) -> int:
+    from bpfdsl import pins  # noqa: PLC0415
+
+    removed = pins.unpin_dir(args.pin_dir)
+    if args.json:
+        print(json.dumps({"pin_dir": args.pin_dir, "removed": removed}))
+    else:
+        print(f"unloaded {args.pin_dir}: removed {len(removed)} pins and directories")
+    return OK
