@@ -1,0 +1,227 @@
+"""The checker: a verifier-like static analysis of eBPF programs (ours or clang's).
+
+Input is an object read by bpfdsl.objfile (``CollectionSpec``/``ProgramSpec``); output is
+a :class:`CheckResult` with, per program, the errors the kernel verifier would reject on
+(in its wording, with the source line from ``.BTF.ext`` and the failing register state)
+and warnings for what the kernel accepts but is a bug.  Never imports the front end.
+
+    check_object(spec)                 -> CheckResult      (every program of an object)
+    check_program(prog_spec, maps, ...) -> ProgramResult
+    check_insns(insns, kind, ...)      -> ProgramResult    (raw instruction lists)
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ..insn import Insn, format_insn
+from ..uapi import PROGRAM_KINDS, AttachType, MapType, ProgramKind, ProgramType
+from .analyzer import analyze
+from .cfg import CfgError, build_cfg
+from .ctx import ctx_for_program_type
+from .env import Env, Fault, MapRef
+from .report import CheckError, CheckResult, ProgramResult, SourceLine
+
+__all__ = [
+    "CheckError",
+    "CheckResult",
+    "ProgramResult",
+    "check_insns",
+    "check_object",
+    "check_program",
+]
+
+BPF_F_RDONLY_PROG = 1 << 7
+
+
+@dataclass
+class DataMap:
+    """A global-data section seen as the one-entry array map libbpf makes of it."""
+
+    name: str
+    data: bytes
+    readonly: bool
+    map_type: int = MapType.ARRAY
+    key_size: int = 4
+    max_entries: int = 1
+
+    @property
+    def value_size(self) -> int:
+        return len(self.data)
+
+    @property
+    def map_flags(self) -> int:
+        return BPF_F_RDONLY_PROG if self.readonly else 0
+
+
+def _kind_of(prog_type: ProgramType, attach: AttachType | None) -> ProgramKind | None:
+    for k in PROGRAM_KINDS:
+        if k.program_type == prog_type and k.attach_type == attach:
+            return k
+    return None
+
+
+def check_insns(
+    insns: Sequence[Insn],
+    prog_type: ProgramType,
+    attach_type: AttachType | None = None,
+    *,
+    map_refs: dict[int, MapRef] | None = None,
+    name: str = "prog",
+    section: str = "",
+    line_at=None,
+    privileged: bool = True,
+    strict: bool = False,
+    gpl: bool = True,
+) -> ProgramResult:
+    """Check one instruction list (ld_imm64 = one Insn) of ``prog_type``.
+
+    ``map_refs``: list index -> MapRef for ld_imm64 map operands.  ``line_at(slot)``
+    returns a LineInfo-like record (file, line, col, text) or None.  ``strict`` turns
+    warnings into errors.  Never raises for bad programs: faults become errors.
+    """
+    t0 = time.perf_counter()
+    kind = _kind_of(prog_type, attach_type)
+    ctx = kind.ctx if kind else ctx_for_program_type(prog_type)
+    env = Env(
+        prog_type=prog_type,
+        attach_type=attach_type,
+        ctx=ctx,
+        returns=dict(kind.returns) if kind else {},
+        map_refs=dict(map_refs or {}),
+        gpl=gpl,
+        privileged=privileged,
+    )
+    res = ProgramResult(name, section, insn_count=sum(x.width for x in insns))
+    try:
+        cfg = build_cfg(insns)
+    except CfgError as e:
+        slots = _slots(insns)
+        res.errors.append(_mk(insns, slots, e.idx, "cfg", e.message, e.explain, {}, "", line_at))
+        res.seconds = time.perf_counter() - t0
+        return res
+    out = analyze(env, cfg)
+    res.insns_processed, res.states = out.processed, out.states
+    if out.fault is not None:
+        i, f, state, regs = out.fault
+        res.errors.append(
+            _mk(insns, cfg.slots, i, f.code, f.message, f.explain, regs, state, line_at)
+        )
+    for i, f in env.warnings:
+        w = _mk(insns, cfg.slots, i, f.code, f.message, f.explain, {}, "", line_at)
+        w.severity = "warning"
+        if strict:
+            w.severity = "error"
+            res.errors.append(w)
+        else:
+            res.warnings.append(w)
+    res.seconds = time.perf_counter() - t0
+    return res
+
+
+def _slots(insns: Sequence[Insn]) -> list[int]:
+    out, s = [], 0
+    for x in insns:
+        out.append(s)
+        s += x.width
+    return out
+
+
+def _mk(insns, slots, i, code, message, explain, regs, state, line_at) -> CheckError:
+    i = min(max(i, 0), len(insns) - 1) if insns else 0
+    text = format_insn(insns[i]) if insns else ""
+    src = None
+    if line_at is not None and insns:
+        li = line_at(slots[i])
+        if li is not None:
+            src = SourceLine(li.file, li.line, li.col, li.text)
+    return CheckError(code, message, explain, i, slots[i] if insns else 0, text, regs, state, src)
+
+
+def map_refs_for(prog_spec, maps: dict, data_sections: dict | None = None) -> dict[int, MapRef]:
+    """ld_imm64 relocations of an objfile ProgramSpec -> MapRef per instruction index."""
+    refs: dict[int, MapRef] = {}
+    dmaps = {n: DataMap(n, d.data, d.readonly) for n, d in (data_sections or {}).items()}
+    for rel in prog_spec.relocations:
+        if rel.kind == "map" and rel.symbol in maps:
+            refs[rel.insn_idx] = MapRef(maps[rel.symbol], None)
+        elif rel.kind == "data" and rel.symbol in dmaps:
+            refs[rel.insn_idx] = MapRef(dmaps[rel.symbol], rel.offset)
+    return refs
+
+
+def check_program(
+    prog_spec,
+    maps: dict,
+    *,
+    data_sections: dict | None = None,
+    license: str | None = "GPL",
+    privileged: bool = True,
+    strict: bool = False,
+) -> ProgramResult:
+    """Check one objfile ``ProgramSpec`` with the object's ``maps`` (name -> MapSpec) and
+    ``data_sections`` (name -> DataSection, for .rodata/.data/.bss references)."""
+    kind = prog_spec.kind
+    if kind is None:
+        res = ProgramResult(prog_spec.name, prog_spec.section)
+        res.errors.append(
+            CheckError(
+                "unknown-section",
+                f"section '{prog_spec.section}' is not a program type the checker knows",
+                "use a libbpf section name such as xdp, xdp/cpumap, xdp/devmap, sk_msg, sockops",
+                0,
+                0,
+                "",
+            )
+        )
+        return res
+    return check_insns(
+        prog_spec.insns,
+        kind.program_type,
+        kind.attach_type,
+        map_refs=map_refs_for(prog_spec, maps, data_sections),
+        name=prog_spec.name,
+        section=prog_spec.section,
+        line_at=prog_spec.line_at,
+        privileged=privileged,
+        strict=strict,
+        gpl=_gpl(license),
+    )
+
+
+def _gpl(lic: str | None) -> bool:
+    return (lic or "") in (
+        "GPL",
+        "GPL v2",
+        "GPL and additional rights",
+        "Dual BSD/GPL",
+        "Dual MIT/GPL",
+        "Dual MPL/GPL",
+    )
+
+
+def check_object(
+    spec, *, only: str | None = None, privileged: bool = True, strict: bool = False
+) -> CheckResult:
+    """Check every program of an objfile ``CollectionSpec`` (or only the one named/sectioned
+    ``only``)."""
+    out = CheckResult()
+    for name, p in spec.programs.items():
+        if only is not None and only not in (name, p.section):
+            continue
+        out.programs.append(
+            check_program(
+                p,
+                spec.maps,
+                data_sections=spec.data_sections,
+                license=spec.license,
+                privileged=privileged,
+                strict=strict,
+            )
+        )
+    return out
+
+
+_ = Fault  # re-exported for tests

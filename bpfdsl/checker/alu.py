@@ -1,0 +1,190 @@
+"""Scalar ALU transfer functions: bounds and known bits of ``dst op src`` (both scalars).
+
+Follows kernel/bpf/verifier.c ``adjust_scalar_min_max_vals`` and the ``scalar*_min_max_*``
+helpers: add/sub with overflow checks, and/or/xor/mul from tnums plus ranges, shifts
+by constants, div/mod and byte swaps exact on constants and unknown otherwise.  BPF
+division by zero gives 0 and modulo by zero keeps the dividend (the kernel patches the
+program so; only an immediate divisor of 0 is rejected, by the analyzer).
+"""
+
+from __future__ import annotations
+
+from .. import uapi as U
+from . import domain as D
+from . import tnum as T
+
+M64, M32 = T.M64, T.M32
+
+
+def _const_op(op: int, a: int, b: int, bits: int, signed_div: bool) -> int:
+    mask = (1 << bits) - 1
+    a &= mask
+    b &= mask
+    if op == U.BPF_ADD:
+        return a + b
+    if op == U.BPF_SUB:
+        return a - b
+    if op == U.BPF_MUL:
+        return a * b
+    if op == U.BPF_DIV:
+        if b == 0:
+            return 0
+        if signed_div:
+            sa, sb = _sx(a, bits), _sx(b, bits)
+            q = abs(sa) // abs(sb)
+            return q if (sa < 0) == (sb < 0) else -q
+        return a // b
+    if op == U.BPF_MOD:
+        if b == 0:
+            return a
+        if signed_div:
+            sa, sb = _sx(a, bits), _sx(b, bits)
+            r = abs(sa) % abs(sb)
+            return -r if sa < 0 else r
+        return a % b
+    if op == U.BPF_OR:
+        return a | b
+    if op == U.BPF_AND:
+        return a & b
+    if op == U.BPF_XOR:
+        return a ^ b
+    if op == U.BPF_LSH:
+        return a << (b & (bits - 1))
+    if op == U.BPF_RSH:
+        return a >> (b & (bits - 1))
+    if op == U.BPF_ARSH:
+        return _sx(a, bits) >> (b & (bits - 1))
+    raise ValueError(op)
+
+
+def _sx(v: int, bits: int) -> int:
+    return v - (1 << bits) if v >> (bits - 1) else v
+
+
+def _from_bounds(tn, smin, smax, umin, umax, bits: int) -> D.Reg:
+    if bits == 64:
+        b = (smin, smax, umin, umax) + D.UNKNOWN_BOUNDS[4:]
+        return D.sync(D.Reg(D.SCALAR, tn=tn, b=b))
+    b = (smin, smax, umin, umax, smin, smax, umin, umax)
+    r = D.Reg(D.SCALAR, tn=tn, b=(D.S64_MIN, D.S64_MAX, 0, M64) + b[4:])
+    r = D.sync(r.replace(smin=0, smax=M32, umin=0, umax=M32))
+    return r
+
+
+def _view(r: D.Reg, bits: int):
+    """(tnum, smin, smax, umin, umax) of the 64-bit value or of the low 32 bits."""
+    if bits == 64:
+        return r.tn, r.smin, r.smax, r.umin, r.umax
+    return T.subreg(r.tn), r.s32min, r.s32max, r.u32min, r.u32max
+
+
+def scalar_alu(op: int, dst: D.Reg, src: D.Reg, is64: bool, signed_div: bool = False) -> D.Reg:
+    """Result of ``dst op src`` for scalars (ALU64 when ``is64``, else ALU32 zero-extended)."""
+    bits = 64 if is64 else 32
+    mask = M64 if is64 else M32
+    smin_lim, smax_lim = (D.S64_MIN, D.S64_MAX) if is64 else (D.S32_MIN, D.S32_MAX)
+    if dst.tn[1] == 0 and src.tn[1] == 0:
+        v = _const_op(op, dst.tn[0], src.tn[0], bits, signed_div) & mask
+        return D.known(v)
+    dt, dsmin, dsmax, dumin, dumax = _view(dst, bits)
+    st, ssmin, ssmax, sumin, sumax = _view(src, bits)
+    smin, smax, umin, umax = smin_lim, smax_lim, 0, mask
+    if op == U.BPF_ADD:
+        tn = T.cast(T.add(dt, st), bits // 8)
+        if smin_lim <= dsmin + ssmin and dsmax + ssmax <= smax_lim:
+            smin, smax = dsmin + ssmin, dsmax + ssmax
+        if dumax + sumax <= mask:
+            umin, umax = dumin + sumin, dumax + sumax
+    elif op == U.BPF_SUB:
+        tn = T.cast(T.sub(dt, st), bits // 8)
+        if smin_lim <= dsmin - ssmax and dsmax - ssmin <= smax_lim:
+            smin, smax = dsmin - ssmax, dsmax - ssmin
+        if dumin >= sumax:
+            umin, umax = dumin - sumax, dumax - sumin
+    elif op == U.BPF_MUL:
+        tn = T.cast(T.mul(dt, st), bits // 8)
+        if dumax * sumax <= mask:
+            umin, umax = dumin * sumin, dumax * sumax
+            if umax <= smax_lim:
+                smin, smax = umin, umax
+    elif op == U.BPF_AND:
+        tn = T.and_(dt, st)
+        umin, umax = tn[0], min(dumax, sumax)
+        if dsmin >= 0 and ssmin >= 0:
+            smin, smax = umin, umax
+    elif op == U.BPF_OR:
+        tn = T.or_(dt, st)
+        umin, umax = max(dumin, sumin), tn[0] | tn[1]
+        if dsmin >= 0 and ssmin >= 0:
+            smin, smax = umin, umax
+    elif op == U.BPF_XOR:
+        tn = T.xor(dt, st)
+        umin, umax = tn[0], tn[0] | tn[1]
+        if dsmin >= 0 and ssmin >= 0:
+            smin, smax = umin, umax
+    elif op in (U.BPF_LSH, U.BPF_RSH, U.BPF_ARSH) and src.tn[1] == 0:
+        s = src.tn[0] & mask
+        if s >= bits:
+            return D.unknown() if is64 else D.zext32(D.unknown())
+        if op == U.BPF_LSH:
+            tn = T.cast(T.lshift(dt, s), bits // 8)
+            if (dumax << s) <= mask:
+                umin, umax = dumin << s, dumax << s
+        elif op == U.BPF_RSH:
+            tn = T.rshift(dt, s)
+            umin, umax = dumin >> s, dumax >> s
+        else:
+            tn = T.arshift(dt, s, bits)
+            smin, smax = dsmin >> s, dsmax >> s
+    elif op in (U.BPF_DIV, U.BPF_MOD) and src.tn[1] == 0 and not signed_div:
+        d = src.tn[0] & mask
+        if op == U.BPF_DIV:
+            if d == 0:
+                return D.known(0)
+            umin, umax = dumin // d, dumax // d
+        else:
+            if d == 0:
+                return dst if is64 else D.zext32(dst)
+            umin, umax = 0, min(dumax, d - 1)
+        tn = T.trange(umin, umax)
+        if umax <= smax_lim:
+            smin, smax = umin, umax
+    else:
+        r = D.unknown()
+        return r if is64 else D.zext32(r)
+    return _from_bounds(tn, smin, smax, umin, umax, bits)
+
+
+def swap(r: D.Reg, bits: int, to_be: bool, is64: bool) -> D.Reg:
+    """BPF_END: byte swap (bswap / be / le) of the low ``bits`` bits; host is little endian."""
+    if r.t != D.SCALAR:
+        return D.unknown()
+    mask = (1 << bits) - 1
+    if r.tn[1] == 0:
+        v = r.tn[0] & mask
+        if is64 or to_be:
+            v = int.from_bytes(v.to_bytes(bits // 8, "little"), "big")
+        return D.known(v)
+    if not (is64 or to_be):  # le on a little-endian host: truncation
+        return D.sync(D.Reg(D.SCALAR, tn=T.cast(r.tn, bits // 8), b=D.UNKNOWN_BOUNDS)).replace()
+    return D.urange(0, mask)
+
+
+def neg(r: D.Reg, is64: bool) -> D.Reg:
+    if r.tn[1] == 0:
+        return D.known((-r.tn[0]) & (M64 if is64 else M32))
+    return D.unknown() if is64 else D.zext32(D.unknown())
+
+
+def movsx(r: D.Reg, bits: int, is64: bool) -> D.Reg:
+    """MOVSX: sign-extend the low ``bits`` (8/16/32) bits."""
+    if r.tn[1] == 0:
+        v = _sx(r.tn[0] & ((1 << bits) - 1), bits)
+        return D.known(v & (M64 if is64 else M32))
+    lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+    if is64:
+        out = D.sync(D.Reg(D.SCALAR, tn=T.UNKNOWN, b=(lo, hi) + D.UNKNOWN_BOUNDS[2:]))
+        return out
+    return D.zext32(
+        D.sync(D.Reg(D.SCALAR, tn=T.UNKNOWN, b=D.UNKNOWN_BOUNDS[:4] + (lo, hi, 0, M32)))
+    )

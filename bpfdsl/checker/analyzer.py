@@ -1,0 +1,294 @@
+"""Path exploration with state pruning (kernel do_check + is_state_visited).
+
+Walks every path of a program depth-first like the kernel (the fall-through first, the
+taken branch pushed), checking each instruction with transfer.step.  At prune points a
+state already proven safe that covers the current one ends the path; a state equal to one
+still being explored on the same path is an infinite loop.  Limits are the kernel's:
+1,000,000 processed instructions, 8192 pending branches, 8 call frames, 512-byte stack.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .. import uapi as U
+from ..insn import Insn, format_insn
+from . import domain as D
+from .calls import check_helper_call
+from .cfg import Cfg
+from .env import Env, Fault
+from .report import fmt_state
+from .state import Frame, State, subsumes
+from .transfer import _read, do_alu, do_cond_jump, do_ld, do_ldx, do_store
+
+INSN_LIMIT = 1_000_000
+JMP_SEQ_LIMIT = 8192
+MAX_CALL_FRAMES = 8
+MAX_STATES_PER_INSN = 64
+
+
+@dataclass
+class _Entry:
+    """An explored state at a prune point; ``branches`` = paths below it still running."""
+
+    state: State
+    branches: int
+    parent: _Entry | None
+
+
+@dataclass
+class Outcome:
+    """Analysis result: the first fault (index, Fault, state text, regs) or None."""
+
+    fault: tuple[int, Fault, str, dict[int, str]] | None
+    processed: int
+    states: int
+
+
+def _finish_path(st: State) -> None:
+    e = st.parent
+    while e is not None:
+        e.branches -= 1
+        if e.branches:
+            break
+        e = e.parent
+
+
+def _live_sets(cfg: Cfg, st: State, i: int) -> list[frozenset[int]]:
+    out = []
+    for fi in range(len(st.frames)):
+        if fi == len(st.frames) - 1:
+            out.append(cfg.live_in[i])
+        else:
+            ret = st.frames[fi + 1].callsite + 1
+            out.append(cfg.live_in[ret] - {0} if ret < len(cfg.live_in) else frozenset())
+    return out
+
+
+def analyze(env: Env, cfg: Cfg) -> Outcome:
+    """Walk all paths of the program described by ``cfg``; stop at the first fault."""
+    insns: Sequence[Insn] = cfg.insns
+    regs = [D.NOT_INIT_REG] * 11
+    regs[1] = D.ptr(D.CTX)
+    regs[10] = D.ptr(D.STACK, map=0)
+    stack: list[tuple[int, State]] = [(0, State([Frame(regs, {}, -1, 0, 0)]))]
+    explored: dict[int, list[_Entry]] = {}
+    processed = 0
+    nstates = 0
+    prune = cfg.prune
+    while stack:
+        i, st = stack.pop()
+        while True:
+            env.cur_idx = i
+            if i in prune:
+                live = _live_sets(cfg, st, i)
+                lst = explored.setdefault(i, [])
+                pruned = False
+                for e in lst:
+                    if e.branches > 0:
+                        if subsumes(e.state, st, live, exact=True):
+                            msg = f"infinite loop detected at insn {cfg.slots[i]}"
+                            return Outcome(
+                                (
+                                    i,
+                                    Fault(
+                                        "infinite-loop",
+                                        msg,
+                                        "the loop makes no progress: "
+                                        "nothing that decides its exit changes between iterations",
+                                    ),
+                                    fmt_state(st.regs),
+                                    {},
+                                ),
+                                processed,
+                                nstates,
+                            )
+                        continue
+                    if subsumes(e.state, st, live):
+                        pruned = True
+                        break
+                if pruned:
+                    _finish_path(st)
+                    break
+                entry = _Entry(st.copy(), 1, st.parent)
+                entry.state.parent = None
+                if len(lst) >= MAX_STATES_PER_INSN:
+                    # drop the oldest finished state (less pruning, never unsound)
+                    for k, e in enumerate(lst):
+                        if e.branches == 0:
+                            del lst[k]
+                            break
+                lst.append(entry)
+                nstates += 1
+                st.parent = entry
+            processed += 1
+            if processed > INSN_LIMIT:
+                f = Fault(
+                    "too-complex",
+                    f"BPF program is too large. Processed {processed} insn",
+                    "too many paths or loop iterations to verify; bound loops by small "
+                    "constants and reduce branching",
+                )
+                return Outcome((i, f, fmt_state(st.regs), {}), processed, nstates)
+            x = insns[i]
+            before = None
+            try:
+                succ = _step(env, cfg, st, i, x)
+            except Fault as f:
+                before = fmt_state(st.regs)
+                shown = {r: D.fmt_reg(st.regs[r]) for r in f.regs if r <= 10}
+                return Outcome((i, f, before, shown), processed, nstates)
+            if not succ:
+                _finish_path(st)
+                break
+            if len(succ) == 2:
+                (i, st), pushed = succ[0], succ[1]
+                if pushed[1].parent is not None:
+                    pushed[1].parent.branches += 1
+                stack.append(pushed)
+                if len(stack) > JMP_SEQ_LIMIT:
+                    f = Fault(
+                        "too-complex",
+                        f"The sequence of {len(stack)} jumps is too complex.",
+                        "too many pending branches; simplify the control flow",
+                    )
+                    return Outcome((i, f, fmt_state(st.regs), {}), processed, nstates)
+            else:
+                i, st = succ[0]
+    return Outcome(None, processed, nstates)
+
+
+def _step(env: Env, cfg: Cfg, st: State, i: int, x: Insn) -> list[tuple[int, State]]:
+    c = x.cls
+    if c in (U.BPF_ALU, U.BPF_ALU64):
+        do_alu(env, st, x)
+        return [(i + 1, st)]
+    if c == U.BPF_LDX:
+        do_ldx(env, st, x)
+        return [(i + 1, st)]
+    if c in (U.BPF_ST, U.BPF_STX):
+        do_store(env, st, x)
+        return [(i + 1, st)]
+    if c == U.BPF_LD:
+        do_ld(env, st, i, x)
+        return [(i + 1, st)]
+    # JMP / JMP32
+    op = x.op
+    if op == U.BPF_JA:
+        if x.source or x.src or x.dst or (c == U.BPF_JMP and x.imm) or (c == U.BPF_JMP32 and x.off):
+            raise Fault("reserved-fields", "BPF_JA uses reserved fields", "bad jump encoding")
+        return [(cfg.succ[i][0], st)]
+    if op == U.BPF_EXIT:
+        if x.source or x.imm or x.src or x.dst or c == U.BPF_JMP32:
+            raise Fault("reserved-fields", "BPF_EXIT uses reserved fields", "bad exit encoding")
+        return _exit(env, st, i)
+    if op == U.BPF_CALL:
+        if x.source or x.off or x.src not in (0, U.BPF_PSEUDO_CALL) or x.dst or c == U.BPF_JMP32:
+            if x.src == U.BPF_PSEUDO_KFUNC_CALL:
+                raise Fault("kfunc", "kernel function calls are not supported by the checker", "")
+            raise Fault("reserved-fields", "BPF_CALL uses reserved fields", "bad call encoding")
+        if x.src == U.BPF_PSEUDO_CALL:
+            return _pseudo_call(env, cfg, st, i, x)
+        check_helper_call(env, st, x.imm, cfg.slots[i])
+        return [(i + 1, st)]
+    succ = cfg.succ[i]
+    target = succ[-1] if len(succ) == 2 else succ[0]
+    return do_cond_jump(env, st, i, x, target)
+
+
+def _pseudo_call(env: Env, cfg: Cfg, st: State, i: int, x: Insn):
+    if len(st.frames) >= MAX_CALL_FRAMES:
+        raise Fault(
+            "call-depth",
+            f"the call stack of {len(st.frames) + 1} frames is too deep !",
+            "at most 8 nested BPF-to-BPF calls",
+        )
+    target = i + 1
+    # target index from cfg: the subprogram starting at the call's destination
+    from ..insn import jump_target
+
+    target = jump_target(cfg.insns, i, cfg.slots)
+    regs = [D.NOT_INIT_REG] * 11
+    for r in range(1, 6):
+        regs[r] = st.regs[r]
+    regs[10] = D.ptr(D.STACK, map=len(st.frames))
+    caller = st.cur
+    for r in range(0, 6):
+        caller.regs[r] = caller.regs[r] if r else caller.regs[r]
+    st.frames.append(Frame(regs, {}, i, len(st.frames), target))
+    return [(target, st)]
+
+
+def _exit(env: Env, st: State, i: int):
+    r0 = _read(st, 0)
+    if len(st.frames) > 1:
+        callee = st.frames.pop()
+        caller = st.cur
+        if r0.t == D.STACK and r0.map == callee.frameno:
+            raise Fault("ret-stack", "cannot return stack pointer to the caller", "", (0,))
+        caller.regs[0] = r0
+        for r in range(1, 6):
+            caller.regs[r] = D.NOT_INIT_REG
+        return [(callee.callsite + 1, st)]
+    if st.refs:
+        raise Fault(
+            "unreleased-ref",
+            f"Unreleased reference id={st.refs[0]}",
+            "release acquired sockets (bpf_sk_release) on every path",
+        )
+    _check_return(env, r0)
+    return []
+
+
+def _check_return(env: Env, r0: D.Reg) -> None:
+    pt = env.prog_type
+    if pt == U.ProgramType.SOCK_OPS or pt in (U.ProgramType.CGROUP_SKB,):
+        lo, hi = 0, 1
+        if r0.t != D.SCALAR:
+            raise Fault(
+                "ret-type",
+                f"At program exit the register R0 is not a known value ({D.TYPE_NAMES[r0.t]})",
+                "return 0 or 1",
+                (0,),
+            )
+        if r0.smin < lo or r0.smax > hi:
+            raise Fault(
+                "ret-range",
+                f"At program exit the register R0 has smin={r0.smin} smax={r0.smax} "
+                f"should have been in [{lo}, {hi}]",
+                "sock_ops programs return 0 or 1",
+                (0,),
+            )
+        return
+    allowed = sorted(set(env.returns.values()))
+    if not allowed:
+        return
+    if r0.t != D.SCALAR:
+        env.warn(
+            "ret-type",
+            f"program returns a pointer ({D.TYPE_NAMES[r0.t]}) as its verdict",
+            "return one of " + ", ".join(env.returns),
+            (0,),
+        )
+        return
+    lo, hi = min(allowed), max(allowed)
+    # warn only when no possible value is a valid verdict (helper results such as
+    # bpf_redirect_map's are unknown numbers that are valid at run time)
+    bad = r0.umin > hi or r0.smax < lo
+    if r0.is_const and r0.value not in allowed:
+        bad = True
+    if bad:
+        names = ", ".join(f"{k}={v}" for k, v in env.returns.items())
+        shown = str(D.s64(r0.value)) if r0.is_const else f"{r0.smin}..{r0.smax}"
+        env.warn(
+            "ret-range",
+            f"return value {shown} is not a valid verdict for this program kind",
+            f"return one of {names}; the kernel accepts other values but treats them as "
+            "an error at run time (XDP: aborted, with a warning)",
+            (0,),
+        )
+
+
+def insn_text(x: Insn) -> str:
+    return format_insn(x)

@@ -1,0 +1,236 @@
+"""Helper calls checked against their prototypes (kernel check_helper_call/check_func_arg).
+
+Prototypes come from the one helper table, bpfdsl.helpers (argument kinds, return kind,
+program types, map types, pkt_changing).  Memory arguments are checked for bounds and
+initialization; packet-changing helpers invalidate every packet pointer.
+"""
+
+from __future__ import annotations
+
+from ..helpers import HELPERS_BY_ID, ArgKind, RetKind, helper_allowed, map_fits_helper
+from ..uapi import MapType
+from . import domain as D
+from .env import Env, Fault
+from .mem import check_access, stack_range_readable, stack_range_written
+from .state import State
+
+A = ArgKind
+_MEM_TYPES = (D.STACK, D.PKT, D.PKT_META, D.MAP_VALUE)
+
+
+def _type_err(regno: int, r: D.Reg, expected: str, explain: str) -> Fault:
+    return Fault(
+        "helper-arg",
+        f"R{regno} type={D.TYPE_NAMES[r.t]} expected={expected}",
+        explain,
+        (regno,),
+    )
+
+
+def _check_mem(env: Env, st: State, regno: int, size: int, write: bool, what: str) -> None:
+    r = st.regs[regno]
+    if r.t not in _MEM_TYPES:
+        if r.t == D.NOT_INIT:
+            raise Fault(
+                "uninit-reg", f"R{regno} !read_ok", f"r{regno} ({what}) is not set", (regno,)
+            )
+        raise _type_err(regno, r, "fp, pkt, pkt_meta, map_value", f"pass a pointer to the {what}")
+    if size == 0:
+        return
+    if r.t == D.STACK:
+        stack_range_readable(env, st, regno, size, what) if not write else None
+        if write:
+            # bounds only; the helper initializes the bytes
+            lo = r.off + (r.smin if r.tn[1] else D.s64(r.tn[0]))
+            hi = r.off + (r.smax if r.tn[1] else D.s64(r.tn[0]))
+            if lo < -512 or hi + size > 0:
+                raise Fault(
+                    "stack-bounds",
+                    f"invalid indirect access to stack R{regno} off={lo} size={size}",
+                    f"the {what} must lie inside the 512-byte stack",
+                    (regno,),
+                )
+            stack_range_written(st, regno, size)
+        return
+    # packet / map value: the whole range must be accessible
+    if r.tn[1] == 0:
+        check_access(env, st, regno, 0, size, write, None) if size <= 8 else None
+        if size > 8:
+            _check_wide(env, st, regno, size, write)
+    else:
+        _check_wide(env, st, regno, size, write)
+
+
+def _check_wide(env, st, regno, size, write):
+    r = st.regs[regno]
+    if r.t in D.PACKET_TYPES:
+        full = r.off
+        if r.smin < 0 or full < 0 or full + size > r.rng:
+            raise Fault(
+                "pkt-bounds",
+                f"invalid access to packet, off={full} size={size}, R{regno}(id={r.id},off={full},r={r.rng})",
+                f"check that {size} bytes are inside the packet before passing the pointer",
+                (regno,),
+            )
+        return
+    if r.t == D.MAP_VALUE:
+        vs = r.map.value_size
+        lo = r.off + (r.smin if r.tn[1] else D.s64(r.tn[0]))
+        hi = r.off + (r.umax if r.tn[1] else D.s64(r.tn[0]))
+        if lo < 0 or hi + size > vs:
+            raise Fault(
+                "map-bounds",
+                f"invalid access to map value, value_size={vs} off={lo} size={size}",
+                "the memory passed to the helper must fit inside the map value",
+                (regno,),
+            )
+
+
+def check_helper_call(env: Env, st: State, helper_id: int, idx: int) -> None:
+    """Check a ``call`` of helper ``helper_id`` and apply its effects to ``st`` in place."""
+    h = HELPERS_BY_ID.get(helper_id)
+    if h is None:
+        raise Fault(
+            "unknown-helper",
+            f"invalid func unknown#{helper_id}",
+            "bpfdsl does not know this helper (or it does not exist); see bpfdsl.helpers",
+        )
+    if not helper_allowed(h, env.prog_type):
+        raise Fault(
+            "helper-prog-type",
+            f"program of this type cannot use helper bpf_{h.name}#{helper_id}",
+            f"bpf_{h.name} is not available to {env.prog_type.name.lower()} programs",
+        )
+    regs = st.regs
+    map_obj = None
+    last_mem: int | None = None
+    for k, kind in enumerate(h.args):
+        regno = k + 1
+        r = regs[regno]
+        if r.t == D.NOT_INIT:
+            raise Fault(
+                "uninit-reg",
+                f"R{regno} !read_ok",
+                f"argument {regno} of bpf_{h.name} is not set",
+                (regno,),
+            )
+        if kind == A.ANYTHING:
+            continue
+        if kind == A.CONST_MAP_PTR:
+            if r.t != D.MAP_PTR:
+                raise _type_err(
+                    regno, r, "map_ptr", f"argument {regno} of bpf_{h.name} must be a map"
+                )
+            map_obj = r.map
+            mt = (
+                MapType(map_obj.map_type)
+                if map_obj.map_type in MapType._value2member_map_
+                else None
+            )
+            if mt is not None and not map_fits_helper(mt, h.name):
+                raise Fault(
+                    "map-helper",
+                    f"cannot pass map_type {int(map_obj.map_type)} into func bpf_{h.name}#{helper_id}",
+                    f"map '{getattr(map_obj, 'name', '?')}' ({mt.name.lower()}) cannot be used with bpf_{h.name}",
+                    (regno,),
+                )
+        elif kind == A.PTR_TO_CTX:
+            if r.t != D.CTX:
+                raise _type_err(
+                    regno, r, "ctx", f"pass the program's context (r1 at entry) to bpf_{h.name}"
+                )
+            if r.off or r.tn != (0, 0):
+                raise Fault(
+                    "modified-ctx",
+                    f"dereference of modified ctx ptr R{regno} off={r.off} disallowed",
+                    "pass the unmodified context pointer",
+                    (regno,),
+                )
+        elif kind in (A.PTR_TO_MAP_KEY, A.PTR_TO_MAP_VALUE):
+            if map_obj is None:
+                raise Fault("helper-arg", "invalid map_ptr to access map->key", "", (regno,))
+            size = map_obj.key_size if kind == A.PTR_TO_MAP_KEY else map_obj.value_size
+            _check_mem(
+                env, st, regno, size, False, "map key" if kind == A.PTR_TO_MAP_KEY else "map value"
+            )
+        elif kind in (A.PTR_TO_MEM, A.PTR_TO_UNINIT_MEM):
+            last_mem = regno
+            if r.t == D.SCALAR and r.is_const and r.value == 0:
+                continue  # NULL with size 0 (checked with the size)
+            if r.t not in _MEM_TYPES:
+                raise _type_err(
+                    regno,
+                    r,
+                    "fp, pkt, pkt_meta, map_value, mem",
+                    f"argument {regno} of bpf_{h.name} must point to memory",
+                )
+        elif kind in (A.CONST_SIZE, A.CONST_SIZE_OR_ZERO):
+            if r.t != D.SCALAR:
+                raise _type_err(regno, r, "scalar", "the size must be a number")
+            if r.smin < 0:
+                raise Fault(
+                    "size-negative",
+                    f"R{regno} min value is negative, either use unsigned or 'var &= const'",
+                    "bound the size with `&=` or an unsigned comparison",
+                    (regno,),
+                )
+            if r.umin == 0 and kind == A.CONST_SIZE:
+                raise Fault(
+                    "size-zero",
+                    f"R{regno} invalid zero-sized read",
+                    "the size must be at least 1",
+                    (regno,),
+                )
+            if r.umax >= 1 << 29:
+                raise Fault(
+                    "size-unbounded",
+                    f"R{regno} unbounded memory access, use 'var &= const' or 'if (var < const)'",
+                    "bound the size before the call",
+                    (regno,),
+                )
+            if last_mem is not None:
+                mr = regs[last_mem]
+                write = h.args[last_mem - 1] == A.PTR_TO_UNINIT_MEM
+                if mr.t == D.SCALAR:
+                    if r.umax != 0:
+                        raise _type_err(
+                            last_mem,
+                            mr,
+                            "fp, pkt, pkt_meta, map_value",
+                            "a NULL pointer needs size 0",
+                        )
+                else:
+                    _check_mem(env, st, last_mem, r.umax, write, "buffer")
+        elif kind == A.PTR_TO_SOCKET:
+            if r.t != D.SOCKET:
+                raise _type_err(regno, r, "sock", "pass a socket pointer checked for NULL")
+    # effects
+    if h.pkt_changing:
+        _invalidate_packet(st, f"packet pointer invalidated by bpf_{h.name} at insn {idx}")
+    for regno in range(1, 6):
+        regs[regno] = D.NOT_INIT_REG
+    if h.ret == RetKind.PTR_TO_MAP_VALUE_OR_NULL:
+        if map_obj is None:
+            regs[0] = D.unknown()
+        else:
+            regs[0] = D.Reg(D.MAP_VALUE_OR_NULL, id=env.new_id(), map=map_obj)
+    else:
+        regs[0] = D.unknown()
+
+
+def _invalidate_packet(st: State, note: str) -> None:
+    for f, where, r in list(st.all_regs()):
+        if r.t in (D.PKT, D.PKT_META, D.PKT_END):
+            st.set_reg_anywhere(f, where, D.unknown(note))
+
+
+def nonnull_type(r: D.Reg) -> int:
+    """Type a *_OR_NULL register takes on its non-NULL branch (mark_ptr_or_null_reg)."""
+    if r.t == D.MAP_VALUE_OR_NULL and r.map is not None:
+        mt = r.map.map_type
+        if mt == MapType.XSKMAP:
+            return D.XDP_SOCK
+        if mt in (MapType.SOCKMAP, MapType.SOCKHASH):
+            return D.SOCKET
+        return D.MAP_VALUE
+    return D.NULLABLE[r.t]

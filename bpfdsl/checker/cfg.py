@@ -1,0 +1,206 @@
+"""Control-flow structure of one program (kernel check_subprogs + check_cfg).
+
+Input: the decoded instruction list (ld_imm64 = one entry).  Output: :class:`Cfg` with
+successors per instruction, subprogram starts (targets of BPF-to-BPF calls), prune points
+(jump targets, conditional jumps, call returns) and static register liveness used when
+comparing states.  Structural faults raise :class:`CfgError` with the kernel's message:
+jumps out of range, a last insn that is not exit/jump, unreachable instructions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from .. import uapi as U
+from ..helpers import HELPERS_BY_ID
+from ..insn import Insn, index_by_slot, jump_target, slot_offsets
+
+
+class CfgError(Exception):
+    """A structural fault: ``idx`` = list index of the insn, message in kernel wording."""
+
+    def __init__(self, idx: int, message: str, explain: str):
+        super().__init__(message)
+        self.idx = idx
+        self.message = message
+        self.explain = explain
+
+
+@dataclass
+class Cfg:
+    insns: Sequence[Insn]
+    slots: list[int]
+    succ: list[list[int]]
+    subprogs: list[int]  # list indexes where subprograms start (0 first)
+    subprog_of: list[int]  # insn index -> subprog start index
+    prune: set[int] = field(default_factory=set)
+    live_in: list[frozenset[int]] = field(default_factory=list)
+
+
+def _is_jump(x: Insn) -> bool:
+    return x.is_jmp_class and not x.is_call and not x.is_exit
+
+
+def build_cfg(insns: Sequence[Insn]) -> Cfg:
+    """Check the program's shape and compute its successors, subprograms and liveness."""
+    n = len(insns)
+    if n == 0:
+        raise CfgError(0, "program has no instructions", "the section is empty")
+    slots = slot_offsets(insns)
+    by_slot = index_by_slot(insns)
+    total_slots = slots[-1] + insns[-1].width
+    subprogs = {0}
+    for i, x in enumerate(insns):
+        if x.is_pseudo_call:
+            t = jump_target(insns, i, slots, by_slot)
+            if t is None:
+                dest = slots[i] + 1 + x.imm
+                msg = (
+                    f"function call to insn {dest} in the middle of ldimm64"
+                    if 0 <= dest < total_slots
+                    else f"call to invalid destination {dest}"
+                )
+                raise CfgError(i, msg, "the BPF-to-BPF call target is not an instruction")
+            subprogs.add(t)
+    starts = sorted(subprogs)
+    subprog_of = [0] * n
+    for k, s in enumerate(starts):
+        end = starts[k + 1] if k + 1 < len(starts) else n
+        for i in range(s, end):
+            subprog_of[i] = s
+        last = insns[end - 1]
+        if not (last.is_exit or last.is_ja):
+            raise CfgError(
+                end - 1,
+                "last insn is not an exit or jmp",
+                "every function must end with `exit` or an unconditional jump",
+            )
+    succ: list[list[int]] = [[] for _ in range(n)]
+    prune: set[int] = set()
+    for i, x in enumerate(insns):
+        if x.is_exit:
+            continue
+        if _is_jump(x):
+            t = jump_target(insns, i, slots, by_slot)
+            dest = slots[i] + 1 + (x.imm if x.cls == U.BPF_JMP32 and x.is_ja else x.off)
+            if t is None:
+                if 0 <= dest < total_slots:
+                    raise CfgError(
+                        i,
+                        f"jump into the middle of ldimm64 insn {dest - 1}",
+                        "the jump lands on the second half of a 64-bit load",
+                    )
+                raise CfgError(
+                    i,
+                    f"jump out of range from insn {slots[i]} to {dest}",
+                    "the jump target is outside the program",
+                )
+            if subprog_of[t] != subprog_of[i]:
+                raise CfgError(
+                    i,
+                    f"jump out of range from insn {slots[i]} to {dest}",
+                    "a jump may not leave its function",
+                )
+            prune.add(t)
+            if x.is_ja:
+                succ[i] = [t]
+            else:
+                prune.add(i)
+                succ[i] = [i + 1, t] if t != i + 1 else [t]
+            continue
+        if x.is_pseudo_call:
+            prune.add(i + 1)
+        if i + 1 >= n:
+            raise CfgError(i, f"jump out of range from insn {slots[i]} to {slots[i] + 1}", "")
+        succ[i] = [i + 1]
+    # reachability inside each subprogram (kernel check_cfg: "unreachable insn")
+    seen = [False] * n
+    for s in starts:
+        todo = [s]
+        seen[s] = True
+        while todo:
+            i = todo.pop()
+            for t in succ[i]:
+                if not seen[t]:
+                    seen[t] = True
+                    todo.append(t)
+    for i in range(n):
+        if not seen[i]:
+            raise CfgError(
+                i,
+                f"unreachable insn {slots[i]}",
+                "no path reaches this instruction; remove it (the kernel refuses dead code)",
+            )
+    cfg = Cfg(insns, slots, succ, starts, subprog_of, prune)
+    cfg.live_in = _liveness(insns, succ)
+    return cfg
+
+
+def uses_defs(x: Insn) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Registers an instruction reads and writes (r10 excluded)."""
+    c = x.cls
+    if c in (U.BPF_ALU, U.BPF_ALU64):
+        if x.op == U.BPF_MOV:
+            return ((x.src,) if x.source == U.BPF_X else ()), (x.dst,)
+        if x.op in (U.BPF_END, U.BPF_NEG) or x.source == U.BPF_K:
+            return (x.dst,), (x.dst,)
+        return (x.dst, x.src), (x.dst,)
+    if c == U.BPF_LDX:
+        return (x.src,), (x.dst,)
+    if c == U.BPF_ST:
+        return (x.dst,), ()
+    if c == U.BPF_STX:
+        if x.mode == U.BPF_ATOMIC:
+            if x.imm == U.BPF_CMPXCHG:
+                return (x.dst, x.src, 0), (0,)
+            if x.imm & U.BPF_FETCH:
+                return (x.dst, x.src), (x.src,)
+        return (x.dst, x.src), ()
+    if c == U.BPF_LD:
+        if x.is_ld_imm64:
+            return (), (x.dst,)
+        return ((6, x.src) if x.mode == U.BPF_IND else (6,)), (0, 1, 2, 3, 4, 5)
+    if x.is_exit:
+        return (0,), ()
+    if x.is_call:
+        if x.is_helper_call and x.imm in HELPERS_BY_ID:
+            n = len(HELPERS_BY_ID[x.imm].args)
+            return tuple(range(1, n + 1)), (0, 1, 2, 3, 4, 5)
+        return (1, 2, 3, 4, 5), (0, 1, 2, 3, 4, 5)
+    if x.is_ja:
+        return (), ()
+    if x.is_cond_jump:
+        return ((x.dst, x.src) if x.source == U.BPF_X else (x.dst,)), ()
+    return (), ()
+
+
+def _liveness(insns: Sequence[Insn], succ: list[list[int]]) -> list[frozenset[int]]:
+    n = len(insns)
+    ud = [uses_defs(x) for x in insns]
+    live = [0] * n  # bitmasks
+    preds: list[list[int]] = [[] for _ in range(n)]
+    for i, ss in enumerate(succ):
+        for t in ss:
+            preds[t].append(i)
+    work = list(range(n))
+    inq = [True] * n
+    while work:
+        i = work.pop()
+        inq[i] = False
+        out = 0
+        for t in succ[i]:
+            out |= live[t]
+        uses, defs = ud[i]
+        for d in defs:
+            out &= ~(1 << d)
+        for u in uses:
+            out |= 1 << u
+        out &= ~(1 << 10)
+        if out != live[i]:
+            live[i] = out
+            for p in preds[i]:
+                if not inq[p]:
+                    inq[p] = True
+                    work.append(p)
+    return [frozenset(r for r in range(10) if m >> r & 1) for m in live]

@@ -1,0 +1,302 @@
+"""Abstract values of the checker: registers and stack slots (kernel struct bpf_reg_state).
+
+A :class:`Reg` is immutable: transfer functions build new ones.  Scalars carry a tnum
+(known bits) and signed/unsigned 64- and 32-bit bounds kept consistent by :func:`sync`
+(kernel ``reg_bounds_sync``).  Pointers carry a fixed offset ``off`` plus a variable part
+described by the same tnum/bounds fields (kernel: ``off`` + ``var_off``).  The model is
+the kernel's (include/linux/bpf_verifier.h); names follow its log syntax.
+"""
+
+from __future__ import annotations
+
+from . import tnum as T
+
+M64, M32 = T.M64, T.M32
+S64_MIN, S64_MAX = -(1 << 63), (1 << 63) - 1
+S32_MIN, S32_MAX = -(1 << 31), (1 << 31) - 1
+
+# register types (kernel enum bpf_reg_type, reduced)
+NOT_INIT, SCALAR, CTX, STACK, PKT, PKT_META, PKT_END = 0, 1, 2, 3, 4, 5, 6
+MAP_VALUE, MAP_VALUE_OR_NULL, MAP_PTR, XDP_SOCK, SOCKET, SOCKET_OR_NULL = 7, 8, 9, 10, 11, 12
+TYPE_NAMES = {
+    NOT_INIT: "?",
+    SCALAR: "scalar",
+    CTX: "ctx",
+    STACK: "fp",
+    PKT: "pkt",
+    PKT_META: "pkt_meta",
+    PKT_END: "pkt_end",
+    MAP_VALUE: "map_value",
+    MAP_VALUE_OR_NULL: "map_value_or_null",
+    MAP_PTR: "map_ptr",
+    XDP_SOCK: "xdp_sock",
+    SOCKET: "sock",
+    SOCKET_OR_NULL: "sock_or_null",
+}
+NULLABLE = {MAP_VALUE_OR_NULL: MAP_VALUE, SOCKET_OR_NULL: SOCKET}
+PACKET_TYPES = (PKT, PKT_META)
+
+
+def s64(v: int) -> int:
+    v &= M64
+    return v - (1 << 64) if v >> 63 else v
+
+
+def s32(v: int) -> int:
+    v &= M32
+    return v - (1 << 32) if v >> 31 else v
+
+
+class Reg:
+    """One register (or spilled value).
+
+    ``t``: type (module constants).  ``off``: fixed offset of a pointer in bytes.
+    ``tn``: tnum of the scalar value or of the pointer's variable offset.  ``smin..u32max``:
+    bounds of the same.  ``id``: shared by copies (null checks, packet ranges).  ``rng``:
+    packet bytes known to be in bounds from (pointer - off).  ``map``: map object for map
+    pointers/values, frame number for stack pointers.  ``ref``: acquired reference id.
+    ``note``: why a value became unknown (e.g. "pkt pointer invalidated at insn 12").
+    """
+
+    __slots__ = (
+        "t",
+        "off",
+        "tn",
+        "smin",
+        "smax",
+        "umin",
+        "umax",
+        "s32min",
+        "s32max",
+        "u32min",
+        "u32max",
+        "id",
+        "rng",
+        "map",
+        "ref",
+        "note",
+    )
+
+    def __init__(self, t, off=0, tn=(0, 0), b=None, id=0, rng=0, map=None, ref=0, note=""):
+        self.t = t
+        self.off = off
+        self.tn = tn
+        if b is None:
+            v = tn[0]
+            if tn[1] == 0:
+                b = (s64(v), s64(v), v, v, s32(v), s32(v), v & M32, v & M32)
+            else:
+                b = (S64_MIN, S64_MAX, 0, M64, S32_MIN, S32_MAX, 0, M32)
+        (
+            self.smin,
+            self.smax,
+            self.umin,
+            self.umax,
+            self.s32min,
+            self.s32max,
+            self.u32min,
+            self.u32max,
+        ) = b
+        self.id = id
+        self.rng = rng
+        self.map = map
+        self.ref = ref
+        self.note = note
+
+    # ---- helpers ----
+    def bounds(self) -> tuple[int, ...]:
+        return (
+            self.smin,
+            self.smax,
+            self.umin,
+            self.umax,
+            self.s32min,
+            self.s32max,
+            self.u32min,
+            self.u32max,
+        )
+
+    def replace(self, **kw) -> Reg:
+        r = Reg.__new__(Reg)
+        for k in Reg.__slots__:
+            setattr(r, k, kw.get(k, getattr(self, k)))
+        return r
+
+    @property
+    def is_const(self) -> bool:
+        return self.t == SCALAR and self.tn[1] == 0
+
+    @property
+    def is_ptr(self) -> bool:
+        return self.t not in (NOT_INIT, SCALAR)
+
+    @property
+    def value(self) -> int:
+        return self.tn[0]
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Reg):
+            return NotImplemented
+        return all(getattr(self, k) == getattr(other, k) for k in Reg.__slots__ if k != "note")
+
+    def __hash__(self) -> int:
+        return hash((self.t, self.off, self.tn))
+
+    def __repr__(self) -> str:
+        return fmt_reg(self)
+
+
+NOT_INIT_REG = Reg(NOT_INIT)
+UNKNOWN_BOUNDS = (S64_MIN, S64_MAX, 0, M64, S32_MIN, S32_MAX, 0, M32)
+
+
+def unknown(note: str = "") -> Reg:
+    """An unknown scalar (kernel __mark_reg_unknown)."""
+    return Reg(SCALAR, tn=T.UNKNOWN, b=UNKNOWN_BOUNDS, note=note)
+
+
+def known(v: int) -> Reg:
+    """A scalar with one known 64-bit value (any int, taken modulo 2**64)."""
+    return Reg(SCALAR, tn=(v & M64, 0))
+
+
+def urange(lo: int, hi: int) -> Reg:
+    """A scalar in the unsigned range lo..hi (e.g. a loaded byte: 0..255)."""
+    return sync(Reg(SCALAR, tn=T.trange(lo, hi), b=(S64_MIN, S64_MAX, lo, hi) + UNKNOWN_BOUNDS[4:]))
+
+
+def ptr(t: int, off: int = 0, **kw) -> Reg:
+    """A pointer of type ``t`` with fixed offset ``off`` and no variable part."""
+    return Reg(t, off=off, tn=(0, 0), **kw)
+
+
+# ---- bounds (kernel reg_bounds_sync) ----
+
+
+def sync(r: Reg) -> Reg:
+    """Make tnum and the eight bounds agree (update_reg_bounds, deduce_bounds, bound_offset)."""
+    v, m = r.tn
+    smin, smax, umin, umax, s32min, s32max, u32min, u32max = r.bounds()
+    for _ in range(2):
+        # __update_reg_bounds: from the tnum
+        smin = max(smin, s64(v | (m & (1 << 63))))
+        smax = min(smax, s64(v | (m & ~(1 << 63) & M64)))
+        umin = max(umin, v)
+        umax = min(umax, v | m)
+        lv, lm = v & M32, m & M32
+        s32min = max(s32min, s32(lv | (lm & (1 << 31))))
+        s32max = min(s32max, s32(lv | (lm & ~(1 << 31) & M32)))
+        u32min = max(u32min, lv)
+        u32max = min(u32max, lv | lm)
+        # 64 -> 32: when the upper halves agree, the low halves are a range
+        if (umin >> 32) == (umax >> 32):
+            u32min = max(u32min, umin & M32)
+            u32max = min(u32max, umax & M32)
+            if s32(umin) <= s32(umax):
+                s32min = max(s32min, s32(umin))
+                s32max = min(s32max, s32(umax))
+        if (smin >> 32) == (smax >> 32) and s32(smin) <= s32(smax):
+            s32min = max(s32min, s32(smin))
+            s32max = min(s32max, s32(smax))
+        # 32-bit signed <-> unsigned
+        if s32(u32min) <= s32(u32max):
+            s32min = max(s32min, s32(u32min))
+            s32max = min(s32max, s32(u32max))
+        if s32min >= 0 or s32max < 0:
+            u32min = max(u32min, s32min & M32)
+            u32max = min(u32max, s32max & M32)
+        # 64-bit signed <-> unsigned
+        if s64(umin) <= s64(umax):
+            smin = max(smin, s64(umin))
+            smax = min(smax, s64(umax))
+        if smin >= 0 or smax < 0:
+            umin = max(umin, smin & M64)
+            umax = min(umax, smax & M64)
+        # 32 -> 64: a value whose upper half is known zero
+        if umax <= M32:
+            umin = max(umin, u32min)
+            umax = min(umax, u32max)
+            smin = max(smin, u32min)
+            smax = min(smax, u32max)
+        # __reg_bound_offset
+        if umin <= umax:
+            v, m = T.intersect((v, m), T.trange(umin, umax))
+        if u32min <= u32max:
+            low = T.intersect(T.subreg((v, m)), T.trange(u32min, u32max))
+            v, m = T.with_subreg((v, m), low)
+    r2 = Reg.__new__(Reg)
+    for k in Reg.__slots__:
+        setattr(r2, k, getattr(r, k))
+    r2.tn = (v, m)
+    (
+        r2.smin,
+        r2.smax,
+        r2.umin,
+        r2.umax,
+        r2.s32min,
+        r2.s32max,
+        r2.u32min,
+        r2.u32max,
+    ) = (smin, smax, umin, umax, s32min, s32max, u32min, u32max)
+    return r2
+
+
+def is_bottom(r: Reg) -> bool:
+    """True when the bounds contradict each other (an impossible branch)."""
+    return (
+        r.smin > r.smax
+        or r.umin > r.umax
+        or r.s32min > r.s32max
+        or r.u32min > r.u32max
+        or (r.tn[0] & r.tn[1]) != 0
+    )
+
+
+def zext32(r: Reg) -> Reg:
+    """Keep only the low 32 bits (result of any ALU32 op), bounds from the 32-bit ones."""
+    tn = T.subreg(r.tn)
+    lo, hi = r.u32min, r.u32max
+    return sync(Reg(SCALAR, tn=tn, b=(lo, hi, lo, hi, r.s32min, r.s32max, lo, hi), note=r.note))
+
+
+# ---- printing (kernel print_verifier_state style) ----
+
+
+def fmt_reg(r: Reg) -> str:
+    """``pkt(off=14,r=14)``, ``scalar(umax=255,var_off=(0x0; 0xff))``, ``fp-8``, ``42``."""
+    if r.t == NOT_INIT:
+        return "?"
+    if r.t == SCALAR:
+        if r.tn[1] == 0:
+            return str(s64(r.tn[0]))
+        return f"scalar({_bounds_text(r)})"
+    if r.t == STACK and r.tn == (0, 0):
+        return f"fp{r.off:+d}" if r.off else "fp0"
+    parts = []
+    if r.id:
+        parts.append(f"id={r.id}")
+    if r.map is not None and r.t in (MAP_VALUE, MAP_VALUE_OR_NULL, MAP_PTR):
+        m = r.map
+        parts.append(f"map={getattr(m, 'name', '?')},ks={m.key_size},vs={m.value_size}")
+    if r.off:
+        parts.append(f"off={r.off}")
+    if r.t in PACKET_TYPES:
+        parts.append(f"r={r.rng}")
+    if r.tn != (0, 0):
+        parts.append(_bounds_text(r))
+    return f"{TYPE_NAMES[r.t]}({','.join(parts)})"
+
+
+def _bounds_text(r: Reg) -> str:
+    out = []
+    if r.smin != S64_MIN and r.smin != r.umin:
+        out.append(f"smin={r.smin}")
+    if r.smax != S64_MAX and r.smax != r.umax:
+        out.append(f"smax={r.smax}")
+    if r.umin:
+        out.append(f"umin={r.umin}")
+    if r.umax != M64:
+        out.append(f"umax={r.umax}")
+    if r.tn != T.UNKNOWN:
+        out.append(f"var_off={T.fmt(r.tn)}")
+    return ",".join(out)

@@ -1,0 +1,64 @@
+"""What one program's analysis knows besides the state: program kind, maps, options.
+
+:class:`Fault` is raised by transfer functions for a rejected instruction (kernel
+message + plain explanation + the registers involved); the analyzer turns it into a
+report.CheckError with the source line and state.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..uapi import AttachType, ProgramType
+
+
+class Fault(Exception):
+    """A rejection at the current instruction. ``regs``: register numbers to show."""
+
+    def __init__(self, code: str, message: str, explain: str, regs: tuple[int, ...] = ()):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.explain = explain
+        self.regs = regs
+
+
+@dataclass
+class MapRef:
+    """An ld_imm64 operand resolved by relocation: ``map`` (objfile MapSpec-like: name,
+    map_type, key_size, value_size, max_entries, map_flags, data), ``value_off`` is None for
+    a map pointer (BPF_PSEUDO_MAP_FD) or the byte offset into value 0 (global data)."""
+
+    map: Any
+    value_off: int | None = None
+
+
+@dataclass
+class Env:
+    """Per-program analysis context.  ``map_refs``: insn index -> MapRef.
+    ``privileged``: model a loader with CAP_BPF+CAP_PERFMON (root), as the kernel does for
+    pointer leaks, uninitialized stack reads and pointer comparisons."""
+
+    prog_type: ProgramType
+    attach_type: AttachType | None
+    ctx: str | None
+    returns: dict[str, int]
+    map_refs: dict[int, MapRef]
+    gpl: bool = True
+    privileged: bool = True
+    next_id: int = 0
+    warnings: list = field(default_factory=list)
+    warned: set = field(default_factory=set)
+    cur_idx: int = 0
+
+    def new_id(self) -> int:
+        self.next_id += 1
+        return self.next_id
+
+    def warn(self, code: str, message: str, explain: str, regs: tuple[int, ...] = ()) -> None:
+        """A finding the kernel accepts but bpfdsl reports (once per insn and code)."""
+        key = (self.cur_idx, code)
+        if key not in self.warned:
+            self.warned.add(key)
+            self.warnings.append((self.cur_idx, Fault(code, message, explain, regs)))

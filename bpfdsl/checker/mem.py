@@ -1,0 +1,390 @@
+"""Memory access rules: loads, stores and atomics through ctx, stack, packet and map pointers.
+
+Kernel reference: kernel/bpf/verifier.c ``check_mem_access`` and its parts
+(``check_stack_read/write_fixed_off``, ``check_packet_access``, ``check_map_access``,
+``check_ctx_access``, ``check_ptr_alignment``).  Messages use the kernel's wording.
+"""
+
+from __future__ import annotations
+
+from ..uapi import MapType, ProgramType
+from . import domain as D
+from . import tnum as T
+from .ctx import ctx_access
+from .env import Env, Fault
+from .state import INVALID, MAX_STACK, MISC, SPILL, ZERO, Slot, State
+
+BPF_F_RDONLY_PROG = 1 << 7
+BPF_F_WRONLY_PROG = 1 << 8
+MAX_VAR_OFF = 1 << 29
+MAX_PACKET_OFF = 0xFFFF
+
+
+def _tn(r: D.Reg) -> str:
+    return T.fmt(r.tn)
+
+
+def check_access(
+    env: Env, st: State, regno: int, off: int, size: int, write: bool, value: D.Reg | None
+) -> D.Reg | None:
+    """Check one access of ``size`` bytes at ``regno + off``; return the loaded value for
+    reads.  ``value`` is the stored register (None for BPF_ST immediates = unknown)."""
+    r = st.regs[regno]
+    t = r.t
+    if t == D.STACK:
+        return _stack(env, st, regno, r, off, size, write, value)
+    if t in D.PACKET_TYPES:
+        return _packet(env, regno, r, off, size, write)
+    if t == D.MAP_VALUE:
+        return _map_value(env, regno, r, off, size, write)
+    if t == D.CTX:
+        return _ctx(env, regno, r, off, size, write)
+    if t == D.XDP_SOCK or t == D.SOCKET:
+        full = off + r.off
+        limit = 4 if t == D.XDP_SOCK else 80
+        if write or r.tn != (0, 0) or full < 0 or full + size > limit or full % size or size != 4:
+            name = D.TYPE_NAMES[t]
+            raise Fault(
+                "sock-access",
+                f"R{regno} invalid {name} access off={full} size={size}",
+                "only the queue_id (u32 at offset 0) of an xskmap lookup result may be read"
+                if t == D.XDP_SOCK
+                else "socket fields are read-only u32 loads",
+                (regno,),
+            )
+        return D.urange(0, D.M32)
+    if t == D.NOT_INIT:
+        raise Fault(
+            "uninit-reg", f"R{regno} !read_ok", f"r{regno} is used before being set", (regno,)
+        )
+    name = D.TYPE_NAMES[t]
+    hint = {
+        D.SCALAR: "this register holds a number, not a pointer"
+        + (f" ({r.note})" if r.note else ""),
+        D.MAP_VALUE_OR_NULL: "the map lookup result may be NULL: compare it with 0 first "
+        "and only use it on the non-NULL branch",
+        D.SOCKET_OR_NULL: "the socket may be NULL: compare it with 0 first",
+        D.PKT_END: "data_end marks the end of the packet; it cannot be dereferenced",
+        D.MAP_PTR: "a map reference cannot be dereferenced; use a lookup helper",
+    }.get(t, "this pointer type cannot be dereferenced")
+    raise Fault("invalid-mem", f"R{regno} invalid mem access '{name}'", hint, (regno,))
+
+
+# ---- stack ----
+
+
+def _stack(env, st, regno, r, off, size, write, value):
+    frame = st.frames[r.map] if isinstance(r.map, int) and r.map < len(st.frames) else st.cur
+    base = r.off + off
+    if r.tn[1] == 0:
+        full = base + D.s64(r.tn[0])
+        if full % size:
+            raise Fault(
+                "misaligned-stack",
+                f"misaligned stack access off {_tn(r)}+{r.off}+{off} size {size}",
+                f"stack accesses must be aligned to their size ({size} bytes); "
+                "lay out stack variables with natural alignment",
+                (regno,),
+            )
+        if full < -MAX_STACK or full + size > 0:
+            kind = " write to" if write else " read from"
+            raise Fault(
+                "stack-bounds",
+                f"invalid{kind} stack R{regno} off={full} size={size}",
+                f"the stack is {MAX_STACK} bytes below r10: offsets -{MAX_STACK}..-1 only",
+                (regno,),
+            )
+        if write:
+            _stack_write(frame, full, size, value)
+            return None
+        return _stack_read(env, regno, frame, full, size)
+    # variable offset
+    lo, hi = base + r.smin, base + r.smax
+    if r.smin < -MAX_VAR_OFF or r.smax > MAX_VAR_OFF or lo < -MAX_STACK or hi + size > 0:
+        kind = " write to" if write else " read from"
+        raise Fault(
+            "stack-bounds",
+            f"invalid variable-offset{kind} stack R{regno} var_off={_tn(r)} off={base} size={size}",
+            "bound the index so that every possible address stays inside the 512-byte stack",
+            (regno,),
+        )
+    if not T.is_aligned(T.add(r.tn, T.const(base)), size):
+        raise Fault(
+            "misaligned-stack",
+            f"misaligned stack access off {_tn(r)}+{r.off}+{off} size {size}",
+            "stack accesses must be aligned to their size",
+            (regno,),
+        )
+    if write:
+        for a in range(lo, hi + size):
+            _set_byte(frame, a, MISC)
+        return None
+    for a in range(lo, hi + size):
+        if _byte(frame, a) == INVALID and not env.privileged:
+            raise Fault(
+                "uninit-stack",
+                f"invalid variable-offset read from stack R{regno} var_off={_tn(r)} off={base} size={size}",
+                "initialize the stack bytes before reading them",
+                (regno,),
+            )
+    return D.unknown() if size == 8 else D.urange(0, (1 << (8 * size)) - 1)
+
+
+def _byte(frame, a: int) -> str:
+    k, j = (-a - 1) // 8, a % 8
+    s = frame.stack.get(k)
+    return s.types[j] if s else INVALID
+
+
+def _set_byte(frame, a: int, typ: str) -> None:
+    k, j = (-a - 1) // 8, a % 8
+    s = frame.stack.get(k) or Slot()
+    types = s.types[:j] + typ + s.types[j + 1 :]
+    spill = s.spill if SPILL in types else None
+    if spill is not None and types != SPILL * 8 and not types.startswith(SPILL):
+        spill = None
+    frame.stack[k] = Slot(types, spill)
+
+
+def _stack_write(frame, full: int, size: int, value: D.Reg | None) -> None:
+    k, j = (-full - 1) // 8, full % 8
+    old = frame.stack.get(k) or Slot()
+    if size == 8 and value is not None and value.t != D.NOT_INIT:
+        if value.is_const and value.tn[0] == 0 and value.t == D.SCALAR:
+            frame.stack[k] = Slot(ZERO * 8, None)
+        else:
+            frame.stack[k] = Slot(SPILL * 8, value)
+        return
+    if value is not None and value.is_const and value.tn[0] & ((1 << (8 * size)) - 1) == 0:
+        typ = ZERO
+    else:
+        typ = MISC
+    types = list(old.types)
+    # a partial overwrite destroys a spilled register (becomes plain scalar bytes)
+    if SPILL in old.types:
+        types = [MISC if c == SPILL else c for c in types]
+    spill = None
+    if typ == MISC and j == 0 and value is not None and value.t == D.SCALAR and size < 8:
+        # kernel: small scalar spill (save_register_state with size) at the slot start
+        v = value
+        if v.umax >> (8 * size):
+            v = D.sync(D.Reg(D.SCALAR, tn=T.cast(v.tn, size), b=D.UNKNOWN_BOUNDS))
+        for i in range(size):
+            types[i] = SPILL
+        spill = v
+    else:
+        for i in range(j, j + size):
+            types[i] = typ
+    frame.stack[k] = Slot("".join(types), spill)
+
+
+def _stack_read(env, regno, frame, full: int, size: int) -> D.Reg:
+    k, j = (-full - 1) // 8, full % 8
+    s = frame.stack.get(k) or Slot()
+    part = s.types[j : j + size]
+    if s.spill is not None and SPILL in s.types:
+        nspill = len(s.types) - len(s.types.lstrip(SPILL)) if s.types[0] == SPILL else 8
+        if s.spill.t != D.SCALAR:
+            if size != 8 or s.types != SPILL * 8:
+                raise Fault(
+                    "partial-fill",
+                    "invalid size of register fill",
+                    "a pointer saved on the stack must be reloaded with an 8-byte load",
+                    (regno,),
+                )
+            return s.spill
+        if j == 0 and size == nspill:
+            return s.spill
+        if all(c != INVALID for c in part):
+            return D.unknown() if size == 8 else D.urange(0, (1 << (8 * size)) - 1)
+    if part and all(c == ZERO for c in part):
+        return D.known(0)
+    if INVALID in part:
+        if not env.privileged:
+            raise Fault(
+                "uninit-stack",
+                f"invalid read from stack off {full}+0 size {size}",
+                "this stack memory was never written; initialize it before reading",
+                (regno,),
+            )
+        env.warn(
+            "uninit-stack",
+            f"read of uninitialized stack off {full} size {size}",
+            "the kernel allows it for privileged loaders but the value is garbage; "
+            "initialize the variable",
+            (regno,),
+        )
+    return D.unknown() if size == 8 else D.urange(0, (1 << (8 * size)) - 1)
+
+
+def stack_range_readable(env: Env, st: State, regno: int, size: int, what: str) -> None:
+    """Helper memory argument on the stack: ``size`` bytes from ``regno`` must be inside the
+    stack and (unprivileged) initialized (kernel check_stack_range_initialized)."""
+    r = st.regs[regno]
+    frame = st.frames[r.map] if isinstance(r.map, int) and r.map < len(st.frames) else st.cur
+    lo = r.off + (r.smin if r.tn[1] else D.s64(r.tn[0]))
+    hi = r.off + (r.smax if r.tn[1] else D.s64(r.tn[0]))
+    if lo < -MAX_STACK or hi + size > 0 or (size == 0 and hi > 0):
+        raise Fault(
+            "stack-bounds",
+            f"invalid indirect access to stack R{regno} off={lo} size={size}",
+            f"the {what} must lie inside the 512-byte stack",
+            (regno,),
+        )
+    for a in range(lo, hi + size):
+        b = _byte(frame, a)
+        if b == INVALID:
+            if not env.privileged:
+                raise Fault(
+                    "uninit-stack",
+                    f"invalid read from stack R{regno} off {lo}+{a - lo} size {size}",
+                    f"initialize all {size} bytes of the {what} before the call",
+                    (regno,),
+                )
+            env.warn(
+                "uninit-stack",
+                f"helper reads uninitialized stack R{regno} off {a} ({what})",
+                f"initialize all {size} bytes of the {what} before the call",
+                (regno,),
+            )
+            return
+        if b == SPILL:
+            k = (-a - 1) // 8
+            sp = frame.stack[k].spill
+            if sp is not None and sp.t != D.SCALAR and not env.privileged:
+                raise Fault("leak", f"R{regno} leaks addr into helper", "", (regno,))
+
+
+def stack_range_written(st: State, regno: int, size: int) -> None:
+    """A helper writes ``size`` bytes at ``regno`` on the stack: mark them initialized."""
+    r = st.regs[regno]
+    frame = st.frames[r.map] if isinstance(r.map, int) and r.map < len(st.frames) else st.cur
+    lo = r.off + (r.smin if r.tn[1] else D.s64(r.tn[0]))
+    hi = r.off + (r.smax if r.tn[1] else D.s64(r.tn[0]))
+    for a in range(lo, min(hi + size, 0)):
+        _set_byte(frame, a, MISC)
+
+
+# ---- packet ----
+
+
+def _packet(env, regno, r, off, size, write):
+    pt = env.prog_type
+    if write and pt not in (ProgramType.XDP, ProgramType.SK_MSG, ProgramType.SCHED_CLS):
+        raise Fault(
+            "pkt-write",
+            "cannot write into packet",
+            "this program type may only read the packet",
+            (regno,),
+        )
+    if r.smin < 0:
+        raise Fault(
+            "negative-index",
+            f"R{regno} min value is negative, either use unsigned index or do a if (index >=0) check.",
+            "make the offset unsigned or check it is >= 0",
+            (regno,),
+        )
+    full = off + r.off
+    if full < 0 or full + size > r.rng:
+        raise Fault(
+            "pkt-bounds",
+            f"invalid access to packet, off={full} size={size}, R{regno}(id={r.id},off={full},r={r.rng})",
+            f"bytes {full}..{full + size - 1} past this pointer are not proven to be inside the "
+            f"packet (checked: {r.rng}); compare `ptr + {full + size}` with data_end "
+            "before the access",
+            (regno,),
+        )
+    if write:
+        return None
+    return D.unknown() if size == 8 else D.urange(0, (1 << (8 * size)) - 1)
+
+
+# ---- map value ----
+
+
+def _map_value(env, regno, r, off, size, write):
+    m = r.map
+    flags = getattr(m, "map_flags", 0) or 0
+    vs = m.value_size
+    full = off + r.off
+    if write and flags & BPF_F_RDONLY_PROG:
+        raise Fault(
+            "map-readonly",
+            f"write into map forbidden, value_size={vs} off={full} size={size}",
+            f"map '{getattr(m, 'name', '?')}' is read-only for programs",
+            (regno,),
+        )
+    if not write and flags & BPF_F_WRONLY_PROG:
+        raise Fault(
+            "map-wronly",
+            f"read from map forbidden, value_size={vs} off={full} size={size}",
+            "",
+            (regno,),
+        )
+    if r.smin < 0 and (r.smin + full < 0):
+        raise Fault(
+            "negative-index",
+            f"R{regno} min value is negative, either use unsigned index or do a if (index >=0) check.",
+            "make the index unsigned or check it is >= 0 before using it",
+            (regno,),
+        )
+    lo = r.smin + full if r.tn[1] else D.s64(r.tn[0]) + full
+    if lo < 0 or lo + size > vs:
+        raise Fault(
+            "map-bounds",
+            f"invalid access to map value, value_size={vs} off={lo} size={size}",
+            f"the access must stay inside the {vs}-byte value of map '{getattr(m, 'name', '?')}'",
+            (regno,),
+        )
+    if r.tn[1]:
+        if r.umax >= MAX_VAR_OFF:
+            raise Fault(
+                "unbounded-access",
+                f"R{regno} unbounded memory access, make sure to bounds check any such access",
+                "check the index against the value size before using it",
+                (regno,),
+            )
+        if r.umax + full + size > vs:
+            raise Fault(
+                "map-bounds",
+                f"R{regno} max value is outside of the allowed memory range",
+                f"the largest possible offset {r.umax + full} + {size} exceeds the value size {vs}",
+                (regno,),
+            )
+    if write:
+        return None
+    data = getattr(m, "data", None)
+    if data and flags & BPF_F_RDONLY_PROG and r.tn[1] == 0 and m.map_type == MapType.ARRAY:
+        a = D.s64(r.tn[0]) + full
+        if 0 <= a and a + size <= len(data):
+            return D.known(int.from_bytes(data[a : a + size], "little"))
+    return D.unknown() if size == 8 else D.urange(0, (1 << (8 * size)) - 1)
+
+
+# ---- ctx ----
+
+
+def _ctx(env, regno, r, off, size, write):
+    if r.off or r.tn != (0, 0):
+        raise Fault(
+            "modified-ctx",
+            f"dereference of modified ctx ptr R{regno} off={r.off} disallowed",
+            "read context fields through the unmodified context pointer (r1 at entry)",
+            (regno,),
+        )
+    f = ctx_access(env.ctx or "", off, size, write, env.attach_type)
+    if f is None:
+        what = "written" if write else "read"
+        raise Fault(
+            "ctx-access",
+            f"invalid bpf_context access off={off} size={size}",
+            f"{env.ctx} has no field at offset {off} that can be {what} with a {size}-byte access",
+            (regno,),
+        )
+    if write:
+        return None
+    if f.loads_as == D.SCALAR:
+        return D.urange(0, (1 << (8 * min(size, f.size))) - 1)
+    if f.loads_as == D.SOCKET_OR_NULL:
+        return D.ptr(D.SOCKET_OR_NULL, id=env.new_id())
+    return D.ptr(f.loads_as)

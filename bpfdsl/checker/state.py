@@ -1,0 +1,198 @@
+"""Verifier state: call frames with registers and stack, and the pruning order.
+
+A stack slot covers 8 bytes ``[fp - 8*(k+1), fp - 8*k)`` and records per byte whether it
+is invalid (never written), misc (some scalar bytes), zero, or part of a spilled register
+(kernel ``STACK_INVALID/MISC/ZERO/SPILL``).  :func:`subsumes` is the kernel's
+``states_equal``/``regsafe``: if an already-verified state covers a new one, the new path
+need not be walked again (the explored one was safe for every value it admits).
+"""
+
+from __future__ import annotations
+
+from . import domain as D
+from . import tnum as T
+
+INVALID, MISC, ZERO, SPILL = "i", "m", "z", "s"
+MAX_STACK = 512
+
+
+class Slot:
+    """8 bytes of stack: ``types`` (8 chars, byte 0 = lowest address) and the spilled reg."""
+
+    __slots__ = ("types", "spill")
+
+    def __init__(self, types: str = INVALID * 8, spill: D.Reg | None = None):
+        self.types = types
+        self.spill = spill
+
+    def __repr__(self) -> str:
+        return f"Slot({self.types!r}, {self.spill!r})"
+
+
+class Frame:
+    """One function's registers r0..r10 and stack; ``callsite``: insn index of the call
+    that made it (-1 for the main program); ``frameno``: depth (0 = main)."""
+
+    __slots__ = ("regs", "stack", "callsite", "frameno", "subprog")
+
+    def __init__(self, regs, stack, callsite: int, frameno: int, subprog: int):
+        self.regs = regs
+        self.stack = stack
+        self.callsite = callsite
+        self.frameno = frameno
+        self.subprog = subprog
+
+    def copy(self) -> Frame:
+        return Frame(list(self.regs), dict(self.stack), self.callsite, self.frameno, self.subprog)
+
+
+class State:
+    """Whole abstract machine state on one path: frames (last = current), acquired
+    reference ids, and the pruning bookkeeping (``parent`` explored entry)."""
+
+    __slots__ = ("frames", "refs", "parent")
+
+    def __init__(self, frames: list[Frame], refs: tuple[int, ...] = (), parent=None):
+        self.frames = frames
+        self.refs = refs
+        self.parent = parent
+
+    @property
+    def cur(self) -> Frame:
+        return self.frames[-1]
+
+    @property
+    def regs(self) -> list[D.Reg]:
+        return self.frames[-1].regs
+
+    def copy(self) -> State:
+        return State([f.copy() for f in self.frames], self.refs, self.parent)
+
+    def all_regs(self):
+        """Every (frame, where, reg) including spilled registers; ``where`` is a register
+        number or ``("stack", slot)``."""
+        for f in self.frames:
+            for i, r in enumerate(f.regs):
+                yield f, i, r
+            for k, s in f.stack.items():
+                if s.spill is not None:
+                    yield f, ("stack", k), s.spill
+
+    def set_reg_anywhere(self, f: Frame, where, reg: D.Reg) -> None:
+        if isinstance(where, int):
+            f.regs[where] = reg
+        else:
+            s = f.stack[where[1]]
+            f.stack[where[1]] = Slot(s.types, reg)
+
+
+def entry_state(frameno_regs: list[D.Reg]) -> State:
+    return State([Frame(frameno_regs, {}, -1, 0, 0)])
+
+
+# ---- pruning (kernel states_equal / regsafe / stacksafe) ----
+
+
+def _scalar_within(old: D.Reg, new: D.Reg) -> bool:
+    return (
+        old.smin <= new.smin
+        and new.smax <= old.smax
+        and old.umin <= new.umin
+        and new.umax <= old.umax
+        and old.s32min <= new.s32min
+        and new.s32max <= old.s32max
+        and old.u32min <= new.u32min
+        and new.u32max <= old.u32max
+        and T.contains(old.tn, new.tn)
+    )
+
+
+def _ids_match(idmap: dict, old_id: int, new_id: int) -> bool:
+    if old_id == 0 and new_id == 0:
+        return True
+    if old_id == 0 or new_id == 0:
+        return False
+    seen = idmap.get(old_id)
+    if seen is None:
+        idmap[old_id] = new_id
+        return True
+    return seen == new_id
+
+
+def regsafe(old: D.Reg, new: D.Reg, idmap: dict, exact: bool) -> bool:
+    """Whether every behaviour possible from ``new`` was already covered by ``old``."""
+    if exact:
+        return old == new
+    if old.t == D.NOT_INIT:
+        return True
+    if old.t != new.t:
+        return False
+    if old.t == D.SCALAR:
+        if old.tn == T.UNKNOWN and old.smin == D.S64_MIN and old.umax == D.M64:
+            return True
+        return _scalar_within(old, new)
+    if old.off != new.off or old.map is not new.map:
+        return False
+    if not _scalar_within(old, new):
+        return False
+    if old.t in D.PACKET_TYPES:
+        if new.rng < old.rng:
+            return False
+        return _ids_match(idmap, old.id, new.id)
+    if old.t in (D.MAP_VALUE_OR_NULL, D.SOCKET_OR_NULL) or old.ref:
+        return _ids_match(idmap, old.id, new.id) and _ids_match(idmap, -old.ref, -new.ref)
+    return True
+
+
+def _stacksafe(old: Frame, new: Frame, idmap: dict, exact: bool) -> bool:
+    for k, os in old.stack.items():
+        ns = new.stack.get(k)
+        ntypes = ns.types if ns is not None else INVALID * 8
+        if exact:
+            if ns is None or os.types != ns.types or os.spill != ns.spill:
+                if not (ns is None and os.types == INVALID * 8):
+                    return False
+            continue
+        if os.types == INVALID * 8:
+            continue
+        if os.spill is not None and SPILL in os.types:
+            if ns is None or ns.spill is None or os.types != ntypes:
+                # an old spilled unknown scalar is covered by any initialized bytes
+                if os.spill.t == D.SCALAR and regsafe(os.spill, D.unknown(), idmap, False):
+                    if INVALID not in "".join(
+                        n for o, n in zip(os.types, ntypes, strict=True) if o != INVALID
+                    ):
+                        continue
+                return False
+            if not regsafe(os.spill, ns.spill, idmap, False):
+                return False
+            continue
+        for o, n in zip(os.types, ntypes, strict=True):
+            if o == INVALID:
+                continue
+            if n == INVALID:
+                return False
+            if o == ZERO and n != ZERO:
+                return False
+            if o == MISC and n == SPILL and ns is not None and ns.spill is not None:
+                if ns.spill.t != D.SCALAR:
+                    return False
+    return True
+
+
+def subsumes(old: State, new: State, live: list[frozenset[int]], exact: bool = False) -> bool:
+    """``old`` covers ``new`` (kernel states_equal): same call chain, every live register and
+    every stack byte of ``new`` within what ``old`` allowed.  ``live[i]`` gives the live
+    registers of frame i (the current frame's set at the pruning insn)."""
+    if len(old.frames) != len(new.frames) or old.refs.__len__() != new.refs.__len__():
+        return False
+    idmap: dict = {}
+    for fi, (of, nf) in enumerate(zip(old.frames, new.frames, strict=True)):
+        if of.callsite != nf.callsite:
+            return False
+        for r in live[fi]:
+            if not regsafe(of.regs[r], nf.regs[r], idmap, exact):
+                return False
+        if not _stacksafe(of, nf, idmap, exact):
+            return False
+    return True

@@ -1,0 +1,650 @@
+"""Transfer functions: one instruction applied to one state (kernel do_check's body).
+
+``step(env, st, i, insn)`` checks the instruction against ``st`` (raising env.Fault) and
+returns the successor states as ``[(next_index, state), ...]`` — two for a conditional
+jump whose outcome is unknown, none for ``exit`` of the main program.  Branch refinement
+follows ``reg_set_min_max``, null checks ``mark_ptr_or_null_regs``, packet range checks
+``try_match_pkt_pointers``/``find_good_pkt_pointers``.
+"""
+
+from __future__ import annotations
+
+from .. import uapi as U
+from ..insn import Insn
+from . import alu as ALU
+from . import domain as D
+from . import tnum as T
+from .calls import nonnull_type
+from .env import Env, Fault
+from .mem import MAX_PACKET_OFF, MAX_VAR_OFF, check_access
+from .state import State
+
+_VALID_ALU = set(range(0x00, 0xD1, 0x10))
+_ALU_NAMES = {
+    U.BPF_ADD: "+=",
+    U.BPF_SUB: "-=",
+    U.BPF_MUL: "*=",
+    U.BPF_DIV: "/=",
+    U.BPF_OR: "|=",
+    U.BPF_AND: "&=",
+    U.BPF_LSH: "<<=",
+    U.BPF_RSH: ">>=",
+    U.BPF_MOD: "%=",
+    U.BPF_XOR: "^=",
+    U.BPF_ARSH: "s>>=",
+}
+
+
+def _read(st: State, regno: int) -> D.Reg:
+    if regno > 10:
+        raise Fault("bad-reg", f"R{regno} is invalid", "register numbers go from r0 to r10")
+    r = st.regs[regno]
+    if r.t == D.NOT_INIT:
+        raise Fault(
+            "uninit-reg", f"R{regno} !read_ok", f"r{regno} is read before being set", (regno,)
+        )
+    return r
+
+
+def _dst(regno: int) -> None:
+    if regno > 10:
+        raise Fault("bad-reg", f"R{regno} is invalid", "register numbers go from r0 to r10")
+    if regno == 10:
+        raise Fault("fp-readonly", "frame pointer is read only", "r10 cannot be written")
+
+
+def _reserved(what: str) -> Fault:
+    return Fault(
+        "reserved-fields",
+        f"{what} uses reserved fields",
+        "the instruction has fields set that must be zero (bad encoding)",
+    )
+
+
+# ---- ALU ----
+
+
+def do_alu(env: Env, st: State, x: Insn) -> None:
+    op, is64, src_x = x.op, x.cls == U.BPF_ALU64, x.source == U.BPF_X
+    regs = st.regs
+    if op == U.BPF_NEG or op == U.BPF_END:
+        if op == U.BPF_NEG:
+            if src_x or x.src or x.off or x.imm:
+                raise _reserved("BPF_NEG")
+        elif x.src or x.off or x.imm not in (16, 32, 64) or (is64 and src_x):
+            raise _reserved("BPF_END")
+        r = _read(st, x.dst)
+        _dst(x.dst)
+        if r.is_ptr:
+            _ptr_leak_warn(env, x.dst, r, "byte swap" if op == U.BPF_END else "negation")
+            regs[x.dst] = D.unknown()
+            return
+        if op == U.BPF_NEG:
+            regs[x.dst] = ALU.neg(r, is64)
+        else:
+            regs[x.dst] = ALU.swap(r, x.imm, x.source == U.BPF_TO_BE, is64)
+        return
+    if op == U.BPF_MOV:
+        if src_x:
+            allowed = (0, 8, 16, 32) if is64 else (0, 8, 16)
+            if x.off not in allowed or x.imm:
+                raise _reserved("BPF_MOV")
+            s = _read(st, x.src)
+            _dst(x.dst)
+            if is64:
+                if x.off == 0:
+                    regs[x.dst] = s
+                    if s.t == D.SCALAR and not s.id and not s.is_const:
+                        pass
+                elif s.is_ptr:
+                    regs[x.dst] = D.unknown()
+                else:
+                    regs[x.dst] = ALU.movsx(s, x.off, True)
+            else:
+                if s.is_ptr:
+                    _ptr_leak_warn(env, x.src, s, "32-bit move")
+                    if not env.privileged:
+                        raise Fault(
+                            "ptr-leak",
+                            f"R{x.src} partial copy of pointer",
+                            "pointers are 64-bit; do not copy them with 32-bit moves",
+                            (x.src,),
+                        )
+                    regs[x.dst] = D.zext32(D.unknown())
+                elif x.off:
+                    regs[x.dst] = ALU.movsx(s, x.off, False)
+                else:
+                    regs[x.dst] = D.zext32(s)
+        else:
+            if x.src or x.off:
+                raise _reserved("BPF_MOV")
+            _dst(x.dst)
+            regs[x.dst] = D.known(x.imm if is64 else x.imm & D.M32)
+        return
+    if op not in _VALID_ALU:
+        raise Fault("bad-opcode", f"invalid BPF_ALU opcode {op:x}", "unknown ALU operation")
+    if src_x:
+        if x.imm or x.off not in (0, 1) or (x.off == 1 and op not in (U.BPF_DIV, U.BPF_MOD)):
+            raise _reserved("BPF_ALU")
+        s = _read(st, x.src)
+    else:
+        if x.src or x.off not in (0, 1) or (x.off == 1 and op not in (U.BPF_DIV, U.BPF_MOD)):
+            raise _reserved("BPF_ALU")
+        s = D.known(x.imm if is64 else x.imm & D.M32)
+    d = _read(st, x.dst)
+    if op in (U.BPF_DIV, U.BPF_MOD) and not src_x and x.imm == 0:
+        raise Fault(
+            "div-by-zero",
+            "div by zero",
+            "division by the constant 0; note that the kernel defines x / 0 == 0 and "
+            "x % 0 == x at run time for a register divisor",
+        )
+    if op in (U.BPF_LSH, U.BPF_RSH, U.BPF_ARSH) and not src_x:
+        if x.imm < 0 or x.imm >= (64 if is64 else 32):
+            raise Fault("bad-shift", f"invalid shift {x.imm}", "shift counts must be 0..width-1")
+    _dst(x.dst)
+    if src_x and s.is_ptr and d.is_ptr:
+        if op == U.BPF_SUB and env.privileged:
+            if not is64:
+                _ptr_leak_warn(env, x.dst, d, "32-bit subtraction")
+            regs[x.dst] = D.unknown() if is64 else D.zext32(D.unknown())
+            return
+        raise Fault(
+            "ptr-ptr",
+            f"R{x.dst} pointer {_ALU_NAMES[op]} pointer prohibited",
+            "only pointer - pointer (giving a length) is allowed between two pointers",
+            (x.dst, x.src),
+        )
+    if d.is_ptr or (src_x and s.is_ptr):
+        ptr_reg, ptr_no = (d, x.dst) if d.is_ptr else (s, x.src)
+        off_reg = s if d.is_ptr else d
+        regs[x.dst] = _ptr_alu(env, x, op, is64, ptr_reg, ptr_no, off_reg, d.is_ptr)
+        return
+    regs[x.dst] = ALU.scalar_alu(op, d, s, is64, signed_div=bool(x.off))
+
+
+def _ptr_leak_warn(env: Env, regno: int, r: D.Reg, what: str) -> None:
+    env.warn(
+        "ptr-alu32",
+        f"{what} on pointer R{regno} ({D.TYPE_NAMES[r.t]}) turns it into an unknown number",
+        "pointer arithmetic must be 64-bit; compute `end - start` in 64 bits and only "
+        "truncate the resulting scalar (FIELD-BUGS B04)",
+        (regno,),
+    )
+
+
+def _ptr_alu(env, x, op, is64, p: D.Reg, pno: int, o: D.Reg, ptr_is_dst: bool) -> D.Reg:
+    name = D.TYPE_NAMES[p.t]
+    if not is64:
+        if op == U.BPF_SUB and env.privileged:
+            _ptr_leak_warn(env, pno, p, "32-bit subtraction")
+            return D.zext32(D.unknown())
+        raise Fault(
+            "ptr-alu32",
+            f"R{x.dst} 32-bit pointer arithmetic prohibited",
+            "pointer arithmetic must use 64-bit instructions (FIELD-BUGS B04)",
+            (x.dst,),
+        )
+    if p.t in D.NULLABLE:
+        raise Fault(
+            "ptr-null-arith",
+            f"R{x.dst} pointer arithmetic on {name} prohibited, null-check it first",
+            "compare the lookup result with 0 before computing addresses from it",
+            (x.dst,),
+        )
+    known = o.is_const
+    if p.t == D.MAP_PTR and known and o.value == 0 and op == U.BPF_ADD:
+        return p
+    if p.t not in (D.CTX, D.MAP_VALUE, D.STACK, D.PKT, D.PKT_META):
+        raise Fault(
+            "ptr-arith",
+            f"R{x.dst} pointer arithmetic on {name} prohibited",
+            "data_end may only be compared with; write `pkt + N > data_end`, never "
+            "arithmetic on data_end (FIELD-BUGS B06)"
+            if p.t == D.PKT_END
+            else f"addresses cannot be computed from a {name}",
+            (x.dst,),
+        )
+    if op == U.BPF_SUB and not ptr_is_dst:
+        raise Fault(
+            "ptr-arith",
+            f"R{x.dst} tried to subtract pointer from scalar",
+            "subtract the number from the pointer, not the other way round",
+            (x.dst,),
+        )
+    if op == U.BPF_SUB and p.t == D.STACK:
+        raise Fault(
+            "ptr-arith",
+            f"R{x.dst} subtraction from stack pointer prohibited",
+            "use `r += -N` to address the stack",
+            (x.dst,),
+        )
+    if op in (U.BPF_AND, U.BPF_OR, U.BPF_XOR):
+        raise Fault(
+            "ptr-arith",
+            f"R{x.dst} bitwise operator {_ALU_NAMES[op]} on pointer prohibited",
+            "bit operations on pointers are not allowed",
+            (x.dst,),
+        )
+    if op not in (U.BPF_ADD, U.BPF_SUB):
+        raise Fault(
+            "ptr-arith",
+            f"R{x.dst} pointer arithmetic with {_ALU_NAMES.get(op, '?')} operator prohibited",
+            "only + and - with a number are allowed on pointers",
+            (x.dst,),
+        )
+    _sane(o, name, x.dst)
+    _sane(p, name, x.dst)
+    if known:
+        v = D.s64(o.value)
+        new_off = p.off + v if op == U.BPF_ADD else p.off - v
+        if -(1 << 31) <= new_off < (1 << 31):
+            out = p.replace(off=new_off)
+            _sane(out, name, x.dst)
+            return out
+    # variable offset
+    if op == U.BPF_ADD:
+        tn = T.add(p.tn, o.tn)
+        smin, smax = p.smin + o.smin, p.smax + o.smax
+        umin, umax = p.umin + o.umin, p.umax + o.umax
+    else:
+        tn = T.sub(p.tn, o.tn)
+        smin, smax = p.smin - o.smax, p.smax - o.smin
+        umin, umax = p.umin - o.umax, p.umax - o.umin
+    if smin < D.S64_MIN or smax > D.S64_MAX:
+        smin, smax = D.S64_MIN, D.S64_MAX
+    if umin < 0 or umax > D.M64:
+        umin, umax = 0, D.M64
+    b = (smin, smax, umin, umax) + D.UNKNOWN_BOUNDS[4:]
+    out = D.sync(D.Reg(D.SCALAR, tn=tn, b=b))
+    out = out.replace(t=p.t, off=p.off, id=p.id, rng=p.rng, map=p.map, ref=p.ref)
+    if p.t in D.PACKET_TYPES:
+        out = out.replace(id=env.new_id(), rng=0)
+    _sane(out, name, x.dst)
+    return out
+
+
+def _sane(r: D.Reg, name: str, dst: int) -> None:
+    if r.tn[1] == 0 and r.t == D.SCALAR:
+        v = D.s64(r.tn[0])
+        if v >= MAX_VAR_OFF or v <= -MAX_VAR_OFF:
+            raise Fault(
+                "ptr-oob",
+                f"math between {name} pointer and {v} is not allowed",
+                "the offset is far outside any object",
+                (dst,),
+            )
+        return
+    if r.off >= MAX_VAR_OFF or r.off <= -MAX_VAR_OFF:
+        raise Fault("ptr-oob", f"{name} pointer offset {r.off} is not allowed", "", (dst,))
+    if r.smin == D.S64_MIN:
+        raise Fault(
+            "ptr-unbounded",
+            f"math between {name} pointer and register with unbounded min value is not allowed",
+            "bound the number (e.g. `x &= 0xff` or `if x > N goto`) before adding it to a pointer",
+            (dst,),
+        )
+    if r.smin >= MAX_VAR_OFF or r.smin <= -MAX_VAR_OFF:
+        raise Fault("ptr-oob", f"value {r.smin} makes {name} pointer be out of bounds", "", (dst,))
+
+
+# ---- loads / stores ----
+
+
+def do_ldx(env: Env, st: State, x: Insn) -> None:
+    if x.mode not in (U.BPF_MEM, U.BPF_MEMSX) or x.imm:
+        raise _reserved("BPF_LDX")
+    _read(st, x.src)
+    _dst(x.dst)
+    v = check_access(env, st, x.src, x.off, x.size, False, None)
+    if x.mode == U.BPF_MEMSX and v is not None and v.t == D.SCALAR:
+        v = ALU.movsx(v, x.size * 8, True)
+    st.regs[x.dst] = v if v is not None else D.unknown()
+
+
+def do_store(env: Env, st: State, x: Insn) -> None:
+    if x.cls == U.BPF_ST:
+        if x.mode != U.BPF_MEM or x.src:
+            raise _reserved("BPF_ST")
+        _read(st, x.dst)
+        check_access(env, st, x.dst, x.off, x.size, True, D.known(x.imm))
+        return
+    if x.mode == U.BPF_ATOMIC:
+        do_atomic(env, st, x)
+        return
+    if x.mode != U.BPF_MEM or x.imm:
+        raise _reserved("BPF_STX")
+    v = _read(st, x.src)
+    _read(st, x.dst)
+    check_access(env, st, x.dst, x.off, x.size, True, v)
+
+
+_ATOMIC_OPS = {U.BPF_ADD, U.BPF_AND, U.BPF_OR, U.BPF_XOR}
+
+
+def do_atomic(env: Env, st: State, x: Insn) -> None:
+    base = x.imm & ~U.BPF_FETCH
+    if not (base in _ATOMIC_OPS or x.imm in (U.BPF_XCHG, U.BPF_CMPXCHG)):
+        raise Fault("bad-atomic", f"BPF_ATOMIC uses invalid atomic opcode {x.imm:02x}", "")
+    if x.size not in (4, 8):
+        raise Fault("bad-atomic", "invalid atomic operand size", "atomics are 32 or 64 bit")
+    _read(st, x.src)
+    d = _read(st, x.dst)
+    if x.imm == U.BPF_CMPXCHG:
+        _read(st, 0)
+    if d.t in (D.CTX, D.PKT, D.PKT_META, D.SOCKET, D.XDP_SOCK):
+        raise Fault(
+            "atomic-target",
+            f"BPF_ATOMIC stores into R{x.dst} {D.TYPE_NAMES[d.t]} is not allowed",
+            "atomic operations work on the stack and map values only",
+            (x.dst,),
+        )
+    check_access(env, st, x.dst, x.off, x.size, False, None)
+    check_access(env, st, x.dst, x.off, x.size, True, D.unknown())
+    loaded = D.unknown() if x.size == 8 else D.urange(0, D.M32)
+    if x.imm == U.BPF_CMPXCHG:
+        st.regs[0] = loaded
+    elif x.imm & U.BPF_FETCH:
+        st.regs[x.src] = loaded
+
+
+def do_ld(env: Env, st: State, i: int, x: Insn) -> None:
+    if x.is_ld_imm64:
+        _dst(x.dst)
+        if x.off:
+            raise Fault("bad-ldimm64", "invalid bpf_ld_imm64 insn", "")
+        ref = env.map_refs.get(i)
+        if x.src == 0 and ref is None:
+            st.regs[x.dst] = D.known(x.imm)
+            return
+        if x.src in (U.BPF_PSEUDO_MAP_FD, U.BPF_PSEUDO_MAP_VALUE) or ref is not None:
+            if ref is None:
+                raise Fault(
+                    "bad-map",
+                    f"fd {x.imm & 0xFFFFFFFF} is not pointing to valid bpf_map",
+                    "the map reference has no relocation to a map of this object",
+                )
+            if ref.value_off is None:
+                st.regs[x.dst] = D.ptr(D.MAP_PTR, map=ref.map)
+            else:
+                if ref.value_off >= ref.map.value_size and ref.map.value_size:
+                    raise Fault(
+                        "bad-map",
+                        f"invalid access to map value pointer, value_size={ref.map.value_size} off={ref.value_off}",
+                        "",
+                    )
+                st.regs[x.dst] = D.ptr(D.MAP_VALUE, off=ref.value_off, map=ref.map)
+            return
+        raise Fault(
+            "bad-ldimm64", "invalid bpf_ld_imm64 insn", f"unsupported pseudo source {x.src}"
+        )
+    raise Fault(
+        "ld-abs",
+        "BPF_LD_[ABS|IND] instructions not allowed for this program type",
+        "use direct packet access (data/data_end) instead",
+    )
+
+
+# ---- jumps ----
+
+_NEG = {
+    U.BPF_JEQ: U.BPF_JNE,
+    U.BPF_JNE: U.BPF_JEQ,
+    U.BPF_JGT: U.BPF_JLE,
+    U.BPF_JLE: U.BPF_JGT,
+    U.BPF_JGE: U.BPF_JLT,
+    U.BPF_JLT: U.BPF_JGE,
+    U.BPF_JSGT: U.BPF_JSLE,
+    U.BPF_JSLE: U.BPF_JSGT,
+    U.BPF_JSGE: U.BPF_JSLT,
+    U.BPF_JSLT: U.BPF_JSGE,
+}
+_SWAP = {
+    U.BPF_JEQ: U.BPF_JEQ,
+    U.BPF_JNE: U.BPF_JNE,
+    U.BPF_JGT: U.BPF_JLT,
+    U.BPF_JLT: U.BPF_JGT,
+    U.BPF_JGE: U.BPF_JLE,
+    U.BPF_JLE: U.BPF_JGE,
+    U.BPF_JSGT: U.BPF_JSLT,
+    U.BPF_JSLT: U.BPF_JSGT,
+    U.BPF_JSGE: U.BPF_JSLE,
+    U.BPF_JSLE: U.BPF_JSGE,
+    U.BPF_JSET: U.BPF_JSET,
+}
+
+
+def _view(r: D.Reg, is32: bool):
+    if is32:
+        return T.subreg(r.tn), r.s32min, r.s32max, r.u32min, r.u32max
+    return r.tn, r.smin, r.smax, r.umin, r.umax
+
+
+def branch_taken(a: D.Reg, b: D.Reg, op: int, is32: bool) -> int:
+    """1 always taken, 0 never, -1 unknown (kernel is_branch_taken) for two scalars."""
+    at, asmin, asmax, aumin, aumax = _view(a, is32)
+    bt, bsmin, bsmax, bumin, bumax = _view(b, is32)
+    if op == U.BPF_JEQ or op == U.BPF_JNE:
+        eq = -1
+        if at[1] == 0 and bt[1] == 0:
+            eq = int(at[0] == bt[0])
+        elif aumin > bumax or aumax < bumin or asmin > bsmax or asmax < bsmin:
+            eq = 0
+        elif (at[0] ^ bt[0]) & ~(at[1] | bt[1]):
+            eq = 0
+        if eq == -1:
+            return -1
+        return eq if op == U.BPF_JEQ else 1 - eq
+    if op == U.BPF_JSET:
+        if bt[1] == 0:
+            if at[0] & bt[0]:
+                return 1
+            if not ((at[0] | at[1]) & bt[0]):
+                return 0
+        return -1
+    if op == U.BPF_JGT:
+        return 1 if aumin > bumax else 0 if aumax <= bumin else -1
+    if op == U.BPF_JGE:
+        return 1 if aumin >= bumax else 0 if aumax < bumin else -1
+    if op == U.BPF_JLT:
+        return 1 if aumax < bumin else 0 if aumin >= bumax else -1
+    if op == U.BPF_JLE:
+        return 1 if aumax <= bumin else 0 if aumin > bumax else -1
+    if op == U.BPF_JSGT:
+        return 1 if asmin > bsmax else 0 if asmax <= bsmin else -1
+    if op == U.BPF_JSGE:
+        return 1 if asmin >= bsmax else 0 if asmax < bsmin else -1
+    if op == U.BPF_JSLT:
+        return 1 if asmax < bsmin else 0 if asmin >= bsmax else -1
+    if op == U.BPF_JSLE:
+        return 1 if asmax <= bsmin else 0 if asmin > bsmax else -1
+    return -1
+
+
+def refine(a: D.Reg, b: D.Reg, op: int, is32: bool) -> tuple[D.Reg, D.Reg]:
+    """Narrow scalars ``a`` and ``b`` assuming ``a op b`` holds (kernel regs_refine_cond_op)."""
+    if is32:
+        lo = ("s32min", "s32max", "u32min", "u32max")
+    else:
+        lo = ("smin", "smax", "umin", "umax")
+    smn, smx, umn, umx = lo
+    ga, gb = (lambda r, k: getattr(r, k)), None  # noqa: E731
+    del gb
+    A = {k: ga(a, k) for k in lo}
+    B = {k: ga(b, k) for k in lo}
+    ta, tb = a.tn, b.tn
+    if op == U.BPF_JEQ:
+        for k in (smn, umn):
+            A[k] = B[k] = max(A[k], B[k])
+        for k in (smx, umx):
+            A[k] = B[k] = min(A[k], B[k])
+        if is32:
+            t = T.intersect(T.subreg(ta), T.subreg(tb))
+            ta, tb = T.with_subreg(ta, t), T.with_subreg(tb, t)
+        else:
+            ta = tb = T.intersect(ta, tb)
+    elif op == U.BPF_JNE:
+        for x, y in ((A, b), (B, a)):
+            if y.tn[1] == 0 if not is32 else T.subreg(y.tn)[1] == 0:
+                c = (y.tn[0] & D.M32) if is32 else y.tn[0]
+                sc = D.s32(c) if is32 else D.s64(c)
+                if x[umn] == c:
+                    x[umn] += 1
+                elif x[umx] == c:
+                    x[umx] -= 1
+                if x[smn] == sc:
+                    x[smn] += 1
+                elif x[smx] == sc:
+                    x[smx] -= 1
+    elif op == U.BPF_JSET:
+        if (T.subreg(b.tn) if is32 else b.tn)[1] == 0:
+            c = b.tn[0] & (D.M32 if is32 else D.M64)
+            if c and c & (c - 1) == 0:
+                ta = T.or_(ta, (c, 0))
+    elif op in (U.BPF_JGT, U.BPF_JGE):
+        d = 1 if op == U.BPF_JGT else 0
+        A[umn] = max(A[umn], B[umn] + d)
+        B[umx] = min(B[umx], A[umx] - d)
+    elif op in (U.BPF_JLT, U.BPF_JLE):
+        d = 1 if op == U.BPF_JLT else 0
+        A[umx] = min(A[umx], B[umx] - d)
+        B[umn] = max(B[umn], A[umn] + d)
+    elif op in (U.BPF_JSGT, U.BPF_JSGE):
+        d = 1 if op == U.BPF_JSGT else 0
+        A[smn] = max(A[smn], B[smn] + d)
+        B[smx] = min(B[smx], A[smx] - d)
+    elif op in (U.BPF_JSLT, U.BPF_JSLE):
+        d = 1 if op == U.BPF_JSLT else 0
+        A[smx] = min(A[smx], B[smx] - d)
+        B[smn] = max(B[smn], A[smn] + d)
+    na = D.sync(a.replace(tn=ta, **A)) if a.t == D.SCALAR else a
+    nb = D.sync(b.replace(tn=tb, **B)) if b.t == D.SCALAR else b
+    return na, nb
+
+
+def _mark_ids(st: State, reg_id: int, fn) -> None:
+    for f, where, r in list(st.all_regs()):
+        if r.id == reg_id and r.t != D.SCALAR:
+            st.set_reg_anywhere(f, where, fn(r))
+
+
+def _mark_scalar_ids(st: State, reg: D.Reg) -> None:
+    """Copies of a scalar (same id) learn the refined bounds (kernel sync_linked_regs)."""
+    if not reg.id or reg.t != D.SCALAR:
+        return
+    for f, where, r in list(st.all_regs()):
+        if r.t == D.SCALAR and r.id == reg.id:
+            st.set_reg_anywhere(f, where, reg)
+
+
+def _good_pkt(st: State, dst: D.Reg, right_open: bool) -> None:
+    if dst.off < 0 or (dst.off == 0 and right_open):
+        return
+    if dst.umax > MAX_PACKET_OFF or dst.umax + dst.off > MAX_PACKET_OFF:
+        return
+    new = dst.off + (1 if right_open else 0)
+    for f, where, r in list(st.all_regs()):
+        if r.t == dst.t and r.id == dst.id and r.rng < new:
+            st.set_reg_anywhere(f, where, r.replace(rng=new))
+
+
+def _init_pkt(r: D.Reg, t: int) -> bool:
+    return r.t == t and r.off == 0 and r.tn == (0, 0)
+
+
+def _pkt_compare(x: Insn, d: D.Reg, s: D.Reg, fall: State, taken: State) -> bool:
+    """try_match_pkt_pointers; ``fall`` = condition false, ``taken`` = condition true."""
+    if x.source != U.BPF_X or x.cls == U.BPF_JMP32:
+        return False
+    op = x.op
+    d_lo = (d.t == D.PKT and s.t == D.PKT_END) or (d.t == D.PKT_META and _init_pkt(s, D.PKT))
+    s_lo = (d.t == D.PKT_END and s.t == D.PKT) or (_init_pkt(d, D.PKT) and s.t == D.PKT_META)
+    if not (d_lo or s_lo):
+        return False
+    if op == U.BPF_JGT:
+        _good_pkt(fall, d, False) if d_lo else _good_pkt(taken, s, True)
+    elif op == U.BPF_JLT:
+        _good_pkt(taken, d, True) if d_lo else _good_pkt(fall, s, False)
+    elif op == U.BPF_JGE:
+        _good_pkt(fall, d, True) if d_lo else _good_pkt(taken, s, False)
+    elif op == U.BPF_JLE:
+        _good_pkt(taken, d, False) if d_lo else _good_pkt(fall, s, True)
+    else:
+        return False
+    return True
+
+
+def do_cond_jump(env: Env, st: State, i: int, x: Insn, target: int) -> list[tuple[int, State]]:
+    op, is32 = x.op, x.cls == U.BPF_JMP32
+    if op not in _SWAP:
+        raise Fault("bad-opcode", f"invalid BPF_JMP/JMP32 opcode {op:x}", "unknown jump operation")
+    if x.source == U.BPF_X:
+        if x.imm:
+            raise _reserved("BPF_JMP/JMP32")
+        s = _read(st, x.src)
+    else:
+        if x.src:
+            raise _reserved("BPF_JMP/JMP32")
+        s = D.known(x.imm if not is32 else x.imm & D.M32)
+    d = _read(st, x.dst)
+    # pointer vs NULL
+    if d.is_ptr or s.is_ptr:
+        pr, other, p_no = (d, s, x.dst) if d.is_ptr else (s, d, x.src)
+        if (
+            other.t == D.SCALAR
+            and other.is_const
+            and other.value == 0
+            and op in (U.BPF_JEQ, U.BPF_JNE)
+        ):
+            if pr.t in D.NULLABLE and not is32:
+                null_st, nn_st = st, st.copy()
+                if op == U.BPF_JNE:
+                    taken, fall = nn_st, null_st
+                else:
+                    taken, fall = null_st, nn_st
+                nt = nonnull_type(pr)
+                _mark_ids(null_st, pr.id, lambda r: D.known(0))
+                _mark_ids(
+                    nn_st,
+                    pr.id,
+                    lambda r: r.replace(
+                        t=nonnull_type(r) if r.t in D.NULLABLE else r.t,
+                        id=0 if nt == D.MAP_VALUE else r.id,
+                    ),
+                )
+                return [(i + 1, fall), (target, taken)]
+            if pr.t not in D.NULLABLE and pr.t not in (D.SCALAR,):
+                # a valid pointer is never NULL
+                taken_now = op == U.BPF_JNE
+                return [(target, st)] if taken_now else [(i + 1, st)]
+        taken = st.copy()
+        if _pkt_compare(x, d, s, st, taken):
+            return [(i + 1, st), (target, taken)]
+        if not env.privileged:
+            raise Fault("ptr-compare", f"R{p_no} pointer comparison prohibited", "", (p_no,))
+        return [(i + 1, st), (target, taken)]
+    bt = branch_taken(d, s, op, is32)
+    if bt == 1:
+        return [(target, st)]
+    if bt == 0:
+        return [(i + 1, st)]
+    taken = st.copy()
+    out = []
+    for state, cond, nxt in ((st, _NEG.get(op), i + 1), (taken, op, target)):
+        if cond is None:  # JSET false branch: bits of a const mask are clear
+            nd = d
+            if s.is_const:
+                m = s.value & (D.M32 if is32 else D.M64)
+                nd = D.sync(d.replace(tn=T.and_(d.tn, (~m & D.M64, 0))))
+            ns = s
+        else:
+            nd, ns = refine(d, s, cond, is32)
+        if D.is_bottom(nd) or D.is_bottom(ns):
+            continue
+        state.regs[x.dst] = nd
+        _mark_scalar_ids(state, nd)
+        if x.source == U.BPF_X:
+            state.regs[x.src] = ns
+            _mark_scalar_ids(state, ns)
+        out.append((nxt, state))
+    return out
