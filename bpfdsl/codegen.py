@@ -171,6 +171,7 @@ class CodeGen(ExprGen, PktGen, MapGen):
         if self.f.entry.instructions:
             eb.position_before(self.f.entry.instructions[0])
         a = eb.alloca(ty, name=name)
+        a.type = PTR  # opaque pointer (LLVM >= 17 IR has no typed pointers)
         if align:
             a.align = align
         return a

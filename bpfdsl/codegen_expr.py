@@ -319,6 +319,8 @@ class ExprGen:
                 I64,
                 [m, self.rv(e.args[1], T.U32), self.rv(e.args[2], T.U64)],
             )
+        if e.name == "swap":
+            return self.swap(e.args[0], e.args[1])
         if e.name in ("adjust_head", "adjust_tail", "adjust_meta"):
             return self.resize(e)
         raise AssertionError(f"codegen: call {e.name}")
@@ -379,3 +381,31 @@ class ExprGen:
             ">>": self.b.ashr if signed else self.b.lshr,
         }[fake.op]
         self.b.store(fn(old, v), slot, align=align)
+
+    def lvalue_ptr(self, e: ast.Expr) -> tuple[ir.Value, int]:
+        """Address and alignment of a header field, struct field or local."""
+        if isinstance(e, ast.Field) and isinstance(e.obj.ty, T.HeaderType):
+            return self.header_field_ptr(e), self.align_of(e)
+        if isinstance(e, ast.Field):
+            return self.field_ptr(e), max(1, e.ty.align)
+        return self.var(self.c.sym[e]), 8
+
+    def swap(self, a: ast.Expr, b: ast.Expr) -> None:
+        """Exchange two values in memory (no checksum change: see sema_calls._swap)."""
+        pa, aa = self.lvalue_ptr(a)
+        pb, ab = self.lvalue_ptr(b)
+        ty = a.ty
+        if isinstance(ty, (T.IntType, T.BoolType)):
+            pieces = [(0, max(1, ty.size))]
+            align = max(1, ty.size)
+        else:
+            from .codegen_expr import _chunks
+
+            align = min(aa, ab, 8)
+            pieces = _chunks(ty.size, align)
+        for off, w in pieces:
+            it = self.lt(ty) if isinstance(ty, (T.IntType, T.BoolType)) else ir.IntType(8 * w)
+            x = self.b.load(self.gep(pa, off), typ=it, align=min(w, align))
+            y = self.b.load(self.gep(pb, off), typ=it, align=min(w, align))
+            self.b.store(y, self.gep(pa, off), align=min(w, align))
+            self.b.store(x, self.gep(pb, off), align=min(w, align))

@@ -80,6 +80,9 @@ def parse_tree(text: str, filename: str = "<input>"):
             shown = "end of input" if tok is None or tok.type == "$END" else repr(str(tok))
             msg = f"unexpected {shown}"
             exp = sorted(getattr(e, "expected", None) or getattr(e, "accepts", None) or [])
-            names = [_TOKEN_NAMES.get(x, x.lower().strip("_")) for x in exp][:6]
-            hint = "expected " + ", ".join(names) if names else "check the syntax here"
+            names = [_TOKEN_NAMES[x] for x in exp if x in _TOKEN_NAMES]
+            if names and len(exp) <= 6:
+                hint = "expected " + " or ".join(names)
+            else:
+                hint = "check the syntax just before this point"
         raise DiagnosticError(error("syntax", msg, span, hint=hint), text) from None

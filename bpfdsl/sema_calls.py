@@ -139,6 +139,8 @@ def call(ex, e: ast.Call) -> T.Type:
         if v is not None:
             c.cval[e] = bswap(v, to.bits)
         return to
+    if e.name == "swap":
+        return _swap(ex, e)
     if e.name == "skip_ext":
         t = ex.expr(args[0]) if args else None
         if len(args) != 1 or not (isinstance(t, T.HeaderType) and t.name == "ipv6"):
@@ -285,3 +287,44 @@ def assign(ex, s: ast.Assign) -> None:
             ex.err("type-mismatch", f"`{op}` needs a host-order integer, found {t}", s.span)
             return
     ex.expect(s.value, t)
+
+
+def _swap(ex, e: ast.Call) -> T.Type:
+    """``swap(a, b)``: exchange two fields of one header (or two locals/struct fields).
+    Checksums need no update: both values stay inside the same checksummed data (and both
+    IP addresses are in the pseudo-header), so the one's-complement sum is unchanged."""
+    if len(e.args) != 2:
+        ex.err("arg-count", "swap(a, b) takes 2 arguments", e.span)
+        return T.VOID
+    a, b = e.args
+    ta, tb = ex.expr(a), ex.expr(b)
+    if ta != tb:
+        ex.err("type-mismatch", f"swap needs two values of one type, found {ta} and {tb}", e.span)
+        return T.VOID
+    for x in (a, b):
+        ok = isinstance(x, ast.Name) or (
+            isinstance(x, ast.Field) and not isinstance(x.obj.ty, (T.CtxType, T.RefType))
+        )
+        if isinstance(x, ast.Field) and isinstance(x.obj.ty, T.HeaderType):
+            f = x.obj.ty.layout.fields.get(x.name)
+            ok = ok and f is not None and f.writable
+        if not ok:
+            ex.err(
+                "not-assignable", "swap needs two header fields, locals or struct fields", x.span
+            )
+            return T.VOID
+    hdr = [isinstance(x, ast.Field) and isinstance(x.obj.ty, T.HeaderType) for x in (a, b)]
+    if any(hdr) and not (
+        all(hdr)
+        and isinstance(a.obj, ast.Name)
+        and isinstance(b.obj, ast.Name)
+        and a.obj.id == b.obj.id
+    ):
+        ex.err(
+            "swap-headers",
+            "swap exchanges fields of one header only (checksums stay valid that way)",
+            e.span,
+            "assign through a local to move values between "
+            "headers; checksums are then updated field by field",
+        )
+    return T.VOID

@@ -53,6 +53,7 @@ BUILTINS: dict[str, tuple[list[T.Type], T.Type] | None] = {
     "ktime_get_ns": ([], T.U64),
     "get_prandom_u32": ([], T.U32),
     "get_smp_processor_id": ([], T.U32),
+    "swap": None,
     "host": None,
     "be16": None,
     "be32": None,

@@ -110,12 +110,12 @@ class ArrayType(Type):
         return self.name
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=True)
 class HeaderType(Type):
     """A view of a packet header (a bounds-checked packet pointer); see bpfdsl.headers."""
 
     name: str
-    layout: object  # headers.Header
+    layout: object = field(compare=False)  # headers.Header
 
     def __str__(self) -> str:
         return f"header {self.name}"
