@@ -298,8 +298,8 @@ class LpmTrieMap(Map):
             return -ENOENT
         if cur is None and sum(len(d) for d in self.by_len.values()) >= self.max_entries:
             return -ENOSPC
-        norm = plen.to_bytes(4, "little") + m.to_bytes(self.key_size - 4, "big")
-        self.by_len.setdefault(plen, {})[m] = (norm, self._region(value))
+        # the kernel keeps the key bytes as given (unmasked) and matches on the prefix
+        self.by_len.setdefault(plen, {})[m] = (bytes(key), self._region(value))
         self.lens = sorted((n for n, d in self.by_len.items() if d), reverse=True)
         return 0
 
