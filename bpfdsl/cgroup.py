@@ -92,10 +92,11 @@ def resolve_cgroup(path: str | None) -> str:
 def _require_sock_ops(prog_fd: int, prog_name: str) -> None:
     t = S.prog_info(prog_fd).type
     if t != ProgramType.SOCK_OPS:
+        kind = ProgramType(t).name.lower() if t in ProgramType._value2member_map_ else str(t)
         raise DiagnosticError(
             error(
                 "not-sock-ops",
-                f"program '{prog_name}' is not a sock_ops program (type {t})",
+                f"program '{prog_name}' is a {kind} program, not sock_ops",
                 hint='declare it as `sock_ops fn NAME(skops)` (C: SEC("sockops"))',
             )
         )

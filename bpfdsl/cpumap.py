@@ -194,7 +194,9 @@ def require_map(map_fd: int, want: tuple[MapType, ...], map_name: str) -> S.MapI
             have = MapType(info.type).name.lower()
         except ValueError:
             have = str(info.type)
-        raise UsageError(error("wrong-map-kind", f"map '{map_name}' is a {have}, not a {names}"))
+        raise UsageError(
+            error("wrong-map-kind", f"map '{map_name}' is of kind {have}, not {names}")
+        )
     return info
 
 

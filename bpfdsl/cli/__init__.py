@@ -32,6 +32,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("run_cmds", "run a program on packets (BPF_PROG_TEST_RUN or the interpreter)"),
     "demo": ("run_cmds", "the main job end to end on a veth pair in a temporary namespace"),
     "bench": ("bench_cmds", "benchmarks against clang-compiled references"),
+    "cpumap": ("redirect_cmds", "set, delete, show cpumap entries (CPU, qsize, on-CPU program)"),
+    "devmap": ("redirect_cmds", "set, delete, show devmap entries (egress interface, program)"),
+    "sockmap": ("redirect_cmds", "attach/detach an sk_msg program to a sockmap/sockhash"),
+    "skmsg": ("redirect_cmds", "alias of sockmap"),
+    "sockops": ("redirect_cmds", "attach/detach a sock_ops program to a cgroup v2"),
 }
 
 
