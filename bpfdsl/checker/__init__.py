@@ -102,7 +102,24 @@ def check_insns(
         res.errors.append(_mk(insns, slots, e.idx, "cfg", e.message, e.explain, {}, "", line_at))
         res.seconds = time.perf_counter() - t0
         return res
-    out = analyze(env, cfg)
+    try:
+        out = analyze(env, cfg)
+    except Exception as e:  # a checker bug must not pass a program nor show a traceback
+        res.errors.append(
+            _mk(
+                insns,
+                cfg.slots,
+                env.cur_idx,
+                "internal",
+                f"internal checker error: {type(e).__name__}: {e}",
+                "please report this; the program was not fully checked",
+                {},
+                "",
+                line_at,
+            )
+        )
+        res.seconds = time.perf_counter() - t0
+        return res
     res.insns_processed, res.states = out.processed, out.states
     if out.fault is not None:
         i, f, state, regs = out.fault
