@@ -177,7 +177,16 @@ def choose_program(spec, name: str | None) -> tuple[str, ProgramKind]:
                 )
             )
         name = by_section[0].name
-    return name, progs[name].kind
+    kind = progs[name].kind
+    if kind is None:
+        raise UsageError(
+            error(
+                "unknown-program",
+                f"program {name!r} is in section "
+                f"{progs[name].section!r}, which is no known program kind",
+            )
+        )
+    return name, kind
 
 
 def run_packets(
@@ -224,26 +233,18 @@ def object_bytes(path: str | Path) -> bytes:
     return p.read_bytes()
 
 
-def parse_config(items: list[str] | None) -> dict[str, int | bytes]:
-    """``["name=value", ...]`` from ``--set`` -> {name: int}; values decimal or 0x hex.
+def parse_config(items: list[str] | None) -> dict[str, str]:
+    """``["name=value", ...]`` from ``--set`` -> {name: text}; the loader parses each text
+    by the config's BTF type (``53``, ``0x35``, ``10.0.0.1``...).
 
-    Raises UsageError on a malformed item.
+    Raises UsageError on an item without ``=``.
     """
-    out: dict[str, int | bytes] = {}
+    out: dict[str, str] = {}
     for item in items or []:
         name, eq, value = item.partition("=")
-        if not eq or not name:
+        if not eq or not name.strip():
             raise UsageError(error("bad-config", f"--set {item!r}: expected NAME=VALUE"))
-        try:
-            out[name.strip()] = int(value.strip(), 0)
-        except ValueError:
-            raise UsageError(
-                error(
-                    "bad-config",
-                    f"--set {item!r}: {value!r} is not a number",
-                    hint="give decimal or 0x-hex numbers",
-                )
-            ) from None
+        out[name.strip()] = value.strip()
     return out
 
 
