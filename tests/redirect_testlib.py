@@ -11,10 +11,12 @@ holds the only references, so nothing stays behind even if the test process dies
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import shutil
 import struct
 import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -27,6 +29,7 @@ from bpfdsl import syscall as S
 from bpfdsl.uapi import BpfCmd
 
 HERE = Path(__file__).resolve().parent
+WORKER = HERE / "tcp_stream_worker.py"
 C_DIRS = (HERE / "data" / "c", HERE / "data" / "redirect_c")
 CLANG = [
     "clang-19",
@@ -139,3 +142,18 @@ def bpf_run_stats() -> Iterator[None]:
 def run_count(prog_fd: int) -> int:
     """How often the kernel ran the program (needs :func:`bpf_run_stats`)."""
     return int(S.prog_info(prog_fd).run_cnt)
+
+
+def stream(cg, sizes: dict[int, int]) -> list[dict]:
+    """Run tests/tcp_stream_worker.py for ``sizes`` (size -> messages), inside child cgroup
+    ``cg`` (bpfdsl.cgroup.ChildCgroup) when given; its per-size JSON results."""
+    pre = (lambda: cg.add(0)) if cg is not None else None  # 0 = the writing process itself
+    proc = subprocess.run(
+        [sys.executable, str(WORKER), *(f"{s}:{n}" for s, n in sizes.items())],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        preexec_fn=pre,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return [json.loads(line) for line in proc.stdout.splitlines()]

@@ -14,35 +14,15 @@ reference tests/data/c/sk_msg_redirect_ingress.c (sockhash by 4-tuple, BPF_F_ING
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
-from redirect_testlib import Loaded, build_c, load_object, percpu_sum
+from redirect_testlib import Loaded, build_c, load_object, percpu_sum, stream
 
 from bpfdsl.cgroup import ChildCgroup, cgroup2_mount, sock_ops_attach, sock_ops_detach
 from bpfdsl.sockmap import sk_msg_attach, sk_msg_detach, sockmap_count
 
 pytestmark = pytest.mark.kernel
-WORKER = Path(__file__).resolve().parent / "tcp_stream_worker.py"
 # size -> number of messages: 1 B .. 256 KiB, powers of two and not
 SIZES = {1: 1500, 7: 1000, 64: 1000, 1000: 500, 4096: 200, 65537: 12, 262144: 4}
-
-
-def stream(cg: ChildCgroup | None, sizes: dict[int, int] = SIZES) -> list[dict]:
-    """Run the worker (in ``cg`` when given) and return its per-size results."""
-    pre = (lambda: cg.add(0)) if cg is not None else None  # 0 = the writing process itself
-    proc = subprocess.run(
-        [sys.executable, str(WORKER), *(f"{s}:{n}" for s, n in sizes.items())],
-        capture_output=True,
-        text=True,
-        timeout=90,
-        preexec_fn=pre,
-    )
-    assert proc.returncode == 0, proc.stderr
-    return [json.loads(line) for line in proc.stdout.splitlines()]
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +43,7 @@ def cg():
 
 
 def test_plain_tcp_every_byte_in_order(cg: ChildCgroup) -> None:
-    for r in stream(cg):
+    for r in stream(cg, SIZES):
         assert r["match"], f"size {r['size']}: received {r['received']} bytes, wrong or missing"
         assert r["data_segs_out"] > 0
 
@@ -73,7 +53,7 @@ def test_redirect_ingress_every_byte_skips_tcp(redir: Loaded, cg: ChildCgroup) -
     sock_ops_attach(cg.path, track, prog_name="track")
     try:
         sk_msg_attach(redir.maps["socks"], prog, map_name="socks", prog_name="redir")
-        results = stream(cg)
+        results = stream(cg, SIZES)
         for r in results:
             assert r["match"], f"size {r['size']}: received {r['received']} bytes, not the stream"
             assert r["errno"] == 0
