@@ -9,6 +9,7 @@ import os
 import shutil
 import struct
 import uuid
+from pathlib import Path
 
 import pytest
 from objbuild import all_c_fixtures, build, source
@@ -188,3 +189,18 @@ def test_failed_loads_leave_nothing_behind(pin_dir):
     assert seen == {c[0] for c in cases}
     assert _fds() == fds_before
     assert os.listdir(pin_dir) == []  # (/sys/fs/bpf itself is shared with other tests)
+
+
+PROGS = sorted((Path(__file__).resolve().parent.parent / "progs").glob("*.bpfd"))
+
+
+@pytest.mark.parametrize("src", PROGS, ids=[p.stem for p in PROGS])
+def test_our_compiled_progs_load(src):
+    from bpfdsl.compiler import compile_file
+
+    spec = read_object(compile_file(str(src)).obj, name=str(src))
+    assert not spec.btf_fixups or all("size 0" not in f for f in spec.btf_fixups)  # B13
+    with load_collection(spec) as coll:
+        for p in coll.programs.values():
+            assert S.prog_info(p.fd).nr_line_info == len(p.spec.line_info) > 0
+            assert p.spec.line_info[0].file.endswith(".bpfd")
