@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -99,7 +98,7 @@ def open_program(
 def _load_and_open(
     ref: str, prog: str | None, pin_dir: str | None, config_items: list[str] | None
 ) -> Iterator[OpenProgram]:
-    from bpfdsl import loader, objfile, testrun  # noqa: PLC0415
+    from bpfdsl import loader, objfile, pins, testrun  # noqa: PLC0415
 
     spec = objfile.read_object(testrun.object_bytes(ref))
     config = testrun.parse_config(config_items)
@@ -123,16 +122,16 @@ def _load_and_open(
         )
     stem = re.sub(r"[^A-Za-z0-9_]", "_", os.path.basename(ref).rsplit(".", 1)[0])
     pin_dir = pin_dir or os.path.join(attach.DEFAULT_PIN_ROOT, stem)
-    existed = os.path.exists(pin_dir)
     attach.ensure_bpffs()
-    coll = loader.load_collection(spec, config=config, pin_dir=pin_dir)
-    try:
-        with coll:
+    if pin_dir.startswith(attach.DEFAULT_PIN_ROOT + "/"):
+        os.makedirs(attach.DEFAULT_PIN_ROOT, exist_ok=True)
+    with loader.load_collection(spec, config=config) as coll:
+        pins.pin_collection(coll, pin_dir, source=os.path.abspath(ref))
+        try:
             yield OpenProgram(int(coll.programs[name].fd), name, pin_dir)
-    except BaseException:
-        if not existed:
-            shutil.rmtree(pin_dir, ignore_errors=True)
-        raise
+        except BaseException:
+            pins.unpin_dir(pin_dir)  # a failed attach leaves nothing pinned
+            raise
 
 
 def _choose_pinned(directory: str, progs: dict[str, str], prog: str | None) -> str:
@@ -230,7 +229,11 @@ def _describe(path: str) -> dict | None:
 def _is_ours(directory: str) -> bool:
     if directory.startswith(attach.DEFAULT_PIN_ROOT + "/"):
         return True
-    return any(os.path.exists(os.path.join(directory, m)) for m in MANIFEST_NAMES)
+    return any(
+        os.path.lexists(os.path.join(d, m))
+        for m in MANIFEST_NAMES
+        for d in (directory, os.path.dirname(directory))
+    )
 
 
 def pin_dirs(
@@ -242,7 +245,7 @@ def pin_dirs(
         dirs.sort()
         if len(out) >= max_dirs:
             break
-        if files and (all_dirs or _is_ours(dirpath)):
+        if (files or dirs) and (all_dirs or _is_ours(dirpath)):
             out.append(dirpath)
     return out
 
