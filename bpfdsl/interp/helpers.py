@@ -169,6 +169,12 @@ def _sum32(data: bytes, seed: int) -> int:
     return s
 
 
+def _fold16(v: int) -> int:
+    """``csum_from32to16``: the kernel folds bpf_csum_diff's result to 16 bits."""
+    v = (v & 0xFFFF) + (v >> 16)
+    return (v & 0xFFFF) + (v >> 16)
+
+
 @helper("csum_diff")
 def _csum_diff(m: Machine, r1, r2, r3, r4, r5):
     fsz, tsz, seed = r2 & M32, r4 & M32, r5 & M32
@@ -176,14 +182,15 @@ def _csum_diff(m: Machine, r1, r2, r3, r4, r5):
         return _neg(errno.EINVAL)
     frm = _mem(r1, fsz, "csum_diff from") if fsz else b""
     to = _mem(r3, tsz, "csum_diff to") if tsz else b""
+    ret = seed
     if fsz and tsz:
         a, b = _sum32(to, seed), _sum32(frm, 0)
-        return _sum32((~b & M32).to_bytes(4, "little"), a)
-    if tsz:
-        return _sum32(to, seed)
-    if fsz:
-        return ~_sum32(frm, ~seed & M32) & M32
-    return seed
+        ret = _sum32((~b & M32).to_bytes(4, "little"), a)
+    elif tsz:
+        ret = _sum32(to, seed)
+    elif fsz:
+        ret = ~_sum32(frm, ~seed & M32) & M32
+    return _fold16(ret)
 
 
 # ---- XDP ----

@@ -74,7 +74,8 @@ class Map:
         )
 
     def _check_flags(self, flags: int) -> int:
-        return -EINVAL if (flags & ~BPF_F_LOCK) > BPF_EXIST else 0
+        # BPF_F_LOCK needs a bpf_spin_lock in the value, which no modelled map has
+        return -EINVAL if flags & BPF_F_LOCK or flags > BPF_EXIST else 0
 
     # ---- program side ----
     def lookup(self, key: bytes, cpu: int = 0) -> Region | None:
