@@ -11,10 +11,15 @@ tests/data/c/xdp_cpumap_steer.c with its two settings in an array map (bpftool c
 
 from __future__ import annotations
 
+import json
+import shutil
 import socket
 import struct
+import subprocess
+import sys
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 from netns import send_frames, veth_net
@@ -197,3 +202,39 @@ def test_cpumap_program_cannot_attach_to_interface(steer: Loaded) -> None:
         attach_xdp(steer.progs["on_cpu"], net.xdp_dev)
     assert "entry-program-on-interface" in str(ei.value)
     assert "xdp(cpumap)" in str(ei.value)
+
+
+def bpfdsl(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "bpfdsl", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=Path(__file__).resolve().parent.parent,
+    )
+
+
+def test_cli_cpumap_set_show_delete(objs) -> None:
+    """`bpfdsl load` (our loader: BPF_XDP_CPUMAP for xdp/cpumap, cpumap clamped to the
+    possible CPUs), then `bpfdsl cpumap set/show/delete` by pin dir and map name."""
+    pin = f"/sys/fs/bpf/bpfdsl_cm_{uuid.uuid4().hex[:8]}"
+    try:
+        r = bpfdsl("load", str(objs["xdp_cpumap_steer"]), "--pin-dir", pin)
+        assert r.returncode == 0, r.stderr
+        r = bpfdsl("cpumap", "set", f"{pin}:cpu_map", "0", "--qsize", "64", "--prog", "on_cpu")
+        assert r.returncode == 0, r.stderr
+        r = bpfdsl("-j", "cpumap", "show", f"{pin}/maps/cpu_map")
+        (row,) = json.loads(r.stdout)
+        assert (row["cpu"], row["qsize"]) == (0, 64) and row["prog_id"] > 0
+        r = bpfdsl("cpumap", "set", f"{pin}:cpu_map", "1", "--qsize", "64", "--prog", "steer")
+        assert r.returncode == 1 and "cpumap-wrong-program" in r.stderr
+        r = bpfdsl("cpumap", "set", f"{pin}:cpu_map", "1", "--qsize", "0")
+        assert r.returncode == 2 and "cpumap-qsize-zero" in r.stderr
+        r = bpfdsl("cpumap", "set", f"{pin}:cpus", "1", "--qsize", "8")
+        assert r.returncode == 2 and "wrong-map-kind" in r.stderr
+        r = bpfdsl("cpumap", "delete", f"{pin}:cpu_map", "0")
+        assert r.returncode == 0 and "removed" in r.stdout
+        assert json.loads(bpfdsl("-j", "cpumap", "show", f"{pin}:cpu_map").stdout) == []
+    finally:
+        bpfdsl("unload", pin)
+        shutil.rmtree(pin, ignore_errors=True)

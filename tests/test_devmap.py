@@ -11,10 +11,15 @@ the bpfdsl loader and the .bpfd programs land.
 
 from __future__ import annotations
 
+import json
+import shutil
 import struct
+import subprocess
+import sys
 import uuid
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 from netns import capture, send_frames
@@ -201,3 +206,41 @@ def test_devmap_program_cannot_attach_to_interface(fwd: Loaded) -> None:
         with netlink.in_netns(r.ns), pytest.raises(DiagnosticError) as ei:
             attach_xdp(fwd.progs["egress"], r.ports["a"].rdev)
     assert "entry-program-on-interface" in str(ei.value)
+
+
+def bpfdsl(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "bpfdsl", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=Path(__file__).resolve().parent.parent,
+    )
+
+
+def test_cli_devmap_set_show_delete(objs) -> None:
+    """`bpfdsl devmap set MAP KEY IFACE --netns NS --prog egress`, show, delete; an unknown
+    interface and a plain XDP program are errors naming what is wrong (no traceback)."""
+    pin = f"/sys/fs/bpf/bpfdsl_dm_{uuid.uuid4().hex[:8]}"
+    with router(("a",)) as r:
+        a = r.ports["a"]
+        try:
+            res = bpfdsl("load", str(objs["xdp_devmap_forward"]), "--pin-dir", pin)
+            assert res.returncode == 0, res.stderr
+            m = f"{pin}:tx_ports"
+            res = bpfdsl("devmap", "set", m, "7", a.rdev, "--netns", r.ns, "--prog", "egress")
+            assert res.returncode == 0, res.stderr
+            res = bpfdsl("-j", "devmap", "show", m, "--netns", r.ns)
+            (row,) = json.loads(res.stdout)
+            assert (row["key"], row["iface"]) == (7, a.rdev) and row["prog_id"] > 0
+            res = bpfdsl("devmap", "set", m, "8", "nosuchdev0", "--netns", r.ns)
+            assert res.returncode == 1 and "no network interface named 'nosuchdev0'" in res.stderr
+            res = bpfdsl("devmap", "set", m, "8", a.rdev, "--netns", r.ns, "--prog", "forward")
+            assert res.returncode == 1 and "devmap-wrong-program" in res.stderr
+            res = bpfdsl("devmap", "delete", m, "7")
+            assert res.returncode == 0 and "removed" in res.stdout
+            assert json.loads(bpfdsl("-j", "devmap", "show", m).stdout) == []
+            assert "Traceback" not in res.stderr
+        finally:
+            bpfdsl("unload", pin)
+            shutil.rmtree(pin, ignore_errors=True)
