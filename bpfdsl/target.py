@@ -153,7 +153,7 @@ def emit(
     for func, depth in stack_depths(obj).items():
         if depth > MAX_STACK:
             raise _unsupported(
-                mod, None, "stack-limit",
+                str(mod), None, "stack-limit",
                 f"program '{func}' needs {depth} bytes of stack; the kernel allows {MAX_STACK}",
                 "keep large values in a map (a percpu_array of one entry) instead of locals",
                 func=func,
@@ -165,14 +165,13 @@ def emit(
 
 
 def _unsupported(
-    mod: llvm.ModuleRef, instr: object, code: str, message: str, hint: str, func: str = ""
+    text: str, line: str | None, code: str, message: str, hint: str, func: str = ""
 ) -> DiagnosticError:
-    """A DiagnosticError at the source position of ``instr`` (its ``!dbg``) or of ``func``
-    (its DISubprogram line), read from the module text; only built on the error path."""
-    text = str(mod)
+    """A DiagnosticError at the source position of the IR ``line`` (its ``!dbg``) or of
+    ``func`` (its DISubprogram line), looked up in the module ``text``."""
     span = None
     fname = re.search(r'!DIFile\(filename: "([^"]*)"', text)
-    if instr is not None and (ref := re.search(r"!dbg (![0-9]+)", str(instr))):
+    if line is not None and (ref := re.search(r"!dbg (![0-9]+)", line)):
         loc = re.search(
             re.escape(ref.group(1)) + r" = !DILocation\(line: (\d+)(?:, column: (\d+))?", text
         )
@@ -185,58 +184,76 @@ def _unsupported(
     return DiagnosticError(error(code, message, span, hint=hint))
 
 
-_INTRINSIC_MEM = ("llvm.memcpy.", "llvm.memmove.", "llvm.memset.")
+_CALL = re.compile(r"\bcall\b.*?(@[\w.$\"]+|\))\((.*)\)")
+_MEM = re.compile(r"@llvm\.mem(?:cpy|move|set)\.")
+_ATOMIC = re.compile(r"\b(?:atomicrmw \w+|cmpxchg)(?: volatile)? ptr [^,]+, i(?:8|16) ")
 
 
-def check_ir(mod: llvm.ModuleRef, mcpu: str = "v3") -> None:
+_WORDS = ("alloca", "div ", "rem ", "atomicrmw", "cmpxchg", "call ")
+
+
+def _args(text: str) -> list[str]:
+    """Split an IR argument list at top-level commas."""
+    out, depth, cur = [], 0, ""
+    for ch in text:
+        depth += (ch in "([{<") - (ch in ")]}>")
+        if ch == "," and depth == 0:
+            out.append(cur.strip())
+            cur = ""
+        else:
+            cur += ch
+    return [*out, cur.strip()] if cur.strip() else out
+
+
+def check_ir(mod: llvm.ModuleRef | str, mcpu: str = "v3") -> None:
     """Raise :class:`DiagnosticError` for IR the BPF backend cannot lower (see module doc):
     allocas outside the entry block, signed div/mod before v4, calls with more than 5
-    arguments, non-constant or > 1024-byte memcpy/memset, 8/16-bit atomics."""
+    arguments, non-constant or > 1024-byte memcpy/memset, 8/16-bit atomics.  Works on
+    the module text (printing it costs far less than walking it through llvmlite)."""
+    text = mod if isinstance(mod, str) else str(mod)
     v4 = mcpu in ("v4", "probe")
-    for fn in mod.functions:
-        if fn.is_declaration:
+    entry = seen = False  # in a function's first block / after its first instruction
+    for line in text.splitlines():
+        if line.startswith("define "):
+            entry, seen = True, False
             continue
-        for i, block in enumerate(fn.blocks):
-            for ins in block.instructions:
-                op = ins.opcode
-                if op == "alloca" and i != 0:
-                    raise _unsupported(mod, ins, "internal-compiler-error",
-                                       "internal compiler error: dynamic stack allocation",
-                                       "this is a bpfdsl bug; please report it")  # fmt: skip
-                elif op in ("sdiv", "srem") and not v4:
-                    raise _unsupported(
-                        mod, ins, "signed-division",
-                        "signed division or remainder needs BPF ISA v4 (kernel >= 6.6)",
-                        "use unsigned operands, or compile with --mcpu v4",
-                    )  # fmt: skip
-                elif op in ("atomicrmw", "cmpxchg"):
-                    ops = list(ins.operands)
-                    if str(ops[-1].type) in ("i8", "i16"):
-                        raise _unsupported(mod, ins, "unsupported-atomic",
-                                           "atomic operations work on 32- or 64-bit values only",
-                                           "make the counter u32 or u64")  # fmt: skip
-                elif op == "call":
-                    _check_call(mod, ins)
-
-
-def _check_call(mod: llvm.ModuleRef, ins: object) -> None:
-    ops = list(ins.operands)
-    callee, args = ops[-1], ops[:-1]
-    name = callee.name  # "" for a helper call through inttoptr
-    if name.startswith(_INTRINSIC_MEM):
-        size = args[2]
-        n = size.get_constant_value() if size.is_constant else None
-        if n is None or n > MAX_INLINE_MEM:
-            raise _unsupported(
-                mod, ins, "unsupported-copy",
-                f"copy or fill of {'a variable number of' if n is None else n} bytes "
-                f"(BPF inlines constant sizes up to {MAX_INLINE_MEM})",
-                "copy in bounded pieces of constant size",
-            )  # fmt: skip
-    elif not name.startswith("llvm.") and len(args) > 5:
-        raise _unsupported(mod, ins, "too-many-arguments",
-                           f"a BPF call takes at most 5 arguments, not {len(args)}",
-                           "pass a pointer to a struct instead")  # fmt: skip
+        if not line.startswith("  "):
+            if seen and line.split(";")[0].rstrip().endswith(":"):  # a later block's label
+                entry = False
+            continue
+        seen = True
+        if not any(w in line for w in _WORDS):  # most lines: loads, stores, branches...
+            continue
+        body = line.split(", !dbg")[0]
+        if " = alloca " in body and not entry:
+            raise _unsupported(text, line, "internal-compiler-error",
+                               "internal compiler error: dynamic stack allocation",
+                               "this is a bpfdsl bug; please report it")  # fmt: skip
+        if not v4 and re.search(r"= s(?:div|rem) ", body):
+            raise _unsupported(text, line, "signed-division",
+                               "signed division or remainder needs BPF ISA v4 (kernel >= 6.6)",
+                               "use unsigned operands, or compile with --mcpu v4")  # fmt: skip
+        if _ATOMIC.search(body):
+            raise _unsupported(text, line, "unsupported-atomic",
+                               "atomic operations work on 32- or 64-bit values only",
+                               "make the counter u32 or u64")  # fmt: skip
+        call = _CALL.search(body)
+        if call is None or call.group(1).startswith("@llvm.") and not _MEM.search(body):
+            continue
+        args = _args(call.group(2))
+        if _MEM.search(body):
+            size = re.fullmatch(r"i\d+ (?:noundef )?(\d+)", args[2]) if len(args) > 2 else None
+            if size is None or int(size.group(1)) > MAX_INLINE_MEM:
+                n = "a variable number of" if size is None else size.group(1)
+                raise _unsupported(
+                    text, line, "unsupported-copy",
+                    f"copy or fill of {n} bytes (BPF inlines constant sizes up to "
+                    f"{MAX_INLINE_MEM})", "copy in bounded pieces of constant size",
+                )  # fmt: skip
+        elif len(args) > 5:
+            raise _unsupported(text, line, "too-many-arguments",
+                               f"a BPF call takes at most 5 arguments, not {len(args)}",
+                               "pass a pointer to a struct instead")  # fmt: skip
 
 
 def stack_depths(obj: bytes) -> dict[str, int]:
