@@ -31,12 +31,12 @@ def test_disasm_source_lines_above_instructions(capsys):
 
 
 def test_disasm_all_programs_and_unknown_prog(capsys):
-    obj = str(build("xdp_cpumap_steer"))
+    obj = str(build("compat_multi"))
     assert main(["disasm", obj]) == 0
     out = capsys.readouterr().out
-    assert "steer:  section xdp" in out and "on_cpu:  section xdp/cpumap" in out
+    assert "count_pass:  section xdp" in out and "count_drop:  section xdp" in out
     assert main(["disasm", obj, "--prog", "nope"]) == 2
-    assert "steer (xdp)" in capsys.readouterr().err
+    assert "count_pass (xdp)" in capsys.readouterr().err
 
 
 def test_disasm_corrupt_object_exit_2(tmp_path, capsys):
