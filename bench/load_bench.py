@@ -3,7 +3,7 @@
 
 One timed iteration is two processes, run inside a namespace this script creates (entered
 with ``nsenter --net``; ``ip netns exec`` would hide /sys/fs/bpf):
-  bpfdsl : ``bpfdsl load OBJ --pin-dir DIR``  then  ``bpfdsl attach DIR/PROG DEV``
+  bpfdsl : ``bpfdsl load OBJ --pin-dir DIR``  then  ``bpfdsl attach DIR DEV --prog PROG``
   bpftool: ``bpftool prog loadall OBJ DIR``    then  ``bpftool net attach xdp pinned DIR/PROG dev DEV``
 Between iterations (untimed) the program is detached and the pin directory removed.  The
 figure is the whole-process median over --runs iterations and the ratio bpfdsl/bpftool
@@ -37,13 +37,13 @@ def ours_steps(obj: Path, pin: Path, prog: str, dev: str) -> list[list[str]]:
     bpfdsl = [sys.executable, "-m", "bpfdsl"]
     return [
         [*bpfdsl, "load", str(obj), "--pin-dir", str(pin)],
-        [*bpfdsl, "attach", str(pin / prog), dev],
+        [*bpfdsl, "attach", str(pin), dev, "--prog", prog],
     ]
 
 
 def ours_undo(pin: Path, dev: str) -> list[list[str]]:
     bpfdsl = [sys.executable, "-m", "bpfdsl"]
-    return [[*bpfdsl, "detach", dev], [*bpfdsl, "unload", str(pin)]]
+    return [[*bpfdsl, "unload", str(pin)], [*bpfdsl, "detach", dev]]
 
 
 def bpftool_steps(obj: Path, pin: Path, prog: str, dev: str) -> list[list[str]]:
