@@ -126,3 +126,70 @@ def test_ids_enumerate_our_map():
 def test_probe_reports_reason_or_none():
     r = S.probe_bpf()
     assert r is None or isinstance(r, str) and r
+
+
+def _flat(btf, tid: int, base: int = 0) -> dict[str, int]:
+    """member name -> byte offset, anonymous structs/unions flattened (all alternatives)."""
+    out: dict[str, int] = {}
+    for m in btf.resolve(tid).members:
+        if m.bitfield_size:
+            continue
+        off = base + m.bit_offset // 8
+        sub = btf.resolve(m.type)
+        if not m.name and sub.kind.name in ("STRUCT", "UNION"):
+            out.update(_flat(btf, sub.id, off))
+        elif m.name:
+            out.setdefault(m.name, off)
+    return out
+
+
+@pytest.fixture(scope="module")
+def vmlinux():
+    from bpfdsl.btf import parse_btf
+
+    path = "/sys/kernel/btf/vmlinux"
+    if not os.path.exists(path):
+        pytest.skip("no /sys/kernel/btf/vmlinux")
+    with open(path, "rb") as f:
+        return parse_btf(f.read())
+
+
+def test_attr_layouts_match_vmlinux_btf(vmlinux):
+    from bpfdsl.btf import Kind
+
+    attr = vmlinux.find("bpf_attr", Kind.UNION)
+    candidates = []
+    for m in attr.members:
+        sub = vmlinux.resolve(m.type)
+        candidates.append(_flat(vmlinux, sub.id) if sub.kind == Kind.STRUCT else {})
+    classes = [
+        S.MapCreateAttr,
+        S.MapElemAttr,
+        S.ProgLoadAttr,
+        S.ObjAttr,
+        S.ProgAttachAttr,
+        S.TestRunAttr,
+        S.GetIdAttr,
+        S.InfoAttr,
+        S.BtfLoadAttr,
+        S.LinkCreateAttr,
+        S.LinkUpdateAttr,
+        S.LinkDetachAttr,
+    ]
+    for cls in classes:
+        ours = {n: getattr(cls, n).offset for n, *_ in cls._fields_ if not n.startswith("_")}
+        best = max(candidates, key=lambda c: sum(c.get(n) == o for n, o in ours.items()))
+        assert ours == {n: best.get(n) for n in ours}, cls.__name__
+    for cls, name in (
+        (S.ProgInfo, "bpf_prog_info"),
+        (S.MapInfo, "bpf_map_info"),
+        (S.LinkInfo, "bpf_link_info"),
+        (S.BtfInfo, "bpf_btf_info"),
+    ):
+        theirs = _flat(vmlinux, vmlinux.find(name, Kind.STRUCT).id)
+        ours = {
+            n: getattr(cls, n).offset
+            for n, t, *bits in cls._fields_
+            if not n.startswith("_") and n != "u" and not bits
+        }
+        assert ours == {n: theirs.get(n) for n in ours}, name
