@@ -13,6 +13,7 @@ import ctypes
 import errno
 import os
 import socket
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -21,6 +22,8 @@ from bpfdsl.diagnostics import DiagnosticError, error
 from bpfdsl.uapi import XdpFlags
 
 CLONE_NEWNET = 0x40000000  # linux/sched.h
+MS_BIND = 4096  # linux/mount.h
+MNT_DETACH = 2
 NETNS_RUN_DIR = "/run/netns"  # iproute2's directory of named namespaces
 
 # IFLA_XDP_ATTACHED values (linux/if_link.h XDP_ATTACHED_*)
@@ -90,9 +93,14 @@ def ifname(index: int) -> str:
 
 
 def _ipr(netns: str | None = None):
+    """A pyroute2 IPRoute whose socket lives in ``netns`` (created there with setns, so
+    pyroute2 never forks a helper process)."""
     from pyroute2 import IPRoute  # noqa: PLC0415 (slow import, only when netlink is needed)
 
-    return IPRoute(netns=netns) if netns else IPRoute()
+    if netns:
+        with in_netns(netns):
+            return IPRoute()
+    return IPRoute()
 
 
 def _netlink_error(e: Exception, what: str, dev: str) -> DiagnosticError:
@@ -204,22 +212,40 @@ def _setns(fd: int) -> None:
 
 
 def create_netns(name: str) -> None:
-    """Create the named network namespace ``/run/netns/NAME`` (as ``ip netns add``)."""
-    from pyroute2 import netns  # noqa: PLC0415
+    """Create the named network namespace ``/run/netns/NAME`` (as ``ip netns add``) with
+    its loopback up.  Done in a short-lived thread: unshare(CLONE_NEWNET) there, bind-mount
+    that thread's namespace on the name; no fork.  Raises OSError (EEXIST if it exists)."""
+    os.makedirs(NETNS_RUN_DIR, exist_ok=True)
+    path = os.path.join(NETNS_RUN_DIR, name)
+    os.close(os.open(path, os.O_RDONLY | os.O_CREAT | os.O_EXCL, 0o444))
+    failure: list[OSError] = []
 
-    netns.create(name)
+    def worker() -> None:
+        if _libc.unshare(CLONE_NEWNET) != 0:
+            err = ctypes.get_errno()
+            failure.append(OSError(err, f"unshare(CLONE_NEWNET): {os.strerror(err)}"))
+            return
+        src = f"/proc/self/task/{threading.get_native_id()}/ns/net".encode()
+        if _libc.mount(src, path.encode(), b"none", MS_BIND, None) != 0:
+            err = ctypes.get_errno()
+            failure.append(OSError(err, f"bind mount of {path}: {os.strerror(err)}"))
+
+    t = threading.Thread(target=worker, name=f"netns-{name}")
+    t.start()
+    t.join()
+    if failure:
+        os.unlink(path)
+        raise failure[0]
     with _ipr(name) as ipr:  # loopback up, as a fresh namespace has it down
-        lo = ipr.link_lookup(ifname="lo")
-        if lo:
-            ipr.link("set", index=lo[0], state="up")
+        ipr.link("set", index=_index("lo", name), state="up")
 
 
 def remove_netns(name: str) -> None:
     """Remove the named namespace (no error when it is already gone)."""
-    from pyroute2 import netns  # noqa: PLC0415
-
-    if os.path.exists(os.path.join(NETNS_RUN_DIR, name)):
-        netns.remove(name)
+    path = os.path.join(NETNS_RUN_DIR, name)
+    if os.path.lexists(path):
+        _libc.umount2(path.encode(), MNT_DETACH)
+        os.unlink(path)
 
 
 @contextmanager
@@ -260,6 +286,14 @@ def create_veth(name: str, peer: str, *, peer_netns: str | None = None) -> None:
         ipr.link("add", ifname=name, kind="veth", peer=peer_spec)
 
 
+def _index(dev: str, netns: str | None) -> int:
+    """ifindex of ``dev`` in ``netns`` (if_nametoindex, in that namespace); raises OSError."""
+    if netns:
+        with in_netns(netns):
+            return socket.if_nametoindex(dev)
+    return socket.if_nametoindex(dev)
+
+
 def configure(
     dev: str,
     *,
@@ -270,7 +304,7 @@ def configure(
 ) -> str:
     """Give ``dev`` an IPv4 ``address``/``prefixlen`` and bring it up; returns its MAC."""
     with _ipr(netns) as ipr:
-        idx = ipr.link_lookup(ifname=dev)[0]
+        idx = _index(dev, netns)
         if address:
             ipr.addr("add", index=idx, address=address, prefixlen=prefixlen)
         if up:
@@ -281,12 +315,15 @@ def configure(
 def add_neighbour(dev: str, ip: str, mac: str, *, netns: str | None = None) -> None:
     """Permanent ARP entry ``ip -> mac`` on ``dev`` (so tests need no ARP round trip)."""
     with _ipr(netns) as ipr:
-        idx = ipr.link_lookup(ifname=dev)[0]
+        idx = _index(dev, netns)
         ipr.neigh("replace", dst=ip, lladdr=mac, ifindex=idx, state=0x80)  # NUD_PERMANENT
 
 
 def delete_link(dev: str, *, netns: str | None = None) -> None:
     """Delete interface ``dev`` (a veth takes its peer with it); no error if it is gone."""
     with _ipr(netns) as ipr:
-        for idx in ipr.link_lookup(ifname=dev):
-            ipr.link("del", index=idx)
+        try:
+            idx = _index(dev, netns)
+        except OSError:
+            return  # already gone
+        ipr.link("del", index=idx)
