@@ -115,6 +115,21 @@ def mean_sd(xs: Sequence[float]) -> tuple[float, float]:
     return statistics.fmean(xs), (statistics.stdev(xs) if len(xs) > 1 else 0.0)
 
 
+def load_note() -> str | None:
+    """A warning when the machine is busy (1-minute load average >= 0.5): the figures of
+    a benchmark are only comparable between runs on an otherwise idle machine."""
+    try:
+        load1 = os.getloadavg()[0]
+    except OSError:
+        return None
+    if load1 < 0.5:
+        return None
+    return (
+        f"load average {load1:.2f} on {os.cpu_count()} CPUs while measuring: other work "
+        "competes; rerun on an idle machine for figures to quote"
+    )
+
+
 def verdict(ok: bool | None) -> str:
     """PASS / MISS / n/a for a goal check."""
     return "n/a" if ok is None else ("PASS" if ok else "MISS")

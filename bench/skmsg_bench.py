@@ -244,6 +244,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="sizes 64,4k,256k, 2 runs of 100 ms")
     ap.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     a = ap.parse_args(argv)
+    busy = B.load_note()  # before we add load ourselves
     sizes = SIZES
     if a.sizes:
         try:
@@ -279,6 +280,8 @@ def main(argv: list[str] | None = None) -> int:
     except B.BenchError as e:
         print(f"skmsg_bench: {e}", file=sys.stderr)
         return 1
+    if busy:
+        res.setdefault("notes", []).append(busy)
     print(render(res))
     if a.json:
         Path(a.json).write_text(json.dumps(res, indent=2))

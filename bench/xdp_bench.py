@@ -207,6 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="2 runs of 200000 frames (< 1 min)")
     ap.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     a = ap.parse_args(argv)
+    busy = B.load_note()  # before we add load ourselves
     if a.quick:
         a.runs, a.frames = min(a.runs, 2), min(a.frames, 200_000)
     scenarios = [s.strip() for s in a.scenarios.split(",") if s.strip()]
@@ -225,6 +226,8 @@ def main(argv: list[str] | None = None) -> int:
     except B.BenchError as e:
         print(f"xdp_bench: {e}", file=sys.stderr)
         return 1
+    if busy:
+        res.setdefault("notes", []).append(busy)
     print(render(res))
     if a.json:
         Path(a.json).write_text(json.dumps(res, indent=2))
