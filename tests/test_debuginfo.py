@@ -484,3 +484,50 @@ def test_iproute2_attaches_object_in_netns(tmp_path: Path) -> None:
         show = subprocess.run(["ip", "-n", net.xdp_ns, "link", "show", net.xdp_dev],
                               capture_output=True, text=True, timeout=30).stdout  # fmt: skip
         assert "prog/xdp" in show and "xdp_pass" in show
+
+
+@pytest.mark.kernel
+def test_xdp_loader_loads_object_in_netns(tmp_path: Path) -> None:
+    if shutil.which("xdp-loader") is None or shutil.which("nsenter") is None:
+        pytest.skip("xdp-loader (xdp-tools) or nsenter not installed")
+    from tests.netns import veth_net
+
+    path = tmp_path / "pass.o"
+    path.write_bytes(emit_object(build_pass_module()))
+    with veth_net("bl") as net:
+        ns = ["nsenter", f"--net=/run/netns/{net.xdp_ns}"]
+        r = subprocess.run([*ns, "xdp-loader", "load", "-m", "skb", net.xdp_dev, str(path)],
+                           capture_output=True, text=True, timeout=60)  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        status = subprocess.run([*ns, "xdp-loader", "status", net.xdp_dev], capture_output=True,
+                                text=True, timeout=30).stdout  # fmt: skip
+        assert "xdp_pass" in status
+
+
+def test_inlined_helper_lines_appear_in_line_info() -> None:
+    """A helper with its own DISubprogram (program=False), inlined into a program: line
+    info of the inlined code names the helper's lines (LLVM adds inlinedAt)."""
+    m = ir.Module(name="inl.bpfd")
+    di = DebugInfo(m, "inl.bpfd", source="\n" * 12)
+    helper = ir.Function(m, ir.FunctionType(I32, [I32]), "twice")
+    helper.linkage = "internal"
+    helper.attributes.add("alwaysinline")
+    hd = di.function(helper, line=2, ctx=None, program=False)
+    hb = ir.IRBuilder(helper.append_basic_block("entry"))
+    hb.debug_metadata = hd.loc(3, 9)
+    hb.ret(hb.shl(helper.args[0], I32(1)))
+    fn = ir.Function(m, ir.FunctionType(I32, [PTR]), "prog")
+    fn.section = "xdp"
+    fd = di.function(fn, line=6)
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    b.debug_metadata = fd.loc(7, 5)
+    x = b.load(fn.args[0], typ=I32)
+    b.debug_metadata = fd.loc(8, 5)
+    r = b.call(helper, [x])
+    b.debug_metadata = fd.loc(9, 5)
+    b.ret(b.and_(r, I32(3)))
+    di.finalize()
+    obj = emit_object(m)
+    lines = {ln for _, _, ln, _ in line_info(obj)["xdp"]}
+    assert 3 in lines and 7 in lines
+    assert "twice" not in elf_symbols(obj)  # inlined away, not kept as a subprogram
