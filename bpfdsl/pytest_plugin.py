@@ -251,8 +251,14 @@ def load_spec(obj: str | Path | bytes):
     if isinstance(obj, (str, Path)) and str(obj).endswith(".bpfd"):
         from bpfdsl.compiler import compile_file  # noqa: PLC0415
 
-        return read_object(compile_file(str(obj)).obj)
+        key = (str(obj), Path(obj).stat().st_mtime_ns)
+        if key not in _COMPILED:
+            _COMPILED[key] = compile_file(str(obj)).obj
+        return read_object(_COMPILED[key])
     return read_object(obj)
+
+
+_COMPILED: dict[tuple[str, int], bytes] = {}  # (.bpfd path, mtime) -> ELF bytes, per session
 
 
 @pytest.fixture(params=[ENGINES[0], pytest.param(ENGINES[1], marks=pytest.mark.kernel)])

@@ -171,7 +171,11 @@ class InterpCollection:
         for p in self.programs.values():
             p.machine.budget = budget
 
-    def _configure(self, spec: Any, config: dict[str, int | bytes]) -> None:
+    def _configure(self, spec: Any, config: dict[str, int | bytes | str]) -> None:
+        """Write ``config`` values into .rodata VARs, encoded by their BTF type exactly as
+        the loader does (``bpfdsl.loader.config_bytes``: a ``be16`` takes 5353)."""
+        from bpfdsl.loader import config_bytes  # noqa: PLC0415 (pure; no bpf() call)
+
         ro = spec.data_sections.get(".rodata")
         for name, value in config.items():
             var = ro.vars.get(name) if ro else None
@@ -180,15 +184,7 @@ class InterpCollection:
                 raise UsageError(
                     error("bad-config", f"no config named {name!r}", hint=f"configs: {known}")
                 )
-            raw = (
-                (value & ((1 << (8 * var.size)) - 1)).to_bytes(var.size, "little")
-                if isinstance(value, int)
-                else bytes(value)
-            )
-            if len(raw) != var.size:
-                raise UsageError(
-                    error("bad-config", f"config {name!r} takes {var.size} bytes, got {len(raw)}")
-                )
+            raw = config_bytes(spec, name, value)
             self.data[".rodata"].lookup(bytes(4)).buf[var.offset : var.offset + var.size] = raw
 
     def __getitem__(self, name: str) -> InterpProgram:
