@@ -7,7 +7,8 @@ size followed by per-ELF-section blocks ``{sec_name_off, num_info, records...}``
 ``insn_off`` is a BYTE offset into that section (the loader divides by 8).
 :meth:`Btf.fixup_datasecs` applies libbpf's ``btf_fixup_datasec`` (B13) and
 :meth:`Btf.sanitize` rewrites what the kernel refuses; :meth:`Btf.to_bytes` serializes.
-Value formatting/parsing by type lives in :mod:`bpfdsl.btf_values`.
+Value formatting/parsing by type lives in :mod:`bpfdsl.btf_values`, ``.BTF.ext`` in
+:mod:`bpfdsl.btf_ext` (re-exported here).
 """
 
 from __future__ import annotations
@@ -17,7 +18,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import IntEnum
 
-BTF_MAGIC = 0xEB9F
+# .BTF.ext lives in btf_ext.py (a leaf); re-exported here so callers import one module.
+from bpfdsl.btf_ext import (  # noqa: F401
+    BTF_MAGIC,
+    BtfExt,
+    BtfFormatError,
+    CoreRelo,
+    FuncInfo,
+    LineInfo,
+    _cstr,
+    parse_btf_ext,
+)
+
 BTF_VAR_STATIC, BTF_VAR_GLOBAL_ALLOCATED, BTF_VAR_GLOBAL_EXTERN = 0, 1, 2
 BTF_FUNC_STATIC, BTF_FUNC_GLOBAL, BTF_FUNC_EXTERN = 0, 1, 2
 BTF_INT_SIGNED, BTF_INT_CHAR, BTF_INT_BOOL = 1, 2, 4
@@ -52,10 +64,6 @@ class Kind(IntEnum):
 
 _MODIFIERS = (Kind.TYPEDEF, Kind.VOLATILE, Kind.CONST, Kind.RESTRICT, Kind.TYPE_TAG)
 _SIZED = (Kind.INT, Kind.STRUCT, Kind.UNION, Kind.ENUM, Kind.DATASEC, Kind.FLOAT, Kind.ENUM64)
-
-
-class BtfFormatError(ValueError):
-    """Malformed BTF / BTF.ext bytes (message says where)."""
 
 
 @dataclass(slots=True)
@@ -244,15 +252,6 @@ class Btf:
         return hdr + bytes(body) + strs
 
 
-def _cstr(data: bytes, off: int, what: str) -> str:
-    if not 0 <= off < max(len(data), 1):
-        raise BtfFormatError(f"{what} string offset {off} outside the string section")
-    end = data.find(b"\0", off)
-    if end < 0:
-        raise BtfFormatError(f"{what} string at {off} is not NUL-terminated")
-    return data[off:end].decode(errors="replace")
-
-
 def _encode_type(t: BtfType) -> bytes:
     vlen = t.vlen
     info = (vlen & 0xFFFF) | (int(t.kind) << 24) | (int(t.kflag) << 31)
@@ -374,114 +373,3 @@ def _decode_type(data: bytes, pos: int, end: int, tid: int, strs: bytes) -> tupl
     elif kind == Kind.DECL_TAG:
         (t.component_idx,) = take("<i")
     return t, pos
-
-
-# ---- .BTF.ext ----
-@dataclass(frozen=True, slots=True)
-class FuncInfo:
-    """``bpf_func_info``: ``insn_off`` in BYTES from the section start, FUNC ``type_id``."""
-
-    insn_off: int
-    type_id: int
-
-
-@dataclass(frozen=True, slots=True)
-class LineInfo:
-    """``bpf_line_info``: ``insn_off`` in BYTES; file/line text resolved from .BTF strings
-    (``file_name_off``/``line_off`` kept for the kernel record); ``line``/``col`` 1-based."""
-
-    insn_off: int
-    file_name_off: int
-    line_off: int
-    line: int
-    col: int
-    file: str
-    text: str
-
-
-@dataclass(frozen=True, slots=True)
-class CoreRelo:
-    """``bpf_core_relo``: ``insn_off`` in BYTES, root ``type_id``, access string, kind."""
-
-    insn_off: int
-    type_id: int
-    access: str
-    kind: int
-
-
-@dataclass(slots=True)
-class BtfExt:
-    """Parsed ``.BTF.ext``: per ELF section name, the func/line/CO-RE records."""
-
-    func_info: dict[str, list[FuncInfo]] = field(default_factory=dict)
-    line_info: dict[str, list[LineInfo]] = field(default_factory=dict)
-    core_relos: dict[str, list[CoreRelo]] = field(default_factory=dict)
-    func_rec_size: int = 8
-    line_rec_size: int = 16
-
-
-def parse_btf_ext(data: bytes, btf: Btf) -> BtfExt:
-    """Parse ``.BTF.ext`` (names resolve through ``btf``'s strings).  Raises BtfFormatError."""
-    data = bytes(data)
-    if len(data) < 24:
-        raise BtfFormatError(f".BTF.ext is {len(data)} bytes, shorter than its header")
-    magic, ver, _fl, hdr_len = struct.unpack_from("<HBBI", data)
-    if magic != BTF_MAGIC or ver != 1 or hdr_len < 24 or hdr_len > len(data):
-        raise BtfFormatError(f".BTF.ext: bad header (magic {magic:#x}, length {hdr_len})")
-    fo, fl, lo, ll = struct.unpack_from("<IIII", data, 8)
-    co = cl = 0
-    if hdr_len >= 32:
-        co, cl = struct.unpack_from("<II", data, 24)
-    ext = BtfExt()
-    strs = bytes(btf.strings)
-
-    def blocks(off: int, length: int, min_rec: int, what: str):
-        if not length:
-            return 0, []
-        start, end = hdr_len + off, hdr_len + off + length
-        if end > len(data) or length < 4:
-            raise BtfFormatError(f".BTF.ext: {what} section runs past the end")
-        (rec,) = struct.unpack_from("<I", data, start)
-        if rec < min_rec or rec % 4:
-            raise BtfFormatError(f".BTF.ext: {what} record size {rec} is invalid")
-        out, pos = [], start + 4
-        while pos < end:
-            if pos + 8 > end:
-                raise BtfFormatError(f".BTF.ext: {what} block header truncated")
-            sec_off, n = struct.unpack_from("<II", data, pos)
-            pos += 8
-            if pos + n * rec > end:
-                raise BtfFormatError(f".BTF.ext: {what} records truncated")
-            recs = [data[pos + i * rec : pos + (i + 1) * rec] for i in range(n)]
-            out.append((_cstr(strs, sec_off, f".BTF.ext {what} section name"), recs))
-            pos += n * rec
-        return rec, out
-
-    ext.func_rec_size, fblocks = blocks(fo, fl, 8, "func_info")
-    for sec, recs in fblocks:
-        ext.func_info[sec] = [FuncInfo(*struct.unpack_from("<II", r)) for r in recs]
-    ext.line_rec_size, lblocks = blocks(lo, ll, 16, "line_info")
-    for sec, recs in lblocks:
-        items = []
-        for r in recs:
-            off, fn, ln, lc = struct.unpack_from("<IIII", r)
-            items.append(
-                LineInfo(
-                    off,
-                    fn,
-                    ln,
-                    lc >> 10,
-                    lc & 0x3FF,
-                    _cstr(strs, fn, "line_info file"),
-                    _cstr(strs, ln, "line_info line"),
-                )
-            )
-        ext.line_info[sec] = items
-    _rec, cblocks = blocks(co, cl, 16, "core_relo")
-    for sec, recs in cblocks:
-        items = []
-        for r in recs:
-            off, tid, acc, kind = struct.unpack_from("<IIII", r)
-            items.append(CoreRelo(off, tid, _cstr(strs, acc, "core_relo access"), kind))
-        ext.core_relos[sec] = items
-    return ext
