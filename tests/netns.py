@@ -248,4 +248,4 @@ def veth_net(prefix: str = "bd") -> Iterator[VethNet]:
 
 def bpffs_dir(prefix: str = "bpfdsl_test_") -> str:
     """A fresh, unique directory path under /sys/fs/bpf (not created)."""
-    return os.path.join("/sys/fs/bpf", unique(prefix))
+    return os.path.join("/sys/fs/bpf", f"{prefix}{uuid.uuid4().hex[:10]}")
