@@ -162,7 +162,7 @@ def _load_btf(coll: Collection) -> None:
     except S.BpfPermissionError:
         raise
     except S.BpfError as e:
-        lines = [ln for ln in e.log.splitlines() if ln.strip()]
+        lines = [ln.strip() for ln in e.log.splitlines() if ln.strip()]
         where = next((ln for ln in reversed(lines) if ln.startswith("[")), "")
         raise LoadError(
             error(
