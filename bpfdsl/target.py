@@ -208,10 +208,12 @@ def _args(text: str) -> list[str]:
 def check_ir(mod: llvm.ModuleRef | str, mcpu: str = "v3") -> None:
     """Raise :class:`DiagnosticError` for IR the BPF backend cannot lower (see module doc):
     allocas outside the entry block, signed div/mod before v4, calls with more than 5
-    arguments, non-constant or > 1024-byte memcpy/memset, 8/16-bit atomics.  Works on
+    arguments, non-constant or > 1024-byte memcpy/memset, 8/16-bit atomics, calls to
+    functions the object does not define (or to llvm.trap: ``__bpf_trap``).  Works on
     the module text (printing it costs far less than walking it through llvmlite)."""
     text = mod if isinstance(mod, str) else str(mod)
     v4 = mcpu in ("v4", "probe")
+    defined = set(re.findall(r"^define [^@]*(@[\w.$\"]+)\(", text, re.M))
     entry = seen = False  # in a function's first block / after its first instruction
     for line in text.splitlines():
         if line.startswith("define "):
@@ -238,7 +240,20 @@ def check_ir(mod: llvm.ModuleRef | str, mcpu: str = "v3") -> None:
                                "atomic operations work on 32- or 64-bit values only",
                                "make the counter u32 or u64")  # fmt: skip
         call = _CALL.search(body)
-        if call is None or call.group(1).startswith("@llvm.") and not _MEM.search(body):
+        if call is None:
+            continue
+        callee = call.group(1)
+        if (
+            callee.startswith("@llvm.")
+            and "trap" in callee
+            or (
+                callee.startswith("@") and not callee.startswith("@llvm.") and callee not in defined
+            )
+        ):
+            raise _unsupported(text, line, "internal-compiler-error",
+                               f"internal compiler error: call to {callee}, which no loader "
+                               "can resolve", "this is a bpfdsl bug; please report it")  # fmt: skip
+        if callee.startswith("@llvm.") and not _MEM.search(body):
             continue
         args = _args(call.group(2))
         if _MEM.search(body):

@@ -531,3 +531,38 @@ def test_inlined_helper_lines_appear_in_line_info() -> None:
     lines = {ln for _, _, ln, _ in line_info(obj)["xdp"]}
     assert 3 in lines and 7 in lines
     assert "twice" not in elf_symbols(obj)  # inlined away, not kept as a subprogram
+
+
+def test_rodata_configs_offsets_and_initial_bytes() -> None:
+    """Mixed-size configs: each VAR's DATASEC offset is its symbol value and the section
+    holds the initial value there (little-endian; a be16 literal is stored swapped)."""
+    m = ir.Module(name="cfg.bpfd")
+    di = DebugInfo(m, "cfg.bpfd")
+    cfgs = {"a": ("u8", 7), "b": ("u64", 0x1122334455667788), "c": ("be16", 0x3500),
+            "d": ("u32", 9)}  # fmt: skip
+    for name, (ty, val) in cfgs.items():
+        di.config_global(name, di.int_type(ty), val)
+    fn = ir.Function(m, ir.FunctionType(I32, [PTR]), "p")
+    fn.section = "xdp"
+    fd = di.function(fn, line=1)
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    b.debug_metadata = fd.loc(1, 1)
+    b.ret(b.trunc(load_config(b, m.get_global("b")), I32))
+    di.finalize()
+    obj = emit_object(m)
+    rodata, syms = elf_sections(obj)[".rodata"], elf_symbols(obj)
+    size = {"u8": 1, "u64": 8, "be16": 2, "u32": 4}
+    for name, (ty, val) in cfgs.items():
+        sec, off = syms[name]
+        assert sec == ".rodata" and off % size[ty] == 0
+        assert int.from_bytes(rodata[off : off + size[ty]], "little") == val
+    if HAVE_BPFTOOL:
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as d:
+            types = btf_types(obj, Path(d))
+        (ds,) = [t for t in types.values() if t["kind"] == "DATASEC" and t["name"] == ".rodata"]
+        got = {types[v["type_id"]]["name"]: v["offset"] for v in ds["vars"]}
+        assert got == {n: syms[n][1] for n in cfgs}
+        assert [v["offset"] for v in ds["vars"]] == sorted(got.values())
+        assert ds["size"] == len(rodata)

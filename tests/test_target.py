@@ -110,8 +110,13 @@ def test_invalid_ir_is_internal_compiler_error() -> None:
               "  ret i32 0"), "too-many-arguments", "v3"),
         (prog("  %r = atomicrmw add ptr %p, i8 1 seq_cst\n  ret i32 0", "ptr %ctx, ptr %p"),
          "unsupported-atomic", "v3"),
+        (prog("  %r = call i32 @g(i32 1)\n  ret i32 %r", decls="declare i32 @g(i32)"),
+         "internal-compiler-error", "v3"),
+        (prog("  call void @llvm.trap()\n  unreachable", decls="declare void @llvm.trap()"),
+         "internal-compiler-error", "v3"),
     ],
-    ids=["stack", "sdiv", "memcpy-variable", "memset-large", "six-args", "atomic-u8"],
+    ids=["stack", "sdiv", "memcpy-variable", "memset-large", "six-args", "atomic-u8",
+         "extern-call", "trap"],
 )  # fmt: skip
 def test_backend_fatal_shapes_become_diagnostics(ir_text: str, code: str, mcpu: str) -> None:
     with pytest.raises(DiagnosticError) as e:
