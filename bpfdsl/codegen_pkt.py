@@ -102,21 +102,21 @@ class PktGen:
         cnt = self.alloca(I32, "ext.i", 4)
         self.b.store(self.b.load(self.gep(ip6, 6), typ=I8, align=1), nh_slot)
         self.b.store(ir.Constant(I32, 0), cnt)
-        head, body, ext, done = (
-            self.new_block(n) for n in ("ext.head", "ext.body", "ext.hdr", "ext.done")
+        head, more, ext, done = (
+            self.new_block(n) for n in ("ext.head", "ext.more", "ext.hdr", "ext.done")
         )
         self.b.branch(head)
         self.b.position_at_end(head)
-        self.b.cbranch(
-            self.b.icmp_unsigned("<", self.b.load(cnt), ir.Constant(I32, IPV6_EXT_MAX)), body, fail
-        )
-        self.b.position_at_end(body)
         nh = self.b.load(nh_slot)
         is_ext = None
         for v in IPV6_EXT_HEADERS:
             c = self.b.icmp_unsigned("==", nh, ir.Constant(I8, v))
             is_ext = c if is_ext is None else self.b.or_(is_ext, c)
-        self.b.cbranch(is_ext, ext, done)
+        self.b.cbranch(is_ext, more, done)
+        self.b.position_at_end(more)
+        self.b.cbranch(
+            self.b.icmp_unsigned("<", self.b.load(cnt), ir.Constant(I32, IPV6_EXT_MAX)), ext, fail
+        )
         self.b.position_at_end(ext)
         cur = self.b.load(self.f.cursor, typ=PTR)
         self.bounds(cur, 8, fail, "ext")

@@ -54,6 +54,7 @@ HEADERS: dict[str, Header] = {
         14,
         {"h_dest": _F(0, T.MAC), "h_source": _F(6, T.MAC), "h_proto": _F(12, T.BE16)},
     ),
+    "byte": Header("byte", "__u8", 1, {"value": _F(0, T.U8)}),  # payload, one byte a step
     "vlan": Header(
         "vlan",
         "vlan_hdr",

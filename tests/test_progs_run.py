@@ -1,0 +1,431 @@
+"""Behaviour of the example programs and of language features, through BPF_PROG_TEST_RUN on
+packets built with scapy (an independent packet library that also checks checksums)."""
+
+from __future__ import annotations
+
+import socket
+import struct
+from pathlib import Path
+
+import pytest
+
+from bpfdsl.compiler import compile_file, compile_source
+
+pytestmark = pytest.mark.kernel
+
+PROGS = Path(__file__).resolve().parent.parent / "progs"
+XDP_ABORTED, XDP_DROP, XDP_PASS, XDP_TX = 0, 1, 2, 3
+MAC_A, MAC_B = "02:00:00:00:00:0a", "02:00:00:00:00:0b"
+
+
+class Prog:
+    """A compiled, loaded object (source text or progs/ file name); closes fds on exit."""
+
+    def __init__(self, src: str, config: dict | None = None):
+        from bpfdsl.loader import load_collection
+        from bpfdsl.objfile import read_object
+
+        if src.endswith(".bpfd"):
+            res = compile_file(PROGS / src)
+        else:
+            res = compile_source(src, "test.bpfd")
+        self.name = res.programs[0]
+        self.coll = load_collection(read_object(res.obj), config=config or {})
+
+    def __enter__(self) -> Prog:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.coll.close()
+
+    def run(self, pkt) -> tuple[int, bytes]:
+        from bpfdsl import syscall
+
+        r = syscall.prog_test_run(self.coll.programs[self.name].fd, bytes(pkt))
+        return r.retval, r.data_out
+
+    def verdict(self, pkt) -> int:
+        return self.run(pkt)[0]
+
+    def counter(self, map_name: str, key: int = 0) -> int:
+        """Sum over CPUs of a u64 (per-CPU) array slot."""
+        from bpfdsl import syscall
+
+        m = self.coll.maps[map_name]
+        size = syscall.percpu_value_size(8) if m.map_type in (5, 6, 10) else 8
+        raw = syscall.map_lookup(m.fd, struct.pack("<I", key), size)
+        return sum(struct.unpack_from("<Q", raw, o)[0] for o in range(0, size, 8))
+
+    def update(self, map_name: str, key: bytes, value: bytes) -> None:
+        from bpfdsl import syscall
+
+        syscall.map_update(self.coll.maps[map_name].fd, key, value)
+
+    def lookup(self, map_name: str, key: bytes) -> bytes | None:
+        from bpfdsl import syscall
+
+        m = self.coll.maps[map_name]
+        return syscall.map_lookup(m.fd, key, m.value_size)
+
+
+def scapy():
+    from scapy.all import (  # noqa: F401
+        ICMP,
+        IP,
+        TCP,
+        UDP,
+        Dot1AD,
+        Dot1Q,
+        Ether,
+        IPv6,
+        IPv6ExtHdrDestOpt,
+        IPv6ExtHdrFragment,
+        IPv6ExtHdrHopByHop,
+        IPv6ExtHdrRouting,
+        Raw,
+    )
+
+    return locals()
+
+
+S = scapy()
+Ether, IP, IPv6, UDP, TCP, ICMP = (S[n] for n in ("Ether", "IP", "IPv6", "UDP", "TCP", "ICMP"))
+
+
+def eth(t=None):
+    return Ether(src=MAC_A, dst=MAC_B) if t is None else Ether(src=MAC_A, dst=MAC_B, type=t)
+
+
+def udp4(dport=9999, src="192.0.2.1", dst="192.0.2.2", payload=b"x" * 18):
+    return eth() / IP(src=src, dst=dst) / UDP(sport=1234, dport=dport) / payload
+
+
+def cuts(pkt, start: int, end: int) -> list[bytes]:
+    """The frame cut to every length in [start, end) (XDP test runs need >= 14 bytes)."""
+    b = bytes(pkt)
+    return [b[:n] for n in range(max(start, 14), end)]
+
+
+def checksums_ok(frame: bytes) -> None:
+    """scapy recomputes every checksum of ``frame``: each must equal the one sent."""
+    p = Ether(frame)
+    for layer, field in (
+        (S["IP"], "chksum"),
+        (S["UDP"], "chksum"),
+        (S["TCP"], "chksum"),
+        (S["ICMP"], "chksum"),
+    ):
+        if layer in p:
+            got = p[layer].getfieldval(field)
+            q = Ether(frame)
+            q[layer].setfieldval(field, None)
+            want = Ether(bytes(q))[layer].getfieldval(field)
+            assert got == want, f"{layer.__name__} checksum {got:#06x} != {want:#06x}"
+
+
+# ---- xdp_pass / xdp_drop ----
+def test_pass_and_drop_verdicts():
+    with Prog("xdp_pass.bpfd") as p:
+        assert p.verdict(udp4()) == XDP_PASS
+    with Prog("xdp_drop.bpfd") as p:
+        assert p.verdict(udp4()) == XDP_DROP
+
+
+# ---- xdp_udp_filter ----
+def test_udp_filter_drops_configured_port_and_counts():
+    with Prog("xdp_udp_filter.bpfd") as p:
+        assert p.verdict(udp4(9999)) == XDP_DROP
+        assert p.verdict(udp4(53)) == XDP_PASS
+        assert p.verdict(eth() / IP() / TCP(dport=9999)) == XDP_PASS
+        assert p.verdict(eth() / IPv6() / UDP(dport=9999)) == XDP_DROP
+        assert (p.counter("drops"), p.counter("passes")) == (2, 2)
+
+
+def test_udp_filter_port_set_at_load_time():
+    with Prog("xdp_udp_filter.bpfd", config={"port": 5353}) as p:
+        assert p.verdict(udp4(5353)) == XDP_DROP
+        assert p.verdict(udp4(9999)) == XDP_PASS
+
+
+def test_udp_filter_ipv4_options_use_ihl():
+    pkt = eth() / IP(ihl=7, proto=17) / (b"\x01" * 8) / UDP(dport=9999)
+    with Prog("xdp_udp_filter.bpfd") as p:
+        assert p.verdict(pkt) == XDP_DROP
+        assert p.verdict(eth() / IP(ihl=4, proto=17) / UDP(dport=9999)) == XDP_PASS
+
+
+@pytest.mark.parametrize(
+    "ext",
+    [["HopByHop"], ["HopByHop", "Routing", "DestOpt"], ["DestOpt", "Fragment"], ["HopByHop"] * 6],
+)
+def test_udp_filter_ipv6_extension_headers(ext):
+    pkt = eth() / IPv6()
+    for e in ext:
+        pkt = pkt / S[f"IPv6ExtHdr{e}"]()
+    with Prog("xdp_udp_filter.bpfd") as p:
+        assert p.verdict(pkt / UDP(dport=9999)) == XDP_DROP
+        assert p.verdict(pkt / UDP(dport=53)) == XDP_PASS
+
+
+def test_udp_filter_too_many_extension_headers_pass():
+    pkt = eth() / IPv6()
+    for _ in range(7):
+        pkt = pkt / S["IPv6ExtHdrDestOpt"]()
+    with Prog("xdp_udp_filter.bpfd") as p:
+        assert p.verdict(pkt / UDP(dport=9999)) == XDP_PASS
+
+
+@pytest.mark.parametrize("family", ["ipv4", "ipv6", "ipv6-ext"])
+def test_udp_filter_truncated_frames_take_else_path(family):
+    if family == "ipv4":
+        pkt, end = udp4(9999), 14 + 20 + 8
+    elif family == "ipv6":
+        pkt, end = eth() / IPv6() / UDP(dport=9999) / b"abcd", 14 + 40 + 8
+    else:
+        pkt = eth() / IPv6() / S["IPv6ExtHdrHopByHop"]() / UDP(dport=9999) / b"abcd"
+        end = 14 + 40 + 8 + 8
+    with Prog("xdp_udp_filter.bpfd") as p:
+        for frame in cuts(pkt, 14, end):
+            assert p.verdict(frame) == XDP_PASS, len(frame)
+        assert p.counter("drops") == 0
+        assert p.verdict(bytes(pkt)[:end]) == XDP_DROP
+
+
+# ---- xdp_acl ----
+def _acl_fill(p):
+    p.update("v4_block", struct.pack("<I", 8) + socket.inet_aton("10.0.0.0"), b"\x01")
+    p.update(
+        "v6_block", struct.pack("<I", 32) + socket.inet_pton(socket.AF_INET6, "2001:db8::"), b"\x01"
+    )
+
+
+@pytest.mark.parametrize("tags", [[], ["Dot1Q"], ["Dot1AD", "Dot1Q"]])
+def test_acl_blocks_prefixes_behind_vlans(tags):
+    def frame(l3):
+        pkt = eth()
+        for t in tags:
+            pkt = pkt / S[t](vlan=7)
+        return pkt / l3 / UDP(dport=1)
+
+    with Prog("xdp_acl.bpfd") as p:
+        _acl_fill(p)
+        assert p.verdict(frame(IP(src="10.1.2.3"))) == XDP_DROP
+        assert p.verdict(frame(IP(src="11.1.2.3"))) == XDP_PASS
+        assert p.verdict(frame(IPv6(src="2001:db8:1::5"))) == XDP_DROP
+        assert p.verdict(frame(IPv6(src="2001:db9::5"))) == XDP_PASS
+        assert (p.counter("dropped", 0), p.counter("dropped", 1)) == (1, 1)
+
+
+def test_acl_truncated_frames_pass():
+    with Prog("xdp_acl.bpfd") as p:
+        _acl_fill(p)
+        pkt = eth() / S["Dot1AD"](vlan=1) / S["Dot1Q"](vlan=2) / IP(src="10.0.0.1")
+        for frame in cuts(pkt, 14, 14 + 8 + 20):
+            assert p.verdict(frame) == XDP_PASS, len(frame)
+        assert p.verdict(bytes(pkt)) == XDP_DROP
+
+
+# ---- xdp_reflect / xdp_pong ----
+@pytest.mark.parametrize("l4", ["udp", "tcp"])
+def test_reflect_swaps_and_keeps_checksums(l4):
+    seg = UDP(sport=1111, dport=2222) if l4 == "udp" else TCP(sport=1111, dport=2222, flags="S")
+    pkt = eth() / IP(src="192.0.2.1", dst="198.51.100.7") / seg / b"hello"
+    with Prog("xdp_reflect.bpfd") as p:
+        rv, out = p.run(pkt)
+    assert rv == XDP_TX
+    o = Ether(out)
+    assert (o.src, o.dst) == (MAC_B, MAC_A)
+    assert (o[IP].src, o[IP].dst) == ("198.51.100.7", "192.0.2.1")
+    layer = UDP if l4 == "udp" else TCP
+    assert (o[layer].sport, o[layer].dport) == (2222, 1111)
+    checksums_ok(out)
+
+
+def test_reflect_passes_other_traffic():
+    with Prog("xdp_reflect.bpfd") as p:
+        assert p.verdict(eth() / IP() / ICMP()) == XDP_PASS
+        assert p.verdict(eth() / IPv6() / UDP()) == XDP_PASS
+        for frame in cuts(udp4(), 14, 42):
+            assert p.verdict(frame) == XDP_PASS
+
+
+def test_pong_answers_ping_with_valid_checksums():
+    pkt = eth() / IP(src="192.0.2.1", dst="192.0.2.9", ttl=5) / ICMP(type=8, id=7, seq=1) / b"ab"
+    with Prog("xdp_pong.bpfd") as p:
+        rv, out = p.run(pkt)
+        assert rv == XDP_TX
+        o = Ether(out)
+        assert (o[IP].src, o[IP].dst, o[IP].ttl, o[ICMP].type) == ("192.0.2.9", "192.0.2.1", 64, 0)
+        checksums_ok(out)
+        rv, out = p.run(eth() / IPv6(src="2001:db8::1", dst="2001:db8::2") / UDP(sport=5, dport=6))
+        assert rv == XDP_TX
+        o = Ether(out)
+        assert (o[IPv6].src, o[IPv6].dst, o[IPv6].hlim) == ("2001:db8::2", "2001:db8::1", 64)
+        assert (o[UDP].sport, o[UDP].dport) == (6, 5)
+        checksums_ok(out)
+        assert p.counter("reflected") == 2
+
+
+# ---- xdp_vlan_strip (adjust_head) ----
+@pytest.mark.parametrize("outer", ["Dot1Q", "Dot1AD"])
+def test_vlan_strip_pops_outer_tag(outer):
+    inner = IP(src="192.0.2.1", dst="192.0.2.2") / UDP(dport=7) / b"data"
+    pkt = Ether(src=MAC_A, dst=MAC_B) / S[outer](vlan=42) / S["Dot1Q"](vlan=43) / inner
+    want = Ether(src=MAC_A, dst=MAC_B) / S["Dot1Q"](vlan=43) / inner
+    with Prog("xdp_vlan_strip.bpfd") as p:
+        rv, out = p.run(pkt)
+        assert rv == XDP_PASS
+        assert out == bytes(want)
+        rv, out = p.run(want)
+        assert out == bytes(Ether(src=MAC_A, dst=MAC_B) / inner)
+        assert p.counter("popped") == 2
+        assert p.run(udp4())[1] == bytes(udp4())
+
+
+# ---- checksum updates on field writes (RFC 1624 incl. pseudo-header) ----
+NAT = """
+license "GPL"
+xdp fn nat(ctx) {
+    let eth = parse ethernet else { return XDP_PASS }
+    if eth.h_proto == ETH_P_IPV6 {
+        let ip6 = parse ipv6 else { return XDP_PASS }
+        if ip6.nexthdr != IPPROTO_UDP { return XDP_PASS }
+        let udp = parse udp else { return XDP_PASS }
+        ip6.daddr = 2001:db8::99
+        udp.dest = 8080
+        return XDP_TX
+    }
+    if eth.h_proto != ETH_P_IP { return XDP_PASS }
+    let ip = parse ipv4 else { return XDP_PASS }
+    if ip.protocol == IPPROTO_UDP {
+        let udp = parse udp else { return XDP_PASS }
+        ip.daddr = 10.9.9.9
+        udp.dest = 8080
+        ip.ttl -= 1
+        return XDP_TX
+    }
+    if ip.protocol == IPPROTO_TCP {
+        let tcp = parse tcp else { return XDP_PASS }
+        ip.saddr = 192.168.1.1
+        tcp.source = 4444
+        return XDP_TX
+    }
+    return XDP_PASS
+}
+"""
+
+
+@pytest.mark.parametrize("case", ["udp4", "tcp4", "udp6"])
+def test_field_writes_update_checksums(case):
+    if case == "udp4":
+        pkt = eth() / IP(src="203.0.113.5", dst="192.0.2.2", ttl=9) / UDP(sport=9, dport=53) / b"q"
+    elif case == "tcp4":
+        pkt = eth() / IP(src="203.0.113.5", dst="192.0.2.2") / TCP(sport=9, dport=80) / b"GET"
+    else:
+        pkt = eth() / IPv6(src="2001:db8::5", dst="2001:db8::6") / UDP(sport=9, dport=53) / b"q"
+    with Prog(NAT) as p:
+        rv, out = p.run(pkt)
+    assert rv == XDP_TX
+    o = Ether(out)
+    if case == "udp4":
+        assert (o[IP].dst, o[UDP].dport, o[IP].ttl) == ("10.9.9.9", 8080, 8)
+    elif case == "tcp4":
+        assert (o[IP].src, o[TCP].sport) == ("192.168.1.1", 4444)
+    else:
+        assert (o[IPv6].dst, o[UDP].dport) == ("2001:db8::99", 8080)
+    checksums_ok(out)
+
+
+def test_udp_zero_checksum_stays_zero():
+    pkt = eth() / IP(src="203.0.113.5", dst="192.0.2.2") / UDP(sport=9, dport=53, chksum=0) / b"q"
+    with Prog(NAT) as p:
+        rv, out = p.run(pkt)
+    assert rv == XDP_TX
+    o = Ether(out)
+    assert o[UDP].chksum == 0 and o[IP].dst == "10.9.9.9"
+    q = Ether(out)
+    q[IP].chksum = None
+    assert Ether(bytes(q))[IP].chksum == o[IP].chksum
+
+
+# ---- FIELD-BUGS B04: packet length is a 64-bit scalar ----
+def test_packet_length_threshold_b04():
+    src = """license "GPL"
+xdp fn minlen(ctx) {
+    if ctx.len < 64 { return XDP_DROP }
+    return XDP_PASS
+}"""
+    with Prog(src) as p:
+        for n, want in ((14, XDP_DROP), (63, XDP_DROP), (64, XDP_PASS), (1500, XDP_PASS)):
+            assert p.verdict(bytes(udp4())[:14] + b"\0" * (n - 14)) == want, n
+    asm = compile_source(src, "t.bpfd", emit="asm").asm
+    code = [ln.strip() for ln in asm.split("minlen:")[1].split(".Lfunc_end0")[0].splitlines()]
+    import re
+
+    assert any(re.fullmatch(r"r\d -= r\d", ln) for ln in code), code  # 64-bit data_end - data
+    assert not any(re.match(r"w\d [-+*/|&^]?= w\d", ln) for ln in code), code  # no ALU32
+
+
+# ---- FIELD-BUGS B07: struct with a 64-bit member after a 32-bit one ----
+def test_struct_layout_natural_alignment_b07(tmp_path):
+    src = """license "GPL"
+struct rec { a: i32, b: i64 }
+map recs: hash<u32, rec>(max_entries: 4)
+xdp fn store(ctx) {
+    recs[0] = rec(a: ctx.ingress_ifindex as i32, b: 0x1122334455667788)
+    return XDP_PASS
+}"""
+    with Prog(src) as p:
+        assert p.verdict(udp4()) == XDP_PASS
+        v = p.lookup("recs", struct.pack("<I", 0))
+    assert len(v) == 16
+    assert v[4:8] == b"\0\0\0\0"
+    assert struct.unpack_from("<q", v, 8)[0] == 0x1122334455667788
+    obj = tmp_path / "b07.o"
+    obj.write_bytes(compile_source(src, "b07.bpfd").obj)
+    import subprocess
+
+    dump = subprocess.run(
+        ["bpftool", "btf", "dump", "file", str(obj)], capture_output=True, text=True, timeout=30
+    ).stdout
+    assert "'a' type_id=" in dump and "bits_offset=0" in dump
+    assert "'b' type_id=" in dump and "bits_offset=64" in dump
+
+
+# ---- FIELD-BUGS B06: adjust_tail, then fresh pointers, bounded payload writes ----
+B06 = """license "GPL"
+config target: u32 = 4
+map scratch: array<u32, u8>(max_entries: 32)
+xdp fn respond(ctx) {
+    let eth = parse ethernet else { return XDP_PASS }
+    if eth.h_proto != ETH_P_IP { return XDP_PASS }
+    let ip = parse ipv4 else { return XDP_PASS }
+    let udp = parse udp else { return XDP_PASS }
+    let payload = ctx.len - 42
+    let delta = (target as i64 - payload as i64) as i32
+    if delta != 0 {
+        if adjust_tail(delta) != 0 { return XDP_ABORTED }
+    }
+    let eth2 = parse ethernet else { return XDP_ABORTED }
+    let ip2 = parse ipv4 else { return XDP_ABORTED }
+    let udp2 = parse udp else { return XDP_ABORTED }
+    for i in 0..32 {
+        if i >= target { break }
+        let b = parse byte else { break }
+        let v = scratch.lookup(i) else { break }
+        b.value = v
+    }
+    return XDP_TX
+}"""
+
+
+@pytest.mark.parametrize("target", [4, 20])
+def test_adjust_tail_then_payload_writes_b06(target):
+    pkt = udp4(payload=b"\xee" * 10)
+    with Prog(B06, config={"target": target}) as p:
+        for i in range(32):
+            p.update("scratch", struct.pack("<I", i), bytes([0x40 + i]))
+        rv, out = p.run(pkt)
+    assert rv == XDP_TX
+    assert len(out) == 42 + target
+    assert out[42:] == bytes(0x40 + i for i in range(target))
