@@ -144,7 +144,8 @@ def emit(
     """Parse, verify, optimize once; emit the object (and on request asm / optimized IR)."""
     tm = target_machine(mcpu)
     mod = optimize(parse(module_or_ir_text), mcpu=mcpu, opt=opt)
-    check_ir(mod, mcpu)
+    text = str(mod)  # optimized IR: scanned by check_ir, returned when asked for
+    check_ir(text, mcpu)
     try:
         obj = tm.emit_object(mod)
         asm_text = tm.emit_assembly(mod) if asm else None
@@ -153,12 +154,12 @@ def emit(
     for func, depth in stack_depths(obj).items():
         if depth > MAX_STACK:
             raise _unsupported(
-                str(mod), None, "stack-limit",
+                text, None, "stack-limit",
                 f"program '{func}' needs {depth} bytes of stack; the kernel allows {MAX_STACK}",
                 "keep large values in a map (a percpu_array of one entry) instead of locals",
                 func=func,
             )  # fmt: skip
-    return Emitted(fixup_btf_datasecs(obj), asm_text, str(mod) if ir else None)
+    return Emitted(fixup_btf_datasecs(obj), asm_text, text if ir else None)
 
 
 # ---- shapes the BPF backend would turn into exit(1) ---------------------------------------
