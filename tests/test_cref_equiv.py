@@ -71,15 +71,11 @@ def corpus() -> list[bytes]:
         frames.append(
             eth / ip6 / IPv6ExtHdrRouting() / IPv6ExtHdrFragment() / UDP(dport=9999) / pay
         )
-    frames.append(
-        eth
-        / ip6_ok
-        / (IPv6ExtHdrDestOpt() / IPv6ExtHdrDestOpt())
-        / (IPv6ExtHdrDestOpt() / IPv6ExtHdrDestOpt())
-        / (IPv6ExtHdrDestOpt() / IPv6ExtHdrDestOpt())
-        / UDP(dport=9999)
-        / pay
-    )
+    for n_ext in (6, 7):  # the walk's bound: 6 extension headers pass, a 7th gives up
+        f = eth / ip6_ok
+        for _ in range(n_ext):
+            f = f / IPv6ExtHdrDestOpt()
+        frames.append(f / UDP(dport=9999) / pay)
     for tags in (
         [Dot1Q(vlan=5)],
         [Dot1AD(vlan=6), Dot1Q(vlan=7)],

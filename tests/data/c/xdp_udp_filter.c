@@ -69,11 +69,11 @@ int udp_filter(struct xdp_md *ctx)
 		for (i = 0;; i++) {
 			__u8 *ext = cur;
 
-			if (i >= IPV6_EXT_MAX)
-				return XDP_PASS;
 			if (l4 != IPPROTO_HOPOPTS && l4 != IPPROTO_ROUTING &&
 			    l4 != IPPROTO_FRAGMENT && l4 != IPPROTO_DSTOPTS)
 				break;
+			if (i >= IPV6_EXT_MAX)	/* a 7th extension header: give up */
+				return XDP_PASS;
 			if ((void *)(ext + 8) > data_end)
 				return XDP_PASS;
 			cur = ext + (l4 == IPPROTO_FRAGMENT ? 8 : (ext[1] + 1) * 8);
