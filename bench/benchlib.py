@@ -34,6 +34,7 @@ REFERENCE_PROGRAMS = (
     "xdp_udp_filter",
     "xdp_acl",
     "xdp_reflect",
+    "xdp_pong",
     "xdp_vlan_strip",
     "xdp_cpumap_steer",
     "xdp_devmap_forward",
