@@ -157,3 +157,42 @@ def stream(cg, sizes: dict[int, int]) -> list[dict]:
     )
     assert proc.returncode == 0, proc.stderr
     return [json.loads(line) for line in proc.stdout.splitlines()]
+
+
+@contextmanager
+def load_bpfdsl(path: Path, config: dict | None = None) -> Iterator[Loaded]:
+    """Load ``path`` (.o, or .bpfd compiled first) with bpfdsl's own loader and ``config``
+    (.rodata values by name); yields :class:`Loaded` (fds owned by the loader's Collection)."""
+    from bpfdsl.loader import load_collection
+    from bpfdsl.objfile import read_object
+    from bpfdsl.testrun import object_bytes
+
+    if not path.exists():
+        pytest.skip(f"{path.relative_to(HERE.parent)} not written yet")
+    with load_collection(read_object(object_bytes(path)), config=config or {}) as coll:
+        yield Loaded(
+            progs={n: p.fd for n, p in coll.programs.items()},
+            maps={n: m.fd for n, m in coll.maps.items()},
+        )
+
+
+PROGS = HERE.parent / "progs"
+VARIANTS = ["clang+bpftool", "clang+bpfdsl", "bpfd"]
+
+
+@contextmanager
+def load_variant(
+    variant: str, objs: dict[str, Path], name: str, config: dict | None = None
+) -> Iterator[Loaded]:
+    """Program ``name`` as one of :data:`VARIANTS`: the clang-19 reference loaded by bpftool
+    (libbpf) or by bpfdsl's loader, or progs/NAME.bpfd compiled and loaded by bpfdsl
+    (skips while that file is not written).  ``config``: .rodata values (bpfdsl only)."""
+    if variant == "clang+bpftool":
+        with load_object(objs[name]) as ld:
+            yield ld
+    elif variant == "clang+bpfdsl":
+        with load_bpfdsl(objs[name], config) as ld:
+            yield ld
+    else:
+        with load_bpfdsl(PROGS / f"{name}.bpfd", config) as ld:
+            yield ld

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 from netns import send_frames, veth_net
-from redirect_testlib import Loaded, build_c, load_object, percpu_values, quiet_ipv6
+from redirect_testlib import Loaded, build_c, load_bpfdsl, load_object, percpu_values, quiet_ipv6
 
 from bpfdsl import netlink
 from bpfdsl import syscall as S
@@ -238,3 +238,71 @@ def test_cli_cpumap_set_show_delete(objs) -> None:
     finally:
         bpfdsl("unload", pin)
         shutil.rmtree(pin, ignore_errors=True)
+
+
+PROGS = Path(__file__).resolve().parent.parent / "progs"
+
+
+@pytest.mark.parametrize("src", ["c", "bpfd"])
+def test_cpumap_steer_loaded_by_bpfdsl(objs, src: str) -> None:
+    """The steering program as users load it -- bpfdsl's loader with .rodata configs
+    (n_cpus, drop_port): the clang-19 reference and progs/xdp_cpumap_steer.bpfd.  Every flow
+    stays on one CPU (the hashed one for the reference), both CPUs get flows, the on-CPU
+    drop rule keeps its port's datagrams from the stack while another port gets all."""
+    if S.possible_cpus() < 2:
+        pytest.skip("needs at least 2 CPUs")
+    path = objs["xdp_cpumap_steer"] if src == "c" else PROGS / "xdp_cpumap_steer.bpfd"
+    drop_port, pass_port = 7301, 7302
+    with load_bpfdsl(path, {"n_cpus": 2, "drop_port": drop_port}) as ld, veth_net("cb") as net:
+        for slot in (0, 1):
+            S.map_update(ld.maps["cpus"], struct.pack("<I", slot), struct.pack("<I", slot))
+            cpumap_set(
+                ld.maps["cpu_map"],
+                slot,
+                192,
+                ld.progs["on_cpu"],
+                map_name="cpu_map",
+                prog_name="on_cpu",
+            )
+        quiet_ipv6(net.xdp_ns)
+        quiet_ipv6(net.peer_ns)
+        with net.in_xdp_ns():
+            netlink.xdp_set(
+                netlink.ifindex(net.xdp_dev),
+                int(ld.progs["steer"]),
+                XdpFlags.DRV_MODE,
+                dev=net.xdp_dev,
+            )
+        flows = [f"{10 + k}.88.{k}.{k + 1}" for k in range(8)]
+        seen: dict[str, int] = {}
+        before = percpu_values(ld.maps["on_cpu_count"], 0)
+        for f in flows * 2:  # each flow twice: the same CPU both times
+            frames = [
+                udp_frame(
+                    src_mac=net.peer_mac,
+                    dst_mac=net.xdp_mac,
+                    src_ip=f,
+                    dst_ip=net.xdp_ip,
+                    sport=4000,
+                    dport=4001,
+                    ident=i,
+                )
+                for i in range(N)
+            ]
+            assert send_frames(net.peer_ns, net.peer_dev, frames) == N
+            after = wait_total(ld, sum(before) + N)
+            delta = [a - b for a, b in zip(after, before, strict=True)]
+            assert sorted(delta)[-1] == N and sum(delta) == N, f"flow {f} split: {delta}"
+            cpu = delta.index(N)
+            assert seen.setdefault(f, cpu) == cpu, f"flow {f} moved from CPU {seen[f]} to {cpu}"
+            if src == "c":
+                assert cpu == fnv1a(word(f), word(net.xdp_ip), socket.IPPROTO_UDP) % 2
+            before = after
+        assert set(seen.values()) == {0, 1}, f"flows did not spread: {seen}"
+        with net.udp_receiver(drop_port) as rd, net.udp_receiver(pass_port) as rp:
+            base = sum(percpu_values(ld.maps["on_cpu_count"], 0))
+            assert net.send_udp(drop_port, N) == N
+            assert net.send_udp(pass_port, N) == N
+            assert rp.drain() == N
+            assert rd.drain(quiet=0.5) == 0
+            assert sum(wait_total(ld, base + 2 * N)) - base == 2 * N

@@ -23,7 +23,15 @@ from pathlib import Path
 
 import pytest
 from netns import capture, send_frames
-from redirect_testlib import Loaded, build_c, load_object, percpu_sum, quiet_ipv6
+from redirect_testlib import (
+    VARIANTS,
+    Loaded,
+    build_c,
+    load_object,
+    load_variant,
+    percpu_sum,
+    quiet_ipv6,
+)
 
 from bpfdsl import netlink
 from bpfdsl.devmap import devmap_entries, devmap_set
@@ -102,9 +110,9 @@ def objs(tmp_path_factory):
     return build_c(tmp_path_factory.mktemp("devmap"))
 
 
-@pytest.fixture
-def fwd(objs) -> Loaded:
-    with load_object(objs["xdp_devmap_forward"]) as ld:
+@pytest.fixture(params=VARIANTS)
+def fwd(objs, request) -> Loaded:
+    with load_variant(request.param, objs, "xdp_devmap_forward") as ld:
         yield ld
 
 

@@ -15,7 +15,7 @@ reference tests/data/c/sk_msg_redirect_ingress.c (sockhash by 4-tuple, BPF_F_ING
 from __future__ import annotations
 
 import pytest
-from redirect_testlib import Loaded, build_c, load_object, percpu_sum, stream
+from redirect_testlib import VARIANTS, Loaded, build_c, load_variant, percpu_sum, stream
 
 from bpfdsl.cgroup import ChildCgroup, cgroup2_mount, sock_ops_attach, sock_ops_detach
 from bpfdsl.sockmap import sk_msg_attach, sk_msg_detach, sockmap_count
@@ -30,9 +30,9 @@ def objs(tmp_path_factory):
     return build_c(tmp_path_factory.mktemp("skmsg"))
 
 
-@pytest.fixture
-def redir(objs) -> Loaded:
-    with load_object(objs["sk_msg_redirect_ingress"]) as ld:
+@pytest.fixture(params=VARIANTS)
+def redir(objs, request) -> Loaded:
+    with load_variant(request.param, objs, "sk_msg_redirect_ingress") as ld:
         yield ld
 
 

@@ -17,7 +17,15 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import pytest
-from redirect_testlib import Loaded, bpf_run_stats, build_c, load_object, run_count
+from redirect_testlib import (
+    VARIANTS,
+    Loaded,
+    bpf_run_stats,
+    build_c,
+    load_object,
+    load_variant,
+    run_count,
+)
 
 from bpfdsl import netlink
 from bpfdsl.diagnostics import DiagnosticError
@@ -32,9 +40,9 @@ def objs(tmp_path_factory):
     return build_c(tmp_path_factory.mktemp("policy"))
 
 
-@pytest.fixture
-def policy(objs) -> Loaded:
-    with load_object(objs["sk_msg_policy"]) as ld:
+@pytest.fixture(params=VARIANTS)
+def policy(objs, request) -> Loaded:
+    with load_variant(request.param, objs, "sk_msg_policy") as ld:
         yield ld
 
 

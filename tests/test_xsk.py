@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 from netns import veth_net
-from redirect_testlib import Loaded, build_c, load_object, quiet_ipv6
+from redirect_testlib import VARIANTS, Loaded, build_c, load_variant, quiet_ipv6
 
 from bpfdsl import netlink
 from bpfdsl import syscall as S
@@ -29,9 +29,9 @@ def objs(tmp_path_factory):
     return build_c(tmp_path_factory.mktemp("xsk"))
 
 
-@pytest.fixture
-def xsk(objs) -> Loaded:
-    with load_object(objs["xdp_xsk_redirect"]) as ld:
+@pytest.fixture(params=VARIANTS)
+def xsk(objs, request) -> Loaded:
+    with load_variant(request.param, objs, "xdp_xsk_redirect") as ld:
         yield ld
 
 
