@@ -82,6 +82,12 @@ def scalar_alu(op: int, dst: D.Reg, src: D.Reg, is64: bool, signed_div: bool = F
     """Result of ``dst op src`` for scalars (ALU64 when ``is64``, else ALU32 zero-extended)."""
     bits = 64 if is64 else 32
     mask = M64 if is64 else M32
+    if op in (U.BPF_DIV, U.BPF_MOD) or (
+        op in (U.BPF_LSH, U.BPF_RSH, U.BPF_ARSH) and (src.tn[1] or src.umax >= bits)
+    ):
+        # kernel is_safe_to_compute_dst_reg_range: no tracking through div/mod (even of
+        # constants) or non-constant shifts; modelling more would accept what it rejects
+        return D.unknown() if is64 else D.zext32(D.unknown())
     smin_lim, smax_lim = (D.S64_MIN, D.S64_MAX) if is64 else (D.S32_MIN, D.S32_MAX)
     if dst.tn[1] == 0 and src.tn[1] == 0:
         v = _const_op(op, dst.tn[0], src.tn[0], bits, signed_div) & mask
@@ -157,17 +163,13 @@ def scalar_alu(op: int, dst: D.Reg, src: D.Reg, is64: bool, signed_div: bool = F
 
 def swap(r: D.Reg, bits: int, to_be: bool, is64: bool) -> D.Reg:
     """BPF_END: byte swap (bswap / be / le) of the low ``bits`` bits; host is little endian."""
-    if r.t != D.SCALAR:
-        return D.unknown()
-    mask = (1 << bits) - 1
-    if r.tn[1] == 0:
-        v = r.tn[0] & mask
+    # kernel 6.x tracks byte swaps of known values; anything else becomes unknown here
+    if r.t == D.SCALAR and r.tn[1] == 0:
+        v = r.tn[0] & ((1 << bits) - 1)
         if is64 or to_be:
             v = int.from_bytes(v.to_bytes(bits // 8, "little"), "big")
         return D.known(v)
-    if not (is64 or to_be):  # le on a little-endian host: truncation
-        return D.sync(D.Reg(D.SCALAR, tn=T.cast(r.tn, bits // 8), b=D.UNKNOWN_BOUNDS)).replace()
-    return D.urange(0, mask)
+    return D.unknown()
 
 
 def neg(r: D.Reg, is64: bool) -> D.Reg:

@@ -205,6 +205,9 @@ def check_helper_call(env: Env, st: State, helper_id: int, idx: int) -> None:
             if r.t != D.SOCKET:
                 raise _type_err(regno, r, "sock", "pass a socket pointer checked for NULL")
     # effects
+    key_const = None
+    if helper_id == 1 and map_obj is not None and env.privileged:
+        key_const = constant_key(st, regs[2], map_obj.key_size)
     if h.pkt_changing:
         _invalidate_packet(st, f"packet pointer invalidated by bpf_{h.name} at insn {idx}")
     for regno in range(1, 6):
@@ -212,6 +215,13 @@ def check_helper_call(env: Env, st: State, helper_id: int, idx: int) -> None:
     if h.ret == RetKind.PTR_TO_MAP_VALUE_OR_NULL:
         if map_obj is None:
             regs[0] = D.unknown()
+        elif (
+            helper_id == 1
+            and map_obj.map_type in (MapType.ARRAY, MapType.PERCPU_ARRAY)
+            and key_const is not None
+            and key_const < map_obj.max_entries
+        ):
+            regs[0] = D.ptr(D.MAP_VALUE, map=map_obj)  # kernel 6.x: in-range constant key
         else:
             regs[0] = D.Reg(D.MAP_VALUE_OR_NULL, id=env.new_id(), map=map_obj)
     else:
@@ -234,3 +244,25 @@ def nonnull_type(r: D.Reg) -> int:
             return D.SOCKET
         return D.MAP_VALUE
     return D.NULLABLE[r.t]
+
+
+def constant_key(st: State, r: D.Reg, key_size: int) -> int | None:
+    """The map key's value when it is a constant on the stack (kernel get_constant_map_key):
+    ``key_size`` zero bytes, or a scalar spilled with exactly ``key_size`` bytes."""
+    if r.t != D.STACK or r.tn[1] != 0:
+        return None
+    frame = st.frames[r.map] if isinstance(r.map, int) and r.map < len(st.frames) else st.cur
+    a = r.off + D.s64(r.tn[0])
+    k, j = (-a - 1) // 8, a % 8
+    s = frame.stack.get(k)
+    if s is None:
+        return None
+    zeros = len(s.types[j:]) - len(s.types[j:].lstrip("z"))
+    if zeros >= key_size:
+        return 0
+    if s.spill is None or s.spill.t != D.SCALAR or j != 0:
+        return None
+    spill = len(s.types) - len(s.types.lstrip("s"))
+    if spill != key_size or not s.spill.is_const:
+        return None
+    return s.spill.value

@@ -146,64 +146,65 @@ def _set_byte(frame, a: int, typ: str) -> None:
     frame.stack[k] = Slot(types, spill)
 
 
-def _stack_write(frame, full: int, size: int, value: D.Reg | None) -> None:
+def coerce(r: D.Reg, size: int) -> D.Reg:
+    """Truncate a scalar to its low ``size`` bytes (kernel coerce_reg_to_size)."""
+    if size >= 8 or r.t != D.SCALAR:
+        return r
+    if r.umax >> (8 * size) == 0:
+        return r
+    return D.sync(D.Reg(D.SCALAR, tn=T.cast(r.tn, size), b=D.UNKNOWN_BOUNDS))
+
+
+def _stack_write(frame, full: int, size: int, value: D.Reg | None, is_st: bool = False) -> None:
+    """check_stack_write_fixed_off: slot-aligned scalar stores (and BPF_ST immediates) are
+    register spills of ``size`` bytes; pointers spill only whole; the rest is misc/zero."""
     k, j = (-full - 1) // 8, full % 8
     old = frame.stack.get(k) or Slot()
-    if size == 8 and value is not None and value.t != D.NOT_INIT:
-        if value.is_const and value.tn[0] == 0 and value.t == D.SCALAR:
-            frame.stack[k] = Slot(ZERO * 8, None)
-        else:
-            frame.stack[k] = Slot(SPILL * 8, value)
+    if value is not None and value.t not in (D.SCALAR, D.NOT_INIT):
+        if size != 8:
+            raise Fault(
+                "spill-size",
+                "invalid size of register spill",
+                "pointers are 8 bytes; save them on the stack with an 8-byte store",
+            )
+        frame.stack[k] = Slot(SPILL * 8, value)
         return
-    if value is not None and value.is_const and value.tn[0] & ((1 << (8 * size)) - 1) == 0:
-        typ = ZERO
-    else:
-        typ = MISC
-    types = list(old.types)
-    # a partial overwrite destroys a spilled register (becomes plain scalar bytes)
-    if SPILL in old.types:
-        types = [MISC if c == SPILL else c for c in types]
-    spill = None
-    if typ == MISC and j == 0 and value is not None and value.t == D.SCALAR and size < 8:
-        # kernel: small scalar spill (save_register_state with size) at the slot start
-        v = value
-        if v.umax >> (8 * size):
-            v = D.sync(D.Reg(D.SCALAR, tn=T.cast(v.tn, size), b=D.UNKNOWN_BOUNDS))
-        for i in range(size):
-            types[i] = SPILL
-        spill = v
-    else:
-        for i in range(j, j + size):
-            types[i] = typ
-    frame.stack[k] = Slot("".join(types), spill)
+    if j == 0 and value is not None and value.t == D.SCALAR:
+        rest = "".join(c if c in (ZERO, INVALID) else MISC for c in old.types[size:])
+        frame.stack[k] = Slot(SPILL * size + rest, value)
+        return
+    zero = value is not None and value.is_const and value.tn[0] == 0
+    types = (
+        [MISC if c == SPILL else c for c in old.types] if SPILL in old.types else list(old.types)
+    )
+    for i in range(j, j + size):
+        types[i] = ZERO if zero else MISC
+    frame.stack[k] = Slot("".join(types), None)
 
 
 def _stack_read(env, regno, frame, full: int, size: int) -> D.Reg:
     k, j = (-full - 1) // 8, full % 8
     s = frame.stack.get(k) or Slot()
     part = s.types[j : j + size]
-    if s.spill is not None and SPILL in s.types:
-        nspill = len(s.types) - len(s.types.lstrip(SPILL)) if s.types[0] == SPILL else 8
-        if s.spill.t != D.SCALAR:
-            if size != 8 or s.types != SPILL * 8:
+    sp = s.spill if (s.spill is not None and s.types[0] == SPILL) else None
+    if sp is not None:
+        nspill = len(s.types) - len(s.types.lstrip(SPILL))
+        if sp.t != D.SCALAR:
+            if size != 8 or nspill != 8:
                 raise Fault(
                     "partial-fill",
                     "invalid size of register fill",
                     "a pointer saved on the stack must be reloaded with an 8-byte load",
                     (regno,),
                 )
-            return s.spill
-        if j == 0 and size == nspill:
-            return s.spill
-        if all(c != INVALID for c in part):
-            return D.unknown() if size == 8 else D.urange(0, (1 << (8 * size)) - 1)
-    if part and all(c == ZERO for c in part):
-        return D.known(0)
+            return sp
+        if j == 0 and size <= nspill:
+            return coerce(sp, size)
     if INVALID in part:
         if not env.privileged:
             raise Fault(
                 "uninit-stack",
-                f"invalid read from stack off {full}+0 size {size}",
+                f"invalid read from stack off {full}+{part.index(INVALID)} size {size}",
                 "this stack memory was never written; initialize it before reading",
                 (regno,),
             )
@@ -214,6 +215,10 @@ def _stack_read(env, regno, frame, full: int, size: int) -> D.Reg:
             "initialize the variable",
             (regno,),
         )
+    elif part == SPILL * size and sp is not None and sp.is_const and sp.tn[0] == 0:
+        return D.known(0)
+    elif part == ZERO * size:
+        return D.known(0)
     return D.unknown() if size == 8 else D.urange(0, (1 << (8 * size)) - 1)
 
 

@@ -107,10 +107,10 @@ def _scalar_within(old: D.Reg, new: D.Reg) -> bool:
     )
 
 
-def _ids_match(idmap: dict, old_id: int, new_id: int) -> bool:
-    if old_id == 0 and new_id == 0:
+def _ids_match(idmap: dict, old_id, new_id) -> bool:
+    if not old_id and not new_id:
         return True
-    if old_id == 0 or new_id == 0:
+    if not old_id or not new_id:
         return False
     seen = idmap.get(old_id)
     if seen is None:
@@ -128,6 +128,11 @@ def regsafe(old: D.Reg, new: D.Reg, idmap: dict, exact: bool) -> bool:
     if old.t != new.t:
         return False
     if old.t == D.SCALAR:
+        if old.id:
+            # linked copies in the old state must be linked in the new one (check_scalar_ids)
+            nid = new.id if new.id else ("fresh", id(new))
+            if not _ids_match(idmap, ("s", old.id), nid):
+                return False
         if old.tn == T.UNKNOWN and old.smin == D.S64_MIN and old.umax == D.M64:
             return True
         return _scalar_within(old, new)

@@ -93,9 +93,11 @@ def do_alu(env: Env, st: State, x: Insn) -> None:
             _dst(x.dst)
             if is64:
                 if x.off == 0:
-                    regs[x.dst] = s
                     if s.t == D.SCALAR and not s.id and not s.is_const:
-                        pass
+                        # copies share an id so a later bounds check refines both
+                        s = s.replace(id=env.new_id())
+                        regs[x.src] = s
+                    regs[x.dst] = s
                 elif s.is_ptr:
                     regs[x.dst] = D.unknown()
                 else:

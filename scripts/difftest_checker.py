@@ -1,0 +1,645 @@
+#!/usr/bin/env python3
+"""Differential test of the bpfdsl checker against this machine's kernel verifier.
+
+Corpus (deterministic for a seed): progs/*.bpfd compiled; libbpf-style C from
+tests/data/c and tests/data/checker_c built with clang-19; instruction-level mutants of
+both (bounds check removed / off by one, NULL check removed, bad return value,
+uninitialized stack read, write to a read-only ctx field, out-of-range or misaligned
+stack access, unbounded loop, wrong helper argument); random instruction sequences.
+Each program is checked by bpfdsl.checker and loaded with BPF_PROG_LOAD (maps created
+for its relocations).  Prints total, agree, false accepts (we OK, kernel rejects) and
+false rejects, per category, plus timing figures.
+
+    python3 scripts/difftest_checker.py [--seed N] [--random N] [--limit N] [-v]
+Needs root (bpf()).  Exit 1 if a mutant is falsely accepted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import glob
+import os
+import random
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bpfdsl import insn as I  # noqa: E402
+from bpfdsl import syscall as S  # noqa: E402
+from bpfdsl import uapi as U  # noqa: E402
+from bpfdsl.checker import DataMap, check_insns, map_refs_for  # noqa: E402
+from bpfdsl.checker.env import MapRef  # noqa: E402
+from bpfdsl.helpers import HELPERS_BY_ID  # noqa: E402
+from bpfdsl.objfile import read_object  # noqa: E402
+
+PT, AT = U.ProgramType, U.AttachType
+
+
+@dataclass
+class Item:
+    """One corpus program.  ``refs``: insn index -> MapRef; ``line``: for mutants, the
+    source line of the mutated instruction in the base program (None when unknown)."""
+
+    category: str
+    name: str
+    insns: list
+    prog_type: PT
+    attach_type: AT | None
+    prog_flags: int = 0
+    refs: dict = field(default_factory=dict)
+    line_at: object = None
+    mut_idx: int | None = None
+    ours: str = ""
+    kernel: str = ""
+    our_msg: str = ""
+    kernel_msg: str = ""
+    our_err_idx: int | None = None
+
+
+# ---- building the bases ----
+
+
+def build_c(out_dir: str) -> list[str]:
+    """Compile tests/data/c/*.c and tests/data/checker_c/*.c with clang-19 -O2 -g."""
+    arch = "/usr/include/x86_64-linux-gnu"
+    objs = []
+    for src in sorted(glob.glob(str(ROOT / "tests/data/c/*.c"))) + sorted(
+        glob.glob(str(ROOT / "tests/data/checker_c/*.c"))
+    ):
+        obj = os.path.join(out_dir, Path(src).stem + ".o")
+        r = subprocess.run(
+            ["clang-19", "-O2", "-g", "-target", "bpf", f"-I{arch}", "-c", src, "-o", obj],
+            capture_output=True,
+            text=True,
+        )
+        if r.returncode == 0:
+            objs.append(obj)
+        else:
+            print(f"warning: {src} does not compile: {r.stderr.strip()[:200]}", file=sys.stderr)
+    return objs
+
+
+def build_progs(out_dir: str) -> list[str]:
+    from bpfdsl.compiler import compile_file
+
+    objs = []
+    for src in sorted(glob.glob(str(ROOT / "progs/*.bpfd"))):
+        try:
+            r = compile_file(src)
+        except Exception as e:  # a compile failure is the compiler's business
+            print(f"warning: {src}: {e}"[:200], file=sys.stderr)
+            continue
+        obj = os.path.join(out_dir, Path(src).stem + ".bpfd.o")
+        Path(obj).write_bytes(r.obj)
+        objs.append(obj)
+    return objs
+
+
+class Maps:
+    """Kernel maps for the corpus: one per map object (keyed by id()), created lazily."""
+
+    def __init__(self) -> None:
+        self.fds: dict[int, S.Fd] = {}
+        self.keep: list = []
+
+    def fd(self, m) -> int:
+        k = id(m)
+        if k not in self.fds:
+            self.keep.append(m)
+            self.fds[k] = self._create(m)
+        return int(self.fds[k])
+
+    def _create(self, m) -> S.Fd:
+        if isinstance(m, DataMap):
+            fd = S.map_create(U.MapType.ARRAY, 4, max(1, len(m.data)), 1, map_flags=m.map_flags)
+            S.map_update(fd, bytes(4), m.data or b"\0")
+            if m.readonly:
+                S.map_freeze(fd)
+            return fd
+        mt = int(m.map_type)
+        n = m.max_entries
+        if mt == U.MapType.CPUMAP:
+            n = min(n, S.possible_cpus())
+        return S.map_create(mt, m.key_size, m.value_size, n, map_flags=m.map_flags)
+
+    def close(self) -> None:
+        for fd in self.fds.values():
+            fd.close()
+
+
+def base_items(objs: list[str], category_of) -> list[Item]:
+    items = []
+    for o in objs:
+        spec = read_object(o)
+        for p in spec.programs.values():
+            if p.kind is None:
+                continue
+            refs = map_refs_for(p, spec.maps, spec.data_sections)
+            items.append(
+                Item(
+                    category_of(o),
+                    f"{Path(o).name}:{p.name}",
+                    list(p.insns),
+                    p.kind.program_type,
+                    p.kind.attach_type,
+                    p.kind.prog_flags,
+                    refs,
+                    p.line_at,
+                )
+            )
+    return items
+
+
+# ---- mutations (instruction level) ----
+
+NOP = I.ja(0)
+
+
+def _mut(base: Item, kind: str, insns, idx: int, refs=None, tag: str = "") -> Item:
+    return dataclasses.replace(
+        base,
+        category=f"mutant:{kind}",
+        name=f"{base.name}#{kind}@{idx}{tag}",
+        insns=insns,
+        refs=dict(base.refs if refs is None else refs),
+        mut_idx=idx,
+    )
+
+
+def _prepend(base: Item, kind: str, pre: list, tag: str) -> Item:
+    refs = {k + len(pre): v for k, v in base.refs.items()}
+    it = _mut(base, kind, pre + list(base.insns), 0, refs, tag)
+    it.line_at = None
+    return it
+
+
+def _is_reg_jump(x) -> bool:
+    return x.is_cond_jump and x.source == U.BPF_X and x.cls == U.BPF_JMP
+
+
+def mutate(base: Item, rng: random.Random, per_kind: int) -> list[Item]:
+    out: list[Item] = []
+    ins = base.insns
+    n = len(ins)
+
+    def pick(idxs):
+        idxs = list(idxs)
+        rng.shuffle(idxs)
+        return idxs[:per_kind]
+
+    # bounds check removed: a pointer comparison becomes "never" or "always" taken
+    for i in pick(i for i, x in enumerate(ins) if _is_reg_jump(x)):
+        for variant, new in (("nop", NOP), ("always", I.ja(ins[i].off))):
+            m = list(ins)
+            m[i] = new
+            out.append(_mut(base, "bounds_removed", m, i, tag=variant))
+    # off by one: the constant added before a bounds check, or an access offset
+    for i in pick(
+        i
+        for i, x in enumerate(ins)
+        if x.cls == U.BPF_ALU64 and x.op == U.BPF_ADD and x.source == U.BPF_K and 0 < x.imm < 256
+    ):
+        m = list(ins)
+        m[i] = dataclasses.replace(ins[i], imm=ins[i].imm - 1)
+        out.append(_mut(base, "off_by_one", m, i, tag="add"))
+    for i in pick(i for i, x in enumerate(ins) if x.is_load and x.src != 10):
+        m = list(ins)
+        m[i] = dataclasses.replace(ins[i], off=ins[i].off + 1)
+        out.append(_mut(base, "off_by_one", m, i, tag="ldx"))
+    # NULL check removed
+    for i in pick(
+        i
+        for i, x in enumerate(ins)
+        if x.is_cond_jump and x.source == U.BPF_K and x.imm == 0 and x.op in (U.BPF_JEQ, U.BPF_JNE)
+    ):
+        for variant, new in (("nop", NOP), ("always", I.ja(ins[i].off))):
+            m = list(ins)
+            m[i] = new
+            out.append(_mut(base, "null_check_removed", m, i, tag=variant))
+    # bad return value
+    for i in pick(
+        i
+        for i, x in enumerate(ins)
+        if i + 1 < n and ins[i + 1].is_exit and x.opcode == 0xB7 and x.dst == 0
+    ):
+        for v in (7, -1):
+            m = list(ins)
+            m[i] = I.mov64_imm(0, v)
+            out.append(_mut(base, "bad_return", m, i, tag=str(v)))
+    # uninitialized stack read: drop a stack store
+    for i in pick(i for i, x in enumerate(ins) if x.cls in (U.BPF_ST, U.BPF_STX) and x.dst == 10):
+        m = list(ins)
+        m[i] = NOP
+        out.append(_mut(base, "uninit_stack", m, i))
+    # out-of-range / misaligned stack access
+    for i in pick(
+        i for i, x in enumerate(ins) if (x.is_store or x.is_load) and (x.dst == 10 or x.src == 10)
+    ):
+        for delta, tag in ((-512, "below"), (512, "above"), (1, "misaligned")):
+            m = list(ins)
+            m[i] = dataclasses.replace(ins[i], off=ins[i].off + delta)
+            out.append(_mut(base, "stack_oob", m, i, tag=tag))
+    # write to a read-only ctx field (prepended store through the ctx pointer r1)
+    ctx_offs = {
+        "xdp_md": range(0, 24, 4),
+        "sk_msg_md": range(0, 72, 4),
+        "bpf_sock_ops": range(0, 224, 4),
+    }
+    kind = next((k for k in U.PROGRAM_KINDS if k.program_type == base.prog_type), None)
+    if kind is not None and kind.ctx in ctx_offs:
+        for off in pick(ctx_offs[kind.ctx]):
+            out.append(_prepend(base, "ctx_write", [I.st_mem(4, 1, off, 0)], f"st{off}"))
+            out.append(
+                _prepend(
+                    base, "ctx_write", [I.mov64_imm(0, 1), I.stx_mem(4, 1, 0, off)], f"stx{off}"
+                )
+            )
+    # unbounded loops: a backward jump made unconditional / never-ending prologue loops
+    for i in pick(i for i, x in enumerate(ins) if x.is_cond_jump and x.off < 0):
+        m = list(ins)
+        m[i] = I.ja(ins[i].off)
+        out.append(_mut(base, "unbounded_loop", m, i, tag="back"))
+    if rng.random() < 0.5:
+        out.append(_prepend(base, "unbounded_loop", [I.ja(-1)], "self"))
+        out.append(
+            _prepend(
+                base,
+                "unbounded_loop",
+                [I.mov64_imm(0, 0), I.jmp_imm(U.BPF_JEQ, 0, 0, -2)],
+                "reset",
+            )
+        )
+        out.append(
+            _prepend(
+                base,
+                "unbounded_loop",
+                [I.mov64_imm(6, 0), I.alu64_imm(U.BPF_ADD, 6, 1), I.jmp_imm(U.BPF_JLT, 6, 16, -2)],
+                "bounded16",
+            )
+        )
+    # wrong helper argument: the register set up for an argument becomes a scalar, or the
+    # helper id changes to another of the table
+    for i in pick(i for i, x in enumerate(ins) if x.is_helper_call):
+        h = HELPERS_BY_ID.get(ins[i].imm)
+        if h is None:
+            continue
+        for a in range(1, len(h.args) + 1):
+            for j in range(i - 1, max(-1, i - 8), -1):
+                x = ins[j]
+                if x.dst == a and (x.is_alu or x.is_ld_imm64 or x.is_load):
+                    m = list(ins)
+                    m[j] = I.mov64_imm(a, 0) if not x.is_ld_imm64 else I.ld_imm64(a, 0)
+                    refs = {k: v for k, v in base.refs.items() if k != j}
+                    out.append(_mut(base, "helper_arg", m, j, refs, tag=f"r{a}"))
+                    break
+        other = rng.choice(sorted(HELPERS_BY_ID))
+        m = list(ins)
+        m[i] = I.call(other)
+        out.append(_mut(base, "helper_arg", m, i, tag=f"id{other}"))
+    return out
+
+
+# ---- random programs ----
+
+
+def random_prog(rng: random.Random, k: int, maps: dict) -> Item:
+    """A random but mostly well-formed XDP program over ALU, ctx/stack/packet access,
+    forward branches, map lookups and exit."""
+    code: list = []
+    refs: dict = {}
+    init = {1, 10}
+    n = rng.randint(3, 30)
+    pkt = False
+
+    def reg(initialized=True):
+        pool = sorted(init - {10}) if initialized and rng.random() < 0.93 else list(range(10))
+        return rng.choice(pool or [0])
+
+    for _ in range(n):
+        c = rng.random()
+        if c < 0.30:
+            op = rng.choice(
+                [
+                    U.BPF_ADD,
+                    U.BPF_SUB,
+                    U.BPF_MUL,
+                    U.BPF_DIV,
+                    U.BPF_OR,
+                    U.BPF_AND,
+                    U.BPF_LSH,
+                    U.BPF_RSH,
+                    U.BPF_MOD,
+                    U.BPF_XOR,
+                    U.BPF_MOV,
+                    U.BPF_ARSH,
+                    U.BPF_NEG,
+                ]
+            )
+            d = rng.choice(range(10)) if op == U.BPF_MOV else reg()
+            wide = rng.random() < 0.7
+            if rng.random() < 0.5 and op != U.BPF_NEG:
+                f = I.alu64_reg if wide else I.alu32_reg
+                code.append(f(op, d, reg()))
+            else:
+                imm = rng.choice(
+                    [0, 1, 2, 4, 7, 8, 14, 31, 63, 64, 255, -1, rng.randint(-1000, 1000)]
+                )
+                f = I.alu64_imm if wide else I.alu32_imm
+                code.append(f(op, d, imm))
+            init.add(d)
+        elif c < 0.42:
+            d = rng.choice(range(10))
+            off = rng.choice([0, 4, 8, 12, 16, 20, 24, 2])
+            code.append(
+                I.ldx_mem(rng.choice([4, 4, 4, 8, 2]), d, 1 if rng.random() < 0.8 else reg(), off)
+            )
+            init.add(d)
+        elif c < 0.52:
+            off = -8 * rng.randint(1, 8) + rng.choice([0, 0, 0, 4, 2, -512])
+            if rng.random() < 0.5:
+                code.append(I.stx_mem(rng.choice([8, 4]), 10, reg(), off))
+            else:
+                code.append(I.st_mem(rng.choice([8, 4, 2, 1]), 10, off, rng.randint(-5, 5)))
+        elif c < 0.60:
+            d = rng.choice(range(10))
+            code.append(I.ldx_mem(rng.choice([8, 4, 8]), d, 10, -8 * rng.randint(1, 8)))
+            init.add(d)
+        elif c < 0.72 and not pkt:
+            # packet access with a (possibly wrong) bounds check
+            n_chk = rng.choice([1, 2, 4, 8, 14, 20])
+            n_acc = n_chk + rng.choice([0, 0, 0, -1, 1])
+            code += [
+                I.ldx_mem(4, 2, 1, 0),
+                I.ldx_mem(4, 3, 1, 4),
+                I.mov64_reg(4, 2),
+                I.alu64_imm(U.BPF_ADD, 4, n_chk),
+                I.jmp_reg(rng.choice([U.BPF_JGT, U.BPF_JGE, U.BPF_JLE]), 4, 3, 2),
+                I.ldx_mem(1, 5, 2, max(0, n_acc - 1)),
+                I.mov64_imm(0, 2),
+                I.mov64_imm(0, 1),
+            ]
+            init |= {0, 2, 3, 4, 5}
+            pkt = True
+        elif c < 0.80 and maps:
+            name = rng.choice(sorted(maps))
+            m = maps[name]
+            code.append(I.st_mem(4, 10, -4, rng.randint(0, 3)) if rng.random() < 0.9 else NOP)
+            refs[len(code)] = MapRef(m)
+            code += [I.ld_imm64(1, 0), I.mov64_reg(2, 10), I.alu64_imm(U.BPF_ADD, 2, -4), I.call(1)]
+            guard = rng.random() < 0.8
+            if guard:
+                code.append(I.jmp_imm(U.BPF_JEQ, 0, 0, 1))
+            code.append(I.ldx_mem(rng.choice([8, 4]), 6, 0, rng.choice([0, 0, 4, 8])))
+            for r in range(1, 6):
+                init.discard(r)
+            init |= {0, 6}
+        elif c < 0.92:
+            skip = rng.randint(1, 3)
+            if rng.random() < 0.5:
+                code.append(
+                    I.jmp_imm(
+                        rng.choice([U.BPF_JEQ, U.BPF_JNE, U.BPF_JGT, U.BPF_JSLT, U.BPF_JSET]),
+                        reg(),
+                        rng.randint(-3, 20),
+                        skip,
+                    )
+                )
+            else:
+                code.append(
+                    I.jmp_reg(rng.choice([U.BPF_JEQ, U.BPF_JGT, U.BPF_JSGE]), reg(), reg(), skip)
+                )
+            code += [I.mov64_imm(rng.choice(range(10)), rng.randint(0, 9)) for _ in range(skip)]
+        else:
+            code.append(I.call(rng.choice([5, 7, 8])))
+            for r in range(1, 6):
+                init.discard(r)
+            init.add(0)
+    if 0 not in init or rng.random() < 0.5:
+        code.append(I.mov64_imm(0, rng.choice([0, 1, 2, 3, 4])))
+    code.append(I.exit_())
+    return Item("random", f"random#{k}", code, PT.XDP, AT.XDP, 0, refs)
+
+
+# ---- running ----
+
+
+def patch(item: Item, maps: Maps) -> bytes:
+    ins = list(item.insns)
+    for idx, ref in item.refs.items():
+        x = ins[idx]
+        if not x.is_ld_imm64:
+            continue
+        fd = maps.fd(ref.map)
+        if ref.value_off is None:
+            ins[idx] = dataclasses.replace(x, src=U.BPF_PSEUDO_MAP_FD, imm=fd)
+        else:
+            v = (fd & 0xFFFFFFFF) | ((ref.value_off & 0xFFFFFFFF) << 32)
+            ins[idx] = dataclasses.replace(
+                x, src=U.BPF_PSEUDO_MAP_VALUE, imm=v - (1 << 64) if v >> 63 else v
+            )
+    return I.encode(ins)
+
+
+def kernel_verdict(item: Item, maps: Maps, log_level: int = 1) -> tuple[str, str, str]:
+    try:
+        code = patch(item, maps)
+    except S.BpfError as e:
+        return "skip", f"map create failed: {e}", ""
+    try:
+        fd, log = S.prog_load(
+            item.prog_type,
+            code,
+            "GPL",
+            expected_attach_type=item.attach_type or 0,
+            prog_flags=item.prog_flags,
+            log_level=log_level,
+            log_size=1 << 22,
+        )
+        fd.close()
+        return "ok", "", log
+    except S.BpfError as e:
+        lines = [ln for ln in (e.log or "").splitlines() if ln.strip()]
+        msg = next(
+            (
+                ln
+                for ln in reversed(lines)
+                if not ln.startswith(("processed ", "verification time"))
+            ),
+            f"errno {e.errno}",
+        )
+        return "rej", msg, e.log or ""
+
+
+def our_verdict(item: Item) -> None:
+    r = check_insns(
+        item.insns, item.prog_type, item.attach_type, map_refs=item.refs, name=item.name
+    )
+    item.ours = "ok" if r.ok else "rej"
+    if r.errors:
+        item.our_msg = r.errors[0].message
+        item.our_err_idx = r.errors[0].idx
+    return r
+
+
+def build_corpus(seed: int, n_random: int, tmp: str, per_kind: int = 3) -> list[Item]:
+    rng = random.Random(seed)
+    c_objs = build_c(tmp)
+    p_objs = build_progs(tmp)
+    bases = base_items(p_objs, lambda o: "progs") + base_items(c_objs, lambda o: "c")
+    corpus = list(bases)
+    for b in bases:
+        corpus += mutate(b, rng, per_kind)
+    # random programs share a small set of maps
+    from bpfdsl.objfile_maps import MapSpec
+
+    rmaps = {
+        "h": MapSpec("h", U.MapType.HASH, 4, 8, 16),
+        "a": MapSpec("a", U.MapType.ARRAY, 4, 16, 4),
+        "pa": MapSpec("pa", U.MapType.PERCPU_ARRAY, 4, 8, 1),
+    }
+    corpus += [random_prog(rng, k, rmaps) for k in range(n_random)]
+    return corpus
+
+
+def run(corpus: list[Item], verbose: bool = False) -> dict:
+    maps = Maps()
+    stats: dict[str, Counter] = defaultdict(Counter)
+    t_ours = 0.0
+    try:
+        for it in corpus:
+            t0 = time.perf_counter()
+            our_verdict(it)
+            t_ours += time.perf_counter() - t0
+            it.kernel, it.kernel_msg, _ = kernel_verdict(it, maps)
+            cat = it.category
+            st = stats[cat]
+            if it.kernel == "skip":
+                st["skipped"] += 1
+                continue
+            st["total"] += 1
+            if it.ours == it.kernel:
+                st["agree"] += 1
+            elif it.ours == "ok":
+                st["false_accept"] += 1
+            else:
+                st["false_reject"] += 1
+            if verbose and it.ours != it.kernel:
+                print(
+                    f"  DISAGREE {it.name}: ours={it.ours} ({it.our_msg}) kernel={it.kernel} ({it.kernel_msg})"
+                )
+    finally:
+        maps.close()
+    return {"stats": stats, "t_ours": t_ours}
+
+
+def timing(tmp: str) -> None:
+    """Time to check all progs/, and insns/s on the largest program vs the kernel."""
+    from bpfdsl.checker import check_object
+
+    objs = [o for o in glob.glob(os.path.join(tmp, "*.bpfd.o"))] + glob.glob(
+        os.path.join(tmp, "*.o")
+    )
+    t0 = time.perf_counter()
+    n = 0
+    for o in sorted(set(o for o in objs if o.endswith(".bpfd.o"))):
+        n += len(check_object(read_object(o)).programs)
+    t_progs = time.perf_counter() - t0
+    print(f"time to check all progs/ ({n} programs): {t_progs:.3f} s")
+    # largest program by processed insns among all bases
+    best = None
+    for o in sorted(set(objs)):
+        spec = read_object(o)
+        for p in spec.programs.values():
+            if p.kind is None:
+                continue
+            refs = map_refs_for(p, spec.maps, spec.data_sections)
+            it = Item(
+                "t",
+                f"{Path(o).name}:{p.name}",
+                list(p.insns),
+                p.kind.program_type,
+                p.kind.attach_type,
+                p.kind.prog_flags,
+                refs,
+            )
+            r = check_insns(it.insns, it.prog_type, it.attach_type, map_refs=refs)
+            if best is None or r.insns_processed > best[1].insns_processed:
+                best = (it, r)
+    if best is None:
+        return
+    it, r = best
+    reps = max(1, int(0.5 / max(r.seconds, 1e-6)))
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        r = check_insns(it.insns, it.prog_type, it.attach_type, map_refs=it.refs)
+    per = (time.perf_counter() - t0) / reps
+    maps = Maps()
+    try:
+        verdict, _, log = kernel_verdict(it, maps, log_level=4)
+    finally:
+        maps.close()
+    m = re.search(r"verification time (\d+) usec", log)
+    kp = re.search(r"processed (\d+) insns", log)
+    k_us = int(m.group(1)) if m else None
+    print(
+        f"largest program {it.name}: {len(it.insns)} insns, we processed {r.insns_processed} "
+        f"in {per * 1e3:.2f} ms = {r.insns_processed / per:,.0f} insns/s"
+    )
+    if k_us is not None:
+        kproc = int(kp.group(1)) if kp else 0
+        print(
+            f"  kernel: verification time {k_us} us, processed {kproc} insns "
+            f"= {kproc / max(k_us, 1) * 1e6:,.0f} insns/s; ours/kernel time ratio {per * 1e6 / max(k_us, 1):.1f}x"
+        )
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--random", type=int, default=900, help="random programs (default 900)")
+    ap.add_argument("--per-kind", type=int, default=3, help="mutation sites per kind per base")
+    ap.add_argument("--limit", type=int, default=0, help="only the first N corpus entries")
+    ap.add_argument("-v", "--verbose", action="store_true", help="list disagreements")
+    a = ap.parse_args(argv)
+    if S.probe_bpf() is not None:
+        print(f"bpf() unusable: {S.probe_bpf()}", file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory() as tmp:
+        corpus = build_corpus(a.seed, a.random, tmp, a.per_kind)
+        if a.limit:
+            corpus = corpus[: a.limit]
+        t0 = time.perf_counter()
+        res = run(corpus, a.verbose)
+        wall = time.perf_counter() - t0
+        stats = res["stats"]
+        tot = Counter()
+        print(f"{'category':28} {'total':>6} {'agree':>6} {'f.acc':>6} {'f.rej':>6}")
+        for cat in sorted(stats):
+            s = stats[cat]
+            tot.update(s)
+            print(
+                f"{cat:28} {s['total']:6} {s['agree']:6} {s['false_accept']:6} {s['false_reject']:6}"
+            )
+        pct = 100.0 * tot["agree"] / max(1, tot["total"])
+        print(
+            f"{'TOTAL':28} {tot['total']:6} {tot['agree']:6} {tot['false_accept']:6} "
+            f"{tot['false_reject']:6}   agreement {pct:.1f}%  (skipped {tot['skipped']})"
+        )
+        fa_mut = sum(s["false_accept"] for c, s in stats.items() if c.startswith("mutant:"))
+        print(f"false accepts on the mutated corpus: {fa_mut}")
+        print(f"checker time {res['t_ours']:.2f} s for {tot['total']} programs; wall {wall:.1f} s")
+        timing(tmp)
+    return 1 if fa_mut else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
