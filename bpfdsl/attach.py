@@ -139,6 +139,7 @@ def attach_xdp(
     Raises DiagnosticError for an unknown interface, a program that is not a plain XDP
     program, an occupied interface without ``replace``, or a kernel refusal.
     """
+    prog_fd = int(prog_fd)  # also accepts syscall.Fd
     flags = _check_mode(mode)
     index = netlink.ifindex(dev)
     prog_id, prog_name, prog_type = _prog_id_name(prog_fd)

@@ -189,6 +189,7 @@ def xdp_set(
                 hint="use --mode native or --mode generic",
             )
         )
+    prog_fd = int(prog_fd)
     attrs = [("IFLA_XDP_FD", prog_fd), ("IFLA_XDP_FLAGS", int(flags))]
     if expected_fd is not None:
         attrs.append(("IFLA_XDP_EXPECTED_FD", expected_fd))

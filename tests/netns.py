@@ -105,6 +105,8 @@ class VethNet:
         with netlink.in_netns(self.xdp_ns):
             s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         try:
+            # room for every frame of a bounded test stream (root: SO_RCVBUFFORCE = 33)
+            s.setsockopt(socket.SOL_SOCKET, 33, 16 << 20)
             s.bind((self.xdp_ip, port))
             s.setblocking(False)
             yield UdpReceiver(s)
