@@ -30,7 +30,7 @@ from bpfdsl import syscall as S
 from bpfdsl.cpumap import cpumap_entries, cpumap_set, create_cpumap
 from bpfdsl.diagnostics import DiagnosticError
 from bpfdsl.packets import udp_frame
-from bpfdsl.uapi import XdpFlags
+from bpfdsl.uapi import XdpAction, XdpFlags
 
 pytestmark = pytest.mark.kernel
 N = 25  # frames per flow
@@ -153,6 +153,27 @@ def test_cpumap_drop_on_cpu_never_reaches_stack(steer: Loaded) -> None:
             assert rp.drain() == N
             assert rd.drain(quiet=0.5) == 0
             assert sum(wait_total(steer, base + 3 * N)) - base == 3 * N  # all went via cpumap
+
+
+def test_cpumap_b09_loader_clamps_and_empty_slot_falls_back(objs) -> None:
+    """FIELD-BUGS B09 check: the reference declares 64 slots; bpfdsl's loader creates the
+    cpumap with at most the possible CPUs; redirecting to an empty slot gives the declared
+    fallback (XDP_PASS) under BPF_PROG_TEST_RUN, and XDP_REDIRECT once the slot is set with a
+    BPF_XDP_CPUMAP program."""
+    frame = udp_frame(
+        src_mac="02:00:00:00:00:01",
+        dst_mac="02:00:00:00:00:02",
+        src_ip="192.0.2.1",
+        dst_ip="192.0.2.2",
+        sport=1,
+        dport=2,
+    )
+    with load_bpfdsl(objs["xdp_cpumap_steer"], {"n_cpus": 1}) as ld:
+        assert S.map_info(ld.maps["cpu_map"]).max_entries == min(64, S.possible_cpus())
+        S.map_update(ld.maps["cpus"], struct.pack("<I", 0), struct.pack("<I", 0))
+        assert S.prog_test_run(ld.progs["steer"], frame).retval == XdpAction.PASS
+        cpumap_set(ld.maps["cpu_map"], 0, 192, ld.progs["on_cpu"], map_name="cpu_map")
+        assert S.prog_test_run(ld.progs["steer"], frame).retval == XdpAction.REDIRECT
 
 
 def test_cpumap_entry_needs_cpumap_program(steer: Loaded) -> None:

@@ -49,6 +49,21 @@ def test_xsk_empty_slot_falls_back_test_run(xsk: Loaded) -> None:
     assert res.data_out == frame
 
 
+def test_xsk_lookup_form_empty_slot_passes(objs) -> None:
+    """FIELD-BUGS B10: the lookup form (bpf_map_lookup_elem on the XSKMAP, then redirect)
+    loads on this 6.x kernel too, and an empty map gives XDP_PASS."""
+    frame = udp_frame(
+        src_mac="02:00:00:00:00:01",
+        dst_mac="02:00:00:00:00:02",
+        src_ip="192.0.2.1",
+        dst_ip="192.0.2.2",
+        sport=1,
+        dport=2,
+    )
+    with load_variant("clang+bpfdsl", objs, "xdp_xsk_lookup") as ld:
+        assert S.prog_test_run(ld.progs["xsk_lookup"], frame).retval == XdpAction.PASS
+
+
 def test_xsk_veth_fallback_then_socket(xsk: Loaded) -> None:
     """Empty slot: frames pass to the stack.  Socket in slot 0: frames arrive on the AF_XDP
     socket with their payload and the stack sees none.  Slot emptied: stack again."""
