@@ -107,20 +107,20 @@ def call(ex, e: ast.Call) -> T.Type:
         ex.err("unknown-fn", f"unknown function `{e.name}`", e.span, ex.s.suggest(e.name, names))
         for a in e.args:
             ex.expr(a)
-        return T.U64
+        return T.ERR
     sig = BUILTINS[e.name]
     args = e.args
     if e.name in ("host", "be16", "be32", "be64"):
         if len(args) != 1:
             ex.err("arg-count", f"`{e.name}` takes 1 argument", e.span)
-            return T.U64
+            return T.ERR
         t = ex.expr(args[0])
         t = t.inner if isinstance(t, T.RefType) else t
         v = c.cval.get(args[0])
         if e.name == "host":
             if not (isinstance(t, T.IntType) and t.be):
                 ex.err("type-mismatch", f"host() converts be16/be32/be64, found {t}", args[0].span)
-                return T.U64
+                return T.ERR
             if v is not None:
                 c.cval[e] = bswap(v, t.bits)
             return T.IntType(t.bits)
@@ -171,7 +171,7 @@ def call(ex, e: ast.Call) -> T.Type:
                 )
             for a, ty in zip(args[1:], (T.U32, T.U64), strict=False):
                 ex.expect(a, ty)
-        return T.U64
+        return T.ERR
     params, ret = sig
     if len(args) != len(params):
         ex.err("arg-count", f"`{e.name}` takes {len(params)} argument(s)", e.span)
@@ -186,11 +186,13 @@ def call(ex, e: ast.Call) -> T.Type:
 
 def method_call(ex, e: ast.MethodCall) -> T.Type:
     t = ex.expr(e.obj)
+    if t is T.ERR:
+        return T.ERR
     if not _is_map(t):
         ex.err("unknown-method", f"{t} has no method `{e.name}`", e.span)
         for a in e.args:
             ex.expr(a)
-        return T.U64
+        return T.ERR
     mt = MapType(t.map_type)
     helper = {
         "lookup": "map_lookup_elem",
@@ -205,14 +207,14 @@ def method_call(ex, e: ast.MethodCall) -> T.Type:
             e.span,
             "map methods: lookup, contains, update, delete (and m[k] = v, m[k] += n)",
         )
-        return T.U64
+        return T.ERR
     if not map_fits_helper(mt, helper):
         ex.err("map-method", f"a {t.kind} map does not support `{e.name}` from a program", e.span)
     want = {"lookup": 1, "contains": 1, "delete": 1, "update": (2, 3)}[e.name]
     n = len(e.args)
     if n not in (want if isinstance(want, tuple) else (want,)):
         ex.err("arg-count", f"`{e.name}` takes {want} argument(s)", e.span)
-        return T.U64
+        return T.ERR
     map_key(ex, t, e.args[0])
     if e.name == "lookup":
         from .sema import PERCPU_KINDS

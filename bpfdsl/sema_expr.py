@@ -100,7 +100,7 @@ class ExprChecker:
     def coerce(self, e: ast.Expr, ty: T.Type) -> None:
         """Check that ``e`` fits ``ty``; an untyped literal takes ``ty`` (range-checked)."""
         t = e.ty
-        if t is None or ty is None:
+        if t is None or ty is None or t is T.ERR or ty is T.ERR:
             return
         if isinstance(t, T.UntypedInt):
             v = self.c.cval.get(e, 0)
@@ -160,7 +160,7 @@ class ExprChecker:
 
     def cond(self, e: ast.Expr) -> None:
         t = self.expr(e)
-        if not isinstance(t, T.BoolType):
+        if not isinstance(t, (T.BoolType, T.ErrorType)):
             if isinstance(t, T.OptionalType):
                 self.unhandled(e)
             else:
@@ -218,7 +218,7 @@ class ExprChecker:
                 return T.UNTYPED
             names = [n for s in self.s.scopes for n in s] + list(CONSTANTS) + list(ACTIONS)
             self.err("unknown-name", f"unknown name `{e.id}`", e.span, self.s.suggest(e.id, names))
-            return T.U64
+            return T.ERR
         self.c.sym[e] = sym
         if isinstance(sym, Const):
             self.c.cval[e] = sym.value
@@ -240,11 +240,13 @@ class ExprChecker:
     # ---- field access ----
     def e_Field(self, e):
         t = self.expr(e.obj)
+        if t is T.ERR:
+            return T.ERR
         if isinstance(t, T.RefType):
             t = t.inner
         if isinstance(t, T.OptionalType):
             self.unhandled(e.obj)
-            return T.U64
+            return T.ERR
         if isinstance(t, T.HeaderType):
             f = t.layout.fields.get(e.name)
             if f is None:
@@ -255,7 +257,7 @@ class ExprChecker:
                     self.s.suggest(e.name, t.layout.fields)
                     or "fields: " + ", ".join(t.layout.fields),
                 )
-                return T.U64
+                return T.ERR
             return f.type
         if isinstance(t, T.StructType):
             if e.name not in t.fields:
@@ -265,7 +267,7 @@ class ExprChecker:
                     e.span,
                     self.s.suggest(e.name, t.fields) or "fields: " + ", ".join(t.fields),
                 )
-                return T.U64
+                return T.ERR
             return t.fields[e.name][1]
         if isinstance(t, T.CtxType):
             if e.name not in CTX_FIELDS:
@@ -275,10 +277,10 @@ class ExprChecker:
                     e.span,
                     "fields: " + ", ".join(CTX_FIELDS),
                 )
-                return T.U64
+                return T.ERR
             return CTX_FIELDS[e.name]
         self.err("no-fields", f"{t} has no fields", e.span)
-        return T.U64
+        return T.ERR
 
     def e_Index(self, e):
         t = self.expr(e.obj)
@@ -296,11 +298,13 @@ class ExprChecker:
             self.expect(e.index, T.U32)
             return t.elem
         self.err("not-indexable", f"{t} cannot be indexed", e.span)
-        return T.U64
+        return T.ERR
 
     # ---- operators ----
     def unify(self, node, a: ast.Expr, b: ast.Expr) -> T.Type:
         ta, tb = self.expr(a), self.expr(b)
+        if ta is T.ERR or tb is T.ERR:
+            return T.ERR
         ta = ta.inner if isinstance(ta, T.RefType) else ta
         tb = tb.inner if isinstance(tb, T.RefType) else tb
         if isinstance(ta, T.UntypedInt) and isinstance(tb, T.UntypedInt):
@@ -360,7 +364,7 @@ class ExprChecker:
             )
         elif not T.is_int(ty):
             self.err("type-mismatch", f"`{e.op}` needs integers, found {ty}", e.span)
-            return T.U64
+            return T.ERR
         self.fold(e, e.op, e.left, e.right, ty)
         return ty
 
@@ -397,7 +401,7 @@ class ExprChecker:
         t = self.expr(e.operand)
         if not T.is_host_int(t):
             self.err("type-mismatch", f"`{e.op}` needs a host-order integer, found {t}", e.span)
-            return T.U64
+            return T.ERR
         v = self.c.cval.get(e.operand)
         if v is not None:
             r = -v if e.op == "-" else ~v

@@ -176,6 +176,17 @@ class VoidType(Type):
         return "void"
 
 
+@dataclass(frozen=True, eq=True)
+class ErrorType(Type):
+    """The type of an expression that already has an error: fits anywhere (no cascades)."""
+
+    name: str = "<error>"
+
+    def __str__(self) -> str:
+        return self.name
+
+
+ERR = ErrorType()
 U8, U16, U32, U64 = IntType(8), IntType(16), IntType(32), IntType(64)
 I8, I16, I32, I64 = IntType(8, True), IntType(16, True), IntType(32, True), IntType(64, True)
 BE16, BE32, BE64 = IntType(16, be=True), IntType(32, be=True), IntType(64, be=True)
@@ -224,8 +235,9 @@ BUILTIN_TYPES: dict[str, Type] = {
 
 
 def is_int(t: Type) -> bool:
-    return isinstance(t, (IntType, UntypedInt))
+    """An integer (or an already-reported error, so no second message follows)."""
+    return isinstance(t, (IntType, UntypedInt, ErrorType))
 
 
 def is_host_int(t: Type) -> bool:
-    return isinstance(t, UntypedInt) or (isinstance(t, IntType) and not t.be)
+    return isinstance(t, (UntypedInt, ErrorType)) or (isinstance(t, IntType) and not t.be)
