@@ -118,8 +118,28 @@ class Reg:
 
     def replace(self, **kw) -> Reg:
         r = Reg.__new__(Reg)
-        for k in Reg.__slots__:
-            setattr(r, k, kw.get(k, getattr(self, k)))
+        r.t, r.off, r.tn, r.id, r.rng, r.map, r.ref, r.note = (
+            self.t,
+            self.off,
+            self.tn,
+            self.id,
+            self.rng,
+            self.map,
+            self.ref,
+            self.note,
+        )
+        (r.smin, r.smax, r.umin, r.umax, r.s32min, r.s32max, r.u32min, r.u32max) = (
+            self.smin,
+            self.smax,
+            self.umin,
+            self.umax,
+            self.s32min,
+            self.s32max,
+            self.u32min,
+            self.u32max,
+        )
+        for k, v in kw.items():
+            setattr(r, k, v)
         return r
 
     @property
@@ -160,8 +180,20 @@ def known(v: int) -> Reg:
     return Reg(SCALAR, tn=(v & M64, 0))
 
 
+_URANGE: dict[tuple[int, int], Reg] = {}
+
+
 def urange(lo: int, hi: int) -> Reg:
-    """A scalar in the unsigned range lo..hi (e.g. a loaded byte: 0..255)."""
+    """A scalar in the unsigned range lo..hi (e.g. a loaded byte: 0..255); cached (immutable)."""
+    r = _URANGE.get((lo, hi))
+    if r is None:
+        r = _urange(lo, hi)
+        if len(_URANGE) < 4096:
+            _URANGE[(lo, hi)] = r
+    return r
+
+
+def _urange(lo: int, hi: int) -> Reg:
     return sync(Reg(SCALAR, tn=T.trange(lo, hi), b=(S64_MIN, S64_MAX, lo, hi) + UNKNOWN_BOUNDS[4:]))
 
 
@@ -173,71 +205,83 @@ def ptr(t: int, off: int = 0, **kw) -> Reg:
 # ---- bounds (kernel reg_bounds_sync) ----
 
 
+def _from_tnum(v, m, b):
+    smin, smax, umin, umax, s32min, s32max, u32min, u32max = b
+    sv = v | (m & (1 << 63))
+    smin = max(smin, sv - (1 << 64) if sv >> 63 else sv)
+    sv = v | (m & ~(1 << 63) & M64)
+    smax = min(smax, sv)
+    umin = max(umin, v)
+    umax = min(umax, v | m)
+    lv, lm = v & M32, m & M32
+    sv = lv | (lm & (1 << 31))
+    s32min = max(s32min, sv - (1 << 32) if sv >> 31 else sv)
+    s32max = min(s32max, lv | (lm & 0x7FFFFFFF))
+    u32min = max(u32min, lv)
+    u32max = min(u32max, lv | lm)
+    return smin, smax, umin, umax, s32min, s32max, u32min, u32max
+
+
 def sync(r: Reg) -> Reg:
     """Make tnum and the eight bounds agree (update_reg_bounds, deduce_bounds, bound_offset)."""
     v, m = r.tn
-    smin, smax, umin, umax, s32min, s32max, u32min, u32max = r.bounds()
-    for _ in range(2):
-        # __update_reg_bounds: from the tnum
-        smin = max(smin, s64(v | (m & (1 << 63))))
-        smax = min(smax, s64(v | (m & ~(1 << 63) & M64)))
-        umin = max(umin, v)
-        umax = min(umax, v | m)
-        lv, lm = v & M32, m & M32
-        s32min = max(s32min, s32(lv | (lm & (1 << 31))))
-        s32max = min(s32max, s32(lv | (lm & ~(1 << 31) & M32)))
-        u32min = max(u32min, lv)
-        u32max = min(u32max, lv | lm)
-        # 64 -> 32: when the upper halves agree, the low halves are a range
-        if (umin >> 32) == (umax >> 32):
-            u32min = max(u32min, umin & M32)
-            u32max = min(u32max, umax & M32)
-            if s32(umin) <= s32(umax):
-                s32min = max(s32min, s32(umin))
-                s32max = min(s32max, s32(umax))
-        if (smin >> 32) == (smax >> 32) and s32(smin) <= s32(smax):
-            s32min = max(s32min, s32(smin))
-            s32max = min(s32max, s32(smax))
-        # 32-bit signed <-> unsigned
-        if s32(u32min) <= s32(u32max):
-            s32min = max(s32min, s32(u32min))
-            s32max = min(s32max, s32(u32max))
-        if s32min >= 0 or s32max < 0:
-            u32min = max(u32min, s32min & M32)
-            u32max = min(u32max, s32max & M32)
-        # 64-bit signed <-> unsigned
-        if s64(umin) <= s64(umax):
-            smin = max(smin, s64(umin))
-            smax = min(smax, s64(umax))
-        if smin >= 0 or smax < 0:
-            umin = max(umin, smin & M64)
-            umax = min(umax, smax & M64)
-        # 32 -> 64: a value whose upper half is known zero
-        if umax <= M32:
-            umin = max(umin, u32min)
-            umax = min(umax, u32max)
-            smin = max(smin, u32min)
-            smax = min(smax, u32max)
-        # __reg_bound_offset
-        if umin <= umax:
-            v, m = T.intersect((v, m), T.trange(umin, umax))
-        if u32min <= u32max:
-            low = T.intersect(T.subreg((v, m)), T.trange(u32min, u32max))
-            v, m = T.with_subreg((v, m), low)
+    if m == 0:
+        b = (s64(v), s64(v), v, v, s32(v), s32(v), v & M32, v & M32)
+        return _with(r, (v, 0), b)
+    smin, smax, umin, umax, s32min, s32max, u32min, u32max = _from_tnum(v, m, r.bounds())
+    # 64 -> 32: when the upper halves agree, the low halves are a range
+    if (umin >> 32) == (umax >> 32):
+        u32min = max(u32min, umin & M32)
+        u32max = min(u32max, umax & M32)
+        if s32(umin) <= s32(umax):
+            s32min = max(s32min, s32(umin))
+            s32max = min(s32max, s32(umax))
+    if (smin >> 32) == (smax >> 32) and s32(smin) <= s32(smax):
+        s32min = max(s32min, s32(smin))
+        s32max = min(s32max, s32(smax))
+    # 32-bit signed <-> unsigned
+    if s32(u32min) <= s32(u32max):
+        s32min = max(s32min, s32(u32min))
+        s32max = min(s32max, s32(u32max))
+    if s32min >= 0 or s32max < 0:
+        u32min = max(u32min, s32min & M32)
+        u32max = min(u32max, s32max & M32)
+    # 64-bit signed <-> unsigned
+    if s64(umin) <= s64(umax):
+        smin = max(smin, s64(umin))
+        smax = min(smax, s64(umax))
+    if smin >= 0 or smax < 0:
+        umin = max(umin, smin & M64)
+        umax = min(umax, smax & M64)
+    # 32 -> 64: a value whose upper half is known zero
+    if umax <= M32:
+        umin = max(umin, u32min)
+        umax = min(umax, u32max)
+        smin = max(smin, u32min)
+        smax = min(smax, u32max)
+    # __reg_bound_offset
+    if umin <= umax and (umin, umax) != (0, M64):
+        v, m = T.intersect((v, m), T.trange(umin, umax))
+    if u32min <= u32max and (u32min, u32max) != (0, M32):
+        low = T.intersect((v & M32, m & M32), T.trange(u32min, u32max))
+        v, m = (v & ~M32 & M64) | low[0], (m & ~M32 & M64) | low[1]
+    b = _from_tnum(v, m, (smin, smax, umin, umax, s32min, s32max, u32min, u32max))
+    return _with(r, (v, m), b)
+
+
+def _with(r: Reg, tn, b) -> Reg:
     r2 = Reg.__new__(Reg)
-    for k in Reg.__slots__:
-        setattr(r2, k, getattr(r, k))
-    r2.tn = (v, m)
-    (
-        r2.smin,
-        r2.smax,
-        r2.umin,
-        r2.umax,
-        r2.s32min,
-        r2.s32max,
-        r2.u32min,
-        r2.u32max,
-    ) = (smin, smax, umin, umax, s32min, s32max, u32min, u32max)
+    r2.t, r2.off, r2.id, r2.rng, r2.map, r2.ref, r2.note = (
+        r.t,
+        r.off,
+        r.id,
+        r.rng,
+        r.map,
+        r.ref,
+        r.note,
+    )
+    r2.tn = tn
+    (r2.smin, r2.smax, r2.umin, r2.umax, r2.s32min, r2.s32max, r2.u32min, r2.u32max) = b
     return r2
 
 
