@@ -126,11 +126,17 @@ def le(a, b):
     return None if a is None or b is None else a <= b
 
 
-def bench(names, runs: int, inproc_runs: int, kernel: bool, work: Path) -> dict:
+def bench(
+    names, runs: int, inproc_runs: int, kernel: bool, work: Path, budget: float = 1e9
+) -> dict:
     """Run everything; returns {"programs": [...rows], "files": [...rows], "notes": [...]}."""
     res = {"programs": [], "files": [], "notes": [], "loaded_with": set()}
     env = B.env_with_tree()
+    t_start = time.monotonic()
     for name in names:
+        if time.monotonic() - t_start > budget and runs > 1:
+            res["notes"].append(f"time budget reached: 1 run (not {runs}) from {name} on")
+            runs = inproc_runs = 1
         bpfd, csrc = B.PROGS / f"{name}.bpfd", B.C_DIR / f"{name}.c"
         if not csrc.exists():
             res["notes"].append(f"{name}: no C reference, skipped")
@@ -254,6 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--quick", action="store_true", help="3 runs, 5 in-process runs (< 1 min)")
     ap.add_argument("--no-kernel", action="store_true", help="skip the verifier column")
+    ap.add_argument("--budget", type=float, default=200, help="seconds before runs drop to 1")
     ap.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     a = ap.parse_args(argv)
     busy = B.load_note()  # before we add load ourselves
@@ -274,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
             B.require_root()
             B.require_tool("bpftool", "apt-get install bpftool (or pass --no-kernel)")
         with tempfile.TemporaryDirectory(prefix="bpfdsl-cbench-") as tmp:
-            res = bench(names, a.runs, a.inproc_runs, kernel, Path(tmp))
+            res = bench(names, a.runs, a.inproc_runs, kernel, Path(tmp), a.budget)
     except B.BenchError as e:
         print(f"compile_bench: {e}", file=sys.stderr)
         return 1

@@ -94,7 +94,9 @@ def setup(scenario: str, lo: B.Loaded, ns: VethNs, sink_fd) -> callable:
     raise B.BenchError(f"unknown scenario {scenario}")
 
 
-def bench(objs: dict[str, dict[str, Path]], scenarios, runs: int, frames: int) -> dict:
+def bench(
+    objs: dict[str, dict[str, Path]], scenarios, runs: int, frames: int, budget: float = 1e9
+) -> dict:
     """objs: scenario -> {impl label: object}.  Returns per scenario and impl the pps of each run."""
     from xdpgen import LiveFrameGenerator
 
@@ -110,7 +112,9 @@ def bench(objs: dict[str, dict[str, Path]], scenarios, runs: int, frames: int) -
         dport=UDP_PORT,
         payload=bytes(18),
     )
-    res = {"frames_per_run": frames, "frame_bytes": len(frame), "scenarios": {}}
+    res = {"frames_per_run": frames, "frame_bytes": len(frame), "scenarios": {}, "notes": []}
+    # each scenario gets an equal share of the time budget; at least one run per impl
+    share = budget / max(len(scenarios), 1)
     B.ensure_bpffs()
     old_aff = os.sched_getaffinity(0)
     os.sched_setaffinity(0, {0})
@@ -126,7 +130,11 @@ def bench(objs: dict[str, dict[str, Path]], scenarios, runs: int, frames: int) -
                 loaded.append(los[label])
             with VethNs(2) as ns, netlink.in_netns(ns.name):
                 with LiveFrameGenerator(ns.ifindex(ns.pairs[0][0]), frame) as gen:
-                    for _ in range(runs):
+                    t_start = time.monotonic()
+                    for i in range(runs):
+                        if i and time.monotonic() - t_start > share:
+                            res["notes"].append(f"{sc}: time budget reached after {i} runs")
+                            break
                         for label, lo in los.items():
                             count = setup(sc, lo, ns, sink.progs["xdp"])
                             gen.send(min(frames // 10, 100_000))  # warm-up
@@ -205,6 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=10, help="runs per implementation")
     ap.add_argument("--frames", type=int, default=3_000_000, help="frames per run")
     ap.add_argument("--quick", action="store_true", help="2 runs of 200000 frames (< 1 min)")
+    ap.add_argument("--budget", type=float, default=240, help="seconds of measuring (all runs)")
     ap.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     a = ap.parse_args(argv)
     busy = B.load_note()  # before we add load ourselves
@@ -221,8 +230,8 @@ def main(argv: list[str] | None = None) -> int:
         B.require_tool("bpftool", "apt-get install bpftool")
         with tempfile.TemporaryDirectory(prefix="bpfdsl-xbench-") as tmp:
             objs, notes = build_objects(Path(tmp), scenarios)
-            res = bench(objs, scenarios, a.runs, a.frames)
-            res["notes"] = notes
+            res = bench(objs, scenarios, a.runs, a.frames, a.budget)
+            res["notes"] += notes
     except B.BenchError as e:
         print(f"xdp_bench: {e}", file=sys.stderr)
         return 1
