@@ -77,7 +77,7 @@ def resolve_cgroup(path: str | None) -> str:
     root = cgroup2_mount()
     if not path:
         return root
-    p = path if os.path.isabs(path) else os.path.join(root, path)
+    p = os.path.normpath(path if os.path.isabs(path) else os.path.join(root, path))
     if not os.path.exists(os.path.join(p, "cgroup.procs")):
         raise DiagnosticError(
             error(

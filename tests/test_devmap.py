@@ -245,6 +245,12 @@ def test_cli_devmap_set_show_delete(objs) -> None:
             assert res.returncode == 1 and "no network interface named 'nosuchdev0'" in res.stderr
             res = bpfdsl("devmap", "set", m, "8", a.rdev, "--netns", r.ns, "--prog", "forward")
             assert res.returncode == 1 and "devmap-wrong-program" in res.stderr
+            res = bpfdsl("-j", "devmap", "set", m, a.rdev, a.rdev, "--netns", r.ns)
+            assert res.returncode == 0, res.stderr
+            with netlink.in_netns(r.ns):
+                assert json.loads(res.stdout)["key"] == netlink.ifindex(a.rdev)
+            res = bpfdsl("devmap", "delete", m, str(json.loads(res.stdout)["key"]))
+            assert res.returncode == 0, res.stderr
             res = bpfdsl("devmap", "delete", m, "7")
             assert res.returncode == 0 and "removed" in res.stdout
             assert json.loads(bpfdsl("-j", "devmap", "show", m).stdout) == []

@@ -60,7 +60,12 @@ def _register_devmap(sub) -> None:
     v = p.add_subparsers(dest="verb", metavar="VERB", required=True)
     s = v.add_parser("set", help="make KEY send to interface IFACE")
     _map_arg(s)
-    s.add_argument("key", type=int, metavar="KEY", help="slot (devmap) or u32 key (devmap_hash)")
+    s.add_argument(
+        "key",
+        metavar="KEY",
+        help="slot (devmap) or u32 key (devmap_hash); an interface name means its ifindex "
+        "(the usual key of a port table keyed by ingress interface)",
+    )
     s.add_argument("iface", metavar="IFACE", help="egress interface name or ifindex")
     s.add_argument("--prog", metavar="PROG", help="xdp(devmap) program run before transmit")
     s.add_argument("--netns", metavar="NAME", help="named network namespace of IFACE")
@@ -110,8 +115,9 @@ def _register_sockops(sub) -> None:
         a.add_argument(
             "--cgroup",
             metavar="PATH",
+            required=True,
             help="cgroup v2 directory, absolute or relative to the cgroup2 mount "
-            "(default: the root of the hierarchy)",
+            "('.' = the root of the hierarchy: every process of the machine)",
         )
         a.set_defaults(func=func)
 
@@ -235,16 +241,17 @@ def cmd_cpumap_show(args) -> int:
 
 
 def cmd_devmap_set(args) -> int:
-    from bpfdsl.devmap import devmap_set  # noqa: PLC0415
+    from bpfdsl.devmap import devmap_set, resolve_interface  # noqa: PLC0415
 
     with _open_map(args.map) as (fd, name, pin_dir), _open_prog(args.prog, pin_dir) as (pf, pn):
         with _maybe_netns(args.netns):
-            idx = devmap_set(fd, args.key, args.iface, pf, map_name=name, prog_name=pn)
+            key = int(args.key) if args.key.isdigit() else resolve_interface(args.key)
+            idx = devmap_set(fd, key, args.iface, pf, map_name=name, prog_name=pn)
     what = f" through program {pn}" if pf is not None else ""
     _emit(
         args,
-        {"map": name, "key": args.key, "ifindex": idx, "iface": args.iface, "prog": pn or None},
-        f"devmap {name}: key {args.key} -> {args.iface} (ifindex {idx}){what}",
+        {"map": name, "key": key, "ifindex": idx, "iface": args.iface, "prog": pn or None},
+        f"devmap {name}: key {key} -> {args.iface} (ifindex {idx}){what}",
     )
     return OK
 
