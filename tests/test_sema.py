@@ -1,0 +1,98 @@
+"""Sema: byte order conversion of literals, struct layout (B07), constant folding."""
+
+from __future__ import annotations
+
+import pytest
+
+from bpfdsl import types as T
+from bpfdsl.compiler import front_end
+from bpfdsl.diagnostics import DiagnosticError
+
+
+def check(body: str, head: str = 'license "GPL"\n'):
+    return front_end(head + body, "t.bpfd")
+
+
+@pytest.mark.parametrize(
+    "decl,raw",
+    [
+        ("const P: be16 = 53", 0x3500),
+        ("const P: be32 = 10.0.0.1", 0x0100000A),
+        ("const P: be16 = 0x8100", 0x0081),
+        ("const P: u16 = 53", 53),
+        ("const P: be32 = be32(1 << 8)", 0x00010000),
+        ("const P: u16 = host(be16(0x1234))", 0x1234),
+    ],
+)
+def test_sema_constants_fold_to_memory_order(decl, raw):
+    c = check(decl + "\nxdp fn f(ctx) { return XDP_PASS }")
+    assert c.consts["P"].value == raw
+
+
+def test_sema_struct_layout_is_c_natural_b07():
+    c = check("struct r { a: i32, b: i64, c: u8, d: be16 }\nxdp fn f(ctx) { return XDP_PASS }")
+    r = c.structs["r"]
+    assert {n: off for n, (off, _t) in r.fields.items()} == {"a": 0, "b": 8, "c": 16, "d": 18}
+    assert (r.size, r.align) == (24, 8)
+    assert (T.IPV6_PREFIX.size, T.IPV4_PREFIX.size) == (20, 8)
+
+
+def test_sema_map_types_and_flags():
+    c = check(
+        "map a: lpm_trie<ipv6_prefix, u8>(max_entries: 4)\n"
+        "map b: devmap(max_entries: 8)\n"
+        "map d: percpu_array<u64>(max_entries: 2)\n"
+        "xdp fn f(ctx) { return XDP_PASS }"
+    )
+    assert (c.maps["a"].map_type, c.maps["a"].flags, c.maps["a"].key.size) == (11, 1, 20)
+    assert (c.maps["b"].map_type, c.maps["b"].key, c.maps["b"].value.size) == (14, T.U32, 8)
+    assert (c.maps["d"].key, c.maps["d"].value) == (T.U32, T.U64)
+
+
+def test_sema_config_offsets_in_rodata():
+    c = check(
+        "config a: u8 = 1\nconfig b: u32 = 2\nconfig p: be16 = 53\n"
+        "xdp fn f(ctx) { return XDP_PASS }"
+    )
+    assert [(n, v.offset, v.value) for n, v in c.configs.items()] == [
+        ("a", 0, 1),
+        ("b", 4, 2),
+        ("p", 8, 0x3500),
+    ]
+
+
+@pytest.mark.parametrize(
+    "body,code",
+    [
+        ("xdp fn f(ctx) { let x: u8 = 300\n return XDP_PASS }", "out-of-range"),
+        (
+            "xdp fn f(ctx) { let e = parse ethernet else { return XDP_PASS }\n"
+            " if e.h_proto > 5 { return XDP_DROP }\n return XDP_PASS }",
+            "byte-order",
+        ),
+        (
+            "xdp fn f(ctx) { let e = parse ethernet else { let y = 1 }\n return XDP_PASS }",
+            "else-must-leave",
+        ),
+        ("xdp fn f(ctx) { if 1 { return XDP_DROP }\n return XDP_PASS }", "type-mismatch"),
+        (
+            "xdp fn f(ctx) { let e = parse ethernet else { return XDP_PASS }\n"
+            " e.h_proto += 1\n return XDP_PASS }",
+            "type-mismatch",
+        ),
+        ("config c: u32 = 1\nxdp fn f(ctx) { c = 2\n return XDP_PASS }", "read-only"),
+        ("xdp fn f(ctx) { let e = parse ethernet else { return XDP_PASS } }", "missing-return"),
+        (
+            "xdp fn f(ctx) { let e = parse ip else { return XDP_PASS }\n return XDP_PASS }",
+            "unknown-header",
+        ),
+        (
+            "fn g() { let e = parse ethernet else { return } }\nxdp fn f(ctx) { return XDP_PASS }",
+            "syntax",
+        ),
+    ],
+)
+def test_sema_rejects(body, code):
+    with pytest.raises(DiagnosticError) as ei:
+        check(body)
+    assert ei.value.diagnostics[0].code == code, ei.value.diagnostics[0].concise()
