@@ -312,17 +312,26 @@ def mutate(base: Item, rng: random.Random, per_kind: int) -> list[Item]:
 
 
 def random_prog(rng: random.Random, k: int, maps: dict) -> Item:
-    """A random but mostly well-formed XDP program over ALU, ctx/stack/packet access,
-    forward branches, map lookups and exit."""
-    code: list = []
+    """A random, mostly well-formed XDP program: scalar ALU on r0/r7-r9, ctx loads through
+    r6 (= r1), aligned stack traffic, packet reads behind a (sometimes wrong) bounds
+    check, map lookups (sometimes without NULL check), forward branches, helper calls.
+    Each rule is broken now and then, so both verdicts occur."""
+    code: list = [I.mov64_reg(6, 1), I.mov64_imm(0, 2), I.mov64_imm(7, 0)]
     refs: dict = {}
-    init = {1, 10}
-    n = rng.randint(3, 30)
-    pkt = False
+    scal = {0, 7}
+    n = rng.randint(3, 25)
+    err = rng.choice([0.0, 0.02, 0.05, 0.1])  # how often a rule is broken
 
-    def reg(initialized=True):
-        pool = sorted(init - {10}) if initialized and rng.random() < 0.93 else list(range(10))
-        return rng.choice(pool or [0])
+    def bad() -> bool:
+        return rng.random() < err
+
+    def sreg() -> int:
+        if bad() or not scal:
+            return rng.choice(range(10))
+        return rng.choice(sorted(scal))
+
+    def dreg() -> int:
+        return rng.choice(range(10)) if bad() else rng.choice([0, 7, 8, 9])
 
     for _ in range(n):
         c = rng.random()
@@ -341,89 +350,98 @@ def random_prog(rng: random.Random, k: int, maps: dict) -> Item:
                     U.BPF_XOR,
                     U.BPF_MOV,
                     U.BPF_ARSH,
-                    U.BPF_NEG,
                 ]
             )
-            d = rng.choice(range(10)) if op == U.BPF_MOV else reg()
+            d = dreg() if op == U.BPF_MOV else (sreg() if scal else dreg())
             wide = rng.random() < 0.7
-            if rng.random() < 0.5 and op != U.BPF_NEG:
+            if rng.random() < 0.4:
                 f = I.alu64_reg if wide else I.alu32_reg
-                code.append(f(op, d, reg()))
+                code.append(f(op, d, sreg()))
             else:
-                imm = rng.choice(
-                    [0, 1, 2, 4, 7, 8, 14, 31, 63, 64, 255, -1, rng.randint(-1000, 1000)]
-                )
+                imm = rng.choice([0, 1, 2, 4, 7, 8, 14, 31, 63, 255, -1, rng.randint(-1000, 1000)])
+                if op in (U.BPF_LSH, U.BPF_RSH, U.BPF_ARSH) and not bad():
+                    imm = rng.randint(0, 31)
+                if op in (U.BPF_DIV, U.BPF_MOD) and imm == 0 and not bad():
+                    imm = 3
                 f = I.alu64_imm if wide else I.alu32_imm
                 code.append(f(op, d, imm))
-            init.add(d)
+            if d != 6:
+                scal.add(d)
         elif c < 0.42:
-            d = rng.choice(range(10))
-            off = rng.choice([0, 4, 8, 12, 16, 20, 24, 2])
-            code.append(
-                I.ldx_mem(rng.choice([4, 4, 4, 8, 2]), d, 1 if rng.random() < 0.8 else reg(), off)
-            )
-            init.add(d)
+            d = dreg()
+            off = rng.choice([0, 4, 8, 12, 16]) if not bad() else rng.choice([2, 20, 24, 13])
+            code.append(I.ldx_mem(8 if bad() else 4, d, 6, off))
+            if off in (0, 4, 8):
+                scal.discard(d)
+            else:
+                scal.add(d)
         elif c < 0.52:
-            off = -8 * rng.randint(1, 8) + rng.choice([0, 0, 0, 4, 2, -512])
-            if rng.random() < 0.5:
-                code.append(I.stx_mem(rng.choice([8, 4]), 10, reg(), off))
+            off = -8 * rng.randint(1, 8) + (rng.choice([4, 2, -512, 1]) if bad() else 0)
+            if rng.random() < 0.5 and scal:
+                code.append(I.stx_mem(rng.choice([8, 4]), 10, sreg(), off))
             else:
                 code.append(I.st_mem(rng.choice([8, 4, 2, 1]), 10, off, rng.randint(-5, 5)))
         elif c < 0.60:
-            d = rng.choice(range(10))
+            d = dreg()
             code.append(I.ldx_mem(rng.choice([8, 4, 8]), d, 10, -8 * rng.randint(1, 8)))
-            init.add(d)
-        elif c < 0.72 and not pkt:
-            # packet access with a (possibly wrong) bounds check
+            scal.add(d)
+        elif c < 0.72:
             n_chk = rng.choice([1, 2, 4, 8, 14, 20])
-            n_acc = n_chk + rng.choice([0, 0, 0, -1, 1])
+            n_acc = n_chk + (rng.choice([-1, 1]) if bad() else 0)
+            sz = rng.choice([s for s in (1, 2, 4) if s <= n_chk])
+            n_acc = max(n_acc, sz)
             code += [
-                I.ldx_mem(4, 2, 1, 0),
-                I.ldx_mem(4, 3, 1, 4),
+                I.ldx_mem(4, 2, 6, 0),
+                I.ldx_mem(4, 3, 6, 4),
                 I.mov64_reg(4, 2),
                 I.alu64_imm(U.BPF_ADD, 4, n_chk),
-                I.jmp_reg(rng.choice([U.BPF_JGT, U.BPF_JGE, U.BPF_JLE]), 4, 3, 2),
-                I.ldx_mem(1, 5, 2, max(0, n_acc - 1)),
-                I.mov64_imm(0, 2),
+                I.jmp_reg(rng.choice([U.BPF_JGT, U.BPF_JGE]), 4, 3, 2),
+                I.ldx_mem(sz, 5, 2, n_acc - sz),
+                I.mov64_reg(7, 5) if rng.random() < 0.5 else I.mov64_imm(7, 1),
                 I.mov64_imm(0, 1),
             ]
-            init |= {0, 2, 3, 4, 5}
-            pkt = True
+            scal |= {0, 7}
+            scal -= {2, 3, 4, 5}
         elif c < 0.80 and maps:
             name = rng.choice(sorted(maps))
             m = maps[name]
-            code.append(I.st_mem(4, 10, -4, rng.randint(0, 3)) if rng.random() < 0.9 else NOP)
+            code.append(I.st_mem(4, 10, -4, rng.randint(0, 5)) if not bad() else NOP)
             refs[len(code)] = MapRef(m)
             code += [I.ld_imm64(1, 0), I.mov64_reg(2, 10), I.alu64_imm(U.BPF_ADD, 2, -4), I.call(1)]
-            guard = rng.random() < 0.8
-            if guard:
-                code.append(I.jmp_imm(U.BPF_JEQ, 0, 0, 1))
-            code.append(I.ldx_mem(rng.choice([8, 4]), 6, 0, rng.choice([0, 0, 4, 8])))
-            for r in range(1, 6):
-                init.discard(r)
-            init |= {0, 6}
+            if not bad():
+                code.append(I.jmp_imm(U.BPF_JEQ, 0, 0, 2))
+            sz = rng.choice([8, 4])
+            off = rng.randrange(0, m.value_size - sz + 1, sz) if not bad() else m.value_size - 2
+            code.append(I.ldx_mem(sz, 7, 0, off))
+            code.append(I.alu64_imm(U.BPF_ADD, 7, 1))
+            scal -= {1, 2, 3, 4, 5, 0}
+            scal.add(7)
         elif c < 0.92:
             skip = rng.randint(1, 3)
-            if rng.random() < 0.5:
-                code.append(
-                    I.jmp_imm(
-                        rng.choice([U.BPF_JEQ, U.BPF_JNE, U.BPF_JGT, U.BPF_JSLT, U.BPF_JSET]),
-                        reg(),
-                        rng.randint(-3, 20),
-                        skip,
+            if scal:
+                if rng.random() < 0.6:
+                    code.append(
+                        I.jmp_imm(
+                            rng.choice([U.BPF_JEQ, U.BPF_JNE, U.BPF_JGT, U.BPF_JSLT, U.BPF_JSET]),
+                            sreg(),
+                            rng.randint(-3, 20),
+                            skip,
+                        )
                     )
-                )
-            else:
-                code.append(
-                    I.jmp_reg(rng.choice([U.BPF_JEQ, U.BPF_JGT, U.BPF_JSGE]), reg(), reg(), skip)
-                )
-            code += [I.mov64_imm(rng.choice(range(10)), rng.randint(0, 9)) for _ in range(skip)]
+                else:
+                    code.append(
+                        I.jmp_reg(
+                            rng.choice([U.BPF_JEQ, U.BPF_JGT, U.BPF_JSGE]), sreg(), sreg(), skip
+                        )
+                    )
+                for _ in range(skip):
+                    d = dreg()
+                    code.append(I.mov64_imm(d, rng.randint(0, 9)))
         else:
             code.append(I.call(rng.choice([5, 7, 8])))
-            for r in range(1, 6):
-                init.discard(r)
-            init.add(0)
-    if 0 not in init or rng.random() < 0.5:
+            scal -= {1, 2, 3, 4, 5}
+            scal.add(0)
+    if 0 not in scal or rng.random() < 0.5:
         code.append(I.mov64_imm(0, rng.choice([0, 1, 2, 3, 4])))
     code.append(I.exit_())
     return Item("random", f"random#{k}", code, PT.XDP, AT.XDP, 0, refs)
