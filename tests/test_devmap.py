@@ -27,6 +27,7 @@ from redirect_testlib import (
     VARIANTS,
     Loaded,
     build_c,
+    load_bpfdsl,
     load_object,
     load_variant,
     percpu_sum,
@@ -34,6 +35,7 @@ from redirect_testlib import (
 )
 
 from bpfdsl import netlink
+from bpfdsl import syscall as S
 from bpfdsl.devmap import devmap_entries, devmap_set
 from bpfdsl.diagnostics import DiagnosticError
 from bpfdsl.packets import udp_frame
@@ -153,26 +155,33 @@ def test_devmap_forward_a_to_b_arrives_in_b(fwd: Loaded, passprog: Loaded) -> No
         assert percpu_sum(fwd.maps["egress_count"], 0) == N
 
 
-@pytest.fixture
-def bcast(objs) -> Loaded:
-    with load_object(objs["xdp_devmap_broadcast"]) as ld:
-        yield ld
+BPFD_BROADCAST = (
+    Path(__file__).resolve().parent / "data" / "redirect_bpfd" / "xdp_devmap_broadcast.bpfd"
+)
 
 
-@pytest.mark.parametrize("exclude", [True, False], ids=["exclude_ingress", "all_ports"])
+@pytest.mark.parametrize(
+    ("source", "exclude"),
+    [("clang", True), ("clang", False), ("bpfd", True)],
+    ids=["exclude_ingress", "all_ports", "bpfd_exclude_ingress"],
+)
 def test_devmap_broadcast_reaches_every_port_but_ingress(
-    bcast: Loaded, passprog: Loaded, exclude: bool
+    objs, passprog: Loaded, source: str, exclude: bool
 ) -> None:
     """redirect_map(ports, 0, BPF_F_BROADCAST | BPF_F_EXCLUDE_INGRESS) from r_a: b and c get
-    every frame, a none; without EXCLUDE_INGRESS a gets them back too (so the check can fail)."""
+    every frame, a none; without EXCLUDE_INGRESS a gets them back too (so the check can fail).
+    The clang program takes its flags from a config map; the .bpfd one has them in the code."""
     flags = BPF_F_BROADCAST | (BPF_F_EXCLUDE_INGRESS if exclude else 0)
-    with router() as r:
+    if source == "clang":
+        loading = load_object(objs["xdp_devmap_broadcast"])
+    else:
+        loading = load_bpfdsl(BPFD_BROADCAST)
+    with loading as bcast, router() as r:
         with netlink.in_netns(r.ns):
             for slot, name in enumerate("abc"):
                 devmap_set(bcast.maps["ports"], slot, r.ports[name].rdev, map_name="ports")
-        from bpfdsl import syscall as S
-
-        S.map_update(bcast.maps["config"], struct.pack("<I", 0), struct.pack("<Q", flags))
+        if source == "clang":
+            S.map_update(bcast.maps["config"], struct.pack("<I", 0), struct.pack("<Q", flags))
         attach(r.ns, r.ports["a"].rdev, bcast.progs["broadcast"])
         for p in r.ports.values():
             attach(p.ns, p.dev, passprog.progs["xdp_pass"])
