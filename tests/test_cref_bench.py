@@ -43,7 +43,8 @@ def leftovers() -> set[str]:
         found |= {f"netns:{p.name}" for p in netns.iterdir() if p.name.startswith("bpfb-")}
     bpffs = Path("/sys/fs/bpf")
     if bpffs.is_dir():
-        found |= {f"pin:{p.name}" for p in bpffs.iterdir() if p.name.startswith("bpfdsl_")}
+        mine = ("bpfdsl_bench_", "bpfdsl_lbench_", "bpfdsl_cbench_")  # the scripts' prefixes
+        found |= {f"pin:{p.name}" for p in bpffs.iterdir() if p.name.startswith(mine)}
     cg = Path("/sys/fs/cgroup")
     if cg.is_dir():
         found |= {f"cg:{p.name}" for p in cg.iterdir() if p.name.startswith("bpfdsl-skbench")}
