@@ -400,31 +400,38 @@ class DebugInfo:
     def function(
         self, fn: ir.Function, *, line: int, ctx: str | DIType | None = "xdp_md",
         arg_name: str = "ctx", ret: DIType | None = None, program: bool = True,
+        params: Sequence[tuple[str, DIType]] = (),
     ) -> FunctionDebug:  # fmt: skip
         """Attach a ``DISubprogram`` to ``fn`` (a program: ``int name(struct ctx *ctx)``).
 
         LLVM emits it as BTF FUNC + FUNC_PROTO and as ``.BTF.ext`` func info; ``fn`` is
         marked ``nounwind`` (else LLVM adds ``.eh_frame``) and, when ``program``, kept in
-        compiler.used.  Inlined helpers take ``ctx=None, program=False``: their locations
-        then carry ``inlinedAt`` and line info shows the helper's lines.
+        compiler.used.  Helpers take ``ctx=None, program=False`` and their ``params``
+        (name, type): inlined, their locations carry ``inlinedAt`` so line info shows the
+        helper's lines; if one survives as a BPF-to-BPF subprogram it needs this record
+        (the kernel wants func info for every subprogram).  ``internal`` functions get
+        ``DISPFlagLocalToUnit`` = BTF linkage static: the kernel does not verify them alone.
         """
         ret = ret or self.int_type("int")
-        params = [] if ctx is None else [
-            self.pointer_type(self.ctx_type(ctx) if isinstance(ctx, str) else ctx)
-        ]  # fmt: skip
-        sty = self._di("DISubroutineType", types=self._md([ret.md, *(p.md for p in params)]))
+        args = list(params)
+        if ctx is not None:
+            cty = self.ctx_type(ctx) if isinstance(ctx, str) else ctx
+            args.insert(0, (arg_name, self.pointer_type(cty)))
+        sty = self._di("DISubroutineType", types=self._md([ret.md, *(t.md for _, t in args)]))
+        local = "DISPFlagLocalToUnit | " if fn.linkage in ("internal", "private") else ""
         ops = dict(
             name=fn.name, scope=self.file, file=self.file, line=line, type=sty, scopeLine=line,
-            flags=T("DIFlagPrototyped"), spFlags=T("DISPFlagDefinition | DISPFlagOptimized"),
+            flags=T("DIFlagPrototyped"), spFlags=T(local + "DISPFlagDefinition | DISPFlagOptimized"),
             unit=self.cu,
         )  # fmt: skip
         sp = self._di("DISubprogram", distinct=True, **ops)
-        if params:  # the parameter name BTF shows in FUNC_PROTO comes from this variable
-            arg = self._di(
-                "DILocalVariable", name=arg_name, arg=1, scope=_ref(sp), file=self.file,
-                line=line, type=params[0].md,
-            )  # fmt: skip
-            self._set_ops(sp, **ops, retainedNodes=self._md([arg]))
+        if args:  # the parameter names BTF shows in FUNC_PROTO come from these variables
+            nodes = [
+                self._di("DILocalVariable", name=name, arg=i, scope=_ref(sp), file=self.file,
+                         line=line, type=ty.md)
+                for i, (name, ty) in enumerate(args, 1)
+            ]  # fmt: skip
+            self._set_ops(sp, **ops, retainedNodes=self._md(nodes))
         fn.set_metadata("dbg", sp)
         fn.attributes.add("nounwind")
         if program:

@@ -214,7 +214,14 @@ def check_ir(mod: llvm.ModuleRef | str, mcpu: str = "v3") -> None:
     the module text (printing it costs far less than walking it through llvmlite)."""
     text = mod if isinstance(mod, str) else str(mod)
     v4 = mcpu in ("v4", "probe")
-    defined = set(re.findall(r"^define [^@]*(@[\w.$\"]+)\(", text, re.M))
+    defines = re.findall(r"^define [^@]*(@[\w.$\"]+)\(.*$", text, re.M)
+    defined = {m.group(1) for m in re.finditer(r"^define [^@]*(@[\w.$\"]+)\(", text, re.M)}
+    with_dbg = re.findall(r"^define [^@]*(@[\w.$\"]+)\(.*!dbg !", text, re.M)
+    if with_dbg and len(with_dbg) != len(defines):  # kernel: func_info count != subprogs
+        missing = sorted(defined - set(with_dbg))
+        raise InternalCompilerError(f"function {', '.join(missing)} has no "
+                                    "debug info (DISubprogram)", "the kernel would refuse the "
+                                    "object's func info")  # fmt: skip
     entry = seen = False  # in a function's first block / after its first instruction
     for line in text.splitlines():
         if line.startswith("define "):

@@ -241,3 +241,65 @@ def test_map_btf_shape_equals_clangs(tmp_path: Path) -> None:
     lic = [t for t in theirs.values() if t["kind"] == "VAR" and t["name"] == "LICENSE"]
     ours_lic = [t for t in ours.values() if t["kind"] == "VAR" and t["name"] == "LICENSE"]
     assert _shape(theirs, lic[0]["type_id"]) == _shape(ours, ours_lic[0]["type_id"])
+
+
+def _two_functions(g_debug: bool) -> str:
+    """Program ``f`` calling a non-inlined subprogram ``g`` (with/without DISubprogram)."""
+    from llvmlite import ir
+
+    from tests.test_debuginfo import I32, PTR, DebugInfo
+
+    m = ir.Module(name="sub.bpfd")
+    di = DebugInfo(m, "sub.bpfd", source="\n" * 6)
+    g = ir.Function(m, ir.FunctionType(I32, [PTR, I32]), "g")
+    g.linkage = "internal"
+    g.attributes.add("noinline")
+    g.attributes.add("nounwind")
+    gb = ir.IRBuilder(g.append_basic_block("entry"))
+    if g_debug:
+        u32 = di.int_type("u32")
+        gd = di.function(g, line=5, ctx=None, program=False,
+                         params=[("p", di.pointer_type(u32)), ("x", u32)])  # fmt: skip
+        gb.debug_metadata = gd.loc(5, 1)
+    gb.store(g.args[1], g.args[0])
+    gb.ret(g.args[1])
+    f = ir.Function(m, ir.FunctionType(I32, [PTR]), "f")
+    f.section = "xdp"
+    fd = di.function(f, line=1)
+    b = ir.IRBuilder(f.append_basic_block("entry"))
+    b.debug_metadata = fd.loc(2, 3)
+    slot = b.alloca(I32)
+    b.ret(b.call(g, [slot, b.load(f.args[0], typ=I32)]))
+    di.finalize()
+    return str(m).replace("store i32", "store volatile i32")  # keep g's body alive
+
+
+def test_surviving_function_without_debug_info_is_internal_error() -> None:
+    """The kernel wants one func_info record per subprogram: a non-inlined function with no
+    DISubprogram next to one that has it would make the whole object unloadable."""
+    with pytest.raises(InternalCompilerError, match="@g has no debug info"):
+        emit_object(_two_functions(g_debug=False))
+    obj = emit_object(_two_functions(g_debug=True))
+    assert set(stack_depths(obj)) == {"f", "g"}  # g stays a BPF-to-BPF subprogram
+
+
+@pytest.mark.kernel
+@pytest.mark.skipif(not shutil.which("bpftool"), reason="needs bpftool")
+def test_subprogram_is_static_func_and_loads(tmp_path: Path) -> None:
+    """BTF linkage static for an internal helper: the kernel verifies it with its caller
+    (a global FUNC would be verified alone against its FUNC_PROTO)."""
+    import uuid
+
+    from tests.test_debuginfo import btf_types
+
+    obj = emit_object(_two_functions(g_debug=True))
+    funcs = {t["name"]: t for t in btf_types(obj, tmp_path).values() if t["kind"] == "FUNC"}
+    assert (funcs["g"]["linkage"], funcs["f"]["linkage"]) == ("static", "global")
+    path, pin = tmp_path / "two.o", f"/sys/fs/bpf/btfgen_{uuid.uuid4().hex[:8]}"
+    path.write_bytes(obj)
+    try:
+        r = subprocess.run(["bpftool", "prog", "load", str(path), pin, "type", "xdp"],
+                           capture_output=True, text=True, timeout=60)  # fmt: skip
+        assert r.returncode == 0, r.stderr
+    finally:
+        Path(pin).unlink(missing_ok=True)
