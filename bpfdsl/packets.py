@@ -194,33 +194,136 @@ def changed_ranges(before: bytes, after: bytes) -> list[tuple[int, int]]:
     return out
 
 
-def describe_change(before: bytes, after: bytes, *, max_ranges: int = 4) -> list[str]:
-    """Human lines saying how ``after`` differs from ``before`` (empty when identical)."""
+_MAC, _IP4, _NUM = "mac", "ip4", "num"
+
+
+def header_fields(frame: bytes) -> list[tuple[str, int, int, str]]:
+    """(name, start, end, format) of the Ethernet/802.1Q/IPv4/IPv6/UDP/TCP header fields in
+    ``frame`` (offsets in bytes, headers as the kernel's uapi structs name their fields).
+
+    Only headers that fit the frame are listed; never raises.
+    """
+    out: list[tuple[str, int, int, str]] = []
+    if len(frame) < ETH_HLEN:
+        return out
+    out += [("eth.h_dest", 0, 6, _MAC), ("eth.h_source", 6, 12, _MAC)]
+    off, proto = 12, int.from_bytes(frame[12:14], "big")
+    while proto in (0x8100, 0x88A8) and len(frame) >= off + 6:
+        out.append(("vlan.tci", off + 2, off + 4, _NUM))
+        off += 4
+        proto = int.from_bytes(frame[off : off + 2], "big")
+    out.append(("eth.h_proto", off, off + 2, _NUM))
+    off += 2
+    l4 = None
+    if proto == ETH_P_IP and len(frame) >= off + 20:
+        ihl = (frame[off] & 0xF) * 4
+        out += [
+            ("ip.tos", off + 1, off + 2, _NUM),
+            ("ip.tot_len", off + 2, off + 4, _NUM),
+            ("ip.id", off + 4, off + 6, _NUM),
+            ("ip.frag_off", off + 6, off + 8, _NUM),
+            ("ip.ttl", off + 8, off + 9, _NUM),
+            ("ip.protocol", off + 9, off + 10, _NUM),
+            ("ip.check", off + 10, off + 12, _NUM),
+            ("ip.saddr", off + 12, off + 16, _IP4),
+            ("ip.daddr", off + 16, off + 20, _IP4),
+        ]
+        l4, off = frame[off + 9], off + max(ihl, 20)
+    elif proto == 0x86DD and len(frame) >= off + 40:
+        out += [
+            ("ip6.payload_len", off + 4, off + 6, _NUM),
+            ("ip6.nexthdr", off + 6, off + 7, _NUM),
+            ("ip6.hop_limit", off + 7, off + 8, _NUM),
+            ("ip6.saddr", off + 8, off + 24, "ip6"),
+            ("ip6.daddr", off + 24, off + 40, "ip6"),
+        ]
+        l4, off = frame[off + 6], off + 40
+    if l4 == socket.IPPROTO_UDP and len(frame) >= off + 8:
+        out += [
+            ("udp.source", off, off + 2, _NUM),
+            ("udp.dest", off + 2, off + 4, _NUM),
+            ("udp.len", off + 4, off + 6, _NUM),
+            ("udp.check", off + 6, off + 8, _NUM),
+        ]
+    elif l4 == socket.IPPROTO_TCP and len(frame) >= off + 20:
+        out += [
+            ("tcp.source", off, off + 2, _NUM),
+            ("tcp.dest", off + 2, off + 4, _NUM),
+            ("tcp.seq", off + 4, off + 8, _NUM),
+            ("tcp.ack_seq", off + 8, off + 12, _NUM),
+            ("tcp.flags", off + 13, off + 14, _NUM),
+            ("tcp.window", off + 14, off + 16, _NUM),
+            ("tcp.check", off + 16, off + 18, _NUM),
+        ]
+    return out
+
+
+def _show(data: bytes, fmt: str) -> str:
+    if fmt == _MAC:
+        return ":".join(f"{b:02x}" for b in data)
+    if fmt == _IP4:
+        return socket.inet_ntop(socket.AF_INET, data)
+    if fmt == "ip6":
+        return socket.inet_ntop(socket.AF_INET6, data)
+    return str(int.from_bytes(data, "big"))
+
+
+def describe_change(before: bytes, after: bytes, *, max_lines: int = 8) -> list[str]:
+    """Human lines saying how ``after`` differs from ``before`` (empty when identical).
+
+    Same length: changed header fields by name with old and new values (network order
+    shown as numbers/addresses), other changed bytes as offset ranges.  Different length:
+    the length change and whether the head grew or shrank (adjust_head) or the tail.
+    """
+    if before == after:
+        return []
     lines: list[str] = []
     if len(after) != len(before):
         d = len(after) - len(before)
         lines.append(f"length {len(before)} -> {len(after)} ({d:+d} bytes)")
-        if (
-            d != 0
-            and after
-            and before
-            and (
-                after.endswith(before[-min(len(before), 32) :])
-                if d > 0
-                else before.endswith(after[-32:])
+        k = min(len(before), len(after), 32)
+        if k and d > 0 and after.endswith(before[-k:]) and not after.startswith(before[:k]):
+            lines.append(
+                f"head grew by {d} bytes: {after[: min(d, 16)].hex(' ')}{' ...' if d > 16 else ''}"
             )
-        ):
-            lines.append(f"head {'grew' if d > 0 else 'shrank'} by {abs(d)} bytes")
-            return lines
-    ranges = changed_ranges(before, after)
-    for start, end in ranges[:max_ranges]:
-        old = before[start:end][:16].hex(" ")
-        new = after[start:end][:16].hex(" ")
-        more = " ..." if end - start > 16 else ""
-        lines.append(f"bytes {start}..{end - 1}: {old or '-'}{more} -> {new}{more}")
-    if len(ranges) > max_ranges:
-        lines.append(f"... {len(ranges) - max_ranges} more changed ranges")
+        elif k and d < 0 and before.endswith(after[-k:]) and not before.startswith(after[:k]):
+            lines.append(f"head shrank by {-d} bytes")
+        elif after.startswith(before[: min(len(before), len(after))]):
+            lines.append(f"tail {'grew' if d > 0 else 'shrank'} by {abs(d)} bytes")
+        else:
+            lines.append("contents differ (compared from the start):")
+            lines += [f"  {ln}" for ln in _byte_lines(before, after, [], max_lines)]
+        return lines[: max_lines + 2]
+    fields = header_fields(before)
+    covered: list[tuple[int, int]] = []
+    for name, start, end, fmt in fields:
+        if before[start:end] != after[start:end]:
+            lines.append(
+                f"{name}: {_show(before[start:end], fmt)} -> {_show(after[start:end], fmt)}"
+            )
+            covered.append((start, end))
+    lines += _byte_lines(before, after, [(s, e) for _n, s, e, _f in fields], max_lines)
+    if len(lines) > max_lines:
+        lines = lines[:max_lines] + [f"... {len(lines) - max_lines} more changes"]
     return lines
+
+
+def _byte_lines(before: bytes, after: bytes, skip: list[tuple[int, int]], limit: int) -> list[str]:
+    """Changed byte ranges outside the ``skip`` ranges (already shown as named fields)."""
+    n = min(len(before), len(after))
+    named = bytearray(n)
+    for s, e in skip:
+        named[s : min(e, n)] = b"\1" * max(0, min(e, n) - s)
+    diff = bytes(before[:n])
+    masked_after = bytes(a if not named[k] else diff[k] for k, a in enumerate(after[:n]))
+    out = []
+    for start, end in changed_ranges(diff, masked_after + after[n:]):
+        old, new = before[start:end][:16].hex(" "), after[start:end][:16].hex(" ")
+        more = " ..." if end - start > 16 else ""
+        out.append(f"bytes {start}..{end - 1}: {old or '-'}{more} -> {new}{more}")
+        if len(out) >= limit:
+            break
+    return out
 
 
 def check_frame(data: bytes, where: str) -> None:
