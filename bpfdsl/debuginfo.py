@@ -20,8 +20,9 @@ API (one :class:`DebugInfo` per module)::
     port = di.config_global("port", be16, 53, line=2)       # const volatile, in .rodata
     val = load_config(builder, port)                        # volatile load: never folded
     fn_di = di.function(fn, line=5, ctx="xdp_md")            # DISubprogram, nounwind
+    di.function(helper, line=9, ctx=None, program=False, params=[("x", u32)])  # inlined fn
     instr.set_metadata("dbg", fn_di.loc(6, 5))               # or builder.debug_metadata = ...
-    di.finalize()                                            # CU globals, llvm.compiler.used
+    di.finalize()                                            # llvm.compiler.used
 
 Sizes are bytes unless a name says ``bits``; integers in BTF are host (little-endian) order
 for BPF; ``be*`` types are typedefs that only name the byte order for tools.
