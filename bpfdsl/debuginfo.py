@@ -17,7 +17,7 @@ API (one :class:`DebugInfo` per module)::
     di.array_type(u32, 4); di.pointer_type(rec); di.ctx_type("xdp_md")
     m = di.map_global("counts", MapType.HASH, key=u32, value=rec, max_entries=16, line=3)
     di.license("GPL")
-    port = di.config_global("port", be16, 53, line=2)       # const volatile, in .rodata
+    port = di.config_global("port", be16, 0x3500, line=2)   # 53 stored big-endian, .rodata
     val = load_config(builder, port)                        # volatile load: never folded
     fn_di = di.function(fn, line=5, ctx="xdp_md")            # DISubprogram, nounwind
     di.function(helper, line=9, ctx=None, program=False, params=[("x", u32)])  # inlined fn
