@@ -72,13 +72,13 @@ def analyze(env: Env, cfg: Cfg) -> Outcome:
     regs = [D.NOT_INIT_REG] * 11
     regs[1] = D.ptr(D.CTX)
     regs[10] = D.ptr(D.STACK, map=0)
-    stack: list[tuple[int, State]] = [(0, State([Frame(regs, {}, -1, 0, 0)]))]
+    stack: list[tuple[int, State, int]] = [(0, State([Frame(regs, {}, -1, 0, 0)]), -1)]
     explored: dict[int, list[_Entry]] = {}
     processed = 0
     nstates = 0
     prune = cfg.prune
     while stack:
-        i, st = stack.pop()
+        i, st, prev = stack.pop()
         while True:
             env.cur_idx = i
             if i in prune:
@@ -89,9 +89,10 @@ def analyze(env: Env, cfg: Cfg) -> Outcome:
                     if e.branches > 0:
                         if subsumes(e.state, st, live, exact=True):
                             msg = f"infinite loop detected at insn {cfg.slots[i]}"
+                            # reported at the jump closing the loop: the loop's own line
                             return Outcome(
                                 (
-                                    i,
+                                    prev if prev > i else i,
                                     Fault(
                                         "infinite-loop",
                                         msg,
@@ -142,11 +143,12 @@ def analyze(env: Env, cfg: Cfg) -> Outcome:
             if not succ:
                 _finish_path(st)
                 break
+            prev = i
             if len(succ) == 2:
                 (i, st), pushed = succ[0], succ[1]
                 if pushed[1].parent is not None:
                     pushed[1].parent.branches += 1
-                stack.append(pushed)
+                stack.append((pushed[0], pushed[1], prev))
                 if len(stack) > JMP_SEQ_LIMIT:
                     f = Fault(
                         "too-complex",
