@@ -524,7 +524,8 @@ class Sema:
                 "return one of " + ", ".join(self.kind.returns),
             )
             return
-        self.ex.coerce(s.value, T.U32)
+        if isinstance(t, T.UntypedInt):  # helper results (u64, e.g. redirect) narrow freely
+            self.ex.coerce(s.value, T.U32)
         v = self.c.cval.get(s.value)
         name = s.value.id if isinstance(s.value, ast.Name) else None
         allowed = self.kind.returns

@@ -141,6 +141,22 @@ def call(ex, e: ast.Call) -> T.Type:
         return to
     if e.name == "swap":
         return _swap(ex, e)
+    if e.name == "hash":
+        if not args:
+            ex.err("arg-count", "hash() takes at least one value", e.span)
+        for a in args:
+            t = ex.expr(a)
+            t = t.inner if isinstance(t, T.RefType) else t
+            if isinstance(t, T.UntypedInt):
+                ex.coerce(a, T.U32)
+            elif not (isinstance(t, (T.IntType, T.BoolType, T.ErrorType)) and t.size <= 4):
+                ex.err(
+                    "type-mismatch",
+                    f"hash() takes integers of at most 32 bits, found {t}",
+                    a.span,
+                    "hash the halves of wider values: `hash(x >> 32, x as u32)`",
+                )
+        return T.U32
     if e.name == "skip_ext":
         t = ex.expr(args[0]) if args else None
         if len(args) != 1 or not (isinstance(t, T.HeaderType) and t.name == "ipv6"):

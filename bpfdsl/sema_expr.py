@@ -54,6 +54,7 @@ BUILTINS: dict[str, tuple[list[T.Type], T.Type] | None] = {
     "get_prandom_u32": ([], T.U32),
     "get_smp_processor_id": ([], T.U32),
     "swap": None,
+    "hash": None,
     "host": None,
     "be16": None,
     "be32": None,

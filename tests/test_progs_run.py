@@ -429,3 +429,35 @@ def test_adjust_tail_then_payload_writes_b06(target):
     assert rv == XDP_TX
     assert len(out) == 42 + target
     assert out[42:] == bytes(0x40 + i for i in range(target))
+
+
+# ---- redirect family: empty slots fall back as declared ----
+@pytest.mark.parametrize(
+    "name", ["xdp_xsk_redirect.bpfd", "xdp_devmap_forward.bpfd", "xdp_cpumap_steer.bpfd"]
+)
+def test_redirect_to_empty_slot_falls_back_to_pass(name):
+    with Prog(name, config={"n_cpus": 2} if "cpumap" in name else None) as p:
+        assert p.verdict(udp4()) == XDP_PASS
+
+
+def test_hash_is_fnv1a_over_words():
+    src = """license "GPL"
+map out: array<u32, u32>(max_entries: 1)
+xdp fn h(ctx) {
+    let eth = parse ethernet else { return XDP_PASS }
+    let ip = parse ipv4 else { return XDP_PASS }
+    out[0] = hash(ip.saddr, ip.daddr, ip.protocol)
+    return XDP_PASS
+}"""
+
+    def fnv1a(*words):
+        h = 2166136261
+        for w in words:
+            h = ((h ^ w) * 16777619) & 0xFFFFFFFF
+        return h
+
+    with Prog(src) as p:
+        p.verdict(udp4(src="10.1.2.3", dst="10.4.5.6"))
+        got = struct.unpack("<I", p.lookup("out", struct.pack("<I", 0)))[0]
+    word = lambda a: struct.unpack("<I", socket.inet_aton(a))[0]  # noqa: E731
+    assert got == fnv1a(word("10.1.2.3"), word("10.4.5.6"), 17)
