@@ -17,6 +17,7 @@ import pytest
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
+from bpfdsl import uapi as U
 from bpfdsl.interp import InterpCollection, SockInfo
 from bpfdsl.objfile import read_object
 from bpfdsl.uapi import BPF_F_INGRESS
@@ -162,3 +163,18 @@ def test_interp_sk_msg_redirect_hash_ingress(cref) -> None:
     assert sum(int.from_bytes(v, "little") for v in coll.maps["redirects"].get(0)) == 1
     ipv6 = SockInfo(socket.AF_INET6, "fd00::1", "fd00::2", 5000, 6000)
     assert prog.run_sk_msg(b"ping", ipv6).retval == SK_PASS  # not IPv4: passes untouched
+
+
+def test_interp_sock_ops_fills_sockhash_for_sk_msg(cref) -> None:
+    coll = cref("sk_msg_redirect_ingress")
+    track, redir = coll.programs["track"], coll.programs["redir"]
+    client = SockInfo(socket.AF_INET, "10.0.0.1", "10.0.0.2", local_port=40000, remote_port=80)
+    server = SockInfo(socket.AF_INET, "10.0.0.2", "10.0.0.1", local_port=80, remote_port=40000)
+    assert track.run_sock_ops(U.SockOpsOp.TCP_CONNECT_CB, client).retval == 1
+    assert coll.maps["socks"].items() == []  # not established yet: nothing stored
+    track.run_sock_ops(U.SockOpsOp.ACTIVE_ESTABLISHED_CB, client)
+    track.run_sock_ops(U.SockOpsOp.PASSIVE_ESTABLISHED_CB, server)
+    assert len(coll.maps["socks"].items()) == 2
+    r = redir.run_sk_msg(b"GET /", client)
+    assert r.retval == SK_PASS and r.redirect[2] is server  # into the peer's receive queue
+    assert redir.run_sk_msg(b"200 OK", server).redirect[2] is client

@@ -14,7 +14,7 @@ from bpfdsl import insn as I
 from bpfdsl import uapi as U
 from bpfdsl.diagnostics import Span
 from bpfdsl.interp import InterpError, Machine, SkMsgContext, SockInfo, make_map
-from bpfdsl.interp.maps import SlotMap
+from bpfdsl.interp.maps_slot import SlotMap
 from bpfdsl.uapi import BPF_EXIST, BPF_NOEXIST, MapType
 
 

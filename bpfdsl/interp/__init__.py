@@ -7,10 +7,11 @@
 
 from __future__ import annotations
 
-from .ctx import SkMsgContext, SockInfo, XdpContext
+from .ctx import SkMsgContext, SockInfo, SockOpsContext, XdpContext
 from .engine import InterpEngine
 from .machine import Env, InterpError, Machine
 from .maps import Map, make_map
+from .maps_slot import SlotMap
 from .program import InterpCollection, InterpProgram, InterpResult, load_object
 
 __all__ = [
@@ -24,6 +25,8 @@ __all__ = [
     "Map",
     "SkMsgContext",
     "SockInfo",
+    "SlotMap",
+    "SockOpsContext",
     "XdpContext",
     "load_object",
     "make_map",

@@ -299,6 +299,8 @@ def jmp_op(R: list, x: Insn, nxt: int, tgt: int) -> Callable[[], int]:
             if conv:
                 a, b = conv(a), conv(b)
             return tgt if f(a, b) else nxt
+        if wide and type(a) is Ptr and type(b) is Ptr and a.region is b.region:
+            return tgt if f(a.off, b.off) else nxt  # packet bounds checks
         return tgt if _ptr_cmp(op, a, b, wide) else nxt
 
     return jx

@@ -149,6 +149,23 @@ class SockInfo:
     remote_ip: str | bytes = "127.0.0.1"
     local_port: int = 0
     remote_port: int = 0
+    cookie: int = 1  # bpf_get_socket_cookie
+    state: int = 1  # TCP_ESTABLISHED (include/net/tcp_states.h)
+
+
+def _addr_image(img: bytearray, s: SockInfo, at: int) -> None:
+    """family, remote_ip4, local_ip4, remote_ip6, local_ip6, remote_port, local_port from
+    byte ``at`` on: the same run of fields in sk_msg_md and bpf_sock_ops."""
+    img[at : at + 4] = s.family.to_bytes(4, "little")
+    if s.family == socket.AF_INET:
+        img[at + 4 : at + 8] = _ip4(s.remote_ip)
+        img[at + 8 : at + 12] = _ip4(s.local_ip)
+    else:
+        img[at + 12 : at + 28] = _ip6(s.remote_ip)
+        img[at + 28 : at + 44] = _ip6(s.local_ip)
+    port_be = int.from_bytes(s.remote_port.to_bytes(2, "big"), "little")
+    img[at + 44 : at + 48] = (port_be << 16).to_bytes(4, "little")  # skc_dport << 16
+    img[at + 48 : at + 52] = s.local_port.to_bytes(4, "little")  # skc_num, host order
 
 
 class SkMsgContext(CtxRegion):
@@ -168,19 +185,8 @@ class SkMsgContext(CtxRegion):
         self.apply_bytes = 0
         self.cork_bytes = 0
         self.redirect: tuple | None = None
-        s = self.sock
         img = bytearray(80)
-        img[16:20] = s.family.to_bytes(4, "little")
-        if s.family == socket.AF_INET:
-            img[20:24] = _ip4(s.remote_ip)
-            img[24:28] = _ip4(s.local_ip)
-        else:
-            img[28:44] = _ip6(s.remote_ip)
-            img[44:60] = _ip6(s.local_ip)
-        img[60:64] = (int.from_bytes(s.remote_port.to_bytes(2, "big"), "little") << 16).to_bytes(
-            4, "little"
-        )
-        img[64:68] = s.local_port.to_bytes(4, "little")
+        _addr_image(img, self.sock, 16)
         self.image = img
 
     def data_out(self) -> bytes:
@@ -200,3 +206,55 @@ class SkMsgContext(CtxRegion):
                 return len(pk.buf)
             return int.from_bytes(self.image[o : o + 4], "little")
         raise Fault(f"invalid sk_msg_md access: offset {o} size {size}")
+
+
+class SockOpsContext(CtxRegion):
+    """``struct bpf_sock_ops`` for one callback ``op`` (``BPF_SOCK_OPS_*``) on a full TCP
+    socket described by ``sock``; ``args`` fill ``args[0..3]``.  Programs may write
+    ``reply``/``replylong`` and ``sk_txhash``; other fields are read-only
+    (``sock_ops_is_valid_access``).  Loads follow ``sock_ops_convert_ctx_access``."""
+
+    __slots__ = ("sock", "op", "image", "cb_flags")
+    SIZE = 224
+    _WRITABLE = ((4, 20), (164, 168))  # reply/replylong, sk_txhash
+    _U64 = (168, 176, 184, 192, 200, 216)  # bytes_received/acked, sk, skb_data*, hwtstamp
+
+    def __init__(self, op: int, sock: SockInfo | None = None, args: tuple[int, ...] = ()):
+        super().__init__("ctx", bytearray(self.SIZE), name="bpf_sock_ops", writable=False)
+        self.sock = sock or SockInfo()
+        self.op = op
+        self.cb_flags = 0
+        img = bytearray(self.SIZE)
+        img[0:4] = op.to_bytes(4, "little")
+        for i, a in enumerate(args[:4]):
+            img[4 + 4 * i : 8 + 4 * i] = (a & 0xFFFFFFFF).to_bytes(4, "little")
+        _addr_image(img, self.sock, 20)
+        img[72:76] = (1).to_bytes(4, "little")  # is_fullsock
+        img[88:92] = self.sock.state.to_bytes(4, "little")
+        self.image = img
+
+    @property
+    def reply(self) -> int:
+        return int.from_bytes(self.image[4:8], "little")
+
+    def data_out(self) -> bytes:
+        return b""
+
+    def load(self, p: Ptr, off: int, size: int, signed: bool = False) -> object:
+        o = p.off + off
+        if o in self._U64 and size == 8:
+            if o in (184, 192, 200):
+                raise Fault(f"bpf_sock_ops field at offset {o} is not modelled")
+            return int.from_bytes(self.image[o : o + 8], "little")
+        if 0 <= o < 168 and size == 4 and o % 4 == 0:
+            if o == 84:
+                return self.cb_flags
+            return int.from_bytes(self.image[o : o + 4], "little")
+        raise Fault(f"invalid bpf_sock_ops access: offset {o} size {size}")
+
+    def store(self, p: Ptr, off: int, size: int, value: object) -> None:
+        o = p.off + off
+        if type(value) is int and size == 4 and any(a <= o < b for a, b in self._WRITABLE):
+            self.image[o : o + 4] = (value & 0xFFFFFFFF).to_bytes(4, "little")
+            return
+        raise Fault(f"write to bpf_sock_ops at offset {o} (only reply and sk_txhash)")

@@ -18,9 +18,7 @@ from bpfdsl.helpers import HELPERS, map_fits_helper
 from bpfdsl.uapi import (
     BPF_F_BROADCAST,
     BPF_F_EXCLUDE_INGRESS,
-    BPF_F_INGRESS,
     MapType,
-    SkAction,
     XdpAction,
 )
 
@@ -29,10 +27,10 @@ from .ctx import (
     XDP_FRAME_SIZE,
     XDP_FRAME_STRUCT,
     XDP_SHINFO_TAILROOM,
-    SkMsgContext,
     XdpContext,
 )
-from .maps import Map, SlotMap
+from .maps import Map
+from .maps_slot import SlotMap
 from .memory import M32, M64, Fault, Ptr, s32
 
 if TYPE_CHECKING:
@@ -74,12 +72,6 @@ def _mem(v: object, size: int, what: str) -> bytes:
 def _xdp(m: Machine, name: str) -> XdpContext:
     if not isinstance(m.ctx, XdpContext):
         raise Fault(f"bpf_{name} needs an XDP context")
-    return m.ctx
-
-
-def _msg(m: Machine, name: str) -> SkMsgContext:
-    if not isinstance(m.ctx, SkMsgContext):
-        raise Fault(f"bpf_{name} needs an sk_msg context")
     return m.ctx
 
 
@@ -307,84 +299,4 @@ def _store_bytes(m: Machine, r1, r2, r3, r4, *_):
         return span
     start, n = span
     m.ctx.pkt.buf[start : start + n] = _mem(r3, n, "xdp_store_bytes source")
-    return 0
-
-
-# ---- sk_msg ----
-
-
-def _msg_redirect(m: Machine, mp: Map, key: bytes, flags: int, name: str) -> int:
-    x = _msg(m, name)
-    if flags & ~BPF_F_INGRESS:
-        return SkAction.DROP
-    assert isinstance(mp, SlotMap)
-    sk = mp.target(key)
-    if sk is None:
-        return SkAction.DROP
-    x.redirect = (mp.name, key, sk, flags)
-    return SkAction.PASS
-
-
-@helper("msg_redirect_map")
-def _msg_redirect_map(m: Machine, r1, r2, r3, r4, *_):
-    mp = _map(m, r2, "msg_redirect_map")
-    return _msg_redirect(m, mp, (r3 & M32).to_bytes(4, "little"), r4, "msg_redirect_map")
-
-
-@helper("msg_redirect_hash")
-def _msg_redirect_hash(m: Machine, r1, r2, r3, r4, *_):
-    mp = _map(m, r2, "msg_redirect_hash")
-    key = _mem(r3, mp.key_size, "sockhash key")
-    return _msg_redirect(m, mp, key, r4, "msg_redirect_hash")
-
-
-@helper("msg_apply_bytes")
-def _apply(m: Machine, r1, r2, *_):
-    _msg(m, "msg_apply_bytes").apply_bytes = r2 & M32
-    return 0
-
-
-@helper("msg_cork_bytes")
-def _cork(m: Machine, r1, r2, *_):
-    _msg(m, "msg_cork_bytes").cork_bytes = r2 & M32
-    return 0
-
-
-@helper("msg_pull_data")
-def _pull(m: Machine, r1, r2, r3, r4, *_):
-    pk = _msg(m, "msg_pull_data").pkt
-    pk.gen += 1
-    start, end = r2 & M32, r3 & M32
-    size = len(pk.buf)
-    if r4 or end <= start or start >= size or end > size:
-        return _neg(errno.EINVAL)
-    pk.data = pk.lo = start
-    pk.hi = end
-    return 0
-
-
-@helper("msg_push_data")
-def _push(m: Machine, r1, r2, r3, r4, *_):
-    pk = _msg(m, "msg_push_data").pkt
-    pk.gen += 1
-    start, n = r2 & M32, r3 & M32
-    if r4 or start > len(pk.buf):
-        return _neg(errno.EINVAL)
-    if n:
-        pk.buf[start:start] = bytes(n)
-        pk.data = pk.lo = 0
-        pk.hi = len(pk.buf)
-    return 0
-
-
-@helper("msg_pop_data")
-def _pop(m: Machine, r1, r2, r3, r4, *_):
-    pk = _msg(m, "msg_pop_data").pkt
-    pk.gen += 1
-    start, n = r2 & M32, r3 & M32
-    if r4 or not n or start >= len(pk.buf) or start + n > len(pk.buf):
-        return _neg(errno.EINVAL)
-    del pk.buf[start : start + n]
-    pk.data = pk.lo = 0
-    pk.hi = len(pk.buf)
     return 0

@@ -20,6 +20,7 @@ from bpfdsl import uapi as U
 from bpfdsl.diagnostics import DiagnosticError, Span, error
 from bpfdsl.insn import Insn, format_insn, index_by_slot, jump_target, slot_offsets
 
+from . import helpers_sock  # noqa: F401 (registers the socket helpers)
 from .alu import alu_op, jmp_op
 from .helpers import IMPLS
 from .memory import M64, Fault, Ptr, Region, StackRegion

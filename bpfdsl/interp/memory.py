@@ -66,7 +66,9 @@ class Region:
 
     def load(self, p: Ptr, off: int, size: int, signed: bool = False) -> object:
         """Read ``size`` bytes at ``p + off`` (little endian) as an int, or a spilled pointer."""
-        o = self._check(p, off, size)
+        o = p.off + off
+        if p.gen != self.gen or o < self.lo or o + size > self.hi:
+            o = self._check(p, off, size)  # raises
         sp = self.spill
         if sp:
             if size == 8 and o in sp:

@@ -20,7 +20,7 @@ from bpfdsl.diagnostics import Span, UsageError, error
 from bpfdsl.insn import slot_offsets
 from bpfdsl.uapi import AttachType, MapType, ProgramKind
 
-from .ctx import SkMsgContext, SockInfo, XdpContext
+from .ctx import SkMsgContext, SockInfo, SockOpsContext, XdpContext
 from .machine import DEFAULT_BUDGET, Env, Machine
 from .maps import Map, make_map
 from .memory import Ptr
@@ -117,16 +117,29 @@ class InterpProgram:
             dt,
         )
 
+    def run_sock_ops(
+        self, op: int, sock: SockInfo | None = None, args: tuple[int, ...] = ()
+    ) -> InterpResult:
+        """Run the sock_ops callback ``op`` (``uapi.SockOpsOp``) for ``sock``; ``retval``
+        is r0, ``redirect`` is None, ``apply_bytes`` carries ``reply``."""
+        ctx = SockOpsContext(op, sock, args)
+        t0 = time.perf_counter_ns()
+        r0 = self.machine.run(ctx)
+        dt = time.perf_counter_ns() - t0
+        return InterpResult(r0 & 0xFFFFFFFF, b"", None, ctx.reply, 0, self.machine.trace, dt)
+
     def run(self, data: bytes, **kw: Any) -> InterpResult:
         """:meth:`run_sk_msg` for sk_msg programs, else :meth:`run_xdp`."""
         if self.kind is not None and self.kind.program_type == U.ProgramType.SK_MSG:
             return self.run_sk_msg(data, **kw)
+        if self.kind is not None and self.kind.program_type == U.ProgramType.SOCK_OPS:
+            return self.run_sock_ops(kw.pop("op", U.SockOpsOp.ACTIVE_ESTABLISHED_CB), **kw)
         if self.kind is not None and self.kind.program_type != U.ProgramType.XDP:
             raise UsageError(
                 error(
                     "no-interp",
                     f"program {self.name!r} ({self.kind.section}): the interpreter runs "
-                    "XDP and sk_msg programs only",
+                    "XDP, sk_msg and sock_ops programs only",
                 )
             )
         return self.run_xdp(data, **kw)

@@ -1,0 +1,152 @@
+"""Socket-level helpers of the userspace machine: sk_msg (redirect, apply/cork bytes,
+pull/push/pop data) and sock_ops (sockmap/sockhash updates, socket cookie, callback
+flags), as net/core/filter.c and net/core/sock_map.c implement them.  Importing this
+module registers them in :data:`bpfdsl.interp.helpers.IMPLS`.
+"""
+
+from __future__ import annotations
+
+import errno
+from typing import TYPE_CHECKING
+
+from bpfdsl.uapi import BPF_F_INGRESS, SkAction
+
+from .ctx import SkMsgContext, SockOpsContext
+from .helpers import _map, _mem, _neg, helper
+from .maps import Map
+from .maps_slot import SlotMap
+from .memory import M32, M64, Fault
+
+if TYPE_CHECKING:
+    from .machine import Machine
+
+
+def _msg(m: Machine, name: str) -> SkMsgContext:
+    if not isinstance(m.ctx, SkMsgContext):
+        raise Fault(f"bpf_{name} needs an sk_msg context")
+    return m.ctx
+
+
+# ---- sk_msg ----
+
+
+def _msg_redirect(m: Machine, mp: Map, key: bytes, flags: int, name: str) -> int:
+    x = _msg(m, name)
+    if flags & ~BPF_F_INGRESS:
+        return SkAction.DROP
+    assert isinstance(mp, SlotMap)
+    sk = mp.target(key)
+    if sk is None:
+        return SkAction.DROP
+    x.redirect = (mp.name, key, sk, flags)
+    return SkAction.PASS
+
+
+@helper("msg_redirect_map")
+def _msg_redirect_map(m: Machine, r1, r2, r3, r4, *_):
+    mp = _map(m, r2, "msg_redirect_map")
+    return _msg_redirect(m, mp, (r3 & M32).to_bytes(4, "little"), r4, "msg_redirect_map")
+
+
+@helper("msg_redirect_hash")
+def _msg_redirect_hash(m: Machine, r1, r2, r3, r4, *_):
+    mp = _map(m, r2, "msg_redirect_hash")
+    key = _mem(r3, mp.key_size, "sockhash key")
+    return _msg_redirect(m, mp, key, r4, "msg_redirect_hash")
+
+
+@helper("msg_apply_bytes")
+def _apply(m: Machine, r1, r2, *_):
+    _msg(m, "msg_apply_bytes").apply_bytes = r2 & M32
+    return 0
+
+
+@helper("msg_cork_bytes")
+def _cork(m: Machine, r1, r2, *_):
+    _msg(m, "msg_cork_bytes").cork_bytes = r2 & M32
+    return 0
+
+
+@helper("msg_pull_data")
+def _pull(m: Machine, r1, r2, r3, r4, *_):
+    pk = _msg(m, "msg_pull_data").pkt
+    pk.gen += 1
+    start, end = r2 & M32, r3 & M32
+    size = len(pk.buf)
+    if r4 or end <= start or start >= size or end > size:
+        return _neg(errno.EINVAL)
+    pk.data = pk.lo = start
+    pk.hi = end
+    return 0
+
+
+@helper("msg_push_data")
+def _push(m: Machine, r1, r2, r3, r4, *_):
+    pk = _msg(m, "msg_push_data").pkt
+    pk.gen += 1
+    start, n = r2 & M32, r3 & M32
+    if r4 or start > len(pk.buf):
+        return _neg(errno.EINVAL)
+    if n:
+        pk.buf[start:start] = bytes(n)
+        pk.data = pk.lo = 0
+        pk.hi = len(pk.buf)
+    return 0
+
+
+@helper("msg_pop_data")
+def _pop(m: Machine, r1, r2, r3, r4, *_):
+    pk = _msg(m, "msg_pop_data").pkt
+    pk.gen += 1
+    start, n = r2 & M32, r3 & M32
+    if r4 or not n or start >= len(pk.buf) or start + n > len(pk.buf):
+        return _neg(errno.EINVAL)
+    del pk.buf[start : start + n]
+    pk.data = pk.lo = 0
+    pk.hi = len(pk.buf)
+    return 0
+
+
+# ---- sock_ops ----
+
+_SOCK_MAP_OPS = (4, 5, 11)  # ACTIVE_ESTABLISHED_CB, PASSIVE_ESTABLISHED_CB, TCP_LISTEN_CB
+BPF_SOCK_OPS_ALL_CB_FLAGS = 0x7F
+
+
+def _sockops(m: Machine, name: str) -> SockOpsContext:
+    if not isinstance(m.ctx, SockOpsContext):
+        raise Fault(f"bpf_{name} needs a sock_ops context")
+    return m.ctx
+
+
+def _sock_update(m: Machine, mp: Map, key: bytes, flags: int, name: str) -> int:
+    """``sock_map_update_common``/``sock_hash_update_common`` with the socket of the ctx."""
+    x = _sockops(m, name)
+    if x.op not in _SOCK_MAP_OPS:
+        return _neg(errno.EOPNOTSUPP)
+    assert isinstance(mp, SlotMap)
+    return mp.update(key, x.sock, flags) & M64
+
+
+@helper("sock_hash_update")
+def _sock_hash_update(m: Machine, r1, r2, r3, r4, *_):
+    mp = _map(m, r2, "sock_hash_update")
+    return _sock_update(m, mp, _mem(r3, mp.key_size, "sockhash key"), r4, "sock_hash_update")
+
+
+@helper("sock_map_update")
+def _sock_map_update(m: Machine, r1, r2, r3, r4, *_):
+    mp = _map(m, r2, "sock_map_update")
+    return _sock_update(m, mp, _mem(r3, mp.key_size, "sockmap key"), r4, "sock_map_update")
+
+
+@helper("get_socket_cookie")
+def _cookie(m: Machine, *_):
+    return _sockops(m, "get_socket_cookie").sock.cookie
+
+
+@helper("sock_ops_cb_flags_set")
+def _cb_flags(m: Machine, r1, r2, *_):
+    x = _sockops(m, "sock_ops_cb_flags_set")
+    x.cb_flags = r2 & BPF_SOCK_OPS_ALL_CB_FLAGS
+    return (r2 & M32) & ~BPF_SOCK_OPS_ALL_CB_FLAGS
