@@ -110,10 +110,10 @@ def run_demo(
     outer_ip = socket.inet_ntoa((base + 2).to_bytes(4, "big"))
     result = DemoResult(mode, ns, (outer, inner), blocked_port=port)
     with _sigterm_as_interrupt(), ExitStack() as stack:
-        netlink.create_netns(ns)
-        stack.callback(netlink.remove_netns, ns)
-        netlink.create_veth(outer, inner, peer_netns=ns)
+        stack.callback(netlink.remove_netns, ns)  # registered first: a signal may come
+        netlink.create_netns(ns)  # at any moment, and removing what is missing is fine
         stack.callback(netlink.delete_link, outer)
+        netlink.create_veth(outer, inner, peer_netns=ns)
         inner_mac = netlink.configure(inner, netns=ns, address=inner_ip, prefixlen=30)
         outer_mac = netlink.configure(outer)
         coll = stack.enter_context(loader.load_collection(spec, config=config))
