@@ -290,3 +290,10 @@ def test_interp_egress_ifindex_only_in_devmap() -> None:
         Machine(prog).run(XdpContext(bytes(64)))
     ctx = XdpContext(bytes(64), attach=U.AttachType.XDP_DEVMAP, egress_ifindex=7)
     assert Machine(prog).run(ctx) == 7
+
+
+def test_interp_misaligned_stack_store_rejected() -> None:
+    """B07: an 8-byte stack store at a 4-byte boundary is refused like the verifier does."""
+    prog = [I.mov64_imm(1, 1), I.stx_mem(8, 10, 1, -12), I.mov64_imm(0, 2), I.exit_()]
+    with pytest.raises(InterpError, match="misaligned stack access: 8 bytes at -12"):
+        Machine(prog).run(XdpContext(bytes(64)))

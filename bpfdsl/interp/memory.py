@@ -128,6 +128,17 @@ class StackRegion(Region):
     def base(self) -> int:
         return 512
 
+    def load(self, p: Ptr, off: int, size: int, signed: bool = False) -> object:
+        if (p.off + off) % size:
+            raise Fault(f"misaligned stack access: {size} bytes at {p.off + off - 512}")
+        return Region.load(self, p, off, size, signed)
+
+    def store(self, p: Ptr, off: int, size: int, value: object) -> None:
+        # the verifier checks stack alignment strictly (check_ptr_alignment), see B07
+        if (p.off + off) % size:
+            raise Fault(f"misaligned stack access: {size} bytes at {p.off + off - 512}")
+        Region.store(self, p, off, size, value)
+
 
 class PacketRegion(Region):
     """The packet/message buffer; ``lo`` = data_meta (XDP) or data, ``hi`` = data_end."""
