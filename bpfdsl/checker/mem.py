@@ -310,6 +310,8 @@ def _packet(env, regno, r, off, size, write):
 def _map_value(env, regno, r, off, size, write):
     m = r.map
     flags = getattr(m, "map_flags", 0) or 0
+    if m.map_type in (MapType.DEVMAP, MapType.DEVMAP_HASH):
+        flags |= BPF_F_RDONLY_PROG  # the kernel sets it on devmaps (dev_map_alloc)
     vs = m.value_size
     full = off + r.off
     if write and flags & BPF_F_RDONLY_PROG:
