@@ -151,19 +151,18 @@ def attach_xdp(
                 f"({ProgramType(prog_type).name.lower()}); only XDP programs attach to interfaces",
             )
         )
-    if replace:
-        cur = _current(dev, index)
-        if cur is not None and cur.method == "link":
-            return _replace_link(prog_fd, dev, index, (cur.link_id, cur.prog_id))
-        if cur is not None:
-            return _replace_netlink(prog_fd, dev, index, mode)
+    if replace and method == "netlink" and (cur := _current(dev, index)) is not None:
+        return _replace(prog_fd, dev, index, mode, cur)
     link = None
     if method in ("auto", "link"):
         try:
             link = syscall.link_create(prog_fd, index, AttachType.XDP, int(flags))
         except syscall.BpfError as e:
-            if e.errno in (errno.EBUSY, errno.EEXIST):
-                raise _occupied(dev, _current(dev, index)) from None
+            if e.errno in (errno.EBUSY, errno.EEXIST):  # occupied: nothing was changed
+                cur = _current(dev, index)
+                if replace and cur is not None:
+                    return _replace(prog_fd, dev, index, mode, cur)
+                raise _occupied(dev, cur) from None
             if e.errno == errno.EOPNOTSUPP and mode == "native":
                 raise DiagnosticError(
                     error(
@@ -200,10 +199,18 @@ def attach_xdp(
             return XdpAttachment(
                 dev, index, mode, "link", prog_id, prog_name, link_id, link_pin, link
             )
-    if netlink.xdp_state(index).mode is not None:
-        raise _occupied(dev, _current(dev, index))
+    if (cur := _current(dev, index)) is not None:
+        if replace:
+            return _replace(prog_fd, dev, index, mode, cur)
+        raise _occupied(dev, cur)
     netlink.xdp_set(index, prog_fd, flags | XdpFlags.UPDATE_IF_NOEXIST, dev=dev)
     return XdpAttachment(dev, index, mode, "netlink", prog_id, prog_name)
+
+
+def _replace(prog_fd: int, dev: str, index: int, mode: str, cur: XdpAttachment) -> XdpAttachment:
+    if cur.method == "link":
+        return _replace_link(prog_fd, dev, index, (cur.link_id, cur.prog_id))
+    return _replace_netlink(prog_fd, dev, index, mode)
 
 
 def _occupied(dev: str, cur: XdpAttachment | None) -> DiagnosticError:

@@ -90,6 +90,11 @@ def open_program(
         with _open_pinned(ref) as fd:
             yield OpenProgram(int(fd), _prog_name(fd), pin_dir or _owner_dir(ref))
         return
+    alias = os.path.join(os.path.dirname(ref), "progs", os.path.basename(ref))
+    if not os.path.exists(ref) and os.path.isfile(alias) and _kind_at(alias) == "prog":
+        with _open_pinned(alias) as fd:  # DIR/NAME for DIR/progs/NAME of `bpfdsl load`
+            yield OpenProgram(int(fd), _prog_name(fd), pin_dir or _owner_dir(alias))
+        return
     if not os.path.isfile(ref):
         raise UsageError(error("no-such-file", f"{ref}: no such object, pinned program or pin dir"))
     yield from _load_and_open(ref, prog, pin_dir, config_items)
