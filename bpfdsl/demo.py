@@ -114,6 +114,9 @@ def run_demo(
         netlink.create_netns(ns)  # at any moment, and removing what is missing is fine
         stack.callback(netlink.delete_link, outer)
         netlink.create_veth(outer, inner, peer_netns=ns)
+        _no_ipv6(outer)  # no neighbour discovery chatter: the maps count only our frames
+        with netlink.in_netns(ns):
+            _no_ipv6(inner)
         inner_mac = netlink.configure(inner, netns=ns, address=inner_ip, prefixlen=30)
         outer_mac = netlink.configure(outer)
         coll = stack.enter_context(loader.load_collection(spec, config=config))
@@ -148,6 +151,14 @@ def run_demo(
         for name, m in coll.maps.items():
             result.maps[name] = _map_entries(m)
     return result
+
+
+def _no_ipv6(dev: str) -> None:
+    try:  # /proc/sys/net resolves in the calling thread's network namespace
+        with open(f"/proc/sys/net/ipv6/conf/{dev}/disable_ipv6", "w") as f:
+            f.write("1")
+    except OSError:
+        pass
 
 
 def _config_for(spec, port: int) -> dict[str, int]:
