@@ -158,3 +158,26 @@ def test_fuzzed_objects_raise_only_usage_errors():
         except UsageError:
             outcomes["usage"] += 1
     assert outcomes["usage"] > 50
+
+
+def _bad_objects() -> dict[str, str]:
+    import importlib.util
+    from pathlib import Path
+
+    make = Path(__file__).resolve().parent / "data" / "bad_objects" / "make.py"
+    spec = importlib.util.spec_from_file_location("bad_objects_make", make)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return {str(make.parent / name): msg for name, msg in mod.EXPECTED.items()}
+
+
+@pytest.mark.parametrize(
+    ("path", "message"),
+    sorted(_bad_objects().items()),
+    ids=lambda v: v.rsplit("/", 1)[-1] if "/" in v else "",
+)
+def test_hand_made_bad_objects(path, message):
+    """Checked-in broken objects (tests/data/bad_objects/make.py): UsageError naming the file."""
+    with pytest.raises(UsageError) as ei:
+        read_object(path)
+    assert message in str(ei.value) and path in str(ei.value)
