@@ -19,6 +19,7 @@ from . import types as T
 from .codegen_expr import ExprGen
 from .codegen_maps import MapGen
 from .codegen_pkt import PktGen
+from .headers import CTX_DATA
 from .sema import Checked, Local
 
 I1, I8, I16, I32, I64 = (ir.IntType(n) for n in (1, 8, 16, 32, 64))
@@ -36,6 +37,8 @@ class _Fn:
         self.entry: ir.Block = func.append_basic_block("entry")
         self.cursor: ir.Value | None = None  # alloca holding the parse cursor (ptr)
         self.loops: list[tuple[ir.Block, ir.Block]] = []  # (continue target, break target)
+        self.ret_block: ir.Block | None = None
+        self.rets: list[tuple[ir.Value, ir.Block]] = []  # (value, predecessor) of ret_block
 
 
 class CodeGen(ExprGen, PktGen, MapGen):
@@ -156,10 +159,23 @@ class CodeGen(ExprGen, PktGen, MapGen):
             self.dbg.program(func, decl, kind)
         self.begin(func, kind, func.args[0])
         self.loc(decl.span)
-        self.f.cursor = self.alloca_ptr("cursor")
-        self.b.store(self.pkt_data(), self.f.cursor)
+        if kind.ctx in CTX_DATA:  # programs with packet / message data have a parse cursor
+            self.f.cursor = self.alloca_ptr("cursor")
+            self.b.store(self.pkt_data(), self.f.cursor)
+        self.f.ret_block = self.new_block("return")
         self.block(decl.body, new_scope=False)
         if not self.b.block.is_terminated:
+            self.b.unreachable()
+        blocks = self.f.func.blocks  # the return block goes last, where clang puts it
+        blocks.remove(self.f.ret_block)
+        blocks.append(self.f.ret_block)
+        self.b.position_at_end(self.f.ret_block)
+        if self.f.rets:
+            phi = self.b.phi(I32, "retval")
+            for v, blk in self.f.rets:
+                phi.add_incoming(v, blk)
+            self.b.ret(phi)
+        else:
             self.b.unreachable()
         self.finish()
         if self.dbg:
@@ -179,12 +195,24 @@ class CodeGen(ExprGen, PktGen, MapGen):
     def alloca_ptr(self, name: str = "") -> ir.Value:
         return self.alloca(PTR, name, 8)
 
-    def alloca_mem(self, size: int, name: str = "") -> ir.Value:
-        """An 8-aligned stack area of ``size`` bytes (B07), zero-filled at this point."""
+    def alloca_mem(self, size: int, name: str = "", filled: list[tuple[int, int]] = ()) -> ir.Value:
+        """An 8-aligned stack area of ``size`` bytes (B07).  Every byte not in ``filled``
+        ((offset, size) ranges the caller stores next) is zeroed here, so padding is zero."""
         n = (size + 7) // 8
         a = self.alloca(ir.ArrayType(I64, n), name, 8)
-        for i in range(n):
-            self.b.store(ir.Constant(I64, 0), self.gep(a, 8 * i), align=8)
+        covered = bytearray(size)
+        for off, sz in filled:
+            covered[off : off + sz] = b"\1" * sz
+        off = 0
+        while off < size:
+            if covered[off]:
+                off += 1
+                continue
+            w = 8
+            while w > 1 and (off % w or off + w > size or any(covered[off : off + w])):
+                w //= 2
+            self.b.store(ir.Constant(ir.IntType(8 * w), 0), self.gep(a, off), align=w)
+            off += w
         return a
 
     def bind(self, loc: Local, val: ir.Value) -> None:
@@ -346,9 +374,10 @@ class CodeGen(ExprGen, PktGen, MapGen):
 
     def s_Return(self, s: ast.Return) -> None:
         rt = self.f.func.function_type.return_type
-        if self.f.kind is not None:
+        if self.f.kind is not None:  # one return block with a phi, the shape clang emits
             v = self.rv(s.value, T.U32, allow_narrow=True)
-            self.b.ret(v)
+            self.f.rets.append((v, self.b.block))
+            self.b.branch(self.f.ret_block)
         else:
             info = self.c.fns[self.f.func.name]
             self.b.ret(self.rv(s.value, info.ret) if rt != ir.VoidType() else None)

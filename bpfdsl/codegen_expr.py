@@ -286,7 +286,8 @@ class ExprGen:
         c = self.c
         if e.name in c.structs:
             st = c.structs[e.name]
-            p = self.alloca_mem(st.size, e.name)
+            filled = [(st.fields[k][0], st.fields[k][1].size) for k in e.kwargs]
+            p = self.alloca_mem(st.size, e.name, filled)
             for k, v in e.kwargs.items():
                 off, ft = st.fields[k]
                 if isinstance(ft, (T.IntType, T.BoolType)):
@@ -323,8 +324,38 @@ class ExprGen:
             return self.swap(e.args[0], e.args[1])
         if e.name == "hash":
             return self.flow_hash(e.args)
-        if e.name in ("adjust_head", "adjust_tail", "adjust_meta"):
+        if e.name in (
+            "adjust_head",
+            "adjust_tail",
+            "adjust_meta",
+            "msg_pull_data",
+            "msg_push_data",
+            "msg_pop_data",
+        ):
             return self.resize(e)
+        if e.name in (
+            "msg_redirect_hash",
+            "msg_redirect_map",
+            "sock_hash_update",
+            "sock_map_update",
+        ):
+            m = e.args[0].ty
+            key = (
+                self.rv(e.args[1], T.U32)
+                if e.name == "msg_redirect_map"
+                else self.key_ptr(m, e.args[1])
+            )
+            return self.helper(
+                HELPERS[e.name].id,
+                I64,
+                [self.f.ctx, self.gen(e.args[0]), key, self.rv(e.args[2], T.U64)],
+            )
+        if e.name in ("msg_apply_bytes", "msg_cork_bytes", "sock_ops_cb_flags_set"):
+            from .sema_expr import BUILTINS
+
+            params = BUILTINS[e.name][0]
+            args = [self.rv(a, t) for a, t in zip(e.args, params, strict=True)]
+            return self.helper(HELPERS[e.name].id, I64, [self.f.ctx, *args])
         raise AssertionError(f"codegen: call {e.name}")
 
     def g_MethodCall(self, e: ast.MethodCall):

@@ -17,37 +17,47 @@ from llvmlite import ir
 
 from . import ast
 from . import types as T
-from .headers import IPV6_EXT_HEADERS, IPV6_EXT_MAX
+from .headers import CTX_DATA, CTX_FIELDS, IPV6_EXT_HEADERS, IPV6_EXT_MAX
 from .helpers import HELPERS
 
 I1, I8, I16, I32, I64 = (ir.IntType(n) for n in (1, 8, 16, 32, 64))
 PTR = ir.PointerType()
-XDP_MD = {
-    "data": 0,
-    "data_end": 4,
-    "data_meta": 8,
-    "ingress_ifindex": 12,
-    "rx_queue_index": 16,
-    "egress_ifindex": 20,
-}  # struct xdp_md (uapi/linux/bpf.h)
 
 
 class PktGen:
     def ctx_u32(self, off: int) -> ir.Value:
         return self.b.load(self.gep(self.f.ctx, off), typ=I32, align=4)
 
+    def _ctx_ptr(self, which: int) -> ir.Value:
+        """data (0) or data_end (1) of the context as a packet pointer, loaded the way
+        clang does: u32 + zext + inttoptr for xdp_md, a 64-bit pointer for sk_msg_md."""
+        off = CTX_DATA[self.f.kind.ctx][which]
+        if CTX_DATA[self.f.kind.ctx][2] == 8:
+            return self.b.load(self.gep(self.f.ctx, off), typ=PTR, align=8)
+        return self.b.inttoptr(self.b.zext(self.ctx_u32(off), I64), PTR)
+
     def pkt_data(self) -> ir.Value:
-        return self.b.inttoptr(self.b.zext(self.ctx_u32(XDP_MD["data"]), I64), PTR)
+        return self._ctx_ptr(0)
 
     def pkt_end(self) -> ir.Value:
-        return self.b.inttoptr(self.b.zext(self.ctx_u32(XDP_MD["data_end"]), I64), PTR)
+        return self._ctx_ptr(1)
 
     def ctx_field(self, name: str) -> ir.Value:
-        if name == "len":  # data_end - data as a 64-bit scalar (B04)
-            d = self.b.zext(self.ctx_u32(XDP_MD["data"]), I64)
-            de = self.b.zext(self.ctx_u32(XDP_MD["data_end"]), I64)
-            return self.b.sub(de, d)
-        return self.ctx_u32(XDP_MD[name])
+        off, ty, access = CTX_FIELDS[self.f.kind.ctx][name]
+        if access == "len":  # data_end - data as a 64-bit scalar (B04)
+            d = self.b.ptrtoint(self.pkt_data(), I64)
+            return self.b.sub(self.b.ptrtoint(self.pkt_end(), I64), d)
+        if access == "ip6":
+            p = self.alloca_mem(16, name)
+            for i in range(4):
+                self.b.store(self.ctx_u32(off + 4 * i), self.gep(p, 4 * i), align=4)
+            return p
+        v = self.ctx_u32(off)
+        if access == "port_be":
+            return self.b.trunc(self.b.lshr(v, ir.Constant(I32, 16)), I16)
+        if access == "port_host":
+            return self.b.trunc(v, I16)
+        return v
 
     # ---- optionals ----
     def gen_optional(self, e: ast.Expr, fail: ir.Block) -> ir.Value:
@@ -135,9 +145,14 @@ class PktGen:
         return self.b.load(nh_slot)
 
     def resize(self, e: ast.Call) -> ir.Value:
-        """adjust_head/adjust_tail/adjust_meta(delta): helper call, then cursor = data."""
-        hid = HELPERS["xdp_" + e.name].id
-        r = self.helper(hid, I64, [self.f.ctx, self.rv(e.args[0], T.I32)])
+        """adjust_head/tail/meta, msg_pull/push/pop_data: the helper call, then cursor = data
+        (every earlier packet pointer is invalid: bpf_helper_changes_pkt_data)."""
+        from .sema_expr import BUILTINS, PKT_RESIZE
+
+        hid = HELPERS[PKT_RESIZE[e.name]].id
+        params = BUILTINS[e.name][0]
+        args = [self.rv(a, t) for a, t in zip(e.args, params, strict=True)]
+        r = self.helper(hid, I64, [self.f.ctx, *args])
         self.b.store(self.pkt_data(), self.f.cursor)
         return r
 

@@ -169,6 +169,46 @@ HEADERS: dict[str, Header] = {
     ),
 }
 
+# Context fields per kernel context struct (uapi/linux/bpf.h; offsets checked against
+# /sys/kernel/btf/vmlinux): name -> (byte offset, language type, access).  Access: "u32"
+# plain 4-byte load; "port_be" remote port, network order in the high half of the u32
+# (the kernel's ctx rewrite shifts skc_dport left by 16 on little-endian); "port_host"
+# local port in host order; "ip6" 4 x u32 loads into a 16-byte ipv6_addr; "len" packet
+# length data_end - data (64-bit, B04).
+_SOCK_COMMON = {
+    "family": (0, T.U32, "u32"),
+    "remote_ip4": (4, T.BE32, "u32"),
+    "local_ip4": (8, T.BE32, "u32"),
+    "remote_ip6": (12, T.IPV6_ADDR, "ip6"),
+    "local_ip6": (28, T.IPV6_ADDR, "ip6"),
+    "remote_port": (44, T.BE16, "port_be"),
+    "local_port": (48, T.U16, "port_host"),
+}
+CTX_FIELDS: dict[str, dict[str, tuple[int, T.Type, str]]] = {
+    "xdp_md": {
+        "len": (0, T.U64, "len"),
+        "ingress_ifindex": (12, T.U32, "u32"),
+        "rx_queue_index": (16, T.U32, "u32"),
+        "egress_ifindex": (20, T.U32, "u32"),
+    },
+    "sk_msg_md": {
+        **{k: (o + 16, t, a) for k, (o, t, a) in _SOCK_COMMON.items()},
+        "size": (68, T.U32, "u32"),
+        "len": (0, T.U64, "len"),
+    },
+    "bpf_sock_ops": {
+        "op": (0, T.U32, "u32"),
+        **{k: (o + 20, t, a) for k, (o, t, a) in _SOCK_COMMON.items()},
+        "is_fullsock": (72, T.U32, "u32"),
+        "snd_cwnd": (76, T.U32, "u32"),
+        "srtt_us": (80, T.U32, "u32"),
+        "bpf_sock_ops_cb_flags": (84, T.U32, "u32"),
+        "state": (88, T.U32, "u32"),
+    },
+}
+# where data / data_end live in the context, and their width (xdp_md: u32; sk_msg_md: ptr)
+CTX_DATA: dict[str, tuple[int, int, int]] = {"xdp_md": (0, 4, 4), "sk_msg_md": (0, 8, 8)}
+
 # IPv6 extension headers walked by skip_ext(): hop-by-hop, routing, fragment, dest-opts
 # (RFC 8200 section 4); AH (51) has its length in 4-byte units and is not walked.
 IPV6_EXT_HEADERS = (0, 43, 44, 60)
@@ -196,4 +236,10 @@ CONSTANTS: dict[str, tuple[int, T.Type]] = {
     "ICMP_ECHO": (8, T.U8),
     "ICMPV6_ECHO_REQUEST": (128, T.U8),
     "ICMPV6_ECHO_REPLY": (129, T.U8),
+    "AF_INET": (2, T.U32),
+    "AF_INET6": (10, T.U32),
 }
+
+from .uapi import SockOpsOp  # noqa: E402
+
+CONSTANTS.update({f"BPF_SOCK_OPS_{op.name}": (int(op), T.U32) for op in SockOpsOp})

@@ -167,6 +167,8 @@ def call(ex, e: ast.Call) -> T.Type:
                 "`let proto = skip_ext(ip6) else { return XDP_PASS }`",
             )
         return T.OptionalType(T.U8, "next header")
+    if e.name in ("msg_redirect_hash", "msg_redirect_map", "sock_hash_update", "sock_map_update"):
+        return _sock_redirect(ex, e)
     if e.name == "redirect_map":
         if len(args) != 3:
             ex.err(
@@ -189,6 +191,7 @@ def call(ex, e: ast.Call) -> T.Type:
                 ex.expect(a, ty)
         return T.ERR
     params, ret = sig
+    _helper_kind(ex, e, e.name)
     if len(args) != len(params):
         ex.err("arg-count", f"`{e.name}` takes {len(params)} argument(s)", e.span)
     for a, ty in zip(args, params, strict=False):
@@ -346,3 +349,42 @@ def _swap(ex, e: ast.Call) -> T.Type:
             "headers; checksums are then updated field by field",
         )
     return T.VOID
+
+
+def _helper_kind(ex, e: ast.Call, name: str) -> bool:
+    """Error unless helper ``name`` may be called from the current program kind."""
+    from .helpers import HELPERS, helper_allowed
+
+    h = HELPERS.get(PKT_RESIZE.get(name, name)) or HELPERS.get(name)
+    kind = ex.s.kind
+    if h is None or kind is None or helper_allowed(h, kind.program_type):
+        return True
+    ex.err(
+        "helper-not-allowed",
+        f"`{name}` cannot be called from a {kind.keyword} program",
+        e.span,
+        "the kernel offers it to: " + ", ".join(sorted(p.name.lower() for p in h.prog_types or ())),
+    )
+    return False
+
+
+def _sock_redirect(ex, e: ast.Call) -> T.Type:
+    """msg_redirect_hash/map(map, key, flags) in sk_msg; sock_hash/map_update(map, key, flags)
+    in sock_ops: the context is passed implicitly."""
+    _helper_kind(ex, e, e.name)
+    if len(e.args) != 3:
+        ex.err("arg-count", f"{e.name}(map, key, flags) takes 3 arguments", e.span)
+        return T.U64
+    m = _map_arg(ex, e.args[0])
+    if m is not None:
+        if not map_fits_helper(MapType(m.map_type), e.name):
+            want = "sockhash" if "hash" in e.name else "sockmap"
+            ex.err(
+                "redirect-map-kind",
+                f"`{e.name}` takes a {want}, not a {m.kind} map",
+                e.args[0].span,
+            )
+        else:
+            map_key(ex, m, e.args[1])
+    ex.expect(e.args[2], T.U64)
+    return T.U64 if e.name.startswith("msg") else T.I64

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from . import ast
 from . import types as T
-from .headers import CONSTANTS, HEADERS
+from .headers import CONSTANTS, CTX_DATA, CTX_FIELDS, HEADERS
 from .uapi import (
     BPF_ANY,
     BPF_EXIST,
@@ -32,13 +32,10 @@ ACTIONS: dict[str, int] = {}
 for _k in PROGRAM_KINDS:
     ACTIONS.update({n: int(v) for n, v in _k.returns.items() if not n.isdigit()})
 
-CTX_FIELDS = {
-    "len": T.U64,
-    "ingress_ifindex": T.U32,
-    "rx_queue_index": T.U32,
-    "egress_ifindex": T.U32,
-}
 PKT_RESIZE = {
+    "msg_pull_data": "msg_pull_data",
+    "msg_push_data": "msg_push_data",
+    "msg_pop_data": "msg_pop_data",
     "adjust_head": "xdp_adjust_head",
     "adjust_tail": "xdp_adjust_tail",
     "adjust_meta": "xdp_adjust_meta",
@@ -53,6 +50,16 @@ BUILTINS: dict[str, tuple[list[T.Type], T.Type] | None] = {
     "ktime_get_ns": ([], T.U64),
     "get_prandom_u32": ([], T.U32),
     "get_smp_processor_id": ([], T.U32),
+    "msg_redirect_hash": None,
+    "msg_redirect_map": None,
+    "sock_hash_update": None,
+    "sock_map_update": None,
+    "msg_apply_bytes": ([T.U32], T.U64),
+    "msg_cork_bytes": ([T.U32], T.U64),
+    "msg_pull_data": ([T.U32, T.U32, T.U64], T.I64),
+    "msg_push_data": ([T.U32, T.U32, T.U64], T.I64),
+    "msg_pop_data": ([T.U32, T.U32, T.U64], T.I64),
+    "sock_ops_cb_flags_set": ([T.U32], T.I64),
     "swap": None,
     "hash": None,
     "host": None,
@@ -271,15 +278,16 @@ class ExprChecker:
                 return T.ERR
             return t.fields[e.name][1]
         if isinstance(t, T.CtxType):
-            if e.name not in CTX_FIELDS:
+            fields = CTX_FIELDS.get(self.s.kind.ctx if self.s.kind else "", {})
+            if e.name not in fields:
                 self.err(
                     "unknown-field",
                     f"the context has no field `{e.name}`",
                     e.span,
-                    "fields: " + ", ".join(CTX_FIELDS),
+                    self.s.suggest(e.name, fields) or "fields: " + ", ".join(fields),
                 )
                 return T.ERR
-            return CTX_FIELDS[e.name]
+            return fields[e.name][1]
         self.err("no-fields", f"{t} has no fields", e.span)
         return T.ERR
 
@@ -453,6 +461,12 @@ class ExprChecker:
                 "`parse` is only allowed in a program body",
                 e.span,
                 "parse in the program and pass the header to the fn",
+            )
+        elif self.s.kind.ctx not in CTX_DATA:
+            self.err(
+                "parse-no-data",
+                f"a {self.s.kind.keyword} program has no packet data to parse",
+                e.span,
             )
         if e.header not in HEADERS:
             self.err(
