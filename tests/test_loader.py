@@ -204,3 +204,13 @@ def test_our_compiled_progs_load(src):
         for p in coll.programs.values():
             assert S.prog_info(p.fd).nr_line_info == len(p.spec.line_info) > 0
             assert p.spec.line_info[0].file.endswith(".bpfd")
+
+
+def test_static_global_and_callback_subprograms():
+    """Calls via the .text section symbol, via a function symbol and a bpf_loop callback
+    (ld_imm64 BPF_PSEUDO_FUNC) are all linked; the kernel runs them."""
+    spec = read_object(build("subprogs"))
+    assert set(spec.programs["sum_prog"].subprograms) == {"loop_cb", "add_three", "add_ten"}
+    with load_collection(spec) as coll:
+        assert S.prog_test_run(coll.programs["sum_prog"].fd, bytes(64)).retval == 19
+        assert S.prog_test_run(coll.programs["twice_prog"].fd, bytes(64)).retval == 42
