@@ -167,3 +167,21 @@ def test_objects_of_ours_load_with_bpftool_and_xdp_loader(net, tmp_path):
             capture_output=True,
             timeout=60,
         )
+
+
+@pytest.mark.kernel
+def test_attach_cpumap_program_to_interface_is_refused(net, pin_dir):
+    from objbuild import build
+
+    obj = str(build("xdp_cpumap_steer"))
+    r = net.bpfdsl(
+        "attach", "xdp", obj, "--prog", "on_cpu", "--dev", net.xdp_dev, "--pin-dir", pin_dir
+    )
+    assert r.returncode == 1 and "cpumap" in r.stderr and "Traceback" not in r.stderr
+    assert not os.path.exists(pin_dir)
+    # the same from a pinned program: the kernel's EINVAL is explained, not shown bare
+    assert net.bpfdsl("load", obj, "--pin-dir", pin_dir).returncode == 0
+    r = net.bpfdsl("attach", f"{pin_dir}/progs/on_cpu", net.xdp_dev)
+    assert r.returncode == 1 and "cpumap" in r.stderr and "Traceback" not in r.stderr
+    with net.in_xdp_ns():
+        assert attach.xdp_attachment(net.xdp_dev) is None

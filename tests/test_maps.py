@@ -89,3 +89,44 @@ def test_map_errors_are_clear(pinned):
     r = bpfdsl("map", "dump", pinned)
     assert r.returncode == 2 and f"{pinned}:NAME" in r.stderr
     assert os.path.isdir(pinned)
+
+
+@pytest.mark.kernel
+def test_map_update_changes_live_verdicts_lpm_ip_keys():
+    """IPs/prefixes as text in and out; an entry added from the CLI blocks real traffic."""
+    from netns import veth_net
+
+    d = bpffs_dir("bpfdsl_acl_")
+    with veth_net("bm") as net:
+        try:
+            r = net.bpfdsl(
+                "attach",
+                "xdp",
+                str(ROOT / "progs" / "xdp_acl.bpfd"),
+                "--dev",
+                net.xdp_dev,
+                "--pin-dir",
+                d,
+            )
+            assert r.returncode == 0, r.stderr
+            prefix = f"{net.peer_ip.rsplit('.', 1)[0]}.0/24"
+            with net.udp_receiver(6000) as rx:
+                net.send_udp(6000, 10)
+                assert rx.drain() == 10
+                assert jrun("map", "update", f"{d}:v4_block", prefix, "1")["key"] == prefix
+                assert jrun("map", "dump", f"{d}:v4_block")["entries"] == [
+                    {"key": prefix, "value": 1}
+                ]
+                net.send_udp(6000, 10)
+                assert rx.drain() == 0
+                assert jrun("map", "dump", f"{d}:dropped", "--sum")["entries"][0] == {
+                    "key": 0,
+                    "value": 10,
+                }
+                assert jrun("map", "delete", f"{d}:v4_block", prefix)["deleted"] is True
+                net.send_udp(6000, 10)
+                assert rx.drain() == 10
+        finally:
+            net.bpfdsl("detach", net.xdp_dev)
+            bpfdsl("unload", d)
+            shutil.rmtree(d, ignore_errors=True)
