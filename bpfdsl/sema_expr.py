@@ -279,6 +279,15 @@ class ExprChecker:
             return t.fields[e.name][1]
         if isinstance(t, T.CtxType):
             fields = CTX_FIELDS.get(self.s.kind.ctx if self.s.kind else "", {})
+            if e.name in ("data", "data_end", "data_meta"):
+                self.err(
+                    "raw-data",
+                    f"`{e.name}` is not accessible: packet and message bytes "
+                    "are read through bounds-checked `parse`",
+                    e.span,
+                    "`let b = parse byte else { ... }` or `parse HEADER`; the length is `ctx.len`",
+                )
+                return T.ERR
             if e.name not in fields:
                 self.err(
                     "unknown-field",

@@ -116,6 +116,44 @@ xdp fn f(ctx) {
         "XDP_",
     ),
     (
+        "msg_redirect_from_xdp",
+        """struct k { a: u32 }
+map socks: sockhash<k, u64>(max_entries: 4)
+xdp fn f(ctx) {
+    return msg_redirect_hash(socks, k(a: 1), BPF_F_INGRESS)
+}""",
+        "helper-not-allowed",
+        6,
+        12,
+        "cannot be called from a xdp program",
+        "sk_msg",
+    ),
+    (
+        "sockhash_key_type",
+        """struct k { a: u32 }
+map socks: sockhash<k, u64>(max_entries: 4)
+sk_msg fn f(msg) {
+    return msg_redirect_hash(socks, msg.local_port, BPF_F_INGRESS)
+}""",
+        "key-type",
+        6,
+        37,
+        "key of type u16 does not match the key type k",
+        "k(field",
+    ),
+    (
+        "msg_data_without_parse",
+        """sk_msg fn f(msg) {
+    if msg.data == 0 { return SK_DROP }
+    return SK_PASS
+}""",
+        "raw-data",
+        4,
+        8,
+        "bounds-checked `parse`",
+        "parse byte",
+    ),
+    (
         "unbounded_loop",
         """xdp fn f(ctx) {
     let n: u32 = 0
