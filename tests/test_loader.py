@@ -214,3 +214,14 @@ def test_static_global_and_callback_subprograms():
     with load_collection(spec) as coll:
         assert S.prog_test_run(coll.programs["sum_prog"].fd, bytes(64)).retval == 19
         assert S.prog_test_run(coll.programs["twice_prog"].fd, bytes(64)).retval == 42
+
+
+def test_prog_array_and_map_in_map_initial_values():
+    spec = read_object(build("initial_values"))
+    assert spec.maps["outer"].values == {0: "inner_a", 1: "inner_b"}
+    assert spec.maps["outer"].inner.map_type == MapType.ARRAY
+    assert spec.maps["jumps"].values == {1: "tail_target"}
+    with load_collection(spec) as coll:
+        S.map_update(coll.maps["inner_b"].fd, bytes(4), struct.pack("<I", XdpAction.TX))
+        run = {n: S.prog_test_run(p.fd, bytes(64)).retval for n, p in coll.programs.items()}
+    assert run == {"tail_target": XdpAction.DROP, "tail_entry": XdpAction.DROP, "mim": XdpAction.TX}
