@@ -79,6 +79,14 @@ def read_pcap(path: str | Path, *, limit: int | None = None) -> list[Frame]:
             if rec is None:
                 break
             data, meta = rec
+            lt = getattr(meta, "linktype", DLT_EN10MB)  # pcapng: per interface
+            if lt is not None and (int(lt) & 0xFFFF) != DLT_EN10MB:
+                raise UsageError(
+                    error(
+                        "bad-capture",
+                        f"{p}: packet {len(frames) + 1} has link type {int(lt)}, not Ethernet",
+                    )
+                )
             wirelen = getattr(meta, "wirelen", None) or len(data)
             frames.append(Frame(len(frames) + 1, bytes(data), int(wirelen)))
     finally:

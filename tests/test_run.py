@@ -140,3 +140,13 @@ def test_run_short_frame_is_skipped_with_reason():
     out = run_json(str(PROGS / "xdp_pass.bpfd"), "--hex", "0011223344")
     (p,) = out["packets"]
     assert p["verdict"] == "" and "at least 14 bytes" in p["skipped"]
+
+
+def test_read_pcapng(tmp_path):
+    from scapy.layers.l2 import Ether
+    from scapy.utils import wrpcapng
+
+    f = tmp_path / "t.pcapng"
+    wrpcapng(str(f), [Ether(frame(9999)), Ether(frame(1))])
+    got = packets.read_pcap(f)
+    assert [g.data for g in got] == [frame(9999), frame(1)]
