@@ -100,6 +100,7 @@ class Var:
     offset: int
     size: int
     type_id: int = 0
+    static: bool = False  # BTF_VAR_STATIC / STB_LOCAL: not settable from outside
 
 
 @dataclass(slots=True)
@@ -139,8 +140,10 @@ class CollectionSpec:
 
     @property
     def configs(self) -> dict[str, Var]:
-        """Load-time settings: the VARs of ``.rodata``."""
-        return dict(self.rodata.vars) if self.rodata else {}
+        """Load-time settings: the global (non-static) VARs of ``.rodata``."""
+        if self.rodata is None:
+            return {}
+        return {n: v for n, v in self.rodata.vars.items() if not v.static}
 
 
 def _fail(path: str, msg: str, hint: str | None = None) -> UsageError:
@@ -293,11 +296,14 @@ class _Reader:
             if dsec is not None and dsec.kind.name == "DATASEC":
                 for m in dsec.members:
                     v = btf[m.type]
-                    vars_[v.name] = Var(v.name, m.offset, m.size, v.type)
+                    vars_[v.name] = Var(v.name, m.offset, m.size, v.type, v.linkage == 0)
             else:
                 for sym in self.symbols:
                     if sym.entry.st_shndx == idx and sym["st_info"]["type"] == "STT_OBJECT":
-                        vars_[sym.name] = Var(sym.name, sym.entry.st_value, sym.entry.st_size)
+                        local = sym["st_info"]["bind"] == "STB_LOCAL"
+                        vars_[sym.name] = Var(
+                            sym.name, sym.entry.st_value, sym.entry.st_size, static=local
+                        )
             ro = n.startswith(".rodata") or not s.header.sh_flags & SHF_WRITE
             out[n] = DataSection(n, self.data(s), vars_, ro, dsec.id if dsec else 0)
         return out

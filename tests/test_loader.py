@@ -225,3 +225,15 @@ def test_prog_array_and_map_in_map_initial_values():
         S.map_update(coll.maps["inner_b"].fd, bytes(4), struct.pack("<I", XdpAction.TX))
         run = {n: S.prog_test_run(p.fd, bytes(64)).retval for n, p in coll.programs.items()}
     assert run == {"tail_target": XdpAction.DROP, "tail_entry": XdpAction.DROP, "mim": XdpAction.TX}
+
+
+def test_data_and_bss_are_writable_maps_and_statics_are_not_configs():
+    spec = read_object(build("globals"))
+    assert spec.configs == {}  # the printk format string is a static .rodata var
+    assert not spec.data_sections[".data"].readonly and spec.rodata.readonly
+    with load_collection(spec) as coll:
+        S.prog_test_run(coll.programs["accumulate"].fd, bytes(64), repeat=3)
+        assert S.map_lookup(coll.maps[".bss"].fd, bytes(4), 8) == struct.pack("<Q", 15)
+        S.map_update(coll.maps[".data"].fd, bytes(4), struct.pack("<Q", 100))  # writable
+        S.prog_test_run(coll.programs["accumulate"].fd, bytes(64))
+        assert S.map_lookup(coll.maps[".bss"].fd, bytes(4), 8) == struct.pack("<Q", 115)
