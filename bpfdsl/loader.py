@@ -208,6 +208,10 @@ def _create_map(coll: Collection, m: MapSpec, pin_root: str) -> None:
         if warn:
             coll.warnings.append(warn)
     path = os.path.join(pin_root, m.name) if m.pinning == PIN_BY_NAME else None
+    if path and pin_root.startswith(DEFAULT_PIN_ROOT):
+        from bpfdsl.attach import ensure_bpffs  # noqa: PLC0415 (netlink import only when pinning)
+
+        ensure_bpffs(DEFAULT_PIN_ROOT)
     if path and os.path.exists(path):
         fd = _reuse_pinned(path, m, max_entries)
         coll.maps[m.name] = LoadedMap(

@@ -127,3 +127,19 @@ def test_manifest_is_a_symlink_bpffs_accepts(pin_dir):
     assert main(["load", str(build("xdp_pass")), "--pin-dir", pin_dir]) == 0
     assert os.path.islink(os.path.join(pin_dir, MANIFEST))
     assert main(["unload", pin_dir]) == 0
+
+
+def test_without_privileges_one_line_exit_3(pin_dir):
+    if shutil.which("capsh") is None:
+        pytest.skip("capsh not installed")
+    cmd = f"{sys.executable} -m bpfdsl load {build('xdp_pass')} --pin-dir {pin_dir}"
+    r = subprocess.run(
+        ["capsh", "--drop=cap_bpf,cap_sys_admin,cap_net_admin,cap_perfmon", "--", "-c", cmd],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+    )
+    assert r.returncode == 3, r.stderr
+    assert r.stderr.count("\n") == 1 and "needs root (CAP_BPF + CAP_NET_ADMIN" in r.stderr
+    assert not os.path.exists(pin_dir)
