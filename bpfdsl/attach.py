@@ -50,7 +50,8 @@ def link_pin_path(pin_dir: str, dev: str) -> str:
     return os.path.join(pin_dir, f"link_xdp_{dev.replace('.', '_')}")
 
 
-def _check_mode(mode: str) -> XdpFlags:
+def check_mode(mode: str) -> XdpFlags:
+    """XDP_FLAGS_* bit of ``mode``; raises UsageError for offload or an unknown mode."""
     if mode == "offload":
         raise UsageError(
             error(
@@ -140,7 +141,7 @@ def attach_xdp(
     program, an occupied interface without ``replace``, or a kernel refusal.
     """
     prog_fd = int(prog_fd)  # also accepts syscall.Fd
-    flags = _check_mode(mode)
+    flags = check_mode(mode)
     index = netlink.ifindex(dev)
     prog_id, prog_name, prog_type = _prog_id_name(prog_fd)
     if prog_type != ProgramType.XDP:
@@ -278,7 +279,7 @@ def _replace_netlink(prog_fd: int, dev: str, index: int, mode: str) -> XdpAttach
         )
     with syscall.get_fd_by_id("prog", old_id) as old:
         netlink.xdp_set(
-            index, prog_fd, _check_mode(mode) | XdpFlags.REPLACE, expected_fd=int(old), dev=dev
+            index, prog_fd, check_mode(mode) | XdpFlags.REPLACE, expected_fd=int(old), dev=dev
         )
     prog_id, name, _t = _prog_id_name(prog_fd)
     return XdpAttachment(dev, index, mode, "netlink", prog_id, name)

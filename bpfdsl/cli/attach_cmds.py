@@ -93,7 +93,7 @@ def cmd_attach(args) -> int:
             )
         )
     dev = _dev(args, words[1] if len(words) > 1 else None)
-    attach._check_mode(args.mode)
+    attach.check_mode(args.mode)
     with inventory.open_program(
         words[0], prog=args.prog, pin_dir=args.pin_dir, config_items=args.set
     ) as prog:
