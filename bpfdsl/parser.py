@@ -35,6 +35,12 @@ _TOKEN_NAMES = {
 }
 
 
+# One lexer for the whole grammar ("basic"): the contextual lexer compiles a scanner per
+# parser state on first use, which costs more per process than it saves.  Address
+# literals win over NAME/NUMBER by terminal priority.
+_OPTIONS = dict(parser="lalr", lexer="basic", propagate_positions=True, maybe_placeholders=True)
+
+
 @lru_cache(maxsize=1)
 def _lark():
     from importlib.resources import files
@@ -48,11 +54,9 @@ def _lark():
 
         text = (Path(__file__).resolve().parents[1] / "grammar" / "bpfdsl.lark").read_text()
     try:
-        return Lark(
-            text, parser="lalr", propagate_positions=True, maybe_placeholders=True, cache=True
-        )
+        return Lark(text, cache=True, **_OPTIONS)
     except OSError:  # cache dir not writable
-        return Lark(text, parser="lalr", propagate_positions=True, maybe_placeholders=True)
+        return Lark(text, **_OPTIONS)
 
 
 def parse_tree(text: str, filename: str = "<input>"):
