@@ -4,6 +4,8 @@ the instructions they produced (from .BTF.ext line info), maps named (≈ llvm-o
 from __future__ import annotations
 
 import json
+import os
+import sys
 
 OK = 0
 
@@ -75,5 +77,9 @@ def cmd_disasm(args) -> int:
     if args.json:
         print(json.dumps({p.name: disasm_lines(spec, p) for p in progs}, indent=1))
         return OK
-    print("\n\n".join("\n".join(disasm_lines(spec, p)) for p in progs))
+    try:
+        print("\n\n".join("\n".join(disasm_lines(spec, p)) for p in progs))
+        sys.stdout.flush()
+    except BrokenPipeError:  # `bpfdsl disasm X.o | head`: the reader left, not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return OK
