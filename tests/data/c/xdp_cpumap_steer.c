@@ -38,7 +38,7 @@ struct {
 
 static __always_inline __u32 flow_hash(__u32 a, __u32 b, __u32 c)
 {
-	/* FNV-1a over the three words */
+	/* 32-bit FNV-1a over one word per value as stored (network order), as bpfdsl's hash() */
 	__u32 h = 2166136261u;
 
 	h = (h ^ a) * 16777619u;
@@ -61,7 +61,7 @@ int steer(struct xdp_md *ctx)
 	if (eth->h_proto != bpf_htons(ETH_P_IP))
 		return XDP_PASS;
 	ip = (void *)(eth + 1);
-	if ((void *)(ip + 1) > data_end)
+	if ((void *)(ip + 1) > data_end || ip->ihl < 5)
 		return XDP_PASS;
 	if (n == 0 || n > MAX_CPUS)
 		return XDP_PASS;
