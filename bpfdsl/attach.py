@@ -209,9 +209,17 @@ def attach_xdp(
 
 
 def _replace(prog_fd: int, dev: str, index: int, mode: str, cur: XdpAttachment) -> XdpAttachment:
+    if cur.mode != mode:  # a swap keeps the mode; say so instead of changing it silently
+        raise DiagnosticError(
+            error(
+                "attach-failed",
+                f"{dev} runs XDP in {cur.mode} mode, not {mode}",
+                hint=f"use --mode {cur.mode} to replace it atomically, or detach it first",
+            )
+        )
     if cur.method == "link":
         return _replace_link(prog_fd, dev, index, (cur.link_id, cur.prog_id))
-    return _replace_netlink(prog_fd, dev, index, mode)
+    return _replace_netlink(prog_fd, dev, index, mode, cur.prog_id)
 
 
 def _occupied(dev: str, cur: XdpAttachment | None) -> DiagnosticError:
@@ -266,18 +274,8 @@ def _replace_link(
     return XdpAttachment(dev, index, cur_mode, "link", prog_id, name, link_id, None)
 
 
-def _replace_netlink(prog_fd: int, dev: str, index: int, mode: str) -> XdpAttachment:
-    st = netlink.xdp_state(index)
-    old_id = st.prog_id_for(mode)
-    if not old_id:
-        raise DiagnosticError(
-            error(
-                "attach-failed",
-                f"{dev} has an XDP program in {st.mode} mode, not {mode}",
-                hint=f"use --mode {st.mode} to replace it, or detach it first",
-            )
-        )
-    with syscall.get_fd_by_id("prog", old_id) as old:
+def _replace_netlink(prog_fd: int, dev: str, index: int, mode: str, old_id: int) -> XdpAttachment:
+    with syscall.get_fd_by_id("prog", old_id) as old:  # the kernel swaps only if still attached
         netlink.xdp_set(
             index, prog_fd, check_mode(mode) | XdpFlags.REPLACE, expected_fd=int(old), dev=dev
         )

@@ -102,6 +102,12 @@ def test_attach_generic_netlink_and_show(net, pin_dir):
     with net.udp_receiver(9999) as blocked:
         net.send_udp(9999, 10)
         assert blocked.drain() == 0
+    # a replace keeps the mode: asking for another one is refused, nothing changes
+    r = net.bpfdsl("attach", "xdp", pin_dir, "--dev", net.xdp_dev)
+    assert r.returncode == 1 and "generic mode, not native" in r.stderr
+    r = net.bpfdsl("-j", "attach", "xdp", pin_dir, "--dev", net.xdp_dev, "--mode", "generic")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["method"] == "netlink"  # replaced in place (REPLACE + expected fd)
     assert net.bpfdsl("detach", net.xdp_dev).returncode == 0
     with net.in_xdp_ns():
         assert attach.xdp_attachment(net.xdp_dev) is None
