@@ -306,70 +306,91 @@ def parse_btf(data: bytes) -> Btf:
         raise BtfFormatError(".BTF: string section does not start with an empty string")
     types = [BtfType(0, Kind.UNKN)]
     pos, end = ts, ts + type_len
+    names = _Names(strings)
     while pos < end:
-        t, pos = _decode_type(data, pos, end, len(types), strings)
+        t, pos = _decode_type(data, pos, end, len(types), names)
         types.append(t)
     return Btf(types, strings)
 
 
-def _decode_type(data: bytes, pos: int, end: int, tid: int, strs: bytes) -> tuple[BtfType, int]:
-    def take(fmt: str):
-        nonlocal pos
-        n = struct.calcsize(fmt)
-        if pos + n > end:
-            raise BtfFormatError(f".BTF: type {tid} is truncated")
-        v = struct.unpack_from(fmt, data, pos)
-        pos += n
-        return v
+_U32 = struct.Struct("<I")
+# kind -> (fixed extra bytes, bytes per vlen record, record format)
+_EXTRA = {
+    Kind.INT: (4, 0, None), Kind.ARRAY: (12, 0, None), Kind.VAR: (4, 0, None),
+    Kind.DECL_TAG: (4, 0, None), Kind.STRUCT: (0, 12, "<III"), Kind.UNION: (0, 12, "<III"),
+    Kind.ENUM: (0, 8, "<II"), Kind.ENUM64: (0, 12, "<III"), Kind.FUNC_PROTO: (0, 8, "<II"),
+    Kind.DATASEC: (0, 12, "<III"),
+}  # fmt: skip
 
-    name_off, info, st = take("<III")
+
+class _Names:
+    """String-section lookups with a cache (vmlinux BTF repeats names a lot)."""
+
+    def __init__(self, strs: bytes):
+        self.strs, self.cache = strs, {0: ""}
+
+    def get(self, off: int, tid: int) -> str:
+        s = self.cache.get(off)
+        if s is None:
+            s = self.cache[off] = _cstr(self.strs, off, f"type {tid} name")
+        return s
+
+
+def _decode_type(data: bytes, pos: int, end: int, tid: int, names: _Names) -> tuple[BtfType, int]:
+    if pos + 12 > end:
+        raise BtfFormatError(f".BTF: type {tid} is truncated")
+    name_off, info, st = _TYPE.unpack_from(data, pos)
+    pos += 12
     try:
         kind = Kind((info >> 24) & 0x1F)
     except ValueError:
         raise BtfFormatError(f".BTF: type {tid} has unknown kind {(info >> 24) & 0x1F}") from None
     vlen, kflag = info & 0xFFFF, bool(info >> 31)
-    t = BtfType(tid, kind, _cstr(strs, name_off, f"type {tid} name"), name_off, kflag)
+    t = BtfType(tid, kind, names.get(name_off, tid), name_off, kflag)
     if kind in _SIZED:
         t.size = st
     else:
         t.type = st
-
-    def nm(off: int) -> str:
-        return _cstr(strs, off, f"type {tid} member name")
-
+    fixed, rec, fmt = _EXTRA.get(kind, (0, 0, None))
+    n = fixed + rec * vlen
+    if pos + n > end:
+        raise BtfFormatError(f".BTF: type {tid} is truncated")
     if kind == Kind.INT:
-        (v,) = take("<I")
+        (v,) = _U32.unpack_from(data, pos)
         t.encoding, t.int_offset, t.bits = (v >> 24) & 0xF, (v >> 16) & 0xFF, v & 0xFF
     elif kind == Kind.ARRAY:
-        t.type, t.index_type, t.nelems = take("<III")
-    elif kind in (Kind.STRUCT, Kind.UNION):
-        for _ in range(vlen):
-            mo, mt, off = take("<III")
-            bo, bs = (off & 0xFFFFFF, off >> 24) if kflag else (off, 0)
-            t.members.append(Member(nm(mo), mo, mt, bo, bs))
-    elif kind == Kind.ENUM:
-        for _ in range(vlen):
-            mo, v = take("<II")
-            val = v - (1 << 32) if kflag and v & 0x80000000 else v
-            t.members.append(Member(nm(mo), mo, value=val))
-    elif kind == Kind.ENUM64:
-        for _ in range(vlen):
-            mo, lo, hi = take("<III")
-            val = lo | hi << 32
-            val = val - (1 << 64) if kflag and val >> 63 else val
-            t.members.append(Member(nm(mo), mo, value=val))
-    elif kind == Kind.FUNC_PROTO:
-        for _ in range(vlen):
-            mo, mt = take("<II")
-            t.members.append(Member(nm(mo), mo, mt))
+        t.type, t.index_type, t.nelems = _TYPE.unpack_from(data, pos)
     elif kind == Kind.VAR:
-        (t.linkage,) = take("<I")
+        (t.linkage,) = _U32.unpack_from(data, pos)
+    elif kind == Kind.DECL_TAG:
+        (t.component_idx,) = struct.unpack_from("<i", data, pos)
     elif kind == Kind.FUNC:
         t.linkage = vlen
-    elif kind == Kind.DATASEC:
-        for _ in range(vlen):
-            mt, off, sz = take("<III")
-            t.members.append(Member(type=mt, offset=off, size=sz))
-    elif kind == Kind.DECL_TAG:
-        (t.component_idx,) = take("<i")
-    return t, pos
+    elif rec:
+        recs = struct.iter_unpack(fmt, data[pos : pos + n])
+        ms = t.members
+        if kind in (Kind.STRUCT, Kind.UNION):
+            for mo, mt, off in recs:
+                bo, bs = (off & 0xFFFFFF, off >> 24) if kflag else (off, 0)
+                ms.append(Member(names.get(mo, tid), mo, mt, bo, bs))
+        elif kind == Kind.ENUM:
+            for mo, v in recs:
+                val = v - (1 << 32) if kflag and v & 0x80000000 else v
+                ms.append(Member(names.get(mo, tid), mo, value=val))
+        elif kind == Kind.ENUM64:
+            for mo, lo, hi in recs:
+                val = lo | hi << 32
+                ms.append(
+                    Member(
+                        names.get(mo, tid),
+                        mo,
+                        value=val - (1 << 64) if kflag and val >> 63 else val,
+                    )
+                )
+        elif kind == Kind.FUNC_PROTO:
+            for mo, mt in recs:
+                ms.append(Member(names.get(mo, tid), mo, mt))
+        else:  # DATASEC
+            for mt, off, sz in recs:
+                ms.append(Member(type=mt, offset=off, size=sz))
+    return t, pos + n
