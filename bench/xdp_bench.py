@@ -135,7 +135,10 @@ def bench(
                         if i and time.monotonic() - t_start > share:
                             res["notes"].append(f"{sc}: time budget reached after {i} runs")
                             break
-                        for label, lo in los.items():
+                        order = list(los.items())
+                        if i % 2:  # ABBA order: drift and warm-up favour nobody
+                            order.reverse()
+                        for label, lo in order:
                             count = setup(sc, lo, ns, sink.progs["xdp"])
                             gen.send(min(frames // 10, 100_000))  # warm-up
                             time.sleep(0.02)
@@ -160,7 +163,7 @@ def bench(
 def render(res: dict) -> str:
     out = [
         f"XDP pps ({res['frame_bytes']}-byte frames + FCS, {res['frames_per_run']} frames "
-        f"per run); goal: bpfdsl >= {GOAL} x clang"
+        f"per run, runs in ABBA order); goal: bpfdsl >= {GOAL} x clang"
     ]
     for sc, per in res["scenarios"].items():
         runs = max(len(v) for v in per.values())
@@ -169,27 +172,31 @@ def render(res: dict) -> str:
             "impl",
             *[f"run {i + 1}" for i in range(runs)],
             "average",
+            "sd",
             "delta",
             "goal",
         ]
         base = B.mean_sd(per["clang"])[0] if "clang" in per else None
         rows = []
         for label, xs in per.items():
-            avg = B.mean_sd(xs)[0]
-            if label == "clang" or base is None:
-                delta, goal = "baseline", "-"
-            else:
+            avg, sd = B.mean_sd(xs)
+            delta, goal = "baseline", "-"
+            if label != "clang" and base:
                 delta = f"{(avg / base - 1) * 100:+.2f}%"
-                goal = B.verdict(avg >= GOAL * base)
-            rows.append(
-                [sc, label, *[f"{x / 1e6:.3f}M" for x in xs], f"{avg / 1e6:.3f}M", delta, goal]
-            )
+                goal = B.verdict(avg >= GOAL * base) if label == "bpfdsl" else "-"
+            cells = [f"{x / 1e6:.3f}M" for x in xs] + ["-"] * (runs - len(xs))
+            rows.append([sc, label, *cells, f"{avg / 1e6:.3f}M", f"{sd / 1e6:.3f}M", delta, goal])
         out += ["", B.table(head, rows)]
+    if any("clang-again" in per for per in res["scenarios"].values()):
+        out.append(
+            "note: clang-again = the clang object loaded a second time (A/A): its delta "
+            "is the noise floor of this run"
+        )
     out += [f"note: {n}" for n in res.get("notes", [])]
     return "\n".join(out)
 
 
-def build_objects(work: Path, scenarios) -> tuple[dict, list[str]]:
+def build_objects(work: Path, scenarios, aa: bool = False) -> tuple[dict, list[str]]:
     """clang objects for every scenario (+ xdp_drop for the devmap sink), ours where the
     .bpfd exists and compiles."""
     names = sorted({SCENARIOS[s] for s in scenarios} | {"xdp_drop"})
@@ -198,6 +205,8 @@ def build_objects(work: Path, scenarios) -> tuple[dict, list[str]]:
     for sc in ("drop", *scenarios):
         name = SCENARIOS[sc]
         objs[sc] = {"clang": cobjs[name]}
+        if aa and sc in scenarios:
+            objs[sc]["clang-again"] = cobjs[name]
         out = work / f"{name}.ours.o"
         why = B.compile_ours(B.PROGS / f"{name}.bpfd", out)
         if why is None:
@@ -213,6 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=10, help="runs per implementation")
     ap.add_argument("--frames", type=int, default=3_000_000, help="frames per run")
     ap.add_argument("--quick", action="store_true", help="2 runs of 200000 frames (< 1 min)")
+    ap.add_argument("--aa", action="store_true", help="also measure clang against itself")
     ap.add_argument("--budget", type=float, default=240, help="seconds of measuring (all runs)")
     ap.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     a = ap.parse_args(argv)
@@ -229,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
         B.require_root()
         B.require_tool("bpftool", "apt-get install bpftool")
         with tempfile.TemporaryDirectory(prefix="bpfdsl-xbench-") as tmp:
-            objs, notes = build_objects(Path(tmp), scenarios)
+            objs, notes = build_objects(Path(tmp), scenarios, a.aa)
             res = bench(objs, scenarios, a.runs, a.frames, a.budget)
             res["notes"] += notes
     except B.BenchError as e:
