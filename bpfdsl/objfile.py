@@ -82,6 +82,10 @@ class ProgramSpec:
     def prog_flags(self) -> int:
         return self.kind.prog_flags if self.kind else 0
 
+    def line_at_index(self, i: int) -> LineInfo | None:
+        """The line-info record of ``insns[i]`` (list index; ld_imm64 counts once)."""
+        return self.line_at(sum(x.width for x in self.insns[:i]))
+
     def line_at(self, slot: int) -> LineInfo | None:
         """The line-info record covering instruction ``slot`` (the last one at or before)."""
         best = None
