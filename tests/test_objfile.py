@@ -96,6 +96,9 @@ def test_line_info_points_at_source():
     src = source("compat_maps").read_text().splitlines()
     li = p.line_at(len(p.insns) - 1)
     assert li is not None and li.text.strip() == src[li.line - 1].strip()
+    slots = slot_offsets(p.insns)
+    for i in range(len(p.insns)):  # list index and slot views agree (ld_imm64 = 2 slots)
+        assert p.line_at_index(i) == p.line_at(slots[i])
 
 
 def test_legacy_maps_section_is_refused():
