@@ -192,19 +192,29 @@ class _KernelMap(BpfMap):
 
 
 class BpfProgram:
-    """One program of a loaded object on one engine: ``run(packet)``, ``maps[name]``."""
+    """One program of a loaded object on one engine: ``run(packet)``, ``maps[name]``;
+    ``program(name)`` is another program of the same load (shared maps); ``interp`` is
+    the :class:`bpfdsl.interp.InterpCollection` on the interpreter (``interp.env.cpu``
+    sets the CPU, ``interp.env.clock_ns`` the clock), None on the kernel."""
 
-    def __init__(self, engine: str, spec, name: str | None, config: dict | None):
+    def __init__(self, engine: str, spec, name: str | None, config: dict | None, _of=None):
         from bpfdsl.testrun import choose_program  # noqa: PLC0415
 
         self.engine = engine
+        self.spec = spec
         self.name, self.kind = choose_program(spec, name)
+        if _of is not None:  # same load as another program
+            self._coll, self.interp, self.maps = _of._coll, _of.interp, _of.maps
+            self._owner = False
+            return
+        self._owner = True
         self._coll = None
+        self.interp = None
         if engine == "interp":
             from bpfdsl.interp import InterpCollection  # noqa: PLC0415
 
-            self._interp = InterpCollection(spec, config=config or {})
-            self.maps = {n: _InterpMap(m) for n, m in self._interp.maps.items()}
+            self.interp = InterpCollection(spec, config=config or {})
+            self.maps = {n: _InterpMap(m) for n, m in self.interp.maps.items()}
         else:
             from bpfdsl import loader, syscall  # noqa: PLC0415
 
@@ -214,6 +224,10 @@ class BpfProgram:
                 k: _KernelMap(lm, n) for k, lm in self._coll.maps.items() if lm.spec is not None
             }
 
+    def program(self, name: str) -> BpfProgram:
+        """Program ``name`` of the same object, sharing this load's maps."""
+        return BpfProgram(self.engine, self.spec, name, None, _of=self)
+
     def run(self, packet: Any, **ctx: Any) -> BpfRun:
         """Run on ``packet`` (bytes or a scapy packet).  Interpreter keywords: XDP
         ``ingress_ifindex``, ``rx_queue_index``, ``egress_ifindex``; sk_msg ``sock``
@@ -221,9 +235,9 @@ class BpfProgram:
         kinds BPF_PROG_TEST_RUN refuses (cpumap, devmap, sk_msg)."""
         from bpfdsl.testrun import verdict_name  # noqa: PLC0415
 
-        data = bytes(packet)
+        data = bytes(packet) if packet is not None else b""
         if self.engine == "interp":
-            r = self._interp.programs[self.name].run(data, **ctx)
+            r = self.interp.programs[self.name].run(data, **ctx)
             return BpfRun(r.retval, verdict_name(self.kind, r.retval), r.data_out, r.redirect)
         if not self.kind.test_run:
             pytest.skip(
@@ -238,7 +252,7 @@ class BpfProgram:
         return BpfRun(r.retval, verdict_name(self.kind, r.retval), r.data_out)
 
     def close(self) -> None:
-        if self._coll is not None:
+        if self._owner and self._coll is not None:
             self._coll.close()
             self._coll = None
 

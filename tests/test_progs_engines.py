@@ -120,3 +120,110 @@ def test_progs_vlan_strip_pops_outer_tag(bpf_program) -> None:
     assert r.data_out == bytes(Ether(src=MAC_A, dst=MAC_B, type=0x0800) / inner)
     assert prog.run(udp4()).data_out == bytes(udp4())  # untagged: unchanged
     assert prog.maps["popped"].total(0) == 1
+
+
+def _slot(value: int, size: int) -> bytes:
+    """A cpumap/devmap value: qsize or ifindex, then no second-stage program (fd -1)."""
+    return value.to_bytes(4, "little") + b"\xff" * (size - 4)
+
+
+def test_progs_cpumap_steer_redirects_flows(bpf_program) -> None:
+    prog = bpf_program(prog_path("xdp_cpumap_steer.bpfd"), "steer", config={"n_cpus": 2})
+    prog.maps["cpus"].set(0, 0)
+    prog.maps["cpus"].set(1, 1)
+    assert prog.run(udp4()).verdict == "XDP_PASS"  # empty cpumap slot: the XDP_PASS fallback
+    vs = prog.maps["cpu_map"].value_size
+    prog.maps["cpu_map"].set(0, _slot(192, vs))
+    prog.maps["cpu_map"].set(1, _slot(192, vs))
+    cpus = set()
+    for i in range(16):
+        r = prog.run(udp4(src=f"{10 + i}.0.0.1"))
+        assert r.verdict == "XDP_REDIRECT"
+        if r.redirect is not None:  # the interpreter also says where to
+            assert r.redirect[0] == "cpu_map"
+            cpus.add(r.redirect[1])
+    assert cpus in ({0, 1}, set())
+    assert prog.run(Ether() / IPv6() / UDP()).verdict == "XDP_PASS"
+
+
+def test_progs_cpumap_on_cpu_program(bpf_program) -> None:
+    steer = bpf_program(prog_path("xdp_cpumap_steer.bpfd"), "steer", config={"drop_port": 9})
+    on_cpu = steer.program("on_cpu")
+    assert on_cpu.kind.section == "xdp/cpumap"
+    if steer.interp is not None:
+        steer.interp.env.cpu = 1
+    assert on_cpu.run(udp4(dport=9)).verdict == "XDP_DROP"  # kernel engine: skips here
+    assert on_cpu.run(udp4(dport=10)).verdict == "XDP_PASS"
+    per_cpu = [int.from_bytes(v, "little") for v in steer.maps["on_cpu_count"].get(0)]
+    assert per_cpu[1] == 2 and sum(per_cpu) == 2
+
+
+def test_progs_devmap_forward_by_ingress_ifindex(bpf_program) -> None:
+    prog = bpf_program(prog_path("xdp_devmap_forward.bpfd"), "forward")
+    assert prog.run(udp4()).verdict == "XDP_PASS"  # test runs arrive on lo (ifindex 1)
+    prog.maps["tx_ports"].set(1, _slot(1, prog.maps["tx_ports"].value_size))
+    r = prog.run(udp4())
+    assert r.verdict == "XDP_REDIRECT"
+    assert r.redirect in (None, ("tx_ports", 1, 2))
+
+
+def test_progs_devmap_egress_counts(bpf_program) -> None:
+    prog = bpf_program(prog_path("xdp_devmap_forward.bpfd"), "forward").program("egress")
+    assert prog.kind.section == "xdp/devmap"
+    assert prog.run(udp4(), egress_ifindex=3).verdict == "XDP_PASS"  # kernel: skips
+    assert prog.maps["egress_count"].total(0) == 1
+
+
+def test_progs_xsk_redirect_fallback(bpf_program) -> None:
+    prog = bpf_program(prog_path("xdp_xsk_redirect.bpfd"))
+    assert prog.run(udp4()).verdict == "XDP_PASS"  # no AF_XDP socket on queue 0
+
+
+class _Xsk:
+    queue_id = 2
+
+
+def test_progs_xsk_redirect_to_socket(bpf_program) -> None:
+    prog = bpf_program(prog_path("xdp_xsk_redirect.bpfd"))
+    if prog.interp is None:
+        pytest.skip("an AF_XDP socket is needed on the kernel (tests/test_xsk.py)")
+    prog.interp.maps["xsks"].set_socket(2, _Xsk())
+    r = prog.run(udp4(), rx_queue_index=2)
+    assert (r.verdict, r.redirect) == ("XDP_REDIRECT", ("xsks", 2, 2))
+
+
+def test_progs_sk_msg_policy(bpf_program) -> None:
+    from bpfdsl.interp import SockInfo
+
+    prog = bpf_program(prog_path("sk_msg_policy.bpfd"), config={"limit_bytes": 64})
+    assert prog.run(b"x" * 200, sock=SockInfo(remote_port=7001)).verdict == "SK_DROP"
+    r = prog.run(b"x" * 200, sock=SockInfo(remote_port=7002))
+    assert r.verdict == "SK_PASS"
+    assert (
+        prog.interp.programs["policy"].run_sk_msg(b"x", SockInfo(remote_port=7002)).apply_bytes
+        == 64
+    )
+    assert prog.run(b"x", sock=SockInfo(remote_port=7003)).verdict == "SK_PASS"
+
+
+def test_progs_sockops_and_sk_msg_redirect_pair(bpf_program) -> None:
+    import socket
+
+    from bpfdsl.interp import SockInfo
+    from bpfdsl.uapi import BPF_F_INGRESS, SockOpsOp
+
+    redir = bpf_program(prog_path("sk_msg_redirect_ingress.bpfd"), "redir")
+    track = redir.program("track")
+    client = SockInfo(socket.AF_INET, "10.0.0.1", "10.0.0.2", local_port=40000, remote_port=80)
+    server = SockInfo(socket.AF_INET, "10.0.0.2", "10.0.0.1", local_port=80, remote_port=40000)
+    if redir.interp is None:
+        pytest.skip("sock_ops/sk_msg need real sockets on the kernel (tests/test_sockops.py)")
+    prog = redir.interp.programs
+    assert redir.run(b"hi", sock=client).verdict == "SK_DROP"  # no peer yet
+    prog["track"].run_sock_ops(SockOpsOp.ACTIVE_ESTABLISHED_CB, client)
+    prog["track"].run_sock_ops(SockOpsOp.PASSIVE_ESTABLISHED_CB, server)
+    assert track.kind.section == "sockops"
+    r = redir.run(b"GET /", sock=client)
+    assert r.verdict == "SK_PASS"
+    assert r.redirect[2] is server and r.redirect[3] == BPF_F_INGRESS
+    assert redir.maps["redirects"].total(0) == 1
