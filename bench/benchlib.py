@@ -105,6 +105,17 @@ def time_process(cmd: Sequence[str], runs: int, *, timeout: float = 120, env=Non
     return out
 
 
+def python_floor(runs: int, imports: Sequence[str]) -> dict[str, float]:
+    """Median ms of bare interpreter start-up and of start-up + each import in ``imports``:
+    the part of a whole-process figure that no compiler or loader work can remove."""
+    env = env_with_tree()
+    out = {"python3 -c pass": median(time_process([sys.executable, "-c", "pass"], runs)) * 1000}
+    for mod in imports:
+        cmd = [sys.executable, "-c", f"import {mod}"]
+        out[f"import {mod}"] = median(time_process(cmd, runs, env=env)) * 1000
+    return out
+
+
 def median(xs: Sequence[float]) -> float:
     return statistics.median(xs) if xs else float("nan")
 

@@ -194,6 +194,10 @@ def bench(
                 res["notes"].append(f"{name}: in-process compile failed: {e}")
         res["files"].append(row)
     res["loaded_with"] = sorted(res["loaded_with"])
+    try:
+        res["floor_ms"] = B.python_floor(runs, ["bpfdsl.cli", "bpfdsl.compiler"])
+    except B.BenchError as e:
+        res["notes"].append(f"start-up floor not measured: {e}")
     return res
 
 
@@ -245,6 +249,9 @@ def render(res: dict) -> str:
             frows,
         )
     )
+    if res.get("floor_ms"):
+        floor = ", ".join(f"{k} {v:.1f} ms" for k, v in res["floor_ms"].items())
+        out.append(f"note: start-up floor of a bpfdsl process (medians): {floor}")
     if res["loaded_with"]:
         out.append("note: verifier figures from loads by " + " and ".join(res["loaded_with"]))
     out += [f"note: {n}" for n in res["notes"]]

@@ -132,7 +132,8 @@ def bench(objs: dict[str, Path], runs: int) -> dict:
                     "goal": None if ratio is None else ratio <= GOAL_RATIO,
                 }
             )
-    return {"rows": rows, "notes": notes}
+    floor = B.python_floor(runs, ["bpfdsl.cli", "bpfdsl.loader", "bpfdsl.attach"])
+    return {"rows": rows, "notes": notes, "floor_ms": floor}
 
 
 def render(res: dict) -> str:
@@ -170,6 +171,10 @@ def render(res: dict) -> str:
         [
             f"Load + pin + attach, whole-process medians (ms); goal: ratio <= {GOAL_RATIO}",
             B.table(head, rows),
+        ]
+        + [
+            "note: start-up floor of a bpfdsl process (medians): "
+            + ", ".join(f"{k} {v:.1f} ms" for k, v in res.get("floor_ms", {}).items())
         ]
         + [f"note: {n}" for n in res["notes"]]
     )
