@@ -11,6 +11,7 @@ invalidation.  Helpers not listed here raise a Fault naming the helper.
 from __future__ import annotations
 
 import errno
+import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -55,10 +56,15 @@ def helper(name: str) -> Callable[[Impl], Impl]:
     return deco
 
 
+@functools.cache
+def _fits(map_type: MapType, name: str) -> bool:
+    return map_fits_helper(map_type, name)
+
+
 def _map(m: Machine, v: object, name: str) -> Map:
     if not isinstance(v, Map):
-        raise Fault(f"bpf_{name}: r1 is not a map reference")
-    if not map_fits_helper(v.map_type, name):
+        raise Fault(f"bpf_{name}: the map argument is not a map reference")
+    if not _fits(v.map_type, name):
         raise Fault(f"bpf_{name}: map '{v.name}' of type {v.map_type.name} is not allowed")
     return v
 

@@ -373,7 +373,7 @@ class _Gen:
         fn = self.const(impl)
         return (
             [
-                f"r0 = {fn}(M, *[0 if v is None else v for v in (r1, r2, r3, r4, r5)])",
+                f"r0 = {fn}(M, {', '.join(f'0 if r{a} is None else r{a}' for a in range(1, 6))})",
                 "r0 = r0 if type(r0) is Ptr else int(r0) & 0xFFFFFFFFFFFFFFFF",
                 "r1 = r2 = r3 = r4 = r5 = None",
             ],
