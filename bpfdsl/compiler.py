@@ -82,7 +82,8 @@ def compile_source(
         module = generate(checked, dbg, module)
     else:
         module = generate(checked)
-    ir_text = str(module)
+    name = filename.replace("\\", "\\5C").replace('"', "\\22")
+    ir_text = f'source_filename = "{name}"\n' + str(module)  # ELF STT_FILE, like clang
     out = target.emit(ir_text, mcpu=mcpu, asm=emit == "asm", ir=emit == "llvm-ir")
     res = CompileResult(
         out.obj,

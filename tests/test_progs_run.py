@@ -461,3 +461,24 @@ xdp fn h(ctx) {
         got = struct.unpack("<I", p.lookup("out", struct.pack("<I", 0)))[0]
     word = lambda a: struct.unpack("<I", socket.inet_aton(a))[0]  # noqa: E731
     assert got == fnv1a(word("10.1.2.3"), word("10.4.5.6"), 17)
+
+
+def test_redirect_to_ifindex_and_every_action():
+    src = """license "GPL"
+xdp fn act(ctx) {
+    let eth = parse ethernet else { return XDP_ABORTED }
+    let ip = parse ipv4 else { return XDP_PASS }
+    match ip.tos {
+        0 => return XDP_ABORTED,
+        1 => return XDP_DROP,
+        2 => return XDP_PASS,
+        3 => return XDP_TX,
+        4 => return XDP_REDIRECT,
+        _ => {}
+    }
+    return redirect(1, 0)
+}"""
+    with Prog(src) as p:
+        for tos in range(5):
+            assert p.verdict(eth() / IP(tos=tos) / UDP()) == tos
+        assert p.verdict(eth() / IP(tos=9) / UDP()) == 4  # bpf_redirect -> XDP_REDIRECT
