@@ -297,6 +297,136 @@ def _short(d) -> str:
     )
 
 
+# ---- random ALU/JMP programs ----
+
+
+def random_alu_program(rng: random.Random, length: int = 24) -> list:
+    """A scalar-only program the verifier accepts: r0-r5 set to random 64-bit constants,
+    then random ALU/ALU64 (every op incl. signed div/mod, movsx, bswap, le/be) and forward
+    JMP/JMP32 instructions, then r0 ^= r1..r5."""
+    from bpfdsl import insn as I
+    from bpfdsl import uapi as U
+
+    ops = [
+        U.BPF_ADD,
+        U.BPF_SUB,
+        U.BPF_MUL,
+        U.BPF_DIV,
+        U.BPF_OR,
+        U.BPF_AND,
+        U.BPF_LSH,
+        U.BPF_RSH,
+        U.BPF_NEG,
+        U.BPF_MOD,
+        U.BPF_XOR,
+        U.BPF_MOV,
+        U.BPF_ARSH,
+        U.BPF_END,
+    ]
+    jops = [
+        U.BPF_JEQ,
+        U.BPF_JGT,
+        U.BPF_JGE,
+        U.BPF_JSET,
+        U.BPF_JNE,
+        U.BPF_JSGT,
+        U.BPF_JSGE,
+        U.BPF_JLT,
+        U.BPF_JLE,
+        U.BPF_JSLT,
+        U.BPF_JSLE,
+    ]
+    vals = [0, 1, 2, 7, 31, 32, 63, 64, 0x7FFFFFFF, 0x80000000, 0xFFFFFFFF, 1 << 63, (1 << 64) - 1]
+
+    def imm32() -> int:
+        v = rng.choice(vals + [rng.getrandbits(32)]) & 0xFFFFFFFF
+        return v - (1 << 32) if v >> 31 else v
+
+    out = [I.ld_imm64(r, rng.choice(vals + [rng.getrandbits(64)] * 3)) for r in range(6)]
+    body: list = []
+    while len(body) < length:
+        d, s = rng.randrange(6), rng.randrange(6)
+        if rng.random() < 0.15:
+            skip = rng.randrange(0, 3)
+            cls = rng.choice((U.BPF_JMP, U.BPF_JMP32))
+            if rng.random() < 0.5:
+                body.append(I.Insn(cls | rng.choice(jops) | U.BPF_X, d, s, skip))
+            else:
+                body.append(I.Insn(cls | rng.choice(jops) | U.BPF_K, d, 0, skip, imm32()))
+            continue
+        op = rng.choice(ops)
+        wide = rng.random() < 0.5
+        cls = U.BPF_ALU64 if wide else U.BPF_ALU
+        bits = 63 if wide else 31
+        if op == U.BPF_END:
+            width = rng.choice((16, 32, 64))
+            if wide:
+                body.append(I.Insn(U.BPF_ALU64 | U.BPF_END, d, 0, 0, width))
+            else:
+                src = rng.choice((U.BPF_TO_LE, U.BPF_TO_BE))
+                body.append(I.Insn(U.BPF_ALU | U.BPF_END | src, d, 0, 0, width))
+        elif op == U.BPF_NEG:
+            body.append(I.Insn(cls | U.BPF_NEG, d))
+        elif op in (U.BPF_LSH, U.BPF_RSH, U.BPF_ARSH):  # immediate shifts must be < width
+            if rng.random() < 0.5:
+                body.append(I.Insn(cls | op | U.BPF_K, d, 0, 0, rng.randrange(bits + 1)))
+            else:
+                body.append(I.Insn(cls | op | U.BPF_X, d, s))
+        elif op == U.BPF_MOV and rng.random() < 0.3:
+            off = rng.choice((8, 16, 32) if wide else (8, 16))
+            body.append(I.Insn(cls | U.BPF_MOV | U.BPF_X, d, s, off))
+        elif op in (U.BPF_DIV, U.BPF_MOD):
+            off = rng.choice((0, 1))
+            if rng.random() < 0.5:
+                body.append(I.Insn(cls | op | U.BPF_X, d, s, off))
+            else:
+                k = imm32() or 3
+                body.append(I.Insn(cls | op | U.BPF_K, d, 0, off, k))
+        elif rng.random() < 0.5:
+            body.append(I.Insn(cls | op | U.BPF_X, d, s))
+        else:
+            body.append(I.Insn(cls | op | U.BPF_K, d, 0, 0, imm32()))
+    # a jump may not skip past the epilogue's start: clamp offsets to the body
+    fixed = []
+    for i, x in enumerate(body):
+        if x.is_jmp_class:
+            x = I.Insn(x.opcode, x.dst, x.src, min(x.off, len(body) - i - 1), x.imm)
+        fixed.append(x)
+    tail = [I.alu64_reg(U.BPF_XOR, 0, r) for r in range(1, 6)]
+    return out + fixed + tail
+
+
+def alu_fuzz(n: int, seed: int, report: Report) -> None:
+    """``n`` random scalar programs: the kernel's r0 (both halves) == the interpreter's."""
+    from bpfdsl import insn as I
+    from bpfdsl import uapi as U
+    from bpfdsl.interp import Machine, XdpContext
+
+    rng = random.Random(seed)
+    for k in range(n):
+        prog = random_alu_program(rng)
+        got = Machine(prog + [I.exit_()]).run(XdpContext(bytes(64)))
+        want = 0
+        for high in (False, True):
+            tail = [I.alu64_imm(U.BPF_RSH, 0, 32)] if high else []
+            try:
+                fd, _ = syscall.prog_load(
+                    U.ProgramType.XDP, I.encode(prog + tail + [I.exit_()]), "GPL"
+                )
+            except syscall.BpfError as e:
+                report.mismatches.append(f"alu program {k}: kernel refused it: {e}")
+                break
+            with fd:
+                want |= syscall.prog_test_run(fd, bytes(64)).retval << (32 if high else 0)
+        else:
+            report.runs += 1
+            if got != want:
+                text = "; ".join(I.format_insn(x, with_code=False) for x in prog)
+                report.mismatches.append(
+                    f"alu program {k}: kernel r0 {want:#x} interp {got:#x}: {text}"
+                )
+
+
 # ---- performance ----
 
 
@@ -341,6 +471,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--truncated", type=int, default=3000, help="truncated pcap frames")
     ap.add_argument("--maps-every", type=int, default=50, help="compare maps every N runs")
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--alu", type=int, default=500, help="random ALU/JMP programs (default 500)")
     ap.add_argument("--perf", action="store_true", help="measure interp vs kernel speed")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
@@ -355,12 +486,17 @@ def main(argv: list[str] | None = None) -> int:
     objs = objects(a.with_c, a.only)
     for label, obj in objs:
         difftest(label, obj, packets, report, a.maps_every)
+    alu = Report()
+    alu_fuzz(40 if a.quick else a.alu, a.seed, alu)
+    report.runs += alu.runs
+    report.mismatches += alu.mismatches
     out = {
         "programs": len(report.programs),
         "packets": len(packets),
         "runs": report.runs,
         "skipped": report.skipped,
         "map_checks": report.map_checks,
+        "alu_programs": alu.runs,
         "mismatches": len(report.mismatches),
     }
     if a.perf:

@@ -41,3 +41,14 @@ def test_interp_matches_kernel_on_progs_slice() -> None:
     assert report.runs >= len(objs) * 200
     assert report.map_checks > 0
     assert report.mismatches == []
+
+
+@pytest.mark.kernel
+def test_interp_matches_kernel_on_random_alu_programs() -> None:
+    """Random scalar programs (every ALU op, signed div/mod, movsx, bswap, JMP/JMP32):
+    the interpreter's r0 equals the kernel's, both halves."""
+    d = _script()
+    report = d.Report()
+    d.alu_fuzz(120, 11, report)
+    assert report.mismatches == []
+    assert report.runs == 120
