@@ -137,3 +137,16 @@ def test_parse_lpm_key_and_errors(typed):
         parse_value(btf, m.value_type_id, '{"port": 70000}')
     with pytest.raises(ValueError, match="IP address"):
         parse_value(btf, m.value_type_id, '{"dst": "10.1"}')
+
+
+def test_sanitize_makes_extern_funcs_and_vars_static():
+    from bpfdsl.btf import BTF_FUNC_EXTERN, BTF_VAR_GLOBAL_EXTERN, BtfType
+
+    btf = parse_btf(_sections(build("xdp_pass"))[".BTF"])
+    func = next(t for t in btf.types if t.kind == Kind.FUNC)
+    var = next(t for t in btf.types if t.kind == Kind.VAR)
+    func.linkage, var.linkage = BTF_FUNC_EXTERN, BTF_VAR_GLOBAL_EXTERN
+    changes = btf.sanitize()
+    assert len(changes) == 2 and func.linkage == 0 and var.linkage == 0
+    again = parse_btf(btf.to_bytes())
+    assert isinstance(again[func.id], BtfType) and again[func.id].linkage == 0

@@ -237,3 +237,15 @@ def test_data_and_bss_are_writable_maps_and_statics_are_not_configs():
         S.map_update(coll.maps[".data"].fd, bytes(4), struct.pack("<Q", 100))  # writable
         S.prog_test_run(coll.programs["accumulate"].fd, bytes(64))
         assert S.map_lookup(coll.maps[".bss"].fd, bytes(4), 8) == struct.pack("<Q", 115)
+
+
+def test_load_does_not_change_the_spec():
+    """ld_imm64 fds are patched on a copy: the same spec loads twice, its insns untouched."""
+    from bpfdsl.insn import encode
+
+    spec = read_object(build("compat_maps"))
+    before = {n: encode(p.insns) for n, p in spec.programs.items()}
+    for _ in range(2):
+        with load_collection(spec):
+            pass
+    assert {n: encode(p.insns) for n, p in spec.programs.items()} == before
