@@ -300,10 +300,35 @@ def _short(d) -> str:
 # ---- random ALU/JMP programs ----
 
 
-def random_alu_program(rng: random.Random, length: int = 24) -> list:
+def _mem_insn(rng: random.Random, d: int, s: int, imm32):
+    """A random aligned stack access in r10-64..r10: store, (sign-extending) load, atomic."""
+    from bpfdsl import insn as I
+    from bpfdsl import uapi as U
+
+    size = rng.choice((1, 2, 4, 8))
+    off = -size * rng.randrange(1, 64 // size + 1)
+    kind = rng.choice(("st", "stx", "ldx", "ldsx", "atomic"))
+    if kind == "st":
+        return I.st_mem(size, 10, off, imm32())
+    if kind == "stx":
+        return I.stx_mem(size, 10, s, off)
+    if kind == "ldx" or (kind == "ldsx" and size == 8):
+        return I.ldx_mem(size, d, 10, off)
+    if kind == "ldsx":
+        sz = {1: U.BPF_B, 2: U.BPF_H, 4: U.BPF_W}[size]
+        return I.Insn(U.BPF_LDX | U.BPF_MEMSX | sz, d, 10, off)
+    size = rng.choice((4, 8))
+    off = -size * rng.randrange(1, 64 // size + 1)
+    code = rng.choice((U.BPF_ADD, U.BPF_AND, U.BPF_OR, U.BPF_XOR))
+    code = rng.choice((code, code | U.BPF_FETCH, U.BPF_XCHG, U.BPF_CMPXCHG))
+    return I.atomic(size, code, 10, s, off)
+
+
+def random_alu_program(rng: random.Random, length: int = 24, mem: bool = False) -> list:
     """A scalar-only program the verifier accepts: r0-r5 set to random 64-bit constants,
     then random ALU/ALU64 (every op incl. signed div/mod, movsx, bswap, le/be) and forward
-    JMP/JMP32 instructions, then r0 ^= r1..r5."""
+    JMP/JMP32 instructions (with ``mem``: also stack stores, loads, sign-extending loads
+    and atomics on an initialized 64-byte stack area), then r0 ^= r1..r5."""
     from bpfdsl import insn as I
     from bpfdsl import uapi as U
 
@@ -343,9 +368,13 @@ def random_alu_program(rng: random.Random, length: int = 24) -> list:
         return v - (1 << 32) if v >> 31 else v
 
     out = [I.ld_imm64(r, rng.choice(vals + [rng.getrandbits(64)] * 3)) for r in range(6)]
+    out += [I.st_mem(8, 10, off, 0) for off in range(-64, 0, 8)] if mem else []
     body: list = []
     while len(body) < length:
         d, s = rng.randrange(6), rng.randrange(6)
+        if mem and rng.random() < 0.35:
+            body.append(_mem_insn(rng, d, s, imm32))
+            continue
         if rng.random() < 0.15:
             skip = rng.randrange(0, 3)
             cls = rng.choice((U.BPF_JMP, U.BPF_JMP32))
@@ -404,7 +433,7 @@ def alu_fuzz(n: int, seed: int, report: Report) -> None:
 
     rng = random.Random(seed)
     for k in range(n):
-        prog = random_alu_program(rng)
+        prog = random_alu_program(rng, mem=k % 2 == 1)
         got = Machine(prog + [I.exit_()]).run(XdpContext(bytes(64)))
         want = 0
         for high in (False, True):

@@ -165,6 +165,18 @@ CASES = [
         0x905,
     ),
     (
+        "atomic_fetch_xor_into_r0",  # the source register is r0: it gets the old value
+        [
+            I.st_mem(8, 10, -8, 6),
+            I.mov64_imm(0, 3),
+            I.atomic(8, A.BPF_XOR | A.BPF_FETCH, 10, 0, -8),
+            I.ldx_mem(8, 1, 10, -8),
+            ALU(A.BPF_LSH, 1, 8),
+            ALUX(A.BPF_OR, 0, 1),
+        ],
+        0x506,
+    ),
+    (
         "cmpxchg32_hit",
         [
             I.st_mem(4, 10, -4, 3),

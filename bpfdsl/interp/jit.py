@@ -219,12 +219,10 @@ class _Gen:
             )
             if not ok:
                 return [self._fault(f"unsupported atomic {format_insn(x)}")], set(), set(), False
-            return (
-                [f"r{s}, r0 = _atomic({x.imm}, {x.size}, {off}, r{d}, r{s}, r0)"],
-                {d, s, 0},
-                {s, 0},
-                False,
-            )
+            call = f"_atomic({x.imm}, {x.size}, {off}, r{d}, r{s}, r0)"
+            if x.imm == U.BPF_CMPXCHG:  # r0 = old value (also when the source is r0)
+                return [f"r0 = {call}[1]"], {d, s, 0}, {0}, False
+            return [f"r{s} = {call}[0]"], {d, s, 0}, {s}, False
         return [self._fault(f"unsupported instruction {format_insn(x)}")], set(), set(), False
 
     def _fault(self, msg: str) -> str:
