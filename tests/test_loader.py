@@ -249,3 +249,14 @@ def test_load_does_not_change_the_spec():
         with load_collection(spec):
             pass
     assert {n: encode(p.insns) for n, p in spec.programs.items()} == before
+
+
+def test_map_create_error_names_the_map():
+    spec = read_object(build("compat_maps"))
+    spec.maps["by_proto"].value_size = 1 << 24  # above the kernel's hash value limit
+    with pytest.raises(LoadError) as ei:
+        load_collection(spec)
+    d = ei.value.diagnostics[0]
+    assert d.code == "map-create-failed"
+    assert "map 'by_proto' (hash, key 2 B, value 16777216 B, max_entries 64)" in d.message
+    assert "too long" in d.message and d.hints and "max_entries" in d.hints[0]
