@@ -34,7 +34,7 @@ class ExprGen:
     # ---- scalars ----
     def gen(self, e: ast.Expr):
         v = self.c.cval.get(e)
-        if v is not None and isinstance(e.ty, (T.IntType, T.BoolType)):
+        if v is not None and isinstance(e.ty, (T.IntType, T.BoolType, T.UntypedInt)):
             return ir.Constant(self.lt(e.ty), v)
         return getattr(self, "g_" + type(e).__name__)(e)
 

@@ -173,6 +173,14 @@ class Sema:
         for it in items:
             if isinstance(it, ast.License):
                 self.c.license = it.text
+                if not it.text.strip() or "\0" in it.text:
+                    self.err(
+                        "bad-license",
+                        "the license string is empty",
+                        it.span,
+                        'write e.g. `license "GPL"` (GPL-only helpers need a GPL-'
+                        "compatible license)",
+                    )
             elif isinstance(it, ast.ConstDecl):
                 ty = self.resolve_type(it.type)
                 self.scopes = [{}]
@@ -373,6 +381,13 @@ class Sema:
         getattr(self, "s_" + type(s).__name__)(s)
 
     def s_ExprStmt(self, s: ast.ExprStmt) -> None:
+        if not isinstance(s.expr, (ast.Call, ast.MethodCall)):
+            self.err(
+                "no-effect",
+                "this expression does nothing",
+                s.expr.span,
+                "use its value (`let x = ...`, `if ...`) or remove it",
+            )
         t = self.ex.expr(s.expr)
         if isinstance(t, T.OptionalType):
             self.ex.unhandled(s.expr)

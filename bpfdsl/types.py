@@ -59,6 +59,8 @@ class UntypedInt(Type):
     """Type of an integer literal before context gives it one."""
 
     name: str = "integer literal"
+    size: int = 8
+    align: int = 8
 
     def __str__(self) -> str:
         return self.name
@@ -181,6 +183,8 @@ class ErrorType(Type):
     """The type of an expression that already has an error: fits anywhere (no cascades)."""
 
     name: str = "<error>"
+    size: int = 4
+    align: int = 4
 
     def __str__(self) -> str:
         return self.name
