@@ -83,6 +83,8 @@ class ExprGen:
                 return self.dbg.load_config(self.b, self.globals[sym.name])
             return self.b.load(self.globals[sym.name], typ=self.lt(sym.ty))
         if isinstance(sym, Const):
+            if sym.data is not None:
+                return self.g_AddrLit(e)
             return ir.Constant(self.lt(sym.ty), sym.value)
         if isinstance(sym, T.MapType):
             return self.globals[sym.name]

@@ -67,6 +67,7 @@ class Const:
     name: str
     ty: T.Type
     value: int  # raw (memory) value
+    data: bytes | None = None  # byte-string constants (mac_addr, ipv6_addr, prefixes)
 
 
 @dataclass(eq=False)
@@ -186,12 +187,13 @@ class Sema:
                 self.scopes = [{}]
                 self.ex.expect(it.value, ty)
                 v = self.c.cval.get(it.value)
-                if v is None:
+                data = self.c.cbytes.get(it.value)
+                if v is None and data is None:
                     self.err(
                         "not-constant", f"`{it.name}` needs a compile-time value", it.value.span
                     )
                     v = 0
-                self.c.consts[it.name] = Const(it.name, ty, v)
+                self.c.consts[it.name] = Const(it.name, ty, v or 0, data)
             elif isinstance(it, ast.ConfigDecl):
                 ty = self.resolve_type(it.type)
                 if not isinstance(ty, T.IntType):

@@ -229,7 +229,10 @@ class ExprChecker:
             return T.ERR
         self.c.sym[e] = sym
         if isinstance(sym, Const):
-            self.c.cval[e] = sym.value
+            if sym.data is not None:
+                self.c.cbytes[e] = sym.data
+            else:
+                self.c.cval[e] = sym.value
             return sym.ty
         if isinstance(sym, Config):
             return sym.ty
