@@ -3,6 +3,9 @@
 ``@pytest.mark.kernel`` marks a test that needs the bpf() syscall as root.  Where the kernel
 is not usable the test skips with the reason; with ``BPFDSL_REQUIRE_KERNEL=1`` in the
 environment (CI sets it) the skip becomes a failure, so a green run proves the kernel tests ran.
+
+Fixtures ``bpf_engine`` ("interp", "kernel") and ``bpf_program`` (load a .bpfd/.o, fill
+maps, run a packet, read verdict, output bytes and maps) run one test on both engines.
 """
 
 from __future__ import annotations
@@ -62,7 +65,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 # carries the ``kernel`` mark, so it skips without root); ``bpf_program`` loads an object.
 #
 #     def test_drop(bpf_program):
-#         prog = bpf_program("progs/xdp_udp_filter.bpfd", config={"blocked_port": 9999})
+#         prog = bpf_program("progs/xdp_udp_filter.bpfd", config={"port": 9999})
 #         res = prog.run(Ether() / IP() / UDP(dport=9999))
 #         assert res.verdict == "XDP_DROP"
 #         assert prog.maps["drops"].total(0) == 1
