@@ -178,3 +178,44 @@ def test_interp_sock_ops_fills_sockhash_for_sk_msg(cref) -> None:
     r = redir.run_sk_msg(b"GET /", client)
     assert r.retval == SK_PASS and r.redirect[2] is server  # into the peer's receive queue
     assert redir.run_sk_msg(b"200 OK", server).redirect[2] is client
+
+
+UNCHECKED = """\
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+SEC("xdp") int unchecked(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data;
+	return *(__u32 *)(data + 100) ? XDP_DROP : XDP_PASS;	/* no data_end check */
+}
+char LICENSE[] SEC("license") = "GPL";
+"""
+
+
+def test_interp_out_of_bounds_names_c_source_line(cref, tmp_path: Path) -> None:
+    """The safety net: an access the verifier would refuse stops with the source line."""
+    from bpfdsl.interp import InterpError
+
+    src = tmp_path / "unchecked.c"
+    src.write_text(UNCHECKED)
+    obj = tmp_path / "unchecked.o"
+    cmd = [
+        "clang-19",
+        "-O2",
+        "-g",
+        "-target",
+        "bpf",
+        f"-I{ARCH_INC}",
+        "-c",
+        str(src),
+        "-o",
+        str(obj),
+    ]
+    subprocess.run(cmd, check=True, timeout=120)
+    coll = InterpCollection(read_object(obj))
+    with pytest.raises(InterpError) as ei:
+        coll.programs["unchecked"].run(bytes(64))
+    d = ei.value.diagnostics[0]
+    assert d.span is not None and d.span.file.endswith("unchecked.c") and d.span.line == 6
+    assert "out-of-bounds 4-byte access to packet at offset 100 (valid: 0..64)" in d.message
+    assert "no data_end check" in ei.value.render()  # the source line is shown
