@@ -247,7 +247,7 @@ def difftest(label: str, obj: bytes, packets: list[bytes], report: Report, maps_
             iprog = icoll.programs[prog.name]
             where = f"{label}:{prog.name}"
             for n, pkt in enumerate(packets):
-                if len(pkt) < 14 or len(pkt) > XDP_MAX_LINEAR:
+                if len(pkt) < 14:  # BPF_PROG_TEST_RUN refuses (EINVAL)
                     report.skipped += 1
                     continue
                 k = syscall.prog_test_run(fd, pkt)

@@ -38,8 +38,10 @@ def test_interp_engine_runs_like_kernel_engine() -> None:
         assert r.duration_ns > 0
         drops = eng.collection.maps["drops"].get(0)
         assert sum(int.from_bytes(v, "little") for v in drops) == 3  # repeat runs count
-        with pytest.raises(PacketSkipped, match="frags"):
-            eng.run("udp_filter", UDP_9999 + bytes(4000))
+        big = eng.run("udp_filter", UDP_9999[:-8] + bytes(4000))  # linear part + frags
+        assert len(big.data_out) == len(UDP_9999) - 8 + 4000
+        with pytest.raises(PacketSkipped, match="at least 14 bytes"):
+            eng.run("udp_filter", bytes(13))
     finally:
         eng.close()
 

@@ -54,6 +54,9 @@ def _grid() -> dict[str, list[bytes]]:
         p[4 : 4 + len(rest)] = rest
         return bytes(p)
 
+    def big(head: bytes, n: int) -> bytes:
+        return head + bytes(rng.randrange(256) for _ in range(n - len(head)))
+
     def s16(o: int) -> bytes:
         return struct.pack("<h", o) + bytes(62)
 
@@ -61,7 +64,11 @@ def _grid() -> dict[str, list[bytes]]:
         "csum": [pk(rng.randrange(256), rng.randrange(256)) for _ in range(60)]
         + [pk(0, 0, bytes(4)), pk(1, 0, b"\xff" * 4), pk(0, 1, bytes(4))],
         "head": [s16(o) for o in (-300, -256, -216, -217, -215, -1, 0, 1, 49, 50, 51, 64)],
-        "tail": [s16(o) for o in (-100, -51, -50, -49, 0, 1, 3456, 3457, 3712, 3713, 4000)],
+        "tail": [s16(o) for o in (-100, -51, -50, -49, 0, 1, 3456, 3457, 3712, 3713, 4000)]
+        # 5000-byte frames: 3520 linear bytes + one 1480-byte frag with 2616 bytes tailroom
+        + [
+            big(struct.pack("<h", o), 5000) for o in (2616, 2617, 0, -1, -1480, -1481, -4986, -4987)
+        ],
         "meta": [s16(o) for o in (-300, -256, -252, -255, -216, -36, -32, -4, -3, 0, 4)],
         "redir": [
             pk(w, k, struct.pack("<I", f))
@@ -77,6 +84,11 @@ def _grid() -> dict[str, list[bytes]]:
             struct.pack("<HB", o, n) + bytes(61)
             for o in (0, 1, 48, 49, 50, 63, 64, 0xFFFF)
             for n in (0, 1, 4, 15)
+        ]
+        + [
+            big(struct.pack("<HB", o, n), 9000)  # across linear part and frags
+            for o in (3510, 3519, 3520, 7610, 7615, 8990, 8995)
+            for n in (4, 15)
         ],
     }
 

@@ -60,7 +60,7 @@ class XdpContext(CtxRegion):
     metadata bytes placed just before the packet (as ``ctx_in.data`` of a test run).
     """
 
-    __slots__ = ("pkt", "ingress_ifindex", "rx_queue_index", "egress_ifindex", "attach")
+    __slots__ = ("pkt", "frags", "ingress_ifindex", "rx_queue_index", "egress_ifindex", "attach")
 
     def __init__(
         self,
@@ -73,11 +73,13 @@ class XdpContext(CtxRegion):
         meta: bytes = b"",
     ) -> None:
         super().__init__("ctx", bytearray(24), name="xdp_md", writable=False)
-        if len(packet) > XDP_MAX_LINEAR:
-            raise ValueError(
-                f"packet of {len(packet)} bytes: frames over {XDP_MAX_LINEAR} bytes need XDP "
-                "frags, which the interpreter does not model"
-            )
+        # like bpf_prog_test_run_xdp: the first 3520 bytes are linear, the rest goes into
+        # page-sized frags (skb_shared_info) that programs reach only through helpers
+        rest = packet[XDP_MAX_LINEAR:]
+        self.frags = [
+            bytearray(rest[i : i + XDP_FRAME_SIZE]) for i in range(0, len(rest), XDP_FRAME_SIZE)
+        ]
+        packet = packet[:XDP_MAX_LINEAR]
         buf = bytearray(XDP_FRAME_SIZE)
         start = XDP_PACKET_HEADROOM
         buf[start : start + len(packet)] = packet
@@ -104,8 +106,14 @@ class XdpContext(CtxRegion):
         return self.pkt.lo
 
     def data_out(self) -> bytes:
-        """What BPF_PROG_TEST_RUN copies out: metadata + packet (data_meta..data_end)."""
-        return bytes(self.pkt.buf[self.pkt.lo : self.pkt.hi])
+        """What BPF_PROG_TEST_RUN copies out: metadata + packet (data_meta..data_end),
+        then the frags."""
+        out = bytes(self.pkt.buf[self.pkt.lo : self.pkt.hi])
+        return out + b"".join(self.frags) if self.frags else out
+
+    def buff_len(self) -> int:
+        """``xdp_get_buff_len``: linear bytes from data, plus the frags."""
+        return self.pkt.hi - self.pkt.data + sum(len(f) for f in self.frags)
 
     def load(self, p: Ptr, off: int, size: int, signed: bool = False) -> object:
         o = p.off + off

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .ctx import XDP_MAX_LINEAR
+from .ctx import ETH_HLEN
 from .program import InterpCollection
 
 
@@ -17,7 +17,8 @@ class InterpEngine:
     """Userspace engine over one object's :class:`~bpfdsl.objfile.CollectionSpec`.
 
     ``collection`` gives access to the in-memory maps (fill them before running).
-    Frames longer than 3520 bytes (XDP frags) are reported as skipped.
+    Frames shorter than 14 bytes are skipped, as on the kernel; frames over 3520 bytes
+    keep the rest in XDP frags, as a test run does.
     """
 
     name = "interp"
@@ -31,10 +32,9 @@ class InterpEngine:
         from bpfdsl.testrun import PacketSkipped, RunResult  # noqa: PLC0415 (layer above)
 
         prog = self.collection.programs[program]
-        if len(packet) > XDP_MAX_LINEAR and prog.kind and prog.kind.ctx == "xdp_md":
-            raise PacketSkipped(
-                f"{len(packet)} bytes: over {XDP_MAX_LINEAR} bytes needs XDP frags "
-                "(not modelled by the interpreter)"
+        if len(packet) < ETH_HLEN and prog.kind and prog.kind.ctx == "xdp_md":
+            raise PacketSkipped(  # the same frames the kernel engine refuses
+                f"{len(packet)} bytes: XDP runs only on frames of at least {ETH_HLEN} bytes"
             )
         total = 0
         res = None

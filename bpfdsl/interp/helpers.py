@@ -246,12 +246,37 @@ def _adjust_tail(m: Machine, r1, r2, *_):
     pk = x.pkt
     pk.gen += 1
     off = s32(r2)
+    if x.frags:
+        return _frags_tail(x, off)
     new = pk.hi + off
     if new > XDP_FRAME_SIZE - XDP_SHINFO_TAILROOM or new < pk.data + ETH_HLEN:
         return _neg(errno.EINVAL)
     if off > 0:
         pk.buf[pk.hi : new] = bytes(off)
     pk.hi = new
+    return 0
+
+
+def _frags_tail(x: XdpContext, off: int) -> int:
+    """bpf_xdp_frags_increase_tail / bpf_xdp_frags_shrink_tail (net/core/filter.c)."""
+    if off >= 0:
+        last = x.frags[-1]
+        if off > XDP_FRAME_SIZE - len(last):  # frag tailroom: frag_size (a page) - size
+            return _neg(errno.EINVAL)
+        last += bytes(off)
+        return 0
+    shrink = -off
+    if shrink > x.buff_len() - ETH_HLEN:
+        return _neg(errno.EINVAL)
+    while x.frags and shrink > 0:
+        cut = min(shrink, len(x.frags[-1]))
+        shrink -= cut
+        if cut == len(x.frags[-1]):
+            x.frags.pop()
+        else:
+            del x.frags[-1][len(x.frags[-1]) - cut :]
+    if not x.frags:
+        x.pkt.hi -= shrink
     return 0
 
 
@@ -272,18 +297,22 @@ def _adjust_meta(m: Machine, r1, r2, *_):
 
 @helper("xdp_get_buff_len")
 def _buff_len(m: Machine, *_):
-    pk = _xdp(m, "xdp_get_buff_len").pkt
-    return pk.hi - pk.data
+    return _xdp(m, "xdp_get_buff_len").buff_len()
 
 
-def _xdp_span(m: Machine, name: str, r2, r4) -> tuple[int, int] | int:
-    pk = _xdp(m, name).pkt
+def _xdp_span(m: Machine, name: str, r2, r4) -> tuple[XdpContext, int, int] | int:
+    x = _xdp(m, name)
     off, n = r2 & M32, r4 & M32
     if off > 0xFFFF or n > 0xFFFF:
         return _neg(errno.EFAULT)
-    if off + n > pk.hi - pk.data:
+    if off + n > x.buff_len():
         return _neg(errno.EINVAL)
-    return pk.data + off, n
+    return x, off, n
+
+
+def _whole(x: XdpContext) -> bytearray:
+    pk = x.pkt
+    return pk.buf[pk.data : pk.hi] + b"".join(x.frags)
 
 
 @helper("xdp_load_bytes")
@@ -291,10 +320,10 @@ def _load_bytes(m: Machine, r1, r2, r3, r4, *_):
     span = _xdp_span(m, "xdp_load_bytes", r2, r4)
     if isinstance(span, int):
         return span
-    start, n = span
+    x, off, n = span
     if type(r3) is not Ptr:
         raise Fault("bpf_xdp_load_bytes: r3 is not a pointer")
-    r3.region.write_bytes(r3, bytes(m.ctx.pkt.buf[start : start + n]))
+    r3.region.write_bytes(r3, bytes(_whole(x)[off : off + n]))
     return 0
 
 
@@ -303,6 +332,18 @@ def _store_bytes(m: Machine, r1, r2, r3, r4, *_):
     span = _xdp_span(m, "xdp_store_bytes", r2, r4)
     if isinstance(span, int):
         return span
-    start, n = span
-    m.ctx.pkt.buf[start : start + n] = _mem(r3, n, "xdp_store_bytes source")
+    x, off, n = span
+    data = _mem(r3, n, "xdp_store_bytes source")
+    pk = x.pkt
+    lin = pk.hi - pk.data
+    for i, b in enumerate(data, start=off):  # linear part, then frags in order
+        if i < lin:
+            pk.buf[pk.data + i] = b
+            continue
+        i -= lin
+        for f in x.frags:
+            if i < len(f):
+                f[i] = b
+                break
+            i -= len(f)
     return 0
