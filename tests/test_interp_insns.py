@@ -309,3 +309,29 @@ def test_interp_misaligned_stack_store_rejected() -> None:
     prog = [I.mov64_imm(1, 1), I.stx_mem(8, 10, 1, -12), I.mov64_imm(0, 2), I.exit_()]
     with pytest.raises(InterpError, match="misaligned stack access: 8 bytes at -12"):
         Machine(prog).run(XdpContext(bytes(64)))
+
+
+def test_interp_hand_built_map_fd_and_value() -> None:
+    """ld_imm64 BPF_PSEUDO_MAP_FD / BPF_PSEUDO_MAP_VALUE resolve to in-memory maps by fd."""
+    from bpfdsl.interp import make_map
+
+    counters = make_map("counters", U.MapType.ARRAY, 4, 8, 4)
+    conf = make_map(".rodata", U.MapType.ARRAY, 4, 16, 1)
+    conf.set(0, (42).to_bytes(8, "little") + (5).to_bytes(8, "little"))
+    prog = [
+        I.st_mem(4, 10, -4, 2),  # key = 2
+        I.ld_map_fd(1, 7),
+        I.mov64_reg(2, 10),
+        I.alu64_imm(A.BPF_ADD, 2, -4),
+        I.call(1),  # map_lookup_elem(counters, &key)
+        I.jmp_imm(A.BPF_JEQ, 0, 0, 5),  # offsets count slots: ld_imm64 takes two
+        I.ld_map_value(1, 9, 8),  # &rodata[8]
+        I.ldx_mem(8, 1, 1, 0),  # 5
+        I.atomic(8, A.BPF_ADD, 0, 1, 0),  # counters[2] += 5
+        I.ldx_mem(8, 0, 0, 0),
+        I.exit_(),
+    ]
+    m = Machine(prog, maps={7: counters, 9: conf})
+    assert m.run(XdpContext(bytes(64))) == 5
+    assert m.run(XdpContext(bytes(64))) == 10
+    assert counters.get(2) == (10).to_bytes(8, "little")

@@ -18,10 +18,12 @@ from dataclasses import dataclass, field
 
 from bpfdsl.diagnostics import DiagnosticError, Span, error
 from bpfdsl.insn import Insn, format_insn, slot_offsets
+from bpfdsl.uapi import BPF_PSEUDO_MAP_FD, BPF_PSEUDO_MAP_VALUE
 
 from . import helpers_sock  # noqa: F401 (registers the socket helpers)
 from .helpers import IMPLS
 from .jit import FILENAME, jit
+from .maps import Map
 from .memory import Fault, Ptr, Region, StackRegion
 
 MAX_CALL_FRAMES = 8  # kernel/bpf/verifier.c
@@ -68,13 +70,35 @@ class Env:
         return t
 
 
+def resolve_fds(insns: Sequence[Insn], maps: dict[int, Map]) -> dict[int, object]:
+    """ld_imm64 index -> value for ``BPF_PSEUDO_MAP_FD`` (imm = fd) and
+    ``BPF_PSEUDO_MAP_VALUE`` (low 32 bits fd, high 32 bits offset into value 0)."""
+    out: dict[int, object] = {}
+    for i, x in enumerate(insns):
+        if not x.is_ld_imm64 or x.src not in (BPF_PSEUDO_MAP_FD, BPF_PSEUDO_MAP_VALUE):
+            continue
+        v = x.imm & 0xFFFF_FFFF_FFFF_FFFF
+        m = maps.get(v & 0xFFFFFFFF)
+        if m is None:
+            continue  # the machine reports the unresolved ld_imm64 when it runs
+        if x.src == BPF_PSEUDO_MAP_FD:
+            out[i] = m
+        else:
+            region = m.lookup(bytes(m.key_size))
+            if region is not None:
+                out[i] = Ptr(region, v >> 32)
+    return out
+
+
 class Machine:
     """Runs one program.
 
     ``insns``: the program; ``resolved``: list index of each ld_imm64 with a pseudo source
     -> its value (a :class:`~bpfdsl.interp.maps.Map`, or a :class:`Ptr` into a map value
-    such as .rodata); ``where(i)``: source span of instruction ``i`` or None;
-    ``budget``: instructions per run.  ``ctx``/``redirect``/``trace`` are per-run state.
+    such as .rodata); ``maps``: for hand-built programs, the map of each fd that
+    ``BPF_PSEUDO_MAP_FD`` / ``BPF_PSEUDO_MAP_VALUE`` ld_imm64s name (as the kernel resolves
+    them); ``where(i)``: source span of instruction ``i`` or None; ``budget``:
+    instructions per run.  ``ctx``/``redirect``/``trace`` are per-run state.
     """
 
     def __init__(
@@ -83,11 +107,14 @@ class Machine:
         *,
         env: Env | None = None,
         resolved: dict[int, object] | None = None,
+        maps: dict[int, Map] | None = None,
         where: Callable[[int], Span | None] | None = None,
         budget: int = DEFAULT_BUDGET,
     ) -> None:
         self.insns = list(insns)
-        self.resolved = resolved or {}
+        self.resolved = dict(resolved or {})
+        if maps:
+            self.resolved.update(resolve_fds(self.insns, maps))
         self.env = env or Env()
         self.where = where
         self.budget = budget
