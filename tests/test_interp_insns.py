@@ -335,3 +335,18 @@ def test_interp_hand_built_map_fd_and_value() -> None:
     assert m.run(XdpContext(bytes(64))) == 5
     assert m.run(XdpContext(bytes(64))) == 10
     assert counters.get(2) == (10).to_bytes(8, "little")
+
+
+def test_interp_env_clock_random_cpu() -> None:
+    """ktime reads the settable clock, prandom follows the seed, smp_processor_id the CPU."""
+    from bpfdsl.interp import Env
+
+    def run(helper: int, env: Env) -> int:
+        return Machine([I.call(helper), I.exit_()], env=env).run(XdpContext(bytes(64)))
+
+    env = Env(clock_ns=5_000, clock_step_ns=10, cpu=3, seed=42)
+    assert [run(5, env), run(5, env)] == [5_000, 5_010]
+    assert run(8, env) == 3
+    a = [run(7, Env(seed=42)) for _ in range(2)]
+    b = run(7, Env(seed=43))
+    assert a[0] == a[1] and a[0] != b and 0 <= a[0] < 2**32
