@@ -225,6 +225,14 @@ def _dump(maps: dict) -> dict[str, dict]:
 # ---- the comparison ----
 
 
+def pinned_cpu() -> int:
+    """The CPU this process runs on after pinning (per-CPU map slots must agree)."""
+    cpus = os.sched_getaffinity(0)
+    if len(cpus) != 1:
+        raise RuntimeError("pin the process to one CPU first (os.sched_setaffinity)")
+    return next(iter(cpus))
+
+
 def difftest(label: str, obj: bytes, packets: list[bytes], report: Report, maps_every: int) -> None:
     from bpfdsl import loader
 
@@ -237,7 +245,7 @@ def difftest(label: str, obj: bytes, packets: list[bytes], report: Report, maps_
         report.programs.append(f"{label}:{prog.name}")
         with loader.load_collection(spec) as kcoll:
             icoll = InterpCollection(spec, ncpus=ncpus)
-            icoll.env.cpu = 0
+            icoll.env.cpu = pinned_cpu()  # the kernel runs the program on this CPU
             kmaps = {n: _KernelMap(lm, ncpus) for n, lm in kcoll.maps.items() if lm.spec}
             imaps = {n: _InterpMap(m) for n, m in icoll.maps.items()}
             for name, key, value in fill_ops(spec, packets, ncpus):
@@ -507,7 +515,7 @@ def main(argv: list[str] | None = None) -> int:
     if os.geteuid() != 0 or syscall.probe_bpf() is not None:
         print("difftest_interp: needs root and a usable bpf() syscall", file=sys.stderr)
         return 2
-    os.sched_setaffinity(0, {0})  # per-CPU maps: both engines on CPU 0
+    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})  # per-CPU maps: one CPU
     frames = pcap_frames(300 if a.quick else None)
     nrand, ntrunc = (200, 100) if a.quick else (a.random, a.truncated)
     packets = frames + truncated(frames, ntrunc, a.seed) + random_frames(nrand, a.seed)
