@@ -38,6 +38,7 @@ class _Fn:
         self.cursor: ir.Value | None = None  # alloca holding the parse cursor (ptr)
         self.loops: list[tuple[ir.Block, ir.Block]] = []  # (continue target, break target)
         self.ret_block: ir.Block | None = None
+        self.pending: list[ir.Block] = []  # blocks made by new_block
         self.rets: list[tuple[ir.Value, ir.Block]] = []  # (value, predecessor) of ret_block
 
 
@@ -122,6 +123,10 @@ class CodeGen(ExprGen, PktGen, MapGen):
         self.env = [{}]
 
     def finish(self) -> None:
+        for blk in self.f.pending:  # branched to but never started: unreachable code
+            if blk not in self.f.func.blocks:
+                self.f.func.blocks.append(blk)
+                ir.IRBuilder(blk).unreachable()
         ir.IRBuilder(self.f.entry).branch(self.f.func.basic_blocks[1])
 
     def emit_fn(self, name: str, info) -> None:
@@ -166,10 +171,7 @@ class CodeGen(ExprGen, PktGen, MapGen):
         self.block(decl.body, new_scope=False)
         if not self.b.block.is_terminated:
             self.b.unreachable()
-        blocks = self.f.func.blocks  # the return block goes last, where clang puts it
-        blocks.remove(self.f.ret_block)
-        blocks.append(self.f.ret_block)
-        self.b.position_at_end(self.f.ret_block)
+        self.start(self.f.ret_block)  # the return block goes last, where clang puts it
         if self.f.rets:
             phi = self.b.phi(I32, "retval")
             for v, blk in self.f.rets:
@@ -256,7 +258,17 @@ class CodeGen(ExprGen, PktGen, MapGen):
             self.env.pop()
 
     def new_block(self, name: str) -> ir.Block:
-        return self.f.func.append_basic_block(name)
+        """A block that joins the function's layout only when code starts in it
+        (:meth:`start`), so blocks are laid out in source order as clang does."""
+        blk = ir.Block(parent=self.f.func, name=name)
+        self.f.pending.append(blk)
+        return blk
+
+    def start(self, blk: ir.Block) -> None:
+        """Continue emitting at the end of ``blk`` (appending it to the layout if new)."""
+        if blk not in self.f.func.blocks:
+            self.f.func.blocks.append(blk)
+        self.b.position_at_end(blk)
 
     def s_ExprStmt(self, s: ast.ExprStmt) -> None:
         self.gen(s.expr)
@@ -267,11 +279,11 @@ class CodeGen(ExprGen, PktGen, MapGen):
             fail = self.new_block(f"{s.name}.missing")
             val = self.gen_optional(s.value, fail)
             ok = self.b.block
-            self.b.position_at_end(fail)
+            self.start(fail)
             self.block(s.orelse)
             if not self.b.block.is_terminated:
                 self.b.unreachable()
-            self.b.position_at_end(ok)
+            self.start(ok)
             self.bind(loc, val)
             return
         self.bind(loc, self.value_for(s.value, loc.ty))
@@ -295,11 +307,11 @@ class CodeGen(ExprGen, PktGen, MapGen):
         for blk, body in ((then, s.then), (other, s.orelse)):
             if body is None:
                 continue
-            self.b.position_at_end(blk)
+            self.start(blk)
             self.block(body)
             if not self.b.block.is_terminated:
                 self.b.branch(merge)
-        self.b.position_at_end(merge)
+        self.start(merge)
 
     def s_IfLet(self, s: ast.IfLet) -> None:
         merge = self.new_block("iflet.end")
@@ -312,11 +324,11 @@ class CodeGen(ExprGen, PktGen, MapGen):
         if not self.b.block.is_terminated:
             self.b.branch(merge)
         if s.orelse:
-            self.b.position_at_end(other)
+            self.start(other)
             self.block(s.orelse)
             if not self.b.block.is_terminated:
                 self.b.branch(merge)
-        self.b.position_at_end(merge)
+        self.start(merge)
 
     def s_Match(self, s: ast.Match) -> None:
         subj = self.rv(s.subject, s.subject.ty)
@@ -334,11 +346,11 @@ class CodeGen(ExprGen, PktGen, MapGen):
                 if p is not None:
                     sw.add_case(ir.Constant(subj.type, self.c.cval[p]), blk)
         for blk, arm in blocks:
-            self.b.position_at_end(blk)
+            self.start(blk)
             self.block(arm.body)
             if not self.b.block.is_terminated:
                 self.b.branch(merge)
-        self.b.position_at_end(merge)
+        self.start(merge)
 
     def s_For(self, s: ast.For) -> None:
         loc: Local = self.c.sym[s]
@@ -350,10 +362,10 @@ class CodeGen(ExprGen, PktGen, MapGen):
             self.new_block(n) for n in ("for.head", "for.body", "for.next", "for.end")
         )
         self.b.branch(head)
-        self.b.position_at_end(head)
+        self.start(head)
         cmp = self.b.icmp_signed if loc.ty.signed else self.b.icmp_unsigned
         self.b.cbranch(cmp("<", self.b.load(i), end), body, done)
-        self.b.position_at_end(body)
+        self.start(body)
         self.env.append({loc: i})
         self.f.loops.append((latch, done))
         self.block(s.body, new_scope=False)
@@ -361,10 +373,10 @@ class CodeGen(ExprGen, PktGen, MapGen):
         self.env.pop()
         if not self.b.block.is_terminated:
             self.b.branch(latch)
-        self.b.position_at_end(latch)
+        self.start(latch)
         self.b.store(self.b.add(self.b.load(i), ir.Constant(ty, 1)), i)
         self.b.branch(head)
-        self.b.position_at_end(done)
+        self.start(done)
 
     def s_Break(self, s) -> None:
         self.b.branch(self.f.loops[-1][1])

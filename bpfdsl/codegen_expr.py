@@ -123,11 +123,11 @@ class ExprGen:
     def g_Logic(self, e: ast.Logic):
         t, f, end = self.new_block("l.true"), self.new_block("l.false"), self.new_block("l.end")
         self.branch_cond(e, t, f)
-        self.b.position_at_end(t)
+        self.start(t)
         self.b.branch(end)
-        self.b.position_at_end(f)
+        self.start(f)
         self.b.branch(end)
-        self.b.position_at_end(end)
+        self.start(end)
         phi = self.b.phi(I1)
         phi.add_incoming(ir.Constant(I1, 1), t)
         phi.add_incoming(ir.Constant(I1, 0), f)
@@ -141,7 +141,7 @@ class ExprGen:
                 self.branch_cond(e.left, mid, f)
             else:
                 self.branch_cond(e.left, t, mid)
-            self.b.position_at_end(mid)
+            self.start(mid)
             self.branch_cond(e.right, t, f)
         elif isinstance(e, ast.Unary) and e.op == "!":
             self.branch_cond(e.operand, f, t)

@@ -91,13 +91,13 @@ class MapGen:
             return
         p = self.map_lookup_raw(m, kp)
         found, missing, done = (self.new_block(n) for n in ("add.found", "add.new", "add.done"))
-        self.b.cbranch(self.b.icmp_unsigned("!=", p, ir.Constant(PTR, None)), found, missing)
-        self.b.position_at_end(found)
+        self.b.cbranch(self.b.icmp_unsigned("==", p, ir.Constant(PTR, None)), missing, found)
+        self.start(found)
         percpu = m.kind.startswith("percpu") or m.kind == "lru_percpu_hash"
         self.store_scalar(p, m.value, "+=", s.value, atomic=not percpu)
         self.b.branch(done)
-        self.b.position_at_end(missing)
+        self.start(missing)
         if m.kind in _HASH_KINDS:
             self.map_update(m, kp, self.value_ptr(m, s.value), ir.Constant(I64, BPF_NOEXIST))
         self.b.branch(done)
-        self.b.position_at_end(done)
+        self.start(done)

@@ -24,17 +24,35 @@ I1, I8, I16, I32, I64 = (ir.IntType(n) for n in (1, 8, 16, 32, 64))
 PTR = ir.PointerType()
 
 
+class _VolatileLoad(ir.LoadInstr):
+    """``load volatile`` (llvmlite's LoadInstr has no volatile flag)."""
+
+    def descr(self, buf: list[str]) -> None:
+        inner: list[str] = []
+        super().descr(inner)
+        buf.append("".join(inner).replace("load ", "load volatile ", 1))
+
+
 class PktGen:
     def ctx_u32(self, off: int) -> ir.Value:
         return self.b.load(self.gep(self.f.ctx, off), typ=I32, align=4)
 
-    def _ctx_ptr(self, which: int) -> ir.Value:
+    def _ctx_ptr(self, which: int, volatile: bool = False) -> ir.Value:
         """data (0) or data_end (1) of the context as a packet pointer, loaded the way
-        clang does: u32 + zext + inttoptr for xdp_md, a 64-bit pointer for sk_msg_md."""
+        clang does: u32 + zext + inttoptr for xdp_md, a 64-bit pointer for sk_msg_md.
+        ``volatile``: a fresh load LLVM may not treat as loop-invariant (see bounds())."""
         off = CTX_DATA[self.f.kind.ctx][which]
-        if CTX_DATA[self.f.kind.ctx][2] == 8:
-            return self.b.load(self.gep(self.f.ctx, off), typ=PTR, align=8)
-        return self.b.inttoptr(self.b.zext(self.ctx_u32(off), I64), PTR)
+        wide = CTX_DATA[self.f.kind.ctx][2] == 8
+        ptr = self.gep(self.f.ctx, off)
+        if volatile:
+            v = _VolatileLoad(self.b.block, ptr, typ=PTR if wide else I32)
+            v.align = 8 if wide else 4
+            self.b._insert(v)
+        elif wide:
+            return self.b.load(ptr, typ=PTR, align=8)
+        else:
+            v = self.b.load(ptr, typ=I32, align=4)
+        return v if wide else self.b.inttoptr(self.b.zext(v, I64), PTR)
 
     def pkt_data(self) -> ir.Value:
         return self._ctx_ptr(0)
@@ -71,7 +89,7 @@ class PktGen:
             p = self.map_lookup(e)
             ok = self.new_block("found")
             self.b.cbranch(self.b.icmp_unsigned("==", p, ir.Constant(PTR, None)), fail, ok)
-            self.b.position_at_end(ok)
+            self.start(ok)
             return p
         raise AssertionError("codegen: optional")
 
@@ -79,8 +97,12 @@ class PktGen:
         """Branch to ``fail`` if ``p + size > data_end`` (pointer compare, verifier shape)."""
         ok = self.new_block(f"{name}.ok")
         end = self.gep(p, size)
-        self.b.cbranch(self.b.icmp_unsigned(">", end, self.pkt_end()), fail, ok)
-        self.b.position_at_end(ok)
+        # In a loop, LLVM's loop passes may rewrite pointer compares against a loop-invariant
+        # data_end into integer arithmetic on data_end (found by fuzzing: the verifier then
+        # loses the packet range, FIELD-BUGS B06).  A volatile load per check prevents it.
+        data_end = self._ctx_ptr(1, volatile=bool(self.f.loops))
+        self.b.cbranch(self.b.icmp_unsigned(">", end, data_end), fail, ok)
+        self.start(ok)
 
     def parse(self, header: str, fail: ir.Block) -> ir.Value:
         from .headers import HEADERS
@@ -98,7 +120,7 @@ class PktGen:
             )
             ok = self.new_block(f"{header}.len")
             self.b.cbranch(self.b.icmp_unsigned("<", n, ir.Constant(I8, 5)), fail, ok)
-            self.b.position_at_end(ok)
+            self.start(ok)
             ln = self.b.shl(self.b.zext(n, I64), ir.Constant(I64, 2))
             nxt = self.gep(cur, ln)
         self.b.store(nxt, self.f.cursor)
@@ -116,20 +138,20 @@ class PktGen:
             self.new_block(n) for n in ("ext.head", "ext.more", "ext.hdr", "ext.done")
         )
         self.b.branch(head)
-        self.b.position_at_end(head)
+        self.start(head)
         nh = self.b.load(nh_slot)
         is_ext = None
         for v in IPV6_EXT_HEADERS:
             c = self.b.icmp_unsigned("==", nh, ir.Constant(I8, v))
             is_ext = c if is_ext is None else self.b.or_(is_ext, c)
         self.b.cbranch(is_ext, more, done)
-        self.b.position_at_end(more)
+        self.start(more)
         self.b.cbranch(
             self.b.icmp_unsigned("<", self.b.load(cnt), ir.Constant(I32, IPV6_EXT_MAX)), ext, fail
         )
-        self.b.position_at_end(ext)
+        self.start(ext)
         cur = self.b.load(self.f.cursor, typ=PTR)
-        self.bounds(cur, 8, fail, "ext")
+        self.bounds(cur, 8, fail, "ext")  # data-dependent stride: no SCEV rewrite possible
         nxt_hdr = self.b.load(cur, typ=I8, align=1)
         hlen = self.b.load(self.gep(cur, 1), typ=I8, align=1)
         ln = self.b.shl(
@@ -141,7 +163,7 @@ class PktGen:
         self.b.store(nxt_hdr, nh_slot)
         self.b.store(self.b.add(self.b.load(cnt), ir.Constant(I32, 1)), cnt)
         self.b.branch(head)
-        self.b.position_at_end(done)
+        self.start(done)
         return self.b.load(nh_slot)
 
     def resize(self, e: ast.Call) -> ir.Value:
@@ -238,7 +260,7 @@ class PktGen:
         if zero_ok:
             do, skip = self.new_block("csum.do"), self.new_block("csum.done")
             b.cbranch(b.icmp_unsigned("==", hc, ir.Constant(I16, 0)), skip, do)
-            b.position_at_end(do)
+            self.start(do)
         s = b.zext(b.not_(hc), I32)
         for w in old:
             s = b.add(s, b.zext(b.not_(w), I32))
@@ -252,4 +274,4 @@ class PktGen:
         b.store(r, cp, align=2)
         if skip is not None:
             b.branch(skip)
-            b.position_at_end(skip)
+            self.start(skip)

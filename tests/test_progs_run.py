@@ -482,3 +482,23 @@ xdp fn act(ctx) {
         for tos in range(5):
             assert p.verdict(eth() / IP(tos=tos) / UDP()) == tos
         assert p.verdict(eth() / IP(tos=9) / UDP()) == 4  # bpf_redirect -> XDP_REDIRECT
+
+
+def test_parse_in_loop_keeps_pointer_compares():
+    """Found by mutation fuzzing: LLVM's loop passes turned two bounds checks in a loop into
+    arithmetic on data_end, which the verifier rejects; the loop must load and verify."""
+    src = """license "GPL"
+xdp fn two_tags(ctx) {
+    let eth = parse ethernet else { return XDP_PASS }
+    let proto = eth.h_proto
+    for i in 0..2 {
+        let tag = parse vlan else { return XDP_ABORTED }
+        proto = tag.h_vlan_encapsulated_proto
+    }
+    if proto == ETH_P_IP { return XDP_DROP }
+    return XDP_PASS
+}"""
+    with Prog(src) as p:
+        qinq = eth() / S["Dot1AD"](vlan=1) / S["Dot1Q"](vlan=2) / IP() / UDP()
+        assert p.verdict(qinq) == XDP_DROP
+        assert p.verdict(bytes(qinq)[: 14 + 6]) == XDP_ABORTED
