@@ -48,6 +48,8 @@ class MapGen:
             return p
         if isinstance(k, ast.Call) and k.name in self.c.structs:
             return self.gen(k)
+        if isinstance(k, ast.Name) and isinstance(kt, (T.StructType, T.BytesType)) and kt == key:
+            return self.gen(k)  # a local's own memory: helpers only read keys and values
         p = self.alloca_mem(key.size, "key")
         self.store_bytes(p, k, key)
         return p
