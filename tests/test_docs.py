@@ -69,3 +69,36 @@ def test_docs_example_loads(where: str, info: str, source: str) -> None:
         pytest.skip("declarations only")
     with loader.load_collection(read_object(res.obj)) as coll:
         assert set(coll.programs) == set(res.programs)
+
+
+PY_FENCE = re.compile(r"^```python\n(?P<body>.*?)^```", re.M | re.S)
+NAMED = re.compile(r"^// (?P<name>[\w-]+\.bpfd)\n", re.M)
+
+
+def test_docs_python_examples_pass(tmp_path: Path) -> None:
+    """The pytest examples of the docs pass, next to the ``// NAME.bpfd`` files they name."""
+    import subprocess
+    import sys
+
+    tests = []
+    for md in sorted(DOCS.glob("*.md")):
+        text = md.read_text()
+        for _where, _info, body in (b for b in BLOCKS if b[0].startswith(md.name + ":")):
+            m = NAMED.match(body)
+            if m:
+                (tmp_path / m.group("name")).write_text(body)
+        for k, m in enumerate(PY_FENCE.finditer(text)):
+            if "def test_" in m.group("body"):
+                f = tmp_path / f"test_{md.stem}_{k}.py"
+                f.write_text(m.group("body"))
+                tests.append(f)
+    if not tests:
+        pytest.skip("no pytest examples in docs/")
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
