@@ -532,11 +532,18 @@ def run(corpus: list[Item], verbose: bool = False) -> dict:
     maps = Maps()
     stats: dict[str, Counter] = defaultdict(Counter)
     t_ours = 0.0
+    slow: list = []
+    done = 0
     try:
         for it in corpus:
             t0 = time.perf_counter()
             our_verdict(it)
-            t_ours += time.perf_counter() - t0
+            dt = time.perf_counter() - t0
+            t_ours += dt
+            slow.append((dt, it.name))
+            done += 1
+            if verbose and done % 250 == 0:
+                print(f"  ... {done}/{len(corpus)}", file=sys.stderr, flush=True)
             it.kernel, it.kernel_msg, _ = kernel_verdict(it, maps)
             cat = it.category
             st = stats[cat]
@@ -556,7 +563,8 @@ def run(corpus: list[Item], verbose: bool = False) -> dict:
                 )
     finally:
         maps.close()
-    return {"stats": stats, "t_ours": t_ours}
+    slow.sort(reverse=True)
+    return {"stats": stats, "t_ours": t_ours, "slowest": slow[:5]}
 
 
 def timing(tmp: str) -> None:
@@ -590,7 +598,7 @@ def timing(tmp: str) -> None:
                 refs,
             )
             r = check_insns(it.insns, it.prog_type, it.attach_type, map_refs=refs)
-            if best is None or r.insns_processed > best[1].insns_processed:
+            if best is None or len(it.insns) > len(best[0].insns):
                 best = (it, r)
     if best is None:
         return
@@ -655,6 +663,7 @@ def main(argv=None) -> int:
         fa_mut = sum(s["false_accept"] for c, s in stats.items() if c.startswith("mutant:"))
         print(f"false accepts on the mutated corpus: {fa_mut}")
         print(f"checker time {res['t_ours']:.2f} s for {tot['total']} programs; wall {wall:.1f} s")
+        print("slowest checks: " + ", ".join(f"{n} {t:.2f}s" for t, n in res["slowest"]))
         timing(tmp)
     return 1 if fa_mut else 0
 

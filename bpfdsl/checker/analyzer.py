@@ -19,7 +19,7 @@ from .calls import check_helper_call
 from .cfg import Cfg
 from .env import Env, Fault
 from .report import fmt_state
-from .state import Frame, State, subsumes
+from .state import Frame, State, state_key, subsumes
 from .transfer import _read, do_alu, do_cond_jump, do_ld, do_ldx, do_store
 
 INSN_LIMIT = 1_000_000
@@ -74,6 +74,7 @@ def analyze(env: Env, cfg: Cfg) -> Outcome:
     regs[10] = D.ptr(D.STACK, map=0)
     stack: list[tuple[int, State, int]] = [(0, State([Frame(regs, {}, -1, 0, 0)]), -1)]
     explored: dict[int, list[_Entry]] = {}
+    looping: dict[int, dict[tuple, _Entry]] = {}
     processed = 0
     nstates = 0
     prune = cfg.prune
@@ -84,29 +85,24 @@ def analyze(env: Env, cfg: Cfg) -> Outcome:
             if i in prune:
                 live = _live_sets(cfg, st, i)
                 lst = explored.setdefault(i, [])
-                pruned = False
-                for e in lst:
-                    if e.branches > 0:
-                        if subsumes(e.state, st, live, exact=True):
-                            msg = f"infinite loop detected at insn {cfg.slots[i]}"
-                            # reported at the jump closing the loop: the loop's own line
-                            return Outcome(
-                                (
-                                    prev if prev > i else i,
-                                    Fault(
-                                        "infinite-loop",
-                                        msg,
-                                        "the loop makes no progress: "
-                                        "nothing that decides its exit changes between iterations",
-                                    ),
-                                    fmt_state(st.regs),
-                                    {},
-                                ),
-                                processed,
-                                nstates,
-                            )
-                        continue
-                    if subsumes(e.state, st, live):
+                key = state_key(st, live)
+                active = looping.setdefault(i, {})
+                e = active.get(key)
+                if e is not None and e.branches > 0:
+                    msg = f"infinite loop detected at insn {cfg.slots[i]}"
+                    # reported at the jump closing the loop: the loop's own line
+                    f = Fault(
+                        "infinite-loop",
+                        msg,
+                        "the loop makes no progress: nothing that decides its exit changes "
+                        "between iterations",
+                    )
+                    return Outcome(
+                        (prev if prev > i else i, f, fmt_state(st.regs), {}), processed, nstates
+                    )
+                pruned = e is not None  # an equal, fully explored state
+                for e in lst if not pruned else ():
+                    if e.branches == 0 and subsumes(e.state, st, live):
                         pruned = True
                         break
                 if pruned:
@@ -114,13 +110,15 @@ def analyze(env: Env, cfg: Cfg) -> Outcome:
                     break
                 entry = _Entry(st.copy(), 1, st.parent)
                 entry.state.parent = None
+                active[key] = entry
                 if len(lst) >= MAX_STATES_PER_INSN:
                     # drop the oldest finished state (less pruning, never unsound)
                     for k, e in enumerate(lst):
                         if e.branches == 0:
                             del lst[k]
                             break
-                lst.append(entry)
+                if len(lst) < MAX_STATES_PER_INSN:
+                    lst.append(entry)
                 nstates += 1
                 st.parent = entry
             processed += 1

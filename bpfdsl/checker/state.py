@@ -201,3 +201,43 @@ def subsumes(old: State, new: State, live: list[frozenset[int]], exact: bool = F
         if not _stacksafe(of, nf, idmap, exact):
             return False
     return True
+
+
+def state_key(st: State, live: list[frozenset[int]]) -> tuple:
+    """Hashable exact description of a state's live part (ids renumbered by first use):
+    two states with equal keys behave identically from here on (infinite loop check)."""
+    ids: dict = {}
+
+    def rk(r: D.Reg) -> tuple:
+        if r.t == D.NOT_INIT:
+            return (0,)
+        i = ids.setdefault(r.id, len(ids)) if r.id else 0
+        m = r.map if isinstance(r.map, int) or r.map is None else id(r.map)
+        return (
+            r.t,
+            r.off,
+            r.tn,
+            r.smin,
+            r.smax,
+            r.umin,
+            r.umax,
+            r.s32min,
+            r.s32max,
+            r.u32min,
+            r.u32max,
+            i,
+            r.rng,
+            m,
+            r.ref,
+        )
+
+    out = []
+    for fi, f in enumerate(st.frames):
+        regs = tuple(rk(f.regs[r]) for r in sorted(live[fi]))
+        stack = tuple(
+            (k, s.types, rk(s.spill) if s.spill is not None else None)
+            for k, s in sorted(f.stack.items())
+            if s.types != INVALID * 8
+        )
+        out.append((f.callsite, regs, stack))
+    return (tuple(out), st.refs)
