@@ -344,7 +344,7 @@ def test_interp_env_clock_random_cpu() -> None:
     def run(helper: int, env: Env) -> int:
         return Machine([I.call(helper), I.exit_()], env=env).run(XdpContext(bytes(64)))
 
-    env = Env(clock_ns=5_000, clock_step_ns=10, cpu=3, seed=42)
+    env = Env(clock_ns=5_000, clock_step_ns=10, cpu=3, ncpus=4, seed=42)
     assert [run(5, env), run(5, env)] == [5_000, 5_010]
     assert run(8, env) == 3
     a = [run(7, Env(seed=42)) for _ in range(2)]

@@ -16,7 +16,7 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from bpfdsl.diagnostics import DiagnosticError, Span, error
+from bpfdsl.diagnostics import DiagnosticError, Span, UsageError, error
 from bpfdsl.insn import Insn, format_insn, slot_offsets
 from bpfdsl.uapi import BPF_PSEUDO_MAP_FD, BPF_PSEUDO_MAP_VALUE
 
@@ -133,6 +133,11 @@ class Machine:
 
         Raises :class:`InterpError` on a fault or when the budget is spent.
         """
+        env = self.env
+        if not 0 <= env.cpu < env.ncpus:
+            raise UsageError(
+                error("bad-cpu", f"CPU {env.cpu} does not exist (the machine has {env.ncpus})")
+            )
         R = self.R
         R[:] = [None] * 11
         self.frames = []
