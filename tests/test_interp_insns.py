@@ -350,3 +350,11 @@ def test_interp_env_clock_random_cpu() -> None:
     a = [run(7, Env(seed=42)) for _ in range(2)]
     b = run(7, Env(seed=43))
     assert a[0] == a[1] and a[0] != b and 0 <= a[0] < 2**32
+
+
+def test_interp_pointer_as_helper_scalar_is_a_fault() -> None:
+    """redirect(ifindex = a pointer): the verifier refuses it; the machine says so."""
+    prog = [I.mov64_reg(1, 10), I.mov64_imm(2, 0), I.call(23), I.exit_()]
+    with pytest.raises(InterpError, match="invalid operand") as ei:
+        Machine(prog).run(XdpContext(bytes(64)))
+    assert ei.value.insn_index == 2

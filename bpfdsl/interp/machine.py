@@ -156,6 +156,9 @@ class Machine:
                 b = blocks[b](R, self)
         except Fault as e:
             raise self._error(str(e), self._fault_insn(e, b)) from None
+        except (TypeError, AttributeError) as e:  # a pointer or map where a scalar belongs
+            msg = f"invalid operand: a pointer or map where a scalar is expected ({e})"
+            raise self._error(msg, self._fault_insn(e, b)) from None
         self.executed = n
         r0 = R[0]
         if type(r0) is not int:
