@@ -169,13 +169,13 @@ def swap(r: D.Reg, bits: int, to_be: bool, is64: bool) -> D.Reg:
         if is64 or to_be:
             v = int.from_bytes(v.to_bytes(bits // 8, "little"), "big")
         return D.known(v)
-    return D.unknown()
+    # the result has only ``bits`` bits (kernel: zero-extended swap)
+    return D.unknown() if bits == 64 else D.urange(0, (1 << bits) - 1)
 
 
 def neg(r: D.Reg, is64: bool) -> D.Reg:
-    if r.tn[1] == 0:
-        return D.known((-r.tn[0]) & (M64 if is64 else M32))
-    return D.unknown() if is64 else D.zext32(D.unknown())
+    """BPF_NEG as ``0 - r`` (the kernel tracks it as a subtraction)."""
+    return scalar_alu(U.BPF_SUB, D.known(0), r, is64)
 
 
 def movsx(r: D.Reg, bits: int, is64: bool) -> D.Reg:
@@ -183,6 +183,8 @@ def movsx(r: D.Reg, bits: int, is64: bool) -> D.Reg:
     if r.tn[1] == 0:
         v = _sx(r.tn[0] & ((1 << bits) - 1), bits)
         return D.known(v & (M64 if is64 else M32))
+    if r.umax < (1 << (bits - 1)):
+        return r if is64 else D.zext32(r)  # sign bit clear: the value is unchanged
     lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
     if is64:
         out = D.sync(D.Reg(D.SCALAR, tn=T.UNKNOWN, b=(lo, hi) + D.UNKNOWN_BOUNDS[2:]))

@@ -341,13 +341,15 @@ def do_atomic(env: Env, st: State, x: Insn) -> None:
             "atomic operations work on the stack and map values only",
             (x.dst,),
         )
+    # kernel check_atomic_rmw order: read check, old value into the load register (which
+    # may be the base register itself), then the write check through dst
     check_access(env, st, x.dst, x.off, x.size, False, None)
-    check_access(env, st, x.dst, x.off, x.size, True, D.unknown())
     loaded = D.unknown() if x.size == 8 else D.urange(0, D.M32)
     if x.imm == U.BPF_CMPXCHG:
         st.regs[0] = loaded
     elif x.imm & U.BPF_FETCH:
         st.regs[x.src] = loaded
+    check_access(env, st, x.dst, x.off, x.size, True, D.unknown())
 
 
 def do_ld(env: Env, st: State, i: int, x: Insn) -> None:
