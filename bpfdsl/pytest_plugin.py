@@ -234,14 +234,17 @@ class BpfProgram:
     def run(self, packet: Any, **ctx: Any) -> BpfRun:
         """Run on ``packet`` (bytes or a scapy packet).  Interpreter keywords: XDP
         ``ingress_ifindex``, ``rx_queue_index``, ``egress_ifindex``; sk_msg ``sock``
-        (:class:`bpfdsl.interp.SockInfo`).  The kernel engine skips the test for program
-        kinds BPF_PROG_TEST_RUN refuses (cpumap, devmap, sk_msg)."""
+        (:class:`bpfdsl.interp.SockInfo`).  On the kernel, sk_msg programs run on a
+        loopback TCP connection (see :func:`_kernel_sk_msg`); other kinds that
+        BPF_PROG_TEST_RUN refuses (cpumap, devmap, sock_ops) skip the test."""
         from bpfdsl.testrun import verdict_name  # noqa: PLC0415
 
         data = bytes(packet) if packet is not None else b""
         if self.engine == "interp":
             r = self.interp.programs[self.name].run(data, **ctx)
             return BpfRun(r.retval, verdict_name(self.kind, r.retval), r.data_out, r.redirect)
+        if self.kind.ctx == "sk_msg_md" and set(ctx) <= {"sock"}:
+            return _kernel_sk_msg(self, data, ctx.get("sock"))
         if not self.kind.test_run:
             pytest.skip(
                 f"BPF_PROG_TEST_RUN refuses {self.kind.keyword or self.kind.section} programs "
@@ -258,6 +261,62 @@ class BpfProgram:
         if self._owner and self._coll is not None:
             self._coll.close()
             self._coll = None
+
+
+def _kernel_sk_msg(prog: BpfProgram, data: bytes, sock) -> BpfRun:
+    """sk_msg on the kernel: attach the program to the object's first sockmap/sockhash,
+    put the client end of a loopback TCP connection (ports as ``sock`` says) into it,
+    send ``data`` and see what the server end gets.  ``SK_DROP`` when sendmsg fails with
+    EACCES, else ``SK_PASS`` with ``data_out`` = the bytes that arrived (2 s at most)."""
+    import socket  # noqa: PLC0415
+    import time  # noqa: PLC0415
+
+    from bpfdsl import sockmap  # noqa: PLC0415
+    from bpfdsl.uapi import MapType  # noqa: PLC0415
+
+    socks = [
+        m for m in prog._coll.maps.values() if m.map_type in (MapType.SOCKMAP, MapType.SOCKHASH)
+    ]
+    if not socks:
+        pytest.skip("the sk_msg program has no sockmap/sockhash to attach to")
+    fam = getattr(sock, "family", socket.AF_INET)
+    host = "::1" if fam == socket.AF_INET6 else "127.0.0.1"
+    srv = socket.socket(fam, socket.SOCK_STREAM)
+    cli = socket.socket(fam, socket.SOCK_STREAM)
+    conn = None
+    try:
+        srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            srv.bind((host, getattr(sock, "remote_port", 0)))
+            cli.bind((host, getattr(sock, "local_port", 0)))
+        except OSError as e:
+            pytest.skip(f"cannot bind the loopback ports the test asks for: {e}")
+        srv.listen(1)
+        cli.settimeout(2)
+        cli.connect(srv.getsockname()[:2])
+        conn, _ = srv.accept()
+        conn.settimeout(0.5)
+        m, fd = socks[0], prog._coll.programs[prog.name].fd
+        sockmap.sk_msg_attach(m.fd, fd, map_name=m.name, prog_name=prog.name)
+        sockmap.sockmap_add(m.fd, 0, cli, map_name=m.name)
+        try:
+            cli.sendall(data)
+        except PermissionError:
+            return BpfRun(0, "SK_DROP", b"")
+        got, deadline = b"", time.monotonic() + 2
+        while len(got) < len(data) and time.monotonic() < deadline:
+            try:
+                chunk = conn.recv(65536)
+            except TimeoutError:
+                continue
+            if not chunk:
+                break
+            got += chunk
+        return BpfRun(1, "SK_PASS", got)
+    finally:
+        for s in (cli, conn, srv):
+            if s is not None:
+                s.close()
 
 
 def load_spec(obj: str | Path | bytes):

@@ -193,17 +193,18 @@ def test_progs_xsk_redirect_to_socket(bpf_program) -> None:
 
 
 def test_progs_sk_msg_policy(bpf_program) -> None:
+    """Kernel engine: a loopback TCP connection whose sends go through the program."""
     from bpfdsl.interp import SockInfo
 
     prog = bpf_program(prog_path("sk_msg_policy.bpfd"), config={"limit_bytes": 64})
     assert prog.run(b"x" * 200, sock=SockInfo(remote_port=7001)).verdict == "SK_DROP"
-    r = prog.run(b"x" * 200, sock=SockInfo(remote_port=7002))
-    assert r.verdict == "SK_PASS"
-    assert (
-        prog.interp.programs["policy"].run_sk_msg(b"x", SockInfo(remote_port=7002)).apply_bytes
-        == 64
-    )
-    assert prog.run(b"x", sock=SockInfo(remote_port=7003)).verdict == "SK_PASS"
+    r = prog.run(b"y" * 200, sock=SockInfo(remote_port=7002))
+    assert (r.verdict, r.data_out) == ("SK_PASS", b"y" * 200)  # 64 bytes at a time, all pass
+    r = prog.run(b"z" * 20, sock=SockInfo(remote_port=7003))
+    assert (r.verdict, r.data_out) == ("SK_PASS", b"z" * 20)
+    if prog.interp is not None:
+        policy = prog.interp.programs["policy"]
+        assert policy.run_sk_msg(b"x", SockInfo(remote_port=7002)).apply_bytes == 64
 
 
 def test_progs_sockops_and_sk_msg_redirect_pair(bpf_program) -> None:
