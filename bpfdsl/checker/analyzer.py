@@ -156,7 +156,41 @@ def analyze(env: Env, cfg: Cfg) -> Outcome:
                     return Outcome((i, f, fmt_state(st.regs), {}), processed, nstates)
             else:
                 i, st = succ[0]
-    return Outcome(None, processed, nstates)
+    fault = _check_stack_depth(env, cfg)
+    return Outcome(fault, processed, nstates)
+
+
+def _check_stack_depth(env: Env, cfg: Cfg):
+    """Combined stack of every call chain <= 512 bytes, each frame rounded up to 16 as the
+    x86 JIT does (kernel check_max_stack_depth)."""
+    calls: dict[int, list[tuple[int, int]]] = {}
+    from ..insn import jump_target
+
+    for i, x in enumerate(cfg.insns):
+        if x.is_pseudo_call:
+            t = jump_target(cfg.insns, i, cfg.slots)
+            calls.setdefault(cfg.subprog_of[i], []).append((i, t))
+
+    def rnd(d: int) -> int:
+        return (d + 15) & ~15
+
+    def walk(sp: int, depth: int, chain: int, at: int, sps: tuple):
+        depth += rnd(env.stack_depth.get(sp, 0))
+        if depth > 512:
+            f = Fault(
+                "stack-depth",
+                f"combined stack size of {chain} calls is {depth}. Too large",
+                "the functions on this call chain use more than 512 bytes of stack together",
+            )
+            return (at, f, "", {})
+        for i, t in calls.get(sp, []):
+            if t is not None and t not in sps:
+                r = walk(t, depth, chain + 1, i, (*sps, t))
+                if r:
+                    return r
+        return None
+
+    return walk(0, 0, 1, 0, (0,))
 
 
 def _step(env: Env, cfg: Cfg, st: State, i: int, x: Insn) -> list[tuple[int, State]]:

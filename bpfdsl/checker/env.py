@@ -51,6 +51,7 @@ class Env:
     warnings: list = field(default_factory=list)
     warned: set = field(default_factory=set)
     cur_idx: int = 0
+    stack_depth: dict = field(default_factory=dict)  # subprog start index -> bytes used
 
     def new_id(self) -> int:
         self.next_id += 1

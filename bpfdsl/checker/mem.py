@@ -73,9 +73,17 @@ def check_access(
 # ---- stack ----
 
 
+def note_depth(env: Env, frame, lowest: int) -> None:
+    """Record how deep a function uses its stack (kernel subprog_info stack_depth)."""
+    d = env.stack_depth
+    if -lowest > d.get(frame.subprog, 0):
+        d[frame.subprog] = -lowest
+
+
 def _stack(env, st, regno, r, off, size, write, value):
     frame = st.frames[r.map] if isinstance(r.map, int) and r.map < len(st.frames) else st.cur
     base = r.off + off
+    note_depth(env, frame, base + (D.s64(r.tn[0]) if r.tn[1] == 0 else r.smin))
     if r.tn[1] == 0:
         full = base + D.s64(r.tn[0])
         if full % size:
@@ -229,6 +237,7 @@ def stack_range_readable(env: Env, st: State, regno: int, size: int, what: str) 
     frame = st.frames[r.map] if isinstance(r.map, int) and r.map < len(st.frames) else st.cur
     lo = r.off + (r.smin if r.tn[1] else D.s64(r.tn[0]))
     hi = r.off + (r.smax if r.tn[1] else D.s64(r.tn[0]))
+    note_depth(env, frame, lo)
     if lo < -MAX_STACK or hi + size > 0 or (size == 0 and hi > 0):
         raise Fault(
             "stack-bounds",
