@@ -233,17 +233,53 @@ def pinned_cpu() -> int:
     return next(iter(cpus))
 
 
-def difftest(label: str, obj: bytes, packets: list[bytes], report: Report, maps_every: int) -> None:
+def as_plain_xdp(spec):
+    """``spec`` with xdp(cpumap)/xdp(devmap) programs turned into plain XDP programs: the
+    same instructions, which BPF_PROG_TEST_RUN then accepts.  Returns (spec, converted
+    program names)."""
+    import dataclasses
+
+    from bpfdsl.uapi import kind_for_keyword
+
+    plain, progs, conv = kind_for_keyword("xdp"), {}, []
+    for name, p in spec.programs.items():
+        if p.kind is not None and p.kind.ctx == "xdp_md" and not p.kind.test_run:
+            p = dataclasses.replace(p, kind=plain)
+            conv.append(name)
+        progs[name] = p
+    return dataclasses.replace(spec, programs=progs), conv
+
+
+def _load_both(spec, conv: list[str]):
+    """Load ``spec``; a converted program the kernel refuses as plain XDP (one reading
+    egress_ifindex) is dropped.  Returns (spec, kernel collection)."""
+    import dataclasses
+
     from bpfdsl import loader
 
-    spec = read_object(obj)
+    try:
+        return spec, loader.load_collection(spec)
+    except loader.LoadError:
+        if not conv:
+            raise
+        keep = {n: p for n, p in spec.programs.items() if n not in conv}
+        spec = dataclasses.replace(spec, programs=keep)
+        return spec, loader.load_collection(spec)
+
+
+def difftest(label: str, obj: bytes, packets: list[bytes], report: Report, maps_every: int) -> None:
+    spec, conv = as_plain_xdp(read_object(obj))
+    spec, probe = _load_both(spec, conv)
+    probe.close()
     runnable = [p for p in spec.programs.values() if p.kind is not None and p.kind.test_run]
     if not runnable:
         return
     ncpus = syscall.possible_cpus()
     for prog in runnable:
-        report.programs.append(f"{label}:{prog.name}")
-        with loader.load_collection(spec) as kcoll:
+        tag = " (cpumap/devmap program run as xdp)" if prog.name in conv else ""
+        report.programs.append(f"{label}:{prog.name}{tag}")
+        _, kcoll = _load_both(spec, [])
+        with kcoll:
             icoll = InterpCollection(spec, ncpus=ncpus)
             icoll.env.cpu = pinned_cpu()  # the kernel runs the program on this CPU
             kmaps = {n: _KernelMap(lm, ncpus) for n, lm in kcoll.maps.items() if lm.spec}
