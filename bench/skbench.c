@@ -6,11 +6,12 @@
  * redirection) dominates.  It reports its own user/system CPU time so the script can show
  * that the loops are not the bottleneck (user time is a small share).
  *
- * usage: skbench CGROUP_DIR|- tput SIZE MILLIS      -> one line of key=value results
- *        skbench CGROUP_DIR|- lat  SIZE MILLIS
+ * usage: skbench CGROUP_DIR|- tput SIZE MILLIS [pin]  -> one line of key=value results
+ *        skbench CGROUP_DIR|- lat  SIZE MILLIS [pin]
  * The process first moves itself into CGROUP_DIR (so the sock_ops program attached there sees
  * its sockets), then makes a TCP connection over 127.0.0.1 to itself and forks: the parent
  * sends, the child receives.
+ * With "pin" the sender runs on the first allowed CPU, the receiver on the second.
  * TCP_NODELAY is set for lat (request/response traffic), not for tput (kernel defaults).
  *   tput: the parent send()s SIZE-byte messages for MILLIS ms, then shuts down the write side;
  *         the child recv()s until EOF.  bytes / (last byte received - first send) = throughput.
@@ -23,6 +24,7 @@
 #include <math.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,6 +52,29 @@ static void die(const char *what)
 static double tv(struct timeval t)
 {
 	return t.tv_sec + t.tv_usec / 1e6;
+}
+
+/* sender on the first allowed CPU, receiver on the second (when there is one): the two
+ * loops do not take turns on one CPU, which steadies the figures (as netperf -T) */
+static void pin_cpu(int nth)
+{
+	cpu_set_t allowed, one;
+	int seen = 0;
+
+	if (sched_getaffinity(0, sizeof(allowed), &allowed))
+		return;
+	if (CPU_COUNT(&allowed) < 2)
+		return;
+	for (int c = 0; c < CPU_SETSIZE; c++) {
+		if (!CPU_ISSET(c, &allowed))
+			continue;
+		if (seen++ == nth) {
+			CPU_ZERO(&one);
+			CPU_SET(c, &one);
+			sched_setaffinity(0, sizeof(one), &one);
+			return;
+		}
+	}
 }
 
 static void join_cgroup(const char *dir)
@@ -129,17 +154,18 @@ static int recv_all(int fd, char *buf, size_t n)
 
 int main(int argc, char **argv)
 {
-	int cli, srv, pfd[2], status;
+	int cli, srv, pfd[2], status, pin;
 	size_t size;
 	double millis, t0, deadline;
 	char *buf;
 	pid_t pid;
 	struct rusage ru;
 
-	if (argc != 5 || (strcmp(argv[2], "tput") && strcmp(argv[2], "lat"))) {
-		fprintf(stderr, "usage: skbench CGROUP_DIR|- tput|lat SIZE MILLIS\n");
+	if (argc < 5 || argc > 6 || (strcmp(argv[2], "tput") && strcmp(argv[2], "lat"))) {
+		fprintf(stderr, "usage: skbench CGROUP_DIR|- tput|lat SIZE MILLIS [pin]\n");
 		return 2;
 	}
+	pin = argc == 6 && !strcmp(argv[5], "pin");
 	size = strtoul(argv[3], NULL, 10);
 	millis = atof(argv[4]);
 	if (size < 1 || size > (1u << 24) || millis <= 0) {
@@ -160,6 +186,8 @@ int main(int argc, char **argv)
 		unsigned long long total = 0;
 		double last = 0;
 
+		if (pin)
+			pin_cpu(1);
 		close(cli);
 		close(pfd[0]);
 		if (!strcmp(argv[2], "tput")) {
@@ -189,6 +217,8 @@ int main(int argc, char **argv)
 	}
 	close(srv);
 	close(pfd[1]);
+	if (pin)
+		pin_cpu(0);
 	t0 = now();
 	deadline = t0 + millis / 1000.0;
 	if (!strcmp(argv[2], "tput")) {

@@ -71,11 +71,12 @@ def tcp_out_segs() -> int:
     return int(tcp[1][tcp[0].index("OutSegs")])
 
 
-def helper(exe: Path, ns: VethNs, cg: str, mode: str, size: int, millis: float) -> dict:
+def helper(
+    exe: Path, ns: VethNs, cg: str, mode: str, size: int, millis: float, pin: bool = False
+) -> dict:
     """Run skbench once inside the namespace; its key=value line as a dict of floats."""
-    out = B.run(
-        ns.in_ns([str(exe), cg, mode, str(size), str(millis)]), timeout=60 + millis / 1000
-    ).stdout
+    cmd = [str(exe), cg, mode, str(size), str(millis)] + (["pin"] if pin else [])
+    out = B.run(ns.in_ns(cmd), timeout=60 + millis / 1000).stdout
     return {k: float(v) for k, v in (kv.split("=") for kv in out.split())}
 
 
@@ -130,7 +131,9 @@ class Redirector:
         self.lo.close()
 
 
-def bench(objs: dict[str, Path], sizes, runs: int, millis: float, work: Path) -> dict:
+def bench(
+    objs: dict[str, Path], sizes, runs: int, millis: float, work: Path, pin: bool = False
+) -> dict:
     """objs: mode label -> object.  Returns raw samples per mode and size."""
     from bpfdsl import cgroup, netlink
 
@@ -154,10 +157,10 @@ def bench(objs: dict[str, Path], sizes, runs: int, millis: float, work: Path) ->
                         for s in sizes:
                             with netlink.in_netns(ns.name):
                                 seg0 = tcp_out_segs()
-                            t = helper(exe, ns, cg.path, "tput", s, millis)
+                            t = helper(exe, ns, cg.path, "tput", s, millis, pin)
                             with netlink.in_netns(ns.name):
                                 segs = tcp_out_segs() - seg0
-                            lat = helper(exe, ns, cg.path, "lat", s, millis / 2)
+                            lat = helper(exe, ns, cg.path, "lat", s, millis / 2, pin)
                             d = data[m][s]
                             d["tput"].append(t["bytes"] / t["secs"] / 1e6)
                             d["lat"].append(lat["mean_us"])
@@ -242,6 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sizes", help="comma-separated message sizes (64,1k,256k); default all")
     ap.add_argument("--millis", type=float, default=300, help="throughput run length (ms)")
     ap.add_argument("--quick", action="store_true", help="sizes 64,4k,256k, 2 runs of 100 ms")
+    ap.add_argument("--pin", action="store_true", help="sender on CPU 0, receiver on CPU 1")
     ap.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     a = ap.parse_args(argv)
     busy = B.load_note()  # before we add load ourselves
@@ -275,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
                 objs["bpfdsl"] = ours
             else:
                 notes.append(f"{why}: clang program only")
-            res = bench(objs, sizes, a.runs, a.millis, work)
+            res = bench(objs, sizes, a.runs, a.millis, work, a.pin)
             res["notes"] = notes
     except B.BenchError as e:
         print(f"skmsg_bench: {e}", file=sys.stderr)
