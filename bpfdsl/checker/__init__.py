@@ -75,6 +75,7 @@ def check_insns(
     privileged: bool = True,
     strict: bool = False,
     gpl: bool = True,
+    kernel: tuple[int, int] | None = None,
 ) -> ProgramResult:
     """Check one instruction list (ld_imm64 = one Insn) of ``prog_type``.
 
@@ -93,6 +94,7 @@ def check_insns(
         map_refs=dict(map_refs or {}),
         gpl=gpl,
         privileged=privileged,
+        kernel=kernel,
     )
     res = ProgramResult(name, section, insn_count=sum(x.width for x in insns))
     try:
@@ -100,6 +102,12 @@ def check_insns(
     except CfgError as e:
         slots = _slots(insns)
         res.errors.append(_mk(insns, slots, e.idx, "cfg", e.message, e.explain, {}, "", line_at))
+        res.seconds = time.perf_counter() - t0
+        return res
+    early = _version_faults(env, cfg, insns)
+    if early is not None:
+        i, f = early
+        res.errors.append(_mk(insns, cfg.slots, i, f.code, f.message, f.explain, {}, "", line_at))
         res.seconds = time.perf_counter() - t0
         return res
     try:
@@ -136,6 +144,27 @@ def check_insns(
             res.warnings.append(w)
     res.seconds = time.perf_counter() - t0
     return res
+
+
+def _version_faults(env: Env, cfg, insns):
+    """Whole-program features an older target kernel lacks: attach types, loops."""
+    from . import features as F
+
+    try:
+        need = F.ATTACH_MIN.get(env.attach_type) if env.attach_type is not None else None
+        if need:
+            env.need(need, f"XDP programs attached as {env.attach_type.name.lower()}")
+        for i, ss in enumerate(cfg.succ):
+            for t in ss:
+                if t <= i:
+                    env.cur_idx = i
+                    env.need(
+                        F.LOOPS_MIN,
+                        f"a loop (back-edge from insn {cfg.slots[i]} to {cfg.slots[t]})",
+                    )
+    except Fault as f:
+        return env.cur_idx, f
+    return None
 
 
 def _slots(insns: Sequence[Insn]) -> list[int]:
@@ -177,6 +206,7 @@ def check_program(
     license: str | None = "GPL",
     privileged: bool = True,
     strict: bool = False,
+    kernel: tuple[int, int] | None = None,
 ) -> ProgramResult:
     """Check one objfile ``ProgramSpec`` with the object's ``maps`` (name -> MapSpec) and
     ``data_sections`` (name -> DataSection, for .rodata/.data/.bss references)."""
@@ -205,6 +235,7 @@ def check_program(
         privileged=privileged,
         strict=strict,
         gpl=_gpl(license),
+        kernel=kernel,
     )
 
 
@@ -220,10 +251,15 @@ def _gpl(lic: str | None) -> bool:
 
 
 def check_object(
-    spec, *, only: str | None = None, privileged: bool = True, strict: bool = False
+    spec,
+    *,
+    only: str | None = None,
+    privileged: bool = True,
+    strict: bool = False,
+    kernel: tuple[int, int] | None = None,
 ) -> CheckResult:
     """Check every program of an objfile ``CollectionSpec`` (or only the one named/sectioned
-    ``only``)."""
+    ``only``).  Options as :func:`check_insns`."""
     out = CheckResult()
     for name, p in spec.programs.items():
         if only is not None and only not in (name, p.section):
@@ -236,6 +272,7 @@ def check_object(
                 license=spec.license,
                 privileged=privileged,
                 strict=strict,
+                kernel=kernel,
             )
         )
     return out

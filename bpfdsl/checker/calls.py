@@ -10,6 +10,7 @@ from __future__ import annotations
 from ..helpers import HELPERS_BY_ID, ArgKind, RetKind, helper_allowed, map_fits_helper
 from ..uapi import MapType
 from . import domain as D
+from . import features as F
 from .env import Env, Fault
 from .mem import check_access, stack_range_readable, stack_range_written
 from .state import State
@@ -101,6 +102,8 @@ def check_helper_call(env: Env, st: State, helper_id: int, idx: int) -> None:
             f"program of this type cannot use helper bpf_{h.name}#{helper_id}",
             f"bpf_{h.name} is not available to {env.prog_type.name.lower()} programs",
         )
+    if h.name in F.HELPER_MIN:
+        env.need(F.HELPER_MIN[h.name], f"bpf_{h.name}")
     regs = st.regs
     map_obj = None
     last_mem: int | None = None
@@ -204,6 +207,9 @@ def check_helper_call(env: Env, st: State, helper_id: int, idx: int) -> None:
         elif kind == A.PTR_TO_SOCKET:
             if r.t != D.SOCKET:
                 raise _type_err(regno, r, "sock", "pass a socket pointer checked for NULL")
+    if helper_id == 1 and map_obj is not None and map_obj.map_type in F.LOOKUP_MIN:
+        mt = MapType(map_obj.map_type).name.lower()
+        env.need(F.LOOKUP_MIN[map_obj.map_type], f"bpf_map_lookup_elem on a {mt}", (1,))
     # effects
     key_const = None
     if helper_id == 1 and map_obj is not None and env.privileged:

@@ -52,6 +52,18 @@ class Env:
     warned: set = field(default_factory=set)
     cur_idx: int = 0
     stack_depth: dict = field(default_factory=dict)  # subprog start index -> bytes used
+    kernel: tuple[int, int] | None = None  # declared target kernel (None: this 6.x model)
+
+    def need(self, version: tuple[int, int], what: str, regs: tuple[int, ...] = ()) -> None:
+        """Fault when the declared target kernel is older than ``version``."""
+        if self.kernel is not None and self.kernel < version:
+            raise Fault(
+                "kernel-version",
+                f"{what} needs Linux {version[0]}.{version[1]} "
+                f"(target kernel {self.kernel[0]}.{self.kernel[1]})",
+                f"rewrite without it or target Linux {version[0]}.{version[1]} or newer",
+                regs,
+            )
 
     def new_id(self) -> int:
         self.next_id += 1

@@ -13,6 +13,7 @@ from .. import uapi as U
 from ..insn import Insn
 from . import alu as ALU
 from . import domain as D
+from . import features as F
 from . import tnum as T
 from .calls import nonnull_type
 from .env import Env, Fault
@@ -75,6 +76,8 @@ def do_alu(env: Env, st: State, x: Insn) -> None:
             raise _reserved("BPF_END")
         r = _read(st, x.dst)
         _dst(x.dst)
+        if op == U.BPF_END and is64:
+            env.need(F.CPU_V4_MIN, "unconditional byte swap (bswap)")
         if r.is_ptr:
             _ptr_leak_warn(env, x.dst, r, "byte swap" if op == U.BPF_END else "negation")
             regs[x.dst] = D.unknown()
@@ -89,8 +92,10 @@ def do_alu(env: Env, st: State, x: Insn) -> None:
             allowed = (0, 8, 16, 32) if is64 else (0, 8, 16)
             if x.off not in allowed or x.imm:
                 raise _reserved("BPF_MOV")
-            s = _read(st, x.src)
+            s = _read(st, x.dst if False else x.src)
             _dst(x.dst)
+            if x.off:
+                env.need(F.CPU_V4_MIN, "sign-extending move (movsx)")
             if is64:
                 if x.off == 0:
                     if s.t == D.SCALAR and not s.id and not s.is_const:
@@ -134,6 +139,8 @@ def do_alu(env: Env, st: State, x: Insn) -> None:
             raise _reserved("BPF_ALU")
         s = D.known(x.imm if is64 else x.imm & D.M32)
     d = _read(st, x.dst)
+    if x.off == 1:
+        env.need(F.CPU_V4_MIN, "signed division (sdiv/smod)")
     if op in (U.BPF_DIV, U.BPF_MOD) and not src_x and x.imm == 0:
         raise Fault(
             "div-by-zero",
@@ -298,6 +305,8 @@ def do_ldx(env: Env, st: State, x: Insn) -> None:
         raise _reserved("BPF_LDX")
     _read(st, x.src)
     _dst(x.dst)
+    if x.mode == U.BPF_MEMSX:
+        env.need(F.CPU_V4_MIN, "sign-extending load (ldsx)")
     v = check_access(env, st, x.src, x.off, x.size, False, None)
     if x.mode == U.BPF_MEMSX and v is not None and v.t == D.SCALAR:
         v = ALU.movsx(v, x.size * 8, True)
@@ -330,6 +339,8 @@ def do_atomic(env: Env, st: State, x: Insn) -> None:
         raise Fault("bad-atomic", f"BPF_ATOMIC uses invalid atomic opcode {x.imm:02x}", "")
     if x.size not in (4, 8):
         raise Fault("bad-atomic", "invalid atomic operand size", "atomics are 32 or 64 bit")
+    if x.imm != U.BPF_ADD:
+        env.need(F.ATOMIC_FETCH_MIN, "atomic and/or/xor/fetch/xchg/cmpxchg")
     _read(st, x.src)
     d = _read(st, x.dst)
     if x.imm == U.BPF_CMPXCHG:
@@ -580,6 +591,8 @@ def _pkt_compare(x: Insn, d: D.Reg, s: D.Reg, fall: State, taken: State) -> bool
 
 def do_cond_jump(env: Env, st: State, i: int, x: Insn, target: int) -> list[tuple[int, State]]:
     op, is32 = x.op, x.cls == U.BPF_JMP32
+    if is32:
+        env.need(F.JMP32_MIN, "32-bit conditional jump (jmp32)")
     if op not in _SWAP:
         raise Fault("bad-opcode", f"invalid BPF_JMP/JMP32 opcode {op:x}", "unknown jump operation")
     if x.source == U.BPF_X:

@@ -41,6 +41,12 @@ def register(sub) -> None:
         help="apply the rules for a loader without CAP_PERFMON (no pointer leaks, no "
         "uninitialized stack reads)",
     )
+    p.add_argument(
+        "--kernel",
+        metavar="X.Y",
+        help="target an older kernel: features it lacks (jmp32, loops, xskmap lookups, "
+        "atomics, cpu v4 instructions, newer helpers) become errors",
+    )
     p.set_defaults(func=cmd_check)
 
 
@@ -71,14 +77,22 @@ def read_input(path: str):
 
 def cmd_check(args) -> int:
     from bpfdsl.checker import check_object  # noqa: PLC0415
+    from bpfdsl.checker.features import parse_version  # noqa: PLC0415
     from bpfdsl.diagnostics import UsageError, error  # noqa: PLC0415
 
+    kernel = None
+    if args.kernel:
+        try:
+            kernel = parse_version(args.kernel)
+        except ValueError as e:
+            raise UsageError(error("bad-kernel-version", str(e))) from None
     spec = read_input(args.file)
     res = check_object(
         spec,
         only=args.prog,
         privileged=not args.unprivileged,
         strict=args.strict,
+        kernel=kernel,
     )
     if args.prog and not res.programs:
         names = ", ".join(spec.programs) or "none"
