@@ -30,6 +30,19 @@ def _chunks(size: int, align: int) -> list[tuple[int, int]]:
     return out
 
 
+def _calls(e) -> bool:
+    """Does expression ``e`` call a helper (or a fn, or a map method)?"""
+    if isinstance(e, (ast.Call, ast.MethodCall)):
+        return e.name not in ("host", "be16", "be32", "be64", "hash") or any(
+            _calls(a) for a in e.args
+        )
+    return any(
+        _calls(getattr(e, f))
+        for f in ("left", "right", "operand", "expr", "obj", "index")
+        if isinstance(getattr(e, f, None), ast.Expr)
+    )
+
+
 class ExprGen:
     # ---- scalars ----
     def gen(self, e: ast.Expr):
@@ -92,9 +105,18 @@ class ExprGen:
             return self.f.ctx
         raise AssertionError(f"codegen: unresolved name {e.id}")
 
+    def operands(self, e, ty: T.Type) -> tuple[ir.Value, ir.Value]:
+        """Both operands as ``ty``; an operand that calls a helper is evaluated first, so no
+        packet pointer loaded for the other one (``ctx.len``) lives across the call, where a
+        32-bit spill of it would be refused by the verifier (found by program fuzzing)."""
+        if _calls(e.right) and not _calls(e.left):
+            b = self.rv(e.right, ty)
+            return self.rv(e.left, ty), b
+        return self.rv(e.left, ty), self.rv(e.right, ty)
+
     def g_BinOp(self, e: ast.BinOp):
         ty = e.ty
-        a, b = self.rv(e.left, ty), self.rv(e.right, ty)
+        a, b = self.operands(e, ty)
         signed = getattr(ty, "signed", False)
         op = {
             "+": self.b.add,
@@ -115,7 +137,7 @@ class ExprGen:
         if isinstance(ty, (T.BytesType, T.StructType)):
             eq = self.bytes_equal(e.left, e.right, ty)
             return eq if e.op == "==" else self.b.not_(eq)
-        a, b = self.rv(e.left, ty), self.rv(e.right, ty)
+        a, b = self.operands(e, ty)
         if getattr(ty, "signed", False):
             return self.b.icmp_signed(e.op, a, b)
         return self.b.icmp_unsigned(e.op, a, b)

@@ -54,6 +54,15 @@ class PktGen:
             v = self.b.load(ptr, typ=I32, align=4)
         return v if wide else self.b.inttoptr(self.b.zext(v, I64), PTR)
 
+    def opaque(self, v: ir.Value) -> ir.Value:
+        """``v`` through an empty inline asm (libbpf's ``barrier_var``): an opaque 64-bit
+        scalar.  Without it LLVM reassociates e.g. ``7 + (data_end - data)`` into arithmetic
+        on the pointers and narrows it to 32 bits, in IR and again in instruction selection
+        (verifier: "32-bit pointer arithmetic prohibited", FIELD-BUGS B04; found by program
+        fuzzing).  ``llvm.bpf.passthrough`` is not enough: it is gone before ISel."""
+        asm = ir.InlineAsm(ir.FunctionType(I64, [I64]), "", "=r,0", side_effect=True)
+        return self.b.call(asm, [v])
+
     def pkt_data(self) -> ir.Value:
         return self._ctx_ptr(0)
 
@@ -64,7 +73,7 @@ class PktGen:
         off, ty, access = CTX_FIELDS[self.f.kind.ctx][name]
         if access == "len":  # data_end - data as a 64-bit scalar (B04)
             d = self.b.ptrtoint(self.pkt_data(), I64)
-            return self.b.sub(self.b.ptrtoint(self.pkt_end(), I64), d)
+            return self.opaque(self.b.sub(self.b.ptrtoint(self.pkt_end(), I64), d))
         if access == "ip6":
             p = self.alloca_mem(16, name)
             for i in range(4):
