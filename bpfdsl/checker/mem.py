@@ -367,6 +367,15 @@ def _map_value(env, regno, r, off, size, write):
                 f"the largest possible offset {r.umax + full} + {size} exceeds the value size {vs}",
                 (regno,),
             )
+    if r.tn[1] == 0 and (lo % size) and write:
+        env.warn(
+            "misaligned-store",
+            f"{size}-byte store at offset {lo} of map '{getattr(m, 'name', '?')}' value is not "
+            "naturally aligned",
+            "lay records out with natural alignment (an 8-byte member at a multiple of 8, "
+            "FIELD-BUGS B07); x86 tolerates it, stricter architectures and BTF readers do not",
+            (regno,),
+        )
     if write:
         return None
     data = getattr(m, "data", None)
