@@ -520,7 +520,9 @@ def idiom_prog(rng: random.Random, k: int, maps: dict) -> Item:
     compares, plus atomics, pointer compares and sign-extending moves."""
     code: list = [I.mov64_reg(6, 1)]
     refs: dict = {}
-    kind = rng.choice(["map", "stack", "pkt", "pkt2", "atomic", "ptrcmp"])
+    kind = rng.choice(
+        ["map", "stack", "pkt", "pkt2", "atomic", "ptrcmp", "diamond", "diamond", "loopacc"]
+    )
     if kind == "map":
         m = maps["a"]
         code += [I.st_mem(4, 10, -8, rng.choice([0, 1, 5]))]
@@ -588,6 +590,54 @@ def idiom_prog(rng: random.Random, k: int, maps: dict) -> Item:
         if tgt == 10:
             code.append(I.st_mem(8, 10, -16, 0))
         code.append(I.atomic(rng.choice([8, 8, 4]), op, tgt, 1, off))
+    elif kind == "diamond":
+        # two paths meet; one may leave an unsafe offset in a register or a stack slot
+        m = maps["a"]
+        code += [I.st_mem(4, 10, -8, 0)]
+        refs[len(code)] = MapRef(m)
+        code += [I.ld_imm64(1, 0), I.mov64_reg(2, 10), I.alu64_imm(U.BPF_ADD, 2, -8), I.call(1)]
+        code.append(("J", I.jmp_imm(U.BPF_JEQ, 0, 0, 0)))
+        code.append(I.ldx_mem(4, 7, 6, rng.choice([12, 16])))
+        via_stack = rng.random() < 0.5
+        vals = [rng.choice([0, 4, 8, 12, 15, 16, 17, -1]) for _ in range(2)]
+        store = rng.choice([8, 4])
+        for n_d in range(rng.randint(1, 3)):
+            thr = rng.choice([0, 1, 5, 100])
+            a_val, b_val = vals if n_d == 0 else (rng.choice([0, 4, 8]), rng.choice([0, 4, 8, 16]))
+            seg_a = [I.mov64_imm(8, a_val)]
+            seg_b = (
+                [I.alu64_imm(U.BPF_AND, 7, rng.choice([3, 7, 15, 31])), I.mov64_reg(8, 7)]
+                if rng.random() < 0.4
+                else [I.mov64_imm(8, b_val)]
+            )
+            if via_stack:
+                seg_a.append(I.stx_mem(store, 10, 8, -16))
+                seg_b.append(I.stx_mem(store, 10, 8, -16))
+            code.append(
+                I.jmp_imm(rng.choice([U.BPF_JGT, U.BPF_JEQ, U.BPF_JSLT]), 7, thr, len(seg_a) + 1)
+            )
+            code += seg_a + [I.ja(len(seg_b))] + seg_b
+        if via_stack:
+            code.append(I.ldx_mem(rng.choice([store, 8, 4]), 8, 10, -16))
+        code += [I.alu64_reg(U.BPF_ADD, 0, 8), I.ldx_mem(1, 0, 0, 0)]
+    elif kind == "loopacc":
+        # a bounded loop whose accumulator becomes an offset
+        n = rng.choice([2, 4, 8, 20])
+        step = rng.choice([1, 2, 4])
+        code += [I.mov64_imm(7, 0), I.mov64_imm(8, 0)]
+        code += [
+            I.alu64_imm(U.BPF_ADD, 8, step),
+            I.alu64_imm(U.BPF_ADD, 7, 1),
+            I.jmp_imm(U.BPF_JLT, 7, n, -3),
+        ]
+        for off in range(-64, 0, 8):
+            code.append(I.st_mem(8, 10, off, 0))
+        code += [
+            I.mov64_reg(9, 10),
+            I.alu64_imm(U.BPF_ADD, 9, -64),
+            I.alu64_reg(U.BPF_ADD, 9, 8),
+            I.ldx_mem(1, 0, 9, 0),
+        ]
     else:  # pointer comparisons
         code += [I.ldx_mem(4, 2, 6, 0), I.ldx_mem(4, 3, 6, 4), I.ldx_mem(4, 4, 6, 8)]
         a, b = rng.sample([2, 3, 4, 10, 6], 2)

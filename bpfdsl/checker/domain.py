@@ -259,6 +259,16 @@ def sync(r: Reg) -> Reg:
         umax = min(umax, u32max)
         smin = max(smin, u32min)
         smax = min(smax, u32max)
+    # __reg_deduce_mixed_bounds: 32-bit knowledge into the 64-bit range
+    if u32min <= u32max:
+        umin = max(umin, (umin & ~M32 & M64) | u32min)
+        umax = min(umax, (umax & ~M32 & M64) | u32max)
+        smin = max(smin, s64((smin & ~M32 & M64) | u32min))
+        smax = min(smax, s64((smax & ~M32 & M64) | u32max))
+    # a sign-extended 32-bit value whose low half is non-negative is that value
+    if s32min >= 0 and smin >= S32_MIN and smax <= S32_MAX:
+        smin, smax = max(smin, s32min), min(smax, s32max)
+        umin, umax = max(umin, s32min), min(umax, s32max)
     # __reg_bound_offset
     if umin <= umax and (umin, umax) != (0, M64):
         v, m = T.intersect((v, m), T.trange(umin, umax))
