@@ -116,12 +116,15 @@ class BpfMap:
         return bytes(x)
 
     def set(self, key: Any, value: Any) -> None:
+        """Create or replace ``key`` (per-CPU maps: one value for all CPUs, or a list)."""
         raise NotImplementedError
 
     def get(self, key: Any) -> bytes | list[bytes] | None:
+        """The value (per-CPU: a list, one per CPU), or None when absent."""
         raise NotImplementedError
 
     def items(self) -> dict[bytes, bytes | list[bytes]]:
+        """Every entry: key bytes -> value bytes (per-CPU: list)."""
         raise NotImplementedError
 
     def total(self, key: Any) -> int:

@@ -77,16 +77,19 @@ SIGNED32 = {U.BPF_DIV: _sdiv32, U.BPF_MOD: _smod32}
 
 
 def sext(v: int, bits: int) -> int:
+    """Sign-extend the low ``bits`` of ``v`` (a Python int, may be negative)."""
     v &= (1 << bits) - 1
     return v - (1 << bits) if v >> (bits - 1) else v
 
 
 def bswap(v: int, bits: int) -> int:
+    """Reverse the bytes of the low ``bits`` of ``v`` (BPF_END to big endian / bswap)."""
     n = bits // 8
     return int.from_bytes((v & ((1 << bits) - 1)).to_bytes(n, "little"), "big")
 
 
 def ptr_arith(op: int, a: object, b: object) -> object:
+    """64-bit add/sub with a pointer operand as the verifier allows it; raises Fault else."""
     if a is None or b is None:
         raise Fault("arithmetic on an uninitialized register")
     if op == U.BPF_ADD:
@@ -120,6 +123,7 @@ _SCMP: dict[int, Callable[[int, int], bool]] = {
 
 
 def ptr_cmp(op: int, a: object, b: object, wide: bool) -> bool:
+    """A conditional jump with a pointer operand: same-region offsets or a NULL check."""
     if a is None or b is None:
         raise Fault("comparison of an uninitialized register")
     if wide and type(a) is Ptr and type(b) is Ptr and a.region is b.region:
@@ -134,21 +138,25 @@ def ptr_cmp(op: int, a: object, b: object, wide: bool) -> bool:
 
 
 def nonint(v: object, what: str = "arithmetic on a pointer") -> int:
+    """Raise the Fault for a non-scalar operand (uninitialized register or pointer)."""
     if v is None:
         raise Fault("a register is read before it is written")
     raise Fault(f"{what} (the verifier prohibits it)")
 
 
 def as_int(v: object) -> int:
+    """``v`` if it is a scalar, else the Fault of :func:`nonint`."""
     return v if type(v) is int else nonint(v)
 
 
 def badptr(v: object, what: str) -> Ptr:
+    """Raise the Fault for a memory access through a non-pointer."""
     kind = "uninitialized register" if v is None else "scalar"
     raise Fault(f"{what} through a {kind}")
 
 
 def stx(p: object, off: int, size: int, v: object, src: int) -> None:
+    """BPF_STX: store register ``v`` (r``src``) at ``p + off``; pointers only as 8-byte spills."""
     if type(p) is not Ptr:
         badptr(p, "store")
     if v is None:

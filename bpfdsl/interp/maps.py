@@ -79,12 +79,16 @@ class Map:
 
     # ---- program side ----
     def lookup(self, key: bytes, cpu: int = 0) -> Region | None:
+        """The value storage for ``key`` (on ``cpu`` for per-CPU maps), or None."""
         raise NotImplementedError
 
     def update(self, key: bytes, value: bytes, flags: int = 0, cpu: int | None = None) -> int:
+        """BPF_MAP_UPDATE_ELEM: 0 or -errno.  ``cpu``: the program's CPU (per-CPU maps);
+        None = user space."""
         return -EINVAL
 
     def delete(self, key: bytes) -> int:
+        """BPF_MAP_DELETE_ELEM: 0 or -errno."""
         return -EINVAL
 
     # ---- user side ----
@@ -112,12 +116,15 @@ class Map:
         return bytes(r.buf) if r is not None else None
 
     def remove(self, key: Any) -> bool:
+        """Userspace delete; False when the key was absent."""
         return self.delete(as_bytes(key, self.key_size, "key")) == 0
 
     def keys(self) -> list[bytes]:
+        """Every key present (arrays: every index)."""
         raise NotImplementedError
 
     def items(self) -> list[tuple[bytes, bytes | list[bytes]]]:
+        """(key, value) pairs; per-CPU values are lists, one per CPU."""
         out = []
         for k in self.keys():
             v = self._get(k)
