@@ -118,6 +118,28 @@ class ExprGen:
         ty = e.ty
         a, b = self.operands(e, ty)
         signed = getattr(ty, "signed", False)
+        return self.binop(e.op, a, b, signed, isinstance(b, ir.Constant))
+
+    def binop(self, op: str, a: ir.Value, b: ir.Value, signed: bool, const_b: bool) -> ir.Value:
+        """``a op b`` with BPF's defined results where LLVM has undefined behaviour: shift
+        amounts are taken modulo the width (as the BPF ISA does), and a division by a
+        run-time zero gives 0 (``%``: the dividend), the kernel's rule -- so LLVM cannot
+        "assume" the divisor is non-zero and drop the user's checks."""
+        if op in ("<<", ">>") and not const_b:
+            b = self.b.and_(b, ir.Constant(b.type, b.type.width - 1))
+        if op in ("/", "%") and not const_b:
+            zero = self.b.icmp_unsigned("==", b, ir.Constant(b.type, 0))
+            safe = self.b.select(zero, ir.Constant(b.type, 1), b)
+            fn = {
+                ("/", False): self.b.udiv,
+                ("/", True): self.b.sdiv,
+                ("%", False): self.b.urem,
+                ("%", True): self.b.srem,
+            }[(op, signed)]
+            return self.b.select(zero, ir.Constant(a.type, 0) if op == "/" else a, fn(a, safe))
+        return self._binop_plain(op, a, b, signed)
+
+    def _binop_plain(self, op: str, a: ir.Value, b: ir.Value, signed: bool) -> ir.Value:
         op = {
             "+": self.b.add,
             "-": self.b.sub,
@@ -129,7 +151,7 @@ class ExprGen:
             ">>": self.b.ashr if signed else self.b.lshr,
             "/": self.b.sdiv if signed else self.b.udiv,
             "%": self.b.srem if signed else self.b.urem,
-        }[e.op]
+        }[op]
         return op(a, b)
 
     def g_Compare(self, e: ast.Compare):

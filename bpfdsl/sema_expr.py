@@ -350,6 +350,9 @@ class ExprChecker:
 
     def fold(self, e, op, a, b, ty):
         va, vb = self.c.cval.get(a), self.c.cval.get(b)
+        if op in "/%" and vb == 0:
+            self.err("division-by-zero", "division by zero", b.span)
+            return
         if va is None or vb is None:
             return
         import operator as o
@@ -386,6 +389,15 @@ class ExprChecker:
         elif not T.is_int(ty):
             self.err("type-mismatch", f"`{e.op}` needs integers, found {ty}", e.span)
             return T.ERR
+        sh = self.c.cval.get(e.right)
+        if e.op in ("<<", ">>") and sh is not None and isinstance(ty, T.IntType) and sh >= ty.bits:
+            self.err(
+                "shift-too-far",
+                f"shifting a {ty} by {sh} bits (it has {ty.bits})",
+                e.right.span,
+                f"shift by 0..{ty.bits - 1}, or widen first: `(x as u64)`",
+            )
+            return ty
         self.fold(e, e.op, e.left, e.right, ty)
         return ty
 

@@ -502,3 +502,24 @@ xdp fn two_tags(ctx) {
         qinq = eth() / S["Dot1AD"](vlan=1) / S["Dot1Q"](vlan=2) / IP() / UDP()
         assert p.verdict(qinq) == XDP_DROP
         assert p.verdict(bytes(qinq)[: 14 + 6]) == XDP_ABORTED
+
+
+def test_division_by_zero_and_wide_shifts_follow_bpf():
+    """x / 0 = 0, x % 0 = x and shift amounts modulo the width: the BPF ISA's rules, kept
+    even where LLVM would call them undefined."""
+    src = """license "GPL"
+map out: array<u32, u64>(max_entries: 4)
+xdp fn ub(ctx) {
+    let eth = parse ethernet else { return XDP_PASS }
+    let ip = parse ipv4 else { return XDP_PASS }
+    let d = ip.tos as u64
+    out[0] = 100 / d
+    out[1] = 100 % d
+    out[2] = (1 as u64) << (ip.ttl as u64)
+    return XDP_PASS
+}"""
+    with Prog(src) as p:
+        for tos, ttl, want in ((0, 70, [0, 100, 64]), (7, 3, [14, 2, 8])):
+            p.verdict(eth() / IP(tos=tos, ttl=ttl) / UDP())
+            got = [struct.unpack("<Q", p.lookup("out", struct.pack("<I", i)))[0] for i in range(3)]
+            assert got == want

@@ -81,6 +81,13 @@ def test_sema_config_offsets_in_rodata():
             "type-mismatch",
         ),
         ("config c: u32 = 1\nxdp fn f(ctx) { c = 2\n return XDP_PASS }", "read-only"),
+        (
+            "xdp fn f(ctx) { let x: u32 = ctx.ingress_ifindex << 32\n return XDP_PASS }",
+            "shift-too-far",
+        ),
+        ("xdp fn f(ctx) { let x = ctx.len / 0\n return XDP_PASS }", "division-by-zero"),
+        ("xdp fn f(ctx) { 5\n return XDP_PASS }", "no-effect"),
+        ('license ""\nxdp fn f(ctx) { return XDP_PASS }', "bad-license"),
         ("xdp fn f(ctx) { let e = parse ethernet else { return XDP_PASS } }", "missing-return"),
         (
             "xdp fn f(ctx) { let e = parse ip else { return XDP_PASS }\n return XDP_PASS }",
