@@ -208,12 +208,15 @@ class ExprGen:
 
     def g_Index(self, e: ast.Index):
         p = self.index_ptr(e)
+        if isinstance(e.ty, T.RefType) or not isinstance(e.ty, (T.IntType, T.BoolType)):
+            return p  # an element of a map value (rv() loads it) or an aggregate
         return self.b.load(p, typ=self.lt(e.ty), align=max(1, e.ty.align))
 
     def index_ptr(self, e: ast.Index) -> ir.Value:
         base = self.gen(e.obj)
+        ot = e.obj.ty.inner if isinstance(e.obj.ty, T.RefType) else e.obj.ty
         i = self.rv(e.index, T.U64)
-        off = self.b.mul(i, ir.Constant(I64, e.obj.ty.elem.size))
+        off = self.b.mul(i, ir.Constant(I64, ot.elem.size))
         return self.gep(base, off)
 
     def g_Field(self, e: ast.Field):
@@ -416,7 +419,7 @@ class ExprGen:
             return self.store_header_field(tgt, s.op, s.value)
         ty = tgt.ty.inner if isinstance(tgt.ty, T.RefType) else tgt.ty
         ref = isinstance(tgt.ty, T.RefType) or (
-            isinstance(tgt, ast.Field) and isinstance(tgt.obj.ty, T.RefType)
+            isinstance(tgt, (ast.Field, ast.Index)) and isinstance(tgt.obj.ty, T.RefType)
         )
         percpu = ref and (tgt.ty.percpu if isinstance(tgt.ty, T.RefType) else tgt.obj.ty.percpu)
         if isinstance(tgt, ast.Name):

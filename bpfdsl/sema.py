@@ -60,6 +60,7 @@ class Local:
     ty: T.Type
     span: Span
     header_parent: Local | None = None  # L4 header -> the IP header it was parsed after
+    bounds: tuple[int, int] | None = None  # loop variable: start..end (end exclusive)
 
 
 @dataclass(eq=False)
@@ -505,7 +506,7 @@ class Sema:
             )
         self.ex.coerce(s.start, ty)
         self.ex.coerce(s.end, ty)
-        loc = Local(s.var, ty, s.span)
+        loc = Local(s.var, ty, s.span, bounds=(a, b) if a is not None and b is not None else None)
         self.c.sym[s] = loc
         self.loop_depth += 1
         self.block(s.body, bind=(s.var, loc))

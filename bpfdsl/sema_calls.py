@@ -303,6 +303,8 @@ def assign(ex, s: ast.Assign) -> None:
         if t.readonly:
             ex.err("read-only", "values of this map kind are read-only in programs", tgt.span)
         t = t.inner
+    if t is T.ERR:
+        return
     if op != "=":
         if not (isinstance(t, T.IntType) and (not t.be or op[0] in "&|^")):
             ex.err("type-mismatch", f"`{op}` needs a host-order integer, found {t}", s.span)

@@ -315,11 +315,36 @@ class ExprChecker:
                 "{ ... }`; `m[k] = v` and `m[k] += n` are fine as statements",
             )
             return t.value
+        ref = isinstance(t, T.RefType)
+        t = t.inner if ref else t
         if isinstance(t, T.ArrayType):
             self.expect(e.index, T.U32)
-            return t.elem
+            self.index_in_range(e.index, t.count)
+            return T.RefType(t.elem, e.obj.ty.percpu, e.obj.ty.readonly) if ref else t.elem
         self.err("not-indexable", f"{t} cannot be indexed", e.span)
         return T.ERR
+
+    def index_in_range(self, idx: ast.Expr, count: int) -> None:
+        """Array indexes the verifier can check: a constant below ``count``, or a ``for``
+        variable whose bounds lie within the array."""
+        from .sema import Local
+
+        v = self.c.cval.get(idx)
+        if v is not None:
+            if not 0 <= v < count:
+                self.err(
+                    "index-range", f"index {v} is outside the array (0..{count - 1})", idx.span
+                )
+            return
+        loc = self.c.sym.get(idx) if isinstance(idx, ast.Name) else None
+        if isinstance(loc, Local) and loc.bounds and 0 <= loc.bounds[0] and loc.bounds[1] <= count:
+            return
+        self.err(
+            "index-range",
+            f"the array index must be a constant or a `for` variable within 0..{count}",
+            idx.span,
+            f"loop over it: `for i in 0..{count} {{ ... a[i] ... }}`",
+        )
 
     # ---- operators ----
     def unify(self, node, a: ast.Expr, b: ast.Expr) -> T.Type:

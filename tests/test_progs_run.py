@@ -523,3 +523,29 @@ xdp fn ub(ctx) {
             p.verdict(eth() / IP(tos=tos, ttl=ttl) / UDP())
             got = [struct.unpack("<Q", p.lookup("out", struct.pack("<I", i)))[0] for i in range(3)]
             assert got == want
+
+
+def test_arrays_in_map_values_and_structs():
+    src = """license "GPL"
+struct s { a: [u8; 6], n: u32 }
+map m: array<u32, [u64; 4]>(max_entries: 2)
+map st: hash<u32, s>(max_entries: 2)
+xdp(frags) fn f(ctx) {
+    if let eth = parse ethernet {
+        let k = s(n: 3)
+        k.a[2] = 7
+        st[1] = k
+        if let v = m.lookup(1) {
+            v[2] += 5
+            v[0] = v[2] + 1
+            for i in 0..4 { v[i] += 1 }
+        }
+    } else {
+        return XDP_ABORTED
+    }
+    return XDP_PASS
+}"""
+    with Prog(src) as p:
+        assert p.verdict(udp4()) == XDP_PASS
+        assert struct.unpack("<4Q", p.lookup("m", struct.pack("<I", 1))) == (7, 1, 6, 1)
+        assert p.lookup("st", struct.pack("<I", 1)) == bytes([0, 0, 7, 0, 0, 0, 0, 0, 3, 0, 0, 0])

@@ -87,6 +87,18 @@ def test_sema_config_offsets_in_rodata():
         ),
         ("xdp fn f(ctx) { let x = ctx.len / 0\n return XDP_PASS }", "division-by-zero"),
         ("xdp fn f(ctx) { 5\n return XDP_PASS }", "no-effect"),
+        (
+            "map m: array<u32, [u64; 4]>(max_entries: 1)\nxdp fn f(ctx) {\n"
+            " let v = m.lookup(0) else { return XDP_PASS }\n v[ctx.rx_queue_index] += 1\n"
+            " return XDP_PASS }",
+            "index-range",
+        ),
+        (
+            "map m: array<u32, [u64; 4]>(max_entries: 1)\nxdp fn f(ctx) {\n"
+            " let v = m.lookup(0) else { return XDP_PASS }\n for i in 0..5 { v[i] += 1 }\n"
+            " return XDP_PASS }",
+            "index-range",
+        ),
         ('license ""\nxdp fn f(ctx) { return XDP_PASS }', "bad-license"),
         ("xdp fn f(ctx) { let e = parse ethernet else { return XDP_PASS } }", "missing-return"),
         (
