@@ -207,3 +207,21 @@ def test_reg_text_is_kernel_style():
     assert D.fmt_reg(D.ptr(D.PKT, off=14, rng=14)) == "pkt(off=14,r=14)"
     assert D.fmt_reg(D.ptr(D.STACK, off=-8)) == "fp-8"
     assert D.fmt_reg(D.ptr(D.CTX)) == "ctx()"
+
+
+def test_byte_swaps_are_sound():
+    rng = random.Random(9)
+    for _ in range(300):
+        t = _rand_tnum(rng, 16)
+        r = _scalar(t)
+        for bits in (16, 32, 64):
+            for to_be, is64 in ((True, False), (False, False), (False, True)):
+                out = ALU.swap(r, bits, to_be, is64)
+                for x in _members(t, 16):
+                    low = x & ((1 << bits) - 1)
+                    want = (
+                        int.from_bytes(low.to_bytes(bits // 8, "little"), "big")
+                        if (to_be or is64)
+                        else low
+                    )
+                    assert _admits(out, want), (t, bits, to_be, is64, x, out)

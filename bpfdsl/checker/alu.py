@@ -162,15 +162,16 @@ def scalar_alu(op: int, dst: D.Reg, src: D.Reg, is64: bool, signed_div: bool = F
 
 
 def swap(r: D.Reg, bits: int, to_be: bool, is64: bool) -> D.Reg:
-    """BPF_END: byte swap (bswap / be / le) of the low ``bits`` bits; host is little endian."""
-    # kernel 6.x tracks byte swaps of known values; anything else becomes unknown here
-    if r.t == D.SCALAR and r.tn[1] == 0:
-        v = r.tn[0] & ((1 << bits) - 1)
-        if is64 or to_be:
-            v = int.from_bytes(v.to_bytes(bits // 8, "little"), "big")
-        return D.known(v)
-    # the result has only ``bits`` bits (kernel: zero-extended swap)
-    return D.unknown() if bits == 64 else D.urange(0, (1 << bits) - 1)
+    """BPF_END: byte swap (bswap / be) or truncation (le, host is little endian) of the low
+    ``bits`` bits, on the tnum (kernel tnum_bswap16/32/64): known bytes stay known."""
+    if r.t != D.SCALAR:
+        return D.unknown()
+    nbytes = bits // 8
+    v, m = T.cast(r.tn, nbytes)
+    if is64 or to_be:
+        v = int.from_bytes(v.to_bytes(nbytes, "little"), "big")
+        m = int.from_bytes(m.to_bytes(nbytes, "little"), "big")
+    return D.sync(D.Reg(D.SCALAR, tn=(v, m), b=D.UNKNOWN_BOUNDS))
 
 
 def neg(r: D.Reg, is64: bool) -> D.Reg:
