@@ -16,6 +16,7 @@ from llvmlite import ir
 
 from . import ast
 from . import types as T
+from .codegen_calls import CallGen
 from .codegen_expr import ExprGen
 from .codegen_maps import MapGen
 from .codegen_pkt import PktGen
@@ -42,7 +43,7 @@ class _Fn:
         self.rets: list[tuple[ir.Value, ir.Block]] = []  # (value, predecessor) of ret_block
 
 
-class CodeGen(ExprGen, PktGen, MapGen):
+class CodeGen(ExprGen, CallGen, PktGen, MapGen):
     def __init__(self, checked: Checked, dbg=None, module: ir.Module | None = None):
         self.c = checked
         self.m = module if module is not None else ir.Module(name=checked.filename)

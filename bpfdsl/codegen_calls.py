@@ -1,0 +1,145 @@
+"""Calls lowering (back end mixin of :class:`bpfdsl.codegen.CodeGen`): helper calls the way
+clang makes them (through ``inttoptr (i64 ID to ptr)``), struct constructors, inlined fns,
+byte-order conversions, redirect/resize/socket helpers, ``swap`` and the FNV-1a ``hash``.
+"""
+
+from __future__ import annotations
+
+from llvmlite import ir
+
+from . import ast
+from . import types as T
+from .codegen_expr import _chunks
+from .helpers import HELPERS
+
+I32, I64 = ir.IntType(32), ir.IntType(64)
+PTR = ir.PointerType()
+
+
+class CallGen:
+    # ---- calls ----
+    def helper(self, hid: int, ret: ir.Type, args: list[ir.Value]) -> ir.Value:
+        """Call BPF helper ``hid`` like clang: through ``inttoptr (i64 hid to ptr)``."""
+        fnty = ir.FunctionType(ret, [a.type for a in args])
+        callee = ir.Constant(I64, hid).inttoptr(PTR)
+        callee.function_type = fnty
+        return self.b.call(callee, args)
+
+    def g_Call(self, e: ast.Call):
+
+        c = self.c
+        if e.name in c.structs:
+            st = c.structs[e.name]
+            filled = [(st.fields[k][0], st.fields[k][1].size) for k in e.kwargs]
+            p = self.alloca_mem(st.size, e.name, filled)
+            for k, v in e.kwargs.items():
+                off, ft = st.fields[k]
+                if isinstance(ft, (T.IntType, T.BoolType)):
+                    self.b.store(self.rv(v, ft), self.gep(p, off), align=max(1, ft.align))
+                else:
+                    self.store_bytes(self.gep(p, off), v, ft, max(1, ft.align))
+            return p
+        if e.name in c.fns:
+            info = c.fns[e.name]
+            args = [
+                self.value_for(a, t) if not isinstance(t, T.HeaderType) else self.gen(a)
+                for a, (_n, t) in zip(e.args, info.params, strict=True)
+            ]
+            return self.b.call(self.fn_ir[e.name], args)
+        if e.name == "host" or e.name.startswith("be"):
+            at = e.args[0].ty
+            v = self.rv(e.args[0], at if isinstance(at, T.IntType) else T.IntType(e.ty.bits))
+            return self.bswap(self.conv(v, at, T.IntType(e.ty.bits)))
+        if e.name in ("ktime_get_ns", "get_prandom_u32", "get_smp_processor_id"):
+            r = self.helper(HELPERS[e.name].id, I64, [])
+            return self.conv(r, T.U64, e.ty)
+        if e.name == "redirect":
+            return self.helper(
+                HELPERS["redirect"].id, I64, [self.rv(e.args[0], T.U32), self.rv(e.args[1], T.U64)]
+            )
+        if e.name == "redirect_map":
+            m = self.gen(e.args[0])
+            return self.helper(
+                HELPERS["redirect_map"].id,
+                I64,
+                [m, self.rv(e.args[1], T.U32), self.rv(e.args[2], T.U64)],
+            )
+        if e.name == "swap":
+            return self.swap(e.args[0], e.args[1])
+        if e.name == "hash":
+            return self.flow_hash(e.args)
+        if e.name in (
+            "adjust_head",
+            "adjust_tail",
+            "adjust_meta",
+            "msg_pull_data",
+            "msg_push_data",
+            "msg_pop_data",
+        ):
+            return self.resize(e)
+        if e.name in (
+            "msg_redirect_hash",
+            "msg_redirect_map",
+            "sock_hash_update",
+            "sock_map_update",
+        ):
+            m = e.args[0].ty
+            key = (
+                self.rv(e.args[1], T.U32)
+                if e.name == "msg_redirect_map"
+                else self.key_ptr(m, e.args[1])
+            )
+            return self.helper(
+                HELPERS[e.name].id,
+                I64,
+                [self.f.ctx, self.gen(e.args[0]), key, self.rv(e.args[2], T.U64)],
+            )
+        if e.name in ("msg_apply_bytes", "msg_cork_bytes", "sock_ops_cb_flags_set"):
+            from .sema_expr import BUILTINS
+
+            params = BUILTINS[e.name][0]
+            args = [self.rv(a, t) for a, t in zip(e.args, params, strict=True)]
+            return self.helper(HELPERS[e.name].id, I64, [self.f.ctx, *args])
+        raise AssertionError(f"codegen: call {e.name}")
+
+    def g_MethodCall(self, e: ast.MethodCall):
+        return self.map_method(e)
+
+    def lvalue_ptr(self, e: ast.Expr) -> tuple[ir.Value, int]:
+        """Address and alignment of a header field, struct field or local."""
+        if isinstance(e, ast.Field) and isinstance(e.obj.ty, T.HeaderType):
+            return self.header_field_ptr(e), self.align_of(e)
+        if isinstance(e, ast.Field):
+            return self.field_ptr(e), max(1, e.ty.align)
+        return self.var(self.c.sym[e]), 8
+
+    def swap(self, a: ast.Expr, b: ast.Expr) -> None:
+        """Exchange two values in memory (no checksum change: see sema_calls._swap)."""
+        pa, aa = self.lvalue_ptr(a)
+        pb, ab = self.lvalue_ptr(b)
+        ty = a.ty
+        if isinstance(ty, (T.IntType, T.BoolType)):
+            pieces = [(0, max(1, ty.size))]
+            align = max(1, ty.size)
+        else:
+            align = min(aa, ab, 8)
+            pieces = _chunks(ty.size, align)
+        for off, w in pieces:
+            it = self.lt(ty) if isinstance(ty, (T.IntType, T.BoolType)) else ir.IntType(8 * w)
+            x = self.b.load(self.gep(pa, off), typ=it, align=min(w, align))
+            y = self.b.load(self.gep(pb, off), typ=it, align=min(w, align))
+            self.b.store(y, self.gep(pa, off), align=min(w, align))
+            self.b.store(x, self.gep(pb, off), align=min(w, align))
+
+    FNV_OFFSET, FNV_PRIME = 2166136261, 16777619  # FNV-1a, 32-bit (IETF draft-eastlake-fnv)
+
+    def flow_hash(self, args: list[ast.Expr]) -> ir.Value:
+        """``hash(a, b, ...)``: 32-bit FNV-1a over one 32-bit word per argument (the value as
+        it is stored: network-order fields are hashed without a swap).  Deterministic, so a
+        flow always maps to the same slot, and 3 instructions per word (xor, mul)."""
+        h = ir.Constant(I32, self.FNV_OFFSET)
+        for a in args:
+            t = a.ty.inner if isinstance(a.ty, T.RefType) else a.ty
+            w = self.rv(a, T.U32 if not isinstance(t, T.IntType) else T.IntType(32))
+            h = self.b.mul(self.b.xor(h, w), ir.Constant(I32, self.FNV_PRIME))
+        return h
