@@ -45,7 +45,8 @@ MAP_KINDS: dict[str, tuple[MapType, T.Type | None, T.Type | None]] = {
         T.U32,
         T.make_struct("bpf_cpumap_val", [("qsize", T.U32), ("prog_fd", T.I32)]),
     ),
-    "xskmap": (MapType.XSKMAP, T.U32, T.U32),
+    # lookups give the kernel's struct bpf_xdp_sock: only queue_id is readable (B10)
+    "xskmap": (MapType.XSKMAP, T.U32, T.make_struct("bpf_xdp_sock", [("queue_id", T.U32)])),
     "sockmap": (MapType.SOCKMAP, T.U32, T.U32),
     "sockhash": (MapType.SOCKHASH, None, T.U32),
 }

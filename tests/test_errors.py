@@ -154,6 +154,20 @@ sk_msg fn f(msg) {
         "parse byte",
     ),
     (
+        "xsk_socket_field_b10",
+        """map xsks: xskmap(max_entries: 4)
+xdp fn f(ctx) {
+    let s = xsks.lookup(0) else { return XDP_PASS }
+    if s.ifindex == 1 { return XDP_DROP }
+    return XDP_PASS
+}""",
+        "unknown-field",
+        6,
+        8,
+        "`bpf_xdp_sock` has no field `ifindex`",
+        "queue_id",
+    ),
+    (
         "unbounded_loop",
         """xdp fn f(ctx) {
     let n: u32 = 0

@@ -549,3 +549,21 @@ xdp(frags) fn f(ctx) {
         assert p.verdict(udp4()) == XDP_PASS
         assert struct.unpack("<4Q", p.lookup("m", struct.pack("<I", 1))) == (7, 1, 6, 1)
         assert p.lookup("st", struct.pack("<I", 1)) == bytes([0, 0, 7, 0, 0, 0, 0, 0, 3, 0, 0, 0])
+
+
+@pytest.mark.parametrize("form", ["lookup", "fallback"])
+def test_xskmap_both_forms_fall_back_to_pass_b10(form):
+    body = {
+        "lookup": """if let s = xsks.lookup(ctx.rx_queue_index) {
+        if s.queue_id == ctx.rx_queue_index { return redirect_map(xsks, s.queue_id, XDP_DROP) }
+    }
+    return XDP_PASS""",
+        "fallback": "return redirect_map(xsks, ctx.rx_queue_index, XDP_PASS)",
+    }[form]
+    src = f"""license "GPL"
+map xsks: xskmap(max_entries: 64)
+xdp fn xsk(ctx) {{
+    {body}
+}}"""
+    with Prog(src) as p:
+        assert p.verdict(udp4()) == XDP_PASS
