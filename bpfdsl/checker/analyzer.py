@@ -78,6 +78,7 @@ def analyze(env: Env, cfg: Cfg) -> Outcome:
     processed = 0
     nstates = 0
     prune = cfg.prune
+    heads = {t for i, ss in enumerate(cfg.succ) for t in ss if t <= i}  # loop heads
     while stack:
         i, st, prev = stack.pop()
         while True:
@@ -85,9 +86,9 @@ def analyze(env: Env, cfg: Cfg) -> Outcome:
             if i in prune:
                 live = _live_sets(cfg, st, i)
                 lst = explored.setdefault(i, [])
-                key = state_key(st, live)
+                key = state_key(st, live) if i in heads else None
                 active = looping.setdefault(i, {})
-                e = active.get(key)
+                e = active.get(key) if key is not None else None
                 if e is not None and e.branches > 0:
                     msg = f"infinite loop detected at insn {cfg.slots[i]}"
                     # reported at the jump closing the loop: the loop's own line
@@ -110,7 +111,8 @@ def analyze(env: Env, cfg: Cfg) -> Outcome:
                     break
                 entry = _Entry(st.copy(), 1, st.parent)
                 entry.state.parent = None
-                active[key] = entry
+                if key is not None:
+                    active[key] = entry
                 if len(lst) >= MAX_STATES_PER_INSN:
                     # drop the oldest finished state (less pruning, never unsound)
                     for k, e in enumerate(lst):
