@@ -15,7 +15,7 @@ from bpfdsl import uapi as U
 from bpfdsl.checker import alu as ALU
 from bpfdsl.checker import domain as D
 from bpfdsl.checker import tnum as T
-from bpfdsl.checker.transfer import branch_taken, refine
+from bpfdsl.checker.branch import branch_taken, refine
 
 M64 = T.M64
 

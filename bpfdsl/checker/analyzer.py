@@ -15,12 +15,13 @@ from dataclasses import dataclass
 from .. import uapi as U
 from ..insn import Insn, format_insn
 from . import domain as D
+from .branch import do_cond_jump
 from .calls import check_helper_call
 from .cfg import Cfg
 from .env import Env, Fault
 from .report import fmt_state
 from .state import Frame, State, state_key, subsumes
-from .transfer import _read, do_alu, do_cond_jump, do_ld, do_ldx, do_store
+from .transfer import _read, do_alu, do_ld, do_ldx, do_store
 
 INSN_LIMIT = 1_000_000
 JMP_SEQ_LIMIT = 8192

@@ -12,7 +12,8 @@ from ..uapi import MapType
 from . import domain as D
 from . import features as F
 from .env import Env, Fault
-from .mem import check_access, stack_range_readable, stack_range_written
+from .mem import check_access
+from .stack import stack_range_readable, stack_range_written
 from .state import State
 
 A = ArgKind

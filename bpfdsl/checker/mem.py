@@ -12,7 +12,8 @@ from . import domain as D
 from . import tnum as T
 from .ctx import ctx_access
 from .env import Env, Fault
-from .state import INVALID, MAX_STACK, MISC, SPILL, ZERO, Slot, State
+from .stack import stack_access
+from .state import State
 
 BPF_F_RDONLY_PROG = 1 << 7
 BPF_F_WRONLY_PROG = 1 << 8
@@ -32,7 +33,7 @@ def check_access(
     r = st.regs[regno]
     t = r.t
     if t == D.STACK:
-        return _stack(env, st, regno, r, off, size, write, value)
+        return stack_access(env, st, regno, r, off, size, write, value)
     if t in D.PACKET_TYPES:
         return _packet(env, regno, r, off, size, write)
     if t == D.MAP_VALUE:
@@ -68,215 +69,6 @@ def check_access(
         D.MAP_PTR: "a map reference cannot be dereferenced; use a lookup helper",
     }.get(t, "this pointer type cannot be dereferenced")
     raise Fault("invalid-mem", f"R{regno} invalid mem access '{name}'", hint, (regno,))
-
-
-# ---- stack ----
-
-
-def note_depth(env: Env, frame, lowest: int) -> None:
-    """Record how deep a function uses its stack (kernel subprog_info stack_depth)."""
-    d = env.stack_depth
-    if -lowest > d.get(frame.subprog, 0):
-        d[frame.subprog] = -lowest
-
-
-def _stack(env, st, regno, r, off, size, write, value):
-    frame = st.frames[r.map] if isinstance(r.map, int) and r.map < len(st.frames) else st.cur
-    base = r.off + off
-    note_depth(env, frame, base + (D.s64(r.tn[0]) if r.tn[1] == 0 else r.smin))
-    if r.tn[1] == 0:
-        full = base + D.s64(r.tn[0])
-        if full % size:
-            raise Fault(
-                "misaligned-stack",
-                f"misaligned stack access off {_tn(r)}+{r.off}+{off} size {size}",
-                f"stack accesses must be aligned to their size ({size} bytes); "
-                "lay out stack variables with natural alignment",
-                (regno,),
-            )
-        if full < -MAX_STACK or full + size > 0:
-            kind = " write to" if write else " read from"
-            raise Fault(
-                "stack-bounds",
-                f"invalid{kind} stack R{regno} off={full} size={size}",
-                f"the stack is {MAX_STACK} bytes below r10: offsets -{MAX_STACK}..-1 only",
-                (regno,),
-            )
-        if write:
-            _stack_write(frame, full, size, value)
-            return None
-        return _stack_read(env, regno, frame, full, size)
-    # variable offset
-    lo, hi = base + r.smin, base + r.smax
-    if r.smin < -MAX_VAR_OFF or r.smax > MAX_VAR_OFF or lo < -MAX_STACK or hi + size > 0:
-        kind = " write to" if write else " read from"
-        raise Fault(
-            "stack-bounds",
-            f"invalid variable-offset{kind} stack R{regno} var_off={_tn(r)} off={base} size={size}",
-            "bound the index so that every possible address stays inside the 512-byte stack",
-            (regno,),
-        )
-    if not T.is_aligned(T.add(r.tn, T.const(base)), size):
-        raise Fault(
-            "misaligned-stack",
-            f"misaligned stack access off {_tn(r)}+{r.off}+{off} size {size}",
-            "stack accesses must be aligned to their size",
-            (regno,),
-        )
-    if write:
-        for a in range(lo, hi + size):
-            _set_byte(frame, a, MISC)
-        return None
-    for a in range(lo, hi + size):
-        if _byte(frame, a) == INVALID and not env.privileged:
-            raise Fault(
-                "uninit-stack",
-                f"invalid variable-offset read from stack R{regno} var_off={_tn(r)} off={base} size={size}",
-                "initialize the stack bytes before reading them",
-                (regno,),
-            )
-    return D.unknown() if size == 8 else D.urange(0, (1 << (8 * size)) - 1)
-
-
-def _byte(frame, a: int) -> str:
-    k, j = (-a - 1) // 8, a % 8
-    s = frame.stack.get(k)
-    return s.types[j] if s else INVALID
-
-
-def _set_byte(frame, a: int, typ: str) -> None:
-    k, j = (-a - 1) // 8, a % 8
-    s = frame.stack.get(k) or Slot()
-    types = s.types[:j] + typ + s.types[j + 1 :]
-    spill = s.spill if SPILL in types else None
-    if spill is not None and types != SPILL * 8 and not types.startswith(SPILL):
-        spill = None
-    frame.stack[k] = Slot(types, spill)
-
-
-def coerce(r: D.Reg, size: int) -> D.Reg:
-    """Truncate a scalar to its low ``size`` bytes (kernel coerce_reg_to_size)."""
-    if size >= 8 or r.t != D.SCALAR:
-        return r
-    if r.umax >> (8 * size) == 0:
-        return r
-    return D.sync(D.Reg(D.SCALAR, tn=T.cast(r.tn, size), b=D.UNKNOWN_BOUNDS))
-
-
-def _stack_write(frame, full: int, size: int, value: D.Reg | None, is_st: bool = False) -> None:
-    """check_stack_write_fixed_off: slot-aligned scalar stores (and BPF_ST immediates) are
-    register spills of ``size`` bytes; pointers spill only whole; the rest is misc/zero."""
-    k, j = (-full - 1) // 8, full % 8
-    old = frame.stack.get(k) or Slot()
-    if value is not None and value.t not in (D.SCALAR, D.NOT_INIT):
-        if size != 8:
-            raise Fault(
-                "spill-size",
-                "invalid size of register spill",
-                "pointers are 8 bytes; save them on the stack with an 8-byte store",
-            )
-        frame.stack[k] = Slot(SPILL * 8, value)
-        return
-    if j == 0 and value is not None and value.t == D.SCALAR:
-        rest = "".join(c if c in (ZERO, INVALID) else MISC for c in old.types[size:])
-        frame.stack[k] = Slot(SPILL * size + rest, value)
-        return
-    zero = value is not None and value.is_const and value.tn[0] == 0
-    types = (
-        [MISC if c == SPILL else c for c in old.types] if SPILL in old.types else list(old.types)
-    )
-    for i in range(j, j + size):
-        types[i] = ZERO if zero else MISC
-    frame.stack[k] = Slot("".join(types), None)
-
-
-def _stack_read(env, regno, frame, full: int, size: int) -> D.Reg:
-    k, j = (-full - 1) // 8, full % 8
-    s = frame.stack.get(k) or Slot()
-    part = s.types[j : j + size]
-    sp = s.spill if (s.spill is not None and s.types[0] == SPILL) else None
-    if sp is not None:
-        nspill = len(s.types) - len(s.types.lstrip(SPILL))
-        if sp.t != D.SCALAR:
-            if size != 8 or nspill != 8:
-                raise Fault(
-                    "partial-fill",
-                    "invalid size of register fill",
-                    "a pointer saved on the stack must be reloaded with an 8-byte load",
-                    (regno,),
-                )
-            return sp
-        if j == 0 and size <= nspill:
-            return coerce(sp, size)
-    if INVALID in part:
-        if not env.privileged:
-            raise Fault(
-                "uninit-stack",
-                f"invalid read from stack off {full}+{part.index(INVALID)} size {size}",
-                "this stack memory was never written; initialize it before reading",
-                (regno,),
-            )
-        env.warn(
-            "uninit-stack",
-            f"read of uninitialized stack off {full} size {size}",
-            "the kernel allows it for privileged loaders but the value is garbage; "
-            "initialize the variable",
-            (regno,),
-        )
-    elif part == SPILL * size and sp is not None and sp.is_const and sp.tn[0] == 0:
-        return D.known(0)
-    elif part == ZERO * size:
-        return D.known(0)
-    return D.unknown() if size == 8 else D.urange(0, (1 << (8 * size)) - 1)
-
-
-def stack_range_readable(env: Env, st: State, regno: int, size: int, what: str) -> None:
-    """Helper memory argument on the stack: ``size`` bytes from ``regno`` must be inside the
-    stack and (unprivileged) initialized (kernel check_stack_range_initialized)."""
-    r = st.regs[regno]
-    frame = st.frames[r.map] if isinstance(r.map, int) and r.map < len(st.frames) else st.cur
-    lo = r.off + (r.smin if r.tn[1] else D.s64(r.tn[0]))
-    hi = r.off + (r.smax if r.tn[1] else D.s64(r.tn[0]))
-    note_depth(env, frame, lo)
-    if lo < -MAX_STACK or hi + size > 0 or (size == 0 and hi > 0):
-        raise Fault(
-            "stack-bounds",
-            f"invalid indirect access to stack R{regno} off={lo} size={size}",
-            f"the {what} must lie inside the 512-byte stack",
-            (regno,),
-        )
-    for a in range(lo, hi + size):
-        b = _byte(frame, a)
-        if b == INVALID:
-            if not env.privileged:
-                raise Fault(
-                    "uninit-stack",
-                    f"invalid read from stack R{regno} off {lo}+{a - lo} size {size}",
-                    f"initialize all {size} bytes of the {what} before the call",
-                    (regno,),
-                )
-            env.warn(
-                "uninit-stack",
-                f"helper reads uninitialized stack R{regno} off {a} ({what})",
-                f"initialize all {size} bytes of the {what} before the call",
-                (regno,),
-            )
-            return
-        if b == SPILL:
-            k = (-a - 1) // 8
-            sp = frame.stack[k].spill
-            if sp is not None and sp.t != D.SCALAR and not env.privileged:
-                raise Fault("leak", f"R{regno} leaks addr into helper", "", (regno,))
-
-
-def stack_range_written(st: State, regno: int, size: int) -> None:
-    """A helper writes ``size`` bytes at ``regno`` on the stack: mark them initialized."""
-    r = st.regs[regno]
-    frame = st.frames[r.map] if isinstance(r.map, int) and r.map < len(st.frames) else st.cur
-    lo = r.off + (r.smin if r.tn[1] else D.s64(r.tn[0]))
-    hi = r.off + (r.smax if r.tn[1] else D.s64(r.tn[0]))
-    for a in range(lo, min(hi + size, 0)):
-        _set_byte(frame, a, MISC)
 
 
 # ---- packet ----

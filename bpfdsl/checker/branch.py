@@ -1,0 +1,286 @@
+"""Conditional jumps: branch decisions and what each branch learns (kernel check_cond_jmp_op).
+
+``do_cond_jump`` returns the fall-through and/or taken successor states.  Scalars are
+narrowed as in ``reg_set_min_max`` (``is_branch_taken`` decides known outcomes), NULL
+checks follow ``mark_ptr_or_null_regs`` (all copies with the same id), packet range
+checks ``try_match_pkt_pointers``/``find_good_pkt_pointers``.
+"""
+
+from __future__ import annotations
+
+from .. import uapi as U
+from ..insn import Insn
+from . import domain as D
+from . import features as F
+from . import tnum as T
+from .calls import nonnull_type
+from .env import Env, Fault
+from .mem import MAX_PACKET_OFF
+from .state import State
+from .transfer import _read, _reserved
+
+# ---- jumps ----
+
+_NEG = {
+    U.BPF_JEQ: U.BPF_JNE,
+    U.BPF_JNE: U.BPF_JEQ,
+    U.BPF_JGT: U.BPF_JLE,
+    U.BPF_JLE: U.BPF_JGT,
+    U.BPF_JGE: U.BPF_JLT,
+    U.BPF_JLT: U.BPF_JGE,
+    U.BPF_JSGT: U.BPF_JSLE,
+    U.BPF_JSLE: U.BPF_JSGT,
+    U.BPF_JSGE: U.BPF_JSLT,
+    U.BPF_JSLT: U.BPF_JSGE,
+}
+_SWAP = {
+    U.BPF_JEQ: U.BPF_JEQ,
+    U.BPF_JNE: U.BPF_JNE,
+    U.BPF_JGT: U.BPF_JLT,
+    U.BPF_JLT: U.BPF_JGT,
+    U.BPF_JGE: U.BPF_JLE,
+    U.BPF_JLE: U.BPF_JGE,
+    U.BPF_JSGT: U.BPF_JSLT,
+    U.BPF_JSLT: U.BPF_JSGT,
+    U.BPF_JSGE: U.BPF_JSLE,
+    U.BPF_JSLE: U.BPF_JSGE,
+    U.BPF_JSET: U.BPF_JSET,
+}
+
+
+def _view(r: D.Reg, is32: bool):
+    if is32:
+        return T.subreg(r.tn), r.s32min, r.s32max, r.u32min, r.u32max
+    return r.tn, r.smin, r.smax, r.umin, r.umax
+
+
+def branch_taken(a: D.Reg, b: D.Reg, op: int, is32: bool) -> int:
+    """1 always taken, 0 never, -1 unknown (kernel is_branch_taken) for two scalars."""
+    at, asmin, asmax, aumin, aumax = _view(a, is32)
+    bt, bsmin, bsmax, bumin, bumax = _view(b, is32)
+    if op == U.BPF_JEQ or op == U.BPF_JNE:
+        eq = -1
+        if at[1] == 0 and bt[1] == 0:
+            eq = int(at[0] == bt[0])
+        elif aumin > bumax or aumax < bumin or asmin > bsmax or asmax < bsmin:
+            eq = 0
+        elif (at[0] ^ bt[0]) & ~(at[1] | bt[1]):
+            eq = 0
+        if eq == -1:
+            return -1
+        return eq if op == U.BPF_JEQ else 1 - eq
+    if op == U.BPF_JSET:
+        if bt[1] == 0:
+            if at[0] & bt[0]:
+                return 1
+            if not ((at[0] | at[1]) & bt[0]):
+                return 0
+        return -1
+    if op == U.BPF_JGT:
+        return 1 if aumin > bumax else 0 if aumax <= bumin else -1
+    if op == U.BPF_JGE:
+        return 1 if aumin >= bumax else 0 if aumax < bumin else -1
+    if op == U.BPF_JLT:
+        return 1 if aumax < bumin else 0 if aumin >= bumax else -1
+    if op == U.BPF_JLE:
+        return 1 if aumax <= bumin else 0 if aumin > bumax else -1
+    if op == U.BPF_JSGT:
+        return 1 if asmin > bsmax else 0 if asmax <= bsmin else -1
+    if op == U.BPF_JSGE:
+        return 1 if asmin >= bsmax else 0 if asmax < bsmin else -1
+    if op == U.BPF_JSLT:
+        return 1 if asmax < bsmin else 0 if asmin >= bsmax else -1
+    if op == U.BPF_JSLE:
+        return 1 if asmax <= bsmin else 0 if asmin > bsmax else -1
+    return -1
+
+
+def refine(a: D.Reg, b: D.Reg, op: int, is32: bool) -> tuple[D.Reg, D.Reg]:
+    """Narrow scalars ``a`` and ``b`` assuming ``a op b`` holds (kernel regs_refine_cond_op)."""
+    if is32:
+        lo = ("s32min", "s32max", "u32min", "u32max")
+    else:
+        lo = ("smin", "smax", "umin", "umax")
+    smn, smx, umn, umx = lo
+    ga, gb = (lambda r, k: getattr(r, k)), None  # noqa: E731
+    del gb
+    A = {k: ga(a, k) for k in lo}
+    B = {k: ga(b, k) for k in lo}
+    ta, tb = a.tn, b.tn
+    if op == U.BPF_JEQ:
+        for k in (smn, umn):
+            A[k] = B[k] = max(A[k], B[k])
+        for k in (smx, umx):
+            A[k] = B[k] = min(A[k], B[k])
+        if is32:
+            t = T.intersect(T.subreg(ta), T.subreg(tb))
+            ta, tb = T.with_subreg(ta, t), T.with_subreg(tb, t)
+        else:
+            ta = tb = T.intersect(ta, tb)
+    elif op == U.BPF_JNE:
+        for x, y in ((A, b), (B, a)):
+            if y.tn[1] == 0 if not is32 else T.subreg(y.tn)[1] == 0:
+                c = (y.tn[0] & D.M32) if is32 else y.tn[0]
+                sc = D.s32(c) if is32 else D.s64(c)
+                if x[umn] == c:
+                    x[umn] += 1
+                elif x[umx] == c:
+                    x[umx] -= 1
+                if x[smn] == sc:
+                    x[smn] += 1
+                elif x[smx] == sc:
+                    x[smx] -= 1
+    elif op == U.BPF_JSET:
+        if (T.subreg(b.tn) if is32 else b.tn)[1] == 0:
+            c = b.tn[0] & (D.M32 if is32 else D.M64)
+            if c and c & (c - 1) == 0:
+                ta = T.or_(ta, (c, 0))
+    elif op in (U.BPF_JGT, U.BPF_JGE):
+        d = 1 if op == U.BPF_JGT else 0
+        A[umn] = max(A[umn], B[umn] + d)
+        B[umx] = min(B[umx], A[umx] - d)
+    elif op in (U.BPF_JLT, U.BPF_JLE):
+        d = 1 if op == U.BPF_JLT else 0
+        A[umx] = min(A[umx], B[umx] - d)
+        B[umn] = max(B[umn], A[umn] + d)
+    elif op in (U.BPF_JSGT, U.BPF_JSGE):
+        d = 1 if op == U.BPF_JSGT else 0
+        A[smn] = max(A[smn], B[smn] + d)
+        B[smx] = min(B[smx], A[smx] - d)
+    elif op in (U.BPF_JSLT, U.BPF_JSLE):
+        d = 1 if op == U.BPF_JSLT else 0
+        A[smx] = min(A[smx], B[smx] - d)
+        B[smn] = max(B[smn], A[smn] + d)
+    na = D.sync(a.replace(tn=ta, **A)) if a.t == D.SCALAR else a
+    nb = D.sync(b.replace(tn=tb, **B)) if b.t == D.SCALAR else b
+    return na, nb
+
+
+def _mark_ids(st: State, reg_id: int, fn) -> None:
+    for f, where, r in list(st.all_regs()):
+        if r.id == reg_id and r.t != D.SCALAR:
+            st.set_reg_anywhere(f, where, fn(r))
+
+
+def _mark_scalar_ids(st: State, reg: D.Reg) -> None:
+    """Copies of a scalar (same id) learn the refined bounds (kernel sync_linked_regs)."""
+    if not reg.id or reg.t != D.SCALAR:
+        return
+    for f, where, r in list(st.all_regs()):
+        if r.t == D.SCALAR and r.id == reg.id:
+            st.set_reg_anywhere(f, where, reg)
+
+
+def _good_pkt(st: State, dst: D.Reg, right_open: bool) -> None:
+    if dst.off < 0 or (dst.off == 0 and right_open):
+        return
+    if dst.umax > MAX_PACKET_OFF or dst.umax + dst.off > MAX_PACKET_OFF:
+        return
+    new = dst.off + (1 if right_open else 0)
+    for f, where, r in list(st.all_regs()):
+        if r.t == dst.t and r.id == dst.id and r.rng < new:
+            st.set_reg_anywhere(f, where, r.replace(rng=new))
+
+
+def _init_pkt(r: D.Reg, t: int) -> bool:
+    return r.t == t and r.off == 0 and r.tn == (0, 0)
+
+
+def _pkt_compare(x: Insn, d: D.Reg, s: D.Reg, fall: State, taken: State) -> bool:
+    """try_match_pkt_pointers; ``fall`` = condition false, ``taken`` = condition true."""
+    if x.source != U.BPF_X or x.cls == U.BPF_JMP32:
+        return False
+    op = x.op
+    d_lo = (d.t == D.PKT and s.t == D.PKT_END) or (d.t == D.PKT_META and _init_pkt(s, D.PKT))
+    s_lo = (d.t == D.PKT_END and s.t == D.PKT) or (_init_pkt(d, D.PKT) and s.t == D.PKT_META)
+    if not (d_lo or s_lo):
+        return False
+    if op == U.BPF_JGT:
+        _good_pkt(fall, d, False) if d_lo else _good_pkt(taken, s, True)
+    elif op == U.BPF_JLT:
+        _good_pkt(taken, d, True) if d_lo else _good_pkt(fall, s, False)
+    elif op == U.BPF_JGE:
+        _good_pkt(fall, d, True) if d_lo else _good_pkt(taken, s, False)
+    elif op == U.BPF_JLE:
+        _good_pkt(taken, d, False) if d_lo else _good_pkt(fall, s, True)
+    else:
+        return False
+    return True
+
+
+def do_cond_jump(env: Env, st: State, i: int, x: Insn, target: int) -> list[tuple[int, State]]:
+    op, is32 = x.op, x.cls == U.BPF_JMP32
+    if is32:
+        env.need(F.JMP32_MIN, "32-bit conditional jump (jmp32)")
+    if op not in _SWAP:
+        raise Fault("bad-opcode", f"invalid BPF_JMP/JMP32 opcode {op:x}", "unknown jump operation")
+    if x.source == U.BPF_X:
+        if x.imm:
+            raise _reserved("BPF_JMP/JMP32")
+        s = _read(st, x.src)
+    else:
+        if x.src:
+            raise _reserved("BPF_JMP/JMP32")
+        s = D.known(x.imm if not is32 else x.imm & D.M32)
+    d = _read(st, x.dst)
+    # pointer vs NULL
+    if d.is_ptr or s.is_ptr:
+        pr, other, p_no = (d, s, x.dst) if d.is_ptr else (s, d, x.src)
+        if (
+            other.t == D.SCALAR
+            and other.is_const
+            and other.value == 0
+            and op in (U.BPF_JEQ, U.BPF_JNE)
+        ):
+            if pr.t in D.NULLABLE and not is32:
+                null_st, nn_st = st, st.copy()
+                if op == U.BPF_JNE:
+                    taken, fall = nn_st, null_st
+                else:
+                    taken, fall = null_st, nn_st
+                nt = nonnull_type(pr)
+                _mark_ids(null_st, pr.id, lambda r: D.known(0))
+                _mark_ids(
+                    nn_st,
+                    pr.id,
+                    lambda r: r.replace(
+                        t=nonnull_type(r) if r.t in D.NULLABLE else r.t,
+                        id=0 if nt == D.MAP_VALUE else r.id,
+                    ),
+                )
+                return [(i + 1, fall), (target, taken)]
+            if pr.t not in D.NULLABLE and pr.t not in (D.SCALAR,):
+                # a valid pointer is never NULL
+                taken_now = op == U.BPF_JNE
+                return [(target, st)] if taken_now else [(i + 1, st)]
+        taken = st.copy()
+        if _pkt_compare(x, d, s, st, taken):
+            return [(i + 1, st), (target, taken)]
+        if not env.privileged:
+            raise Fault("ptr-compare", f"R{p_no} pointer comparison prohibited", "", (p_no,))
+        return [(i + 1, st), (target, taken)]
+    bt = branch_taken(d, s, op, is32)
+    if bt == 1:
+        return [(target, st)]
+    if bt == 0:
+        return [(i + 1, st)]
+    taken = st.copy()
+    out = []
+    for state, cond, nxt in ((st, _NEG.get(op), i + 1), (taken, op, target)):
+        if cond is None:  # JSET false branch: bits of a const mask are clear
+            nd = d
+            if s.is_const:
+                m = s.value & (D.M32 if is32 else D.M64)
+                nd = D.sync(d.replace(tn=T.and_(d.tn, (~m & D.M64, 0))))
+            ns = s
+        else:
+            nd, ns = refine(d, s, cond, is32)
+        if D.is_bottom(nd) or D.is_bottom(ns):
+            continue
+        state.regs[x.dst] = nd
+        _mark_scalar_ids(state, nd)
+        if x.source == U.BPF_X:
+            state.regs[x.src] = ns
+            _mark_scalar_ids(state, ns)
+        out.append((nxt, state))
+    return out
