@@ -665,6 +665,126 @@ def idiom_prog(rng: random.Random, k: int, maps: dict) -> Item:
     return Item("random_idioms", f"idiom#{k}:{kind}", final, PT.XDP, AT.XDP, 0, refs)
 
 
+CTX_KINDS = [
+    (PT.XDP, AT.XDP, 24, "xdp"),
+    (PT.XDP, AT.XDP_DEVMAP, 24, "xdp_devmap"),
+    (PT.SK_MSG, AT.SK_MSG_VERDICT, 80, "sk_msg"),
+    (PT.SOCK_OPS, AT.CGROUP_SOCK_OPS, 224, "sock_ops"),
+]
+
+
+def ctx_prog(rng: random.Random, k: int, maps: dict) -> Item:
+    """Random context accesses (offset, width, load/store/atomic) for each program kind,
+    then a helper call with packet/stack/map memory arguments of random sizes."""
+    pt, at, size, name = rng.choice(CTX_KINDS)
+    code: list = [I.mov64_reg(6, 1)]
+    refs: dict = {}
+    from bpfdsl.checker.ctx import CTX_TABLES
+
+    table = CTX_TABLES[{"sk_msg": "sk_msg_md", "sock_ops": "bpf_sock_ops"}.get(name, "xdp_md")]
+    for _ in range(rng.randint(1, 2)):
+        if rng.random() < 0.7:  # a real field, with its width or a narrower one
+            f = rng.choice(list(table.values()))
+            off, sz = f.off, rng.choice([f.size, f.size, 1, 2, 4])
+        else:
+            off = rng.randrange(0, size + 8) & (~3 if rng.random() < 0.7 else ~0)
+            sz = rng.choice([1, 2, 4, 4, 8])
+        how = rng.random()
+        if how < 0.7:
+            code.append(I.ldx_mem(sz, 7, 6, off))
+        elif how < 0.85:
+            code.append(I.st_mem(sz, 6, off, 1))
+        else:
+            code += [I.mov64_imm(7, 1), I.stx_mem(sz, 6, 7, off)]
+    ret = {"sock_ops": 1, "sk_msg": 1}.get(name, 2)
+    if pt == PT.XDP and rng.random() < 0.6:
+        # csum_diff / xdp_load_bytes with memory of random size
+        n = rng.choice([4, 8, 16])
+        code += [
+            I.ldx_mem(4, 2, 6, 0),
+            I.ldx_mem(4, 3, 6, 4),
+            I.mov64_reg(4, 2),
+            I.alu64_imm(U.BPF_ADD, 4, n),
+        ]
+        code.append(("J", I.jmp_reg(U.BPF_JGT, 4, 3, 0)))
+        for off in range(-32, 0, 8):
+            if rng.random() < 0.9:
+                code.append(I.st_mem(8, 10, off, 0))
+        sz = rng.choice([0, 4, 8, 12, 16, 20, 33])
+        if rng.random() < 0.5:
+            src = rng.choice(["pkt", "stack"])
+            code.append(I.mov64_reg(1, 2) if src == "pkt" else I.mov64_reg(1, 10))
+            if src == "stack":
+                code.append(I.alu64_imm(U.BPF_ADD, 1, -32))
+            code += [
+                I.mov64_imm(2, sz),
+                I.mov64_imm(3, 0),
+                I.mov64_imm(4, 0),
+                I.mov64_imm(5, 0),
+                I.call(28),
+            ]
+        else:
+            code += [
+                I.mov64_reg(1, 6),
+                I.mov64_imm(2, 0),
+                I.mov64_reg(3, 10),
+                I.alu64_imm(U.BPF_ADD, 3, rng.choice([-32, -8, -16])),
+                I.mov64_imm(4, sz),
+                I.call(189),
+            ]
+    code.append(I.mov64_imm(0, ret))
+    slots, pos = 0, []
+    for x in code:
+        pos.append(slots)
+        slots += 2 if (not isinstance(x, tuple) and x.is_ld_imm64) else 1
+    final = [
+        dataclasses.replace(x[1], off=slots - pos[n] - 1) if isinstance(x, tuple) else x
+        for n, x in enumerate(code)
+    ]
+    final.append(I.exit_())
+    return Item("random_ctx", f"ctx#{k}:{name}", final, pt, at, 0, refs)
+
+
+def calls_prog(rng: random.Random, k: int, maps: dict) -> Item:
+    """BPF-to-BPF calls passing stack pointers, scalars and returning values that are used
+    as offsets by the caller."""
+    body_callee = []
+    a_off = rng.choice([0, -8, 8, 4])
+    if rng.random() < 0.5:
+        body_callee += [I.ldx_mem(8, 0, 1, a_off)]
+    else:
+        body_callee += [I.st_mem(8, 1, a_off, 3), I.mov64_reg(0, 2)]
+    if rng.random() < 0.3:
+        body_callee.append(I.alu64_imm(U.BPF_AND, 0, 7))
+    body_callee.append(I.exit_())
+    caller = [I.mov64_reg(6, 1)]
+    if rng.random() < 0.8:
+        caller.append(I.st_mem(8, 10, -16, 5))
+    caller += [
+        I.mov64_reg(1, 10),
+        I.alu64_imm(U.BPF_ADD, 1, -16),
+        I.mov64_imm(2, rng.choice([1, 5, 100])),
+    ]
+    use = rng.random() < 0.5
+    after = []
+    if use:
+        for off in range(-64, -16, 8):
+            after.append(I.st_mem(8, 10, off, 0))
+        after += [
+            I.alu64_imm(U.BPF_AND, 0, rng.choice([7, 15, 63])),
+            I.mov64_reg(7, 10),
+            I.alu64_imm(U.BPF_ADD, 7, -64),
+            I.alu64_reg(U.BPF_ADD, 7, 0),
+            I.ldx_mem(1, 0, 7, 0),
+        ]
+    after += [I.mov64_imm(0, 2), I.exit_()]
+    call = I.call_pc(len(after))
+    code = caller + [call] + after + body_callee
+    if rng.random() < 0.2:  # r6..r9 are not passed to the callee
+        code[-2 - (len(body_callee) - 2)] = I.mov64_reg(0, 6)
+    return Item("random_calls", f"calls#{k}", code, PT.XDP, AT.XDP, 0, {})
+
+
 # ---- running ----
 
 
@@ -744,6 +864,8 @@ def build_corpus(seed: int, n_random: int, tmp: str, per_kind: int = 3) -> list[
     }
     corpus += [random_prog(rng, k, rmaps) for k in range(n_random)]
     corpus += [idiom_prog(rng, k, rmaps) for k in range(n_random // 2)]
+    corpus += [ctx_prog(rng, k, rmaps) for k in range(n_random // 4)]
+    corpus += [calls_prog(rng, k, rmaps) for k in range(n_random // 10)]
     return corpus
 
 
