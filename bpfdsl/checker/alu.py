@@ -175,8 +175,12 @@ def swap(r: D.Reg, bits: int, to_be: bool, is64: bool) -> D.Reg:
 
 
 def neg(r: D.Reg, is64: bool) -> D.Reg:
-    """BPF_NEG as ``0 - r`` (the kernel tracks it as a subtraction)."""
-    return scalar_alu(U.BPF_SUB, D.known(0), r, is64)
+    """BPF_NEG: exact on constants, else unknown.  The kernel prints the bounds of ``0 - r``
+    but a later comparison refines it as if the signed bounds were absent (measured on
+    6.18: ``r = -r; if r < 255`` gives 0..254, not 0); assuming less is the safe side."""
+    if r.tn[1] == 0:
+        return D.known((-r.tn[0]) & (M64 if is64 else M32))
+    return D.unknown() if is64 else D.zext32(D.unknown())
 
 
 def movsx(r: D.Reg, bits: int, is64: bool) -> D.Reg:
