@@ -88,19 +88,22 @@ def build_c(out_dir: str) -> list[str]:
     return objs
 
 
-def build_progs(out_dir: str) -> list[str]:
+def build_progs(out_dir: str, mcpus: tuple[str, ...] = ("v3", "v1", "v4")) -> list[str]:
+    """Compile progs/*.bpfd (default ISA v3, plus v1 and v4 code shapes)."""
     from bpfdsl.compiler import compile_file
 
     objs = []
-    for src in sorted(glob.glob(str(ROOT / "progs/*.bpfd"))):
-        try:
-            r = compile_file(src)
-        except Exception as e:  # a compile failure is the compiler's business
-            print(f"warning: {src}: {e}"[:200], file=sys.stderr)
-            continue
-        obj = os.path.join(out_dir, Path(src).stem + ".bpfd.o")
-        Path(obj).write_bytes(r.obj)
-        objs.append(obj)
+    for mcpu in mcpus:
+        for src in sorted(glob.glob(str(ROOT / "progs/*.bpfd"))):
+            try:
+                r = compile_file(src, mcpu=mcpu)
+            except Exception as e:  # a compile failure is the compiler's business
+                print(f"warning: {src} ({mcpu}): {e}"[:200], file=sys.stderr)
+                continue
+            tag = "" if mcpu == "v3" else f".{mcpu}"
+            obj = os.path.join(out_dir, Path(src).stem + tag + ".bpfd.o")
+            Path(obj).write_bytes(r.obj)
+            objs.append(obj)
     return objs
 
 
@@ -850,7 +853,10 @@ def build_corpus(seed: int, n_random: int, tmp: str, per_kind: int = 3) -> list[
     rng = random.Random(seed)
     c_objs = build_c(tmp)
     p_objs = build_progs(tmp)
-    bases = base_items(p_objs, lambda o: "progs") + base_items(c_objs, lambda o: "c")
+    bases = base_items(
+        p_objs, lambda o: "progs" if o.count(".") == 2 else "progs_" + o.split(".")[-3]
+    )
+    bases += base_items(c_objs, lambda o: "c")
     corpus = list(bases)
     for b in bases:
         corpus += mutate(b, rng, per_kind)
@@ -917,7 +923,7 @@ def timing(tmp: str) -> None:
     )
     t0 = time.perf_counter()
     n = 0
-    for o in sorted(set(o for o in objs if o.endswith(".bpfd.o"))):
+    for o in sorted({o for o in objs if o.endswith(".bpfd.o") and Path(o).name.count(".") == 2}):
         n += len(check_object(read_object(o)).programs)
     t_progs = time.perf_counter() - t0
     print(f"time to check all progs/ ({n} programs): {t_progs:.3f} s")
