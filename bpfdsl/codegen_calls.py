@@ -132,14 +132,24 @@ class CallGen:
             self.b.store(x, self.gep(pb, off), align=min(w, align))
 
     FNV_OFFSET, FNV_PRIME = 2166136261, 16777619  # FNV-1a, 32-bit (IETF draft-eastlake-fnv)
+    FMIX = (0x85EBCA6B, 0xC2B2AE35)  # MurmurHash3 fmix32 multipliers
 
     def flow_hash(self, args: list[ast.Expr]) -> ir.Value:
         """``hash(a, b, ...)``: 32-bit FNV-1a over one 32-bit word per argument (the value as
-        it is stored: network-order fields are hashed without a swap).  Deterministic, so a
-        flow always maps to the same slot, and 3 instructions per word (xor, mul)."""
+        it is stored: network-order fields are hashed without a swap), then MurmurHash3's
+        fmix32 finalizer.  FNV-1a alone only moves bits upwards (xor, multiply by an odd
+        prime), so ``h % 2**k`` would depend on the low k bits of each word only -- for a
+        be32 address, its first octet: all flows of one /8 on one CPU.  The finalizer
+        (``h ^= h >> 16; h *= 0x85ebca6b; h ^= h >> 13; h *= 0xc2b2ae35; h ^= h >> 16``) mixes
+        every input bit into the low bits.  Deterministic: a flow always picks the same slot;
+        cost: 2 instructions per word + 8."""
         h = ir.Constant(I32, self.FNV_OFFSET)
         for a in args:
             t = a.ty.inner if isinstance(a.ty, T.RefType) else a.ty
             w = self.rv(a, T.U32 if not isinstance(t, T.IntType) else T.IntType(32))
             h = self.b.mul(self.b.xor(h, w), ir.Constant(I32, self.FNV_PRIME))
+        for shift, mul in ((16, self.FMIX[0]), (13, self.FMIX[1]), (16, None)):
+            h = self.b.xor(h, self.b.lshr(h, ir.Constant(I32, shift)))
+            if mul is not None:
+                h = self.b.mul(h, ir.Constant(I32, mul))
         return h

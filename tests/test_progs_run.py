@@ -440,7 +440,7 @@ def test_redirect_to_empty_slot_falls_back_to_pass(name):
         assert p.verdict(udp4()) == XDP_PASS
 
 
-def test_hash_is_fnv1a_over_words():
+def test_hash_is_fnv1a_over_words_with_fmix32():
     src = """license "GPL"
 map out: array<u32, u32>(max_entries: 1)
 xdp fn h(ctx) {
@@ -454,7 +454,11 @@ xdp fn h(ctx) {
         h = 2166136261
         for w in words:
             h = ((h ^ w) * 16777619) & 0xFFFFFFFF
-        return h
+        h ^= h >> 16
+        h = (h * 0x85EBCA6B) & 0xFFFFFFFF
+        h ^= h >> 13
+        h = (h * 0xC2B2AE35) & 0xFFFFFFFF
+        return h ^ (h >> 16)
 
     with Prog(src) as p:
         p.verdict(udp4(src="10.1.2.3", dst="10.4.5.6"))
@@ -567,3 +571,21 @@ xdp fn xsk(ctx) {{
 }}"""
     with Prog(src) as p:
         assert p.verdict(udp4()) == XDP_PASS
+
+
+def test_hash_spreads_flows_of_one_prefix():
+    """Flows of one /8 (same low byte in every be32 word) spread over a power-of-two modulo."""
+    src = """license "GPL"
+map out: array<u32, u32>(max_entries: 1)
+xdp fn h(ctx) {
+    let eth = parse ethernet else { return XDP_PASS }
+    let ip = parse ipv4 else { return XDP_PASS }
+    out[0] = hash(ip.saddr, ip.daddr, ip.protocol) % 4
+    return XDP_PASS
+}"""
+    seen = set()
+    with Prog(src) as p:
+        for k in range(16):
+            p.verdict(udp4(src=f"10.{k * 37 % 256}.{k * 11 % 256}.{k + 2}", dst="10.0.0.1"))
+            seen.add(struct.unpack("<I", p.lookup("out", struct.pack("<I", 0)))[0])
+    assert seen == {0, 1, 2, 3}
