@@ -68,3 +68,28 @@ def test_codegen_line_info_names_source(tmp_path):
     assert btf_ext[:2] == b"\x9f\xeb"
     assert b"xdp_reflect.bpfd" in sections(res.obj)[".BTF"]
     assert b"swap(ip.saddr, ip.daddr)" in sections(res.obj)[".BTF"]
+
+
+def _cli(*args: str):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "bpfdsl", *args], capture_output=True, timeout=120)
+
+
+def test_cli_compile_stats_and_outputs(tmp_path):
+    out = tmp_path / "f.o"
+    r = _cli("compile", str(PROGS / "xdp_cpumap_steer.bpfd"), "-o", str(out), "--stats")
+    assert r.returncode == 0, r.stderr
+    assert out.read_bytes()[:4] == b"\x7fELF"
+    lines = r.stdout.decode().splitlines()
+    assert lines[0].split() == ["program", "section", "insns", "stack"]
+    assert [ln.split()[:2] for ln in lines[1:]] == [["steer", "xdp"], ["on_cpu", "xdp/cpumap"]]
+    r = _cli("compile", str(PROGS / "xdp_pass.bpfd"), "-o", "-")
+    assert r.stdout[:4] == b"\x7fELF"
+    r = _cli("compile", str(PROGS / "xdp_pass.bpfd"), "--emit", "asm", "-o", "-")
+    assert b"exit" in r.stdout and b"w0 = 2" in r.stdout
+    r = _cli("compile", str(PROGS / "xdp_pass.bpfd"), "-o", str(tmp_path / "no" / "x.o"))
+    assert r.returncode == 2 and b"cannot write" in r.stderr and b"Traceback" not in r.stderr
+    r = _cli("compile", "--help")
+    assert b"v3" in r.stdout and b"5.1" in r.stdout

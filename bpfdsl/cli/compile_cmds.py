@@ -72,10 +72,23 @@ def cmd_compile(args) -> int:
         data = res.obj
     else:
         data = (res.llvm_ir if args.emit == "llvm-ir" else res.asm or "").encode()
-    if out == "-" and args.emit != "obj":
-        sys.stdout.write(data.decode())
+    if out == "-":
+        sys.stdout.flush()
+        sys.stdout.buffer.write(data)
+        sys.stdout.flush()
     else:
-        Path(out).write_bytes(data)
+        try:
+            Path(out).write_bytes(data)
+        except OSError as e:
+            from bpfdsl.diagnostics import UsageError, error
+
+            raise UsageError(
+                error(
+                    "unwritable-output",
+                    f"cannot write {out}: {e.strerror}",
+                    hint="check the directory exists and is writable",
+                )
+            ) from None
     if getattr(args, "json", False):
         print(
             json.dumps(
