@@ -232,7 +232,8 @@ def do_cond_jump(env: Env, st: State, i: int, x: Insn, target: int) -> list[tupl
             and other.value == 0
             and op in (U.BPF_JEQ, U.BPF_JNE)
         ):
-            if pr.t in D.NULLABLE and not is32:
+            # kernel: only `if rX ==/!= 0` (immediate, 64-bit, pointer in dst) is a NULL check
+            if pr.t in D.NULLABLE and not is32 and x.source == U.BPF_K and d.is_ptr:
                 null_st, nn_st = st, st.copy()
                 if op == U.BPF_JNE:
                     taken, fall = nn_st, null_st
@@ -249,8 +250,8 @@ def do_cond_jump(env: Env, st: State, i: int, x: Insn, target: int) -> list[tupl
                     ),
                 )
                 return [(i + 1, fall), (target, taken)]
-            if pr.t not in D.NULLABLE and pr.t not in (D.SCALAR,):
-                # a valid pointer is never NULL
+            if pr.t in (D.MAP_VALUE, D.SOCKET, D.MAP_PTR):
+                # kernel reg_not_null: these pointers are never NULL (not fp/ctx/pkt)
                 taken_now = op == U.BPF_JNE
                 return [(target, st)] if taken_now else [(i + 1, st)]
         taken = st.copy()
