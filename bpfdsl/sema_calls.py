@@ -23,13 +23,11 @@ def map_key(ex, m: T.MapType, k: ast.Expr) -> None:
     t = ex.expr(k)
     t = t.inner if isinstance(t, T.RefType) else t
     key = m.key
-    if m.kind == "lpm_trie":
+    if t is T.ERR:
+        return
+    if m.kind == "lpm_trie":  # a bare address is a full-length prefix (/32, /128)
         addr = {T.IPV4_PREFIX.name: T.BE32, T.IPV6_PREFIX.name: T.IPV6_ADDR}.get(key.name)
-        if (
-            t == key
-            or (addr is not None and t == addr)
-            or (addr is not None and isinstance(t, T.UntypedInt) is False and t is key)
-        ):
+        if t == key or (addr is not None and t == addr):
             return
         if isinstance(t, T.UntypedInt) and addr == T.BE32:
             ex.coerce(k, T.BE32)
