@@ -524,7 +524,19 @@ def idiom_prog(rng: random.Random, k: int, maps: dict) -> Item:
     code: list = [I.mov64_reg(6, 1)]
     refs: dict = {}
     kind = rng.choice(
-        ["map", "stack", "pkt", "pkt2", "atomic", "ptrcmp", "diamond", "diamond", "loopacc"]
+        [
+            "map",
+            "stack",
+            "pkt",
+            "pkt2",
+            "atomic",
+            "ptrcmp",
+            "diamond",
+            "diamond",
+            "loopacc",
+            "ptrbranch",
+            "ptrbranch",
+        ]
     )
     if kind == "map":
         m = maps["a"]
@@ -623,6 +635,39 @@ def idiom_prog(rng: random.Random, k: int, maps: dict) -> Item:
         if via_stack:
             code.append(I.ldx_mem(rng.choice([store, 8, 4]), 8, 10, -16))
         code += [I.alu64_reg(U.BPF_ADD, 0, 8), I.ldx_mem(1, 0, 0, 0)]
+    elif kind == "ptrbranch":
+        # compare a pointer of some type with 0 / a register / another pointer, 32- or 64-bit,
+        # then use an uninitialized register or dereference the pointer on one side only
+        m = maps[rng.choice(["a", "h"])]
+        code += [I.st_mem(4, 10, -8, rng.choice([0, 1, 9]))]
+        refs[len(code)] = MapRef(m)
+        code += [I.ld_imm64(1, 0), I.mov64_reg(2, 10), I.alu64_imm(U.BPF_ADD, 2, -8), I.call(1)]
+        code += [
+            I.ldx_mem(4, 2, 6, 0),
+            I.ldx_mem(4, 3, 6, 4),
+            I.mov64_imm(4, 0),
+            I.mov64_reg(7, 10),
+        ]
+        a = rng.choice([0, 0, 2, 3, 6, 7, 4])
+        op = rng.choice(
+            [U.BPF_JEQ, U.BPF_JNE, U.BPF_JEQ, U.BPF_JNE, U.BPF_JGT, U.BPF_JSET, U.BPF_JLE]
+        )
+        form = rng.choice(["k0", "k0", "k1", "x0", "xrev", "xptr"])
+        j32 = rng.random() < 0.2
+        if form.startswith("k"):
+            f = I.jmp32_imm if j32 else I.jmp_imm
+            jmp = f(op, a, 0 if form == "k0" else 1, 0)
+        else:
+            f = I.jmp32_reg if j32 else I.jmp_reg
+            b = 4 if form in ("x0", "xrev") else rng.choice([2, 7, 0])
+            jmp = f(op, b, a, 0) if form == "xrev" else f(op, a, b, 0)
+        body = [I.mov64_reg(0, 5)] if rng.random() < 0.5 else [I.ldx_mem(4, 8, a, 0)]
+        if rng.random() < 0.5:  # the body on the taken side
+            code.append(dataclasses.replace(jmp, off=1))
+            code.append(("J", I.ja(0)))
+        else:
+            code.append(("J", jmp))
+        code += body
     elif kind == "loopacc":
         # a bounded loop whose accumulator becomes an offset
         n = rng.choice([2, 4, 8, 20])
