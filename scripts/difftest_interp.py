@@ -35,7 +35,7 @@ from bpfdsl.objfile import read_object  # noqa: E402
 from bpfdsl.pytest_plugin import _InterpMap, _KernelMap  # noqa: E402
 from bpfdsl.uapi import MapType  # noqa: E402
 
-PCAPS = ROOT.parent / "shared" / "pcaps"
+PCAPS = ROOT / "tests" / "data" / "pcaps"  # copy of the tcpdump test corpus (BSD)
 DATA_MAPS = {
     MapType.ARRAY,
     MapType.PERCPU_ARRAY,

@@ -9,7 +9,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PROGS = ROOT / "progs"
 DATA = ROOT / "tests" / "data"
-PCAPS = ROOT.parent / "shared" / "pcaps"
+PCAPS = ROOT / "tests" / "data" / "pcaps"  # tcpdump test corpus (BSD, see its README)
 
 
 @pytest.fixture
