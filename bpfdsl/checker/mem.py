@@ -10,7 +10,7 @@ from __future__ import annotations
 from ..uapi import MapType, ProgramType
 from . import domain as D
 from . import tnum as T
-from .ctx import ctx_access
+from .ctx import CTX_TABLES, ctx_access
 from .env import Env, Fault
 from .stack import stack_access
 from .state import State
@@ -187,6 +187,13 @@ def _ctx(env, regno, r, off, size, write):
             "modified-ctx",
             f"dereference of modified ctx ptr R{regno} off={r.off} disallowed",
             "read context fields through the unmodified context pointer (r1 at entry)",
+            (regno,),
+        )
+    if env.ctx not in CTX_TABLES:
+        raise Fault(
+            "ctx-unmodelled",
+            f"context {env.ctx or '?'} of this program type is not modelled by the checker",
+            "bpfdsl checks XDP, sk_msg and sock_ops programs; load it to let the kernel decide",
             (regno,),
         )
     f = ctx_access(env.ctx or "", off, size, write, env.attach_type)
