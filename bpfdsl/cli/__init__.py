@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import sys
 
 OK, FAILED, USAGE, NO_PERMISSION = 0, 1, 2, 3
@@ -49,6 +50,25 @@ def _module(name: str):
         raise
 
 
+class _SubParser(argparse.ArgumentParser):
+    """Sub-command parser that also takes the global ``--json``/``-v`` after the command
+    (``bpfdsl show --json`` as well as ``bpfdsl --json show``); nested sub-parsers inherit it."""
+
+    def __init__(self, *a, **kw):
+        kw.setdefault("conflict_handler", "resolve")
+        super().__init__(*a, **kw)
+        self.add_argument(
+            "-j",
+            "--json",
+            action="store_true",
+            default=argparse.SUPPRESS,
+            help="machine-readable output",
+        )
+        self.add_argument(
+            "-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help="more detail"
+        )
+
+
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The argparse parser; ``only`` limits imports to the module of one command."""
     from bpfdsl import __version__
@@ -60,7 +80,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"bpfdsl {__version__}")
     p.add_argument("-j", "--json", action="store_true", help="machine-readable output")
     p.add_argument("-v", "--verbose", action="store_true", help="more detail")
-    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_SubParser)
     done: set[str] = set()
     for cmd, (modname, _help) in COMMANDS.items():
         if only is not None and cmd != only:
@@ -127,6 +147,13 @@ def main(argv: list[str] | None = None) -> int:
         return NO_PERMISSION
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # `bpfdsl ... | head`: the reader went away; not an error of ours.
+        try:
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - keeps interpreter exit quiet
+        except OSError:
+            pass
+        return OK
     except (OSError, ValueError) as e:
         # Library code raises DiagnosticError for what it knows; this is the safety net
         # that keeps a traceback from a user.
