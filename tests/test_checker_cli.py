@@ -85,6 +85,7 @@ def test_check_cli_rejects_with_source_line(objs, tmp_path, capsys):
     out = capsys.readouterr().out
     assert "REJECTED" in out and "lines.c:28" in out and "key = eth->h_proto" in out
     assert "invalid access to packet" in out and "R1=pkt(r=0)" in out
+    assert "state before insn" in out  # -v shows the register state
     assert main(["check", str(bad), "--json"]) == 1
     err = json.loads(capsys.readouterr().out)["programs"][0]["errors"][0]
     assert err["line"] == 28 and err["code"] == "pkt-bounds" and err["regs"]["R1"] == "pkt(r=0)"

@@ -131,9 +131,9 @@ def check_insns(
     res.insns_processed, res.states = out.processed, out.states
     if out.fault is not None:
         i, f, state, regs = out.fault
-        res.errors.append(
-            _mk(insns, cfg.slots, i, f.code, f.message, f.explain, regs, state, line_at)
-        )
+        err = _mk(insns, cfg.slots, i, f.code, f.message, f.explain, regs, state, line_at)
+        err.path = _path_lines(insns, cfg.slots, out.path or [], line_at)
+        res.errors.append(err)
     for i, f in env.warnings:
         w = _mk(insns, cfg.slots, i, f.code, f.message, f.explain, {}, "", line_at)
         w.severity = "warning"
@@ -165,6 +165,31 @@ def _version_faults(env: Env, cfg, insns):
     except Fault as f:
         return env.cur_idx, f
     return None
+
+
+def _path_lines(insns, slots, path, line_at) -> list[str]:
+    """Branch decisions as text, repeated ones (loop iterations) folded: ``... (x6)``."""
+    out: list[str] = []
+    last, count = None, 0
+    for step in [*path, None]:
+        if step == last:
+            count += 1
+            continue
+        if last is not None:
+            text = _path_step(insns, slots, last[0], last[1], line_at)
+            out.append(text + (f"  (x{count})" if count > 1 else ""))
+        last, count = step, 1
+    return out
+
+
+def _path_step(insns, slots, k: int, taken: bool, line_at) -> str:
+    where = ""
+    if line_at is not None:
+        li = line_at(slots[k])
+        if li is not None:
+            where = f"  ({li.file.rsplit('/', 1)[-1]}:{li.line}: {li.text.strip()})"
+    verdict = "taken" if taken else "not taken"
+    return f"insn {slots[k]}: {format_insn(insns[k])} -> {verdict}{where}"
 
 
 def _slots(insns: Sequence[Insn]) -> list[int]:

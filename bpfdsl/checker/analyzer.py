@@ -45,6 +45,16 @@ class Outcome:
     fault: tuple[int, Fault, str, dict[int, str]] | None
     processed: int
     states: int
+    path: list[tuple[int, bool]] | None = None  # branch decisions to the fault, oldest first
+
+
+def _trail(st: State) -> list[tuple[int, bool]]:
+    out = []
+    t = st.trail
+    while t is not None:
+        out.append((t[0], t[1]))
+        t = t[2]
+    return out[::-1]
 
 
 def _finish_path(st: State) -> None:
@@ -140,12 +150,14 @@ def analyze(env: Env, cfg: Cfg) -> Outcome:
             except Fault as f:
                 before = fmt_state(st.regs)
                 shown = {r: D.fmt_reg(st.regs[r]) for r in f.regs if r <= 10}
-                return Outcome((i, f, before, shown), processed, nstates)
+                return Outcome((i, f, before, shown), processed, nstates, _trail(st))
             if not succ:
                 _finish_path(st)
                 break
             prev = i
             if len(succ) == 2:
+                succ[0][1].trail = (i, False, succ[0][1].trail)
+                succ[1][1].trail = (i, True, succ[1][1].trail)
                 (i, st), pushed = succ[0], succ[1]
                 if pushed[1].parent is not None:
                     pushed[1].parent.branches += 1

@@ -39,6 +39,7 @@ class CheckError:
     state: str = ""
     source: SourceLine | None = None
     severity: str = "error"
+    path: list[str] = field(default_factory=list)  # branch decisions leading here
 
     def render(self, prog: str, verbose: bool = False) -> str:
         where = ""
@@ -50,6 +51,9 @@ class CheckError:
             out.append(f"  {self.source.line:>5} | {self.source.text.strip()}")
         out.append(f"  insn {self.slot}: {self.insn_text}" + (f"   ; {regs}" if regs else ""))
         out.append(f"  = help: {self.explain}")
+        if verbose and self.path:
+            out.append("  = path to the failing insn (branch decisions):")
+            out.extend(f"      {p}" for p in self.path)
         if verbose and self.state:
             out.append(f"  = state before insn {self.slot}: {self.state}")
         return "\n".join(out)
@@ -68,6 +72,7 @@ class CheckError:
             "line": self.source.line if self.source else None,
             "col": self.source.col if self.source else None,
             "source": self.source.text if self.source else None,
+            "path": self.path,
         }
 
     def diagnostic(self, prog: str) -> Diagnostic:

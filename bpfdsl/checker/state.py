@@ -50,12 +50,13 @@ class State:
     """Whole abstract machine state on one path: frames (last = current), acquired
     reference ids, and the pruning bookkeeping (``parent`` explored entry)."""
 
-    __slots__ = ("frames", "refs", "parent")
+    __slots__ = ("frames", "refs", "parent", "trail")
 
-    def __init__(self, frames: list[Frame], refs: tuple[int, ...] = (), parent=None):
+    def __init__(self, frames: list[Frame], refs: tuple[int, ...] = (), parent=None, trail=None):
         self.frames = frames
         self.refs = refs
         self.parent = parent
+        self.trail = trail  # branch decisions on this path: (insn index, taken, older trail)
 
     @property
     def cur(self) -> Frame:
@@ -66,7 +67,7 @@ class State:
         return self.frames[-1].regs
 
     def copy(self) -> State:
-        return State([f.copy() for f in self.frames], self.refs, self.parent)
+        return State([f.copy() for f in self.frames], self.refs, self.parent, self.trail)
 
     def all_regs(self):
         """Every (frame, where, reg) including spilled registers; ``where`` is a register
