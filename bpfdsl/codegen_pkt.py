@@ -72,8 +72,12 @@ class PktGen:
     def ctx_field(self, name: str) -> ir.Value:
         off, ty, access = CTX_FIELDS[self.f.kind.ctx][name]
         if access == "len":  # data_end - data as a 64-bit scalar (B04)
-            d = self.b.ptrtoint(self.pkt_data(), I64)
-            return self.opaque(self.b.sub(self.b.ptrtoint(self.pkt_end(), I64), d))
+            # Own volatile loads: if LLVM shared them with the loads behind bounds checks,
+            # one zero-extension could serve both, emitted under alu32 as a 32-bit mov that
+            # turns the pointer into a scalar for the verifier (found by program fuzzing).
+            d = self.b.ptrtoint(self._ctx_ptr(0, volatile=True), I64)
+            de = self.b.ptrtoint(self._ctx_ptr(1, volatile=True), I64)
+            return self.opaque(self.b.sub(de, d))
         if access == "ip6":
             p = self.alloca_mem(16, name)
             for i in range(4):
