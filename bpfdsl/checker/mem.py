@@ -60,8 +60,12 @@ def check_access(
         )
     name = D.TYPE_NAMES[t]
     hint = {
-        D.SCALAR: "this register holds a number, not a pointer"
-        + (f" ({r.note})" if r.note else ""),
+        D.SCALAR: (
+            f"{r.note}: re-read data/data_end from the context after the call and check the "
+            "bounds again before using packet pointers (FIELD-BUGS B06)"
+            if r.note.startswith("packet pointer invalidated")
+            else "this register holds a number, not a pointer"
+        ),
         D.MAP_VALUE_OR_NULL: "the map lookup result may be NULL: compare it with 0 first "
         "and only use it on the non-NULL branch",
         D.SOCKET_OR_NULL: "the socket may be NULL: compare it with 0 first",
