@@ -13,18 +13,18 @@ from typing import Any
 from .diagnostics import Span
 
 
-@dataclass(eq=False, slots=True)
+@dataclass(eq=False)
 class Node:
     span: Span
 
 
 # ---- types as written ----
-@dataclass(eq=False, slots=True)
+@dataclass(eq=False)
 class NamedType(Node):
     name: str
 
 
-@dataclass(eq=False, slots=True)
+@dataclass(eq=False)
 class ArrayType(Node):
     elem: NamedType | ArrayType
     length: Expr
@@ -34,22 +34,22 @@ TypeRef = NamedType | ArrayType
 
 
 # ---- expressions ----
-@dataclass(eq=False, slots=True)
+@dataclass(eq=False)
 class Expr(Node):
     ty: Any = field(default=None, init=False)
 
 
-@dataclass(eq=False, slots=True)
+@dataclass(eq=False)
 class IntLit(Expr):
     value: int
 
 
-@dataclass(eq=False, slots=True)
+@dataclass(eq=False)
 class BoolLit(Expr):
     value: bool
 
 
-@dataclass(eq=False, slots=True)
+@dataclass(eq=False)
 class AddrLit(Expr):
     """IPv4 (4 bytes), IPv6 (16 bytes) or MAC (6 bytes) literal, network byte order.
 
@@ -61,71 +61,71 @@ class AddrLit(Expr):
     prefixlen: int | None = None
 
 
-@dataclass(eq=False, slots=True)
+@dataclass(eq=False)
 class Name(Expr):
     id: str
 
 
-@dataclass(eq=False, slots=True)
+@dataclass(eq=False)
 class Field(Expr):
     obj: Expr
     name: str
 
 
-@dataclass(eq=False, slots=True)
+@dataclass(eq=False)
 class MethodCall(Expr):
     obj: Expr
     name: str
     args: list[Expr]
 
 
-@dataclass(eq=False, slots=True)
+@dataclass(eq=False)
 class Index(Expr):
     obj: Expr
     index: Expr
 
 
-@dataclass(eq=False, slots=True)
+@dataclass(eq=False)
 class Call(Expr):
     name: str
     args: list[Expr]
     kwargs: dict[str, Expr]
 
 
-@dataclass(eq=False, slots=True)
+@dataclass(eq=False)
 class BinOp(Expr):
     op: str  # + - * / % << >> & | ^
     left: Expr
     right: Expr
 
 
-@dataclass(eq=False, slots=True)
+@dataclass(eq=False)
 class Compare(Expr):
     op: str  # == != < <= > >=
     left: Expr
     right: Expr
 
 
-@dataclass(eq=False, slots=True)
+@dataclass(eq=False)
 class Logic(Expr):
     op: str  # && ||
     left: Expr
     right: Expr
 
 
-@dataclass(eq=False, slots=True)
+@dataclass(eq=False)
 class Unary(Expr):
     op: str  # ! - ~
     operand: Expr
 
 
-@dataclass(eq=False, slots=True)
+@dataclass(eq=False)
 class Cast(Expr):
     expr: Expr
     to: TypeRef
 
 
-@dataclass(eq=False, slots=True)
+@dataclass(eq=False)
 class InPrefix(Expr):
     """``addr in 10.0.0.0/8``: prefix membership, folded to a masked compare."""
 
@@ -133,7 +133,7 @@ class InPrefix(Expr):
     right: Expr
 
 
-@dataclass(eq=False, slots=True)
+@dataclass(eq=False)
 class Parse(Expr):
     """``parse HEADER``: bounds-checked view of the next header at the parse cursor (optional)."""
 
@@ -141,17 +141,17 @@ class Parse(Expr):
 
 
 # ---- statements ----
-@dataclass(eq=False, slots=True)
+@dataclass(eq=False)
 class Stmt(Node):
     pass
 
 
-@dataclass(eq=False, slots=True)
+@dataclass(eq=False)
 class Block(Node):
     stmts: list[Stmt]
 
 
-@dataclass(eq=False, slots=True)
+@dataclass(eq=False)
 class Let(Stmt):
     name: str
     type: TypeRef | None
@@ -159,14 +159,14 @@ class Let(Stmt):
     orelse: Block | None
 
 
-@dataclass(eq=False, slots=True)
+@dataclass(eq=False)
 class If(Stmt):
     cond: Expr
     then: Block
     orelse: Block | None
 
 
-@dataclass(eq=False, slots=True)
+@dataclass(eq=False)
 class IfLet(Stmt):
     name: str
     value: Expr
@@ -174,19 +174,19 @@ class IfLet(Stmt):
     orelse: Block | None
 
 
-@dataclass(eq=False, slots=True)
+@dataclass(eq=False)
 class MatchArm(Node):
     patterns: list[Expr | None]  # None = wildcard
     body: Block
 
 
-@dataclass(eq=False, slots=True)
+@dataclass(eq=False)
 class Match(Stmt):
     subject: Expr
     arms: list[MatchArm]
 
 
-@dataclass(eq=False, slots=True)
+@dataclass(eq=False)
 class For(Stmt):
     var: str
     start: Expr
@@ -194,60 +194,60 @@ class For(Stmt):
     body: Block
 
 
-@dataclass(eq=False, slots=True)
+@dataclass(eq=False)
 class While(Stmt):
     cond: Expr
     body: Block
 
 
-@dataclass(eq=False, slots=True)
+@dataclass(eq=False)
 class Return(Stmt):
     value: Expr
 
 
-@dataclass(eq=False, slots=True)
+@dataclass(eq=False)
 class Break(Stmt):
     pass
 
 
-@dataclass(eq=False, slots=True)
+@dataclass(eq=False)
 class Continue(Stmt):
     pass
 
 
-@dataclass(eq=False, slots=True)
+@dataclass(eq=False)
 class Assign(Stmt):
     target: Expr
     op: str  # "=" or "+=" ...
     value: Expr
 
 
-@dataclass(eq=False, slots=True)
+@dataclass(eq=False)
 class ExprStmt(Stmt):
     expr: Expr
 
 
 # ---- top-level items ----
-@dataclass(eq=False, slots=True)
+@dataclass(eq=False)
 class License(Node):
     text: str
 
 
-@dataclass(eq=False, slots=True)
+@dataclass(eq=False)
 class ConstDecl(Node):
     name: str
     type: TypeRef
     value: Expr
 
 
-@dataclass(eq=False, slots=True)
+@dataclass(eq=False)
 class ConfigDecl(Node):
     name: str
     type: TypeRef
     value: Expr
 
 
-@dataclass(eq=False, slots=True)
+@dataclass(eq=False)
 class MapDecl(Node):
     name: str
     kind: str
@@ -256,25 +256,25 @@ class MapDecl(Node):
     args: dict[str, Expr]
 
 
-@dataclass(eq=False, slots=True)
+@dataclass(eq=False)
 class FieldDecl(Node):
     name: str
     type: TypeRef
 
 
-@dataclass(eq=False, slots=True)
+@dataclass(eq=False)
 class StructDecl(Node):
     name: str
     fields: list[FieldDecl]
 
 
-@dataclass(eq=False, slots=True)
+@dataclass(eq=False)
 class Param(Node):
     name: str
     type: TypeRef
 
 
-@dataclass(eq=False, slots=True)
+@dataclass(eq=False)
 class FnDecl(Node):
     name: str
     params: list[Param]
@@ -282,7 +282,7 @@ class FnDecl(Node):
     body: Block
 
 
-@dataclass(eq=False, slots=True)
+@dataclass(eq=False)
 class ProgDecl(Node):
     """``xdp fn name(ctx) { ... }``; ``keyword`` is the PROGRAM_KINDS keyword (``xdp(cpumap)``)."""
 
@@ -292,7 +292,7 @@ class ProgDecl(Node):
     body: Block
 
 
-@dataclass(eq=False, slots=True)
+@dataclass(eq=False)
 class Program(Node):
     items: list[Node]
     source: str = ""
