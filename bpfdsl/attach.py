@@ -95,6 +95,23 @@ def find_xdp_link(index: int, prog_id: int) -> tuple[int, int] | None:
     return None
 
 
+BPF_FS_MAGIC = 0xCAFE4A11  # include/uapi/linux/magic.h
+
+
+def is_bpffs(path: str) -> bool:
+    """True when ``path`` lies on a bpf filesystem (statfs f_type == BPF_FS_MAGIC)."""
+    import ctypes  # noqa: PLC0415
+
+    class StatFs(ctypes.Structure):
+        _fields_ = [("f_type", ctypes.c_long), ("_rest", ctypes.c_long * 15)]
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    st = StatFs()
+    if libc.statfs(os.fsencode(path), ctypes.byref(st)) != 0:
+        return False
+    return st.f_type & 0xFFFFFFFF == BPF_FS_MAGIC
+
+
 def ensure_bpffs(path: str = BPFFS) -> None:
     """Mount bpffs at ``path`` if it is not mounted yet (as bpftool does).
 

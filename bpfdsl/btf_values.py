@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import re
 import struct
 from typing import Any
 
@@ -21,6 +22,10 @@ BE_NAMES = {"__be16": 2, "__be32": 4, "__be64": 8, "be16": 2, "be32": 4, "be64":
 IPV4_NAMES = {"ipv4", "ipv4_addr", "ip4_addr", "in_addr"}
 IPV6_NAMES = {"ipv6", "ipv6_addr", "ip6_addr", "in6_addr"}
 _MAX_DEPTH = 32
+# Struct members of a be32 type (bpfdsl's IPv4 address type: `10.0.0.1` is a be32 in the
+# language, emitted as typedef __be32) whose name says "address" print as a.b.c.d.
+_ADDR_MEMBER = re.compile(r"^(s|d)?addr$|addr$|^(s|d)ip4?$|^ip4?$|_ip4?$|^(src|dst)_?ip4?$")
+_ALIASES = {"__u": "u", "__s": "i", "__be": "be"}  # kernel typedefs -> bpfdsl type names
 
 
 def _special(btf: Btf, tid: int) -> str | None:
@@ -103,6 +108,10 @@ def format_value(btf: Btf, tid: int, data: bytes, _depth: int = 0) -> Any:
                 continue
             off = m.bit_offset // 8
             sub = data[off : off + btf.size_of(m.type)]
+            if is_address_member(btf, m.name, m.type):
+                ip = ipaddress.IPv4Address(sub[:4]) if len(sub) == 4 else ipaddress.IPv6Address(sub)
+                out[m.name] = str(ip)
+                continue
             v = format_value(btf, m.type, sub, _depth + 1)
             if not m.name and isinstance(v, dict):
                 out.update(v)
@@ -142,6 +151,39 @@ def parse_value(btf: Btf, tid: int, text: str) -> bytes:
     return encode_value(btf, tid, obj)
 
 
+def is_address_member(btf: Btf, name: str, tid: int) -> bool:
+    """True for a struct member ``name`` named like an address (``saddr``, ``daddr``,
+    ``sip``, ``dst_ip``, ...) of type be32 (IPv4) or u8[16] (bpfdsl's ipv6_addr): printed
+    as ``a.b.c.d`` / IPv6 text.  bpfdsl emits be32 as typedef ``__be32`` and ipv6_addr as
+    ``__u8[16]`` (no address typedef in BTF), so the member name decides."""
+    if not name or not _ADDR_MEMBER.search(name):
+        return False
+    size = btf.size_of(tid)
+    if size == 4:
+        return _special(btf, tid) == "be"
+    t = btf.resolve(tid)  # ipv6_addr: __u8[16]
+    return size == 16 and t.kind == Kind.ARRAY and btf.size_of(t.type) == 1
+
+
+def type_label(btf: Btf, tid: int) -> str:
+    """The type's name as bpfdsl spells it: ``__u8`` -> ``u8``, ``__s8`` -> ``i8``,
+    ``__be16`` -> ``be16``; other names as in BTF (``unsigned int``, ``flow``)."""
+    chain = btf.name_chain(tid)
+    if not chain:
+        return btf.resolve(tid).kind.name.lower()
+    name = chain[0]
+    for pre, rep in _ALIASES.items():
+        if name.startswith(pre) and name[len(pre) :].isdigit():
+            return rep + name[len(pre) :]
+    return name
+
+
+def int_range(size: int, signed: bool) -> tuple[int, int]:
+    """(lowest, highest) value of a ``size``-byte integer."""
+    bits = size * 8
+    return (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if signed else (0, (1 << bits) - 1)
+
+
 def _int(obj: Any, what: str) -> int:
     if isinstance(obj, bool):
         return int(obj)
@@ -158,12 +200,37 @@ def _int(obj: Any, what: str) -> int:
     raise ValueError(f"expected an integer for {what}, got {obj!r}")
 
 
-def _int_bytes(v: int, size: int, order: str, what: str) -> bytes:
-    """``v`` in ``size`` bytes; accepts the signed and the unsigned range (-1 = all ones)."""
-    bits = size * 8
-    if not -(1 << (bits - 1)) <= v < (1 << bits):
-        raise ValueError(f"{v} does not fit {what} ({size} bytes)")
-    return (v & ((1 << bits) - 1)).to_bytes(size, order)
+def _int_bytes(v: int, size: int, order: str, what: str, signed: bool = False) -> bytes:
+    """``v`` in ``size`` bytes (``order``: "little"/"big"); ValueError naming type ``what``
+    and its range when ``v`` is outside it (nothing wraps: -1 is no u8)."""
+    lo, hi = int_range(size, signed)
+    if not lo <= v <= hi:
+        raise ValueError(f"{v} does not fit in {what} ({lo}..{hi})")
+    return v.to_bytes(size, order, signed=signed)
+
+
+def _ipv4(text: str) -> bytes | None:
+    """Packed a.b.c.d (network order) or None when ``text`` is no dotted IPv4 address."""
+    if text.count(".") != 3:
+        return None
+    try:
+        return ipaddress.IPv4Address(text.strip()).packed
+    except ValueError:
+        return None
+
+
+def _colon_bytes(text: str, n: int, what: str) -> bytes:
+    """An IPv6 address (n = 16) or a MAC address aa:bb:cc:dd:ee:ff (n = 6) as bytes."""
+    try:
+        if n == 16:
+            return ipaddress.IPv6Address(text.strip()).packed
+        parts = text.strip().split(":")
+        if len(parts) == 6 and all(len(x) == 2 for x in parts):
+            return bytes.fromhex("".join(parts))
+    except ValueError:
+        pass
+    form = "an IPv6 address like fd00::1" if n == 16 else "a MAC address like 02:00:00:00:00:01"
+    raise ValueError(f"expected {form} for {what}[{n}], got {text!r}")
 
 
 def encode_value(btf: Btf, tid: int, obj: Any, _depth: int = 0) -> bytes:
@@ -178,7 +245,11 @@ def encode_value(btf: Btf, tid: int, obj: Any, _depth: int = 0) -> bytes:
         return raw
     sp = _special(btf, tid)
     t = btf.resolve(tid)
-    name = btf.name_chain(tid)[0] if btf.name_chain(tid) else t.kind.name.lower()
+    name = type_label(btf, tid)
+    if sp == "be" and t.kind == Kind.INT and t.size == 4 and isinstance(obj, str):
+        v4 = _ipv4(obj)  # an IPv4 literal is a be32, as in the language
+        if v4 is not None:
+            return v4
     if sp in ("ipv4", "ipv6") and isinstance(obj, str):
         try:
             ip = ipaddress.ip_address(obj)
@@ -189,18 +260,21 @@ def encode_value(btf: Btf, tid: int, obj: Any, _depth: int = 0) -> bytes:
         return _int_bytes(_int(obj, name), t.size, "big", name)
     k = t.kind
     if k == Kind.INT:
-        return _int_bytes(_int(obj, name), t.size, "little", name)
+        signed = bool(t.encoding & BTF_INT_SIGNED)
+        return _int_bytes(_int(obj, name), t.size, "little", name, signed)
     if k in (Kind.ENUM, Kind.ENUM64):
         for m in t.members:
             if isinstance(obj, str) and m.name == obj:
-                return _int_bytes(m.value, t.size, "little", name)
-        return _int_bytes(_int(obj, f"enum {name}"), t.size, "little", name)
+                return _int_bytes(m.value, t.size, "little", name, bool(t.kflag))
+        return _int_bytes(_int(obj, f"enum {name}"), t.size, "little", name, bool(t.kflag))
     if k == Kind.PTR:
         return _int_bytes(_int(obj, name), 8, "little", name)
     if k == Kind.FLOAT:
         return struct.pack("<d" if t.size == 8 else "<f", float(obj))
     if k == Kind.ARRAY:
         esz = btf.size_of(t.type)
+        if isinstance(obj, str) and esz == 1 and ":" in obj and t.nelems in (6, 16):
+            return _colon_bytes(obj, t.nelems, name)  # ipv6_addr / mac_addr literals
         if isinstance(obj, str) and esz == 1:
             raw = obj.encode()
             if len(raw) > t.nelems:
@@ -245,7 +319,12 @@ def _encode_struct(btf: Btf, t: BtfType, obj: Any, size: int, name: str, depth: 
         if m.name not in obj:
             continue
         if m.bitfield_size:
-            v = _int(obj[m.name], m.name) & ((1 << m.bitfield_size) - 1)
+            v = _int(obj[m.name], m.name)
+            if not 0 <= v < 1 << m.bitfield_size:
+                raise ValueError(
+                    f"{v} does not fit in field {m.name} ({m.bitfield_size} bits: "
+                    f"0..{(1 << m.bitfield_size) - 1})"
+                )
             word = int.from_bytes(buf, "little") | (v << m.bit_offset)
             buf[:] = word.to_bytes(size, "little")
             continue

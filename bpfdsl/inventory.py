@@ -29,6 +29,7 @@ class OpenProgram:
     fd: int
     name: str
     pin_dir: str | None
+    loaded_from: str | None = None  # the object file loaded and pinned by this call
 
 
 def _type_name(enum, value: int) -> str:
@@ -44,6 +45,8 @@ def pinned_programs(directory: str) -> dict[str, str]:
     for d in (directory, os.path.join(directory, "progs")):
         try:
             names = sorted(os.listdir(d))
+        except PermissionError:
+            raise syscall.NoPermission(f"listing {d}") from None
         except OSError:
             continue
         for n in names:
@@ -54,9 +57,14 @@ def pinned_programs(directory: str) -> dict[str, str]:
 
 
 def _kind_at(path: str) -> str:
+    """fd_kind of the object pinned at ``path`` ("" when none); raises NoPermission."""
     try:
         with syscall.obj_get(path) as fd:
             return attach.fd_kind(int(fd))
+    except PermissionError:
+        if attach.is_bpffs(path):  # elsewhere EACCES only says "no pin"
+            raise syscall.NoPermission(f"opening {path}") from None
+        return ""
     except (syscall.BpfError, OSError):
         return ""
 
@@ -105,8 +113,8 @@ def _load_and_open(
 ) -> Iterator[OpenProgram]:
     from bpfdsl import loader, objfile, pins, testrun  # noqa: PLC0415
 
-    spec = objfile.read_object(testrun.object_bytes(ref))
-    config = testrun.parse_config(config_items)
+    spec = objfile.read_object(testrun.object_bytes(ref), name=ref)
+    config = testrun.parse_config(config_items, spec.configs)
     if prog is None:
         xdp = [
             p.name
@@ -131,9 +139,9 @@ def _load_and_open(
     if pin_dir.startswith(attach.DEFAULT_PIN_ROOT + "/"):
         os.makedirs(attach.DEFAULT_PIN_ROOT, exist_ok=True)
     with loader.load_collection(spec, config=config) as coll:
-        pins.pin_collection(coll, pin_dir, source=os.path.abspath(ref))
+        pins.pin_collection(coll, pin_dir, source=os.path.abspath(ref), made_by="attach")
         try:
-            yield OpenProgram(int(coll.programs[name].fd), name, pin_dir)
+            yield OpenProgram(int(coll.programs[name].fd), name, pin_dir, ref)
         except BaseException:
             pins.unpin_dir(pin_dir)  # a failed attach leaves nothing pinned
             raise
@@ -193,7 +201,13 @@ def _prog_name(fd) -> str:
 
 def _describe(path: str) -> dict | None:
     try:
-        with syscall.obj_get(path) as fd:
+        fd = syscall.obj_get(path)
+    except PermissionError:
+        raise syscall.NoPermission(f"reading {path}") from None
+    except (syscall.BpfError, OSError):
+        return None
+    try:
+        with fd:
             kind = attach.fd_kind(int(fd))
             if kind == "prog":
                 i = syscall.prog_info(fd)

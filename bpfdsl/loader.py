@@ -18,8 +18,8 @@ from typing import Any
 
 from bpfdsl import cpumap
 from bpfdsl import syscall as S
-from bpfdsl.btf_values import encode_value, parse_value
-from bpfdsl.diagnostics import DiagnosticError, error
+from bpfdsl.btf_values import encode_value, int_range, parse_value
+from bpfdsl.diagnostics import DiagnosticError, UsageError, error
 from bpfdsl.insn import encode
 from bpfdsl.loader_log import summarize
 from bpfdsl.objfile import CollectionSpec, DataSection, ProgramSpec
@@ -49,6 +49,16 @@ class VerifierError(LoadError):
         )
         super().__init__(diag)
         self.program, self.log, self.details, self.errno = program, log, summary.details, errno
+
+
+class ConfigError(LoadError, UsageError):
+    """A ``--set`` config that is unknown or does not fit its type; exit code 2 (usage)."""
+
+    exit_code = 2
+
+
+def _config_fail(msg: str, hint: str | None = None) -> ConfigError:
+    return ConfigError(error("bad-config", msg, hint=hint))
 
 
 def _fail(code: str, msg: str, hint: str | None = None) -> LoadError:
@@ -294,10 +304,12 @@ def _check_configs(spec: CollectionSpec, config: dict[str, Any]) -> None:
     known = spec.configs
     unknown = [k for k in config if k not in known]
     if unknown:
-        raise _fail(
-            "unknown-config",
-            f"unknown config {', '.join(map(repr, unknown))}",
-            hint="configs of this object: " + (", ".join(sorted(known)) or "none"),
+        raise ConfigError(
+            error(
+                "unknown-config",
+                f"unknown config {', '.join(map(repr, unknown))}",
+                hint="configs of this object: " + (", ".join(sorted(known)) or "none"),
+            )
         )
 
 
@@ -312,11 +324,14 @@ def config_bytes(spec: CollectionSpec, name: str, value: Any) -> bytes:
             raw = f(spec.btf, var.type_id, value)
         else:
             v = int(value, 0) if isinstance(value, str) else int(value)
-            raw = (v & ((1 << 8 * var.size) - 1)).to_bytes(var.size, "little")
+            lo, hi = int_range(var.size, signed=False)  # no BTF: unsigned, nothing wraps
+            if not lo <= v <= hi:
+                raise ValueError(f"{v} does not fit in {var.size} bytes ({lo}..{hi})")
+            raw = v.to_bytes(var.size, "little")
     except (ValueError, OverflowError) as e:
-        raise _fail("bad-config", f"config '{name}': {e}") from None
+        raise _config_fail(f"config '{name}': {e}") from None
     if len(raw) != var.size:
-        raise _fail("bad-config", f"config '{name}' is {var.size} bytes, got {len(raw)}")
+        raise _config_fail(f"config '{name}' is {var.size} bytes, got {len(raw)}")
     return raw
 
 

@@ -123,6 +123,26 @@ def kernel_btf(btf_id: int) -> Btf | None:
         return None
 
 
+def _parse_untyped(text: str, size: int) -> bytes:
+    """Bytes of a key/value without BTF type (cpumap, devmap, sockmap... refuse BTF):
+    ``hex:BYTES`` raw, an integer (``5``, ``0x10``) as an unsigned ``size``-byte little
+    endian number (the host order of bpfel maps), else hex digits.  Raises ValueError."""
+    s = text.strip()
+    if s.startswith("hex:"):
+        return bytes.fromhex(s[4:].replace(" ", ""))
+    try:
+        v = int(s.replace("_", ""), 0)
+    except ValueError:
+        try:
+            return bytes.fromhex(s.replace(" ", ""))
+        except ValueError:
+            raise ValueError(f"expected an integer or hex:BYTES, got {s!r}") from None
+    lo, hi = btf_values.int_range(size, signed=False)
+    if not lo <= v <= hi:
+        raise ValueError(f"{v} does not fit in {size} bytes ({lo}..{hi})")
+    return v.to_bytes(size, "little")
+
+
 class MapView:
     """An open map with typed access.  ``name``, ``info`` (syscall.MapInfo), ``btf``.
 
@@ -211,12 +231,13 @@ class MapView:
             if self.btf is not None and tid:
                 data = btf_values.parse_value(self.btf, tid, text)
             else:
-                data = bytes.fromhex(text.removeprefix("hex:").replace(" ", ""))
+                data = _parse_untyped(text, size)
         except ValueError as e:
             hint = (
                 None
                 if self.btf is not None and tid
-                else f"this map has no BTF type for its {what}: give hex bytes, e.g. hex:0a000001"
+                else f"this map has no BTF type for its {what} ({size} bytes): give an "
+                "unsigned integer (little endian) or hex bytes, e.g. hex:0a000001"
             )
             raise UsageError(
                 error("bad-value", f"map {self.name!r}: bad {what} {text!r}: {e}", hint=hint)

@@ -4,7 +4,8 @@ Layout of a pin dir made by ``bpfdsl load`` (bpftool ``prog loadall PATH pinmaps
 style): ``DIR/progs/<program>``, ``DIR/maps/<map>`` (dots become ``_``: bpffs refuses
 dots in names), links pinned later by ``bpfdsl attach`` as ``DIR/link_*``, and a manifest
 ``DIR/bpfdsl_manifest``: a symlink (bpffs holds no regular files) whose target is
-``bpfdsl:`` + JSON ``{"bpfdsl": 1, "object": PATH, "programs": [...], "maps": [...]}``.
+``bpfdsl:`` + JSON ``{"bpfdsl": 1, "object": PATH, "programs": [...], "maps": [...],
+"made_by": "load"|"attach"}``.
 :func:`unpin_dir` removes only directories carrying that manifest.
 """
 
@@ -12,16 +13,20 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from bpfdsl import syscall as S
-from bpfdsl.attach import BPFFS, ensure_bpffs, fd_kind
+from bpfdsl.attach import BPFFS, DEFAULT_PIN_ROOT, ensure_bpffs, fd_kind, is_bpffs
 from bpfdsl.diagnostics import UsageError, error
-from bpfdsl.loader import Collection
+from bpfdsl.uapi import LinkType
+
+if TYPE_CHECKING:  # the loader (and pyelftools) is not imported by `bpfdsl unload`
+    from bpfdsl.loader import Collection
 
 MANIFEST = "bpfdsl_manifest"
 _PREFIX = "bpfdsl:"
-BPF_FS_MAGIC = 0xCAFE4A11
 
 
 @dataclass(slots=True)
@@ -38,19 +43,6 @@ def pin_name(name: str) -> str:
     return name.lstrip(".").replace(".", "_").replace("/", "_") or "_"
 
 
-def _is_bpffs(path: str) -> bool:
-    import ctypes  # noqa: PLC0415
-
-    class StatFs(ctypes.Structure):
-        _fields_ = [("f_type", ctypes.c_long), ("_rest", ctypes.c_long * 15)]
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    st = StatFs()
-    if libc.statfs(os.fsencode(path), ctypes.byref(st)) != 0:
-        return False
-    return st.f_type & 0xFFFFFFFF == BPF_FS_MAGIC
-
-
 def read_manifest(pin_dir: str) -> dict | None:
     """The manifest of ``pin_dir`` or None when it has none (not made by ``bpfdsl load``)."""
     try:
@@ -65,15 +57,19 @@ def read_manifest(pin_dir: str) -> dict | None:
         return None
 
 
-def pin_collection(coll: Collection, pin_dir: str, *, source: str = "") -> PinnedCollection:
+def pin_collection(
+    coll: Collection, pin_dir: str, *, source: str = "", made_by: str = "load"
+) -> PinnedCollection:
     """Pin every program and map of ``coll`` under ``pin_dir`` (mounting bpffs at
-    /sys/fs/bpf if missing) and write the manifest.  ``pin_dir`` must not exist or be
-    empty.  On failure everything pinned here is removed.  Raises UsageError."""
+    /sys/fs/bpf if missing) and write the manifest (``made_by``: ``load`` or ``attach``,
+    the command that pinned it; `bpfdsl detach` removes the pins of ``attach``).
+    ``pin_dir`` must not exist or be empty.  On failure everything pinned here is
+    removed.  Raises UsageError."""
     if pin_dir.startswith(BPFFS + "/") or pin_dir == BPFFS:
         ensure_bpffs(BPFFS)
     parent = os.path.dirname(os.path.abspath(pin_dir))
     probe = pin_dir if os.path.isdir(pin_dir) else parent
-    if not os.path.isdir(probe) or not _is_bpffs(probe):
+    if not os.path.isdir(probe) or not is_bpffs(probe):
         raise UsageError(
             error(
                 "not-bpffs",
@@ -110,6 +106,7 @@ def pin_collection(coll: Collection, pin_dir: str, *, source: str = "") -> Pinne
             "object": source,
             "programs": sorted(res.programs),
             "maps": sorted(res.maps),
+            "made_by": made_by,
         }
         target = _PREFIX + json.dumps(manifest, separators=(",", ":"))
         os.symlink(target[:4000], os.path.join(pin_dir, MANIFEST))
@@ -133,44 +130,90 @@ def _remove(paths: list[str]) -> None:
             pass
 
 
-def unpin_dir(pin_dir: str) -> list[str]:
+def unpin_dir(pin_dir: str, detached: list[str] | None = None) -> list[str]:
     """Remove everything ``bpfdsl load`` pinned in ``pin_dir``: links there are detached
     first (BPF_LINK_DETACH, so XDP stops even if another process holds the link), then
-    every pin, the manifest and the directories.  Returns the removed paths.  Raises
-    UsageError when ``pin_dir`` does not exist or has no bpfdsl manifest."""
+    every pin, the manifest and the directories.  Returns the removed paths; appends a
+    description of each detached attachment (``XDP on eth0 (link 7, prog 42)``) to
+    ``detached``.  Raises UsageError when ``pin_dir`` does not exist, is a bpffs root or
+    has no bpfdsl manifest (then nothing is touched); NoPermission when not root."""
     if not os.path.isdir(pin_dir):
         raise UsageError(error("no-pin-dir", f"{pin_dir}: no such directory"))
-    if read_manifest(pin_dir) is None:
+    real = os.path.realpath(pin_dir)
+    if real in (BPFFS, DEFAULT_PIN_ROOT) or os.path.ismount(real) or read_manifest(pin_dir) is None:
         raise UsageError(
             error(
                 "not-ours",
-                f"{pin_dir} was not made by `bpfdsl load` (no {MANIFEST}); refusing to remove it",
-                hint=f"remove it yourself: rm -r {pin_dir}",
+                f"{pin_dir} is not a bpfdsl pin dir (no {MANIFEST}: `bpfdsl load` did not "
+                "make it); nothing was removed",
+                hint="`bpfdsl show` lists the pin dirs bpfdsl made; unload one of those",
             )
         )
+    if not os.access(pin_dir, os.W_OK | os.X_OK):
+        raise S.NoPermission(f"removing pins in {pin_dir}")
     removed: list[str] = []
-    for dirpath, _dirs, files in os.walk(pin_dir, topdown=False):  # children first
-        for f in sorted(files):
-            path = os.path.join(dirpath, f)
-            if not os.path.islink(path):
-                _detach_if_link(path)
-            try:
-                os.unlink(path)
-                removed.append(path)
-            except FileNotFoundError:
-                pass
-        if dirpath != pin_dir:
-            os.rmdir(dirpath)
-            removed.append(dirpath)
-    os.rmdir(pin_dir)
+    try:
+        for dirpath, _dirs, files in os.walk(pin_dir, topdown=False):  # children first
+            for f in sorted(files):
+                path = os.path.join(dirpath, f)
+                if not os.path.islink(path) and (what := _detach_if_link(path)):
+                    if detached is not None:
+                        detached.append(what)
+                try:
+                    os.unlink(path)
+                    removed.append(path)
+                except FileNotFoundError:
+                    pass
+            if dirpath != pin_dir:
+                os.rmdir(dirpath)
+                removed.append(dirpath)
+        os.rmdir(pin_dir)
+    except PermissionError as e:
+        raise S.NoPermission(f"removing {e.filename or pin_dir}") from None
     removed.append(pin_dir)
     return removed
 
 
-def _detach_if_link(path: str) -> None:
+def _detach_if_link(path: str) -> str:
+    """Detach the link pinned at ``path``; a description of what ran there ("" when
+    ``path`` is no link or was detached already)."""
     try:
         with S.obj_get(path) as fd:
-            if fd_kind(int(fd)) == "link":
-                S.link_detach(fd)
+            if fd_kind(int(fd)) != "link":
+                return ""
+            info = S.link_info(fd)
+            S.link_detach(fd)
     except S.BpfError:
-        pass
+        return ""
+    if not info.prog_id:  # detached earlier (its interface or program went away)
+        return ""
+    where = f"link {info.id}, prog {info.prog_id}"
+    if info.type == LinkType.XDP and info.xdp_ifindex:
+        try:
+            dev = socket.if_indextoname(int(info.xdp_ifindex))
+        except OSError:
+            dev = f"ifindex {info.xdp_ifindex}"
+        return f"XDP on {dev} ({where})"
+    return f"link {info.id} (prog {info.prog_id})"
+
+
+def dirs_pinning_prog(prog_id: int, root: str = BPFFS) -> list[str]:
+    """bpfdsl pin dirs (with a manifest) under ``root`` holding a pin of program ``prog_id``
+    in ``DIR/progs``."""
+    out: list[str] = []
+    for dirpath, dirs, _files in os.walk(root):
+        dirs.sort()
+        if os.path.basename(dirpath) != "progs":
+            continue
+        owner = os.path.dirname(dirpath)
+        if read_manifest(owner) is None:
+            continue
+        for f in sorted(os.listdir(dirpath)):
+            try:
+                with S.obj_get(os.path.join(dirpath, f)) as fd:
+                    if fd_kind(int(fd)) == "prog" and S.prog_info(fd).id == prog_id:
+                        out.append(owner)
+                        break
+            except S.BpfError:
+                continue
+    return out

@@ -65,6 +65,21 @@ class BpfPermissionError(BpfError, PermissionError):
     """EPERM/EACCES from bpf(2): the process lacks privileges."""
 
 
+NEEDS_ROOT = "needs root (CAP_BPF + CAP_NET_ADMIN; CAP_SYS_ADMIN on older kernels)"
+
+
+class NoPermission(PermissionError):
+    """A bpffs path or BPF object this process may not touch; ``str()`` is one line
+    (``WHAT: permission denied: needs root (...)``).  The CLI exits with code 3."""
+
+    def __init__(self, what: str):
+        self.message = f"{what}: permission denied: {NEEDS_ROOT}"
+        super().__init__(E.EACCES, self.message)
+
+    def __str__(self) -> str:
+        return self.message
+
+
 def _error(cmd: BpfCmd, err: int, log: str = "") -> BpfError:
     # EACCES from PROG_LOAD is the verifier's rejection, not a privilege problem.
     if err == E.EPERM or (err == E.EACCES and cmd != BpfCmd.PROG_LOAD):

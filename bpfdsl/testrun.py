@@ -230,20 +230,30 @@ def object_bytes(path: str | Path) -> bytes:
         from bpfdsl.compiler import compile_file  # noqa: PLC0415
 
         return compile_file(str(p)).obj
-    return p.read_bytes()
+    try:
+        return p.read_bytes()
+    except PermissionError:
+        from bpfdsl.syscall import NoPermission  # noqa: PLC0415
+
+        raise NoPermission(f"reading {p}") from None
 
 
-def parse_config(items: list[str] | None) -> dict[str, str]:
+def parse_config(items: list[str] | None, known: Iterable[str] | None = None) -> dict[str, str]:
     """``["name=value", ...]`` from ``--set`` -> {name: text}; the loader parses each text
-    by the config's BTF type (``53``, ``0x35``, ``10.0.0.1``...).
+    by the config's BTF type (``53``, ``0x35``, ``10.0.0.1``...).  ``known``: the object's
+    config names (``CollectionSpec.configs``), listed in the hints and checked.
 
-    Raises UsageError on an item without ``=``.
+    Raises UsageError (exit 2) on an item without ``=`` or, given ``known``, an unknown name.
     """
+    names = sorted(known) if known is not None else None
+    hint = None if names is None else "configs of this object: " + (", ".join(names) or "none")
     out: dict[str, str] = {}
     for item in items or []:
         name, eq, value = item.partition("=")
         if not eq or not name.strip():
-            raise UsageError(error("bad-config", f"--set {item!r}: expected NAME=VALUE"))
+            raise UsageError(error("bad-config", f"--set {item!r}: expected NAME=VALUE", hint=hint))
+        if names is not None and name.strip() not in names:
+            raise UsageError(error("unknown-config", f"unknown config {name.strip()!r}", hint=hint))
         out[name.strip()] = value.strip()
     return out
 

@@ -77,6 +77,13 @@ def _dev(args, positional) -> str:
     return dev
 
 
+def _looks_like_kind(word: str) -> bool:
+    """``tc``, ``tcx``, ``cgroup``...: an attach kind word, not a path to a program."""
+    import os  # noqa: PLC0415
+
+    return word.replace("_", "").isalnum() and not os.path.exists(word)
+
+
 def cmd_attach(args) -> int:
     from bpfdsl import attach, inventory  # noqa: PLC0415
     from bpfdsl.diagnostics import UsageError, error  # noqa: PLC0415
@@ -84,6 +91,16 @@ def cmd_attach(args) -> int:
     words = list(args.words)
     if words[0] == "xdp" and len(words) > 1:
         words.pop(0)
+    elif len(words) > 1 and _looks_like_kind(words[0]):
+        raise UsageError(
+            error(
+                "bad-args",
+                f"`bpfdsl attach {words[0]}` is not supported: bpfdsl attaches only XDP "
+                "programs to interfaces (`bpfdsl attach xdp PROG --dev IFACE`)",
+                hint="xdp(cpumap)/xdp(devmap) programs: `bpfdsl cpumap|devmap set`; "
+                "sk_msg: `bpfdsl sockmap attach`; sock_ops: `bpfdsl sockops attach`",
+            )
+        )
     if len(words) > 2:
         raise UsageError(
             error(
@@ -109,8 +126,13 @@ def cmd_attach(args) -> int:
         if res.method == "link" and res.link_pin is None and link_pin:
             res = attach.move_link_pin(res, link_pin)  # replaced: the link now lives here
     if args.json:
-        print(json.dumps(res.to_dict()))
+        print(json.dumps({**res.to_dict(), "loaded": prog.loaded_from, "pin_dir": prog.pin_dir}))
     else:
+        if prog.loaded_from:
+            print(
+                f"loaded {prog.loaded_from}: programs and maps pinned under {prog.pin_dir} "
+                "(`bpfdsl detach` removes them again)"
+            )
         via = f"link {res.link_id} pinned at {res.link_pin}" if res.method == "link" else "netlink"
         print(
             f"attached {res.prog_name or 'program'} (id {res.prog_id}) to {res.dev} "
@@ -120,19 +142,42 @@ def cmd_attach(args) -> int:
 
 
 def cmd_detach(args) -> int:
-    from bpfdsl import attach  # noqa: PLC0415
+    from bpfdsl import attach, pins  # noqa: PLC0415
 
     dev = _dev(args, args.dev_pos)
     res = attach.detach_xdp(dev, pin_roots=(attach.BPFFS,))
+    removed: list[str] = []  # pin dirs `bpfdsl attach FILE.o` made for this program
+    kept: list[str] = []  # pin dirs of `bpfdsl load`: the user unloads them
+    if res is not None:
+        for d in pins.dirs_pinning_prog(res.prog_id):
+            if (pins.read_manifest(d) or {}).get("made_by") == "attach":
+                pins.unpin_dir(d)
+                removed.append(d)
+            else:
+                kept.append(d)
     if args.json:
-        print(json.dumps({"detached": res.to_dict() if res else None, "dev": dev}))
-    elif res is None:
-        print(f"{dev}: no XDP program attached")
-    else:
         print(
-            f"detached {res.prog_name or 'program'} (id {res.prog_id}) from {dev} "
-            f"({res.mode} mode, via {res.method})"
+            json.dumps(
+                {
+                    "detached": res.to_dict() if res else None,
+                    "dev": dev,
+                    "removed_pin_dirs": removed,
+                    "kept_pin_dirs": kept,
+                }
+            )
         )
+        return OK
+    if res is None:
+        print(f"{dev}: no XDP program attached")
+        return OK
+    print(
+        f"detached {res.prog_name or 'program'} (id {res.prog_id}) from {dev} "
+        f"({res.mode} mode, via {res.method})"
+    )
+    for d in removed:
+        print(f"removed {d} (pinned by `bpfdsl attach` when it loaded the object)")
+    for d in kept:
+        print(f"still pinned: {d} (programs and maps; `bpfdsl unload {d}` removes them)")
     return OK
 
 

@@ -66,7 +66,7 @@ def cmd_load(args) -> int:
     from bpfdsl import loader, objfile, pins, testrun  # noqa: PLC0415
 
     spec = objfile.read_object(testrun.object_bytes(args.file), name=args.file)
-    config = testrun.parse_config(args.set)
+    config = testrun.parse_config(args.set, spec.configs)
     pin_dir = args.pin_dir or default_pin_dir(args.file)
     level = args.log_level if args.log else 0
     try:
@@ -137,9 +137,12 @@ def _rows(coll, res) -> list[dict]:
 def cmd_unload(args) -> int:
     from bpfdsl import pins  # noqa: PLC0415
 
-    removed = pins.unpin_dir(args.pin_dir)
+    detached: list[str] = []
+    removed = pins.unpin_dir(args.pin_dir, detached)
     if args.json:
-        print(json.dumps({"pin_dir": args.pin_dir, "removed": removed}))
-    else:
-        print(f"unloaded {args.pin_dir}: removed {len(removed)} pins and directories")
+        print(json.dumps({"pin_dir": args.pin_dir, "removed": removed, "detached": detached}))
+        return OK
+    for d in detached:
+        print(f"detached {d}")
+    print(f"unloaded {args.pin_dir}: removed {len(removed)} pins and directories")
     return OK

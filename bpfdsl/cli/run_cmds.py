@@ -69,12 +69,12 @@ def cmd_run(args) -> int:
 
     if args.repeat < 1 or args.repeat > 100_000_000:
         raise UsageError(error("bad-repeat", f"--repeat {args.repeat}: give 1..100000000"))
-    config = testrun.parse_config(args.set)
     if args.pcap:
         frames = [(f.index, f.data) for f in packets.read_pcap(args.pcap, limit=args.limit)]
     else:
         frames = [(1, packets.parse_hex(args.hex))]
-    spec = objfile.read_object(testrun.object_bytes(args.file))
+    spec = objfile.read_object(testrun.object_bytes(args.file), name=args.file)
+    config = testrun.parse_config(args.set, spec.configs)
     name, kind = testrun.choose_program(spec, args.prog)
     testrun.require_test_run(kind, name, args.engine)
     engine = testrun.open_engine(args.engine, spec, config=config)
