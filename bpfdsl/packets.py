@@ -29,19 +29,38 @@ class Frame:
     wirelen: int
 
 
-def read_pcap(path: str | Path, *, limit: int | None = None) -> list[Frame]:
+def read_pcap(
+    path: str | Path, *, limit: int | None = None, warnings: list[str] | None = None
+) -> list[Frame]:
     """Frames of an Ethernet pcap or pcapng file, in file order (at most ``limit``).
 
     Raises UsageError for a missing/unreadable file, a file that is not a capture, or a
     link type other than Ethernet (LINKTYPE_ETHERNET = 1).  A truncated last record ends
-    the list (what tcpdump does) instead of failing.
+    the list (what tcpdump does) instead of failing: the cut record is left out and a
+    sentence saying so is appended to ``warnings`` (scapy's own log lines are silenced).
     """
-    from scapy.error import Scapy_Exception  # noqa: PLC0415 (scapy is slow to import)
-    from scapy.utils import RawPcapReader  # noqa: PLC0415
+    import logging  # noqa: PLC0415
 
     p = Path(path)
+    if p.is_dir():
+        raise UsageError(
+            error("bad-capture", f"{p} is a directory, not a capture file", hint="give a .pcap")
+        )
     if not p.is_file():
         raise UsageError(error("bad-capture", f"{p}: no such capture file"))
+    log = logging.getLogger("scapy.runtime")
+    level = log.level
+    log.setLevel(logging.CRITICAL)  # "WARNING: Pcap: packet has been truncated": ours below
+    try:
+        return _read_records(p, limit, warnings)  # scapy imported there (slow import)
+    finally:
+        log.setLevel(level)
+
+
+def _read_records(p: Path, limit: int | None, warnings: list[str] | None) -> list[Frame]:
+    from scapy.error import Scapy_Exception  # noqa: PLC0415
+    from scapy.utils import RawPcapReader  # noqa: PLC0415
+
     try:
         reader = RawPcapReader(str(p))
     except (Scapy_Exception, OSError, EOFError, struct.error, ValueError) as e:
@@ -87,6 +106,14 @@ def read_pcap(path: str | Path, *, limit: int | None = None) -> list[Frame]:
                         f"{p}: packet {len(frames) + 1} has link type {int(lt)}, not Ethernet",
                     )
                 )
+            caplen = getattr(meta, "caplen", None)
+            if caplen is not None and len(data) < caplen:
+                if warnings is not None:
+                    warnings.append(
+                        f"{p}: the capture ends inside packet {len(frames) + 1} ({len(data)} "
+                        f"of {caplen} bytes; truncated file): read {len(frames)} whole packet(s)"
+                    )
+                break
             wirelen = getattr(meta, "wirelen", None) or len(data)
             frames.append(Frame(len(frames) + 1, bytes(data), int(wirelen)))
     finally:

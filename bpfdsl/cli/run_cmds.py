@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from collections import Counter
 
 OK, FAILED = 0, 1
@@ -69,8 +70,18 @@ def cmd_run(args) -> int:
 
     if args.repeat < 1 or args.repeat > 100_000_000:
         raise UsageError(error("bad-repeat", f"--repeat {args.repeat}: give 1..100000000"))
+    if args.limit is not None and args.limit < 1:
+        raise UsageError(error("bad-limit", f"--limit {args.limit}: give 1 or more packets"))
+    if args.limit is not None and not args.pcap:
+        raise UsageError(error("bad-limit", "--limit applies to --pcap only"))
+    warnings: list[str] = []
     if args.pcap:
-        frames = [(f.index, f.data) for f in packets.read_pcap(args.pcap, limit=args.limit)]
+        frames = [
+            (f.index, f.data)
+            for f in packets.read_pcap(args.pcap, limit=args.limit, warnings=warnings)
+        ]
+        if not frames:
+            raise UsageError(error("bad-capture", f"{args.pcap}: the capture holds no packet"))
     else:
         frames = [(1, packets.parse_hex(args.hex))]
     spec = objfile.read_object(testrun.object_bytes(args.file), name=args.file)
@@ -89,7 +100,17 @@ def cmd_run(args) -> int:
         )
     finally:
         engine.close()
+    for w in warnings:
+        print(f"warning: {w}", file=sys.stderr)
     totals = Counter(r.verdict or "skipped" for r in results)
+    status = OK
+    if all(r.skipped for r in results):
+        print(
+            f"error: no packet was run: all {len(results)} skipped "
+            f"({results[0].skipped})" + (", ..." if len(results) > 1 else ""),
+            file=sys.stderr,
+        )
+        status = FAILED
     if args.json:
         print(
             json.dumps(
@@ -103,13 +124,13 @@ def cmd_run(args) -> int:
                 indent=2,
             )
         )
-        return OK
+        return status
     if not args.quiet:
         for r in results:
             _print_result(r, args.repeat)
     parts = ", ".join(f"{v} {n}" for v, n in sorted(totals.items()))
     print(f"{len(results)} packet(s) through {name!r} ({args.engine}): {parts or 'none'}")
-    return OK
+    return status
 
 
 def _print_result(r, repeat: int) -> None:
