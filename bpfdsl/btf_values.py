@@ -257,7 +257,8 @@ def encode_value(btf: Btf, tid: int, obj: Any, _depth: int = 0) -> bytes:
             raise ValueError(f"expected an IP address for {name}, got {obj!r}") from None
         return ip.packed.ljust(size, b"\0")[:size]
     if sp == "be" and t.kind == Kind.INT:
-        return _int_bytes(_int(obj, name), t.size, "big", name)
+        what = f"{name} (or an IPv4 address a.b.c.d)" if t.size == 4 else name
+        return _int_bytes(_int(obj, what), t.size, "big", name)
     k = t.kind
     if k == Kind.INT:
         signed = bool(t.encoding & BTF_INT_SIGNED)

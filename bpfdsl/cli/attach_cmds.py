@@ -12,11 +12,21 @@ def register(sub) -> None:
     a = sub.add_parser(
         "attach",
         help="attach an XDP program to an interface",
+        usage="bpfdsl attach [xdp] PROG (--dev IFACE | IFACE) [options]",
         description="Attach an XDP program to an interface through a BPF link pinned in "
         "bpffs (netlink where links are unsupported).  An attached program is replaced "
-        f"atomically.  Forms: `attach xdp PROG --dev IFACE`, `attach PROG IFACE`.  {PROG_HELP}",
+        f"atomically.  Forms: `attach xdp PROG --dev IFACE`, `attach PROG IFACE`.  {PROG_HELP}.  "
+        "An object file is loaded and pinned first (one process: load + pin + attach); "
+        "`bpfdsl detach` removes those pins again.  Only XDP attaches here: cpumap/devmap "
+        "programs go in with `bpfdsl cpumap|devmap set`, sk_msg/sock_ops with "
+        "`bpfdsl sockmap|sockops attach`.",
     )
-    a.add_argument("words", nargs="+", metavar="[xdp] PROG [IFACE]")
+    a.add_argument(
+        "words",
+        nargs="+",
+        metavar="[xdp] PROG [IFACE]",
+        help="the program (PROG above), after an optional `xdp`, then the interface",
+    )
     a.add_argument("--dev", metavar="IFACE", help="the interface")
     a.add_argument(
         "--mode",
@@ -50,10 +60,12 @@ def register(sub) -> None:
     d = sub.add_parser(
         "detach",
         help="detach XDP from an interface",
-        description="Detach the XDP program of IFACE (link or netlink) and remove the link's pins.",
+        description="Detach the XDP program of IFACE (link or netlink) and remove the link's "
+        "pins.  Programs and maps pinned by `bpfdsl attach FILE.o` are removed too; those "
+        "of `bpfdsl load` stay (it says so) until `bpfdsl unload DIR`.",
     )
-    d.add_argument("dev_pos", nargs="?", metavar="IFACE")
-    d.add_argument("--dev", metavar="IFACE")
+    d.add_argument("dev_pos", nargs="?", metavar="IFACE", help="the interface")
+    d.add_argument("--dev", metavar="IFACE", help="the interface (same as IFACE)")
     d.set_defaults(func=cmd_detach)
 
     s = sub.add_parser(

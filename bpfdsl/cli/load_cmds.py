@@ -48,10 +48,11 @@ def register(sub) -> None:
     u = sub.add_parser(
         "unload",
         help="remove everything pinned under a pin directory",
-        description="Detach the links pinned in DIR, then remove every pin `bpfdsl load` made "
-        "there and the directory itself.",
+        description="Detach the links pinned in DIR (printing each detached attachment), "
+        "then remove every pin `bpfdsl load`/`bpfdsl attach` made there and the directory "
+        "itself.  Directories without a bpfdsl manifest are refused and left untouched.",
     )
-    u.add_argument("pin_dir", metavar="DIR")
+    u.add_argument("pin_dir", metavar="DIR", help="a pin dir of `bpfdsl load --pin-dir DIR`")
     u.set_defaults(func=cmd_unload)
 
 

@@ -14,8 +14,10 @@ def register(sub) -> None:
         "map",
         help="dump, lookup, update, delete map entries (BTF-typed)",
         description=f"Read and write map entries by their BTF types. {MAP_HELP}. "
-        "KEY/VALUE := 42 | 0x2a | 10.0.0.1 | 10.0.0.0/8 | JSON object/array | "
-        "hex:BYTES",
+        "KEY/VALUE := 42 | 0x2a | 10.0.0.1 | 10.0.0.0/8 | fd00::1 | JSON object/array | "
+        "hex:BYTES.  Integers never wrap: a value outside its type's range is refused.  "
+        "Maps without BTF types (cpumap, devmap, sockmap...) take integers (little endian, "
+        "the key/value size) or hex:BYTES.",
     )
     verbs = p.add_subparsers(dest="verb", metavar="VERB", required=True)
     d = verbs.add_parser("dump", help="every entry of the map")

@@ -14,8 +14,8 @@ def register(sub) -> None:
         "run",
         help="run a program on packets (BPF_PROG_TEST_RUN or the interpreter)",
         description="Run a program on each packet of a capture (or one hex packet) and print "
-        "its verdict and what it changed.  FILE := PROG.bpfd | PROG.o   "
-        "PROG := NAME | SECTION",
+        "its verdict and what it changed.  FILE := PROG.bpfd | PROG.o;  "
+        "PROG := NAME | SECTION.  Exit code 1 when no packet could be run.",
     )
     p.add_argument("file", metavar="FILE", help="a .bpfd source (compiled first) or an object")
     p.add_argument("--prog", metavar="PROG", help="the program to run (needed when several)")
