@@ -20,7 +20,14 @@ map lpm4: lpm_trie<ipv4_prefix, u8>(max_entries: 16)
 map lpm6: lpm_trie<ipv6_prefix, u8>(max_entries: 16)
 map fh: lru_hash<fk, u64>(max_entries: 64)
 map tx: devmap(max_entries: 8)
+map arr: array<u32, [u64; 8]>(max_entries: 2)
 config knob: u32 = 3
+fn dec(ip: ipv4, by: u8) {
+    if ip.ttl > by { ip.ttl -= by }
+}
+fn mix(a: u64, b: u64) -> u64 {
+    return (a ^ (b << 3)) + 1
+}
 """
 
 
@@ -112,8 +119,9 @@ class G:
                 kinds += ["for", "if"]
             elif self.depth < 3:
                 kinds += ["if"]
+            kinds += ["arr", "mixf"]
             if "ip" in H:
-                kinds += ["ipw", "ipw", "flow", "match"]
+                kinds += ["ipw", "ipw", "flow", "match", "decf"]
             if "ip6" in H:
                 kinds += ["ip6w"]
             if "l4" in H:
@@ -209,6 +217,17 @@ class G:
                         f"{l4}.source = be16(({self.u64(H)} % 65535) as u16)",
                     )
                 ]
+            if k == "arr":
+                i, v = self.name("i"), self.name("w")
+                return [
+                    f"let {v} = arr.lookup(1) else {{ return XDP_PASS }}",
+                    f"for {i} in 0..{r.randint(1, 8)} {{ {v}[{i}] += {self.u64(H)} }}",
+                    f"{v}[{r.randint(0, 7)}] = {self.u64(H)}",
+                ]
+            if k == "mixf":
+                return [f"a[2] = mix({self.u64(H)}, {self.u64(H)})"]
+            if k == "decf":
+                return [f"dec({H['ip']}, {r.randint(0, 9)})"]
             if k == "payload":
                 b, i = self.name("b"), self.name("i")
                 return [
