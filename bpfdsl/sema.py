@@ -169,6 +169,7 @@ class Sema(StmtChecker):
 
         self.ex = ExprChecker(self)
         items = self.c.program.items
+        self.check_names(items)
         for it in items:
             if isinstance(it, ast.StructDecl):
                 members = [(f.name, self.resolve_type(f.type)) for f in it.fields]
@@ -225,6 +226,49 @@ class Sema(StmtChecker):
         if self.diags:
             raise DiagnosticError(self.diags, self.c.program.source)
         return self.c
+
+    def check_names(self, items: list) -> None:
+        """Top-level names are one namespace (they become ELF symbols); ``LICENSE`` and
+        ``llvm*`` are taken by the object format."""
+        seen: dict[str, Span] = {}
+        for it in items:
+            name = getattr(it, "name", None)
+            if name is None:
+                continue
+            if isinstance(it, ast.StructDecl) and (name in T.BUILTIN_TYPES or name in HEADERS):
+                self.err(
+                    "reserved-name",
+                    f"`{name}` is a built-in type",
+                    it.span,
+                    "pick another name for the struct",
+                )
+            elif name == "LICENSE" or name.startswith("llvm"):
+                self.err(
+                    "reserved-name",
+                    f"`{name}` is reserved in the object file",
+                    it.span,
+                    "pick another name",
+                )
+            elif name in seen:
+                self.err(
+                    "duplicate-name",
+                    f"`{name}` is already defined at line {seen[name].line}",
+                    it.span,
+                    "give each map, fn, program, struct, const and config its own name",
+                )
+            else:
+                seen[name] = it.span
+            if isinstance(it, (ast.FnDecl, ast.StructDecl)):
+                inner = (
+                    [p.name for p in it.params]
+                    if isinstance(it, ast.FnDecl)
+                    else [f.name for f in it.fields]
+                )
+                dups = {n for n in inner if inner.count(n) > 1}
+                if dups:
+                    self.err(
+                        "duplicate-name", f"`{sorted(dups)[0]}` appears twice in `{name}`", it.span
+                    )
 
     def map_decl(self, d: ast.MapDecl) -> None:
         from .sema_expr import const_int

@@ -88,6 +88,16 @@ def test_sema_config_offsets_in_rodata():
         ("xdp fn f(ctx) { let x = ctx.len / 0\n return XDP_PASS }", "division-by-zero"),
         ("xdp fn f(ctx) { 5\n return XDP_PASS }", "no-effect"),
         (
+            "map f: hash<u32, u64>(max_entries: 1)\nxdp fn f(ctx) { return XDP_PASS }",
+            "duplicate-name",
+        ),
+        ("xdp fn LICENSE(ctx) { return XDP_PASS }", "reserved-name"),
+        ("struct ipv4 { a: u8 }\nxdp fn f(ctx) { return XDP_PASS }", "reserved-name"),
+        (
+            "fn g(a: u8, a: u8) -> u8 { return a }\nxdp fn f(ctx) { return XDP_PASS }",
+            "duplicate-name",
+        ),
+        (
             "map m: array<u32, [u64; 4]>(max_entries: 1)\nxdp fn f(ctx) {\n"
             " let v = m.lookup(0) else { return XDP_PASS }\n v[ctx.rx_queue_index] += 1\n"
             " return XDP_PASS }",
