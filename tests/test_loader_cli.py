@@ -60,7 +60,8 @@ def test_unload_refuses_foreign_dirs(pin_dir):
     with S.map_create(2, 4, 4, 1) as m:
         S.obj_pin(m, f"{pin_dir}/theirs")
     r = _run("unload", pin_dir)
-    assert r.returncode == 2 and "not made by `bpfdsl load`" in r.stderr
+    assert r.returncode == 2 and "is not a bpfdsl pin dir" in r.stderr
+    assert "rm -r" not in r.stderr
     assert os.listdir(pin_dir) == ["theirs"]
 
 
@@ -89,7 +90,7 @@ def test_bad_objects_clear_errors(pin_dir, fixture, code, text):
 
 def test_unknown_config_and_missing_file(pin_dir, tmp_path):
     r = _run("load", str(build("compat_maps")), "--pin-dir", pin_dir, "--set", "nope=1")
-    assert r.returncode == 1 and "magic, min_len, tag, verdict" in r.stderr
+    assert r.returncode == 2 and "magic, min_len, tag, verdict" in r.stderr
     r = _run("load", str(tmp_path / "missing.o"))
     assert r.returncode == 2 and "Traceback" not in r.stderr
 
