@@ -138,7 +138,12 @@ class Sema(StmtChecker):
             from .sema_expr import const_int
 
             n = const_int(self, t.length)
-            return T.ArrayType(self.resolve_type(t.elem), n if n and n > 0 else 1)
+            if n is None or not 0 < n <= 4096:
+                self.err(
+                    "array-size", "array length must be a constant from 1 to 4096", t.length.span
+                )
+                n = 1
+            return T.ArrayType(self.resolve_type(t.elem), n)
         if t.name in T.BUILTIN_TYPES:
             return T.BUILTIN_TYPES[t.name]
         if t.name in self.c.structs:
@@ -223,9 +228,43 @@ class Sema(StmtChecker):
             elif isinstance(it, ast.ProgDecl):
                 self.body_prog(it)
         del const_int
+        self.check_recursion()
         if self.diags:
             raise DiagnosticError(self.diags, self.c.program.source)
         return self.c
+
+    def check_recursion(self) -> None:
+        """fns are inlined, and the kernel refuses recursive BPF calls: no call cycles."""
+        calls = {n: set() for n in self.c.fns}
+        for name, info in self.c.fns.items():
+            stack = [info.decl.body]
+            while stack:
+                node = stack.pop()
+                if isinstance(node, ast.Call) and node.name in calls:
+                    calls[name].add(node.name)
+                if isinstance(node, list):
+                    stack.extend(node)
+                elif isinstance(node, (ast.Node, ast.MatchArm)):
+                    stack.extend(v for k, v in vars(node).items() if k not in ("span", "ty"))
+                elif isinstance(node, dict):
+                    stack.extend(node.values())
+        for start, info in self.c.fns.items():
+            seen, todo = set(), [start]
+            while todo:
+                for callee in calls[todo.pop()]:
+                    if callee == start:
+                        self.err(
+                            "recursion",
+                            f"fn `{start}` calls itself (directly or through "
+                            "other fns); BPF programs cannot recurse",
+                            info.decl.span,
+                            "use a bounded `for` loop",
+                        )
+                        todo = []
+                        break
+                    if callee not in seen:
+                        seen.add(callee)
+                        todo.append(callee)
 
     def check_names(self, items: list) -> None:
         """Top-level names are one namespace (they become ELF symbols); ``LICENSE`` and
@@ -258,6 +297,13 @@ class Sema(StmtChecker):
                 )
             else:
                 seen[name] = it.span
+            if isinstance(it, ast.StructDecl) and not it.fields:
+                self.err(
+                    "empty-struct",
+                    f"struct `{name}` has no fields",
+                    it.span,
+                    "maps and the kernel need values of at least one byte",
+                )
             if isinstance(it, (ast.FnDecl, ast.StructDecl)):
                 inner = (
                     [p.name for p in it.params]
@@ -346,7 +392,14 @@ class Sema(StmtChecker):
             )
             n = 1
         else:
-            n = const_int(self, d.args["max_entries"]) or 1
+            n = const_int(self, d.args["max_entries"])
+            if n is None or not 1 <= n < 1 << 32:
+                self.err(
+                    "map-args",
+                    "max_entries must be a constant from 1 to 2**32-1",
+                    d.args["max_entries"].span,
+                )
+                n = 1
         for k in d.args:
             if k not in ("max_entries", "no_prealloc"):
                 self.err(

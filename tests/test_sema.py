@@ -92,6 +92,10 @@ def test_sema_config_offsets_in_rodata():
             "duplicate-name",
         ),
         ("xdp fn LICENSE(ctx) { return XDP_PASS }", "reserved-name"),
+        ("fn r(a: u32) -> u32 { return r(a) + 1 }\nxdp fn f(ctx) { return XDP_PASS }", "recursion"),
+        ("struct e { }\nxdp fn f(ctx) { return XDP_PASS }", "empty-struct"),
+        ("map m: hash<u32, u8>(max_entries: 0)\nxdp fn f(ctx) { return XDP_PASS }", "map-args"),
+        ("struct a { x: [u8; 0] }\nxdp fn f(ctx) { return XDP_PASS }", "array-size"),
         ("struct ipv4 { a: u8 }\nxdp fn f(ctx) { return XDP_PASS }", "reserved-name"),
         (
             "fn g(a: u8, a: u8) -> u8 { return a }\nxdp fn f(ctx) { return XDP_PASS }",
