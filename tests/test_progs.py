@@ -87,7 +87,7 @@ def test_ip_link_attaches_prog(name, objects):
                     "set",
                     "dev",
                     net.xdp_dev,
-                    "xdpgeneric",
+                    "xdp",
                     "obj",
                     str(objects[name]),
                     "sec",
@@ -104,9 +104,38 @@ def test_ip_link_attaches_prog(name, objects):
                 text=True,
                 timeout=30,
             ).stdout
-            assert "xdp" in show
+            assert "prog/xdp" in show
             subprocess.run(
-                ["ip", "link", "set", "dev", net.xdp_dev, "xdpgeneric", "off"],
+                ["ip", "link", "set", "dev", net.xdp_dev, "xdp", "off"],
                 capture_output=True,
                 timeout=30,
+            )
+
+
+@pytest.mark.kernel
+@pytest.mark.parametrize("name", ["xdp_udp_filter.bpfd", "xdp_reflect.bpfd"])
+def test_xdp_loader_attaches_prog(name, objects):
+    """xdp-tools' xdp-loader (libxdp) loads and attaches the object too."""
+    if shutil.which("xdp-loader") is None:
+        pytest.skip("xdp-loader not installed")
+    from bpfdsl import netlink
+    from tests.netns import veth_net
+
+    stem = Path(name).stem.removeprefix("xdp_")
+    with veth_net("cl") as net, netlink.in_netns(net.xdp_ns):
+        try:
+            r = subprocess.run(
+                ["xdp-loader", "load", "-m", "skb", net.xdp_dev, str(objects[name])],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert r.returncode == 0, r.stderr
+            status = subprocess.run(
+                ["xdp-loader", "status", net.xdp_dev], capture_output=True, text=True, timeout=60
+            ).stdout
+            assert stem in status
+        finally:
+            subprocess.run(
+                ["xdp-loader", "unload", "--all", net.xdp_dev], capture_output=True, timeout=60
             )
