@@ -18,7 +18,6 @@ from typing import Any
 
 from bpfdsl import cpumap
 from bpfdsl import syscall as S
-from bpfdsl.btf_values import encode_value, int_range, parse_value
 from bpfdsl.diagnostics import DiagnosticError, UsageError, error
 from bpfdsl.insn import encode
 from bpfdsl.loader_log import summarize
@@ -315,6 +314,8 @@ def _check_configs(spec: CollectionSpec, config: dict[str, Any]) -> None:
 
 def config_bytes(spec: CollectionSpec, name: str, value: Any) -> bytes:
     """Bytes of config ``name`` for ``value`` (int, bytes, or text parsed by its BTF type)."""
+    from bpfdsl.btf_values import encode_value, int_range, parse_value  # noqa: PLC0415 (--set)
+
     var = spec.configs[name]
     try:
         if isinstance(value, bytes | bytearray):

@@ -15,13 +15,10 @@ import io
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from elftools.elf.elffile import ELFFile
-from elftools.elf.relocation import RelocationSection
-from elftools.elf.sections import SymbolTableSection
-
 from bpfdsl.btf import Btf, BtfExt, BtfFormatError, LineInfo, parse_btf, parse_btf_ext
 from bpfdsl.diagnostics import UsageError, error
 from bpfdsl.insn import Insn
+from bpfdsl.objfile_elf import ElfError, ElfFile
 from bpfdsl.objfile_maps import MapSpec, read_maps
 from bpfdsl.uapi import AttachType, ProgramKind, ProgramType
 
@@ -186,7 +183,12 @@ def read_object(data: bytes | str | Path, *, name: str | None = None) -> Collect
 class _Reader:
     def __init__(self, path: str, raw: bytes):
         self.path, self.raw = path, raw
-        self.elf = ELFFile(io.BytesIO(raw))
+        try:
+            self.elf = ElfFile(raw)  # fast path: section headers read directly (objfile_elf)
+        except ElfError:
+            from elftools.elf.elffile import ELFFile  # noqa: PLC0415 (slow import)
+
+            self.elf = ELFFile(io.BytesIO(raw))  # the general reader: 32-bit/BE/damaged files
         self.sections = list(self.elf.iter_sections())
         self.by_name = {s.name: s for s in self.sections}
         self.symbols: list = []
@@ -214,7 +216,7 @@ class _Reader:
         if "maps" in self.by_name:
             raise self.fail(LEGACY_MAPS_MSG)
         for s in self.sections:
-            if isinstance(s, SymbolTableSection):
+            if s.header.sh_type == "SHT_SYMTAB":
                 self.symbols = list(s.iter_symbols())
         btf = btf_ext = None
         fixups, btf_error = [], None
@@ -276,7 +278,7 @@ class _Reader:
         target = self.section_index(sec_name)
         out = []
         for s in self.sections:
-            if isinstance(s, RelocationSection) and s.header.sh_info == target:
+            if s.header.sh_type in ("SHT_REL", "SHT_RELA") and s.header.sh_info == target:
                 if s.header.sh_type != "SHT_REL":
                     raise self.fail(f"section '{s.name}': RELA relocations are not used by BPF")
                 self.data(s)

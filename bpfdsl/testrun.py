@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Protocol
 
 from bpfdsl.diagnostics import DiagnosticError, UsageError, error
-from bpfdsl.packets import ETH_HLEN, describe_change, summary
 from bpfdsl.uapi import ProgramKind
 
 # engine name -> "module:factory"; factory(spec, *, config) -> Engine
@@ -63,6 +62,7 @@ class KernelEngine:
 
     def run(self, program: str, packet: bytes, repeat: int = 1) -> RunResult:
         from bpfdsl import syscall  # noqa: PLC0415
+        from bpfdsl.packets import ETH_HLEN  # noqa: PLC0415
 
         fd = self._coll.programs[program].fd
         if len(packet) < ETH_HLEN:
@@ -203,6 +203,8 @@ def run_packets(
     A frame the engine cannot run is reported as skipped, not raised; kernel failures
     other than that propagate.
     """
+    from bpfdsl.packets import describe_change, summary  # noqa: PLC0415 (not on load paths)
+
     out: list[PacketResult] = []
     for index, data in packets:
         res = PacketResult(index, len(data), summary(data) if describe else "")

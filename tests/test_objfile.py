@@ -184,3 +184,51 @@ def test_hand_made_bad_objects(path, message):
     with pytest.raises(UsageError) as ei:
         read_object(path)
     assert message in str(ei.value) and path in str(ei.value)
+
+
+def _summary(spec) -> tuple:
+    progs = {
+        n: (p.section, p.insns, p.relocations, p.func_info, p.line_info, p.subprograms)
+        for n, p in spec.programs.items()
+    }
+    data = {n: (d.data, d.vars, d.readonly) for n, d in spec.data_sections.items()}
+    return progs, spec.maps, data, spec.license, spec.btf_error, spec.btf_fixups
+
+
+def _objects() -> list:
+    from conftest import PROGS
+
+    from bpfdsl.compiler import compile_file
+
+    objs = [build(n).read_bytes() for n in all_c_fixtures()]
+    return objs + [compile_file(str(p)).obj for p in sorted(PROGS.glob("*.bpfd"))]
+
+
+def test_fast_elf_reader_agrees_with_pyelftools(monkeypatch):
+    """objfile_elf (the load path's section reader) and pyelftools read every C fixture and
+    every progs/*.bpfd object to the same CollectionSpec."""
+    from bpfdsl import objfile
+    from bpfdsl.objfile_elf import ElfError
+
+    objs = _objects()
+    fast = [_summary(read_object(o)) for o in objs]
+
+    def refuse(raw):
+        raise ElfError("forced: use pyelftools")
+
+    monkeypatch.setattr(objfile, "ElfFile", refuse)
+    slow = [_summary(read_object(o)) for o in objs]
+    assert len(objs) > 20 and fast == slow
+
+
+def test_fast_elf_reader_skips_pyelftools_import():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from bpfdsl.objfile import read_object; "
+        f"read_object(open({str(build('compat_maps'))!r}, 'rb').read()); "
+        "print(any(m.startswith('elftools') for m in sys.modules))"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.stdout.strip() == "False", r.stderr
