@@ -137,8 +137,9 @@ def test_run_refuses_kinds_the_kernel_cannot_test_run():
 
 @pytest.mark.kernel
 def test_run_short_frame_is_skipped_with_reason():
-    out = run_json(str(PROGS / "xdp_pass.bpfd"), "--hex", "0011223344")
-    (p,) = out["packets"]
+    r = bpfdsl("-j", "run", str(PROGS / "xdp_pass.bpfd"), "--hex", "0011223344")
+    assert r.returncode == 1  # nothing could be run (issue 3, #18)
+    (p,) = json.loads(r.stdout)["packets"]
     assert p["verdict"] == "" and "at least 14 bytes" in p["skipped"]
 
 
