@@ -663,3 +663,39 @@ xdp fn rw(ctx) {{
                 rv, out = p.run(pkt)
                 assert rv == XDP_TX
                 checksums_ok(out)
+
+
+def test_icmp_and_icmpv6_writes_keep_checksums():
+    """ICMP checksums cover the ICMP message; ICMPv6's also the IPv6 pseudo-header."""
+    from scapy.all import ICMPv6EchoRequest
+
+    src = """license "GPL"
+xdp fn f(ctx) {
+    let eth = parse ethernet else { return XDP_PASS }
+    if eth.h_proto == ETH_P_IPV6 {
+        let ip6 = parse ipv6 else { return XDP_PASS }
+        if ip6.nexthdr != IPPROTO_ICMPV6 { return XDP_PASS }
+        let ic = parse icmpv6 else { return XDP_PASS }
+        ip6.daddr = 2001:db8::77
+        ic.icmp6_type = ICMPV6_ECHO_REPLY
+        return XDP_TX
+    }
+    let ip = parse ipv4 else { return XDP_PASS }
+    let ic = parse icmp else { return XDP_PASS }
+    ic.type = ICMP_ECHOREPLY
+    ic.sequence = 99
+    ip.daddr = 10.1.1.1
+    return XDP_TX
+}"""
+    v6 = eth() / IPv6(src="2001:db8::1", dst="2001:db8::2") / ICMPv6EchoRequest(id=5, data=b"hi")
+    v4 = eth() / IP(src="10.0.0.1", dst="10.0.0.2") / ICMP(id=3, seq=4) / b"abc"
+    with Prog(src) as p:
+        for pkt in (v6, v4):
+            rv, out = p.run(pkt)
+            assert rv == XDP_TX
+            layer = Ether(out).getlayer(2)
+            field = "cksum" if hasattr(layer, "cksum") else "chksum"
+            q = Ether(out)
+            setattr(q.getlayer(2), field, None)
+            assert getattr(Ether(bytes(q)).getlayer(2), field) == getattr(layer, field)
+        assert Ether(p.run(v4)[1])[ICMP].seq == 99
