@@ -139,3 +139,14 @@ def test_xdp_loader_attaches_prog(name, objects):
             subprocess.run(
                 ["xdp-loader", "unload", "--all", net.xdp_dev], capture_output=True, timeout=60
             )
+
+
+@pytest.mark.kernel
+@pytest.mark.parametrize("mcpu", ["v1", "v2", "v4"])
+def test_kernel_accepts_every_prog_at_other_isa_levels(mcpu):
+    from bpfdsl.loader import load_collection
+    from bpfdsl.objfile import read_object
+
+    for name in ALL:
+        with load_collection(read_object(compile_file(PROGS / name, mcpu=mcpu).obj)) as coll:
+            assert coll.programs, name
