@@ -243,3 +243,34 @@ CONSTANTS: dict[str, tuple[int, T.Type]] = {
 from .uapi import SockOpsOp  # noqa: E402
 
 CONSTANTS.update({f"BPF_SOCK_OPS_{op.name}": (int(op), T.U32) for op in SockOpsOp})
+# bpf_sock_ops_cb_flags (sock_ops_cb_flags_set) and BPF_TCP_* states, include/uapi/linux/bpf.h
+for _i, _n in enumerate(
+    (
+        "RTO",
+        "RETRANS",
+        "STATE",
+        "RTT",
+        "PARSE_ALL_HDR_OPT",
+        "PARSE_UNKNOWN_HDR_OPT",
+        "WRITE_HDR_OPT",
+    )
+):
+    CONSTANTS[f"BPF_SOCK_OPS_{_n}_CB_FLAG"] = (1 << _i, T.U32)
+for _i, _n in enumerate(
+    (
+        "ESTABLISHED",
+        "SYN_SENT",
+        "SYN_RECV",
+        "FIN_WAIT1",
+        "FIN_WAIT2",
+        "TIME_WAIT",
+        "CLOSE",
+        "CLOSE_WAIT",
+        "LAST_ACK",
+        "LISTEN",
+        "CLOSING",
+        "NEW_SYN_RECV",
+    ),
+    start=1,
+):
+    CONSTANTS[f"BPF_TCP_{_n}"] = (_i, T.U32)

@@ -129,3 +129,12 @@ def test_sema_rejects(body, code):
     with pytest.raises(DiagnosticError) as ei:
         check(body)
     assert ei.value.diagnostics[0].code == code, ei.value.diagnostics[0].concise()
+
+
+def test_sema_sock_ops_constants_match_the_kernel():
+    c = check(
+        "const A: u32 = BPF_SOCK_OPS_STATE_CB_FLAG\nconst B: u32 = BPF_TCP_NEW_SYN_RECV\n"
+        "const C: u32 = BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB\n"
+        "sock_ops fn t(s) { return 1 }"
+    )
+    assert (c.consts["A"].value, c.consts["B"].value, c.consts["C"].value) == (4, 12, 5)
