@@ -89,4 +89,8 @@ def parse_tree(text: str, filename: str = "<input>"):
                 hint = "expected " + " or ".join(names)
             else:
                 hint = "check the syntax just before this point"
+            if tok is None or tok.type == "$END":  # point just past the last character
+                lines = text.rstrip().splitlines() or [""]
+                span = Span(filename, len(lines), len(lines[-1]) + 1)
+                hint = "the file ends inside a block or an expression: is a '}' missing?"
         raise DiagnosticError(error("syntax", msg, span, hint=hint), text) from None

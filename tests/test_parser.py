@@ -81,6 +81,7 @@ xdp(cpumap) fn f(ctx) { match 1 { 1 | 2 => return XDP_PASS, _ => {} } return XDP
         ("xdp fn f(ctx) {\n  let = 3\n}", 2, 7),
         ("map m: hash<u32 u64>(max_entries: 1)", 1, 17),
         ("xdp fn f(ctx) { let x = 300.1.1.1 }", 1, 25),
+        ("xdp fn f(ctx) {\n    return XDP_PASS\n", 2, 20),
     ],
 )
 def test_parse_errors_have_positions(src, line, col):
