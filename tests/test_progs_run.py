@@ -583,12 +583,16 @@ xdp fn h(ctx) {
     out[0] = hash(ip.saddr, ip.daddr, ip.protocol) % 4
     return XDP_PASS
 }"""
-    seen = set()
     with Prog(src) as p:
-        for k in range(16):
-            p.verdict(udp4(src=f"10.{k * 37 % 256}.{k * 11 % 256}.{k + 2}", dst="10.0.0.1"))
-            seen.add(struct.unpack("<I", p.lookup("out", struct.pack("<I", 0)))[0])
-    assert seen == {0, 1, 2, 3}
+        for net in (
+            lambda k: f"10.{k * 37 % 256}.{k * 11 % 256}.{k + 2}",  # one /8
+            lambda k: f"192.168.1.{k * 13 % 256}",
+        ):  # one /24: only the last octet
+            seen = set()
+            for k in range(16):
+                p.verdict(udp4(src=net(k), dst="10.0.0.1"))
+                seen.add(struct.unpack("<I", p.lookup("out", struct.pack("<I", 0)))[0])
+            assert seen == {0, 1, 2, 3}
 
 
 @pytest.mark.parametrize("seed", range(4))
