@@ -360,17 +360,7 @@ class ExprGen:
             self.b.atomic_rmw(rmw, slot, v, "monotonic")
             return
         old = self.b.load(slot, typ=self.lt(ty), align=align)
-        fake = ast.BinOp(value.span, op[:-1], value, value)
-        fake.ty = ty
+        # through binop: a run-time shift amount is masked to the width like ``a << b``
         signed = getattr(ty, "signed", False)
-        fn = {
-            "+": self.b.add,
-            "-": self.b.sub,
-            "*": self.b.mul,
-            "&": self.b.and_,
-            "|": self.b.or_,
-            "^": self.b.xor,
-            "<<": self.b.shl,
-            ">>": self.b.ashr if signed else self.b.lshr,
-        }[fake.op]
-        self.b.store(fn(old, v), slot, align=align)
+        new = self.binop(op[:-1], old, v, signed, isinstance(v, ir.Constant))
+        self.b.store(new, slot, align=align)

@@ -242,14 +242,8 @@ class PktGen:
             v = self.rv(value, f.type)
             if op != "=":
                 old = self.b.load(p, typ=v.type, align=size)
-                fn = {
-                    "+=": self.b.add,
-                    "-=": self.b.sub,
-                    "|=": self.b.or_,
-                    "&=": self.b.and_,
-                    "^=": self.b.xor,
-                }[op]
-                v = fn(old, v)
+                signed = getattr(f.type, "signed", False)
+                v = self.binop(op[:-1], old, v, signed, isinstance(v, ir.Constant))
         old_w = self._words(hdr, lo, hi) if own or l4 else []
         if isinstance(f.type, T.IntType):
             self.b.store(v, p, align=size)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .diagnostics import UsageError, error
+from .diagnostics import Diagnostic, DiagnosticError, UsageError, error
 
 EMIT_KINDS = ("obj", "llvm-ir", "asm")
 
@@ -29,13 +29,15 @@ class ProgramStats:
 class CompileResult:
     """``obj``: ELF bytes (EM_BPF, little-endian); ``llvm_ir``: the IR codegen produced
     (optimized IR when ``emit="llvm-ir"``); ``asm``: assembly text when ``emit="asm"``;
-    ``programs``: program names in source order; ``stats``: filled on request."""
+    ``programs``: program names in source order; ``stats``: filled on request;
+    ``warnings``: checker findings the kernel accepts but bpfdsl considers bugs."""
 
     obj: bytes
     llvm_ir: str
     asm: str | None
     programs: list[str]
     stats: list[ProgramStats] = field(default_factory=list)
+    warnings: list[Diagnostic] = field(default_factory=list)
 
 
 def front_end(text: str, filename: str = "<input>"):
@@ -54,18 +56,46 @@ def compile_source(
     emit: str = "obj",
     debug: bool = True,
     stats: bool = False,
+    check: bool = True,
 ) -> CompileResult:
     """Compile bpfdsl ``text`` (named ``filename`` in diagnostics and line info).
 
     ``mcpu``: BPF ISA level v1..v4 (default v3: jmp32 + alu32, kernel >= 5.1).  ``emit``:
     ``obj`` | ``llvm-ir`` | ``asm`` (the object is always produced).  ``debug``: emit BTF
-    and line info (needed by libbpf for ``.maps``).  Raises DiagnosticError (exit 1) for
-    program errors, UsageError for bad arguments.
+    and line info (needed by libbpf for ``.maps``).  ``check``: run bpfdsl.checker on the
+    object (errors raise DiagnosticError at the .bpfd line from line info, so users see
+    them before the kernel's; warnings land in ``CompileResult.warnings``).  Raises
+    DiagnosticError (exit 1) for program errors, UsageError for bad arguments.
     """
     if emit not in EMIT_KINDS:
         raise UsageError(
             error("bad-emit", f"unknown --emit kind {emit!r}", hint="use obj, llvm-ir or asm")
         )
+    import sys
+
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, DEPTH_LIMIT))
+    try:
+        return _compile(text, filename, mcpu, emit, debug, stats, check)
+    except RecursionError:
+        raise DiagnosticError(
+            error(
+                "too-deep",
+                f"{filename}: expressions or blocks are nested too deeply to compile",
+                hint="split long expressions into `let` steps and flatten nested `if`s "
+                "(e.g. with `match` or early `return`)",
+            )
+        ) from None
+    finally:
+        sys.setrecursionlimit(limit)
+
+
+# Python frames the front end and IR builder may use (each nesting level of an expression
+# or block costs a few); Python 3.11 runs pure-Python calls without C stack, so this is safe.
+DEPTH_LIMIT = 8000
+
+
+def _compile(text, filename, mcpu, emit, debug, stats, check) -> CompileResult:
     from . import target
     from .codegen import generate
 
@@ -91,9 +121,24 @@ def compile_source(
         out.asm,
         [d.name for d, _k in checked.progs],
     )
+    if check:
+        res.warnings = check_compiled(out.obj, text)
     if stats:
         res.stats = object_stats(out.obj, res.programs)
     return res
+
+
+def check_compiled(obj: bytes, text: str) -> list[Diagnostic]:
+    """Run the checker over a compiled object; raise DiagnosticError (source ``text``) for
+    its errors, return its warnings as Diagnostics."""
+    from .checker import check_object
+    from .objfile import read_object
+
+    res = check_object(read_object(obj))
+    errs = [e.diagnostic(p.name) for p in res.programs for e in p.errors]
+    if errs:
+        raise DiagnosticError(errs, source=text)
+    return [w.diagnostic(p.name) for p in res.programs for w in p.warnings]
 
 
 def object_stats(obj: bytes, programs: list[str]) -> list[ProgramStats]:

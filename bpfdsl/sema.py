@@ -18,7 +18,13 @@ from . import ast
 from . import types as T
 from .diagnostics import Diagnostic, DiagnosticError, Span, error
 from .headers import HEADERS
-from .sema_decls import BPF_F_NO_PREALLOC, MAP_KINDS, PERCPU_KINDS, DeclChecker  # noqa: F401
+from .sema_decls import (  # noqa: F401
+    BPF_F_NO_PREALLOC,
+    MAP_KINDS,
+    PERCPU_KINDS,
+    DeclChecker,
+    is_builtin_constant,
+)
 from .sema_stmt import StmtChecker
 from .uapi import PROGRAM_KINDS, ProgramKind, kind_for_keyword
 
@@ -135,6 +141,15 @@ class Sema(StmtChecker, DeclChecker):
         return None
 
     def bind(self, name: str, sym: object) -> None:
+        """Bind a local (let, param, loop variable); built-in constant names are refused
+        (``let XDP_PASS = 1`` would silently change what ``return XDP_PASS`` means)."""
+        if is_builtin_constant(name):
+            self.err(
+                "reserved-name",
+                f"`{name}` is a built-in constant and cannot be redefined",
+                getattr(sym, "span", None),
+                "pick another name",
+            )
         self.scopes[-1][name] = sym
 
     # ---- declarations ----
@@ -198,6 +213,13 @@ class Sema(StmtChecker, DeclChecker):
                 self.body_prog(it)
         del const_int
         self.check_recursion()
+        if not any(isinstance(it, ast.ProgDecl) for it in items):
+            self.err(
+                "no-programs",
+                "no programs: the object would hold nothing to load",
+                Span(self.c.filename, 1, 1),
+                "declare e.g. `xdp fn name(ctx) { ... }`",
+            )
         if self.diags:
             raise DiagnosticError(self.diags, self.c.program.source)
         return self.c

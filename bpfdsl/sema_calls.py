@@ -308,6 +308,14 @@ def assign(ex, s: ast.Assign) -> None:
             ex.err("type-mismatch", f"`{op}` needs a host-order integer, found {t}", s.span)
             return
     ex.expect(s.value, t)
+    sh = ex.c.cval.get(s.value)
+    if op in ("<<=", ">>=") and sh is not None and sh >= t.bits:
+        ex.err(
+            "shift-too-far",
+            f"shifting a {t} by {sh} bits (it has {t.bits})",
+            s.value.span,
+            f"shift by 0..{t.bits - 1}, or widen first into a u64 variable",
+        )
 
 
 def _swap(ex, e: ast.Call) -> T.Type:

@@ -158,6 +158,13 @@ class DeclChecker:
                     it.span,
                     "pick another name for the struct",
                 )
+            elif is_builtin_constant(name):
+                self.err(
+                    "reserved-name",
+                    f"`{name}` is a built-in constant and cannot be redefined",
+                    it.span,
+                    "pick another name",
+                )
             elif name == "LICENSE" or name.startswith("llvm"):
                 self.err(
                     "reserved-name",
@@ -225,3 +232,10 @@ class DeclChecker:
                     if callee not in seen:
                         seen.add(callee)
                         todo.append(callee)
+
+
+def is_builtin_constant(name: str) -> bool:
+    """True for names the language predefines (actions, header constants, map flags)."""
+    from .sema_expr import ACTIONS, CONSTANTS, FLAG_CONSTANTS
+
+    return name in CONSTANTS or name in ACTIONS or name in FLAG_CONSTANTS

@@ -52,6 +52,11 @@ def register(sub) -> None:
         action="store_true",
         help="print per program its instruction count and stack bytes",
     )
+    p.add_argument(
+        "--no-check",
+        action="store_true",
+        help="skip the checker (bpfdsl check) that runs on the object by default",
+    )
     p.set_defaults(func=cmd_compile)
 
 
@@ -65,7 +70,13 @@ def cmd_compile(args) -> int:
     from bpfdsl.compiler import compile_file
 
     stats = args.stats or getattr(args, "json", False)
-    res = compile_file(args.file, mcpu=args.mcpu, emit=args.emit, stats=stats)
+    res = compile_file(
+        args.file, mcpu=args.mcpu, emit=args.emit, stats=stats, check=not args.no_check
+    )
+    if res.warnings:
+        src = Path(args.file).read_text()
+        for w in res.warnings:
+            print(w.render(src), file=sys.stderr)
     ext = {"obj": ".o", "llvm-ir": ".ll", "asm": ".s"}[args.emit]
     out = args.output or str(Path(args.file).with_suffix(ext))
     if args.emit == "obj":
