@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 /* Reference for progs/xdp_cpumap_steer.bpfd: spread IPv4 flows over a configurable set of
- * CPUs through a cpumap (flow hash of saddr, daddr, protocol), and an on-CPU program
+ * CPUs through a cpumap (flow hash of saddr, daddr, protocol: FNV-1a + fmix32), and an on-CPU program
  * (xdp/cpumap, BPF_XDP_CPUMAP) that counts frames per CPU and drops UDP to one port. */
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
@@ -38,12 +38,18 @@ struct {
 
 static __always_inline __u32 flow_hash(__u32 a, __u32 b, __u32 c)
 {
-	/* 32-bit FNV-1a over one word per value as stored (network order), as bpfdsl's hash() */
+	/* 32-bit FNV-1a over one word per value as stored (network order), then MurmurHash3's
+	 * fmix32 finalizer so every input bit reaches the low bits -- as bpfdsl's hash() */
 	__u32 h = 2166136261u;
 
 	h = (h ^ a) * 16777619u;
 	h = (h ^ b) * 16777619u;
 	h = (h ^ c) * 16777619u;
+	h ^= h >> 16;
+	h *= 0x85ebca6bu;
+	h ^= h >> 13;
+	h *= 0xc2b2ae35u;
+	h ^= h >> 16;
 	return h;
 }
 

@@ -44,12 +44,17 @@ struct {
 
 static __always_inline __u32 flow_hash(__u32 a, __u32 b, __u32 c)
 {
-	/* FNV-1a over the three words */
+	/* FNV-1a over the three words, then MurmurHash3's fmix32 (as bpfdsl's hash()) */
 	__u32 h = 2166136261u;
 
 	h = (h ^ a) * 16777619u;
 	h = (h ^ b) * 16777619u;
 	h = (h ^ c) * 16777619u;
+	h ^= h >> 16;
+	h *= 0x85ebca6bu;
+	h ^= h >> 13;
+	h *= 0xc2b2ae35u;
+	h ^= h >> 16;
 	return h;
 }
 
