@@ -208,3 +208,16 @@ def test_unwritable_output_is_a_usage_error(tmp_path):
     r = _cli(str(src), "-o", str(tmp_path / "no" / "such" / "dir" / "x.o"))
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert "cannot write" in r.stderr and "directory exists" in r.stderr
+
+
+def test_checker_warning_is_printed_and_compile_succeeds(tmp_path):
+    src = tmp_path / "w.bpfd"
+    src.write_text('license "GPL"\nxdp fn f(ctx) {\n    return (ctx.len as u32) | 256\n}\n')
+    out = tmp_path / "w.o"
+    r = _cli(str(src), "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    assert "warning[checker-ret-range]" in r.stderr and f"{src}:3:5" in r.stderr
+    assert out.read_bytes()[:4] == b"\x7fELF"
+    res = compile_source(src.read_text(), "w.bpfd")
+    assert [w.code for w in res.warnings] == ["checker-ret-range"]
+    assert compile_source(src.read_text(), "w.bpfd", check=False).warnings == []
