@@ -129,13 +129,14 @@ class ExprGen:
             b = self.b.and_(b, ir.Constant(b.type, b.type.width - 1))
         if op in ("/", "%") and not const_b:
             zero = self.b.icmp_unsigned("==", b, ir.Constant(b.type, 0))
+            if signed:  # MIN / -1 overflows (LLVM: undefined); BPF: -MIN = MIN, MIN % -1 = 0
+                m1 = self.b.icmp_signed("==", b, ir.Constant(b.type, -1))
+                safe = self.b.select(self.b.or_(zero, m1), ir.Constant(b.type, 1), b)
+                q = self.b.sdiv(a, safe) if op == "/" else self.b.srem(a, safe)
+                q = self.b.select(m1, self.b.neg(a) if op == "/" else ir.Constant(a.type, 0), q)
+                return self.b.select(zero, ir.Constant(a.type, 0) if op == "/" else a, q)
             safe = self.b.select(zero, ir.Constant(b.type, 1), b)
-            fn = {
-                ("/", False): self.b.udiv,
-                ("/", True): self.b.sdiv,
-                ("%", False): self.b.urem,
-                ("%", True): self.b.srem,
-            }[(op, signed)]
+            fn = self.b.udiv if op == "/" else self.b.urem
             return self.b.select(zero, ir.Constant(a.type, 0) if op == "/" else a, fn(a, safe))
         return self._binop_plain(op, a, b, signed)
 

@@ -221,3 +221,48 @@ def test_checker_warning_is_printed_and_compile_succeeds(tmp_path):
     res = compile_source(src.read_text(), "w.bpfd")
     assert [w.code for w in res.warnings] == ["checker-ret-range"]
     assert compile_source(src.read_text(), "w.bpfd", check=False).warnings == []
+
+
+SDIV_SRC = """license "GPL"
+map out: array<u64>(max_entries: 4)
+xdp fn f(ctx) {
+    let pd = parse byte else { return XDP_ABORTED }
+    let d = (pd.value as i8) as i64
+    let m = (1 as i64) << 63
+    out[0] = (m / d) as u64
+    out[1] = (m % d) as u64
+    let w = (m as i32) - 2147483647 - 1
+    out[2] = ((w / (d as i32)) as i64) as u64
+    out[3] = ((w % (d as i32)) as i64) as u64
+    return XDP_PASS
+}
+"""
+
+
+@pytest.mark.kernel
+@pytest.mark.parametrize("d", [-1, 0, 2, -3])
+def test_signed_division_overflow_has_bpf_semantics(d):
+    """v4 signed division: MIN / -1 = MIN and MIN % -1 = 0 (the BPF ISA's rule; LLVM calls
+    it undefined), x / 0 = 0, x % 0 = x, otherwise truncating division like C."""
+    from bpfdsl import syscall
+    from bpfdsl.loader import load_collection
+    from bpfdsl.objfile import read_object
+
+    res = compile_source(SDIV_SRC, "sd.bpfd", mcpu="v4")
+    with load_collection(read_object(res.obj)) as coll:
+        fd = coll.maps["out"].fd
+        r = syscall.prog_test_run(coll.programs["f"].fd, bytes([d & 0xFF]) + bytes(60))
+        got = [
+            struct.unpack("<q", syscall.map_lookup(fd, struct.pack("<I", k), 8))[0]
+            for k in range(4)
+        ]
+
+    def div(a: int, b: int, bits: int) -> tuple[int, int]:
+        if b == 0:
+            return 0, a
+        q = abs(a) // abs(b) * (1 if (a < 0) == (b < 0) else -1)
+        q = (q + 2 ** (bits - 1)) % 2**bits - 2 ** (bits - 1)  # MIN / -1 wraps to MIN
+        return q, 0 if b == -1 else a - q * b
+
+    assert r.retval == 2
+    assert got == [*div(-(2**63), d, 64), *div(-(2**31), d, 32)]
