@@ -75,8 +75,9 @@ PY_FENCE = re.compile(r"^```python\n(?P<body>.*?)^```", re.M | re.S)
 NAMED = re.compile(r"^// (?P<name>[\w-]+\.bpfd)\n", re.M)
 
 
-def test_docs_python_examples_pass(tmp_path: Path) -> None:
+def test_docs_python_examples_pass(tmp_path: Path, pytestconfig: pytest.Config) -> None:
     """The pytest examples of the docs pass, next to the ``// NAME.bpfd`` files they name."""
+    import os
     import subprocess
     import sys
 
@@ -94,9 +95,15 @@ def test_docs_python_examples_pass(tmp_path: Path) -> None:
                 tests.append(f)
     if not tests:
         pytest.skip("no pytest examples in docs/")
+    root = str(DOCS.parent)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)]
+    if pytestconfig.pluginmanager.get_plugin("bpfdsl") is None:  # not installed: load it
+        cmd[3:3] = ["-p", "bpfdsl.pytest_plugin"]
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
+        cmd,
         cwd=tmp_path,
+        env=env,
         capture_output=True,
         text=True,
         timeout=600,

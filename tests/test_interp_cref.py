@@ -61,11 +61,16 @@ def udp(src: str, dst: str, dport: int = 1000) -> bytes:
     return bytes(Ether() / IP(src=src, dst=dst) / UDP(sport=1, dport=dport) / b"hello")
 
 
-def fnv(*words: int) -> int:
+def flow_hash(*words: int) -> int:
+    """The C reference's flow hash: FNV-1a over 32-bit words, then MurmurHash3 fmix32."""
     h = 2166136261
     for w in words:
         h = ((h ^ w) * 16777619) & 0xFFFFFFFF
-    return h
+    h ^= h >> 16
+    h = (h * 0x85EBCA6B) & 0xFFFFFFFF
+    h ^= h >> 13
+    h = (h * 0xC2B2AE35) & 0xFFFFFFFF
+    return h ^ (h >> 16)
 
 
 def test_interp_cpumap_steer_by_flow_hash(cref) -> None:
@@ -79,11 +84,11 @@ def test_interp_cpumap_steer_by_flow_hash(cref) -> None:
     coll.maps["cpu_map"].set(1, (192).to_bytes(4, "little") + bytes(4))
     seen = set()
     for i in range(1, 9):
-        src = f"{10 + i}.0.0.1"  # the hash parity follows the first octet (low byte)
+        src = f"10.0.{i}.1"
         r = steer.run(udp(src, "10.0.0.2"))
         saddr = int.from_bytes(socket.inet_aton(src), "little")  # the word as loaded
         daddr = int.from_bytes(socket.inet_aton("10.0.0.2"), "little")
-        want_cpu = fnv(saddr, daddr, 17) % 2
+        want_cpu = flow_hash(saddr, daddr, 17) % 2
         assert r.retval == XDP_REDIRECT
         assert r.redirect == ("cpu_map", want_cpu, XDP_PASS)
         seen.add(want_cpu)
