@@ -130,7 +130,16 @@ def test_read_pcap_truncated_keeps_whole_records(tmp_path):
 
 @pytest.mark.kernel
 def test_run_refuses_kinds_the_kernel_cannot_test_run():
-    r = bpfdsl("run", str(build("xdp_cpumap_steer")), "--prog", "on_cpu", "--hex", frame(1).hex())
+    r = bpfdsl(
+        "run",
+        str(build("xdp_cpumap_steer")),
+        "--prog",
+        "on_cpu",
+        "--engine",
+        "kernel",
+        "--hex",
+        frame(1).hex(),
+    )
     assert r.returncode == 1, r.stderr
     assert "BPF_PROG_TEST_RUN refuses" in r.stderr and "Traceback" not in r.stderr
 

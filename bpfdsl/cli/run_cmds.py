@@ -37,9 +37,10 @@ def register(sub) -> None:
     )
     p.add_argument(
         "--engine",
-        default="kernel",
-        metavar="ENGINE",
-        help="kernel (BPF_PROG_TEST_RUN, default) or interp (userspace interpreter)",
+        default="auto",
+        choices=("auto", "kernel", "interp"),
+        help="kernel (BPF_PROG_TEST_RUN), interp (userspace interpreter), or auto (default: "
+        "the kernel where bpf() works and the program kind can be test-run, else interp)",
     )
     p.add_argument("--limit", type=int, metavar="N", help="only the first N packets of --pcap")
     p.add_argument("-q", "--quiet", action="store_true", help="only the per-verdict totals")
@@ -62,6 +63,19 @@ def register(sub) -> None:
     d.add_argument("--port", type=int, default=9999, help="the blocked UDP port (default 9999)")
     d.add_argument("--mode", default="native", choices=("native", "generic"), help="XDP mode")
     d.set_defaults(func=cmd_demo)
+
+
+def _auto_engine(kind) -> tuple[str, str | None]:
+    """``("kernel", None)`` when BPF_PROG_TEST_RUN can run ``kind`` here, else
+    ``("interp", reason)``."""
+    if not kind.test_run:
+        return "interp", f"BPF_PROG_TEST_RUN refuses {kind.keyword or kind.section} programs"
+    if sys.platform != "linux":
+        return "interp", "not Linux: no bpf() syscall"
+    from bpfdsl import syscall  # noqa: PLC0415
+
+    reason = syscall.probe_bpf()
+    return ("interp", reason) if reason else ("kernel", None)
 
 
 def cmd_run(args) -> int:
@@ -87,6 +101,10 @@ def cmd_run(args) -> int:
     spec = objfile.read_object(testrun.object_bytes(args.file), name=args.file)
     config = testrun.parse_config(args.set, spec.configs)
     name, kind = testrun.choose_program(spec, args.prog)
+    if args.engine == "auto":
+        args.engine, why = _auto_engine(kind)
+        if why:
+            print(f"engine: interp ({why})", file=sys.stderr)
     testrun.require_test_run(kind, name, args.engine)
     engine = testrun.open_engine(args.engine, spec, config=config)
     try:
