@@ -52,6 +52,27 @@ def pytest_configure(config: pytest.Config) -> None:
         "kernel: needs the bpf() syscall as root (skips elsewhere; "
         f"{REQUIRE_ENV}=1 turns the skip into a failure)",
     )
+    config.addinivalue_line(
+        "markers",
+        "bpf_engines(*names): run a test that uses bpf_engine/bpf_program only on these "
+        "engines (others are deselected, e.g. programs BPF_PROG_TEST_RUN refuses)",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Deselect the engines a ``bpf_engines`` marker excludes (not a skip: nothing to run)."""
+    keep, drop = [], []
+    for item in items:
+        marker = item.get_closest_marker("bpf_engines")
+        callspec = getattr(item, "callspec", None)
+        engine = callspec.params.get("bpf_engine") if callspec else None
+        if marker is not None and engine is not None and engine not in marker.args:
+            drop.append(item)
+        else:
+            keep.append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

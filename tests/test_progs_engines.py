@@ -146,13 +146,14 @@ def test_progs_cpumap_steer_redirects_flows(bpf_program) -> None:
     assert prog.run(Ether() / IPv6() / UDP()).verdict == "XDP_PASS"
 
 
+@pytest.mark.bpf_engines("interp")  # the kernel side: tests/test_cpumap.py, test_devmap.py
 def test_progs_cpumap_on_cpu_program(bpf_program) -> None:
     steer = bpf_program(prog_path("xdp_cpumap_steer.bpfd"), "steer", config={"drop_port": 9})
     on_cpu = steer.program("on_cpu")
     assert on_cpu.kind.section == "xdp/cpumap"
     if steer.interp is not None:
         steer.interp.env.cpu = 1
-    assert on_cpu.run(udp4(dport=9)).verdict == "XDP_DROP"  # kernel engine: skips here
+    assert on_cpu.run(udp4(dport=9)).verdict == "XDP_DROP"
     assert on_cpu.run(udp4(dport=10)).verdict == "XDP_PASS"
     per_cpu = [int.from_bytes(v, "little") for v in steer.maps["on_cpu_count"].get(0)]
     assert per_cpu[1] == 2 and sum(per_cpu) == 2
@@ -167,10 +168,11 @@ def test_progs_devmap_forward_by_ingress_ifindex(bpf_program) -> None:
     assert r.redirect in (None, ("tx_ports", 1, 2))
 
 
+@pytest.mark.bpf_engines("interp")  # the kernel side: tests/test_cpumap.py, test_devmap.py
 def test_progs_devmap_egress_counts(bpf_program) -> None:
     prog = bpf_program(prog_path("xdp_devmap_forward.bpfd"), "forward").program("egress")
     assert prog.kind.section == "xdp/devmap"
-    assert prog.run(udp4(), egress_ifindex=3).verdict == "XDP_PASS"  # kernel: skips
+    assert prog.run(udp4(), egress_ifindex=3).verdict == "XDP_PASS"
     assert prog.maps["egress_count"].total(0) == 1
 
 
@@ -183,6 +185,7 @@ class _Xsk:
     queue_id = 2
 
 
+@pytest.mark.bpf_engines("interp")
 def test_progs_xsk_redirect_to_socket(bpf_program) -> None:
     prog = bpf_program(prog_path("xdp_xsk_redirect.bpfd"))
     if prog.interp is None:
@@ -207,6 +210,7 @@ def test_progs_sk_msg_policy(bpf_program) -> None:
         assert policy.run_sk_msg(b"x", SockInfo(remote_port=7002)).apply_bytes == 64
 
 
+@pytest.mark.bpf_engines("interp")
 def test_progs_sockops_and_sk_msg_redirect_pair(bpf_program) -> None:
     import socket
 
