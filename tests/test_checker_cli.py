@@ -163,3 +163,36 @@ def test_check_fuzz_corrupt_objects_never_traceback(objs, tmp_path, capsys):
         codes[rc] += 1
         capsys.readouterr()
     assert codes[2] > 100 and codes[1] > 100  # both bad input and rejected programs were seen
+
+
+def test_check_cli_unmodelled_helper_is_cannot_check_exit_2(tmp_path, capsys):
+    # bpf_spin_lock (#93): the kernel loads this object; the checker has no model of the
+    # helper, so the verdict is "cannot check" (exit 2), never a false "REJECTED"
+    if shutil.which("clang-19") is None:
+        pytest.skip("needs clang-19")
+    obj = _clang(DATA / "checker_c" / "unmodelled.c", tmp_path / "unmodelled.o")
+    assert main(["check", str(obj)]) == 2
+    out = capsys.readouterr().out
+    assert "prog 'lock_count' (xdp): CANNOT CHECK" in out and "REJECTED" not in out
+    assert "cannot check: helper bpf_spin_lock (#93) is not modelled by bpfdsl check" in out
+    assert "unmodelled.c:21:" in out
+    assert main(["check", str(obj), "--json"]) == 2
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["programs"][0]["status"] == "unchecked"
+
+
+def test_check_unmodelled_vs_nonexistent_helper():
+    from bpfdsl.checker import check_insns
+    from bpfdsl.insn import call, exit_, mov64_imm
+    from bpfdsl.uapi import ProgramType
+
+    def run(helper_id):
+        return check_insns([call(helper_id), mov64_imm(0, 2), exit_()], ProgramType.XDP, name="p")
+
+    for hid in (14, 69, 93, 130, 134, 211):  # pid_tgid, fib_lookup, spin_lock, ringbuf, ...
+        r = run(hid)
+        assert r.status == "unchecked", (hid, r.errors)
+        assert f"(#{hid}) is not modelled" in r.errors[0].message
+    r = run(212)  # past __BPF_FUNC_MAX_ID on this kernel: a real rejection
+    assert r.status == "rejected" and r.errors[0].code == "unknown-helper"
+    assert run(1).status in ("ok", "rejected")  # modelled helper: a verdict, never unchecked

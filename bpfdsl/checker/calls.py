@@ -12,11 +12,13 @@ from ..uapi import MapType
 from . import domain as D
 from . import features as F
 from .env import Env, Fault
+from .helper_names import kernel_helper_name
 from .mem import check_access
 from .stack import stack_range_readable, stack_range_written
 from .state import State
 
 A = ArgKind
+UNMODELLED = "unmodelled-helper"  # a kernel helper the checker has no model of
 _MEM_TYPES = (D.STACK, D.PKT, D.PKT_META, D.MAP_VALUE)
 
 
@@ -92,6 +94,14 @@ def check_helper_call(env: Env, st: State, helper_id: int, idx: int) -> None:
     """Check a ``call`` of helper ``helper_id`` and apply its effects to ``st`` in place."""
     h = HELPERS_BY_ID.get(helper_id)
     if h is None:
+        known = kernel_helper_name(helper_id)
+        if known is not None:
+            raise Fault(
+                UNMODELLED,
+                f"cannot check: helper {known} (#{helper_id}) is not modelled by bpfdsl check",
+                "the kernel knows this helper; load the object to let the kernel verify it "
+                "(bpfdsl check models the helpers of bpfdsl.helpers only)",
+            )
         raise Fault(
             "unknown-helper",
             f"invalid func unknown#{helper_id}",

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from ..diagnostics import Diagnostic, Span
 from . import domain as D
 
+UNMODELLED = "unmodelled-helper"  # same code as calls.UNMODELLED
+
 
 @dataclass
 class SourceLine:
@@ -107,11 +109,23 @@ class ProgramResult:
     def ok(self) -> bool:
         return not self.errors
 
+    @property
+    def unchecked(self) -> bool:
+        """True when the analysis stopped at a kernel helper the checker does not model
+        (the verdict is unknown: neither accepted nor rejected)."""
+        return bool(self.errors) and all(e.code == UNMODELLED for e in self.errors)
+
+    @property
+    def status(self) -> str:
+        """ "ok", "rejected" or "unchecked"."""
+        return "ok" if self.ok else ("unchecked" if self.unchecked else "rejected")
+
     def to_json(self) -> dict:
         return {
             "program": self.name,
             "section": self.section,
             "ok": self.ok,
+            "status": self.status,
             "errors": [e.to_json() for e in self.errors],
             "warnings": [w.to_json() for w in self.warnings],
             "insns": self.insn_count,
@@ -130,6 +144,11 @@ class CheckResult:
     @property
     def ok(self) -> bool:
         return all(p.ok for p in self.programs)
+
+    @property
+    def rejected(self) -> bool:
+        """Some program has a real rejection (not only an unmodelled helper)."""
+        return any(p.status == "rejected" for p in self.programs)
 
     def to_json(self) -> dict:
         return {"ok": self.ok, "programs": [p.to_json() for p in self.programs]}

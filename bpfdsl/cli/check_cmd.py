@@ -2,7 +2,8 @@
 
 Static, verifier-like check of every program in an object (no privileges needed).
 Exit 0: every program accepted; 1: a program is rejected (or, with --strict, has a
-warning); 2: unusable input (missing file, corrupt ELF).  A ``.bpfd`` file is compiled
+warning); 2: unusable input (missing file, corrupt ELF) or a program calls a kernel helper
+the checker does not model ("CANNOT CHECK": no verdict, neither accepted nor rejected).  A ``.bpfd`` file is compiled
 first (the compiler is imported here only; the checker never imports it).
 """
 
@@ -99,12 +100,13 @@ def cmd_check(args) -> int:
         raise UsageError(
             error("no-such-program", f"{args.file}: no program '{args.prog}' (programs: {names})")
         )
+    code = OK if res.ok else (FAILED if res.rejected else USAGE)
     if getattr(args, "json", False):
         print(json.dumps(res.to_json(), indent=2))
-        return OK if res.ok else FAILED
+        return code
     verbose = getattr(args, "verbose", False)
     for p in res.programs:
-        status = "OK" if p.ok else "REJECTED"
+        status = {"ok": "OK", "rejected": "REJECTED", "unchecked": "CANNOT CHECK"}[p.status]
         print(
             f"{args.file}: prog '{p.name}' ({p.section}): {status} "
             f"({p.insn_count} insns, {p.insns_processed} processed, "
@@ -112,4 +114,4 @@ def cmd_check(args) -> int:
         )
         for e in p.errors + p.warnings:
             print(e.render(p.name, verbose))
-    return OK if res.ok else FAILED
+    return code
