@@ -196,3 +196,16 @@ def test_check_unmodelled_vs_nonexistent_helper():
     r = run(212)  # past __BPF_FUNC_MAX_ID on this kernel: a real rejection
     assert r.status == "rejected" and r.errors[0].code == "unknown-helper"
     assert run(1).status in ("ok", "rejected")  # modelled helper: a verdict, never unchecked
+
+
+def test_check_bad_return_warning_names_line_that_set_r0(tmp_path, capsys):
+    # clang puts `r0 = 3` (XDP_TX) at the `return XDP_TX;` line and the exit at the closing
+    # brace; the warning must point at the former (the insn that last wrote r0 on the path)
+    if shutil.which("clang-19") is None:
+        pytest.skip("needs clang-19")
+    obj = _clang(DATA / "checker_c" / "badret_devmap.c", tmp_path / "badret.o")
+    assert main(["check", str(obj)]) == 0  # a warning: the kernel accepts it
+    out = capsys.readouterr().out
+    assert "badret_devmap.c:6:" in out and "return value 3 is not a valid verdict" in out
+    assert "badret_devmap.c:8:" not in out
+    assert "r0 = 3" in out

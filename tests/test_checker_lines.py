@@ -157,14 +157,20 @@ def test_check_wrong_helper_argument_names_call_line(prog):
     assert "R1 type=scalar expected=map_ptr" in res.errors[0].message
 
 
-def test_check_bad_return_is_warning_on_return_line(prog):
-    ins, _ = _mutated(
+def test_check_bad_return_is_warning_at_the_insn_that_set_r0(prog):
+    # the warning names the insn that gave r0 its value on the path (not the exit at the
+    # closing brace) and that insn's line info; clang attributes this `r0 = 1` to the
+    # statement before the return (no line record of its own)
+    ins, i = _mutated(
         prog, lambda x: x.opcode == 0xB7 and x.dst == 0 and x.imm == 1, I.mov64_imm(0, 7), last=True
     )
     res = _check(prog, ins)
     assert res.ok  # the kernel accepts any XDP return value
     assert [w.code for w in res.warnings] == ["ret-range"]
-    assert res.warnings[0].source.line == _markers()["ret"]
+    w = res.warnings[0]
+    assert w.idx == i and w.insn_text.endswith("r0 = 7")
+    assert w.source.line == prog[0].line_at(w.slot).line
+    assert w.source.line != _markers()["ret"]
     strict = _check(prog, ins, strict=True)
     assert not strict.ok and strict.errors[0].code == "ret-range"
 

@@ -212,15 +212,23 @@ def _step(env: Env, cfg: Cfg, st: State, i: int, x: Insn) -> list[tuple[int, Sta
     c = x.cls
     if c in (U.BPF_ALU, U.BPF_ALU64):
         do_alu(env, st, x)
+        if x.dst == 0:
+            st.cur.r0_at = i
         return [(i + 1, st)]
     if c == U.BPF_LDX:
         do_ldx(env, st, x)
+        if x.dst == 0:
+            st.cur.r0_at = i
         return [(i + 1, st)]
     if c in (U.BPF_ST, U.BPF_STX):
         do_store(env, st, x)
+        if c == U.BPF_STX and x.mode == U.BPF_ATOMIC and x.imm == U.BPF_CMPXCHG:
+            st.cur.r0_at = i
         return [(i + 1, st)]
     if c == U.BPF_LD:
         do_ld(env, st, i, x)
+        if x.dst == 0 or x.mode in (U.BPF_ABS, U.BPF_IND):  # LD_ABS/IND write r0
+            st.cur.r0_at = i
         return [(i + 1, st)]
     # JMP / JMP32
     op = x.op
@@ -240,6 +248,7 @@ def _step(env: Env, cfg: Cfg, st: State, i: int, x: Insn) -> list[tuple[int, Sta
         if x.src == U.BPF_PSEUDO_CALL:
             return _pseudo_call(env, cfg, st, i, x)
         check_helper_call(env, st, x.imm, cfg.slots[i])
+        st.cur.r0_at = i
         return [(i + 1, st)]
     succ = cfg.succ[i]
     target = succ[-1] if len(succ) == 2 else succ[0]
@@ -277,6 +286,7 @@ def _exit(env: Env, st: State, i: int):
         if r0.t == D.STACK and r0.map == callee.frameno:
             raise Fault("ret-stack", "cannot return stack pointer to the caller", "", (0,))
         caller.regs[0] = r0
+        caller.r0_at = callee.r0_at if callee.r0_at >= 0 else i
         for r in range(1, 6):
             caller.regs[r] = D.NOT_INIT_REG
         return [(callee.callsite + 1, st)]
@@ -286,11 +296,13 @@ def _exit(env: Env, st: State, i: int):
             f"Unreleased reference id={st.refs[0]}",
             "release acquired sockets (bpf_sk_release) on every path",
         )
-    _check_return(env, r0)
+    _check_return(env, r0, st.cur.r0_at)
     return []
 
 
-def _check_return(env: Env, r0: D.Reg) -> None:
+def _check_return(env: Env, r0: D.Reg, r0_at: int = -1) -> None:
+    """Return value rules by program type; warnings name ``r0_at``, the insn that set r0
+    on this path (its source line is where the verdict was chosen), when known."""
     pt = env.prog_type
     if pt == U.ProgramType.SOCK_OPS or pt in (U.ProgramType.CGROUP_SKB,):
         lo, hi = 0, 1
@@ -319,6 +331,7 @@ def _check_return(env: Env, r0: D.Reg) -> None:
             f"program returns a pointer ({D.TYPE_NAMES[r0.t]}) as its verdict",
             "return one of " + ", ".join(env.returns),
             (0,),
+            at=r0_at,
         )
         return
     lo, hi = min(allowed), max(allowed)
@@ -336,6 +349,7 @@ def _check_return(env: Env, r0: D.Reg) -> None:
             f"return one of {names}; the kernel accepts other values but treats them as "
             "an error at run time (XDP: aborted, with a warning)",
             (0,),
+            at=r0_at,
         )
 
 

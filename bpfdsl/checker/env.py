@@ -69,9 +69,13 @@ class Env:
         self.next_id += 1
         return self.next_id
 
-    def warn(self, code: str, message: str, explain: str, regs: tuple[int, ...] = ()) -> None:
-        """A finding the kernel accepts but bpfdsl reports (once per insn and code)."""
-        key = (self.cur_idx, code)
+    def warn(
+        self, code: str, message: str, explain: str, regs: tuple[int, ...] = (), at: int = -1
+    ) -> None:
+        """A finding the kernel accepts but bpfdsl reports (once per insn and code), at
+        insn index ``at`` when given (>= 0), else at the current insn."""
+        idx = at if at >= 0 else self.cur_idx
+        key = (idx, code)
         if key not in self.warned:
             self.warned.add(key)
-            self.warnings.append((self.cur_idx, Fault(code, message, explain, regs)))
+            self.warnings.append((idx, Fault(code, message, explain, regs)))

@@ -31,19 +31,29 @@ class Slot:
 
 class Frame:
     """One function's registers r0..r10 and stack; ``callsite``: insn index of the call
-    that made it (-1 for the main program); ``frameno``: depth (0 = main)."""
+    that made it (-1 for the main program); ``frameno``: depth (0 = main); ``r0_at``: insn
+    index that last wrote r0 on this path (-1: none), for messages about the return value
+    (not part of state equality)."""
 
-    __slots__ = ("regs", "stack", "callsite", "frameno", "subprog")
+    __slots__ = ("regs", "stack", "callsite", "frameno", "subprog", "r0_at")
 
-    def __init__(self, regs, stack, callsite: int, frameno: int, subprog: int):
+    def __init__(self, regs, stack, callsite: int, frameno: int, subprog: int, r0_at: int = -1):
         self.regs = regs
         self.stack = stack
         self.callsite = callsite
         self.frameno = frameno
         self.subprog = subprog
+        self.r0_at = r0_at
 
     def copy(self) -> Frame:
-        return Frame(list(self.regs), dict(self.stack), self.callsite, self.frameno, self.subprog)
+        return Frame(
+            list(self.regs),
+            dict(self.stack),
+            self.callsite,
+            self.frameno,
+            self.subprog,
+            self.r0_at,
+        )
 
 
 class State:
