@@ -17,7 +17,7 @@ from llvmlite import ir
 
 from . import ast
 from . import types as T
-from .headers import CTX_DATA, CTX_FIELDS, IPV6_EXT_HEADERS, IPV6_EXT_MAX
+from .headers import CTX_DATA, CTX_FIELDS, IPV6_EXT_HEADERS, IPV6_EXT_MAX, PSEUDO_FIELDS
 from .helpers import HELPERS
 
 I1, I8, I16, I32, I64 = (ir.IntType(n) for n in (1, 8, 16, 32, 64))
@@ -142,7 +142,11 @@ class PktGen:
     def skip_ext(self, e: ast.Call, fail: ir.Block) -> ir.Value:
         """Walk at most IPV6_EXT_MAX extension headers after an ipv6 header; result: the
         upper-layer protocol number (u8); missing if truncated or too many headers."""
-        ip6 = self.gen(e.args[0])
+        return self.ext_walk(self.gen(e.args[0]), fail)
+
+    def ext_walk(self, ip6: ir.Value, fail: ir.Block) -> ir.Value:
+        """The walk of :meth:`skip_ext` from the cursor (just past the ipv6 header at
+        ``ip6``); leaves the cursor at the upper-layer header; returns its protocol (u8)."""
         nh_slot = self.alloca(I8, "nexthdr", 1)
         cnt = self.alloca(I32, "ext.i", 4)
         self.b.store(self.b.load(self.gep(ip6, 6), typ=I8, align=1), nh_slot)
@@ -211,23 +215,61 @@ class PktGen:
     def _words(self, base: ir.Value, lo: int, hi: int) -> list[ir.Value]:
         return [self.b.load(self.gep(base, o), typ=I16, align=2) for o in range(lo, hi, 2)]
 
-    def _related_l4(self, ip_obj: ast.Expr) -> list[tuple[object, ir.Value]]:
+    def _related_l4(self, ip_obj: ast.Expr, kinds: tuple[str, ...]) -> list | None:
+        """L4 headers in scope parsed after the IP header ``ip_obj`` whose checksum covers
+        a pseudo-header field of kind ``kinds``: [(layout, pointer)]; None if no L4 header
+        parsed after it is in scope (the L4 header is then found at run time)."""
         from .sema import Local
 
         ip = self.c.sym.get(ip_obj) if isinstance(ip_obj, ast.Name) else None
-        out = []
-        if ip is None:
-            return out
-        for scope in self.env:
+        out, seen = [], False
+        for scope in self.env if ip is not None else ():
             for loc, slot in scope.items():
-                if (
-                    isinstance(loc, Local)
-                    and loc.header_parent is ip
-                    and isinstance(loc.ty, T.HeaderType)
-                    and loc.ty.layout.pseudo
-                ):
-                    out.append((loc.ty.layout, self.b.load(slot, typ=PTR)))
-        return out
+                if isinstance(loc, Local) and loc.header_parent is ip and loc.ty.layout.l4:
+                    seen = True
+                    if loc.ty.layout.name in kinds:
+                        out.append((loc.ty.layout, self.b.load(slot, typ=PTR)))
+        return out if seen else None
+
+    def _runtime_l4(self, ip: ir.Value, v6: bool, kinds: tuple[str, ...], old_w, new_w) -> None:
+        """Pseudo-header update when no L4 header of this IP header is in scope: find it
+        from the packet (IPv4: protocol, not a later fragment, ihl*4 on; IPv6: walk the
+        extension headers like skip_ext) and update its checksum if it is one of ``kinds``
+        and lies inside the packet.  Beyond IPV6_EXT_MAX extension headers: no update."""
+        from .headers import HEADERS, L4_PROTO
+
+        done = self.new_block("pseudo.done")
+        if v6:
+            saved = self.b.load(self.f.cursor, typ=PTR)
+            self.b.store(self.gep(ip, 40), self.f.cursor)
+            proto = self.ext_walk(ip, done)
+            l4 = self.b.load(self.f.cursor, typ=PTR)
+        else:
+            proto = self.b.load(self.gep(ip, 9), typ=I8, align=1)
+            frag = self.b.load(self.gep(ip, 6), typ=I16, align=2)  # be16 loaded as le
+            first = self.new_block("pseudo.first")
+            later = self.b.icmp_unsigned(
+                "!=", self.b.and_(frag, ir.Constant(I16, 0xFF1F)), ir.Constant(I16, 0)
+            )
+            self.b.cbranch(later, done, first)
+            self.start(first)
+            ihl = self.b.and_(self.b.load(ip, typ=I8, align=1), ir.Constant(I8, 0xF))
+            l4 = self.gep(ip, self.b.shl(self.b.zext(ihl, I64), ir.Constant(I64, 2)))
+        for k in kinds:
+            h = HEADERS[k]
+            hit, nxt = self.new_block(f"pseudo.{k}"), self.new_block("pseudo.next")
+            self.b.cbranch(
+                self.b.icmp_unsigned("==", proto, ir.Constant(I8, L4_PROTO[k])), hit, nxt
+            )
+            self.start(hit)
+            self.bounds(l4, h.csum + 2, done, f"pseudo.{k}")
+            self.csum_update(self.gep(l4, h.csum), old_w, new_w, h.zero_ok)
+            self.b.branch(done)
+            self.start(nxt)
+        self.b.branch(done)
+        self.start(done)
+        if v6:
+            self.b.store(saved, self.f.cursor)
 
     def store_header_field(self, tgt: ast.Field, op: str, value: ast.Expr) -> None:
         layout = tgt.obj.ty.layout
@@ -237,14 +279,15 @@ class PktGen:
         size = f.type.size
         lo, hi = f.offset & ~1, (f.offset + size + 1) & ~1
         own = layout.csum is not None and not (lo <= layout.csum < hi)
-        l4 = self._related_l4(tgt.obj) if tgt.name in ("saddr", "daddr") else []
+        kinds = PSEUDO_FIELDS.get(layout.name, {}).get(tgt.name, ())
+        l4 = self._related_l4(tgt.obj, kinds) if kinds else []
         if isinstance(f.type, T.IntType):
             v = self.rv(value, f.type)
             if op != "=":
                 old = self.b.load(p, typ=v.type, align=size)
                 signed = getattr(f.type, "signed", False)
                 v = self.binop(op[:-1], old, v, signed, isinstance(v, ir.Constant))
-        old_w = self._words(hdr, lo, hi) if own or l4 else []
+        old_w = self._words(hdr, lo, hi) if own or l4 != [] else []
         if isinstance(f.type, T.IntType):
             self.b.store(v, p, align=size)
         else:
@@ -253,7 +296,13 @@ class PktGen:
             return
         new_w = self._words(hdr, lo, hi)
         if own:
+            # udp.len is in the UDP header and (as the UDP length) in its pseudo-header
+            twice = layout.name == "udp" and tgt.name == "len"
+            old_w, new_w = (old_w * 2, new_w * 2) if twice else (old_w, new_w)
             self.csum_update(self.gep(hdr, layout.csum), old_w, new_w, layout.zero_ok)
+        if l4 is None:
+            self._runtime_l4(hdr, layout.name == "ipv6", kinds, old_w, new_w)
+            return
         for l4layout, l4ptr in l4:
             self.csum_update(self.gep(l4ptr, l4layout.csum), old_w, new_w, l4layout.zero_ok)
 

@@ -214,6 +214,24 @@ CTX_DATA: dict[str, tuple[int, int, int]] = {"xdp_md": (0, 4, 4), "sk_msg_md": (
 IPV6_EXT_HEADERS = (0, 43, 44, 60)
 IPV6_EXT_MAX = 6  # bound of the walk (headers), like the kernel's samples
 
+# IP header fields in the L4 pseudo-header (RFC 768, RFC 793, RFC 8200 8.1): field ->
+# (L4 headers whose checksum covers it, IP protocol numbers of those headers).  The
+# length: TCP and ICMPv6 take it from the IP header; UDP from its own ``len`` field.
+PSEUDO_FIELDS: dict[str, dict[str, tuple[str, ...]]] = {
+    "ipv4": {
+        "saddr": ("udp", "tcp"),
+        "daddr": ("udp", "tcp"),
+        "protocol": ("udp", "tcp"),
+        "tot_len": ("tcp",),
+    },
+    "ipv6": {
+        "saddr": ("udp", "tcp", "icmpv6"),
+        "daddr": ("udp", "tcp", "icmpv6"),
+        "payload_len": ("tcp", "icmpv6"),
+    },
+}
+L4_PROTO = {"udp": 17, "tcp": 6, "icmpv6": 58}  # IPPROTO_* (linux/in.h, linux/in6.h)
+
 # Named constants of the language (value, type).  ETH_P_* are be16 like h_proto.
 CONSTANTS: dict[str, tuple[int, T.Type]] = {
     "ETH_P_IP": (0x0800, T.BE16),

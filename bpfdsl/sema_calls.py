@@ -291,6 +291,10 @@ def assign(ex, s: ast.Assign) -> None:
             if f is not None and not f.writable:
                 ex.err("read-only", f"bit field `{tgt.name}` is read-only", tgt.span)
                 return
+            if f is not None:
+                from .sema_csum import check_write
+
+                check_write(ex, tgt)
         if isinstance(ot, T.RefType) and ot.readonly:
             ex.err("read-only", "values of this map kind are read-only in programs", tgt.span)
             return
@@ -320,8 +324,9 @@ def assign(ex, s: ast.Assign) -> None:
 
 def _swap(ex, e: ast.Call) -> T.Type:
     """``swap(a, b)``: exchange two fields of one header (or two locals/struct fields).
-    Checksums need no update: both values stay inside the same checksummed data (and both
-    IP addresses are in the pseudo-header), so the one's-complement sum is unchanged."""
+    Checksums need no update when both fields start at the same 16-bit word parity and are
+    both in (or both out of) the pseudo-header; other header swaps are refused
+    (``sema_csum.check_swap``)."""
     if len(e.args) != 2:
         ex.err("arg-count", "swap(a, b) takes 2 arguments", e.span)
         return T.VOID
@@ -356,6 +361,10 @@ def _swap(ex, e: ast.Call) -> T.Type:
             "assign through a local to move values between "
             "headers; checksums are then updated field by field",
         )
+    elif all(hdr):
+        from .sema_csum import check_swap
+
+        check_swap(ex, a, b, e.span)
     return T.VOID
 
 

@@ -1,0 +1,98 @@
+"""Checksum rules of header writes and ``swap`` (sema): refuse what codegen could not keep
+checksummed, so a program never sends a packet with a stale checksum.
+
+- A pseudo-header field (``headers.PSEUDO_FIELDS``: IP addresses, IPv4 ``protocol`` and
+  ``tot_len``, IPv6 ``payload_len``) written in a program is covered by codegen: it updates
+  the L4 header parsed after that IP header if one is in scope, else it finds the L4 header
+  in the packet at run time.  Inside an inlined ``fn`` there is no packet context, so the
+  write is refused there; ``ipv4.protocol`` needs the L4 header in scope (its run-time
+  lookup would read the new protocol) and ``ipv6.nexthdr`` is refused (it sits at a
+  different byte of a 16-bit word than in the pseudo-header).
+- ``swap(a, b)`` changes no sum only if both fields start at the same 16-bit word parity
+  and are both in, or both out of, the pseudo-header; other swaps are refused.
+"""
+
+from __future__ import annotations
+
+from . import ast
+from . import types as T
+from .headers import PSEUDO_FIELDS
+
+
+def _l4_in_scope(ex, ip_obj: ast.Expr) -> bool:
+    """An L4 header parsed after the IP header ``ip_obj`` is visible here."""
+    from .sema import Local
+
+    ip = ex.c.sym.get(ip_obj) if isinstance(ip_obj, ast.Name) else None
+    if ip is None:
+        return False
+    for scope in ex.s.scopes:
+        for loc in scope.values():
+            if (
+                isinstance(loc, Local)
+                and loc.header_parent is ip
+                and isinstance(loc.ty, T.HeaderType)
+                and loc.ty.layout.l4
+            ):
+                return True
+    return False
+
+
+def check_write(ex, tgt: ast.Field) -> None:
+    """Error if writing header field ``tgt`` would leave an L4 checksum stale."""
+    layout = tgt.obj.ty.layout
+    obj = tgt.obj.id if isinstance(tgt.obj, ast.Name) else layout.name
+    what = f"{obj}.{tgt.name}"
+    if layout.name == "ipv6" and tgt.name == "nexthdr":
+        ex.err(
+            "pseudo-header",
+            f"{what} cannot be written: the L4 checksum covers the upper-layer protocol",
+            tgt.span,
+            "bpfdsl cannot update that checksum for you; leave nexthdr as it is",
+        )
+        return
+    kinds = PSEUDO_FIELDS.get(layout.name, {}).get(tgt.name)
+    if not kinds:
+        return
+    l4 = "/".join(k.upper() for k in kinds)
+    if ex.s.kind is None:
+        ex.err(
+            "pseudo-header",
+            f"{what} is part of the {l4} pseudo-header: it cannot be written in a `fn`",
+            tgt.span,
+            "write it in the program (there bpfdsl finds the L4 header and updates its "
+            "checksum); a `fn` may compute and return the new value",
+        )
+    elif tgt.name == "protocol" and not _l4_in_scope(ex, tgt.obj):
+        ex.err(
+            "pseudo-header",
+            f"{what} is part of the {l4} pseudo-header: parse the L4 header before "
+            "writing it, in the same block, so its checksum can be updated",
+            tgt.span,
+        )
+
+
+def check_swap(ex, a: ast.Field, b: ast.Field, span) -> None:
+    """Error unless swapping header fields ``a`` and ``b`` leaves every checksum valid."""
+    layout = a.obj.ty.layout
+    fa, fb = layout.fields[a.name], layout.fields[b.name]
+    if layout.csum is None and not layout.pseudo and layout.name != "ipv6":
+        return  # ethernet, vlan: no checksum covers them
+    pseudo = PSEUDO_FIELDS.get(layout.name, {})
+    if layout.name == "udp":
+        pseudo = {"len": ("udp",)}
+    why = None
+    if (fa.offset - fb.offset) % 2:
+        why = "they sit at different byte positions of 16-bit words"
+    elif (a.name in pseudo) != (b.name in pseudo) or (
+        layout.name == "ipv6" and "nexthdr" in (a.name, b.name)
+    ):
+        why = "only one of them is in the L4 pseudo-header"
+    if why:
+        ex.err(
+            "swap-checksum",
+            f"swap({a.name}, {b.name}) would break a checksum: {why}",
+            span,
+            "assign through a local instead (`let t = x.a; x.a = x.b; x.b = t`): "
+            "each write updates the checksums",
+        )
