@@ -98,7 +98,7 @@ ENGINES = ("interp", "kernel")
 @dataclass
 class BpfRun:
     """One run: ``retval``, ``verdict`` (``XDP_DROP``...), ``data_out`` (bytes after the
-    program), ``redirect`` (interpreter only: the redirect target, else None)."""
+    program; sk_msg: the bytes delivered, b"" on SK_DROP in both engines), ``redirect`` (interpreter only: the redirect target, else None)."""
 
     retval: int
     verdict: str
@@ -266,7 +266,11 @@ class BpfProgram:
         data = bytes(packet) if packet is not None else b""
         if self.engine == "interp":
             r = self.interp.programs[self.name].run(data, **ctx)
-            return BpfRun(r.retval, verdict_name(self.kind, r.retval), r.data_out, r.redirect)
+            verdict = verdict_name(self.kind, r.retval)
+            out = r.data_out
+            if self.kind.ctx == "sk_msg_md" and verdict == "SK_DROP":
+                out = b""  # as on the kernel: a dropped message delivers nothing
+            return BpfRun(r.retval, verdict, out, r.redirect)
         if self.kind.ctx == "sk_msg_md" and set(ctx) <= {"sock"}:
             return _kernel_sk_msg(self, data, ctx.get("sock"))
         if not self.kind.test_run:
