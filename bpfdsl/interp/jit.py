@@ -20,7 +20,7 @@ from bpfdsl import uapi as U
 from bpfdsl.insn import Insn, format_insn, index_by_slot, jump_target, slot_offsets
 
 from . import alu
-from .memory import M32, M64, Fault, Ptr, s32, s64
+from .memory import M32, M64, Fault, NotModelled, Ptr, s32, s64
 
 FILENAME = "<bpf-jit>"
 _JCMP = {
@@ -362,12 +362,7 @@ class _Gen:
             )
         impl = self.impls.get(x.imm)
         if impl is None:
-            return (
-                [self._fault(f"helper #{x.imm} is not implemented by the interpreter")],
-                set(),
-                set(),
-                False,
-            )
+            impl = _unimplemented(x.imm)
         fn = self.const(impl)
         return (
             [
@@ -379,6 +374,26 @@ class _Gen:
             {0, 1, 2, 3, 4, 5},
             False,
         )
+
+
+def _unimplemented(helper_id: int) -> Callable[..., int]:
+    """A stand-in for a helper the interpreter lacks: raises a Fault naming the helper
+    (kernel enum bpf_func_id name) and any unmodelled map among its arguments."""
+    from bpfdsl.checker.helper_names import kernel_helper_name  # noqa: PLC0415 (pure table)
+
+    from .maps import UnsupportedMap  # noqa: PLC0415
+
+    name = kernel_helper_name(helper_id) or "unknown helper"
+
+    def call(M: Any, *args: object) -> int:
+        msg = f"helper {name} (#{helper_id}) is not implemented by the interpreter"
+        for a in args:
+            if isinstance(a, UnsupportedMap):
+                msg += f", nor is its map '{a.name}' ({a.map_type.name})"
+                break
+        raise NotModelled(msg)
+
+    return call
 
 
 def _fell_off(R: list, M: Any) -> int:

@@ -24,7 +24,7 @@ from . import helpers_sock  # noqa: F401 (registers the socket helpers)
 from .helpers import IMPLS
 from .jit import FILENAME, jit
 from .maps import Map
-from .memory import Fault, Ptr, Region, StackRegion
+from .memory import Fault, NotModelled, Ptr, Region, StackRegion
 
 MAX_CALL_FRAMES = 8  # kernel/bpf/verifier.c
 DEFAULT_BUDGET = 1_000_000  # instructions per run (BPF_COMPLEXITY_LIMIT_INSNS)
@@ -37,17 +37,24 @@ class InterpError(DiagnosticError):
     kernel's verifier log); the diagnostic's span is the source line when known.
     """
 
-    def __init__(self, message: str, insn_index: int, slot: int, text: str, span: Span | None):
+    def __init__(
+        self,
+        message: str,
+        insn_index: int,
+        slot: int,
+        text: str,
+        span: Span | None,
+        not_modelled: bool = False,
+    ):
         self.insn_index = insn_index
         self.slot = slot
-        super().__init__(
-            error(
-                "interp-fault",
-                f"{message} (insn {slot}: {text})",
-                span,
-                note="the kernel verifier would have rejected this program or this access",
-            )
+        note = (
+            "the kernel supports this; the interpreter does not model it (use --engine kernel)"
+            if not_modelled
+            else "the kernel verifier would have rejected this program or this access"
         )
+        code = "interp-not-modelled" if not_modelled else "interp-fault"
+        super().__init__(error(code, f"{message} (insn {slot}: {text})", span, note=note))
 
 
 @dataclass
@@ -155,7 +162,8 @@ class Machine:
                     raise Fault(f"instruction budget of {budget} exhausted (endless loop?)")
                 b = blocks[b](R, self)
         except Fault as e:
-            raise self._error(str(e), self._fault_insn(e, b)) from None
+            err = self._error(str(e), self._fault_insn(e, b), isinstance(e, NotModelled))
+            raise err from None
         except (TypeError, AttributeError) as e:  # a pointer or map where a scalar belongs
             msg = f"invalid operand: a pointer or map where a scalar is expected ({e})"
             raise self._error(msg, self._fault_insn(e, b)) from None
@@ -195,7 +203,8 @@ class Machine:
         R[1] = R[2] = R[3] = R[4] = R[5] = None
         return ret
 
-    def _error(self, msg: str, i: int) -> InterpError:
+    def _error(self, msg: str, i: int, not_modelled: bool = False) -> InterpError:
         i = max(0, min(i, len(self.insns) - 1))
         span = self.where(i) if self.where else None
-        return InterpError(msg, i, self._slots[i], format_insn(self.insns[i]), span)
+        text = format_insn(self.insns[i])
+        return InterpError(msg, i, self._slots[i], text, span, not_modelled)

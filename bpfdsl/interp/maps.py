@@ -17,7 +17,7 @@ from typing import Any
 
 from bpfdsl.uapi import BPF_EXIST, BPF_F_LOCK, BPF_NOEXIST, MapType
 
-from .memory import Region
+from .memory import NotModelled, Region
 
 EINVAL, ENOENT, EEXIST, E2BIG, ENOSPC = (
     errno.EINVAL,
@@ -328,6 +328,38 @@ class LpmTrieMap(Map):
         return [norm for n in self.lens for norm, _ in self.by_len[n].values()]
 
 
+class UnsupportedMap(Map):
+    """A declared map of a kind the interpreter does not model (PROG_ARRAY, RINGBUF, ...):
+    the object still loads; only a program that passes it to a helper, or a user-side
+    access, fails, with a message naming the map and its kind."""
+
+    def what(self, use: str) -> str:
+        return (
+            f"map '{self.name}' ({self.map_type.name}) is not modelled by the interpreter"
+            f" ({use}); run this program on the kernel (--engine kernel)"
+        )
+
+    def lookup(self, key: bytes, cpu: int = 0) -> Region | None:
+        raise NotModelled(self.what("map lookup"))
+
+    def update(self, key: bytes, value: bytes, flags: int = 0, cpu: int | None = None) -> int:
+        if cpu is None:
+            raise ValueError(self.what("map update"))
+        raise NotModelled(self.what("map update"))
+
+    def delete(self, key: bytes) -> int:
+        raise NotModelled(self.what("map delete"))
+
+    def get(self, key: Any) -> bytes | list[bytes] | None:
+        raise ValueError(self.what("map get"))
+
+    def remove(self, key: Any) -> bool:
+        raise ValueError(self.what("map remove"))
+
+    def keys(self) -> list[bytes]:
+        return []
+
+
 _CLASSES: dict[MapType, type[Map]] = {
     MapType.ARRAY: ArrayMap,
     MapType.PERCPU_ARRAY: ArrayMap,
@@ -356,10 +388,14 @@ def make_map(
     map_flags: int = 0,
     ncpus: int = 1,
 ) -> Map:
-    """An empty in-memory map of ``map_type``; raises ValueError for kinds not modelled."""
+    """An empty in-memory map of ``map_type``; kinds not modelled (PROG_ARRAY, RINGBUF,
+    ...) give an :class:`UnsupportedMap` placeholder that fails only when used; a type
+    number the kernel headers do not know raises ValueError."""
     from .maps_slot import SlotMap  # noqa: PLC0415 (maps_slot imports this module)
 
+    if map_type not in MapType._value2member_map_:
+        raise ValueError(f"map '{name}': map type {map_type} is unknown")
     cls = SlotMap if MapType(map_type) in _SLOT_TYPES else _CLASSES.get(MapType(map_type))
     if cls is None:
-        raise ValueError(f"map '{name}': type {MapType(map_type).name} is not supported here")
+        cls = UnsupportedMap
     return cls(name, MapType(map_type), key_size, value_size, max_entries, map_flags, ncpus)

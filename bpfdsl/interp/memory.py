@@ -18,6 +18,11 @@ class Fault(Exception):
     """An access the kernel verifier would have rejected (or a helper misuse); no position."""
 
 
+class NotModelled(Fault):
+    """Something the kernel accepts but the interpreter does not model (a helper, a map
+    kind): the program is fine, only this engine cannot run it."""
+
+
 class Region:
     """A byte range a pointer may point into.
 
