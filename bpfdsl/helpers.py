@@ -105,6 +105,8 @@ _ALL: tuple[HelperProto, ...] = (
     HelperProto("trace_printk", 6, (A.PTR_TO_MEM, A.CONST_SIZE), RetKind.INTEGER),
     HelperProto("get_prandom_u32", 7, (), RetKind.INTEGER),
     HelperProto("get_smp_processor_id", 8, (), RetKind.INTEGER),
+    # u64 tgid << 32 | pid; every program type since Linux 6.10 (bpf_base_func_proto)
+    HelperProto("get_current_pid_tgid", 14, (), RetKind.INTEGER),
     HelperProto(
         "tail_call",
         12,

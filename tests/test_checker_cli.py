@@ -189,7 +189,7 @@ def test_check_unmodelled_vs_nonexistent_helper():
     def run(helper_id):
         return check_insns([call(helper_id), mov64_imm(0, 2), exit_()], ProgramType.XDP, name="p")
 
-    for hid in (14, 69, 93, 130, 134, 211):  # pid_tgid, fib_lookup, spin_lock, ringbuf, ...
+    for hid in (15, 69, 93, 130, 134, 211):  # uid_gid, fib_lookup, spin_lock, ringbuf, ...
         r = run(hid)
         assert r.status == "unchecked", (hid, r.errors)
         assert f"(#{hid}) is not modelled" in r.errors[0].message
@@ -209,3 +209,16 @@ def test_check_bad_return_warning_names_line_that_set_r0(tmp_path, capsys):
     assert "badret_devmap.c:6:" in out and "return value 3 is not a valid verdict" in out
     assert "badret_devmap.c:8:" not in out
     assert "r0 = 3" in out
+
+
+def test_check_get_current_pid_tgid_is_modelled():
+    # u64 result, no arguments, every program type since Linux 6.10 (this kernel loads it
+    # in XDP); an older --kernel target rejects it
+    from bpfdsl.checker import check_insns
+    from bpfdsl.insn import alu64_imm, call, exit_
+    from bpfdsl.uapi import BPF_AND, ProgramType
+
+    prog = [call(14), alu64_imm(BPF_AND, 0, 1), exit_()]
+    assert check_insns(prog, ProgramType.XDP).ok
+    old = check_insns(prog, ProgramType.XDP, kernel=(6, 1))
+    assert old.errors[0].code == "kernel-version" and "6.10" in old.errors[0].message

@@ -23,6 +23,7 @@ HELPER_MIN: dict[str, Version] = {
     "ktime_get_coarse_ns": (5, 11),
     "ktime_get_boot_ns": (5, 8),
     "jiffies64": (5, 5),
+    "get_current_pid_tgid": (6, 10),  # bpf_base_func_proto (every program type) since 6.10
 }
 LOOKUP_MIN: dict[int, Version] = {
     MapType.XSKMAP: (5, 3),
