@@ -124,8 +124,9 @@ def _compile(text, filename, mcpu, emit, debug, stats, check) -> CompileResult:
         out.asm,
         [d.name for d, _k in checked.progs],
     )
+    res.warnings = list(checked.warnings)
     if check:
-        res.warnings = check_compiled(out.obj, text)
+        res.warnings += check_compiled(out.obj, text)
     if stats:
         res.stats = object_stats(out.obj, res.programs)
     return res

@@ -84,6 +84,7 @@ class Checked:
     sym: dict[ast.Node, object] = field(default_factory=dict)  # Name/Let/For -> symbol
     optype: dict[ast.Expr, T.Type] = field(default_factory=dict)  # Compare operand type
     pkt_reset: set[ast.Node] = field(default_factory=set)  # calls that resize the packet
+    warnings: list[Diagnostic] = field(default_factory=list)  # compile-time warnings
 
 
 class Sema(StmtChecker, DeclChecker):
@@ -99,6 +100,7 @@ class Sema(StmtChecker, DeclChecker):
         self.stale: dict[Local, int] = {}
         self.loop_depth = 0
         self.last_ip: Local | None = None
+        self.payload_writes: list = []  # (span, L4 header Local) of payload byte writes
 
     # ---- helpers ----
     def err(self, code: str, msg: str, span: Span, hint: str | None = None) -> None:
@@ -255,7 +257,12 @@ class Sema(StmtChecker, DeclChecker):
         self.c.progs.append((p, kind))
         self.kind, self.ctx_name, self.stale, self.last_ip = kind, p.ctx, {}, None
         self.scopes = [self.globals_scope(), {p.ctx: T.CTX}]
+        self.payload_writes: list = []
         self.block(p.body, new_scope=False)
+        if self.payload_writes:
+            from .sema_csum import payload_warnings
+
+            payload_warnings(self, p)
         if not self.diverges(p.body):
             self.err(
                 "missing-return",

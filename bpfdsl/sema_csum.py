@@ -19,23 +19,65 @@ from . import types as T
 from .headers import PSEUDO_FIELDS
 
 
-def _l4_in_scope(ex, ip_obj: ast.Expr) -> bool:
-    """An L4 header parsed after the IP header ``ip_obj`` is visible here."""
+def _l4_in_scope(ex, ip_obj: ast.Expr | None):
+    """The L4 header Local visible here parsed after the IP header ``ip_obj`` (any L4
+    header with a checksum if ``ip_obj`` is None), or None."""
     from .sema import Local
 
     ip = ex.c.sym.get(ip_obj) if isinstance(ip_obj, ast.Name) else None
-    if ip is None:
-        return False
+    if ip is None and ip_obj is not None:
+        return None
     for scope in ex.s.scopes:
         for loc in scope.values():
             if (
                 isinstance(loc, Local)
-                and loc.header_parent is ip
                 and isinstance(loc.ty, T.HeaderType)
                 and loc.ty.layout.l4
+                and (loc.header_parent is ip if ip is not None else loc.ty.layout.csum is not None)
             ):
-                return True
+                return loc
+    return None
+
+
+def _sends(node) -> bool:
+    """``node`` (an AST subtree) mentions XDP_TX / XDP_REDIRECT or calls a redirect."""
+    if isinstance(node, ast.Name) and node.id in ("XDP_TX", "XDP_REDIRECT"):
+        return True
+    if isinstance(node, ast.Call) and "redirect" in node.name:
+        return True
+    if isinstance(node, list):
+        return any(_sends(x) for x in node)
+    if isinstance(node, ast.Node):
+        return any(_sends(v) for k, v in vars(node).items() if k not in ("span", "ty"))
     return False
+
+
+def payload_warnings(sema, prog: ast.ProgDecl) -> None:
+    """Warn for payload byte writes under a checksummed L4 header in a program that can
+    send the packet on (XDP_TX, XDP_REDIRECT, redirect) and never writes that header's
+    checksum field itself: bpfdsl does not update L4 checksums for payload bytes."""
+    from .diagnostics import Diagnostic
+
+    by_hand = {id(loc) for span, loc in sema.payload_writes if span is None}
+    if not _sends(prog.body):
+        return
+    for span, l4 in sema.payload_writes:
+        if span is None or id(l4) in by_hand:
+            continue
+        name = l4.ty.layout.name
+        hint = f"update `{l4.name}.check` yourself" if name != "icmp" else "update the checksum"
+        if name == "udp":
+            hint = f"over IPv4 set `{l4.name}.check = 0` (no checksum), or " + hint
+        sema.c.warnings.append(
+            Diagnostic(
+                "warning",
+                "payload-checksum",
+                f"this payload write leaves the {name.upper()} checksum of "
+                f"`{l4.name}` (line {l4.span.line}) stale, and the packet may be sent on",
+                span,
+                hints=[hint + " before XDP_TX/XDP_REDIRECT"],
+            )
+        )
 
 
 def check_write(ex, tgt: ast.Field) -> None:
@@ -51,6 +93,14 @@ def check_write(ex, tgt: ast.Field) -> None:
             "bpfdsl cannot update that checksum for you; leave nexthdr as it is",
         )
         return
+    f = layout.fields[tgt.name]
+    if layout.l4 and f.offset == layout.csum and isinstance(tgt.obj, ast.Name):
+        ex.s.payload_writes.append((None, ex.c.sym.get(tgt.obj)))  # checksum set by hand
+    if layout.name == "byte":
+        l4 = _l4_in_scope(ex, None)
+        if l4 is not None and ex.s.kind is not None:
+            ex.s.payload_writes.append((tgt.span, l4))
+        return
     kinds = PSEUDO_FIELDS.get(layout.name, {}).get(tgt.name)
     if not kinds:
         return
@@ -63,7 +113,7 @@ def check_write(ex, tgt: ast.Field) -> None:
             "write it in the program (there bpfdsl finds the L4 header and updates its "
             "checksum); a `fn` may compute and return the new value",
         )
-    elif tgt.name == "protocol" and not _l4_in_scope(ex, tgt.obj):
+    elif tgt.name == "protocol" and _l4_in_scope(ex, tgt.obj) is None:
         ex.err(
             "pseudo-header",
             f"{what} is part of the {l4} pseudo-header: parse the L4 header before "

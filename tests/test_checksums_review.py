@@ -168,3 +168,36 @@ def test_swaps_that_keep_sums_still_compile_and_keep_them():
     o = Ether(out)
     assert (o[IP].src, o[UDP].sport, o[IP].id, str(o[IP].flags)) == ("5.6.7.8", 2, 0, "DF")
     checksums_ok(out)
+
+
+STAMP = """license "GPL"
+map pattern: array<u32, u8>(max_entries: 16)
+xdp fn stamp(ctx) {
+    let eth = parse ethernet else { return XDP_PASS }
+    let ip = parse ipv4 else { return XDP_PASS }
+    let udp = parse udp else { return XDP_PASS }
+    for i in 0..4 {
+        let b = parse byte else { break }
+        let v = pattern.lookup(i) else { break }
+        b.value = v + 1
+    }
+%s    return XDP_TX
+}"""
+
+
+def test_payload_write_before_xdp_tx_warns_unless_checksum_is_set():
+    res = compile_source(STAMP % "", "s.bpfd")
+    (w,) = [w for w in res.warnings if w.code == "payload-checksum"]
+    assert (w.severity, w.span.line, w.span.col) == ("warning", 10, 9)
+    assert "UDP checksum of `udp` (line 6) stale" in w.message
+    fixed = STAMP % "    udp.check = 0\n"
+    assert not [w for w in compile_source(fixed, "s.bpfd").warnings if w.code == "payload-checksum"]
+    pkt = eth() / IP(src="10.0.0.1", dst="10.0.0.2") / UDP(sport=5, dport=6) / b"abcdef"
+    with Prog(fixed) as p:
+        rv, out = p.run(pkt)
+    assert rv == XDP_TX
+    assert out[42:48] == b"\x01\x01\x01\x01ef"  # pattern is all zero: each byte becomes 1
+    assert out[40:42] == b"\0\0"  # UDP over IPv4: no checksum, valid as sent
+    q = Ether(out)
+    del q[IP].chksum
+    assert bytes(Ether(bytes(q)))[14:34] == out[14:34]
