@@ -371,10 +371,9 @@ def _reg(r: int, wide: bool) -> str:
 
 
 def _helper_name(helper_id: int) -> str:
-    from .helpers import HELPERS_BY_ID
+    from .helper_names import kernel_helper_name
 
-    h = HELPERS_BY_ID.get(helper_id)
-    return f"bpf_{h.name}#{helper_id}" if h else f"unknown#{helper_id}"
+    return f"{kernel_helper_name(helper_id) or 'unknown'}#{helper_id}"
 
 
 def format_insn(

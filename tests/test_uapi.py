@@ -66,3 +66,15 @@ def test_section_table():
     assert U.kind_for_section(".text") is None
     assert "XDP_TX" not in U.kind_for_keyword("xdp(devmap)").returns
     assert "XDP_TX" not in U.kind_for_keyword("xdp(cpumap)").returns
+
+
+@pytest.mark.kernel
+def test_helper_names_match_kernel():
+    from bpfdsl.helper_names import kernel_helper_name
+
+    k = _kernel_enums()
+    ids = {v: n for n, v in k.items() if n.startswith("BPF_FUNC_") and n != "BPF_FUNC_unspec"}
+    for helper_id, name in ids.items():
+        if name.startswith("BPF_FUNC_") and helper_id < k["__BPF_FUNC_MAX_ID"]:
+            assert kernel_helper_name(helper_id) == "bpf_" + name[len("BPF_FUNC_"):]
+    assert kernel_helper_name(k["__BPF_FUNC_MAX_ID"] + 100) is None

@@ -7,12 +7,12 @@ initialization; packet-changing helpers invalidate every packet pointer.
 
 from __future__ import annotations
 
+from ..helper_names import kernel_helper_name
 from ..helpers import HELPERS_BY_ID, ArgKind, RetKind, helper_allowed, map_fits_helper
 from ..uapi import MapType
 from . import domain as D
 from . import features as F
 from .env import Env, Fault
-from .helper_names import kernel_helper_name
 from .mem import check_access
 from .stack import stack_range_readable, stack_range_written
 from .state import State

@@ -379,7 +379,7 @@ class _Gen:
 def _unimplemented(helper_id: int) -> Callable[..., int]:
     """A stand-in for a helper the interpreter lacks: raises a Fault naming the helper
     (kernel enum bpf_func_id name) and any unmodelled map among its arguments."""
-    from bpfdsl.checker.helper_names import kernel_helper_name  # noqa: PLC0415 (pure table)
+    from bpfdsl.helper_names import kernel_helper_name  # noqa: PLC0415
 
     from .maps import UnsupportedMap  # noqa: PLC0415
 

@@ -1,5 +1,6 @@
 """Names of every kernel helper id (enum bpf_func_id of include/uapi/linux/bpf.h).
 
+Shared by the instruction printer (bpfdsl.insn), the checker and the interpreter.
 Taken from this machine's kernel BTF (Linux 6.18: ids 1..211, ``bpftool btf dump file
 /sys/kernel/btf/vmlinux format c``).  The checker models only the helpers of
 bpfdsl.helpers; for the others it says "cannot check" instead of "rejected", and this
