@@ -241,6 +241,13 @@ class Sema(StmtChecker, DeclChecker):
             self.c.sym[p] = loc
             self.bind(name, loc)
         self.block(info.decl.body, new_scope=False)
+        if info.ret != T.VOID and not self.diverges(info.decl.body):
+            self.err(
+                "missing-return",
+                f"not every path of `{info.decl.name}` returns a value",
+                info.decl.body.span,
+                f"end every path with `return <{info.ret}>`",
+            )
         self.fn = None
 
     def body_prog(self, p: ast.ProgDecl) -> None:

@@ -300,6 +300,15 @@ class ExprChecker(OpsChecker):
                     self.s.suggest(e.name, fields) or "fields: " + ", ".join(fields),
                 )
                 return T.ERR
+            if e.name == "egress_ifindex" and self.s.kind.keyword != "xdp(devmap)":
+                self.err(
+                    "ctx-field-kind",
+                    "egress_ifindex is readable only in xdp(devmap) programs",
+                    e.span,
+                    "the kernel fills it only for programs run by a devmap entry "
+                    "(`xdp(devmap) fn ...`); here it would be refused (bpf_context access)",
+                )
+                return T.ERR
             return fields[e.name][1]
         self.err("no-fields", f"{t} has no fields", e.span)
         return T.ERR

@@ -201,3 +201,41 @@ def test_payload_write_before_xdp_tx_warns_unless_checksum_is_set():
     q = Ether(out)
     del q[IP].chksum
     assert bytes(Ether(bytes(q)))[14:34] == out[14:34]
+
+
+@pytest.mark.parametrize(
+    "src,code,line,col,words",
+    [
+        (
+            'license "GPL"\nfn pick(a: u32) -> u32 {\n    if a > 100 { return 1 }\n}\n'
+            "xdp fn f(ctx) {\n    if pick(ctx.len as u32) == 1 { return XDP_DROP }\n"
+            "    return XDP_PASS\n}",
+            "missing-return",
+            2,
+            24,
+            "not every path of `pick` returns a value",
+        ),
+        (
+            'license "GPL"\nxdp fn f(ctx) {\n    if ctx.egress_ifindex == 3 { return XDP_DROP }\n'
+            "    return XDP_PASS\n}",
+            "ctx-field-kind",
+            3,
+            8,
+            "egress_ifindex is readable only in xdp(devmap) programs",
+        ),
+    ],
+)
+def test_language_review_errors(src, code, line, col, words):
+    with pytest.raises(DiagnosticError) as ei:
+        compile_source(src, "bad.bpfd")
+    d = ei.value.diagnostics[0]
+    assert (d.code, d.span.line, d.span.col) == (code, line, col), d
+    assert words in d.message
+
+
+def test_egress_ifindex_still_compiles_in_devmap_programs():
+    src = (
+        'license "GPL"\nxdp(devmap) fn f(ctx) {\n'
+        "    if ctx.egress_ifindex == 3 { return XDP_DROP }\n    return XDP_PASS\n}"
+    )
+    assert compile_source(src, "ok.bpfd").programs == ["f"]
