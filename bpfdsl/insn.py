@@ -22,7 +22,8 @@ from . import uapi as U
 INSN_SIZE = 8  # bytes per slot
 _FMT = struct.Struct("<BBhi")
 
-_ALU_NAMES = {
+# Operator spelling in the kernel log (kernel/bpf/disasm.c); the checker reuses them.
+ALU_OP_NAMES = {
     U.BPF_ADD: "+=",
     U.BPF_SUB: "-=",
     U.BPF_MUL: "*=",
@@ -36,7 +37,7 @@ _ALU_NAMES = {
     U.BPF_MOV: "=",
     U.BPF_ARSH: "s>>=",
 }
-_JMP_NAMES = {
+JMP_OP_NAMES = {
     U.BPF_JEQ: "==",
     U.BPF_JGT: ">",
     U.BPF_JGE: ">=",
@@ -143,7 +144,7 @@ class Insn:
 
     @property
     def is_cond_jump(self) -> bool:
-        return self.is_jmp_class and self.op in _JMP_NAMES
+        return self.is_jmp_class and self.op in JMP_OP_NAMES
 
     @property
     def is_load(self) -> bool:
@@ -399,7 +400,7 @@ def _format_body(x: Insn, symbol: Callable[[Insn], str | None] | None) -> str:
             return f"{r} = {'be' if x.source == U.BPF_TO_BE else 'le'}{x.imm} {r}"
         if x.op == U.BPF_NEG:
             return f"{d} = -{d}"
-        name = _ALU_NAMES.get(x.op)
+        name = ALU_OP_NAMES.get(x.op)
         if name is None:
             return f"invalid alu opcode {x.opcode:#04x}"
         if x.off and x.op in (U.BPF_DIV, U.BPF_MOD):
@@ -446,7 +447,7 @@ def _format_body(x: Insn, symbol: Callable[[Insn], str | None] | None) -> str:
         return "exit"
     if x.op == U.BPF_JA:
         return f"gotol pc{x.imm:+d}" if c == U.BPF_JMP32 else f"goto pc{x.off:+d}"
-    name = _JMP_NAMES.get(x.op)
+    name = JMP_OP_NAMES.get(x.op)
     if name is None:
         return f"invalid jmp opcode {x.opcode:#04x}"
     wide = c == U.BPF_JMP

@@ -9,7 +9,7 @@ wording) and updates the state in place: ``check_alu_op``/``adjust_reg_min_max_v
 from __future__ import annotations
 
 from .. import uapi as U
-from ..insn import Insn
+from ..insn import ALU_OP_NAMES, Insn
 from . import alu as ALU
 from . import domain as D
 from . import features as F
@@ -19,19 +19,6 @@ from .mem import MAX_VAR_OFF, check_access
 from .state import State
 
 _VALID_ALU = set(range(0x00, 0xD1, 0x10))
-_ALU_NAMES = {
-    U.BPF_ADD: "+=",
-    U.BPF_SUB: "-=",
-    U.BPF_MUL: "*=",
-    U.BPF_DIV: "/=",
-    U.BPF_OR: "|=",
-    U.BPF_AND: "&=",
-    U.BPF_LSH: "<<=",
-    U.BPF_RSH: ">>=",
-    U.BPF_MOD: "%=",
-    U.BPF_XOR: "^=",
-    U.BPF_ARSH: "s>>=",
-}
 
 
 def _read(st: State, regno: int) -> D.Reg:
@@ -158,7 +145,7 @@ def do_alu(env: Env, st: State, x: Insn) -> None:
             return
         raise Fault(
             "ptr-ptr",
-            f"R{x.dst} pointer {_ALU_NAMES[op]} pointer prohibited",
+            f"R{x.dst} pointer {ALU_OP_NAMES[op]} pointer prohibited",
             "only pointer - pointer (giving a length) is allowed between two pointers",
             (x.dst, x.src),
         )
@@ -229,14 +216,14 @@ def _ptr_alu(env, x, op, is64, p: D.Reg, pno: int, o: D.Reg, ptr_is_dst: bool) -
     if op in (U.BPF_AND, U.BPF_OR, U.BPF_XOR):
         raise Fault(
             "ptr-arith",
-            f"R{x.dst} bitwise operator {_ALU_NAMES[op]} on pointer prohibited",
+            f"R{x.dst} bitwise operator {ALU_OP_NAMES[op]} on pointer prohibited",
             "bit operations on pointers are not allowed",
             (x.dst,),
         )
     if op not in (U.BPF_ADD, U.BPF_SUB):
         raise Fault(
             "ptr-arith",
-            f"R{x.dst} pointer arithmetic with {_ALU_NAMES.get(op, '?')} operator prohibited",
+            f"R{x.dst} pointer arithmetic with {ALU_OP_NAMES.get(op, '?')} operator prohibited",
             "only + and - with a number are allowed on pointers",
             (x.dst,),
         )
