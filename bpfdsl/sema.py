@@ -101,6 +101,7 @@ class Sema(StmtChecker, DeclChecker):
         self.loop_depth = 0
         self.last_ip: Local | None = None
         self.payload_writes: list = []  # (span, L4 header Local) of payload byte writes
+        self.gone: dict[str, tuple[Local, int]] = {}  # out of scope: name -> (local, end line)
 
     # ---- helpers ----
     def err(self, code: str, msg: str, span: Span, hint: str | None = None) -> None:
@@ -235,7 +236,7 @@ class Sema(StmtChecker, DeclChecker):
 
     def body_fn(self, info: FnInfo) -> None:
         self.fn, self.kind, self.ctx_name = info, None, None
-        self.scopes = [self.globals_scope(), {}]
+        self.scopes, self.gone = [self.globals_scope(), {}], {}
         for (name, ty), p in zip(info.params, info.decl.params, strict=True):
             loc = Local(name, ty, p.span)
             self.c.sym[p] = loc
@@ -263,7 +264,7 @@ class Sema(StmtChecker, DeclChecker):
             return
         self.c.progs.append((p, kind))
         self.kind, self.ctx_name, self.stale, self.last_ip = kind, p.ctx, {}, None
-        self.scopes = [self.globals_scope(), {p.ctx: T.CTX}]
+        self.scopes, self.gone = [self.globals_scope(), {p.ctx: T.CTX}], {}
         self.payload_writes: list = []
         self.block(p.body, new_scope=False)
         if self.payload_writes:

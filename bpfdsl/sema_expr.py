@@ -226,7 +226,15 @@ class ExprChecker(OpsChecker):
                 self.c.cval[e] = FLAG_CONSTANTS[e.id]
                 return T.UNTYPED
             names = [n for s in self.s.scopes for n in s] + list(CONSTANTS) + list(ACTIONS)
-            self.err("unknown-name", f"unknown name `{e.id}`", e.span, self.s.suggest(e.id, names))
+            hint = self.s.suggest(e.id, names)
+            if e.id in self.s.gone:
+                loc, end = self.s.gone[e.id]
+                how = "parsed" if isinstance(loc.ty, T.HeaderType) else "declared"
+                hint = (
+                    f"`{e.id}` ({how} at line {loc.span.line}) went out of scope at the end "
+                    f"of the block where it was {how} (line {end}); use it inside that block"
+                )
+            self.err("unknown-name", f"unknown name `{e.id}`", e.span, hint)
             return T.ERR
         self.c.sym[e] = sym
         if isinstance(sym, Const):

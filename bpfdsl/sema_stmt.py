@@ -33,7 +33,11 @@ class StmtChecker:
         for s in b.stmts:
             self.stmt(s)
         if new_scope:
-            self.scopes.pop()
+            from .sema import Local
+
+            for name, sym in self.scopes.pop().items():
+                if isinstance(sym, Local):  # for the hint of a later "unknown name"
+                    self.gone[name] = (sym, b.span.end_line or b.span.line)
 
     def stmt(self, s: ast.Stmt) -> None:
         getattr(self, "s_" + type(s).__name__)(s)

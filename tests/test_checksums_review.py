@@ -239,3 +239,23 @@ def test_egress_ifindex_still_compiles_in_devmap_programs():
         "    if ctx.egress_ifindex == 3 { return XDP_DROP }\n    return XDP_PASS\n}"
     )
     assert compile_source(src, "ok.bpfd").programs == ["f"]
+
+
+def test_header_used_after_its_block_says_where_it_went_out_of_scope():
+    src = """license "GPL"
+xdp fn f(ctx) {
+    let eth = parse ethernet else { return XDP_PASS }
+    let ip = parse ipv4 else { return XDP_PASS }
+    if ip.protocol == IPPROTO_UDP {
+        let udp = parse udp else { return XDP_PASS }
+        udp.dest = 53
+    }
+    if udp.dest == 53 { return XDP_DROP }
+    return XDP_PASS
+}"""
+    with pytest.raises(DiagnosticError) as ei:
+        compile_source(src, "bad.bpfd")
+    d = ei.value.diagnostics[0]
+    assert (d.code, d.span.line, d.span.col) == ("unknown-name", 9, 8)
+    assert "unknown name `udp`" in d.message
+    assert any("parsed at line 6" in h and "(line 8)" in h for h in d.hints), d.hints
