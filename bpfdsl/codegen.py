@@ -40,6 +40,7 @@ class _Fn:
         self.loops: list[tuple[ir.Block, ir.Block]] = []  # (continue target, break target)
         self.ret_block: ir.Block | None = None
         self.pending: list[ir.Block] = []  # blocks made by new_block
+        self.temps: list[ir.Value] = []  # live key/value temporaries (codegen_maps.temp_mem)
         self.rets: list[tuple[ir.Value, ir.Block]] = []  # (value, predecessor) of ret_block
 
 
@@ -198,11 +199,17 @@ class CodeGen(ExprGen, CallGen, PktGen, MapGen):
     def alloca_ptr(self, name: str = "") -> ir.Value:
         return self.alloca(PTR, name, 8)
 
-    def alloca_mem(self, size: int, name: str = "", filled: list[tuple[int, int]] = ()) -> ir.Value:
+    def alloca_mem(
+        self, size: int, name: str = "", filled: list[tuple[int, int]] = (), lifetime=False
+    ) -> ir.Value:
         """An 8-aligned stack area of ``size`` bytes (B07).  Every byte not in ``filled``
-        ((offset, size) ranges the caller stores next) is zeroed here, so padding is zero."""
+        ((offset, size) ranges the caller stores next) is zeroed here, so padding is zero.
+        ``lifetime``: its life starts here (``llvm.lifetime.start``; the caller ends it)."""
         n = (size + 7) // 8
         a = self.alloca(ir.ArrayType(I64, n), name, 8)
+        if lifetime:
+            fty = ir.FunctionType(ir.VoidType(), [PTR])
+            self.b.call(self.m.declare_intrinsic("llvm.lifetime.start", [PTR], fty), [a])
         covered = bytearray(size)
         for off, sz in filled:
             covered[off : off + sz] = b"\1" * sz

@@ -17,16 +17,35 @@ from .helpers import HELPERS
 from .uapi import BPF_ANY, BPF_NOEXIST
 
 I32, I64 = ir.IntType(32), ir.IntType(64)
+VOID = ir.VoidType()
 PTR = ir.PointerType()
 _HASH_KINDS = {"hash", "percpu_hash", "lru_hash", "lru_percpu_hash"}
 
 
 class MapGen:
+    def temp_mem(self, size: int) -> ir.Value:
+        """A key/value temporary (``alloca_mem``) that lives from here until
+        :meth:`end_temps`: ``llvm.lifetime.start``/``end`` let LLVM's stack colouring give
+        the temporaries of successive map statements one stack slot."""
+        p = self.alloca_mem(size, "key", lifetime=True)
+        self.f.temps.append(p)
+        return p
+
+    def end_temps(self, mark: int) -> None:
+        """End the lifetime of the temporaries made since ``len(self.f.temps) == mark``."""
+        if self.b.block.is_terminated:
+            del self.f.temps[mark:]
+            return
+        f = self.m.declare_intrinsic("llvm.lifetime.end", [PTR], ir.FunctionType(VOID, [PTR]))
+        for p in self.f.temps[mark:]:
+            self.b.call(f, [p])
+        del self.f.temps[mark:]
+
     def key_ptr(self, m: T.MapType, k: ast.Expr) -> ir.Value:
         kt = k.ty.inner if isinstance(k.ty, T.RefType) else k.ty
         key = m.key
         if m.kind == "lpm_trie" and kt != key:
-            p = self.alloca_mem(key.size, "key")
+            p = self.temp_mem(key.size)
             if isinstance(k, ast.AddrLit) and k.prefixlen is not None:
                 plen = k.prefixlen
             else:
@@ -38,11 +57,11 @@ class MapGen:
                 self.store_bytes(self.gep(p, 4), k, key.fields["addr"][1], 4)
             return p
         if isinstance(key, (T.IntType, T.BoolType)):
-            p = self.alloca_mem(key.size, "key")
+            p = self.temp_mem(key.size)
             self.b.store(self.rv(k, key), p, align=key.size)
             return p
         if isinstance(k, ast.AddrLit) and k.prefixlen is not None:
-            p = self.alloca_mem(key.size, "key")
+            p = self.temp_mem(key.size)
             self.b.store(ir.Constant(I32, k.prefixlen), p, align=4)
             self.store_const_bytes(self.gep(p, 4), k.data, 4)
             return p
@@ -50,7 +69,7 @@ class MapGen:
             return self.gen(k)
         if isinstance(k, ast.Name) and isinstance(kt, (T.StructType, T.BytesType)) and kt == key:
             return self.gen(k)  # a local's own memory: helpers only read keys and values
-        p = self.alloca_mem(key.size, "key")
+        p = self.temp_mem(key.size)
         self.store_bytes(p, k, key)
         return p
 
@@ -62,8 +81,10 @@ class MapGen:
         return self.helper(HELPERS["map_lookup_elem"].id, PTR, [g, kp])
 
     def map_lookup(self, e: ast.MethodCall) -> ir.Value:
-        m = e.obj.ty
-        return self.map_lookup_raw(m, self.key_ptr(m, e.args[0]))
+        m, mark = e.obj.ty, len(self.f.temps)
+        r = self.map_lookup_raw(m, self.key_ptr(m, e.args[0]))
+        self.end_temps(mark)
+        return r
 
     def map_update(self, m: T.MapType, kp, vp, flags: ir.Value) -> ir.Value:
         g = self.globals[m.name]
@@ -74,22 +95,30 @@ class MapGen:
         if e.name == "contains":
             p = self.map_lookup(e)
             return self.b.icmp_unsigned("!=", p, ir.Constant(PTR, None))
+        mark = len(self.f.temps)
         if e.name == "delete":
             g = self.globals[m.name]
-            return self.helper(HELPERS["map_delete_elem"].id, I64, [g, self.key_ptr(m, e.args[0])])
+            kp = self.key_ptr(m, e.args[0])
+            r = self.helper(HELPERS["map_delete_elem"].id, I64, [g, kp])
+            self.end_temps(mark)
+            return r
         if e.name == "update":
             kp = self.key_ptr(m, e.args[0])
             vp = self.value_ptr(m, e.args[1])
             fl = self.rv(e.args[2], T.U64) if len(e.args) > 2 else ir.Constant(I64, BPF_ANY)
-            return self.map_update(m, kp, vp, fl)
+            r = self.map_update(m, kp, vp, fl)
+            self.end_temps(mark)
+            return r
         raise AssertionError(f"codegen: map method {e.name} as a value")
 
     def map_assign(self, s: ast.Assign) -> None:
         tgt: ast.Index = s.target
         m: T.MapType = tgt.obj.ty
+        mark = len(self.f.temps)
         kp = self.key_ptr(m, tgt.index)
         if s.op == "=":
             self.map_update(m, kp, self.value_ptr(m, s.value), ir.Constant(I64, BPF_ANY))
+            self.end_temps(mark)
             return
         p = self.map_lookup_raw(m, kp)
         found, missing, done = (self.new_block(n) for n in ("add.found", "add.new", "add.done"))
@@ -103,3 +132,4 @@ class MapGen:
             self.map_update(m, kp, self.value_ptr(m, s.value), ir.Constant(I64, BPF_NOEXIST))
         self.b.branch(done)
         self.start(done)
+        self.end_temps(mark)

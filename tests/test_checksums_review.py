@@ -259,3 +259,27 @@ xdp fn f(ctx) {
     assert (d.code, d.span.line, d.span.col) == ("unknown-name", 9, 8)
     assert "unknown name `udp`" in d.message
     assert any("parsed at line 6" in h and "(line 8)" in h for h in d.hints), d.hints
+
+
+def test_map_key_and_value_temporaries_share_stack_slots():
+    """33 `hit[i] = ctx.len` statements needed 528 bytes of stack (a slot per temporary);
+    a 70-arm match of `N => hit[N] += 1` 560.  With lifetime markers they share slots."""
+    stmts = "".join(f"    hit[{i}] = ctx.len\n" for i in range(33))
+    arms = "".join(f"        {n} => hit[{n}] += 1,\n" for n in range(70))
+    src = f"""license "GPL"
+map hit: array<u32, u64>(max_entries: 80)
+xdp fn many(ctx) {{
+{stmts}    match ctx.len {{
+{arms}        _ => {{}}
+    }}
+    return XDP_PASS
+}}"""
+    res = compile_source(src, "many.bpfd", stats=True)
+    (st,) = res.stats
+    assert st.stack <= 32, st
+    with Prog(src) as p:
+        pkt = bytes(eth() / IP() / UDP() / (b"x" * 40))[:60]
+        assert p.verdict(pkt) == 2
+        assert p.counter("hit", 32) == 60  # hit[32] = ctx.len
+        assert p.counter("hit", 60) == 1  # the arm for len 60
+        assert p.counter("hit", 61) == 0
