@@ -76,5 +76,5 @@ def test_helper_names_match_kernel():
     ids = {v: n for n, v in k.items() if n.startswith("BPF_FUNC_") and n != "BPF_FUNC_unspec"}
     for helper_id, name in ids.items():
         if name.startswith("BPF_FUNC_") and helper_id < k["__BPF_FUNC_MAX_ID"]:
-            assert kernel_helper_name(helper_id) == "bpf_" + name[len("BPF_FUNC_"):]
+            assert kernel_helper_name(helper_id) == "bpf_" + name[len("BPF_FUNC_") :]
     assert kernel_helper_name(k["__BPF_FUNC_MAX_ID"] + 100) is None
