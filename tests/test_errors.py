@@ -94,6 +94,17 @@ xdp fn f(ctx) {
         "XDP_PASS",
     ),
     (
+        "cpumap_returns_xdp_tx",
+        """xdp(cpumap) fn f(ctx) {
+    return XDP_TX
+}""",
+        "bad-return",
+        4,
+        12,
+        "`XDP_TX` is not a valid return value for a xdp(cpumap)",
+        "XDP_PASS",
+    ),
+    (
         "bad_return_value",
         """xdp fn f(ctx) {
     return 7
