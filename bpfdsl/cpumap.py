@@ -144,6 +144,32 @@ _FLAVOUR = {
 }
 
 
+def entry_value(
+    info, first: int, prog_fd: int | None, want: AttachType, map_name: str, prog_name: str = ""
+) -> bytes:
+    """Value bytes of a cpumap/devmap entry: ``struct bpf_cpumap_val`` {qsize, bpf_prog.fd} or
+    ``struct bpf_devmap_val`` {ifindex, bpf_prog.fd} (include/uapi/linux/bpf.h), cut to the
+    map's value_size (4 = no program slot).  Checks the program's expected attach type.
+
+    Raises UsageError when a program is given but the map has 4-byte values, and
+    DiagnosticError when the program lacks the ``want`` attach type."""
+    kind = "cpumap" if want == AttachType.XDP_CPUMAP else "devmap"
+    if prog_fd is not None:
+        if info.value_size < 8:
+            what = "qsize" if kind == "cpumap" else "ifindex"
+            prog = "an on-CPU program" if kind == "cpumap" else "a devmap program"
+            raise UsageError(
+                error(
+                    f"{kind}-no-program-slot",
+                    f"{kind} '{map_name}' has {info.value_size}-byte values ({what} only); "
+                    f"{prog} needs struct bpf_{kind}_val (8 bytes)",
+                )
+            )
+        require_entry_program(prog_fd, want, map_name, prog_name or "?")
+    value = struct.pack("<Ii", first, int(prog_fd) if prog_fd is not None else 0)
+    return value[: info.value_size]
+
+
 def require_entry_program(prog_fd: int, want: AttachType, map_name: str, prog_name: str) -> None:
     """Raise DiagnosticError unless ``prog_fd`` is an XDP program of attach type ``want``.
 
@@ -239,19 +265,9 @@ def cpumap_set(
                 hint=f"pick a CPU below {min(n, info.max_entries)}",
             )
         )
-    if prog_fd is not None:
-        if info.value_size < 8:
-            raise UsageError(
-                error(
-                    "cpumap-no-program-slot",
-                    f"cpumap '{map_name}' has {info.value_size}-byte values (qsize only); "
-                    "an on-CPU program needs struct bpf_cpumap_val (8 bytes)",
-                )
-            )
-        require_entry_program(prog_fd, AttachType.XDP_CPUMAP, map_name, prog_name or "?")
-    value = struct.pack("<Ii", qsize, int(prog_fd) if prog_fd is not None else 0)
+    value = entry_value(info, qsize, prog_fd, AttachType.XDP_CPUMAP, map_name, prog_name)
     try:
-        S.map_update(map_fd, struct.pack("<I", cpu), value[: info.value_size])
+        S.map_update(map_fd, struct.pack("<I", cpu), value)
     except S.BpfPermissionError:
         raise
     except S.BpfError as e:

@@ -15,7 +15,7 @@ import struct
 from dataclasses import dataclass
 
 from bpfdsl import syscall as S
-from bpfdsl.cpumap import require_entry_program, require_map
+from bpfdsl.cpumap import entry_value, require_map
 from bpfdsl.diagnostics import DiagnosticError, UsageError, error
 from bpfdsl.netlink import ifindex as _ifindex
 from bpfdsl.netlink import ifname as _ifname
@@ -79,19 +79,9 @@ def devmap_set(
                 f"devmap '{map_name}': slot {key} is outside 0..{info.max_entries - 1}",
             )
         )
-    if prog_fd is not None:
-        if info.value_size < 8:
-            raise UsageError(
-                error(
-                    "devmap-no-program-slot",
-                    f"devmap '{map_name}' has {info.value_size}-byte values (ifindex only); "
-                    "a devmap program needs struct bpf_devmap_val (8 bytes)",
-                )
-            )
-        require_entry_program(prog_fd, AttachType.XDP_DEVMAP, map_name, prog_name or "?")
-    value = struct.pack("<Ii", idx, int(prog_fd) if prog_fd is not None else 0)
+    value = entry_value(info, idx, prog_fd, AttachType.XDP_DEVMAP, map_name, prog_name)
     try:
-        S.map_update(map_fd, struct.pack("<I", key), value[: info.value_size])
+        S.map_update(map_fd, struct.pack("<I", key), value)
     except S.BpfPermissionError:
         raise
     except S.BpfError as e:
