@@ -132,18 +132,15 @@ def sock_ops_detach(cgroup: str, prog_fd: int, *, prog_name: str = "") -> bool:
     """Detach ``prog_fd`` from the cgroup; False when it was not attached there."""
     fd = _open_cgroup(cgroup)
     try:
-        S.prog_detach(fd, AttachType.CGROUP_SOCK_OPS, prog_fd)
+        return S.prog_detach_if_attached(fd, AttachType.CGROUP_SOCK_OPS, prog_fd)
     except S.BpfPermissionError:
         raise
     except S.BpfError as e:
-        if e.errno == E.ENOENT:
-            return False
         raise DiagnosticError(
             error("detach-failed", f"detaching sock_ops '{prog_name}' from {cgroup}: {e}")
         ) from None
     finally:
         os.close(fd)
-    return True
 
 
 def _open_cgroup(cgroup: str) -> int:

@@ -10,7 +10,6 @@ from a sock_ops program (see :mod:`bpfdsl.cgroup`) or from user space with
 
 from __future__ import annotations
 
-import errno as E
 import socket
 import struct
 
@@ -71,16 +70,13 @@ def sk_msg_detach(
     """
     require_map(map_fd, SOCK_MAP_KINDS, map_name)
     try:
-        S.prog_detach(map_fd, AttachType.SK_MSG_VERDICT, prog_fd)
+        return S.prog_detach_if_attached(map_fd, AttachType.SK_MSG_VERDICT, prog_fd)
     except S.BpfPermissionError:
         raise
     except S.BpfError as e:
-        if e.errno == E.ENOENT:
-            return False
         raise DiagnosticError(
             error("detach-failed", f"detaching sk_msg '{prog_name}' from '{map_name}': {e}")
         ) from None
-    return True
 
 
 def sockmap_add(

@@ -464,6 +464,19 @@ def prog_detach(target_fd: int, attach_type: int, prog_fd: int = 0) -> None:
     sys_bpf(BpfCmd.PROG_DETACH, ProgAttachAttr(int(target_fd), int(prog_fd), int(attach_type)))
 
 
+def prog_detach_if_attached(target_fd: int, attach_type: int, prog_fd: int = 0) -> bool:
+    """BPF_PROG_DETACH; False (instead of BpfError ENOENT) when the program was not attached."""
+    try:
+        prog_detach(target_fd, attach_type, prog_fd)
+    except BpfPermissionError:
+        raise
+    except BpfError as e:
+        if e.errno == E.ENOENT:
+            return False
+        raise
+    return True
+
+
 def link_create(prog_fd: int, target: int, attach_type: int, flags: int = 0) -> Fd:
     """BPF_LINK_CREATE; for XDP ``target`` is the ifindex and ``flags`` XDP_FLAGS_*."""
     a = LinkCreateAttr(
