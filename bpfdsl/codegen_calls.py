@@ -142,14 +142,39 @@ class CallGen:
         be32 address, its first octet: all flows of one /8 on one CPU.  The finalizer
         (``h ^= h >> 16; h *= 0x85ebca6b; h ^= h >> 13; h *= 0xc2b2ae35; h ^= h >> 16``) mixes
         every input bit into the low bits.  Deterministic: a flow always picks the same slot;
-        cost: 2 instructions per word + 8."""
+        cost: 2 instructions per word + 8.
+
+        An address (``ipv6_addr``, 16 bytes; ``mac_addr``, 6) counts as its bytes in 32-bit
+        words the same way, the last one zero-filled: ``hash(ip6.saddr)`` equals ``hash`` of
+        the address's four be32 words, so IPv6 flows steer like IPv4 ones."""
         h = ir.Constant(I32, self.FNV_OFFSET)
         for a in args:
             t = a.ty.inner if isinstance(a.ty, T.RefType) else a.ty
-            w = self.rv(a, T.U32 if not isinstance(t, T.IntType) else T.IntType(32))
-            h = self.b.mul(self.b.xor(h, w), ir.Constant(I32, self.FNV_PRIME))
+            if isinstance(t, T.BytesType):
+                words = self.bytes_words(a, t.size)
+            else:
+                words = [self.rv(a, T.U32 if not isinstance(t, T.IntType) else T.IntType(32))]
+            for w in words:
+                h = self.b.mul(self.b.xor(h, w), ir.Constant(I32, self.FNV_PRIME))
         for shift, mul in ((16, self.FMIX[0]), (13, self.FMIX[1]), (16, None)):
             h = self.b.xor(h, self.b.lshr(h, ir.Constant(I32, shift)))
             if mul is not None:
                 h = self.b.mul(h, ir.Constant(I32, mul))
         return h
+
+    def bytes_words(self, e: ast.Expr, size: int) -> list[ir.Value]:
+        """The ``size`` bytes (a multiple of 2: mac_addr 6, ipv6_addr 16) of aggregate ``e``
+        as little-endian u32 loads, one per 4 bytes, a trailing 2 bytes zero-extended: each
+        word is the value a be32 (be16) field with those bytes holds, so hashing them
+        matches hashing such fields."""
+        mem = self.mem_of(e)
+        out = []
+        for off in range(0, size, 4):
+            n = min(4, size - off)
+            if isinstance(mem, (bytes, bytearray)):
+                out.append(ir.Constant(I32, int.from_bytes(mem[off : off + n], "little")))
+                continue
+            align = min(n, self.align_of(e))
+            v = self.b.load(self.gep(mem, off), typ=ir.IntType(8 * n), align=align)
+            out.append(v if n == 4 else self.b.zext(v, I32))
+        return out

@@ -147,13 +147,11 @@ def call(ex, e: ast.Call) -> T.Type:
             t = t.inner if isinstance(t, T.RefType) else t
             if isinstance(t, T.UntypedInt):
                 ex.coerce(a, T.U32)
-            elif not (isinstance(t, (T.IntType, T.BoolType, T.ErrorType)) and t.size <= 4):
-                ex.err(
-                    "type-mismatch",
-                    f"hash() takes integers of at most 32 bits, found {t}",
-                    a.span,
-                    "hash the halves of wider values: `hash(x >> 32, x as u32)`",
-                )
+            elif not (
+                isinstance(t, (T.IntType, T.BoolType, T.ErrorType)) and t.size <= 4
+            ) and not isinstance(t, T.BytesType):  # ipv6_addr, mac_addr: 32-bit words
+                msg, hint = _hash_refusal(t)
+                ex.err("type-mismatch", msg, a.span, hint)
         return T.U32
     if e.name == "skip_ext":
         t = ex.expr(args[0]) if args else None
@@ -366,6 +364,16 @@ def _swap(ex, e: ast.Call) -> T.Type:
 
         check_swap(ex, a, b, e.span)
     return T.VOID
+
+
+def _hash_refusal(t: T.Type) -> tuple[str, str]:
+    """(message, hint) for a ``hash()`` argument of type ``t`` it cannot take."""
+    msg = f"hash() takes integers of at most 32 bits and addresses, found {t}"
+    if isinstance(t, T.IntType) and t.be:
+        return msg, "hash the halves: `hash((host(x) >> 32) as u32, host(x) as u32)`"
+    if isinstance(t, T.IntType):
+        return msg, "hash the halves: `hash((x >> 32) as u32, x as u32)`"
+    return msg, "hash its fields: `hash(v.a, v.b, ...)`"
 
 
 def _helper_kind(ex, e: ast.Call, name: str) -> bool:
