@@ -60,9 +60,74 @@ def clang_cmd(src: Path, out: Path) -> list[str]:
     return [CLANG, *CLANG_ARGS, f"-I{arch_include()}", str(src), "-o", str(out)]
 
 
-def ours_compile_cmd(src: Path, out: Path) -> list[str]:
-    """The whole-process ``bpfdsl compile`` command line (the working tree's package)."""
+def ours_compile_cmd(src: Path, out: Path, venv: Path | None = None) -> list[str]:
+    """The whole-process ``bpfdsl compile`` command line: the ``bpfdsl`` script of ``venv``
+    (see :func:`installed_venv`) or, without one, the working tree's package."""
+    if venv is not None:
+        return [str(venv / "bin" / "bpfdsl"), "compile", str(src), "-o", str(out)]
     return [sys.executable, "-m", "bpfdsl", "compile", str(src), "-o", str(out)]
+
+
+def _tree_digest() -> str:
+    """A digest of what a wheel of the working tree contains (package, grammar, progs)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    files = [ROOT / "pyproject.toml"]
+    for top in ("bpfdsl", "grammar", "progs"):
+        files += sorted(
+            p for p in (ROOT / top).rglob("*") if p.is_file() and "__pycache__" not in p.parts
+        )
+    for f in files:
+        h.update(str(f.relative_to(ROOT)).encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def installed_venv(log=print) -> Path:
+    """A venv with the working tree installed as a user installs it (``pip install`` of the
+    tree: a non-editable wheel with byte-compiled modules), so whole-process figures are what
+    a user's ``bpfdsl`` command costs, not the tree's (no editable-install import hook, no
+    byte-compiling on each run when PYTHONDONTWRITEBYTECODE is set).  Kept under the temp dir
+    keyed by a digest of the tree, so reruns on an unchanged tree reuse it.  Raises
+    BenchError when pip fails (no network and no pip cache for the dependencies)."""
+    import tempfile
+
+    venv = Path(tempfile.gettempdir()) / f"bpfdsl-bench-venv-{_tree_digest()}"
+    if (venv / "bin" / "bpfdsl").exists():
+        return venv
+    log(f"installing the working tree into {venv} (first run only, ~30 s)")
+    for old in venv.parent.glob("bpfdsl-bench-venv-*"):  # venvs of earlier tree states
+        shutil.rmtree(old, ignore_errors=True)
+    try:
+        run([sys.executable, "-m", "venv", str(venv)], timeout=300)
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+        run([str(venv / "bin" / "pip"), "install", "-q", str(ROOT)], timeout=900, env=env)
+    except (BenchError, subprocess.TimeoutExpired) as e:
+        shutil.rmtree(venv, ignore_errors=True)
+        raise BenchError(f"could not install the tree into a venv: {e}") from None
+    return venv
+
+
+def clean_env() -> dict[str, str]:
+    """Environment for timing an installed venv's commands: no PYTHONPATH (the tree must not
+    shadow the install) and byte-code caching as users have it."""
+    return {
+        k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONDONTWRITEBYTECODE")
+    }
+
+
+def time_interleaved(
+    cmds: Sequence[Sequence[str]], runs: int, *, env=None, cwd=None
+) -> list[list[float]]:
+    """Wall-clock seconds of ``runs`` rounds of ``cmds`` run one after another (A B A B ...),
+    so a drift of machine load hits every command alike.  Each must exit 0."""
+    out: list[list[float]] = [[] for _ in cmds]
+    for _ in range(runs):
+        for i, cmd in enumerate(cmds):
+            t0 = time.perf_counter()
+            run(cmd, env=env, cwd=cwd)
+            out[i].append(time.perf_counter() - t0)
+    return out
 
 
 def require_tool(name: str, hint: str) -> str:
@@ -105,14 +170,24 @@ def time_process(cmd: Sequence[str], runs: int, *, timeout: float = 120, env=Non
     return out
 
 
-def python_floor(runs: int, imports: Sequence[str]) -> dict[str, float]:
+def python_floor(runs: int, imports: Sequence[str], venv: Path | None = None) -> dict[str, float]:
     """Median ms of bare interpreter start-up and of start-up + each import in ``imports``:
-    the part of a whole-process figure that no compiler or loader work can remove."""
-    env = env_with_tree()
-    out = {"python3 -c pass": median(time_process([sys.executable, "-c", "pass"], runs)) * 1000}
+    the part of a whole-process figure that no compiler or loader work can remove.  With
+    ``venv`` (see :func:`installed_venv`) its interpreter and installed package are timed,
+    run from the temp dir so the working tree cannot shadow the install."""
+    import tempfile
+
+    if venv is None:
+        py, env, cwd = sys.executable, env_with_tree(), None
+    else:
+        py, env, cwd = str(venv / "bin" / "python"), clean_env(), tempfile.gettempdir()
+    out = {
+        "python -c pass": median(time_interleaved([[py, "-c", "pass"]], runs, env=env, cwd=cwd)[0])
+        * 1000
+    }
     for mod in imports:
-        cmd = [sys.executable, "-c", f"import {mod}"]
-        out[f"import {mod}"] = median(time_process(cmd, runs, env=env)) * 1000
+        cmd = [py, "-c", f"import {mod}"]
+        out[f"import {mod}"] = median(time_interleaved([cmd], runs, env=env, cwd=cwd)[0]) * 1000
     return out
 
 

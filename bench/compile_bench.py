@@ -6,7 +6,8 @@ For every progs/NAME.bpfd that has a tests/data/c/NAME.c twin, prints
      instructions ours vs clang's ("processed N insns" from the kernel log of BPF_PROG_LOAD
      with log_level 1|4 = BPF_LOG_LEVEL1 | BPF_LOG_STATS);
   2. per file: whole-process compile time ``bpfdsl compile`` vs
-     ``clang-19 -O2 -g -target bpf -c`` (median of --runs runs, ratio ours/clang), and the
+     ``clang-19 -O2 -g -target bpf -c`` (median of --runs runs, ratio ours/clang, the two run
+     alternately), and the
      in-process time of ``bpfdsl.compiler.compile_source`` (median of --inproc-runs runs after a
      first, discarded, warm-up call).
 Goals (issue 2): insns and processed insns <= clang's; whole-process ratio <= 1.5; in-process
@@ -17,7 +18,13 @@ Instruction counts are in 8-byte slots, as the kernel counts them (``insn_cnt`` 
 BPF_PROG_LOAD): an ld_imm64 counts as two, for both compilers.  A program's count includes
 the .text subprograms its object carries (none for inlined code).
 
+The whole-process ``bpfdsl`` is the ``bpfdsl`` script of a venv holding the working tree
+installed as a user installs it (``pip install .``: byte-compiled, no editable-install hook;
+built once per tree state under the temp dir, see benchlib.installed_venv); ``--tree`` times
+``python -m bpfdsl`` from the tree instead.
+
 Usage: python3 bench/compile_bench.py [--runs N] [--inproc-runs N] [--programs a,b] [--quick]
+       [--tree]
 """
 
 from __future__ import annotations
@@ -127,11 +134,17 @@ def le(a, b):
 
 
 def bench(
-    names, runs: int, inproc_runs: int, kernel: bool, work: Path, budget: float = 1e9
+    names,
+    runs: int,
+    inproc_runs: int,
+    kernel: bool,
+    work: Path,
+    budget: float = 1e9,
+    venv: Path | None = None,
 ) -> dict:
     """Run everything; returns {"programs": [...rows], "files": [...rows], "notes": [...]}."""
     res = {"programs": [], "files": [], "notes": [], "loaded_with": set()}
-    env = B.env_with_tree()
+    env = B.env_with_tree() if venv is None else B.clean_env()
     t_start = time.monotonic()
     for name in names:
         if time.monotonic() - t_start > budget and runs > 1:
@@ -178,15 +191,21 @@ def bench(
                     "processed_goal": le(op, cp),
                 }
             )
-        t_clang = B.median(B.time_process(B.clang_cmd(csrc, cobj), runs))
-        row = {"file": name, "clang_ms": t_clang * 1000, "runs": runs}
+        row = {"file": name, "runs": runs}
+        clang_cmd = B.clang_cmd(csrc, cobj)
         if have_ours:
             try:
-                t_ours = B.median(B.time_process(B.ours_compile_cmd(bpfd, oobj), runs, env=env))
-                row.update(ours_ms=t_ours * 1000, ratio=t_ours / t_clang)
+                ours_cmd = B.ours_compile_cmd(bpfd, oobj, venv)
+                t_clang, t_ours = map(
+                    B.median, B.time_interleaved([clang_cmd, ours_cmd], runs, env=env)
+                )
+                row.update(clang_ms=t_clang * 1000, ours_ms=t_ours * 1000, ratio=t_ours / t_clang)
                 row["ratio_goal"] = row["ratio"] <= GOAL_RATIO
             except B.BenchError as e:
                 res["notes"].append(f"{name}: `bpfdsl compile` (whole process) failed: {e}")
+        if "clang_ms" not in row:
+            row["clang_ms"] = B.median(B.time_process(clang_cmd, runs)) * 1000
+        if have_ours:
             try:
                 row["inproc_ms"] = inproc_ms(bpfd, inproc_runs)
                 row["inproc_goal"] = row["inproc_ms"] <= GOAL_INPROC_MS
@@ -195,7 +214,7 @@ def bench(
         res["files"].append(row)
     res["loaded_with"] = sorted(res["loaded_with"])
     try:
-        res["floor_ms"] = B.python_floor(runs, ["bpfdsl.cli", "bpfdsl.compiler"])
+        res["floor_ms"] = B.python_floor(runs, ["bpfdsl.cli", "bpfdsl.compiler"], venv)
     except B.BenchError as e:
         res["notes"].append(f"start-up floor not measured: {e}")
     return res
@@ -269,6 +288,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-kernel", action="store_true", help="skip the verifier column")
     ap.add_argument("--budget", type=float, default=200, help="seconds before runs drop to 1")
     ap.add_argument("--json", metavar="FILE", help="also write the results as JSON")
+    ap.add_argument(
+        "--tree",
+        action="store_true",
+        help="time `python -m bpfdsl` from the working tree instead of an installed venv",
+    )
     a = ap.parse_args(argv)
     busy = B.load_note()  # before we add load ourselves
     if a.quick:
@@ -287,8 +311,11 @@ def main(argv: list[str] | None = None) -> int:
         if kernel:
             B.require_root()
             B.require_tool("bpftool", "apt-get install bpftool (or pass --no-kernel)")
+        venv = None if a.tree else B.installed_venv()
         with tempfile.TemporaryDirectory(prefix="bpfdsl-cbench-") as tmp:
-            res = bench(names, a.runs, a.inproc_runs, kernel, Path(tmp), a.budget)
+            res = bench(names, a.runs, a.inproc_runs, kernel, Path(tmp), a.budget, venv)
+        how = "the working tree (python -m bpfdsl)" if venv is None else f"{venv}/bin/bpfdsl"
+        res["notes"].insert(0, f"whole-process bpfdsl timed as {how}")
     except B.BenchError as e:
         print(f"compile_bench: {e}", file=sys.stderr)
         return 1
