@@ -114,7 +114,19 @@ class CallGen:
         return self.var(self.c.sym[e]), 8
 
     def swap(self, a: ast.Expr, b: ast.Expr) -> None:
-        """Exchange two values in memory (no checksum change: see sema_calls._swap)."""
+        """Exchange two values in memory (no checksum change: see sema_calls._swap), except
+        ``swap(ip6.saddr, ip6.daddr)`` behind a Routing header with segments_left != 0:
+        the L4 pseudo-header then holds the final destination, not ip6.daddr (RFC 8200
+        8.1), so only its source changes, and the L4 checksum is updated for that."""
+        rh_words = None
+        if (
+            isinstance(a, ast.Field)
+            and isinstance(a.obj.ty, T.HeaderType)
+            and a.obj.ty.layout.name == "ipv6"
+            and {a.name, b.name} == {"saddr", "daddr"}
+        ):
+            hdr = self.gen(a.obj)
+            rh_words = self._words(hdr, 8, 24)
         pa, aa = self.lvalue_ptr(a)
         pb, ab = self.lvalue_ptr(b)
         ty = a.ty
@@ -130,6 +142,12 @@ class CallGen:
             y = self.b.load(self.gep(pb, off), typ=it, align=min(w, align))
             self.b.store(y, self.gep(pa, off), align=min(w, align))
             self.b.store(x, self.gep(pb, off), align=min(w, align))
+        if rh_words is not None:
+            from .headers import PSEUDO_FIELDS
+
+            kinds = PSEUDO_FIELDS["ipv6"]["saddr"]
+            l4 = self._related_l4(a.obj, kinds)
+            self.pseudo_update(l4, hdr, True, kinds, rh_words, self._words(hdr, 8, 24), True)
 
     FNV_OFFSET, FNV_PRIME = 2166136261, 16777619  # FNV-1a, 32-bit (IETF draft-eastlake-fnv)
     FMIX = (0x85EBCA6B, 0xC2B2AE35)  # MurmurHash3 fmix32 multipliers

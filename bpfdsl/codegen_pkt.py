@@ -144,9 +144,11 @@ class PktGen:
         upper-layer protocol number (u8); missing if truncated or too many headers."""
         return self.ext_walk(self.gen(e.args[0]), fail)
 
-    def ext_walk(self, ip6: ir.Value, fail: ir.Block) -> ir.Value:
+    def ext_walk(self, ip6: ir.Value, fail: ir.Block, flags: ir.Value | None = None) -> ir.Value:
         """The walk of :meth:`skip_ext` from the cursor (just past the ipv6 header at
-        ``ip6``); leaves the cursor at the upper-layer header; returns its protocol (u8)."""
+        ``ip6``); leaves the cursor at the upper-layer header; returns its protocol (u8).
+        ``flags`` (an i8 slot, set to 0 by the caller) collects what the walk passed:
+        EXT_RH_ACTIVE, EXT_LATER_FRAG."""
         nh_slot = self.alloca(I8, "nexthdr", 1)
         cnt = self.alloca(I32, "ext.i", 4)
         self.b.store(self.b.load(self.gep(ip6, 6), typ=I8, align=1), nh_slot)
@@ -176,12 +178,54 @@ class PktGen:
         )
         is_frag = self.b.icmp_unsigned("==", nh, ir.Constant(I8, 44))
         ln = self.b.select(is_frag, ir.Constant(I64, 8), ln)
+        if flags is not None:
+            self._ext_flags(flags, nh, cur, is_frag)
         self.b.store(self.gep(cur, ln), self.f.cursor)
         self.b.store(nxt_hdr, nh_slot)
         self.b.store(self.b.add(self.b.load(cnt), ir.Constant(I32, 1)), cnt)
         self.b.branch(head)
         self.start(done)
         return self.b.load(nh_slot)
+
+    EXT_RH_ACTIVE = 1  # a Routing header with segments_left != 0 (RFC 8200 4.4)
+    EXT_LATER_FRAG = 2  # a Fragment header with a non-zero offset: no L4 header follows
+
+    def _ext_flags(self, flags: ir.Value, nh: ir.Value, cur: ir.Value, is_frag: ir.Value) -> None:
+        """``flags |=`` what extension header ``cur`` (8 bytes checked, next header value
+        ``nh``) is: a Routing header (43) whose segments_left (byte 3) is not 0, or a
+        Fragment header (44) whose 13-bit offset (the be16 at byte 2 without its low 3
+        bits) is not 0."""
+        b = self.b
+        segs = b.load(self.gep(cur, 3), typ=I8, align=1)
+        rh = b.and_(
+            b.icmp_unsigned("==", nh, ir.Constant(I8, 43)),
+            b.icmp_unsigned("!=", segs, ir.Constant(I8, 0)),
+        )
+        off = b.load(self.gep(cur, 2), typ=I16, align=2)  # be16 loaded as le: mask 0xfff8
+        later = b.and_(
+            is_frag,
+            b.icmp_unsigned("!=", b.and_(off, ir.Constant(I16, 0xF8FF)), ir.Constant(I16, 0)),
+        )
+        bits = b.or_(
+            b.select(rh, ir.Constant(I8, self.EXT_RH_ACTIVE), ir.Constant(I8, 0)),
+            b.select(later, ir.Constant(I8, self.EXT_LATER_FRAG), ir.Constant(I8, 0)),
+        )
+        b.store(b.or_(b.load(flags, typ=I8), bits), flags)
+
+    def _walk_flags(self, ip6: ir.Value) -> ir.Value:
+        """The EXT_* flags (u8) of the extension headers after the ipv6 header at ``ip6``
+        (walked like skip_ext, the cursor left where it was); when the walk gives up
+        (packet cut short, more than IPV6_EXT_MAX headers) what it passed until then."""
+        flags = self.alloca(I8, "ext.flags", 1)
+        self.b.store(ir.Constant(I8, 0), flags)
+        saved = self.b.load(self.f.cursor, typ=PTR)
+        self.b.store(self.gep(ip6, 40), self.f.cursor)
+        end = self.new_block("ext.end")
+        self.ext_walk(ip6, end, flags)
+        self.b.branch(end)
+        self.start(end)
+        self.b.store(saved, self.f.cursor)
+        return self.b.load(flags, typ=I8)
 
     def resize(self, e: ast.Call) -> ir.Value:
         """adjust_head/tail/meta, msg_pull/push/pop_data: the helper call, then cursor = data
@@ -231,19 +275,68 @@ class PktGen:
                         out.append((loc.ty.layout, self.b.load(slot, typ=PTR)))
         return out if seen else None
 
-    def _runtime_l4(self, ip: ir.Value, v6: bool, kinds: tuple[str, ...], old_w, new_w) -> None:
+    def _rh_test(self, flags: ir.Value, mask: int, rh: bool | None) -> ir.Value:
+        """i1: ``flags & mask`` is what an update of rule ``rh`` needs (see pseudo_update)."""
+        want = self.EXT_RH_ACTIVE if rh else 0
+        mask |= self.EXT_RH_ACTIVE if rh is not None else 0
+        masked = self.b.and_(flags, ir.Constant(I8, mask))
+        return self.b.icmp_unsigned("==", masked, ir.Constant(I8, want))
+
+    def pseudo_update(
+        self,
+        l4: list | None,
+        hdr: ir.Value,
+        v6: bool,
+        kinds: tuple[str, ...],
+        old_w,
+        new_w,
+        rh: bool | None = None,
+    ) -> None:
+        """Update the checksums of the L4 headers (of ``kinds``) after the IP header ``hdr``
+        for pseudo-header words ``old_w`` -> ``new_w``: those in scope, ``l4`` (from
+        _related_l4), or if None the one found at run time.  ``rh``: None,
+        always; False, only when no Routing header with segments_left != 0 follows (IPv6
+        ``daddr``: RFC 8200 8.1, the pseudo-header then holds the final destination, the
+        last address of the Routing header, which the write does not change); True, only
+        when one does."""
+        if l4 is None:
+            self._runtime_l4(hdr, v6, kinds, old_w, new_w, rh)
+            return
+        if not l4:
+            return
+        done = None
+        if rh is not None:
+            go, done = self.new_block("pseudo.rh"), self.new_block("pseudo.done")
+            self.b.cbranch(self._rh_test(self._walk_flags(hdr), 0, rh), go, done)
+            self.start(go)
+        for l4layout, l4ptr in l4:
+            self.csum_update(self.gep(l4ptr, l4layout.csum), old_w, new_w, l4layout.zero_ok)
+        if done is not None:
+            self.b.branch(done)
+            self.start(done)
+
+    def _runtime_l4(
+        self, ip: ir.Value, v6: bool, kinds: tuple[str, ...], old_w, new_w, rh: bool | None
+    ) -> None:
         """Pseudo-header update when no L4 header of this IP header is in scope: find it
         from the packet (IPv4: protocol, not a later fragment, ihl*4 on; IPv6: walk the
-        extension headers like skip_ext) and update its checksum if it is one of ``kinds``
-        and lies inside the packet.  Beyond IPV6_EXT_MAX extension headers: no update."""
+        extension headers like skip_ext, not in a later fragment, ``rh`` as in
+        pseudo_update) and update its checksum if it is one of ``kinds`` and lies inside
+        the packet.  Beyond IPV6_EXT_MAX extension headers: no update."""
         from .headers import HEADERS, L4_PROTO
 
         done = self.new_block("pseudo.done")
         if v6:
             saved = self.b.load(self.f.cursor, typ=PTR)
             self.b.store(self.gep(ip, 40), self.f.cursor)
-            proto = self.ext_walk(ip, done)
+            flags = self.alloca(I8, "ext.flags", 1)
+            self.b.store(ir.Constant(I8, 0), flags)
+            proto = self.ext_walk(ip, done, flags)
             l4 = self.b.load(self.f.cursor, typ=PTR)
+            go = self.new_block("pseudo.l4")
+            test = self._rh_test(self.b.load(flags, typ=I8), self.EXT_LATER_FRAG, rh)
+            self.b.cbranch(test, go, done)
+            self.start(go)
         else:
             proto = self.b.load(self.gep(ip, 9), typ=I8, align=1)
             frag = self.b.load(self.gep(ip, 6), typ=I16, align=2)  # be16 loaded as le
@@ -300,11 +393,10 @@ class PktGen:
             twice = layout.name == "udp" and tgt.name == "len"
             old_w, new_w = (old_w * 2, new_w * 2) if twice else (old_w, new_w)
             self.csum_update(self.gep(hdr, layout.csum), old_w, new_w, layout.zero_ok)
-        if l4 is None:
-            self._runtime_l4(hdr, layout.name == "ipv6", kinds, old_w, new_w)
-            return
-        for l4layout, l4ptr in l4:
-            self.csum_update(self.gep(l4ptr, l4layout.csum), old_w, new_w, l4layout.zero_ok)
+        if kinds:
+            v6 = layout.name == "ipv6"
+            rh = False if v6 and tgt.name == "daddr" else None
+            self.pseudo_update(l4, hdr, v6, kinds, old_w, new_w, rh)
 
     def csum_update(
         self, cp: ir.Value, old: list[ir.Value], new: list[ir.Value], zero_ok: bool
