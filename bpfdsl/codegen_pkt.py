@@ -8,7 +8,10 @@ loaded from ``struct xdp_md`` (u32 at offsets 0/4, zero-extended, as clang does)
 use, so after adjust_head/adjust_tail (which reset the cursor to data) they are fresh.
 Header field writes update checksums incrementally per RFC 1624 eqn. 3: the IPv4 header
 checksum, the L4 checksum for port writes, and the L4 pseudo-header checksum for IP
-address writes (UDP: a zero checksum stays zero, a computed zero becomes 0xffff).
+address writes (UDP: a zero checksum stays zero, a computed zero becomes 0xffff).  An
+IPv6 ``daddr`` write updates the L4 checksum only if no Routing header with segments left
+follows (RFC 8200 8.1: the pseudo-header then holds the final destination), checked at
+run time by walking the extension headers.
 """
 
 from __future__ import annotations
