@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import errno
 import os
-from dataclasses import dataclass, field, fields
 
 from bpfdsl import netlink, syscall
 from bpfdsl.diagnostics import DiagnosticError, UsageError, error
+from bpfdsl.record import FrozenRecord
 from bpfdsl.uapi import BPF_F_REPLACE, AttachType, LinkType, ProgramType, XdpFlags
 
 MODES = ("native", "generic")  # offload is refused: it needs a device-bound program
@@ -22,8 +22,7 @@ BPFFS = "/sys/fs/bpf"
 DEFAULT_PIN_ROOT = BPFFS + "/bpfdsl"  # where the CLI pins when no --pin-dir is given
 
 
-@dataclass(frozen=True, slots=True)
-class XdpAttachment:
+class XdpAttachment(FrozenRecord):
     """One XDP program on one interface.
 
     ``method``: ``link`` (a BPF link, ``link_id``; pinned at ``link_pin`` unless None) or
@@ -36,13 +35,48 @@ class XdpAttachment:
     mode: str
     method: str
     prog_id: int
-    prog_name: str = ""
-    link_id: int | None = None
-    link_pin: str | None = None
-    link_fd: syscall.Fd | None = field(default=None, compare=False, repr=False)
+    prog_name: str
+    link_id: int | None
+    link_pin: str | None
+    link_fd: syscall.Fd | None
+
+    _hidden = ("link_fd",)
+    __slots__ = (
+        "dev",
+        "ifindex",
+        "mode",
+        "method",
+        "prog_id",
+        "prog_name",
+        "link_id",
+        "link_pin",
+        "link_fd",
+    )
+
+    def __init__(
+        self,
+        dev: str,
+        ifindex: int,
+        mode: str,
+        method: str,
+        prog_id: int,
+        prog_name: str = "",
+        link_id: int | None = None,
+        link_pin: str | None = None,
+        link_fd: syscall.Fd | None = None,
+    ) -> None:
+        self.dev = dev
+        self.ifindex = ifindex
+        self.mode = mode
+        self.method = method
+        self.prog_id = prog_id
+        self.prog_name = prog_name
+        self.link_id = link_id
+        self.link_pin = link_pin
+        self.link_fd = link_fd
 
     def to_dict(self) -> dict:
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "link_fd"}
+        return {n: getattr(self, n) for n in self.__slots__ if n != "link_fd"}
 
 
 def link_pin_path(pin_dir: str, dev: str) -> str:

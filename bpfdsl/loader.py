@@ -13,17 +13,19 @@ from __future__ import annotations
 import errno as E
 import os
 import struct
-from dataclasses import dataclass, field, replace
-from typing import Any
 
-from bpfdsl import cpumap
 from bpfdsl import syscall as S
 from bpfdsl.diagnostics import DiagnosticError, UsageError, error
-from bpfdsl.insn import encode
+from bpfdsl.insn import Insn, encode
 from bpfdsl.loader_log import summarize
 from bpfdsl.objfile import CollectionSpec, DataSection, ProgramSpec
 from bpfdsl.objfile_maps import PIN_BY_NAME, MapSpec
+from bpfdsl.record import Record
 from bpfdsl.uapi import BPF_F_RDONLY_PROG, BPF_PSEUDO_MAP_FD, BPF_PSEUDO_MAP_VALUE, MapType
+
+TYPE_CHECKING = False  # typing costs import time on the load path
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import Any
 
 DEFAULT_PIN_ROOT = "/sys/fs/bpf"  # libbpf's default for LIBBPF_PIN_BY_NAME
 
@@ -64,8 +66,7 @@ def _fail(code: str, msg: str, hint: str | None = None) -> LoadError:
     return LoadError(error(code, msg, hint=hint))
 
 
-@dataclass(slots=True)
-class LoadedMap:
+class LoadedMap(Record):
     """A live map: ``fd``, its spec (None for internal data-section maps), ``pinned`` path
     when pinned by name, ``reused`` when an existing pin was opened."""
 
@@ -76,30 +77,88 @@ class LoadedMap:
     value_size: int
     max_entries: int
     map_type: int
-    pinned: str | None = None
-    reused: bool = False
+    pinned: str | None
+    reused: bool
+
+    __slots__ = (
+        "name",
+        "fd",
+        "spec",
+        "key_size",
+        "value_size",
+        "max_entries",
+        "map_type",
+        "pinned",
+        "reused",
+    )
+
+    def __init__(
+        self,
+        name: str,
+        fd: S.Fd,
+        spec: MapSpec | None,
+        key_size: int,
+        value_size: int,
+        max_entries: int,
+        map_type: int,
+        pinned: str | None = None,
+        reused: bool = False,
+    ) -> None:
+        self.name = name
+        self.fd = fd
+        self.spec = spec
+        self.key_size = key_size
+        self.value_size = value_size
+        self.max_entries = max_entries
+        self.map_type = map_type
+        self.pinned = pinned
+        self.reused = reused
 
 
-@dataclass(slots=True)
-class LoadedProgram:
+class LoadedProgram(Record):
     """A live program: ``fd``, its spec and the verifier log (empty unless log_level>0)."""
 
     name: str
     fd: S.Fd
     spec: ProgramSpec
-    log: str = ""
+    log: str
+
+    __slots__ = ("name", "fd", "spec", "log")
+
+    def __init__(self, name: str, fd: S.Fd, spec: ProgramSpec, log: str = "") -> None:
+        self.name = name
+        self.fd = fd
+        self.spec = spec
+        self.log = log
 
 
-@dataclass(slots=True)
-class Collection:
+class Collection(Record):
     """Everything one load made.  Context manager: ``close()`` closes all fds (pins stay)."""
 
     spec: CollectionSpec
-    maps: dict[str, LoadedMap] = field(default_factory=dict)
-    programs: dict[str, LoadedProgram] = field(default_factory=dict)
-    btf_fd: S.Fd | None = None
-    warnings: list[str] = field(default_factory=list)
-    pins: list[str] = field(default_factory=list)  # pins made by this load (pinning by name)
+    maps: dict[str, LoadedMap]
+    programs: dict[str, LoadedProgram]
+    btf_fd: S.Fd | None
+    warnings: list[str]
+    pins: list[str]  # pins made by this load (pinning by name)
+
+    __slots__ = ("spec", "maps", "programs", "btf_fd", "warnings", "pins")
+
+    def __init__(
+        self,
+        spec: CollectionSpec,
+        maps: dict[str, LoadedMap] | None = None,
+        programs: dict[str, LoadedProgram] | None = None,
+        btf_fd: S.Fd | None = None,
+        warnings: list[str] | None = None,
+        pins: list[str] | None = None,
+    ) -> None:
+        self.spec = spec
+        self.maps = {} if maps is None else maps
+        self.programs = {} if programs is None else programs
+        self.btf_fd = btf_fd
+        self.warnings = [] if warnings is None else warnings
+        self.pins = [] if pins is None else pins
 
     def close(self) -> None:
         for p in self.programs.values():
@@ -207,6 +266,8 @@ def _map_create(coll: Collection, name: str, m: MapSpec, max_entries: int, **kw)
 def _create_map(coll: Collection, m: MapSpec, pin_root: str) -> None:
     max_entries = m.max_entries
     if m.map_type == MapType.CPUMAP:
+        from bpfdsl import cpumap  # noqa: PLC0415 (only objects with a cpumap)
+
         if m.key_size != 4 or m.value_size not in (4, 8):
             raise _fail(
                 "bad-map",
@@ -236,6 +297,8 @@ def _create_map(coll: Collection, m: MapSpec, pin_root: str) -> None:
         raise
     except S.BpfError as e:
         if m.map_type == MapType.CPUMAP:
+            from bpfdsl import cpumap  # noqa: PLC0415
+
             raise cpumap.explain_create_error(e, m.name, m.max_entries) from None
         raise _map_error(m, max_entries, e) from None
     finally:
@@ -368,13 +431,12 @@ def _load_program(coll: Collection, p: ProgramSpec, log_level: int, log_size: in
         x = insns[r.insn_idx]
         if r.kind == "map":
             fd = int(coll.maps[r.symbol].fd)
-            insns[r.insn_idx] = replace(x, src=BPF_PSEUDO_MAP_FD, imm=fd)
+            insns[r.insn_idx] = Insn(x.opcode, x.dst, BPF_PSEUDO_MAP_FD, x.off, fd)
         else:
             fd = int(coll.maps[r.symbol].fd)
             v = (fd & 0xFFFFFFFF) | ((r.offset & 0xFFFFFFFF) << 32)
-            insns[r.insn_idx] = replace(
-                x, src=BPF_PSEUDO_MAP_VALUE, imm=v - (1 << 64) if v >> 63 else v
-            )
+            imm = v - (1 << 64) if v >> 63 else v
+            insns[r.insn_idx] = Insn(x.opcode, x.dst, BPF_PSEUDO_MAP_VALUE, x.off, imm)
     kw: dict[str, Any] = {}
     if coll.btf_fd is not None:
         kw["btf_fd"] = int(coll.btf_fd)

@@ -16,9 +16,9 @@ import socket
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 
 from bpfdsl.diagnostics import DiagnosticError, error
+from bpfdsl.record import FrozenRecord
 from bpfdsl.uapi import XdpFlags
 
 CLONE_NEWNET = 0x40000000  # linux/sched.h
@@ -31,8 +31,7 @@ _ATTACHED_MODES = {0: None, 1: "native", 2: "generic", 3: "offload", 4: "multi"}
 MODE_FLAGS = {"native": XdpFlags.DRV_MODE, "generic": XdpFlags.SKB_MODE}
 
 
-@dataclass(frozen=True, slots=True)
-class XdpState:
+class XdpState(FrozenRecord):
     """What netlink reports about XDP on one interface (``IFLA_XDP`` of RTM_GETLINK).
 
     ``mode``: None (nothing attached), ``native``, ``generic``, ``offload`` or ``multi``;
@@ -43,8 +42,24 @@ class XdpState:
     ifindex: int
     mode: str | None
     prog_id: int
-    drv_prog_id: int = 0
-    skb_prog_id: int = 0
+    drv_prog_id: int
+    skb_prog_id: int
+
+    __slots__ = ("ifindex", "mode", "prog_id", "drv_prog_id", "skb_prog_id")
+
+    def __init__(
+        self,
+        ifindex: int,
+        mode: str | None,
+        prog_id: int,
+        drv_prog_id: int = 0,
+        skb_prog_id: int = 0,
+    ) -> None:
+        self.ifindex = ifindex
+        self.mode = mode
+        self.prog_id = prog_id
+        self.drv_prog_id = drv_prog_id
+        self.skb_prog_id = skb_prog_id
 
     def prog_id_for(self, mode: str) -> int:
         """Program id attached in ``mode`` (``native``/``generic``), 0 when none."""

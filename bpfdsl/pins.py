@@ -14,14 +14,14 @@ from __future__ import annotations
 import json
 import os
 import socket
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from bpfdsl import syscall as S
 from bpfdsl.attach import BPFFS, DEFAULT_PIN_ROOT, ensure_bpffs, fd_kind, is_bpffs
 from bpfdsl.diagnostics import UsageError, error
+from bpfdsl.record import Record
 from bpfdsl.uapi import LinkType
 
+TYPE_CHECKING = False  # (typing costs import time on the load path)
 if TYPE_CHECKING:  # the loader (and pyelftools) is not imported by `bpfdsl unload`
     from bpfdsl.loader import Collection
 
@@ -29,13 +29,21 @@ MANIFEST = "bpfdsl_manifest"
 _PREFIX = "bpfdsl:"
 
 
-@dataclass(slots=True)
-class PinnedCollection:
+class PinnedCollection(Record):
     """Where things were pinned: program/map name -> absolute pin path."""
 
     dir: str
-    programs: dict[str, str] = field(default_factory=dict)
-    maps: dict[str, str] = field(default_factory=dict)
+    programs: dict[str, str]
+    maps: dict[str, str]
+
+    __slots__ = ("dir", "programs", "maps")
+
+    def __init__(
+        self, dir: str, programs: dict[str, str] | None = None, maps: dict[str, str] | None = None
+    ) -> None:
+        self.dir = dir
+        self.programs = {} if programs is None else programs
+        self.maps = {} if maps is None else maps
 
 
 def pin_name(name: str) -> str:

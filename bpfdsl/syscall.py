@@ -13,7 +13,6 @@ import ctypes as C
 import errno as E
 import os
 import platform
-from dataclasses import dataclass
 
 from bpfdsl.bpf_attr import (  # noqa: F401  (re-exported: syscall.ProgInfo ...)
     BtfInfo,
@@ -33,6 +32,7 @@ from bpfdsl.bpf_attr import (  # noqa: F401  (re-exported: syscall.ProgInfo ...)
     ProgLoadAttr,
     TestRunAttr,
 )
+from bpfdsl.record import FrozenRecord
 from bpfdsl.uapi import BPF_ANY, BPF_F_TEST_XDP_LIVE_FRAMES, BPF_OBJ_NAME_LEN, BpfCmd, MapType
 
 _NR_BPF = {
@@ -381,8 +381,7 @@ def btf_load(data: bytes, *, log_level: int = 0, log_size: int = 1 << 16) -> tup
     return Fd(fd), log
 
 
-@dataclass(frozen=True, slots=True)
-class TestRunResult:
+class TestRunResult(FrozenRecord):
     """Result of BPF_PROG_TEST_RUN: ``retval`` (program return value), ``data_out`` (the
     packet after the program, bytes), ``duration_ns`` (mean ns per run, kernel-measured),
     ``ctx_out`` (context after the run, bytes, empty when no ctx was given)."""
@@ -390,7 +389,17 @@ class TestRunResult:
     retval: int
     data_out: bytes
     duration_ns: int
-    ctx_out: bytes = b""
+    ctx_out: bytes
+
+    __slots__ = ("retval", "data_out", "duration_ns", "ctx_out")
+
+    def __init__(
+        self, retval: int, data_out: bytes, duration_ns: int, ctx_out: bytes = b""
+    ) -> None:
+        self.retval = retval
+        self.data_out = data_out
+        self.duration_ns = duration_ns
+        self.ctx_out = ctx_out
 
 
 def prog_test_run(
