@@ -9,7 +9,6 @@ still being explored on the same path is an infinite loop.  Limits are the kerne
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .. import uapi as U
@@ -29,13 +28,15 @@ MAX_CALL_FRAMES = 8
 MAX_STATES_PER_INSN = 64
 
 
-@dataclass
 class _Entry:
     """An explored state at a prune point; ``branches`` = paths below it still running."""
 
-    state: State
-    branches: int
-    parent: _Entry | None
+    __slots__ = ("state", "branches", "parent")
+
+    def __init__(self, state: State, branches: int, parent: _Entry | None):
+        self.state = state
+        self.branches = branches
+        self.parent = parent
 
 
 @dataclass
@@ -79,7 +80,9 @@ def _live_sets(cfg: Cfg, st: State, i: int) -> list[frozenset[int]]:
 
 def analyze(env: Env, cfg: Cfg) -> Outcome:
     """Walk all paths of the program described by ``cfg``; stop at the first fault."""
-    insns: Sequence[Insn] = cfg.insns
+    dec = cfg.dec
+    handlers = [_handler(x) for x in dec]
+    live_in = cfg.live_in
     regs = [D.NOT_INIT_REG] * 11
     regs[1] = D.ptr(D.CTX)
     regs[10] = D.ptr(D.STACK, map=0)
@@ -89,40 +92,51 @@ def analyze(env: Env, cfg: Cfg) -> Outcome:
     processed = 0
     nstates = 0
     prune = cfg.prune
-    heads = {t for i, ss in enumerate(cfg.succ) for t in ss if t <= i}  # loop heads
+    heads = cfg.heads  # loop heads
     while stack:
         i, st, prev = stack.pop()
         while True:
             env.cur_idx = i
             if i in prune:
-                live = _live_sets(cfg, st, i)
-                lst = explored.setdefault(i, [])
-                key = state_key(st, live) if i in heads else None
-                active = looping.setdefault(i, {})
-                e = active.get(key) if key is not None else None
-                if e is not None and e.branches > 0:
-                    msg = f"infinite loop detected at insn {cfg.slots[i]}"
-                    # reported at the jump closing the loop: the loop's own line
-                    f = Fault(
-                        "infinite-loop",
-                        msg,
-                        "the loop makes no progress: nothing that decides its exit changes "
-                        "between iterations",
-                    )
-                    return Outcome(
-                        (prev if prev > i else i, f, fmt_state(st.regs), {}), processed, nstates
-                    )
+                live = [live_in[i]] if len(st.frames) == 1 else _live_sets(cfg, st, i)
+                lst = explored.get(i)
+                if lst is None:
+                    lst = explored[i] = []
+                e = None
+                if i in heads:
+                    key = state_key(st, live)
+                    active = looping.get(i)
+                    if active is None:
+                        active = looping[i] = {}
+                    e = active.get(key)
+                    if e is not None and e.branches > 0:
+                        msg = f"infinite loop detected at insn {cfg.slots[i]}"
+                        # reported at the jump closing the loop: the loop's own line
+                        f = Fault(
+                            "infinite-loop",
+                            msg,
+                            "the loop makes no progress: nothing that decides its exit changes "
+                            "between iterations",
+                        )
+                        return Outcome(
+                            (prev if prev > i else i, f, fmt_state(st.regs), {}),
+                            processed,
+                            nstates,
+                        )
+                else:
+                    key = active = None
                 pruned = e is not None  # an equal, fully explored state
-                for e in lst if not pruned else ():
-                    if e.branches == 0 and subsumes(e.state, st, live):
-                        pruned = True
-                        break
+                if not pruned:
+                    for e in lst:
+                        if e.branches == 0 and subsumes(e.state, st, live):
+                            pruned = True
+                            break
                 if pruned:
                     _finish_path(st)
                     break
                 entry = _Entry(st.copy(), 1, st.parent)
                 entry.state.parent = None
-                if key is not None:
+                if active is not None:
                     active[key] = entry
                 if len(lst) >= MAX_STATES_PER_INSN:
                     # drop the oldest finished state (less pruning, never unsound)
@@ -143,18 +157,19 @@ def analyze(env: Env, cfg: Cfg) -> Outcome:
                     "constants and reduce branching",
                 )
                 return Outcome((i, f, fmt_state(st.regs), {}), processed, nstates)
-            x = insns[i]
-            before = None
             try:
-                succ = _step(env, cfg, st, i, x)
+                succ = handlers[i](env, cfg, st, i, dec[i])
             except Fault as f:
                 before = fmt_state(st.regs)
                 shown = {r: D.fmt_reg(st.regs[r]) for r in f.regs if r <= 10}
                 return Outcome((i, f, before, shown), processed, nstates, _trail(st))
+            prev = i
+            if succ is None:  # fall through with the same state
+                i += 1
+                continue
             if not succ:
                 _finish_path(st)
                 break
-            prev = i
             if len(succ) == 2:
                 succ[0][1].trail = (i, False, succ[0][1].trail)
                 succ[1][1].trail = (i, True, succ[1][1].trail)
@@ -179,12 +194,8 @@ def _check_stack_depth(env: Env, cfg: Cfg):
     """Combined stack of every call chain <= 512 bytes, each frame rounded up to 16 as the
     x86 JIT does (kernel check_max_stack_depth)."""
     calls: dict[int, list[tuple[int, int]]] = {}
-    from ..insn import jump_target
-
-    for i, x in enumerate(cfg.insns):
-        if x.is_pseudo_call:
-            t = jump_target(cfg.insns, i, cfg.slots)
-            calls.setdefault(cfg.subprog_of[i], []).append((i, t))
+    for i, t in cfg.call_target.items():
+        calls.setdefault(cfg.subprog_of[i], []).append((i, t))
 
     def rnd(d: int) -> int:
         return (d + 15) & ~15
@@ -208,51 +219,81 @@ def _check_stack_depth(env: Env, cfg: Cfg):
     return walk(0, 0, 1, 0, (0,))
 
 
-def _step(env: Env, cfg: Cfg, st: State, i: int, x: Insn) -> list[tuple[int, State]]:
+# ---- one instruction: a handler per instruction, chosen once (no per-step if-chain) ----
+# A handler returns None for "next instruction, same state", else the successor list
+# [(index, state), ...] (empty: the path ended).
+
+
+def _alu(env: Env, cfg: Cfg, st: State, i: int, x) -> None:
+    do_alu(env, st, x)
+    if x.dst == 0:
+        st.frames[-1].r0_at = i
+
+
+def _ldx(env: Env, cfg: Cfg, st: State, i: int, x) -> None:
+    do_ldx(env, st, x)
+    if x.dst == 0:
+        st.frames[-1].r0_at = i
+
+
+def _store(env: Env, cfg: Cfg, st: State, i: int, x) -> None:
+    do_store(env, st, x)
+    if x.cls == U.BPF_STX and x.mode == U.BPF_ATOMIC and x.imm == U.BPF_CMPXCHG:
+        st.frames[-1].r0_at = i
+
+
+def _ld(env: Env, cfg: Cfg, st: State, i: int, x) -> None:
+    do_ld(env, st, i, x)
+    if x.dst == 0 or x.mode in (U.BPF_ABS, U.BPF_IND):  # LD_ABS/IND write r0
+        st.frames[-1].r0_at = i
+
+
+def _ja(env: Env, cfg: Cfg, st: State, i: int, x):
     c = x.cls
-    if c in (U.BPF_ALU, U.BPF_ALU64):
-        do_alu(env, st, x)
-        if x.dst == 0:
-            st.cur.r0_at = i
-        return [(i + 1, st)]
-    if c == U.BPF_LDX:
-        do_ldx(env, st, x)
-        if x.dst == 0:
-            st.cur.r0_at = i
-        return [(i + 1, st)]
-    if c in (U.BPF_ST, U.BPF_STX):
-        do_store(env, st, x)
-        if c == U.BPF_STX and x.mode == U.BPF_ATOMIC and x.imm == U.BPF_CMPXCHG:
-            st.cur.r0_at = i
-        return [(i + 1, st)]
-    if c == U.BPF_LD:
-        do_ld(env, st, i, x)
-        if x.dst == 0 or x.mode in (U.BPF_ABS, U.BPF_IND):  # LD_ABS/IND write r0
-            st.cur.r0_at = i
-        return [(i + 1, st)]
-    # JMP / JMP32
-    op = x.op
-    if op == U.BPF_JA:
-        if x.source or x.src or x.dst or (c == U.BPF_JMP and x.imm) or (c == U.BPF_JMP32 and x.off):
-            raise Fault("reserved-fields", "BPF_JA uses reserved fields", "bad jump encoding")
-        return [(cfg.succ[i][0], st)]
-    if op == U.BPF_EXIT:
-        if x.source or x.imm or x.src or x.dst or c == U.BPF_JMP32:
-            raise Fault("reserved-fields", "BPF_EXIT uses reserved fields", "bad exit encoding")
-        return _exit(env, st, i)
-    if op == U.BPF_CALL:
-        if x.source or x.off or x.src not in (0, U.BPF_PSEUDO_CALL) or x.dst or c == U.BPF_JMP32:
-            if x.src == U.BPF_PSEUDO_KFUNC_CALL:
-                raise Fault("kfunc", "kernel function calls are not supported by the checker", "")
-            raise Fault("reserved-fields", "BPF_CALL uses reserved fields", "bad call encoding")
-        if x.src == U.BPF_PSEUDO_CALL:
-            return _pseudo_call(env, cfg, st, i, x)
-        check_helper_call(env, st, x.imm, cfg.slots[i])
-        st.cur.r0_at = i
-        return [(i + 1, st)]
+    if x.source or x.src or x.dst or (c == U.BPF_JMP and x.imm) or (c == U.BPF_JMP32 and x.off):
+        raise Fault("reserved-fields", "BPF_JA uses reserved fields", "bad jump encoding")
+    return [(cfg.succ[i][0], st)]
+
+
+def _exit_insn(env: Env, cfg: Cfg, st: State, i: int, x):
+    if x.source or x.imm or x.src or x.dst or x.cls == U.BPF_JMP32:
+        raise Fault("reserved-fields", "BPF_EXIT uses reserved fields", "bad exit encoding")
+    return _exit(env, st, i)
+
+
+def _call(env: Env, cfg: Cfg, st: State, i: int, x):
+    if x.source or x.off or x.src not in (0, U.BPF_PSEUDO_CALL) or x.dst or x.cls == U.BPF_JMP32:
+        if x.src == U.BPF_PSEUDO_KFUNC_CALL:
+            raise Fault("kfunc", "kernel function calls are not supported by the checker", "")
+        raise Fault("reserved-fields", "BPF_CALL uses reserved fields", "bad call encoding")
+    if x.src == U.BPF_PSEUDO_CALL:
+        return _pseudo_call(env, cfg, st, i, x)
+    check_helper_call(env, st, x.imm, cfg.slots[i])
+    st.frames[-1].r0_at = i
+    return None
+
+
+def _cond(env: Env, cfg: Cfg, st: State, i: int, x):
     succ = cfg.succ[i]
     target = succ[-1] if len(succ) == 2 else succ[0]
     return do_cond_jump(env, st, i, x, target)
+
+
+_BY_CLASS = {
+    U.BPF_ALU: _alu,
+    U.BPF_ALU64: _alu,
+    U.BPF_LDX: _ldx,
+    U.BPF_ST: _store,
+    U.BPF_STX: _store,
+    U.BPF_LD: _ld,
+}
+_BY_JMP_OP = {U.BPF_JA: _ja, U.BPF_EXIT: _exit_insn, U.BPF_CALL: _call}
+
+
+def _handler(x):
+    """The handler of one decoded instruction (cfg.DInsn), by class and jump operation."""
+    h = _BY_CLASS.get(x.cls)
+    return h if h is not None else _BY_JMP_OP.get(x.op, _cond)
 
 
 def _pseudo_call(env: Env, cfg: Cfg, st: State, i: int, x: Insn):
@@ -262,11 +303,7 @@ def _pseudo_call(env: Env, cfg: Cfg, st: State, i: int, x: Insn):
             f"the call stack of {len(st.frames) + 1} frames is too deep !",
             "at most 8 nested BPF-to-BPF calls",
         )
-    target = i + 1
-    # target index from cfg: the subprogram starting at the call's destination
-    from ..insn import jump_target
-
-    target = jump_target(cfg.insns, i, cfg.slots)
+    target = cfg.call_target[i]  # the subprogram starting at the call's destination
     regs = [D.NOT_INIT_REG] * 11
     for r in range(1, 6):
         regs[r] = st.regs[r]

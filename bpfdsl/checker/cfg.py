@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from .. import uapi as U
 from ..helpers import HELPERS_BY_ID
-from ..insn import Insn, index_by_slot, jump_target, slot_offsets
+from ..insn import JMP_OP_NAMES, SIZE_BYTES, Insn
 
 
 class CfgError(Exception):
@@ -27,8 +27,88 @@ class CfgError(Exception):
         self.explain = explain
 
 
+_LD_IMM64 = U.BPF_LD | U.BPF_IMM | U.BPF_DW
+_OPCODE_FIELDS: dict[int, tuple] = {}
+
+
+def _opcode_fields(c: int) -> tuple:
+    """Everything an opcode byte says, computed once per opcode value (same meaning as
+    the Insn properties of bpfdsl.insn)."""
+    f = _OPCODE_FIELDS.get(c)
+    if f is None:
+        cls, op = c & 0x07, c & 0xF0
+        jmp = cls in (U.BPF_JMP, U.BPF_JMP32)
+        call = cls == U.BPF_JMP and op == U.BPF_CALL
+        f = (
+            cls,
+            op,
+            c & 0x08,
+            c & 0xE0,
+            SIZE_BYTES[c & 0x18],
+            c == _LD_IMM64,
+            call,
+            cls == U.BPF_JMP and op == U.BPF_EXIT,
+            jmp and op == U.BPF_JA,
+            jmp and op in JMP_OP_NAMES,
+            jmp,
+        )
+        _OPCODE_FIELDS[c] = f
+    return f
+
+
+class DInsn:
+    """An :class:`~bpfdsl.insn.Insn` with its fields decoded once: the same attribute names
+    (``cls``, ``op``, ``source``, ``mode``, ``size`` in bytes, ``is_*``) as plain slots, so
+    the per-path transfer functions read attributes instead of computing properties."""
+
+    __slots__ = (
+        "opcode",
+        "dst",
+        "src",
+        "off",
+        "imm",
+        "cls",
+        "op",
+        "source",
+        "mode",
+        "size",
+        "is_ld_imm64",
+        "is_call",
+        "is_exit",
+        "is_ja",
+        "is_cond_jump",
+        "is_jmp_class",
+        "is_helper_call",
+        "is_pseudo_call",
+        "width",
+    )
+
+    def __init__(self, x: Insn):
+        self.opcode, self.dst, self.src, self.off, self.imm = x.opcode, x.dst, x.src, x.off, x.imm
+        (
+            self.cls,
+            self.op,
+            self.source,
+            self.mode,
+            self.size,
+            self.is_ld_imm64,
+            self.is_call,
+            self.is_exit,
+            self.is_ja,
+            self.is_cond_jump,
+            self.is_jmp_class,
+        ) = _opcode_fields(x.opcode)
+        self.is_helper_call = self.is_call and x.src == 0
+        self.is_pseudo_call = self.is_call and x.src == U.BPF_PSEUDO_CALL
+        self.width = 2 if self.is_ld_imm64 else 1
+
+
 @dataclass
 class Cfg:
+    """``insns``: the instructions as given; ``dec``: the same as :class:`DInsn`;
+    ``call_target``: insn index of a BPF-to-BPF call -> index of the called function;
+    ``heads``: loop heads (targets of back-edges)."""
+
     insns: Sequence[Insn]
     slots: list[int]
     succ: list[list[int]]
@@ -36,9 +116,12 @@ class Cfg:
     subprog_of: list[int]  # insn index -> subprog start index
     prune: set[int] = field(default_factory=set)
     live_in: list[frozenset[int]] = field(default_factory=list)
+    dec: list[DInsn] = field(default_factory=list)
+    call_target: dict[int, int] = field(default_factory=dict)
+    heads: set[int] = field(default_factory=set)
 
 
-def _is_jump(x: Insn) -> bool:
+def _is_jump(x: DInsn) -> bool:
     return x.is_jmp_class and not x.is_call and not x.is_exit
 
 
@@ -47,13 +130,19 @@ def build_cfg(insns: Sequence[Insn]) -> Cfg:
     n = len(insns)
     if n == 0:
         raise CfgError(0, "program has no instructions", "the section is empty")
-    slots = slot_offsets(insns)
-    by_slot = index_by_slot(insns)
-    total_slots = slots[-1] + insns[-1].width
+    orig = insns
+    insns = [DInsn(x) for x in orig]
+    slots, by_slot, s = [], {}, 0
+    for i, x in enumerate(insns):
+        slots.append(s)
+        by_slot[s] = i
+        s += x.width
+    total_slots = s
     subprogs = {0}
+    call_target: dict[int, int] = {}
     for i, x in enumerate(insns):
         if x.is_pseudo_call:
-            t = jump_target(insns, i, slots, by_slot)
+            t = by_slot.get(slots[i] + 1 + x.imm)
             if t is None:
                 dest = slots[i] + 1 + x.imm
                 msg = (
@@ -63,6 +152,7 @@ def build_cfg(insns: Sequence[Insn]) -> Cfg:
                 )
                 raise CfgError(i, msg, "the BPF-to-BPF call target is not an instruction")
             subprogs.add(t)
+            call_target[i] = t
     starts = sorted(subprogs)
     subprog_of = [0] * n
     for k, s in enumerate(starts):
@@ -82,8 +172,8 @@ def build_cfg(insns: Sequence[Insn]) -> Cfg:
         if x.is_exit:
             continue
         if _is_jump(x):
-            t = jump_target(insns, i, slots, by_slot)
             dest = slots[i] + 1 + (x.imm if x.cls == U.BPF_JMP32 and x.is_ja else x.off)
+            t = by_slot.get(dest)
             if t is None:
                 if 0 <= dest < total_slots:
                     raise CfgError(
@@ -132,12 +222,15 @@ def build_cfg(insns: Sequence[Insn]) -> Cfg:
                 f"unreachable insn {slots[i]}",
                 "no path reaches this instruction; remove it (the kernel refuses dead code)",
             )
-    cfg = Cfg(insns, slots, succ, starts, subprog_of, prune)
+    cfg = Cfg(orig, slots, succ, starts, subprog_of, prune)
+    cfg.dec = insns
+    cfg.call_target = call_target
+    cfg.heads = {t for i, ss in enumerate(succ) for t in ss if t <= i}
     cfg.live_in = _liveness(insns, succ)
     return cfg
 
 
-def uses_defs(x: Insn) -> tuple[tuple[int, ...], tuple[int, ...]]:
+def uses_defs(x: Insn | DInsn) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """Registers an instruction reads and writes (r10 excluded)."""
     c = x.cls
     if c in (U.BPF_ALU, U.BPF_ALU64):
@@ -175,7 +268,7 @@ def uses_defs(x: Insn) -> tuple[tuple[int, ...], tuple[int, ...]]:
     return (), ()
 
 
-def _liveness(insns: Sequence[Insn], succ: list[list[int]]) -> list[frozenset[int]]:
+def _liveness(insns: Sequence[DInsn], succ: list[list[int]]) -> list[frozenset[int]]:
     n = len(insns)
     ud = [uses_defs(x) for x in insns]
     live = [0] * n  # bitmasks
@@ -203,4 +296,11 @@ def _liveness(insns: Sequence[Insn], succ: list[list[int]]) -> list[frozenset[in
                 if not inq[p]:
                     inq[p] = True
                     work.append(p)
-    return [frozenset(r for r in range(10) if m >> r & 1) for m in live]
+    sets: dict[int, frozenset[int]] = {}
+    out = []
+    for m in live:
+        f = sets.get(m)
+        if f is None:
+            f = sets[m] = frozenset(r for r in range(10) if m >> r & 1)
+        out.append(f)
+    return out
