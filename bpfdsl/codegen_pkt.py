@@ -8,10 +8,9 @@ loaded from ``struct xdp_md`` (u32 at offsets 0/4, zero-extended, as clang does)
 use, so after adjust_head/adjust_tail (which reset the cursor to data) they are fresh.
 Header field writes update checksums incrementally per RFC 1624 eqn. 3: the IPv4 header
 checksum, the L4 checksum for port writes, and the L4 pseudo-header checksum for IP
-address writes (UDP: a zero checksum stays zero, a computed zero becomes 0xffff).  An
-IPv6 ``daddr`` write updates the L4 checksum only if no Routing header with segments left
-follows (RFC 8200 8.1: the pseudo-header then holds the final destination), checked at
-run time by walking the extension headers.
+address writes (UDP: a zero checksum stays zero, a computed zero becomes 0xffff); how
+is in :mod:`bpfdsl.codegen_csum` (an IPv6 ``daddr`` write counts only if no Routing
+header with segments left follows: RFC 8200 8.1).
 """
 
 from __future__ import annotations
@@ -20,6 +19,7 @@ from llvmlite import ir
 
 from . import ast
 from . import types as T
+from .codegen_csum import CsumGen
 from .headers import CTX_DATA, CTX_FIELDS, IPV6_EXT_HEADERS, IPV6_EXT_MAX, PSEUDO_FIELDS
 from .helpers import HELPERS
 
@@ -36,7 +36,7 @@ class _VolatileLoad(ir.LoadInstr):
         buf.append("".join(inner).replace("load ", "load volatile ", 1))
 
 
-class PktGen:
+class PktGen(CsumGen):
     def ctx_u32(self, off: int) -> ir.Value:
         return self.b.load(self.gep(self.f.ctx, off), typ=I32, align=4)
 
@@ -190,46 +190,6 @@ class PktGen:
         self.start(done)
         return self.b.load(nh_slot)
 
-    EXT_RH_ACTIVE = 1  # a Routing header with segments_left != 0 (RFC 8200 4.4)
-    EXT_LATER_FRAG = 2  # a Fragment header with a non-zero offset: no L4 header follows
-
-    def _ext_flags(self, flags: ir.Value, nh: ir.Value, cur: ir.Value, is_frag: ir.Value) -> None:
-        """``flags |=`` what extension header ``cur`` (8 bytes checked, next header value
-        ``nh``) is: a Routing header (43) whose segments_left (byte 3) is not 0, or a
-        Fragment header (44) whose 13-bit offset (the be16 at byte 2 without its low 3
-        bits) is not 0."""
-        b = self.b
-        segs = b.load(self.gep(cur, 3), typ=I8, align=1)
-        rh = b.and_(
-            b.icmp_unsigned("==", nh, ir.Constant(I8, 43)),
-            b.icmp_unsigned("!=", segs, ir.Constant(I8, 0)),
-        )
-        off = b.load(self.gep(cur, 2), typ=I16, align=2)  # be16 loaded as le: mask 0xfff8
-        later = b.and_(
-            is_frag,
-            b.icmp_unsigned("!=", b.and_(off, ir.Constant(I16, 0xF8FF)), ir.Constant(I16, 0)),
-        )
-        bits = b.or_(
-            b.select(rh, ir.Constant(I8, self.EXT_RH_ACTIVE), ir.Constant(I8, 0)),
-            b.select(later, ir.Constant(I8, self.EXT_LATER_FRAG), ir.Constant(I8, 0)),
-        )
-        b.store(b.or_(b.load(flags, typ=I8), bits), flags)
-
-    def _walk_flags(self, ip6: ir.Value) -> ir.Value:
-        """The EXT_* flags (u8) of the extension headers after the ipv6 header at ``ip6``
-        (walked like skip_ext, the cursor left where it was); when the walk gives up
-        (packet cut short, more than IPV6_EXT_MAX headers) what it passed until then."""
-        flags = self.alloca(I8, "ext.flags", 1)
-        self.b.store(ir.Constant(I8, 0), flags)
-        saved = self.b.load(self.f.cursor, typ=PTR)
-        self.b.store(self.gep(ip6, 40), self.f.cursor)
-        end = self.new_block("ext.end")
-        self.ext_walk(ip6, end, flags)
-        self.b.branch(end)
-        self.start(end)
-        self.b.store(saved, self.f.cursor)
-        return self.b.load(flags, typ=I8)
-
     def resize(self, e: ast.Call) -> ir.Value:
         """adjust_head/tail/meta, msg_pull/push/pop_data: the helper call, then cursor = data
         (every earlier packet pointer is invalid: bpf_helper_changes_pkt_data)."""
@@ -258,114 +218,6 @@ class PktGen:
                 v = self.b.lshr(v, ir.Constant(v.type, f.shift))
             v = self.b.and_(v, ir.Constant(v.type, (1 << f.width) - 1))
         return v
-
-    def _words(self, base: ir.Value, lo: int, hi: int) -> list[ir.Value]:
-        return [self.b.load(self.gep(base, o), typ=I16, align=2) for o in range(lo, hi, 2)]
-
-    def _related_l4(self, ip_obj: ast.Expr, kinds: tuple[str, ...]) -> list | None:
-        """L4 headers in scope parsed after the IP header ``ip_obj`` whose checksum covers
-        a pseudo-header field of kind ``kinds``: [(layout, pointer)]; None if no L4 header
-        parsed after it is in scope (the L4 header is then found at run time)."""
-        from .sema import Local
-
-        ip = self.c.sym.get(ip_obj) if isinstance(ip_obj, ast.Name) else None
-        out, seen = [], False
-        for scope in self.env if ip is not None else ():
-            for loc, slot in scope.items():
-                if isinstance(loc, Local) and loc.header_parent is ip and loc.ty.layout.l4:
-                    seen = True
-                    if loc.ty.layout.name in kinds:
-                        out.append((loc.ty.layout, self.b.load(slot, typ=PTR)))
-        return out if seen else None
-
-    def _rh_test(self, flags: ir.Value, mask: int, rh: bool | None) -> ir.Value:
-        """i1: ``flags & mask`` is what an update of rule ``rh`` needs (see pseudo_update)."""
-        want = self.EXT_RH_ACTIVE if rh else 0
-        mask |= self.EXT_RH_ACTIVE if rh is not None else 0
-        masked = self.b.and_(flags, ir.Constant(I8, mask))
-        return self.b.icmp_unsigned("==", masked, ir.Constant(I8, want))
-
-    def pseudo_update(
-        self,
-        l4: list | None,
-        hdr: ir.Value,
-        v6: bool,
-        kinds: tuple[str, ...],
-        old_w,
-        new_w,
-        rh: bool | None = None,
-    ) -> None:
-        """Update the checksums of the L4 headers (of ``kinds``) after the IP header ``hdr``
-        for pseudo-header words ``old_w`` -> ``new_w``: those in scope, ``l4`` (from
-        _related_l4), or if None the one found at run time.  ``rh``: None,
-        always; False, only when no Routing header with segments_left != 0 follows (IPv6
-        ``daddr``: RFC 8200 8.1, the pseudo-header then holds the final destination, the
-        last address of the Routing header, which the write does not change); True, only
-        when one does."""
-        if l4 is None:
-            self._runtime_l4(hdr, v6, kinds, old_w, new_w, rh)
-            return
-        if not l4:
-            return
-        done = None
-        if rh is not None:
-            go, done = self.new_block("pseudo.rh"), self.new_block("pseudo.done")
-            self.b.cbranch(self._rh_test(self._walk_flags(hdr), 0, rh), go, done)
-            self.start(go)
-        for l4layout, l4ptr in l4:
-            self.csum_update(self.gep(l4ptr, l4layout.csum), old_w, new_w, l4layout.zero_ok)
-        if done is not None:
-            self.b.branch(done)
-            self.start(done)
-
-    def _runtime_l4(
-        self, ip: ir.Value, v6: bool, kinds: tuple[str, ...], old_w, new_w, rh: bool | None
-    ) -> None:
-        """Pseudo-header update when no L4 header of this IP header is in scope: find it
-        from the packet (IPv4: protocol, not a later fragment, ihl*4 on; IPv6: walk the
-        extension headers like skip_ext, not in a later fragment, ``rh`` as in
-        pseudo_update) and update its checksum if it is one of ``kinds`` and lies inside
-        the packet.  Beyond IPV6_EXT_MAX extension headers: no update."""
-        from .headers import HEADERS, L4_PROTO
-
-        done = self.new_block("pseudo.done")
-        if v6:
-            saved = self.b.load(self.f.cursor, typ=PTR)
-            self.b.store(self.gep(ip, 40), self.f.cursor)
-            flags = self.alloca(I8, "ext.flags", 1)
-            self.b.store(ir.Constant(I8, 0), flags)
-            proto = self.ext_walk(ip, done, flags)
-            l4 = self.b.load(self.f.cursor, typ=PTR)
-            go = self.new_block("pseudo.l4")
-            test = self._rh_test(self.b.load(flags, typ=I8), self.EXT_LATER_FRAG, rh)
-            self.b.cbranch(test, go, done)
-            self.start(go)
-        else:
-            proto = self.b.load(self.gep(ip, 9), typ=I8, align=1)
-            frag = self.b.load(self.gep(ip, 6), typ=I16, align=2)  # be16 loaded as le
-            first = self.new_block("pseudo.first")
-            later = self.b.icmp_unsigned(
-                "!=", self.b.and_(frag, ir.Constant(I16, 0xFF1F)), ir.Constant(I16, 0)
-            )
-            self.b.cbranch(later, done, first)
-            self.start(first)
-            ihl = self.b.and_(self.b.load(ip, typ=I8, align=1), ir.Constant(I8, 0xF))
-            l4 = self.gep(ip, self.b.shl(self.b.zext(ihl, I64), ir.Constant(I64, 2)))
-        for k in kinds:
-            h = HEADERS[k]
-            hit, nxt = self.new_block(f"pseudo.{k}"), self.new_block("pseudo.next")
-            self.b.cbranch(
-                self.b.icmp_unsigned("==", proto, ir.Constant(I8, L4_PROTO[k])), hit, nxt
-            )
-            self.start(hit)
-            self.bounds(l4, h.csum + 2, done, f"pseudo.{k}")
-            self.csum_update(self.gep(l4, h.csum), old_w, new_w, h.zero_ok)
-            self.b.branch(done)
-            self.start(nxt)
-        self.b.branch(done)
-        self.start(done)
-        if v6:
-            self.b.store(saved, self.f.cursor)
 
     def store_header_field(self, tgt: ast.Field, op: str, value: ast.Expr) -> None:
         layout = tgt.obj.ty.layout
@@ -400,29 +252,3 @@ class PktGen:
             v6 = layout.name == "ipv6"
             rh = False if v6 and tgt.name == "daddr" else None
             self.pseudo_update(l4, hdr, v6, kinds, old_w, new_w, rh)
-
-    def csum_update(
-        self, cp: ir.Value, old: list[ir.Value], new: list[ir.Value], zero_ok: bool
-    ) -> None:
-        """RFC 1624 eqn. 3: HC' = ~(~HC + ~m + m') over 16-bit words (byte-order neutral)."""
-        b = self.b
-        hc = b.load(cp, typ=I16, align=2)
-        skip = None
-        if zero_ok:
-            do, skip = self.new_block("csum.do"), self.new_block("csum.done")
-            b.cbranch(b.icmp_unsigned("==", hc, ir.Constant(I16, 0)), skip, do)
-            self.start(do)
-        s = b.zext(b.not_(hc), I32)
-        for w in old:
-            s = b.add(s, b.zext(b.not_(w), I32))
-        for w in new:
-            s = b.add(s, b.zext(w, I32))
-        for _ in range(2):
-            s = b.add(b.and_(s, ir.Constant(I32, 0xFFFF)), b.lshr(s, ir.Constant(I32, 16)))
-        r = b.trunc(b.not_(s), I16)
-        if zero_ok:
-            r = b.select(b.icmp_unsigned("==", r, ir.Constant(I16, 0)), ir.Constant(I16, 0xFFFF), r)
-        b.store(r, cp, align=2)
-        if skip is not None:
-            b.branch(skip)
-            self.start(skip)
