@@ -97,21 +97,19 @@ def branch_taken(a: D.Reg, b: D.Reg, op: int, is32: bool) -> int:
 
 def refine(a: D.Reg, b: D.Reg, op: int, is32: bool) -> tuple[D.Reg, D.Reg]:
     """Narrow scalars ``a`` and ``b`` assuming ``a op b`` holds (kernel regs_refine_cond_op)."""
+    # A/B: [smin, smax, umin, umax] of the compared width
     if is32:
-        lo = ("s32min", "s32max", "u32min", "u32max")
+        A = [a.s32min, a.s32max, a.u32min, a.u32max]
+        B = [b.s32min, b.s32max, b.u32min, b.u32max]
     else:
-        lo = ("smin", "smax", "umin", "umax")
-    smn, smx, umn, umx = lo
-    ga, gb = (lambda r, k: getattr(r, k)), None  # noqa: E731
-    del gb
-    A = {k: ga(a, k) for k in lo}
-    B = {k: ga(b, k) for k in lo}
+        A = [a.smin, a.smax, a.umin, a.umax]
+        B = [b.smin, b.smax, b.umin, b.umax]
     ta, tb = a.tn, b.tn
     if op == U.BPF_JEQ:
-        for k in (smn, umn):
-            A[k] = B[k] = max(A[k], B[k])
-        for k in (smx, umx):
-            A[k] = B[k] = min(A[k], B[k])
+        A[0] = B[0] = max(A[0], B[0])
+        A[2] = B[2] = max(A[2], B[2])
+        A[1] = B[1] = min(A[1], B[1])
+        A[3] = B[3] = min(A[3], B[3])
         if is32:
             t = T.intersect(T.subreg(ta), T.subreg(tb))
             ta, tb = T.with_subreg(ta, t), T.with_subreg(tb, t)
@@ -119,41 +117,48 @@ def refine(a: D.Reg, b: D.Reg, op: int, is32: bool) -> tuple[D.Reg, D.Reg]:
             ta = tb = T.intersect(ta, tb)
     elif op == U.BPF_JNE:
         for x, y in ((A, b), (B, a)):
-            if y.tn[1] == 0 if not is32 else T.subreg(y.tn)[1] == 0:
+            if (y.tn[1] & D.M32 if is32 else y.tn[1]) == 0:
                 c = (y.tn[0] & D.M32) if is32 else y.tn[0]
                 sc = D.s32(c) if is32 else D.s64(c)
-                if x[umn] == c:
-                    x[umn] += 1
-                elif x[umx] == c:
-                    x[umx] -= 1
-                if x[smn] == sc:
-                    x[smn] += 1
-                elif x[smx] == sc:
-                    x[smx] -= 1
+                if x[2] == c:
+                    x[2] += 1
+                elif x[3] == c:
+                    x[3] -= 1
+                if x[0] == sc:
+                    x[0] += 1
+                elif x[1] == sc:
+                    x[1] -= 1
     elif op == U.BPF_JSET:
         if (T.subreg(b.tn) if is32 else b.tn)[1] == 0:
             c = b.tn[0] & (D.M32 if is32 else D.M64)
             if c and c & (c - 1) == 0:
                 ta = T.or_(ta, (c, 0))
-    elif op in (U.BPF_JGT, U.BPF_JGE):
+    elif op == U.BPF_JGT or op == U.BPF_JGE:
         d = 1 if op == U.BPF_JGT else 0
-        A[umn] = max(A[umn], B[umn] + d)
-        B[umx] = min(B[umx], A[umx] - d)
-    elif op in (U.BPF_JLT, U.BPF_JLE):
+        A[2] = max(A[2], B[2] + d)
+        B[3] = min(B[3], A[3] - d)
+    elif op == U.BPF_JLT or op == U.BPF_JLE:
         d = 1 if op == U.BPF_JLT else 0
-        A[umx] = min(A[umx], B[umx] - d)
-        B[umn] = max(B[umn], A[umn] + d)
-    elif op in (U.BPF_JSGT, U.BPF_JSGE):
+        A[3] = min(A[3], B[3] - d)
+        B[2] = max(B[2], A[2] + d)
+    elif op == U.BPF_JSGT or op == U.BPF_JSGE:
         d = 1 if op == U.BPF_JSGT else 0
-        A[smn] = max(A[smn], B[smn] + d)
-        B[smx] = min(B[smx], A[smx] - d)
-    elif op in (U.BPF_JSLT, U.BPF_JSLE):
+        A[0] = max(A[0], B[0] + d)
+        B[1] = min(B[1], A[1] - d)
+    elif op == U.BPF_JSLT or op == U.BPF_JSLE:
         d = 1 if op == U.BPF_JSLT else 0
-        A[smx] = min(A[smx], B[smx] - d)
-        B[smn] = max(B[smn], A[smn] + d)
-    na = D.sync(a.replace(tn=ta, **A)) if a.t == D.SCALAR else a
-    nb = D.sync(b.replace(tn=tb, **B)) if b.t == D.SCALAR else b
+        A[1] = min(A[1], B[1] - d)
+        B[0] = max(B[0], A[0] + d)
+    na = D.resync(a, ta, _merge(a, A, is32)) if a.t == D.SCALAR else a
+    nb = D.resync(b, tb, _merge(b, B, is32)) if b.t == D.SCALAR else b
     return na, nb
+
+
+def _merge(r: D.Reg, part: list[int], is32: bool) -> tuple[int, ...]:
+    """r's eight bounds with the compared width's four replaced by ``part``."""
+    if is32:
+        return (r.smin, r.smax, r.umin, r.umax, *part)
+    return (*part, r.s32min, r.s32max, r.u32min, r.u32max)
 
 
 def _mark_ids(st: State, reg_id: int, fn) -> None:

@@ -117,27 +117,7 @@ class Reg:
         )
 
     def replace(self, **kw) -> Reg:
-        r = Reg.__new__(Reg)
-        r.t, r.off, r.tn, r.id, r.rng, r.map, r.ref, r.note = (
-            self.t,
-            self.off,
-            self.tn,
-            self.id,
-            self.rng,
-            self.map,
-            self.ref,
-            self.note,
-        )
-        (r.smin, r.smax, r.umin, r.umax, r.s32min, r.s32max, r.u32min, r.u32max) = (
-            self.smin,
-            self.smax,
-            self.umin,
-            self.umax,
-            self.s32min,
-            self.s32max,
-            self.u32min,
-            self.u32max,
-        )
+        r = _copy(self)
         for k, v in kw.items():
             setattr(r, k, v)
         return r
@@ -167,6 +147,8 @@ class Reg:
 
 
 NOT_INIT_REG = Reg(NOT_INIT)
+_NO_FIELDS = Reg(SCALAR)  # template for _with(): type scalar, no id/off/map/ref/note
+_MEMO_MAX = 1 << 14  # entries per memo table (cleared when full)
 UNKNOWN_BOUNDS = (S64_MIN, S64_MAX, 0, M64, S32_MIN, S32_MAX, 0, M32)
 
 
@@ -177,7 +159,23 @@ def unknown(note: str = "") -> Reg:
 
 def known(v: int) -> Reg:
     """A scalar with one known 64-bit value (any int, taken modulo 2**64)."""
-    return Reg(SCALAR, tn=(v & M64, 0))
+    v &= M64
+    b = _CONST_BOUNDS.get(v)
+    if b is None:
+        b = _const_bounds(v)
+    return _with(_NO_FIELDS, (v, 0), b)
+
+
+_CONST_BOUNDS: dict[int, tuple[int, ...]] = {}
+
+
+def _const_bounds(v: int) -> tuple[int, ...]:
+    """The eight bounds of the constant ``v`` (0 <= v < 2**64); cached (bounded)."""
+    b = (s64(v), s64(v), v, v, s32(v), s32(v), v & M32, v & M32)
+    if len(_CONST_BOUNDS) >= _MEMO_MAX:
+        _CONST_BOUNDS.clear()
+    _CONST_BOUNDS[v] = b
+    return b
 
 
 _URANGE: dict[tuple[int, int], Reg] = {}
@@ -223,12 +221,35 @@ def _from_tnum(v, m, b):
 
 
 def sync(r: Reg) -> Reg:
-    """Make tnum and the eight bounds agree (update_reg_bounds, deduce_bounds, bound_offset)."""
-    v, m = r.tn
+    """Make tnum and the eight bounds agree (update_reg_bounds, deduce_bounds, bound_offset).
+
+    A pure function of (tnum, bounds); results are memoized (the same ranges recur on
+    every path of a program and across programs)."""
+    return resync(r, r.tn, (r.smin, r.smax, r.umin, r.umax, r.s32min, r.s32max, r.u32min, r.u32max))
+
+
+def resync(r: Reg, tn: tuple[int, int], bounds: tuple[int, ...]) -> Reg:
+    """``sync(r.replace(tn=tn, <bounds>))`` without building the intermediate register;
+    ``bounds`` = (smin, smax, umin, umax, s32min, s32max, u32min, u32max)."""
+    key = (tn, bounds)
+    hit = _SYNC.get(key)
+    if hit is None:
+        hit = _sync(tn, bounds)
+        if len(_SYNC) >= _MEMO_MAX:
+            _SYNC.clear()
+        _SYNC[key] = hit
+    return _with(r, hit[0], hit[1])
+
+
+_SYNC: dict[tuple, tuple] = {}
+
+
+def _sync(tn: tuple[int, int], bounds: tuple[int, ...]) -> tuple:
+    """sync()'s computation: (tnum, bounds) -> (tnum, bounds)."""
+    v, m = tn
     if m == 0:
-        b = (s64(v), s64(v), v, v, s32(v), s32(v), v & M32, v & M32)
-        return _with(r, (v, 0), b)
-    smin, smax, umin, umax, s32min, s32max, u32min, u32max = _from_tnum(v, m, r.bounds())
+        return (v, 0), (s64(v), s64(v), v, v, s32(v), s32(v), v & M32, v & M32)
+    smin, smax, umin, umax, s32min, s32max, u32min, u32max = _from_tnum(v, m, bounds)
     # 64 -> 32: when the upper halves agree, the low halves are a range
     if (umin >> 32) == (umax >> 32):
         u32min = max(u32min, umin & M32)
@@ -276,7 +297,32 @@ def sync(r: Reg) -> Reg:
         low = T.intersect((v & M32, m & M32), T.trange(u32min, u32max))
         v, m = (v & ~M32 & M64) | low[0], (m & ~M32 & M64) | low[1]
     b = _from_tnum(v, m, (smin, smax, umin, umax, s32min, s32max, u32min, u32max))
-    return _with(r, (v, m), b)
+    return (v, m), b
+
+
+def _copy(r: Reg) -> Reg:
+    r2 = Reg.__new__(Reg)
+    r2.t, r2.off, r2.tn, r2.id, r2.rng, r2.map, r2.ref, r2.note = (
+        r.t,
+        r.off,
+        r.tn,
+        r.id,
+        r.rng,
+        r.map,
+        r.ref,
+        r.note,
+    )
+    (r2.smin, r2.smax, r2.umin, r2.umax, r2.s32min, r2.s32max, r2.u32min, r2.u32max) = (
+        r.smin,
+        r.smax,
+        r.umin,
+        r.umax,
+        r.s32min,
+        r.s32max,
+        r.u32min,
+        r.u32max,
+    )
+    return r2
 
 
 def _with(r: Reg, tn, b) -> Reg:
