@@ -134,16 +134,12 @@ BPF_FS_MAGIC = 0xCAFE4A11  # include/uapi/linux/magic.h
 
 def is_bpffs(path: str) -> bool:
     """True when ``path`` lies on a bpf filesystem (statfs f_type == BPF_FS_MAGIC)."""
-    import ctypes  # noqa: PLC0415
+    import ctypes  # noqa: PLC0415 (already loaded by syscall)
 
-    class StatFs(ctypes.Structure):
-        _fields_ = [("f_type", ctypes.c_long), ("_rest", ctypes.c_long * 15)]
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    st = StatFs()
-    if libc.statfs(os.fsencode(path), ctypes.byref(st)) != 0:
+    st = ctypes.create_string_buffer(128)  # struct statfs: long f_type first (120 B on x86_64)
+    if syscall.libc().statfs(os.fsencode(path), st) != 0:
         return False
-    return st.f_type & 0xFFFFFFFF == BPF_FS_MAGIC
+    return ctypes.c_long.from_buffer(st).value & 0xFFFFFFFF == BPF_FS_MAGIC
 
 
 def ensure_bpffs(path: str = BPFFS) -> None:
@@ -151,6 +147,8 @@ def ensure_bpffs(path: str = BPFFS) -> None:
 
     Raises DiagnosticError when it cannot be mounted.
     """
+    if is_bpffs(path) and not is_bpffs(os.path.dirname(path) or "/"):
+        return  # path is the root of a bpffs mount: two statfs calls, no /proc/mounts scan
     try:
         with open("/proc/mounts") as f:
             if any(ln.split()[1:3] == [path, "bpf"] for ln in f):
@@ -159,7 +157,7 @@ def ensure_bpffs(path: str = BPFFS) -> None:
         pass
     import ctypes  # noqa: PLC0415
 
-    libc = ctypes.CDLL(None, use_errno=True)
+    libc = syscall.libc()
     os.makedirs(path, exist_ok=True)
     if libc.mount(b"bpf", path.encode(), b"bpf", 0, None) != 0:
         err = ctypes.get_errno()

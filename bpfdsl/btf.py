@@ -253,12 +253,12 @@ class Btf:
         return out
 
     def string(self, off: int) -> str:
-        return _cstr(bytes(self.strings), off, "BTF")
+        return _cstr(self.strings, off, "BTF")  # (no copy of the string section)
 
     def add_string(self, s: str) -> int:
         """Append ``s`` to the string section (reusing an equal string); its offset."""
         raw = s.encode() + b"\0"
-        at = bytes(self.strings).find(b"\0" + raw)
+        at = self.strings.find(b"\0" + raw)
         if at >= 0:
             return at + 1
         off = len(self.strings)

@@ -164,6 +164,14 @@ def parse_btf_ext(data: bytes, btf: Btf) -> BtfExt:
     for sec, recs in fblocks:
         ext.func_info[sec] = [FuncInfo(*struct.unpack_from("<II", r)) for r in recs]
     ext.line_rec_size, lblocks = blocks(lo, ll, 16, "line_info")
+    texts: dict[int, str] = {}  # string offset -> text: file names and lines repeat
+
+    def text(off: int, what: str) -> str:
+        s = texts.get(off)
+        if s is None:
+            s = texts[off] = _cstr(strs, off, what)
+        return s
+
     for sec, recs in lblocks:
         items = []
         for r in recs:
@@ -175,8 +183,8 @@ def parse_btf_ext(data: bytes, btf: Btf) -> BtfExt:
                     ln,
                     lc >> 10,
                     lc & 0x3FF,
-                    _cstr(strs, fn, "line_info file"),
-                    _cstr(strs, ln, "line_info line"),
+                    text(fn, "line_info file"),
+                    text(ln, "line_info line"),
                 )
             )
         ext.line_info[sec] = items

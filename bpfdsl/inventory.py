@@ -9,7 +9,6 @@ plain dicts (JSON-ready).
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -120,10 +119,14 @@ def open_program(
 def _load_and_open(
     ref: str, prog: str | None, pin_dir: str | None, config_items: list[str] | None
 ) -> Iterator[OpenProgram]:
-    from bpfdsl import loader, objfile, pins, testrun  # noqa: PLC0415
+    from bpfdsl import loader, objfile, pins  # noqa: PLC0415
 
-    spec = objfile.read_object(testrun.object_bytes(ref), name=ref)
-    config = testrun.parse_config(config_items, spec.configs)
+    spec = objfile.read_object(_object_bytes(ref), name=ref)
+    config = {}
+    if config_items:
+        from bpfdsl import testrun  # noqa: PLC0415
+
+        config = testrun.parse_config(config_items, spec.configs)
     if prog is None:
         xdp = [
             p.name
@@ -132,7 +135,7 @@ def _load_and_open(
         ]
         if len(xdp) == 1:
             prog = xdp[0]
-    name, kind = testrun.choose_program(spec, prog)
+    name, kind = _choose_program(spec, prog)
     if kind.program_type != ProgramType.XDP or kind.attach_type != AttachType.XDP:
         raise DiagnosticError(
             error(
@@ -142,7 +145,7 @@ def _load_and_open(
                 hint="xdp(cpumap)/xdp(devmap) programs go into cpumap/devmap entries",
             )
         )
-    stem = re.sub(r"[^A-Za-z0-9_]", "_", os.path.basename(ref).rsplit(".", 1)[0])
+    stem = "".join(c if c in _STEM_CHARS else "_" for c in os.path.basename(ref).rsplit(".", 1)[0])
     pin_dir = pin_dir or os.path.join(attach.DEFAULT_PIN_ROOT, stem)
     attach.ensure_bpffs()
     if pin_dir.startswith(attach.DEFAULT_PIN_ROOT + "/"):
@@ -154,6 +157,36 @@ def _load_and_open(
         except BaseException:
             pins.unpin_dir(pin_dir)  # a failed attach leaves nothing pinned
             raise
+
+
+_STEM_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
+
+
+def _object_bytes(ref: str) -> bytes:
+    """ELF bytes of the object file ``ref`` (an existing file); ``.bpfd`` source is
+    compiled first (``testrun.object_bytes``, which imports the compiler only then)."""
+    if os.path.splitext(ref)[1] == ".bpfd":
+        from bpfdsl import testrun  # noqa: PLC0415
+
+        return testrun.object_bytes(ref)
+    try:
+        with open(ref, "rb") as f:
+            return f.read()
+    except PermissionError:
+        from pathlib import Path  # noqa: PLC0415 (the path as testrun.object_bytes shows it)
+
+        raise syscall.NoPermission(f"reading {Path(ref)}") from None
+
+
+def _choose_program(spec, prog: str | None):
+    """(name, kind) of program ``prog`` of ``spec``; anything but a known program name
+    goes to ``testrun.choose_program`` (the one place for its choices and messages)."""
+    p = spec.programs.get(prog) if prog is not None else None
+    if p is not None and p.name == prog and p.kind is not None:
+        return prog, p.kind
+    from bpfdsl import testrun  # noqa: PLC0415
+
+    return testrun.choose_program(spec, prog)
 
 
 def _choose_pinned(directory: str, progs: dict[str, str], prog: str | None) -> str:

@@ -17,7 +17,6 @@ import struct
 from bpfdsl import syscall as S
 from bpfdsl.diagnostics import DiagnosticError, UsageError, error
 from bpfdsl.insn import Insn, encode
-from bpfdsl.loader_log import summarize
 from bpfdsl.objfile import CollectionSpec, DataSection, ProgramSpec
 from bpfdsl.objfile_maps import PIN_BY_NAME, MapSpec
 from bpfdsl.record import Record
@@ -467,6 +466,8 @@ def _load_program(coll: Collection, p: ProgramSpec, log_level: int, log_size: in
                 f"program '{p.name}' ({p.section}): the kernel "
                 f"refused it without a log: {os.strerror(e.errno)}",
             ) from None
+        from bpfdsl.loader_log import summarize  # noqa: PLC0415 (only on a rejection)
+
         raise VerifierError(p.name, summarize(e.log, p), e.log, e.errno) from None
     coll.programs[p.name] = LoadedProgram(p.name, fd, p, log)
 

@@ -9,11 +9,9 @@ Errors are :class:`~bpfdsl.diagnostics.DiagnosticError` saying what to do.
 
 from __future__ import annotations
 
-import ctypes
+import _socket  # socket's C module: if_nametoindex & co. without socket.py's enum set-up
 import errno
 import os
-import socket
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -70,7 +68,7 @@ class XdpState(FrozenRecord):
 
 def interface_names() -> list[str]:
     """Names of the interfaces of the current network namespace."""
-    return [name for _i, name in socket.if_nameindex()]
+    return [name for _i, name in _socket.if_nameindex()]
 
 
 def ifindex(name: str) -> int:
@@ -87,7 +85,7 @@ def ifindex(name: str) -> int:
             )
         )
     try:
-        return socket.if_nametoindex(name)
+        return _socket.if_nametoindex(name)
     except OSError:
         have = ", ".join(interface_names()) or "none"
         raise DiagnosticError(
@@ -102,7 +100,7 @@ def ifindex(name: str) -> int:
 def ifname(index: int) -> str:
     """Name of interface ``index``, or ``if<index>`` when it no longer exists."""
     try:
-        return socket.if_indextoname(index)
+        return _socket.if_indextoname(index)
     except OSError:
         return f"if{index}"
 
@@ -218,11 +216,24 @@ def xdp_set(
 
 # ---- network namespaces -------------------------------------------------------------
 
-_libc = ctypes.CDLL(None, use_errno=True)
+
+def _libc():
+    """libc through ctypes (setns/unshare/mount), loaded on first use."""
+    global _LIBC
+    if _LIBC is None:
+        import ctypes  # noqa: PLC0415
+
+        _LIBC = ctypes.CDLL(None, use_errno=True)
+    return _LIBC
+
+
+_LIBC = None
 
 
 def _setns(fd: int) -> None:
-    if _libc.setns(fd, CLONE_NEWNET) != 0:
+    import ctypes  # noqa: PLC0415
+
+    if _libc().setns(fd, CLONE_NEWNET) != 0:
         err = ctypes.get_errno()
         raise OSError(err, f"setns: {os.strerror(err)}")
 
@@ -235,14 +246,16 @@ def create_netns(name: str) -> None:
     path = os.path.join(NETNS_RUN_DIR, name)
     os.close(os.open(path, os.O_RDONLY | os.O_CREAT | os.O_EXCL, 0o444))
     failure: list[OSError] = []
+    import ctypes  # noqa: PLC0415
+    import threading  # noqa: PLC0415
 
     def worker() -> None:
-        if _libc.unshare(CLONE_NEWNET) != 0:
+        if _libc().unshare(CLONE_NEWNET) != 0:
             err = ctypes.get_errno()
             failure.append(OSError(err, f"unshare(CLONE_NEWNET): {os.strerror(err)}"))
             return
         src = f"/proc/self/task/{threading.get_native_id()}/ns/net".encode()
-        if _libc.mount(src, path.encode(), b"none", MS_BIND, None) != 0:
+        if _libc().mount(src, path.encode(), b"none", MS_BIND, None) != 0:
             err = ctypes.get_errno()
             failure.append(OSError(err, f"bind mount of {path}: {os.strerror(err)}"))
 
@@ -260,7 +273,7 @@ def remove_netns(name: str) -> None:
     """Remove the named namespace (no error when it is already gone)."""
     path = os.path.join(NETNS_RUN_DIR, name)
     if os.path.lexists(path):
-        _libc.umount2(path.encode(), MNT_DETACH)
+        _libc().umount2(path.encode(), MNT_DETACH)
         os.unlink(path)
 
 
@@ -306,8 +319,8 @@ def _index(dev: str, netns: str | None) -> int:
     """ifindex of ``dev`` in ``netns`` (if_nametoindex, in that namespace); raises OSError."""
     if netns:
         with in_netns(netns):
-            return socket.if_nametoindex(dev)
-    return socket.if_nametoindex(dev)
+            return _socket.if_nametoindex(dev)
+    return _socket.if_nametoindex(dev)
 
 
 def configure(

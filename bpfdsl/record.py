@@ -12,6 +12,8 @@ compare=False)``).  :meth:`Record.replace` is ``dataclasses.replace``.
 
 from __future__ import annotations
 
+_ALL_SLOTS: dict[type, list[str]] = {}  # class -> its slot names, base classes first
+
 
 class Record:
     """Base of a plain ``__slots__`` class with dataclass-style repr / eq (see module)."""
@@ -20,10 +22,7 @@ class Record:
     _hidden: tuple[str, ...] = ()
 
     def _fields(self) -> list[str]:
-        names: list[str] = []
-        for cls in reversed(type(self).__mro__):
-            names += [n for n in cls.__dict__.get("__slots__", ()) if n not in self._hidden]
-        return names
+        return [n for n in self._all_slots() if n not in self._hidden]
 
     def _values(self) -> tuple:
         return tuple(getattr(self, n) for n in self._fields())
@@ -46,9 +45,11 @@ class Record:
         return type(self)(**kw)
 
     def _all_slots(self) -> list[str]:
-        names: list[str] = []
-        for cls in reversed(type(self).__mro__):
-            names += list(cls.__dict__.get("__slots__", ()))
+        names = _ALL_SLOTS.get(type(self))
+        if names is None:
+            names = _ALL_SLOTS[type(self)] = [
+                n for cls in reversed(type(self).__mro__) for n in cls.__dict__.get("__slots__", ())
+            ]
         return names
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import ctypes as C
 import errno as E
 import os
-import platform
 
 from bpfdsl.bpf_attr import (  # noqa: F401  (re-exported: syscall.ProgInfo ...)
     BtfInfo,
@@ -44,6 +43,15 @@ _NR_BPF = {
     "s390x": 351,
 }
 _libc = C.CDLL(None, use_errno=True)
+
+
+def libc() -> C.CDLL:
+    """The C library (``use_errno=True``) for the few other calls bpfdsl makes (statfs,
+    mount): one handle per process."""
+    return _libc
+
+
+_MACHINE = os.uname().machine  # what platform.machine() returns, without importing platform
 _libc.syscall.restype = C.c_long
 LOG_MAX = (1 << 30) - 1  # kernel: log_size must be < UINT_MAX >> 2 (bpf_vlog_init)
 
@@ -95,9 +103,9 @@ def _error(cmd: BpfCmd, err: int, log: str = "") -> BpfError:
 
 def sys_bpf(cmd: BpfCmd, attr: C.Structure) -> int:
     """Call bpf(cmd, &attr, sizeof attr); returns the non-negative result, raises BpfError."""
-    nr = _NR_BPF.get(platform.machine())
+    nr = _NR_BPF.get(_MACHINE)
     if nr is None:
-        raise BpfError(cmd, E.ENOSYS, f"bpf(): unsupported architecture {platform.machine()}")
+        raise BpfError(cmd, E.ENOSYS, f"bpf(): unsupported architecture {_MACHINE}")
     for _ in range(8):  # libbpf retries PROG_LOAD on EAGAIN; everyone on EINTR
         ret = _libc.syscall(nr, C.c_int(int(cmd)), C.byref(attr), C.c_uint(C.sizeof(attr)))
         if ret >= 0:
