@@ -1,36 +1,47 @@
-"""AST builder (front end): lark parse tree -> :class:`bpfdsl.ast.Program`.
+"""AST builder (front end): grammar rules -> :class:`bpfdsl.ast.Program`.
 
-A lark ``Transformer`` (one method per grammar rule, ``v_args(meta=True)``) that turns
-rules into the dataclasses of :mod:`bpfdsl.ast` and literal tokens into values: IPv4,
-IPv6 and MAC literals become network-byte-order ``bytes`` at this stage.
-Raises DiagnosticError for malformed literals (e.g. ``300.0.0.1``).
+One method per grammar rule (rule name or ``-> alias``), called by :func:`bpfdsl.parser.parse`
+as the LALR parser reduces the rule, with ``meta`` = the (line, col, end_line, end_col) the
+rule covered (or None) and ``c`` = its children (lark's shaping: anonymous tokens dropped,
+None for a missing ``[optional]``).  It makes the nodes of :mod:`bpfdsl.ast` and turns
+literal tokens into values: IPv4, IPv6 and MAC literals become network-byte-order ``bytes``
+at this stage.  Raises DiagnosticError for malformed literals (e.g. ``300.0.0.1``).
 """
 
 from __future__ import annotations
 
-import ipaddress
-
-from lark import Token, Transformer, v_args
-
 from . import ast
 from .diagnostics import DiagnosticError, Span, error
+from .parser import Token, parse
+
+
+def _ipv4(text: str) -> bytes:
+    """Dotted-quad IPv4 text -> 4 bytes (network order); ValueError where Python's
+    ipaddress.IPv4Address is strict too (an octet over 255 or with a leading zero)."""
+    parts = text.split(".")
+    if len(parts) != 4:
+        raise ValueError(text)
+    out = []
+    for p in parts:
+        if not p.isdigit() or len(p) > 3 or (len(p) > 1 and p[0] == "0") or int(p) > 255:
+            raise ValueError(text)
+        out.append(int(p))
+    return bytes(out)
 
 
 def _tok_span(filename: str, t: Token) -> Span:
     return Span(filename, t.line or 1, t.column or 1, t.end_line, t.end_column)
 
 
-@v_args(meta=True)
-class _Builder(Transformer):
+class _Builder:
     def __init__(self, filename: str, text: str):
-        super().__init__()
         self.filename = filename
         self.text = text
 
-    def _s(self, meta) -> Span:
-        if getattr(meta, "empty", True):
+    def _s(self, meta: tuple[int, int, int, int] | None) -> Span:
+        if meta is None:
             return Span(self.filename, 1, 1)
-        return Span(self.filename, meta.line, meta.column, meta.end_line, meta.end_column)
+        return Span(self.filename, *meta)
 
     def _bad(self, tok: Token, msg: str, hint: str):
         raise DiagnosticError(
@@ -42,7 +53,7 @@ class _Builder(Transformer):
         return ast.Program(self._s(meta), list(items), self.text)
 
     def license_decl(self, meta, c):
-        return ast.License(self._s(meta), bytes(c[0][1:-1], "utf-8").decode("unicode_escape"))
+        return ast.License(self._s(meta), bytes(str(c[0])[1:-1], "utf-8").decode("unicode_escape"))
 
     def const_decl(self, meta, c):
         return ast.ConstDecl(self._s(meta), str(c[0]), c[1], c[2])
@@ -243,8 +254,10 @@ class _Builder(Transformer):
             if kind == "mac":
                 data = bytes(int(x, 16) for x in text.split(":"))
             elif kind == "ipv4":
-                data = ipaddress.IPv4Address(text).packed
+                data = _ipv4(text)
             else:
+                import ipaddress
+
                 data = ipaddress.IPv6Address(text).packed
         except ValueError:
             self._bad(
@@ -274,20 +287,9 @@ class _Builder(Transformer):
         return self._addr(meta, c[0], "mac")
 
 
-def build(tree, filename: str, text: str) -> ast.Program:
-    """Turn the parse tree of ``text`` into an :class:`ast.Program`.  Raises DiagnosticError."""
-    from lark.exceptions import VisitError
-
-    try:
-        return _Builder(filename, text).transform(tree)
-    except VisitError as e:
-        if isinstance(e.orig_exc, DiagnosticError):
-            raise e.orig_exc from None
-        raise
-
-
 def parse_program(text: str, filename: str = "<input>") -> ast.Program:
-    """Parse and build in one step (parser.parse_tree + build)."""
-    from .parser import parse_tree
+    """Parse ``text`` (named ``filename`` in spans) into an :class:`ast.Program`.
 
-    return build(parse_tree(text, filename), filename, text)
+    Raises DiagnosticError: code ``syntax`` (file:line:col of the unexpected character or
+    token) or ``bad-literal``."""
+    return parse(text, filename, _Builder(filename, text))

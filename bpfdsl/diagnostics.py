@@ -11,39 +11,88 @@ line, a caret under the span, and ``help:``/``note:`` lines.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from pathlib import Path
 
-
-@dataclass(frozen=True, slots=True)
 class Span:
-    """A source range. ``line``/``col`` are 1-based; ``end_*`` inclusive-exclusive like lark."""
+    """A source range. ``line``/``col`` are 1-based; ``end_*`` inclusive-exclusive like lark.
 
-    file: str
-    line: int
-    col: int
-    end_line: int | None = None
-    end_col: int | None = None
+    Immutable by convention, compared and hashed by value (like a frozen dataclass); a
+    plain ``__slots__`` class because the parser makes one per AST node."""
+
+    __slots__ = ("file", "line", "col", "end_line", "end_col")
+
+    def __init__(
+        self,
+        file: str,
+        line: int,
+        col: int,
+        end_line: int | None = None,
+        end_col: int | None = None,
+    ) -> None:
+        self.file = file
+        self.line = line
+        self.col = col
+        self.end_line = end_line
+        self.end_col = end_col
+
+    def _key(self) -> tuple:
+        return (self.file, self.line, self.col, self.end_line, self.end_col)
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not Span:
+            return NotImplemented
+        return self._key() == other._key()  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{n}={getattr(self, n)!r}" for n in self.__slots__)
+        return f"Span({args})"
 
     def __str__(self) -> str:
         return f"{self.file}:{self.line}:{self.col}"
 
 
-@dataclass(slots=True)
 class Diagnostic:
     """One message.
 
     ``severity`` is ``"error"``, ``"warning"`` or ``"note"``; ``code`` is a stable
     kebab-case name (for example ``unknown-field``); ``hints`` are "what to do" lines
-    rendered as ``help:``; ``notes`` are extra facts rendered as ``note:``.
+    rendered as ``help:``; ``notes`` are extra facts rendered as ``note:``.  Compared by
+    value, repr like a dataclass.
     """
 
-    severity: str
-    code: str
-    message: str
-    span: Span | None = None
-    hints: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
+    __slots__ = ("severity", "code", "message", "span", "hints", "notes")
+
+    def __init__(
+        self,
+        severity: str,
+        code: str,
+        message: str,
+        span: Span | None = None,
+        hints: list[str] | None = None,
+        notes: list[str] | None = None,
+    ) -> None:
+        self.severity = severity
+        self.code = code
+        self.message = message
+        self.span = span
+        self.hints = [] if hints is None else hints
+        self.notes = [] if notes is None else notes
+
+    def _key(self) -> tuple:
+        return (self.severity, self.code, self.message, self.span, self.hints, self.notes)
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not Diagnostic:
+            return NotImplemented
+        return self._key() == other._key()  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]  (mutable, like the dataclass it was)
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{n}={getattr(self, n)!r}" for n in self.__slots__)
+        return f"Diagnostic({args})"
 
     def concise(self) -> str:
         where = f"{self.span}: " if self.span else ""
@@ -60,7 +109,8 @@ class Diagnostic:
             text = source
             if text is None:
                 try:
-                    text = Path(self.span.file).read_text()
+                    with open(self.span.file, encoding="utf-8") as f:
+                        text = f.read()
                 except (OSError, UnicodeDecodeError):
                     text = None
             if text is not None:

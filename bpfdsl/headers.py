@@ -9,41 +9,74 @@ Bit fields (ihl, version, doff, TCP flags) are read-only views of one byte.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from . import types as T
 
 
-@dataclass(frozen=True)
 class HField:
-    """One header field: byte ``offset``, ``type``; for bit fields ``shift``/``width``."""
+    """One header field: byte ``offset``, ``type``; for bit fields ``shift``/``width``
+    (bits; width 0 = the whole field).  Immutable by convention, equal by value."""
 
-    offset: int
-    type: T.Type
-    shift: int = 0
-    width: int = 0  # 0 = whole field
+    __slots__ = ("offset", "type", "shift", "width")
+
+    def __init__(self, offset: int, type: T.Type, shift: int = 0, width: int = 0) -> None:
+        self.offset = offset
+        self.type = type
+        self.shift = shift
+        self.width = width
 
     @property
     def writable(self) -> bool:
         return self.width == 0
 
+    def _key(self) -> tuple:
+        return (self.offset, self.type, self.shift, self.width)
 
-@dataclass(frozen=True)
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not HField:
+            return NotImplemented
+        return self._key() == other._key()  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        o, t, s, w = self._key()
+        return f"HField(offset={o!r}, type={t!r}, shift={s!r}, width={w!r})"
+
+
 class Header:
     """``size``: fixed part in bytes.  ``length``: how the full length is found
     (``None`` fixed, ``"ihl"`` ipv4 ihl*4, ``"doff"`` tcp doff*4).  ``csum``: offset of
     the checksum field or None; ``pseudo``: the checksum covers the IP pseudo-header;
-    ``zero_ok``: a zero checksum means "none" and stays zero (UDP over IPv4)."""
+    ``zero_ok``: a zero checksum means "none" and stays zero (UDP over IPv4).
+    Immutable by convention; compared by identity (one object per built-in header)."""
 
-    name: str
-    c_name: str
-    size: int
-    fields: dict[str, HField] = field(default_factory=dict)
-    length: str | None = None
-    csum: int | None = None
-    pseudo: bool = False
-    zero_ok: bool = False
-    l4: bool = False
+    __slots__ = ("name", "c_name", "size", "fields", "length", "csum", "pseudo", "zero_ok", "l4")
+
+    def __init__(
+        self,
+        name: str,
+        c_name: str,
+        size: int,
+        fields: dict[str, HField] | None = None,
+        length: str | None = None,
+        csum: int | None = None,
+        pseudo: bool = False,
+        zero_ok: bool = False,
+        l4: bool = False,
+    ) -> None:
+        self.name = name
+        self.c_name = c_name
+        self.size = size
+        self.fields = {} if fields is None else fields
+        self.length = length
+        self.csum = csum
+        self.pseudo = pseudo
+        self.zero_ok = zero_ok
+        self.l4 = l4
+
+    def __repr__(self) -> str:
+        return f"Header({self.name!r}, {self.c_name!r}, size={self.size})"
 
 
 _F = HField

@@ -1,16 +1,19 @@
-"""Parser (front end, first stage): source text -> lark parse tree.
+"""Parser (front end, first stage): source text -> AST, without importing lark.
 
-Uses ``grammar/bpfdsl.lark`` (shipped as package ``bpfdsl.grammar``) with lark's LALR
-parser and contextual lexer, ``propagate_positions`` for spans.  The Lark object is
-built once per process and cached on disk by lark (``cache=True``), so start-up is fast.
-Syntax errors become :class:`~bpfdsl.diagnostics.DiagnosticError` with file:line:col.
+The grammar is ``grammar/bpfdsl.lark`` (shipped as package ``bpfdsl.grammar``), LALR(1)
+with lark's basic lexer, ``propagate_positions`` and ``maybe_placeholders``.  lark computes
+the lexer and the LALR tables once, at build time (:mod:`bpfdsl.parser_gen` writes
+:mod:`bpfdsl.parser_tables`); :func:`parse` runs those tables and calls the AST builder's
+method for each reduced rule (:mod:`bpfdsl.build`), so no parse tree is made.  It lexes,
+shapes children and propagates positions exactly as lark does, so spans and error messages
+are lark's.  Syntax errors become :class:`~bpfdsl.diagnostics.DiagnosticError` with
+file:line:col.  :func:`parse_tree` (lark itself, imported on use) remains for debugging
+and for the test that the tables match the grammar.
 """
 
 from __future__ import annotations
 
-from functools import lru_cache
-
-from .diagnostics import DiagnosticError, Span, error
+from .diagnostics import Diagnostic, DiagnosticError, Span, error
 
 _TOKEN_NAMES = {
     "NAME": "a name",
@@ -34,11 +37,228 @@ _TOKEN_NAMES = {
     "__ANON_0": "'->'",
 }
 
-
-# One lexer for the whole grammar ("basic"): the contextual lexer compiles a scanner per
-# parser state on first use, which costs more per process than it saves.  Address
-# literals win over NAME/NUMBER by terminal priority.
+# The lark options of the grammar (parser_gen makes the tables with the same ones).
 _OPTIONS = dict(parser="lalr", lexer="basic", propagate_positions=True, maybe_placeholders=True)
+
+
+class Token:
+    """A lexed token: ``type`` (lark terminal name), ``value`` (its text); ``line``/``column``
+    1-based start, ``end_line``/``end_column`` one past its end (lark's convention);
+    ``start_pos`` the character offset.  ``str(token)`` is the text."""
+
+    __slots__ = ("type", "value", "line", "column", "end_line", "end_column", "start_pos")
+
+    def __init__(self, type_, value, line, column, end_line, end_column, start_pos):
+        self.type = type_
+        self.value = value
+        self.line = line
+        self.column = column
+        self.end_line = end_line
+        self.end_column = end_column
+        self.start_pos = start_pos
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __repr__(self) -> str:
+        return f"Token({self.type!r}, {self.value!r})"
+
+
+_scanner_cache: list = []
+
+
+def _scanner():
+    """(compiled lexer regexps, tables module), built once per process."""
+    if not _scanner_cache:
+        import re
+
+        from . import parser_tables as tables
+
+        _scanner_cache.append(([re.compile(p) for p in tables.PATTERNS], tables))
+    return _scanner_cache[0]
+
+
+# (state below, top state, lookahead) -> top state after the run of single-child ?rule
+# reductions that lookahead causes there (expr -> or_expr -> ... -> atom: a dozen per
+# operand); filled as the parser meets them, once per process.
+_chains: dict[tuple[int, int, str], int] = {}
+
+
+def _chain(states: dict, rules: tuple, key: tuple[int, int, str]) -> int:
+    below, top, typ = key
+    while True:
+        act = states[top].get(typ)
+        if act is None or act >= 0 or rules[-1 - act][2] != 0:
+            return top
+        top = states[below][rules[-1 - act][0]]
+
+
+def parse(text: str, filename: str, actions) -> object:
+    """Parse ``text`` and return what ``actions`` builds for the start rule.
+
+    ``actions`` has one method per grammar rule (alias or rule name) taking ``(pos,
+    children)``: ``pos`` is ``(line, col, end_line, end_col)`` of the text the rule covered
+    (lark's propagate_positions, 1-based, end exclusive) or None when it covered none.
+    Raises DiagnosticError (code ``syntax``) for text outside the grammar; a DiagnosticError
+    raised by an action is re-raised after the whole text parsed (syntax errors first).
+    """
+    mres, tables = _scanner()
+    states = tables.STATES
+    rules = tables.RULES
+    keywords = tables.KEYWORDS
+    ignore = tables.IGNORE
+    newline_types = tables.NEWLINE_TYPES
+    end_state = tables.END_STATE
+    cbs = {}
+    chains = _chains
+    state_stack = [tables.START_STATE]
+    vals: list = []
+    poss: list = []
+    failed: DiagnosticError | None = None
+    n = len(text)
+    pos = 0
+    line = 1
+    line_start = 0
+    while True:
+        # ---- next token (lark BasicLexer.next_token) ----
+        if pos < n:
+            for mre in mres:
+                m = mre.match(text, pos)
+                if m is not None:
+                    break
+            else:
+                raise _syntax_error(text, filename, line, pos - line_start + 1, char_pos=pos)
+            typ = m.lastgroup
+            val = m.group()
+            start, sline, scol = pos, line, pos - line_start + 1
+            if typ in newline_types:
+                nl = val.count("\n")
+                if nl:
+                    line += nl
+                    line_start = pos + val.rindex("\n") + 1
+            pos = m.end()
+            if typ in ignore:
+                continue
+            kw = keywords.get(typ)
+            if kw is not None:
+                typ = kw.get(val, typ)
+            tok = Token(typ, val, sline, scol, line, pos - line_start + 1, start)
+            tpos = (sline, scol, line, pos - line_start + 1)
+        else:
+            typ = "$END"
+            tok = None
+        # ---- feed it (lark ParserState.feed_token) ----
+        while True:
+            row = states[state_stack[-1]]
+            act = row.get(typ)
+            if act is None:
+                expected = {s for s in row if s.isupper()}
+                raise _syntax_error(text, filename, 0, 0, token=tok, expected=expected)
+            if act >= 0:
+                state_stack.append(act)
+                vals.append(tok)
+                poss.append(tpos)
+                break
+            origin, size, kind, cb, include, append_none = rules[-1 - act]
+            if kind == 0:  # ?rule passing its single child through: the value stays
+                key = (state_stack[-2], state_stack[-1], typ)
+                top = chains.get(key)
+                if top is None:
+                    top = chains[key] = _chain(states, rules, key)
+                state_stack[-1] = top
+                continue
+            if size:
+                children = vals[-size:]
+                cpos = poss[-size:]
+                del vals[-size:], poss[-size:], state_stack[-size:]
+                first = None
+                for p in cpos:
+                    if p is not None:
+                        first = p
+                        break
+                if first is not None:
+                    for p in reversed(cpos):
+                        if p is not None:
+                            break
+                    rpos = (first[0], first[1], p[2], p[3])
+                else:
+                    rpos = None
+            else:
+                children, rpos = [], None
+            if include is not None:
+                filtered = []
+                for i, splice, nones in include:
+                    if nones:
+                        filtered += [None] * nones
+                    if splice:
+                        filtered += children[i]
+                    else:
+                        filtered.append(children[i])
+                if append_none:
+                    filtered += [None] * append_none
+            else:
+                filtered = children
+            if kind == 1:
+                value = None
+                if failed is None:
+                    f = cbs.get(cb)
+                    if f is None:
+                        f = cbs[cb] = getattr(actions, cb)
+                    try:
+                        value = f(rpos, filtered)
+                    except DiagnosticError as e:
+                        failed = e  # report after the syntax check of the rest, like lark
+            elif kind == 2:  # _rule: spliced into the parent
+                value = filtered
+            else:  # ?rule keeping one of its children
+                value = filtered[0]
+            state_stack.append(states[state_stack[-1]][origin])
+            vals.append(value)
+            poss.append(rpos)
+            if tok is None and state_stack[-1] == end_state:
+                if failed is not None:
+                    raise failed
+                return vals[-1]
+
+
+def _syntax_error(
+    text: str,
+    filename: str,
+    line: int,
+    col: int,
+    *,
+    char_pos: int | None = None,
+    token: Token | None = None,
+    expected: set[str] | None = None,
+) -> DiagnosticError:
+    """The diagnostic for a lexer failure at ``char_pos`` (line/col there) or for an
+    unexpected ``token`` (None or end of input: past the last character)."""
+    return DiagnosticError(_syntax_diag(text, filename, line, col, char_pos, token, expected), text)
+
+
+def _syntax_diag(text, filename, line, col, char_pos, token, expected) -> Diagnostic:
+    if char_pos is not None:
+        span = Span(filename, line or 1, col or 1)
+        ch = text[char_pos] if char_pos < len(text) else "end of input"
+        return error(
+            "syntax",
+            f"unexpected character {ch!r}",
+            span,
+            hint="check for a typo or a missing operator",
+        )
+    if token is None or token.type == "$END":
+        lines = text.rstrip().splitlines() or [""]
+        span = Span(filename, len(lines), len(lines[-1]) + 1)
+        hint = "the file ends inside a block or an expression: is a '}' missing?"
+        return error("syntax", "unexpected end of input", span, hint=hint)
+    span = Span(filename, token.line or 1, token.column or 1)
+    exp = sorted(expected or [])
+    names = [_TOKEN_NAMES[x] for x in exp if x in _TOKEN_NAMES]
+    if names and len(exp) <= 6:
+        hint = "expected " + " or ".join(names)
+    else:
+        hint = "check the syntax just before this point"
+    return error("syntax", f"unexpected {str(token.value)!r}", span, hint=hint)
 
 
 def grammar_text() -> str:
@@ -56,64 +276,40 @@ def grammar_text() -> str:
     return files("bpfdsl.grammar").joinpath("bpfdsl.lark").read_text()
 
 
-def import_lark():
-    """Import lark without the third-party ``regex`` module: lark imports it when installed
-    (~17 ms) but only uses it with ``regex=True``, which bpfdsl does not set."""
+def import_lark() -> None:
+    """Kept for callers of the lark-based parser: since the parser runs generated tables
+    (:mod:`bpfdsl.parser_tables`), compiling needs no lark; nothing to do here."""
+
+
+def _lark():
+    """The lark parser of the grammar (debugging and table tests only; not cached on disk)."""
     import sys
 
-    if "lark" in sys.modules or "regex" in sys.modules:
-        return
-    sys.modules["regex"] = None  # makes `import regex` raise ImportError inside lark.utils
-    try:
-        import lark  # noqa: F401
-    finally:
-        del sys.modules["regex"]
-
-
-@lru_cache(maxsize=1)
-def _lark():
-    import_lark()
+    if "lark" not in sys.modules and "regex" not in sys.modules:
+        sys.modules["regex"] = None  # lark would import the slow `regex` module it won't use
+        try:
+            import lark  # noqa: F401
+        finally:
+            del sys.modules["regex"]
     from lark import Lark
 
-    text = grammar_text()
-    try:
-        return Lark(text, cache=True, **_OPTIONS)
-    except OSError:  # cache dir not writable
-        return Lark(text, **_OPTIONS)
+    return Lark(grammar_text(), **_OPTIONS)
 
 
 def parse_tree(text: str, filename: str = "<input>"):
-    """Parse ``text``; returns the lark Tree.  Raises DiagnosticError (code ``syntax``)."""
-    from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput
+    """Parse ``text`` with lark itself; returns the lark Tree (debugging aid; compiling uses
+    :func:`parse`).  Raises DiagnosticError (code ``syntax``) like :func:`parse`."""
+    from lark.exceptions import UnexpectedCharacters, UnexpectedInput
 
+    parser = _lark()
     try:
-        return _lark().parse(text)
+        return parser.parse(text)
+    except UnexpectedCharacters as e:
+        raise _syntax_error(text, filename, e.line, e.column, char_pos=e.pos_in_stream) from None
     except UnexpectedInput as e:
-        line = getattr(e, "line", None) or 1
-        col = getattr(e, "column", None) or 1
-        if line < 0:  # UnexpectedEOF has line -1
-            lines = text.splitlines() or [""]
-            line, col = len(lines), len(lines[-1]) + 1
-        span = Span(filename, line, col)
-        if isinstance(e, UnexpectedCharacters):
-            ch = text[e.pos_in_stream] if e.pos_in_stream < len(text) else "end of input"
-            msg = f"unexpected character {ch!r}"
-            hint = "check for a typo or a missing operator"
-        elif isinstance(e, UnexpectedEOF):
-            msg = "unexpected end of input"
-            hint = "a '}' or an expression is missing"
-        else:
-            tok = getattr(e, "token", None)
-            shown = "end of input" if tok is None or tok.type == "$END" else repr(str(tok))
-            msg = f"unexpected {shown}"
-            exp = sorted(getattr(e, "expected", None) or getattr(e, "accepts", None) or [])
-            names = [_TOKEN_NAMES[x] for x in exp if x in _TOKEN_NAMES]
-            if names and len(exp) <= 6:
-                hint = "expected " + " or ".join(names)
-            else:
-                hint = "check the syntax just before this point"
-            if tok is None or tok.type == "$END":  # point just past the last character
-                lines = text.rstrip().splitlines() or [""]
-                span = Span(filename, len(lines), len(lines[-1]) + 1)
-                hint = "the file ends inside a block or an expression: is a '}' missing?"
-        raise DiagnosticError(error("syntax", msg, span, hint=hint), text) from None
+        tok = getattr(e, "token", None)
+        if tok is not None and tok.type != "$END":
+            tok = Token(tok.type, str(tok), tok.line, tok.column, None, None, tok.start_pos)
+        raise _syntax_error(
+            text, filename, 0, 0, token=tok, expected=set(getattr(e, "expected", None) or ())
+        ) from None

@@ -11,9 +11,6 @@ statements.
 
 from __future__ import annotations
 
-import difflib
-from dataclasses import dataclass, field
-
 from . import ast
 from . import types as T
 from .diagnostics import Diagnostic, DiagnosticError, Span, error
@@ -29,62 +26,119 @@ from .sema_stmt import StmtChecker
 from .uapi import PROGRAM_KINDS, ProgramKind, kind_for_keyword
 
 
-@dataclass(eq=False)
-class Local:
-    """A local variable (or parameter); ``ty`` its type; headers may go stale (B06)."""
+class _Plain:
+    """Base of sema's records: plain ``__slots__`` classes (no dataclass exec() at import),
+    compared by identity, repr listing the slots."""
 
-    name: str
-    ty: T.Type
-    span: Span
-    header_parent: Local | None = None  # L4 header -> the IP header it was parsed after
-    bounds: tuple[int, int] | None = None  # loop variable: start..end (end exclusive)
+    __slots__ = ()
 
-
-@dataclass(eq=False)
-class Const:
-    name: str
-    ty: T.Type
-    value: int  # raw (memory) value
-    data: bytes | None = None  # byte-string constants (mac_addr, ipv6_addr, prefixes)
+    def __repr__(self) -> str:
+        args = ", ".join(f"{n}={getattr(self, n)!r}" for n in self.__slots__)
+        return f"{type(self).__name__}({args})"
 
 
-@dataclass(eq=False)
-class Config:
+class Local(_Plain):
+    """A local variable (or parameter); ``ty`` its type; headers may go stale (B06).
+
+    ``header_parent``: for an L4 header, the IP header it was parsed after; ``bounds``: for
+    a loop variable, start..end (end exclusive)."""
+
+    __slots__ = ("name", "ty", "span", "header_parent", "bounds")
+
+    def __init__(
+        self,
+        name: str,
+        ty: T.Type,
+        span: Span,
+        header_parent: Local | None = None,
+        bounds: tuple[int, int] | None = None,
+    ) -> None:
+        self.name = name
+        self.ty = ty
+        self.span = span
+        self.header_parent = header_parent
+        self.bounds = bounds
+
+
+class Const(_Plain):
+    """A ``const``: ``value`` the raw (memory) value; ``data`` for byte-string constants
+    (mac_addr, ipv6_addr, prefixes)."""
+
+    __slots__ = ("name", "ty", "value", "data")
+
+    def __init__(self, name: str, ty: T.Type, value: int, data: bytes | None = None) -> None:
+        self.name = name
+        self.ty = ty
+        self.value = value
+        self.data = data
+
+
+class Config(_Plain):
     """A load-time setting in .rodata; ``value`` raw default, ``offset`` in .rodata (bytes)."""
 
-    name: str
-    ty: T.Type
-    value: int
-    offset: int = 0
+    __slots__ = ("name", "ty", "value", "offset")
+
+    def __init__(self, name: str, ty: T.Type, value: int, offset: int = 0) -> None:
+        self.name = name
+        self.ty = ty
+        self.value = value
+        self.offset = offset
 
 
-@dataclass(eq=False)
-class FnInfo:
-    decl: ast.FnDecl
-    params: list[tuple[str, T.Type]]
-    ret: T.Type
+class FnInfo(_Plain):
+    """An inlined function: its declaration, ``params`` (name, type) and return type."""
+
+    __slots__ = ("decl", "params", "ret")
+
+    def __init__(self, decl: ast.FnDecl, params: list[tuple[str, T.Type]], ret: T.Type) -> None:
+        self.decl = decl
+        self.params = params
+        self.ret = ret
 
 
-@dataclass
-class Checked:
-    """Result of sema: everything codegen needs, keyed by AST node where per-node."""
+class Checked(_Plain):
+    """Result of sema: everything codegen needs, keyed by AST node where per-node.
 
-    program: ast.Program
-    filename: str
-    license: str = "GPL"
-    structs: dict[str, T.StructType] = field(default_factory=dict)
-    consts: dict[str, Const] = field(default_factory=dict)
-    configs: dict[str, Config] = field(default_factory=dict)
-    maps: dict[str, T.MapType] = field(default_factory=dict)
-    map_decls: dict[str, ast.MapDecl] = field(default_factory=dict)
-    fns: dict[str, FnInfo] = field(default_factory=dict)
-    progs: list[tuple[ast.ProgDecl, ProgramKind]] = field(default_factory=list)
-    cval: dict[ast.Expr, int] = field(default_factory=dict)  # folded scalar constants
-    cbytes: dict[ast.Expr, bytes] = field(default_factory=dict)  # folded byte constants
-    sym: dict[ast.Node, object] = field(default_factory=dict)  # Name/Let/For -> symbol
-    optype: dict[ast.Expr, T.Type] = field(default_factory=dict)  # Compare operand type
-    pkt_reset: set[ast.Node] = field(default_factory=set)  # calls that resize the packet
-    warnings: list[Diagnostic] = field(default_factory=list)  # compile-time warnings
+    ``cval``: folded scalar constants (raw memory value); ``cbytes``: folded byte
+    constants; ``sym``: Name/Let/For -> symbol; ``optype``: Compare operand type;
+    ``pkt_reset``: calls that resize the packet; ``warnings``: compile-time warnings."""
+
+    __slots__ = (
+        "program",
+        "filename",
+        "license",
+        "structs",
+        "consts",
+        "configs",
+        "maps",
+        "map_decls",
+        "fns",
+        "progs",
+        "cval",
+        "cbytes",
+        "sym",
+        "optype",
+        "pkt_reset",
+        "warnings",
+    )
+
+    def __init__(self, program: ast.Program, filename: str, license: str = "GPL") -> None:
+        self.program = program
+        self.filename = filename
+        self.license = license
+        self.structs: dict[str, T.StructType] = {}
+        self.consts: dict[str, Const] = {}
+        self.configs: dict[str, Config] = {}
+        self.maps: dict[str, T.MapType] = {}
+        self.map_decls: dict[str, ast.MapDecl] = {}
+        self.fns: dict[str, FnInfo] = {}
+        self.progs: list[tuple[ast.ProgDecl, ProgramKind]] = []
+        self.cval: dict[ast.Expr, int] = {}
+        self.cbytes: dict[ast.Expr, bytes] = {}
+        self.sym: dict[ast.Node, object] = {}
+        self.optype: dict[ast.Expr, T.Type] = {}
+        self.pkt_reset: set[ast.Node] = set()
+        self.warnings: list[Diagnostic] = []
 
 
 class Sema(StmtChecker, DeclChecker):
@@ -108,6 +162,8 @@ class Sema(StmtChecker, DeclChecker):
         self.diags.append(error(code, msg, span, hint=hint))
 
     def suggest(self, name: str, options) -> str | None:
+        import difflib  # only on an error: ~2 ms of imports
+
         m = difflib.get_close_matches(name, list(options), n=1)
         return f"did you mean `{m[0]}`?" if m else None
 

@@ -8,93 +8,142 @@ network byte order; :class:`StructType` lays out members with C natural alignmen
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 
 class Type:
-    """Base of all types; subclasses provide ``size``/``align`` (bytes) and ``name``."""
+    """Base of all types; subclasses provide ``size``/``align`` (bytes) and ``name``.
+
+    Types are plain classes (not dataclasses: their creation at import exec()s generated
+    code): a :class:`ValueType` is immutable by convention and compared and hashed by
+    ``_key()`` for the same class (frozen-dataclass semantics); other types compare by
+    identity."""
+
+    _repr_fields: tuple[str, ...] = ()
+
+    def __str__(self) -> str:
+        return self.name
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{n}={getattr(self, n)!r}" for n in self._repr_fields)
+        return f"{type(self).__name__}({args})"
+
+
+class ValueType(Type):
+    """A type equal to another of the same class with the same ``_key()``."""
+
+    def _key(self) -> tuple:
+        raise NotImplementedError
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._key() == other._key()  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+
+class IntType(ValueType):
+    """An integer of ``bits`` bits; ``be`` = stored in network byte order (be16/be32/be64).
+
+    ``size``/``align`` in bytes (bits // 8); ``name`` as written (``u16``, ``i32``, ``be16``)."""
+
+    _repr_fields = ("bits", "signed", "be")
+
+    def __init__(self, bits: int, signed: bool = False, be: bool = False) -> None:
+        self.bits = bits
+        self.signed = signed
+        self.be = be
+        self.size = self.align = bits // 8
+        self.name = f"be{bits}" if be else f"{'i' if signed else 'u'}{bits}"
+
+    def _key(self) -> tuple:
+        return (self.bits, self.signed, self.be)
 
     def __str__(self) -> str:
         return self.name
 
 
-@dataclass(frozen=True, eq=True)
-class IntType(Type):
-    """An integer of ``bits`` bits; ``be`` = stored in network byte order (be16/be32/be64)."""
+class BoolType(ValueType):
+    _repr_fields = ("size", "align", "name")
 
-    bits: int
-    signed: bool = False
-    be: bool = False
+    def __init__(self, size: int = 1, align: int = 1, name: str = "bool") -> None:
+        self.size = size
+        self.align = align
+        self.name = name
 
-    @property
-    def size(self) -> int:  # type: ignore[override]
-        return self.bits // 8
-
-    @property
-    def align(self) -> int:  # type: ignore[override]
-        return self.bits // 8
-
-    @property
-    def name(self) -> str:  # type: ignore[override]
-        if self.be:
-            return f"be{self.bits}"
-        return f"{'i' if self.signed else 'u'}{self.bits}"
-
-    def __str__(self) -> str:
-        return self.name
-
-
-@dataclass(frozen=True, eq=True)
-class BoolType(Type):
-    size: int = 1
-    align: int = 1
-    name: str = "bool"
+    def _key(self) -> tuple:
+        return (self.size, self.align, self.name)
 
     def __str__(self) -> str:
         return "bool"
 
 
-@dataclass(frozen=True, eq=True)
-class UntypedInt(Type):
+class UntypedInt(ValueType):
     """Type of an integer literal before context gives it one."""
 
-    name: str = "integer literal"
-    size: int = 8
-    align: int = 8
+    _repr_fields = ("name", "size", "align")
+
+    def __init__(self, name: str = "integer literal", size: int = 8, align: int = 8) -> None:
+        self.name = name
+        self.size = size
+        self.align = align
+
+    def _key(self) -> tuple:
+        return (self.name, self.size, self.align)
 
     def __str__(self) -> str:
         return self.name
 
 
-@dataclass(frozen=True, eq=True)
-class BytesType(Type):
+class BytesType(ValueType):
     """Fixed-size byte string in network order: ``mac_addr`` (6), ``ipv6_addr`` (16)."""
 
-    name: str
-    size: int
-    align: int
+    _repr_fields = ("name", "size", "align")
+
+    def __init__(self, name: str, size: int, align: int) -> None:
+        self.name = name
+        self.size = size
+        self.align = align
+
+    def _key(self) -> tuple:
+        return (self.name, self.size, self.align)
 
     def __str__(self) -> str:
         return self.name
 
 
-@dataclass(eq=False)
 class StructType(Type):
-    """A C-layout struct; ``fields``: name -> (byte offset, type)."""
+    """A C-layout struct; ``fields``: name -> (byte offset, type).  Compared by identity."""
 
-    name: str
-    fields: dict[str, tuple[int, Type]] = field(default_factory=dict)
-    size: int = 0
-    align: int = 1
+    _repr_fields = ("name", "fields", "size", "align")
+
+    def __init__(
+        self,
+        name: str,
+        fields: dict[str, tuple[int, Type]] | None = None,
+        size: int = 0,
+        align: int = 1,
+    ) -> None:
+        self.name = name
+        self.fields = {} if fields is None else fields
+        self.size = size
+        self.align = align
 
     def __str__(self) -> str:
         return self.name
 
 
-@dataclass(frozen=True, eq=True)
-class ArrayType(Type):
-    elem: Type
-    count: int
+class ArrayType(ValueType):
+    """``[elem; count]``: ``count`` elements, no padding between them."""
+
+    _repr_fields = ("elem", "count")
+
+    def __init__(self, elem: Type, count: int) -> None:
+        self.elem = elem
+        self.count = count
+
+    def _key(self) -> tuple:
+        return (self.elem, self.count)
 
     @property
     def size(self) -> int:  # type: ignore[override]
@@ -112,79 +161,118 @@ class ArrayType(Type):
         return self.name
 
 
-@dataclass(frozen=True, eq=True)
-class HeaderType(Type):
-    """A view of a packet header (a bounds-checked packet pointer); see bpfdsl.headers."""
+class HeaderType(ValueType):
+    """A view of a packet header (a bounds-checked packet pointer); see bpfdsl.headers.
 
-    name: str
-    layout: object = field(compare=False)  # headers.Header
+    Equal by ``name`` (``layout``, a headers.Header, does not take part)."""
+
+    _repr_fields = ("name", "layout")
+
+    def __init__(self, name: str, layout: object) -> None:
+        self.name = name
+        self.layout = layout
+
+    def _key(self) -> tuple:
+        return (self.name,)
 
     def __str__(self) -> str:
         return f"header {self.name}"
 
 
-@dataclass(frozen=True, eq=False)
 class MapType(Type):
-    """A map: ``kind`` is the language name (``percpu_array``); decl is the ast.MapDecl."""
+    """A map: ``kind`` is the language name (``percpu_array``), ``map_type`` the kernel's
+    BPF_MAP_TYPE_* number, ``max_entries`` and ``flags`` (BPF_F_*) as in ``struct
+    bpf_map_def``.  Compared by identity."""
 
-    name: str
-    kind: str
-    map_type: int
-    key: Type | None
-    value: Type | None
-    max_entries: int
-    flags: int = 0
+    _repr_fields = ("name", "kind", "map_type", "key", "value", "max_entries", "flags")
+
+    def __init__(
+        self,
+        name: str,
+        kind: str,
+        map_type: int,
+        key: Type | None,
+        value: Type | None,
+        max_entries: int,
+        flags: int = 0,
+    ) -> None:
+        self.name = name
+        self.kind = kind
+        self.map_type = map_type
+        self.key = key
+        self.value = value
+        self.max_entries = max_entries
+        self.flags = flags
 
     def __str__(self) -> str:
         return f"map {self.name}"
 
 
-@dataclass(frozen=True, eq=False)
 class OptionalType(Type):
     """A value that may be missing (map lookup, parse): must go through let-else / if-let."""
 
-    inner: Type
-    what: str = "value"
+    _repr_fields = ("inner", "what")
+
+    def __init__(self, inner: Type, what: str = "value") -> None:
+        self.inner = inner
+        self.what = what
 
     def __str__(self) -> str:
         return f"optional {self.inner}"
 
 
-@dataclass(frozen=True, eq=False)
 class RefType(Type):
     """A reference to a map value (result of a handled lookup); reads load, writes store."""
 
-    inner: Type
-    percpu: bool = False
-    readonly: bool = False
+    _repr_fields = ("inner", "percpu", "readonly")
+
+    def __init__(self, inner: Type, percpu: bool = False, readonly: bool = False) -> None:
+        self.inner = inner
+        self.percpu = percpu
+        self.readonly = readonly
 
     def __str__(self) -> str:
         return f"&{self.inner}"
 
 
-@dataclass(frozen=True, eq=True)
-class CtxType(Type):
-    name: str = "ctx"
+class CtxType(ValueType):
+    _repr_fields = ("name",)
+
+    def __init__(self, name: str = "ctx") -> None:
+        self.name = name
+
+    def _key(self) -> tuple:
+        return (self.name,)
 
     def __str__(self) -> str:
         return "ctx"
 
 
-@dataclass(frozen=True, eq=True)
-class VoidType(Type):
-    name: str = "void"
+class VoidType(ValueType):
+    _repr_fields = ("name",)
+
+    def __init__(self, name: str = "void") -> None:
+        self.name = name
+
+    def _key(self) -> tuple:
+        return (self.name,)
 
     def __str__(self) -> str:
         return "void"
 
 
-@dataclass(frozen=True, eq=True)
-class ErrorType(Type):
+class ErrorType(ValueType):
     """The type of an expression that already has an error: fits anywhere (no cascades)."""
 
-    name: str = "<error>"
-    size: int = 4
-    align: int = 4
+    _repr_fields = ("name", "size", "align")
+
+    def __init__(self, name: str = "<error>", size: int = 4, align: int = 4) -> None:
+        self.name = name
+        self.size = size
+        self.align = align
+
+    def _key(self) -> tuple:
+        return (self.name, self.size, self.align)
 
     def __str__(self) -> str:
         return self.name
