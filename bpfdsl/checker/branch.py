@@ -162,18 +162,15 @@ def _merge(r: D.Reg, part: list[int], is32: bool) -> tuple[int, ...]:
 
 
 def _mark_ids(st: State, reg_id: int, fn) -> None:
-    for f, where, r in list(st.all_regs()):
-        if r.id == reg_id and r.t != D.SCALAR:
-            st.set_reg_anywhere(f, where, fn(r))
+    st.update_regs(lambda r: fn(r) if r.id == reg_id and r.t != D.SCALAR else None)
 
 
 def _mark_scalar_ids(st: State, reg: D.Reg) -> None:
     """Copies of a scalar (same id) learn the refined bounds (kernel sync_linked_regs)."""
-    if not reg.id or reg.t != D.SCALAR:
+    rid = reg.id
+    if not rid or reg.t != D.SCALAR:
         return
-    for f, where, r in list(st.all_regs()):
-        if r.t == D.SCALAR and r.id == reg.id:
-            st.set_reg_anywhere(f, where, reg)
+    st.update_regs(lambda r: reg if r.id == rid and r.t == D.SCALAR else None)
 
 
 def _good_pkt(st: State, dst: D.Reg, right_open: bool) -> None:
@@ -182,9 +179,10 @@ def _good_pkt(st: State, dst: D.Reg, right_open: bool) -> None:
     if dst.umax > MAX_PACKET_OFF or dst.umax + dst.off > MAX_PACKET_OFF:
         return
     new = dst.off + (1 if right_open else 0)
-    for f, where, r in list(st.all_regs()):
-        if r.t == dst.t and r.id == dst.id and r.rng < new:
-            st.set_reg_anywhere(f, where, r.replace(rng=new))
+    t, rid = dst.t, dst.id
+    st.update_regs(
+        lambda r: r.replace(rng=new) if r.t == t and r.id == rid and r.rng < new else None
+    )
 
 
 def _init_pkt(r: D.Reg, t: int) -> bool:
@@ -229,8 +227,9 @@ def do_cond_jump(env: Env, st: State, i: int, x: Insn, target: int) -> list[tupl
         s = D.known(x.imm if not is32 else x.imm & D.M32)
     d = _read(st, x.dst)
     # pointer vs NULL
-    if d.is_ptr or s.is_ptr:
-        pr, other, p_no = (d, s, x.dst) if d.is_ptr else (s, d, x.src)
+    d_ptr = d.t > D.SCALAR  # not NOT_INIT (0) nor SCALAR (1): Reg.is_ptr
+    if d_ptr or s.t > D.SCALAR:
+        pr, other, p_no = (d, s, x.dst) if d_ptr else (s, d, x.src)
         if (
             other.t == D.SCALAR
             and other.is_const
@@ -238,7 +237,7 @@ def do_cond_jump(env: Env, st: State, i: int, x: Insn, target: int) -> list[tupl
             and op in (U.BPF_JEQ, U.BPF_JNE)
         ):
             # kernel: only `if rX ==/!= 0` (immediate, 64-bit, pointer in dst) is a NULL check
-            if pr.t in D.NULLABLE and not is32 and x.source == U.BPF_K and d.is_ptr:
+            if pr.t in D.NULLABLE and not is32 and x.source == U.BPF_K and d_ptr:
                 null_st, nn_st = st, st.copy()
                 if op == U.BPF_JNE:
                     taken, fall = nn_st, null_st

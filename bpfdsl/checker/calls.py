@@ -246,9 +246,7 @@ def check_helper_call(env: Env, st: State, helper_id: int, idx: int) -> None:
 
 
 def _invalidate_packet(st: State, note: str) -> None:
-    for f, where, r in list(st.all_regs()):
-        if r.t in (D.PKT, D.PKT_META, D.PKT_END):
-            st.set_reg_anywhere(f, where, D.unknown(note))
+    st.update_regs(lambda r: D.unknown(note) if r.t in (D.PKT, D.PKT_META, D.PKT_END) else None)
 
 
 def nonnull_type(r: D.Reg) -> int:

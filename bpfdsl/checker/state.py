@@ -89,6 +89,22 @@ class State:
                 if s.spill is not None:
                     yield f, ("stack", k), s.spill
 
+    def update_regs(self, fn) -> None:
+        """Replace every register and spilled register ``r`` of every frame by ``fn(r)``
+        where that is not None (same registers as :meth:`all_regs`)."""
+        for f in self.frames:
+            regs = f.regs
+            for i, r in enumerate(regs):
+                n = fn(r)
+                if n is not None:
+                    regs[i] = n
+            stack = f.stack
+            for k, s in list(stack.items()):
+                if s.spill is not None:
+                    n = fn(s.spill)
+                    if n is not None:
+                        stack[k] = Slot(s.types, n)
+
     def set_reg_anywhere(self, f: Frame, where, reg: D.Reg) -> None:
         if isinstance(where, int):
             f.regs[where] = reg
@@ -161,8 +177,11 @@ def regsafe(old: D.Reg, new: D.Reg, idmap: dict, exact: bool) -> bool:
 
 
 def _stacksafe(old: Frame, new: Frame, idmap: dict, exact: bool) -> bool:
+    nstack = new.stack
     for k, os in old.stack.items():
-        ns = new.stack.get(k)
+        ns = nstack.get(k)
+        if os is ns and (os.spill is None or (not os.spill.id and not os.spill.ref)):
+            continue  # the same (immutable) slot, no id to map: safe
         ntypes = ns.types if ns is not None else INVALID * 8
         if exact:
             if ns is None or os.types != ns.types or os.spill != ns.spill:
@@ -206,8 +225,12 @@ def subsumes(old: State, new: State, live: list[frozenset[int]], exact: bool = F
     for fi, (of, nf) in enumerate(zip(old.frames, new.frames, strict=True)):
         if of.callsite != nf.callsite:
             return False
+        oregs, nregs = of.regs, nf.regs
         for r in live[fi]:
-            if not regsafe(of.regs[r], nf.regs[r], idmap, exact):
+            o, n = oregs[r], nregs[r]
+            if o is n and not o.id and not o.ref:
+                continue  # the same (immutable) register, no id to map: regsafe is True
+            if not regsafe(o, n, idmap, exact):
                 return False
         if not _stacksafe(of, nf, idmap, exact):
             return False
