@@ -20,6 +20,7 @@ from .codegen_calls import CallGen
 from .codegen_expr import ExprGen
 from .codegen_maps import MapGen
 from .codegen_pkt import PktGen
+from .codegen_text import Module
 from .headers import CTX_DATA
 from .sema import Checked, Local
 
@@ -47,7 +48,9 @@ class _Fn:
 class CodeGen(ExprGen, CallGen, PktGen, MapGen):
     def __init__(self, checked: Checked, dbg=None, module: ir.Module | None = None):
         self.c = checked
-        self.m = module if module is not None else ir.Module(name=checked.filename)
+        self.m = module if module is not None else Module(name=checked.filename)
+        if type(self.m) is ir.Module:  # str() through codegen_text.module_text (same text)
+            self.m.__class__ = Module
         self.m.triple = "bpfel"
         self.m.data_layout = DATALAYOUT
         self.dbg = dbg

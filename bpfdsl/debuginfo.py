@@ -103,7 +103,12 @@ class FunctionDebug:
 
     def loc(self, line: int, col: int = 0) -> ir.DIValue:
         """``!DILocation(line, column)`` in this function (1-based, as in the .bpfd source)."""
-        return self.debug._di("DILocation", line=line, column=col, scope=self.subprogram)
+        key = (id(self.subprogram), line, col)
+        node = self.debug._locs.get(key)
+        if node is None:  # the same node _di() shares, found without building its key
+            node = self.debug._di("DILocation", line=line, column=col, scope=self.subprogram)
+            self.debug._locs[key] = node
+        return node
 
 
 def _key(v: object) -> object:
@@ -155,6 +160,7 @@ class DebugInfo:
     ) -> None:  # fmt: skip
         self.module = module
         self._cache: dict[tuple, ir.Value] = {}
+        self._locs: dict[tuple[int, int, int], ir.DIValue] = {}  # FunctionDebug.loc
         extra = {"source": source} if source is not None else {}
         self.file = self._di("DIFile", filename=filename, directory=directory, **extra)
         self.cu = self._di(
