@@ -211,7 +211,10 @@ def _pkt_compare(x: Insn, d: D.Reg, s: D.Reg, fall: State, taken: State) -> bool
     return True
 
 
-def do_cond_jump(env: Env, st: State, i: int, x: Insn, target: int) -> list[tuple[int, State]]:
+def do_cond_jump(
+    env: Env, st: State, i: int, x: Insn, target: int
+) -> list[tuple[int, State]] | None:
+    """Successor states of a conditional jump; None = only the fall-through, same state."""
     op, is32 = x.op, x.cls == U.BPF_JMP32
     if is32:
         env.need(F.JMP32_MIN, "32-bit conditional jump (jmp32)")
@@ -268,7 +271,7 @@ def do_cond_jump(env: Env, st: State, i: int, x: Insn, target: int) -> list[tupl
     if bt == 1:
         return [(target, st)]
     if bt == 0:
-        return [(i + 1, st)]
+        return None  # falls through (analyzer: next insn, same state)
     taken = st.copy()
     out = []
     for state, cond, nxt in ((st, _NEG.get(op), i + 1), (taken, op, target)):

@@ -46,14 +46,15 @@ class Frame:
         self.r0_at = r0_at
 
     def copy(self) -> Frame:
-        return Frame(
-            list(self.regs),
-            dict(self.stack),
+        f = Frame.__new__(Frame)
+        f.regs, f.stack = self.regs.copy(), self.stack.copy()
+        f.callsite, f.frameno, f.subprog, f.r0_at = (
             self.callsite,
             self.frameno,
             self.subprog,
             self.r0_at,
         )
+        return f
 
 
 class State:
@@ -219,10 +220,12 @@ def subsumes(old: State, new: State, live: list[frozenset[int]], exact: bool = F
     """``old`` covers ``new`` (kernel states_equal): same call chain, every live register and
     every stack byte of ``new`` within what ``old`` allowed.  ``live[i]`` gives the live
     registers of frame i (the current frame's set at the pruning insn)."""
-    if len(old.frames) != len(new.frames) or old.refs.__len__() != new.refs.__len__():
+    ofs, nfs = old.frames, new.frames
+    if len(ofs) != len(nfs) or len(old.refs) != len(new.refs):
         return False
     idmap: dict = {}
-    for fi, (of, nf) in enumerate(zip(old.frames, new.frames, strict=True)):
+    for fi in range(len(ofs)):
+        of, nf = ofs[fi], nfs[fi]
         if of.callsite != nf.callsite:
             return False
         oregs, nregs = of.regs, nf.regs

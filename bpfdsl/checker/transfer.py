@@ -24,7 +24,7 @@ _VALID_ALU = set(range(0x00, 0xD1, 0x10))
 def _read(st: State, regno: int) -> D.Reg:
     if regno > 10:
         raise Fault("bad-reg", f"R{regno} is invalid", "register numbers go from r0 to r10")
-    r = st.regs[regno]
+    r = st.frames[-1].regs[regno]
     if r.t == D.NOT_INIT:
         raise Fault(
             "uninit-reg", f"R{regno} !read_ok", f"r{regno} is read before being set", (regno,)
@@ -52,7 +52,7 @@ def _reserved(what: str) -> Fault:
 
 def do_alu(env: Env, st: State, x: Insn) -> None:
     op, is64, src_x = x.op, x.cls == U.BPF_ALU64, x.source == U.BPF_X
-    regs = st.regs
+    regs = st.frames[-1].regs
     if op == U.BPF_NEG or op == U.BPF_END:
         if op == U.BPF_NEG:
             if src_x or x.src or x.off or x.imm:
@@ -83,7 +83,7 @@ def do_alu(env: Env, st: State, x: Insn) -> None:
                 env.need(F.CPU_V4_MIN, "sign-extending move (movsx)")
             if is64:
                 if x.off == 0:
-                    if s.t == D.SCALAR and not s.id and not s.is_const:
+                    if s.t == D.SCALAR and not s.id and s.tn[1]:  # not a constant
                         # copies share an id so a later bounds check refines both
                         s = s.replace(id=env.new_id())
                         regs[x.src] = s
@@ -137,7 +137,8 @@ def do_alu(env: Env, st: State, x: Insn) -> None:
         if x.imm < 0 or x.imm >= (64 if is64 else 32):
             raise Fault("bad-shift", f"invalid shift {x.imm}", "shift counts must be 0..width-1")
     _dst(x.dst)
-    if src_x and s.is_ptr and d.is_ptr:
+    s_ptr, d_ptr = s.t > D.SCALAR, d.t > D.SCALAR  # Reg.is_ptr
+    if src_x and s_ptr and d_ptr:
         if op == U.BPF_SUB and env.privileged:
             if not is64:
                 _ptr_leak_warn(env, x.dst, d, "32-bit subtraction")
@@ -149,10 +150,10 @@ def do_alu(env: Env, st: State, x: Insn) -> None:
             "only pointer - pointer (giving a length) is allowed between two pointers",
             (x.dst, x.src),
         )
-    if d.is_ptr or (src_x and s.is_ptr):
-        ptr_reg, ptr_no = (d, x.dst) if d.is_ptr else (s, x.src)
-        off_reg = s if d.is_ptr else d
-        regs[x.dst] = _ptr_alu(env, x, op, is64, ptr_reg, ptr_no, off_reg, d.is_ptr)
+    if d_ptr or (src_x and s_ptr):
+        ptr_reg, ptr_no = (d, x.dst) if d_ptr else (s, x.src)
+        off_reg = s if d_ptr else d
+        regs[x.dst] = _ptr_alu(env, x, op, is64, ptr_reg, ptr_no, off_reg, d_ptr)
         return
     regs[x.dst] = ALU.scalar_alu(op, d, s, is64, signed_div=bool(x.off))
 
