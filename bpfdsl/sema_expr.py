@@ -10,6 +10,7 @@ from __future__ import annotations
 from . import ast
 from . import types as T
 from .headers import CONSTANTS, CTX_DATA, CTX_FIELDS, HEADERS
+from .sema_decls import Config, Const, Local
 from .sema_ops import OpsChecker
 from .uapi import (
     BPF_ANY,
@@ -211,8 +212,6 @@ class ExprChecker(OpsChecker):
         return T.MAC if e.kind == "mac" else T.IPV6_ADDR
 
     def e_Name(self, e):
-        from .sema import Config, Const, Local
-
         sym = self.s.lookup(e.id)
         if sym is None:
             if e.id in CONSTANTS:
@@ -345,8 +344,6 @@ class ExprChecker(OpsChecker):
     def index_in_range(self, idx: ast.Expr, count: int) -> None:
         """Array indexes the verifier can check: a constant below ``count``, or a ``for``
         variable whose bounds lie within the array."""
-        from .sema import Local
-
         v = self.c.cval.get(idx)
         if v is not None:
             if not 0 <= v < count:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from . import ast
 from . import types as T
+from .sema_decls import Local
 from .uapi import PROGRAM_KINDS
 
 
@@ -33,8 +34,6 @@ class StmtChecker:
         for s in b.stmts:
             self.stmt(s)
         if new_scope:
-            from .sema import Local
-
             for name, sym in self.scopes.pop().items():
                 if isinstance(sym, Local):  # for the hint of a later "unknown name"
                     self.gone[name] = (sym, b.span.end_line or b.span.line)
@@ -55,8 +54,6 @@ class StmtChecker:
             self.ex.unhandled(s.expr)
 
     def s_Let(self, s: ast.Let) -> None:
-        from .sema import Local
-
         t = self.ex.expr(s.value)
         if s.orelse is not None:
             if not isinstance(t, T.OptionalType):
@@ -111,8 +108,6 @@ class StmtChecker:
             self.block(s.orelse)
 
     def s_IfLet(self, s: ast.IfLet) -> None:
-        from .sema import Local
-
         t = self.ex.expr(s.value)
         if not isinstance(t, T.OptionalType):
             self.err(
@@ -155,7 +150,6 @@ class StmtChecker:
             self.block(arm.body)
 
     def s_For(self, s: ast.For) -> None:
-        from .sema import Local
         from .sema_expr import const_int
 
         a, b = const_int(self, s.start), const_int(self, s.end)
