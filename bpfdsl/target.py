@@ -156,7 +156,7 @@ def emit(
             raise _unsupported(
                 text, None, "stack-limit",
                 f"program '{func}' needs {depth} bytes of stack; the kernel allows {MAX_STACK}",
-                "keep large values in a map (a percpu_array of one entry) instead of locals",
+                _STACK_HINT,
                 func=func,
             )  # fmt: skip
     return Emitted(fixup_btf_datasecs(obj), asm_text, text if ir else None)
@@ -191,6 +191,26 @@ _ATOMIC = re.compile(r"\b(?:atomicrmw \w+|cmpxchg)(?: volatile)? ptr [^,]+, i(?:
 
 
 _WORDS = ("alloca", "div ", "rem ", "atomicrmw", "cmpxchg", "call ")
+_HOT = re.compile("|".join(_WORDS))  # instruction lines check_ir must look at
+_STACK_HINT = (
+    "keep large structs and arrays in a map value instead of locals: declare "
+    "`map scratch: percpu_array<u32, T>(max_entries: 1)` and use "
+    "`let v = scratch.lookup(0) else { ... }` (one slot per CPU; it keeps the previous "
+    "packet's values, so set the fields you read)"
+)
+
+
+def _in_entry_block(text: str, pos: int) -> bool:
+    """Is the instruction line at ``pos`` of module ``text`` in its function's first block
+    (no label line after the function's first instruction and before ``pos``)?"""
+    start = text.rfind("\ndefine ", 0, pos)
+    seen = False
+    for line in text[start + 1 : pos].splitlines()[1:]:
+        if line.startswith("  "):
+            seen = True
+        elif seen and line.split(";")[0].rstrip().endswith(":"):
+            return False
+    return True
 
 
 def _args(text: str) -> list[str]:
@@ -222,20 +242,16 @@ def check_ir(mod: llvm.ModuleRef | str, mcpu: str = "v3") -> None:
         raise InternalCompilerError(f"function {', '.join(missing)} has no "
                                     "debug info (DISubprogram)", "the kernel would refuse the "
                                     "object's func info")  # fmt: skip
-    entry = seen = False  # in a function's first block / after its first instruction
-    for line in text.splitlines():
-        if line.startswith("define "):
-            entry, seen = True, False
+    last = -1
+    for hit in _HOT.finditer(text):  # most lines (loads, stores, branches...) are skipped
+        start = text.rfind("\n", 0, hit.start()) + 1
+        if start <= last or not text.startswith("  ", start):  # seen / not an instruction
             continue
-        if not line.startswith("  "):
-            if seen and line.split(";")[0].rstrip().endswith(":"):  # a later block's label
-                entry = False
-            continue
-        seen = True
-        if not any(w in line for w in _WORDS):  # most lines: loads, stores, branches...
-            continue
+        end = text.find("\n", hit.end())
+        last = end = len(text) if end < 0 else end
+        line = text[start:end]
         body = line.split(", !dbg")[0]
-        if " = alloca " in body and not entry:
+        if " = alloca " in body and not _in_entry_block(text, start):
             raise _unsupported(text, line, "internal-compiler-error",
                                "internal compiler error: dynamic stack allocation",
                                "this is a bpfdsl bug; please report it")  # fmt: skip

@@ -64,3 +64,55 @@ def test_debug_locations_are_shared_per_line_and_column():
     bodies = [ln.split(" = ", 1)[1] for ln in locs]
     assert len(bodies) == len(set(bodies))  # one node per (line, column, scope)
     assert len(locs) >= 10
+
+
+BIG_LOCAL = """license "GPL"
+struct big { a: [u64; 70], n: u32 }
+map st: hash<u32, big>(max_entries: 2)
+xdp fn f(ctx) {
+    let k = big(n: 3)
+    k.a[2] = ctx.len as u64
+    st[1] = k
+    return XDP_PASS
+}
+"""
+
+# the same program written as the stack-limit hint says
+BIG_IN_MAP = """license "GPL"
+struct big { a: [u64; 70], n: u32 }
+map st: hash<u32, big>(max_entries: 2)
+map scratch: percpu_array<u32, big>(max_entries: 1)
+xdp fn f(ctx) {
+    let k = scratch.lookup(0) else { return XDP_PASS }
+    k.n = 3
+    k.a[2] = ctx.len as u64
+    st[1] = k
+    return XDP_PASS
+}
+"""
+
+
+def test_stack_limit_error_hint_is_written_in_bpfdsl():
+    from bpfdsl.compiler import compile_source
+    from bpfdsl.diagnostics import DiagnosticError
+
+    with pytest.raises(DiagnosticError) as e:
+        compile_source(BIG_LOCAL, "big.bpfd")
+    d = e.value.diagnostics[0]
+    assert d.code == "stack-limit"
+    assert (d.span.file, d.span.line) == ("big.bpfd", 4)  # the program's `fn` line
+    assert "bytes of stack" in d.message and "512" in d.message
+    hint = " ".join(d.hints)
+    assert "map scratch: percpu_array<u32, T>(max_entries: 1)" in hint
+    assert "scratch.lookup(0) else" in hint
+
+
+@pytest.mark.kernel
+def test_stack_limit_hint_rewrite_compiles_and_loads():
+    from bpfdsl.compiler import compile_source
+    from bpfdsl.loader import load_collection
+    from bpfdsl.objfile import read_object
+
+    res = compile_source(BIG_IN_MAP, "big_in_map.bpfd")
+    with load_collection(read_object(res.obj)) as coll:
+        assert set(coll.programs) == {"f"}
