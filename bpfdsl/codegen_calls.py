@@ -147,7 +147,8 @@ class CallGen:
 
             kinds = PSEUDO_FIELDS["ipv6"]["saddr"]
             l4 = self._related_l4(a.obj, kinds)
-            self.pseudo_update(l4, hdr, True, kinds, rh_words, self._words(hdr, 8, 24), True)
+            new = self._words(hdr, 8, 24)
+            self.pseudo_update(a.obj, l4, hdr, True, kinds, rh_words, new, True)
 
     FNV_OFFSET, FNV_PRIME = 2166136261, 16777619  # FNV-1a, 32-bit (IETF draft-eastlake-fnv)
     FMIX = (0x85EBCA6B, 0xC2B2AE35)  # MurmurHash3 fmix32 multipliers

@@ -83,8 +83,27 @@ class CsumGen:
         masked = self.b.and_(flags, ir.Constant(I8, mask))
         return self.b.icmp_unsigned("==", masked, ir.Constant(I8, want))
 
+    def ext_flags_slot(self, ip_obj: ast.Expr) -> ir.Value | None:
+        """The i8 slot (0 at function entry) where ``skip_ext(ip_obj)`` leaves the EXT_*
+        flags of the headers it walked, so a checksum update for an L4 header parsed after
+        it need not walk them again; None if ``ip_obj`` is not a named ipv6 view."""
+        from .sema import Local
+
+        loc = self.c.sym.get(ip_obj) if isinstance(ip_obj, ast.Name) else None
+        if not isinstance(loc, Local):
+            return None
+        slots = self.__dict__.setdefault("_ext_flag_slots", {})
+        if loc not in slots:
+            slot = self.alloca(I8, "ext.flags." + loc.name, 1)
+            eb = ir.IRBuilder(self.f.entry)
+            eb.position_after(slot)
+            eb.store(ir.Constant(I8, 0), slot)
+            slots[loc] = slot
+        return slots[loc]
+
     def pseudo_update(
         self,
+        ip_obj: ast.Expr,
         l4: list | None,
         hdr: ir.Value,
         v6: bool,
@@ -94,8 +113,8 @@ class CsumGen:
         rh: bool | None = None,
     ) -> None:
         """Update the checksums of the L4 headers (of ``kinds``) after the IP header ``hdr``
-        for pseudo-header words ``old_w`` -> ``new_w``: those in scope, ``l4`` (from
-        _related_l4), or if None the one found at run time.  ``rh``: None,
+        (the view ``ip_obj``) for pseudo-header words ``old_w`` -> ``new_w``: those in
+        scope, ``l4`` (from _related_l4), or if None the one found at run time.  ``rh``: None,
         always; False, only when no Routing header with segments_left != 0 follows (IPv6
         ``daddr``: RFC 8200 8.1, the pseudo-header then holds the final destination, the
         last address of the Routing header, which the write does not change); True, only
@@ -106,9 +125,11 @@ class CsumGen:
         if not l4:
             return
         done = None
-        if rh is not None:
+        if rh is not None:  # what skip_ext passed on the way to the L4 header, else a walk
+            slot = self.__dict__.get("_ext_flag_slots", {}).get(self.c.sym.get(ip_obj))
+            flags = self.b.load(slot, typ=I8) if slot is not None else self._walk_flags(hdr)
             go, done = self.new_block("pseudo.rh"), self.new_block("pseudo.done")
-            self.b.cbranch(self._rh_test(self._walk_flags(hdr), 0, rh), go, done)
+            self.b.cbranch(self._rh_test(flags, 0, rh), go, done)
             self.start(go)
         for l4layout, l4ptr in l4:
             self.csum_update(self.gep(l4ptr, l4layout.csum), old_w, new_w, l4layout.zero_ok)

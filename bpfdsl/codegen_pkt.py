@@ -144,8 +144,12 @@ class PktGen(CsumGen):
 
     def skip_ext(self, e: ast.Call, fail: ir.Block) -> ir.Value:
         """Walk at most IPV6_EXT_MAX extension headers after an ipv6 header; result: the
-        upper-layer protocol number (u8); missing if truncated or too many headers."""
-        return self.ext_walk(self.gen(e.args[0]), fail)
+        upper-layer protocol number (u8); missing if truncated or too many headers.  The
+        EXT_* flags of the walk go to ``ext_flags_slot`` (unused ones are optimized away)."""
+        slot = self.ext_flags_slot(e.args[0])
+        if slot is not None:
+            self.b.store(ir.Constant(I8, 0), slot)
+        return self.ext_walk(self.gen(e.args[0]), fail, slot)
 
     def ext_walk(self, ip6: ir.Value, fail: ir.Block, flags: ir.Value | None = None) -> ir.Value:
         """The walk of :meth:`skip_ext` from the cursor (just past the ipv6 header at
@@ -251,4 +255,4 @@ class PktGen(CsumGen):
         if kinds:
             v6 = layout.name == "ipv6"
             rh = False if v6 and tgt.name == "daddr" else None
-            self.pseudo_update(l4, hdr, v6, kinds, old_w, new_w, rh)
+            self.pseudo_update(tgt.obj, l4, hdr, v6, kinds, old_w, new_w, rh)
