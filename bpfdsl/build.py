@@ -29,6 +29,15 @@ def _ipv4(text: str) -> bytes:
     return bytes(out)
 
 
+def _addr_text(kind: str, data: bytes) -> str:
+    """The usual text of an address: dotted quad (ipv4), RFC 5952 compressed (ipv6)."""
+    if kind == "ipv4":
+        return ".".join(str(b) for b in data)
+    import ipaddress
+
+    return str(ipaddress.IPv6Address(data))
+
+
 def _tok_span(filename: str, t: Token) -> Span:
     return Span(filename, t.line or 1, t.column or 1, t.end_line, t.end_column)
 
@@ -271,6 +280,18 @@ class _Builder:
                 f"prefix length {plen} is longer than the address",
                 f"use at most /{len(data) * 8}",
             )
+        if plen is not None:
+            bits = len(data) * 8
+            value = int.from_bytes(data, "big")
+            net = value >> (bits - plen) << (bits - plen)
+            if net != value:  # like Python's ipaddress.ip_network(strict=True)
+                shown = _addr_text(kind, net.to_bytes(len(data), "big"))
+                self._bad(
+                    tok,
+                    f"prefix {str(tok)!r} has host bits set",
+                    f"only the first {plen} bits may be non-zero: write the network "
+                    f"`{shown}/{plen}`",
+                )
         return ast.AddrLit(self._s(meta), kind, data, plen)
 
     def ipv4_lit(self, meta, c):

@@ -182,11 +182,21 @@ class Sema(StmtChecker, DeclChecker):
                     v = 0
                 self.c.consts[it.name] = Const(it.name, ty, v or 0, data)
             elif isinstance(it, ast.ConfigDecl):
+                n_diags = len(self.diags)
                 ty = self.resolve_type(it.type)
-                if not isinstance(ty, T.IntType):
-                    self.err("config-type", "a config value must be an integer type", it.type.span)
-                    continue
                 self.scopes = [{}]
+                if len(self.diags) > n_diags or not isinstance(ty, T.IntType):
+                    if len(self.diags) == n_diags:
+                        self.err(
+                            "config-type",
+                            "a config value must be an integer type",
+                            it.type.span,
+                            f"use u8/u16/u32/u64 (0 or 1 for a flag), e.g. `config {it.name}: u8 = 0`",
+                        )
+                    self.ex.expr(it.value)  # errors in the value still count
+                    # declared anyway, with the error type: its uses add no further errors
+                    self.c.configs[it.name] = Config(it.name, T.ERR, 0, rodata_off)
+                    continue
                 self.ex.expect(it.value, ty)
                 rodata_off = (rodata_off + ty.align - 1) // ty.align * ty.align
                 self.c.configs[it.name] = Config(
