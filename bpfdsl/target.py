@@ -191,7 +191,7 @@ _ATOMIC = re.compile(r"\b(?:atomicrmw \w+|cmpxchg)(?: volatile)? ptr [^,]+, i(?:
 
 
 _WORDS = ("alloca", "div ", "rem ", "atomicrmw", "cmpxchg", "call ")
-_HOT = re.compile("|".join(_WORDS))  # instruction lines check_ir must look at
+_DEFINE = re.compile(r'define [^@]*(@[\w.$"]+)\(')
 _STACK_HINT = (
     "keep large structs and arrays in a map value instead of locals: declare "
     "`map scratch: percpu_array<u32, T>(max_entries: 1)` and use "
@@ -234,20 +234,34 @@ def check_ir(mod: llvm.ModuleRef | str, mcpu: str = "v3") -> None:
     the module text (printing it costs far less than walking it through llvmlite)."""
     text = mod if isinstance(mod, str) else str(mod)
     v4 = mcpu in ("v4", "probe")
-    defines = re.findall(r"^define [^@]*(@[\w.$\"]+)\(.*$", text, re.M)
-    defined = {m.group(1) for m in re.finditer(r"^define [^@]*(@[\w.$\"]+)\(", text, re.M)}
-    with_dbg = re.findall(r"^define [^@]*(@[\w.$\"]+)\(.*!dbg !", text, re.M)
+    defines, with_dbg = [], []  # the functions defined; those with a DISubprogram
+    pos = text.find("\ndefine ")
+    while pos >= 0:
+        end = text.find("\n", pos + 1)
+        line = text[pos + 1 : end if end >= 0 else len(text)]
+        if m := _DEFINE.match(line):
+            defines.append(m.group(1))
+            if "!dbg !" in line:
+                with_dbg.append(m.group(1))
+        pos = text.find("\ndefine ", pos + 1)
+    defined = set(defines)
     if with_dbg and len(with_dbg) != len(defines):  # kernel: func_info count != subprogs
         missing = sorted(defined - set(with_dbg))
         raise InternalCompilerError(f"function {', '.join(missing)} has no "
                                     "debug info (DISubprogram)", "the kernel would refuse the "
                                     "object's func info")  # fmt: skip
+    hits = []  # positions of the keywords (str.find is far faster than a regex here)
+    for word in _WORDS:
+        at = text.find(word)
+        while at >= 0:
+            hits.append(at)
+            at = text.find(word, at + 1)
     last = -1
-    for hit in _HOT.finditer(text):  # most lines (loads, stores, branches...) are skipped
-        start = text.rfind("\n", 0, hit.start()) + 1
+    for at in sorted(hits):  # most lines (loads, stores, branches...) are never looked at
+        start = text.rfind("\n", 0, at) + 1
         if start <= last or not text.startswith("  ", start):  # seen / not an instruction
             continue
-        end = text.find("\n", hit.end())
+        end = text.find("\n", at)
         last = end = len(text) if end < 0 else end
         line = text[start:end]
         body = line.split(", !dbg")[0]
