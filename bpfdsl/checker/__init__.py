@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from ..insn import Insn, format_insn
+from ..record import Record
 from ..uapi import PROGRAM_KINDS, AttachType, MapType, ProgramKind, ProgramType
 from .analyzer import analyze
 from .cfg import CfgError, build_cfg
@@ -36,16 +36,26 @@ __all__ = [
 BPF_F_RDONLY_PROG = 1 << 7
 
 
-@dataclass
-class DataMap:
+class DataMap(Record):
     """A global-data section seen as the one-entry array map libbpf makes of it."""
 
-    name: str
-    data: bytes
-    readonly: bool
-    map_type: int = MapType.ARRAY
-    key_size: int = 4
-    max_entries: int = 1
+    __slots__ = ("name", "data", "readonly", "map_type", "key_size", "max_entries")
+
+    def __init__(
+        self,
+        name: str,
+        data: bytes,
+        readonly: bool,
+        map_type: int = MapType.ARRAY,
+        key_size: int = 4,
+        max_entries: int = 1,
+    ):
+        self.name = name
+        self.data = data
+        self.readonly = readonly
+        self.map_type = map_type
+        self.key_size = key_size
+        self.max_entries = max_entries
 
     @property
     def value_size(self) -> int:

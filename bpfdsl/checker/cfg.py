@@ -10,7 +10,6 @@ jumps out of range, a last insn that is not exit/jump, unreachable instructions.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 from .. import uapi as U
 from ..helpers import HELPERS_BY_ID
@@ -103,22 +102,46 @@ class DInsn:
         self.width = 2 if self.is_ld_imm64 else 1
 
 
-@dataclass
 class Cfg:
     """``insns``: the instructions as given; ``dec``: the same as :class:`DInsn`;
+    ``slots``: slot number per insn; ``succ``: successor indexes per insn; ``subprogs``:
+    list indexes where subprograms start (0 first); ``subprog_of``: insn index -> subprog
+    start index; ``prune``: prune points; ``live_in``: live registers per insn;
     ``call_target``: insn index of a BPF-to-BPF call -> index of the called function;
     ``heads``: loop heads (targets of back-edges)."""
 
-    insns: Sequence[Insn]
-    slots: list[int]
-    succ: list[list[int]]
-    subprogs: list[int]  # list indexes where subprograms start (0 first)
-    subprog_of: list[int]  # insn index -> subprog start index
-    prune: set[int] = field(default_factory=set)
-    live_in: list[frozenset[int]] = field(default_factory=list)
-    dec: list[DInsn] = field(default_factory=list)
-    call_target: dict[int, int] = field(default_factory=dict)
-    heads: set[int] = field(default_factory=set)
+    __slots__ = (
+        "insns",
+        "slots",
+        "succ",
+        "subprogs",
+        "subprog_of",
+        "prune",
+        "live_in",
+        "dec",
+        "call_target",
+        "heads",
+    )
+
+    def __init__(
+        self,
+        insns: Sequence[Insn],
+        slots: list[int],
+        succ: list[list[int]],
+        subprogs: list[int],
+        subprog_of: list[int],
+        prune: set[int] | None = None,
+    ):
+        self.insns = insns
+        self.slots = slots
+        self.succ = succ
+        self.subprogs = subprogs
+        self.subprog_of = subprog_of
+        self.prune = set() if prune is None else prune
+        self.live_in: list[frozenset[int]] = []
+        self.dec: list[DInsn] = []
+        self.call_target: dict[int, int] = {}
+        self.heads: set[int] = set()
 
 
 def _is_jump(x: DInsn) -> bool:

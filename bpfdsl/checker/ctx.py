@@ -8,22 +8,32 @@ bpf_sock_ops 224).  A load may yield a pointer type (``data`` -> pkt ...).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from ..record import FrozenRecord
 from ..uapi import AttachType, ProgramType
 from . import domain as D
 
 
-@dataclass(frozen=True, slots=True)
-class CtxField:
-    """One context field: ``off``/``size`` in bytes, pointer type it loads as (or SCALAR)."""
+class CtxField(FrozenRecord):
+    """One context field: ``off``/``size`` in bytes, pointer type it loads as (or SCALAR);
+    ``narrow``: narrower (aligned) loads allowed (bpf_ctx_narrow_access_ok)."""
 
-    name: str
-    off: int
-    size: int
-    loads_as: int = D.SCALAR
-    writable: bool = False
-    narrow: bool = False  # narrower (aligned) loads allowed (bpf_ctx_narrow_access_ok)
+    __slots__ = ("name", "off", "size", "loads_as", "writable", "narrow")
+
+    def __init__(
+        self,
+        name: str,
+        off: int,
+        size: int,
+        loads_as: int = D.SCALAR,
+        writable: bool = False,
+        narrow: bool = False,
+    ):
+        self.name = name
+        self.off = off
+        self.size = size
+        self.loads_as = loads_as
+        self.writable = writable
+        self.narrow = narrow
 
 
 def _fields(spec: list[tuple]) -> dict[int, CtxField]:

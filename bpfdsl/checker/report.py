@@ -8,40 +8,69 @@ line from ``.BTF.ext`` line info when the object has it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from ..diagnostics import Diagnostic, Span
+from ..record import Record
 from . import domain as D
 
 UNMODELLED = "unmodelled-helper"  # same code as calls.UNMODELLED
 
 
-@dataclass
-class SourceLine:
+class SourceLine(Record):
     """``.BTF.ext`` line info record resolved to text: 1-based line/col, file path."""
 
-    file: str
-    line: int
-    col: int
-    text: str = ""
+    __slots__ = ("file", "line", "col", "text")
+
+    def __init__(self, file: str, line: int, col: int, text: str = ""):
+        self.file = file
+        self.line = line
+        self.col = col
+        self.text = text
 
 
-@dataclass
-class CheckError:
+class CheckError(Record):
     """One finding. ``severity``: "error" (the kernel rejects) or "warning" (the kernel
-    accepts, bpfdsl considers it a bug: bad return action, pointer in ALU32, ...)."""
+    accepts, bpfdsl considers it a bug: bad return action, pointer in ALU32, ...).
+    ``path``: branch decisions leading here."""
 
-    code: str
-    message: str
-    explain: str
-    idx: int
-    slot: int
-    insn_text: str
-    regs: dict[int, str] = field(default_factory=dict)
-    state: str = ""
-    source: SourceLine | None = None
-    severity: str = "error"
-    path: list[str] = field(default_factory=list)  # branch decisions leading here
+    __slots__ = (
+        "code",
+        "message",
+        "explain",
+        "idx",
+        "slot",
+        "insn_text",
+        "regs",
+        "state",
+        "source",
+        "severity",
+        "path",
+    )
+
+    def __init__(
+        self,
+        code: str,
+        message: str,
+        explain: str,
+        idx: int,
+        slot: int,
+        insn_text: str,
+        regs: dict[int, str] | None = None,
+        state: str = "",
+        source: SourceLine | None = None,
+        severity: str = "error",
+        path: list[str] | None = None,
+    ):
+        self.code = code
+        self.message = message
+        self.explain = explain
+        self.idx = idx
+        self.slot = slot
+        self.insn_text = insn_text
+        self.regs = {} if regs is None else regs
+        self.state = state
+        self.source = source
+        self.severity = severity
+        self.path = [] if path is None else path
 
     def render(self, prog: str, verbose: bool = False) -> str:
         where = ""
@@ -91,19 +120,40 @@ class CheckError:
         )
 
 
-@dataclass
-class ProgramResult:
+class ProgramResult(Record):
     """Outcome for one program: ``ok`` when no error (warnings allowed); ``insns_processed``
     counts instructions walked (the kernel's "processed N insns"); ``seconds`` wall time."""
 
-    name: str
-    section: str
-    errors: list[CheckError] = field(default_factory=list)
-    warnings: list[CheckError] = field(default_factory=list)
-    insns_processed: int = 0
-    states: int = 0
-    seconds: float = 0.0
-    insn_count: int = 0
+    __slots__ = (
+        "name",
+        "section",
+        "errors",
+        "warnings",
+        "insns_processed",
+        "states",
+        "seconds",
+        "insn_count",
+    )
+
+    def __init__(
+        self,
+        name: str,
+        section: str,
+        errors: list[CheckError] | None = None,
+        warnings: list[CheckError] | None = None,
+        insns_processed: int = 0,
+        states: int = 0,
+        seconds: float = 0.0,
+        insn_count: int = 0,
+    ):
+        self.name = name
+        self.section = section
+        self.errors = [] if errors is None else errors
+        self.warnings = [] if warnings is None else warnings
+        self.insns_processed = insns_processed
+        self.states = states
+        self.seconds = seconds
+        self.insn_count = insn_count
 
     @property
     def ok(self) -> bool:
@@ -135,11 +185,13 @@ class ProgramResult:
         }
 
 
-@dataclass
-class CheckResult:
+class CheckResult(Record):
     """Outcome for a whole object: one :class:`ProgramResult` per program."""
 
-    programs: list[ProgramResult] = field(default_factory=list)
+    __slots__ = ("programs",)
+
+    def __init__(self, programs: list[ProgramResult] | None = None):
+        self.programs = [] if programs is None else programs
 
     @property
     def ok(self) -> bool:
