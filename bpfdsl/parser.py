@@ -281,8 +281,14 @@ def import_lark() -> None:
     (:mod:`bpfdsl.parser_tables`), compiling needs no lark; nothing to do here."""
 
 
+_lark_cache: list = []
+
+
 def _lark():
-    """The lark parser of the grammar (debugging and table tests only; not cached on disk)."""
+    """The lark parser of the grammar (debugging and table tests only; built once per
+    process, not cached on disk)."""
+    if _lark_cache:
+        return _lark_cache[0]
     import sys
 
     if "lark" not in sys.modules and "regex" not in sys.modules:
@@ -293,7 +299,8 @@ def _lark():
             del sys.modules["regex"]
     from lark import Lark
 
-    return Lark(grammar_text(), **_OPTIONS)
+    _lark_cache.append(Lark(grammar_text(), **_OPTIONS))
+    return _lark_cache[0]
 
 
 def parse_tree(text: str, filename: str = "<input>"):
