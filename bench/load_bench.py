@@ -1,24 +1,39 @@
 #!/usr/bin/env python3
 """Load benchmark (issue 3): load + pin + attach of the same object, bpfdsl vs bpftool.
 
-One timed iteration is two processes, run inside a namespace this script creates (entered
-with ``nsenter --net``; ``ip netns exec`` would hide /sys/fs/bpf):
-  bpfdsl : ``bpfdsl load OBJ --pin-dir DIR``  then  ``bpfdsl attach DIR DEV --prog PROG``
-  bpftool: ``bpftool prog loadall OBJ DIR``    then  ``bpftool net attach xdp pinned DIR/PROG dev DEV``
-Between iterations (untimed) the program is detached and the pin directory removed.  The
-figure is the whole-process median over --runs iterations and the ratio bpfdsl/bpftool
-(goal <= 1.5).  Done for the bpfdsl-compiled object (progs/NAME.bpfd) and the clang-19 one
-(tests/data/c/NAME.c): both tools load both objects.  Exit status 0 whether or not the goal
-is met; 1 when the benchmark cannot run.  The namespace, veths and pins are removed on exit,
-also on failure.
+bpfdsl is timed as a user runs it: the ``bpfdsl`` script of a venv holding a non-editable,
+byte-compiled install of the working tree (``pip install /work/main``: a wheel), started
+from the temp dir so the tree cannot shadow it.  The venv is this script's own
+(``$TMPDIR/bpfdsl-lbench-venv``: made with the dependencies on the first run; on later runs
+only bpfdsl is reinstalled from the tree, ~10 s).
+One timed iteration of each form, run in a namespace this script creates (the script
+joins it with setns(2), so every command starts there without an ``nsenter`` in front;
+``ip netns exec`` would hide /sys/fs/bpf), into a fresh pin dir DIR:
 
-Usage: python3 bench/load_bench.py [--program xdp_udp_filter] [--runs N] [--quick]
+  bpftool       ``bpftool prog loadall OBJ DIR`` + ``bpftool net attach xdp pinned DIR/PROG dev DEV``
+  bpfdsl 2-proc ``bpfdsl load OBJ --pin-dir DIR`` + ``bpfdsl attach xdp DIR --dev DEV --prog PROG``
+  bpfdsl 1-proc ``bpfdsl attach xdp OBJ --dev DEV --pin-dir DIR --prog PROG``
+
+The forms run interleaved (A B C A B C ...), --runs rounds, for the bpfdsl-compiled object
+(progs/NAME.bpfd, compiled by the venv's bpfdsl) and the clang-19 one (tests/data/c/NAME.c).
+After every timed iteration (untimed): the program pinned in DIR must be the one XDP runs
+on DEV (ids compared), then DEV is detached and DIR removed, and DEV must be empty again.
+Figures: whole-process medians, ratio bpfdsl / bpftool (goal <= 1.5 for the one-process
+form), plus in the same run the floor: ``python -c pass`` of the venv and ``bpftool
+version``, and the in-process time of the bpfdsl work (CLI ``main`` after imports).
+Exit status 0 whether or not the goal is met; 1 when the benchmark cannot run.  The
+namespace and pins are removed on exit, also on failure or Ctrl-C.
+
+Usage: python3 bench/load_bench.py [--program xdp_udp_filter] [--runs N] [--quick] [--json F]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import ctypes
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -30,198 +45,220 @@ import benchlib as B
 from netns import VethNs
 
 GOAL_RATIO = 1.5
+FORMS = ("bpftool", "bpfdsl 2-proc", "bpfdsl 1-proc")
+PIN_PREFIX = "bpfdsl_lbench_"
+
+# In-process figure: the one-process form's work after imports, N times in one interpreter.
+_INPROC = """
+import contextlib, io, os, shutil, statistics, sys, time
+from bpfdsl.cli import main
+obj, dev, prog, base, n = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5])
+ts = []
+for i in range(n + 1):
+    pin = f"{base}_{i}"
+    out = io.StringIO()
+    t0 = time.perf_counter()
+    with contextlib.redirect_stdout(out):
+        rc = main(["attach", "xdp", obj, "--dev", dev, "--pin-dir", pin, "--prog", prog])
+    t1 = time.perf_counter()
+    shutil.rmtree(pin, ignore_errors=True)  # the link goes with its pin: DEV is empty again
+    if rc != 0:
+        sys.exit(f"bpfdsl attach failed ({rc})")
+    if i:  # the first round imports the rest of the load path
+        ts.append(t1 - t0)
+print(statistics.median(ts) * 1000)
+"""
 
 
-def ours_steps(obj: Path, pin: Path, prog: str, dev: str) -> list[list[str]]:
-    """The bpfdsl command lines of one load + pin + attach."""
-    bpfdsl = [sys.executable, "-m", "bpfdsl"]
-    return [
-        [*bpfdsl, "load", str(obj), "--pin-dir", str(pin)],
-        [*bpfdsl, "attach", str(pin), dev, "--prog", prog],
-    ]
-
-
-def ours_undo(pin: Path, dev: str) -> list[list[str]]:
-    bpfdsl = [sys.executable, "-m", "bpfdsl"]
-    return [[*bpfdsl, "unload", str(pin)], [*bpfdsl, "detach", dev]]
-
-
-def bpftool_steps(obj: Path, pin: Path, prog: str, dev: str) -> list[list[str]]:
-    return [
-        ["bpftool", "prog", "loadall", str(obj), str(pin)],
-        ["bpftool", "net", "attach", "xdp", "pinned", str(pin / prog), "dev", dev],
-    ]
-
-
-def bpftool_undo(pin: Path, dev: str) -> list[list[str]]:
-    return [["bpftool", "net", "detach", "xdp", "dev", dev], ["rm", "-rf", str(pin)]]
-
-
-def xdp_attached(ns: VethNs, dev: str) -> bool:
-    return " xdp" in ns.ip("-d", "link", "show", "dev", dev).stdout.replace("xdpgeneric", " xdp")
-
-
-def one_run(ns: VethNs, steps, undo, env) -> tuple[float, float]:
-    """Time each step (seconds), check the program is attached, then undo (untimed)."""
-    times = []
+@contextlib.contextmanager
+def inside(ns: VethNs):
+    """Run the body with this process (and so its children) in ``ns``'s network namespace."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    home = os.open("/proc/self/ns/net", os.O_RDONLY)
     try:
-        for cmd in steps:
-            t0 = time.perf_counter()
-            B.run(ns.in_ns(cmd), env=env)
-            times.append(time.perf_counter() - t0)
+        there = os.open(f"/run/netns/{ns.name}", os.O_RDONLY)
+        try:
+            if libc.setns(there, 0x40000000) != 0:  # CLONE_NEWNET
+                raise B.BenchError(f"setns into {ns.name}: {os.strerror(ctypes.get_errno())}")
+        finally:
+            os.close(there)
+        try:
+            yield
+        finally:
+            libc.setns(home, 0x40000000)
     finally:
-        for cmd in undo:
-            B.run(ns.in_ns(cmd), env=env, check=False)
-    return times[0], times[1]
+        os.close(home)
 
 
-def have_bpfdsl_cli(env) -> bool:
-    """True when this tree's CLI has the load and attach commands."""
-    for cmd in ("load", "attach"):
-        proc = B.run([sys.executable, "-m", "bpfdsl", cmd, "--help"], env=env, check=False)
-        if proc.returncode != 0:
-            return False
-    return True
+def bench_venv(log=print) -> Path:
+    """The venv (see module docstring) with the current working tree installed in it."""
+    venv = Path(tempfile.gettempdir()) / "bpfdsl-lbench-venv"
+    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q"]
+    env = B.clean_env()  # pip writes .pyc files, as for a user
+    try:
+        if (venv / "bin" / "bpfdsl").exists():
+            B.run([*pip, "--no-deps", "--force-reinstall", str(B.ROOT)], timeout=600, env=env)
+        else:
+            log(f"making {venv} (first run only, ~30 s)")
+            shutil.rmtree(venv, ignore_errors=True)
+            B.run([sys.executable, "-m", "venv", str(venv)], timeout=300)
+            B.run([*pip, str(B.ROOT)], timeout=900, env=env)
+    except B.BenchError as e:
+        raise B.BenchError(f"could not install the tree into {venv}: {e}") from None
+    return venv
 
 
-def bench(objs: dict[str, Path], runs: int) -> dict:
-    """objs: label -> object path.  Returns rows per (object, tool) and notes."""
-    env = B.env_with_tree()
-    rows, notes = [], []
-    tools = [("bpfdsl", ours_steps, ours_undo), ("bpftool", bpftool_steps, bpftool_undo)]
-    if not have_bpfdsl_cli(env):
-        notes.append("`bpfdsl load`/`bpfdsl attach` not available in this tree: bpftool only")
-        tools = tools[1:]
+def steps(form: str, bpfdsl: str, obj: Path, pin: Path, prog: str, dev: str) -> list[list[str]]:
+    """The timed command lines of one load + pin + attach in ``form``."""
+    if form == "bpftool":
+        return [
+            ["bpftool", "prog", "loadall", str(obj), str(pin)],
+            ["bpftool", "net", "attach", "xdp", "pinned", str(pin / prog), "dev", dev],
+        ]
+    if form == "bpfdsl 2-proc":
+        return [
+            [bpfdsl, "load", str(obj), "--pin-dir", str(pin)],
+            [bpfdsl, "attach", "xdp", str(pin), "--dev", dev, "--prog", prog],
+        ]
+    return [
+        [bpfdsl, "attach", "xdp", str(obj), "--dev", dev, "--pin-dir", str(pin), "--prog", prog]
+    ]
+
+
+def pinned_prog(pin: Path, prog: str) -> Path | None:
+    """Where ``form`` pinned program ``prog``: DIR/PROG (bpftool) or DIR/progs/PROG (bpfdsl)."""
+    for p in (pin / prog, pin / "progs" / prog):
+        if p.exists():
+            return p
+    return None
+
+
+def xdp_prog_id(ns: VethNs, dev: str) -> int | None:
+    """Id of the XDP program on ``dev`` (``ip -j -d link``), None when there is none."""
+    info = json.loads(ns.ip("-j", "-d", "link", "show", "dev", dev).stdout)[0]
+    xdp = info.get("xdp") or {}
+    prog = xdp.get("prog") or {}
+    return prog.get("id") or next((a["prog"]["id"] for a in xdp.get("attached", [])), None)
+
+
+def check_result(ns: VethNs, form: str, obj: Path, pin: Path, prog: str, dev: str) -> None:
+    """BenchError unless ``prog`` of ``obj`` is pinned under ``pin`` and attached to ``dev``."""
+    path = pinned_prog(pin, prog)
+    if path is None:
+        raise B.BenchError(f"{form} ({obj.name}): program {prog} not pinned under {pin}")
+    shown = json.loads(B.run(["bpftool", "-j", "prog", "show", "pinned", str(path)]).stdout)
+    on_dev = xdp_prog_id(ns, dev)
+    if on_dev != shown["id"]:
+        raise B.BenchError(
+            f"{form} ({obj.name}): {dev} runs prog id {on_dev}, pinned {path} is {shown['id']}"
+        )
+
+
+def undo(pin: Path, dev: str) -> None:
+    """Detach XDP from ``dev`` and remove ``pin`` (untimed): bpftool attached through
+    netlink; bpfdsl through a link pinned in ``pin``, detached before its pin goes."""
+    B.run(["bpftool", "net", "detach", "xdp", "dev", dev], check=False)
+    for link in pin.glob("link_*"):
+        B.run(["bpftool", "link", "detach", "pinned", str(link)], check=False)
+    shutil.rmtree(pin, ignore_errors=True)
+
+
+def wait_empty(ns: VethNs, dev: str, timeout: float = 2.0) -> None:
+    """BenchError unless ``dev`` runs no XDP program within ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while xdp_prog_id(ns, dev) is not None:
+        if time.monotonic() > deadline:
+            raise B.BenchError(f"{dev} still has an XDP program after the undo")
+        time.sleep(0.01)
+
+
+def bench(venv: Path, objs: dict[str, Path], runs: int) -> dict:
+    """objs: label -> object path.  Returns ``rows`` (one per object and form), ``floor``."""
+    bpfdsl = str(venv / "bin" / "bpfdsl")
+    env, cwd = B.clean_env(), tempfile.gettempdir()
     B.ensure_bpffs()
-    with VethNs(1) as ns:
+    rows: list[dict] = []
+    floor: dict[str, list[float]] = {"python -c pass": [], "bpftool version": []}
+    with VethNs(1) as ns, inside(ns):
         dev = ns.pairs[0][0]
         for label, obj in objs.items():
             prog = program_name(obj)
-            per_tool = {}
-            for tool, steps_f, undo_f in tools:
-                loads, attaches, totals = [], [], []
-                for _ in range(runs):
-                    pin = Path("/sys/fs/bpf") / f"bpfdsl_lbench_{uuid.uuid4().hex[:10]}"
+            times: dict[str, list[float]] = {f: [] for f in FORMS}
+            for _ in range(runs):
+                for form in FORMS:  # interleaved: load drift hits every form alike
+                    pin = Path("/sys/fs/bpf") / f"{PIN_PREFIX}{uuid.uuid4().hex[:10]}"
                     try:
-                        steps = steps_f(obj, pin, prog, dev)
-                        # check the attach took effect on the first run (outside the timing)
-                        t_load, t_att = one_run(ns, steps, [], env)
-                        if not loads and not xdp_attached(ns, dev):
-                            raise B.BenchError(f"{tool}: no XDP program on {dev} after attach")
+                        t = 0.0
+                        for cmd in steps(form, bpfdsl, obj, pin, prog, dev):
+                            t += B.time_interleaved([cmd], 1, env=env, cwd=cwd)[0][0]
+                        check_result(ns, form, obj, pin, prog, dev)
+                        times[form].append(t)
                     finally:
-                        for cmd in undo_f(pin, dev):
-                            B.run(ns.in_ns(cmd), env=env, check=False)
-                        shutil.rmtree(pin, ignore_errors=True)
-                    loads.append(t_load)
-                    attaches.append(t_att)
-                    totals.append(t_load + t_att)
-                per_tool[tool] = {
-                    "load_ms": B.median(loads) * 1000,
-                    "attach_ms": B.median(attaches) * 1000,
-                    "total_ms": B.median(totals) * 1000,
-                }
-            ratio = None
-            if "bpfdsl" in per_tool:
-                ratio = per_tool["bpfdsl"]["total_ms"] / per_tool["bpftool"]["total_ms"]
-            rows.append(
-                {
-                    "object": label,
-                    "runs": runs,
-                    **{f"{t}_{k}": v for t, d in per_tool.items() for k, v in d.items()},
-                    "ratio": ratio,
-                    "goal": None if ratio is None else ratio <= GOAL_RATIO,
-                }
-            )
-    floor = B.python_floor(runs, ["bpfdsl.cli", "bpfdsl.loader", "bpfdsl.attach"])
-    return {"rows": rows, "notes": notes, "floor_ms": floor}
+                        undo(pin, dev)
+                    wait_empty(ns, dev)
+                py = [str(venv / "bin" / "python"), "-c", "pass"]
+                floor_t = B.time_interleaved([py, ["bpftool", "version"]], 1, env=env, cwd=cwd)
+                floor["python -c pass"].append(floor_t[0][0])
+                floor["bpftool version"].append(floor_t[1][0])
+            inproc = inprocess_ms(ns, venv, obj, prog, dev, max(runs, 5))
+            tool = B.median(times["bpftool"]) * 1000
+            for form in FORMS:
+                ms = B.median(times[form]) * 1000
+                ratio = None if form == "bpftool" else ms / tool
+                rows.append(
+                    {
+                        "object": label,
+                        "form": form,
+                        "runs": runs,
+                        "median_ms": ms,
+                        "ratio": ratio,
+                        "goal": ratio <= GOAL_RATIO if form == "bpfdsl 1-proc" else None,
+                        "inprocess_ms": inproc if form == "bpfdsl 1-proc" else None,
+                    }
+                )
+    return {"rows": rows, "floor_ms": {k: B.median(v) * 1000 for k, v in floor.items()}}
+
+
+def inprocess_ms(ns: VethNs, venv: Path, obj: Path, prog: str, dev: str, n: int) -> float:
+    """Median ms of the one-process form's work inside one interpreter (imports excluded)."""
+    base = f"/sys/fs/bpf/{PIN_PREFIX}inproc_{uuid.uuid4().hex[:8]}"
+    cmd = [str(venv / "bin" / "python"), "-c", _INPROC, str(obj), dev, prog, base, str(n)]
+    try:
+        out = B.run(cmd, env=B.clean_env(), cwd=tempfile.gettempdir())
+    finally:
+        for i in range(n + 1):
+            shutil.rmtree(f"{base}_{i}", ignore_errors=True)
+    return float(out.stdout.split()[-1])
 
 
 def render(res: dict) -> str:
-    head = [
-        "object",
-        "runs",
-        "bpfdsl load",
-        "attach",
-        "total ms",
-        "bpftool load",
-        "attach",
-        "total ms",
-        "ratio",
-        "goal",
-    ]
-    keys = [
-        "bpfdsl_load_ms",
-        "bpfdsl_attach_ms",
-        "bpfdsl_total_ms",
-        "bpftool_load_ms",
-        "bpftool_attach_ms",
-        "bpftool_total_ms",
-    ]
+    head = ["object", "form", "runs", "median ms", "ratio", "goal", "in-process ms"]
     rows = [
         [
             r["object"],
+            r["form"],
             r["runs"],
-            *(_f(r.get(k)) for k in keys),
+            _f(r["median_ms"]),
             _f(r["ratio"], ".2f"),
-            B.verdict(r["goal"]),
+            B.verdict(r["goal"]) if r["form"] == "bpfdsl 1-proc" else "",
+            _f(r["inprocess_ms"]) if r["inprocess_ms"] is not None else "",
         ]
         for r in res["rows"]
     ]
+    floor = ", ".join(f"{k} {v:.1f} ms" for k, v in res["floor_ms"].items())
     return "\n".join(
         [
-            f"Load + pin + attach, whole-process medians (ms); goal: ratio <= {GOAL_RATIO}",
+            "Load + pin + attach, whole-process medians (ms), bpfdsl from a wheel venv; "
+            f"goal: 1-proc ratio <= {GOAL_RATIO}",
             B.table(head, rows),
+            f"floor (same run, medians): {floor}",
         ]
-        + [
-            "note: start-up floor of a bpfdsl process (medians): "
-            + ", ".join(f"{k} {v:.1f} ms" for k, v in res.get("floor_ms", {}).items())
-        ]
-        + [f"note: {n}" for n in res["notes"]]
+        + [f"note: {n}" for n in res.get("notes", [])]
     )
 
 
 def _f(v, spec=".1f") -> str:
     return "n/a" if v is None else format(v, spec)
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--program", default="xdp_udp_filter", help="reference program name")
-    ap.add_argument("--runs", type=int, default=15, help="timed iterations per tool and object")
-    ap.add_argument("--quick", action="store_true", help="3 iterations (< 1 min)")
-    ap.add_argument("--json", metavar="FILE", help="also write the results as JSON")
-    a = ap.parse_args(argv)
-    busy = B.load_note()  # before we add load ourselves
-    if a.quick:
-        a.runs = min(a.runs, 3)
-    if a.runs < 1:
-        ap.error("--runs must be >= 1")
-    csrc, bpfd = B.C_DIR / f"{a.program}.c", B.PROGS / f"{a.program}.bpfd"
-    if not csrc.exists():
-        ap.error(f"no C reference tests/data/c/{a.program}.c")
-    try:
-        B.require_root()
-        B.require_tool("bpftool", "apt-get install bpftool")
-        with tempfile.TemporaryDirectory(prefix="bpfdsl-lbench-") as tmp:
-            objs = {"clang": B.build_c(Path(tmp), [a.program])[a.program]}
-            notes = []
-            ours = Path(tmp) / f"{a.program}.ours.o"
-            why = B.compile_ours(bpfd, ours)
-            if why is None:
-                objs = {"bpfdsl": ours, **objs}
-            else:
-                notes.append(f"{why}: clang object only")
-            res = bench(objs, a.runs)
-            res["notes"] += notes
-    except B.BenchError as e:
-        print(f"load_bench: {e}", file=sys.stderr)
-        return 1
-    if busy:
-        res.setdefault("notes", []).append(busy)
-    print(render(res))
-    if a.json:
-        Path(a.json).write_text(json.dumps(res, indent=2))
-    return 0
 
 
 def program_name(obj: Path) -> str:
@@ -230,6 +267,50 @@ def program_name(obj: Path) -> str:
         if sec == "xdp":
             return name
     raise B.BenchError(f"{obj.name} has no program in section xdp")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--program", default="xdp_udp_filter", help="reference program name")
+    ap.add_argument("--runs", type=int, default=15, help="timed rounds per object (default 15)")
+    ap.add_argument("--quick", action="store_true", help="3 rounds (< 1 min with a built venv)")
+    ap.add_argument("--json", metavar="FILE", help="also write the results as JSON")
+    a = ap.parse_args(argv)
+    busy = B.load_note()  # before we add load ourselves
+    if a.quick:
+        a.runs = min(a.runs, 3)
+    if a.runs < 1:
+        ap.error("--runs must be >= 1")
+    csrc, bpfd = B.C_DIR / f"{a.program}.c", B.PROGS / f"{a.program}.bpfd"
+    if not csrc.exists() or not bpfd.exists():
+        ap.error(f"need progs/{a.program}.bpfd and tests/data/c/{a.program}.c")
+    notes = [busy] if busy else []
+    try:
+        B.require_root()
+        B.require_tool("bpftool", "apt-get install bpftool")
+        venv = bench_venv(log=lambda m: print(m, file=sys.stderr))
+        with tempfile.TemporaryDirectory(prefix="bpfdsl-lbench-") as tmp:
+            objs = {"clang": B.build_c(Path(tmp), [a.program])[a.program]}
+            ours = Path(tmp) / f"{a.program}.bpfdsl.o"
+            cc = [str(venv / "bin" / "bpfdsl"), "compile", str(bpfd), "-o", str(ours)]
+            proc = B.run(cc, check=False)
+            if proc.returncode == 0:
+                objs = {"bpfdsl": ours, **objs}
+            else:
+                last = (proc.stderr.strip().splitlines() or ["?"])[-1]
+                notes.append(f"bpfdsl cannot compile {bpfd.name} ({last}): clang object only")
+            res = bench(venv, objs, a.runs)
+    except B.BenchError as e:
+        print(f"load_bench: {e}", file=sys.stderr)
+        return 1
+    finally:
+        for p in Path("/sys/fs/bpf").glob(f"{PIN_PREFIX}*"):  # nothing of ours stays pinned
+            shutil.rmtree(p, ignore_errors=True)
+    res["notes"] = notes
+    print(render(res))
+    if a.json:
+        Path(a.json).write_text(json.dumps(res, indent=2))
+    return 0
 
 
 if __name__ == "__main__":

@@ -12,7 +12,6 @@ Map specs and linking live in :mod:`bpfdsl.objfile_maps` and :mod:`bpfdsl.objfil
 from __future__ import annotations
 
 import io
-from pathlib import Path
 
 from bpfdsl.btf import Btf, BtfExt, BtfFormatError, LineInfo, parse_btf, parse_btf_ext
 from bpfdsl.diagnostics import UsageError, error
@@ -21,6 +20,10 @@ from bpfdsl.objfile_elf import ElfError, ElfFile
 from bpfdsl.objfile_maps import MapSpec, read_maps
 from bpfdsl.record import FrozenRecord, Record
 from bpfdsl.uapi import AttachType, ProgramKind, ProgramType
+
+TYPE_CHECKING = False  # (pathlib/typing cost import time on the load path)
+if TYPE_CHECKING:  # pragma: no cover
+    from pathlib import Path
 
 EM_BPF = 247
 SHF_EXECINSTR, SHF_WRITE = 0x4, 0x1
@@ -259,7 +262,8 @@ def read_object(data: bytes | str | Path, *, name: str | None = None) -> Collect
     if not isinstance(data, bytes | bytearray | memoryview):
         path = str(data)
         try:
-            data = Path(data).read_bytes()
+            with open(data, "rb") as f:
+                data = f.read()
         except OSError as e:
             raise UsageError(error("no-file", f"{path}: cannot read: {e.strerror}")) from None
     raw = bytes(data)
