@@ -31,10 +31,10 @@ for BPF; ``be*`` types are typedefs that only name the byte order for tools.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from llvmlite import ir
 
+from bpfdsl.record import FrozenRecord
 from bpfdsl.uapi import MapType
 
 T = ir.DIToken  # a bare LLVM token operand (DW_TAG_..., flags), printed unquoted
@@ -85,21 +85,22 @@ _CTX_STRUCTS: dict[str, str] = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class DIType:
+class DIType(FrozenRecord):
     """A debug type: ``md`` is the llvmlite metadata node; ``size``/``align`` in bytes."""
 
-    md: ir.DIValue
-    size: int
-    align: int
+    __slots__ = ("md", "size", "align")
+
+    def __init__(self, md: ir.DIValue, size: int, align: int) -> None:
+        self.md, self.size, self.align = md, size, align
 
 
-@dataclass(frozen=True, slots=True)
-class FunctionDebug:
+class FunctionDebug(FrozenRecord):
     """The DISubprogram of one program function; :meth:`loc` makes its ``!dbg`` locations."""
 
-    debug: DebugInfo
-    subprogram: ir.DIValue
+    __slots__ = ("debug", "subprogram")
+
+    def __init__(self, debug: DebugInfo, subprogram: ir.DIValue) -> None:
+        self.debug, self.subprogram = debug, subprogram
 
     def loc(self, line: int, col: int = 0) -> ir.DIValue:
         """``!DILocation(line, column)`` in this function (1-based, as in the .bpfd source)."""

@@ -26,10 +26,10 @@ from __future__ import annotations
 
 import re
 import struct
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from bpfdsl.diagnostics import DiagnosticError, Span, UsageError, error
+from bpfdsl.record import FrozenRecord
 
 if TYPE_CHECKING:  # llvmlite is imported lazily: `bpfdsl --help` must start fast
     from llvmlite import binding as llvm
@@ -124,13 +124,13 @@ def optimize(mod: llvm.ModuleRef, *, mcpu: str = "v3", opt: int = 2) -> llvm.Mod
     return mod
 
 
-@dataclass(frozen=True, slots=True)
-class Emitted:
+class Emitted(FrozenRecord):
     """Result of :func:`emit`: ``obj`` ELF bytes, optional ``asm`` text and optimized ``ir``."""
 
-    obj: bytes
-    asm: str | None = None
-    ir: str | None = None
+    __slots__ = ("obj", "asm", "ir")
+
+    def __init__(self, obj: bytes, asm: str | None = None, ir: str | None = None) -> None:
+        self.obj, self.asm, self.ir = obj, asm, ir
 
 
 def emit(
@@ -185,13 +185,14 @@ def _unsupported(
     return DiagnosticError(error(code, message, span, hint=hint))
 
 
-_CALL = re.compile(r"\bcall\b.*?(@[\w.$\"]+|\))\((.*)\)")
-_MEM = re.compile(r"@llvm\.mem(?:cpy|move|set)\.")
-_ATOMIC = re.compile(r"\b(?:atomicrmw \w+|cmpxchg)(?: volatile)? ptr [^,]+, i(?:8|16) ")
+# patterns as strings: re compiles (and caches) each on its first use, not at import
+_CALL = r"\bcall\b.*?(@[\w.$\"]+|\))\((.*)\)"
+_MEM = r"@llvm\.mem(?:cpy|move|set)\."
+_ATOMIC = r"\b(?:atomicrmw \w+|cmpxchg)(?: volatile)? ptr [^,]+, i(?:8|16) "
 
 
 _WORDS = ("alloca", "div ", "rem ", "atomicrmw", "cmpxchg", "call ")
-_DEFINE = re.compile(r'define [^@]*(@[\w.$"]+)\(')
+_DEFINE = r'define [^@]*(@[\w.$"]+)\('
 _STACK_HINT = (
     "keep large structs and arrays in a map value instead of locals: declare "
     "`map scratch: percpu_array<u32, T>(max_entries: 1)` and use "
@@ -239,7 +240,7 @@ def check_ir(mod: llvm.ModuleRef | str, mcpu: str = "v3") -> None:
     while pos >= 0:
         end = text.find("\n", pos + 1)
         line = text[pos + 1 : end if end >= 0 else len(text)]
-        if m := _DEFINE.match(line):
+        if m := re.match(_DEFINE, line):
             defines.append(m.group(1))
             if "!dbg !" in line:
                 with_dbg.append(m.group(1))
@@ -269,15 +270,15 @@ def check_ir(mod: llvm.ModuleRef | str, mcpu: str = "v3") -> None:
             raise _unsupported(text, line, "internal-compiler-error",
                                "internal compiler error: dynamic stack allocation",
                                "this is a bpfdsl bug; please report it")  # fmt: skip
-        if not v4 and re.search(r"= s(?:div|rem) ", body):
+        if not v4 and ("div " in body or "rem " in body) and re.search(r"= s(?:div|rem) ", body):
             raise _unsupported(text, line, "signed-division",
                                "signed division or remainder needs BPF ISA v4 (kernel >= 6.6)",
                                "use unsigned operands, or compile with --mcpu v4")  # fmt: skip
-        if _ATOMIC.search(body):
+        if ("atomicrmw" in body or "cmpxchg" in body) and re.search(_ATOMIC, body):
             raise _unsupported(text, line, "unsupported-atomic",
                                "atomic operations work on 32- or 64-bit values only",
                                "make the counter u32 or u64")  # fmt: skip
-        call = _CALL.search(body)
+        call = re.search(_CALL, body) if "call " in body else None
         if call is None:
             continue
         callee = call.group(1)
@@ -291,10 +292,11 @@ def check_ir(mod: llvm.ModuleRef | str, mcpu: str = "v3") -> None:
             raise _unsupported(text, line, "internal-compiler-error",
                                f"internal compiler error: call to {callee}, which no loader "
                                "can resolve", "this is a bpfdsl bug; please report it")  # fmt: skip
-        if callee.startswith("@llvm.") and not _MEM.search(body):
+        mem = re.search(_MEM, body) if callee.startswith("@llvm.mem") else None
+        if callee.startswith("@llvm.") and not mem:
             continue
         args = _args(call.group(2))
-        if _MEM.search(body):
+        if mem:
             size = re.fullmatch(r"i\d+ (?:noundef )?(\d+)", args[2]) if len(args) > 2 else None
             if size is None or int(size.group(1)) > MAX_INLINE_MEM:
                 n = "a variable number of" if size is None else size.group(1)
