@@ -109,6 +109,7 @@ def parse(text: str, filename: str, actions) -> object:
     ignore = tables.IGNORE
     newline_types = tables.NEWLINE_TYPES
     end_state = tables.END_STATE
+    token_types = tables.TOKEN_TYPES
     cbs = {}
     chains = _chains
     state_stack = [tables.START_STATE]
@@ -142,8 +143,11 @@ def parse(text: str, filename: str, actions) -> object:
             kw = keywords.get(typ)
             if kw is not None:
                 typ = kw.get(val, typ)
-            tok = Token(typ, val, sline, scol, line, pos - line_start + 1, start)
-            tpos = (sline, scol, line, pos - line_start + 1)
+            ecol = pos - line_start + 1
+            tpos = (sline, scol, line, ecol)
+            # the builder gets regexp terminals (names, literals) as Tokens, the fixed
+            # strings (keywords, operators) as their text
+            tok = Token(typ, val, sline, scol, line, ecol, start) if typ in token_types else val
         else:
             typ = "$END"
             tok = None
@@ -153,6 +157,8 @@ def parse(text: str, filename: str, actions) -> object:
             act = row.get(typ)
             if act is None:
                 expected = {s for s in row if s.isupper()}
+                if tok is not None and not isinstance(tok, Token):
+                    tok = Token(typ, tok, *tpos, -1)
                 raise _syntax_error(text, filename, 0, 0, token=tok, expected=expected)
             if act >= 0:
                 state_stack.append(act)
@@ -191,7 +197,10 @@ def parse(text: str, filename: str, actions) -> object:
                     if nones:
                         filtered += [None] * nones
                     if splice:
-                        filtered += children[i]
+                        if filtered:
+                            filtered += children[i]
+                        else:  # left recursion (x*): reuse the list, like lark
+                            filtered = children[i]
                     else:
                         filtered.append(children[i])
                 if append_none:

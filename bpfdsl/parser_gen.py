@@ -87,6 +87,7 @@ def generate(grammar: str) -> str:
                 raise ValueError(f"unsupported keyword terminal {t.name}")
             table[str(t.pattern.value)] = str(t.name)
         keywords[str(name)] = table
+    token_types = sorted(str(t.name) for t in lk.terminals if t.pattern.type == "re")
     pt = front.parser.parser.parse_table
     rules = list(lk.rules)
     rule_index = {r: i for i, r in enumerate(rules)}
@@ -114,6 +115,8 @@ def generate(grammar: str) -> str:
         f"IGNORE = frozenset({sorted(map(str, lexer.ignore_types))!r})",
         f"NEWLINE_TYPES = frozenset({sorted(map(str, lexer.newline_types))!r})",
         f"KEYWORDS = {pprint.pformat(keywords, width=100)}",
+        "# terminals the builder gets as Token objects (the others: their text)",
+        f"TOKEN_TYPES = frozenset({token_types!r})",
         "# rules: (origin, size, kind, callback, include, append_none); see parser_gen._rule_shape",
         "RULES = (",
         *(f"    {shape!r}," for shape in shapes),
