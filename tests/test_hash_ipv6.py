@@ -139,8 +139,9 @@ def test_steer6_passes_ipv4_and_truncated(bpf_program) -> None:
     prog = bpf_program(PROGS / "xdp_cpumap_steer6.bpfd", "steer6", config={"n_cpus": 2})
     v4 = Ether(src=MAC_A, dst=MAC_B) / IP() / UDP()
     assert prog.run(v4).verdict == "XDP_PASS"
-    _, frame = steer_flows()[1]
-    assert prog.run(bytes(frame)[:60]).verdict == "XDP_PASS"  # UDP header cut short
+    _, frame = steer_flows()[0]
+    assert TCP in frame and IPv6ExtHdrHopByHop not in frame
+    assert prog.run(bytes(frame)[:60]).verdict == "XDP_PASS"  # TCP header cut short
     assert sum(prog.maps["steered"].total(s) for s in range(64)) == 0
 
 
