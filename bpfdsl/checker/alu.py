@@ -63,12 +63,9 @@ def _sx(v: int, bits: int) -> int:
 
 def _from_bounds(tn, smin, smax, umin, umax, bits: int) -> D.Reg:
     if bits == 64:
-        b = (smin, smax, umin, umax) + D.UNKNOWN_BOUNDS[4:]
-        return D.sync(D.Reg(D.SCALAR, tn=tn, b=b))
-    b = (smin, smax, umin, umax, smin, smax, umin, umax)
-    r = D.Reg(D.SCALAR, tn=tn, b=(D.S64_MIN, D.S64_MAX, 0, M64) + b[4:])
-    r = D.sync(r.replace(smin=0, smax=M32, umin=0, umax=M32))
-    return r
+        return D.scalar(tn, (smin, smax, umin, umax) + D.UNKNOWN_BOUNDS[4:])
+    # the 32-bit result zero-extended: 64-bit bounds 0..2**32-1, 32-bit ones as computed
+    return D.scalar(tn, (0, M32, 0, M32, smin, smax, umin, umax))
 
 
 def _view(r: D.Reg, bits: int):

@@ -244,6 +244,11 @@ def resync(r: Reg, tn: tuple[int, int], bounds: tuple[int, ...]) -> Reg:
 _SYNC: dict[tuple, tuple] = {}
 
 
+def scalar(tn: tuple[int, int], bounds: tuple[int, ...]) -> Reg:
+    """``sync(Reg(SCALAR, tn=tn, b=bounds))``: a fresh scalar (no id, no note)."""
+    return resync(_NO_FIELDS, tn, bounds)
+
+
 def _sync(tn: tuple[int, int], bounds: tuple[int, ...]) -> tuple:
     """sync()'s computation: (tnum, bounds) -> (tnum, bounds)."""
     v, m = tn

@@ -85,9 +85,24 @@ def xor(a: Tnum, b: Tnum) -> Tnum:
 
 
 def mul(a: Tnum, b: Tnum) -> Tnum:
-    """Multiplication (tnum_mul, the 2022 "half-multiply" algorithm)."""
+    """Multiplication (tnum_mul, the 2022 "half-multiply" algorithm); memoized (pure, and
+    up to 64 rounds of tnum addition per call)."""
     if a[1] == 0 and b[1] == 0:
         return const(a[0] * b[0])
+    key = (a, b)
+    r = _MUL.get(key)
+    if r is None:
+        r = _mul(a, b)
+        if len(_MUL) >= 4096:
+            _MUL.clear()
+        _MUL[key] = r
+    return r
+
+
+_MUL: dict[tuple[Tnum, Tnum], Tnum] = {}
+
+
+def _mul(a: Tnum, b: Tnum) -> Tnum:
     acc_v = (a[0] * b[0]) & M64
     acc_m: Tnum = (0, 0)
     av, am = a
