@@ -121,7 +121,7 @@ def _load_and_open(
 ) -> Iterator[OpenProgram]:
     from bpfdsl import loader, objfile, pins  # noqa: PLC0415
 
-    spec = objfile.read_object(_object_bytes(ref), name=ref)
+    spec = objfile.read_object(object_bytes(ref), name=ref)
     config = {}
     if config_items:
         from bpfdsl import testrun  # noqa: PLC0415
@@ -162,10 +162,12 @@ def _load_and_open(
 _STEM_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
 
 
-def _object_bytes(ref: str) -> bytes:
-    """ELF bytes of the object file ``ref`` (an existing file); ``.bpfd`` source is
-    compiled first (``testrun.object_bytes``, which imports the compiler only then)."""
-    if os.path.splitext(ref)[1] == ".bpfd":
+def object_bytes(ref: str) -> bytes:
+    """ELF bytes of the object file ``ref``; ``.bpfd`` source is compiled first.
+
+    Same results and errors as ``testrun.object_bytes`` (which handles ``.bpfd`` and
+    missing files), without importing testrun for an object file that exists."""
+    if os.path.splitext(ref)[1] == ".bpfd" or not os.path.isfile(ref):
         from bpfdsl import testrun  # noqa: PLC0415
 
         return testrun.object_bytes(ref)

@@ -64,10 +64,14 @@ def default_pin_dir(path: str) -> str:
 
 
 def cmd_load(args) -> int:
-    from bpfdsl import loader, objfile, pins, testrun  # noqa: PLC0415
+    from bpfdsl import inventory, loader, objfile, pins  # noqa: PLC0415
 
-    spec = objfile.read_object(testrun.object_bytes(args.file), name=args.file)
-    config = testrun.parse_config(args.set, spec.configs)
+    spec = objfile.read_object(inventory.object_bytes(args.file), name=args.file)
+    config = {}
+    if args.set:
+        from bpfdsl import testrun  # noqa: PLC0415 (only for --set)
+
+        config = testrun.parse_config(args.set, spec.configs)
     pin_dir = args.pin_dir or default_pin_dir(args.file)
     level = args.log_level if args.log else 0
     try:
