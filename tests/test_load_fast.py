@@ -44,6 +44,7 @@ SLOW_STDLIB = {"typing", "pathlib", "socket", "threading", "platform", "asyncio"
 # The modules of the path (what `bpfdsl attach FILE.o` runs through).
 PATH_MODULES = (
     "bpfdsl.cli.attach_cmds",
+    "bpfdsl.cli.load_cmds",
     "bpfdsl.inventory",
     "bpfdsl.attach",
     "bpfdsl.netlink",
@@ -220,3 +221,21 @@ def test_one_process_attach_import_graph(net, pin_dir):
     assert os.path.exists(attach.link_pin_path(pin_dir, net.xdp_dev))
     assert forbidden(mods) == []
     assert net.bpfdsl("detach", net.xdp_dev).returncode == 0
+
+
+@pytest.mark.kernel
+def test_two_process_load_then_attach_import_graph(net, pin_dir):
+    """`bpfdsl load OBJ --pin-dir DIR` and `bpfdsl attach xdp DIR --dev DEV` (the
+    two-process form) import none of the forbidden modules either."""
+    obj = str(build("xdp_udp_filter"))
+    steps = (
+        ["load", obj, "--pin-dir", pin_dir],
+        ["attach", "xdp", pin_dir, "--dev", net.xdp_dev, "--prog", PROG],
+    )
+    for argv in steps:
+        code = f"import sys; from bpfdsl.cli import main; sys.exit(main({argv!r}))"
+        mods = imported(["-c", code], prefix=tuple(net.nsenter()))
+        assert "bpfdsl.syscall" in mods and forbidden(mods) == [], argv
+    assert os.path.exists(attach.link_pin_path(pin_dir, net.xdp_dev))
+    assert net.bpfdsl("detach", net.xdp_dev).returncode == 0
+    assert net.bpfdsl("unload", pin_dir).returncode == 0
