@@ -116,3 +116,16 @@ def test_stack_limit_hint_rewrite_compiles_and_loads():
     res = compile_source(BIG_IN_MAP, "big_in_map.bpfd")
     with load_collection(read_object(res.obj)) as coll:
         assert set(coll.programs) == {"f"}
+
+
+def test_module_str_falls_back_to_llvmlites_printer(monkeypatch):
+    import bpfdsl.codegen_text as ct
+
+    m = _module(EXTRA, "extra.bpfd")
+    want = ir.Module.__repr__(m)
+
+    def moved(_m):
+        raise AttributeError("llvmlite internals moved")
+
+    monkeypatch.setattr(ct, "module_text", moved)
+    assert str(m) == want
