@@ -20,27 +20,37 @@ class CsumGen:
     EXT_RH_ACTIVE = 1  # a Routing header with segments_left != 0 (RFC 8200 4.4)
     EXT_LATER_FRAG = 2  # a Fragment header with a non-zero offset: no L4 header follows
 
-    def _ext_flags(self, flags: ir.Value, nh: ir.Value, cur: ir.Value, is_frag: ir.Value) -> None:
+    def _ext_flags(self, flags: ir.Value, nh: ir.Value, cur: ir.Value) -> None:
         """``flags |=`` what extension header ``cur`` (8 bytes checked, next header value
         ``nh``) is: a Routing header (43) whose segments_left (byte 3) is not 0, or a
         Fragment header (44) whose 13-bit offset (the be16 at byte 2 without its low 3
-        bits) is not 0."""
+        bits) is not 0.  Branch-free (BPF has no set-on-condition: a compare would split
+        every verifier path per header walked): for 0 <= v <= 0xffff, ``(v + 0xffff) >> 16``
+        is ``v != 0``; the inputs pass an opaque register so LLVM cannot turn that back
+        into a compare."""
         b = self.b
-        segs = b.load(self.gep(cur, 3), typ=I8, align=1)
-        rh = b.and_(
-            b.icmp_unsigned("==", nh, ir.Constant(I8, 43)),
-            b.icmp_unsigned("!=", segs, ir.Constant(I8, 0)),
-        )
-        off = b.load(self.gep(cur, 2), typ=I16, align=2)  # be16 loaded as le: mask 0xfff8
-        later = b.and_(
-            is_frag,
-            b.icmp_unsigned("!=", b.and_(off, ir.Constant(I16, 0xF8FF)), ir.Constant(I16, 0)),
-        )
-        bits = b.or_(
-            b.select(rh, ir.Constant(I8, self.EXT_RH_ACTIVE), ir.Constant(I8, 0)),
-            b.select(later, ir.Constant(I8, self.EXT_LATER_FRAG), ir.Constant(I8, 0)),
-        )
-        b.store(b.or_(b.load(flags, typ=I8), bits), flags)
+
+        def byte(off: int, ty: ir.IntType, mask: int) -> ir.Value:
+            v = b.zext(b.load(self.gep(cur, off), typ=ty, align=ty.width // 8), I64)
+            return self._pure_opaque(b.and_(v, ir.Constant(I64, mask)))
+
+        def nz(v: ir.Value) -> ir.Value:
+            return b.lshr(b.add(v, ir.Constant(I64, 0xFFFF)), ir.Constant(I64, 16))
+
+        one = ir.Constant(I64, 1)
+        kind = self._pure_opaque(b.zext(nh, I64))
+        is43 = b.xor(nz(b.xor(kind, ir.Constant(I64, 43))), one)
+        is44 = b.xor(nz(b.xor(kind, ir.Constant(I64, 44))), one)
+        rh = b.and_(is43, nz(byte(3, I8, 0xFF)))
+        later = b.and_(is44, nz(byte(2, I16, 0xF8FF)))  # be16 loaded as le: mask 0xfff8
+        bits = b.or_(rh, b.shl(later, one))  # EXT_RH_ACTIVE, EXT_LATER_FRAG
+        b.store(b.or_(b.load(flags, typ=I8), b.trunc(bits, I8)), flags)
+
+    def _pure_opaque(self, v: ir.Value) -> ir.Value:
+        """``v`` (i64) through an empty inline asm without side effects: LLVM cannot see
+        its value (so keeps the arithmetic on it) but drops it when unused."""
+        asm = ir.InlineAsm(ir.FunctionType(I64, [I64]), "", "=r,0", side_effect=False)
+        return self.b.call(asm, [v], attrs=("readnone", "nounwind"))
 
     def _walk_flags(self, ip6: ir.Value) -> ir.Value:
         """The EXT_* flags (u8) of the extension headers after the ipv6 header at ``ip6``

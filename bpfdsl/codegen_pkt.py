@@ -186,7 +186,7 @@ class PktGen(CsumGen):
         is_frag = self.b.icmp_unsigned("==", nh, ir.Constant(I8, 44))
         ln = self.b.select(is_frag, ir.Constant(I64, 8), ln)
         if flags is not None:
-            self._ext_flags(flags, nh, cur, is_frag)
+            self._ext_flags(flags, nh, cur)
         self.b.store(self.gep(cur, ln), self.f.cursor)
         self.b.store(nxt_hdr, nh_slot)
         self.b.store(self.b.add(self.b.load(cnt), ir.Constant(I32, 1)), cnt)
