@@ -75,8 +75,51 @@ def _view(r: D.Reg, bits: int):
     return T.subreg(r.tn), r.s32min, r.s32max, r.u32min, r.u32max
 
 
+_DIV_MOD = (U.BPF_DIV, U.BPF_MOD)
+_MEMO: dict[tuple, tuple] = {}
+
+
 def scalar_alu(op: int, dst: D.Reg, src: D.Reg, is64: bool, signed_div: bool = False) -> D.Reg:
-    """Result of ``dst op src`` for scalars (ALU64 when ``is64``, else ALU32 zero-extended)."""
+    """Result of ``dst op src`` for scalars (ALU64 when ``is64``, else ALU32 zero-extended).
+
+    Always a fresh scalar (no id, no note) that depends only on the operands' tnums and
+    bounds, so results are memoized (div/mod, which are cheap, are not)."""
+    if op in _DIV_MOD:
+        return _scalar_alu(op, dst, src, is64, signed_div)
+    key = (
+        op,
+        is64,
+        signed_div,
+        dst.tn,
+        dst.smin,
+        dst.smax,
+        dst.umin,
+        dst.umax,
+        dst.s32min,
+        dst.s32max,
+        dst.u32min,
+        dst.u32max,
+        src.tn,
+        src.smin,
+        src.smax,
+        src.umin,
+        src.umax,
+        src.s32min,
+        src.s32max,
+        src.u32min,
+        src.u32max,
+    )
+    hit = _MEMO.get(key)
+    if hit is None:
+        r = _scalar_alu(op, dst, src, is64, signed_div)
+        if len(_MEMO) >= 8192:
+            _MEMO.clear()
+        _MEMO[key] = (r.tn, r.bounds())
+        return r
+    return D.fresh_scalar(hit[0], hit[1])
+
+
+def _scalar_alu(op: int, dst: D.Reg, src: D.Reg, is64: bool, signed_div: bool) -> D.Reg:
     bits = 64 if is64 else 32
     mask = M64 if is64 else M32
     if op in (U.BPF_DIV, U.BPF_MOD) or (

@@ -244,6 +244,11 @@ def resync(r: Reg, tn: tuple[int, int], bounds: tuple[int, ...]) -> Reg:
 _SYNC: dict[tuple, tuple] = {}
 
 
+def fresh_scalar(tn: tuple[int, int], bounds: tuple[int, ...]) -> Reg:
+    """A scalar (no id, no note) with exactly this tnum and these (already synced) bounds."""
+    return _with(_NO_FIELDS, tn, bounds)
+
+
 def scalar(tn: tuple[int, int], bounds: tuple[int, ...]) -> Reg:
     """``sync(Reg(SCALAR, tn=tn, b=bounds))``: a fresh scalar (no id, no note)."""
     return resync(_NO_FIELDS, tn, bounds)
