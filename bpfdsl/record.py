@@ -7,7 +7,9 @@ own ``__init__``; it gets the dataclass behaviour users and tests see: ``repr`` 
 ``Name(a=1, b='x')``, ``==`` by fields for the same class, unhashable; a
 :class:`FrozenRecord` is hashable by its fields (frozen-ness is by convention: not enforced).
 Fields listed in ``_hidden`` are left out of repr, ``==`` and hash (``field(repr=False,
-compare=False)``).  :meth:`Record.replace` is ``dataclasses.replace``.
+compare=False)``).  :meth:`Record.replace` is ``dataclasses.replace``; the ``dataclasses``
+module's own ``replace``/``fields``/``asdict``/``is_dataclass`` work on records too (their
+``__dataclass_fields__`` is built on first use, so only code that asks pays for it).
 """
 
 from __future__ import annotations
@@ -15,11 +17,29 @@ from __future__ import annotations
 _ALL_SLOTS: dict[type, list[str]] = {}  # class -> its slot names, base classes first
 
 
+class _DataclassFields:
+    """Class attribute ``__dataclass_fields__`` computed on first access (per class), so
+    ``dataclasses.replace(record, ...)`` & co. accept records like dataclass instances."""
+
+    def __get__(self, obj, cls) -> dict:
+        import dataclasses  # noqa: PLC0415 (only for callers of the dataclasses module)
+
+        fields = {}
+        for name in Record._all_slots_of(cls):
+            hidden = name in cls._hidden
+            f = dataclasses.field(repr=not hidden, compare=not hidden)
+            f.name, f._field_type = name, dataclasses._FIELD  # as dataclass() sets them
+            fields[name] = f
+        cls.__dataclass_fields__ = fields  # cached on the class itself from now on
+        return fields
+
+
 class Record:
     """Base of a plain ``__slots__`` class with dataclass-style repr / eq (see module)."""
 
     __slots__ = ()
     _hidden: tuple[str, ...] = ()
+    __dataclass_fields__ = _DataclassFields()
 
     def _fields(self) -> list[str]:
         return [n for n in self._all_slots() if n not in self._hidden]
@@ -45,10 +65,14 @@ class Record:
         return type(self)(**kw)
 
     def _all_slots(self) -> list[str]:
-        names = _ALL_SLOTS.get(type(self))
+        return Record._all_slots_of(type(self))
+
+    @staticmethod
+    def _all_slots_of(klass: type) -> list[str]:
+        names = _ALL_SLOTS.get(klass)
         if names is None:
-            names = _ALL_SLOTS[type(self)] = [
-                n for cls in reversed(type(self).__mro__) for n in cls.__dict__.get("__slots__", ())
+            names = _ALL_SLOTS[klass] = [
+                n for c in reversed(klass.__mro__) for n in c.__dict__.get("__slots__", ())
             ]
         return names
 

@@ -107,7 +107,7 @@ def test_load_path_creates_no_dataclasses():
         f"mods = [importlib.import_module(m) for m in {PATH_MODULES!r}]\n"
         "print(json.dumps([f'{m.__name__}.{n}' for m in mods for n, o in vars(m).items()\n"
         "    if isinstance(o, type) and o.__module__ == m.__name__\n"
-        "    and hasattr(o, '__dataclass_fields__')]))\n"
+        "    and hasattr(o, '__dataclass_params__')]))\n"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT
@@ -138,6 +138,12 @@ def test_record_behaves_like_a_dataclass():
     assert "fd" not in repr(F(3, 7))
     q = P(1, [5]).replace(a=4)
     assert (q.a, q.b) == (4, [5]) and F(1, 2).replace(x=5).fd == 2
+    # the dataclasses module's functions accept records (scripts/ use dataclasses.replace)
+    import dataclasses
+
+    assert dataclasses.replace(P(1, [5]), a=7) == P(7, [5])
+    assert [f.name for f in dataclasses.fields(F(1, 2))] == ["x", "fd"]
+    assert dataclasses.asdict(P(1, [2])) == {"a": 1, "b": [2]}
 
 
 @pytest.fixture
