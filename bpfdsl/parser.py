@@ -67,14 +67,25 @@ class Token:
 _scanner_cache: list = []
 
 
+def _match_at(mre, text: str, pos: int):
+    return mre.match(text, pos)
+
+
 def _scanner():
-    """(compiled lexer regexps, tables module), built once per process."""
+    """(compiled lexer regexps, tables module, rules), built once per process; ``rules``
+    as in the tables, with an ``include`` that only selects children turned into a list of
+    their indexes."""
     if not _scanner_cache:
         import re
 
         from . import parser_tables as tables
 
-        _scanner_cache.append(([re.compile(p) for p in tables.PATTERNS], tables))
+        rules = []
+        for origin, size, kind, cb, include, append_none in tables.RULES:
+            if include is not None and not append_none and not any(s or k for _, s, k in include):
+                include = [i for i, _, _ in include]  # no splice, no placeholder: a list
+            rules.append((origin, size, kind, cb, include, append_none))
+        _scanner_cache.append(([re.compile(p) for p in tables.PATTERNS], tables, tuple(rules)))
     return _scanner_cache[0]
 
 
@@ -102,9 +113,9 @@ def parse(text: str, filename: str, actions) -> object:
     Raises DiagnosticError (code ``syntax``) for text outside the grammar; a DiagnosticError
     raised by an action is re-raised after the whole text parsed (syntax errors first).
     """
-    mres, tables = _scanner()
+    mres, tables, rules = _scanner()
+    mre = mres[0] if len(mres) == 1 else None  # lark splits at 100 groups
     states = tables.STATES
-    rules = tables.RULES
     keywords = tables.KEYWORDS
     ignore = tables.IGNORE
     newline_types = tables.NEWLINE_TYPES
@@ -123,11 +134,13 @@ def parse(text: str, filename: str, actions) -> object:
     while True:
         # ---- next token (lark BasicLexer.next_token) ----
         if pos < n:
-            for mre in mres:
+            if mre is not None:
                 m = mre.match(text, pos)
-                if m is not None:
-                    break
             else:
+                for m in map(_match_at, mres, (text,) * len(mres), (pos,) * len(mres)):
+                    if m is not None:
+                        break
+            if m is None:
                 raise _syntax_error(text, filename, line, pos - line_start + 1, char_pos=pos)
             typ = m.lastgroup
             val = m.group()
@@ -177,21 +190,16 @@ def parse(text: str, filename: str, actions) -> object:
                 children = vals[-size:]
                 cpos = poss[-size:]
                 del vals[-size:], poss[-size:], state_stack[-size:]
-                first = None
-                for p in cpos:
-                    if p is not None:
-                        first = p
-                        break
-                if first is not None:
-                    for p in reversed(cpos):
-                        if p is not None:
-                            break
-                    rpos = (first[0], first[1], p[2], p[3])
-                else:
-                    rpos = None
+                first, last = cpos[0], cpos[-1]
+                if first is None or last is None:  # rare: an empty x* at an end
+                    ps = [p for p in cpos if p is not None]
+                    first, last = (ps[0], ps[-1]) if ps else (None, None)
+                rpos = None if first is None else (first[0], first[1], last[2], last[3])
             else:
                 children, rpos = [], None
-            if include is not None:
+            if type(include) is list:  # plain selection of children
+                filtered = [children[i] for i in include]
+            elif include is not None:
                 filtered = []
                 for i, splice, nones in include:
                     if nones:
