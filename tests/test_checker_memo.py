@@ -44,10 +44,12 @@ def test_sync_memo_matches_direct_computation_and_keeps_identity():
     rng = random.Random(21)
     for _ in range(400):
         r = _reg(rng)
-        tn, b = D._sync(r.tn, r.bounds())
-        for who in (D.Reg(D.SCALAR, id=7, note="n"), D.Reg(D.PKT, off=14, rng=20, id=3)):
-            for _twice in range(2):
-                out = D.resync(who, r.tn, r.bounds())
+        # same tnum, other bounds: a key without the bounds would return the wrong result
+        narrow = r.bounds()[:3] + (r.umin + rng.getrandbits(3),) + r.bounds()[4:]
+        for b0 in (r.bounds(), narrow, r.bounds(), narrow):
+            tn, b = D._sync(r.tn, b0)
+            for who in (D.Reg(D.SCALAR, id=7, note="n"), D.Reg(D.PKT, off=14, rng=20, id=3)):
+                out = D.resync(who, r.tn, b0)
                 assert (out.tn, out.bounds()) == (tn, b)
                 assert (out.t, out.off, out.id, out.rng, out.note) == (
                     who.t,
@@ -60,13 +62,12 @@ def test_sync_memo_matches_direct_computation_and_keeps_identity():
 
 def test_tnum_mul_memo_matches_direct_computation():
     rng = random.Random(22)
-    for _ in range(600):
-        a, b = _tnum(rng), _tnum(rng)
-        if a[1] == 0 and b[1] == 0:
-            continue
-        direct = T._mul(a, b)
-        assert T.mul(a, b) == direct
-        assert T.mul(a, b) == direct  # second lookup: from the table
+    for _ in range(300):
+        a, b, c = _tnum(rng), _tnum(rng), _tnum(rng)
+        for x, y in ((a, b), (a, c), (b, a), (a, b), (a, c)):
+            if x[1] == 0 and y[1] == 0:
+                continue
+            assert T.mul(x, y) == T._mul(x, y), (x, y)
 
 
 OPS = [
@@ -86,15 +87,21 @@ OPS = [
 
 def test_scalar_alu_memo_matches_direct_computation_and_is_fresh():
     rng = random.Random(23)
-    for _ in range(800):
-        op, is64 = rng.choice(OPS), rng.random() < 0.5
+    for _ in range(500):
+        op = rng.choice(OPS)
         d = _reg(rng, id=rng.choice([0, 5]), note=rng.choice(["", "why"]))
+        # same tnum, other bounds: a key without the bounds would return the wrong result
+        d2 = D.sync(d.replace(umax=d.umin + rng.getrandbits(2))) if d.tn[1] else d
         s = D.known(rng.randrange(64)) if rng.random() < 0.4 else _reg(rng)
-        direct = ALU._scalar_alu(op, d, s, is64, False)
-        first = ALU.scalar_alu(op, d, s, is64)
-        again = ALU.scalar_alu(op, d.replace(id=9, note="other"), s, is64)
-        assert _same(first, direct), (op, is64, d, s)
-        assert (again.tn, again.bounds()) == (direct.tn, direct.bounds())
+        cases = [(x, is64) for x in (d, d2) for is64 in (True, False)]
+        rng.shuffle(cases)
+        for x, is64 in cases + cases:  # each key twice: computed, then from the table
+            direct = ALU._scalar_alu(op, x, s, is64, False)
+            out = ALU.scalar_alu(op, x, s, is64)
+            assert (out.tn, out.bounds()) == (direct.tn, direct.bounds()), (op, is64, x, s)
+            if op not in (U.BPF_DIV, U.BPF_MOD):
+                # a fresh scalar: never the operand's id or note
+                assert _same(out, direct) and out.id == 0 and out.note == ""
+        other = ALU.scalar_alu(op, d.replace(id=9, note="other"), s, True)
         if op not in (U.BPF_DIV, U.BPF_MOD):
-            # never the operand itself, never its id or note
-            assert again.id == 0 and again.note == "" and again is not d
+            assert other.id == 0 and other.note == ""
