@@ -76,8 +76,6 @@ def _scanner():
     as in the tables, with an ``include`` that only selects children turned into a list of
     their indexes."""
     if not _scanner_cache:
-        import re
-
         from . import parser_tables as tables
 
         rules = []
@@ -85,7 +83,7 @@ def _scanner():
             if include is not None and not append_none and not any(s or k for _, s, k in include):
                 include = [i for i, _, _ in include]  # no splice, no placeholder: a list
             rules.append((origin, size, kind, cb, include, append_none))
-        _scanner_cache.append(([re.compile(p) for p in tables.PATTERNS], tables, tuple(rules)))
+        _scanner_cache.append((_compile_patterns(tables), tables, tuple(rules)))
     return _scanner_cache[0]
 
 
@@ -102,6 +100,30 @@ def _chain(states: dict, rules: tuple, key: tuple[int, int, str]) -> int:
         if act is None or act >= 0 or rules[-1 - act][2] != 0:
             return top
         top = states[below][rules[-1 - act][0]]
+
+
+def _compile_patterns(tables) -> list:
+    """The lexer's compiled regexps.  When this Python and its sre engine are the ones the
+    tables were generated with, from the sre code stored in them (``_sre.compile``, what
+    ``re.compile`` ends with); otherwise, or if that fails, with ``re.compile``."""
+    import sys
+
+    try:
+        import _sre
+
+        ver, magic, codesize, progs = tables.SRE
+        if (tuple(sys.version_info[:2]), _sre.MAGIC, _sre.CODESIZE) == (ver, magic, codesize):
+            return [
+                _sre.compile(pat, flags, list(code), groups, groupindex, indexgroup)
+                for pat, (flags, code, groups, groupindex, indexgroup) in zip(
+                    tables.PATTERNS, progs, strict=True
+                )
+            ]
+    except Exception:  # noqa: BLE001 - any mismatch: compile them the documented way
+        pass
+    import re
+
+    return [re.compile(p) for p in tables.PATTERNS]
 
 
 def parse(text: str, filename: str, actions) -> object:

@@ -67,6 +67,31 @@ def _rule_shape(rule, filter_fn) -> tuple:
     return (origin, size, 1, callback, include, append_none or 0)
 
 
+def _sre_programs(patterns: list[str]) -> tuple:
+    """((major, minor), _sre.MAGIC, _sre.CODESIZE, [(flags, code, groups, groupindex,
+    indexgroup)] per pattern): what ``re._compiler.compile`` hands to ``_sre.compile``
+    (CPython 3.10-3.13 Lib/re/_compiler.py), so a process of the same Python skips
+    compiling the lexer's regexps (~1-2 ms)."""
+    import _sre
+
+    try:
+        from re import _compiler, _parser
+    except ImportError:  # Python 3.10
+        import sre_compile as _compiler
+        import sre_parse as _parser
+
+    progs = []
+    for pat in patterns:
+        p = _parser.parse(pat, 0)
+        code = tuple(int(x) for x in _compiler._code(p, 0))
+        groupindex = dict(p.state.groupdict)
+        indexgroup = [None] * p.state.groups
+        for k, i in groupindex.items():
+            indexgroup[i] = k
+        progs.append((int(p.state.flags), code, p.state.groups - 1, groupindex, tuple(indexgroup)))
+    return (tuple(sys.version_info[:2]), _sre.MAGIC, _sre.CODESIZE, progs)
+
+
 def generate(grammar: str) -> str:
     """The text of ``parser_tables.py`` for ``grammar`` (needs lark)."""
     import lark
@@ -112,6 +137,9 @@ def generate(grammar: str) -> str:
         f"END_STATE = {pt.end_states[start]!r}",
         "# lexer: alternations tried in order, first match wins (lark's Scanner)",
         f"PATTERNS = {pprint.pformat(patterns, width=100)}",
+        "# the PATTERNS as compiled by this Python's re (sre code), for _sre.compile; used",
+        "# only by the same Python version and sre engine (parser._compile_patterns)",
+        f"SRE = {_sre_programs(patterns)!r}",
         f"IGNORE = frozenset({sorted(map(str, lexer.ignore_types))!r})",
         f"NEWLINE_TYPES = frozenset({sorted(map(str, lexer.newline_types))!r})",
         f"KEYWORDS = {pprint.pformat(keywords, width=100)}",

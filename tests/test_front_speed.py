@@ -151,3 +151,16 @@ def test_front_end_modules_define_no_dataclasses():
                 if "__dataclass_fields__" in vars(v):
                     made.append(f"{n}.{v.__name__}")
     assert made == []
+
+
+def test_lexer_regexps_are_what_re_compile_makes():
+    """The lexer's regexps built from the sre code in the tables equal ``re.compile``'s
+    (``Pattern.__eq__`` compares pattern, flags and code); on the Python that generated
+    the tables the stored code is exactly what its ``re`` makes."""
+    from bpfdsl.parser import _compile_patterns
+    from bpfdsl.parser_gen import _sre_programs
+
+    pats = parser_tables.PATTERNS
+    assert _compile_patterns(parser_tables) == [re.compile(p) for p in pats]
+    if parser_tables.SRE[0] == tuple(sys.version_info[:2]):
+        assert _sre_programs(pats) == parser_tables.SRE
