@@ -244,37 +244,46 @@ def state_key(st: State, live: list[frozenset[int]]) -> tuple:
     """Hashable exact description of a state's live part (ids renumbered by first use):
     two states with equal keys behave identically from here on (infinite loop check)."""
     ids: dict = {}
-
-    def rk(r: D.Reg) -> tuple:
-        if r.t == D.NOT_INIT:
-            return (0,)
-        i = ids.setdefault(r.id, len(ids)) if r.id else 0
-        m = r.map if isinstance(r.map, int) or r.map is None else id(r.map)
-        return (
-            r.t,
-            r.off,
-            r.tn,
-            r.smin,
-            r.smax,
-            r.umin,
-            r.umax,
-            r.s32min,
-            r.s32max,
-            r.u32min,
-            r.u32max,
-            i,
-            r.rng,
-            m,
-            r.ref,
-        )
-
     out = []
     for fi, f in enumerate(st.frames):
-        regs = tuple(rk(f.regs[r]) for r in sorted(live[fi]))
-        stack = tuple(
-            (k, s.types, rk(s.spill) if s.spill is not None else None)
-            for k, s in sorted(f.stack.items())
-            if s.types != INVALID * 8
-        )
-        out.append((f.callsite, regs, stack))
+        regs = f.regs
+        rk = []
+        for r in sorted(live[fi]):
+            rk.append(_reg_key(regs[r], ids))
+        sk = []
+        for k, s in sorted(f.stack.items()):
+            if s.types != _ALL_INVALID:
+                sk.append((k, s.types, _reg_key(s.spill, ids) if s.spill is not None else None))
+        out.append((f.callsite, tuple(rk), tuple(sk)))
     return (tuple(out), st.refs)
+
+
+_ALL_INVALID = INVALID * 8
+_NOT_INIT_KEY = (0,)
+
+
+def _reg_key(r: D.Reg, ids: dict) -> tuple:
+    """One register's part of :func:`state_key` (its id renumbered through ``ids``)."""
+    if r.t == D.NOT_INIT:
+        return _NOT_INIT_KEY
+    i = ids.setdefault(r.id, len(ids)) if r.id else 0
+    m = r.map
+    if not (isinstance(m, int) or m is None):
+        m = id(m)
+    return (
+        r.t,
+        r.off,
+        r.tn,
+        r.smin,
+        r.smax,
+        r.umin,
+        r.umax,
+        r.s32min,
+        r.s32max,
+        r.u32min,
+        r.u32max,
+        i,
+        r.rng,
+        m,
+        r.ref,
+    )
