@@ -20,19 +20,24 @@ class CsumGen:
     EXT_RH_ACTIVE = 1  # a Routing header with segments_left != 0 (RFC 8200 4.4)
     EXT_LATER_FRAG = 2  # a Fragment header with a non-zero offset: no L4 header follows
 
-    def _ext_flags(self, flags: ir.Value, nh: ir.Value, cur: ir.Value) -> None:
-        """``flags |=`` what extension header ``cur`` (8 bytes checked, next header value
-        ``nh``) is: a Routing header (43) whose segments_left (byte 3) is not 0, or a
+    def _ext_bits(self, nh: ir.Value, cur: ir.Value, branch_free: bool) -> ir.Value:
+        """The EXT_* bits (i8) of extension header ``cur`` (8 bytes checked, next header
+        value ``nh``): a Routing header (43) whose segments_left (byte 3) is not 0, or a
         Fragment header (44) whose 13-bit offset (the be16 at byte 2 without its low 3
-        bits) is not 0.  Branch-free (BPF has no set-on-condition: a compare would split
-        every verifier path per header walked): for 0 <= v <= 0xffff, ``(v + 0xffff) >> 16``
-        is ``v != 0``; the inputs pass an opaque register so LLVM cannot turn that back
-        into a compare."""
+        bits) is not 0.  ``branch_free`` for bits carried on through the walk: BPF has no
+        set-on-condition, so compares would split every verifier path per header walked;
+        for 0 <= v <= 0xffff, ``(v + 0xffff) >> 16`` is ``v != 0``, and the inputs pass an
+        opaque register so LLVM cannot turn that back into a compare.  Compares are
+        cheaper where the bits only decide an exit from the walk (and let LLVM unroll it)."""
         b = self.b
-
-        def byte(off: int, ty: ir.IntType, mask: int) -> ir.Value:
-            v = b.zext(b.load(self.gep(cur, off), typ=ty, align=ty.width // 8), I64)
-            return self._pure_opaque(b.and_(v, ir.Constant(I64, mask)))
+        segs = b.load(self.gep(cur, 3), typ=I8, align=1)
+        off = b.and_(b.load(self.gep(cur, 2), typ=I16, align=2), ir.Constant(I16, 0xF8FF))
+        if not branch_free:  # (the be16 offset loaded as le: mask 0xfff8)
+            bit = lambda c, v: b.select(c, ir.Constant(I8, v), ir.Constant(I8, 0))  # noqa: E731
+            ne0 = lambda v: b.icmp_unsigned("!=", v, ir.Constant(v.type, 0))  # noqa: E731
+            is_ = lambda k: b.icmp_unsigned("==", nh, ir.Constant(I8, k))  # noqa: E731
+            rh = bit(b.and_(is_(43), ne0(segs)), self.EXT_RH_ACTIVE)
+            return b.or_(rh, bit(b.and_(is_(44), ne0(off)), self.EXT_LATER_FRAG))
 
         def nz(v: ir.Value) -> ir.Value:
             return b.lshr(b.add(v, ir.Constant(I64, 0xFFFF)), ir.Constant(I64, 16))
@@ -41,10 +46,9 @@ class CsumGen:
         kind = self._pure_opaque(b.zext(nh, I64))
         is43 = b.xor(nz(b.xor(kind, ir.Constant(I64, 43))), one)
         is44 = b.xor(nz(b.xor(kind, ir.Constant(I64, 44))), one)
-        rh = b.and_(is43, nz(byte(3, I8, 0xFF)))
-        later = b.and_(is44, nz(byte(2, I16, 0xF8FF)))  # be16 loaded as le: mask 0xfff8
-        bits = b.or_(rh, b.shl(later, one))  # EXT_RH_ACTIVE, EXT_LATER_FRAG
-        b.store(b.or_(b.load(flags, typ=I8), b.trunc(bits, I8)), flags)
+        rh = b.and_(is43, nz(self._pure_opaque(b.zext(segs, I64))))
+        later = b.and_(is44, nz(self._pure_opaque(b.zext(off, I64))))
+        return b.trunc(b.or_(rh, b.shl(later, one)), I8)  # EXT_RH_ACTIVE, EXT_LATER_FRAG
 
     def _pure_opaque(self, v: ir.Value) -> ir.Value:
         """``v`` (i64) through an empty inline asm without side effects: LLVM cannot see
@@ -52,20 +56,20 @@ class CsumGen:
         asm = ir.InlineAsm(ir.FunctionType(I64, [I64]), "", "=r,0", side_effect=False)
         return self.b.call(asm, [v], attrs=("readnone", "nounwind"))
 
-    def _walk_flags(self, ip6: ir.Value) -> ir.Value:
-        """The EXT_* flags (u8) of the extension headers after the ipv6 header at ``ip6``
-        (walked like skip_ext, the cursor left where it was); when the walk gives up
-        (packet cut short, more than IPV6_EXT_MAX headers) what it passed until then."""
-        flags = self.alloca(I8, "ext.flags", 1)
-        self.b.store(ir.Constant(I8, 0), flags)
+    def _rh_branch(self, ip6: ir.Value, rh: bool, yes: ir.Block, no: ir.Block) -> None:
+        """Branch to ``yes`` if whether a Routing header with segments left follows the
+        ipv6 header at ``ip6`` is ``rh``, else to ``no`` (walked like skip_ext, the cursor
+        left where it was; a walk that gives up counts as none found).  The walk stops at
+        such a header: no value is carried through it, so verifier states stay few."""
         saved = self.b.load(self.f.cursor, typ=PTR)
         self.b.store(self.gep(ip6, 40), self.f.cursor)
-        end = self.new_block("ext.end")
-        self.ext_walk(ip6, end, flags)
-        self.b.branch(end)
-        self.start(end)
-        self.b.store(saved, self.f.cursor)
-        return self.b.load(flags, typ=I8)
+        found, none = self.new_block("rh.found"), self.new_block("rh.none")
+        self.ext_walk(ip6, none, stop=self.EXT_RH_ACTIVE, stop_to=found)
+        self.b.branch(none)
+        for blk, to in ((found, yes if rh else no), (none, no if rh else yes)):
+            self.start(blk)
+            self.b.store(saved, self.f.cursor)
+            self.b.branch(to)
 
     def _words(self, base: ir.Value, lo: int, hi: int) -> list[ir.Value]:
         return [self.b.load(self.gep(base, o), typ=I16, align=2) for o in range(lo, hi, 2)]
@@ -137,9 +141,11 @@ class CsumGen:
         done = None
         if rh is not None:  # what skip_ext passed on the way to the L4 header, else a walk
             slot = self.__dict__.get("_ext_flag_slots", {}).get(self.c.sym.get(ip_obj))
-            flags = self.b.load(slot, typ=I8) if slot is not None else self._walk_flags(hdr)
             go, done = self.new_block("pseudo.rh"), self.new_block("pseudo.done")
-            self.b.cbranch(self._rh_test(flags, 0, rh), go, done)
+            if slot is not None:
+                self.b.cbranch(self._rh_test(self.b.load(slot, typ=I8), 0, rh), go, done)
+            else:
+                self._rh_branch(hdr, rh, go, done)
             self.start(go)
         for l4layout, l4ptr in l4:
             self.csum_update(self.gep(l4ptr, l4layout.csum), old_w, new_w, l4layout.zero_ok)
@@ -161,14 +167,18 @@ class CsumGen:
         if v6:
             saved = self.b.load(self.f.cursor, typ=PTR)
             self.b.store(self.gep(ip, 40), self.f.cursor)
-            flags = self.alloca(I8, "ext.flags", 1)
-            self.b.store(ir.Constant(I8, 0), flags)
-            proto = self.ext_walk(ip, done, flags)
+            # no L4 header in a later fragment; no update where ``rh`` rules it out: both
+            # end the walk (no flag carried); only rh=True needs to remember a header
+            stop = self.EXT_LATER_FRAG | (self.EXT_RH_ACTIVE if rh is False else 0)
+            flags = self.alloca(I8, "ext.flags", 1) if rh else None
+            if flags is not None:
+                self.b.store(ir.Constant(I8, 0), flags)
+            proto = self.ext_walk(ip, done, flags, stop, done)
             l4 = self.b.load(self.f.cursor, typ=PTR)
-            go = self.new_block("pseudo.l4")
-            test = self._rh_test(self.b.load(flags, typ=I8), self.EXT_LATER_FRAG, rh)
-            self.b.cbranch(test, go, done)
-            self.start(go)
+            if flags is not None:
+                go = self.new_block("pseudo.l4")
+                self.b.cbranch(self._rh_test(self.b.load(flags, typ=I8), 0, rh), go, done)
+                self.start(go)
         else:
             proto = self.b.load(self.gep(ip, 9), typ=I8, align=1)
             frag = self.b.load(self.gep(ip, 6), typ=I16, align=2)  # be16 loaded as le

@@ -151,11 +151,19 @@ class PktGen(CsumGen):
             self.b.store(ir.Constant(I8, 0), slot)
         return self.ext_walk(self.gen(e.args[0]), fail, slot)
 
-    def ext_walk(self, ip6: ir.Value, fail: ir.Block, flags: ir.Value | None = None) -> ir.Value:
+    def ext_walk(
+        self,
+        ip6: ir.Value,
+        fail: ir.Block,
+        flags: ir.Value | None = None,
+        stop: int = 0,
+        stop_to: ir.Block | None = None,
+    ) -> ir.Value:
         """The walk of :meth:`skip_ext` from the cursor (just past the ipv6 header at
         ``ip6``); leaves the cursor at the upper-layer header; returns its protocol (u8).
-        ``flags`` (an i8 slot, set to 0 by the caller) collects what the walk passed:
-        EXT_RH_ACTIVE, EXT_LATER_FRAG."""
+        ``flags`` (an i8 slot, set to 0 by the caller) collects what the walk passed, and
+        a header that is one of ``stop`` ends the walk at ``stop_to`` (EXT_RH_ACTIVE,
+        EXT_LATER_FRAG; see codegen_csum)."""
         nh_slot = self.alloca(I8, "nexthdr", 1)
         cnt = self.alloca(I32, "ext.i", 4)
         self.b.store(self.b.load(self.gep(ip6, 6), typ=I8, align=1), nh_slot)
@@ -186,7 +194,13 @@ class PktGen(CsumGen):
         is_frag = self.b.icmp_unsigned("==", nh, ir.Constant(I8, 44))
         ln = self.b.select(is_frag, ir.Constant(I64, 8), ln)
         if flags is not None:
-            self._ext_flags(flags, nh, cur)
+            bits = self._ext_bits(nh, cur, branch_free=True)
+            self.b.store(self.b.or_(self.b.load(flags, typ=I8), bits), flags)
+        if stop:
+            on = self.new_block("ext.on")
+            hit = self.b.and_(self._ext_bits(nh, cur, branch_free=False), ir.Constant(I8, stop))
+            self.b.cbranch(self.b.icmp_unsigned("!=", hit, ir.Constant(I8, 0)), stop_to, on)
+            self.start(on)
         self.b.store(self.gep(cur, ln), self.f.cursor)
         self.b.store(nxt_hdr, nh_slot)
         self.b.store(self.b.add(self.b.load(cnt), ir.Constant(I32, 1)), cnt)
