@@ -19,6 +19,8 @@ from .mem import MAX_VAR_OFF, check_access
 from .state import State
 
 _VALID_ALU = set(range(0x00, 0xD1, 0x10))
+_DIV_MOD = frozenset((U.BPF_DIV, U.BPF_MOD))
+_SHIFTS = frozenset((U.BPF_LSH, U.BPF_RSH, U.BPF_ARSH))
 
 
 def _read(st: State, regno: int) -> D.Reg:
@@ -126,14 +128,14 @@ def do_alu(env: Env, st: State, x: Insn) -> None:
     d = _read(st, x.dst)
     if x.off == 1:
         env.need(F.CPU_V4_MIN, "signed division (sdiv/smod)")
-    if op in (U.BPF_DIV, U.BPF_MOD) and not src_x and x.imm == 0:
+    if op in _DIV_MOD and not src_x and x.imm == 0:
         raise Fault(
             "div-by-zero",
             "div by zero",
             "division by the constant 0; note that the kernel defines x / 0 == 0 and "
             "x % 0 == x at run time for a register divisor",
         )
-    if op in (U.BPF_LSH, U.BPF_RSH, U.BPF_ARSH) and not src_x:
+    if op in _SHIFTS and not src_x:
         if x.imm < 0 or x.imm >= (64 if is64 else 32):
             raise Fault("bad-shift", f"invalid shift {x.imm}", "shift counts must be 0..width-1")
     _dst(x.dst)
