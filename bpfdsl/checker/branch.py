@@ -16,7 +16,7 @@ from . import tnum as T
 from .calls import nonnull_type
 from .env import Env, Fault
 from .mem import MAX_PACKET_OFF
-from .state import State
+from .state import Slot, State
 from .transfer import _read, _reserved
 
 # ---- jumps ----
@@ -170,7 +170,17 @@ def _mark_scalar_ids(st: State, reg: D.Reg) -> None:
     rid = reg.id
     if not rid or reg.t != D.SCALAR:
         return
-    st.update_regs(lambda r: reg if r.id == rid and r.t == D.SCALAR else None)
+    for f in st.frames:  # State.update_regs, inlined: this runs on most branches
+        regs = f.regs
+        for i in range(len(regs)):
+            r = regs[i]
+            if r.id == rid and r.t == D.SCALAR:
+                regs[i] = reg
+        stack = f.stack
+        for k, s in list(stack.items()):
+            r = s.spill
+            if r is not None and r.id == rid and r.t == D.SCALAR:
+                stack[k] = Slot(s.types, reg)
 
 
 def _good_pkt(st: State, dst: D.Reg, right_open: bool) -> None:

@@ -78,7 +78,11 @@ class State:
         return self.frames[-1].regs
 
     def copy(self) -> State:
-        return State([f.copy() for f in self.frames], self.refs, self.parent, self.trail)
+        fs = self.frames
+        frames = [fs[0].copy()] if len(fs) == 1 else [f.copy() for f in fs]
+        s = State.__new__(State)
+        s.frames, s.refs, s.parent, s.trail = frames, self.refs, self.parent, self.trail
+        return s
 
     def all_regs(self):
         """Every (frame, where, reg) including spilled registers; ``where`` is a register
