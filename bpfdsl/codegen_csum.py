@@ -90,12 +90,11 @@ class CsumGen:
                         out.append((loc.ty.layout, self.b.load(slot, typ=PTR)))
         return out if seen else None
 
-    def _rh_test(self, flags: ir.Value, mask: int, rh: bool | None) -> ir.Value:
-        """i1: ``flags & mask`` is what an update of rule ``rh`` needs (see pseudo_update)."""
-        want = self.EXT_RH_ACTIVE if rh else 0
-        mask |= self.EXT_RH_ACTIVE if rh is not None else 0
-        masked = self.b.and_(flags, ir.Constant(I8, mask))
-        return self.b.icmp_unsigned("==", masked, ir.Constant(I8, want))
+    def _keep(self, flags: ir.Value, rh: bool) -> ir.Value:
+        """csum_update's ``keep`` (opaque i64 0/1) for rule ``rh`` (see pseudo_update) and
+        walk ``flags``: rh=False keeps the sum if EXT_RH_ACTIVE is set, rh=True if not."""
+        bit = self.b.and_(self.b.zext(flags, I64), ir.Constant(I64, self.EXT_RH_ACTIVE))
+        return self._pure_opaque(self.b.xor(bit, ir.Constant(I64, 1)) if rh else bit)
 
     def ext_flags_slot(self, ip_obj: ast.Expr) -> ir.Value | None:
         """The i8 slot (0 at function entry) where ``skip_ext(ip_obj)`` leaves the EXT_*
@@ -138,17 +137,18 @@ class CsumGen:
             return
         if not l4:
             return
-        done = None
+        done = keep = None
         if rh is not None:  # what skip_ext passed on the way to the L4 header, else a walk
             slot = self.__dict__.get("_ext_flag_slots", {}).get(self.c.sym.get(ip_obj))
-            go, done = self.new_block("pseudo.rh"), self.new_block("pseudo.done")
-            if slot is not None:
-                self.b.cbranch(self._rh_test(self.b.load(slot, typ=I8), 0, rh), go, done)
+            if slot is not None:  # no branch: a verifier path per outcome costs more
+                keep = self._keep(self.b.load(slot, typ=I8), rh)
             else:
+                go, done = self.new_block("pseudo.rh"), self.new_block("pseudo.done")
                 self._rh_branch(hdr, rh, go, done)
-            self.start(go)
+                self.start(go)
         for l4layout, l4ptr in l4:
-            self.csum_update(self.gep(l4ptr, l4layout.csum), old_w, new_w, l4layout.zero_ok)
+            cp = self.gep(l4ptr, l4layout.csum)
+            self.csum_update(cp, old_w, new_w, l4layout.zero_ok, keep)
         if done is not None:
             self.b.branch(done)
             self.start(done)
@@ -175,9 +175,12 @@ class CsumGen:
                 self.b.store(ir.Constant(I8, 0), flags)
             proto = self.ext_walk(ip, done, flags, stop, done)
             l4 = self.b.load(self.f.cursor, typ=PTR)
-            if flags is not None:
+            if flags is not None:  # update only if a routing header was passed
                 go = self.new_block("pseudo.l4")
-                self.b.cbranch(self._rh_test(self.b.load(flags, typ=I8), 0, rh), go, done)
+                rh_bit = self.b.and_(
+                    self.b.load(flags, typ=I8), ir.Constant(I8, self.EXT_RH_ACTIVE)
+                )
+                self.b.cbranch(self.b.icmp_unsigned("!=", rh_bit, ir.Constant(I8, 0)), go, done)
                 self.start(go)
         else:
             proto = self.b.load(self.gep(ip, 9), typ=I8, align=1)
@@ -207,9 +210,16 @@ class CsumGen:
             self.b.store(saved, self.f.cursor)
 
     def csum_update(
-        self, cp: ir.Value, old: list[ir.Value], new: list[ir.Value], zero_ok: bool
+        self,
+        cp: ir.Value,
+        old: list[ir.Value],
+        new: list[ir.Value],
+        zero_ok: bool,
+        keep: ir.Value | None = None,
     ) -> None:
-        """RFC 1624 eqn. 3: HC' = ~(~HC + ~m + m') over 16-bit words (byte-order neutral)."""
+        """RFC 1624 eqn. 3: HC' = ~(~HC + ~m + m') over 16-bit words (byte-order neutral).
+        ``keep``: an opaque i64, 1 to leave HC as it is, 0 to update (chosen without a
+        branch: ``HC' ^= (HC' ^ HC) & (-keep & 0xffff)``)."""
         b = self.b
         hc = b.load(cp, typ=I16, align=2)
         skip = None
@@ -227,6 +237,9 @@ class CsumGen:
         r = b.trunc(b.not_(s), I16)
         if zero_ok:
             r = b.select(b.icmp_unsigned("==", r, ir.Constant(I16, 0)), ir.Constant(I16, 0xFFFF), r)
+        if keep is not None:
+            m = b.trunc(b.sub(ir.Constant(I64, 0), keep), I16)
+            r = b.xor(r, b.and_(b.xor(r, hc), m))
         b.store(r, cp, align=2)
         if skip is not None:
             b.branch(skip)
