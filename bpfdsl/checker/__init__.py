@@ -158,6 +158,8 @@ def check_insns(
 
 def _version_faults(env: Env, cfg, insns):
     """Whole-program features an older target kernel lacks: attach types, loops."""
+    if env.kernel is None:
+        return None  # no declared target kernel: Env.need never faults
     from . import features as F
 
     try:

@@ -293,7 +293,16 @@ def uses_defs(x: Insn | DInsn) -> tuple[tuple[int, ...], tuple[int, ...]]:
 
 def _liveness(insns: Sequence[DInsn], succ: list[list[int]]) -> list[frozenset[int]]:
     n = len(insns)
-    ud = [uses_defs(x) for x in insns]
+    keep, use = [], []  # per insn: mask of registers not written, mask of registers read
+    for x in insns:
+        uses, defs = uses_defs(x)
+        k, u = ~(1 << 10), 0
+        for d in defs:
+            k &= ~(1 << d)
+        for r in uses:
+            u |= 1 << r
+        keep.append(k)
+        use.append(u & ~(1 << 10))
     live = [0] * n  # bitmasks
     preds: list[list[int]] = [[] for _ in range(n)]
     for i, ss in enumerate(succ):
@@ -307,12 +316,7 @@ def _liveness(insns: Sequence[DInsn], succ: list[list[int]]) -> list[frozenset[i
         out = 0
         for t in succ[i]:
             out |= live[t]
-        uses, defs = ud[i]
-        for d in defs:
-            out &= ~(1 << d)
-        for u in uses:
-            out |= 1 << u
-        out &= ~(1 << 10)
+        out = (out & keep[i]) | use[i]
         if out != live[i]:
             live[i] = out
             for p in preds[i]:
