@@ -15,6 +15,7 @@ from bpfdsl import uapi as U
 from bpfdsl.checker import alu as ALU
 from bpfdsl.checker import domain as D
 from bpfdsl.checker import tnum as T
+from bpfdsl.checker.branch import refine, refine_possible
 
 M64 = T.M64
 FIELDS = ("t", "off", "tn", "id", "rng", "map", "ref", "note") + tuple(
@@ -105,3 +106,40 @@ def test_scalar_alu_memo_matches_direct_computation_and_is_fresh():
         other = ALU.scalar_alu(op, d.replace(id=9, note="other"), s, True)
         if op not in (U.BPF_DIV, U.BPF_MOD):
             assert other.id == 0 and other.note == ""
+
+
+JMPS = [
+    U.BPF_JEQ,
+    U.BPF_JNE,
+    U.BPF_JGT,
+    U.BPF_JGE,
+    U.BPF_JLT,
+    U.BPF_JLE,
+    U.BPF_JSGT,
+    U.BPF_JSGE,
+    U.BPF_JSLT,
+    U.BPF_JSLE,
+    U.BPF_JSET,
+]
+
+
+def test_branch_refinement_memo_matches_direct_computation_and_keeps_identity():
+    rng = random.Random(24)
+    for _ in range(500):
+        op = rng.choice(JMPS)
+        a = _reg(rng, id=rng.choice([0, 4]))
+        a2 = D.sync(a.replace(umax=a.umin + rng.getrandbits(2))) if a.tn[1] else a
+        b = D.known(rng.randrange(300)) if rng.random() < 0.6 else _reg(rng)
+        cases = [(x, is32) for x in (a, a2) for is32 in (True, False)]
+        rng.shuffle(cases)
+        for x, is32 in cases + cases:  # each key twice: computed, then from the table
+            na, nb = refine(x, b, op, is32)
+            want = None if D.is_bottom(na) or D.is_bottom(nb) else (na, nb)
+            got = refine_possible(x.replace(id=x.id, note="n"), b, op, is32)
+            if want is None:
+                assert got is None, (op, is32, x, b)
+                continue
+            assert got is not None, (op, is32, x, b)
+            assert (got[0].tn, got[0].bounds()) == (na.tn, na.bounds())
+            assert (got[1].tn, got[1].bounds()) == (nb.tn, nb.bounds())
+            assert got[0].id == x.id and got[0].note == "n" and got[1].id == b.id

@@ -154,6 +154,54 @@ def refine(a: D.Reg, b: D.Reg, op: int, is32: bool) -> tuple[D.Reg, D.Reg]:
     return na, nb
 
 
+_REFINED: dict[tuple, tuple | None] = {}
+
+
+def refine_possible(a: D.Reg, b: D.Reg, op: int, is32: bool) -> tuple[D.Reg, D.Reg] | None:
+    """:func:`refine` for two scalars, None when the result is impossible (a bottom
+    register: the branch is never taken).  Memoized on the operands' tnums and bounds;
+    the results keep ``a``'s and ``b``'s other fields (id, note)."""
+    key = (
+        op,
+        is32,
+        a.tn,
+        a.smin,
+        a.smax,
+        a.umin,
+        a.umax,
+        a.s32min,
+        a.s32max,
+        a.u32min,
+        a.u32max,
+        b.tn,
+        b.smin,
+        b.smax,
+        b.umin,
+        b.umax,
+        b.s32min,
+        b.s32max,
+        b.u32min,
+        b.u32max,
+    )
+    hit = _REFINED.get(key, _MISSING)
+    if hit is _MISSING:
+        na, nb = refine(a, b, op, is32)
+        if D.is_bottom(na) or D.is_bottom(nb):
+            hit = None
+        else:
+            hit = (na.tn, na.bounds(), nb.tn, nb.bounds())
+        if len(_REFINED) >= 8192:
+            _REFINED.clear()
+        _REFINED[key] = hit
+        return None if hit is None else (na, nb)
+    if hit is None:
+        return None
+    return D.rebound(a, hit[0], hit[1]), D.rebound(b, hit[2], hit[3])
+
+
+_MISSING = object()
+
+
 def _merge(r: D.Reg, part: list[int], is32: bool) -> tuple[int, ...]:
     """r's eight bounds with the compared width's four replaced by ``part``."""
     if is32:
@@ -291,10 +339,13 @@ def do_cond_jump(
                 m = s.value & (D.M32 if is32 else D.M64)
                 nd = D.sync(d.replace(tn=T.and_(d.tn, (~m & D.M64, 0))))
             ns = s
+            if D.is_bottom(nd) or D.is_bottom(ns):
+                continue
         else:
-            nd, ns = refine(d, s, cond, is32)
-        if D.is_bottom(nd) or D.is_bottom(ns):
-            continue
+            both = refine_possible(d, s, cond, is32)
+            if both is None:
+                continue
+            nd, ns = both
         state.regs[x.dst] = nd
         _mark_scalar_ids(state, nd)
         if x.source == U.BPF_X:

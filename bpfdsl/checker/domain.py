@@ -410,3 +410,7 @@ def _bounds_text(r: Reg) -> str:
     if r.tn != T.UNKNOWN:
         out.append(f"var_off={T.fmt(r.tn)}")
     return ",".join(out)
+
+
+# ``r`` with an already synced tnum and bounds (e.g. from a memo), other fields kept.
+rebound = _with
