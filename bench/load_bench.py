@@ -90,8 +90,20 @@ def inside(ns: VethNs):
         os.close(home)
 
 
+@contextlib.contextmanager
+def venv_lock():
+    """Hold the bench venv for this run: concurrent runs wait instead of reinstalling the
+    tree under each other's timed commands (flock on a file next to the venv)."""
+    import fcntl  # noqa: PLC0415
+
+    with open(Path(tempfile.gettempdir()) / "bpfdsl-lbench-venv.lock", "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield
+
+
 def bench_venv(log=print) -> Path:
-    """The venv (see module docstring) with the current working tree installed in it."""
+    """The venv (see module docstring) with the current working tree installed in it;
+    call with :func:`venv_lock` held."""
     venv = Path(tempfile.gettempdir()) / "bpfdsl-lbench-venv"
     pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q"]
     env = B.clean_env()  # pip writes .pyc files, as for a user
@@ -292,8 +304,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         B.require_root()
         B.require_tool("bpftool", "apt-get install bpftool")
-        venv = bench_venv(log=lambda m: print(m, file=sys.stderr))
-        with tempfile.TemporaryDirectory(prefix="bpfdsl-lbench-") as tmp:
+        with venv_lock(), tempfile.TemporaryDirectory(prefix="bpfdsl-lbench-") as tmp:
+            venv = bench_venv(log=lambda m: print(m, file=sys.stderr))
             objs = {"clang": B.build_c(Path(tmp), [a.program])[a.program]}
             ours = Path(tmp) / f"{a.program}.bpfdsl.o"
             cc = [str(venv / "bin" / "bpfdsl"), "compile", str(bpfd), "-o", str(ours)]
