@@ -59,3 +59,23 @@ def test_check_error_points_at_bpfd_line(udp_filter):
     assert d.code == "checker-pkt-bounds" and d.hints and "data_end" in d.hints[0]
     text = (PROGS / "xdp_udp_filter.bpfd").read_text().splitlines()[e.source.line - 1]
     assert text.strip() == e.source.text.strip()
+
+
+def test_check_leaves_the_cycle_collector_as_it_found_it(udp_filter):
+    """check_insns pauses the cycle collector while analysing; the caller's setting must
+    come back, enabled or disabled, for accepted and rejected programs alike."""
+    import gc
+
+    from bpfdsl import uapi as U
+
+    bad = [I.mov64_imm(0, 2), I.ldx_mem(4, 0, 10, -8), I.Insn(U.BPF_JMP | U.BPF_EXIT)]
+    was = gc.isenabled()
+    try:
+        for enabled in (True, False):
+            gc.enable() if enabled else gc.disable()
+            ok = check_object(udp_filter)
+            rejected = check_insns(bad, U.ProgramType.XDP, privileged=False)
+            assert ok.ok and not rejected.ok
+            assert gc.isenabled() is enabled
+    finally:
+        gc.enable() if was else gc.disable()
