@@ -42,9 +42,6 @@ class CompileResult:
 
 def front_end(text: str, filename: str = "<input>"):
     """Parse and check ``text``; returns sema.Checked.  Raises DiagnosticError."""
-    from .parser import import_lark
-
-    import_lark()  # before build.py imports lark itself
     from .build import parse_program
     from .sema import check
 
