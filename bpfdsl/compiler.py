@@ -7,37 +7,43 @@ The pipeline is a visible list of calls: parse (parser) -> build AST (build) -> 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from .diagnostics import Diagnostic, DiagnosticError, UsageError, error
+from .record import Record
 
 EMIT_KINDS = ("obj", "llvm-ir", "asm")
 
 
-@dataclass
-class ProgramStats:
+class ProgramStats(Record):
     """Per program: ``insns`` (8-byte slots in its section) and ``stack`` bytes."""
 
-    name: str
-    section: str
-    insns: int
-    stack: int
+    __slots__ = ("name", "section", "insns", "stack")
+
+    def __init__(self, name: str, section: str, insns: int, stack: int) -> None:
+        self.name, self.section, self.insns, self.stack = name, section, insns, stack
 
 
-@dataclass
-class CompileResult:
+class CompileResult(Record):
     """``obj``: ELF bytes (EM_BPF, little-endian); ``llvm_ir``: the IR codegen produced
     (optimized IR when ``emit="llvm-ir"``); ``asm``: assembly text when ``emit="asm"``;
     ``programs``: program names in source order; ``stats``: filled on request;
     ``warnings``: checker findings the kernel accepts but bpfdsl considers bugs."""
 
-    obj: bytes
-    llvm_ir: str
-    asm: str | None
-    programs: list[str]
-    stats: list[ProgramStats] = field(default_factory=list)
-    warnings: list[Diagnostic] = field(default_factory=list)
+    __slots__ = ("obj", "llvm_ir", "asm", "programs", "stats", "warnings")
+
+    def __init__(
+        self,
+        obj: bytes,
+        llvm_ir: str,
+        asm: str | None,
+        programs: list[str],
+        stats: list[ProgramStats] | None = None,
+        warnings: list[Diagnostic] | None = None,
+    ) -> None:
+        self.obj, self.llvm_ir, self.asm, self.programs = obj, llvm_ir, asm, programs
+        self.stats = [] if stats is None else stats
+        self.warnings = [] if warnings is None else warnings
 
 
 def front_end(text: str, filename: str = "<input>"):

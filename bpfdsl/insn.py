@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, replace
 
 from . import uapi as U
+from .record import FrozenRecord
 
 INSN_SIZE = 8  # bytes per slot
 _FMT = struct.Struct("<BBhi")
@@ -60,8 +60,7 @@ class InsnError(ValueError):
     """Instruction bytes that cannot be decoded (truncated, unknown opcode, broken ld_imm64)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Insn:
+class Insn(FrozenRecord):
     """One decoded instruction.
 
     ``opcode``: the ``code`` byte.  ``dst``/``src``: register numbers 0..10 (``src`` is also
@@ -69,11 +68,10 @@ class Insn:
     or for ld_imm64 the full 64-bit value (unsigned view: ``imm & 0xFFFF_FFFF_FFFF_FFFF``).
     """
 
-    opcode: int
-    dst: int = 0
-    src: int = 0
-    off: int = 0
-    imm: int = 0
+    __slots__ = ("opcode", "dst", "src", "off", "imm")
+
+    def __init__(self, opcode: int, dst: int = 0, src: int = 0, off: int = 0, imm: int = 0):
+        self.opcode, self.dst, self.src, self.off, self.imm = opcode, dst, src, off, imm
 
     # ---- fields ----
     @property
@@ -165,7 +163,7 @@ class Insn:
 
     def with_imm(self, imm: int) -> Insn:
         """Copy with another ``imm`` (the loader patches map fds this way)."""
-        return replace(self, imm=imm)
+        return Insn(self.opcode, self.dst, self.src, self.off, imm)
 
 
 # ---- decode / encode ----
