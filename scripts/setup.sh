@@ -24,6 +24,9 @@ setup_venv() {
   fi
   .venv/bin/python -m pip install -q --upgrade pip >/dev/null
   .venv/bin/python -m pip install -q -e ".${extras:+[$extras]}"
+  # An editable install is not byte-compiled by pip; with PYTHONDONTWRITEBYTECODE set every
+  # process would compile the package (the generated parser tables alone take ~0.2 s).
+  .venv/bin/python -m compileall -q bpfdsl >/dev/null
 }
 
 setup_bpffs() {
