@@ -165,3 +165,37 @@ def test_later_fragment_payload_is_not_taken_for_an_l4_header(bpf_program) -> No
     assert r.verdict == "XDP_TX"
     assert r.data_out[-len(body) :] == body
     assert Ether(r.data_out)[IPv6].src == NEW_SRC
+
+
+MANUAL = """license "GPL"
+xdp fn rw(ctx) {
+    let eth = parse ethernet else { return XDP_PASS }
+    if eth.h_proto != ETH_P_IPV6 { return XDP_PASS }
+    let ip6 = parse ipv6 else { return XDP_PASS }
+    if ip6.nexthdr != 43 { return XDP_PASS }
+    for i in 0..40 {
+        let skipped = parse byte else { return XDP_PASS }
+    }
+    let udp = parse udp else { return XDP_PASS }
+    ip6.daddr = NEW
+    return XDP_TX
+}""".replace("NEW", NEW_DST)
+
+
+@pytest.mark.parametrize("segleft", [0, 1])
+def test_daddr_write_behind_a_routing_header_parsed_by_hand(bpf_program, segleft) -> None:
+    """The L4 header in scope without skip_ext (here: a 40-byte SRH skipped byte by
+    byte): the write walks the extension headers itself to find the routing header."""
+    prog = bpf_program(compile_source(MANUAL, f"srv6_manual_{segleft}.bpfd").obj)
+    addrs = [FINAL, DST] if segleft else [DST, SEG]
+    srh = IPv6ExtHdrSegmentRouting(addresses=addrs, segleft=segleft)
+    raw = bytes(
+        Ether(src=MAC_A, dst=MAC_B) / IPv6(src=SRC, dst=DST) / srh / UDP(sport=7, dport=9) / b"x"
+    )
+    assert len(srh) == 40
+    r = prog.run(raw)
+    assert r.verdict == "XDP_TX"
+    out = Ether(r.data_out)
+    assert out[IPv6].dst == NEW_DST
+    assert out[UDP].chksum == scapy_checksum(r.data_out)
+    assert (out[UDP].chksum == Ether(raw)[UDP].chksum) == bool(segleft)
