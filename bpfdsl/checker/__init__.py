@@ -18,7 +18,16 @@ from collections.abc import Sequence
 
 from ..insn import Insn, format_insn
 from ..record import Record
-from ..uapi import PROGRAM_KINDS, AttachType, MapType, ProgramKind, ProgramType
+from ..uapi import (
+    BPF_DW,
+    BPF_IMM,
+    BPF_LD,
+    PROGRAM_KINDS,
+    AttachType,
+    MapType,
+    ProgramKind,
+    ProgramType,
+)
 from .analyzer import analyze
 from .cfg import CfgError, build_cfg
 from .ctx import ctx_for_program_type
@@ -145,7 +154,7 @@ def _check_insns(
         privileged=privileged,
         kernel=kernel,
     )
-    res = ProgramResult(name, section, insn_count=sum(x.width for x in insns))
+    res = ProgramResult(name, section, insn_count=len(insns) + _n_ld_imm64(insns))
     try:
         cfg = build_cfg(insns)
     except CfgError as e:
@@ -193,6 +202,14 @@ def _check_insns(
             res.warnings.append(w)
     res.seconds = time.perf_counter() - t0
     return res
+
+
+def _n_ld_imm64(insns: Sequence[Insn]) -> int:
+    """How many instructions take two slots (Insn.width == 2)."""
+    return sum(1 for x in insns if x.opcode == _LD_IMM64)
+
+
+_LD_IMM64 = BPF_LD | BPF_IMM | BPF_DW
 
 
 def _version_faults(env: Env, cfg, insns):

@@ -303,26 +303,21 @@ def _liveness(insns: Sequence[DInsn], succ: list[list[int]]) -> list[frozenset[i
             u |= 1 << r
         keep.append(k)
         use.append(u & ~(1 << 10))
+    # least fixpoint of live[i] = (union of live[succ] & keep[i]) | use[i], by backward
+    # passes: one pass is exact when no edge goes backward, loops need a few more
     live = [0] * n  # bitmasks
-    preds: list[list[int]] = [[] for _ in range(n)]
-    for i, ss in enumerate(succ):
-        for t in ss:
-            preds[t].append(i)
-    work = list(range(n))
-    inq = [True] * n
-    while work:
-        i = work.pop()
-        inq[i] = False
-        out = 0
-        for t in succ[i]:
-            out |= live[t]
-        out = (out & keep[i]) | use[i]
-        if out != live[i]:
-            live[i] = out
-            for p in preds[i]:
-                if not inq[p]:
-                    inq[p] = True
-                    work.append(p)
+    loops = any(t <= i for i, ss in enumerate(succ) for t in ss)
+    changed = True
+    while changed:
+        changed = False
+        for i in range(n - 1, -1, -1):
+            out = 0
+            for t in succ[i]:
+                out |= live[t]
+            out = (out & keep[i]) | use[i]
+            if out != live[i]:
+                live[i] = out
+                changed = loops
     sets: dict[int, frozenset[int]] = {}
     out = []
     for m in live:
