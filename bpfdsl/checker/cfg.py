@@ -249,7 +249,7 @@ def build_cfg(insns: Sequence[Insn]) -> Cfg:
     cfg.dec = insns
     cfg.call_target = call_target
     cfg.heads = {t for i, ss in enumerate(succ) for t in ss if t <= i}
-    cfg.live_in = _liveness(insns, succ)
+    cfg.live_in = _liveness(insns, succ, bool(cfg.heads))
     return cfg
 
 
@@ -291,7 +291,10 @@ def uses_defs(x: Insn | DInsn) -> tuple[tuple[int, ...], tuple[int, ...]]:
     return (), ()
 
 
-def _liveness(insns: Sequence[DInsn], succ: list[list[int]]) -> list[frozenset[int]]:
+def _liveness(
+    insns: Sequence[DInsn], succ: list[list[int]], loops: bool = True
+) -> list[frozenset[int]]:
+    """Registers live at the entry of each insn; ``loops``: some edge goes backward."""
     n = len(insns)
     keep, use = [], []  # per insn: mask of registers not written, mask of registers read
     for x in insns:
@@ -303,21 +306,35 @@ def _liveness(insns: Sequence[DInsn], succ: list[list[int]]) -> list[frozenset[i
             u |= 1 << r
         keep.append(k)
         use.append(u & ~(1 << 10))
-    # least fixpoint of live[i] = (union of live[succ] & keep[i]) | use[i], by backward
-    # passes: one pass is exact when no edge goes backward, loops need a few more
+    # least fixpoint of live[i] = (union of live[succ] & keep[i]) | use[i]: one backward
+    # pass when no edge goes backward, else a worklist
     live = [0] * n  # bitmasks
-    loops = any(t <= i for i, ss in enumerate(succ) for t in ss)
-    changed = True
-    while changed:
-        changed = False
+    if not loops:
         for i in range(n - 1, -1, -1):
+            out = 0
+            for t in succ[i]:
+                out |= live[t]
+            live[i] = (out & keep[i]) | use[i]
+    else:
+        preds: list[list[int]] = [[] for _ in range(n)]
+        for i, ss in enumerate(succ):
+            for t in ss:
+                preds[t].append(i)
+        work = list(range(n))
+        inq = [True] * n
+        while work:
+            i = work.pop()
+            inq[i] = False
             out = 0
             for t in succ[i]:
                 out |= live[t]
             out = (out & keep[i]) | use[i]
             if out != live[i]:
                 live[i] = out
-                changed = loops
+                for p in preds[i]:
+                    if not inq[p]:
+                        inq[p] = True
+                        work.append(p)
     sets: dict[int, frozenset[int]] = {}
     out = []
     for m in live:
