@@ -8,6 +8,7 @@ repository root on sys.path so ``bpfdsl`` is taken from the working tree.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import statistics
@@ -83,28 +84,46 @@ def _tree_digest() -> str:
     return h.hexdigest()[:16]
 
 
+@contextlib.contextmanager
+def venv_lock():
+    """Hold the bench venv (see :func:`installed_venv`) for one benchmark run: concurrent
+    runs wait instead of reinstalling the tree under each other's timed commands (flock on
+    a file next to the venv)."""
+    import fcntl
+    import tempfile
+
+    with open(Path(tempfile.gettempdir()) / "bpfdsl-bench-venv.lock", "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield
+
+
 def installed_venv(log=print) -> Path:
     """A venv with the working tree installed as a user installs it (``pip install`` of the
     tree: a non-editable wheel with byte-compiled modules), so whole-process figures are what
     a user's ``bpfdsl`` command costs, not the tree's (no editable-install import hook, no
-    byte-compiling on each run when PYTHONDONTWRITEBYTECODE is set).  Kept under the temp dir
-    keyed by a digest of the tree, so reruns on an unchanged tree reuse it.  Raises
-    BenchError when pip fails (no network and no pip cache for the dependencies)."""
+    byte-compiling on each run when PYTHONDONTWRITEBYTECODE is set).  One venv under the temp
+    dir: made with the dependencies on first use (~30 s), bpfdsl reinstalled from the tree
+    (~10 s) when the tree changed since (a digest kept in the venv).  Call with
+    :func:`venv_lock` held.  Raises BenchError when pip fails (no network and no pip cache
+    for the dependencies)."""
     import tempfile
 
-    venv = Path(tempfile.gettempdir()) / f"bpfdsl-bench-venv-{_tree_digest()}"
-    if (venv / "bin" / "bpfdsl").exists():
+    venv = Path(tempfile.gettempdir()) / "bpfdsl-bench-venv"
+    stamp, digest = venv / ".bpfdsl-tree-digest", _tree_digest()
+    if (venv / "bin" / "bpfdsl").exists() and stamp.exists() and stamp.read_text() == digest:
         return venv
-    log(f"installing the working tree into {venv} (first run only, ~30 s)")
-    for old in venv.parent.glob("bpfdsl-bench-venv-*"):  # venvs of earlier tree states
-        shutil.rmtree(old, ignore_errors=True)
+    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q"]
     try:
-        run([sys.executable, "-m", "venv", str(venv)], timeout=300)
-        env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-        run([str(venv / "bin" / "pip"), "install", "-q", str(ROOT)], timeout=900, env=env)
+        if (venv / "bin" / "bpfdsl").exists():
+            run([*pip, "--no-deps", "--force-reinstall", str(ROOT)], timeout=600, env=clean_env())
+        else:
+            log(f"installing the working tree into {venv} (first run only, ~30 s)")
+            shutil.rmtree(venv, ignore_errors=True)
+            run([sys.executable, "-m", "venv", str(venv)], timeout=300)
+            run([*pip, str(ROOT)], timeout=900, env=clean_env())
     except (BenchError, subprocess.TimeoutExpired) as e:
-        shutil.rmtree(venv, ignore_errors=True)
-        raise BenchError(f"could not install the tree into a venv: {e}") from None
+        raise BenchError(f"could not install the tree into {venv}: {e}") from None
+    stamp.write_text(digest)
     return venv
 
 

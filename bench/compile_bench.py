@@ -311,8 +311,8 @@ def main(argv: list[str] | None = None) -> int:
         if kernel:
             B.require_root()
             B.require_tool("bpftool", "apt-get install bpftool (or pass --no-kernel)")
-        venv = None if a.tree else B.installed_venv()
-        with tempfile.TemporaryDirectory(prefix="bpfdsl-cbench-") as tmp:
+        with B.venv_lock(), tempfile.TemporaryDirectory(prefix="bpfdsl-cbench-") as tmp:
+            venv = None if a.tree else B.installed_venv()
             res = bench(names, a.runs, a.inproc_runs, kernel, Path(tmp), a.budget, venv)
         how = "the working tree (python -m bpfdsl)" if venv is None else f"{venv}/bin/bpfdsl"
         res["notes"].insert(0, f"whole-process bpfdsl timed as {how}")
