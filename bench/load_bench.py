@@ -2,10 +2,10 @@
 """Load benchmark (issue 3): load + pin + attach of the same object, bpfdsl vs bpftool.
 
 bpfdsl is timed as a user runs it: the ``bpfdsl`` script of a venv holding a non-editable,
-byte-compiled install of the working tree (``pip install /work/main``: a wheel), started
-from the temp dir so the tree cannot shadow it.  The venv is this script's own
-(``$TMPDIR/bpfdsl-lbench-venv``: made with the dependencies on the first run; on later runs
-only bpfdsl is reinstalled from the tree, ~10 s).
+byte-compiled install of the working tree (``pip install`` of the tree: a wheel;
+``benchlib.installed_venv``, shared with the other benchmarks and held with
+``benchlib.venv_lock`` for the whole run), started from the temp dir so the tree cannot
+shadow it.
 One timed iteration of each form, run in a namespace this script creates (the script
 joins it with setns(2), so every command starts there without an ``nsenter`` in front;
 ``ip netns exec`` would hide /sys/fs/bpf), into a fresh pin dir DIR:
@@ -88,36 +88,6 @@ def inside(ns: VethNs):
             libc.setns(home, 0x40000000)
     finally:
         os.close(home)
-
-
-@contextlib.contextmanager
-def venv_lock():
-    """Hold the bench venv for this run: concurrent runs wait instead of reinstalling the
-    tree under each other's timed commands (flock on a file next to the venv)."""
-    import fcntl  # noqa: PLC0415
-
-    with open(Path(tempfile.gettempdir()) / "bpfdsl-lbench-venv.lock", "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        yield
-
-
-def bench_venv(log=print) -> Path:
-    """The venv (see module docstring) with the current working tree installed in it;
-    call with :func:`venv_lock` held."""
-    venv = Path(tempfile.gettempdir()) / "bpfdsl-lbench-venv"
-    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q"]
-    env = B.clean_env()  # pip writes .pyc files, as for a user
-    try:
-        if (venv / "bin" / "bpfdsl").exists():
-            B.run([*pip, "--no-deps", "--force-reinstall", str(B.ROOT)], timeout=600, env=env)
-        else:
-            log(f"making {venv} (first run only, ~30 s)")
-            shutil.rmtree(venv, ignore_errors=True)
-            B.run([sys.executable, "-m", "venv", str(venv)], timeout=300)
-            B.run([*pip, str(B.ROOT)], timeout=900, env=env)
-    except B.BenchError as e:
-        raise B.BenchError(f"could not install the tree into {venv}: {e}") from None
-    return venv
 
 
 def steps(form: str, bpfdsl: str, obj: Path, pin: Path, prog: str, dev: str) -> list[list[str]]:
@@ -304,8 +274,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         B.require_root()
         B.require_tool("bpftool", "apt-get install bpftool")
-        with venv_lock(), tempfile.TemporaryDirectory(prefix="bpfdsl-lbench-") as tmp:
-            venv = bench_venv(log=lambda m: print(m, file=sys.stderr))
+        with B.venv_lock(), tempfile.TemporaryDirectory(prefix="bpfdsl-lbench-") as tmp:
+            venv = B.installed_venv(log=lambda m: print(m, file=sys.stderr))
             objs = {"clang": B.build_c(Path(tmp), [a.program])[a.program]}
             ours = Path(tmp) / f"{a.program}.bpfdsl.o"
             cc = [str(venv / "bin" / "bpfdsl"), "compile", str(bpfd), "-o", str(ours)]
