@@ -14,7 +14,10 @@ module's own ``replace``/``fields``/``asdict``/``is_dataclass`` work on records 
 
 from __future__ import annotations
 
+from operator import attrgetter
+
 _ALL_SLOTS: dict[type, list[str]] = {}  # class -> its slot names, base classes first
+_VALUES: dict[type, attrgetter] = {}  # class -> getter of its compared fields, as one tuple
 
 
 class _DataclassFields:
@@ -45,7 +48,12 @@ class Record:
         return [n for n in self._all_slots() if n not in self._hidden]
 
     def _values(self) -> tuple:
-        return tuple(getattr(self, n) for n in self._fields())
+        get = _VALUES.get(type(self))
+        if get is None:
+            names = self._fields()
+            # attrgetter of one name returns the value itself: add a dummy to keep a tuple
+            get = _VALUES[type(self)] = attrgetter(*names, *names[:1] if len(names) < 2 else ())
+        return get(self)
 
     def __repr__(self) -> str:
         args = ", ".join(f"{n}={getattr(self, n)!r}" for n in self._fields())
