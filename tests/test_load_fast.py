@@ -40,7 +40,17 @@ OTHER_PATHS = {
     "bpfdsl.mapview",
     "bpfdsl.packets",
 }
-SLOW_STDLIB = {"typing", "pathlib", "socket", "threading", "platform", "asyncio", "subprocess"}
+SLOW_STDLIB = {
+    "typing",
+    "pathlib",
+    "socket",
+    "threading",
+    "platform",
+    "asyncio",
+    "subprocess",
+    "dataclasses",  # imports inspect, ast, dis, tokenize: ~20 ms
+    "inspect",
+}
 # The modules of the path (what `bpfdsl attach FILE.o` runs through).
 PATH_MODULES = (
     "bpfdsl.cli.attach_cmds",
