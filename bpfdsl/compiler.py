@@ -108,12 +108,11 @@ def _compile(text, filename, mcpu, emit, debug, stats, check) -> CompileResult:
     checked = front_end(text, filename)
     dbg = None
     if debug:
-        from llvmlite import ir
-
         from .codegen_debug import DebugAdapter
+        from .codegen_text import Module
 
         lines = {n: d.span.line for n, d in checked.map_decls.items()}
-        module = ir.Module(name=filename)
+        module = Module(name=filename)
         dbg = DebugAdapter(module, filename, text, lines)
         module = generate(checked, dbg, module)
     else:
