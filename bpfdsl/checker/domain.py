@@ -5,6 +5,12 @@ A :class:`Reg` is immutable: transfer functions build new ones.  Scalars carry a
 (kernel ``reg_bounds_sync``).  Pointers carry a fixed offset ``off`` plus a variable part
 described by the same tnum/bounds fields (kernel: ``off`` + ``var_off``).  The model is
 the kernel's (include/linux/bpf_verifier.h); names follow its log syntax.
+
+Speed: :func:`sync` is memoized on (tnum, bounds) (so are tnum.mul, alu.scalar_alu and
+branch.refine_possible on their operands); registers are never changed in place, which
+is what lets pruning skip identical register objects and these tables hand out results.
+A path's registers are still distinct objects where the model needs identity (pruning
+maps scalars without an id by object), so constants are built fresh, not shared.
 """
 
 from __future__ import annotations
