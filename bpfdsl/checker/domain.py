@@ -317,28 +317,7 @@ def _sync(tn: tuple[int, int], bounds: tuple[int, ...]) -> tuple:
 
 
 def _copy(r: Reg) -> Reg:
-    r2 = Reg.__new__(Reg)
-    r2.t, r2.off, r2.tn, r2.id, r2.rng, r2.map, r2.ref, r2.note = (
-        r.t,
-        r.off,
-        r.tn,
-        r.id,
-        r.rng,
-        r.map,
-        r.ref,
-        r.note,
-    )
-    (r2.smin, r2.smax, r2.umin, r2.umax, r2.s32min, r2.s32max, r2.u32min, r2.u32max) = (
-        r.smin,
-        r.smax,
-        r.umin,
-        r.umax,
-        r.s32min,
-        r.s32max,
-        r.u32min,
-        r.u32max,
-    )
-    return r2
+    return _with(r, r.tn, r.bounds())
 
 
 def _with(r: Reg, tn, b) -> Reg:
