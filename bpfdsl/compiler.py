@@ -28,9 +28,12 @@ class CompileResult(Record):
     """``obj``: ELF bytes (EM_BPF, little-endian); ``llvm_ir``: the IR codegen produced
     (optimized IR when ``emit="llvm-ir"``); ``asm``: assembly text when ``emit="asm"``;
     ``programs``: program names in source order; ``stats``: filled on request;
-    ``warnings``: checker findings the kernel accepts but bpfdsl considers bugs."""
+    ``warnings``: checker findings the kernel accepts but bpfdsl considers bugs;
+    ``timings``: wall-clock milliseconds per stage, in pipeline order: ``front`` (parse and
+    sema), ``codegen`` (LLVM IR and its text), ``llvm`` (parse, O2, BPF code generation),
+    ``check`` (the checker on the object; absent with ``check=False``), ``total``."""
 
-    __slots__ = ("obj", "llvm_ir", "asm", "programs", "stats", "warnings")
+    __slots__ = ("obj", "llvm_ir", "asm", "programs", "stats", "warnings", "timings")
 
     def __init__(
         self,
@@ -44,6 +47,7 @@ class CompileResult(Record):
         self.obj, self.llvm_ir, self.asm, self.programs = obj, llvm_ir, asm, programs
         self.stats = [] if stats is None else stats
         self.warnings = [] if warnings is None else warnings
+        self.timings: dict[str, float] = {}
 
 
 def front_end(text: str, filename: str = "<input>"):
@@ -102,10 +106,14 @@ DEPTH_LIMIT = 8000
 
 
 def _compile(text, filename, mcpu, emit, debug, stats, check) -> CompileResult:
+    from time import perf_counter
+
     from . import target
     from .codegen import generate
 
+    t = [perf_counter()]
     checked = front_end(text, filename)
+    t.append(perf_counter())
     dbg = None
     if debug:
         from .codegen_debug import DebugAdapter
@@ -119,7 +127,9 @@ def _compile(text, filename, mcpu, emit, debug, stats, check) -> CompileResult:
         module = generate(checked)
     name = filename.replace("\\", "\\5C").replace('"', "\\22")
     ir_text = f'source_filename = "{name}"\n' + str(module)  # ELF STT_FILE, like clang
+    t.append(perf_counter())
     out = target.emit(ir_text, mcpu=mcpu, asm=emit == "asm", ir=emit == "llvm-ir")
+    t.append(perf_counter())
     res = CompileResult(
         out.obj,
         out.ir if emit == "llvm-ir" else ir_text,
@@ -129,6 +139,10 @@ def _compile(text, filename, mcpu, emit, debug, stats, check) -> CompileResult:
     res.warnings = list(checked.warnings)
     if check:
         res.warnings += check_compiled(out.obj, text)
+        t.append(perf_counter())
+    stages = ("front", "codegen", "llvm", "check")
+    res.timings = {k: (b - a) * 1000 for k, a, b in zip(stages, t, t[1:], strict=False)}
+    res.timings["total"] = (t[-1] - t[0]) * 1000
     if stats:
         res.stats = object_stats(out.obj, res.programs)
     return res

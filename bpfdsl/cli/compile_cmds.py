@@ -57,6 +57,12 @@ def register(sub) -> None:
         action="store_true",
         help="skip the checker (bpfdsl check) that runs on the object by default",
     )
+    p.add_argument(
+        "--time-report",
+        action="store_true",
+        help="print to stderr the wall-clock ms of each stage (front end, IR, LLVM, checker); "
+        "in a fresh process each stage's time includes importing its modules",
+    )
     p.set_defaults(func=cmd_compile)
 
 
@@ -73,6 +79,9 @@ def cmd_compile(args) -> int:
     res = compile_file(
         args.file, mcpu=args.mcpu, emit=args.emit, stats=stats, check=not args.no_check
     )
+    if args.time_report:
+        report = "  ".join(f"{k} {v:.1f}" for k, v in res.timings.items())
+        print(f"time (ms): {report}", file=sys.stderr)
     if res.warnings:
         src = Path(args.file).read_text()
         for w in res.warnings:
