@@ -1,5 +1,5 @@
 """``python -m bpfdsl`` runs the command line."""
 
-from bpfdsl.cli import main
+from bpfdsl.cli import run
 
-raise SystemExit(main())
+run()
