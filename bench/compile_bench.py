@@ -41,6 +41,7 @@ import benchlib as B
 
 GOAL_RATIO = 1.5
 GOAL_INPROC_MS = 10.0
+STAGES = ("front", "codegen", "llvm", "check")  # CompileResult.timings, in-process columns
 PROCESSED_RE = re.compile(r"processed (\d+) insns")
 
 
@@ -115,17 +116,44 @@ def pair_programs(ours, clang):
     return pairs
 
 
-def inproc_ms(src: Path, runs: int) -> float:
-    """Median ms of compile_source(text) over ``runs`` calls after one warm-up call."""
+def inproc_ms(src: Path, runs: int) -> dict[str, float]:
+    """Median ms of compile_source(text) over ``runs`` calls after one warm-up call, per
+    stage (CompileResult.timings: front, codegen, llvm, check) and in total."""
     from bpfdsl.compiler import compile_source
 
     text = src.read_text()
     compile_source(text, str(src))
-    xs = []
+    xs: dict[str, list[float]] = {}
     for _ in range(runs):
         t0 = time.perf_counter()
-        compile_source(text, str(src))
-        xs.append((time.perf_counter() - t0) * 1000)
+        res = compile_source(text, str(src))
+        xs.setdefault("wall", []).append((time.perf_counter() - t0) * 1000)
+        for k, v in res.timings.items():
+            xs.setdefault(k, []).append(v)
+    return {k: B.median(v) for k, v in xs.items()}
+
+
+def llvm_floor_ms(csrc: Path, work: Path, runs: int) -> float | None:
+    """Median ms of LLVM alone on clang's own IR for the C twin: parse + the same O2 pipeline
+    + BPF code generation through llvmlite (bpfdsl.target), as our ``llvm`` stage runs it.
+    The IR is clang-19's before its optimisation passes (``-Xclang -disable-llvm-passes``).
+    It shows what the LLVM stage costs whatever IR bpfdsl would write; None if clang fails."""
+    from bpfdsl import target
+
+    ll = work / (csrc.stem + ".clang.ll")
+    cmd = B.clang_cmd(csrc, ll)
+    cmd[cmd.index("-c")] = "-S"
+    proc = B.run([*cmd, "-emit-llvm", "-Xclang", "-disable-llvm-passes"], check=False)
+    if proc.returncode != 0:
+        return None
+    text = ll.read_text()
+    tm = target.target_machine("v3")
+    xs = []
+    for i in range(runs + 1):
+        t0 = time.perf_counter()
+        tm.emit_object(target.optimize(target.parse(text)))
+        if i:  # the first run warms up
+            xs.append((time.perf_counter() - t0) * 1000)
     return B.median(xs)
 
 
@@ -207,8 +235,11 @@ def bench(
             row["clang_ms"] = B.median(B.time_process(clang_cmd, runs)) * 1000
         if have_ours:
             try:
-                row["inproc_ms"] = inproc_ms(bpfd, inproc_runs)
+                stages = inproc_ms(bpfd, inproc_runs)
+                row["inproc_ms"] = stages["wall"]
+                row["inproc_stages_ms"] = stages
                 row["inproc_goal"] = row["inproc_ms"] <= GOAL_INPROC_MS
+                row["llvm_clang_ir_ms"] = llvm_floor_ms(csrc, work, inproc_runs)
             except Exception as e:  # noqa: BLE001 - report, keep benchmarking the others
                 res["notes"].append(f"{name}: in-process compile failed: {e}")
         res["files"].append(row)
@@ -259,14 +290,31 @@ def render(res: dict) -> str:
             B.verdict(f.get("ratio_goal")),
             fmt(f.get("inproc_ms"), ".2f"),
             B.verdict(f.get("inproc_goal")),
+            *(fmt(f.get("inproc_stages_ms", {}).get(k), ".1f") for k in STAGES),
+            fmt(f.get("llvm_clang_ir_ms"), ".1f"),
         ]
         for f in res["files"]
     ]
     out.append(
         B.table(
-            ["file", "runs", "bpfdsl ms", "clang ms", "ratio", "goal", "in-proc ms", "goal"],
+            [
+                "file",
+                "runs",
+                "bpfdsl ms",
+                "clang ms",
+                "ratio",
+                "goal",
+                "in-proc ms",
+                "goal",
+                *STAGES,
+                "llvm(clang IR)",
+            ],
             frows,
         )
+    )
+    out.append(
+        "in-process columns: medians of CompileResult.timings per stage; llvm(clang IR): the "
+        "same LLVM stage (parse, O2, BPF codegen) on clang-19's unoptimised IR of the C twin"
     )
     if res.get("floor_ms"):
         floor = ", ".join(f"{k} {v:.1f} ms" for k, v in res["floor_ms"].items())
