@@ -31,9 +31,14 @@ from typing import TYPE_CHECKING
 from bpfdsl.diagnostics import DiagnosticError, Span, UsageError, error
 from bpfdsl.record import FrozenRecord
 
-if TYPE_CHECKING:  # llvmlite is imported lazily: `bpfdsl --help` must start fast
+if TYPE_CHECKING:  # LLVM is loaded lazily: `bpfdsl --help` must start fast
     from llvmlite import binding as llvm
     from llvmlite import ir
+
+    from bpfdsl import llvm_c
+
+    Module = llvm.ModuleRef | llvm_c.Module
+    TargetMachine = llvm.TargetMachine | llvm_c.TargetMachine
 
 TRIPLE = "bpfel"
 DATA_LAYOUT = "e-m:e-p:64:64-i64:64-i128:128-n32:64-S128"  # clang-19 -target bpf (LE)
@@ -41,8 +46,8 @@ MCPUS = ("v1", "v2", "v3", "v4", "generic", "probe")  # llc -march=bpf -mcpu=hel
 MAX_STACK = 512  # bytes per BPF program frame (kernel MAX_BPF_STACK)
 MAX_INLINE_MEM = 1024  # bytes: largest constant memcpy/memset the BPF backend expands inline
 
-_machines: dict[str, llvm.TargetMachine] = {}
-_initialized = False
+_machines: dict[tuple[bool, str], TargetMachine] = {}  # (lean binding?, mcpu) -> machine
+_initialized = False  # targets initialised and cl::opt set in this process (one shared .so)
 
 
 class InternalCompilerError(DiagnosticError):
@@ -60,25 +65,46 @@ class InternalCompilerError(DiagnosticError):
         )
 
 
+def _init(initialize, set_option) -> None:  # noqa: ANN001
+    """Initialise all targets and asm printers and lift the BPF stack limit, once per process
+    whichever binding does it: both open the same libllvmlite.so (one dlopen handle, one
+    LLVM global state), and LLVM exits on a repeated ParseCommandLineOptions of an option."""
+    global _initialized
+    if not _initialized:
+        initialize()
+        # A frame above 512 bytes would make LLVM exit(1); stack_depths() reports it instead.
+        set_option("bpfdsl", "-bpf-stack-size=1048576")
+        _initialized = True
+
+
+def _lean() -> llvm_c.Lib | None:
+    """The lean binding (:mod:`bpfdsl.llvm_c`), initialised; None means use :func:`_llvm`
+    (other llvmlite version, or ``BPFDSL_LLVM=llvmlite``)."""
+    from bpfdsl import llvm_c  # noqa: PLC0415
+
+    lib = llvm_c.load()
+    if lib is not None:
+        _init(lib.initialize, lib.set_option)
+    return lib
+
+
 def _llvm():
     """The llvmlite binding with the BPF target and asm printer initialised (once)."""
-    global _initialized
     from llvmlite import binding as llvm  # noqa: PLC0415
 
-    if not _initialized:
+    def initialize() -> None:
         llvm.initialize_all_targets()
         llvm.initialize_all_asmprinters()
-        # A frame above 512 bytes would make LLVM exit(1); stack_depths() reports it instead.
-        # (cl::opt may be set only once per process: ParseCommandLineOptions exits on repeats.)
-        llvm.set_option("bpfdsl", "-bpf-stack-size=1048576")
-        _initialized = True
+
+    _init(initialize, llvm.set_option)
     return llvm
 
 
-def target_machine(mcpu: str = "v3") -> llvm.TargetMachine:
+def target_machine(mcpu: str = "v3") -> TargetMachine:
     """The cached ``bpfel`` TargetMachine for ``mcpu`` (BPF ISA level v1..v4; v3 = jmp32 +
     alu32, kernel >= 5.1).  Raises :class:`UsageError` for an unknown level."""
-    tm = _machines.get(mcpu)
+    lib = _lean()
+    tm = _machines.get((lib is not None, mcpu))
     if tm is None:
         if mcpu not in MCPUS:
             raise UsageError(
@@ -88,18 +114,20 @@ def target_machine(mcpu: str = "v3") -> llvm.TargetMachine:
                     hint="use one of v1, v2, v3 (default), v4",
                 )
             )
-        llvm = _llvm()
-        tm = llvm.Target.from_triple(TRIPLE).create_target_machine(cpu=mcpu, opt=2)
-        _machines[mcpu] = tm
+        if lib is not None:
+            tm = lib.target_machine(TRIPLE, mcpu, 2)
+        else:
+            tm = _llvm().Target.from_triple(TRIPLE).create_target_machine(cpu=mcpu, opt=2)
+        _machines[(lib is not None, mcpu)] = tm
     return tm
 
 
-def parse(module_or_ir_text: ir.Module | str) -> llvm.ModuleRef:
+def parse(module_or_ir_text: ir.Module | str) -> Module:
     """Parse and verify IR into an LLVM module for ``bpfel`` (triple and layout forced)."""
-    llvm = _llvm()
+    lib = _lean()
     text = module_or_ir_text if isinstance(module_or_ir_text, str) else str(module_or_ir_text)
     try:
-        mod = llvm.parse_assembly(text)
+        mod = lib.parse_assembly(text) if lib is not None else _llvm().parse_assembly(text)
     except RuntimeError as e:
         raise InternalCompilerError("LLVM could not parse the generated IR", str(e)) from None
     mod.triple = TRIPLE
@@ -111,13 +139,17 @@ def parse(module_or_ir_text: ir.Module | str) -> llvm.ModuleRef:
     return mod
 
 
-def optimize(mod: llvm.ModuleRef, *, mcpu: str = "v3", opt: int = 2) -> llvm.ModuleRef:
+def optimize(mod: Module, *, mcpu: str = "v3", opt: int = 2) -> Module:
     """Run LLVM's default per-module pipeline at ``-O{opt}`` in place (0 <= opt <= 3), with the
     BPF TargetMachine's IR passes registered; returns ``mod``."""
     if opt <= 0:
         return mod
-    llvm = _llvm()
     tm = target_machine(mcpu)
+    lib = _lean()
+    if lib is not None:
+        lib.run_default_pipeline(mod, tm, min(opt, 3))
+        return mod
+    llvm = _llvm()
     pto = llvm.PipelineTuningOptions(speed_level=min(opt, 3))
     pb = llvm.PassBuilder(tm, pto)
     pb.getModulePassManager().run(mod, pb)
@@ -227,7 +259,7 @@ def _args(text: str) -> list[str]:
     return [*out, cur.strip()] if cur.strip() else out
 
 
-def check_ir(mod: llvm.ModuleRef | str, mcpu: str = "v3") -> None:
+def check_ir(mod: Module | str, mcpu: str = "v3") -> None:
     """Raise :class:`DiagnosticError` for IR the BPF backend cannot lower (see module doc):
     allocas outside the entry block, signed div/mod before v4, calls with more than 5
     arguments, non-constant or > 1024-byte memcpy/memset, 8/16-bit atomics, calls to
