@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import sys
 from ctypes import POINTER, byref, c_bool, c_char_p, c_int, c_size_t, c_void_p
 
 SUPPORTED = frozenset({"0.50.0"})  # llvmlite versions whose prototypes are copied below
@@ -95,7 +96,14 @@ _PROTOS: dict[str, tuple[list | None, object]] = {
 
 
 def llvmlite_dir() -> str | None:
-    """The installed llvmlite package directory, found without importing llvmlite."""
+    """The installed llvmlite package directory, found without importing llvmlite: the
+    first ``sys.path`` entry holding ``llvmlite/__init__.py`` (as the path finder resolves
+    a regular package; a stat per entry, where ``PathFinder.find_spec`` lists directories:
+    ~1 ms), else ``importlib.util.find_spec`` (import hooks)."""
+    for entry in sys.path:
+        pkg = os.path.join(entry or os.curdir, "llvmlite")
+        if os.path.isfile(os.path.join(pkg, "__init__.py")):
+            return os.path.abspath(pkg)
     from importlib.util import find_spec  # noqa: PLC0415
 
     spec = find_spec("llvmlite")
@@ -281,8 +289,13 @@ def load() -> Lib | None:
     if not _loaded:
         lib = None
         if os.environ.get(ENV, "") != "llvmlite":
-            pkg = llvmlite_dir()
-            if pkg and llvmlite_version(pkg) in SUPPORTED:
+            mod = sys.modules.get("llvmlite")  # imported already by codegen (llvmlite.ir)?
+            if mod is not None and getattr(mod, "__path__", None):
+                pkg, version = mod.__path__[0], getattr(mod, "__version__", None)
+            else:
+                pkg = llvmlite_dir()
+                version = llvmlite_version(pkg) if pkg else None
+            if pkg and version in SUPPORTED:
                 try:
                     lib = Lib(os.path.join(pkg, "binding", "libllvmlite.so"))
                 except (OSError, AttributeError):

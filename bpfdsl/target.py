@@ -26,10 +26,11 @@ from __future__ import annotations
 
 import re
 import struct
-from typing import TYPE_CHECKING
 
 from bpfdsl.diagnostics import DiagnosticError, Span, UsageError, error
 from bpfdsl.record import FrozenRecord
+
+TYPE_CHECKING = False  # (typing costs import time on the compile path)
 
 if TYPE_CHECKING:  # LLVM is loaded lazily: `bpfdsl --help` must start fast
     from llvmlite import binding as llvm
