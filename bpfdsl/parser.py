@@ -167,6 +167,12 @@ def parse(text: str, filename: str, actions) -> object:
             typ = m.lastgroup
             val = m.group()
             start, sline, scol = pos, line, pos - line_start + 1
+            if (
+                typ == "NUMBER"
+                and m.end() < n
+                and (text[m.end()].isalnum() or text[m.end()] == "_")
+            ):
+                raise _bad_number(text, filename, sline, scol, pos)
             if typ in newline_types:
                 nl = val.count("\n")
                 if nl:
@@ -193,7 +199,7 @@ def parse(text: str, filename: str, actions) -> object:
             if act is None:
                 expected = {s for s in row if s.isupper()}
                 if tok is not None and not isinstance(tok, Token):
-                    tok = Token(typ, tok, *tpos, -1)
+                    tok = Token(typ, tok, *tpos, start)
                 raise _syntax_error(text, filename, 0, 0, token=tok, expected=expected)
             if act >= 0:
                 state_stack.append(act)
@@ -275,9 +281,35 @@ def _syntax_error(
     return DiagnosticError(_syntax_diag(text, filename, line, col, char_pos, token, expected), text)
 
 
+def _bad_number(text: str, filename: str, line: int, col: int, pos: int) -> DiagnosticError:
+    """A number run into letters (``0x``, ``12ab``, ``0b2``): one error at its start, not
+    a number followed by a name."""
+    end = pos
+    while end < len(text) and (text[end].isalnum() or text[end] == "_"):
+        end += 1
+    d = error(
+        "bad-literal",
+        f"malformed number {text[pos:end]!r}",
+        Span(filename, line, col),
+        hint="write decimal (1500), hex with digits (0x5dc) or binary (0b101); "
+        "a name cannot start with a digit",
+    )
+    return DiagnosticError(d, text)
+
+
+def _unterminated_comment(span: Span) -> Diagnostic:
+    return error("syntax", "unterminated comment: `/*` without `*/`", span,
+                 hint="close the comment with `*/`")  # fmt: skip
+
+
 def _syntax_diag(text, filename, line, col, char_pos, token, expected) -> Diagnostic:
     if char_pos is not None:
         span = Span(filename, line or 1, col or 1)
+        if text.startswith('"', char_pos):
+            hint = 'close it with `"` before the end of the line (use \\" for a quote inside)'
+            return error("syntax", "unterminated string", span, hint=hint)
+        if text.startswith("/*", char_pos):
+            return _unterminated_comment(span)
         ch = text[char_pos] if char_pos < len(text) else "end of input"
         return error(
             "syntax",
@@ -291,6 +323,9 @@ def _syntax_diag(text, filename, line, col, char_pos, token, expected) -> Diagno
         hint = "the file ends inside a block or an expression: is a '}' missing?"
         return error("syntax", "unexpected end of input", span, hint=hint)
     span = Span(filename, token.line or 1, token.column or 1)
+    start = getattr(token, "start_pos", -1)
+    if start is not None and start >= 0 and text.startswith("/*", start):
+        return _unterminated_comment(span)
     exp = sorted(expected or [])
     names = [_TOKEN_NAMES[x] for x in exp if x in _TOKEN_NAMES]
     if names and len(exp) <= 6:

@@ -85,6 +85,16 @@ def pin_collection(
                 hint=f"use a directory under {BPFFS}",
             )
         )
+    name = os.path.basename(os.path.normpath(pin_dir))
+    if not os.path.isdir(pin_dir) and "." in name:
+        # kernel/bpf/inode.c bpf_lookup(): a name with '.' is refused with EPERM
+        raise UsageError(
+            error(
+                "bad-pin-dir",
+                f"{pin_dir}: bpffs does not allow '.' in names",
+                hint=f"use a name without dots, e.g. {name.replace('.', '_')}",
+            )
+        )
     if os.path.isdir(pin_dir) and os.listdir(pin_dir):
         hint = (
             f"it holds an earlier load: bpfdsl unload {pin_dir}"

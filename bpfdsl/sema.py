@@ -94,6 +94,10 @@ class Sema(StmtChecker, DeclChecker):
 
     # ---- helpers ----
     def err(self, code: str, msg: str, span: Span, hint: str | None = None) -> None:
+        if code == "type-mismatch" and T.ERR.name in msg:
+            # An operand whose type is the error type already has its error: any rule that
+            # names it ("found <error>") is a follow-up, never news to the user.
+            return
         self.diags.append(error(code, msg, span, hint=hint))
 
     def suggest(self, name: str, options) -> str | None:

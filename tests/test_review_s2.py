@@ -1,7 +1,6 @@
 """Session-2 review defects, one test each, as a user meets them (compile errors and the
-loader's messages).  Each test is ``xfail(strict=True)`` with the defect as reason while the
-defect stands: when it is fixed the test passes, pytest reports XPASS as a failure, and the
-marker is removed."""
+loader's messages).  Each was found by a reviewer as an
+``xfail(strict=True)`` test and its marker removed with the fix."""
 
 from __future__ import annotations
 
@@ -39,11 +38,6 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a config with an unknown type is now declared with the error type, but "
-    "be16()/be32()/host() and `x in PREFIX` still report it again as 'found <error>'",
-)
 @pytest.mark.parametrize("use", ["be16(c)", "be32(c)", "host(c)", "c in 10.0.0.0/8"])
 def test_bad_config_type_is_reported_once(use):
     diags = _errors(_HEAD + f"    let x = {use}\n" + _TAIL)
@@ -51,11 +45,6 @@ def test_bad_config_type_is_reported_once(use):
     assert all("<error>" not in d.message for d in diags)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="an unknown name passed to be16()/host()/`in` gives a second error "
-    "'found <error>' (the error type leaks into the message)",
-)
 @pytest.mark.parametrize("use", ["be16(zz)", "host(zz)", "zz in 10.0.0.0/8"])
 def test_unknown_name_is_reported_once(use):
     src = f'license "GPL"\nxdp fn f(ctx) {{\n    let x = {use}\n    return XDP_PASS\n}}\n'
@@ -63,11 +52,6 @@ def test_unknown_name_is_reported_once(use):
     assert [d.code for d in diags] == ["unknown-name"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="`0x` without digits lexes as 0 followed by the name x: the user gets "
-    "'this expression does nothing' instead of a bad-literal error at `0x`",
-)
 def test_hex_prefix_without_digits_is_a_literal_error():
     src = 'license "GPL"\nxdp fn f(ctx) {\n    let x = 0x\n    return XDP_PASS\n}\n'
     diags = _errors(src)
@@ -76,20 +60,11 @@ def test_hex_prefix_without_digits_is_a_literal_error():
     assert "nothing" not in diags[0].message
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason='an unterminated string reports "unexpected character \'\\"\'" with the '
-    "generic hint, not that the string is not closed",
-)
 def test_unterminated_string_says_so():
     diags = _errors('license "GPL\nxdp fn f(ctx) { return XDP_PASS }\n')
     assert "unterminated" in diags[0].message or "not closed" in diags[0].message
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="an unterminated /* comment reports \"unexpected '/'\" with the generic hint",
-)
 def test_unterminated_comment_says_so():
     diags = _errors('license "GPL"\n/* never ends\nxdp fn f(ctx) { return XDP_PASS }\n')
     text = diags[0].message + " ".join(diags[0].hints)
@@ -97,12 +72,6 @@ def test_unterminated_comment_says_so():
 
 
 @pytest.mark.kernel
-@pytest.mark.xfail(
-    strict=True,
-    reason="bpffs refuses names with '.', and `bpfdsl load --pin-dir /sys/fs/bpf/a.b` "
-    "prints a bare '[Errno 1] Operation not permitted' and exits 3 (missing privileges) "
-    "as root, without saying that the name is the problem",
-)
 def test_pin_dir_with_dot_is_a_usage_error(tmp_path):
     src = tmp_path / "p.bpfd"
     src.write_text('license "GPL"\nxdp fn f(ctx) { return XDP_PASS }\n')
