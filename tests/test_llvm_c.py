@@ -20,8 +20,10 @@ from bpfdsl.target import InternalCompilerError, emit
 
 ROOT = Path(__file__).resolve().parent.parent
 PROGS = sorted((ROOT / "progs").glob("*.bpfd"))
-LEAN = llvmlite.__version__ in llvm_c.SUPPORTED
-needs_lean = pytest.mark.skipif(not LEAN, reason=f"llvmlite {llvmlite.__version__} unsupported")
+LEAN = llvmlite.__version__ in llvm_c.SUPPORTED and os.environ.get(llvm_c.ENV) != "llvmlite"
+needs_lean = pytest.mark.skipif(
+    not LEAN, reason=f"llvmlite {llvmlite.__version__} unsupported, or {llvm_c.ENV}=llvmlite"
+)
 
 
 def prog(body: str, args: str = "ptr %ctx") -> str:
