@@ -239,6 +239,9 @@ class _Builder:
 
     def int_lit(self, meta, c):
         t = str(c[0]).replace("_", "")
+        if len(t.lstrip("0")) > 66:  # longer than any 64-bit value (0b + 64 digits)
+            raise self._bad(c[0], f"number {t[:20]}... ({len(t)} digits) is too large",
+                            "integers have at most 64 bits")  # fmt: skip
         return ast.IntLit(self._s(meta), int(t, 0) if t[:2] in ("0x", "0b") else int(t, 10))
 
     def true_lit(self, meta, c):

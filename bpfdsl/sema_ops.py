@@ -76,8 +76,24 @@ class OpsChecker:
         elif not T.is_int(ty):
             self.err("type-mismatch", f"`{e.op}` needs integers, found {ty}", e.span)
             return T.ERR
-        sh = self.c.cval.get(e.right)
-        if e.op in ("<<", ">>") and sh is not None and isinstance(ty, T.IntType) and sh >= ty.bits:
+        sh = self.c.cval.get(e.right) if e.op in ("<<", ">>") else None
+        if sh is not None and sh < 0:
+            self.err(
+                "shift-negative",
+                f"shift by a negative count ({sh})",
+                e.right.span,
+                "shift by 0..63; for the other direction use the other operator",
+            )
+            return ty
+        if sh is not None and isinstance(ty, T.UntypedInt) and sh >= 64:
+            self.err(
+                "shift-too-far",
+                f"shifting a constant by {sh} bits (integers have at most 64)",
+                e.right.span,
+                "shift by 0..63",
+            )
+            return ty
+        if sh is not None and isinstance(ty, T.IntType) and sh >= ty.bits:
             self.err(
                 "shift-too-far",
                 f"shifting a {ty} by {sh} bits (it has {ty.bits})",
