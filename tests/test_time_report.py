@@ -35,3 +35,16 @@ def test_cli_time_report(tmp_path: Path) -> None:
                   r"  total ([\d.]+)", proc.stderr)  # fmt: skip
     assert m, proc.stderr
     assert out.read_bytes()[:4] == b"\x7fELF"
+
+
+def test_cli_time_report_json(tmp_path: Path) -> None:
+    """With --json the timings are in the JSON document, not text on stderr."""
+    import json
+
+    out = tmp_path / "u.o"
+    cmd = [sys.executable, "-m", "bpfdsl", "--json", "compile", str(UDP), "-o", str(out)]
+    proc = subprocess.run([*cmd, "--time-report"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert set(doc["timings_ms"]) == {"front", "codegen", "llvm", "check", "total"}
+    assert "time (ms)" not in proc.stderr

@@ -79,7 +79,8 @@ def cmd_compile(args) -> int:
     res = compile_file(
         args.file, mcpu=args.mcpu, emit=args.emit, stats=stats, check=not args.no_check
     )
-    if args.time_report:
+    as_json = getattr(args, "json", False)
+    if args.time_report and not as_json:
         report = "  ".join(f"{k} {v:.1f}" for k, v in res.timings.items())
         print(f"time (ms): {report}", file=sys.stderr)
     if res.warnings:
@@ -118,6 +119,7 @@ def cmd_compile(args) -> int:
                         {"name": s.name, "section": s.section, "insns": s.insns, "stack": s.stack}
                         for s in res.stats
                     ],
+                    **({"timings_ms": res.timings} if args.time_report else {}),
                 }
             )
         )
