@@ -62,7 +62,27 @@ class _Builder:
         return ast.Program(self._s(meta), list(items), self.text)
 
     def license_decl(self, meta, c):
-        return ast.License(self._s(meta), bytes(str(c[0])[1:-1], "utf-8").decode("unicode_escape"))
+        return ast.License(self._s(meta), self._unescape(c[0]))
+
+    _ESCAPES = {"\\": "\\", '"': '"', "n": "\n", "t": "\t", "0": "\0"}
+
+    def _unescape(self, tok: Token) -> str:
+        """The text of a string literal: escapes \\\\ \\" \\n \\t \\0 (C's, as libbpf's
+        ``license`` section holds a C string); any other is a ``bad-literal`` error."""
+        body, out, i = str(tok)[1:-1], [], 0
+        while i < len(body):
+            ch = body[i]
+            if ch == "\\":
+                nxt = body[i + 1 : i + 2]
+                if nxt not in self._ESCAPES:
+                    self._bad(tok, f"unknown escape '\\{nxt}' in a string",
+                              'use \\\\ for a backslash, \\" for a quote')  # fmt: skip
+                out.append(self._ESCAPES[nxt])
+                i += 2
+                continue
+            out.append(ch)
+            i += 1
+        return "".join(out)
 
     def const_decl(self, meta, c):
         return ast.ConstDecl(self._s(meta), str(c[0]), c[1], c[2])

@@ -77,6 +77,8 @@ def compile_source(
     them before the kernel's; warnings land in ``CompileResult.warnings``).  Raises
     DiagnosticError (exit 1) for program errors, UsageError for bad arguments.
     """
+    if text.startswith("\ufeff"):  # a UTF-8 byte-order mark some editors write
+        text = text[1:]
     if emit not in EMIT_KINDS:
         raise UsageError(
             error("bad-emit", f"unknown --emit kind {emit!r}", hint="use obj, llvm-ir or asm")

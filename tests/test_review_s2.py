@@ -113,3 +113,34 @@ def test_huge_literal_is_a_diagnostic():
     diags = _errors(_const_src("9" * 5000))
     assert diags[0].code == "bad-literal" and diags[0].span.line == 4
     assert "digits) is too large" in diags[0].message
+
+
+def test_show_without_privileges_says_so():
+    """`bpfdsl show` as nobody: one line naming what it needs, exit 3 (not an empty list)."""
+    from test_loader_cli_review import _as_nobody
+
+    code, err = _as_nobody(["show"])
+    assert code == 3, err
+    assert err.count("\n") == 1 and "needs root" in err and "sudo bpfdsl show" in err
+
+
+def test_utf8_bom_is_accepted():
+    """A file some editors save with a UTF-8 byte-order mark compiles like one without."""
+    src = 'license "GPL"\nxdp fn f(ctx) { return XDP_PASS }\n'
+    assert compile_source("\ufeff" + src, "t.bpfd").obj == compile_source(src, "t.bpfd").obj
+
+
+@pytest.mark.parametrize(
+    ("lit", "value"), [(r'"GPL"', "GPL"), (r'"G\"P\\L"', 'G"P\\L'), (r'"a\tb"', "a\tb")]
+)
+def test_license_escapes(lit, value):
+    from bpfdsl.objfile import read_object
+
+    src = f"license {lit}\nxdp fn f(ctx) {{ return XDP_PASS }}\n"
+    assert read_object(compile_source(src, "t.bpfd", check=False).obj).license == value
+
+
+def test_unknown_string_escape_is_an_error():
+    diags = _errors('license "G\\qPL"\nxdp fn f(ctx) { return XDP_PASS }\n')
+    assert diags[0].code == "bad-literal" and "\\q" in diags[0].message
+    assert (diags[0].span.line, diags[0].span.col) == (1, 9)

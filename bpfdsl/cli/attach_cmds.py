@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import sys
 
-OK, FAILED = 0, 1
+OK, FAILED, NO_PERMISSION = 0, 1, 3  # bpfdsl.cli's exit codes
 PROG_HELP = "PROG := FILE.o | FILE.bpfd | PINNED_PROG | PIN_DIR (from `bpfdsl load --pin-dir`)"
 
 
@@ -194,6 +196,13 @@ def cmd_detach(args) -> int:
 
 
 def cmd_show(args) -> int:
+    if os.geteuid() != 0:  # bpffs is 0700 and program info by id needs CAP_SYS_ADMIN:
+        print(  # without them the lists would be silently empty
+            "error: bpfdsl show needs root (CAP_BPF + CAP_SYS_ADMIN: it reads /sys/fs/bpf "
+            "and asks the kernel about programs by id); run: sudo bpfdsl show",
+            file=sys.stderr,
+        )
+        return NO_PERMISSION
     from bpfdsl import inventory  # noqa: PLC0415
 
     inv = inventory.collect(all_dirs=args.all)
