@@ -7,7 +7,7 @@ The pipeline is a visible list of calls: parse (parser) -> build AST (build) -> 
 
 from __future__ import annotations
 
-from pathlib import Path
+import os
 
 from .diagnostics import Diagnostic, DiagnosticError, UsageError, error
 from .record import Record
@@ -186,11 +186,11 @@ def object_stats(obj: bytes, programs: list[str]) -> list[ProgramStats]:
     return out
 
 
-def compile_file(path: str | Path, **kw) -> CompileResult:
-    """Read ``path`` and :func:`compile_source` it.  Raises UsageError if unreadable."""
-    p = Path(path)
+def compile_file(path: str | os.PathLike, **kw) -> CompileResult:
+    """Read ``path`` (UTF-8) and :func:`compile_source` it.  Raises UsageError if unreadable."""
     try:
-        text = p.read_text()
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
     except (OSError, UnicodeDecodeError) as e:
         raise UsageError(error("unreadable-input", f"cannot read {path}: {e}")) from None
     return compile_source(text, str(path), **kw)

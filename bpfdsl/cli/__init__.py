@@ -49,12 +49,37 @@ def _module(name: str):
         raise
 
 
+def _columns() -> int:
+    """Terminal width for help text: $COLUMNS, the terminal's, else 80 (what
+    shutil.get_terminal_size does, without importing shutil, bz2 and lzma on every run)."""
+    try:
+        return int(os.environ["COLUMNS"])
+    except (KeyError, ValueError):
+        pass
+    try:
+        return os.get_terminal_size(sys.__stdout__.fileno()).columns
+    except (AttributeError, ValueError, OSError):
+        return 80
+
+
+def formatter(base: type[argparse.HelpFormatter] = argparse.HelpFormatter):
+    """``formatter_class`` for bpfdsl's parsers: ``base`` with the width from
+    :func:`_columns` (argparse would otherwise import shutil to ask for it)."""
+
+    def make(prog: str, **kw) -> argparse.HelpFormatter:
+        kw.setdefault("width", max(_columns() - 2, 20))
+        return base(prog, **kw)
+
+    return make
+
+
 class _SubParser(argparse.ArgumentParser):
     """Sub-command parser that also takes the global ``--json``/``-v`` after the command
     (``bpfdsl show --json`` as well as ``bpfdsl --json show``); nested sub-parsers inherit it."""
 
     def __init__(self, *a, **kw):
         kw.setdefault("conflict_handler", "resolve")
+        kw.setdefault("formatter_class", formatter())
         super().__init__(*a, **kw)
         self.add_argument(
             "-j",
@@ -74,6 +99,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
     p = argparse.ArgumentParser(
         prog="bpfdsl",
+        formatter_class=formatter(),
         description="bpfdsl: write, compile, check, load and attach eBPF networking programs",
     )
     p.add_argument("--version", action="version", version=f"bpfdsl {__version__}")

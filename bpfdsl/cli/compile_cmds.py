@@ -5,9 +5,8 @@ Only calls :func:`bpfdsl.compiler.compile_file` and writes / prints what it retu
 
 from __future__ import annotations
 
-import json
+import os
 import sys
-from pathlib import Path
 
 HELP = """\
 Compile a .bpfd program to an eBPF ELF object (libbpf conventions: sections xdp,
@@ -69,7 +68,9 @@ def register(sub) -> None:
 def _raw():
     import argparse
 
-    return argparse.RawDescriptionHelpFormatter
+    from bpfdsl.cli import formatter
+
+    return formatter(argparse.RawDescriptionHelpFormatter)
 
 
 def cmd_compile(args) -> int:
@@ -84,11 +85,12 @@ def cmd_compile(args) -> int:
         report = "  ".join(f"{k} {v:.1f}" for k, v in res.timings.items())
         print(f"time (ms): {report}", file=sys.stderr)
     if res.warnings:
-        src = Path(args.file).read_text()
+        with open(args.file, encoding="utf-8") as f:
+            src = f.read()
         for w in res.warnings:
             print(w.render(src), file=sys.stderr)
     ext = {"obj": ".o", "llvm-ir": ".ll", "asm": ".s"}[args.emit]
-    out = args.output or str(Path(args.file).with_suffix(ext))
+    out = args.output or os.path.splitext(args.file)[0] + ext
     if args.emit == "obj":
         data = res.obj
     else:
@@ -99,7 +101,8 @@ def cmd_compile(args) -> int:
         sys.stdout.flush()
     else:
         try:
-            Path(out).write_bytes(data)
+            with open(out, "wb") as f:
+                f.write(data)
         except OSError as e:
             from bpfdsl.diagnostics import UsageError, error
 
@@ -111,6 +114,8 @@ def cmd_compile(args) -> int:
                 )
             ) from None
     if getattr(args, "json", False):
+        import json
+
         print(
             json.dumps(
                 {
