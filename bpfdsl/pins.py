@@ -96,11 +96,17 @@ def pin_collection(
             )
         )
     if os.path.isdir(pin_dir) and os.listdir(pin_dir):
-        hint = (
-            f"it holds an earlier load: bpfdsl unload {pin_dir}"
-            if read_manifest(pin_dir)
-            else "pick an empty or new directory"
-        )
+        manifest = read_manifest(pin_dir)
+        if manifest is None:
+            hint = "pick an empty or new directory"
+        elif manifest.get("made_by") == "attach":
+            hint = (
+                "it holds an earlier `bpfdsl attach`: to replace that program atomically, "
+                f"attach with another --pin-dir, then `bpfdsl unload {pin_dir}`; or "
+                f"`bpfdsl detach --dev IFACE` first (it removes {pin_dir})"
+            )
+        else:
+            hint = f"it holds an earlier load: bpfdsl unload {pin_dir}"
         raise UsageError(error("pin-dir-busy", f"{pin_dir} is not empty", hint=hint))
     made: list[str] = []  # files and dirs in creation order, removed in reverse on failure
     res = PinnedCollection(pin_dir)
