@@ -144,3 +144,30 @@ def test_unknown_string_escape_is_an_error():
     diags = _errors('license "G\\qPL"\nxdp fn f(ctx) { return XDP_PASS }\n')
     assert diags[0].code == "bad-literal" and "\\q" in diags[0].message
     assert (diags[0].span.line, diags[0].span.col) == (1, 9)
+
+
+@pytest.mark.kernel
+def test_second_one_step_attach_says_how_to_replace(tmp_path):
+    """`attach xdp FILE.o --pin-dir P` twice: the busy-dir error tells how to replace the
+    attached program atomically (another --pin-dir), and that path works."""
+    from netns import bpffs_dir, veth_net
+
+    src = tmp_path / "p.bpfd"
+    src.write_text('license "GPL"\nxdp fn f(ctx) { return XDP_PASS }\n')
+    one, two = bpffs_dir("bpfdsl_rv_"), bpffs_dir("bpfdsl_rv_")
+    with veth_net("rv") as n:
+        try:
+            first = n.bpfdsl("attach", "xdp", str(src), "--dev", n.xdp_dev, "--pin-dir", one)
+            assert first.returncode == 0, first.stderr
+            again = n.bpfdsl("attach", "xdp", str(src), "--dev", n.xdp_dev, "--pin-dir", one)
+            assert again.returncode == 2 and "pin-dir-busy" in again.stderr
+            assert "another --pin-dir" in again.stderr and f"bpfdsl unload {one}" in again.stderr
+            swap = n.bpfdsl("attach", "xdp", str(src), "--dev", n.xdp_dev, "--pin-dir", two)
+            assert swap.returncode == 0, swap.stderr
+            assert os.path.exists(os.path.join(two, f"link_xdp_{n.xdp_dev}"))
+        finally:
+            n.bpfdsl("detach", "--dev", n.xdp_dev)
+            for d in (one, two):
+                if os.path.isdir(d):
+                    _cli("unload", d)
+    assert not os.path.exists(one) and not os.path.exists(two)
