@@ -145,8 +145,7 @@ def _load_and_open(
                 hint="xdp(cpumap)/xdp(devmap) programs go into cpumap/devmap entries",
             )
         )
-    stem = "".join(c if c in _STEM_CHARS else "_" for c in os.path.basename(ref).rsplit(".", 1)[0])
-    pin_dir = pin_dir or os.path.join(attach.DEFAULT_PIN_ROOT, stem)
+    pin_dir = pin_dir or default_pin_dir(ref)
     attach.ensure_bpffs()
     if pin_dir.startswith(attach.DEFAULT_PIN_ROOT + "/"):
         os.makedirs(attach.DEFAULT_PIN_ROOT, exist_ok=True)
@@ -157,6 +156,19 @@ def _load_and_open(
         except BaseException:
             pins.unpin_dir(pin_dir)  # a failed attach leaves nothing pinned
             raise
+
+
+def default_pin_dir(ref: str) -> str:
+    """Where ``bpfdsl attach xdp FILE.o`` pins what it loads without ``--pin-dir``:
+    /sys/fs/bpf/bpfdsl/<object name, characters other than [A-Za-z0-9_] as _>."""
+    stem = "".join(c if c in _STEM_CHARS else "_" for c in os.path.basename(ref).rsplit(".", 1)[0])
+    return os.path.join(attach.DEFAULT_PIN_ROOT, stem)
+
+
+def is_object_file(ref: str) -> bool:
+    """True when ``ref`` names an object or source file (what :func:`open_program` loads),
+    not a pin dir or a pinned program."""
+    return os.path.isfile(ref) and _kind_at(ref) != "prog"
 
 
 _STEM_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")

@@ -147,27 +147,45 @@ def test_unknown_string_escape_is_an_error():
 
 
 @pytest.mark.kernel
-def test_second_one_step_attach_says_how_to_replace(tmp_path):
-    """`attach xdp FILE.o --pin-dir P` twice: the busy-dir error tells how to replace the
-    attached program atomically (another --pin-dir), and that path works."""
+def test_second_one_step_attach_replaces_atomically(tmp_path):
+    """`attach xdp FILE.o --pin-dir P` over an earlier one-step attach into P: the new
+    program replaces the old on the same link (atomic update), P then holds only the new
+    pins, packets get the new verdict; with --no-replace the busy dir is an error whose hint
+    names the way to replace."""
+    import json
+
     from netns import bpffs_dir, veth_net
 
-    src = tmp_path / "p.bpfd"
-    src.write_text('license "GPL"\nxdp fn f(ctx) { return XDP_PASS }\n')
-    one, two = bpffs_dir("bpfdsl_rv_"), bpffs_dir("bpfdsl_rv_")
+    drop, pas = tmp_path / "drop.bpfd", tmp_path / "pass.bpfd"
+    drop.write_text('license "GPL"\nxdp fn d(ctx) { return XDP_DROP }\n')
+    pas.write_text('license "GPL"\nxdp fn p(ctx) { return XDP_PASS }\n')
+    pin = bpffs_dir("bpfdsl_rv_")
     with veth_net("rv") as n:
         try:
-            first = n.bpfdsl("attach", "xdp", str(src), "--dev", n.xdp_dev, "--pin-dir", one)
-            assert first.returncode == 0, first.stderr
-            again = n.bpfdsl("attach", "xdp", str(src), "--dev", n.xdp_dev, "--pin-dir", one)
-            assert again.returncode == 2 and "pin-dir-busy" in again.stderr
-            assert "another --pin-dir" in again.stderr and f"bpfdsl unload {one}" in again.stderr
-            swap = n.bpfdsl("attach", "xdp", str(src), "--dev", n.xdp_dev, "--pin-dir", two)
-            assert swap.returncode == 0, swap.stderr
-            assert os.path.exists(os.path.join(two, f"link_xdp_{n.xdp_dev}"))
+            a = n.bpfdsl("--json", "attach", "xdp", str(drop), "--dev", n.xdp_dev, "--pin-dir", pin)
+            assert a.returncode == 0, a.stderr
+            first = json.loads(a.stdout)
+            with n.udp_receiver(9000) as rx:
+                n.send_udp(9000, 20)
+                assert rx.drain() == 0
+            b = n.bpfdsl("--json", "attach", "xdp", str(pas), "--dev", n.xdp_dev, "--pin-dir", pin)
+            assert b.returncode == 0, b.stderr
+            second = json.loads(b.stdout)
+            assert second["link_id"] == first["link_id"]  # the same link, updated in place
+            assert second["prog_id"] != first["prog_id"]
+            assert sorted(os.listdir(os.path.join(pin, "progs"))) == ["p"]
+            assert os.path.exists(os.path.join(pin, f"link_xdp_{n.xdp_dev}"))
+            parent = os.path.dirname(pin)
+            assert not [d for d in os.listdir(parent) if d.startswith(os.path.basename(pin) + "_")]
+            with n.udp_receiver(9000) as rx:
+                n.send_udp(9000, 20)
+                assert rx.drain() == 20
+            c = n.bpfdsl("attach", "xdp", str(pas), "--dev", n.xdp_dev, "--pin-dir", pin,
+                         "--no-replace")  # fmt: skip
+            assert c.returncode == 2 and "pin-dir-busy" in c.stderr
+            assert "another --pin-dir" in c.stderr
         finally:
             n.bpfdsl("detach", "--dev", n.xdp_dev)
-            for d in (one, two):
-                if os.path.isdir(d):
-                    _cli("unload", d)
-    assert not os.path.exists(one) and not os.path.exists(two)
+            if os.path.isdir(pin):
+                _cli("unload", pin)
+    assert not os.path.exists(pin)

@@ -125,8 +125,9 @@ def cmd_attach(args) -> int:
         )
     dev = _dev(args, words[1] if len(words) > 1 else None)
     attach.check_mode(args.mode)
+    target, staging = _replacing(args, words[0], dev)
     with inventory.open_program(
-        words[0], prog=args.prog, pin_dir=args.pin_dir, config_items=args.set
+        words[0], prog=args.prog, pin_dir=staging or args.pin_dir, config_items=args.set
     ) as prog:
         link_pin = attach.link_pin_path(prog.pin_dir, dev) if prog.pin_dir else None
         res = attach.attach_xdp(
@@ -139,6 +140,9 @@ def cmd_attach(args) -> int:
         )
         if res.method == "link" and res.link_pin is None and link_pin:
             res = attach.move_link_pin(res, link_pin)  # replaced: the link now lives here
+    if staging is not None:
+        res = _take_over(target, staging, res, dev)
+        prog.pin_dir = target
     if args.json:
         print(json.dumps({**res.to_dict(), "loaded": prog.loaded_from, "pin_dir": prog.pin_dir}))
     else:
@@ -153,6 +157,54 @@ def cmd_attach(args) -> int:
             f"in {res.mode} mode via {via}"
         )
     return OK
+
+
+def _replacing(args, ref: str, dev: str) -> tuple[str | None, str | None]:
+    """(pin dir, staging dir) when this one-step attach of an object file replaces what an
+    earlier one-step attach pinned in the same dir: the new object is loaded into a sibling
+    staging dir, attached over the old program (link update: atomic), and then takes the
+    old dir's place (:func:`_take_over`).  (None, None) otherwise: a plain attach, or a
+    pin-dir-busy error from the loader when the dir holds something else (a `bpfdsl load`,
+    links of other interfaces, --no-replace)."""
+    from bpfdsl import attach, inventory, pins  # noqa: PLC0415
+
+    if args.no_replace or not inventory.is_object_file(ref):
+        return None, None
+    target = os.path.normpath(args.pin_dir or inventory.default_pin_dir(ref))
+    if not os.path.isdir(target) or not os.listdir(target):
+        return None, None
+    manifest = pins.read_manifest(target)
+    own_link = os.path.basename(attach.link_pin_path(target, dev))
+    links = [n for n in os.listdir(target) if n.startswith("link_")]
+    if manifest is None or manifest.get("made_by") != "attach" or set(links) - {own_link}:
+        return None, None
+    import uuid  # noqa: PLC0415
+
+    return target, f"{target}_next_{uuid.uuid4().hex[:8]}"
+
+
+def _take_over(target: str, staging: str, res, dev: str):
+    """After a successful attach from ``staging``: remove the old pins of ``target`` (its
+    link pin was moved to ``staging`` already, so nothing is detached) and rename
+    ``staging`` to ``target``.  Returns ``res`` with the link pin's final path."""
+    from bpfdsl import attach, pins  # noqa: PLC0415
+    from bpfdsl.diagnostics import DiagnosticError, error  # noqa: PLC0415
+
+    try:
+        pins.unpin_dir(target)
+        os.rename(staging, target)
+    except (OSError, DiagnosticError) as e:
+        raise DiagnosticError(
+            error(
+                "replace-incomplete",
+                f"the new program is attached and pinned under {staging}, but the old pins "
+                f"in {target} could not be replaced: {e}",
+                hint=f"bpfdsl unload {target}, then use {staging} as the pin dir",
+            )
+        ) from None
+    if res.link_pin is not None:
+        res = res.replace(link_pin=attach.link_pin_path(target, dev))
+    return res
 
 
 def cmd_detach(args) -> int:
