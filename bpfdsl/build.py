@@ -312,8 +312,12 @@ class _Builder:
                 self._bad(
                     tok,
                     f"prefix {str(tok)!r} has host bits set",
-                    f"only the first {plen} bits may be non-zero: write the network "
-                    f"`{shown}/{plen}`",
+                    (
+                        f"only the first {plen} bits may be non-zero"
+                        if plen
+                        else "a /0 prefix matches every address"
+                    )
+                    + f": write the network `{shown}/{plen}`",
                 )
         return ast.AddrLit(self._s(meta), kind, data, plen)
 

@@ -189,3 +189,12 @@ def test_second_one_step_attach_replaces_atomically(tmp_path):
             if os.path.isdir(pin):
                 _cli("unload", pin)
     assert not os.path.exists(pin)
+
+
+def test_slash_zero_prefix_hint():
+    src = (
+        _HEAD.replace("config c: nosuch = 9\n", "") + "    let x = ip.saddr in 1.0.0.0/0\n" + _TAIL
+    )
+    diags = _errors(src)
+    assert diags[0].code == "bad-literal"
+    assert "matches every address" in diags[0].hints[0] and "`0.0.0.0/0`" in diags[0].hints[0]
