@@ -22,6 +22,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from flowhash import flow_hash as fnv1a
 from netns import send_frames, veth_net
 from redirect_testlib import Loaded, build_c, load_bpfdsl, load_object, percpu_values, quiet_ipv6
 
@@ -34,19 +35,6 @@ from bpfdsl.uapi import XdpAction, XdpFlags
 
 pytestmark = pytest.mark.kernel
 N = 25  # frames per flow
-
-
-def fnv1a(*words: int) -> int:
-    """The reference programs' flow hash, as bpfdsl's hash(): 32-bit FNV-1a over whole
-    words, then MurmurHash3's fmix32 finalizer."""
-    h = 2166136261
-    for w in words:
-        h = ((h ^ w) * 16777619) & 0xFFFFFFFF
-    h ^= h >> 16
-    h = (h * 0x85EBCA6B) & 0xFFFFFFFF
-    h ^= h >> 13
-    h = (h * 0xC2B2AE35) & 0xFFFFFFFF
-    return h ^ (h >> 16)
 
 
 def spread_flows(candidates: list[str], dst: str, n: int = 8) -> list[str]:

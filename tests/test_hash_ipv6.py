@@ -9,6 +9,7 @@ import ipaddress
 from pathlib import Path
 
 import pytest
+from flowhash import flow_hash as model_hash
 from scapy.layers.inet import TCP, UDP
 from scapy.layers.inet6 import IPv6, IPv6ExtHdrHopByHop
 from scapy.layers.l2 import Ether
@@ -18,18 +19,6 @@ from bpfdsl.diagnostics import DiagnosticError
 
 PROGS = Path(__file__).resolve().parent.parent / "progs"
 MAC_A, MAC_B = "02:00:00:00:00:0a", "02:00:00:00:00:0b"
-
-
-def model_hash(*words: int) -> int:
-    """bpfdsl's hash(): 32-bit FNV-1a over whole words, then MurmurHash3's fmix32."""
-    h = 2166136261
-    for w in words:
-        h = ((h ^ w) * 16777619) & 0xFFFFFFFF
-    h ^= h >> 16
-    h = (h * 0x85EBCA6B) & 0xFFFFFFFF
-    h ^= h >> 13
-    h = (h * 0xC2B2AE35) & 0xFFFFFFFF
-    return h ^ (h >> 16)
 
 
 def words(raw: bytes) -> list[int]:

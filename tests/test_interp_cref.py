@@ -14,6 +14,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from flowhash import flow_hash
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
@@ -59,18 +60,6 @@ def cref(tmp_path_factory: pytest.TempPathFactory):
 
 def udp(src: str, dst: str, dport: int = 1000) -> bytes:
     return bytes(Ether() / IP(src=src, dst=dst) / UDP(sport=1, dport=dport) / b"hello")
-
-
-def flow_hash(*words: int) -> int:
-    """The C reference's flow hash: FNV-1a over 32-bit words, then MurmurHash3 fmix32."""
-    h = 2166136261
-    for w in words:
-        h = ((h ^ w) * 16777619) & 0xFFFFFFFF
-    h ^= h >> 16
-    h = (h * 0x85EBCA6B) & 0xFFFFFFFF
-    h ^= h >> 13
-    h = (h * 0xC2B2AE35) & 0xFFFFFFFF
-    return h ^ (h >> 16)
 
 
 def test_interp_cpumap_steer_by_flow_hash(cref) -> None:

@@ -8,6 +8,7 @@ import struct
 from pathlib import Path
 
 import pytest
+from flowhash import flow_hash
 
 from bpfdsl.compiler import compile_file, compile_source
 
@@ -450,15 +451,7 @@ xdp fn h(ctx) {
     return XDP_PASS
 }"""
 
-    def fnv1a(*words):
-        h = 2166136261
-        for w in words:
-            h = ((h ^ w) * 16777619) & 0xFFFFFFFF
-        h ^= h >> 16
-        h = (h * 0x85EBCA6B) & 0xFFFFFFFF
-        h ^= h >> 13
-        h = (h * 0xC2B2AE35) & 0xFFFFFFFF
-        return h ^ (h >> 16)
+    fnv1a = flow_hash
 
     with Prog(src) as p:
         p.verdict(udp4(src="10.1.2.3", dst="10.4.5.6"))
