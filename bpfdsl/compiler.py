@@ -90,17 +90,50 @@ def compile_source(
     try:
         return _compile(text, filename, mcpu, emit, debug, stats, check)
     except RecursionError:
+        sys.setrecursionlimit(limit)
+        span, depth = _deepest(text, filename)
+        where = f" (its syntax tree is {depth} levels deep)" if depth else ""
         raise DiagnosticError(
             error(
                 "too-deep",
-                f"{filename}: expressions or blocks are nested too deeply to compile",
+                f"expressions or blocks are nested too deeply to compile{where}",
+                span,
                 hint="split long expressions into `let` steps and flatten nested `if`s "
                 "(e.g. with `match` or early `return`)",
-            )
+            ),
+            source=text,
         ) from None
     finally:
         sys.setrecursionlimit(limit)
 
+
+def _deepest(text: str, filename: str):
+    """(span, depth) of where the AST of ``text`` first gets :data:`TOO_DEEP` levels deep on
+    its deepest path (None, 0 if it cannot be told): the position for the ``too-deep``
+    error.  Walks the tree with an explicit stack (the parser builds it without recursion)."""
+    from . import ast
+    from .build import parse_program
+
+    try:
+        prog = parse_program(text, filename)
+    except (DiagnosticError, RecursionError):
+        return None, 0
+    best, stack = (0, None), [(prog, 0, None)]
+    while stack:
+        node, depth, first_deep = stack.pop()
+        if depth == TOO_DEEP:
+            first_deep = node
+        if depth > best[0]:
+            best = (depth, first_deep)
+        for v in vars(node).values():
+            for c in v if isinstance(v, list) else (v,):
+                if isinstance(c, ast.Node):
+                    stack.append((c, depth + 1, first_deep))
+    node = best[1]
+    return (node.span if node is not None else None), best[0]
+
+
+TOO_DEEP = 500  # nesting levels where the too-deep error points (the limit is higher)
 
 # Python frames the front end and IR builder may use (each nesting level of an expression
 # or block costs a few); Python 3.11 runs pure-Python calls without C stack, so this is safe.

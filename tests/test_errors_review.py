@@ -174,6 +174,8 @@ def test_too_deep_nesting_is_a_clean_error(tmp_path):
     r = _cli(str(src), "-o", str(tmp_path / "deep.o"))
     assert r.returncode == 1 and "Traceback" not in r.stderr
     assert "error[too-deep]" in r.stderr and "help:" in r.stderr
+    # the position of the first if nested 500 levels deep (an If node, then its block)
+    assert f"{src}:" in r.stderr and "if ctx.len > " in r.stderr, r.stderr
 
 
 @pytest.mark.parametrize(
