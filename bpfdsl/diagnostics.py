@@ -1,4 +1,4 @@
-"""Diagnostics: the one error model of bpfdsl (leaf module, imports nothing of ours).
+"""Diagnostics: the one error model of bpfdsl (leaf module; imports only bpfdsl.record).
 
 Every user-facing error is a :class:`Diagnostic` carrying a :class:`Span`
 (file, 1-based line and column).  Stages raise :class:`DiagnosticError`
@@ -11,12 +11,14 @@ line, a caret under the span, and ``help:``/``note:`` lines.
 
 from __future__ import annotations
 
+from .record import FrozenRecord, Record
 
-class Span:
+
+class Span(FrozenRecord):
     """A source range. ``line``/``col`` are 1-based; ``end_*`` inclusive-exclusive like lark.
 
-    Immutable by convention, compared and hashed by value (like a frozen dataclass); a
-    plain ``__slots__`` class because the parser makes one per AST node."""
+    Immutable by convention, compared and hashed by value (:class:`~bpfdsl.record.
+    FrozenRecord`, not a dataclass: the parser makes one per AST node)."""
 
     __slots__ = ("file", "line", "col", "end_line", "end_col")
 
@@ -34,26 +36,11 @@ class Span:
         self.end_line = end_line
         self.end_col = end_col
 
-    def _key(self) -> tuple:
-        return (self.file, self.line, self.col, self.end_line, self.end_col)
-
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is not Span:
-            return NotImplemented
-        return self._key() == other._key()  # type: ignore[attr-defined]
-
-    def __hash__(self) -> int:
-        return hash(self._key())
-
-    def __repr__(self) -> str:
-        args = ", ".join(f"{n}={getattr(self, n)!r}" for n in self.__slots__)
-        return f"Span({args})"
-
     def __str__(self) -> str:
         return f"{self.file}:{self.line}:{self.col}"
 
 
-class Diagnostic:
+class Diagnostic(Record):
     """One message.
 
     ``severity`` is ``"error"``, ``"warning"`` or ``"note"``; ``code`` is a stable
@@ -79,20 +66,6 @@ class Diagnostic:
         self.span = span
         self.hints = [] if hints is None else hints
         self.notes = [] if notes is None else notes
-
-    def _key(self) -> tuple:
-        return (self.severity, self.code, self.message, self.span, self.hints, self.notes)
-
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is not Diagnostic:
-            return NotImplemented
-        return self._key() == other._key()  # type: ignore[attr-defined]
-
-    __hash__ = None  # type: ignore[assignment]  (mutable, like the dataclass it was)
-
-    def __repr__(self) -> str:
-        args = ", ".join(f"{n}={getattr(self, n)!r}" for n in self.__slots__)
-        return f"Diagnostic({args})"
 
     def concise(self) -> str:
         where = f"{self.span}: " if self.span else ""

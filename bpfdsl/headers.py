@@ -10,9 +10,10 @@ Bit fields (ihl, version, doff, TCP flags) are read-only views of one byte.
 from __future__ import annotations
 
 from . import types as T
+from .record import FrozenRecord
 
 
-class HField:
+class HField(FrozenRecord):
     """One header field: byte ``offset``, ``type``; for bit fields ``shift``/``width``
     (bits; width 0 = the whole field).  Immutable by convention, equal by value."""
 
@@ -27,21 +28,6 @@ class HField:
     @property
     def writable(self) -> bool:
         return self.width == 0
-
-    def _key(self) -> tuple:
-        return (self.offset, self.type, self.shift, self.width)
-
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is not HField:
-            return NotImplemented
-        return self._key() == other._key()  # type: ignore[attr-defined]
-
-    def __hash__(self) -> int:
-        return hash(self._key())
-
-    def __repr__(self) -> str:
-        o, t, s, w = self._key()
-        return f"HField(offset={o!r}, type={t!r}, shift={s!r}, width={w!r})"
 
 
 class Header:
