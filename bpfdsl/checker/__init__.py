@@ -15,6 +15,7 @@ from __future__ import annotations
 import gc
 import time
 from collections.abc import Sequence
+from functools import wraps
 
 from ..insn import Insn, format_insn
 from ..record import Record
@@ -83,6 +84,27 @@ def _kind_of(prog_type: ProgramType, attach: AttachType | None) -> ProgramKind |
     return None
 
 
+def _cycle_gc_paused(fn):
+    """Run ``fn`` with the cycle collector paused, the caller's setting restored after.
+    States, registers and the explored-state tree form no reference cycles (refcounting
+    frees them), but a big analysis keeps many alive and the cycle collections its
+    allocations trigger would scan them again and again (half the time of a 70,000-insn
+    analysis)."""
+
+    @wraps(fn)
+    def paused(*args, **kwargs):
+        was = gc.isenabled()
+        gc.disable()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            if was:
+                gc.enable()
+
+    return paused
+
+
+@_cycle_gc_paused
 def check_insns(
     insns: Sequence[Insn],
     prog_type: ProgramType,
@@ -103,44 +125,6 @@ def check_insns(
     returns a LineInfo-like record (file, line, col, text) or None.  ``strict`` turns
     warnings into errors.  Never raises for bad programs: faults become errors.
     """
-    # States, registers and the explored-state tree form no reference cycles (refcounting
-    # frees them), but a big analysis keeps many alive and the cycle collections its
-    # allocations trigger would scan them again and again (half the time of a 70,000-insn
-    # analysis): pause the cycle collector while checking, restore it after.
-    gc_was = gc.isenabled()
-    gc.disable()
-    try:
-        return _check_insns(
-            insns,
-            prog_type,
-            attach_type,
-            map_refs,
-            name,
-            section,
-            line_at,
-            privileged,
-            strict,
-            gpl,
-            kernel,
-        )
-    finally:
-        if gc_was:
-            gc.enable()
-
-
-def _check_insns(
-    insns,
-    prog_type,
-    attach_type,
-    map_refs,
-    name,
-    section,
-    line_at,
-    privileged,
-    strict,
-    gpl,
-    kernel,
-) -> ProgramResult:
     t0 = time.perf_counter()
     kind = _kind_of(prog_type, attach_type)
     ctx = kind.ctx if kind else ctx_for_program_type(prog_type)
