@@ -314,12 +314,12 @@ def program_slots(obj: Path) -> list[tuple[str, str, int]]:
     """[(section, function, slots)] of the programs in ``obj``, by section then symbol order.
 
     Slots are 8-byte instruction units as the kernel counts them (ld_imm64 = 2), including
-    the BPF-to-BPF subprograms the program carries.  Read with ``bpfdsl.objfile`` (sum of
+    the BPF-to-BPF subprograms the program carries.  Read with ``bpfdsl.obj.collection`` (sum of
     ``Insn.width``; subprograms appended) when it is available, else with pyelftools from
     the symbol table (st_size / 8, plus the size of .text); both agree on clang's objects.
     """
     try:
-        from bpfdsl.objfile import read_object
+        from bpfdsl.obj.collection import read_object
     except ImportError:
         return _program_slots_elf(obj)
     spec = read_object(obj)
@@ -357,7 +357,7 @@ class Loaded:
     """
 
     def __init__(self, obj: Path):
-        from bpfdsl import syscall
+        from bpfdsl.kernel import syscall
 
         self.pin = Path("/sys/fs/bpf") / f"bpfdsl_bench_{uuid.uuid4().hex[:10]}"
         self.fds = []

@@ -48,15 +48,15 @@ PROCESSED_RE = re.compile(r"processed (\d+) insns")
 def processed_insns(obj: Path) -> tuple[dict[str, int], str]:
     """(function name -> verifier-processed insns, how it was loaded), loading ``obj`` once.
 
-    Primary path: bpfdsl's loader (``bpfdsl.loader.load_collection`` with
-    ``log_level=1|4`` = BPF_LOG_LEVEL1 | BPF_LOG_STATS, BPF_PROG_LOAD through bpfdsl.syscall);
+    Primary path: bpfdsl's loader (``bpfdsl.runtime.loader.load_collection`` with
+    ``log_level=1|4`` = BPF_LOG_LEVEL1 | BPF_LOG_STATS, BPF_PROG_LOAD through bpfdsl.kernel.syscall);
     the kernel log's "processed N insns" line gives the figure.  Fallback when that loader is
     missing or refuses the object: libbpf (``bpftool -d prog loadall`` asks for log level
     1|2|4 and prints each program's log) into a throw-away pin dir removed afterwards.
     """
     try:
-        from bpfdsl.loader import load_collection
-        from bpfdsl.objfile import read_object
+        from bpfdsl.obj.collection import read_object
+        from bpfdsl.runtime.loader import load_collection
 
         with load_collection(read_object(obj), log_level=1 | 4) as coll:
             out = {}
@@ -64,7 +64,7 @@ def processed_insns(obj: Path) -> tuple[dict[str, int], str]:
                 m = PROCESSED_RE.search(p.log)
                 if m:
                     out[name] = int(m.group(1))
-            return out, "bpfdsl.loader"
+            return out, "bpfdsl.runtime.loader"
     except ImportError:
         pass
     except Exception as e:  # noqa: BLE001 - fall back to libbpf and say so
@@ -135,10 +135,10 @@ def inproc_ms(src: Path, runs: int) -> dict[str, float]:
 
 def llvm_floor_ms(csrc: Path, work: Path, runs: int) -> float | None:
     """Median ms of LLVM alone on clang's own IR for the C twin: parse + the same O2 pipeline
-    + BPF code generation through llvmlite (bpfdsl.target), as our ``llvm`` stage runs it.
+    + BPF code generation through llvmlite (bpfdsl.backend.target), as our ``llvm`` stage runs it.
     The IR is clang-19's before its optimisation passes (``-Xclang -disable-llvm-passes``).
     It shows what the LLVM stage costs whatever IR bpfdsl would write; None if clang fails."""
-    from bpfdsl import target
+    from bpfdsl.backend import target
 
     ll = work / (csrc.stem + ".clang.ll")
     cmd = B.clang_cmd(csrc, ll)
@@ -196,7 +196,7 @@ def bench(
                 c_proc, how_c = processed_insns(cobj)
                 o_proc, how_o = processed_insns(oobj) if have_ours else ({}, None)
                 for how in {how_c, how_o} - {None}:
-                    if how in ("bpfdsl.loader", "bpftool"):
+                    if how in ("bpfdsl.runtime.loader", "bpftool"):
                         res["loaded_with"].add(how)
                     else:
                         res["notes"].append(f"{name}: {how}")

@@ -84,7 +84,7 @@ class Redirector:
     """sock_ops + sk_msg of one object, attached while in a ``with`` block."""
 
     def __init__(self, obj: Path, cgroup: str):
-        from bpfdsl.uapi import MapType
+        from bpfdsl.abi.uapi import MapType
 
         self.lo = B.Loaded(obj)
         self.cgroup = cgroup
@@ -104,14 +104,14 @@ class Redirector:
         """Sum of the object's per-CPU counter map (key 0), None without one."""
         if self.counter is None:
             return None
-        from bpfdsl import syscall
+        from bpfdsl.kernel import syscall
 
         fd, _info = self.counter
         raw = syscall.map_lookup(fd, struct.pack("<I", 0), syscall.percpu_value_size(8)) or b""
         return sum(v for (v,) in struct.iter_unpack("<Q", raw[: len(raw) // 8 * 8]))
 
     def __enter__(self) -> Redirector:
-        from bpfdsl import cgroup, sockmap
+        from bpfdsl.runtime import cgroup, sockmap
 
         sockmap.sk_msg_attach(self.sockmap, self.lo.progs["sk_msg"])
         try:
@@ -122,7 +122,7 @@ class Redirector:
         return self
 
     def __exit__(self, *exc) -> None:
-        from bpfdsl import cgroup, sockmap
+        from bpfdsl.runtime import cgroup, sockmap
 
         cgroup.sock_ops_detach(self.cgroup, self.lo.progs["sockops"])
         sockmap.sk_msg_detach(self.sockmap, self.lo.progs["sk_msg"])
@@ -135,7 +135,8 @@ def bench(
     objs: dict[str, Path], sizes, runs: int, millis: float, work: Path, pin: bool = False
 ) -> dict:
     """objs: mode label -> object.  Returns raw samples per mode and size."""
-    from bpfdsl import cgroup, netlink
+    from bpfdsl.kernel import netlink
+    from bpfdsl.runtime import cgroup
 
     exe = build_helper(work)
     modes = ["plain", *objs]

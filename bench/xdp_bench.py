@@ -42,7 +42,7 @@ UDP_PORT = 9  # destination port of the test frames (the cpumap programs drop it
 
 
 def percpu_sum(fd, info, key: int = 0) -> int:
-    from bpfdsl import syscall
+    from bpfdsl.kernel import syscall
 
     n = syscall.possible_cpus()
     raw = syscall.map_lookup(fd, struct.pack("<I", key), syscall.percpu_value_size(8)) or b""
@@ -53,8 +53,9 @@ def setup(scenario: str, lo: B.Loaded, ns: VethNs, sink_fd) -> callable:
     """Attach the scenario's program(s) of ``lo``; returns a function -> counted frames so far."""
     from xdpgen import link_stats
 
-    from bpfdsl import attach, syscall
-    from bpfdsl.uapi import MapType
+    from bpfdsl.abi.uapi import MapType
+    from bpfdsl.kernel import syscall
+    from bpfdsl.runtime import attach
 
     (va0, vb0) = ns.pairs[0]
     attach.attach_xdp(int(lo.progs["xdp"]), vb0, mode="native", method="netlink", replace=True)
@@ -100,8 +101,8 @@ def bench(
     """objs: scenario -> {impl label: object}.  Returns per scenario and impl the pps of each run."""
     from xdpgen import LiveFrameGenerator
 
-    from bpfdsl import netlink
-    from bpfdsl.packets import udp_frame
+    from bpfdsl.kernel import netlink
+    from bpfdsl.runtime.packets import udp_frame
 
     frame = udp_frame(
         src_mac="02:00:00:00:00:01",

@@ -7,7 +7,7 @@ from a page pool and, for XDP_TX, transmits each out of the interface named by t
 that means straight into the peer's XDP receive path, without the socket layer.  Needed
 instead of xdp-trafficgen, which fails to load on this kernel.
 
-The caller must be in the network namespace of the interface (``bpfdsl.netlink.in_netns``):
+The caller must be in the network namespace of the interface (``bpfdsl.kernel.netlink.in_netns``):
 the kernel resolves ``ingress_ifindex`` in the calling thread's namespace.
 """
 
@@ -18,8 +18,9 @@ import time
 
 import benchlib as B  # noqa: F401  (puts the working tree on sys.path)
 
-from bpfdsl import insn, syscall
-from bpfdsl.uapi import BPF_F_TEST_XDP_LIVE_FRAMES, ProgramType, XdpAction
+from bpfdsl.abi import insn
+from bpfdsl.abi.uapi import BPF_F_TEST_XDP_LIVE_FRAMES, ProgramType, XdpAction
+from bpfdsl.kernel import syscall
 
 XDP_MD = struct.Struct("<6I")  # struct xdp_md: data, data_end, data_meta, ingress_ifindex,
 # rx_queue_index, egress_ifindex (include/uapi/linux/bpf.h), all u32

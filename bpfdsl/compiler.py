@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import os
 
-from .diagnostics import Diagnostic, DiagnosticError, UsageError, error
-from .record import Record
+from bpfdsl.diagnostics import Diagnostic, DiagnosticError, UsageError, error
+from bpfdsl.record import Record
 
 EMIT_KINDS = ("obj", "llvm-ir", "asm")
 
@@ -52,8 +52,8 @@ class CompileResult(Record):
 
 def front_end(text: str, filename: str = "<input>"):
     """Parse and check ``text``; returns sema.Checked.  Raises DiagnosticError."""
-    from .build import parse_program
-    from .sema import check
+    from bpfdsl.lang.build import parse_program
+    from bpfdsl.lang.sema.analyzer import check
 
     return check(parse_program(text, filename), filename)
 
@@ -111,8 +111,8 @@ def _deepest(text: str, filename: str):
     """(span, depth) of where the AST of ``text`` first gets :data:`TOO_DEEP` levels deep on
     its deepest path (None, 0 if it cannot be told): the position for the ``too-deep``
     error.  Walks the tree with an explicit stack (the parser builds it without recursion)."""
-    from . import ast
-    from .build import parse_program
+    from bpfdsl.lang import ast
+    from bpfdsl.lang.build import parse_program
 
     try:
         prog = parse_program(text, filename)
@@ -143,16 +143,16 @@ DEPTH_LIMIT = 8000
 def _compile(text, filename, mcpu, emit, debug, stats, check) -> CompileResult:
     from time import perf_counter
 
-    from . import target
-    from .codegen import generate
+    from bpfdsl.backend import target
+    from bpfdsl.backend.codegen.generator import generate
 
     t = [perf_counter()]
     checked = front_end(text, filename)
     t.append(perf_counter())
     dbg = None
     if debug:
-        from .codegen_debug import DebugAdapter
-        from .codegen_text import Module
+        from bpfdsl.backend.codegen.debug import DebugAdapter
+        from bpfdsl.backend.codegen.text import Module
 
         lines = {n: d.span.line for n, d in checked.map_decls.items()}
         module = Module(name=filename)
@@ -186,8 +186,8 @@ def _compile(text, filename, mcpu, emit, debug, stats, check) -> CompileResult:
 def check_compiled(obj: bytes, text: str) -> list[Diagnostic]:
     """Run the checker over a compiled object; raise DiagnosticError (source ``text``) for
     its errors, return its warnings as Diagnostics."""
-    from .checker import check_object
-    from .objfile import read_object
+    from bpfdsl.checker import check_object
+    from bpfdsl.obj.collection import read_object
 
     res = check_object(read_object(obj))
     errs = [e.diagnostic(p.name) for p in res.programs for e in p.errors]
@@ -197,12 +197,13 @@ def check_compiled(obj: bytes, text: str) -> list[Diagnostic]:
 
 
 def object_stats(obj: bytes, programs: list[str]) -> list[ProgramStats]:
-    """Instruction count (decoded with bpfdsl.insn) and stack bytes per program function."""
+    """Instruction count (decoded with bpfdsl.abi.insn) and stack bytes per program function."""
     import io
 
     from elftools.elf.elffile import ELFFile
 
-    from . import insn, target
+    from bpfdsl.abi import insn
+    from bpfdsl.backend import target
 
     depths = target.stack_depths(obj)
     elf = ELFFile(io.BytesIO(obj))

@@ -11,7 +11,7 @@ line, a caret under the span, and ``help:``/``note:`` lines.
 
 from __future__ import annotations
 
-from .record import FrozenRecord, Record
+from bpfdsl.record import FrozenRecord, Record
 
 
 class Span(FrozenRecord):

@@ -32,11 +32,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bpfdsl import insn as I  # noqa: E402
-from bpfdsl import syscall as S  # noqa: E402
-from bpfdsl import uapi as U  # noqa: E402
+from bpfdsl.abi import insn as I  # noqa: E402
+from bpfdsl.abi import uapi as U  # noqa: E402
 from bpfdsl.checker import DataMap, check_insns, map_refs_for  # noqa: E402
-from bpfdsl.objfile import read_object  # noqa: E402
+from bpfdsl.kernel import syscall as S  # noqa: E402
+from bpfdsl.obj.collection import read_object  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "tests" / "checker"))
 from idioms import idiom_prog  # noqa: E402
@@ -216,7 +216,7 @@ def build_corpus(seed: int, n_random: int, tmp: str, per_kind: int = 3) -> list[
     for b in bases:
         corpus += mutate(b, rng, per_kind)
     # random programs share a small set of maps
-    from bpfdsl.objfile_maps import MapSpec
+    from bpfdsl.obj.maps import MapSpec
 
     rmaps = {
         "h": MapSpec("h", U.MapType.HASH, 4, 8, 16),

@@ -28,12 +28,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bpfdsl import syscall  # noqa: E402
+from bpfdsl.abi.uapi import MapType  # noqa: E402
 from bpfdsl.interp import InterpCollection, InterpError  # noqa: E402
 from bpfdsl.interp.ctx import XDP_MAX_LINEAR  # noqa: E402
-from bpfdsl.objfile import read_object  # noqa: E402
-from bpfdsl.pytest_plugin import _InterpMap, _KernelMap  # noqa: E402
-from bpfdsl.uapi import MapType  # noqa: E402
+from bpfdsl.kernel import syscall  # noqa: E402
+from bpfdsl.obj.collection import read_object  # noqa: E402
+from bpfdsl.testing.pytest_plugin import _InterpMap, _KernelMap  # noqa: E402
 
 PCAPS = ROOT / "tests" / "data" / "pcaps"  # copy of the tcpdump test corpus (BSD)
 DATA_MAPS = {
@@ -94,7 +94,7 @@ def objects(with_c: bool, only: list[str] | None) -> list[tuple[str, bytes]]:
 
 
 def pcap_frames(limit: int | None) -> list[bytes]:
-    from bpfdsl.packets import read_pcap
+    from bpfdsl.runtime.packets import read_pcap
 
     frames: list[bytes] = []
     for f in sorted(PCAPS.glob("*")):
@@ -239,7 +239,7 @@ def as_plain_xdp(spec):
     program names)."""
     import dataclasses
 
-    from bpfdsl.uapi import kind_for_keyword
+    from bpfdsl.abi.uapi import kind_for_keyword
 
     plain, progs, conv = kind_for_keyword("xdp"), {}, []
     for name, p in spec.programs.items():
@@ -255,7 +255,7 @@ def _load_both(spec, conv: list[str]):
     egress_ifindex) is dropped.  Returns (spec, kernel collection)."""
     import dataclasses
 
-    from bpfdsl import loader
+    from bpfdsl.runtime import loader
 
     try:
         return spec, loader.load_collection(spec)
@@ -346,8 +346,8 @@ def _short(d) -> str:
 
 def _mem_insn(rng: random.Random, d: int, s: int, imm32):
     """A random aligned stack access in r10-64..r10: store, (sign-extending) load, atomic."""
-    from bpfdsl import insn as I
-    from bpfdsl import uapi as U
+    from bpfdsl.abi import insn as I
+    from bpfdsl.abi import uapi as U
 
     size = rng.choice((1, 2, 4, 8))
     off = -size * rng.randrange(1, 64 // size + 1)
@@ -373,8 +373,8 @@ def random_alu_program(rng: random.Random, length: int = 24, mem: bool = False) 
     then random ALU/ALU64 (every op incl. signed div/mod, movsx, bswap, le/be) and forward
     JMP/JMP32 instructions (with ``mem``: also stack stores, loads, sign-extending loads
     and atomics on an initialized 64-byte stack area), then r0 ^= r1..r5."""
-    from bpfdsl import insn as I
-    from bpfdsl import uapi as U
+    from bpfdsl.abi import insn as I
+    from bpfdsl.abi import uapi as U
 
     ops = [
         U.BPF_ADD,
@@ -471,8 +471,8 @@ def random_alu_program(rng: random.Random, length: int = 24, mem: bool = False) 
 
 def alu_fuzz(n: int, seed: int, report: Report) -> None:
     """``n`` random scalar programs: the kernel's r0 (both halves) == the interpreter's."""
-    from bpfdsl import insn as I
-    from bpfdsl import uapi as U
+    from bpfdsl.abi import insn as I
+    from bpfdsl.abi import uapi as U
     from bpfdsl.interp import Machine, XdpContext
 
     rng = random.Random(seed)
@@ -506,7 +506,7 @@ def alu_fuzz(n: int, seed: int, report: Report) -> None:
 def perf(obj: bytes, packets: list[bytes], n: int = 3000) -> dict[str, float]:
     """Interpreter packets/s on the program of ``obj`` and the ratio to the kernel's
     per-packet test-run time (kernel-measured, repeat=1000, same packets)."""
-    from bpfdsl import loader
+    from bpfdsl.runtime import loader
 
     spec = read_object(obj)
     name = next(iter(spec.programs))

@@ -1,4 +1,4 @@
-"""Shared test fixtures.  Kernel tests use ``@pytest.mark.kernel`` (bpfdsl.pytest_plugin)."""
+"""Shared test fixtures.  Kernel tests use ``@pytest.mark.kernel`` (bpfdsl.testing.pytest_plugin)."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 Every object made here carries a unique suffix and is removed when its context exits,
 also on failure.  Traffic only goes over the veth pair the context made, between two
 namespaces it made (nothing touches the root namespace's addresses or routes).  Every
-send/receive loop is bounded in count and time.  Uses bpfdsl.netlink (the project's one
+send/receive loop is bounded in count and time.  Uses bpfdsl.kernel.netlink (the project's one
 rtnetlink module) and plain sockets; namespaces are entered with setns(), not
 ``ip netns exec`` (which remounts /sys and hides /sys/fs/bpf).
 """
@@ -21,8 +21,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from bpfdsl import netlink
-from bpfdsl.packets import udp_frame
+from bpfdsl.kernel import netlink
+from bpfdsl.runtime.packets import udp_frame
 
 ETH_P_ALL = 0x0003
 

@@ -25,8 +25,8 @@ from pathlib import Path
 
 import pytest
 
-from bpfdsl import syscall as S
-from bpfdsl.uapi import BpfCmd
+from bpfdsl.abi.uapi import BpfCmd
+from bpfdsl.kernel import syscall as S
 
 HERE = Path(__file__).resolve().parent
 WORKER = HERE / "tcp_stream_worker.py"
@@ -115,7 +115,7 @@ def percpu_sum(map_fd: int, key: int) -> int:
 def quiet_ipv6(ns: str) -> None:
     """Disable IPv6 in test namespace ``ns`` so new interfaces send no router solicitations,
     DAD or MLD frames that XDP counters would see besides the test's own traffic."""
-    from bpfdsl import netlink
+    from bpfdsl.kernel import netlink
 
     with netlink.in_netns(ns):  # /proc/sys/net is the opening thread's namespace
         for conf in ("all", "default"):
@@ -146,7 +146,7 @@ def run_count(prog_fd: int) -> int:
 
 def stream(cg, sizes: dict[int, int]) -> list[dict]:
     """Run tests/tcp_stream_worker.py for ``sizes`` (size -> messages), inside child cgroup
-    ``cg`` (bpfdsl.cgroup.ChildCgroup) when given; its per-size JSON results."""
+    ``cg`` (bpfdsl.runtime.cgroup.ChildCgroup) when given; its per-size JSON results."""
     pre = (lambda: cg.add(0)) if cg is not None else None  # 0 = the writing process itself
     proc = subprocess.run(
         [sys.executable, str(WORKER), *(f"{s}:{n}" for s, n in sizes.items())],
@@ -163,9 +163,9 @@ def stream(cg, sizes: dict[int, int]) -> list[dict]:
 def load_bpfdsl(path: Path, config: dict | None = None) -> Iterator[Loaded]:
     """Load ``path`` (.o, or .bpfd compiled first) with bpfdsl's own loader and ``config``
     (.rodata values by name); yields :class:`Loaded` (fds owned by the loader's Collection)."""
-    from bpfdsl.loader import load_collection
-    from bpfdsl.objfile import read_object
-    from bpfdsl.testrun import object_bytes
+    from bpfdsl.obj.collection import read_object
+    from bpfdsl.runtime.loader import load_collection
+    from bpfdsl.runtime.testrun import object_bytes
 
     if not path.exists():
         pytest.skip(f"{path.relative_to(HERE.parent)} not written yet")

@@ -12,7 +12,8 @@ import pytest
 from conftest import ROOT
 from netns import bpffs_dir, veth_net
 
-from bpfdsl import attach, netlink
+from bpfdsl.kernel import netlink
+from bpfdsl.runtime import attach
 
 FILTER = ROOT / "progs" / "xdp_udp_filter.bpfd"
 

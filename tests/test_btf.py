@@ -8,10 +8,11 @@ import pytest
 from elftools.elf.elffile import ELFFile
 from objbuild import all_c_fixtures, build, source
 
-from bpfdsl import syscall as S
-from bpfdsl.btf import BtfFormatError, Kind, parse_btf, parse_btf_ext
-from bpfdsl.btf_values import encode_value, format_value, parse_value
-from bpfdsl.objfile import read_object
+from bpfdsl.abi.btf.core import BtfFormatError, Kind, parse_btf
+from bpfdsl.abi.btf.ext import parse_btf_ext
+from bpfdsl.abi.btf.values import encode_value, format_value, parse_value
+from bpfdsl.kernel import syscall as S
+from bpfdsl.obj.collection import read_object
 
 
 def _sections(path) -> dict[str, bytes]:
@@ -140,7 +141,7 @@ def test_parse_lpm_key_and_errors(typed):
 
 
 def test_sanitize_makes_extern_funcs_and_vars_static():
-    from bpfdsl.btf import BTF_FUNC_EXTERN, BTF_VAR_GLOBAL_EXTERN, BtfType
+    from bpfdsl.abi.btf.core import BTF_FUNC_EXTERN, BTF_VAR_GLOBAL_EXTERN, BtfType
 
     btf = parse_btf(_sections(build("xdp_pass"))[".BTF"])
     func = next(t for t in btf.types if t.kind == Kind.FUNC)

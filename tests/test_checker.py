@@ -1,6 +1,6 @@
 """Checker cases from tests/checker/cases.txt: each program's verdict and message.
 
-Every case is a small program written with bpfdsl.insn constructors; the expected
+Every case is a small program written with bpfdsl.abi.insn constructors; the expected
 verdict and message code come from the kernel's rules.  With a usable bpf() (root) the
 same programs are loaded with BPF_PROG_LOAD and must get the same verdict.
 """
@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from bpfdsl import insn as I
-from bpfdsl import uapi as U
+from bpfdsl.abi import insn as I
+from bpfdsl.abi import uapi as U
 from bpfdsl.checker import DataMap, check_insns
 from bpfdsl.checker.env import MapRef
-from bpfdsl.objfile_maps import MapSpec
+from bpfdsl.obj.maps import MapSpec
 
 CASES = Path(__file__).parent / "checker" / "cases.txt"
 KINDS = {
@@ -89,7 +89,7 @@ def test_check_case(case: Case):
 
 @pytest.fixture(scope="module")
 def kernel_maps():
-    from bpfdsl import syscall as S
+    from bpfdsl.kernel import syscall as S
 
     fds = {}
     try:
@@ -110,7 +110,7 @@ def kernel_maps():
 @pytest.mark.kernel
 @pytest.mark.parametrize("case", ALL, ids=[c.name for c in ALL])
 def test_check_case_agrees_with_kernel(case: Case, kernel_maps):
-    from bpfdsl import syscall as S
+    from bpfdsl.kernel import syscall as S
 
     pt, at = KINDS[case.kind]
     ins = list(case.insns)

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from bpfdsl import insn as I
+from bpfdsl.abi import insn as I
 from bpfdsl.checker import check_insns, check_object, check_program, map_refs_for
-from bpfdsl.objfile import read_object
+from bpfdsl.obj.collection import read_object
 
 PROGS = Path(__file__).parent.parent / "progs"
 
@@ -66,7 +66,7 @@ def test_check_leaves_the_cycle_collector_as_it_found_it(udp_filter):
     come back, enabled or disabled, for accepted and rejected programs alike."""
     import gc
 
-    from bpfdsl import uapi as U
+    from bpfdsl.abi import uapi as U
 
     bad = [I.mov64_imm(0, 2), I.ldx_mem(4, 0, 10, -8), I.Insn(U.BPF_JMP | U.BPF_EXIT)]
     was = gc.isenabled()

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from bpfdsl.cli import main
-from bpfdsl.objfile import read_object
+from bpfdsl.obj.collection import read_object
 
 DATA = Path(__file__).parent / "data"
 needs_clang = pytest.mark.skipif(shutil.which("clang-19") is None, reason="needs clang-19")
@@ -71,7 +71,7 @@ def test_check_cli_rejects_with_source_line(objs, tmp_path, capsys):
     data = bytearray(objs["lines"].read_bytes())
     spec = read_object(bytes(data))
     p = spec.programs["lines"]
-    from bpfdsl.insn import encode, ja
+    from bpfdsl.abi.insn import encode, ja
 
     i = next(k for k, x in enumerate(p.insns) if x.is_cond_jump and x.source == 0x08)
     code = encode(p.insns)
@@ -150,7 +150,7 @@ def test_check_fuzz_corrupt_objects_never_traceback(objs, tmp_path, capsys):
         data = o.read_bytes()
         spec = read_object(data)
         p = next(iter(spec.programs.values()))
-        from bpfdsl.insn import encode
+        from bpfdsl.abi.insn import encode
 
         code = encode(p.insns[: len(p.insns)])
         at = data.find(code[:64])
@@ -182,9 +182,9 @@ def test_check_cli_unmodelled_helper_is_cannot_check_exit_2(tmp_path, capsys):
 
 
 def test_check_unmodelled_vs_nonexistent_helper():
+    from bpfdsl.abi.insn import call, exit_, mov64_imm
+    from bpfdsl.abi.uapi import ProgramType
     from bpfdsl.checker import check_insns
-    from bpfdsl.insn import call, exit_, mov64_imm
-    from bpfdsl.uapi import ProgramType
 
     def run(helper_id):
         return check_insns([call(helper_id), mov64_imm(0, 2), exit_()], ProgramType.XDP, name="p")
@@ -214,9 +214,9 @@ def test_check_bad_return_warning_names_line_that_set_r0(tmp_path, capsys):
 def test_check_get_current_pid_tgid_is_modelled():
     # u64 result, no arguments, every program type since Linux 6.10 (this kernel loads it
     # in XDP); an older --kernel target rejects it
+    from bpfdsl.abi.insn import alu64_imm, call, exit_
+    from bpfdsl.abi.uapi import BPF_AND, ProgramType
     from bpfdsl.checker import check_insns
-    from bpfdsl.insn import alu64_imm, call, exit_
-    from bpfdsl.uapi import BPF_AND, ProgramType
 
     prog = [call(14), alu64_imm(BPF_AND, 0, 1), exit_()]
     assert check_insns(prog, ProgramType.XDP).ok

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from bpfdsl import insn as I
-from bpfdsl import uapi as U
+from bpfdsl.abi import insn as I
+from bpfdsl.abi import uapi as U
 from bpfdsl.checker import check_insns, map_refs_for
-from bpfdsl.objfile import read_object
+from bpfdsl.obj.collection import read_object
 
 SRC = Path(__file__).parent / "data" / "checker_c" / "lines.c"
 pytestmark = pytest.mark.skipif(shutil.which("clang-19") is None, reason="needs clang-19")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import random
 
-from bpfdsl import uapi as U
+from bpfdsl.abi import uapi as U
 from bpfdsl.checker import alu as ALU
 from bpfdsl.checker import domain as D
 from bpfdsl.checker import tnum as T

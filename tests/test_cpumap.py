@@ -26,12 +26,12 @@ from flowhash import flow_hash as fnv1a
 from netns import send_frames, veth_net
 from redirect_testlib import Loaded, build_c, load_bpfdsl, load_object, percpu_values, quiet_ipv6
 
-from bpfdsl import netlink
-from bpfdsl import syscall as S
-from bpfdsl.cpumap import cpumap_entries, cpumap_set, create_cpumap
+from bpfdsl.abi.uapi import XdpAction, XdpFlags
 from bpfdsl.diagnostics import DiagnosticError
-from bpfdsl.packets import udp_frame
-from bpfdsl.uapi import XdpAction, XdpFlags
+from bpfdsl.kernel import netlink
+from bpfdsl.kernel import syscall as S
+from bpfdsl.runtime.cpumap import cpumap_entries, cpumap_set, create_cpumap
+from bpfdsl.runtime.packets import udp_frame
 
 pytestmark = pytest.mark.kernel
 N = 25  # frames per flow
@@ -218,7 +218,7 @@ def test_cpumap_max_entries_clamped_or_explained() -> None:
 
 
 def test_cpumap_program_cannot_attach_to_interface(steer: Loaded) -> None:
-    from bpfdsl.attach import attach_xdp
+    from bpfdsl.runtime.attach import attach_xdp
 
     with veth_net("ci") as net, net.in_xdp_ns(), pytest.raises(DiagnosticError) as ei:
         attach_xdp(steer.progs["on_cpu"], net.xdp_dev)

@@ -10,11 +10,11 @@ import struct
 
 import pytest
 
-from bpfdsl import cpumap
-from bpfdsl import syscall as S
+from bpfdsl.abi.uapi import MapType
 from bpfdsl.cli import main
 from bpfdsl.diagnostics import DiagnosticError
-from bpfdsl.uapi import MapType
+from bpfdsl.kernel import syscall as S
+from bpfdsl.runtime import cpumap
 
 
 @pytest.fixture
@@ -81,7 +81,7 @@ def test_b09_e2big_explained(monkeypatch) -> None:
 
 
 def test_devmap_value_layout(monkeypatch) -> None:
-    from bpfdsl import devmap
+    from bpfdsl.runtime import devmap
 
     ups = []
     info = S.MapInfo(type=MapType.DEVMAP_HASH, key_size=4, value_size=8, max_entries=8)

@@ -147,7 +147,7 @@ def _prefix_key(addr: str, plen: int) -> bytes:
 def _fill(coll) -> None:
     """Same entries in both objects: block lists (v4_block / v6_block) and the CPU table of
     the steering program (cpus: slot i -> CPU i % possible CPUs)."""
-    from bpfdsl import syscall
+    from bpfdsl.kernel import syscall
 
     m = coll.maps.get("cpus")
     if m is not None:
@@ -164,8 +164,8 @@ def _fill(coll) -> None:
 
 def _dump(coll) -> dict[str, dict[bytes, bytes]]:
     """All user maps (not .rodata/.bss/...) as key -> value, per-CPU values summed per CPU."""
-    from bpfdsl import syscall
-    from bpfdsl.uapi import MapType
+    from bpfdsl.abi.uapi import MapType
+    from bpfdsl.kernel import syscall
 
     readable = {
         MapType.ARRAY,
@@ -206,9 +206,9 @@ def _dump(coll) -> dict[str, dict[bytes, bytes]]:
 @pytest.mark.kernel
 @pytest.mark.parametrize("name", TWINS)
 def test_same_behaviour(name: str, tmp_path: Path) -> None:
-    from bpfdsl import syscall
-    from bpfdsl.loader import load_collection
-    from bpfdsl.objfile import read_object
+    from bpfdsl.kernel import syscall
+    from bpfdsl.obj.collection import read_object
+    from bpfdsl.runtime.loader import load_collection
 
     ours_obj, clang_obj = _build(name, tmp_path)
     ours_spec, clang_spec = read_object(ours_obj), read_object(clang_obj)

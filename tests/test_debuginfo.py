@@ -1,4 +1,4 @@
-"""bpfdsl.debuginfo + bpfdsl.target: hand-built llvmlite modules -> objects that carry the BTF
+"""bpfdsl.backend.debuginfo + bpfdsl.backend.target: hand-built llvmlite modules -> objects that carry the BTF
 libbpf, bpftool, iproute2 and the kernel expect (checked with bpftool, pyelftools, bpf(2)).
 
 The reference shapes are clang-19's for the same C (docs/internals-btf.md).  Kernel tests
@@ -21,10 +21,10 @@ import pytest
 from elftools.elf.elffile import ELFFile
 from llvmlite import ir
 
-from bpfdsl.debuginfo import DebugInfo, load_config
-from bpfdsl.helpers import HELPERS
-from bpfdsl.target import emit, emit_object, optimize, parse, target_machine
-from bpfdsl.uapi import MapType
+from bpfdsl.abi.helpers import HELPERS
+from bpfdsl.abi.uapi import MapType
+from bpfdsl.backend.debuginfo import DebugInfo, load_config
+from bpfdsl.backend.target import emit, emit_object, optimize, parse, target_machine
 
 I8, I16, I32, I64 = (ir.IntType(n) for n in (8, 16, 32, 64))
 PTR = ir.PointerType()
@@ -416,7 +416,7 @@ def _loadall(obj: bytes, tmp_path: Path) -> tuple[str, dict[str, dict]]:
 @pytest.mark.kernel
 @needs_bpftool
 def test_bpftool_loadall_creates_declared_maps(tmp_path: Path) -> None:
-    from bpfdsl import syscall
+    from bpfdsl.kernel import syscall
 
     pin = None
     try:
@@ -456,7 +456,7 @@ def test_bpftool_loadall_sockops_sk_msg_sockhash_b12(tmp_path: Path) -> None:
 @pytest.mark.kernel
 def test_raw_btf_upload_accepted_only_after_datasec_fixup_b13() -> None:
     """iproute2's legacy path uploads .BTF as-is: LLVM's raw DATASECs (size 0) are refused."""
-    from bpfdsl import syscall
+    from bpfdsl.kernel import syscall
 
     m = build_maps_module()
     fixed = elf_sections(emit_object(m))[".BTF"]

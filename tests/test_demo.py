@@ -12,7 +12,7 @@ import time
 import pytest
 from conftest import ROOT
 
-from bpfdsl import netlink
+from bpfdsl.kernel import netlink
 
 
 def _ours() -> tuple[set[str], set[str]]:
@@ -72,7 +72,7 @@ def test_demo_text_output_and_sigterm_cleanup():
 
 
 def test_demo_needs_root_says_so_in_one_line(monkeypatch, capsys):
-    from bpfdsl import demo
+    from bpfdsl.runtime import demo
 
     monkeypatch.setattr(demo.os, "geteuid", lambda: 1000)
     assert demo.main() == 3

@@ -34,12 +34,12 @@ from redirect_testlib import (
     quiet_ipv6,
 )
 
-from bpfdsl import netlink
-from bpfdsl import syscall as S
-from bpfdsl.devmap import devmap_entries, devmap_set
+from bpfdsl.abi.uapi import BPF_F_BROADCAST, BPF_F_EXCLUDE_INGRESS, XdpFlags
 from bpfdsl.diagnostics import DiagnosticError
-from bpfdsl.packets import udp_frame
-from bpfdsl.uapi import BPF_F_BROADCAST, BPF_F_EXCLUDE_INGRESS, XdpFlags
+from bpfdsl.kernel import netlink
+from bpfdsl.kernel import syscall as S
+from bpfdsl.runtime.devmap import devmap_entries, devmap_set
+from bpfdsl.runtime.packets import udp_frame
 
 pytestmark = pytest.mark.kernel
 N = 40  # frames per run
@@ -217,7 +217,7 @@ def test_devmap_entry_rejects_plain_xdp_program(fwd: Loaded) -> None:
 
 
 def test_devmap_program_cannot_attach_to_interface(fwd: Loaded) -> None:
-    from bpfdsl.attach import attach_xdp
+    from bpfdsl.runtime.attach import attach_xdp
 
     with router(("a",)) as r:
         with netlink.in_netns(r.ns), pytest.raises(DiagnosticError) as ei:

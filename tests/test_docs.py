@@ -61,8 +61,8 @@ def test_docs_error_example_fails_as_documented(where: str, info: str, source: s
 @pytest.mark.kernel
 @pytest.mark.parametrize("where,info,source", OK_BLOCKS, ids=[b[0] for b in OK_BLOCKS])
 def test_docs_example_loads(where: str, info: str, source: str) -> None:
-    from bpfdsl import loader
-    from bpfdsl.objfile import read_object
+    from bpfdsl.obj.collection import read_object
+    from bpfdsl.runtime import loader
 
     res = _compile(where, source)
     if not res.programs:
@@ -99,7 +99,7 @@ def test_docs_python_examples_pass(tmp_path: Path, pytestconfig: pytest.Config) 
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)]
     if pytestconfig.pluginmanager.get_plugin("bpfdsl") is None:  # not installed: load it
-        cmd[3:3] = ["-p", "bpfdsl.pytest_plugin"]
+        cmd[3:3] = ["-p", "bpfdsl.testing.pytest_plugin"]
     proc = subprocess.run(
         cmd,
         cwd=tmp_path,

@@ -53,8 +53,8 @@ def test_mutants_fail_only_with_diagnostics():
 
 @pytest.mark.kernel
 def test_compiled_mutants_pass_the_verifier():
-    from bpfdsl.loader import load_collection
-    from bpfdsl.objfile import read_object
+    from bpfdsl.obj.collection import read_object
+    from bpfdsl.runtime.loader import load_collection
 
     objs = compiled(2, 300)
     assert len(objs) > 10

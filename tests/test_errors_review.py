@@ -130,9 +130,9 @@ def test_runtime_ub_cases_have_bpf_semantics(a, s, z):
     """Shift by a run-time amount >= the width, division by a run-time zero, signed
     overflow and sign-extending casts: the kernel runs what BPF defines (shift modulo the
     width, x/0 = 0, x%0 = x, two's-complement wrap), not code LLVM dropped as undefined."""
-    from bpfdsl import syscall
-    from bpfdsl.loader import load_collection
-    from bpfdsl.objfile import read_object
+    from bpfdsl.kernel import syscall
+    from bpfdsl.obj.collection import read_object
+    from bpfdsl.runtime.loader import load_collection
 
     res = compile_source(UB_SRC, "ub.bpfd")
     with load_collection(read_object(res.obj)) as coll:
@@ -246,9 +246,9 @@ xdp fn f(ctx) {
 def test_signed_division_overflow_has_bpf_semantics(d):
     """v4 signed division: MIN / -1 = MIN and MIN % -1 = 0 (the BPF ISA's rule; LLVM calls
     it undefined), x / 0 = 0, x % 0 = x, otherwise truncating division like C."""
-    from bpfdsl import syscall
-    from bpfdsl.loader import load_collection
-    from bpfdsl.objfile import read_object
+    from bpfdsl.kernel import syscall
+    from bpfdsl.obj.collection import read_object
+    from bpfdsl.runtime.loader import load_collection
 
     res = compile_source(SDIV_SRC, "sd.bpfd", mcpu="v4")
     with load_collection(read_object(res.obj)) as coll:

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from bpfdsl.build import parse_program
 from bpfdsl.compiler import front_end
 from bpfdsl.diagnostics import DiagnosticError
+from bpfdsl.lang.build import parse_program
 
 
 def _errors(src: str) -> list:

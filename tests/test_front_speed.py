@@ -1,5 +1,5 @@
 """The front end stays cheap by design (issue 2, compile time): the parser runs tables that
-``bpfdsl.parser_gen`` generated from the grammar (no lark at run time), and they must say
+``bpfdsl.lang.parser_gen`` generated from the grammar (no lark at run time), and they must say
 exactly what lark says; importing the front end or checking a program loads neither lark,
 llvmlite nor ``dataclasses`` (whose class creation exec()s code at import)."""
 
@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from bpfdsl import ast, parser_tables
-from bpfdsl.build import parse_program
 from bpfdsl.diagnostics import DiagnosticError
-from bpfdsl.parser import grammar_text, parse_tree
-from bpfdsl.parser_gen import grammar_sha256
+from bpfdsl.lang import ast, parser_tables
+from bpfdsl.lang.build import parse_program
+from bpfdsl.lang.parser import grammar_text, parse_tree
+from bpfdsl.lang.parser_gen import grammar_sha256
 
 ROOT = Path(__file__).resolve().parent.parent
 PROGS = sorted((ROOT / "progs").glob("*.bpfd"))
@@ -26,8 +26,8 @@ PROGS = sorted((ROOT / "progs").glob("*.bpfd"))
 
 def test_parser_tables_match_the_grammar():
     assert parser_tables.GRAMMAR_SHA256 == grammar_sha256(grammar_text()), (
-        "grammar/bpfdsl.lark changed: run `python3 -m bpfdsl.parser_gen` and commit "
-        "bpfdsl/parser_tables.py"
+        "grammar/bpfdsl.lark changed: run `python3 -m bpfdsl.lang.parser_gen` and commit "
+        "bpfdsl/lang/parser_tables.py"
     )
 
 
@@ -110,12 +110,12 @@ def test_generated_parser_agrees_with_lark():
 PROBE = """
 import json, sys
 before = set(sys.modules)
-import bpfdsl.build, bpfdsl.sema, bpfdsl.types, bpfdsl.headers, bpfdsl.diagnostics
+import bpfdsl.lang.build, bpfdsl.lang.sema.analyzer, bpfdsl.lang.types, bpfdsl.lang.headers, bpfdsl.diagnostics
 new = set(sys.modules) - before
 after_import = sorted(m for m in ("lark", "llvmlite", "dataclasses", "typing", "ipaddress")
                       if m in new)
-from bpfdsl.build import parse_program
-from bpfdsl.sema import check
+from bpfdsl.lang.build import parse_program
+from bpfdsl.lang.sema.analyzer import check
 text = open(sys.argv[1]).read()
 check(parse_program(text, sys.argv[1]), sys.argv[1])
 new = set(sys.modules) - before
@@ -141,8 +141,9 @@ def test_front_end_imports_no_parser_generator_backend_or_dataclasses():
 def test_front_end_modules_define_no_dataclasses():
     import importlib
 
-    names = ["ast", "types", "headers", "diagnostics", "parser", "build", "sema"]
-    names += ["sema_decls", "sema_stmt", "sema_expr", "sema_ops"]
+    names = ["lang.ast", "lang.types", "lang.headers", "diagnostics", "lang.parser", "lang.build"]
+    names += ["lang.sema.analyzer", "lang.sema.decls", "lang.sema.stmt", "lang.sema.expr"]
+    names += ["lang.sema.ops"]
     made = []
     for n in names:
         mod = importlib.import_module(f"bpfdsl.{n}")
@@ -157,8 +158,8 @@ def test_lexer_regexps_are_what_re_compile_makes():
     """The lexer's regexps built from the sre code in the tables equal ``re.compile``'s
     (``Pattern.__eq__`` compares pattern, flags and code); on the Python that generated
     the tables the stored code is exactly what its ``re`` makes."""
-    from bpfdsl.parser import _compile_patterns
-    from bpfdsl.parser_gen import _sre_programs
+    from bpfdsl.lang.parser import _compile_patterns
+    from bpfdsl.lang.parser_gen import _sre_programs
 
     pats = parser_tables.PATTERNS
     assert _compile_patterns(parser_tables) == [re.compile(p) for p in pats]

@@ -16,10 +16,10 @@ from scapy.layers.inet6 import IPv6
 from scapy.layers.l2 import Ether
 from test_hash_ipv6 import flow_slot
 
-from bpfdsl import netlink
-from bpfdsl import syscall as S
-from bpfdsl.cpumap import cpumap_set
-from bpfdsl.uapi import XdpFlags
+from bpfdsl.abi.uapi import XdpFlags
+from bpfdsl.kernel import netlink
+from bpfdsl.kernel import syscall as S
+from bpfdsl.runtime.cpumap import cpumap_set
 
 pytestmark = pytest.mark.kernel
 PROG = Path(__file__).resolve().parent.parent / "progs" / "xdp_cpumap_steer6.bpfd"

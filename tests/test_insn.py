@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from bpfdsl import insn as I
-from bpfdsl import uapi as U
+from bpfdsl.abi import insn as I
+from bpfdsl.abi import uapi as U
 
 # (constructor result, expected 8/16 bytes, kernel log text) — bytes as in linux/bpf.h
 CASES = [

@@ -18,10 +18,10 @@ from flowhash import flow_hash
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
-from bpfdsl import uapi as U
+from bpfdsl.abi import uapi as U
+from bpfdsl.abi.uapi import BPF_F_INGRESS
 from bpfdsl.interp import InterpCollection, SockInfo
-from bpfdsl.objfile import read_object
-from bpfdsl.uapi import BPF_F_INGRESS
+from bpfdsl.obj.collection import read_object
 
 C_DIR = Path(__file__).resolve().parent / "data" / "c"
 ARCH_INC = f"/usr/include/{os.uname().machine}-linux-gnu"

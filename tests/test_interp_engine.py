@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bpfdsl.testrun import PacketSkipped, RunResult, open_engine
+from bpfdsl.runtime.testrun import PacketSkipped, RunResult, open_engine
 
 ROOT = Path(__file__).resolve().parent.parent
 UDP_9999 = bytes.fromhex(
@@ -21,7 +21,7 @@ UDP_9999 = bytes.fromhex(
 
 def _spec():
     from bpfdsl.compiler import compile_file
-    from bpfdsl.objfile import read_object
+    from bpfdsl.obj.collection import read_object
 
     src = ROOT / "progs" / "xdp_udp_filter.bpfd"
     if not src.exists():

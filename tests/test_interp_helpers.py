@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from bpfdsl.interp import InterpCollection
-from bpfdsl.objfile import read_object
+from bpfdsl.obj.collection import read_object
 
 PROBE = Path(__file__).resolve().parent / "data" / "interp" / "helpers_probe.c"
 ARCH_INC = f"/usr/include/{os.uname().machine}-linux-gnu"
@@ -107,8 +107,9 @@ def _interp(obj: bytes) -> InterpCollection:
 @pytest.mark.kernel
 @pytest.mark.parametrize("prog", sorted(GRID))
 def test_interp_helpers_match_kernel(probe_obj: bytes, prog: str) -> None:
-    from bpfdsl import loader, syscall
-    from bpfdsl.pytest_plugin import _InterpMap, _KernelMap
+    from bpfdsl.kernel import syscall
+    from bpfdsl.runtime import loader
+    from bpfdsl.testing.pytest_plugin import _InterpMap, _KernelMap
 
     n = syscall.possible_cpus()
     spec = read_object(probe_obj)

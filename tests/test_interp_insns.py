@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from bpfdsl import insn as I
-from bpfdsl import uapi as U
+from bpfdsl.abi import insn as I
+from bpfdsl.abi import uapi as U
 from bpfdsl.interp import InterpError, Machine, XdpContext
 
 M64 = (1 << 64) - 1
@@ -246,7 +246,7 @@ def test_interp_insn_semantics(name: str, body: list[I.Insn], want: int) -> None
 @pytest.mark.kernel
 @pytest.mark.parametrize("name,body,want", CASES, ids=[c[0] for c in CASES])
 def test_interp_insn_matches_kernel(name: str, body: list[I.Insn], want: int) -> None:
-    from bpfdsl import syscall
+    from bpfdsl.kernel import syscall
 
     got = 0
     for high in (False, True):

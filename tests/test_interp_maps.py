@@ -10,12 +10,12 @@ import socket
 
 import pytest
 
-from bpfdsl import insn as I
-from bpfdsl import uapi as U
+from bpfdsl.abi import insn as I
+from bpfdsl.abi import uapi as U
+from bpfdsl.abi.uapi import BPF_EXIST, BPF_NOEXIST, MapType
 from bpfdsl.diagnostics import Span
 from bpfdsl.interp import InterpError, Machine, SkMsgContext, SockInfo, make_map
 from bpfdsl.interp.maps_slot import SlotMap
-from bpfdsl.uapi import BPF_EXIST, BPF_NOEXIST, MapType
 
 
 def v4(prefix: str, plen: int) -> bytes:

@@ -1,4 +1,4 @@
-"""bpfdsl.llvm_c: the lean ctypes path into libllvmlite.so gives the same bytes as
+"""bpfdsl.backend.llvm_c: the lean ctypes path into libllvmlite.so gives the same bytes as
 llvmlite.binding, the same errors, falls back when it must, and keeps llvmlite.binding out
 of `bpfdsl compile`."""
 
@@ -13,10 +13,10 @@ from pathlib import Path
 import llvmlite
 import pytest
 
-from bpfdsl import llvm_c, target
+from bpfdsl.backend import llvm_c, target
+from bpfdsl.backend.target import InternalCompilerError, emit
 from bpfdsl.compiler import compile_source
 from bpfdsl.diagnostics import DiagnosticError
-from bpfdsl.target import InternalCompilerError, emit
 
 ROOT = Path(__file__).resolve().parent.parent
 PROGS = sorted((ROOT / "progs").glob("*.bpfd"))
@@ -147,7 +147,7 @@ def test_compile_does_not_import_llvmlite_binding(tmp_path: Path, emit_kind: str
     lean = _compile_cli(src, tmp_path / "lean", *opts, env={"BPFDSL_LLVM": ""})
     ref = _compile_cli(src, tmp_path / "ref", *opts, env={"BPFDSL_LLVM": "llvmlite"})
     assert lean.returncode == 0 and ref.returncode == 0, (lean.stderr[-2000:], ref.stderr[-2000:])
-    assert "bpfdsl.llvm_c" in lean.stderr
+    assert "bpfdsl.backend.llvm_c" in lean.stderr
     assert "llvmlite.binding" not in lean.stderr
     assert "llvmlite.binding" in ref.stderr  # the env var forces the fallback
     out = (tmp_path / "lean").read_bytes()

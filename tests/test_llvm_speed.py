@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from llvmlite import ir
 
-from bpfdsl.codegen import generate
-from bpfdsl.codegen_debug import DebugAdapter
-from bpfdsl.codegen_text import module_text
+from bpfdsl.backend.codegen.debug import DebugAdapter
+from bpfdsl.backend.codegen.generator import generate
+from bpfdsl.backend.codegen.text import module_text
 from bpfdsl.compiler import front_end
 
 PROGS = sorted((Path(__file__).resolve().parent.parent / "progs").glob("*.bpfd"))
@@ -110,8 +110,8 @@ def test_stack_limit_error_hint_is_written_in_bpfdsl():
 @pytest.mark.kernel
 def test_stack_limit_hint_rewrite_compiles_and_loads():
     from bpfdsl.compiler import compile_source
-    from bpfdsl.loader import load_collection
-    from bpfdsl.objfile import read_object
+    from bpfdsl.obj.collection import read_object
+    from bpfdsl.runtime.loader import load_collection
 
     res = compile_source(BIG_IN_MAP, "big_in_map.bpfd")
     with load_collection(read_object(res.obj)) as coll:
@@ -119,7 +119,7 @@ def test_stack_limit_hint_rewrite_compiles_and_loads():
 
 
 def test_module_str_falls_back_to_llvmlites_printer(monkeypatch):
-    import bpfdsl.codegen_text as ct
+    import bpfdsl.backend.codegen.text as ct
 
     m = _module(EXTRA, "extra.bpfd")
     want = ir.Module.__repr__(m)

@@ -17,8 +17,9 @@ from conftest import ROOT
 from netns import bpffs_dir, veth_net
 from objbuild import build
 
-from bpfdsl import attach, syscall
+from bpfdsl.kernel import syscall
 from bpfdsl.record import FrozenRecord, Record
+from bpfdsl.runtime import attach
 
 FILTER = ROOT / "progs" / "xdp_udp_filter.bpfd"
 PROG = "udp_filter"  # the program of progs/xdp_udp_filter.bpfd and its clang twin
@@ -27,18 +28,18 @@ PROG = "udp_filter"  # the program of progs/xdp_udp_filter.bpfd and its clang tw
 HEAVY_PACKAGES = {"pyroute2", "elftools", "llvmlite", "lark", "rich", "scapy"}
 OTHER_PATHS = {
     "bpfdsl.compiler",
-    "bpfdsl.parser",
-    "bpfdsl.sema",
-    "bpfdsl.codegen",
-    "bpfdsl.target",
+    "bpfdsl.lang.parser",
+    "bpfdsl.lang.sema.analyzer",
+    "bpfdsl.backend.codegen.generator",
+    "bpfdsl.backend.target",
     "bpfdsl.checker",
     "bpfdsl.interp",
-    "bpfdsl.testrun",
-    "bpfdsl.cpumap",
-    "bpfdsl.loader_log",
-    "bpfdsl.btf_values",
-    "bpfdsl.mapview",
-    "bpfdsl.packets",
+    "bpfdsl.runtime.testrun",
+    "bpfdsl.runtime.cpumap",
+    "bpfdsl.runtime.verifier_log",
+    "bpfdsl.abi.btf.values",
+    "bpfdsl.runtime.mapview",
+    "bpfdsl.runtime.packets",
 }
 SLOW_STDLIB = {
     "typing",
@@ -55,20 +56,20 @@ SLOW_STDLIB = {
 PATH_MODULES = (
     "bpfdsl.cli.attach_cmds",
     "bpfdsl.cli.load_cmds",
-    "bpfdsl.inventory",
-    "bpfdsl.attach",
-    "bpfdsl.netlink",
-    "bpfdsl.syscall",
-    "bpfdsl.loader",
-    "bpfdsl.pins",
-    "bpfdsl.objfile",
-    "bpfdsl.objfile_elf",
-    "bpfdsl.objfile_maps",
-    "bpfdsl.objfile_link",
-    "bpfdsl.btf",
-    "bpfdsl.btf_ext",
-    "bpfdsl.uapi",
-    "bpfdsl.bpf_attr",
+    "bpfdsl.runtime.inventory",
+    "bpfdsl.runtime.attach",
+    "bpfdsl.kernel.netlink",
+    "bpfdsl.kernel.syscall",
+    "bpfdsl.runtime.loader",
+    "bpfdsl.runtime.pins",
+    "bpfdsl.obj.collection",
+    "bpfdsl.obj.elf",
+    "bpfdsl.obj.maps",
+    "bpfdsl.obj.link",
+    "bpfdsl.abi.btf.core",
+    "bpfdsl.abi.btf.ext",
+    "bpfdsl.abi.uapi",
+    "bpfdsl.abi.bpf_attr",
 )
 _IMPORT_LINE = re.compile(r"import time:\s+\d+ \|\s+\d+ \|\s*(\S+)")
 
@@ -105,7 +106,7 @@ def forbidden(mods: set[str]) -> list[str]:
 def test_load_path_imports_nothing_heavy():
     """Importing every module of the path pulls in none of the forbidden modules."""
     mods = imported(["-c", "import " + ", ".join(PATH_MODULES)])
-    assert "bpfdsl.loader" in mods and "bpfdsl.objfile_link" in mods  # the probe works
+    assert "bpfdsl.runtime.loader" in mods and "bpfdsl.obj.link" in mods  # the probe works
     assert forbidden(mods) == []
 
 
@@ -233,7 +234,9 @@ def test_one_process_attach_import_graph(net, pin_dir):
     argv = ["attach", "xdp", obj, "--dev", net.xdp_dev, "--pin-dir", pin_dir]
     code = f"import sys; from bpfdsl.cli import main; sys.exit(main({argv!r}))"
     mods = imported(["-c", code], prefix=tuple(net.nsenter()))
-    assert "bpfdsl.loader" in mods and "bpfdsl.attach" in mods  # it did load and attach
+    assert (
+        "bpfdsl.runtime.loader" in mods and "bpfdsl.runtime.attach" in mods
+    )  # it did load and attach
     assert os.path.exists(attach.link_pin_path(pin_dir, net.xdp_dev))
     assert forbidden(mods) == []
     assert net.bpfdsl("detach", net.xdp_dev).returncode == 0
@@ -251,7 +254,7 @@ def test_two_process_load_then_attach_import_graph(net, pin_dir):
     for argv in steps:
         code = f"import sys; from bpfdsl.cli import main; sys.exit(main({argv!r}))"
         mods = imported(["-c", code], prefix=tuple(net.nsenter()))
-        assert "bpfdsl.syscall" in mods and forbidden(mods) == [], argv
+        assert "bpfdsl.kernel.syscall" in mods and forbidden(mods) == [], argv
     assert os.path.exists(attach.link_pin_path(pin_dir, net.xdp_dev))
     assert net.bpfdsl("detach", net.xdp_dev).returncode == 0
     assert net.bpfdsl("unload", pin_dir).returncode == 0
@@ -262,15 +265,15 @@ def test_uapi_enums_same_as_plain_intenum_classes():
     class ``class NAME(IntEnum)`` would give, by the stdlib's own equivalence check."""
     import enum
 
-    import bpfdsl.uapi as U
+    import bpfdsl.abi.uapi as U
 
     if not hasattr(enum, "_test_simple_enum"):
         pytest.skip("enum._test_simple_enum needs Python >= 3.11")
-    src = (ROOT / "bpfdsl" / "uapi.py").read_text()
+    src = (ROOT / "bpfdsl" / "abi" / "uapi.py").read_text()
     names = re.findall(r"^@_int_enum\nclass (\w+):", src, flags=re.M)
     assert {"BpfCmd", "MapType", "ProgramType", "AttachType", "LinkType"} <= set(names)
     plain_src = re.sub(r"^@_int_enum\nclass (\w+):", r"class \1(IntEnum):", src, flags=re.M)
-    ns: dict = {"__name__": "bpfdsl.uapi"}
+    ns: dict = {"__name__": "bpfdsl.abi.uapi"}
     exec(compile(plain_src, "uapi_plain", "exec"), ns)  # noqa: S102 - our own source
     for n in names:
         enum._test_simple_enum(ns[n], getattr(U, n))  # raises TypeError on any difference

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 from objbuild import all_c_fixtures, build, source
 
-from bpfdsl import syscall as S
-from bpfdsl.loader import LoadError, VerifierError, load_collection
-from bpfdsl.objfile import read_object
-from bpfdsl.uapi import MapType, XdpAction
+from bpfdsl.abi.uapi import MapType, XdpAction
+from bpfdsl.kernel import syscall as S
+from bpfdsl.obj.collection import read_object
+from bpfdsl.runtime.loader import LoadError, VerifierError, load_collection
 
 pytestmark = pytest.mark.kernel
 
@@ -241,7 +241,7 @@ def test_data_and_bss_are_writable_maps_and_statics_are_not_configs():
 
 def test_load_does_not_change_the_spec():
     """ld_imm64 fds are patched on a copy: the same spec loads twice, its insns untouched."""
-    from bpfdsl.insn import encode
+    from bpfdsl.abi.insn import encode
 
     spec = read_object(build("compat_maps"))
     before = {n: encode(p.insns) for n, p in spec.programs.items()}

@@ -13,9 +13,9 @@ import pytest
 from netns import bpffs_dir, veth_net
 from objbuild import build
 
-from bpfdsl import syscall as S
 from bpfdsl.cli import main
-from bpfdsl.pins import MANIFEST, read_manifest
+from bpfdsl.kernel import syscall as S
+from bpfdsl.runtime.pins import MANIFEST, read_manifest
 
 pytestmark = pytest.mark.kernel
 

@@ -19,9 +19,10 @@ import pytest
 from conftest import PCAPS, PROGS, ROOT
 from netns import bpffs_dir, veth_net
 
-from bpfdsl import objfile, packets
 from bpfdsl.compiler import compile_source
-from bpfdsl.loader import ConfigError, config_bytes
+from bpfdsl.obj import collection as objfile
+from bpfdsl.runtime import packets
+from bpfdsl.runtime.loader import ConfigError, config_bytes
 
 FLOWS = """license "GPL"
 struct flow { saddr: be32, daddr: be32, sport: be16, dport: be16, proto: u8 }
@@ -191,8 +192,8 @@ def _as_nobody(argv: list[str]) -> tuple[int, str]:
     the interpreter's own tree may not be readable by nobody)."""
     import bpfdsl.cli.attach_cmds  # noqa: F401
     import bpfdsl.cli.load_cmds  # noqa: F401
-    import bpfdsl.inventory  # noqa: F401
-    import bpfdsl.pins  # noqa: F401
+    import bpfdsl.runtime.inventory  # noqa: F401
+    import bpfdsl.runtime.pins  # noqa: F401
     from bpfdsl.cli import main
 
     with tempfile.TemporaryFile() as err:

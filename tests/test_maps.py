@@ -13,7 +13,7 @@ from conftest import ROOT
 from netns import bpffs_dir
 from objbuild import build
 
-from bpfdsl import syscall
+from bpfdsl.kernel import syscall
 
 
 def bpfdsl(*args: str) -> subprocess.CompletedProcess:

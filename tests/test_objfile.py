@@ -10,10 +10,10 @@ import time
 import pytest
 from objbuild import all_c_fixtures, build, source
 
+from bpfdsl.abi.insn import slot_offsets
+from bpfdsl.abi.uapi import BPF_PSEUDO_CALL, AttachType, MapType, ProgramType
 from bpfdsl.diagnostics import UsageError
-from bpfdsl.insn import slot_offsets
-from bpfdsl.objfile import LEGACY_MAPS_MSG, read_object
-from bpfdsl.uapi import BPF_PSEUDO_CALL, AttachType, MapType, ProgramType
+from bpfdsl.obj.collection import LEGACY_MAPS_MSG, read_object
 
 
 @pytest.mark.parametrize("name", all_c_fixtures())
@@ -207,8 +207,8 @@ def _objects() -> list:
 def test_fast_elf_reader_agrees_with_pyelftools(monkeypatch):
     """objfile_elf (the load path's section reader) and pyelftools read every C fixture and
     every progs/*.bpfd object to the same CollectionSpec."""
-    from bpfdsl import objfile
-    from bpfdsl.objfile_elf import ElfError
+    from bpfdsl.obj import collection as objfile
+    from bpfdsl.obj.elf import ElfError
 
     objs = _objects()
     fast = [_summary(read_object(o)) for o in objs]
@@ -226,7 +226,7 @@ def test_fast_elf_reader_skips_pyelftools_import():
     import sys
 
     code = (
-        "import sys; from bpfdsl.objfile import read_object; "
+        "import sys; from bpfdsl.obj.collection import read_object; "
         f"read_object(open({str(build('compat_maps'))!r}, 'rb').read()); "
         "print(any(m.startswith('elftools') for m in sys.modules))"
     )

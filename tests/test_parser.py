@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from bpfdsl import ast
-from bpfdsl.build import parse_program
 from bpfdsl.diagnostics import DiagnosticError
+from bpfdsl.lang import ast
+from bpfdsl.lang.build import parse_program
 
 
 def first_let(src: str) -> ast.Expr:

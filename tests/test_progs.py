@@ -39,8 +39,8 @@ def test_compile_prog(name):
 @pytest.mark.kernel
 @pytest.mark.parametrize("name", ALL)
 def test_kernel_accepts_prog(name, objects):
-    from bpfdsl.loader import load_collection
-    from bpfdsl.objfile import read_object
+    from bpfdsl.obj.collection import read_object
+    from bpfdsl.runtime.loader import load_collection
 
     spec = read_object(objects[name])
     with load_collection(spec) as coll:
@@ -75,7 +75,7 @@ def test_ip_link_attaches_prog(name, objects):
     """iproute2 loads the object itself (its own libbpf path) and attaches it to a veth."""
     if shutil.which("ip") is None:
         pytest.skip("iproute2 not installed")
-    from bpfdsl import netlink
+    from bpfdsl.kernel import netlink
     from tests.netns import veth_net
 
     with veth_net("cc") as net:
@@ -118,7 +118,7 @@ def test_xdp_loader_attaches_prog(name, objects):
     """xdp-tools' xdp-loader (libxdp) loads and attaches the object too."""
     if shutil.which("xdp-loader") is None:
         pytest.skip("xdp-loader not installed")
-    from bpfdsl import netlink
+    from bpfdsl.kernel import netlink
     from tests.netns import veth_net
 
     stem = Path(name).stem.removeprefix("xdp_")
@@ -144,8 +144,8 @@ def test_xdp_loader_attaches_prog(name, objects):
 @pytest.mark.kernel
 @pytest.mark.parametrize("mcpu", ["v1", "v2", "v4"])
 def test_kernel_accepts_every_prog_at_other_isa_levels(mcpu):
-    from bpfdsl.loader import load_collection
-    from bpfdsl.objfile import read_object
+    from bpfdsl.obj.collection import read_object
+    from bpfdsl.runtime.loader import load_collection
 
     for name in ALL:
         with load_collection(read_object(compile_file(PROGS / name, mcpu=mcpu).obj)) as coll:

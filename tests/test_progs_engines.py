@@ -215,8 +215,8 @@ def test_progs_sk_msg_policy(bpf_program) -> None:
 def test_progs_sockops_and_sk_msg_redirect_pair(bpf_program) -> None:
     import socket
 
+    from bpfdsl.abi.uapi import BPF_F_INGRESS, SockOpsOp
     from bpfdsl.interp import SockInfo
-    from bpfdsl.uapi import BPF_F_INGRESS, SockOpsOp
 
     redir = bpf_program(prog_path("sk_msg_redirect_ingress.bpfd"), "redir")
     track = redir.program("track")

@@ -327,10 +327,10 @@ def test_generated_programs_compile():
 
 @pytest.mark.kernel
 def test_generated_programs_load_and_run(packets):
-    from bpfdsl import syscall
     from bpfdsl.diagnostics import DiagnosticError
-    from bpfdsl.loader import load_collection
-    from bpfdsl.objfile import read_object
+    from bpfdsl.kernel import syscall
+    from bpfdsl.obj.collection import read_object
+    from bpfdsl.runtime.loader import load_collection
 
     for seed in SEEDS:
         src = G(random.Random(seed)).program()

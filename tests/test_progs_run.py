@@ -23,8 +23,8 @@ class Prog:
     """A compiled, loaded object (source text or progs/ file name); closes fds on exit."""
 
     def __init__(self, src: str, config: dict | None = None):
-        from bpfdsl.loader import load_collection
-        from bpfdsl.objfile import read_object
+        from bpfdsl.obj.collection import read_object
+        from bpfdsl.runtime.loader import load_collection
 
         if src.endswith(".bpfd"):
             res = compile_file(PROGS / src)
@@ -40,7 +40,7 @@ class Prog:
         self.coll.close()
 
     def run(self, pkt) -> tuple[int, bytes]:
-        from bpfdsl import syscall
+        from bpfdsl.kernel import syscall
 
         r = syscall.prog_test_run(self.coll.programs[self.name].fd, bytes(pkt))
         return r.retval, r.data_out
@@ -50,7 +50,7 @@ class Prog:
 
     def counter(self, map_name: str, key: int = 0) -> int:
         """Sum over CPUs of a u64 (per-CPU) array slot."""
-        from bpfdsl import syscall
+        from bpfdsl.kernel import syscall
 
         m = self.coll.maps[map_name]
         size = syscall.percpu_value_size(8) if m.map_type in (5, 6, 10) else 8
@@ -58,12 +58,12 @@ class Prog:
         return sum(struct.unpack_from("<Q", raw, o)[0] for o in range(0, size, 8))
 
     def update(self, map_name: str, key: bytes, value: bytes) -> None:
-        from bpfdsl import syscall
+        from bpfdsl.kernel import syscall
 
         syscall.map_update(self.coll.maps[map_name].fd, key, value)
 
     def lookup(self, map_name: str, key: bytes) -> bytes | None:
-        from bpfdsl import syscall
+        from bpfdsl.kernel import syscall
 
         m = self.coll.maps[map_name]
         return syscall.map_lookup(m.fd, key, m.value_size)

@@ -16,7 +16,8 @@ import time
 import pytest
 from netns import veth_net
 
-from bpfdsl import attach, loader, objfile
+from bpfdsl.obj import collection as objfile
+from bpfdsl.runtime import attach, loader
 
 PORT = 7300
 SRC = r"""
@@ -70,7 +71,7 @@ def counter_obj(tmp_path_factory) -> bytes:
 
 
 def _count(coll) -> int:
-    from bpfdsl import syscall
+    from bpfdsl.kernel import syscall
 
     v = syscall.map_lookup(coll.maps["seen"].fd, (0).to_bytes(4, "little"), 8)
     return int.from_bytes(v, "little")

@@ -134,7 +134,7 @@ def test_utf8_bom_is_accepted():
     ("lit", "value"), [(r'"GPL"', "GPL"), (r'"G\"P\\L"', 'G"P\\L'), (r'"a\tb"', "a\tb")]
 )
 def test_license_escapes(lit, value):
-    from bpfdsl.objfile import read_object
+    from bpfdsl.obj.collection import read_object
 
     src = f"license {lit}\nxdp fn f(ctx) {{ return XDP_PASS }}\n"
     assert read_object(compile_source(src, "t.bpfd", check=False).obj).license == value

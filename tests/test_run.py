@@ -11,8 +11,9 @@ import pytest
 from conftest import PCAPS, PROGS, ROOT
 from objbuild import build
 
-from bpfdsl import objfile, packets, testrun
-from bpfdsl.packets import udp_frame
+from bpfdsl.obj import collection as objfile
+from bpfdsl.runtime import packets, testrun
+from bpfdsl.runtime.packets import udp_frame
 
 MACS = {"src_mac": "02:00:00:00:00:01", "dst_mac": "02:00:00:00:00:02"}
 

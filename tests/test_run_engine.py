@@ -11,7 +11,7 @@ import sys
 import pytest
 from conftest import PROGS, ROOT
 
-from bpfdsl.packets import udp_frame
+from bpfdsl.runtime.packets import udp_frame
 
 FRAME = udp_frame(
     src_mac="02:00:00:00:00:01",
@@ -47,7 +47,8 @@ def test_auto_uses_interp_where_the_kernel_cannot_test_run():
 
 def test_auto_falls_back_to_interp_without_bpf(monkeypatch, capsys):
     # As a user without CAP_BPF: probe_bpf() gives the reason, the interpreter runs.
-    from bpfdsl import cli, syscall
+    from bpfdsl import cli
+    from bpfdsl.kernel import syscall
 
     monkeypatch.setattr(syscall, "probe_bpf", lambda: "bpf() not permitted: needs root")
     rc = cli.main(["-j", "run", str(PROGS / "xdp_udp_filter.bpfd"), "--hex", FRAME])

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from bpfdsl import types as T
 from bpfdsl.compiler import front_end
 from bpfdsl.diagnostics import DiagnosticError
+from bpfdsl.lang import types as T
 
 
 def check(body: str, head: str = 'license "GPL"\n'):

@@ -17,8 +17,8 @@ from __future__ import annotations
 import pytest
 from redirect_testlib import VARIANTS, Loaded, build_c, load_variant, percpu_sum, stream
 
-from bpfdsl.cgroup import ChildCgroup, cgroup2_mount, sock_ops_attach, sock_ops_detach
-from bpfdsl.sockmap import sk_msg_attach, sk_msg_detach, sockmap_count
+from bpfdsl.runtime.cgroup import ChildCgroup, cgroup2_mount, sock_ops_attach, sock_ops_detach
+from bpfdsl.runtime.sockmap import sk_msg_attach, sk_msg_detach, sockmap_count
 
 pytestmark = pytest.mark.kernel
 # size -> number of messages: 1 B .. 256 KiB, powers of two and not

@@ -27,9 +27,9 @@ from redirect_testlib import (
     run_count,
 )
 
-from bpfdsl import netlink
 from bpfdsl.diagnostics import DiagnosticError
-from bpfdsl.sockmap import sk_msg_attach, sk_msg_detach, sockmap_add
+from bpfdsl.kernel import netlink
+from bpfdsl.runtime.sockmap import sk_msg_attach, sk_msg_detach, sockmap_add
 
 pytestmark = pytest.mark.kernel
 MSG, COUNT = 4096, 3

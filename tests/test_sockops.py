@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 from redirect_testlib import build_c, load_object, stream
 
-from bpfdsl.cgroup import ChildCgroup, cgroup2_mount, sock_ops_attach
 from bpfdsl.diagnostics import DiagnosticError
+from bpfdsl.runtime.cgroup import ChildCgroup, cgroup2_mount, sock_ops_attach
 
 pytestmark = pytest.mark.kernel
 ROOT = Path(__file__).resolve().parent.parent
@@ -57,7 +57,7 @@ def test_cgroup2_mounted_when_missing() -> None:
     where = cgroup2_mount(mount_if_missing=False)
     code = (
         "import os, subprocess\n"
-        "from bpfdsl.cgroup import cgroup2_mount, _mountinfo_cgroup2\n"
+        "from bpfdsl.runtime.cgroup import cgroup2_mount, _mountinfo_cgroup2\n"
         "assert _mountinfo_cgroup2() is None\n"
         "p = cgroup2_mount()\n"
         "print(p, os.path.exists(os.path.join(p, 'cgroup.procs')))\n"

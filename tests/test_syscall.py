@@ -9,8 +9,8 @@ import uuid
 
 import pytest
 
-from bpfdsl import syscall as S
-from bpfdsl.uapi import BPF_NOEXIST, BpfCmd, MapType, ProgramType, XdpAction
+from bpfdsl.abi.uapi import BPF_NOEXIST, BpfCmd, MapType, ProgramType, XdpAction
+from bpfdsl.kernel import syscall as S
 
 
 # r0 = imm; exit   (raw encodings; the instruction table is tested in test_insn.py)
@@ -145,7 +145,7 @@ def _flat(btf, tid: int, base: int = 0) -> dict[str, int]:
 
 @pytest.fixture(scope="module")
 def vmlinux():
-    from bpfdsl.btf import parse_btf
+    from bpfdsl.abi.btf.core import parse_btf
 
     path = "/sys/kernel/btf/vmlinux"
     if not os.path.exists(path):
@@ -155,7 +155,7 @@ def vmlinux():
 
 
 def test_attr_layouts_match_vmlinux_btf(vmlinux):
-    from bpfdsl.btf import Kind
+    from bpfdsl.abi.btf.core import Kind
 
     attr = vmlinux.find("bpf_attr", Kind.UNION)
     candidates = []

@@ -1,4 +1,4 @@
-"""bpfdsl.target: IR -> bpfel ELF object; LLVM failures become diagnostics, never exit(1).
+"""bpfdsl.backend.target: IR -> bpfel ELF object; LLVM failures become diagnostics, never exit(1).
 
 Also compares the BTF shape of a BTF-defined map with clang-19's for the same C
 declaration (libbpf's ``__uint``/``__type`` macros), when clang-19 is installed.
@@ -17,9 +17,8 @@ from pathlib import Path
 import pytest
 from elftools.elf.elffile import ELFFile
 
-from bpfdsl import target
-from bpfdsl.diagnostics import DiagnosticError, UsageError
-from bpfdsl.target import (
+from bpfdsl.backend import target
+from bpfdsl.backend.target import (
     InternalCompilerError,
     emit,
     emit_assembly,
@@ -27,6 +26,7 @@ from bpfdsl.target import (
     fixup_btf_datasecs,
     stack_depths,
 )
+from bpfdsl.diagnostics import DiagnosticError, UsageError
 from tests.test_debuginfo import build_maps_module, build_pass_module
 
 EM_BPF = 247

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from bpfdsl import uapi as U
-from bpfdsl.helpers import HELPERS
+from bpfdsl.abi import uapi as U
+from bpfdsl.abi.helpers import HELPERS
 
 VMLINUX = Path("/sys/kernel/btf/vmlinux")
 
@@ -70,7 +70,7 @@ def test_section_table():
 
 @pytest.mark.kernel
 def test_helper_names_match_kernel():
-    from bpfdsl.helper_names import kernel_helper_name
+    from bpfdsl.abi.helper_names import kernel_helper_name
 
     k = _kernel_enums()
     ids = {v: n for n, v in k.items() if n.startswith("BPF_FUNC_") and n != "BPF_FUNC_unspec"}

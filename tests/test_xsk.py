@@ -1,7 +1,7 @@
 """xskmap redirect (issue 4): a program redirecting to an empty xskmap slot falls back as
 declared (XDP_PASS in the flags' low bits) -- with BPF_PROG_TEST_RUN and on a veth, where
 the frames reach the stack; with an AF_XDP socket in the slot the same frames arrive on the
-socket instead (bpfdsl.xsk.XskSocket, copy mode) and no longer reach the stack.
+socket instead (bpfdsl.runtime.xsk.XskSocket, copy mode) and no longer reach the stack.
 
 Program: the clang-19 reference tests/data/c/xdp_xsk_redirect.c
 (``bpf_redirect_map(&xsks, ctx->rx_queue_index, XDP_PASS)``).
@@ -13,12 +13,12 @@ import pytest
 from netns import veth_net
 from redirect_testlib import VARIANTS, Loaded, build_c, load_variant, quiet_ipv6
 
-from bpfdsl import netlink
-from bpfdsl import syscall as S
+from bpfdsl.abi.uapi import XdpAction, XdpFlags
 from bpfdsl.diagnostics import DiagnosticError
-from bpfdsl.packets import udp_frame
-from bpfdsl.uapi import XdpAction, XdpFlags
-from bpfdsl.xsk import XskSocket, xsk_map_delete, xsk_map_set
+from bpfdsl.kernel import netlink
+from bpfdsl.kernel import syscall as S
+from bpfdsl.runtime.packets import udp_frame
+from bpfdsl.runtime.xsk import XskSocket, xsk_map_delete, xsk_map_set
 
 pytestmark = pytest.mark.kernel
 N = 20

@@ -1,6 +1,6 @@
 """The checker: a verifier-like static analysis of eBPF programs (ours or clang's).
 
-Input is an object read by bpfdsl.objfile (``CollectionSpec``/``ProgramSpec``); output is
+Input is an object read by bpfdsl.obj.collection (``CollectionSpec``/``ProgramSpec``); output is
 a :class:`CheckResult` with, per program, the errors the kernel verifier would reject on
 (in its wording, with the source line from ``.BTF.ext`` and the failing register state)
 and warnings for what the kernel accepts but is a bug.  Never imports the front end.
@@ -17,9 +17,8 @@ import time
 from collections.abc import Sequence
 from functools import wraps
 
-from ..insn import Insn, format_insn
-from ..record import Record
-from ..uapi import (
+from bpfdsl.abi.insn import Insn, format_insn
+from bpfdsl.abi.uapi import (
     BPF_DW,
     BPF_IMM,
     BPF_LD,
@@ -29,11 +28,12 @@ from ..uapi import (
     ProgramKind,
     ProgramType,
 )
-from .analyzer import analyze
-from .cfg import CfgError, build_cfg
-from .ctx import ctx_for_program_type
-from .env import Env, Fault, MapRef
-from .report import CheckError, CheckResult, ProgramResult, SourceLine
+from bpfdsl.checker.analyzer import analyze
+from bpfdsl.checker.cfg import CfgError, build_cfg
+from bpfdsl.checker.ctx import ctx_for_program_type
+from bpfdsl.checker.env import Env, Fault, MapRef
+from bpfdsl.checker.report import CheckError, CheckResult, ProgramResult, SourceLine
+from bpfdsl.record import Record
 
 __all__ = [
     "CheckError",
@@ -200,7 +200,7 @@ def _version_faults(env: Env, cfg, insns):
     """Whole-program features an older target kernel lacks: attach types, loops."""
     if env.kernel is None:
         return None  # no declared target kernel: Env.need never faults
-    from . import features as F
+    from bpfdsl.checker import features as F
 
     try:
         need = F.ATTACH_MIN.get(env.attach_type) if env.attach_type is not None else None

@@ -9,9 +9,9 @@ program so; only an immediate divisor of 0 is rejected, by the analyzer).
 
 from __future__ import annotations
 
-from .. import uapi as U
-from . import domain as D
-from . import tnum as T
+from bpfdsl.abi import uapi as U
+from bpfdsl.checker import domain as D
+from bpfdsl.checker import tnum as T
 
 M64, M32 = T.M64, T.M32
 

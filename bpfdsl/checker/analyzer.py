@@ -9,16 +9,16 @@ still being explored on the same path is an infinite loop.  Limits are the kerne
 
 from __future__ import annotations
 
-from .. import uapi as U
-from ..insn import Insn, format_insn
-from . import domain as D
-from .branch import do_cond_jump
-from .calls import check_helper_call
-from .cfg import Cfg
-from .env import Env, Fault
-from .report import fmt_state
-from .state import Frame, State, state_key, subsumes
-from .transfer import _read, do_alu, do_ld, do_ldx, do_store
+from bpfdsl.abi import uapi as U
+from bpfdsl.abi.insn import Insn, format_insn
+from bpfdsl.checker import domain as D
+from bpfdsl.checker.branch import do_cond_jump
+from bpfdsl.checker.calls import check_helper_call
+from bpfdsl.checker.cfg import Cfg
+from bpfdsl.checker.env import Env, Fault
+from bpfdsl.checker.report import fmt_state
+from bpfdsl.checker.state import Frame, State, state_key, subsumes
+from bpfdsl.checker.transfer import _read, do_alu, do_ld, do_ldx, do_store
 
 INSN_LIMIT = 1_000_000
 JMP_SEQ_LIMIT = 8192

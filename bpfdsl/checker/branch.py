@@ -8,16 +8,16 @@ checks ``try_match_pkt_pointers``/``find_good_pkt_pointers``.
 
 from __future__ import annotations
 
-from .. import uapi as U
-from ..insn import Insn
-from . import domain as D
-from . import features as F
-from . import tnum as T
-from .calls import nonnull_type
-from .env import Env, Fault
-from .mem import MAX_PACKET_OFF
-from .state import Slot, State
-from .transfer import _read, _reserved
+from bpfdsl.abi import uapi as U
+from bpfdsl.abi.insn import Insn
+from bpfdsl.checker import domain as D
+from bpfdsl.checker import features as F
+from bpfdsl.checker import tnum as T
+from bpfdsl.checker.calls import nonnull_type
+from bpfdsl.checker.env import Env, Fault
+from bpfdsl.checker.mem import MAX_PACKET_OFF
+from bpfdsl.checker.state import Slot, State
+from bpfdsl.checker.transfer import _read, _reserved
 
 # ---- jumps ----
 

@@ -1,20 +1,20 @@
 """Helper calls checked against their prototypes (kernel check_helper_call/check_func_arg).
 
-Prototypes come from the one helper table, bpfdsl.helpers (argument kinds, return kind,
+Prototypes come from the one helper table, bpfdsl.abi.helpers (argument kinds, return kind,
 program types, map types, pkt_changing).  Memory arguments are checked for bounds and
 initialization; packet-changing helpers invalidate every packet pointer.
 """
 
 from __future__ import annotations
 
-from ..helpers import HELPERS_BY_ID, ArgKind, RetKind, helper_allowed, map_fits_helper
-from ..uapi import MapType
-from . import domain as D
-from . import features as F
-from .env import Env, Fault
-from .mem import check_access
-from .stack import stack_range_readable, stack_range_written
-from .state import State
+from bpfdsl.abi.helpers import HELPERS_BY_ID, ArgKind, RetKind, helper_allowed, map_fits_helper
+from bpfdsl.abi.uapi import MapType
+from bpfdsl.checker import domain as D
+from bpfdsl.checker import features as F
+from bpfdsl.checker.env import Env, Fault
+from bpfdsl.checker.mem import check_access
+from bpfdsl.checker.stack import stack_range_readable, stack_range_written
+from bpfdsl.checker.state import State
 
 A = ArgKind
 UNMODELLED = "unmodelled-helper"  # a kernel helper the checker has no model of
@@ -93,7 +93,7 @@ def check_helper_call(env: Env, st: State, helper_id: int, idx: int) -> None:
     """Check a ``call`` of helper ``helper_id`` and apply its effects to ``st`` in place."""
     h = HELPERS_BY_ID.get(helper_id)
     if h is None:
-        from ..helper_names import kernel_helper_name  # only for this message
+        from bpfdsl.abi.helper_names import kernel_helper_name  # only for this message
 
         known = kernel_helper_name(helper_id)
         if known is not None:
@@ -101,12 +101,12 @@ def check_helper_call(env: Env, st: State, helper_id: int, idx: int) -> None:
                 UNMODELLED,
                 f"cannot check: helper {known} (#{helper_id}) is not modelled by bpfdsl check",
                 "the kernel knows this helper; load the object to let the kernel verify it "
-                "(bpfdsl check models the helpers of bpfdsl.helpers only)",
+                "(bpfdsl check models the helpers of bpfdsl.abi.helpers only)",
             )
         raise Fault(
             "unknown-helper",
             f"invalid func unknown#{helper_id}",
-            "bpfdsl does not know this helper (or it does not exist); see bpfdsl.helpers",
+            "bpfdsl does not know this helper (or it does not exist); see bpfdsl.abi.helpers",
         )
     if not helper_allowed(h, env.prog_type):
         raise Fault(

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .. import uapi as U
-from ..helpers import HELPERS_BY_ID
-from ..insn import JMP_OP_NAMES, SIZE_BYTES, Insn
+from bpfdsl.abi import uapi as U
+from bpfdsl.abi.helpers import HELPERS_BY_ID
+from bpfdsl.abi.insn import JMP_OP_NAMES, SIZE_BYTES, Insn
 
 
 class CfgError(Exception):
@@ -32,7 +32,7 @@ _OPCODE_FIELDS: dict[int, tuple] = {}
 
 def _opcode_fields(c: int) -> tuple:
     """Everything an opcode byte says, computed once per opcode value (same meaning as
-    the Insn properties of bpfdsl.insn)."""
+    the Insn properties of bpfdsl.abi.insn)."""
     f = _OPCODE_FIELDS.get(c)
     if f is None:
         cls, op = c & 0x07, c & 0xF0
@@ -56,7 +56,7 @@ def _opcode_fields(c: int) -> tuple:
 
 
 class DInsn:
-    """An :class:`~bpfdsl.insn.Insn` with its fields decoded once: the same attribute names
+    """An :class:`~bpfdsl.abi.insn.Insn` with its fields decoded once: the same attribute names
     (``cls``, ``op``, ``source``, ``mode``, ``size`` in bytes, ``is_*``) as plain slots, so
     the per-path transfer functions read attributes instead of computing properties."""
 

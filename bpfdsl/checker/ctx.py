@@ -8,9 +8,9 @@ bpf_sock_ops 224).  A load may yield a pointer type (``data`` -> pkt ...).
 
 from __future__ import annotations
 
-from ..record import FrozenRecord
-from ..uapi import AttachType, ProgramType
-from . import domain as D
+from bpfdsl.abi.uapi import AttachType, ProgramType
+from bpfdsl.checker import domain as D
+from bpfdsl.record import FrozenRecord
 
 
 class CtxField(FrozenRecord):

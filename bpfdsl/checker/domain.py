@@ -15,7 +15,7 @@ maps scalars without an id by object), so constants are built fresh, not shared.
 
 from __future__ import annotations
 
-from . import tnum as T
+from bpfdsl.checker import tnum as T
 
 M64, M32 = T.M64, T.M32
 S64_MIN, S64_MAX = -(1 << 63), (1 << 63) - 1

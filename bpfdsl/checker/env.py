@@ -7,8 +7,8 @@ report.CheckError with the source line and state.
 
 from __future__ import annotations
 
-from ..record import Record
-from ..uapi import AttachType, ProgramType
+from bpfdsl.abi.uapi import AttachType, ProgramType
+from bpfdsl.record import Record
 
 
 class Fault(Exception):

@@ -10,7 +10,7 @@ helpers 5.18, cpu v4 instructions (sign-extending loads/moves, sdiv/smod, bswap)
 
 from __future__ import annotations
 
-from ..uapi import AttachType, MapType
+from bpfdsl.abi.uapi import AttachType, MapType
 
 Version = tuple[int, int]
 

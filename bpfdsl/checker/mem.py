@@ -7,13 +7,13 @@ Kernel reference: kernel/bpf/verifier.c ``check_mem_access`` and its parts
 
 from __future__ import annotations
 
-from ..uapi import MapType, ProgramType
-from . import domain as D
-from . import tnum as T
-from .ctx import CTX_TABLES, ctx_access
-from .env import Env, Fault
-from .stack import stack_access
-from .state import State
+from bpfdsl.abi.uapi import MapType, ProgramType
+from bpfdsl.checker import domain as D
+from bpfdsl.checker import tnum as T
+from bpfdsl.checker.ctx import CTX_TABLES, ctx_access
+from bpfdsl.checker.env import Env, Fault
+from bpfdsl.checker.stack import stack_access
+from bpfdsl.checker.state import State
 
 BPF_F_RDONLY_PROG = 1 << 7
 BPF_F_WRONLY_PROG = 1 << 8

@@ -8,9 +8,9 @@ line from ``.BTF.ext`` line info when the object has it.
 
 from __future__ import annotations
 
-from ..diagnostics import Diagnostic, Span
-from ..record import Record
-from . import domain as D
+from bpfdsl.checker import domain as D
+from bpfdsl.diagnostics import Diagnostic, Span
+from bpfdsl.record import Record
 
 UNMODELLED = "unmodelled-helper"  # same code as calls.UNMODELLED
 

@@ -7,10 +7,10 @@ reads of never-written bytes are allowed for privileged loaders (a warning here)
 
 from __future__ import annotations
 
-from . import domain as D
-from . import tnum as T
-from .env import Env, Fault
-from .state import INVALID, MAX_STACK, MISC, SPILL, ZERO, Slot, State
+from bpfdsl.checker import domain as D
+from bpfdsl.checker import tnum as T
+from bpfdsl.checker.env import Env, Fault
+from bpfdsl.checker.state import INVALID, MAX_STACK, MISC, SPILL, ZERO, Slot, State
 
 MAX_VAR_OFF = 1 << 29
 

@@ -9,8 +9,8 @@ need not be walked again (the explored one was safe for every value it admits).
 
 from __future__ import annotations
 
-from . import domain as D
-from . import tnum as T
+from bpfdsl.checker import domain as D
+from bpfdsl.checker import tnum as T
 
 INVALID, MISC, ZERO, SPILL = "i", "m", "z", "s"
 MAX_STACK = 512

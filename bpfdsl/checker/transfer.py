@@ -8,15 +8,15 @@ wording) and updates the state in place: ``check_alu_op``/``adjust_reg_min_max_v
 
 from __future__ import annotations
 
-from .. import uapi as U
-from ..insn import ALU_OP_NAMES, Insn
-from . import alu as ALU
-from . import domain as D
-from . import features as F
-from . import tnum as T
-from .env import Env, Fault
-from .mem import MAX_VAR_OFF, check_access
-from .state import State
+from bpfdsl.abi import uapi as U
+from bpfdsl.abi.insn import ALU_OP_NAMES, Insn
+from bpfdsl.checker import alu as ALU
+from bpfdsl.checker import domain as D
+from bpfdsl.checker import features as F
+from bpfdsl.checker import tnum as T
+from bpfdsl.checker.env import Env, Fault
+from bpfdsl.checker.mem import MAX_VAR_OFF, check_access
+from bpfdsl.checker.state import State
 
 _VALID_ALU = set(range(0x00, 0xD1, 0x10))
 _DIV_MOD = frozenset((U.BPF_DIV, U.BPF_MOD))

@@ -99,8 +99,8 @@ def _looks_like_kind(word: str) -> bool:
 
 
 def cmd_attach(args) -> int:
-    from bpfdsl import attach, inventory  # noqa: PLC0415
     from bpfdsl.diagnostics import UsageError, error  # noqa: PLC0415
+    from bpfdsl.runtime import attach, inventory  # noqa: PLC0415
 
     words = list(args.words)
     if words[0] == "xdp" and len(words) > 1:
@@ -166,7 +166,7 @@ def _replacing(args, ref: str, dev: str) -> tuple[str | None, str | None]:
     old dir's place (:func:`_take_over`).  (None, None) otherwise: a plain attach, or a
     pin-dir-busy error from the loader when the dir holds something else (a `bpfdsl load`,
     links of other interfaces, --no-replace)."""
-    from bpfdsl import attach, inventory, pins  # noqa: PLC0415
+    from bpfdsl.runtime import attach, inventory, pins  # noqa: PLC0415
 
     if args.no_replace or not inventory.is_object_file(ref):
         return None, None
@@ -187,8 +187,8 @@ def _take_over(target: str, staging: str, res, dev: str):
     """After a successful attach from ``staging``: remove the old pins of ``target`` (its
     link pin was moved to ``staging`` already, so nothing is detached) and rename
     ``staging`` to ``target``.  Returns ``res`` with the link pin's final path."""
-    from bpfdsl import attach, pins  # noqa: PLC0415
     from bpfdsl.diagnostics import DiagnosticError, error  # noqa: PLC0415
+    from bpfdsl.runtime import attach, pins  # noqa: PLC0415
 
     try:
         pins.unpin_dir(target)
@@ -208,7 +208,7 @@ def _take_over(target: str, staging: str, res, dev: str):
 
 
 def cmd_detach(args) -> int:
-    from bpfdsl import attach, pins  # noqa: PLC0415
+    from bpfdsl.runtime import attach, pins  # noqa: PLC0415
 
     dev = _dev(args, args.dev_pos)
     res = attach.detach_xdp(dev, pin_roots=(attach.BPFFS,))
@@ -255,7 +255,7 @@ def cmd_show(args) -> int:
             file=sys.stderr,
         )
         return NO_PERMISSION
-    from bpfdsl import inventory  # noqa: PLC0415
+    from bpfdsl.runtime import inventory  # noqa: PLC0415
 
     inv = inventory.collect(all_dirs=args.all)
     if args.json:

@@ -56,8 +56,8 @@ def read_input(path: str):
 
     Raises UsageError for unreadable/corrupt input, DiagnosticError for compile errors.
     """
-    from bpfdsl import objfile  # noqa: PLC0415
     from bpfdsl.diagnostics import UsageError, error  # noqa: PLC0415
+    from bpfdsl.obj import collection as objfile  # noqa: PLC0415
 
     p = Path(path)
     if not p.is_file():

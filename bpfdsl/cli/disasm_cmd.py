@@ -31,7 +31,7 @@ def register(sub) -> None:
 
 def disasm_lines(spec, prog) -> list[str]:
     """Text lines for one ProgramSpec: headers, ``; source @ file:line``, ``slot: (op) insn``."""
-    from bpfdsl.insn import format_insn, slot_offsets  # noqa: PLC0415
+    from bpfdsl.abi.insn import format_insn, slot_offsets  # noqa: PLC0415
 
     names = {}
     for r in prog.relocations:
@@ -58,8 +58,9 @@ def disasm_lines(spec, prog) -> list[str]:
 
 
 def cmd_disasm(args) -> int:
-    from bpfdsl import objfile, testrun  # noqa: PLC0415
     from bpfdsl.diagnostics import UsageError, error  # noqa: PLC0415
+    from bpfdsl.obj import collection as objfile
+    from bpfdsl.runtime import testrun  # noqa: PLC0415
 
     spec = objfile.read_object(testrun.object_bytes(args.file), name=args.file)
     progs = list(spec.programs.values())

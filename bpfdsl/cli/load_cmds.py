@@ -57,19 +57,20 @@ def register(sub) -> None:
 
 
 def default_pin_dir(path: str) -> str:
-    from bpfdsl.attach import DEFAULT_PIN_ROOT  # noqa: PLC0415
+    from bpfdsl.runtime.attach import DEFAULT_PIN_ROOT  # noqa: PLC0415
 
     stem = re.sub(r"[^A-Za-z0-9_]", "_", os.path.basename(path).rsplit(".", 1)[0])
     return os.path.join(DEFAULT_PIN_ROOT, stem)
 
 
 def cmd_load(args) -> int:
-    from bpfdsl import inventory, loader, objfile, pins  # noqa: PLC0415
+    from bpfdsl.obj import collection as objfile  # noqa: PLC0415
+    from bpfdsl.runtime import inventory, loader, pins
 
     spec = objfile.read_object(inventory.object_bytes(args.file), name=args.file)
     config = {}
     if args.set:
-        from bpfdsl import testrun  # noqa: PLC0415 (only for --set)
+        from bpfdsl.runtime import testrun  # noqa: PLC0415 (only for --set)
 
         config = testrun.parse_config(args.set, spec.configs)
     pin_dir = args.pin_dir or default_pin_dir(args.file)
@@ -104,8 +105,8 @@ def cmd_load(args) -> int:
 
 
 def _rows(coll, res) -> list[dict]:
-    from bpfdsl import syscall as S  # noqa: PLC0415
-    from bpfdsl.uapi import MapType, ProgramType  # noqa: PLC0415
+    from bpfdsl.abi.uapi import MapType, ProgramType  # noqa: PLC0415
+    from bpfdsl.kernel import syscall as S  # noqa: PLC0415
 
     rows = []
     for name, p in coll.programs.items():
@@ -140,7 +141,7 @@ def _rows(coll, res) -> list[dict]:
 
 
 def cmd_unload(args) -> int:
-    from bpfdsl import pins  # noqa: PLC0415
+    from bpfdsl.runtime import pins  # noqa: PLC0415
 
     detached: list[str] = []
     removed = pins.unpin_dir(args.pin_dir, detached)

@@ -1,5 +1,5 @@
 """CLI: ``bpfdsl cpumap|devmap set|delete|show``, ``bpfdsl sockmap|skmsg attach|detach``,
-``bpfdsl sockops attach|detach`` -- thin wrappers over bpfdsl.cpumap/devmap/sockmap/cgroup.
+``bpfdsl sockops attach|detach`` -- thin wrappers over bpfdsl.runtime.cpumap/devmap/sockmap/cgroup.
 
 MAP := PIN_PATH | DIR:NAME (a ``bpfdsl load --pin-dir`` dir) | id:N.
 PROG := NAME (pinned in the map's / given pin dir) | PIN_PATH | id:N.
@@ -128,7 +128,7 @@ def _register_sockops(sub) -> None:
 @contextmanager
 def _open_map(ref: str) -> Iterator[tuple[int, str, str | None]]:
     """(fd, name, pin dir of the map or None)."""
-    from bpfdsl.mapview import MapView, resolve_ref  # noqa: PLC0415
+    from bpfdsl.runtime.mapview import MapView, resolve_ref  # noqa: PLC0415
 
     target = resolve_ref(ref)
     pin_dir = None
@@ -146,9 +146,9 @@ def _open_prog(ref: str | None, pin_dir: str | None) -> Iterator[tuple[int | Non
     if ref is None:
         yield None, ""
         return
-    from bpfdsl import syscall  # noqa: PLC0415
     from bpfdsl.diagnostics import UsageError, error  # noqa: PLC0415
-    from bpfdsl.inventory import open_program  # noqa: PLC0415
+    from bpfdsl.kernel import syscall  # noqa: PLC0415
+    from bpfdsl.runtime.inventory import open_program  # noqa: PLC0415
 
     if ref.startswith("id:"):
         try:
@@ -185,7 +185,7 @@ def _maybe_netns(name: str | None) -> Iterator[None]:
     if not name:
         yield
         return
-    from bpfdsl.netlink import in_netns  # noqa: PLC0415
+    from bpfdsl.kernel.netlink import in_netns  # noqa: PLC0415
 
     with in_netns(name):
         yield
@@ -199,7 +199,7 @@ def _emit(args, obj, text: str) -> None:
 
 
 def cmd_cpumap_set(args) -> int:
-    from bpfdsl.cpumap import cpumap_set  # noqa: PLC0415
+    from bpfdsl.runtime.cpumap import cpumap_set  # noqa: PLC0415
 
     with _open_map(args.map) as (fd, name, pin_dir), _open_prog(args.prog, pin_dir) as (pf, pn):
         cpumap_set(fd, args.cpu, args.qsize, pf, map_name=name, prog_name=pn)
@@ -213,7 +213,7 @@ def cmd_cpumap_set(args) -> int:
 
 
 def cmd_cpumap_delete(args) -> int:
-    from bpfdsl.cpumap import cpumap_delete  # noqa: PLC0415
+    from bpfdsl.runtime.cpumap import cpumap_delete  # noqa: PLC0415
 
     with _open_map(args.map) as (fd, name, _d):
         gone = cpumap_delete(fd, args.cpu, map_name=name)
@@ -226,7 +226,7 @@ def cmd_cpumap_delete(args) -> int:
 
 
 def cmd_cpumap_show(args) -> int:
-    from bpfdsl.cpumap import cpumap_entries  # noqa: PLC0415
+    from bpfdsl.runtime.cpumap import cpumap_entries  # noqa: PLC0415
 
     with _open_map(args.map) as (fd, name, _d):
         rows = cpumap_entries(fd, map_name=name)
@@ -241,7 +241,7 @@ def cmd_cpumap_show(args) -> int:
 
 
 def cmd_devmap_set(args) -> int:
-    from bpfdsl.devmap import devmap_set, resolve_interface  # noqa: PLC0415
+    from bpfdsl.runtime.devmap import devmap_set, resolve_interface  # noqa: PLC0415
 
     with _open_map(args.map) as (fd, name, pin_dir), _open_prog(args.prog, pin_dir) as (pf, pn):
         with _maybe_netns(args.netns):
@@ -257,7 +257,7 @@ def cmd_devmap_set(args) -> int:
 
 
 def cmd_devmap_delete(args) -> int:
-    from bpfdsl.devmap import devmap_delete  # noqa: PLC0415
+    from bpfdsl.runtime.devmap import devmap_delete  # noqa: PLC0415
 
     with _open_map(args.map) as (fd, name, _d):
         gone = devmap_delete(fd, args.key, map_name=name)
@@ -270,7 +270,7 @@ def cmd_devmap_delete(args) -> int:
 
 
 def cmd_devmap_show(args) -> int:
-    from bpfdsl.devmap import devmap_entries  # noqa: PLC0415
+    from bpfdsl.runtime.devmap import devmap_entries  # noqa: PLC0415
 
     with _open_map(args.map) as (fd, name, _d), _maybe_netns(args.netns):
         rows = devmap_entries(fd, map_name=name)
@@ -292,7 +292,7 @@ def cmd_devmap_show(args) -> int:
 
 
 def cmd_sockmap_attach(args) -> int:
-    from bpfdsl.sockmap import sk_msg_attach  # noqa: PLC0415
+    from bpfdsl.runtime.sockmap import sk_msg_attach  # noqa: PLC0415
 
     with _open_map(args.map) as (fd, name, pin_dir), _open_prog(args.prog, pin_dir) as (pf, pn):
         sk_msg_attach(fd, pf, map_name=name, prog_name=pn)
@@ -305,7 +305,7 @@ def cmd_sockmap_attach(args) -> int:
 
 
 def cmd_sockmap_detach(args) -> int:
-    from bpfdsl.sockmap import sk_msg_detach  # noqa: PLC0415
+    from bpfdsl.runtime.sockmap import sk_msg_detach  # noqa: PLC0415
 
     with _open_map(args.map) as (fd, name, pin_dir), _open_prog(args.prog, pin_dir) as (pf, pn):
         done = sk_msg_detach(fd, pf, map_name=name, prog_name=pn)
@@ -318,7 +318,7 @@ def cmd_sockmap_detach(args) -> int:
 
 
 def cmd_sockops_attach(args) -> int:
-    from bpfdsl.cgroup import resolve_cgroup, sock_ops_attach  # noqa: PLC0415
+    from bpfdsl.runtime.cgroup import resolve_cgroup, sock_ops_attach  # noqa: PLC0415
 
     cg = resolve_cgroup(args.cgroup)
     with _open_prog(args.prog, args.pin_dir) as (pf, pn):
@@ -330,7 +330,7 @@ def cmd_sockops_attach(args) -> int:
 
 
 def cmd_sockops_detach(args) -> int:
-    from bpfdsl.cgroup import resolve_cgroup, sock_ops_detach  # noqa: PLC0415
+    from bpfdsl.runtime.cgroup import resolve_cgroup, sock_ops_detach  # noqa: PLC0415
 
     cg = resolve_cgroup(args.cgroup)
     with _open_prog(args.prog, args.pin_dir) as (pf, pn):

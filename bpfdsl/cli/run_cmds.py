@@ -72,15 +72,16 @@ def _auto_engine(kind) -> tuple[str, str | None]:
         return "interp", f"BPF_PROG_TEST_RUN refuses {kind.keyword or kind.section} programs"
     if sys.platform != "linux":
         return "interp", "not Linux: no bpf() syscall"
-    from bpfdsl import syscall  # noqa: PLC0415
+    from bpfdsl.kernel import syscall  # noqa: PLC0415
 
     reason = syscall.probe_bpf()
     return ("interp", reason) if reason else ("kernel", None)
 
 
 def cmd_run(args) -> int:
-    from bpfdsl import objfile, packets, testrun  # noqa: PLC0415
     from bpfdsl.diagnostics import UsageError, error  # noqa: PLC0415
+    from bpfdsl.obj import collection as objfile
+    from bpfdsl.runtime import packets, testrun  # noqa: PLC0415
 
     if args.repeat < 1 or args.repeat > 100_000_000:
         raise UsageError(error("bad-repeat", f"--repeat {args.repeat}: give 1..100000000"))
@@ -163,6 +164,6 @@ def _print_result(r, repeat: int) -> None:
 
 
 def cmd_demo(args) -> int:
-    from bpfdsl import demo  # noqa: PLC0415
+    from bpfdsl.runtime import demo  # noqa: PLC0415
 
     return demo.main(packets=args.packets, port=args.port, mode=args.mode, as_json=args.json)

@@ -7,12 +7,12 @@
 
 from __future__ import annotations
 
-from .ctx import SkMsgContext, SockInfo, SockOpsContext, XdpContext
-from .engine import InterpEngine
-from .machine import Env, InterpError, Machine
-from .maps import Map, make_map
-from .maps_slot import SlotMap
-from .program import InterpCollection, InterpProgram, InterpResult, load_object
+from bpfdsl.interp.ctx import SkMsgContext, SockInfo, SockOpsContext, XdpContext
+from bpfdsl.interp.engine import InterpEngine
+from bpfdsl.interp.machine import Env, InterpError, Machine
+from bpfdsl.interp.maps import Map, make_map
+from bpfdsl.interp.maps_slot import SlotMap
+from bpfdsl.interp.program import InterpCollection, InterpProgram, InterpResult, load_object
 
 __all__ = [
     "Env",

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from bpfdsl import uapi as U
-
-from .memory import M32, M64, Fault, Ptr, s32, s64
+from bpfdsl.abi import uapi as U
+from bpfdsl.interp.memory import M32, M64, Fault, Ptr, s32, s64
 
 
 def _tdiv(a: int, b: int) -> int:

@@ -14,9 +14,8 @@ import ipaddress
 import socket
 from dataclasses import dataclass
 
-from bpfdsl.uapi import AttachType
-
-from .memory import Fault, PacketRegion, Ptr, Region
+from bpfdsl.abi.uapi import AttachType
+from bpfdsl.interp.memory import Fault, PacketRegion, Ptr, Region
 
 XDP_PACKET_HEADROOM = 256  # include/uapi/linux/bpf.h
 XDP_FRAME_SIZE = 4096  # PAGE_SIZE: frame_sz of BPF_PROG_TEST_RUN buffers

@@ -1,4 +1,4 @@
-"""The interpreter as a ``bpfdsl run`` engine (see :mod:`bpfdsl.testrun`, ``ENGINES``).
+"""The interpreter as a ``bpfdsl run`` engine (see :mod:`bpfdsl.runtime.testrun`, ``ENGINES``).
 
 ``InterpEngine(spec, config=...)`` has the kernel engine's shape: ``run(program, packet,
 repeat) -> RunResult(retval, data_out, duration_ns)`` and ``close()``.  It also runs the
@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from .ctx import ETH_HLEN
-from .program import InterpCollection
+from bpfdsl.interp.ctx import ETH_HLEN
+from bpfdsl.interp.program import InterpCollection
 
 
 class InterpEngine:
-    """Userspace engine over one object's :class:`~bpfdsl.objfile.CollectionSpec`.
+    """Userspace engine over one object's :class:`~bpfdsl.obj.collection.CollectionSpec`.
 
     ``collection`` gives access to the in-memory maps (fill them before running).
     Frames shorter than 14 bytes are skipped, as on the kernel; frames over 3520 bytes
@@ -29,7 +29,7 @@ class InterpEngine:
     def run(self, program: str, packet: bytes, repeat: int = 1):
         """Run ``program`` on ``packet`` ``repeat`` times (maps keep their changes);
         the result of the last run, ``duration_ns`` = mean wall time per run."""
-        from bpfdsl.testrun import PacketSkipped, RunResult  # noqa: PLC0415 (layer above)
+        from bpfdsl.runtime.testrun import PacketSkipped, RunResult  # noqa: PLC0415 (layer above)
 
         prog = self.collection.programs[program]
         if len(packet) < ETH_HLEN and prog.kind and prog.kind.ctx == "xdp_md":

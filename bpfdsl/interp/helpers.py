@@ -1,4 +1,4 @@
-"""Helper functions of the userspace machine, keyed by the ids of :mod:`bpfdsl.helpers`.
+"""Helper functions of the userspace machine, keyed by the ids of :mod:`bpfdsl.abi.helpers`.
 
 Each implementation takes the machine and r1..r5 and returns r0 as the kernel's helper
 does (net/core/filter.c, kernel/bpf/helpers.c, net/core/sock_map.c, kernel/bpf/devmap.c):
@@ -15,27 +15,21 @@ import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from bpfdsl.helpers import HELPERS, map_fits_helper
-from bpfdsl.uapi import (
-    BPF_F_BROADCAST,
-    BPF_F_EXCLUDE_INGRESS,
-    MapType,
-    XdpAction,
-)
-
-from .ctx import (
+from bpfdsl.abi.helpers import HELPERS, map_fits_helper
+from bpfdsl.abi.uapi import BPF_F_BROADCAST, BPF_F_EXCLUDE_INGRESS, MapType, XdpAction
+from bpfdsl.interp.ctx import (
     ETH_HLEN,
     XDP_FRAME_SIZE,
     XDP_FRAME_STRUCT,
     XDP_SHINFO_TAILROOM,
     XdpContext,
 )
-from .maps import Map
-from .maps_slot import SlotMap
-from .memory import M32, M64, Fault, Ptr, s32
+from bpfdsl.interp.maps import Map
+from bpfdsl.interp.maps_slot import SlotMap
+from bpfdsl.interp.memory import M32, M64, Fault, Ptr, s32
 
 if TYPE_CHECKING:
-    from .machine import Machine
+    from bpfdsl.interp.machine import Machine
 
 Impl = Callable[..., Any]
 IMPLS: dict[int, Impl] = {}
@@ -47,7 +41,7 @@ def _neg(e: int) -> int:
 
 
 def helper(name: str) -> Callable[[Impl], Impl]:
-    """Register an implementation under the id of helper ``name`` (bpfdsl.helpers)."""
+    """Register an implementation under the id of helper ``name`` (bpfdsl.abi.helpers)."""
 
     def deco(fn: Impl) -> Impl:
         IMPLS[HELPERS[name].id] = fn

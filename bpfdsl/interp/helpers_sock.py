@@ -9,16 +9,15 @@ from __future__ import annotations
 import errno
 from typing import TYPE_CHECKING
 
-from bpfdsl.uapi import BPF_F_INGRESS, SkAction
-
-from .ctx import SkMsgContext, SockOpsContext
-from .helpers import _map, _mem, _neg, helper
-from .maps import Map
-from .maps_slot import SlotMap
-from .memory import M32, M64, Fault
+from bpfdsl.abi.uapi import BPF_F_INGRESS, SkAction
+from bpfdsl.interp.ctx import SkMsgContext, SockOpsContext
+from bpfdsl.interp.helpers import _map, _mem, _neg, helper
+from bpfdsl.interp.maps import Map
+from bpfdsl.interp.maps_slot import SlotMap
+from bpfdsl.interp.memory import M32, M64, Fault
 
 if TYPE_CHECKING:
-    from .machine import Machine
+    from bpfdsl.interp.machine import Machine
 
 
 def _msg(m: Machine, name: str) -> SkMsgContext:

@@ -16,11 +16,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from bpfdsl import uapi as U
-from bpfdsl.insn import Insn, format_insn, index_by_slot, jump_target, slot_offsets
-
-from . import alu
-from .memory import M32, M64, Fault, NotModelled, Ptr, s32, s64
+from bpfdsl.abi import uapi as U
+from bpfdsl.abi.insn import Insn, format_insn, index_by_slot, jump_target, slot_offsets
+from bpfdsl.interp import alu
+from bpfdsl.interp.memory import M32, M64, Fault, NotModelled, Ptr, s32, s64
 
 FILENAME = "<bpf-jit>"
 _JCMP = {
@@ -379,9 +378,8 @@ class _Gen:
 def _unimplemented(helper_id: int) -> Callable[..., int]:
     """A stand-in for a helper the interpreter lacks: raises a Fault naming the helper
     (kernel enum bpf_func_id name) and any unmodelled map among its arguments."""
-    from bpfdsl.helper_names import kernel_helper_name  # noqa: PLC0415
-
-    from .maps import UnsupportedMap  # noqa: PLC0415
+    from bpfdsl.abi.helper_names import kernel_helper_name  # noqa: PLC0415
+    from bpfdsl.interp.maps import UnsupportedMap  # noqa: PLC0415
 
     name = kernel_helper_name(helper_id) or "unknown helper"
 

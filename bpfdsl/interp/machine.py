@@ -1,6 +1,6 @@
 """The userspace BPF machine: instruction semantics over checked (region, offset) memory.
 
-Takes decoded instructions (:mod:`bpfdsl.insn`, the one instruction table) with map
+Takes decoded instructions (:mod:`bpfdsl.abi.insn`, the one instruction table) with map
 references already resolved (ld_imm64 carries the :class:`~bpfdsl.interp.maps.Map` or a
 map-value pointer, see :mod:`bpfdsl.interp.program`) and runs them on a context.  Each
 instruction is turned once into a Python closure returning the next index; a run is a
@@ -16,15 +16,14 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from bpfdsl.abi.insn import Insn, format_insn, slot_offsets
+from bpfdsl.abi.uapi import BPF_PSEUDO_MAP_FD, BPF_PSEUDO_MAP_VALUE
 from bpfdsl.diagnostics import DiagnosticError, Span, UsageError, error
-from bpfdsl.insn import Insn, format_insn, slot_offsets
-from bpfdsl.uapi import BPF_PSEUDO_MAP_FD, BPF_PSEUDO_MAP_VALUE
-
-from . import helpers_sock  # noqa: F401 (registers the socket helpers)
-from .helpers import IMPLS
-from .jit import FILENAME, jit
-from .maps import Map
-from .memory import Fault, NotModelled, Ptr, Region, StackRegion
+from bpfdsl.interp import helpers_sock  # noqa: F401 (registers the socket helpers)
+from bpfdsl.interp.helpers import IMPLS
+from bpfdsl.interp.jit import FILENAME, jit
+from bpfdsl.interp.maps import Map
+from bpfdsl.interp.memory import Fault, NotModelled, Ptr, Region, StackRegion
 
 MAX_CALL_FRAMES = 8  # kernel/bpf/verifier.c
 DEFAULT_BUDGET = 1_000_000  # instructions per run (BPF_COMPLEXITY_LIMIT_INSNS)

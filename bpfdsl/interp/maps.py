@@ -15,9 +15,8 @@ import errno
 from collections import OrderedDict
 from typing import Any
 
-from bpfdsl.uapi import BPF_EXIST, BPF_F_LOCK, BPF_NOEXIST, MapType
-
-from .memory import NotModelled, Region
+from bpfdsl.abi.uapi import BPF_EXIST, BPF_F_LOCK, BPF_NOEXIST, MapType
+from bpfdsl.interp.memory import NotModelled, Region
 
 EINVAL, ENOENT, EEXIST, E2BIG, ENOSPC = (
     errno.EINVAL,
@@ -391,7 +390,7 @@ def make_map(
     """An empty in-memory map of ``map_type``; kinds not modelled (PROG_ARRAY, RINGBUF,
     ...) give an :class:`UnsupportedMap` placeholder that fails only when used; a type
     number the kernel headers do not know raises ValueError."""
-    from .maps_slot import SlotMap  # noqa: PLC0415 (maps_slot imports this module)
+    from bpfdsl.interp.maps_slot import SlotMap  # noqa: PLC0415 (maps_slot imports this module)
 
     if map_type not in MapType._value2member_map_:
         raise ValueError(f"map '{name}': map type {map_type} is unknown")

@@ -6,10 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from bpfdsl.uapi import BPF_EXIST, BPF_NOEXIST, MapType
-
-from .maps import E2BIG, EEXIST, EINVAL, ENOENT, Map, as_bytes
-from .memory import Region
+from bpfdsl.abi.uapi import BPF_EXIST, BPF_NOEXIST, MapType
+from bpfdsl.interp.maps import E2BIG, EEXIST, EINVAL, ENOENT, Map, as_bytes
+from bpfdsl.interp.memory import Region
 
 
 class SlotMap(Map):

@@ -1,6 +1,6 @@
 """Programs and maps of one object, ready for the userspace machine (no kernel).
 
-Takes a :class:`bpfdsl.objfile.CollectionSpec` (``read_object``), creates an in-memory
+Takes a :class:`bpfdsl.obj.collection.CollectionSpec` (``read_object``), creates an in-memory
 map per ``.maps`` entry and an array map per data section (``.rodata`` read-only for
 programs, with ``config`` values written into its VARs like the loader does), resolves
 each program's ld_imm64 relocations to those maps, and runs programs on frames or
@@ -15,15 +15,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bpfdsl import uapi as U
+from bpfdsl.abi import uapi as U
+from bpfdsl.abi.insn import slot_offsets
+from bpfdsl.abi.uapi import AttachType, MapType, ProgramKind
 from bpfdsl.diagnostics import Span, UsageError, error
-from bpfdsl.insn import slot_offsets
-from bpfdsl.uapi import AttachType, MapType, ProgramKind
-
-from .ctx import SkMsgContext, SockInfo, SockOpsContext, XdpContext
-from .machine import DEFAULT_BUDGET, Env, Machine
-from .maps import Map, make_map
-from .memory import Ptr
+from bpfdsl.interp.ctx import SkMsgContext, SockInfo, SockOpsContext, XdpContext
+from bpfdsl.interp.machine import DEFAULT_BUDGET, Env, Machine
+from bpfdsl.interp.maps import Map, make_map
+from bpfdsl.interp.memory import Ptr
 
 
 @dataclass
@@ -186,8 +185,8 @@ class InterpCollection:
 
     def _configure(self, spec: Any, config: dict[str, int | bytes | str]) -> None:
         """Write ``config`` values into .rodata VARs, encoded by their BTF type exactly as
-        the loader does (``bpfdsl.loader.config_bytes``: a ``be16`` takes 5353)."""
-        from bpfdsl.loader import config_bytes  # noqa: PLC0415 (pure; no bpf() call)
+        the loader does (``bpfdsl.runtime.loader.config_bytes``: a ``be16`` takes 5353)."""
+        from bpfdsl.runtime.loader import config_bytes  # noqa: PLC0415 (pure; no bpf() call)
 
         ro = spec.data_sections.get(".rodata")
         for name, value in config.items():
@@ -211,6 +210,6 @@ def load_object(
 
     Raises UsageError for unusable objects, unknown configs or unsupported map types.
     """
-    from bpfdsl.objfile import read_object  # noqa: PLC0415
+    from bpfdsl.obj.collection import read_object  # noqa: PLC0415
 
     return InterpCollection(read_object(obj), config=config, **kw)

@@ -12,9 +12,9 @@ import dataclasses
 import random
 from dataclasses import dataclass, field
 
-from bpfdsl import insn as I
-from bpfdsl import uapi as U
-from bpfdsl.helpers import HELPERS_BY_ID
+from bpfdsl.abi import insn as I
+from bpfdsl.abi import uapi as U
+from bpfdsl.abi.helpers import HELPERS_BY_ID
 
 PT, AT = U.ProgramType, U.AttachType
 

@@ -8,8 +8,8 @@ import random
 
 from mutations import NOP, Item
 
-from bpfdsl import insn as I
-from bpfdsl import uapi as U
+from bpfdsl.abi import insn as I
+from bpfdsl.abi import uapi as U
 from bpfdsl.checker.env import MapRef
 
 PT, AT = U.ProgramType, U.AttachType

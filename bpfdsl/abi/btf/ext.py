@@ -1,0 +1,198 @@
+"""``.BTF.ext``: per-ELF-section func_info, line_info and CO-RE relocation records (layer 2).
+
+Format (include/uapi/linux/btf.h, libbpf btf_ext): header ``{u16 magic 0xeB9F, u8 version,
+u8 flags, u32 hdr_len, u32 func_info_off/len, line_info_off/len[, core_relo_off/len]}``
+(offsets after the header); each sub-section is ``u32 rec_size`` then blocks
+``{u32 sec_name_off, u32 num_info, records}``.  ``insn_off`` is a BYTE offset in the ELF
+section here; the object reader turns it into instruction slots.  Names resolve through
+the ``.BTF`` string section.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from bpfdsl.record import FrozenRecord, Record
+
+TYPE_CHECKING = False  # (typing costs import time on the load path)
+if TYPE_CHECKING:  # pragma: no cover
+    from bpfdsl.abi.btf.core import Btf
+
+BTF_MAGIC = 0xEB9F
+
+
+class BtfFormatError(ValueError):
+    """Malformed BTF / BTF.ext bytes (message says where)."""
+
+
+def _cstr(data: bytes, off: int, what: str) -> str:
+    if not 0 <= off < max(len(data), 1):
+        raise BtfFormatError(f"{what} string offset {off} outside the string section")
+    end = data.find(b"\0", off)
+    if end < 0:
+        raise BtfFormatError(f"{what} string at {off} is not NUL-terminated")
+    return data[off:end].decode(errors="replace")
+
+
+class FuncInfo(FrozenRecord):
+    """``bpf_func_info``: ``insn_off`` in BYTES from the section start, FUNC ``type_id``."""
+
+    insn_off: int
+    type_id: int
+
+    __slots__ = ("insn_off", "type_id")
+
+    def __init__(self, insn_off: int, type_id: int) -> None:
+        self.insn_off = insn_off
+        self.type_id = type_id
+
+
+class LineInfo(FrozenRecord):
+    """``bpf_line_info``: ``insn_off`` in BYTES; file/line text resolved from .BTF strings
+    (``file_name_off``/``line_off`` kept for the kernel record); ``line``/``col`` 1-based."""
+
+    insn_off: int
+    file_name_off: int
+    line_off: int
+    line: int
+    col: int
+    file: str
+    text: str
+
+    __slots__ = ("insn_off", "file_name_off", "line_off", "line", "col", "file", "text")
+
+    def __init__(
+        self,
+        insn_off: int,
+        file_name_off: int,
+        line_off: int,
+        line: int,
+        col: int,
+        file: str,
+        text: str,
+    ) -> None:
+        self.insn_off = insn_off
+        self.file_name_off = file_name_off
+        self.line_off = line_off
+        self.line = line
+        self.col = col
+        self.file = file
+        self.text = text
+
+
+class CoreRelo(FrozenRecord):
+    """``bpf_core_relo``: ``insn_off`` in BYTES, root ``type_id``, access string, kind."""
+
+    insn_off: int
+    type_id: int
+    access: str
+    kind: int
+
+    __slots__ = ("insn_off", "type_id", "access", "kind")
+
+    def __init__(self, insn_off: int, type_id: int, access: str, kind: int) -> None:
+        self.insn_off = insn_off
+        self.type_id = type_id
+        self.access = access
+        self.kind = kind
+
+
+class BtfExt(Record):
+    """Parsed ``.BTF.ext``: per ELF section name, the func/line/CO-RE records."""
+
+    func_info: dict[str, list[FuncInfo]]
+    line_info: dict[str, list[LineInfo]]
+    core_relos: dict[str, list[CoreRelo]]
+    func_rec_size: int
+    line_rec_size: int
+
+    __slots__ = ("func_info", "line_info", "core_relos", "func_rec_size", "line_rec_size")
+
+    def __init__(
+        self,
+        func_info: dict[str, list[FuncInfo]] | None = None,
+        line_info: dict[str, list[LineInfo]] | None = None,
+        core_relos: dict[str, list[CoreRelo]] | None = None,
+        func_rec_size: int = 8,
+        line_rec_size: int = 16,
+    ) -> None:
+        self.func_info = {} if func_info is None else func_info
+        self.line_info = {} if line_info is None else line_info
+        self.core_relos = {} if core_relos is None else core_relos
+        self.func_rec_size = func_rec_size
+        self.line_rec_size = line_rec_size
+
+
+def parse_btf_ext(data: bytes, btf: Btf) -> BtfExt:
+    """Parse ``.BTF.ext`` (names resolve through ``btf``'s strings).  Raises BtfFormatError."""
+    data = bytes(data)
+    if len(data) < 24:
+        raise BtfFormatError(f".BTF.ext is {len(data)} bytes, shorter than its header")
+    magic, ver, _fl, hdr_len = struct.unpack_from("<HBBI", data)
+    if magic != BTF_MAGIC or ver != 1 or hdr_len < 24 or hdr_len > len(data):
+        raise BtfFormatError(f".BTF.ext: bad header (magic {magic:#x}, length {hdr_len})")
+    fo, fl, lo, ll = struct.unpack_from("<IIII", data, 8)
+    co = cl = 0
+    if hdr_len >= 32:
+        co, cl = struct.unpack_from("<II", data, 24)
+    ext = BtfExt()
+    strs = bytes(btf.strings)
+
+    def blocks(off: int, length: int, min_rec: int, what: str):
+        if not length:
+            return 0, []
+        start, end = hdr_len + off, hdr_len + off + length
+        if end > len(data) or length < 4:
+            raise BtfFormatError(f".BTF.ext: {what} section runs past the end")
+        (rec,) = struct.unpack_from("<I", data, start)
+        if rec < min_rec or rec % 4:
+            raise BtfFormatError(f".BTF.ext: {what} record size {rec} is invalid")
+        out, pos = [], start + 4
+        while pos < end:
+            if pos + 8 > end:
+                raise BtfFormatError(f".BTF.ext: {what} block header truncated")
+            sec_off, n = struct.unpack_from("<II", data, pos)
+            pos += 8
+            if pos + n * rec > end:
+                raise BtfFormatError(f".BTF.ext: {what} records truncated")
+            recs = [data[pos + i * rec : pos + (i + 1) * rec] for i in range(n)]
+            out.append((_cstr(strs, sec_off, f".BTF.ext {what} section name"), recs))
+            pos += n * rec
+        return rec, out
+
+    ext.func_rec_size, fblocks = blocks(fo, fl, 8, "func_info")
+    for sec, recs in fblocks:
+        ext.func_info[sec] = [FuncInfo(*struct.unpack_from("<II", r)) for r in recs]
+    ext.line_rec_size, lblocks = blocks(lo, ll, 16, "line_info")
+    texts: dict[int, str] = {}  # string offset -> text: file names and lines repeat
+
+    def text(off: int, what: str) -> str:
+        s = texts.get(off)
+        if s is None:
+            s = texts[off] = _cstr(strs, off, what)
+        return s
+
+    for sec, recs in lblocks:
+        items = []
+        for r in recs:
+            off, fn, ln, lc = struct.unpack_from("<IIII", r)
+            items.append(
+                LineInfo(
+                    off,
+                    fn,
+                    ln,
+                    lc >> 10,
+                    lc & 0x3FF,
+                    text(fn, "line_info file"),
+                    text(ln, "line_info line"),
+                )
+            )
+        ext.line_info[sec] = items
+    _rec, cblocks = blocks(co, cl, 16, "core_relo")
+    for sec, recs in cblocks:
+        items = []
+        for r in recs:
+            off, tid, acc, kind = struct.unpack_from("<IIII", r)
+            items.append(CoreRelo(off, tid, _cstr(strs, acc, "core_relo access"), kind))
+        ext.core_relos[sec] = items
+    return ext

@@ -1,0 +1,335 @@
+"""Values by BTF type: bytes -> Python (for printing/JSON) and text/Python -> bytes (layer 2).
+
+Used by the map CLI and the loader (``--set name=value`` for .rodata configs).  Byte order
+of the object is little endian (bpfel), except integer typedefs named like the kernel's
+``__be16``/``__be32``/``__be64`` (or bpfdsl's ``be16``...), which are network order and
+shown in host order.  Typedefs named in :data:`IPV4_NAMES`/:data:`IPV6_NAMES` (and
+``struct in_addr``/``in6_addr``) print as addresses; a struct ``{prefixlen, <ip>}`` (an LPM
+trie key) prints as ``a.b.c.d/len``.  Structs become dicts, arrays lists, char arrays str.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import re
+import struct
+from typing import Any
+
+from bpfdsl.abi.btf.core import BTF_INT_BOOL, BTF_INT_CHAR, BTF_INT_SIGNED, Btf, BtfType, Kind
+
+BE_NAMES = {"__be16": 2, "__be32": 4, "__be64": 8, "be16": 2, "be32": 4, "be64": 8}
+IPV4_NAMES = {"ipv4", "ipv4_addr", "ip4_addr", "in_addr"}
+IPV6_NAMES = {"ipv6", "ipv6_addr", "ip6_addr", "in6_addr"}
+_MAX_DEPTH = 32
+# Struct members of a be32 type (bpfdsl's IPv4 address type: `10.0.0.1` is a be32 in the
+# language, emitted as typedef __be32) whose name says "address" print as a.b.c.d.
+_ADDR_MEMBER = re.compile(r"^(s|d)?addr$|addr$|^(s|d)ip4?$|^ip4?$|_ip4?$|^(src|dst)_?ip4?$")
+_ALIASES = {"__u": "u", "__s": "i", "__be": "be"}  # kernel typedefs -> bpfdsl type names
+
+
+def _special(btf: Btf, tid: int) -> str | None:
+    """'be', 'ipv4', 'ipv6' or None, from the names along the typedef chain."""
+    for name in btf.name_chain(tid):
+        if name in IPV4_NAMES:
+            return "ipv4"
+        if name in IPV6_NAMES:
+            return "ipv6"
+        if name in BE_NAMES:
+            return "be"
+    return None
+
+
+def _prefix_struct(btf: Btf, t: BtfType) -> str | None:
+    """'ipv4'/'ipv6' when ``t`` is an LPM key struct {prefixlen: u32, addr: ip}."""
+    if t.kind != Kind.STRUCT or len(t.members) != 2 or t.members[0].name != "prefixlen":
+        return None
+    kind = _special(btf, t.members[1].type)
+    if kind in ("ipv4", "ipv6"):
+        return kind
+    size = btf.size_of(t.members[1].type)
+    return {4: "ipv4", 16: "ipv6"}.get(size) if t.members[1].name in ("addr", "data") else None
+
+
+def format_value(btf: Btf, tid: int, data: bytes, _depth: int = 0) -> Any:
+    """Decode ``data`` (bytes of the type's size) to int/str/bool/float/list/dict."""
+    if _depth > _MAX_DEPTH:
+        return data.hex()
+    sp = _special(btf, tid)
+    t = btf.resolve(tid)
+    if sp == "ipv4" and len(data) >= 4:
+        return str(ipaddress.IPv4Address(data[:4]))
+    if sp == "ipv6" and len(data) >= 16:
+        return str(ipaddress.IPv6Address(data[:16]))
+    if sp == "be" and t.kind == Kind.INT:
+        return int.from_bytes(data[: t.size], "big")
+    k = t.kind
+    if k == Kind.INT:
+        if t.encoding & BTF_INT_BOOL:
+            return bool(int.from_bytes(data[: t.size], "little"))
+        signed = bool(t.encoding & BTF_INT_SIGNED)
+        v = int.from_bytes(data[: t.size], "little", signed=signed)
+        if t.int_offset or t.bits != t.size * 8:
+            v = (v >> t.int_offset) & ((1 << t.bits) - 1)
+        return v
+    if k in (Kind.ENUM, Kind.ENUM64):
+        v = int.from_bytes(data[: t.size], "little", signed=t.kflag)
+        return next((m.name for m in t.members if m.value == v), v)
+    if k == Kind.PTR:
+        return hex(int.from_bytes(data[:8], "little"))
+    if k == Kind.FLOAT:
+        return struct.unpack("<d" if t.size == 8 else "<f", data[: t.size])[0]
+    if k == Kind.ARRAY:
+        esz = btf.size_of(t.type)
+        et = btf.resolve(t.type)
+        is_char = et.kind == Kind.INT and et.size == 1
+        if is_char and (et.encoding & BTF_INT_CHAR or et.name == "char"):
+            raw = data[: t.nelems].split(b"\0", 1)[0]
+            if all(32 <= c < 127 for c in raw):
+                return raw.decode()
+        return [
+            format_value(btf, t.type, data[i * esz : (i + 1) * esz], _depth + 1)
+            for i in range(t.nelems)
+        ]
+    if k in (Kind.STRUCT, Kind.UNION):
+        pk = _prefix_struct(btf, t)
+        if pk:
+            plen = int.from_bytes(data[:4], "little")
+            m = t.members[1]
+            off = m.bit_offset // 8
+            addr = data[off : off + (4 if pk == "ipv4" else 16)]
+            ip = ipaddress.IPv4Address(addr) if pk == "ipv4" else ipaddress.IPv6Address(addr)
+            return f"{ip}/{plen}"
+        out: dict[str, Any] = {}
+        for m in t.members:
+            if m.bitfield_size:
+                word = int.from_bytes(data, "little")
+                out[m.name] = (word >> m.bit_offset) & ((1 << m.bitfield_size) - 1)
+                continue
+            off = m.bit_offset // 8
+            sub = data[off : off + btf.size_of(m.type)]
+            if is_address_member(btf, m.name, m.type):
+                ip = ipaddress.IPv4Address(sub[:4]) if len(sub) == 4 else ipaddress.IPv6Address(sub)
+                out[m.name] = str(ip)
+                continue
+            v = format_value(btf, m.type, sub, _depth + 1)
+            if not m.name and isinstance(v, dict):
+                out.update(v)
+            else:
+                out[m.name or f"_{off}"] = v
+        return out
+    if k == Kind.DATASEC:
+        return {
+            btf[m.type].name: format_value(
+                btf, m.type, data[m.offset : m.offset + m.size], _depth + 1
+            )
+            for m in t.members
+        }
+    if k == Kind.VAR:
+        return format_value(btf, t.type, data, _depth + 1)
+    return data.hex()
+
+
+def format_text(btf: Btf, tid: int, data: bytes) -> str:
+    """One-line human form: scalars as themselves, structs/lists as compact JSON."""
+    v = format_value(btf, tid, data)
+    return v if isinstance(v, str) else json.dumps(v, separators=(", ", ": "))
+
+
+def parse_value(btf: Btf, tid: int, text: str) -> bytes:
+    """Parse user text to the bytes of type ``tid``: ``42``, ``0x2a``, ``10.0.0.1``,
+    ``10.0.0.0/8``, an enum name, ``true``, a JSON object/array for structs and arrays, or
+    ``hex:0a0b...`` for raw bytes.  Raises ValueError saying what was expected."""
+    s = text.strip()
+    if s[:1] in ("{", "["):
+        try:
+            obj: Any = json.loads(s)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"invalid JSON value {s!r}: {e.msg}") from None
+    else:
+        obj = s
+    return encode_value(btf, tid, obj)
+
+
+def is_address_member(btf: Btf, name: str, tid: int) -> bool:
+    """True for a struct member ``name`` named like an address (``saddr``, ``daddr``,
+    ``sip``, ``dst_ip``, ...) of type be32 (IPv4) or u8[16] (bpfdsl's ipv6_addr): printed
+    as ``a.b.c.d`` / IPv6 text.  bpfdsl emits be32 as typedef ``__be32`` and ipv6_addr as
+    ``__u8[16]`` (no address typedef in BTF), so the member name decides."""
+    if not name or not _ADDR_MEMBER.search(name):
+        return False
+    size = btf.size_of(tid)
+    if size == 4:
+        return _special(btf, tid) == "be"
+    t = btf.resolve(tid)  # ipv6_addr: __u8[16]
+    return size == 16 and t.kind == Kind.ARRAY and btf.size_of(t.type) == 1
+
+
+def type_label(btf: Btf, tid: int) -> str:
+    """The type's name as bpfdsl spells it: ``__u8`` -> ``u8``, ``__s8`` -> ``i8``,
+    ``__be16`` -> ``be16``; other names as in BTF (``unsigned int``, ``flow``)."""
+    chain = btf.name_chain(tid)
+    if not chain:
+        return btf.resolve(tid).kind.name.lower()
+    name = chain[0]
+    for pre, rep in _ALIASES.items():
+        if name.startswith(pre) and name[len(pre) :].isdigit():
+            return rep + name[len(pre) :]
+    return name
+
+
+def int_range(size: int, signed: bool) -> tuple[int, int]:
+    """(lowest, highest) value of a ``size``-byte integer."""
+    bits = size * 8
+    return (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if signed else (0, (1 << bits) - 1)
+
+
+def _int(obj: Any, what: str) -> int:
+    if isinstance(obj, bool):
+        return int(obj)
+    if isinstance(obj, int):
+        return obj
+    if isinstance(obj, str):
+        low = obj.strip().lower()
+        if low in ("true", "false"):
+            return int(low == "true")
+        try:
+            return int(low.replace("_", ""), 0)
+        except ValueError:
+            pass
+    raise ValueError(f"expected an integer for {what}, got {obj!r}")
+
+
+def _int_bytes(v: int, size: int, order: str, what: str, signed: bool = False) -> bytes:
+    """``v`` in ``size`` bytes (``order``: "little"/"big"); ValueError naming type ``what``
+    and its range when ``v`` is outside it (nothing wraps: -1 is no u8)."""
+    lo, hi = int_range(size, signed)
+    if not lo <= v <= hi:
+        raise ValueError(f"{v} does not fit in {what} ({lo}..{hi})")
+    return v.to_bytes(size, order, signed=signed)
+
+
+def _ipv4(text: str) -> bytes | None:
+    """Packed a.b.c.d (network order) or None when ``text`` is no dotted IPv4 address."""
+    if text.count(".") != 3:
+        return None
+    try:
+        return ipaddress.IPv4Address(text.strip()).packed
+    except ValueError:
+        return None
+
+
+def _colon_bytes(text: str, n: int, what: str) -> bytes:
+    """An IPv6 address (n = 16) or a MAC address aa:bb:cc:dd:ee:ff (n = 6) as bytes."""
+    try:
+        if n == 16:
+            return ipaddress.IPv6Address(text.strip()).packed
+        parts = text.strip().split(":")
+        if len(parts) == 6 and all(len(x) == 2 for x in parts):
+            return bytes.fromhex("".join(parts))
+    except ValueError:
+        pass
+    form = "an IPv6 address like fd00::1" if n == 16 else "a MAC address like 02:00:00:00:00:01"
+    raise ValueError(f"expected {form} for {what}[{n}], got {text!r}")
+
+
+def encode_value(btf: Btf, tid: int, obj: Any, _depth: int = 0) -> bytes:
+    """Python value (as :func:`format_value` returns, or str forms) -> bytes of type ``tid``."""
+    if _depth > _MAX_DEPTH:
+        raise ValueError("value nests too deeply")
+    size = btf.size_of(tid)
+    if isinstance(obj, str) and obj.startswith("hex:"):
+        raw = bytes.fromhex(obj[4:])
+        if len(raw) != size:
+            raise ValueError(f"hex value has {len(raw)} bytes, the type has {size}")
+        return raw
+    sp = _special(btf, tid)
+    t = btf.resolve(tid)
+    name = type_label(btf, tid)
+    if sp == "be" and t.kind == Kind.INT and t.size == 4 and isinstance(obj, str):
+        v4 = _ipv4(obj)  # an IPv4 literal is a be32, as in the language
+        if v4 is not None:
+            return v4
+    if sp in ("ipv4", "ipv6") and isinstance(obj, str):
+        try:
+            ip = ipaddress.ip_address(obj)
+        except ValueError:
+            raise ValueError(f"expected an IP address for {name}, got {obj!r}") from None
+        return ip.packed.ljust(size, b"\0")[:size]
+    if sp == "be" and t.kind == Kind.INT:
+        what = f"{name} (or an IPv4 address a.b.c.d)" if t.size == 4 else name
+        return _int_bytes(_int(obj, what), t.size, "big", name)
+    k = t.kind
+    if k == Kind.INT:
+        signed = bool(t.encoding & BTF_INT_SIGNED)
+        return _int_bytes(_int(obj, name), t.size, "little", name, signed)
+    if k in (Kind.ENUM, Kind.ENUM64):
+        for m in t.members:
+            if isinstance(obj, str) and m.name == obj:
+                return _int_bytes(m.value, t.size, "little", name, bool(t.kflag))
+        return _int_bytes(_int(obj, f"enum {name}"), t.size, "little", name, bool(t.kflag))
+    if k == Kind.PTR:
+        return _int_bytes(_int(obj, name), 8, "little", name)
+    if k == Kind.FLOAT:
+        return struct.pack("<d" if t.size == 8 else "<f", float(obj))
+    if k == Kind.ARRAY:
+        esz = btf.size_of(t.type)
+        if isinstance(obj, str) and esz == 1 and ":" in obj and t.nelems in (6, 16):
+            return _colon_bytes(obj, t.nelems, name)  # ipv6_addr / mac_addr literals
+        if isinstance(obj, str) and esz == 1:
+            raw = obj.encode()
+            if len(raw) > t.nelems:
+                raise ValueError(f"string of {len(raw)} bytes does not fit char[{t.nelems}]")
+            return raw.ljust(t.nelems, b"\0")
+        if not isinstance(obj, list) or len(obj) > t.nelems:
+            raise ValueError(f"expected a list of at most {t.nelems} elements, got {obj!r}")
+        out = b"".join(encode_value(btf, t.type, x, _depth + 1) for x in obj)
+        return out.ljust(size, b"\0")
+    if k in (Kind.STRUCT, Kind.UNION):
+        return _encode_struct(btf, t, obj, size, name, _depth)
+    raise ValueError(f"cannot write values of BTF kind {k.name} ({name})")
+
+
+def _encode_struct(btf: Btf, t: BtfType, obj: Any, size: int, name: str, depth: int) -> bytes:
+    pk = _prefix_struct(btf, t)
+    if pk and isinstance(obj, str):
+        try:
+            net = ipaddress.ip_network(obj, strict=False)
+        except ValueError:
+            raise ValueError(f"expected a prefix like 10.0.0.0/8 for {name}, got {obj!r}") from None
+        m = t.members[1]
+        buf = bytearray(size)
+        buf[0:4] = net.prefixlen.to_bytes(4, "little")
+        off = m.bit_offset // 8
+        packed = net.network_address.packed
+        buf[off : off + len(packed)] = packed
+        return bytes(buf)
+    members = [m for m in t.members if m.name]
+    if isinstance(obj, list):
+        if len(obj) > len(members):
+            raise ValueError(f"{name} has {len(members)} fields, got {len(obj)} values")
+        obj = {m.name: v for m, v in zip(members, obj, strict=False)}
+    if not isinstance(obj, dict):
+        raise ValueError(f"expected an object with fields {[m.name for m in members]} for {name}")
+    known = {m.name for m in members}
+    unknown = set(obj) - known
+    if unknown:
+        raise ValueError(f"{name} has no field(s) {sorted(unknown)}; fields: {sorted(known)}")
+    buf = bytearray(size)
+    for m in t.members:
+        if m.name not in obj:
+            continue
+        if m.bitfield_size:
+            v = _int(obj[m.name], m.name)
+            if not 0 <= v < 1 << m.bitfield_size:
+                raise ValueError(
+                    f"{v} does not fit in field {m.name} ({m.bitfield_size} bits: "
+                    f"0..{(1 << m.bitfield_size) - 1})"
+                )
+            word = int.from_bytes(buf, "little") | (v << m.bit_offset)
+            buf[:] = word.to_bytes(size, "little")
+            continue
+        off = m.bit_offset // 8
+        raw = encode_value(btf, m.type, obj[m.name], depth + 1)
+        buf[off : off + len(raw)] = raw
+    return bytes(buf)

@@ -1,0 +1,478 @@
+"""The one instruction table: decode, encode, classify and print eBPF instructions.
+
+Format: ``struct bpf_insn`` (include/uapi/linux/bpf.h): 8 bytes, little endian (bpfel):
+``u8 code; u8 dst_reg:4, src_reg:4; s16 off; s32 imm``.  ``BPF_LD | BPF_IMM | BPF_DW``
+(ld_imm64) takes two slots; it decodes into ONE :class:`Insn` whose ``imm`` is the full
+64-bit constant (``width == 2``).  Jump offsets count slots, as in the kernel; use
+:func:`slot_offsets` / :func:`jump_target` to move between list indexes and slots.
+
+:func:`format_insn` prints the kernel verifier log syntax (kernel/bpf/disasm.c
+``print_bpf_insn``), e.g. ``(61) r2 = *(u32 *)(r1 +4)``.  Checker, interpreter,
+disassembler and loader all use this module; nobody else decodes instruction bytes.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable, Iterable, Sequence
+
+from bpfdsl.abi import uapi as U
+from bpfdsl.record import FrozenRecord
+
+INSN_SIZE = 8  # bytes per slot
+_FMT = struct.Struct("<BBhi")
+
+# Operator spelling in the kernel log (kernel/bpf/disasm.c); the checker reuses them.
+ALU_OP_NAMES = {
+    U.BPF_ADD: "+=",
+    U.BPF_SUB: "-=",
+    U.BPF_MUL: "*=",
+    U.BPF_DIV: "/=",
+    U.BPF_OR: "|=",
+    U.BPF_AND: "&=",
+    U.BPF_LSH: "<<=",
+    U.BPF_RSH: ">>=",
+    U.BPF_MOD: "%=",
+    U.BPF_XOR: "^=",
+    U.BPF_MOV: "=",
+    U.BPF_ARSH: "s>>=",
+}
+JMP_OP_NAMES = {
+    U.BPF_JEQ: "==",
+    U.BPF_JGT: ">",
+    U.BPF_JGE: ">=",
+    U.BPF_JSET: "&",
+    U.BPF_JNE: "!=",
+    U.BPF_JSGT: "s>",
+    U.BPF_JSGE: "s>=",
+    U.BPF_JLT: "<",
+    U.BPF_JLE: "<=",
+    U.BPF_JSLT: "s<",
+    U.BPF_JSLE: "s<=",
+}
+SIZE_BYTES = {U.BPF_B: 1, U.BPF_H: 2, U.BPF_W: 4, U.BPF_DW: 8}
+_SIZE_BY_BYTES = {v: k for k, v in SIZE_BYTES.items()}
+_SIZE_NAMES = {U.BPF_B: "u8", U.BPF_H: "u16", U.BPF_W: "u32", U.BPF_DW: "u64"}
+_ATOMIC_NAMES = {U.BPF_ADD: "add", U.BPF_AND: "and", U.BPF_OR: "or", U.BPF_XOR: "xor"}
+
+
+class InsnError(ValueError):
+    """Instruction bytes that cannot be decoded (truncated, unknown opcode, broken ld_imm64)."""
+
+
+class Insn(FrozenRecord):
+    """One decoded instruction.
+
+    ``opcode``: the ``code`` byte.  ``dst``/``src``: register numbers 0..10 (``src`` is also
+    the pseudo kind of ld_imm64 and call).  ``off``: signed 16-bit.  ``imm``: signed 32-bit,
+    or for ld_imm64 the full 64-bit value (unsigned view: ``imm & 0xFFFF_FFFF_FFFF_FFFF``).
+    """
+
+    __slots__ = ("opcode", "dst", "src", "off", "imm")
+
+    def __init__(self, opcode: int, dst: int = 0, src: int = 0, off: int = 0, imm: int = 0):
+        self.opcode, self.dst, self.src, self.off, self.imm = opcode, dst, src, off, imm
+
+    # ---- fields ----
+    @property
+    def cls(self) -> int:
+        return self.opcode & 0x07
+
+    @property
+    def op(self) -> int:
+        """ALU/JMP operation (``BPF_ADD``, ``BPF_JEQ``...), bits 4-7."""
+        return self.opcode & 0xF0
+
+    @property
+    def source(self) -> int:
+        """``BPF_K`` (immediate) or ``BPF_X`` (register); for BPF_END the byte order."""
+        return self.opcode & 0x08
+
+    @property
+    def mode(self) -> int:
+        return self.opcode & 0xE0
+
+    @property
+    def size(self) -> int:
+        """Access size in bytes for loads/stores (1, 2, 4, 8)."""
+        return SIZE_BYTES[self.opcode & 0x18]
+
+    @property
+    def width(self) -> int:
+        """Slots taken: 2 for ld_imm64, else 1."""
+        return 2 if self.is_ld_imm64 else 1
+
+    # ---- classification ----
+    @property
+    def is_ld_imm64(self) -> bool:
+        return self.opcode == (U.BPF_LD | U.BPF_IMM | U.BPF_DW)
+
+    @property
+    def is_alu(self) -> bool:
+        return self.cls in (U.BPF_ALU, U.BPF_ALU64)
+
+    @property
+    def is_alu64(self) -> bool:
+        return self.cls == U.BPF_ALU64
+
+    @property
+    def is_jmp_class(self) -> bool:
+        return self.cls in (U.BPF_JMP, U.BPF_JMP32)
+
+    @property
+    def is_call(self) -> bool:
+        return self.cls == U.BPF_JMP and self.op == U.BPF_CALL
+
+    @property
+    def is_helper_call(self) -> bool:
+        return self.is_call and self.src == 0
+
+    @property
+    def is_pseudo_call(self) -> bool:
+        """BPF-to-BPF call: target slot = this slot + 1 + imm."""
+        return self.is_call and self.src == U.BPF_PSEUDO_CALL
+
+    @property
+    def is_exit(self) -> bool:
+        return self.cls == U.BPF_JMP and self.op == U.BPF_EXIT
+
+    @property
+    def is_ja(self) -> bool:
+        return self.is_jmp_class and self.op == U.BPF_JA
+
+    @property
+    def is_cond_jump(self) -> bool:
+        return self.is_jmp_class and self.op in JMP_OP_NAMES
+
+    @property
+    def is_load(self) -> bool:
+        return self.cls == U.BPF_LDX and self.mode in (U.BPF_MEM, U.BPF_MEMSX)
+
+    @property
+    def is_store(self) -> bool:
+        return self.cls in (U.BPF_ST, U.BPF_STX) and self.mode == U.BPF_MEM
+
+    @property
+    def is_atomic(self) -> bool:
+        return self.cls == U.BPF_STX and self.mode == U.BPF_ATOMIC
+
+    @property
+    def is_legacy_pkt_load(self) -> bool:
+        """BPF_LD | BPF_ABS/BPF_IND (socket filter packet loads)."""
+        return self.cls == U.BPF_LD and self.mode in (U.BPF_ABS, U.BPF_IND)
+
+    def with_imm(self, imm: int) -> Insn:
+        """Copy with another ``imm`` (the loader patches map fds this way)."""
+        return Insn(self.opcode, self.dst, self.src, self.off, imm)
+
+
+# ---- decode / encode ----
+
+
+def _s32(v: int) -> int:
+    v &= 0xFFFFFFFF
+    return v - (1 << 32) if v & 0x80000000 else v
+
+
+def _s64(v: int) -> int:
+    v &= 0xFFFFFFFFFFFFFFFF
+    return v - (1 << 64) if v & (1 << 63) else v
+
+
+def decode(data: bytes | bytearray | memoryview) -> list[Insn]:
+    """Decode a program's bytes into instructions (ld_imm64 as one :class:`Insn`).
+
+    Raises :class:`InsnError` when the length is not a multiple of 8 or an ld_imm64 lacks
+    its second slot.
+    """
+    data = bytes(data)
+    if len(data) % INSN_SIZE:
+        raise InsnError(f"program size {len(data)} is not a multiple of {INSN_SIZE} bytes")
+    out: list[Insn] = []
+    n = len(data) // INSN_SIZE
+    i = 0
+    while i < n:
+        code, regs, off, imm = _FMT.unpack_from(data, i * INSN_SIZE)
+        if code == (U.BPF_LD | U.BPF_IMM | U.BPF_DW):
+            if i + 1 >= n:
+                raise InsnError(f"insn {i}: ld_imm64 without its second half")
+            code2, regs2, off2, imm2 = _FMT.unpack_from(data, (i + 1) * INSN_SIZE)
+            if code2 or regs2 or off2:
+                raise InsnError(f"insn {i + 1}: invalid second half of ld_imm64")
+            imm = _s64((imm & 0xFFFFFFFF) | ((imm2 & 0xFFFFFFFF) << 32))
+            i += 1
+        out.append(Insn(code, regs & 0x0F, regs >> 4, off, imm))
+        i += 1
+    return out
+
+
+def encode(insns: Iterable[Insn]) -> bytes:
+    """Encode instructions back to bytes (inverse of :func:`decode`)."""
+    buf = bytearray()
+    for x in insns:
+        regs = (x.dst & 0x0F) | ((x.src & 0x0F) << 4)
+        if x.is_ld_imm64:
+            v = x.imm & 0xFFFFFFFFFFFFFFFF
+            buf += _FMT.pack(x.opcode, regs, x.off, _s32(v))
+            buf += _FMT.pack(0, 0, 0, _s32(v >> 32))
+        else:
+            buf += _FMT.pack(x.opcode, regs, x.off, _s32(x.imm))
+    return bytes(buf)
+
+
+def slot_offsets(insns: Sequence[Insn]) -> list[int]:
+    """Slot number of each instruction (ld_imm64 takes two slots)."""
+    out, s = [], 0
+    for x in insns:
+        out.append(s)
+        s += x.width
+    return out
+
+
+def index_by_slot(insns: Sequence[Insn]) -> dict[int, int]:
+    """Slot number -> list index (only slots where an instruction starts)."""
+    return {s: i for i, s in enumerate(slot_offsets(insns))}
+
+
+def jump_target(
+    insns: Sequence[Insn],
+    i: int,
+    slots: Sequence[int] | None = None,
+    by_slot: dict[int, int] | None = None,
+) -> int | None:
+    """List index a jump (or pseudo call) at index ``i`` goes to; None if it lands mid-insn
+    or outside the program.  Pass precomputed ``slots``/``by_slot`` in loops."""
+    x = insns[i]
+    slots = slots if slots is not None else slot_offsets(insns)
+    by_slot = by_slot if by_slot is not None else index_by_slot(insns)
+    delta = x.imm if (x.is_pseudo_call or (x.cls == U.BPF_JMP32 and x.op == U.BPF_JA)) else x.off
+    return by_slot.get(slots[i] + 1 + delta)
+
+
+# ---- constructors (cilium asm style) ----
+
+
+def mov64_imm(dst: int, imm: int) -> Insn:
+    return Insn(U.BPF_ALU64 | U.BPF_MOV | U.BPF_K, dst, 0, 0, imm)
+
+
+def mov64_reg(dst: int, src: int) -> Insn:
+    return Insn(U.BPF_ALU64 | U.BPF_MOV | U.BPF_X, dst, src)
+
+
+def mov32_imm(dst: int, imm: int) -> Insn:
+    return Insn(U.BPF_ALU | U.BPF_MOV | U.BPF_K, dst, 0, 0, imm)
+
+
+def mov32_reg(dst: int, src: int) -> Insn:
+    return Insn(U.BPF_ALU | U.BPF_MOV | U.BPF_X, dst, src)
+
+
+def alu64_imm(op: int, dst: int, imm: int) -> Insn:
+    return Insn(U.BPF_ALU64 | op | U.BPF_K, dst, 0, 0, imm)
+
+
+def alu64_reg(op: int, dst: int, src: int) -> Insn:
+    return Insn(U.BPF_ALU64 | op | U.BPF_X, dst, src)
+
+
+def alu32_imm(op: int, dst: int, imm: int) -> Insn:
+    return Insn(U.BPF_ALU | op | U.BPF_K, dst, 0, 0, imm)
+
+
+def alu32_reg(op: int, dst: int, src: int) -> Insn:
+    return Insn(U.BPF_ALU | op | U.BPF_X, dst, src)
+
+
+def endian(dst: int, bits: int, to_be: bool = True) -> Insn:
+    """``r = be16 r`` etc. (BPF_ALU | BPF_END)."""
+    return Insn(U.BPF_ALU | U.BPF_END | (U.BPF_TO_BE if to_be else U.BPF_TO_LE), dst, 0, 0, bits)
+
+
+def ld_imm64(dst: int, imm: int, src: int = 0) -> Insn:
+    return Insn(U.BPF_LD | U.BPF_IMM | U.BPF_DW, dst, src, 0, _s64(imm))
+
+
+def ld_map_fd(dst: int, fd: int) -> Insn:
+    """ld_imm64 with ``src = BPF_PSEUDO_MAP_FD``: the kernel turns ``fd`` into a map pointer."""
+    return ld_imm64(dst, fd, U.BPF_PSEUDO_MAP_FD)
+
+
+def ld_map_value(dst: int, fd: int, offset: int) -> Insn:
+    """ld_imm64 with ``src = BPF_PSEUDO_MAP_VALUE``: pointer to byte ``offset`` of map value 0."""
+    return Insn(
+        U.BPF_LD | U.BPF_IMM | U.BPF_DW,
+        dst,
+        U.BPF_PSEUDO_MAP_VALUE,
+        0,
+        _s64((fd & 0xFFFFFFFF) | ((offset & 0xFFFFFFFF) << 32)),
+    )
+
+
+def ldx_mem(size: int, dst: int, src: int, off: int) -> Insn:
+    """``dst = *(size *)(src + off)``; ``size`` in bytes."""
+    return Insn(U.BPF_LDX | U.BPF_MEM | _SIZE_BY_BYTES[size], dst, src, off)
+
+
+def stx_mem(size: int, dst: int, src: int, off: int) -> Insn:
+    """``*(size *)(dst + off) = src``; ``size`` in bytes."""
+    return Insn(U.BPF_STX | U.BPF_MEM | _SIZE_BY_BYTES[size], dst, src, off)
+
+
+def st_mem(size: int, dst: int, off: int, imm: int) -> Insn:
+    """``*(size *)(dst + off) = imm``; ``size`` in bytes."""
+    return Insn(U.BPF_ST | U.BPF_MEM | _SIZE_BY_BYTES[size], dst, 0, off, imm)
+
+
+def atomic(size: int, op: int, dst: int, src: int, off: int) -> Insn:
+    """``lock *(size *)(dst + off) op= src``; ``op`` like ``BPF_ADD`` or ``BPF_ADD | BPF_FETCH``."""
+    return Insn(U.BPF_STX | U.BPF_ATOMIC | _SIZE_BY_BYTES[size], dst, src, off, op)
+
+
+def jmp_imm(op: int, dst: int, imm: int, off: int) -> Insn:
+    return Insn(U.BPF_JMP | op | U.BPF_K, dst, 0, off, imm)
+
+
+def jmp_reg(op: int, dst: int, src: int, off: int) -> Insn:
+    return Insn(U.BPF_JMP | op | U.BPF_X, dst, src, off)
+
+
+def jmp32_imm(op: int, dst: int, imm: int, off: int) -> Insn:
+    return Insn(U.BPF_JMP32 | op | U.BPF_K, dst, 0, off, imm)
+
+
+def jmp32_reg(op: int, dst: int, src: int, off: int) -> Insn:
+    return Insn(U.BPF_JMP32 | op | U.BPF_X, dst, src, off)
+
+
+def ja(off: int) -> Insn:
+    return Insn(U.BPF_JMP | U.BPF_JA, 0, 0, off)
+
+
+def call(helper_id: int) -> Insn:
+    return Insn(U.BPF_JMP | U.BPF_CALL, 0, 0, 0, helper_id)
+
+
+def call_pc(off: int) -> Insn:
+    """BPF-to-BPF call to slot ``this + 1 + off``."""
+    return Insn(U.BPF_JMP | U.BPF_CALL, 0, U.BPF_PSEUDO_CALL, 0, off)
+
+
+def exit_() -> Insn:
+    return Insn(U.BPF_JMP | U.BPF_EXIT)
+
+
+# ---- printing (kernel verifier log syntax) ----
+
+
+def _reg(r: int, wide: bool) -> str:
+    return f"{'r' if wide else 'w'}{r}"
+
+
+def _helper_name(helper_id: int) -> str:
+    from bpfdsl.abi.helper_names import kernel_helper_name
+
+    return f"{kernel_helper_name(helper_id) or 'unknown'}#{helper_id}"
+
+
+def format_insn(
+    x: Insn, *, with_code: bool = True, symbol: Callable[[Insn], str | None] | None = None
+) -> str:
+    """One instruction in the kernel log's syntax: ``(61) r2 = *(u32 *)(r1 +4)``.
+
+    ``symbol(insn)`` may name an ld_imm64 operand (``map[drops]``) for disassembly.
+    """
+    body = _format_body(x, symbol)
+    return f"({x.opcode:02x}) {body}" if with_code else body
+
+
+def _format_body(x: Insn, symbol: Callable[[Insn], str | None] | None) -> str:
+    c = x.cls
+    if c in (U.BPF_ALU, U.BPF_ALU64):
+        wide = c == U.BPF_ALU64
+        d = _reg(x.dst, wide)
+        if x.op == U.BPF_END:
+            r = f"r{x.dst}"  # the kernel prints byte swaps on r even for BPF_ALU
+            if wide:
+                return f"{r} = bswap{x.imm} {r}"
+            return f"{r} = {'be' if x.source == U.BPF_TO_BE else 'le'}{x.imm} {r}"
+        if x.op == U.BPF_NEG:
+            return f"{d} = -{d}"
+        name = ALU_OP_NAMES.get(x.op)
+        if name is None:
+            return f"invalid alu opcode {x.opcode:#04x}"
+        if x.off and x.op in (U.BPF_DIV, U.BPF_MOD):
+            name = "s" + name
+        if x.source == U.BPF_X:
+            s = _reg(x.src, wide)
+            if x.op == U.BPF_MOV and x.off:
+                return f"{d} = (s{x.off}){s}"
+            return f"{d} {name} {s}"
+        return f"{d} {name} {x.imm}"
+    if c == U.BPF_LDX:
+        sign = "s" if x.mode == U.BPF_MEMSX else "u"
+        return f"r{x.dst} = *({sign}{x.size * 8} *)(r{x.src} {x.off:+d})"
+    if c == U.BPF_STX and x.mode == U.BPF_ATOMIC:
+        return _format_atomic(x)
+    if c == U.BPF_STX:
+        return f"*({_SIZE_NAMES[x.opcode & 0x18]} *)(r{x.dst} {x.off:+d}) = r{x.src}"
+    if c == U.BPF_ST:
+        return f"*({_SIZE_NAMES[x.opcode & 0x18]} *)(r{x.dst} {x.off:+d}) = {x.imm}"
+    if c == U.BPF_LD:
+        if x.is_ld_imm64:
+            named = symbol(x) if symbol else None
+            if named:
+                return f"r{x.dst} = {named}"
+            if x.src == U.BPF_PSEUDO_MAP_FD:
+                return f"r{x.dst} = map[fd:{x.imm & 0xFFFFFFFF}]"
+            if x.src == U.BPF_PSEUDO_MAP_VALUE:
+                v = x.imm & 0xFFFFFFFFFFFFFFFF
+                return f"r{x.dst} = map[fd:{v & 0xFFFFFFFF}][0]+{v >> 32}"
+            return f"r{x.dst} = {x.imm & 0xFFFFFFFFFFFFFFFF:#x}"
+        if x.mode == U.BPF_ABS:
+            return f"r0 = *({_SIZE_NAMES[x.opcode & 0x18]} *)skb[{x.imm}]"
+        if x.mode == U.BPF_IND:
+            return f"r0 = *({_SIZE_NAMES[x.opcode & 0x18]} *)skb[r{x.src} + {x.imm}]"
+        return f"invalid ld opcode {x.opcode:#04x}"
+    # JMP / JMP32
+    if x.is_call:
+        if x.src == U.BPF_PSEUDO_CALL:
+            return f"call pc{x.imm:+d}"
+        if x.src == U.BPF_PSEUDO_KFUNC_CALL:
+            return f"call kernel-function#{x.imm}"
+        return f"call {_helper_name(x.imm)}"
+    if x.is_exit:
+        return "exit"
+    if x.op == U.BPF_JA:
+        return f"gotol pc{x.imm:+d}" if c == U.BPF_JMP32 else f"goto pc{x.off:+d}"
+    name = JMP_OP_NAMES.get(x.op)
+    if name is None:
+        return f"invalid jmp opcode {x.opcode:#04x}"
+    wide = c == U.BPF_JMP
+    rhs = _reg(x.src, wide) if x.source == U.BPF_X else f"{x.imm & 0xFFFFFFFF:#x}"
+    return f"if {_reg(x.dst, wide)} {name} {rhs} goto pc{x.off:+d}"
+
+
+def _format_atomic(x: Insn) -> str:
+    wide = x.size == 8
+    sz = _SIZE_NAMES[x.opcode & 0x18]
+    mem = f"({sz} *)(r{x.dst} {x.off:+d})"
+    s = _reg(x.src, wide)
+    base = x.imm & ~U.BPF_FETCH
+    if x.imm == U.BPF_XCHG:
+        return f"{s} = atomic{'64' if wide else ''}_xchg({mem}, {s})"
+    if x.imm == U.BPF_CMPXCHG:
+        r0 = _reg(0, wide)
+        return f"{r0} = atomic{'64' if wide else ''}_cmpxchg({mem}, {r0}, {s})"
+    name = _ATOMIC_NAMES.get(base)
+    if name is None:
+        return f"invalid atomic op {x.imm:#x}"
+    if x.imm & U.BPF_FETCH:
+        return f"{s} = atomic{'64' if wide else ''}_fetch_{name}({mem}, {s})"
+    opsym = {"add": "+=", "and": "&=", "or": "|=", "xor": "^="}[name]
+    return f"lock *{mem} {opsym} {s}"
+
+
+def format_program(insns: Sequence[Insn]) -> list[str]:
+    """``"slot: (code) text"`` lines for a whole program, numbered by slot like the kernel."""
+    return [f"{s}: {format_insn(x)}" for s, x in zip(slot_offsets(insns), insns, strict=True)]

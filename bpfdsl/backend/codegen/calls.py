@@ -1,0 +1,199 @@
+"""Calls lowering (back end mixin of :class:`bpfdsl.backend.codegen.generator.CodeGen`): helper calls the way
+clang makes them (through ``inttoptr (i64 ID to ptr)``), struct constructors, inlined fns,
+byte-order conversions, redirect/resize/socket helpers, ``swap`` and the FNV-1a ``hash``.
+"""
+
+from __future__ import annotations
+
+from llvmlite import ir
+
+from bpfdsl.abi.helpers import HELPERS
+from bpfdsl.backend.codegen.expr import _chunks
+from bpfdsl.lang import ast
+from bpfdsl.lang import types as T
+
+I32, I64 = ir.IntType(32), ir.IntType(64)
+PTR = ir.PointerType()
+
+
+class CallGen:
+    # ---- calls ----
+    def helper(self, hid: int, ret: ir.Type, args: list[ir.Value]) -> ir.Value:
+        """Call BPF helper ``hid`` like clang: through ``inttoptr (i64 hid to ptr)``."""
+        fnty = ir.FunctionType(ret, [a.type for a in args])
+        callee = ir.Constant(I64, hid).inttoptr(PTR)
+        callee.function_type = fnty
+        return self.b.call(callee, args)
+
+    def g_Call(self, e: ast.Call):
+
+        c = self.c
+        if e.name in c.structs:
+            st = c.structs[e.name]
+            filled = [(st.fields[k][0], st.fields[k][1].size) for k in e.kwargs]
+            p = self.alloca_mem(st.size, e.name, filled)
+            for k, v in e.kwargs.items():
+                off, ft = st.fields[k]
+                if isinstance(ft, (T.IntType, T.BoolType)):
+                    self.b.store(self.rv(v, ft), self.gep(p, off), align=max(1, ft.align))
+                else:
+                    self.store_bytes(self.gep(p, off), v, ft, max(1, ft.align))
+            return p
+        if e.name in c.fns:
+            info = c.fns[e.name]
+            args = [
+                self.value_for(a, t) if not isinstance(t, T.HeaderType) else self.gen(a)
+                for a, (_n, t) in zip(e.args, info.params, strict=True)
+            ]
+            return self.b.call(self.fn_ir[e.name], args)
+        if e.name == "host" or e.name.startswith("be"):
+            at = e.args[0].ty
+            v = self.rv(e.args[0], at if isinstance(at, T.IntType) else T.IntType(e.ty.bits))
+            return self.bswap(self.conv(v, at, T.IntType(e.ty.bits)))
+        if e.name in ("ktime_get_ns", "get_prandom_u32", "get_smp_processor_id"):
+            r = self.helper(HELPERS[e.name].id, I64, [])
+            return self.conv(r, T.U64, e.ty)
+        if e.name == "redirect":
+            return self.helper(
+                HELPERS["redirect"].id, I64, [self.rv(e.args[0], T.U32), self.rv(e.args[1], T.U64)]
+            )
+        if e.name == "redirect_map":
+            m = self.gen(e.args[0])
+            return self.helper(
+                HELPERS["redirect_map"].id,
+                I64,
+                [m, self.rv(e.args[1], T.U32), self.rv(e.args[2], T.U64)],
+            )
+        if e.name == "swap":
+            return self.swap(e.args[0], e.args[1])
+        if e.name == "hash":
+            return self.flow_hash(e.args)
+        if e.name in (
+            "adjust_head",
+            "adjust_tail",
+            "adjust_meta",
+            "msg_pull_data",
+            "msg_push_data",
+            "msg_pop_data",
+        ):
+            return self.resize(e)
+        if e.name in (
+            "msg_redirect_hash",
+            "msg_redirect_map",
+            "sock_hash_update",
+            "sock_map_update",
+        ):
+            m = e.args[0].ty
+            key = (
+                self.rv(e.args[1], T.U32)
+                if e.name == "msg_redirect_map"
+                else self.key_ptr(m, e.args[1])
+            )
+            return self.helper(
+                HELPERS[e.name].id,
+                I64,
+                [self.f.ctx, self.gen(e.args[0]), key, self.rv(e.args[2], T.U64)],
+            )
+        if e.name in ("msg_apply_bytes", "msg_cork_bytes", "sock_ops_cb_flags_set"):
+            from bpfdsl.lang.sema.expr import BUILTINS
+
+            params = BUILTINS[e.name][0]
+            args = [self.rv(a, t) for a, t in zip(e.args, params, strict=True)]
+            return self.helper(HELPERS[e.name].id, I64, [self.f.ctx, *args])
+        raise AssertionError(f"codegen: call {e.name}")
+
+    def g_MethodCall(self, e: ast.MethodCall):
+        return self.map_method(e)
+
+    def lvalue_ptr(self, e: ast.Expr) -> tuple[ir.Value, int]:
+        """Address and alignment of a header field, struct field or local."""
+        if isinstance(e, ast.Field) and isinstance(e.obj.ty, T.HeaderType):
+            return self.header_field_ptr(e), self.align_of(e)
+        if isinstance(e, ast.Field):
+            return self.field_ptr(e), max(1, e.ty.align)
+        return self.var(self.c.sym[e]), 8
+
+    def swap(self, a: ast.Expr, b: ast.Expr) -> None:
+        """Exchange two values in memory (no checksum change: see sema_calls._swap), except
+        ``swap(ip6.saddr, ip6.daddr)`` behind a Routing header with segments_left != 0:
+        the L4 pseudo-header then holds the final destination, not ip6.daddr (RFC 8200
+        8.1), so only its source changes, and the L4 checksum is updated for that."""
+        rh_words = None
+        if (
+            isinstance(a, ast.Field)
+            and isinstance(a.obj.ty, T.HeaderType)
+            and a.obj.ty.layout.name == "ipv6"
+            and {a.name, b.name} == {"saddr", "daddr"}
+        ):
+            hdr = self.gen(a.obj)
+            rh_words = self._words(hdr, 8, 24)
+        pa, aa = self.lvalue_ptr(a)
+        pb, ab = self.lvalue_ptr(b)
+        ty = a.ty
+        if isinstance(ty, (T.IntType, T.BoolType)):
+            pieces = [(0, max(1, ty.size))]
+            align = max(1, ty.size)
+        else:
+            align = min(aa, ab, 8)
+            pieces = _chunks(ty.size, align)
+        for off, w in pieces:
+            it = self.lt(ty) if isinstance(ty, (T.IntType, T.BoolType)) else ir.IntType(8 * w)
+            x = self.b.load(self.gep(pa, off), typ=it, align=min(w, align))
+            y = self.b.load(self.gep(pb, off), typ=it, align=min(w, align))
+            self.b.store(y, self.gep(pa, off), align=min(w, align))
+            self.b.store(x, self.gep(pb, off), align=min(w, align))
+        if rh_words is not None:
+            from bpfdsl.lang.headers import PSEUDO_FIELDS
+
+            kinds = PSEUDO_FIELDS["ipv6"]["saddr"]
+            l4 = self._related_l4(a.obj, kinds)
+            new = self._words(hdr, 8, 24)
+            self.pseudo_update(a.obj, l4, hdr, True, kinds, rh_words, new, True)
+
+    FNV_OFFSET, FNV_PRIME = 2166136261, 16777619  # FNV-1a, 32-bit (IETF draft-eastlake-fnv)
+    FMIX = (0x85EBCA6B, 0xC2B2AE35)  # MurmurHash3 fmix32 multipliers
+
+    def flow_hash(self, args: list[ast.Expr]) -> ir.Value:
+        """``hash(a, b, ...)``: 32-bit FNV-1a over one 32-bit word per argument (the value as
+        it is stored: network-order fields are hashed without a swap), then MurmurHash3's
+        fmix32 finalizer.  FNV-1a alone only moves bits upwards (xor, multiply by an odd
+        prime), so ``h % 2**k`` would depend on the low k bits of each word only -- for a
+        be32 address, its first octet: all flows of one /8 on one CPU.  The finalizer
+        (``h ^= h >> 16; h *= 0x85ebca6b; h ^= h >> 13; h *= 0xc2b2ae35; h ^= h >> 16``) mixes
+        every input bit into the low bits.  Deterministic: a flow always picks the same slot;
+        cost: 2 instructions per word + 8.
+
+        An address (``ipv6_addr``, 16 bytes; ``mac_addr``, 6) counts as its bytes in 32-bit
+        words the same way, the last one zero-filled: ``hash(ip6.saddr)`` equals ``hash`` of
+        the address's four be32 words, so IPv6 flows steer like IPv4 ones."""
+        h = ir.Constant(I32, self.FNV_OFFSET)
+        for a in args:
+            t = a.ty.inner if isinstance(a.ty, T.RefType) else a.ty
+            if isinstance(t, T.BytesType):
+                words = self.bytes_words(a, t.size)
+            else:
+                words = [self.rv(a, T.U32 if not isinstance(t, T.IntType) else T.IntType(32))]
+            for w in words:
+                h = self.b.mul(self.b.xor(h, w), ir.Constant(I32, self.FNV_PRIME))
+        for shift, mul in ((16, self.FMIX[0]), (13, self.FMIX[1]), (16, None)):
+            h = self.b.xor(h, self.b.lshr(h, ir.Constant(I32, shift)))
+            if mul is not None:
+                h = self.b.mul(h, ir.Constant(I32, mul))
+        return h
+
+    def bytes_words(self, e: ast.Expr, size: int) -> list[ir.Value]:
+        """The ``size`` bytes (a multiple of 2: mac_addr 6, ipv6_addr 16) of aggregate ``e``
+        as little-endian u32 loads, one per 4 bytes, a trailing 2 bytes zero-extended: each
+        word is the value a be32 (be16) field with those bytes holds, so hashing them
+        matches hashing such fields."""
+        mem = self.mem_of(e)
+        out = []
+        for off in range(0, size, 4):
+            n = min(4, size - off)
+            if isinstance(mem, (bytes, bytearray)):
+                out.append(ir.Constant(I32, int.from_bytes(mem[off : off + n], "little")))
+                continue
+            align = min(n, self.align_of(e))
+            v = self.b.load(self.gep(mem, off), typ=ir.IntType(8 * n), align=align)
+            out.append(v if n == 4 else self.b.zext(v, I32))
+        return out

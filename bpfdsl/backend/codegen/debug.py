@@ -1,0 +1,75 @@
+"""Debug-info adapter (back end): connects codegen to :class:`bpfdsl.backend.debuginfo.DebugInfo`.
+
+Codegen calls five hooks (``license_global``, ``config_global``, ``map_global``,
+``program``, ``set_location``) and reads configs through ``load_config``; this module
+translates language types (:mod:`bpfdsl.lang.types`) to debug types so LLVM emits ``.BTF``
+(maps with typed keys/values, B07 layouts, .rodata VARs) and ``.BTF.ext`` line info that
+names the ``.bpfd`` file, line and column.
+"""
+
+from __future__ import annotations
+
+from llvmlite import ir
+
+from bpfdsl.backend.debuginfo import DebugInfo, load_config
+from bpfdsl.lang import types as T
+
+
+class DebugAdapter:
+    def __init__(self, module: ir.Module, filename: str, source: str, map_lines: dict[str, int]):
+        self.di = DebugInfo(module, filename, source=source)
+        self.fn = None
+        self.map_lines = map_lines
+        self._structs: dict[str, object] = {}
+
+    def dtype(self, t: T.Type):
+        di = self.di
+        if isinstance(t, T.IntType):
+            return di.int_type(t.name)
+        if isinstance(t, T.BoolType):
+            return di.int_type("bool")
+        if isinstance(t, T.BytesType):
+            return di.array_type(di.int_type("u8"), t.size)
+        if isinstance(t, T.ArrayType):
+            return di.array_type(self.dtype(t.elem), t.count)
+        if isinstance(t, T.StructType):
+            if t.name not in self._structs:
+                fields = [(n, self.dtype(ft), off) for n, (off, ft) in t.fields.items()]
+                self._structs[t.name] = di.struct_type(t.name, fields, size=t.size)
+            return self._structs[t.name]
+        raise ValueError(f"no debug type for {t}")
+
+    def license_global(self, text: str) -> ir.GlobalVariable:
+        return self.di.license(text)
+
+    def config_global(self, name: str, cfg, line: int) -> ir.GlobalVariable:
+        return self.di.config_global(name, self.dtype(cfg.ty), cfg.value, line=line)
+
+    def load_config(self, builder: ir.IRBuilder, gv: ir.GlobalVariable) -> ir.Value:
+        return load_config(builder, gv)
+
+    def map_global(self, name: str, mt: T.MapType) -> ir.GlobalVariable:
+        return self.di.map_global(
+            name,
+            mt.map_type,
+            max_entries=mt.max_entries,
+            key=self.dtype(mt.key) if mt.key is not None else None,
+            value=self.dtype(mt.value) if mt.value is not None else None,
+            map_flags=mt.flags,
+            line=self.map_lines.get(name, 0),
+        )
+
+    def program(self, func: ir.Function, decl, kind) -> None:
+        self.fn = self.di.function(func, line=decl.span.line, ctx=kind.ctx, arg_name=decl.ctx)
+
+    def end_program(self) -> None:
+        self.fn = None
+
+    def set_location(self, builder: ir.IRBuilder, span) -> None:
+        if self.fn is not None:
+            builder.debug_metadata = self.fn.loc(span.line, span.col)
+        else:
+            builder.debug_metadata = None
+
+    def finalize(self) -> None:
+        self.di.finalize()

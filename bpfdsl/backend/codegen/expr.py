@@ -1,0 +1,367 @@
+"""Expression lowering (back end mixin of :class:`bpfdsl.backend.codegen.generator.CodeGen`).
+
+Scalars are LLVM integers of their type's width (bool: i1), byte-order types keep the raw
+memory value (no swap at run time unless ``host()``/``be16()`` ask for it).  Aggregates
+(structs, MAC/IPv6 addresses) are pointers to memory, or ``bytes`` for constants.
+"""
+
+from __future__ import annotations
+
+from llvmlite import ir
+
+from bpfdsl.lang import ast
+from bpfdsl.lang import types as T
+from bpfdsl.lang.sema.decls import Config, Const, Local
+
+I1, I8, I16, I32, I64 = (ir.IntType(n) for n in (1, 8, 16, 32, 64))
+PTR = ir.PointerType()
+_BSWAP = {16: "llvm.bswap.i16", 32: "llvm.bswap.i32", 64: "llvm.bswap.i64"}
+
+
+def _chunks(size: int, align: int) -> list[tuple[int, int]]:
+    """(offset, width) pieces for copying ``size`` bytes with at most ``align`` per access."""
+    out, off = [], 0
+    while off < size:
+        w = 8
+        while w > 1 and (w > align or off % w or off + w > size):
+            w //= 2
+        out.append((off, w))
+        off += w
+    return out
+
+
+def _calls(e) -> bool:
+    """Does expression ``e`` call a helper (or a fn, or a map method)?"""
+    if isinstance(e, (ast.Call, ast.MethodCall)):
+        return e.name not in ("host", "be16", "be32", "be64", "hash") or any(
+            _calls(a) for a in e.args
+        )
+    return any(
+        _calls(getattr(e, f))
+        for f in ("left", "right", "operand", "expr", "obj", "index")
+        if isinstance(getattr(e, f, None), ast.Expr)
+    )
+
+
+class ExprGen:
+    # ---- scalars ----
+    def gen(self, e: ast.Expr):
+        v = self.c.cval.get(e)
+        if v is not None and isinstance(e.ty, (T.IntType, T.BoolType, T.UntypedInt)):
+            return ir.Constant(self.lt(e.ty), v)
+        return getattr(self, "g_" + type(e).__name__)(e)
+
+    def conv(self, v: ir.Value, frm: T.Type, to: T.Type, allow_narrow: bool = True) -> ir.Value:
+        dst = self.lt(to)
+        if v.type == dst:
+            return v
+        src_bits, dst_bits = v.type.width, dst.width
+        if dst_bits < src_bits:
+            return self.b.trunc(v, dst)
+        if getattr(frm, "signed", False):
+            return self.b.sext(v, dst)
+        return self.b.zext(v, dst)
+
+    def rv(self, e: ast.Expr, ty: T.Type, allow_narrow: bool = False) -> ir.Value:
+        """``e`` as a scalar of ``ty`` (loads through map-value references)."""
+        v = self.gen(e)
+        et = e.ty
+        if isinstance(et, T.RefType):
+            v = self.b.load(v, typ=self.lt(et.inner), align=max(1, et.inner.size))
+            et = et.inner
+        if isinstance(et, T.UntypedInt):
+            return ir.Constant(self.lt(ty), self.c.cval.get(e, 0))
+        return self.conv(v, et, ty, allow_narrow)
+
+    def bswap(self, v: ir.Value) -> ir.Value:
+        name = _BSWAP[v.type.width]
+        fn = self.m.globals.get(name) or ir.Function(
+            self.m, ir.FunctionType(v.type, [v.type]), name
+        )
+        return self.b.call(fn, [v])
+
+    def g_Name(self, e: ast.Name):
+        sym = self.c.sym.get(e)
+        if isinstance(sym, Local):
+            slot = self.var(sym)
+            t = sym.ty
+            if isinstance(t, (T.StructType, T.BytesType, T.ArrayType)):
+                return slot
+            if isinstance(slot, ir.Argument):
+                return slot
+            ty = PTR if isinstance(t, (T.HeaderType, T.RefType)) else self.lt(t)
+            return self.b.load(slot, typ=ty)
+        if isinstance(sym, Config):
+            if self.dbg:
+                return self.dbg.load_config(self.b, self.globals[sym.name])
+            return self.b.load(self.globals[sym.name], typ=self.lt(sym.ty))
+        if isinstance(sym, Const):
+            if sym.data is not None:
+                return self.g_AddrLit(e)
+            return ir.Constant(self.lt(sym.ty), sym.value)
+        if isinstance(sym, T.MapType):
+            return self.globals[sym.name]
+        if isinstance(sym, T.CtxType):
+            return self.f.ctx
+        raise AssertionError(f"codegen: unresolved name {e.id}")
+
+    def operands(self, e, ty: T.Type) -> tuple[ir.Value, ir.Value]:
+        """Both operands as ``ty``; an operand that calls a helper is evaluated first, so no
+        packet pointer loaded for the other one (``ctx.len``) lives across the call, where a
+        32-bit spill of it would be refused by the verifier (found by program fuzzing)."""
+        if _calls(e.right) and not _calls(e.left):
+            b = self.rv(e.right, ty)
+            return self.rv(e.left, ty), b
+        return self.rv(e.left, ty), self.rv(e.right, ty)
+
+    def g_BinOp(self, e: ast.BinOp):
+        ty = e.ty
+        a, b = self.operands(e, ty)
+        signed = getattr(ty, "signed", False)
+        return self.binop(e.op, a, b, signed, isinstance(b, ir.Constant))
+
+    def binop(self, op: str, a: ir.Value, b: ir.Value, signed: bool, const_b: bool) -> ir.Value:
+        """``a op b`` with BPF's defined results where LLVM has undefined behaviour: shift
+        amounts are taken modulo the width (as the BPF ISA does), and a division by a
+        run-time zero gives 0 (``%``: the dividend), the kernel's rule -- so LLVM cannot
+        "assume" the divisor is non-zero and drop the user's checks."""
+        if op in ("<<", ">>") and not const_b:
+            b = self.b.and_(b, ir.Constant(b.type, b.type.width - 1))
+        if op in ("/", "%") and not const_b:
+            zero = self.b.icmp_unsigned("==", b, ir.Constant(b.type, 0))
+            if signed:  # MIN / -1 overflows (LLVM: undefined); BPF: -MIN = MIN, MIN % -1 = 0
+                m1 = self.b.icmp_signed("==", b, ir.Constant(b.type, -1))
+                safe = self.b.select(self.b.or_(zero, m1), ir.Constant(b.type, 1), b)
+                q = self.b.sdiv(a, safe) if op == "/" else self.b.srem(a, safe)
+                q = self.b.select(m1, self.b.neg(a) if op == "/" else ir.Constant(a.type, 0), q)
+                return self.b.select(zero, ir.Constant(a.type, 0) if op == "/" else a, q)
+            safe = self.b.select(zero, ir.Constant(b.type, 1), b)
+            fn = self.b.udiv if op == "/" else self.b.urem
+            return self.b.select(zero, ir.Constant(a.type, 0) if op == "/" else a, fn(a, safe))
+        return self._binop_plain(op, a, b, signed)
+
+    def _binop_plain(self, op: str, a: ir.Value, b: ir.Value, signed: bool) -> ir.Value:
+        op = {
+            "+": self.b.add,
+            "-": self.b.sub,
+            "*": self.b.mul,
+            "&": self.b.and_,
+            "|": self.b.or_,
+            "^": self.b.xor,
+            "<<": self.b.shl,
+            ">>": self.b.ashr if signed else self.b.lshr,
+            "/": self.b.sdiv if signed else self.b.udiv,
+            "%": self.b.srem if signed else self.b.urem,
+        }[op]
+        return op(a, b)
+
+    def g_Compare(self, e: ast.Compare):
+        ty = self.c.optype[e]
+        if isinstance(ty, (T.BytesType, T.StructType)):
+            eq = self.bytes_equal(e.left, e.right, ty)
+            return eq if e.op == "==" else self.b.not_(eq)
+        a, b = self.operands(e, ty)
+        if getattr(ty, "signed", False):
+            return self.b.icmp_signed(e.op, a, b)
+        return self.b.icmp_unsigned(e.op, a, b)
+
+    def g_Logic(self, e: ast.Logic):
+        t, f, end = self.new_block("l.true"), self.new_block("l.false"), self.new_block("l.end")
+        self.branch_cond(e, t, f)
+        self.start(t)
+        self.b.branch(end)
+        self.start(f)
+        self.b.branch(end)
+        self.start(end)
+        phi = self.b.phi(I1)
+        phi.add_incoming(ir.Constant(I1, 1), t)
+        phi.add_incoming(ir.Constant(I1, 0), f)
+        return phi
+
+    def branch_cond(self, e: ast.Expr, t: ir.Block, f: ir.Block) -> None:
+        """Branch to ``t`` if ``e`` holds else ``f``, short-circuiting && || !."""
+        if isinstance(e, ast.Logic):
+            mid = self.new_block("l.rhs")
+            if e.op == "&&":
+                self.branch_cond(e.left, mid, f)
+            else:
+                self.branch_cond(e.left, t, mid)
+            self.start(mid)
+            self.branch_cond(e.right, t, f)
+        elif isinstance(e, ast.Unary) and e.op == "!":
+            self.branch_cond(e.operand, f, t)
+        else:
+            self.b.cbranch(self.gen(e), t, f)
+
+    def g_Unary(self, e: ast.Unary):
+        if e.op == "!":
+            return self.b.not_(self.gen(e.operand))
+        v = self.rv(e.operand, e.ty)
+        return self.b.neg(v) if e.op == "-" else self.b.not_(v)
+
+    def g_Cast(self, e: ast.Cast):
+        et = e.expr.ty.inner if isinstance(e.expr.ty, T.RefType) else e.expr.ty
+        return self.conv(
+            self.rv(e.expr, et) if not isinstance(et, T.UntypedInt) else self.rv(e.expr, e.ty),
+            et,
+            e.ty,
+        )
+
+    def g_Index(self, e: ast.Index):
+        p = self.index_ptr(e)
+        if isinstance(e.ty, T.RefType) or not isinstance(e.ty, (T.IntType, T.BoolType)):
+            return p  # an element of a map value (rv() loads it) or an aggregate
+        return self.b.load(p, typ=self.lt(e.ty), align=max(1, e.ty.align))
+
+    def index_ptr(self, e: ast.Index) -> ir.Value:
+        base = self.gen(e.obj)
+        ot = e.obj.ty.inner if isinstance(e.obj.ty, T.RefType) else e.obj.ty
+        i = self.rv(e.index, T.U64)
+        off = self.b.mul(i, ir.Constant(I64, ot.elem.size))
+        return self.gep(base, off)
+
+    def g_Field(self, e: ast.Field):
+        ot = e.obj.ty
+        if isinstance(ot, T.HeaderType):
+            return self.load_header_field(e)
+        if isinstance(ot, T.CtxType):
+            return self.ctx_field(e.name)
+        p = self.field_ptr(e)
+        if not isinstance(e.ty, (T.IntType, T.BoolType)):
+            return p
+        return self.b.load(p, typ=self.lt(e.ty), align=max(1, e.ty.align))
+
+    def field_ptr(self, e: ast.Field) -> ir.Value:
+        """Address of a struct field (local struct or map value)."""
+        ot = e.obj.ty
+        st = ot.inner if isinstance(ot, T.RefType) else ot
+        base = self.gen(e.obj)
+        return self.gep(base, st.fields[e.name][0])
+
+    def g_InPrefix(self, e: ast.InPrefix):
+        lit: ast.AddrLit = e.right
+        plen, data = lit.prefixlen, lit.data
+        bits = int.from_bytes(data, "big")
+        nbits = len(data) * 8
+        mask = ((1 << plen) - 1) << (nbits - plen) if plen else 0
+        if e.left.ty == T.BE32:
+            v = self.rv(e.left, T.BE32)
+            m = int.from_bytes(mask.to_bytes(4, "big"), "little")
+            n = int.from_bytes((bits & mask).to_bytes(4, "big"), "little")
+            return self.b.icmp_unsigned(
+                "==", self.b.and_(v, ir.Constant(I32, m)), ir.Constant(I32, n)
+            )
+        src = self.mem_of(e.left)
+        res = ir.Constant(I1, 1)
+        mb, nb = mask.to_bytes(16, "big"), (bits & mask).to_bytes(16, "big")
+        for off in range(0, 16, 4):
+            m = int.from_bytes(mb[off : off + 4], "little")
+            if not m:
+                continue
+            w = self.b.load(self.gep(src, off), typ=I32, align=4)
+            c = self.b.icmp_unsigned(
+                "==",
+                self.b.and_(w, ir.Constant(I32, m)),
+                ir.Constant(I32, int.from_bytes(nb[off : off + 4], "little")),
+            )
+            res = self.b.and_(res, c)
+        return res
+
+    # ---- aggregates ----
+    def mem_of(self, e: ast.Expr):
+        """Memory (ptr) or constant ``bytes`` holding the aggregate value of ``e``."""
+        if e in self.c.cbytes:
+            return self.c.cbytes[e]
+        if isinstance(e, ast.Field) and isinstance(e.obj.ty, T.HeaderType):
+            return self.header_field_ptr(e)
+        return self.gen(e)
+
+    def g_AddrLit(self, e: ast.AddrLit):
+        data = self.c.cbytes[e]
+        p = self.alloca_mem(len(data))
+        self.store_const_bytes(p, data, 8)
+        return p
+
+    def store_const_bytes(self, dst: ir.Value, data: bytes, align: int) -> None:
+        for off, w in _chunks(len(data), align):
+            v = int.from_bytes(data[off : off + w], "little")
+            self.b.store(ir.Constant(ir.IntType(8 * w), v), self.gep(dst, off), align=w)
+
+    def copy_bytes(self, dst: ir.Value, src: ir.Value, size: int, align: int) -> None:
+        for off, w in _chunks(size, align):
+            ty = ir.IntType(8 * w)
+            v = self.b.load(self.gep(src, off), typ=ty, align=w)
+            self.b.store(v, self.gep(dst, off), align=w)
+
+    def store_bytes(self, dst: ir.Value, e: ast.Expr, ty: T.Type, dst_align: int = 8) -> None:
+        src = self.mem_of(e)
+        align = min(dst_align, max(1, ty.align), self.align_of(e))
+        if isinstance(src, (bytes, bytearray)):
+            self.store_const_bytes(dst, bytes(src), min(dst_align, max(1, ty.align)))
+        else:
+            self.copy_bytes(dst, src, ty.size, align)
+
+    def align_of(self, e: ast.Expr) -> int:
+        if isinstance(e, ast.Field) and isinstance(e.obj.ty, T.HeaderType):
+            return 2 if e.ty == T.MAC else max(1, e.ty.align)
+        return 8 if isinstance(e, (ast.Name, ast.Call)) else max(1, e.ty.align)
+
+    def bytes_equal(self, a: ast.Expr, b: ast.Expr, ty: T.Type) -> ir.Value:
+        ma, mb = self.mem_of(a), self.mem_of(b)
+        align = min(self.align_of(a), self.align_of(b), 8)
+        res = None
+        for off, w in _chunks(ty.size, align):
+            it = ir.IntType(8 * w)
+            vals = []
+            for m in (ma, mb):
+                if isinstance(m, (bytes, bytearray)):
+                    vals.append(ir.Constant(it, int.from_bytes(m[off : off + w], "little")))
+                else:
+                    vals.append(self.b.load(self.gep(m, off), typ=it, align=w))
+            c = self.b.icmp_unsigned("==", vals[0], vals[1])
+            res = c if res is None else self.b.and_(res, c)
+        return res if res is not None else ir.Constant(I1, 1)
+
+    # ---- assignment ----
+    def assign(self, s: ast.Assign) -> None:
+        tgt = s.target
+        if isinstance(tgt, ast.Index) and isinstance(tgt.obj.ty, T.MapType):
+            return self.map_assign(s)
+        if isinstance(tgt, ast.Field) and isinstance(tgt.obj.ty, T.HeaderType):
+            return self.store_header_field(tgt, s.op, s.value)
+        ty = tgt.ty.inner if isinstance(tgt.ty, T.RefType) else tgt.ty
+        ref = isinstance(tgt.ty, T.RefType) or (
+            isinstance(tgt, (ast.Field, ast.Index)) and isinstance(tgt.obj.ty, T.RefType)
+        )
+        percpu = ref and (tgt.ty.percpu if isinstance(tgt.ty, T.RefType) else tgt.obj.ty.percpu)
+        if isinstance(tgt, ast.Name):
+            loc = self.c.sym[tgt]
+            slot = self.var(loc)
+            if isinstance(loc.ty, T.RefType):
+                slot = self.b.load(slot, typ=PTR)
+        elif isinstance(tgt, ast.Field):
+            slot = self.field_ptr(tgt)
+        else:
+            slot = self.index_ptr(tgt)
+        if isinstance(ty, (T.StructType, T.BytesType, T.ArrayType)):
+            self.store_bytes(slot, s.value, ty)
+            return
+        self.store_scalar(slot, ty, s.op, s.value, atomic=ref and not percpu)
+
+    def store_scalar(self, slot, ty: T.Type, op: str, value: ast.Expr, atomic: bool) -> None:
+        align = max(1, ty.size)
+        v = self.rv(value, ty)
+        if op == "=":
+            self.b.store(v, slot, align=align)
+            return
+        if atomic and op in ("+=", "-=", "|=", "&=", "^="):
+            if op == "-=":
+                v = self.b.neg(v)
+            rmw = {"+=": "add", "-=": "add", "|=": "or", "&=": "and", "^=": "xor"}[op]
+            self.b.atomic_rmw(rmw, slot, v, "monotonic")
+            return
+        old = self.b.load(slot, typ=self.lt(ty), align=align)
+        # through binop: a run-time shift amount is masked to the width like ``a << b``
+        signed = getattr(ty, "signed", False)
+        new = self.binop(op[:-1], old, v, signed, isinstance(v, ir.Constant))
+        self.b.store(new, slot, align=align)

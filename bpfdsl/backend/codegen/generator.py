@@ -1,0 +1,417 @@
+"""Code generation (back end): sema's :class:`~bpfdsl.lang.sema.analyzer.Checked` -> ``llvmlite.ir.Module``.
+
+One ``ir.Function`` per program, ``section`` = the PROGRAM_KINDS section (``xdp``,
+``xdp/cpumap``...), ``nounwind``; user ``fn``s become ``internal alwaysinline`` functions.
+Maps are BTF-defined globals in ``.maps``, configs are globals in ``.rodata`` (not
+``constant``, so LLVM cannot fold them: the loader patches them), the license is a char
+array in ``license``.  Helpers are called through ``inttoptr (i64 ID to ptr)`` like clang.
+Statements are here; expressions, packet access and map access are the mixins in
+codegen_expr, codegen_pkt and codegen_maps.  Debug info goes through ``self.dbg``
+(:mod:`bpfdsl.backend.debuginfo` when present, else nothing).
+"""
+
+from __future__ import annotations
+
+from llvmlite import ir
+
+from bpfdsl.backend.codegen.calls import CallGen
+from bpfdsl.backend.codegen.expr import ExprGen
+from bpfdsl.backend.codegen.maps import MapGen
+from bpfdsl.backend.codegen.pkt import PktGen
+from bpfdsl.backend.codegen.text import Module
+from bpfdsl.lang import ast
+from bpfdsl.lang import types as T
+from bpfdsl.lang.headers import CTX_DATA
+from bpfdsl.lang.sema.analyzer import Checked
+from bpfdsl.lang.sema.decls import Local
+
+I1, I8, I16, I32, I64 = (ir.IntType(n) for n in (1, 8, 16, 32, 64))
+PTR = ir.PointerType()
+DATALAYOUT = "e-m:e-p:64:64-i64:64-i128:128-n32:64-S128"
+
+
+class _Fn:
+    """Per-function state: the ir function, entry block for allocas, ctx, cursor, loops."""
+
+    def __init__(self, func: ir.Function, kind, ctx: ir.Value | None):
+        self.func = func
+        self.kind = kind
+        self.ctx = ctx
+        self.entry: ir.Block = func.append_basic_block("entry")
+        self.cursor: ir.Value | None = None  # alloca holding the parse cursor (ptr)
+        self.loops: list[tuple[ir.Block, ir.Block]] = []  # (continue target, break target)
+        self.ret_block: ir.Block | None = None
+        self.pending: list[ir.Block] = []  # blocks made by new_block
+        self.temps: list[ir.Value] = []  # live key/value temporaries (codegen_maps.temp_mem)
+        self.rets: list[tuple[ir.Value, ir.Block]] = []  # (value, predecessor) of ret_block
+
+
+class CodeGen(ExprGen, CallGen, PktGen, MapGen):
+    def __init__(self, checked: Checked, dbg=None, module: ir.Module | None = None):
+        self.c = checked
+        self.m = module if module is not None else Module(name=checked.filename)
+        if type(self.m) is ir.Module:  # str() through codegen_text.module_text (same text)
+            self.m.__class__ = Module
+        self.m.triple = "bpfel"
+        self.m.data_layout = DATALAYOUT
+        self.dbg = dbg
+        self.b: ir.IRBuilder = None  # type: ignore[assignment]
+        self.f: _Fn = None  # type: ignore[assignment]
+        self.env: list[dict[Local, ir.Value]] = []
+        self.globals: dict[str, ir.GlobalVariable] = {}
+        self.fn_ir: dict[str, ir.Function] = {}
+        self._helpers: dict[int, ir.Value] = {}
+
+    # ---- module level ----
+    def generate(self) -> ir.Module:
+        self.emit_license()
+        lines = {
+            it.name: it.span.line for it in self.c.program.items if isinstance(it, ast.ConfigDecl)
+        }
+        for name, cfg in self.c.configs.items():
+            if self.dbg:
+                self.globals[name] = self.dbg.config_global(name, cfg, lines.get(name, 0))
+                continue
+            g = ir.GlobalVariable(self.m, self.lt(cfg.ty), name)
+            g.initializer = ir.Constant(self.lt(cfg.ty), cfg.value)
+            g.section = ".rodata"
+            g.align = cfg.ty.align
+            self.globals[name] = g
+        for name, mt in self.c.maps.items():
+            self.globals[name] = self.emit_map_global(name, mt)
+        for name, info in self.c.fns.items():
+            self.emit_fn(name, info)
+        for decl, kind in self.c.progs:
+            self.emit_prog(decl, kind)
+        if self.dbg:
+            self.dbg.finalize()
+        return self.m
+
+    def emit_license(self) -> None:
+        if self.dbg:
+            self.dbg.license_global(self.c.license)
+            return
+        data = self.c.license.encode() + b"\0"
+        ty = ir.ArrayType(I8, len(data))
+        g = ir.GlobalVariable(self.m, ty, "_license")
+        g.initializer = ir.Constant(ty, bytearray(data))
+        g.section = "license"
+        g.align = 1
+        if self.dbg:
+            self.dbg.license_global(g)
+
+    def emit_map_global(self, name: str, mt: T.MapType) -> ir.GlobalVariable:
+        if self.dbg:
+            return self.dbg.map_global(name, mt)
+        n = 5 if mt.flags else 4
+        ty = ir.LiteralStructType([PTR] * n)
+        g = ir.GlobalVariable(self.m, ty, name)
+        g.initializer = ir.Constant(ty, None)
+        g.section = ".maps"
+        g.align = 8
+        return g
+
+    def lt(self, t: T.Type) -> ir.Type:
+        """LLVM type of a scalar language type (bool is i1 in registers)."""
+        if isinstance(t, T.BoolType):
+            return I1
+        if isinstance(t, T.IntType):
+            return ir.IntType(t.bits)
+        if isinstance(t, T.RefType):
+            return self.lt(t.inner)
+        return I64
+
+    # ---- functions ----
+    def begin(self, func: ir.Function, kind, ctx) -> None:
+        self.f = _Fn(func, kind, ctx)
+        body = func.append_basic_block("body")
+        self.b = ir.IRBuilder(body)
+        self.env = [{}]
+
+    def finish(self) -> None:
+        for blk in self.f.pending:  # branched to but never started: unreachable code
+            if blk not in self.f.func.blocks:
+                self.f.func.blocks.append(blk)
+                ir.IRBuilder(blk).unreachable()
+        ir.IRBuilder(self.f.entry).branch(self.f.func.basic_blocks[1])
+
+    def emit_fn(self, name: str, info) -> None:
+        params = [
+            PTR if not T.is_int(t) and not isinstance(t, T.BoolType) else self.lt(t)
+            for _n, t in info.params
+        ]
+        ret = ir.VoidType() if info.ret == T.VOID else self.lt(info.ret)
+        func = ir.Function(self.m, ir.FunctionType(ret, params), name)
+        func.linkage = "internal"
+        func.attributes.add("alwaysinline")
+        func.attributes.add("nounwind")
+        self.fn_ir[name] = func
+        self.begin(func, None, None)
+        if self.dbg:
+            self.dbg.end_program()
+        for arg, p in zip(func.args, info.decl.params, strict=True):
+            loc = self.c.sym[p]
+            self.bind(loc, arg)
+        self.loc(info.decl.span)
+        self.block(info.decl.body, new_scope=False)
+        if not self.b.block.is_terminated:
+            if info.ret == T.VOID:
+                self.b.ret_void()
+            else:
+                self.b.ret(ir.Constant(ret, 0))
+        self.finish()
+
+    def emit_prog(self, decl: ast.ProgDecl, kind) -> None:
+        func = ir.Function(self.m, ir.FunctionType(I32, [PTR]), decl.name)
+        func.section = kind.section
+        func.attributes.add("nounwind")
+        func.args[0].name = decl.ctx
+        if self.dbg:
+            self.dbg.program(func, decl, kind)
+        self.begin(func, kind, func.args[0])
+        self.loc(decl.span)
+        if kind.ctx in CTX_DATA:  # programs with packet / message data have a parse cursor
+            self.f.cursor = self.alloca_ptr("cursor")
+            self.b.store(self.pkt_data(), self.f.cursor)
+        self.f.ret_block = self.new_block("return")
+        self.block(decl.body, new_scope=False)
+        if not self.b.block.is_terminated:
+            self.b.unreachable()
+        self.start(self.f.ret_block)  # the return block goes last, where clang puts it
+        if self.f.rets:
+            phi = self.b.phi(I32, "retval")
+            for v, blk in self.f.rets:
+                phi.add_incoming(v, blk)
+            self.b.ret(phi)
+        else:
+            self.b.unreachable()
+        self.finish()
+        if self.dbg:
+            self.dbg.end_program()
+
+    # ---- locals ----
+    def alloca(self, ty: ir.Type, name: str = "", align: int | None = None) -> ir.Value:
+        eb = ir.IRBuilder(self.f.entry)
+        if self.f.entry.instructions:
+            eb.position_before(self.f.entry.instructions[0])
+        a = eb.alloca(ty, name=name)
+        a.type = PTR  # opaque pointer (LLVM >= 17 IR has no typed pointers)
+        if align:
+            a.align = align
+        return a
+
+    def alloca_ptr(self, name: str = "") -> ir.Value:
+        return self.alloca(PTR, name, 8)
+
+    def alloca_mem(
+        self, size: int, name: str = "", filled: list[tuple[int, int]] = (), lifetime=False
+    ) -> ir.Value:
+        """An 8-aligned stack area of ``size`` bytes (B07).  Every byte not in ``filled``
+        ((offset, size) ranges the caller stores next) is zeroed here, so padding is zero.
+        ``lifetime``: its life starts here (``llvm.lifetime.start``; the caller ends it)."""
+        n = (size + 7) // 8
+        a = self.alloca(ir.ArrayType(I64, n), name, 8)
+        if lifetime:
+            fty = ir.FunctionType(ir.VoidType(), [PTR])
+            self.b.call(self.m.declare_intrinsic("llvm.lifetime.start", [PTR], fty), [a])
+        covered = bytearray(size)
+        for off, sz in filled:
+            covered[off : off + sz] = b"\1" * sz
+        off = 0
+        while off < size:
+            if covered[off]:
+                off += 1
+                continue
+            w = 8
+            while w > 1 and (off % w or off + w > size or any(covered[off : off + w])):
+                w //= 2
+            self.b.store(ir.Constant(ir.IntType(8 * w), 0), self.gep(a, off), align=w)
+            off += w
+        return a
+
+    def bind(self, loc: Local, val: ir.Value) -> None:
+        """Give ``loc`` storage initialised with ``val`` (scalars/pointers: an alloca)."""
+        t = loc.ty
+        if isinstance(t, (T.StructType, T.BytesType, T.ArrayType)):
+            self.env[-1][loc] = val  # val is already private memory
+            return
+        ty = PTR if isinstance(t, (T.HeaderType, T.RefType)) else self.lt(t)
+        a = self.alloca(ty, loc.name, 8 if ty is PTR else max(1, t.size))
+        self.b.store(val, a)
+        self.env[-1][loc] = a
+
+    def var(self, loc: Local) -> ir.Value:
+        for s in reversed(self.env):
+            if loc in s:
+                return s[loc]
+        raise KeyError(loc.name)
+
+    def gep(self, p: ir.Value, off) -> ir.Value:
+        if isinstance(off, int):
+            if off == 0:
+                return p
+            off = ir.Constant(I64, off)
+        return self.b.gep(p, [off], source_etype=I8)
+
+    def loc(self, span) -> None:
+        if self.dbg:
+            self.dbg.set_location(self.b, span)
+
+    # ---- statements ----
+    def block(self, b: ast.Block, new_scope: bool = True) -> None:
+        if new_scope:
+            self.env.append({})
+        for s in b.stmts:
+            if self.b.block.is_terminated:
+                break
+            self.loc(s.span)
+            getattr(self, "s_" + type(s).__name__)(s)
+        if new_scope:
+            self.env.pop()
+
+    def new_block(self, name: str) -> ir.Block:
+        """A block that joins the function's layout only when code starts in it
+        (:meth:`start`), so blocks are laid out in source order as clang does."""
+        blk = ir.Block(parent=self.f.func, name=name)
+        self.f.pending.append(blk)
+        return blk
+
+    def start(self, blk: ir.Block) -> None:
+        """Continue emitting at the end of ``blk`` (appending it to the layout if new)."""
+        if blk not in self.f.func.blocks:
+            self.f.func.blocks.append(blk)
+        self.b.position_at_end(blk)
+
+    def s_ExprStmt(self, s: ast.ExprStmt) -> None:
+        self.gen(s.expr)
+
+    def s_Let(self, s: ast.Let) -> None:
+        loc: Local = self.c.sym[s]
+        if s.orelse is not None and isinstance(s.value.ty, T.OptionalType):
+            fail = self.new_block(f"{s.name}.missing")
+            val = self.gen_optional(s.value, fail)
+            ok = self.b.block
+            self.start(fail)
+            self.block(s.orelse)
+            if not self.b.block.is_terminated:
+                self.b.unreachable()
+            self.start(ok)
+            self.bind(loc, val)
+            return
+        self.bind(loc, self.value_for(s.value, loc.ty))
+
+    def value_for(self, e: ast.Expr, ty: T.Type) -> ir.Value:
+        """``e`` as a value of ``ty``: scalars converted, aggregates copied to new memory."""
+        if isinstance(ty, (T.StructType, T.BytesType, T.ArrayType)):
+            if isinstance(e, ast.Call) and e.name in self.c.structs:
+                return self.gen(e)  # fresh memory already
+            dst = self.alloca_mem(ty.size)
+            self.store_bytes(dst, e, ty)
+            return dst
+        if isinstance(ty, (T.HeaderType, T.RefType)):
+            return self.gen(e)
+        return self.rv(e, ty)
+
+    def s_If(self, s: ast.If) -> None:
+        then, merge = self.new_block("if.then"), self.new_block("if.end")
+        other = self.new_block("if.else") if s.orelse else merge
+        self.branch_cond(s.cond, then, other)
+        for blk, body in ((then, s.then), (other, s.orelse)):
+            if body is None:
+                continue
+            self.start(blk)
+            self.block(body)
+            if not self.b.block.is_terminated:
+                self.b.branch(merge)
+        self.start(merge)
+
+    def s_IfLet(self, s: ast.IfLet) -> None:
+        merge = self.new_block("iflet.end")
+        other = self.new_block("iflet.else") if s.orelse else merge
+        val = self.gen_optional(s.value, other)
+        self.env.append({})
+        self.bind(self.c.sym[s], val)
+        self.block(s.then, new_scope=False)
+        self.env.pop()
+        if not self.b.block.is_terminated:
+            self.b.branch(merge)
+        if s.orelse:
+            self.start(other)
+            self.block(s.orelse)
+            if not self.b.block.is_terminated:
+                self.b.branch(merge)
+        self.start(merge)
+
+    def s_Match(self, s: ast.Match) -> None:
+        subj = self.rv(s.subject, s.subject.ty)
+        merge = self.new_block("match.end")
+        default = merge
+        blocks = []
+        for arm in s.arms:
+            blk = self.new_block("match.arm")
+            blocks.append((blk, arm))
+            if None in arm.patterns:
+                default = blk
+        sw = self.b.switch(subj, default)
+        for blk, arm in blocks:
+            for p in arm.patterns:
+                if p is not None:
+                    sw.add_case(ir.Constant(subj.type, self.c.cval[p]), blk)
+        for blk, arm in blocks:
+            self.start(blk)
+            self.block(arm.body)
+            if not self.b.block.is_terminated:
+                self.b.branch(merge)
+        self.start(merge)
+
+    def s_For(self, s: ast.For) -> None:
+        loc: Local = self.c.sym[s]
+        ty = self.lt(loc.ty)
+        i = self.alloca(ty, s.var, max(1, loc.ty.size))
+        self.b.store(self.rv(s.start, loc.ty), i)
+        end = self.rv(s.end, loc.ty)
+        head, body, latch, done = (
+            self.new_block(n) for n in ("for.head", "for.body", "for.next", "for.end")
+        )
+        self.b.branch(head)
+        self.start(head)
+        cmp = self.b.icmp_signed if loc.ty.signed else self.b.icmp_unsigned
+        self.b.cbranch(cmp("<", self.b.load(i), end), body, done)
+        self.start(body)
+        self.env.append({loc: i})
+        self.f.loops.append((latch, done))
+        self.block(s.body, new_scope=False)
+        self.f.loops.pop()
+        self.env.pop()
+        if not self.b.block.is_terminated:
+            self.b.branch(latch)
+        self.start(latch)
+        self.b.store(self.b.add(self.b.load(i), ir.Constant(ty, 1)), i)
+        self.b.branch(head)
+        self.start(done)
+
+    def s_Break(self, s) -> None:
+        self.b.branch(self.f.loops[-1][1])
+
+    def s_Continue(self, s) -> None:
+        self.b.branch(self.f.loops[-1][0])
+
+    def s_Return(self, s: ast.Return) -> None:
+        rt = self.f.func.function_type.return_type
+        if self.f.kind is not None:  # one return block with a phi, the shape clang emits
+            v = self.rv(s.value, T.U32, allow_narrow=True)
+            self.f.rets.append((v, self.b.block))
+            self.b.branch(self.f.ret_block)
+        else:
+            info = self.c.fns[self.f.func.name]
+            self.b.ret(self.rv(s.value, info.ret) if rt != ir.VoidType() else None)
+
+    def s_Assign(self, s: ast.Assign) -> None:
+        self.assign(s)
+
+
+def generate(checked: Checked, dbg=None, module: ir.Module | None = None) -> ir.Module:
+    """Lower ``checked`` to an LLVM module (triple ``bpfel``).  ``dbg``: debug-info builder
+    with ``program``/``map_global``/``config_global``/``license_global``/``set_location``
+    (bpfdsl.backend.debuginfo adapter) or None."""
+    return CodeGen(checked, dbg, module).generate()

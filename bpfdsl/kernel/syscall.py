@@ -1,0 +1,605 @@
+"""The bpf(2) system call: the ONLY module of bpfdsl that calls it (kernel side, layer 6).
+
+Takes typed Python values, builds the ``union bpf_attr`` member of each command as a
+ctypes structure (layouts from include/uapi/linux/bpf.h as dumped from this machine's
+/sys/kernel/btf/vmlinux) and returns kernel objects as :class:`Fd`.  Every failure is a
+:class:`BpfError` (``BpfPermissionError``, a PermissionError, for EPERM/EACCES).
+Pointers in attrs are ``__u64`` user addresses of buffers kept alive by the caller frame.
+"""
+
+from __future__ import annotations
+
+import ctypes as C
+import errno as E
+import os
+
+from bpfdsl.abi.bpf_attr import (
+    BtfInfo,
+    BtfLoadAttr,
+    GetIdAttr,
+    InfoAttr,
+    LinkCreateAttr,
+    LinkDetachAttr,
+    LinkInfo,
+    LinkUpdateAttr,
+    MapCreateAttr,
+    MapElemAttr,
+    MapInfo,
+    ObjAttr,
+    ProgAttachAttr,
+    ProgInfo,
+    ProgLoadAttr,
+    TestRunAttr,
+)
+from bpfdsl.abi.uapi import BPF_ANY, BPF_F_TEST_XDP_LIVE_FRAMES, BPF_OBJ_NAME_LEN, BpfCmd, MapType
+from bpfdsl.record import FrozenRecord
+
+_NR_BPF = {
+    "x86_64": 321,
+    "aarch64": 280,
+    "armv7l": 386,
+    "riscv64": 280,
+    "ppc64le": 361,
+    "s390x": 351,
+}
+_libc = C.CDLL(None, use_errno=True)
+
+
+def libc() -> C.CDLL:
+    """The C library (``use_errno=True``) for the few other calls bpfdsl makes (statfs,
+    mount): one handle per process."""
+    return _libc
+
+
+_MACHINE = os.uname().machine  # what platform.machine() returns, without importing platform
+_libc.syscall.restype = C.c_long
+LOG_MAX = (1 << 30) - 1  # kernel: log_size must be < UINT_MAX >> 2 (bpf_vlog_init)
+
+
+class BpfError(OSError):
+    """A failed bpf(2) command: ``.cmd`` (BpfCmd), ``.errno``, message; ``.log`` is the
+    verifier/BTF log when the command produced one ('' otherwise)."""
+
+    def __init__(self, cmd: BpfCmd, errno: int, message: str = "", log: str = ""):
+        msg = message or f"bpf({cmd.name}): {os.strerror(errno)}"
+        super().__init__(errno, msg)
+        self.cmd, self.log, self.message = cmd, log, msg
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class BpfPermissionError(BpfError, PermissionError):
+    """EPERM/EACCES from bpf(2): the process lacks privileges."""
+
+
+NEEDS_ROOT = "needs root (CAP_BPF + CAP_NET_ADMIN; CAP_SYS_ADMIN on older kernels)"
+
+
+class NoPermission(PermissionError):
+    """A bpffs path or BPF object this process may not touch; ``str()`` is one line
+    (``WHAT: permission denied: needs root (...)``).  The CLI exits with code 3."""
+
+    def __init__(self, what: str):
+        self.message = f"{what}: permission denied: {NEEDS_ROOT}"
+        super().__init__(E.EACCES, self.message)
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def _error(cmd: BpfCmd, err: int, log: str = "") -> BpfError:
+    # EACCES from PROG_LOAD is the verifier's rejection, not a privilege problem.
+    if err == E.EPERM or (err == E.EACCES and cmd != BpfCmd.PROG_LOAD):
+        return BpfPermissionError(
+            cmd,
+            err,
+            f"bpf({cmd.name}): {os.strerror(err)}: needs root "
+            "(CAP_BPF + CAP_NET_ADMIN; CAP_SYS_ADMIN on older kernels)",
+            log,
+        )
+    return BpfError(cmd, err, "", log)
+
+
+def sys_bpf(cmd: BpfCmd, attr: C.Structure) -> int:
+    """Call bpf(cmd, &attr, sizeof attr); returns the non-negative result, raises BpfError."""
+    nr = _NR_BPF.get(_MACHINE)
+    if nr is None:
+        raise BpfError(cmd, E.ENOSYS, f"bpf(): unsupported architecture {_MACHINE}")
+    for _ in range(8):  # libbpf retries PROG_LOAD on EAGAIN; everyone on EINTR
+        ret = _libc.syscall(nr, C.c_int(int(cmd)), C.byref(attr), C.c_uint(C.sizeof(attr)))
+        if ret >= 0:
+            return ret
+        err = C.get_errno()
+        if not (err == E.EINTR or (err == E.EAGAIN and cmd == BpfCmd.PROG_LOAD)):
+            break
+    raise _error(cmd, err)
+
+
+class Fd:
+    """An owned file descriptor of a kernel object; closes on ``close()``/context exit.
+
+    ``int(fd)`` gives the number; ``release()`` hands ownership to the caller.
+    """
+
+    __slots__ = ("_fd",)
+
+    def __init__(self, fd: int):
+        self._fd = fd
+
+    def __int__(self) -> int:
+        if self._fd < 0:
+            raise ValueError("use of a closed bpf fd")
+        return self._fd
+
+    __index__ = __int__
+
+    @property
+    def closed(self) -> bool:
+        return self._fd < 0
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            fd, self._fd = self._fd, -1
+            os.close(fd)
+
+    def release(self) -> int:
+        fd, self._fd = self._fd, -1
+        return fd
+
+    def __enter__(self) -> Fd:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Fd({self._fd})"
+
+
+def _addr(buf) -> int:
+    return C.addressof(buf) if buf is not None else 0
+
+
+def _buf(data: bytes):
+    return C.create_string_buffer(bytes(data), max(len(data), 1))
+
+
+# ---- maps ----
+def map_create(
+    map_type: int,
+    key_size: int,
+    value_size: int,
+    max_entries: int,
+    *,
+    map_flags: int = 0,
+    name: str = "",
+    inner_map_fd: int = 0,
+    btf_fd: int = 0,
+    btf_key_type_id: int = 0,
+    btf_value_type_id: int = 0,
+    map_extra: int = 0,
+    numa_node: int = 0,
+    ifindex: int = 0,
+) -> Fd:
+    """BPF_MAP_CREATE; sizes in bytes; ``name`` is cut to 15 bytes (kernel BPF_OBJ_NAME_LEN)."""
+    a = MapCreateAttr(
+        map_type=int(map_type),
+        key_size=key_size,
+        value_size=value_size,
+        max_entries=max_entries,
+        map_flags=map_flags,
+        inner_map_fd=inner_map_fd,
+        numa_node=numa_node,
+        map_name=name.encode()[: BPF_OBJ_NAME_LEN - 1],
+        map_ifindex=ifindex,
+        btf_fd=btf_fd,
+        btf_key_type_id=btf_key_type_id,
+        btf_value_type_id=btf_value_type_id,
+        map_extra=map_extra,
+    )
+    return Fd(sys_bpf(BpfCmd.MAP_CREATE, a))
+
+
+def map_lookup(fd: int, key: bytes, value_size: int, flags: int = 0) -> bytes | None:
+    """BPF_MAP_LOOKUP_ELEM -> value bytes, None when the key is absent (ENOENT).
+
+    For per-CPU maps ``value_size`` is ``percpu_value_size(value_size)``.
+    """
+    k, v = _buf(key), C.create_string_buffer(max(value_size, 1))
+    try:
+        sys_bpf(BpfCmd.MAP_LOOKUP_ELEM, MapElemAttr(int(fd), _addr(k), _addr(v), flags))
+    except BpfError as e:
+        if e.errno == E.ENOENT:
+            return None
+        raise
+    return v.raw[:value_size]
+
+
+def map_update(fd: int, key: bytes, value: bytes, flags: int = BPF_ANY) -> None:
+    """BPF_MAP_UPDATE_ELEM (flags BPF_ANY / BPF_NOEXIST / BPF_EXIST [| BPF_F_LOCK])."""
+    k, v = _buf(key), _buf(value)
+    sys_bpf(BpfCmd.MAP_UPDATE_ELEM, MapElemAttr(int(fd), _addr(k), _addr(v), flags))
+
+
+def map_delete(fd: int, key: bytes) -> bool:
+    """BPF_MAP_DELETE_ELEM; False when the key was absent (ENOENT)."""
+    k = _buf(key)
+    try:
+        sys_bpf(BpfCmd.MAP_DELETE_ELEM, MapElemAttr(int(fd), _addr(k), 0, 0))
+    except BpfError as e:
+        if e.errno == E.ENOENT:
+            return False
+        raise
+    return True
+
+
+def map_get_next_key(fd: int, key: bytes | None, key_size: int) -> bytes | None:
+    """BPF_MAP_GET_NEXT_KEY: the key after ``key`` (first key when None); None at the end."""
+    k = _buf(key) if key is not None else None
+    n = C.create_string_buffer(max(key_size, 1))
+    try:
+        sys_bpf(BpfCmd.MAP_GET_NEXT_KEY, MapElemAttr(int(fd), _addr(k), _addr(n), 0))
+    except BpfError as e:
+        if e.errno == E.ENOENT:
+            return None
+        raise
+    return n.raw[:key_size]
+
+
+def map_freeze(fd: int) -> None:
+    """BPF_MAP_FREEZE: no more writes from user space (used for .rodata)."""
+    sys_bpf(BpfCmd.MAP_FREEZE, MapElemAttr(map_fd=int(fd)))
+
+
+def possible_cpus() -> int:
+    """Number of possible CPUs from /sys/devices/system/cpu/possible ("0-3,5"), as libbpf."""
+    try:
+        text = open("/sys/devices/system/cpu/possible").read().strip()
+    except OSError:
+        return os.cpu_count() or 1
+    n = 0
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        n = max(n, int(hi or lo) + 1)
+    return n
+
+
+def percpu_value_size(value_size: int) -> int:
+    """User-space buffer size of a per-CPU map value: round_up(size, 8) * possible CPUs."""
+    return ((value_size + 7) & ~7) * possible_cpus()
+
+
+def is_percpu(map_type: int) -> bool:
+    """True for map types whose user-space values are per-CPU arrays."""
+    return map_type in (
+        MapType.PERCPU_HASH,
+        MapType.PERCPU_ARRAY,
+        MapType.LRU_PERCPU_HASH,
+        MapType.PERCPU_CGROUP_STORAGE,
+    )
+
+
+# ---- programs ----
+def _log_call(
+    cmd: BpfCmd,
+    attr,
+    size_field: str,
+    buf_field: str,
+    level_field: str,
+    true_field: str,
+    log_level: int,
+    log_size: int,
+):
+    """Run a command with a verifier log; the buffer grows on ENOSPC (never truncated).
+
+    Returns (result, log text).  On failure raises BpfError with ``.log`` set.
+    """
+    size = log_size if log_level else 0
+    while True:
+        buf = C.create_string_buffer(size) if size else None
+        setattr(attr, level_field, log_level if size else 0)
+        setattr(attr, size_field, size)
+        setattr(attr, buf_field, _addr(buf))
+        try:
+            return sys_bpf(cmd, attr), _text(buf)
+        except BpfError as e:
+            log = _text(buf)
+            if e.errno == E.ENOSPC and size and size < LOG_MAX:
+                size = min(LOG_MAX, max(size * 4, int(getattr(attr, true_field)) + 1))
+                continue
+            raise _error(cmd, e.errno, log) from None
+
+
+def _text(buf) -> str:
+    return buf.value.decode(errors="replace") if buf is not None else ""
+
+
+def prog_load(
+    prog_type: int,
+    insns: bytes,
+    license: str,
+    *,
+    name: str = "",
+    expected_attach_type: int = 0,
+    prog_flags: int = 0,
+    btf_fd: int = 0,
+    func_info: bytes = b"",
+    func_info_rec_size: int = 8,
+    line_info: bytes = b"",
+    line_info_rec_size: int = 16,
+    log_level: int = 0,
+    log_size: int = 1 << 16,
+    retry_with_log: bool = True,
+    ifindex: int = 0,
+    attach_prog_fd: int = 0,
+    attach_btf_id: int = 0,
+) -> tuple[Fd, str]:
+    """BPF_PROG_LOAD of ``insns`` (encoded, 8 bytes each) -> (Fd, verifier log).
+
+    ``func_info``/``line_info``: packed ``bpf_func_info``/``bpf_line_info`` records with
+    insn_off in instructions.  With ``log_level`` 0 and ``retry_with_log`` a rejection
+    is loaded again with log level 1 so the raised BpfError carries ``.log`` (as cilium).
+    The log buffer grows on ENOSPC up to 1 GiB (kernel limit).
+    """
+    ib, lic = _buf(insns), C.create_string_buffer(license.encode())
+    fi, li = _buf(func_info), _buf(line_info)
+    a = ProgLoadAttr(
+        prog_type=int(prog_type),
+        insn_cnt=len(insns) // 8,
+        insns=_addr(ib),
+        license=_addr(lic),
+        prog_flags=prog_flags,
+        prog_name=name.encode()[: BPF_OBJ_NAME_LEN - 1],
+        prog_ifindex=ifindex,
+        expected_attach_type=int(expected_attach_type),
+        prog_btf_fd=btf_fd,
+        attach_btf_id=attach_btf_id,
+        attach_prog_fd=attach_prog_fd,
+    )
+    if btf_fd and func_info:
+        a.func_info_rec_size, a.func_info = func_info_rec_size, _addr(fi)
+        a.func_info_cnt = len(func_info) // func_info_rec_size
+    if btf_fd and line_info:
+        a.line_info_rec_size, a.line_info = line_info_rec_size, _addr(li)
+        a.line_info_cnt = len(line_info) // line_info_rec_size
+    args = ("log_size", "log_buf", "log_level", "log_true_size")
+    try:
+        fd, log = _log_call(BpfCmd.PROG_LOAD, a, *args, log_level, log_size)
+    except BpfError as e:
+        if log_level or not retry_with_log or isinstance(e, PermissionError):
+            raise
+        _log_call(BpfCmd.PROG_LOAD, a, *args, 1, log_size)  # raises again, now with a log
+        raise  # pragma: no cover - the kernel accepted on the second try
+    return Fd(fd), log
+
+
+def btf_load(data: bytes, *, log_level: int = 0, log_size: int = 1 << 16) -> tuple[Fd, str]:
+    """BPF_BTF_LOAD of a raw .BTF blob -> (Fd, log); rejections retry with a log."""
+    b = _buf(data)
+    a = BtfLoadAttr(btf=_addr(b), btf_size=len(data))
+    args = ("btf_log_size", "btf_log_buf", "btf_log_level", "btf_log_true_size")
+    try:
+        fd, log = _log_call(BpfCmd.BTF_LOAD, a, *args, log_level, log_size)
+    except BpfError as e:
+        if log_level or isinstance(e, PermissionError):
+            raise
+        _log_call(BpfCmd.BTF_LOAD, a, *args, 1, log_size)
+        raise  # pragma: no cover
+    return Fd(fd), log
+
+
+class TestRunResult(FrozenRecord):
+    """Result of BPF_PROG_TEST_RUN: ``retval`` (program return value), ``data_out`` (the
+    packet after the program, bytes), ``duration_ns`` (mean ns per run, kernel-measured),
+    ``ctx_out`` (context after the run, bytes, empty when no ctx was given)."""
+
+    retval: int
+    data_out: bytes
+    duration_ns: int
+    ctx_out: bytes
+
+    __slots__ = ("retval", "data_out", "duration_ns", "ctx_out")
+
+    def __init__(
+        self, retval: int, data_out: bytes, duration_ns: int, ctx_out: bytes = b""
+    ) -> None:
+        self.retval = retval
+        self.data_out = data_out
+        self.duration_ns = duration_ns
+        self.ctx_out = ctx_out
+
+
+def prog_test_run(
+    fd: int,
+    data: bytes,
+    repeat: int = 1,
+    ctx: bytes | None = None,
+    flags: int = 0,
+    *,
+    cpu: int = 0,
+    batch_size: int = 0,
+    data_out_size: int | None = None,
+) -> TestRunResult:
+    """BPF_PROG_TEST_RUN with ``data`` as the packet (bytes, starting at the L2 header).
+
+    ``data_out`` has room for ``len(data) + 4096`` bytes (grown packets) unless
+    ``data_out_size`` says otherwise; with BPF_F_TEST_XDP_LIVE_FRAMES no output is read.
+    """
+    live = bool(flags & BPF_F_TEST_XDP_LIVE_FRAMES)
+    din = _buf(data)
+    osz = 0 if live else (data_out_size if data_out_size is not None else len(data) + 4096)
+    dout = C.create_string_buffer(osz) if osz else None
+    cin = _buf(ctx) if ctx is not None else None
+    cout = C.create_string_buffer(len(ctx)) if ctx and not live else None
+    a = TestRunAttr(
+        prog_fd=int(fd),
+        data_size_in=len(data),
+        data_size_out=osz,
+        data_in=_addr(din),
+        data_out=_addr(dout),
+        repeat=repeat,
+        ctx_size_in=len(ctx) if ctx else 0,
+        ctx_size_out=len(ctx) if cout else 0,
+        ctx_in=_addr(cin) if ctx else 0,
+        ctx_out=_addr(cout),
+        flags=flags,
+        cpu=cpu,
+        batch_size=batch_size,
+    )
+    sys_bpf(BpfCmd.PROG_TEST_RUN, a)
+    out = dout.raw[: a.data_size_out] if dout is not None else b""
+    cbytes = cout.raw[: a.ctx_size_out] if cout is not None else b""
+    return TestRunResult(a.retval, out, a.duration, cbytes)
+
+
+# ---- objects, pins, attach, links ----
+def obj_pin(fd: int, path: str) -> None:
+    """BPF_OBJ_PIN ``fd`` at ``path`` (a file in a bpffs mount)."""
+    p = C.create_string_buffer(os.fsencode(path))
+    sys_bpf(BpfCmd.OBJ_PIN, ObjAttr(pathname=_addr(p), bpf_fd=int(fd)))
+
+
+def obj_get(path: str, file_flags: int = 0) -> Fd:
+    """BPF_OBJ_GET: open the object pinned at ``path`` (flags BPF_F_RDONLY/WRONLY)."""
+    p = C.create_string_buffer(os.fsencode(path))
+    return Fd(sys_bpf(BpfCmd.OBJ_GET, ObjAttr(pathname=_addr(p), file_flags=file_flags)))
+
+
+def prog_attach(
+    target_fd: int, prog_fd: int, attach_type: int, flags: int = 0, replace_fd: int = 0
+) -> None:
+    """BPF_PROG_ATTACH (cgroup sock_ops: target = cgroup fd; sk_msg: target = sockmap fd)."""
+    sys_bpf(
+        BpfCmd.PROG_ATTACH,
+        ProgAttachAttr(int(target_fd), int(prog_fd), int(attach_type), flags, int(replace_fd)),
+    )
+
+
+def prog_detach(target_fd: int, attach_type: int, prog_fd: int = 0) -> None:
+    """BPF_PROG_DETACH."""
+    sys_bpf(BpfCmd.PROG_DETACH, ProgAttachAttr(int(target_fd), int(prog_fd), int(attach_type)))
+
+
+def prog_detach_if_attached(target_fd: int, attach_type: int, prog_fd: int = 0) -> bool:
+    """BPF_PROG_DETACH; False (instead of BpfError ENOENT) when the program was not attached."""
+    try:
+        prog_detach(target_fd, attach_type, prog_fd)
+    except BpfPermissionError:
+        raise
+    except BpfError as e:
+        if e.errno == E.ENOENT:
+            return False
+        raise
+    return True
+
+
+def link_create(prog_fd: int, target: int, attach_type: int, flags: int = 0) -> Fd:
+    """BPF_LINK_CREATE; for XDP ``target`` is the ifindex and ``flags`` XDP_FLAGS_*."""
+    a = LinkCreateAttr(
+        prog_fd=int(prog_fd), target_fd=int(target), attach_type=int(attach_type), flags=flags
+    )
+    return Fd(sys_bpf(BpfCmd.LINK_CREATE, a))
+
+
+def link_update(link_fd: int, new_prog_fd: int, old_prog_fd: int = 0, flags: int = 0) -> None:
+    """BPF_LINK_UPDATE: atomically swap the link's program (BPF_F_REPLACE with old_prog_fd)."""
+    sys_bpf(
+        BpfCmd.LINK_UPDATE, LinkUpdateAttr(int(link_fd), int(new_prog_fd), flags, int(old_prog_fd))
+    )
+
+
+def link_detach(link_fd: int) -> None:
+    """BPF_LINK_DETACH: detach the link's program (the fd stays valid but defunct)."""
+    sys_bpf(BpfCmd.LINK_DETACH, LinkDetachAttr(int(link_fd)))
+
+
+def obj_get_info_by_fd(fd: int, info: C.Structure) -> C.Structure:
+    """BPF_OBJ_GET_INFO_BY_FD into ``info`` (ProgInfo / MapInfo / LinkInfo / BtfInfo)."""
+    sys_bpf(BpfCmd.OBJ_GET_INFO_BY_FD, InfoAttr(int(fd), C.sizeof(info), C.addressof(info)))
+    return info
+
+
+def prog_info(fd: int) -> ProgInfo:
+    return obj_get_info_by_fd(fd, ProgInfo())
+
+
+def map_info(fd: int) -> MapInfo:
+    return obj_get_info_by_fd(fd, MapInfo())
+
+
+def link_info(fd: int) -> LinkInfo:
+    return obj_get_info_by_fd(fd, LinkInfo())
+
+
+def btf_info(fd: int) -> BtfInfo:
+    return obj_get_info_by_fd(fd, BtfInfo())
+
+
+def prog_xlated(fd: int) -> bytes:
+    """The program's instructions as the verifier rewrote them (like bpftool dump xlated)."""
+    n = prog_info(fd).xlated_prog_len
+    buf = C.create_string_buffer(max(n, 1))
+    info = ProgInfo(xlated_prog_len=n, xlated_prog_insns=C.addressof(buf))
+    obj_get_info_by_fd(fd, info)
+    return buf.raw[:n]
+
+
+_NEXT = {
+    "prog": BpfCmd.PROG_GET_NEXT_ID,
+    "map": BpfCmd.MAP_GET_NEXT_ID,
+    "link": BpfCmd.LINK_GET_NEXT_ID,
+    "btf": BpfCmd.BTF_GET_NEXT_ID,
+}
+_BY_ID = {
+    "prog": BpfCmd.PROG_GET_FD_BY_ID,
+    "map": BpfCmd.MAP_GET_FD_BY_ID,
+    "link": BpfCmd.LINK_GET_FD_BY_ID,
+    "btf": BpfCmd.BTF_GET_FD_BY_ID,
+}
+
+
+def get_next_id(kind: str, start_id: int = 0) -> int | None:
+    """*_GET_NEXT_ID for ``kind`` in prog/map/link/btf; None after the last id."""
+    a = GetIdAttr(start_id=start_id)
+    try:
+        sys_bpf(_NEXT[kind], a)
+    except BpfError as e:
+        if e.errno == E.ENOENT:
+            return None
+        raise
+    return a.next_id
+
+
+def get_fd_by_id(kind: str, obj_id: int) -> Fd:
+    """*_GET_FD_BY_ID for ``kind`` in prog/map/link/btf."""
+    return Fd(sys_bpf(_BY_ID[kind], GetIdAttr(start_id=obj_id)))
+
+
+def prog_get_next_id(start_id: int = 0) -> int | None:
+    return get_next_id("prog", start_id)
+
+
+def map_get_next_id(start_id: int = 0) -> int | None:
+    return get_next_id("map", start_id)
+
+
+def prog_get_fd_by_id(prog_id: int) -> Fd:
+    return get_fd_by_id("prog", prog_id)
+
+
+def map_get_fd_by_id(map_id: int) -> Fd:
+    return get_fd_by_id("map", map_id)
+
+
+def probe_bpf() -> str | None:
+    """None when bpf() works here (a 1-entry array map can be created), else a reason."""
+    try:
+        with map_create(MapType.ARRAY, 4, 4, 1, name="bpfdsl_probe"):
+            return None
+    except BpfPermissionError:
+        return "bpf() not permitted: needs root (CAP_BPF + CAP_NET_ADMIN)"
+    except BpfError as e:
+        return f"bpf() unusable: {e}"
+    except OSError as e:  # pragma: no cover
+        return f"bpf() unusable: {e}"

@@ -1,0 +1,343 @@
+"""AST builder (front end): grammar rules -> :class:`bpfdsl.lang.ast.Program`.
+
+One method per grammar rule (rule name or ``-> alias``), called by :func:`bpfdsl.lang.parser.parse`
+as the LALR parser reduces the rule, with ``meta`` = the (line, col, end_line, end_col) the
+rule covered (or None) and ``c`` = its children (lark's shaping: anonymous tokens dropped,
+None for a missing ``[optional]``).  It makes the nodes of :mod:`bpfdsl.lang.ast` and turns
+literal tokens into values: IPv4, IPv6 and MAC literals become network-byte-order ``bytes``
+at this stage.  Raises DiagnosticError for malformed literals (e.g. ``300.0.0.1``).
+"""
+
+from __future__ import annotations
+
+from bpfdsl.diagnostics import DiagnosticError, Span, error
+from bpfdsl.lang import ast
+from bpfdsl.lang.parser import Token, parse
+
+
+def _ipv4(text: str) -> bytes:
+    """Dotted-quad IPv4 text -> 4 bytes (network order); ValueError where Python's
+    ipaddress.IPv4Address is strict too (an octet over 255 or with a leading zero)."""
+    parts = text.split(".")
+    if len(parts) != 4:
+        raise ValueError(text)
+    out = []
+    for p in parts:
+        if not p.isdigit() or len(p) > 3 or (len(p) > 1 and p[0] == "0") or int(p) > 255:
+            raise ValueError(text)
+        out.append(int(p))
+    return bytes(out)
+
+
+def _addr_text(kind: str, data: bytes) -> str:
+    """The usual text of an address: dotted quad (ipv4), RFC 5952 compressed (ipv6)."""
+    if kind == "ipv4":
+        return ".".join(str(b) for b in data)
+    import ipaddress
+
+    return str(ipaddress.IPv6Address(data))
+
+
+def _tok_span(filename: str, t: Token) -> Span:
+    return Span(filename, t.line or 1, t.column or 1, t.end_line, t.end_column)
+
+
+class _Builder:
+    def __init__(self, filename: str, text: str):
+        self.filename = filename
+        self.text = text
+
+    def _s(self, meta: tuple[int, int, int, int] | None) -> Span:
+        if meta is None:
+            return Span(self.filename, 1, 1)
+        return Span(self.filename, *meta)
+
+    def _bad(self, tok: Token, msg: str, hint: str):
+        raise DiagnosticError(
+            error("bad-literal", msg, _tok_span(self.filename, tok), hint=hint), self.text
+        )
+
+    # ---- items ----
+    def start(self, meta, items):
+        return ast.Program(self._s(meta), list(items), self.text)
+
+    def license_decl(self, meta, c):
+        return ast.License(self._s(meta), self._unescape(c[0]))
+
+    _ESCAPES = {"\\": "\\", '"': '"', "n": "\n", "t": "\t", "0": "\0"}
+
+    def _unescape(self, tok: Token) -> str:
+        """The text of a string literal: escapes \\\\ \\" \\n \\t \\0 (C's, as libbpf's
+        ``license`` section holds a C string); any other is a ``bad-literal`` error."""
+        body, out, i = str(tok)[1:-1], [], 0
+        while i < len(body):
+            ch = body[i]
+            if ch == "\\":
+                nxt = body[i + 1 : i + 2]
+                if nxt not in self._ESCAPES:
+                    self._bad(tok, f"unknown escape '\\{nxt}' in a string",
+                              'use \\\\ for a backslash, \\" for a quote')  # fmt: skip
+                out.append(self._ESCAPES[nxt])
+                i += 2
+                continue
+            out.append(ch)
+            i += 1
+        return "".join(out)
+
+    def const_decl(self, meta, c):
+        return ast.ConstDecl(self._s(meta), str(c[0]), c[1], c[2])
+
+    def config_decl(self, meta, c):
+        return ast.ConfigDecl(self._s(meta), str(c[0]), c[1], c[2])
+
+    def type_args(self, meta, c):
+        return list(c)
+
+    def map_arg(self, meta, c):
+        return (str(c[0]), c[1])
+
+    def map_decl(self, meta, c):
+        name, kind, targs, *args = c
+        return ast.MapDecl(
+            self._s(meta),
+            str(name),
+            str(kind),
+            _tok_span(self.filename, kind),
+            targs or [],
+            dict(a for a in args if a is not None),
+        )
+
+    def field_decl(self, meta, c):
+        return ast.FieldDecl(self._s(meta), str(c[0]), c[1])
+
+    def struct_decl(self, meta, c):
+        return ast.StructDecl(self._s(meta), str(c[0]), [f for f in c[1:] if f is not None])
+
+    def param(self, meta, c):
+        return ast.Param(self._s(meta), str(c[0]), c[1])
+
+    def ret_type(self, meta, c):
+        return c[0]
+
+    def fn_decl(self, meta, c):
+        name, *params, ret, body = c
+        return ast.FnDecl(self._s(meta), str(name), [p for p in params if p is not None], ret, body)
+
+    def prog_variant(self, meta, c):
+        return str(c[0])
+
+    def prog_decl(self, meta, c):
+        kind, variant, name, ctx, body = c
+        kw = f"{kind}({variant})" if variant else str(kind)
+        return ast.ProgDecl(self._s(meta), kw, str(name), str(ctx), body)
+
+    def named_type(self, meta, c):
+        return ast.NamedType(self._s(meta), str(c[0]))
+
+    def array_type(self, meta, c):
+        return ast.ArrayType(self._s(meta), c[0], c[1])
+
+    # ---- statements ----
+    def block(self, meta, c):
+        return ast.Block(self._s(meta), list(c))
+
+    def else_block(self, meta, c):
+        return c[0]
+
+    def let_stmt(self, meta, c):
+        return ast.Let(self._s(meta), str(c[0]), c[1], c[2], c[3])
+
+    def _else(self, e):
+        if e is None or isinstance(e, ast.Block):
+            return e
+        return ast.Block(e.span, [e])
+
+    def if_stmt(self, meta, c):
+        return ast.If(self._s(meta), c[0], c[1], self._else(c[2]))
+
+    def if_let_stmt(self, meta, c):
+        return ast.IfLet(self._s(meta), str(c[0]), c[1], c[2], self._else(c[3]))
+
+    def wildcard(self, meta, c):
+        return None
+
+    def stmt_arm(self, meta, c):
+        return ast.Block(self._s(meta), [c[0]])
+
+    def match_arm(self, meta, c):
+        *pats, body = c
+        return ast.MatchArm(self._s(meta), list(pats), body)
+
+    def match_stmt(self, meta, c):
+        return ast.Match(self._s(meta), c[0], list(c[1:]))
+
+    def for_stmt(self, meta, c):
+        return ast.For(self._s(meta), str(c[0]), c[1], c[2], c[3])
+
+    def while_stmt(self, meta, c):
+        return ast.While(self._s(meta), c[0], c[1])
+
+    def return_stmt(self, meta, c):
+        return ast.Return(self._s(meta), c[0])
+
+    def break_stmt(self, meta, c):
+        return ast.Break(self._s(meta))
+
+    def continue_stmt(self, meta, c):
+        return ast.Continue(self._s(meta))
+
+    def assign_stmt(self, meta, c):
+        return ast.Assign(self._s(meta), c[0], str(c[1]), c[2])
+
+    def _op(self, meta, c):
+        return str(c[0])
+
+    assign_op = cmp_op = shift_op = add_op = mul_op = _op
+
+    def expr_stmt(self, meta, c):
+        return ast.ExprStmt(self._s(meta), c[0])
+
+    # ---- expressions ----
+    def logic_or(self, meta, c):
+        return ast.Logic(self._s(meta), "||", c[0], c[1])
+
+    def logic_and(self, meta, c):
+        return ast.Logic(self._s(meta), "&&", c[0], c[1])
+
+    def logic_not(self, meta, c):
+        return ast.Unary(self._s(meta), "!", c[0])
+
+    def compare(self, meta, c):
+        return ast.Compare(self._s(meta), str(c[1]), c[0], c[2])
+
+    def in_expr(self, meta, c):
+        return ast.InPrefix(self._s(meta), c[0], c[1])
+
+    def bin_or(self, meta, c):
+        return ast.BinOp(self._s(meta), "|", c[0], c[1])
+
+    def bin_xor(self, meta, c):
+        return ast.BinOp(self._s(meta), "^", c[0], c[1])
+
+    def bin_and(self, meta, c):
+        return ast.BinOp(self._s(meta), "&", c[0], c[1])
+
+    def binop(self, meta, c):
+        return ast.BinOp(self._s(meta), str(c[1]), c[0], c[2])
+
+    def neg(self, meta, c):
+        return ast.Unary(self._s(meta), "-", c[0])
+
+    def bit_not(self, meta, c):
+        return ast.Unary(self._s(meta), "~", c[0])
+
+    def cast(self, meta, c):
+        return ast.Cast(self._s(meta), c[0], c[1])
+
+    def field(self, meta, c):
+        return ast.Field(self._s(meta), c[0], str(c[1]))
+
+    def method_call(self, meta, c):
+        return ast.MethodCall(self._s(meta), c[0], str(c[1]), [a for a in c[2:] if a is not None])
+
+    def index(self, meta, c):
+        return ast.Index(self._s(meta), c[0], c[1])
+
+    def named_arg(self, meta, c):
+        return (str(c[0]), c[1])
+
+    def call(self, meta, c):
+        args, kwargs = [], {}
+        for a in c[1:]:
+            if a is None:
+                continue
+            if isinstance(a, tuple):
+                kwargs[a[0]] = a[1]
+            else:
+                args.append(a)
+        return ast.Call(self._s(meta), str(c[0]), args, kwargs)
+
+    def int_lit(self, meta, c):
+        t = str(c[0]).replace("_", "")
+        if len(t.lstrip("0")) > 66:  # longer than any 64-bit value (0b + 64 digits)
+            raise self._bad(c[0], f"number {t[:20]}... ({len(t)} digits) is too large",
+                            "integers have at most 64 bits")  # fmt: skip
+        return ast.IntLit(self._s(meta), int(t, 0) if t[:2] in ("0x", "0b") else int(t, 10))
+
+    def true_lit(self, meta, c):
+        return ast.BoolLit(self._s(meta), True)
+
+    def false_lit(self, meta, c):
+        return ast.BoolLit(self._s(meta), False)
+
+    def name(self, meta, c):
+        return ast.Name(self._s(meta), str(c[0]))
+
+    def parse_expr(self, meta, c):
+        return ast.Parse(self._s(meta), str(c[0]))
+
+    def _addr(self, meta, tok, kind):
+        text = str(tok)
+        plen = None
+        if "/" in text:
+            text, p = text.split("/")
+            plen = int(p)
+        try:
+            if kind == "mac":
+                data = bytes(int(x, 16) for x in text.split(":"))
+            elif kind == "ipv4":
+                data = _ipv4(text)
+            else:
+                import ipaddress
+
+                data = ipaddress.IPv6Address(text).packed
+        except ValueError:
+            self._bad(
+                tok,
+                f"invalid {kind} literal {str(tok)!r}",
+                "write e.g. 10.0.0.1, 2001:db8::1 or aa:bb:cc:dd:ee:ff",
+            )
+        if plen is not None and plen > len(data) * 8:
+            self._bad(
+                tok,
+                f"prefix length {plen} is longer than the address",
+                f"use at most /{len(data) * 8}",
+            )
+        if plen is not None:
+            bits = len(data) * 8
+            value = int.from_bytes(data, "big")
+            net = value >> (bits - plen) << (bits - plen)
+            if net != value:  # like Python's ipaddress.ip_network(strict=True)
+                shown = _addr_text(kind, net.to_bytes(len(data), "big"))
+                self._bad(
+                    tok,
+                    f"prefix {str(tok)!r} has host bits set",
+                    (
+                        f"only the first {plen} bits may be non-zero"
+                        if plen
+                        else "a /0 prefix matches every address"
+                    )
+                    + f": write the network `{shown}/{plen}`",
+                )
+        return ast.AddrLit(self._s(meta), kind, data, plen)
+
+    def ipv4_lit(self, meta, c):
+        return self._addr(meta, c[0], "ipv4")
+
+    ipv4_prefix_lit = ipv4_lit
+
+    def ipv6_lit(self, meta, c):
+        return self._addr(meta, c[0], "ipv6")
+
+    ipv6_prefix_lit = ipv6_lit
+
+    def mac_lit(self, meta, c):
+        return self._addr(meta, c[0], "mac")
+
+
+def parse_program(text: str, filename: str = "<input>") -> ast.Program:
+    """Parse ``text`` (named ``filename`` in spans) into an :class:`ast.Program`.
+
+    Raises DiagnosticError: code ``syntax`` (file:line:col of the unexpected character or
+    token) or ``bad-literal``."""
+    return parse(text, filename, _Builder(filename, text))

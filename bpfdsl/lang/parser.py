@@ -1,0 +1,396 @@
+"""Parser (front end, first stage): source text -> AST, without importing lark.
+
+The grammar is ``grammar/bpfdsl.lark`` (shipped as package ``bpfdsl.grammar``), LALR(1)
+with lark's basic lexer, ``propagate_positions`` and ``maybe_placeholders``.  lark computes
+the lexer and the LALR tables once, at build time (:mod:`bpfdsl.lang.parser_gen` writes
+:mod:`bpfdsl.lang.parser_tables`); :func:`parse` runs those tables and calls the AST builder's
+method for each reduced rule (:mod:`bpfdsl.lang.build`), so no parse tree is made.  It lexes,
+shapes children and propagates positions exactly as lark does, so spans and error messages
+are lark's.  Syntax errors become :class:`~bpfdsl.diagnostics.DiagnosticError` with
+file:line:col.  :func:`parse_tree` (lark itself, imported on use) remains for debugging
+and for the test that the tables match the grammar.
+"""
+
+from __future__ import annotations
+
+from bpfdsl.diagnostics import Diagnostic, DiagnosticError, Span, error
+
+_TOKEN_NAMES = {
+    "NAME": "a name",
+    "NUMBER": "a number",
+    "LBRACE": "'{'",
+    "RBRACE": "'}'",
+    "LPAR": "'('",
+    "RPAR": "')'",
+    "COLON": "':'",
+    "COMMA": "','",
+    "EQUAL": "'='",
+    "STRING": "a string",
+    "SEMICOLON": "';'",
+    "LSQB": "'['",
+    "RSQB": "']'",
+    "MORETHAN": "'>'",
+    "LESSTHAN": "'<'",
+    "ELSE": "'else'",
+    "ASSIGN_OP": "'='",
+    "DOT": "'.'",
+    "__ANON_0": "'->'",
+}
+
+# The lark options of the grammar (parser_gen makes the tables with the same ones).
+_OPTIONS = dict(parser="lalr", lexer="basic", propagate_positions=True, maybe_placeholders=True)
+
+
+class Token:
+    """A lexed token: ``type`` (lark terminal name), ``value`` (its text); ``line``/``column``
+    1-based start, ``end_line``/``end_column`` one past its end (lark's convention);
+    ``start_pos`` the character offset.  ``str(token)`` is the text."""
+
+    __slots__ = ("type", "value", "line", "column", "end_line", "end_column", "start_pos")
+
+    def __init__(self, type_, value, line, column, end_line, end_column, start_pos):
+        self.type = type_
+        self.value = value
+        self.line = line
+        self.column = column
+        self.end_line = end_line
+        self.end_column = end_column
+        self.start_pos = start_pos
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __repr__(self) -> str:
+        return f"Token({self.type!r}, {self.value!r})"
+
+
+_scanner_cache: list = []
+
+
+def _match_at(mre, text: str, pos: int):
+    return mre.match(text, pos)
+
+
+def _scanner():
+    """(compiled lexer regexps, tables module, rules), built once per process; ``rules``
+    as in the tables, with an ``include`` that only selects children turned into a list of
+    their indexes."""
+    if not _scanner_cache:
+        from bpfdsl.lang import parser_tables as tables
+
+        rules = []
+        for origin, size, kind, cb, include, append_none in tables.RULES:
+            if include is not None and not append_none and not any(s or k for _, s, k in include):
+                include = [i for i, _, _ in include]  # no splice, no placeholder: a list
+            rules.append((origin, size, kind, cb, include, append_none))
+        _scanner_cache.append((_compile_patterns(tables), tables, tuple(rules)))
+    return _scanner_cache[0]
+
+
+# (state below, top state, lookahead) -> top state after the run of single-child ?rule
+# reductions that lookahead causes there (expr -> or_expr -> ... -> atom: a dozen per
+# operand); filled as the parser meets them, once per process.
+_chains: dict[tuple[int, int, str], int] = {}
+
+
+def _chain(states: dict, rules: tuple, key: tuple[int, int, str]) -> int:
+    below, top, typ = key
+    while True:
+        act = states[top].get(typ)
+        if act is None or act >= 0 or rules[-1 - act][2] != 0:
+            return top
+        top = states[below][rules[-1 - act][0]]
+
+
+def _compile_patterns(tables) -> list:
+    """The lexer's compiled regexps.  When this Python and its sre engine are the ones the
+    tables were generated with, from the sre code stored in them (``_sre.compile``, what
+    ``re.compile`` ends with); otherwise, or if that fails, with ``re.compile``."""
+    import sys
+
+    try:
+        import _sre
+
+        ver, magic, codesize, progs = tables.SRE
+        if (tuple(sys.version_info[:2]), _sre.MAGIC, _sre.CODESIZE) == (ver, magic, codesize):
+            return [
+                _sre.compile(pat, flags, list(code), groups, groupindex, indexgroup)
+                for pat, (flags, code, groups, groupindex, indexgroup) in zip(
+                    tables.PATTERNS, progs, strict=True
+                )
+            ]
+    except Exception:  # noqa: BLE001 - any mismatch: compile them the documented way
+        pass
+    import re
+
+    return [re.compile(p) for p in tables.PATTERNS]
+
+
+def parse(text: str, filename: str, actions) -> object:
+    """Parse ``text`` and return what ``actions`` builds for the start rule.
+
+    ``actions`` has one method per grammar rule (alias or rule name) taking ``(pos,
+    children)``: ``pos`` is ``(line, col, end_line, end_col)`` of the text the rule covered
+    (lark's propagate_positions, 1-based, end exclusive) or None when it covered none.
+    Raises DiagnosticError (code ``syntax``) for text outside the grammar; a DiagnosticError
+    raised by an action is re-raised after the whole text parsed (syntax errors first).
+    """
+    mres, tables, rules = _scanner()
+    mre = mres[0] if len(mres) == 1 else None  # lark splits at 100 groups
+    states = tables.STATES
+    keywords = tables.KEYWORDS
+    ignore = tables.IGNORE
+    newline_types = tables.NEWLINE_TYPES
+    end_state = tables.END_STATE
+    token_types = tables.TOKEN_TYPES
+    cbs = {}
+    chains = _chains
+    state_stack = [tables.START_STATE]
+    vals: list = []
+    poss: list = []
+    failed: DiagnosticError | None = None
+    n = len(text)
+    pos = 0
+    line = 1
+    line_start = 0
+    while True:
+        # ---- next token (lark BasicLexer.next_token) ----
+        if pos < n:
+            if mre is not None:
+                m = mre.match(text, pos)
+            else:
+                for m in map(_match_at, mres, (text,) * len(mres), (pos,) * len(mres)):
+                    if m is not None:
+                        break
+            if m is None:
+                raise _syntax_error(text, filename, line, pos - line_start + 1, char_pos=pos)
+            typ = m.lastgroup
+            val = m.group()
+            start, sline, scol = pos, line, pos - line_start + 1
+            if (
+                typ == "NUMBER"
+                and m.end() < n
+                and (text[m.end()].isalnum() or text[m.end()] == "_")
+            ):
+                raise _bad_number(text, filename, sline, scol, pos)
+            if typ in newline_types:
+                nl = val.count("\n")
+                if nl:
+                    line += nl
+                    line_start = pos + val.rindex("\n") + 1
+            pos = m.end()
+            if typ in ignore:
+                continue
+            kw = keywords.get(typ)
+            if kw is not None:
+                typ = kw.get(val, typ)
+            ecol = pos - line_start + 1
+            tpos = (sline, scol, line, ecol)
+            # the builder gets regexp terminals (names, literals) as Tokens, the fixed
+            # strings (keywords, operators) as their text
+            tok = Token(typ, val, sline, scol, line, ecol, start) if typ in token_types else val
+        else:
+            typ = "$END"
+            tok = None
+        # ---- feed it (lark ParserState.feed_token) ----
+        while True:
+            row = states[state_stack[-1]]
+            act = row.get(typ)
+            if act is None:
+                expected = {s for s in row if s.isupper()}
+                if tok is not None and not isinstance(tok, Token):
+                    tok = Token(typ, tok, *tpos, start)
+                raise _syntax_error(text, filename, 0, 0, token=tok, expected=expected)
+            if act >= 0:
+                state_stack.append(act)
+                vals.append(tok)
+                poss.append(tpos)
+                break
+            origin, size, kind, cb, include, append_none = rules[-1 - act]
+            if kind == 0:  # ?rule passing its single child through: the value stays
+                key = (state_stack[-2], state_stack[-1], typ)
+                top = chains.get(key)
+                if top is None:
+                    top = chains[key] = _chain(states, rules, key)
+                state_stack[-1] = top
+                continue
+            if size:
+                children = vals[-size:]
+                cpos = poss[-size:]
+                del vals[-size:], poss[-size:], state_stack[-size:]
+                first, last = cpos[0], cpos[-1]
+                if first is None or last is None:  # rare: an empty x* at an end
+                    ps = [p for p in cpos if p is not None]
+                    first, last = (ps[0], ps[-1]) if ps else (None, None)
+                rpos = None if first is None else (first[0], first[1], last[2], last[3])
+            else:
+                children, rpos = [], None
+            if type(include) is list:  # plain selection of children
+                filtered = [children[i] for i in include]
+            elif include is not None:
+                filtered = []
+                for i, splice, nones in include:
+                    if nones:
+                        filtered += [None] * nones
+                    if splice:
+                        if filtered:
+                            filtered += children[i]
+                        else:  # left recursion (x*): reuse the list, like lark
+                            filtered = children[i]
+                    else:
+                        filtered.append(children[i])
+                if append_none:
+                    filtered += [None] * append_none
+            else:
+                filtered = children
+            if kind == 1:
+                value = None
+                if failed is None:
+                    f = cbs.get(cb)
+                    if f is None:
+                        f = cbs[cb] = getattr(actions, cb)
+                    try:
+                        value = f(rpos, filtered)
+                    except DiagnosticError as e:
+                        failed = e  # report after the syntax check of the rest, like lark
+            elif kind == 2:  # _rule: spliced into the parent
+                value = filtered
+            else:  # ?rule keeping one of its children
+                value = filtered[0]
+            state_stack.append(states[state_stack[-1]][origin])
+            vals.append(value)
+            poss.append(rpos)
+            if tok is None and state_stack[-1] == end_state:
+                if failed is not None:
+                    raise failed
+                return vals[-1]
+
+
+def _syntax_error(
+    text: str,
+    filename: str,
+    line: int,
+    col: int,
+    *,
+    char_pos: int | None = None,
+    token: Token | None = None,
+    expected: set[str] | None = None,
+) -> DiagnosticError:
+    """The diagnostic for a lexer failure at ``char_pos`` (line/col there) or for an
+    unexpected ``token`` (None or end of input: past the last character)."""
+    return DiagnosticError(_syntax_diag(text, filename, line, col, char_pos, token, expected), text)
+
+
+def _bad_number(text: str, filename: str, line: int, col: int, pos: int) -> DiagnosticError:
+    """A number run into letters (``0x``, ``12ab``, ``0b2``): one error at its start, not
+    a number followed by a name."""
+    end = pos
+    while end < len(text) and (text[end].isalnum() or text[end] == "_"):
+        end += 1
+    d = error(
+        "bad-literal",
+        f"malformed number {text[pos:end]!r}",
+        Span(filename, line, col),
+        hint="write decimal (1500), hex with digits (0x5dc) or binary (0b101); "
+        "a name cannot start with a digit",
+    )
+    return DiagnosticError(d, text)
+
+
+def _unterminated_comment(span: Span) -> Diagnostic:
+    return error("syntax", "unterminated comment: `/*` without `*/`", span,
+                 hint="close the comment with `*/`")  # fmt: skip
+
+
+def _syntax_diag(text, filename, line, col, char_pos, token, expected) -> Diagnostic:
+    if char_pos is not None:
+        span = Span(filename, line or 1, col or 1)
+        if text.startswith('"', char_pos):
+            hint = 'close it with `"` before the end of the line (use \\" for a quote inside)'
+            return error("syntax", "unterminated string", span, hint=hint)
+        if text.startswith("/*", char_pos):
+            return _unterminated_comment(span)
+        ch = text[char_pos] if char_pos < len(text) else "end of input"
+        return error(
+            "syntax",
+            f"unexpected character {ch!r}",
+            span,
+            hint="check for a typo or a missing operator",
+        )
+    if token is None or token.type == "$END":
+        lines = text.rstrip().splitlines() or [""]
+        span = Span(filename, len(lines), len(lines[-1]) + 1)
+        hint = "the file ends inside a block or an expression: is a '}' missing?"
+        return error("syntax", "unexpected end of input", span, hint=hint)
+    span = Span(filename, token.line or 1, token.column or 1)
+    start = getattr(token, "start_pos", -1)
+    if start is not None and start >= 0 and text.startswith("/*", start):
+        return _unterminated_comment(span)
+    exp = sorted(expected or [])
+    names = [_TOKEN_NAMES[x] for x in exp if x in _TOKEN_NAMES]
+    if names and len(exp) <= 6:
+        hint = "expected " + " or ".join(names)
+    else:
+        hint = "check the syntax just before this point"
+    return error("syntax", f"unexpected {str(token.value)!r}", span, hint=hint)
+
+
+def grammar_text() -> str:
+    """The grammar: ``bpfdsl/grammar/bpfdsl.lark`` when installed (package ``bpfdsl.grammar``),
+    ``grammar/bpfdsl.lark`` in a source tree.  Plain file reads: importlib.resources costs
+    ~10 ms of imports per process; it stays the fallback (zip imports)."""
+    from pathlib import Path
+
+    here = Path(__file__).resolve().parent
+    for p in (here / "grammar" / "bpfdsl.lark", here.parent / "grammar" / "bpfdsl.lark"):
+        if p.is_file():
+            return p.read_text()
+    from importlib.resources import files
+
+    return files("bpfdsl.grammar").joinpath("bpfdsl.lark").read_text()
+
+
+def import_lark() -> None:
+    """Kept for callers of the lark-based parser: since the parser runs generated tables
+    (:mod:`bpfdsl.lang.parser_tables`), compiling needs no lark; nothing to do here."""
+
+
+_lark_cache: list = []
+
+
+def _lark():
+    """The lark parser of the grammar (debugging and table tests only; built once per
+    process, not cached on disk)."""
+    if _lark_cache:
+        return _lark_cache[0]
+    import sys
+
+    if "lark" not in sys.modules and "regex" not in sys.modules:
+        sys.modules["regex"] = None  # lark would import the slow `regex` module it won't use
+        try:
+            import lark  # noqa: F401
+        finally:
+            del sys.modules["regex"]
+    from lark import Lark
+
+    _lark_cache.append(Lark(grammar_text(), **_OPTIONS))
+    return _lark_cache[0]
+
+
+def parse_tree(text: str, filename: str = "<input>"):
+    """Parse ``text`` with lark itself; returns the lark Tree (debugging aid; compiling uses
+    :func:`parse`).  Raises DiagnosticError (code ``syntax``) like :func:`parse`."""
+    from lark.exceptions import UnexpectedCharacters, UnexpectedInput
+
+    parser = _lark()
+    try:
+        return parser.parse(text)
+    except UnexpectedCharacters as e:
+        raise _syntax_error(text, filename, e.line, e.column, char_pos=e.pos_in_stream) from None
+    except UnexpectedInput as e:
+        tok = getattr(e, "token", None)
+        if tok is not None and tok.type != "$END":
+            tok = Token(tok.type, str(tok), tok.line, tok.column, None, None, tok.start_pos)
+        raise _syntax_error(
+            text, filename, 0, 0, token=tok, expected=set(getattr(e, "expected", None) or ())
+        ) from None

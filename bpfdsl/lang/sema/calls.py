@@ -1,0 +1,415 @@
+"""Calls, map methods and assignments for sema (front end); used by sema_expr only.
+
+Map rules follow the kernel: which map kinds take lookups and redirects comes from
+``bpfdsl.abi.helpers.map_fits_helper`` (check_map_func_compatibility); keys must have the
+map's key type exactly (a literal takes it), lpm_trie keys may be a bare address (/32,
+/128) or a prefix literal.
+"""
+
+from __future__ import annotations
+
+from bpfdsl.abi.helpers import map_fits_helper
+from bpfdsl.abi.uapi import MapType
+from bpfdsl.lang import ast
+from bpfdsl.lang import types as T
+from bpfdsl.lang.sema.expr import BUILTINS, PKT_RESIZE, bswap
+
+
+def _is_map(t) -> bool:
+    return isinstance(t, T.MapType)
+
+
+def map_key(ex, m: T.MapType, k: ast.Expr) -> None:
+    t = ex.expr(k)
+    t = t.inner if isinstance(t, T.RefType) else t
+    key = m.key
+    if t is T.ERR:
+        return
+    if m.kind == "lpm_trie":  # a bare address is a full-length prefix (/32, /128)
+        addr = {T.IPV4_PREFIX.name: T.BE32, T.IPV6_PREFIX.name: T.IPV6_ADDR}.get(key.name)
+        if t == key or (addr is not None and t == addr):
+            return
+        if isinstance(t, T.UntypedInt) and addr == T.BE32:
+            ex.coerce(k, T.BE32)
+            return
+    elif isinstance(t, T.UntypedInt) and isinstance(key, T.IntType):
+        ex.coerce(k, key)
+        return
+    elif t == key:
+        return
+    hint = (
+        f"convert it: `(...) as {key}`"
+        if isinstance(key, T.IntType) and isinstance(t, T.IntType) and not key.be
+        else f"build a `{key}` value"
+    )
+    if isinstance(key, T.StructType) and key.name not in ("ipv4_prefix", "ipv6_prefix"):
+        hint = f"build the key with `{key.name}(field: value, ...)`"
+    ex.err(
+        "key-type",
+        f"key of type {t} does not match the key type {key} of map `{m.name}`",
+        k.span,
+        hint,
+    )
+
+
+def _map_arg(ex, e: ast.Expr) -> T.MapType | None:
+    t = ex.expr(e)
+    if not _is_map(t):
+        ex.err("type-mismatch", f"expected a map, found {t}", e.span)
+        return None
+    return t
+
+
+def _mark_stale(ex, e: ast.Node) -> None:
+    from bpfdsl.lang.sema.decls import Local
+
+    for scope in ex.s.scopes:
+        for sym in scope.values():
+            if isinstance(sym, Local) and isinstance(sym.ty, T.HeaderType):
+                ex.s.stale.setdefault(sym, e.span.line)
+    ex.c.pkt_reset.add(e)
+
+
+def call(ex, e: ast.Call) -> T.Type:
+    c = ex.c
+    if e.name in c.structs:
+        st = c.structs[e.name]
+        if e.args:
+            ex.err(
+                "struct-literal",
+                "struct values take named fields",
+                e.span,
+                f"write `{e.name}({', '.join(f + ': ...' for f in st.fields)})`",
+            )
+        for k, v in e.kwargs.items():
+            if k not in st.fields:
+                ex.err(
+                    "unknown-field",
+                    f"struct `{st.name}` has no field `{k}`",
+                    v.span,
+                    "fields: " + ", ".join(st.fields),
+                )
+                ex.expr(v)
+                continue
+            ex.expect(v, st.fields[k][1])
+        return st
+    if e.name in c.fns:
+        info = c.fns[e.name]
+        if len(e.args) != len(info.params) or e.kwargs:
+            ex.err("arg-count", f"`{e.name}` takes {len(info.params)} argument(s)", e.span)
+        for a, (_n, ty) in zip(e.args, info.params, strict=False):
+            ex.expect(a, ty)
+        return info.ret
+    if e.name not in BUILTINS:
+        names = list(BUILTINS) + list(c.fns) + list(c.structs)
+        ex.err("unknown-fn", f"unknown function `{e.name}`", e.span, ex.s.suggest(e.name, names))
+        for a in e.args:
+            ex.expr(a)
+        return T.ERR
+    sig = BUILTINS[e.name]
+    args = e.args
+    if e.name in ("host", "be16", "be32", "be64"):
+        if len(args) != 1:
+            ex.err("arg-count", f"`{e.name}` takes 1 argument", e.span)
+            return T.ERR
+        t = ex.expr(args[0])
+        t = t.inner if isinstance(t, T.RefType) else t
+        v = c.cval.get(args[0])
+        if e.name == "host":
+            if not (isinstance(t, T.IntType) and t.be):
+                ex.err("type-mismatch", f"host() converts be16/be32/be64, found {t}", args[0].span)
+                return T.ERR
+            if v is not None:
+                c.cval[e] = bswap(v, t.bits)
+            return T.IntType(t.bits)
+        to = {"be16": T.BE16, "be32": T.BE32, "be64": T.BE64}[e.name]
+        if isinstance(t, T.UntypedInt):
+            ex.coerce(args[0], T.IntType(to.bits))
+            t = args[0].ty
+            v = c.cval.get(args[0])
+        if not (isinstance(t, T.IntType) and not t.be):
+            ex.err(
+                "type-mismatch",
+                f"{e.name}() converts a host-order integer, found {t}",
+                args[0].span,
+            )
+            return to
+        if v is not None:
+            c.cval[e] = bswap(v, to.bits)
+        return to
+    if e.name == "swap":
+        return _swap(ex, e)
+    if e.name == "hash":
+        if not args:
+            ex.err("arg-count", "hash() takes at least one value", e.span)
+        for a in args:
+            t = ex.expr(a)
+            t = t.inner if isinstance(t, T.RefType) else t
+            if isinstance(t, T.UntypedInt):
+                ex.coerce(a, T.U32)
+            elif not (
+                isinstance(t, (T.IntType, T.BoolType, T.ErrorType)) and t.size <= 4
+            ) and not isinstance(t, T.BytesType):  # ipv6_addr, mac_addr: 32-bit words
+                msg, hint = _hash_refusal(t)
+                ex.err("type-mismatch", msg, a.span, hint)
+        return T.U32
+    if e.name == "skip_ext":
+        t = ex.expr(args[0]) if args else None
+        if len(args) != 1 or not (isinstance(t, T.HeaderType) and t.name == "ipv6"):
+            ex.err(
+                "type-mismatch",
+                "skip_ext() takes an ipv6 header",
+                e.span,
+                "`let proto = skip_ext(ip6) else { return XDP_PASS }`",
+            )
+        return T.OptionalType(T.U8, "next header")
+    if e.name in ("msg_redirect_hash", "msg_redirect_map", "sock_hash_update", "sock_map_update"):
+        return _sock_redirect(ex, e)
+    if e.name == "redirect_map":
+        if len(args) != 3:
+            ex.err(
+                "arg-count",
+                "redirect_map(map, key, fallback) takes 3 arguments: the "
+                "fallback action is required",
+                e.span,
+                "e.g. `redirect_map(tx_ports, 0, XDP_PASS)`",
+            )
+        if args:
+            m = _map_arg(ex, args[0])
+            if m is not None and not map_fits_helper(MapType(m.map_type), "redirect_map"):
+                ex.err(
+                    "redirect-map-kind",
+                    f"cannot redirect into a {m.kind} map",
+                    args[0].span,
+                    "redirect_map takes a devmap, devmap_hash, cpumap or xskmap",
+                )
+            for a, ty in zip(args[1:], (T.U32, T.U64), strict=False):
+                ex.expect(a, ty)
+        return T.ERR
+    params, ret = sig
+    _helper_kind(ex, e, e.name)
+    if len(args) != len(params):
+        ex.err("arg-count", f"`{e.name}` takes {len(params)} argument(s)", e.span)
+    for a, ty in zip(args, params, strict=False):
+        ex.expect(a, ty)
+    if e.name in PKT_RESIZE:
+        if ex.s.kind is None:
+            ex.err("resize-in-fn", f"`{e.name}` is only allowed in a program body", e.span)
+        _mark_stale(ex, e)
+    return ret
+
+
+def method_call(ex, e: ast.MethodCall) -> T.Type:
+    t = ex.expr(e.obj)
+    if t is T.ERR:
+        return T.ERR
+    if not _is_map(t):
+        ex.err("unknown-method", f"{t} has no method `{e.name}`", e.span)
+        for a in e.args:
+            ex.expr(a)
+        return T.ERR
+    mt = MapType(t.map_type)
+    helper = {
+        "lookup": "map_lookup_elem",
+        "contains": "map_lookup_elem",
+        "update": "map_update_elem",
+        "delete": "map_delete_elem",
+    }.get(e.name)
+    if helper is None:
+        ex.err(
+            "unknown-method",
+            f"maps have no method `{e.name}`",
+            e.span,
+            "map methods: lookup, contains, update, delete (and m[k] = v, m[k] += n)",
+        )
+        return T.ERR
+    if not map_fits_helper(mt, helper):
+        ex.err("map-method", f"a {t.kind} map does not support `{e.name}` from a program", e.span)
+    want = {"lookup": 1, "contains": 1, "delete": 1, "update": (2, 3)}[e.name]
+    n = len(e.args)
+    if n not in (want if isinstance(want, tuple) else (want,)):
+        ex.err("arg-count", f"`{e.name}` takes {want} argument(s)", e.span)
+        return T.ERR
+    map_key(ex, t, e.args[0])
+    if e.name == "lookup":
+        from bpfdsl.lang.sema.decls import PERCPU_KINDS
+
+        ro = t.kind in ("devmap", "devmap_hash", "xskmap", "sockmap", "sockhash")
+        return T.OptionalType(T.RefType(t.value, t.kind in PERCPU_KINDS, ro), "map value")
+    if e.name == "contains":
+        return T.BOOL
+    if e.name == "update":
+        ex.expect(e.args[1], t.value)
+        if n == 3:
+            ex.expect(e.args[2], T.U64)
+    return T.I64
+
+
+def assign(ex, s: ast.Assign) -> None:
+    from bpfdsl.lang.sema.decls import Config, Const, Local
+
+    tgt, op = s.target, s.op
+    if isinstance(tgt, ast.Index) and _is_map(ex.expr(tgt.obj)):
+        m = tgt.obj.ty
+        map_key(ex, m, tgt.index)
+        if op not in ("=", "+="):
+            ex.err(
+                "map-assign",
+                f"`{op}` on a map entry is not supported",
+                s.span,
+                "use `m[k] = v` or `m[k] += n`",
+            )
+        ex.expect(s.value, m.value)
+        if op == "+=" and not (isinstance(m.value, T.IntType) and not m.value.be):
+            ex.err("type-mismatch", f"`+=` needs an integer value type, map has {m.value}", s.span)
+        tgt.ty = m.value
+        return
+    if isinstance(tgt, ast.Name):
+        sym = ex.s.lookup(tgt.id)
+        if isinstance(sym, (Const, Config)) or _is_map(sym) or isinstance(sym, T.CtxType):
+            ex.err(
+                "read-only",
+                f"`{tgt.id}` cannot be assigned",
+                tgt.span,
+                "configs change at load time (`--set`), consts never",
+            )
+            return
+    t = ex.expr(tgt)
+    if isinstance(tgt, ast.Name) and isinstance(ex.c.sym.get(tgt), Local):
+        if isinstance(t, T.HeaderType):
+            ex.err("read-only", "a header view cannot be reassigned", tgt.span)
+            return
+    elif isinstance(tgt, ast.Field):
+        ot = tgt.obj.ty
+        if isinstance(ot, T.CtxType):
+            ex.err("read-only", "context fields are read-only", tgt.span)
+            return
+        if isinstance(ot, T.HeaderType):
+            f = ot.layout.fields.get(tgt.name)
+            if f is not None and not f.writable:
+                ex.err("read-only", f"bit field `{tgt.name}` is read-only", tgt.span)
+                return
+            if f is not None:
+                from bpfdsl.lang.sema.csum import check_write
+
+                check_write(ex, tgt)
+        if isinstance(ot, T.RefType) and ot.readonly:
+            ex.err("read-only", "values of this map kind are read-only in programs", tgt.span)
+            return
+    elif not isinstance(tgt, ast.Index):
+        ex.err("not-assignable", "this expression cannot be assigned", tgt.span)
+        return
+    if isinstance(t, T.RefType):
+        if t.readonly:
+            ex.err("read-only", "values of this map kind are read-only in programs", tgt.span)
+        t = t.inner
+    if t is T.ERR:
+        return
+    if op != "=":
+        if not (isinstance(t, T.IntType) and (not t.be or op[0] in "&|^")):
+            ex.err("type-mismatch", f"`{op}` needs a host-order integer, found {t}", s.span)
+            return
+    ex.expect(s.value, t)
+    sh = ex.c.cval.get(s.value)
+    if op in ("<<=", ">>=") and sh is not None and sh >= t.bits:
+        ex.err(
+            "shift-too-far",
+            f"shifting a {t} by {sh} bits (it has {t.bits})",
+            s.value.span,
+            f"shift by 0..{t.bits - 1}, or widen first into a u64 variable",
+        )
+
+
+def _swap(ex, e: ast.Call) -> T.Type:
+    """``swap(a, b)``: exchange two fields of one header (or two locals/struct fields).
+    Checksums need no update when both fields start at the same 16-bit word parity and are
+    both in (or both out of) the pseudo-header; other header swaps are refused
+    (``sema_csum.check_swap``)."""
+    if len(e.args) != 2:
+        ex.err("arg-count", "swap(a, b) takes 2 arguments", e.span)
+        return T.VOID
+    a, b = e.args
+    ta, tb = ex.expr(a), ex.expr(b)
+    if ta != tb:
+        ex.err("type-mismatch", f"swap needs two values of one type, found {ta} and {tb}", e.span)
+        return T.VOID
+    for x in (a, b):
+        ok = isinstance(x, ast.Name) or (
+            isinstance(x, ast.Field) and not isinstance(x.obj.ty, (T.CtxType, T.RefType))
+        )
+        if isinstance(x, ast.Field) and isinstance(x.obj.ty, T.HeaderType):
+            f = x.obj.ty.layout.fields.get(x.name)
+            ok = ok and f is not None and f.writable
+        if not ok:
+            ex.err(
+                "not-assignable", "swap needs two header fields, locals or struct fields", x.span
+            )
+            return T.VOID
+    hdr = [isinstance(x, ast.Field) and isinstance(x.obj.ty, T.HeaderType) for x in (a, b)]
+    if any(hdr) and not (
+        all(hdr)
+        and isinstance(a.obj, ast.Name)
+        and isinstance(b.obj, ast.Name)
+        and a.obj.id == b.obj.id
+    ):
+        ex.err(
+            "swap-headers",
+            "swap exchanges fields of one header only (checksums stay valid that way)",
+            e.span,
+            "assign through a local to move values between "
+            "headers; checksums are then updated field by field",
+        )
+    elif all(hdr):
+        from bpfdsl.lang.sema.csum import check_swap
+
+        check_swap(ex, a, b, e.span)
+    return T.VOID
+
+
+def _hash_refusal(t: T.Type) -> tuple[str, str]:
+    """(message, hint) for a ``hash()`` argument of type ``t`` it cannot take."""
+    msg = f"hash() takes integers of at most 32 bits and addresses, found {t}"
+    if isinstance(t, T.IntType) and t.be:
+        return msg, "hash the halves: `hash((host(x) >> 32) as u32, host(x) as u32)`"
+    if isinstance(t, T.IntType):
+        return msg, "hash the halves: `hash((x >> 32) as u32, x as u32)`"
+    return msg, "hash its fields: `hash(v.a, v.b, ...)`"
+
+
+def _helper_kind(ex, e: ast.Call, name: str) -> bool:
+    """Error unless helper ``name`` may be called from the current program kind."""
+    from bpfdsl.abi.helpers import HELPERS, helper_allowed
+
+    h = HELPERS.get(PKT_RESIZE.get(name, name)) or HELPERS.get(name)
+    kind = ex.s.kind
+    if h is None or kind is None or helper_allowed(h, kind.program_type):
+        return True
+    ex.err(
+        "helper-not-allowed",
+        f"`{name}` cannot be called from a {kind.keyword} program",
+        e.span,
+        "the kernel offers it to: " + ", ".join(sorted(p.name.lower() for p in h.prog_types or ())),
+    )
+    return False
+
+
+def _sock_redirect(ex, e: ast.Call) -> T.Type:
+    """msg_redirect_hash/map(map, key, flags) in sk_msg; sock_hash/map_update(map, key, flags)
+    in sock_ops: the context is passed implicitly."""
+    _helper_kind(ex, e, e.name)
+    if len(e.args) != 3:
+        ex.err("arg-count", f"{e.name}(map, key, flags) takes 3 arguments", e.span)
+        return T.U64
+    m = _map_arg(ex, e.args[0])
+    if m is not None:
+        if not map_fits_helper(MapType(m.map_type), e.name):
+            want = "sockhash" if "hash" in e.name else "sockmap"
+            ex.err(
+                "redirect-map-kind",
+                f"`{e.name}` takes a {want}, not a {m.kind} map",
+                e.args[0].span,
+            )
+        else:
+            map_key(ex, m, e.args[1])
+    ex.expect(e.args[2], T.U64)
+    return T.U64 if e.name.startswith("msg") else T.I64

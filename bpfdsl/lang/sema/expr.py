@@ -1,0 +1,409 @@
+"""Expression typing for sema (front end): types, constant folding, byte order, map access.
+
+Used by :class:`bpfdsl.lang.sema.analyzer.Sema` only.  Every checked expression gets ``expr.ty``;
+constant scalars get ``Checked.cval[expr]`` (raw memory value: a be16 ``53`` is
+``0x3500``), constant byte strings ``Checked.cbytes[expr]`` (network order).
+"""
+
+from __future__ import annotations
+
+from bpfdsl.abi.uapi import (
+    BPF_ANY,
+    BPF_EXIST,
+    BPF_F_BROADCAST,
+    BPF_F_EXCLUDE_INGRESS,
+    BPF_F_INGRESS,
+    BPF_NOEXIST,
+    PROGRAM_KINDS,
+)
+from bpfdsl.lang import ast
+from bpfdsl.lang import types as T
+from bpfdsl.lang.headers import CONSTANTS, CTX_DATA, CTX_FIELDS, HEADERS
+from bpfdsl.lang.sema.decls import Config, Const, Local
+from bpfdsl.lang.sema.ops import OpsChecker
+
+FLAG_CONSTANTS = {
+    "BPF_ANY": BPF_ANY,
+    "BPF_NOEXIST": BPF_NOEXIST,
+    "BPF_EXIST": BPF_EXIST,
+    "BPF_F_INGRESS": BPF_F_INGRESS,
+    "BPF_F_BROADCAST": BPF_F_BROADCAST,
+    "BPF_F_EXCLUDE_INGRESS": BPF_F_EXCLUDE_INGRESS,
+}
+ACTIONS: dict[str, int] = {}
+for _k in PROGRAM_KINDS:
+    ACTIONS.update({n: int(v) for n, v in _k.returns.items() if not n.isdigit()})
+
+PKT_RESIZE = {
+    "msg_pull_data": "msg_pull_data",
+    "msg_push_data": "msg_push_data",
+    "msg_pop_data": "msg_pop_data",
+    "adjust_head": "xdp_adjust_head",
+    "adjust_tail": "xdp_adjust_tail",
+    "adjust_meta": "xdp_adjust_meta",
+}
+# builtin fn -> (param types, return type); None = special-cased
+BUILTINS: dict[str, tuple[list[T.Type], T.Type] | None] = {
+    "redirect": ([T.U32, T.U64], T.U64),
+    "redirect_map": None,
+    "adjust_head": ([T.I32], T.I64),
+    "adjust_tail": ([T.I32], T.I64),
+    "adjust_meta": ([T.I32], T.I64),
+    "ktime_get_ns": ([], T.U64),
+    "get_prandom_u32": ([], T.U32),
+    "get_smp_processor_id": ([], T.U32),
+    "msg_redirect_hash": None,
+    "msg_redirect_map": None,
+    "sock_hash_update": None,
+    "sock_map_update": None,
+    "msg_apply_bytes": ([T.U32], T.U64),
+    "msg_cork_bytes": ([T.U32], T.U64),
+    "msg_pull_data": ([T.U32, T.U32, T.U64], T.I64),
+    "msg_push_data": ([T.U32, T.U32, T.U64], T.I64),
+    "msg_pop_data": ([T.U32, T.U32, T.U64], T.I64),
+    "sock_ops_cb_flags_set": ([T.U32], T.I64),
+    "swap": None,
+    "hash": None,
+    "host": None,
+    "be16": None,
+    "be32": None,
+    "be64": None,
+    "skip_ext": None,
+}
+
+
+def bswap(v: int, bits: int) -> int:
+    return int.from_bytes((v & ((1 << bits) - 1)).to_bytes(bits // 8, "little"), "big")
+
+
+def const_int(sema, e: ast.Expr) -> int | None:
+    """Check ``e`` and return its compile-time integer value (host order) or None."""
+    t = sema.ex.expr(e)
+    v = sema.c.cval.get(e)
+    if v is None:
+        return None
+    if isinstance(t, T.IntType) and t.be:
+        return bswap(v, t.bits)
+    return v
+
+
+class ExprChecker(OpsChecker):
+    def __init__(self, sema):
+        self.s = sema
+        self.c = sema.c
+
+    def err(self, *a, **k):
+        self.s.err(*a, **k)
+
+    # ---- entry points ----
+    def expr(self, e: ast.Expr) -> T.Type:
+        if e.ty is not None:
+            return e.ty
+        t = getattr(self, "e_" + type(e).__name__)(e)
+        e.ty = t
+        return t
+
+    def expect(self, e: ast.Expr, ty: T.Type) -> None:
+        self.expr(e)
+        self.coerce(e, ty)
+
+    def coerce(self, e: ast.Expr, ty: T.Type) -> None:
+        """Check that ``e`` fits ``ty``; an untyped literal takes ``ty`` (range-checked)."""
+        t = e.ty
+        if t is None or ty is None or t is T.ERR or ty is T.ERR:
+            return
+        if isinstance(t, T.UntypedInt):
+            v = self.c.cval.get(e, 0)
+            if isinstance(ty, T.IntType):
+                lo = -(1 << (ty.bits - 1)) if ty.signed else 0
+                hi = (1 << (ty.bits - (1 if ty.signed else 0))) - 1
+                if not lo <= v <= hi:
+                    self.err("out-of-range", f"{v} does not fit in {ty}", e.span)
+                raw = v & ((1 << ty.bits) - 1)
+                self.c.cval[e] = bswap(raw, ty.bits) if ty.be else raw
+                e.ty = ty
+                return
+            if isinstance(ty, T.BoolType):
+                self.err(
+                    "type-mismatch",
+                    "expected bool, found an integer",
+                    e.span,
+                    "compare it: `x != 0`",
+                )
+                return
+        if t == ty or isinstance(ty, T.UntypedInt):
+            return
+        if isinstance(t, T.IntType) and isinstance(ty, T.IntType):
+            if t.be != ty.be:
+                self.byte_order(e, t, ty)
+            elif t.be and t.bits != ty.bits:
+                self.err("type-mismatch", f"expected {ty}, found {t}", e.span)
+            elif t.bits > ty.bits:
+                self.err(
+                    "type-mismatch",
+                    f"expected {ty}, found {t} (may not fit)",
+                    e.span,
+                    f"convert explicitly: `(...) as {ty}`",
+                )
+            return
+        if isinstance(t, T.RefType):
+            return self.coerce_ref(e, t, ty)
+        self.err("type-mismatch", f"expected {ty}, found {t}", e.span)
+
+    def coerce_ref(self, e, t: T.RefType, ty: T.Type) -> None:
+        if t.inner != ty and not (
+            isinstance(t.inner, T.IntType)
+            and isinstance(ty, T.IntType)
+            and t.inner.be == ty.be
+            and t.inner.bits <= ty.bits
+        ):
+            self.err("type-mismatch", f"expected {ty}, found {t.inner}", e.span)
+
+    def byte_order(self, e: ast.Node, a: T.Type, b: T.Type) -> None:
+        be, host = (a, b) if getattr(a, "be", False) else (b, a)
+        self.err(
+            "byte-order",
+            f"mixing {be} (network byte order) with {host} (host byte order)",
+            e.span,
+            f"convert the host value with `{be}(x)` or the network value with `host(x)`",
+        )
+
+    def cond(self, e: ast.Expr) -> None:
+        t = self.expr(e)
+        if not isinstance(t, (T.BoolType, T.ErrorType)):
+            if isinstance(t, T.OptionalType):
+                self.unhandled(e)
+            else:
+                self.err(
+                    "type-mismatch",
+                    f"a condition must be bool, found {t}",
+                    e.span,
+                    "compare it, e.g. `x != 0`",
+                )
+
+    def unhandled(self, e: ast.Expr) -> None:
+        what = "the lookup" if isinstance(e, ast.MethodCall) else "this value"
+        if isinstance(e, ast.Parse):
+            what = f"`parse {e.header}`"
+        self.err(
+            "unhandled-missing",
+            f"{what} may be missing and the missing case is not handled",
+            e.span,
+            "write `let v = ... else { return XDP_PASS }` or `if let v = ... { ... }`",
+        )
+
+    # ---- literals and names ----
+    def e_IntLit(self, e):
+        self.c.cval[e] = e.value
+        return T.UNTYPED
+
+    def e_BoolLit(self, e):
+        self.c.cval[e] = int(e.value)
+        return T.BOOL
+
+    def e_AddrLit(self, e):
+        if e.prefixlen is not None:
+            self.c.cbytes[e] = e.data
+            return T.IPV4_PREFIX if e.kind == "ipv4" else T.IPV6_PREFIX
+        if e.kind == "ipv4":
+            self.c.cval[e] = int.from_bytes(e.data, "little")
+            return T.BE32
+        self.c.cbytes[e] = e.data
+        return T.MAC if e.kind == "mac" else T.IPV6_ADDR
+
+    def e_Name(self, e):
+        sym = self.s.lookup(e.id)
+        if sym is None:
+            if e.id in CONSTANTS:
+                v, ty = CONSTANTS[e.id]
+                self.c.cval[e] = bswap(v, ty.bits) if ty.be else v
+                return ty
+            if e.id in ACTIONS:
+                self.c.cval[e] = ACTIONS[e.id]
+                return T.U32
+            if e.id in FLAG_CONSTANTS:
+                self.c.cval[e] = FLAG_CONSTANTS[e.id]
+                return T.UNTYPED
+            names = [n for s in self.s.scopes for n in s] + list(CONSTANTS) + list(ACTIONS)
+            hint = self.s.suggest(e.id, names)
+            if e.id in self.s.gone:
+                loc, end = self.s.gone[e.id]
+                how = "parsed" if isinstance(loc.ty, T.HeaderType) else "declared"
+                hint = (
+                    f"`{e.id}` ({how} at line {loc.span.line}) went out of scope at the end "
+                    f"of the block where it was {how} (line {end}); use it inside that block"
+                )
+            self.err("unknown-name", f"unknown name `{e.id}`", e.span, hint)
+            return T.ERR
+        self.c.sym[e] = sym
+        if isinstance(sym, Const):
+            if sym.data is not None:
+                self.c.cbytes[e] = sym.data
+            else:
+                self.c.cval[e] = sym.value
+            return sym.ty
+        if isinstance(sym, Config):
+            return sym.ty
+        if isinstance(sym, Local):
+            if sym in self.s.stale:
+                self.err(
+                    "stale-header",
+                    f"header `{e.id}` is invalid here: the packet was "
+                    f"resized at line {self.s.stale[sym]}",
+                    e.span,
+                    "parse the header again after adjust_head/adjust_tail",
+                )
+            return sym.ty
+        return sym  # MapType or CTX
+
+    # ---- field access ----
+    def e_Field(self, e):
+        t = self.expr(e.obj)
+        if t is T.ERR:
+            return T.ERR
+        if isinstance(t, T.RefType):
+            t = t.inner
+        if isinstance(t, T.OptionalType):
+            self.unhandled(e.obj)
+            return T.ERR
+        if isinstance(t, T.HeaderType):
+            f = t.layout.fields.get(e.name)
+            if f is None:
+                self.err(
+                    "unknown-field",
+                    f"header `{t.name}` has no field `{e.name}`",
+                    e.span,
+                    self.s.suggest(e.name, t.layout.fields)
+                    or "fields: " + ", ".join(t.layout.fields),
+                )
+                return T.ERR
+            return f.type
+        if isinstance(t, T.StructType):
+            if e.name not in t.fields:
+                self.err(
+                    "unknown-field",
+                    f"struct `{t.name}` has no field `{e.name}`",
+                    e.span,
+                    self.s.suggest(e.name, t.fields) or "fields: " + ", ".join(t.fields),
+                )
+                return T.ERR
+            return t.fields[e.name][1]
+        if isinstance(t, T.CtxType):
+            fields = CTX_FIELDS.get(self.s.kind.ctx if self.s.kind else "", {})
+            if e.name in ("data", "data_end", "data_meta"):
+                self.err(
+                    "raw-data",
+                    f"`{e.name}` is not accessible: packet and message bytes "
+                    "are read through bounds-checked `parse`",
+                    e.span,
+                    "`let b = parse byte else { ... }` or `parse HEADER`; the length is `ctx.len`",
+                )
+                return T.ERR
+            if e.name not in fields:
+                self.err(
+                    "unknown-field",
+                    f"the context has no field `{e.name}`",
+                    e.span,
+                    self.s.suggest(e.name, fields) or "fields: " + ", ".join(fields),
+                )
+                return T.ERR
+            if e.name == "egress_ifindex" and self.s.kind.keyword != "xdp(devmap)":
+                self.err(
+                    "ctx-field-kind",
+                    "egress_ifindex is readable only in xdp(devmap) programs",
+                    e.span,
+                    "the kernel fills it only for programs run by a devmap entry "
+                    "(`xdp(devmap) fn ...`); here it would be refused (bpf_context access)",
+                )
+                return T.ERR
+            return fields[e.name][1]
+        self.err("no-fields", f"{t} has no fields", e.span)
+        return T.ERR
+
+    def e_Index(self, e):
+        t = self.expr(e.obj)
+        if isinstance(t, T.MapType):
+            self.map_key(t, e.index)
+            self.err(
+                "unhandled-missing",
+                f"`{t.name}[...]` may be missing and the missing case is not handled",
+                e.span,
+                f"write `let v = {t.name}.lookup(k) else "
+                "{ ... }`; `m[k] = v` and `m[k] += n` are fine as statements",
+            )
+            return t.value
+        ref = isinstance(t, T.RefType)
+        t = t.inner if ref else t
+        if isinstance(t, T.ArrayType):
+            self.expect(e.index, T.U32)
+            self.index_in_range(e.index, t.count)
+            return T.RefType(t.elem, e.obj.ty.percpu, e.obj.ty.readonly) if ref else t.elem
+        self.err("not-indexable", f"{t} cannot be indexed", e.span)
+        return T.ERR
+
+    def index_in_range(self, idx: ast.Expr, count: int) -> None:
+        """Array indexes the verifier can check: a constant below ``count``, or a ``for``
+        variable whose bounds lie within the array."""
+        v = self.c.cval.get(idx)
+        if v is not None:
+            if not 0 <= v < count:
+                self.err(
+                    "index-range", f"index {v} is outside the array (0..{count - 1})", idx.span
+                )
+            return
+        loc = self.c.sym.get(idx) if isinstance(idx, ast.Name) else None
+        if isinstance(loc, Local) and loc.bounds and 0 <= loc.bounds[0] and loc.bounds[1] <= count:
+            return
+        self.err(
+            "index-range",
+            f"the array index must be a constant or a `for` variable within 0..{count}",
+            idx.span,
+            f"loop over it: `for i in 0..{count} {{ ... a[i] ... }}`",
+        )
+
+    # ---- operators ----
+
+    def e_Parse(self, e):
+        if self.s.kind is None:
+            self.err(
+                "parse-outside-program",
+                "`parse` is only allowed in a program body",
+                e.span,
+                "parse in the program and pass the header to the fn",
+            )
+        elif self.s.kind.ctx not in CTX_DATA:
+            self.err(
+                "parse-no-data",
+                f"a {self.s.kind.keyword} program has no packet data to parse",
+                e.span,
+            )
+        if e.header not in HEADERS:
+            self.err(
+                "unknown-header",
+                f"unknown header `{e.header}`",
+                e.span,
+                self.s.suggest(e.header, HEADERS) or "headers: " + ", ".join(HEADERS),
+            )
+            return T.OptionalType(T.U64)
+        return T.OptionalType(T.HeaderType(e.header, HEADERS[e.header]), "header")
+
+    # ---- calls (sema_calls) ----
+    def e_Call(self, e):
+        from bpfdsl.lang.sema.calls import call
+
+        return call(self, e)
+
+    def e_MethodCall(self, e):
+        from bpfdsl.lang.sema.calls import method_call
+
+        return method_call(self, e)
+
+    def map_key(self, m: T.MapType, k: ast.Expr) -> None:
+        from bpfdsl.lang.sema.calls import map_key
+
+        map_key(self, m, k)
+
+    def assign(self, s: ast.Assign) -> None:
+        from bpfdsl.lang.sema.calls import assign
+
+        assign(self, s)

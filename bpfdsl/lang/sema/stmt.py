@@ -1,0 +1,227 @@
+"""Statement checking for sema (front end mixin of ``sema.Sema``): let/let-else, if-let,
+if, match, bounded for (a `while` is refused: the verifier needs a visible bound),
+return values against the program kind's table, break/continue placement, and which
+bodies always leave (for `let ... else` and the end of a program)."""
+
+from __future__ import annotations
+
+from bpfdsl.abi.uapi import PROGRAM_KINDS
+from bpfdsl.lang import ast
+from bpfdsl.lang import types as T
+from bpfdsl.lang.sema.decls import Local
+
+
+class StmtChecker:
+    def diverges(self, b: ast.Block | None) -> bool:
+        if b is None or not b.stmts:
+            return False
+        s = b.stmts[-1]
+        if isinstance(s, (ast.Return, ast.Break, ast.Continue)):
+            return True
+        if isinstance(s, (ast.If, ast.IfLet)):
+            return self.diverges(s.then) and self.diverges(s.orelse)
+        if isinstance(s, ast.Match):
+            return any(None in a.patterns for a in s.arms) and all(
+                self.diverges(a.body) for a in s.arms
+            )
+        return False
+
+    def block(self, b: ast.Block, new_scope: bool = True, bind: tuple | None = None) -> None:
+        if new_scope:
+            self.scopes.append({})
+        if bind:
+            self.bind(*bind)
+        for s in b.stmts:
+            self.stmt(s)
+        if new_scope:
+            for name, sym in self.scopes.pop().items():
+                if isinstance(sym, Local):  # for the hint of a later "unknown name"
+                    self.gone[name] = (sym, b.span.end_line or b.span.line)
+
+    def stmt(self, s: ast.Stmt) -> None:
+        getattr(self, "s_" + type(s).__name__)(s)
+
+    def s_ExprStmt(self, s: ast.ExprStmt) -> None:
+        if not isinstance(s.expr, (ast.Call, ast.MethodCall)):
+            self.err(
+                "no-effect",
+                "this expression does nothing",
+                s.expr.span,
+                "use its value (`let x = ...`, `if ...`) or remove it",
+            )
+        t = self.ex.expr(s.expr)
+        if isinstance(t, T.OptionalType):
+            self.ex.unhandled(s.expr)
+
+    def s_Let(self, s: ast.Let) -> None:
+        t = self.ex.expr(s.value)
+        if s.orelse is not None:
+            if not isinstance(t, T.OptionalType):
+                self.err(
+                    "needless-else",
+                    f"this value of type {t} is never missing; `else` has nothing to handle",
+                    s.orelse.span,
+                    "remove the else block",
+                )
+                inner = t
+            else:
+                inner = t.inner
+            self.block(s.orelse)
+            if not self.diverges(s.orelse):
+                self.err(
+                    "else-must-leave",
+                    "the else block of `let ... else` must leave (return, break or continue)",
+                    s.orelse.span,
+                    "end it with e.g. `return XDP_PASS`",
+                )
+        else:
+            if isinstance(t, T.OptionalType):
+                self.ex.unhandled(s.value)
+                inner = t.inner
+            else:
+                inner = t
+        if s.type is not None:
+            want = self.resolve_type(s.type)
+            if s.orelse is None:
+                self.ex.coerce(s.value, want)
+            inner = want
+        if isinstance(inner, T.UntypedInt):
+            v = self.c.cval.get(s.value, 0)
+            inner = T.U32 if 0 <= v < 1 << 32 else T.U64 if v >= 0 else T.I64
+            self.ex.coerce(s.value, inner)
+        loc = Local(s.name, inner, s.span)
+        if isinstance(inner, T.HeaderType):
+            if inner.layout.name in ("ipv4", "ipv6"):
+                self.last_ip = loc
+            elif inner.layout.l4:
+                loc.header_parent = self.last_ip
+        self.c.sym[s] = loc
+        self.bind(s.name, loc)
+
+    def s_Assign(self, s: ast.Assign) -> None:
+        self.ex.assign(s)
+
+    def s_If(self, s: ast.If) -> None:
+        self.ex.cond(s.cond)
+        self.block(s.then)
+        if s.orelse:
+            self.block(s.orelse)
+
+    def s_IfLet(self, s: ast.IfLet) -> None:
+        t = self.ex.expr(s.value)
+        if not isinstance(t, T.OptionalType):
+            self.err(
+                "needless-if-let",
+                f"this value of type {t} is never missing",
+                s.value.span,
+                "use a plain `let`",
+            )
+            inner = t
+        else:
+            inner = t.inner
+        loc = Local(s.name, inner, s.span)
+        if isinstance(inner, T.HeaderType) and inner.layout.l4:
+            loc.header_parent = self.last_ip
+        self.c.sym[s] = loc
+        self.block(s.then, bind=(s.name, loc))
+        if s.orelse:
+            self.block(s.orelse)
+
+    def s_Match(self, s: ast.Match) -> None:
+        t = self.ex.expr(s.subject)
+        if not isinstance(t, (T.IntType, T.UntypedInt)):
+            self.err("match-type", f"`match` needs an integer, not {t}", s.subject.span)
+            return
+        seen: set[int] = set()
+        for arm in s.arms:
+            for p in arm.patterns:
+                if p is None:
+                    continue
+                self.ex.expect(p, t)
+                v = self.c.cval.get(p)
+                if v is None:
+                    self.err(
+                        "not-constant", "match patterns must be compile-time constants", p.span
+                    )
+                elif v in seen:
+                    self.err("duplicate-pattern", "this value is already matched above", p.span)
+                else:
+                    seen.add(v)
+            self.block(arm.body)
+
+    def s_For(self, s: ast.For) -> None:
+        from bpfdsl.lang.sema.expr import const_int
+
+        a, b = const_int(self, s.start), const_int(self, s.end)
+        ty = s.start.ty if isinstance(s.start.ty, T.IntType) else T.U32
+        if a is None or b is None:
+            bad = s.start if a is None else s.end
+            self.err(
+                "unbounded-loop",
+                "loop bound is not a compile-time constant",
+                bad.span,
+                "use constants (`for i in 0..8`) and `break` out early",
+            )
+        self.ex.coerce(s.start, ty)
+        self.ex.coerce(s.end, ty)
+        loc = Local(s.var, ty, s.span, bounds=(a, b) if a is not None and b is not None else None)
+        self.c.sym[s] = loc
+        self.loop_depth += 1
+        self.block(s.body, bind=(s.var, loc))
+        self.loop_depth -= 1
+
+    def s_While(self, s: ast.While) -> None:
+        self.err(
+            "unbounded-loop",
+            "unbounded loop: the kernel verifier needs a bound it can see",
+            s.span,
+            "write `for i in 0..N { if !(cond) { break } ... }` with a constant N",
+        )
+
+    def s_Return(self, s: ast.Return) -> None:
+        if self.fn is not None:
+            if self.fn.ret == T.VOID:
+                self.err(
+                    "return-value",
+                    "this fn returns nothing",
+                    s.value.span,
+                    "declare a return type: `fn f(...) -> u32`",
+                )
+            else:
+                self.ex.expect(s.value, self.fn.ret)
+            return
+        assert self.kind is not None
+        t = self.ex.expr(s.value)
+        if not T.is_host_int(t):
+            self.err(
+                "return-value",
+                f"a {self.kind.keyword} program returns an action, not {t}",
+                s.value.span,
+                "return one of " + ", ".join(self.kind.returns),
+            )
+            return
+        if isinstance(t, T.UntypedInt):  # helper results (u64, e.g. redirect) narrow freely
+            self.ex.coerce(s.value, T.U32)
+        v = self.c.cval.get(s.value)
+        name = s.value.id if isinstance(s.value, ast.Name) else None
+        allowed = self.kind.returns
+        bad_name = (
+            name is not None
+            and v is not None
+            and name not in allowed
+            and any(name in k.returns for k in PROGRAM_KINDS)
+        )
+        if (v is not None and v not in allowed.values()) or bad_name:
+            shown = name or str(v)
+            self.err(
+                "bad-return",
+                f"`{shown}` is not a valid return value for a {self.kind.keyword} program",
+                s.value.span,
+                "return one of " + ", ".join(allowed),
+            )
+
+    def s_Break(self, s: ast.Break) -> None:
+        if not self.loop_depth:
+            self.err("break-outside-loop", "`break` outside a loop", s.span)
+
+    s_Continue = s_Break

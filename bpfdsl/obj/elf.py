@@ -1,0 +1,152 @@
+"""Minimal ELF64 little-endian reader: the subset of an eBPF object :mod:`bpfdsl.obj.collection` reads.
+
+Why: importing pyelftools (``elftools.elf.elffile`` pulls in its DWARF and construct
+modules) costs ~50 ms, a fifth of a ``bpfdsl load``/``attach`` process; reading section
+headers, one symbol table and REL entries directly is a few struct unpacks.  The objects
+this returns are duck-typed like pyelftools' (``section.name``, ``section.header.sh_*``,
+``section.data()``, ``iter_symbols()`` with ``sym.name``, ``sym.entry.st_*``,
+``sym["st_info"]["type"|"bind"]``, ``iter_relocations()`` with ``r["r_offset"|"r_info_sym"|
+"r_info_type"]``), with the same string names for known constants (``SHT_PROGBITS``,
+``STT_FUNC``, ``SHN_UNDEF``...), so :mod:`bpfdsl.obj.collection` reads either.  Anything this reader
+does not handle (32-bit or big-endian ELF, a damaged header table) raises :class:`ElfError`
+and objfile falls back to pyelftools, the general reader, for its diagnostics.
+
+Layouts: ``Elf64_Ehdr`` (64 bytes), ``Elf64_Shdr`` (64), ``Elf64_Sym`` (24), ``Elf64_Rel``
+(16) from <elf.h> / the System V gABI; all little endian (bpfel).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+from types import SimpleNamespace
+
+_EHDR = struct.Struct("<16sHHIQQQIHHHHHH")
+_SHDR = struct.Struct("<IIQQQQIIQQ")
+_SYM = struct.Struct("<IBBHQQ")
+_REL = struct.Struct("<QQ")
+SHN_XINDEX, SHN_LORESERVE = 0xFFFF, 0xFF00
+
+SHT_NAMES = {0: "SHT_NULL", 1: "SHT_PROGBITS", 2: "SHT_SYMTAB", 3: "SHT_STRTAB", 4: "SHT_RELA",
+             5: "SHT_HASH", 6: "SHT_DYNAMIC", 7: "SHT_NOTE", 8: "SHT_NOBITS", 9: "SHT_REL",
+             11: "SHT_DYNSYM", 0x6FFF4C03: "SHT_LLVM_ADDRSIG"}  # fmt: skip
+STT_NAMES = {0: "STT_NOTYPE", 1: "STT_OBJECT", 2: "STT_FUNC", 3: "STT_SECTION", 4: "STT_FILE"}
+STB_NAMES = {0: "STB_LOCAL", 1: "STB_GLOBAL", 2: "STB_WEAK"}
+SHN_NAMES = {0: "SHN_UNDEF", 0xFFF1: "SHN_ABS", 0xFFF2: "SHN_COMMON"}
+
+
+class ElfError(ValueError):
+    """Not an ELF64 little-endian file this reader handles, or a damaged header table."""
+
+
+def _cstr(blob: bytes, off: int) -> str:
+    if not 0 <= off < len(blob):
+        if off == 0:
+            return ""
+        raise ElfError(f"string offset {off} outside the string table")
+    end = blob.find(b"\0", off)
+    return blob[off : end if end >= 0 else len(blob)].decode(errors="replace")
+
+
+class Section:
+    """One section: ``name``, ``header`` (``sh_type`` as a ``SHT_*`` name when known,
+    ``sh_flags``, ``sh_offset``, ``sh_size`` in bytes, ``sh_link``, ``sh_info``...)."""
+
+    def __init__(self, elf: ElfFile, index: int, name: str, header: SimpleNamespace):
+        self.elf, self.index, self.name, self.header = elf, index, name, header
+
+    def data(self) -> bytes:
+        h = self.header
+        return self.elf.raw[h.sh_offset : h.sh_offset + h.sh_size]
+
+    def iter_symbols(self) -> Iterator[SimpleNamespace]:
+        """Symbols of a SHT_SYMTAB section (names from its sh_link string table)."""
+        strtab = self.elf.section(self.header.sh_link).data()
+        data = self.data()
+        for off in range(0, len(data) - _SYM.size + 1, _SYM.size):
+            name, info, other, shndx, value, size = _SYM.unpack_from(data, off)
+            entry = SimpleNamespace(
+                st_name=name,
+                st_info={"type": STT_NAMES.get(info & 0xF, info & 0xF),
+                         "bind": STB_NAMES.get(info >> 4, info >> 4)},
+                st_other=other,
+                st_shndx=SHN_NAMES.get(shndx, shndx),
+                st_value=value,
+                st_size=size,
+            )  # fmt: skip
+            yield _Symbol(_cstr(strtab, name), entry)
+
+    def iter_relocations(self) -> Iterator[dict[str, int]]:
+        """Entries of a SHT_REL section: r_offset (bytes), r_info_sym, r_info_type."""
+        data = self.data()
+        for off in range(0, len(data) - _REL.size + 1, _REL.size):
+            r_offset, info = _REL.unpack_from(data, off)
+            yield {"r_offset": r_offset, "r_info_sym": info >> 32, "r_info_type": info & 0xFFFFFFFF}
+
+
+class _Symbol:
+    __slots__ = ("name", "entry")
+
+    def __init__(self, name: str, entry: SimpleNamespace):
+        self.name, self.entry = name, entry
+
+    def __getitem__(self, key: str):
+        return getattr(self.entry, key)
+
+
+class ElfFile:
+    """The section header table of an ELF64 LE object held in ``raw`` (bytes).
+
+    ``elfclass`` (64), ``little_endian`` (True), ``header.e_machine`` (int, EM_BPF = 247).
+    Raises ElfError when the file is not ELF64 LE or the header table is damaged.
+    """
+
+    def __init__(self, raw: bytes):
+        self.raw = raw
+        if len(raw) < _EHDR.size or raw[:4] != b"\x7fELF":
+            raise ElfError("no ELF header")
+        if raw[4] != 2 or raw[5] != 1:
+            raise ElfError("not ELF64 little endian")
+        f = _EHDR.unpack_from(raw)
+        self.elfclass, self.little_endian = 64, True
+        # f: ident, type, machine, version, entry, phoff, shoff, flags, ehsize, phentsize,
+        #    phnum, shentsize, shnum, shstrndx
+        self.header = SimpleNamespace(e_type=f[1], e_machine=f[2], e_shoff=f[6], e_shnum=f[12])
+        shoff, shentsize, shnum, shstrndx = f[6], f[11], f[12], f[13]
+        if shoff == 0:
+            self._headers: list[SimpleNamespace] = []
+            self._sections: list[Section] = []
+            return
+        if shentsize != _SHDR.size:
+            raise ElfError(f"section header size {shentsize}")
+        first = self._shdr(shoff)
+        if shnum == 0:
+            shnum = first.sh_size  # extended numbering: the count lives in section 0
+        if shstrndx == SHN_XINDEX:
+            shstrndx = first.sh_link
+        if shoff + shnum * _SHDR.size > len(raw) or shnum > 65536:
+            raise ElfError("section header table runs past the end of the file")
+        self._headers = [self._shdr(shoff + i * _SHDR.size) for i in range(shnum)]
+        if not 0 <= shstrndx < shnum:
+            raise ElfError(f"section name table index {shstrndx} out of range")
+        sh = self._headers[shstrndx]
+        names = raw[sh.sh_offset : sh.sh_offset + sh.sh_size]
+        self._sections = [
+            Section(self, i, _cstr(names, h.sh_name), h) for i, h in enumerate(self._headers)
+        ]
+
+    def _shdr(self, off: int) -> SimpleNamespace:
+        f = _SHDR.unpack_from(self.raw, off)
+        return SimpleNamespace(
+            sh_name=f[0], sh_type=SHT_NAMES.get(f[1], f[1]), sh_flags=f[2], sh_addr=f[3],
+            sh_offset=f[4], sh_size=f[5], sh_link=f[6], sh_info=f[7], sh_addralign=f[8],
+            sh_entsize=f[9],
+        )  # fmt: skip
+
+    def section(self, index: int) -> Section:
+        if not 0 <= index < len(self._sections):
+            raise ElfError(f"section index {index} out of range")
+        return self._sections[index]
+
+    def iter_sections(self) -> Iterator[Section]:
+        return iter(self._sections)

@@ -1,0 +1,215 @@
+"""BTF-defined maps: the ``.maps`` DATASEC of an object -> :class:`MapSpec` per map (pure).
+
+Encoding as libbpf's bpf_helpers.h defines it (and libbpf ``parse_btf_map_def`` reads it):
+each map is a VAR of an anonymous struct whose members are ``__uint(name, N)`` =
+``int (*name)[N]`` (type, max_entries, map_flags, numa_node, key_size, value_size,
+pinning, map_extra), ``__type(name, T)`` = ``T *name`` (key, value) and
+``__array(values, T)`` = ``T *values[]`` (inner map definition / prog array slots,
+initial entries from relocations in ``.rel.maps``).
+"""
+
+from __future__ import annotations
+
+from bpfdsl.abi.btf.core import Btf, BtfFormatError, BtfType, Kind
+from bpfdsl.abi.uapi import MapType
+from bpfdsl.record import Record
+
+TYPE_CHECKING = False  # (typing costs import time on the load path)
+if TYPE_CHECKING:  # pragma: no cover
+    from bpfdsl.obj.collection import _Reader
+
+PIN_NONE, PIN_BY_NAME = 0, 1  # libbpf enum libbpf_pin_type
+_INT_FIELDS = (
+    "type",
+    "max_entries",
+    "map_flags",
+    "numa_node",
+    "key_size",
+    "value_size",
+    "pinning",
+    "map_extra",
+)
+
+
+class MapSpec(Record):
+    """A map to create.  Sizes in bytes; ``map_type`` is uapi.MapType when known (else the
+    raw int); ``key_type_id``/``value_type_id`` are BTF ids (0 = none); ``pinning`` is
+    PIN_NONE or PIN_BY_NAME; ``inner`` the inner map of a map-in-map; ``values`` initial
+    slots (index -> program or map name, from ``.rel.maps``)."""
+
+    name: str
+    map_type: int
+    key_size: int
+    value_size: int
+    max_entries: int
+    map_flags: int
+    pinning: int
+    numa_node: int
+    map_extra: int
+    key_type_id: int
+    value_type_id: int
+    inner: MapSpec | None
+    values: dict[int, str]
+    offset: int  # byte offset of the definition in .maps
+    size: int  # bytes of the definition in .maps
+
+    __slots__ = (
+        "name",
+        "map_type",
+        "key_size",
+        "value_size",
+        "max_entries",
+        "map_flags",
+        "pinning",
+        "numa_node",
+        "map_extra",
+        "key_type_id",
+        "value_type_id",
+        "inner",
+        "values",
+        "offset",
+        "size",
+    )
+
+    def __init__(
+        self,
+        name: str,
+        map_type: int,
+        key_size: int,
+        value_size: int,
+        max_entries: int,
+        map_flags: int = 0,
+        pinning: int = PIN_NONE,
+        numa_node: int = 0,
+        map_extra: int = 0,
+        key_type_id: int = 0,
+        value_type_id: int = 0,
+        inner: MapSpec | None = None,
+        values: dict[int, str] | None = None,
+        offset: int = 0,
+        size: int = 0,
+    ) -> None:
+        self.name = name
+        self.map_type = map_type
+        self.key_size = key_size
+        self.value_size = value_size
+        self.max_entries = max_entries
+        self.map_flags = map_flags
+        self.pinning = pinning
+        self.numa_node = numa_node
+        self.map_extra = map_extra
+        self.key_type_id = key_type_id
+        self.value_type_id = value_type_id
+        self.inner = inner
+        self.values = {} if values is None else values
+        self.offset = offset
+        self.size = size
+
+    @property
+    def type_name(self) -> str:
+        try:
+            return MapType(self.map_type).name.lower()
+        except ValueError:
+            return f"type#{self.map_type}"
+
+
+def _ptr_target(btf: Btf, tid: int, what: str) -> BtfType:
+    t = btf.resolve(tid)
+    if t.kind != Kind.PTR:
+        raise BtfFormatError(f"{what} is not a pointer ({t.kind.name}): not a libbpf __uint/__type")
+    return btf[t.type]
+
+
+def parse_map_def(btf: Btf, name: str, tid: int) -> MapSpec:
+    """One map definition struct (type id ``tid``) -> MapSpec.  Raises BtfFormatError."""
+    st = btf.resolve(tid)
+    if st.kind != Kind.STRUCT:
+        raise BtfFormatError(f"map '{name}': definition is a {st.kind.name}, expected a struct")
+    vals: dict[str, int] = {}
+    spec = MapSpec(name, 0, 0, 0, 0)
+    for m in st.members:
+        what = f"map '{name}' field '{m.name}'"
+        if m.name in _INT_FIELDS:
+            arr = btf.resolve(_ptr_target(btf, m.type, what).id)
+            if arr.kind != Kind.ARRAY:
+                raise BtfFormatError(f"{what}: expected __uint(...) (pointer to array)")
+            vals[m.name] = arr.nelems
+        elif m.name in ("key", "value"):
+            target = _ptr_target(btf, m.type, what)
+            size = btf.size_of(target.id)
+            setattr(spec, f"{m.name}_type_id", target.id)
+            vals[f"{m.name}_size_btf"] = size
+        elif m.name == "values":
+            arr = btf.resolve(m.type)
+            if arr.kind != Kind.ARRAY:
+                raise BtfFormatError(f"{what}: expected __array(values, ...)")
+            elem = _ptr_target(btf, arr.type, what)
+            if btf.resolve(elem.id).kind == Kind.STRUCT:
+                spec.inner = parse_map_def(btf, f"{name}.inner", elem.id)
+        else:
+            raise BtfFormatError(f"map '{name}': unknown field '{m.name}'")
+    if "type" not in vals:
+        raise BtfFormatError(f"map '{name}': missing __uint(type, ...)")
+    try:
+        spec.map_type = MapType(vals["type"])
+    except ValueError:
+        spec.map_type = vals["type"]
+    for k in ("key", "value"):
+        btf_size, explicit = vals.get(f"{k}_size_btf"), vals.get(f"{k}_size")
+        if btf_size is not None and explicit is not None and btf_size != explicit:
+            raise BtfFormatError(
+                f"map '{name}': {k}_size {explicit} conflicts with __type({k}) of {btf_size} bytes"
+            )
+        setattr(spec, f"{k}_size", explicit if explicit is not None else btf_size or 0)
+    spec.max_entries = vals.get("max_entries", 0)
+    spec.map_flags = vals.get("map_flags", 0)
+    spec.pinning = vals.get("pinning", PIN_NONE)
+    spec.numa_node = vals.get("numa_node", 0)
+    spec.map_extra = vals.get("map_extra", 0)
+    if spec.pinning not in (PIN_NONE, PIN_BY_NAME):
+        raise BtfFormatError(
+            f"map '{name}': unsupported pinning {spec.pinning} (0 = none, 1 = LIBBPF_PIN_BY_NAME)"
+        )
+    if spec.inner is not None and spec.map_type in (MapType.ARRAY_OF_MAPS, MapType.HASH_OF_MAPS):
+        spec.value_size = spec.value_size or 4  # inner map fd
+    elif spec.map_type == MapType.PROG_ARRAY:
+        spec.value_size = spec.value_size or 4
+    return spec
+
+
+def read_maps(reader: _Reader, btf: Btf | None) -> dict[str, MapSpec]:
+    """All maps of the object's ``.maps`` section (needs BTF; raises UsageError otherwise)."""
+    if btf is None:
+        raise reader.fail(
+            "'.maps' section without .BTF: map definitions cannot be read",
+            hint="compile with -g (BTF) as libbpf requires",
+        )
+    sec = btf.find(".maps", Kind.DATASEC)
+    if sec is None:
+        raise reader.fail("'.maps' section has no DATASEC in .BTF")
+    maps: dict[str, MapSpec] = {}
+    for m in sec.members:
+        var = btf[m.type]
+        if var.kind != Kind.VAR:
+            raise reader.fail(f"'.maps' DATASEC entry {m.type} is not a VAR")
+        spec = parse_map_def(btf, var.name, var.type)
+        spec.offset, spec.size = m.offset, m.size or btf.size_of(var.type)
+        maps[var.name] = spec
+    _initial_values(reader, btf, maps)
+    return maps
+
+
+def _initial_values(reader: _Reader, btf: Btf, maps: dict[str, MapSpec]) -> None:
+    """``.rel.maps`` entries: slot i of a ``values`` array points at a map or program."""
+    for r_off, sym_idx, _rtype in reader.relocations_for(".maps"):
+        owner = next((s for s in maps.values() if s.offset <= r_off < s.offset + s.size), None)
+        if owner is None:
+            raise reader.fail(f"'.rel.maps' relocation at {r_off} is outside every map")
+        st = btf.resolve(btf.find(owner.name, Kind.VAR).type)
+        vm = next((x for x in st.members if x.name == "values"), None)
+        if vm is None:
+            raise reader.fail(f"map '{owner.name}': relocation but no 'values' field")
+        rel = r_off - owner.offset - vm.bit_offset // 8
+        if rel < 0 or rel % 8:
+            raise reader.fail(f"map '{owner.name}': misaligned 'values' relocation at {r_off}")
+        owner.values[rel // 8] = reader.symbol(sym_idx).name

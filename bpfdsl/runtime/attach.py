@@ -1,0 +1,445 @@
+"""Kernel side: attach XDP programs to interfaces, replace them atomically, detach them.
+
+Takes a loaded program fd and an interface name; returns an :class:`XdpAttachment`.
+Prefers a BPF link (BPF_LINK_CREATE, attach type BPF_XDP, pinned in bpffs so it outlives
+the process, replaced with BPF_LINK_UPDATE + BPF_F_REPLACE) and falls back to netlink
+(IFLA_XDP, replaced with XDP_FLAGS_REPLACE + IFLA_XDP_EXPECTED_FD) where links are not
+supported -- the same order libxdp and cilium/ebpf use.  Errors say what to do.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+
+from bpfdsl.abi.uapi import BPF_F_REPLACE, AttachType, LinkType, ProgramType, XdpFlags
+from bpfdsl.diagnostics import DiagnosticError, UsageError, error
+from bpfdsl.kernel import netlink, syscall
+from bpfdsl.record import FrozenRecord
+
+MODES = ("native", "generic")  # offload is refused: it needs a device-bound program
+BPFFS = "/sys/fs/bpf"
+DEFAULT_PIN_ROOT = BPFFS + "/bpfdsl"  # where the CLI pins when no --pin-dir is given
+
+
+class XdpAttachment(FrozenRecord):
+    """One XDP program on one interface.
+
+    ``method``: ``link`` (a BPF link, ``link_id``; pinned at ``link_pin`` unless None) or
+    ``netlink`` (no link object).  ``mode``: ``native`` (XDP_FLAGS_DRV_MODE) or ``generic``
+    (XDP_FLAGS_SKB_MODE).  ``prog_id``: kernel program id now attached.
+    """
+
+    dev: str
+    ifindex: int
+    mode: str
+    method: str
+    prog_id: int
+    prog_name: str
+    link_id: int | None
+    link_pin: str | None
+    link_fd: syscall.Fd | None
+
+    _hidden = ("link_fd",)
+    __slots__ = (
+        "dev",
+        "ifindex",
+        "mode",
+        "method",
+        "prog_id",
+        "prog_name",
+        "link_id",
+        "link_pin",
+        "link_fd",
+    )
+
+    def __init__(
+        self,
+        dev: str,
+        ifindex: int,
+        mode: str,
+        method: str,
+        prog_id: int,
+        prog_name: str = "",
+        link_id: int | None = None,
+        link_pin: str | None = None,
+        link_fd: syscall.Fd | None = None,
+    ) -> None:
+        self.dev = dev
+        self.ifindex = ifindex
+        self.mode = mode
+        self.method = method
+        self.prog_id = prog_id
+        self.prog_name = prog_name
+        self.link_id = link_id
+        self.link_pin = link_pin
+        self.link_fd = link_fd
+
+    def to_dict(self) -> dict:
+        return {n: getattr(self, n) for n in self.__slots__ if n != "link_fd"}
+
+
+def link_pin_path(pin_dir: str, dev: str) -> str:
+    """Where the CLI pins the XDP link of ``dev`` under ``pin_dir`` (no dots: bpffs refuses them)."""
+    return os.path.join(pin_dir, f"link_xdp_{dev.replace('.', '_')}")
+
+
+def check_mode(mode: str) -> XdpFlags:
+    """XDP_FLAGS_* bit of ``mode``; raises UsageError for offload or an unknown mode."""
+    if mode == "offload":
+        raise UsageError(
+            error(
+                "bad-mode",
+                "XDP offload (hardware) mode is not supported by bpfdsl",
+                hint="offload needs a NIC with BPF offload and a device-bound program; "
+                "use --mode native or --mode generic",
+            )
+        )
+    if mode not in netlink.MODE_FLAGS:
+        raise UsageError(
+            error(
+                "bad-mode", f"unknown XDP mode {mode!r}", hint="use --mode native or --mode generic"
+            )
+        )
+    return netlink.MODE_FLAGS[mode]
+
+
+def _prog_id_name(fd: int) -> tuple[int, str, int]:
+    info = syscall.prog_info(fd)
+    return int(info.id), info.name.decode(errors="replace"), int(info.type)
+
+
+def find_xdp_link(index: int, prog_id: int) -> tuple[int, int] | None:
+    """(link_id, prog_id) of the BPF XDP link on interface ``index`` of this netns, or None.
+
+    Link info holds only the ifindex, which repeats across namespaces, so the link must
+    also run ``prog_id``, the program netlink reports on that interface of this netns.
+    """
+    if not prog_id:
+        return None
+    link_id = 0
+    while (link_id := syscall.get_next_id("link", link_id)) is not None:
+        try:
+            with syscall.get_fd_by_id("link", link_id) as fd:
+                info = syscall.link_info(fd)
+        except syscall.BpfError:
+            continue  # gone meanwhile
+        if info.type == LinkType.XDP and info.xdp_ifindex == index and info.prog_id == prog_id:
+            return link_id, int(info.prog_id)
+    return None
+
+
+BPF_FS_MAGIC = 0xCAFE4A11  # include/uapi/linux/magic.h
+
+
+def is_bpffs(path: str) -> bool:
+    """True when ``path`` lies on a bpf filesystem (statfs f_type == BPF_FS_MAGIC)."""
+    import ctypes  # noqa: PLC0415 (already loaded by syscall)
+
+    st = ctypes.create_string_buffer(128)  # struct statfs: long f_type first (120 B on x86_64)
+    if syscall.libc().statfs(os.fsencode(path), st) != 0:
+        return False
+    return ctypes.c_long.from_buffer(st).value & 0xFFFFFFFF == BPF_FS_MAGIC
+
+
+def ensure_bpffs(path: str = BPFFS) -> None:
+    """Mount bpffs at ``path`` if it is not mounted yet (as bpftool does).
+
+    Raises DiagnosticError when it cannot be mounted.
+    """
+    if is_bpffs(path) and not is_bpffs(os.path.dirname(path) or "/"):
+        return  # path is the root of a bpffs mount: two statfs calls, no /proc/mounts scan
+    try:
+        with open("/proc/mounts") as f:
+            if any(ln.split()[1:3] == [path, "bpf"] for ln in f):
+                return
+    except OSError:
+        pass
+    import ctypes  # noqa: PLC0415
+
+    libc = syscall.libc()
+    os.makedirs(path, exist_ok=True)
+    if libc.mount(b"bpf", path.encode(), b"bpf", 0, None) != 0:
+        err = ctypes.get_errno()
+        raise DiagnosticError(
+            error(
+                "no-bpffs",
+                f"cannot mount bpffs at {path}: {os.strerror(err)}",
+                hint=f"mount it: mount -t bpf bpf {path}",
+            )
+        )
+
+
+def attach_xdp(
+    prog_fd: int,
+    dev: str,
+    *,
+    mode: str = "native",
+    link_pin: str | None = None,
+    replace: bool = False,
+    method: str = "auto",
+) -> XdpAttachment:
+    """Attach XDP program ``prog_fd`` to interface ``dev``.
+
+    ``mode``: ``native``/``generic``.  ``link_pin``: bpffs path for the new link (needed for
+    the program to stay attached after this process exits; parent dirs are created).
+    ``replace``: if a program is already attached, swap it atomically (link update or
+    netlink REPLACE with the expected fd): there is no moment without a program.
+    ``method``: ``auto`` (link, netlink where links are unsupported), ``link`` or ``netlink``.
+    Raises DiagnosticError for an unknown interface, a program that is not a plain XDP
+    program, an occupied interface without ``replace``, or a kernel refusal.
+    """
+    prog_fd = int(prog_fd)  # also accepts syscall.Fd
+    flags = check_mode(mode)
+    index = netlink.ifindex(dev)
+    prog_id, prog_name, prog_type = _prog_id_name(prog_fd)
+    if prog_type != ProgramType.XDP:
+        raise DiagnosticError(
+            error(
+                "attach-failed",
+                f"program {prog_name!r} is not an XDP program "
+                f"({ProgramType(prog_type).name.lower()}); only XDP programs attach to interfaces",
+            )
+        )
+    if replace and method == "netlink" and (cur := _current(dev, index)) is not None:
+        return _replace(prog_fd, dev, index, mode, cur)
+    link = None
+    if method in ("auto", "link"):
+        try:
+            link = syscall.link_create(prog_fd, index, AttachType.XDP, int(flags))
+        except syscall.BpfError as e:
+            if e.errno in (errno.EBUSY, errno.EEXIST):  # occupied: nothing was changed
+                cur = _current(dev, index)
+                if replace and cur is not None:
+                    return _replace(prog_fd, dev, index, mode, cur)
+                raise _occupied(dev, cur) from None
+            if e.errno == errno.EOPNOTSUPP and mode == "native":
+                raise DiagnosticError(
+                    error(
+                        "attach-failed",
+                        f"{dev} has no native XDP support (driver mode)",
+                        hint="use --mode generic",
+                    )
+                ) from None
+            if e.errno == errno.EINVAL:
+                from bpfdsl.runtime.cpumap import refuse_on_interface  # noqa: PLC0415
+
+                refuse_on_interface(prog_fd, prog_name, dev)  # explains xdp(cpumap/devmap)
+            if (
+                method == "link"
+                or isinstance(e, PermissionError)
+                or e.errno not in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP)
+            ):
+                raise _attach_error(e, dev) from None
+            # links unsupported here (kernel < 5.9) or refused: netlink says why
+        if link is not None:
+            try:
+                link_id = int(syscall.link_info(link).id)
+                if link_pin:
+                    ensure_bpffs()
+                    os.makedirs(os.path.dirname(link_pin), exist_ok=True)
+                    syscall.obj_pin(link, link_pin)
+            except BaseException:
+                link.close()  # the link dies with its last fd: nothing stays attached
+                raise
+            if link_pin:
+                link.close()
+                link = None
+            # without a pin the caller owns the link: it detaches when .link_fd closes
+            return XdpAttachment(
+                dev, index, mode, "link", prog_id, prog_name, link_id, link_pin, link
+            )
+    if (cur := _current(dev, index)) is not None:
+        if replace:
+            return _replace(prog_fd, dev, index, mode, cur)
+        raise _occupied(dev, cur)
+    netlink.xdp_set(index, prog_fd, flags | XdpFlags.UPDATE_IF_NOEXIST, dev=dev)
+    return XdpAttachment(dev, index, mode, "netlink", prog_id, prog_name)
+
+
+def _replace(prog_fd: int, dev: str, index: int, mode: str, cur: XdpAttachment) -> XdpAttachment:
+    if cur.mode != mode:  # a swap keeps the mode; say so instead of changing it silently
+        raise DiagnosticError(
+            error(
+                "attach-failed",
+                f"{dev} runs XDP in {cur.mode} mode, not {mode}",
+                hint=f"use --mode {cur.mode} to replace it atomically, or detach it first",
+            )
+        )
+    if cur.method == "link":
+        return _replace_link(prog_fd, dev, index, (cur.link_id, cur.prog_id))
+    return _replace_netlink(prog_fd, dev, index, mode, cur.prog_id)
+
+
+def _occupied(dev: str, cur: XdpAttachment | None) -> DiagnosticError:
+    what = "an XDP program"
+    if cur is not None:
+        how = "a BPF link" if cur.method == "link" else "netlink"
+        what = f"XDP program {cur.prog_name!r} (id {cur.prog_id}, {cur.mode} mode, via {how})"
+    return DiagnosticError(
+        error(
+            "attach-failed",
+            f"{dev} already has {what}",
+            hint="replace it atomically (`bpfdsl attach` without --no-replace), or "
+            f"`bpfdsl detach --dev {dev}` first",
+        )
+    )
+
+
+def _attach_error(e: syscall.BpfError, dev: str) -> DiagnosticError:
+    hint = None
+    if e.errno == errno.EINVAL:
+        hint = (
+            "only programs of section `xdp` attach to interfaces; xdp/cpumap and "
+            "xdp/devmap programs go into map entries"
+        )
+    elif isinstance(e, PermissionError):
+        hint = "run as root (needs CAP_BPF and CAP_NET_ADMIN)"
+    return DiagnosticError(
+        error("attach-failed", f"attaching XDP to {dev}: {os.strerror(e.errno)}", hint=hint)
+    )
+
+
+def _replace_link(
+    prog_fd: int, dev: str, index: int, existing: tuple[int | None, int]
+) -> XdpAttachment:
+    link_id, old_id = existing
+    with syscall.get_fd_by_id("link", link_id) as link, syscall.get_fd_by_id("prog", old_id) as old:
+        try:
+            syscall.link_update(link, prog_fd, old, BPF_F_REPLACE)
+        except syscall.BpfError as e:
+            raise DiagnosticError(
+                error(
+                    "attach-failed",
+                    f"replacing the XDP program on {dev}: {os.strerror(e.errno)}",
+                    hint="the attached program changed meanwhile; look with `bpfdsl show`"
+                    if e.errno == errno.EPERM
+                    else None,
+                )
+            ) from None
+    st = netlink.xdp_state(index)  # a link keeps its mode; the new program runs in it
+    cur_mode = st.mode if st.mode in MODES else "native"
+    prog_id, name, _t = _prog_id_name(prog_fd)
+    return XdpAttachment(dev, index, cur_mode, "link", prog_id, name, link_id, None)
+
+
+def _replace_netlink(prog_fd: int, dev: str, index: int, mode: str, old_id: int) -> XdpAttachment:
+    with syscall.get_fd_by_id("prog", old_id) as old:  # the kernel swaps only if still attached
+        netlink.xdp_set(
+            index, prog_fd, check_mode(mode) | XdpFlags.REPLACE, expected_fd=int(old), dev=dev
+        )
+    prog_id, name, _t = _prog_id_name(prog_fd)
+    return XdpAttachment(dev, index, mode, "netlink", prog_id, name)
+
+
+def xdp_attachment(dev: str) -> XdpAttachment | None:
+    """What is attached on ``dev`` now (link or netlink), or None."""
+    return _current(dev, netlink.ifindex(dev))
+
+
+def _current(dev: str, index: int) -> XdpAttachment | None:
+    st = netlink.xdp_state(index)
+    if st.mode is None:
+        return None
+    pid = st.prog_id or st.drv_prog_id or st.skb_prog_id
+    link = find_xdp_link(index, pid)
+    if link is not None:
+        return XdpAttachment(dev, index, st.mode, "link", pid, _name_of(pid), link[0])
+    return XdpAttachment(dev, index, st.mode, "netlink", pid, _name_of(pid))
+
+
+def _name_of(prog_id: int) -> str:
+    try:
+        with syscall.get_fd_by_id("prog", prog_id) as fd:
+            return syscall.prog_info(fd).name.decode(errors="replace")
+    except syscall.BpfError:
+        return ""
+
+
+def detach_xdp(
+    dev: str, *, pin_roots: tuple[str, ...] = (DEFAULT_PIN_ROOT,), extra_pins: tuple[str, ...] = ()
+) -> XdpAttachment | None:
+    """Detach whatever XDP program is on ``dev``; returns what was attached (None: nothing).
+
+    A link is detached with BPF_LINK_DETACH and its pins under ``pin_roots`` (or listed in
+    ``extra_pins``) are removed; a netlink attachment is removed with IFLA_XDP_FD = -1.
+    Raises DiagnosticError for an unknown interface or a kernel refusal.
+    """
+    cur = xdp_attachment(dev)
+    if cur is None:
+        return None
+    if cur.method == "link":
+        with syscall.get_fd_by_id("link", cur.link_id) as link:
+            syscall.link_detach(link)
+        for path in list(extra_pins) + _pins_of_link(cur.link_id, pin_roots):
+            try:
+                os.unlink(path)
+                os.rmdir(os.path.dirname(path))  # only if the link was all it held
+            except OSError:
+                pass
+        return cur
+    flags = netlink.MODE_FLAGS.get(cur.mode, XdpFlags.NONE)
+    netlink.xdp_set(cur.ifindex, -1, flags, dev=dev)
+    return cur
+
+
+def _pins_of_link(link_id: int | None, roots: tuple[str, ...]) -> list[str]:
+    """Paths under ``roots`` (bpffs) pinning the link with ``link_id``."""
+    out: list[str] = []
+    for root in roots:
+        for dirpath, _dirs, files in os.walk(root):
+            for f in files:
+                path = os.path.join(dirpath, f)
+                try:
+                    with syscall.obj_get(path) as fd:
+                        if fd_kind(int(fd)) != "link":
+                            continue
+                        info = syscall.link_info(fd)
+                except (syscall.BpfError, OSError):
+                    continue
+                if info.id == link_id:
+                    out.append(path)
+    return out
+
+
+def fd_kind(fd: int) -> str:
+    """``prog``, ``map``, ``link``, ``btf`` or ``""``: the kind of BPF object behind ``fd``
+    (from its anon inode name, ``anon_inode:bpf-link`` etc.)."""
+    try:
+        target = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return ""
+    if target.startswith("anon_inode:bpf-"):
+        return target.removeprefix("anon_inode:bpf-").split("-")[0]
+    return "btf" if target == "anon_inode:btf" else ""
+
+
+def move_link_pin(att: XdpAttachment, link_pin: str) -> XdpAttachment:
+    """Pin ``att``'s link at ``link_pin`` and unpin it elsewhere in bpffs.
+
+    Used after a replace: the link now runs a program of another pin dir, so unloading
+    the old dir must not take the link (and the new program) down with it.
+    """
+    if att.link_id is None:
+        return att
+    old = _pins_of_link(att.link_id, (BPFFS,))
+    if link_pin not in old:
+        os.makedirs(os.path.dirname(link_pin), exist_ok=True)
+        with syscall.get_fd_by_id("link", att.link_id) as link:
+            syscall.obj_pin(link, link_pin)
+    for p in old:
+        if p != link_pin:
+            try:
+                os.unlink(p)
+            except FileNotFoundError:
+                pass
+    return XdpAttachment(
+        att.dev,
+        att.ifindex,
+        att.mode,
+        att.method,
+        att.prog_id,
+        att.prog_name,
+        att.link_id,
+        link_pin,
+    )

@@ -1,0 +1,355 @@
+"""Kernel side: find programs to attach and list what bpfdsl pinned and attached.
+
+:func:`open_program` turns a CLI ``PROG`` (object file, ``.bpfd``, pinned program or pin
+dir) into an open program fd plus the pin dir its link belongs in.  :func:`collect` walks
+bpffs pin dirs and the interfaces of this namespace for ``bpfdsl show``; it returns
+plain dicts (JSON-ready).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from bpfdsl.abi.uapi import AttachType, LinkType, MapType, ProgramType
+from bpfdsl.diagnostics import DiagnosticError, UsageError, error
+from bpfdsl.kernel import netlink, syscall
+from bpfdsl.record import Record
+from bpfdsl.runtime import attach
+
+MANIFEST_NAMES = ("bpfdsl.json", "manifest", "bpfdsl_manifest")  # files the loader may write
+
+
+class OpenProgram(Record):
+    """A program ready to attach: ``fd`` (owned by the context), kernel ``name``, and
+    ``pin_dir`` (where its link gets pinned; None when nothing is pinned)."""
+
+    fd: int
+    name: str
+    pin_dir: str | None
+    loaded_from: str | None  # the object file loaded and pinned by this call
+
+    __slots__ = ("fd", "name", "pin_dir", "loaded_from")
+
+    def __init__(
+        self, fd: int, name: str, pin_dir: str | None, loaded_from: str | None = None
+    ) -> None:
+        self.fd = fd
+        self.name = name
+        self.pin_dir = pin_dir
+        self.loaded_from = loaded_from
+
+
+def _type_name(enum, value: int) -> str:
+    try:
+        return enum(value).name.lower()
+    except ValueError:
+        return str(value)
+
+
+def pinned_programs(directory: str) -> dict[str, str]:
+    """Pin name -> path of the programs pinned in ``directory`` or ``directory/progs``."""
+    out: dict[str, str] = {}
+    for d in (directory, os.path.join(directory, "progs")):
+        try:
+            names = sorted(os.listdir(d))
+        except PermissionError:
+            raise syscall.NoPermission(f"listing {d}") from None
+        except OSError:
+            continue
+        for n in names:
+            p = os.path.join(d, n)
+            if os.path.isfile(p) and _kind_at(p) == "prog":
+                out.setdefault(n, p)
+    return out
+
+
+def _kind_at(path: str) -> str:
+    """fd_kind of the object pinned at ``path`` ("" when none); raises NoPermission."""
+    try:
+        with syscall.obj_get(path) as fd:
+            return attach.fd_kind(int(fd))
+    except PermissionError:
+        if attach.is_bpffs(path):  # elsewhere EACCES only says "no pin"
+            raise syscall.NoPermission(f"opening {path}") from None
+        return ""
+    except (syscall.BpfError, OSError):
+        return ""
+
+
+def _owner_dir(prog_path: str) -> str:
+    parent = os.path.dirname(prog_path)
+    return os.path.dirname(parent) if os.path.basename(parent) == "progs" else parent
+
+
+@contextmanager
+def open_program(
+    ref: str,
+    *,
+    prog: str | None = None,
+    pin_dir: str | None = None,
+    config_items: list[str] | None = None,
+) -> Iterator[OpenProgram]:
+    """Open the program ``ref`` names (see module docstring); closes its fd on exit.
+
+    An object file is loaded (``bpfdsl.runtime.loader``) and pinned under ``pin_dir`` (default
+    /sys/fs/bpf/bpfdsl/<object name>); if the body raises, those pins are removed again.
+    Raises UsageError for a missing file, no/ambiguous program, or a pin that is no program.
+    """
+    if os.path.isdir(ref):
+        progs = pinned_programs(ref)
+        path = _choose_pinned(ref, progs, prog)
+        with _open_pinned(path) as fd:
+            yield OpenProgram(int(fd), _prog_name(fd), pin_dir or ref)
+        return
+    if os.path.isfile(ref) and _kind_at(ref) == "prog":
+        with _open_pinned(ref) as fd:
+            yield OpenProgram(int(fd), _prog_name(fd), pin_dir or _owner_dir(ref))
+        return
+    alias = os.path.join(os.path.dirname(ref), "progs", os.path.basename(ref))
+    if not os.path.exists(ref) and os.path.isfile(alias) and _kind_at(alias) == "prog":
+        with _open_pinned(alias) as fd:  # DIR/NAME for DIR/progs/NAME of `bpfdsl load`
+            yield OpenProgram(int(fd), _prog_name(fd), pin_dir or _owner_dir(alias))
+        return
+    if not os.path.isfile(ref):
+        raise UsageError(error("no-such-file", f"{ref}: no such object, pinned program or pin dir"))
+    yield from _load_and_open(ref, prog, pin_dir, config_items)
+
+
+def _load_and_open(
+    ref: str, prog: str | None, pin_dir: str | None, config_items: list[str] | None
+) -> Iterator[OpenProgram]:
+    from bpfdsl.obj import collection as objfile  # noqa: PLC0415
+    from bpfdsl.runtime import loader, pins
+
+    spec = objfile.read_object(object_bytes(ref), name=ref)
+    config = {}
+    if config_items:
+        from bpfdsl.runtime import testrun  # noqa: PLC0415
+
+        config = testrun.parse_config(config_items, spec.configs)
+    if prog is None:
+        xdp = [
+            p.name
+            for p in spec.programs.values()
+            if p.kind.program_type == ProgramType.XDP and p.kind.attach_type == AttachType.XDP
+        ]
+        if len(xdp) == 1:
+            prog = xdp[0]
+    name, kind = _choose_program(spec, prog)
+    if kind.program_type != ProgramType.XDP or kind.attach_type != AttachType.XDP:
+        raise DiagnosticError(
+            error(
+                "attach-failed",
+                f"program {name!r} (section {spec.programs[name].section}) is "
+                "not a plain XDP program and cannot be attached to an interface",
+                hint="xdp(cpumap)/xdp(devmap) programs go into cpumap/devmap entries",
+            )
+        )
+    pin_dir = pin_dir or default_pin_dir(ref)
+    attach.ensure_bpffs()
+    if pin_dir.startswith(attach.DEFAULT_PIN_ROOT + "/"):
+        os.makedirs(attach.DEFAULT_PIN_ROOT, exist_ok=True)
+    with loader.load_collection(spec, config=config) as coll:
+        pins.pin_collection(coll, pin_dir, source=os.path.abspath(ref), made_by="attach")
+        try:
+            yield OpenProgram(int(coll.programs[name].fd), name, pin_dir, ref)
+        except BaseException:
+            pins.unpin_dir(pin_dir)  # a failed attach leaves nothing pinned
+            raise
+
+
+def default_pin_dir(ref: str) -> str:
+    """Where ``bpfdsl attach xdp FILE.o`` pins what it loads without ``--pin-dir``:
+    /sys/fs/bpf/bpfdsl/<object name, characters other than [A-Za-z0-9_] as _>."""
+    stem = "".join(c if c in _STEM_CHARS else "_" for c in os.path.basename(ref).rsplit(".", 1)[0])
+    return os.path.join(attach.DEFAULT_PIN_ROOT, stem)
+
+
+def is_object_file(ref: str) -> bool:
+    """True when ``ref`` names an object or source file (what :func:`open_program` loads),
+    not a pin dir or a pinned program."""
+    return os.path.isfile(ref) and _kind_at(ref) != "prog"
+
+
+_STEM_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
+
+
+def object_bytes(ref: str) -> bytes:
+    """ELF bytes of the object file ``ref``; ``.bpfd`` source is compiled first.
+
+    Same results and errors as ``testrun.object_bytes`` (which handles ``.bpfd`` and
+    missing files), without importing testrun for an object file that exists."""
+    if os.path.splitext(ref)[1] == ".bpfd" or not os.path.isfile(ref):
+        from bpfdsl.runtime import testrun  # noqa: PLC0415
+
+        return testrun.object_bytes(ref)
+    try:
+        with open(ref, "rb") as f:
+            return f.read()
+    except PermissionError:
+        from pathlib import Path  # noqa: PLC0415 (the path as testrun.object_bytes shows it)
+
+        raise syscall.NoPermission(f"reading {Path(ref)}") from None
+
+
+def _choose_program(spec, prog: str | None):
+    """(name, kind) of program ``prog`` of ``spec``; anything but a known program name
+    goes to ``testrun.choose_program`` (the one place for its choices and messages)."""
+    p = spec.programs.get(prog) if prog is not None else None
+    if p is not None and p.name == prog and p.kind is not None:
+        return prog, p.kind
+    from bpfdsl.runtime import testrun  # noqa: PLC0415
+
+    return testrun.choose_program(spec, prog)
+
+
+def _choose_pinned(directory: str, progs: dict[str, str], prog: str | None) -> str:
+    if not progs:
+        raise UsageError(
+            error(
+                "unknown-program",
+                f"no program pinned in {directory}",
+                hint="load one with `bpfdsl load FILE.o --pin-dir DIR`",
+            )
+        )
+    if prog is not None:
+        if prog in progs:
+            return progs[prog]
+        raise UsageError(
+            error(
+                "unknown-program",
+                f"no program {prog!r} pinned in {directory}",
+                hint=f"programs there: {', '.join(progs)}",
+            )
+        )
+    if len(progs) == 1:
+        return next(iter(progs.values()))
+    raise UsageError(
+        error(
+            "unknown-program",
+            f"{len(progs)} programs pinned in {directory}",
+            hint=f"pick one with --prog: {', '.join(progs)}",
+        )
+    )
+
+
+def _open_pinned(path: str) -> syscall.Fd:
+    try:
+        fd = syscall.obj_get(path)
+    except syscall.BpfError as e:
+        if isinstance(e, PermissionError):
+            raise
+        raise UsageError(
+            error("no-such-file", f"{path}: cannot open pin: {os.strerror(e.errno)}")
+        ) from None
+    if attach.fd_kind(int(fd)) != "prog":
+        fd.close()
+        raise UsageError(error("unknown-program", f"{path} is pinned but is not a program"))
+    return fd
+
+
+def _prog_name(fd) -> str:
+    return syscall.prog_info(fd).name.decode(errors="replace")
+
+
+# ---- bpfdsl show ---------------------------------------------------------------------
+
+
+def _describe(path: str) -> dict | None:
+    try:
+        fd = syscall.obj_get(path)
+    except PermissionError:
+        raise syscall.NoPermission(f"reading {path}") from None
+    except (syscall.BpfError, OSError):
+        return None
+    try:
+        with fd:
+            kind = attach.fd_kind(int(fd))
+            if kind == "prog":
+                i = syscall.prog_info(fd)
+                return {
+                    "kind": "prog",
+                    "id": int(i.id),
+                    "name": os.path.basename(path),
+                    "detail": _type_name(ProgramType, int(i.type)),
+                    "path": path,
+                }
+            if kind == "map":
+                i = syscall.map_info(fd)
+                return {
+                    "kind": "map",
+                    "id": int(i.id),
+                    "name": os.path.basename(path),
+                    "detail": _type_name(MapType, int(i.type)),
+                    "path": path,
+                }
+            if kind == "link":
+                i = syscall.link_info(fd)
+                detail = _type_name(LinkType, int(i.type))
+                if i.type == LinkType.XDP:
+                    detail += f" ifindex {i.xdp_ifindex}" if i.xdp_ifindex else " (detached)"
+                return {
+                    "kind": "link",
+                    "id": int(i.id),
+                    "name": os.path.basename(path),
+                    "detail": f"{detail} prog {int(i.prog_id)}",
+                    "path": path,
+                    "prog_id": int(i.prog_id),
+                }
+    except (syscall.BpfError, OSError):
+        return None
+    return None
+
+
+def _is_ours(directory: str) -> bool:
+    if directory.startswith(attach.DEFAULT_PIN_ROOT + "/"):
+        return True
+    return any(
+        os.path.lexists(os.path.join(d, m))
+        for m in MANIFEST_NAMES
+        for d in (directory, os.path.dirname(directory))
+    )
+
+
+def pin_dirs(
+    *, all_dirs: bool = False, root: str = attach.BPFFS, max_dirs: int = 10_000
+) -> list[str]:
+    """Pin dirs to list: bpfdsl's (under /sys/fs/bpf/bpfdsl or with a manifest), or all."""
+    out: list[str] = []
+    for dirpath, dirs, files in os.walk(root):
+        dirs.sort()
+        if len(out) >= max_dirs:
+            break
+        if (files or dirs) and (all_dirs or _is_ours(dirpath)):
+            out.append(dirpath)
+    return out
+
+
+def collect(*, all_dirs: bool = False) -> dict:
+    """``{"attachments": [...], "pins": [{"dir", "objects": [...]}, ...]}`` (JSON-ready)."""
+    pins = []
+    link_pins: dict[int, str] = {}
+    for d in pin_dirs(all_dirs=all_dirs):
+        objs = []
+        for n in sorted(os.listdir(d)):
+            p = os.path.join(d, n)
+            if os.path.isfile(p) and (o := _describe(p)) is not None:
+                objs.append(o)
+                if o["kind"] == "link":
+                    link_pins.setdefault(o["id"], p)
+        if objs:
+            pins.append({"dir": d, "objects": objs})
+    atts = []
+    for dev, st in netlink.xdp_states().items():
+        if st.mode is None:
+            continue
+        cur = attach.xdp_attachment(dev)
+        if cur is None:
+            continue
+        d = cur.to_dict()
+        if cur.link_id is not None:
+            d["link_pin"] = link_pins.get(cur.link_id)
+        atts.append(d)
+    return {"attachments": atts, "pins": pins}

@@ -1,0 +1,322 @@
+"""Kernel side: pinned maps read and written by their BTF types (for ``bpfdsl map``).
+
+Takes a map reference (a pin path, ``DIR:NAME`` or ``id:N``), opens it, fetches the
+map's BTF from the kernel (BPF_OBJ_GET_INFO_BY_FD on the BTF object) and turns keys and
+values to/from Python values with :mod:`bpfdsl.abi.btf.values` (IPs as IPs, be16 in host order,
+structs as dicts).  Per-CPU maps hold one value per possible CPU (kernel layout: each
+value rounded up to 8 bytes).  Without BTF, keys/values are hex.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+from collections.abc import Iterator
+from typing import Any
+
+from bpfdsl.abi.btf import values as btf_values
+from bpfdsl.abi.btf.core import Btf, BtfFormatError, parse_btf
+from bpfdsl.abi.uapi import MapType
+from bpfdsl.diagnostics import DiagnosticError, UsageError, error
+from bpfdsl.kernel import syscall
+
+_INDEXED = (
+    MapType.ARRAY,
+    MapType.PERCPU_ARRAY,
+    MapType.DEVMAP,
+    MapType.CPUMAP,
+    MapType.XSKMAP,
+    MapType.PROG_ARRAY,
+    MapType.SOCKMAP,
+)
+_MAX_DUMP = 1_000_000  # entries; a dump is bounded even if the map changes under it
+
+
+def _candidates(directory: str, name: str) -> list[str]:
+    return [os.path.join(directory, name), os.path.join(directory, "maps", name)]
+
+
+def resolve_ref(ref: str) -> str | int:
+    """Path of the pinned map named by ``ref``, or its id for ``id:N``.
+
+    ``ref`` := PIN_PATH | DIR:NAME (NAME in DIR or DIR/maps) | id:N.
+    Raises UsageError when nothing is pinned there.
+    """
+    if ref.startswith("id:"):
+        try:
+            return int(ref[3:])
+        except ValueError:
+            raise UsageError(error("bad-map", f"{ref!r}: id:N needs a number")) from None
+    if os.path.exists(ref) and not os.path.isdir(ref):
+        return ref
+    directory, colon, name = ref.rpartition(":")
+    if colon and directory:
+        for path in _candidates(directory, name):
+            if os.path.exists(path):
+                return path
+        have = sorted(list_maps(directory))
+        raise UsageError(
+            error(
+                "bad-map",
+                f"no map {name!r} pinned in {directory}",
+                hint=f"maps there: {', '.join(have) or 'none'}",
+            )
+        )
+    if os.path.isdir(ref):
+        have = sorted(list_maps(ref))
+        raise UsageError(
+            error(
+                "bad-map",
+                f"{ref} is a directory; name a map in it as {ref}:NAME",
+                hint=f"maps there: {', '.join(have) or 'none'}",
+            )
+        )
+    raise UsageError(
+        error(
+            "bad-map",
+            f"{ref}: no pinned map there",
+            hint="give PIN_PATH, DIR:NAME (a `bpfdsl load --pin-dir` dir) or id:N",
+        )
+    )
+
+
+def list_maps(directory: str) -> dict[str, str]:
+    """Map name -> pin path for pinned maps directly in ``directory`` or ``directory/maps``."""
+    out: dict[str, str] = {}
+    for d in (directory, os.path.join(directory, "maps")):
+        try:
+            names = os.listdir(d)
+        except OSError:
+            continue
+        for n in names:
+            p = os.path.join(d, n)
+            if os.path.isdir(p):
+                continue
+            try:
+                with syscall.obj_get(p) as fd:
+                    if _fd_kind(int(fd)) == "map":
+                        out.setdefault(n, p)
+            except (syscall.BpfError, OSError):
+                continue
+    return out
+
+
+def _fd_kind(fd: int) -> str:
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}").removeprefix("anon_inode:bpf-")
+    except OSError:
+        return ""
+
+
+def kernel_btf(btf_id: int) -> Btf | None:
+    """The BTF object ``btf_id`` as the kernel holds it, parsed; None if unavailable."""
+    if not btf_id:
+        return None
+    try:
+        with syscall.get_fd_by_id("btf", btf_id) as fd:
+            size = syscall.btf_info(fd).btf_size
+            buf = ctypes.create_string_buffer(max(size, 1))
+            info = syscall.BtfInfo(btf=ctypes.addressof(buf), btf_size=size)
+            syscall.obj_get_info_by_fd(fd, info)
+            return parse_btf(buf.raw[:size])
+    except (syscall.BpfError, BtfFormatError):
+        return None
+
+
+def _parse_untyped(text: str, size: int) -> bytes:
+    """Bytes of a key/value without BTF type (cpumap, devmap, sockmap... refuse BTF):
+    ``hex:BYTES`` raw, an integer (``5``, ``0x10``) as an unsigned ``size``-byte little
+    endian number (the host order of bpfel maps), else hex digits.  Raises ValueError."""
+    s = text.strip()
+    if s.startswith("hex:"):
+        return bytes.fromhex(s[4:].replace(" ", ""))
+    try:
+        v = int(s.replace("_", ""), 0)
+    except ValueError:
+        try:
+            return bytes.fromhex(s.replace(" ", ""))
+        except ValueError:
+            raise ValueError(f"expected an integer or hex:BYTES, got {s!r}") from None
+    lo, hi = btf_values.int_range(size, signed=False)
+    if not lo <= v <= hi:
+        raise ValueError(f"{v} does not fit in {size} bytes ({lo}..{hi})")
+    return v.to_bytes(size, "little")
+
+
+class MapView:
+    """An open map with typed access.  ``name``, ``info`` (syscall.MapInfo), ``btf``.
+
+    Use as a context manager (closes the fd).  Values of per-CPU maps are lists, one per
+    possible CPU.  Raises DiagnosticError/UsageError with what to do.
+    """
+
+    def __init__(self, ref: str):
+        target = resolve_ref(ref)
+        try:
+            if isinstance(target, int):
+                self.fd = syscall.get_fd_by_id("map", target)
+            else:
+                self.fd = syscall.obj_get(target)
+        except syscall.BpfError as e:
+            if isinstance(e, PermissionError):
+                raise
+            raise UsageError(
+                error("bad-map", f"{ref}: cannot open map: {os.strerror(e.errno)}")
+            ) from None
+        if _fd_kind(int(self.fd)) != "map":
+            self.fd.close()
+            raise UsageError(error("bad-map", f"{ref} is pinned but is not a map"))
+        self.info = syscall.map_info(self.fd)
+        self.name = self.info.name.decode(errors="replace")
+        self.type = int(self.info.type)
+        self.btf = kernel_btf(int(self.info.btf_id))
+        self.key_tid = int(self.info.btf_key_type_id) if self.btf else 0
+        self.value_tid = int(self.info.btf_value_type_id) if self.btf else 0
+        self.percpu = syscall.is_percpu(self.type)
+        self.ncpu = syscall.possible_cpus() if self.percpu else 1
+        self.stride = (self.info.value_size + 7) & ~7 if self.percpu else self.info.value_size
+
+    def __enter__(self) -> MapView:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.fd.close()
+
+    @property
+    def type_name(self) -> str:
+        try:
+            return MapType(self.type).name.lower()
+        except ValueError:
+            return str(self.type)
+
+    # ---- bytes <-> values
+    def key_value(self, data: bytes) -> Any:
+        if not self.key_tid and self.type in _INDEXED and len(data) == 4:
+            return int.from_bytes(data, "little")  # arrays (e.g. .rodata) have u32 indexes
+        return self._fmt(self.key_tid, data)
+
+    def value_value(self, data: bytes) -> Any:
+        """Decoded value; per-CPU maps give a list (one value per CPU)."""
+        if not self.percpu:
+            return self._fmt(self.value_tid, data)
+        vs = self.info.value_size
+        return [
+            self._fmt(self.value_tid, data[i * self.stride : i * self.stride + vs])
+            for i in range(self.ncpu)
+        ]
+
+    def _fmt(self, tid: int, data: bytes) -> Any:
+        if self.btf is None or not tid:
+            return data.hex(" ")
+        try:
+            return btf_values.format_value(self.btf, tid, data)
+        except (ValueError, KeyError, IndexError):
+            return data.hex(" ")
+
+    def parse_key(self, text: str) -> bytes:
+        return self._parse(self.key_tid, text, self.info.key_size, "key")
+
+    def parse_value(self, text: str) -> bytes:
+        """Value bytes from text; for per-CPU maps the same value goes to every CPU."""
+        one = self._parse(self.value_tid, text, self.info.value_size, "value")
+        if not self.percpu:
+            return one
+        return (one + bytes(self.stride - len(one))) * self.ncpu
+
+    def _parse(self, tid: int, text: str, size: int, what: str) -> bytes:
+        try:
+            if self.btf is not None and tid:
+                data = btf_values.parse_value(self.btf, tid, text)
+            else:
+                data = _parse_untyped(text, size)
+        except ValueError as e:
+            hint = (
+                None
+                if self.btf is not None and tid
+                else f"this map has no BTF type for its {what} ({size} bytes): give an "
+                "unsigned integer (little endian) or hex bytes, e.g. hex:0a000001"
+            )
+            raise UsageError(
+                error("bad-value", f"map {self.name!r}: bad {what} {text!r}: {e}", hint=hint)
+            ) from None
+        if len(data) != size:
+            raise UsageError(
+                error(
+                    "bad-value",
+                    f"map {self.name!r}: {what} {text!r} is "
+                    f"{len(data)} bytes, the map wants {size}",
+                )
+            )
+        return data
+
+    # ---- kernel operations
+    def entries(self, limit: int = _MAX_DUMP) -> Iterator[tuple[bytes, bytes | None]]:
+        """(key bytes, value bytes) of each entry (value None for fd-holding map kinds)."""
+        vsize = self.stride * self.ncpu
+        key: bytes | None = None
+        for _ in range(min(limit, _MAX_DUMP)):
+            try:
+                key = syscall.map_get_next_key(self.fd, key, self.info.key_size)
+            except syscall.BpfError as e:
+                raise self._err("walking", e) from None
+            if key is None:
+                return
+            yield key, self._lookup_raw(key, vsize)
+
+    def _lookup_raw(self, key: bytes, vsize: int) -> bytes | None:
+        try:
+            return syscall.map_lookup(self.fd, key, vsize)
+        except syscall.BpfError as e:
+            if e.errno in (errno.EOPNOTSUPP, errno.EINVAL, 524):  # 524: kernel ENOTSUPP
+                return None  # prog arrays, sockmaps...: values are not readable
+            raise self._err("reading", e) from None
+
+    def lookup(self, key: bytes) -> bytes | None:
+        """Value bytes of ``key``, None when absent."""
+        return self._lookup_raw(key, self.stride * self.ncpu)
+
+    def update(self, key: bytes, value: bytes, flags: int = 0) -> None:
+        try:
+            syscall.map_update(self.fd, key, value, flags)
+        except syscall.BpfError as e:
+            raise self._err("updating", e) from None
+
+    def delete(self, key: bytes) -> bool:
+        try:
+            return syscall.map_delete(self.fd, key)
+        except syscall.BpfError as e:
+            raise self._err("deleting in", e) from None
+
+    def _err(self, what: str, e: syscall.BpfError) -> Exception:
+        if isinstance(e, PermissionError):
+            return e
+        hint = None
+        if e.errno == errno.EINVAL and self.type in (MapType.ARRAY, MapType.PERCPU_ARRAY):
+            hint = "array maps cannot delete entries; set the value to 0 instead"
+        elif e.errno == errno.E2BIG:
+            hint = f"the map is full (max_entries {self.info.max_entries})"
+        elif e.errno == errno.EEXIST:
+            hint = "the key exists (update with --flags any or exist)"
+        elif e.errno == errno.ENOENT:
+            hint = "the key does not exist"
+        return DiagnosticError(
+            error("map-failed", f"{what} map {self.name!r}: {os.strerror(e.errno)}", hint=hint)
+        )
+
+    def describe(self) -> dict:
+        """Map metadata as a dict (id, name, type, key/value size, max_entries, flags)."""
+        return {
+            "id": int(self.info.id),
+            "name": self.name,
+            "type": self.type_name,
+            "key_size": int(self.info.key_size),
+            "value_size": int(self.info.value_size),
+            "max_entries": int(self.info.max_entries),
+            "flags": int(self.info.map_flags),
+            "btf": self.btf is not None,
+            "percpu": self.percpu,
+        }

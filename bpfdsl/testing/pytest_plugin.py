@@ -1,0 +1,392 @@
+"""pytest plugin of bpfdsl (entry point ``pytest11``): markers and fixtures for BPF tests.
+
+``@pytest.mark.kernel`` marks a test that needs the bpf() syscall as root.  Where the kernel
+is not usable the test skips with the reason; with ``BPFDSL_REQUIRE_KERNEL=1`` in the
+environment (CI sets it) the skip becomes a failure, so a green run proves the kernel tests ran.
+
+Fixtures ``bpf_engine`` ("interp", "kernel") and ``bpf_program`` (load a .bpfd/.o, fill
+maps, run a packet, read verdict, output bytes and maps) run one test on both engines.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REQUIRE_ENV = "BPFDSL_REQUIRE_KERNEL"
+
+
+def kernel_unavailable_reason() -> str | None:
+    """None when bpf() can create a map here; otherwise a one-line reason."""
+    if not hasattr(os, "geteuid") or os.uname().sysname != "Linux":
+        return "not Linux: the bpf() syscall is unavailable"
+    if os.geteuid() != 0:
+        return "not root: loading BPF programs needs CAP_BPF + CAP_NET_ADMIN (run as root)"
+    try:
+        from bpfdsl.kernel import syscall  # noqa: PLC0415  (lazy: the plugin loads in every pytest)
+    except ImportError as e:  # pragma: no cover - only during early development
+        return f"bpfdsl.kernel.syscall not importable: {e}"
+    probe = getattr(syscall, "probe_bpf", None)
+    if probe is None:
+        return "bpfdsl.kernel.syscall.probe_bpf missing"
+    return probe()
+
+
+def require_kernel() -> None:
+    """Skip (or fail under BPFDSL_REQUIRE_KERNEL=1) when the kernel cannot be used."""
+    reason = kernel_unavailable_reason()
+    if reason is None:
+        return
+    if os.environ.get(REQUIRE_ENV) == "1":
+        pytest.fail(f"{REQUIRE_ENV}=1 but the kernel is not usable: {reason}", pytrace=False)
+    pytest.skip(f"kernel not available: {reason}")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "kernel: needs the bpf() syscall as root (skips elsewhere; "
+        f"{REQUIRE_ENV}=1 turns the skip into a failure)",
+    )
+    config.addinivalue_line(
+        "markers",
+        "bpf_engines(*names): run a test that uses bpf_engine/bpf_program only on these "
+        "engines (others are deselected, e.g. programs BPF_PROG_TEST_RUN refuses)",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Deselect the engines a ``bpf_engines`` marker excludes (not a skip: nothing to run)."""
+    keep, drop = [], []
+    for item in items:
+        marker = item.get_closest_marker("bpf_engines")
+        callspec = getattr(item, "callspec", None)
+        engine = callspec.params.get("bpf_engine") if callspec else None
+        if marker is not None and engine is not None and engine not in marker.args:
+            drop.append(item)
+        else:
+            keep.append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.get_closest_marker("kernel") is not None:
+        require_kernel()
+
+
+# ---------------------------------------------------------------------------------------
+# Fixtures: run one program on the kernel (BPF_PROG_TEST_RUN) or the userspace interpreter
+# with the same calls.  ``bpf_engine`` is parametrized over both engines (the kernel one
+# carries the ``kernel`` mark, so it skips without root); ``bpf_program`` loads an object.
+#
+#     def test_drop(bpf_program):
+#         prog = bpf_program("progs/xdp_udp_filter.bpfd", config={"port": 9999})
+#         res = prog.run(Ether() / IP() / UDP(dport=9999))
+#         assert res.verdict == "XDP_DROP"
+#         assert prog.maps["drops"].total(0) == 1
+# ---------------------------------------------------------------------------------------
+
+ENGINES = ("interp", "kernel")
+
+
+@dataclass
+class BpfRun:
+    """One run: ``retval``, ``verdict`` (``XDP_DROP``...), ``data_out`` (bytes after the
+    program; sk_msg: the bytes delivered, b"" on SK_DROP in both engines), ``redirect`` (interpreter only: the redirect target, else None)."""
+
+    retval: int
+    verdict: str
+    data_out: bytes
+    redirect: tuple | None = None
+
+    @property
+    def packet(self):
+        """``data_out`` parsed by scapy as an Ethernet frame."""
+        from scapy.layers.l2 import Ether  # noqa: PLC0415
+
+        return Ether(self.data_out)
+
+
+class BpfMap:
+    """A map of a loaded program, same calls on both engines.  Keys/values are bytes or
+    ints (little endian, sized by the map); per-CPU values read back as lists."""
+
+    def __init__(self, name: str, key_size: int, value_size: int, map_type: int, ncpus: int):
+        self.name, self.key_size, self.value_size = name, key_size, value_size
+        self.map_type, self.ncpus = map_type, ncpus
+
+    @property
+    def percpu(self) -> bool:
+        from bpfdsl.abi.uapi import MapType  # noqa: PLC0415
+
+        return self.map_type in (
+            MapType.PERCPU_ARRAY,
+            MapType.PERCPU_HASH,
+            MapType.LRU_PERCPU_HASH,
+        )
+
+    def _b(self, x: Any, size: int) -> bytes:
+        if isinstance(x, int):
+            return (x & ((1 << (8 * size)) - 1)).to_bytes(size, "little")
+        return bytes(x)
+
+    def set(self, key: Any, value: Any) -> None:
+        """Create or replace ``key`` (per-CPU maps: one value for all CPUs, or a list)."""
+        raise NotImplementedError
+
+    def get(self, key: Any) -> bytes | list[bytes] | None:
+        """The value (per-CPU: a list, one per CPU), or None when absent."""
+        raise NotImplementedError
+
+    def items(self) -> dict[bytes, bytes | list[bytes]]:
+        """Every entry: key bytes -> value bytes (per-CPU: list)."""
+        raise NotImplementedError
+
+    def total(self, key: Any) -> int:
+        """The value at ``key`` as a little-endian int, summed over CPUs; 0 when absent."""
+        v = self.get(key)
+        if v is None:
+            return 0
+        vals = v if isinstance(v, list) else [v]
+        return sum(int.from_bytes(x[: self.value_size], "little") for x in vals)
+
+
+class _InterpMap(BpfMap):
+    def __init__(self, m):
+        super().__init__(m.name, m.key_size, m.value_size, m.map_type, m.ncpus)
+        self.m = m
+
+    def set(self, key: Any, value: Any) -> None:
+        self.m.set(key, value)
+
+    def get(self, key: Any):
+        return self.m.get(key)
+
+    def items(self):
+        return dict(self.m.items())
+
+
+class _KernelMap(BpfMap):
+    def __init__(self, lm, ncpus: int):
+        super().__init__(lm.name, lm.key_size, lm.value_size, lm.map_type, ncpus)
+        self.fd = lm.fd
+
+    def _vsize(self) -> int:
+        return ((self.value_size + 7) & ~7) * self.ncpus if self.percpu else self.value_size
+
+    def set(self, key: Any, value: Any) -> None:
+        from bpfdsl.kernel import syscall  # noqa: PLC0415
+
+        if self.percpu:
+            vals = value if isinstance(value, list) else [value] * self.ncpus
+            pad = (-self.value_size) % 8
+            raw = b"".join(self._b(v, self.value_size) + bytes(pad) for v in vals)
+        else:
+            raw = self._b(value, self.value_size)
+        syscall.map_update(self.fd, self._b(key, self.key_size), raw)
+
+    def _split(self, raw: bytes):
+        if not self.percpu:
+            return raw
+        step = (self.value_size + 7) & ~7
+        return [raw[i * step : i * step + self.value_size] for i in range(self.ncpus)]
+
+    def get(self, key: Any):
+        from bpfdsl.kernel import syscall  # noqa: PLC0415
+
+        raw = syscall.map_lookup(self.fd, self._b(key, self.key_size), self._vsize())
+        return None if raw is None else self._split(raw)
+
+    def items(self):
+        from bpfdsl.kernel import syscall  # noqa: PLC0415
+
+        out, key, seen = {}, None, 0
+        while seen <= 1_000_000:
+            key = syscall.map_get_next_key(self.fd, key, self.key_size)
+            if key is None:
+                break
+            seen += 1
+            raw = syscall.map_lookup(self.fd, key, self._vsize())
+            if raw is not None:
+                out[key] = self._split(raw)
+        return out
+
+
+class BpfProgram:
+    """One program of a loaded object on one engine: ``run(packet)``, ``maps[name]``;
+    ``program(name)`` is another program of the same load (shared maps); ``interp`` is
+    the :class:`bpfdsl.interp.InterpCollection` on the interpreter (``interp.env.cpu``
+    sets the CPU, ``interp.env.clock_ns`` the clock), None on the kernel."""
+
+    def __init__(self, engine: str, spec, name: str | None, config: dict | None, _of=None):
+        from bpfdsl.runtime.testrun import choose_program  # noqa: PLC0415
+
+        self.engine = engine
+        self.spec = spec
+        self.name, self.kind = choose_program(spec, name)
+        if _of is not None:  # same load as another program
+            self._coll, self.interp, self.maps = _of._coll, _of.interp, _of.maps
+            self._owner = False
+            return
+        self._owner = True
+        self._coll = None
+        self.interp = None
+        if engine == "interp":
+            from bpfdsl.interp import InterpCollection  # noqa: PLC0415
+
+            self.interp = InterpCollection(spec, config=config or {})
+            self.maps = {n: _InterpMap(m) for n, m in self.interp.maps.items()}
+        else:
+            from bpfdsl.kernel import syscall  # noqa: PLC0415
+            from bpfdsl.runtime import loader
+
+            self._coll = loader.load_collection(spec, config=config or {})
+            n = syscall.possible_cpus()
+            self.maps = {
+                k: _KernelMap(lm, n) for k, lm in self._coll.maps.items() if lm.spec is not None
+            }
+
+    def program(self, name: str) -> BpfProgram:
+        """Program ``name`` of the same object, sharing this load's maps."""
+        return BpfProgram(self.engine, self.spec, name, None, _of=self)
+
+    def run(self, packet: Any, **ctx: Any) -> BpfRun:
+        """Run on ``packet`` (bytes or a scapy packet).  Interpreter keywords: XDP
+        ``ingress_ifindex``, ``rx_queue_index``, ``egress_ifindex``; sk_msg ``sock``
+        (:class:`bpfdsl.interp.SockInfo`).  On the kernel, sk_msg programs run on a
+        loopback TCP connection (see :func:`_kernel_sk_msg`); other kinds that
+        BPF_PROG_TEST_RUN refuses (cpumap, devmap, sock_ops) skip the test."""
+        from bpfdsl.runtime.testrun import verdict_name  # noqa: PLC0415
+
+        data = bytes(packet) if packet is not None else b""
+        if self.engine == "interp":
+            r = self.interp.programs[self.name].run(data, **ctx)
+            verdict = verdict_name(self.kind, r.retval)
+            out = r.data_out
+            if self.kind.ctx == "sk_msg_md" and verdict == "SK_DROP":
+                out = b""  # as on the kernel: a dropped message delivers nothing
+            return BpfRun(r.retval, verdict, out, r.redirect)
+        if self.kind.ctx == "sk_msg_md" and set(ctx) <= {"sock"}:
+            return _kernel_sk_msg(self, data, ctx.get("sock"))
+        if not self.kind.test_run:
+            pytest.skip(
+                f"BPF_PROG_TEST_RUN refuses {self.kind.keyword or self.kind.section} programs "
+                "(tested with the interpreter and real traffic)"
+            )
+        if ctx:
+            pytest.skip(f"the kernel test run cannot set {', '.join(ctx)}")
+        from bpfdsl.kernel import syscall  # noqa: PLC0415
+
+        r = syscall.prog_test_run(self._coll.programs[self.name].fd, data)
+        return BpfRun(r.retval, verdict_name(self.kind, r.retval), r.data_out)
+
+    def close(self) -> None:
+        if self._owner and self._coll is not None:
+            self._coll.close()
+            self._coll = None
+
+
+def _kernel_sk_msg(prog: BpfProgram, data: bytes, sock) -> BpfRun:
+    """sk_msg on the kernel: attach the program to the object's first sockmap/sockhash,
+    put the client end of a loopback TCP connection (ports as ``sock`` says) into it,
+    send ``data`` and see what the server end gets.  ``SK_DROP`` when sendmsg fails with
+    EACCES, else ``SK_PASS`` with ``data_out`` = the bytes that arrived (2 s at most)."""
+    import socket  # noqa: PLC0415
+    import time  # noqa: PLC0415
+
+    from bpfdsl.abi.uapi import MapType  # noqa: PLC0415
+    from bpfdsl.runtime import sockmap  # noqa: PLC0415
+
+    socks = [
+        m for m in prog._coll.maps.values() if m.map_type in (MapType.SOCKMAP, MapType.SOCKHASH)
+    ]
+    if not socks:
+        pytest.skip("the sk_msg program has no sockmap/sockhash to attach to")
+    fam = getattr(sock, "family", socket.AF_INET)
+    host = "::1" if fam == socket.AF_INET6 else "127.0.0.1"
+    srv = socket.socket(fam, socket.SOCK_STREAM)
+    cli = socket.socket(fam, socket.SOCK_STREAM)
+    conn = None
+    try:
+        srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            srv.bind((host, getattr(sock, "remote_port", 0)))
+            cli.bind((host, getattr(sock, "local_port", 0)))
+        except OSError as e:
+            pytest.skip(f"cannot bind the loopback ports the test asks for: {e}")
+        srv.listen(1)
+        cli.settimeout(2)
+        cli.connect(srv.getsockname()[:2])
+        conn, _ = srv.accept()
+        conn.settimeout(0.5)
+        m, fd = socks[0], prog._coll.programs[prog.name].fd
+        sockmap.sk_msg_attach(m.fd, fd, map_name=m.name, prog_name=prog.name)
+        sockmap.sockmap_add(m.fd, 0, cli, map_name=m.name)
+        try:
+            cli.sendall(data)
+        except PermissionError:
+            return BpfRun(0, "SK_DROP", b"")
+        got, deadline = b"", time.monotonic() + 2
+        while len(got) < len(data) and time.monotonic() < deadline:
+            try:
+                chunk = conn.recv(65536)
+            except TimeoutError:
+                continue
+            if not chunk:
+                break
+            got += chunk
+        return BpfRun(1, "SK_PASS", got)
+    finally:
+        for s in (cli, conn, srv):
+            if s is not None:
+                s.close()
+
+
+def load_spec(obj: str | Path | bytes):
+    """CollectionSpec of ``obj``: ELF bytes, a ``.o`` path, or a ``.bpfd`` source path
+    (compiled with bpfdsl.compiler)."""
+    from bpfdsl.obj.collection import read_object  # noqa: PLC0415
+
+    if isinstance(obj, (str, Path)) and str(obj).endswith(".bpfd"):
+        from bpfdsl.compiler import compile_file  # noqa: PLC0415
+
+        key = (str(obj), Path(obj).stat().st_mtime_ns)
+        if key not in _COMPILED:
+            _COMPILED[key] = compile_file(str(obj)).obj
+        return read_object(_COMPILED[key])
+    return read_object(obj)
+
+
+_COMPILED: dict[tuple[str, int], bytes] = {}  # (.bpfd path, mtime) -> ELF bytes, per session
+
+
+@pytest.fixture(params=[ENGINES[0], pytest.param(ENGINES[1], marks=pytest.mark.kernel)])
+def bpf_engine(request: pytest.FixtureRequest) -> str:
+    """``"interp"`` or ``"kernel"``: every test using it runs once per engine."""
+    return request.param
+
+
+@pytest.fixture
+def bpf_program(bpf_engine: str):
+    """Factory ``bpf_program(obj, program=None, *, config=None) -> BpfProgram`` on the
+    engine of ``bpf_engine``; kernel objects are closed after the test."""
+    made: list[BpfProgram] = []
+
+    def load(
+        obj: str | Path | bytes, program: str | None = None, *, config: dict | None = None
+    ) -> BpfProgram:
+        p = BpfProgram(bpf_engine, load_spec(obj), program, config)
+        made.append(p)
+        return p
+
+    try:
+        yield load
+    finally:
+        for p in made:
+            p.close()
