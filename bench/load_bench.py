@@ -52,6 +52,7 @@ PIN_PREFIX = "bpfdsl_lbench_"
 _INPROC = """
 import contextlib, io, os, shutil, statistics, sys, time
 from bpfdsl.cli import main
+from bpfdsl.kernel.netlink import ifindex, xdp_state
 obj, dev, prog, base, n = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5])
 ts = []
 for i in range(n + 1):
@@ -62,6 +63,11 @@ for i in range(n + 1):
         rc = main(["attach", "xdp", obj, "--dev", dev, "--pin-dir", pin, "--prog", prog])
     t1 = time.perf_counter()
     shutil.rmtree(pin, ignore_errors=True)  # the link goes with its pin: DEV is empty again
+    # ... but asynchronously (bpffs frees the inode after an RCU grace period, and the link
+    # with it): wait, bounded, until DEV is empty, or the next attach finds the old program.
+    deadline = time.monotonic() + 5
+    while xdp_state(ifindex(dev)).mode is not None and time.monotonic() < deadline:
+        time.sleep(0.002)
     if rc != 0:
         sys.exit(f"bpfdsl attach failed ({rc})")
     if i:  # the first round imports the rest of the load path
