@@ -45,11 +45,14 @@ class Diagnostic(Record):
 
     ``severity`` is ``"error"``, ``"warning"`` or ``"note"``; ``code`` is a stable
     kebab-case name (for example ``unknown-field``); ``hints`` are "what to do" lines
-    rendered as ``help:``; ``notes`` are extra facts rendered as ``note:``.  Compared by
-    value, repr like a dataclass.
+    rendered as ``help:``; ``notes`` are extra facts rendered as ``note:``; ``line_text``
+    is the text of the span's line when the file itself may not be readable (the checker
+    takes it from an object's line info), shown under the caret if the file cannot be read.
+    Compared by value, repr like a dataclass.  :meth:`render` is the one text form and
+    :meth:`to_json` the one JSON form of every error bpfdsl reports.
     """
 
-    __slots__ = ("severity", "code", "message", "span", "hints", "notes")
+    __slots__ = ("severity", "code", "message", "span", "hints", "notes", "line_text")
 
     def __init__(
         self,
@@ -59,6 +62,7 @@ class Diagnostic(Record):
         span: Span | None = None,
         hints: list[str] | None = None,
         notes: list[str] | None = None,
+        line_text: str | None = None,
     ) -> None:
         self.severity = severity
         self.code = code
@@ -66,6 +70,7 @@ class Diagnostic(Record):
         self.span = span
         self.hints = [] if hints is None else hints
         self.notes = [] if notes is None else notes
+        self.line_text = line_text
 
     def concise(self) -> str:
         where = f"{self.span}: " if self.span else ""
@@ -86,23 +91,46 @@ class Diagnostic(Record):
                         text = f.read()
                 except (OSError, UnicodeDecodeError):
                     text = None
+            line = None
             if text is not None:
                 lines = text.splitlines()
                 if 1 <= self.span.line <= len(lines):
-                    src = lines[self.span.line - 1].expandtabs(1)
-                    num = str(self.span.line)
-                    pad = " " * len(num)
-                    width = 1
-                    if self.span.end_line == self.span.line and self.span.end_col:
-                        width = max(1, self.span.end_col - self.span.col)
-                    out.append(f"{pad} |")
-                    out.append(f"{num} | {src}")
-                    out.append(f"{pad} | {' ' * (self.span.col - 1)}{'^' * width}")
+                    line = lines[self.span.line - 1]
+            if line is None:
+                line = self.line_text
+            if line is not None:
+                src = line.expandtabs(1)
+                num = str(self.span.line)
+                pad = " " * len(num)
+                width = 1
+                if self.span.end_line == self.span.line and self.span.end_col:
+                    width = max(1, self.span.end_col - self.span.col)
+                out.append(f"{pad} |")
+                out.append(f"{num} | {src}")
+                out.append(f"{pad} | {' ' * (self.span.col - 1)}{'^' * width}")
         for n in self.notes:
             out.append(f"  = note: {n}")
         for h in self.hints:
             out.append(f"  = help: {h}")
         return "\n".join(out)
+
+    def to_json(self) -> dict:
+        """The JSON shape of an error (``bpfdsl ... --json`` on stderr, ``check --json``):
+        ``severity``, ``code``, ``message``, ``file``/``line``/``col`` (1-based; null
+        without a location), ``end_line``/``end_col``, ``hints`` and ``notes`` (lists)."""
+        sp = self.span
+        return {
+            "severity": self.severity,
+            "code": self.code,
+            "message": self.message,
+            "file": sp.file if sp else None,
+            "line": sp.line if sp else None,
+            "col": sp.col if sp else None,
+            "end_line": sp.end_line if sp else None,
+            "end_col": sp.end_col if sp else None,
+            "hints": list(self.hints),
+            "notes": list(self.notes),
+        }
 
 
 class DiagnosticError(Exception):

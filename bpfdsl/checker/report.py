@@ -72,42 +72,13 @@ class CheckError(Record):
         self.severity = severity
         self.path = [] if path is None else path
 
-    def render(self, prog: str, verbose: bool = False) -> str:
-        where = ""
-        if self.source:
-            where = f"{self.source.file}:{self.source.line}:{self.source.col}: "
-        regs = " ".join(f"R{r}={t}" for r, t in sorted(self.regs.items()))
-        out = [f"{where}{self.severity}[{self.code}]: prog '{prog}': {self.message}"]
-        if self.source and self.source.text:
-            out.append(f"  {self.source.line:>5} | {self.source.text.strip()}")
-        out.append(f"  insn {self.slot}: {self.insn_text}" + (f"   ; {regs}" if regs else ""))
-        out.append(f"  = help: {self.explain}")
-        if verbose and self.path:
-            out.append("  = path to the failing insn (branch decisions):")
-            out.extend(f"      {p}" for p in self.path)
-        if verbose and self.state:
-            out.append(f"  = state before insn {self.slot}: {self.state}")
-        return "\n".join(out)
-
-    def to_json(self) -> dict:
-        return {
-            "severity": self.severity,
-            "code": self.code,
-            "message": self.message,
-            "explain": self.explain,
-            "insn": self.slot,
-            "insn_text": self.insn_text,
-            "regs": {f"R{k}": v for k, v in self.regs.items()},
-            "state": self.state,
-            "file": self.source.file if self.source else None,
-            "line": self.source.line if self.source else None,
-            "col": self.source.col if self.source else None,
-            "source": self.source.text if self.source else None,
-            "path": self.path,
-        }
-
-    def diagnostic(self, prog: str) -> Diagnostic:
-        """As a :class:`Diagnostic` (span from line info) for the compiler's error path."""
+    def diagnostic(
+        self, prog: str, verbose: bool = False, code_prefix: str = "checker-"
+    ) -> Diagnostic:
+        """As a :class:`Diagnostic`: span and line text from the object's line info, the
+        instruction (and its registers) as a note, ``explain`` as the hint; with ``verbose``
+        also the branch decisions leading here and the state before the instruction.
+        ``code_prefix`` marks the stage (``checker-`` where the compiler reports it)."""
         span = None
         if self.source:
             span = Span(self.source.file, self.source.line, max(1, self.source.col))
@@ -115,9 +86,36 @@ class CheckError(Record):
         notes = [
             f"prog '{prog}' insn {self.slot}: {self.insn_text}" + (f" ; {regs}" if regs else "")
         ]
+        if verbose and self.path:
+            notes.append("path to the failing insn (branch decisions): " + "; ".join(self.path))
+        if verbose and self.state:
+            notes.append(f"state before insn {self.slot}: {self.state}")
         return Diagnostic(
-            self.severity, f"checker-{self.code}", self.message, span, [self.explain], notes
+            self.severity,
+            f"{code_prefix}{self.code}",
+            self.message,
+            span,
+            [self.explain],
+            notes,
+            line_text=self.source.text if self.source else None,
         )
+
+    def render(self, prog: str, verbose: bool = False) -> str:
+        """Text form for ``bpfdsl check`` (the one renderer: :meth:`Diagnostic.render`)."""
+        return self.diagnostic(prog, verbose, code_prefix="").render()
+
+    def to_json(self, prog: str = "") -> dict:
+        """:meth:`Diagnostic.to_json`'s shape (``hints`` holds the explanation) plus the
+        checker's facts: ``insn`` (slot), ``insn_text``, ``regs``, ``state``, ``path``."""
+        out = self.diagnostic(prog, verbose=True, code_prefix="").to_json()
+        out.update(
+            insn=self.slot,
+            insn_text=self.insn_text,
+            regs={f"R{k}": v for k, v in self.regs.items()},
+            state=self.state,
+            path=self.path,
+        )
+        return out
 
 
 class ProgramResult(Record):
@@ -176,8 +174,8 @@ class ProgramResult(Record):
             "section": self.section,
             "ok": self.ok,
             "status": self.status,
-            "errors": [e.to_json() for e in self.errors],
-            "warnings": [w.to_json() for w in self.warnings],
+            "errors": [e.to_json(self.name) for e in self.errors],
+            "warnings": [w.to_json(self.name) for w in self.warnings],
             "insns": self.insn_count,
             "insns_processed": self.insns_processed,
             "states": self.states,

@@ -126,31 +126,17 @@ def _render_error(err: BaseException, as_json: bool) -> None:
 
     if isinstance(err, DiagnosticError):
         if as_json:
-            print(
-                json.dumps(
-                    {
-                        "error": [
-                            {
-                                "severity": d.severity,
-                                "code": d.code,
-                                "message": d.message,
-                                "file": d.span.file if d.span else None,
-                                "line": d.span.line if d.span else None,
-                                "col": d.span.col if d.span else None,
-                                "hints": d.hints,
-                                "notes": d.notes,
-                            }
-                            for d in err.diagnostics
-                        ]
-                    }
-                ),
-                file=sys.stderr,
-            )
+            doc = {"error": [d.to_json() for d in err.diagnostics]}
+            print(json.dumps(doc), file=sys.stderr)
         else:
             print(err.render(), file=sys.stderr)
     else:
-        msg = str(err) or type(err).__name__
-        print(json.dumps({"error": msg}) if as_json else f"error: {msg}", file=sys.stderr)
+        # Not a DiagnosticError (an OSError the library did not expect): the same shapes.
+        from bpfdsl.diagnostics import Diagnostic
+
+        d = Diagnostic("error", "os-error", str(err) or type(err).__name__)
+        doc = {"error": [d.to_json()]}
+        print(json.dumps(doc) if as_json else d.render(), file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> int:
