@@ -113,6 +113,27 @@ class LoadedMap(Record):
         self.pinned = pinned
         self.reused = reused
 
+    def _value_size(self) -> int:
+        """Bytes of one lookup: per-CPU maps return one value per possible CPU, each
+        rounded up to 8 bytes (kernel bpf_map_copy_value layout)."""
+        if S.is_percpu(self.map_type):
+            return S.percpu_value_size(self.value_size)
+        return self.value_size
+
+    def lookup(self, key: bytes) -> bytes | None:
+        """BPF_MAP_LOOKUP_ELEM: the value bytes of ``key`` (object byte order: little
+        endian, network-order fields as stored), or None when the key is absent."""
+        return S.map_lookup(self.fd, key, self._value_size())
+
+    def update(self, key: bytes, value: bytes, flags: int = 0) -> None:
+        """BPF_MAP_UPDATE_ELEM (``flags``: BPF_ANY 0, BPF_NOEXIST 1, BPF_EXIST 2).
+        Raises BpfError (E2BIG when full, EEXIST/ENOENT per flags)."""
+        S.map_update(self.fd, key, value, flags)
+
+    def delete(self, key: bytes) -> bool:
+        """BPF_MAP_DELETE_ELEM; False when ``key`` was absent."""
+        return S.map_delete(self.fd, key)
+
 
 class LoadedProgram(Record):
     """A live program: ``fd``, its spec and the verifier log (empty unless log_level>0)."""
