@@ -55,7 +55,29 @@ _PUBLIC: dict[str, str] = {
     "UsageError": "bpfdsl.diagnostics",
 }
 
-__all__ = sorted([*_PUBLIC, "run", "__version__"])
+__all__ = [
+    "CheckResult",
+    "Collection",
+    "CollectionSpec",
+    "CompileResult",
+    "Diagnostic",
+    "DiagnosticError",
+    "LoadError",
+    "PacketResult",
+    "ProgramSpec",
+    "Span",
+    "UsageError",
+    "VerifierError",
+    "__version__",
+    "attach_xdp",
+    "check_object",
+    "compile_file",
+    "compile_source",
+    "detach_xdp",
+    "load_collection",
+    "read_object",
+    "run",
+]
 
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time names come from __getattr__
     from bpfdsl.checker import check_object

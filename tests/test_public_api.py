@@ -133,3 +133,7 @@ def test_readme_python_example_runs_as_written(tmp_path, monkeypatch):
             assert os.path.exists(f"{pin}/link")  # attached, pinned: outlives the collection
         finally:
             shutil.rmtree(pin, ignore_errors=True)
+
+
+def test_all_lists_exactly_the_lazy_names_and_run():
+    assert sorted(bpfdsl.__all__) == sorted([*bpfdsl._PUBLIC, "run", "__version__"])
