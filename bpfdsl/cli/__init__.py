@@ -31,7 +31,6 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "map": ("map_cmds", "dump, lookup, update, delete map entries (BTF-typed)"),
     "run": ("run_cmds", "run a program on packets (BPF_PROG_TEST_RUN or the interpreter)"),
     "demo": ("run_cmds", "the main job end to end on a veth pair in a temporary namespace"),
-    "bench": ("bench_cmds", "benchmarks against clang-compiled references"),
     "cpumap": ("redirect_cmds", "set, delete, show cpumap entries (CPU, qsize, on-CPU program)"),
     "devmap": ("redirect_cmds", "set, delete, show devmap entries (egress interface, program)"),
     "sockmap": ("redirect_cmds", "attach/detach an sk_msg program to a sockmap/sockhash"),
@@ -41,12 +40,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 
 def _module(name: str):
-    try:
-        return importlib.import_module(f"bpfdsl.cli.{name}")
-    except ModuleNotFoundError as e:
-        if e.name == f"bpfdsl.cli.{name}":
-            return None
-        raise
+    return importlib.import_module(f"bpfdsl.cli.{name}")
 
 
 def _columns() -> int:
@@ -113,9 +107,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         if modname in done:
             continue
         done.add(modname)
-        mod = _module(modname)
-        if mod is not None:
-            mod.register(sub)
+        _module(modname).register(sub)
     return p
 
 
