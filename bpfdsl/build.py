@@ -94,17 +94,28 @@ class _Builder:
         return list(c)
 
     def map_arg(self, meta, c):
-        return (str(c[0]), c[1])
+        return (str(c[0]), c[1], _tok_span(self.filename, c[0]))
 
     def map_decl(self, meta, c):
         name, kind, targs, *args = c
+        values: dict[str, ast.Expr] = {}
+        spans: dict[str, Span] = {}
+        for arg, value, span in (a for a in args if a is not None):
+            if arg in values:
+                raise DiagnosticError(
+                    error("map-args", f"map argument `{arg}` is given twice", span,
+                          hint=f"keep one `{arg}: ...` (the first is at column {spans[arg].col})"),
+                    self.text,
+                )  # fmt: skip
+            values[arg], spans[arg] = value, span
         return ast.MapDecl(
             self._s(meta),
             str(name),
             str(kind),
             _tok_span(self.filename, kind),
             targs or [],
-            dict(a for a in args if a is not None),
+            values,
+            spans,
         )
 
     def field_decl(self, meta, c):
