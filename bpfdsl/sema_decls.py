@@ -196,15 +196,19 @@ class DeclChecker:
                     "starting with `prefixlen: u32`",
                     d.type_args[0].span,
                 )
+        meant = set()  # the arguments an unknown one is close to: no second error for them
         for k in d.args:
             if k not in MAP_ARGS:
+                hint = self.suggest(k, MAP_ARGS)
+                meant.update(a for a in MAP_ARGS if hint == f"did you mean `{a}`?")
                 self.err(
                     "map-args",
                     f"unknown map argument `{k}`",
                     d.arg_spans.get(k, d.args[k].span),
-                    self.suggest(k, MAP_ARGS) or "map arguments: " + ", ".join(MAP_ARGS),
+                    hint or "map arguments: " + ", ".join(MAP_ARGS),
                 )
-        n = self.map_max_entries(d)
+        skip = "max_entries" in meant and "max_entries" not in d.args
+        n = None if skip else self.map_max_entries(d)
         if "no_prealloc" in d.args:
             e = d.args["no_prealloc"]
             v, t = const_int(self, e), e.ty
