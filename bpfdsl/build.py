@@ -270,6 +270,9 @@ class _Builder:
 
     def int_lit(self, meta, c):
         t = str(c[0]).replace("_", "")
+        if t in ("0x", "0b"):  # the NUMBER terminal lets `0x_`, `0b__` through
+            raise self._bad(c[0], f"malformed number {str(c[0])!r}: no digits after {t}",
+                            f"write digits after {t}, e.g. {t}{'1f' if t == '0x' else '101'}")  # fmt: skip
         if len(t.lstrip("0")) > 66:  # longer than any 64-bit value (0b + 64 digits)
             raise self._bad(c[0], f"number {t[:20]}... ({len(t)} digits) is too large",
                             "integers have at most 64 bits")  # fmt: skip
