@@ -94,7 +94,7 @@ class CodeGen(ExprGen, CallGen, PktGen, MapGen):
             return
         data = self.c.license.encode() + b"\0"
         ty = ir.ArrayType(I8, len(data))
-        g = ir.GlobalVariable(self.m, ty, "_license")
+        g = ir.GlobalVariable(self.m, ty, "LICENSE")  # as with debug info: a reserved name
         g.initializer = ir.Constant(ty, bytearray(data))
         g.section = "license"
         g.align = 1

@@ -289,8 +289,12 @@ class DeclChecker:
     # ---- bodies ----
 
     def check_names(self, items: list) -> None:
-        """Top-level names are one namespace (they become ELF symbols); ``LICENSE`` and
-        ``llvm*`` are taken by the object format."""
+        """Top-level names are one namespace (they become ELF symbols); ``LICENSE``,
+        ``llvm*`` and the program sections that are names (``xdp``, ``sk_msg``, ``sockops``:
+        their ELF section symbols) are taken by the object format."""
+        from .uapi import PROGRAM_KINDS
+
+        sections = {k.section for k in PROGRAM_KINDS if k.keyword and k.section.isidentifier()}
         seen: dict[str, Span] = {}
         for it in items:
             name = getattr(it, "name", None)
@@ -314,6 +318,13 @@ class DeclChecker:
                 self.err(
                     "reserved-name",
                     f"`{name}` is reserved in the object file",
+                    it.span,
+                    "pick another name",
+                )
+            elif name in sections:
+                self.err(
+                    "reserved-name",
+                    f"`{name}` is the name of a program section (and its symbol) in the object",
                     it.span,
                     "pick another name",
                 )
