@@ -255,6 +255,13 @@ BPF_F_RDONLY = 1 << 3
 BPF_F_WRONLY = 1 << 4
 BPF_F_RDONLY_PROG = 1 << 7  # map_flags for .rodata
 BPF_F_MMAPABLE = 1 << 10
+BPF_F_NO_COMMON_LRU = 1 << 1  # map_flags: LRU hash maps, one LRU list per CPU
+BPF_F_NUMA_NODE = 1 << 2  # map_flags: numa_node is valid
+BPF_F_ZERO_SEED = 1 << 6  # map_flags: hash seed 0 (tests only, CAP_SYS_ADMIN)
+BPF_F_WRONLY_PROG = 1 << 8
+BPF_F_PRESERVE_ELEMS = 1 << 11  # map_flags: perf event arrays only
+BPF_F_INNER_MAP = 1 << 12  # map_flags: array used as an inner map of different sizes
+BPF_F_ACCESS_MASK = BPF_F_RDONLY | BPF_F_RDONLY_PROG | BPF_F_WRONLY | BPF_F_WRONLY_PROG
 
 BPF_F_XDP_HAS_FRAGS = 1 << 5  # prog_flags for xdp.frags sections
 BPF_F_TEST_RUN_ON_CPU = 1 << 0
@@ -313,6 +320,216 @@ BPF_PSEUDO_KFUNC_CALL = 2
 MAX_BPF_STACK = 512  # bytes of stack per program (kernel limit)
 BPF_MAXINSNS = 4096  # unprivileged insn limit; privileged: BPF_COMPLEXITY_LIMIT_INSNS
 BPF_COMPLEXITY_LIMIT_INSNS = 1_000_000  # processed-insn budget of the verifier
+
+# ---- map types: the kernel's rules at BPF_MAP_CREATE (one table) ----
+# Sizes in bytes.  Constants of the x86-64 / arm64 (4 KiB pages) kernels bpfdsl targets:
+PCPU_MIN_UNIT_SIZE = 32 << 10  # include/linux/percpu.h: a per-CPU value, round_up(size, 8)
+KMALLOC_MAX_SIZE = 4 << 20  # include/linux/slab.h: 1 << (MAX_PAGE_ORDER 10 + PAGE_SHIFT 12)
+HTAB_ELEM_SIZE = 48  # sizeof(struct htab_elem), kernel/bpf/hashtab.c (no lock debugging)
+HTAB_BUCKET_SIZE = 16  # sizeof(struct bucket) / struct bpf_shtab_bucket (no lock debugging)
+LPM_DATA_SIZE_MAX = 256  # kernel/bpf/lpm_trie.c: address bytes of an LPM key
+LPM_NODE_SIZE = 24  # sizeof(struct lpm_trie_node)
+# The largest max_entries a BTF-defined map can state: libbpf's ``__uint(max_entries, N)`` is
+# ``int (*max_entries)[N]`` and the kernel refuses BTF whose array is 4 GiB or more
+# (kernel/bpf/btf.c btf_array_resolve: "Array size overflows U32_MAX").
+BTF_MAX_ENTRIES = (1 << 30) - 1
+U32_MAX = (1 << 32) - 1
+
+_PERCPU_MAP_TYPES = frozenset(
+    {MapType.PERCPU_HASH, MapType.PERCPU_ARRAY, MapType.LRU_PERCPU_HASH,
+     MapType.PERCPU_CGROUP_STORAGE}
+)  # fmt: skip
+_HASH_MAP_TYPES = frozenset(
+    {MapType.HASH, MapType.PERCPU_HASH, MapType.LRU_HASH, MapType.LRU_PERCPU_HASH}
+)
+
+
+def is_percpu(map_type: int) -> bool:
+    """True for map types with one value per possible CPU (user space reads and writes
+    ``round_up(value_size, 8) * possible CPUs`` bytes per entry)."""
+    return map_type in _PERCPU_MAP_TYPES
+
+
+def is_hash(map_type: int) -> bool:
+    """True for the hash tables of plain values (kernel/bpf/hashtab.c: hash, percpu_hash,
+    lru_hash, lru_percpu_hash): entries are created by updates, absent keys are not errors."""
+    return map_type in _HASH_MAP_TYPES
+
+
+class MapLimits(FrozenRecord):
+    """What BPF_MAP_CREATE accepts for one map type (the ``*_map_alloc_check`` / ``*_alloc``
+    functions of ``source`` in the kernel tree).
+
+    ``flags``: the map_flags the type accepts (its ``*_CREATE_FLAG_MASK``); ``required``: the
+    ones it needs (lpm_trie: BPF_F_NO_PREALLOC).  ``key_size`` / ``value_size``: the accepted
+    sizes in bytes (a ``range`` or a tuple of sizes); ``elem_max``: the largest key_size +
+    value_size (None: no joint bound).  ``max_entries``: the largest the kernel's own rules
+    allow (memory aside; None: no rule beyond u32, or a host-dependent one).  Per-CPU values
+    (:func:`is_percpu`) are also bound by PCPU_MIN_UNIT_SIZE after rounding up to 8."""
+
+    __slots__ = (
+        "map_type", "source", "flags", "required", "key_size", "value_size", "elem_max",
+        "max_entries",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        map_type: MapType,
+        source: str,
+        flags: int,
+        key_size: range | tuple[int, ...],
+        value_size: range | tuple[int, ...],
+        *,
+        required: int = 0,
+        elem_max: int | None = None,
+        max_entries: int | None = None,
+    ) -> None:
+        self.map_type = map_type
+        self.source = source
+        self.flags = flags
+        self.required = required
+        self.key_size = key_size
+        self.value_size = value_size
+        self.elem_max = elem_max
+        self.max_entries = max_entries
+
+
+_ANY_SIZE = range(1, 1 << 31)  # value_size > INT_MAX: E2BIG (array_map_alloc_check)
+_HTAB_FLAGS = BPF_F_NO_PREALLOC | BPF_F_NUMA_NODE | BPF_F_ACCESS_MASK | BPF_F_ZERO_SEED
+# key_size + value_size >= KMALLOC_MAX_SIZE - sizeof(struct htab_elem): E2BIG
+_HTAB_ELEM_MAX = KMALLOC_MAX_SIZE - HTAB_ELEM_SIZE - 1
+# roundup_pow_of_two(max_entries) buckets must be <= U32_MAX / sizeof(bucket) (hashtab: E2BIG,
+# sock_hash_alloc: EINVAL): the largest such power of two, 2**27
+_HTAB_MAX_ENTRIES = 1 << ((U32_MAX // HTAB_BUCKET_SIZE).bit_length() - 1)
+_DEV_FLAGS = BPF_F_NUMA_NODE | BPF_F_RDONLY | BPF_F_WRONLY  # DEV_CREATE_FLAG_MASK
+_SOCK_FLAGS = BPF_F_NUMA_NODE | BPF_F_RDONLY | BPF_F_WRONLY  # SOCK_CREATE_FLAG_MASK
+
+
+def _htab(map_type: MapType, flags: int) -> MapLimits:
+    return MapLimits(map_type, "kernel/bpf/hashtab.c htab_map_alloc_check", flags, _ANY_SIZE,
+                     _ANY_SIZE, elem_max=_HTAB_ELEM_MAX, max_entries=_HTAB_MAX_ENTRIES)  # fmt: skip
+
+
+MAP_LIMITS: dict[MapType, MapLimits] = {
+    MapType.HASH: _htab(MapType.HASH, _HTAB_FLAGS),
+    MapType.PERCPU_HASH: _htab(MapType.PERCPU_HASH, _HTAB_FLAGS & ~BPF_F_NUMA_NODE),
+    # LRU maps are always preallocated (BPF_F_NO_PREALLOC: ENOTSUPP)
+    MapType.LRU_HASH: _htab(
+        MapType.LRU_HASH, _HTAB_FLAGS & ~BPF_F_NO_PREALLOC | BPF_F_NO_COMMON_LRU
+    ),
+    MapType.LRU_PERCPU_HASH: _htab(
+        MapType.LRU_PERCPU_HASH,
+        _HTAB_FLAGS & ~(BPF_F_NO_PREALLOC | BPF_F_NUMA_NODE) | BPF_F_NO_COMMON_LRU,
+    ),  # fmt: skip
+    MapType.ARRAY: MapLimits(
+        MapType.ARRAY,
+        "kernel/bpf/arraymap.c array_map_alloc_check",
+        BPF_F_NUMA_NODE | BPF_F_MMAPABLE | BPF_F_ACCESS_MASK | BPF_F_INNER_MAP,
+        (4,),
+        _ANY_SIZE,
+    ),  # fmt: skip
+    MapType.PERCPU_ARRAY: MapLimits(
+        MapType.PERCPU_ARRAY,
+        "kernel/bpf/arraymap.c array_map_alloc_check",
+        BPF_F_ACCESS_MASK,
+        (4,),
+        _ANY_SIZE,
+    ),  # fmt: skip
+    MapType.LPM_TRIE: MapLimits(
+        MapType.LPM_TRIE,
+        "kernel/bpf/lpm_trie.c trie_alloc",
+        BPF_F_NO_PREALLOC | BPF_F_NUMA_NODE | BPF_F_ACCESS_MASK,
+        range(4 + 1, 4 + LPM_DATA_SIZE_MAX + 1),  # u32 prefixlen + 1..256 address bytes
+        range(1, KMALLOC_MAX_SIZE - LPM_DATA_SIZE_MAX - LPM_NODE_SIZE + 1),
+        required=BPF_F_NO_PREALLOC,
+    ),  # fmt: skip
+    MapType.DEVMAP: MapLimits(
+        MapType.DEVMAP, "kernel/bpf/devmap.c dev_map_init_map", _DEV_FLAGS, (4,), (4, 8)
+    ),
+    # n_buckets = roundup_pow_of_two(max_entries) must not overflow u32 (EINVAL)
+    MapType.DEVMAP_HASH: MapLimits(
+        MapType.DEVMAP_HASH,
+        "kernel/bpf/devmap.c dev_map_init_map",
+        _DEV_FLAGS,
+        (4,),
+        (4, 8),
+        max_entries=1 << 31,
+    ),  # fmt: skip
+    # max_entries > NR_CPUS: E2BIG; host-dependent, so the loader clamps it (FIELD-BUGS B09)
+    MapType.CPUMAP: MapLimits(
+        MapType.CPUMAP, "kernel/bpf/cpumap.c cpu_map_alloc", BPF_F_NUMA_NODE, (4,), (4, 8)
+    ),
+    MapType.XSKMAP: MapLimits(
+        MapType.XSKMAP, "kernel/bpf/xskmap.c xsk_map_alloc", _DEV_FLAGS, (4,), (4,)
+    ),
+    MapType.SOCKMAP: MapLimits(
+        MapType.SOCKMAP, "net/core/sock_map.c sock_map_alloc", _SOCK_FLAGS, (4,), (4, 8)
+    ),
+    MapType.SOCKHASH: MapLimits(
+        MapType.SOCKHASH,
+        "net/core/sock_map.c sock_hash_alloc",
+        _SOCK_FLAGS,
+        range(1, MAX_BPF_STACK + 1),
+        (4, 8),
+        max_entries=_HTAB_MAX_ENTRIES,
+    ),  # fmt: skip
+}
+
+_FLAG_NAMES = {
+    BPF_F_NO_PREALLOC: "BPF_F_NO_PREALLOC", BPF_F_NO_COMMON_LRU: "BPF_F_NO_COMMON_LRU",
+    BPF_F_NUMA_NODE: "BPF_F_NUMA_NODE", BPF_F_RDONLY: "BPF_F_RDONLY",
+    BPF_F_WRONLY: "BPF_F_WRONLY", BPF_F_ZERO_SEED: "BPF_F_ZERO_SEED",
+    BPF_F_RDONLY_PROG: "BPF_F_RDONLY_PROG", BPF_F_WRONLY_PROG: "BPF_F_WRONLY_PROG",
+    BPF_F_MMAPABLE: "BPF_F_MMAPABLE", BPF_F_PRESERVE_ELEMS: "BPF_F_PRESERVE_ELEMS",
+    BPF_F_INNER_MAP: "BPF_F_INNER_MAP",
+}  # fmt: skip
+
+
+def _sizes(allowed: range | tuple[int, ...]) -> str:
+    if isinstance(allowed, range):
+        return f"{allowed.start} to {allowed.stop - 1} bytes"
+    return " or ".join(map(str, allowed)) + " bytes"
+
+
+def map_create_problems(
+    map_type: int, key_size: int, value_size: int, max_entries: int, map_flags: int
+) -> list[tuple[str, str]]:
+    """What BPF_MAP_CREATE would refuse in these attributes, by :data:`MAP_LIMITS`:
+    ``[(attribute, message)]`` with attribute one of ``"flags"``, ``"key"``, ``"value"``,
+    ``"max_entries"``; empty when the kernel's rules accept them (memory aside) or the map
+    type is not in the table.  Sizes in bytes."""
+    lim = MAP_LIMITS.get(map_type)
+    if lim is None:
+        return []
+    name = MapType(map_type).name.lower()
+    out = []
+    for bit, flag in _FLAG_NAMES.items():
+        if map_flags & bit and not lim.flags & bit:
+            lru = map_type in (MapType.LRU_HASH, MapType.LRU_PERCPU_HASH)
+            if bit == BPF_F_NO_PREALLOC and lru:
+                why = "LRU maps are always preallocated (BPF_MAP_CREATE fails with ENOTSUPP)"
+            else:
+                why = "BPF_MAP_CREATE fails with EINVAL"
+            out.append(("flags", f"{name} maps do not take {flag}: {why}"))
+        elif lim.required & bit and not map_flags & bit:
+            out.append(("flags", f"{name} maps need {flag} (BPF_MAP_CREATE fails with EINVAL)"))
+    if key_size not in lim.key_size:
+        out.append(("key", f"{name} keys are {_sizes(lim.key_size)}, not {key_size}"))
+    if value_size not in lim.value_size:
+        out.append(("value", f"{name} values are {_sizes(lim.value_size)}, not {value_size}"))
+    elif is_percpu(map_type) and (value_size + 7) // 8 * 8 > PCPU_MIN_UNIT_SIZE:
+        out.append(("value", f"{name} values are at most {PCPU_MIN_UNIT_SIZE} bytes per CPU "
+                             f"(PCPU_MIN_UNIT_SIZE), not {value_size}"))  # fmt: skip
+    if lim.elem_max is not None and key_size + value_size > lim.elem_max:
+        out.append(("value", f"{name} key and value together are at most {lim.elem_max} "
+                             f"bytes, not {key_size + value_size}"))  # fmt: skip
+    if max_entries == 0:
+        out.append(("max_entries", f"{name} maps need max_entries of at least 1"))
+    elif lim.max_entries is not None and max_entries > lim.max_entries:
+        out.append(("max_entries", f"{name} maps hold at most {lim.max_entries} entries "
+                                   f"(2**{lim.max_entries.bit_length() - 1}), not {max_entries}"))  # fmt: skip
+    return out
+
 
 # ---- program kinds: the one table of program types ----
 

@@ -60,8 +60,10 @@ def read_input(path: str):
     from bpfdsl.obj import collection as objfile  # noqa: PLC0415
 
     p = Path(path)
-    if not p.is_file():
+    if not p.exists():
         raise UsageError(error("no-such-file", f"{path}: no such file"))
+    if not p.is_file():
+        raise UsageError(error("unreadable-input", f"cannot read {path}: not a regular file"))
     if p.suffix == ".bpfd":
         from bpfdsl.compiler import compile_file  # noqa: PLC0415
 

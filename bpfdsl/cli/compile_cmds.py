@@ -74,7 +74,7 @@ def _raw():
 
 
 def cmd_compile(args) -> int:
-    from bpfdsl.compiler import compile_file
+    from bpfdsl.compiler import compile_file, read_source
 
     stats = args.stats or getattr(args, "json", False)
     res = compile_file(
@@ -85,8 +85,7 @@ def cmd_compile(args) -> int:
         report = "  ".join(f"{k} {v:.1f}" for k, v in res.timings.items())
         print(f"time (ms): {report}", file=sys.stderr)
     if res.warnings:
-        with open(args.file, encoding="utf-8") as f:
-            src = f.read()
+        src = read_source(args.file)
         for w in res.warnings:
             print(w.render(src), file=sys.stderr)
     ext = {"obj": ".o", "llvm-ir": ".ll", "asm": ".s"}[args.emit]

@@ -271,13 +271,10 @@ def percpu_value_size(value_size: int) -> int:
 
 
 def is_percpu(map_type: int) -> bool:
-    """True for map types whose user-space values are per-CPU arrays."""
-    return map_type in (
-        MapType.PERCPU_HASH,
-        MapType.PERCPU_ARRAY,
-        MapType.LRU_PERCPU_HASH,
-        MapType.PERCPU_CGROUP_STORAGE,
-    )
+    """True for map types whose user-space values are per-CPU arrays (:func:`uapi.is_percpu`)."""
+    from bpfdsl.abi import uapi  # noqa: PLC0415  (its one list of per-CPU map types)
+
+    return uapi.is_percpu(map_type)
 
 
 # ---- programs ----

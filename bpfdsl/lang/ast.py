@@ -314,6 +314,7 @@ class MapDecl(Node):
         kind_span: Span,
         type_args: list[TypeRef],
         args: dict[str, Expr],
+        arg_spans: dict[str, Span] | None = None,
     ) -> None:
         self.span = span
         self.name = name
@@ -321,6 +322,7 @@ class MapDecl(Node):
         self.kind_span = kind_span
         self.type_args = type_args
         self.args = args
+        self.arg_spans = {} if arg_spans is None else arg_spans  # argument name -> its span
 
 
 class FieldDecl(Node):

@@ -94,17 +94,28 @@ class _Builder:
         return list(c)
 
     def map_arg(self, meta, c):
-        return (str(c[0]), c[1])
+        return (str(c[0]), c[1], _tok_span(self.filename, c[0]))
 
     def map_decl(self, meta, c):
         name, kind, targs, *args = c
+        values: dict[str, ast.Expr] = {}
+        spans: dict[str, Span] = {}
+        for arg, value, span in (a for a in args if a is not None):
+            if arg in values:
+                raise DiagnosticError(
+                    error("map-args", f"map argument `{arg}` is given twice", span,
+                          hint=f"keep one `{arg}: ...` (the first is at column {spans[arg].col})"),
+                    self.text,
+                )  # fmt: skip
+            values[arg], spans[arg] = value, span
         return ast.MapDecl(
             self._s(meta),
             str(name),
             str(kind),
             _tok_span(self.filename, kind),
             targs or [],
-            dict(a for a in args if a is not None),
+            values,
+            spans,
         )
 
     def field_decl(self, meta, c):
@@ -259,6 +270,9 @@ class _Builder:
 
     def int_lit(self, meta, c):
         t = str(c[0]).replace("_", "")
+        if t in ("0x", "0b"):  # the NUMBER terminal lets `0x_`, `0b__` through
+            raise self._bad(c[0], f"malformed number {str(c[0])!r}: no digits after {t}",
+                            f"write digits after {t}, e.g. {t}{'1f' if t == '0x' else '101'}")  # fmt: skip
         if len(t.lstrip("0")) > 66:  # longer than any 64-bit value (0b + 64 digits)
             raise self._bad(c[0], f"number {t[:20]}... ({len(t)} digits) is too large",
                             "integers have at most 64 bits")  # fmt: skip

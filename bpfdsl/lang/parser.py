@@ -37,6 +37,11 @@ _TOKEN_NAMES = {
     "__ANON_0": "'->'",
 }
 
+# The longest name: names become BTF names (maps, programs, structs, fields, configs), and
+# the kernel refuses BTF names longer than KSYM_NAME_LEN, 512 (kernel/bpf/btf.c
+# __btf_name_valid); LLVM also truncates local value names past 1024 characters.
+MAX_NAME_LEN = 512
+
 # The lark options of the grammar (parser_gen makes the tables with the same ones).
 _OPTIONS = dict(parser="lalr", lexer="basic", propagate_positions=True, maybe_placeholders=True)
 
@@ -179,6 +184,8 @@ def parse(text: str, filename: str, actions) -> object:
                     line += nl
                     line_start = pos + val.rindex("\n") + 1
             pos = m.end()
+            if pos - start > MAX_NAME_LEN and typ == "NAME":
+                raise _long_name(text, filename, sline, scol, pos - start)
             if typ in ignore:
                 continue
             kw = keywords.get(typ)
@@ -293,6 +300,17 @@ def _bad_number(text: str, filename: str, line: int, col: int, pos: int) -> Diag
         Span(filename, line, col),
         hint="write decimal (1500), hex with digits (0x5dc) or binary (0b101); "
         "a name cannot start with a digit",
+    )
+    return DiagnosticError(d, text)
+
+
+def _long_name(text: str, filename: str, line: int, col: int, length: int) -> DiagnosticError:
+    """A name longer than MAX_NAME_LEN characters."""
+    d = error(
+        "name-too-long",
+        f"this name is {length} characters long; names have at most {MAX_NAME_LEN}",
+        Span(filename, line, col),
+        hint=f"shorten it (the kernel's BTF refuses longer names: KSYM_NAME_LEN {MAX_NAME_LEN})",
     )
     return DiagnosticError(d, text)
 

@@ -258,9 +258,20 @@ def _load_btf(coll: Collection) -> None:
                 f"{spec.path}: the kernel rejected the object's BTF: "
                 f"{lines[-1] if lines else e}" + (f" at type {where}" if where else ""),
                 note="\n".join(lines[-8:]) or None,
-                hint="rebuild with a current compiler; `bpftool btf dump file OBJ` shows the types",
+                hint=_btf_hint(lines),
             )
         ) from None
+
+
+def _btf_hint(log: list[str]) -> str:
+    """What to do about BTF the kernel refused (``log``: its BTF log lines)."""
+    if any("Array size overflows U32_MAX" in ln for ln in log):
+        return (
+            "an array in the BTF is 4 GiB or more; in a map definition that is a "
+            "max_entries of 2**30 or more (`__uint(max_entries, N)` is `int (*)[N]`): "
+            "declare fewer entries"
+        )
+    return "rebuild with a current compiler; `bpftool btf dump file OBJ` shows the types"
 
 
 def _btf_ids(coll: Collection, key_id: int, value_id: int) -> dict[str, int]:
@@ -347,11 +358,16 @@ _MAP_HINTS = {
 
 
 def _map_error(m: MapSpec, max_entries: int, e: S.BpfError) -> LoadError:
+    """The map-create-failed error; the hint names the broken rule when the kernel's
+    BPF_MAP_CREATE rules (uapi.MAP_LIMITS) tell which it is."""
+    from bpfdsl.abi.uapi import map_create_problems  # noqa: PLC0415
+
+    problems = map_create_problems(m.map_type, m.key_size, m.value_size, max_entries, m.map_flags)
     return _fail(
         "map-create-failed",
         f"map '{m.name}' ({m.type_name}, key {m.key_size} B, value {m.value_size} B, "
         f"max_entries {max_entries}): the kernel refused it: {os.strerror(e.errno)}",
-        hint=_MAP_HINTS.get(e.errno),
+        hint="; ".join(msg for _what, msg in problems) or _MAP_HINTS.get(e.errno),
     )
 
 

@@ -226,8 +226,10 @@ def object_bytes(path: str | Path) -> bytes:
     Raises UsageError when the file is missing, DiagnosticError on compile errors.
     """
     p = Path(path)
-    if not p.is_file():
+    if not p.exists():
         raise UsageError(error("no-such-file", f"{p}: no such file"))
+    if not p.is_file():
+        raise UsageError(error("unreadable-input", f"cannot read {p}: not a regular file"))
     if p.suffix == ".bpfd":
         from bpfdsl.compiler import compile_file  # noqa: PLC0415
 

@@ -123,13 +123,9 @@ class BpfMap:
 
     @property
     def percpu(self) -> bool:
-        from bpfdsl.abi.uapi import MapType  # noqa: PLC0415
+        from bpfdsl.abi.uapi import is_percpu  # noqa: PLC0415
 
-        return self.map_type in (
-            MapType.PERCPU_ARRAY,
-            MapType.PERCPU_HASH,
-            MapType.LRU_PERCPU_HASH,
-        )
+        return is_percpu(self.map_type)
 
     def _b(self, x: Any, size: int) -> bytes:
         if isinstance(x, int):

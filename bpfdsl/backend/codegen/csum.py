@@ -90,11 +90,27 @@ class CsumGen:
                         out.append((loc.ty.layout, self.b.load(slot, typ=PTR)))
         return out if seen else None
 
-    def _keep(self, flags: ir.Value, rh: bool) -> ir.Value:
+    def _keep(self, flags: ir.Value, rh: bool | None) -> ir.Value:
         """csum_update's ``keep`` (opaque i64 0/1) for rule ``rh`` (see pseudo_update) and
-        walk ``flags``: rh=False keeps the sum if EXT_RH_ACTIVE is set, rh=True if not."""
-        bit = self.b.and_(self.b.zext(flags, I64), ir.Constant(I64, self.EXT_RH_ACTIVE))
-        return self._pure_opaque(self.b.xor(bit, ir.Constant(I64, 1)) if rh else bit)
+        walk ``flags``: rh=False keeps the sum if EXT_RH_ACTIVE is set, rh=True if not; and
+        always in a later fragment (EXT_LATER_FRAG: what follows is payload, no L4 header)."""
+        f = self.b.zext(flags, I64)
+        one = ir.Constant(I64, 1)
+        keep = self.b.and_(self.b.lshr(f, one), one)  # EXT_LATER_FRAG (bit 1)
+        if rh is not None:
+            bit = self.b.and_(f, ir.Constant(I64, self.EXT_RH_ACTIVE))
+            keep = self.b.or_(keep, self.b.xor(bit, one) if rh else bit)
+        return self._pure_opaque(keep)
+
+    def _ipv4_later_fragment(self, ip: ir.Value) -> ir.Value:
+        """csum_update's ``keep`` (opaque i64 0/1) for the IPv4 header at ``ip``: 1 in a
+        fragment other than the first (fragment offset != 0: the bytes after the header are
+        payload, not an L4 header), without a branch: ``(off + 0xffff) >> 16`` is ``off != 0``
+        for a 16-bit ``off``."""
+        frag = self.b.load(self.gep(ip, 6), typ=I16, align=2)  # be16 loaded as le
+        off = self._pure_opaque(self.b.zext(self.b.and_(frag, ir.Constant(I16, 0xFF1F)), I64))
+        nz = self.b.lshr(self.b.add(off, ir.Constant(I64, 0xFFFF)), ir.Constant(I64, 16))
+        return self._pure_opaque(nz)
 
     def ext_flags_slot(self, ip_obj: ast.Expr) -> ir.Value | None:
         """The i8 slot (0 at function entry) where ``skip_ext(ip_obj)`` leaves the EXT_*
@@ -138,14 +154,15 @@ class CsumGen:
         if not l4:
             return
         done = keep = None
-        if rh is not None:  # what skip_ext passed on the way to the L4 header, else a walk
-            slot = self.__dict__.get("_ext_flag_slots", {}).get(self.c.sym.get(ip_obj))
-            if slot is not None:  # no branch: a verifier path per outcome costs more
-                keep = self._keep(self.b.load(slot, typ=I8), rh)
-            else:
-                go, done = self.new_block("pseudo.rh"), self.new_block("pseudo.done")
-                self._rh_branch(hdr, rh, go, done)
-                self.start(go)
+        slot = self.__dict__.get("_ext_flag_slots", {}).get(self.c.sym.get(ip_obj))
+        if not v6:  # the view follows the header, but a later fragment holds no L4 header
+            keep = self._ipv4_later_fragment(hdr)
+        elif slot is not None:  # what skip_ext passed on the way to the L4 header; no
+            keep = self._keep(self.b.load(slot, typ=I8), rh)  # branch: a path per outcome
+        elif rh is not None:  # else a walk
+            go, done = self.new_block("pseudo.rh"), self.new_block("pseudo.done")
+            self._rh_branch(hdr, rh, go, done)
+            self.start(go)
         for l4layout, l4ptr in l4:
             cp = self.gep(l4ptr, l4layout.csum)
             self.csum_update(cp, old_w, new_w, l4layout.zero_ok, keep)

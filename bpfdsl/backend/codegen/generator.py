@@ -79,6 +79,8 @@ class CodeGen(ExprGen, CallGen, PktGen, MapGen):
             self.globals[name] = g
         for name, mt in self.c.maps.items():
             self.globals[name] = self.emit_map_global(name, mt)
+        for name, info in self.c.fns.items():  # declared first: a fn may call a later one
+            self.declare_fn(name, info)
         for name, info in self.c.fns.items():
             self.emit_fn(name, info)
         for decl, kind in self.c.progs:
@@ -93,7 +95,7 @@ class CodeGen(ExprGen, CallGen, PktGen, MapGen):
             return
         data = self.c.license.encode() + b"\0"
         ty = ir.ArrayType(I8, len(data))
-        g = ir.GlobalVariable(self.m, ty, "_license")
+        g = ir.GlobalVariable(self.m, ty, "LICENSE")  # as with debug info: a reserved name
         g.initializer = ir.Constant(ty, bytearray(data))
         g.section = "license"
         g.align = 1
@@ -135,7 +137,8 @@ class CodeGen(ExprGen, CallGen, PktGen, MapGen):
                 ir.IRBuilder(blk).unreachable()
         ir.IRBuilder(self.f.entry).branch(self.f.func.basic_blocks[1])
 
-    def emit_fn(self, name: str, info) -> None:
+    def declare_fn(self, name: str, info) -> None:
+        """The ir.Function of an inlined fn (``fn_ir[name]``), before any body is emitted."""
         params = [
             PTR if not T.is_int(t) and not isinstance(t, T.BoolType) else self.lt(t)
             for _n, t in info.params
@@ -146,6 +149,10 @@ class CodeGen(ExprGen, CallGen, PktGen, MapGen):
         func.attributes.add("alwaysinline")
         func.attributes.add("nounwind")
         self.fn_ir[name] = func
+
+    def emit_fn(self, name: str, info) -> None:
+        func = self.fn_ir[name]
+        ret = func.function_type.return_type
         self.begin(func, None, None)
         if self.dbg:
             self.dbg.end_program()

@@ -85,7 +85,9 @@ class Sema(StmtChecker, DeclChecker):
         self.ctx_name: str | None = None
         self.stale: dict[Local, int] = {}
         self.loop_depth = 0
-        self.last_ip: Local | None = None
+        # what the parse cursor is just past on every path to here (see sema_stmt.CURSOR_*)
+        self.cursor: object = None
+        self.parse_from: dict[ast.Parse, object] = {}  # parse -> the cursor it started at
         self.payload_writes: list = []  # (span, L4 header Local) of payload byte writes
         self.gone: dict[str, tuple[Local, int]] = {}  # out of scope: name -> (local, end line)
 
@@ -265,7 +267,7 @@ class Sema(StmtChecker, DeclChecker):
             )
             return
         self.c.progs.append((p, kind))
-        self.kind, self.ctx_name, self.stale, self.last_ip = kind, p.ctx, {}, None
+        self.kind, self.ctx_name, self.stale, self.cursor = kind, p.ctx, {}, None
         self.scopes, self.gone = [self.globals_scope(), {p.ctx: T.CTX}], {}
         self.payload_writes: list = []
         self.block(p.body, new_scope=False)

@@ -68,6 +68,7 @@ def _mark_stale(ex, e: ast.Node) -> None:
             if isinstance(sym, Local) and isinstance(sym.ty, T.HeaderType):
                 ex.s.stale.setdefault(sym, e.span.line)
     ex.c.pkt_reset.add(e)
+    ex.s.cursor = None  # codegen resets the parse cursor to the packet's start
 
 
 def call(ex, e: ast.Call) -> T.Type:
@@ -155,6 +156,12 @@ def call(ex, e: ast.Call) -> T.Type:
         return T.U32
     if e.name == "skip_ext":
         t = ex.expr(args[0]) if args else None
+        ip6 = ex.c.sym.get(args[0]) if args and isinstance(args[0], ast.Name) else None
+        # the walk starts at the cursor: from just past that ipv6 header it ends at its
+        # upper-layer header (which then follows it); from anywhere else, who knows
+        from bpfdsl.lang.sema.stmt import CURSOR_UNKNOWN
+
+        ex.s.cursor = ip6 if ip6 is not None and ex.s.cursor is ip6 else CURSOR_UNKNOWN
         if len(args) != 1 or not (isinstance(t, T.HeaderType) and t.name == "ipv6"):
             ex.err(
                 "type-mismatch",

@@ -4,7 +4,7 @@ recursive fns (they are inlined, and the kernel refuses recursive BPF calls)."""
 
 from __future__ import annotations
 
-from bpfdsl.abi.uapi import MapType
+from bpfdsl.abi.uapi import BTF_MAX_ENTRIES, MapType, is_percpu, map_create_problems
 from bpfdsl.diagnostics import Span
 from bpfdsl.lang import ast
 from bpfdsl.lang import types as T
@@ -110,8 +110,26 @@ MAP_KINDS: dict[str, tuple[MapType, T.Type | None, T.Type | None]] = {
     "sockmap": (MapType.SOCKMAP, T.U32, T.U32),
     "sockhash": (MapType.SOCKHASH, None, T.U32),
 }
-PERCPU_KINDS = {"percpu_array", "percpu_hash", "lru_percpu_hash"}
+PERCPU_KINDS = {kind for kind, (mt, _key, _value) in MAP_KINDS.items() if is_percpu(mt)}
 BPF_F_NO_PREALLOC = 1
+MAP_ARGS = ("max_entries", "no_prealloc")  # the arguments of a map declaration
+
+
+def unknown_map_kind(kind: str, suggest) -> tuple[str, str]:
+    """(message, hint) for a map kind the language does not have.  A kernel map type
+    (``prog_array``, ``BPF_MAP_TYPE_RINGBUF``) is named as not supported rather than matched
+    to a similar-looking kind; ``suggest(name, options)`` gives a did-you-mean or None."""
+    kinds = "map kinds: " + ", ".join(MAP_KINDS)
+    plain = kind.lower().removeprefix("bpf_map_type_")
+    if plain in MAP_KINDS:
+        return f"unknown map kind `{kind}`", f"write `{plain}`"
+    if plain.upper() in MapType.__members__ and plain != "unspec":
+        why = " (tail calls are not in the language)" if plain == "prog_array" else ""
+        return (
+            f"map kind `{kind}` (BPF_MAP_TYPE_{plain.upper()}) is not supported by bpfdsl{why}",
+            kinds,
+        )
+    return f"unknown map kind `{kind}`", suggest(kind, MAP_KINDS) or kinds
 
 
 class DeclChecker:
@@ -119,12 +137,8 @@ class DeclChecker:
         from bpfdsl.lang.sema.expr import const_int
 
         if d.kind not in MAP_KINDS:
-            self.err(
-                "unknown-map-kind",
-                f"unknown map kind `{d.kind}`",
-                d.kind_span,
-                self.suggest(d.kind, MAP_KINDS) or "map kinds: " + ", ".join(MAP_KINDS),
-            )
+            msg, hint = unknown_map_kind(d.kind, self.suggest)
+            self.err("unknown-map-kind", msg, d.kind_span, hint)
             return
         mt, fkey, fval = MAP_KINDS[d.kind]
         targs = [self.resolve_type(t) for t in d.type_args]
@@ -182,6 +196,42 @@ class DeclChecker:
                     "starting with `prefixlen: u32`",
                     d.type_args[0].span,
                 )
+        meant = set()  # the arguments an unknown one is close to: no second error for them
+        for k in d.args:
+            if k not in MAP_ARGS:
+                hint = self.suggest(k, MAP_ARGS)
+                meant.update(a for a in MAP_ARGS if hint == f"did you mean `{a}`?")
+                self.err(
+                    "map-args",
+                    f"unknown map argument `{k}`",
+                    d.arg_spans.get(k, d.args[k].span),
+                    hint or "map arguments: " + ", ".join(MAP_ARGS),
+                )
+        skip = "max_entries" in meant and "max_entries" not in d.args
+        n = None if skip else self.map_max_entries(d)
+        if "no_prealloc" in d.args:
+            e = d.args["no_prealloc"]
+            v, t = const_int(self, e), e.ty
+            if v not in (0, 1) or not isinstance(t, (T.BoolType, T.UntypedInt, T.ErrorType)):
+                self.err(
+                    "map-args",
+                    "no_prealloc takes true or false",
+                    e.span,
+                    "write `no_prealloc: true` (BPF_F_NO_PREALLOC) or leave it out",
+                )
+            elif v:
+                flags |= BPF_F_NO_PREALLOC
+        if n is not None:
+            self.check_map_limits(d, mt, key, val, n, flags)
+        self.c.maps[d.name] = T.MapType(d.name, d.kind, int(mt), key, val, n or 1, flags)
+        self.c.map_decls[d.name] = d
+
+    def map_max_entries(self, d: ast.MapDecl) -> int | None:
+        """The ``max_entries`` of ``d`` (a constant of 1 to BTF_MAX_ENTRIES); None after an
+        error.  Above BTF_MAX_ENTRIES the BTF map definition (``int (*max_entries)[N]``, as
+        libbpf's ``__uint``) would be 4 GiB or more, which the kernel refuses."""
+        from bpfdsl.lang.sema.expr import const_int
+
         if "max_entries" not in d.args:
             self.err(
                 "map-args",
@@ -189,34 +239,62 @@ class DeclChecker:
                 d.span,
                 f"add `(max_entries: N)` after the {d.kind} kind",
             )
-            n = 1
-        else:
-            n = const_int(self, d.args["max_entries"])
-            if n is None or not 1 <= n < 1 << 32:
-                self.err(
-                    "map-args",
-                    "max_entries must be a constant from 1 to 2**32-1",
-                    d.args["max_entries"].span,
-                )
-                n = 1
-        for k in d.args:
-            if k not in ("max_entries", "no_prealloc"):
-                self.err(
-                    "map-args",
-                    f"unknown map argument `{k}`",
-                    d.args[k].span,
-                    "known: max_entries, no_prealloc",
-                )
-        if "no_prealloc" in d.args and const_int(self, d.args["no_prealloc"]):
-            flags |= BPF_F_NO_PREALLOC
-        self.c.maps[d.name] = T.MapType(d.name, d.kind, int(mt), key, val, n, flags)
-        self.c.map_decls[d.name] = d
+            return None
+        e = d.args["max_entries"]
+        n = const_int(self, e)
+        if n is None or not isinstance(e.ty, (T.IntType, T.UntypedInt)):
+            if not isinstance(e.ty, T.ErrorType):
+                self.err("map-args", "max_entries must be a compile-time integer", e.span,
+                         "write a number or a `const`, e.g. `max_entries: 1024`")  # fmt: skip
+            return None
+        if n < 1:
+            self.err("map-args", f"max_entries must be at least 1, not {n}", e.span,
+                     "a map holds at least one entry")  # fmt: skip
+            return None
+        if n > BTF_MAX_ENTRIES:
+            self.err(
+                "map-args",
+                f"max_entries must be from 1 to {BTF_MAX_ENTRIES} (2**30 - 1), not {n}",
+                e.span,
+                "a BTF map definition cannot state more: the kernel refuses BTF whose "
+                "`max_entries` array is 4 GiB or more",
+            )
+            return None
+        return n
+
+    def check_map_limits(
+        self, d: ast.MapDecl, mt: MapType, key: T.Type, val: T.Type, n: int, flags: int
+    ) -> None:
+        """The one check of a map declaration against the kernel's BPF_MAP_CREATE rules
+        (:data:`bpfdsl.abi.uapi.MAP_LIMITS`): flags, key and value sizes (bytes), max_entries;
+        each error points at the part of the declaration that breaks the rule."""
+        targs = d.type_args
+        _mt, fixed_key, fixed_value = MAP_KINDS[d.kind]
+        spans = {
+            "flags": d.args["no_prealloc"].span if "no_prealloc" in d.args else d.kind_span,
+            "key": targs[0].span if targs and fixed_key is None else d.kind_span,
+            "value": targs[-1].span if targs and fixed_value is None else d.kind_span,
+            "max_entries": d.args["max_entries"].span,
+        }
+        hints = {
+            "flags": "remove `no_prealloc`",
+            "key": "use a key type of an accepted size",
+            "value": "use a smaller value type (e.g. fewer or narrower fields)",
+            "max_entries": "declare fewer entries",
+        }
+        key_size = key.size if key is not None else 0
+        for what, msg in map_create_problems(mt, key_size, val.size, n, flags):
+            self.err("map-limit", f"map `{d.name}`: {msg}", spans[what], hints[what])
 
     # ---- bodies ----
 
     def check_names(self, items: list) -> None:
-        """Top-level names are one namespace (they become ELF symbols); ``LICENSE`` and
-        ``llvm*`` are taken by the object format."""
+        """Top-level names are one namespace (they become ELF symbols); ``LICENSE``,
+        ``llvm*`` and the program sections that are names (``xdp``, ``sk_msg``, ``sockops``:
+        their ELF section symbols) are taken by the object format."""
+        from bpfdsl.abi.uapi import PROGRAM_KINDS
+
+        sections = {k.section for k in PROGRAM_KINDS if k.keyword and k.section.isidentifier()}
         seen: dict[str, Span] = {}
         for it in items:
             name = getattr(it, "name", None)
@@ -240,6 +318,13 @@ class DeclChecker:
                 self.err(
                     "reserved-name",
                     f"`{name}` is reserved in the object file",
+                    it.span,
+                    "pick another name",
+                )
+            elif name in sections:
+                self.err(
+                    "reserved-name",
+                    f"`{name}` is the name of a program section (and its symbol) in the object",
                     it.span,
                     "pick another name",
                 )

@@ -364,6 +364,8 @@ class ExprChecker(OpsChecker):
     # ---- operators ----
 
     def e_Parse(self, e):
+        self.s.parse_from[e] = self.s.cursor  # the header, if any, this one follows
+        self.s.cursor = e  # the Local bound to it takes its place (StmtChecker.bind_parsed)
         if self.s.kind is None:
             self.err(
                 "parse-outside-program",

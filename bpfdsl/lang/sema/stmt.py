@@ -10,8 +10,65 @@ from bpfdsl.lang import ast
 from bpfdsl.lang import types as T
 from bpfdsl.lang.sema.decls import Local
 
+# ``Sema.cursor``: what the parse cursor (where the next ``parse`` reads) is just past on
+# every path reaching the statement being checked: a header Local, None (the packet start),
+# an ast.Parse whose Local is not bound yet, or CURSOR_UNKNOWN (paths disagree).  An L4
+# header's ``header_parent`` is the IP header it directly follows on every path, so the
+# pseudo-header checksum update of an IP address write touches exactly that header
+# (codegen_csum._related_l4); any other L4 view (one parsed in the payload, or after a
+# branch that parsed) gets none, and codegen finds the real L4 header at run time.
+CURSOR_UNKNOWN = "unknown"
+_CURSOR_MOVERS = ("skip_ext",)  # calls that move the cursor (besides PKT_RESIZE helpers)
+
+
+def moves_cursor(node) -> bool:
+    """Whether the subtree ``node`` may move the parse cursor (parse, skip_ext, resizing
+    helpers), found without recursion."""
+    from bpfdsl.lang.sema.expr import PKT_RESIZE
+
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, ast.Parse):
+            return True
+        if isinstance(n, ast.Call) and (n.name in _CURSOR_MOVERS or n.name in PKT_RESIZE):
+            return True
+        if isinstance(n, list):
+            stack.extend(n)
+        elif isinstance(n, dict):
+            stack.extend(n.values())
+        elif isinstance(n, (ast.Node, ast.MatchArm)):
+            stack.extend(v for k, v in vars(n).items() if k not in ("span", "ty"))
+    return False
+
 
 class StmtChecker:
+    def merge_cursors(self, ends: list[tuple[object, bool]], before: object) -> None:
+        """Set the cursor after a branch from ``ends`` ((cursor, diverged) per way through
+        it): the common one of the ways that reach the next statement, else unknown."""
+        live = {id(c): c for c, gone in ends if not gone}
+        if not live:
+            self.cursor = before  # nothing follows on any path
+        else:
+            self.cursor = next(iter(live.values())) if len(live) == 1 else CURSOR_UNKNOWN
+
+    def bind_parsed(self, value: ast.Expr, loc: Local) -> None:
+        """``loc`` is bound to ``value``: if that is a parse, the cursor is just past ``loc``,
+        and an L4 header's parent is the IP header the parse started just past, if any."""
+        if not isinstance(value, ast.Parse):
+            return
+        prev = self.parse_from.get(value)
+        if (
+            isinstance(loc.ty, T.HeaderType)
+            and loc.ty.layout.l4
+            and isinstance(prev, Local)
+            and isinstance(prev.ty, T.HeaderType)
+            and prev.ty.layout.name in ("ipv4", "ipv6")
+        ):
+            loc.header_parent = prev
+        if self.cursor is value:
+            self.cursor = loc
+
     def diverges(self, b: ast.Block | None) -> bool:
         if b is None or not b.stmts:
             return False
@@ -55,6 +112,7 @@ class StmtChecker:
 
     def s_Let(self, s: ast.Let) -> None:
         t = self.ex.expr(s.value)
+        after = self.cursor  # the else block leaves: the cursor after the let is this one
         if s.orelse is not None:
             if not isinstance(t, T.OptionalType):
                 self.err(
@@ -67,6 +125,7 @@ class StmtChecker:
             else:
                 inner = t.inner
             self.block(s.orelse)
+            self.cursor = after
             if not self.diverges(s.orelse):
                 self.err(
                     "else-must-leave",
@@ -90,11 +149,7 @@ class StmtChecker:
             inner = T.U32 if 0 <= v < 1 << 32 else T.U64 if v >= 0 else T.I64
             self.ex.coerce(s.value, inner)
         loc = Local(s.name, inner, s.span)
-        if isinstance(inner, T.HeaderType):
-            if inner.layout.name in ("ipv4", "ipv6"):
-                self.last_ip = loc
-            elif inner.layout.l4:
-                loc.header_parent = self.last_ip
+        self.bind_parsed(s.value, loc)
         self.c.sym[s] = loc
         self.bind(s.name, loc)
 
@@ -103,12 +158,19 @@ class StmtChecker:
 
     def s_If(self, s: ast.If) -> None:
         self.ex.cond(s.cond)
+        before = self.cursor
         self.block(s.then)
+        ends = [(self.cursor, self.diverges(s.then))]
+        self.cursor = before
         if s.orelse:
             self.block(s.orelse)
+        ends.append((self.cursor, self.diverges(s.orelse)))
+        self.merge_cursors(ends, before)
 
     def s_IfLet(self, s: ast.IfLet) -> None:
+        before = self.cursor
         t = self.ex.expr(s.value)
+        after = self.cursor
         if not isinstance(t, T.OptionalType):
             self.err(
                 "needless-if-let",
@@ -120,12 +182,18 @@ class StmtChecker:
         else:
             inner = t.inner
         loc = Local(s.name, inner, s.span)
-        if isinstance(inner, T.HeaderType) and inner.layout.l4:
-            loc.header_parent = self.last_ip
+        self.bind_parsed(s.value, loc)
         self.c.sym[s] = loc
         self.block(s.then, bind=(s.name, loc))
+        ends = [(self.cursor, self.diverges(s.then))]
+        # missing: a failed parse leaves the cursor where it was, a failed walk mid-way
+        self.cursor = (
+            before if isinstance(s.value, ast.Parse) or after is before else (CURSOR_UNKNOWN)
+        )
         if s.orelse:
             self.block(s.orelse)
+        ends.append((self.cursor, self.diverges(s.orelse)))
+        self.merge_cursors(ends, before)
 
     def s_Match(self, s: ast.Match) -> None:
         t = self.ex.expr(s.subject)
@@ -133,6 +201,7 @@ class StmtChecker:
             self.err("match-type", f"`match` needs an integer, not {t}", s.subject.span)
             return
         seen: set[int] = set()
+        before, ends = self.cursor, []
         for arm in s.arms:
             for p in arm.patterns:
                 if p is None:
@@ -147,7 +216,12 @@ class StmtChecker:
                     self.err("duplicate-pattern", "this value is already matched above", p.span)
                 else:
                     seen.add(v)
+            self.cursor = before
             self.block(arm.body)
+            ends.append((self.cursor, self.diverges(arm.body)))
+        if not any(None in a.patterns for a in s.arms):  # no `_`: the value may match none
+            ends.append((before, False))
+        self.merge_cursors(ends, before)
 
     def s_For(self, s: ast.For) -> None:
         from bpfdsl.lang.sema.expr import const_int
@@ -166,9 +240,14 @@ class StmtChecker:
         self.ex.coerce(s.end, ty)
         loc = Local(s.var, ty, s.span, bounds=(a, b) if a is not None and b is not None else None)
         self.c.sym[s] = loc
+        moved = moves_cursor(s.body)  # then each iteration starts somewhere else
+        if moved:
+            self.cursor = CURSOR_UNKNOWN
         self.loop_depth += 1
         self.block(s.body, bind=(s.var, loc))
         self.loop_depth -= 1
+        if moved:
+            self.cursor = CURSOR_UNKNOWN
 
     def s_While(self, s: ast.While) -> None:
         self.err(
