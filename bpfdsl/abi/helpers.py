@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from enum import Enum
 
+from bpfdsl.abi import uapi as U
 from bpfdsl.abi.uapi import MapType, ProgramType
 from bpfdsl.record import FrozenRecord
 
@@ -87,18 +88,7 @@ _XDP = frozenset({ProgramType.XDP})
 _SK_MSG = frozenset({ProgramType.SK_MSG})
 _SOCK_OPS = frozenset({ProgramType.SOCK_OPS})
 _NET = frozenset({ProgramType.XDP, ProgramType.SCHED_CLS, ProgramType.SCHED_ACT})
-_REDIRECT_MAPS = frozenset({MapType.DEVMAP, MapType.DEVMAP_HASH, MapType.CPUMAP, MapType.XSKMAP})
-_DATA_MAPS = frozenset(
-    {
-        MapType.HASH,
-        MapType.ARRAY,
-        MapType.PERCPU_HASH,
-        MapType.PERCPU_ARRAY,
-        MapType.LRU_HASH,
-        MapType.LRU_PERCPU_HASH,
-        MapType.LPM_TRIE,
-    }
-)
+_DATA_MAPS = U.HASH_MAP_TYPES | U.ARRAY_MAP_TYPES | {MapType.LPM_TRIE}  # maps of plain values
 
 # Index = helper id (enum bpf_func_id order, 0 = BPF_FUNC_unspec); see the module doc.
 PROTOTYPES: tuple[HelperProto, ...] = (
@@ -108,8 +98,7 @@ PROTOTYPES: tuple[HelperProto, ...] = (
         1,
         (A.CONST_MAP_PTR, A.PTR_TO_MAP_KEY),
         RetKind.PTR_TO_MAP_VALUE_OR_NULL,
-        map_types=_DATA_MAPS
-        | {MapType.DEVMAP, MapType.DEVMAP_HASH, MapType.XSKMAP, MapType.SOCKMAP, MapType.SOCKHASH},
+        map_types=_DATA_MAPS | U.DEVMAP_TYPES | U.SOCKET_MAP_TYPES,
     ),
     HelperProto(
         "map_update_elem",
@@ -123,7 +112,7 @@ PROTOTYPES: tuple[HelperProto, ...] = (
         3,
         (A.CONST_MAP_PTR, A.PTR_TO_MAP_KEY),
         RetKind.INTEGER,
-        map_types=_DATA_MAPS | {MapType.SOCKMAP, MapType.SOCKHASH},
+        map_types=_DATA_MAPS | U.SOCK_MAP_TYPES,
     ),
     HelperProto("probe_read", 4),
     HelperProto("ktime_get_ns", 5, (), RetKind.INTEGER),
@@ -198,7 +187,7 @@ PROTOTYPES: tuple[HelperProto, ...] = (
         (A.CONST_MAP_PTR, A.ANYTHING, A.ANYTHING),
         RetKind.INTEGER,
         prog_types=_XDP,
-        map_types=_REDIRECT_MAPS,
+        map_types=U.REDIRECT_MAP_TYPES,
     ),
     HelperProto("sk_redirect_map", 52),
     HelperProto(
@@ -439,7 +428,8 @@ PROTOTYPES: tuple[HelperProto, ...] = (
         195,
         (A.CONST_MAP_PTR, A.PTR_TO_MAP_KEY, A.ANYTHING),
         RetKind.PTR_TO_MAP_VALUE_OR_NULL,
-        map_types=frozenset({MapType.PERCPU_ARRAY, MapType.PERCPU_HASH, MapType.LRU_PERCPU_HASH}),
+        # per-CPU cgroup storage is read with bpf_get_local_storage instead
+        map_types=U.PERCPU_MAP_TYPES - {MapType.PERCPU_CGROUP_STORAGE},
     ),
     HelperProto("skc_to_mptcp_sock", 196),
     HelperProto("dynptr_from_mem", 197),
@@ -473,13 +463,6 @@ def kernel_helper_name(helper_id: int) -> str | None:
         return PROTOTYPES[helper_id].kernel_name
     return None
 
-
-# Map types whose values a program may not touch through map_lookup_elem's result except
-# as the kernel allows (check_map_func_compatibility and map_ops->map_lookup_elem):
-# xskmap lookups give an opaque socket reference (only ``queue_id`` of struct
-# bpf_xdp_sock is readable); devmap lookups give struct bpf_devmap_val (read-only).
-OPAQUE_LOOKUP_MAPS = frozenset({MapType.XSKMAP, MapType.SOCKMAP, MapType.SOCKHASH})
-READONLY_VALUE_MAPS = frozenset({MapType.DEVMAP, MapType.DEVMAP_HASH, MapType.XSKMAP})
 
 # Helpers each map type may be passed to (check_map_func_compatibility, first switch).
 MAP_HELPERS: dict[MapType, frozenset[str]] = {

@@ -15,7 +15,7 @@ from bpfdsl.abi.helpers import (
     kernel_helper_name,
     map_fits_helper,
 )
-from bpfdsl.abi.uapi import MapType
+from bpfdsl.abi.uapi import MapType, is_array, is_sockmap
 from bpfdsl.checker import domain as D
 from bpfdsl.checker import features as F
 from bpfdsl.checker.env import Env, Fault
@@ -240,7 +240,7 @@ def check_helper_call(env: Env, st: State, helper_id: int, idx: int) -> None:
             regs[0] = D.unknown()
         elif (
             helper_id == 1
-            and map_obj.map_type in (MapType.ARRAY, MapType.PERCPU_ARRAY)
+            and is_array(map_obj.map_type)
             and key_const is not None
             and key_const < map_obj.max_entries
         ):
@@ -261,7 +261,7 @@ def nonnull_type(r: D.Reg) -> int:
         mt = r.map.map_type
         if mt == MapType.XSKMAP:
             return D.XDP_SOCK
-        if mt in (MapType.SOCKMAP, MapType.SOCKHASH):
+        if is_sockmap(mt):
             return D.SOCKET
         return D.MAP_VALUE
     return D.NULLABLE[r.t]

@@ -258,18 +258,9 @@ def possible_cpus() -> int:
 
 
 def percpu_value_size(value_size: int) -> int:
-    """User-space buffer size of a per-CPU map value: round_up(size, 8) * possible CPUs."""
+    """User-space buffer size in bytes of a value of a per-CPU map (``uapi.is_percpu``):
+    round_up(size, 8) * possible CPUs (kernel/bpf/syscall.c ``bpf_map_value_size``)."""
     return ((value_size + 7) & ~7) * possible_cpus()
-
-
-def is_percpu(map_type: int) -> bool:
-    """True for map types whose user-space values are per-CPU arrays."""
-    return map_type in (
-        MapType.PERCPU_HASH,
-        MapType.PERCPU_ARRAY,
-        MapType.LRU_PERCPU_HASH,
-        MapType.PERCPU_CGROUP_STORAGE,
-    )
 
 
 # ---- programs ----

@@ -12,14 +12,13 @@ from __future__ import annotations
 from llvmlite import ir
 
 from bpfdsl.abi.helpers import HELPERS
-from bpfdsl.abi.uapi import BPF_ANY, BPF_NOEXIST
+from bpfdsl.abi.uapi import BPF_ANY, BPF_NOEXIST, is_hash, is_percpu
 from bpfdsl.lang import ast
 from bpfdsl.lang import types as T
 
 I32, I64 = ir.IntType(32), ir.IntType(64)
 VOID = ir.VoidType()
 PTR = ir.PointerType()
-_HASH_KINDS = {"hash", "percpu_hash", "lru_hash", "lru_percpu_hash"}
 
 
 class MapGen:
@@ -124,11 +123,10 @@ class MapGen:
         found, missing, done = (self.new_block(n) for n in ("add.found", "add.new", "add.done"))
         self.b.cbranch(self.b.icmp_unsigned("==", p, ir.Constant(PTR, None)), missing, found)
         self.start(found)
-        percpu = m.kind.startswith("percpu") or m.kind == "lru_percpu_hash"
-        self.store_scalar(p, m.value, "+=", s.value, atomic=not percpu)
+        self.store_scalar(p, m.value, "+=", s.value, atomic=not is_percpu(m.map_type))
         self.b.branch(done)
         self.start(missing)
-        if m.kind in _HASH_KINDS:
+        if is_hash(m.map_type):
             self.map_update(m, kp, self.value_ptr(m, s.value), ir.Constant(I64, BPF_NOEXIST))
         self.b.branch(done)
         self.start(done)
