@@ -9,6 +9,7 @@ import errno
 import pytest
 
 from bpfdsl.abi.bpf_attr import MapElemAttr
+from bpfdsl.abi.btf.core import Btf, BtfType, Kind
 from bpfdsl.abi.uapi import (
     BPF_F_NO_PREALLOC,
     BpfCmd,
@@ -17,6 +18,7 @@ from bpfdsl.abi.uapi import (
     is_hash,
     is_indexed,
     is_percpu,
+    takes_btf_key_value,
 )
 from bpfdsl.interp.maps import make_map
 from bpfdsl.kernel import syscall as S
@@ -103,6 +105,35 @@ def test_per_cpu_value_layout_matches_the_kernel(t):
     m.set(0, 7)
     assert isinstance(m.get(0), list) == is_percpu(t)
     assert BpfMap("m", 4, 4, t, 2).percpu == is_percpu(t)
+
+
+@pytest.mark.kernel
+def test_size_only_maps_are_the_ones_the_kernel_refuses_btf_key_value_types_for():
+    """A BTF ``int`` as key and value type: the kernel creates the map with it exactly when
+    ``takes_btf_key_value`` says so (codegen then writes ``__type(key, T)``, else ``key_size``)."""
+    ints = [BtfType(0, Kind.UNKN), BtfType(1, Kind.INT, "int", 1, size=4, encoding=1, bits=32)]
+    keyless = {MapType.QUEUE: 0, MapType.STACK: 0, MapType.BLOOM_FILTER: 0}
+    btf, _ = S.btf_load(Btf(ints, b"\0int\0").to_bytes())
+    with btf, S.map_create(MapType.ARRAY, 4, 4, 1, name="bpfdsl_inner") as inner:
+        for t in [*CREATE, MapType.ARRAY_OF_MAPS, MapType.HASH_OF_MAPS, *keyless]:
+            if t == MapType.LPM_TRIE:  # 8-byte keys: no 4-byte int for them
+                continue
+            key = keyless.get(t, 4)
+            kw = (
+                {"inner_map_fd": int(inner)}
+                if t in (MapType.ARRAY_OF_MAPS, MapType.HASH_OF_MAPS)
+                else {}
+            )
+            n = CREATE.get(t, (0, 0, 4))[2]
+            S.map_create(t, key, 4, n, name="bpfdsl_plain", **kw).close()  # creatable at all
+            try:
+                S.map_create(t, key, 4, n, name="bpfdsl_btf", btf_fd=int(btf),
+                             btf_key_type_id=1 if key else 0, btf_value_type_id=1, **kw).close()  # fmt: skip
+                accepted = True
+            except S.BpfError as e:
+                assert e.errno in (errno.EINVAL, 524), (t.name, e)  # 524: ENOTSUPP
+                accepted = False
+            assert accepted == takes_btf_key_value(t), t.name
 
 
 def test_interp_array_maps_keep_every_index_hash_maps_none():

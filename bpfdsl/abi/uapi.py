@@ -182,6 +182,16 @@ socket reference (xskmap: ``struct bpf_xdp_sock``, only ``queue_id`` readable)."
 MAP_IN_MAP_TYPES = frozenset({MapType.ARRAY_OF_MAPS, MapType.HASH_OF_MAPS})
 """Values are inner maps (kernel/bpf/map_in_map.c); the definition names an inner map."""
 
+SIZE_ONLY_MAP_TYPES: frozenset[int] = frozenset(
+    MapType[n]
+    for n in "PERF_EVENT_ARRAY CGROUP_ARRAY STACK_TRACE ARRAY_OF_MAPS HASH_OF_MAPS DEVMAP "
+    "DEVMAP_HASH CPUMAP XSKMAP SOCKMAP SOCKHASH QUEUE STACK ARENA".split()
+)
+"""Map types the kernel creates only without BTF key/value types (``map_check_no_btf``, or
+no ``map_check_btf`` for keyless maps; the list libbpf's ``bpf_object__create_map`` drops
+the BTF ids for): libbpf-style C declares them with ``__uint(key_size, N)`` /
+``__uint(value_size, N)``."""
+
 
 def is_percpu(map_type: int) -> bool:
     """Values are per CPU (:data:`PERCPU_MAP_TYPES`)."""
@@ -232,6 +242,11 @@ def lookup_is_readonly(map_type: int) -> bool:
     """A program may not write through its ``bpf_map_lookup_elem`` result: devmap values
     (``dev_map_alloc`` sets BPF_F_RDONLY_PROG) and socket references (:data:`SOCKET_MAP_TYPES`)."""
     return map_type in DEVMAP_TYPES or map_type in SOCKET_MAP_TYPES
+
+
+def takes_btf_key_value(map_type: int) -> bool:
+    """The kernel accepts BTF key/value type ids for it (not in :data:`SIZE_ONLY_MAP_TYPES`)."""
+    return map_type not in SIZE_ONLY_MAP_TYPES
 
 
 def is_map_in_map(map_type: int) -> bool:
