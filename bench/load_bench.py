@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
 import json
 import os
 import shutil
@@ -43,6 +42,8 @@ from pathlib import Path
 
 import benchlib as B
 from netns import VethNs
+
+from bpfdsl.kernel import libc  # (benchlib put the repository first on sys.path)
 
 GOAL_RATIO = 1.5
 FORMS = ("bpftool", "bpfdsl 2-proc", "bpfdsl 1-proc")
@@ -79,19 +80,19 @@ print(statistics.median(ts) * 1000)
 @contextlib.contextmanager
 def inside(ns: VethNs):
     """Run the body with this process (and so its children) in ``ns``'s network namespace."""
-    libc = ctypes.CDLL(None, use_errno=True)
     home = os.open("/proc/self/ns/net", os.O_RDONLY)
     try:
         there = os.open(f"/run/netns/{ns.name}", os.O_RDONLY)
         try:
-            if libc.setns(there, 0x40000000) != 0:  # CLONE_NEWNET
-                raise B.BenchError(f"setns into {ns.name}: {os.strerror(ctypes.get_errno())}")
+            libc.setns(there, libc.CLONE_NEWNET)
+        except OSError as e:
+            raise B.BenchError(f"setns into {ns.name}: {os.strerror(e.errno)}") from None
         finally:
             os.close(there)
         try:
             yield
         finally:
-            libc.setns(home, 0x40000000)
+            libc.setns(home, libc.CLONE_NEWNET)
     finally:
         os.close(home)
 

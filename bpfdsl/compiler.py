@@ -198,24 +198,17 @@ def check_compiled(obj: bytes, text: str) -> list[Diagnostic]:
 
 def object_stats(obj: bytes, programs: list[str]) -> list[ProgramStats]:
     """Instruction count (decoded with bpfdsl.abi.insn) and stack bytes per program function."""
-    import io
-
-    from elftools.elf.elffile import ELFFile
-
     from bpfdsl.abi import insn
     from bpfdsl.backend import target
+    from bpfdsl.obj.elf import ElfFile
 
     depths = target.stack_depths(obj)
-    elf = ELFFile(io.BytesIO(obj))
-    symtab = elf.get_section_by_name(".symtab")
     out = []
-    for sym in symtab.iter_symbols():
-        if sym["st_info"]["type"] != "STT_FUNC" or sym.name not in programs:
+    for name, sec, start, size in ElfFile(obj).functions():
+        if name not in programs:
             continue
-        sec = elf.get_section(sym["st_shndx"])
-        data = sec.data()[sym["st_value"] : sym["st_value"] + (sym["st_size"] or sec["sh_size"])]
-        n = sum(i.width for i in insn.decode(data))
-        out.append(ProgramStats(sym.name, sec.name, n, depths.get(sym.name, 0)))
+        n = sum(i.width for i in insn.decode(sec.data()[start : start + size]))
+        out.append(ProgramStats(name, sec.name, n, depths.get(name, 0)))
     out.sort(key=lambda s: programs.index(s.name))
     return out
 

@@ -164,7 +164,7 @@ def _fill(coll) -> None:
 
 def _dump(coll) -> dict[str, dict[bytes, bytes]]:
     """All user maps (not .rodata/.bss/...) as key -> value, per-CPU values summed per CPU."""
-    from bpfdsl.abi.uapi import MapType
+    from bpfdsl.abi.uapi import MapType, is_percpu
     from bpfdsl.kernel import syscall
 
     readable = {
@@ -183,7 +183,7 @@ def _dump(coll) -> dict[str, dict[bytes, bytes]]:
         if info.type not in readable:  # devmap, cpumap, xskmap, sockhash: fds, not data
             continue
         vsize = info.value_size
-        if syscall.is_percpu(info.type):
+        if is_percpu(info.type):
             vsize = syscall.percpu_value_size(info.value_size)
         entries, key = {}, None
         for _ in range(100_000):
@@ -191,7 +191,7 @@ def _dump(coll) -> dict[str, dict[bytes, bytes]]:
             if key is None:
                 break
             val = syscall.map_lookup(m.fd, key, vsize)
-            if syscall.is_percpu(info.type) and val is not None:
+            if is_percpu(info.type) and val is not None:
                 step = (info.value_size + 7) // 8 * 8
                 total = sum(
                     int.from_bytes(val[i : i + min(8, info.value_size)], "little")

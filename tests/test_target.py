@@ -23,10 +23,10 @@ from bpfdsl.backend.target import (
     emit,
     emit_assembly,
     emit_object,
-    fixup_btf_datasecs,
     stack_depths,
 )
 from bpfdsl.diagnostics import DiagnosticError, UsageError
+from bpfdsl.obj.elf import fixup_btf_datasecs
 from tests.test_debuginfo import build_maps_module, build_pass_module
 
 EM_BPF = 247

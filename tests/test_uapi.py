@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from bpfdsl.abi import uapi as U
-from bpfdsl.abi.helpers import HELPERS
+from bpfdsl.abi.helpers import HELPERS, kernel_helper_name
 
 VMLINUX = Path("/sys/kernel/btf/vmlinux")
 
@@ -70,8 +70,6 @@ def test_section_table():
 
 @pytest.mark.kernel
 def test_helper_names_match_kernel():
-    from bpfdsl.abi.helper_names import kernel_helper_name
-
     k = _kernel_enums()
     ids = {v: n for n, v in k.items() if n.startswith("BPF_FUNC_") and n != "BPF_FUNC_unspec"}
     for helper_id, name in ids.items():

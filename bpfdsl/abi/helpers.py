@@ -1,18 +1,24 @@
-"""The one helper table: BPF helper ids and prototypes (imports only uapi and record).
+"""The one helper table: every BPF helper's id, name and prototype (imports only uapi and record).
 
-Ids are ``enum bpf_func_id`` (include/uapi/linux/bpf.h, checked against this machine's
-vmlinux BTF by tests/test_uapi.py).  Argument and return kinds follow the kernel's
-``struct bpf_func_proto`` (``ARG_*`` / ``RET_*`` in include/linux/bpf.h), reduced to what
-bpfdsl's sema, checker and interpreter need.  Program-type availability follows the
-kernel's ``*_func_proto`` functions in net/core/filter.c (``xdp_func_proto``,
-``sk_msg_func_proto``, ``sock_ops_func_proto``) plus ``bpf_base_func_proto``;
-map compatibility follows ``check_map_func_compatibility`` in kernel/bpf/verifier.c.
+:data:`PROTOTYPES` is indexed by helper id, as PREVAIL's ``prototypes[]``: every id of
+``enum bpf_func_id`` (include/uapi/linux/bpf.h; this machine's kernel BTF, Linux 6.18: ids
+1..211, checked against /sys/kernel/btf/vmlinux by tests/test_uapi.py) has an entry with its
+name, so the instruction printer, the checker and the interpreter can name any helper.
+Helpers bpfdsl models carry a prototype; the others have ``args is None`` (``modelled`` is
+False): the checker says "cannot check" for them instead of "rejected".
+Argument and return kinds follow the kernel's ``struct bpf_func_proto`` (``ARG_*`` / ``RET_*``
+in include/linux/bpf.h), reduced to what bpfdsl's sema, checker and interpreter need.
+Program-type availability follows the kernel's ``*_func_proto`` functions in
+net/core/filter.c (``xdp_func_proto``, ``sk_msg_func_proto``, ``sock_ops_func_proto``) plus
+``bpf_base_func_proto``; map compatibility follows ``check_map_func_compatibility`` in
+kernel/bpf/verifier.c.
 """
 
 from __future__ import annotations
 
 from enum import Enum
 
+from bpfdsl.abi import uapi as U
 from bpfdsl.abi.uapi import MapType, ProgramType
 from bpfdsl.record import FrozenRecord
 
@@ -41,9 +47,10 @@ class RetKind(Enum):
 
 
 class HelperProto(FrozenRecord):
-    """One helper.
+    """One helper: ``name`` (``enum bpf_func_id`` without ``BPF_FUNC_``), ``id``.
 
-    ``args``: kinds of r1..r5 in order.  ``ret``: kind of r0.  ``prog_types``: where it
+    ``args``: kinds of r1..r5 in order, None for a helper bpfdsl does not model.  ``ret``:
+    kind of r0 (None when not modelled).  ``prog_types``: where it
     may be called (None = every program type, ``bpf_base_func_proto``).  ``map_types``:
     map types accepted by its CONST_MAP_PTR argument (None = any).  ``pkt_changing``: the
     kernel's ``bpf_helper_changes_pkt_data``: every packet pointer is invalid after the
@@ -56,8 +63,8 @@ class HelperProto(FrozenRecord):
         self,
         name: str,
         id: int,  # noqa: A002 - the kernel's name for it (enum bpf_func_id)
-        args: tuple[ArgKind, ...],
-        ret: RetKind,
+        args: tuple[ArgKind, ...] | None = None,
+        ret: RetKind | None = None,
         prog_types: frozenset[ProgramType] | None = None,
         map_types: frozenset[MapType] | None = None,
         pkt_changing: bool = False,
@@ -65,33 +72,33 @@ class HelperProto(FrozenRecord):
         self.name, self.id, self.args, self.ret = name, id, args, ret
         self.prog_types, self.map_types, self.pkt_changing = prog_types, map_types, pkt_changing
 
+    @property
+    def modelled(self) -> bool:
+        """Whether bpfdsl knows this helper's prototype (sema, checker and interpreter)."""
+        return self.args is not None
+
+    @property
+    def kernel_name(self) -> str:
+        """``bpf_<name>``, as the kernel's verifier log and headers spell it."""
+        return "bpf_" + self.name
+
 
 A = ArgKind
 _XDP = frozenset({ProgramType.XDP})
 _SK_MSG = frozenset({ProgramType.SK_MSG})
 _SOCK_OPS = frozenset({ProgramType.SOCK_OPS})
 _NET = frozenset({ProgramType.XDP, ProgramType.SCHED_CLS, ProgramType.SCHED_ACT})
-_REDIRECT_MAPS = frozenset({MapType.DEVMAP, MapType.DEVMAP_HASH, MapType.CPUMAP, MapType.XSKMAP})
-_DATA_MAPS = frozenset(
-    {
-        MapType.HASH,
-        MapType.ARRAY,
-        MapType.PERCPU_HASH,
-        MapType.PERCPU_ARRAY,
-        MapType.LRU_HASH,
-        MapType.LRU_PERCPU_HASH,
-        MapType.LPM_TRIE,
-    }
-)
+_DATA_MAPS = U.HASH_MAP_TYPES | U.ARRAY_MAP_TYPES | {MapType.LPM_TRIE}  # maps of plain values
 
-_ALL: tuple[HelperProto, ...] = (
+# Index = helper id (enum bpf_func_id order, 0 = BPF_FUNC_unspec); see the module doc.
+PROTOTYPES: tuple[HelperProto, ...] = (
+    HelperProto("unspec", 0),
     HelperProto(
         "map_lookup_elem",
         1,
         (A.CONST_MAP_PTR, A.PTR_TO_MAP_KEY),
         RetKind.PTR_TO_MAP_VALUE_OR_NULL,
-        map_types=_DATA_MAPS
-        | {MapType.DEVMAP, MapType.DEVMAP_HASH, MapType.XSKMAP, MapType.SOCKMAP, MapType.SOCKHASH},
+        map_types=_DATA_MAPS | U.DEVMAP_TYPES | U.SOCKET_MAP_TYPES,
     ),
     HelperProto(
         "map_update_elem",
@@ -105,14 +112,16 @@ _ALL: tuple[HelperProto, ...] = (
         3,
         (A.CONST_MAP_PTR, A.PTR_TO_MAP_KEY),
         RetKind.INTEGER,
-        map_types=_DATA_MAPS | {MapType.SOCKMAP, MapType.SOCKHASH},
+        map_types=_DATA_MAPS | U.SOCK_MAP_TYPES,
     ),
+    HelperProto("probe_read", 4),
     HelperProto("ktime_get_ns", 5, (), RetKind.INTEGER),
     HelperProto("trace_printk", 6, (A.PTR_TO_MEM, A.CONST_SIZE), RetKind.INTEGER),
     HelperProto("get_prandom_u32", 7, (), RetKind.INTEGER),
     HelperProto("get_smp_processor_id", 8, (), RetKind.INTEGER),
-    # u64 tgid << 32 | pid; every program type since Linux 6.10 (bpf_base_func_proto)
-    HelperProto("get_current_pid_tgid", 14, (), RetKind.INTEGER),
+    HelperProto("skb_store_bytes", 9),
+    HelperProto("l3_csum_replace", 10),
+    HelperProto("l4_csum_replace", 11),
     HelperProto(
         "tail_call",
         12,
@@ -120,7 +129,22 @@ _ALL: tuple[HelperProto, ...] = (
         RetKind.VOID,
         map_types=frozenset({MapType.PROG_ARRAY}),
     ),
+    HelperProto("clone_redirect", 13),
+    # u64 tgid << 32 | pid; every program type since Linux 6.10 (bpf_base_func_proto)
+    HelperProto("get_current_pid_tgid", 14, (), RetKind.INTEGER),
+    HelperProto("get_current_uid_gid", 15),
+    HelperProto("get_current_comm", 16),
+    HelperProto("get_cgroup_classid", 17),
+    HelperProto("skb_vlan_push", 18),
+    HelperProto("skb_vlan_pop", 19),
+    HelperProto("skb_get_tunnel_key", 20),
+    HelperProto("skb_set_tunnel_key", 21),
+    HelperProto("perf_event_read", 22),
     HelperProto("redirect", 23, (A.ANYTHING, A.ANYTHING), RetKind.INTEGER, prog_types=_NET),
+    HelperProto("get_route_realm", 24),
+    HelperProto("perf_event_output", 25),
+    HelperProto("skb_load_bytes", 26),
+    HelperProto("get_stackid", 27),
     HelperProto(
         "csum_diff",
         28,
@@ -128,7 +152,21 @@ _ALL: tuple[HelperProto, ...] = (
         RetKind.INTEGER,
         prog_types=_NET,
     ),
+    HelperProto("skb_get_tunnel_opt", 29),
+    HelperProto("skb_set_tunnel_opt", 30),
+    HelperProto("skb_change_proto", 31),
+    HelperProto("skb_change_type", 32),
+    HelperProto("skb_under_cgroup", 33),
+    HelperProto("get_hash_recalc", 34),
+    HelperProto("get_current_task", 35),
+    HelperProto("probe_write_user", 36),
+    HelperProto("current_task_under_cgroup", 37),
+    HelperProto("skb_change_tail", 38),
+    HelperProto("skb_pull_data", 39),
+    HelperProto("csum_update", 40),
+    HelperProto("set_hash_invalid", 41),
     HelperProto("get_numa_node_id", 42, (), RetKind.INTEGER),
+    HelperProto("skb_change_head", 43),
     HelperProto(
         "xdp_adjust_head",
         44,
@@ -137,15 +175,21 @@ _ALL: tuple[HelperProto, ...] = (
         prog_types=_XDP,
         pkt_changing=True,
     ),
+    HelperProto("probe_read_str", 45),
     HelperProto("get_socket_cookie", 46, (A.PTR_TO_CTX,), RetKind.INTEGER, prog_types=_SOCK_OPS),
+    HelperProto("get_socket_uid", 47),
+    HelperProto("set_hash", 48),
+    HelperProto("setsockopt", 49),
+    HelperProto("skb_adjust_room", 50),
     HelperProto(
         "redirect_map",
         51,
         (A.CONST_MAP_PTR, A.ANYTHING, A.ANYTHING),
         RetKind.INTEGER,
         prog_types=_XDP,
-        map_types=_REDIRECT_MAPS,
+        map_types=U.REDIRECT_MAP_TYPES,
     ),
+    HelperProto("sk_redirect_map", 52),
     HelperProto(
         "sock_map_update",
         53,
@@ -162,6 +206,10 @@ _ALL: tuple[HelperProto, ...] = (
         prog_types=_XDP,
         pkt_changing=True,
     ),
+    HelperProto("perf_event_read_value", 55),
+    HelperProto("perf_prog_read_value", 56),
+    HelperProto("getsockopt", 57),
+    HelperProto("override_return", 58),
     HelperProto(
         "sock_ops_cb_flags_set",
         59,
@@ -191,6 +239,7 @@ _ALL: tuple[HelperProto, ...] = (
         prog_types=_SK_MSG,
         pkt_changing=True,
     ),
+    HelperProto("bind", 64),
     HelperProto(
         "xdp_adjust_tail",
         65,
@@ -199,6 +248,10 @@ _ALL: tuple[HelperProto, ...] = (
         prog_types=_XDP,
         pkt_changing=True,
     ),
+    HelperProto("skb_get_xfrm_state", 66),
+    HelperProto("get_stack", 67),
+    HelperProto("skb_load_bytes_relative", 68),
+    HelperProto("fib_lookup", 69),
     HelperProto(
         "sock_hash_update",
         70,
@@ -215,6 +268,24 @@ _ALL: tuple[HelperProto, ...] = (
         prog_types=_SK_MSG,
         map_types=frozenset({MapType.SOCKHASH}),
     ),
+    HelperProto("sk_redirect_hash", 72),
+    HelperProto("lwt_push_encap", 73),
+    HelperProto("lwt_seg6_store_bytes", 74),
+    HelperProto("lwt_seg6_adjust_srh", 75),
+    HelperProto("lwt_seg6_action", 76),
+    HelperProto("rc_repeat", 77),
+    HelperProto("rc_keydown", 78),
+    HelperProto("skb_cgroup_id", 79),
+    HelperProto("get_current_cgroup_id", 80),
+    HelperProto("get_local_storage", 81),
+    HelperProto("sk_select_reuseport", 82),
+    HelperProto("skb_ancestor_cgroup_id", 83),
+    HelperProto("sk_lookup_tcp", 84),
+    HelperProto("sk_lookup_udp", 85),
+    HelperProto("sk_release", 86),
+    HelperProto("map_push_elem", 87),
+    HelperProto("map_pop_elem", 88),
+    HelperProto("map_peek_elem", 89),
     HelperProto(
         "msg_push_data",
         90,
@@ -231,9 +302,77 @@ _ALL: tuple[HelperProto, ...] = (
         prog_types=_SK_MSG,
         pkt_changing=True,
     ),
+    HelperProto("rc_pointer_rel", 92),
+    HelperProto("spin_lock", 93),
+    HelperProto("spin_unlock", 94),
+    HelperProto("sk_fullsock", 95),
+    HelperProto("tcp_sock", 96),
+    HelperProto("skb_ecn_set_ce", 97),
+    HelperProto("get_listener_sock", 98),
+    HelperProto("skc_lookup_tcp", 99),
+    HelperProto("tcp_check_syncookie", 100),
+    HelperProto("sysctl_get_name", 101),
+    HelperProto("sysctl_get_current_value", 102),
+    HelperProto("sysctl_get_new_value", 103),
+    HelperProto("sysctl_set_new_value", 104),
+    HelperProto("strtol", 105),
+    HelperProto("strtoul", 106),
+    HelperProto("sk_storage_get", 107),
+    HelperProto("sk_storage_delete", 108),
+    HelperProto("send_signal", 109),
+    HelperProto("tcp_gen_syncookie", 110),
+    HelperProto("skb_output", 111),
+    HelperProto("probe_read_user", 112),
+    HelperProto("probe_read_kernel", 113),
+    HelperProto("probe_read_user_str", 114),
+    HelperProto("probe_read_kernel_str", 115),
+    HelperProto("tcp_send_ack", 116),
+    HelperProto("send_signal_thread", 117),
     HelperProto("jiffies64", 118, (), RetKind.INTEGER),
+    HelperProto("read_branch_records", 119),
+    HelperProto("get_ns_current_pid_tgid", 120),
+    HelperProto("xdp_output", 121),
+    HelperProto("get_netns_cookie", 122),
+    HelperProto("get_current_ancestor_cgroup_id", 123),
+    HelperProto("sk_assign", 124),
     HelperProto("ktime_get_boot_ns", 125, (), RetKind.INTEGER),
+    HelperProto("seq_printf", 126),
+    HelperProto("seq_write", 127),
+    HelperProto("sk_cgroup_id", 128),
+    HelperProto("sk_ancestor_cgroup_id", 129),
+    HelperProto("ringbuf_output", 130),
+    HelperProto("ringbuf_reserve", 131),
+    HelperProto("ringbuf_submit", 132),
+    HelperProto("ringbuf_discard", 133),
+    HelperProto("ringbuf_query", 134),
+    HelperProto("csum_level", 135),
+    HelperProto("skc_to_tcp6_sock", 136),
+    HelperProto("skc_to_tcp_sock", 137),
+    HelperProto("skc_to_tcp_timewait_sock", 138),
+    HelperProto("skc_to_tcp_request_sock", 139),
+    HelperProto("skc_to_udp6_sock", 140),
+    HelperProto("get_task_stack", 141),
+    HelperProto("load_hdr_opt", 142),
+    HelperProto("store_hdr_opt", 143),
+    HelperProto("reserve_hdr_opt", 144),
+    HelperProto("inode_storage_get", 145),
+    HelperProto("inode_storage_delete", 146),
+    HelperProto("d_path", 147),
+    HelperProto("copy_from_user", 148),
+    HelperProto("snprintf_btf", 149),
+    HelperProto("seq_printf_btf", 150),
+    HelperProto("skb_cgroup_classid", 151),
+    HelperProto("redirect_neigh", 152),
+    HelperProto("per_cpu_ptr", 153),
+    HelperProto("this_cpu_ptr", 154),
+    HelperProto("redirect_peer", 155),
+    HelperProto("task_storage_get", 156),
+    HelperProto("task_storage_delete", 157),
+    HelperProto("get_current_task_btf", 158),
+    HelperProto("bprm_opts_set", 159),
     HelperProto("ktime_get_coarse_ns", 160, (), RetKind.INTEGER),
+    HelperProto("ima_inode_hash", 161),
+    HelperProto("sock_from_file", 162),
     HelperProto(
         "check_mtu",
         163,
@@ -241,6 +380,30 @@ _ALL: tuple[HelperProto, ...] = (
         RetKind.INTEGER,
         prog_types=_NET,
     ),
+    HelperProto("for_each_map_elem", 164),
+    HelperProto("snprintf", 165),
+    HelperProto("sys_bpf", 166),
+    HelperProto("btf_find_by_name_kind", 167),
+    HelperProto("sys_close", 168),
+    HelperProto("timer_init", 169),
+    HelperProto("timer_set_callback", 170),
+    HelperProto("timer_start", 171),
+    HelperProto("timer_cancel", 172),
+    HelperProto("get_func_ip", 173),
+    HelperProto("get_attach_cookie", 174),
+    HelperProto("task_pt_regs", 175),
+    HelperProto("get_branch_snapshot", 176),
+    HelperProto("trace_vprintk", 177),
+    HelperProto("skc_to_unix_sock", 178),
+    HelperProto("kallsyms_lookup_name", 179),
+    HelperProto("find_vma", 180),
+    HelperProto("loop", 181),
+    HelperProto("strncmp", 182),
+    HelperProto("get_func_arg", 183),
+    HelperProto("get_func_ret", 184),
+    HelperProto("get_func_arg_cnt", 185),
+    HelperProto("get_retval", 186),
+    HelperProto("set_retval", 187),
     HelperProto("xdp_get_buff_len", 188, (A.PTR_TO_CTX,), RetKind.INTEGER, prog_types=_XDP),
     HelperProto(
         "xdp_load_bytes",
@@ -256,27 +419,50 @@ _ALL: tuple[HelperProto, ...] = (
         RetKind.INTEGER,
         prog_types=_XDP,
     ),
+    HelperProto("copy_from_user_task", 191),
+    HelperProto("skb_set_tstamp", 192),
+    HelperProto("ima_file_hash", 193),
+    HelperProto("kptr_xchg", 194),
     HelperProto(
         "map_lookup_percpu_elem",
         195,
         (A.CONST_MAP_PTR, A.PTR_TO_MAP_KEY, A.ANYTHING),
         RetKind.PTR_TO_MAP_VALUE_OR_NULL,
-        map_types=frozenset({MapType.PERCPU_ARRAY, MapType.PERCPU_HASH, MapType.LRU_PERCPU_HASH}),
+        # per-CPU cgroup storage is read with bpf_get_local_storage instead
+        map_types=U.PERCPU_MAP_TYPES - {MapType.PERCPU_CGROUP_STORAGE},
     ),
+    HelperProto("skc_to_mptcp_sock", 196),
+    HelperProto("dynptr_from_mem", 197),
+    HelperProto("ringbuf_reserve_dynptr", 198),
+    HelperProto("ringbuf_submit_dynptr", 199),
+    HelperProto("ringbuf_discard_dynptr", 200),
+    HelperProto("dynptr_read", 201),
+    HelperProto("dynptr_write", 202),
+    HelperProto("dynptr_data", 203),
+    HelperProto("tcp_raw_gen_syncookie_ipv4", 204),
+    HelperProto("tcp_raw_gen_syncookie_ipv6", 205),
+    HelperProto("tcp_raw_check_syncookie_ipv4", 206),
+    HelperProto("tcp_raw_check_syncookie_ipv6", 207),
+    HelperProto("ktime_get_tai_ns", 208),
+    HelperProto("user_ringbuf_drain", 209),
+    HelperProto("cgrp_storage_get", 210),
+    HelperProto("cgrp_storage_delete", 211),
 )
 
-HELPERS: dict[str, HelperProto] = {h.name: h for h in _ALL}
-"""Helper name (without ``bpf_``) -> prototype."""
+HELPERS: dict[str, HelperProto] = {h.name: h for h in PROTOTYPES if h.modelled}
+"""Name (without ``bpf_``) -> prototype of every helper bpfdsl models."""
 
-HELPERS_BY_ID: dict[int, HelperProto] = {h.id: h for h in _ALL}
-"""Helper id (``BPF_FUNC_*``) -> prototype."""
+HELPERS_BY_ID: dict[int, HelperProto] = {h.id: h for h in PROTOTYPES if h.modelled}
+"""Helper id (``BPF_FUNC_*``) -> prototype of every helper bpfdsl models."""
 
-# Map types whose values a program may not touch through map_lookup_elem's result except
-# as the kernel allows (check_map_func_compatibility and map_ops->map_lookup_elem):
-# xskmap lookups give an opaque socket reference (only ``queue_id`` of struct
-# bpf_xdp_sock is readable); devmap lookups give struct bpf_devmap_val (read-only).
-OPAQUE_LOOKUP_MAPS = frozenset({MapType.XSKMAP, MapType.SOCKMAP, MapType.SOCKHASH})
-READONLY_VALUE_MAPS = frozenset({MapType.DEVMAP, MapType.DEVMAP_HASH, MapType.XSKMAP})
+
+def kernel_helper_name(helper_id: int) -> str | None:
+    """``bpf_<name>`` for a helper id of ``enum bpf_func_id`` (1..211 here), modelled or
+    not; None for 0 (``BPF_FUNC_unspec``) and ids this table does not know."""
+    if 1 <= helper_id < len(PROTOTYPES):
+        return PROTOTYPES[helper_id].kernel_name
+    return None
+
 
 # Helpers each map type may be passed to (check_map_func_compatibility, first switch).
 MAP_HELPERS: dict[MapType, frozenset[str]] = {

@@ -6,9 +6,14 @@ Format: ``struct bpf_insn`` (include/uapi/linux/bpf.h): 8 bytes, little endian (
 64-bit constant (``width == 2``).  Jump offsets count slots, as in the kernel; use
 :func:`slot_offsets` / :func:`jump_target` to move between list indexes and slots.
 
+Decode once, into a semantic form: an :class:`Insn` carries its class, operation, mode,
+size and ``is_*`` classification as plain attributes, computed when it is made (once per
+opcode value), so the checker, the interpreter, the back end's stack-depth scan and the
+disassembler read them instead of taking ``code`` apart again.  Bytes appear only in
+:func:`decode` and :func:`encode`; nobody else decodes instruction bytes.
+
 :func:`format_insn` prints the kernel verifier log syntax (kernel/bpf/disasm.c
-``print_bpf_insn``), e.g. ``(61) r2 = *(u32 *)(r1 +4)``.  Checker, interpreter,
-disassembler and loader all use this module; nobody else decodes instruction bytes.
+``print_bpf_insn``), e.g. ``(61) r2 = *(u32 *)(r1 +4)``.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import struct
 from collections.abc import Callable, Iterable, Sequence
 
 from bpfdsl.abi import uapi as U
+from bpfdsl.abi.helpers import kernel_helper_name
 from bpfdsl.record import FrozenRecord
 
 INSN_SIZE = 8  # bytes per slot
@@ -60,110 +66,125 @@ class InsnError(ValueError):
     """Instruction bytes that cannot be decoded (truncated, unknown opcode, broken ld_imm64)."""
 
 
-class Insn(FrozenRecord):
-    """One decoded instruction.
+_LD_IMM64 = U.BPF_LD | U.BPF_IMM | U.BPF_DW
+_OPCODE_FIELDS: dict[int, tuple] = {}  # opcode byte -> its decoded fields (see _opcode_fields)
 
-    ``opcode``: the ``code`` byte.  ``dst``/``src``: register numbers 0..10 (``src`` is also
-    the pseudo kind of ld_imm64 and call).  ``off``: signed 16-bit.  ``imm``: signed 32-bit,
-    or for ld_imm64 the full 64-bit value (unsigned view: ``imm & 0xFFFF_FFFF_FFFF_FFFF``).
+
+def _opcode_fields(c: int) -> tuple:
+    """What the ``code`` byte ``c`` says, in :class:`Insn`'s slot order from ``cls`` to
+    ``is_legacy_pkt_load``; computed once per opcode value."""
+    f = _OPCODE_FIELDS.get(c)
+    if f is None:
+        cls, op, mode = c & 0x07, c & 0xF0, c & 0xE0
+        jmp = cls in (U.BPF_JMP, U.BPF_JMP32)
+        ld_imm64 = c == _LD_IMM64
+        f = _OPCODE_FIELDS[c] = (
+            cls,
+            op,
+            c & 0x08,  # source
+            mode,
+            SIZE_BYTES[c & 0x18],  # size
+            2 if ld_imm64 else 1,  # width
+            ld_imm64,
+            cls in (U.BPF_ALU, U.BPF_ALU64),  # is_alu
+            cls == U.BPF_ALU64,  # is_alu64
+            jmp,  # is_jmp_class
+            cls == U.BPF_JMP and op == U.BPF_CALL,  # is_call
+            cls == U.BPF_JMP and op == U.BPF_EXIT,  # is_exit
+            jmp and op == U.BPF_JA,  # is_ja
+            jmp and op in JMP_OP_NAMES,  # is_cond_jump
+            cls == U.BPF_LDX and mode in (U.BPF_MEM, U.BPF_MEMSX),  # is_load
+            cls in (U.BPF_ST, U.BPF_STX) and mode == U.BPF_MEM,  # is_store
+            cls == U.BPF_STX and mode == U.BPF_ATOMIC,  # is_atomic
+            cls == U.BPF_LD and mode in (U.BPF_ABS, U.BPF_IND),  # is_legacy_pkt_load
+        )
+    return f
+
+
+class Insn(FrozenRecord):
+    """One decoded instruction, classified once when it is made (cilium's ``asm.Instruction``).
+
+    Fields (compared, hashed, printed): ``opcode``: the ``code`` byte.  ``dst``/``src``:
+    register numbers 0..10 (``src`` is also the pseudo kind of ld_imm64 and call).
+    ``off``: signed 16-bit.  ``imm``: signed 32-bit, or for ld_imm64 the full 64-bit value
+    (unsigned view: ``imm & 0xFFFF_FFFF_FFFF_FFFF``).
+
+    Decoded from them (plain attributes, so analyses read them at attribute speed):
+    ``cls`` (``BPF_LD``..``BPF_ALU64``, bits 0-2), ``op`` (ALU/JMP operation ``BPF_ADD``,
+    ``BPF_JEQ``..., bits 4-7), ``source`` (``BPF_K``/``BPF_X``; for BPF_END the byte
+    order), ``mode`` (bits 5-7), ``size`` (access size in bytes for loads/stores: 1, 2, 4,
+    8), ``width`` (slots taken: 2 for ld_imm64, else 1) and the classification ``is_ld_imm64``,
+    ``is_alu``, ``is_alu64``, ``is_jmp_class``, ``is_call``, ``is_exit``, ``is_ja``,
+    ``is_cond_jump``, ``is_load`` (LDX MEM/MEMSX), ``is_store`` (ST/STX MEM), ``is_atomic``,
+    ``is_legacy_pkt_load`` (BPF_LD ABS/IND), ``is_helper_call`` (``src == 0``),
+    ``is_pseudo_call`` (BPF-to-BPF call: target slot = this slot + 1 + imm).
     """
 
-    __slots__ = ("opcode", "dst", "src", "off", "imm")
+    __slots__ = (
+        "opcode",
+        "dst",
+        "src",
+        "off",
+        "imm",
+        # decoded (_opcode_fields order, then the two that depend on src)
+        "cls",
+        "op",
+        "source",
+        "mode",
+        "size",
+        "width",
+        "is_ld_imm64",
+        "is_alu",
+        "is_alu64",
+        "is_jmp_class",
+        "is_call",
+        "is_exit",
+        "is_ja",
+        "is_cond_jump",
+        "is_load",
+        "is_store",
+        "is_atomic",
+        "is_legacy_pkt_load",
+        "is_helper_call",
+        "is_pseudo_call",
+    )
+    _hidden = __slots__[5:]  # derived from the five fields: not compared, hashed or printed
 
-    def __init__(self, opcode: int, dst: int = 0, src: int = 0, off: int = 0, imm: int = 0):
+    def __init__(
+        self, opcode: int, dst: int = 0, src: int = 0, off: int = 0, imm: int = 0, **_decoded
+    ):
+        if _decoded and not _decoded.keys() <= _DECODED:  # (what dataclasses.replace passes)
+            raise TypeError(f"Insn() got unexpected arguments {sorted(_decoded)}")
         self.opcode, self.dst, self.src, self.off, self.imm = opcode, dst, src, off, imm
-
-    # ---- fields ----
-    @property
-    def cls(self) -> int:
-        return self.opcode & 0x07
-
-    @property
-    def op(self) -> int:
-        """ALU/JMP operation (``BPF_ADD``, ``BPF_JEQ``...), bits 4-7."""
-        return self.opcode & 0xF0
-
-    @property
-    def source(self) -> int:
-        """``BPF_K`` (immediate) or ``BPF_X`` (register); for BPF_END the byte order."""
-        return self.opcode & 0x08
-
-    @property
-    def mode(self) -> int:
-        return self.opcode & 0xE0
-
-    @property
-    def size(self) -> int:
-        """Access size in bytes for loads/stores (1, 2, 4, 8)."""
-        return SIZE_BYTES[self.opcode & 0x18]
-
-    @property
-    def width(self) -> int:
-        """Slots taken: 2 for ld_imm64, else 1."""
-        return 2 if self.is_ld_imm64 else 1
-
-    # ---- classification ----
-    @property
-    def is_ld_imm64(self) -> bool:
-        return self.opcode == (U.BPF_LD | U.BPF_IMM | U.BPF_DW)
-
-    @property
-    def is_alu(self) -> bool:
-        return self.cls in (U.BPF_ALU, U.BPF_ALU64)
-
-    @property
-    def is_alu64(self) -> bool:
-        return self.cls == U.BPF_ALU64
-
-    @property
-    def is_jmp_class(self) -> bool:
-        return self.cls in (U.BPF_JMP, U.BPF_JMP32)
-
-    @property
-    def is_call(self) -> bool:
-        return self.cls == U.BPF_JMP and self.op == U.BPF_CALL
-
-    @property
-    def is_helper_call(self) -> bool:
-        return self.is_call and self.src == 0
-
-    @property
-    def is_pseudo_call(self) -> bool:
-        """BPF-to-BPF call: target slot = this slot + 1 + imm."""
-        return self.is_call and self.src == U.BPF_PSEUDO_CALL
-
-    @property
-    def is_exit(self) -> bool:
-        return self.cls == U.BPF_JMP and self.op == U.BPF_EXIT
-
-    @property
-    def is_ja(self) -> bool:
-        return self.is_jmp_class and self.op == U.BPF_JA
-
-    @property
-    def is_cond_jump(self) -> bool:
-        return self.is_jmp_class and self.op in JMP_OP_NAMES
-
-    @property
-    def is_load(self) -> bool:
-        return self.cls == U.BPF_LDX and self.mode in (U.BPF_MEM, U.BPF_MEMSX)
-
-    @property
-    def is_store(self) -> bool:
-        return self.cls in (U.BPF_ST, U.BPF_STX) and self.mode == U.BPF_MEM
-
-    @property
-    def is_atomic(self) -> bool:
-        return self.cls == U.BPF_STX and self.mode == U.BPF_ATOMIC
-
-    @property
-    def is_legacy_pkt_load(self) -> bool:
-        """BPF_LD | BPF_ABS/BPF_IND (socket filter packet loads)."""
-        return self.cls == U.BPF_LD and self.mode in (U.BPF_ABS, U.BPF_IND)
+        (
+            self.cls,
+            self.op,
+            self.source,
+            self.mode,
+            self.size,
+            self.width,
+            self.is_ld_imm64,
+            self.is_alu,
+            self.is_alu64,
+            self.is_jmp_class,
+            self.is_call,
+            self.is_exit,
+            self.is_ja,
+            self.is_cond_jump,
+            self.is_load,
+            self.is_store,
+            self.is_atomic,
+            self.is_legacy_pkt_load,
+        ) = _opcode_fields(opcode)
+        self.is_helper_call = self.is_call and src == 0
+        self.is_pseudo_call = self.is_call and src == U.BPF_PSEUDO_CALL
 
     def with_imm(self, imm: int) -> Insn:
         """Copy with another ``imm`` (the loader patches map fds this way)."""
         return Insn(self.opcode, self.dst, self.src, self.off, imm)
+
+
+_DECODED = frozenset(Insn._hidden)  # recomputed from ``opcode``/``src`` whatever is passed
 
 
 # ---- decode / encode ----
@@ -193,7 +214,7 @@ def decode(data: bytes | bytearray | memoryview) -> list[Insn]:
     i = 0
     while i < n:
         code, regs, off, imm = _FMT.unpack_from(data, i * INSN_SIZE)
-        if code == (U.BPF_LD | U.BPF_IMM | U.BPF_DW):
+        if code == _LD_IMM64:
             if i + 1 >= n:
                 raise InsnError(f"insn {i}: ld_imm64 without its second half")
             code2, regs2, off2, imm2 = _FMT.unpack_from(data, (i + 1) * INSN_SIZE)
@@ -290,7 +311,7 @@ def endian(dst: int, bits: int, to_be: bool = True) -> Insn:
 
 
 def ld_imm64(dst: int, imm: int, src: int = 0) -> Insn:
-    return Insn(U.BPF_LD | U.BPF_IMM | U.BPF_DW, dst, src, 0, _s64(imm))
+    return Insn(_LD_IMM64, dst, src, 0, _s64(imm))
 
 
 def ld_map_fd(dst: int, fd: int) -> Insn:
@@ -301,7 +322,7 @@ def ld_map_fd(dst: int, fd: int) -> Insn:
 def ld_map_value(dst: int, fd: int, offset: int) -> Insn:
     """ld_imm64 with ``src = BPF_PSEUDO_MAP_VALUE``: pointer to byte ``offset`` of map value 0."""
     return Insn(
-        U.BPF_LD | U.BPF_IMM | U.BPF_DW,
+        _LD_IMM64,
         dst,
         U.BPF_PSEUDO_MAP_VALUE,
         0,
@@ -370,8 +391,6 @@ def _reg(r: int, wide: bool) -> str:
 
 
 def _helper_name(helper_id: int) -> str:
-    from bpfdsl.abi.helper_names import kernel_helper_name
-
     return f"{kernel_helper_name(helper_id) or 'unknown'}#{helper_id}"
 
 

@@ -116,6 +116,144 @@ class MapType:
     ARENA = 33
 
 
+# ---- map-type properties: one set per property (kernel source named), a predicate each ----
+# Predicates take the kernel's number (an int or a MapType) and are False for unknown types.
+
+PERCPU_MAP_TYPES = frozenset(
+    {
+        MapType.PERCPU_HASH,
+        MapType.PERCPU_ARRAY,
+        MapType.LRU_PERCPU_HASH,
+        MapType.PERCPU_CGROUP_STORAGE,
+    }
+)
+"""One value per possible CPU: user space reads and writes ``round_up(value_size, 8) *
+possible CPUs`` bytes (kernel/bpf/syscall.c ``bpf_map_value_size``); programs see their CPU's."""
+
+HASH_MAP_TYPES = frozenset(
+    {MapType.HASH, MapType.PERCPU_HASH, MapType.LRU_HASH, MapType.LRU_PERCPU_HASH}
+)
+"""Hash tables of values (kernel/bpf/hashtab.c ``htab_map_ops`` & co.): an update creates
+the entry (``BPF_NOEXIST`` inserts), delete removes it."""
+
+LRU_MAP_TYPES = frozenset({MapType.LRU_HASH, MapType.LRU_PERCPU_HASH})
+"""Hash tables that evict the least recently used entry when full (kernel/bpf/bpf_lru_list.c)."""
+
+ARRAY_MAP_TYPES = frozenset({MapType.ARRAY, MapType.PERCPU_ARRAY})
+"""Arrays of values (kernel/bpf/arraymap.c ``array_map_ops``, ``percpu_array_map_ops``):
+every index exists from creation, zero-filled; delete fails with EINVAL."""
+
+INDEXED_MAP_TYPES = frozenset(
+    {
+        MapType.ARRAY,
+        MapType.PERCPU_ARRAY,
+        MapType.PROG_ARRAY,
+        MapType.PERF_EVENT_ARRAY,
+        MapType.CGROUP_ARRAY,
+        MapType.ARRAY_OF_MAPS,
+        MapType.DEVMAP,
+        MapType.SOCKMAP,
+        MapType.CPUMAP,
+        MapType.XSKMAP,
+        MapType.REUSEPORT_SOCKARRAY,
+    }
+)
+"""Keys are u32 indexes below ``max_entries`` (the array-backed maps: kernel/bpf/arraymap.c,
+devmap.c ``dev_map_ops``, cpumap.c, xskmap.c, net/core/sock_map.c ``sock_map_ops``,
+net/core/sock_reuseport.c); their hash-keyed siblings (DEVMAP_HASH, SOCKHASH) are not."""
+
+DEVMAP_TYPES = frozenset({MapType.DEVMAP, MapType.DEVMAP_HASH})
+"""Maps of devices (kernel/bpf/devmap.c): ``struct bpf_devmap_val`` values, read-only for
+programs (``dev_map_alloc`` sets BPF_F_RDONLY_PROG), broadcast redirect flags."""
+
+SOCK_MAP_TYPES = frozenset({MapType.SOCKMAP, MapType.SOCKHASH})
+"""Maps of sockets for sk_msg/sk_skb redirects (net/core/sock_map.c)."""
+
+REDIRECT_MAP_TYPES = frozenset(
+    {MapType.DEVMAP, MapType.DEVMAP_HASH, MapType.CPUMAP, MapType.XSKMAP}
+)
+"""Targets of ``bpf_redirect_map`` from XDP (kernel/bpf/verifier.c
+``check_map_func_compatibility``, BPF_FUNC_redirect_map)."""
+
+SOCKET_MAP_TYPES = frozenset({MapType.XSKMAP}) | SOCK_MAP_TYPES
+"""Values are sockets: user space stores a socket fd, a program's lookup gives an opaque
+socket reference (xskmap: ``struct bpf_xdp_sock``, only ``queue_id`` readable)."""
+
+MAP_IN_MAP_TYPES = frozenset({MapType.ARRAY_OF_MAPS, MapType.HASH_OF_MAPS})
+"""Values are inner maps (kernel/bpf/map_in_map.c); the definition names an inner map."""
+
+SIZE_ONLY_MAP_TYPES: frozenset[int] = frozenset(
+    MapType[n]
+    for n in "PERF_EVENT_ARRAY CGROUP_ARRAY STACK_TRACE ARRAY_OF_MAPS HASH_OF_MAPS DEVMAP "
+    "DEVMAP_HASH CPUMAP XSKMAP SOCKMAP SOCKHASH QUEUE STACK ARENA".split()
+)
+"""Map types the kernel creates only without BTF key/value types (``map_check_no_btf``, or
+no ``map_check_btf`` for keyless maps; the list libbpf's ``bpf_object__create_map`` drops
+the BTF ids for): libbpf-style C declares them with ``__uint(key_size, N)`` /
+``__uint(value_size, N)``."""
+
+
+def is_percpu(map_type: int) -> bool:
+    """Values are per CPU (:data:`PERCPU_MAP_TYPES`)."""
+    return map_type in PERCPU_MAP_TYPES
+
+
+def is_hash(map_type: int) -> bool:
+    """A hash table of values whose entries updates create (:data:`HASH_MAP_TYPES`)."""
+    return map_type in HASH_MAP_TYPES
+
+
+def is_lru(map_type: int) -> bool:
+    """An LRU hash table (:data:`LRU_MAP_TYPES`)."""
+    return map_type in LRU_MAP_TYPES
+
+
+def is_array(map_type: int) -> bool:
+    """A preallocated array of values (:data:`ARRAY_MAP_TYPES`)."""
+    return map_type in ARRAY_MAP_TYPES
+
+
+def is_indexed(map_type: int) -> bool:
+    """Keys are u32 indexes below max_entries (:data:`INDEXED_MAP_TYPES`)."""
+    return map_type in INDEXED_MAP_TYPES
+
+
+def is_devmap(map_type: int) -> bool:
+    """DEVMAP or DEVMAP_HASH (:data:`DEVMAP_TYPES`)."""
+    return map_type in DEVMAP_TYPES
+
+
+def is_sockmap(map_type: int) -> bool:
+    """SOCKMAP or SOCKHASH (:data:`SOCK_MAP_TYPES`)."""
+    return map_type in SOCK_MAP_TYPES
+
+
+def is_redirect_map(map_type: int) -> bool:
+    """A ``bpf_redirect_map`` target (:data:`REDIRECT_MAP_TYPES`)."""
+    return map_type in REDIRECT_MAP_TYPES
+
+
+def holds_sockets(map_type: int) -> bool:
+    """Values are sockets (:data:`SOCKET_MAP_TYPES`)."""
+    return map_type in SOCKET_MAP_TYPES
+
+
+def lookup_is_readonly(map_type: int) -> bool:
+    """A program may not write through its ``bpf_map_lookup_elem`` result: devmap values
+    (``dev_map_alloc`` sets BPF_F_RDONLY_PROG) and socket references (:data:`SOCKET_MAP_TYPES`)."""
+    return map_type in DEVMAP_TYPES or map_type in SOCKET_MAP_TYPES
+
+
+def takes_btf_key_value(map_type: int) -> bool:
+    """The kernel accepts BTF key/value type ids for it (not in :data:`SIZE_ONLY_MAP_TYPES`)."""
+    return map_type not in SIZE_ONLY_MAP_TYPES
+
+
+def is_map_in_map(map_type: int) -> bool:
+    """ARRAY_OF_MAPS or HASH_OF_MAPS (:data:`MAP_IN_MAP_TYPES`)."""
+    return map_type in MAP_IN_MAP_TYPES
+
+
 @_int_enum
 class ProgramType:
     """``enum bpf_prog_type``."""
@@ -334,26 +472,6 @@ LPM_NODE_SIZE = 24  # sizeof(struct lpm_trie_node)
 # (kernel/bpf/btf.c btf_array_resolve: "Array size overflows U32_MAX").
 BTF_MAX_ENTRIES = (1 << 30) - 1
 U32_MAX = (1 << 32) - 1
-
-_PERCPU_MAP_TYPES = frozenset(
-    {MapType.PERCPU_HASH, MapType.PERCPU_ARRAY, MapType.LRU_PERCPU_HASH,
-     MapType.PERCPU_CGROUP_STORAGE}
-)  # fmt: skip
-_HASH_MAP_TYPES = frozenset(
-    {MapType.HASH, MapType.PERCPU_HASH, MapType.LRU_HASH, MapType.LRU_PERCPU_HASH}
-)
-
-
-def is_percpu(map_type: int) -> bool:
-    """True for map types with one value per possible CPU (user space reads and writes
-    ``round_up(value_size, 8) * possible CPUs`` bytes per entry)."""
-    return map_type in _PERCPU_MAP_TYPES
-
-
-def is_hash(map_type: int) -> bool:
-    """True for the hash tables of plain values (kernel/bpf/hashtab.c: hash, percpu_hash,
-    lru_hash, lru_percpu_hash): entries are created by updates, absent keys are not errors."""
-    return map_type in _HASH_MAP_TYPES
 
 
 class MapLimits(FrozenRecord):

@@ -34,7 +34,7 @@ from collections.abc import Sequence
 
 from llvmlite import ir
 
-from bpfdsl.abi.uapi import MapType
+from bpfdsl.abi.uapi import takes_btf_key_value
 from bpfdsl.record import FrozenRecord
 
 T = ir.DIToken  # a bare LLVM token operand (DW_TAG_..., flags), printed unquoted
@@ -58,14 +58,6 @@ _C_BASIC = {  # C scalars by name: (bits, DW encoding)
     "bool": (8, "DW_ATE_boolean"), "char": (8, "DW_ATE_signed_char"), "int": (32, "DW_ATE_signed"),
 }  # fmt: skip
 _BE = {"be16": "u16", "be32": "u32", "be64": "u64"}  # typedef __beN -> __uN (linux/types.h)
-
-# Map types whose kernel implementation refuses BTF key/value types (map_check_no_btf):
-# libbpf-style C declares them with __uint(key_size, N) / __uint(value_size, N).
-SIZE_ONLY_MAP_TYPES: frozenset[int] = frozenset(
-    MapType[n]
-    for n in "PROG_ARRAY PERF_EVENT_ARRAY DEVMAP DEVMAP_HASH CPUMAP XSKMAP SOCKMAP SOCKHASH "
-    "ARRAY_OF_MAPS HASH_OF_MAPS STACK_TRACE RINGBUF".split()
-)
 
 # Kernel context structs (include/uapi/linux/bpf.h), as "type name..." groups laid out with
 # natural alignment, which reproduces the kernel offsets (tests compare with vmlinux BTF).
@@ -340,7 +332,7 @@ class DebugInfo:
         """A BTF-defined map: ``struct { __uint(type, T); __type(key, K); ... } name SEC(".maps")``.
 
         ``__uint(f, v)`` is member ``f`` of type ``int (*)[v]``; ``__type(f, T)`` is ``T *``
-        (libbpf ``bpf_helpers.h``).  For :data:`SIZE_ONLY_MAP_TYPES` (cpumap, devmap,
+        (libbpf ``bpf_helpers.h``).  For ``uapi.SIZE_ONLY_MAP_TYPES`` (cpumap, devmap,
         sockhash...) key/value types become ``key_size``/``value_size`` as libbpf-style C
         writes them; sizes may also be given directly.  ``map_flags``/``pinning`` (uapi
         ``BPF_F_*``, ``LIBBPF_PIN_BY_NAME`` = 1) appear only when nonzero.
@@ -351,7 +343,7 @@ class DebugInfo:
         def uint(v: int) -> DIType:
             return self.pointer_type(self.array_type(int_t, v))
 
-        size_only = int(map_type) in SIZE_ONLY_MAP_TYPES
+        size_only = not takes_btf_key_value(int(map_type))
         fields: list[tuple[str, DIType]] = [("type", uint(int(map_type)))]
         for what, ty, sz in (("key", key, key_size), ("value", value, value_size)):
             if ty is not None and not size_only:

@@ -6,9 +6,10 @@ IR passes BPFCheckAndAdjustIR / BPFAdjustOpt / BPFIRPeephole run, as under clang
 emits an ELF relocatable object (EM_BPF, little-endian) or assembly text.
 
 After emission the object's ``.BTF`` DATASEC records are fixed up the way libbpf does
-before loading (``btf_fixup_datasec``): LLVM writes size 0 and offset 0; we write each
-DATASEC's size = its ELF section size and each VAR's offset = its symbol value, sorted by
-offset (FIELD-BUGS B13), so loaders that upload ``.BTF`` as-is (iproute2) accept it.
+before loading (``btf_fixup_datasec``): LLVM writes size 0 and offset 0; the object level's
+:func:`bpfdsl.obj.elf.fixup_btf_datasecs` writes each DATASEC's size = its ELF section size
+and each VAR's offset = its symbol value, sorted by offset (FIELD-BUGS B13), so loaders
+that upload ``.BTF`` as-is (iproute2) accept it.
 
 LLVM failures (invalid IR, verifier errors, codegen errors) raise
 :class:`InternalCompilerError`: they are bugs of bpfdsl, not of the user's program.
@@ -25,9 +26,12 @@ the emitted instructions instead (:func:`stack_depths`).
 from __future__ import annotations
 
 import re
-import struct
 
+from bpfdsl.abi import uapi as U
+from bpfdsl.abi.btf.core import BtfFormatError
+from bpfdsl.abi.insn import Insn, InsnError, decode
 from bpfdsl.diagnostics import DiagnosticError, Span, UsageError, error
+from bpfdsl.obj.elf import ElfError, ElfFile, fixup_btf_datasecs
 from bpfdsl.record import FrozenRecord
 
 TYPE_CHECKING = False  # (typing costs import time on the compile path)
@@ -192,7 +196,11 @@ def emit(
                 _STACK_HINT,
                 func=func,
             )  # fmt: skip
-    return Emitted(fixup_btf_datasecs(obj), asm_text, text if ir else None)
+    try:
+        obj = fixup_btf_datasecs(obj)
+    except (ElfError, BtfFormatError) as e:
+        raise InternalCompilerError("LLVM wrote .BTF the loader cannot fix up", str(e)) from None
+    return Emitted(obj, asm_text, text if ir else None)
 
 
 # ---- shapes the BPF backend would turn into exit(1) ---------------------------------------
@@ -347,38 +355,40 @@ def check_ir(mod: Module | str, mcpu: str = "v3") -> None:
 def stack_depths(obj: bytes) -> dict[str, int]:
     """Stack bytes used per function of an eBPF object (deepest r10-relative access,
     directly or through ``rX = r10; rX += -N``), keyed by function symbol name."""
-    secs, _ = _elf_sections(obj)
-    out: dict[str, int] = {}
-    for fname, shndx, start, fsize, kind in _elf_symbols(obj, secs):
-        if kind != 2 or not 0 < shndx < len(secs):  # STT_FUNC, defined here
-            continue
-        _name, _typ, off, size, _link, flags = secs[shndx]
-        if not flags & 0x4:  # SHF_EXECINSTR
-            continue
-        off += start
-        size = fsize or size - start
-        depth, fp = 0, {}  # fp: register -> its offset from r10 (a frame pointer copy)
-        pos = off
-        while pos + 8 <= off + size:
-            code, regs, disp, imm = struct.unpack_from("<BBhi", obj, pos)
-            dst, src, cls = regs & 0xF, regs >> 4, code & 7
-            pos += 16 if code == 0x18 else 8  # ld_imm64 is two slots
-            base = src if cls == 1 else dst if cls in (2, 3) else None
-            if base == 10:
-                depth = max(depth, -disp)
-            elif base in fp:
-                depth = max(depth, -(fp[base] + disp))
-            if code == 0xBF and (src == 10 or src in fp):  # r_dst = r10 (or a copy)
-                fp[dst] = 0 if src == 10 else fp[src]
-            elif code == 0x07 and dst in fp:  # r_dst += imm
-                fp[dst] += imm
-                depth = max(depth, -fp[dst])
-            elif cls in (0, 1, 4, 7) and dst in fp:  # ld/ldx/alu/alu64 overwrite dst
-                del fp[dst]
-            elif code == 0x85:  # a call clobbers r0-r5
-                fp = {r: o for r, o in fp.items() if r > 5}
-        out[fname] = depth
-    return out
+    try:
+        funcs = ElfFile(obj).functions()
+        return {name: frame_depth(decode(sec.data()[start : start + size]))
+                for name, sec, start, size in funcs}  # fmt: skip
+    except (ElfError, InsnError) as e:
+        raise InternalCompilerError("LLVM wrote an object bpfdsl cannot read", str(e)) from None
+
+
+_MOV64_X = U.BPF_ALU64 | U.BPF_MOV | U.BPF_X
+_ADD64_K = U.BPF_ALU64 | U.BPF_ADD | U.BPF_K
+
+
+def frame_depth(insns: list[Insn]) -> int:
+    """Deepest stack byte one function's instructions touch (bytes below r10): memory
+    accesses through r10 or a register holding ``r10 + const`` (copies tracked through
+    ``rX = rY`` and ``rX += imm``; forgotten when overwritten, r0-r5 at calls)."""
+    depth, fp = 0, {}  # fp: register -> its offset from r10 (a frame pointer copy)
+    for x in insns:
+        c = x.cls
+        base = x.src if c == U.BPF_LDX else x.dst if c in (U.BPF_ST, U.BPF_STX) else None
+        if base == 10:
+            depth = max(depth, -x.off)
+        elif base in fp:
+            depth = max(depth, -(fp[base] + x.off))
+        if x.opcode == _MOV64_X and (x.src == 10 or x.src in fp):  # r_dst = r10 (or a copy)
+            fp[x.dst] = 0 if x.src == 10 else fp[x.src]
+        elif x.opcode == _ADD64_K and x.dst in fp:  # r_dst += imm
+            fp[x.dst] += x.imm
+            depth = max(depth, -fp[x.dst])
+        elif c in (U.BPF_LD, U.BPF_LDX, U.BPF_ALU, U.BPF_ALU64) and x.dst in fp:  # dst written
+            del fp[x.dst]
+        elif x.is_call:  # a call clobbers r0-r5
+            fp = {r: o for r, o in fp.items() if r > 5}
+    return depth
 
 
 def emit_object(module_or_ir_text: ir.Module | str, mcpu: str = "v3", opt: int = 2) -> bytes:
@@ -389,93 +399,3 @@ def emit_object(module_or_ir_text: ir.Module | str, mcpu: str = "v3", opt: int =
 def emit_assembly(module_or_ir_text: ir.Module | str, mcpu: str = "v3", opt: int = 2) -> str:
     """BPF assembly text as ``llc -march=bpfel`` prints it."""
     return emit(module_or_ir_text, mcpu=mcpu, opt=opt, asm=True).asm or ""
-
-
-# ---- .BTF DATASEC fix-up (libbpf btf_fixup_datasec; formats: linux/btf.h, elf.h) ----------
-
-BTF_MAGIC = 0xEB9F
-BTF_KIND_VAR = 14
-BTF_KIND_DATASEC = 15
-# bytes following struct btf_type (12 bytes) per kind; "v" entries are per vlen item
-_BTF_EXTRA = {1: 4, 3: 12, 14: 4, 17: 4}
-_BTF_PER_VLEN = {4: 12, 5: 12, 6: 8, 13: 8, 15: 12, 19: 12}
-
-
-def _elf_sections(obj: bytes) -> tuple[list[tuple[str, int, int, int, int, int]], bytes]:
-    """ELF64 LE section headers as (name, type, offset, size, link, flags) plus the bytes."""
-    if obj[:4] != b"\x7fELF" or obj[4] != 2 or obj[5] != 1:
-        raise InternalCompilerError("LLVM did not produce a 64-bit LE ELF object", "")
-    (shoff,) = struct.unpack_from("<Q", obj, 0x28)
-    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", obj, 0x3A)
-    raw = [struct.unpack_from("<IIQQQQII", obj, shoff + i * shentsize) for i in range(shnum)]
-    stroff = raw[shstrndx][4]
-    secs = []
-    for name, typ, flags, _addr, off, size, link, _info in raw:
-        end = obj.index(b"\0", stroff + name)
-        secs.append((obj[stroff + name : end].decode(), typ, off, size, link, flags))
-    return secs, obj
-
-
-def _elf_symbols(obj: bytes, secs: list) -> list[tuple[str, int, int, int, int]]:
-    """ELF64 LE symbols as (name, section index, value, size, STT type)."""
-    symtab = next((s for s in secs if s[1] == 2), None)  # SHT_SYMTAB
-    if symtab is None:
-        return []
-    strtab = secs[symtab[4]][2]
-    out = []
-    for off in range(symtab[2], symtab[2] + symtab[3], 24):
-        st_name, info, _other, shndx, value, size = struct.unpack_from("<IBBHQQ", obj, off)
-        name = obj[strtab + st_name : obj.index(b"\0", strtab + st_name)].decode()
-        out.append((name, shndx, value, size, info & 0xF))
-    return out
-
-
-def fixup_btf_datasecs(obj: bytes) -> bytes:
-    """Return ``obj`` with every ``.BTF`` DATASEC size = ELF section size and VAR offsets =
-    symbol values (sorted).  Raises :class:`InternalCompilerError` if a DATASEC names a
-    section or variable the object lacks.  Objects without ``.BTF`` are returned unchanged."""
-    secs, _ = _elf_sections(obj)
-    btf = next((s for s in secs if s[0] == ".BTF"), None)
-    if btf is None:
-        return obj
-    by_name = {s[0]: i for i, s in enumerate(secs)}
-    # (section index, name) -> st_value
-    syms = {(shndx, name): value for name, shndx, value, _s, _k in _elf_symbols(obj, secs)}
-    out = bytearray(obj)
-    base = btf[2]
-    magic, _v, _f, hdr_len, type_off, type_len, str_off, _sl = struct.unpack_from(
-        "<HBBIIIII", obj, base
-    )
-    if magic != BTF_MAGIC:
-        raise InternalCompilerError(".BTF has a bad magic", f"{magic:#x}")
-    strs = base + hdr_len + str_off
-
-    def name_at(off: int) -> str:
-        return obj[strs + off : obj.index(b"\0", strs + off)].decode()
-
-    types: list[tuple[int, int, int]] = [(0, 0, 0)]  # type id -> (kind, name_off, file pos)
-    pos, end = base + hdr_len + type_off, base + hdr_len + type_off + type_len
-    while pos < end:
-        name_off, info, _sz = struct.unpack_from("<III", obj, pos)
-        kind, vlen = (info >> 24) & 0x1F, info & 0xFFFF
-        types.append((kind, name_off, pos))
-        pos += 12 + _BTF_EXTRA.get(kind, 0) + _BTF_PER_VLEN.get(kind, 0) * vlen
-    for kind, name_off, tpos in types:
-        if kind != BTF_KIND_DATASEC:
-            continue
-        sec = name_at(name_off)
-        if sec not in by_name:
-            raise InternalCompilerError(f"BTF DATASEC {sec!r} has no ELF section", "")
-        shndx = by_name[sec]
-        vlen = struct.unpack_from("<I", obj, tpos + 4)[0] & 0xFFFF
-        struct.pack_into("<I", out, tpos + 8, secs[shndx][3])
-        infos = []
-        for i in range(vlen):
-            vtype, _off, vsize = struct.unpack_from("<III", obj, tpos + 12 + 12 * i)
-            var = name_at(types[vtype][1])
-            if (shndx, var) not in syms:
-                raise InternalCompilerError(f"BTF VAR {var!r} has no symbol in {sec!r}", "")
-            infos.append((syms[(shndx, var)], vtype, vsize))
-        for i, (off, vtype, vsize) in enumerate(sorted(infos)):
-            struct.pack_into("<III", out, tpos + 12 + 12 * i, vtype, off, vsize)
-    return bytes(out)

@@ -17,11 +17,8 @@ import time
 from collections.abc import Sequence
 from functools import wraps
 
-from bpfdsl.abi.insn import Insn, format_insn
+from bpfdsl.abi.insn import Insn, format_insn, slot_offsets
 from bpfdsl.abi.uapi import (
-    BPF_DW,
-    BPF_IMM,
-    BPF_LD,
     PROGRAM_KINDS,
     AttachType,
     MapType,
@@ -142,7 +139,7 @@ def check_insns(
     try:
         cfg = build_cfg(insns)
     except CfgError as e:
-        slots = _slots(insns)
+        slots = slot_offsets(insns)
         res.errors.append(_mk(insns, slots, e.idx, "cfg", e.message, e.explain, {}, "", line_at))
         res.seconds = time.perf_counter() - t0
         return res
@@ -190,10 +187,7 @@ def check_insns(
 
 def _n_ld_imm64(insns: Sequence[Insn]) -> int:
     """How many instructions take two slots (Insn.width == 2)."""
-    return sum(1 for x in insns if x.opcode == _LD_IMM64)
-
-
-_LD_IMM64 = BPF_LD | BPF_IMM | BPF_DW
+    return sum(1 for x in insns if x.is_ld_imm64)
 
 
 def _version_faults(env: Env, cfg, insns):
@@ -242,14 +236,6 @@ def _path_step(insns, slots, k: int, taken: bool, line_at) -> str:
             where = f"  ({li.file.rsplit('/', 1)[-1]}:{li.line}: {li.text.strip()})"
     verdict = "taken" if taken else "not taken"
     return f"insn {slots[k]}: {format_insn(insns[k])} -> {verdict}{where}"
-
-
-def _slots(insns: Sequence[Insn]) -> list[int]:
-    out, s = [], 0
-    for x in insns:
-        out.append(s)
-        s += x.width
-    return out
 
 
 def _mk(insns, slots, i, code, message, explain, regs, state, line_at) -> CheckError:

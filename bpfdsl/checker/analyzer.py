@@ -87,7 +87,7 @@ def _live_sets(cfg: Cfg, st: State, i: int) -> list[frozenset[int]]:
 
 def analyze(env: Env, cfg: Cfg) -> Outcome:
     """Walk all paths of the program described by ``cfg``; stop at the first fault."""
-    dec = cfg.dec
+    dec = cfg.insns
     handlers = [_handler(x) for x in dec]
     live_in = cfg.live_in
     regs = [D.NOT_INIT_REG] * 11
@@ -298,7 +298,7 @@ _BY_JMP_OP = {U.BPF_JA: _ja, U.BPF_EXIT: _exit_insn, U.BPF_CALL: _call}
 
 
 def _handler(x):
-    """The handler of one decoded instruction (cfg.DInsn), by class and jump operation."""
+    """The handler of one decoded instruction (abi.insn.Insn), by class and jump operation."""
     h = _BY_CLASS.get(x.cls)
     return h if h is not None else _BY_JMP_OP.get(x.op, _cond)
 

@@ -7,8 +7,15 @@ initialization; packet-changing helpers invalidate every packet pointer.
 
 from __future__ import annotations
 
-from bpfdsl.abi.helpers import HELPERS_BY_ID, ArgKind, RetKind, helper_allowed, map_fits_helper
-from bpfdsl.abi.uapi import MapType
+from bpfdsl.abi.helpers import (
+    HELPERS_BY_ID,
+    ArgKind,
+    RetKind,
+    helper_allowed,
+    kernel_helper_name,
+    map_fits_helper,
+)
+from bpfdsl.abi.uapi import MapType, is_array, is_sockmap
 from bpfdsl.checker import domain as D
 from bpfdsl.checker import features as F
 from bpfdsl.checker.env import Env, Fault
@@ -93,8 +100,6 @@ def check_helper_call(env: Env, st: State, helper_id: int, idx: int) -> None:
     """Check a ``call`` of helper ``helper_id`` and apply its effects to ``st`` in place."""
     h = HELPERS_BY_ID.get(helper_id)
     if h is None:
-        from bpfdsl.abi.helper_names import kernel_helper_name  # only for this message
-
         known = kernel_helper_name(helper_id)
         if known is not None:
             raise Fault(
@@ -235,7 +240,7 @@ def check_helper_call(env: Env, st: State, helper_id: int, idx: int) -> None:
             regs[0] = D.unknown()
         elif (
             helper_id == 1
-            and map_obj.map_type in (MapType.ARRAY, MapType.PERCPU_ARRAY)
+            and is_array(map_obj.map_type)
             and key_const is not None
             and key_const < map_obj.max_entries
         ):
@@ -256,7 +261,7 @@ def nonnull_type(r: D.Reg) -> int:
         mt = r.map.map_type
         if mt == MapType.XSKMAP:
             return D.XDP_SOCK
-        if mt in (MapType.SOCKMAP, MapType.SOCKHASH):
+        if is_sockmap(mt):
             return D.SOCKET
         return D.MAP_VALUE
     return D.NULLABLE[r.t]

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from bpfdsl.abi import uapi as U
 from bpfdsl.abi.helpers import HELPERS_BY_ID
-from bpfdsl.abi.insn import JMP_OP_NAMES, SIZE_BYTES, Insn
+from bpfdsl.abi.insn import Insn
 
 
 class CfgError(Exception):
@@ -26,84 +26,8 @@ class CfgError(Exception):
         self.explain = explain
 
 
-_LD_IMM64 = U.BPF_LD | U.BPF_IMM | U.BPF_DW
-_OPCODE_FIELDS: dict[int, tuple] = {}
-
-
-def _opcode_fields(c: int) -> tuple:
-    """Everything an opcode byte says, computed once per opcode value (same meaning as
-    the Insn properties of bpfdsl.abi.insn)."""
-    f = _OPCODE_FIELDS.get(c)
-    if f is None:
-        cls, op = c & 0x07, c & 0xF0
-        jmp = cls in (U.BPF_JMP, U.BPF_JMP32)
-        call = cls == U.BPF_JMP and op == U.BPF_CALL
-        f = (
-            cls,
-            op,
-            c & 0x08,
-            c & 0xE0,
-            SIZE_BYTES[c & 0x18],
-            c == _LD_IMM64,
-            call,
-            cls == U.BPF_JMP and op == U.BPF_EXIT,
-            jmp and op == U.BPF_JA,
-            jmp and op in JMP_OP_NAMES,
-            jmp,
-        )
-        _OPCODE_FIELDS[c] = f
-    return f
-
-
-class DInsn:
-    """An :class:`~bpfdsl.abi.insn.Insn` with its fields decoded once: the same attribute names
-    (``cls``, ``op``, ``source``, ``mode``, ``size`` in bytes, ``is_*``) as plain slots, so
-    the per-path transfer functions read attributes instead of computing properties."""
-
-    __slots__ = (
-        "opcode",
-        "dst",
-        "src",
-        "off",
-        "imm",
-        "cls",
-        "op",
-        "source",
-        "mode",
-        "size",
-        "is_ld_imm64",
-        "is_call",
-        "is_exit",
-        "is_ja",
-        "is_cond_jump",
-        "is_jmp_class",
-        "is_helper_call",
-        "is_pseudo_call",
-        "width",
-    )
-
-    def __init__(self, x: Insn):
-        self.opcode, self.dst, self.src, self.off, self.imm = x.opcode, x.dst, x.src, x.off, x.imm
-        (
-            self.cls,
-            self.op,
-            self.source,
-            self.mode,
-            self.size,
-            self.is_ld_imm64,
-            self.is_call,
-            self.is_exit,
-            self.is_ja,
-            self.is_cond_jump,
-            self.is_jmp_class,
-        ) = _opcode_fields(x.opcode)
-        self.is_helper_call = self.is_call and x.src == 0
-        self.is_pseudo_call = self.is_call and x.src == U.BPF_PSEUDO_CALL
-        self.width = 2 if self.is_ld_imm64 else 1
-
-
 class Cfg:
-    """``insns``: the instructions as given; ``dec``: the same as :class:`DInsn`;
+    """``insns``: the instructions as given (decoded :class:`~bpfdsl.abi.insn.Insn`);
     ``slots``: slot number per insn; ``succ``: successor indexes per insn; ``subprogs``:
     list indexes where subprograms start (0 first); ``subprog_of``: insn index -> subprog
     start index; ``prune``: prune points; ``live_in``: live registers per insn;
@@ -118,7 +42,6 @@ class Cfg:
         "subprog_of",
         "prune",
         "live_in",
-        "dec",
         "call_target",
         "heads",
     )
@@ -139,12 +62,11 @@ class Cfg:
         self.subprog_of = subprog_of
         self.prune = set() if prune is None else prune
         self.live_in: list[frozenset[int]] = []
-        self.dec: list[DInsn] = []
         self.call_target: dict[int, int] = {}
         self.heads: set[int] = set()
 
 
-def _is_jump(x: DInsn) -> bool:
+def _is_jump(x: Insn) -> bool:
     return x.is_jmp_class and not x.is_call and not x.is_exit
 
 
@@ -153,8 +75,6 @@ def build_cfg(insns: Sequence[Insn]) -> Cfg:
     n = len(insns)
     if n == 0:
         raise CfgError(0, "program has no instructions", "the section is empty")
-    orig = insns
-    insns = [DInsn(x) for x in orig]
     slots, by_slot, s = [], {}, 0
     for i, x in enumerate(insns):
         slots.append(s)
@@ -245,15 +165,14 @@ def build_cfg(insns: Sequence[Insn]) -> Cfg:
                 f"unreachable insn {slots[i]}",
                 "no path reaches this instruction; remove it (the kernel refuses dead code)",
             )
-    cfg = Cfg(orig, slots, succ, starts, subprog_of, prune)
-    cfg.dec = insns
+    cfg = Cfg(insns, slots, succ, starts, subprog_of, prune)
     cfg.call_target = call_target
     cfg.heads = {t for i, ss in enumerate(succ) for t in ss if t <= i}
     cfg.live_in = _liveness(insns, succ, bool(cfg.heads))
     return cfg
 
 
-def uses_defs(x: Insn | DInsn) -> tuple[tuple[int, ...], tuple[int, ...]]:
+def uses_defs(x: Insn) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """Registers an instruction reads and writes (r10 excluded)."""
     c = x.cls
     if c in (U.BPF_ALU, U.BPF_ALU64):
@@ -292,7 +211,7 @@ def uses_defs(x: Insn | DInsn) -> tuple[tuple[int, ...], tuple[int, ...]]:
 
 
 def _liveness(
-    insns: Sequence[DInsn], succ: list[list[int]], loops: bool = True
+    insns: Sequence[Insn], succ: list[list[int]], loops: bool = True
 ) -> list[frozenset[int]]:
     """Registers live at the entry of each insn; ``loops``: some edge goes backward."""
     n = len(insns)

@@ -7,7 +7,7 @@ Kernel reference: kernel/bpf/verifier.c ``check_mem_access`` and its parts
 
 from __future__ import annotations
 
-from bpfdsl.abi.uapi import MapType, ProgramType
+from bpfdsl.abi.uapi import MapType, ProgramType, is_devmap
 from bpfdsl.checker import domain as D
 from bpfdsl.checker import tnum as T
 from bpfdsl.checker.ctx import CTX_TABLES, ctx_access
@@ -115,7 +115,7 @@ def _packet(env, regno, r, off, size, write):
 def _map_value(env, regno, r, off, size, write):
     m = r.map
     flags = getattr(m, "map_flags", 0) or 0
-    if m.map_type in (MapType.DEVMAP, MapType.DEVMAP_HASH):
+    if is_devmap(m.map_type):
         flags |= BPF_F_RDONLY_PROG  # the kernel sets it on devmaps (dev_map_alloc)
     vs = m.value_size
     full = off + r.off

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from bpfdsl.abi.helpers import HELPERS, map_fits_helper
-from bpfdsl.abi.uapi import BPF_F_BROADCAST, BPF_F_EXCLUDE_INGRESS, MapType, XdpAction
+from bpfdsl.abi.uapi import BPF_F_BROADCAST, BPF_F_EXCLUDE_INGRESS, MapType, XdpAction, is_devmap
 from bpfdsl.interp.ctx import (
     ETH_HLEN,
     XDP_FRAME_SIZE,
@@ -201,11 +201,7 @@ def _redirect(m: Machine, r1, r2, *_):
 def _redirect_map(m: Machine, r1, r2, r3, *_):
     mp = _map(m, r1, "redirect_map")
     flags = r3
-    extra = (
-        BPF_F_BROADCAST | BPF_F_EXCLUDE_INGRESS
-        if mp.map_type in (MapType.DEVMAP, MapType.DEVMAP_HASH)
-        else 0
-    )
+    extra = BPF_F_BROADCAST | BPF_F_EXCLUDE_INGRESS if is_devmap(mp.map_type) else 0
     if flags & ~(3 | extra):
         return XdpAction.ABORTED
     key = (r2 & M32).to_bytes(4, "little")

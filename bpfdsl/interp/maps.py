@@ -15,7 +15,18 @@ import errno
 from collections import OrderedDict
 from typing import Any
 
-from bpfdsl.abi.uapi import BPF_EXIST, BPF_F_LOCK, BPF_NOEXIST, MapType
+from bpfdsl.abi.uapi import (
+    ARRAY_MAP_TYPES,
+    BPF_EXIST,
+    BPF_F_LOCK,
+    BPF_NOEXIST,
+    HASH_MAP_TYPES,
+    REDIRECT_MAP_TYPES,
+    SOCK_MAP_TYPES,
+    MapType,
+    is_lru,
+    is_percpu,
+)
 from bpfdsl.interp.memory import NotModelled, Region
 
 EINVAL, ENOENT, EEXIST, E2BIG, ENOSPC = (
@@ -148,7 +159,7 @@ class ArrayMap(Map):
 
     def __init__(self, *a: Any, **kw: Any) -> None:
         super().__init__(*a, **kw)
-        self.percpu = self.map_type == MapType.PERCPU_ARRAY
+        self.percpu = is_percpu(self.map_type)
         n = self.ncpus if self.percpu else 1
         self.slots = [[self._region() for _ in range(n)] for _ in range(self.max_entries)]
 
@@ -198,8 +209,8 @@ class HashMap(Map):
     def __init__(self, *a: Any, **kw: Any) -> None:
         super().__init__(*a, **kw)
         t = self.map_type
-        self.percpu = t in (MapType.PERCPU_HASH, MapType.LRU_PERCPU_HASH)
-        self.lru = t in (MapType.LRU_HASH, MapType.LRU_PERCPU_HASH)
+        self.percpu = is_percpu(t)
+        self.lru = is_lru(t)
         self.elems: OrderedDict[bytes, list[Region]] = OrderedDict()
 
     def lookup(self, key: bytes, cpu: int = 0) -> Region | None:
@@ -359,23 +370,12 @@ class UnsupportedMap(Map):
         return []
 
 
-_CLASSES: dict[MapType, type[Map]] = {
-    MapType.ARRAY: ArrayMap,
-    MapType.PERCPU_ARRAY: ArrayMap,
-    MapType.HASH: HashMap,
-    MapType.PERCPU_HASH: HashMap,
-    MapType.LRU_HASH: HashMap,
-    MapType.LRU_PERCPU_HASH: HashMap,
+_CLASSES: dict[int, type[Map]] = {
+    **dict.fromkeys(ARRAY_MAP_TYPES, ArrayMap),
+    **dict.fromkeys(HASH_MAP_TYPES, HashMap),
     MapType.LPM_TRIE: LpmTrieMap,
 }
-_SLOT_TYPES = {
-    MapType.DEVMAP,
-    MapType.DEVMAP_HASH,
-    MapType.CPUMAP,
-    MapType.XSKMAP,
-    MapType.SOCKMAP,
-    MapType.SOCKHASH,
-}
+_SLOT_TYPES = REDIRECT_MAP_TYPES | SOCK_MAP_TYPES  # entries are devices, CPUs or sockets
 
 
 def make_map(

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bpfdsl.abi.uapi import BPF_EXIST, BPF_NOEXIST, MapType
+from bpfdsl.abi.uapi import BPF_EXIST, BPF_NOEXIST, MapType, holds_sockets, is_indexed
 from bpfdsl.interp.maps import E2BIG, EEXIST, EINVAL, ENOENT, Map, as_bytes
 from bpfdsl.interp.memory import Region
 
@@ -25,7 +25,7 @@ class SlotMap(Map):
     def __init__(self, *a: Any, **kw: Any) -> None:
         super().__init__(*a, **kw)
         t = self.map_type
-        self.indexed = t in (MapType.DEVMAP, MapType.CPUMAP, MapType.XSKMAP, MapType.SOCKMAP)
+        self.indexed = is_indexed(t)
         self.slots: dict[bytes, Any] = {}
 
     def _key_ok(self, key: bytes) -> bool:
@@ -71,7 +71,7 @@ class SlotMap(Map):
             raise OSError(-rc, f"map '{self.name}': update failed")
 
     def set(self, key: Any, value: Any, flags: int = 0) -> None:
-        if isinstance(value, int) and self.map_type not in (MapType.XSKMAP, MapType.SOCKMAP):
+        if isinstance(value, int) and not holds_sockets(self.map_type):
             value = as_bytes(value, self.value_size)
         elif isinstance(value, (bytes, bytearray)):
             value = as_bytes(value, self.value_size)

@@ -17,11 +17,10 @@ from contextlib import contextmanager
 
 from bpfdsl.abi.uapi import XdpFlags
 from bpfdsl.diagnostics import DiagnosticError, error
+from bpfdsl.kernel import libc
+from bpfdsl.kernel.libc import CLONE_NEWNET, MNT_DETACH, MS_BIND
 from bpfdsl.record import FrozenRecord
 
-CLONE_NEWNET = 0x40000000  # linux/sched.h
-MS_BIND = 4096  # linux/mount.h
-MNT_DETACH = 2
 NETNS_RUN_DIR = "/run/netns"  # iproute2's directory of named namespaces
 
 # IFLA_XDP_ATTACHED values (linux/if_link.h XDP_ATTACHED_*)
@@ -217,27 +216,6 @@ def xdp_set(
 # ---- network namespaces -------------------------------------------------------------
 
 
-def _libc():
-    """libc through ctypes (setns/unshare/mount), loaded on first use."""
-    global _LIBC
-    if _LIBC is None:
-        import ctypes  # noqa: PLC0415
-
-        _LIBC = ctypes.CDLL(None, use_errno=True)
-    return _LIBC
-
-
-_LIBC = None
-
-
-def _setns(fd: int) -> None:
-    import ctypes  # noqa: PLC0415
-
-    if _libc().setns(fd, CLONE_NEWNET) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"setns: {os.strerror(err)}")
-
-
 def create_netns(name: str) -> None:
     """Create the named network namespace ``/run/netns/NAME`` (as ``ip netns add``) with
     its loopback up.  Done in a short-lived thread: unshare(CLONE_NEWNET) there, bind-mount
@@ -246,18 +224,15 @@ def create_netns(name: str) -> None:
     path = os.path.join(NETNS_RUN_DIR, name)
     os.close(os.open(path, os.O_RDONLY | os.O_CREAT | os.O_EXCL, 0o444))
     failure: list[OSError] = []
-    import ctypes  # noqa: PLC0415
     import threading  # noqa: PLC0415
 
     def worker() -> None:
-        if _libc().unshare(CLONE_NEWNET) != 0:
-            err = ctypes.get_errno()
-            failure.append(OSError(err, f"unshare(CLONE_NEWNET): {os.strerror(err)}"))
-            return
-        src = f"/proc/self/task/{threading.get_native_id()}/ns/net".encode()
-        if _libc().mount(src, path.encode(), b"none", MS_BIND, None) != 0:
-            err = ctypes.get_errno()
-            failure.append(OSError(err, f"bind mount of {path}: {os.strerror(err)}"))
+        try:
+            libc.unshare(CLONE_NEWNET)
+            src = f"/proc/self/task/{threading.get_native_id()}/ns/net".encode()
+            libc.mount(src, path, b"none", MS_BIND, what=f"bind mount of {path}")
+        except OSError as e:
+            failure.append(e)
 
     t = threading.Thread(target=worker, name=f"netns-{name}")
     t.start()
@@ -273,7 +248,7 @@ def remove_netns(name: str) -> None:
     """Remove the named namespace (no error when it is already gone)."""
     path = os.path.join(NETNS_RUN_DIR, name)
     if os.path.lexists(path):
-        _libc().umount2(path.encode(), MNT_DETACH)
+        libc.umount2(path, MNT_DETACH)
         os.unlink(path)
 
 
@@ -289,13 +264,13 @@ def in_netns(name: str) -> Iterator[None]:
     try:
         new = os.open(os.path.join(NETNS_RUN_DIR, name), os.O_RDONLY)
         try:
-            _setns(new)
+            libc.setns(new, CLONE_NEWNET)
         finally:
             os.close(new)
         try:
             yield
         finally:
-            _setns(old)
+            libc.setns(old, CLONE_NEWNET)
     finally:
         os.close(old)
 

@@ -32,6 +32,7 @@ from bpfdsl.abi.bpf_attr import (
     TestRunAttr,
 )
 from bpfdsl.abi.uapi import BPF_ANY, BPF_F_TEST_XDP_LIVE_FRAMES, BPF_OBJ_NAME_LEN, BpfCmd, MapType
+from bpfdsl.kernel import libc
 from bpfdsl.record import FrozenRecord
 
 _NR_BPF = {
@@ -42,17 +43,8 @@ _NR_BPF = {
     "ppc64le": 361,
     "s390x": 351,
 }
-_libc = C.CDLL(None, use_errno=True)
-
-
-def libc() -> C.CDLL:
-    """The C library (``use_errno=True``) for the few other calls bpfdsl makes (statfs,
-    mount): one handle per process."""
-    return _libc
-
 
 _MACHINE = os.uname().machine  # what platform.machine() returns, without importing platform
-_libc.syscall.restype = C.c_long
 LOG_MAX = (1 << 30) - 1  # kernel: log_size must be < UINT_MAX >> 2 (bpf_vlog_init)
 
 
@@ -107,10 +99,10 @@ def sys_bpf(cmd: BpfCmd, attr: C.Structure) -> int:
     if nr is None:
         raise BpfError(cmd, E.ENOSYS, f"bpf(): unsupported architecture {_MACHINE}")
     for _ in range(8):  # libbpf retries PROG_LOAD on EAGAIN; everyone on EINTR
-        ret = _libc.syscall(nr, C.c_int(int(cmd)), C.byref(attr), C.c_uint(C.sizeof(attr)))
+        ret = libc.syscall(nr, C.c_int(int(cmd)), C.byref(attr), C.c_uint(C.sizeof(attr)))
         if ret >= 0:
             return ret
-        err = C.get_errno()
+        err = libc.get_errno()
         if not (err == E.EINTR or (err == E.EAGAIN and cmd == BpfCmd.PROG_LOAD)):
             break
     raise _error(cmd, err)
@@ -266,15 +258,9 @@ def possible_cpus() -> int:
 
 
 def percpu_value_size(value_size: int) -> int:
-    """User-space buffer size of a per-CPU map value: round_up(size, 8) * possible CPUs."""
+    """User-space buffer size in bytes of a value of a per-CPU map (``uapi.is_percpu``):
+    round_up(size, 8) * possible CPUs (kernel/bpf/syscall.c ``bpf_map_value_size``)."""
     return ((value_size + 7) & ~7) * possible_cpus()
-
-
-def is_percpu(map_type: int) -> bool:
-    """True for map types whose user-space values are per-CPU arrays (:func:`uapi.is_percpu`)."""
-    from bpfdsl.abi import uapi  # noqa: PLC0415  (its one list of per-CPU map types)
-
-    return uapi.is_percpu(map_type)
 
 
 # ---- programs ----

@@ -1,4 +1,8 @@
-"""Minimal ELF64 little-endian reader: the subset of an eBPF object :mod:`bpfdsl.obj.collection` reads.
+"""The ELF64 little-endian reader of bpfdsl: the subset of an eBPF object it reads.
+
+Used by :mod:`bpfdsl.obj.collection` (objects to specs) and by the back end
+(:func:`fixup_btf_datasecs` on the emitted object, :meth:`ElfFile.functions` for stack
+depths and instruction counts).
 
 Why: importing pyelftools (``elftools.elf.elffile`` pulls in its DWARF and construct
 modules) costs ~50 ms, a fifth of a ``bpfdsl load``/``attach`` process; reading section
@@ -21,11 +25,14 @@ import struct
 from collections.abc import Iterator
 from types import SimpleNamespace
 
+from bpfdsl.abi.btf.core import BtfFormatError, parse_btf
+
 _EHDR = struct.Struct("<16sHHIQQQIHHHHHH")
 _SHDR = struct.Struct("<IIQQQQIIQQ")
 _SYM = struct.Struct("<IBBHQQ")
 _REL = struct.Struct("<QQ")
 SHN_XINDEX, SHN_LORESERVE = 0xFFFF, 0xFF00
+SHF_EXECINSTR = 0x4
 
 SHT_NAMES = {0: "SHT_NULL", 1: "SHT_PROGBITS", 2: "SHT_SYMTAB", 3: "SHT_STRTAB", 4: "SHT_RELA",
              5: "SHT_HASH", 6: "SHT_DYNAMIC", 7: "SHT_NOTE", 8: "SHT_NOBITS", 9: "SHT_REL",
@@ -150,3 +157,66 @@ class ElfFile:
 
     def iter_sections(self) -> Iterator[Section]:
         return iter(self._sections)
+
+    def section_by_name(self, name: str) -> Section | None:
+        """The first section called ``name``, or None."""
+        return next((s for s in self._sections if s.name == name), None)
+
+    def symbols(self) -> list[_Symbol]:
+        """The symbols of the (first) SHT_SYMTAB section; empty when there is none."""
+        symtab = next((s for s in self._sections if s.header.sh_type == "SHT_SYMTAB"), None)
+        return [] if symtab is None else list(symtab.iter_symbols())
+
+    def functions(self) -> list[tuple[str, Section, int, int]]:
+        """``(name, section, start, size)`` of every STT_FUNC symbol defined in an executable
+        (SHF_EXECINSTR) section; ``start``/``size`` in bytes within the section, ``size``
+        the rest of the section when ``st_size`` is 0."""
+        out = []
+        for sym in self.symbols():
+            shndx = sym.entry.st_shndx
+            if sym["st_info"]["type"] != "STT_FUNC" or not isinstance(shndx, int):
+                continue
+            if not 0 < shndx < len(self._sections):
+                continue
+            sec = self._sections[shndx]
+            if not sec.header.sh_flags & SHF_EXECINSTR:
+                continue
+            start = sym.entry.st_value
+            out.append((sym.name, sec, start, sym.entry.st_size or sec.header.sh_size - start))
+        return out
+
+
+def fixup_btf_datasecs(raw: bytes) -> bytes:
+    """``raw`` (ELF object bytes) with its ``.BTF`` fixed up as libbpf's ``btf_fixup_datasec``
+    does before loading (:meth:`bpfdsl.abi.btf.core.Btf.fixup_datasecs`: a DATASEC of size 0
+    gets its ELF section's size and its VARs their symbols' values, entries sorted by offset;
+    FIELD-BUGS B13), so loaders that upload ``.BTF`` as it is (iproute2) accept it.
+
+    The section is rewritten in place (same length); other bytes stay.  Objects without
+    ``.BTF`` are returned unchanged.  Raises ElfError for an ELF this reader cannot read and
+    BtfFormatError when a DATASEC names a section or variable the object lacks."""
+    elf = ElfFile(raw)
+    sec = elf.section_by_name(".BTF")
+    if sec is None:
+        return raw
+    btf = parse_btf(sec.data())
+    by_name = {s.name: s for s in elf.iter_sections()}
+    symbols = elf.symbols()
+
+    def section_size(name: str) -> int | None:
+        s = by_name.get(name)
+        return s.header.sh_size if s is not None else None
+
+    def symbol_offset(sec_name: str, var: str) -> int | None:
+        s = by_name.get(sec_name)
+        for sym in symbols if s is not None else ():
+            if sym.name == var and sym.entry.st_shndx == s.index:
+                return sym.entry.st_value
+        return None
+
+    btf.fixup_datasecs(section_size, symbol_offset)
+    fixed = btf.to_bytes()
+    h = sec.header
+    if len(fixed) != h.sh_size:
+        raise BtfFormatError(f".BTF is {h.sh_size} bytes but rewrites to {len(fixed)}")
+    return raw[: h.sh_offset] + fixed + raw[h.sh_offset + h.sh_size :]

@@ -11,7 +11,7 @@ initial entries from relocations in ``.rel.maps``).
 from __future__ import annotations
 
 from bpfdsl.abi.btf.core import Btf, BtfFormatError, BtfType, Kind
-from bpfdsl.abi.uapi import MapType
+from bpfdsl.abi.uapi import MapType, is_map_in_map
 from bpfdsl.record import Record
 
 TYPE_CHECKING = False  # (typing costs import time on the load path)
@@ -170,7 +170,7 @@ def parse_map_def(btf: Btf, name: str, tid: int) -> MapSpec:
         raise BtfFormatError(
             f"map '{name}': unsupported pinning {spec.pinning} (0 = none, 1 = LIBBPF_PIN_BY_NAME)"
         )
-    if spec.inner is not None and spec.map_type in (MapType.ARRAY_OF_MAPS, MapType.HASH_OF_MAPS):
+    if spec.inner is not None and is_map_in_map(spec.map_type):
         spec.value_size = spec.value_size or 4  # inner map fd
     elif spec.map_type == MapType.PROG_ARRAY:
         spec.value_size = spec.value_size or 4

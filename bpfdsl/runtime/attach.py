@@ -14,7 +14,7 @@ import os
 
 from bpfdsl.abi.uapi import BPF_F_REPLACE, AttachType, LinkType, ProgramType, XdpFlags
 from bpfdsl.diagnostics import DiagnosticError, UsageError, error
-from bpfdsl.kernel import netlink, syscall
+from bpfdsl.kernel import libc, netlink, syscall
 from bpfdsl.record import FrozenRecord
 
 MODES = ("native", "generic")  # offload is refused: it needs a device-bound program
@@ -134,12 +134,7 @@ BPF_FS_MAGIC = 0xCAFE4A11  # include/uapi/linux/magic.h
 
 def is_bpffs(path: str) -> bool:
     """True when ``path`` lies on a bpf filesystem (statfs f_type == BPF_FS_MAGIC)."""
-    import ctypes  # noqa: PLC0415 (already loaded by syscall)
-
-    st = ctypes.create_string_buffer(128)  # struct statfs: long f_type first (120 B on x86_64)
-    if syscall.libc().statfs(os.fsencode(path), st) != 0:
-        return False
-    return ctypes.c_long.from_buffer(st).value & 0xFFFFFFFF == BPF_FS_MAGIC
+    return libc.statfs_type(path) == BPF_FS_MAGIC
 
 
 def ensure_bpffs(path: str = BPFFS) -> None:
@@ -155,19 +150,17 @@ def ensure_bpffs(path: str = BPFFS) -> None:
                 return
     except OSError:
         pass
-    import ctypes  # noqa: PLC0415
-
-    libc = syscall.libc()
     os.makedirs(path, exist_ok=True)
-    if libc.mount(b"bpf", path.encode(), b"bpf", 0, None) != 0:
-        err = ctypes.get_errno()
+    try:
+        libc.mount(b"bpf", path, b"bpf")
+    except OSError as e:
         raise DiagnosticError(
             error(
                 "no-bpffs",
-                f"cannot mount bpffs at {path}: {os.strerror(err)}",
+                f"cannot mount bpffs at {path}: {os.strerror(e.errno)}",
                 hint=f"mount it: mount -t bpf bpf {path}",
             )
-        )
+        ) from None
 
 
 def attach_xdp(

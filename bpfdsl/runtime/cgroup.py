@@ -10,7 +10,6 @@ fixed when the socket is created.  :func:`cgroup2_mount` finds the unified hiera
 
 from __future__ import annotations
 
-import ctypes
 import errno as E
 import os
 import tempfile
@@ -19,10 +18,10 @@ from pathlib import Path
 
 from bpfdsl.abi.uapi import AttachType, ProgramType
 from bpfdsl.diagnostics import DiagnosticError, error
+from bpfdsl.kernel import libc
 from bpfdsl.kernel import syscall as S
 
 BPF_F_ALLOW_OVERRIDE, BPF_F_ALLOW_MULTI = 1 << 0, 1 << 1  # linux/bpf.h attach flags
-_libc = ctypes.CDLL(None, use_errno=True)
 _mounted: list[str] = []  # temporary cgroup2 mounts made by this process
 
 
@@ -57,17 +56,18 @@ def cgroup2_mount(*, mount_if_missing: bool = True) -> str:
             )
         )
     where = tempfile.mkdtemp(prefix="bpfdsl-cgroup2-")
-    if _libc.mount(b"none", where.encode(), b"cgroup2", 0, None) != 0:
-        err = ctypes.get_errno()
+    try:
+        libc.mount(b"none", where, b"cgroup2")
+    except OSError as e:
         os.rmdir(where)
         raise DiagnosticError(
             error(
                 "no-cgroup2",
-                f"no cgroup v2 hierarchy is mounted and mounting one failed: {os.strerror(err)}",
+                f"no cgroup v2 hierarchy is mounted and mounting one failed: {os.strerror(e.errno)}",
                 hint="run as root, or mount it: mount -t cgroup2 none /sys/fs/cgroup "
                 "(kernel needs CONFIG_CGROUPS and CONFIG_CGROUP_BPF)",
             )
-        )
+        ) from None
     _mounted.append(where)
     return where
 

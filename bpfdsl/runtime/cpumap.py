@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import errno as E
 import struct
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from bpfdsl.abi.uapi import BPF_F_TEST_XDP_LIVE_FRAMES, AttachType, MapType, ProgramType
@@ -211,11 +212,12 @@ def refuse_on_interface(prog_fd: int, prog_name: str, dev: str) -> None:
         )
 
 
-def require_map(map_fd: int, want: tuple[MapType, ...], map_name: str) -> S.MapInfo:
-    """The map's ``bpf_map_info``; UsageError (``wrong-map-kind``) unless its type is in ``want``."""
+def require_map(map_fd: int, want: Collection[MapType], map_name: str) -> S.MapInfo:
+    """The map's ``bpf_map_info``; UsageError (``wrong-map-kind``) unless its type is in
+    ``want`` (a tuple, or a set of :mod:`bpfdsl.abi.uapi` such as ``DEVMAP_TYPES``)."""
     info = S.map_info(map_fd)
     if info.type not in want:
-        names = " or ".join(t.name.lower() for t in want)
+        names = " or ".join(t.name.lower() for t in sorted(want))
         try:
             have = MapType(info.type).name.lower()
         except ValueError:

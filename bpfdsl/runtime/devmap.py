@@ -14,14 +14,14 @@ import errno as E
 import struct
 from dataclasses import dataclass
 
-from bpfdsl.abi.uapi import AttachType, MapType
+from bpfdsl.abi.uapi import DEVMAP_TYPES, AttachType, MapType
 from bpfdsl.diagnostics import DiagnosticError, UsageError, error
 from bpfdsl.kernel import syscall as S
 from bpfdsl.kernel.netlink import ifindex as _ifindex
 from bpfdsl.kernel.netlink import ifname as _ifname
 from bpfdsl.runtime.cpumap import entry_value, require_map
 
-DEVMAP_KINDS = (MapType.DEVMAP, MapType.DEVMAP_HASH)
+DEVMAP_KINDS = DEVMAP_TYPES
 
 
 @dataclass(frozen=True, slots=True)

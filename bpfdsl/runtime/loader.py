@@ -15,7 +15,13 @@ import os
 import struct
 
 from bpfdsl.abi.insn import Insn, encode
-from bpfdsl.abi.uapi import BPF_F_RDONLY_PROG, BPF_PSEUDO_MAP_FD, BPF_PSEUDO_MAP_VALUE, MapType
+from bpfdsl.abi.uapi import (
+    BPF_F_RDONLY_PROG,
+    BPF_PSEUDO_MAP_FD,
+    BPF_PSEUDO_MAP_VALUE,
+    MapType,
+    is_percpu,
+)
 from bpfdsl.diagnostics import DiagnosticError, UsageError, error
 from bpfdsl.kernel import syscall as S
 from bpfdsl.obj.collection import CollectionSpec, DataSection, ProgramSpec
@@ -116,7 +122,7 @@ class LoadedMap(Record):
     def _value_size(self) -> int:
         """Bytes of one lookup: per-CPU maps return one value per possible CPU, each
         rounded up to 8 bytes (kernel bpf_map_copy_value layout)."""
-        if S.is_percpu(self.map_type):
+        if is_percpu(self.map_type):
             return S.percpu_value_size(self.value_size)
         return self.value_size
 

@@ -17,19 +17,10 @@ from typing import Any
 
 from bpfdsl.abi.btf import values as btf_values
 from bpfdsl.abi.btf.core import Btf, BtfFormatError, parse_btf
-from bpfdsl.abi.uapi import MapType
+from bpfdsl.abi.uapi import MapType, is_array, is_indexed, is_percpu
 from bpfdsl.diagnostics import DiagnosticError, UsageError, error
 from bpfdsl.kernel import syscall
 
-_INDEXED = (
-    MapType.ARRAY,
-    MapType.PERCPU_ARRAY,
-    MapType.DEVMAP,
-    MapType.CPUMAP,
-    MapType.XSKMAP,
-    MapType.PROG_ARRAY,
-    MapType.SOCKMAP,
-)
 _MAX_DUMP = 1_000_000  # entries; a dump is bounded even if the map changes under it
 
 
@@ -173,7 +164,7 @@ class MapView:
         self.btf = kernel_btf(int(self.info.btf_id))
         self.key_tid = int(self.info.btf_key_type_id) if self.btf else 0
         self.value_tid = int(self.info.btf_value_type_id) if self.btf else 0
-        self.percpu = syscall.is_percpu(self.type)
+        self.percpu = is_percpu(self.type)
         self.ncpu = syscall.possible_cpus() if self.percpu else 1
         self.stride = (self.info.value_size + 7) & ~7 if self.percpu else self.info.value_size
 
@@ -195,7 +186,7 @@ class MapView:
 
     # ---- bytes <-> values
     def key_value(self, data: bytes) -> Any:
-        if not self.key_tid and self.type in _INDEXED and len(data) == 4:
+        if not self.key_tid and is_indexed(self.type) and len(data) == 4:
             return int.from_bytes(data, "little")  # arrays (e.g. .rodata) have u32 indexes
         return self._fmt(self.key_tid, data)
 
@@ -295,7 +286,7 @@ class MapView:
         if isinstance(e, PermissionError):
             return e
         hint = None
-        if e.errno == errno.EINVAL and self.type in (MapType.ARRAY, MapType.PERCPU_ARRAY):
+        if e.errno == errno.EINVAL and is_array(self.type):
             hint = "array maps cannot delete entries; set the value to 0 instead"
         elif e.errno == errno.E2BIG:
             hint = f"the map is full (max_entries {self.info.max_entries})"

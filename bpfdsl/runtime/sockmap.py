@@ -13,12 +13,12 @@ from __future__ import annotations
 import socket
 import struct
 
-from bpfdsl.abi.uapi import AttachType, MapType, ProgramType
+from bpfdsl.abi.uapi import SOCK_MAP_TYPES, AttachType, MapType, ProgramType
 from bpfdsl.diagnostics import DiagnosticError, error
 from bpfdsl.kernel import syscall as S
 from bpfdsl.runtime.cpumap import require_map
 
-SOCK_MAP_KINDS = (MapType.SOCKMAP, MapType.SOCKHASH)
+SOCK_MAP_KINDS = SOCK_MAP_TYPES
 
 
 def _require_sk_msg(prog_fd: int, prog_name: str) -> None:

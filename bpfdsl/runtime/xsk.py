@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import ctypes
 import mmap
-import os
 import select
 import socket
 import struct
@@ -21,6 +20,7 @@ import time
 
 from bpfdsl.abi.uapi import MapType
 from bpfdsl.diagnostics import DiagnosticError, error
+from bpfdsl.kernel import libc
 from bpfdsl.kernel import syscall as S
 from bpfdsl.runtime.cpumap import require_map
 
@@ -33,8 +33,6 @@ XDP_PGOFF_RX_RING = 0
 XDP_UMEM_PGOFF_FILL_RING = 0x100000000
 _RING_OFF = struct.Struct("<4Q")  # struct xdp_ring_offset {producer, consumer, desc, flags}
 _DESC = struct.Struct("<QII")  # struct xdp_desc {addr, len, options}
-
-_libc = ctypes.CDLL(None, use_errno=True)
 
 
 def xsk_map_set(map_fd: int, queue: int, xsk_fd: int, *, map_name: str = "xskmap") -> None:
@@ -107,14 +105,11 @@ class XskSocket:
         self._rx_off, self._fr_off = rx, fr
         self._fill(range(n))
         addr = struct.pack("<HHIII", AF_XDP, XDP_COPY, self.ifindex, self.queue, 0)
-        buf = ctypes.create_string_buffer(addr, len(addr))
-        if _libc.bind(self.sock.fileno(), buf, len(addr)) != 0:
-            err = ctypes.get_errno()
-            raise OSError(
-                err,
-                f"bind AF_XDP socket to ifindex {self.ifindex} queue "
-                f"{self.queue}: {os.strerror(err)}",
-            )
+        libc.bind(
+            self.sock.fileno(),
+            addr,
+            what=f"bind AF_XDP socket to ifindex {self.ifindex} queue {self.queue}",
+        )
 
     def _ring(self, off: tuple[int, ...], desc_bytes: int, pgoff: int) -> mmap.mmap:
         m = mmap.mmap(

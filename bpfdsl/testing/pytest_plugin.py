@@ -296,12 +296,10 @@ def _kernel_sk_msg(prog: BpfProgram, data: bytes, sock) -> BpfRun:
     import socket  # noqa: PLC0415
     import time  # noqa: PLC0415
 
-    from bpfdsl.abi.uapi import MapType  # noqa: PLC0415
+    from bpfdsl.abi.uapi import is_sockmap  # noqa: PLC0415
     from bpfdsl.runtime import sockmap  # noqa: PLC0415
 
-    socks = [
-        m for m in prog._coll.maps.values() if m.map_type in (MapType.SOCKMAP, MapType.SOCKHASH)
-    ]
+    socks = [m for m in prog._coll.maps.values() if is_sockmap(m.map_type)]
     if not socks:
         pytest.skip("the sk_msg program has no sockmap/sockhash to attach to")
     fam = getattr(sock, "family", socket.AF_INET)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from llvmlite import ir
 
 from bpfdsl.abi.helpers import HELPERS
-from bpfdsl.abi.uapi import BPF_ANY, BPF_NOEXIST
+from bpfdsl.abi.uapi import BPF_ANY, BPF_NOEXIST, is_hash, is_percpu
 from bpfdsl.lang import ast
 from bpfdsl.lang import types as T
 
@@ -119,7 +119,6 @@ class MapGen:
             self.map_update(m, kp, self.value_ptr(m, s.value), ir.Constant(I64, BPF_ANY))
             self.end_temps(mark)
             return
-        from bpfdsl.abi.uapi import is_hash, is_percpu
 
         p = self.map_lookup_raw(m, kp)
         found, missing, done = (self.new_block(n) for n in ("add.found", "add.new", "add.done"))

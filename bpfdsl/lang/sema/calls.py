@@ -9,7 +9,7 @@ map's key type exactly (a literal takes it), lpm_trie keys may be a bare address
 from __future__ import annotations
 
 from bpfdsl.abi.helpers import map_fits_helper
-from bpfdsl.abi.uapi import MapType
+from bpfdsl.abi.uapi import MapType, is_percpu, lookup_is_readonly
 from bpfdsl.lang import ast
 from bpfdsl.lang import types as T
 from bpfdsl.lang.sema.expr import BUILTINS, PKT_RESIZE, bswap
@@ -239,10 +239,8 @@ def method_call(ex, e: ast.MethodCall) -> T.Type:
         return T.ERR
     map_key(ex, t, e.args[0])
     if e.name == "lookup":
-        from bpfdsl.lang.sema.decls import PERCPU_KINDS
-
-        ro = t.kind in ("devmap", "devmap_hash", "xskmap", "sockmap", "sockhash")
-        return T.OptionalType(T.RefType(t.value, t.kind in PERCPU_KINDS, ro), "map value")
+        ro = lookup_is_readonly(t.map_type)
+        return T.OptionalType(T.RefType(t.value, is_percpu(t.map_type), ro), "map value")
     if e.name == "contains":
         return T.BOOL
     if e.name == "update":

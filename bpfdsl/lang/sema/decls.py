@@ -4,7 +4,7 @@ recursive fns (they are inlined, and the kernel refuses recursive BPF calls)."""
 
 from __future__ import annotations
 
-from bpfdsl.abi.uapi import BTF_MAX_ENTRIES, MapType, is_percpu, map_create_problems
+from bpfdsl.abi.uapi import BTF_MAX_ENTRIES, MapType, is_array, map_create_problems
 from bpfdsl.diagnostics import Span
 from bpfdsl.lang import ast
 from bpfdsl.lang import types as T
@@ -110,7 +110,6 @@ MAP_KINDS: dict[str, tuple[MapType, T.Type | None, T.Type | None]] = {
     "sockmap": (MapType.SOCKMAP, T.U32, T.U32),
     "sockhash": (MapType.SOCKHASH, None, T.U32),
 }
-PERCPU_KINDS = {kind for kind, (mt, _key, _value) in MAP_KINDS.items() if is_percpu(mt)}
 BPF_F_NO_PREALLOC = 1
 MAP_ARGS = ("max_entries", "no_prealloc")  # the arguments of a map declaration
 
@@ -157,9 +156,9 @@ class DeclChecker:
                     f"e.g. `map {d.name}: {d.kind}<u32, u64>(max_entries: 16)`",
                 )
                 return
-        elif len(targs) == 1 and d.kind in ("array", "percpu_array"):
+        elif len(targs) == 1 and is_array(mt):
             val = targs[0]
-        elif len(targs) == 2 and d.kind in ("array", "percpu_array"):
+        elif len(targs) == 2 and is_array(mt):
             if targs[0] != T.U32:
                 self.err(
                     "key-type",
