@@ -15,27 +15,8 @@ from enum import IntEnum, IntFlag
 
 from bpfdsl.record import FrozenRecord
 
-try:  # CPython >= 3.11: the builder the stdlib uses for its own large enums (HTTPStatus)
-    from enum import _simple_enum
-except ImportError:  # pragma: no cover
-    _simple_enum = None
 
-
-def _int_enum(cls: type) -> type[IntEnum]:
-    """``class NAME(IntEnum)`` from the plain class ``cls``, built in half the time (163
-    members here: ~1.5 ms of every CLI start) with ``enum._simple_enum``; the same class
-    (members, values, names, repr, lookups: tests/test_load_fast.py checks it with
-    ``enum._test_simple_enum``).  Without it (Python 3.10): the functional API."""
-    if _simple_enum is not None:
-        return _simple_enum(IntEnum)(cls)
-    members = {k: v for k, v in vars(cls).items() if not k.startswith("_")}  # pragma: no cover
-    e = IntEnum(cls.__name__, members, module=cls.__module__, qualname=cls.__qualname__)
-    e.__doc__ = cls.__doc__  # pragma: no cover
-    return e  # pragma: no cover
-
-
-@_int_enum
-class BpfCmd:
+class BpfCmd(IntEnum):
     """``enum bpf_cmd``: the first argument of bpf(2)."""
 
     MAP_CREATE = 0
@@ -76,8 +57,7 @@ class BpfCmd:
     PROG_BIND_MAP = 35
 
 
-@_int_enum
-class MapType:
+class MapType(IntEnum):
     """``enum bpf_map_type``."""
 
     UNSPEC = 0
@@ -116,8 +96,7 @@ class MapType:
     ARENA = 33
 
 
-@_int_enum
-class ProgramType:
+class ProgramType(IntEnum):
     """``enum bpf_prog_type``."""
 
     UNSPEC = 0
@@ -155,8 +134,7 @@ class ProgramType:
     NETFILTER = 32
 
 
-@_int_enum
-class AttachType:
+class AttachType(IntEnum):
     """``enum bpf_attach_type`` (the subset networking programs use, values as in bpf.h)."""
 
     CGROUP_INET_INGRESS = 0
@@ -177,8 +155,7 @@ class AttachType:
     TCX_EGRESS = 47
 
 
-@_int_enum
-class LinkType:
+class LinkType(IntEnum):
     """``enum bpf_link_type`` (``bpf_link_info.type``)."""
 
     UNSPEC = 0
@@ -198,8 +175,7 @@ class LinkType:
     SOCKMAP = 14
 
 
-@_int_enum
-class XdpAction:
+class XdpAction(IntEnum):
     """``enum xdp_action``: XDP program return values."""
 
     ABORTED = 0
@@ -209,16 +185,14 @@ class XdpAction:
     REDIRECT = 4
 
 
-@_int_enum
-class SkAction:
+class SkAction(IntEnum):
     """``enum sk_action``: sk_msg / sk_skb verdicts."""
 
     DROP = 0
     PASS = 1
 
 
-@_int_enum
-class SockOpsOp:
+class SockOpsOp(IntEnum):
     """``BPF_SOCK_OPS_*`` values of ``bpf_sock_ops.op``."""
 
     VOID = 0
