@@ -151,8 +151,9 @@ def _compile(text, filename, mcpu, emit, debug, stats, check) -> CompileResult:
     t.append(perf_counter())
     dbg = None
     if debug:
+        from llvmlite.ir import Module
+
         from bpfdsl.backend.codegen.debug import DebugAdapter
-        from bpfdsl.backend.codegen.text import Module
 
         lines = {n: d.span.line for n, d in checked.map_decls.items()}
         module = Module(name=filename)
