@@ -31,9 +31,13 @@ class CompileResult(Record):
     ``warnings``: checker findings the kernel accepts but bpfdsl considers bugs;
     ``timings``: wall-clock milliseconds per stage, in pipeline order: ``front`` (parse and
     sema), ``codegen`` (LLVM IR and its text), ``llvm`` (parse, O2, BPF code generation),
-    ``check`` (the checker on the object; absent with ``check=False``), ``total``."""
+    ``check`` (the checker on the object; absent with ``check=False``), ``total``;
+    ``llvm_binding``: which LLVM binding made the object (:func:`bpfdsl.backend.target.binding`:
+    the lean ctypes one, or the llvmlite.binding fallback and why)."""
 
-    __slots__ = ("obj", "llvm_ir", "asm", "programs", "stats", "warnings", "timings")
+    __slots__ = (
+        "obj", "llvm_ir", "asm", "programs", "stats", "warnings", "timings", "llvm_binding"
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -48,6 +52,7 @@ class CompileResult(Record):
         self.stats = [] if stats is None else stats
         self.warnings = [] if warnings is None else warnings
         self.timings: dict[str, float] = {}
+        self.llvm_binding = ""
 
 
 def front_end(text: str, filename: str = "<input>"):
@@ -172,6 +177,7 @@ def _compile(text, filename, mcpu, emit, debug, stats, check) -> CompileResult:
         out.asm,
         [d.name for d, _k in checked.progs],
     )
+    res.llvm_binding = out.binding
     res.warnings = list(checked.warnings)
     if check:
         res.warnings += check_compiled(out.obj, text)

@@ -26,17 +26,17 @@ from __future__ import annotations
 
 import re
 import struct
+from typing import TYPE_CHECKING
 
+import llvmlite
+
+from bpfdsl.backend import llvm_c
 from bpfdsl.diagnostics import DiagnosticError, Span, UsageError, error
 from bpfdsl.record import FrozenRecord
 
-TYPE_CHECKING = False  # (typing costs import time on the compile path)
-
-if TYPE_CHECKING:  # LLVM is loaded lazily: `bpfdsl --help` must start fast
+if TYPE_CHECKING:
     from llvmlite import binding as llvm
     from llvmlite import ir
-
-    from bpfdsl.backend import llvm_c
 
     Module = llvm.ModuleRef | llvm_c.Module
     TargetMachine = llvm.TargetMachine | llvm_c.TargetMachine
@@ -81,8 +81,6 @@ def _init(initialize, set_option) -> None:  # noqa: ANN001
 def _lean() -> llvm_c.Lib | None:
     """The lean binding (:mod:`bpfdsl.backend.llvm_c`), initialised; None means use :func:`_llvm`
     (other llvmlite version, or ``BPFDSL_LLVM=llvmlite``)."""
-    from bpfdsl.backend import llvm_c  # noqa: PLC0415
-
     lib = llvm_c.load()
     if lib is not None:
         _init(lib.initialize, lib.set_option)
@@ -90,7 +88,8 @@ def _lean() -> llvm_c.Lib | None:
 
 
 def _llvm():
-    """The llvmlite binding with the BPF target and asm printer initialised (once)."""
+    """The llvmlite binding with the BPF target and asm printer initialised (once); imported
+    here, when the lean binding is not used (the fallback), not at import of this module."""
     from llvmlite import binding as llvm  # noqa: PLC0415
 
     def initialize() -> None:
@@ -99,6 +98,20 @@ def _llvm():
 
     _init(initialize, llvm.set_option)
     return llvm
+
+
+LEAN_BINDING = "lean ctypes (bpfdsl.backend.llvm_c)"
+LLVMLITE_BINDING = "llvmlite.binding"
+
+
+def binding() -> str:
+    """The LLVM binding this process compiles with, as ``compile --time-report`` and ``-v``
+    name it: :data:`LEAN_BINDING` or :data:`LLVMLITE_BINDING`, then the llvmlite version and,
+    for the fallback, why the lean binding is not used (:func:`llvm_c.fallback_reason`)."""
+    if _lean() is not None:
+        return f"{LEAN_BINDING}, llvmlite {llvmlite.__version__}"
+    why = llvm_c.fallback_reason()
+    return f"{LLVMLITE_BINDING}, llvmlite {llvmlite.__version__}" + (f" ({why})" if why else "")
 
 
 def target_machine(mcpu: str = "v3") -> TargetMachine:
@@ -158,12 +171,15 @@ def optimize(mod: Module, *, mcpu: str = "v3", opt: int = 2) -> Module:
 
 
 class Emitted(FrozenRecord):
-    """Result of :func:`emit`: ``obj`` ELF bytes, optional ``asm`` text and optimized ``ir``."""
+    """Result of :func:`emit`: ``obj`` ELF bytes, optional ``asm`` text and optimized ``ir``;
+    ``binding``: the LLVM binding that made them (:func:`binding`)."""
 
-    __slots__ = ("obj", "asm", "ir")
+    __slots__ = ("obj", "asm", "ir", "binding")
 
-    def __init__(self, obj: bytes, asm: str | None = None, ir: str | None = None) -> None:
-        self.obj, self.asm, self.ir = obj, asm, ir
+    def __init__(
+        self, obj: bytes, asm: str | None = None, ir: str | None = None, binding: str = ""
+    ) -> None:
+        self.obj, self.asm, self.ir, self.binding = obj, asm, ir, binding
 
 
 def emit(
@@ -192,7 +208,7 @@ def emit(
                 _STACK_HINT,
                 func=func,
             )  # fmt: skip
-    return Emitted(fixup_btf_datasecs(obj), asm_text, text if ir else None)
+    return Emitted(fixup_btf_datasecs(obj), asm_text, text if ir else None, binding())
 
 
 # ---- shapes the BPF backend would turn into exit(1) ---------------------------------------
@@ -218,7 +234,6 @@ def _unsupported(
     return DiagnosticError(error(code, message, span, hint=hint))
 
 
-# patterns as strings: re compiles (and caches) each on its first use, not at import
 _CALL = r"\bcall\b.*?(@[\w.$\"]+|\))\((.*)\)"
 _MEM = r"@llvm\.mem(?:cpy|move|set)\."
 _ATOMIC = r"\b(?:atomicrmw \w+|cmpxchg)(?: volatile)? ptr [^,]+, i(?:8|16) "
@@ -265,7 +280,7 @@ def check_ir(mod: Module | str, mcpu: str = "v3") -> None:
     allocas outside the entry block, signed div/mod before v4, calls with more than 5
     arguments, non-constant or > 1024-byte memcpy/memset, 8/16-bit atomics, calls to
     functions the object does not define (or to llvm.trap: ``__bpf_trap``).  Works on
-    the module text (printing it costs far less than walking it through llvmlite)."""
+    the module text."""
     text = mod if isinstance(mod, str) else str(mod)
     v4 = mcpu in ("v4", "probe")
     defines, with_dbg = [], []  # the functions defined; those with a DISubprogram
@@ -284,7 +299,7 @@ def check_ir(mod: Module | str, mcpu: str = "v3") -> None:
         raise InternalCompilerError(f"function {', '.join(missing)} has no "
                                     "debug info (DISubprogram)", "the kernel would refuse the "
                                     "object's func info")  # fmt: skip
-    hits = []  # positions of the keywords (str.find is far faster than a regex here)
+    hits = []  # positions of the keywords
     for word in _WORDS:
         at = text.find(word)
         while at >= 0:
