@@ -1,4 +1,4 @@
-"""Diagnostics: the one error model of bpfdsl (leaf module; imports only bpfdsl.record).
+"""Diagnostics: the one error model of bpfdsl (leaf module).
 
 Every user-facing error is a :class:`Diagnostic` carrying a :class:`Span`
 (file, 1-based line and column).  Stages raise :class:`DiagnosticError`
@@ -11,61 +11,41 @@ line, a caret under the span, and ``help:``/``note:`` lines.
 
 from __future__ import annotations
 
-from bpfdsl.record import FrozenRecord, Record
+from dataclasses import dataclass, field
 
 
-class Span(FrozenRecord):
+@dataclass(frozen=True, slots=True)
+class Span:
     """A source range. ``line``/``col`` are 1-based; ``end_*`` inclusive-exclusive like lark.
 
-    Immutable by convention, compared and hashed by value (:class:`~bpfdsl.record.
-    FrozenRecord`, not a dataclass: the parser makes one per AST node)."""
+    Immutable, compared and hashed by value."""
 
-    __slots__ = ("file", "line", "col", "end_line", "end_col")
-
-    def __init__(
-        self,
-        file: str,
-        line: int,
-        col: int,
-        end_line: int | None = None,
-        end_col: int | None = None,
-    ) -> None:
-        self.file = file
-        self.line = line
-        self.col = col
-        self.end_line = end_line
-        self.end_col = end_col
+    file: str
+    line: int
+    col: int
+    end_line: int | None = None
+    end_col: int | None = None
 
     def __str__(self) -> str:
         return f"{self.file}:{self.line}:{self.col}"
 
 
-class Diagnostic(Record):
+@dataclass(slots=True)
+class Diagnostic:
     """One message.
 
     ``severity`` is ``"error"``, ``"warning"`` or ``"note"``; ``code`` is a stable
     kebab-case name (for example ``unknown-field``); ``hints`` are "what to do" lines
     rendered as ``help:``; ``notes`` are extra facts rendered as ``note:``.  Compared by
-    value, repr like a dataclass.
+    value.
     """
 
-    __slots__ = ("severity", "code", "message", "span", "hints", "notes")
-
-    def __init__(
-        self,
-        severity: str,
-        code: str,
-        message: str,
-        span: Span | None = None,
-        hints: list[str] | None = None,
-        notes: list[str] | None = None,
-    ) -> None:
-        self.severity = severity
-        self.code = code
-        self.message = message
-        self.span = span
-        self.hints = [] if hints is None else hints
-        self.notes = [] if notes is None else notes
+    severity: str
+    code: str
+    message: str
+    span: Span | None = None
+    hints: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
     def concise(self) -> str:
         where = f"{self.span}: " if self.span else ""

@@ -1,4 +1,4 @@
-"""The one helper table: BPF helper ids and prototypes (imports only uapi and record).
+"""The one helper table: BPF helper ids and prototypes (imports only uapi).
 
 Ids are ``enum bpf_func_id`` (include/uapi/linux/bpf.h, checked against this machine's
 vmlinux BTF by tests/test_uapi.py).  Argument and return kinds follow the kernel's
@@ -11,10 +11,10 @@ map compatibility follows ``check_map_func_compatibility`` in kernel/bpf/verifie
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import Enum
 
 from bpfdsl.abi.uapi import MapType, ProgramType
-from bpfdsl.record import FrozenRecord
 
 
 class ArgKind(Enum):
@@ -40,7 +40,8 @@ class RetKind(Enum):
     PTR_TO_MAP_VALUE_OR_NULL = "ptr_to_map_value_or_null"
 
 
-class HelperProto(FrozenRecord):
+@dataclass(frozen=True, slots=True)
+class HelperProto:
     """One helper.
 
     ``args``: kinds of r1..r5 in order.  ``ret``: kind of r0.  ``prog_types``: where it
@@ -50,20 +51,13 @@ class HelperProto(FrozenRecord):
     call and data/data_end must be re-read from the context.
     """
 
-    __slots__ = ("name", "id", "args", "ret", "prog_types", "map_types", "pkt_changing")
-
-    def __init__(
-        self,
-        name: str,
-        id: int,  # noqa: A002 - the kernel's name for it (enum bpf_func_id)
-        args: tuple[ArgKind, ...],
-        ret: RetKind,
-        prog_types: frozenset[ProgramType] | None = None,
-        map_types: frozenset[MapType] | None = None,
-        pkt_changing: bool = False,
-    ) -> None:
-        self.name, self.id, self.args, self.ret = name, id, args, ret
-        self.prog_types, self.map_types, self.pkt_changing = prog_types, map_types, pkt_changing
+    name: str
+    id: int  # the kernel's name for it (enum bpf_func_id)
+    args: tuple[ArgKind, ...]
+    ret: RetKind
+    prog_types: frozenset[ProgramType] | None = None
+    map_types: frozenset[MapType] | None = None
+    pkt_changing: bool = False
 
 
 A = ArgKind

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 
 from bpfdsl.abi import uapi as U
-from bpfdsl.record import FrozenRecord
 
 INSN_SIZE = 8  # bytes per slot
 _FMT = struct.Struct("<BBhi")
@@ -60,7 +60,8 @@ class InsnError(ValueError):
     """Instruction bytes that cannot be decoded (truncated, unknown opcode, broken ld_imm64)."""
 
 
-class Insn(FrozenRecord):
+@dataclass(frozen=True, slots=True)
+class Insn:
     """One decoded instruction.
 
     ``opcode``: the ``code`` byte.  ``dst``/``src``: register numbers 0..10 (``src`` is also
@@ -68,10 +69,11 @@ class Insn(FrozenRecord):
     or for ld_imm64 the full 64-bit value (unsigned view: ``imm & 0xFFFF_FFFF_FFFF_FFFF``).
     """
 
-    __slots__ = ("opcode", "dst", "src", "off", "imm")
-
-    def __init__(self, opcode: int, dst: int = 0, src: int = 0, off: int = 0, imm: int = 0):
-        self.opcode, self.dst, self.src, self.off, self.imm = opcode, dst, src, off, imm
+    opcode: int
+    dst: int = 0
+    src: int = 0
+    off: int = 0
+    imm: int = 0
 
     # ---- fields ----
     @property

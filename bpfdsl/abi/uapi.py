@@ -11,9 +11,8 @@ libbpf's ``section_defs``; the loader reads section names through :func:`kind_fo
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import IntEnum, IntFlag
-
-from bpfdsl.record import FrozenRecord
 
 
 class BpfCmd(IntEnum):
@@ -291,7 +290,8 @@ BPF_COMPLEXITY_LIMIT_INSNS = 1_000_000  # processed-insn budget of the verifier
 # ---- program kinds: the one table of program types ----
 
 
-class ProgramKind(FrozenRecord):
+@dataclass(frozen=True, slots=True)
+class ProgramKind:
     """One program kind of the language / one ELF section prefix (libbpf ``section_defs``).
 
     ``keyword``: how the language spells it (``xdp``, ``xdp(cpumap)``, ``sk_msg``...).
@@ -306,39 +306,8 @@ class ProgramKind(FrozenRecord):
     attach_type: AttachType | None
     ctx: str
     returns: dict[str, int]
-    prog_flags: int
-    test_run: bool  # does BPF_PROG_TEST_RUN accept it on this kernel?
-
-    __slots__ = (
-        "keyword",
-        "section",
-        "program_type",
-        "attach_type",
-        "ctx",
-        "returns",
-        "prog_flags",
-        "test_run",
-    )
-
-    def __init__(
-        self,
-        keyword: str,
-        section: str,
-        program_type: ProgramType,
-        attach_type: AttachType | None,
-        ctx: str,
-        returns: dict[str, int],
-        prog_flags: int = 0,
-        test_run: bool = True,
-    ) -> None:
-        self.keyword = keyword
-        self.section = section
-        self.program_type = program_type
-        self.attach_type = attach_type
-        self.ctx = ctx
-        self.returns = returns
-        self.prog_flags = prog_flags
-        self.test_run = test_run
+    prog_flags: int = 0
+    test_run: bool = True  # does BPF_PROG_TEST_RUN accept it on this kernel?
 
 
 _XDP_ALL = {f"XDP_{a.name}": a.value for a in XdpAction}

@@ -26,13 +26,13 @@ from __future__ import annotations
 
 import re
 import struct
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import llvmlite
 
 from bpfdsl.backend import llvm_c
 from bpfdsl.diagnostics import DiagnosticError, Span, UsageError, error
-from bpfdsl.record import FrozenRecord
 
 if TYPE_CHECKING:
     from llvmlite import binding as llvm
@@ -170,16 +170,15 @@ def optimize(mod: Module, *, mcpu: str = "v3", opt: int = 2) -> Module:
     return mod
 
 
-class Emitted(FrozenRecord):
+@dataclass(frozen=True, slots=True)
+class Emitted:
     """Result of :func:`emit`: ``obj`` ELF bytes, optional ``asm`` text and optimized ``ir``;
     ``binding``: the LLVM binding that made them (:func:`binding`)."""
 
-    __slots__ = ("obj", "asm", "ir", "binding")
-
-    def __init__(
-        self, obj: bytes, asm: str | None = None, ir: str | None = None, binding: str = ""
-    ) -> None:
-        self.obj, self.asm, self.ir, self.binding = obj, asm, ir, binding
+    obj: bytes
+    asm: str | None = None
+    ir: str | None = None
+    binding: str = ""
 
 
 def emit(

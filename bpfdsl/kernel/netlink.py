@@ -14,10 +14,10 @@ import errno
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 from bpfdsl.abi.uapi import XdpFlags
 from bpfdsl.diagnostics import DiagnosticError, error
-from bpfdsl.record import FrozenRecord
 
 CLONE_NEWNET = 0x40000000  # linux/sched.h
 MS_BIND = 4096  # linux/mount.h
@@ -29,7 +29,8 @@ _ATTACHED_MODES = {0: None, 1: "native", 2: "generic", 3: "offload", 4: "multi"}
 MODE_FLAGS = {"native": XdpFlags.DRV_MODE, "generic": XdpFlags.SKB_MODE}
 
 
-class XdpState(FrozenRecord):
+@dataclass(frozen=True, slots=True)
+class XdpState:
     """What netlink reports about XDP on one interface (``IFLA_XDP`` of RTM_GETLINK).
 
     ``mode``: None (nothing attached), ``native``, ``generic``, ``offload`` or ``multi``;
@@ -40,24 +41,8 @@ class XdpState(FrozenRecord):
     ifindex: int
     mode: str | None
     prog_id: int
-    drv_prog_id: int
-    skb_prog_id: int
-
-    __slots__ = ("ifindex", "mode", "prog_id", "drv_prog_id", "skb_prog_id")
-
-    def __init__(
-        self,
-        ifindex: int,
-        mode: str | None,
-        prog_id: int,
-        drv_prog_id: int = 0,
-        skb_prog_id: int = 0,
-    ) -> None:
-        self.ifindex = ifindex
-        self.mode = mode
-        self.prog_id = prog_id
-        self.drv_prog_id = drv_prog_id
-        self.skb_prog_id = skb_prog_id
+    drv_prog_id: int = 0
+    skb_prog_id: int = 0
 
     def prog_id_for(self, mode: str) -> int:
         """Program id attached in ``mode`` (``native``/``generic``), 0 when none."""

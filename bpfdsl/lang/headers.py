@@ -9,21 +9,20 @@ Bit fields (ihl, version, doff, TCP flags) are read-only views of one byte.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from bpfdsl.lang import types as T
-from bpfdsl.record import FrozenRecord
 
 
-class HField(FrozenRecord):
+@dataclass(frozen=True, slots=True)
+class HField:
     """One header field: byte ``offset``, ``type``; for bit fields ``shift``/``width``
-    (bits; width 0 = the whole field).  Immutable by convention, equal by value."""
+    (bits; width 0 = the whole field).  Immutable, equal by value."""
 
-    __slots__ = ("offset", "type", "shift", "width")
-
-    def __init__(self, offset: int, type: T.Type, shift: int = 0, width: int = 0) -> None:
-        self.offset = offset
-        self.type = type
-        self.shift = shift
-        self.width = width
+    offset: int
+    type: T.Type
+    shift: int = 0
+    width: int = 0
 
     @property
     def writable(self) -> bool:
