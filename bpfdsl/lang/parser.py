@@ -14,6 +14,7 @@ propagates positions exactly as lark does, so spans and error messages are lark'
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from importlib.resources import files
 from pathlib import Path
 
@@ -43,21 +44,19 @@ _TOKEN_NAMES = {
 }
 
 
+@dataclass(eq=False, slots=True)
 class Token:
     """A lexed token: ``type`` (lark terminal name), ``value`` (its text); ``line``/``column``
     1-based start, ``end_line``/``end_column`` one past its end (lark's convention);
     ``start_pos`` the character offset.  ``str(token)`` is the text."""
 
-    __slots__ = ("type", "value", "line", "column", "end_line", "end_column", "start_pos")
-
-    def __init__(self, type_, value, line, column, end_line, end_column, start_pos):
-        self.type = type_
-        self.value = value
-        self.line = line
-        self.column = column
-        self.end_line = end_line
-        self.end_column = end_column
-        self.start_pos = start_pos
+    type: str
+    value: str
+    line: int
+    column: int
+    end_line: int | None
+    end_column: int | None
+    start_pos: int
 
     def __str__(self) -> str:
         return self.value
