@@ -182,7 +182,7 @@ class DebugInfo:
         self._finalized = False
 
     # llvmlite's add_debug_info/add_metadata dedupe by hashing operands recursively (the
-    # whole type graph, per call): building a module took ~10 ms.  These cache by identity.
+    # whole type graph, per call); these cache by identity instead.
 
     def _di(self, kind: str, *, distinct: bool = False, **ops: object) -> ir.DIValue:
         """``!kind(ops...)``; equal non-distinct nodes are shared."""

@@ -1,7 +1,7 @@
 """Kernel side, rtnetlink: interfaces, XDP over netlink, network namespaces, veth pairs.
 
 Takes interface / namespace names, returns ifindexes and :class:`XdpState`; the only
-module that talks rtnetlink (through pyroute2, imported lazily because it costs ~0.4 s).
+module that talks rtnetlink (through pyroute2, imported only when netlink is used).
 XDP over netlink is ``RTM_SETLINK`` with a nested ``IFLA_XDP`` (``IFLA_XDP_FD``,
 ``IFLA_XDP_FLAGS``, ``IFLA_XDP_EXPECTED_FD``), as in linux/if_link.h and iproute2.
 Errors are :class:`~bpfdsl.diagnostics.DiagnosticError` saying what to do.
@@ -93,7 +93,7 @@ def ifname(index: int) -> str:
 def _ipr(netns: str | None = None):
     """A pyroute2 IPRoute whose socket lives in ``netns`` (created there with setns, so
     pyroute2 never forks a helper process)."""
-    from pyroute2 import IPRoute  # noqa: PLC0415 (slow import, only when netlink is needed)
+    from pyroute2 import IPRoute  # noqa: PLC0415 (only when netlink is needed)
 
     if netns:
         with in_netns(netns):

@@ -80,7 +80,7 @@ class Sema(StmtChecker, DeclChecker):
         self.diags.append(error(code, msg, span, hint=hint))
 
     def suggest(self, name: str, options) -> str | None:
-        import difflib  # only on an error: ~2 ms of imports
+        import difflib  # only on an error
 
         m = difflib.get_close_matches(name, list(options), n=1)
         return f"did you mean `{m[0]}`?" if m else None
