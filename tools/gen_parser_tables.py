@@ -14,6 +14,10 @@ is a development dependency only (the ``test`` extra of pyproject.toml).
 Regenerate after editing the grammar (tests/test_parser_tables.py fails until you do)::
 
     python3 tools/gen_parser_tables.py
+
+lark numbers the LALR states differently from run to run (set iteration order), so a
+regenerated file differs from the committed one in state numbers even for the same grammar;
+the parser is the same (the tests compare it with lark itself).
 """
 
 from __future__ import annotations
