@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import errno
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from bpfdsl.abi.uapi import BPF_F_REPLACE, AttachType, LinkType, ProgramType, XdpFlags
 from bpfdsl.diagnostics import DiagnosticError, UsageError, error
@@ -42,7 +42,8 @@ class XdpAttachment:
     link_fd: syscall.Fd | None = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict:
-        return {n: getattr(self, n) for n in self.__slots__ if n != "link_fd"}
+        """The fields by name for JSON output (attach, detach, show), without the fd."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.compare}
 
 
 def link_pin_path(pin_dir: str, dev: str) -> str:
