@@ -8,46 +8,43 @@ The pipeline is a visible list of calls: parse (parser) -> build AST (build) -> 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass, field
 
 from bpfdsl.diagnostics import Diagnostic, DiagnosticError, UsageError, error
-from bpfdsl.record import Record
 
 EMIT_KINDS = ("obj", "llvm-ir", "asm")
 
 
-class ProgramStats(Record):
+@dataclass(slots=True)
+class ProgramStats:
     """Per program: ``insns`` (8-byte slots in its section) and ``stack`` bytes."""
 
-    __slots__ = ("name", "section", "insns", "stack")
+    name: str
+    section: str
+    insns: int
+    stack: int
 
-    def __init__(self, name: str, section: str, insns: int, stack: int) -> None:
-        self.name, self.section, self.insns, self.stack = name, section, insns, stack
 
-
-class CompileResult(Record):
+@dataclass(slots=True)
+class CompileResult:
     """``obj``: ELF bytes (EM_BPF, little-endian); ``llvm_ir``: the IR codegen produced
     (optimized IR when ``emit="llvm-ir"``); ``asm``: assembly text when ``emit="asm"``;
     ``programs``: program names in source order; ``stats``: filled on request;
     ``warnings``: checker findings the kernel accepts but bpfdsl considers bugs;
     ``timings``: wall-clock milliseconds per stage, in pipeline order: ``front`` (parse and
     sema), ``codegen`` (LLVM IR and its text), ``llvm`` (parse, O2, BPF code generation),
-    ``check`` (the checker on the object; absent with ``check=False``), ``total``."""
+    ``check`` (the checker on the object; absent with ``check=False``), ``total``;
+    ``llvm_binding``: which LLVM binding made the object (:func:`bpfdsl.backend.target.binding`:
+    the lean ctypes one, or the llvmlite.binding fallback and why)."""
 
-    __slots__ = ("obj", "llvm_ir", "asm", "programs", "stats", "warnings", "timings")
-
-    def __init__(
-        self,
-        obj: bytes,
-        llvm_ir: str,
-        asm: str | None,
-        programs: list[str],
-        stats: list[ProgramStats] | None = None,
-        warnings: list[Diagnostic] | None = None,
-    ) -> None:
-        self.obj, self.llvm_ir, self.asm, self.programs = obj, llvm_ir, asm, programs
-        self.stats = [] if stats is None else stats
-        self.warnings = [] if warnings is None else warnings
-        self.timings: dict[str, float] = {}
+    obj: bytes
+    llvm_ir: str
+    asm: str | None
+    programs: list[str]
+    stats: list[ProgramStats] = field(default_factory=list)
+    warnings: list[Diagnostic] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
+    llvm_binding: str = ""
 
 
 def front_end(text: str, filename: str = "<input>"):
@@ -151,8 +148,9 @@ def _compile(text, filename, mcpu, emit, debug, stats, check) -> CompileResult:
     t.append(perf_counter())
     dbg = None
     if debug:
+        from llvmlite.ir import Module
+
         from bpfdsl.backend.codegen.debug import DebugAdapter
-        from bpfdsl.backend.codegen.text import Module
 
         lines = {n: d.span.line for n, d in checked.map_decls.items()}
         module = Module(name=filename)
@@ -171,6 +169,7 @@ def _compile(text, filename, mcpu, emit, debug, stats, check) -> CompileResult:
         out.asm,
         [d.name for d, _k in checked.progs],
     )
+    res.llvm_binding = out.binding
     res.warnings = list(checked.warnings)
     if check:
         res.warnings += check_compiled(out.obj, text)

@@ -1,4 +1,4 @@
-"""Diagnostics: the one error model of bpfdsl (leaf module; imports only bpfdsl.record).
+"""Diagnostics: the one error model of bpfdsl (leaf module).
 
 Every user-facing error is a :class:`Diagnostic` carrying a :class:`Span`
 (file, 1-based line and column).  Stages raise :class:`DiagnosticError`
@@ -11,36 +11,27 @@ line, a caret under the span, and ``help:``/``note:`` lines.
 
 from __future__ import annotations
 
-from bpfdsl.record import FrozenRecord, Record
+from dataclasses import dataclass, field
 
 
-class Span(FrozenRecord):
+@dataclass(frozen=True, slots=True)
+class Span:
     """A source range. ``line``/``col`` are 1-based; ``end_*`` inclusive-exclusive like lark.
 
-    Immutable by convention, compared and hashed by value (:class:`~bpfdsl.record.
-    FrozenRecord`, not a dataclass: the parser makes one per AST node)."""
+    Immutable, compared and hashed by value."""
 
-    __slots__ = ("file", "line", "col", "end_line", "end_col")
-
-    def __init__(
-        self,
-        file: str,
-        line: int,
-        col: int,
-        end_line: int | None = None,
-        end_col: int | None = None,
-    ) -> None:
-        self.file = file
-        self.line = line
-        self.col = col
-        self.end_line = end_line
-        self.end_col = end_col
+    file: str
+    line: int
+    col: int
+    end_line: int | None = None
+    end_col: int | None = None
 
     def __str__(self) -> str:
         return f"{self.file}:{self.line}:{self.col}"
 
 
-class Diagnostic(Record):
+@dataclass(slots=True)
+class Diagnostic:
     """One message.
 
     ``severity`` is ``"error"``, ``"warning"`` or ``"note"``; ``code`` is a stable
@@ -48,29 +39,17 @@ class Diagnostic(Record):
     rendered as ``help:``; ``notes`` are extra facts rendered as ``note:``; ``line_text``
     is the text of the span's line when the file itself may not be readable (the checker
     takes it from an object's line info), shown under the caret if the file cannot be read.
-    Compared by value, repr like a dataclass.  :meth:`render` is the one text form and
-    :meth:`to_json` the one JSON form of every error bpfdsl reports.
+    Compared by value.  :meth:`render` is the one text form and :meth:`to_json` the one
+    JSON form of every error bpfdsl reports.
     """
 
-    __slots__ = ("severity", "code", "message", "span", "hints", "notes", "line_text")
-
-    def __init__(
-        self,
-        severity: str,
-        code: str,
-        message: str,
-        span: Span | None = None,
-        hints: list[str] | None = None,
-        notes: list[str] | None = None,
-        line_text: str | None = None,
-    ) -> None:
-        self.severity = severity
-        self.code = code
-        self.message = message
-        self.span = span
-        self.hints = [] if hints is None else hints
-        self.notes = [] if notes is None else notes
-        self.line_text = line_text
+    severity: str
+    code: str
+    message: str
+    span: Span | None = None
+    hints: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    line_text: str | None = field(default=None, repr=False, compare=False)
 
     def concise(self) -> str:
         where = f"{self.span}: " if self.span else ""

@@ -67,7 +67,9 @@ def test_copies_are_decoded_again_and_compare_by_the_five_fields():
     call = I.call(7)
     pseudo = dataclasses.replace(call, src=U.BPF_PSEUDO_CALL)
     assert pseudo.is_pseudo_call and not pseudo.is_helper_call
-    assert call.replace(src=U.BPF_PSEUDO_CALL) == pseudo and hash(pseudo) == hash(I.call_pc(7))
+    assert dataclasses.replace(call, src=U.BPF_PSEUDO_CALL) == pseudo and hash(pseudo) == hash(
+        I.call_pc(7)
+    )
     assert repr(call) == "Insn(opcode=133, dst=0, src=0, off=0, imm=7)"
     with pytest.raises(TypeError, match="unexpected"):
         I.Insn(0x95, dts=1)

@@ -49,9 +49,8 @@ def both(fn, monkeypatch: pytest.MonkeyPatch):  # noqa: ANN001, ANN201
 
 def test_lean_path_is_used_exactly_for_supported_versions() -> None:
     assert (llvm_c.load() is not None) == LEAN
-    pkg = llvm_c.llvmlite_dir()
-    assert pkg and Path(pkg).samefile(Path(llvmlite.__file__).parent)
-    assert llvm_c.llvmlite_version(pkg) == llvmlite.__version__
+    lib = Path(llvm_c.library_path())
+    assert lib.is_file() and lib.parent.parent.samefile(Path(llvmlite.__file__).parent)
 
 
 def _seq(ir_text: str) -> str:
@@ -125,7 +124,7 @@ def test_unsupported_version_or_missing_symbol_falls_back(
         llvm_c, "_PROTOS", {**llvm_c._PROTOS, "LLVMPY_NoSuchFunction": (None, None)}
     )
     with pytest.raises(AttributeError):
-        llvm_c.Lib(os.path.join(llvm_c.llvmlite_dir() or "", "binding", "libllvmlite.so"))
+        llvm_c.Lib(llvm_c.library_path())
     with pytest.raises(OSError):
         llvm_c.Lib(str(tmp_path / "libllvmlite.so"))
 

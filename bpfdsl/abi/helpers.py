@@ -1,4 +1,4 @@
-"""The one helper table: every BPF helper's id, name and prototype (imports only uapi and record).
+"""The one helper table: every BPF helper's id, name and prototype (imports only uapi).
 
 :data:`PROTOTYPES` is indexed by helper id, as PREVAIL's ``prototypes[]``: every id of
 ``enum bpf_func_id`` (include/uapi/linux/bpf.h; this machine's kernel BTF, Linux 6.18: ids
@@ -16,11 +16,11 @@ kernel/bpf/verifier.c.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import Enum
 
 from bpfdsl.abi import uapi as U
 from bpfdsl.abi.uapi import MapType, ProgramType
-from bpfdsl.record import FrozenRecord
 
 
 class ArgKind(Enum):
@@ -46,7 +46,8 @@ class RetKind(Enum):
     PTR_TO_MAP_VALUE_OR_NULL = "ptr_to_map_value_or_null"
 
 
-class HelperProto(FrozenRecord):
+@dataclass(frozen=True, slots=True)
+class HelperProto:
     """One helper: ``name`` (``enum bpf_func_id`` without ``BPF_FUNC_``), ``id``.
 
     ``args``: kinds of r1..r5 in order, None for a helper bpfdsl does not model.  ``ret``:
@@ -57,20 +58,13 @@ class HelperProto(FrozenRecord):
     call and data/data_end must be re-read from the context.
     """
 
-    __slots__ = ("name", "id", "args", "ret", "prog_types", "map_types", "pkt_changing")
-
-    def __init__(
-        self,
-        name: str,
-        id: int,  # noqa: A002 - the kernel's name for it (enum bpf_func_id)
-        args: tuple[ArgKind, ...] | None = None,
-        ret: RetKind | None = None,
-        prog_types: frozenset[ProgramType] | None = None,
-        map_types: frozenset[MapType] | None = None,
-        pkt_changing: bool = False,
-    ) -> None:
-        self.name, self.id, self.args, self.ret = name, id, args, ret
-        self.prog_types, self.map_types, self.pkt_changing = prog_types, map_types, pkt_changing
+    name: str
+    id: int  # the kernel's name for it (enum bpf_func_id)
+    args: tuple[ArgKind, ...] | None = None
+    ret: RetKind | None = None
+    prog_types: frozenset[ProgramType] | None = None
+    map_types: frozenset[MapType] | None = None
+    pkt_changing: bool = False
 
     @property
     def modelled(self) -> bool:

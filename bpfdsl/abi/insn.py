@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 
 from bpfdsl.abi import uapi as U
 from bpfdsl.abi.helpers import kernel_helper_name
-from bpfdsl.record import FrozenRecord
 
 INSN_SIZE = 8  # bytes per slot
 _FMT = struct.Struct("<BBhi")
@@ -70,6 +70,28 @@ _LD_IMM64 = U.BPF_LD | U.BPF_IMM | U.BPF_DW
 _OPCODE_FIELDS: dict[int, tuple] = {}  # opcode byte -> its decoded fields (see _opcode_fields)
 
 
+_DECODED = (
+    "cls",
+    "op",
+    "source",
+    "mode",
+    "size",
+    "width",
+    "is_ld_imm64",
+    "is_alu",
+    "is_alu64",
+    "is_jmp_class",
+    "is_call",
+    "is_exit",
+    "is_ja",
+    "is_cond_jump",
+    "is_load",
+    "is_store",
+    "is_atomic",
+    "is_legacy_pkt_load",
+)  # :func:`_opcode_fields` order
+
+
 def _opcode_fields(c: int) -> tuple:
     """What the ``code`` byte ``c`` says, in :class:`Insn`'s slot order from ``cls`` to
     ``is_legacy_pkt_load``; computed once per opcode value."""
@@ -101,7 +123,8 @@ def _opcode_fields(c: int) -> tuple:
     return f
 
 
-class Insn(FrozenRecord):
+@dataclass(frozen=True, slots=True)
+class Insn:
     """One decoded instruction, classified once when it is made (cilium's ``asm.Instruction``).
 
     Fields (compared, hashed, printed): ``opcode``: the ``code`` byte.  ``dst``/``src``:
@@ -120,71 +143,43 @@ class Insn(FrozenRecord):
     ``is_pseudo_call`` (BPF-to-BPF call: target slot = this slot + 1 + imm).
     """
 
-    __slots__ = (
-        "opcode",
-        "dst",
-        "src",
-        "off",
-        "imm",
-        # decoded (_opcode_fields order, then the two that depend on src)
-        "cls",
-        "op",
-        "source",
-        "mode",
-        "size",
-        "width",
-        "is_ld_imm64",
-        "is_alu",
-        "is_alu64",
-        "is_jmp_class",
-        "is_call",
-        "is_exit",
-        "is_ja",
-        "is_cond_jump",
-        "is_load",
-        "is_store",
-        "is_atomic",
-        "is_legacy_pkt_load",
-        "is_helper_call",
-        "is_pseudo_call",
-    )
-    _hidden = __slots__[5:]  # derived from the five fields: not compared, hashed or printed
+    opcode: int
+    dst: int = 0
+    src: int = 0
+    off: int = 0
+    imm: int = 0
+    # decoded from opcode (and src): not compared, hashed or printed; set in __post_init__
+    cls: int = field(init=False, repr=False, compare=False)
+    op: int = field(init=False, repr=False, compare=False)
+    source: int = field(init=False, repr=False, compare=False)
+    mode: int = field(init=False, repr=False, compare=False)
+    size: int = field(init=False, repr=False, compare=False)
+    width: int = field(init=False, repr=False, compare=False)
+    is_ld_imm64: bool = field(init=False, repr=False, compare=False)
+    is_alu: bool = field(init=False, repr=False, compare=False)
+    is_alu64: bool = field(init=False, repr=False, compare=False)
+    is_jmp_class: bool = field(init=False, repr=False, compare=False)
+    is_call: bool = field(init=False, repr=False, compare=False)
+    is_exit: bool = field(init=False, repr=False, compare=False)
+    is_ja: bool = field(init=False, repr=False, compare=False)
+    is_cond_jump: bool = field(init=False, repr=False, compare=False)
+    is_load: bool = field(init=False, repr=False, compare=False)
+    is_store: bool = field(init=False, repr=False, compare=False)
+    is_atomic: bool = field(init=False, repr=False, compare=False)
+    is_legacy_pkt_load: bool = field(init=False, repr=False, compare=False)
+    is_helper_call: bool = field(init=False, repr=False, compare=False)
+    is_pseudo_call: bool = field(init=False, repr=False, compare=False)
 
-    def __init__(
-        self, opcode: int, dst: int = 0, src: int = 0, off: int = 0, imm: int = 0, **_decoded
-    ):
-        if _decoded and not _decoded.keys() <= _DECODED:  # (what dataclasses.replace passes)
-            raise TypeError(f"Insn() got unexpected arguments {sorted(_decoded)}")
-        self.opcode, self.dst, self.src, self.off, self.imm = opcode, dst, src, off, imm
-        (
-            self.cls,
-            self.op,
-            self.source,
-            self.mode,
-            self.size,
-            self.width,
-            self.is_ld_imm64,
-            self.is_alu,
-            self.is_alu64,
-            self.is_jmp_class,
-            self.is_call,
-            self.is_exit,
-            self.is_ja,
-            self.is_cond_jump,
-            self.is_load,
-            self.is_store,
-            self.is_atomic,
-            self.is_legacy_pkt_load,
-        ) = _opcode_fields(opcode)
-        self.is_helper_call = self.is_call and src == 0
-        self.is_pseudo_call = self.is_call and src == U.BPF_PSEUDO_CALL
+    def __post_init__(self) -> None:
+        put = object.__setattr__  # frozen: the decoded fields are written once, here
+        for name, value in zip(_DECODED, _opcode_fields(self.opcode), strict=True):
+            put(self, name, value)
+        put(self, "is_helper_call", self.is_call and self.src == 0)
+        put(self, "is_pseudo_call", self.is_call and self.src == U.BPF_PSEUDO_CALL)
 
     def with_imm(self, imm: int) -> Insn:
         """Copy with another ``imm`` (the loader patches map fds this way)."""
         return Insn(self.opcode, self.dst, self.src, self.off, imm)
-
-
-_DECODED = frozenset(Insn._hidden)  # recomputed from ``opcode``/``src`` whatever is passed
 
 
 # ---- decode / encode ----

@@ -11,31 +11,11 @@ libbpf's ``section_defs``; the loader reads section names through :func:`kind_fo
 
 from __future__ import annotations
 
+from dataclasses import KW_ONLY, dataclass
 from enum import IntEnum, IntFlag
 
-from bpfdsl.record import FrozenRecord
 
-try:  # CPython >= 3.11: the builder the stdlib uses for its own large enums (HTTPStatus)
-    from enum import _simple_enum
-except ImportError:  # pragma: no cover
-    _simple_enum = None
-
-
-def _int_enum(cls: type) -> type[IntEnum]:
-    """``class NAME(IntEnum)`` from the plain class ``cls``, built in half the time (163
-    members here: ~1.5 ms of every CLI start) with ``enum._simple_enum``; the same class
-    (members, values, names, repr, lookups: tests/test_load_fast.py checks it with
-    ``enum._test_simple_enum``).  Without it (Python 3.10): the functional API."""
-    if _simple_enum is not None:
-        return _simple_enum(IntEnum)(cls)
-    members = {k: v for k, v in vars(cls).items() if not k.startswith("_")}  # pragma: no cover
-    e = IntEnum(cls.__name__, members, module=cls.__module__, qualname=cls.__qualname__)
-    e.__doc__ = cls.__doc__  # pragma: no cover
-    return e  # pragma: no cover
-
-
-@_int_enum
-class BpfCmd:
+class BpfCmd(IntEnum):
     """``enum bpf_cmd``: the first argument of bpf(2)."""
 
     MAP_CREATE = 0
@@ -76,8 +56,7 @@ class BpfCmd:
     PROG_BIND_MAP = 35
 
 
-@_int_enum
-class MapType:
+class MapType(IntEnum):
     """``enum bpf_map_type``."""
 
     UNSPEC = 0
@@ -254,8 +233,7 @@ def is_map_in_map(map_type: int) -> bool:
     return map_type in MAP_IN_MAP_TYPES
 
 
-@_int_enum
-class ProgramType:
+class ProgramType(IntEnum):
     """``enum bpf_prog_type``."""
 
     UNSPEC = 0
@@ -293,8 +271,7 @@ class ProgramType:
     NETFILTER = 32
 
 
-@_int_enum
-class AttachType:
+class AttachType(IntEnum):
     """``enum bpf_attach_type`` (the subset networking programs use, values as in bpf.h)."""
 
     CGROUP_INET_INGRESS = 0
@@ -315,8 +292,7 @@ class AttachType:
     TCX_EGRESS = 47
 
 
-@_int_enum
-class LinkType:
+class LinkType(IntEnum):
     """``enum bpf_link_type`` (``bpf_link_info.type``)."""
 
     UNSPEC = 0
@@ -336,8 +312,7 @@ class LinkType:
     SOCKMAP = 14
 
 
-@_int_enum
-class XdpAction:
+class XdpAction(IntEnum):
     """``enum xdp_action``: XDP program return values."""
 
     ABORTED = 0
@@ -347,16 +322,14 @@ class XdpAction:
     REDIRECT = 4
 
 
-@_int_enum
-class SkAction:
+class SkAction(IntEnum):
     """``enum sk_action``: sk_msg / sk_skb verdicts."""
 
     DROP = 0
     PASS = 1
 
 
-@_int_enum
-class SockOpsOp:
+class SockOpsOp(IntEnum):
     """``BPF_SOCK_OPS_*`` values of ``bpf_sock_ops.op``."""
 
     VOID = 0
@@ -474,7 +447,8 @@ BTF_MAX_ENTRIES = (1 << 30) - 1
 U32_MAX = (1 << 32) - 1
 
 
-class MapLimits(FrozenRecord):
+@dataclass(frozen=True, slots=True)
+class MapLimits:
     """What BPF_MAP_CREATE accepts for one map type (the ``*_map_alloc_check`` / ``*_alloc``
     functions of ``source`` in the kernel tree).
 
@@ -485,31 +459,15 @@ class MapLimits(FrozenRecord):
     allow (memory aside; None: no rule beyond u32, or a host-dependent one).  Per-CPU values
     (:func:`is_percpu`) are also bound by PCPU_MIN_UNIT_SIZE after rounding up to 8."""
 
-    __slots__ = (
-        "map_type", "source", "flags", "required", "key_size", "value_size", "elem_max",
-        "max_entries",
-    )  # fmt: skip
-
-    def __init__(
-        self,
-        map_type: MapType,
-        source: str,
-        flags: int,
-        key_size: range | tuple[int, ...],
-        value_size: range | tuple[int, ...],
-        *,
-        required: int = 0,
-        elem_max: int | None = None,
-        max_entries: int | None = None,
-    ) -> None:
-        self.map_type = map_type
-        self.source = source
-        self.flags = flags
-        self.required = required
-        self.key_size = key_size
-        self.value_size = value_size
-        self.elem_max = elem_max
-        self.max_entries = max_entries
+    map_type: MapType
+    source: str
+    flags: int
+    key_size: range | tuple[int, ...]
+    value_size: range | tuple[int, ...]
+    _: KW_ONLY
+    required: int = 0
+    elem_max: int | None = None
+    max_entries: int | None = None
 
 
 _ANY_SIZE = range(1, 1 << 31)  # value_size > INT_MAX: E2BIG (array_map_alloc_check)
@@ -652,7 +610,8 @@ def map_create_problems(
 # ---- program kinds: the one table of program types ----
 
 
-class ProgramKind(FrozenRecord):
+@dataclass(frozen=True, slots=True)
+class ProgramKind:
     """One program kind of the language / one ELF section prefix (libbpf ``section_defs``).
 
     ``keyword``: how the language spells it (``xdp``, ``xdp(cpumap)``, ``sk_msg``...).
@@ -667,39 +626,8 @@ class ProgramKind(FrozenRecord):
     attach_type: AttachType | None
     ctx: str
     returns: dict[str, int]
-    prog_flags: int
-    test_run: bool  # does BPF_PROG_TEST_RUN accept it on this kernel?
-
-    __slots__ = (
-        "keyword",
-        "section",
-        "program_type",
-        "attach_type",
-        "ctx",
-        "returns",
-        "prog_flags",
-        "test_run",
-    )
-
-    def __init__(
-        self,
-        keyword: str,
-        section: str,
-        program_type: ProgramType,
-        attach_type: AttachType | None,
-        ctx: str,
-        returns: dict[str, int],
-        prog_flags: int = 0,
-        test_run: bool = True,
-    ) -> None:
-        self.keyword = keyword
-        self.section = section
-        self.program_type = program_type
-        self.attach_type = attach_type
-        self.ctx = ctx
-        self.returns = returns
-        self.prog_flags = prog_flags
-        self.test_run = test_run
+    prog_flags: int = 0
+    test_run: bool = True  # does BPF_PROG_TEST_RUN accept it on this kernel?
 
 
 _XDP_ALL = {f"XDP_{a.name}": a.value for a in XdpAction}

@@ -31,11 +31,11 @@ for BPF; ``be*`` types are typedefs that only name the byte order for tools.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from llvmlite import ir
 
 from bpfdsl.abi.uapi import takes_btf_key_value
-from bpfdsl.record import FrozenRecord
 
 T = ir.DIToken  # a bare LLVM token operand (DW_TAG_..., flags), printed unquoted
 
@@ -77,22 +77,21 @@ _CTX_STRUCTS: dict[str, str] = {
 }
 
 
-class DIType(FrozenRecord):
+@dataclass(frozen=True, slots=True)
+class DIType:
     """A debug type: ``md`` is the llvmlite metadata node; ``size``/``align`` in bytes."""
 
-    __slots__ = ("md", "size", "align")
+    md: ir.DIValue
+    size: int
+    align: int
 
-    def __init__(self, md: ir.DIValue, size: int, align: int) -> None:
-        self.md, self.size, self.align = md, size, align
 
-
-class FunctionDebug(FrozenRecord):
+@dataclass(frozen=True, slots=True)
+class FunctionDebug:
     """The DISubprogram of one program function; :meth:`loc` makes its ``!dbg`` locations."""
 
-    __slots__ = ("debug", "subprogram")
-
-    def __init__(self, debug: DebugInfo, subprogram: ir.DIValue) -> None:
-        self.debug, self.subprogram = debug, subprogram
+    debug: DebugInfo
+    subprogram: ir.DIValue
 
     def loc(self, line: int, col: int = 0) -> ir.DIValue:
         """``!DILocation(line, column)`` in this function (1-based, as in the .bpfd source)."""
@@ -175,7 +174,7 @@ class DebugInfo:
         self._finalized = False
 
     # llvmlite's add_debug_info/add_metadata dedupe by hashing operands recursively (the
-    # whole type graph, per call): building a module took ~10 ms.  These cache by identity.
+    # whole type graph, per call); these cache by identity instead.
 
     def _di(self, kind: str, *, distinct: bool = False, **ops: object) -> ir.DIValue:
         """``!kind(ops...)``; equal non-distinct nodes are shared."""

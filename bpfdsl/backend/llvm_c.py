@@ -1,10 +1,10 @@
 """A lean ctypes binding to llvmlite's own ``libllvmlite.so``: only what bpfdsl.backend.target needs.
 
-Stage: back end (layer 4), used by :mod:`bpfdsl.backend.target` only.  ``import llvmlite.binding``
-costs 75-85 ms per process (its package imports ~58 modules and sets up ~414 ctypes
-prototypes); bpfdsl calls 20 of the library's ``LLVMPY_*`` functions.  This module dlopens the
-same file (found with ``importlib.util.find_spec("llvmlite")``, without executing llvmlite)
-and declares argtypes/restype for those functions only.
+Stage: back end, used by :mod:`bpfdsl.backend.target` only, which falls back to
+``llvmlite.binding`` (the documented API) whenever this binding is not usable.  bpfdsl
+calls a few of the library's ``LLVMPY_*`` functions (:data:`_PROTOS`); this module dlopens the file
+``llvmlite.binding`` would open (``<llvmlite package>/binding/libllvmlite.so``) and declares
+argtypes/restype for those functions only, without importing ``llvmlite.binding``.
 
 Source of every prototype and calling convention: llvmlite 0.50.0's Python sources
 (``llvmlite/binding/{ffi,initfini,options,context,module,targets,newpassmanagers}.py``):
@@ -13,9 +13,10 @@ error texts come back through a ``char **`` out-parameter that the caller frees 
 MemoryBuffer (``LLVMPY_GetBufferStart``/``GetBufferSize``/``DisposeMemoryBuffer``); modules
 live in the global context (``LLVMPY_GetGlobalContext``, never disposed); a module run through
 a pass manager stays owned by the caller.  The prototypes are valid only for the llvmlite
-versions in :data:`SUPPORTED`: :func:`load` returns None for any other version, a missing
-library or symbol, or when ``BPFDSL_LLVM=llvmlite`` is set, and target.py then uses
-``llvmlite.binding`` (same library file, hence the same dlopen handle and LLVM global state).
+versions in :data:`SUPPORTED`: :func:`load` returns None for any other version (pyproject
+allows llvmlite >= 0.44), a missing library or symbol, or when ``BPFDSL_LLVM=llvmlite`` is
+set, and :func:`fallback_reason` says which; target.py then uses ``llvmlite.binding`` (same
+library file, hence the same dlopen handle and LLVM global state).
 
 Not thread-safe (llvmlite.binding serialises calls with a lock; bpfdsl compiles on one thread).
 """
@@ -24,8 +25,9 @@ from __future__ import annotations
 
 import ctypes
 import os
-import sys
 from ctypes import POINTER, byref, c_bool, c_char_p, c_int, c_size_t, c_void_p
+
+import llvmlite
 
 SUPPORTED = frozenset({"0.50.0"})  # llvmlite versions whose prototypes are copied below
 ENV = "BPFDSL_LLVM"  # "llvmlite": always use llvmlite.binding
@@ -93,35 +95,6 @@ _PROTOS: dict[str, tuple[list | None, object]] = {
     ),
     "LLVMPY_DisposeNewModulePassManger": ([ModulePassManagerRef], c_int),
 }
-
-
-def llvmlite_dir() -> str | None:
-    """The installed llvmlite package directory, found without importing llvmlite: the
-    first ``sys.path`` entry holding ``llvmlite/__init__.py`` (as the path finder resolves
-    a regular package; a stat per entry, where ``PathFinder.find_spec`` lists directories:
-    ~1 ms), else ``importlib.util.find_spec`` (import hooks)."""
-    for entry in sys.path:
-        pkg = os.path.join(entry or os.curdir, "llvmlite")
-        if os.path.isfile(os.path.join(pkg, "__init__.py")):
-            return os.path.abspath(pkg)
-    from importlib.util import find_spec  # noqa: PLC0415
-
-    spec = find_spec("llvmlite")
-    locs = spec.submodule_search_locations if spec else None
-    return locs[0] if locs else None
-
-
-def llvmlite_version(pkg_dir: str) -> str | None:
-    """llvmlite's version string as written in ``<pkg_dir>/_version.py``
-    (``version_version = '0.50.0'``, versioneer), or None if unreadable."""
-    try:
-        with open(os.path.join(pkg_dir, "_version.py"), encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("version_version"):
-                    return line.split("=", 1)[1].strip().strip("'\"")
-    except OSError:
-        return None
-    return None
 
 
 class Lib:
@@ -280,25 +253,38 @@ class TargetMachine:
 
 
 _loaded: list[Lib | None] = []  # [] = not tried yet
+_why: list[str] = []  # why load() gave None
+
+
+def library_path() -> str:
+    """The ``libllvmlite.so`` of the installed llvmlite package (the file llvmlite.binding's
+    ffi loads on Linux)."""
+    return os.path.join(os.path.dirname(llvmlite.__file__), "binding", "libllvmlite.so")
 
 
 def load() -> Lib | None:
     """The lean binding, or None when llvmlite.binding must be used instead: ``BPFDSL_LLVM=
-    llvmlite``, llvmlite not installed, its version not in :data:`SUPPORTED`, or the library
-    cannot be opened or lacks a symbol.  Tried once per process."""
+    llvmlite``, an llvmlite version not in :data:`SUPPORTED`, or the library cannot be opened
+    or lacks a symbol (:func:`fallback_reason` says which).  Tried once per process."""
     if not _loaded:
-        lib = None
-        if os.environ.get(ENV, "") != "llvmlite":
-            mod = sys.modules.get("llvmlite")  # imported already by codegen (llvmlite.ir)?
-            if mod is not None and getattr(mod, "__path__", None):
-                pkg, version = mod.__path__[0], getattr(mod, "__version__", None)
-            else:
-                pkg = llvmlite_dir()
-                version = llvmlite_version(pkg) if pkg else None
-            if pkg and version in SUPPORTED:
-                try:
-                    lib = Lib(os.path.join(pkg, "binding", "libllvmlite.so"))
-                except (OSError, AttributeError):
-                    lib = None
+        lib, why = None, ""
+        if os.environ.get(ENV, "") == "llvmlite":
+            why = f"{ENV}=llvmlite"
+        elif llvmlite.__version__ not in SUPPORTED:
+            why = (
+                f"llvmlite {llvmlite.__version__} is not a version the lean binding is "
+                f"declared for ({', '.join(sorted(SUPPORTED))})"
+            )
+        else:
+            try:
+                lib = Lib(library_path())
+            except (OSError, AttributeError) as e:
+                why = f"lean binding unusable: {e}"
         _loaded.append(lib)
+        _why[:] = [why]
     return _loaded[0]
+
+
+def fallback_reason() -> str:
+    """Why :func:`load` gave None ("" if it did not, or was not asked)."""
+    return _why[0] if _why and not (_loaded and _loaded[0] is not None) else ""

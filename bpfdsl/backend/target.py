@@ -26,21 +26,21 @@ the emitted instructions instead (:func:`stack_depths`).
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import llvmlite
 
 from bpfdsl.abi import uapi as U
 from bpfdsl.abi.btf.core import BtfFormatError
 from bpfdsl.abi.insn import Insn, InsnError, decode
+from bpfdsl.backend import llvm_c
 from bpfdsl.diagnostics import DiagnosticError, Span, UsageError, error
 from bpfdsl.obj.elf import ElfError, ElfFile, fixup_btf_datasecs
-from bpfdsl.record import FrozenRecord
 
-TYPE_CHECKING = False  # (typing costs import time on the compile path)
-
-if TYPE_CHECKING:  # LLVM is loaded lazily: `bpfdsl --help` must start fast
+if TYPE_CHECKING:
     from llvmlite import binding as llvm
     from llvmlite import ir
-
-    from bpfdsl.backend import llvm_c
 
     Module = llvm.ModuleRef | llvm_c.Module
     TargetMachine = llvm.TargetMachine | llvm_c.TargetMachine
@@ -85,8 +85,6 @@ def _init(initialize, set_option) -> None:  # noqa: ANN001
 def _lean() -> llvm_c.Lib | None:
     """The lean binding (:mod:`bpfdsl.backend.llvm_c`), initialised; None means use :func:`_llvm`
     (other llvmlite version, or ``BPFDSL_LLVM=llvmlite``)."""
-    from bpfdsl.backend import llvm_c  # noqa: PLC0415
-
     lib = llvm_c.load()
     if lib is not None:
         _init(lib.initialize, lib.set_option)
@@ -94,7 +92,8 @@ def _lean() -> llvm_c.Lib | None:
 
 
 def _llvm():
-    """The llvmlite binding with the BPF target and asm printer initialised (once)."""
+    """The llvmlite binding with the BPF target and asm printer initialised (once); imported
+    here, when the lean binding is not used (the fallback), not at import of this module."""
     from llvmlite import binding as llvm  # noqa: PLC0415
 
     def initialize() -> None:
@@ -103,6 +102,20 @@ def _llvm():
 
     _init(initialize, llvm.set_option)
     return llvm
+
+
+LEAN_BINDING = "lean ctypes (bpfdsl.backend.llvm_c)"
+LLVMLITE_BINDING = "llvmlite.binding"
+
+
+def binding() -> str:
+    """The LLVM binding this process compiles with, as ``compile --time-report`` and ``-v``
+    name it: :data:`LEAN_BINDING` or :data:`LLVMLITE_BINDING`, then the llvmlite version and,
+    for the fallback, why the lean binding is not used (:func:`llvm_c.fallback_reason`)."""
+    if _lean() is not None:
+        return f"{LEAN_BINDING}, llvmlite {llvmlite.__version__}"
+    why = llvm_c.fallback_reason()
+    return f"{LLVMLITE_BINDING}, llvmlite {llvmlite.__version__}" + (f" ({why})" if why else "")
 
 
 def target_machine(mcpu: str = "v3") -> TargetMachine:
@@ -161,13 +174,15 @@ def optimize(mod: Module, *, mcpu: str = "v3", opt: int = 2) -> Module:
     return mod
 
 
-class Emitted(FrozenRecord):
-    """Result of :func:`emit`: ``obj`` ELF bytes, optional ``asm`` text and optimized ``ir``."""
+@dataclass(frozen=True, slots=True)
+class Emitted:
+    """Result of :func:`emit`: ``obj`` ELF bytes, optional ``asm`` text and optimized ``ir``;
+    ``binding``: the LLVM binding that made them (:func:`binding`)."""
 
-    __slots__ = ("obj", "asm", "ir")
-
-    def __init__(self, obj: bytes, asm: str | None = None, ir: str | None = None) -> None:
-        self.obj, self.asm, self.ir = obj, asm, ir
+    obj: bytes
+    asm: str | None = None
+    ir: str | None = None
+    binding: str = ""
 
 
 def emit(
@@ -200,7 +215,7 @@ def emit(
         obj = fixup_btf_datasecs(obj)
     except (ElfError, BtfFormatError) as e:
         raise InternalCompilerError("LLVM wrote .BTF the loader cannot fix up", str(e)) from None
-    return Emitted(obj, asm_text, text if ir else None)
+    return Emitted(obj, asm_text, text if ir else None, binding())
 
 
 # ---- shapes the BPF backend would turn into exit(1) ---------------------------------------
@@ -226,7 +241,6 @@ def _unsupported(
     return DiagnosticError(error(code, message, span, hint=hint))
 
 
-# patterns as strings: re compiles (and caches) each on its first use, not at import
 _CALL = r"\bcall\b.*?(@[\w.$\"]+|\))\((.*)\)"
 _MEM = r"@llvm\.mem(?:cpy|move|set)\."
 _ATOMIC = r"\b(?:atomicrmw \w+|cmpxchg)(?: volatile)? ptr [^,]+, i(?:8|16) "
@@ -273,7 +287,7 @@ def check_ir(mod: Module | str, mcpu: str = "v3") -> None:
     allocas outside the entry block, signed div/mod before v4, calls with more than 5
     arguments, non-constant or > 1024-byte memcpy/memset, 8/16-bit atomics, calls to
     functions the object does not define (or to llvm.trap: ``__bpf_trap``).  Works on
-    the module text (printing it costs far less than walking it through llvmlite)."""
+    the module text."""
     text = mod if isinstance(mod, str) else str(mod)
     v4 = mcpu in ("v4", "probe")
     defines, with_dbg = [], []  # the functions defined; those with a DISubprogram
@@ -292,7 +306,7 @@ def check_ir(mod: Module | str, mcpu: str = "v3") -> None:
         raise InternalCompilerError(f"function {', '.join(missing)} has no "
                                     "debug info (DISubprogram)", "the kernel would refuse the "
                                     "object's func info")  # fmt: skip
-    hits = []  # positions of the keywords (str.find is far faster than a regex here)
+    hits = []  # positions of the keywords
     for word in _WORDS:
         at = text.find(word)
         while at >= 0:

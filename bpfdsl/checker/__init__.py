@@ -15,6 +15,7 @@ from __future__ import annotations
 import gc
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from functools import wraps
 
 from bpfdsl.abi.insn import Insn, format_insn, slot_offsets
@@ -30,7 +31,6 @@ from bpfdsl.checker.cfg import CfgError, build_cfg
 from bpfdsl.checker.ctx import ctx_for_program_type
 from bpfdsl.checker.env import Env, Fault, MapRef
 from bpfdsl.checker.report import CheckError, CheckResult, ProgramResult, SourceLine
-from bpfdsl.record import Record
 
 __all__ = [
     "CheckError",
@@ -44,26 +44,16 @@ __all__ = [
 BPF_F_RDONLY_PROG = 1 << 7
 
 
-class DataMap(Record):
+@dataclass(slots=True)
+class DataMap:
     """A global-data section seen as the one-entry array map libbpf makes of it."""
 
-    __slots__ = ("name", "data", "readonly", "map_type", "key_size", "max_entries")
-
-    def __init__(
-        self,
-        name: str,
-        data: bytes,
-        readonly: bool,
-        map_type: int = MapType.ARRAY,
-        key_size: int = 4,
-        max_entries: int = 1,
-    ):
-        self.name = name
-        self.data = data
-        self.readonly = readonly
-        self.map_type = map_type
-        self.key_size = key_size
-        self.max_entries = max_entries
+    name: str
+    data: bytes
+    readonly: bool
+    map_type: int = MapType.ARRAY
+    key_size: int = 4
+    max_entries: int = 1
 
     @property
     def value_size(self) -> int:

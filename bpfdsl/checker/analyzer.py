@@ -9,6 +9,8 @@ still being explored on the same path is an infinite loop.  Limits are the kerne
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from bpfdsl.abi import uapi as U
 from bpfdsl.abi.insn import Insn, format_insn
 from bpfdsl.checker import domain as D
@@ -37,23 +39,15 @@ class _Entry:
         self.parent = parent
 
 
+@dataclass(slots=True)
 class Outcome:
     """Analysis result: the first fault (index, Fault, state text, regs) or None;
     ``path``: branch decisions to the fault, oldest first."""
 
-    __slots__ = ("fault", "processed", "states", "path")
-
-    def __init__(
-        self,
-        fault: tuple[int, Fault, str, dict[int, str]] | None,
-        processed: int,
-        states: int,
-        path: list[tuple[int, bool]] | None = None,
-    ):
-        self.fault = fault
-        self.processed = processed
-        self.states = states
-        self.path = path
+    fault: tuple[int, Fault, str, dict[int, str]] | None
+    processed: int
+    states: int
+    path: list[tuple[int, bool]] | None = None
 
 
 def _trail(st: State) -> list[tuple[int, bool]]:

@@ -8,32 +8,23 @@ bpf_sock_ops 224).  A load may yield a pointer type (``data`` -> pkt ...).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from bpfdsl.abi.uapi import AttachType, ProgramType
 from bpfdsl.checker import domain as D
-from bpfdsl.record import FrozenRecord
 
 
-class CtxField(FrozenRecord):
+@dataclass(frozen=True, slots=True)
+class CtxField:
     """One context field: ``off``/``size`` in bytes, pointer type it loads as (or SCALAR);
     ``narrow``: narrower (aligned) loads allowed (bpf_ctx_narrow_access_ok)."""
 
-    __slots__ = ("name", "off", "size", "loads_as", "writable", "narrow")
-
-    def __init__(
-        self,
-        name: str,
-        off: int,
-        size: int,
-        loads_as: int = D.SCALAR,
-        writable: bool = False,
-        narrow: bool = False,
-    ):
-        self.name = name
-        self.off = off
-        self.size = size
-        self.loads_as = loads_as
-        self.writable = writable
-        self.narrow = narrow
+    name: str
+    off: int
+    size: int
+    loads_as: int = D.SCALAR
+    writable: bool = False
+    narrow: bool = False
 
 
 def _fields(spec: list[tuple]) -> dict[int, CtxField]:

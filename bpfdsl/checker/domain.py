@@ -62,6 +62,13 @@ class Reg:
     packet bytes known to be in bounds from (pointer - off).  ``map``: map object for map
     pointers/values, frame number for stack pointers.  ``ref``: acquired reference id.
     ``note``: why a value became unknown (e.g. "pkt pointer invalidated at insn 12").
+
+    Not a dataclass, unlike bpfdsl's other value classes, because its semantics differ:
+    ``==`` leaves out ``note`` (two registers that differ only in why they became unknown
+    hold the same abstract value, e.g. for the stack comparison of spilled registers),
+    ``hash`` covers only ``t``/``off``/``tn`` (consistent with that ``==``), ``repr`` is
+    the kernel log's register syntax (:func:`fmt_reg`), and :meth:`replace` copies
+    without re-running ``__init__``.
     """
 
     __slots__ = (

@@ -7,8 +7,9 @@ report.CheckError with the source line and state.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from bpfdsl.abi.uapi import AttachType, ProgramType
-from bpfdsl.record import Record
 
 
 class Fault(Exception):
@@ -22,70 +23,37 @@ class Fault(Exception):
         self.regs = regs
 
 
-class MapRef(Record):
+@dataclass(slots=True)
+class MapRef:
     """An ld_imm64 operand resolved by relocation: ``map`` (objfile MapSpec-like: name,
     map_type, key_size, value_size, max_entries, map_flags, data), ``value_off`` is None for
     a map pointer (BPF_PSEUDO_MAP_FD) or the byte offset into value 0 (global data)."""
 
-    __slots__ = ("map", "value_off")
-
-    def __init__(self, map: object, value_off: int | None = None):
-        self.map = map
-        self.value_off = value_off
+    map: object
+    value_off: int | None = None
 
 
-class Env(Record):
+@dataclass(slots=True)
+class Env:
     """Per-program analysis context.  ``map_refs``: insn index -> MapRef.
     ``privileged``: model a loader with CAP_BPF+CAP_PERFMON (root), as the kernel does for
     pointer leaks, uninitialized stack reads and pointer comparisons.  ``stack_depth``:
     subprog start index -> bytes used; ``kernel``: declared target kernel (None: this 6.x
     model)."""
 
-    __slots__ = (
-        "prog_type",
-        "attach_type",
-        "ctx",
-        "returns",
-        "map_refs",
-        "gpl",
-        "privileged",
-        "next_id",
-        "warnings",
-        "warned",
-        "cur_idx",
-        "stack_depth",
-        "kernel",
-    )
-
-    def __init__(
-        self,
-        prog_type: ProgramType,
-        attach_type: AttachType | None,
-        ctx: str | None,
-        returns: dict[str, int],
-        map_refs: dict[int, MapRef],
-        gpl: bool = True,
-        privileged: bool = True,
-        next_id: int = 0,
-        warnings: list | None = None,
-        warned: set | None = None,
-        cur_idx: int = 0,
-        stack_depth: dict | None = None,
-        kernel: tuple[int, int] | None = None,
-    ):
-        self.prog_type = prog_type
-        self.attach_type = attach_type
-        self.ctx = ctx
-        self.returns = returns
-        self.map_refs = map_refs
-        self.gpl = gpl
-        self.privileged = privileged
-        self.next_id = next_id
-        self.warnings = [] if warnings is None else warnings
-        self.warned = set() if warned is None else warned
-        self.cur_idx = cur_idx
-        self.stack_depth = {} if stack_depth is None else stack_depth
-        self.kernel = kernel
+    prog_type: ProgramType
+    attach_type: AttachType | None
+    ctx: str | None
+    returns: dict[str, int]
+    map_refs: dict[int, MapRef]
+    gpl: bool = True
+    privileged: bool = True
+    next_id: int = 0
+    warnings: list = field(default_factory=list)
+    warned: set = field(default_factory=set)
+    cur_idx: int = 0
+    stack_depth: dict = field(default_factory=dict)
+    kernel: tuple[int, int] | None = None
 
     def need(self, version: tuple[int, int], what: str, regs: tuple[int, ...] = ()) -> None:
         """Fault when the declared target kernel is older than ``version``."""

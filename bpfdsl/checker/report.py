@@ -8,69 +8,41 @@ line from ``.BTF.ext`` line info when the object has it.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from bpfdsl.checker import domain as D
 from bpfdsl.diagnostics import Diagnostic, Span
-from bpfdsl.record import Record
 
 UNMODELLED = "unmodelled-helper"  # same code as calls.UNMODELLED
 
 
-class SourceLine(Record):
+@dataclass(slots=True)
+class SourceLine:
     """``.BTF.ext`` line info record resolved to text: 1-based line/col, file path."""
 
-    __slots__ = ("file", "line", "col", "text")
-
-    def __init__(self, file: str, line: int, col: int, text: str = ""):
-        self.file = file
-        self.line = line
-        self.col = col
-        self.text = text
+    file: str
+    line: int
+    col: int
+    text: str = ""
 
 
-class CheckError(Record):
+@dataclass(slots=True)
+class CheckError:
     """One finding. ``severity``: "error" (the kernel rejects) or "warning" (the kernel
     accepts, bpfdsl considers it a bug: bad return action, pointer in ALU32, ...).
     ``path``: branch decisions leading here."""
 
-    __slots__ = (
-        "code",
-        "message",
-        "explain",
-        "idx",
-        "slot",
-        "insn_text",
-        "regs",
-        "state",
-        "source",
-        "severity",
-        "path",
-    )
-
-    def __init__(
-        self,
-        code: str,
-        message: str,
-        explain: str,
-        idx: int,
-        slot: int,
-        insn_text: str,
-        regs: dict[int, str] | None = None,
-        state: str = "",
-        source: SourceLine | None = None,
-        severity: str = "error",
-        path: list[str] | None = None,
-    ):
-        self.code = code
-        self.message = message
-        self.explain = explain
-        self.idx = idx
-        self.slot = slot
-        self.insn_text = insn_text
-        self.regs = {} if regs is None else regs
-        self.state = state
-        self.source = source
-        self.severity = severity
-        self.path = [] if path is None else path
+    code: str
+    message: str
+    explain: str
+    idx: int
+    slot: int
+    insn_text: str
+    regs: dict[int, str] = field(default_factory=dict)
+    state: str = ""
+    source: SourceLine | None = None
+    severity: str = "error"
+    path: list[str] = field(default_factory=list)
 
     def diagnostic(
         self, prog: str, verbose: bool = False, code_prefix: str = "checker-"
@@ -118,40 +90,19 @@ class CheckError(Record):
         return out
 
 
-class ProgramResult(Record):
+@dataclass(slots=True)
+class ProgramResult:
     """Outcome for one program: ``ok`` when no error (warnings allowed); ``insns_processed``
     counts instructions walked (the kernel's "processed N insns"); ``seconds`` wall time."""
 
-    __slots__ = (
-        "name",
-        "section",
-        "errors",
-        "warnings",
-        "insns_processed",
-        "states",
-        "seconds",
-        "insn_count",
-    )
-
-    def __init__(
-        self,
-        name: str,
-        section: str,
-        errors: list[CheckError] | None = None,
-        warnings: list[CheckError] | None = None,
-        insns_processed: int = 0,
-        states: int = 0,
-        seconds: float = 0.0,
-        insn_count: int = 0,
-    ):
-        self.name = name
-        self.section = section
-        self.errors = [] if errors is None else errors
-        self.warnings = [] if warnings is None else warnings
-        self.insns_processed = insns_processed
-        self.states = states
-        self.seconds = seconds
-        self.insn_count = insn_count
+    name: str
+    section: str
+    errors: list[CheckError] = field(default_factory=list)
+    warnings: list[CheckError] = field(default_factory=list)
+    insns_processed: int = 0
+    states: int = 0
+    seconds: float = 0.0
+    insn_count: int = 0
 
     @property
     def ok(self) -> bool:
@@ -183,13 +134,11 @@ class ProgramResult(Record):
         }
 
 
-class CheckResult(Record):
+@dataclass(slots=True)
+class CheckResult:
     """Outcome for a whole object: one :class:`ProgramResult` per program."""
 
-    __slots__ = ("programs",)
-
-    def __init__(self, programs: list[ProgramResult] | None = None):
-        self.programs = [] if programs is None else programs
+    programs: list[ProgramResult] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:

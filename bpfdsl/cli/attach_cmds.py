@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -203,7 +204,7 @@ def _take_over(target: str, staging: str, res, dev: str):
             )
         ) from None
     if res.link_pin is not None:
-        res = res.replace(link_pin=attach.link_pin_path(target, dev))
+        res = dataclasses.replace(res, link_pin=attach.link_pin_path(target, dev))
     return res
 
 

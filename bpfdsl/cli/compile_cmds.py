@@ -59,8 +59,9 @@ def register(sub) -> None:
     p.add_argument(
         "--time-report",
         action="store_true",
-        help="print to stderr the wall-clock ms of each stage (front end, IR, LLVM, checker); "
-        "in a fresh process each stage's time includes importing its modules",
+        help="print to stderr the wall-clock ms of each stage (front end, IR, LLVM, checker) "
+        "and which LLVM binding ran; in a fresh process each stage's time includes importing "
+        "its modules",
     )
     p.set_defaults(func=cmd_compile)
 
@@ -81,9 +82,12 @@ def cmd_compile(args) -> int:
         args.file, mcpu=args.mcpu, emit=args.emit, stats=stats, check=not args.no_check
     )
     as_json = getattr(args, "json", False)
+    verbose = getattr(args, "verbose", False)
     if args.time_report and not as_json:
         report = "  ".join(f"{k} {v:.1f}" for k, v in res.timings.items())
         print(f"time (ms): {report}", file=sys.stderr)
+    if (args.time_report or verbose) and not as_json:
+        print(f"llvm binding: {res.llvm_binding}", file=sys.stderr)
     if res.warnings:
         src = read_source(args.file)
         for w in res.warnings:
@@ -124,6 +128,7 @@ def cmd_compile(args) -> int:
                         for s in res.stats
                     ],
                     **({"timings_ms": res.timings} if args.time_report else {}),
+                    **({"llvm_binding": res.llvm_binding} if args.time_report or verbose else {}),
                 }
             )
         )

@@ -1,7 +1,7 @@
 """Kernel side, rtnetlink: interfaces, XDP over netlink, network namespaces, veth pairs.
 
 Takes interface / namespace names, returns ifindexes and :class:`XdpState`; the only
-module that talks rtnetlink (through pyroute2, imported lazily because it costs ~0.4 s).
+module that talks rtnetlink (through pyroute2, imported only when netlink is used).
 XDP over netlink is ``RTM_SETLINK`` with a nested ``IFLA_XDP`` (``IFLA_XDP_FD``,
 ``IFLA_XDP_FLAGS``, ``IFLA_XDP_EXPECTED_FD``), as in linux/if_link.h and iproute2.
 Errors are :class:`~bpfdsl.diagnostics.DiagnosticError` saying what to do.
@@ -14,12 +14,12 @@ import errno
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 from bpfdsl.abi.uapi import XdpFlags
 from bpfdsl.diagnostics import DiagnosticError, error
 from bpfdsl.kernel import libc
 from bpfdsl.kernel.libc import CLONE_NEWNET, MNT_DETACH, MS_BIND
-from bpfdsl.record import FrozenRecord
 
 NETNS_RUN_DIR = "/run/netns"  # iproute2's directory of named namespaces
 
@@ -28,7 +28,8 @@ _ATTACHED_MODES = {0: None, 1: "native", 2: "generic", 3: "offload", 4: "multi"}
 MODE_FLAGS = {"native": XdpFlags.DRV_MODE, "generic": XdpFlags.SKB_MODE}
 
 
-class XdpState(FrozenRecord):
+@dataclass(frozen=True, slots=True)
+class XdpState:
     """What netlink reports about XDP on one interface (``IFLA_XDP`` of RTM_GETLINK).
 
     ``mode``: None (nothing attached), ``native``, ``generic``, ``offload`` or ``multi``;
@@ -39,24 +40,8 @@ class XdpState(FrozenRecord):
     ifindex: int
     mode: str | None
     prog_id: int
-    drv_prog_id: int
-    skb_prog_id: int
-
-    __slots__ = ("ifindex", "mode", "prog_id", "drv_prog_id", "skb_prog_id")
-
-    def __init__(
-        self,
-        ifindex: int,
-        mode: str | None,
-        prog_id: int,
-        drv_prog_id: int = 0,
-        skb_prog_id: int = 0,
-    ) -> None:
-        self.ifindex = ifindex
-        self.mode = mode
-        self.prog_id = prog_id
-        self.drv_prog_id = drv_prog_id
-        self.skb_prog_id = skb_prog_id
+    drv_prog_id: int = 0
+    skb_prog_id: int = 0
 
     def prog_id_for(self, mode: str) -> int:
         """Program id attached in ``mode`` (``native``/``generic``), 0 when none."""
@@ -107,7 +92,7 @@ def ifname(index: int) -> str:
 def _ipr(netns: str | None = None):
     """A pyroute2 IPRoute whose socket lives in ``netns`` (created there with setns, so
     pyroute2 never forks a helper process)."""
-    from pyroute2 import IPRoute  # noqa: PLC0415 (slow import, only when netlink is needed)
+    from pyroute2 import IPRoute  # noqa: PLC0415 (only when netlink is needed)
 
     if netns:
         with in_netns(netns):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes as C
 import errno as E
 import os
+from dataclasses import dataclass
 
 from bpfdsl.abi.bpf_attr import (
     BtfInfo,
@@ -33,7 +34,6 @@ from bpfdsl.abi.bpf_attr import (
 )
 from bpfdsl.abi.uapi import BPF_ANY, BPF_F_TEST_XDP_LIVE_FRAMES, BPF_OBJ_NAME_LEN, BpfCmd, MapType
 from bpfdsl.kernel import libc
-from bpfdsl.record import FrozenRecord
 
 _NR_BPF = {
     "x86_64": 321,
@@ -372,7 +372,8 @@ def btf_load(data: bytes, *, log_level: int = 0, log_size: int = 1 << 16) -> tup
     return Fd(fd), log
 
 
-class TestRunResult(FrozenRecord):
+@dataclass(frozen=True, slots=True)
+class TestRunResult:
     """Result of BPF_PROG_TEST_RUN: ``retval`` (program return value), ``data_out`` (the
     packet after the program, bytes), ``duration_ns`` (mean ns per run, kernel-measured),
     ``ctx_out`` (context after the run, bytes, empty when no ctx was given)."""
@@ -380,17 +381,7 @@ class TestRunResult(FrozenRecord):
     retval: int
     data_out: bytes
     duration_ns: int
-    ctx_out: bytes
-
-    __slots__ = ("retval", "data_out", "duration_ns", "ctx_out")
-
-    def __init__(
-        self, retval: int, data_out: bytes, duration_ns: int, ctx_out: bytes = b""
-    ) -> None:
-        self.retval = retval
-        self.data_out = data_out
-        self.duration_ns = duration_ns
-        self.ctx_out = ctx_out
+    ctx_out: bytes = b""
 
 
 def prog_test_run(

@@ -1,375 +1,308 @@
-"""AST of bpfdsl (front end): plain classes made by :mod:`bpfdsl.lang.build` as the parser reduces.
+"""AST of bpfdsl (front end): the nodes :mod:`bpfdsl.lang.build` makes as the parser reduces.
 
 Every node has ``span`` (:class:`bpfdsl.diagnostics.Span`, 1-based line/col of the source).
 Sema (:mod:`bpfdsl.lang.sema.analyzer`) annotates nodes through side tables, never by mutating them,
 except ``Expr.ty`` which it fills with the checked :mod:`bpfdsl.lang.types` type.
 
-Nodes are plain classes with a hand-written ``__init__`` (positional or keyword arguments;
-``ty`` is not one) rather than dataclasses: a program makes thousands of nodes per compile
-and ``import bpfdsl.lang.ast`` would otherwise exec() ~50 generated classes.  They compare by
-identity (like ``dataclass(eq=False)``), keep a ``__dict__`` (``vars(node)`` lists the
-fields) and repr like a dataclass.
+Nodes are ``@dataclass(eq=False)``: constructed with positional or keyword arguments in field
+order (``ty`` is not one), compared and hashed by identity (sema's side tables are keyed by
+node), with a ``__dict__`` (``vars(node)``: ``span``, the fields, and ``ty`` once sema set it).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
 from bpfdsl.diagnostics import Span
 
+if TYPE_CHECKING:
+    from bpfdsl.lang import types as T
 
+
+@dataclass(eq=False)
 class Node:
-    """Base of all nodes: ``span`` first, then (expressions) ``ty``, then the fields in
-    ``__init__`` order, which is also the order of ``vars(node)`` and of the repr."""
+    """Base of all nodes: ``span`` first, then (expressions) ``ty``, then the fields."""
 
-    def __init__(self, span: Span) -> None:
-        self.span = span
-
-    def __repr__(self) -> str:
-        args = ", ".join(f"{n}={v!r}" for n, v in vars(self).items())
-        return f"{type(self).__name__}({args})"
+    span: Span
 
 
 # ---- types as written ----
+@dataclass(eq=False)
 class NamedType(Node):
-    def __init__(self, span: Span, name: str) -> None:
-        self.span = span
-        self.name = name
+    name: str
 
 
+@dataclass(eq=False)
 class ArrayType(Node):
-    def __init__(self, span: Span, elem: NamedType | ArrayType, length: Expr) -> None:
-        self.span = span
-        self.elem = elem
-        self.length = length
+    elem: NamedType | ArrayType
+    length: Expr
 
 
 TypeRef = NamedType | ArrayType
 
 
 # ---- expressions ----
+@dataclass(eq=False)
 class Expr(Node):
-    def __init__(self, span: Span) -> None:
-        self.span = span
-        self.ty = None  # a bpfdsl.lang.types.Type once sema ran
+    ty: T.Type | None = field(default=None, init=False)  # set by sema (None: a class default)
 
 
+@dataclass(eq=False)
 class IntLit(Expr):
-    def __init__(self, span: Span, value: int) -> None:
-        self.span = span
-        self.ty = None
-        self.value = value
+    value: int
 
 
+@dataclass(eq=False)
 class BoolLit(Expr):
-    def __init__(self, span: Span, value: bool) -> None:
-        self.span = span
-        self.ty = None
-        self.value = value
+    value: bool
 
 
+@dataclass(eq=False)
 class AddrLit(Expr):
     """IPv4 (4 bytes), IPv6 (16 bytes) or MAC (6 bytes) literal, network byte order.
 
     ``prefixlen`` is set for prefix literals such as ``10.0.0.0/8``.
     """
 
-    def __init__(self, span: Span, kind: str, data: bytes, prefixlen: int | None = None) -> None:
-        self.span = span
-        self.ty = None
-        self.kind = kind  # "ipv4" | "ipv6" | "mac"
-        self.data = data
-        self.prefixlen = prefixlen
+    kind: str  # "ipv4" | "ipv6" | "mac"
+    data: bytes
+    prefixlen: int | None = None
 
 
+@dataclass(eq=False)
 class Name(Expr):
-    def __init__(self, span: Span, id: str) -> None:
-        self.span = span
-        self.ty = None
-        self.id = id
+    id: str
 
 
+@dataclass(eq=False)
 class Field(Expr):
-    def __init__(self, span: Span, obj: Expr, name: str) -> None:
-        self.span = span
-        self.ty = None
-        self.obj = obj
-        self.name = name
+    obj: Expr
+    name: str
 
 
+@dataclass(eq=False)
 class MethodCall(Expr):
-    def __init__(self, span: Span, obj: Expr, name: str, args: list[Expr]) -> None:
-        self.span = span
-        self.ty = None
-        self.obj = obj
-        self.name = name
-        self.args = args
+    obj: Expr
+    name: str
+    args: list[Expr]
 
 
+@dataclass(eq=False)
 class Index(Expr):
-    def __init__(self, span: Span, obj: Expr, index: Expr) -> None:
-        self.span = span
-        self.ty = None
-        self.obj = obj
-        self.index = index
+    obj: Expr
+    index: Expr
 
 
+@dataclass(eq=False)
 class Call(Expr):
-    def __init__(self, span: Span, name: str, args: list[Expr], kwargs: dict[str, Expr]) -> None:
-        self.span = span
-        self.ty = None
-        self.name = name
-        self.args = args
-        self.kwargs = kwargs
+    name: str
+    args: list[Expr]
+    kwargs: dict[str, Expr]
 
 
+@dataclass(eq=False)
 class BinOp(Expr):
-    def __init__(self, span: Span, op: str, left: Expr, right: Expr) -> None:
-        self.span = span
-        self.ty = None
-        self.op = op  # + - * / % << >> & | ^
-        self.left = left
-        self.right = right
+    op: str  # + - * / % << >> & | ^
+    left: Expr
+    right: Expr
 
 
+@dataclass(eq=False)
 class Compare(Expr):
-    def __init__(self, span: Span, op: str, left: Expr, right: Expr) -> None:
-        self.span = span
-        self.ty = None
-        self.op = op  # == != < <= > >=
-        self.left = left
-        self.right = right
+    op: str  # == != < <= > >=
+    left: Expr
+    right: Expr
 
 
+@dataclass(eq=False)
 class Logic(Expr):
-    def __init__(self, span: Span, op: str, left: Expr, right: Expr) -> None:
-        self.span = span
-        self.ty = None
-        self.op = op  # && ||
-        self.left = left
-        self.right = right
+    op: str  # && ||
+    left: Expr
+    right: Expr
 
 
+@dataclass(eq=False)
 class Unary(Expr):
-    def __init__(self, span: Span, op: str, operand: Expr) -> None:
-        self.span = span
-        self.ty = None
-        self.op = op  # ! - ~
-        self.operand = operand
+    op: str  # ! - ~
+    operand: Expr
 
 
+@dataclass(eq=False)
 class Cast(Expr):
-    def __init__(self, span: Span, expr: Expr, to: TypeRef) -> None:
-        self.span = span
-        self.ty = None
-        self.expr = expr
-        self.to = to
+    expr: Expr
+    to: TypeRef
 
 
+@dataclass(eq=False)
 class InPrefix(Expr):
     """``addr in 10.0.0.0/8``: prefix membership, folded to a masked compare."""
 
-    def __init__(self, span: Span, left: Expr, right: Expr) -> None:
-        self.span = span
-        self.ty = None
-        self.left = left
-        self.right = right
+    left: Expr
+    right: Expr
 
 
+@dataclass(eq=False)
 class Parse(Expr):
     """``parse HEADER``: bounds-checked view of the next header at the parse cursor (optional)."""
 
-    def __init__(self, span: Span, header: str) -> None:
-        self.span = span
-        self.ty = None
-        self.header = header
+    header: str
 
 
 # ---- statements ----
+@dataclass(eq=False)
 class Stmt(Node):
     pass
 
 
+@dataclass(eq=False)
 class Block(Node):
-    def __init__(self, span: Span, stmts: list[Stmt]) -> None:
-        self.span = span
-        self.stmts = stmts
+    stmts: list[Stmt]
 
 
+@dataclass(eq=False)
 class Let(Stmt):
-    def __init__(
-        self, span: Span, name: str, type: TypeRef | None, value: Expr, orelse: Block | None
-    ) -> None:
-        self.span = span
-        self.name = name
-        self.type = type
-        self.value = value
-        self.orelse = orelse
+    name: str
+    type: TypeRef | None
+    value: Expr
+    orelse: Block | None
 
 
+@dataclass(eq=False)
 class If(Stmt):
-    def __init__(self, span: Span, cond: Expr, then: Block, orelse: Block | None) -> None:
-        self.span = span
-        self.cond = cond
-        self.then = then
-        self.orelse = orelse
+    cond: Expr
+    then: Block
+    orelse: Block | None
 
 
+@dataclass(eq=False)
 class IfLet(Stmt):
-    def __init__(
-        self, span: Span, name: str, value: Expr, then: Block, orelse: Block | None
-    ) -> None:
-        self.span = span
-        self.name = name
-        self.value = value
-        self.then = then
-        self.orelse = orelse
+    name: str
+    value: Expr
+    then: Block
+    orelse: Block | None
 
 
+@dataclass(eq=False)
 class MatchArm(Node):
-    def __init__(self, span: Span, patterns: list[Expr | None], body: Block) -> None:
-        self.span = span
-        self.patterns = patterns  # None = wildcard
-        self.body = body
+    patterns: list[Expr | None]  # None = wildcard
+    body: Block
 
 
+@dataclass(eq=False)
 class Match(Stmt):
-    def __init__(self, span: Span, subject: Expr, arms: list[MatchArm]) -> None:
-        self.span = span
-        self.subject = subject
-        self.arms = arms
+    subject: Expr
+    arms: list[MatchArm]
 
 
+@dataclass(eq=False)
 class For(Stmt):
-    def __init__(self, span: Span, var: str, start: Expr, end: Expr, body: Block) -> None:
-        self.span = span
-        self.var = var
-        self.start = start
-        self.end = end
-        self.body = body
+    var: str
+    start: Expr
+    end: Expr
+    body: Block
 
 
+@dataclass(eq=False)
 class While(Stmt):
-    def __init__(self, span: Span, cond: Expr, body: Block) -> None:
-        self.span = span
-        self.cond = cond
-        self.body = body
+    cond: Expr
+    body: Block
 
 
+@dataclass(eq=False)
 class Return(Stmt):
-    def __init__(self, span: Span, value: Expr) -> None:
-        self.span = span
-        self.value = value
+    value: Expr
 
 
+@dataclass(eq=False)
 class Break(Stmt):
     pass
 
 
+@dataclass(eq=False)
 class Continue(Stmt):
     pass
 
 
+@dataclass(eq=False)
 class Assign(Stmt):
-    def __init__(self, span: Span, target: Expr, op: str, value: Expr) -> None:
-        self.span = span
-        self.target = target
-        self.op = op  # "=" or "+=" ...
-        self.value = value
+    target: Expr
+    op: str  # "=" or "+=" ...
+    value: Expr
 
 
+@dataclass(eq=False)
 class ExprStmt(Stmt):
-    def __init__(self, span: Span, expr: Expr) -> None:
-        self.span = span
-        self.expr = expr
+    expr: Expr
 
 
 # ---- top-level items ----
+@dataclass(eq=False)
 class License(Node):
-    def __init__(self, span: Span, text: str) -> None:
-        self.span = span
-        self.text = text
+    text: str
 
 
+@dataclass(eq=False)
 class ConstDecl(Node):
-    def __init__(self, span: Span, name: str, type: TypeRef, value: Expr) -> None:
-        self.span = span
-        self.name = name
-        self.type = type
-        self.value = value
+    name: str
+    type: TypeRef
+    value: Expr
 
 
+@dataclass(eq=False)
 class ConfigDecl(Node):
-    def __init__(self, span: Span, name: str, type: TypeRef, value: Expr) -> None:
-        self.span = span
-        self.name = name
-        self.type = type
-        self.value = value
+    name: str
+    type: TypeRef
+    value: Expr
 
 
+@dataclass(eq=False)
 class MapDecl(Node):
-    def __init__(
-        self,
-        span: Span,
-        name: str,
-        kind: str,
-        kind_span: Span,
-        type_args: list[TypeRef],
-        args: dict[str, Expr],
-        arg_spans: dict[str, Span] | None = None,
-    ) -> None:
-        self.span = span
-        self.name = name
-        self.kind = kind
-        self.kind_span = kind_span
-        self.type_args = type_args
-        self.args = args
-        self.arg_spans = {} if arg_spans is None else arg_spans  # argument name -> its span
+    name: str
+    kind: str
+    kind_span: Span
+    type_args: list[TypeRef]
+    args: dict[str, Expr]
+    arg_spans: dict[str, Span] = field(default_factory=dict)  # argument name -> its span
 
 
+@dataclass(eq=False)
 class FieldDecl(Node):
-    def __init__(self, span: Span, name: str, type: TypeRef) -> None:
-        self.span = span
-        self.name = name
-        self.type = type
+    name: str
+    type: TypeRef
 
 
+@dataclass(eq=False)
 class StructDecl(Node):
-    def __init__(self, span: Span, name: str, fields: list[FieldDecl]) -> None:
-        self.span = span
-        self.name = name
-        self.fields = fields
+    name: str
+    fields: list[FieldDecl]
 
 
+@dataclass(eq=False)
 class Param(Node):
-    def __init__(self, span: Span, name: str, type: TypeRef) -> None:
-        self.span = span
-        self.name = name
-        self.type = type
+    name: str
+    type: TypeRef
 
 
+@dataclass(eq=False)
 class FnDecl(Node):
-    def __init__(
-        self, span: Span, name: str, params: list[Param], ret: TypeRef | None, body: Block
-    ) -> None:
-        self.span = span
-        self.name = name
-        self.params = params
-        self.ret = ret
-        self.body = body
+    name: str
+    params: list[Param]
+    ret: TypeRef | None
+    body: Block
 
 
+@dataclass(eq=False)
 class ProgDecl(Node):
     """``xdp fn name(ctx) { ... }``; ``keyword`` is the PROGRAM_KINDS keyword (``xdp(cpumap)``)."""
 
-    def __init__(self, span: Span, keyword: str, name: str, ctx: str, body: Block) -> None:
-        self.span = span
-        self.keyword = keyword
-        self.name = name
-        self.ctx = ctx
-        self.body = body
+    keyword: str
+    name: str
+    ctx: str
+    body: Block
 
 
+@dataclass(eq=False)
 class Program(Node):
-    def __init__(self, span: Span, items: list[Node], source: str = "") -> None:
-        self.span = span
-        self.items = items
-        self.source = source
+    items: list[Node]
+    source: str = ""

@@ -9,57 +9,43 @@ Bit fields (ihl, version, doff, TCP flags) are read-only views of one byte.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from bpfdsl.lang import types as T
-from bpfdsl.record import FrozenRecord
 
 
-class HField(FrozenRecord):
+@dataclass(frozen=True, slots=True)
+class HField:
     """One header field: byte ``offset``, ``type``; for bit fields ``shift``/``width``
-    (bits; width 0 = the whole field).  Immutable by convention, equal by value."""
+    (bits; width 0 = the whole field).  Immutable, equal by value."""
 
-    __slots__ = ("offset", "type", "shift", "width")
-
-    def __init__(self, offset: int, type: T.Type, shift: int = 0, width: int = 0) -> None:
-        self.offset = offset
-        self.type = type
-        self.shift = shift
-        self.width = width
+    offset: int
+    type: T.Type
+    shift: int = 0
+    width: int = 0
 
     @property
     def writable(self) -> bool:
         return self.width == 0
 
 
+@dataclass(eq=False, slots=True)
 class Header:
     """``size``: fixed part in bytes.  ``length``: how the full length is found
     (``None`` fixed, ``"ihl"`` ipv4 ihl*4, ``"doff"`` tcp doff*4).  ``csum``: offset of
     the checksum field or None; ``pseudo``: the checksum covers the IP pseudo-header;
     ``zero_ok``: a zero checksum means "none" and stays zero (UDP over IPv4).
-    Immutable by convention; compared by identity (one object per built-in header)."""
+    Compared by identity (one object per built-in header)."""
 
-    __slots__ = ("name", "c_name", "size", "fields", "length", "csum", "pseudo", "zero_ok", "l4")
-
-    def __init__(
-        self,
-        name: str,
-        c_name: str,
-        size: int,
-        fields: dict[str, HField] | None = None,
-        length: str | None = None,
-        csum: int | None = None,
-        pseudo: bool = False,
-        zero_ok: bool = False,
-        l4: bool = False,
-    ) -> None:
-        self.name = name
-        self.c_name = c_name
-        self.size = size
-        self.fields = {} if fields is None else fields
-        self.length = length
-        self.csum = csum
-        self.pseudo = pseudo
-        self.zero_ok = zero_ok
-        self.l4 = l4
+    name: str
+    c_name: str
+    size: int
+    fields: dict[str, HField] = field(default_factory=dict)
+    length: str | None = None
+    csum: int | None = None
+    pseudo: bool = False
+    zero_ok: bool = False
+    l4: bool = False
 
     def __repr__(self) -> str:
         return f"Header({self.name!r}, {self.c_name!r}, size={self.size})"

@@ -1,19 +1,25 @@
-"""Parser (front end, first stage): source text -> AST, without importing lark.
+"""Parser (front end, first stage): source text -> AST.
 
 The grammar is ``grammar/bpfdsl.lark`` (shipped as package ``bpfdsl.grammar``), LALR(1)
 with lark's basic lexer, ``propagate_positions`` and ``maybe_placeholders``.  lark computes
-the lexer and the LALR tables once, at build time (:mod:`bpfdsl.lang.parser_gen` writes
-:mod:`bpfdsl.lang.parser_tables`); :func:`parse` runs those tables and calls the AST builder's
-method for each reduced rule (:mod:`bpfdsl.lang.build`), so no parse tree is made.  It lexes,
-shapes children and propagates positions exactly as lark does, so spans and error messages
-are lark's.  Syntax errors become :class:`~bpfdsl.diagnostics.DiagnosticError` with
-file:line:col.  :func:`parse_tree` (lark itself, imported on use) remains for debugging
-and for the test that the tables match the grammar.
+the lexer and the LALR tables at development time (``tools/gen_parser_tables.py`` writes
+:mod:`bpfdsl.lang.parser_tables`; lark is not a run-time dependency); :func:`parse` runs
+those tables and calls the AST builder's method for each reduced rule
+(:mod:`bpfdsl.lang.build`), so no parse tree is made.  It lexes, shapes children and
+propagates positions exactly as lark does, so spans and error messages are lark's
+(tests/test_parser_tables.py compares the two).  Syntax errors become
+:class:`~bpfdsl.diagnostics.DiagnosticError` with file:line:col.
 """
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
+from importlib.resources import files
+from pathlib import Path
+
 from bpfdsl.diagnostics import Diagnostic, DiagnosticError, Span, error
+from bpfdsl.lang import parser_tables as tables
 
 _TOKEN_NAMES = {
     "NAME": "a name",
@@ -42,25 +48,20 @@ _TOKEN_NAMES = {
 # __btf_name_valid); LLVM also truncates local value names past 1024 characters.
 MAX_NAME_LEN = 512
 
-# The lark options of the grammar (parser_gen makes the tables with the same ones).
-_OPTIONS = dict(parser="lalr", lexer="basic", propagate_positions=True, maybe_placeholders=True)
 
-
+@dataclass(eq=False, slots=True)
 class Token:
     """A lexed token: ``type`` (lark terminal name), ``value`` (its text); ``line``/``column``
     1-based start, ``end_line``/``end_column`` one past its end (lark's convention);
     ``start_pos`` the character offset.  ``str(token)`` is the text."""
 
-    __slots__ = ("type", "value", "line", "column", "end_line", "end_column", "start_pos")
-
-    def __init__(self, type_, value, line, column, end_line, end_column, start_pos):
-        self.type = type_
-        self.value = value
-        self.line = line
-        self.column = column
-        self.end_line = end_line
-        self.end_column = end_column
-        self.start_pos = start_pos
+    type: str
+    value: str
+    line: int
+    column: int
+    end_line: int | None
+    end_column: int | None
+    start_pos: int
 
     def __str__(self) -> str:
         return self.value
@@ -69,27 +70,22 @@ class Token:
         return f"Token({self.type!r}, {self.value!r})"
 
 
-_scanner_cache: list = []
+# The lexer: the terminals' regexps as one alternation of named groups in lark's order.
+_LEXER = re.compile(tables.PATTERN)
 
 
-def _match_at(mre, text: str, pos: int):
-    return mre.match(text, pos)
+def _rules() -> tuple:
+    """``tables.RULES`` with an ``include`` that only selects children (no splice, no
+    placeholder) turned into a list of their indexes."""
+    rules = []
+    for origin, size, kind, cb, include, append_none in tables.RULES:
+        if include is not None and not append_none and not any(s or k for _, s, k in include):
+            include = [i for i, _, _ in include]
+        rules.append((origin, size, kind, cb, include, append_none))
+    return tuple(rules)
 
 
-def _scanner():
-    """(compiled lexer regexps, tables module, rules), built once per process; ``rules``
-    as in the tables, with an ``include`` that only selects children turned into a list of
-    their indexes."""
-    if not _scanner_cache:
-        from bpfdsl.lang import parser_tables as tables
-
-        rules = []
-        for origin, size, kind, cb, include, append_none in tables.RULES:
-            if include is not None and not append_none and not any(s or k for _, s, k in include):
-                include = [i for i, _, _ in include]  # no splice, no placeholder: a list
-            rules.append((origin, size, kind, cb, include, append_none))
-        _scanner_cache.append((_compile_patterns(tables), tables, tuple(rules)))
-    return _scanner_cache[0]
+_RULES = _rules()
 
 
 # (state below, top state, lookahead) -> top state after the run of single-child ?rule
@@ -107,30 +103,6 @@ def _chain(states: dict, rules: tuple, key: tuple[int, int, str]) -> int:
         top = states[below][rules[-1 - act][0]]
 
 
-def _compile_patterns(tables) -> list:
-    """The lexer's compiled regexps.  When this Python and its sre engine are the ones the
-    tables were generated with, from the sre code stored in them (``_sre.compile``, what
-    ``re.compile`` ends with); otherwise, or if that fails, with ``re.compile``."""
-    import sys
-
-    try:
-        import _sre
-
-        ver, magic, codesize, progs = tables.SRE
-        if (tuple(sys.version_info[:2]), _sre.MAGIC, _sre.CODESIZE) == (ver, magic, codesize):
-            return [
-                _sre.compile(pat, flags, list(code), groups, groupindex, indexgroup)
-                for pat, (flags, code, groups, groupindex, indexgroup) in zip(
-                    tables.PATTERNS, progs, strict=True
-                )
-            ]
-    except Exception:  # noqa: BLE001 - any mismatch: compile them the documented way
-        pass
-    import re
-
-    return [re.compile(p) for p in tables.PATTERNS]
-
-
 def parse(text: str, filename: str, actions) -> object:
     """Parse ``text`` and return what ``actions`` builds for the start rule.
 
@@ -140,8 +112,8 @@ def parse(text: str, filename: str, actions) -> object:
     Raises DiagnosticError (code ``syntax``) for text outside the grammar; a DiagnosticError
     raised by an action is re-raised after the whole text parsed (syntax errors first).
     """
-    mres, tables, rules = _scanner()
-    mre = mres[0] if len(mres) == 1 else None  # lark splits at 100 groups
+    mre = _LEXER
+    rules = _RULES
     states = tables.STATES
     keywords = tables.KEYWORDS
     ignore = tables.IGNORE
@@ -161,14 +133,9 @@ def parse(text: str, filename: str, actions) -> object:
     while True:
         # ---- next token (lark BasicLexer.next_token) ----
         if pos < n:
-            if mre is not None:
-                m = mre.match(text, pos)
-            else:
-                for m in map(_match_at, mres, (text,) * len(mres), (pos,) * len(mres)):
-                    if m is not None:
-                        break
+            m = mre.match(text, pos)
             if m is None:
-                raise _syntax_error(text, filename, line, pos - line_start + 1, char_pos=pos)
+                raise syntax_error(text, filename, line, pos - line_start + 1, char_pos=pos)
             typ = m.lastgroup
             val = m.group()
             start, sline, scol = pos, line, pos - line_start + 1
@@ -207,7 +174,7 @@ def parse(text: str, filename: str, actions) -> object:
                 expected = {s for s in row if s.isupper()}
                 if tok is not None and not isinstance(tok, Token):
                     tok = Token(typ, tok, *tpos, start)
-                raise _syntax_error(text, filename, 0, 0, token=tok, expected=expected)
+                raise syntax_error(text, filename, 0, 0, token=tok, expected=expected)
             if act >= 0:
                 state_stack.append(act)
                 vals.append(tok)
@@ -273,7 +240,7 @@ def parse(text: str, filename: str, actions) -> object:
                 return vals[-1]
 
 
-def _syntax_error(
+def syntax_error(
     text: str,
     filename: str,
     line: int,
@@ -283,8 +250,9 @@ def _syntax_error(
     token: Token | None = None,
     expected: set[str] | None = None,
 ) -> DiagnosticError:
-    """The diagnostic for a lexer failure at ``char_pos`` (line/col there) or for an
-    unexpected ``token`` (None or end of input: past the last character)."""
+    """The error for a lexer failure at character offset ``char_pos`` (``line``/``col``
+    there, 1-based) or for an unexpected ``token`` (None or end of input: past the last
+    character); ``expected`` names the terminals the grammar allowed there."""
     return DiagnosticError(_syntax_diag(text, filename, line, col, char_pos, token, expected), text)
 
 
@@ -354,61 +322,10 @@ def _syntax_diag(text, filename, line, col, char_pos, token, expected) -> Diagno
 
 
 def grammar_text() -> str:
-    """The grammar: ``bpfdsl/grammar/bpfdsl.lark`` when installed (package ``bpfdsl.grammar``),
-    ``grammar/bpfdsl.lark`` in a source tree.  Plain file reads: importlib.resources costs
-    ~10 ms of imports per process; it stays the fallback (zip imports)."""
-    from pathlib import Path
-
-    here = Path(__file__).resolve().parent
-    for p in (here / "grammar" / "bpfdsl.lark", here.parent / "grammar" / "bpfdsl.lark"):
-        if p.is_file():
-            return p.read_text()
-    from importlib.resources import files
-
+    """The grammar: ``grammar/bpfdsl.lark`` when this package runs from a source tree (a
+    ``pyproject.toml`` next to ``bpfdsl/``), else the copy installed as package data
+    (``bpfdsl.grammar``)."""
+    root = Path(__file__).resolve().parents[2]
+    if (root / "pyproject.toml").is_file() and (root / "grammar" / "bpfdsl.lark").is_file():
+        return (root / "grammar" / "bpfdsl.lark").read_text()
     return files("bpfdsl.grammar").joinpath("bpfdsl.lark").read_text()
-
-
-def import_lark() -> None:
-    """Kept for callers of the lark-based parser: since the parser runs generated tables
-    (:mod:`bpfdsl.lang.parser_tables`), compiling needs no lark; nothing to do here."""
-
-
-_lark_cache: list = []
-
-
-def _lark():
-    """The lark parser of the grammar (debugging and table tests only; built once per
-    process, not cached on disk)."""
-    if _lark_cache:
-        return _lark_cache[0]
-    import sys
-
-    if "lark" not in sys.modules and "regex" not in sys.modules:
-        sys.modules["regex"] = None  # lark would import the slow `regex` module it won't use
-        try:
-            import lark  # noqa: F401
-        finally:
-            del sys.modules["regex"]
-    from lark import Lark
-
-    _lark_cache.append(Lark(grammar_text(), **_OPTIONS))
-    return _lark_cache[0]
-
-
-def parse_tree(text: str, filename: str = "<input>"):
-    """Parse ``text`` with lark itself; returns the lark Tree (debugging aid; compiling uses
-    :func:`parse`).  Raises DiagnosticError (code ``syntax``) like :func:`parse`."""
-    from lark.exceptions import UnexpectedCharacters, UnexpectedInput
-
-    parser = _lark()
-    try:
-        return parser.parse(text)
-    except UnexpectedCharacters as e:
-        raise _syntax_error(text, filename, e.line, e.column, char_pos=e.pos_in_stream) from None
-    except UnexpectedInput as e:
-        tok = getattr(e, "token", None)
-        if tok is not None and tok.type != "$END":
-            tok = Token(tok.type, str(tok), tok.line, tok.column, None, None, tok.start_pos)
-        raise _syntax_error(
-            text, filename, 0, 0, token=tok, expected=set(getattr(e, "expected", None) or ())
-        ) from None

@@ -8,274 +8,183 @@ network byte order; :class:`StructType` lays out members with C natural alignmen
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 
 class Type:
     """Base of all types; subclasses provide ``size``/``align`` (bytes) and ``name``.
 
-    Types are plain classes (not dataclasses: their creation at import exec()s generated
-    code): a :class:`ValueType` is immutable by convention and compared and hashed by
-    ``_key()`` for the same class (frozen-dataclass semantics); other types compare by
-    identity."""
+    Every type is a dataclass.  The value types (integers, bool, byte strings, arrays,
+    headers, ctx, void, the error type) are frozen and equal when their fields are (``u32``
+    written twice is one type); :class:`StructType`, :class:`MapType`, :class:`OptionalType`
+    and :class:`RefType` are ``eq=False``, compared by identity: each declaration (or each
+    use of a map) is its own type, whatever its members."""
 
-    _repr_fields: tuple[str, ...] = ()
+    __slots__ = ()
 
     def __str__(self) -> str:
-        return self.name
-
-    def __repr__(self) -> str:
-        args = ", ".join(f"{n}={getattr(self, n)!r}" for n in self._repr_fields)
-        return f"{type(self).__name__}({args})"
+        return self.name  # type: ignore[attr-defined]
 
 
-class ValueType(Type):
-    """A type equal to another of the same class with the same ``_key()``."""
-
-    def _key(self) -> tuple:
-        raise NotImplementedError
-
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is not self.__class__:
-            return NotImplemented
-        return self._key() == other._key()  # type: ignore[attr-defined]
-
-    def __hash__(self) -> int:
-        return hash(self._key())
-
-
-class IntType(ValueType):
+@dataclass(frozen=True, slots=True)
+class IntType(Type):
     """An integer of ``bits`` bits; ``be`` = stored in network byte order (be16/be32/be64).
 
     ``size``/``align`` in bytes (bits // 8); ``name`` as written (``u16``, ``i32``, ``be16``)."""
 
-    _repr_fields = ("bits", "signed", "be")
+    bits: int
+    signed: bool = False
+    be: bool = False
 
-    def __init__(self, bits: int, signed: bool = False, be: bool = False) -> None:
-        self.bits = bits
-        self.signed = signed
-        self.be = be
-        self.size = self.align = bits // 8
-        self.name = f"be{bits}" if be else f"{'i' if signed else 'u'}{bits}"
+    @property
+    def size(self) -> int:
+        return self.bits // 8
 
-    def _key(self) -> tuple:
-        return (self.bits, self.signed, self.be)
+    align = size
+
+    @property
+    def name(self) -> str:
+        return f"be{self.bits}" if self.be else f"{'i' if self.signed else 'u'}{self.bits}"
 
     def __str__(self) -> str:
         return self.name
 
 
-class BoolType(ValueType):
-    _repr_fields = ("size", "align", "name")
-
-    def __init__(self, size: int = 1, align: int = 1, name: str = "bool") -> None:
-        self.size = size
-        self.align = align
-        self.name = name
-
-    def _key(self) -> tuple:
-        return (self.size, self.align, self.name)
+@dataclass(frozen=True, slots=True)
+class BoolType(Type):
+    size: int = 1
+    align: int = 1
+    name: str = "bool"
 
     def __str__(self) -> str:
         return "bool"
 
 
-class UntypedInt(ValueType):
+@dataclass(frozen=True, slots=True)
+class UntypedInt(Type):
     """Type of an integer literal before context gives it one."""
 
-    _repr_fields = ("name", "size", "align")
-
-    def __init__(self, name: str = "integer literal", size: int = 8, align: int = 8) -> None:
-        self.name = name
-        self.size = size
-        self.align = align
-
-    def _key(self) -> tuple:
-        return (self.name, self.size, self.align)
-
-    def __str__(self) -> str:
-        return self.name
+    name: str = "integer literal"
+    size: int = 8
+    align: int = 8
 
 
-class BytesType(ValueType):
+@dataclass(frozen=True, slots=True)
+class BytesType(Type):
     """Fixed-size byte string in network order: ``mac_addr`` (6), ``ipv6_addr`` (16)."""
 
-    _repr_fields = ("name", "size", "align")
-
-    def __init__(self, name: str, size: int, align: int) -> None:
-        self.name = name
-        self.size = size
-        self.align = align
-
-    def _key(self) -> tuple:
-        return (self.name, self.size, self.align)
-
-    def __str__(self) -> str:
-        return self.name
+    name: str
+    size: int
+    align: int
 
 
+@dataclass(eq=False, slots=True)
 class StructType(Type):
     """A C-layout struct; ``fields``: name -> (byte offset, type).  Compared by identity."""
 
-    _repr_fields = ("name", "fields", "size", "align")
-
-    def __init__(
-        self,
-        name: str,
-        fields: dict[str, tuple[int, Type]] | None = None,
-        size: int = 0,
-        align: int = 1,
-    ) -> None:
-        self.name = name
-        self.fields = {} if fields is None else fields
-        self.size = size
-        self.align = align
-
-    def __str__(self) -> str:
-        return self.name
+    name: str
+    fields: dict[str, tuple[int, Type]] = field(default_factory=dict)
+    size: int = 0
+    align: int = 1
 
 
-class ArrayType(ValueType):
+@dataclass(frozen=True, slots=True)
+class ArrayType(Type):
     """``[elem; count]``: ``count`` elements, no padding between them."""
 
-    _repr_fields = ("elem", "count")
-
-    def __init__(self, elem: Type, count: int) -> None:
-        self.elem = elem
-        self.count = count
-
-    def _key(self) -> tuple:
-        return (self.elem, self.count)
+    elem: Type
+    count: int
 
     @property
-    def size(self) -> int:  # type: ignore[override]
-        return self.elem.size * self.count
+    def size(self) -> int:
+        return self.elem.size * self.count  # type: ignore[attr-defined]
 
     @property
-    def align(self) -> int:  # type: ignore[override]
-        return self.elem.align
+    def align(self) -> int:
+        return self.elem.align  # type: ignore[attr-defined]
 
     @property
-    def name(self) -> str:  # type: ignore[override]
+    def name(self) -> str:
         return f"[{self.elem}; {self.count}]"
 
-    def __str__(self) -> str:
-        return self.name
 
-
-class HeaderType(ValueType):
+@dataclass(frozen=True, slots=True)
+class HeaderType(Type):
     """A view of a packet header (a bounds-checked packet pointer); see bpfdsl.lang.headers.
 
     Equal by ``name`` (``layout``, a headers.Header, does not take part)."""
 
-    _repr_fields = ("name", "layout")
-
-    def __init__(self, name: str, layout: object) -> None:
-        self.name = name
-        self.layout = layout
-
-    def _key(self) -> tuple:
-        return (self.name,)
+    name: str
+    layout: object = field(compare=False)
 
     def __str__(self) -> str:
         return f"header {self.name}"
 
 
+@dataclass(eq=False, slots=True)
 class MapType(Type):
     """A map: ``kind`` is the language name (``percpu_array``), ``map_type`` the kernel's
     BPF_MAP_TYPE_* number, ``max_entries`` and ``flags`` (BPF_F_*) as in ``struct
     bpf_map_def``.  Compared by identity."""
 
-    _repr_fields = ("name", "kind", "map_type", "key", "value", "max_entries", "flags")
-
-    def __init__(
-        self,
-        name: str,
-        kind: str,
-        map_type: int,
-        key: Type | None,
-        value: Type | None,
-        max_entries: int,
-        flags: int = 0,
-    ) -> None:
-        self.name = name
-        self.kind = kind
-        self.map_type = map_type
-        self.key = key
-        self.value = value
-        self.max_entries = max_entries
-        self.flags = flags
+    name: str
+    kind: str
+    map_type: int
+    key: Type | None
+    value: Type | None
+    max_entries: int
+    flags: int = 0
 
     def __str__(self) -> str:
         return f"map {self.name}"
 
 
+@dataclass(eq=False, slots=True)
 class OptionalType(Type):
     """A value that may be missing (map lookup, parse): must go through let-else / if-let."""
 
-    _repr_fields = ("inner", "what")
-
-    def __init__(self, inner: Type, what: str = "value") -> None:
-        self.inner = inner
-        self.what = what
+    inner: Type
+    what: str = "value"
 
     def __str__(self) -> str:
         return f"optional {self.inner}"
 
 
+@dataclass(eq=False, slots=True)
 class RefType(Type):
     """A reference to a map value (result of a handled lookup); reads load, writes store."""
 
-    _repr_fields = ("inner", "percpu", "readonly")
-
-    def __init__(self, inner: Type, percpu: bool = False, readonly: bool = False) -> None:
-        self.inner = inner
-        self.percpu = percpu
-        self.readonly = readonly
+    inner: Type
+    percpu: bool = False
+    readonly: bool = False
 
     def __str__(self) -> str:
         return f"&{self.inner}"
 
 
-class CtxType(ValueType):
-    _repr_fields = ("name",)
-
-    def __init__(self, name: str = "ctx") -> None:
-        self.name = name
-
-    def _key(self) -> tuple:
-        return (self.name,)
+@dataclass(frozen=True, slots=True)
+class CtxType(Type):
+    name: str = "ctx"
 
     def __str__(self) -> str:
         return "ctx"
 
 
-class VoidType(ValueType):
-    _repr_fields = ("name",)
-
-    def __init__(self, name: str = "void") -> None:
-        self.name = name
-
-    def _key(self) -> tuple:
-        return (self.name,)
+@dataclass(frozen=True, slots=True)
+class VoidType(Type):
+    name: str = "void"
 
     def __str__(self) -> str:
         return "void"
 
 
-class ErrorType(ValueType):
+@dataclass(frozen=True, slots=True)
+class ErrorType(Type):
     """The type of an expression that already has an error: fits anywhere (no cascades)."""
 
-    _repr_fields = ("name", "size", "align")
-
-    def __init__(self, name: str = "<error>", size: int = 4, align: int = 4) -> None:
-        self.name = name
-        self.size = size
-        self.align = align
-
-    def _key(self) -> tuple:
-        return (self.name, self.size, self.align)
-
-    def __str__(self) -> str:
-        return self.name
+    name: str = "<error>"
+    size: int = 4
+    align: int = 4
 
 
 ERR = ErrorType()

@@ -12,6 +12,8 @@ Map specs and linking live in :mod:`bpfdsl.obj.maps` and :mod:`bpfdsl.obj.link`.
 from __future__ import annotations
 
 import io
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from bpfdsl.abi.btf.core import Btf, BtfFormatError, parse_btf
 from bpfdsl.abi.btf.ext import BtfExt, LineInfo, parse_btf_ext
@@ -20,9 +22,7 @@ from bpfdsl.abi.uapi import AttachType, ProgramKind, ProgramType
 from bpfdsl.diagnostics import UsageError, error
 from bpfdsl.obj.elf import ElfError, ElfFile
 from bpfdsl.obj.maps import MapSpec, read_maps
-from bpfdsl.record import FrozenRecord, Record
 
-TYPE_CHECKING = False  # (pathlib/typing cost import time on the load path)
 if TYPE_CHECKING:  # pragma: no cover
     from pathlib import Path
 
@@ -33,7 +33,8 @@ LEGACY_MAPS_MSG = (
 )
 
 
-class Relocation(FrozenRecord):
+@dataclass(frozen=True, slots=True)
+class Relocation:
     """A reference the loader must resolve.  ``insn_idx``: index into ``ProgramSpec.insns``.
     ``kind``: ``"map"`` (ld_imm64 of a ``.maps`` map, ``symbol`` = map name), ``"data"``
     (ld_imm64 of an address in a data section: ``symbol`` = section name, ``offset`` = byte
@@ -42,33 +43,20 @@ class Relocation(FrozenRecord):
     insn_idx: int
     kind: str
     symbol: str
-    offset: int
-
-    __slots__ = ("insn_idx", "kind", "symbol", "offset")
-
-    def __init__(self, insn_idx: int, kind: str, symbol: str, offset: int = 0) -> None:
-        self.insn_idx = insn_idx
-        self.kind = kind
-        self.symbol = symbol
-        self.offset = offset
+    offset: int = 0
 
 
-class FuncRecord(FrozenRecord):
+@dataclass(frozen=True, slots=True)
+class FuncRecord:
     """``bpf_func_info`` for the kernel: ``insn_off`` in instruction SLOTS, FUNC type id."""
 
     insn_off: int
     type_id: int
-    name: str
-
-    __slots__ = ("insn_off", "type_id", "name")
-
-    def __init__(self, insn_off: int, type_id: int, name: str = "") -> None:
-        self.insn_off = insn_off
-        self.type_id = type_id
-        self.name = name
+    name: str = ""
 
 
-class ProgramSpec(Record):
+@dataclass(slots=True)
+class ProgramSpec:
     """One loadable program: ``insns`` (ld_imm64 counts once; subprograms appended),
     ``relocations``, ``func_info``/``line_info`` with ``insn_off`` in SLOTS (kernel form),
     ``kind`` from uapi.PROGRAM_KINDS (None: section is not a program type bpfdsl knows)."""
@@ -77,45 +65,11 @@ class ProgramSpec(Record):
     section: str
     kind: ProgramKind | None
     insns: list[Insn]
-    relocations: list[Relocation]
-    func_info: list[FuncRecord]
-    line_info: list[LineInfo]
-    subprograms: list[str]
-    section_offset: int  # bytes: where the main function starts in its section
-
-    __slots__ = (
-        "name",
-        "section",
-        "kind",
-        "insns",
-        "relocations",
-        "func_info",
-        "line_info",
-        "subprograms",
-        "section_offset",
-    )
-
-    def __init__(
-        self,
-        name: str,
-        section: str,
-        kind: ProgramKind | None,
-        insns: list[Insn],
-        relocations: list[Relocation] | None = None,
-        func_info: list[FuncRecord] | None = None,
-        line_info: list[LineInfo] | None = None,
-        subprograms: list[str] | None = None,
-        section_offset: int = 0,
-    ) -> None:
-        self.name = name
-        self.section = section
-        self.kind = kind
-        self.insns = insns
-        self.relocations = [] if relocations is None else relocations
-        self.func_info = [] if func_info is None else func_info
-        self.line_info = [] if line_info is None else line_info
-        self.subprograms = [] if subprograms is None else subprograms
-        self.section_offset = section_offset
+    relocations: list[Relocation] = field(default_factory=list)
+    func_info: list[FuncRecord] = field(default_factory=list)
+    line_info: list[LineInfo] = field(default_factory=list)
+    subprograms: list[str] = field(default_factory=list)
+    section_offset: int = 0  # bytes: where the main function starts in its section
 
     @property
     def program_type(self) -> ProgramType | None:
@@ -142,29 +96,20 @@ class ProgramSpec(Record):
         return best
 
 
-class Var(FrozenRecord):
+@dataclass(frozen=True, slots=True)
+class Var:
     """A variable in a data section: ``offset``/``size`` in bytes, BTF ``type_id`` (0 if
     the object has no BTF for it)."""
 
     name: str
     offset: int
     size: int
-    type_id: int
-    static: bool  # BTF_VAR_STATIC / STB_LOCAL: not settable from outside
-
-    __slots__ = ("name", "offset", "size", "type_id", "static")
-
-    def __init__(
-        self, name: str, offset: int, size: int, type_id: int = 0, static: bool = False
-    ) -> None:
-        self.name = name
-        self.offset = offset
-        self.size = size
-        self.type_id = type_id
-        self.static = static
+    type_id: int = 0
+    static: bool = False  # BTF_VAR_STATIC / STB_LOCAL: not settable from outside
 
 
-class DataSection(Record):
+@dataclass(slots=True)
+class DataSection:
     """``.rodata``/``.data``/``.bss`` (and ``.rodata.*`` ...): initial bytes (zeros for
     .bss), ``vars`` by name, ``readonly`` (.rodata: BPF_F_RDONLY_PROG + frozen), BTF
     DATASEC type id (0 if none)."""
@@ -173,21 +118,11 @@ class DataSection(Record):
     data: bytes
     vars: dict[str, Var]
     readonly: bool
-    btf_id: int
-
-    __slots__ = ("name", "data", "vars", "readonly", "btf_id")
-
-    def __init__(
-        self, name: str, data: bytes, vars: dict[str, Var], readonly: bool, btf_id: int = 0
-    ) -> None:
-        self.name = name
-        self.data = data
-        self.vars = vars
-        self.readonly = readonly
-        self.btf_id = btf_id
+    btf_id: int = 0
 
 
-class CollectionSpec(Record):
+@dataclass(slots=True)
+class CollectionSpec:
     """Everything in an object, before any kernel object exists.
 
     ``btf`` has DATASEC sizes and VAR offsets already fixed from the ELF (B13),
@@ -201,42 +136,8 @@ class CollectionSpec(Record):
     btf: Btf | None
     btf_ext: BtfExt | None
     data_sections: dict[str, DataSection]
-    btf_fixups: list[str]
-    btf_error: str | None
-
-    __slots__ = (
-        "path",
-        "programs",
-        "maps",
-        "license",
-        "btf",
-        "btf_ext",
-        "data_sections",
-        "btf_fixups",
-        "btf_error",
-    )
-
-    def __init__(
-        self,
-        path: str,
-        programs: dict[str, ProgramSpec],
-        maps: dict[str, MapSpec],
-        license: str | None,
-        btf: Btf | None,
-        btf_ext: BtfExt | None,
-        data_sections: dict[str, DataSection],
-        btf_fixups: list[str] | None = None,
-        btf_error: str | None = None,
-    ) -> None:
-        self.path = path
-        self.programs = programs
-        self.maps = maps
-        self.license = license
-        self.btf = btf
-        self.btf_ext = btf_ext
-        self.data_sections = data_sections
-        self.btf_fixups = [] if btf_fixups is None else btf_fixups
-        self.btf_error = btf_error
+    btf_fixups: list[str] = field(default_factory=list)
+    btf_error: str | None = None
 
     @property
     def rodata(self) -> DataSection | None:

@@ -11,6 +11,9 @@ unrelocated -> PC-relative in the same section.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
+
 from bpfdsl.abi.btf.core import Btf
 from bpfdsl.abi.btf.ext import BtfExt
 from bpfdsl.abi.insn import Insn, InsnError, decode, index_by_slot, slot_offsets
@@ -21,42 +24,21 @@ from bpfdsl.abi.uapi import (
     kind_for_section,
 )
 from bpfdsl.obj.collection import SHF_EXECINSTR, FuncRecord, ProgramSpec, Relocation
-from bpfdsl.record import Record
 
-TYPE_CHECKING = False  # (typing costs import time on the load path)
 if TYPE_CHECKING:  # pragma: no cover
     from bpfdsl.obj.collection import _Reader
 
 
-class _Func(Record):
+@dataclass(slots=True)
+class _Func:
     section: str
     name: str
     start: int  # bytes in section
     end: int
-    insns: list[Insn]
-    relocs: list[Relocation]
+    insns: list[Insn] = field(default_factory=list)
+    relocs: list[Relocation] = field(default_factory=list)
+    calls: dict[int, tuple[str, int, bool]] = field(default_factory=dict)
     # list index -> (section, byte offset of the target, is_func_ref)
-    calls: dict[int, tuple[str, int, bool]]
-
-    __slots__ = ("section", "name", "start", "end", "insns", "relocs", "calls")
-
-    def __init__(
-        self,
-        section: str,
-        name: str,
-        start: int,
-        end: int,
-        insns: list[Insn] | None = None,
-        relocs: list[Relocation] | None = None,
-        calls: dict[int, tuple[str, int, bool]] | None = None,
-    ) -> None:
-        self.section = section
-        self.name = name
-        self.start = start
-        self.end = end
-        self.insns = [] if insns is None else insns
-        self.relocs = [] if relocs is None else relocs
-        self.calls = {} if calls is None else calls
 
 
 def link_programs(
@@ -208,14 +190,14 @@ def _link(
                     else x.with_imm(delta)
                 )
             insns.append(x)
-        relocs += [r.replace(insn_idx=r.insn_idx + first) for r in g.relocs]
+        relocs += [replace(r, insn_idx=r.insn_idx + first) for r in g.relocs]
         if ext is not None:
             for fi in ext.func_info.get(g.section, ()):
                 if g.start <= fi.insn_off < g.end:
                     finfo.append(FuncRecord(b + (fi.insn_off - g.start) // 8, fi.type_id, g.name))
             for li in ext.line_info.get(g.section, ()):
                 if g.start <= li.insn_off < g.end:
-                    linfo.append(li.replace(insn_off=b + (li.insn_off - g.start) // 8))
+                    linfo.append(replace(li, insn_off=b + (li.insn_off - g.start) // 8))
     return ProgramSpec(
         main.name,
         main.section,

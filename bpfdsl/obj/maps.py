@@ -10,11 +10,12 @@ initial entries from relocations in ``.rel.maps``).
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
 from bpfdsl.abi.btf.core import Btf, BtfFormatError, BtfType, Kind
 from bpfdsl.abi.uapi import MapType, is_map_in_map
-from bpfdsl.record import Record
 
-TYPE_CHECKING = False  # (typing costs import time on the load path)
 if TYPE_CHECKING:  # pragma: no cover
     from bpfdsl.obj.collection import _Reader
 
@@ -31,7 +32,8 @@ _INT_FIELDS = (
 )
 
 
-class MapSpec(Record):
+@dataclass(slots=True)
+class MapSpec:
     """A map to create.  Sizes in bytes; ``map_type`` is uapi.MapType when known (else the
     raw int); ``key_type_id``/``value_type_id`` are BTF ids (0 = none); ``pinning`` is
     PIN_NONE or PIN_BY_NAME; ``inner`` the inner map of a map-in-map; ``values`` initial
@@ -42,68 +44,16 @@ class MapSpec(Record):
     key_size: int
     value_size: int
     max_entries: int
-    map_flags: int
-    pinning: int
-    numa_node: int
-    map_extra: int
-    key_type_id: int
-    value_type_id: int
-    inner: MapSpec | None
-    values: dict[int, str]
-    offset: int  # byte offset of the definition in .maps
-    size: int  # bytes of the definition in .maps
-
-    __slots__ = (
-        "name",
-        "map_type",
-        "key_size",
-        "value_size",
-        "max_entries",
-        "map_flags",
-        "pinning",
-        "numa_node",
-        "map_extra",
-        "key_type_id",
-        "value_type_id",
-        "inner",
-        "values",
-        "offset",
-        "size",
-    )
-
-    def __init__(
-        self,
-        name: str,
-        map_type: int,
-        key_size: int,
-        value_size: int,
-        max_entries: int,
-        map_flags: int = 0,
-        pinning: int = PIN_NONE,
-        numa_node: int = 0,
-        map_extra: int = 0,
-        key_type_id: int = 0,
-        value_type_id: int = 0,
-        inner: MapSpec | None = None,
-        values: dict[int, str] | None = None,
-        offset: int = 0,
-        size: int = 0,
-    ) -> None:
-        self.name = name
-        self.map_type = map_type
-        self.key_size = key_size
-        self.value_size = value_size
-        self.max_entries = max_entries
-        self.map_flags = map_flags
-        self.pinning = pinning
-        self.numa_node = numa_node
-        self.map_extra = map_extra
-        self.key_type_id = key_type_id
-        self.value_type_id = value_type_id
-        self.inner = inner
-        self.values = {} if values is None else values
-        self.offset = offset
-        self.size = size
+    map_flags: int = 0
+    pinning: int = PIN_NONE
+    numa_node: int = 0
+    map_extra: int = 0
+    key_type_id: int = 0
+    value_type_id: int = 0
+    inner: MapSpec | None = None
+    values: dict[int, str] = field(default_factory=dict)
+    offset: int = 0  # byte offset of the definition in .maps
+    size: int = 0  # bytes of the definition in .maps
 
     @property
     def type_name(self) -> str:

@@ -11,18 +11,19 @@ from __future__ import annotations
 
 import errno
 import os
+from dataclasses import dataclass, field, fields
 
 from bpfdsl.abi.uapi import BPF_F_REPLACE, AttachType, LinkType, ProgramType, XdpFlags
 from bpfdsl.diagnostics import DiagnosticError, UsageError, error
 from bpfdsl.kernel import libc, netlink, syscall
-from bpfdsl.record import FrozenRecord
 
 MODES = ("native", "generic")  # offload is refused: it needs a device-bound program
 BPFFS = "/sys/fs/bpf"
 DEFAULT_PIN_ROOT = BPFFS + "/bpfdsl"  # where the CLI pins when no --pin-dir is given
 
 
-class XdpAttachment(FrozenRecord):
+@dataclass(frozen=True, slots=True)
+class XdpAttachment:
     """One XDP program on one interface.
 
     ``method``: ``link`` (a BPF link, ``link_id``; pinned at ``link_pin`` unless None) or
@@ -35,48 +36,14 @@ class XdpAttachment(FrozenRecord):
     mode: str
     method: str
     prog_id: int
-    prog_name: str
-    link_id: int | None
-    link_pin: str | None
-    link_fd: syscall.Fd | None
-
-    _hidden = ("link_fd",)
-    __slots__ = (
-        "dev",
-        "ifindex",
-        "mode",
-        "method",
-        "prog_id",
-        "prog_name",
-        "link_id",
-        "link_pin",
-        "link_fd",
-    )
-
-    def __init__(
-        self,
-        dev: str,
-        ifindex: int,
-        mode: str,
-        method: str,
-        prog_id: int,
-        prog_name: str = "",
-        link_id: int | None = None,
-        link_pin: str | None = None,
-        link_fd: syscall.Fd | None = None,
-    ) -> None:
-        self.dev = dev
-        self.ifindex = ifindex
-        self.mode = mode
-        self.method = method
-        self.prog_id = prog_id
-        self.prog_name = prog_name
-        self.link_id = link_id
-        self.link_pin = link_pin
-        self.link_fd = link_fd
+    prog_name: str = ""
+    link_id: int | None = None
+    link_pin: str | None = None
+    link_fd: syscall.Fd | None = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict:
-        return {n: getattr(self, n) for n in self.__slots__ if n != "link_fd"}
+        """The fields by name for JSON output (attach, detach, show), without the fd."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.compare}
 
 
 def link_pin_path(pin_dir: str, dev: str) -> str:

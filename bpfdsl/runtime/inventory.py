@@ -11,34 +11,25 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 from bpfdsl.abi.uapi import AttachType, LinkType, MapType, ProgramType
 from bpfdsl.diagnostics import DiagnosticError, UsageError, error
 from bpfdsl.kernel import netlink, syscall
-from bpfdsl.record import Record
 from bpfdsl.runtime import attach
 
 MANIFEST_NAMES = ("bpfdsl.json", "manifest", "bpfdsl_manifest")  # files the loader may write
 
 
-class OpenProgram(Record):
+@dataclass(slots=True)
+class OpenProgram:
     """A program ready to attach: ``fd`` (owned by the context), kernel ``name``, and
     ``pin_dir`` (where its link gets pinned; None when nothing is pinned)."""
 
     fd: int
     name: str
     pin_dir: str | None
-    loaded_from: str | None  # the object file loaded and pinned by this call
-
-    __slots__ = ("fd", "name", "pin_dir", "loaded_from")
-
-    def __init__(
-        self, fd: int, name: str, pin_dir: str | None, loaded_from: str | None = None
-    ) -> None:
-        self.fd = fd
-        self.name = name
-        self.pin_dir = pin_dir
-        self.loaded_from = loaded_from
+    loaded_from: str | None = None  # the object file loaded and pinned by this call
 
 
 def _type_name(enum, value: int) -> str:

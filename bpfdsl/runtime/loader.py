@@ -13,6 +13,8 @@ from __future__ import annotations
 import errno as E
 import os
 import struct
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from bpfdsl.abi.insn import Insn, encode
 from bpfdsl.abi.uapi import (
@@ -26,9 +28,7 @@ from bpfdsl.diagnostics import DiagnosticError, UsageError, error
 from bpfdsl.kernel import syscall as S
 from bpfdsl.obj.collection import CollectionSpec, DataSection, ProgramSpec
 from bpfdsl.obj.maps import PIN_BY_NAME, MapSpec
-from bpfdsl.record import Record
 
-TYPE_CHECKING = False  # typing costs import time on the load path
 if TYPE_CHECKING:  # pragma: no cover
     from typing import Any
 
@@ -71,7 +71,8 @@ def _fail(code: str, msg: str, hint: str | None = None) -> LoadError:
     return LoadError(error(code, msg, hint=hint))
 
 
-class LoadedMap(Record):
+@dataclass(slots=True)
+class LoadedMap:
     """A live map: ``fd``, its spec (None for internal data-section maps), ``pinned`` path
     when pinned by name, ``reused`` when an existing pin was opened."""
 
@@ -82,42 +83,8 @@ class LoadedMap(Record):
     value_size: int
     max_entries: int
     map_type: int
-    pinned: str | None
-    reused: bool
-
-    __slots__ = (
-        "name",
-        "fd",
-        "spec",
-        "key_size",
-        "value_size",
-        "max_entries",
-        "map_type",
-        "pinned",
-        "reused",
-    )
-
-    def __init__(
-        self,
-        name: str,
-        fd: S.Fd,
-        spec: MapSpec | None,
-        key_size: int,
-        value_size: int,
-        max_entries: int,
-        map_type: int,
-        pinned: str | None = None,
-        reused: bool = False,
-    ) -> None:
-        self.name = name
-        self.fd = fd
-        self.spec = spec
-        self.key_size = key_size
-        self.value_size = value_size
-        self.max_entries = max_entries
-        self.map_type = map_type
-        self.pinned = pinned
-        self.reused = reused
+    pinned: str | None = None
+    reused: bool = False
 
     def _value_size(self) -> int:
         """Bytes of one lookup: per-CPU maps return one value per possible CPU, each
@@ -141,50 +108,26 @@ class LoadedMap(Record):
         return S.map_delete(self.fd, key)
 
 
-class LoadedProgram(Record):
+@dataclass(slots=True)
+class LoadedProgram:
     """A live program: ``fd``, its spec and the verifier log (empty unless log_level>0)."""
 
     name: str
     fd: S.Fd
     spec: ProgramSpec
-    log: str
-
-    __slots__ = ("name", "fd", "spec", "log")
-
-    def __init__(self, name: str, fd: S.Fd, spec: ProgramSpec, log: str = "") -> None:
-        self.name = name
-        self.fd = fd
-        self.spec = spec
-        self.log = log
+    log: str = ""
 
 
-class Collection(Record):
+@dataclass(slots=True)
+class Collection:
     """Everything one load made.  Context manager: ``close()`` closes all fds (pins stay)."""
 
     spec: CollectionSpec
-    maps: dict[str, LoadedMap]
-    programs: dict[str, LoadedProgram]
-    btf_fd: S.Fd | None
-    warnings: list[str]
-    pins: list[str]  # pins made by this load (pinning by name)
-
-    __slots__ = ("spec", "maps", "programs", "btf_fd", "warnings", "pins")
-
-    def __init__(
-        self,
-        spec: CollectionSpec,
-        maps: dict[str, LoadedMap] | None = None,
-        programs: dict[str, LoadedProgram] | None = None,
-        btf_fd: S.Fd | None = None,
-        warnings: list[str] | None = None,
-        pins: list[str] | None = None,
-    ) -> None:
-        self.spec = spec
-        self.maps = {} if maps is None else maps
-        self.programs = {} if programs is None else programs
-        self.btf_fd = btf_fd
-        self.warnings = [] if warnings is None else warnings
-        self.pins = [] if pins is None else pins
+    maps: dict[str, LoadedMap] = field(default_factory=dict)
+    programs: dict[str, LoadedProgram] = field(default_factory=dict)
+    btf_fd: S.Fd | None = None
+    warnings: list[str] = field(default_factory=list)
+    pins: list[str] = field(default_factory=list)  # pins made by this load (pinning by name)
 
     def close(self) -> None:
         for p in self.programs.values():

@@ -14,14 +14,14 @@ from __future__ import annotations
 import _socket  # socket's C module (if_indextoname) without socket.py's set-up
 import json
 import os
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from bpfdsl.abi.uapi import LinkType
 from bpfdsl.diagnostics import UsageError, error
 from bpfdsl.kernel import syscall as S
-from bpfdsl.record import Record
 from bpfdsl.runtime.attach import BPFFS, DEFAULT_PIN_ROOT, ensure_bpffs, fd_kind, is_bpffs
 
-TYPE_CHECKING = False  # (typing costs import time on the load path)
 if TYPE_CHECKING:  # the loader (and pyelftools) is not imported by `bpfdsl unload`
     from bpfdsl.runtime.loader import Collection
 
@@ -29,21 +29,13 @@ MANIFEST = "bpfdsl_manifest"
 _PREFIX = "bpfdsl:"
 
 
-class PinnedCollection(Record):
+@dataclass(slots=True)
+class PinnedCollection:
     """Where things were pinned: program/map name -> absolute pin path."""
 
     dir: str
-    programs: dict[str, str]
-    maps: dict[str, str]
-
-    __slots__ = ("dir", "programs", "maps")
-
-    def __init__(
-        self, dir: str, programs: dict[str, str] | None = None, maps: dict[str, str] | None = None
-    ) -> None:
-        self.dir = dir
-        self.programs = {} if programs is None else programs
-        self.maps = {} if maps is None else maps
+    programs: dict[str, str] = field(default_factory=dict)
+    maps: dict[str, str] = field(default_factory=dict)
 
 
 def pin_name(name: str) -> str:

@@ -10,10 +10,10 @@ that failed (from the last ``from A to B:`` branch, or the start).
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 from bpfdsl.diagnostics import Span
 from bpfdsl.obj.collection import ProgramSpec
-from bpfdsl.record import FrozenRecord
 
 _INSN_RE = re.compile(r"^(\d+): \([0-9a-f]{2}\)")
 _SRC_RE = re.compile(r"^; (.*) @ (.+):(\d+)$")
@@ -37,7 +37,8 @@ _NOISE = (
 MAX_DETAIL_LINES = 60
 
 
-class LogSummary(FrozenRecord):
+@dataclass(frozen=True, slots=True)
+class LogSummary:
     """``message``: the one-line reason; ``insn``: failing slot (None if unknown);
     ``span``: source position of that insn; ``details``: the failing path, trimmed."""
 
@@ -45,14 +46,6 @@ class LogSummary(FrozenRecord):
     insn: int | None
     span: Span | None
     details: str
-
-    __slots__ = ("message", "insn", "span", "details")
-
-    def __init__(self, message: str, insn: int | None, span: Span | None, details: str) -> None:
-        self.message = message
-        self.insn = insn
-        self.span = span
-        self.details = details
 
 
 def summarize(log: str, prog: ProgramSpec | None = None) -> LogSummary:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from enum import IntEnum
 
 # .BTF.ext lives in btf_ext.py (a leaf); re-exported here so callers import one module.
@@ -23,7 +24,6 @@ from bpfdsl.abi.btf.ext import (
     BtfFormatError,
     _cstr,
 )
-from bpfdsl.record import Record
 
 BTF_VAR_STATIC, BTF_VAR_GLOBAL_ALLOCATED, BTF_VAR_GLOBAL_EXTERN = 0, 1, 2
 BTF_FUNC_STATIC, BTF_FUNC_GLOBAL, BTF_FUNC_EXTERN = 0, 1, 2
@@ -61,53 +61,24 @@ _MODIFIERS = (Kind.TYPEDEF, Kind.VOLATILE, Kind.CONST, Kind.RESTRICT, Kind.TYPE_
 _SIZED = (Kind.INT, Kind.STRUCT, Kind.UNION, Kind.ENUM, Kind.DATASEC, Kind.FLOAT, Kind.ENUM64)
 
 
-class Member(Record):
+@dataclass(slots=True)
+class Member:
     """A struct/union member (``bit_offset`` from the start, ``bitfield_size`` 0 = plain),
     an enum value (``value``), a func_proto param, or a DATASEC entry (``offset``/``size``
     in bytes).  Unused fields stay 0; ``name_off`` indexes the string section."""
 
-    name: str
-    name_off: int
-    type: int
-    bit_offset: int
-    bitfield_size: int
-    value: int
-    offset: int
-    size: int
-
-    __slots__ = (
-        "name",
-        "name_off",
-        "type",
-        "bit_offset",
-        "bitfield_size",
-        "value",
-        "offset",
-        "size",
-    )
-
-    def __init__(
-        self,
-        name: str = "",
-        name_off: int = 0,
-        type: int = 0,
-        bit_offset: int = 0,
-        bitfield_size: int = 0,
-        value: int = 0,
-        offset: int = 0,
-        size: int = 0,
-    ) -> None:
-        self.name = name
-        self.name_off = name_off
-        self.type = type
-        self.bit_offset = bit_offset
-        self.bitfield_size = bitfield_size
-        self.value = value
-        self.offset = offset
-        self.size = size
+    name: str = ""
+    name_off: int = 0
+    type: int = 0
+    bit_offset: int = 0
+    bitfield_size: int = 0
+    value: int = 0
+    offset: int = 0
+    size: int = 0
 
 
-class BtfType(Record):
+@dataclass(slots=True)
+class BtfType:
     """One BTF type.  ``size`` for sized kinds, ``type`` for reference kinds (PTR, TYPEDEF,
     VAR, FUNC...).  INT: ``encoding``/``bits``/``int_offset``.  ARRAY: ``type`` (element),
     ``index_type``, ``nelems``.  VAR/FUNC: ``linkage``.  DECL_TAG: ``component_idx``.
@@ -115,71 +86,19 @@ class BtfType(Record):
 
     id: int
     kind: Kind
-    name: str
-    name_off: int
-    kflag: bool
-    size: int
-    type: int
-    encoding: int
-    bits: int
-    int_offset: int
-    index_type: int
-    nelems: int
-    linkage: int
-    component_idx: int
-    members: list[Member]
-
-    __slots__ = (
-        "id",
-        "kind",
-        "name",
-        "name_off",
-        "kflag",
-        "size",
-        "type",
-        "encoding",
-        "bits",
-        "int_offset",
-        "index_type",
-        "nelems",
-        "linkage",
-        "component_idx",
-        "members",
-    )
-
-    def __init__(
-        self,
-        id: int,
-        kind: Kind,
-        name: str = "",
-        name_off: int = 0,
-        kflag: bool = False,
-        size: int = 0,
-        type: int = 0,
-        encoding: int = 0,
-        bits: int = 0,
-        int_offset: int = 0,
-        index_type: int = 0,
-        nelems: int = 0,
-        linkage: int = 0,
-        component_idx: int = 0,
-        members: list[Member] | None = None,
-    ) -> None:
-        self.id = id
-        self.kind = kind
-        self.name = name
-        self.name_off = name_off
-        self.kflag = kflag
-        self.size = size
-        self.type = type
-        self.encoding = encoding
-        self.bits = bits
-        self.int_offset = int_offset
-        self.index_type = index_type
-        self.nelems = nelems
-        self.linkage = linkage
-        self.component_idx = component_idx
-        self.members = [] if members is None else members
+    name: str = ""
+    name_off: int = 0
+    kflag: bool = False
+    size: int = 0
+    type: int = 0
+    encoding: int = 0
+    bits: int = 0
+    int_offset: int = 0
+    index_type: int = 0
+    nelems: int = 0
+    linkage: int = 0
+    component_idx: int = 0
+    members: list[Member] = field(default_factory=list)
 
     @property
     def vlen(self) -> int:

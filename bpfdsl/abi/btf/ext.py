@@ -11,10 +11,9 @@ the ``.BTF`` string section.
 from __future__ import annotations
 
 import struct
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from bpfdsl.record import FrozenRecord, Record
-
-TYPE_CHECKING = False  # (typing costs import time on the load path)
 if TYPE_CHECKING:  # pragma: no cover
     from bpfdsl.abi.btf.core import Btf
 
@@ -34,20 +33,16 @@ def _cstr(data: bytes, off: int, what: str) -> str:
     return data[off:end].decode(errors="replace")
 
 
-class FuncInfo(FrozenRecord):
+@dataclass(frozen=True, slots=True)
+class FuncInfo:
     """``bpf_func_info``: ``insn_off`` in BYTES from the section start, FUNC ``type_id``."""
 
     insn_off: int
     type_id: int
 
-    __slots__ = ("insn_off", "type_id")
 
-    def __init__(self, insn_off: int, type_id: int) -> None:
-        self.insn_off = insn_off
-        self.type_id = type_id
-
-
-class LineInfo(FrozenRecord):
+@dataclass(frozen=True, slots=True)
+class LineInfo:
     """``bpf_line_info``: ``insn_off`` in BYTES; file/line text resolved from .BTF strings
     (``file_name_off``/``line_off`` kept for the kernel record); ``line``/``col`` 1-based."""
 
@@ -59,28 +54,9 @@ class LineInfo(FrozenRecord):
     file: str
     text: str
 
-    __slots__ = ("insn_off", "file_name_off", "line_off", "line", "col", "file", "text")
 
-    def __init__(
-        self,
-        insn_off: int,
-        file_name_off: int,
-        line_off: int,
-        line: int,
-        col: int,
-        file: str,
-        text: str,
-    ) -> None:
-        self.insn_off = insn_off
-        self.file_name_off = file_name_off
-        self.line_off = line_off
-        self.line = line
-        self.col = col
-        self.file = file
-        self.text = text
-
-
-class CoreRelo(FrozenRecord):
+@dataclass(frozen=True, slots=True)
+class CoreRelo:
     """``bpf_core_relo``: ``insn_off`` in BYTES, root ``type_id``, access string, kind."""
 
     insn_off: int
@@ -88,39 +64,16 @@ class CoreRelo(FrozenRecord):
     access: str
     kind: int
 
-    __slots__ = ("insn_off", "type_id", "access", "kind")
 
-    def __init__(self, insn_off: int, type_id: int, access: str, kind: int) -> None:
-        self.insn_off = insn_off
-        self.type_id = type_id
-        self.access = access
-        self.kind = kind
-
-
-class BtfExt(Record):
+@dataclass(slots=True)
+class BtfExt:
     """Parsed ``.BTF.ext``: per ELF section name, the func/line/CO-RE records."""
 
-    func_info: dict[str, list[FuncInfo]]
-    line_info: dict[str, list[LineInfo]]
-    core_relos: dict[str, list[CoreRelo]]
-    func_rec_size: int
-    line_rec_size: int
-
-    __slots__ = ("func_info", "line_info", "core_relos", "func_rec_size", "line_rec_size")
-
-    def __init__(
-        self,
-        func_info: dict[str, list[FuncInfo]] | None = None,
-        line_info: dict[str, list[LineInfo]] | None = None,
-        core_relos: dict[str, list[CoreRelo]] | None = None,
-        func_rec_size: int = 8,
-        line_rec_size: int = 16,
-    ) -> None:
-        self.func_info = {} if func_info is None else func_info
-        self.line_info = {} if line_info is None else line_info
-        self.core_relos = {} if core_relos is None else core_relos
-        self.func_rec_size = func_rec_size
-        self.line_rec_size = line_rec_size
+    func_info: dict[str, list[FuncInfo]] = field(default_factory=dict)
+    line_info: dict[str, list[LineInfo]] = field(default_factory=dict)
+    core_relos: dict[str, list[CoreRelo]] = field(default_factory=dict)
+    func_rec_size: int = 8
+    line_rec_size: int = 16
 
 
 def parse_btf_ext(data: bytes, btf: Btf) -> BtfExt:

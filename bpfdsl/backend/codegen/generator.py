@@ -18,7 +18,6 @@ from bpfdsl.backend.codegen.calls import CallGen
 from bpfdsl.backend.codegen.expr import ExprGen
 from bpfdsl.backend.codegen.maps import MapGen
 from bpfdsl.backend.codegen.pkt import PktGen
-from bpfdsl.backend.codegen.text import Module
 from bpfdsl.lang import ast
 from bpfdsl.lang import types as T
 from bpfdsl.lang.headers import CTX_DATA
@@ -49,9 +48,7 @@ class _Fn:
 class CodeGen(ExprGen, CallGen, PktGen, MapGen):
     def __init__(self, checked: Checked, dbg=None, module: ir.Module | None = None):
         self.c = checked
-        self.m = module if module is not None else Module(name=checked.filename)
-        if type(self.m) is ir.Module:  # str() through codegen_text.module_text (same text)
-            self.m.__class__ = Module
+        self.m = module if module is not None else ir.Module(name=checked.filename)
         self.m.triple = "bpfel"
         self.m.data_layout = DATALAYOUT
         self.dbg = dbg

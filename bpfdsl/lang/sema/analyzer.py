@@ -11,6 +11,8 @@ statements.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from bpfdsl.abi.uapi import PROGRAM_KINDS, ProgramKind, kind_for_keyword
 from bpfdsl.diagnostics import Diagnostic, DiagnosticError, Span, error
 from bpfdsl.lang import ast
@@ -22,55 +24,35 @@ from bpfdsl.lang.sema.decls import (
     DeclChecker,
     FnInfo,
     Local,
-    _Plain,
     is_builtin_constant,
 )
 from bpfdsl.lang.sema.stmt import StmtChecker
 
 
-class Checked(_Plain):
+@dataclass(eq=False, slots=True)
+class Checked:
     """Result of sema: everything codegen needs, keyed by AST node where per-node.
 
     ``cval``: folded scalar constants (raw memory value); ``cbytes``: folded byte
     constants; ``sym``: Name/Let/For -> symbol; ``optype``: Compare operand type;
     ``pkt_reset``: calls that resize the packet; ``warnings``: compile-time warnings."""
 
-    __slots__ = (
-        "program",
-        "filename",
-        "license",
-        "structs",
-        "consts",
-        "configs",
-        "maps",
-        "map_decls",
-        "fns",
-        "progs",
-        "cval",
-        "cbytes",
-        "sym",
-        "optype",
-        "pkt_reset",
-        "warnings",
-    )
-
-    def __init__(self, program: ast.Program, filename: str, license: str = "GPL") -> None:
-        self.program = program
-        self.filename = filename
-        self.license = license
-        self.structs: dict[str, T.StructType] = {}
-        self.consts: dict[str, Const] = {}
-        self.configs: dict[str, Config] = {}
-        self.maps: dict[str, T.MapType] = {}
-        self.map_decls: dict[str, ast.MapDecl] = {}
-        self.fns: dict[str, FnInfo] = {}
-        self.progs: list[tuple[ast.ProgDecl, ProgramKind]] = []
-        self.cval: dict[ast.Expr, int] = {}
-        self.cbytes: dict[ast.Expr, bytes] = {}
-        self.sym: dict[ast.Node, object] = {}
-        self.optype: dict[ast.Expr, T.Type] = {}
-        self.pkt_reset: set[ast.Node] = set()
-        self.warnings: list[Diagnostic] = []
+    program: ast.Program
+    filename: str
+    license: str = "GPL"
+    structs: dict[str, T.StructType] = field(default_factory=dict)
+    consts: dict[str, Const] = field(default_factory=dict)
+    configs: dict[str, Config] = field(default_factory=dict)
+    maps: dict[str, T.MapType] = field(default_factory=dict)
+    map_decls: dict[str, ast.MapDecl] = field(default_factory=dict)
+    fns: dict[str, FnInfo] = field(default_factory=dict)
+    progs: list[tuple[ast.ProgDecl, ProgramKind]] = field(default_factory=list)
+    cval: dict[ast.Expr, int] = field(default_factory=dict)
+    cbytes: dict[ast.Expr, bytes] = field(default_factory=dict)
+    sym: dict[ast.Node, object] = field(default_factory=dict)
+    optype: dict[ast.Expr, T.Type] = field(default_factory=dict)
+    pkt_reset: set[ast.Node] = field(default_factory=set)
+    warnings: list[Diagnostic] = field(default_factory=list)
 
 
 class Sema(StmtChecker, DeclChecker):
@@ -100,7 +82,7 @@ class Sema(StmtChecker, DeclChecker):
         self.diags.append(error(code, msg, span, hint=hint))
 
     def suggest(self, name: str, options) -> str | None:
-        import difflib  # only on an error: ~2 ms of imports
+        import difflib  # only on an error
 
         m = difflib.get_close_matches(name, list(options), n=1)
         return f"did you mean `{m[0]}`?" if m else None

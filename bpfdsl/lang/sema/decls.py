@@ -4,6 +4,8 @@ recursive fns (they are inlined, and the kernel refuses recursive BPF calls)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from bpfdsl.abi.uapi import BTF_MAX_ENTRIES, MapType, is_array, map_create_problems
 from bpfdsl.diagnostics import Span
 from bpfdsl.lang import ast
@@ -11,74 +13,48 @@ from bpfdsl.lang import types as T
 from bpfdsl.lang.headers import HEADERS
 
 
-class _Plain:
-    """Base of sema's records: plain ``__slots__`` classes (no dataclass exec() at import),
-    compared by identity, repr listing the slots."""
-
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        args = ", ".join(f"{n}={getattr(self, n)!r}" for n in self.__slots__)
-        return f"{type(self).__name__}({args})"
-
-
-class Local(_Plain):
+@dataclass(eq=False, slots=True)
+class Local:
     """A local variable (or parameter); ``ty`` its type; headers may go stale (B06).
 
     ``header_parent``: for an L4 header, the IP header it was parsed after; ``bounds``: for
-    a loop variable, start..end (end exclusive)."""
+    a loop variable, start..end (end exclusive).  Compared by identity (a symbol)."""
 
-    __slots__ = ("name", "ty", "span", "header_parent", "bounds")
-
-    def __init__(
-        self,
-        name: str,
-        ty: T.Type,
-        span: Span,
-        header_parent: Local | None = None,
-        bounds: tuple[int, int] | None = None,
-    ) -> None:
-        self.name = name
-        self.ty = ty
-        self.span = span
-        self.header_parent = header_parent
-        self.bounds = bounds
+    name: str
+    ty: T.Type
+    span: Span
+    header_parent: Local | None = None
+    bounds: tuple[int, int] | None = None
 
 
-class Const(_Plain):
+@dataclass(eq=False, slots=True)
+class Const:
     """A ``const``: ``value`` the raw (memory) value; ``data`` for byte-string constants
     (mac_addr, ipv6_addr, prefixes)."""
 
-    __slots__ = ("name", "ty", "value", "data")
-
-    def __init__(self, name: str, ty: T.Type, value: int, data: bytes | None = None) -> None:
-        self.name = name
-        self.ty = ty
-        self.value = value
-        self.data = data
+    name: str
+    ty: T.Type
+    value: int
+    data: bytes | None = None
 
 
-class Config(_Plain):
+@dataclass(eq=False, slots=True)
+class Config:
     """A load-time setting in .rodata; ``value`` raw default, ``offset`` in .rodata (bytes)."""
 
-    __slots__ = ("name", "ty", "value", "offset")
-
-    def __init__(self, name: str, ty: T.Type, value: int, offset: int = 0) -> None:
-        self.name = name
-        self.ty = ty
-        self.value = value
-        self.offset = offset
+    name: str
+    ty: T.Type
+    value: int
+    offset: int = 0
 
 
-class FnInfo(_Plain):
+@dataclass(eq=False, slots=True)
+class FnInfo:
     """An inlined function: its declaration, ``params`` (name, type) and return type."""
 
-    __slots__ = ("decl", "params", "ret")
-
-    def __init__(self, decl: ast.FnDecl, params: list[tuple[str, T.Type]], ret: T.Type) -> None:
-        self.decl = decl
-        self.params = params
-        self.ret = ret
+    decl: ast.FnDecl
+    params: list[tuple[str, T.Type]]
+    ret: T.Type
 
 
 # language map kind -> (kernel map type, fixed key type, fixed value type)

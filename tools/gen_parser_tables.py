@@ -1,17 +1,23 @@
-"""Parser generator (build time only): ``grammar/bpfdsl.lark`` -> ``bpfdsl/lang/parser_tables.py``.
+"""Parser generator (development tool, not shipped): ``grammar/bpfdsl.lark`` ->
+``bpfdsl/lang/parser_tables.py``.
 
 Runs lark (LALR(1), basic lexer, ``propagate_positions``, ``maybe_placeholders`` -- the
 options bpfdsl has always parsed with) once and writes what lark computed as plain Python
-literals: the lexer's terminal regexps in lark's matching order, lark's keyword table
+literals: the lexer's terminal regexps as one alternation in lark's matching order (what
+lark's ``Scanner`` compiles; the first alternative that matches wins), lark's keyword table
 (``_create_unless``: a NAME that spells a keyword gets the keyword's type), the LALR action
 and goto table, and per rule lark's parse-tree shaping (``parse_tree_builder``: which children
 are kept, which inlined ``_rule`` children are spliced, where ``[x]`` placeholders go, which
-``?rule`` returns its single child).  :mod:`bpfdsl.lang.parser` runs these tables without
-importing lark, so ``bpfdsl compile`` does not pay lark's import and grammar load.
+``?rule`` returns its single child).  :mod:`bpfdsl.lang.parser` runs these tables, so lark
+is a development dependency only (the ``test`` extra of pyproject.toml).
 
-Regenerate after editing the grammar (tests/test_front_speed.py fails until you do)::
+Regenerate after editing the grammar (tests/test_parser_tables.py fails until you do)::
 
-    python3 -m bpfdsl.lang.parser_gen
+    python3 tools/gen_parser_tables.py
+
+lark numbers the LALR states differently from run to run (set iteration order), so a
+regenerated file differs from the committed one in state numbers even for the same grammar;
+the parser is the same (the tests compare it with lark itself).
 """
 
 from __future__ import annotations
@@ -21,15 +27,28 @@ import pprint
 import sys
 from pathlib import Path
 
+import lark
+from lark import Lark
+from lark.parse_tree_builder import maybe_create_child_filter
+from lark.parsers.lalr_analysis import Shift
+
+ROOT = Path(__file__).resolve().parent.parent
+GRAMMAR = ROOT / "grammar" / "bpfdsl.lark"
+TABLES = ROOT / "bpfdsl" / "lang" / "parser_tables.py"
+
 # The lark options the tables are made with (lark.Lark keyword arguments).
 LARK_OPTIONS = dict(parser="lalr", lexer="basic", propagate_positions=True, maybe_placeholders=True)
-
-TABLES = Path(__file__).resolve().parent / "parser_tables.py"
 
 
 def grammar_sha256(text: str) -> str:
     """Hex SHA-256 of the grammar text (UTF-8): the key the tables carry."""
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def lark_parser(grammar: str) -> Lark:
+    """lark's own parser of ``grammar`` with the options the tables are made with (the
+    reference the tests compare :func:`bpfdsl.lang.parser.parse` with)."""
+    return Lark(grammar, **LARK_OPTIONS)
 
 
 def _rule_shape(rule, filter_fn) -> tuple:
@@ -67,43 +86,17 @@ def _rule_shape(rule, filter_fn) -> tuple:
     return (origin, size, 1, callback, include, append_none or 0)
 
 
-def _sre_programs(patterns: list[str]) -> tuple:
-    """((major, minor), _sre.MAGIC, _sre.CODESIZE, [(flags, code, groups, groupindex,
-    indexgroup)] per pattern): what ``re._compiler.compile`` hands to ``_sre.compile``
-    (CPython 3.10-3.13 Lib/re/_compiler.py), so a process of the same Python skips
-    compiling the lexer's regexps (~1-2 ms)."""
-    import _sre
-
-    try:
-        from re import _compiler, _parser
-    except ImportError:  # Python 3.10
-        import sre_compile as _compiler
-        import sre_parse as _parser
-
-    progs = []
-    for pat in patterns:
-        p = _parser.parse(pat, 0)
-        code = tuple(int(x) for x in _compiler._code(p, 0))
-        groupindex = dict(p.state.groupdict)
-        indexgroup = [None] * p.state.groups
-        for k, i in groupindex.items():
-            indexgroup[i] = k
-        progs.append((int(p.state.flags), code, p.state.groups - 1, groupindex, tuple(indexgroup)))
-    return (tuple(sys.version_info[:2]), _sre.MAGIC, _sre.CODESIZE, progs)
-
-
 def generate(grammar: str) -> str:
-    """The text of ``parser_tables.py`` for ``grammar`` (needs lark)."""
-    import lark
-    from lark import Lark
-    from lark.parse_tree_builder import maybe_create_child_filter
-    from lark.parsers.lalr_analysis import Shift
-
-    lk = Lark(grammar, **LARK_OPTIONS)
+    """The text of ``parser_tables.py`` for ``grammar``."""
+    lk = lark_parser(grammar)
     front = lk.parser
     lexer = front.lexer
+    if lexer.g_regex_flags:
+        raise ValueError("unsupported grammar: global regexp flags")
     scanner = lexer.scanner  # builds lark's _create_unless keyword callbacks too
-    patterns = [m.pattern for m in scanner._mres]
+    # the alternation lark's Scanner compiles (it splits it only past Python's old limit of
+    # 100 groups; one pattern tried alternative by alternative matches the same)
+    pattern = "|".join(f"(?P<{t.name}>{t.pattern.to_regexp()})" for t in scanner.terminals)
     keywords = {}
     for name, cb in lexer.callback.items():
         table = {}
@@ -125,9 +118,9 @@ def generate(grammar: str) -> str:
     shapes = [_rule_shape(r, maybe_create_child_filter) for r in rules]
     start = "start"
     out = [
-        '"""Generated by ``python3 -m bpfdsl.lang.parser_gen`` from grammar/bpfdsl.lark: do not edit.',
+        '"""Generated by ``python3 tools/gen_parser_tables.py`` from grammar/bpfdsl.lark: do not edit.',
         "",
-        "LALR(1) tables and lexer of the bpfdsl grammar as lark computes them (see parser_gen).",
+        "LALR(1) tables and lexer of the bpfdsl grammar as lark computes them (see the tool).",
         '"""',
         "",
         "# fmt: off",
@@ -135,17 +128,15 @@ def generate(grammar: str) -> str:
         f"LARK_VERSION = {lark.__version__!r}",
         f"START_STATE = {pt.start_states[start]!r}",
         f"END_STATE = {pt.end_states[start]!r}",
-        "# lexer: alternations tried in order, first match wins (lark's Scanner)",
-        f"PATTERNS = {pprint.pformat(patterns, width=100)}",
-        "# the PATTERNS as compiled by this Python's re (sre code), for _sre.compile; used",
-        "# only by the same Python version and sre engine (parser._compile_patterns)",
-        f"SRE = {_sre_programs(patterns)!r}",
+        "# lexer: one alternation of named groups (terminal names), tried in order, first",
+        "# match wins (lark's Scanner)",
+        f"PATTERN = {pprint.pformat(pattern, width=100)}",
         f"IGNORE = frozenset({sorted(map(str, lexer.ignore_types))!r})",
         f"NEWLINE_TYPES = frozenset({sorted(map(str, lexer.newline_types))!r})",
         f"KEYWORDS = {pprint.pformat(keywords, width=100)}",
         "# terminals the builder gets as Token objects (the others: their text)",
         f"TOKEN_TYPES = frozenset({token_types!r})",
-        "# rules: (origin, size, kind, callback, include, append_none); see parser_gen._rule_shape",
+        "# rules: (origin, size, kind, callback, include, append_none); see the tool's _rule_shape",
         "RULES = (",
         *(f"    {shape!r}," for shape in shapes),
         ")",
@@ -160,10 +151,8 @@ def generate(grammar: str) -> str:
 
 
 def main() -> int:
-    """Write ``bpfdsl/lang/parser_tables.py`` from the grammar next to the package."""
-    from bpfdsl.lang.parser import grammar_text
-
-    TABLES.write_text(generate(grammar_text()))
+    """Write ``bpfdsl/lang/parser_tables.py`` from ``grammar/bpfdsl.lark``."""
+    TABLES.write_text(generate(GRAMMAR.read_text()))
     print(f"wrote {TABLES}")
     return 0
 
