@@ -8,11 +8,13 @@ map's key type exactly (a literal takes it), lpm_trie keys may be a bare address
 
 from __future__ import annotations
 
-from bpfdsl.abi.helpers import map_fits_helper
+from bpfdsl.abi.helpers import HELPERS, helper_allowed, map_fits_helper
 from bpfdsl.abi.uapi import MapType
 from bpfdsl.lang import ast
 from bpfdsl.lang import types as T
-from bpfdsl.lang.sema.expr import BUILTINS, PKT_RESIZE, bswap
+from bpfdsl.lang.sema.csum import check_swap, check_write
+from bpfdsl.lang.sema.decls import PERCPU_KINDS
+from bpfdsl.lang.sema.symbols import BUILTINS, PKT_RESIZE, Config, Const, Local, bswap
 
 
 def _is_map(t) -> bool:
@@ -61,7 +63,6 @@ def _map_arg(ex, e: ast.Expr) -> T.MapType | None:
 
 
 def _mark_stale(ex, e: ast.Node) -> None:
-    from bpfdsl.lang.sema.decls import Local
 
     for scope in ex.s.scopes:
         for sym in scope.values():
@@ -232,8 +233,6 @@ def method_call(ex, e: ast.MethodCall) -> T.Type:
         return T.ERR
     map_key(ex, t, e.args[0])
     if e.name == "lookup":
-        from bpfdsl.lang.sema.decls import PERCPU_KINDS
-
         ro = t.kind in ("devmap", "devmap_hash", "xskmap", "sockmap", "sockhash")
         return T.OptionalType(T.RefType(t.value, t.kind in PERCPU_KINDS, ro), "map value")
     if e.name == "contains":
@@ -246,7 +245,6 @@ def method_call(ex, e: ast.MethodCall) -> T.Type:
 
 
 def assign(ex, s: ast.Assign) -> None:
-    from bpfdsl.lang.sema.decls import Config, Const, Local
 
     tgt, op = s.target, s.op
     if isinstance(tgt, ast.Index) and _is_map(ex.expr(tgt.obj)):
@@ -290,8 +288,6 @@ def assign(ex, s: ast.Assign) -> None:
                 ex.err("read-only", f"bit field `{tgt.name}` is read-only", tgt.span)
                 return
             if f is not None:
-                from bpfdsl.lang.sema.csum import check_write
-
                 check_write(ex, tgt)
         if isinstance(ot, T.RefType) and ot.readonly:
             ex.err("read-only", "values of this map kind are read-only in programs", tgt.span)
@@ -360,8 +356,6 @@ def _swap(ex, e: ast.Call) -> T.Type:
             "headers; checksums are then updated field by field",
         )
     elif all(hdr):
-        from bpfdsl.lang.sema.csum import check_swap
-
         check_swap(ex, a, b, e.span)
     return T.VOID
 
@@ -378,7 +372,6 @@ def _hash_refusal(t: T.Type) -> tuple[str, str]:
 
 def _helper_kind(ex, e: ast.Call, name: str) -> bool:
     """Error unless helper ``name`` may be called from the current program kind."""
-    from bpfdsl.abi.helpers import HELPERS, helper_allowed
 
     h = HELPERS.get(PKT_RESIZE.get(name, name)) or HELPERS.get(name)
     kind = ex.s.kind

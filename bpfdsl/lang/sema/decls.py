@@ -9,77 +9,7 @@ from bpfdsl.diagnostics import Span
 from bpfdsl.lang import ast
 from bpfdsl.lang import types as T
 from bpfdsl.lang.headers import HEADERS
-
-
-class _Plain:
-    """Base of sema's records: plain ``__slots__`` classes (no dataclass exec() at import),
-    compared by identity, repr listing the slots."""
-
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        args = ", ".join(f"{n}={getattr(self, n)!r}" for n in self.__slots__)
-        return f"{type(self).__name__}({args})"
-
-
-class Local(_Plain):
-    """A local variable (or parameter); ``ty`` its type; headers may go stale (B06).
-
-    ``header_parent``: for an L4 header, the IP header it was parsed after; ``bounds``: for
-    a loop variable, start..end (end exclusive)."""
-
-    __slots__ = ("name", "ty", "span", "header_parent", "bounds")
-
-    def __init__(
-        self,
-        name: str,
-        ty: T.Type,
-        span: Span,
-        header_parent: Local | None = None,
-        bounds: tuple[int, int] | None = None,
-    ) -> None:
-        self.name = name
-        self.ty = ty
-        self.span = span
-        self.header_parent = header_parent
-        self.bounds = bounds
-
-
-class Const(_Plain):
-    """A ``const``: ``value`` the raw (memory) value; ``data`` for byte-string constants
-    (mac_addr, ipv6_addr, prefixes)."""
-
-    __slots__ = ("name", "ty", "value", "data")
-
-    def __init__(self, name: str, ty: T.Type, value: int, data: bytes | None = None) -> None:
-        self.name = name
-        self.ty = ty
-        self.value = value
-        self.data = data
-
-
-class Config(_Plain):
-    """A load-time setting in .rodata; ``value`` raw default, ``offset`` in .rodata (bytes)."""
-
-    __slots__ = ("name", "ty", "value", "offset")
-
-    def __init__(self, name: str, ty: T.Type, value: int, offset: int = 0) -> None:
-        self.name = name
-        self.ty = ty
-        self.value = value
-        self.offset = offset
-
-
-class FnInfo(_Plain):
-    """An inlined function: its declaration, ``params`` (name, type) and return type."""
-
-    __slots__ = ("decl", "params", "ret")
-
-    def __init__(self, decl: ast.FnDecl, params: list[tuple[str, T.Type]], ret: T.Type) -> None:
-        self.decl = decl
-        self.params = params
-        self.ret = ret
-
+from bpfdsl.lang.sema.symbols import const_int, is_builtin_constant
 
 # language map kind -> (kernel map type, fixed key type, fixed value type)
 MAP_KINDS: dict[str, tuple[MapType, T.Type | None, T.Type | None]] = {
@@ -116,8 +46,6 @@ BPF_F_NO_PREALLOC = 1
 
 class DeclChecker:
     def map_decl(self, d: ast.MapDecl) -> None:
-        from bpfdsl.lang.sema.expr import const_int
-
         if d.kind not in MAP_KINDS:
             self.err(
                 "unknown-map-kind",
@@ -303,10 +231,3 @@ class DeclChecker:
                     if callee not in seen:
                         seen.add(callee)
                         todo.append(callee)
-
-
-def is_builtin_constant(name: str) -> bool:
-    """True for names the language predefines (actions, header constants, map flags)."""
-    from bpfdsl.lang.sema.expr import ACTIONS, CONSTANTS, FLAG_CONSTANTS
-
-    return name in CONSTANTS or name in ACTIONS or name in FLAG_CONSTANTS

@@ -8,7 +8,7 @@ from __future__ import annotations
 from bpfdsl.abi.uapi import PROGRAM_KINDS
 from bpfdsl.lang import ast
 from bpfdsl.lang import types as T
-from bpfdsl.lang.sema.decls import Local
+from bpfdsl.lang.sema.symbols import Local, const_int
 
 
 class StmtChecker:
@@ -150,8 +150,6 @@ class StmtChecker:
             self.block(arm.body)
 
     def s_For(self, s: ast.For) -> None:
-        from bpfdsl.lang.sema.expr import const_int
-
         a, b = const_int(self, s.start), const_int(self, s.end)
         ty = s.start.ty if isinstance(s.start.ty, T.IntType) else T.U32
         if a is None or b is None:
