@@ -20,12 +20,9 @@ from bpfdsl.abi.uapi import (
     BPF_PSEUDO_KFUNC_CALL,
     kind_for_section,
 )
-from bpfdsl.obj.collection import SHF_EXECINSTR, FuncRecord, ProgramSpec, Relocation
+from bpfdsl.obj.reader import SHF_EXECINSTR, ObjectReader
+from bpfdsl.obj.spec import FuncRecord, ProgramSpec, Relocation
 from bpfdsl.record import Record
-
-TYPE_CHECKING = False  # (typing costs import time on the load path)
-if TYPE_CHECKING:  # pragma: no cover
-    from bpfdsl.obj.collection import _Reader
 
 
 class _Func(Record):
@@ -60,7 +57,7 @@ class _Func(Record):
 
 
 def link_programs(
-    reader: _Reader, btf: Btf | None, ext: BtfExt | None, maps: set[str], datasecs: set[str]
+    reader: ObjectReader, btf: Btf | None, ext: BtfExt | None, maps: set[str], datasecs: set[str]
 ) -> dict[str, ProgramSpec]:
     """Programs by name (``section/name`` when a name repeats).  Raises UsageError."""
     funcs: dict[str, list[_Func]] = {}
@@ -82,7 +79,7 @@ def link_programs(
     return programs
 
 
-def _split(reader: _Reader, sec, idx: int, maps: set[str], datasecs: set[str]) -> list[_Func]:
+def _split(reader: ObjectReader, sec, idx: int, maps: set[str], datasecs: set[str]) -> list[_Func]:
     data = reader.data(sec)
     if len(data) % 8:
         raise reader.fail(f"section '{sec.name}': size {len(data)} is not a multiple of 8")
@@ -128,7 +125,9 @@ def _split(reader: _Reader, sec, idx: int, maps: set[str], datasecs: set[str]) -
     return funcs
 
 
-def _classify(reader: _Reader, f: _Func, i: int, sym, maps: set[str], datasecs: set[str]) -> None:
+def _classify(
+    reader: ObjectReader, f: _Func, i: int, sym, maps: set[str], datasecs: set[str]
+) -> None:
     x = f.insns[i]
     target = reader.sym_section(sym)
     where = f"function '{f.name}' insn {i}"
@@ -172,7 +171,7 @@ def _find(funcs: dict[str, list[_Func]], sec: str, byte: int) -> _Func | None:
 
 
 def _link(
-    reader: _Reader, main: _Func, funcs: dict[str, list[_Func]], ext: BtfExt | None
+    reader: ObjectReader, main: _Func, funcs: dict[str, list[_Func]], ext: BtfExt | None
 ) -> ProgramSpec:
     order, base = [main], {id(main): 0}
     total = sum(x.width for x in main.insns)

@@ -18,8 +18,8 @@ from bpfdsl.abi.insn import Insn, encode
 from bpfdsl.abi.uapi import BPF_F_RDONLY_PROG, BPF_PSEUDO_MAP_FD, BPF_PSEUDO_MAP_VALUE, MapType
 from bpfdsl.diagnostics import DiagnosticError, UsageError, error
 from bpfdsl.kernel import syscall as S
-from bpfdsl.obj.collection import CollectionSpec, DataSection, ProgramSpec
 from bpfdsl.obj.maps import PIN_BY_NAME, MapSpec
+from bpfdsl.obj.spec import CollectionSpec, DataSection, ProgramSpec
 from bpfdsl.record import Record
 
 TYPE_CHECKING = False  # typing costs import time on the load path

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 
 from bpfdsl.diagnostics import Span
-from bpfdsl.obj.collection import ProgramSpec
+from bpfdsl.obj.spec import ProgramSpec
 from bpfdsl.record import FrozenRecord
 
 _INSN_RE = re.compile(r"^(\d+): \([0-9a-f]{2}\)")

@@ -1,0 +1,234 @@
+"""Object level: the spec records of an eBPF object (pure data, no kernel, no ELF).
+
+:class:`CollectionSpec` holds everything an object declares before any kernel object
+exists: :class:`ProgramSpec` s (instructions, :class:`Relocation` s, func/line info),
+map specs (:class:`bpfdsl.obj.maps.MapSpec`), :class:`DataSection` s whose
+:class:`Var` s are the configs, BTF and the license.  :func:`bpfdsl.obj.collection.read_object`
+makes one from ELF bytes; the loader, checker and interpreter read it.
+"""
+
+from __future__ import annotations
+
+from bpfdsl.abi.btf.core import Btf
+from bpfdsl.abi.btf.ext import BtfExt, LineInfo
+from bpfdsl.abi.insn import Insn
+from bpfdsl.abi.uapi import AttachType, ProgramKind, ProgramType
+from bpfdsl.obj.maps import MapSpec
+from bpfdsl.record import FrozenRecord, Record
+
+
+class Relocation(FrozenRecord):
+    """A reference the loader must resolve.  ``insn_idx``: index into ``ProgramSpec.insns``.
+    ``kind``: ``"map"`` (ld_imm64 of a ``.maps`` map, ``symbol`` = map name), ``"data"``
+    (ld_imm64 of an address in a data section: ``symbol`` = section name, ``offset`` = byte
+    offset in it).  Calls are resolved by linking and not listed."""
+
+    insn_idx: int
+    kind: str
+    symbol: str
+    offset: int
+
+    __slots__ = ("insn_idx", "kind", "symbol", "offset")
+
+    def __init__(self, insn_idx: int, kind: str, symbol: str, offset: int = 0) -> None:
+        self.insn_idx = insn_idx
+        self.kind = kind
+        self.symbol = symbol
+        self.offset = offset
+
+
+class FuncRecord(FrozenRecord):
+    """``bpf_func_info`` for the kernel: ``insn_off`` in instruction SLOTS, FUNC type id."""
+
+    insn_off: int
+    type_id: int
+    name: str
+
+    __slots__ = ("insn_off", "type_id", "name")
+
+    def __init__(self, insn_off: int, type_id: int, name: str = "") -> None:
+        self.insn_off = insn_off
+        self.type_id = type_id
+        self.name = name
+
+
+class ProgramSpec(Record):
+    """One loadable program: ``insns`` (ld_imm64 counts once; subprograms appended),
+    ``relocations``, ``func_info``/``line_info`` with ``insn_off`` in SLOTS (kernel form),
+    ``kind`` from uapi.PROGRAM_KINDS (None: section is not a program type bpfdsl knows)."""
+
+    name: str
+    section: str
+    kind: ProgramKind | None
+    insns: list[Insn]
+    relocations: list[Relocation]
+    func_info: list[FuncRecord]
+    line_info: list[LineInfo]
+    subprograms: list[str]
+    section_offset: int  # bytes: where the main function starts in its section
+
+    __slots__ = (
+        "name",
+        "section",
+        "kind",
+        "insns",
+        "relocations",
+        "func_info",
+        "line_info",
+        "subprograms",
+        "section_offset",
+    )
+
+    def __init__(
+        self,
+        name: str,
+        section: str,
+        kind: ProgramKind | None,
+        insns: list[Insn],
+        relocations: list[Relocation] | None = None,
+        func_info: list[FuncRecord] | None = None,
+        line_info: list[LineInfo] | None = None,
+        subprograms: list[str] | None = None,
+        section_offset: int = 0,
+    ) -> None:
+        self.name = name
+        self.section = section
+        self.kind = kind
+        self.insns = insns
+        self.relocations = [] if relocations is None else relocations
+        self.func_info = [] if func_info is None else func_info
+        self.line_info = [] if line_info is None else line_info
+        self.subprograms = [] if subprograms is None else subprograms
+        self.section_offset = section_offset
+
+    @property
+    def program_type(self) -> ProgramType | None:
+        return self.kind.program_type if self.kind else None
+
+    @property
+    def attach_type(self) -> AttachType | None:
+        return self.kind.attach_type if self.kind else None
+
+    @property
+    def prog_flags(self) -> int:
+        return self.kind.prog_flags if self.kind else 0
+
+    def line_at_index(self, i: int) -> LineInfo | None:
+        """The line-info record of ``insns[i]`` (list index; ld_imm64 counts once)."""
+        return self.line_at(sum(x.width for x in self.insns[:i]))
+
+    def line_at(self, slot: int) -> LineInfo | None:
+        """The line-info record covering instruction ``slot`` (the last one at or before)."""
+        best = None
+        for li in self.line_info:
+            if li.insn_off <= slot and (best is None or li.insn_off >= best.insn_off):
+                best = li
+        return best
+
+
+class Var(FrozenRecord):
+    """A variable in a data section: ``offset``/``size`` in bytes, BTF ``type_id`` (0 if
+    the object has no BTF for it)."""
+
+    name: str
+    offset: int
+    size: int
+    type_id: int
+    static: bool  # BTF_VAR_STATIC / STB_LOCAL: not settable from outside
+
+    __slots__ = ("name", "offset", "size", "type_id", "static")
+
+    def __init__(
+        self, name: str, offset: int, size: int, type_id: int = 0, static: bool = False
+    ) -> None:
+        self.name = name
+        self.offset = offset
+        self.size = size
+        self.type_id = type_id
+        self.static = static
+
+
+class DataSection(Record):
+    """``.rodata``/``.data``/``.bss`` (and ``.rodata.*`` ...): initial bytes (zeros for
+    .bss), ``vars`` by name, ``readonly`` (.rodata: BPF_F_RDONLY_PROG + frozen), BTF
+    DATASEC type id (0 if none)."""
+
+    name: str
+    data: bytes
+    vars: dict[str, Var]
+    readonly: bool
+    btf_id: int
+
+    __slots__ = ("name", "data", "vars", "readonly", "btf_id")
+
+    def __init__(
+        self, name: str, data: bytes, vars: dict[str, Var], readonly: bool, btf_id: int = 0
+    ) -> None:
+        self.name = name
+        self.data = data
+        self.vars = vars
+        self.readonly = readonly
+        self.btf_id = btf_id
+
+
+class CollectionSpec(Record):
+    """Everything in an object, before any kernel object exists.
+
+    ``btf`` has DATASEC sizes and VAR offsets already fixed from the ELF (B13),
+    ``btf_fixups`` says what changed and ``btf_error`` why BTF cannot be used (or None).
+    """
+
+    path: str
+    programs: dict[str, ProgramSpec]
+    maps: dict[str, MapSpec]
+    license: str | None
+    btf: Btf | None
+    btf_ext: BtfExt | None
+    data_sections: dict[str, DataSection]
+    btf_fixups: list[str]
+    btf_error: str | None
+
+    __slots__ = (
+        "path",
+        "programs",
+        "maps",
+        "license",
+        "btf",
+        "btf_ext",
+        "data_sections",
+        "btf_fixups",
+        "btf_error",
+    )
+
+    def __init__(
+        self,
+        path: str,
+        programs: dict[str, ProgramSpec],
+        maps: dict[str, MapSpec],
+        license: str | None,
+        btf: Btf | None,
+        btf_ext: BtfExt | None,
+        data_sections: dict[str, DataSection],
+        btf_fixups: list[str] | None = None,
+        btf_error: str | None = None,
+    ) -> None:
+        self.path = path
+        self.programs = programs
+        self.maps = maps
+        self.license = license
+        self.btf = btf
+        self.btf_ext = btf_ext
+        self.data_sections = data_sections
+        self.btf_fixups = [] if btf_fixups is None else btf_fixups
+        self.btf_error = btf_error
+
+    @property
+    def rodata(self) -> DataSection | None:
+        return self.data_sections.get(".rodata")
+
+    @property
+    def configs(self) -> dict[str, Var]:
+        """Load-time settings: the global (non-static) VARs of ``.rodata``."""
+        if self.rodata is None:
+            return {}
+        return {n: v for n, v in self.rodata.vars.items() if not v.static}
