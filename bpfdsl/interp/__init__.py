@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from bpfdsl.interp.ctx import SkMsgContext, SockInfo, SockOpsContext, XdpContext
 from bpfdsl.interp.engine import InterpEngine
-from bpfdsl.interp.machine import Env, InterpError, Machine
-from bpfdsl.interp.maps import Map, make_map
-from bpfdsl.interp.maps_slot import SlotMap
+from bpfdsl.interp.machine import InterpError, Machine
+from bpfdsl.interp.maps import Map, SlotMap, make_map
 from bpfdsl.interp.program import InterpCollection, InterpProgram, InterpResult, load_object
+from bpfdsl.interp.state import Env
 
 __all__ = [
     "Env",

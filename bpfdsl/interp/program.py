@@ -20,9 +20,10 @@ from bpfdsl.abi.insn import slot_offsets
 from bpfdsl.abi.uapi import AttachType, MapType, ProgramKind
 from bpfdsl.diagnostics import Span, UsageError, error
 from bpfdsl.interp.ctx import SkMsgContext, SockInfo, SockOpsContext, XdpContext
-from bpfdsl.interp.machine import DEFAULT_BUDGET, Env, Machine
+from bpfdsl.interp.machine import DEFAULT_BUDGET, Machine
 from bpfdsl.interp.maps import Map, make_map
 from bpfdsl.interp.memory import Ptr
+from bpfdsl.interp.state import Env
 
 
 @dataclass
