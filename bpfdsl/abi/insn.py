@@ -17,6 +17,7 @@ import struct
 from collections.abc import Callable, Iterable, Sequence
 
 from bpfdsl.abi import uapi as U
+from bpfdsl.abi.helper_names import kernel_helper_name
 from bpfdsl.record import FrozenRecord
 
 INSN_SIZE = 8  # bytes per slot
@@ -370,8 +371,6 @@ def _reg(r: int, wide: bool) -> str:
 
 
 def _helper_name(helper_id: int) -> str:
-    from bpfdsl.abi.helper_names import kernel_helper_name
-
     return f"{kernel_helper_name(helper_id) or 'unknown'}#{helper_id}"
 
 

@@ -26,6 +26,7 @@ import ctypes
 import os
 import sys
 from ctypes import POINTER, byref, c_bool, c_char_p, c_int, c_size_t, c_void_p
+from importlib.util import find_spec
 
 SUPPORTED = frozenset({"0.50.0"})  # llvmlite versions whose prototypes are copied below
 ENV = "BPFDSL_LLVM"  # "llvmlite": always use llvmlite.binding
@@ -104,7 +105,6 @@ def llvmlite_dir() -> str | None:
         pkg = os.path.join(entry or os.curdir, "llvmlite")
         if os.path.isfile(os.path.join(pkg, "__init__.py")):
             return os.path.abspath(pkg)
-    from importlib.util import find_spec  # noqa: PLC0415
 
     spec = find_spec("llvmlite")
     locs = spec.submodule_search_locations if spec else None

@@ -27,6 +27,7 @@ from __future__ import annotations
 import re
 import struct
 
+from bpfdsl.backend import llvm_c
 from bpfdsl.diagnostics import DiagnosticError, Span, UsageError, error
 from bpfdsl.record import FrozenRecord
 
@@ -81,8 +82,6 @@ def _init(initialize, set_option) -> None:  # noqa: ANN001
 def _lean() -> llvm_c.Lib | None:
     """The lean binding (:mod:`bpfdsl.backend.llvm_c`), initialised; None means use :func:`_llvm`
     (other llvmlite version, or ``BPFDSL_LLVM=llvmlite``)."""
-    from bpfdsl.backend import llvm_c  # noqa: PLC0415
-
     lib = llvm_c.load()
     if lib is not None:
         _init(lib.initialize, lib.set_option)

@@ -7,6 +7,7 @@ initialization; packet-changing helpers invalidate every packet pointer.
 
 from __future__ import annotations
 
+from bpfdsl.abi.helper_names import kernel_helper_name
 from bpfdsl.abi.helpers import HELPERS_BY_ID, ArgKind, RetKind, helper_allowed, map_fits_helper
 from bpfdsl.abi.uapi import MapType
 from bpfdsl.checker import domain as D
@@ -93,8 +94,6 @@ def check_helper_call(env: Env, st: State, helper_id: int, idx: int) -> None:
     """Check a ``call`` of helper ``helper_id`` and apply its effects to ``st`` in place."""
     h = HELPERS_BY_ID.get(helper_id)
     if h is None:
-        from bpfdsl.abi.helper_names import kernel_helper_name  # only for this message
-
         known = kernel_helper_name(helper_id)
         if known is not None:
             raise Fault(

@@ -10,8 +10,10 @@ Errors are :class:`~bpfdsl.diagnostics.DiagnosticError` saying what to do.
 from __future__ import annotations
 
 import _socket  # socket's C module: if_nametoindex & co. without socket.py's enum set-up
+import ctypes
 import errno
 import os
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -221,8 +223,6 @@ def _libc():
     """libc through ctypes (setns/unshare/mount), loaded on first use."""
     global _LIBC
     if _LIBC is None:
-        import ctypes  # noqa: PLC0415
-
         _LIBC = ctypes.CDLL(None, use_errno=True)
     return _LIBC
 
@@ -231,8 +231,6 @@ _LIBC = None
 
 
 def _setns(fd: int) -> None:
-    import ctypes  # noqa: PLC0415
-
     if _libc().setns(fd, CLONE_NEWNET) != 0:
         err = ctypes.get_errno()
         raise OSError(err, f"setns: {os.strerror(err)}")
@@ -246,8 +244,6 @@ def create_netns(name: str) -> None:
     path = os.path.join(NETNS_RUN_DIR, name)
     os.close(os.open(path, os.O_RDONLY | os.O_CREAT | os.O_EXCL, 0o444))
     failure: list[OSError] = []
-    import ctypes  # noqa: PLC0415
-    import threading  # noqa: PLC0415
 
     def worker() -> None:
         if _libc().unshare(CLONE_NEWNET) != 0:

@@ -14,6 +14,7 @@ and for the test that the tables match the grammar.
 from __future__ import annotations
 
 from bpfdsl.diagnostics import Diagnostic, DiagnosticError, Span, error
+from bpfdsl.lang import parser_tables as tables
 
 _TOKEN_NAMES = {
     "NAME": "a name",
@@ -76,8 +77,6 @@ def _scanner():
     as in the tables, with an ``include`` that only selects children turned into a list of
     their indexes."""
     if not _scanner_cache:
-        from bpfdsl.lang import parser_tables as tables
-
         rules = []
         for origin, size, kind, cb, include, append_none in tables.RULES:
             if include is not None and not append_none and not any(s or k for _, s, k in include):

@@ -9,6 +9,7 @@ supported -- the same order libxdp and cilium/ebpf use.  Errors say what to do.
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import os
 
@@ -16,6 +17,7 @@ from bpfdsl.abi.uapi import BPF_F_REPLACE, AttachType, LinkType, ProgramType, Xd
 from bpfdsl.diagnostics import DiagnosticError, UsageError, error
 from bpfdsl.kernel import netlink, syscall
 from bpfdsl.record import FrozenRecord
+from bpfdsl.runtime.cpumap import refuse_on_interface
 
 MODES = ("native", "generic")  # offload is refused: it needs a device-bound program
 BPFFS = "/sys/fs/bpf"
@@ -134,8 +136,6 @@ BPF_FS_MAGIC = 0xCAFE4A11  # include/uapi/linux/magic.h
 
 def is_bpffs(path: str) -> bool:
     """True when ``path`` lies on a bpf filesystem (statfs f_type == BPF_FS_MAGIC)."""
-    import ctypes  # noqa: PLC0415 (already loaded by syscall)
-
     st = ctypes.create_string_buffer(128)  # struct statfs: long f_type first (120 B on x86_64)
     if syscall.libc().statfs(os.fsencode(path), st) != 0:
         return False
@@ -155,7 +155,6 @@ def ensure_bpffs(path: str = BPFFS) -> None:
                 return
     except OSError:
         pass
-    import ctypes  # noqa: PLC0415
 
     libc = syscall.libc()
     os.makedirs(path, exist_ok=True)
@@ -222,8 +221,6 @@ def attach_xdp(
                     )
                 ) from None
             if e.errno == errno.EINVAL:
-                from bpfdsl.runtime.cpumap import refuse_on_interface  # noqa: PLC0415
-
                 refuse_on_interface(prog_fd, prog_name, dev)  # explains xdp(cpumap/devmap)
             if (
                 method == "link"
