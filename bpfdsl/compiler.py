@@ -8,8 +8,21 @@ The pipeline is a visible list of calls: parse (parser) -> build AST (build) -> 
 from __future__ import annotations
 
 import os
+import sys
+from time import perf_counter
 
+from bpfdsl.abi import insn
+from bpfdsl.backend import target
+from bpfdsl.backend.codegen.debug import DebugAdapter
+from bpfdsl.backend.codegen.generator import generate
+from bpfdsl.backend.codegen.text import Module
+from bpfdsl.checker import check_object
 from bpfdsl.diagnostics import Diagnostic, DiagnosticError, UsageError, error
+from bpfdsl.lang import ast
+from bpfdsl.lang.build import parse_program
+from bpfdsl.lang.sema import analyzer
+from bpfdsl.obj.collection import read_object
+from bpfdsl.obj.reader import ObjectReader
 from bpfdsl.record import Record
 
 EMIT_KINDS = ("obj", "llvm-ir", "asm")
@@ -52,10 +65,7 @@ class CompileResult(Record):
 
 def front_end(text: str, filename: str = "<input>"):
     """Parse and check ``text``; returns sema.Checked.  Raises DiagnosticError."""
-    from bpfdsl.lang.build import parse_program
-    from bpfdsl.lang.sema.analyzer import check
-
-    return check(parse_program(text, filename), filename)
+    return analyzer.check(parse_program(text, filename), filename)
 
 
 def compile_source(
@@ -83,8 +93,6 @@ def compile_source(
         raise UsageError(
             error("bad-emit", f"unknown --emit kind {emit!r}", hint="use obj, llvm-ir or asm")
         )
-    import sys
-
     limit = sys.getrecursionlimit()
     sys.setrecursionlimit(max(limit, DEPTH_LIMIT))
     try:
@@ -111,9 +119,6 @@ def _deepest(text: str, filename: str):
     """(span, depth) of where the AST of ``text`` first gets :data:`TOO_DEEP` levels deep on
     its deepest path (None, 0 if it cannot be told): the position for the ``too-deep``
     error.  Walks the tree with an explicit stack (the parser builds it without recursion)."""
-    from bpfdsl.lang import ast
-    from bpfdsl.lang.build import parse_program
-
     try:
         prog = parse_program(text, filename)
     except (DiagnosticError, RecursionError):
@@ -141,19 +146,11 @@ DEPTH_LIMIT = 8000
 
 
 def _compile(text, filename, mcpu, emit, debug, stats, check) -> CompileResult:
-    from time import perf_counter
-
-    from bpfdsl.backend import target
-    from bpfdsl.backend.codegen.generator import generate
-
     t = [perf_counter()]
     checked = front_end(text, filename)
     t.append(perf_counter())
     dbg = None
     if debug:
-        from bpfdsl.backend.codegen.debug import DebugAdapter
-        from bpfdsl.backend.codegen.text import Module
-
         lines = {n: d.span.line for n, d in checked.map_decls.items()}
         module = Module(name=filename)
         dbg = DebugAdapter(module, filename, text, lines)
@@ -186,9 +183,6 @@ def _compile(text, filename, mcpu, emit, debug, stats, check) -> CompileResult:
 def check_compiled(obj: bytes, text: str) -> list[Diagnostic]:
     """Run the checker over a compiled object; raise DiagnosticError (source ``text``) for
     its errors, return its warnings as Diagnostics."""
-    from bpfdsl.checker import check_object
-    from bpfdsl.obj.collection import read_object
-
     res = check_object(read_object(obj))
     errs = [e.diagnostic(p.name) for p in res.programs for e in p.errors]
     if errs:
@@ -198,22 +192,16 @@ def check_compiled(obj: bytes, text: str) -> list[Diagnostic]:
 
 def object_stats(obj: bytes, programs: list[str]) -> list[ProgramStats]:
     """Instruction count (decoded with bpfdsl.abi.insn) and stack bytes per program function."""
-    import io
-
-    from elftools.elf.elffile import ELFFile
-
-    from bpfdsl.abi import insn
-    from bpfdsl.backend import target
-
     depths = target.stack_depths(obj)
-    elf = ELFFile(io.BytesIO(obj))
-    symtab = elf.get_section_by_name(".symtab")
+    elf = ObjectReader("<object>", obj)
+    elf.read_symbols()
     out = []
-    for sym in symtab.iter_symbols():
+    for sym in elf.symbols:
         if sym["st_info"]["type"] != "STT_FUNC" or sym.name not in programs:
             continue
-        sec = elf.get_section(sym["st_shndx"])
-        data = sec.data()[sym["st_value"] : sym["st_value"] + (sym["st_size"] or sec["sh_size"])]
+        sec = elf.sections[sym.entry.st_shndx]
+        start, size = sym.entry.st_value, sym.entry.st_size or sec.header.sh_size
+        data = elf.data(sec)[start : start + size]
         n = sum(i.width for i in insn.decode(data))
         out.append(ProgramStats(sym.name, sec.name, n, depths.get(sym.name, 0)))
     out.sort(key=lambda s: programs.index(s.name))
