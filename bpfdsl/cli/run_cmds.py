@@ -81,6 +81,8 @@ def _auto_engine(kind) -> tuple[str, str | None]:
 def cmd_run(args) -> int:
     from bpfdsl.diagnostics import UsageError, error  # noqa: PLC0415
     from bpfdsl.obj import collection as objfile
+    from bpfdsl.obj.config import parse_config
+    from bpfdsl.obj.spec import choose_program
     from bpfdsl.runtime import packets, testrun  # noqa: PLC0415
 
     if args.repeat < 1 or args.repeat > 100_000_000:
@@ -100,8 +102,8 @@ def cmd_run(args) -> int:
     else:
         frames = [(1, packets.parse_hex(args.hex))]
     spec = objfile.read_object(testrun.object_bytes(args.file), name=args.file)
-    config = testrun.parse_config(args.set, spec.configs)
-    name, kind = testrun.choose_program(spec, args.prog)
+    config = parse_config(args.set, spec.configs)
+    name, kind = choose_program(spec, args.prog)
     if args.engine == "auto":
         args.engine, why = _auto_engine(kind)
         if why:

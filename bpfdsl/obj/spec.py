@@ -13,6 +13,7 @@ from bpfdsl.abi.btf.core import Btf
 from bpfdsl.abi.btf.ext import BtfExt, LineInfo
 from bpfdsl.abi.insn import Insn
 from bpfdsl.abi.uapi import AttachType, ProgramKind, ProgramType
+from bpfdsl.diagnostics import UsageError, error
 from bpfdsl.obj.maps import MapSpec
 from bpfdsl.record import FrozenRecord, Record
 
@@ -232,3 +233,45 @@ class CollectionSpec(Record):
         if self.rodata is None:
             return {}
         return {n: v for n, v in self.rodata.vars.items() if not v.static}
+
+
+def choose_program(spec: CollectionSpec, name: str | None) -> tuple[str, ProgramKind]:
+    """The program a user means: ``name`` (a program or section name) or the only one in
+    ``spec``; with its kind (uapi.PROGRAM_KINDS).
+
+    Raises UsageError when the name is unknown or the choice is ambiguous.
+    """
+    progs = spec.programs
+    if not progs:
+        raise UsageError(error("unknown-program", "the object holds no program"))
+    if name is None:
+        if len(progs) > 1:
+            raise UsageError(
+                error(
+                    "unknown-program",
+                    f"the object holds {len(progs)} programs",
+                    hint=f"pick one with --prog: {', '.join(sorted(progs))}",
+                )
+            )
+        name = next(iter(progs))
+    if name not in progs:
+        by_section = [p for p in progs.values() if p.section == name]
+        if len(by_section) != 1:
+            raise UsageError(
+                error(
+                    "unknown-program",
+                    f"no program named {name!r}",
+                    hint=f"programs: {', '.join(sorted(progs))}",
+                )
+            )
+        name = by_section[0].name
+    kind = progs[name].kind
+    if kind is None:
+        raise UsageError(
+            error(
+                "unknown-program",
+                f"program {name!r} is in section "
+                f"{progs[name].section!r}, which is no known program kind",
+            )
+        )
+    return name, kind

@@ -16,24 +16,31 @@ from __future__ import annotations
 
 import errno as E
 import struct
-from dataclasses import dataclass
 
 from bpfdsl.abi.uapi import BPF_F_TEST_XDP_LIVE_FRAMES, AttachType, MapType, ProgramType
 from bpfdsl.diagnostics import DiagnosticError, UsageError, error
 from bpfdsl.kernel import syscall as S
+from bpfdsl.record import FrozenRecord
 
 QSIZE_MAX = 16384  # kernel/bpf/cpumap.c: "sanity limit on qsize" (EOVERFLOW above)
 _TEST_XDP_MAX_BATCH = 256  # net/bpf/test_run.c; one more makes a plain XDP prog answer E2BIG
 
 
-@dataclass(frozen=True, slots=True)
-class CpumapEntry:
+class CpumapEntry(FrozenRecord):
     """One cpumap slot: ``cpu`` (key), ``qsize`` (frames queued towards that CPU),
-    ``prog_id`` (kernel id of the on-CPU program, 0 when none)."""
+    ``prog_id`` (kernel id of the on-CPU program, 0 when none).  A record (bpfdsl.record):
+    the loader, on the load path, imports this module for the cpumap creation rules."""
 
     cpu: int
     qsize: int
-    prog_id: int = 0
+    prog_id: int
+
+    __slots__ = ("cpu", "qsize", "prog_id")
+
+    def __init__(self, cpu: int, qsize: int, prog_id: int = 0) -> None:
+        self.cpu = cpu
+        self.qsize = qsize
+        self.prog_id = prog_id
 
 
 def possible_cpus() -> int:
