@@ -100,8 +100,8 @@ def open_program(
     An object file is loaded (``bpfdsl.runtime.loader``) and pinned under ``pin_dir`` (default
     /sys/fs/bpf/bpfdsl/<object name>); if the body raises, those pins are removed again.
     ``data``: the object's ELF bytes when the caller has them already (``.bpfd`` source is
-    compiled by the caller: the CLI, ``bpfdsl.runtime.testrun.object_bytes``), else the
-    file ``ref`` is read.
+    compiled by the caller, e.g. :func:`bpfdsl.cli.object_bytes`), else the file ``ref``
+    is read.
     Raises UsageError for a missing file, no/ambiguous program, or a pin that is no program.
     """
     if os.path.isdir(ref):
@@ -182,7 +182,7 @@ _STEM_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz012
 
 def object_bytes(ref: str) -> bytes:
     """ELF bytes of the object file ``ref``, read as it is (``.bpfd`` source is compiled by
-    :func:`bpfdsl.runtime.testrun.object_bytes`).
+    the caller: :func:`bpfdsl.cli.object_bytes`).
 
     Raises UsageError when the file is missing, NoPermission when it cannot be read.
     """

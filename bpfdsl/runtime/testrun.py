@@ -1,6 +1,6 @@
 """Kernel side: run a program on packets (BPF_PROG_TEST_RUN, or the interpreter).
 
-Takes an object (``.bpfd`` source or ``.o``), a program name and frames; returns one
+Takes an object (a CollectionSpec), a program name and frames; returns one
 :class:`PacketResult` per frame (verdict, output bytes, what changed, ns per run).
 An *engine* is anything with ``run(program, packet, repeat) -> RunResult`` plus
 ``close()``; the engines are named in :data:`ENGINES`: ``kernel`` (:class:`KernelEngine`)
@@ -11,22 +11,16 @@ kinds BPF_PROG_TEST_RUN refuses: xdp(cpumap), xdp(devmap), sk_msg).
 from __future__ import annotations
 
 import errno
-import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from bpfdsl.abi.uapi import ProgramKind
-from bpfdsl.compiler import compile_file
 from bpfdsl.diagnostics import DiagnosticError, UsageError, error
 from bpfdsl.interp import InterpCollection
 from bpfdsl.kernel import syscall
-from bpfdsl.runtime import inventory, loader
+from bpfdsl.runtime import loader
 from bpfdsl.runtime.packets import ETH_HLEN, describe_change, summary
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:  # pragma: no cover
-    from pathlib import Path
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,19 +195,6 @@ def run_packets(
             res.changes = describe_change(data, r.data_out)
         out.append(res)
     return out
-
-
-def object_bytes(path: str | Path) -> bytes:
-    """ELF bytes of ``path``: compiled first when it is ``.bpfd`` source, else the file
-    (:func:`bpfdsl.runtime.inventory.object_bytes`).
-
-    Raises UsageError when the file is missing, DiagnosticError on compile errors,
-    NoPermission when it cannot be read.
-    """
-    ref = os.fspath(path)
-    if ref.endswith(".bpfd") and os.path.isfile(ref):
-        return compile_file(ref).obj
-    return inventory.object_bytes(ref)
 
 
 def require_test_run(kind: ProgramKind, program: str, engine: str) -> None:
