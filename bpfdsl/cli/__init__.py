@@ -73,9 +73,10 @@ def formatter(base: type[argparse.HelpFormatter] = argparse.HelpFormatter):
     return make
 
 
-def compiled(ref: str) -> bytes | None:
+def compiled(ref: str | os.PathLike) -> bytes | None:
     """ELF bytes of ``ref`` when it names a ``.bpfd`` source file, compiled here (the
     compiler is imported only then); None for anything else."""
+    ref = os.fspath(ref)
     if not (ref.endswith(".bpfd") and os.path.isfile(ref)):
         return None
     from bpfdsl.compiler import compile_file  # noqa: PLC0415
@@ -83,7 +84,7 @@ def compiled(ref: str) -> bytes | None:
     return compile_file(ref).obj
 
 
-def object_bytes(ref: str) -> bytes:
+def object_bytes(ref: str | os.PathLike) -> bytes:
     """ELF bytes of the program file a command names: ``.bpfd`` source compiled
     (:func:`compiled`), an object file read as it is
     (:func:`bpfdsl.runtime.inventory.object_bytes`: UsageError when missing)."""
@@ -92,7 +93,7 @@ def object_bytes(ref: str) -> bytes:
         return data
     from bpfdsl.runtime.inventory import object_bytes as read_object_file  # noqa: PLC0415
 
-    return read_object_file(ref)
+    return read_object_file(os.fspath(ref))
 
 
 class _SubParser(argparse.ArgumentParser):
