@@ -38,8 +38,8 @@ _PUBLIC: dict[str, str] = {
     "compile_file": "bpfdsl.compiler",
     "CompileResult": "bpfdsl.compiler",
     "read_object": "bpfdsl.obj.collection",
-    "CollectionSpec": "bpfdsl.obj.collection",
-    "ProgramSpec": "bpfdsl.obj.collection",
+    "CollectionSpec": "bpfdsl.obj.spec",
+    "ProgramSpec": "bpfdsl.obj.spec",
     "check_object": "bpfdsl.checker",
     "CheckResult": "bpfdsl.checker.report",
     "load_collection": "bpfdsl.runtime.loader",
@@ -84,7 +84,8 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time names come from __g
     from bpfdsl.checker.report import CheckResult
     from bpfdsl.compiler import CompileResult, compile_file, compile_source
     from bpfdsl.diagnostics import Diagnostic, DiagnosticError, Span, UsageError
-    from bpfdsl.obj.collection import CollectionSpec, ProgramSpec, read_object
+    from bpfdsl.obj.collection import read_object
+    from bpfdsl.obj.spec import CollectionSpec, ProgramSpec
     from bpfdsl.runtime.attach import attach_xdp, detach_xdp
     from bpfdsl.runtime.loader import Collection, LoadError, VerifierError, load_collection
     from bpfdsl.runtime.testrun import PacketResult
@@ -124,16 +125,23 @@ def run(
     Raises UsageError (unknown program, unreadable file), DiagnosticError (compile errors),
     LoadError/VerifierError (kernel engine: the object does not load).
     """
-    from bpfdsl.obj.collection import CollectionSpec, read_object
-    from bpfdsl.runtime import testrun
+    import os
+
+    from bpfdsl.obj.collection import read_object
+    from bpfdsl.obj.spec import CollectionSpec, choose_program
+    from bpfdsl.runtime import inventory, testrun
 
     if isinstance(obj, CollectionSpec):
         spec = obj
     elif isinstance(obj, bytes | bytearray):
         spec = read_object(bytes(obj))
+    elif os.fspath(obj).endswith(".bpfd"):
+        from bpfdsl.compiler import compile_file
+
+        spec = read_object(compile_file(obj).obj)
     else:
-        spec = read_object(testrun.object_bytes(obj))
-    name, kind = testrun.choose_program(spec, program)
+        spec = read_object(inventory.object_bytes(os.fspath(obj)))
+    name, kind = choose_program(spec, program)
     eng = testrun.open_engine(engine, spec, config=config)
     try:
         return testrun.run_packets(eng, name, kind, enumerate(frames, 1), repeat=repeat)

@@ -8,9 +8,24 @@ The pipeline is a visible list of calls: parse (parser) -> build AST (build) -> 
 from __future__ import annotations
 
 import os
+import stat
+import sys
 from dataclasses import dataclass, field
+from time import perf_counter
 
-from bpfdsl.diagnostics import Diagnostic, DiagnosticError, UsageError, error
+from llvmlite.ir import Module
+
+from bpfdsl.abi import insn
+from bpfdsl.backend import target
+from bpfdsl.backend.codegen.debug import DebugAdapter
+from bpfdsl.backend.codegen.generator import generate
+from bpfdsl.checker import check_object
+from bpfdsl.diagnostics import Diagnostic, DiagnosticError, Span, UsageError, error
+from bpfdsl.lang import ast
+from bpfdsl.lang.build import parse_program
+from bpfdsl.lang.sema import analyzer
+from bpfdsl.obj.collection import read_object
+from bpfdsl.obj.elf import ElfFile
 
 EMIT_KINDS = ("obj", "llvm-ir", "asm")
 
@@ -49,10 +64,7 @@ class CompileResult:
 
 def front_end(text: str, filename: str = "<input>"):
     """Parse and check ``text``; returns sema.Checked.  Raises DiagnosticError."""
-    from bpfdsl.lang.build import parse_program
-    from bpfdsl.lang.sema.analyzer import check
-
-    return check(parse_program(text, filename), filename)
+    return analyzer.check(parse_program(text, filename), filename)
 
 
 def compile_source(
@@ -80,8 +92,6 @@ def compile_source(
         raise UsageError(
             error("bad-emit", f"unknown --emit kind {emit!r}", hint="use obj, llvm-ir or asm")
         )
-    import sys
-
     limit = sys.getrecursionlimit()
     sys.setrecursionlimit(max(limit, DEPTH_LIMIT))
     try:
@@ -108,9 +118,6 @@ def _deepest(text: str, filename: str):
     """(span, depth) of where the AST of ``text`` first gets :data:`TOO_DEEP` levels deep on
     its deepest path (None, 0 if it cannot be told): the position for the ``too-deep``
     error.  Walks the tree with an explicit stack (the parser builds it without recursion)."""
-    from bpfdsl.lang import ast
-    from bpfdsl.lang.build import parse_program
-
     try:
         prog = parse_program(text, filename)
     except (DiagnosticError, RecursionError):
@@ -138,20 +145,11 @@ DEPTH_LIMIT = 8000
 
 
 def _compile(text, filename, mcpu, emit, debug, stats, check) -> CompileResult:
-    from time import perf_counter
-
-    from bpfdsl.backend import target
-    from bpfdsl.backend.codegen.generator import generate
-
     t = [perf_counter()]
     checked = front_end(text, filename)
     t.append(perf_counter())
     dbg = None
     if debug:
-        from llvmlite.ir import Module
-
-        from bpfdsl.backend.codegen.debug import DebugAdapter
-
         lines = {n: d.span.line for n, d in checked.map_decls.items()}
         module = Module(name=filename)
         dbg = DebugAdapter(module, filename, text, lines)
@@ -185,9 +183,6 @@ def _compile(text, filename, mcpu, emit, debug, stats, check) -> CompileResult:
 def check_compiled(obj: bytes, text: str) -> list[Diagnostic]:
     """Run the checker over a compiled object; raise DiagnosticError (source ``text``) for
     its errors, return its warnings as Diagnostics."""
-    from bpfdsl.checker import check_object
-    from bpfdsl.obj.collection import read_object
-
     res = check_object(read_object(obj))
     errs = [e.diagnostic(p.name) for p in res.programs for e in p.errors]
     if errs:
@@ -197,10 +192,6 @@ def check_compiled(obj: bytes, text: str) -> list[Diagnostic]:
 
 def object_stats(obj: bytes, programs: list[str]) -> list[ProgramStats]:
     """Instruction count (decoded with bpfdsl.abi.insn) and stack bytes per program function."""
-    from bpfdsl.abi import insn
-    from bpfdsl.backend import target
-    from bpfdsl.obj.elf import ElfFile
-
     depths = target.stack_depths(obj)
     out = []
     for name, sec, start, size in ElfFile(obj).functions():
@@ -223,7 +214,6 @@ def read_source(path: str | os.PathLike) -> str:
     bytes, UTF-8.  Raises UsageError (exit 2) when it cannot be read, is not a regular file
     (a directory, device or pipe) or is larger; DiagnosticError (code ``bad-encoding``) at
     the line:col of the first byte that is not UTF-8."""
-    import stat
 
     name = str(path)
     try:  # O_NONBLOCK: opening a FIFO must not wait for a writer
@@ -263,7 +253,6 @@ def read_source(path: str | os.PathLike) -> str:
 def _bad_encoding(data: bytes, name: str, pos: int) -> DiagnosticError:
     """The bad-encoding error at byte ``pos`` of ``data``: line and column (characters, as
     every other span) of that byte; the source shown with U+FFFD for undecodable bytes."""
-    from bpfdsl.diagnostics import Span
 
     start = data.rfind(b"\n", 0, pos) + 1
     line = data.count(b"\n", 0, pos) + 1

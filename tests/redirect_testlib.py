@@ -163,9 +163,9 @@ def stream(cg, sizes: dict[int, int]) -> list[dict]:
 def load_bpfdsl(path: Path, config: dict | None = None) -> Iterator[Loaded]:
     """Load ``path`` (.o, or .bpfd compiled first) with bpfdsl's own loader and ``config``
     (.rodata values by name); yields :class:`Loaded` (fds owned by the loader's Collection)."""
+    from bpfdsl.cli import object_bytes
     from bpfdsl.obj.collection import read_object
     from bpfdsl.runtime.loader import load_collection
-    from bpfdsl.runtime.testrun import object_bytes
 
     if not path.exists():
         pytest.skip(f"{path.relative_to(HERE.parent)} not written yet")

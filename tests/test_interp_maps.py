@@ -15,7 +15,7 @@ from bpfdsl.abi import uapi as U
 from bpfdsl.abi.uapi import BPF_EXIST, BPF_NOEXIST, MapType
 from bpfdsl.diagnostics import Span
 from bpfdsl.interp import InterpError, Machine, SkMsgContext, SockInfo, make_map
-from bpfdsl.interp.maps_slot import SlotMap
+from bpfdsl.interp.maps import SlotMap
 
 
 def v4(prefix: str, plen: int) -> bytes:

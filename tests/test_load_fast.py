@@ -34,9 +34,6 @@ OTHER_PATHS = {
     "bpfdsl.checker",
     "bpfdsl.interp",
     "bpfdsl.runtime.testrun",
-    "bpfdsl.runtime.cpumap",
-    "bpfdsl.runtime.verifier_log",
-    "bpfdsl.abi.btf.values",
     "bpfdsl.runtime.mapview",
     "bpfdsl.runtime.packets",
 }

@@ -21,8 +21,8 @@ from netns import bpffs_dir, veth_net
 
 from bpfdsl.compiler import compile_source
 from bpfdsl.obj import collection as objfile
+from bpfdsl.obj.config import ConfigError, config_bytes
 from bpfdsl.runtime import packets
-from bpfdsl.runtime.loader import ConfigError, config_bytes
 
 FLOWS = """license "GPL"
 struct flow { saddr: be32, daddr: be32, sport: be16, dport: be16, proto: u8 }

@@ -207,7 +207,7 @@ def _objects() -> list:
 def test_fast_elf_reader_agrees_with_pyelftools(monkeypatch):
     """objfile_elf (the load path's section reader) and pyelftools read every C fixture and
     every progs/*.bpfd object to the same CollectionSpec."""
-    from bpfdsl.obj import collection as objfile
+    from bpfdsl.obj import reader as objreader
     from bpfdsl.obj.elf import ElfError
 
     objs = _objects()
@@ -216,7 +216,7 @@ def test_fast_elf_reader_agrees_with_pyelftools(monkeypatch):
     def refuse(raw):
         raise ElfError("forced: use pyelftools")
 
-    monkeypatch.setattr(objfile, "ElfFile", refuse)
+    monkeypatch.setattr(objreader, "ElfFile", refuse)
     slow = [_summary(read_object(o)) for o in objs]
     assert len(objs) > 20 and fast == slow
 

@@ -12,6 +12,7 @@ from conftest import PCAPS, PROGS, ROOT
 from objbuild import build
 
 from bpfdsl.obj import collection as objfile
+from bpfdsl.obj.spec import choose_program
 from bpfdsl.runtime import packets, testrun
 from bpfdsl.runtime.packets import udp_frame
 
@@ -81,7 +82,7 @@ def test_run_every_shared_pcap_without_traceback():
     """tcpdump's corpus (malformed, truncated, jumbo frames): every frame gets a verdict or
     a reason it was skipped; run in one process with one loaded object."""
     spec = objfile.read_object(build("xdp_udp_filter"))
-    name, kind = testrun.choose_program(spec, None)
+    name, kind = choose_program(spec, None)
     engine = testrun.open_engine("kernel", spec)
     total = 0
     verdicts: dict[str, int] = {}

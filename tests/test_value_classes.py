@@ -17,7 +17,7 @@ from bpfdsl.diagnostics import Diagnostic, Span, error
 from bpfdsl.lang import ast
 from bpfdsl.lang import types as T
 from bpfdsl.lang.headers import HEADERS
-from bpfdsl.obj.collection import ProgramSpec, Relocation
+from bpfdsl.obj.spec import ProgramSpec, Relocation
 from bpfdsl.runtime.attach import XdpAttachment
 
 

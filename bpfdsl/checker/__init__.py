@@ -26,6 +26,7 @@ from bpfdsl.abi.uapi import (
     ProgramKind,
     ProgramType,
 )
+from bpfdsl.checker import features as F
 from bpfdsl.checker.analyzer import analyze
 from bpfdsl.checker.cfg import CfgError, build_cfg
 from bpfdsl.checker.ctx import ctx_for_program_type
@@ -184,7 +185,6 @@ def _version_faults(env: Env, cfg, insns):
     """Whole-program features an older target kernel lacks: attach types, loops."""
     if env.kernel is None:
         return None  # no declared target kernel: Env.need never faults
-    from bpfdsl.checker import features as F
 
     try:
         need = F.ATTACH_MIN.get(env.attach_type) if env.attach_type is not None else None

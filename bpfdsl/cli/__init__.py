@@ -67,6 +67,29 @@ def formatter(base: type[argparse.HelpFormatter] = argparse.HelpFormatter):
     return make
 
 
+def compiled(ref: str | os.PathLike) -> bytes | None:
+    """ELF bytes of ``ref`` when it names a ``.bpfd`` source file, compiled here (the
+    compiler is imported only then); None for anything else."""
+    ref = os.fspath(ref)
+    if not (ref.endswith(".bpfd") and os.path.isfile(ref)):
+        return None
+    from bpfdsl.compiler import compile_file  # noqa: PLC0415
+
+    return compile_file(ref).obj
+
+
+def object_bytes(ref: str | os.PathLike) -> bytes:
+    """ELF bytes of the program file a command names: ``.bpfd`` source compiled
+    (:func:`compiled`), an object file read as it is
+    (:func:`bpfdsl.runtime.inventory.object_bytes`: UsageError when missing)."""
+    data = compiled(ref)
+    if data is not None:
+        return data
+    from bpfdsl.runtime.inventory import object_bytes as read_object_file  # noqa: PLC0415
+
+    return read_object_file(os.fspath(ref))
+
+
 class _SubParser(argparse.ArgumentParser):
     """Sub-command parser that also takes the global ``--json``/``-v`` after the command
     (``bpfdsl show --json`` as well as ``bpfdsl --json show``); nested sub-parsers inherit it."""

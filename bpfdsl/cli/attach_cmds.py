@@ -100,6 +100,7 @@ def _looks_like_kind(word: str) -> bool:
 
 
 def cmd_attach(args) -> int:
+    from bpfdsl.cli import compiled  # noqa: PLC0415
     from bpfdsl.diagnostics import UsageError, error  # noqa: PLC0415
     from bpfdsl.runtime import attach, inventory  # noqa: PLC0415
 
@@ -128,7 +129,11 @@ def cmd_attach(args) -> int:
     attach.check_mode(args.mode)
     target, staging = _replacing(args, words[0], dev)
     with inventory.open_program(
-        words[0], prog=args.prog, pin_dir=staging or args.pin_dir, config_items=args.set
+        words[0],
+        prog=args.prog,
+        pin_dir=staging or args.pin_dir,
+        config_items=args.set,
+        data=compiled(words[0]),
     ) as prog:
         link_pin = attach.link_pin_path(prog.pin_dir, dev) if prog.pin_dir else None
         res = attach.attach_xdp(

@@ -58,11 +58,11 @@ def disasm_lines(spec, prog) -> list[str]:
 
 
 def cmd_disasm(args) -> int:
+    from bpfdsl.cli import object_bytes  # noqa: PLC0415
     from bpfdsl.diagnostics import UsageError, error  # noqa: PLC0415
     from bpfdsl.obj import collection as objfile
-    from bpfdsl.runtime import testrun  # noqa: PLC0415
 
-    spec = objfile.read_object(testrun.object_bytes(args.file), name=args.file)
+    spec = objfile.read_object(object_bytes(args.file), name=args.file)
     progs = list(spec.programs.values())
     if args.prog:
         progs = [p for p in progs if args.prog in (p.name, p.section)]

@@ -64,15 +64,13 @@ def default_pin_dir(path: str) -> str:
 
 
 def cmd_load(args) -> int:
-    from bpfdsl.obj import collection as objfile  # noqa: PLC0415
-    from bpfdsl.runtime import inventory, loader, pins
+    from bpfdsl.cli import object_bytes  # noqa: PLC0415
+    from bpfdsl.obj import collection as objfile
+    from bpfdsl.obj.config import parse_config
+    from bpfdsl.runtime import loader, pins
 
-    spec = objfile.read_object(inventory.object_bytes(args.file), name=args.file)
-    config = {}
-    if args.set:
-        from bpfdsl.runtime import testrun  # noqa: PLC0415 (only for --set)
-
-        config = testrun.parse_config(args.set, spec.configs)
+    spec = objfile.read_object(object_bytes(args.file), name=args.file)
+    config = parse_config(args.set, spec.configs) if args.set else {}
     pin_dir = args.pin_dir or default_pin_dir(args.file)
     level = args.log_level if args.log else 0
     try:

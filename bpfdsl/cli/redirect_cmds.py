@@ -146,6 +146,7 @@ def _open_prog(ref: str | None, pin_dir: str | None) -> Iterator[tuple[int | Non
     if ref is None:
         yield None, ""
         return
+    from bpfdsl.cli import compiled  # noqa: PLC0415
     from bpfdsl.diagnostics import UsageError, error  # noqa: PLC0415
     from bpfdsl.kernel import syscall  # noqa: PLC0415
     from bpfdsl.runtime.inventory import open_program  # noqa: PLC0415
@@ -165,7 +166,7 @@ def _open_prog(ref: str | None, pin_dir: str | None) -> Iterator[tuple[int | Non
             yield int(fd), syscall.prog_info(fd).name.decode(errors="replace")
         return
     if os.path.exists(ref):
-        with open_program(ref) as p:
+        with open_program(ref, data=compiled(ref)) as p:
             yield p.fd, p.name
         return
     if pin_dir is None:

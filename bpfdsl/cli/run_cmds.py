@@ -79,8 +79,11 @@ def _auto_engine(kind) -> tuple[str, str | None]:
 
 
 def cmd_run(args) -> int:
+    from bpfdsl.cli import object_bytes
     from bpfdsl.diagnostics import UsageError, error  # noqa: PLC0415
     from bpfdsl.obj import collection as objfile
+    from bpfdsl.obj.config import parse_config
+    from bpfdsl.obj.spec import choose_program
     from bpfdsl.runtime import packets, testrun  # noqa: PLC0415
 
     if args.repeat < 1 or args.repeat > 100_000_000:
@@ -99,9 +102,9 @@ def cmd_run(args) -> int:
             raise UsageError(error("bad-capture", f"{args.pcap}: the capture holds no packet"))
     else:
         frames = [(1, packets.parse_hex(args.hex))]
-    spec = objfile.read_object(testrun.object_bytes(args.file), name=args.file)
-    config = testrun.parse_config(args.set, spec.configs)
-    name, kind = testrun.choose_program(spec, args.prog)
+    spec = objfile.read_object(object_bytes(args.file), name=args.file)
+    config = parse_config(args.set, spec.configs)
+    name, kind = choose_program(spec, args.prog)
     if args.engine == "auto":
         args.engine, why = _auto_engine(kind)
         if why:

@@ -1,23 +1,22 @@
 """Userspace BPF machine: run XDP and sk_msg programs without the kernel.
 
 ``load_object(obj)`` -> :class:`InterpCollection` (programs + in-memory maps);
-``collection["prog"].run(frame)`` -> :class:`InterpResult`.  ``InterpEngine`` is the
-``bpfdsl run --engine interp`` engine.  Never imports the compiler front or back end.
+``collection["prog"].run(frame)`` -> :class:`InterpResult`.  The ``bpfdsl run --engine
+interp`` engine over it is ``bpfdsl.runtime.testrun.InterpEngine``.  Never imports the
+compiler front or back end, nor the kernel side.
 """
 
 from __future__ import annotations
 
 from bpfdsl.interp.ctx import SkMsgContext, SockInfo, SockOpsContext, XdpContext
-from bpfdsl.interp.engine import InterpEngine
-from bpfdsl.interp.machine import Env, InterpError, Machine
-from bpfdsl.interp.maps import Map, make_map
-from bpfdsl.interp.maps_slot import SlotMap
+from bpfdsl.interp.machine import InterpError, Machine
+from bpfdsl.interp.maps import Map, SlotMap, make_map
 from bpfdsl.interp.program import InterpCollection, InterpProgram, InterpResult, load_object
+from bpfdsl.interp.state import Env
 
 __all__ = [
     "Env",
     "InterpCollection",
-    "InterpEngine",
     "InterpError",
     "InterpProgram",
     "InterpResult",

@@ -13,7 +13,7 @@ from __future__ import annotations
 import errno
 import functools
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from bpfdsl.abi.helpers import HELPERS, map_fits_helper
 from bpfdsl.abi.uapi import BPF_F_BROADCAST, BPF_F_EXCLUDE_INGRESS, MapType, XdpAction, is_devmap
@@ -24,15 +24,11 @@ from bpfdsl.interp.ctx import (
     XDP_SHINFO_TAILROOM,
     XdpContext,
 )
-from bpfdsl.interp.maps import Map
-from bpfdsl.interp.maps_slot import SlotMap
+from bpfdsl.interp.maps import Map, SlotMap
 from bpfdsl.interp.memory import M32, M64, Fault, Ptr, s32
-
-if TYPE_CHECKING:
-    from bpfdsl.interp.machine import Machine
+from bpfdsl.interp.state import RunState
 
 Impl = Callable[..., Any]
-IMPLS: dict[int, Impl] = {}
 XDP_METALEN_MAX = 255  # type_max(skb_shared_info.meta_len), include/net/xdp.h
 
 
@@ -40,14 +36,22 @@ def _neg(e: int) -> int:
     return -e & M64
 
 
-def helper(name: str) -> Callable[[Impl], Impl]:
-    """Register an implementation under the id of helper ``name`` (bpfdsl.abi.helpers)."""
+def registrar(table: dict[int, Impl]) -> Callable[[str], Callable[[Impl], Impl]]:
+    """The decorator ``@helper(name)`` that enters an implementation in ``table`` under
+    the id of helper ``name`` (bpfdsl.abi.helpers); each helper module has its table."""
 
-    def deco(fn: Impl) -> Impl:
-        IMPLS[HELPERS[name].id] = fn
-        return fn
+    def helper(name: str) -> Callable[[Impl], Impl]:
+        def deco(fn: Impl) -> Impl:
+            table[HELPERS[name].id] = fn
+            return fn
 
-    return deco
+        return deco
+
+    return helper
+
+
+IMPLS: dict[int, Impl] = {}  # this module's helpers (bpfdsl.interp.machine joins the tables)
+helper = registrar(IMPLS)
 
 
 @functools.cache
@@ -55,7 +59,7 @@ def _fits(map_type: MapType, name: str) -> bool:
     return map_fits_helper(map_type, name)
 
 
-def _map(m: Machine, v: object, name: str) -> Map:
+def _map(m: RunState, v: object, name: str) -> Map:
     if not isinstance(v, Map):
         raise Fault(f"bpf_{name}: the map argument is not a map reference")
     if not _fits(v.map_type, name):
@@ -69,7 +73,7 @@ def _mem(v: object, size: int, what: str) -> bytes:
     return v.region.read_bytes(v, size)
 
 
-def _xdp(m: Machine, name: str) -> XdpContext:
+def _xdp(m: RunState, name: str) -> XdpContext:
     if not isinstance(m.ctx, XdpContext):
         raise Fault(f"bpf_{name} needs an XDP context")
     return m.ctx
@@ -79,14 +83,14 @@ def _xdp(m: Machine, name: str) -> XdpContext:
 
 
 @helper("map_lookup_elem")
-def _lookup(m: Machine, r1, r2, *_):
+def _lookup(m: RunState, r1, r2, *_):
     mp = _map(m, r1, "map_lookup_elem")
     r = mp.lookup(_mem(r2, mp.key_size, "map key"), m.env.cpu)
     return 0 if r is None else Ptr(r, 0, r.gen)
 
 
 @helper("map_lookup_percpu_elem")
-def _lookup_percpu(m: Machine, r1, r2, r3, *_):
+def _lookup_percpu(m: RunState, r1, r2, r3, *_):
     mp = _map(m, r1, "map_lookup_percpu_elem")
     cpu = r3 & M32
     if cpu >= mp.ncpus:
@@ -96,7 +100,7 @@ def _lookup_percpu(m: Machine, r1, r2, r3, *_):
 
 
 @helper("map_update_elem")
-def _update(m: Machine, r1, r2, r3, r4, *_):
+def _update(m: RunState, r1, r2, r3, r4, *_):
     mp = _map(m, r1, "map_update_elem")
     key = _mem(r2, mp.key_size, "map key")
     if isinstance(mp, SlotMap):
@@ -106,7 +110,7 @@ def _update(m: Machine, r1, r2, r3, r4, *_):
 
 
 @helper("map_delete_elem")
-def _delete(m: Machine, r1, r2, *_):
+def _delete(m: RunState, r1, r2, *_):
     mp = _map(m, r1, "map_delete_elem")
     return mp.delete(_mem(r2, mp.key_size, "map key")) & M64
 
@@ -115,7 +119,7 @@ def _delete(m: Machine, r1, r2, *_):
 
 
 @helper("ktime_get_ns")
-def _ktime(m: Machine, *_):
+def _ktime(m: RunState, *_):
     return m.env.now_ns()
 
 
@@ -124,27 +128,27 @@ IMPLS[HELPERS["ktime_get_coarse_ns"].id] = _ktime
 
 
 @helper("jiffies64")
-def _jiffies(m: Machine, *_):
+def _jiffies(m: RunState, *_):
     return m.env.now_ns() // 4_000_000  # CONFIG_HZ=250
 
 
 @helper("get_prandom_u32")
-def _prandom(m: Machine, *_):
+def _prandom(m: RunState, *_):
     return m.env.rng.getrandbits(32)
 
 
 @helper("get_smp_processor_id")
-def _cpu(m: Machine, *_):
+def _cpu(m: RunState, *_):
     return m.env.cpu
 
 
 @helper("get_numa_node_id")
-def _numa(m: Machine, *_):
+def _numa(m: RunState, *_):
     return 0
 
 
 @helper("trace_printk")
-def _printk(m: Machine, r1, r2, *_):
+def _printk(m: RunState, r1, r2, *_):
     text = _mem(r1, r2 & M32, "trace_printk format")
     m.trace.append(text.split(b"\0", 1)[0].decode("latin-1"))
     return len(text) & M64
@@ -168,7 +172,7 @@ def _fold16(v: int) -> int:
 
 
 @helper("csum_diff")
-def _csum_diff(m: Machine, r1, r2, r3, r4, r5):
+def _csum_diff(m: RunState, r1, r2, r3, r4, r5):
     fsz, tsz, seed = r2 & M32, r4 & M32, r5 & M32
     if (fsz | tsz) & 3 or fsz > 512 or tsz > 512:
         return _neg(errno.EINVAL)
@@ -189,7 +193,7 @@ def _csum_diff(m: Machine, r1, r2, r3, r4, r5):
 
 
 @helper("redirect")
-def _redirect(m: Machine, r1, r2, *_):
+def _redirect(m: RunState, r1, r2, *_):
     _xdp(m, "redirect")
     if r2:
         return XdpAction.ABORTED
@@ -198,7 +202,7 @@ def _redirect(m: Machine, r1, r2, *_):
 
 
 @helper("redirect_map")
-def _redirect_map(m: Machine, r1, r2, r3, *_):
+def _redirect_map(m: RunState, r1, r2, r3, *_):
     mp = _map(m, r1, "redirect_map")
     flags = r3
     extra = BPF_F_BROADCAST | BPF_F_EXCLUDE_INGRESS if is_devmap(mp.map_type) else 0
@@ -214,7 +218,7 @@ def _redirect_map(m: Machine, r1, r2, r3, *_):
 
 
 @helper("xdp_adjust_head")
-def _adjust_head(m: Machine, r1, r2, *_):
+def _adjust_head(m: RunState, r1, r2, *_):
     x = _xdp(m, "xdp_adjust_head")
     pk = x.pkt
     pk.gen += 1
@@ -231,7 +235,7 @@ def _adjust_head(m: Machine, r1, r2, *_):
 
 
 @helper("xdp_adjust_tail")
-def _adjust_tail(m: Machine, r1, r2, *_):
+def _adjust_tail(m: RunState, r1, r2, *_):
     x = _xdp(m, "xdp_adjust_tail")
     pk = x.pkt
     pk.gen += 1
@@ -271,7 +275,7 @@ def _frags_tail(x: XdpContext, off: int) -> int:
 
 
 @helper("xdp_adjust_meta")
-def _adjust_meta(m: Machine, r1, r2, *_):
+def _adjust_meta(m: RunState, r1, r2, *_):
     x = _xdp(m, "xdp_adjust_meta")
     pk = x.pkt
     pk.gen += 1
@@ -286,11 +290,11 @@ def _adjust_meta(m: Machine, r1, r2, *_):
 
 
 @helper("xdp_get_buff_len")
-def _buff_len(m: Machine, *_):
+def _buff_len(m: RunState, *_):
     return _xdp(m, "xdp_get_buff_len").buff_len()
 
 
-def _xdp_span(m: Machine, name: str, r2, r4) -> tuple[XdpContext, int, int] | int:
+def _xdp_span(m: RunState, name: str, r2, r4) -> tuple[XdpContext, int, int] | int:
     x = _xdp(m, name)
     off, n = r2 & M32, r4 & M32
     if off > 0xFFFF or n > 0xFFFF:
@@ -306,7 +310,7 @@ def _whole(x: XdpContext) -> bytearray:
 
 
 @helper("xdp_load_bytes")
-def _load_bytes(m: Machine, r1, r2, r3, r4, *_):
+def _load_bytes(m: RunState, r1, r2, r3, r4, *_):
     span = _xdp_span(m, "xdp_load_bytes", r2, r4)
     if isinstance(span, int):
         return span
@@ -318,7 +322,7 @@ def _load_bytes(m: Machine, r1, r2, r3, r4, *_):
 
 
 @helper("xdp_store_bytes")
-def _store_bytes(m: Machine, r1, r2, r3, r4, *_):
+def _store_bytes(m: RunState, r1, r2, r3, r4, *_):
     span = _xdp_span(m, "xdp_store_bytes", r2, r4)
     if isinstance(span, int):
         return span

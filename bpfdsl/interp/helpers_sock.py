@@ -1,26 +1,25 @@
 """Socket-level helpers of the userspace machine: sk_msg (redirect, apply/cork bytes,
 pull/push/pop data) and sock_ops (sockmap/sockhash updates, socket cookie, callback
-flags), as net/core/filter.c and net/core/sock_map.c implement them.  Importing this
-module registers them in :data:`bpfdsl.interp.helpers.IMPLS`.
+flags), as net/core/filter.c and net/core/sock_map.c implement them, in :data:`IMPLS`
+(:mod:`bpfdsl.interp.machine` joins it with :data:`bpfdsl.interp.helpers.IMPLS`).
 """
 
 from __future__ import annotations
 
 import errno
-from typing import TYPE_CHECKING
 
 from bpfdsl.abi.uapi import BPF_F_INGRESS, SkAction
 from bpfdsl.interp.ctx import SkMsgContext, SockOpsContext
-from bpfdsl.interp.helpers import _map, _mem, _neg, helper
-from bpfdsl.interp.maps import Map
-from bpfdsl.interp.maps_slot import SlotMap
+from bpfdsl.interp.helpers import Impl, _map, _mem, _neg, registrar
+from bpfdsl.interp.maps import Map, SlotMap
 from bpfdsl.interp.memory import M32, M64, Fault
+from bpfdsl.interp.state import RunState
 
-if TYPE_CHECKING:
-    from bpfdsl.interp.machine import Machine
+IMPLS: dict[int, Impl] = {}
+helper = registrar(IMPLS)
 
 
-def _msg(m: Machine, name: str) -> SkMsgContext:
+def _msg(m: RunState, name: str) -> SkMsgContext:
     if not isinstance(m.ctx, SkMsgContext):
         raise Fault(f"bpf_{name} needs an sk_msg context")
     return m.ctx
@@ -29,7 +28,7 @@ def _msg(m: Machine, name: str) -> SkMsgContext:
 # ---- sk_msg ----
 
 
-def _msg_redirect(m: Machine, mp: Map, key: bytes, flags: int, name: str) -> int:
+def _msg_redirect(m: RunState, mp: Map, key: bytes, flags: int, name: str) -> int:
     x = _msg(m, name)
     if flags & ~BPF_F_INGRESS:
         return SkAction.DROP
@@ -42,32 +41,32 @@ def _msg_redirect(m: Machine, mp: Map, key: bytes, flags: int, name: str) -> int
 
 
 @helper("msg_redirect_map")
-def _msg_redirect_map(m: Machine, r1, r2, r3, r4, *_):
+def _msg_redirect_map(m: RunState, r1, r2, r3, r4, *_):
     mp = _map(m, r2, "msg_redirect_map")
     return _msg_redirect(m, mp, (r3 & M32).to_bytes(4, "little"), r4, "msg_redirect_map")
 
 
 @helper("msg_redirect_hash")
-def _msg_redirect_hash(m: Machine, r1, r2, r3, r4, *_):
+def _msg_redirect_hash(m: RunState, r1, r2, r3, r4, *_):
     mp = _map(m, r2, "msg_redirect_hash")
     key = _mem(r3, mp.key_size, "sockhash key")
     return _msg_redirect(m, mp, key, r4, "msg_redirect_hash")
 
 
 @helper("msg_apply_bytes")
-def _apply(m: Machine, r1, r2, *_):
+def _apply(m: RunState, r1, r2, *_):
     _msg(m, "msg_apply_bytes").apply_bytes = r2 & M32
     return 0
 
 
 @helper("msg_cork_bytes")
-def _cork(m: Machine, r1, r2, *_):
+def _cork(m: RunState, r1, r2, *_):
     _msg(m, "msg_cork_bytes").cork_bytes = r2 & M32
     return 0
 
 
 @helper("msg_pull_data")
-def _pull(m: Machine, r1, r2, r3, r4, *_):
+def _pull(m: RunState, r1, r2, r3, r4, *_):
     pk = _msg(m, "msg_pull_data").pkt
     pk.gen += 1
     start, end = r2 & M32, r3 & M32
@@ -80,7 +79,7 @@ def _pull(m: Machine, r1, r2, r3, r4, *_):
 
 
 @helper("msg_push_data")
-def _push(m: Machine, r1, r2, r3, r4, *_):
+def _push(m: RunState, r1, r2, r3, r4, *_):
     pk = _msg(m, "msg_push_data").pkt
     pk.gen += 1
     start, n = r2 & M32, r3 & M32
@@ -94,7 +93,7 @@ def _push(m: Machine, r1, r2, r3, r4, *_):
 
 
 @helper("msg_pop_data")
-def _pop(m: Machine, r1, r2, r3, r4, *_):
+def _pop(m: RunState, r1, r2, r3, r4, *_):
     pk = _msg(m, "msg_pop_data").pkt
     pk.gen += 1
     start, n = r2 & M32, r3 & M32
@@ -112,13 +111,13 @@ _SOCK_MAP_OPS = (4, 5, 11)  # ACTIVE_ESTABLISHED_CB, PASSIVE_ESTABLISHED_CB, TCP
 BPF_SOCK_OPS_ALL_CB_FLAGS = 0x7F
 
 
-def _sockops(m: Machine, name: str) -> SockOpsContext:
+def _sockops(m: RunState, name: str) -> SockOpsContext:
     if not isinstance(m.ctx, SockOpsContext):
         raise Fault(f"bpf_{name} needs a sock_ops context")
     return m.ctx
 
 
-def _sock_update(m: Machine, mp: Map, key: bytes, flags: int, name: str) -> int:
+def _sock_update(m: RunState, mp: Map, key: bytes, flags: int, name: str) -> int:
     """``sock_map_update_common``/``sock_hash_update_common`` with the socket of the ctx."""
     x = _sockops(m, name)
     if x.op not in _SOCK_MAP_OPS:
@@ -128,24 +127,24 @@ def _sock_update(m: Machine, mp: Map, key: bytes, flags: int, name: str) -> int:
 
 
 @helper("sock_hash_update")
-def _sock_hash_update(m: Machine, r1, r2, r3, r4, *_):
+def _sock_hash_update(m: RunState, r1, r2, r3, r4, *_):
     mp = _map(m, r2, "sock_hash_update")
     return _sock_update(m, mp, _mem(r3, mp.key_size, "sockhash key"), r4, "sock_hash_update")
 
 
 @helper("sock_map_update")
-def _sock_map_update(m: Machine, r1, r2, r3, r4, *_):
+def _sock_map_update(m: RunState, r1, r2, r3, r4, *_):
     mp = _map(m, r2, "sock_map_update")
     return _sock_update(m, mp, _mem(r3, mp.key_size, "sockmap key"), r4, "sock_map_update")
 
 
 @helper("get_socket_cookie")
-def _cookie(m: Machine, *_):
+def _cookie(m: RunState, *_):
     return _sockops(m, "get_socket_cookie").sock.cookie
 
 
 @helper("sock_ops_cb_flags_set")
-def _cb_flags(m: Machine, r1, r2, *_):
+def _cb_flags(m: RunState, r1, r2, *_):
     x = _sockops(m, "sock_ops_cb_flags_set")
     x.cb_flags = r2 & BPF_SOCK_OPS_ALL_CB_FLAGS
     return (r2 & M32) & ~BPF_SOCK_OPS_ALL_CB_FLAGS

@@ -20,6 +20,7 @@ from bpfdsl.abi import uapi as U
 from bpfdsl.abi.helpers import kernel_helper_name
 from bpfdsl.abi.insn import Insn, format_insn, index_by_slot, jump_target, slot_offsets
 from bpfdsl.interp import alu
+from bpfdsl.interp.maps import UnsupportedMap
 from bpfdsl.interp.memory import M32, M64, Fault, NotModelled, Ptr, s32, s64
 
 FILENAME = "<bpf-jit>"
@@ -379,7 +380,6 @@ class _Gen:
 def _unimplemented(helper_id: int) -> Callable[..., int]:
     """A stand-in for a helper the interpreter lacks: raises a Fault naming the helper
     (kernel enum bpf_func_id name) and any unmodelled map among its arguments."""
-    from bpfdsl.interp.maps import UnsupportedMap  # noqa: PLC0415
 
     name = kernel_helper_name(helper_id) or "unknown helper"
 

@@ -12,21 +12,21 @@ calls get a fresh 512-byte stack frame with r6-r9 and r10 preserved for the call
 
 from __future__ import annotations
 
-import random
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 
 from bpfdsl.abi.insn import Insn, format_insn, slot_offsets
 from bpfdsl.abi.uapi import BPF_PSEUDO_MAP_FD, BPF_PSEUDO_MAP_VALUE
 from bpfdsl.diagnostics import DiagnosticError, Span, UsageError, error
-from bpfdsl.interp import helpers_sock  # noqa: F401 (registers the socket helpers)
-from bpfdsl.interp.helpers import IMPLS
+from bpfdsl.interp import helpers, helpers_sock
 from bpfdsl.interp.jit import FILENAME, jit
 from bpfdsl.interp.maps import Map
 from bpfdsl.interp.memory import Fault, NotModelled, Ptr, Region, StackRegion
+from bpfdsl.interp.state import Env, RunState
 
 MAX_CALL_FRAMES = 8  # kernel/bpf/verifier.c
 DEFAULT_BUDGET = 1_000_000  # instructions per run (BPF_COMPLEXITY_LIMIT_INSNS)
+# helper id -> implementation: the table of each helper module, joined here
+IMPLS = {**helpers.IMPLS, **helpers_sock.IMPLS}
 
 
 class InterpError(DiagnosticError):
@@ -56,26 +56,6 @@ class InterpError(DiagnosticError):
         super().__init__(error(code, f"{message} (insn {slot}: {text})", span, note=note))
 
 
-@dataclass
-class Env:
-    """Settable machine state: clock (ns), CPU number and count, random seed."""
-
-    clock_ns: int = 1_000_000_000
-    clock_step_ns: int = 0  # added after every ktime read (0: a frozen clock)
-    cpu: int = 0
-    ncpus: int = 1
-    seed: int = 0
-    rng: random.Random = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.rng = random.Random(self.seed)
-
-    def now_ns(self) -> int:
-        t = self.clock_ns
-        self.clock_ns += self.clock_step_ns
-        return t
-
-
 def resolve_fds(insns: Sequence[Insn], maps: dict[int, Map]) -> dict[int, object]:
     """ld_imm64 index -> value for ``BPF_PSEUDO_MAP_FD`` (imm = fd) and
     ``BPF_PSEUDO_MAP_VALUE`` (low 32 bits fd, high 32 bits offset into value 0)."""
@@ -96,7 +76,7 @@ def resolve_fds(insns: Sequence[Insn], maps: dict[int, Map]) -> dict[int, object
     return out
 
 
-class Machine:
+class Machine(RunState):
     """Runs one program.
 
     ``insns``: the program; ``resolved``: list index of each ld_imm64 with a pseudo source

@@ -6,7 +6,9 @@ shared, so writes through the pointer persist), ``update(key, value, flags, cpu)
 (kernel/bpf/arraymap.c, hashtab.c, lpm_trie.c, devmap.c, cpumap.c, xskmap.c,
 net/core/sock_map.c).  User side: ``set``/``get``/``remove``/``items`` with keys and
 values as bytes (little endian ints are accepted too); per-CPU values are lists, one per
-CPU.  :func:`make_map` picks the class from ``map_type``.
+CPU.  Redirect and socket maps (DEVMAP, DEVMAP_HASH, CPUMAP, XSKMAP, SOCKMAP, SOCKHASH) are
+:class:`SlotMap` s: slots a redirect helper looks up, never a program's data.
+:func:`make_map` picks the class from ``map_type``.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from bpfdsl.abi.uapi import (
     REDIRECT_MAP_TYPES,
     SOCK_MAP_TYPES,
     MapType,
+    holds_sockets,
+    is_indexed,
     is_lru,
     is_percpu,
 )
@@ -375,6 +379,86 @@ _CLASSES: dict[int, type[Map]] = {
     **dict.fromkeys(HASH_MAP_TYPES, HashMap),
     MapType.LPM_TRIE: LpmTrieMap,
 }
+
+
+class SlotMap(Map):
+    """Redirect/socket maps: DEVMAP, DEVMAP_HASH, CPUMAP, XSKMAP, SOCKMAP, SOCKHASH.
+
+    Entries hold bytes (devmap: ``struct bpf_devmap_val`` = ifindex[, prog]; cpumap:
+    ``struct bpf_cpumap_val`` = qsize[, prog]) or, for xskmap/sockmap/sockhash, any
+    Python object naming the socket (set with :meth:`set_socket`).  An entry counts as
+    empty where the kernel would have none: devmap ifindex 0, cpumap qsize 0.
+    """
+
+    readonly_values = True
+
+    def __init__(self, *a: Any, **kw: Any) -> None:
+        super().__init__(*a, **kw)
+        t = self.map_type
+        self.indexed = is_indexed(t)
+        self.slots: dict[bytes, Any] = {}
+
+    def _key_ok(self, key: bytes) -> bool:
+        return not self.indexed or int.from_bytes(key[:4], "little") < self.max_entries
+
+    def target(self, key: bytes) -> Any:
+        """The entry for ``key`` if it is usable as a redirect target, else None."""
+        if not self._key_ok(key):
+            return None
+        v = self.slots.get(key)
+        if isinstance(v, (bytes, bytearray)) and int.from_bytes(v[:4], "little") == 0:
+            return None  # devmap ifindex 0 / cpumap qsize 0: no entry
+        return v
+
+    def lookup(self, key: bytes, cpu: int = 0) -> Region | None:
+        v = self.target(key)
+        if v is None:
+            return None
+        if isinstance(v, (bytes, bytearray)):
+            return self._region(bytes(v))
+        if self.map_type == MapType.XSKMAP:  # struct bpf_xdp_sock { __u32 queue_id; }
+            q = getattr(v, "queue_id", 0)
+            return Region("xsk", bytearray(q.to_bytes(4, "little")), writable=False)
+        return Region("sock", bytearray(80), name="socket", writable=False)
+
+    def update(self, key: bytes, value: Any, flags: int = 0, cpu: int | None = None) -> int:
+        if self._check_flags(flags):
+            return -EINVAL
+        if not self._key_ok(key):
+            return -E2BIG
+        present = self.slots.get(key) is not None
+        if flags == BPF_NOEXIST and (present or self.indexed):
+            return -EEXIST
+        if flags == BPF_EXIST and not present and not self.indexed:
+            return -ENOENT
+        self.slots[key] = value
+        return 0
+
+    def set_socket(self, key: Any, sock: Any) -> None:
+        """Userspace: put a socket (any object; ``.queue_id`` for xskmap) at ``key``."""
+        rc = self.update(as_bytes(key, self.key_size, "key"), sock)
+        if rc:
+            raise OSError(-rc, f"map '{self.name}': update failed")
+
+    def set(self, key: Any, value: Any, flags: int = 0) -> None:
+        if isinstance(value, int) and not holds_sockets(self.map_type):
+            value = as_bytes(value, self.value_size)
+        elif isinstance(value, (bytes, bytearray)):
+            value = as_bytes(value, self.value_size)
+        rc = self.update(as_bytes(key, self.key_size, "key"), value, flags)
+        if rc:
+            raise OSError(-rc, f"map '{self.name}': update failed")
+
+    def delete(self, key: bytes) -> int:
+        return 0 if self.slots.pop(key, None) is not None else -ENOENT
+
+    def _get(self, key: bytes) -> Any:
+        return self.slots.get(key)
+
+    def keys(self) -> list[bytes]:
+        return list(self.slots)
+
+
 _SLOT_TYPES = REDIRECT_MAP_TYPES | SOCK_MAP_TYPES  # entries are devices, CPUs or sockets
 
 
@@ -390,8 +474,6 @@ def make_map(
     """An empty in-memory map of ``map_type``; kinds not modelled (PROG_ARRAY, RINGBUF,
     ...) give an :class:`UnsupportedMap` placeholder that fails only when used; a type
     number the kernel headers do not know raises ValueError."""
-    from bpfdsl.interp.maps_slot import SlotMap  # noqa: PLC0415 (maps_slot imports this module)
-
     if map_type not in MapType._value2member_map_:
         raise ValueError(f"map '{name}': map type {map_type} is unknown")
     cls = SlotMap if MapType(map_type) in _SLOT_TYPES else _CLASSES.get(MapType(map_type))

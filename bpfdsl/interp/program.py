@@ -20,9 +20,12 @@ from bpfdsl.abi.insn import slot_offsets
 from bpfdsl.abi.uapi import AttachType, MapType, ProgramKind
 from bpfdsl.diagnostics import Span, UsageError, error
 from bpfdsl.interp.ctx import SkMsgContext, SockInfo, SockOpsContext, XdpContext
-from bpfdsl.interp.machine import DEFAULT_BUDGET, Env, Machine
+from bpfdsl.interp.machine import DEFAULT_BUDGET, Machine
 from bpfdsl.interp.maps import Map, make_map
 from bpfdsl.interp.memory import Ptr
+from bpfdsl.interp.state import Env
+from bpfdsl.obj.collection import read_object
+from bpfdsl.obj.config import config_bytes
 
 
 @dataclass
@@ -185,9 +188,7 @@ class InterpCollection:
 
     def _configure(self, spec: Any, config: dict[str, int | bytes | str]) -> None:
         """Write ``config`` values into .rodata VARs, encoded by their BTF type exactly as
-        the loader does (``bpfdsl.runtime.loader.config_bytes``: a ``be16`` takes 5353)."""
-        from bpfdsl.runtime.loader import config_bytes  # noqa: PLC0415 (pure; no bpf() call)
-
+        the loader does (:func:`bpfdsl.obj.config.config_bytes`: a ``be16`` takes 5353)."""
         ro = spec.data_sections.get(".rodata")
         for name, value in config.items():
             var = ro.vars.get(name) if ro else None
@@ -210,6 +211,4 @@ def load_object(
 
     Raises UsageError for unusable objects, unknown configs or unsupported map types.
     """
-    from bpfdsl.obj.collection import read_object  # noqa: PLC0415
-
     return InterpCollection(read_object(obj), config=config, **kw)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import _socket  # socket's C module: if_nametoindex & co. without socket.py's enum set-up
 import errno
 import os
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -209,7 +210,6 @@ def create_netns(name: str) -> None:
     path = os.path.join(NETNS_RUN_DIR, name)
     os.close(os.open(path, os.O_RDONLY | os.O_CREAT | os.O_EXCL, 0o444))
     failure: list[OSError] = []
-    import threading  # noqa: PLC0415
 
     def worker() -> None:
         try:

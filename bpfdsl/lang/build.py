@@ -10,6 +10,8 @@ at this stage.  Raises DiagnosticError for malformed literals (e.g. ``300.0.0.1`
 
 from __future__ import annotations
 
+import ipaddress
+
 from bpfdsl.diagnostics import DiagnosticError, Span, error
 from bpfdsl.lang import ast
 from bpfdsl.lang.parser import Token, parse
@@ -33,7 +35,6 @@ def _addr_text(kind: str, data: bytes) -> str:
     """The usual text of an address: dotted quad (ipv4), RFC 5952 compressed (ipv6)."""
     if kind == "ipv4":
         return ".".join(str(b) for b in data)
-    import ipaddress
 
     return str(ipaddress.IPv6Address(data))
 
@@ -302,8 +303,6 @@ class _Builder:
             elif kind == "ipv4":
                 data = _ipv4(text)
             else:
-                import ipaddress
-
                 data = ipaddress.IPv6Address(text).packed
         except ValueError:
             self._bad(

@@ -12,7 +12,6 @@ unrelocated -> PC-relative in the same section.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
 
 from bpfdsl.abi.btf.core import Btf
 from bpfdsl.abi.btf.ext import BtfExt
@@ -23,10 +22,8 @@ from bpfdsl.abi.uapi import (
     BPF_PSEUDO_KFUNC_CALL,
     kind_for_section,
 )
-from bpfdsl.obj.collection import SHF_EXECINSTR, FuncRecord, ProgramSpec, Relocation
-
-if TYPE_CHECKING:  # pragma: no cover
-    from bpfdsl.obj.collection import _Reader
+from bpfdsl.obj.reader import SHF_EXECINSTR, ObjectReader
+from bpfdsl.obj.spec import FuncRecord, ProgramSpec, Relocation
 
 
 @dataclass(slots=True)
@@ -42,7 +39,7 @@ class _Func:
 
 
 def link_programs(
-    reader: _Reader, btf: Btf | None, ext: BtfExt | None, maps: set[str], datasecs: set[str]
+    reader: ObjectReader, btf: Btf | None, ext: BtfExt | None, maps: set[str], datasecs: set[str]
 ) -> dict[str, ProgramSpec]:
     """Programs by name (``section/name`` when a name repeats).  Raises UsageError."""
     funcs: dict[str, list[_Func]] = {}
@@ -64,7 +61,7 @@ def link_programs(
     return programs
 
 
-def _split(reader: _Reader, sec, idx: int, maps: set[str], datasecs: set[str]) -> list[_Func]:
+def _split(reader: ObjectReader, sec, idx: int, maps: set[str], datasecs: set[str]) -> list[_Func]:
     data = reader.data(sec)
     if len(data) % 8:
         raise reader.fail(f"section '{sec.name}': size {len(data)} is not a multiple of 8")
@@ -110,7 +107,9 @@ def _split(reader: _Reader, sec, idx: int, maps: set[str], datasecs: set[str]) -
     return funcs
 
 
-def _classify(reader: _Reader, f: _Func, i: int, sym, maps: set[str], datasecs: set[str]) -> None:
+def _classify(
+    reader: ObjectReader, f: _Func, i: int, sym, maps: set[str], datasecs: set[str]
+) -> None:
     x = f.insns[i]
     target = reader.sym_section(sym)
     where = f"function '{f.name}' insn {i}"
@@ -154,7 +153,7 @@ def _find(funcs: dict[str, list[_Func]], sec: str, byte: int) -> _Func | None:
 
 
 def _link(
-    reader: _Reader, main: _Func, funcs: dict[str, list[_Func]], ext: BtfExt | None
+    reader: ObjectReader, main: _Func, funcs: dict[str, list[_Func]], ext: BtfExt | None
 ) -> ProgramSpec:
     order, base = [main], {id(main): 0}
     total = sum(x.width for x in main.insns)

@@ -11,13 +11,10 @@ initial entries from relocations in ``.rel.maps``).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from bpfdsl.abi.btf.core import Btf, BtfFormatError, BtfType, Kind
 from bpfdsl.abi.uapi import MapType, is_map_in_map
-
-if TYPE_CHECKING:  # pragma: no cover
-    from bpfdsl.obj.collection import _Reader
+from bpfdsl.obj.reader import ObjectReader
 
 PIN_NONE, PIN_BY_NAME = 0, 1  # libbpf enum libbpf_pin_type
 _INT_FIELDS = (
@@ -127,7 +124,7 @@ def parse_map_def(btf: Btf, name: str, tid: int) -> MapSpec:
     return spec
 
 
-def read_maps(reader: _Reader, btf: Btf | None) -> dict[str, MapSpec]:
+def read_maps(reader: ObjectReader, btf: Btf | None) -> dict[str, MapSpec]:
     """All maps of the object's ``.maps`` section (needs BTF; raises UsageError otherwise)."""
     if btf is None:
         raise reader.fail(
@@ -149,7 +146,7 @@ def read_maps(reader: _Reader, btf: Btf | None) -> dict[str, MapSpec]:
     return maps
 
 
-def _initial_values(reader: _Reader, btf: Btf, maps: dict[str, MapSpec]) -> None:
+def _initial_values(reader: ObjectReader, btf: Btf, maps: dict[str, MapSpec]) -> None:
     """``.rel.maps`` entries: slot i of a ``values`` array points at a map or program."""
     for r_off, sym_idx, _rtype in reader.relocations_for(".maps"):
         owner = next((s for s in maps.values() if s.offset <= r_off < s.offset + s.size), None)

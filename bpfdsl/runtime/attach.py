@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, fields
 from bpfdsl.abi.uapi import BPF_F_REPLACE, AttachType, LinkType, ProgramType, XdpFlags
 from bpfdsl.diagnostics import DiagnosticError, UsageError, error
 from bpfdsl.kernel import libc, netlink, syscall
+from bpfdsl.runtime.cpumap import refuse_on_interface
 
 MODES = ("native", "generic")  # offload is refused: it needs a device-bound program
 BPFFS = "/sys/fs/bpf"
@@ -182,8 +183,6 @@ def attach_xdp(
                     )
                 ) from None
             if e.errno == errno.EINVAL:
-                from bpfdsl.runtime.cpumap import refuse_on_interface  # noqa: PLC0415
-
                 refuse_on_interface(prog_fd, prog_name, dev)  # explains xdp(cpumap/devmap)
             if (
                 method == "link"

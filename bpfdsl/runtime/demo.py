@@ -21,9 +21,16 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from importlib import resources
 
+from rich.console import Console
+from rich.table import Table
+
+from bpfdsl.compiler import compile_source
 from bpfdsl.diagnostics import UsageError, error
 from bpfdsl.kernel import netlink
-from bpfdsl.runtime import attach
+from bpfdsl.kernel.syscall import map_info
+from bpfdsl.obj import collection as objfile
+from bpfdsl.runtime import attach, loader
+from bpfdsl.runtime.mapview import MapView
 from bpfdsl.runtime.packets import udp_frame
 
 PROGRAM = "xdp_udp_filter.bpfd"
@@ -92,10 +99,6 @@ def run_demo(
 ) -> DemoResult:
     """Run the demo; returns what it measured.  Raises DiagnosticError on failure, after
     removing everything it made."""
-    from bpfdsl.compiler import compile_source  # noqa: PLC0415
-    from bpfdsl.obj import collection as objfile  # noqa: PLC0415
-    from bpfdsl.runtime import loader
-
     if not 1 <= packets <= MAX_PACKETS:
         raise UsageError(error("bad-args", f"--packets {packets}: give 1..{MAX_PACKETS}"))
     if not 1 <= port <= 65535:
@@ -212,9 +215,6 @@ def _drain(sock: socket.socket, expect: int, quiet: float = 0.3, limit: float = 
 
 
 def _map_entries(m) -> list:
-    from bpfdsl.kernel.syscall import map_info  # noqa: PLC0415
-    from bpfdsl.runtime.mapview import MapView  # noqa: PLC0415
-
     try:
         with MapView(f"id:{int(map_info(m.fd).id)}") as v:
             if v.name.endswith((".rodata", ".bss", ".data")):
@@ -232,9 +232,6 @@ def _map_entries(m) -> list:
 
 def render(r: DemoResult) -> None:
     """Print the demo's result as tables (rich)."""
-    from rich.console import Console  # noqa: PLC0415
-    from rich.table import Table  # noqa: PLC0415
-
     con = Console()
     con.print(
         f"[bold]bpfdsl demo[/]: progs/{PROGRAM} attached ({r.mode} XDP) to "

@@ -16,7 +16,10 @@ from dataclasses import dataclass
 from bpfdsl.abi.uapi import AttachType, LinkType, MapType, ProgramType
 from bpfdsl.diagnostics import DiagnosticError, UsageError, error
 from bpfdsl.kernel import netlink, syscall
-from bpfdsl.runtime import attach
+from bpfdsl.obj.collection import read_object
+from bpfdsl.obj.config import parse_config
+from bpfdsl.obj.spec import choose_program
+from bpfdsl.runtime import attach, loader, pins
 
 MANIFEST_NAMES = ("bpfdsl.json", "manifest", "bpfdsl_manifest")  # files the loader may write
 
@@ -81,11 +84,15 @@ def open_program(
     prog: str | None = None,
     pin_dir: str | None = None,
     config_items: list[str] | None = None,
+    data: bytes | None = None,
 ) -> Iterator[OpenProgram]:
     """Open the program ``ref`` names (see module docstring); closes its fd on exit.
 
     An object file is loaded (``bpfdsl.runtime.loader``) and pinned under ``pin_dir`` (default
     /sys/fs/bpf/bpfdsl/<object name>); if the body raises, those pins are removed again.
+    ``data``: the object's ELF bytes when the caller has them already (``.bpfd`` source is
+    compiled by the caller, e.g. :func:`bpfdsl.cli.object_bytes`), else the file ``ref``
+    is read.
     Raises UsageError for a missing file, no/ambiguous program, or a pin that is no program.
     """
     if os.path.isdir(ref):
@@ -105,21 +112,18 @@ def open_program(
         return
     if not os.path.isfile(ref):
         raise UsageError(error("no-such-file", f"{ref}: no such object, pinned program or pin dir"))
-    yield from _load_and_open(ref, prog, pin_dir, config_items)
+    yield from _load_and_open(ref, prog, pin_dir, config_items, data)
 
 
 def _load_and_open(
-    ref: str, prog: str | None, pin_dir: str | None, config_items: list[str] | None
+    ref: str,
+    prog: str | None,
+    pin_dir: str | None,
+    config_items: list[str] | None,
+    data: bytes | None,
 ) -> Iterator[OpenProgram]:
-    from bpfdsl.obj import collection as objfile  # noqa: PLC0415
-    from bpfdsl.runtime import loader, pins
-
-    spec = objfile.read_object(object_bytes(ref), name=ref)
-    config = {}
-    if config_items:
-        from bpfdsl.runtime import testrun  # noqa: PLC0415
-
-        config = testrun.parse_config(config_items, spec.configs)
+    spec = read_object(object_bytes(ref) if data is None else data, name=ref)
+    config = parse_config(config_items, spec.configs) if config_items else {}
     if prog is None:
         xdp = [
             p.name
@@ -128,7 +132,7 @@ def _load_and_open(
         ]
         if len(xdp) == 1:
             prog = xdp[0]
-    name, kind = _choose_program(spec, prog)
+    name, kind = choose_program(spec, prog)
     if kind.program_type != ProgramType.XDP or kind.attach_type != AttachType.XDP:
         raise DiagnosticError(
             error(
@@ -168,32 +172,21 @@ _STEM_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz012
 
 
 def object_bytes(ref: str) -> bytes:
-    """ELF bytes of the object file ``ref``; ``.bpfd`` source is compiled first.
+    """ELF bytes of the object file ``ref``, read as it is (``.bpfd`` source is compiled by
+    the caller: :func:`bpfdsl.cli.object_bytes`).
 
-    Same results and errors as ``testrun.object_bytes`` (which handles ``.bpfd`` and
-    missing files), without importing testrun for an object file that exists."""
-    if os.path.splitext(ref)[1] == ".bpfd" or not os.path.isfile(ref):
-        from bpfdsl.runtime import testrun  # noqa: PLC0415
-
-        return testrun.object_bytes(ref)
+    Raises UsageError when the file is missing, NoPermission when it cannot be read.
+    """
+    if not os.path.exists(ref):
+        raise UsageError(error("no-such-file", f"{os.path.normpath(ref)}: no such file"))
+    if not os.path.isfile(ref):
+        where = os.path.normpath(ref)
+        raise UsageError(error("unreadable-input", f"cannot read {where}: not a regular file"))
     try:
         with open(ref, "rb") as f:
             return f.read()
     except PermissionError:
-        from pathlib import Path  # noqa: PLC0415 (the path as testrun.object_bytes shows it)
-
-        raise syscall.NoPermission(f"reading {Path(ref)}") from None
-
-
-def _choose_program(spec, prog: str | None):
-    """(name, kind) of program ``prog`` of ``spec``; anything but a known program name
-    goes to ``testrun.choose_program`` (the one place for its choices and messages)."""
-    p = spec.programs.get(prog) if prog is not None else None
-    if p is not None and p.name == prog and p.kind is not None:
-        return prog, p.kind
-    from bpfdsl.runtime import testrun  # noqa: PLC0415
-
-    return testrun.choose_program(spec, prog)
+        raise syscall.NoPermission(f"reading {os.path.normpath(ref)}") from None
 
 
 def _choose_pinned(directory: str, progs: dict[str, str], prog: str | None) -> str:

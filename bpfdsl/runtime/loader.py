@@ -23,11 +23,16 @@ from bpfdsl.abi.uapi import (
     BPF_PSEUDO_MAP_VALUE,
     MapType,
     is_percpu,
+    map_create_problems,
 )
-from bpfdsl.diagnostics import DiagnosticError, UsageError, error
+from bpfdsl.diagnostics import DiagnosticError, error
 from bpfdsl.kernel import syscall as S
-from bpfdsl.obj.collection import CollectionSpec, DataSection, ProgramSpec
+from bpfdsl.obj import config as objconfig
 from bpfdsl.obj.maps import PIN_BY_NAME, MapSpec
+from bpfdsl.obj.spec import CollectionSpec, DataSection, ProgramSpec
+from bpfdsl.runtime import cpumap
+from bpfdsl.runtime.attach import ensure_bpffs
+from bpfdsl.runtime.verifier_log import summarize
 
 if TYPE_CHECKING:  # pragma: no cover
     from typing import Any
@@ -57,14 +62,10 @@ class VerifierError(LoadError):
         self.program, self.log, self.details, self.errno = program, log, summary.details, errno
 
 
-class ConfigError(LoadError, UsageError):
+class ConfigError(LoadError, objconfig.ConfigError):
     """A ``--set`` config that is unknown or does not fit its type; exit code 2 (usage)."""
 
     exit_code = 2
-
-
-def _config_fail(msg: str, hint: str | None = None) -> ConfigError:
-    return ConfigError(error("bad-config", msg, hint=hint))
 
 
 def _fail(code: str, msg: str, hint: str | None = None) -> LoadError:
@@ -246,8 +247,6 @@ def _map_create(coll: Collection, name: str, m: MapSpec, max_entries: int, **kw)
 def _create_map(coll: Collection, m: MapSpec, pin_root: str) -> None:
     max_entries = m.max_entries
     if m.map_type == MapType.CPUMAP:
-        from bpfdsl.runtime import cpumap  # noqa: PLC0415 (only objects with a cpumap)
-
         if m.key_size != 4 or m.value_size not in (4, 8):
             raise _fail(
                 "bad-map",
@@ -259,8 +258,6 @@ def _create_map(coll: Collection, m: MapSpec, pin_root: str) -> None:
             coll.warnings.append(warn)
     path = os.path.join(pin_root, m.name) if m.pinning == PIN_BY_NAME else None
     if path and pin_root.startswith(DEFAULT_PIN_ROOT):
-        from bpfdsl.runtime.attach import ensure_bpffs  # noqa: PLC0415 (netlink import only when pinning)
-
         ensure_bpffs(DEFAULT_PIN_ROOT)
     if path and os.path.exists(path):
         fd = _reuse_pinned(path, m, max_entries)
@@ -277,8 +274,6 @@ def _create_map(coll: Collection, m: MapSpec, pin_root: str) -> None:
         raise
     except S.BpfError as e:
         if m.map_type == MapType.CPUMAP:
-            from bpfdsl.runtime import cpumap  # noqa: PLC0415
-
             raise cpumap.explain_create_error(e, m.name, m.max_entries) from None
         raise _map_error(m, max_entries, e) from None
     finally:
@@ -309,7 +304,6 @@ _MAP_HINTS = {
 def _map_error(m: MapSpec, max_entries: int, e: S.BpfError) -> LoadError:
     """The map-create-failed error; the hint names the broken rule when the kernel's
     BPF_MAP_CREATE rules (uapi.MAP_LIMITS) tell which it is."""
-    from bpfdsl.abi.uapi import map_create_problems  # noqa: PLC0415
 
     problems = map_create_problems(m.map_type, m.key_size, m.value_size, max_entries, m.map_flags)
     return _fail(
@@ -360,36 +354,16 @@ def _check_configs(spec: CollectionSpec, config: dict[str, Any]) -> None:
         )
 
 
-def config_bytes(spec: CollectionSpec, name: str, value: Any) -> bytes:
-    """Bytes of config ``name`` for ``value`` (int, bytes, or text parsed by its BTF type)."""
-    from bpfdsl.abi.btf.values import encode_value, int_range, parse_value  # noqa: PLC0415 (--set)
-
-    var = spec.configs[name]
-    try:
-        if isinstance(value, bytes | bytearray):
-            raw = bytes(value)
-        elif spec.btf is not None and var.type_id:
-            f = parse_value if isinstance(value, str) else encode_value
-            raw = f(spec.btf, var.type_id, value)
-        else:
-            v = int(value, 0) if isinstance(value, str) else int(value)
-            lo, hi = int_range(var.size, signed=False)  # no BTF: unsigned, nothing wraps
-            if not lo <= v <= hi:
-                raise ValueError(f"{v} does not fit in {var.size} bytes ({lo}..{hi})")
-            raw = v.to_bytes(var.size, "little")
-    except (ValueError, OverflowError) as e:
-        raise _config_fail(f"config '{name}': {e}") from None
-    if len(raw) != var.size:
-        raise _config_fail(f"config '{name}' is {var.size} bytes, got {len(raw)}")
-    return raw
-
-
 def _create_data_map(coll: Collection, ds: DataSection, config: dict[str, Any]) -> None:
     data = bytearray(ds.data)
     if ds.name == ".rodata":
         for k, v in config.items():
             var = ds.vars[k]
-            data[var.offset : var.offset + var.size] = config_bytes(coll.spec, k, v)
+            try:
+                raw = objconfig.config_bytes(coll.spec, k, v)
+            except objconfig.ConfigError as e:
+                raise ConfigError(e.diagnostics) from None
+            data[var.offset : var.offset + var.size] = raw
     flags = BPF_F_RDONLY_PROG if ds.readonly else 0
     m = MapSpec(ds.name, MapType.ARRAY, 4, len(data), 1, flags, value_type_id=ds.btf_id)
     try:
@@ -452,7 +426,6 @@ def _load_program(coll: Collection, p: ProgramSpec, log_level: int, log_size: in
                 f"program '{p.name}' ({p.section}): the kernel "
                 f"refused it without a log: {os.strerror(e.errno)}",
             ) from None
-        from bpfdsl.runtime.verifier_log import summarize  # noqa: PLC0415 (only on a rejection)
 
         raise VerifierError(p.name, summarize(e.log, p), e.log, e.errno) from None
     coll.programs[p.name] = LoadedProgram(p.name, fd, p, log)

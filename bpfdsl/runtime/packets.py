@@ -7,6 +7,7 @@ uses scapy only to describe a frame in one line.  Errors are DiagnosticError/Usa
 
 from __future__ import annotations
 
+import logging
 import re
 import socket
 import struct
@@ -39,8 +40,6 @@ def read_pcap(
     the list (what tcpdump does) instead of failing: the cut record is left out and a
     sentence saying so is appended to ``warnings`` (scapy's own log lines are silenced).
     """
-    import logging  # noqa: PLC0415
-
     p = Path(path)
     if p.is_dir():
         raise UsageError(

@@ -1,29 +1,26 @@
-"""Kernel side: run a program on packets (BPF_PROG_TEST_RUN, or another engine).
+"""Kernel side: run a program on packets (BPF_PROG_TEST_RUN, or the interpreter).
 
-Takes an object (``.bpfd`` source or ``.o``), a program name and frames; returns one
+Takes an object (a CollectionSpec), a program name and frames; returns one
 :class:`PacketResult` per frame (verdict, output bytes, what changed, ns per run).
 An *engine* is anything with ``run(program, packet, repeat) -> RunResult`` plus
-``close()``; engines are named in :data:`ENGINES` (``kernel`` here; ``interp`` is the
-userspace interpreter, ``bpfdsl.interp.InterpEngine``, resolved lazily).
+``close()``; the engines are named in :data:`ENGINES`: ``kernel`` (:class:`KernelEngine`)
+and ``interp`` (:class:`InterpEngine`, the userspace interpreter; it also runs the program
+kinds BPF_PROG_TEST_RUN refuses: xdp(cpumap), xdp(devmap), sk_msg).
 """
 
 from __future__ import annotations
 
 import errno
-import importlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from bpfdsl.abi.uapi import ProgramKind
 from bpfdsl.diagnostics import DiagnosticError, UsageError, error
-
-# engine name -> "module:factory"; factory(spec, *, config) -> Engine
-ENGINES: dict[str, str] = {
-    "kernel": "bpfdsl.runtime.testrun:KernelEngine",
-    "interp": "bpfdsl.interp:InterpEngine",
-}
+from bpfdsl.interp import InterpCollection
+from bpfdsl.kernel import syscall
+from bpfdsl.runtime import loader
+from bpfdsl.runtime.packets import ETH_HLEN, describe_change, summary
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,15 +52,12 @@ class KernelEngine:
     Raises LoadError/VerifierError (from the loader) when the object does not load.
     """
 
-    def __init__(self, spec, *, config: dict | None = None):
-        from bpfdsl.runtime import loader  # noqa: PLC0415 (kernel only when this engine is used)
+    name = "kernel"
 
+    def __init__(self, spec, *, config: dict | None = None):
         self._coll = loader.load_collection(spec, config=config or {})
 
     def run(self, program: str, packet: bytes, repeat: int = 1) -> RunResult:
-        from bpfdsl.kernel import syscall  # noqa: PLC0415
-        from bpfdsl.runtime.packets import ETH_HLEN  # noqa: PLC0415
-
         fd = self._coll.programs[program].fd
         if len(packet) < ETH_HLEN:
             raise PacketSkipped(
@@ -86,27 +80,53 @@ class KernelEngine:
         self._coll.close()
 
 
+class InterpEngine:
+    """The interpreter as an engine (:mod:`bpfdsl.interp`), over one object's :class:`~bpfdsl.obj.collection.CollectionSpec`.
+
+    ``collection`` gives access to the in-memory maps (fill them before running).
+    Frames shorter than 14 bytes are skipped, as on the kernel; frames over 3520 bytes
+    keep the rest in XDP frags, as a test run does.
+    """
+
+    name = "interp"
+
+    def __init__(self, spec: Any, *, config: dict | None = None, **kw: Any) -> None:
+        self.collection = InterpCollection(spec, config=config or {}, **kw)
+
+    def run(self, program: str, packet: bytes, repeat: int = 1) -> RunResult:
+        """Run ``program`` on ``packet`` ``repeat`` times (maps keep their changes);
+        the result of the last run, ``duration_ns`` = mean wall time per run."""
+        prog = self.collection.programs[program]
+        if len(packet) < ETH_HLEN and prog.kind and prog.kind.ctx == "xdp_md":
+            raise PacketSkipped(  # the same frames the kernel engine refuses
+                f"{len(packet)} bytes: XDP runs only on frames of at least {ETH_HLEN} bytes"
+            )
+        total = 0
+        res = None
+        for _ in range(max(1, repeat)):
+            res = prog.run(packet)
+            total += res.duration_ns
+        assert res is not None
+        return RunResult(res.retval, res.data_out, total // max(1, repeat))
+
+    def close(self) -> None:
+        pass
+
+
+# engine name -> factory(spec, *, config) -> Engine
+ENGINES: dict[str, Callable[..., Engine]] = {"kernel": KernelEngine, "interp": InterpEngine}
+
+
 def open_engine(name: str, spec, *, config: dict | None = None) -> Engine:
     """Create engine ``name`` (see :data:`ENGINES`) for ``spec``.
 
     Raises UsageError for an unknown or unavailable engine.
     """
-    target = ENGINES.get(name)
-    if target is None:
+    factory = ENGINES.get(name)
+    if factory is None:
         raise UsageError(
             error("bad-engine", f"unknown engine {name!r}", hint=f"engines: {', '.join(ENGINES)}")
         )
-    modname, _, attr = target.partition(":")
-    try:
-        factory = getattr(importlib.import_module(modname), attr)
-    except (ImportError, AttributeError):
-        raise UsageError(
-            error(
-                "bad-engine",
-                f"engine {name!r} is not available in this version",
-                hint="use --engine kernel",
-            )
-        ) from None
     return factory(spec, config=config or {})
 
 
@@ -148,47 +168,6 @@ def verdict_name(kind: ProgramKind, retval: int) -> str:
     return f"unknown ({retval})"
 
 
-def choose_program(spec, name: str | None) -> tuple[str, ProgramKind]:
-    """The program to run: ``name`` or the only one in ``spec``; with its kind.
-
-    Raises UsageError when the name is unknown or the choice is ambiguous.
-    """
-    progs = spec.programs
-    if not progs:
-        raise UsageError(error("unknown-program", "the object holds no program"))
-    if name is None:
-        if len(progs) > 1:
-            raise UsageError(
-                error(
-                    "unknown-program",
-                    f"the object holds {len(progs)} programs",
-                    hint=f"pick one with --prog: {', '.join(sorted(progs))}",
-                )
-            )
-        name = next(iter(progs))
-    if name not in progs:
-        by_section = [p for p in progs.values() if p.section == name]
-        if len(by_section) != 1:
-            raise UsageError(
-                error(
-                    "unknown-program",
-                    f"no program named {name!r}",
-                    hint=f"programs: {', '.join(sorted(progs))}",
-                )
-            )
-        name = by_section[0].name
-    kind = progs[name].kind
-    if kind is None:
-        raise UsageError(
-            error(
-                "unknown-program",
-                f"program {name!r} is in section "
-                f"{progs[name].section!r}, which is no known program kind",
-            )
-        )
-    return name, kind
-
-
 def run_packets(
     engine: Engine,
     program: str,
@@ -203,8 +182,6 @@ def run_packets(
     A frame the engine cannot run is reported as skipped, not raised; kernel failures
     other than that propagate.
     """
-    from bpfdsl.runtime.packets import describe_change, summary  # noqa: PLC0415 (not on load paths)
-
     out: list[PacketResult] = []
     for index, data in packets:
         res = PacketResult(index, len(data), summary(data) if describe else "")
@@ -217,48 +194,6 @@ def run_packets(
             res.verdict = verdict_name(kind, r.retval)
             res.changes = describe_change(data, r.data_out)
         out.append(res)
-    return out
-
-
-def object_bytes(path: str | Path) -> bytes:
-    """ELF bytes of ``path``: compiled first when it is ``.bpfd`` source.
-
-    Raises UsageError when the file is missing, DiagnosticError on compile errors.
-    """
-    p = Path(path)
-    if not p.exists():
-        raise UsageError(error("no-such-file", f"{p}: no such file"))
-    if not p.is_file():
-        raise UsageError(error("unreadable-input", f"cannot read {p}: not a regular file"))
-    if p.suffix == ".bpfd":
-        from bpfdsl.compiler import compile_file  # noqa: PLC0415
-
-        return compile_file(str(p)).obj
-    try:
-        return p.read_bytes()
-    except PermissionError:
-        from bpfdsl.kernel.syscall import NoPermission  # noqa: PLC0415
-
-        raise NoPermission(f"reading {p}") from None
-
-
-def parse_config(items: list[str] | None, known: Iterable[str] | None = None) -> dict[str, str]:
-    """``["name=value", ...]`` from ``--set`` -> {name: text}; the loader parses each text
-    by the config's BTF type (``53``, ``0x35``, ``10.0.0.1``...).  ``known``: the object's
-    config names (``CollectionSpec.configs``), listed in the hints and checked.
-
-    Raises UsageError (exit 2) on an item without ``=`` or, given ``known``, an unknown name.
-    """
-    names = sorted(known) if known is not None else None
-    hint = None if names is None else "configs of this object: " + (", ".join(names) or "none")
-    out: dict[str, str] = {}
-    for item in items or []:
-        name, eq, value = item.partition("=")
-        if not eq or not name.strip():
-            raise UsageError(error("bad-config", f"--set {item!r}: expected NAME=VALUE", hint=hint))
-        if names is not None and name.strip() not in names:
-            raise UsageError(error("unknown-config", f"unknown config {name.strip()!r}", hint=hint))
-        out[name.strip()] = value.strip()
     return out
 
 

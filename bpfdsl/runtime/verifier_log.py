@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 
 from bpfdsl.diagnostics import Span
-from bpfdsl.obj.collection import ProgramSpec
+from bpfdsl.obj.spec import ProgramSpec
 
 _INSN_RE = re.compile(r"^(\d+): \([0-9a-f]{2}\)")
 _SRC_RE = re.compile(r"^; (.*) @ (.+):(\d+)$")

@@ -11,11 +11,22 @@ maps, run a packet, read verdict, output bytes and maps) run one test on both en
 from __future__ import annotations
 
 import os
+import socket
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from bpfdsl.abi.uapi import is_percpu, is_sockmap
+from bpfdsl.compiler import compile_file
+from bpfdsl.interp import InterpCollection
+from bpfdsl.kernel import syscall
+from bpfdsl.obj.collection import read_object
+from bpfdsl.obj.spec import choose_program
+from bpfdsl.runtime import loader, sockmap
+from bpfdsl.runtime.testrun import verdict_name
 
 REQUIRE_ENV = "BPFDSL_REQUIRE_KERNEL"
 
@@ -26,14 +37,7 @@ def kernel_unavailable_reason() -> str | None:
         return "not Linux: the bpf() syscall is unavailable"
     if os.geteuid() != 0:
         return "not root: loading BPF programs needs CAP_BPF + CAP_NET_ADMIN (run as root)"
-    try:
-        from bpfdsl.kernel import syscall  # noqa: PLC0415  (lazy: the plugin loads in every pytest)
-    except ImportError as e:  # pragma: no cover - only during early development
-        return f"bpfdsl.kernel.syscall not importable: {e}"
-    probe = getattr(syscall, "probe_bpf", None)
-    if probe is None:
-        return "bpfdsl.kernel.syscall.probe_bpf missing"
-    return probe()
+    return syscall.probe_bpf()
 
 
 def require_kernel() -> None:
@@ -123,8 +127,6 @@ class BpfMap:
 
     @property
     def percpu(self) -> bool:
-        from bpfdsl.abi.uapi import is_percpu  # noqa: PLC0415
-
         return is_percpu(self.map_type)
 
     def _b(self, x: Any, size: int) -> bytes:
@@ -177,8 +179,6 @@ class _KernelMap(BpfMap):
         return ((self.value_size + 7) & ~7) * self.ncpus if self.percpu else self.value_size
 
     def set(self, key: Any, value: Any) -> None:
-        from bpfdsl.kernel import syscall  # noqa: PLC0415
-
         if self.percpu:
             vals = value if isinstance(value, list) else [value] * self.ncpus
             pad = (-self.value_size) % 8
@@ -194,14 +194,10 @@ class _KernelMap(BpfMap):
         return [raw[i * step : i * step + self.value_size] for i in range(self.ncpus)]
 
     def get(self, key: Any):
-        from bpfdsl.kernel import syscall  # noqa: PLC0415
-
         raw = syscall.map_lookup(self.fd, self._b(key, self.key_size), self._vsize())
         return None if raw is None else self._split(raw)
 
     def items(self):
-        from bpfdsl.kernel import syscall  # noqa: PLC0415
-
         out, key, seen = {}, None, 0
         while seen <= 1_000_000:
             key = syscall.map_get_next_key(self.fd, key, self.key_size)
@@ -221,8 +217,6 @@ class BpfProgram:
     sets the CPU, ``interp.env.clock_ns`` the clock), None on the kernel."""
 
     def __init__(self, engine: str, spec, name: str | None, config: dict | None, _of=None):
-        from bpfdsl.runtime.testrun import choose_program  # noqa: PLC0415
-
         self.engine = engine
         self.spec = spec
         self.name, self.kind = choose_program(spec, name)
@@ -234,14 +228,9 @@ class BpfProgram:
         self._coll = None
         self.interp = None
         if engine == "interp":
-            from bpfdsl.interp import InterpCollection  # noqa: PLC0415
-
             self.interp = InterpCollection(spec, config=config or {})
             self.maps = {n: _InterpMap(m) for n, m in self.interp.maps.items()}
         else:
-            from bpfdsl.kernel import syscall  # noqa: PLC0415
-            from bpfdsl.runtime import loader
-
             self._coll = loader.load_collection(spec, config=config or {})
             n = syscall.possible_cpus()
             self.maps = {
@@ -258,8 +247,6 @@ class BpfProgram:
         (:class:`bpfdsl.interp.SockInfo`).  On the kernel, sk_msg programs run on a
         loopback TCP connection (see :func:`_kernel_sk_msg`); other kinds that
         BPF_PROG_TEST_RUN refuses (cpumap, devmap, sock_ops) skip the test."""
-        from bpfdsl.runtime.testrun import verdict_name  # noqa: PLC0415
-
         data = bytes(packet) if packet is not None else b""
         if self.engine == "interp":
             r = self.interp.programs[self.name].run(data, **ctx)
@@ -277,7 +264,6 @@ class BpfProgram:
             )
         if ctx:
             pytest.skip(f"the kernel test run cannot set {', '.join(ctx)}")
-        from bpfdsl.kernel import syscall  # noqa: PLC0415
 
         r = syscall.prog_test_run(self._coll.programs[self.name].fd, data)
         return BpfRun(r.retval, verdict_name(self.kind, r.retval), r.data_out)
@@ -293,12 +279,6 @@ def _kernel_sk_msg(prog: BpfProgram, data: bytes, sock) -> BpfRun:
     put the client end of a loopback TCP connection (ports as ``sock`` says) into it,
     send ``data`` and see what the server end gets.  ``SK_DROP`` when sendmsg fails with
     EACCES, else ``SK_PASS`` with ``data_out`` = the bytes that arrived (2 s at most)."""
-    import socket  # noqa: PLC0415
-    import time  # noqa: PLC0415
-
-    from bpfdsl.abi.uapi import is_sockmap  # noqa: PLC0415
-    from bpfdsl.runtime import sockmap  # noqa: PLC0415
-
     socks = [m for m in prog._coll.maps.values() if is_sockmap(m.map_type)]
     if not socks:
         pytest.skip("the sk_msg program has no sockmap/sockhash to attach to")
@@ -345,11 +325,7 @@ def _kernel_sk_msg(prog: BpfProgram, data: bytes, sock) -> BpfRun:
 def load_spec(obj: str | Path | bytes):
     """CollectionSpec of ``obj``: ELF bytes, a ``.o`` path, or a ``.bpfd`` source path
     (compiled with bpfdsl.compiler)."""
-    from bpfdsl.obj.collection import read_object  # noqa: PLC0415
-
     if isinstance(obj, (str, Path)) and str(obj).endswith(".bpfd"):
-        from bpfdsl.compiler import compile_file  # noqa: PLC0415
-
         key = (str(obj), Path(obj).stat().st_mtime_ns)
         if key not in _COMPILED:
             _COMPILED[key] = compile_file(str(obj)).obj

@@ -8,7 +8,7 @@ size followed by per-ELF-section blocks ``{sec_name_off, num_info, records...}``
 :meth:`Btf.fixup_datasecs` applies libbpf's ``btf_fixup_datasec`` (B13) and
 :meth:`Btf.sanitize` rewrites what the kernel refuses; :meth:`Btf.to_bytes` serializes.
 Value formatting/parsing by type lives in :mod:`bpfdsl.abi.btf.values`, ``.BTF.ext`` in
-:mod:`bpfdsl.abi.btf.ext` (re-exported here).
+:mod:`bpfdsl.abi.btf.ext` (which imports this module).
 """
 
 from __future__ import annotations
@@ -18,12 +18,23 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import IntEnum
 
-# .BTF.ext lives in btf_ext.py (a leaf); re-exported here so callers import one module.
-from bpfdsl.abi.btf.ext import (
-    BTF_MAGIC,
-    BtfFormatError,
-    _cstr,
-)
+BTF_MAGIC = 0xEB9F
+
+
+class BtfFormatError(ValueError):
+    """Malformed BTF / BTF.ext bytes (message says where)."""
+
+
+def read_cstr(data: bytes, off: int, what: str) -> str:
+    """The NUL-terminated string at byte ``off`` of the string section ``data``;
+    BtfFormatError naming ``what`` (``BTF``, ``BTF.ext``) when it is out of range."""
+    if not 0 <= off < max(len(data), 1):
+        raise BtfFormatError(f"{what} string offset {off} outside the string section")
+    end = data.find(b"\0", off)
+    if end < 0:
+        raise BtfFormatError(f"{what} string at {off} is not NUL-terminated")
+    return data[off:end].decode(errors="replace")
+
 
 BTF_VAR_STATIC, BTF_VAR_GLOBAL_ALLOCATED, BTF_VAR_GLOBAL_EXTERN = 0, 1, 2
 BTF_FUNC_STATIC, BTF_FUNC_GLOBAL, BTF_FUNC_EXTERN = 0, 1, 2
@@ -167,7 +178,7 @@ class Btf:
         return out
 
     def string(self, off: int) -> str:
-        return _cstr(self.strings, off, "BTF")  # (no copy of the string section)
+        return read_cstr(self.strings, off, "BTF")  # (no copy of the string section)
 
     def add_string(self, s: str) -> int:
         """Append ``s`` to the string section (reusing an equal string); its offset."""
@@ -327,7 +338,7 @@ class _Names:
     def get(self, off: int, tid: int) -> str:
         s = self.cache.get(off)
         if s is None:
-            s = self.cache[off] = _cstr(self.strs, off, f"type {tid} name")
+            s = self.cache[off] = read_cstr(self.strs, off, f"type {tid} name")
         return s
 
 

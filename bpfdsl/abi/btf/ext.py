@@ -12,25 +12,8 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # pragma: no cover
-    from bpfdsl.abi.btf.core import Btf
-
-BTF_MAGIC = 0xEB9F
-
-
-class BtfFormatError(ValueError):
-    """Malformed BTF / BTF.ext bytes (message says where)."""
-
-
-def _cstr(data: bytes, off: int, what: str) -> str:
-    if not 0 <= off < max(len(data), 1):
-        raise BtfFormatError(f"{what} string offset {off} outside the string section")
-    end = data.find(b"\0", off)
-    if end < 0:
-        raise BtfFormatError(f"{what} string at {off} is not NUL-terminated")
-    return data[off:end].decode(errors="replace")
+from bpfdsl.abi.btf.core import BTF_MAGIC, Btf, BtfFormatError, read_cstr
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +92,7 @@ def parse_btf_ext(data: bytes, btf: Btf) -> BtfExt:
             if pos + n * rec > end:
                 raise BtfFormatError(f".BTF.ext: {what} records truncated")
             recs = [data[pos + i * rec : pos + (i + 1) * rec] for i in range(n)]
-            out.append((_cstr(strs, sec_off, f".BTF.ext {what} section name"), recs))
+            out.append((read_cstr(strs, sec_off, f".BTF.ext {what} section name"), recs))
             pos += n * rec
         return rec, out
 
@@ -122,7 +105,7 @@ def parse_btf_ext(data: bytes, btf: Btf) -> BtfExt:
     def text(off: int, what: str) -> str:
         s = texts.get(off)
         if s is None:
-            s = texts[off] = _cstr(strs, off, what)
+            s = texts[off] = read_cstr(strs, off, what)
         return s
 
     for sec, recs in lblocks:
@@ -146,6 +129,6 @@ def parse_btf_ext(data: bytes, btf: Btf) -> BtfExt:
         items = []
         for r in recs:
             off, tid, acc, kind = struct.unpack_from("<IIII", r)
-            items.append(CoreRelo(off, tid, _cstr(strs, acc, "core_relo access"), kind))
+            items.append(CoreRelo(off, tid, read_cstr(strs, acc, "core_relo access"), kind))
         ext.core_relos[sec] = items
     return ext

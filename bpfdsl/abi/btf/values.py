@@ -14,9 +14,12 @@ import ipaddress
 import json
 import re
 import struct
-from typing import Any
 
 from bpfdsl.abi.btf.core import BTF_INT_BOOL, BTF_INT_CHAR, BTF_INT_SIGNED, Btf, BtfType, Kind
+
+TYPE_CHECKING = False  # (typing costs import time on the load path)
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import Any
 
 BE_NAMES = {"__be16": 2, "__be32": 4, "__be64": 8, "be16": 2, "be32": 4, "be64": 8}
 IPV4_NAMES = {"ipv4", "ipv4_addr", "ip4_addr", "in_addr"}

@@ -11,6 +11,8 @@ from bpfdsl.abi.helpers import HELPERS
 from bpfdsl.backend.codegen.expr import _chunks
 from bpfdsl.lang import ast
 from bpfdsl.lang import types as T
+from bpfdsl.lang.headers import PSEUDO_FIELDS
+from bpfdsl.lang.sema.symbols import BUILTINS
 
 I32, I64 = ir.IntType(32), ir.IntType(64)
 PTR = ir.PointerType()
@@ -95,8 +97,6 @@ class CallGen:
                 [self.f.ctx, self.gen(e.args[0]), key, self.rv(e.args[2], T.U64)],
             )
         if e.name in ("msg_apply_bytes", "msg_cork_bytes", "sock_ops_cb_flags_set"):
-            from bpfdsl.lang.sema.expr import BUILTINS
-
             params = BUILTINS[e.name][0]
             args = [self.rv(a, t) for a, t in zip(e.args, params, strict=True)]
             return self.helper(HELPERS[e.name].id, I64, [self.f.ctx, *args])
@@ -143,8 +143,6 @@ class CallGen:
             self.b.store(y, self.gep(pa, off), align=min(w, align))
             self.b.store(x, self.gep(pb, off), align=min(w, align))
         if rh_words is not None:
-            from bpfdsl.lang.headers import PSEUDO_FIELDS
-
             kinds = PSEUDO_FIELDS["ipv6"]["saddr"]
             l4 = self._related_l4(a.obj, kinds)
             new = self._words(hdr, 8, 24)

@@ -11,6 +11,8 @@ from __future__ import annotations
 from llvmlite import ir
 
 from bpfdsl.lang import ast
+from bpfdsl.lang.headers import HEADERS, L4_PROTO
+from bpfdsl.lang.sema.symbols import Local
 
 I8, I16, I32, I64 = (ir.IntType(n) for n in (8, 16, 32, 64))
 PTR = ir.PointerType()
@@ -78,8 +80,6 @@ class CsumGen:
         """L4 headers in scope parsed after the IP header ``ip_obj`` whose checksum covers
         a pseudo-header field of kind ``kinds``: [(layout, pointer)]; None if no L4 header
         parsed after it is in scope (the L4 header is then found at run time)."""
-        from bpfdsl.lang.sema.decls import Local
-
         ip = self.c.sym.get(ip_obj) if isinstance(ip_obj, ast.Name) else None
         out, seen = [], False
         for scope in self.env if ip is not None else ():
@@ -116,8 +116,6 @@ class CsumGen:
         """The i8 slot (0 at function entry) where ``skip_ext(ip_obj)`` leaves the EXT_*
         flags of the headers it walked, so a checksum update for an L4 header parsed after
         it need not walk them again; None if ``ip_obj`` is not a named ipv6 view."""
-        from bpfdsl.lang.sema.decls import Local
-
         loc = self.c.sym.get(ip_obj) if isinstance(ip_obj, ast.Name) else None
         if not isinstance(loc, Local):
             return None
@@ -178,8 +176,6 @@ class CsumGen:
         extension headers like skip_ext, not in a later fragment, ``rh`` as in
         pseudo_update) and update its checksum if it is one of ``kinds`` and lies inside
         the packet.  Beyond IPV6_EXT_MAX extension headers: no update."""
-        from bpfdsl.lang.headers import HEADERS, L4_PROTO
-
         done = self.new_block("pseudo.done")
         if v6:
             saved = self.b.load(self.f.cursor, typ=PTR)

@@ -11,7 +11,7 @@ from llvmlite import ir
 
 from bpfdsl.lang import ast
 from bpfdsl.lang import types as T
-from bpfdsl.lang.sema.decls import Config, Const, Local
+from bpfdsl.lang.sema.symbols import Config, Const, Local
 
 I1, I8, I16, I32, I64 = (ir.IntType(n) for n in (1, 8, 16, 32, 64))
 PTR = ir.PointerType()

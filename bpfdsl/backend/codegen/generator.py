@@ -22,7 +22,7 @@ from bpfdsl.lang import ast
 from bpfdsl.lang import types as T
 from bpfdsl.lang.headers import CTX_DATA
 from bpfdsl.lang.sema.analyzer import Checked
-from bpfdsl.lang.sema.decls import Local
+from bpfdsl.lang.sema.symbols import Local
 
 I1, I8, I16, I32, I64 = (ir.IntType(n) for n in (1, 8, 16, 32, 64))
 PTR = ir.PointerType()

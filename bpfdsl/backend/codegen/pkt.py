@@ -21,7 +21,15 @@ from bpfdsl.abi.helpers import HELPERS
 from bpfdsl.backend.codegen.csum import CsumGen
 from bpfdsl.lang import ast
 from bpfdsl.lang import types as T
-from bpfdsl.lang.headers import CTX_DATA, CTX_FIELDS, IPV6_EXT_HEADERS, IPV6_EXT_MAX, PSEUDO_FIELDS
+from bpfdsl.lang.headers import (
+    CTX_DATA,
+    CTX_FIELDS,
+    HEADERS,
+    IPV6_EXT_HEADERS,
+    IPV6_EXT_MAX,
+    PSEUDO_FIELDS,
+)
+from bpfdsl.lang.sema.symbols import BUILTINS, PKT_RESIZE
 
 I1, I8, I16, I32, I64 = (ir.IntType(n) for n in (1, 8, 16, 32, 64))
 PTR = ir.PointerType()
@@ -121,8 +129,6 @@ class PktGen(CsumGen):
         self.start(ok)
 
     def parse(self, header: str, fail: ir.Block) -> ir.Value:
-        from bpfdsl.lang.headers import HEADERS
-
         h = HEADERS[header]
         cur = self.b.load(self.f.cursor, typ=PTR)
         self.bounds(cur, h.size, fail, header)
@@ -211,8 +217,6 @@ class PktGen(CsumGen):
     def resize(self, e: ast.Call) -> ir.Value:
         """adjust_head/tail/meta, msg_pull/push/pop_data: the helper call, then cursor = data
         (every earlier packet pointer is invalid: bpf_helper_changes_pkt_data)."""
-        from bpfdsl.lang.sema.expr import BUILTINS, PKT_RESIZE
-
         hid = HELPERS[PKT_RESIZE[e.name]].id
         params = BUILTINS[e.name][0]
         args = [self.rv(a, t) for a, t in zip(e.args, params, strict=True)]

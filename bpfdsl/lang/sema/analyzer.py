@@ -11,6 +11,7 @@ statements.
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass, field
 
 from bpfdsl.abi.uapi import PROGRAM_KINDS, ProgramKind, kind_for_keyword
@@ -18,15 +19,18 @@ from bpfdsl.diagnostics import Diagnostic, DiagnosticError, Span, error
 from bpfdsl.lang import ast
 from bpfdsl.lang import types as T
 from bpfdsl.lang.headers import HEADERS
-from bpfdsl.lang.sema.decls import (
+from bpfdsl.lang.sema.csum import payload_warnings
+from bpfdsl.lang.sema.decls import DeclChecker
+from bpfdsl.lang.sema.expr import ExprChecker
+from bpfdsl.lang.sema.stmt import StmtChecker
+from bpfdsl.lang.sema.symbols import (
     Config,
     Const,
-    DeclChecker,
     FnInfo,
     Local,
+    const_int,
     is_builtin_constant,
 )
-from bpfdsl.lang.sema.stmt import StmtChecker
 
 
 @dataclass(eq=False, slots=True)
@@ -82,15 +86,12 @@ class Sema(StmtChecker, DeclChecker):
         self.diags.append(error(code, msg, span, hint=hint))
 
     def suggest(self, name: str, options) -> str | None:
-        import difflib  # only on an error
 
         m = difflib.get_close_matches(name, list(options), n=1)
         return f"did you mean `{m[0]}`?" if m else None
 
     def resolve_type(self, t: ast.TypeRef) -> T.Type:
         if isinstance(t, ast.ArrayType):
-            from bpfdsl.lang.sema.expr import const_int
-
             n = const_int(self, t.length)
             if n is None or not 0 < n <= 4096:
                 self.err(
@@ -133,8 +134,6 @@ class Sema(StmtChecker, DeclChecker):
 
     # ---- declarations ----
     def run(self) -> Checked:
-        from bpfdsl.lang.sema.expr import ExprChecker, const_int
-
         self.ex = ExprChecker(self)
         items = self.c.program.items
         self.check_names(items)
@@ -200,7 +199,6 @@ class Sema(StmtChecker, DeclChecker):
                 self.body_fn(self.c.fns[it.name])
             elif isinstance(it, ast.ProgDecl):
                 self.body_prog(it)
-        del const_int
         self.check_recursion()
         if not any(isinstance(it, ast.ProgDecl) for it in items):
             self.err(
@@ -254,8 +252,6 @@ class Sema(StmtChecker, DeclChecker):
         self.payload_writes: list = []
         self.block(p.body, new_scope=False)
         if self.payload_writes:
-            from bpfdsl.lang.sema.csum import payload_warnings
-
             payload_warnings(self, p)
         if not self.diverges(p.body):
             self.err(

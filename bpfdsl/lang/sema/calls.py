@@ -8,11 +8,20 @@ map's key type exactly (a literal takes it), lpm_trie keys may be a bare address
 
 from __future__ import annotations
 
-from bpfdsl.abi.helpers import map_fits_helper
+from bpfdsl.abi.helpers import HELPERS, helper_allowed, map_fits_helper
 from bpfdsl.abi.uapi import MapType, is_percpu, lookup_is_readonly
 from bpfdsl.lang import ast
 from bpfdsl.lang import types as T
-from bpfdsl.lang.sema.expr import BUILTINS, PKT_RESIZE, bswap
+from bpfdsl.lang.sema.csum import check_swap, check_write
+from bpfdsl.lang.sema.symbols import (
+    BUILTINS,
+    CURSOR_UNKNOWN,
+    PKT_RESIZE,
+    Config,
+    Const,
+    Local,
+    bswap,
+)
 
 
 def _is_map(t) -> bool:
@@ -61,7 +70,6 @@ def _map_arg(ex, e: ast.Expr) -> T.MapType | None:
 
 
 def _mark_stale(ex, e: ast.Node) -> None:
-    from bpfdsl.lang.sema.decls import Local
 
     for scope in ex.s.scopes:
         for sym in scope.values():
@@ -159,8 +167,6 @@ def call(ex, e: ast.Call) -> T.Type:
         ip6 = ex.c.sym.get(args[0]) if args and isinstance(args[0], ast.Name) else None
         # the walk starts at the cursor: from just past that ipv6 header it ends at its
         # upper-layer header (which then follows it); from anywhere else, who knows
-        from bpfdsl.lang.sema.stmt import CURSOR_UNKNOWN
-
         ex.s.cursor = ip6 if ip6 is not None and ex.s.cursor is ip6 else CURSOR_UNKNOWN
         if len(args) != 1 or not (isinstance(t, T.HeaderType) and t.name == "ipv6"):
             ex.err(
@@ -251,7 +257,6 @@ def method_call(ex, e: ast.MethodCall) -> T.Type:
 
 
 def assign(ex, s: ast.Assign) -> None:
-    from bpfdsl.lang.sema.decls import Config, Const, Local
 
     tgt, op = s.target, s.op
     if isinstance(tgt, ast.Index) and _is_map(ex.expr(tgt.obj)):
@@ -295,8 +300,6 @@ def assign(ex, s: ast.Assign) -> None:
                 ex.err("read-only", f"bit field `{tgt.name}` is read-only", tgt.span)
                 return
             if f is not None:
-                from bpfdsl.lang.sema.csum import check_write
-
                 check_write(ex, tgt)
         if isinstance(ot, T.RefType) and ot.readonly:
             ex.err("read-only", "values of this map kind are read-only in programs", tgt.span)
@@ -365,8 +368,6 @@ def _swap(ex, e: ast.Call) -> T.Type:
             "headers; checksums are then updated field by field",
         )
     elif all(hdr):
-        from bpfdsl.lang.sema.csum import check_swap
-
         check_swap(ex, a, b, e.span)
     return T.VOID
 
@@ -383,7 +384,6 @@ def _hash_refusal(t: T.Type) -> tuple[str, str]:
 
 def _helper_kind(ex, e: ast.Call, name: str) -> bool:
     """Error unless helper ``name`` may be called from the current program kind."""
-    from bpfdsl.abi.helpers import HELPERS, helper_allowed
 
     h = HELPERS.get(PKT_RESIZE.get(name, name)) or HELPERS.get(name)
     kind = ex.s.kind

@@ -19,15 +19,16 @@ checksummed, so a program never sends a packet with a stale checksum.
 
 from __future__ import annotations
 
+from bpfdsl.diagnostics import Diagnostic
 from bpfdsl.lang import ast
 from bpfdsl.lang import types as T
 from bpfdsl.lang.headers import PSEUDO_FIELDS
+from bpfdsl.lang.sema.symbols import Local
 
 
 def _l4_in_scope(ex, ip_obj: ast.Expr | None):
     """The L4 header Local visible here parsed after the IP header ``ip_obj`` (any L4
     header with a checksum if ``ip_obj`` is None), or None."""
-    from bpfdsl.lang.sema.decls import Local
 
     ip = ex.c.sym.get(ip_obj) if isinstance(ip_obj, ast.Name) else None
     if ip is None and ip_obj is not None:
@@ -61,7 +62,6 @@ def payload_warnings(sema, prog: ast.ProgDecl) -> None:
     """Warn for payload byte writes under a checksummed L4 header in a program that can
     send the packet on (XDP_TX, XDP_REDIRECT, redirect) and never writes that header's
     checksum field itself: bpfdsl does not update L4 checksums for payload bytes."""
-    from bpfdsl.diagnostics import Diagnostic
 
     by_hand = {id(loc) for span, loc in sema.payload_writes if span is None}
     if not _sends(prog.body):

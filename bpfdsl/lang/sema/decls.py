@@ -4,58 +4,12 @@ recursive fns (they are inlined, and the kernel refuses recursive BPF calls)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from bpfdsl.abi.uapi import BTF_MAX_ENTRIES, MapType, is_array, map_create_problems
+from bpfdsl.abi.uapi import BTF_MAX_ENTRIES, PROGRAM_KINDS, MapType, is_array, map_create_problems
 from bpfdsl.diagnostics import Span
 from bpfdsl.lang import ast
 from bpfdsl.lang import types as T
 from bpfdsl.lang.headers import HEADERS
-
-
-@dataclass(eq=False, slots=True)
-class Local:
-    """A local variable (or parameter); ``ty`` its type; headers may go stale (B06).
-
-    ``header_parent``: for an L4 header, the IP header it was parsed after; ``bounds``: for
-    a loop variable, start..end (end exclusive).  Compared by identity (a symbol)."""
-
-    name: str
-    ty: T.Type
-    span: Span
-    header_parent: Local | None = None
-    bounds: tuple[int, int] | None = None
-
-
-@dataclass(eq=False, slots=True)
-class Const:
-    """A ``const``: ``value`` the raw (memory) value; ``data`` for byte-string constants
-    (mac_addr, ipv6_addr, prefixes)."""
-
-    name: str
-    ty: T.Type
-    value: int
-    data: bytes | None = None
-
-
-@dataclass(eq=False, slots=True)
-class Config:
-    """A load-time setting in .rodata; ``value`` raw default, ``offset`` in .rodata (bytes)."""
-
-    name: str
-    ty: T.Type
-    value: int
-    offset: int = 0
-
-
-@dataclass(eq=False, slots=True)
-class FnInfo:
-    """An inlined function: its declaration, ``params`` (name, type) and return type."""
-
-    decl: ast.FnDecl
-    params: list[tuple[str, T.Type]]
-    ret: T.Type
-
+from bpfdsl.lang.sema.symbols import const_int, is_builtin_constant
 
 # language map kind -> (kernel map type, fixed key type, fixed value type)
 MAP_KINDS: dict[str, tuple[MapType, T.Type | None, T.Type | None]] = {
@@ -109,8 +63,6 @@ def unknown_map_kind(kind: str, suggest) -> tuple[str, str]:
 
 class DeclChecker:
     def map_decl(self, d: ast.MapDecl) -> None:
-        from bpfdsl.lang.sema.expr import const_int
-
         if d.kind not in MAP_KINDS:
             msg, hint = unknown_map_kind(d.kind, self.suggest)
             self.err("unknown-map-kind", msg, d.kind_span, hint)
@@ -205,7 +157,6 @@ class DeclChecker:
         """The ``max_entries`` of ``d`` (a constant of 1 to BTF_MAX_ENTRIES); None after an
         error.  Above BTF_MAX_ENTRIES the BTF map definition (``int (*max_entries)[N]``, as
         libbpf's ``__uint``) would be 4 GiB or more, which the kernel refuses."""
-        from bpfdsl.lang.sema.expr import const_int
 
         if "max_entries" not in d.args:
             self.err(
@@ -267,7 +218,6 @@ class DeclChecker:
         """Top-level names are one namespace (they become ELF symbols); ``LICENSE``,
         ``llvm*`` and the program sections that are names (``xdp``, ``sk_msg``, ``sockops``:
         their ELF section symbols) are taken by the object format."""
-        from bpfdsl.abi.uapi import PROGRAM_KINDS
 
         sections = {k.section for k in PROGRAM_KINDS if k.keyword and k.section.isidentifier()}
         seen: dict[str, Span] = {}
@@ -363,10 +313,3 @@ class DeclChecker:
                     if callee not in seen:
                         seen.add(callee)
                         todo.append(callee)
-
-
-def is_builtin_constant(name: str) -> bool:
-    """True for names the language predefines (actions, header constants, map flags)."""
-    from bpfdsl.lang.sema.expr import ACTIONS, CONSTANTS, FLAG_CONSTANTS
-
-    return name in CONSTANTS or name in ACTIONS or name in FLAG_CONSTANTS

@@ -7,84 +7,12 @@ constant scalars get ``Checked.cval[expr]`` (raw memory value: a be16 ``53`` is
 
 from __future__ import annotations
 
-from bpfdsl.abi.uapi import (
-    BPF_ANY,
-    BPF_EXIST,
-    BPF_F_BROADCAST,
-    BPF_F_EXCLUDE_INGRESS,
-    BPF_F_INGRESS,
-    BPF_NOEXIST,
-    PROGRAM_KINDS,
-)
 from bpfdsl.lang import ast
 from bpfdsl.lang import types as T
 from bpfdsl.lang.headers import CONSTANTS, CTX_DATA, CTX_FIELDS, HEADERS
-from bpfdsl.lang.sema.decls import Config, Const, Local
+from bpfdsl.lang.sema import calls
 from bpfdsl.lang.sema.ops import OpsChecker
-
-FLAG_CONSTANTS = {
-    "BPF_ANY": BPF_ANY,
-    "BPF_NOEXIST": BPF_NOEXIST,
-    "BPF_EXIST": BPF_EXIST,
-    "BPF_F_INGRESS": BPF_F_INGRESS,
-    "BPF_F_BROADCAST": BPF_F_BROADCAST,
-    "BPF_F_EXCLUDE_INGRESS": BPF_F_EXCLUDE_INGRESS,
-}
-ACTIONS: dict[str, int] = {}
-for _k in PROGRAM_KINDS:
-    ACTIONS.update({n: int(v) for n, v in _k.returns.items() if not n.isdigit()})
-
-PKT_RESIZE = {
-    "msg_pull_data": "msg_pull_data",
-    "msg_push_data": "msg_push_data",
-    "msg_pop_data": "msg_pop_data",
-    "adjust_head": "xdp_adjust_head",
-    "adjust_tail": "xdp_adjust_tail",
-    "adjust_meta": "xdp_adjust_meta",
-}
-# builtin fn -> (param types, return type); None = special-cased
-BUILTINS: dict[str, tuple[list[T.Type], T.Type] | None] = {
-    "redirect": ([T.U32, T.U64], T.U64),
-    "redirect_map": None,
-    "adjust_head": ([T.I32], T.I64),
-    "adjust_tail": ([T.I32], T.I64),
-    "adjust_meta": ([T.I32], T.I64),
-    "ktime_get_ns": ([], T.U64),
-    "get_prandom_u32": ([], T.U32),
-    "get_smp_processor_id": ([], T.U32),
-    "msg_redirect_hash": None,
-    "msg_redirect_map": None,
-    "sock_hash_update": None,
-    "sock_map_update": None,
-    "msg_apply_bytes": ([T.U32], T.U64),
-    "msg_cork_bytes": ([T.U32], T.U64),
-    "msg_pull_data": ([T.U32, T.U32, T.U64], T.I64),
-    "msg_push_data": ([T.U32, T.U32, T.U64], T.I64),
-    "msg_pop_data": ([T.U32, T.U32, T.U64], T.I64),
-    "sock_ops_cb_flags_set": ([T.U32], T.I64),
-    "swap": None,
-    "hash": None,
-    "host": None,
-    "be16": None,
-    "be32": None,
-    "be64": None,
-    "skip_ext": None,
-}
-
-
-def bswap(v: int, bits: int) -> int:
-    return int.from_bytes((v & ((1 << bits) - 1)).to_bytes(bits // 8, "little"), "big")
-
-
-def const_int(sema, e: ast.Expr) -> int | None:
-    """Check ``e`` and return its compile-time integer value (host order) or None."""
-    t = sema.ex.expr(e)
-    v = sema.c.cval.get(e)
-    if v is None:
-        return None
-    if isinstance(t, T.IntType) and t.be:
-        return bswap(v, t.bits)
-    return v
+from bpfdsl.lang.sema.symbols import ACTIONS, FLAG_CONSTANTS, Config, Const, Local, bswap
 
 
 class ExprChecker(OpsChecker):
@@ -391,21 +319,13 @@ class ExprChecker(OpsChecker):
 
     # ---- calls (sema_calls) ----
     def e_Call(self, e):
-        from bpfdsl.lang.sema.calls import call
-
-        return call(self, e)
+        return calls.call(self, e)
 
     def e_MethodCall(self, e):
-        from bpfdsl.lang.sema.calls import method_call
-
-        return method_call(self, e)
+        return calls.method_call(self, e)
 
     def map_key(self, m: T.MapType, k: ast.Expr) -> None:
-        from bpfdsl.lang.sema.calls import map_key
-
-        map_key(self, m, k)
+        calls.map_key(self, m, k)
 
     def assign(self, s: ast.Assign) -> None:
-        from bpfdsl.lang.sema.calls import assign
-
-        assign(self, s)
+        calls.assign(self, s)

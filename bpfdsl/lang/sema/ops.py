@@ -4,6 +4,8 @@ comparisons with their byte-order rules, logic, casts, prefix membership, consta
 
 from __future__ import annotations
 
+import operator
+
 from bpfdsl.lang import ast
 from bpfdsl.lang import types as T
 
@@ -42,19 +44,17 @@ class OpsChecker:
             return
         if va is None or vb is None:
             return
-        import operator as o
-
         fns = {
-            "+": o.add,
-            "-": o.sub,
-            "*": o.mul,
-            "&": o.and_,
-            "|": o.or_,
-            "^": o.xor,
-            "<<": o.lshift,
-            ">>": o.rshift,
-            "/": o.floordiv,
-            "%": o.mod,
+            "+": operator.add,
+            "-": operator.sub,
+            "*": operator.mul,
+            "&": operator.and_,
+            "|": operator.or_,
+            "^": operator.xor,
+            "<<": operator.lshift,
+            ">>": operator.rshift,
+            "/": operator.floordiv,
+            "%": operator.mod,
         }
         if op in "/%" and vb == 0:
             self.err("division-by-zero", "division by zero", b.span)

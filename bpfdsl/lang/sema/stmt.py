@@ -8,24 +8,14 @@ from __future__ import annotations
 from bpfdsl.abi.uapi import PROGRAM_KINDS
 from bpfdsl.lang import ast
 from bpfdsl.lang import types as T
-from bpfdsl.lang.sema.decls import Local
+from bpfdsl.lang.sema.symbols import CURSOR_UNKNOWN, PKT_RESIZE, Local, const_int
 
-# ``Sema.cursor``: what the parse cursor (where the next ``parse`` reads) is just past on
-# every path reaching the statement being checked: a header Local, None (the packet start),
-# an ast.Parse whose Local is not bound yet, or CURSOR_UNKNOWN (paths disagree).  An L4
-# header's ``header_parent`` is the IP header it directly follows on every path, so the
-# pseudo-header checksum update of an IP address write touches exactly that header
-# (codegen_csum._related_l4); any other L4 view (one parsed in the payload, or after a
-# branch that parsed) gets none, and codegen finds the real L4 header at run time.
-CURSOR_UNKNOWN = "unknown"
 _CURSOR_MOVERS = ("skip_ext",)  # calls that move the cursor (besides PKT_RESIZE helpers)
 
 
 def moves_cursor(node) -> bool:
     """Whether the subtree ``node`` may move the parse cursor (parse, skip_ext, resizing
     helpers), found without recursion."""
-    from bpfdsl.lang.sema.expr import PKT_RESIZE
-
     stack = [node]
     while stack:
         n = stack.pop()
@@ -224,8 +214,6 @@ class StmtChecker:
         self.merge_cursors(ends, before)
 
     def s_For(self, s: ast.For) -> None:
-        from bpfdsl.lang.sema.expr import const_int
-
         a, b = const_int(self, s.start), const_int(self, s.end)
         ty = s.start.ty if isinstance(s.start.ty, T.IntType) else T.U32
         if a is None or b is None:

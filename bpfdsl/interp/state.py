@@ -1,0 +1,46 @@
+"""What a run of the userspace machine shares with the helpers it calls.
+
+:class:`Env` is the settable machine state (clock, CPU, random seed); :class:`RunState` the
+per-run state a helper reads and writes (``env``, ``ctx``, ``redirect``, ``trace``).
+:class:`bpfdsl.interp.machine.Machine` is a RunState; the helper modules
+(:mod:`bpfdsl.interp.helpers`, :mod:`bpfdsl.interp.helpers_sock`) see only this interface,
+so they import this module and not the machine that imports them.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+from bpfdsl.interp.memory import Region
+
+
+@dataclass
+class Env:
+    """Settable machine state: clock (ns), CPU number and count, random seed."""
+
+    clock_ns: int = 1_000_000_000
+    clock_step_ns: int = 0  # added after every ktime read (0: a frozen clock)
+    cpu: int = 0
+    ncpus: int = 1
+    seed: int = 0
+    rng: random.Random = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.rng = random.Random(self.seed)
+
+    def now_ns(self) -> int:
+        t = self.clock_ns
+        self.clock_ns += self.clock_step_ns
+        return t
+
+
+class RunState:
+    """Per-run state helpers use: ``env`` (:class:`Env`), ``ctx`` (the context region of
+    this run), ``redirect`` (what a redirect helper chose: map name, key, target, flags),
+    ``trace`` (``bpf_trace_printk`` lines, in order)."""
+
+    env: Env
+    ctx: Region | None
+    redirect: tuple | None
+    trace: list[str]

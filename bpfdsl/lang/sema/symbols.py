@@ -1,0 +1,147 @@
+"""Names the sema modules share (the mypy ``semanal_shared`` way: every sema module imports
+this one at the top, none imports another for these): the symbol records a scope holds
+(:class:`Local`, :class:`Const`, :class:`Config`, :class:`FnInfo`), the predefined names
+(actions from uapi's ``PROGRAM_KINDS`` return tables, map update flags, header constants),
+the builtin function signatures, and :func:`const_int`.  Codegen reads the same records."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bpfdsl.abi.uapi import (
+    BPF_ANY,
+    BPF_EXIST,
+    BPF_F_BROADCAST,
+    BPF_F_EXCLUDE_INGRESS,
+    BPF_F_INGRESS,
+    BPF_NOEXIST,
+    PROGRAM_KINDS,
+)
+from bpfdsl.diagnostics import Span
+from bpfdsl.lang import ast
+from bpfdsl.lang import types as T
+from bpfdsl.lang.headers import CONSTANTS
+
+
+@dataclass(eq=False, slots=True)
+class Local:
+    """A local variable (or parameter); ``ty`` its type; headers may go stale (B06).
+
+    ``header_parent``: for an L4 header, the IP header it was parsed after; ``bounds``: for
+    a loop variable, start..end (end exclusive).  Compared by identity (a symbol)."""
+
+    name: str
+    ty: T.Type
+    span: Span
+    header_parent: Local | None = None
+    bounds: tuple[int, int] | None = None
+
+
+@dataclass(eq=False, slots=True)
+class Const:
+    """A ``const``: ``value`` the raw (memory) value; ``data`` for byte-string constants
+    (mac_addr, ipv6_addr, prefixes)."""
+
+    name: str
+    ty: T.Type
+    value: int
+    data: bytes | None = None
+
+
+@dataclass(eq=False, slots=True)
+class Config:
+    """A load-time setting in .rodata; ``value`` raw default, ``offset`` in .rodata (bytes)."""
+
+    name: str
+    ty: T.Type
+    value: int
+    offset: int = 0
+
+
+@dataclass(eq=False, slots=True)
+class FnInfo:
+    """An inlined function: its declaration, ``params`` (name, type) and return type."""
+
+    decl: ast.FnDecl
+    params: list[tuple[str, T.Type]]
+    ret: T.Type
+
+
+FLAG_CONSTANTS = {
+    "BPF_ANY": BPF_ANY,
+    "BPF_NOEXIST": BPF_NOEXIST,
+    "BPF_EXIST": BPF_EXIST,
+    "BPF_F_INGRESS": BPF_F_INGRESS,
+    "BPF_F_BROADCAST": BPF_F_BROADCAST,
+    "BPF_F_EXCLUDE_INGRESS": BPF_F_EXCLUDE_INGRESS,
+}
+ACTIONS: dict[str, int] = {}
+for _k in PROGRAM_KINDS:
+    ACTIONS.update({n: int(v) for n, v in _k.returns.items() if not n.isdigit()})
+
+PKT_RESIZE = {
+    "msg_pull_data": "msg_pull_data",
+    "msg_push_data": "msg_push_data",
+    "msg_pop_data": "msg_pop_data",
+    "adjust_head": "xdp_adjust_head",
+    "adjust_tail": "xdp_adjust_tail",
+    "adjust_meta": "xdp_adjust_meta",
+}
+# builtin fn -> (param types, return type); None = special-cased
+BUILTINS: dict[str, tuple[list[T.Type], T.Type] | None] = {
+    "redirect": ([T.U32, T.U64], T.U64),
+    "redirect_map": None,
+    "adjust_head": ([T.I32], T.I64),
+    "adjust_tail": ([T.I32], T.I64),
+    "adjust_meta": ([T.I32], T.I64),
+    "ktime_get_ns": ([], T.U64),
+    "get_prandom_u32": ([], T.U32),
+    "get_smp_processor_id": ([], T.U32),
+    "msg_redirect_hash": None,
+    "msg_redirect_map": None,
+    "sock_hash_update": None,
+    "sock_map_update": None,
+    "msg_apply_bytes": ([T.U32], T.U64),
+    "msg_cork_bytes": ([T.U32], T.U64),
+    "msg_pull_data": ([T.U32, T.U32, T.U64], T.I64),
+    "msg_push_data": ([T.U32, T.U32, T.U64], T.I64),
+    "msg_pop_data": ([T.U32, T.U32, T.U64], T.I64),
+    "sock_ops_cb_flags_set": ([T.U32], T.I64),
+    "swap": None,
+    "hash": None,
+    "host": None,
+    "be16": None,
+    "be32": None,
+    "be64": None,
+    "skip_ext": None,
+}
+
+
+def bswap(v: int, bits: int) -> int:
+    return int.from_bytes((v & ((1 << bits) - 1)).to_bytes(bits // 8, "little"), "big")
+
+
+def const_int(sema, e: ast.Expr) -> int | None:
+    """Check ``e`` and return its compile-time integer value (host order) or None."""
+    t = sema.ex.expr(e)
+    v = sema.c.cval.get(e)
+    if v is None:
+        return None
+    if isinstance(t, T.IntType) and t.be:
+        return bswap(v, t.bits)
+    return v
+
+
+def is_builtin_constant(name: str) -> bool:
+    """True for names the language predefines (actions, header constants, map flags)."""
+    return name in CONSTANTS or name in ACTIONS or name in FLAG_CONSTANTS
+
+
+# ``Sema.cursor``: what the parse cursor (where the next ``parse`` reads) is just past on
+# every path reaching the statement being checked: a header Local, None (the packet start),
+# an ast.Parse whose Local is not bound yet, or CURSOR_UNKNOWN (paths disagree).  An L4
+# header's ``header_parent`` is the IP header it directly follows on every path, so the
+# pseudo-header checksum update of an IP address write touches exactly that header
+# (codegen_csum._related_l4); any other L4 view (one parsed in the payload, or after a
+# branch that parsed) gets none, and codegen finds the real L4 header at run time.
+CURSOR_UNKNOWN = "unknown"
