@@ -312,7 +312,8 @@ _RARE = frozenset((U.BPF_LD | U.BPF_IMM | U.BPF_DW, U.BPF_JMP | U.BPF_CALL))
 def field_error(x: Insn) -> str | None:
     """What the kernel says about an instruction it refuses whatever the path, or None.
 
-    Kernel wording (kernel/bpf/verifier.c): ``unknown opcode 0e`` (resolve_pseudo_ldimm64),
+    Kernel wording (kernel/bpf/verifier.c): ``unknown opcode 0e`` (resolve_pseudo_ldimm64;
+    for a BPF_LDX of another mode than BPF_MEM/BPF_MEMSX ``BPF_LDX uses reserved fields``),
     ``R11 is invalid`` (check_reg_arg; only fields the opcode reads as registers),
     ``unrecognized bpf_ld_imm64 insn`` (a pseudo kind it lacks, or BPF_PSEUDO_MAP_FD/IDX
     with upper 32 bits set), ``BPF_CALL uses reserved fields`` (a call kind other than
@@ -322,6 +323,8 @@ def field_error(x: Insn) -> str | None:
     """
     regs = OPCODES.get(x.opcode)
     if regs is None:
+        if x.cls == U.BPF_LDX:  # resolve_pseudo_ldimm64 looks at LDX's mode first
+            return "BPF_LDX uses reserved fields"
         return f"unknown opcode {x.opcode:02x}"
     if regs[0] and x.dst >= MAX_BPF_REG:
         return f"R{x.dst} is invalid"
@@ -349,9 +352,10 @@ def field_error(x: Insn) -> str | None:
 def check_jumps(insns: Sequence[Insn], *, calls: bool = True) -> None:
     """Raise :class:`InsnError` for a jump (``calls``: also a BPF-to-BPF call) whose target
     is outside the program or the second half of an ld_imm64 (kernel/bpf/verifier.c
-    check_subprogs/check_cfg: "jump out of range from insn 5 to 3006", "jump into the
-    middle of ldimm64 insn 8").  Pass ``calls=False`` for one function of an object,
-    whose calls point at other functions until they are linked."""
+    check_subprogs/check_cfg: "jump out of range from insn 5 to 3006", "call to invalid
+    destination"; a jump into an ld_imm64 the kernel reports as an unreachable insn).
+    Pass ``calls=False`` for one function of an object, whose calls point at other
+    functions until they are linked."""
     slots = slot_offsets(insns)
     total = slots[-1] + insns[-1].width if insns else 0
     starts = set(slots)
@@ -360,11 +364,20 @@ def check_jumps(insns: Sequence[Insn], *, calls: bool = True) -> None:
             continue
         wide = x.is_pseudo_call or (x.cls == U.BPF_JMP32 and x.op == U.BPF_JA)
         t = slots[i] + 1 + (x.imm if wide else x.off)
-        what = "call" if x.is_call else "jump"
         if not 0 <= t < total:
-            raise InsnError(f"{what} out of range from insn {slots[i]} to {t}", slots[i], x)
+            msg = (
+                f"call to invalid destination {t}"
+                if x.is_call
+                else f"jump out of range from insn {slots[i]} to {t}"
+            )
+            raise InsnError(msg, slots[i], x)
         if t not in starts:
-            raise InsnError(f"{what} into the middle of ldimm64 insn {t - 1}", slots[i], x)
+            msg = (
+                f"function call to insn {t} in the middle of ldimm64"
+                if x.is_call
+                else f"jump into the middle of ldimm64 insn {t - 1}"
+            )
+            raise InsnError(msg, slots[i], x)
 
 
 def validate(insns: Sequence[Insn]) -> None:
