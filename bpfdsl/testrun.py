@@ -73,10 +73,15 @@ class KernelEngine:
         try:
             r = syscall.prog_test_run(fd, packet, repeat=max(1, repeat))
         except syscall.BpfError as e:
-            if e.errno in (errno.E2BIG, errno.EINVAL, errno.ENOSPC):
+            # ENOMEM: more than 3520 linear bytes + MAX_SKB_FRAGS (17) pages, 73152 bytes
+            # (net/bpf/test_run.c bpf_prog_test_run_xdp); a BIG TCP or jumbogram record
+            big = e.errno == errno.ENOMEM and len(packet) > 3520
+            if e.errno in (errno.E2BIG, errno.EINVAL, errno.ENOSPC) or big:
                 why = {
                     errno.E2BIG: "too large for a single-buffer XDP test run (use an "
-                    "xdp(frags) program for jumbo frames)"
+                    "xdp(frags) program for jumbo frames)",
+                    errno.ENOMEM: "longer than an XDP test run takes (73152 bytes: 3520 "
+                    "linear + 17 page frags)",
                 }.get(e.errno, str(e))
                 raise PacketSkipped(f"{len(packet)} bytes: {why}") from None
             raise

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .ctx import ETH_HLEN
+from .ctx import ETH_HLEN, XDP_TEST_RUN_MAX
 from .program import InterpCollection
 
 
@@ -17,8 +17,8 @@ class InterpEngine:
     """Userspace engine over one object's :class:`~bpfdsl.objfile.CollectionSpec`.
 
     ``collection`` gives access to the in-memory maps (fill them before running).
-    Frames shorter than 14 bytes are skipped, as on the kernel; frames over 3520 bytes
-    keep the rest in XDP frags, as a test run does.
+    Frames shorter than 14 bytes or longer than 73152 are skipped, as on the kernel; frames
+    over 3520 bytes keep the rest in XDP frags, as a test run does.
     """
 
     name = "interp"
@@ -35,6 +35,11 @@ class InterpEngine:
         if len(packet) < ETH_HLEN and prog.kind and prog.kind.ctx == "xdp_md":
             raise PacketSkipped(  # the same frames the kernel engine refuses
                 f"{len(packet)} bytes: XDP runs only on frames of at least {ETH_HLEN} bytes"
+            )
+        if len(packet) > XDP_TEST_RUN_MAX and prog.kind and prog.kind.ctx == "xdp_md":
+            raise PacketSkipped(
+                f"{len(packet)} bytes: longer than an XDP test run takes ({XDP_TEST_RUN_MAX} "
+                "bytes: 3520 linear + 17 page frags)"
             )
         total = 0
         res = None
