@@ -294,7 +294,8 @@ def encode_value(btf: Btf, tid: int, obj: Any, _depth: int = 0) -> bytes:
         if isinstance(obj, str) and esz == 1 and t.nelems in (6, 16) and ":" in obj:
             # a bare u8[6]/u8[16] (objects without the mac_addr/ipv6_addr typedefs)
             return _address("mac" if t.nelems == 6 else "ipv6", obj, f"{name}[{t.nelems}]")
-        if isinstance(obj, str) and esz == 1 and (et.encoding & BTF_INT_CHAR or et.name == "char"):
+        is_char = et.kind == Kind.INT and (et.encoding & BTF_INT_CHAR or et.name == "char")
+        if isinstance(obj, str) and esz == 1 and is_char:  # as format_value prints them
             raw = obj.encode()
             if len(raw) > t.nelems:
                 raise ValueError(f"string of {len(raw)} bytes does not fit char[{t.nelems}]")

@@ -107,7 +107,8 @@ def _split(
                 hint="the kernel refuses this instruction; the object is corrupt or not "
                 "for this kernel (rebuild it)",
             )
-            err.diagnostics[0].span = _source_span(ext, sec.name, start + 8 * (e.slot or 0))
+            at = start + 8 * (e.slot or 0)
+            err.diagnostics[0].span = _source_span(ext, sec.name, start, at)
             raise err from None
         funcs.append(_Func(sec.name, name, start, end, insns))
     relocs = reader.relocations_for(sec.name)
@@ -132,11 +133,16 @@ def _split(
     return funcs
 
 
-def _source_span(ext: BtfExt | None, section: str, byte: int) -> Span | None:
-    """Source position (.BTF.ext line info) of the instruction at ``byte`` of ``section``."""
+def _source_span(ext: BtfExt | None, section: str, start: int, byte: int) -> Span | None:
+    """Source position (.BTF.ext line info) of the instruction at ``byte`` of ``section``,
+    in the function that starts at byte ``start``."""
     best = None
     for li in ext.line_info.get(section, ()) if ext is not None else ():
-        if li.insn_off <= byte and li.line and (best is None or li.insn_off >= best.insn_off):
+        if (
+            start <= li.insn_off <= byte
+            and li.line
+            and (best is None or li.insn_off >= best.insn_off)
+        ):
             best = li
     return Span(best.file or "<object>", best.line, max(1, best.col)) if best else None
 
