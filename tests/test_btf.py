@@ -136,7 +136,7 @@ def test_parse_lpm_key_and_errors(typed):
         parse_value(btf, m.value_type_id, '{"nope": 1}')
     with pytest.raises(ValueError, match="does not fit"):
         parse_value(btf, m.value_type_id, '{"port": 70000}')
-    with pytest.raises(ValueError, match="IP address"):
+    with pytest.raises(ValueError, match="expected an IPv4 address like 10.0.0.1"):
         parse_value(btf, m.value_type_id, '{"dst": "10.1"}')
 
 

@@ -63,7 +63,17 @@ _ATOMIC_NAMES = {U.BPF_ADD: "add", U.BPF_AND: "and", U.BPF_OR: "or", U.BPF_XOR: 
 
 
 class InsnError(ValueError):
-    """Instruction bytes that cannot be decoded (truncated, unknown opcode, broken ld_imm64)."""
+    """Instructions the kernel refuses before verifying any path (truncated bytes, unknown
+    opcode, register number over r10, broken ld_imm64, jump outside the program, call of
+    a helper id the kernel does not have).  ``reason``: the kernel's wording; ``slot``: the
+    instruction's slot number (as in the kernel's log), None when the whole program is at
+    fault."""
+
+    def __init__(self, reason: str, slot: int | None = None, insn: Insn | None = None):
+        where = f"insn {slot}: " if slot is not None else ""
+        text = f" (in `{format_insn(insn)}`)" if insn is not None else ""
+        super().__init__(f"{where}{reason}{text}")
+        self.reason, self.slot = reason, slot
 
 
 _LD_IMM64 = U.BPF_LD | U.BPF_IMM | U.BPF_DW
@@ -128,7 +138,8 @@ class Insn:
     """One decoded instruction, classified once when it is made (cilium's ``asm.Instruction``).
 
     Fields (compared, hashed, printed): ``opcode``: the ``code`` byte.  ``dst``/``src``:
-    register numbers 0..10 (``src`` is also the pseudo kind of ld_imm64 and call).
+    register numbers 0..10 where the opcode uses them as registers (:func:`decode` refuses
+    more; ``src`` is also the pseudo kind of ld_imm64 and call).
     ``off``: signed 16-bit.  ``imm``: signed 32-bit, or for ld_imm64 the full 64-bit value
     (unsigned view: ``imm & 0xFFFF_FFFF_FFFF_FFFF``).
 
@@ -198,26 +209,44 @@ def _s64(v: int) -> int:
 def decode(data: bytes | bytearray | memoryview) -> list[Insn]:
     """Decode a program's bytes into instructions (ld_imm64 as one :class:`Insn`).
 
-    Raises :class:`InsnError` when the length is not a multiple of 8 or an ld_imm64 lacks
-    its second slot.
+    Raises :class:`InsnError` (kernel wording, naming the slot) when the length is not a
+    multiple of 8, or an instruction is one the kernel refuses whatever the path
+    (:func:`field_error`: unknown opcode, register over r10, broken ld_imm64 pair, call of
+    a helper id the kernel lacks).  Jump targets need the whole function: see
+    :func:`check_jumps`.
     """
     data = bytes(data)
     if len(data) % INSN_SIZE:
         raise InsnError(f"program size {len(data)} is not a multiple of {INSN_SIZE} bytes")
     out: list[Insn] = []
     n = len(data) // INSN_SIZE
+    ops, rare = OPCODES, _RARE
     i = 0
     while i < n:
         code, regs, off, imm = _FMT.unpack_from(data, i * INSN_SIZE)
+        slot = i
         if code == _LD_IMM64:
             if i + 1 >= n:
-                raise InsnError(f"insn {i}: ld_imm64 without its second half")
+                raise InsnError("ld_imm64 without its second half", i)
             code2, regs2, off2, imm2 = _FMT.unpack_from(data, (i + 1) * INSN_SIZE)
             if code2 or regs2 or off2:
-                raise InsnError(f"insn {i + 1}: invalid second half of ld_imm64")
+                raise InsnError("invalid second half of ld_imm64", i + 1)
             imm = _s64((imm & 0xFFFFFFFF) | ((imm2 & 0xFFFFFFFF) << 32))
             i += 1
-        out.append(Insn(code, regs & 0x0F, regs >> 4, off, imm))
+        x = Insn(code, regs & 0x0F, regs >> 4, off, imm)
+        kind = ops.get(code)
+        # fast path: the opcode is known, its register fields are in range, and it is
+        # neither ld_imm64 nor a call (whose src and imm field_error looks at)
+        if (
+            kind is None
+            or code in rare
+            or (kind[0] and regs & 0x0F > 10)
+            or (kind[1] and regs >> 4 > 10)
+        ):
+            bad = field_error(x)
+            if bad is not None:
+                raise InsnError(bad, slot, x)
+        out.append(x)
         i += 1
     return out
 
@@ -234,6 +263,147 @@ def encode(insns: Iterable[Insn]) -> bytes:
         else:
             buf += _FMT.pack(x.opcode, regs, x.off, _s32(x.imm))
     return bytes(buf)
+
+
+# ---- what the kernel refuses before verifying any path ----
+
+MAX_BPF_REG = 11  # r0..r10 (linux/bpf.h __MAX_BPF_REG); check_reg_arg: "R%d is invalid"
+_ALU_OPS = (
+    U.BPF_ADD, U.BPF_SUB, U.BPF_MUL, U.BPF_DIV, U.BPF_OR, U.BPF_AND,
+    U.BPF_LSH, U.BPF_RSH, U.BPF_MOD, U.BPF_XOR, U.BPF_MOV, U.BPF_ARSH,
+)  # fmt: skip
+_LD_PSEUDO = (
+    0,
+    U.BPF_PSEUDO_MAP_FD,
+    U.BPF_PSEUDO_MAP_VALUE,
+    U.BPF_PSEUDO_BTF_ID,
+    U.BPF_PSEUDO_FUNC,
+    U.BPF_PSEUDO_MAP_IDX,
+    U.BPF_PSEUDO_MAP_IDX_VALUE,
+)
+_CALL_PSEUDO = (0, U.BPF_PSEUDO_CALL, U.BPF_PSEUDO_KFUNC_CALL)
+
+
+def _opcode_table() -> dict[int, tuple[bool, bool]]:
+    """Every opcode the kernel accepts -> (dst is a register, src is a register).
+
+    The kernel's list: kernel/bpf/core.c ``bpf_opcode_in_insntable`` (BPF_INSN_MAP, the
+    cBPF carry-overs LD_ABS/LD_IND, ``may_goto``), checked by kernel/bpf/verifier.c
+    ``resolve_pseudo_ldimm64`` for every instruction ("unknown opcode %02x"; a BPF_LDX
+    outside BPF_MEM/BPF_MEMSX: "BPF_LDX uses reserved fields").  128 opcodes on Linux
+    6.18; tests/test_insn_fields.py compares this table with the running kernel.
+    """
+    t: dict[int, tuple[bool, bool]] = {}
+    for cls in (U.BPF_ALU, U.BPF_ALU64):
+        for op in _ALU_OPS:
+            t[cls | op | U.BPF_K] = (True, False)
+            t[cls | op | U.BPF_X] = (True, True)
+        t[cls | U.BPF_NEG] = (True, False)
+    t[U.BPF_ALU | U.BPF_END | U.BPF_TO_LE] = t[U.BPF_ALU | U.BPF_END | U.BPF_TO_BE] = (True, False)
+    t[U.BPF_ALU64 | U.BPF_END | U.BPF_TO_LE] = (True, False)  # bswap (ISA v4)
+    for cls in (U.BPF_JMP, U.BPF_JMP32):
+        for op in JMP_OP_NAMES:
+            t[cls | op | U.BPF_K] = (True, False)
+            t[cls | op | U.BPF_X] = (True, True)
+        t[cls | U.BPF_JA] = (False, False)  # goto (JMP: off), gotol (JMP32: imm)
+    t[U.BPF_JMP | U.BPF_CALL] = t[U.BPF_JMP | U.BPF_EXIT] = (False, False)
+    t[U.BPF_JMP | U.BPF_JCOND] = (False, False)  # may_goto
+    for size in SIZE_BYTES:
+        t[U.BPF_LDX | U.BPF_MEM | size] = (True, True)
+        t[U.BPF_ST | U.BPF_MEM | size] = (True, False)
+        t[U.BPF_STX | U.BPF_MEM | size] = (True, True)
+        t[U.BPF_STX | U.BPF_ATOMIC | size] = (True, True)  # B/H: load-acquire, store-release
+        if size != U.BPF_DW:
+            t[U.BPF_LDX | U.BPF_MEMSX | size] = (True, True)
+            t[U.BPF_LD | U.BPF_ABS | size] = (False, False)
+            t[U.BPF_LD | U.BPF_IND | size] = (False, True)
+    t[U.BPF_LD | U.BPF_IMM | U.BPF_DW] = (True, False)  # src: the pseudo kind
+    return t
+
+
+OPCODES: dict[int, tuple[bool, bool]] = _opcode_table()
+_RARE = frozenset((U.BPF_LD | U.BPF_IMM | U.BPF_DW, U.BPF_JMP | U.BPF_CALL))
+
+
+def field_error(x: Insn) -> str | None:
+    """What the kernel says about an instruction it refuses whatever the path, or None.
+
+    Kernel wording (kernel/bpf/verifier.c): ``unknown opcode 0e`` (resolve_pseudo_ldimm64;
+    for a BPF_LDX of another mode than BPF_MEM/BPF_MEMSX ``BPF_LDX uses reserved fields``),
+    ``R11 is invalid`` (check_reg_arg; only fields the opcode reads as registers),
+    ``unrecognized bpf_ld_imm64 insn`` (a pseudo kind it lacks, or BPF_PSEUDO_MAP_FD/IDX
+    with upper 32 bits set), ``BPF_CALL uses reserved fields`` (a call kind other than
+    helper, BPF-to-BPF, kfunc), ``invalid func unknown#212`` (check_helper_call: a helper
+    id outside enum bpf_func_id, :mod:`bpfdsl.abi.helper_names`).  Fields the kernel only
+    requires to be zero are left to the checker, which reports them on the path.
+    """
+    regs = OPCODES.get(x.opcode)
+    if regs is None:
+        if x.cls == U.BPF_LDX:  # resolve_pseudo_ldimm64 looks at LDX's mode first
+            return "BPF_LDX uses reserved fields"
+        return f"unknown opcode {x.opcode:02x}"
+    if regs[0] and x.dst >= MAX_BPF_REG:
+        return f"R{x.dst} is invalid"
+    if regs[1] and x.src >= MAX_BPF_REG:
+        return f"R{x.src} is invalid"
+    if x.is_ld_imm64:
+        high = (x.imm & 0xFFFF_FFFF_FFFF_FFFF) >> 32
+        if x.src not in _LD_PSEUDO or (
+            x.src in (U.BPF_PSEUDO_MAP_FD, U.BPF_PSEUDO_MAP_IDX) and high
+        ):
+            return "unrecognized bpf_ld_imm64 insn"
+    elif x.is_call:
+        if x.src not in _CALL_PSEUDO:
+            return "BPF_CALL uses reserved fields"
+        if x.src == 0:
+            if x.imm == 0:  # in the enum (BPF_FUNC_unspec) but no program type has it
+                return "program of this type cannot use helper bpf_unspec#0"
+            if kernel_helper_name(x.imm) is None:
+                return f"invalid func unknown#{x.imm}"
+    return None
+
+
+def check_jumps(insns: Sequence[Insn], *, calls: bool = True) -> None:
+    """Raise :class:`InsnError` for a jump (``calls``: also a BPF-to-BPF call) whose target
+    is outside the program or the second half of an ld_imm64 (kernel/bpf/verifier.c
+    check_subprogs/check_cfg: "jump out of range from insn 5 to 3006", "call to invalid
+    destination"; a jump into an ld_imm64 the kernel reports as an unreachable insn).
+    Pass ``calls=False`` for one function of an object, whose calls point at other
+    functions until they are linked."""
+    slots = slot_offsets(insns)
+    total = slots[-1] + insns[-1].width if insns else 0
+    starts = set(slots)
+    for i, x in enumerate(insns):
+        if not x.is_jmp_class or x.is_exit or (x.is_call and not (calls and x.is_pseudo_call)):
+            continue
+        wide = x.is_pseudo_call or (x.cls == U.BPF_JMP32 and x.op == U.BPF_JA)
+        t = slots[i] + 1 + (x.imm if wide else x.off)
+        if not 0 <= t < total:
+            msg = (
+                f"call to invalid destination {t}"
+                if x.is_call
+                else f"jump out of range from insn {slots[i]} to {t}"
+            )
+            raise InsnError(msg, slots[i], x)
+        if t not in starts:
+            msg = (
+                f"function call to insn {t} in the middle of ldimm64"
+                if x.is_call
+                else f"jump into the middle of ldimm64 insn {t - 1}"
+            )
+            raise InsnError(msg, slots[i], x)
+
+
+def validate(insns: Sequence[Insn]) -> None:
+    """Everything :func:`decode` and :func:`check_jumps` refuse, for a whole (linked or
+    hand-built) program: raises :class:`InsnError` naming the first bad slot."""
+    if not insns:
+        return
+    for s, x in zip(slot_offsets(insns), insns, strict=True):
+        bad = field_error(x)
+        if bad is not None:
+            raise InsnError(bad, s, x)
+    check_jumps(insns)
 
 
 def slot_offsets(insns: Sequence[Insn]) -> list[int]:
@@ -459,6 +629,8 @@ def _format_body(x: Insn, symbol: Callable[[Insn], str | None] | None) -> str:
         return "exit"
     if x.op == U.BPF_JA:
         return f"gotol pc{x.imm:+d}" if c == U.BPF_JMP32 else f"goto pc{x.off:+d}"
+    if c == U.BPF_JMP and x.op == U.BPF_JCOND:
+        return f"may_goto pc{x.off:+d}"
     name = JMP_OP_NAMES.get(x.op)
     if name is None:
         return f"invalid jmp opcode {x.opcode:#04x}"

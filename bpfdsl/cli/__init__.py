@@ -16,6 +16,10 @@ import importlib
 import os
 import sys
 
+TYPE_CHECKING = False  # (typing costs import time on every command)
+if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Callable
+
 OK, FAILED, USAGE, NO_PERMISSION = 0, 1, 2, 3
 
 # command -> (module under bpfdsl.cli, one-line help).  Several commands may share a module.
@@ -90,6 +94,59 @@ def object_bytes(ref: str | os.PathLike) -> bytes:
     return read_object_file(os.fspath(ref))
 
 
+# Ranges of the C integer types of kernel ABI fields (include/uapi/linux/types.h widths).
+C_INT_RANGES: dict[str, tuple[int, int]] = {
+    "u8": (0, (1 << 8) - 1),
+    "u16": (0, (1 << 16) - 1),
+    "u32": (0, (1 << 32) - 1),
+    "u64": (0, (1 << 64) - 1),
+    "int": (-(1 << 31), (1 << 31) - 1),
+}
+
+
+def kernel_int(
+    name: str,
+    ctype: str = "u32",
+    *,
+    lo: int | None = None,
+    hi: int | None = None,
+    field: str = "",
+    names: bool = False,
+) -> Callable[[str], int | str]:
+    """argparse ``type=`` for a CLI number the kernel takes as the C type ``ctype``
+    (:data:`C_INT_RANGES`), optionally narrowed to ``lo..hi``: decimal or ``0x`` hex.
+
+    Anything else, or a number outside the range, raises UsageError (``bad-args``, exit 2)
+    saying the range, ``name`` (``KEY``, ``--qsize``) and ``field`` (the kernel field the
+    number goes to, e.g. ``the cpumap key``).  With ``names`` a text that is not a number is returned as is (an interface
+    name where an ifindex is also accepted).
+    """
+    tlo, thi = C_INT_RANGES[ctype]
+    lo, hi = tlo if lo is None else max(lo, tlo), thi if hi is None else min(hi, thi)
+
+    def parse(text: str) -> int | str:
+        t = text.strip()
+        body = t[1:] if t[:1] in "+-" else t
+        if names and not body[:1].isdigit():
+            return text
+        try:
+            v = int(t, 16) if body[:2].lower() == "0x" else int(t, 10)
+        except ValueError:
+            v = None
+        if v is None or not lo <= v <= hi:
+            from bpfdsl.diagnostics import UsageError, error  # noqa: PLC0415
+
+            got = f"{text!r} is not a number" if v is None else f"{v} is outside {lo}..{hi}"
+            article = "an" if ctype == "int" else "a"
+            of = f"{field} is {article} {ctype}: " if field else ""
+            also = ", or an interface name" if names else ""
+            raise UsageError(error("bad-args", f"{name} {got}", hint=f"{of}give {lo}..{hi}{also}"))
+        return v
+
+    parse.__name__ = ctype  # argparse names the type in its own messages
+    return parse
+
+
 class _SubParser(argparse.ArgumentParser):
     """Sub-command parser that also takes the global ``--json``/``-v`` after the command
     (``bpfdsl show --json`` as well as ``bpfdsl --json show``); nested sub-parsers inherit it."""
@@ -159,11 +216,16 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     first = next((a for a in argv if not a.startswith("-")), None)
     parser = build_parser(first if first in COMMANDS else None)
-    args = parser.parse_args(argv)
+    from bpfdsl.diagnostics import DiagnosticError
+
+    try:
+        args = parser.parse_args(argv)
+    except DiagnosticError as e:  # a value refused by an argument type (kernel_int)
+        _render_error(e, "--json" in argv or "-j" in argv)
+        return e.exit_code
     if not getattr(args, "func", None):
         parser.print_help()
         return USAGE
-    from bpfdsl.diagnostics import DiagnosticError
 
     try:
         return int(args.func(args) or 0)

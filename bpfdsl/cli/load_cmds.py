@@ -12,6 +12,8 @@ OK = 0
 
 
 def register(sub) -> None:
+    from bpfdsl.cli import kernel_int  # noqa: PLC0415
+
     p = sub.add_parser(
         "load",
         help="load an object into the kernel and pin it (≈ bpftool prog loadall)",
@@ -39,7 +41,8 @@ def register(sub) -> None:
     )
     p.add_argument(
         "--log-level",
-        type=int,
+        # bpf_attr.log_level is a u32; kernel/bpf/log.c refuses bits outside BPF_LOG_MASK (15)
+        type=kernel_int("--log-level", "u32", hi=15, field="bpf_attr.log_level"),
         default=1,
         metavar="N",
         help="verifier log level with --log (1 = instructions, 2 = + states)",

@@ -29,6 +29,9 @@ def _map_arg(p) -> None:
 
 
 def _register_cpumap(sub) -> None:
+    from bpfdsl.cli import kernel_int  # noqa: PLC0415
+
+    cpu = kernel_int("CPU", "u32", field="the cpumap key")
     p = sub.add_parser(
         "cpumap",
         help="set, delete, show cpumap entries (CPU, queue size, on-CPU program)",
@@ -37,13 +40,18 @@ def _register_cpumap(sub) -> None:
     v = p.add_subparsers(dest="verb", metavar="VERB", required=True)
     s = v.add_parser("set", help="send redirected frames to CPU, optionally through a program")
     _map_arg(s)
-    s.add_argument("cpu", type=int, metavar="CPU")
-    s.add_argument("--qsize", type=int, required=True, help="queue size in frames (1..16384)")
+    s.add_argument("cpu", type=cpu, metavar="CPU")
+    s.add_argument(
+        "--qsize",
+        type=kernel_int("--qsize", "u32", field="bpf_cpumap_val.qsize"),
+        required=True,
+        help="queue size in frames (1..16384)",
+    )
     s.add_argument("--prog", metavar="PROG", help="xdp(cpumap) program run on the CPU")
     s.set_defaults(func=cmd_cpumap_set)
     d = v.add_parser("delete", help="remove a CPU from the map")
     _map_arg(d)
-    d.add_argument("cpu", type=int, metavar="CPU")
+    d.add_argument("cpu", type=cpu, metavar="CPU")
     d.set_defaults(func=cmd_cpumap_delete)
     sh = v.add_parser("show", help="the CPUs in the map")
     _map_arg(sh)
@@ -51,6 +59,10 @@ def _register_cpumap(sub) -> None:
 
 
 def _register_devmap(sub) -> None:
+    from bpfdsl.cli import kernel_int  # noqa: PLC0415
+
+    # the egress ifindex: an int > 0 (struct net_device), u32 in struct bpf_devmap_val
+    ifindex = kernel_int("IFACE", "int", lo=1, field="an ifindex", names=True)
     p = sub.add_parser(
         "devmap",
         help="set, delete, show devmap/devmap_hash entries (egress interface, program)",
@@ -63,16 +75,17 @@ def _register_devmap(sub) -> None:
     s.add_argument(
         "key",
         metavar="KEY",
+        type=kernel_int("KEY", "u32", field="the devmap key", names=True),
         help="slot (devmap) or u32 key (devmap_hash); an interface name means its ifindex "
         "(the usual key of a port table keyed by ingress interface)",
     )
-    s.add_argument("iface", metavar="IFACE", help="egress interface name or ifindex")
+    s.add_argument("iface", metavar="IFACE", type=ifindex, help="egress interface name or ifindex")
     s.add_argument("--prog", metavar="PROG", help="xdp(devmap) program run before transmit")
     s.add_argument("--netns", metavar="NAME", help="named network namespace of IFACE")
     s.set_defaults(func=cmd_devmap_set)
     d = v.add_parser("delete", help="remove KEY")
     _map_arg(d)
-    d.add_argument("key", type=int, metavar="KEY")
+    d.add_argument("key", type=kernel_int("KEY", "u32", field="the devmap key"), metavar="KEY")
     d.set_defaults(func=cmd_devmap_delete)
     sh = v.add_parser("show", help="the entries of the map")
     _map_arg(sh)
@@ -246,7 +259,7 @@ def cmd_devmap_set(args) -> int:
 
     with _open_map(args.map) as (fd, name, pin_dir), _open_prog(args.prog, pin_dir) as (pf, pn):
         with _maybe_netns(args.netns):
-            key = int(args.key) if args.key.isdigit() else resolve_interface(args.key)
+            key = args.key if isinstance(args.key, int) else resolve_interface(args.key)
             idx = devmap_set(fd, key, args.iface, pf, map_name=name, prog_name=pn)
     what = f" through program {pn}" if pf is not None else ""
     _emit(

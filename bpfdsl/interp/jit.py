@@ -90,6 +90,7 @@ class _Gen:
         self.ns: dict[str, Any] = {
             "Ptr": Ptr,
             "Fault": Fault,
+            "NotModelled": NotModelled,
             "s64": s64,
             "s32": s32,
             "_nonint": alu.nonint,
@@ -307,6 +308,9 @@ class _Gen:
             )
         if x.op == U.BPF_JA:
             return ["@WB", f"return {t}"], set(), set(), True
+        if x.op == U.BPF_JCOND:  # may_goto: a kernel-side loop budget the machine lacks
+            msg = "may_goto is not modelled by the interpreter"
+            return [f"raise NotModelled({msg!r})"], set(), set(), True
         if x.op not in _JCMP and x.op != U.BPF_JSET:
             return [self._fault(f"unknown jump operation {x.opcode:#04x}")], set(), set(), True
         d, s, wide = x.dst, x.src, x.cls == U.BPF_JMP

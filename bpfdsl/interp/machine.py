@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from bpfdsl.abi.insn import Insn, format_insn, slot_offsets
+from bpfdsl.abi.insn import Insn, InsnError, format_insn, slot_offsets, validate
 from bpfdsl.abi.uapi import BPF_PSEUDO_MAP_FD, BPF_PSEUDO_MAP_VALUE
 from bpfdsl.diagnostics import DiagnosticError, Span, UsageError, error
 from bpfdsl.interp import helpers, helpers_sock
@@ -44,6 +44,7 @@ class InterpError(DiagnosticError):
         text: str,
         span: Span | None,
         not_modelled: bool = False,
+        code: str | None = None,
     ):
         self.insn_index = insn_index
         self.slot = slot
@@ -52,7 +53,7 @@ class InterpError(DiagnosticError):
             if not_modelled
             else "the kernel verifier would have rejected this program or this access"
         )
-        code = "interp-not-modelled" if not_modelled else "interp-fault"
+        code = code or ("interp-not-modelled" if not_modelled else "interp-fault")
         super().__init__(error(code, f"{message} (insn {slot}: {text})", span, note=note))
 
 
@@ -111,6 +112,11 @@ class Machine(RunState):
         self.trace: list[str] = []
         self.executed = 0
         self._slots = slot_offsets(self.insns)
+        try:
+            validate(self.insns)  # what the kernel refuses at load, before any run
+        except InsnError as e:
+            i = self._slots.index(e.slot) if e.slot in self._slots else 0
+            raise self._error(e.reason, i, code="bad-insn") from None
         self._jit = jit(self.insns, self.resolved, IMPLS)
 
     # ---- running ----
@@ -182,8 +188,10 @@ class Machine(RunState):
         R[1] = R[2] = R[3] = R[4] = R[5] = None
         return ret
 
-    def _error(self, msg: str, i: int, not_modelled: bool = False) -> InterpError:
+    def _error(
+        self, msg: str, i: int, not_modelled: bool = False, code: str | None = None
+    ) -> InterpError:
         i = max(0, min(i, len(self.insns) - 1))
         span = self.where(i) if self.where else None
         text = format_insn(self.insns[i])
-        return InterpError(msg, i, self._slots[i], text, span, not_modelled)
+        return InterpError(msg, i, self._slots[i], text, span, not_modelled, code)

@@ -15,13 +15,14 @@ from dataclasses import dataclass, field, replace
 
 from bpfdsl.abi.btf.core import Btf
 from bpfdsl.abi.btf.ext import BtfExt
-from bpfdsl.abi.insn import Insn, InsnError, decode, index_by_slot, slot_offsets
+from bpfdsl.abi.insn import Insn, InsnError, check_jumps, decode, index_by_slot, slot_offsets
 from bpfdsl.abi.uapi import (
     BPF_PSEUDO_CALL,
     BPF_PSEUDO_FUNC,
     BPF_PSEUDO_KFUNC_CALL,
     kind_for_section,
 )
+from bpfdsl.diagnostics import Span
 from bpfdsl.obj.reader import SHF_EXECINSTR, ObjectReader
 from bpfdsl.obj.spec import FuncRecord, ProgramSpec, Relocation
 
@@ -49,7 +50,7 @@ def link_programs(
             continue
         if h.sh_type != "SHT_PROGBITS":
             continue
-        funcs[sec.name] = _split(reader, sec, idx, maps, datasecs)
+        funcs[sec.name] = _split(reader, sec, idx, maps, datasecs, ext)
     programs: dict[str, ProgramSpec] = {}
     for sec_name, fl in funcs.items():
         if sec_name == ".text":
@@ -61,7 +62,9 @@ def link_programs(
     return programs
 
 
-def _split(reader: ObjectReader, sec, idx: int, maps: set[str], datasecs: set[str]) -> list[_Func]:
+def _split(
+    reader: ObjectReader, sec, idx: int, maps: set[str], datasecs: set[str], ext: BtfExt | None
+) -> list[_Func]:
     data = reader.data(sec)
     if len(data) % 8:
         raise reader.fail(f"section '{sec.name}': size {len(data)} is not a multiple of 8")
@@ -82,8 +85,16 @@ def _split(reader: ObjectReader, sec, idx: int, maps: set[str], datasecs: set[st
             )
         try:
             insns = decode(data[start:end])
+            check_jumps(insns, calls=False)  # calls are checked when linked (_link)
         except InsnError as e:
-            raise reader.fail(f"section '{sec.name}' function '{name}': {e}") from None
+            err = reader.fail(
+                f"section '{sec.name}' function '{name}': {e}",
+                hint="the kernel refuses this instruction; the object is corrupt or not "
+                "for this kernel (rebuild it)",
+            )
+            at = start + 8 * (e.slot or 0)
+            err.diagnostics[0].span = _source_span(ext, sec.name, start, at)
+            raise err from None
         funcs.append(_Func(sec.name, name, start, end, insns))
     relocs = reader.relocations_for(sec.name)
     for f in funcs:
@@ -105,6 +116,20 @@ def _split(reader: ObjectReader, sec, idx: int, maps: set[str], datasecs: set[st
             if x.is_pseudo_call and i not in f.calls:
                 f.calls[i] = (sec.name, f.start + (slots[i] + 1 + x.imm) * 8, False)
     return funcs
+
+
+def _source_span(ext: BtfExt | None, section: str, start: int, byte: int) -> Span | None:
+    """Source position (.BTF.ext line info) of the instruction at ``byte`` of ``section``,
+    in the function that starts at byte ``start``."""
+    best = None
+    for li in ext.line_info.get(section, ()) if ext is not None else ():
+        if (
+            start <= li.insn_off <= byte
+            and li.line
+            and (best is None or li.insn_off >= best.insn_off)
+        ):
+            best = li
+    return Span(best.file or "<object>", best.line, max(1, best.col)) if best else None
 
 
 def _classify(

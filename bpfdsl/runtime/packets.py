@@ -1,13 +1,13 @@
 """Packets for test runs and traffic: read captures, parse hex, build frames, describe changes.
 
-Takes pcap/pcapng files or hex text, returns Ethernet frames as ``bytes`` (wire order);
+Takes pcap/pcapng files (read by libpcap's rules: :mod:`bpfdsl.runtime.pcapfile`) or hex text, returns
+Ethernet frames as ``bytes`` (wire order);
 builds UDP/IPv4 frames with correct checksums (RFC 791/768) without scapy (fast), and
 uses scapy only to describe a frame in one line.  Errors are DiagnosticError/UsageError.
 """
 
 from __future__ import annotations
 
-import logging
 import re
 import socket
 import struct
@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bpfdsl.diagnostics import DiagnosticError, UsageError, error
+from bpfdsl.runtime.pcapfile import CaptureFormatError, read_capture
 
 DLT_EN10MB = 1  # pcap LINKTYPE_ETHERNET (tcpdump.org/linktypes.html)
 ETH_HLEN = 14
@@ -33,13 +34,17 @@ class Frame:
 def read_pcap(
     path: str | Path, *, limit: int | None = None, warnings: list[str] | None = None
 ) -> list[Frame]:
-    """Frames of an Ethernet pcap or pcapng file, in file order (at most ``limit``).
+    """Frames of an Ethernet pcap or pcapng file, in file order (at most ``limit``), the
+    packets ``tcpdump -r`` shows: records are read by libpcap's rules
+    (:mod:`bpfdsl.runtime.pcapfile`), so records over 65535 bytes (BIG TCP, jumbograms) are whole
+    and a record longer than the file's snapshot length is cut to it.
 
     Raises UsageError for a missing/unreadable file, a file that is not a capture, or a
-    link type other than Ethernet (LINKTYPE_ETHERNET = 1).  A truncated last record ends
-    the list (what tcpdump does) instead of failing: the cut record is left out and a
-    sentence saying so is appended to ``warnings`` (scapy's own log lines are silenced).
+    link type other than Ethernet (LINKTYPE_ETHERNET = 1).  A cut last record, or a record
+    libpcap refuses, ends the list (what tcpdump does) instead of failing: a sentence
+    saying so is appended to ``warnings``.
     """
+
     p = Path(path)
     if p.is_dir():
         raise UsageError(
@@ -47,22 +52,9 @@ def read_pcap(
         )
     if not p.is_file():
         raise UsageError(error("bad-capture", f"{p}: no such capture file"))
-    log = logging.getLogger("scapy.runtime")
-    level = log.level
-    log.setLevel(logging.CRITICAL)  # "WARNING: Pcap: packet has been truncated": ours below
     try:
-        return _read_records(p, limit, warnings)  # scapy imported there (slow import)
-    finally:
-        log.setLevel(level)
-
-
-def _read_records(p: Path, limit: int | None, warnings: list[str] | None) -> list[Frame]:
-    from scapy.error import Scapy_Exception  # noqa: PLC0415
-    from scapy.utils import RawPcapReader  # noqa: PLC0415
-
-    try:
-        reader = RawPcapReader(str(p))
-    except (Scapy_Exception, OSError, EOFError, struct.error, ValueError) as e:
+        cap = read_capture(p, limit=limit)
+    except CaptureFormatError as e:
         raise UsageError(
             error(
                 "bad-capture",
@@ -70,54 +62,26 @@ def _read_records(p: Path, limit: int | None, warnings: list[str] | None) -> lis
                 hint="write captures with `tcpdump -w FILE` (Ethernet)",
             )
         ) from None
-    frames: list[Frame] = []
-    try:
-        # low 16 bits: the link type; the upper bits may carry FCS info (pcap spec,
-        # LT_LINKTYPE() in libpcap's pcap-common.h)
-        linktype = getattr(reader, "linktype", DLT_EN10MB) & 0xFFFF
-        if linktype != DLT_EN10MB:
-            raise UsageError(
-                error(
-                    "bad-capture",
-                    f"{p}: link type {linktype} is not Ethernet",
-                    hint="XDP sees Ethernet frames; capture on an Ethernet interface "
-                    "(not `-i any`, which writes Linux cooked captures)",
-                )
+    except OSError as e:
+        raise UsageError(error("bad-capture", f"{p}: {e.strerror or e}")) from None
+    if cap.linktype != DLT_EN10MB:
+        raise UsageError(
+            error(
+                "bad-capture",
+                f"{p}: link type {cap.linktype} is not Ethernet",
+                hint="XDP sees Ethernet frames; capture on an Ethernet interface "
+                "(not `-i any`, which writes Linux cooked captures)",
             )
-        records = iter(reader)
-        while limit is None or len(frames) < limit:
-            try:
-                rec = next(records)
-            except (StopIteration, EOFError):
-                break
-            except (Scapy_Exception, struct.error, ValueError) as e:
-                if frames:
-                    break
-                raise UsageError(error("bad-capture", f"{p}: corrupt capture ({e})")) from None
-            if rec is None:
-                break
-            data, meta = rec
-            lt = getattr(meta, "linktype", DLT_EN10MB)  # pcapng: per interface
-            if lt is not None and (int(lt) & 0xFFFF) != DLT_EN10MB:
-                raise UsageError(
-                    error(
-                        "bad-capture",
-                        f"{p}: packet {len(frames) + 1} has link type {int(lt)}, not Ethernet",
-                    )
-                )
-            caplen = getattr(meta, "caplen", None)
-            if caplen is not None and len(data) < caplen:
-                if warnings is not None:
-                    warnings.append(
-                        f"{p}: the capture ends inside packet {len(frames) + 1} ({len(data)} "
-                        f"of {caplen} bytes; truncated file): read {len(frames)} whole packet(s)"
-                    )
-                break
-            wirelen = getattr(meta, "wirelen", None) or len(data)
-            frames.append(Frame(len(frames) + 1, bytes(data), int(wirelen)))
-    finally:
-        reader.close()
-    return frames
+        )
+    if cap.error is not None and warnings is not None:  # tcpdump: "pcap_loop: <error>"
+        n = len(cap.records)
+        where = f"ends inside packet {n + 1}" if cap.cut else f"stops at packet {n + 1}"
+        why = "truncated file" if cap.cut else "libpcap refuses this record"
+        warnings.append(
+            f"{p}: the capture {where} ({cap.error}; {why}): read {n} whole packet(s), "
+            "as tcpdump does"
+        )
+    return [Frame(r.index, r.data, r.wirelen) for r in cap.records]
 
 
 def parse_hex(text: str) -> bytes:

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 from bpfdsl.abi.uapi import ProgramKind
 from bpfdsl.diagnostics import DiagnosticError, UsageError, error
 from bpfdsl.interp import InterpCollection
+from bpfdsl.interp.ctx import XDP_TEST_RUN_MAX
 from bpfdsl.kernel import syscall
 from bpfdsl.runtime import loader
 from bpfdsl.runtime.packets import ETH_HLEN, describe_change, summary
@@ -67,10 +68,15 @@ class KernelEngine:
         try:
             r = syscall.prog_test_run(fd, packet, repeat=max(1, repeat))
         except syscall.BpfError as e:
-            if e.errno in (errno.E2BIG, errno.EINVAL, errno.ENOSPC):
+            # ENOMEM: more than 3520 linear bytes + MAX_SKB_FRAGS (17) pages, 73152 bytes
+            # (net/bpf/test_run.c bpf_prog_test_run_xdp); a BIG TCP or jumbogram record
+            big = e.errno == errno.ENOMEM and len(packet) > 3520
+            if e.errno in (errno.E2BIG, errno.EINVAL, errno.ENOSPC) or big:
                 why = {
                     errno.E2BIG: "too large for a single-buffer XDP test run (use an "
-                    "xdp(frags) program for jumbo frames)"
+                    "xdp(frags) program for jumbo frames)",
+                    errno.ENOMEM: "longer than an XDP test run takes (73152 bytes: 3520 "
+                    "linear + 17 page frags)",
                 }.get(e.errno, str(e))
                 raise PacketSkipped(f"{len(packet)} bytes: {why}") from None
             raise
@@ -84,8 +90,8 @@ class InterpEngine:
     """The interpreter as an engine (:mod:`bpfdsl.interp`), over one object's :class:`~bpfdsl.obj.collection.CollectionSpec`.
 
     ``collection`` gives access to the in-memory maps (fill them before running).
-    Frames shorter than 14 bytes are skipped, as on the kernel; frames over 3520 bytes
-    keep the rest in XDP frags, as a test run does.
+    Frames shorter than 14 bytes or longer than 73152 are skipped, as on the kernel; frames
+    over 3520 bytes keep the rest in XDP frags, as a test run does.
     """
 
     name = "interp"
@@ -100,6 +106,11 @@ class InterpEngine:
         if len(packet) < ETH_HLEN and prog.kind and prog.kind.ctx == "xdp_md":
             raise PacketSkipped(  # the same frames the kernel engine refuses
                 f"{len(packet)} bytes: XDP runs only on frames of at least {ETH_HLEN} bytes"
+            )
+        if len(packet) > XDP_TEST_RUN_MAX and prog.kind and prog.kind.ctx == "xdp_md":
+            raise PacketSkipped(
+                f"{len(packet)} bytes: longer than an XDP test run takes ({XDP_TEST_RUN_MAX} "
+                "bytes: 3520 linear + 17 page frags)"
             )
         total = 0
         res = None

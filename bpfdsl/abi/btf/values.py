@@ -1,18 +1,28 @@
 """Values by BTF type: bytes -> Python (for printing/JSON) and text/Python -> bytes (layer 2).
 
-Used by the map CLI and the loader (``--set name=value`` for .rodata configs).  Byte order
-of the object is little endian (bpfel), except integer typedefs named like the kernel's
-``__be16``/``__be32``/``__be64`` (or bpfdsl's ``be16``...), which are network order and
-shown in host order.  Typedefs named in :data:`IPV4_NAMES`/:data:`IPV6_NAMES` (and
-``struct in_addr``/``in6_addr``) print as addresses; a struct ``{prefixlen, <ip>}`` (an LPM
-trie key) prints as ``a.b.c.d/len``.  Structs become dicts, arrays lists, char arrays str.
+Used by the map CLI and the loader (``--set name=value`` for .rodata configs).  What a
+value means comes from its BTF type alone (the names along its typedef chain), never from
+the name of the struct member or map holding it:
+
+- ``__be32`` (bpfdsl's ``be32``: IPv4 literals are be32 in the language) and the IPv4
+  names of :data:`IPV4_NAMES` (``struct in_addr``...): ``a.b.c.d``; they also take an
+  integer (network order).
+- :data:`IPV6_NAMES` (bpfdsl's ``typedef __u8 ipv6_addr[16]``, ``struct in6_addr``): IPv6
+  text; :data:`MAC_NAMES` (``typedef __u8 mac_addr[6]``): ``aa:bb:cc:dd:ee:ff``.
+- ``__be16``/``__be64``: network order, shown in host order; other integers little endian
+  (bpfel).
+- An LPM trie key, a struct ``{prefixlen, <address>}`` (include/uapi/linux/bpf.h ``struct
+  bpf_lpm_trie_key_hdr``; bpfdsl's ``ipv4_prefix``/``ipv6_prefix``): ``10.0.0.0/8``.
+
+Parsing is strict by type: an IPv6 type refuses IPv4 text and the other way round, a
+prefix with host bits is refused, no integer wraps.  Structs become dicts, arrays lists,
+char arrays str.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import json
-import re
 import struct
 
 from bpfdsl.abi.btf.core import BTF_INT_BOOL, BTF_INT_CHAR, BTF_INT_SIGNED, Btf, BtfType, Kind
@@ -22,48 +32,56 @@ if TYPE_CHECKING:  # pragma: no cover
     from typing import Any
 
 BE_NAMES = {"__be16": 2, "__be32": 4, "__be64": 8, "be16": 2, "be32": 4, "be64": 8}
-IPV4_NAMES = {"ipv4", "ipv4_addr", "ip4_addr", "in_addr"}
+# Type names (typedefs, struct tags) that make a value an address; bpfdsl emits __be32,
+# ipv6_addr and mac_addr (bpfdsl.backend.codegen.debug), the rest are the usual C spellings.
+IPV4_NAMES = {"__be32", "be32", "ipv4", "ipv4_addr", "ip4_addr", "in_addr", "in_addr_t"}
 IPV6_NAMES = {"ipv6", "ipv6_addr", "ip6_addr", "in6_addr"}
+MAC_NAMES = {"mac_addr", "ether_addr"}
+# LPM trie keys: the kernel's key structs and bpfdsl's prefix types by name; any other
+# struct whose first member is the kernel's `prefixlen` (struct bpf_lpm_trie_key_hdr)
+_PREFIX_NAMES = {"ipv4_prefix", "ipv6_prefix", "bpf_lpm_trie_key", "bpf_lpm_trie_key_u8"}
+_ADDR_BYTES = {"ipv4": 4, "ipv6": 16, "mac": 6}
 _MAX_DEPTH = 32
-# Struct members of a be32 type (bpfdsl's IPv4 address type: `10.0.0.1` is a be32 in the
-# language, emitted as typedef __be32) whose name says "address" print as a.b.c.d.
-_ADDR_MEMBER = re.compile(r"^(s|d)?addr$|addr$|^(s|d)ip4?$|^ip4?$|_ip4?$|^(src|dst)_?ip4?$")
 _ALIASES = {"__u": "u", "__s": "i", "__be": "be"}  # kernel typedefs -> bpfdsl type names
 
 
-def _special(btf: Btf, tid: int) -> str | None:
-    """'be', 'ipv4', 'ipv6' or None, from the names along the typedef chain."""
+def value_kind(btf: Btf, tid: int) -> str | None:
+    """What type ``tid`` holds, from the names along its typedef chain (outermost first):
+    ``'ipv4'``, ``'ipv6'``, ``'mac'`` (addresses, when the type is big enough for one),
+    ``'be'`` (a network-order integer) or None (by its BTF kind)."""
+    size = btf.size_of(tid)
     for name in btf.name_chain(tid):
-        if name in IPV4_NAMES:
-            return "ipv4"
-        if name in IPV6_NAMES:
-            return "ipv6"
+        for kind, names in (("ipv4", IPV4_NAMES), ("ipv6", IPV6_NAMES), ("mac", MAC_NAMES)):
+            if name in names:
+                return kind if size >= _ADDR_BYTES[kind] else None
         if name in BE_NAMES:
             return "be"
     return None
 
 
 def _prefix_struct(btf: Btf, t: BtfType) -> str | None:
-    """'ipv4'/'ipv6' when ``t`` is an LPM key struct {prefixlen: u32, addr: ip}."""
-    if t.kind != Kind.STRUCT or len(t.members) != 2 or t.members[0].name != "prefixlen":
+    """'ipv4'/'ipv6' when ``t`` is an LPM trie key: a struct of a 4-byte prefix length and
+    an address (by its type: ``__be32``, ``ipv6_addr``, ``struct in6_addr``...)."""
+    if t.kind != Kind.STRUCT or len(t.members) != 2 or btf.size_of(t.members[0].type) != 4:
         return None
-    kind = _special(btf, t.members[1].type)
-    if kind in ("ipv4", "ipv6"):
-        return kind
-    size = btf.size_of(t.members[1].type)
-    return {4: "ipv4", 16: "ipv6"}.get(size) if t.members[1].name in ("addr", "data") else None
+    if t.name not in _PREFIX_NAMES and t.members[0].name != "prefixlen":
+        return None
+    kind = value_kind(btf, t.members[1].type)
+    return kind if kind in ("ipv4", "ipv6") else None
 
 
 def format_value(btf: Btf, tid: int, data: bytes, _depth: int = 0) -> Any:
     """Decode ``data`` (bytes of the type's size) to int/str/bool/float/list/dict."""
     if _depth > _MAX_DEPTH:
         return data.hex()
-    sp = _special(btf, tid)
+    sp = value_kind(btf, tid)
     t = btf.resolve(tid)
     if sp == "ipv4" and len(data) >= 4:
         return str(ipaddress.IPv4Address(data[:4]))
     if sp == "ipv6" and len(data) >= 16:
         return str(ipaddress.IPv6Address(data[:16]))
+    if sp == "mac" and len(data) >= 6:
+        return ":".join(f"{b:02x}" for b in data[:6])
     if sp == "be" and t.kind == Kind.INT:
         return int.from_bytes(data[: t.size], "big")
     k = t.kind
@@ -111,10 +129,6 @@ def format_value(btf: Btf, tid: int, data: bytes, _depth: int = 0) -> Any:
                 continue
             off = m.bit_offset // 8
             sub = data[off : off + btf.size_of(m.type)]
-            if is_address_member(btf, m.name, m.type):
-                ip = ipaddress.IPv4Address(sub[:4]) if len(sub) == 4 else ipaddress.IPv6Address(sub)
-                out[m.name] = str(ip)
-                continue
             v = format_value(btf, m.type, sub, _depth + 1)
             if not m.name and isinstance(v, dict):
                 out.update(v)
@@ -152,20 +166,6 @@ def parse_value(btf: Btf, tid: int, text: str) -> bytes:
     else:
         obj = s
     return encode_value(btf, tid, obj)
-
-
-def is_address_member(btf: Btf, name: str, tid: int) -> bool:
-    """True for a struct member ``name`` named like an address (``saddr``, ``daddr``,
-    ``sip``, ``dst_ip``, ...) of type be32 (IPv4) or u8[16] (bpfdsl's ipv6_addr): printed
-    as ``a.b.c.d`` / IPv6 text.  bpfdsl emits be32 as typedef ``__be32`` and ipv6_addr as
-    ``__u8[16]`` (no address typedef in BTF), so the member name decides."""
-    if not name or not _ADDR_MEMBER.search(name):
-        return False
-    size = btf.size_of(tid)
-    if size == 4:
-        return _special(btf, tid) == "be"
-    t = btf.resolve(tid)  # ipv6_addr: __u8[16]
-    return size == 16 and t.kind == Kind.ARRAY and btf.size_of(t.type) == 1
 
 
 def type_label(btf: Btf, tid: int) -> str:
@@ -222,18 +222,37 @@ def _ipv4(text: str) -> bytes | None:
         return None
 
 
-def _colon_bytes(text: str, n: int, what: str) -> bytes:
-    """An IPv6 address (n = 16) or a MAC address aa:bb:cc:dd:ee:ff (n = 6) as bytes."""
+_FORMS = {
+    "ipv4": "an IPv4 address like 10.0.0.1",
+    "ipv6": "an IPv6 address like fd00::1",
+    "mac": "a MAC address like 02:00:00:00:00:01",
+}
+
+
+def _address(kind: str, text: str, what: str) -> bytes:
+    """The packed address of ``kind`` ('ipv4', 'ipv6', 'mac') written as ``text``, network
+    order; ValueError naming the expected form (and the family it got instead)."""
+    t = text.strip()
     try:
-        if n == 16:
-            return ipaddress.IPv6Address(text.strip()).packed
-        parts = text.strip().split(":")
-        if len(parts) == 6 and all(len(x) == 2 for x in parts):
-            return bytes.fromhex("".join(parts))
+        if kind == "mac":
+            parts = t.split(":")
+            if len(parts) == 6 and all(len(x) == 2 for x in parts):
+                return bytes.fromhex("".join(parts))
+        elif kind == "ipv4":
+            return ipaddress.IPv4Address(t).packed
+        else:
+            return ipaddress.IPv6Address(t).packed
     except ValueError:
         pass
-    form = "an IPv6 address like fd00::1" if n == 16 else "a MAC address like 02:00:00:00:00:01"
-    raise ValueError(f"expected {form} for {what}[{n}], got {text!r}")
+    got = ""
+    try:
+        other = ipaddress.ip_address(t)
+        got = f" (an IPv{other.version} address)"
+        if kind == "ipv6" and other.version == 4:
+            got += f"; its IPv4-mapped form is ::ffff:{t}"
+    except ValueError:
+        pass
+    raise ValueError(f"expected {_FORMS[kind]} for {what}, got {text!r}{got}")
 
 
 def encode_value(btf: Btf, tid: int, obj: Any, _depth: int = 0) -> bytes:
@@ -246,22 +265,19 @@ def encode_value(btf: Btf, tid: int, obj: Any, _depth: int = 0) -> bytes:
         if len(raw) != size:
             raise ValueError(f"hex value has {len(raw)} bytes, the type has {size}")
         return raw
-    sp = _special(btf, tid)
+    sp = value_kind(btf, tid)
     t = btf.resolve(tid)
     name = type_label(btf, tid)
-    if sp == "be" and t.kind == Kind.INT and t.size == 4 and isinstance(obj, str):
-        v4 = _ipv4(obj)  # an IPv4 literal is a be32, as in the language
-        if v4 is not None:
-            return v4
-    if sp in ("ipv4", "ipv6") and isinstance(obj, str):
-        try:
-            ip = ipaddress.ip_address(obj)
-        except ValueError:
-            raise ValueError(f"expected an IP address for {name}, got {obj!r}") from None
-        return ip.packed.ljust(size, b"\0")[:size]
+    if sp == "ipv4" and t.kind == Kind.INT and t.size == 4:  # __be32: an address or a number
+        if isinstance(obj, str) and _ipv4(obj) is not None:
+            return _ipv4(obj)  # an IPv4 literal is a be32, as in the language
+        if isinstance(obj, str) and (":" in obj or "." in obj):
+            _address("ipv4", obj, name)  # raises: '10.1', an IPv6 or MAC address
+        return _int_bytes(_int(obj, f"{name} (or an IPv4 address a.b.c.d)"), 4, "big", name)
+    if sp in _ADDR_BYTES and isinstance(obj, str):
+        return _address(sp, obj, name).ljust(size, b"\0")
     if sp == "be" and t.kind == Kind.INT:
-        what = f"{name} (or an IPv4 address a.b.c.d)" if t.size == 4 else name
-        return _int_bytes(_int(obj, what), t.size, "big", name)
+        return _int_bytes(_int(obj, name), t.size, "big", name)
     k = t.kind
     if k == Kind.INT:
         signed = bool(t.encoding & BTF_INT_SIGNED)
@@ -277,9 +293,12 @@ def encode_value(btf: Btf, tid: int, obj: Any, _depth: int = 0) -> bytes:
         return struct.pack("<d" if t.size == 8 else "<f", float(obj))
     if k == Kind.ARRAY:
         esz = btf.size_of(t.type)
-        if isinstance(obj, str) and esz == 1 and ":" in obj and t.nelems in (6, 16):
-            return _colon_bytes(obj, t.nelems, name)  # ipv6_addr / mac_addr literals
-        if isinstance(obj, str) and esz == 1:
+        et = btf.resolve(t.type)
+        if isinstance(obj, str) and esz == 1 and t.nelems in (6, 16) and ":" in obj:
+            # a bare u8[6]/u8[16] (objects without the mac_addr/ipv6_addr typedefs)
+            return _address("mac" if t.nelems == 6 else "ipv6", obj, f"{name}[{t.nelems}]")
+        is_char = et.kind == Kind.INT and (et.encoding & BTF_INT_CHAR or et.name == "char")
+        if isinstance(obj, str) and esz == 1 and is_char:  # as format_value prints them
             raw = obj.encode()
             if len(raw) > t.nelems:
                 raise ValueError(f"string of {len(raw)} bytes does not fit char[{t.nelems}]")
@@ -293,13 +312,35 @@ def encode_value(btf: Btf, tid: int, obj: Any, _depth: int = 0) -> bytes:
     raise ValueError(f"cannot write values of BTF kind {k.name} ({name})")
 
 
+def _prefix(kind: str, text: str, what: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
+    """``text`` as a prefix of family ``kind`` ('ipv4'/'ipv6'); ValueError naming the form
+    expected: the other family, a missing ``/len`` or host bits (``10.0.0.1/8``, which the
+    language refuses too) are errors."""
+    example = "10.0.0.0/8" if kind == "ipv4" else "2001:db8::/32"
+    t = text.strip()
+    cls = ipaddress.IPv4Network if kind == "ipv4" else ipaddress.IPv6Network
+    if "/" not in t:
+        raise ValueError(f"expected a prefix like {example} for {what}, got {text!r}")
+    try:
+        net = cls(t, strict=False)
+    except ValueError:
+        try:
+            other = ipaddress.ip_network(t, strict=False)
+        except ValueError:
+            raise ValueError(f"expected a prefix like {example} for {what}, got {text!r}") from None
+        raise ValueError(
+            f"expected an IPv{4 if kind == 'ipv4' else 6} prefix like {example} for {what}, "
+            f"got {text!r} (an IPv{other.version} prefix)"
+        ) from None
+    if ipaddress.ip_address(t.split("/", 1)[0].strip()) != net.network_address:
+        raise ValueError(f"{text!r} has host bits set past /{net.prefixlen}: give {net}")
+    return net
+
+
 def _encode_struct(btf: Btf, t: BtfType, obj: Any, size: int, name: str, depth: int) -> bytes:
     pk = _prefix_struct(btf, t)
     if pk and isinstance(obj, str):
-        try:
-            net = ipaddress.ip_network(obj, strict=False)
-        except ValueError:
-            raise ValueError(f"expected a prefix like 10.0.0.0/8 for {name}, got {obj!r}") from None
+        net = _prefix(pk, obj, name)
         m = t.members[1]
         buf = bytearray(size)
         buf[0:4] = net.prefixlen.to_bytes(4, "little")

@@ -4,7 +4,9 @@ Codegen calls five hooks (``license_global``, ``config_global``, ``map_global``,
 ``program``, ``set_location``) and reads configs through ``load_config``; this module
 translates language types (:mod:`bpfdsl.lang.types`) to debug types so LLVM emits ``.BTF``
 (maps with typed keys/values, B07 layouts, .rodata VARs) and ``.BTF.ext`` line info that
-names the ``.bpfd`` file, line and column.
+names the ``.bpfd`` file, line and column.  Integers are the uapi typedefs (``__u32``,
+``__be32``...); ``mac_addr``/``ipv6_addr`` are typedefs of ``__u8[6]``/``__u8[16]`` by
+those names.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ class DebugAdapter:
         self.fn = None
         self.map_lines = map_lines
         self._structs: dict[str, object] = {}
+        self._bytes: dict[str, object] = {}
 
     def dtype(self, t: T.Type):
         di = self.di
@@ -29,7 +32,12 @@ class DebugAdapter:
         if isinstance(t, T.BoolType):
             return di.int_type("bool")
         if isinstance(t, T.BytesType):
-            return di.array_type(di.int_type("u8"), t.size)
+            # typedef __u8 mac_addr[6] / ipv6_addr[16]: the name tells bpftool users and
+            # bpfdsl map (btf_values) that the bytes are an address, not a byte list
+            if t.name not in self._bytes:
+                arr = di.array_type(di.int_type("u8"), t.size)
+                self._bytes[t.name] = di.typedef(t.name, arr)
+            return self._bytes[t.name]
         if isinstance(t, T.ArrayType):
             return di.array_type(self.dtype(t.elem), t.count)
         if isinstance(t, T.StructType):

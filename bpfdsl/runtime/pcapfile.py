@@ -1,0 +1,396 @@
+"""Capture files (pcap and pcapng) read the way libpcap reads them, so a capture gives the
+same packets here as in ``tcpdump -r``.
+
+Pure (no scapy, no kernel).  The rules are libpcap's (the-tcpdump-group/libpcap):
+
+- pcap (sf-pcap.c ``pcap_check_header``/``pcap_next_packet``): magics a1b2c3d4 (µs),
+  a1b23c4d (ns) and a1b2cd34 (Kuznetzov: 24-byte record headers, snapshot + 14 on
+  Ethernet), either byte order; versions 2.0-2.4 and 543.0 (caplen/len swapped before 2.3,
+  maybe in 2.3).  The file's snapshot length is its ``snaplen`` unless that is 0 or over
+  INT_MAX (``pcap_adjust_snapshot``: then :func:`max_snaplen_for_linktype`).  A record
+  longer than the maximum for the link type (262144 bytes for Ethernet) ends the read
+  ("invalid packet capture length"); a record longer than the snapshot length is cut to
+  it (its first ``snapshot`` bytes, the rest skipped).  Nothing limits records to 65535
+  bytes: BIG TCP and jumbogram captures hold records of 80 KB and more.
+- pcapng (sf-pcapng.c ``read_block``/``pcap_ng_next_packet``): SHB versions 1.0 and 1.2,
+  blocks of at least 12 bytes, a multiple of 4, at most 16 MiB, with matching trailer;
+  EPB, SPB and PB packets; every IDB of the file must have the first one's link type and
+  snapshot length; an EPB/PB with caplen over the snapshot length ends the read.
+
+Whatever ends a read early (a cut file, a record libpcap refuses) stops it with the
+packets read so far, as ``tcpdump -r`` does; :attr:`Capture.error` says why.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO
+
+INT_MAX = 2**31 - 1
+MAXIMUM_SNAPLEN = 262144  # libpcap pcap-int.h: the largest snapshot length for most types
+# libpcap pcap-common.c max_snaplen_for_dlt(): the link types allowed bigger records
+_MAX_SNAPLEN = {231: 128 * 1024 * 1024, 279: 8 * 1024 * 1024, 249: 1024 * 1024}
+LINKTYPE_ETHERNET = 1  # tcpdump.org/linktypes.html (DLT_EN10MB)
+
+_PCAP_MAGICS = {0xA1B2C3D4: ("us", 16), 0xA1B23C4D: ("ns", 16), 0xA1B2CD34: ("us", 24)}
+_KUZNETZOV = 0xA1B2CD34
+_SHB, _IDB, _PB, _SPB, _EPB = 0x0A0D0D0A, 1, 2, 3, 6
+_BYTE_ORDER_MAGIC = 0x1A2B3C4D
+_SHB_INSANE_MAX = 1024 * 1024  # sf-pcapng.c BT_SHB_INSANE_MAX
+_INITIAL_MAX_BLOCKSIZE = 16 * 1024 * 1024  # sf-pcapng.c INITIAL_MAX_BLOCKSIZE
+
+
+class CaptureFormatError(ValueError):
+    """The file is not a capture libpcap would open (bad magic, cut or bad file header,
+    unsupported version, a pcapng file without an interface); libpcap's wording."""
+
+
+def max_snaplen_for_linktype(linktype: int) -> int:
+    """The largest record libpcap accepts for ``linktype`` (bytes): 262144, or more for
+    D-Bus, EBHSCR and USBPcap (libpcap pcap-common.c ``max_snaplen_for_dlt``)."""
+    return _MAX_SNAPLEN.get(linktype, MAXIMUM_SNAPLEN)
+
+
+def adjust_snapshot(linktype: int, snaplen: int) -> int:
+    """libpcap's ``pcap_adjust_snapshot``: a file's snaplen of 0 or over INT_MAX means the
+    maximum for the link type; any other value is used as is."""
+    if snaplen == 0 or snaplen > INT_MAX:
+        return max_snaplen_for_linktype(linktype)
+    return snaplen
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One packet: ``data`` as captured (at most the snapshot length), ``wirelen`` the
+    length on the wire (bytes), 1-based ``index`` in the file."""
+
+    index: int
+    data: bytes
+    wirelen: int
+
+
+@dataclass(slots=True)
+class Capture:
+    """What a capture file holds: ``format`` ("pcap"/"pcapng"), ``linktype`` (LINKTYPE_*,
+    without pcap's upper-bit extensions), ``snaplen`` (the snapshot length in effect,
+    bytes), ``records``; ``error`` is why reading ended before the end of the file (libpcap's
+    words; None when it reached the end or ``limit``), ``cut`` is True when that was a
+    record (header or data) cut by the end of the file."""
+
+    format: str
+    linktype: int
+    snaplen: int
+    records: list[Record] = field(default_factory=list)
+    error: str | None = None
+    cut: bool = False
+
+
+class _Stop(Exception):
+    """Reading ends here: libpcap's message; ``cut`` when the file ended inside a record."""
+
+    def __init__(self, message: str, cut: bool = False):
+        super().__init__(message)
+        self.cut = cut
+
+
+def _read(f: BinaryIO, n: int, what: str) -> bytes:
+    data = f.read(n)
+    if len(data) != n:
+        raise _Stop(f"truncated dump file; tried to read {n} {what}, only got {len(data)}", True)
+    return data
+
+
+def read_capture(path: str | Path, *, limit: int | None = None) -> Capture:
+    """Read the pcap or pcapng file at ``path`` (at most ``limit`` records).
+
+    Raises CaptureFormatError when the file cannot be opened as a capture and OSError when
+    it cannot be read; a problem after the file header ends the list instead (``error``).
+    """
+    with open(path, "rb") as f:
+        magic = f.read(4)
+        if len(magic) != 4:
+            raise CaptureFormatError(
+                f"truncated dump file; tried to read 4 file header bytes, only got {len(magic)}"
+            )
+        if struct.unpack("<I", magic)[0] == _SHB:
+            return _read_pcapng(f, magic, limit)
+        return _read_pcap(f, magic, limit)
+
+
+# ---- pcap (sf-pcap.c) ----
+
+
+def _read_pcap(f: BinaryIO, magic: bytes, limit: int | None) -> Capture:
+    for order in ("<", ">"):
+        (m,) = struct.unpack(order + "I", magic)
+        if m in _PCAP_MAGICS:
+            break
+    else:
+        raise CaptureFormatError("unknown file format (not a pcap or pcapng capture)")
+    rest = f.read(20)
+    if len(rest) != 20:
+        raise CaptureFormatError(
+            f"truncated dump file; tried to read 24 file header bytes, only got {4 + len(rest)}"
+        )
+    major, minor, _zone, _sigfigs, snaplen, lt = struct.unpack(order + "HHiIII", rest)
+    if major < 2:
+        raise CaptureFormatError("archaic pcap savefile format")
+    if not ((major == 2 and minor <= 4) or (major == 543 and minor == 0)):
+        raise CaptureFormatError(f"unsupported pcap savefile version {major}.{minor}")
+    linktype = lt & 0x03FFFFFF  # LT_LINKTYPE(): the upper 6 bits carry extensions (FCS)
+    snapshot = adjust_snapshot(linktype, snaplen)
+    hdrsize = _PCAP_MAGICS[m][1]
+    if m == _KUZNETZOV and linktype == LINKTYPE_ETHERNET:
+        snapshot = min(snapshot + 14, INT_MAX)  # cooked captures add a fake Ethernet header
+    swapped = "yes" if major == 543 or minor < 3 else ("maybe" if minor == 3 else "no")
+    cap = Capture("pcap", linktype, snapshot)
+    biggest = max_snaplen_for_linktype(linktype)
+    rec_fmt = struct.Struct(order + "IIII")
+    try:
+        while limit is None or len(cap.records) < limit:
+            head = f.read(hdrsize)
+            if not head:
+                break  # the end of the file, between records
+            if len(head) != hdrsize:
+                raise _Stop(
+                    f"truncated dump file; tried to read {hdrsize} header bytes, only got "
+                    f"{len(head)}",
+                    True,
+                )
+            _sec, _frac, caplen, wirelen = rec_fmt.unpack_from(head)
+            if swapped == "yes" or (swapped == "maybe" and caplen > wirelen):
+                caplen, wirelen = wirelen, caplen
+            if caplen > biggest:
+                over = f"snaplen of {snapshot}" if caplen > snapshot else f"maximum of {biggest}"
+                raise _Stop(f"invalid packet capture length {caplen}, bigger than {over}")
+            if caplen > snapshot:  # cut to the snapshot length, skip the rest
+                data = _read(f, snapshot, "captured bytes")
+                skipped = f.read(caplen - snapshot)
+                if len(skipped) != caplen - snapshot:
+                    got = snapshot + len(skipped)
+                    raise _Stop(
+                        f"truncated dump file; tried to read {caplen} captured bytes, only "
+                        f"got {got}",
+                        True,
+                    )
+            else:
+                data = _read(f, caplen, "captured bytes")
+            cap.records.append(Record(len(cap.records) + 1, data, wirelen))
+    except _Stop as e:
+        cap.error, cap.cut = str(e), e.cut
+    return cap
+
+
+# ---- pcapng (sf-pcapng.c) ----
+
+
+class _Ng:
+    """State of a pcapng read: byte order, snapshot length, interfaces of the section."""
+
+    def __init__(self, order: str):
+        self.order = order
+        self.linktype: int | None = None
+        self.snaplen = 0
+        self.ifcount = 0
+        self.max_block = _INITIAL_MAX_BLOCKSIZE
+
+
+def _read_block(f: BinaryIO, ng: _Ng) -> tuple[int, bytes] | None:
+    """(block type, body without header and trailer), or None at the end of the file."""
+    head = f.read(8)
+    if not head:
+        return None
+    if len(head) != 8:
+        raise _Stop(
+            f"truncated pcapng dump file; tried to read 8 bytes, only got {len(head)}", True
+        )
+    btype, total = struct.unpack(ng.order + "II", head)
+    if total < 12:
+        raise _Stop(f"block in pcapng dump file has a length of {total} < 12")
+    if total % 4:
+        raise _Stop(
+            f"block in pcapng dump file has a length of {total} that is not a multiple of 4"
+        )
+    if total > ng.max_block:
+        raise _Stop(f"pcapng block size {total} > maximum {ng.max_block}")
+    rest = f.read(total - 8)
+    if len(rest) != total - 8:
+        raise _Stop(
+            f"truncated pcapng dump file; tried to read {total - 8} bytes, only got {len(rest)}",
+            True,
+        )
+    (trailer,) = struct.unpack_from(ng.order + "I", rest, len(rest) - 4)
+    if trailer != total:
+        raise _Stop(f"block total length in header {total} and trailer {trailer} don't match")
+    return btype, rest[:-4]
+
+
+def _too_short(btype: int) -> _Stop:
+    return _Stop(f"block of type {btype} in pcapng dump file is too short")
+
+
+def _idb_options(ng: _Ng, body: bytes) -> None:
+    """Walk the options of an IDB as libpcap's process_idb_options does (it refuses options
+    cut short and bad if_tsresol/if_tsoffset lengths)."""
+    off = 8
+    seen: set[int] = set()
+    while off < len(body):
+        if off + 4 > len(body):
+            raise _too_short(_IDB)
+        code, length = struct.unpack_from(ng.order + "HH", body, off)
+        padded = (length + 3) // 4 * 4
+        if off + 4 + padded > len(body):
+            raise _too_short(_IDB)
+        off += 4 + padded
+        if code == 0:
+            if length:
+                raise _Stop(
+                    f"Interface Description Block has opt_endofopt option with length {length} != 0"
+                )
+            return
+        for opt, name, want in ((9, "if_tsresol", 1), (14, "if_tsoffset", 8)):
+            if code == opt:
+                if length != want:
+                    raise _Stop(
+                        f"Interface Description Block has {name} option with length "
+                        f"{length} != {want}"
+                    )
+                if opt in seen:
+                    raise _Stop(f"Interface Description Block has more than one {name} option")
+                seen.add(opt)
+                if opt == 9:
+                    v = body[off - padded]
+                    if (v & 0x80 and v & 0x7F > 63) or (not v & 0x80 and v > 19):
+                        base, exp = ("2", v & 0x7F) if v & 0x80 else ("10", v)
+                        raise _Stop(
+                            f"Interface Description Block if_tsresol option resolution "
+                            f"{base}^-{exp} is too high"
+                        )
+
+
+def _add_idb(ng: _Ng, body: bytes) -> None:
+    if len(body) < 8:
+        raise _too_short(_IDB)
+    lt, _reserved, snaplen = struct.unpack_from(ng.order + "HHI", body)
+    if ng.linktype is None:
+        ng.linktype, ng.snaplen = lt, adjust_snapshot(lt, snaplen)
+        biggest = 8 + 20 + max_snaplen_for_linktype(lt) + 131072 + 4  # MAX_BLOCKSIZE_FOR_SNAPLEN
+        ng.max_block = max(ng.max_block, biggest)
+    else:
+        if lt != ng.linktype:
+            raise _Stop(
+                f"an interface has a type {lt} different from the type of the first interface"
+            )
+        if adjust_snapshot(lt, snaplen) != ng.snaplen:
+            raise _Stop(
+                f"an interface has a snapshot length {snaplen} different from the snapshot "
+                "length of the first interface"
+            )
+    _idb_options(ng, body)
+    ng.ifcount += 1
+
+
+def _read_pcapng(f: BinaryIO, magic: bytes, limit: int | None) -> Capture:
+    head = f.read(8)
+    if len(head) != 8:
+        raise CaptureFormatError("unknown file format (not a pcap or pcapng capture)")
+    for order in ("<", ">"):
+        total, bom = struct.unpack(order + "II", head)
+        if bom == _BYTE_ORDER_MAGIC:
+            break
+    else:
+        raise CaptureFormatError("unknown file format (not a pcap or pcapng capture)")
+    if total < 28 or total > _SHB_INSANE_MAX:
+        raise CaptureFormatError(
+            f"Section Header Block in pcapng dump file has invalid length {total}"
+        )
+    rest = f.read(total - 12)
+    if len(rest) != total - 12:
+        raise CaptureFormatError(
+            f"truncated pcapng dump file; tried to read {total - 12} bytes, only got {len(rest)}"
+        )
+    major, minor = struct.unpack_from(order + "HH", rest)
+    if not (major == 1 and minor in (0, 2)):
+        raise CaptureFormatError(f"unsupported pcapng savefile version {major}.{minor}")
+    ng = _Ng(order)
+    try:
+        while ng.linktype is None:  # the first IDB gives the link type and snapshot length
+            blk = _read_block(f, ng)
+            if blk is None:
+                raise CaptureFormatError("the capture file has no Interface Description Blocks")
+            btype, body = blk
+            if btype == _IDB:
+                _add_idb(ng, body)
+            elif btype in (_EPB, _SPB, _PB):
+                raise CaptureFormatError(
+                    "the capture file has a packet block before any Interface Description Blocks"
+                )
+    except _Stop as e:
+        raise CaptureFormatError(str(e)) from None
+    cap = Capture("pcapng", ng.linktype, ng.snaplen)
+    try:
+        while limit is None or len(cap.records) < limit:
+            rec = _next_packet(f, ng)
+            if rec is None:
+                break
+            data, wirelen = rec
+            cap.records.append(Record(len(cap.records) + 1, data, wirelen))
+    except _Stop as e:
+        cap.error, cap.cut = str(e), e.cut
+    return cap
+
+
+def _next_packet(f: BinaryIO, ng: _Ng) -> tuple[bytes, int] | None:
+    o = ng.order
+    while True:
+        blk = _read_block(f, ng)
+        if blk is None:
+            return None
+        btype, body = blk
+        if btype == _EPB:
+            if len(body) < 20:
+                raise _too_short(btype)
+            iface, _hi, _lo, caplen, wirelen = struct.unpack_from(o + "IIIII", body)
+            start = 20
+        elif btype == _SPB:
+            if len(body) < 4:
+                raise _too_short(btype)
+            iface, start = 0, 4
+            (wirelen,) = struct.unpack_from(o + "I", body)
+            caplen = min(wirelen, ng.snaplen)
+        elif btype == _PB:
+            if len(body) < 20:
+                raise _too_short(btype)
+            iface, _drops, _hi, _lo, caplen, wirelen = struct.unpack_from(o + "HHIIII", body)
+            start = 20
+        elif btype == _IDB:
+            _add_idb(ng, body)
+            continue
+        elif btype == _SHB:
+            if len(body) < 16:
+                raise _too_short(btype)
+            bom, major = struct.unpack_from(o + "IH", body)
+            if bom == 0x4D3C2B1A:  # BYTE_ORDER_MAGIC the other way round
+                raise _Stop("the file has sections with different byte orders")
+            if bom != _BYTE_ORDER_MAGIC:
+                raise _Stop("the file has a section with a bad byte order magic field")
+            if major != 1:
+                raise _Stop(f"unknown pcapng savefile major version number {major}")
+            ng.ifcount = 0
+            continue
+        else:
+            continue  # other blocks (statistics, name resolution...): skipped as libpcap does
+        if iface >= ng.ifcount:
+            raise _Stop(
+                f"a packet arrived on interface {iface}, but there's no Interface "
+                "Description Block for that interface"
+            )
+        if caplen > ng.snaplen:
+            raise _Stop(
+                f"invalid packet capture length {caplen}, bigger than snaplen of {ng.snaplen}"
+            )
+        if start + caplen > len(body):
+            raise _too_short(btype)
+        return body[start : start + caplen], wirelen
