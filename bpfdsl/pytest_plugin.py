@@ -245,7 +245,7 @@ class BpfProgram:
         else:
             from bpfdsl import loader, syscall  # noqa: PLC0415
 
-            self._coll = loader.load_collection(spec, config=config or {})
+            self._coll = loader.load_collection(spec, config=config or {}, pinning=False)
             n = syscall.possible_cpus()
             self.maps = {
                 k: _KernelMap(lm, n) for k, lm in self._coll.maps.items() if lm.spec is not None

@@ -38,7 +38,10 @@ class RunResult:
 
 
 class Engine(Protocol):
-    """What ``bpfdsl run`` needs from an engine (kernel test run, interpreter)."""
+    """What ``bpfdsl run`` needs from an engine (kernel test run, interpreter);
+    ``warnings``: lines for the user about how the engine runs this object."""
+
+    warnings: list[str]
 
     def run(self, program: str, packet: bytes, repeat: int = 1) -> RunResult: ...
 
@@ -52,13 +55,16 @@ class PacketSkipped(Exception):
 class KernelEngine:
     """BPF_PROG_TEST_RUN of programs loaded by :func:`bpfdsl.loader.load_collection`.
 
+    A test run leaves nothing behind: maps pinned by name (LIBBPF_PIN_BY_NAME) are private
+    copies here, neither pinned nor taken from an existing pin (``warnings`` says so).
     Raises LoadError/VerifierError (from the loader) when the object does not load.
     """
 
     def __init__(self, spec, *, config: dict | None = None):
         from bpfdsl import loader  # noqa: PLC0415 (kernel only when this engine is used)
 
-        self._coll = loader.load_collection(spec, config=config or {})
+        self._coll = loader.load_collection(spec, config=config or {}, pinning=False)
+        self.warnings: list[str] = list(self._coll.warnings)
 
     def run(self, program: str, packet: bytes, repeat: int = 1) -> RunResult:
         from bpfdsl import syscall  # noqa: PLC0415

@@ -107,6 +107,7 @@ def cmd_run(args) -> int:
             print(f"engine: interp ({why})", file=sys.stderr)
     testrun.require_test_run(kind, name, args.engine)
     engine = testrun.open_engine(args.engine, spec, config=config)
+    warnings.extend(getattr(engine, "warnings", ()))
     try:
         results = testrun.run_packets(
             engine,

@@ -25,6 +25,7 @@ class InterpEngine:
 
     def __init__(self, spec: Any, *, config: dict | None = None, **kw: Any) -> None:
         self.collection = InterpCollection(spec, config=config or {}, **kw)
+        self.warnings: list[str] = []  # nothing to report: no kernel state is touched
 
     def run(self, program: str, packet: bytes, repeat: int = 1):
         """Run ``program`` on ``packet`` ``repeat`` times (maps keep their changes);
