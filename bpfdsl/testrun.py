@@ -30,11 +30,14 @@ ENGINES: dict[str, str] = {
 class RunResult:
     """One run: ``retval`` (program return value), ``data_out`` (packet bytes after the
     program, wire order), ``duration_ns`` (mean ns per run over ``repeat`` runs; 0 when the
-    engine does not measure)."""
+    engine does not measure), ``outcome`` (what the engine saw the program do, raw, for
+    :func:`bpfdsl.runinfo.describe_outcome`: ``redirect``, ``redirect_miss``,
+    ``apply_bytes``, ``cork_bytes``, ``reply``, ``cb_flags``; empty when it cannot see)."""
 
     retval: int
     data_out: bytes
     duration_ns: int
+    outcome: dict = field(default_factory=dict)
 
 
 class Engine(Protocol):
@@ -43,7 +46,9 @@ class Engine(Protocol):
 
     warnings: list[str]
 
-    def run(self, program: str, packet: bytes, repeat: int = 1) -> RunResult: ...
+    def run(
+        self, program: str, packet: bytes, repeat: int = 1, ctx: dict | None = None
+    ) -> RunResult: ...
 
     def close(self) -> None: ...
 
@@ -61,12 +66,20 @@ class KernelEngine:
     """
 
     def __init__(self, spec, *, config: dict | None = None):
-        from bpfdsl import loader  # noqa: PLC0415 (kernel only when this engine is used)
+        from bpfdsl import loader, syscall  # noqa: PLC0415 (kernel only when this engine is used)
 
         self._coll = loader.load_collection(spec, config=config or {}, pinning=False)
         self.warnings: list[str] = list(self._coll.warnings)
+        self.spec = spec
+        self.config = dict(config or {})
+        self.ncpus = syscall.possible_cpus()
 
-    def run(self, program: str, packet: bytes, repeat: int = 1) -> RunResult:
+    def run(
+        self, program: str, packet: bytes, repeat: int = 1, ctx: dict | None = None
+    ) -> RunResult:
+        """BPF_PROG_TEST_RUN; ``ctx`` (from :func:`bpfdsl.runinfo.parse_ctx`) fills the
+        ``struct xdp_md`` given as ctx_in: ``ingress_ifindex`` (an interface of this
+        network namespace) and ``rx_queue_index`` (one of its rx queues)."""
         from bpfdsl import syscall  # noqa: PLC0415
         from bpfdsl.packets import ETH_HLEN  # noqa: PLC0415
 
@@ -76,9 +89,24 @@ class KernelEngine:
                 f"{len(packet)} bytes: the kernel runs XDP only on frames of "
                 f"at least {ETH_HLEN} bytes"
             )
+        import struct  # noqa: PLC0415
+
+        md = None
+        if ctx:  # struct xdp_md: data 0 (no metadata), data_end = the frame's length
+            md = struct.pack(
+                "<6I",
+                0,
+                len(packet),
+                0,
+                ctx.get("ingress_ifindex", 0),
+                ctx.get("rx_queue_index", 0),
+                0,
+            )
         try:
-            r = syscall.prog_test_run(fd, packet, repeat=max(1, repeat))
+            r = syscall.prog_test_run(fd, packet, repeat=max(1, repeat), ctx=md)
         except syscall.BpfError as e:
+            if md is not None and e.errno in (errno.ENODEV, errno.EINVAL):
+                raise _xdp_ctx_error(e.errno, ctx or {}) from None
             if e.errno in (errno.E2BIG, errno.EINVAL, errno.ENOSPC):
                 why = {
                     errno.E2BIG: "too large for a single-buffer XDP test run (use an "
@@ -88,8 +116,62 @@ class KernelEngine:
             raise
         return RunResult(r.retval, r.data_out, r.duration_ns)
 
+    def snapshot_maps(self, limit: int = 4096) -> dict[str, dict[bytes, bytes] | None]:
+        """Contents of the object's maps as BPF_MAP_LOOKUP_ELEM returns them (key ->
+        value bytes; per-CPU values concatenated); None for a map with more than
+        ``limit`` entries or values user space cannot read (sockmap, prog array...)."""
+        from bpfdsl import syscall  # noqa: PLC0415
+
+        out: dict[str, dict[bytes, bytes] | None] = {}
+        for name, lm in self._coll.maps.items():
+            if lm.spec is None:
+                continue
+            vsize = lm.value_size
+            if syscall.is_percpu(lm.map_type):
+                vsize = syscall.percpu_value_size(lm.value_size)
+            entries: dict[bytes, bytes] | None = {}
+            key = None
+            try:
+                for _ in range(limit + 1):
+                    key = syscall.map_get_next_key(lm.fd, key, lm.key_size)
+                    if key is None:
+                        break
+                    v = syscall.map_lookup(lm.fd, key, vsize)
+                    if v is not None:
+                        entries[key] = v
+                else:
+                    entries = None
+            except syscall.BpfError:
+                entries = None
+            out[name] = entries
+        return out
+
+    def set_map(self, name: str, key: bytes, value: bytes) -> None:
+        """BPF_MAP_UPDATE_ELEM on map ``name`` (``value``: per-CPU maps all CPUs' bytes)."""
+        from bpfdsl import syscall  # noqa: PLC0415
+
+        syscall.map_update(self._coll.maps[name].fd, key, value)
+
     def close(self) -> None:
         self._coll.close()
+
+
+def _xdp_ctx_error(err: int, ctx: dict) -> UsageError:
+    """The kernel's refusal of a test run's ``struct xdp_md`` (xdp_convert_md_to_buff)."""
+    idx, q = ctx.get("ingress_ifindex", 0), ctx.get("rx_queue_index", 0)
+    if err == errno.ENODEV:
+        why = f"no interface with ifindex {idx} in this network namespace"
+    elif q and not idx:
+        why = f"rx_queue_index {q} needs an ingress_ifindex"
+    else:
+        why = f"interface {idx} has no rx queue {q} (the kernel requires rx_queue_index < its rx queues)"
+    return UsageError(
+        error(
+            "bad-ctx",
+            f"the kernel refused the struct xdp_md of the test run: {why}",
+            hint="see `ip -d link` for ifindexes and queues, or use --engine interp",
+        )
+    )
 
 
 def open_engine(name: str, spec, *, config: dict | None = None) -> Engine:
@@ -119,8 +201,11 @@ def open_engine(name: str, spec, *, config: dict | None = None) -> Engine:
 @dataclass(slots=True)
 class PacketResult:
     """The outcome for one frame: ``index`` (1-based), ``verdict`` name (``XDP_PASS``...),
-    ``data_out``, ``changes`` (human lines), ``duration_ns``; ``skipped`` says why the
-    frame was not run (then ``retval`` is None)."""
+    ``data_out``, ``changes`` (human lines: how the bytes changed), ``effects`` (human
+    lines: redirect target or empty slot, map entries changed...), ``duration_ns``;
+    ``skipped`` says why the frame was not run (then ``retval`` is None); ``outcome`` (redirect target or miss,
+    sk_msg/sock_ops results) and ``map_changes`` (``{map, key, old, new}``, decoded) as
+    JSON-ready dicts."""
 
     index: int
     length: int
@@ -131,6 +216,9 @@ class PacketResult:
     changes: list[str] = field(default_factory=list)
     duration_ns: int = 0
     skipped: str = ""
+    outcome: dict = field(default_factory=dict)
+    map_changes: list[dict] = field(default_factory=list)
+    effects: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return {
@@ -143,6 +231,9 @@ class PacketResult:
             "changes": self.changes,
             "duration_ns": self.duration_ns,
             "skipped": self.skipped or None,
+            **({"effects": self.effects} if self.effects else {}),
+            **({"outcome": self.outcome} if self.outcome else {}),
+            **({"map_changes": self.map_changes} if self.map_changes else {}),
         }
 
 
@@ -203,27 +294,111 @@ def run_packets(
     *,
     repeat: int = 1,
     describe: bool = True,
+    ctx: dict | None = None,
 ) -> list[PacketResult]:
-    """Run ``program`` on each ``(index, frame)``; one :class:`PacketResult` each.
+    """Run ``program`` on each ``(index, frame)``; one :class:`PacketResult` each.  For
+    sk_msg the "frame" is the message, for sock_ops it is empty.  ``ctx``: context fields
+    (:func:`bpfdsl.runinfo.parse_ctx`).  With ``describe``, each result also says what the
+    program did: bytes changed, redirect target or empty slot, map entries changed (by BTF
+    type, as ``bpfdsl map dump`` shows them).
 
     A frame the engine cannot run is reported as skipped, not raised; kernel failures
     other than that propagate.
     """
-    from bpfdsl.packets import describe_change, summary  # noqa: PLC0415 (not on load paths)
+    from bpfdsl import runinfo  # noqa: PLC0415 (not on load paths)
+    from bpfdsl.packets import describe_change, summary  # noqa: PLC0415
 
+    sock = kind.ctx in ("sk_msg_md", "bpf_sock_ops")
+    spec = getattr(engine, "spec", None)
+    snapshot = getattr(engine, "snapshot_maps", None) if describe and spec is not None else None
+    ncpu = getattr(engine, "ncpus", 1)
+    replay = _Replay(engine)
     out: list[PacketResult] = []
     for index, data in packets:
-        res = PacketResult(index, len(data), summary(data) if describe else "")
+        line = ""
+        if describe:
+            line = runinfo.summary(kind, ctx or {}, data) if sock else summary(data)
+        res = PacketResult(index, len(data), line)
+        before = snapshot() if snapshot is not None else None
         try:
-            r = engine.run(program, data, repeat)
+            r = engine.run(program, data, repeat, ctx=ctx)
         except PacketSkipped as e:
             res.skipped = str(e)
-        else:
-            res.retval, res.data_out, res.duration_ns = r.retval, r.data_out, r.duration_ns
-            res.verdict = verdict_name(kind, r.retval)
+            out.append(res)
+            continue
+        res.retval, res.data_out, res.duration_ns = r.retval, r.data_out, r.duration_ns
+        res.verdict = verdict_name(kind, r.retval)
+        if kind.ctx == "sk_msg_md":
+            res.changes = _message_change(data, r.data_out) if res.verdict == "SK_PASS" else []
+        elif not sock:
             res.changes = describe_change(data, r.data_out)
+        outcome = r.outcome
+        if describe and not outcome and before is not None and _redirects(spec, program):
+            outcome, note = replay.explain(program, data, ctx, before, r.retval)
+            res.effects += note
+        if describe and spec is not None:
+            lines, res.outcome = runinfo.describe_outcome(kind, spec, outcome, r.retval, ncpu)
+            res.effects += lines
+        if before is not None and snapshot is not None:
+            diff = runinfo.diff_maps(before, snapshot())
+            lines, res.map_changes = runinfo.map_change_lines(spec, diff, ncpu)
+            res.effects += lines
         out.append(res)
     return out
+
+
+_REDIRECT_HELPERS = ("redirect", "redirect_map")
+
+
+def _redirects(spec, program: str) -> bool:
+    """True when ``program`` calls bpf_redirect / bpf_redirect_map."""
+    from bpfdsl.helpers import HELPERS  # noqa: PLC0415
+
+    ids = {HELPERS[n].id for n in _REDIRECT_HELPERS}
+    return any(i.is_helper_call and i.imm in ids for i in spec.programs[program].insns)
+
+
+class _Replay:
+    """Why a kernel test run returned what it did: BPF_PROG_TEST_RUN reports only the
+    verdict, so a redirect's target, or the empty slot whose fallback action came back,
+    is found by replaying the run on the interpreter from the same map contents.  The
+    replay's account is used only when its verdict equals the kernel's."""
+
+    def __init__(self, engine) -> None:
+        self.engine = engine
+        self.interp = None
+        self.broken = hasattr(engine, "collection")  # the engine is the interpreter itself
+
+    def explain(self, program: str, data: bytes, ctx, before: dict, retval: int):
+        """(outcome, note lines) for one kernel run that started from map state ``before``."""
+        if self.broken:
+            return {}, []
+        try:
+            if self.interp is None:
+                from bpfdsl.interp import InterpEngine  # noqa: PLC0415
+
+                e = self.engine
+                self.interp = InterpEngine(e.spec, config=e.config, ncpus=e.ncpus)
+            self.interp.restore_maps(before)
+            r = self.interp.run(program, data, 1, ctx=ctx)
+        except (DiagnosticError, PacketSkipped, ValueError, OSError) as e:
+            self.broken = True
+            return {}, [f"(no account of the redirect: the interpreter cannot replay this: {e})"]
+        if r.retval != retval:
+            return {}, [
+                f"(no account of the redirect: the interpreter's replay returned {r.retval}, "
+                f"the kernel {retval})"
+            ]
+        return r.outcome, []
+
+
+def _message_change(before: bytes, after: bytes) -> list[str]:
+    """How an sk_msg program changed the message (msg_push_data / msg_pop_data)."""
+    if before == after:
+        return []
+    d = len(after) - len(before)
+    show = repr(after[:40])[1:] + ("..." if len(after) > 40 else "")
+    return [f"message {len(before)} -> {len(after)} bytes ({d:+d}): {show}"]
 
 
 def object_bytes(path: str | Path) -> bytes:
