@@ -36,6 +36,13 @@ def _compile(name: str) -> Path:
     return _clang(source(name), _OUT / f"{name}.o")
 
 
+def compile_c(src: Path, out: Path) -> Path:
+    """Compile the libbpf-style C file ``src`` to ``out`` (skips without clang-19)."""
+    if shutil.which("clang-19") is None:
+        pytest.skip("clang-19 not installed (apt-get install clang-19)")
+    return _clang(src, out)
+
+
 def _clang(src: Path, out: Path) -> Path:
     arch = subprocess.run(["gcc", "-dumpmachine"], capture_output=True, text=True).stdout.strip()
     cmd = [
