@@ -140,11 +140,24 @@ def cmd_attach(args) -> int:
         )
         if res.method == "link" and res.link_pin is None and link_pin:
             res = attach.move_link_pin(res, link_pin)  # replaced: the link now lives here
+        # devmap entries filled before the attach: say now if their targets drop all
+        warnings = attach.devmap_warnings(prog.fd)
     if staging is not None:
         res = _take_over(target, staging, res, dev)
         prog.pin_dir = target
+    for w in warnings:
+        print(w.render(), file=sys.stderr)
     if args.json:
-        print(json.dumps({**res.to_dict(), "loaded": prog.loaded_from, "pin_dir": prog.pin_dir}))
+        print(
+            json.dumps(
+                {
+                    **res.to_dict(),
+                    "loaded": prog.loaded_from,
+                    "pin_dir": prog.pin_dir,
+                    "warnings": [w.message for w in warnings],
+                }
+            )
+        )
     else:
         if prog.loaded_from:
             print(
