@@ -128,3 +128,33 @@ def test_show_names_a_cgroup_link(attached) -> None:
         assert (a["prog_name"], a["via"], a["link_id"]) == ("track", "link", link_id)
     # after the link is closed the cgroup has nothing (and show says so)
     assert not [a for a in _show()["sock_ops"]["attachments"] if a["cgroup"] == cg2.path]
+
+
+def test_prog_query_attr_matches_vmlinux_btf() -> None:
+    """ProgQueryAttr has the offsets of union bpf_attr's ``query`` member on this kernel."""
+    from bpfdsl.bpf_attr import ProgQueryAttr
+    from bpfdsl.btf import Kind, parse_btf
+
+    path = Path("/sys/kernel/btf/vmlinux")
+    if not path.exists():
+        pytest.skip("no /sys/kernel/btf/vmlinux")
+    btf = parse_btf(path.read_bytes())
+    attr = btf.find("bpf_attr", Kind.UNION)
+    (query,) = [m for m in attr.members if m.name == "query"]
+
+    def flat(tid: int, base: int = 0) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for m in btf.resolve(tid).members:
+            off = base + m.bit_offset // 8
+            sub = btf.resolve(m.type)
+            if not m.name and sub.kind in (Kind.STRUCT, Kind.UNION):
+                out.update(flat(sub.id, off))
+            elif m.name:
+                out.setdefault(m.name, off)
+        return out
+
+    theirs = flat(query.type)
+    ours = {n: getattr(ProgQueryAttr, n).offset for n, *_ in ProgQueryAttr._fields_}
+    assert {n: o for n, o in ours.items() if not n.startswith("_")} == {
+        n: theirs[n] for n in ours if not n.startswith("_")
+    }
