@@ -89,19 +89,7 @@ class KernelEngine:
                 f"{len(packet)} bytes: the kernel runs XDP only on frames of "
                 f"at least {ETH_HLEN} bytes"
             )
-        import struct  # noqa: PLC0415
-
-        md = None
-        if ctx:  # struct xdp_md: data 0 (no metadata), data_end = the frame's length
-            md = struct.pack(
-                "<6I",
-                0,
-                len(packet),
-                0,
-                ctx.get("ingress_ifindex", 0),
-                ctx.get("rx_queue_index", 0),
-                0,
-            )
+        md = xdp_md_ctx(len(packet), ctx) if ctx else None
         try:
             r = syscall.prog_test_run(fd, packet, repeat=max(1, repeat), ctx=md)
         except syscall.BpfError as e:
@@ -154,6 +142,16 @@ class KernelEngine:
 
     def close(self) -> None:
         self._coll.close()
+
+
+def xdp_md_ctx(packet_len: int, ctx: dict) -> bytes:
+    """``struct xdp_md`` for BPF_PROG_TEST_RUN's ctx_in (include/uapi/linux/bpf.h; the
+    kernel's xdp_convert_md_to_buff): data 0 (no metadata), data_end = ``packet_len``
+    (bytes), ``ingress_ifindex`` and ``rx_queue_index`` from ``ctx``, egress_ifindex 0."""
+    import struct  # noqa: PLC0415
+
+    idx, q = ctx.get("ingress_ifindex", 0), ctx.get("rx_queue_index", 0)
+    return struct.pack("<6I", 0, packet_len, 0, idx, q, 0)
 
 
 def _xdp_ctx_error(err: int, ctx: dict) -> UsageError:
