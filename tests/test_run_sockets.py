@@ -202,3 +202,27 @@ def test_kernel_test_run_refuses_sk_msg_and_sock_ops() -> None:
     assert rc == 1 and "error[no-test-run]" in err and "--engine interp" in err
     rc, out, err = _run("run", REDIR, "--prog", "track")  # auto: the interpreter, said so
     assert rc == 0 and "engine: interp (BPF_PROG_TEST_RUN refuses sock_ops" in err
+
+
+PAIR = """\
+license "GPL"
+map conns: sockmap(max_entries: 2)
+sock_ops fn pair(skops) {
+    if skops.op == BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB { sock_map_update(conns, 0, BPF_NOEXIST) }
+    if skops.op == BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB { sock_map_update(conns, 1, BPF_EXIST) }
+    return 1
+}
+"""
+
+
+def test_sockmap_update_flags_as_the_kernel(tmp_path) -> None:
+    """sock_map_update_common: BPF_NOEXIST into an empty sockmap slot adds the socket,
+    BPF_EXIST into an empty one is ENOENT (nothing added)."""
+    src = tmp_path / "pair.bpfd"
+    src.write_text(PAIR)
+    p = _json(str(src), "--ctx", "op=ACTIVE_ESTABLISHED_CB", *_ctx(CLIENT))
+    (change,) = p["map_changes"]
+    assert (change["map"], change["key"], change["old"]) == ("conns", 0, None)
+    assert change["new"] == "socket local 10.0.0.1:4000 remote 10.0.0.2:80"
+    p = _json(str(src), "--ctx", "op=PASSIVE_ESTABLISHED_CB", *_ctx(CLIENT))
+    assert "map_changes" not in p
