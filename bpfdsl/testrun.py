@@ -115,8 +115,8 @@ class KernelEngine:
             if lm.spec is None:
                 continue
             vsize = lm.value_size
-            if syscall.is_percpu(lm.map_type):
-                vsize = syscall.percpu_value_size(lm.value_size)
+            if syscall.is_percpu(lm.map_type):  # each CPU's value 8-aligned, possible CPUs
+                vsize = ((lm.value_size + 7) & ~7) * self.ncpus
             entries: dict[bytes, bytes] | None = {}
             key = None
             try:
@@ -311,6 +311,7 @@ def run_packets(
     snapshot = getattr(engine, "snapshot_maps", None) if describe and spec is not None else None
     ncpu = getattr(engine, "ncpus", 1)
     replay = _Replay(engine)
+    redirects = spec is not None and _redirects(spec, program)
     out: list[PacketResult] = []
     for index, data in packets:
         line = ""
@@ -331,7 +332,7 @@ def run_packets(
         elif not sock:
             res.changes = describe_change(data, r.data_out)
         outcome = r.outcome
-        if describe and not outcome and before is not None and _redirects(spec, program):
+        if describe and not outcome and before is not None and redirects:
             outcome, note = replay.explain(program, data, ctx, before, r.retval)
             res.effects += note
         if describe and spec is not None:
