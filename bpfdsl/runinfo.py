@@ -32,6 +32,7 @@ from bpfdsl.uapi import (
     BPF_F_EXCLUDE_INGRESS,
     BPF_F_INGRESS,
     XDP_REDIRECT_FALLBACK_MASK,
+    AttachType,
     MapType,
     ProgramKind,
     SockOpsCbFlag,
@@ -183,11 +184,7 @@ def parse_ctx(items: list[str] | None, kind: ProgramKind) -> dict[str, Any]:
                 + (f" (did you mean {close[0]!r}?)" if close else ""),
                 hint=f"fields of {struct}: {known}",
             )
-        if (
-            name == "egress_ifindex"
-            and kind.attach_type is not None
-            and kind.keyword != "xdp(devmap)"
-        ):
+        if name == "egress_ifindex" and kind.attach_type != AttachType.XDP_DEVMAP:
             raise _bad(item, "egress_ifindex is readable only in xdp(devmap) programs")
         off, size, form = fields[name]
         if index is not None:
