@@ -164,48 +164,25 @@ _SOCK_FIELDS = {
 SK_MSG_MD_FIELDS: dict[str, tuple[int, int, str]] = {
     k: (o + 16, n, f) for k, (o, n, f) in _SOCK_FIELDS.items()
 }
+# the u32 run of struct bpf_sock_ops after the socket fields, from offset 72 on
+_SOCK_OPS_U32 = (
+    "is_fullsock", "snd_cwnd", "srtt_us", "bpf_sock_ops_cb_flags", "state", "rtt_min",
+    "snd_ssthresh", "rcv_nxt", "snd_nxt", "snd_una", "mss_cache", "ecn_flags",
+    "rate_delivered", "rate_interval_us", "packets_out", "retrans_out", "total_retrans",
+    "segs_in", "data_segs_in", "segs_out", "data_segs_out", "lost_out", "sacked_out",
+    "sk_txhash",
+)  # fmt: skip
+_SOCK_OPS_FORMS = {"state": "state", "bpf_sock_ops_cb_flags": "cb_flags"}
 BPF_SOCK_OPS_FIELDS: dict[str, tuple[int, int, str]] = {
     "op": (0, 4, "op"),
     "args": (4, 16, "args"),
     **{k: (o + 20, n, f) for k, (o, n, f) in _SOCK_FIELDS.items()},
-    **{
-        name: (72 + 4 * i, 4, "u32")
-        for i, name in enumerate(
-            (
-                "is_fullsock",
-                "snd_cwnd",
-                "srtt_us",
-                "bpf_sock_ops_cb_flags",
-                "state",
-                "rtt_min",
-                "snd_ssthresh",
-                "rcv_nxt",
-                "snd_nxt",
-                "snd_una",
-                "mss_cache",
-                "ecn_flags",
-                "rate_delivered",
-                "rate_interval_us",
-                "packets_out",
-                "retrans_out",
-                "total_retrans",
-                "segs_in",
-                "data_segs_in",
-                "segs_out",
-                "data_segs_out",
-                "lost_out",
-                "sacked_out",
-                "sk_txhash",
-            )
-        )
-    },
+    **{n: (72 + 4 * i, 4, _SOCK_OPS_FORMS.get(n, "u32")) for i, n in enumerate(_SOCK_OPS_U32)},
     "bytes_received": (168, 8, "u64"),
     "bytes_acked": (176, 8, "u64"),
     "skb_len": (208, 4, "u32"),
     "skb_tcp_flags": (212, 4, "u32"),
 }
-BPF_SOCK_OPS_FIELDS["state"] = (88, 4, "state")
-BPF_SOCK_OPS_FIELDS["bpf_sock_ops_cb_flags"] = (84, 4, "cb_flags")
 CTX_FIELDS: dict[str, dict[str, tuple[int, int, str]]] = {
     "sk_msg_md": SK_MSG_MD_FIELDS,
     "bpf_sock_ops": BPF_SOCK_OPS_FIELDS,
@@ -235,15 +212,15 @@ class SockInfo:
         ``local_port`` (host-order numbers), ``state``; others are ignored."""
         six = socket.AF_INET6 if {"remote_ip6", "local_ip6"} & set(fields) else socket.AF_INET
         family = fields.get("family", six)
-        v = "6" if family == socket.AF_INET6 else "4"
-        zero = "::" if v == "6" else "0.0.0.0"
-        s = cls(family=family, local_ip=zero, remote_ip=zero)
-        s.local_ip = fields.get(f"local_ip{v}", "127.0.0.1" if v == "4" else "::1")
-        s.remote_ip = fields.get(f"remote_ip{v}", "127.0.0.1" if v == "4" else "::1")
-        s.local_port = fields.get("local_port", 0)
-        s.remote_port = fields.get("remote_port", 0)
-        s.state = fields.get("state", s.state)
-        return s
+        v, loopback = ("6", "::1") if family == socket.AF_INET6 else ("4", "127.0.0.1")
+        return cls(
+            family=family,
+            local_ip=fields.get(f"local_ip{v}", loopback),
+            remote_ip=fields.get(f"remote_ip{v}", loopback),
+            local_port=fields.get("local_port", 0),
+            remote_port=fields.get("remote_port", 0),
+            state=fields.get("state", 1),  # BPF_TCP_ESTABLISHED
+        )
 
     def describe(self) -> str:
         """``local 10.0.0.1:80 remote 10.0.0.2:4000`` (IPv6 in brackets)."""
