@@ -33,8 +33,17 @@ def source(name: str) -> Path:
 
 @functools.cache
 def _compile(name: str) -> Path:
-    src = source(name)
-    out = _OUT / f"{name}.o"
+    return _clang(source(name), _OUT / f"{name}.o")
+
+
+def compile_c(src: Path, out: Path) -> Path:
+    """Compile the libbpf-style C file ``src`` to ``out`` (skips without clang-19)."""
+    if shutil.which("clang-19") is None:
+        pytest.skip("clang-19 not installed (apt-get install clang-19)")
+    return _clang(src, out)
+
+
+def _clang(src: Path, out: Path) -> Path:
     arch = subprocess.run(["gcc", "-dumpmachine"], capture_output=True, text=True).stdout.strip()
     cmd = [
         "clang-19",
@@ -60,6 +69,20 @@ def build(name: str) -> Path:
     if shutil.which("clang-19") is None:
         pytest.skip("clang-19 not installed (apt-get install clang-19)")
     return _compile(name)
+
+
+def build_variant(name: str, stem: str, replace: dict[str, str]) -> Path:
+    """Compile fixture ``name`` with each ``old -> new`` of ``replace`` applied to its
+    text (e.g. a unique map name) as ``STEM.o``; not cached."""
+    if shutil.which("clang-19") is None:
+        pytest.skip("clang-19 not installed (apt-get install clang-19)")
+    text = source(name).read_text()
+    for old, new in replace.items():
+        assert old in text, f"{old!r} not in fixture {name}"
+        text = text.replace(old, new)
+    src = _OUT / f"{stem}.c"
+    src.write_text(text)
+    return _clang(src, _OUT / f"{stem}.o")
 
 
 def all_c_fixtures() -> list[str]:

@@ -52,6 +52,16 @@ class ProgAttachAttr(C.Structure):
                 ("attach_flags", u32), ("replace_bpf_fd", u32)]
 
 
+class ProgQueryAttr(C.Structure):
+    """``query`` of union bpf_attr (BPF_PROG_QUERY): programs attached to a cgroup or a
+    sockmap for one attach type; ``prog_ids``/``link_ids`` are user buffers of u32."""
+
+    _fields_ = [("target_fd", u32), ("attach_type", u32), ("query_flags", u32),
+                ("attach_flags", u32), ("prog_ids", u64), ("prog_cnt", u32), ("_pad", u32),
+                ("prog_attach_flags", u64), ("link_ids", u64), ("link_attach_flags", u64),
+                ("revision", u64)]
+
+
 class TestRunAttr(C.Structure):
     _fields_ = [("prog_fd", u32), ("retval", u32), ("data_size_in", u32),
                 ("data_size_out", u32), ("data_in", u64), ("data_out", u64), ("repeat", u32),

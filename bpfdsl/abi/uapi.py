@@ -350,6 +350,37 @@ class SockOpsOp(IntEnum):
     WRITE_HDR_OPT_CB = 15
 
 
+class TcpState(IntEnum):
+    """``BPF_TCP_*``: ``bpf_sock_ops.state`` (the kernel's TCP_* states, include/uapi/linux/bpf.h)."""
+
+    ESTABLISHED = 1
+    SYN_SENT = 2
+    SYN_RECV = 3
+    FIN_WAIT1 = 4
+    FIN_WAIT2 = 5
+    TIME_WAIT = 6
+    CLOSE = 7
+    CLOSE_WAIT = 8
+    LAST_ACK = 9
+    LISTEN = 10
+    CLOSING = 11
+    NEW_SYN_RECV = 12
+    BOUND_INACTIVE = 13
+
+
+class SockOpsCbFlag(IntFlag):
+    """``BPF_SOCK_OPS_*_CB_FLAG``: callbacks ``bpf_sock_ops_cb_flags_set`` turns on
+    (``bpf_sock_ops.bpf_sock_ops_cb_flags``; include/uapi/linux/bpf.h)."""
+
+    RTO = 1 << 0
+    RETRANS = 1 << 1
+    STATE = 1 << 2
+    RTT = 1 << 3
+    PARSE_ALL_HDR_OPT = 1 << 4
+    PARSE_UNKNOWN_HDR_OPT = 1 << 5
+    WRITE_HDR_OPT = 1 << 6
+
+
 # ---- flags (bpf.h / if_link.h) ----
 BPF_ANY = 0  # map update: create or replace
 BPF_NOEXIST = 1  # map update: create only

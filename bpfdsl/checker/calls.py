@@ -227,6 +227,16 @@ def check_helper_call(env: Env, st: State, helper_id: int, idx: int) -> None:
     if helper_id == 1 and map_obj is not None and map_obj.map_type in F.LOOKUP_MIN:
         mt = MapType(map_obj.map_type).name.lower()
         env.need(F.LOOKUP_MIN[map_obj.map_type], f"bpf_map_lookup_elem on a {mt}", (1,))
+    if h.name == "redirect_map" and regs[3].t == D.SCALAR and regs[3].is_const:
+        if regs[3].value == 0:  # __bpf_xdp_redirect_map: an empty slot returns flags & 3
+            env.warn(
+                "redirect-fallback-aborted",
+                "bpf_redirect_map flags 0: an empty slot returns XDP_ABORTED (the frame is "
+                "dropped and counted as an error)",
+                "pass XDP_PASS or XDP_DROP as the flags' fallback action, or keep 0 if "
+                "aborting is meant",
+                (3,),
+            )
     # effects
     key_const = None
     if helper_id == 1 and map_obj is not None and env.privileged:

@@ -74,8 +74,9 @@ def register(sub) -> None:
     s = sub.add_parser(
         "show",
         help="list what bpfdsl has loaded, pinned and attached",
-        description="XDP programs on the interfaces of this namespace, and "
-        "the programs, maps and links pinned in bpffs by bpfdsl.",
+        description="XDP programs on the interfaces of this namespace, sock_ops programs on "
+        "cgroups (v2), sk_msg programs on sockmaps/sockhashes, and the programs, maps and "
+        "links pinned in bpffs by bpfdsl.",
     )
     s.add_argument("--all", action="store_true", help="every pin dir in /sys/fs/bpf")
     s.set_defaults(func=cmd_show)
@@ -146,11 +147,24 @@ def cmd_attach(args) -> int:
         )
         if res.method == "link" and res.link_pin is None and link_pin:
             res = attach.move_link_pin(res, link_pin)  # replaced: the link now lives here
+        # devmap entries filled before the attach: say now if their targets drop all
+        warnings = attach.devmap_warnings(prog.fd)
     if staging is not None:
         res = _take_over(target, staging, res, dev)
         prog.pin_dir = target
+    for w in warnings:
+        print(w.render(), file=sys.stderr)
     if args.json:
-        print(json.dumps({**res.to_dict(), "loaded": prog.loaded_from, "pin_dir": prog.pin_dir}))
+        print(
+            json.dumps(
+                {
+                    **res.to_dict(),
+                    "loaded": prog.loaded_from,
+                    "pin_dir": prog.pin_dir,
+                    "warnings": [w.message for w in warnings],
+                }
+            )
+        )
     else:
         if prog.loaded_from:
             print(
@@ -276,6 +290,26 @@ def cmd_show(args) -> int:
         print(
             f"  {a['dev']}: {a['prog_name'] or '?'} (prog id {a['prog_id']}) "
             f"{a['mode']} mode via {via}{pin}"
+        )
+    so = inv["sock_ops"]
+    where = f"cgroup v2 at {so['root']}" if so["root"] else "no cgroup v2 mounted"
+    print(f"sock_ops attachments ({where}):")
+    if not so["attachments"]:
+        print("  none")
+    for a in so["attachments"]:
+        via = f"link {a['link_id']}" if a["via"] == "link" else "BPF_PROG_ATTACH"
+        multi = ", multi" if a["multi"] else ""
+        print(f"  {a['cgroup']}: {a['prog_name'] or '?'} (prog id {a['prog_id']}) via {via}{multi}")
+    print("sk_msg attachments (to sockmaps/sockhashes):")
+    if not inv["sk_msg"]:
+        print("  none")
+    for a in inv["sk_msg"]:
+        via = f"link {a['link_id']}" if a["via"] == "link" else "BPF_PROG_ATTACH"
+        pin = f", pinned at {a['map_pin']}" if a["map_pin"] else ""
+        socks = f", {a['sockets']} socket(s)" if a["sockets"] is not None else ""
+        print(
+            f"  {a['map_type']} {a['map_name']} (map id {a['map_id']}{pin}{socks}): "
+            f"{a['prog_name'] or '?'} (prog id {a['prog_id']}) via {via}"
         )
     print("pinned by bpfdsl:")
     if not inv["pins"]:

@@ -255,16 +255,29 @@ def cmd_cpumap_show(args) -> int:
 
 
 def cmd_devmap_set(args) -> int:
+    import sys  # noqa: PLC0415
+
+    from bpfdsl.runtime.attach import devmap_target_warning  # noqa: PLC0415
     from bpfdsl.runtime.devmap import devmap_set, resolve_interface  # noqa: PLC0415
 
     with _open_map(args.map) as (fd, name, pin_dir), _open_prog(args.prog, pin_dir) as (pf, pn):
         with _maybe_netns(args.netns):
             key = args.key if isinstance(args.key, int) else resolve_interface(args.key)
             idx = devmap_set(fd, key, args.iface, pf, map_name=name, prog_name=pn)
+            warning = devmap_target_warning(name, key, idx)  # in IFACE's namespace
+    if warning is not None:
+        print(warning.render(), file=sys.stderr)
     what = f" through program {pn}" if pf is not None else ""
     _emit(
         args,
-        {"map": name, "key": key, "ifindex": idx, "iface": args.iface, "prog": pn or None},
+        {
+            "map": name,
+            "key": key,
+            "ifindex": idx,
+            "iface": args.iface,
+            "prog": pn or None,
+            "warnings": [warning.message] if warning is not None else [],
+        },
         f"devmap {name}: key {key} -> {args.iface} (ifindex {idx}){what}",
     )
     return OK

@@ -14,14 +14,36 @@ def register(sub) -> None:
         "run",
         help="run a program on packets (BPF_PROG_TEST_RUN or the interpreter)",
         description="Run a program on each packet of a capture (or one hex packet) and print "
-        "its verdict and what it changed.  FILE := PROG.bpfd | PROG.o;  "
+        "its verdict and what it did: bytes changed, redirect target (or the empty slot and "
+        "the fallback taken), map entries changed.  sk_msg programs run on one message "
+        "(--msg or --hex) sent on the socket --ctx describes; sock_ops programs run one "
+        "callback (--ctx op=...) and take no packet.  FILE := PROG.bpfd | PROG.o;  "
         "PROG := NAME | SECTION.  Exit code 1 when no packet could be run.",
     )
     p.add_argument("file", metavar="FILE", help="a .bpfd source (compiled first) or an object")
     p.add_argument("--prog", metavar="PROG", help="the program to run (needed when several)")
-    src = p.add_mutually_exclusive_group(required=True)
+    src = p.add_mutually_exclusive_group()
     src.add_argument("--pcap", metavar="F", help="an Ethernet pcap/pcapng capture")
     src.add_argument("--hex", metavar="BYTES", help="one frame as hex, from the L2 header on")
+    src.add_argument("--msg", metavar="TEXT", help="sk_msg: the message, as UTF-8 text")
+    p.add_argument(
+        "--ctx",
+        action="append",
+        metavar="FIELD=VALUE",
+        help="a field of the program's context struct, repeatable: xdp_md ingress_ifindex, "
+        "rx_queue_index; sk_msg_md/bpf_sock_ops family, remote_ip4, local_ip4, remote_ip6, "
+        "local_ip6, remote_port, local_port (ports in host order); bpf_sock_ops op "
+        "(BPF_SOCK_OPS_* name), args=A,B,..., state (BPF_TCP_* name), snd_cwnd, srtt_us, ...",
+    )
+    p.add_argument(
+        "--map",
+        action="append",
+        nargs=3,
+        metavar=("NAME", "KEY", "VALUE"),
+        help="set a map entry before the run, repeatable; KEY/VALUE as `bpfdsl map update` "
+        "takes them (10.0.0.1, 10.0.0.0/8, JSON for structs); sockmap/sockhash VALUE: "
+        "`peer` (the other end of the --ctx socket) or `self` (interpreter only)",
+    )
     p.add_argument(
         "--repeat",
         type=int,
@@ -84,7 +106,9 @@ def cmd_run(args) -> int:
     from bpfdsl.obj import collection as objfile
     from bpfdsl.obj.config import parse_config
     from bpfdsl.obj.spec import choose_program
-    from bpfdsl.runtime import packets, testrun  # noqa: PLC0415
+    from bpfdsl.runtime import (
+        testrun,  # noqa: PLC0415
+    )
 
     if args.repeat < 1 or args.repeat > 100_000_000:
         raise UsageError(error("bad-repeat", f"--repeat {args.repeat}: give 1..100000000"))
@@ -92,33 +116,31 @@ def cmd_run(args) -> int:
         raise UsageError(error("bad-limit", f"--limit {args.limit}: give 1 or more packets"))
     if args.limit is not None and not args.pcap:
         raise UsageError(error("bad-limit", "--limit applies to --pcap only"))
+    from bpfdsl.runtime import runinfo  # noqa: PLC0415
+
     warnings: list[str] = []
-    if args.pcap:
-        frames = [
-            (f.index, f.data)
-            for f in packets.read_pcap(args.pcap, limit=args.limit, warnings=warnings)
-        ]
-        if not frames:
-            raise UsageError(error("bad-capture", f"{args.pcap}: the capture holds no packet"))
-    else:
-        frames = [(1, packets.parse_hex(args.hex))]
     spec = objfile.read_object(object_bytes(args.file), name=args.file)
     config = parse_config(args.set, spec.configs)
     name, kind = choose_program(spec, args.prog)
+    ctx = runinfo.parse_ctx(args.ctx, kind)
+    frames = _inputs(args, kind, warnings)
     if args.engine == "auto":
         args.engine, why = _auto_engine(kind)
         if why:
             print(f"engine: interp ({why})", file=sys.stderr)
     testrun.require_test_run(kind, name, args.engine)
     engine = testrun.open_engine(args.engine, spec, config=config)
+    warnings.extend(getattr(engine, "warnings", ()))
     try:
+        runinfo.fill_maps(engine, spec, args.map, ctx)
         results = testrun.run_packets(
             engine,
             name,
             kind,
             frames,
             repeat=args.repeat,
-            describe=not args.quiet and not args.json,
+            describe=not args.quiet,
+            ctx=ctx,
         )
     finally:
         engine.close()
@@ -155,6 +177,63 @@ def cmd_run(args) -> int:
     return status
 
 
+def _inputs(args, kind, warnings: list[str]) -> list[tuple[int, bytes]]:
+    """(index, bytes) to run on: frames for XDP, one message for sk_msg, nothing for
+    sock_ops (one run of the callback).  Raises UsageError for inputs of the wrong kind."""
+    from bpfdsl.diagnostics import UsageError, error  # noqa: PLC0415
+    from bpfdsl.runtime import packets  # noqa: PLC0415
+
+    what = kind.keyword or kind.section
+    given = next((f"--{o}" for o in ("pcap", "hex", "msg") if getattr(args, o) is not None), None)
+    if kind.ctx == "bpf_sock_ops":
+        if given:
+            raise UsageError(
+                error(
+                    "bad-input",
+                    f"{given}: a sock_ops program runs on a socket event, not on a packet",
+                    hint="describe the event with --ctx, e.g. --ctx op=BPF_SOCK_OPS_"
+                    "PASSIVE_ESTABLISHED_CB --ctx local_ip4=10.0.0.1 --ctx local_port=80",
+                )
+            )
+        return [(1, b"")]
+    if kind.ctx == "sk_msg_md":
+        if args.pcap is not None:
+            raise UsageError(
+                error(
+                    "bad-input",
+                    "--pcap: an sk_msg program runs on a message sent on a socket, not on "
+                    "captured frames",
+                    hint="give the message with --msg TEXT or --hex BYTES",
+                )
+            )
+        if given is None:
+            raise UsageError(
+                error("bad-input", "no message to run on", hint="add --msg TEXT or --hex BYTES")
+            )
+        return [(1, args.msg.encode() if args.msg is not None else packets.parse_hex(args.hex))]
+    if args.msg is not None:
+        raise UsageError(
+            error(
+                "bad-input",
+                f"--msg is the message of an sk_msg program; {what} programs run on frames",
+                hint="give a frame with --hex or a capture with --pcap",
+            )
+        )
+    if args.pcap:
+        frames = [
+            (f.index, f.data)
+            for f in packets.read_pcap(args.pcap, limit=args.limit, warnings=warnings)
+        ]
+        if not frames:
+            raise UsageError(error("bad-capture", f"{args.pcap}: the capture holds no packet"))
+        return frames
+    if args.hex is None:
+        raise UsageError(
+            error("bad-input", "no packet to run on", hint="add --hex FRAME or --pcap FILE")
+        )
+    return [(1, packets.parse_hex(args.hex))]
+
+
 def _print_result(r, repeat: int) -> None:
     head = f"#{r.index:<5} {r.length:>5} B  "
     if r.skipped:
@@ -162,7 +241,7 @@ def _print_result(r, repeat: int) -> None:
         return
     ns = f"  {r.duration_ns} ns/run" if repeat > 1 else ""
     print(f"{head}{r.verdict:<12} {r.summary}{ns}")
-    for line in r.changes:
+    for line in r.changes + r.effects:
         print(f"        {line}")
 
 

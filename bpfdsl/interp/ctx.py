@@ -147,6 +147,51 @@ def _ip6(addr: str | bytes) -> bytes:
     return addr if isinstance(addr, bytes) else ipaddress.IPv6Address(addr).packed
 
 
+# Settable fields of the socket contexts (include/uapi/linux/bpf.h struct sk_msg_md and
+# struct bpf_sock_ops): name -> (byte offset, size, form).  Forms: "u32"/"u64" plain
+# numbers; "family" AF_INET/AF_INET6; "ip4"/"ip6" addresses (network order in the struct);
+# "port_be" remote port (the struct holds it in network order, in the upper 16 bits of the
+# u32 on little endian: skc_dport << 16); "port_host" local port (host order, skc_num);
+# "op" a BPF_SOCK_OPS_* callback; "args" args[0..3]; "state" a BPF_TCP_* state;
+# "cb_flags" BPF_SOCK_OPS_*_CB_FLAG bits.  Pointers (data, data_end, sk, skb_data) and
+# ``sk_msg_md.size`` (the message length) follow from the run's input instead.
+_SOCK_FIELDS = {
+    "family": (0, 4, "family"),
+    "remote_ip4": (4, 4, "ip4"),
+    "local_ip4": (8, 4, "ip4"),
+    "remote_ip6": (12, 16, "ip6"),
+    "local_ip6": (28, 16, "ip6"),
+    "remote_port": (44, 4, "port_be"),
+    "local_port": (48, 4, "port_host"),
+}
+SK_MSG_MD_FIELDS: dict[str, tuple[int, int, str]] = {
+    k: (o + 16, n, f) for k, (o, n, f) in _SOCK_FIELDS.items()
+}
+# the u32 run of struct bpf_sock_ops after the socket fields, from offset 72 on
+_SOCK_OPS_U32 = (
+    "is_fullsock", "snd_cwnd", "srtt_us", "bpf_sock_ops_cb_flags", "state", "rtt_min",
+    "snd_ssthresh", "rcv_nxt", "snd_nxt", "snd_una", "mss_cache", "ecn_flags",
+    "rate_delivered", "rate_interval_us", "packets_out", "retrans_out", "total_retrans",
+    "segs_in", "data_segs_in", "segs_out", "data_segs_out", "lost_out", "sacked_out",
+    "sk_txhash",
+)  # fmt: skip
+_SOCK_OPS_FORMS = {"state": "state", "bpf_sock_ops_cb_flags": "cb_flags"}
+BPF_SOCK_OPS_FIELDS: dict[str, tuple[int, int, str]] = {
+    "op": (0, 4, "op"),
+    "args": (4, 16, "args"),
+    **{k: (o + 20, n, f) for k, (o, n, f) in _SOCK_FIELDS.items()},
+    **{n: (72 + 4 * i, 4, _SOCK_OPS_FORMS.get(n, "u32")) for i, n in enumerate(_SOCK_OPS_U32)},
+    "bytes_received": (168, 8, "u64"),
+    "bytes_acked": (176, 8, "u64"),
+    "skb_len": (208, 4, "u32"),
+    "skb_tcp_flags": (212, 4, "u32"),
+}
+CTX_FIELDS: dict[str, dict[str, tuple[int, int, str]]] = {
+    "sk_msg_md": SK_MSG_MD_FIELDS,
+    "bpf_sock_ops": BPF_SOCK_OPS_FIELDS,
+}
+
+
 @dataclass
 class SockInfo:
     """The socket an sk_msg program runs for, as the user describes it.
@@ -162,6 +207,49 @@ class SockInfo:
     remote_port: int = 0
     cookie: int = 1  # bpf_get_socket_cookie
     state: int = 1  # TCP_ESTABLISHED (include/net/tcp_states.h)
+
+    @classmethod
+    def from_fields(cls, fields: dict) -> SockInfo:
+        """The socket a context's fields describe: ``family``, ``remote_ip4``/``local_ip4``
+        or ``remote_ip6``/``local_ip6`` (text or network-order bytes), ``remote_port`` /
+        ``local_port`` (host-order numbers), ``state``; others are ignored."""
+        six = socket.AF_INET6 if {"remote_ip6", "local_ip6"} & set(fields) else socket.AF_INET
+        family = fields.get("family", six)
+        v, loopback = ("6", "::1") if family == socket.AF_INET6 else ("4", "127.0.0.1")
+        return cls(
+            family=family,
+            local_ip=fields.get(f"local_ip{v}", loopback),
+            remote_ip=fields.get(f"remote_ip{v}", loopback),
+            local_port=fields.get("local_port", 0),
+            remote_port=fields.get("remote_port", 0),
+            state=fields.get("state", 1),  # BPF_TCP_ESTABLISHED
+        )
+
+    def describe(self) -> str:
+        """``local 10.0.0.1:80 remote 10.0.0.2:4000`` (IPv6 in brackets)."""
+
+        def ep(ip: str | bytes, port: int) -> str:
+            if isinstance(ip, bytes):
+                ip = str(ipaddress.ip_address(ip))
+            return f"[{ip}]:{port}" if ":" in str(ip) else f"{ip}:{port}"
+
+        return (
+            f"local {ep(self.local_ip, self.local_port)} "
+            f"remote {ep(self.remote_ip, self.remote_port)}"
+        )
+
+    def peer(self) -> SockInfo:
+        """The other end of this connection (addresses and ports swapped), e.g. the socket
+        a local-acceleration sk_msg program redirects into; cookie + 1."""
+        return SockInfo(
+            self.family,
+            self.remote_ip,
+            self.local_ip,
+            self.remote_port,
+            self.local_port,
+            self.cookie + 1,
+            self.state,
+        )
 
 
 def _addr_image(img: bytearray, s: SockInfo, at: int) -> None:
@@ -187,7 +275,15 @@ class SkMsgContext(CtxRegion):
     the host-order number (``skc_num``); addresses are the raw network-order words.
     """
 
-    __slots__ = ("pkt", "sock", "image", "apply_bytes", "cork_bytes", "redirect")
+    __slots__ = (
+        "pkt",
+        "sock",
+        "image",
+        "apply_bytes",
+        "cork_bytes",
+        "redirect",
+        "redirect_miss",
+    )
 
     def __init__(self, message: bytes, sock: SockInfo | None = None) -> None:
         super().__init__("ctx", bytearray(80), name="sk_msg_md", writable=False)
@@ -196,6 +292,8 @@ class SkMsgContext(CtxRegion):
         self.apply_bytes = 0
         self.cork_bytes = 0
         self.redirect: tuple | None = None
+        # (map name, key bytes, flags, why) of the last msg_redirect_* that found no socket
+        self.redirect_miss: tuple | None = None
         img = bytearray(80)
         _addr_image(img, self.sock, 16)
         self.image = img
@@ -221,7 +319,9 @@ class SkMsgContext(CtxRegion):
 
 class SockOpsContext(CtxRegion):
     """``struct bpf_sock_ops`` for one callback ``op`` (``BPF_SOCK_OPS_*``) on a full TCP
-    socket described by ``sock``; ``args`` fill ``args[0..3]``.  Programs may write
+    socket described by ``sock``; ``args`` fill ``args[0..3]``; ``fields`` set other
+    numeric fields of :data:`BPF_SOCK_OPS_FIELDS` (``snd_cwnd``, ``srtt_us``,
+    ``bpf_sock_ops_cb_flags``...; ``is_fullsock`` is 1 unless given).  Programs may write
     ``reply``/``replylong`` and ``sk_txhash``; other fields are read-only
     (``sock_ops_is_valid_access``).  Loads follow ``sock_ops_convert_ctx_access``."""
 
@@ -230,7 +330,13 @@ class SockOpsContext(CtxRegion):
     _WRITABLE = ((4, 20), (164, 168))  # reply/replylong, sk_txhash
     _U64 = (168, 176, 184, 192, 200, 216)  # bytes_received/acked, sk, skb_data*, hwtstamp
 
-    def __init__(self, op: int, sock: SockInfo | None = None, args: tuple[int, ...] = ()):
+    def __init__(
+        self,
+        op: int,
+        sock: SockInfo | None = None,
+        args: tuple[int, ...] = (),
+        fields: dict[str, int] | None = None,
+    ):
         super().__init__("ctx", bytearray(self.SIZE), name="bpf_sock_ops", writable=False)
         self.sock = sock or SockInfo()
         self.op = op
@@ -242,6 +348,11 @@ class SockOpsContext(CtxRegion):
         _addr_image(img, self.sock, 20)
         img[72:76] = (1).to_bytes(4, "little")  # is_fullsock
         img[88:92] = self.sock.state.to_bytes(4, "little")
+        for name, value in (fields or {}).items():
+            off, size, form = BPF_SOCK_OPS_FIELDS[name]
+            if form in ("u32", "u64", "cb_flags"):
+                img[off : off + size] = (value & ((1 << (8 * size)) - 1)).to_bytes(size, "little")
+        self.cb_flags = int.from_bytes(img[84:88], "little")
         self.image = img
 
     @property

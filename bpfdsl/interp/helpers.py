@@ -207,13 +207,14 @@ def _redirect_map(m: RunState, r1, r2, r3, *_):
     flags = r3
     extra = BPF_F_BROADCAST | BPF_F_EXCLUDE_INGRESS if is_devmap(mp.map_type) else 0
     if flags & ~(3 | extra):
+        m.redirect, m.redirect_miss = None, (mp.name, r2 & M32, flags, "flags")
         return XdpAction.ABORTED
     key = (r2 & M32).to_bytes(4, "little")
     assert isinstance(mp, SlotMap)
     if mp.target(key) is None and not flags & BPF_F_BROADCAST:
-        m.redirect = None
-        return flags & 3
-    m.redirect = (mp.name, r2 & M32, flags)
+        m.redirect, m.redirect_miss = None, (mp.name, r2 & M32, flags, "empty")
+        return flags & 3  # __bpf_xdp_redirect_map: the low bits of flags are the action
+    m.redirect, m.redirect_miss = (mp.name, r2 & M32, flags), None
     return XdpAction.REDIRECT
 
 

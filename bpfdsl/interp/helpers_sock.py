@@ -31,12 +31,14 @@ def _msg(m: RunState, name: str) -> SkMsgContext:
 def _msg_redirect(m: RunState, mp: Map, key: bytes, flags: int, name: str) -> int:
     x = _msg(m, name)
     if flags & ~BPF_F_INGRESS:
+        x.redirect, x.redirect_miss = None, (mp.name, key, flags, "flags")
         return SkAction.DROP
     assert isinstance(mp, SlotMap)
     sk = mp.target(key)
     if sk is None:
+        x.redirect, x.redirect_miss = None, (mp.name, key, flags, "empty")
         return SkAction.DROP
-    x.redirect = (mp.name, key, sk, flags)
+    x.redirect, x.redirect_miss = (mp.name, key, sk, flags), None
     return SkAction.PASS
 
 

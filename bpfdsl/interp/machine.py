@@ -85,7 +85,10 @@ class Machine(RunState):
     such as .rodata); ``maps``: for hand-built programs, the map of each fd that
     ``BPF_PSEUDO_MAP_FD`` / ``BPF_PSEUDO_MAP_VALUE`` ld_imm64s name (as the kernel resolves
     them); ``where(i)``: source span of instruction ``i`` or None; ``budget``:
-    instructions per run.  ``ctx``/``redirect``/``trace`` are per-run state.
+    instructions per run.  ``ctx``/``redirect``/``redirect_miss``/``trace`` are per-run
+    state: ``redirect`` the target of the last successful XDP redirect, ``redirect_miss``
+    ``(map name, key, flags, why)`` of the last ``redirect_map`` whose slot was empty
+    (``why`` = "empty") or whose flags the kernel refuses ("flags").
     """
 
     def __init__(
@@ -109,6 +112,7 @@ class Machine(RunState):
         self.frames: list[tuple[int, list[object]]] = []
         self.ctx: Region | None = None
         self.redirect: tuple | None = None
+        self.redirect_miss: tuple | None = None
         self.trace: list[str] = []
         self.executed = 0
         self._slots = slot_offsets(self.insns)
@@ -135,6 +139,7 @@ class Machine(RunState):
         self.frames = []
         self.ctx = ctx
         self.redirect = None
+        self.redirect_miss = None
         self.trace = []
         R[1] = Ptr(ctx, 0)
         R[10] = Ptr(StackRegion(0), 512)

@@ -57,9 +57,14 @@ class SlotMap(Map):
         if not self._key_ok(key):
             return -E2BIG
         present = self.slots.get(key) is not None
-        if flags == BPF_NOEXIST and (present or self.indexed):
+        # devmap/cpumap are arrays of always-present slots: BPF_NOEXIST is EEXIST and
+        # BPF_EXIST always fine (dev_map_update_elem, cpu_map_update_elem); sockmap and
+        # xskmap slots are empty until a socket goes in (sock_map_update_common,
+        # xsk_map_update_elem), like the hash kinds
+        arrays = self.map_type in (MapType.DEVMAP, MapType.CPUMAP)
+        if flags == BPF_NOEXIST and (present or arrays):
             return -EEXIST
-        if flags == BPF_EXIST and not present and not self.indexed:
+        if flags == BPF_EXIST and not present and not arrays:
             return -ENOENT
         self.slots[key] = value
         return 0

@@ -34,7 +34,11 @@ class InterpResult:
     (XDP: metadata + packet after the program; sk_msg: the message), ``redirect`` (XDP:
     ``(map name or "ifindex", key, flags)`` of the last successful redirect; sk_msg:
     ``(map name, key bytes, socket, flags)``), sk_msg ``apply_bytes``/``cork_bytes``,
-    ``trace`` (bpf_trace_printk lines), ``duration_ns`` (wall time of the run)."""
+    ``trace`` (bpf_trace_printk lines), ``duration_ns`` (wall time of the run);
+    ``redirect_miss``: ``(map name, key, flags, why)`` of the last redirect helper call
+    that found no target (``why`` "empty": no entry, the fallback was taken; "flags":
+    flags the kernel refuses); sock_ops ``reply`` (``bpf_sock_ops.reply`` after the run)
+    and ``cb_flags`` (``bpf_sock_ops_cb_flags`` after ``sock_ops_cb_flags_set``)."""
 
     retval: int
     data_out: bytes
@@ -43,6 +47,9 @@ class InterpResult:
     cork_bytes: int = 0
     trace: list[str] = field(default_factory=list)
     duration_ns: int = 0
+    redirect_miss: tuple | None = None
+    reply: int = 0
+    cb_flags: int = 0
 
 
 class InterpProgram:
@@ -100,7 +107,12 @@ class InterpProgram:
         dt = time.perf_counter_ns() - t0
         m = self.machine
         return InterpResult(
-            r0 & 0xFFFFFFFF, ctx.data_out(), m.redirect, trace=m.trace, duration_ns=dt
+            r0 & 0xFFFFFFFF,
+            ctx.data_out(),
+            m.redirect,
+            trace=m.trace,
+            duration_ns=dt,
+            redirect_miss=m.redirect_miss,
         )
 
     def run_sk_msg(self, message: bytes, sock: SockInfo | None = None) -> InterpResult:
@@ -117,18 +129,35 @@ class InterpProgram:
             ctx.cork_bytes,
             self.machine.trace,
             dt,
+            redirect_miss=ctx.redirect_miss,
         )
 
     def run_sock_ops(
-        self, op: int, sock: SockInfo | None = None, args: tuple[int, ...] = ()
+        self,
+        op: int,
+        sock: SockInfo | None = None,
+        args: tuple[int, ...] = (),
+        fields: dict[str, int] | None = None,
     ) -> InterpResult:
-        """Run the sock_ops callback ``op`` (``uapi.SockOpsOp``) for ``sock``; ``retval``
-        is r0, ``redirect`` is None, ``apply_bytes`` carries ``reply``."""
-        ctx = SockOpsContext(op, sock, args)
+        """Run the sock_ops callback ``op`` (``uapi.SockOpsOp``) for ``sock``; ``args`` and
+        ``fields`` as :class:`SockOpsContext` takes them.  ``retval`` is r0 (1: the kernel
+        uses ``reply``; 0: the callback fails with -EPERM), ``reply``/``cb_flags`` as the
+        program left them (``apply_bytes`` also carries ``reply``, as it always did)."""
+        ctx = SockOpsContext(op, sock, args, fields)
         t0 = time.perf_counter_ns()
         r0 = self.machine.run(ctx)
         dt = time.perf_counter_ns() - t0
-        return InterpResult(r0 & 0xFFFFFFFF, b"", None, ctx.reply, 0, self.machine.trace, dt)
+        return InterpResult(
+            r0 & 0xFFFFFFFF,
+            b"",
+            None,
+            ctx.reply,
+            0,
+            self.machine.trace,
+            dt,
+            reply=ctx.reply,
+            cb_flags=ctx.cb_flags,
+        )
 
     def run(self, data: bytes, **kw: Any) -> InterpResult:
         """:meth:`run_sk_msg` for sk_msg programs, else :meth:`run_xdp`."""

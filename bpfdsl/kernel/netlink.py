@@ -12,6 +12,7 @@ from __future__ import annotations
 import _socket  # socket's C module: if_nametoindex & co. without socket.py's enum set-up
 import errno
 import os
+import struct
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -316,3 +317,235 @@ def delete_link(dev: str, *, netns: str | None = None) -> None:
         except OSError:
             return  # already gone
         ipr.link("del", index=idx)
+
+
+# ---- can an interface transmit XDP-redirected frames? (raw netlink: the attach path) --
+#
+# A devmap redirect hands the frame to the target's ndo_xdp_xmit; the kernel refuses it
+# (the frame is dropped, counted in the driver's xdp drop stats) unless the target's
+# xdp_features have NETDEV_XDP_ACT_NDO_XMIT (kernel/bpf/devmap.c __xdp_enqueue) and the
+# target is up.  A veth sets that bit only while its *peer* has an XDP program or GRO
+# turned on (drivers/net/veth.c veth_set_xdp_features / xdp_features_set_redirect_target),
+# because veth_xdp_xmit queues the frame for the peer's NAPI, which runs only then, and
+# only while both ends are up.  The xdp_features come from the generic-netlink family
+# "netdev" (NETDEV_CMD_DEV_GET, Linux 6.3+); the veth's kind and peer from RTM_GETLINK.
+# Both are spoken here with _socket and struct, without pyroute2 (0.4 s of imports).
+
+NETLINK_ROUTE, NETLINK_GENERIC = 0, 16  # linux/netlink.h
+NLM_F_REQUEST = 1
+NLMSG_ERROR = 2
+RTM_GETLINK = 18
+GENL_ID_CTRL, CTRL_CMD_GETFAMILY = 0x10, 3  # linux/genetlink.h
+CTRL_ATTR_FAMILY_ID, CTRL_ATTR_FAMILY_NAME = 1, 2
+NETDEV_CMD_DEV_GET = 1  # linux/netdev.h
+NETDEV_A_DEV_IFINDEX, NETDEV_A_DEV_XDP_FEATURES = 1, 3
+NETDEV_XDP_ACT_NDO_XMIT = 1 << 2  # enum netdev_xdp_act
+IFLA_IFNAME, IFLA_LINK, IFLA_LINKINFO, IFLA_LINK_NETNSID, IFLA_XDP = 3, 5, 18, 37, 43
+IFLA_INFO_KIND = 1
+IFLA_XDP_ATTACHED = 2
+IFF_UP, IFF_LOWER_UP = 0x1, 0x10000
+
+
+def _nl_attrs(data: bytes) -> dict[int, bytes]:
+    """Netlink attributes (struct nlattr, 4-byte aligned) -> {type: payload}."""
+    out, off = {}, 0
+    while off + 4 <= len(data):
+        length, kind = struct.unpack_from("<HH", data, off)
+        if length < 4:
+            break
+        out[kind & 0x3FFF] = data[off + 4 : off + length]  # without NLA_F_NESTED/BYTEORDER
+        off += (length + 3) & ~3
+    return out
+
+
+def _nl_attr(kind: int, payload: bytes) -> bytes:
+    raw = struct.pack("<HH", 4 + len(payload), kind) + payload
+    return raw + bytes(-len(raw) % 4)
+
+
+def _nl_call(proto: int, msg_type: int, payload: bytes) -> bytes | None:
+    """One request, one answer: the payload of the first reply (after struct nlmsghdr),
+    None when the kernel answers with an error (or netlink is unavailable)."""
+    try:
+        s = _socket.socket(_socket.AF_NETLINK, _socket.SOCK_RAW | _socket.SOCK_CLOEXEC, proto)
+    except OSError:
+        return None
+    try:
+        s.settimeout(2.0)
+        s.bind((0, 0))
+        s.send(struct.pack("<IHHII", 16 + len(payload), msg_type, NLM_F_REQUEST, 1, 0) + payload)
+        data = s.recv(65536)
+    except OSError:
+        return None
+    finally:
+        s.close()
+    if len(data) < 16:
+        return None
+    length, kind = struct.unpack_from("<IH", data, 0)
+    if kind == NLMSG_ERROR:
+        return None
+    return data[16:length]
+
+
+def _genl_family(name: str) -> int | None:
+    reply = _nl_call(
+        NETLINK_GENERIC,
+        GENL_ID_CTRL,
+        struct.pack("<BBH", CTRL_CMD_GETFAMILY, 1, 0)
+        + _nl_attr(CTRL_ATTR_FAMILY_NAME, name.encode() + b"\0"),
+    )
+    fid = _nl_attrs(reply[4:]).get(CTRL_ATTR_FAMILY_ID) if reply else None
+    return struct.unpack("<H", fid[:2])[0] if fid else None
+
+
+def xdp_features(index: int) -> int | None:
+    """``NETDEV_XDP_ACT_*`` bits of interface ``index`` in the calling thread's network
+    namespace (generic netlink ``netdev`` NETDEV_CMD_DEV_GET); None where the kernel does
+    not say (before Linux 6.3, or no such interface)."""
+    fam = _genl_family("netdev")
+    if fam is None:
+        return None
+    reply = _nl_call(
+        NETLINK_GENERIC,
+        fam,
+        struct.pack("<BBH", NETDEV_CMD_DEV_GET, 1, 0)
+        + _nl_attr(NETDEV_A_DEV_IFINDEX, struct.pack("<I", index)),
+    )
+    raw = _nl_attrs(reply[4:]).get(NETDEV_A_DEV_XDP_FEATURES) if reply else None
+    return struct.unpack("<Q", raw[:8])[0] if raw and len(raw) >= 8 else None
+
+
+@dataclass(frozen=True, slots=True)
+class LinkFacts:
+    """RTM_GETLINK facts about one interface: ``name``, ``kind`` (``veth``... or "" for a
+    physical device), ``peer`` ifindex (IFLA_LINK; for a veth its other end),
+    ``peer_netnsid`` (None: the peer is in this namespace), ``up``/``lower_up``
+    (IFF_UP/IFF_LOWER_UP: a veth has carrier only while both ends are up), ``xdp``
+    (an XDP program is attached)."""
+
+    name: str
+    kind: str
+    peer: int
+    peer_netnsid: int | None
+    up: bool
+    lower_up: bool
+    xdp: bool
+
+
+def link_facts(index: int) -> LinkFacts | None:
+    """:class:`LinkFacts` of interface ``index`` in this namespace; None if it is gone."""
+    reply = _nl_call(NETLINK_ROUTE, RTM_GETLINK, struct.pack("<BxHiII", 0, 0, index, 0, 0))
+    if not reply or len(reply) < 16:
+        return None
+    flags = struct.unpack_from("<I", reply, 8)[0]
+    a = _nl_attrs(reply[16:])
+    info = _nl_attrs(a.get(IFLA_LINKINFO, b""))
+    xdp = _nl_attrs(a.get(IFLA_XDP, b""))
+    nsid = a.get(IFLA_LINK_NETNSID)
+    return LinkFacts(
+        a.get(IFLA_IFNAME, b"").rstrip(b"\0").decode(errors="replace"),
+        info.get(IFLA_INFO_KIND, b"").rstrip(b"\0").decode(errors="replace"),
+        struct.unpack("<I", a[IFLA_LINK][:4])[0] if IFLA_LINK in a else 0,
+        struct.unpack("<i", nsid[:4])[0] if nsid else None,
+        bool(flags & IFF_UP),
+        bool(flags & IFF_LOWER_UP),
+        bool(xdp.get(IFLA_XDP_ATTACHED, b"\0")[:1] != b"\0"),
+    )
+
+
+RTM_GETNSID, NETNSA_NSID, NETNSA_FD = 90, 1, 3  # linux/net_namespace.h
+
+
+def netns_named(nsid: int) -> str | None:
+    """The name under /run/netns of the namespace this one calls ``nsid`` (the
+    IFLA_LINK_NETNSID of a veth whose peer lives there); None when none matches."""
+    try:
+        names = sorted(os.listdir(NETNS_RUN_DIR))
+    except OSError:
+        return None
+    for name in names[:4096]:
+        try:
+            fd = os.open(os.path.join(NETNS_RUN_DIR, name), os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            reply = _nl_call(
+                NETLINK_ROUTE,
+                RTM_GETNSID,
+                struct.pack("<Bxxx", 0) + _nl_attr(NETNSA_FD, struct.pack("<I", fd)),
+            )
+        finally:
+            os.close(fd)
+        got = _nl_attrs(reply[4:]).get(NETNSA_NSID) if reply else None
+        if got and struct.unpack("<i", got[:4])[0] == nsid:
+            return name
+    return None
+
+
+def _peer(facts: LinkFacts) -> tuple[str | None, str | None]:
+    """(peer name, its /run/netns name or None when here); (None, None) when the peer
+    lives in a namespace without a name here."""
+    if facts.peer_netnsid is None:
+        return ifname(facts.peer), None
+    ns = netns_named(facts.peer_netnsid)
+    if ns is None:
+        return None, None
+    with in_netns(ns):
+        return ifname(facts.peer), ns
+
+
+def redirect_target_problem(index: int) -> tuple[str, str] | None:
+    """(warning, remedy) when frames XDP-redirected into interface ``index`` (a devmap
+    entry) would all be dropped by the kernel; None when it takes them (or cannot say).
+
+    Cases: a veth whose peer has neither an XDP program nor GRO (no NDO_XMIT); any other
+    device without XDP transmit; a target (or veth peer) that is down.
+    """
+    facts = link_facts(index)
+    if facts is None:
+        return None
+    dev = facts.name or f"ifindex {index}"
+    feats = xdp_features(index)
+    if facts.kind == "veth":
+        name, ns = _peer(facts)
+        if name is None:
+            peer = f"ifindex {facts.peer} in another network namespace"
+        else:
+            peer = name + (f" (network namespace {ns})" if ns else "")
+        run = f"nsenter --net={NETNS_RUN_DIR}/{ns} " if ns else ""
+        if feats is not None and not feats & NETDEV_XDP_ACT_NDO_XMIT:
+            remedy = (
+                f"attach an XDP program to {name} (one returning XDP_PASS will do: "
+                f"`{run}bpfdsl attach progs/xdp_pass.bpfd --dev {name}`), or turn GRO on "
+                f"there: `{run}ethtool -K {name} gro on`"
+                if name
+                else "attach an XDP program to the peer (one returning XDP_PASS will do), "
+                "or turn GRO on there (ethtool -K PEER gro on)"
+            )
+            return (
+                f"{dev} is a veth and its peer {peer} has no XDP program (and GRO off): "
+                f"the kernel drops every frame redirected into {dev} (veth_xdp_xmit needs "
+                "the peer's NAPI; the veth lacks NETDEV_XDP_ACT_NDO_XMIT)",
+                remedy,
+            )
+        if not facts.lower_up:
+            return (
+                f"{dev} is a veth without carrier ({dev} or its peer {peer} is down): the "
+                f"kernel drops every frame redirected into {dev}",
+                f"bring both ends up: `ip link set {dev} up`, and the same for the peer",
+            )
+        return None
+    if feats is not None and not feats & NETDEV_XDP_ACT_NDO_XMIT:
+        return (
+            f"{dev} cannot transmit XDP-redirected frames (its driver"
+            f"{' ' + facts.kind if facts.kind else ''} lacks ndo_xdp_xmit, "
+            "NETDEV_XDP_ACT_NDO_XMIT): the kernel drops every frame redirected into it",
+            "redirect to an interface whose driver supports XDP transmit "
+            "(see `ip -d link`, `ethtool -i`)",
+        )
+    if not facts.up:
+        return (
+            f"{dev} is down: the kernel drops every frame redirected into it",
+            f"`ip link set {dev} up`",
+        )
+    return None

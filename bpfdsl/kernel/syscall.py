@@ -30,6 +30,7 @@ from bpfdsl.abi.bpf_attr import (
     ProgAttachAttr,
     ProgInfo,
     ProgLoadAttr,
+    ProgQueryAttr,
     TestRunAttr,
 )
 from bpfdsl.abi.uapi import BPF_ANY, BPF_F_TEST_XDP_LIVE_FRAMES, BPF_OBJ_NAME_LEN, BpfCmd, MapType
@@ -466,6 +467,23 @@ def prog_detach_if_attached(target_fd: int, attach_type: int, prog_fd: int = 0) 
             return False
         raise
     return True
+
+
+def prog_query(target_fd: int, attach_type: int, *, max_progs: int = 64) -> tuple[list[int], int]:
+    """BPF_PROG_QUERY: (ids of the programs attached to ``target_fd`` for ``attach_type``,
+    attach flags).  ``target_fd``: a cgroup directory (sock_ops and the other cgroup hooks;
+    flags BPF_F_ALLOW_MULTI/OVERRIDE) or a sockmap/sockhash (sk_msg, sk_skb; Linux 5.19+).
+    Programs attached directly or through a link, in run order; without
+    BPF_F_QUERY_EFFECTIVE, so not those a cgroup inherits (as ``bpftool cgroup tree``)."""
+    ids = (C.c_uint32 * max_progs)()
+    a = ProgQueryAttr(
+        target_fd=int(target_fd),
+        attach_type=int(attach_type),
+        prog_ids=C.addressof(ids),
+        prog_cnt=max_progs,
+    )
+    sys_bpf(BpfCmd.PROG_QUERY, a)
+    return [int(ids[i]) for i in range(min(a.prog_cnt, max_progs))], int(a.attach_flags)
 
 
 def link_create(prog_fd: int, target: int, attach_type: int, flags: int = 0) -> Fd:

@@ -9,12 +9,14 @@ supported -- the same order libxdp and cilium/ebpf use.  Errors say what to do.
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import os
+import struct
 from dataclasses import dataclass, field, fields
 
-from bpfdsl.abi.uapi import BPF_F_REPLACE, AttachType, LinkType, ProgramType, XdpFlags
-from bpfdsl.diagnostics import DiagnosticError, UsageError, error
+from bpfdsl.abi.uapi import BPF_F_REPLACE, AttachType, LinkType, MapType, ProgramType, XdpFlags
+from bpfdsl.diagnostics import Diagnostic, DiagnosticError, UsageError, error
 from bpfdsl.kernel import libc, netlink, syscall
 from bpfdsl.runtime.cpumap import refuse_on_interface
 
@@ -402,3 +404,66 @@ def move_link_pin(att: XdpAttachment, link_pin: str) -> XdpAttachment:
         att.link_id,
         link_pin,
     )
+
+
+def devmap_target_warning(map_name: str, key: int, ifindex: int):
+    """A warning Diagnostic (``redirect-target-drops``) when devmap ``map_name`` slot
+    ``key`` sends to interface ``ifindex`` (this network namespace) and the kernel would
+    drop every frame redirected there (:func:`bpfdsl.kernel.netlink.redirect_target_problem`:
+    a veth whose peer has no XDP program nor GRO, a device without XDP transmit, a
+    device that is down); None when the target takes them."""
+    found = netlink.redirect_target_problem(ifindex)
+    if found is None:
+        return None
+    msg, remedy = found
+    return Diagnostic(
+        "warning", "redirect-target-drops", f"devmap '{map_name}' key {key}: {msg}", hints=[remedy]
+    )
+
+
+def devmap_warnings(prog_fd: int, limit: int = 1024) -> list:
+    """:func:`devmap_target_warning` for every entry (at most ``limit`` per map) of the
+    devmaps XDP program ``prog_fd`` uses (its map ids, BPF_OBJ_GET_INFO_BY_FD).  Never
+    raises: it runs after an attach succeeded, which a failed look must not undo."""
+    try:
+        return _devmap_warnings(prog_fd, limit)
+    except OSError:  # BpfError, netlink: no warning rather than a failed attach
+        return []
+
+
+def _devmap_warnings(prog_fd: int, limit: int) -> list:
+    info = syscall.prog_info(prog_fd)
+    n = int(info.nr_map_ids)
+    if not n:
+        return []
+    ids = (ctypes.c_uint32 * n)()
+    syscall.obj_get_info_by_fd(
+        prog_fd, syscall.ProgInfo(nr_map_ids=n, map_ids=ctypes.addressof(ids))
+    )
+    out = []
+    for map_id in ids:
+        try:
+            fd = syscall.get_fd_by_id("map", int(map_id))
+        except syscall.BpfError:
+            continue
+        with fd:
+            mi = syscall.map_info(fd)
+            if mi.type not in (MapType.DEVMAP, MapType.DEVMAP_HASH):
+                continue
+            name = mi.name.decode(errors="replace")
+            key, seen = None, set()
+            for _ in range(limit):
+                key = syscall.map_get_next_key(fd, key, 4)
+                if key is None:
+                    break
+                value = syscall.map_lookup(fd, key, mi.value_size)
+                if value is None:
+                    continue
+                ifindex = struct.unpack_from("<I", value)[0]
+                if ifindex in seen:
+                    continue
+                seen.add(ifindex)
+                w = devmap_target_warning(name, struct.unpack("<I", key)[0], ifindex)
+                if w is not None:
+                    out.append(w)
+    return out

@@ -19,7 +19,7 @@ from bpfdsl.kernel import netlink, syscall
 from bpfdsl.obj.collection import read_object
 from bpfdsl.obj.config import parse_config
 from bpfdsl.obj.spec import choose_program
-from bpfdsl.runtime import attach, loader, pins
+from bpfdsl.runtime import attach, cgroup, loader, pins, sockmap
 
 MANIFEST_NAMES = ("bpfdsl.json", "manifest", "bpfdsl_manifest")  # files the loader may write
 
@@ -311,8 +311,134 @@ def pin_dirs(
     return out
 
 
+def _prog_name_by_id(prog_id: int) -> str:
+    try:
+        with syscall.get_fd_by_id("prog", prog_id) as fd:
+            return _prog_name(fd)
+    except (syscall.BpfError, OSError):
+        return ""
+
+
+def _links(limit: int = 100_000) -> dict[tuple[str, int, int], int]:
+    """Cgroup and sockmap links: (kind, target id, prog id) -> link id, where the target
+    is the cgroup id (its directory's inode) or the map id (bpf_link_info.cgroup/.sockmap)."""
+    out: dict[tuple[str, int, int], int] = {}
+    link_id = 0
+    for _ in range(limit):
+        try:
+            link_id = syscall.get_next_id("link", link_id)
+        except syscall.BpfError:
+            break
+        if link_id is None:
+            break
+        try:
+            with syscall.get_fd_by_id("link", link_id) as fd:
+                i = syscall.link_info(fd)
+        except (syscall.BpfError, OSError):
+            continue
+        if i.type == LinkType.CGROUP:
+            out["cgroup", int(i.u[0]) | int(i.u[1]) << 32, int(i.prog_id)] = link_id
+        elif i.type == LinkType.SOCKMAP:
+            out["sockmap", int(i.u[0]), int(i.prog_id)] = link_id
+    return out
+
+
+def sock_ops_attachments(links: dict, *, max_dirs: int = 10_000) -> dict:
+    """sock_ops programs attached to the cgroup v2 hierarchy, per cgroup (as ``bpftool
+    cgroup tree`` lists them): ``{"root": mount, "attachments": [{cgroup, prog_id,
+    prog_name, via, link_id, multi}]}``; root None when no cgroup v2 is mounted."""
+    try:
+        root = cgroup.cgroup2_mount(mount_if_missing=False)
+    except DiagnosticError:
+        return {"root": None, "attachments": []}
+    out = []
+    seen = 0
+    for dirpath, dirs, _files in os.walk(root):
+        dirs.sort()
+        seen += 1
+        if seen > max_dirs:
+            break
+        try:
+            fd = os.open(dirpath, os.O_RDONLY | os.O_DIRECTORY)
+        except OSError:
+            continue
+        try:
+            ids, flags = syscall.prog_query(fd, AttachType.CGROUP_SOCK_OPS)
+            cg_id = os.fstat(fd).st_ino  # the cgroup id (kernfs node id) on 64-bit
+        except (syscall.BpfError, OSError):
+            continue
+        finally:
+            os.close(fd)
+        for prog_id in ids:
+            link_id = links.get(("cgroup", cg_id, prog_id))
+            out.append(
+                {
+                    "cgroup": dirpath,
+                    "prog_id": prog_id,
+                    "prog_name": _prog_name_by_id(prog_id),
+                    "via": "link" if link_id else "prog_attach",
+                    "link_id": link_id,
+                    "multi": bool(flags & 2),  # BPF_F_ALLOW_MULTI
+                }
+            )
+    return {"root": root, "attachments": out}
+
+
+def sk_msg_attachments(links: dict, *, limit: int = 100_000) -> list:
+    """sk_msg programs attached to sockmaps/sockhashes (BPF_SK_MSG_VERDICT; an sk_msg
+    program is attached to a map, not to a socket): ``[{map_id, map_name, map_type,
+    map_pin, sockets, prog_id, prog_name, via, link_id}]``, walking every map by id."""
+    out = []
+    map_id = 0
+    for _ in range(limit):
+        try:
+            map_id = syscall.get_next_id("map", map_id)
+        except syscall.BpfError:
+            break
+        if map_id is None:
+            break
+        try:
+            fd = syscall.get_fd_by_id("map", map_id)
+        except (syscall.BpfError, OSError):
+            continue
+        with fd:
+            try:
+                info = syscall.map_info(fd)
+                if info.type not in (MapType.SOCKMAP, MapType.SOCKHASH):
+                    continue
+                ids, _flags = syscall.prog_query(fd, AttachType.SK_MSG_VERDICT)
+            except (syscall.BpfError, OSError):
+                continue
+            if not ids:
+                continue
+            name = info.name.decode(errors="replace")
+            try:
+                count = sockmap.sockmap_count(int(fd), map_name=name, limit=100_000)
+            except (DiagnosticError, syscall.BpfError):
+                count = None
+        for prog_id in ids:
+            link_id = links.get(("sockmap", map_id, prog_id))
+            out.append(
+                {
+                    "map_id": map_id,
+                    "map_name": name,
+                    "map_type": _type_name(MapType, int(info.type)),
+                    "map_pin": None,  # filled by collect()
+                    "sockets": count,
+                    "prog_id": prog_id,
+                    "prog_name": _prog_name_by_id(prog_id),
+                    "via": "link" if link_id else "prog_attach",
+                    "link_id": link_id,
+                }
+            )
+    return out
+
+
 def collect(*, all_dirs: bool = False) -> dict:
-    """``{"attachments": [...], "pins": [{"dir", "objects": [...]}, ...]}`` (JSON-ready)."""
+    """``{"attachments": [...], "sock_ops": {...}, "sk_msg": [...], "pins": [{"dir",
+    "objects": [...]}, ...]}`` (JSON-ready): XDP on this namespace's interfaces, sock_ops
+    on cgroups (:func:`sock_ops_attachments`), sk_msg on socket maps
+    (:func:`sk_msg_attachments`), and what bpfdsl pinned."""
     pins = []
     link_pins: dict[int, str] = {}
     for d in pin_dirs(all_dirs=all_dirs):
@@ -336,4 +462,31 @@ def collect(*, all_dirs: bool = False) -> dict:
         if cur.link_id is not None:
             d["link_pin"] = link_pins.get(cur.link_id)
         atts.append(d)
-    return {"attachments": atts, "pins": pins}
+    links = _links()
+    sk_msg = sk_msg_attachments(links)
+    pinned = _map_pins({a["map_id"] for a in sk_msg})
+    for a in sk_msg:
+        a["map_pin"] = pinned.get(a["map_id"])
+    return {
+        "attachments": atts,
+        "sock_ops": sock_ops_attachments(links),
+        "sk_msg": sk_msg,
+        "pins": pins,
+    }
+
+
+def _map_pins(ids: set[int]) -> dict[int, str]:
+    """Map id -> a bpffs path pinning it, for the maps ``ids`` (any pin dir, not only
+    bpfdsl's; the walk stops once all are found)."""
+    found: dict[int, str] = {}
+    if not ids:
+        return found
+    for d in pin_dirs(all_dirs=True):
+        for n in sorted(os.listdir(d)):
+            p = os.path.join(d, n)
+            if os.path.isfile(p) and (o := _describe(p)) is not None and o["id"] in ids:
+                if o["kind"] == "map":
+                    found.setdefault(o["id"], p)
+        if len(found) == len(ids):
+            break
+    return found

@@ -152,16 +152,20 @@ def load_collection(
     pin_dir: str | None = None,
     log_level: int = 0,
     log_size: int = 1 << 20,
+    pinning: bool = True,
 ) -> Collection:
     """Load ``spec``; ``config`` maps .rodata VAR names to int/bytes/str values;
     ``pin_dir`` is where maps with ``pinning: LIBBPF_PIN_BY_NAME`` live (default
-    /sys/fs/bpf).  Raises LoadError, VerifierError, PermissionError (BpfPermissionError)."""
+    /sys/fs/bpf).  ``pinning=False`` (test runs) ignores that attribute: such maps are
+    created fresh and never pinned nor reused, so the load leaves nothing on bpffs and
+    touches no live map (a warning in ``Collection.warnings`` says so).
+    Raises LoadError, VerifierError, PermissionError (BpfPermissionError)."""
     coll = Collection(spec)
     try:
         _check_license(spec)
         _load_btf(coll)
         for m in spec.maps.values():
-            _create_map(coll, m, pin_dir or DEFAULT_PIN_ROOT)
+            _create_map(coll, m, (pin_dir or DEFAULT_PIN_ROOT) if pinning else None)
         _check_configs(spec, config or {})
         for ds in spec.data_sections.values():
             _create_data_map(coll, ds, config or {})
@@ -244,7 +248,8 @@ def _map_create(coll: Collection, name: str, m: MapSpec, max_entries: int, **kw)
     return S.map_create(m.map_type, m.key_size, m.value_size, max_entries, **args, **kw)
 
 
-def _create_map(coll: Collection, m: MapSpec, pin_root: str) -> None:
+def _create_map(coll: Collection, m: MapSpec, pin_root: str | None) -> None:
+    """Create map ``m`` (or reuse its pin under ``pin_root``; None: never pin)."""
     max_entries = m.max_entries
     if m.map_type == MapType.CPUMAP:
         if m.key_size != 4 or m.value_size not in (4, 8):
@@ -256,7 +261,13 @@ def _create_map(coll: Collection, m: MapSpec, pin_root: str) -> None:
         max_entries, warn = cpumap.clamp_max_entries(m.max_entries, m.name)
         if warn:
             coll.warnings.append(warn)
-    path = os.path.join(pin_root, m.name) if m.pinning == PIN_BY_NAME else None
+    if m.pinning == PIN_BY_NAME and pin_root is None:
+        coll.warnings.append(
+            f"map '{m.name}' is pinned by name (LIBBPF_PIN_BY_NAME): this run uses a "
+            f"private copy, not the pin at {os.path.join(DEFAULT_PIN_ROOT, m.name)}, "
+            "and pins nothing"
+        )
+    path = os.path.join(pin_root, m.name) if m.pinning == PIN_BY_NAME and pin_root else None
     if path and pin_root.startswith(DEFAULT_PIN_ROOT):
         ensure_bpffs(DEFAULT_PIN_ROOT)
     if path and os.path.exists(path):

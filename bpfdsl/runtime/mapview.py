@@ -135,7 +135,140 @@ def _parse_untyped(text: str, size: int) -> bytes:
     return v.to_bytes(size, "little")
 
 
-class MapView:
+class MapCodec:
+    """Keys and values of one map as text and Python values, by the map's BTF types: the
+    one codec of ``bpfdsl map``, ``bpfdsl run`` (map changes) and the pytest plugin.
+
+    ``btf``: the BTF holding ``key_tid``/``value_tid`` (None or tid 0: untyped, hex and
+    little-endian integers).  Per-CPU values are ``ncpu`` values, each ``value_size``
+    bytes rounded up to 8 (the kernel's BPF_MAP_LOOKUP_ELEM layout).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        map_type: int,
+        key_size: int,
+        value_size: int,
+        btf: Btf | None = None,
+        key_tid: int = 0,
+        value_tid: int = 0,
+        ncpu: int = 1,
+    ) -> None:
+        self.name = name
+        self.type = int(map_type)
+        self.key_size = key_size
+        self.value_size = value_size
+        self.btf = btf
+        self.key_tid = key_tid if btf else 0
+        self.value_tid = value_tid if btf else 0
+        self.percpu = is_percpu(self.type)
+        self.ncpu = ncpu if self.percpu else 1
+        self.stride = (value_size + 7) & ~7 if self.percpu else value_size
+
+    @classmethod
+    def for_spec(cls, spec: Any, name: str, ncpu: int = 1) -> MapCodec:
+        """Codec of map ``name`` of a CollectionSpec (its BTF and key/value type ids)."""
+        m = spec.maps[name]
+        btf = spec.btf
+        return cls(
+            name, m.map_type, m.key_size, m.value_size, btf, m.key_type_id, m.value_type_id, ncpu
+        )
+
+    @property
+    def type_name(self) -> str:
+        try:
+            return MapType(self.type).name.lower()
+        except ValueError:
+            return str(self.type)
+
+    # ---- bytes <-> values
+    def key_value(self, data: bytes) -> Any:
+        if not self.key_tid and is_indexed(self.type) and len(data) == 4:
+            return int.from_bytes(data, "little")  # arrays (e.g. .rodata) have u32 indexes
+        return self._fmt(self.key_tid, data)
+
+    def value_value(self, data: bytes) -> Any:
+        """Decoded value; per-CPU maps give a list (one value per CPU)."""
+        if not self.percpu:
+            return self._fmt(self.value_tid, data)
+        vs = self.value_size
+        return [
+            self._fmt(self.value_tid, data[i * self.stride : i * self.stride + vs])
+            for i in range(self.ncpu)
+        ]
+
+    def _fmt(self, tid: int, data: bytes) -> Any:
+        if self.btf is None or not tid:
+            return data.hex(" ")
+        try:
+            return btf_values.format_value(self.btf, tid, data)
+        except (ValueError, KeyError, IndexError):
+            return data.hex(" ")
+
+    def parse_key(self, text: str) -> bytes:
+        return self._parse(self.key_tid, text, self.key_size, "key")
+
+    def parse_value(self, text: str) -> bytes:
+        """Value bytes from text; for per-CPU maps the same value goes to every CPU."""
+        one = self._parse(self.value_tid, text, self.value_size, "value")
+        if not self.percpu:
+            return one
+        return (one + bytes(self.stride - len(one))) * self.ncpu
+
+    def encode_key(self, obj: Any) -> bytes:
+        """Key bytes from a Python value: text as :meth:`parse_key` reads it, or a
+        dict/list/int/bool encoded by the BTF type (``btf_values.encode_value``)."""
+        return self._encode(self.key_tid, obj, self.key_size, "key")
+
+    def encode_value(self, obj: Any) -> bytes:
+        """One value's bytes (not replicated per CPU) from a Python value."""
+        return self._encode(self.value_tid, obj, self.value_size, "value")
+
+    def _encode(self, tid: int, obj: Any, size: int, what: str) -> bytes:
+        if isinstance(obj, str):
+            return self._parse(tid, obj, size, what)
+        if self.btf is None or not tid:
+            return self._parse(tid, str(obj), size, what)
+        try:
+            data = btf_values.encode_value(self.btf, tid, obj)
+        except ValueError as e:
+            raise UsageError(
+                error("bad-value", f"map {self.name!r}: bad {what} {obj!r}: {e}")
+            ) from None
+        return self._sized(data, obj, size, what)
+
+    def _parse(self, tid: int, text: str, size: int, what: str) -> bytes:
+        try:
+            if self.btf is not None and tid:
+                data = btf_values.parse_value(self.btf, tid, text)
+            else:
+                data = _parse_untyped(text, size)
+        except ValueError as e:
+            hint = (
+                None
+                if self.btf is not None and tid
+                else f"this map has no BTF type for its {what} ({size} bytes): give an "
+                "unsigned integer (little endian) or hex bytes, e.g. hex:0a000001"
+            )
+            raise UsageError(
+                error("bad-value", f"map {self.name!r}: bad {what} {text!r}: {e}", hint=hint)
+            ) from None
+        return self._sized(data, text, size, what)
+
+    def _sized(self, data: bytes, given: Any, size: int, what: str) -> bytes:
+        if len(data) != size:
+            raise UsageError(
+                error(
+                    "bad-value",
+                    f"map {self.name!r}: {what} {given!r} is "
+                    f"{len(data)} bytes, the map wants {size}",
+                )
+            )
+        return data
+
+
+class MapView(MapCodec):
     """An open map with typed access.  ``name``, ``info`` (syscall.MapInfo), ``btf``.
 
     Use as a context manager (closes the fd).  Values of per-CPU maps are lists, one per
@@ -159,14 +292,17 @@ class MapView:
             self.fd.close()
             raise UsageError(error("bad-map", f"{ref} is pinned but is not a map"))
         self.info = syscall.map_info(self.fd)
-        self.name = self.info.name.decode(errors="replace")
-        self.type = int(self.info.type)
-        self.btf = kernel_btf(int(self.info.btf_id))
-        self.key_tid = int(self.info.btf_key_type_id) if self.btf else 0
-        self.value_tid = int(self.info.btf_value_type_id) if self.btf else 0
-        self.percpu = is_percpu(self.type)
-        self.ncpu = syscall.possible_cpus() if self.percpu else 1
-        self.stride = (self.info.value_size + 7) & ~7 if self.percpu else self.info.value_size
+        btf = kernel_btf(int(self.info.btf_id))
+        super().__init__(
+            self.info.name.decode(errors="replace"),
+            int(self.info.type),
+            int(self.info.key_size),
+            int(self.info.value_size),
+            btf,
+            int(self.info.btf_key_type_id),
+            int(self.info.btf_value_type_id),
+            syscall.possible_cpus() if is_percpu(int(self.info.type)) else 1,
+        )
 
     def __enter__(self) -> MapView:
         return self
@@ -176,73 +312,6 @@ class MapView:
 
     def close(self) -> None:
         self.fd.close()
-
-    @property
-    def type_name(self) -> str:
-        try:
-            return MapType(self.type).name.lower()
-        except ValueError:
-            return str(self.type)
-
-    # ---- bytes <-> values
-    def key_value(self, data: bytes) -> Any:
-        if not self.key_tid and is_indexed(self.type) and len(data) == 4:
-            return int.from_bytes(data, "little")  # arrays (e.g. .rodata) have u32 indexes
-        return self._fmt(self.key_tid, data)
-
-    def value_value(self, data: bytes) -> Any:
-        """Decoded value; per-CPU maps give a list (one value per CPU)."""
-        if not self.percpu:
-            return self._fmt(self.value_tid, data)
-        vs = self.info.value_size
-        return [
-            self._fmt(self.value_tid, data[i * self.stride : i * self.stride + vs])
-            for i in range(self.ncpu)
-        ]
-
-    def _fmt(self, tid: int, data: bytes) -> Any:
-        if self.btf is None or not tid:
-            return data.hex(" ")
-        try:
-            return btf_values.format_value(self.btf, tid, data)
-        except (ValueError, KeyError, IndexError):
-            return data.hex(" ")
-
-    def parse_key(self, text: str) -> bytes:
-        return self._parse(self.key_tid, text, self.info.key_size, "key")
-
-    def parse_value(self, text: str) -> bytes:
-        """Value bytes from text; for per-CPU maps the same value goes to every CPU."""
-        one = self._parse(self.value_tid, text, self.info.value_size, "value")
-        if not self.percpu:
-            return one
-        return (one + bytes(self.stride - len(one))) * self.ncpu
-
-    def _parse(self, tid: int, text: str, size: int, what: str) -> bytes:
-        try:
-            if self.btf is not None and tid:
-                data = btf_values.parse_value(self.btf, tid, text)
-            else:
-                data = _parse_untyped(text, size)
-        except ValueError as e:
-            hint = (
-                None
-                if self.btf is not None and tid
-                else f"this map has no BTF type for its {what} ({size} bytes): give an "
-                "unsigned integer (little endian) or hex bytes, e.g. hex:0a000001"
-            )
-            raise UsageError(
-                error("bad-value", f"map {self.name!r}: bad {what} {text!r}: {e}", hint=hint)
-            ) from None
-        if len(data) != size:
-            raise UsageError(
-                error(
-                    "bad-value",
-                    f"map {self.name!r}: {what} {text!r} is "
-                    f"{len(data)} bytes, the map wants {size}",
-                )
-            )
-        return data
 
     # ---- kernel operations
     def entries(self, limit: int = _MAX_DUMP) -> Iterator[tuple[bytes, bytes | None]]:

@@ -5,40 +5,52 @@ Takes an object (a CollectionSpec), a program name and frames; returns one
 An *engine* is anything with ``run(program, packet, repeat) -> RunResult`` plus
 ``close()``; the engines are named in :data:`ENGINES`: ``kernel`` (:class:`KernelEngine`)
 and ``interp`` (:class:`InterpEngine`, the userspace interpreter; it also runs the program
-kinds BPF_PROG_TEST_RUN refuses: xdp(cpumap), xdp(devmap), sk_msg).
+kinds BPF_PROG_TEST_RUN refuses: xdp(cpumap), xdp(devmap), sk_msg, sock_ops).
 """
 
 from __future__ import annotations
 
 import errno
+import struct
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from bpfdsl.abi.uapi import ProgramKind
+from bpfdsl.abi.helpers import HELPERS
+from bpfdsl.abi.uapi import ProgramKind, SockOpsOp, is_percpu
 from bpfdsl.diagnostics import DiagnosticError, UsageError, error
 from bpfdsl.interp import InterpCollection
-from bpfdsl.interp.ctx import XDP_TEST_RUN_MAX
+from bpfdsl.interp.ctx import XDP_TEST_RUN_MAX, SockInfo
+from bpfdsl.interp.maps import SlotMap
 from bpfdsl.kernel import syscall
-from bpfdsl.runtime import loader
+from bpfdsl.runtime import loader, runinfo
 from bpfdsl.runtime.packets import ETH_HLEN, describe_change, summary
+from bpfdsl.runtime.runinfo import sock_ops_fields
 
 
 @dataclass(frozen=True, slots=True)
 class RunResult:
     """One run: ``retval`` (program return value), ``data_out`` (packet bytes after the
     program, wire order), ``duration_ns`` (mean ns per run over ``repeat`` runs; 0 when the
-    engine does not measure)."""
+    engine does not measure), ``outcome`` (what the engine saw the program do, raw, for
+    :func:`bpfdsl.runtime.runinfo.describe_outcome`: ``redirect``, ``redirect_miss``,
+    ``apply_bytes``, ``cork_bytes``, ``reply``, ``cb_flags``; empty when it cannot see)."""
 
     retval: int
     data_out: bytes
     duration_ns: int
+    outcome: dict = field(default_factory=dict)
 
 
 class Engine(Protocol):
-    """What ``bpfdsl run`` needs from an engine (kernel test run, interpreter)."""
+    """What ``bpfdsl run`` needs from an engine (kernel test run, interpreter);
+    ``warnings``: lines for the user about how the engine runs this object."""
 
-    def run(self, program: str, packet: bytes, repeat: int = 1) -> RunResult: ...
+    warnings: list[str]
+
+    def run(
+        self, program: str, packet: bytes, repeat: int = 1, ctx: dict | None = None
+    ) -> RunResult: ...
 
     def close(self) -> None: ...
 
@@ -50,24 +62,38 @@ class PacketSkipped(Exception):
 class KernelEngine:
     """BPF_PROG_TEST_RUN of programs loaded by :func:`bpfdsl.runtime.loader.load_collection`.
 
+    A test run leaves nothing behind: maps pinned by name (LIBBPF_PIN_BY_NAME) are private
+    copies here, neither pinned nor taken from an existing pin (``warnings`` says so).
     Raises LoadError/VerifierError (from the loader) when the object does not load.
     """
 
     name = "kernel"
 
     def __init__(self, spec, *, config: dict | None = None):
-        self._coll = loader.load_collection(spec, config=config or {})
+        self._coll = loader.load_collection(spec, config=config or {}, pinning=False)
+        self.warnings: list[str] = list(self._coll.warnings)
+        self.spec = spec
+        self.config = dict(config or {})
+        self.ncpus = syscall.possible_cpus()
 
-    def run(self, program: str, packet: bytes, repeat: int = 1) -> RunResult:
+    def run(
+        self, program: str, packet: bytes, repeat: int = 1, ctx: dict | None = None
+    ) -> RunResult:
+        """BPF_PROG_TEST_RUN; ``ctx`` (from :func:`bpfdsl.runtime.runinfo.parse_ctx`) fills the
+        ``struct xdp_md`` given as ctx_in: ``ingress_ifindex`` (an interface of this
+        network namespace) and ``rx_queue_index`` (one of its rx queues)."""
         fd = self._coll.programs[program].fd
         if len(packet) < ETH_HLEN:
             raise PacketSkipped(
                 f"{len(packet)} bytes: the kernel runs XDP only on frames of "
                 f"at least {ETH_HLEN} bytes"
             )
+        md = xdp_md_ctx(len(packet), ctx) if ctx else None
         try:
-            r = syscall.prog_test_run(fd, packet, repeat=max(1, repeat))
+            r = syscall.prog_test_run(fd, packet, repeat=max(1, repeat), ctx=md)
         except syscall.BpfError as e:
+            if md is not None and e.errno in (errno.ENODEV, errno.EINVAL):
+                raise _xdp_ctx_error(e.errno, ctx or {}) from None
             # ENOMEM: more than 3520 linear bytes + MAX_SKB_FRAGS (17) pages, 73152 bytes
             # (net/bpf/test_run.c bpf_prog_test_run_xdp); a BIG TCP or jumbogram record
             big = e.errno == errno.ENOMEM and len(packet) > 3520
@@ -82,12 +108,44 @@ class KernelEngine:
             raise
         return RunResult(r.retval, r.data_out, r.duration_ns)
 
+    def snapshot_maps(self, limit: int = 4096) -> dict[str, dict[bytes, bytes] | None]:
+        """Contents of the object's maps as BPF_MAP_LOOKUP_ELEM returns them (key ->
+        value bytes; per-CPU values concatenated); None for a map with more than
+        ``limit`` entries or values user space cannot read (sockmap, prog array...)."""
+        out: dict[str, dict[bytes, bytes] | None] = {}
+        for name, lm in self._coll.maps.items():
+            if lm.spec is None:
+                continue
+            vsize = lm.value_size
+            if is_percpu(lm.map_type):  # each CPU's value 8-aligned, possible CPUs
+                vsize = ((lm.value_size + 7) & ~7) * self.ncpus
+            entries: dict[bytes, bytes] | None = {}
+            key = None
+            try:
+                for _ in range(limit + 1):
+                    key = syscall.map_get_next_key(lm.fd, key, lm.key_size)
+                    if key is None:
+                        break
+                    v = syscall.map_lookup(lm.fd, key, vsize)
+                    if v is not None:
+                        entries[key] = v
+                else:
+                    entries = None
+            except syscall.BpfError:
+                entries = None
+            out[name] = entries
+        return out
+
+    def set_map(self, name: str, key: bytes, value: bytes) -> None:
+        """BPF_MAP_UPDATE_ELEM on map ``name`` (``value``: per-CPU maps all CPUs' bytes)."""
+        syscall.map_update(self._coll.maps[name].fd, key, value)
+
     def close(self) -> None:
         self._coll.close()
 
 
 class InterpEngine:
-    """The interpreter as an engine (:mod:`bpfdsl.interp`), over one object's :class:`~bpfdsl.obj.collection.CollectionSpec`.
+    """Userspace engine over one object's :class:`~bpfdsl.obj.collection.CollectionSpec`.
 
     ``collection`` gives access to the in-memory maps (fill them before running).
     Frames shorter than 14 bytes or longer than 73152 are skipped, as on the kernel; frames
@@ -98,27 +156,102 @@ class InterpEngine:
 
     def __init__(self, spec: Any, *, config: dict | None = None, **kw: Any) -> None:
         self.collection = InterpCollection(spec, config=config or {}, **kw)
+        self.warnings: list[str] = []  # nothing to report: no kernel state is touched
+        self.spec = spec
+        self.ncpus = self.collection.env.ncpus
 
-    def run(self, program: str, packet: bytes, repeat: int = 1) -> RunResult:
+    def run(self, program: str, packet: bytes, repeat: int = 1, ctx: dict | None = None):
         """Run ``program`` on ``packet`` ``repeat`` times (maps keep their changes);
-        the result of the last run, ``duration_ns`` = mean wall time per run."""
+        the result of the last run, ``duration_ns`` = mean wall time per run.  ``ctx``:
+        context fields -- XDP ``ingress_ifindex``/``rx_queue_index``/``egress_ifindex``;
+        sk_msg the socket (``family``, ``*_ip4``/``*_ip6``, ``*_port``); sock_ops also
+        ``op`` (default BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB), ``args`` and numeric fields."""
         prog = self.collection.programs[program]
-        if len(packet) < ETH_HLEN and prog.kind and prog.kind.ctx == "xdp_md":
+        kind = prog.kind
+        ctx = ctx or {}
+        if len(packet) < ETH_HLEN and kind and kind.ctx == "xdp_md":
             raise PacketSkipped(  # the same frames the kernel engine refuses
                 f"{len(packet)} bytes: XDP runs only on frames of at least {ETH_HLEN} bytes"
             )
-        if len(packet) > XDP_TEST_RUN_MAX and prog.kind and prog.kind.ctx == "xdp_md":
+        if len(packet) > XDP_TEST_RUN_MAX and kind and kind.ctx == "xdp_md":
             raise PacketSkipped(
                 f"{len(packet)} bytes: longer than an XDP test run takes ({XDP_TEST_RUN_MAX} "
                 "bytes: 3520 linear + 17 page frags)"
             )
+        if kind is not None and kind.ctx == "sk_msg_md":
+            sock = SockInfo.from_fields(ctx)
+            call = lambda: prog.run_sk_msg(packet, sock)  # noqa: E731
+        elif kind is not None and kind.ctx == "bpf_sock_ops":
+            sock = SockInfo.from_fields(ctx)
+            op = ctx.get("op", int(SockOpsOp.ACTIVE_ESTABLISHED_CB))
+            args, fields = tuple(ctx.get("args", ())), sock_ops_fields(ctx)
+            call = lambda: prog.run_sock_ops(op, sock, args, fields)  # noqa: E731
+        else:
+            xdp = {
+                k: ctx[k]
+                for k in ("ingress_ifindex", "rx_queue_index", "egress_ifindex")
+                if k in ctx
+            }
+            call = lambda: prog.run(packet, **xdp)  # noqa: E731
         total = 0
         res = None
         for _ in range(max(1, repeat)):
-            res = prog.run(packet)
+            res = call()
             total += res.duration_ns
         assert res is not None
-        return RunResult(res.retval, res.data_out, total // max(1, repeat))
+        outcome = {
+            "redirect": res.redirect,
+            "redirect_miss": res.redirect_miss,
+            "apply_bytes": res.apply_bytes,
+            "cork_bytes": res.cork_bytes,
+            "reply": res.reply,
+            "cb_flags": res.cb_flags,
+            "trace": res.trace,
+        }
+        return RunResult(res.retval, res.data_out, total // max(1, repeat), outcome)
+
+    def snapshot_maps(self, limit: int = 4096) -> dict[str, dict[bytes, Any] | None]:
+        """Contents of the ``.maps`` maps as BPF_MAP_LOOKUP_ELEM would return them (per-CPU
+        values concatenated, 8-byte aligned); redirect/socket maps: their entries (bytes
+        or socket objects).  None for a map of more than ``limit`` entries."""
+        out: dict[str, dict[bytes, Any] | None] = {}
+        for name, m in self.collection.maps.items():
+            if isinstance(m, SlotMap):
+                out[name] = dict(m.slots) if len(m.slots) <= limit else None
+            elif m.max_entries <= limit or len(m.keys()) <= limit:
+                out[name] = m.kernel_dump()
+            else:
+                out[name] = None
+        return out
+
+    def restore_maps(self, snapshot: dict[str, dict[bytes, Any] | None]) -> None:
+        """Make the maps hold exactly ``snapshot`` (as :meth:`snapshot_maps` or the kernel
+        engine's ``snapshot_maps`` give it: per-CPU values concatenated, 8-byte aligned);
+        maps absent or None in it keep their contents."""
+        for name, entries in snapshot.items():
+            m = self.collection.maps.get(name)
+            if m is None or entries is None:
+                continue
+            if isinstance(m, SlotMap):
+                m.slots = dict(entries)
+                continue
+            for key in m.keys():
+                if key not in entries and m.remove(key) is False:
+                    m.set(
+                        key,
+                        bytes(m.value_size) if not m.percpu else [bytes(m.value_size)] * m.ncpus,
+                    )
+            for key, value in entries.items():
+                self.set_map(name, key, value)
+
+    def set_map(self, name: str, key: bytes, value: Any) -> None:
+        """Userspace update of map ``name`` (``value``: bytes, per-CPU maps all CPUs'
+        values concatenated as the kernel takes them, or a socket for socket maps)."""
+        m = self.collection.maps[name]
+        if m.percpu and isinstance(value, (bytes, bytearray)):
+            step = (m.value_size + 7) & ~7
+            value = [bytes(value[i * step : i * step + m.value_size]) for i in range(m.ncpus)]
+        m.set(key, value)
 
     def close(self) -> None:
         pass
@@ -126,6 +259,32 @@ class InterpEngine:
 
 # engine name -> factory(spec, *, config) -> Engine
 ENGINES: dict[str, Callable[..., Engine]] = {"kernel": KernelEngine, "interp": InterpEngine}
+
+
+def xdp_md_ctx(packet_len: int, ctx: dict) -> bytes:
+    """``struct xdp_md`` for BPF_PROG_TEST_RUN's ctx_in (include/uapi/linux/bpf.h; the
+    kernel's xdp_convert_md_to_buff): data 0 (no metadata), data_end = ``packet_len``
+    (bytes), ``ingress_ifindex`` and ``rx_queue_index`` from ``ctx``, egress_ifindex 0."""
+    idx, q = ctx.get("ingress_ifindex", 0), ctx.get("rx_queue_index", 0)
+    return struct.pack("<6I", 0, packet_len, 0, idx, q, 0)
+
+
+def _xdp_ctx_error(err: int, ctx: dict) -> UsageError:
+    """The kernel's refusal of a test run's ``struct xdp_md`` (xdp_convert_md_to_buff)."""
+    idx, q = ctx.get("ingress_ifindex", 0), ctx.get("rx_queue_index", 0)
+    if err == errno.ENODEV:
+        why = f"no interface with ifindex {idx} in this network namespace"
+    elif q and not idx:
+        why = f"rx_queue_index {q} needs an ingress_ifindex"
+    else:
+        why = f"interface {idx} has no rx queue {q} (the kernel requires rx_queue_index < its rx queues)"
+    return UsageError(
+        error(
+            "bad-ctx",
+            f"the kernel refused the struct xdp_md of the test run: {why}",
+            hint="see `ip -d link` for ifindexes and queues, or use --engine interp",
+        )
+    )
 
 
 def open_engine(name: str, spec, *, config: dict | None = None) -> Engine:
@@ -144,8 +303,11 @@ def open_engine(name: str, spec, *, config: dict | None = None) -> Engine:
 @dataclass(slots=True)
 class PacketResult:
     """The outcome for one frame: ``index`` (1-based), ``verdict`` name (``XDP_PASS``...),
-    ``data_out``, ``changes`` (human lines), ``duration_ns``; ``skipped`` says why the
-    frame was not run (then ``retval`` is None)."""
+    ``data_out``, ``changes`` (human lines: how the bytes changed), ``effects`` (human
+    lines: redirect target or empty slot, map entries changed...), ``duration_ns``;
+    ``skipped`` says why the frame was not run (then ``retval`` is None); ``outcome`` (redirect target or miss,
+    sk_msg/sock_ops results) and ``map_changes`` (``{map, key, old, new}``, decoded) as
+    JSON-ready dicts."""
 
     index: int
     length: int
@@ -156,6 +318,9 @@ class PacketResult:
     changes: list[str] = field(default_factory=list)
     duration_ns: int = 0
     skipped: str = ""
+    outcome: dict = field(default_factory=dict)
+    map_changes: list[dict] = field(default_factory=list)
+    effects: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return {
@@ -168,6 +333,9 @@ class PacketResult:
             "changes": self.changes,
             "duration_ns": self.duration_ns,
             "skipped": self.skipped or None,
+            **({"effects": self.effects} if self.effects else {}),
+            **({"outcome": self.outcome} if self.outcome else {}),
+            **({"map_changes": self.map_changes} if self.map_changes else {}),
         }
 
 
@@ -179,6 +347,47 @@ def verdict_name(kind: ProgramKind, retval: int) -> str:
     return f"unknown ({retval})"
 
 
+def choose_program(spec, name: str | None) -> tuple[str, ProgramKind]:
+    """The program to run: ``name`` or the only one in ``spec``; with its kind.
+
+    Raises UsageError when the name is unknown or the choice is ambiguous.
+    """
+    progs = spec.programs
+    if not progs:
+        raise UsageError(error("unknown-program", "the object holds no program"))
+    if name is None:
+        if len(progs) > 1:
+            raise UsageError(
+                error(
+                    "unknown-program",
+                    f"the object holds {len(progs)} programs",
+                    hint=f"pick one with --prog: {', '.join(sorted(progs))}",
+                )
+            )
+        name = next(iter(progs))
+    if name not in progs:
+        by_section = [p for p in progs.values() if p.section == name]
+        if len(by_section) != 1:
+            raise UsageError(
+                error(
+                    "unknown-program",
+                    f"no program named {name!r}",
+                    hint=f"programs: {', '.join(sorted(progs))}",
+                )
+            )
+        name = by_section[0].name
+    kind = progs[name].kind
+    if kind is None:
+        raise UsageError(
+            error(
+                "unknown-program",
+                f"program {name!r} is in section "
+                f"{progs[name].section!r}, which is no known program kind",
+            )
+        )
+    return name, kind
+
+
 def run_packets(
     engine: Engine,
     program: str,
@@ -187,25 +396,105 @@ def run_packets(
     *,
     repeat: int = 1,
     describe: bool = True,
+    ctx: dict | None = None,
 ) -> list[PacketResult]:
-    """Run ``program`` on each ``(index, frame)``; one :class:`PacketResult` each.
+    """Run ``program`` on each ``(index, frame)``; one :class:`PacketResult` each.  For
+    sk_msg the "frame" is the message, for sock_ops it is empty.  ``ctx``: context fields
+    (:func:`bpfdsl.runtime.runinfo.parse_ctx`).  With ``describe``, each result also says what the
+    program did: bytes changed, redirect target or empty slot, map entries changed (by BTF
+    type, as ``bpfdsl map dump`` shows them).
 
     A frame the engine cannot run is reported as skipped, not raised; kernel failures
     other than that propagate.
     """
+    sock = kind.ctx in ("sk_msg_md", "bpf_sock_ops")
+    spec = getattr(engine, "spec", None)
+    snapshot = getattr(engine, "snapshot_maps", None) if describe and spec is not None else None
+    ncpu = getattr(engine, "ncpus", 1)
+    replay = _Replay(engine)
+    redirects = spec is not None and _redirects(spec, program)
     out: list[PacketResult] = []
     for index, data in packets:
-        res = PacketResult(index, len(data), summary(data) if describe else "")
+        line = ""
+        if describe:
+            line = runinfo.summary(kind, ctx or {}, data) if sock else summary(data)
+        res = PacketResult(index, len(data), line)
+        before = snapshot() if snapshot is not None else None
         try:
-            r = engine.run(program, data, repeat)
+            r = engine.run(program, data, repeat, ctx=ctx)
         except PacketSkipped as e:
             res.skipped = str(e)
-        else:
-            res.retval, res.data_out, res.duration_ns = r.retval, r.data_out, r.duration_ns
-            res.verdict = verdict_name(kind, r.retval)
+            out.append(res)
+            continue
+        res.retval, res.data_out, res.duration_ns = r.retval, r.data_out, r.duration_ns
+        res.verdict = verdict_name(kind, r.retval)
+        if kind.ctx == "sk_msg_md":
+            res.changes = _message_change(data, r.data_out) if res.verdict == "SK_PASS" else []
+        elif not sock:
             res.changes = describe_change(data, r.data_out)
+        outcome = r.outcome
+        if describe and not outcome and before is not None and redirects:
+            outcome, note = replay.explain(program, data, ctx, before, r.retval)
+            res.effects += note
+        if describe and spec is not None:
+            lines, res.outcome = runinfo.describe_outcome(kind, spec, outcome, r.retval, ncpu)
+            res.effects += lines
+        if before is not None and snapshot is not None:
+            diff = runinfo.diff_maps(before, snapshot())
+            lines, res.map_changes = runinfo.map_change_lines(spec, diff, ncpu)
+            res.effects += lines
         out.append(res)
     return out
+
+
+_REDIRECT_HELPERS = ("redirect", "redirect_map")
+
+
+def _redirects(spec, program: str) -> bool:
+    """True when ``program`` calls bpf_redirect / bpf_redirect_map."""
+    ids = {HELPERS[n].id for n in _REDIRECT_HELPERS}
+    return any(i.is_helper_call and i.imm in ids for i in spec.programs[program].insns)
+
+
+class _Replay:
+    """Why a kernel test run returned what it did: BPF_PROG_TEST_RUN reports only the
+    verdict, so a redirect's target, or the empty slot whose fallback action came back,
+    is found by replaying the run on the interpreter from the same map contents.  The
+    replay's account is used only when its verdict equals the kernel's."""
+
+    def __init__(self, engine) -> None:
+        self.engine = engine
+        self.interp = None
+        self.broken = hasattr(engine, "collection")  # the engine is the interpreter itself
+
+    def explain(self, program: str, data: bytes, ctx, before: dict, retval: int):
+        """(outcome, note lines) for one kernel run that started from map state ``before``."""
+        if self.broken:
+            return {}, []
+        try:
+            if self.interp is None:
+                e = self.engine
+                self.interp = InterpEngine(e.spec, config=e.config, ncpus=e.ncpus)
+            self.interp.restore_maps(before)
+            r = self.interp.run(program, data, 1, ctx=ctx)
+        except (DiagnosticError, PacketSkipped, ValueError, OSError) as e:
+            self.broken = True
+            return {}, [f"(no account of the redirect: the interpreter cannot replay this: {e})"]
+        if r.retval != retval:
+            return {}, [
+                f"(no account of the redirect: the interpreter's replay returned {r.retval}, "
+                f"the kernel {retval})"
+            ]
+        return r.outcome, []
+
+
+def _message_change(before: bytes, after: bytes) -> list[str]:
+    """How an sk_msg program changed the message (msg_push_data / msg_pop_data)."""
+    if before == after:
+        return []
+    d = len(after) - len(before)
+    show = repr(after[:40])[1:] + ("..." if len(after) > 40 else "")
+    return [f"message {len(before)} -> {len(after)} bytes ({d:+d}): {show}"]
 
 
 def require_test_run(kind: ProgramKind, program: str, engine: str) -> None:

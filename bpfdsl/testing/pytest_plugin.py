@@ -6,6 +6,18 @@ environment (CI sets it) the skip becomes a failure, so a green run proves the k
 
 Fixtures ``bpf_engine`` ("interp", "kernel") and ``bpf_program`` (load a .bpfd/.o, fill
 maps, run a packet, read verdict, output bytes and maps) run one test on both engines.
+
+Program paths given to ``bpf_program`` that are relative resolve against the directory of
+the test file that asks (as pytest's own habits for data next to tests), then against the
+pytest rootdir; never against the current directory, so a test passes wherever pytest is
+started.  A path found in neither fails the test naming both paths tried.
+
+Under ``BPFDSL_REQUIRE_KERNEL=1`` the kernel half of a test never skips: what keeps it
+from running (a program kind the kernel cannot test-run, a context it cannot set, no
+socket map for an sk_msg run) fails it instead; mark such tests
+``@pytest.mark.bpf_engines("interp")``.  The kernel half of an sk_msg test runs its TCP
+connection in a fresh network namespace, so the ports it asks for are always free (no
+TIME_WAIT from an earlier run, nothing else listening there).
 """
 
 from __future__ import annotations
@@ -13,6 +25,7 @@ from __future__ import annotations
 import os
 import socket
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,12 +34,14 @@ import pytest
 
 from bpfdsl.abi.uapi import is_percpu, is_sockmap
 from bpfdsl.compiler import compile_file
-from bpfdsl.interp import InterpCollection
-from bpfdsl.kernel import syscall
+from bpfdsl.diagnostics import DiagnosticError
+from bpfdsl.interp import InterpCollection, SlotMap
+from bpfdsl.kernel import netlink, syscall
 from bpfdsl.obj.collection import read_object
 from bpfdsl.obj.spec import choose_program
 from bpfdsl.runtime import loader, sockmap
-from bpfdsl.runtime.testrun import verdict_name
+from bpfdsl.runtime.mapview import MapCodec
+from bpfdsl.runtime.testrun import verdict_name, xdp_md_ctx
 
 REQUIRE_ENV = "BPFDSL_REQUIRE_KERNEL"
 
@@ -48,6 +63,14 @@ def require_kernel() -> None:
     if os.environ.get(REQUIRE_ENV) == "1":
         pytest.fail(f"{REQUIRE_ENV}=1 but the kernel is not usable: {reason}", pytrace=False)
     pytest.skip(f"kernel not available: {reason}")
+
+
+def cannot_run(reason: str) -> None:
+    """The kernel half of a test cannot run here: skip with ``reason``, or fail under
+    BPFDSL_REQUIRE_KERNEL=1 (where a skip would hide that the kernel test did not run)."""
+    if os.environ.get(REQUIRE_ENV) == "1":
+        pytest.fail(f"{REQUIRE_ENV}=1 but the kernel half cannot run: {reason}", pytrace=False)
+    pytest.skip(reason)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -118,21 +141,70 @@ class BpfRun:
 
 
 class BpfMap:
-    """A map of a loaded program, same calls on both engines.  Keys/values are bytes or
-    ints (little endian, sized by the map); per-CPU values read back as lists."""
+    """A map of a loaded program, same calls on both engines.
 
-    def __init__(self, name: str, key_size: int, value_size: int, map_type: int, ncpus: int):
+    Keys/values given as bytes are the raw bytes; ints are little endian, sized by the map
+    (the raw form, as before); anything else is a typed value read by the map's BTF types
+    exactly as ``bpfdsl map update`` reads it (:class:`bpfdsl.runtime.mapview.MapCodec`): text such
+    as ``"10.0.0.1"``, ``"10.0.0.0/8"``, ``"fd00::1"``, a JSON object, or a dict / list
+    for structs and arrays (``{"sip": "10.0.0.1", "sport": 80}``; be16 fields in host
+    order).  :meth:`get`/:meth:`items` return raw bytes (per-CPU: lists);
+    :meth:`lookup`/:meth:`dump` return typed values as ``bpfdsl map lookup/dump`` shows
+    them (addresses as text, structs as dicts, per-CPU values as lists)."""
+
+    def __init__(
+        self, name: str, key_size: int, value_size: int, map_type: int, ncpus: int, codec=None
+    ):
         self.name, self.key_size, self.value_size = name, key_size, value_size
         self.map_type, self.ncpus = map_type, ncpus
+        self.codec = codec
 
     @property
     def percpu(self) -> bool:
         return is_percpu(self.map_type)
 
-    def _b(self, x: Any, size: int) -> bytes:
-        if isinstance(x, int):
+    def _b(self, x: Any, size: int, what: str = "value") -> bytes:
+        if isinstance(x, (bytes, bytearray, memoryview)):
+            return bytes(x)
+        if isinstance(x, int) and not isinstance(x, bool):
             return (x & ((1 << (8 * size)) - 1)).to_bytes(size, "little")
-        return bytes(x)
+        if self.codec is None:
+            raise TypeError(f"map {self.name!r}: {what} {x!r}: give bytes or an int")
+        return self.codec.encode_key(x) if what == "key" else self.codec.encode_value(x)
+
+    def _key(self, key: Any) -> bytes:
+        return self._b(key, self.key_size, "key")
+
+    def _value(self, value: Any) -> Any:
+        """Raw bytes of one value, or (per-CPU) a list of them, from raw or typed input."""
+        if self.percpu and isinstance(value, list):
+            return [self._b(v, self.value_size) for v in value]
+        return self._b(value, self.value_size)
+
+    def _raw(self, key: bytes) -> bytes | None:
+        """The value as BPF_MAP_LOOKUP_ELEM gives it (per-CPU: concatenated, 8-aligned)."""
+        v = self.get(key)
+        if isinstance(v, list):
+            pad = bytes((-self.value_size) % 8)
+            return b"".join(bytes(x) + pad for x in v)
+        return v if v is None or isinstance(v, bytes) else None
+
+    def lookup(self, key: Any) -> Any:
+        """The typed value of ``key`` (as ``bpfdsl map lookup`` shows it), None if absent."""
+        raw = self._raw(self._key(key))
+        if raw is None:
+            return None
+        return self.codec.value_value(raw) if self.codec else raw
+
+    def dump(self) -> list[tuple[Any, Any]]:
+        """Every entry as (typed key, typed value), as ``bpfdsl map dump`` lists them."""
+        out = []
+        for k in self.items():
+            raw = self._raw(k)
+            if raw is not None:
+                kv = self.codec.key_value(k) if self.codec else k
+                out.append((kv, self.codec.value_value(raw) if self.codec else raw))
+        return out
 
     def set(self, key: Any, value: Any) -> None:
         """Create or replace ``key`` (per-CPU maps: one value for all CPUs, or a list)."""
@@ -156,36 +228,40 @@ class BpfMap:
 
 
 class _InterpMap(BpfMap):
-    def __init__(self, m):
-        super().__init__(m.name, m.key_size, m.value_size, m.map_type, m.ncpus)
+    def __init__(self, m, codec=None):
+        super().__init__(m.name, m.key_size, m.value_size, m.map_type, m.ncpus, codec)
         self.m = m
 
     def set(self, key: Any, value: Any) -> None:
-        self.m.set(key, value)
+        if isinstance(self.m, SlotMap) and not isinstance(value, (bytes, bytearray, int, str)):
+            self.m.set(self._key(key), value)  # a socket object for sockmap/xskmap
+            return
+        self.m.set(self._key(key), self._value(value))
 
     def get(self, key: Any):
-        return self.m.get(key)
+        return self.m.get(self._key(key))
 
     def items(self):
         return dict(self.m.items())
 
 
 class _KernelMap(BpfMap):
-    def __init__(self, lm, ncpus: int):
-        super().__init__(lm.name, lm.key_size, lm.value_size, lm.map_type, ncpus)
+    def __init__(self, lm, ncpus: int, codec=None):
+        super().__init__(lm.name, lm.key_size, lm.value_size, lm.map_type, ncpus, codec)
         self.fd = lm.fd
 
     def _vsize(self) -> int:
         return ((self.value_size + 7) & ~7) * self.ncpus if self.percpu else self.value_size
 
     def set(self, key: Any, value: Any) -> None:
+        value = self._value(value)
         if self.percpu:
             vals = value if isinstance(value, list) else [value] * self.ncpus
             pad = (-self.value_size) % 8
-            raw = b"".join(self._b(v, self.value_size) + bytes(pad) for v in vals)
+            raw = b"".join(v + bytes(pad) for v in vals)
         else:
-            raw = self._b(value, self.value_size)
-        syscall.map_update(self.fd, self._b(key, self.key_size), raw)
+            raw = value
+        syscall.map_update(self.fd, self._key(key), raw)
 
     def _split(self, raw: bytes):
         if not self.percpu:
@@ -194,7 +270,7 @@ class _KernelMap(BpfMap):
         return [raw[i * step : i * step + self.value_size] for i in range(self.ncpus)]
 
     def get(self, key: Any):
-        raw = syscall.map_lookup(self.fd, self._b(key, self.key_size), self._vsize())
+        raw = syscall.map_lookup(self.fd, self._key(key), self._vsize())
         return None if raw is None else self._split(raw)
 
     def items(self):
@@ -229,12 +305,17 @@ class BpfProgram:
         self.interp = None
         if engine == "interp":
             self.interp = InterpCollection(spec, config=config or {})
-            self.maps = {n: _InterpMap(m) for n, m in self.interp.maps.items()}
+            self.maps = {
+                n: _InterpMap(m, MapCodec.for_spec(spec, n, m.ncpus))
+                for n, m in self.interp.maps.items()
+            }
         else:
-            self._coll = loader.load_collection(spec, config=config or {})
+            self._coll = loader.load_collection(spec, config=config or {}, pinning=False)
             n = syscall.possible_cpus()
             self.maps = {
-                k: _KernelMap(lm, n) for k, lm in self._coll.maps.items() if lm.spec is not None
+                k: _KernelMap(lm, n, MapCodec.for_spec(spec, k, n))
+                for k, lm in self._coll.maps.items()
+                if lm.spec is not None
             }
 
     def program(self, name: str) -> BpfProgram:
@@ -242,11 +323,14 @@ class BpfProgram:
         return BpfProgram(self.engine, self.spec, name, None, _of=self)
 
     def run(self, packet: Any, **ctx: Any) -> BpfRun:
-        """Run on ``packet`` (bytes or a scapy packet).  Interpreter keywords: XDP
-        ``ingress_ifindex``, ``rx_queue_index``, ``egress_ifindex``; sk_msg ``sock``
+        """Run on ``packet`` (bytes or a scapy packet).  Keywords: XDP ``ingress_ifindex``,
+        ``rx_queue_index`` (both engines; the kernel takes them as the test run's struct
+        xdp_md), ``egress_ifindex`` (interpreter); sk_msg ``sock``
         (:class:`bpfdsl.interp.SockInfo`).  On the kernel, sk_msg programs run on a
         loopback TCP connection (see :func:`_kernel_sk_msg`); other kinds that
-        BPF_PROG_TEST_RUN refuses (cpumap, devmap, sock_ops) skip the test."""
+        BPF_PROG_TEST_RUN refuses (cpumap, devmap, sock_ops) skip the test, or fail it
+        under BPFDSL_REQUIRE_KERNEL=1 (see :func:`cannot_run`)."""
+
         data = bytes(packet) if packet is not None else b""
         if self.engine == "interp":
             r = self.interp.programs[self.name].run(data, **ctx)
@@ -258,14 +342,17 @@ class BpfProgram:
         if self.kind.ctx == "sk_msg_md" and set(ctx) <= {"sock"}:
             return _kernel_sk_msg(self, data, ctx.get("sock"))
         if not self.kind.test_run:
-            pytest.skip(
+            cannot_run(
                 f"BPF_PROG_TEST_RUN refuses {self.kind.keyword or self.kind.section} programs "
-                "(tested with the interpreter and real traffic)"
+                "(tested with the interpreter and real traffic; mark the test "
+                '@pytest.mark.bpf_engines("interp"))'
             )
-        if ctx:
-            pytest.skip(f"the kernel test run cannot set {', '.join(ctx)}")
+        xdp_ctx = {"ingress_ifindex", "rx_queue_index"}
+        if ctx and (self.kind.ctx != "xdp_md" or not set(ctx) <= xdp_ctx):
+            cannot_run(f"the kernel test run cannot set {', '.join(sorted(set(ctx) - xdp_ctx))}")
 
-        r = syscall.prog_test_run(self._coll.programs[self.name].fd, data)
+        md = xdp_md_ctx(len(data), ctx) if ctx else None
+        r = syscall.prog_test_run(self._coll.programs[self.name].fd, data, ctx=md)
         return BpfRun(r.retval, verdict_name(self.kind, r.retval), r.data_out)
 
     def close(self) -> None:
@@ -278,22 +365,34 @@ def _kernel_sk_msg(prog: BpfProgram, data: bytes, sock) -> BpfRun:
     """sk_msg on the kernel: attach the program to the object's first sockmap/sockhash,
     put the client end of a loopback TCP connection (ports as ``sock`` says) into it,
     send ``data`` and see what the server end gets.  ``SK_DROP`` when sendmsg fails with
-    EACCES, else ``SK_PASS`` with ``data_out`` = the bytes that arrived (2 s at most)."""
+    EACCES, else ``SK_PASS`` with ``data_out`` = the bytes that arrived (2 s at most).
+
+    The connection lives in a network namespace made for this run (removed after it):
+    the ports ``sock`` names are free there whatever the machine runs, and no TIME_WAIT of
+    an earlier run of the same test can hold them."""
+
     socks = [m for m in prog._coll.maps.values() if is_sockmap(m.map_type)]
     if not socks:
-        pytest.skip("the sk_msg program has no sockmap/sockhash to attach to")
+        cannot_run("the sk_msg program has no sockmap/sockhash to attach to")
     fam = getattr(sock, "family", socket.AF_INET)
     host = "::1" if fam == socket.AF_INET6 else "127.0.0.1"
-    srv = socket.socket(fam, socket.SOCK_STREAM)
-    cli = socket.socket(fam, socket.SOCK_STREAM)
-    conn = None
+    ns = f"bpfdsl-skmsg-{uuid.uuid4().hex[:8]}"
     try:
+        netlink.create_netns(ns)  # loopback up
+    except (OSError, DiagnosticError) as e:
+        cannot_run(f"cannot make a network namespace for the sk_msg connection: {e}")
+    srv = cli = conn = None
+    try:
+        with netlink.in_netns(ns):  # the sockets stay in it
+            srv = socket.socket(fam, socket.SOCK_STREAM)
+            cli = socket.socket(fam, socket.SOCK_STREAM)
         srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        cli.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             srv.bind((host, getattr(sock, "remote_port", 0)))
             cli.bind((host, getattr(sock, "local_port", 0)))
         except OSError as e:
-            pytest.skip(f"cannot bind the loopback ports the test asks for: {e}")
+            cannot_run(f"cannot bind the loopback ports the test asks for: {e}")
         srv.listen(1)
         cli.settimeout(2)
         cli.connect(srv.getsockname()[:2])
@@ -320,6 +419,29 @@ def _kernel_sk_msg(prog: BpfProgram, data: bytes, sock) -> BpfRun:
         for s in (cli, conn, srv):
             if s is not None:
                 s.close()
+        netlink.remove_netns(ns)
+
+
+def resolve_program_path(obj: str | Path, test_path: Path | None, rootdir: Path | None) -> Path:
+    """Where ``bpf_program`` finds a program path: absolute as given; relative against the
+    requesting test file's directory, then the pytest rootdir (never the current
+    directory).  Fails the test naming every path tried when none exists."""
+    p = Path(obj)
+    if p.is_absolute():
+        tried = [p]
+    else:
+        bases = [b for b in (test_path.parent if test_path else None, rootdir) if b is not None]
+        tried = list(dict.fromkeys(Path(b) / p for b in bases))
+    for t in tried:
+        if t.is_file():
+            return t
+    pytest.fail(
+        f"bpf_program: no program file {str(obj)!r}; tried "
+        + ", ".join(str(t) for t in tried)
+        + " (relative paths resolve against the test file's directory, then the rootdir)",
+        pytrace=False,
+    )
+    raise AssertionError  # pragma: no cover - pytest.fail raises
 
 
 def load_spec(obj: str | Path | bytes):
@@ -343,14 +465,17 @@ def bpf_engine(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def bpf_program(bpf_engine: str):
+def bpf_program(bpf_engine: str, request: pytest.FixtureRequest):
     """Factory ``bpf_program(obj, program=None, *, config=None) -> BpfProgram`` on the
-    engine of ``bpf_engine``; kernel objects are closed after the test."""
+    engine of ``bpf_engine``; kernel objects are closed after the test.  ``obj``: ELF
+    bytes or a ``.bpfd``/``.o`` path (relative: see :func:`resolve_program_path`)."""
     made: list[BpfProgram] = []
 
     def load(
         obj: str | Path | bytes, program: str | None = None, *, config: dict | None = None
     ) -> BpfProgram:
+        if isinstance(obj, (str, Path)):
+            obj = resolve_program_path(obj, Path(request.path), Path(request.config.rootpath))
         p = BpfProgram(bpf_engine, load_spec(obj), program, config)
         made.append(p)
         return p

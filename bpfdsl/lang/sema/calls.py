@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from bpfdsl.abi.helpers import HELPERS, helper_allowed, map_fits_helper
 from bpfdsl.abi.uapi import MapType, is_percpu, lookup_is_readonly
+from bpfdsl.diagnostics import Diagnostic
 from bpfdsl.lang import ast
 from bpfdsl.lang import types as T
 from bpfdsl.lang.sema.csum import check_swap, check_write
@@ -198,6 +199,8 @@ def call(ex, e: ast.Call) -> T.Type:
                 )
             for a, ty in zip(args[1:], (T.U32, T.U64), strict=False):
                 ex.expect(a, ty)
+        if len(args) == 3:
+            _fallback_aborted(ex, args[0], args[2])
         return T.ERR
     params, ret = sig
     _helper_kind(ex, e, e.name)
@@ -210,6 +213,29 @@ def call(ex, e: ast.Call) -> T.Type:
             ex.err("resize-in-fn", f"`{e.name}` is only allowed in a program body", e.span)
         _mark_stale(ex, e)
     return ret
+
+
+def _fallback_aborted(ex, m: ast.Expr, fb: ast.Expr) -> None:
+    """Warn where redirect_map's fallback is a constant 0 not spelled XDP_ABORTED: on an
+    empty slot the kernel returns the low two bits of the flags (``__bpf_xdp_redirect_map``,
+    include/linux/filter.h, for devmap/cpumap/xskmap alike), so 0 -- libbpf C's usual
+    flags -- turns every miss into XDP_ABORTED: dropped and reported as an error."""
+    if ex.c.cval.get(fb) != 0 or (isinstance(fb, ast.Name) and fb.id == "XDP_ABORTED"):
+        return
+    name = m.id if isinstance(m, ast.Name) else "the map"
+    ex.c.warnings.append(
+        Diagnostic(
+            "warning",
+            "redirect-fallback-aborted",
+            f"fallback 0 is XDP_ABORTED: a frame whose slot in `{name}` is empty is dropped "
+            "and counted as an error (tracepoint xdp:xdp_exception), not passed on",
+            fb.span,
+            hints=[
+                "write XDP_PASS to give such frames to the stack or XDP_DROP to drop them "
+                "quietly; write XDP_ABORTED if aborting is what you mean"
+            ],
+        )
+    )
 
 
 def method_call(ex, e: ast.MethodCall) -> T.Type:
