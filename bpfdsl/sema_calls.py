@@ -134,8 +134,8 @@ def call(ex, e: ast.Call) -> T.Type:
                 args[0].span,
             )
             return to
-        if v is not None:
-            c.cval[e] = bswap(v, to.bits)
+        if v is not None:  # converted as codegen converts it: an i16 -2 is 0xfffffffe first
+            c.cval[e] = bswap(ex.const_as(args[0], T.IntType(to.bits)), to.bits)
         return to
     if e.name == "swap":
         return _swap(ex, e)
@@ -262,6 +262,8 @@ def assign(ex, s: ast.Assign) -> None:
         ex.expect(s.value, m.value)
         if op == "+=" and not (isinstance(m.value, T.IntType) and not m.value.be):
             ex.err("type-mismatch", f"`+=` needs an integer value type, map has {m.value}", s.span)
+        elif op == "+=":
+            _compound_signedness(ex, s, m.value)
         tgt.ty = m.value
         return
     if isinstance(tgt, ast.Name):
@@ -310,14 +312,31 @@ def assign(ex, s: ast.Assign) -> None:
             ex.err("type-mismatch", f"`{op}` needs a host-order integer, found {t}", s.span)
             return
     ex.expect(s.value, t)
-    sh = ex.c.cval.get(s.value)
-    if op in ("<<=", ">>=") and sh is not None and sh >= t.bits:
+    if op != "=":
+        _compound_signedness(ex, s, t)
+    sh = ex.const_value(s.value)
+    if op in ("<<=", ">>=") and sh is not None and sh < 0:
+        ex.err(
+            "shift-negative",
+            f"shift by a negative count ({sh})",
+            s.value.span,
+            "shift by 0..63; for the other direction use the other operator",
+        )
+    elif op in ("<<=", ">>=") and sh is not None and sh >= t.bits:
         ex.err(
             "shift-too-far",
             f"shifting a {t} by {sh} bits (it has {t.bits})",
             s.value.span,
             f"shift by 0..{t.bits - 1}, or widen first into a u64 variable",
         )
+
+
+def _compound_signedness(ex, s: ast.Assign, t: T.Type) -> None:
+    """``x op= v`` is ``x = x op v``: the operands follow the rule of ``x op v``
+    (``mixed-signedness``), with ``x``'s type as the result."""
+    vt = s.value.ty.inner if isinstance(s.value.ty, T.RefType) else s.value.ty
+    if isinstance(t, T.IntType) and isinstance(vt, T.IntType):
+        ex.signedness(s, s.op, s.target, t, s.value, vt)
 
 
 def _swap(ex, e: ast.Call) -> T.Type:

@@ -77,14 +77,10 @@ def bswap(v: int, bits: int) -> int:
 
 
 def const_int(sema, e: ast.Expr) -> int | None:
-    """Check ``e`` and return its compile-time integer value (host order) or None."""
-    t = sema.ex.expr(e)
-    v = sema.c.cval.get(e)
-    if v is None:
-        return None
-    if isinstance(t, T.IntType) and t.be:
-        return bswap(v, t.bits)
-    return v
+    """Check ``e`` and return its compile-time integer value or None: host order, and a
+    signed type's value read as signed (an i32 -3 is -3, not 0xfffffffd)."""
+    sema.ex.expr(e)
+    return sema.ex.const_value(e)
 
 
 class ExprChecker(OpsChecker):
@@ -344,7 +340,7 @@ class ExprChecker(OpsChecker):
     def index_in_range(self, idx: ast.Expr, count: int) -> None:
         """Array indexes the verifier can check: a constant below ``count``, or a ``for``
         variable whose bounds lie within the array."""
-        v = self.c.cval.get(idx)
+        v = self.const_value(idx)  # an i32 -1 is -1, outside every array
         if v is not None:
             if not 0 <= v < count:
                 self.err(
