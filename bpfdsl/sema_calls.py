@@ -262,8 +262,6 @@ def assign(ex, s: ast.Assign) -> None:
         ex.expect(s.value, m.value)
         if op == "+=" and not (isinstance(m.value, T.IntType) and not m.value.be):
             ex.err("type-mismatch", f"`+=` needs an integer value type, map has {m.value}", s.span)
-        elif op == "+=":
-            _compound_signedness(ex, s, m.value)
         tgt.ty = m.value
         return
     if isinstance(tgt, ast.Name):
@@ -312,8 +310,6 @@ def assign(ex, s: ast.Assign) -> None:
             ex.err("type-mismatch", f"`{op}` needs a host-order integer, found {t}", s.span)
             return
     ex.expect(s.value, t)
-    if op != "=":
-        _compound_signedness(ex, s, t)
     sh = ex.const_value(s.value)
     if op in ("<<=", ">>=") and sh is not None and sh < 0:
         ex.err(
@@ -329,14 +325,6 @@ def assign(ex, s: ast.Assign) -> None:
             s.value.span,
             f"shift by 0..{t.bits - 1}, or widen first into a u64 variable",
         )
-
-
-def _compound_signedness(ex, s: ast.Assign, t: T.Type) -> None:
-    """``x op= v`` is ``x = x op v``: the operands follow the rule of ``x op v``
-    (``mixed-signedness``), with ``x``'s type as the result."""
-    vt = s.value.ty.inner if isinstance(s.value.ty, T.RefType) else s.value.ty
-    if isinstance(t, T.IntType) and isinstance(vt, T.IntType):
-        ex.signedness(s, s.op, s.target, t, s.value, vt)
 
 
 def _swap(ex, e: ast.Call) -> T.Type:

@@ -130,29 +130,42 @@ class ExprChecker(OpsChecker):
         if t == ty or isinstance(ty, T.UntypedInt):
             return
         if isinstance(t, T.IntType) and isinstance(ty, T.IntType):
-            if t.be != ty.be:
-                self.byte_order(e, t, ty)
-            elif t.be and t.bits != ty.bits:
-                self.err("type-mismatch", f"expected {ty}, found {t}", e.span)
-            elif t.bits > ty.bits:
-                self.err(
-                    "type-mismatch",
-                    f"expected {ty}, found {t} (may not fit)",
-                    e.span,
-                    f"convert explicitly: `(...) as {ty}`",
-                )
-            return
+            return self.coerce_int(e, t, ty)
         if isinstance(t, T.RefType):
             return self.coerce_ref(e, t, ty)
         self.err("type-mismatch", f"expected {ty}, found {t}", e.span)
 
+    def coerce_int(self, e: ast.Expr, t: T.IntType, ty: T.IntType) -> None:
+        """Implicit conversions between integer types: only those that keep every value
+        (same byte order; widening; unsigned into a wider signed type)."""
+        if t.be != ty.be:
+            self.byte_order(e, t, ty)
+        elif t.be and t.bits != ty.bits:
+            self.err("type-mismatch", f"expected {ty}, found {t}", e.span)
+        elif t.bits > ty.bits:
+            self.err(
+                "type-mismatch",
+                f"expected {ty}, found {t} (may not fit)",
+                e.span,
+                f"convert explicitly: `(...) as {ty}`",
+            )
+        elif not t.be and t.signed != ty.signed and (t.signed or t.bits == ty.bits):
+            what = (
+                f"-1 would become {(1 << ty.bits) - 1}"
+                if t.signed
+                else f"values from {1 << (ty.bits - 1)} up would become negative"
+            )
+            self.err(
+                "mixed-signedness",
+                f"expected {ty}, found {t}: the conversion changes values ({what})",
+                e.span,
+                f"convert explicitly: `{self.src_text(e)} as {ty}`",
+            )
+
     def coerce_ref(self, e, t: T.RefType, ty: T.Type) -> None:
-        if t.inner != ty and not (
-            isinstance(t.inner, T.IntType)
-            and isinstance(ty, T.IntType)
-            and t.inner.be == ty.be
-            and t.inner.bits <= ty.bits
-        ):
+        if isinstance(t.inner, T.IntType) and isinstance(ty, T.IntType):
+            return self.coerce_int(e, t.inner, ty)
+        if t.inner != ty:
             self.err("type-mismatch", f"expected {ty}, found {t.inner}", e.span)
 
     def byte_order(self, e: ast.Node, a: T.Type, b: T.Type) -> None:

@@ -68,26 +68,27 @@ class OpsChecker:
     def signedness(
         self, node, op: str, a: ast.Expr, ta: T.IntType, b: ast.Expr, tb: T.IntType
     ) -> bool:
-        """Refuse ``a op b`` (or ``a op= b``) when one operand is signed and the other
-        unsigned and at least as wide: C would convert the signed one to unsigned (-1 <
-        1u is false), so ``a < b`` and ``b > a`` could only agree by that surprise.  An
-        unsigned operand narrower than the signed one widens without changing its value
-        and is fine.  True when refused."""
+        """Refuse ``a op b`` when one operand is signed and the other unsigned and at least
+        as wide: C would convert the signed one to unsigned (``-1 < 1u`` is false), and
+        taking the left operand's signedness would make ``a < b`` and ``b > a`` disagree.
+        An unsigned operand narrower than the signed one widens without changing its value
+        and is fine (``u8 + i32`` is an i32).  True when refused (the error is reported)."""
         if ta.be or tb.be or ta.signed == tb.signed:
             return False
         (s, se), (u, ue) = ((ta, a), (tb, b)) if ta.signed else ((tb, b), (ta, a))
         if u.bits < s.bits:
             return False
         sx, ux = self.src_text(se), self.src_text(ue)
-        hints = [f"cast one side so both have one signedness: `{sx} as {u}` or `{ux} as i{u.bits}`"]
+        hint = f"cast one side so both have one signedness: `{sx} as {u}` or `{ux} as i{u.bits}`"
         if u.bits < 64:
-            hints[0] += f"; to keep every value, widen both: `{sx} as i64`, `{ux} as i64`"
+            hint += f"; to keep every value, widen both: `{sx} as i64`, `{ux} as i64`"
         self.err(
             "mixed-signedness",
-            f"`{op}` mixes signed {s} and unsigned {u}: the {s} would be converted to {u} "
-            f"(-1 would count as {intops.mask(u.bits)})",
+            f"`{op}` mixes signed {s} and unsigned {u}: whether it works on signed or "
+            f"unsigned values is ambiguous (as unsigned, -1 would count as "
+            f"{intops.mask(u.bits)})",
             node.span,
-            hints[0],
+            hint,
         )
         return True
 
