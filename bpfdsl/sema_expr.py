@@ -344,8 +344,12 @@ class ExprChecker(OpsChecker):
         ref = isinstance(t, T.RefType)
         t = t.inner if ref else t
         if isinstance(t, T.ArrayType):
-            self.expect(e.index, T.U32)
-            self.index_in_range(e.index, t.count)
+            it = self.expr(e.index)
+            loc = self.c.sym.get(e.index) if isinstance(e.index, ast.Name) else None
+            known = e.index in self.c.cval or (isinstance(loc, Local) and loc.bounds)
+            if not (known and T.is_host_int(it) and not isinstance(it, T.UntypedInt)):
+                self.coerce(e.index, T.U32)  # a signed constant or loop variable is
+            self.index_in_range(e.index, t.count)  # checked by its value/bounds instead
             return T.RefType(t.elem, e.obj.ty.percpu, e.obj.ty.readonly) if ref else t.elem
         self.err("not-indexable", f"{t} cannot be indexed", e.span)
         return T.ERR
@@ -362,6 +366,15 @@ class ExprChecker(OpsChecker):
             return
         loc = self.c.sym.get(idx) if isinstance(idx, ast.Name) else None
         if isinstance(loc, Local) and loc.bounds and 0 <= loc.bounds[0] and loc.bounds[1] <= count:
+            return
+        if isinstance(loc, Local) and loc.bounds:
+            lo, hi = loc.bounds
+            self.err(
+                "index-range",
+                f"`{idx.id}` runs over {lo}..{hi}, outside the array (0..{count})",
+                idx.span,
+                f"loop within the array: `for {idx.id} in 0..{count}`",
+            )
             return
         self.err(
             "index-range",
