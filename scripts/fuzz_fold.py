@@ -110,9 +110,7 @@ class Gen:
         return self.r.randint(lo, hi)
 
     def leaves(self) -> dict[str, tuple[str, int]]:
-        return {
-            f"v_{t}_{k}": (t, self.value(t)) for t in TYPES for k in range(LEAVES_PER_TYPE)
-        }
+        return {f"v_{t}_{k}": (t, self.value(t)) for t in TYPES for k in range(LEAVES_PER_TYPE)}
 
     def leaf(self, ty: str) -> str:
         if self.r.random() < 0.12:  # a literal converted with `as` (may wrap)
