@@ -177,7 +177,7 @@ class Sema(StmtChecker, DeclChecker):
                 ty = self.resolve_type(it.type)
                 self.scopes = [{}]
                 self.ex.expect(it.value, ty)
-                v = self.ex.const_as(it.value, ty)  # `const B: i64 = A` sign-extends an i32 A
+                v = self.ex.const_as(it.value, ty)  # `const B: i64 = (1 as i32) - 2` is -1
                 data = self.c.cbytes.get(it.value)
                 if v is None and data is None:
                     self.err(

@@ -55,7 +55,8 @@ class OpsChecker:
         return None if v is None else const_value(v, e.ty)
 
     def src_text(self, e: ast.Expr) -> str:
-        """``e`` as written (one line, short), parenthesized unless a name; else ``x``."""
+        """``e`` as written for a hint: a name, or its source text (one line, short) in
+        parentheses, else ``(...)``."""
         sp, src = e.span, getattr(self.c.program, "source", None) or ""
         if isinstance(e, ast.Name):
             return e.id
@@ -112,12 +113,8 @@ class OpsChecker:
                 return ta
             if ta.be and ta.bits != tb.bits:
                 self.err("type-mismatch", f"mixing {ta} and {tb}", node.span)
-            wide = ta if ta.bits >= tb.bits else tb
-            if self.signedness(node, node.op, a, ta, b, tb):
-                return wide
-            if ta.bits == tb.bits:  # one signedness (or be): either
-                return ta
-            return wide  # the narrower widens without changing its value
+            self.signedness(node, node.op, a, ta, b, tb)  # reported; typing goes on
+            return ta if ta.bits >= tb.bits else tb  # the narrower keeps its value
         if ta == tb:
             return ta
         self.err("type-mismatch", f"mixing {ta} and {tb}", node.span)

@@ -139,7 +139,7 @@ class StmtChecker:
                     continue
                 self.ex.expect(p, t)
                 v = self.ex.const_as(p, t)
-                if v is not None:  # the pattern as a value of the subject's type: an i32
+                if v is not None and isinstance(t, T.IntType):  # as the subject's type: an i32
                     self.c.cval[p] = v  # -1 matches an i64 -1 (codegen's switch case)
                     p.ty = t
                 if v is None:

@@ -326,3 +326,15 @@ xdp fn f(ctx) {{
 def test_both_orders_agree_once_the_conversion_is_written(bpf_program, decl, lets):
     """-1 and 1: as values -1 < 1 (both orders); as u32 bits 0xffffffff > 1 (both)."""
     assert _run(bpf_program, CMP_SRC.format(decl=decl, lets=lets), 4) == [1, 1, 0, 0]
+
+
+@pytest.mark.parametrize("kw", ["const", "config"])
+def test_declared_value_of_a_narrower_signed_type_sign_extends(kw):
+    """The value of ``const/config X: i64 = <i32 expression>`` is converted as codegen
+    converts it: -1 stays -1 (raw 0xffff_ffff_ffff_ffff, was 0xffff_ffff)."""
+    from bpfdsl.compiler import front_end
+
+    src = f'license "GPL"\n{kw} X: i64 = (1 as i32) - 2\nxdp fn f(ctx) {{ return XDP_PASS }}\n'
+    c = front_end(src, "t.bpfd")
+    decl = (c.consts if kw == "const" else c.configs)["X"]
+    assert decl.value == M64
