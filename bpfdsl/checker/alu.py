@@ -9,6 +9,7 @@ program so; only an immediate divisor of 0 is rejected, by the analyzer).
 
 from __future__ import annotations
 
+from bpfdsl.abi import intops
 from bpfdsl.abi import uapi as U
 from bpfdsl.checker import domain as D
 from bpfdsl.checker import tnum as T
@@ -17,44 +18,11 @@ M64, M32 = T.M64, T.M32
 
 
 def _const_op(op: int, a: int, b: int, bits: int, signed_div: bool) -> int:
-    mask = (1 << bits) - 1
-    a &= mask
-    b &= mask
-    if op == U.BPF_ADD:
-        return a + b
-    if op == U.BPF_SUB:
-        return a - b
-    if op == U.BPF_MUL:
-        return a * b
-    if op == U.BPF_DIV:
-        if b == 0:
-            return 0
-        if signed_div:
-            sa, sb = _sx(a, bits), _sx(b, bits)
-            q = abs(sa) // abs(sb)
-            return q if (sa < 0) == (sb < 0) else -q
-        return a // b
-    if op == U.BPF_MOD:
-        if b == 0:
-            return a
-        if signed_div:
-            sa, sb = _sx(a, bits), _sx(b, bits)
-            r = abs(sa) % abs(sb)
-            return -r if sa < 0 else r
-        return a % b
-    if op == U.BPF_OR:
-        return a | b
-    if op == U.BPF_AND:
-        return a & b
-    if op == U.BPF_XOR:
-        return a ^ b
-    if op == U.BPF_LSH:
-        return a << (b & (bits - 1))
-    if op == U.BPF_RSH:
-        return a >> (b & (bits - 1))
-    if op == U.BPF_ARSH:
-        return _sx(a, bits) >> (b & (bits - 1))
-    raise ValueError(op)
+    """``a op b`` on two known ``bits``-wide values: bpfdsl.abi.intops, the semantics the
+    interpreter and constant folding use too (raw result)."""
+    if op not in intops.BPF_ALU_OPS:
+        raise ValueError(op)
+    return intops.bpf_alu_fn(op, bits, signed_div)(a, b)
 
 
 def _sx(v: int, bits: int) -> int:

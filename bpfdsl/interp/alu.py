@@ -10,75 +10,26 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from bpfdsl.abi import intops
 from bpfdsl.abi import uapi as U
-from bpfdsl.interp.memory import M32, M64, Fault, Ptr, s32, s64
+from bpfdsl.interp.memory import M64, Fault, Ptr, s64
 
-
-def _tdiv(a: int, b: int) -> int:
-    q = abs(a) // abs(b)
-    return -q if (a < 0) != (b < 0) else q
-
-
-def _sdiv64(a: int, b: int) -> int:
-    if b == 0:
-        return 0
-    return _tdiv(s64(a), s64(b)) & M64
-
-
-def _smod64(a: int, b: int) -> int:
-    if b == 0:
-        return a
-    x, y = s64(a), s64(b)
-    return (x - y * _tdiv(x, y)) & M64
-
-
-def _sdiv32(a: int, b: int) -> int:
-    if b & M32 == 0:
-        return 0
-    return _tdiv(s32(a), s32(b)) & M32
-
-
-def _smod32(a: int, b: int) -> int:
-    if b & M32 == 0:
-        return a & M32
-    x, y = s32(a), s32(b)
-    return (x - y * _tdiv(x, y)) & M32
-
-
+# one definition of the integer semantics (bpfdsl.abi.intops): the constant folder uses the
+# same functions; tests/test_fold_semantics.py checks the jit's inlined fast paths too
 OPS64: dict[int, Callable[[int, int], int]] = {
-    U.BPF_ADD: lambda a, b: (a + b) & M64,
-    U.BPF_SUB: lambda a, b: (a - b) & M64,
-    U.BPF_MUL: lambda a, b: (a * b) & M64,
-    U.BPF_DIV: lambda a, b: a // b if b else 0,
-    U.BPF_OR: lambda a, b: a | b,
-    U.BPF_AND: lambda a, b: a & b,
-    U.BPF_LSH: lambda a, b: (a << (b & 63)) & M64,
-    U.BPF_RSH: lambda a, b: a >> (b & 63),
-    U.BPF_MOD: lambda a, b: a % b if b else a,
-    U.BPF_XOR: lambda a, b: a ^ b,
-    U.BPF_ARSH: lambda a, b: (s64(a) >> (b & 63)) & M64,
+    code: intops.bpf_alu_fn(code, 64) for code in intops.BPF_ALU_OPS
 }
 OPS32: dict[int, Callable[[int, int], int]] = {
-    U.BPF_ADD: lambda a, b: (a + b) & M32,
-    U.BPF_SUB: lambda a, b: (a - b) & M32,
-    U.BPF_MUL: lambda a, b: (a * b) & M32,
-    U.BPF_DIV: lambda a, b: (a & M32) // (b & M32) if b & M32 else 0,
-    U.BPF_OR: lambda a, b: (a | b) & M32,
-    U.BPF_AND: lambda a, b: a & b & M32,
-    U.BPF_LSH: lambda a, b: (a << (b & 31)) & M32,
-    U.BPF_RSH: lambda a, b: (a & M32) >> (b & 31),
-    U.BPF_MOD: lambda a, b: (a & M32) % (b & M32) if b & M32 else a & M32,
-    U.BPF_XOR: lambda a, b: (a ^ b) & M32,
-    U.BPF_ARSH: lambda a, b: (s32(a) >> (b & 31)) & M32,
+    code: intops.bpf_alu_fn(code, 32) for code in intops.BPF_ALU_OPS
 }
-SIGNED64 = {U.BPF_DIV: _sdiv64, U.BPF_MOD: _smod64}
-SIGNED32 = {U.BPF_DIV: _sdiv32, U.BPF_MOD: _smod32}
+# BPF_DIV/BPF_MOD with off 1 (sdiv/smod, ISA v4)
+SIGNED64 = {c: intops.bpf_alu_fn(c, 64, signed_div=True) for c in (U.BPF_DIV, U.BPF_MOD)}
+SIGNED32 = {c: intops.bpf_alu_fn(c, 32, signed_div=True) for c in (U.BPF_DIV, U.BPF_MOD)}
 
 
 def sext(v: int, bits: int) -> int:
     """Sign-extend the low ``bits`` of ``v`` (a Python int, may be negative)."""
-    v &= (1 << bits) - 1
-    return v - (1 << bits) if v >> (bits - 1) else v
+    return intops.to_signed(v, bits)
 
 
 def bswap(v: int, bits: int) -> int:

@@ -30,6 +30,14 @@ def _chunks(size: int, align: int) -> list[tuple[int, int]]:
     return out
 
 
+def _all_ones(v: ir.Value) -> bool:
+    """Is ``v`` the integer constant with every bit set (-1 of a signed type)?"""
+    if not isinstance(v, ir.Constant) or not isinstance(v.constant, int):
+        return False
+    m = (1 << v.type.width) - 1
+    return v.constant & m == m
+
+
 def _calls(e) -> bool:
     """Does expression ``e`` call a helper (or a fn, or a map method)?"""
     if isinstance(e, (ast.Call, ast.MethodCall)):
@@ -138,6 +146,10 @@ class ExprGen:
             safe = self.b.select(zero, ir.Constant(b.type, 1), b)
             fn = self.b.udiv if op == "/" else self.b.urem
             return self.b.select(zero, ir.Constant(a.type, 0) if op == "/" else a, fn(a, safe))
+        if op in ("/", "%") and signed and _all_ones(b):
+            # a constant -1 divisor: LLVM's sdiv/srem of MIN by -1 is undefined; BPF's
+            # (and intops') -MIN = MIN, MIN % -1 = 0
+            return self.b.neg(a) if op == "/" else ir.Constant(a.type, 0)
         return self._binop_plain(op, a, b, signed)
 
     def _binop_plain(self, op: str, a: ir.Value, b: ir.Value, signed: bool) -> ir.Value:

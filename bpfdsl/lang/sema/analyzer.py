@@ -157,7 +157,7 @@ class Sema(StmtChecker, DeclChecker):
                 ty = self.resolve_type(it.type)
                 self.scopes = [{}]
                 self.ex.expect(it.value, ty)
-                v = self.c.cval.get(it.value)
+                v = self.ex.const_as(it.value, ty)  # `const B: i64 = (1 as i32) - 2` is -1
                 data = self.c.cbytes.get(it.value)
                 if v is None and data is None:
                     self.err(
@@ -184,7 +184,7 @@ class Sema(StmtChecker, DeclChecker):
                 self.ex.expect(it.value, ty)
                 rodata_off = (rodata_off + ty.align - 1) // ty.align * ty.align
                 self.c.configs[it.name] = Config(
-                    it.name, ty, self.c.cval.get(it.value, 0), rodata_off
+                    it.name, ty, self.ex.const_as(it.value, ty) or 0, rodata_off
                 )
                 rodata_off += ty.size
             elif isinstance(it, ast.MapDecl):

@@ -144,8 +144,8 @@ def call(ex, e: ast.Call) -> T.Type:
                 args[0].span,
             )
             return to
-        if v is not None:
-            c.cval[e] = bswap(v, to.bits)
+        if v is not None:  # converted as codegen converts it: an i16 -2 is 0xfffffffe first
+            c.cval[e] = bswap(ex.const_as(args[0], T.IntType(to.bits)), to.bits)
         return to
     if e.name == "swap":
         return _swap(ex, e)
@@ -344,8 +344,15 @@ def assign(ex, s: ast.Assign) -> None:
             ex.err("type-mismatch", f"`{op}` needs a host-order integer, found {t}", s.span)
             return
     ex.expect(s.value, t)
-    sh = ex.c.cval.get(s.value)
-    if op in ("<<=", ">>=") and sh is not None and sh >= t.bits:
+    sh = ex.const_value(s.value)
+    if op in ("<<=", ">>=") and sh is not None and sh < 0:
+        ex.err(
+            "shift-negative",
+            f"shift by a negative count ({sh})",
+            s.value.span,
+            "shift by 0..63; for the other direction use the other operator",
+        )
+    elif op in ("<<=", ">>=") and sh is not None and sh >= t.bits:
         ex.err(
             "shift-too-far",
             f"shifting a {t} by {sh} bits (it has {t.bits})",

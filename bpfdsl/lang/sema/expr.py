@@ -62,29 +62,42 @@ class ExprChecker(OpsChecker):
         if t == ty or isinstance(ty, T.UntypedInt):
             return
         if isinstance(t, T.IntType) and isinstance(ty, T.IntType):
-            if t.be != ty.be:
-                self.byte_order(e, t, ty)
-            elif t.be and t.bits != ty.bits:
-                self.err("type-mismatch", f"expected {ty}, found {t}", e.span)
-            elif t.bits > ty.bits:
-                self.err(
-                    "type-mismatch",
-                    f"expected {ty}, found {t} (may not fit)",
-                    e.span,
-                    f"convert explicitly: `(...) as {ty}`",
-                )
-            return
+            return self.coerce_int(e, t, ty)
         if isinstance(t, T.RefType):
             return self.coerce_ref(e, t, ty)
         self.err("type-mismatch", f"expected {ty}, found {t}", e.span)
 
+    def coerce_int(self, e: ast.Expr, t: T.IntType, ty: T.IntType) -> None:
+        """Implicit conversions between integer types: only those that keep every value
+        (same byte order; widening; unsigned into a wider signed type)."""
+        if t.be != ty.be:
+            self.byte_order(e, t, ty)
+        elif t.be and t.bits != ty.bits:
+            self.err("type-mismatch", f"expected {ty}, found {t}", e.span)
+        elif t.bits > ty.bits:
+            self.err(
+                "type-mismatch",
+                f"expected {ty}, found {t} (may not fit)",
+                e.span,
+                f"convert explicitly: `(...) as {ty}`",
+            )
+        elif not t.be and t.signed != ty.signed and (t.signed or t.bits == ty.bits):
+            what = (
+                f"-1 would become {(1 << ty.bits) - 1}"
+                if t.signed
+                else f"values from {1 << (ty.bits - 1)} up would become negative"
+            )
+            self.err(
+                "mixed-signedness",
+                f"expected {ty}, found {t}: the conversion changes values ({what})",
+                e.span,
+                f"convert explicitly: `{self.src_text(e)} as {ty}`",
+            )
+
     def coerce_ref(self, e, t: T.RefType, ty: T.Type) -> None:
-        if t.inner != ty and not (
-            isinstance(t.inner, T.IntType)
-            and isinstance(ty, T.IntType)
-            and t.inner.be == ty.be
-            and t.inner.bits <= ty.bits
-        ):
+        if isinstance(t.inner, T.IntType) and isinstance(ty, T.IntType):
+            return self.coerce_int(e, t.inner, ty)
+        if t.inner != ty:
             self.err("type-mismatch", f"expected {ty}, found {t.inner}", e.span)
 
     def byte_order(self, e: ast.Node, a: T.Type, b: T.Type) -> None:
@@ -263,8 +276,12 @@ class ExprChecker(OpsChecker):
         ref = isinstance(t, T.RefType)
         t = t.inner if ref else t
         if isinstance(t, T.ArrayType):
-            self.expect(e.index, T.U32)
-            self.index_in_range(e.index, t.count)
+            it = self.expr(e.index)
+            loc = self.c.sym.get(e.index) if isinstance(e.index, ast.Name) else None
+            known = e.index in self.c.cval or (isinstance(loc, Local) and loc.bounds)
+            if not (known and T.is_host_int(it) and not isinstance(it, T.UntypedInt)):
+                self.coerce(e.index, T.U32)  # a signed constant or loop variable is
+            self.index_in_range(e.index, t.count)  # checked by its value/bounds instead
             return T.RefType(t.elem, e.obj.ty.percpu, e.obj.ty.readonly) if ref else t.elem
         self.err("not-indexable", f"{t} cannot be indexed", e.span)
         return T.ERR
@@ -272,7 +289,7 @@ class ExprChecker(OpsChecker):
     def index_in_range(self, idx: ast.Expr, count: int) -> None:
         """Array indexes the verifier can check: a constant below ``count``, or a ``for``
         variable whose bounds lie within the array."""
-        v = self.c.cval.get(idx)
+        v = self.const_value(idx)  # an i32 -1 is -1, outside every array
         if v is not None:
             if not 0 <= v < count:
                 self.err(
@@ -281,6 +298,15 @@ class ExprChecker(OpsChecker):
             return
         loc = self.c.sym.get(idx) if isinstance(idx, ast.Name) else None
         if isinstance(loc, Local) and loc.bounds and 0 <= loc.bounds[0] and loc.bounds[1] <= count:
+            return
+        if isinstance(loc, Local) and loc.bounds:
+            lo, hi = loc.bounds
+            self.err(
+                "index-range",
+                f"`{idx.id}` runs over {lo}..{hi}, outside the array (0..{count})",
+                idx.span,
+                f"loop within the array: `for {idx.id} in 0..{count}`",
+            )
             return
         self.err(
             "index-range",

@@ -4,13 +4,96 @@ comparisons with their byte-order rules, logic, casts, prefix membership, consta
 
 from __future__ import annotations
 
-import operator
-
+from bpfdsl.abi import intops
 from bpfdsl.lang import ast
 from bpfdsl.lang import types as T
 
 
+def const_convert(v: int, frm: T.Type, to: T.Type) -> int:
+    """The raw value of type ``to`` that a constant converts to: ``v`` is the raw value of
+    ``frm`` (exact for an untyped literal).  C's conversion (``intops.convert``):
+    sign-extend a signed value, zero-extend an unsigned one, keep the low bits; byte-order
+    types and bool keep their bits (sema allows no other conversion of them)."""
+    if not isinstance(to, T.IntType) or to.be:
+        return v
+    if isinstance(frm, T.UntypedInt):
+        return intops.convert(v, None, True, to.bits)
+    if isinstance(frm, T.IntType) and not frm.be:
+        return intops.convert(v, frm.bits, frm.signed, to.bits)
+    return v
+
+
+def const_value(v: int, ty: T.Type) -> int:
+    """The integer a constant means: raw value ``v`` of ``ty`` read as its signedness
+    (``-1`` for an i32 0xffffffff); host order for be16/be32/be64; untyped as is."""
+    if isinstance(ty, T.IntType):
+        if ty.be:
+            return int.from_bytes(
+                (v & intops.mask(ty.bits)).to_bytes(ty.bits // 8, "little"), "big"
+            )
+        return intops.value_of(v, ty.bits, ty.signed)
+    return v
+
+
+def _width(ty: T.Type) -> tuple[int | None, bool]:
+    """(bits, signed) for intops: None bits (exact) for untyped literals and bool."""
+    if isinstance(ty, T.IntType):
+        return ty.bits, ty.signed
+    return None, True
+
+
 class OpsChecker:
+    def const_as(self, e: ast.Expr, ty: T.Type) -> int | None:
+        """The folded value of ``e`` converted to ``ty`` (raw), or None if not constant."""
+        v = self.c.cval.get(e)
+        if v is None:
+            return None
+        return const_convert(v, e.ty, ty)
+
+    def const_value(self, e: ast.Expr) -> int | None:
+        """The integer ``e`` folds to (signed types read as signed), or None."""
+        v = self.c.cval.get(e)
+        return None if v is None else const_value(v, e.ty)
+
+    def src_text(self, e: ast.Expr) -> str:
+        """``e`` as written for a hint: a name, or its source text (one line, short) in
+        parentheses, else ``(...)``."""
+        sp, src = e.span, getattr(self.c.program, "source", None) or ""
+        if isinstance(e, ast.Name):
+            return e.id
+        if sp.end_line == sp.line and sp.end_col and sp.end_col - sp.col <= 40:
+            lines = src.splitlines()
+            if 0 < sp.line <= len(lines):
+                return "(" + lines[sp.line - 1][sp.col - 1 : sp.end_col - 1] + ")"
+        return "(...)"
+
+    def signedness(
+        self, node, op: str, a: ast.Expr, ta: T.IntType, b: ast.Expr, tb: T.IntType
+    ) -> bool:
+        """Refuse ``a op b`` when one operand is signed and the other unsigned and at least
+        as wide: C would convert the signed one to unsigned (``-1 < 1u`` is false), and
+        taking the left operand's signedness would make ``a < b`` and ``b > a`` disagree.
+        An unsigned operand narrower than the signed one widens without changing its value
+        and is fine (``u8 + i32`` is an i32).  True when refused (the error is reported)."""
+        if ta.be or tb.be or ta.signed == tb.signed:
+            return False
+        (s, se), (u, ue) = ((ta, a), (tb, b)) if ta.signed else ((tb, b), (ta, a))
+        if u.bits < s.bits:
+            return False
+        sx, ux = self.src_text(se), self.src_text(ue)
+        hint = f"cast one side so both have one signedness: `{sx} as {u}` or `{ux} as i{u.bits}`"
+        if u.bits < 64:
+            hint += f"; to keep every value, widen both: `{sx} as i64`, `{ux} as i64`"
+        self.err(
+            "mixed-signedness",
+            f"`{op}` mixes signed {s} and unsigned {u}: whether it works on signed or "
+            f"unsigned values is ambiguous (as unsigned, -1 would count as "
+            f"{intops.mask(u.bits)})",
+            node.span,
+            hint,
+        )
+        return True
+
     def unify(self, node, a: ast.Expr, b: ast.Expr) -> T.Type:
         ta, tb = self.expr(a), self.expr(b)
         if ta is T.ERR or tb is T.ERR:
@@ -31,38 +114,28 @@ class OpsChecker:
                 return ta
             if ta.be and ta.bits != tb.bits:
                 self.err("type-mismatch", f"mixing {ta} and {tb}", node.span)
-            return ta if ta.bits >= tb.bits else tb
+            self.signedness(node, node.op, a, ta, b, tb)  # reported; typing goes on
+            return ta if ta.bits >= tb.bits else tb  # the narrower keeps its value
         if ta == tb:
             return ta
         self.err("type-mismatch", f"mixing {ta} and {tb}", node.span)
         return ta
 
     def fold(self, e, op, a, b, ty):
-        va, vb = self.c.cval.get(a), self.c.cval.get(b)
-        if op in "/%" and vb == 0:
+        """Fold ``a op b`` of result type ``ty``: each operand converted to ``ty`` as the
+        generated code converts it, then ``intops.binop`` (C on the type, exact for
+        untyped literals).  A constant zero divisor is an error even when ``a`` is not
+        constant."""
+        if not T.is_int(ty) or ty is T.ERR:
+            return
+        va, vb = self.const_as(a, ty), self.const_as(b, ty)
+        if op in ("/", "%") and vb == 0:
             self.err("division-by-zero", "division by zero", b.span)
             return
         if va is None or vb is None:
             return
-        fns = {
-            "+": operator.add,
-            "-": operator.sub,
-            "*": operator.mul,
-            "&": operator.and_,
-            "|": operator.or_,
-            "^": operator.xor,
-            "<<": operator.lshift,
-            ">>": operator.rshift,
-            "/": operator.floordiv,
-            "%": operator.mod,
-        }
-        if op in "/%" and vb == 0:
-            self.err("division-by-zero", "division by zero", b.span)
-            return
-        v = fns[op](va, vb)
-        if isinstance(ty, T.IntType):
-            v &= (1 << ty.bits) - 1
-        self.c.cval[e] = v
+        bits, signed = _width(ty)
+        self.c.cval[e] = intops.binop(op, va, vb, bits, signed)
 
     def e_BinOp(self, e):
         ty = self.unify(e, e.left, e.right)
@@ -76,7 +149,7 @@ class OpsChecker:
         elif not T.is_int(ty):
             self.err("type-mismatch", f"`{e.op}` needs integers, found {ty}", e.span)
             return T.ERR
-        sh = self.c.cval.get(e.right) if e.op in ("<<", ">>") else None
+        sh = self.const_value(e.right) if e.op in ("<<", ">>") else None
         if sh is not None and sh < 0:
             self.err(
                 "shift-negative",
@@ -120,9 +193,11 @@ class OpsChecker:
         if isinstance(ty, (T.BytesType, T.StructType)) and e.op not in ("==", "!="):
             self.err("type-mismatch", f"`{e.op}` is not defined for {ty}", e.span)
         self.c.optype[e] = ty
-        va, vb = self.c.cval.get(e.left), self.c.cval.get(e.right)
-        if va is not None and vb is not None and e.op in ("==", "!="):
-            self.c.cval[e] = int((va == vb) == (e.op == "=="))
+        if isinstance(ty, (T.IntType, T.BoolType)):
+            va, vb = self.const_as(e.left, ty), self.const_as(e.right, ty)
+            if va is not None and vb is not None:
+                bits, signed = _width(ty)
+                self.c.cval[e] = int(intops.compare(e.op, va, vb, bits, signed))
         return T.BOOL
 
     def e_Logic(self, e):
@@ -140,10 +215,7 @@ class OpsChecker:
             return T.ERR
         v = self.c.cval.get(e.operand)
         if v is not None:
-            r = -v if e.op == "-" else ~v
-            if isinstance(t, T.IntType):
-                r &= (1 << t.bits) - 1
-            self.c.cval[e] = r
+            self.c.cval[e] = intops.unop(e.op, v, _width(t)[0])
         return t
 
     def e_Cast(self, e):
@@ -161,7 +233,7 @@ class OpsChecker:
             return to
         v = self.c.cval.get(e.expr)
         if v is not None:
-            self.c.cval[e] = v & ((1 << to.bits) - 1)
+            self.c.cval[e] = const_convert(v, t, to)  # sign-extends a signed value
         return to
 
     def e_InPrefix(self, e):

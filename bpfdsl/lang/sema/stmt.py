@@ -197,7 +197,10 @@ class StmtChecker:
                 if p is None:
                     continue
                 self.ex.expect(p, t)
-                v = self.c.cval.get(p)
+                v = self.ex.const_as(p, t)
+                if v is not None and isinstance(t, T.IntType):  # as the subject's type: an i32
+                    self.c.cval[p] = v  # -1 matches an i64 -1 (codegen's switch case)
+                    p.ty = t
                 if v is None:
                     self.err(
                         "not-constant", "match patterns must be compile-time constants", p.span

@@ -122,14 +122,10 @@ def bswap(v: int, bits: int) -> int:
 
 
 def const_int(sema, e: ast.Expr) -> int | None:
-    """Check ``e`` and return its compile-time integer value (host order) or None."""
-    t = sema.ex.expr(e)
-    v = sema.c.cval.get(e)
-    if v is None:
-        return None
-    if isinstance(t, T.IntType) and t.be:
-        return bswap(v, t.bits)
-    return v
+    """Check ``e`` and return its compile-time integer value or None: host order, and a
+    signed type's value read as signed (an i32 -3 is -3, not 0xfffffffd)."""
+    sema.ex.expr(e)
+    return sema.ex.const_value(e)
 
 
 def is_builtin_constant(name: str) -> bool:
