@@ -113,14 +113,22 @@ def test_typed_maps(bpf_program):
 '''
 
 
-def _pytest(tmp_path: Path, files: dict[str, str], *args: str, env: dict | None = None, cwd=None):
+def _pytest(
+    tmp_path: Path,
+    files: dict[str, str],
+    *args: str,
+    env: dict | None = None,
+    cwd=None,
+    drop: tuple[str, ...] = (),
+):
     for name, text in files.items():
         p = tmp_path / name
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(textwrap.dedent(text))
     (tmp_path / "pytest.ini").write_text("[pytest]\n")  # rootdir = tmp_path
     e = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
-    e.pop("PYTEST_ADDOPTS", None)
+    for name in ("PYTEST_ADDOPTS", *drop):  # variables the inner session must not see
+        e.pop(name, None)
     proc = subprocess.run(
         [
             *(sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider"),
@@ -161,8 +169,7 @@ def test_kernel_half_that_cannot_run_fails_under_require(tmp_path) -> None:
     assert rc == 1 and _counts(out) == {"passed": 1, "failed": 1}, out
     assert "BPFDSL_REQUIRE_KERNEL=1 but the kernel half cannot run" in out
     assert "BPF_PROG_TEST_RUN refuses sock_ops programs" in out
-    env = {k: v for k, v in os.environ.items() if k != plugin.REQUIRE_ENV}
-    rc, out = _pytest(tmp_path, files, env=env)
+    rc, out = _pytest(tmp_path, files, drop=(plugin.REQUIRE_ENV,))
     assert rc == 0 and _counts(out) == {"passed": 1, "skipped": 1}, out  # without: a skip
 
 
