@@ -4,7 +4,7 @@
   frames its XDP program ran on and its verdicts.  veth counts them whatever program is
   attached, so the program under test needs no counters of its own (drivers/net/veth.c:
   ``xdp_packets`` per frame, ``xdp_drops`` for XDP_DROP and XDP_ABORTED, ``xdp_tx``,
-  ``xdp_redirect``; XDP_PASS is the rest).
+  ``xdp_redirect``, ``drops`` for frames it could not deliver; XDP_PASS is the rest).
 - :class:`CpumapCounter`: the ``xdp:xdp_cpumap_kthread`` tracepoint of one cpumap
   (include/trace/events/xdp.h), as xdp-bench's ``redirect-cpu`` reads it: frames the
   remote CPUs' kthreads processed, dropped, and the verdicts of the entry program
@@ -36,13 +36,15 @@ class XdpCounts:
     tx: int = 0
     redirect: int = 0
     tx_errors: int = 0
+    rx_drops: int = 0  # frames veth could not deliver (a failed redirect, no skb for PASS)
     xmit: int = 0  # frames other devices sent out of this one with ndo_xdp_xmit
     xmit_errors: int = 0
 
     @property
     def passed(self) -> int:
-        """XDP_PASS: frames the program ran on minus the other verdicts."""
-        return self.packets - self.drop - self.tx - self.redirect
+        """XDP_PASS: frames the program ran on minus the other verdicts (XDP_TX counts in
+        ``tx`` when sent, in ``tx_errors`` when not) and minus the frames veth dropped."""
+        return self.packets - self.drop - self.tx - self.tx_errors - self.redirect - self.rx_drops
 
     def __sub__(self, other: XdpCounts) -> XdpCounts:
         return XdpCounts(*(getattr(self, f.name) - getattr(other, f.name) for f in fields(self)))
@@ -54,6 +56,7 @@ _VETH_STATS = {
     "xdp_tx": "tx",
     "xdp_redirect": "redirect",
     "xdp_tx_errors": "tx_errors",
+    "drops": "rx_drops",
     "xdp_xmit": "xmit",
     "xdp_xmit_errors": "xmit_errors",
 }

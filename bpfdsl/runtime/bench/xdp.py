@@ -81,6 +81,7 @@ VERDICT_METRICS = [
     Metric("XDP_DROP", "XDP_DROP", "count", 1, 0),
     Metric("XDP_TX", "XDP_TX", "count", 1, 0),
     Metric("XDP_REDIRECT", "XDP_REDIRECT", "count", 1, 0),
+    Metric("undelivered", "veth drops", "count", 1, 0),
     Metric("lost", "not queued", "count", 1, 0),
 ]
 
@@ -103,10 +104,11 @@ def default_frame(bnet: N.BenchNet, size: int) -> bytes:
 def _verdicts(c: XdpCounts) -> dict[str, float]:
     return {
         "frames": c.packets,
-        "XDP_PASS": c.passed - c.tx_errors,
+        "XDP_PASS": c.passed,
         "XDP_DROP": c.drop,
         "XDP_TX": c.tx + c.tx_errors,
         "XDP_REDIRECT": c.redirect,
+        "undelivered": c.rx_drops,
     }
 
 
