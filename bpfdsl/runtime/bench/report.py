@@ -16,8 +16,8 @@ import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
-from rich.console import Console
 from rich import progress as rp
+from rich.console import Console
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +68,13 @@ class Section:
     metrics: list[Metric]
     runs: dict[str, list[dict[str, float]]] = field(default_factory=dict)
     note: str = ""
+    compare: list[str] | None = None  # labels with a Delta (default: all but the baseline)
+
+    def compared(self, baseline: str | None) -> list[str]:
+        if baseline is None or baseline not in self.runs:
+            return []
+        want = self.compare if self.compare is not None else list(self.runs)
+        return [lbl for lbl in want if lbl != baseline and lbl in self.runs]
 
     def values(self, label: str, key: str) -> list[float]:
         return [r[key] for r in self.runs.get(label, []) if key in r]
@@ -94,7 +101,7 @@ class Section:
             avg = {m.key: self.average(label, m.key) for m in self.metrics}
             out["average"][label] = {k: _num(v[0]) for k, v in avg.items()}
             out["sd"][label] = {k: _num(v[1]) for k, v in avg.items()}
-            if baseline is not None and label != baseline and baseline in self.runs:
+            if label in self.compared(baseline):
                 out["delta_pct"][label] = {
                     m.key: _num(self.delta(label, baseline, m.key)) for m in self.metrics
                 }
@@ -119,7 +126,7 @@ class Section:
                 a, s = self.average(label, m.key)
                 avg.append(m.show(a))
                 sd.append(m.show(s))
-                if baseline is None or label == baseline or baseline not in self.runs:
+                if label not in self.compared(baseline):
                     dl.append("")
                 else:
                     d = self.delta(label, baseline, m.key)
@@ -183,10 +190,15 @@ class Report:
             "setup": self.setup,
             "sections": [s.to_dict(self.baseline) for s in self.sections],
             "notes": self.notes,
+            "summary": self.summary.note if self.summary is not None else None,
         }
 
     def render(self, *, verbose: bool = True) -> str:
         out = [self.title]
+        for label, p in self.programs.items():
+            out.append(
+                f"  {label}: {p['file']}" + (f" (program {p['prog']})" if p.get("prog") else "")
+            )
         for s in self.sections:
             if verbose or self.summary is None:
                 out += ["", s.render(self.baseline)]

@@ -12,6 +12,7 @@ plain ``xdp`` program attached to the interface (``--prog`` when there are sever
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
 from bpfdsl.abi.uapi import AttachType, MapType, ProgramType
 from bpfdsl.diagnostics import UsageError, error
 from bpfdsl.kernel import syscall as S

@@ -34,9 +34,9 @@ from bpfdsl.runtime.bench.xdp import (
     RATE,
     XdpOptions,
     _Bench,
+    _no_frames,
     _order,
     _report,
-    _no_frames,
 )
 from bpfdsl.runtime.xsk import XskSocket, xsk_map_set
 
@@ -74,9 +74,7 @@ class _Loop(threading.Thread):
         self.join(timeout=5)
 
 
-def run_xsk(
-    objs, opts: XdpOptions, modes=XSK_MODES, progress: Progress | None = None
-) -> Report:
+def run_xsk(objs, opts: XdpOptions, modes=XSK_MODES, progress: Progress | None = None) -> Report:
     """``bpfdsl bench xsk``: ``objs[0]`` the program, ``objs[1]`` the baseline; ``modes``
     a subset of :data:`XSK_MODES`.  Returns the report (one rate section per mode)."""
     progress = progress or Progress()
