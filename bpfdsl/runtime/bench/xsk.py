@@ -119,7 +119,7 @@ def run_xsk(objs, opts: XdpOptions, modes=XSK_MODES, progress: Progress | None =
             ]
             if mode == "l2fwd":
                 metrics.append(Metric("fwd_pps", "back at gen0", "Mpps", 1e6))
-            rates = Section(f"AF_XDP {mode}", metrics)
+            rates = Section(f"AF_XDP {mode} rates", metrics)
             drops = Section(
                 f"AF_XDP {mode}: frames per run",
                 [
