@@ -354,3 +354,25 @@ def test_ethtool_counters_and_checksum_offload(nothing_left) -> None:
             assert xdp_counts(DUT_DEV).packets == 0
             with pytest.raises(OSError):
                 ethtool.driver_stats("nosuchdev0")
+
+
+@pytest.mark.kernel
+@pytest.mark.parametrize(
+    "args,code,words",
+    [
+        (["xdp", "progs/sk_msg_redirect_ingress.bpfd"], "bench-program", "no xdp program"),
+        (["skmsg", "progs/xdp_drop.bpfd"], "bench-program", "no sk_msg program"),
+        (["xsk", "progs/xdp_drop.bpfd"], "bench-map", "no xskmap"),
+        (["redirect", "progs/xdp_drop.bpfd"], "bench-map", "no cpumap or devmap"),
+        (["xdp", "progs/xdp_cpumap_steer.bpfd", "--prog", "nope"], "bench-program", "steer"),
+        (["redirect", "progs/xdp_cpumap_steer.bpfd", "--cpu", "4096"], "bad-args", "--cpu"),
+        (["xdp", "progs/xdp_drop.bpfd", "--map", "nomap", "0", "1"], "bad-map", "nomap"),
+    ],
+)
+def test_programs_that_do_not_fit_the_mode_are_explained(
+    args: list[str], code: str, words: str, nothing_left
+) -> None:
+    proc = bench(*args, "--runs", "1", "--duration", "0.1", timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert f"error[{code}]" in proc.stderr and words in proc.stderr
+    assert "help:" in proc.stderr and "Traceback" not in proc.stderr

@@ -26,7 +26,6 @@ from bpfdsl.kernel import syscall
 # rx_queue_index, egress_ifindex, all u32
 XDP_MD = struct.Struct("<6I")
 BATCH_MAX = 256  # net/bpf/test_run.c: batch_size above NAPI_POLL_WEIGHT * 4 is refused
-BATCH_DEFAULT = 64  # the kernel's default when batch_size is 0
 
 
 class LiveFrameGenerator:

@@ -80,16 +80,6 @@ def attach_xdp(ns: str, dev: str, prog_fd: int, mode: str = "native") -> None:
         attach.attach_xdp(int(prog_fd), dev, mode=mode, method="netlink", replace=True)
 
 
-def detach_xdp(ns: str, dev: str) -> None:
-    """Remove XDP from ``dev`` of namespace ``ns`` (nothing attached: nothing done)."""
-    with netlink.in_netns(ns):
-        index = netlink.ifindex(dev)
-        state = netlink.xdp_state(index)
-        if state.mode is not None:
-            flags = netlink.MODE_FLAGS.get(state.mode, 0)
-            netlink.xdp_set(index, -1, flags, dev=dev)
-
-
 @contextmanager
 def bench_net(*, egress: bool = False) -> Iterator[BenchNet]:
     """Make the namespaces and veth pairs (see the module docstring); remove them on exit.
@@ -115,12 +105,3 @@ def bench_net(*, egress: bool = False) -> Iterator[BenchNet]:
             netlink.configure(EGRESS_DEV, netns=dut_ns)
             netlink.configure(SINK_DEV, netns=dut_ns)
         yield BenchNet(tag, gen_ns, dut_ns, gen_mac, dut_mac, egress)
-
-
-def leftovers() -> list[str]:
-    """Namespaces of benchmarks present now (``/run/netns/bpfdsl-bench-*``)."""
-    try:
-        names = os.listdir(netlink.NETNS_RUN_DIR)
-    except OSError:
-        return []
-    return sorted(n for n in names if n.startswith(NS_PREFIX))

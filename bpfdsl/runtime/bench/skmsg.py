@@ -181,6 +181,9 @@ def run_skmsg(
         stack.callback(cg.remove)
         reds = {label: _Redirector(t, cg.path) for label, t in targets.items()}
         rep.setup = {"namespace": ns, "cgroup": cg.path, "sizes": list(opts.sizes)}
+        rep.setup["programs"] = {
+            lbl: {"sk_msg": t.main, "sock_ops": t.entry} for lbl, t in targets.items()
+        }
         progress.start(opts.runs * len(labels) * len(opts.sizes), "skmsg")
         where = {"cgroup": cg.path, "netns": netlink.NETNS_RUN_DIR + "/" + ns}
         for i, label in abba(labels, opts.runs):

@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import os
 import time
-from contextlib import ExitStack
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 
 from bpfdsl.abi.uapi import AttachType, MapType
@@ -131,10 +132,21 @@ class _Bench:
             )
         )
         self.frame = frame
-        old = os.sched_getaffinity(0)
-        if GEN_CPU in old:
+        self.affinity = os.sched_getaffinity(0)
+        if GEN_CPU in self.affinity:
             os.sched_setaffinity(0, {GEN_CPU})  # this thread only: the generator's CPU
-            stack.callback(os.sched_setaffinity, 0, old)
+            stack.callback(os.sched_setaffinity, 0, self.affinity)
+
+    @contextmanager
+    def unpinned(self) -> Iterator[None]:
+        """The thread's CPUs as before the benchmark while the body runs (child processes
+        such as the TCP helper inherit them), then the generator's CPU again."""
+        now = os.sched_getaffinity(0)
+        os.sched_setaffinity(0, self.affinity)
+        try:
+            yield
+        finally:
+            os.sched_setaffinity(0, now)
 
     def attach(self, t: LoadedTarget) -> None:
         N.attach_xdp(self.net.dut_ns, N.DUT_DEV, t.fd(t.main), self.opts.xdp_mode)
@@ -242,6 +254,7 @@ def _setup(b: _Bench, opts: XdpOptions) -> dict:
         },
         "dut": {"dev": N.DUT_DEV, "xdp_mode": opts.xdp_mode},
         "possible_cpus": S.possible_cpus(),
+        "programs": {lbl: {"main": t.main, "entry": t.entry} for lbl, t in b.targets.items()},
     }
 
 
@@ -350,7 +363,6 @@ def run_redirect(
             + (f"; cpumap CPUs {','.join(map(str, cpus))}, qsize {opts.qsize}" if cpus else "")
         )
         rep.setup = _setup(b, opts) | {"map_kind": kind, "cpus": cpus, "qsize": opts.qsize}
-        rep.setup["entry_programs"] = {label: t.entry for label, t in b.targets.items()}
         if kind == "devmap":
             metrics = [
                 RATE,
@@ -466,8 +478,9 @@ def _tcp_run(b: _Bench, tcp: TcpHelper, cnt: CpumapCounter, opts: XdpOptions, la
         "addr": N.DUT_IP,
     }
     k0 = cnt.read()
-    st = tcp.run("stream", 65536, opts.duration, **where)
-    rr = tcp.run("rr", 1, opts.duration, **where)
+    with b.unpinned():
+        st = tcp.run("stream", 65536, opts.duration, **where)
+        rr = tcp.run("rr", 1, opts.duration, **where)
     through = (cnt.read() - k0).processed
     if through == 0:
         raise _no_frames(
