@@ -46,7 +46,8 @@ def _bars(rep: Report):
         avgs = [s.average(lbl, m.key)[0] / m.scale for lbl in labels]
         sds = [s.average(lbl, m.key)[1] / m.scale for lbl in labels]
         xs = range(len(labels))
-        ax.bar(xs, avgs, yerr=sds, capsize=6, color=["#999999", "#3b75af"][: len(labels)])
+        colours = ["#999999" if lbl == rep.baseline else "#3b75af" for lbl in labels]
+        ax.bar(xs, avgs, yerr=sds, capsize=6, color=colours)
         for x, lbl in zip(xs, labels, strict=True):
             ys = [v / m.scale for v in s.values(lbl, m.key)]
             ax.plot([x] * len(ys), ys, "k.", markersize=5)
