@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 . scripts/setup.sh
 setup_system clang-19 llvm-19 bpftool libbpf-dev xdp-tools tcpdump iproute2 ethtool
 setup_bpffs
-setup_venv test
+setup_venv test,bench
 
 echo "== pytest"
 set +e

@@ -175,6 +175,7 @@ def test_attr_layouts_match_vmlinux_btf(vmlinux):
         S.LinkCreateAttr,
         S.LinkUpdateAttr,
         S.LinkDetachAttr,
+        S.RawTracepointAttr,
     ]
     for cls in classes:
         ours = {n: getattr(cls, n).offset for n, *_ in cls._fields_ if not n.startswith("_")}

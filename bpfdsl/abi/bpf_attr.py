@@ -96,6 +96,10 @@ class LinkDetachAttr(C.Structure):
     _fields_ = [("link_fd", u32)]
 
 
+class RawTracepointAttr(C.Structure):
+    _fields_ = [("name", u64), ("prog_fd", u32), ("_pad", u32), ("cookie", u64)]
+
+
 class ProgInfo(C.Structure):
     """``struct bpf_prog_info`` (232 bytes on 6.18)."""
 

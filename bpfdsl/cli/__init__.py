@@ -35,6 +35,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "map": ("map_cmds", "dump, lookup, update, delete map entries (BTF-typed)"),
     "run": ("run_cmds", "run a program on packets (BPF_PROG_TEST_RUN or the interpreter)"),
     "demo": ("run_cmds", "the main job end to end on a veth pair in a temporary namespace"),
+    "bench": ("bench_cmds", "benchmark a program under load: xdp, redirect, xsk, skmsg tables"),
     "cpumap": ("redirect_cmds", "set, delete, show cpumap entries (CPU, qsize, on-CPU program)"),
     "devmap": ("redirect_cmds", "set, delete, show devmap entries (egress interface, program)"),
     "sockmap": ("redirect_cmds", "attach/detach an sk_msg program to a sockmap/sockhash"),

@@ -31,6 +31,7 @@ from bpfdsl.abi.bpf_attr import (
     ProgInfo,
     ProgLoadAttr,
     ProgQueryAttr,
+    RawTracepointAttr,
     TestRunAttr,
 )
 from bpfdsl.abi.uapi import BPF_ANY, BPF_F_TEST_XDP_LIVE_FRAMES, BPF_OBJ_NAME_LEN, BpfCmd, MapType
@@ -498,6 +499,16 @@ def link_update(link_fd: int, new_prog_fd: int, old_prog_fd: int = 0, flags: int
     """BPF_LINK_UPDATE: atomically swap the link's program (BPF_F_REPLACE with old_prog_fd)."""
     sys_bpf(
         BpfCmd.LINK_UPDATE, LinkUpdateAttr(int(link_fd), int(new_prog_fd), flags, int(old_prog_fd))
+    )
+
+
+def raw_tracepoint_open(name: str, prog_fd: int) -> Fd:
+    """BPF_RAW_TRACEPOINT_OPEN: run BPF_PROG_TYPE_RAW_TRACEPOINT program ``prog_fd`` at
+    every hit of tracepoint ``name`` (as in /sys/kernel/tracing/events/*/NAME, e.g.
+    ``xdp_cpumap_kthread``).  Closing the returned fd detaches it."""
+    tp = C.create_string_buffer(name.encode())
+    return Fd(
+        sys_bpf(BpfCmd.RAW_TRACEPOINT_OPEN, RawTracepointAttr(name=_addr(tp), prog_fd=int(prog_fd)))
     )
 
 

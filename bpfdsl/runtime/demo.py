@@ -67,7 +67,10 @@ def source_text() -> str:
 
 
 @contextmanager
-def _sigterm_as_interrupt():
+def sigterm_as_interrupt():
+    """Turn SIGTERM into KeyboardInterrupt while the body runs (main thread only), so the
+    ``finally`` blocks that remove namespaces, links and cgroups run on ``kill`` too."""
+
     def handler(_signum, _frame):
         raise KeyboardInterrupt
 
@@ -114,7 +117,7 @@ def run_demo(
     inner_ip = socket.inet_ntoa((base + 1).to_bytes(4, "big"))
     outer_ip = socket.inet_ntoa((base + 2).to_bytes(4, "big"))
     result = DemoResult(mode, ns, (outer, inner), blocked_port=port)
-    with _sigterm_as_interrupt(), ExitStack() as stack:
+    with sigterm_as_interrupt(), ExitStack() as stack:
         stack.callback(netlink.remove_netns, ns)  # registered first: a signal may come
         netlink.create_netns(ns)  # at any moment, and removing what is missing is fine
         stack.callback(netlink.delete_link, outer)

@@ -1,0 +1,186 @@
+"""The ``xsk`` benchmark: AF_XDP receive-drop and l2fwd rates in copy mode, with the
+program under test steering frames to its xskmap (as the kernel's xdpsock sample).
+
+The program runs on ``dut0``; one AF_XDP socket (:class:`bpfdsl.runtime.xsk.XskSocket`,
+copy mode, 4096 chunks of 2048 bytes) is bound to dut0's queue 0 and put into slot 0 of the
+object's xskmap (key = rx queue index, the usual scheme).  A thread on CPU 1 (when there is
+one; the generator has CPU 0) runs the socket loop:
+
+- ``rxdrop``: receive, give the chunk straight back to the fill ring;
+- ``l2fwd``: receive, swap the MAC addresses, send back out of dut0 (to gen0, whose drop
+  program counts the arrivals), reap completions onto the fill ring.
+
+Counted: frames the program ran on and redirected (veth), frames the socket received
+(the loop), frames that came back to gen0 (l2fwd), and the socket's own drop counters
+(``struct xdp_statistics``: ring full, fill ring empty).  The loop is Python, batch-wise
+without copying frames; what it can take is part of what is measured, the same for
+every program compared.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from contextlib import ExitStack
+
+from bpfdsl.kernel import netlink
+from bpfdsl.runtime.bench import net as N
+from bpfdsl.runtime.bench.report import Metric, Progress, Report, Section, abba
+from bpfdsl.runtime.bench.target import REDIRECT_MAPS, fill_user_maps, one_map
+from bpfdsl.runtime.bench.xdp import (
+    DRAIN,
+    GEN_CPU,
+    RATE,
+    XdpOptions,
+    _Bench,
+    _no_frames,
+    _order,
+    _report,
+)
+from bpfdsl.runtime.xsk import XskSocket, xsk_map_set
+
+XSK_MODES = ("rxdrop", "l2fwd")
+FRAMES = 4096
+LOOP_LIMIT = 3600.0  # seconds: the socket thread stops by itself after this at the latest
+
+
+class _Loop(threading.Thread):
+    """The socket loop (``rxdrop`` or ``l2fwd``) on its own CPU until :meth:`stop`."""
+
+    def __init__(self, sock: XskSocket, mode: str, cpu: int | None):
+        super().__init__(name=f"xsk-{mode}", daemon=True)
+        self.sock, self.mode, self.cpu = sock, mode, cpu
+        self.frames = 0
+        self.error: BaseException | None = None
+        self._halt = threading.Event()
+
+    def run(self) -> None:
+        try:
+            if self.cpu is not None:
+                os.sched_setaffinity(0, {self.cpu})  # this thread
+            step = self.sock.rx_drop if self.mode == "rxdrop" else self.sock.l2fwd
+            end = time.monotonic() + LOOP_LIMIT
+            while not self._halt.is_set() and time.monotonic() < end:
+                n = step()
+                self.frames += n
+                if n == 0:
+                    self.sock.wait(0.001)
+        except BaseException as e:  # noqa: BLE001 - reported by the benchmark thread
+            self.error = e
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join(timeout=5)
+
+
+def run_xsk(objs, opts: XdpOptions, modes=XSK_MODES, progress: Progress | None = None) -> Report:
+    """``bpfdsl bench xsk``: ``objs[0]`` the program, ``objs[1]`` the baseline; ``modes``
+    a subset of :data:`XSK_MODES`.  Returns the report (one rate section per mode)."""
+    progress = progress or Progress()
+    rep = _report("xsk", "", objs, opts)
+    cpus = sorted(os.sched_getaffinity(0))
+    loop_cpu = next((c for c in cpus if c != GEN_CPU), None)
+    sections = []
+    with ExitStack() as stack:
+        b = _Bench(stack, objs, opts, egress=False)
+        sink = stack.enter_context(N.drop_program())
+        N.attach_xdp(b.net.gen_ns, N.GEN_DEV, int(sink), "native")  # counts l2fwd frames
+        with netlink.in_netns(b.net.dut_ns):
+            sock = XskSocket(netlink.ifindex(N.DUT_DEV), 0, frames=FRAMES, tx=True)
+        stack.callback(sock.close)
+        for t in b.targets.values():
+            name = one_map(
+                t,
+                REDIRECT_MAPS["xskmap"],
+                "xskmap",
+                "the xsk benchmark puts its AF_XDP socket into the object's xskmap "
+                "(declare one: `map xsks: xskmap(max_entries: 64)`)",
+            )
+            xsk_map_set(t.coll.maps[name].fd, 0, sock.fileno(), map_name=name)
+        rep.title = (
+            f"bpfdsl bench xsk: AF_XDP copy mode on dut0 queue 0, socket loop on CPU "
+            f"{loop_cpu if loop_cpu is not None else 'any'}; {len(b.frame)}-byte frames "
+            f"(+4 FCS) from a live-frame generator on CPU {GEN_CPU}; {opts.runs} run(s) of "
+            f"{opts.duration:g} s per program and mode, ABBA order"
+        )
+        rep.setup = {
+            "namespaces": list(b.net.namespaces),
+            "socket": {"dev": N.DUT_DEV, "queue": 0, "frames": FRAMES, "mode": "copy"},
+            "loop_cpu": loop_cpu,
+            "generator_cpu": GEN_CPU,
+        }
+        progress.start(opts.runs * len(objs) * len(modes), "xsk")
+        for mode in modes:
+            metrics = [
+                RATE,
+                Metric("redirect_pps", "redirected", "Mpps", 1e6),
+                Metric("xsk_pps", "socket rx", "Mpps", 1e6),
+            ]
+            if mode == "l2fwd":
+                metrics.append(Metric("fwd_pps", "back at gen0", "Mpps", 1e6))
+            rates = Section(f"AF_XDP {mode} rates", metrics)
+            drops = Section(
+                f"AF_XDP {mode}: frames per run",
+                [
+                    Metric("frames", "frames", "count", 1, 0),
+                    Metric("XDP_REDIRECT", "XDP_REDIRECT", "count", 1, 0),
+                    Metric("socket", "socket rx", "count", 1, 0),
+                    Metric("ring_full", "rx ring full", "count", 1, 0),
+                    Metric("fill_empty", "fill ring empty", "count", 1, 0),
+                ],
+            )
+            loop = _Loop(sock, mode, loop_cpu)
+            loop.start()
+            try:
+                for i, label in abba(rep.labels, opts.runs):
+                    progress.step(f"{mode} run {i + 1}/{opts.runs} {label}")
+                    t = b.targets[label]
+                    b.attach(t)
+                    fill_user_maps(t)
+                    b.send(opts.warmup)
+                    time.sleep(DRAIN)
+                    c0, g0 = b.counts(b.net.dut_ns, N.DUT_DEV), b.counts(b.net.gen_ns, N.GEN_DEV)
+                    s0, f0 = sock.statistics(), loop.frames
+                    _sent, secs = b.send(opts.duration)
+                    time.sleep(DRAIN)
+                    c = b.counts(b.net.dut_ns, N.DUT_DEV) - c0
+                    g = b.counts(b.net.gen_ns, N.GEN_DEV) - g0
+                    s1, got = sock.statistics(), loop.frames - f0
+                    if loop.error is not None:
+                        raise loop.error
+                    if got == 0:
+                        raise _no_frames(
+                            label,
+                            f"the AF_XDP socket received no frame ({c.redirect} XDP_REDIRECT "
+                            f"of {c.packets})",
+                            "the program must redirect to the xskmap slot of the rx queue "
+                            "(`redirect_map(xsks, ctx.rx_queue_index, XDP_PASS)`); slot 0 "
+                            "holds the socket",
+                        )
+                    row = {
+                        "rx_pps": c.packets / secs,
+                        "redirect_pps": c.redirect / secs,
+                        "xsk_pps": got / secs,
+                    }
+                    if mode == "l2fwd":
+                        row["fwd_pps"] = g.packets / secs
+                    rates.runs.setdefault(label, []).append(row)
+                    drops.runs.setdefault(label, []).append(
+                        {
+                            "frames": c.packets,
+                            "XDP_REDIRECT": c.redirect,
+                            "socket": got,
+                            "ring_full": s1["rx_ring_full"] - s0["rx_ring_full"],
+                            "fill_empty": s1["rx_fill_ring_empty_descs"]
+                            - s0["rx_fill_ring_empty_descs"],
+                            "seconds": secs,
+                        }
+                    )
+            finally:
+                loop.stop()
+            sections += [rates, drops]
+        progress.finish()
+    _order(rep, *sections)
+    rep.sections = sections
+    return rep
