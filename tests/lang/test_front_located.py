@@ -196,18 +196,6 @@ def test_a_source_over_the_size_limit_is_refused_with_the_limit(tmp_path):
     assert compile_file(q).programs == ["f"]
 
 
-@pytest.mark.parametrize(
-    "name,prog",
-    [("xdp", PASS), ("sk_msg", "sk_msg fn f(msg) { return SK_PASS }\n"),
-     ("sockops", "sock_ops fn f(skops) { return 1 }\n")],
-)  # fmt: skip
-def test_a_section_name_as_a_top_level_name_is_an_error_not_an_llvm_exit(name, prog):
-    """LLVM ends the whole process on a symbol that clashes with a section symbol."""
-    d = diag(f'license "GPL"\nmap {name}: sockhash<u32>(max_entries: 4)\n' + prog)
-    assert (d.code, d.span.line, d.span.col) == ("reserved-name", 2, 1)
-    assert d.message == f"`{name}` is the name of a program section (and its symbol) in the object"
-
-
 def test_without_debug_info_a_map_may_be_named_like_the_license_symbol():
     compile_source('license "GPL"\nmap _license: array<u32, u64>(max_entries: 1)\n' + PASS,
                    debug=False, check=False)  # fmt: skip

@@ -37,60 +37,7 @@ def errors(text: str) -> list:
     return ei.value.diagnostics
 
 
-# (declaration on line 2, code, col, words of the message)
-REFUSED = [
-    ("map a: array<u32, u64>(max_entries: 4, no_prealloc: 1)", "map-limit", 53,
-     "array maps do not take BPF_F_NO_PREALLOC"),
-    ("map a: percpu_array<u64>(max_entries: 4, no_prealloc: true)", "map-limit", 55,
-     "percpu_array maps do not take BPF_F_NO_PREALLOC"),
-    ("map a: lru_hash<u32, u64>(max_entries: 4, no_prealloc: true)", "map-limit", 56,
-     "LRU maps are always preallocated"),
-    ("map a: lru_percpu_hash<u32, u64>(max_entries: 4, no_prealloc: true)", "map-limit", 63,
-     "lru_percpu_hash maps do not take BPF_F_NO_PREALLOC"),
-    ("map a: devmap(max_entries: 4, no_prealloc: true)", "map-limit", 44,
-     "devmap maps do not take BPF_F_NO_PREALLOC"),
-    ("map a: cpumap(max_entries: 4, no_prealloc: true)", "map-limit", 44,
-     "cpumap maps do not take BPF_F_NO_PREALLOC"),
-    ("map a: sockmap(max_entries: 4, no_prealloc: true)", "map-limit", 45,
-     "sockmap maps do not take BPF_F_NO_PREALLOC"),
-    ("map a: xskmap(max_entries: 4, no_prealloc: true)", "map-limit", 44,
-     "xskmap maps do not take BPF_F_NO_PREALLOC"),
-    ("map a: hash<u32, u64>(max_entries: 4, no_prealloc: 5)", "map-args", 52,
-     "no_prealloc takes true or false"),
-    ("map a: hash<u32, u64>(max_entries: 4, no_prealloc: 10.0.0.1)", "map-args", 52,
-     "no_prealloc takes true or false"),
-    ("map a: lpm_trie<ipv4_prefix, u8>(max_entries: 1073741824)", "map-args", 47,
-     "max_entries must be from 1 to 1073741823 (2**30 - 1), not 1073741824"),
-    ("map a: array<u32, u32>(max_entries: 4294967295)", "map-args", 37,
-     "max_entries must be from 1 to 1073741823"),
-    ("map a: array<u32, u32>(max_entries: 0)", "map-args", 37,
-     "max_entries must be at least 1, not 0"),
-    ("map a: hash<u32, u64>(max_entries: 134217729)", "map-limit", 36,
-     "hash maps hold at most 134217728 entries (2**27), not 134217729"),
-    ("map a: sockhash<u32>(max_entries: 134217729)", "map-limit", 35,
-     "sockhash maps hold at most 134217728 entries"),
-    ("map a: percpu_array<big>(max_entries: 1)", "map-limit", 21,
-     "percpu_array values are at most 32768 bytes per CPU (PCPU_MIN_UNIT_SIZE), not 32776"),
-    ("map a: percpu_hash<u32, big>(max_entries: 1)", "map-limit", 25,
-     "percpu_hash values are at most 32768 bytes per CPU"),
-    ("map a: sockhash<[u8; 513]>(max_entries: 1)", "map-limit", 17,
-     "sockhash keys are 1 to 512 bytes, not 513"),
-    ("map a: array<u32, u32>(max_entrie: 4)", "map-args", 24,
-     "unknown map argument `max_entrie`"),
-    ("map a: array<u32, u32>(max_entries: 4, max_entries: 8)", "map-args", 40,
-     "map argument `max_entries` is given twice"),
-    ("map a: array<u32, u32>(max_entries: true)", "map-args", 37,
-     "max_entries must be a compile-time integer"),
-]  # fmt: skip
 BIG = "struct big { a: [u64; 4096], b: u8 }"  # 32776 bytes: 8 over PCPU_MIN_UNIT_SIZE
-
-
-@pytest.mark.parametrize("decl,code,col,words", REFUSED, ids=[r[0][7:40] for r in REFUSED])
-def test_refused_declaration_is_an_error_at_its_line(decl, code, col, words):
-    diags = [d for d in errors(src(decl, BIG)) if d.code != "unknown-name"]
-    assert [(d.code, d.span.line, d.span.col) for d in diags] == [(code, 2, col)]
-    assert words in diags[0].message
-    assert diags[0].hints, "says what to do"
 
 
 def test_unknown_argument_suggests_the_known_one():

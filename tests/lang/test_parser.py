@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from bpfdsl.diagnostics import DiagnosticError
 from bpfdsl.lang import ast
 from bpfdsl.lang.build import parse_program
 
@@ -72,20 +71,3 @@ xdp(cpumap) fn f(ctx) { match 1 { 1 | 2 => return XDP_PASS, _ => {} } return XDP
     ]
     assert prog.items[-1].keyword == "xdp(cpumap)"
     assert prog.items[3].kind == "lpm_trie" and prog.items[3].kind_span.col == 8
-
-
-@pytest.mark.parametrize(
-    "src,line,col",
-    [
-        ("xdp fn f(ctx) { return }", 1, 24),
-        ("xdp fn f(ctx) {\n  let = 3\n}", 2, 7),
-        ("map m: hash<u32 u64>(max_entries: 1)", 1, 17),
-        ("xdp fn f(ctx) { let x = 300.1.1.1 }", 1, 25),
-        ("xdp fn f(ctx) {\n    return XDP_PASS\n", 2, 20),
-    ],
-)
-def test_parse_errors_have_positions(src, line, col):
-    with pytest.raises(DiagnosticError) as ei:
-        parse_program(src, "t.bpfd")
-    d = ei.value.diagnostics[0]
-    assert (d.span.file, d.span.line, d.span.col) == ("t.bpfd", line, col), d.concise()
