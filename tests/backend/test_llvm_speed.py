@@ -1,15 +1,16 @@
-"""Back-end behaviour: debug locations are shared per line and column, and a frame over the
+"""Back-end behaviour: debug locations are shared per line and column, a frame over the
 kernel's 512-byte stack limit is an error whose hint, followed, gives an object the kernel
-accepts."""
+accepts, and map key/value temporaries share stack slots."""
 
 from __future__ import annotations
 
 import pytest
 from llvmlite import ir
+from support.progrun import IP, UDP, Prog, eth
 
 from bpfdsl.backend.codegen.debug import DebugAdapter
 from bpfdsl.backend.codegen.generator import generate
-from bpfdsl.compiler import front_end
+from bpfdsl.compiler import compile_source, front_end
 
 # shapes the progs do not all have: a fn, a loop, signed arithmetic, a struct key, selects
 EXTRA = """license "GPL"
@@ -101,3 +102,28 @@ def test_stack_limit_hint_rewrite_compiles_and_loads():
     res = compile_source(BIG_IN_MAP, "big_in_map.bpfd")
     with load_collection(read_object(res.obj)) as coll:
         assert set(coll.programs) == {"f"}
+
+
+@pytest.mark.kernel
+def test_map_key_and_value_temporaries_share_stack_slots():
+    """33 `hit[i] = ctx.len` statements needed 528 bytes of stack (a slot per temporary);
+    a 70-arm match of `N => hit[N] += 1` 560.  With lifetime markers they share slots."""
+    stmts = "".join(f"    hit[{i}] = ctx.len\n" for i in range(33))
+    arms = "".join(f"        {n} => hit[{n}] += 1,\n" for n in range(70))
+    src = f"""license "GPL"
+map hit: array<u32, u64>(max_entries: 80)
+xdp fn many(ctx) {{
+{stmts}    match ctx.len {{
+{arms}        _ => {{}}
+    }}
+    return XDP_PASS
+}}"""
+    res = compile_source(src, "many.bpfd", stats=True)
+    (st,) = res.stats
+    assert st.stack <= 32, st
+    with Prog(src) as p:
+        pkt = bytes(eth() / IP() / UDP() / (b"x" * 40))[:60]
+        assert p.verdict(pkt) == 2
+        assert p.counter("hit", 32) == 60  # hit[32] = ctx.len
+        assert p.counter("hit", 60) == 1  # the arm for len 60
+        assert p.counter("hit", 61) == 0

@@ -140,3 +140,19 @@ def test_cli_missing_file_is_usage_error(tmp_path):
         timeout=120,
     )
     assert r.returncode == 2 and "cannot read" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_unwritable_output_is_a_usage_error(tmp_path):
+    src = tmp_path / "p.bpfd"
+    src.write_text(
+        'license "GPL"\nmap v: array<u32>(max_entries: 1)\nxdp fn f(ctx) {\n\n    return XDP_PASS\n}\n'
+    )
+    out = tmp_path / "no" / "such" / "dir" / "x.o"
+    r = subprocess.run(
+        [sys.executable, "-m", "bpfdsl", "compile", str(src), "-o", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "cannot write" in r.stderr and "directory exists" in r.stderr

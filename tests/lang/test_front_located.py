@@ -1,7 +1,8 @@
 """The front end never leaks a traceback or an unlocated error: calls to fns defined later
 in the file compile (recursion stays a located error), over-long names, malformed numbers
-and bytes that are not UTF-8 are errors at their line:col, and a source path that is not
-a regular file, or is too large, is refused before anything reads it without bound."""
+and bytes that are not UTF-8 are errors at their line:col, a source path that is not a
+regular file, or is too large, is refused before anything reads it without bound, and
+nesting too deep for the compiler is an error with a hint."""
 
 from __future__ import annotations
 
@@ -26,10 +27,10 @@ def diag(text: str, count: int = 1):
     return ei.value.diagnostics[0]
 
 
-def cli(*args: str) -> subprocess.CompletedProcess:
+def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.run([sys.executable, "-m", "bpfdsl", *args], capture_output=True,
-                          text=True, timeout=60, env=env)  # fmt: skip
+                          text=True, timeout=timeout, env=env)  # fmt: skip
 
 
 # ---- calls to later fns ----
@@ -199,3 +200,37 @@ def test_a_source_over_the_size_limit_is_refused_with_the_limit(tmp_path):
 def test_without_debug_info_a_map_may_be_named_like_the_license_symbol():
     compile_source('license "GPL"\nmap _license: array<u32, u64>(max_entries: 1)\n' + PASS,
                    debug=False, check=False)  # fmt: skip
+
+
+# ---- nesting ----
+
+
+def _prog(body: str) -> str:
+    return f'license "GPL"\nmap v: array<u32>(max_entries: 1)\nxdp fn f(ctx) {{\n{body}\n    return XDP_PASS\n}}\n'
+
+
+def test_deep_expressions_and_nesting_compile():
+    terms = "+".join(["(ctx.len as u32)"] * 400)
+    compile_source(_prog(f"    let x: u32 = {terms}\n    if x == 3 {{ return XDP_DROP }}"))
+    body = "".join(f"    if ctx.len > {i} {{\n" for i in range(300))
+    compile_source(_prog(body + "    return XDP_DROP\n" + "    }\n" * 300))
+
+
+def test_too_deep_nesting_is_a_clean_error(tmp_path):
+    body = "".join(f"if ctx.len > {i} {{\n" for i in range(6000))
+    src = tmp_path / "deep.bpfd"
+    src.write_text(_prog(body + "return XDP_DROP\n" + "}\n" * 6000))
+    r = cli("compile", str(src), "-o", str(tmp_path / "deep.o"), timeout=300)
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert "error[too-deep]" in r.stderr and "help:" in r.stderr
+    # the position of the first if nested 500 levels deep (an If node, then its block)
+    assert f"{src}:" in r.stderr and "if ctx.len > " in r.stderr, r.stderr
+
+
+# ---- byte-order mark ----
+
+
+def test_utf8_bom_is_accepted():
+    """A file some editors save with a UTF-8 byte-order mark compiles like one without."""
+    src = 'license "GPL"\nxdp fn f(ctx) { return XDP_PASS }\n'
+    assert compile_source("\ufeff" + src, "t.bpfd").obj == compile_source(src, "t.bpfd").obj

@@ -1,9 +1,11 @@
-"""Parser and AST builder: literals convert at compile time, positions are kept."""
+"""Parser and AST builder: literals convert at compile time (prefixes, string escapes),
+positions are kept."""
 
 from __future__ import annotations
 
 import pytest
 
+from bpfdsl.compiler import compile_source
 from bpfdsl.lang import ast
 from bpfdsl.lang.build import parse_program
 
@@ -71,3 +73,22 @@ xdp(cpumap) fn f(ctx) { match 1 { 1 | 2 => return XDP_PASS, _ => {} } return XDP
     ]
     assert prog.items[-1].keyword == "xdp(cpumap)"
     assert prog.items[3].kind == "lpm_trie" and prog.items[3].kind_span.col == 8
+
+
+@pytest.mark.parametrize(
+    "lit", ["10.0.0.0/8", "0.0.0.0/0", "1.2.3.4/32", "2001:db8::/32", "::1/128"]
+)
+def test_prefix_networks_are_accepted(lit):
+    prog = parse_program(f"xdp fn f(ctx) {{ let x = {lit}\n return XDP_PASS }}", "t.bpfd")
+    e = prog.items[0].body.stmts[0].value
+    assert e.prefixlen == int(lit.split("/")[1])
+
+
+@pytest.mark.parametrize(
+    ("lit", "value"), [(r'"GPL"', "GPL"), (r'"G\"P\\L"', 'G"P\\L'), (r'"a\tb"', "a\tb")]
+)
+def test_license_escapes(lit, value):
+    from bpfdsl.obj.collection import read_object
+
+    src = f"license {lit}\nxdp fn f(ctx) {{ return XDP_PASS }}\n"
+    assert read_object(compile_source(src, "t.bpfd", check=False).obj).license == value

@@ -1,10 +1,12 @@
-"""Sema: byte order conversion of literals, struct layout (B07), constant folding."""
+"""Sema: byte order conversion of literals, struct layout (B07), constant folding, program
+kinds (a file needs a program; ctx fields by kind).  Refused programs: tests/lang/errors/."""
 
 from __future__ import annotations
 
 import pytest
 
-from bpfdsl.compiler import front_end
+from bpfdsl.compiler import compile_source, front_end
+from bpfdsl.diagnostics import DiagnosticError
 from bpfdsl.lang import types as T
 
 
@@ -67,3 +69,19 @@ def test_sema_sock_ops_constants_match_the_kernel():
         "sock_ops fn t(s) { return 1 }"
     )
     assert (c.consts["A"].value, c.consts["B"].value, c.consts["C"].value) == (4, 12, 5)
+
+
+@pytest.mark.parametrize("text", ["", "// nothing\n", 'license "GPL"\n'])
+def test_file_without_programs_is_an_error(text):
+    with pytest.raises(DiagnosticError) as ei:
+        compile_source(text, "t.bpfd")
+    (d,) = ei.value.diagnostics
+    assert d.code == "no-programs" and "xdp fn name(ctx)" in d.hints[0]
+
+
+def test_egress_ifindex_still_compiles_in_devmap_programs():
+    src = (
+        'license "GPL"\nxdp(devmap) fn f(ctx) {\n'
+        "    if ctx.egress_ifindex == 3 { return XDP_DROP }\n    return XDP_PASS\n}"
+    )
+    assert compile_source(src, "ok.bpfd").programs == ["f"]

@@ -1,4 +1,5 @@
-"""XDP attach, verdicts on real traffic, detach, show, and CLI errors (veths in test netns)."""
+"""XDP attach, verdicts on real traffic, detach, show, unload, and CLI errors (veths in test
+netns); without privileges a command says so in one line (exit 3)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,11 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 
 import pytest
 from support.netns import bpffs_dir, veth_net
-from support.paths import ROOT
+from support.paths import PROGS, ROOT
 
 from bpfdsl.kernel import netlink
 from bpfdsl.runtime import attach
@@ -191,3 +193,113 @@ def test_attach_cpumap_program_to_interface_is_refused(net, pin_dir):
     assert r.returncode == 1 and "cpumap" in r.stderr and "Traceback" not in r.stderr
     with net.in_xdp_ns():
         assert attach.xdp_attachment(net.xdp_dev) is None
+
+
+# ---- attach of an object file, detach and unload; privileges ----
+
+
+def test_attach_tc_says_only_xdp():
+    r = bpfdsl("attach", "tc", "/sys/fs/bpf/nothing_here", "--dev", "lo")
+    assert r.returncode == 2
+    assert "only XDP" in r.stderr and "two interfaces" not in r.stderr
+
+
+def _as_nobody(argv: list[str]) -> tuple[int, str]:
+    """Run the CLI in a forked child with uid/gid 65534 (modules imported beforehand:
+    the interpreter's own tree may not be readable by nobody)."""
+    import bpfdsl.cli.attach_cmds  # noqa: F401
+    import bpfdsl.cli.load_cmds  # noqa: F401
+    import bpfdsl.runtime.inventory  # noqa: F401
+    import bpfdsl.runtime.pins  # noqa: F401
+    from bpfdsl.cli import main
+
+    with tempfile.TemporaryFile() as err:
+        pid = os.fork()
+        if pid == 0:  # child: never returns into pytest
+            code = 99
+            try:
+                sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - the child exits below
+                sys.stderr = open(os.dup(err.fileno()), "w")  # noqa: SIM115
+                os.setgroups([])
+                os.setresgid(65534, 65534, 65534)
+                os.setresuid(65534, 65534, 65534)
+                code = main(argv)
+            finally:
+                sys.stderr.flush()
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        err.seek(0)
+        return os.waitstatus_to_exitcode(status), err.read().decode()
+
+
+@pytest.mark.kernel
+def test_not_root_attach_and_unload_one_line_exit_3(pin_dir):
+    assert bpfdsl("load", str(PROGS / "xdp_pass.bpfd"), "--pin-dir", pin_dir).returncode == 0
+    for argv in (["attach", "xdp", pin_dir, "--dev", "lo"], ["unload", pin_dir]):
+        code, err = _as_nobody(argv)
+        assert code == 3, (argv, err)
+        assert err.count("\n") == 1 and "needs root (CAP_BPF + CAP_NET_ADMIN" in err, err
+        assert "Errno" not in err and "no program pinned" not in err
+    assert os.path.isdir(os.path.join(pin_dir, "progs"))  # nothing was removed
+
+
+@pytest.mark.parametrize("root", ["/sys/fs/bpf", "/sys/fs/bpf/bpfdsl"])
+def test_unload_of_bpffs_roots_refused_without_rm_advice(root):
+    if not os.path.isdir(root):
+        pytest.skip(f"{root} does not exist")
+    before = sorted(os.listdir(root))
+    r = bpfdsl("unload", root)
+    assert r.returncode == 2 and "is not a bpfdsl pin dir" in r.stderr
+    assert "rm " not in r.stderr and "remove it yourself" not in r.stderr
+    assert set(before) <= set(os.listdir(root))
+
+
+@pytest.mark.kernel
+@pytest.mark.parametrize("via", ["link", "netlink"])
+def test_attach_object_prints_pins_detach_removes_them(via):
+    with veth_net("rv") as net:
+        d = bpffs_dir("bdrev_")
+        try:
+            extra = ["--netlink"] if via == "netlink" else []
+            r = net.bpfdsl(
+                "attach", "xdp", str(PROGS / "xdp_pass.bpfd"), "--dev", net.xdp_dev,
+                "--mode", "generic", "--pin-dir", d, *extra,
+            )  # fmt: skip
+            assert r.returncode == 0, r.stderr
+            assert f"pinned under {d}" in r.stdout and os.path.isdir(f"{d}/progs")
+            show = json.loads(net.bpfdsl("-j", "show").stdout)
+            att = [a for a in show["attachments"] if a["dev"] == net.xdp_dev]
+            assert len(att) == 1 and att[0]["method"] == via
+            r = net.bpfdsl("detach", net.xdp_dev)
+            assert r.returncode == 0, r.stderr
+            assert f"removed {d}" in r.stdout and not os.path.exists(d)
+        finally:
+            if os.path.exists(d):
+                bpfdsl("unload", d)
+
+
+@pytest.mark.kernel
+def test_detach_keeps_load_pins_and_unload_says_it_detached():
+    with veth_net("rv") as net:
+        d = bpffs_dir("bdrev_")
+        try:
+            assert net.bpfdsl("load", str(PROGS / "xdp_pass.bpfd"), "--pin-dir", d).returncode == 0
+            r = net.bpfdsl("attach", d, net.xdp_dev, "--mode", "generic")
+            assert r.returncode == 0, r.stderr
+            r = net.bpfdsl("detach", net.xdp_dev)
+            assert r.returncode == 0 and f"still pinned: {d}" in r.stdout
+            assert os.path.isdir(f"{d}/progs")
+            assert net.bpfdsl("attach", d, net.xdp_dev, "--mode", "generic").returncode == 0
+            r = net.bpfdsl("unload", d)
+            assert r.returncode == 0, r.stderr
+            assert f"detached XDP on {net.xdp_dev}" in r.stdout and not os.path.exists(d)
+        finally:
+            if os.path.exists(d):
+                bpfdsl("unload", d)
+
+
+def test_show_without_privileges_says_so():
+    """`bpfdsl show` as nobody: one line naming what it needs, exit 3 (not an empty list)."""
+    code, err = _as_nobody(["show"])
+    assert code == 3, err
+    assert err.count("\n") == 1 and "needs root" in err and "sudo bpfdsl show" in err

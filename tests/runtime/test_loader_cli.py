@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import uuid
 
 import pytest
 from support.netns import bpffs_dir, veth_net
@@ -145,3 +146,19 @@ def test_without_privileges_one_line_exit_3(pin_dir):
     assert r.returncode == 3, r.stderr
     assert r.stderr.count("\n") == 1 and "needs root (CAP_BPF + CAP_NET_ADMIN" in r.stderr
     assert not os.path.exists(pin_dir)
+
+
+@pytest.mark.kernel
+def test_pin_dir_with_dot_is_a_usage_error(tmp_path):
+    src = tmp_path / "p.bpfd"
+    src.write_text('license "GPL"\nxdp fn f(ctx) { return XDP_PASS }\n')
+    pin = f"/sys/fs/bpf/rv{uuid.uuid4().hex[:8]}.x"
+    try:
+        r = _run("load", str(src), "--pin-dir", pin)
+        out = r.stdout + r.stderr
+        assert r.returncode == 2, out
+        assert "Errno" not in out
+        assert "'.'" in out or "dot" in out
+    finally:
+        if os.path.isdir(pin):
+            _run("unload", pin)

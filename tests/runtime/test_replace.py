@@ -8,8 +8,10 @@ went through without a program) and the socket received every frame.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
+import sys
 import threading
 import time
 
@@ -120,3 +122,51 @@ def test_replace_under_traffic_every_packet_gets_a_verdict(counter_obj, mode, me
                 attach.detach_xdp(net.xdp_dev)
             if first.link_fd is not None:
                 first.link_fd.close()
+
+
+# ---- one-step attach over an earlier one ----
+
+
+@pytest.mark.kernel
+def test_second_one_step_attach_replaces_atomically(tmp_path):
+    """`attach xdp FILE.o --pin-dir P` over an earlier one-step attach into P: the new
+    program replaces the old on the same link (atomic update), P then holds only the new
+    pins, packets get the new verdict; with --no-replace the busy dir is an error whose hint
+    names the way to replace."""
+    import json
+
+    from support.netns import bpffs_dir, veth_net
+
+    drop, pas = tmp_path / "drop.bpfd", tmp_path / "pass.bpfd"
+    drop.write_text('license "GPL"\nxdp fn d(ctx) { return XDP_DROP }\n')
+    pas.write_text('license "GPL"\nxdp fn p(ctx) { return XDP_PASS }\n')
+    pin = bpffs_dir("bpfdsl_rv_")
+    with veth_net("rv") as n:
+        try:
+            a = n.bpfdsl("--json", "attach", "xdp", str(drop), "--dev", n.xdp_dev, "--pin-dir", pin)
+            assert a.returncode == 0, a.stderr
+            first = json.loads(a.stdout)
+            with n.udp_receiver(9000) as rx:
+                n.send_udp(9000, 20)
+                assert rx.drain() == 0
+            b = n.bpfdsl("--json", "attach", "xdp", str(pas), "--dev", n.xdp_dev, "--pin-dir", pin)
+            assert b.returncode == 0, b.stderr
+            second = json.loads(b.stdout)
+            assert second["link_id"] == first["link_id"]  # the same link, updated in place
+            assert second["prog_id"] != first["prog_id"]
+            assert sorted(os.listdir(os.path.join(pin, "progs"))) == ["p"]
+            assert os.path.exists(os.path.join(pin, f"link_xdp_{n.xdp_dev}"))
+            parent = os.path.dirname(pin)
+            assert not [d for d in os.listdir(parent) if d.startswith(os.path.basename(pin) + "_")]
+            with n.udp_receiver(9000) as rx:
+                n.send_udp(9000, 20)
+                assert rx.drain() == 20
+            c = n.bpfdsl("attach", "xdp", str(pas), "--dev", n.xdp_dev, "--pin-dir", pin,
+                         "--no-replace")  # fmt: skip
+            assert c.returncode == 2 and "pin-dir-busy" in c.stderr
+            assert "another --pin-dir" in c.stderr
+        finally:
+            n.bpfdsl("detach", "--dev", n.xdp_dev)
+            if os.path.isdir(pin):
+                subprocess.run([sys.executable, "-m", "bpfdsl", "unload", pin], timeout=120)
+    assert not os.path.exists(pin)

@@ -11,6 +11,7 @@ import pytest
 from support.objbuild import build
 from support.paths import PCAPS, PROGS, ROOT
 
+from bpfdsl.compiler import compile_file
 from bpfdsl.obj import collection as objfile
 from bpfdsl.obj.spec import choose_program
 from bpfdsl.runtime import packets, testrun
@@ -162,3 +163,42 @@ def test_read_pcapng(tmp_path):
     wrpcapng(str(f), [Ether(frame(9999)), Ether(frame(1))])
     got = packets.read_pcap(f)
     assert [g.data for g in got] == [frame(9999), frame(1)]
+
+
+# ---- input checks ----
+
+
+def test_run_corrupt_object_names_the_file(tmp_path):
+    cut = tmp_path / "trunc.o"
+    cut.write_bytes(compile_file(PROGS / "xdp_udp_filter.bpfd").obj[:600])
+    r = bpfdsl("run", str(cut), "--hex", "00" * 60)
+    assert r.returncode == 2 and f"{cut}: corrupt ELF object" in r.stderr
+
+
+def test_run_limit_below_one_and_directory_capture():
+    r = bpfdsl("run", str(PROGS / "xdp_pass.bpfd"), "--pcap", str(PCAPS), "--limit", "-1")
+    assert r.returncode == 2 and "--limit -1" in r.stderr
+    r = bpfdsl("run", str(PROGS / "xdp_pass.bpfd"), "--pcap", str(PCAPS))
+    assert r.returncode == 2 and "is a directory" in r.stderr
+    assert "no such capture file" not in r.stderr
+
+
+@pytest.mark.kernel
+def test_run_all_skipped_exits_1():
+    r = bpfdsl("run", str(PROGS / "xdp_pass.bpfd"), "--hex", "0011")
+    assert r.returncode == 1 and "no packet was run" in r.stderr
+    r = bpfdsl("run", str(PROGS / "xdp_pass.bpfd"), "--hex", "00" * 60)
+    assert r.returncode == 0, r.stderr
+
+
+@pytest.mark.kernel
+def test_run_truncated_capture_reported_in_our_words(tmp_path):
+    src = (PCAPS / "802.1ad_QinQ.pcap").read_bytes()
+    cut = tmp_path / "cut.pcap"
+    cut.write_bytes(src[: len(src) - 7])
+    r = bpfdsl("run", str(PROGS / "xdp_pass.bpfd"), "--pcap", str(cut))
+    assert r.returncode == 0, r.stderr
+    assert "WARNING" not in r.stdout + r.stderr
+    assert "the capture ends inside packet" in r.stderr and "truncated file" in r.stderr
+    whole = len(packets.read_pcap(PCAPS / "802.1ad_QinQ.pcap")) - 1  # the last one is cut
+    assert f"{whole} packet(s)" in r.stdout

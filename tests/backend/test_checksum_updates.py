@@ -1,7 +1,9 @@
-"""Checksum cases a reviewer found stale (issue 2): pseudo-header writes whose L4 header is
-not in scope, udp.len, swaps across word positions or across the pseudo-header.  Bytes are
-checked by an independent sum: scapy rebuilds every checksum, or (udp.len) the RFC 768 sum
-over the pseudo-header with the written length."""
+"""Checksums the generated code keeps valid: pseudo-header writes whose L4 header is not in
+scope, udp.len, swaps that keep the sums, and a payload write before XDP_TX (a warning
+unless the UDP checksum is set).  Bytes are checked by an independent sum: scapy rebuilds
+every checksum, or (udp.len) the RFC 768 sum over the pseudo-header with the written
+length.  The statements that would break a checksum are compile errors
+(tests/lang/errors/checksums/)."""
 
 from __future__ import annotations
 
@@ -157,35 +159,3 @@ def test_payload_write_before_xdp_tx_warns_unless_checksum_is_set():
     q = Ether(out)
     del q[IP].chksum
     assert bytes(Ether(bytes(q)))[14:34] == out[14:34]
-
-
-def test_egress_ifindex_still_compiles_in_devmap_programs():
-    src = (
-        'license "GPL"\nxdp(devmap) fn f(ctx) {\n'
-        "    if ctx.egress_ifindex == 3 { return XDP_DROP }\n    return XDP_PASS\n}"
-    )
-    assert compile_source(src, "ok.bpfd").programs == ["f"]
-
-
-def test_map_key_and_value_temporaries_share_stack_slots():
-    """33 `hit[i] = ctx.len` statements needed 528 bytes of stack (a slot per temporary);
-    a 70-arm match of `N => hit[N] += 1` 560.  With lifetime markers they share slots."""
-    stmts = "".join(f"    hit[{i}] = ctx.len\n" for i in range(33))
-    arms = "".join(f"        {n} => hit[{n}] += 1,\n" for n in range(70))
-    src = f"""license "GPL"
-map hit: array<u32, u64>(max_entries: 80)
-xdp fn many(ctx) {{
-{stmts}    match ctx.len {{
-{arms}        _ => {{}}
-    }}
-    return XDP_PASS
-}}"""
-    res = compile_source(src, "many.bpfd", stats=True)
-    (st,) = res.stats
-    assert st.stack <= 32, st
-    with Prog(src) as p:
-        pkt = bytes(eth() / IP() / UDP() / (b"x" * 40))[:60]
-        assert p.verdict(pkt) == 2
-        assert p.counter("hit", 32) == 60  # hit[32] = ctx.len
-        assert p.counter("hit", 60) == 1  # the arm for len 60
-        assert p.counter("hit", 61) == 0

@@ -1,10 +1,7 @@
-"""Issue 3 new-user review of load / attach / map / run: each defect found, as a test.
-
-Values never wrap (--set, map update), usage errors are exit 2 and list what is known,
-errors name the file, privileges give one line and exit 3, unload never suggests removing
-a bpffs root, attach of an object file says what it pinned and detach removes it, run
-refuses a bad --limit, exits 1 when nothing ran, and reports a cut capture itself.
-"""
+"""Values given on the command line never wrap: ``--set`` configs (bpfdsl.obj.config) and
+``bpfdsl map update`` refuse a value outside the type it fills, naming the type's range
+(exit 2, nothing pinned), take addresses where the BTF type is an address, and a bad
+``--set`` item is a usage error listing the configs of the object."""
 
 from __future__ import annotations
 
@@ -16,14 +13,12 @@ import sys
 import tempfile
 
 import pytest
-from support.netns import bpffs_dir, veth_net
-from support.paths import PCAPS, PROGS, ROOT
-from support.privileges import as_nobody
+from support.netns import bpffs_dir
+from support.paths import PROGS, ROOT
 
 from bpfdsl.compiler import compile_source
 from bpfdsl.obj import collection as objfile
 from bpfdsl.obj.config import ConfigError, config_bytes
-from bpfdsl.runtime import packets
 
 FLOWS = """license "GPL"
 struct flow { saddr: be32, daddr: be32, sport: be16, dport: be16, proto: u8 }
@@ -162,13 +157,6 @@ def test_map_without_btf_takes_integers(pin_dir):
 # ---- 11, 16: errors name the file; --set errors are usage errors listing the configs --
 
 
-def test_run_corrupt_object_names_the_file(flows_obj, tmp_path):
-    cut = tmp_path / "trunc.o"
-    cut.write_bytes(open(flows_obj, "rb").read()[:600])
-    r = bpfdsl("run", str(cut), "--hex", "00" * 60)
-    assert r.returncode == 2 and f"{cut}: corrupt ELF object" in r.stderr
-
-
 @pytest.mark.parametrize("item", ["nosuch=1", "x"])
 def test_bad_set_items_exit_2_listing_configs(flows_obj, item):
     r = bpfdsl("run", flows_obj, "--hex", "00" * 60, "--set", item)
@@ -179,114 +167,13 @@ def test_bad_set_items_exit_2_listing_configs(flows_obj, item):
 # ---- 12: attach of other kinds says only xdp --------------------------------------------
 
 
-def test_attach_tc_says_only_xdp():
-    r = bpfdsl("attach", "tc", "/sys/fs/bpf/nothing_here", "--dev", "lo")
-    assert r.returncode == 2
-    assert "only XDP" in r.stderr and "two interfaces" not in r.stderr
-
-
 # ---- 13: without privileges: one line, exit 3 ------------------------------------------
-
-
-@pytest.mark.kernel
-def test_not_root_attach_and_unload_one_line_exit_3(pin_dir):
-    assert bpfdsl("load", str(PROGS / "xdp_pass.bpfd"), "--pin-dir", pin_dir).returncode == 0
-    for argv in (["attach", "xdp", pin_dir, "--dev", "lo"], ["unload", pin_dir]):
-        code, err = as_nobody(argv)
-        assert code == 3, (argv, err)
-        assert err.count("\n") == 1 and "needs root (CAP_BPF + CAP_NET_ADMIN" in err, err
-        assert "Errno" not in err and "no program pinned" not in err
-    assert os.path.isdir(os.path.join(pin_dir, "progs"))  # nothing was removed
 
 
 # ---- 14: unload never advises removing bpffs roots -------------------------------------
 
 
-@pytest.mark.parametrize("root", ["/sys/fs/bpf", "/sys/fs/bpf/bpfdsl"])
-def test_unload_of_bpffs_roots_refused_without_rm_advice(root):
-    if not os.path.isdir(root):
-        pytest.skip(f"{root} does not exist")
-    before = sorted(os.listdir(root))
-    r = bpfdsl("unload", root)
-    assert r.returncode == 2 and "is not a bpfdsl pin dir" in r.stderr
-    assert "rm " not in r.stderr and "remove it yourself" not in r.stderr
-    assert set(before) <= set(os.listdir(root))
-
-
 # ---- 18: run input checks ---------------------------------------------------------------
 
 
-def test_run_limit_below_one_and_directory_capture():
-    r = bpfdsl("run", str(PROGS / "xdp_pass.bpfd"), "--pcap", str(PCAPS), "--limit", "-1")
-    assert r.returncode == 2 and "--limit -1" in r.stderr
-    r = bpfdsl("run", str(PROGS / "xdp_pass.bpfd"), "--pcap", str(PCAPS))
-    assert r.returncode == 2 and "is a directory" in r.stderr
-    assert "no such capture file" not in r.stderr
-
-
-@pytest.mark.kernel
-def test_run_all_skipped_exits_1():
-    r = bpfdsl("run", str(PROGS / "xdp_pass.bpfd"), "--hex", "0011")
-    assert r.returncode == 1 and "no packet was run" in r.stderr
-    r = bpfdsl("run", str(PROGS / "xdp_pass.bpfd"), "--hex", "00" * 60)
-    assert r.returncode == 0, r.stderr
-
-
-@pytest.mark.kernel
-def test_run_truncated_capture_reported_in_our_words(tmp_path):
-    src = (PCAPS / "802.1ad_QinQ.pcap").read_bytes()
-    cut = tmp_path / "cut.pcap"
-    cut.write_bytes(src[: len(src) - 7])
-    r = bpfdsl("run", str(PROGS / "xdp_pass.bpfd"), "--pcap", str(cut))
-    assert r.returncode == 0, r.stderr
-    assert "WARNING" not in r.stdout + r.stderr
-    assert "the capture ends inside packet" in r.stderr and "truncated file" in r.stderr
-    whole = len(packets.read_pcap(PCAPS / "802.1ad_QinQ.pcap")) - 1  # the last one is cut
-    assert f"{whole} packet(s)" in r.stdout
-
-
 # ---- 19: attach of an object says what it pinned; detach and unload clean up ------------
-
-
-@pytest.mark.kernel
-@pytest.mark.parametrize("via", ["link", "netlink"])
-def test_attach_object_prints_pins_detach_removes_them(via):
-    with veth_net("rv") as net:
-        d = bpffs_dir("bdrev_")
-        try:
-            extra = ["--netlink"] if via == "netlink" else []
-            r = net.bpfdsl(
-                "attach", "xdp", str(PROGS / "xdp_pass.bpfd"), "--dev", net.xdp_dev,
-                "--mode", "generic", "--pin-dir", d, *extra,
-            )  # fmt: skip
-            assert r.returncode == 0, r.stderr
-            assert f"pinned under {d}" in r.stdout and os.path.isdir(f"{d}/progs")
-            show = json.loads(net.bpfdsl("-j", "show").stdout)
-            att = [a for a in show["attachments"] if a["dev"] == net.xdp_dev]
-            assert len(att) == 1 and att[0]["method"] == via
-            r = net.bpfdsl("detach", net.xdp_dev)
-            assert r.returncode == 0, r.stderr
-            assert f"removed {d}" in r.stdout and not os.path.exists(d)
-        finally:
-            if os.path.exists(d):
-                bpfdsl("unload", d)
-
-
-@pytest.mark.kernel
-def test_detach_keeps_load_pins_and_unload_says_it_detached():
-    with veth_net("rv") as net:
-        d = bpffs_dir("bdrev_")
-        try:
-            assert net.bpfdsl("load", str(PROGS / "xdp_pass.bpfd"), "--pin-dir", d).returncode == 0
-            r = net.bpfdsl("attach", d, net.xdp_dev, "--mode", "generic")
-            assert r.returncode == 0, r.stderr
-            r = net.bpfdsl("detach", net.xdp_dev)
-            assert r.returncode == 0 and f"still pinned: {d}" in r.stdout
-            assert os.path.isdir(f"{d}/progs")
-            assert net.bpfdsl("attach", d, net.xdp_dev, "--mode", "generic").returncode == 0
-            r = net.bpfdsl("unload", d)
-            assert r.returncode == 0, r.stderr
-            assert f"detached XDP on {net.xdp_dev}" in r.stdout and not os.path.exists(d)
-        finally:
-            if os.path.exists(d):
-                bpfdsl("unload", d)
