@@ -5,11 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parent.parent
-PROGS = ROOT / "progs"
-DATA = ROOT / "tests" / "data"
-PCAPS = ROOT / "tests" / "data" / "pcaps"  # tcpdump test corpus (BSD, see its README)
+from support.paths import ROOT
 
 
 @pytest.fixture

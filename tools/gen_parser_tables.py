@@ -11,7 +11,7 @@ are kept, which inlined ``_rule`` children are spliced, where ``[x]`` placeholde
 ``?rule`` returns its single child).  :mod:`bpfdsl.lang.parser` runs these tables, so lark
 is a development dependency only (the ``test`` extra of pyproject.toml).
 
-Regenerate after editing the grammar (tests/test_parser_tables.py fails until you do)::
+Regenerate after editing the grammar (tests/lang/test_parser_tables.py fails until you do)::
 
     python3 tools/gen_parser_tables.py
 

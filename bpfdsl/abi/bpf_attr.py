@@ -1,7 +1,7 @@
 """``union bpf_attr`` members and ``bpf_*_info`` structs as ctypes layouts (layer 1 leaf).
 
 Layouts from include/uapi/linux/bpf.h as dumped from this machine's /sys/kernel/btf/vmlinux
-(``bpftool btf dump file /sys/kernel/btf/vmlinux format c``); tests/test_syscall.py checks
+(``bpftool btf dump file /sys/kernel/btf/vmlinux format c``); tests/kernel/test_syscall.py checks
 offsets against that BTF.  Only :mod:`bpfdsl.kernel.syscall` passes them to bpf(2); it re-exports
 them (``syscall.ProgInfo`` ...).  Pointer fields are ``__u64`` user addresses.
 """

@@ -2,7 +2,7 @@
 
 :data:`PROTOTYPES` is indexed by helper id, as PREVAIL's ``prototypes[]``: every id of
 ``enum bpf_func_id`` (include/uapi/linux/bpf.h; this machine's kernel BTF, Linux 6.18: ids
-1..211, checked against /sys/kernel/btf/vmlinux by tests/test_uapi.py) has an entry with its
+1..211, checked against /sys/kernel/btf/vmlinux by tests/abi/test_uapi.py) has an entry with its
 name, so the instruction printer, the checker and the interpreter can name any helper.
 Helpers bpfdsl models carry a prototype; the others have ``args is None`` (``modelled`` is
 False): the checker says "cannot check" for them instead of "rejected".

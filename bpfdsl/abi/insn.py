@@ -291,7 +291,7 @@ def _opcode_table() -> dict[int, tuple[bool, bool]]:
     cBPF carry-overs LD_ABS/LD_IND, ``may_goto``), checked by kernel/bpf/verifier.c
     ``resolve_pseudo_ldimm64`` for every instruction ("unknown opcode %02x"; a BPF_LDX
     outside BPF_MEM/BPF_MEMSX: "BPF_LDX uses reserved fields").  128 opcodes on Linux
-    6.18; tests/test_insn_fields.py compares this table with the running kernel.
+    6.18; tests/abi/test_insn_fields.py compares this table with the running kernel.
     """
     t: dict[int, tuple[bool, bool]] = {}
     for cls in (U.BPF_ALU, U.BPF_ALU64):

@@ -2,7 +2,7 @@
 
 Names are the kernel's minus their prefix (``BPF_PROG_TYPE_XDP`` -> ``ProgramType.XDP``).
 Values are from include/uapi/linux/bpf.h and linux/if_link.h (checked against this
-machine's /sys/kernel/btf/vmlinux by tests/test_uapi.py).
+machine's /sys/kernel/btf/vmlinux by tests/abi/test_uapi.py).
 
 Also here: the program-kind table :data:`PROGRAM_KINDS` (language keyword -> ELF section,
 program type, expected attach type, context struct, allowed return values), modelled on

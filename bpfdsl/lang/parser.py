@@ -7,7 +7,7 @@ the lexer and the LALR tables at development time (``tools/gen_parser_tables.py`
 those tables and calls the AST builder's method for each reduced rule
 (:mod:`bpfdsl.lang.build`), so no parse tree is made.  It lexes, shapes children and
 propagates positions exactly as lark does, so spans and error messages are lark's
-(tests/test_parser_tables.py compares the two).  Syntax errors become
+(tests/lang/test_parser_tables.py compares the two).  Syntax errors become
 :class:`~bpfdsl.diagnostics.DiagnosticError` with file:line:col.
 """
 

@@ -4,7 +4,7 @@
 
 Each .o is a clang-19 build of a small C file (tests/data/loader/ or here) with one defect
 put in by hand, so tests and the checker's bad-input fuzzing have fixed inputs that need no
-compiler.  EXPECTED (also read by tests/test_objfile.py) maps each file to the message part
+compiler.  EXPECTED (also read by tests/obj/test_objfile.py) maps each file to the message part
 ``read_object`` must give.
 """
 

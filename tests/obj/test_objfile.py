@@ -1,0 +1,234 @@
+"""read_object on clang-19 libbpf-style objects: programs, subprogram linking, maps, configs,
+relocations, legacy maps (B12) and corrupt input (never a traceback)."""
+
+from __future__ import annotations
+
+import random
+import struct
+import time
+
+import pytest
+from support.objbuild import all_c_fixtures, build, source
+from support.paths import DATA
+
+from bpfdsl.abi.insn import slot_offsets
+from bpfdsl.abi.uapi import BPF_PSEUDO_CALL, AttachType, MapType, ProgramType
+from bpfdsl.diagnostics import UsageError
+from bpfdsl.obj.collection import LEGACY_MAPS_MSG, read_object
+
+
+@pytest.mark.parametrize("name", all_c_fixtures())
+def test_every_c_fixture_reads(name):
+    spec = read_object(build(name))
+    assert spec.license == "GPL"
+    assert spec.programs and spec.btf is not None and spec.btf_error is None
+    for p in spec.programs.values():
+        assert p.kind is not None, p.section
+        assert p.func_info and p.func_info[0].insn_off == 0
+        assert p.insns[-1].is_exit or any(x.is_exit for x in p.insns)
+
+
+def test_subprogram_is_appended_and_call_repointed():
+    spec = read_object(build("compat_multi"))
+    assert set(spec.programs) == {"count_pass", "count_drop"}
+    for p in spec.programs.values():
+        assert p.subprograms == ["bump"]
+        slots = slot_offsets(p.insns)
+        calls = [i for i, x in enumerate(p.insns) if x.is_call and x.src == BPF_PSEUDO_CALL]
+        assert len(calls) == 1
+        i = calls[0]
+        main_len = 4  # count_pass/count_drop are 4 slots each (see llvm-objdump)
+        assert slots[i] + 1 + p.insns[i].imm == main_len
+        assert [(f.insn_off, f.name) for f in p.func_info] == [(0, p.name), (main_len, "bump")]
+        assert all(li.insn_off < slots[-1] + 1 for li in p.line_info)
+        kinds = sorted((r.kind, r.symbol) for r in p.relocations)
+        assert kinds == [("data", ".rodata"), ("map", "hits")]
+        for r in p.relocations:
+            assert p.insns[r.insn_idx].is_ld_imm64
+
+
+def test_maps_from_btf_definitions():
+    maps = read_object(build("compat_maps")).maps
+    want = {
+        "config_echo": (MapType.ARRAY, 4, 8, 4),
+        "short_frames": (MapType.ARRAY, 4, 8, 1),
+        "by_proto": (MapType.HASH, 2, 8, 64),
+        "pkts": (MapType.PERCPU_ARRAY, 4, 8, 1),
+        "bytes_by_len": (MapType.PERCPU_HASH, 4, 8, 64),
+    }
+    got = {n: (m.map_type, m.key_size, m.value_size, m.max_entries) for n, m in maps.items()}
+    assert got == want
+    lpm = [m for m in read_object(build("xdp_acl")).maps.values() if m.map_type == 11]
+    assert lpm and all(m.map_flags & 1 for m in lpm)  # LPM tries need BPF_F_NO_PREALLOC
+    cpu = [
+        m
+        for m in read_object(build("xdp_cpumap_steer")).maps.values()
+        if m.map_type == MapType.CPUMAP
+    ]
+    assert [(m.key_size, m.value_size) for m in cpu] == [(4, 8)]  # struct bpf_cpumap_val
+    assert read_object(build("pinned_map")).maps["shared_count"].pinning == 1
+
+
+def test_configs_and_rodata_contents():
+    spec = read_object(build("compat_maps"))
+    cfg = spec.configs
+    assert {n: v.size for n, v in cfg.items()} == {"min_len": 4, "verdict": 1, "tag": 2, "magic": 8}
+    ro = spec.rodata.data
+    assert struct.unpack_from("<I", ro, cfg["min_len"].offset)[0] == 60
+    assert ro[cfg["verdict"].offset] == 2
+    assert struct.unpack_from("<H", ro, cfg["tag"].offset)[0] == 0x1234
+    assert struct.unpack_from("<Q", ro, cfg["magic"].offset)[0] == 0x1122334455667788
+    offs = {r.offset for r in spec.programs["compat_maps"].relocations if r.kind == "data"}
+    assert offs == {v.offset for v in cfg.values()}
+
+
+def test_section_kinds_and_attach_types():
+    by_section = {p.section: p for p in read_object(build("xdp_cpumap_steer")).programs.values()}
+    assert by_section["xdp/cpumap"].attach_type == AttachType.XDP_CPUMAP
+    assert by_section["xdp"].attach_type == AttachType.XDP
+    sk = {p.section: p for p in read_object(build("sk_msg_redirect_ingress")).programs.values()}
+    assert sk["sockops"].program_type == ProgramType.SOCK_OPS
+    assert sk["sk_msg"].program_type == ProgramType.SK_MSG
+
+
+def test_line_info_points_at_source():
+    spec = read_object(build("compat_maps"))
+    p = spec.programs["compat_maps"]
+    src = source("compat_maps").read_text().splitlines()
+    li = p.line_at(len(p.insns) - 1)
+    assert li is not None and li.text.strip() == src[li.line - 1].strip()
+    slots = slot_offsets(p.insns)
+    for i in range(len(p.insns)):  # list index and slot views agree (ld_imm64 = 2 slots)
+        assert p.line_at_index(i) == p.line_at(slots[i])
+
+
+def test_legacy_maps_section_is_refused():
+    with pytest.raises(UsageError) as ei:
+        read_object(build("legacy_maps"))
+    assert LEGACY_MAPS_MSG in str(ei.value)
+
+
+def test_missing_license_is_not_an_object_error():
+    assert read_object(build("no_license")).license is None
+
+
+def _expect_usage(data, match: str):
+    with pytest.raises(UsageError) as ei:
+        read_object(data)
+    assert match in str(ei.value)
+
+
+def test_bad_input_messages(tmp_path):
+    good = build("xdp_pass").read_bytes()
+    _expect_usage(tmp_path / "missing.o", "cannot read")
+    _expect_usage(b"hello", "not an ELF")
+    _expect_usage(good[:40], "corrupt ELF")
+    x86 = bytearray(good)
+    struct.pack_into("<H", x86, 18, 62)  # e_machine = EM_X86_64
+    _expect_usage(bytes(x86), "wrong machine")
+    c32 = bytearray(good)
+    c32[4] = 1  # ELFCLASS32
+    with pytest.raises(UsageError):
+        read_object(bytes(c32))
+
+
+def test_fuzzed_objects_raise_only_usage_errors():
+    """A few hundred mutated objects: each reads or raises UsageError, never anything else."""
+    rng = random.Random(1234)
+    bases = [build(n).read_bytes() for n in ("compat_multi", "compat_maps", "xdp_acl")]
+    deadline = time.monotonic() + 60
+    outcomes = {"ok": 0, "usage": 0}
+    for n in range(400):
+        assert time.monotonic() < deadline, "fuzz loop took too long"
+        data = bytearray(rng.choice(bases))
+        mode = n % 4
+        if mode == 0:
+            for _ in range(rng.randint(1, 8)):
+                data[rng.randrange(len(data))] = rng.randrange(256)
+        elif mode == 1:
+            data = data[: rng.randrange(64, len(data))]
+        elif mode == 2:  # corrupt the section header table
+            shoff = struct.unpack_from("<Q", data, 0x28)[0]
+            for _ in range(4):
+                at = shoff + rng.randrange(max(1, len(data) - shoff))
+                if at < len(data):
+                    data[at] = rng.randrange(256)
+        else:  # corrupt the middle (BTF, relocations, symbols)
+            at = rng.randrange(len(data) // 4, len(data))
+            data[at : at + 4] = rng.randbytes(4)
+        try:
+            read_object(bytes(data))
+            outcomes["ok"] += 1
+        except UsageError:
+            outcomes["usage"] += 1
+    assert outcomes["usage"] > 50
+
+
+def _bad_objects() -> dict[str, str]:
+    import importlib.util
+
+    make = DATA / "bad_objects" / "make.py"
+    spec = importlib.util.spec_from_file_location("bad_objects_make", make)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return {str(make.parent / name): msg for name, msg in mod.EXPECTED.items()}
+
+
+@pytest.mark.parametrize(
+    ("path", "message"),
+    sorted(_bad_objects().items()),
+    ids=lambda v: v.rsplit("/", 1)[-1] if "/" in v else "",
+)
+def test_hand_made_bad_objects(path, message):
+    """Checked-in broken objects (tests/data/bad_objects/make.py): UsageError naming the file."""
+    with pytest.raises(UsageError) as ei:
+        read_object(path)
+    assert message in str(ei.value) and path in str(ei.value)
+
+
+def _summary(spec) -> tuple:
+    progs = {
+        n: (p.section, p.insns, p.relocations, p.func_info, p.line_info, p.subprograms)
+        for n, p in spec.programs.items()
+    }
+    data = {n: (d.data, d.vars, d.readonly) for n, d in spec.data_sections.items()}
+    return progs, spec.maps, data, spec.license, spec.btf_error, spec.btf_fixups
+
+
+def _objects() -> list:
+    from support.paths import PROGS
+
+    from bpfdsl.compiler import compile_file
+
+    objs = [build(n).read_bytes() for n in all_c_fixtures()]
+    return objs + [compile_file(str(p)).obj for p in sorted(PROGS.glob("*.bpfd"))]
+
+
+def test_fast_elf_reader_agrees_with_pyelftools(monkeypatch):
+    """objfile_elf (the load path's section reader) and pyelftools read every C fixture and
+    every progs/*.bpfd object to the same CollectionSpec."""
+    from bpfdsl.obj import reader as objreader
+    from bpfdsl.obj.elf import ElfError
+
+    objs = _objects()
+    fast = [_summary(read_object(o)) for o in objs]
+
+    def refuse(raw):
+        raise ElfError("forced: use pyelftools")
+
+    monkeypatch.setattr(objreader, "ElfFile", refuse)
+    slow = [_summary(read_object(o)) for o in objs]
+    assert len(objs) > 20 and fast == slow
+
+
+def test_fast_elf_reader_skips_pyelftools_import():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from bpfdsl.obj.collection import read_object; "
+        f"read_object(open({str(build('compat_maps'))!r}, 'rb').read()); "
+        "print(any(m.startswith('elftools') for m in sys.modules))"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.stdout.strip() == "False", r.stderr
