@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
+from support.paths import ROOT
 
 from bpfdsl.runtime.bench.report import Metric, Progress, Section, abba, delta_pct
 
