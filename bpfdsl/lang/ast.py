@@ -42,6 +42,15 @@ class ArrayType(Node):
         self.length = length
 
 
+class BitType(Node):
+    """``bit<N>`` (header fields only): ``width`` bits, most significant bit first."""
+
+    def __init__(self, span: Span, name: str, width: int) -> None:
+        self.span = span
+        self.name = name  # as written: sema refuses anything but ``bit``
+        self.width = width
+
+
 TypeRef = NamedType | ArrayType
 
 
@@ -183,6 +192,29 @@ class Parse(Expr):
         self.header = header
 
 
+class BytesLit(Expr):
+    """``"GET "``: a byte string (UTF-8 text, escapes ``\\xHH`` ...), type ``[u8; N]``."""
+
+    def __init__(self, span: Span, data: bytes) -> None:
+        self.span = span
+        self.ty = None
+        self.data = data
+
+
+class Load(Expr):
+    """``load TYPE at cursor + OFF`` / ``load TYPE at OFF``: the bytes of TYPE at a byte
+    offset from the parse cursor (``base`` "cursor") or from the packet's first byte
+    (``base`` "packet"); optional (missing when the packet is too short).  ``offset`` is
+    None for ``at cursor``."""
+
+    def __init__(self, span: Span, type: TypeRef, base: str, offset: Expr | None) -> None:
+        self.span = span
+        self.ty = None
+        self.type = type
+        self.base = base
+        self.offset = offset
+
+
 # ---- statements ----
 class Stmt(Node):
     pass
@@ -276,6 +308,27 @@ class Assign(Stmt):
         self.value = value
 
 
+class Store(Stmt):
+    """``store TYPE at OFFSET = VALUE else { ... }``: write packet bytes (see :class:`Load`);
+    ``orelse`` runs when the packet is too short."""
+
+    def __init__(
+        self,
+        span: Span,
+        type: TypeRef,
+        base: str,
+        offset: Expr | None,
+        value: Expr,
+        orelse: Block,
+    ) -> None:
+        self.span = span
+        self.type = type
+        self.base = base
+        self.offset = offset
+        self.value = value
+        self.orelse = orelse
+
+
 class ExprStmt(Stmt):
     def __init__(self, span: Span, expr: Expr) -> None:
         self.span = span
@@ -339,6 +392,35 @@ class StructDecl(Node):
         self.fields = fields
 
 
+class HeaderFieldDecl(Node):
+    """A field of a ``header``: ``cond`` (``if EXPR``) makes it present only when EXPR, over
+    the header's earlier fields, is not 0."""
+
+    def __init__(self, span: Span, name: str, type: TypeRef | BitType, cond: Expr | None) -> None:
+        self.span = span
+        self.name = name
+        self.type = type
+        self.cond = cond
+
+
+class HeaderDecl(Node):
+    """``header NAME(ARGS) { FIELDS }``: a packet header layout (see bpfdsl.lang.layout)."""
+
+    def __init__(
+        self,
+        span: Span,
+        name: str,
+        fields: list[HeaderFieldDecl],
+        args: dict[str, Expr],
+        arg_spans: dict[str, Span] | None = None,
+    ) -> None:
+        self.span = span
+        self.name = name
+        self.fields = fields
+        self.args = args
+        self.arg_spans = {} if arg_spans is None else arg_spans  # argument name -> its span
+
+
 class Param(Node):
     def __init__(self, span: Span, name: str, type: TypeRef) -> None:
         self.span = span
@@ -347,14 +429,24 @@ class Param(Node):
 
 
 class FnDecl(Node):
+    """``fn NAME(PARAMS) -> RET { ... }``; ``optional``: declared ``-> RET?`` (the fn may
+    ``return none``)."""
+
     def __init__(
-        self, span: Span, name: str, params: list[Param], ret: TypeRef | None, body: Block
+        self,
+        span: Span,
+        name: str,
+        params: list[Param],
+        ret: TypeRef | None,
+        body: Block,
+        optional: bool = False,
     ) -> None:
         self.span = span
         self.name = name
         self.params = params
         self.ret = ret
         self.body = body
+        self.optional = optional
 
 
 class ProgDecl(Node):

@@ -359,8 +359,8 @@ def grammar_text() -> str:
     ~10 ms of imports per process; it stays the fallback (zip imports)."""
     from pathlib import Path
 
-    here = Path(__file__).resolve().parent
-    for p in (here / "grammar" / "bpfdsl.lark", here.parent / "grammar" / "bpfdsl.lark"):
+    pkg = Path(__file__).resolve().parent.parent  # bpfdsl/ (this module is bpfdsl/lang/)
+    for p in (pkg / "grammar" / "bpfdsl.lark", pkg.parent / "grammar" / "bpfdsl.lark"):
         if p.is_file():
             return p.read_text()
     from importlib.resources import files

@@ -45,7 +45,11 @@ class CallGen:
                 self.value_for(a, t) if not isinstance(t, T.HeaderType) else self.gen(a)
                 for a, (_n, t) in zip(e.args, info.params, strict=True)
             ]
-            return self.b.call(self.fn_ir[e.name], args)
+            if e.name in c.packet_fns:  # the packet and the cursor it moves are the caller's
+                return self.b.call(
+                    self.fn_ir[e.name, self.f.ctx_kind], [self.f.ctx, self.f.cursor, *args]
+                )
+            return self.b.call(self.fn_ir[e.name, None], args)
         if e.name == "host" or e.name.startswith("be"):
             at = e.args[0].ty
             v = self.rv(e.args[0], at if isinstance(at, T.IntType) else T.IntType(e.ty.bits))

@@ -33,7 +33,10 @@ class Checked(_Plain):
 
     ``cval``: folded scalar constants (raw memory value); ``cbytes``: folded byte
     constants; ``sym``: Name/Let/For -> symbol; ``optype``: Compare operand type;
-    ``pkt_reset``: calls that resize the packet; ``warnings``: compile-time warnings."""
+    ``pkt_reset``: calls that resize the packet; ``warnings``: compile-time warnings;
+    ``stores``: the type each ``store`` writes; ``headers``: the headers the program declares (None for one with errors), which
+    replace library headers of the same name; ``packet_fns``: fns that touch the packet
+    (parse, skip_ext, load/store, or call such a fn), given the ctx and cursor by codegen."""
 
     __slots__ = (
         "program",
@@ -52,6 +55,9 @@ class Checked(_Plain):
         "optype",
         "pkt_reset",
         "warnings",
+        "headers",
+        "packet_fns",
+        "stores",
     )
 
     def __init__(self, program: ast.Program, filename: str, license: str = "GPL") -> None:
@@ -71,6 +77,19 @@ class Checked(_Plain):
         self.optype: dict[ast.Expr, T.Type] = {}
         self.pkt_reset: set[ast.Node] = set()
         self.warnings: list[Diagnostic] = []
+        self.headers: dict[str, object] = {}
+        self.packet_fns: set[str] = set()
+        self.stores: dict[ast.Store, T.Type] = {}  # the type each `store` writes
+
+    def header(self, name: str):
+        """The layout ``parse name`` uses: the program's own declaration, else the library's;
+        None if there is none (or the program's has errors, already reported)."""
+        if name in self.headers:
+            return self.headers[name]
+        return HEADERS.get(name)
+
+    def header_names(self) -> list[str]:
+        return list(dict.fromkeys([*self.headers, *HEADERS]))
 
 
 class Sema(StmtChecker, DeclChecker):
@@ -120,8 +139,9 @@ class Sema(StmtChecker, DeclChecker):
             return T.BUILTIN_TYPES[t.name]
         if t.name in self.c.structs:
             return self.c.structs[t.name]
-        if t.name in HEADERS:
-            return T.HeaderType(t.name, HEADERS[t.name])
+        if t.name in self.c.headers or t.name in HEADERS:
+            h = self.c.header(t.name)
+            return T.HeaderType(t.name, h) if h is not None else T.ERR
         names = list(T.BUILTIN_TYPES) + list(self.c.structs)
         self.err(
             "unknown-type",
@@ -156,6 +176,9 @@ class Sema(StmtChecker, DeclChecker):
         self.ex = ExprChecker(self)
         items = self.c.program.items
         self.check_names(items)
+        for it in items:
+            if isinstance(it, ast.HeaderDecl):
+                self.header_decl(it)
         for it in items:
             if isinstance(it, ast.StructDecl):
                 members = [(f.name, self.resolve_type(f.type)) for f in it.fields]
@@ -212,7 +235,10 @@ class Sema(StmtChecker, DeclChecker):
             if isinstance(it, ast.FnDecl):
                 params = [(p.name, self.resolve_type(p.type)) for p in it.params]
                 ret = self.resolve_type(it.ret) if it.ret else T.VOID
+                if it.optional:
+                    ret = self.optional_ret(it, ret)
                 self.c.fns[it.name] = FnInfo(it, params, ret)
+        self.c.packet_fns = self.find_packet_fns()
         for it in items:
             if isinstance(it, ast.FnDecl):
                 self.body_fn(self.c.fns[it.name])
@@ -241,6 +267,11 @@ class Sema(StmtChecker, DeclChecker):
     def body_fn(self, info: FnInfo) -> None:
         self.fn, self.kind, self.ctx_name = info, None, None
         self.scopes, self.gone = [self.globals_scope(), {}], {}
+        # where the caller's cursor is, the fn cannot know: no L4 view it parses gets an IP
+        # parent from a header parsed before the call (see sema_stmt.CURSOR_UNKNOWN)
+        from bpfdsl.lang.sema.stmt import CURSOR_UNKNOWN
+
+        self.cursor, self.stale = CURSOR_UNKNOWN, {}
         for (name, ty), p in zip(info.params, info.decl.params, strict=True):
             loc = Local(name, ty, p.span)
             self.c.sym[p] = loc

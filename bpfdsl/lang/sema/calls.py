@@ -100,6 +100,11 @@ def call(ex, e: ast.Call) -> T.Type:
             ex.err("arg-count", f"`{e.name}` takes {len(info.params)} argument(s)", e.span)
         for a, (_n, ty) in zip(e.args, info.params, strict=False):
             ex.expect(a, ty)
+        if e.name in c.packet_fns:  # it reads the packet and moves the caller's cursor
+            from bpfdsl.lang.sema.stmt import CURSOR_UNKNOWN
+
+            ex.packet_access(e.span, f"call `{e.name}` (it reads the packet)")
+            ex.s.cursor = CURSOR_UNKNOWN
         return info.ret
     if e.name not in BUILTINS:
         names = list(BUILTINS) + list(c.fns) + list(c.structs)
@@ -294,7 +299,14 @@ def assign(ex, s: ast.Assign) -> None:
         if isinstance(ot, T.HeaderType):
             f = ot.layout.fields.get(tgt.name)
             if f is not None and not f.writable:
-                ex.err("read-only", f"bit field `{tgt.name}` is read-only", tgt.span)
+                why = (
+                    "is there only when its condition holds: it cannot be written"
+                    if f.cond is not None
+                    else f"gives the length of `{ot.name}` (or decides which of its fields are "
+                    "there): it is read-only"
+                )
+                ex.err("read-only", f"field `{tgt.name}` {why}", tgt.span,
+                       "the cursor already moved past the header by the length it had")  # fmt: skip
                 return
             if f is not None:
                 from bpfdsl.lang.sema.csum import check_write
@@ -346,7 +358,7 @@ def _swap(ex, e: ast.Call) -> T.Type:
         )
         if isinstance(x, ast.Field) and isinstance(x.obj.ty, T.HeaderType):
             f = x.obj.ty.layout.fields.get(x.name)
-            ok = ok and f is not None and f.writable
+            ok = ok and f is not None and f.writable and not f.width
         if not ok:
             ex.err(
                 "not-assignable", "swap needs two header fields, locals or struct fields", x.span

@@ -21,9 +21,9 @@ CURSOR_UNKNOWN = "unknown"
 _CURSOR_MOVERS = ("skip_ext",)  # calls that move the cursor (besides PKT_RESIZE helpers)
 
 
-def moves_cursor(node) -> bool:
+def moves_cursor(node, fns: set[str] = frozenset()) -> bool:
     """Whether the subtree ``node`` may move the parse cursor (parse, skip_ext, resizing
-    helpers), found without recursion."""
+    helpers, calls of the fns ``fns``), found without recursion."""
     from bpfdsl.lang.sema.expr import PKT_RESIZE
 
     stack = [node]
@@ -31,7 +31,9 @@ def moves_cursor(node) -> bool:
         n = stack.pop()
         if isinstance(n, ast.Parse):
             return True
-        if isinstance(n, ast.Call) and (n.name in _CURSOR_MOVERS or n.name in PKT_RESIZE):
+        if isinstance(n, ast.Call) and (
+            n.name in _CURSOR_MOVERS or n.name in PKT_RESIZE or n.name in fns
+        ):
             return True
         if isinstance(n, list):
             stack.extend(n)
@@ -156,6 +158,26 @@ class StmtChecker:
     def s_Assign(self, s: ast.Assign) -> None:
         self.ex.assign(s)
 
+    def s_Store(self, s: ast.Store) -> None:
+        """``store T at OFF = V else { ... }``: the else block runs on a short packet (it may
+        leave or go on); a write of payload under a checksummed L4 header is one the
+        payload-checksum warning counts."""
+        ty = self.ex.pkt_bytes(s, "store")
+        self.c.stores[s] = ty
+        if ty is not T.ERR:
+            self.ex.expect(s.value, ty)
+        else:
+            self.ex.expr(s.value)
+        if self.kind is not None:
+            from bpfdsl.lang.sema.csum import _l4_in_scope
+
+            l4 = _l4_in_scope(self.ex, None)
+            if l4 is not None:
+                self.payload_writes.append((s.span, l4))
+        before = self.cursor
+        self.block(s.orelse)
+        self.merge_cursors([(self.cursor, self.diverges(s.orelse)), (before, False)], before)
+
     def s_If(self, s: ast.If) -> None:
         self.ex.cond(s.cond)
         before = self.cursor
@@ -240,7 +262,7 @@ class StmtChecker:
         self.ex.coerce(s.end, ty)
         loc = Local(s.var, ty, s.span, bounds=(a, b) if a is not None and b is not None else None)
         self.c.sym[s] = loc
-        moved = moves_cursor(s.body)  # then each iteration starts somewhere else
+        moved = moves_cursor(s.body, self.c.packet_fns)  # then each iteration starts elsewhere
         if moved:
             self.cursor = CURSOR_UNKNOWN
         self.loop_depth += 1
@@ -258,6 +280,19 @@ class StmtChecker:
         )
 
     def s_Return(self, s: ast.Return) -> None:
+        if self.fn is not None and isinstance(self.fn.ret, T.OptionalType):
+            v, inner = s.value, self.fn.ret.inner
+            if isinstance(v, ast.Name) and v.id == "none" and self.lookup("none") is None:
+                v.ty = T.VOID  # codegen: the missing value
+                return
+            t = self.ex.expr(v)
+            if isinstance(t, T.OptionalType) and isinstance(v, ast.Call) and v.name in self.c.fns:
+                if t.inner != inner:  # passed on as it is, missing or not
+                    self.err("return-value", f"`{v.name}` returns an optional {t.inner}, this "
+                             f"fn an optional {inner}", v.span)  # fmt: skip
+                return
+            self.ex.coerce(v, inner)
+            return
         if self.fn is not None:
             if self.fn.ret == T.VOID:
                 self.err(
