@@ -296,7 +296,8 @@ class _Builder:
                 if m is not None and not h.size <= m <= MAX_PACKET_OFF:
                     self.error(
                         "header-length",
-                        f"max_length must be from the fixed size ({h.size} bytes) to "
+                        f"max_length must be from the fixed size ({h.size} byte"
+                        f"{'s' if h.size > 1 else ''}) to "
                         f"{MAX_PACKET_OFF}, not {m}",
                         a["max_length"].span,
                         "the bound is in bytes, e.g. `max_length: 60` for ihl * 4",

@@ -70,6 +70,8 @@ class CallGen:
             )
         if e.name == "swap":
             return self.swap(e.args[0], e.args[1])
+        if e.name == "offset":
+            return self.view_offset(e.args[0])
         if e.name == "hash":
             return self.flow_hash(e.args)
         if e.name in (

@@ -27,6 +27,13 @@ I1, I8, I16, I32, I64 = (ir.IntType(n) for n in (1, 8, 16, 32, 64))
 PTR = ir.PointerType()
 
 
+def _expr_key(e: ast.Expr) -> tuple:
+    """A length/condition expression as nested tuples: equal for equal expressions."""
+    if isinstance(e, ast.BinOp):
+        return (e.op, _expr_key(e.left), _expr_key(e.right))
+    return (type(e).__name__, getattr(e, "id", getattr(e, "value", None)))
+
+
 class _VolatileLoad(ir.LoadInstr):
     """``load volatile`` (llvmlite's LoadInstr has no volatile flag)."""
 
@@ -180,19 +187,19 @@ class PktGen(CsumGen):
     def cond_offset(self, hdr: ir.Value, h, name: str | None) -> ir.Value:
         """Byte offset (i64) of conditional field ``name`` of ``h`` (None: the header's end):
         its declared offset plus the sizes of the conditional fields before it that are there."""
-        conds = [(n, f) for n, f in h.fields.items() if f.cond is not None]
         if name is None:
-            before, off = conds, h.size
+            before = [f for f in h.fields.values() if f.cond is not None]
         else:
-            f = h.fields[name]
-            before, off = (
-                [(n, h.fields[n]) for n in f.after],
-                f.offset - sum(h.fields[n].type.size for n in f.after),
-            )
-        v = ir.Constant(I64, off)
-        for _n, g in before:
+            before = [h.fields[n] for n in h.fields[name].after]
+        sizes: dict[tuple, tuple[object, int]] = {}  # one term per condition (GRE: 4 * C)
+        for g in before:
+            key = _expr_key(g.cond)
+            first, n = sizes.get(key, (g, 0))
+            sizes[key] = (first, n + g.type.size)
+        v = ir.Constant(I64, h.size)
+        for g, n in sizes.values():
             here = self.b.zext(self.cond_present(hdr, h, g), I64)
-            v = self.b.add(v, self.b.mul(here, ir.Constant(I64, g.type.size)))
+            v = self.b.add(v, self.b.mul(here, ir.Constant(I64, n)))
         return v
 
     def cond_field(self, e: ast.Field, fail: ir.Block) -> ir.Value:
@@ -283,6 +290,15 @@ class PktGen(CsumGen):
                 p = self.gep(p, self.opaque(off))
         self.bounds(p, size, fail, "bytes")
         return p
+
+    def view_offset(self, view: ast.Expr) -> ir.Value:
+        """``offset(view)``: bytes from the packet's first byte to the header view (u32),
+        a 64-bit difference of pointers taken as an opaque scalar before it is truncated, so
+        no 32-bit ALU op ever takes a pointer (FIELD-BUGS B04); data is loaded afresh (as for
+        ctx.len) so no zero-extension is shared with the bounds checks."""
+        p = self.b.ptrtoint(self.gen(view), I64)
+        d = self.b.ptrtoint(self._ctx_ptr(0, volatile=True), I64)
+        return self.b.trunc(self.opaque(self.b.sub(p, d)), I32)
 
     def load_bytes(self, e: ast.Load, fail: ir.Block) -> ir.Value:
         """``load T at OFF``: ``fail`` on a short packet, else the value (bytes: a copy)."""

@@ -159,6 +159,16 @@ def call(ex, e: ast.Call) -> T.Type:
                 msg, hint = _hash_refusal(t)
                 ex.err("type-mismatch", msg, a.span, hint)
         return T.U32
+    if e.name == "offset":  # a header view's byte offset from the packet's first byte
+        t = ex.expr(args[0]) if len(args) == 1 else None
+        if not isinstance(t, (T.HeaderType, T.ErrorType)):
+            ex.err(
+                "type-mismatch",
+                "offset() takes a header view",
+                e.span,
+                "e.g. `adjust_head(offset(inner))` removes everything before `inner`",
+            )
+        return T.U32
     if e.name == "skip_ext":
         t = ex.expr(args[0]) if args else None
         ip6 = ex.c.sym.get(args[0]) if args and isinstance(args[0], ast.Name) else None
@@ -299,14 +309,16 @@ def assign(ex, s: ast.Assign) -> None:
         if isinstance(ot, T.HeaderType):
             f = ot.layout.fields.get(tgt.name)
             if f is not None and not f.writable:
-                why = (
-                    "is there only when its condition holds: it cannot be written"
-                    if f.cond is not None
-                    else f"gives the length of `{ot.name}` (or decides which of its fields are "
-                    "there): it is read-only"
-                )
-                ex.err("read-only", f"field `{tgt.name}` {why}", tgt.span,
-                       "the cursor already moved past the header by the length it had")  # fmt: skip
+                if f.cond is not None:
+                    why = "is there only when its condition holds: it cannot be written"
+                    hint = "write the packet bytes with `store` where the field is"
+                else:
+                    why = (
+                        f"gives the length of `{ot.name}` (or decides which of its fields are "
+                        "there): it is read-only"
+                    )
+                    hint = "the cursor already moved past the header by the length it had"
+                ex.err("read-only", f"field `{tgt.name}` {why}", tgt.span, hint)
                 return
             if f is not None:
                 from bpfdsl.lang.sema.csum import check_write

@@ -291,6 +291,9 @@ class DeclChecker:
         header of the same name.  After an error it is recorded as None: its uses add none."""
         from bpfdsl.lang.layout import header_layout
 
+        if d.name in CORE_HEADERS or d.name in T.BUILTIN_TYPES:
+            return  # reserved-name (check_names): `parse` keeps the compiler's own
+
         def resolve(t: ast.TypeRef) -> T.Type | None:
             n = len(self.diags)
             ty = self.resolve_type(t)

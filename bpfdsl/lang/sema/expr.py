@@ -69,6 +69,7 @@ BUILTINS: dict[str, tuple[list[T.Type], T.Type] | None] = {
     "be32": None,
     "be64": None,
     "skip_ext": None,
+    "offset": None,
 }
 
 
