@@ -1,0 +1,467 @@
+"""Headers a program declares with ``header NAME { ... }`` and the standard library's
+(bpfdsl/lang/headers.bpfd): ``parse`` treats them like the built-in ones (the kernel accepts
+the bounds checks, a short packet takes ``else``), bit<N> fields read as the numbers scapy
+wrote and are written without touching their neighbours, lengths computed from fields move
+the cursor (and bound it), fields with ``if`` are there only when their flag is, a declared
+checksum stays valid after writes.  Every behaviour is run on the kernel and on the
+interpreter; bad declarations are errors at their line and column."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+from scapy.contrib.geneve import GENEVE
+from scapy.contrib.mpls import MPLS
+from scapy.layers.inet import IP, TCP, UDP
+from scapy.layers.inet6 import IPv6, IPv6ExtHdrFragment, IPv6ExtHdrHopByHop, IPv6ExtHdrRouting
+from scapy.layers.l2 import ARP, GRE, Ether
+from scapy.layers.vxlan import VXLAN
+
+from bpfdsl.compiler import compile_source
+from bpfdsl.diagnostics import DiagnosticError
+
+ETH = Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02")
+
+
+def obj(src: str) -> bytes:
+    return compile_source('license "GPL"\nmap out: array<u32, u64>(max_entries: 16)\n' + src).obj
+
+
+def outs(prog, n: int) -> list[int]:
+    return [prog.maps["out"].total(i) for i in range(n)]
+
+
+# The declaration of the task: RFC 7348's VXLAN header, 8 bytes.
+VXLAN_DECL = """
+header my_vxlan {              // RFC 7348: 8 bytes
+    flags: bit<8>,
+    reserved1: bit<24>,
+    vni: bit<24>,
+    reserved2: bit<8>,
+}
+"""
+READ_VXLAN = (
+    VXLAN_DECL
+    + """
+xdp fn f(ctx) {
+    let eth = parse ethernet else { return XDP_PASS }
+    let ip = parse ipv4 else { return XDP_PASS }
+    let udp = parse udp else { return XDP_PASS }
+    let v = parse my_vxlan else { return XDP_DROP }
+    out[0] = v.flags as u64
+    out[1] = v.reserved1 as u64
+    out[2] = v.vni as u64
+    out[3] = v.reserved2 as u64
+    let inner = parse ethernet else { return XDP_ABORTED }
+    out[4] = host(inner.h_proto) as u64
+    return XDP_TX
+}
+"""
+)
+
+
+def vxlan_frame(vni: int = 0xABCDEF, flags: int = 0x08, reserved2: int = 0x5A) -> bytes:
+    inner = Ether(type=0x86DD) / IPv6()
+    return bytes(
+        ETH
+        / IP()
+        / UDP(dport=4789)
+        / VXLAN(vni=vni, flags=flags, reserved1=0x123456, reserved2=reserved2)
+        / inner
+    )
+
+
+def test_declared_vxlan_reads_like_scapy_wrote_it(bpf_program) -> None:
+    prog = bpf_program(obj(READ_VXLAN))
+    assert prog.run(vxlan_frame()).verdict == "XDP_TX"
+    assert outs(prog, 5) == [0x08, 0x123456, 0xABCDEF, 0x5A, 0x86DD]
+
+
+@pytest.mark.parametrize("cut", [1, 7])
+def test_declared_header_short_packet_takes_else(bpf_program, cut: int) -> None:
+    """8 bytes are checked (the verifier's `pkt + 8 > pkt_end`): 7 of them are not enough."""
+    frame = vxlan_frame()[: 14 + 20 + 8 + cut]
+    prog = bpf_program(obj(READ_VXLAN))
+    assert prog.run(frame).verdict == "XDP_DROP"
+    assert outs(prog, 1) == [0]
+
+
+WRITE_BITS = """
+xdp fn f(ctx) {
+    let eth = parse ethernet else { return XDP_PASS }
+    if eth.h_proto == ETH_P_MPLS_UC {
+        let m = parse mpls else { return XDP_PASS }
+        m.tc = 5
+        m.label += 1
+        m.ttl -= 1
+        return XDP_TX
+    }
+    let ip = parse ipv4 else { return XDP_PASS }
+    if ip.protocol == IPPROTO_TCP {
+        let tcp = parse tcp else { return XDP_PASS }
+        tcp.syn = 0
+        tcp.fin = 1
+        tcp.res1 = 0b1010
+        return XDP_TX
+    }
+    let udp = parse udp else { return XDP_PASS }
+    let v = parse vxlan else { return XDP_PASS }
+    v.vni = 0x010203
+    v.reserved1 = 0
+    return XDP_TX
+}
+"""
+
+
+def test_bit_field_writes_keep_the_neighbouring_bits(bpf_program) -> None:
+    prog = bpf_program(obj(WRITE_BITS))
+    r = prog.run(vxlan_frame(vni=0xFFFFFF, reserved2=0xA5))
+    assert r.verdict == "XDP_TX"
+    v = r.packet[VXLAN]
+    assert (v.flags, v.reserved1, v.vni, v.reserved2) == (0x08, 0, 0x010203, 0xA5)
+    frame = bytes(ETH / MPLS(label=0xFFFFE, cos=2, s=1, ttl=64) / IP() / UDP())
+    r = prog.run(frame)
+    m = MPLS(r.data_out[14:])
+    assert (m.label, m.cos, m.s, m.ttl) == (0xFFFFF, 5, 1, 63)
+    assert r.data_out[18:] == frame[18:]
+
+
+def test_tcp_flag_writes_keep_the_checksum(bpf_program) -> None:
+    frame = bytes(ETH / IP(src="10.0.0.1", dst="10.0.0.2") / TCP(flags="SA") / b"data")
+    r = bpf_program(obj(WRITE_BITS)).run(frame)
+    tcp = r.packet[TCP]
+    assert str(tcp.flags) == "FA" and tcp.reserved == 0b101  # scapy: res1 as 3+1 bits
+    fresh = Ether(r.data_out)
+    del fresh[TCP].chksum
+    assert Ether(bytes(fresh))[TCP].chksum == tcp.chksum
+
+
+VARLEN = """
+header tlv(length: 2 + len, max_length: 34) {
+    type: u8,
+    len: u8,
+}
+xdp fn f(ctx) {
+    let eth = parse ethernet else { return XDP_PASS }
+    for i in 0..4 {
+        let t = parse tlv else { return XDP_DROP }
+        if t.type == 0 {
+            let b = parse byte else { return XDP_ABORTED }
+            out[0] = b.value as u64
+            out[1] = i as u64
+            return XDP_TX
+        }
+    }
+    return XDP_PASS
+}
+"""
+
+
+@pytest.mark.parametrize(
+    "tlvs,verdict,outs_",
+    [
+        (b"\x01\x03abc\x02\x00\x00\x00Z", "XDP_TX", [ord("Z"), 2]),
+        (b"\x00\x1f" + bytes(31) + b"Q", "XDP_TX", [ord("Q"), 0]),  # 2 + 31 = 33 bytes
+        (b"\x01\x20" + bytes(32) + b"\x00\x00Q", "XDP_TX", [ord("Q"), 1]),  # 2 + 32 = 34
+        (b"\x01\x21" + bytes(40), "XDP_DROP", [0, 0]),  # 35 > max_length 34
+        (b"\x01\x05ab", "XDP_DROP", [0, 0]),  # cursor moved past the end: next parse fails
+    ],
+    ids=["three", "longest-but-one", "at-the-bound", "over-the-bound", "past-the-end"],
+)
+def test_length_from_fields_moves_the_cursor(bpf_program, tlvs, verdict, outs_) -> None:
+    prog = bpf_program(obj(VARLEN))
+    assert prog.run(bytes(ETH) + tlvs).verdict == verdict
+    assert outs(prog, 2) == outs_
+
+
+CHECKSUMMED = """
+header probe(checksum: check) {
+    kind: u8,
+    hops: bit<4>,
+    flag: bit<4>,
+    check: be16,
+    id: be32,
+    tag: [u8; 4],
+}
+xdp fn f(ctx) {
+    let eth = parse ethernet else { return XDP_PASS }
+    let p = parse probe else { return XDP_PASS }
+    p.hops += 1
+    p.id = be32(host(p.id) + 7)
+    p.tag[1] = 0x42
+    p.kind = 9
+    return XDP_TX
+}
+"""
+
+
+def inet_sum(b: bytes) -> int:
+    s = sum(struct.unpack(f"!{len(b) // 2}H", b))
+    while s >> 16:
+        s = (s & 0xFFFF) + (s >> 16)
+    return s
+
+
+def test_declared_checksum_stays_valid(bpf_program) -> None:
+    body = bytearray(b"\x01\x3a\x00\x00\x00\x00\x01\x00abcd")
+    body[2:4] = struct.pack("!H", 0xFFFF - inet_sum(bytes(body)))
+    assert inet_sum(bytes(body)) == 0xFFFF  # a valid RFC 1071 checksum to start with
+    r = bpf_program(obj(CHECKSUMMED)).run(bytes(ETH) + bytes(body))
+    out = r.data_out[14:]
+    assert out[0] == 9 and out[1] == 0x4A and out[4:8] == struct.pack("!I", 0x107)
+    assert out[8:] == b"aBcd"
+    assert inet_sum(out) == 0xFFFF
+
+
+GRE_FIELDS = """
+xdp fn f(ctx) {
+    let eth = parse ethernet else { return XDP_PASS }
+    let ip = parse ipv4 else { return XDP_PASS }
+    let gre = parse gre else { return XDP_DROP }
+    if let k = gre.key { out[0] = host(k) as u64 } else { out[0] = 0xff }
+    if let s = gre.seq { out[1] = host(s) as u64 } else { out[1] = 0xff }
+    if let c = gre.csum { out[2] = host(c) as u64 } else { out[2] = 0xff }
+    let inner = parse ethernet else { return XDP_ABORTED }
+    out[3] = host(inner.h_proto) as u64
+    return XDP_TX
+}
+"""
+
+
+@pytest.mark.parametrize(
+    "fields,want",
+    [
+        ({}, [0xFF, 0xFF, 0xFF]),
+        ({"key_present": 1, "key": 77}, [77, 0xFF, 0xFF]),
+        ({"seqnum_present": 1, "sequence_number": 8}, [0xFF, 8, 0xFF]),
+        ({"chksum_present": 1, "chksum": 0x1234, "key_present": 1, "key": 3}, [3, 0xFF, 0x1234]),
+    ],
+    ids=["none", "key", "seq", "csum-key"],
+)
+def test_gre_optional_fields(bpf_program, fields: dict, want: list[int]) -> None:
+    frame = bytes(ETH / IP() / GRE(proto=0x6558, **fields) / Ether(type=0x0806) / ARP())
+    prog = bpf_program(obj(GRE_FIELDS))
+    assert prog.run(frame).verdict == "XDP_TX"
+    assert outs(prog, 4) == [*want, 0x0806]
+    cut = bytes(ETH / IP() / GRE(proto=0x6558, key_present=1, key=1))[:-2]
+    prog = bpf_program(obj(GRE_FIELDS))
+    assert prog.run(cut).verdict == "XDP_ABORTED"  # the key is cut short: missing
+    assert outs(prog, 1) == [0xFF]
+
+
+LIBRARY = """
+xdp fn f(ctx) {
+    let eth = parse ethernet else { return XDP_PASS }
+    if eth.h_proto == ETH_P_ARP {
+        let a = parse arp else { return XDP_DROP }
+        out[0] = host(a.ar_op) as u64
+        out[1] = host(a.ar_tip) as u64
+        return XDP_TX
+    }
+    if eth.h_proto == ETH_P_MPLS_UC {
+        for i in 0..4 {
+            let m = parse mpls else { return XDP_DROP }
+            out[i] = m.label as u64
+            if m.bos == 1 { return XDP_TX }
+        }
+        return XDP_DROP
+    }
+    if eth.h_proto == ETH_P_IPV6 {
+        let ip6 = parse ipv6 else { return XDP_DROP }
+        let hop = parse ipv6_opt else { return XDP_DROP }
+        let rt = parse ipv6_rt else { return XDP_DROP }
+        let frag = parse ipv6_frag else { return XDP_DROP }
+        out[0] = rt.segments_left as u64
+        out[1] = frag.frag_off as u64
+        out[2] = frag.m as u64
+        out[3] = host(frag.identification) as u64
+        out[4] = frag.nexthdr as u64
+        return XDP_TX
+    }
+    let ip = parse ipv4 else { return XDP_PASS }
+    let udp = parse udp else { return XDP_PASS }
+    let g = parse geneve else { return XDP_DROP }
+    out[0] = g.opt_len as u64
+    out[1] = g.vni as u64
+    out[2] = host(g.proto_type) as u64
+    out[3] = g.critical as u64
+    let inner = parse ethernet else { return XDP_DROP }
+    out[4] = host(inner.h_proto) as u64
+    return XDP_TX
+}
+"""
+
+
+def test_library_headers_on_real_packets(bpf_program) -> None:
+    prog = bpf_program(obj(LIBRARY))
+    arp = ETH / ARP(op=2, pdst="192.0.2.77")
+    assert prog.run(arp).verdict == "XDP_TX"
+    assert outs(prog, 2) == [2, 0xC000024D]
+    stack = ETH / MPLS(label=100, s=0) / MPLS(label=200, s=0) / MPLS(label=0xFFFFF, s=1) / IP()
+    assert prog.run(stack).verdict == "XDP_TX"
+    assert outs(prog, 3) == [100, 200, 0xFFFFF]
+    v6 = (
+        ETH
+        / IPv6()
+        / IPv6ExtHdrHopByHop(options=[])
+        / IPv6ExtHdrRouting(addresses=["2001:db8::1", "2001:db8::2"], segleft=1)
+        / IPv6ExtHdrFragment(offset=185, m=1, id=0xDEADBEEF, nh=17)
+        / (b"x" * 8)
+    )
+    assert prog.run(v6).verdict == "XDP_TX"
+    assert outs(prog, 5) == [1, 185, 1, 0xDEADBEEF, 17]
+    opts = b"\x01\x02\x80\x01" + b"\x00" * 4  # one 8-byte option (class, type, length 1)
+    gen = ETH / IP() / UDP(dport=6081) / GENEVE(vni=0x654321, proto=0x6558, optionlen=2, critical=1)
+    frame = bytes(gen / opts / Ether(type=0x88CC))
+    prog = bpf_program(obj(LIBRARY))
+    assert prog.run(frame).verdict == "XDP_TX"
+    assert outs(prog, 5) == [2, 0x654321, 0x6558, 1, 0x88CC]
+
+
+def test_a_declaration_replaces_the_library_header(bpf_program) -> None:
+    src = """
+header vxlan { flags: u8, rest: [u8; 7] }
+xdp fn f(ctx) {
+    let eth = parse ethernet else { return XDP_PASS }
+    let ip = parse ipv4 else { return XDP_PASS }
+    let udp = parse udp else { return XDP_PASS }
+    let v = parse vxlan else { return XDP_PASS }
+    out[0] = v.rest[3] as u64
+    if v.rest == "\\x12\\x34\\x56\\xab\\xcd\\xef\\x5a" { out[1] = 1 }
+    return XDP_TX
+}
+"""
+    prog = bpf_program(obj(src))
+    assert prog.run(vxlan_frame()).verdict == "XDP_TX"
+    assert outs(prog, 2) == [0xAB, 1]
+
+
+# ---- bad declarations: located errors, exit status 1 ----
+BAD = [
+    (
+        "header h { a: bit<3>, b: bit<4> }",
+        "header-bits",
+        23,
+        "the fields add up to 7 bits, not a whole number of bytes",
+        "add 1 bit",
+    ),
+    (
+        "header h { a: bit<3>, b: be16, c: bit<5> }",
+        "header-bits",
+        23,
+        "field `b` (be16) would start at bit 3 of byte 0",
+        "add 5 bits",
+    ),
+    (
+        "header h { wide: bit<65>, b: u8 }",
+        "bit-width",
+        18,
+        "`bit<65>` has more than 64 bits",
+        "split a wider field",
+    ),
+    (
+        "header h(length: n * 4) { n: u8, m: be16, o: u8 }",
+        "header-length",
+        10,
+        "the length of header `h` depends on the packet but has no bound",
+        "add `max_length: N`",
+    ),
+    (
+        "header h(length: n * 4, max_length: 70000) { n: u8 }",
+        "header-length",
+        37,
+        "max_length must be from the fixed size (1 byte) to 65535, not 70000",
+        "bytes",
+    ),
+    (
+        "header h(length: q * 4, max_length: 60) { n: u8 }",
+        "header-length",
+        18,
+        "`q` is not an integer field of header `h`",
+        "fields: n",
+    ),
+    ("header h { a: u16 }", "header-field-type", 15, "`u16` cannot be a header field", "be16"),
+    (
+        "header h(checksum: a) { a: u8, b: u8 }",
+        "header-checksum",
+        20,
+        "checksum names the be16 field",
+        "check: be16",
+    ),
+    (
+        "header h { k: u8, x: be16 if k, y: u8 }",
+        "header-field-order",
+        33,
+        "field `y` follows a conditional field",
+        "the `if` fields last",
+    ),
+    (
+        "header ipv4 { a: u8 }",
+        "reserved-name",
+        1,
+        "`ipv4` is a built-in header the compiler knows",
+        "pick another name",
+    ),
+    ("header h(lenght: 4) { a: u8 }", "header-args", 10, "unknown header argument", "`length`"),
+]
+
+
+@pytest.mark.parametrize(
+    "decl,code,col,msg,hint", BAD, ids=[b[1] + str(i) for i, b in enumerate(BAD)]
+)
+def test_bad_declarations_are_located_errors(decl, code, col, msg, hint) -> None:
+    src = f'license "GPL"\n{decl}\nxdp fn f(ctx) {{ return XDP_PASS }}\n'
+    with pytest.raises(DiagnosticError) as ei:
+        compile_source(src, "bad.bpfd")
+    d = ei.value.diagnostics[0]
+    assert (d.code, d.span.file, d.span.line, d.span.col) == (code, "bad.bpfd", 2, col)
+    assert msg in d.message
+    assert any(hint in h for h in d.hints), d.hints
+
+
+def test_bad_declaration_cli_exit_status(tmp_path) -> None:
+    import subprocess
+    import sys
+
+    f = tmp_path / "bad.bpfd"
+    f.write_text(
+        'license "GPL"\nheader h {\n    a: bit<65>,\n}\nxdp fn f(ctx) { return XDP_PASS }\n'
+    )
+    r = subprocess.run(
+        [sys.executable, "-m", "bpfdsl", "compile", str(f), "-o", str(tmp_path / "o")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 1
+    assert "error[bit-width]" in r.stderr and f"--> {f}:3:8" in r.stderr
+    assert "^^^^^^^" in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize(
+    "body,code,line,col",
+    [
+        ("let ip = parse ipv4 else { return XDP_PASS }\n    ip.ihl = 6", "read-only", 5, 5),
+        (
+            "let ip = parse ipv4 else { return XDP_PASS }\n    let g = parse gre else { return XDP_PASS }\n    let k: be32 = g.key",
+            "unhandled-missing",
+            6,
+            19,
+        ),
+        (
+            "let t = parse tcp else { return XDP_PASS }\n    swap(t.syn, t.fin)",
+            "not-assignable",
+            5,
+            10,
+        ),
+    ],
+    ids=["length-field", "conditional-field", "swap-bits"],
+)
+def test_field_rules(body, code, line, col) -> None:
+    src = f'license "GPL"\nxdp fn f(ctx) {{\n    let eth = parse ethernet else {{ return XDP_PASS }}\n    {body}\n    return XDP_PASS\n}}\n'
+    with pytest.raises(DiagnosticError) as ei:
+        compile_source(src, "r.bpfd")
+    d = ei.value.diagnostics[0]
+    assert (d.code, d.span.line, d.span.col) == (code, line, col), d.render(src)
