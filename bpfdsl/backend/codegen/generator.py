@@ -461,8 +461,27 @@ class CodeGen(ExprGen, CallGen, PktGen, MapGen):
         passes its result on; any other value is ``{1, value}``."""
         if isinstance(e, ast.Name) and e.ty == T.VOID:
             return ir.Constant(rt, None)
-        if isinstance(e.ty, T.OptionalType):
+        if isinstance(e.ty, T.OptionalType) and isinstance(e, ast.Call) and e.name in self.c.fns:
             return self.gen(e)
+        if isinstance(e.ty, T.OptionalType):  # parse, skip_ext, load ...: {0} when missing
+            fail, done = self.new_block("ret.none"), self.new_block("ret.some")
+            v = self.gen_optional(e, fail)
+            if isinstance(e.ty.inner, T.RefType):  # a map value: its scalar
+                v = self.b.load(
+                    v, typ=self.lt(e.ty.inner.inner), align=max(1, e.ty.inner.inner.size)
+                )
+            v = v if isinstance(ty.inner, T.HeaderType) else self.conv(v, e.ty.inner, ty.inner)
+            some = self.b.insert_value(ir.Constant(rt, None), ir.Constant(I1, 1), 0)
+            some = self.b.insert_value(some, v, 1)
+            here = self.b.block
+            self.b.branch(done)
+            self.start(fail)
+            self.b.branch(done)
+            self.start(done)
+            phi = self.b.phi(rt)
+            phi.add_incoming(some, here)
+            phi.add_incoming(ir.Constant(rt, None), fail)
+            return phi
         v = self.gen(e) if isinstance(ty.inner, T.HeaderType) else self.rv(e, ty.inner)
         out = self.b.insert_value(ir.Constant(rt, None), ir.Constant(I1, 1), 0)
         return self.b.insert_value(out, v, 1)

@@ -311,7 +311,7 @@ class DeclChecker:
             d.ret.span,
             "return the value itself (`-> T`), or an integer telling what was found",
         )
-        return ret
+        return T.OptionalType(T.ERR, "value")  # its `return none` adds no second error
 
     def find_packet_fns(self) -> set[str]:
         """Names of the fns that touch the packet: they parse, call skip_ext, load or store

@@ -286,10 +286,11 @@ class StmtChecker:
                 v.ty = T.VOID  # codegen: the missing value
                 return
             t = self.ex.expr(v)
-            if isinstance(t, T.OptionalType) and isinstance(v, ast.Call) and v.name in self.c.fns:
-                if t.inner != inner:  # passed on as it is, missing or not
-                    self.err("return-value", f"`{v.name}` returns an optional {t.inner}, this "
-                             f"fn an optional {inner}", v.span)  # fmt: skip
+            if isinstance(t, T.OptionalType):  # passed on as it is, missing or not
+                got = t.inner.inner if isinstance(t.inner, T.RefType) else t.inner
+                if got != inner and T.ERR not in (got, inner):
+                    self.err("return-value", f"this is an optional {got}, the fn returns an "
+                             f"optional {inner}", v.span)  # fmt: skip
                 return
             self.ex.coerce(v, inner)
             return
