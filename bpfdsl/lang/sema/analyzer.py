@@ -237,6 +237,8 @@ class Sema(StmtChecker, DeclChecker):
                 ret = self.resolve_type(it.ret) if it.ret else T.VOID
                 if it.optional:
                     ret = self.optional_ret(it, ret)
+                elif not isinstance(ret, (T.IntType, T.BoolType, T.HeaderType, T.VoidType)):
+                    ret = self.unsupported_ret(it, ret)
                 self.c.fns[it.name] = FnInfo(it, params, ret)
         self.c.packet_fns = self.find_packet_fns()
         for it in items:

@@ -313,6 +313,18 @@ class DeclChecker:
         )
         return T.OptionalType(T.ERR, "value")  # its `return none` adds no second error
 
+    def unsupported_ret(self, d: ast.FnDecl, ret: T.Type) -> T.Type:
+        """A fn returns an integer, a bool or a header view (a value in a register); a
+        struct, an address or an array is refused where it is declared."""
+        if ret is not T.ERR:
+            self.err(
+                "return-value",
+                f"a fn returns an integer, a bool or a header view, not {ret}",
+                d.ret.span,
+                "return its fields one at a time, or store the value in a map",
+            )
+        return T.ERR
+
     def find_packet_fns(self) -> set[str]:
         """Names of the fns that touch the packet: they parse, call skip_ext, load or store
         bytes, or call such a fn (found without recursion; a fixed point over the calls)."""
