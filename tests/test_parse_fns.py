@@ -237,8 +237,15 @@ def test_parsing_fn_called_in_a_loop(bpf_program, n: int) -> None:
             2,
             24,
         ),
+        (
+            "struct pair { a: u32 }\nfn mk() -> pair { return pair(a: 1) }\n"
+            "xdp fn p(ctx) { return XDP_PASS }\n",
+            "return-value",
+            3,
+            12,
+        ),
     ],
-    ids=["no-packet-kind", "none-not-optional", "unhandled", "value-range"],
+    ids=["no-packet-kind", "none-not-optional", "unhandled", "value-range", "struct"],
 )
 def test_fn_errors(src: str, code: str, line: int, col: int) -> None:
     text = 'license "GPL"\n' + src
