@@ -465,3 +465,22 @@ def test_field_rules(body, code, line, col) -> None:
         compile_source(src, "r.bpfd")
     d = ei.value.diagnostics[0]
     assert (d.code, d.span.line, d.span.col) == (code, line, col), d.render(src)
+
+
+def test_write_in_a_udp_payload_header_warns_about_the_udp_checksum() -> None:
+    """A VXLAN header is UDP payload: writing it leaves the UDP checksum stale (warning at
+    the write, naming the UDP view), unless the program sets the checksum itself."""
+    body = """license "GPL"
+xdp fn f(ctx) {
+    let eth = parse ethernet else { return XDP_PASS }
+    let ip = parse ipv4 else { return XDP_PASS }
+    let udp = parse udp else { return XDP_PASS }
+    let vx = parse vxlan else { return XDP_PASS }
+    vx.vni = 7
+%s    return XDP_TX
+}
+"""
+    (w,) = [w for w in compile_source(body % "", "w.bpfd").warnings if w.code == "payload-checksum"]
+    assert (w.span.line, w.span.col) == (7, 5) and "`udp` (line 5)" in w.message
+    fixed = compile_source(body % "    udp.check = 0\n", "w.bpfd").warnings
+    assert not [w for w in fixed if w.code == "payload-checksum"]

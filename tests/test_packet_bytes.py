@@ -179,3 +179,25 @@ def test_sock_ops_has_no_packet_bytes() -> None:
         compile_source(src, "s.bpfd")
     d = ei.value.diagnostics[0]
     assert (d.code, d.span.line, d.span.col) == ("parse-no-data", 3, 13)
+
+
+def test_header_and_cursor_stay_names_load_store_at_are_keywords() -> None:
+    ok = (
+        'license "GPL"\nxdp fn f(ctx) {\n    let header = parse ethernet else { return XDP_PASS }\n'
+        "    let cursor: u32 = 1\n    return XDP_PASS\n}\n"
+    )
+    assert compile_source(ok, "k.bpfd").programs == ["f"]
+    bad = 'license "GPL"\nxdp fn store(ctx) { return XDP_PASS }\n'
+    with pytest.raises(DiagnosticError) as ei:
+        compile_source(bad, "k.bpfd")
+    d = ei.value.diagnostics[0]
+    assert (d.code, d.span.line, d.span.col) == ("syntax", 2, 8)
+    assert d.hints == ["`store` is a keyword of the language: pick another name"]
+    shadow = ok.replace(
+        "    return XDP_PASS",
+        "    let b = load u8 at cursor + 1 else { return XDP_PASS }\n    return XDP_PASS",
+    )
+    with pytest.raises(DiagnosticError) as ei:
+        compile_source(shadow, "k.bpfd")
+    d = ei.value.diagnostics[0]
+    assert (d.code, d.span.line, d.span.col) == ("ambiguous-name", 5, 13)

@@ -153,7 +153,14 @@ class _Builder:
         return [a for a in c if a is not None]
 
     def header_decl(self, meta, c):
-        name, args, *fields = c
+        word, name, args, *fields = c
+        if str(word) != "header":  # `NAME NAME {` is only a header declaration
+            raise DiagnosticError(
+                error("syntax", f"unexpected {str(word)!r}", _tok_span(self.filename, word),
+                      hint="a declaration starts with license, const, config, map, struct, "
+                      "header, fn or a program kind"),
+                self.text,
+            )  # fmt: skip
         values: dict[str, ast.Expr] = {}
         spans: dict[str, Span] = {}
         for arg, value, span in args or []:
@@ -230,11 +237,16 @@ class _Builder:
     def continue_stmt(self, meta, c):
         return ast.Continue(self._s(meta))
 
-    def cursor_offset(self, meta, c):
-        return ("cursor", c[0])
+    def pkt_offset(self, meta, c):
+        """(base, offset): ``cursor [+ N]`` -> ("cursor", N or None); ``A [+ B]`` ->
+        ("packet", A or A + B)."""
+        a, b = c
+        if isinstance(a, ast.Name) and a.id == "cursor":
+            return ("cursor", b)
+        return ("packet", a if b is None else ast.BinOp(self._s(meta), "+", a, b))
 
     def _offset(self, off) -> tuple[str, ast.Expr | None]:
-        return off if isinstance(off, tuple) else ("packet", off)
+        return off
 
     def load_expr(self, meta, c):
         base, off = self._offset(c[1])

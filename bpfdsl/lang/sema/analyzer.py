@@ -107,6 +107,7 @@ class Sema(StmtChecker, DeclChecker):
         # what the parse cursor is just past on every path to here (see sema_stmt.CURSOR_*)
         self.cursor: object = None
         self.parse_from: dict[ast.Parse, object] = {}  # parse -> the cursor it started at
+        self.follows: dict[Local, object] = {}  # parsed header -> the cursor it started at
         self.payload_writes: list = []  # (span, L4 header Local) of payload byte writes
         self.gone: dict[str, tuple[Local, int]] = {}  # out of scope: name -> (local, end line)
 

@@ -216,6 +216,13 @@ class ExprChecker(OpsChecker):
         """Check ``load``/``store`` ``e``: packet data, a type of bytes, a host-order offset
         (constants from 0 to 65535, MAX_PACKET_OFF); returns the type read or written."""
         self.packet_access(e.span, what)
+        if e.base == "cursor" and isinstance(self.s.lookup("cursor"), Local):
+            self.err(
+                "ambiguous-name",
+                "`cursor` in a packet offset is the parse cursor, but a local has that name",
+                e.span,
+                "rename the local",
+            )
         n = len(self.s.diags)
         ty = self.s.resolve_type(e.type)
         ok = isinstance(ty, (T.IntType, T.BytesType)) or (

@@ -60,6 +60,7 @@ class StmtChecker:
         if not isinstance(value, ast.Parse):
             return
         prev = self.parse_from.get(value)
+        self.follows[loc] = prev
         if (
             isinstance(loc.ty, T.HeaderType)
             and loc.ty.layout.l4
