@@ -484,3 +484,22 @@ xdp fn f(ctx) {
     assert (w.span.line, w.span.col) == (7, 5) and "`udp` (line 5)" in w.message
     fixed = compile_source(body % "    udp.check = 0\n", "w.bpfd").warnings
     assert not [w for w in fixed if w.code == "payload-checksum"]
+
+
+def test_declared_header_bounds_check_has_the_verifier_shape() -> None:
+    """`parse my_vxlan` after udp: `cursor + 8 > data_end` on 64-bit registers (the udp
+    view's pointer + 16), as for a library header; no 32-bit ALU op on two registers."""
+    import re
+
+    src = 'license "GPL"\nmap out: array<u32, u64>(max_entries: 16)\n' + READ_VXLAN
+    asm = compile_source(src, "t.bpfd", emit="asm").asm
+    code = [ln.strip() for ln in asm.split("f:")[1].split(".Lfunc_end0")[0].splitlines()]
+    code = [ln for ln in code if ln and not ln.startswith((".", "#"))]
+    checks = [
+        i
+        for i in range(len(code) - 1)
+        if re.fullmatch(r"(r\d) \+= 16", code[i])
+        and re.fullmatch(rf"if {code[i].split()[0]} > r\d goto \S+", code[i + 1])
+    ]
+    assert checks, code
+    assert not any(re.match(r"w\d [-+*/|&^]?= w\d", ln) for ln in code), code

@@ -86,6 +86,7 @@ class CodeGen(ExprGen, CallGen, PktGen, MapGen):
             self.globals[name] = g
         for name, mt in self.c.maps.items():
             self.globals[name] = self.emit_map_global(name, mt)
+        self.loop_fns = self.fns_in_loops()
         for name, info in self.c.fns.items():  # declared first: a fn may call a later one
             for ctx_kind in self.fn_copies(name):
                 self.declare_fn(name, info, ctx_kind)
@@ -155,6 +156,39 @@ class CodeGen(ExprGen, CallGen, PktGen, MapGen):
             return [None]
         return sorted({k.ctx for _d, k in self.c.progs if k.ctx in CTX_DATA})
 
+    def fns_in_loops(self) -> set[str]:
+        """The fns called inside a ``for`` body, directly or through the fns called there:
+        inlined into a loop, their bounds checks reload data_end (PktGen.bounds)."""
+        calls: dict[str, set[str]] = {n: set() for n in self.c.fns}
+        looped: set[str] = set()
+        bodies = [(None, d.body) for d, _k in self.c.progs]
+        bodies += [(n, i.decl.body) for n, i in self.c.fns.items()]
+        for owner, body in bodies:
+            stack = [(body, False)]
+            while stack:
+                node, in_loop = stack.pop()
+                if isinstance(node, ast.Call) and node.name in calls:
+                    if owner is not None:
+                        calls[owner].add(node.name)
+                    if in_loop:
+                        looped.add(node.name)
+                if isinstance(node, list):
+                    stack.extend((x, in_loop) for x in node)
+                elif isinstance(node, dict):
+                    stack.extend((x, in_loop) for x in node.values())
+                elif isinstance(node, (ast.Node, ast.MatchArm)):
+                    inner = in_loop or isinstance(node, ast.For)
+                    stack.extend(
+                        (v, inner) for k, v in vars(node).items() if k not in ("span", "ty")
+                    )
+        todo = list(looped)
+        while todo:
+            for callee in calls[todo.pop()]:
+                if callee not in looped:
+                    looped.add(callee)
+                    todo.append(callee)
+        return looped
+
     def ret_type(self, t: T.Type) -> ir.Type:
         """LLVM type a fn returns for ``t``: header views are pointers; an optional T is
         ``{i1 present, T}``."""
@@ -190,7 +224,7 @@ class CodeGen(ExprGen, CallGen, PktGen, MapGen):
             ctx, cursor, *args = args
         self.begin(func, None, ctx, ctx_kind, info)
         self.f.cursor = cursor
-        self.f.volatile_end = ctx_kind is not None
+        self.f.volatile_end = ctx_kind is not None and name in self.loop_fns
         if self.dbg:
             self.dbg.end_program()
         for arg, p in zip(args, info.decl.params, strict=True):
