@@ -253,3 +253,22 @@ def test_fn_errors(src: str, code: str, line: int, col: int) -> None:
         compile_source(text, "e.bpfd")
     d = ei.value.diagnostics[0]
     assert (d.code, d.span.line, d.span.col) == (code, line, col), d.render(text)
+
+
+def test_a_fn_taking_a_view_may_use_offset(bpf_program) -> None:
+    """offset() reads the context's data pointer: a fn using it gets the packet too."""
+    src = """license "GPL"
+map out: array<u32, u64>(max_entries: 1)
+fn after(h: udp) -> u32 { return offset(h) + 8 }
+xdp fn f(ctx) {
+    let eth = parse ethernet else { return XDP_PASS }
+    let ip = parse ipv4 else { return XDP_PASS }
+    let udp = parse udp else { return XDP_PASS }
+    out[0] = after(udp) as u64
+    return XDP_PASS
+}
+"""
+    prog = bpf_program(compile_source(src, "o.bpfd").obj)
+    frame = bytes(ETH / IP(options=b"\x01" * 4) / UDP() / b"x")
+    assert prog.run(frame).verdict == "XDP_PASS"
+    assert prog.maps["out"].total(0) == 14 + 24 + 8

@@ -21,8 +21,8 @@ from bpfdsl.record import FrozenRecord
 class HField(FrozenRecord):
     """One header field: byte ``offset`` and language ``type``.  A bit field (``bit<N>``)
     has ``width`` N (bits; 0 = a whole-byte field) and is read from the ``window`` bytes
-    at ``offset`` (1, 2, 4 or 8) taken in network order, ``shift`` bits above the lowest
-    bit of that number.  ``readonly``: a field the header's length or a condition is
+    at ``offset`` (1, 2, 4 or 8 in one load; 3, 5, 6 or 7 byte by byte) taken in network
+    order, ``shift`` bits above the lowest bit of that number.  ``readonly``: a field the header's length or a condition is
     computed from.  A conditional field (``cond``, an expression over fixed fields) is
     present only when ``cond`` is not 0, at ``offset`` plus the sizes of the conditional
     fields before it (``after``, names) that are present.  Immutable by convention, equal

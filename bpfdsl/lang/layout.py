@@ -58,28 +58,23 @@ def _value_type(bits: int) -> T.IntType:
 
 
 def _window(first: int, last: int, size: int) -> tuple[int, int] | None:
-    """(start byte, bytes) of the load that holds bytes ``first..last`` of a ``size``-byte
-    header: the smallest of 1, 2, 4, 8 bytes at an offset that is a multiple of it (the
-    shape of clang's loads of C bit fields), else at ``first``; None if none fits."""
+    """(start byte, bytes) of what is read for a bit field in bytes ``first..last`` of a
+    ``size``-byte header: the smallest load of 1, 2, 4 or 8 bytes at an offset that is a
+    multiple of it (the shape of clang's loads of C bit fields), else at the latest offset
+    where it fits in the header; else exactly those bytes (3, 5, 6 or 7, read one by one).
+    None for more than 8 bytes (a bit<57..64> starting inside a byte)."""
+    span = last - first + 1
+    if span > 8:
+        return None
     for w in (1, 2, 4, 8):
         start = first // w * w
         if start + w > last and start + w <= size:
             return start, w
     for w in (1, 2, 4, 8):
-        if first + w > last and first + w <= size:
-            return first, w
-    return None
-
-
-def _field_names(e: ast.Expr, out: list[ast.Name]) -> None:
-    """The Name nodes of ``e`` (an expression of a length or a condition)."""
-    stack = [e]
-    while stack:
-        n = stack.pop()
-        if isinstance(n, ast.Name):
-            out.append(n)
-        elif isinstance(n, ast.BinOp):
-            stack += [n.left, n.right]
+        for start in range(first, last - w, -1):
+            if start >= 0 and start + w <= size:
+                return start, w
+    return first, span
 
 
 class _Builder:
@@ -193,6 +188,15 @@ class _Builder:
                            self._bits_hint(bits))  # fmt: skip
                 return None
             size = bits // 8
+        if size > MAX_PACKET_OFF:
+            self.error(
+                "header-length",
+                f"header `{d.name}` is {size} bytes: the verifier addresses at most "
+                f"{MAX_PACKET_OFF} bytes of a packet",
+                d.span,
+                "declare the part the program reads; `load` reaches bytes after it",
+            )
+            return None
         fields: dict[str, HField] = {}
         for name, bit, n, ty, is_bits in placed:
             hf = self._bit_field(name, bit, n, ty, size, spans[name]) if is_bits else None
@@ -235,8 +239,8 @@ class _Builder:
         if win is None:
             self.error(
                 "header-bits",
-                f"bit field `{name}` (bit<{n}> at bit {bit % 8} of byte {first}) cannot be read "
-                f"with one load of at most 8 bytes inside the {size}-byte header",
+                f"bit field `{name}` (bit<{n}> at bit {bit % 8} of byte {first}) spans 9 "
+                "bytes: it cannot be read as one 64-bit number",
                 f.span,
                 "start it at a whole byte, or split it into two bit<N> fields",
             )

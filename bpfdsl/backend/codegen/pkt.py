@@ -234,20 +234,41 @@ class PktGen(CsumGen):
         if not f.width:
             return self.b.load(p, typ=self.lt(f.type), align=f.type.size)
         w = f.window
-        v = self.b.load(p, typ=ir.IntType(8 * w), align=self._window_align(f))
-        if w > 1:
-            v = self.bswap(v)
+        v = self._read_window(p, f)
         if f.shift:
             v = self.b.lshr(v, ir.Constant(v.type, f.shift))
         if f.width < 8 * w:
             v = self.b.and_(v, ir.Constant(v.type, (1 << f.width) - 1))
         return self.conv(v, T.IntType(8 * w), f.type)
 
+    def _read_window(self, p: ir.Value, f) -> ir.Value:
+        """The ``f.window`` bytes at ``p`` as a network-order (big-endian) number."""
+        w = f.window
+        if w in (1, 2, 4, 8):
+            v = self.b.load(p, typ=ir.IntType(8 * w), align=self._window_align(f))
+            return self.bswap(v) if w > 1 else v
+        it = ir.IntType(8 * w)
+        v = ir.Constant(it, 0)
+        for i in range(w):
+            byte = self.b.zext(self.b.load(self.gep(p, i), typ=I8, align=1), it)
+            v = self.b.or_(v, self.b.shl(byte, ir.Constant(it, 8 * (w - 1 - i))))
+        return v
+
+    def _write_window(self, p: ir.Value, f, v: ir.Value) -> None:
+        """Write ``v`` (the window as a network-order number) back as ``f.window`` bytes."""
+        w = f.window
+        if w in (1, 2, 4, 8):
+            self.b.store(self.bswap(v) if w > 1 else v, p, align=self._window_align(f))
+            return
+        for i in range(w):
+            byte = self.b.trunc(self.b.lshr(v, ir.Constant(v.type, 8 * (w - 1 - i))), I8)
+            self.b.store(byte, self.gep(p, i), align=1)
+
     @staticmethod
     def _window_align(f) -> int:
         """Alignment of a bit field's window, relative to the header's start (headers are
         taken to be aligned like their C structs, as clang does)."""
-        a = f.window
+        a = f.window if f.window in (1, 2, 4, 8) else 1
         while f.offset % a:
             a //= 2
         return a
@@ -258,9 +279,7 @@ class PktGen(CsumGen):
         w = f.window
         it = ir.IntType(8 * w)
         p = self.gep(hdr, f.offset)
-        align = self._window_align(f)
-        raw = self.b.load(p, typ=it, align=align)
-        host = self.bswap(raw) if w > 1 else raw
+        host = self._read_window(p, f)
         v = self.rv(value, f.type)
         if op != "=":
             cur = self.field_value(hdr, f)
@@ -269,8 +288,7 @@ class PktGen(CsumGen):
         mask = ((1 << f.width) - 1) << f.shift
         ins = self.b.and_(self.b.shl(v, ir.Constant(it, f.shift)), ir.Constant(it, mask))
         keep = self.b.and_(host, ir.Constant(it, ~mask & ((1 << 8 * w) - 1)))
-        new = self.b.or_(keep, ins)
-        self.b.store(self.bswap(new) if w > 1 else new, p, align=align)
+        self._write_window(p, f, self.b.or_(keep, ins))
 
     def pkt_offset_ptr(self, base: str, offset: ast.Expr | None, size: int, fail: ir.Block):
         """Packet pointer of ``load``/``store`` bytes: the cursor or the packet's first byte

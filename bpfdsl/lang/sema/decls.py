@@ -326,15 +326,16 @@ class DeclChecker:
         return T.ERR
 
     def find_packet_fns(self) -> set[str]:
-        """Names of the fns that touch the packet: they parse, call skip_ext, load or store
-        bytes, or call such a fn (found without recursion; a fixed point over the calls)."""
+        """Names of the fns that touch the packet: they parse, call skip_ext or offset, load
+        or store bytes, or call such a fn (found without recursion; a fixed point over the
+        calls)."""
         direct, calls = set(), {n: set() for n in self.c.fns}
         for name, info in self.c.fns.items():
             stack = [info.decl.body]
             while stack:
                 node = stack.pop()
                 if isinstance(node, (ast.Parse, ast.Load, ast.Store)) or (
-                    isinstance(node, ast.Call) and node.name == "skip_ext"
+                    isinstance(node, ast.Call) and node.name in ("skip_ext", "offset")
                 ):
                     direct.add(name)
                 if isinstance(node, ast.Call) and node.name in calls:
