@@ -237,15 +237,8 @@ def test_parsing_fn_called_in_a_loop(bpf_program, n: int) -> None:
             2,
             24,
         ),
-        (
-            "struct pair { a: u32 }\nfn mk() -> pair { return pair(a: 1) }\n"
-            "xdp fn p(ctx) { return XDP_PASS }\n",
-            "return-value",
-            3,
-            12,
-        ),
     ],
-    ids=["no-packet-kind", "none-not-optional", "unhandled", "value-range", "struct"],
+    ids=["no-packet-kind", "none-not-optional", "unhandled", "value-range"],
 )
 def test_fn_errors(src: str, code: str, line: int, col: int) -> None:
     text = 'license "GPL"\n' + src
@@ -272,3 +265,59 @@ xdp fn f(ctx) {
     frame = bytes(ETH / IP(options=b"\x01" * 4) / UDP() / b"x")
     assert prog.run(frame).verdict == "XDP_PASS"
     assert prog.maps["out"].total(0) == 14 + 24 + 8
+
+
+PORTS = """license "GPL"
+struct ports { sport: be16, dport: be16 }
+map flows: hash<ports, u64>(max_entries: 64)
+map lens: array<u32, u64>(max_entries: 1)
+
+// the L4 ports of a UDP or TCP header at the cursor: a struct, or none
+fn l4_ports(proto: u8) -> ports? {
+    if proto == IPPROTO_UDP {
+        let udp = parse udp else { return none }
+        return ports(sport: udp.source, dport: udp.dest)
+    }
+    if proto == IPPROTO_TCP {
+        let tcp = parse tcp else { return none }
+        return ports(sport: tcp.source, dport: tcp.dest)
+    }
+    return none
+}
+
+fn v4_ports(eth: ethernet) -> ports? {
+    if eth.h_proto != ETH_P_IP { return none }
+    let ip = parse ipv4 else { return none }
+    return l4_ports(ip.protocol)
+}
+
+fn mac_of(eth: ethernet) -> mac_addr { return eth.h_source }
+
+xdp fn count_flows(ctx) {
+    let eth = parse ethernet else { return XDP_PASS }
+    let src = mac_of(eth)
+    if src != 02:00:00:00:00:01 { return XDP_DROP }
+    let p = v4_ports(eth) else { return XDP_PASS }
+    flows[p] += 1
+    if p.dport == 53 { return XDP_DROP }
+    return XDP_PASS
+}
+"""
+
+
+@pytest.mark.parametrize(
+    "l4,key",
+    [(UDP(sport=1000, dport=53), (1000, 53)), (TCP(sport=7, dport=80), (7, 80)), (None, None)],
+    ids=["udp", "tcp", "other"],
+)
+def test_fn_returning_an_optional_struct(bpf_program, l4, key) -> None:
+    import struct
+
+    frame = bytes(ETH / IP() / l4 if l4 is not None else ETH / IP(proto=1) / (b"x" * 8))
+    prog = bpf_program(compile_source(PORTS, "ports.bpfd").obj)
+    r = prog.run(frame)
+    assert r.verdict == ("XDP_DROP" if key == (1000, 53) else "XDP_PASS")
+    got = {bytes(k): v for k, v in prog.maps["flows"].items().items()}
+    assert got == ({} if key is None else {struct.pack("!HH", *key): (1).to_bytes(8, "little")})
+    other = bytes(Ether(src="02:00:00:00:00:09") / IP() / UDP(dport=53))
+    assert prog.run(other).verdict == "XDP_DROP"  # mac_of: a mac_addr returned

@@ -45,6 +45,9 @@ class CallGen:
                 self.value_for(a, t) if not isinstance(t, T.HeaderType) else self.gen(a)
                 for a, (_n, t) in zip(e.args, info.params, strict=True)
             ]
+            ret = info.ret.inner if isinstance(info.ret, T.OptionalType) else info.ret
+            if isinstance(ret, (T.StructType, T.BytesType, T.ArrayType)):  # returned in memory
+                args = [self.alloca_mem(ret.size, e.name), *args]
             if e.name in c.packet_fns:  # the packet and the cursor it moves are the caller's
                 return self.b.call(
                     self.fn_ir[e.name, self.f.ctx_kind], [self.f.ctx, self.f.cursor, *args]

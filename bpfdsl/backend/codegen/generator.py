@@ -44,6 +44,7 @@ class _Fn:
         self.ctx_kind = kind.ctx if kind is not None else ctx_kind
         self.info = info
         self.volatile_end = False
+        self.ret_mem: ir.Value | None = None  # where a fn returning an aggregate writes it
         self.entry: ir.Block = func.append_basic_block("entry")
         self.cursor: ir.Value | None = None  # alloca holding the parse cursor (ptr)
         self.loops: list[tuple[ir.Block, ir.Block]] = []  # (continue target, break target)
@@ -190,13 +191,14 @@ class CodeGen(ExprGen, CallGen, PktGen, MapGen):
         return looped
 
     def ret_type(self, t: T.Type) -> ir.Type:
-        """LLVM type a fn returns for ``t``: header views are pointers; an optional T is
-        ``{i1 present, T}``."""
+        """LLVM type a fn returns for ``t``: header views are pointers; an aggregate (struct,
+        address, array) is written to memory the caller passes and that pointer returned; an
+        optional T is ``{i1 present, T}``."""
         if isinstance(t, T.OptionalType):
             return ir.LiteralStructType([I1, self.ret_type(t.inner)])
         if t == T.VOID:
             return ir.VoidType()
-        return PTR if isinstance(t, T.HeaderType) else self.lt(t)
+        return PTR if isinstance(t, T.HeaderType) or _aggregate(t) else self.lt(t)
 
     def declare_fn(self, name: str, info, ctx_kind: str | None = None) -> None:
         """The ir.Function of an inlined fn (``fn_ir[name, ctx_kind]``), before any body is
@@ -205,6 +207,8 @@ class CodeGen(ExprGen, CallGen, PktGen, MapGen):
             PTR if not T.is_int(t) and not isinstance(t, T.BoolType) else self.lt(t)
             for _n, t in info.params
         ]
+        if _aggregate(_inner(info.ret)):  # the caller's memory for the value returned
+            params = [PTR, *params]
         if ctx_kind is not None:
             params = [PTR, PTR, *params]
         ret = self.ret_type(info.ret)
@@ -219,11 +223,14 @@ class CodeGen(ExprGen, CallGen, PktGen, MapGen):
         func = self.fn_ir[name, ctx_kind]
         ret = func.function_type.return_type
         args = list(func.args)
-        ctx = cursor = None
+        ctx = cursor = out = None
         if ctx_kind is not None:
             ctx, cursor, *args = args
+        if _aggregate(_inner(info.ret)):
+            out, *args = args
         self.begin(func, None, ctx, ctx_kind, info)
         self.f.cursor = cursor
+        self.f.ret_mem = out
         self.f.volatile_end = ctx_kind is not None and name in self.loop_fns
         if self.dbg:
             self.dbg.end_program()
@@ -485,26 +492,48 @@ class CodeGen(ExprGen, CallGen, PktGen, MapGen):
         else:
             info = self.f.info
             ret = self.gen(s.value) if isinstance(info.ret, T.HeaderType) else None
-            if ret is None and rt != ir.VoidType():
+            if _aggregate(info.ret):
+                ret = self.ret_aggregate(s.value, info.ret)
+            elif ret is None and rt != ir.VoidType():
                 ret = self.rv(s.value, info.ret)
             self.b.ret(ret)
+
+    def ret_aggregate(self, e: ast.Expr, ty: T.Type, mem: ir.Value | None = None) -> ir.Value:
+        """Copy the aggregate ``e`` (or the one at ``mem``) into the caller's memory; its
+        pointer (what the fn returns)."""
+        out = self.f.ret_mem
+        if mem is not None:
+            self.copy_bytes(out, mem, ty.size, min(8, max(1, ty.align)))
+        else:
+            self.store_bytes(out, e, ty)
+        return out
 
     def optional_value(self, e: ast.Expr, ty: T.OptionalType, rt: ir.Type) -> ir.Value:
         """What ``return e`` gives back from a fn returning ``ty`` (LLVM ``rt``,
         ``{i1, T}``): ``none`` is ``{0, zero}``; a call of a fn returning the same optional
         passes its result on; any other value is ``{1, value}``."""
+        none = ir.Constant(rt, None)
+        if _aggregate(ty.inner):  # the pointer is the caller's memory even when missing
+            none = self.b.insert_value(none, self.f.ret_mem, 1)
         if isinstance(e, ast.Name) and e.ty == T.VOID:
-            return ir.Constant(rt, None)
+            return none
         if isinstance(e.ty, T.OptionalType) and isinstance(e, ast.Call) and e.name in self.c.fns:
-            return self.gen(e)
+            r = self.gen(e)
+            if _aggregate(ty.inner):  # into this fn's caller's memory
+                self.ret_aggregate(e, ty.inner, self.b.extract_value(r, 1))
+                r = self.b.insert_value(r, self.f.ret_mem, 1)
+            return r
         if isinstance(e.ty, T.OptionalType):  # parse, skip_ext, load ...: {0} when missing
             fail, done = self.new_block("ret.none"), self.new_block("ret.some")
             v = self.gen_optional(e, fail)
-            if isinstance(e.ty.inner, T.RefType):  # a map value: its scalar
+            if isinstance(e.ty.inner, T.RefType) and not _aggregate(e.ty.inner.inner):
                 v = self.b.load(
                     v, typ=self.lt(e.ty.inner.inner), align=max(1, e.ty.inner.inner.size)
                 )
-            v = v if isinstance(ty.inner, T.HeaderType) else self.conv(v, e.ty.inner, ty.inner)
+            if _aggregate(ty.inner):
+                v = self.ret_aggregate(e, ty.inner, v)
+            elif not isinstance(ty.inner, T.HeaderType):
+                v = self.conv(v, e.ty.inner, ty.inner)
             some = self.b.insert_value(ir.Constant(rt, None), ir.Constant(I1, 1), 0)
             some = self.b.insert_value(some, v, 1)
             here = self.b.block
@@ -514,14 +543,26 @@ class CodeGen(ExprGen, CallGen, PktGen, MapGen):
             self.start(done)
             phi = self.b.phi(rt)
             phi.add_incoming(some, here)
-            phi.add_incoming(ir.Constant(rt, None), fail)
+            phi.add_incoming(none, fail)
             return phi
-        v = self.gen(e) if isinstance(ty.inner, T.HeaderType) else self.rv(e, ty.inner)
+        if _aggregate(ty.inner):
+            v = self.ret_aggregate(e, ty.inner)
+        else:
+            v = self.gen(e) if isinstance(ty.inner, T.HeaderType) else self.rv(e, ty.inner)
         out = self.b.insert_value(ir.Constant(rt, None), ir.Constant(I1, 1), 0)
         return self.b.insert_value(out, v, 1)
 
     def s_Assign(self, s: ast.Assign) -> None:
         self.assign(s)
+
+
+def _inner(t: T.Type) -> T.Type:
+    return t.inner if isinstance(t, T.OptionalType) else t
+
+
+def _aggregate(t: T.Type) -> bool:
+    """Values kept in memory (structs, addresses, arrays), not in a register."""
+    return isinstance(t, (T.StructType, T.BytesType, T.ArrayType))
 
 
 def generate(checked: Checked, dbg=None, module: ir.Module | None = None) -> ir.Module:

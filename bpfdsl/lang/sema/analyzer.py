@@ -238,7 +238,9 @@ class Sema(StmtChecker, DeclChecker):
                 ret = self.resolve_type(it.ret) if it.ret else T.VOID
                 if it.optional:
                     ret = self.optional_ret(it, ret)
-                elif not isinstance(ret, (T.IntType, T.BoolType, T.HeaderType, T.VoidType)):
+                elif not isinstance(ret, (T.IntType, T.BoolType, T.HeaderType, T.VoidType)) and (
+                    not isinstance(ret, (T.StructType, T.BytesType, T.ArrayType))
+                ):
                     ret = self.unsupported_ret(it, ret)
                 self.c.fns[it.name] = FnInfo(it, params, ret)
         self.c.packet_fns = self.find_packet_fns()

@@ -303,25 +303,27 @@ class DeclChecker:
 
     def optional_ret(self, d: ast.FnDecl, ret: T.Type) -> T.Type:
         """The return type of ``fn ... -> T?``: an optional T (header views, integers, bool)."""
-        if isinstance(ret, (T.HeaderType, T.IntType, T.BoolType, T.ErrorType)):
+        if isinstance(ret, (T.HeaderType, T.IntType, T.BoolType, T.ErrorType)) or isinstance(
+            ret, (T.StructType, T.BytesType, T.ArrayType)
+        ):
             return T.OptionalType(ret, "value")
         self.err(
             "return-value",
-            f"a fn may return an optional header view or integer, not an optional {ret}",
+            f"a fn may return an optional header view, integer or struct, not an optional {ret}",
             d.ret.span,
             "return the value itself (`-> T`), or an integer telling what was found",
         )
         return T.OptionalType(T.ERR, "value")  # its `return none` adds no second error
 
     def unsupported_ret(self, d: ast.FnDecl, ret: T.Type) -> T.Type:
-        """A fn returns an integer, a bool or a header view (a value in a register); a
-        struct, an address or an array is refused where it is declared."""
+        """A fn returns an integer, a bool, a struct, an address, an array or a header view;
+        anything else is refused where it is declared."""
         if ret is not T.ERR:
             self.err(
                 "return-value",
-                f"a fn returns an integer, a bool or a header view, not {ret}",
+                f"a fn returns a value or a header view, not {ret}",
                 d.ret.span,
-                "return its fields one at a time, or store the value in a map",
+                "return an integer, a struct or a header view",
             )
         return T.ERR
 
