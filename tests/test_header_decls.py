@@ -420,13 +420,25 @@ def test_bad_declarations_are_located_errors(decl, code, col, msg, hint) -> None
     assert any(hint in h for h in d.hints), d.hints
 
 
-def test_bad_declaration_cli_exit_status(tmp_path) -> None:
+@pytest.mark.parametrize(
+    "fields,code,where,hint",
+    [
+        ("    a: bit<65>,\n", "bit-width", "3:8", "split a wider field"),
+        ("    a: bit<4>,\n    b: bit<2>,\n", "header-bits", "4:5", "add 2 bits"),
+        ("    n: u8,\n", "header-length", "2:10", "add `max_length: N`"),
+    ],
+    ids=["bit-width", "whole-bytes", "no-bound"],
+)
+def test_bad_declaration_cli_exit_status(tmp_path, fields, code, where, hint) -> None:
+    """`bpfdsl compile` prints file:line:col, the line with a caret and the hint; exit 1,
+    no object written, no traceback."""
     import subprocess
     import sys
 
     f = tmp_path / "bad.bpfd"
+    args = "(length: n * 4)" if code == "header-length" else ""
     f.write_text(
-        'license "GPL"\nheader h {\n    a: bit<65>,\n}\nxdp fn f(ctx) { return XDP_PASS }\n'
+        f'license "GPL"\nheader h{args} {{\n{fields}}}\nxdp fn f(ctx) {{ return XDP_PASS }}\n'
     )
     r = subprocess.run(
         [sys.executable, "-m", "bpfdsl", "compile", str(f), "-o", str(tmp_path / "o")],
@@ -435,8 +447,8 @@ def test_bad_declaration_cli_exit_status(tmp_path) -> None:
         timeout=120,
     )
     assert r.returncode == 1
-    assert "error[bit-width]" in r.stderr and f"--> {f}:3:8" in r.stderr
-    assert "^^^^^^^" in r.stderr and "Traceback" not in r.stderr
+    assert f"error[{code}]" in r.stderr and f"--> {f}:{where}" in r.stderr, r.stderr
+    assert "^" in r.stderr and f"help: {hint}" in r.stderr and "Traceback" not in r.stderr
     assert not (tmp_path / "o").exists()
 
 
