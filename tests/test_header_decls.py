@@ -628,3 +628,41 @@ xdp fn f(ctx) {{
         _model_read(data, fields, n) for n, _w in fields
     ]
     assert r.data_out == bytes(ETH) + _model_write(data, fields, "b", value) + b"tail"
+
+
+@pytest.mark.parametrize(
+    "decl,data,verdict",
+    [
+        # FIELD * K with a bound beyond what the u8 field can give: no bound check is wrong
+        ("header w(length: n * 8, max_length: 4000) { n: u8, m: u8 }", b"\xfa\x00", "cut"),
+        ("header w(length: n * 8, max_length: 4000) { n: u8, m: u8 }", b"\x00\x00", "bad"),
+        ("header w(length: n * 3, max_length: 30) { n: u8, m: u8 }", b"\x0a\x00", "ok"),
+        ("header w(length: n * 3, max_length: 30) { n: u8, m: u8 }", b"\x0b\x00", "bad"),
+        ("header w(length: n * 3, max_length: 30) { n: u8, m: u8 }", b"\x00\x00", "bad"),
+        ("header w(length: 2 + n, max_length: 40) { n: u8, m: u8 }", b"\x1c\x00", "ok"),
+    ],
+    ids=["big-bound", "zero", "times-3", "over", "below", "sum"],
+)
+def test_length_bounds(bpf_program, decl: str, data: bytes, verdict: str) -> None:
+    """The computed length: `bad` (below the fixed size or over max_length: else), `ok`
+    (the cursor moves by it: the byte after is read), `cut` (in bounds, past the end)."""
+    src = (
+        decl
+        + """
+xdp fn f(ctx) {
+    let eth = parse ethernet else { return XDP_PASS }
+    let h = parse w else { return XDP_DROP }
+    let b = parse byte else { return XDP_ABORTED }
+    out[0] = b.value as u64
+    return XDP_TX
+}
+"""
+    )
+    payload = data + bytes(range(1, 40))
+    n = data[0]
+    length = n * 8 if "n * 8" in decl else n * 3 if "n * 3" in decl else 2 + n
+    prog = bpf_program(obj(src))
+    r = prog.run(bytes(ETH) + payload)
+    want = {"bad": "XDP_DROP", "cut": "XDP_ABORTED", "ok": "XDP_TX"}[verdict]
+    assert r.verdict == want
+    assert prog.maps["out"].total(0) == (payload[length] if verdict == "ok" else 0)

@@ -144,11 +144,7 @@ class PktGen(CsumGen):
         cur = self.b.load(self.f.cursor, typ=PTR)
         self.bounds(cur, h.size, fail, h.name)
         if h.length is not None:
-            ln = self.header_expr(cur, h, h.length)
-            for op, bound in (("<", h.size), (">", h.max_length)):
-                ok = self.new_block(f"{h.name}.len")
-                self.b.cbranch(self.b.icmp_unsigned(op, ln, ir.Constant(I64, bound)), fail, ok)
-                self.start(ok)
+            ln = self.header_length(cur, h, fail)
             nxt = self.gep(cur, ln)
         elif h.conditional:
             nxt = self.gep(cur, self.cond_offset(cur, h, None))
@@ -156,6 +152,38 @@ class PktGen(CsumGen):
             nxt = self.gep(cur, h.size)
         self.b.store(nxt, self.f.cursor)
         return cur
+
+    def header_length(self, cur: ir.Value, h, fail: ir.Block) -> ir.Value:
+        """The length (i64) of header ``h`` at ``cur``, branching to ``fail`` when it is below
+        the fixed size or above ``max_length``.  A length ``FIELD * K`` (ipv4's ``ihl * 4``)
+        is bounded on the field before the multiplication, the shape clang gives
+        ``ip->ihl < 5``: the same instructions as C, and the verifier sees the field's range."""
+        e = h.length
+        f = (
+            h.fields.get(e.left.id)
+            if isinstance(e, ast.BinOp) and isinstance(e.left, ast.Name)
+            else None
+        )
+        k = e.right.value if f is not None and isinstance(e.right, ast.IntLit) else 0
+        fmax = (1 << f.type.bits) - 1 if f is not None and isinstance(f.type, T.IntType) else 0
+        if k > 0 and e.op == "*" and fmax and not f.type.be and -(-h.size // k) <= fmax:
+            n = self.field_value(cur, f)
+            bounds = [("<", -(-h.size // k))]  # ceil(size / K)
+            if h.max_length // k < fmax:  # else no value of the field is too big
+                bounds.append((">", h.max_length // k))
+        else:
+            n, k = self.header_expr(cur, h, e), 0
+            bounds = (("<", h.size), (">", h.max_length))
+        for op, bound in bounds:
+            ok = self.new_block(f"{h.name}.len")
+            self.b.cbranch(self.b.icmp_unsigned(op, n, ir.Constant(n.type, bound)), fail, ok)
+            self.start(ok)
+        if not k:
+            return n
+        n = self.b.zext(n, I64) if n.type.width < 64 else n
+        if k & (k - 1) == 0:
+            return self.b.shl(n, ir.Constant(I64, k.bit_length() - 1))
+        return self.b.mul(n, ir.Constant(I64, k))
 
     # ---- header layouts (bpfdsl.lang.layout) ----
     def header_expr(self, hdr: ir.Value, h, e: ast.Expr) -> ir.Value:
