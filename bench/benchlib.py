@@ -37,6 +37,8 @@ REFERENCE_PROGRAMS = (
     "xdp_reflect",
     "xdp_pong",
     "xdp_vlan_strip",
+    "xdp_vxlan_decap",
+    "xdp_gre_decap",
     "xdp_cpumap_steer",
     "xdp_devmap_forward",
     "xdp_xsk_redirect",

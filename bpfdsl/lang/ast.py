@@ -39,6 +39,14 @@ class ArrayType(Node):
     length: Expr
 
 
+@dataclass(eq=False)
+class BitType(Node):
+    """``bit<N>`` (header fields only): ``width`` bits, most significant bit first."""
+
+    name: str  # as written: sema refuses anything but ``bit``
+    width: int
+
+
 TypeRef = NamedType | ArrayType
 
 
@@ -149,6 +157,25 @@ class Parse(Expr):
     header: str
 
 
+@dataclass(eq=False)
+class BytesLit(Expr):
+    """``"GET "``: a byte string (UTF-8 text, escapes ``\\xHH`` ...), type ``[u8; N]``."""
+
+    data: bytes
+
+
+@dataclass(eq=False)
+class Load(Expr):
+    """``load TYPE at cursor + OFF`` / ``load TYPE at OFF``: the bytes of TYPE at a byte
+    offset from the parse cursor (``base`` "cursor") or from the packet's first byte
+    (``base`` "packet"); optional (missing when the packet is too short).  ``offset`` is
+    None for ``at cursor``."""
+
+    type: TypeRef
+    base: str
+    offset: Expr | None
+
+
 # ---- statements ----
 @dataclass(eq=False)
 class Stmt(Node):
@@ -232,6 +259,18 @@ class Assign(Stmt):
 
 
 @dataclass(eq=False)
+class Store(Stmt):
+    """``store TYPE at OFFSET = VALUE else { ... }``: write packet bytes (see :class:`Load`);
+    ``orelse`` runs when the packet is too short."""
+
+    type: TypeRef
+    base: str
+    offset: Expr | None
+    value: Expr
+    orelse: Block
+
+
+@dataclass(eq=False)
 class ExprStmt(Stmt):
     expr: Expr
 
@@ -279,6 +318,26 @@ class StructDecl(Node):
 
 
 @dataclass(eq=False)
+class HeaderFieldDecl(Node):
+    """A field of a ``header``: ``cond`` (``if EXPR``) makes it present only when EXPR, over
+    the header's earlier fields, is not 0."""
+
+    name: str
+    type: TypeRef | BitType
+    cond: Expr | None
+
+
+@dataclass(eq=False)
+class HeaderDecl(Node):
+    """``header NAME(ARGS) { FIELDS }``: a packet header layout (see bpfdsl.lang.layout)."""
+
+    name: str
+    fields: list[HeaderFieldDecl]
+    args: dict[str, Expr]
+    arg_spans: dict[str, Span] = field(default_factory=dict)  # argument name -> its span
+
+
+@dataclass(eq=False)
 class Param(Node):
     name: str
     type: TypeRef
@@ -286,10 +345,14 @@ class Param(Node):
 
 @dataclass(eq=False)
 class FnDecl(Node):
+    """``fn NAME(PARAMS) -> RET { ... }``; ``optional``: declared ``-> RET?`` (the fn may
+    ``return none``)."""
+
     name: str
     params: list[Param]
     ret: TypeRef | None
     body: Block
+    optional: bool = False
 
 
 @dataclass(eq=False)

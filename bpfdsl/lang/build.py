@@ -128,12 +128,52 @@ class _Builder:
     def param(self, meta, c):
         return ast.Param(self._s(meta), str(c[0]), c[1])
 
+    def optional_mark(self, meta, c):
+        return True
+
     def ret_type(self, meta, c):
-        return c[0]
+        return (c[0], bool(c[1]))
 
     def fn_decl(self, meta, c):
         name, *params, ret, body = c
-        return ast.FnDecl(self._s(meta), str(name), [p for p in params if p is not None], ret, body)
+        ret, optional = ret if ret is not None else (None, False)
+        params = [p for p in params if p is not None]
+        return ast.FnDecl(self._s(meta), str(name), params, ret, body, optional)
+
+    def bit_type(self, meta, c):
+        width = str(c[1]).replace("_", "")
+        if width in ("0x", "0b"):
+            self._bad(c[1], f"malformed number {str(c[1])!r}", "write the width, e.g. bit<24>")
+        n = int(width, 0) if width[:2] in ("0x", "0b") else int(width, 10)
+        return ast.BitType(self._s(meta), str(c[0]), n)
+
+    def header_field(self, meta, c):
+        return ast.HeaderFieldDecl(self._s(meta), str(c[0]), c[1], c[2])
+
+    def header_args(self, meta, c):
+        return [a for a in c if a is not None]
+
+    def header_decl(self, meta, c):
+        word, name, args, *fields = c
+        if str(word) != "header":  # `NAME NAME {` is only a header declaration
+            raise DiagnosticError(
+                error("syntax", f"unexpected {str(word)!r}", _tok_span(self.filename, word),
+                      hint="a declaration starts with license, const, config, map, struct, "
+                      "header, fn or a program kind"),
+                self.text,
+            )  # fmt: skip
+        values: dict[str, ast.Expr] = {}
+        spans: dict[str, Span] = {}
+        for arg, value, span in args or []:
+            if arg in values:
+                raise DiagnosticError(
+                    error("header-args", f"header argument `{arg}` is given twice", span,
+                          hint=f"keep one `{arg}: ...` (the first is at column {spans[arg].col})"),
+                    self.text,
+                )  # fmt: skip
+            values[arg], spans[arg] = value, span
+        fields = [f for f in fields if f is not None]
+        return ast.HeaderDecl(self._s(meta), str(name), fields, values, spans)
 
     def prog_variant(self, meta, c):
         return str(c[0])
@@ -197,6 +237,25 @@ class _Builder:
 
     def continue_stmt(self, meta, c):
         return ast.Continue(self._s(meta))
+
+    def pkt_offset(self, meta, c):
+        """(base, offset): ``cursor [+ N]`` -> ("cursor", N or None); ``A [+ B]`` ->
+        ("packet", A or A + B)."""
+        a, b = c
+        if isinstance(a, ast.Name) and a.id == "cursor":
+            return ("cursor", b)
+        return ("packet", a if b is None else ast.BinOp(self._s(meta), "+", a, b))
+
+    def _offset(self, off) -> tuple[str, ast.Expr | None]:
+        return off
+
+    def load_expr(self, meta, c):
+        base, off = self._offset(c[1])
+        return ast.Load(self._s(meta), c[0], base, off)
+
+    def store_stmt(self, meta, c):
+        base, off = self._offset(c[1])
+        return ast.Store(self._s(meta), c[0], base, off, c[2], c[3])
 
     def assign_stmt(self, meta, c):
         return ast.Assign(self._s(meta), c[0], str(c[1]), c[2])
@@ -278,6 +337,35 @@ class _Builder:
             raise self._bad(c[0], f"number {t[:20]}... ({len(t)} digits) is too large",
                             "integers have at most 64 bits")  # fmt: skip
         return ast.IntLit(self._s(meta), int(t, 0) if t[:2] in ("0x", "0b") else int(t, 10))
+
+    def bytes_lit(self, meta, c):
+        """A string in an expression: its bytes (UTF-8), with the license string's escapes
+        and ``\\xHH`` for any byte."""
+        tok = c[0]
+        body, out, i = str(tok)[1:-1], bytearray(), 0
+        while i < len(body):
+            ch = body[i]
+            if ch != "\\":
+                out += ch.encode()
+                i += 1
+                continue
+            nxt = body[i + 1 : i + 2]
+            if nxt == "x":
+                digits = body[i + 2 : i + 4]
+                if len(digits) != 2 or any(d not in "0123456789abcdefABCDEF" for d in digits):
+                    self._bad(tok, f"`\\x` needs two hex digits in {str(tok)}",
+                              "write a byte as \\x00 .. \\xff")  # fmt: skip
+                out.append(int(digits, 16))
+                i += 4
+                continue
+            if nxt not in self._ESCAPES:
+                self._bad(tok, f"unknown escape '\\{nxt}' in a string",
+                          'use \\\\ for a backslash, \\" for a quote, \\xHH for a byte')  # fmt: skip
+            out += self._ESCAPES[nxt].encode()
+            i += 2
+        if not out:
+            self._bad(tok, "an empty byte string", 'write at least one byte, e.g. "\\x00"')
+        return ast.BytesLit(self._s(meta), bytes(out))
 
     def true_lit(self, meta, c):
         return ast.BoolLit(self._s(meta), True)

@@ -1,178 +1,157 @@
-"""Built-in packet header layouts (front end data): what ``parse NAME`` gives.
+"""Packet header layouts (front end data): what ``parse NAME`` gives.
 
-Offsets, sizes and field names are the kernel's (include/uapi/linux/if_ether.h ethhdr,
-if_vlan.h vlan_hdr, ip.h iphdr, ipv6.h ipv6hdr, tcp.h tcphdr, udp.h udphdr, icmp.h
-icmphdr, icmpv6.h icmp6hdr).  Multi-byte fields are network order (be16/be32).
-Bit fields (ihl, version, doff, TCP flags) are read-only views of one byte.
+The headers are declarations in the language's own ``header`` syntax: the standard
+library ``bpfdsl/lang/headers.bpfd`` (ethernet, vlan, ipv4, ipv6, tcp, udp, icmp, icmpv6,
+byte, and arp, gre, vxlan, geneve, mpls, ipv6_opt, ipv6_rt, ipv6_frag), laid out by
+:mod:`bpfdsl.lang.layout` -- the same code that lays out the headers a program declares.
+:data:`HEADERS` reads the library on first use (once per process).  Offsets, sizes and
+field names are the kernel's (include/uapi/linux/if_ether.h ethhdr, if_vlan.h vlan_hdr,
+ip.h iphdr, ipv6.h ipv6hdr, tcp.h tcphdr, udp.h udphdr, icmp.h icmphdr, icmpv6.h icmp6hdr)
+and the RFCs'.  Multi-byte fields are network order (be16/be32); ``bit<N>`` fields are
+host-order numbers read from their bits.
 ``csum``: offset of the header's own checksum and whether it covers the IP pseudo-header.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import re
+from importlib.resources import files
+from pathlib import Path
 
+from bpfdsl.diagnostics import DiagnosticError, error
+from bpfdsl.lang import ast
 from bpfdsl.lang import types as T
+from bpfdsl.lang.build import parse_program
+from bpfdsl.lang.layout import Header, HField, header_layout
 
-
-@dataclass(frozen=True, slots=True)
-class HField:
-    """One header field: byte ``offset``, ``type``; for bit fields ``shift``/``width``
-    (bits; width 0 = the whole field).  Immutable, equal by value."""
-
-    offset: int
-    type: T.Type
-    shift: int = 0
-    width: int = 0
-
-    @property
-    def writable(self) -> bool:
-        return self.width == 0
-
-
-@dataclass(eq=False, slots=True)
-class Header:
-    """``size``: fixed part in bytes.  ``length``: how the full length is found
-    (``None`` fixed, ``"ihl"`` ipv4 ihl*4, ``"doff"`` tcp doff*4).  ``csum``: offset of
-    the checksum field or None; ``pseudo``: the checksum covers the IP pseudo-header;
-    ``zero_ok``: a zero checksum means "none" and stays zero (UDP over IPv4).
-    Compared by identity (one object per built-in header)."""
-
-    name: str
-    c_name: str
-    size: int
-    fields: dict[str, HField] = field(default_factory=dict)
-    length: str | None = None
-    csum: int | None = None
-    pseudo: bool = False
-    zero_ok: bool = False
-    l4: bool = False
-
-    def __repr__(self) -> str:
-        return f"Header({self.name!r}, {self.c_name!r}, size={self.size})"
-
-
-_F = HField
-HEADERS: dict[str, Header] = {
-    "ethernet": Header(
-        "ethernet",
-        "ethhdr",
-        14,
-        {"h_dest": _F(0, T.MAC), "h_source": _F(6, T.MAC), "h_proto": _F(12, T.BE16)},
-    ),
-    "byte": Header("byte", "__u8", 1, {"value": _F(0, T.U8)}),  # payload, one byte a step
-    "vlan": Header(
-        "vlan",
-        "vlan_hdr",
-        4,
-        {"h_vlan_TCI": _F(0, T.BE16), "h_vlan_encapsulated_proto": _F(2, T.BE16)},
-    ),
-    "ipv4": Header(
-        "ipv4",
-        "iphdr",
-        20,
-        {
-            "ihl": _F(0, T.U8, 0, 4),
-            "version": _F(0, T.U8, 4, 4),
-            "tos": _F(1, T.U8),
-            "tot_len": _F(2, T.BE16),
-            "id": _F(4, T.BE16),
-            "frag_off": _F(6, T.BE16),
-            "ttl": _F(8, T.U8),
-            "protocol": _F(9, T.U8),
-            "check": _F(10, T.BE16),
-            "saddr": _F(12, T.BE32),
-            "daddr": _F(16, T.BE32),
-        },
-        length="ihl",
-        csum=10,
-    ),
-    "ipv6": Header(
-        "ipv6",
-        "ipv6hdr",
-        40,
-        {
-            "priority": _F(0, T.U8, 0, 4),
-            "version": _F(0, T.U8, 4, 4),
-            "payload_len": _F(4, T.BE16),
-            "nexthdr": _F(6, T.U8),
-            "hop_limit": _F(7, T.U8),
-            "saddr": _F(8, T.IPV6_ADDR),
-            "daddr": _F(24, T.IPV6_ADDR),
-        },
-    ),
-    "tcp": Header(
-        "tcp",
-        "tcphdr",
-        20,
-        {
-            "source": _F(0, T.BE16),
-            "dest": _F(2, T.BE16),
-            "seq": _F(4, T.BE32),
-            "ack_seq": _F(8, T.BE32),
-            "doff": _F(12, T.U8, 4, 4),
-            "fin": _F(13, T.U8, 0, 1),
-            "syn": _F(13, T.U8, 1, 1),
-            "rst": _F(13, T.U8, 2, 1),
-            "psh": _F(13, T.U8, 3, 1),
-            "ack": _F(13, T.U8, 4, 1),
-            "urg": _F(13, T.U8, 5, 1),
-            "ece": _F(13, T.U8, 6, 1),
-            "cwr": _F(13, T.U8, 7, 1),
-            "window": _F(14, T.BE16),
-            "check": _F(16, T.BE16),
-            "urg_ptr": _F(18, T.BE16),
-        },
-        length="doff",
-        csum=16,
-        pseudo=True,
-        l4=True,
-    ),
-    "udp": Header(
-        "udp",
-        "udphdr",
-        8,
-        {
-            "source": _F(0, T.BE16),
-            "dest": _F(2, T.BE16),
-            "len": _F(4, T.BE16),
-            "check": _F(6, T.BE16),
-        },
-        csum=6,
-        pseudo=True,
-        zero_ok=True,
-        l4=True,
-    ),
-    "icmp": Header(
-        "icmp",
-        "icmphdr",
-        8,
-        {
-            "type": _F(0, T.U8),
-            "code": _F(1, T.U8),
-            "checksum": _F(2, T.BE16),
-            "id": _F(4, T.BE16),
-            "sequence": _F(6, T.BE16),
-            "gateway": _F(4, T.BE32),
-        },
-        csum=2,
-        l4=True,
-    ),
-    "icmpv6": Header(
-        "icmpv6",
-        "icmp6hdr",
-        8,
-        {
-            "icmp6_type": _F(0, T.U8),
-            "icmp6_code": _F(1, T.U8),
-            "icmp6_cksum": _F(2, T.BE16),
-            "icmp6_identifier": _F(4, T.BE16),
-            "icmp6_sequence": _F(6, T.BE16),
-        },
-        csum=2,
-        pseudo=True,
-        l4=True,
-    ),
+# Headers the compiler itself gives meaning to (checksum and pseudo-header rules, parse
+# cursor walks): a program cannot declare a header of one of these names.  The other
+# library headers are a prelude: a program's own ``header gre { ... }`` replaces it.
+CORE_HEADERS = ("ethernet", "vlan", "ipv4", "ipv6", "tcp", "udp", "icmp", "icmpv6", "byte")
+# kernel struct of each header (include/uapi/linux/*.h), for messages and documentation
+KERNEL_STRUCTS = {
+    "ethernet": "ethhdr",
+    "vlan": "vlan_hdr",
+    "ipv4": "iphdr",
+    "ipv6": "ipv6hdr",
+    "tcp": "tcphdr",
+    "udp": "udphdr",
+    "icmp": "icmphdr",
+    "icmpv6": "icmp6hdr",
+    "byte": "__u8",
+    "arp": "arphdr",
+    "gre": "gre_base_hdr",
+    "vxlan": "vxlanhdr",
+    "geneve": "genevehdr",
+    "mpls": "mpls_label",
+    "ipv6_opt": "ipv6_opt_hdr",
+    "ipv6_rt": "ipv6_rt_hdr",
+    "ipv6_frag": "frag_hdr",
 }
+# What the syntax cannot say: icmphdr's union (``un.gateway`` over ``id`` and ``sequence``).
+_OVERLAYS = {"icmp": {"gateway": HField(4, T.BE32)}}
+
+
+def library_text() -> tuple[str, str]:
+    """(path, text) of the standard library of headers, ``bpfdsl/lang/headers.bpfd`` (a plain
+    file read; importlib.resources for zip imports)."""
+    p = Path(__file__).resolve().parent / "headers.bpfd"
+    if p.is_file():
+        return str(p), p.read_text(encoding="utf-8")
+    return "headers.bpfd", files("bpfdsl.lang").joinpath("headers.bpfd").read_text("utf-8")
+
+
+def _library_decls() -> dict[str, tuple[str, str]]:
+    """name -> (path, text) of each ``header`` declaration of the library: the file's text
+    with every other line blanked (so spans keep their line numbers), cut where a line
+    starts with ``header NAME``."""
+    path, text = library_text()
+    lines = text.split("\n")
+    starts = [
+        (i, m.group(1)) for i, ln in enumerate(lines) if (m := re.match(r"header\s+(\w+)", ln))
+    ]
+    out = {}
+    for k, (i, name) in enumerate(starts):
+        j = starts[k + 1][0] if k + 1 < len(starts) else len(lines)
+        out[name] = (path, "\n" * i + "\n".join(lines[i:j]))
+    return out
+
+
+def _layout_library(name: str, path: str, text: str) -> Header:
+    """Lay out the library's declaration of ``name`` (``text``: see _library_decls).  An
+    error in it is a bug of the library: raised as a DiagnosticError naming
+    headers.bpfd:line:col."""
+    diags: list = []
+
+    def err(code, msg, span, hint=None):
+        diags.append(error(code, msg, span, hint=hint))
+
+    def resolve(t):
+        if isinstance(t, ast.ArrayType) and isinstance(t.length, ast.IntLit):
+            return T.ArrayType(resolve(t.elem), t.length.value)
+        return T.BUILTIN_TYPES.get(getattr(t, "name", ""))
+
+    (decl,) = parse_program(text, path).items
+    h = header_layout(decl, resolve, err, library=True)
+    if diags or h is None or h.name != name:
+        raise DiagnosticError(
+            diags or [error("library", f"bad declaration of {name}", decl.span)], text
+        )
+    h.c_name = KERNEL_STRUCTS.get(h.name, h.name)
+    h.fields.update(_OVERLAYS.get(h.name, {}))
+    return h
+
+
+class _Library(dict):
+    """``HEADERS``: name -> Header of the standard library.  Each declaration is parsed and
+    laid out on first use of its name (a program that parses ethernet, ipv4 and udp pays
+    for those three), once per process; listing the names reads them all."""
+
+    _decls: dict[str, tuple[str, str]] | None = None
+
+    def _names(self) -> dict[str, tuple[str, str]]:
+        if _Library._decls is None:
+            _Library._decls = _library_decls()
+        return _Library._decls
+
+    def _all(self) -> None:
+        for k in self._names():
+            self[k]
+
+    def __getitem__(self, k: str) -> Header:
+        h = dict.get(self, k)
+        if h is None:
+            decl = self._names().get(k)
+            if decl is None:
+                raise KeyError(k)
+            h = _layout_library(k, *decl)
+            dict.__setitem__(self, k, h)
+        return h
+
+    def __contains__(self, k) -> bool:
+        return k in self._names()
+
+    def get(self, k, default=None):
+        return self[k] if k in self else default
+
+    def __iter__(self):
+        return iter(self._names())
+
+    def __len__(self) -> int:
+        return len(self._names())
+
+    def keys(self):
+        return self._names().keys()
+
+    def items(self):
+        self._all()
+        return [(k, self[k]) for k in self._names()]
+
+    def values(self):
+        return [self[k] for k in self._names()]
+
+
+HEADERS: dict[str, Header] = _Library()
 
 # Context fields per kernel context struct (uapi/linux/bpf.h; offsets checked against
 # /sys/kernel/btf/vmlinux): name -> (byte offset, language type, access).  Access: "u32"
@@ -244,6 +223,9 @@ CONSTANTS: dict[str, tuple[int, T.Type]] = {
     "ETH_P_ARP": (0x0806, T.BE16),
     "ETH_P_8021Q": (0x8100, T.BE16),
     "ETH_P_8021AD": (0x88A8, T.BE16),
+    "ETH_P_TEB": (0x6558, T.BE16),  # transparent Ethernet bridging (GRE, NVGRE)
+    "ETH_P_MPLS_UC": (0x8847, T.BE16),
+    "ETH_P_MPLS_MC": (0x8848, T.BE16),
     "IPPROTO_HOPOPTS": (0, T.U8),
     "IPPROTO_ICMP": (1, T.U8),
     "IPPROTO_IPIP": (4, T.U8),

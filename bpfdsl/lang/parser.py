@@ -318,6 +318,9 @@ def _syntax_diag(text, filename, line, col, char_pos, token, expected) -> Diagno
         hint = "expected " + " or ".join(names)
     else:
         hint = "check the syntax just before this point"
+    word = str(token.value)
+    if word.isidentifier() and token.type == word.upper() and "NAME" in exp:
+        hint = f"`{word}` is a keyword of the language: pick another name"
     return error("syntax", f"unexpected {str(token.value)!r}", span, hint=hint)
 
 

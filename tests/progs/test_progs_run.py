@@ -282,7 +282,7 @@ def test_struct_layout_natural_alignment_b07(tmp_path):
     src = """license "GPL"
 struct rec { a: i32, b: i64 }
 map recs: hash<u32, rec>(max_entries: 4)
-xdp fn store(ctx) {
+xdp fn store_rec(ctx) {
     recs[0] = rec(a: ctx.ingress_ifindex as i32, b: 0x1122334455667788)
     return XDP_PASS
 }"""

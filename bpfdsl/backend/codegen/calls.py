@@ -47,7 +47,14 @@ class CallGen:
                 self.value_for(a, t) if not isinstance(t, T.HeaderType) else self.gen(a)
                 for a, (_n, t) in zip(e.args, info.params, strict=True)
             ]
-            return self.b.call(self.fn_ir[e.name], args)
+            ret = info.ret.inner if isinstance(info.ret, T.OptionalType) else info.ret
+            if isinstance(ret, (T.StructType, T.BytesType, T.ArrayType)):  # returned in memory
+                args = [self.alloca_mem(ret.size, e.name), *args]
+            if e.name in c.packet_fns:  # the packet and the cursor it moves are the caller's
+                return self.b.call(
+                    self.fn_ir[e.name, self.f.ctx_kind], [self.f.ctx, self.f.cursor, *args]
+                )
+            return self.b.call(self.fn_ir[e.name, None], args)
         if e.name == "host" or e.name.startswith("be"):
             at = e.args[0].ty
             v = self.rv(e.args[0], at if isinstance(at, T.IntType) else T.IntType(e.ty.bits))
@@ -68,6 +75,8 @@ class CallGen:
             )
         if e.name == "swap":
             return self.swap(e.args[0], e.args[1])
+        if e.name == "offset":
+            return self.view_offset(e.args[0])
         if e.name == "hash":
             return self.flow_hash(e.args)
         if e.name in (

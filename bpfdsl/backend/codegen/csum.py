@@ -119,7 +119,7 @@ class CsumGen:
         loc = self.c.sym.get(ip_obj) if isinstance(ip_obj, ast.Name) else None
         if not isinstance(loc, Local):
             return None
-        slots = self.__dict__.setdefault("_ext_flag_slots", {})
+        slots = self.f.__dict__.setdefault("_ext_flag_slots", {})  # per function
         if loc not in slots:
             slot = self.alloca(I8, "ext.flags." + loc.name, 1)
             eb = ir.IRBuilder(self.f.entry)
@@ -152,7 +152,7 @@ class CsumGen:
         if not l4:
             return
         done = keep = None
-        slot = self.__dict__.get("_ext_flag_slots", {}).get(self.c.sym.get(ip_obj))
+        slot = self.f.__dict__.get("_ext_flag_slots", {}).get(self.c.sym.get(ip_obj))
         if not v6:  # the view follows the header, but a later fragment holds no L4 header
             keep = self._ipv4_later_fragment(hdr)
         elif slot is not None:  # what skip_ext passed on the way to the L4 header; no

@@ -169,7 +169,7 @@ class ExprGen:
 
     def g_Compare(self, e: ast.Compare):
         ty = self.c.optype[e]
-        if isinstance(ty, (T.BytesType, T.StructType)):
+        if isinstance(ty, (T.BytesType, T.StructType, T.ArrayType)):
             eq = self.bytes_equal(e.left, e.right, ty)
             return eq if e.op == "==" else self.b.not_(eq)
         a, b = self.operands(e, ty)
@@ -288,6 +288,9 @@ class ExprGen:
             return self.header_field_ptr(e)
         return self.gen(e)
 
+    def g_BytesLit(self, e: ast.BytesLit):
+        return self.g_AddrLit(e)
+
     def g_AddrLit(self, e: ast.AddrLit):
         data = self.c.cbytes[e]
         p = self.alloca_mem(len(data))
@@ -341,6 +344,12 @@ class ExprGen:
             return self.map_assign(s)
         if isinstance(tgt, ast.Field) and isinstance(tgt.obj.ty, T.HeaderType):
             return self.store_header_field(tgt, s.op, s.value)
+        if (
+            isinstance(tgt, ast.Index)
+            and isinstance(tgt.obj, ast.Field)
+            and isinstance(tgt.obj.obj.ty, T.HeaderType)
+        ):
+            return self.store_header_elem(tgt, s.op, s.value)
         ty = tgt.ty.inner if isinstance(tgt.ty, T.RefType) else tgt.ty
         ref = isinstance(tgt.ty, T.RefType) or (
             isinstance(tgt, (ast.Field, ast.Index)) and isinstance(tgt.obj.ty, T.RefType)

@@ -30,12 +30,20 @@ DATALAYOUT = "e-m:e-p:64:64-i64:64-i128:128-n32:64-S128"
 
 
 class _Fn:
-    """Per-function state: the ir function, entry block for allocas, ctx, cursor, loops."""
+    """Per-function state: the ir function, entry block for allocas, ctx, cursor, loops.
+    ``ctx_kind``: the context struct (``xdp_md``, ``sk_msg_md``) data/data_end are read from
+    (a program's, or the one a packet fn's copy is made for); ``info``: the FnInfo of a fn;
+    ``volatile_end``: every bounds check reloads data_end (a packet fn: it may be inlined
+    into a loop, see PktGen.bounds)."""
 
-    def __init__(self, func: ir.Function, kind, ctx: ir.Value | None):
+    def __init__(self, func: ir.Function, kind, ctx: ir.Value | None, ctx_kind=None, info=None):
         self.func = func
         self.kind = kind
         self.ctx = ctx
+        self.ctx_kind = kind.ctx if kind is not None else ctx_kind
+        self.info = info
+        self.volatile_end = False
+        self.ret_mem: ir.Value | None = None  # where a fn returning an aggregate writes it
         self.entry: ir.Block = func.append_basic_block("entry")
         self.cursor: ir.Value | None = None  # alloca holding the parse cursor (ptr)
         self.loops: list[tuple[ir.Block, ir.Block]] = []  # (continue target, break target)
@@ -56,7 +64,7 @@ class CodeGen(ExprGen, CallGen, PktGen, MapGen):
         self.f: _Fn = None  # type: ignore[assignment]
         self.env: list[dict[Local, ir.Value]] = []
         self.globals: dict[str, ir.GlobalVariable] = {}
-        self.fn_ir: dict[str, ir.Function] = {}
+        self.fn_ir: dict[tuple[str, str | None], ir.Function] = {}  # (fn, ctx kind): see fn_copies
         self._helpers: dict[int, ir.Value] = {}
 
     # ---- module level ----
@@ -76,10 +84,13 @@ class CodeGen(ExprGen, CallGen, PktGen, MapGen):
             self.globals[name] = g
         for name, mt in self.c.maps.items():
             self.globals[name] = self.emit_map_global(name, mt)
+        self.loop_fns = self.fns_in_loops()
         for name, info in self.c.fns.items():  # declared first: a fn may call a later one
-            self.declare_fn(name, info)
+            for ctx_kind in self.fn_copies(name):
+                self.declare_fn(name, info, ctx_kind)
         for name, info in self.c.fns.items():
-            self.emit_fn(name, info)
+            for ctx_kind in self.fn_copies(name):
+                self.emit_fn(name, info, ctx_kind)
         for decl, kind in self.c.progs:
             self.emit_prog(decl, kind)
         if self.dbg:
@@ -121,8 +132,8 @@ class CodeGen(ExprGen, CallGen, PktGen, MapGen):
         return I64
 
     # ---- functions ----
-    def begin(self, func: ir.Function, kind, ctx) -> None:
-        self.f = _Fn(func, kind, ctx)
+    def begin(self, func: ir.Function, kind, ctx, ctx_kind=None, info=None) -> None:
+        self.f = _Fn(func, kind, ctx, ctx_kind, info)
         body = func.append_basic_block("body")
         self.b = ir.IRBuilder(body)
         self.env = [{}]
@@ -134,26 +145,93 @@ class CodeGen(ExprGen, CallGen, PktGen, MapGen):
                 ir.IRBuilder(blk).unreachable()
         ir.IRBuilder(self.f.entry).branch(self.f.func.basic_blocks[1])
 
-    def declare_fn(self, name: str, info) -> None:
-        """The ir.Function of an inlined fn (``fn_ir[name]``), before any body is emitted."""
+    def fn_copies(self, name: str) -> list[str | None]:
+        """The context kinds fn ``name`` is made for: [None] for a fn that does not touch the
+        packet; for a packet fn one copy per context struct of the programs (xdp_md has
+        32-bit data/data_end, sk_msg_md pointers), which it takes as hidden parameters with
+        the caller's cursor."""
+        if name not in self.c.packet_fns:
+            return [None]
+        return sorted({k.ctx for _d, k in self.c.progs if k.ctx in CTX_DATA})
+
+    def fns_in_loops(self) -> set[str]:
+        """The fns called inside a ``for`` body, directly or through the fns called there:
+        inlined into a loop, their bounds checks reload data_end (PktGen.bounds)."""
+        calls: dict[str, set[str]] = {n: set() for n in self.c.fns}
+        looped: set[str] = set()
+        bodies = [(None, d.body) for d, _k in self.c.progs]
+        bodies += [(n, i.decl.body) for n, i in self.c.fns.items()]
+        for owner, body in bodies:
+            stack = [(body, False)]
+            while stack:
+                node, in_loop = stack.pop()
+                if isinstance(node, ast.Call) and node.name in calls:
+                    if owner is not None:
+                        calls[owner].add(node.name)
+                    if in_loop:
+                        looped.add(node.name)
+                if isinstance(node, list):
+                    stack.extend((x, in_loop) for x in node)
+                elif isinstance(node, dict):
+                    stack.extend((x, in_loop) for x in node.values())
+                elif isinstance(node, (ast.Node, ast.MatchArm)):
+                    inner = in_loop or isinstance(node, ast.For)
+                    stack.extend(
+                        (v, inner) for k, v in vars(node).items() if k not in ("span", "ty")
+                    )
+        todo = list(looped)
+        while todo:
+            for callee in calls[todo.pop()]:
+                if callee not in looped:
+                    looped.add(callee)
+                    todo.append(callee)
+        return looped
+
+    def ret_type(self, t: T.Type) -> ir.Type:
+        """LLVM type a fn returns for ``t``: header views are pointers; an aggregate (struct,
+        address, array) is written to memory the caller passes and that pointer returned; an
+        optional T is ``{i1 present, T}``."""
+        if isinstance(t, T.OptionalType):
+            return ir.LiteralStructType([I1, self.ret_type(t.inner)])
+        if t == T.VOID:
+            return ir.VoidType()
+        return PTR if isinstance(t, T.HeaderType) or _aggregate(t) else self.lt(t)
+
+    def declare_fn(self, name: str, info, ctx_kind: str | None = None) -> None:
+        """The ir.Function of an inlined fn (``fn_ir[name, ctx_kind]``), before any body is
+        emitted.  A packet fn takes the context and the caller's cursor slot first."""
         params = [
             PTR if not T.is_int(t) and not isinstance(t, T.BoolType) else self.lt(t)
             for _n, t in info.params
         ]
-        ret = ir.VoidType() if info.ret == T.VOID else self.lt(info.ret)
-        func = ir.Function(self.m, ir.FunctionType(ret, params), name)
+        if _aggregate(_inner(info.ret)):  # the caller's memory for the value returned
+            params = [PTR, *params]
+        if ctx_kind is not None:
+            params = [PTR, PTR, *params]
+        ret = self.ret_type(info.ret)
+        fname = name if ctx_kind is None else f"{name}.{ctx_kind}"
+        func = ir.Function(self.m, ir.FunctionType(ret, params), fname)
         func.linkage = "internal"
         func.attributes.add("alwaysinline")
         func.attributes.add("nounwind")
-        self.fn_ir[name] = func
+        self.fn_ir[name, ctx_kind] = func
 
-    def emit_fn(self, name: str, info) -> None:
-        func = self.fn_ir[name]
+    def emit_fn(self, name: str, info, ctx_kind: str | None = None) -> None:
+        func = self.fn_ir[name, ctx_kind]
         ret = func.function_type.return_type
-        self.begin(func, None, None)
+        args = list(func.args)
+        ctx = cursor = out = None
+        if ctx_kind is not None:
+            ctx, cursor, *args = args
+        if _aggregate(_inner(info.ret)):
+            out, *args = args
+        self.begin(func, None, ctx, ctx_kind, info)
+        self.f.cursor = cursor
+        self.f.ret_mem = out
+        self.f.volatile_end = ctx_kind is not None and name in self.loop_fns
         if self.dbg:
             self.dbg.end_program()
-        for arg, p in zip(func.args, info.decl.params, strict=True):
+        for arg, p in zip(args, info.decl.params, strict=True):
             loc = self.c.sym[p]
             self.bind(loc, arg)
         self.loc(info.decl.span)
@@ -162,7 +240,7 @@ class CodeGen(ExprGen, CallGen, PktGen, MapGen):
             if info.ret == T.VOID:
                 self.b.ret_void()
             else:
-                self.b.ret(ir.Constant(ret, 0))
+                self.b.ret(ir.Constant(ret, 0 if isinstance(ret, ir.IntType) else None))
         self.finish()
 
     def emit_prog(self, decl: ast.ProgDecl, kind) -> None:
@@ -406,12 +484,82 @@ class CodeGen(ExprGen, CallGen, PktGen, MapGen):
             v = self.rv(s.value, T.U32, allow_narrow=True)
             self.f.rets.append((v, self.b.block))
             self.b.branch(self.f.ret_block)
+        elif isinstance(self.f.info.ret, T.OptionalType):
+            self.b.ret(self.optional_value(s.value, self.f.info.ret, rt))
         else:
-            info = self.c.fns[self.f.func.name]
-            self.b.ret(self.rv(s.value, info.ret) if rt != ir.VoidType() else None)
+            info = self.f.info
+            ret = self.gen(s.value) if isinstance(info.ret, T.HeaderType) else None
+            if _aggregate(info.ret):
+                ret = self.ret_aggregate(s.value, info.ret)
+            elif ret is None and rt != ir.VoidType():
+                ret = self.rv(s.value, info.ret)
+            self.b.ret(ret)
+
+    def ret_aggregate(self, e: ast.Expr, ty: T.Type, mem: ir.Value | None = None) -> ir.Value:
+        """Copy the aggregate ``e`` (or the one at ``mem``) into the caller's memory; its
+        pointer (what the fn returns)."""
+        out = self.f.ret_mem
+        if mem is not None:
+            self.copy_bytes(out, mem, ty.size, min(8, max(1, ty.align)))
+        else:
+            self.store_bytes(out, e, ty)
+        return out
+
+    def optional_value(self, e: ast.Expr, ty: T.OptionalType, rt: ir.Type) -> ir.Value:
+        """What ``return e`` gives back from a fn returning ``ty`` (LLVM ``rt``,
+        ``{i1, T}``): ``none`` is ``{0, zero}``; a call of a fn returning the same optional
+        passes its result on; any other value is ``{1, value}``."""
+        none = ir.Constant(rt, None)
+        if _aggregate(ty.inner):  # the pointer is the caller's memory even when missing
+            none = self.b.insert_value(none, self.f.ret_mem, 1)
+        if isinstance(e, ast.Name) and e.ty == T.VOID:
+            return none
+        if isinstance(e.ty, T.OptionalType) and isinstance(e, ast.Call) and e.name in self.c.fns:
+            r = self.gen(e)
+            if _aggregate(ty.inner):  # into this fn's caller's memory
+                self.ret_aggregate(e, ty.inner, self.b.extract_value(r, 1))
+                r = self.b.insert_value(r, self.f.ret_mem, 1)
+            return r
+        if isinstance(e.ty, T.OptionalType):  # parse, skip_ext, load ...: {0} when missing
+            fail, done = self.new_block("ret.none"), self.new_block("ret.some")
+            v = self.gen_optional(e, fail)
+            if isinstance(e.ty.inner, T.RefType) and not _aggregate(e.ty.inner.inner):
+                v = self.b.load(
+                    v, typ=self.lt(e.ty.inner.inner), align=max(1, e.ty.inner.inner.size)
+                )
+            if _aggregate(ty.inner):
+                v = self.ret_aggregate(e, ty.inner, v)
+            elif not isinstance(ty.inner, T.HeaderType):
+                v = self.conv(v, e.ty.inner, ty.inner)
+            some = self.b.insert_value(ir.Constant(rt, None), ir.Constant(I1, 1), 0)
+            some = self.b.insert_value(some, v, 1)
+            here = self.b.block
+            self.b.branch(done)
+            self.start(fail)
+            self.b.branch(done)
+            self.start(done)
+            phi = self.b.phi(rt)
+            phi.add_incoming(some, here)
+            phi.add_incoming(none, fail)
+            return phi
+        if _aggregate(ty.inner):
+            v = self.ret_aggregate(e, ty.inner)
+        else:
+            v = self.gen(e) if isinstance(ty.inner, T.HeaderType) else self.rv(e, ty.inner)
+        out = self.b.insert_value(ir.Constant(rt, None), ir.Constant(I1, 1), 0)
+        return self.b.insert_value(out, v, 1)
 
     def s_Assign(self, s: ast.Assign) -> None:
         self.assign(s)
+
+
+def _inner(t: T.Type) -> T.Type:
+    return t.inner if isinstance(t, T.OptionalType) else t
+
+
+def _aggregate(t: T.Type) -> bool:
+    """Values kept in memory (structs, addresses, arrays), not in a register."""
+    return isinstance(t, (T.StructType, T.BytesType, T.ArrayType))
 
 
 def generate(checked: Checked, dbg=None, module: ir.Module | None = None) -> ir.Module:

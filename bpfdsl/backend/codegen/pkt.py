@@ -24,7 +24,6 @@ from bpfdsl.lang import types as T
 from bpfdsl.lang.headers import (
     CTX_DATA,
     CTX_FIELDS,
-    HEADERS,
     IPV6_EXT_HEADERS,
     IPV6_EXT_MAX,
     PSEUDO_FIELDS,
@@ -33,6 +32,13 @@ from bpfdsl.lang.sema.symbols import BUILTINS, PKT_RESIZE
 
 I1, I8, I16, I32, I64 = (ir.IntType(n) for n in (1, 8, 16, 32, 64))
 PTR = ir.PointerType()
+
+
+def _expr_key(e: ast.Expr) -> tuple:
+    """A length/condition expression as nested tuples: equal for equal expressions."""
+    if isinstance(e, ast.BinOp):
+        return (e.op, _expr_key(e.left), _expr_key(e.right))
+    return (type(e).__name__, getattr(e, "id", getattr(e, "value", None)))
 
 
 class _VolatileLoad(ir.LoadInstr):
@@ -52,8 +58,8 @@ class PktGen(CsumGen):
         """data (0) or data_end (1) of the context as a packet pointer, loaded the way
         clang does: u32 + zext + inttoptr for xdp_md, a 64-bit pointer for sk_msg_md.
         ``volatile``: a fresh load LLVM may not treat as loop-invariant (see bounds())."""
-        off = CTX_DATA[self.f.kind.ctx][which]
-        wide = CTX_DATA[self.f.kind.ctx][2] == 8
+        off = CTX_DATA[self.f.ctx_kind][which]
+        wide = CTX_DATA[self.f.ctx_kind][2] == 8
         ptr = self.gep(self.f.ctx, off)
         if volatile:
             v = _VolatileLoad(self.b.block, ptr, typ=PTR if wide else I32)
@@ -81,7 +87,7 @@ class PktGen(CsumGen):
         return self._ctx_ptr(1)
 
     def ctx_field(self, name: str) -> ir.Value:
-        off, ty, access = CTX_FIELDS[self.f.kind.ctx][name]
+        off, ty, access = CTX_FIELDS[self.f.ctx_kind][name]
         if access == "len":  # data_end - data as a 64-bit scalar (B04)
             # Own volatile loads: if LLVM shared them with the loads behind bounds checks,
             # one zero-extension could serve both, emitted under alu32 as a 32-bit mov that
@@ -106,9 +112,19 @@ class PktGen(CsumGen):
         """Emit ``e`` (parse, lookup, skip_ext); branch to ``fail`` when missing; return the
         payload on the fall-through path."""
         if isinstance(e, ast.Parse):
-            return self.parse(e.header, fail)
+            return self.parse(e.ty.inner.layout, fail)
         if isinstance(e, ast.Call) and e.name == "skip_ext":
             return self.skip_ext(e, fail)
+        if isinstance(e, ast.Load):
+            return self.load_bytes(e, fail)
+        if isinstance(e, ast.Field):  # a conditional header field
+            return self.cond_field(e, fail)
+        if isinstance(e, ast.Call):  # a fn returning an optional: {i1 present, value}
+            r = self.gen(e)
+            ok = self.new_block("present")
+            self.b.cbranch(self.b.extract_value(r, 0), ok, fail)
+            self.start(ok)
+            return self.b.extract_value(r, 1)
         if isinstance(e, ast.MethodCall):
             p = self.map_lookup(e)
             ok = self.new_block("found")
@@ -124,29 +140,240 @@ class PktGen(CsumGen):
         # In a loop, LLVM's loop passes may rewrite pointer compares against a loop-invariant
         # data_end into integer arithmetic on data_end (found by fuzzing: the verifier then
         # loses the packet range, FIELD-BUGS B06).  A volatile load per check prevents it.
-        data_end = self._ctx_ptr(1, volatile=bool(self.f.loops))
+        data_end = self._ctx_ptr(1, volatile=bool(self.f.loops) or self.f.volatile_end)
         self.b.cbranch(self.b.icmp_unsigned(">", end, data_end), fail, ok)
         self.start(ok)
 
-    def parse(self, header: str, fail: ir.Block) -> ir.Value:
-        h = HEADERS[header]
+    def parse(self, h, fail: ir.Block) -> ir.Value:
+        """``parse`` of header layout ``h`` (layout.Header): check its fixed part, move the
+        cursor by its length (fixed; computed from its fields, ``fail`` when below the fixed
+        size or above ``max_length``; or the fixed part plus the conditional fields there)."""
         cur = self.b.load(self.f.cursor, typ=PTR)
-        self.bounds(cur, h.size, fail, header)
-        if h.length is None:
-            nxt = self.gep(cur, h.size)
-        else:
-            off, shift = (0, 0) if h.length == "ihl" else (12, 4)
-            byte = self.b.load(self.gep(cur, off), typ=I8, align=1)
-            n = self.b.and_(
-                self.b.lshr(byte, ir.Constant(I8, shift)) if shift else byte, ir.Constant(I8, 0xF)
-            )
-            ok = self.new_block(f"{header}.len")
-            self.b.cbranch(self.b.icmp_unsigned("<", n, ir.Constant(I8, 5)), fail, ok)
-            self.start(ok)
-            ln = self.b.shl(self.b.zext(n, I64), ir.Constant(I64, 2))
+        self.bounds(cur, h.size, fail, h.name)
+        if h.length is not None:
+            ln = self.header_length(cur, h, fail)
             nxt = self.gep(cur, ln)
+        elif h.conditional:
+            nxt = self.gep(cur, self.cond_offset(cur, h, None))
+        else:
+            nxt = self.gep(cur, h.size)
         self.b.store(nxt, self.f.cursor)
         return cur
+
+    def header_length(self, cur: ir.Value, h, fail: ir.Block) -> ir.Value:
+        """The length (i64) of header ``h`` at ``cur``, branching to ``fail`` when it is below
+        the fixed size or above ``max_length``.  A length ``FIELD * K`` (ipv4's ``ihl * 4``)
+        is bounded on the field before the multiplication, the shape clang gives
+        ``ip->ihl < 5``: the same instructions as C, and the verifier sees the field's range."""
+        e = h.length
+        f = (
+            h.fields.get(e.left.id)
+            if isinstance(e, ast.BinOp) and isinstance(e.left, ast.Name)
+            else None
+        )
+        k = e.right.value if f is not None and isinstance(e.right, ast.IntLit) else 0
+        fmax = (1 << f.type.bits) - 1 if f is not None and isinstance(f.type, T.IntType) else 0
+        if k > 0 and e.op == "*" and fmax and not f.type.be and -(-h.size // k) <= fmax:
+            n = self.field_value(cur, f)
+            bounds = [("<", -(-h.size // k))]  # ceil(size / K)
+            if h.max_length // k < fmax:  # else no value of the field is too big
+                bounds.append((">", h.max_length // k))
+        else:
+            n, k = self.header_expr(cur, h, e), 0
+            bounds = (("<", h.size), (">", h.max_length))
+        for op, bound in bounds:
+            ok = self.new_block(f"{h.name}.len")
+            self.b.cbranch(self.b.icmp_unsigned(op, n, ir.Constant(n.type, bound)), fail, ok)
+            self.start(ok)
+        if not k:
+            return n
+        n = self.b.zext(n, I64) if n.type.width < 64 else n
+        if k & (k - 1) == 0:
+            return self.b.shl(n, ir.Constant(I64, k.bit_length() - 1))
+        return self.b.mul(n, ir.Constant(I64, k))
+
+    # ---- header layouts (bpfdsl.lang.layout) ----
+    def header_expr(self, hdr: ir.Value, h, e: ast.Expr) -> ir.Value:
+        """A length or condition expression of header ``h`` at ``hdr`` as an i64: numbers,
+        the header's fields (as host-order numbers) and LENGTH_OPS; without recursion."""
+        todo, vals = [(e, False)], []
+        while todo:
+            x, done = todo.pop()
+            if isinstance(x, ast.IntLit):
+                vals.append(ir.Constant(I64, x.value))
+            elif isinstance(x, ast.Name):
+                f = h.fields[x.id]
+                v = self.field_value(hdr, f)
+                if f.type.be:
+                    v = self.bswap(v)
+                vals.append(self.b.zext(v, I64) if v.type.width < 64 else v)
+            elif not done:
+                todo += [(x, True), (x.right, False), (x.left, False)]
+            else:
+                b, a = vals.pop(), vals.pop()
+                vals.append(self._binop_plain(x.op, a, b, False))
+        return vals[0]
+
+    def cond_present(self, hdr: ir.Value, h, f) -> ir.Value:
+        """i1: conditional field ``f`` of ``h`` (at ``hdr``) is there."""
+        v = self.header_expr(hdr, h, f.cond)
+        return self.b.icmp_unsigned("!=", v, ir.Constant(I64, 0))
+
+    def cond_offset(self, hdr: ir.Value, h, name: str | None) -> ir.Value:
+        """Byte offset (i64) of conditional field ``name`` of ``h`` (None: the header's end):
+        its declared offset plus the sizes of the conditional fields before it that are there."""
+        if name is None:
+            before = [f for f in h.fields.values() if f.cond is not None]
+        else:
+            before = [h.fields[n] for n in h.fields[name].after]
+        sizes: dict[tuple, tuple[object, int]] = {}  # one term per condition (GRE: 4 * C)
+        for g in before:
+            key = _expr_key(g.cond)
+            first, n = sizes.get(key, (g, 0))
+            sizes[key] = (first, n + g.type.size)
+        v = ir.Constant(I64, h.size)
+        for g, n in sizes.values():
+            here = self.b.zext(self.cond_present(hdr, h, g), I64)
+            v = self.b.add(v, self.b.mul(here, ir.Constant(I64, n)))
+        return v
+
+    def cond_field(self, e: ast.Field, fail: ir.Block) -> ir.Value:
+        """A conditional field (``key: be32 if k``): ``fail`` when it is not there or the
+        packet ends before it (its own bounds check); its value (memory for bytes)."""
+        h = e.obj.ty.layout
+        f = h.fields[e.name]
+        hdr = self.gen(e.obj)
+        ok = self.new_block(f"{e.name}.there")
+        self.b.cbranch(self.cond_present(hdr, h, f), ok, fail)
+        self.start(ok)
+        p = self.gep(hdr, self.cond_offset(hdr, h, e.name))
+        self.bounds(p, f.type.size, fail, e.name)
+        return self.read_bytes(p, f.type, f.type.size)
+
+    def read_bytes(self, p: ir.Value, ty: T.Type, align: int) -> ir.Value:
+        """The value of type ``ty`` at packet pointer ``p``: an integer, or a stack copy of
+        the bytes (addresses, byte arrays)."""
+        if isinstance(ty, T.IntType):
+            return self.b.load(p, typ=self.lt(ty), align=ty.size)
+        dst = self.alloca_mem(ty.size)
+        self.copy_bytes(dst, p, ty.size, min(8, align))
+        return dst
+
+    def field_value(self, hdr: ir.Value, f) -> ir.Value:
+        """Field ``f`` (an HField) of the header at ``hdr``: an integer of its type (a bit
+        field: its bits of the window read in network order, as a host-order number), or a
+        pointer to its bytes."""
+        p = self.gep(hdr, f.offset)
+        if not isinstance(f.type, T.IntType):
+            return p
+        if not f.width:
+            return self.b.load(p, typ=self.lt(f.type), align=f.type.size)
+        w = f.window
+        v = self._read_window(p, f)
+        if f.shift:
+            v = self.b.lshr(v, ir.Constant(v.type, f.shift))
+        if f.width < 8 * w:
+            v = self.b.and_(v, ir.Constant(v.type, (1 << f.width) - 1))
+        return self.conv(v, T.IntType(8 * w), f.type)
+
+    def _read_window(self, p: ir.Value, f) -> ir.Value:
+        """The ``f.window`` bytes at ``p`` as a network-order (big-endian) number."""
+        w = f.window
+        if w in (1, 2, 4, 8):
+            v = self.b.load(p, typ=ir.IntType(8 * w), align=self._window_align(f))
+            return self.bswap(v) if w > 1 else v
+        it = ir.IntType(8 * w)
+        v = ir.Constant(it, 0)
+        for i in range(w):
+            byte = self.b.zext(self.b.load(self.gep(p, i), typ=I8, align=1), it)
+            v = self.b.or_(v, self.b.shl(byte, ir.Constant(it, 8 * (w - 1 - i))))
+        return v
+
+    def _write_window(self, p: ir.Value, f, v: ir.Value) -> None:
+        """Write ``v`` (the window as a network-order number) back as ``f.window`` bytes."""
+        w = f.window
+        if w in (1, 2, 4, 8):
+            self.b.store(self.bswap(v) if w > 1 else v, p, align=self._window_align(f))
+            return
+        for i in range(w):
+            byte = self.b.trunc(self.b.lshr(v, ir.Constant(v.type, 8 * (w - 1 - i))), I8)
+            self.b.store(byte, self.gep(p, i), align=1)
+
+    @staticmethod
+    def _window_align(f) -> int:
+        """Alignment of a bit field's window, relative to the header's start (headers are
+        taken to be aligned like their C structs, as clang does)."""
+        a = f.window if f.window in (1, 2, 4, 8) else 1
+        while f.offset % a:
+            a //= 2
+        return a
+
+    def store_bits(self, hdr: ir.Value, f, op: str, value: ast.Expr) -> None:
+        """Write bit field ``f`` (``op`` "=" or compound) keeping the other bits of its
+        window: read, mask, insert, write back in network order."""
+        w = f.window
+        it = ir.IntType(8 * w)
+        p = self.gep(hdr, f.offset)
+        host = self._read_window(p, f)
+        v = self.rv(value, f.type)
+        if op != "=":
+            cur = self.field_value(hdr, f)
+            v = self.binop(op[:-1], cur, v, False, isinstance(v, ir.Constant))
+        v = self.conv(v, f.type, T.IntType(8 * w))
+        mask = ((1 << f.width) - 1) << f.shift
+        ins = self.b.and_(self.b.shl(v, ir.Constant(it, f.shift)), ir.Constant(it, mask))
+        keep = self.b.and_(host, ir.Constant(it, ~mask & ((1 << 8 * w) - 1)))
+        self._write_window(p, f, self.b.or_(keep, ins))
+
+    def pkt_offset_ptr(self, base: str, offset: ast.Expr | None, size: int, fail: ir.Block):
+        """Packet pointer of ``load``/``store`` bytes: the cursor or the packet's first byte
+        (``base``) plus ``offset`` (a run-time one above 65535, MAX_PACKET_OFF, fails: the
+        verifier needs the bound), checked for ``size`` bytes."""
+        p = self.b.load(self.f.cursor, typ=PTR) if base == "cursor" else self.pkt_data()
+        if offset is not None:
+            v = self.c.cval.get(offset)
+            if v is not None:
+                p = self.gep(p, v)
+            else:
+                off = self.rv(offset, T.U64)
+                ok = self.new_block("off.ok")
+                big = self.b.icmp_unsigned(">", off, ir.Constant(I64, 0xFFFF))
+                self.b.cbranch(big, fail, ok)
+                self.start(ok)
+                p = self.gep(p, self.opaque(off))
+        self.bounds(p, size, fail, "bytes")
+        return p
+
+    def view_offset(self, view: ast.Expr) -> ir.Value:
+        """``offset(view)``: bytes from the packet's first byte to the header view (u32),
+        a 64-bit difference of pointers taken as an opaque scalar before it is truncated, so
+        no 32-bit ALU op ever takes a pointer (FIELD-BUGS B04); data is loaded afresh (as for
+        ctx.len) so no zero-extension is shared with the bounds checks."""
+        p = self.b.ptrtoint(self.gen(view), I64)
+        d = self.b.ptrtoint(self._ctx_ptr(0, volatile=True), I64)
+        return self.b.trunc(self.opaque(self.b.sub(p, d)), I32)
+
+    def load_bytes(self, e: ast.Load, fail: ir.Block) -> ir.Value:
+        """``load T at OFF``: ``fail`` on a short packet, else the value (bytes: a copy)."""
+        ty = e.ty.inner
+        p = self.pkt_offset_ptr(e.base, e.offset, ty.size, fail)
+        return self.read_bytes(p, ty, 8)
+
+    def s_Store(self, s: ast.Store) -> None:
+        """``store T at OFF = V else { ... }``: the write, or the else block on a short packet."""
+        ty = self.c.stores[s]
+        fail, done = self.new_block("store.short"), self.new_block("store.end")
+        p = self.pkt_offset_ptr(s.base, s.offset, ty.size, fail)
+        if isinstance(ty, T.IntType):
+            self.b.store(self.rv(s.value, ty), p, align=ty.size)
+        else:
+            self.store_bytes(p, s.value, ty)
+        self.b.branch(done)
+        self.start(fail)
+        self.block(s.orelse)
+        if not self.b.block.is_terminated:
+            self.b.branch(done)
+        self.start(done)
 
     def skip_ext(self, e: ast.Call, fail: ir.Block) -> ir.Value:
         """Walk at most IPV6_EXT_MAX extension headers after an ipv6 header; result: the
@@ -230,27 +457,47 @@ class PktGen(CsumGen):
         return self.gep(self.gen(e.obj), f.offset)
 
     def load_header_field(self, e: ast.Field) -> ir.Value:
-        f = e.obj.ty.layout.fields[e.name]
-        p = self.gep(self.gen(e.obj), f.offset)
-        if not isinstance(f.type, T.IntType):
-            return p
-        v = self.b.load(p, typ=self.lt(f.type), align=f.type.size)
-        if f.width:
-            if f.shift:
-                v = self.b.lshr(v, ir.Constant(v.type, f.shift))
-            v = self.b.and_(v, ir.Constant(v.type, (1 << f.width) - 1))
-        return v
+        return self.field_value(self.gen(e.obj), e.obj.ty.layout.fields[e.name])
+
+    def store_header_elem(self, tgt: ast.Index, op: str, value: ast.Expr) -> None:
+        """``hdr.bytes[i] = v`` (a ``[u8; N]`` header field): the byte, and the header's own
+        checksum for the 16-bit word holding it."""
+        fld = tgt.obj
+        layout = fld.obj.ty.layout
+        f = layout.fields[fld.name]
+        hdr = self.gen(fld.obj)
+        off = self.b.add(self.rv(tgt.index, T.U64), ir.Constant(I64, f.offset))
+        p = self.gep(hdr, off)
+        v = self.rv(value, T.U8)
+        if op != "=":
+            old = self.b.load(p, typ=I8, align=1)
+            v = self.binop(op[:-1], old, v, False, isinstance(v, ir.Constant))
+        if layout.csum is None:
+            self.b.store(v, p, align=1)
+            return
+        wp = self.gep(hdr, self.b.and_(off, ir.Constant(I64, ~1 & 0xFFFFFFFFFFFFFFFF)))
+        old_w = self.b.load(wp, typ=I16, align=2)
+        self.b.store(v, p, align=1)
+        new_w = self.b.load(wp, typ=I16, align=2)
+        self.csum_update(self.gep(hdr, layout.csum), [old_w], [new_w], layout.zero_ok)
 
     def store_header_field(self, tgt: ast.Field, op: str, value: ast.Expr) -> None:
         layout = tgt.obj.ty.layout
         f = layout.fields[tgt.name]
         hdr = self.gen(tgt.obj)
         p = self.gep(hdr, f.offset)
-        size = f.type.size
+        size = f.size
         lo, hi = f.offset & ~1, (f.offset + size + 1) & ~1
         own = layout.csum is not None and not (lo <= layout.csum < hi)
         kinds = PSEUDO_FIELDS.get(layout.name, {}).get(tgt.name, ())
         l4 = self._related_l4(tgt.obj, kinds) if kinds else []
+        if f.width:  # a bit field: read, insert, write its window
+            old_w = self._words(hdr, lo, hi) if own else []
+            self.store_bits(hdr, f, op, value)
+            if own:
+                new_w = self._words(hdr, lo, hi)
+                self.csum_update(self.gep(hdr, layout.csum), old_w, new_w, layout.zero_ok)
+            return
         if isinstance(f.type, T.IntType):
             v = self.rv(value, f.type)
             if op != "=":

@@ -19,11 +19,13 @@ from bpfdsl.diagnostics import Diagnostic, DiagnosticError, Span, error
 from bpfdsl.lang import ast
 from bpfdsl.lang import types as T
 from bpfdsl.lang.headers import HEADERS
+from bpfdsl.lang.layout import Header
 from bpfdsl.lang.sema.csum import payload_warnings
 from bpfdsl.lang.sema.decls import DeclChecker
 from bpfdsl.lang.sema.expr import ExprChecker
 from bpfdsl.lang.sema.stmt import StmtChecker
 from bpfdsl.lang.sema.symbols import (
+    CURSOR_UNKNOWN,
     Config,
     Const,
     FnInfo,
@@ -39,7 +41,11 @@ class Checked:
 
     ``cval``: folded scalar constants (raw memory value); ``cbytes``: folded byte
     constants; ``sym``: Name/Let/For -> symbol; ``optype``: Compare operand type;
-    ``pkt_reset``: calls that resize the packet; ``warnings``: compile-time warnings."""
+    ``pkt_reset``: calls that resize the packet; ``warnings``: compile-time warnings;
+    ``stores``: the type each ``store`` writes; ``headers``: the headers the program
+    declares (None for one with errors), which replace library headers of the same name;
+    ``packet_fns``: fns that touch the packet (parse, skip_ext, load/store, or call such a
+    fn), given the ctx and cursor by codegen."""
 
     program: ast.Program
     filename: str
@@ -57,6 +63,19 @@ class Checked:
     optype: dict[ast.Expr, T.Type] = field(default_factory=dict)
     pkt_reset: set[ast.Node] = field(default_factory=set)
     warnings: list[Diagnostic] = field(default_factory=list)
+    headers: dict[str, Header | None] = field(default_factory=dict)
+    packet_fns: set[str] = field(default_factory=set)
+    stores: dict[ast.Store, T.Type] = field(default_factory=dict)  # the type each `store` writes
+
+    def header(self, name: str) -> Header | None:
+        """The layout ``parse name`` uses: the program's own declaration, else the library's;
+        None if there is none (or the program's has errors, already reported)."""
+        if name in self.headers:
+            return self.headers[name]
+        return HEADERS.get(name)
+
+    def header_names(self) -> list[str]:
+        return list(dict.fromkeys([*self.headers, *HEADERS]))
 
 
 class Sema(StmtChecker, DeclChecker):
@@ -74,6 +93,7 @@ class Sema(StmtChecker, DeclChecker):
         # what the parse cursor is just past on every path to here (see sema_stmt.CURSOR_*)
         self.cursor: object = None
         self.parse_from: dict[ast.Parse, object] = {}  # parse -> the cursor it started at
+        self.follows: dict[Local, object] = {}  # parsed header -> the cursor it started at
         self.payload_writes: list = []  # (span, L4 header Local) of payload byte writes
         self.gone: dict[str, tuple[Local, int]] = {}  # out of scope: name -> (local, end line)
 
@@ -103,8 +123,9 @@ class Sema(StmtChecker, DeclChecker):
             return T.BUILTIN_TYPES[t.name]
         if t.name in self.c.structs:
             return self.c.structs[t.name]
-        if t.name in HEADERS:
-            return T.HeaderType(t.name, HEADERS[t.name])
+        if t.name in self.c.headers or t.name in HEADERS:
+            h = self.c.header(t.name)
+            return T.HeaderType(t.name, h) if h is not None else T.ERR
         names = list(T.BUILTIN_TYPES) + list(self.c.structs)
         self.err(
             "unknown-type",
@@ -137,6 +158,9 @@ class Sema(StmtChecker, DeclChecker):
         self.ex = ExprChecker(self)
         items = self.c.program.items
         self.check_names(items)
+        for it in items:
+            if isinstance(it, ast.HeaderDecl):
+                self.header_decl(it)
         for it in items:
             if isinstance(it, ast.StructDecl):
                 members = [(f.name, self.resolve_type(f.type)) for f in it.fields]
@@ -193,7 +217,14 @@ class Sema(StmtChecker, DeclChecker):
             if isinstance(it, ast.FnDecl):
                 params = [(p.name, self.resolve_type(p.type)) for p in it.params]
                 ret = self.resolve_type(it.ret) if it.ret else T.VOID
+                if it.optional:
+                    ret = self.optional_ret(it, ret)
+                elif not isinstance(ret, (T.IntType, T.BoolType, T.HeaderType, T.VoidType)) and (
+                    not isinstance(ret, (T.StructType, T.BytesType, T.ArrayType))
+                ):
+                    ret = self.unsupported_ret(it, ret)
                 self.c.fns[it.name] = FnInfo(it, params, ret)
+        self.c.packet_fns = self.find_packet_fns()
         for it in items:
             if isinstance(it, ast.FnDecl):
                 self.body_fn(self.c.fns[it.name])
@@ -221,6 +252,9 @@ class Sema(StmtChecker, DeclChecker):
     def body_fn(self, info: FnInfo) -> None:
         self.fn, self.kind, self.ctx_name = info, None, None
         self.scopes, self.gone = [self.globals_scope(), {}], {}
+        # where the caller's cursor is, the fn cannot know: no L4 view it parses gets an IP
+        # parent from a header parsed before the call (see symbols.CURSOR_UNKNOWN)
+        self.cursor, self.stale = CURSOR_UNKNOWN, {}
         for (name, ty), p in zip(info.params, info.decl.params, strict=True):
             loc = Local(name, ty, p.span)
             self.c.sym[p] = loc

@@ -109,6 +109,9 @@ def call(ex, e: ast.Call) -> T.Type:
             ex.err("arg-count", f"`{e.name}` takes {len(info.params)} argument(s)", e.span)
         for a, (_n, ty) in zip(e.args, info.params, strict=False):
             ex.expect(a, ty)
+        if e.name in c.packet_fns:  # it reads the packet and moves the caller's cursor
+            ex.packet_access(e.span, f"call `{e.name}` (it reads the packet)")
+            ex.s.cursor = CURSOR_UNKNOWN
         return info.ret
     if e.name not in BUILTINS:
         names = list(BUILTINS) + list(c.fns) + list(c.structs)
@@ -162,6 +165,16 @@ def call(ex, e: ast.Call) -> T.Type:
             ) and not isinstance(t, T.BytesType):  # ipv6_addr, mac_addr: 32-bit words
                 msg, hint = _hash_refusal(t)
                 ex.err("type-mismatch", msg, a.span, hint)
+        return T.U32
+    if e.name == "offset":  # a header view's byte offset from the packet's first byte
+        t = ex.expr(args[0]) if len(args) == 1 else None
+        if not isinstance(t, (T.HeaderType, T.ErrorType)):
+            ex.err(
+                "type-mismatch",
+                "offset() takes a header view",
+                e.span,
+                "e.g. `adjust_head(offset(inner) as i32)` removes everything before `inner`",
+            )
         return T.U32
     if e.name == "skip_ext":
         t = ex.expr(args[0]) if args else None
@@ -323,7 +336,16 @@ def assign(ex, s: ast.Assign) -> None:
         if isinstance(ot, T.HeaderType):
             f = ot.layout.fields.get(tgt.name)
             if f is not None and not f.writable:
-                ex.err("read-only", f"bit field `{tgt.name}` is read-only", tgt.span)
+                if f.cond is not None:
+                    why = "is there only when its condition holds: it cannot be written"
+                    hint = "write the packet bytes with `store` where the field is"
+                else:
+                    why = (
+                        f"gives the length of `{ot.name}` (or decides which of its fields are "
+                        "there): it is read-only"
+                    )
+                    hint = "the cursor already moved past the header by the length it had"
+                ex.err("read-only", f"field `{tgt.name}` {why}", tgt.span, hint)
                 return
             if f is not None:
                 check_write(ex, tgt)
@@ -380,7 +402,7 @@ def _swap(ex, e: ast.Call) -> T.Type:
         )
         if isinstance(x, ast.Field) and isinstance(x.obj.ty, T.HeaderType):
             f = x.obj.ty.layout.fields.get(x.name)
-            ok = ok and f is not None and f.writable
+            ok = ok and f is not None and f.writable and not f.width
         if not ok:
             ex.err(
                 "not-assignable", "swap needs two header fields, locals or struct fields", x.span

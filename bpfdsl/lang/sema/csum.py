@@ -22,7 +22,7 @@ from __future__ import annotations
 from bpfdsl.diagnostics import Diagnostic
 from bpfdsl.lang import ast
 from bpfdsl.lang import types as T
-from bpfdsl.lang.headers import PSEUDO_FIELDS
+from bpfdsl.lang.headers import CORE_HEADERS, PSEUDO_FIELDS
 from bpfdsl.lang.sema.symbols import Local
 
 
@@ -42,6 +42,24 @@ def _l4_in_scope(ex, ip_obj: ast.Expr | None):
                 and (loc.header_parent is ip if ip is not None else loc.ty.layout.csum is not None)
             ):
                 return loc
+    return None
+
+
+def _covering_l4(ex, obj: ast.Expr):
+    """The checksummed L4 header Local that the header view ``obj`` was parsed after (on
+    every path: through the chain of headers each parse started just past), or None."""
+    loc = ex.c.sym.get(obj) if isinstance(obj, ast.Name) else None
+    seen = set()
+    while isinstance(loc, Local) and id(loc) not in seen:
+        seen.add(id(loc))
+        loc = ex.s.follows.get(loc)
+        if (
+            isinstance(loc, Local)
+            and isinstance(loc.ty, T.HeaderType)
+            and loc.ty.layout.l4
+            and loc.ty.layout.csum is not None
+        ):
+            return loc
     return None
 
 
@@ -106,6 +124,10 @@ def check_write(ex, tgt: ast.Field) -> None:
         if l4 is not None and ex.s.kind is not None:
             ex.s.payload_writes.append((tgt.span, l4))
         return
+    if layout.name not in CORE_HEADERS and ex.s.kind is not None:
+        l4 = _covering_l4(ex, tgt.obj)  # a VXLAN header under UDP: in its payload
+        if l4 is not None:
+            ex.s.payload_writes.append((tgt.span, l4))
     kinds = PSEUDO_FIELDS.get(layout.name, {}).get(tgt.name)
     if not kinds:
         return

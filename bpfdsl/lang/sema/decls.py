@@ -8,7 +8,8 @@ from bpfdsl.abi.uapi import BTF_MAX_ENTRIES, PROGRAM_KINDS, MapType, is_array, m
 from bpfdsl.diagnostics import Span
 from bpfdsl.lang import ast
 from bpfdsl.lang import types as T
-from bpfdsl.lang.headers import HEADERS
+from bpfdsl.lang.headers import CORE_HEADERS
+from bpfdsl.lang.layout import header_layout
 from bpfdsl.lang.sema.symbols import const_int, is_builtin_constant
 
 # language map kind -> (kernel map type, fixed key type, fixed value type)
@@ -212,6 +213,76 @@ class DeclChecker:
         for what, msg in map_create_problems(mt, key_size, val.size, n, flags):
             self.err("map-limit", f"map `{d.name}`: {msg}", spans[what], hints[what])
 
+    def header_decl(self, d: ast.HeaderDecl) -> None:
+        """Lay out a header the program declares (bpfdsl.lang.layout); it replaces a library
+        header of the same name.  After an error it is recorded as None: its uses add none."""
+        if d.name in CORE_HEADERS or d.name in T.BUILTIN_TYPES:
+            return  # reserved-name (check_names): `parse` keeps the compiler's own
+
+        def resolve(t: ast.TypeRef) -> T.Type | None:
+            n = len(self.diags)
+            ty = self.resolve_type(t)
+            return None if len(self.diags) > n else ty
+
+        self.c.headers[d.name] = header_layout(d, resolve, self.err)
+
+    def optional_ret(self, d: ast.FnDecl, ret: T.Type) -> T.Type:
+        """The return type of ``fn ... -> T?``: an optional T (header views, integers, bool)."""
+        if isinstance(ret, (T.HeaderType, T.IntType, T.BoolType, T.ErrorType)) or isinstance(
+            ret, (T.StructType, T.BytesType, T.ArrayType)
+        ):
+            return T.OptionalType(ret, "value")
+        self.err(
+            "return-value",
+            f"a fn may return an optional header view, integer or struct, not an optional {ret}",
+            d.ret.span,
+            "return the value itself (`-> T`), or an integer telling what was found",
+        )
+        return T.OptionalType(T.ERR, "value")  # its `return none` adds no second error
+
+    def unsupported_ret(self, d: ast.FnDecl, ret: T.Type) -> T.Type:
+        """A fn returns an integer, a bool, a struct, an address, an array or a header view;
+        anything else is refused where it is declared."""
+        if ret is not T.ERR:
+            self.err(
+                "return-value",
+                f"a fn returns a value or a header view, not {ret}",
+                d.ret.span,
+                "return an integer, a struct or a header view",
+            )
+        return T.ERR
+
+    def find_packet_fns(self) -> set[str]:
+        """Names of the fns that touch the packet: they parse, call skip_ext or offset, load
+        or store bytes, or call such a fn (found without recursion; a fixed point over the
+        calls)."""
+        direct, calls = set(), {n: set() for n in self.c.fns}
+        for name, info in self.c.fns.items():
+            stack = [info.decl.body]
+            while stack:
+                node = stack.pop()
+                if isinstance(node, (ast.Parse, ast.Load, ast.Store)) or (
+                    isinstance(node, ast.Call) and node.name in ("skip_ext", "offset")
+                ):
+                    direct.add(name)
+                if isinstance(node, ast.Call) and node.name in calls:
+                    calls[name].add(node.name)
+                if isinstance(node, list):
+                    stack.extend(node)
+                elif isinstance(node, (ast.Node, ast.MatchArm)):
+                    stack.extend(v for k, v in vars(node).items() if k not in ("span", "ty"))
+                elif isinstance(node, dict):
+                    stack.extend(node.values())
+        out = set(direct)
+        changed = True
+        while changed:
+            changed = False
+            for name, callees in calls.items():
+                if name not in out and callees & out:
+                    out.add(name)
+                    changed = True
+        return out
+
     # ---- bodies ----
 
     def check_names(self, items: list) -> None:
@@ -225,12 +296,23 @@ class DeclChecker:
             name = getattr(it, "name", None)
             if name is None:
                 continue
-            if isinstance(it, ast.StructDecl) and (name in T.BUILTIN_TYPES or name in HEADERS):
+            if isinstance(it, ast.StructDecl) and (name in T.BUILTIN_TYPES or name in CORE_HEADERS):
                 self.err(
                     "reserved-name",
                     f"`{name}` is a built-in type",
                     it.span,
                     "pick another name for the struct",
+                )
+            elif isinstance(it, ast.HeaderDecl) and (
+                name in T.BUILTIN_TYPES or name in CORE_HEADERS
+            ):
+                what = "header the compiler knows" if name in CORE_HEADERS else "type"
+                self.err(
+                    "reserved-name",
+                    f"`{name}` is a built-in {what}: it cannot be redeclared",
+                    it.span,
+                    "pick another name for the header (library headers such as gre or vxlan "
+                    "may be replaced, the ones with checksum rules may not)",
                 )
             elif is_builtin_constant(name):
                 self.err(

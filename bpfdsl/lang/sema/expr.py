@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from bpfdsl.lang import ast
 from bpfdsl.lang import types as T
-from bpfdsl.lang.headers import CONSTANTS, CTX_DATA, CTX_FIELDS, HEADERS
+from bpfdsl.lang.headers import CONSTANTS, CTX_DATA, CTX_FIELDS
 from bpfdsl.lang.sema import calls
 from bpfdsl.lang.sema.ops import OpsChecker
 from bpfdsl.lang.sema.symbols import ACTIONS, FLAG_CONSTANTS, Config, Const, Local, bswap
@@ -126,6 +126,12 @@ class ExprChecker(OpsChecker):
         what = "the lookup" if isinstance(e, ast.MethodCall) else "this value"
         if isinstance(e, ast.Parse):
             what = f"`parse {e.header}`"
+        elif isinstance(e, ast.Field):
+            what = f"field `{e.name}` (there only when its condition holds)"
+        elif isinstance(e, ast.Load):
+            what = "`load` (the packet may be too short)"
+        elif isinstance(e, ast.Call):
+            what = f"the result of `{e.name}`"
         self.err(
             "unhandled-missing",
             f"{what} may be missing and the missing case is not handled",
@@ -137,6 +143,60 @@ class ExprChecker(OpsChecker):
     def e_IntLit(self, e):
         self.c.cval[e] = e.value
         return T.UNTYPED
+
+    def e_BytesLit(self, e):
+        self.c.cbytes[e] = e.data
+        return T.ArrayType(T.U8, len(e.data))
+
+    def e_Load(self, e):
+        ty = self.pkt_bytes(e, "load")
+        return T.OptionalType(ty, "packet bytes")
+
+    def pkt_bytes(self, e, what: str) -> T.Type:
+        """Check ``load``/``store`` ``e``: packet data, a type of bytes, a host-order offset
+        (constants from 0 to 65535, MAX_PACKET_OFF); returns the type read or written."""
+        self.packet_access(e.span, what)
+        if e.base == "cursor" and isinstance(self.s.lookup("cursor"), Local):
+            self.err(
+                "ambiguous-name",
+                "`cursor` in a packet offset is the parse cursor, but a local has that name",
+                e.span,
+                "rename the local",
+            )
+        n = len(self.s.diags)
+        ty = self.s.resolve_type(e.type)
+        ok = isinstance(ty, (T.IntType, T.BytesType)) or (
+            isinstance(ty, T.ArrayType) and ty.elem == T.U8
+        )
+        if len(self.s.diags) > n:
+            ty = T.ERR
+        elif not ok:
+            self.err(
+                "load-type",
+                f"`{what}` reads and writes integers, addresses and byte arrays, not {ty}",
+                e.type.span,
+                "e.g. `load be16 at cursor + 2` or `load [u8; 4] at cursor`; a header "
+                "is read with `parse`",
+            )
+            ty = T.ERR
+        elif ty.size > 256:
+            self.err("load-type", f"{ty} is {ty.size} bytes; `{what}` takes at most 256",
+                     e.type.span, "read it in parts")  # fmt: skip
+            ty = T.ERR
+        off = e.offset
+        if off is not None:
+            t = self.expr(off)
+            t = t.inner if isinstance(t, T.RefType) else t
+            if isinstance(t, T.UntypedInt):
+                v = self.c.cval.get(off, 0)
+                if not 0 <= v <= 0xFFFF:
+                    self.err("out-of-range", f"packet offset {v} is outside 0..65535", off.span,
+                             "the kernel bounds packet offsets at 65535 (MAX_PACKET_OFF)")  # fmt: skip
+                self.coerce(off, T.U64)
+            elif not T.is_host_int(t):
+                self.err("type-mismatch", f"a packet offset is a host-order integer, found {t}",
+                         off.span, "convert it with `host(x)`")  # fmt: skip
+        return ty
 
     def e_BoolLit(self, e):
         self.c.cval[e] = int(e.value)
@@ -174,6 +234,8 @@ class ExprChecker(OpsChecker):
                     f"`{e.id}` ({how} at line {loc.span.line}) went out of scope at the end "
                     f"of the block where it was {how} (line {end}); use it inside that block"
                 )
+            if e.id == "none":
+                hint = "`none` is what a fn declared `-> T?` returns when it has no T"
             self.err("unknown-name", f"unknown name `{e.id}`", e.span, hint)
             return T.ERR
         self.c.sym[e] = sym
@@ -218,6 +280,8 @@ class ExprChecker(OpsChecker):
                     or "fields: " + ", ".join(t.layout.fields),
                 )
                 return T.ERR
+            if f.cond is not None:  # there only when its condition holds (GRE's key)
+                return T.OptionalType(f.type, "field")
             return f.type
         if isinstance(t, T.StructType):
             if e.name not in t.fields:
@@ -320,28 +384,31 @@ class ExprChecker(OpsChecker):
     def e_Parse(self, e):
         self.s.parse_from[e] = self.s.cursor  # the header, if any, this one follows
         self.s.cursor = e  # the Local bound to it takes its place (StmtChecker.bind_parsed)
-        if self.s.kind is None:
-            self.err(
-                "parse-outside-program",
-                "`parse` is only allowed in a program body",
-                e.span,
-                "parse in the program and pass the header to the fn",
-            )
-        elif self.s.kind.ctx not in CTX_DATA:
-            self.err(
-                "parse-no-data",
-                f"a {self.s.kind.keyword} program has no packet data to parse",
-                e.span,
-            )
-        if e.header not in HEADERS:
+        self.packet_access(e.span, "parse")
+        h = self.c.header(e.header)
+        if h is None:
+            if e.header in self.c.headers:  # declared with errors: reported there
+                return T.OptionalType(T.ERR, "header")
+            names = self.c.header_names()
             self.err(
                 "unknown-header",
                 f"unknown header `{e.header}`",
                 e.span,
-                self.s.suggest(e.header, HEADERS) or "headers: " + ", ".join(HEADERS),
+                self.s.suggest(e.header, names)
+                or "headers: " + ", ".join(names) + "; or declare it: `header NAME { ... }`",
             )
             return T.OptionalType(T.U64)
-        return T.OptionalType(T.HeaderType(e.header, HEADERS[e.header]), "header")
+        return T.OptionalType(T.HeaderType(e.header, h), "header")
+
+    def packet_access(self, span, what: str) -> None:
+        """Error unless the program kind has packet data (a fn's packet access is checked
+        where it is called from a program)."""
+        if self.s.kind is not None and self.s.kind.ctx not in CTX_DATA:
+            self.err(
+                "parse-no-data",
+                f"a {self.s.kind.keyword} program has no packet data to {what}",
+                span,
+            )
 
     # ---- calls (sema_calls) ----
     def e_Call(self, e):

@@ -190,7 +190,7 @@ class OpsChecker:
                 e.span,
                 "convert with `host(x)` first",
             )
-        if isinstance(ty, (T.BytesType, T.StructType)) and e.op not in ("==", "!="):
+        if isinstance(ty, (T.BytesType, T.StructType, T.ArrayType)) and e.op not in ("==", "!="):
             self.err("type-mismatch", f"`{e.op}` is not defined for {ty}", e.span)
         self.c.optype[e] = ty
         if isinstance(ty, (T.IntType, T.BoolType)):

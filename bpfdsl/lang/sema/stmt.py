@@ -8,20 +8,23 @@ from __future__ import annotations
 from bpfdsl.abi.uapi import PROGRAM_KINDS
 from bpfdsl.lang import ast
 from bpfdsl.lang import types as T
+from bpfdsl.lang.sema.csum import _l4_in_scope
 from bpfdsl.lang.sema.symbols import CURSOR_UNKNOWN, PKT_RESIZE, Local, const_int
 
 _CURSOR_MOVERS = ("skip_ext",)  # calls that move the cursor (besides PKT_RESIZE helpers)
 
 
-def moves_cursor(node) -> bool:
+def moves_cursor(node, fns: set[str] = frozenset()) -> bool:
     """Whether the subtree ``node`` may move the parse cursor (parse, skip_ext, resizing
-    helpers), found without recursion."""
+    helpers, calls of the fns ``fns``), found without recursion."""
     stack = [node]
     while stack:
         n = stack.pop()
         if isinstance(n, ast.Parse):
             return True
-        if isinstance(n, ast.Call) and (n.name in _CURSOR_MOVERS or n.name in PKT_RESIZE):
+        if isinstance(n, ast.Call) and (
+            n.name in _CURSOR_MOVERS or n.name in PKT_RESIZE or n.name in fns
+        ):
             return True
         if isinstance(n, list):
             stack.extend(n)
@@ -48,6 +51,7 @@ class StmtChecker:
         if not isinstance(value, ast.Parse):
             return
         prev = self.parse_from.get(value)
+        self.follows[loc] = prev
         if (
             isinstance(loc.ty, T.HeaderType)
             and loc.ty.layout.l4
@@ -146,6 +150,24 @@ class StmtChecker:
     def s_Assign(self, s: ast.Assign) -> None:
         self.ex.assign(s)
 
+    def s_Store(self, s: ast.Store) -> None:
+        """``store T at OFF = V else { ... }``: the else block runs on a short packet (it may
+        leave or go on); a write of payload under a checksummed L4 header is one the
+        payload-checksum warning counts."""
+        ty = self.ex.pkt_bytes(s, "store")
+        self.c.stores[s] = ty
+        if ty is not T.ERR:
+            self.ex.expect(s.value, ty)
+        else:
+            self.ex.expr(s.value)
+        if self.kind is not None:
+            l4 = _l4_in_scope(self.ex, None)
+            if l4 is not None:
+                self.payload_writes.append((s.span, l4))
+        before = self.cursor
+        self.block(s.orelse)
+        self.merge_cursors([(self.cursor, self.diverges(s.orelse)), (before, False)], before)
+
     def s_If(self, s: ast.If) -> None:
         self.ex.cond(s.cond)
         before = self.cursor
@@ -231,7 +253,7 @@ class StmtChecker:
         self.ex.coerce(s.end, ty)
         loc = Local(s.var, ty, s.span, bounds=(a, b) if a is not None and b is not None else None)
         self.c.sym[s] = loc
-        moved = moves_cursor(s.body)  # then each iteration starts somewhere else
+        moved = moves_cursor(s.body, self.c.packet_fns)  # then each iteration starts elsewhere
         if moved:
             self.cursor = CURSOR_UNKNOWN
         self.loop_depth += 1
@@ -249,6 +271,20 @@ class StmtChecker:
         )
 
     def s_Return(self, s: ast.Return) -> None:
+        if self.fn is not None and isinstance(self.fn.ret, T.OptionalType):
+            v, inner = s.value, self.fn.ret.inner
+            if isinstance(v, ast.Name) and v.id == "none" and self.lookup("none") is None:
+                v.ty = T.VOID  # codegen: the missing value
+                return
+            t = self.ex.expr(v)
+            if isinstance(t, T.OptionalType):  # passed on as it is, missing or not
+                got = t.inner.inner if isinstance(t.inner, T.RefType) else t.inner
+                if got != inner and T.ERR not in (got, inner):
+                    self.err("return-value", f"this is an optional {got}, the fn returns an "
+                             f"optional {inner}", v.span)  # fmt: skip
+                return
+            self.ex.coerce(v, inner)
+            return
         if self.fn is not None:
             if self.fn.ret == T.VOID:
                 self.err(

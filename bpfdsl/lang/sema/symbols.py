@@ -114,6 +114,7 @@ BUILTINS: dict[str, tuple[list[T.Type], T.Type] | None] = {
     "be32": None,
     "be64": None,
     "skip_ext": None,
+    "offset": None,
 }
 
 
@@ -129,8 +130,9 @@ def const_int(sema, e: ast.Expr) -> int | None:
 
 
 def is_builtin_constant(name: str) -> bool:
-    """True for names the language predefines (actions, header constants, map flags)."""
-    return name in CONSTANTS or name in ACTIONS or name in FLAG_CONSTANTS
+    """True for names the language predefines (actions, header constants, map flags, and
+    ``none``, what a fn declared ``-> T?`` returns when it has no T)."""
+    return name in CONSTANTS or name in ACTIONS or name in FLAG_CONSTANTS or name == "none"
 
 
 # ``Sema.cursor``: what the parse cursor (where the next ``parse`` reads) is just past on
