@@ -16,8 +16,8 @@ from scapy.layers.inet import IP, TCP, UDP, IPOption_NOP
 from scapy.layers.inet6 import IPv6
 from scapy.layers.l2 import GRE, Ether
 from scapy.layers.vxlan import VXLAN
+from support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 PROGS = ROOT / "progs"
 C_DIR = ROOT / "tests" / "data" / "c"
 OUTER = Ether(src="02:00:00:00:00:aa", dst="02:00:00:00:00:bb")
