@@ -16,7 +16,7 @@ from __future__ import annotations
 import struct
 import time
 
-import benchlib as B  # noqa: F401  (puts the working tree on sys.path)
+import benchlib as B  # puts the working tree on sys.path
 
 from bpfdsl.abi import insn
 from bpfdsl.abi.uapi import BPF_F_TEST_XDP_LIVE_FRAMES, ProgramType, XdpAction

@@ -70,7 +70,7 @@ class InternalCompilerError(DiagnosticError):
         )
 
 
-def _init(initialize, set_option) -> None:  # noqa: ANN001
+def _init(initialize, set_option) -> None:
     """Initialise all targets and asm printers and lift the BPF stack limit, once per process
     whichever binding does it: both open the same libllvmlite.so (one dlopen handle, one
     LLVM global state), and LLVM exits on a repeated ParseCommandLineOptions of an option."""
@@ -94,7 +94,7 @@ def _lean() -> llvm_c.Lib | None:
 def _llvm():
     """The llvmlite binding with the BPF target and asm printer initialised (once); imported
     here, when the lean binding is not used (the fallback), not at import of this module."""
-    from llvmlite import binding as llvm  # noqa: PLC0415
+    from llvmlite import binding as llvm
 
     def initialize() -> None:
         llvm.initialize_all_targets()

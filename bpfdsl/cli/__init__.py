@@ -77,7 +77,7 @@ def compiled(ref: str | os.PathLike) -> bytes | None:
     ref = os.fspath(ref)
     if not (ref.endswith(".bpfd") and os.path.isfile(ref)):
         return None
-    from bpfdsl.compiler import compile_file  # noqa: PLC0415
+    from bpfdsl.compiler import compile_file
 
     return compile_file(ref).obj
 
@@ -89,7 +89,7 @@ def object_bytes(ref: str | os.PathLike) -> bytes:
     data = compiled(ref)
     if data is not None:
         return data
-    from bpfdsl.runtime.inventory import object_bytes as read_object_file  # noqa: PLC0415
+    from bpfdsl.runtime.inventory import object_bytes as read_object_file
 
     return read_object_file(os.fspath(ref))
 
@@ -134,7 +134,7 @@ def kernel_int(
         except ValueError:
             v = None
         if v is None or not lo <= v <= hi:
-            from bpfdsl.diagnostics import UsageError, error  # noqa: PLC0415
+            from bpfdsl.diagnostics import UsageError, error
 
             got = f"{text!r} is not a number" if v is None else f"{v} is outside {lo}..{hi}"
             article = "an" if ctype == "int" else "a"
@@ -240,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         # `bpfdsl ... | head`: the reader went away; not an error of ours.
         try:
-            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - keeps interpreter exit quiet
+            sys.stdout = open(os.devnull, "w")  # keeps interpreter exit quiet
         except OSError:
             pass
         return OK

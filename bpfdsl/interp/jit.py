@@ -134,7 +134,7 @@ class _Gen:
             sizes[start] = end - start
             self.block(start, end)
         src = "\n".join(self.lines) + "\n"
-        exec(compile(src, FILENAME, "exec"), self.ns)  # noqa: S102 (our own generated code)
+        exec(compile(src, FILENAME, "exec"), self.ns)  # our own generated code
         blocks: list[Callable | None] = [None] * (n + 1)
         for start, name in names.items():
             blocks[start] = self.ns[name]

@@ -94,7 +94,7 @@ def ifname(index: int) -> str:
 def _ipr(netns: str | None = None):
     """A pyroute2 IPRoute whose socket lives in ``netns`` (created there with setns, so
     pyroute2 never forks a helper process)."""
-    from pyroute2 import IPRoute  # noqa: PLC0415 (only when netlink is needed)
+    from pyroute2 import IPRoute  # only when netlink is needed
 
     if netns:
         with in_netns(netns):
@@ -127,7 +127,7 @@ def xdp_state(index: int, *, netns: str | None = None) -> XdpState:
 
     Raises DiagnosticError when the interface is gone.
     """
-    from pyroute2.netlink.exceptions import NetlinkError  # noqa: PLC0415
+    from pyroute2.netlink.exceptions import NetlinkError
 
     try:
         with _ipr(netns) as ipr:
@@ -178,7 +178,7 @@ def xdp_set(
     still the attached one (``IFLA_XDP_EXPECTED_FD``, kernel 5.7+).
     Raises DiagnosticError with the kernel's reason and what to do.
     """
-    from pyroute2.netlink.exceptions import NetlinkError  # noqa: PLC0415
+    from pyroute2.netlink.exceptions import NetlinkError
 
     if flags & XdpFlags.HW_MODE:
         raise DiagnosticError(

@@ -59,7 +59,7 @@ def read_object(data: bytes | str | Path, *, name: str | None = None) -> Collect
         raise
     except BtfFormatError as e:
         raise fail(path, f"BTF: {e}") from None
-    except Exception as e:  # noqa: BLE001 - pyelftools raises many kinds on corrupt input
+    except Exception as e:  # pyelftools raises many kinds on corrupt input
         raise fail(path, f"corrupt ELF object ({type(e).__name__}: {e})") from None
 
 

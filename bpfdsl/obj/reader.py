@@ -31,7 +31,7 @@ class ObjectReader:
         try:
             self.elf = ElfFile(raw)  # fast path: section headers read directly (objfile_elf)
         except ElfError:
-            from elftools.elf.elffile import ELFFile  # noqa: PLC0415 (slow import)
+            from elftools.elf.elffile import ELFFile
 
             self.elf = ELFFile(io.BytesIO(raw))  # the general reader: 32-bit/BE/damaged files
         self.sections = list(self.elf.iter_sections())

@@ -160,12 +160,12 @@ def udp_frame(
 def summary(frame: bytes) -> str:
     """One-line scapy description of an Ethernet frame (never raises)."""
     try:
-        import scapy.layers.inet  # noqa: F401, PLC0415 (binds IPv4/UDP/TCP to Ether)
-        import scapy.layers.inet6  # noqa: F401, PLC0415
-        from scapy.layers.l2 import Ether  # noqa: PLC0415
+        import scapy.layers.inet  # binds IPv4/UDP/TCP to Ether
+        import scapy.layers.inet6  # noqa: F401
+        from scapy.layers.l2 import Ether
 
         return Ether(frame).summary()
-    except Exception as e:  # noqa: BLE001 - scapy may fail on any malformed frame
+    except Exception as e:  # scapy may fail on any malformed frame
         return f"<{len(frame)} bytes, not decodable: {type(e).__name__}>"
 
 
