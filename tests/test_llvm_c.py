@@ -31,12 +31,6 @@ def prog(body: str, args: str = "ptr %ctx") -> str:
     return f'define i32 @f({args}) nounwind section "xdp" {{\n{body}\n}}\n'
 
 
-@pytest.fixture
-def via_llvmlite(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Force target.py onto llvmlite.binding (as BPFDSL_LLVM=llvmlite does per process)."""
-    monkeypatch.setattr(llvm_c, "_loaded", [None])
-
-
 def both(fn, monkeypatch: pytest.MonkeyPatch):
     """``(fn() on the lean path, fn() on llvmlite.binding)``."""
     assert target._lean() is not None

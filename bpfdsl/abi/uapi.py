@@ -207,11 +207,6 @@ def is_sockmap(map_type: int) -> bool:
     return map_type in SOCK_MAP_TYPES
 
 
-def is_redirect_map(map_type: int) -> bool:
-    """A ``bpf_redirect_map`` target (:data:`REDIRECT_MAP_TYPES`)."""
-    return map_type in REDIRECT_MAP_TYPES
-
-
 def holds_sockets(map_type: int) -> bool:
     """Values are sockets (:data:`SOCKET_MAP_TYPES`)."""
     return map_type in SOCKET_MAP_TYPES

@@ -45,12 +45,6 @@ class XdpState:
     drv_prog_id: int = 0
     skb_prog_id: int = 0
 
-    def prog_id_for(self, mode: str) -> int:
-        """Program id attached in ``mode`` (``native``/``generic``), 0 when none."""
-        if mode == "native":
-            return self.drv_prog_id or (self.prog_id if self.mode == "native" else 0)
-        return self.skb_prog_id or (self.prog_id if self.mode == "generic" else 0)
-
 
 def interface_names() -> list[str]:
     """Names of the interfaces of the current network namespace."""

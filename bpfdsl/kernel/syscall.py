@@ -112,7 +112,7 @@ def sys_bpf(cmd: BpfCmd, attr: C.Structure) -> int:
 class Fd:
     """An owned file descriptor of a kernel object; closes on ``close()``/context exit.
 
-    ``int(fd)`` gives the number; ``release()`` hands ownership to the caller.
+    ``int(fd)`` gives the number.
     """
 
     __slots__ = ("_fd",)
@@ -127,18 +127,10 @@ class Fd:
 
     __index__ = __int__
 
-    @property
-    def closed(self) -> bool:
-        return self._fd < 0
-
     def close(self) -> None:
         if self._fd >= 0:
             fd, self._fd = self._fd, -1
             os.close(fd)
-
-    def release(self) -> int:
-        fd, self._fd = self._fd, -1
-        return fd
 
     def __enter__(self) -> Fd:
         return self
@@ -568,16 +560,8 @@ def get_fd_by_id(kind: str, obj_id: int) -> Fd:
     return Fd(sys_bpf(_BY_ID[kind], GetIdAttr(start_id=obj_id)))
 
 
-def prog_get_next_id(start_id: int = 0) -> int | None:
-    return get_next_id("prog", start_id)
-
-
 def map_get_next_id(start_id: int = 0) -> int | None:
     return get_next_id("map", start_id)
-
-
-def prog_get_fd_by_id(prog_id: int) -> Fd:
-    return get_fd_by_id("prog", prog_id)
 
 
 def map_get_fd_by_id(map_id: int) -> Fd:

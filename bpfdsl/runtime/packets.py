@@ -14,7 +14,7 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from bpfdsl.diagnostics import DiagnosticError, UsageError, error
+from bpfdsl.diagnostics import UsageError, error
 from bpfdsl.runtime.pcapfile import CaptureFormatError, read_capture
 
 DLT_EN10MB = 1  # pcap LINKTYPE_ETHERNET (tcpdump.org/linktypes.html)
@@ -322,14 +322,3 @@ def _byte_lines(before: bytes, after: bytes, skip: list[tuple[int, int]], limit:
         if len(out) >= limit:
             break
     return out
-
-
-def check_frame(data: bytes, where: str) -> None:
-    """Raise DiagnosticError if ``data`` is too short to be an Ethernet frame."""
-    if len(data) < ETH_HLEN:
-        raise DiagnosticError(
-            error(
-                "bad-packet",
-                f"{where}: {len(data)} bytes is shorter than an Ethernet header ({ETH_HLEN} bytes)",
-            )
-        )

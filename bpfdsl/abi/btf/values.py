@@ -147,12 +147,6 @@ def format_value(btf: Btf, tid: int, data: bytes, _depth: int = 0) -> Any:
     return data.hex()
 
 
-def format_text(btf: Btf, tid: int, data: bytes) -> str:
-    """One-line human form: scalars as themselves, structs/lists as compact JSON."""
-    v = format_value(btf, tid, data)
-    return v if isinstance(v, str) else json.dumps(v, separators=(", ", ": "))
-
-
 def parse_value(btf: Btf, tid: int, text: str) -> bytes:
     """Parse user text to the bytes of type ``tid``: ``42``, ``0x2a``, ``10.0.0.1``,
     ``10.0.0.0/8``, an enum name, ``true``, a JSON object/array for structs and arrays, or

@@ -57,7 +57,6 @@ class CodeGen(ExprGen, CallGen, PktGen, MapGen):
         self.env: list[dict[Local, ir.Value]] = []
         self.globals: dict[str, ir.GlobalVariable] = {}
         self.fn_ir: dict[str, ir.Function] = {}
-        self._helpers: dict[int, ir.Value] = {}
 
     # ---- module level ----
     def generate(self) -> ir.Module:

@@ -77,9 +77,6 @@ class PktGen(CsumGen):
     def pkt_data(self) -> ir.Value:
         return self._ctx_ptr(0)
 
-    def pkt_end(self) -> ir.Value:
-        return self._ctx_ptr(1)
-
     def ctx_field(self, name: str) -> ir.Value:
         off, ty, access = CTX_FIELDS[self.f.kind.ctx][name]
         if access == "len":  # data_end - data as a 64-bit scalar (B04)

@@ -68,7 +68,6 @@ class Sema(StmtChecker, DeclChecker):
         self.scopes: list[dict[str, object]] = []
         self.kind: ProgramKind | None = None
         self.fn: FnInfo | None = None
-        self.ctx_name: str | None = None
         self.stale: dict[Local, int] = {}
         self.loop_depth = 0
         # what the parse cursor is just past on every path to here (see sema_stmt.CURSOR_*)
@@ -219,7 +218,7 @@ class Sema(StmtChecker, DeclChecker):
         return g
 
     def body_fn(self, info: FnInfo) -> None:
-        self.fn, self.kind, self.ctx_name = info, None, None
+        self.fn, self.kind = info, None
         self.scopes, self.gone = [self.globals_scope(), {}], {}
         for (name, ty), p in zip(info.params, info.decl.params, strict=True):
             loc = Local(name, ty, p.span)
@@ -247,7 +246,7 @@ class Sema(StmtChecker, DeclChecker):
             )
             return
         self.c.progs.append((p, kind))
-        self.kind, self.ctx_name, self.stale, self.cursor = kind, p.ctx, {}, None
+        self.kind, self.stale, self.cursor = kind, {}, None
         self.scopes, self.gone = [self.globals_scope(), {p.ctx: T.CTX}], {}
         self.payload_writes: list = []
         self.block(p.body, new_scope=False)
