@@ -142,11 +142,10 @@ def check_helper_call(env: Env, st: State, helper_id: int, idx: int) -> None:
                     regno, r, "map_ptr", f"argument {regno} of bpf_{h.name} must be a map"
                 )
             map_obj = r.map
-            mt = (
-                MapType(map_obj.map_type)
-                if map_obj.map_type in MapType._value2member_map_
-                else None
-            )
+            try:
+                mt: MapType | None = MapType(map_obj.map_type)
+            except ValueError:  # a type newer than uapi.MapType: not checked here
+                mt = None
             if mt is not None and not map_fits_helper(mt, h.name):
                 raise Fault(
                     "map-helper",

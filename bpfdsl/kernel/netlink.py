@@ -9,9 +9,9 @@ Errors are :class:`~bpfdsl.diagnostics.DiagnosticError` saying what to do.
 
 from __future__ import annotations
 
-import _socket  # socket's C module: if_nametoindex & co. without socket.py's enum set-up
 import errno
 import os
+import socket
 import struct
 import threading
 from collections.abc import Iterator
@@ -48,7 +48,7 @@ class XdpState:
 
 def interface_names() -> list[str]:
     """Names of the interfaces of the current network namespace."""
-    return [name for _i, name in _socket.if_nameindex()]
+    return [name for _i, name in socket.if_nameindex()]
 
 
 def ifindex(name: str) -> int:
@@ -65,7 +65,7 @@ def ifindex(name: str) -> int:
             )
         )
     try:
-        return _socket.if_nametoindex(name)
+        return socket.if_nametoindex(name)
     except OSError:
         have = ", ".join(interface_names()) or "none"
         raise DiagnosticError(
@@ -80,7 +80,7 @@ def ifindex(name: str) -> int:
 def ifname(index: int) -> str:
     """Name of interface ``index``, or ``if<index>`` when it no longer exists."""
     try:
-        return _socket.if_indextoname(index)
+        return socket.if_indextoname(index)
     except OSError:
         return f"if{index}"
 
@@ -274,8 +274,8 @@ def _index(dev: str, netns: str | None) -> int:
     """ifindex of ``dev`` in ``netns`` (if_nametoindex, in that namespace); raises OSError."""
     if netns:
         with in_netns(netns):
-            return _socket.if_nametoindex(dev)
-    return _socket.if_nametoindex(dev)
+            return socket.if_nametoindex(dev)
+    return socket.if_nametoindex(dev)
 
 
 def configure(
@@ -323,7 +323,7 @@ def delete_link(dev: str, *, netns: str | None = None) -> None:
 # because veth_xdp_xmit queues the frame for the peer's NAPI, which runs only then, and
 # only while both ends are up.  The xdp_features come from the generic-netlink family
 # "netdev" (NETDEV_CMD_DEV_GET, Linux 6.3+); the veth's kind and peer from RTM_GETLINK.
-# Both are spoken here with _socket and struct, without pyroute2 (0.4 s of imports).
+# Both are spoken here with socket and struct, without pyroute2.
 
 NETLINK_ROUTE, NETLINK_GENERIC = 0, 16  # linux/netlink.h
 NLM_F_REQUEST = 1
@@ -361,7 +361,7 @@ def _nl_call(proto: int, msg_type: int, payload: bytes) -> bytes | None:
     """One request, one answer: the payload of the first reply (after struct nlmsghdr),
     None when the kernel answers with an error (or netlink is unavailable)."""
     try:
-        s = _socket.socket(_socket.AF_NETLINK, _socket.SOCK_RAW | _socket.SOCK_CLOEXEC, proto)
+        s = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC, proto)
     except OSError:
         return None
     try:

@@ -92,7 +92,10 @@ def resolve_cgroup(path: str | None) -> str:
 def _require_sock_ops(prog_fd: int, prog_name: str) -> None:
     t = S.prog_info(prog_fd).type
     if t != ProgramType.SOCK_OPS:
-        kind = ProgramType(t).name.lower() if t in ProgramType._value2member_map_ else str(t)
+        try:
+            kind = ProgramType(t).name.lower()
+        except ValueError:  # a type newer than uapi.ProgramType: its number
+            kind = str(t)
         raise DiagnosticError(
             error(
                 "not-sock-ops",
