@@ -25,7 +25,7 @@ class Fault(Exception):
 
 @dataclass(slots=True)
 class MapRef:
-    """An ld_imm64 operand resolved by relocation: ``map`` (objfile MapSpec-like: name,
+    """An ld_imm64 operand resolved by relocation: ``map`` (obj.maps MapSpec-like: name,
     map_type, key_size, value_size, max_entries, map_flags, data), ``value_off`` is None for
     a map pointer (BPF_PSEUDO_MAP_FD) or the byte offset into value 0 (global data)."""
 

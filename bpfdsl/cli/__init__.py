@@ -15,8 +15,8 @@ import argparse
 import importlib
 import os
 import sys
+from typing import TYPE_CHECKING
 
-TYPE_CHECKING = False  # (typing costs import time on every command)
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Callable
 
@@ -254,10 +254,9 @@ def main(argv: list[str] | None = None) -> int:
 def run() -> None:
     """Entry point of the ``bpfdsl`` command and ``python -m bpfdsl``: :func:`main`, then
     flush the standard streams and end the process with ``os._exit``.  Every command has
-    closed its fds, links and namespaces by the time :func:`main` returns; skipping the
-    interpreter's and LLVM's teardown saves 20-30 ms per command (measured: ``bpfdsl
-    compile`` of xdp_pass 186 -> 153 ms).  Code that calls :func:`main` itself (tests,
-    scripts) keeps the normal interpreter exit."""
+    closed its fds, links and namespaces by the time :func:`main` returns, so the
+    interpreter's and LLVM's teardown is skipped.  Code that calls :func:`main` itself
+    (tests, scripts) keeps the normal interpreter exit."""
     rc = main()
     for stream in (sys.stdout, sys.stderr):
         try:

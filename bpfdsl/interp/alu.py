@@ -1,4 +1,4 @@
-"""ALU and conditional-jump semantics of the userspace machine, shared by the jit's slow paths.
+"""ALU and conditional-jump semantics of the userspace machine, used by the jit where it does not inline.
 
 Scalars are ints in ``[0, 2**64)``; 32-bit operations use the low halves and zero-extend
 the result (kernel/bpf/core.c).  Pointer arithmetic is allowed only where the verifier
@@ -15,7 +15,7 @@ from bpfdsl.abi import uapi as U
 from bpfdsl.interp.memory import M64, Fault, Ptr, s64
 
 # one definition of the integer semantics (bpfdsl.abi.intops): the constant folder uses the
-# same functions; tests/test_fold_semantics.py checks the jit's inlined fast paths too
+# same functions; tests/test_fold_semantics.py checks the jit's inlined scalar code too
 OPS64: dict[int, Callable[[int, int], int]] = {
     code: intops.bpf_alu_fn(code, 64) for code in intops.BPF_ALU_OPS
 }

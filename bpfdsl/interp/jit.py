@@ -1,9 +1,9 @@
-"""Translate a program's basic blocks into Python functions (the machine's fast path).
+"""Translate a program's basic blocks into Python functions (what the machine runs).
 
 Takes decoded instructions plus resolved ld_imm64 values and returns one function per
 basic block, ``block(R, M) -> next block index`` (-1: the program returned), over the
 register list ``R`` and the machine ``M``.  Registers live in locals inside a block;
-scalar fast paths are inlined and everything else (pointers, uninitialized registers,
+scalar operations are inlined and everything else (pointers, uninitialized registers,
 helpers, atomics) goes through the semantic functions of :mod:`bpfdsl.interp.alu` and
 the regions of :mod:`bpfdsl.interp.memory`, which raise :class:`Fault`.  Every
 instruction sits on its own source lines, so a fault's traceback line names it

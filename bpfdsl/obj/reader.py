@@ -29,7 +29,7 @@ class ObjectReader:
     def __init__(self, path: str, raw: bytes):
         self.path, self.raw = path, raw
         try:
-            self.elf = ElfFile(raw)  # fast path: section headers read directly (objfile_elf)
+            self.elf = ElfFile(raw)  # obj/elf.py: section headers read directly
         except ElfError:
             from elftools.elf.elffile import ELFFile
 

@@ -2,7 +2,7 @@
 
 Takes pcap/pcapng files (read by libpcap's rules: :mod:`bpfdsl.runtime.pcapfile`) or hex text, returns
 Ethernet frames as ``bytes`` (wire order);
-builds UDP/IPv4 frames with correct checksums (RFC 791/768) without scapy (fast), and
+builds UDP/IPv4 frames with correct checksums (RFC 791/768) without scapy, and
 uses scapy only to describe a frame in one line.  Errors are DiagnosticError/UsageError.
 """
 

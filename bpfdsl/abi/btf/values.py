@@ -24,10 +24,10 @@ from __future__ import annotations
 import ipaddress
 import json
 import struct
+from typing import TYPE_CHECKING
 
 from bpfdsl.abi.btf.core import BTF_INT_BOOL, BTF_INT_CHAR, BTF_INT_SIGNED, Btf, BtfType, Kind
 
-TYPE_CHECKING = False  # (typing costs import time on the load path)
 if TYPE_CHECKING:  # pragma: no cover
     from typing import Any
 

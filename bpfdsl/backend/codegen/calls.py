@@ -114,7 +114,7 @@ class CallGen:
         return self.var(self.c.sym[e]), 8
 
     def swap(self, a: ast.Expr, b: ast.Expr) -> None:
-        """Exchange two values in memory (no checksum change: see sema_calls._swap), except
+        """Exchange two values in memory (no checksum change: see lang.sema.calls._swap), except
         ``swap(ip6.saddr, ip6.daddr)`` behind a Routing header with segments_left != 0:
         the L4 pseudo-header then holds the final destination, not ip6.daddr (RFC 8200
         8.1), so only its source changes, and the L4 checksum is updated for that."""

@@ -6,7 +6,7 @@ Maps are BTF-defined globals in ``.maps``, configs are globals in ``.rodata`` (n
 ``constant``, so LLVM cannot fold them: the loader patches them), the license is a char
 array in ``license``.  Helpers are called through ``inttoptr (i64 ID to ptr)`` like clang.
 Statements are here; expressions, packet access and map access are the mixins in
-codegen_expr, codegen_pkt and codegen_maps.  Debug info goes through ``self.dbg``
+codegen.expr, codegen.pkt and codegen.maps.  Debug info goes through ``self.dbg``
 (:mod:`bpfdsl.backend.debuginfo` when present, else nothing).
 """
 
@@ -41,7 +41,7 @@ class _Fn:
         self.loops: list[tuple[ir.Block, ir.Block]] = []  # (continue target, break target)
         self.ret_block: ir.Block | None = None
         self.pending: list[ir.Block] = []  # blocks made by new_block
-        self.temps: list[ir.Value] = []  # live key/value temporaries (codegen_maps.temp_mem)
+        self.temps: list[ir.Value] = []  # live key/value temporaries (codegen.maps.temp_mem)
         self.rets: list[tuple[ir.Value, ir.Block]] = []  # (value, predecessor) of ret_block
 
 

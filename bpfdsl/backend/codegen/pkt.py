@@ -166,7 +166,7 @@ class PktGen(CsumGen):
         ``ip6``); leaves the cursor at the upper-layer header; returns its protocol (u8).
         ``flags`` (an i8 slot, set to 0 by the caller) collects what the walk passed, and
         a header that is one of ``stop`` ends the walk at ``stop_to`` (EXT_RH_ACTIVE,
-        EXT_LATER_FRAG; see codegen_csum)."""
+        EXT_LATER_FRAG; see codegen.csum)."""
         nh_slot = self.alloca(I8, "nexthdr", 1)
         cnt = self.alloca(I32, "ext.i", 4)
         self.b.store(self.b.load(self.gep(ip6, 6), typ=I8, align=1), nh_slot)

@@ -70,7 +70,7 @@ class Sema(StmtChecker, DeclChecker):
         self.fn: FnInfo | None = None
         self.stale: dict[Local, int] = {}
         self.loop_depth = 0
-        # what the parse cursor is just past on every path to here (see sema_stmt.CURSOR_*)
+        # what the parse cursor is just past on every path to here (see symbols.CURSOR_UNKNOWN)
         self.cursor: object = None
         self.parse_from: dict[ast.Parse, object] = {}  # parse -> the cursor it started at
         self.payload_writes: list = []  # (span, L4 header Local) of payload byte writes

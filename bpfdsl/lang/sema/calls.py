@@ -1,4 +1,4 @@
-"""Calls, map methods and assignments for sema (front end); used by sema_expr only.
+"""Calls, map methods and assignments for sema (front end); used by sema.expr only.
 
 Map rules follow the kernel: which map kinds take lookups and redirects comes from
 ``bpfdsl.abi.helpers.map_fits_helper`` (check_map_func_compatibility); keys must have the
@@ -365,7 +365,7 @@ def _swap(ex, e: ast.Call) -> T.Type:
     """``swap(a, b)``: exchange two fields of one header (or two locals/struct fields).
     Checksums need no update when both fields start at the same 16-bit word parity and are
     both in (or both out of) the pseudo-header; other header swaps are refused
-    (``sema_csum.check_swap``)."""
+    (``sema.csum.check_swap``)."""
     if len(e.args) != 2:
         ex.err("arg-count", "swap(a, b) takes 2 arguments", e.span)
         return T.VOID

@@ -343,7 +343,7 @@ class ExprChecker(OpsChecker):
             return T.OptionalType(T.U64)
         return T.OptionalType(T.HeaderType(e.header, HEADERS[e.header]), "header")
 
-    # ---- calls (sema_calls) ----
+    # ---- calls (sema.calls) ----
     def e_Call(self, e):
         return calls.call(self, e)
 

@@ -1,4 +1,4 @@
-"""Operator typing for sema (front end mixin of ``sema_expr.ExprChecker``): arithmetic,
+"""Operator typing for sema (front end mixin of ``sema.expr.ExprChecker``): arithmetic,
 comparisons with their byte-order rules, logic, casts, prefix membership, constant folding
 (exact for literals, wrapping for typed values)."""
 
