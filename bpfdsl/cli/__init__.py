@@ -54,8 +54,11 @@ def _columns() -> int:
         return int(os.environ["COLUMNS"])
     except (KeyError, ValueError):
         pass
+    out = sys.__stdout__  # None when Python runs without a standard output
+    if out is None:
+        return 80
     try:
-        return os.get_terminal_size(sys.__stdout__.fileno()).columns
+        return os.get_terminal_size(out.fileno()).columns
     except (AttributeError, ValueError, OSError):
         return 80
 

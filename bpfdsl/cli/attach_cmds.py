@@ -149,7 +149,7 @@ def cmd_attach(args) -> int:
             res = attach.move_link_pin(res, link_pin)  # replaced: the link now lives here
         # devmap entries filled before the attach: say now if their targets drop all
         warnings = attach.devmap_warnings(prog.fd)
-    if staging is not None:
+    if target is not None and staging is not None:
         res = _take_over(target, staging, res, dev)
         prog.pin_dir = target
     for w in warnings:

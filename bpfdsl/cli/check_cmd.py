@@ -114,6 +114,6 @@ def cmd_check(args) -> int:
             f"({p.insn_count} insns, {p.insns_processed} processed, "
             f"{p.seconds * 1000:.1f} ms)"
         )
-        for e in p.errors + p.warnings:
-            print(e.render(p.name, verbose))
+        for d in p.errors + p.warnings:
+            print(d.render(p.name, verbose))
     return code

@@ -37,7 +37,7 @@ def disasm_lines(spec, prog) -> list[str]:
     for r in prog.relocations:
         x = prog.insns[r.insn_idx]
         names[id(x)] = f"map[{r.symbol}]" if r.kind == "map" else f"{r.symbol}+{r.offset}"
-    lines_at = {}
+    lines_at: dict = {}  # insn_off -> the first LineInfo there
     for li in prog.line_info:
         lines_at.setdefault(li.insn_off, li)
     funcs = {f.insn_off: f.name for f in prog.func_info}

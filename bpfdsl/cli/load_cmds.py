@@ -123,19 +123,19 @@ def _rows(coll, res) -> list[dict]:
             }
         )
     for name, m in coll.maps.items():
-        info = S.map_info(m.fd)
+        minfo = S.map_info(m.fd)
         try:
-            t = MapType(info.type).name.lower()
+            t = MapType(minfo.type).name.lower()
         except ValueError:
-            t = str(info.type)
+            t = str(minfo.type)
         rows.append(
             {
                 "kind": "map",
                 "name": name,
-                "id": info.id,
+                "id": minfo.id,
                 "pin": res.maps[name],
                 "type": t,
-                "max_entries": info.max_entries,
+                "max_entries": minfo.max_entries,
             }
         )
     return rows

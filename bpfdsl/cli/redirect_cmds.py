@@ -322,6 +322,7 @@ def cmd_sockmap_attach(args) -> int:
     from bpfdsl.runtime.sockmap import sk_msg_attach
 
     with _open_map(args.map) as (fd, name, pin_dir), _open_prog(args.prog, pin_dir) as (pf, pn):
+        assert pf is not None  # PROG is a required argument
         sk_msg_attach(fd, pf, map_name=name, prog_name=pn)
     _emit(
         args,
@@ -335,6 +336,7 @@ def cmd_sockmap_detach(args) -> int:
     from bpfdsl.runtime.sockmap import sk_msg_detach
 
     with _open_map(args.map) as (fd, name, pin_dir), _open_prog(args.prog, pin_dir) as (pf, pn):
+        assert pf is not None  # PROG is a required argument
         done = sk_msg_detach(fd, pf, map_name=name, prog_name=pn)
     _emit(
         args,
@@ -349,6 +351,7 @@ def cmd_sockops_attach(args) -> int:
 
     cg = resolve_cgroup(args.cgroup)
     with _open_prog(args.prog, args.pin_dir) as (pf, pn):
+        assert pf is not None  # PROG is a required argument
         sock_ops_attach(cg, pf, prog_name=pn)
     _emit(
         args, {"cgroup": cg, "prog": pn, "attached": True}, f"sock_ops {pn} attached to cgroup {cg}"
@@ -361,6 +364,7 @@ def cmd_sockops_detach(args) -> int:
 
     cg = resolve_cgroup(args.cgroup)
     with _open_prog(args.prog, args.pin_dir) as (pf, pn):
+        assert pf is not None  # PROG is a required argument
         done = sock_ops_detach(cg, pf, prog_name=pn)
     _emit(
         args,

@@ -141,7 +141,7 @@ def _state(index: int, link) -> XdpState:
             "xdpgeneric": "generic",
             "xdpoffload": "offload",
             "xdpmulti": "multi",
-        }.get(mode_raw)
+        }.get(mode_raw or "")
     else:
         mode = _ATTACHED_MODES.get(int(mode_raw))
     return XdpState(

@@ -63,7 +63,7 @@ def cgroup2_mount(*, mount_if_missing: bool = True) -> str:
         raise DiagnosticError(
             error(
                 "no-cgroup2",
-                f"no cgroup v2 hierarchy is mounted and mounting one failed: {os.strerror(e.errno)}",
+                f"no cgroup v2 hierarchy is mounted and mounting one failed: {os.strerror(e.errno) if e.errno else e}",
                 hint="run as root, or mount it: mount -t cgroup2 none /sys/fs/cgroup "
                 "(kernel needs CONFIG_CGROUPS and CONFIG_CGROUP_BPF)",
             )

@@ -119,7 +119,7 @@ class KernelEngine:
             vsize = lm.value_size
             if is_percpu(lm.map_type):  # each CPU's value 8-aligned, possible CPUs
                 vsize = ((lm.value_size + 7) & ~7) * self.ncpus
-            entries: dict[bytes, bytes] | None = {}
+            entries: dict[bytes, bytes] = {}
             key = None
             try:
                 for _ in range(limit + 1):
@@ -130,9 +130,11 @@ class KernelEngine:
                     if v is not None:
                         entries[key] = v
                 else:
-                    entries = None
+                    out[name] = None
+                    continue
             except syscall.BpfError:
-                entries = None
+                out[name] = None
+                continue
             out[name] = entries
         return out
 
@@ -464,7 +466,7 @@ class _Replay:
 
     def __init__(self, engine) -> None:
         self.engine = engine
-        self.interp = None
+        self.interp: InterpEngine | None = None
         self.broken = hasattr(engine, "collection")  # the engine is the interpreter itself
 
     def explain(self, program: str, data: bytes, ctx, before: dict, retval: int):
