@@ -215,18 +215,21 @@ class PktGen(CsumGen):
         """adjust_head/tail/meta, msg_pull/push/pop_data: the helper call, then cursor = data
         (every earlier packet pointer is invalid: bpf_helper_changes_pkt_data)."""
         hid = HELPERS[PKT_RESIZE[e.name]].id
-        params = BUILTINS[e.name][0]
-        args = [self.rv(a, t) for a, t in zip(e.args, params, strict=True)]
+        sig = BUILTINS[e.name]
+        assert sig is not None
+        args = [self.rv(a, t) for a, t in zip(e.args, sig[0], strict=True)]
         r = self.helper(hid, I64, [self.f.ctx, *args])
         self.b.store(self.pkt_data(), self.f.cursor)
         return r
 
     # ---- fields ----
     def header_field_ptr(self, e: ast.Field) -> ir.Value:
+        assert isinstance(e.obj.ty, T.HeaderType)
         f = e.obj.ty.layout.fields[e.name]
         return self.gep(self.gen(e.obj), f.offset)
 
     def load_header_field(self, e: ast.Field) -> ir.Value:
+        assert isinstance(e.obj.ty, T.HeaderType)
         f = e.obj.ty.layout.fields[e.name]
         p = self.gep(self.gen(e.obj), f.offset)
         if not isinstance(f.type, T.IntType):
@@ -239,6 +242,7 @@ class PktGen(CsumGen):
         return v
 
     def store_header_field(self, tgt: ast.Field, op: str, value: ast.Expr) -> None:
+        assert isinstance(tgt.obj.ty, T.HeaderType)
         layout = tgt.obj.ty.layout
         f = layout.fields[tgt.name]
         hdr = self.gen(tgt.obj)
