@@ -119,14 +119,14 @@ class Sema(StmtChecker, DeclChecker):
                 return s[name]
         return None
 
-    def bind(self, name: str, sym: object) -> None:
+    def bind(self, name: str, sym: Local) -> None:
         """Bind a local (let, param, loop variable); built-in constant names are refused
         (``let XDP_PASS = 1`` would silently change what ``return XDP_PASS`` means)."""
         if is_builtin_constant(name):
             self.err(
                 "reserved-name",
                 f"`{name}` is a built-in constant and cannot be redefined",
-                getattr(sym, "span", None),
+                sym.span,
                 "pick another name",
             )
         self.scopes[-1][name] = sym
@@ -248,7 +248,7 @@ class Sema(StmtChecker, DeclChecker):
         self.c.progs.append((p, kind))
         self.kind, self.stale, self.cursor = kind, {}, None
         self.scopes, self.gone = [self.globals_scope(), {p.ctx: T.CTX}], {}
-        self.payload_writes: list = []
+        self.payload_writes = []
         self.block(p.body, new_scope=False)
         if self.payload_writes:
             payload_warnings(self, p)

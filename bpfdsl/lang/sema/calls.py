@@ -36,6 +36,7 @@ def map_key(ex, m: T.MapType, k: ast.Expr) -> None:
     if t is T.ERR:
         return
     if m.kind == "lpm_trie":  # a bare address is a full-length prefix (/32, /128)
+        assert key is not None  # sema gives every lpm_trie its key type
         addr = {T.IPV4_PREFIX.name: T.BE32, T.IPV6_PREFIX.name: T.IPV6_ADDR}.get(key.name)
         if t == key or (addr is not None and t == addr):
             return
@@ -202,6 +203,7 @@ def call(ex, e: ast.Call) -> T.Type:
         if len(args) == 3:
             _fallback_aborted(ex, args[0], args[2])
         return T.ERR
+    assert sig is not None  # the builtins without a signature are handled above
     params, ret = sig
     _helper_kind(ex, e, e.name)
     if len(args) != len(params):
@@ -287,6 +289,7 @@ def assign(ex, s: ast.Assign) -> None:
     tgt, op = s.target, s.op
     if isinstance(tgt, ast.Index) and _is_map(ex.expr(tgt.obj)):
         m = tgt.obj.ty
+        assert isinstance(m, T.MapType) and m.value is not None
         map_key(ex, m, tgt.index)
         if op not in ("=", "+="):
             ex.err(
@@ -389,6 +392,8 @@ def _swap(ex, e: ast.Call) -> T.Type:
     hdr = [isinstance(x, ast.Field) and isinstance(x.obj.ty, T.HeaderType) for x in (a, b)]
     if any(hdr) and not (
         all(hdr)
+        and isinstance(a, ast.Field)
+        and isinstance(b, ast.Field)
         and isinstance(a.obj, ast.Name)
         and isinstance(b.obj, ast.Name)
         and a.obj.id == b.obj.id
@@ -400,7 +405,7 @@ def _swap(ex, e: ast.Call) -> T.Type:
             "assign through a local to move values between "
             "headers; checksums are then updated field by field",
         )
-    elif all(hdr):
+    elif all(hdr) and isinstance(a, ast.Field) and isinstance(b, ast.Field):
         check_swap(ex, a, b, e.span)
     return T.VOID
 

@@ -87,6 +87,7 @@ def payload_warnings(sema, prog: ast.ProgDecl) -> None:
 
 def check_write(ex, tgt: ast.Field) -> None:
     """Error if writing header field ``tgt`` would leave an L4 checksum stale."""
+    assert isinstance(tgt.obj.ty, T.HeaderType)
     layout = tgt.obj.ty.layout
     obj = tgt.obj.id if isinstance(tgt.obj, ast.Name) else layout.name
     what = f"{obj}.{tgt.name}"
@@ -129,6 +130,7 @@ def check_write(ex, tgt: ast.Field) -> None:
 
 def check_swap(ex, a: ast.Field, b: ast.Field, span) -> None:
     """Error unless swapping header fields ``a`` and ``b`` leaves every checksum valid."""
+    assert isinstance(a.obj.ty, T.HeaderType)
     layout = a.obj.ty.layout
     fa, fb = layout.fields[a.name], layout.fields[b.name]
     if layout.csum is None and not layout.pseudo and layout.name != "ipv6":
