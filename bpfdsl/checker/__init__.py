@@ -187,9 +187,10 @@ def _version_faults(env: Env, cfg, insns):
         return None  # no declared target kernel: Env.need never faults
 
     try:
-        need = F.ATTACH_MIN.get(env.attach_type) if env.attach_type is not None else None
-        if need:
-            env.need(need, f"XDP programs attached as {env.attach_type.name.lower()}")
+        at = env.attach_type
+        need = F.ATTACH_MIN.get(at) if at is not None else None
+        if need and at is not None:
+            env.need(need, f"XDP programs attached as {at.name.lower()}")
         for i, ss in enumerate(cfg.succ):
             for t in ss:
                 if t <= i:

@@ -66,7 +66,7 @@ class Section:
         h = self.header
         return self.elf.raw[h.sh_offset : h.sh_offset + h.sh_size]
 
-    def iter_symbols(self) -> Iterator[SimpleNamespace]:
+    def iter_symbols(self) -> Iterator[_Symbol]:
         """Symbols of a SHT_SYMTAB section (names from its sh_link string table)."""
         strtab = self.elf.section(self.header.sh_link).data()
         data = self.data()
@@ -209,7 +209,9 @@ def fixup_btf_datasecs(raw: bytes) -> bytes:
 
     def symbol_offset(sec_name: str, var: str) -> int | None:
         s = by_name.get(sec_name)
-        for sym in symbols if s is not None else ():
+        if s is None:
+            return None
+        for sym in symbols:
             if sym.name == var and sym.entry.st_shndx == s.index:
                 return sym.entry.st_value
         return None

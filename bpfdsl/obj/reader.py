@@ -10,6 +10,7 @@ REL entries; every failure is a UsageError naming the file.
 from __future__ import annotations
 
 import io
+from typing import Any
 
 from bpfdsl.diagnostics import UsageError, error
 from bpfdsl.obj.elf import ElfError, ElfFile
@@ -28,6 +29,8 @@ class ObjectReader:
 
     def __init__(self, path: str, raw: bytes):
         self.path, self.raw = path, raw
+        # ElfFile, or pyelftools' ELFFile: one duck type (obj/elf.py), which no annotation names
+        self.elf: Any
         try:
             self.elf = ElfFile(raw)  # obj/elf.py: section headers read directly
         except ElfError:

@@ -359,7 +359,7 @@ def _decode_type(data: bytes, pos: int, end: int, tid: int, names: _Names) -> tu
         (t.component_idx,) = struct.unpack_from("<i", data, pos)
     elif kind == Kind.FUNC:
         t.linkage = vlen
-    elif rec:
+    elif rec and fmt is not None:
         recs = struct.iter_unpack(fmt, data[pos : pos + n])
         ms = t.members
         if kind in (Kind.STRUCT, Kind.UNION):

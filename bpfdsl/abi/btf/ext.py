@@ -124,9 +124,9 @@ def parse_btf_ext(data: bytes, btf: Btf) -> BtfExt:
         ext.line_info[sec] = items
     cblocks = blocks(co, cl, 16, "core_relo")
     for sec, recs in cblocks:
-        items = []
+        relos = []
         for r in recs:
             off, tid, acc, kind = struct.unpack_from("<IIII", r)
-            items.append(CoreRelo(off, tid, read_cstr(strs, acc, "core_relo access"), kind))
-        ext.core_relos[sec] = items
+            relos.append(CoreRelo(off, tid, read_cstr(strs, acc, "core_relo access"), kind))
+        ext.core_relos[sec] = relos
     return ext
