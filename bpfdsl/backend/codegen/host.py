@@ -10,23 +10,26 @@ annotated and the methods exist only under ``TYPE_CHECKING``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from llvmlite import ir
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
-from bpfdsl.backend.codegen.debug import DebugAdapter
-from bpfdsl.lang import ast
-from bpfdsl.lang import types as T
-from bpfdsl.lang.sema.analyzer import Checked
-from bpfdsl.lang.sema.symbols import Local
+    from llvmlite import ir
+
+    from bpfdsl.abi.uapi import ProgramKind
+    from bpfdsl.backend.codegen.debug import DebugAdapter
+    from bpfdsl.lang import ast
+    from bpfdsl.lang import types as T
+    from bpfdsl.lang.sema.analyzer import Checked
+    from bpfdsl.lang.sema.symbols import Local
 
 
 class FnState(Protocol):
     """The function being generated (generator._Fn, made by CodeGen.begin)."""
 
     func: ir.Function
-    kind: Any  # uapi.ProgramKind, None for a user fn
+    kind: ProgramKind | None  # None for a user fn
     ctx: ir.Value | None
     entry: ir.Block
     cursor: ir.Value | None

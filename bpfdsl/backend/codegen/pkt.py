@@ -52,8 +52,10 @@ class PktGen(CsumGen):
         """data (0) or data_end (1) of the context as a packet pointer, loaded the way
         clang does: u32 + zext + inttoptr for xdp_md, a 64-bit pointer for sk_msg_md.
         ``volatile``: a fresh load LLVM may not treat as loop-invariant (see bounds())."""
-        off = CTX_DATA[self.f.kind.ctx][which]
-        wide = CTX_DATA[self.f.kind.ctx][2] == 8
+        kind = self.f.kind
+        assert kind is not None  # sema allows packet access only in program bodies
+        off = CTX_DATA[kind.ctx][which]
+        wide = CTX_DATA[kind.ctx][2] == 8
         ptr = self.gep(self.f.ctx, off)
         if volatile:
             v = _VolatileLoad(self.b.block, ptr, typ=PTR if wide else I32)
@@ -78,7 +80,9 @@ class PktGen(CsumGen):
         return self._ctx_ptr(0)
 
     def ctx_field(self, name: str) -> ir.Value:
-        off, ty, access = CTX_FIELDS[self.f.kind.ctx][name]
+        kind = self.f.kind
+        assert kind is not None  # sema allows ctx fields only in program bodies
+        off, ty, access = CTX_FIELDS[kind.ctx][name]
         if access == "len":  # data_end - data as a 64-bit scalar (B04)
             # Own volatile loads: if LLVM shared them with the loads behind bounds checks,
             # one zero-extension could serve both, emitted under alu32 as a 32-bit mov that
