@@ -296,7 +296,7 @@ def compile_ours(src: Path, out: Path) -> str | None:
         from bpfdsl.compiler import compile_source
 
         res = compile_source(src.read_text(), str(src))
-    except Exception as e:  # noqa: BLE001 - any compiler failure is reported, not fatal
+    except Exception as e:  # any compiler failure is reported, not fatal
         msg = str(e).strip().splitlines()
         return f"bpfdsl cannot compile {src.name}: {type(e).__name__}: {msg[0] if msg else ''}"
     out.write_bytes(res.obj)

@@ -67,7 +67,7 @@ def processed_insns(obj: Path) -> tuple[dict[str, int], str]:
             return out, "bpfdsl.runtime.loader"
     except ImportError:
         pass
-    except Exception as e:  # noqa: BLE001 - fall back to libbpf and say so
+    except Exception as e:  # fall back to libbpf and say so
         why = f"bpfdsl loader failed on {obj.name} ({type(e).__name__}: {e}); used bpftool"
         return _processed_bpftool(obj), why
     return _processed_bpftool(obj), "bpftool"
@@ -240,7 +240,7 @@ def bench(
                 row["inproc_stages_ms"] = stages
                 row["inproc_goal"] = row["inproc_ms"] <= GOAL_INPROC_MS
                 row["llvm_clang_ir_ms"] = llvm_floor_ms(csrc, work, inproc_runs)
-            except Exception as e:  # noqa: BLE001 - report, keep benchmarking the others
+            except Exception as e:  # report, keep benchmarking the others
                 res["notes"].append(f"{name}: in-process compile failed: {e}")
         res["files"].append(row)
     res["loaded_with"] = sorted(res["loaded_with"])

@@ -1,7 +1,7 @@
 """bpfdsl: a small language for eBPF networking programs, compiled to standard eBPF ELF objects.
 
 The public API (everything else is internal and may move).  Each name is imported on first
-use, so ``import bpfdsl`` costs nothing until a stage is asked for::
+use, so ``import bpfdsl`` imports no stage until one is asked for::
 
     import bpfdsl
 

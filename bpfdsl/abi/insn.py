@@ -143,7 +143,7 @@ class Insn:
     ``off``: signed 16-bit.  ``imm``: signed 32-bit, or for ld_imm64 the full 64-bit value
     (unsigned view: ``imm & 0xFFFF_FFFF_FFFF_FFFF``).
 
-    Decoded from them (plain attributes, so analyses read them at attribute speed):
+    Decoded from them (plain attributes):
     ``cls`` (``BPF_LD``..``BPF_ALU64``, bits 0-2), ``op`` (ALU/JMP operation ``BPF_ADD``,
     ``BPF_JEQ``..., bits 4-7), ``source`` (``BPF_K``/``BPF_X``; for BPF_END the byte
     order), ``mode`` (bits 5-7), ``size`` (access size in bytes for loads/stores: 1, 2, 4,
@@ -235,7 +235,7 @@ def decode(data: bytes | bytearray | memoryview) -> list[Insn]:
             i += 1
         x = Insn(code, regs & 0x0F, regs >> 4, off, imm)
         kind = ops.get(code)
-        # fast path: the opcode is known, its register fields are in range, and it is
+        # the common case: the opcode is known, its register fields are in range, and it is
         # neither ld_imm64 nor a call (whose src and imm field_error looks at)
         if (
             kind is None
@@ -334,7 +334,7 @@ def field_error(x: Insn) -> str | None:
     ``unrecognized bpf_ld_imm64 insn`` (a pseudo kind it lacks, or BPF_PSEUDO_MAP_FD/IDX
     with upper 32 bits set), ``BPF_CALL uses reserved fields`` (a call kind other than
     helper, BPF-to-BPF, kfunc), ``invalid func unknown#212`` (check_helper_call: a helper
-    id outside enum bpf_func_id, :mod:`bpfdsl.abi.helper_names`).  Fields the kernel only
+    id outside enum bpf_func_id, :func:`bpfdsl.abi.helpers.kernel_helper_name`).  Fields the kernel only
     requires to be zero are left to the checker, which reports them on the path.
     """
     regs = OPCODES.get(x.opcode)

@@ -31,7 +31,6 @@ from collections.abc import Callable
 from bpfdsl.abi import uapi as U
 
 OPS = ("+", "-", "*", "/", "%", "<<", ">>", "&", "|", "^")
-COMPARISONS = ("==", "!=", "<", "<=", ">", ">=")
 
 
 def mask(bits: int) -> int:

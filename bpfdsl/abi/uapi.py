@@ -207,11 +207,6 @@ def is_sockmap(map_type: int) -> bool:
     return map_type in SOCK_MAP_TYPES
 
 
-def is_redirect_map(map_type: int) -> bool:
-    """A ``bpf_redirect_map`` target (:data:`REDIRECT_MAP_TYPES`)."""
-    return map_type in REDIRECT_MAP_TYPES
-
-
 def holds_sockets(map_type: int) -> bool:
     """Values are sockets (:data:`SOCKET_MAP_TYPES`)."""
     return map_type in SOCKET_MAP_TYPES
@@ -518,7 +513,7 @@ def _htab(map_type: MapType, flags: int) -> MapLimits:
                      _ANY_SIZE, elem_max=_HTAB_ELEM_MAX, max_entries=_HTAB_MAX_ENTRIES)  # fmt: skip
 
 
-MAP_LIMITS: dict[MapType, MapLimits] = {
+MAP_LIMITS: dict[int, MapLimits] = {  # keys: MapType
     MapType.HASH: _htab(MapType.HASH, _HTAB_FLAGS),
     MapType.PERCPU_HASH: _htab(MapType.PERCPU_HASH, _HTAB_FLAGS & ~BPF_F_NUMA_NODE),
     # LRU maps are always preallocated (BPF_F_NO_PREALLOC: ENOTSUPP)
@@ -667,7 +662,7 @@ _XDP_DEVMAP = {k: v for k, v in _XDP_ALL.items() if k in ("XDP_ABORTED", "XDP_DR
 # cpumap programs: XDP_TX is not supported on the remote CPU (kernel cpu_map_bpf_prog_run_xdp
 # treats it as an invalid action); redirect is (5.15+).
 _XDP_CPUMAP = {k: v for k, v in _XDP_ALL.items() if k != "XDP_TX"}
-_SK = {"SK_DROP": SkAction.DROP, "SK_PASS": SkAction.PASS}
+_SK: dict[str, int] = {"SK_DROP": SkAction.DROP, "SK_PASS": SkAction.PASS}
 
 PROGRAM_KINDS: tuple[ProgramKind, ...] = (
     ProgramKind("xdp", "xdp", ProgramType.XDP, AttachType.XDP, "xdp_md", _XDP_ALL),

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from llvmlite import ir
 
@@ -153,7 +154,7 @@ class DebugInfo:
         self.module = module
         self._cache: dict[tuple, ir.Value] = {}
         self._locs: dict[tuple[int, int, int], ir.DIValue] = {}  # FunctionDebug.loc
-        extra = {"source": source} if source is not None else {}
+        extra: dict[str, Any] = {"source": source} if source is not None else {}
         self.file = self._di("DIFile", filename=filename, directory=directory, **extra)
         self.cu = self._di(
             "DICompileUnit", distinct=True, language=T(DW_LANG), file=self.file,
@@ -347,8 +348,10 @@ class DebugInfo:
         for what, ty, sz in (("key", key, key_size), ("value", value, value_size)):
             if ty is not None and not size_only:
                 fields.append((what, self.pointer_type(ty)))
-            elif ty is not None or sz is not None:
-                fields.append((f"{what}_size", uint(sz if sz is not None else ty.size)))
+            elif sz is not None:
+                fields.append((f"{what}_size", uint(sz)))
+            elif ty is not None:
+                fields.append((f"{what}_size", uint(ty.size)))
         fields.append(("max_entries", uint(max_entries)))
         if map_flags:
             fields.append(("map_flags", uint(map_flags)))

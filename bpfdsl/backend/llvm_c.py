@@ -26,6 +26,7 @@ from __future__ import annotations
 import ctypes
 import os
 from ctypes import POINTER, byref, c_bool, c_char_p, c_int, c_size_t, c_void_p
+from typing import TYPE_CHECKING, Any
 
 import llvmlite
 
@@ -101,6 +102,10 @@ class Lib:
     """libllvmlite.so with the prototypes of :data:`_PROTOS`; functions are attributes.
 
     Raises OSError (cannot dlopen) or AttributeError (a symbol is missing) on construction."""
+
+    if TYPE_CHECKING:  # the ctypes functions of _PROTOS, set as attributes by __init__
+
+        def __getattr__(self, name: str) -> Any: ...
 
     def __init__(self, path: str) -> None:
         self.path = path

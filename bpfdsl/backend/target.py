@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeAlias
 
 import llvmlite
 
@@ -42,8 +42,8 @@ if TYPE_CHECKING:
     from llvmlite import binding as llvm
     from llvmlite import ir
 
-    Module = llvm.ModuleRef | llvm_c.Module
-    TargetMachine = llvm.TargetMachine | llvm_c.TargetMachine
+    Module: TypeAlias = llvm.ModuleRef | llvm_c.Module
+    TargetMachine: TypeAlias = llvm.TargetMachine | llvm_c.TargetMachine
 
 TRIPLE = "bpfel"
 DATA_LAYOUT = "e-m:e-p:64:64-i64:64-i128:128-n32:64-S128"  # clang-19 -target bpf (LE)
@@ -70,7 +70,7 @@ class InternalCompilerError(DiagnosticError):
         )
 
 
-def _init(initialize, set_option) -> None:  # noqa: ANN001
+def _init(initialize, set_option) -> None:
     """Initialise all targets and asm printers and lift the BPF stack limit, once per process
     whichever binding does it: both open the same libllvmlite.so (one dlopen handle, one
     LLVM global state), and LLVM exits on a repeated ParseCommandLineOptions of an option."""
@@ -94,7 +94,7 @@ def _lean() -> llvm_c.Lib | None:
 def _llvm():
     """The llvmlite binding with the BPF target and asm printer initialised (once); imported
     here, when the lean binding is not used (the fallback), not at import of this module."""
-    from llvmlite import binding as llvm  # noqa: PLC0415
+    from llvmlite import binding as llvm
 
     def initialize() -> None:
         llvm.initialize_all_targets()
@@ -385,7 +385,8 @@ def frame_depth(insns: list[Insn]) -> int:
     """Deepest stack byte one function's instructions touch (bytes below r10): memory
     accesses through r10 or a register holding ``r10 + const`` (copies tracked through
     ``rX = rY`` and ``rX += imm``; forgotten when overwritten, r0-r5 at calls)."""
-    depth, fp = 0, {}  # fp: register -> its offset from r10 (a frame pointer copy)
+    depth = 0
+    fp: dict[int, int] = {}  # register -> its offset from r10 (a frame pointer copy)
     for x in insns:
         c = x.cls
         base = x.src if c == U.BPF_LDX else x.dst if c in (U.BPF_ST, U.BPF_STX) else None

@@ -187,9 +187,10 @@ def _version_faults(env: Env, cfg, insns):
         return None  # no declared target kernel: Env.need never faults
 
     try:
-        need = F.ATTACH_MIN.get(env.attach_type) if env.attach_type is not None else None
-        if need:
-            env.need(need, f"XDP programs attached as {env.attach_type.name.lower()}")
+        at = env.attach_type
+        need = F.ATTACH_MIN.get(at) if at is not None else None
+        if need and at is not None:
+            env.need(need, f"XDP programs attached as {at.name.lower()}")
         for i, ss in enumerate(cfg.succ):
             for t in ss:
                 if t <= i:
@@ -240,7 +241,7 @@ def _mk(insns, slots, i, code, message, explain, regs, state, line_at) -> CheckE
 
 
 def map_refs_for(prog_spec, maps: dict, data_sections: dict | None = None) -> dict[int, MapRef]:
-    """ld_imm64 relocations of an objfile ProgramSpec -> MapRef per instruction index."""
+    """ld_imm64 relocations of a ProgramSpec (bpfdsl.obj.spec) -> MapRef per instruction index."""
     refs: dict[int, MapRef] = {}
     dmaps = {n: DataMap(n, d.data, d.readonly) for n, d in (data_sections or {}).items()}
     for rel in prog_spec.relocations:
@@ -261,7 +262,7 @@ def check_program(
     strict: bool = False,
     kernel: tuple[int, int] | None = None,
 ) -> ProgramResult:
-    """Check one objfile ``ProgramSpec`` with the object's ``maps`` (name -> MapSpec) and
+    """Check one ``ProgramSpec`` (bpfdsl.obj.spec) with the object's ``maps`` (name -> MapSpec) and
     ``data_sections`` (name -> DataSection, for .rodata/.data/.bss references)."""
     kind = prog_spec.kind
     if kind is None:
@@ -311,7 +312,7 @@ def check_object(
     strict: bool = False,
     kernel: tuple[int, int] | None = None,
 ) -> CheckResult:
-    """Check every program of an objfile ``CollectionSpec`` (or only the one named/sectioned
+    """Check every program of a ``CollectionSpec`` (or only the one named/sectioned
     ``only``).  Options as :func:`check_insns`."""
     out = CheckResult()
     for name, p in spec.programs.items():

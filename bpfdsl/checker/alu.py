@@ -51,7 +51,7 @@ def scalar_alu(op: int, dst: D.Reg, src: D.Reg, is64: bool, signed_div: bool = F
     """Result of ``dst op src`` for scalars (ALU64 when ``is64``, else ALU32 zero-extended).
 
     Always a fresh scalar (no id, no note) that depends only on the operands' tnums and
-    bounds, so results are memoized (div/mod, which are cheap, are not)."""
+    bounds, so results are memoized (div/mod are not)."""
     if op in _DIV_MOD:
         return _scalar_alu(op, dst, src, is64, signed_div)
     key = (

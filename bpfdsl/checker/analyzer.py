@@ -125,7 +125,7 @@ def analyze(env: Env, cfg: Cfg) -> Outcome:
                             nstates,
                         )
                 else:
-                    key = active = None
+                    active = None  # not a loop head: no loop key either
                 pruned = e is not None  # an equal, fully explored state
                 if not pruned:
                     for e in lst:
@@ -179,12 +179,12 @@ def analyze(env: Env, cfg: Cfg) -> Outcome:
                     pushed[1].parent.branches += 1
                 stack.append((pushed[0], pushed[1], prev))
                 if len(stack) > JMP_SEQ_LIMIT:
-                    f = Fault(
+                    jumps = Fault(
                         "too-complex",
                         f"The sequence of {len(stack)} jumps is too complex.",
                         "too many pending branches; simplify the control flow",
                     )
-                    return Outcome((i, f, fmt_state(st.regs), {}), processed, nstates)
+                    return Outcome((i, jumps, fmt_state(st.regs), {}), processed, nstates)
             else:
                 i, st = succ[0]
     fault = _check_stack_depth(env, cfg)

@@ -196,6 +196,7 @@ def refine_possible(a: D.Reg, b: D.Reg, op: int, is32: bool) -> tuple[D.Reg, D.R
         return None if hit is None else (na, nb)
     if hit is None:
         return None
+    assert isinstance(hit, tuple)  # not _MISSING: handled above
     return D.rebound(a, hit[0], hit[1]), D.rebound(b, hit[2], hit[3])
 
 

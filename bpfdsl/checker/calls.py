@@ -124,6 +124,7 @@ def check_helper_call(env: Env, st: State, helper_id: int, idx: int) -> None:
     regs = st.regs
     map_obj = None
     last_mem: int | None = None
+    assert h.args is not None  # HELPERS_BY_ID holds the modelled helpers
     for k, kind in enumerate(h.args):
         regno = k + 1
         r = regs[regno]
@@ -142,11 +143,10 @@ def check_helper_call(env: Env, st: State, helper_id: int, idx: int) -> None:
                     regno, r, "map_ptr", f"argument {regno} of bpf_{h.name} must be a map"
                 )
             map_obj = r.map
-            mt = (
-                MapType(map_obj.map_type)
-                if map_obj.map_type in MapType._value2member_map_
-                else None
-            )
+            try:
+                mt: MapType | None = MapType(map_obj.map_type)
+            except ValueError:  # a type newer than uapi.MapType: not checked here
+                mt = None
             if mt is not None and not map_fits_helper(mt, h.name):
                 raise Fault(
                     "map-helper",
@@ -225,8 +225,8 @@ def check_helper_call(env: Env, st: State, helper_id: int, idx: int) -> None:
             if r.t != D.SOCKET:
                 raise _type_err(regno, r, "sock", "pass a socket pointer checked for NULL")
     if helper_id == 1 and map_obj is not None and map_obj.map_type in F.LOOKUP_MIN:
-        mt = MapType(map_obj.map_type).name.lower()
-        env.need(F.LOOKUP_MIN[map_obj.map_type], f"bpf_map_lookup_elem on a {mt}", (1,))
+        kind_name = MapType(map_obj.map_type).name.lower()
+        env.need(F.LOOKUP_MIN[map_obj.map_type], f"bpf_map_lookup_elem on a {kind_name}", (1,))
     if h.name == "redirect_map" and regs[3].t == D.SCALAR and regs[3].is_const:
         if regs[3].value == 0:  # __bpf_xdp_redirect_map: an empty slot returns flags & 3
             env.warn(

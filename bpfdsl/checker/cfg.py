@@ -200,7 +200,7 @@ def uses_defs(x: Insn) -> tuple[tuple[int, ...], tuple[int, ...]]:
         return (0,), ()
     if x.is_call:
         if x.is_helper_call and x.imm in HELPERS_BY_ID:
-            n = len(HELPERS_BY_ID[x.imm].args)
+            n = len(HELPERS_BY_ID[x.imm].args or ())  # modelled: args is set
             return tuple(range(1, n + 1)), (0, 1, 2, 3, 4, 5)
         return (1, 2, 3, 4, 5), (0, 1, 2, 3, 4, 5)
     if x.is_ja:
@@ -255,10 +255,10 @@ def _liveness(
                         inq[p] = True
                         work.append(p)
     sets: dict[int, frozenset[int]] = {}
-    out = []
+    res = []
     for m in live:
         f = sets.get(m)
         if f is None:
             f = sets[m] = frozenset(r for r in range(10) if m >> r & 1)
-        out.append(f)
-    return out
+        res.append(f)
+    return res

@@ -6,7 +6,7 @@ A :class:`Reg` is immutable: transfer functions build new ones.  Scalars carry a
 described by the same tnum/bounds fields (kernel: ``off`` + ``var_off``).  The model is
 the kernel's (include/linux/bpf_verifier.h); names follow its log syntax.
 
-Speed: :func:`sync` is memoized on (tnum, bounds) (so are tnum.mul, alu.scalar_alu and
+Memoized: :func:`sync` is memoized on (tnum, bounds) (so are tnum.mul, alu.scalar_alu and
 branch.refine_possible on their operands); registers are never changed in place, which
 is what lets pruning skip identical register objects and these tables hand out results.
 A path's registers are still distinct objects where the model needs identity (pruning

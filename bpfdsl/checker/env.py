@@ -8,6 +8,7 @@ report.CheckError with the source line and state.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from bpfdsl.abi.uapi import AttachType, ProgramType
 
@@ -23,13 +24,29 @@ class Fault(Exception):
         self.regs = regs
 
 
+class MapLike(Protocol):
+    """What the checker reads of a map: an obj.maps.MapSpec, or a checker.DataMap for a
+    global-data section (sizes in bytes, ``map_type`` a BPF_MAP_TYPE_* number)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def map_type(self) -> int: ...
+    @property
+    def key_size(self) -> int: ...
+    @property
+    def value_size(self) -> int: ...
+    @property
+    def max_entries(self) -> int: ...
+
+
 @dataclass(slots=True)
 class MapRef:
-    """An ld_imm64 operand resolved by relocation: ``map`` (objfile MapSpec-like: name,
+    """An ld_imm64 operand resolved by relocation: ``map`` (obj.maps MapSpec-like: name,
     map_type, key_size, value_size, max_entries, map_flags, data), ``value_off`` is None for
     a map pointer (BPF_PSEUDO_MAP_FD) or the byte offset into value 0 (global data)."""
 
-    map: object
+    map: MapLike
     value_off: int | None = None
 
 

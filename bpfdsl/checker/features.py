@@ -38,7 +38,6 @@ JMP32_MIN: Version = (5, 1)
 LOOPS_MIN: Version = (5, 3)
 ATOMIC_FETCH_MIN: Version = (5, 12)
 CPU_V4_MIN: Version = (6, 6)
-FRAGS_MIN: Version = (5, 18)
 
 
 def parse_version(text: str) -> Version:
@@ -47,10 +46,6 @@ def parse_version(text: str) -> Version:
     if len(parts) < 2 or not all(p.isdigit() for p in parts[:2]):
         raise ValueError(f"kernel version must look like 5.10, got {text!r}")
     return int(parts[0]), int(parts[1])
-
-
-def too_old(target: Version | None, need: Version) -> bool:
-    return target is not None and target < need
 
 
 def fmt(v: Version) -> str:

@@ -110,7 +110,7 @@ def coerce(r: D.Reg, size: int) -> D.Reg:
     return D.sync(D.Reg(D.SCALAR, tn=T.cast(r.tn, size), b=D.UNKNOWN_BOUNDS))
 
 
-def _stack_write(frame, full: int, size: int, value: D.Reg | None, is_st: bool = False) -> None:
+def _stack_write(frame, full: int, size: int, value: D.Reg | None) -> None:
     """check_stack_write_fixed_off: slot-aligned scalar stores (and BPF_ST immediates) are
     register spills of ``size`` bytes; pointers spill only whole; the rest is misc/zero."""
     k, j = (-full - 1) // 8, full % 8

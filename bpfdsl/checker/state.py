@@ -84,19 +84,9 @@ class State:
         s.frames, s.refs, s.parent, s.trail = frames, self.refs, self.parent, self.trail
         return s
 
-    def all_regs(self):
-        """Every (frame, where, reg) including spilled registers; ``where`` is a register
-        number or ``("stack", slot)``."""
-        for f in self.frames:
-            for i, r in enumerate(f.regs):
-                yield f, i, r
-            for k, s in f.stack.items():
-                if s.spill is not None:
-                    yield f, ("stack", k), s.spill
-
     def update_regs(self, fn) -> None:
         """Replace every register and spilled register ``r`` of every frame by ``fn(r)``
-        where that is not None (same registers as :meth:`all_regs`)."""
+        where that is not None."""
         for f in self.frames:
             regs = f.regs
             for i, r in enumerate(regs):
@@ -109,17 +99,6 @@ class State:
                     n = fn(s.spill)
                     if n is not None:
                         stack[k] = Slot(s.types, n)
-
-    def set_reg_anywhere(self, f: Frame, where, reg: D.Reg) -> None:
-        if isinstance(where, int):
-            f.regs[where] = reg
-        else:
-            s = f.stack[where[1]]
-            f.stack[where[1]] = Slot(s.types, reg)
-
-
-def entry_state(frameno_regs: list[D.Reg]) -> State:
-    return State([Frame(frameno_regs, {}, -1, 0, 0)])
 
 
 # ---- pruning (kernel states_equal / regsafe / stacksafe) ----

@@ -2,7 +2,7 @@
 
 A tnum is ``(value, mask)``: bits set in ``mask`` are unknown, the other bits equal
 ``value``'s (invariant ``value & mask == 0``).  Both are Python ints in ``[0, 2**64)``.
-Plain tuples keep the abstract interpreter fast; the functions mirror the kernel's names.
+The functions mirror the kernel's names.
 """
 
 from __future__ import annotations

@@ -79,7 +79,7 @@ def do_alu(env: Env, st: State, x: Insn) -> None:
             allowed = (0, 8, 16, 32) if is64 else (0, 8, 16)
             if x.off not in allowed or x.imm:
                 raise _reserved("BPF_MOV")
-            s = _read(st, x.dst if False else x.src)
+            s = _read(st, x.src)
             _dst(x.dst)
             if x.off:
                 env.need(F.CPU_V4_MIN, "sign-extending move (movsx)")

@@ -15,8 +15,8 @@ import argparse
 import importlib
 import os
 import sys
+from typing import TYPE_CHECKING
 
-TYPE_CHECKING = False  # (typing costs import time on every command)
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Callable
 
@@ -55,8 +55,11 @@ def _columns() -> int:
         return int(os.environ["COLUMNS"])
     except (KeyError, ValueError):
         pass
+    out = sys.__stdout__  # None when Python runs without a standard output
+    if out is None:
+        return 80
     try:
-        return os.get_terminal_size(sys.__stdout__.fileno()).columns
+        return os.get_terminal_size(out.fileno()).columns
     except (AttributeError, ValueError, OSError):
         return 80
 
@@ -78,7 +81,7 @@ def compiled(ref: str | os.PathLike) -> bytes | None:
     ref = os.fspath(ref)
     if not (ref.endswith(".bpfd") and os.path.isfile(ref)):
         return None
-    from bpfdsl.compiler import compile_file  # noqa: PLC0415
+    from bpfdsl.compiler import compile_file
 
     return compile_file(ref).obj
 
@@ -90,7 +93,7 @@ def object_bytes(ref: str | os.PathLike) -> bytes:
     data = compiled(ref)
     if data is not None:
         return data
-    from bpfdsl.runtime.inventory import object_bytes as read_object_file  # noqa: PLC0415
+    from bpfdsl.runtime.inventory import object_bytes as read_object_file
 
     return read_object_file(os.fspath(ref))
 
@@ -135,7 +138,7 @@ def kernel_int(
         except ValueError:
             v = None
         if v is None or not lo <= v <= hi:
-            from bpfdsl.diagnostics import UsageError, error  # noqa: PLC0415
+            from bpfdsl.diagnostics import UsageError, error
 
             got = f"{text!r} is not a number" if v is None else f"{v} is outside {lo}..{hi}"
             article = "an" if ctype == "int" else "a"
@@ -241,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         # `bpfdsl ... | head`: the reader went away; not an error of ours.
         try:
-            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - keeps interpreter exit quiet
+            sys.stdout = open(os.devnull, "w")  # keeps interpreter exit quiet
         except OSError:
             pass
         return OK
@@ -255,10 +258,9 @@ def main(argv: list[str] | None = None) -> int:
 def run() -> None:
     """Entry point of the ``bpfdsl`` command and ``python -m bpfdsl``: :func:`main`, then
     flush the standard streams and end the process with ``os._exit``.  Every command has
-    closed its fds, links and namespaces by the time :func:`main` returns; skipping the
-    interpreter's and LLVM's teardown saves 20-30 ms per command (measured: ``bpfdsl
-    compile`` of xdp_pass 186 -> 153 ms).  Code that calls :func:`main` itself (tests,
-    scripts) keeps the normal interpreter exit."""
+    closed its fds, links and namespaces by the time :func:`main` returns, so the
+    interpreter's and LLVM's teardown is skipped.  Code that calls :func:`main` itself
+    (tests, scripts) keeps the normal interpreter exit."""
     rc = main()
     for stream in (sys.stdout, sys.stderr):
         try:

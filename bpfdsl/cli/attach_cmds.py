@@ -83,7 +83,7 @@ def register(sub) -> None:
 
 
 def _dev(args, positional) -> str:
-    from bpfdsl.diagnostics import UsageError, error  # noqa: PLC0415
+    from bpfdsl.diagnostics import UsageError, error
 
     if args.dev and positional and args.dev != positional:
         raise UsageError(error("bad-args", f"two interfaces given: {positional} and {args.dev}"))
@@ -95,15 +95,15 @@ def _dev(args, positional) -> str:
 
 def _looks_like_kind(word: str) -> bool:
     """``tc``, ``tcx``, ``cgroup``...: an attach kind word, not a path to a program."""
-    import os  # noqa: PLC0415
+    import os
 
     return word.replace("_", "").isalnum() and not os.path.exists(word)
 
 
 def cmd_attach(args) -> int:
-    from bpfdsl.cli import compiled  # noqa: PLC0415
-    from bpfdsl.diagnostics import UsageError, error  # noqa: PLC0415
-    from bpfdsl.runtime import attach, inventory  # noqa: PLC0415
+    from bpfdsl.cli import compiled
+    from bpfdsl.diagnostics import UsageError, error
+    from bpfdsl.runtime import attach, inventory
 
     words = list(args.words)
     if words[0] == "xdp" and len(words) > 1:
@@ -149,7 +149,7 @@ def cmd_attach(args) -> int:
             res = attach.move_link_pin(res, link_pin)  # replaced: the link now lives here
         # devmap entries filled before the attach: say now if their targets drop all
         warnings = attach.devmap_warnings(prog.fd)
-    if staging is not None:
+    if target is not None and staging is not None:
         res = _take_over(target, staging, res, dev)
         prog.pin_dir = target
     for w in warnings:
@@ -186,7 +186,7 @@ def _replacing(args, ref: str, dev: str) -> tuple[str | None, str | None]:
     old dir's place (:func:`_take_over`).  (None, None) otherwise: a plain attach, or a
     pin-dir-busy error from the loader when the dir holds something else (a `bpfdsl load`,
     links of other interfaces, --no-replace)."""
-    from bpfdsl.runtime import attach, inventory, pins  # noqa: PLC0415
+    from bpfdsl.runtime import attach, inventory, pins
 
     if args.no_replace or not inventory.is_object_file(ref):
         return None, None
@@ -198,7 +198,7 @@ def _replacing(args, ref: str, dev: str) -> tuple[str | None, str | None]:
     links = [n for n in os.listdir(target) if n.startswith("link_")]
     if manifest is None or manifest.get("made_by") != "attach" or set(links) - {own_link}:
         return None, None
-    import uuid  # noqa: PLC0415
+    import uuid
 
     return target, f"{target}_next_{uuid.uuid4().hex[:8]}"
 
@@ -207,8 +207,8 @@ def _take_over(target: str, staging: str, res, dev: str):
     """After a successful attach from ``staging``: remove the old pins of ``target`` (its
     link pin was moved to ``staging`` already, so nothing is detached) and rename
     ``staging`` to ``target``.  Returns ``res`` with the link pin's final path."""
-    from bpfdsl.diagnostics import DiagnosticError, error  # noqa: PLC0415
-    from bpfdsl.runtime import attach, pins  # noqa: PLC0415
+    from bpfdsl.diagnostics import DiagnosticError, error
+    from bpfdsl.runtime import attach, pins
 
     try:
         pins.unpin_dir(target)
@@ -228,7 +228,7 @@ def _take_over(target: str, staging: str, res, dev: str):
 
 
 def cmd_detach(args) -> int:
-    from bpfdsl.runtime import attach, pins  # noqa: PLC0415
+    from bpfdsl.runtime import attach, pins
 
     dev = _dev(args, args.dev_pos)
     res = attach.detach_xdp(dev, pin_roots=(attach.BPFFS,))
@@ -275,7 +275,7 @@ def cmd_show(args) -> int:
             file=sys.stderr,
         )
         return NO_PERMISSION
-    from bpfdsl.runtime import inventory  # noqa: PLC0415
+    from bpfdsl.runtime import inventory
 
     inv = inventory.collect(all_dirs=args.all)
     if args.json:

@@ -116,7 +116,7 @@ def _plotter():
     from bpfdsl.diagnostics import UsageError, error
 
     try:
-        from bpfdsl.runtime.bench import plot  # noqa: PLC0415 (matplotlib: the bench extra)
+        from bpfdsl.runtime.bench import plot
     except ImportError as e:
         raise UsageError(
             error(

@@ -56,8 +56,8 @@ def read_input(path: str):
 
     Raises UsageError for unreadable/corrupt input, DiagnosticError for compile errors.
     """
-    from bpfdsl.diagnostics import UsageError, error  # noqa: PLC0415
-    from bpfdsl.obj import collection as objfile  # noqa: PLC0415
+    from bpfdsl.diagnostics import UsageError, error
+    from bpfdsl.obj import collection as objfile
 
     p = Path(path)
     if not p.exists():
@@ -65,7 +65,7 @@ def read_input(path: str):
     if not p.is_file():
         raise UsageError(error("unreadable-input", f"cannot read {path}: not a regular file"))
     if p.suffix == ".bpfd":
-        from bpfdsl.compiler import compile_file  # noqa: PLC0415
+        from bpfdsl.compiler import compile_file
 
         return objfile.read_object(compile_file(p, debug=True).obj)
     try:
@@ -79,9 +79,9 @@ def read_input(path: str):
 
 
 def cmd_check(args) -> int:
-    from bpfdsl.checker import check_object  # noqa: PLC0415
-    from bpfdsl.checker.features import parse_version  # noqa: PLC0415
-    from bpfdsl.diagnostics import UsageError, error  # noqa: PLC0415
+    from bpfdsl.checker import check_object
+    from bpfdsl.checker.features import parse_version
+    from bpfdsl.diagnostics import UsageError, error
 
     kernel = None
     if args.kernel:
@@ -114,6 +114,6 @@ def cmd_check(args) -> int:
             f"({p.insn_count} insns, {p.insns_processed} processed, "
             f"{p.seconds * 1000:.1f} ms)"
         )
-        for e in p.errors + p.warnings:
-            print(e.render(p.name, verbose))
+        for d in p.errors + p.warnings:
+            print(d.render(p.name, verbose))
     return code

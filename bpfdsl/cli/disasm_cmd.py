@@ -31,13 +31,13 @@ def register(sub) -> None:
 
 def disasm_lines(spec, prog) -> list[str]:
     """Text lines for one ProgramSpec: headers, ``; source @ file:line``, ``slot: (op) insn``."""
-    from bpfdsl.abi.insn import format_insn, slot_offsets  # noqa: PLC0415
+    from bpfdsl.abi.insn import format_insn, slot_offsets
 
     names = {}
     for r in prog.relocations:
         x = prog.insns[r.insn_idx]
         names[id(x)] = f"map[{r.symbol}]" if r.kind == "map" else f"{r.symbol}+{r.offset}"
-    lines_at = {}
+    lines_at: dict = {}  # insn_off -> the first LineInfo there
     for li in prog.line_info:
         lines_at.setdefault(li.insn_off, li)
     funcs = {f.insn_off: f.name for f in prog.func_info}
@@ -58,8 +58,8 @@ def disasm_lines(spec, prog) -> list[str]:
 
 
 def cmd_disasm(args) -> int:
-    from bpfdsl.cli import object_bytes  # noqa: PLC0415
-    from bpfdsl.diagnostics import UsageError, error  # noqa: PLC0415
+    from bpfdsl.cli import object_bytes
+    from bpfdsl.diagnostics import UsageError, error
     from bpfdsl.obj import collection as objfile
 
     spec = objfile.read_object(object_bytes(args.file), name=args.file)

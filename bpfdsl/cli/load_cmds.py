@@ -12,7 +12,7 @@ OK = 0
 
 
 def register(sub) -> None:
-    from bpfdsl.cli import kernel_int  # noqa: PLC0415
+    from bpfdsl.cli import kernel_int
 
     p = sub.add_parser(
         "load",
@@ -60,14 +60,14 @@ def register(sub) -> None:
 
 
 def default_pin_dir(path: str) -> str:
-    from bpfdsl.runtime.attach import DEFAULT_PIN_ROOT  # noqa: PLC0415
+    from bpfdsl.runtime.attach import DEFAULT_PIN_ROOT
 
     stem = re.sub(r"[^A-Za-z0-9_]", "_", os.path.basename(path).rsplit(".", 1)[0])
     return os.path.join(DEFAULT_PIN_ROOT, stem)
 
 
 def cmd_load(args) -> int:
-    from bpfdsl.cli import object_bytes  # noqa: PLC0415
+    from bpfdsl.cli import object_bytes
     from bpfdsl.obj import collection as objfile
     from bpfdsl.obj.config import parse_config
     from bpfdsl.runtime import loader, pins
@@ -106,8 +106,8 @@ def cmd_load(args) -> int:
 
 
 def _rows(coll, res) -> list[dict]:
-    from bpfdsl.abi.uapi import MapType, ProgramType  # noqa: PLC0415
-    from bpfdsl.kernel import syscall as S  # noqa: PLC0415
+    from bpfdsl.abi.uapi import MapType, ProgramType
+    from bpfdsl.kernel import syscall as S
 
     rows = []
     for name, p in coll.programs.items():
@@ -123,26 +123,26 @@ def _rows(coll, res) -> list[dict]:
             }
         )
     for name, m in coll.maps.items():
-        info = S.map_info(m.fd)
+        minfo = S.map_info(m.fd)
         try:
-            t = MapType(info.type).name.lower()
+            t = MapType(minfo.type).name.lower()
         except ValueError:
-            t = str(info.type)
+            t = str(minfo.type)
         rows.append(
             {
                 "kind": "map",
                 "name": name,
-                "id": info.id,
+                "id": minfo.id,
                 "pin": res.maps[name],
                 "type": t,
-                "max_entries": info.max_entries,
+                "max_entries": minfo.max_entries,
             }
         )
     return rows
 
 
 def cmd_unload(args) -> int:
-    from bpfdsl.runtime import pins  # noqa: PLC0415
+    from bpfdsl.runtime import pins
 
     detached: list[str] = []
     removed = pins.unpin_dir(args.pin_dir, detached)

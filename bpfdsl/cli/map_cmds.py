@@ -56,7 +56,7 @@ def _sum(values):
 
 
 def cmd_map_dump(args) -> int:
-    from bpfdsl.runtime.mapview import MapView  # noqa: PLC0415
+    from bpfdsl.runtime.mapview import MapView
 
     with MapView(args.map) as m:
         rows = []
@@ -86,7 +86,7 @@ def cmd_map_dump(args) -> int:
 
 
 def cmd_map_lookup(args) -> int:
-    from bpfdsl.runtime.mapview import MapView  # noqa: PLC0415
+    from bpfdsl.runtime.mapview import MapView
 
     with MapView(args.map) as m:
         key = m.parse_key(args.key)
@@ -102,7 +102,7 @@ def cmd_map_lookup(args) -> int:
 
 
 def cmd_map_update(args) -> int:
-    from bpfdsl.runtime.mapview import MapView  # noqa: PLC0415
+    from bpfdsl.runtime.mapview import MapView
 
     with MapView(args.map) as m:
         key, value = m.parse_key(args.key), m.parse_value(args.value)
@@ -115,7 +115,7 @@ def cmd_map_update(args) -> int:
 
 
 def cmd_map_delete(args) -> int:
-    from bpfdsl.runtime.mapview import MapView  # noqa: PLC0415
+    from bpfdsl.runtime.mapview import MapView
 
     with MapView(args.map) as m:
         key = m.parse_key(args.key)

@@ -29,7 +29,7 @@ def _map_arg(p) -> None:
 
 
 def _register_cpumap(sub) -> None:
-    from bpfdsl.cli import kernel_int  # noqa: PLC0415
+    from bpfdsl.cli import kernel_int
 
     cpu = kernel_int("CPU", "u32", field="the cpumap key")
     p = sub.add_parser(
@@ -59,7 +59,7 @@ def _register_cpumap(sub) -> None:
 
 
 def _register_devmap(sub) -> None:
-    from bpfdsl.cli import kernel_int  # noqa: PLC0415
+    from bpfdsl.cli import kernel_int
 
     # the egress ifindex: an int > 0 (struct net_device), u32 in struct bpf_devmap_val
     ifindex = kernel_int("IFACE", "int", lo=1, field="an ifindex", names=True)
@@ -141,7 +141,7 @@ def _register_sockops(sub) -> None:
 @contextmanager
 def _open_map(ref: str) -> Iterator[tuple[int, str, str | None]]:
     """(fd, name, pin dir of the map or None)."""
-    from bpfdsl.runtime.mapview import MapView, resolve_ref  # noqa: PLC0415
+    from bpfdsl.runtime.mapview import MapView, resolve_ref
 
     target = resolve_ref(ref)
     pin_dir = None
@@ -159,10 +159,10 @@ def _open_prog(ref: str | None, pin_dir: str | None) -> Iterator[tuple[int | Non
     if ref is None:
         yield None, ""
         return
-    from bpfdsl.cli import compiled  # noqa: PLC0415
-    from bpfdsl.diagnostics import UsageError, error  # noqa: PLC0415
-    from bpfdsl.kernel import syscall  # noqa: PLC0415
-    from bpfdsl.runtime.inventory import open_program  # noqa: PLC0415
+    from bpfdsl.cli import compiled
+    from bpfdsl.diagnostics import UsageError, error
+    from bpfdsl.kernel import syscall
+    from bpfdsl.runtime.inventory import open_program
 
     if ref.startswith("id:"):
         try:
@@ -199,7 +199,7 @@ def _maybe_netns(name: str | None) -> Iterator[None]:
     if not name:
         yield
         return
-    from bpfdsl.kernel.netlink import in_netns  # noqa: PLC0415
+    from bpfdsl.kernel.netlink import in_netns
 
     with in_netns(name):
         yield
@@ -213,7 +213,7 @@ def _emit(args, obj, text: str) -> None:
 
 
 def cmd_cpumap_set(args) -> int:
-    from bpfdsl.runtime.cpumap import cpumap_set  # noqa: PLC0415
+    from bpfdsl.runtime.cpumap import cpumap_set
 
     with _open_map(args.map) as (fd, name, pin_dir), _open_prog(args.prog, pin_dir) as (pf, pn):
         cpumap_set(fd, args.cpu, args.qsize, pf, map_name=name, prog_name=pn)
@@ -227,7 +227,7 @@ def cmd_cpumap_set(args) -> int:
 
 
 def cmd_cpumap_delete(args) -> int:
-    from bpfdsl.runtime.cpumap import cpumap_delete  # noqa: PLC0415
+    from bpfdsl.runtime.cpumap import cpumap_delete
 
     with _open_map(args.map) as (fd, name, _d):
         gone = cpumap_delete(fd, args.cpu, map_name=name)
@@ -240,7 +240,7 @@ def cmd_cpumap_delete(args) -> int:
 
 
 def cmd_cpumap_show(args) -> int:
-    from bpfdsl.runtime.cpumap import cpumap_entries  # noqa: PLC0415
+    from bpfdsl.runtime.cpumap import cpumap_entries
 
     with _open_map(args.map) as (fd, name, _d):
         rows = cpumap_entries(fd, map_name=name)
@@ -255,10 +255,10 @@ def cmd_cpumap_show(args) -> int:
 
 
 def cmd_devmap_set(args) -> int:
-    import sys  # noqa: PLC0415
+    import sys
 
-    from bpfdsl.runtime.attach import devmap_target_warning  # noqa: PLC0415
-    from bpfdsl.runtime.devmap import devmap_set, resolve_interface  # noqa: PLC0415
+    from bpfdsl.runtime.attach import devmap_target_warning
+    from bpfdsl.runtime.devmap import devmap_set, resolve_interface
 
     with _open_map(args.map) as (fd, name, pin_dir), _open_prog(args.prog, pin_dir) as (pf, pn):
         with _maybe_netns(args.netns):
@@ -284,7 +284,7 @@ def cmd_devmap_set(args) -> int:
 
 
 def cmd_devmap_delete(args) -> int:
-    from bpfdsl.runtime.devmap import devmap_delete  # noqa: PLC0415
+    from bpfdsl.runtime.devmap import devmap_delete
 
     with _open_map(args.map) as (fd, name, _d):
         gone = devmap_delete(fd, args.key, map_name=name)
@@ -297,7 +297,7 @@ def cmd_devmap_delete(args) -> int:
 
 
 def cmd_devmap_show(args) -> int:
-    from bpfdsl.runtime.devmap import devmap_entries  # noqa: PLC0415
+    from bpfdsl.runtime.devmap import devmap_entries
 
     with _open_map(args.map) as (fd, name, _d), _maybe_netns(args.netns):
         rows = devmap_entries(fd, map_name=name)
@@ -319,9 +319,10 @@ def cmd_devmap_show(args) -> int:
 
 
 def cmd_sockmap_attach(args) -> int:
-    from bpfdsl.runtime.sockmap import sk_msg_attach  # noqa: PLC0415
+    from bpfdsl.runtime.sockmap import sk_msg_attach
 
     with _open_map(args.map) as (fd, name, pin_dir), _open_prog(args.prog, pin_dir) as (pf, pn):
+        assert pf is not None  # PROG is a required argument
         sk_msg_attach(fd, pf, map_name=name, prog_name=pn)
     _emit(
         args,
@@ -332,9 +333,10 @@ def cmd_sockmap_attach(args) -> int:
 
 
 def cmd_sockmap_detach(args) -> int:
-    from bpfdsl.runtime.sockmap import sk_msg_detach  # noqa: PLC0415
+    from bpfdsl.runtime.sockmap import sk_msg_detach
 
     with _open_map(args.map) as (fd, name, pin_dir), _open_prog(args.prog, pin_dir) as (pf, pn):
+        assert pf is not None  # PROG is a required argument
         done = sk_msg_detach(fd, pf, map_name=name, prog_name=pn)
     _emit(
         args,
@@ -345,10 +347,11 @@ def cmd_sockmap_detach(args) -> int:
 
 
 def cmd_sockops_attach(args) -> int:
-    from bpfdsl.runtime.cgroup import resolve_cgroup, sock_ops_attach  # noqa: PLC0415
+    from bpfdsl.runtime.cgroup import resolve_cgroup, sock_ops_attach
 
     cg = resolve_cgroup(args.cgroup)
     with _open_prog(args.prog, args.pin_dir) as (pf, pn):
+        assert pf is not None  # PROG is a required argument
         sock_ops_attach(cg, pf, prog_name=pn)
     _emit(
         args, {"cgroup": cg, "prog": pn, "attached": True}, f"sock_ops {pn} attached to cgroup {cg}"
@@ -357,10 +360,11 @@ def cmd_sockops_attach(args) -> int:
 
 
 def cmd_sockops_detach(args) -> int:
-    from bpfdsl.runtime.cgroup import resolve_cgroup, sock_ops_detach  # noqa: PLC0415
+    from bpfdsl.runtime.cgroup import resolve_cgroup, sock_ops_detach
 
     cg = resolve_cgroup(args.cgroup)
     with _open_prog(args.prog, args.pin_dir) as (pf, pn):
+        assert pf is not None  # PROG is a required argument
         done = sock_ops_detach(cg, pf, prog_name=pn)
     _emit(
         args,

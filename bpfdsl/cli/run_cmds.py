@@ -94,7 +94,7 @@ def _auto_engine(kind) -> tuple[str, str | None]:
         return "interp", f"BPF_PROG_TEST_RUN refuses {kind.keyword or kind.section} programs"
     if sys.platform != "linux":
         return "interp", "not Linux: no bpf() syscall"
-    from bpfdsl.kernel import syscall  # noqa: PLC0415
+    from bpfdsl.kernel import syscall
 
     reason = syscall.probe_bpf()
     return ("interp", reason) if reason else ("kernel", None)
@@ -102,12 +102,12 @@ def _auto_engine(kind) -> tuple[str, str | None]:
 
 def cmd_run(args) -> int:
     from bpfdsl.cli import object_bytes
-    from bpfdsl.diagnostics import UsageError, error  # noqa: PLC0415
+    from bpfdsl.diagnostics import UsageError, error
     from bpfdsl.obj import collection as objfile
     from bpfdsl.obj.config import parse_config
     from bpfdsl.obj.spec import choose_program
     from bpfdsl.runtime import (
-        testrun,  # noqa: PLC0415
+        testrun,
     )
 
     if args.repeat < 1 or args.repeat > 100_000_000:
@@ -116,7 +116,7 @@ def cmd_run(args) -> int:
         raise UsageError(error("bad-limit", f"--limit {args.limit}: give 1 or more packets"))
     if args.limit is not None and not args.pcap:
         raise UsageError(error("bad-limit", "--limit applies to --pcap only"))
-    from bpfdsl.runtime import runinfo  # noqa: PLC0415
+    from bpfdsl.runtime import runinfo
 
     warnings: list[str] = []
     spec = objfile.read_object(object_bytes(args.file), name=args.file)
@@ -180,8 +180,8 @@ def cmd_run(args) -> int:
 def _inputs(args, kind, warnings: list[str]) -> list[tuple[int, bytes]]:
     """(index, bytes) to run on: frames for XDP, one message for sk_msg, nothing for
     sock_ops (one run of the callback).  Raises UsageError for inputs of the wrong kind."""
-    from bpfdsl.diagnostics import UsageError, error  # noqa: PLC0415
-    from bpfdsl.runtime import packets  # noqa: PLC0415
+    from bpfdsl.diagnostics import UsageError, error
+    from bpfdsl.runtime import packets
 
     what = kind.keyword or kind.section
     given = next((f"--{o}" for o in ("pcap", "hex", "msg") if getattr(args, o) is not None), None)
@@ -246,6 +246,6 @@ def _print_result(r, repeat: int) -> None:
 
 
 def cmd_demo(args) -> int:
-    from bpfdsl.runtime import demo  # noqa: PLC0415
+    from bpfdsl.runtime import demo
 
     return demo.main(packets=args.packets, port=args.port, mode=args.mode, as_json=args.json)

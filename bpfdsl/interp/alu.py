@@ -1,4 +1,4 @@
-"""ALU and conditional-jump semantics of the userspace machine, shared by the jit's slow paths.
+"""ALU and conditional-jump semantics of the userspace machine, used by the jit where it does not inline.
 
 Scalars are ints in ``[0, 2**64)``; 32-bit operations use the low halves and zero-extend
 the result (kernel/bpf/core.c).  Pointer arithmetic is allowed only where the verifier
@@ -9,13 +9,14 @@ comparisons of pointers into one region and null checks against 0.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import NoReturn
 
 from bpfdsl.abi import intops
 from bpfdsl.abi import uapi as U
 from bpfdsl.interp.memory import M64, Fault, Ptr, s64
 
 # one definition of the integer semantics (bpfdsl.abi.intops): the constant folder uses the
-# same functions; tests/test_fold_semantics.py checks the jit's inlined fast paths too
+# same functions; tests/test_fold_semantics.py checks the jit's inlined scalar code too
 OPS64: dict[int, Callable[[int, int], int]] = {
     code: intops.bpf_alu_fn(code, 64) for code in intops.BPF_ALU_OPS
 }
@@ -99,7 +100,7 @@ def as_int(v: object) -> int:
     return v if type(v) is int else nonint(v)
 
 
-def badptr(v: object, what: str) -> Ptr:
+def badptr(v: object, what: str) -> NoReturn:
     """Raise the Fault for a memory access through a non-pointer."""
     kind = "uninitialized register" if v is None else "scalar"
     raise Fault(f"{what} through a {kind}")
@@ -135,6 +136,8 @@ def atomic(code: int, size: int, off: int, p: object, v: object, r0: object) -> 
     if code == U.BPF_XCHG:
         p.region.store(p, off, size, v & mask)
         return old, r0
+    if type(old) is not int:
+        raise Fault("atomic arithmetic on a slot holding a pointer")
     fn = OPS64[code & ~U.BPF_FETCH]
     p.region.store(p, off, size, fn(old, v) & mask)
     return (old if code & U.BPF_FETCH else v), r0

@@ -1,9 +1,9 @@
-"""Translate a program's basic blocks into Python functions (the machine's fast path).
+"""Translate a program's basic blocks into Python functions (what the machine runs).
 
 Takes decoded instructions plus resolved ld_imm64 values and returns one function per
 basic block, ``block(R, M) -> next block index`` (-1: the program returned), over the
 register list ``R`` and the machine ``M``.  Registers live in locals inside a block;
-scalar fast paths are inlined and everything else (pointers, uninitialized registers,
+scalar operations are inlined and everything else (pointers, uninitialized registers,
 helpers, atomics) goes through the semantic functions of :mod:`bpfdsl.interp.alu` and
 the regions of :mod:`bpfdsl.interp.memory`, which raise :class:`Fault`.  Every
 instruction sits on its own source lines, so a fault's traceback line names it
@@ -62,11 +62,11 @@ _INLINE32 = {
 
 @dataclass
 class Jitted:
-    """``blocks[i]``: the function of the block starting at instruction ``i`` (None where
-    no block starts; index ``len(insns)`` is the fall-off-the-end sentinel); ``sizes[i]``:
+    """``blocks[i]``: the function of the block starting at instruction ``i`` (one that
+    raises where no block starts; index ``len(insns)`` is the fall-off-the-end sentinel); ``sizes[i]``:
     instructions in it; ``line_to_insn``: generated source line -> instruction index."""
 
-    blocks: list[Callable | None]
+    blocks: list[Callable]
     sizes: list[int]
     line_to_insn: dict[int, int]
     source: str
@@ -134,8 +134,8 @@ class _Gen:
             sizes[start] = end - start
             self.block(start, end)
         src = "\n".join(self.lines) + "\n"
-        exec(compile(src, FILENAME, "exec"), self.ns)  # noqa: S102 (our own generated code)
-        blocks: list[Callable | None] = [None] * (n + 1)
+        exec(compile(src, FILENAME, "exec"), self.ns)  # our own generated code
+        blocks: list[Callable] = [_no_block] * (n + 1)
         for start, name in names.items():
             blocks[start] = self.ns[name]
         blocks[n] = _fell_off
@@ -400,6 +400,10 @@ def _unimplemented(helper_id: int) -> Callable[..., int]:
 
 def _fell_off(R: list, M: Any) -> int:
     raise Fault("fell off the end of the program")
+
+
+def _no_block(R: list, M: Any) -> int:
+    raise AssertionError("jit: a jump to an instruction that starts no block")
 
 
 def jit(insns: Sequence[Insn], resolved: dict[int, object], impls: dict) -> Jitted:

@@ -114,7 +114,6 @@ class Machine(RunState):
         self.redirect: tuple | None = None
         self.redirect_miss: tuple | None = None
         self.trace: list[str] = []
-        self.executed = 0
         self._slots = slot_offsets(self.insns)
         try:
             validate(self.insns)  # what the kernel refuses at load, before any run
@@ -157,7 +156,6 @@ class Machine(RunState):
         except (TypeError, AttributeError) as e:  # a pointer or map where a scalar belongs
             msg = f"invalid operand: a pointer or map where a scalar is expected ({e})"
             raise self._error(msg, self._fault_insn(e, b)) from None
-        self.executed = n
         r0 = R[0]
         if type(r0) is not int:
             raise self._error("r0 at exit is not a scalar", len(self.insns) - 1)

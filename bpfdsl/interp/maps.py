@@ -479,9 +479,11 @@ def make_map(
     """An empty in-memory map of ``map_type``; kinds not modelled (PROG_ARRAY, RINGBUF,
     ...) give an :class:`UnsupportedMap` placeholder that fails only when used; a type
     number the kernel headers do not know raises ValueError."""
-    if map_type not in MapType._value2member_map_:
-        raise ValueError(f"map '{name}': map type {map_type} is unknown")
-    cls = SlotMap if MapType(map_type) in _SLOT_TYPES else _CLASSES.get(MapType(map_type))
+    try:
+        kind = MapType(map_type)
+    except ValueError:
+        raise ValueError(f"map '{name}': map type {map_type} is unknown") from None
+    cls = SlotMap if kind in _SLOT_TYPES else _CLASSES.get(kind)
     if cls is None:
         cls = UnsupportedMap
-    return cls(name, MapType(map_type), key_size, value_size, max_entries, map_flags, ncpus)
+    return cls(name, kind, key_size, value_size, max_entries, map_flags, ncpus)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,10 +23,17 @@ from bpfdsl.diagnostics import Span, UsageError, error
 from bpfdsl.interp.ctx import SkMsgContext, SockInfo, SockOpsContext, XdpContext
 from bpfdsl.interp.machine import DEFAULT_BUDGET, Machine
 from bpfdsl.interp.maps import Map, make_map
-from bpfdsl.interp.memory import Ptr
+from bpfdsl.interp.memory import Ptr, Region
 from bpfdsl.interp.state import Env
 from bpfdsl.obj.collection import read_object
 from bpfdsl.obj.config import config_bytes
+
+
+def _value0(m: Map) -> Region:
+    """The value of a global-data map (an array of one entry: key 0 always exists)."""
+    v = m.lookup(bytes(4))
+    assert v is not None
+    return v
 
 
 @dataclass
@@ -65,9 +73,7 @@ class InterpProgram:
             if rel.kind == "map":
                 resolved[rel.insn_idx] = maps[rel.symbol]
             elif rel.kind == "data":
-                dm = data[rel.symbol]
-                region = dm.lookup(bytes(4))
-                resolved[rel.insn_idx] = Ptr(region, rel.offset)
+                resolved[rel.insn_idx] = Ptr(_value0(data[rel.symbol]), rel.offset)
         self._slots = slot_offsets(spec.insns)
         self.machine = Machine(spec.insns, env=env, resolved=resolved, where=self.where)
 
@@ -202,12 +208,12 @@ class InterpCollection:
         self.data: dict[str, Map] = {}
         for name, ds in spec.data_sections.items():
             dm = make_map(name, MapType.ARRAY, 4, max(1, len(ds.data)), 1, 0, n)
-            dm.lookup(bytes(4)).buf[: len(ds.data)] = ds.data
+            _value0(dm).buf[: len(ds.data)] = ds.data
             self.data[name] = dm
         self._configure(spec, config or {})
         for name, ds in spec.data_sections.items():
             if ds.readonly:
-                self.data[name].lookup(bytes(4)).writable = False
+                _value0(self.data[name]).writable = False
         self.programs = {
             name: InterpProgram(ps, self.maps, self.data, self.env)
             for name, ps in spec.programs.items()
@@ -215,7 +221,7 @@ class InterpCollection:
         for p in self.programs.values():
             p.machine.budget = budget
 
-    def _configure(self, spec: Any, config: dict[str, int | bytes | str]) -> None:
+    def _configure(self, spec: Any, config: Mapping[str, int | bytes | str]) -> None:
         """Write ``config`` values into .rodata VARs, encoded by their BTF type exactly as
         the loader does (:func:`bpfdsl.obj.config.config_bytes`: a ``be16`` takes 5353)."""
         ro = spec.data_sections.get(".rodata")
@@ -227,7 +233,7 @@ class InterpCollection:
                     error("bad-config", f"no config named {name!r}", hint=f"configs: {known}")
                 )
             raw = config_bytes(spec, name, value)
-            self.data[".rodata"].lookup(bytes(4)).buf[var.offset : var.offset + var.size] = raw
+            _value0(self.data[".rodata"]).buf[var.offset : var.offset + var.size] = raw
 
     def __getitem__(self, name: str) -> InterpProgram:
         return self.programs[name]

@@ -38,9 +38,11 @@ class Env:
 class RunState:
     """Per-run state helpers use: ``env`` (:class:`Env`), ``ctx`` (the context region of
     this run), ``redirect`` (what a redirect helper chose: map name, key, target, flags),
-    ``trace`` (``bpf_trace_printk`` lines, in order)."""
+    ``redirect_miss`` (a redirect into an empty slot or with bad flags: map name, key,
+    flags, why), ``trace`` (``bpf_trace_printk`` lines, in order)."""
 
     env: Env
     ctx: Region | None
     redirect: tuple | None
+    redirect_miss: tuple | None
     trace: list[str]

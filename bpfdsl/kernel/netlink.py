@@ -9,9 +9,9 @@ Errors are :class:`~bpfdsl.diagnostics.DiagnosticError` saying what to do.
 
 from __future__ import annotations
 
-import _socket  # socket's C module: if_nametoindex & co. without socket.py's enum set-up
 import errno
 import os
+import socket
 import struct
 import threading
 from collections.abc import Iterator
@@ -45,16 +45,10 @@ class XdpState:
     drv_prog_id: int = 0
     skb_prog_id: int = 0
 
-    def prog_id_for(self, mode: str) -> int:
-        """Program id attached in ``mode`` (``native``/``generic``), 0 when none."""
-        if mode == "native":
-            return self.drv_prog_id or (self.prog_id if self.mode == "native" else 0)
-        return self.skb_prog_id or (self.prog_id if self.mode == "generic" else 0)
-
 
 def interface_names() -> list[str]:
     """Names of the interfaces of the current network namespace."""
-    return [name for _i, name in _socket.if_nameindex()]
+    return [name for _i, name in socket.if_nameindex()]
 
 
 def ifindex(name: str) -> int:
@@ -71,7 +65,7 @@ def ifindex(name: str) -> int:
             )
         )
     try:
-        return _socket.if_nametoindex(name)
+        return socket.if_nametoindex(name)
     except OSError:
         have = ", ".join(interface_names()) or "none"
         raise DiagnosticError(
@@ -86,7 +80,7 @@ def ifindex(name: str) -> int:
 def ifname(index: int) -> str:
     """Name of interface ``index``, or ``if<index>`` when it no longer exists."""
     try:
-        return _socket.if_indextoname(index)
+        return socket.if_indextoname(index)
     except OSError:
         return f"if{index}"
 
@@ -94,7 +88,7 @@ def ifname(index: int) -> str:
 def _ipr(netns: str | None = None):
     """A pyroute2 IPRoute whose socket lives in ``netns`` (created there with setns, so
     pyroute2 never forks a helper process)."""
-    from pyroute2 import IPRoute  # noqa: PLC0415 (only when netlink is needed)
+    from pyroute2 import IPRoute  # only when netlink is needed
 
     if netns:
         with in_netns(netns):
@@ -127,7 +121,7 @@ def xdp_state(index: int, *, netns: str | None = None) -> XdpState:
 
     Raises DiagnosticError when the interface is gone.
     """
-    from pyroute2.netlink.exceptions import NetlinkError  # noqa: PLC0415
+    from pyroute2.netlink.exceptions import NetlinkError
 
     try:
         with _ipr(netns) as ipr:
@@ -147,7 +141,7 @@ def _state(index: int, link) -> XdpState:
             "xdpgeneric": "generic",
             "xdpoffload": "offload",
             "xdpmulti": "multi",
-        }.get(mode_raw)
+        }.get(mode_raw or "")
     else:
         mode = _ATTACHED_MODES.get(int(mode_raw))
     return XdpState(
@@ -178,7 +172,7 @@ def xdp_set(
     still the attached one (``IFLA_XDP_EXPECTED_FD``, kernel 5.7+).
     Raises DiagnosticError with the kernel's reason and what to do.
     """
-    from pyroute2.netlink.exceptions import NetlinkError  # noqa: PLC0415
+    from pyroute2.netlink.exceptions import NetlinkError
 
     if flags & XdpFlags.HW_MODE:
         raise DiagnosticError(
@@ -280,8 +274,8 @@ def _index(dev: str, netns: str | None) -> int:
     """ifindex of ``dev`` in ``netns`` (if_nametoindex, in that namespace); raises OSError."""
     if netns:
         with in_netns(netns):
-            return _socket.if_nametoindex(dev)
-    return _socket.if_nametoindex(dev)
+            return socket.if_nametoindex(dev)
+    return socket.if_nametoindex(dev)
 
 
 def configure(
@@ -329,7 +323,7 @@ def delete_link(dev: str, *, netns: str | None = None) -> None:
 # because veth_xdp_xmit queues the frame for the peer's NAPI, which runs only then, and
 # only while both ends are up.  The xdp_features come from the generic-netlink family
 # "netdev" (NETDEV_CMD_DEV_GET, Linux 6.3+); the veth's kind and peer from RTM_GETLINK.
-# Both are spoken here with _socket and struct, without pyroute2 (0.4 s of imports).
+# Both are spoken here with socket and struct, without pyroute2.
 
 NETLINK_ROUTE, NETLINK_GENERIC = 0, 16  # linux/netlink.h
 NLM_F_REQUEST = 1
@@ -367,7 +361,7 @@ def _nl_call(proto: int, msg_type: int, payload: bytes) -> bytes | None:
     """One request, one answer: the payload of the first reply (after struct nlmsghdr),
     None when the kernel answers with an error (or netlink is unavailable)."""
     try:
-        s = _socket.socket(_socket.AF_NETLINK, _socket.SOCK_RAW | _socket.SOCK_CLOEXEC, proto)
+        s = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC, proto)
     except OSError:
         return None
     try:

@@ -13,6 +13,7 @@ import ctypes as C
 import errno as E
 import os
 from dataclasses import dataclass
+from typing import TypeVar
 
 from bpfdsl.abi.bpf_attr import (
     BtfInfo,
@@ -53,6 +54,8 @@ LOG_MAX = (1 << 30) - 1  # kernel: log_size must be < UINT_MAX >> 2 (bpf_vlog_in
 class BpfError(OSError):
     """A failed bpf(2) command: ``.cmd`` (BpfCmd), ``.errno``, message; ``.log`` is the
     verifier/BTF log when the command produced one ('' otherwise)."""
+
+    errno: int  # always set (OSError's may be None)
 
     def __init__(self, cmd: BpfCmd, errno: int, message: str = "", log: str = ""):
         msg = message or f"bpf({cmd.name}): {os.strerror(errno)}"
@@ -113,7 +116,7 @@ def sys_bpf(cmd: BpfCmd, attr: C.Structure) -> int:
 class Fd:
     """An owned file descriptor of a kernel object; closes on ``close()``/context exit.
 
-    ``int(fd)`` gives the number; ``release()`` hands ownership to the caller.
+    ``int(fd)`` gives the number.
     """
 
     __slots__ = ("_fd",)
@@ -128,18 +131,10 @@ class Fd:
 
     __index__ = __int__
 
-    @property
-    def closed(self) -> bool:
-        return self._fd < 0
-
     def close(self) -> None:
         if self._fd >= 0:
             fd, self._fd = self._fd, -1
             os.close(fd)
-
-    def release(self) -> int:
-        fd, self._fd = self._fd, -1
-        return fd
 
     def __enter__(self) -> Fd:
         return self
@@ -195,7 +190,7 @@ def map_create(
     return Fd(sys_bpf(BpfCmd.MAP_CREATE, a))
 
 
-def map_lookup(fd: int, key: bytes, value_size: int, flags: int = 0) -> bytes | None:
+def map_lookup(fd: int | Fd, key: bytes, value_size: int, flags: int = 0) -> bytes | None:
     """BPF_MAP_LOOKUP_ELEM -> value bytes, None when the key is absent (ENOENT).
 
     For per-CPU maps ``value_size`` is ``percpu_value_size(value_size)``.
@@ -210,13 +205,13 @@ def map_lookup(fd: int, key: bytes, value_size: int, flags: int = 0) -> bytes | 
     return v.raw[:value_size]
 
 
-def map_update(fd: int, key: bytes, value: bytes, flags: int = BPF_ANY) -> None:
+def map_update(fd: int | Fd, key: bytes, value: bytes, flags: int = BPF_ANY) -> None:
     """BPF_MAP_UPDATE_ELEM (flags BPF_ANY / BPF_NOEXIST / BPF_EXIST [| BPF_F_LOCK])."""
     k, v = _buf(key), _buf(value)
     sys_bpf(BpfCmd.MAP_UPDATE_ELEM, MapElemAttr(int(fd), _addr(k), _addr(v), flags))
 
 
-def map_delete(fd: int, key: bytes) -> bool:
+def map_delete(fd: int | Fd, key: bytes) -> bool:
     """BPF_MAP_DELETE_ELEM; False when the key was absent (ENOENT)."""
     k = _buf(key)
     try:
@@ -228,7 +223,7 @@ def map_delete(fd: int, key: bytes) -> bool:
     return True
 
 
-def map_get_next_key(fd: int, key: bytes | None, key_size: int) -> bytes | None:
+def map_get_next_key(fd: int | Fd, key: bytes | None, key_size: int) -> bytes | None:
     """BPF_MAP_GET_NEXT_KEY: the key after ``key`` (first key when None); None at the end."""
     k = _buf(key) if key is not None else None
     n = C.create_string_buffer(max(key_size, 1))
@@ -241,7 +236,7 @@ def map_get_next_key(fd: int, key: bytes | None, key_size: int) -> bytes | None:
     return n.raw[:key_size]
 
 
-def map_freeze(fd: int) -> None:
+def map_freeze(fd: int | Fd) -> None:
     """BPF_MAP_FREEZE: no more writes from user space (used for .rodata)."""
     sys_bpf(BpfCmd.MAP_FREEZE, MapElemAttr(map_fd=int(fd)))
 
@@ -387,7 +382,7 @@ class TestRunResult:
 
 
 def prog_test_run(
-    fd: int,
+    fd: int | Fd,
     data: bytes,
     repeat: int = 1,
     ctx: bytes | None = None,
@@ -416,7 +411,7 @@ def prog_test_run(
         data_out=_addr(dout),
         repeat=repeat,
         ctx_size_in=len(ctx) if ctx else 0,
-        ctx_size_out=len(ctx) if cout else 0,
+        ctx_size_out=len(cout) if cout else 0,
         ctx_in=_addr(cin) if ctx else 0,
         ctx_out=_addr(cout),
         flags=flags,
@@ -430,7 +425,7 @@ def prog_test_run(
 
 
 # ---- objects, pins, attach, links ----
-def obj_pin(fd: int, path: str) -> None:
+def obj_pin(fd: int | Fd, path: str) -> None:
     """BPF_OBJ_PIN ``fd`` at ``path`` (a file in a bpffs mount)."""
     p = C.create_string_buffer(os.fsencode(path))
     sys_bpf(BpfCmd.OBJ_PIN, ObjAttr(pathname=_addr(p), bpf_fd=int(fd)))
@@ -470,7 +465,9 @@ def prog_detach_if_attached(target_fd: int, attach_type: int, prog_fd: int = 0) 
     return True
 
 
-def prog_query(target_fd: int, attach_type: int, *, max_progs: int = 64) -> tuple[list[int], int]:
+def prog_query(
+    target_fd: int | Fd, attach_type: int, *, max_progs: int = 64
+) -> tuple[list[int], int]:
     """BPF_PROG_QUERY: (ids of the programs attached to ``target_fd`` for ``attach_type``,
     attach flags).  ``target_fd``: a cgroup directory (sock_ops and the other cgroup hooks;
     flags BPF_F_ALLOW_MULTI/OVERRIDE) or a sockmap/sockhash (sk_msg, sk_skb; Linux 5.19+).
@@ -495,7 +492,9 @@ def link_create(prog_fd: int, target: int, attach_type: int, flags: int = 0) -> 
     return Fd(sys_bpf(BpfCmd.LINK_CREATE, a))
 
 
-def link_update(link_fd: int, new_prog_fd: int, old_prog_fd: int = 0, flags: int = 0) -> None:
+def link_update(
+    link_fd: int | Fd, new_prog_fd: int | Fd, old_prog_fd: int | Fd = 0, flags: int = 0
+) -> None:
     """BPF_LINK_UPDATE: atomically swap the link's program (BPF_F_REPLACE with old_prog_fd)."""
     sys_bpf(
         BpfCmd.LINK_UPDATE, LinkUpdateAttr(int(link_fd), int(new_prog_fd), flags, int(old_prog_fd))
@@ -512,34 +511,37 @@ def raw_tracepoint_open(name: str, prog_fd: int) -> Fd:
     )
 
 
-def link_detach(link_fd: int) -> None:
+def link_detach(link_fd: int | Fd) -> None:
     """BPF_LINK_DETACH: detach the link's program (the fd stays valid but defunct)."""
     sys_bpf(BpfCmd.LINK_DETACH, LinkDetachAttr(int(link_fd)))
 
 
-def obj_get_info_by_fd(fd: int, info: C.Structure) -> C.Structure:
+_Info = TypeVar("_Info", bound=C.Structure)
+
+
+def obj_get_info_by_fd(fd: int | Fd, info: _Info) -> _Info:
     """BPF_OBJ_GET_INFO_BY_FD into ``info`` (ProgInfo / MapInfo / LinkInfo / BtfInfo)."""
     sys_bpf(BpfCmd.OBJ_GET_INFO_BY_FD, InfoAttr(int(fd), C.sizeof(info), C.addressof(info)))
     return info
 
 
-def prog_info(fd: int) -> ProgInfo:
+def prog_info(fd: int | Fd) -> ProgInfo:
     return obj_get_info_by_fd(fd, ProgInfo())
 
 
-def map_info(fd: int) -> MapInfo:
+def map_info(fd: int | Fd) -> MapInfo:
     return obj_get_info_by_fd(fd, MapInfo())
 
 
-def link_info(fd: int) -> LinkInfo:
+def link_info(fd: int | Fd) -> LinkInfo:
     return obj_get_info_by_fd(fd, LinkInfo())
 
 
-def btf_info(fd: int) -> BtfInfo:
+def btf_info(fd: int | Fd) -> BtfInfo:
     return obj_get_info_by_fd(fd, BtfInfo())
 
 
-def prog_xlated(fd: int) -> bytes:
+def prog_xlated(fd: int | Fd) -> bytes:
     """The program's instructions as the verifier rewrote them (like bpftool dump xlated)."""
     n = prog_info(fd).xlated_prog_len
     buf = C.create_string_buffer(max(n, 1))
@@ -579,16 +581,8 @@ def get_fd_by_id(kind: str, obj_id: int) -> Fd:
     return Fd(sys_bpf(_BY_ID[kind], GetIdAttr(start_id=obj_id)))
 
 
-def prog_get_next_id(start_id: int = 0) -> int | None:
-    return get_next_id("prog", start_id)
-
-
 def map_get_next_id(start_id: int = 0) -> int | None:
     return get_next_id("map", start_id)
-
-
-def prog_get_fd_by_id(prog_id: int) -> Fd:
-    return get_fd_by_id("prog", prog_id)
 
 
 def map_get_fd_by_id(map_id: int) -> Fd:

@@ -53,7 +53,9 @@ TypeRef = NamedType | ArrayType
 # ---- expressions ----
 @dataclass(eq=False)
 class Expr(Node):
-    ty: T.Type | None = field(default=None, init=False)  # set by sema (None: a class default)
+    # set by sema: None until then (ExprChecker.expr tests that), a T.Type for every later
+    # stage, which is the type declared here (the checker cannot see the phases)
+    ty: T.Type = field(default=None, init=False)  # type: ignore[assignment]
 
 
 @dataclass(eq=False)

@@ -441,4 +441,6 @@ def parse_program(text: str, filename: str = "<input>") -> ast.Program:
 
     Raises DiagnosticError: code ``syntax`` (file:line:col of the unexpected character or
     token) or ``bad-literal``."""
-    return parse(text, filename, _Builder(filename, text))
+    prog = parse(text, filename, _Builder(filename, text))
+    assert isinstance(prog, ast.Program)  # what the start rule builds
+    return prog

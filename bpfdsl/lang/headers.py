@@ -217,7 +217,7 @@ PSEUDO_FIELDS: dict[str, dict[str, tuple[str, ...]]] = {
 L4_PROTO = {"udp": 17, "tcp": 6, "icmpv6": 58}  # IPPROTO_* (linux/in.h, linux/in6.h)
 
 # Named constants of the language (value, type).  ETH_P_* are be16 like h_proto.
-CONSTANTS: dict[str, tuple[int, T.Type]] = {
+CONSTANTS: dict[str, tuple[int, T.IntType]] = {
     "ETH_P_IP": (0x0800, T.BE16),
     "ETH_P_IPV6": (0x86DD, T.BE16),
     "ETH_P_ARP": (0x0806, T.BE16),

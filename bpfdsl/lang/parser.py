@@ -14,6 +14,7 @@ propagates positions exactly as lark does, so spans and error messages are lark'
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib.resources import files
 from pathlib import Path
@@ -79,9 +80,10 @@ def _rules() -> tuple:
     placeholder) turned into a list of their indexes."""
     rules = []
     for origin, size, kind, cb, include, append_none in tables.RULES:
+        sel: tuple | list[int] | None = include
         if include is not None and not append_none and not any(s or k for _, s, k in include):
-            include = [i for i, _, _ in include]
-        rules.append((origin, size, kind, cb, include, append_none))
+            sel = [i for i, _, _ in include]
+        rules.append((origin, size, kind, cb, sel, append_none))
     return tuple(rules)
 
 
@@ -120,7 +122,7 @@ def parse(text: str, filename: str, actions) -> object:
     newline_types = tables.NEWLINE_TYPES
     end_state = tables.END_STATE
     token_types = tables.TOKEN_TYPES
-    cbs = {}
+    cbs: dict[str, Callable] = {}  # rule callback name -> the bound action
     chains = _chains
     state_stack = [tables.START_STATE]
     vals: list = []
@@ -137,6 +139,7 @@ def parse(text: str, filename: str, actions) -> object:
             if m is None:
                 raise syntax_error(text, filename, line, pos - line_start + 1, char_pos=pos)
             typ = m.lastgroup
+            assert typ is not None  # every alternative of the pattern is a named group
             val = m.group()
             start, sline, scol = pos, line, pos - line_start + 1
             if (

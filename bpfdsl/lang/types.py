@@ -9,6 +9,7 @@ network byte order; :class:`StructType` lays out members with C natural alignmen
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 
 class Type:
@@ -22,8 +23,17 @@ class Type:
 
     __slots__ = ()
 
+    if TYPE_CHECKING:  # what the subclasses provide (fields or properties)
+
+        @property
+        def name(self) -> str: ...
+        @property
+        def size(self) -> int: ...
+        @property
+        def align(self) -> int: ...
+
     def __str__(self) -> str:
-        return self.name  # type: ignore[attr-defined]
+        return self.name
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,11 +107,11 @@ class ArrayType(Type):
 
     @property
     def size(self) -> int:
-        return self.elem.size * self.count  # type: ignore[attr-defined]
+        return self.elem.size * self.count
 
     @property
     def align(self) -> int:
-        return self.elem.align  # type: ignore[attr-defined]
+        return self.elem.align
 
     @property
     def name(self) -> str:
@@ -115,7 +125,7 @@ class HeaderType(Type):
     Equal by ``name`` (``layout``, a headers.Header, does not take part)."""
 
     name: str
-    layout: object = field(compare=False)
+    layout: Any = field(compare=False)  # a headers.Header (headers imports this module)
 
     def __str__(self) -> str:
         return f"header {self.name}"

@@ -59,7 +59,7 @@ def read_object(data: bytes | str | Path, *, name: str | None = None) -> Collect
         raise
     except BtfFormatError as e:
         raise fail(path, f"BTF: {e}") from None
-    except Exception as e:  # noqa: BLE001 - pyelftools raises many kinds on corrupt input
+    except Exception as e:  # pyelftools raises many kinds on corrupt input
         raise fail(path, f"corrupt ELF object ({type(e).__name__}: {e})") from None
 
 
@@ -107,7 +107,7 @@ def _data_sections(r: ObjectReader, btf: Btf | None) -> dict[str, DataSection]:
         idx = r.sections.index(s)
         vars_: dict[str, Var] = {}
         dsec = btf.find(n) if btf is not None else None
-        if dsec is not None and dsec.kind.name == "DATASEC":
+        if btf is not None and dsec is not None and dsec.kind.name == "DATASEC":
             for m in dsec.members:
                 v = btf[m.type]
                 vars_[v.name] = Var(v.name, m.offset, m.size, v.type, v.linkage == 0)

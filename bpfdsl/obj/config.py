@@ -8,10 +8,11 @@ creates) and the interpreter (its in-memory .rodata).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from bpfdsl.abi.btf.values import encode_value, int_range, parse_value
 from bpfdsl.diagnostics import UsageError, error
 
-TYPE_CHECKING = False  # (typing costs import time on the load path)
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Iterable
     from typing import Any

@@ -4,16 +4,16 @@ Used by :mod:`bpfdsl.obj.collection` (objects to specs) and by the back end
 (:func:`fixup_btf_datasecs` on the emitted object, :meth:`ElfFile.functions` for stack
 depths and instruction counts).
 
-Why: importing pyelftools (``elftools.elf.elffile`` pulls in its DWARF and construct
-modules) costs ~50 ms, a fifth of a ``bpfdsl load``/``attach`` process; reading section
-headers, one symbol table and REL entries directly is a few struct unpacks.  The objects
+Why: pyelftools (``elftools.elf.elffile`` pulls in its DWARF and construct modules) stays
+off the load path (tests/test_load_fast.py); reading section headers, one symbol table
+and REL entries directly is a few struct unpacks.  The objects
 this returns are duck-typed like pyelftools' (``section.name``, ``section.header.sh_*``,
 ``section.data()``, ``iter_symbols()`` with ``sym.name``, ``sym.entry.st_*``,
 ``sym["st_info"]["type"|"bind"]``, ``iter_relocations()`` with ``r["r_offset"|"r_info_sym"|
 "r_info_type"]``), with the same string names for known constants (``SHT_PROGBITS``,
 ``STT_FUNC``, ``SHN_UNDEF``...), so :mod:`bpfdsl.obj.collection` reads either.  Anything this reader
 does not handle (32-bit or big-endian ELF, a damaged header table) raises :class:`ElfError`
-and objfile falls back to pyelftools, the general reader, for its diagnostics.
+and obj.reader falls back to pyelftools, the general reader, for its diagnostics.
 
 Layouts: ``Elf64_Ehdr`` (64 bytes), ``Elf64_Shdr`` (64), ``Elf64_Sym`` (24), ``Elf64_Rel``
 (16) from <elf.h> / the System V gABI; all little endian (bpfel).
@@ -66,7 +66,7 @@ class Section:
         h = self.header
         return self.elf.raw[h.sh_offset : h.sh_offset + h.sh_size]
 
-    def iter_symbols(self) -> Iterator[SimpleNamespace]:
+    def iter_symbols(self) -> Iterator[_Symbol]:
         """Symbols of a SHT_SYMTAB section (names from its sh_link string table)."""
         strtab = self.elf.section(self.header.sh_link).data()
         data = self.data()
@@ -209,7 +209,9 @@ def fixup_btf_datasecs(raw: bytes) -> bytes:
 
     def symbol_offset(sec_name: str, var: str) -> int | None:
         s = by_name.get(sec_name)
-        for sym in symbols if s is not None else ():
+        if s is None:
+            return None
+        for sym in symbols:
             if sym.name == var and sym.entry.st_shndx == s.index:
                 return sym.entry.st_value
         return None

@@ -102,13 +102,13 @@ def _split(
         for r_off, sym_idx, _rtype in relocs:
             if not f.start <= r_off < f.end:
                 continue
-            i = by_slot.get((r_off - f.start) // 8) if r_off % 8 == 0 else None
-            if i is None:
+            at = by_slot.get((r_off - f.start) // 8) if r_off % 8 == 0 else None
+            if at is None:
                 raise reader.fail(
                     f"section '{sec.name}': relocation at byte {r_off} does not "
                     "start an instruction"
                 )
-            _classify(reader, f, i, reader.symbol(sym_idx), maps, datasecs)
+            _classify(reader, f, at, reader.symbol(sym_idx), maps, datasecs)
         slots = slot_offsets(f.insns)
         for i, x in enumerate(f.insns):
             if x.is_call and x.src == BPF_PSEUDO_KFUNC_CALL:

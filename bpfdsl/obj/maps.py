@@ -152,7 +152,9 @@ def _initial_values(reader: ObjectReader, btf: Btf, maps: dict[str, MapSpec]) ->
         owner = next((s for s in maps.values() if s.offset <= r_off < s.offset + s.size), None)
         if owner is None:
             raise reader.fail(f"'.rel.maps' relocation at {r_off} is outside every map")
-        st = btf.resolve(btf.find(owner.name, Kind.VAR).type)
+        var = btf.find(owner.name, Kind.VAR)
+        assert var is not None  # owner was read from this VAR of the .maps DATASEC
+        st = btf.resolve(var.type)
         vm = next((x for x in st.members if x.name == "values"), None)
         if vm is None:
             raise reader.fail(f"map '{owner.name}': relocation but no 'values' field")

@@ -10,6 +10,7 @@ REL entries; every failure is a UsageError naming the file.
 from __future__ import annotations
 
 import io
+from typing import Any
 
 from bpfdsl.diagnostics import UsageError, error
 from bpfdsl.obj.elf import ElfError, ElfFile
@@ -28,10 +29,12 @@ class ObjectReader:
 
     def __init__(self, path: str, raw: bytes):
         self.path, self.raw = path, raw
+        # ElfFile, or pyelftools' ELFFile: one duck type (obj/elf.py), which no annotation names
+        self.elf: Any
         try:
-            self.elf = ElfFile(raw)  # fast path: section headers read directly (objfile_elf)
+            self.elf = ElfFile(raw)  # obj/elf.py: section headers read directly
         except ElfError:
-            from elftools.elf.elffile import ELFFile  # noqa: PLC0415 (slow import)
+            from elftools.elf.elffile import ELFFile
 
             self.elf = ELFFile(io.BytesIO(raw))  # the general reader: 32-bit/BE/damaged files
         self.sections = list(self.elf.iter_sections())

@@ -88,7 +88,8 @@ def find_xdp_link(index: int, prog_id: int) -> tuple[int, int] | None:
     if not prog_id:
         return None
     link_id = 0
-    while (link_id := syscall.get_next_id("link", link_id)) is not None:
+    while (next_id := syscall.get_next_id("link", link_id)) is not None:
+        link_id = next_id
         try:
             with syscall.get_fd_by_id("link", link_id) as fd:
                 info = syscall.link_info(fd)
@@ -127,14 +128,14 @@ def ensure_bpffs(path: str = BPFFS) -> None:
         raise DiagnosticError(
             error(
                 "no-bpffs",
-                f"cannot mount bpffs at {path}: {os.strerror(e.errno)}",
+                f"cannot mount bpffs at {path}: {os.strerror(e.errno) if e.errno else e}",
                 hint=f"mount it: mount -t bpf bpf {path}",
             )
         ) from None
 
 
 def attach_xdp(
-    prog_fd: int,
+    prog_fd: int | syscall.Fd,
     dev: str,
     *,
     mode: str = "native",
@@ -152,7 +153,7 @@ def attach_xdp(
     Raises DiagnosticError for an unknown interface, a program that is not a plain XDP
     program, an occupied interface without ``replace``, or a kernel refusal.
     """
-    prog_fd = int(prog_fd)  # also accepts syscall.Fd
+    prog_fd = int(prog_fd)
     flags = check_mode(mode)
     index = netlink.ifindex(dev)
     prog_id, prog_name, prog_type = _prog_id_name(prog_fd)
@@ -227,7 +228,7 @@ def _replace(prog_fd: int, dev: str, index: int, mode: str, cur: XdpAttachment) 
                 hint=f"use --mode {cur.mode} to replace it atomically, or detach it first",
             )
         )
-    if cur.method == "link":
+    if cur.method == "link" and cur.link_id is not None:
         return _replace_link(prog_fd, dev, index, (cur.link_id, cur.prog_id))
     return _replace_netlink(prog_fd, dev, index, mode, cur.prog_id)
 
@@ -261,9 +262,7 @@ def _attach_error(e: syscall.BpfError, dev: str) -> DiagnosticError:
     )
 
 
-def _replace_link(
-    prog_fd: int, dev: str, index: int, existing: tuple[int | None, int]
-) -> XdpAttachment:
+def _replace_link(prog_fd: int, dev: str, index: int, existing: tuple[int, int]) -> XdpAttachment:
     link_id, old_id = existing
     with syscall.get_fd_by_id("link", link_id) as link, syscall.get_fd_by_id("prog", old_id) as old:
         try:
@@ -329,7 +328,7 @@ def detach_xdp(
     cur = xdp_attachment(dev)
     if cur is None:
         return None
-    if cur.method == "link":
+    if cur.method == "link" and cur.link_id is not None:
         with syscall.get_fd_by_id("link", cur.link_id) as link:
             syscall.link_detach(link)
         for path in list(extra_pins) + _pins_of_link(cur.link_id, pin_roots):

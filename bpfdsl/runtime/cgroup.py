@@ -63,7 +63,7 @@ def cgroup2_mount(*, mount_if_missing: bool = True) -> str:
         raise DiagnosticError(
             error(
                 "no-cgroup2",
-                f"no cgroup v2 hierarchy is mounted and mounting one failed: {os.strerror(e.errno)}",
+                f"no cgroup v2 hierarchy is mounted and mounting one failed: {os.strerror(e.errno) if e.errno else e}",
                 hint="run as root, or mount it: mount -t cgroup2 none /sys/fs/cgroup "
                 "(kernel needs CONFIG_CGROUPS and CONFIG_CGROUP_BPF)",
             )
@@ -92,7 +92,10 @@ def resolve_cgroup(path: str | None) -> str:
 def _require_sock_ops(prog_fd: int, prog_name: str) -> None:
     t = S.prog_info(prog_fd).type
     if t != ProgramType.SOCK_OPS:
-        kind = ProgramType(t).name.lower() if t in ProgramType._value2member_map_ else str(t)
+        try:
+            kind = ProgramType(t).name.lower()
+        except ValueError:  # a type newer than uapi.ProgramType: its number
+            kind = str(t)
         raise DiagnosticError(
             error(
                 "not-sock-ops",

@@ -138,7 +138,7 @@ def _devmap_or_cpumap(prog_fd: int) -> AttachType:
         return AttachType.XDP_DEVMAP
 
 
-_FLAVOUR = {
+_FLAVOUR: dict[AttachType | None, str] = {
     AttachType.XDP: "xdp (attach to an interface)",
     AttachType.XDP_CPUMAP: "xdp(cpumap) (section xdp/cpumap)",
     AttachType.XDP_DEVMAP: "xdp(devmap) (section xdp/devmap)",

@@ -229,7 +229,7 @@ def _map_entries(m) -> list:
                     value = sum(value)
                 out.append([v.key_value(k), value])
             return out
-    except Exception as e:  # noqa: BLE001 - the report must not fail on one map
+    except Exception as e:  # the report must not fail on one map
         return [["error", str(e)]]
 
 

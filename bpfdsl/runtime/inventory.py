@@ -128,7 +128,7 @@ def _load_and_open(
         xdp = [
             p.name
             for p in spec.programs.values()
-            if p.kind.program_type == ProgramType.XDP and p.kind.attach_type == AttachType.XDP
+            if p.program_type == ProgramType.XDP and p.attach_type == AttachType.XDP
         ]
         if len(xdp) == 1:
             prog = xdp[0]
@@ -261,26 +261,26 @@ def _describe(path: str) -> dict | None:
                     "path": path,
                 }
             if kind == "map":
-                i = syscall.map_info(fd)
+                mi = syscall.map_info(fd)
                 return {
                     "kind": "map",
-                    "id": int(i.id),
+                    "id": int(mi.id),
                     "name": os.path.basename(path),
-                    "detail": _type_name(MapType, int(i.type)),
+                    "detail": _type_name(MapType, int(mi.type)),
                     "path": path,
                 }
             if kind == "link":
-                i = syscall.link_info(fd)
-                detail = _type_name(LinkType, int(i.type))
-                if i.type == LinkType.XDP:
-                    detail += f" ifindex {i.xdp_ifindex}" if i.xdp_ifindex else " (detached)"
+                li = syscall.link_info(fd)
+                detail = _type_name(LinkType, int(li.type))
+                if li.type == LinkType.XDP:
+                    detail += f" ifindex {li.xdp_ifindex}" if li.xdp_ifindex else " (detached)"
                 return {
                     "kind": "link",
-                    "id": int(i.id),
+                    "id": int(li.id),
                     "name": os.path.basename(path),
-                    "detail": f"{detail} prog {int(i.prog_id)}",
+                    "detail": f"{detail} prog {int(li.prog_id)}",
                     "path": path,
-                    "prog_id": int(i.prog_id),
+                    "prog_id": int(li.prog_id),
                 }
     except (syscall.BpfError, OSError):
         return None
@@ -326,11 +326,12 @@ def _links(limit: int = 100_000) -> dict[tuple[str, int, int], int]:
     link_id = 0
     for _ in range(limit):
         try:
-            link_id = syscall.get_next_id("link", link_id)
+            next_id = syscall.get_next_id("link", link_id)
         except syscall.BpfError:
             break
-        if link_id is None:
+        if next_id is None:
             break
+        link_id = next_id
         try:
             with syscall.get_fd_by_id("link", link_id) as fd:
                 i = syscall.link_info(fd)
@@ -392,11 +393,12 @@ def sk_msg_attachments(links: dict, *, limit: int = 100_000) -> list:
     map_id = 0
     for _ in range(limit):
         try:
-            map_id = syscall.get_next_id("map", map_id)
+            next_id = syscall.get_next_id("map", map_id)
         except syscall.BpfError:
             break
-        if map_id is None:
+        if next_id is None:
             break
+        map_id = next_id
         try:
             fd = syscall.get_fd_by_id("map", map_id)
         except (syscall.BpfError, OSError):
@@ -458,10 +460,10 @@ def collect(*, all_dirs: bool = False) -> dict:
         cur = attach.xdp_attachment(dev)
         if cur is None:
             continue
-        d = cur.to_dict()
+        att = cur.to_dict()
         if cur.link_id is not None:
-            d["link_pin"] = link_pins.get(cur.link_id)
-        atts.append(d)
+            att["link_pin"] = link_pins.get(cur.link_id)
+        atts.append(att)
     links = _links()
     sk_msg = sk_msg_attachments(links)
     pinned = _map_pins({a["map_id"] for a in sk_msg})

@@ -236,8 +236,10 @@ def _btf_ids(coll: Collection, key_id: int, value_id: int) -> dict[str, int]:
 
 def _map_create(coll: Collection, name: str, m: MapSpec, max_entries: int, **kw) -> S.Fd:
     """BPF_MAP_CREATE; with BTF first, again without it if the kernel refuses (as libbpf)."""
-    args = dict(map_flags=m.map_flags, name=name, numa_node=m.numa_node, map_extra=m.map_extra)
-    btf = _btf_ids(coll, m.key_type_id, m.value_type_id)
+    args: dict[str, Any] = dict(
+        map_flags=m.map_flags, name=name, numa_node=m.numa_node, map_extra=m.map_extra
+    )
+    btf: dict[str, Any] = _btf_ids(coll, m.key_type_id, m.value_type_id)
     try:
         return S.map_create(m.map_type, m.key_size, m.value_size, max_entries, **args, **btf, **kw)
     except S.BpfPermissionError:
@@ -268,7 +270,7 @@ def _create_map(coll: Collection, m: MapSpec, pin_root: str | None) -> None:
             "and pins nothing"
         )
     path = os.path.join(pin_root, m.name) if m.pinning == PIN_BY_NAME and pin_root else None
-    if path and pin_root.startswith(DEFAULT_PIN_ROOT):
+    if path and pin_root and pin_root.startswith(DEFAULT_PIN_ROOT):
         ensure_bpffs(DEFAULT_PIN_ROOT)
     if path and os.path.exists(path):
         fd = _reuse_pinned(path, m, max_entries)
@@ -417,7 +419,7 @@ def _load_program(coll: Collection, p: ProgramSpec, log_level: int, log_size: in
         )
     name = "".join(c if c.isalnum() or c in "_." else "_" for c in p.name)[:15]
     try:
-        fd, log = S.prog_load(
+        prog_fd, log = S.prog_load(
             p.kind.program_type,
             encode(insns),
             coll.spec.license or "",
@@ -439,7 +441,7 @@ def _load_program(coll: Collection, p: ProgramSpec, log_level: int, log_size: in
             ) from None
 
         raise VerifierError(p.name, summarize(e.log, p), e.log, e.errno) from None
-    coll.programs[p.name] = LoadedProgram(p.name, fd, p, log)
+    coll.programs[p.name] = LoadedProgram(p.name, prog_fd, p, log)
 
 
 def _fill_initial_values(coll: Collection) -> None:

@@ -2,7 +2,7 @@
 
 Takes pcap/pcapng files (read by libpcap's rules: :mod:`bpfdsl.runtime.pcapfile`) or hex text, returns
 Ethernet frames as ``bytes`` (wire order);
-builds UDP/IPv4 frames with correct checksums (RFC 791/768) without scapy (fast), and
+builds UDP/IPv4 frames with correct checksums (RFC 791/768) without scapy, and
 uses scapy only to describe a frame in one line.  Errors are DiagnosticError/UsageError.
 """
 
@@ -14,7 +14,7 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from bpfdsl.diagnostics import DiagnosticError, UsageError, error
+from bpfdsl.diagnostics import UsageError, error
 from bpfdsl.runtime.pcapfile import CaptureFormatError, read_capture
 
 DLT_EN10MB = 1  # pcap LINKTYPE_ETHERNET (tcpdump.org/linktypes.html)
@@ -160,12 +160,12 @@ def udp_frame(
 def summary(frame: bytes) -> str:
     """One-line scapy description of an Ethernet frame (never raises)."""
     try:
-        import scapy.layers.inet  # noqa: F401, PLC0415 (binds IPv4/UDP/TCP to Ether)
-        import scapy.layers.inet6  # noqa: F401, PLC0415
-        from scapy.layers.l2 import Ether  # noqa: PLC0415
+        import scapy.layers.inet  # binds IPv4/UDP/TCP to Ether
+        import scapy.layers.inet6  # noqa: F401
+        from scapy.layers.l2 import Ether
 
         return Ether(frame).summary()
-    except Exception as e:  # noqa: BLE001 - scapy may fail on any malformed frame
+    except Exception as e:  # scapy may fail on any malformed frame
         return f"<{len(frame)} bytes, not decodable: {type(e).__name__}>"
 
 
@@ -322,14 +322,3 @@ def _byte_lines(before: bytes, after: bytes, skip: list[tuple[int, int]], limit:
         if len(out) >= limit:
             break
     return out
-
-
-def check_frame(data: bytes, where: str) -> None:
-    """Raise DiagnosticError if ``data`` is too short to be an Ethernet frame."""
-    if len(data) < ETH_HLEN:
-        raise DiagnosticError(
-            error(
-                "bad-packet",
-                f"{where}: {len(data)} bytes is shorter than an Ethernet header ({ETH_HLEN} bytes)",
-            )
-        )

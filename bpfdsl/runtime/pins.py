@@ -11,9 +11,9 @@ dots in names), links pinned later by ``bpfdsl attach`` as ``DIR/link_*``, and a
 
 from __future__ import annotations
 
-import _socket  # socket's C module (if_indextoname) without socket.py's set-up
 import json
 import os
+import socket
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -206,7 +206,7 @@ def _detach_if_link(path: str) -> str:
     where = f"link {info.id}, prog {info.prog_id}"
     if info.type == LinkType.XDP and info.xdp_ifindex:
         try:
-            dev = _socket.if_indextoname(int(info.xdp_ifindex))
+            dev = socket.if_indextoname(int(info.xdp_ifindex))
         except OSError:
             dev = f"ifindex {info.xdp_ifindex}"
         return f"XDP on {dev} ({where})"

@@ -231,7 +231,9 @@ def sock_ops_fields(ctx: dict[str, Any]) -> dict[str, int]:
 
 
 def family_name(family: int) -> str:
-    return {socket.AF_INET: "AF_INET", socket.AF_INET6: "AF_INET6"}.get(family, str(family))
+    return {int(socket.AF_INET): "AF_INET", int(socket.AF_INET6): "AF_INET6"}.get(
+        family, str(family)
+    )
 
 
 def summary(kind: ProgramKind, ctx: dict[str, Any], data: bytes) -> str:

@@ -110,13 +110,6 @@ def sockmap_add(
         ) from None
 
 
-def sockmap_delete(map_fd: int, key: bytes | int, *, map_name: str = "sockmap") -> bool:
-    """Remove the socket under ``key``; False when there was none."""
-    info = require_map(map_fd, SOCK_MAP_KINDS, map_name)
-    kb = key if isinstance(key, bytes) else int(key).to_bytes(info.key_size, "little")
-    return S.map_delete(map_fd, kb)
-
-
 def sockmap_count(map_fd: int, *, map_name: str = "sockmap", limit: int = 1 << 20) -> int:
     """Number of sockets in a sockhash (keys walked with GET_NEXT_KEY) or sockmap (slots
     whose lookup succeeds); at most ``limit`` keys are visited."""

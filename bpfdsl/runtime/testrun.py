@@ -25,7 +25,7 @@ from bpfdsl.interp.maps import SlotMap
 from bpfdsl.kernel import syscall
 from bpfdsl.runtime import loader, runinfo
 from bpfdsl.runtime.packets import ETH_HLEN, describe_change, summary
-from bpfdsl.runtime.runinfo import sock_ops_fields
+from bpfdsl.runtime.runinfo import MAP_DIFF_LIMIT, sock_ops_fields
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +108,7 @@ class KernelEngine:
             raise
         return RunResult(r.retval, r.data_out, r.duration_ns)
 
-    def snapshot_maps(self, limit: int = 4096) -> dict[str, dict[bytes, bytes] | None]:
+    def snapshot_maps(self, limit: int = MAP_DIFF_LIMIT) -> dict[str, dict[bytes, bytes] | None]:
         """Contents of the object's maps as BPF_MAP_LOOKUP_ELEM returns them (key ->
         value bytes; per-CPU values concatenated); None for a map with more than
         ``limit`` entries or values user space cannot read (sockmap, prog array...)."""
@@ -119,7 +119,7 @@ class KernelEngine:
             vsize = lm.value_size
             if is_percpu(lm.map_type):  # each CPU's value 8-aligned, possible CPUs
                 vsize = ((lm.value_size + 7) & ~7) * self.ncpus
-            entries: dict[bytes, bytes] | None = {}
+            entries: dict[bytes, bytes] = {}
             key = None
             try:
                 for _ in range(limit + 1):
@@ -130,9 +130,11 @@ class KernelEngine:
                     if v is not None:
                         entries[key] = v
                 else:
-                    entries = None
+                    out[name] = None
+                    continue
             except syscall.BpfError:
-                entries = None
+                out[name] = None
+                continue
             out[name] = entries
         return out
 
@@ -210,7 +212,7 @@ class InterpEngine:
         }
         return RunResult(res.retval, res.data_out, total // max(1, repeat), outcome)
 
-    def snapshot_maps(self, limit: int = 4096) -> dict[str, dict[bytes, Any] | None]:
+    def snapshot_maps(self, limit: int = MAP_DIFF_LIMIT) -> dict[str, dict[bytes, Any] | None]:
         """Contents of the ``.maps`` maps as BPF_MAP_LOOKUP_ELEM would return them (per-CPU
         values concatenated, 8-byte aligned); redirect/socket maps: their entries (bytes
         or socket objects).  None for a map of more than ``limit`` entries."""
@@ -464,7 +466,7 @@ class _Replay:
 
     def __init__(self, engine) -> None:
         self.engine = engine
-        self.interp = None
+        self.interp: InterpEngine | None = None
         self.broken = hasattr(engine, "collection")  # the engine is the interpreter itself
 
     def explain(self, program: str, data: bytes, ctx, before: dict, retval: int):

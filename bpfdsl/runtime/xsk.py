@@ -298,7 +298,7 @@ class XskSocket:
         if getattr(self, "umem", None) is not None:
             del self._umem_ptr
             self.umem.close()
-            self.umem = None
+            del self.umem
 
     def __enter__(self) -> XskSocket:
         return self

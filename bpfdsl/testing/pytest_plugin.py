@@ -135,7 +135,7 @@ class BpfRun:
     @property
     def packet(self):
         """``data_out`` parsed by scapy as an Ethernet frame."""
-        from scapy.layers.l2 import Ether  # noqa: PLC0415
+        from scapy.layers.l2 import Ether
 
         return Ether(self.data_out)
 

@@ -31,13 +31,7 @@ def prog(body: str, args: str = "ptr %ctx") -> str:
     return f'define i32 @f({args}) nounwind section "xdp" {{\n{body}\n}}\n'
 
 
-@pytest.fixture
-def via_llvmlite(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Force target.py onto llvmlite.binding (as BPFDSL_LLVM=llvmlite does per process)."""
-    monkeypatch.setattr(llvm_c, "_loaded", [None])
-
-
-def both(fn, monkeypatch: pytest.MonkeyPatch):  # noqa: ANN001, ANN201
+def both(fn, monkeypatch: pytest.MonkeyPatch):
     """``(fn() on the lean path, fn() on llvmlite.binding)``."""
     assert target._lean() is not None
     lean = fn()
@@ -74,7 +68,7 @@ def test_every_prog_same_object_asm_and_ir_both_ways(monkeypatch: pytest.MonkeyP
 
 @needs_lean
 def test_errors_carry_llvm_text_both_ways(monkeypatch: pytest.MonkeyPatch) -> None:
-    def fail(text: str):  # noqa: ANN202
+    def fail(text: str):
         def run() -> str:
             with pytest.raises(InternalCompilerError) as e:
                 emit(text)
@@ -129,7 +123,7 @@ def test_unsupported_version_or_missing_symbol_falls_back(
         llvm_c.Lib(str(tmp_path / "libllvmlite.so"))
 
 
-def _compile_cli(src: Path, out: Path, *extra: str, env: dict | None = None):  # noqa: ANN202
+def _compile_cli(src: Path, out: Path, *extra: str, env: dict | None = None):
     return subprocess.run(
         [sys.executable, "-X", "importtime", "-m", "bpfdsl", "compile", str(src), "-o", str(out),
          *extra],

@@ -63,7 +63,7 @@ def load_cases() -> list[Case]:
             c.refs[len(c.insns)] = MapRef(MAPS[name], 0 if name == "rodata" else None)
             return I.ld_imm64(dst, 0)
 
-        c.insns.append(eval(line, {**ns, "lmap": lmap}))  # noqa: S307 - test data
+        c.insns.append(eval(line, {**ns, "lmap": lmap}))  # test data
     return cases
 
 

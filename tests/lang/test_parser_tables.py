@@ -48,7 +48,7 @@ def test_tool_keys_tables_by_the_same_hash_and_writes_the_same_lexer():
     assert tool.TABLES.samefile(parser_tables.__file__)
     # everything but lark's LALR state numbering (which varies between runs) is reproduced
     ns: dict = {}
-    exec(compile(tool.generate(grammar_text()), "parser_tables", "exec"), ns)  # noqa: S102
+    exec(compile(tool.generate(grammar_text()), "parser_tables", "exec"), ns)
     for name in ("PATTERN", "IGNORE", "NEWLINE_TYPES", "KEYWORDS", "TOKEN_TYPES", "RULES"):
         assert ns[name] == getattr(parser_tables, name), name
     assert len(ns["STATES"]) == len(parser_tables.STATES)

@@ -207,9 +207,9 @@ def test_attach_tc_says_only_xdp():
 def _as_nobody(argv: list[str]) -> tuple[int, str]:
     """Run the CLI in a forked child with uid/gid 65534 (modules imported beforehand:
     the interpreter's own tree may not be readable by nobody)."""
-    import bpfdsl.cli.attach_cmds  # noqa: F401
-    import bpfdsl.cli.load_cmds  # noqa: F401
-    import bpfdsl.runtime.inventory  # noqa: F401
+    import bpfdsl.cli.attach_cmds
+    import bpfdsl.cli.load_cmds
+    import bpfdsl.runtime.inventory
     import bpfdsl.runtime.pins  # noqa: F401
     from bpfdsl.cli import main
 
@@ -218,8 +218,8 @@ def _as_nobody(argv: list[str]) -> tuple[int, str]:
         if pid == 0:  # child: never returns into pytest
             code = 99
             try:
-                sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - the child exits below
-                sys.stderr = open(os.dup(err.fileno()), "w")  # noqa: SIM115
+                sys.stdout = open(os.devnull, "w")
+                sys.stderr = open(os.dup(err.fileno()), "w")
                 os.setgroups([])
                 os.setresgid(65534, 65534, 65534)
                 os.setresuid(65534, 65534, 65534)

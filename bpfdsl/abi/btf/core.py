@@ -177,19 +177,6 @@ class Btf:
             t = self[t.type]
         return out
 
-    def string(self, off: int) -> str:
-        return read_cstr(self.strings, off, "BTF")  # (no copy of the string section)
-
-    def add_string(self, s: str) -> int:
-        """Append ``s`` to the string section (reusing an equal string); its offset."""
-        raw = s.encode() + b"\0"
-        at = self.strings.find(b"\0" + raw)
-        if at >= 0:
-            return at + 1
-        off = len(self.strings)
-        self.strings += raw
-        return off
-
     # ---- fix-ups (libbpf btf_fixup_datasec / bpf_object__sanitize_btf) ----
     def fixup_datasecs(
         self,
@@ -372,7 +359,7 @@ def _decode_type(data: bytes, pos: int, end: int, tid: int, names: _Names) -> tu
         (t.component_idx,) = struct.unpack_from("<i", data, pos)
     elif kind == Kind.FUNC:
         t.linkage = vlen
-    elif rec:
+    elif rec and fmt is not None:
         recs = struct.iter_unpack(fmt, data[pos : pos + n])
         ms = t.members
         if kind in (Kind.STRUCT, Kind.UNION):

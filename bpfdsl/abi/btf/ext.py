@@ -55,8 +55,6 @@ class BtfExt:
     func_info: dict[str, list[FuncInfo]] = field(default_factory=dict)
     line_info: dict[str, list[LineInfo]] = field(default_factory=dict)
     core_relos: dict[str, list[CoreRelo]] = field(default_factory=dict)
-    func_rec_size: int = 8
-    line_rec_size: int = 16
 
 
 def parse_btf_ext(data: bytes, btf: Btf) -> BtfExt:
@@ -76,7 +74,7 @@ def parse_btf_ext(data: bytes, btf: Btf) -> BtfExt:
 
     def blocks(off: int, length: int, min_rec: int, what: str):
         if not length:
-            return 0, []
+            return []
         start, end = hdr_len + off, hdr_len + off + length
         if end > len(data) or length < 4:
             raise BtfFormatError(f".BTF.ext: {what} section runs past the end")
@@ -94,12 +92,12 @@ def parse_btf_ext(data: bytes, btf: Btf) -> BtfExt:
             recs = [data[pos + i * rec : pos + (i + 1) * rec] for i in range(n)]
             out.append((read_cstr(strs, sec_off, f".BTF.ext {what} section name"), recs))
             pos += n * rec
-        return rec, out
+        return out
 
-    ext.func_rec_size, fblocks = blocks(fo, fl, 8, "func_info")
+    fblocks = blocks(fo, fl, 8, "func_info")
     for sec, recs in fblocks:
         ext.func_info[sec] = [FuncInfo(*struct.unpack_from("<II", r)) for r in recs]
-    ext.line_rec_size, lblocks = blocks(lo, ll, 16, "line_info")
+    lblocks = blocks(lo, ll, 16, "line_info")
     texts: dict[int, str] = {}  # string offset -> text: file names and lines repeat
 
     def text(off: int, what: str) -> str:
@@ -124,11 +122,11 @@ def parse_btf_ext(data: bytes, btf: Btf) -> BtfExt:
                 )
             )
         ext.line_info[sec] = items
-    _rec, cblocks = blocks(co, cl, 16, "core_relo")
+    cblocks = blocks(co, cl, 16, "core_relo")
     for sec, recs in cblocks:
-        items = []
+        relos = []
         for r in recs:
             off, tid, acc, kind = struct.unpack_from("<IIII", r)
-            items.append(CoreRelo(off, tid, read_cstr(strs, acc, "core_relo access"), kind))
-        ext.core_relos[sec] = items
+            relos.append(CoreRelo(off, tid, read_cstr(strs, acc, "core_relo access"), kind))
+        ext.core_relos[sec] = relos
     return ext

@@ -24,10 +24,10 @@ from __future__ import annotations
 import ipaddress
 import json
 import struct
+from typing import TYPE_CHECKING, Literal
 
 from bpfdsl.abi.btf.core import BTF_INT_BOOL, BTF_INT_CHAR, BTF_INT_SIGNED, Btf, BtfType, Kind
 
-TYPE_CHECKING = False  # (typing costs import time on the load path)
 if TYPE_CHECKING:  # pragma: no cover
     from typing import Any
 
@@ -147,12 +147,6 @@ def format_value(btf: Btf, tid: int, data: bytes, _depth: int = 0) -> Any:
     return data.hex()
 
 
-def format_text(btf: Btf, tid: int, data: bytes) -> str:
-    """One-line human form: scalars as themselves, structs/lists as compact JSON."""
-    v = format_value(btf, tid, data)
-    return v if isinstance(v, str) else json.dumps(v, separators=(", ", ": "))
-
-
 def parse_value(btf: Btf, tid: int, text: str) -> bytes:
     """Parse user text to the bytes of type ``tid``: ``42``, ``0x2a``, ``10.0.0.1``,
     ``10.0.0.0/8``, an enum name, ``true``, a JSON object/array for structs and arrays, or
@@ -203,7 +197,9 @@ def _int(obj: Any, what: str) -> int:
     raise ValueError(f"expected an integer for {what}, got {obj!r}")
 
 
-def _int_bytes(v: int, size: int, order: str, what: str, signed: bool = False) -> bytes:
+def _int_bytes(
+    v: int, size: int, order: Literal["little", "big"], what: str, signed: bool = False
+) -> bytes:
     """``v`` in ``size`` bytes (``order``: "little"/"big"); ValueError naming type ``what``
     and its range when ``v`` is outside it (nothing wraps: -1 is no u8)."""
     lo, hi = int_range(size, signed)
@@ -269,8 +265,8 @@ def encode_value(btf: Btf, tid: int, obj: Any, _depth: int = 0) -> bytes:
     t = btf.resolve(tid)
     name = type_label(btf, tid)
     if sp == "ipv4" and t.kind == Kind.INT and t.size == 4:  # __be32: an address or a number
-        if isinstance(obj, str) and _ipv4(obj) is not None:
-            return _ipv4(obj)  # an IPv4 literal is a be32, as in the language
+        if isinstance(obj, str) and (v4 := _ipv4(obj)) is not None:
+            return v4  # an IPv4 literal is a be32, as in the language
         if isinstance(obj, str) and (":" in obj or "." in obj):
             _address("ipv4", obj, name)  # raises: '10.1', an IPv6 or MAC address
         return _int_bytes(_int(obj, f"{name} (or an IPv4 address a.b.c.d)"), 4, "big", name)

@@ -9,16 +9,17 @@ from llvmlite import ir
 
 from bpfdsl.abi.helpers import HELPERS
 from bpfdsl.backend.codegen.expr import _chunks
+from bpfdsl.backend.codegen.host import GenHost
 from bpfdsl.lang import ast
 from bpfdsl.lang import types as T
 from bpfdsl.lang.headers import PSEUDO_FIELDS
-from bpfdsl.lang.sema.symbols import BUILTINS
+from bpfdsl.lang.sema.symbols import BUILTINS, Local
 
 I32, I64 = ir.IntType(32), ir.IntType(64)
 PTR = ir.PointerType()
 
 
-class CallGen:
+class CallGen(GenHost):
     # ---- calls ----
     def helper(self, hid: int, ret: ir.Type, args: list[ir.Value]) -> ir.Value:
         """Call BPF helper ``hid`` like clang: through ``inttoptr (i64 hid to ptr)``."""
@@ -57,6 +58,7 @@ class CallGen:
             return self.b.call(self.fn_ir[e.name, None], args)
         if e.name == "host" or e.name.startswith("be"):
             at = e.args[0].ty
+            assert isinstance(e.ty, T.IntType)
             v = self.rv(e.args[0], at if isinstance(at, T.IntType) else T.IntType(e.ty.bits))
             return self.bswap(self.conv(v, at, T.IntType(e.ty.bits)))
         if e.name in ("ktime_get_ns", "get_prandom_u32", "get_smp_processor_id"):
@@ -95,6 +97,7 @@ class CallGen:
             "sock_map_update",
         ):
             m = e.args[0].ty
+            assert isinstance(m, T.MapType)
             key = (
                 self.rv(e.args[1], T.U32)
                 if e.name == "msg_redirect_map"
@@ -106,8 +109,9 @@ class CallGen:
                 [self.f.ctx, self.gen(e.args[0]), key, self.rv(e.args[2], T.U64)],
             )
         if e.name in ("msg_apply_bytes", "msg_cork_bytes", "sock_ops_cb_flags_set"):
-            params = BUILTINS[e.name][0]
-            args = [self.rv(a, t) for a, t in zip(e.args, params, strict=True)]
+            sig = BUILTINS[e.name]
+            assert sig is not None
+            args = [self.rv(a, t) for a, t in zip(e.args, sig[0], strict=True)]
             return self.helper(HELPERS[e.name].id, I64, [self.f.ctx, *args])
         raise AssertionError(f"codegen: call {e.name}")
 
@@ -120,10 +124,12 @@ class CallGen:
             return self.header_field_ptr(e), self.align_of(e)
         if isinstance(e, ast.Field):
             return self.field_ptr(e), max(1, e.ty.align)
-        return self.var(self.c.sym[e]), 8
+        loc = self.c.sym[e]
+        assert isinstance(loc, Local)
+        return self.var(loc), 8
 
     def swap(self, a: ast.Expr, b: ast.Expr) -> None:
-        """Exchange two values in memory (no checksum change: see sema_calls._swap), except
+        """Exchange two values in memory (no checksum change: see lang.sema.calls._swap), except
         ``swap(ip6.saddr, ip6.daddr)`` behind a Routing header with segments_left != 0:
         the L4 pseudo-header then holds the final destination, not ip6.daddr (RFC 8200
         8.1), so only its source changes, and the L4 checksum is updated for that."""
@@ -132,6 +138,7 @@ class CallGen:
             isinstance(a, ast.Field)
             and isinstance(a.obj.ty, T.HeaderType)
             and a.obj.ty.layout.name == "ipv6"
+            and isinstance(b, ast.Field)
             and {a.name, b.name} == {"saddr", "daddr"}
         ):
             hdr = self.gen(a.obj)
@@ -152,6 +159,7 @@ class CallGen:
             self.b.store(y, self.gep(pa, off), align=min(w, align))
             self.b.store(x, self.gep(pb, off), align=min(w, align))
         if rh_words is not None:
+            assert isinstance(a, ast.Field)
             kinds = PSEUDO_FIELDS["ipv6"]["saddr"]
             l4 = self._related_l4(a.obj, kinds)
             new = self._words(hdr, 8, 24)

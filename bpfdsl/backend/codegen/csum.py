@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from llvmlite import ir
 
+from bpfdsl.backend.codegen.host import GenHost
 from bpfdsl.lang import ast
+from bpfdsl.lang import types as T
 from bpfdsl.lang.headers import HEADERS, L4_PROTO
 from bpfdsl.lang.sema.symbols import Local
 
@@ -18,7 +20,7 @@ I8, I16, I32, I64 = (ir.IntType(n) for n in (8, 16, 32, 64))
 PTR = ir.PointerType()
 
 
-class CsumGen:
+class CsumGen(GenHost):
     EXT_RH_ACTIVE = 1  # a Routing header with segments_left != 0 (RFC 8200 4.4)
     EXT_LATER_FRAG = 2  # a Fragment header with a non-zero offset: no L4 header follows
 
@@ -84,7 +86,12 @@ class CsumGen:
         out, seen = [], False
         for scope in self.env if ip is not None else ():
             for loc, slot in scope.items():
-                if isinstance(loc, Local) and loc.header_parent is ip and loc.ty.layout.l4:
+                if (
+                    isinstance(loc, Local)
+                    and isinstance(loc.ty, T.HeaderType)
+                    and loc.header_parent is ip
+                    and loc.ty.layout.l4
+                ):
                     seen = True
                     if loc.ty.layout.name in kinds:
                         out.append((loc.ty.layout, self.b.load(slot, typ=PTR)))
@@ -208,6 +215,7 @@ class CsumGen:
             l4 = self.gep(ip, self.b.shl(self.b.zext(ihl, I64), ir.Constant(I64, 2)))
         for k in kinds:
             h = HEADERS[k]
+            assert h.csum is not None  # an L4 header with a pseudo-header checksum
             hit, nxt = self.new_block(f"pseudo.{k}"), self.new_block("pseudo.next")
             self.b.cbranch(
                 self.b.icmp_unsigned("==", proto, ir.Constant(I8, L4_PROTO[k])), hit, nxt

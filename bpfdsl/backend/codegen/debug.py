@@ -13,14 +13,14 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from bpfdsl.backend.debuginfo import DebugInfo, load_config
+from bpfdsl.backend.debuginfo import DebugInfo, FunctionDebug, load_config
 from bpfdsl.lang import types as T
 
 
 class DebugAdapter:
     def __init__(self, module: ir.Module, filename: str, source: str, map_lines: dict[str, int]):
         self.di = DebugInfo(module, filename, source=source)
-        self.fn = None
+        self.fn: FunctionDebug | None = None
         self.map_lines = map_lines
         self._structs: dict[str, object] = {}
         self._bytes: dict[str, object] = {}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from llvmlite import ir
 
+from bpfdsl.backend.codegen.host import GenHost
 from bpfdsl.lang import ast
 from bpfdsl.lang import types as T
 from bpfdsl.lang.sema.symbols import Config, Const, Local
@@ -51,7 +52,7 @@ def _calls(e) -> bool:
     )
 
 
-class ExprGen:
+class ExprGen(GenHost):
     # ---- scalars ----
     def gen(self, e: ast.Expr):
         v = self.c.cval.get(e)
@@ -153,7 +154,7 @@ class ExprGen:
         return self._binop_plain(op, a, b, signed)
 
     def _binop_plain(self, op: str, a: ir.Value, b: ir.Value, signed: bool) -> ir.Value:
-        op = {
+        fn = {
             "+": self.b.add,
             "-": self.b.sub,
             "*": self.b.mul,
@@ -165,7 +166,7 @@ class ExprGen:
             "/": self.b.sdiv if signed else self.b.udiv,
             "%": self.b.srem if signed else self.b.urem,
         }[op]
-        return op(a, b)
+        return fn(a, b)
 
     def g_Compare(self, e: ast.Compare):
         ty = self.c.optype[e]
@@ -228,6 +229,7 @@ class ExprGen:
     def index_ptr(self, e: ast.Index) -> ir.Value:
         base = self.gen(e.obj)
         ot = e.obj.ty.inner if isinstance(e.obj.ty, T.RefType) else e.obj.ty
+        assert isinstance(ot, T.ArrayType)
         i = self.rv(e.index, T.U64)
         off = self.b.mul(i, ir.Constant(I64, ot.elem.size))
         return self.gep(base, off)
@@ -247,11 +249,13 @@ class ExprGen:
         """Address of a struct field (local struct or map value)."""
         ot = e.obj.ty
         st = ot.inner if isinstance(ot, T.RefType) else ot
+        assert isinstance(st, T.StructType)
         base = self.gen(e.obj)
         return self.gep(base, st.fields[e.name][0])
 
     def g_InPrefix(self, e: ast.InPrefix):
-        lit: ast.AddrLit = e.right
+        lit = e.right
+        assert isinstance(lit, ast.AddrLit)
         plen, data = lit.prefixlen, lit.data
         bits = int.from_bytes(data, "big")
         nbits = len(data) * 8
@@ -291,7 +295,7 @@ class ExprGen:
     def g_BytesLit(self, e: ast.BytesLit):
         return self.g_AddrLit(e)
 
-    def g_AddrLit(self, e: ast.AddrLit):
+    def g_AddrLit(self, e: ast.AddrLit | ast.Name | ast.BytesLit):  # a Name: a const with data
         data = self.c.cbytes[e]
         p = self.alloca_mem(len(data))
         self.store_const_bytes(p, data, 8)
@@ -351,18 +355,22 @@ class ExprGen:
         ):
             return self.store_header_elem(tgt, s.op, s.value)
         ty = tgt.ty.inner if isinstance(tgt.ty, T.RefType) else tgt.ty
-        ref = isinstance(tgt.ty, T.RefType) or (
-            isinstance(tgt, (ast.Field, ast.Index)) and isinstance(tgt.obj.ty, T.RefType)
-        )
-        percpu = ref and (tgt.ty.percpu if isinstance(tgt.ty, T.RefType) else tgt.obj.ty.percpu)
+        obj_ty = tgt.obj.ty if isinstance(tgt, (ast.Field, ast.Index)) else None
+        ref = isinstance(tgt.ty, T.RefType) or isinstance(obj_ty, T.RefType)
+        if isinstance(tgt.ty, T.RefType):
+            percpu = tgt.ty.percpu
+        else:
+            percpu = isinstance(obj_ty, T.RefType) and obj_ty.percpu
         if isinstance(tgt, ast.Name):
             loc = self.c.sym[tgt]
+            assert isinstance(loc, Local)
             slot = self.var(loc)
             if isinstance(loc.ty, T.RefType):
                 slot = self.b.load(slot, typ=PTR)
         elif isinstance(tgt, ast.Field):
             slot = self.field_ptr(tgt)
         else:
+            assert isinstance(tgt, ast.Index)
             slot = self.index_ptr(tgt)
         if isinstance(ty, (T.StructType, T.BytesType, T.ArrayType)):
             self.store_bytes(slot, s.value, ty)

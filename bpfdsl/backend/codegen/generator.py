@@ -6,11 +6,13 @@ Maps are BTF-defined globals in ``.maps``, configs are globals in ``.rodata`` (n
 ``constant``, so LLVM cannot fold them: the loader patches them), the license is a char
 array in ``license``.  Helpers are called through ``inttoptr (i64 ID to ptr)`` like clang.
 Statements are here; expressions, packet access and map access are the mixins in
-codegen_expr, codegen_pkt and codegen_maps.  Debug info goes through ``self.dbg``
+codegen.expr, codegen.pkt and codegen.maps.  Debug info goes through ``self.dbg``
 (:mod:`bpfdsl.backend.debuginfo` when present, else nothing).
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from llvmlite import ir
 
@@ -49,7 +51,7 @@ class _Fn:
         self.loops: list[tuple[ir.Block, ir.Block]] = []  # (continue target, break target)
         self.ret_block: ir.Block | None = None
         self.pending: list[ir.Block] = []  # blocks made by new_block
-        self.temps: list[ir.Value] = []  # live key/value temporaries (codegen_maps.temp_mem)
+        self.temps: list[ir.Value] = []  # live key/value temporaries (codegen.maps.temp_mem)
         self.rets: list[tuple[ir.Value, ir.Block]] = []  # (value, predecessor) of ret_block
 
 
@@ -60,12 +62,11 @@ class CodeGen(ExprGen, CallGen, PktGen, MapGen):
         self.m.triple = "bpfel"
         self.m.data_layout = DATALAYOUT
         self.dbg = dbg
-        self.b: ir.IRBuilder = None  # type: ignore[assignment]
-        self.f: _Fn = None  # type: ignore[assignment]
+        self.b: ir.IRBuilder  # these two are set by begin() for each function
+        self.f: _Fn
         self.env: list[dict[Local, ir.Value]] = []
         self.globals: dict[str, ir.GlobalVariable] = {}
         self.fn_ir: dict[tuple[str, str | None], ir.Function] = {}  # (fn, ctx kind): see fn_copies
-        self._helpers: dict[int, ir.Value] = {}
 
     # ---- module level ----
     def generate(self) -> ir.Module:
@@ -107,8 +108,6 @@ class CodeGen(ExprGen, CallGen, PktGen, MapGen):
         g.initializer = ir.Constant(ty, bytearray(data))
         g.section = "license"
         g.align = 1
-        if self.dbg:
-            self.dbg.license_global(g)
 
     def emit_map_global(self, name: str, mt: T.MapType) -> ir.GlobalVariable:
         if self.dbg:
@@ -233,6 +232,7 @@ class CodeGen(ExprGen, CallGen, PktGen, MapGen):
             self.dbg.end_program()
         for arg, p in zip(args, info.decl.params, strict=True):
             loc = self.c.sym[p]
+            assert isinstance(loc, Local)
             self.bind(loc, arg)
         self.loc(info.decl.span)
         self.block(info.decl.body, new_scope=False)
@@ -286,7 +286,7 @@ class CodeGen(ExprGen, CallGen, PktGen, MapGen):
         return self.alloca(PTR, name, 8)
 
     def alloca_mem(
-        self, size: int, name: str = "", filled: list[tuple[int, int]] = (), lifetime=False
+        self, size: int, name: str = "", filled: Sequence[tuple[int, int]] = (), lifetime=False
     ) -> ir.Value:
         """An 8-aligned stack area of ``size`` bytes (B07).  Every byte not in ``filled``
         ((offset, size) ranges the caller stores next) is zeroed here, so padding is zero.
@@ -368,7 +368,8 @@ class CodeGen(ExprGen, CallGen, PktGen, MapGen):
         self.gen(s.expr)
 
     def s_Let(self, s: ast.Let) -> None:
-        loc: Local = self.c.sym[s]
+        loc = self.c.sym[s]
+        assert isinstance(loc, Local)
         if s.orelse is not None and isinstance(s.value.ty, T.OptionalType):
             fail = self.new_block(f"{s.name}.missing")
             val = self.gen_optional(s.value, fail)
@@ -412,7 +413,9 @@ class CodeGen(ExprGen, CallGen, PktGen, MapGen):
         other = self.new_block("iflet.else") if s.orelse else merge
         val = self.gen_optional(s.value, other)
         self.env.append({})
-        self.bind(self.c.sym[s], val)
+        loc = self.c.sym[s]
+        assert isinstance(loc, Local)
+        self.bind(loc, val)
         self.block(s.then, new_scope=False)
         self.env.pop()
         if not self.b.block.is_terminated:
@@ -447,7 +450,8 @@ class CodeGen(ExprGen, CallGen, PktGen, MapGen):
         self.start(merge)
 
     def s_For(self, s: ast.For) -> None:
-        loc: Local = self.c.sym[s]
+        loc = self.c.sym[s]
+        assert isinstance(loc, Local) and isinstance(loc.ty, T.IntType)
         ty = self.lt(loc.ty)
         i = self.alloca(ty, s.var, max(1, loc.ty.size))
         self.b.store(self.rv(s.start, loc.ty), i)

@@ -13,6 +13,7 @@ from llvmlite import ir
 
 from bpfdsl.abi.helpers import HELPERS
 from bpfdsl.abi.uapi import BPF_ANY, BPF_NOEXIST, is_hash, is_percpu
+from bpfdsl.backend.codegen.host import GenHost
 from bpfdsl.lang import ast
 from bpfdsl.lang import types as T
 
@@ -21,7 +22,7 @@ VOID = ir.VoidType()
 PTR = ir.PointerType()
 
 
-class MapGen:
+class MapGen(GenHost):
     def temp_mem(self, size: int) -> ir.Value:
         """A key/value temporary (``alloca_mem``) that lives from here until
         :meth:`end_temps`: ``llvm.lifetime.start``/``end`` let LLVM's stack colouring give
@@ -43,6 +44,7 @@ class MapGen:
     def key_ptr(self, m: T.MapType, k: ast.Expr) -> ir.Value:
         kt = k.ty.inner if isinstance(k.ty, T.RefType) else k.ty
         key = m.key
+        assert key is not None
         if m.kind == "lpm_trie" and kt != key:
             p = self.temp_mem(key.size)
             if isinstance(k, ast.AddrLit) and k.prefixlen is not None:
@@ -53,6 +55,7 @@ class MapGen:
             if isinstance(kt, T.IntType):
                 self.b.store(self.rv(k, kt), self.gep(p, 4), align=4)
             else:
+                assert isinstance(key, T.StructType)  # ipv4_prefix / ipv6_prefix
                 self.store_bytes(self.gep(p, 4), k, key.fields["addr"][1], 4)
             return p
         if isinstance(key, (T.IntType, T.BoolType)):
@@ -81,6 +84,7 @@ class MapGen:
 
     def map_lookup(self, e: ast.MethodCall) -> ir.Value:
         m, mark = e.obj.ty, len(self.f.temps)
+        assert isinstance(m, T.MapType)
         r = self.map_lookup_raw(m, self.key_ptr(m, e.args[0]))
         self.end_temps(mark)
         return r
@@ -91,6 +95,7 @@ class MapGen:
 
     def map_method(self, e: ast.MethodCall) -> ir.Value:
         m = e.obj.ty
+        assert isinstance(m, T.MapType)
         if e.name == "contains":
             p = self.map_lookup(e)
             return self.b.icmp_unsigned("!=", p, ir.Constant(PTR, None))
@@ -111,8 +116,10 @@ class MapGen:
         raise AssertionError(f"codegen: map method {e.name} as a value")
 
     def map_assign(self, s: ast.Assign) -> None:
-        tgt: ast.Index = s.target
-        m: T.MapType = tgt.obj.ty
+        tgt = s.target
+        assert isinstance(tgt, ast.Index)
+        m = tgt.obj.ty
+        assert isinstance(m, T.MapType) and m.value is not None
         mark = len(self.f.temps)
         kp = self.key_ptr(m, tgt.index)
         if s.op == "=":

@@ -83,9 +83,6 @@ class PktGen(CsumGen):
     def pkt_data(self) -> ir.Value:
         return self._ctx_ptr(0)
 
-    def pkt_end(self) -> ir.Value:
-        return self._ctx_ptr(1)
-
     def ctx_field(self, name: str) -> ir.Value:
         off, ty, access = CTX_FIELDS[self.f.ctx_kind][name]
         if access == "len":  # data_end - data as a 64-bit scalar (B04)
@@ -396,7 +393,7 @@ class PktGen(CsumGen):
         ``ip6``); leaves the cursor at the upper-layer header; returns its protocol (u8).
         ``flags`` (an i8 slot, set to 0 by the caller) collects what the walk passed, and
         a header that is one of ``stop`` ends the walk at ``stop_to`` (EXT_RH_ACTIVE,
-        EXT_LATER_FRAG; see codegen_csum)."""
+        EXT_LATER_FRAG; see codegen.csum)."""
         nh_slot = self.alloca(I8, "nexthdr", 1)
         cnt = self.alloca(I32, "ext.i", 4)
         self.b.store(self.b.load(self.gep(ip6, 6), typ=I8, align=1), nh_slot)
@@ -445,14 +442,16 @@ class PktGen(CsumGen):
         """adjust_head/tail/meta, msg_pull/push/pop_data: the helper call, then cursor = data
         (every earlier packet pointer is invalid: bpf_helper_changes_pkt_data)."""
         hid = HELPERS[PKT_RESIZE[e.name]].id
-        params = BUILTINS[e.name][0]
-        args = [self.rv(a, t) for a, t in zip(e.args, params, strict=True)]
+        sig = BUILTINS[e.name]
+        assert sig is not None
+        args = [self.rv(a, t) for a, t in zip(e.args, sig[0], strict=True)]
         r = self.helper(hid, I64, [self.f.ctx, *args])
         self.b.store(self.pkt_data(), self.f.cursor)
         return r
 
     # ---- fields ----
     def header_field_ptr(self, e: ast.Field) -> ir.Value:
+        assert isinstance(e.obj.ty, T.HeaderType)
         f = e.obj.ty.layout.fields[e.name]
         return self.gep(self.gen(e.obj), f.offset)
 
@@ -482,6 +481,7 @@ class PktGen(CsumGen):
         self.csum_update(self.gep(hdr, layout.csum), [old_w], [new_w], layout.zero_ok)
 
     def store_header_field(self, tgt: ast.Field, op: str, value: ast.Expr) -> None:
+        assert isinstance(tgt.obj.ty, T.HeaderType)
         layout = tgt.obj.ty.layout
         f = layout.fields[tgt.name]
         hdr = self.gen(tgt.obj)

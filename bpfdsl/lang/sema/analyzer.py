@@ -87,10 +87,9 @@ class Sema(StmtChecker, DeclChecker):
         self.scopes: list[dict[str, object]] = []
         self.kind: ProgramKind | None = None
         self.fn: FnInfo | None = None
-        self.ctx_name: str | None = None
         self.stale: dict[Local, int] = {}
         self.loop_depth = 0
-        # what the parse cursor is just past on every path to here (see sema_stmt.CURSOR_*)
+        # what the parse cursor is just past on every path to here (see symbols.CURSOR_UNKNOWN)
         self.cursor: object = None
         self.parse_from: dict[ast.Parse, object] = {}  # parse -> the cursor it started at
         self.follows: dict[Local, object] = {}  # parsed header -> the cursor it started at
@@ -141,14 +140,14 @@ class Sema(StmtChecker, DeclChecker):
                 return s[name]
         return None
 
-    def bind(self, name: str, sym: object) -> None:
+    def bind(self, name: str, sym: Local) -> None:
         """Bind a local (let, param, loop variable); built-in constant names are refused
         (``let XDP_PASS = 1`` would silently change what ``return XDP_PASS`` means)."""
         if is_builtin_constant(name):
             self.err(
                 "reserved-name",
                 f"`{name}` is a built-in constant and cannot be redefined",
-                getattr(sym, "span", None),
+                sym.span,
                 "pick another name",
             )
         self.scopes[-1][name] = sym
@@ -250,7 +249,7 @@ class Sema(StmtChecker, DeclChecker):
         return g
 
     def body_fn(self, info: FnInfo) -> None:
-        self.fn, self.kind, self.ctx_name = info, None, None
+        self.fn, self.kind = info, None
         self.scopes, self.gone = [self.globals_scope(), {}], {}
         # where the caller's cursor is, the fn cannot know: no L4 view it parses gets an IP
         # parent from a header parsed before the call (see symbols.CURSOR_UNKNOWN)
@@ -281,9 +280,9 @@ class Sema(StmtChecker, DeclChecker):
             )
             return
         self.c.progs.append((p, kind))
-        self.kind, self.ctx_name, self.stale, self.cursor = kind, p.ctx, {}, None
+        self.kind, self.stale, self.cursor = kind, {}, None
         self.scopes, self.gone = [self.globals_scope(), {p.ctx: T.CTX}], {}
-        self.payload_writes: list = []
+        self.payload_writes = []
         self.block(p.body, new_scope=False)
         if self.payload_writes:
             payload_warnings(self, p)

@@ -1,4 +1,4 @@
-"""Calls, map methods and assignments for sema (front end); used by sema_expr only.
+"""Calls, map methods and assignments for sema (front end); used by sema.expr only.
 
 Map rules follow the kernel: which map kinds take lookups and redirects comes from
 ``bpfdsl.abi.helpers.map_fits_helper`` (check_map_func_compatibility); keys must have the
@@ -36,6 +36,7 @@ def map_key(ex, m: T.MapType, k: ast.Expr) -> None:
     if t is T.ERR:
         return
     if m.kind == "lpm_trie":  # a bare address is a full-length prefix (/32, /128)
+        assert key is not None  # sema gives every lpm_trie its key type
         addr = {T.IPV4_PREFIX.name: T.BE32, T.IPV6_PREFIX.name: T.IPV6_ADDR}.get(key.name)
         if t == key or (addr is not None and t == addr):
             return
@@ -215,6 +216,7 @@ def call(ex, e: ast.Call) -> T.Type:
         if len(args) == 3:
             _fallback_aborted(ex, args[0], args[2])
         return T.ERR
+    assert sig is not None  # the builtins without a signature are handled above
     params, ret = sig
     _helper_kind(ex, e, e.name)
     if len(args) != len(params):
@@ -300,6 +302,7 @@ def assign(ex, s: ast.Assign) -> None:
     tgt, op = s.target, s.op
     if isinstance(tgt, ast.Index) and _is_map(ex.expr(tgt.obj)):
         m = tgt.obj.ty
+        assert isinstance(m, T.MapType) and m.value is not None
         map_key(ex, m, tgt.index)
         if op not in ("=", "+="):
             ex.err(
@@ -387,7 +390,7 @@ def _swap(ex, e: ast.Call) -> T.Type:
     """``swap(a, b)``: exchange two fields of one header (or two locals/struct fields).
     Checksums need no update when both fields start at the same 16-bit word parity and are
     both in (or both out of) the pseudo-header; other header swaps are refused
-    (``sema_csum.check_swap``)."""
+    (``sema.csum.check_swap``)."""
     if len(e.args) != 2:
         ex.err("arg-count", "swap(a, b) takes 2 arguments", e.span)
         return T.VOID
@@ -411,6 +414,8 @@ def _swap(ex, e: ast.Call) -> T.Type:
     hdr = [isinstance(x, ast.Field) and isinstance(x.obj.ty, T.HeaderType) for x in (a, b)]
     if any(hdr) and not (
         all(hdr)
+        and isinstance(a, ast.Field)
+        and isinstance(b, ast.Field)
         and isinstance(a.obj, ast.Name)
         and isinstance(b.obj, ast.Name)
         and a.obj.id == b.obj.id
@@ -422,7 +427,7 @@ def _swap(ex, e: ast.Call) -> T.Type:
             "assign through a local to move values between "
             "headers; checksums are then updated field by field",
         )
-    elif all(hdr):
+    elif all(hdr) and isinstance(a, ast.Field) and isinstance(b, ast.Field):
         check_swap(ex, a, b, e.span)
     return T.VOID
 

@@ -10,7 +10,7 @@ checksummed, so a program never sends a packet with a stale checksum.
   different byte of a 16-bit word than in the pseudo-header).  IPv6 ``daddr`` is in the
   pseudo-header only without a Routing header with segments left (RFC 8200 8.1: the
   final destination is then the routing header's last address); codegen checks that at
-  run time (``codegen_pkt.PktGen.pseudo_update``), so sema allows the write either way.
+  run time (``backend.codegen.csum.CsumGen.pseudo_update``), so sema allows the write either way.
 - ``swap(a, b)`` changes no sum only if both fields start at the same 16-bit word parity
   and are both in, or both out of, the pseudo-header; other swaps are refused.
   ``swap(ip6.saddr, ip6.daddr)`` behind such a Routing header changes the pseudo-header's
@@ -105,6 +105,7 @@ def payload_warnings(sema, prog: ast.ProgDecl) -> None:
 
 def check_write(ex, tgt: ast.Field) -> None:
     """Error if writing header field ``tgt`` would leave an L4 checksum stale."""
+    assert isinstance(tgt.obj.ty, T.HeaderType)
     layout = tgt.obj.ty.layout
     obj = tgt.obj.id if isinstance(tgt.obj, ast.Name) else layout.name
     what = f"{obj}.{tgt.name}"
@@ -151,6 +152,7 @@ def check_write(ex, tgt: ast.Field) -> None:
 
 def check_swap(ex, a: ast.Field, b: ast.Field, span) -> None:
     """Error unless swapping header fields ``a`` and ``b`` leaves every checksum valid."""
+    assert isinstance(a.obj.ty, T.HeaderType)
     layout = a.obj.ty.layout
     fa, fb = layout.fields[a.name], layout.fields[b.name]
     if layout.csum is None and not layout.pseudo and layout.name != "ipv6":

@@ -4,6 +4,8 @@ recursive fns (they are inlined, and the kernel refuses recursive BPF calls)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from bpfdsl.abi.uapi import BTF_MAX_ENTRIES, PROGRAM_KINDS, MapType, is_array, map_create_problems
 from bpfdsl.diagnostics import Span
 from bpfdsl.lang import ast
@@ -63,6 +65,16 @@ def unknown_map_kind(kind: str, suggest) -> tuple[str, str]:
 
 
 class DeclChecker:
+    # What this mixin uses of its host, analyzer.Sema, declared for the type checker (the
+    # analyzer imports this module, so Sema's and Checked's types cannot be named here).
+    c: Any  # analyzer.Checked
+
+    if TYPE_CHECKING:
+
+        def err(self, code: str, msg: str, span: Span, hint: str | None = None) -> None: ...
+        def resolve_type(self, t: ast.TypeRef) -> T.Type: ...
+        def suggest(self, name: str, options) -> str | None: ...
+
     def map_decl(self, d: ast.MapDecl) -> None:
         if d.kind not in MAP_KINDS:
             msg, hint = unknown_map_kind(d.kind, self.suggest)
@@ -124,16 +136,18 @@ class DeclChecker:
                     "starting with `prefixlen: u32`",
                     d.type_args[0].span,
                 )
-        meant = set()  # the arguments an unknown one is close to: no second error for them
+        meant: set[str] = (
+            set()
+        )  # the arguments an unknown one is close to: no second error for them
         for k in d.args:
             if k not in MAP_ARGS:
-                hint = self.suggest(k, MAP_ARGS)
-                meant.update(a for a in MAP_ARGS if hint == f"did you mean `{a}`?")
+                close = self.suggest(k, MAP_ARGS)
+                meant.update(a for a in MAP_ARGS if close == f"did you mean `{a}`?")
                 self.err(
                     "map-args",
                     f"unknown map argument `{k}`",
                     d.arg_spans.get(k, d.args[k].span),
-                    hint or "map arguments: " + ", ".join(MAP_ARGS),
+                    close or "map arguments: " + ", ".join(MAP_ARGS),
                 )
         skip = "max_entries" in meant and "max_entries" not in d.args
         n = None if skip else self.map_max_entries(d)
@@ -190,7 +204,7 @@ class DeclChecker:
         return n
 
     def check_map_limits(
-        self, d: ast.MapDecl, mt: MapType, key: T.Type, val: T.Type, n: int, flags: int
+        self, d: ast.MapDecl, mt: MapType, key: T.Type | None, val: T.Type, n: int, flags: int
     ) -> None:
         """The one check of a map declaration against the kernel's BPF_MAP_CREATE rules
         (:data:`bpfdsl.abi.uapi.MAP_LIMITS`): flags, key and value sizes (bytes), max_entries;
@@ -365,7 +379,7 @@ class DeclChecker:
 
     def check_recursion(self) -> None:
         """fns are inlined, and the kernel refuses recursive BPF calls: no call cycles."""
-        calls = {n: set() for n in self.c.fns}
+        calls: dict[str, set[str]] = {n: set() for n in self.c.fns}
         for name, info in self.c.fns.items():
             stack = [info.decl.body]
             while stack:

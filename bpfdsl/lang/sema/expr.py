@@ -338,7 +338,7 @@ class ExprChecker(OpsChecker):
             )
             return t.value
         ref = isinstance(t, T.RefType)
-        t = t.inner if ref else t
+        t = t.inner if isinstance(t, T.RefType) else t
         if isinstance(t, T.ArrayType):
             it = self.expr(e.index)
             loc = self.c.sym.get(e.index) if isinstance(e.index, ast.Name) else None
@@ -363,7 +363,7 @@ class ExprChecker(OpsChecker):
         loc = self.c.sym.get(idx) if isinstance(idx, ast.Name) else None
         if isinstance(loc, Local) and loc.bounds and 0 <= loc.bounds[0] and loc.bounds[1] <= count:
             return
-        if isinstance(loc, Local) and loc.bounds:
+        if isinstance(idx, ast.Name) and isinstance(loc, Local) and loc.bounds:
             lo, hi = loc.bounds
             self.err(
                 "index-range",
@@ -410,7 +410,7 @@ class ExprChecker(OpsChecker):
                 span,
             )
 
-    # ---- calls (sema_calls) ----
+    # ---- calls (sema.calls) ----
     def e_Call(self, e):
         return calls.call(self, e)
 

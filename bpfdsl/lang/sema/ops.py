@@ -1,8 +1,10 @@
-"""Operator typing for sema (front end mixin of ``sema_expr.ExprChecker``): arithmetic,
+"""Operator typing for sema (front end mixin of ``sema.expr.ExprChecker``): arithmetic,
 comparisons with their byte-order rules, logic, casts, prefix membership, constant folding
 (exact for literals, wrapping for typed values)."""
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 from bpfdsl.abi import intops
 from bpfdsl.lang import ast
@@ -43,6 +45,19 @@ def _width(ty: T.Type) -> tuple[int | None, bool]:
 
 
 class OpsChecker:
+    # What this mixin uses of its host, expr.ExprChecker, declared for the type checker
+    # (expr imports this module; analyzer.Sema and Checked cannot be named here either).
+    c: Any  # analyzer.Checked
+    s: Any  # analyzer.Sema
+
+    if TYPE_CHECKING:
+
+        def err(self, *a, **k): ...
+        def coerce(self, e: ast.Expr, ty: T.Type) -> None: ...
+        def cond(self, e: ast.Expr) -> None: ...
+        def expr(self, e: ast.Expr) -> T.Type: ...
+        def byte_order(self, e: ast.Node, a: T.Type, b: T.Type) -> None: ...
+
     def const_as(self, e: ast.Expr, ty: T.Type) -> int | None:
         """The folded value of ``e`` converted to ``ty`` (raw), or None if not constant."""
         v = self.c.cval.get(e)

@@ -5,11 +5,17 @@ bodies always leave (for `let ... else` and the end of a program)."""
 
 from __future__ import annotations
 
-from bpfdsl.abi.uapi import PROGRAM_KINDS
+from typing import TYPE_CHECKING, Any
+
+from bpfdsl.abi.uapi import PROGRAM_KINDS, ProgramKind
+from bpfdsl.diagnostics import Span
 from bpfdsl.lang import ast
 from bpfdsl.lang import types as T
 from bpfdsl.lang.sema.csum import _l4_in_scope
-from bpfdsl.lang.sema.symbols import CURSOR_UNKNOWN, PKT_RESIZE, Local, const_int
+from bpfdsl.lang.sema.symbols import CURSOR_UNKNOWN, PKT_RESIZE, FnInfo, Local, const_int
+
+if TYPE_CHECKING:
+    from bpfdsl.lang.sema.expr import ExprChecker
 
 _CURSOR_MOVERS = ("skip_ext",)  # calls that move the cursor (besides PKT_RESIZE helpers)
 
@@ -36,6 +42,23 @@ def moves_cursor(node, fns: set[str] = frozenset()) -> bool:
 
 
 class StmtChecker:
+    # What this mixin uses of its host, analyzer.Sema, declared for the type checker (the
+    # analyzer imports this module, so Sema's and Checked's types cannot be named here).
+    c: Any  # analyzer.Checked
+    ex: ExprChecker
+    kind: ProgramKind | None
+    fn: FnInfo | None
+    loop_depth: int
+    scopes: list[dict[str, object]]
+    parse_from: dict[ast.Parse, object]
+    gone: dict[str, tuple[Local, int]]
+
+    if TYPE_CHECKING:
+
+        def err(self, code: str, msg: str, span: Span, hint: str | None = None) -> None: ...
+        def bind(self, name: str, sym: Local) -> None: ...
+        def resolve_type(self, t: ast.TypeRef) -> T.Type: ...
+
     def merge_cursors(self, ends: list[tuple[object, bool]], before: object) -> None:
         """Set the cursor after a branch from ``ends`` ((cursor, diverged) per way through
         it): the common one of the ways that reach the next statement, else unknown."""

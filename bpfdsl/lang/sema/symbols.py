@@ -140,6 +140,6 @@ def is_builtin_constant(name: str) -> bool:
 # an ast.Parse whose Local is not bound yet, or CURSOR_UNKNOWN (paths disagree).  An L4
 # header's ``header_parent`` is the IP header it directly follows on every path, so the
 # pseudo-header checksum update of an IP address write touches exactly that header
-# (codegen_csum._related_l4); any other L4 view (one parsed in the payload, or after a
+# (backend.codegen.csum._related_l4); any other L4 view (one parsed in the payload, or after a
 # branch that parsed) gets none, and codegen finds the real L4 header at run time.
 CURSOR_UNKNOWN = "unknown"

@@ -14,9 +14,9 @@ import matplotlib
 
 matplotlib.use("Agg")  # files only: no display needed
 
-import matplotlib.pyplot as plt  # noqa: E402 - after choosing the backend
+import matplotlib.pyplot as plt
 
-from bpfdsl.runtime.bench.report import Report, Section  # noqa: E402
+from bpfdsl.runtime.bench.report import Report, Section
 
 
 def _rate_sections(rep: Report) -> list[Section]:

@@ -212,13 +212,13 @@ class Progress:
     """What a benchmark is doing, for the user watching it: :meth:`start` with the number
     of measuring steps, :meth:`step` before each.  This base class shows nothing."""
 
-    def start(self, total: int, what: str) -> None:  # noqa: B027 - a no-op by design
+    def start(self, total: int, what: str) -> None:
         pass
 
-    def step(self, text: str) -> None:  # noqa: B027
+    def step(self, text: str) -> None:
         pass
 
-    def finish(self) -> None:  # noqa: B027
+    def finish(self) -> None:
         pass
 
 

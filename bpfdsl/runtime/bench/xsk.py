@@ -66,7 +66,7 @@ class _Loop(threading.Thread):
                 self.frames += n
                 if n == 0:
                     self.sock.wait(0.001)
-        except BaseException as e:  # noqa: BLE001 - reported by the benchmark thread
+        except BaseException as e:
             self.error = e
 
     def stop(self) -> None:
