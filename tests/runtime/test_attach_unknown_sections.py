@@ -9,8 +9,8 @@ import os
 import shutil
 
 import pytest
-from netns import bpffs_dir, veth_net
-from objbuild import build
+from support.netns import bpffs_dir, veth_net
+from support.objbuild import build
 
 from bpfdsl.obj.collection import read_object
 from bpfdsl.runtime import attach
