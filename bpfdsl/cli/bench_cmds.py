@@ -165,8 +165,8 @@ def cmd_bench(args) -> int:
         from bpfdsl.runtime.bench import skmsg
 
         sizes = skmsg.parse_sizes(args.sizes) if args.sizes else skmsg.SIZES
-        opts = skmsg.SkmsgOptions(runs=args.runs, duration=args.duration, sizes=sizes)
-        rep = skmsg.run_skmsg(objs, opts, progress)
+        sk_opts = skmsg.SkmsgOptions(runs=args.runs, duration=args.duration, sizes=sizes)
+        rep = skmsg.run_skmsg(objs, sk_opts, progress)
     else:
         from bpfdsl.runtime import packets
         from bpfdsl.runtime.bench import xdp

@@ -438,7 +438,11 @@ def obj_get(path: str, file_flags: int = 0) -> Fd:
 
 
 def prog_attach(
-    target_fd: int, prog_fd: int, attach_type: int, flags: int = 0, replace_fd: int = 0
+    target_fd: int | Fd,
+    prog_fd: int | Fd,
+    attach_type: int,
+    flags: int = 0,
+    replace_fd: int | Fd = 0,
 ) -> None:
     """BPF_PROG_ATTACH (cgroup sock_ops: target = cgroup fd; sk_msg: target = sockmap fd)."""
     sys_bpf(
@@ -447,12 +451,12 @@ def prog_attach(
     )
 
 
-def prog_detach(target_fd: int, attach_type: int, prog_fd: int = 0) -> None:
+def prog_detach(target_fd: int | Fd, attach_type: int, prog_fd: int | Fd = 0) -> None:
     """BPF_PROG_DETACH."""
     sys_bpf(BpfCmd.PROG_DETACH, ProgAttachAttr(int(target_fd), int(prog_fd), int(attach_type)))
 
 
-def prog_detach_if_attached(target_fd: int, attach_type: int, prog_fd: int = 0) -> bool:
+def prog_detach_if_attached(target_fd: int | Fd, attach_type: int, prog_fd: int | Fd = 0) -> bool:
     """BPF_PROG_DETACH; False (instead of BpfError ENOENT) when the program was not attached."""
     try:
         prog_detach(target_fd, attach_type, prog_fd)
@@ -501,7 +505,7 @@ def link_update(
     )
 
 
-def raw_tracepoint_open(name: str, prog_fd: int) -> Fd:
+def raw_tracepoint_open(name: str, prog_fd: int | Fd) -> Fd:
     """BPF_RAW_TRACEPOINT_OPEN: run BPF_PROG_TYPE_RAW_TRACEPOINT program ``prog_fd`` at
     every hit of tracepoint ``name`` (as in /sys/kernel/tracing/events/*/NAME, e.g.
     ``xdp_cpumap_kthread``).  Closing the returned fd detaches it."""

@@ -212,7 +212,7 @@ def refuse_on_interface(prog_fd: int, prog_name: str, dev: str) -> None:
         )
 
 
-def require_map(map_fd: int, want: Collection[MapType], map_name: str) -> S.MapInfo:
+def require_map(map_fd: int | S.Fd, want: Collection[MapType], map_name: str) -> S.MapInfo:
     """The map's ``bpf_map_info``; UsageError (``wrong-map-kind``) unless its type is in
     ``want`` (a tuple, or a set of :mod:`bpfdsl.abi.uapi` such as ``DEVMAP_TYPES``)."""
     info = S.map_info(map_fd)
@@ -229,7 +229,7 @@ def require_map(map_fd: int, want: Collection[MapType], map_name: str) -> S.MapI
 
 
 def cpumap_set(
-    map_fd: int,
+    map_fd: int | S.Fd,
     cpu: int,
     qsize: int,
     prog_fd: int | None = None,
@@ -287,7 +287,7 @@ def _update_error(e: S.BpfError, map_name: str, cpu: int) -> DiagnosticError:
     return DiagnosticError(error("cpumap-update", f"cpumap '{map_name}' CPU {cpu}: {why}"))
 
 
-def cpumap_delete(map_fd: int, cpu: int, *, map_name: str = "cpumap") -> bool:
+def cpumap_delete(map_fd: int | S.Fd, cpu: int, *, map_name: str = "cpumap") -> bool:
     """Remove CPU ``cpu`` from the cpumap; False when the slot was already empty."""
     require_map(map_fd, (MapType.CPUMAP,), map_name)
     try:

@@ -55,7 +55,7 @@ def resolve_interface(dev: str | int) -> int:
 
 
 def devmap_set(
-    map_fd: int,
+    map_fd: int | S.Fd,
     key: int,
     dev: str | int,
     prog_fd: int | None = None,

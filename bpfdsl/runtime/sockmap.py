@@ -39,7 +39,7 @@ def _require_sk_msg(prog_fd: int, prog_name: str) -> None:
 
 
 def sk_msg_attach(
-    map_fd: int, prog_fd: int, *, map_name: str = "sockmap", prog_name: str = ""
+    map_fd: int | S.Fd, prog_fd: int, *, map_name: str = "sockmap", prog_name: str = ""
 ) -> None:
     """Attach sk_msg program ``prog_fd`` to sockmap/sockhash ``map_fd`` (BPF_SK_MSG_VERDICT).
 
@@ -60,7 +60,7 @@ def sk_msg_attach(
 
 
 def sk_msg_detach(
-    map_fd: int, prog_fd: int, *, map_name: str = "sockmap", prog_name: str = ""
+    map_fd: int | S.Fd, prog_fd: int, *, map_name: str = "sockmap", prog_name: str = ""
 ) -> bool:
     """Detach sk_msg program ``prog_fd`` from the map; False when it was not attached.
 

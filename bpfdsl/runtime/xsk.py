@@ -35,13 +35,13 @@ XDP_UMEM_FILL_RING, XDP_UMEM_COMPLETION_RING, XDP_STATISTICS = 5, 6, 7
 XDP_COPY = 1 << 1  # sxdp_flags: force copy mode
 XDP_PGOFF_RX_RING, XDP_PGOFF_TX_RING = 0, 0x80000000
 XDP_UMEM_PGOFF_FILL_RING, XDP_UMEM_PGOFF_COMPLETION_RING = 0x100000000, 0x180000000
-_STATS = ("rx_dropped", "rx_invalid_descs", "tx_invalid_descs", "rx_ring_full")
+_STATS: tuple[str, ...] = ("rx_dropped", "rx_invalid_descs", "tx_invalid_descs", "rx_ring_full")
 _STATS += ("rx_fill_ring_empty_descs", "tx_ring_empty_descs")  # struct xdp_statistics, u64s
 _RING_OFF = struct.Struct("<4Q")  # struct xdp_ring_offset {producer, consumer, desc, flags}
 _DESC = struct.Struct("<QII")  # struct xdp_desc {addr, len, options}
 
 
-def xsk_map_set(map_fd: int, queue: int, xsk_fd: int, *, map_name: str = "xskmap") -> None:
+def xsk_map_set(map_fd: int | S.Fd, queue: int, xsk_fd: int, *, map_name: str = "xskmap") -> None:
     """Put AF_XDP socket ``xsk_fd`` into slot ``queue`` (the rx queue index the XDP program
     uses as key).  The socket must already be bound (bind(2) to an ifindex/queue); an
     unbound socket is refused by the kernel (EOPNOTSUPP) and reported as such.

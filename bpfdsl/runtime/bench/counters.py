@@ -160,7 +160,7 @@ class CpumapCounter:
     detaches the tracepoint and frees the map and program.  Needs root (a tracing
     program: CAP_BPF + CAP_PERFMON)."""
 
-    def __init__(self, map_fd: int):
+    def __init__(self, map_fd: int | S.Fd):
         self.map_id = int(S.map_info(map_fd).id)
         self._fds: list[S.Fd] = []
         try:

@@ -102,6 +102,7 @@ class Section:
             out["average"][label] = {k: _num(v[0]) for k, v in avg.items()}
             out["sd"][label] = {k: _num(v[1]) for k, v in avg.items()}
             if label in self.compared(baseline):
+                assert baseline is not None  # compared() is empty without a baseline
                 out["delta_pct"][label] = {
                     m.key: _num(self.delta(label, baseline, m.key)) for m in self.metrics
                 }
@@ -129,6 +130,7 @@ class Section:
                 if label not in self.compared(baseline):
                     dl.append("")
                 else:
+                    assert baseline is not None  # compared() is empty without a baseline
                     d = self.delta(label, baseline, m.key)
                     dl.append("-" if math.isnan(d) else f"{d:+.2f}%")
         body = [head1, head2, *rows, avg, sd]

@@ -122,6 +122,8 @@ class _Redirector:
         )
 
     def __enter__(self) -> _Redirector:
+        # load_target(want="sk_msg") picked both programs or raised
+        assert self.t.main is not None and self.t.entry is not None
         fd = self.t.coll.maps[self.map].fd
         sockmap.sk_msg_attach(fd, self.t.fd(self.t.main), map_name=self.map, prog_name=self.t.main)
         try:
@@ -134,6 +136,7 @@ class _Redirector:
         return self
 
     def __exit__(self, *exc) -> None:
+        assert self.t.main is not None and self.t.entry is not None  # as in __enter__
         cgroup.sock_ops_detach(self.cg, self.t.fd(self.t.entry), prog_name=self.t.entry or "")
         sockmap.sk_msg_detach(
             self.t.coll.maps[self.map].fd, self.t.fd(self.t.main), map_name=self.map
@@ -231,6 +234,7 @@ def _summary(rep: Report, prog: str) -> Section:
         if rep.baseline != PLAIN:
             head.append(f"vs {rep.baseline}")
     rows = [head]
+    assert rep.baseline is not None  # run_skmsg always has one (plain TCP by default)
     for s in rep.sections:
         row = [s.title.split(" messages")[0]]
         for key in ("tput_mbs", "lat_us"):

@@ -12,6 +12,7 @@ plain ``xdp`` program attached to the interface (``--prog`` when there are sever
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import overload
 
 from bpfdsl.abi.uapi import AttachType, MapType, ProgramType
 from bpfdsl.diagnostics import UsageError, error
@@ -56,6 +57,12 @@ class LoadedTarget:
     main: str | None = None  # the program attached to the interface / the sk_msg program
     entry: str | None = None  # xdp/cpumap, xdp/devmap or sockops program
 
+    @overload
+    def fd(self, name: str) -> int: ...
+    @overload
+    def fd(self, name: None) -> None: ...
+    @overload
+    def fd(self, name: str | None) -> int | None: ...
     def fd(self, name: str | None) -> int | None:
         return None if name is None else int(self.coll.programs[name].fd)
 

@@ -149,6 +149,7 @@ class _Bench:
             os.sched_setaffinity(0, now)
 
     def attach(self, t: LoadedTarget) -> None:
+        assert t.main is not None  # load_target(want="xdp") picked the program or raised
         N.attach_xdp(self.net.dut_ns, N.DUT_DEV, t.fd(t.main), self.opts.xdp_mode)
 
     def counts(self, ns: str, dev: str) -> XdpCounts:
@@ -332,8 +333,8 @@ def run_redirect(
         b = _Bench(stack, objs, opts, egress=True)
         for label, t in b.targets.items():
             kinds[label] = _redirect_kind(t)
-        kind = {k for k, _n in kinds.values()}
-        if len(kind) != 1:
+        found = {k for k, _n in kinds.values()}
+        if len(found) != 1:
             raise UsageError(
                 error(
                     "bench-map",
@@ -342,7 +343,7 @@ def run_redirect(
                     hint="compare programs that redirect through the same kind of map",
                 )
             )
-        (kind,) = kind
+        (kind,) = found
         cpus = _cpus(opts) if kind == "cpumap" else []
         counters: dict[str, CpumapCounter] = {}
         if kind == "devmap":
@@ -432,12 +433,14 @@ def run_redirect(
             row.update(lost=g.xmit_errors, sent=sent, seconds=secs)
             rate = {"rx_pps": c.packets / secs, "redirect_pps": c.redirect / secs}
             if kind == "devmap":
+                assert e0 is not None and s0 is not None  # counted above for a devmap
                 e = b.counts(b.net.dut_ns, N.EGRESS_DEV) - e0
                 s = b.counts(b.net.dut_ns, N.SINK_DEV) - s0
                 rate.update(xmit_pps=e.xmit / secs, egress_pps=s.packets / secs)
                 row["xmit_errors"] = e.xmit_errors
                 arrived = s.packets
             else:
+                assert cnt is not None  # a cpumap has a counter for every label
                 k = cnt.read() - k0
                 rate["cpu_pps"] = k.processed / secs
                 row.update(
@@ -460,6 +463,7 @@ def run_redirect(
             rates.runs.setdefault(label, []).append(rate)
             verd.runs.setdefault(label, []).append(row)
             if tcp is not None:
+                assert cnt is not None  # TCP runs only through a cpumap (counted per label)
                 progress.step(f"run {i + 1}/{opts.runs} {label}: TCP")
                 tcp_sec.runs.setdefault(label, []).append(_tcp_run(b, tcp, cnt, opts, label))
         progress.finish()
