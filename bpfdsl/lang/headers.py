@@ -92,6 +92,7 @@ def _layout_library(name: str, path: str, text: str) -> Header:
         return T.BUILTIN_TYPES.get(getattr(t, "name", ""))
 
     (decl,) = parse_program(text, path).items
+    assert isinstance(decl, ast.HeaderDecl)  # _library_decls cut the text at `header NAME`
     h = header_layout(decl, resolve, err, library=True)
     if diags or h is None or h.name != name:
         raise DiagnosticError(

@@ -273,7 +273,10 @@ class _Builder:
             return None
         fields: dict[str, HField] = {}
         for name, bit, n, ty, is_bits in placed:
-            hf = self._bit_field(name, bit, n, ty, size, spans[name]) if is_bits else None
+            hf = None
+            if is_bits:
+                assert isinstance(ty, T.IntType)  # field_type gives bit<N> its _value_type(N)
+                hf = self._bit_field(name, bit, n, ty, size, spans[name])
             fields[name] = hf if hf is not None else HField(bit // 8, ty)
         if not self.ok:
             return None
@@ -283,6 +286,7 @@ class _Builder:
         after: list[str] = []
         off = size
         for name, f, ty in cond_fields:
+            assert f.cond is not None  # cond_fields holds the fields with `if` only
             self.check_expr(f.cond, fields, "condition", readonly)
             fields[name] = HField(off, ty, cond=f.cond, after=tuple(after))
             after.append(name)
@@ -368,18 +372,18 @@ class _Builder:
                     "cursor can move",
                 )
             else:
-                m = self.const(a["max_length"])
-                if m is not None and not h.size <= m <= MAX_PACKET_OFF:
+                bound = self.const(a["max_length"])
+                if bound is not None and not h.size <= bound <= MAX_PACKET_OFF:
                     self.error(
                         "header-length",
                         f"max_length must be from the fixed size ({h.size} byte"
                         f"{'s' if h.size > 1 else ''}) to "
-                        f"{MAX_PACKET_OFF}, not {m}",
+                        f"{MAX_PACKET_OFF}, not {bound}",
                         a["max_length"].span,
                         "the bound is in bytes, e.g. `max_length: 60` for ihl * 4",
                     )
-                elif m is not None:
-                    h.length, h.max_length = e, m
+                elif bound is not None:
+                    h.length, h.max_length = e, bound
         elif "max_length" in a:
             self.error("header-length", "max_length without a length", d.arg_spans["max_length"],
                        "add `length: EXPR` (bytes, from the header's fields) or remove it")  # fmt: skip

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from bpfdsl.abi.uapi import BTF_MAX_ENTRIES, PROGRAM_KINDS, MapType, is_array, map_create_problems
-from bpfdsl.diagnostics import Span
+from bpfdsl.diagnostics import Diagnostic, Span
 from bpfdsl.lang import ast
 from bpfdsl.lang import types as T
 from bpfdsl.lang.headers import CORE_HEADERS
@@ -68,6 +68,7 @@ class DeclChecker:
     # What this mixin uses of its host, analyzer.Sema, declared for the type checker (the
     # analyzer imports this module, so Sema's and Checked's types cannot be named here).
     c: Any  # analyzer.Checked
+    diags: list[Diagnostic]
 
     if TYPE_CHECKING:
 
@@ -246,6 +247,7 @@ class DeclChecker:
             ret, (T.StructType, T.BytesType, T.ArrayType)
         ):
             return T.OptionalType(ret, "value")
+        assert d.ret is not None  # `-> T?` is parsed with its T
         self.err(
             "return-value",
             f"a fn may return an optional header view, integer or struct, not an optional {ret}",
@@ -258,6 +260,7 @@ class DeclChecker:
         """A fn returns an integer, a bool, a struct, an address, an array or a header view;
         anything else is refused where it is declared."""
         if ret is not T.ERR:
+            assert d.ret is not None  # without `-> T` the fn returns void, which is supported
             self.err(
                 "return-value",
                 f"a fn returns a value or a header view, not {ret}",
@@ -270,6 +273,7 @@ class DeclChecker:
         """Names of the fns that touch the packet: they parse, call skip_ext or offset, load
         or store bytes, or call such a fn (found without recursion; a fixed point over the
         calls)."""
+        calls: dict[str, set[str]]
         direct, calls = set(), {n: set() for n in self.c.fns}
         for name, info in self.c.fns.items():
             stack = [info.decl.body]

@@ -15,12 +15,14 @@ from bpfdsl.lang.sema.csum import _l4_in_scope
 from bpfdsl.lang.sema.symbols import CURSOR_UNKNOWN, PKT_RESIZE, FnInfo, Local, const_int
 
 if TYPE_CHECKING:
+    from collections.abc import Collection
+
     from bpfdsl.lang.sema.expr import ExprChecker
 
 _CURSOR_MOVERS = ("skip_ext",)  # calls that move the cursor (besides PKT_RESIZE helpers)
 
 
-def moves_cursor(node, fns: set[str] = frozenset()) -> bool:
+def moves_cursor(node, fns: Collection[str] = frozenset()) -> bool:
     """Whether the subtree ``node`` may move the parse cursor (parse, skip_ext, resizing
     helpers, calls of the fns ``fns``), found without recursion."""
     stack = [node]
@@ -52,12 +54,15 @@ class StmtChecker:
     scopes: list[dict[str, object]]
     parse_from: dict[ast.Parse, object]
     gone: dict[str, tuple[Local, int]]
+    follows: dict[Local, object]
+    payload_writes: list
 
     if TYPE_CHECKING:
 
         def err(self, code: str, msg: str, span: Span, hint: str | None = None) -> None: ...
         def bind(self, name: str, sym: Local) -> None: ...
         def resolve_type(self, t: ast.TypeRef) -> T.Type: ...
+        def lookup(self, name: str): ...
 
     def merge_cursors(self, ends: list[tuple[object, bool]], before: object) -> None:
         """Set the cursor after a branch from ``ends`` ((cursor, diverged) per way through
