@@ -144,7 +144,7 @@ class CodeGen(ExprGen, CallGen, PktGen, MapGen):
                 ir.IRBuilder(blk).unreachable()
         ir.IRBuilder(self.f.entry).branch(self.f.func.basic_blocks[1])
 
-    def fn_copies(self, name: str) -> list[str | None]:
+    def fn_copies(self, name: str) -> Sequence[str | None]:
         """The context kinds fn ``name`` is made for: [None] for a fn that does not touch the
         packet; for a packet fn one copy per context struct of the programs (xdp_md has
         32-bit data/data_end, sk_msg_md pointers), which it takes as hidden parameters with
@@ -158,7 +158,7 @@ class CodeGen(ExprGen, CallGen, PktGen, MapGen):
         inlined into a loop, their bounds checks reload data_end (PktGen.bounds)."""
         calls: dict[str, set[str]] = {n: set() for n in self.c.fns}
         looped: set[str] = set()
-        bodies = [(None, d.body) for d, _k in self.c.progs]
+        bodies: list[tuple[str | None, ast.Block]] = [(None, d.body) for d, _k in self.c.progs]
         bodies += [(n, i.decl.body) for n, i in self.c.fns.items()]
         for owner, body in bodies:
             stack = [(body, False)]

@@ -58,6 +58,7 @@ class PktGen(CsumGen):
         """data (0) or data_end (1) of the context as a packet pointer, loaded the way
         clang does: u32 + zext + inttoptr for xdp_md, a 64-bit pointer for sk_msg_md.
         ``volatile``: a fresh load LLVM may not treat as loop-invariant (see bounds())."""
+        assert self.f.ctx_kind is not None  # sema: packet access in programs and packet fns only
         off = CTX_DATA[self.f.ctx_kind][which]
         wide = CTX_DATA[self.f.ctx_kind][2] == 8
         ptr = self.gep(self.f.ctx, off)
@@ -84,6 +85,7 @@ class PktGen(CsumGen):
         return self._ctx_ptr(0)
 
     def ctx_field(self, name: str) -> ir.Value:
+        assert self.f.ctx_kind is not None  # sema allows ctx fields only where there is a ctx
         off, ty, access = CTX_FIELDS[self.f.ctx_kind][name]
         if access == "len":  # data_end - data as a 64-bit scalar (B04)
             # Own volatile loads: if LLVM shared them with the loads behind bounds checks,
@@ -109,6 +111,8 @@ class PktGen(CsumGen):
         """Emit ``e`` (parse, lookup, skip_ext); branch to ``fail`` when missing; return the
         payload on the fall-through path."""
         if isinstance(e, ast.Parse):
+            # sema: a parse (after no errors) is an optional view of a known header
+            assert isinstance(e.ty, T.OptionalType) and isinstance(e.ty.inner, T.HeaderType)
             return self.parse(e.ty.inner.layout, fail)
         if isinstance(e, ast.Call) and e.name == "skip_ext":
             return self.skip_ext(e, fail)
@@ -170,14 +174,21 @@ class PktGen(CsumGen):
         )
         k = e.right.value if f is not None and isinstance(e.right, ast.IntLit) else 0
         fmax = (1 << f.type.bits) - 1 if f is not None and isinstance(f.type, T.IntType) else 0
-        if k > 0 and e.op == "*" and fmax and not f.type.be and -(-h.size // k) <= fmax:
+        if (
+            k > 0
+            and e.op == "*"
+            and f is not None
+            and fmax
+            and not f.type.be
+            and -(-h.size // k) <= fmax
+        ):
             n = self.field_value(cur, f)
             bounds = [("<", -(-h.size // k))]  # ceil(size / K)
             if h.max_length // k < fmax:  # else no value of the field is too big
                 bounds.append((">", h.max_length // k))
         else:
             n, k = self.header_expr(cur, h, e), 0
-            bounds = (("<", h.size), (">", h.max_length))
+            bounds = [("<", h.size), (">", h.max_length)]
         for op, bound in bounds:
             ok = self.new_block(f"{h.name}.len")
             self.b.cbranch(self.b.icmp_unsigned(op, n, ir.Constant(n.type, bound)), fail, ok)
@@ -205,8 +216,10 @@ class PktGen(CsumGen):
                     v = self.bswap(v)
                 vals.append(self.b.zext(v, I64) if v.type.width < 64 else v)
             elif not done:
+                assert isinstance(x, ast.BinOp)  # layout.check_expr: numbers, fields, LENGTH_OPS
                 todo += [(x, True), (x.right, False), (x.left, False)]
             else:
+                assert isinstance(x, ast.BinOp)  # as above
                 b, a = vals.pop(), vals.pop()
                 vals.append(self._binop_plain(x.op, a, b, False))
         return vals[0]
@@ -237,6 +250,7 @@ class PktGen(CsumGen):
     def cond_field(self, e: ast.Field, fail: ir.Block) -> ir.Value:
         """A conditional field (``key: be32 if k``): ``fail`` when it is not there or the
         packet ends before it (its own bounds check); its value (memory for bytes)."""
+        assert isinstance(e.obj.ty, T.HeaderType)  # only header fields are conditional
         h = e.obj.ty.layout
         f = h.fields[e.name]
         hdr = self.gen(e.obj)
@@ -352,6 +366,7 @@ class PktGen(CsumGen):
 
     def load_bytes(self, e: ast.Load, fail: ir.Block) -> ir.Value:
         """``load T at OFF``: ``fail`` on a short packet, else the value (bytes: a copy)."""
+        assert isinstance(e.ty, T.OptionalType)  # sema: a load is optional (short packet)
         ty = e.ty.inner
         p = self.pkt_offset_ptr(e.base, e.offset, ty.size, fail)
         return self.read_bytes(p, ty, 8)
@@ -456,12 +471,14 @@ class PktGen(CsumGen):
         return self.gep(self.gen(e.obj), f.offset)
 
     def load_header_field(self, e: ast.Field) -> ir.Value:
+        assert isinstance(e.obj.ty, T.HeaderType)
         return self.field_value(self.gen(e.obj), e.obj.ty.layout.fields[e.name])
 
     def store_header_elem(self, tgt: ast.Index, op: str, value: ast.Expr) -> None:
         """``hdr.bytes[i] = v`` (a ``[u8; N]`` header field): the byte, and the header's own
         checksum for the 16-bit word holding it."""
         fld = tgt.obj
+        assert isinstance(fld, ast.Field) and isinstance(fld.obj.ty, T.HeaderType)  # see assign
         layout = fld.obj.ty.layout
         f = layout.fields[fld.name]
         hdr = self.gen(fld.obj)
