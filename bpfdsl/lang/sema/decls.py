@@ -271,11 +271,17 @@ class DeclChecker:
 
     def find_packet_fns(self) -> set[str]:
         """Names of the fns that touch the packet: they parse, call skip_ext or offset, load
-        or store bytes, or call such a fn (found without recursion; a fixed point over the
+        or store bytes, take a header view with conditional (``if``) fields, or call such a fn (found without recursion; a fixed point over the
         calls)."""
         calls: dict[str, set[str]]
         direct, calls = set(), {n: set() for n in self.c.fns}
         for name, info in self.c.fns.items():
+            if any(
+                isinstance(t, T.HeaderType)
+                and any(f.cond is not None for f in t.layout.fields.values())
+                for _, t in info.params
+            ):
+                direct.add(name)  # reading an `if` field bounds-checks it against data_end
             stack = [info.decl.body]
             while stack:
                 node = stack.pop()
