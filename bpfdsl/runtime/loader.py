@@ -256,6 +256,8 @@ def _create_map(coll: Collection, m: MapSpec, pin_root: str) -> None:
         max_entries, warn = cpumap.clamp_max_entries(m.max_entries, m.name)
         if warn:
             coll.warnings.append(warn)
+    elif m.map_type == MapType.PERF_EVENT_ARRAY and not max_entries:
+        max_entries = S.possible_cpus()  # libbpf: one slot per possible CPU
     path = os.path.join(pin_root, m.name) if m.pinning == PIN_BY_NAME else None
     if path and pin_root.startswith(DEFAULT_PIN_ROOT):
         ensure_bpffs(DEFAULT_PIN_ROOT)
