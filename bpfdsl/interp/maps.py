@@ -397,9 +397,10 @@ class EventMap(Map):
     :mod:`bpfdsl.interp.helpers_events`); user space takes them with :meth:`drain`, in the
     order they were submitted, each ``(cpu, bytes)``.
 
-    Ring buffer (kernel/bpf/ringbuf.c): ``max_entries`` bytes hold records of
-    ``round_up(len + 8, 8)`` bytes (8-byte header) until drained; a record that does not
-    fit fails (reserve: NULL, output: -EAGAIN), as when user space reads too slowly.
+    Ring buffer (kernel/bpf/ringbuf.c): records of ``round_up(len + 8, 8)`` bytes (8-byte
+    header) stay until drained, and the producer may run at most ``max_entries - 1`` bytes
+    ahead of the consumer (``__bpf_ringbuf_reserve``); a record past that fails (reserve:
+    NULL, output: -EAGAIN), as when user space reads too slowly.
     Perf event array: a slot per CPU (``max_entries`` 0: every CPU, as the loader sizes
     it); the interpreter acts as if a reader had a perf event open on each, so writes to a
     slot below ``max_entries`` succeed and others fail with -E2BIG."""
@@ -419,7 +420,7 @@ class EventMap(Map):
         """bpf_ringbuf_reserve: a fresh writable region of ``size`` bytes, or None when
         the ring has no room for it."""
         need = self.slot_size(size)
-        if self.used + need > self.max_entries:
+        if self.used + need > self.max_entries - 1:
             return None
         self.used += need
         r = Reservation("ringbuf", bytearray(size), name=f"reservation in ringbuf '{self.name}'")
@@ -445,7 +446,7 @@ class EventMap(Map):
         """bpf_ringbuf_output / bpf_perf_event_output of ``data``: 0 or -errno."""
         if self.map_type == MapType.RINGBUF:
             need = self.slot_size(len(data))
-            if self.used + need > self.max_entries:
+            if self.used + need > self.max_entries - 1:
                 return -errno.EAGAIN
             self.used += need
         elif self.max_entries and cpu >= self.max_entries:

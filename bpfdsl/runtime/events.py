@@ -101,6 +101,24 @@ def packet_of(rec: RecordType | None, data: bytes, value: Any) -> tuple[bytes | 
     return rest, orig if isinstance(orig, int) and orig >= len(rest) else len(rest)
 
 
+def record_type_of(btf: Btf | None, map_name: str) -> RecordType | None:
+    """The record type bpfdsl described for event map ``map_name`` in ``btf`` (an
+    object's BTF, e.g. ``CollectionSpec.btf``), or None."""
+    tid = record_type(btf, map_name) if btf is not None else None
+    if tid is None:
+        return None
+    t = btf.resolve(tid)
+    return RecordType(btf, tid, t.name or "record", btf.size_of(tid))
+
+
+def make_event(map_name: str, record: RecordType | None, data: bytes, cpu: int | None = None,
+               time_ns: int = 0) -> Event:  # fmt: skip
+    """An :class:`Event` of ``data`` decoded by ``record`` (packet bytes split off)."""
+    value = record.decode(data) if record is not None else None
+    pkt, orig = packet_of(record, data, value)
+    return Event(map_name, data, cpu, time_ns, value, pkt, orig)
+
+
 class EventStream:
     """Open readers on one event map (see the module doc); a context manager.
 
@@ -167,9 +185,7 @@ class EventStream:
         return out
 
     def _event(self, data: bytes, cpu: int | None, t: int) -> Event:
-        value = self.record.decode(data) if self.record is not None else None
-        pkt, orig = packet_of(self.record, data, value)
-        return Event(self.name, data, cpu, t, value, pkt, orig)
+        return make_event(self.name, self.record, data, cpu, t)
 
     def read(self) -> list[Event]:
         """Every record waiting now (no wait), perf rings in CPU order."""

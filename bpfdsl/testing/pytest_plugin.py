@@ -5,7 +5,8 @@ is not usable the test skips with the reason; with ``BPFDSL_REQUIRE_KERNEL=1`` i
 environment (CI sets it) the skip becomes a failure, so a green run proves the kernel tests ran.
 
 Fixtures ``bpf_engine`` ("interp", "kernel") and ``bpf_program`` (load a .bpfd/.o, fill
-maps, run a packet, read verdict, output bytes and maps) run one test on both engines.
+maps, run a packet, read verdict, output bytes, maps and the records sent to user space
+through ringbuf / perf_event_array maps) run one test on both engines.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from bpfdsl.interp import InterpCollection
 from bpfdsl.kernel import syscall
 from bpfdsl.obj.collection import read_object
 from bpfdsl.obj.spec import choose_program
-from bpfdsl.runtime import loader, sockmap
+from bpfdsl.runtime import events, loader, sockmap
 from bpfdsl.runtime.testrun import verdict_name
 
 REQUIRE_ENV = "BPFDSL_REQUIRE_KERNEL"
@@ -211,7 +212,8 @@ class _KernelMap(BpfMap):
 
 
 class BpfProgram:
-    """One program of a loaded object on one engine: ``run(packet)``, ``maps[name]``;
+    """One program of a loaded object on one engine: ``run(packet)``, ``maps[name]``,
+    ``events(name)`` (the records sent through an event map since the last call);
     ``program(name)`` is another program of the same load (shared maps); ``interp`` is
     the :class:`bpfdsl.interp.InterpCollection` on the interpreter (``interp.env.cpu``
     sets the CPU, ``interp.env.clock_ns`` the clock), None on the kernel."""
@@ -222,11 +224,13 @@ class BpfProgram:
         self.name, self.kind = choose_program(spec, name)
         if _of is not None:  # same load as another program
             self._coll, self.interp, self.maps = _of._coll, _of.interp, _of.maps
+            self._streams = _of._streams
             self._owner = False
             return
         self._owner = True
         self._coll = None
         self.interp = None
+        self._streams: dict[str, events.EventStream] = {}
         if engine == "interp":
             self.interp = InterpCollection(spec, config=config or {})
             self.maps = {n: _InterpMap(m) for n, m in self.interp.maps.items()}
@@ -236,6 +240,33 @@ class BpfProgram:
             self.maps = {
                 k: _KernelMap(lm, n) for k, lm in self._coll.maps.items() if lm.spec is not None
             }
+            try:
+                for k, lm in self._coll.maps.items():
+                    if lm.spec is not None and lm.map_type in events.EVENT_MAP_TYPES:
+                        fd = syscall.Fd(os.dup(int(lm.fd)))  # the stream owns (closes) its fd
+                        record = events.record_type_of(spec.btf, k)
+                        self._streams[k] = events.EventStream(
+                            fd, syscall.map_info(fd), record, name=k
+                        )
+            except BaseException:
+                self.close()
+                raise
+
+    def events(self, name: str) -> list[events.Event]:
+        """The records programs of this load sent through event map ``name`` (ringbuf or
+        perf_event_array) since the last call, oldest first: ``.value`` the record
+        decoded by its BTF type (a dict), ``.packet`` the packet bytes appended to it
+        (perf_event_output with a byte count), ``.data`` the raw bytes (on the kernel, a
+        perf record is padded to 8 bytes)."""
+        if self.engine == "interp":
+            m = self.interp.maps.get(name)
+            if m is None or m.map_type not in events.EVENT_MAP_TYPES:
+                raise KeyError(f"no ringbuf/perf_event_array map {name!r} in the object")
+            record = events.record_type_of(self.spec.btf, name)
+            return [events.make_event(name, record, data, cpu) for cpu, data in m.drain()]
+        if name not in self._streams:
+            raise KeyError(f"no ringbuf/perf_event_array map {name!r} in the object")
+        return self._streams[name].read()
 
     def program(self, name: str) -> BpfProgram:
         """Program ``name`` of the same object, sharing this load's maps."""
@@ -269,6 +300,10 @@ class BpfProgram:
         return BpfRun(r.retval, verdict_name(self.kind, r.retval), r.data_out)
 
     def close(self) -> None:
+        if self._owner:
+            for st in self._streams.values():
+                st.close()
+            self._streams = {}
         if self._owner and self._coll is not None:
             self._coll.close()
             self._coll = None
