@@ -152,7 +152,9 @@ BAD_DECLS = [
 
 @pytest.mark.parametrize("decl,code,line,col,words", BAD_DECLS)
 def test_bad_event_map_declarations(decl, code, line, col, words):
-    text = f'license "GPL"\n{decl}\nstruct event {{ a: u32 }}\nxdp fn f(ctx) {{ return XDP_PASS }}\n'
+    text = (
+        f'license "GPL"\n{decl}\nstruct event {{ a: u32 }}\nxdp fn f(ctx) {{ return XDP_PASS }}\n'
+    )
     with pytest.raises(DiagnosticError) as ei:
         compile_source(text, "m.bpfd")
     (d,) = ei.value.diagnostics
@@ -233,7 +235,12 @@ xdp fn report(ctx) {
 def test_record_types_are_in_btf_and_map_definitions_are_libbpfs():
     spec = read_object(compile_source(SRC, "report.bpfd").obj)
     rb, perf = spec.maps["events"], spec.maps["perf"]
-    assert (rb.map_type, rb.key_size, rb.value_size, rb.max_entries) == (MapType.RINGBUF, 0, 0, 8192)
+    assert (rb.map_type, rb.key_size, rb.value_size, rb.max_entries) == (
+        MapType.RINGBUF,
+        0,
+        0,
+        8192,
+    )
     assert (rb.key_type_id, rb.value_type_id) == (0, 0)
     # no max_entries: the loader sizes it per possible CPU (libbpf)
     assert (perf.map_type, perf.key_size, perf.value_size, perf.max_entries) == (

@@ -42,6 +42,12 @@ def register(sub) -> None:
     p.set_defaults(func=cmd_events)
 
 
+def _type_name(t: int) -> str:
+    from bpfdsl.abi.uapi import MapType  # noqa: PLC0415
+
+    return MapType(t).name.lower()
+
+
 def _fmt(v) -> str:
     if isinstance(v, dict):
         return " ".join(f"{k}={_fmt(x)}" for k, x in v.items())
@@ -79,6 +85,11 @@ def cmd_events(args) -> int:
             pcap = PcapWriter(args.pcap)
         if not args.json and not args.lines and sys.stdout.isatty():
             table = _LiveTable(stream)
+        kind = _type_name(stream.type)
+        rings = f", {len(stream.rings)} CPU ring(s)" if kind == "perf_event_array" else ""
+        record = f"records: struct {stream.record.name}" if stream.record else "records: hex"
+        print(f"reading {stream.name} ({kind}{rings}; {record}); Ctrl-C stops", file=sys.stderr,
+              flush=True)  # fmt: skip
         if stream.record is None and not args.json:
             print(
                 f"note: no record type for map {stream.name!r} in the program's BTF: "

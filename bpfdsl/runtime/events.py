@@ -145,7 +145,7 @@ class EventStream:
                 raise UsageError(
                     error(
                         "not-event-map",
-                        f"map {self.name!r} is a {_type_name(self.type)} map, not a ringbuf "
+                        f"map {self.name!r} is of type {_type_name(self.type)}, not ringbuf "
                         "or perf_event_array",
                         hint="`bpfdsl map dump` shows the entries of other maps",
                     )
@@ -316,7 +316,7 @@ def open_stream(ref: str, *, type_name: str | None = None, pages: int = 16) -> E
             raise UsageError(
                 error(
                     "not-event-map",
-                    f"map {name!r} ({ref}) is a {_type_name(int(info.type))} map, not a "
+                    f"map {name!r} ({ref}) is of type {_type_name(int(info.type))}, not "
                     "ringbuf or perf_event_array",
                     hint="`bpfdsl map dump` shows the entries of other maps",
                 )
