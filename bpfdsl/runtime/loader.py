@@ -152,16 +152,22 @@ def load_collection(
     pin_dir: str | None = None,
     log_level: int = 0,
     log_size: int = 1 << 20,
+    reuse_maps: dict[str, str] | None = None,
 ) -> Collection:
     """Load ``spec``; ``config`` maps .rodata VAR names to int/bytes/str values;
-    ``pin_dir`` is where maps with ``pinning: LIBBPF_PIN_BY_NAME`` live (default
-    /sys/fs/bpf).  Raises LoadError, VerifierError, PermissionError (BpfPermissionError)."""
+    ``pin_dir`` is where maps with ``pinning: LIBBPF_PIN_BY_NAME`` live (PIN_ROOT, default
+    /sys/fs/bpf).  ``reuse_maps``: map name -> pin path of a live map to use instead of
+    creating one (a program update keeping its state; libbpf's bpf_map__reuse_fd): it must
+    match the definition (type, key/value size, max_entries, flags), else LoadError
+    ``map-incompatible`` names the map and the fields that differ.  Raises LoadError,
+    VerifierError, PermissionError (BpfPermissionError)."""
     coll = Collection(spec)
+    reuse = reuse_maps or {}
     try:
         _check_license(spec)
         _load_btf(coll)
         for m in spec.maps.values():
-            _create_map(coll, m, pin_dir or DEFAULT_PIN_ROOT)
+            _create_map(coll, m, pin_dir or DEFAULT_PIN_ROOT, reuse.get(m.name))
         _check_configs(spec, config or {})
         for ds in spec.data_sections.values():
             _create_data_map(coll, ds, config or {})
@@ -244,7 +250,7 @@ def _map_create(coll: Collection, name: str, m: MapSpec, max_entries: int, **kw)
     return S.map_create(m.map_type, m.key_size, m.value_size, max_entries, **args, **kw)
 
 
-def _create_map(coll: Collection, m: MapSpec, pin_root: str) -> None:
+def _create_map(coll: Collection, m: MapSpec, pin_root: str, reuse: str | None = None) -> None:
     max_entries = m.max_entries
     if m.map_type == MapType.CPUMAP:
         if m.key_size != 4 or m.value_size not in (4, 8):
@@ -265,6 +271,12 @@ def _create_map(coll: Collection, m: MapSpec, pin_root: str) -> None:
         fd = _reuse_pinned(path, m, max_entries)
         coll.maps[m.name] = LoadedMap(
             m.name, fd, m, m.key_size, m.value_size, max_entries, m.map_type, path, reused=True
+        )
+        return
+    if reuse is not None:
+        fd = _reuse_pinned(reuse, m, max_entries, update=True)
+        coll.maps[m.name] = LoadedMap(
+            m.name, fd, m, m.key_size, m.value_size, max_entries, m.map_type, reused=True
         )
         return
     inner = None
@@ -316,8 +328,11 @@ def _map_error(m: MapSpec, max_entries: int, e: S.BpfError) -> LoadError:
     )
 
 
-def _reuse_pinned(path: str, m: MapSpec, max_entries: int) -> S.Fd:
-    """Open the map pinned at ``path`` if it matches ``m`` (libbpf map_is_reuse_compat)."""
+def _reuse_pinned(path: str, m: MapSpec, max_entries: int, *, update: bool = False) -> S.Fd:
+    """Open the map pinned at ``path`` if it matches ``m`` (libbpf map_is_reuse_compat:
+    type, key/value size, max_entries, map_flags).  ``update``: the map of the program
+    being replaced (error ``map-incompatible``), else a map pinned by name
+    (``pin-incompatible``)."""
     try:
         fd = S.obj_get(path)
     except S.BpfError as e:
@@ -332,15 +347,33 @@ def _reuse_pinned(path: str, m: MapSpec, max_entries: int) -> S.Fd:
     if want != got:
         fd.close()
         names = ("type", "key_size", "value_size", "max_entries", "map_flags")
+        show = {"type": _map_type_name}
         diff = ", ".join(
-            f"{n} {g} (object: {w})" for n, w, g in zip(names, want, got, strict=True) if w != g
+            f"{n} {show.get(n, str)(g)} (object: {show.get(n, str)(w)})"
+            for n, w, g in zip(names, want, got, strict=True)
+            if w != g
         )
+        if update:
+            raise _fail(
+                "map-incompatible",
+                f"map '{m.name}': the new object's definition does not match the map of the "
+                f"program it replaces ({path}): {diff}",
+                hint="keep the map's definition to keep its state, or attach with "
+                "--fresh-maps to start with new, empty maps (the old state is dropped)",
+            )
         raise _fail(
             "pin-incompatible",
             f"map '{m.name}': the map pinned at {path} is incompatible: {diff}",
-            hint=f"remove the old pin: rm {path}",
+            hint=f"remove the old pin to start a new map: rm {path}",
         )
     return fd
+
+
+def _map_type_name(t: int) -> str:
+    try:
+        return MapType(t).name.lower()
+    except ValueError:
+        return str(t)
 
 
 def _check_configs(spec: CollectionSpec, config: dict[str, Any]) -> None:
