@@ -402,11 +402,13 @@ class EventMap(Map):
     ahead of the consumer (``__bpf_ringbuf_reserve``); a record past that fails (reserve:
     NULL, output: -EAGAIN), as when user space reads too slowly.
     Perf event array: a slot per CPU (``max_entries`` 0: every CPU, as the loader sizes
-    it); the interpreter acts as if a reader had a perf event open on each, so writes to a
-    slot below ``max_entries`` succeed and others fail with -E2BIG."""
+    it) that holds a reader's perf event or nothing: a write to an empty slot fails with
+    -ENOENT, past ``max_entries`` with -E2BIG (``__bpf_perf_event_output``), as on the
+    kernel before user space opens its rings; :meth:`open_readers` fills the slots."""
 
     def __init__(self, *a: Any, **kw: Any) -> None:
         super().__init__(*a, **kw)
+        self.readers: set[int] = set()  # perf event array: CPUs whose slot has a reader
         self.records: list[tuple[int, bytes]] = []
         self.used = 0  # ring buffer: bytes taken by undrained records and reservations
         self.open: dict[int, tuple[Region, int]] = {}  # id(region) -> (reservation, cpu)
@@ -451,8 +453,16 @@ class EventMap(Map):
             self.used += need
         elif self.max_entries and cpu >= self.max_entries:
             return -E2BIG
+        elif cpu not in self.readers:
+            return -ENOENT
         self.records.append((cpu, bytes(data)))
         return 0
+
+    def open_readers(self, cpus: list[int] | None = None) -> None:
+        """Perf event array: put a reader in the slots of ``cpus`` (default: every CPU),
+        as ``bpfdsl events`` / libbpf's perf_buffer do with one perf event per CPU."""
+        n = self.max_entries or self.ncpus
+        self.readers.update(range(min(n, self.ncpus)) if cpus is None else cpus)
 
     # ---- user side ----
     def drain(self) -> list[tuple[int, bytes]]:

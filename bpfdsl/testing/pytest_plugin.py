@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from bpfdsl.abi.uapi import is_percpu, is_sockmap
+from bpfdsl.abi.uapi import MapType, is_percpu, is_sockmap
 from bpfdsl.compiler import compile_file
 from bpfdsl.interp import InterpCollection
 from bpfdsl.kernel import syscall
@@ -234,6 +234,9 @@ class BpfProgram:
         if engine == "interp":
             self.interp = InterpCollection(spec, config=config or {})
             self.maps = {n: _InterpMap(m) for n, m in self.interp.maps.items()}
+            for m in self.interp.maps.values():
+                if m.map_type == MapType.PERF_EVENT_ARRAY:
+                    m.open_readers()  # as the kernel engine's streams do, per CPU
         else:
             self._coll = loader.load_collection(spec, config=config or {})
             n = syscall.possible_cpus()
