@@ -294,3 +294,21 @@ def test_a_full_ring_fails_the_reservation(bpf_program):
     assert verdicts[:127] == ["XDP_PASS"] * 127 and verdicts[127] == "XDP_ABORTED"
     assert len(prog.events("events")) == 127
     assert prog.run(frame(5000)).verdict == "XDP_PASS"  # read: room again
+
+
+def test_sampler_sends_each_frame_cut_to_snaplen(bpf_program, root):
+    """progs/xdp_sampler.bpfd: a `sample` record with the frame's first `snaplen` bytes
+    (cap_len of them, pkt_len the frame's length); sample_every 0 sends none."""
+    prog = bpf_program(root / "progs" / "xdp_sampler.bpfd", config={"snaplen": 32})
+    frames = [frame(6000 + i) for i in range(3)] + [bytes(Ether()) + bytes(16)]
+    for f in frames:
+        assert prog.run(f).verdict == "XDP_PASS"
+    got = prog.events("samples")
+    assert [e.value["pkt_len"] for e in got] == [len(f) for f in frames]
+    assert [e.value["cap_len"] for e in got] == [min(32, len(f)) for f in frames]
+    assert [e.packet for e in got] == [f[:32] for f in frames]  # cap_len trims the padding
+    assert all(e.orig_len == len(f) for e, f in zip(got, frames, strict=True))
+    assert prog.maps["sampled"].total(0) == 4
+    off = bpf_program(root / "progs" / "xdp_sampler.bpfd", config={"sample_every": 0})
+    off.run(frames[0])
+    assert off.events("samples") == [] and off.maps["seen"].total(0) == 1
