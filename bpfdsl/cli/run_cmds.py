@@ -42,6 +42,19 @@ def register(sub) -> None:
         help="kernel (BPF_PROG_TEST_RUN), interp (userspace interpreter), or auto (default: "
         "the kernel where bpf() works and the program kind can be test-run, else interp)",
     )
+    p.add_argument(
+        "--map",
+        nargs=3,
+        action="append",
+        metavar=("NAME", "KEY", "VALUE"),
+        help="put an entry into map NAME before the runs, parsed by its BTF types as "
+        "`bpfdsl map update` does (10.0.0.0/8, 53, JSON for structs, hex:BYTES); repeatable",
+    )
+    p.add_argument(
+        "--maps",
+        metavar="FILE",
+        help='entries from a JSON file: {"NAME": [[KEY, VALUE], ...]} or {"NAME": {"KEY": VALUE}}',
+    )
     p.add_argument("--limit", type=int, metavar="N", help="only the first N packets of --pcap")
     p.add_argument("-q", "--quiet", action="store_true", help="only the per-verdict totals")
     p.set_defaults(func=cmd_run)
@@ -83,6 +96,7 @@ def cmd_run(args) -> int:
     from bpfdsl.diagnostics import UsageError, error  # noqa: PLC0415
     from bpfdsl.obj import collection as objfile
     from bpfdsl.obj.config import parse_config
+    from bpfdsl.obj.entries import read_entries
     from bpfdsl.obj.spec import choose_program
     from bpfdsl.runtime import packets, testrun  # noqa: PLC0415
 
@@ -110,8 +124,11 @@ def cmd_run(args) -> int:
         if why:
             print(f"engine: interp ({why})", file=sys.stderr)
     testrun.require_test_run(kind, name, args.engine)
+    entries = read_entries(args.maps) if args.maps else []
+    entries += [tuple(e) for e in args.map or []]
     engine = testrun.open_engine(args.engine, spec, config=config)
     try:
+        testrun.preload_maps(engine, spec, entries)
         results = testrun.run_packets(
             engine,
             name,

@@ -15,10 +15,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from bpfdsl.abi.uapi import ProgramKind
+from bpfdsl.abi.uapi import ProgramKind, is_percpu
 from bpfdsl.diagnostics import DiagnosticError, UsageError, error
 from bpfdsl.interp import InterpCollection
 from bpfdsl.kernel import syscall
+from bpfdsl.obj.entries import entry_bytes
 from bpfdsl.runtime import loader
 from bpfdsl.runtime.packets import ETH_HLEN, describe_change, summary
 
@@ -76,6 +77,14 @@ class KernelEngine:
             raise
         return RunResult(r.retval, r.data_out, r.duration_ns)
 
+    def update(self, map_name: str, key: bytes, value: bytes) -> None:
+        """Set an entry of map ``map_name`` before the runs (per-CPU maps: on every CPU)."""
+        lm = self._coll.maps[map_name]
+        if is_percpu(lm.map_type):
+            pad = bytes(-len(value) % 8)
+            value = (value + pad) * syscall.possible_cpus()
+        lm.update(key, value)
+
     def close(self) -> None:
         self._coll.close()
 
@@ -109,12 +118,34 @@ class InterpEngine:
         assert res is not None
         return RunResult(res.retval, res.data_out, total // max(1, repeat))
 
+    def update(self, map_name: str, key: bytes, value: bytes) -> None:
+        """Set an entry of map ``map_name`` before the runs (per-CPU maps: on every CPU)."""
+        self.collection.maps[map_name].set(key, value)
+
     def close(self) -> None:
         pass
 
 
 # engine name -> factory(spec, *, config) -> Engine
 ENGINES: dict[str, Callable[..., Engine]] = {"kernel": KernelEngine, "interp": InterpEngine}
+
+
+def preload_maps(engine, spec, entries: Iterable[tuple[str, Any, Any]]) -> int:
+    """Put ``entries`` ((map, key, value): text or JSON values parsed by the map's BTF
+    types, :func:`bpfdsl.obj.entries.entry_bytes`) into the engine's maps before the runs;
+    returns how many.  Raises UsageError naming the map for a bad entry or one the map
+    refuses (full, a key outside an array)."""
+    n = 0
+    for name, key, value in entries:
+        k, v = entry_bytes(spec, name, key, value)
+        try:
+            engine.update(name, k, v)
+        except OSError as e:
+            raise UsageError(
+                error("bad-map-entry", f"map {name!r}: {key!r} -> {value!r}: {e.strerror or e}")
+            ) from None
+        n += 1
+    return n
 
 
 def open_engine(name: str, spec, *, config: dict | None = None) -> Engine:
