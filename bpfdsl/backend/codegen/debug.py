@@ -1,6 +1,6 @@
 """Debug-info adapter (back end): connects codegen to :class:`bpfdsl.backend.debuginfo.DebugInfo`.
 
-Codegen calls five hooks (``license_global``, ``config_global``, ``map_global``,
+Codegen calls six hooks (``license_global``, ``config_global``, ``map_global``, ``records_global``,
 ``program``, ``set_location``) and reads configs through ``load_config``; this module
 translates language types (:mod:`bpfdsl.lang.types`) to debug types so LLVM emits ``.BTF``
 (maps with typed keys/values, B07 layouts, .rodata VARs) and ``.BTF.ext`` line info that
