@@ -177,15 +177,15 @@ def test_records_of_a_clang_object_decode_by_a_named_struct():
     spec = read_object(build("ringbuf_event"))
     with loader.load_collection(spec) as coll:
         map_id = syscall.map_info(coll.maps["rb"].fd).id
-        with events.open_stream(f"id:{map_id}") as plain:
+        with events.open_events(f"id:{map_id}") as plain:
             assert plain.record is None  # nothing says what the records are
-        with events.open_stream(f"id:{map_id}", type_name="event") as st:
+        with events.open_events(f"id:{map_id}", type_name="event") as st:
             fd = coll.programs["report"].fd
             for _ in range(3):
                 assert syscall.prog_test_run(fd, bytes(64)).retval == 2
             got = [e.value for e in st.poll(1.0)]
         with pytest.raises(Exception, match="no struct 'nope'"):
-            events.open_stream(f"id:{map_id}", type_name="nope")
+            events.open_events(f"id:{map_id}", type_name="nope")
     assert got == [{"len": 64, "ifindex": 1, "seq": s} for s in (1, 2, 3)]
 
 

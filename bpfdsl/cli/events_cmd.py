@@ -76,7 +76,7 @@ def cmd_events(args) -> int:
         raise UsageError(error("bad-args", f"--duration {args.duration}: give seconds > 0"))
     if args.pages < 1 or args.pages & (args.pages - 1):
         raise UsageError(error("bad-args", f"--pages {args.pages}: give a power of 2"))
-    stream = events.open_stream(args.map, type_name=args.type, pages=args.pages)
+    stream = events.open_events(args.map, type_name=args.type, pages=args.pages)
     pcap = None
     stats = events.Stats()
     table = None

@@ -1,7 +1,7 @@
 """Events from programs to user space (kernel side): stream the records of a ring buffer or
 a perf event array of a loaded program, decoded by their BTF type.
 
-:func:`open_stream` takes a map reference (``PIN_PATH | DIR:NAME | id:N``, as ``bpfdsl
+:func:`open_events` takes a map reference (``PIN_PATH | DIR:NAME | id:N``, as ``bpfdsl
 map``), finds the record type (the ``bpfdsl_records`` description bpfdsl compiles into the
 BTF of the programs that use the map, :mod:`bpfdsl.abi.btf.records`; or a struct named
 with ``type_name`` from that BTF, for objects of other compilers) and returns an
@@ -296,7 +296,7 @@ def find_record_type(
     return None
 
 
-def open_stream(ref: str, *, type_name: str | None = None, pages: int = 16) -> EventStream:
+def open_events(ref: str, *, type_name: str | None = None, pages: int = 16) -> EventStream:
     """An :class:`EventStream` on the event map ``ref`` names (``PIN_PATH | DIR:NAME |
     id:N``).  Raises UsageError (no such map, not an event map, unknown ``type_name``),
     NoPermission (not root)."""
