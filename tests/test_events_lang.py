@@ -312,3 +312,24 @@ def test_sampler_sends_each_frame_cut_to_snaplen(bpf_program, root):
     off = bpf_program(root / "progs" / "xdp_sampler.bpfd", config={"sample_every": 0})
     off.run(frames[0])
     assert off.events("samples") == [] and off.maps["seen"].total(0) == 1
+
+
+@pytest.mark.parametrize("engine", ["interp", pytest.param("kernel", marks=pytest.mark.kernel)])
+def test_bpfdsl_run_shows_the_records_of_each_packet(capsys, root, engine):
+    import json  # noqa: PLC0415
+
+    from bpfdsl.cli import main  # noqa: PLC0415
+
+    f = frame(5353)
+    args = ["run", str(root / "progs" / "xdp_sampler.bpfd"), "--hex", f.hex(), "--set",
+            "snaplen=16", "--engine", engine]  # fmt: skip
+    assert main([*args, "--json"]) == 0
+    (pkt,) = json.loads(capsys.readouterr().out)["packets"]
+    (ev,) = pkt["events"]
+    assert ev["map"] == "samples" and ev["packet"] == f[:16].hex() and ev["orig_len"] == len(f)
+    assert ev["record"] == {"ifindex": 1, "rx_queue": 0, "pkt_len": len(f), "cap_len": 16}
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert (
+        f"event samples: ifindex=1 rx_queue=0 pkt_len={len(f)} cap_len=16 [+16 packet bytes]" in out
+    )

@@ -181,6 +181,14 @@ def _print_result(r, repeat: int) -> None:
     print(f"{head}{r.verdict:<12} {r.summary}{ns}")
     for line in r.changes:
         print(f"        {line}")
+    for ev in r.events:
+        body = (
+            " ".join(f"{k}={v}" for k, v in ev.value.items())
+            if isinstance(ev.value, dict)
+            else ev.data.hex(" ")
+        )
+        extra = f" [+{len(ev.packet)} packet bytes]" if ev.packet is not None else ""
+        print(f"        event {ev.map}: {body}{extra}")
 
 
 def cmd_demo(args) -> int:

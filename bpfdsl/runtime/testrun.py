@@ -3,7 +3,8 @@
 Takes an object (a CollectionSpec), a program name and frames; returns one
 :class:`PacketResult` per frame (verdict, output bytes, what changed, ns per run).
 An *engine* is anything with ``run(program, packet, repeat) -> RunResult`` plus
-``close()``; the engines are named in :data:`ENGINES`: ``kernel`` (:class:`KernelEngine`)
+``close()`` (and, optionally, ``events()``: the records sent to user space since the last
+call, shown per packet); the engines are named in :data:`ENGINES`: ``kernel`` (:class:`KernelEngine`)
 and ``interp`` (:class:`InterpEngine`, the userspace interpreter; it also runs the program
 kinds BPF_PROG_TEST_RUN refuses: xdp(cpumap), xdp(devmap), sk_msg).
 """
@@ -11,16 +12,17 @@ kinds BPF_PROG_TEST_RUN refuses: xdp(cpumap), xdp(devmap), sk_msg).
 from __future__ import annotations
 
 import errno
+import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from bpfdsl.abi.uapi import ProgramKind, is_percpu
+from bpfdsl.abi.uapi import MapType, ProgramKind, is_percpu
 from bpfdsl.diagnostics import DiagnosticError, UsageError, error
 from bpfdsl.interp import InterpCollection
 from bpfdsl.kernel import syscall
 from bpfdsl.obj.entries import entry_bytes
-from bpfdsl.runtime import loader
+from bpfdsl.runtime import events, loader
 from bpfdsl.runtime.packets import ETH_HLEN, describe_change, summary
 
 
@@ -57,6 +59,22 @@ class KernelEngine:
 
     def __init__(self, spec, *, config: dict | None = None):
         self._coll = loader.load_collection(spec, config=config or {})
+        self._streams: list[events.EventStream] = []
+        try:  # the records its event maps get: ring buffer mmaps, a perf ring per CPU
+            for name, lm in self._coll.maps.items():
+                if lm.spec is not None and lm.map_type in events.EVENT_MAP_TYPES:
+                    fd = syscall.Fd(os.dup(int(lm.fd)))  # the stream closes its own fd
+                    rec = events.record_type_of(spec.btf, name)
+                    self._streams.append(
+                        events.EventStream(fd, syscall.map_info(fd), rec, name=name)
+                    )
+        except BaseException:
+            self.close()
+            raise
+
+    def events(self) -> list[events.Event]:
+        """The records the runs since the last call sent through event maps."""
+        return [e for st in self._streams for e in st.read()]
 
     def run(self, program: str, packet: bytes, repeat: int = 1) -> RunResult:
         fd = self._coll.programs[program].fd
@@ -86,6 +104,9 @@ class KernelEngine:
         lm.update(key, value)
 
     def close(self) -> None:
+        for st in self._streams:
+            st.close()
+        self._streams = []
         self._coll.close()
 
 
@@ -101,6 +122,22 @@ class InterpEngine:
 
     def __init__(self, spec: Any, *, config: dict | None = None, **kw: Any) -> None:
         self.collection = InterpCollection(spec, config=config or {}, **kw)
+        self._records = {
+            name: events.record_type_of(spec.btf, name)
+            for name, m in self.collection.maps.items()
+            if m.map_type in events.EVENT_MAP_TYPES
+        }
+        for name in self._records:
+            if self.collection.maps[name].map_type == MapType.PERF_EVENT_ARRAY:
+                self.collection.maps[name].open_readers()  # as the kernel engine's streams
+
+    def events(self) -> list[events.Event]:
+        """The records the runs since the last call sent through event maps."""
+        out = []
+        for name, rec in self._records.items():
+            for cpu, data in self.collection.maps[name].drain():
+                out.append(events.make_event(name, rec, data, cpu))
+        return out
 
     def run(self, program: str, packet: bytes, repeat: int = 1) -> RunResult:
         """Run ``program`` on ``packet`` ``repeat`` times (maps keep their changes);
@@ -176,6 +213,7 @@ class PacketResult:
     changes: list[str] = field(default_factory=list)
     duration_ns: int = 0
     skipped: str = ""
+    events: list = field(default_factory=list)  # records sent to user space (runtime.events)
 
     def to_dict(self) -> dict:
         return {
@@ -188,6 +226,7 @@ class PacketResult:
             "changes": self.changes,
             "duration_ns": self.duration_ns,
             "skipped": self.skipped or None,
+            "events": [{k: v for k, v in e.to_dict().items() if k != "time"} for e in self.events],
         }
 
 
@@ -224,6 +263,9 @@ def run_packets(
             res.retval, res.data_out, res.duration_ns = r.retval, r.data_out, r.duration_ns
             res.verdict = verdict_name(kind, r.retval)
             res.changes = describe_change(data, r.data_out)
+        read_events = getattr(engine, "events", None)
+        if read_events is not None:
+            res.events = read_events()
         out.append(res)
     return out
 
