@@ -78,8 +78,8 @@ def _perf_output(m: RunState, r1, r2, r3, r4, r5):
         return _neg(errno.EINVAL)
     index = r3 & BPF_F_INDEX_MASK
     cpu = m.env.cpu if index == BPF_F_CURRENT_CPU else index
-    if index != BPF_F_CURRENT_CPU and index != m.env.cpu:
-        return _neg(errno.EOPNOTSUPP)  # perf_event_output: only the current CPU's event
+    if cpu != m.env.cpu and (not mp.max_entries or cpu < mp.max_entries) and cpu in mp.readers:
+        return _neg(errno.EOPNOTSUPP)  # another CPU's event (__bpf_perf_event_output)
     data = _mem(r4, r5, "perf_event_output data") if r5 else b""
     n = r3 >> 32
     if n:
