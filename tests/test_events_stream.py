@@ -6,6 +6,7 @@ reservation; records decoded by a struct named on the command line) and the erro
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import struct
@@ -205,3 +206,39 @@ def test_events_of_a_map_that_is_no_event_map(tmp_path, capsys):
         assert main(["events", f"{pin}:events", "--count", "0"]) == 2
     finally:
         assert main(["unload", pin]) == 0
+
+
+@pytest.mark.kernel
+def test_a_full_perf_ring_reports_the_records_it_lost():
+    """One page per CPU ring: records that do not fit are dropped by the kernel (the
+    program's perf_event_output fails, so `sampled` does not count them) and, once there is
+    room again, a PERF_RECORD_LOST says how many; delivered + lost == written."""
+    from bpfdsl.compiler import compile_file
+
+    spec = read_object(compile_file(str(ROOT / "progs/xdp_sampler.bpfd")).obj)
+    n = 200
+    os_cpus = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(os_cpus)})  # one CPU: one ring fills
+    try:
+        with loader.load_collection(spec) as coll:
+            lm = coll.maps["samples"]
+            fd = syscall.Fd(os.dup(int(lm.fd)))
+            rec = events.record_type_of(spec.btf, "samples")
+            with events.EventStream(fd, syscall.map_info(fd), rec, pages=1) as st:
+                prog = coll.programs["xdp_sampler"].fd
+                for _ in range(n):
+                    syscall.prog_test_run(prog, bytes(60))
+                got = st.read()  # room again: the next record comes after a LOST record
+                syscall.prog_test_run(prog, bytes(60))
+                got += st.read()
+            counted = syscall.map_lookup(
+                coll.maps["sampled"].fd, bytes(4), 8 * syscall.possible_cpus()
+            )
+    finally:
+        os.sched_setaffinity(0, os_cpus)
+    samples = [e for e in got if not e.lost]
+    lost = sum(e.lost for e in got)
+    assert 0 < len(samples) < n and lost > 0
+    assert len(samples) + lost == n + 1
+    assert sum(struct.unpack(f"<{len(counted) // 8}Q", counted)) == len(samples)
+    assert all(e.packet == bytes(60) and e.value["pkt_len"] == 60 for e in samples)
