@@ -38,7 +38,7 @@ _MAX_PROGS = 100_000  # programs looked at for the one that uses a map (bounded 
 EVENT_MAP_TYPES = (MapType.RINGBUF, MapType.PERF_EVENT_ARRAY)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class RecordType:
     """The struct of an event map's records: BTF ``type_id`` in ``btf``, ``size`` bytes."""
 
@@ -46,12 +46,14 @@ class RecordType:
     type_id: int
     name: str
     size: int
+    _decode: Any = field(default=None, repr=False, compare=False)
 
     def decode(self, data: bytes) -> Any:
         """The record's fields as a dict (addresses as text, be16 in host order, ...:
         :mod:`bpfdsl.abi.btf.values`), from the first ``size`` bytes of ``data``."""
-        raw = data[: self.size].ljust(self.size, b"\0")
-        return btf_values.format_value(self.btf, self.type_id, raw)
+        if self._decode is None:
+            self._decode = btf_values.decoder(self.btf, self.type_id)
+        return self._decode(data[: self.size].ljust(self.size, b"\0"))
 
 
 @dataclass(slots=True)
