@@ -76,6 +76,8 @@ class CodeGen(ExprGen, CallGen, PktGen, MapGen):
             self.globals[name] = g
         for name, mt in self.c.maps.items():
             self.globals[name] = self.emit_map_global(name, mt)
+        if self.dbg:
+            self.dbg.records_global(self.c.maps)
         for name, info in self.c.fns.items():  # declared first: a fn may call a later one
             self.declare_fn(name, info)
         for name, info in self.c.fns.items():

@@ -109,6 +109,12 @@ class PktGen(CsumGen):
             return self.parse(e.header, fail)
         if isinstance(e, ast.Call) and e.name == "skip_ext":
             return self.skip_ext(e, fail)
+        if isinstance(e, ast.Call) and e.name == "ringbuf_reserve":
+            p = self.ringbuf_reserve(e)
+            ok = self.new_block("reserved")
+            self.b.cbranch(self.b.icmp_unsigned("==", p, ir.Constant(PTR, None)), fail, ok)
+            self.start(ok)
+            return p
         if isinstance(e, ast.MethodCall):
             p = self.map_lookup(e)
             ok = self.new_block("found")
