@@ -83,3 +83,19 @@ def test_a_file_that_is_no_entry_list(capsys, root, tmp_path):
     assert main(["run", str(root / "progs" / "xdp_acl.bpfd"), "--engine", "interp",
                  "--hex", frame(V4_IN), "--maps", str(f)]) == 2  # fmt: skip
     assert "bad.json:1:2: not JSON" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_command_line_entries_come_after_the_file(capsys, root, tmp_path, engine):
+    """One list, one codec: `--map` entries are put in after the file's, so a key given on
+    the command line wins; a per-CPU map gets the value on every CPU (JSON or text)."""
+    f = tmp_path / "lists.json"
+    f.write_text(json.dumps({"v4_block": {"192.0.2.0/24": 1}, "dropped": [[0, 5]]}))
+    for extra, want in (([], 5), (["--map", "dropped", "0", "7"], 7)):
+        rc, doc = run(capsys, root, "--engine", engine, "--hex", frame(V4_IN), "--maps", str(f),
+                      *extra)  # fmt: skip
+        p = doc["packets"][0]
+        assert rc == 0 and p["verdict"] == "XDP_DROP", doc
+        (change,) = p["map_changes"]  # dropped[0] += 1 on the CPU the run used
+        assert change["map"] == "dropped" and set(change["old"]) == {want}, change
+        assert sum(change["new"]) - sum(change["old"]) == 1
