@@ -18,7 +18,9 @@ Stages: ``compile_source``/``compile_file`` (source text -> ELF bytes, the check
 (verifier-like analysis of a CollectionSpec, also of clang's objects), ``load_collection``
 (BPF_MAP_CREATE/BPF_PROG_LOAD: maps, configs, programs), ``attach_xdp``/``detach_xdp``
 (BPF links or netlink), ``run`` (a program on frames: the kernel's BPF_PROG_TEST_RUN or the
-userspace interpreter).  Errors: every stage raises :class:`DiagnosticError` (file, line,
+userspace interpreter), ``open_events`` (the records a loaded program sends through a ringbuf
+or perf_event_array map: ``with bpfdsl.open_events("/sys/fs/bpf/x:samples") as ev:
+ev.poll(1.0)`` -> list of :class:`Event`, decoded by BTF type).  Errors: every stage raises :class:`DiagnosticError` (file, line,
 column, hints; :class:`UsageError` for unusable input); the loader's ``LoadError`` and
 ``VerifierError`` are DiagnosticErrors too; ``str()`` is the one-line form and
 ``render()`` the full one.
@@ -48,6 +50,9 @@ _PUBLIC: dict[str, str] = {
     "VerifierError": "bpfdsl.runtime.loader",
     "attach_xdp": "bpfdsl.runtime.attach",
     "detach_xdp": "bpfdsl.runtime.attach",
+    "open_events": "bpfdsl.runtime.events",
+    "EventStream": "bpfdsl.runtime.events",
+    "Event": "bpfdsl.runtime.events",
     "PacketResult": "bpfdsl.runtime.testrun",
     "Span": "bpfdsl.diagnostics",
     "Diagnostic": "bpfdsl.diagnostics",
@@ -62,6 +67,8 @@ __all__ = [
     "CompileResult",
     "Diagnostic",
     "DiagnosticError",
+    "Event",
+    "EventStream",
     "LoadError",
     "PacketResult",
     "ProgramSpec",
@@ -75,6 +82,7 @@ __all__ = [
     "compile_source",
     "detach_xdp",
     "load_collection",
+    "open_events",
     "read_object",
     "run",
 ]

@@ -272,6 +272,10 @@ def difftest(label: str, obj: bytes, packets: list[bytes], report: Report, maps_
     spec, probe = _load_both(spec, conv)
     probe.close()
     runnable = [p for p in spec.programs.values() if p.kind is not None and p.kind.test_run]
+    clocked = [p for p in runnable if _reads_clock(p)]
+    for p in clocked:  # its maps hold clock readings the engines cannot share
+        report.programs.append(f"{label}:{p.name} (skipped: reads the clock)")
+    runnable = [p for p in runnable if p not in clocked]
     if not runnable:
         return
     ncpus = syscall.possible_cpus()
@@ -323,6 +327,22 @@ def difftest(label: str, obj: bytes, packets: list[bytes], report: Report, maps_
                                     MapType.PERCPU_ARRAY,
                                 ):
                                     syscall.map_delete(kmaps[mname].fd, key)
+
+
+# helpers that read a clock (enum bpf_func_id): the kernel's is CLOCK_MONOTONIC, the
+# interpreter's a settable Env.clock_ns; programs calling them are compared elsewhere
+# (tests/test_ratelimit.py runs progs/xdp_ratelimit.bpfd on both with a clock-free config)
+_CLOCK_HELPERS = {
+    5,
+    118,
+    125,
+    160,
+    208,
+}  # ktime_get_ns, jiffies64, *_boot_ns, *_coarse_ns, *_tai_ns
+
+
+def _reads_clock(prog) -> bool:
+    return any(x.opcode == 0x85 and x.src == 0 and x.imm in _CLOCK_HELPERS for x in prog.insns)
 
 
 def _ctor(m) -> tuple:

@@ -36,6 +36,8 @@ class ArgKind(Enum):
     CONST_SIZE = "const_size"  # bounded scalar > 0, size of the previous mem arg
     CONST_SIZE_OR_ZERO = "const_size_or_zero"  # bounded scalar >= 0
     PTR_TO_SOCKET = "ptr_to_socket"
+    CONST_ALLOC_SIZE_OR_ZERO = "const_alloc_size_or_zero"  # a known constant: bytes to allocate
+    PTR_TO_RINGBUF_MEM = "ptr_to_ringbuf_mem"  # a reservation, released by the call (OBJ_RELEASE)
 
 
 class RetKind(Enum):
@@ -44,6 +46,8 @@ class RetKind(Enum):
     INTEGER = "integer"
     VOID = "void"
     PTR_TO_MAP_VALUE_OR_NULL = "ptr_to_map_value_or_null"
+    # RET_PTR_TO_MEM | MEM_RINGBUF | PTR_MAYBE_NULL: an acquired reference of the size argument
+    PTR_TO_RINGBUF_MEM_OR_NULL = "ptr_to_ringbuf_mem_or_null"
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +86,7 @@ _XDP = frozenset({ProgramType.XDP})
 _SK_MSG = frozenset({ProgramType.SK_MSG})
 _SOCK_OPS = frozenset({ProgramType.SOCK_OPS})
 _NET = frozenset({ProgramType.XDP, ProgramType.SCHED_CLS, ProgramType.SCHED_ACT})
+_RINGBUF = frozenset({MapType.RINGBUF})
 _DATA_MAPS = U.HASH_MAP_TYPES | U.ARRAY_MAP_TYPES | {MapType.LPM_TRIE}  # maps of plain values
 
 # Index = helper id (enum bpf_func_id order, 0 = BPF_FUNC_unspec); see the module doc.
@@ -136,7 +141,16 @@ PROTOTYPES: tuple[HelperProto, ...] = (
     HelperProto("perf_event_read", 22),
     HelperProto("redirect", 23, (A.ANYTHING, A.ANYTHING), RetKind.INTEGER, prog_types=_NET),
     HelperProto("get_route_realm", 24),
-    HelperProto("perf_event_output", 25),
+    # bpf_xdp_event_output_proto / bpf_skb_event_output_proto (net/core/filter.c): flags
+    # select the array slot (BPF_F_CURRENT_CPU) and, upper 32 bits, packet bytes to append
+    HelperProto(
+        "perf_event_output",
+        25,
+        (A.PTR_TO_CTX, A.CONST_MAP_PTR, A.ANYTHING, A.PTR_TO_MEM, A.CONST_SIZE_OR_ZERO),
+        RetKind.INTEGER,
+        prog_types=_NET,
+        map_types=frozenset({MapType.PERF_EVENT_ARRAY}),
+    ),
     HelperProto("skb_load_bytes", 26),
     HelperProto("get_stackid", 27),
     HelperProto(
@@ -334,10 +348,23 @@ PROTOTYPES: tuple[HelperProto, ...] = (
     HelperProto("seq_write", 127),
     HelperProto("sk_cgroup_id", 128),
     HelperProto("sk_ancestor_cgroup_id", 129),
-    HelperProto("ringbuf_output", 130),
-    HelperProto("ringbuf_reserve", 131),
-    HelperProto("ringbuf_submit", 132),
-    HelperProto("ringbuf_discard", 133),
+    # kernel/bpf/ringbuf.c, every program type (bpf_base_func_proto)
+    HelperProto(
+        "ringbuf_output",
+        130,
+        (A.CONST_MAP_PTR, A.PTR_TO_MEM, A.CONST_SIZE_OR_ZERO, A.ANYTHING),
+        RetKind.INTEGER,
+        map_types=_RINGBUF,
+    ),
+    HelperProto(
+        "ringbuf_reserve",
+        131,
+        (A.CONST_MAP_PTR, A.CONST_ALLOC_SIZE_OR_ZERO, A.ANYTHING),
+        RetKind.PTR_TO_RINGBUF_MEM_OR_NULL,
+        map_types=_RINGBUF,
+    ),
+    HelperProto("ringbuf_submit", 132, (A.PTR_TO_RINGBUF_MEM, A.ANYTHING), RetKind.VOID),
+    HelperProto("ringbuf_discard", 133, (A.PTR_TO_RINGBUF_MEM, A.ANYTHING), RetKind.VOID),
     HelperProto("ringbuf_query", 134),
     HelperProto("csum_level", 135),
     HelperProto("skc_to_tcp6_sock", 136),
@@ -483,6 +510,8 @@ MAP_HELPERS: dict[MapType, frozenset[str]] = {
         }
     ),
     MapType.PROG_ARRAY: frozenset({"tail_call"}),
+    MapType.PERF_EVENT_ARRAY: frozenset({"perf_event_output"}),
+    MapType.RINGBUF: frozenset({"ringbuf_output", "ringbuf_reserve"}),
 }
 
 

@@ -401,6 +401,21 @@ BPF_F_INNER_MAP = 1 << 12  # map_flags: array used as an inner map of different 
 BPF_F_ACCESS_MASK = BPF_F_RDONLY | BPF_F_RDONLY_PROG | BPF_F_WRONLY | BPF_F_WRONLY_PROG
 
 BPF_F_XDP_HAS_FRAGS = 1 << 5  # prog_flags for xdp.frags sections
+
+# bpf_perf_event_output flags (bpf.h): the low 32 bits index the perf event array, the
+# upper 32 bits (BPF_F_CTXLEN_MASK) are, for XDP and skb programs, the number of packet
+# bytes the kernel appends to the record (bpf_xdp_event_output, net/core/filter.c)
+BPF_F_INDEX_MASK = 0xFFFFFFFF
+BPF_F_CURRENT_CPU = BPF_F_INDEX_MASK  # the array slot of the CPU the program runs on
+BPF_F_CTXLEN_MASK = 0xFFFFFFFF << 32
+# bpf_ringbuf_output/submit/discard flags (bpf.h): when to wake up a waiting consumer
+BPF_RB_NO_WAKEUP = 1 << 0
+BPF_RB_FORCE_WAKEUP = 1 << 1
+# ring buffer record header (bpf.h; kernel/bpf/ringbuf.c): u32 len with these two bits on
+# top, u32 page offset; records start 8-byte aligned
+BPF_RINGBUF_BUSY_BIT = 1 << 31
+BPF_RINGBUF_DISCARD_BIT = 1 << 30
+BPF_RINGBUF_HDR_SZ = 8
 BPF_F_TEST_RUN_ON_CPU = 1 << 0
 BPF_F_TEST_XDP_LIVE_FRAMES = 1 << 1
 BPF_F_REPLACE = 1 << 2  # prog attach
@@ -461,6 +476,7 @@ BPF_COMPLEXITY_LIMIT_INSNS = 1_000_000  # processed-insn budget of the verifier
 
 # ---- map types: the kernel's rules at BPF_MAP_CREATE (one table) ----
 # Sizes in bytes.  Constants of the x86-64 / arm64 (4 KiB pages) kernels bpfdsl targets:
+PAGE_SIZE = 4096  # bytes (x86-64, arm64 with 4 KiB pages)
 PCPU_MIN_UNIT_SIZE = 32 << 10  # include/linux/percpu.h: a per-CPU value, round_up(size, 8)
 KMALLOC_MAX_SIZE = 4 << 20  # include/linux/slab.h: 1 << (MAX_PAGE_ORDER 10 + PAGE_SHIFT 12)
 HTAB_ELEM_SIZE = 48  # sizeof(struct htab_elem), kernel/bpf/hashtab.c (no lock debugging)
@@ -495,6 +511,8 @@ class MapLimits:
     required: int = 0
     elem_max: int | None = None
     max_entries: int | None = None
+    ring_pages: bool = False
+    max_entries_optional: bool = False
 
 
 _ANY_SIZE = range(1, 1 << 31)  # value_size > INT_MAX: E2BIG (array_map_alloc_check)
@@ -504,6 +522,9 @@ _HTAB_ELEM_MAX = KMALLOC_MAX_SIZE - HTAB_ELEM_SIZE - 1
 # roundup_pow_of_two(max_entries) buckets must be <= U32_MAX / sizeof(bucket) (hashtab: E2BIG,
 # sock_hash_alloc: EINVAL): the largest such power of two, 2**27
 _HTAB_MAX_ENTRIES = 1 << ((U32_MAX // HTAB_BUCKET_SIZE).bit_length() - 1)
+# array_map_alloc_check + fd_array_map_alloc_check: no *_PROG flags, no BPF_F_INNER_MAP
+# (checked on the running kernel by tests/test_map_limits.py)
+_FD_ARRAY_FLAGS = BPF_F_NUMA_NODE | BPF_F_RDONLY | BPF_F_WRONLY | BPF_F_PRESERVE_ELEMS
 _DEV_FLAGS = BPF_F_NUMA_NODE | BPF_F_RDONLY | BPF_F_WRONLY  # DEV_CREATE_FLAG_MASK
 _SOCK_FLAGS = BPF_F_NUMA_NODE | BPF_F_RDONLY | BPF_F_WRONLY  # SOCK_CREATE_FLAG_MASK
 
@@ -576,6 +597,24 @@ MAP_LIMITS: dict[int, MapLimits] = {  # keys: MapType
         (4, 8),
         max_entries=_HTAB_MAX_ENTRIES,
     ),  # fmt: skip
+    # key and value size 0; max_entries = bytes of the ring (RINGBUF_CREATE_FLAG_MASK)
+    MapType.RINGBUF: MapLimits(
+        MapType.RINGBUF,
+        "kernel/bpf/ringbuf.c ringbuf_map_alloc",
+        BPF_F_NUMA_NODE,
+        (0,),
+        (0,),
+        ring_pages=True,
+    ),  # fmt: skip
+    # values are perf event fds (4 bytes); BPF_F_PRESERVE_ELEMS only on this type
+    MapType.PERF_EVENT_ARRAY: MapLimits(
+        MapType.PERF_EVENT_ARRAY,
+        "kernel/bpf/arraymap.c fd_array_map_alloc_check",
+        _FD_ARRAY_FLAGS,
+        (4,),
+        (4,),
+        max_entries_optional=True,
+    ),  # fmt: skip
 }
 
 _FLAG_NAMES = {
@@ -626,8 +665,12 @@ def map_create_problems(
     if lim.elem_max is not None and key_size + value_size > lim.elem_max:
         out.append(("value", f"{name} key and value together are at most {lim.elem_max} "
                              f"bytes, not {key_size + value_size}"))  # fmt: skip
-    if max_entries == 0:
+    if max_entries == 0 and not lim.max_entries_optional:
         out.append(("max_entries", f"{name} maps need max_entries of at least 1"))
+    elif lim.ring_pages and (max_entries & (max_entries - 1) or max_entries % PAGE_SIZE):
+        out.append(("max_entries", f"{name} maps need max_entries (the ring's size in bytes) "
+                                   f"to be a power of 2 and a multiple of the page size "
+                                   f"({PAGE_SIZE}), not {max_entries}"))  # fmt: skip
     elif lim.max_entries is not None and max_entries > lim.max_entries:
         out.append(("max_entries", f"{name} maps hold at most {lim.max_entries} entries "
                                    f"(2**{lim.max_entries.bit_length() - 1}), not {max_entries}"))  # fmt: skip

@@ -352,7 +352,8 @@ class DebugInfo:
                 fields.append((f"{what}_size", uint(sz)))
             elif ty is not None:
                 fields.append((f"{what}_size", uint(ty.size)))
-        fields.append(("max_entries", uint(max_entries)))
+        if max_entries:  # 0: left out, as libbpf-style C does (perf event arrays: the loader
+            fields.append(("max_entries", uint(max_entries)))  # sizes them per possible CPU)
         if map_flags:
             fields.append(("map_flags", uint(map_flags)))
         if pinning:
@@ -363,6 +364,21 @@ class DebugInfo:
         gv.initializer = ir.Constant(gv.value_type, None)
         gv.section, gv.align = ".maps", 8
         self._global_var(gv, name, st, line)
+        return gv
+
+    def records_global(
+        self, name: str, section: str, records: Sequence[tuple[str, DIType]]
+    ) -> ir.GlobalVariable:
+        """``struct { RECORD map_name; ... } name SEC(section);``: one member per event map,
+        named after it, of its record type, so BTF describes what each ring buffer / perf
+        event array carries (:mod:`bpfdsl.abi.btf.records`).  Zero-filled, in a section no
+        loader maps (libbpf skips unknown data sections); kept in compiler.used."""
+        st = self.struct_type(None, list(records))
+        ty = ir.ArrayType(ir.IntType(8), st.size)
+        gv = ir.GlobalVariable(self.module, ty, name)
+        gv.initializer = ir.Constant(ty, bytearray(st.size))
+        gv.section, gv.align = section, max(1, st.align)
+        self._global_var(gv, name, st, 0)
         return gv
 
     def license(self, text: str = "GPL", name: str = "LICENSE") -> ir.GlobalVariable:

@@ -332,7 +332,8 @@ def _exit(env: Env, st: State, i: int):
         raise Fault(
             "unreleased-ref",
             f"Unreleased reference id={st.refs[0]}",
-            "release acquired sockets (bpf_sk_release) on every path",
+            "end every ring buffer reservation (bpf_ringbuf_submit or bpf_ringbuf_discard) "
+            "and release every acquired socket (bpf_sk_release) on every path",
         )
     _check_return(env, r0, st.cur.r0_at)
     return []

@@ -307,6 +307,8 @@ def do_cond_jump(
                     taken, fall = null_st, nn_st
                 nt = nonnull_type(pr)
                 _mark_ids(null_st, pr.id, lambda r: D.known(0))
+                if pr.ref:  # NULL: nothing was acquired (kernel release_reference_state)
+                    null_st.refs = tuple(x for x in null_st.refs if x != pr.ref)
                 _mark_ids(
                     nn_st,
                     pr.id,

@@ -19,13 +19,13 @@ from bpfdsl.abi.uapi import MapType, is_array, is_sockmap
 from bpfdsl.checker import domain as D
 from bpfdsl.checker import features as F
 from bpfdsl.checker.env import Env, Fault
-from bpfdsl.checker.mem import check_access
+from bpfdsl.checker.mem import check_access, ringbuf_mem
 from bpfdsl.checker.stack import stack_range_readable, stack_range_written
 from bpfdsl.checker.state import State
 
 A = ArgKind
 UNMODELLED = "unmodelled-helper"  # a kernel helper the checker has no model of
-_MEM_TYPES = (D.STACK, D.PKT, D.PKT_META, D.MAP_VALUE)
+_MEM_TYPES = (D.STACK, D.PKT, D.PKT_META, D.MAP_VALUE, D.RINGBUF_MEM)
 
 
 def _type_err(regno: int, r: D.Reg, expected: str, explain: str) -> Fault:
@@ -83,6 +83,9 @@ def _check_wide(env, st, regno, size, write):
                 (regno,),
             )
         return
+    if r.t == D.RINGBUF_MEM:
+        ringbuf_mem(regno, r, 0, size, write)
+        return
     if r.t == D.MAP_VALUE:
         vs = r.map.value_size
         lo = r.off + (r.smin if r.tn[1] else D.s64(r.tn[0]))
@@ -125,6 +128,8 @@ def check_helper_call(env: Env, st: State, helper_id: int, idx: int) -> None:
     map_obj = None
     last_mem: int | None = None
     assert h.args is not None  # HELPERS_BY_ID holds the modelled helpers
+    alloc_size = 0
+    released = 0
     for k, kind in enumerate(h.args):
         regno = k + 1
         r = regs[regno]
@@ -221,6 +226,39 @@ def check_helper_call(env: Env, st: State, helper_id: int, idx: int) -> None:
                         )
                 else:
                     _check_mem(env, st, last_mem, r.umax, write, "buffer")
+        elif kind == A.CONST_ALLOC_SIZE_OR_ZERO:
+            if r.t != D.SCALAR or not r.is_const:
+                raise Fault(
+                    "size-not-const",
+                    f"R{regno} is not a known constant'",
+                    f"the size bpf_{h.name} allocates must be a constant (the record's size)",
+                    (regno,),
+                )
+            alloc_size = r.value
+        elif kind == A.PTR_TO_RINGBUF_MEM:
+            if r.t != D.RINGBUF_MEM:
+                raise _type_err(
+                    regno,
+                    r,
+                    "ringbuf_mem",
+                    f"bpf_{h.name} takes what bpf_ringbuf_reserve returned, checked for NULL"
+                    + (" and not submitted or discarded yet" if "released" in r.note else ""),
+                )
+            if r.off or r.tn != (0, 0):
+                raise Fault(
+                    "release-offset",
+                    f"R{regno} must have zero offset when passed to release func",
+                    "pass the pointer bpf_ringbuf_reserve returned, not one into the record",
+                    (regno,),
+                )
+            if r.ref not in st.refs:
+                raise Fault(
+                    "release-twice",
+                    f"R{regno} reference id={r.ref} is not acquired",
+                    "a reservation is submitted or discarded once",
+                    (regno,),
+                )
+            released = r.ref
         elif kind == A.PTR_TO_SOCKET:
             if r.t != D.SOCKET:
                 raise _type_err(regno, r, "sock", "pass a socket pointer checked for NULL")
@@ -243,9 +281,17 @@ def check_helper_call(env: Env, st: State, helper_id: int, idx: int) -> None:
         key_const = constant_key(st, regs[2], map_obj.key_size)
     if h.pkt_changing:
         _invalidate_packet(st, f"packet pointer invalidated by bpf_{h.name} at insn {idx}")
+    if released:  # kernel release_reference: every copy of the pointer becomes unusable
+        st.refs = tuple(x for x in st.refs if x != released)
+        note = f"ringbuf reservation released by bpf_{h.name} at insn {idx}"
+        st.update_regs(lambda r: D.unknown(note) if r.ref == released else None)
     for regno in range(1, 6):
         regs[regno] = D.NOT_INIT_REG
-    if h.ret == RetKind.PTR_TO_MAP_VALUE_OR_NULL:
+    if h.ret == RetKind.PTR_TO_RINGBUF_MEM_OR_NULL:
+        rid = env.new_id()
+        regs[0] = D.Reg(D.RINGBUF_MEM_OR_NULL, id=rid, rng=alloc_size, map=map_obj, ref=rid)
+        st.refs = (*st.refs, rid)
+    elif h.ret == RetKind.PTR_TO_MAP_VALUE_OR_NULL:
         if map_obj is None:
             regs[0] = D.unknown()
         elif (

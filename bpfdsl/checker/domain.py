@@ -24,6 +24,9 @@ S32_MIN, S32_MAX = -(1 << 31), (1 << 31) - 1
 # register types (kernel enum bpf_reg_type, reduced)
 NOT_INIT, SCALAR, CTX, STACK, PKT, PKT_META, PKT_END = 0, 1, 2, 3, 4, 5, 6
 MAP_VALUE, MAP_VALUE_OR_NULL, MAP_PTR, XDP_SOCK, SOCKET, SOCKET_OR_NULL = 7, 8, 9, 10, 11, 12
+# a ring buffer reservation (kernel PTR_TO_MEM | MEM_RINGBUF, an acquired reference):
+# ``rng`` = its size in bytes, ``ref`` = the reference id, ``map`` = the ring buffer
+RINGBUF_MEM, RINGBUF_MEM_OR_NULL = 13, 14
 TYPE_NAMES = {
     NOT_INIT: "?",
     SCALAR: "scalar",
@@ -38,8 +41,14 @@ TYPE_NAMES = {
     XDP_SOCK: "xdp_sock",
     SOCKET: "sock",
     SOCKET_OR_NULL: "sock_or_null",
+    RINGBUF_MEM: "ringbuf_mem",
+    RINGBUF_MEM_OR_NULL: "ringbuf_mem_or_null",
 }
-NULLABLE = {MAP_VALUE_OR_NULL: MAP_VALUE, SOCKET_OR_NULL: SOCKET}
+NULLABLE = {
+    MAP_VALUE_OR_NULL: MAP_VALUE,
+    SOCKET_OR_NULL: SOCKET,
+    RINGBUF_MEM_OR_NULL: RINGBUF_MEM,
+}
 PACKET_TYPES = (PKT, PKT_META)
 
 
@@ -380,8 +389,12 @@ def fmt_reg(r: Reg) -> str:
     if r.map is not None and r.t in (MAP_VALUE, MAP_VALUE_OR_NULL, MAP_PTR):
         m = r.map
         parts.append(f"map={getattr(m, 'name', '?')},ks={m.key_size},vs={m.value_size}")
+    if r.ref:
+        parts.append(f"ref_obj_id={r.ref}")
     if r.off:
         parts.append(f"off={r.off}")
+    if r.t in (RINGBUF_MEM, RINGBUF_MEM_OR_NULL):
+        parts.append(f"sz={r.rng}")
     if r.t in PACKET_TYPES:
         parts.append(f"r={r.rng}")
     if r.tn != (0, 0):

@@ -38,6 +38,8 @@ def check_access(
         return _packet(env, regno, r, off, size, write)
     if t == D.MAP_VALUE:
         return _map_value(env, regno, r, off, size, write)
+    if t == D.RINGBUF_MEM:
+        return ringbuf_mem(regno, r, off, size, write)
     if t == D.CTX:
         return _ctx(env, regno, r, off, size, write)
     if t == D.XDP_SOCK or t == D.SOCKET:
@@ -69,6 +71,8 @@ def check_access(
         D.MAP_VALUE_OR_NULL: "the map lookup result may be NULL: compare it with 0 first "
         "and only use it on the non-NULL branch",
         D.SOCKET_OR_NULL: "the socket may be NULL: compare it with 0 first",
+        D.RINGBUF_MEM_OR_NULL: "bpf_ringbuf_reserve may return NULL (the ring is full): "
+        "compare it with 0 first",
         D.PKT_END: "data_end marks the end of the packet; it cannot be dereferenced",
         D.MAP_PTR: "a map reference cannot be dereferenced; use a lookup helper",
     }.get(t, "this pointer type cannot be dereferenced")
@@ -179,6 +183,34 @@ def _map_value(env, regno, r, off, size, write):
         a = D.s64(r.tn[0]) + full
         if 0 <= a and a + size <= len(data):
             return D.known(int.from_bytes(data[a : a + size], "little"))
+    return D.unknown() if size == 8 else D.urange(0, (1 << (8 * size)) - 1)
+
+
+# ---- ring buffer reservations ----
+
+
+def ringbuf_mem(regno: int, r: D.Reg, off: int, size: int, write: bool) -> D.Reg | None:
+    """A load or store in a ring buffer reservation of ``r.rng`` bytes (kernel
+    check_mem_region_access); its bytes are not tracked, reads give unknown scalars."""
+    full = off + r.off
+    lo = full + (r.smin if r.tn[1] else D.s64(r.tn[0]))
+    hi = full + (r.umax if r.tn[1] else D.s64(r.tn[0]))
+    if r.tn[1] and (r.smin < 0 or r.umax >= MAX_VAR_OFF):
+        raise Fault(
+            "unbounded-access",
+            f"R{regno} unbounded memory access, make sure to bounds check any such access",
+            "check the index against the record size before using it",
+            (regno,),
+        )
+    if lo < 0 or hi + size > r.rng:
+        raise Fault(
+            "mem-bounds",
+            f"invalid access to memory, mem_size={r.rng} off={lo} size={size}",
+            f"the access must stay inside the {r.rng}-byte ring buffer reservation",
+            (regno,),
+        )
+    if write:
+        return None
     return D.unknown() if size == 8 else D.urange(0, (1 << (8 * size)) - 1)
 
 

@@ -192,7 +192,7 @@ def _ptr_alu(env, x, op, is64, p: D.Reg, pno: int, o: D.Reg, ptr_is_dst: bool) -
     known = o.is_const
     if p.t == D.MAP_PTR and known and o.value == 0 and op == U.BPF_ADD:
         return p
-    if p.t not in (D.CTX, D.MAP_VALUE, D.STACK, D.PKT, D.PKT_META):
+    if p.t not in (D.CTX, D.MAP_VALUE, D.STACK, D.PKT, D.PKT_META, D.RINGBUF_MEM):
         raise Fault(
             "ptr-arith",
             f"R{x.dst} pointer arithmetic on {name} prohibited",

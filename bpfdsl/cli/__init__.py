@@ -33,6 +33,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "detach": ("attach_cmds", "detach XDP from an interface"),
     "show": ("attach_cmds", "list what bpfdsl has loaded, pinned and attached"),
     "map": ("map_cmds", "dump, lookup, update, delete map entries (BTF-typed)"),
+    "events": (
+        "events_cmd",
+        "stream the records of a ringbuf or perf_event_array (table, JSON, pcap)",
+    ),
     "run": ("run_cmds", "run a program on packets (BPF_PROG_TEST_RUN or the interpreter)"),
     "demo": ("run_cmds", "the main job end to end on a veth pair in a temporary namespace"),
     "bench": ("bench_cmds", "benchmark a program under load: xdp, redirect, xsk, skmsg tables"),

@@ -51,6 +51,19 @@ def register(sub) -> None:
         help="load-time config value (.rodata) when PROG is an object file",
     )
     a.add_argument(
+        "--fresh-maps",
+        action="store_true",
+        help="when an attach of an object file replaces an earlier one: new, empty maps "
+        "(default: the old program's maps are reused if their definitions match, so "
+        "counters and tables keep their state)",
+    )
+    a.add_argument(
+        "--pin-root",
+        metavar="DIR",
+        help="where maps declared with `pinning: LIBBPF_PIN_BY_NAME` are pinned and found "
+        "(PIN_ROOT/NAME; default /sys/fs/bpf, as libbpf)",
+    )
+    a.add_argument(
         "--no-replace",
         action="store_true",
         help="fail instead of replacing a program already on the interface",
@@ -135,6 +148,8 @@ def cmd_attach(args) -> int:
         pin_dir=staging or args.pin_dir,
         config_items=args.set,
         data=compiled(words[0]),
+        reuse_from=target if staging is not None and not args.fresh_maps else None,
+        pin_root=args.pin_root,
     ) as prog:
         link_pin = attach.link_pin_path(prog.pin_dir, dev) if prog.pin_dir else None
         res = attach.attach_xdp(
@@ -161,6 +176,7 @@ def cmd_attach(args) -> int:
                     **res.to_dict(),
                     "loaded": prog.loaded_from,
                     "pin_dir": prog.pin_dir,
+                    "reused_maps": prog.reused,
                     "warnings": [w.message for w in warnings],
                 }
             )
@@ -171,6 +187,8 @@ def cmd_attach(args) -> int:
                 f"loaded {prog.loaded_from}: programs and maps pinned under {prog.pin_dir} "
                 "(`bpfdsl detach` removes them again)"
             )
+        if prog.reused:
+            print(f"kept the maps of the program it replaces: {', '.join(prog.reused)}")
         via = f"link {res.link_id} pinned at {res.link_pin}" if res.method == "link" else "netlink"
         print(
             f"attached {res.prog_name or 'program'} (id {res.prog_id}) to {res.dev} "

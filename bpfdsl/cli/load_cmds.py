@@ -35,6 +35,12 @@ def register(sub) -> None:
         help="set a load-time config (.rodata variable); repeatable",
     )
     p.add_argument(
+        "--pin-root",
+        metavar="DIR",
+        help="where maps declared with `pinning: LIBBPF_PIN_BY_NAME` are pinned and found "
+        "(PIN_ROOT/NAME; default /sys/fs/bpf, as libbpf); such pins stay after `unload`",
+    )
+    p.add_argument(
         "--log",
         action="store_true",
         help="print the whole verifier log of every program (also on rejection)",
@@ -77,7 +83,7 @@ def cmd_load(args) -> int:
     pin_dir = args.pin_dir or default_pin_dir(args.file)
     level = args.log_level if args.log else 0
     try:
-        coll = loader.load_collection(spec, config=config, log_level=level)
+        coll = loader.load_collection(spec, config=config, log_level=level, pin_dir=args.pin_root)
     except loader.VerifierError as e:
         if args.log:
             print(e.log, file=sys.stderr)

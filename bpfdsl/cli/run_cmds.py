@@ -40,9 +40,16 @@ def register(sub) -> None:
         action="append",
         nargs=3,
         metavar=("NAME", "KEY", "VALUE"),
-        help="set a map entry before the run, repeatable; KEY/VALUE as `bpfdsl map update` "
-        "takes them (10.0.0.1, 10.0.0.0/8, JSON for structs); sockmap/sockhash VALUE: "
-        "`peer` (the other end of the --ctx socket) or `self` (interpreter only)",
+        help="put an entry into map NAME before the runs, repeatable; KEY/VALUE parsed by "
+        "the map's BTF types as `bpfdsl map update` takes them (10.0.0.1, 10.0.0.0/8, 53, "
+        "JSON for structs, hex:BYTES); sockmap/sockhash VALUE: `peer` (the other end of "
+        "the --ctx socket) or `self` (interpreter only)",
+    )
+    p.add_argument(
+        "--maps",
+        metavar="FILE",
+        help='entries from a JSON file: {"NAME": [[KEY, VALUE], ...]} or {"NAME": {"KEY": '
+        "VALUE}} (as --map takes them, or JSON values); --map entries come after its own",
     )
     p.add_argument(
         "--repeat",
@@ -129,10 +136,11 @@ def cmd_run(args) -> int:
         if why:
             print(f"engine: interp ({why})", file=sys.stderr)
     testrun.require_test_run(kind, name, args.engine)
+    entries = runinfo.map_entries(args.map, args.maps)
     engine = testrun.open_engine(args.engine, spec, config=config)
     warnings.extend(getattr(engine, "warnings", ()))
     try:
-        runinfo.fill_maps(engine, spec, args.map, ctx)
+        runinfo.fill_maps(engine, spec, entries, ctx)
         results = testrun.run_packets(
             engine,
             name,
@@ -243,6 +251,14 @@ def _print_result(r, repeat: int) -> None:
     print(f"{head}{r.verdict:<12} {r.summary}{ns}")
     for line in r.changes + r.effects:
         print(f"        {line}")
+    for ev in r.events:
+        body = (
+            " ".join(f"{k}={v}" for k, v in ev.value.items())
+            if isinstance(ev.value, dict)
+            else ev.data.hex(" ")
+        )
+        extra = f" [+{len(ev.packet)} packet bytes]" if ev.packet is not None else ""
+        print(f"        event {ev.map}: {body}{extra}")
 
 
 def cmd_demo(args) -> int:

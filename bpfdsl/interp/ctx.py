@@ -104,6 +104,10 @@ class XdpContext(CtxRegion):
     def data_end(self) -> int:
         return self.pkt.hi
 
+    @property
+    def data_meta(self) -> int:
+        return self.pkt.lo
+
     def data_out(self) -> bytes:
         """What BPF_PROG_TEST_RUN copies out: metadata + packet (data_meta..data_end),
         then the frags."""

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from bpfdsl.abi.insn import Insn, InsnError, format_insn, slot_offsets, validate
 from bpfdsl.abi.uapi import BPF_PSEUDO_MAP_FD, BPF_PSEUDO_MAP_VALUE
 from bpfdsl.diagnostics import DiagnosticError, Span, UsageError, error
-from bpfdsl.interp import helpers, helpers_sock
+from bpfdsl.interp import helpers, helpers_events, helpers_sock
 from bpfdsl.interp.jit import FILENAME, jit
 from bpfdsl.interp.maps import Map
 from bpfdsl.interp.memory import Fault, NotModelled, Ptr, Region, StackRegion
@@ -26,7 +26,7 @@ from bpfdsl.interp.state import Env, RunState
 MAX_CALL_FRAMES = 8  # kernel/bpf/verifier.c
 DEFAULT_BUDGET = 1_000_000  # instructions per run (BPF_COMPLEXITY_LIMIT_INSNS)
 # helper id -> implementation: the table of each helper module, joined here
-IMPLS = {**helpers.IMPLS, **helpers_sock.IMPLS}
+IMPLS = {**helpers.IMPLS, **helpers_sock.IMPLS, **helpers_events.IMPLS}
 
 
 class InterpError(DiagnosticError):

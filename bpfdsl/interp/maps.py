@@ -22,6 +22,7 @@ from bpfdsl.abi.uapi import (
     BPF_EXIST,
     BPF_F_LOCK,
     BPF_NOEXIST,
+    BPF_RINGBUF_HDR_SZ,
     HASH_MAP_TYPES,
     REDIRECT_MAP_TYPES,
     SOCK_MAP_TYPES,
@@ -31,7 +32,7 @@ from bpfdsl.abi.uapi import (
     is_lru,
     is_percpu,
 )
-from bpfdsl.interp.memory import NotModelled, Region
+from bpfdsl.interp.memory import Fault, NotModelled, Region
 
 EINVAL, ENOENT, EEXIST, E2BIG, ENOSPC = (
     errno.EINVAL,
@@ -343,7 +344,7 @@ class LpmTrieMap(Map):
 
 
 class UnsupportedMap(Map):
-    """A declared map of a kind the interpreter does not model (PROG_ARRAY, RINGBUF, ...):
+    """A declared map of a kind the interpreter does not model (PROG_ARRAY, ...):
     the object still loads; only a program that passes it to a helper, or a user-side
     access, fails, with a message naming the map and its kind."""
 
@@ -374,10 +375,129 @@ class UnsupportedMap(Map):
         return []
 
 
+class Reservation(Region):
+    """A ring buffer reservation: the record's bytes until submit/discard (``owner``: its
+    :class:`EventMap`); pointers into it go stale when it ends (the verifier releases
+    the reference)."""
+
+    __slots__ = ("owner",)
+    owner: Any  # the EventMap the record belongs to (set by the reserving helper)
+
+    def _check(self, p, off: int, size: int) -> int:
+        if p.gen != self.gen:
+            raise Fault(
+                f"use of {self.name} after bpf_ringbuf_submit/discard: the record belongs "
+                "to user space now"
+            )
+        return super()._check(p, off, size)
+
+
+class EventMap(Map):
+    """Events to user space: a ring buffer (RINGBUF) or a perf event array
+    (PERF_EVENT_ARRAY).  Programs write records (helpers of
+    :mod:`bpfdsl.interp.helpers_events`); user space takes them with :meth:`drain`, in the
+    order they were submitted, each ``(cpu, bytes)``.
+
+    Ring buffer (kernel/bpf/ringbuf.c): records of ``round_up(len + 8, 8)`` bytes (8-byte
+    header) stay until drained, and the producer may run at most ``max_entries - 1`` bytes
+    ahead of the consumer (``__bpf_ringbuf_reserve``); a record past that fails (reserve:
+    NULL, output: -EAGAIN), as when user space reads too slowly.
+    Perf event array: a slot per CPU (``max_entries`` 0: every CPU, as the loader sizes
+    it) that holds a reader's perf event or nothing: a write to an empty slot fails with
+    -ENOENT, past ``max_entries`` with -E2BIG (``__bpf_perf_event_output``), as on the
+    kernel before user space opens its rings; :meth:`open_readers` fills the slots."""
+
+    def __init__(self, *a: Any, **kw: Any) -> None:
+        super().__init__(*a, **kw)
+        self.readers: set[int] = set()  # perf event array: CPUs whose slot has a reader
+        self.records: list[tuple[int, bytes]] = []
+        self.used = 0  # ring buffer: bytes taken by undrained records and reservations
+        self.open: dict[int, tuple[Region, int]] = {}  # id(region) -> (reservation, cpu)
+
+    @staticmethod
+    def slot_size(n: int) -> int:
+        return (n + BPF_RINGBUF_HDR_SZ + 7) // 8 * 8
+
+    # ---- program side ----
+    def reserve(self, size: int, cpu: int) -> Region | None:
+        """bpf_ringbuf_reserve: a fresh writable region of ``size`` bytes, or None when
+        the ring has no room for it."""
+        need = self.slot_size(size)
+        if self.used + need > self.max_entries - 1:
+            return None
+        self.used += need
+        r = Reservation("ringbuf", bytearray(size), name=f"reservation in ringbuf '{self.name}'")
+        r.owner = self
+        self.open[id(r)] = (r, cpu)
+        return r
+
+    def end(self, region: Region, submit: bool) -> bool:
+        """bpf_ringbuf_submit/discard of a reservation; False when ``region`` is none
+        (or was ended already).  The region's pointers go stale (its ``gen`` moves)."""
+        entry = self.open.pop(id(region), None)
+        if entry is None:
+            return False
+        r, cpu = entry
+        r.gen += 1  # like the verifier's release: older pointers fault
+        if submit:
+            self.records.append((cpu, bytes(r.buf)))
+        else:
+            self.used -= self.slot_size(len(r.buf))
+        return True
+
+    def output(self, data: bytes, cpu: int) -> int:
+        """bpf_ringbuf_output / bpf_perf_event_output of ``data``: 0 or -errno."""
+        if self.map_type == MapType.RINGBUF:
+            need = self.slot_size(len(data))
+            if self.used + need > self.max_entries - 1:
+                return -errno.EAGAIN
+            self.used += need
+        elif self.max_entries and cpu >= self.max_entries:
+            return -E2BIG
+        elif cpu not in self.readers:
+            return -ENOENT
+        self.records.append((cpu, bytes(data)))
+        return 0
+
+    def open_readers(self, cpus: list[int] | None = None) -> None:
+        """Perf event array: put a reader in the slots of ``cpus`` (default: every CPU),
+        as ``bpfdsl events`` / libbpf's perf_buffer do with one perf event per CPU."""
+        n = self.max_entries or self.ncpus
+        self.readers.update(range(min(n, self.ncpus)) if cpus is None else cpus)
+
+    # ---- user side ----
+    def drain(self) -> list[tuple[int, bytes]]:
+        """The records written since the last drain, ``(cpu, bytes)`` each, oldest first
+        (a perf event array record carries the packet bytes appended to it)."""
+        out, self.records = self.records, []
+        if self.map_type == MapType.RINGBUF:
+            self.used = sum(self.slot_size(len(r.buf)) for r, _cpu in self.open.values())
+        return out
+
+    def lookup(self, key: bytes, cpu: int = 0) -> Region | None:
+        raise NotModelled(f"map '{self.name}' ({self.map_type.name}) has no elements to look up")
+
+    def update(self, key: bytes, value: bytes, flags: int = 0, cpu: int | None = None) -> int:
+        if cpu is None:
+            raise ValueError(
+                f"map '{self.name}' ({self.map_type.name}) holds events, not entries: "
+                "read them with drain()"
+            )
+        return -EINVAL
+
+    def get(self, key: Any) -> bytes | list[bytes] | None:
+        raise ValueError(f"map '{self.name}' holds events, not entries: read them with drain()")
+
+    def keys(self) -> list[bytes]:
+        return []
+
+
 _CLASSES: dict[int, type[Map]] = {
     **dict.fromkeys(ARRAY_MAP_TYPES, ArrayMap),
     **dict.fromkeys(HASH_MAP_TYPES, HashMap),
     MapType.LPM_TRIE: LpmTrieMap,
+    MapType.RINGBUF: EventMap,
+    MapType.PERF_EVENT_ARRAY: EventMap,
 }
 
 
@@ -476,8 +596,7 @@ def make_map(
     map_flags: int = 0,
     ncpus: int = 1,
 ) -> Map:
-    """An empty in-memory map of ``map_type``; kinds not modelled (PROG_ARRAY, RINGBUF,
-    ...) give an :class:`UnsupportedMap` placeholder that fails only when used; a type
+    """An empty in-memory map of ``map_type``; kinds not modelled (PROG_ARRAY, ...) give an :class:`UnsupportedMap` placeholder that fails only when used; a type
     number the kernel headers do not know raises ValueError."""
     try:
         kind = MapType(map_type)

@@ -545,6 +545,15 @@ def btf_info(fd: int | Fd) -> BtfInfo:
     return obj_get_info_by_fd(fd, BtfInfo())
 
 
+def prog_map_ids(fd: int | Fd) -> list[int]:
+    """Ids of the maps program ``fd`` uses (bpf_prog_info.map_ids)."""
+    n = prog_info(fd).nr_map_ids
+    buf = (C.c_uint32 * max(n, 1))()
+    info = ProgInfo(nr_map_ids=n, map_ids=C.addressof(buf))
+    obj_get_info_by_fd(fd, info)
+    return list(buf[: min(n, info.nr_map_ids)])
+
+
 def prog_xlated(fd: int | Fd) -> bytes:
     """The program's instructions as the verifier rewrote them (like bpftool dump xlated)."""
     n = prog_info(fd).xlated_prog_len

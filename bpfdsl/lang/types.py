@@ -135,7 +135,9 @@ class HeaderType(Type):
 class MapType(Type):
     """A map: ``kind`` is the language name (``percpu_array``), ``map_type`` the kernel's
     BPF_MAP_TYPE_* number, ``max_entries`` and ``flags`` (BPF_F_*) as in ``struct
-    bpf_map_def``.  Compared by identity."""
+    bpf_map_def``; ``pinning`` libbpf's LIBBPF_PIN_* (1: pinned by name).  Event maps
+    (``ringbuf``, ``perf_event_array``) have no key/value types but a ``record`` struct,
+    the type of what programs send through them.  Compared by identity."""
 
     name: str
     kind: str
@@ -144,6 +146,8 @@ class MapType(Type):
     value: Type | None
     max_entries: int
     flags: int = 0
+    pinning: int = 0
+    record: Type | None = None
 
     def __str__(self) -> str:
         return f"map {self.name}"
@@ -170,6 +174,19 @@ class RefType(Type):
 
     def __str__(self) -> str:
         return f"&{self.inner}"
+
+
+@dataclass(eq=False, slots=True)
+class RingbufRef(RefType):
+    """A ring buffer reservation (``ringbuf_reserve``): the record's memory in the ring.
+    Only this program sees it until ``ringbuf_submit``/``ringbuf_discard`` (so ``+=`` on
+    a field is a plain add: ``percpu`` is True); sema's reference rule
+    (:mod:`bpfdsl.lang.sema.refs`) makes every path end it exactly once."""
+
+    map_name: str = ""
+
+    def __str__(self) -> str:
+        return f"reservation of {self.inner}"
 
 
 @dataclass(frozen=True, slots=True)

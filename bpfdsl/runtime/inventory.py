@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from bpfdsl.abi.uapi import AttachType, LinkType, MapType, ProgramType
 from bpfdsl.diagnostics import DiagnosticError, UsageError, error
@@ -33,6 +33,7 @@ class OpenProgram:
     name: str
     pin_dir: str | None
     loaded_from: str | None = None  # the object file loaded and pinned by this call
+    reused: list[str] = field(default_factory=list)  # maps kept from the replaced program
 
 
 def _type_name(enum, value: int) -> str:
@@ -85,11 +86,17 @@ def open_program(
     pin_dir: str | None = None,
     config_items: list[str] | None = None,
     data: bytes | None = None,
+    reuse_from: str | None = None,
+    pin_root: str | None = None,
 ) -> Iterator[OpenProgram]:
     """Open the program ``ref`` names (see module docstring); closes its fd on exit.
 
     An object file is loaded (``bpfdsl.runtime.loader``) and pinned under ``pin_dir`` (default
     /sys/fs/bpf/bpfdsl/<object name>); if the body raises, those pins are removed again.
+    ``reuse_from``: a pin dir whose ``maps/`` hold the maps of the program being replaced;
+    the object's maps of those names are reused (their state stays) if their definitions
+    match, else LoadError ``map-incompatible``.  ``pin_root``: PIN_ROOT of maps pinned by
+    name (default /sys/fs/bpf).
     ``data``: the object's ELF bytes when the caller has them already (``.bpfd`` source is
     compiled by the caller, e.g. :func:`bpfdsl.cli.object_bytes`), else the file ``ref``
     is read.
@@ -112,7 +119,7 @@ def open_program(
         return
     if not os.path.isfile(ref):
         raise UsageError(error("no-such-file", f"{ref}: no such object, pinned program or pin dir"))
-    yield from _load_and_open(ref, prog, pin_dir, config_items, data)
+    yield from _load_and_open(ref, prog, pin_dir, config_items, data, reuse_from, pin_root)
 
 
 def _load_and_open(
@@ -121,6 +128,8 @@ def _load_and_open(
     pin_dir: str | None,
     config_items: list[str] | None,
     data: bytes | None,
+    reuse_from: str | None = None,
+    pin_root: str | None = None,
 ) -> Iterator[OpenProgram]:
     spec = read_object(object_bytes(ref) if data is None else data, name=ref)
     config = parse_config(config_items, spec.configs) if config_items else {}
@@ -146,13 +155,27 @@ def _load_and_open(
     attach.ensure_bpffs()
     if pin_dir.startswith(attach.DEFAULT_PIN_ROOT + "/"):
         os.makedirs(attach.DEFAULT_PIN_ROOT, exist_ok=True)
-    with loader.load_collection(spec, config=config) as coll:
+    reuse = reusable_maps(spec, reuse_from) if reuse_from else None
+    with loader.load_collection(spec, config=config, reuse_maps=reuse, pin_dir=pin_root) as coll:
         pins.pin_collection(coll, pin_dir, source=os.path.abspath(ref), made_by="attach")
         try:
-            yield OpenProgram(int(coll.programs[name].fd), name, pin_dir, ref)
+            kept = sorted(n for n, m in coll.maps.items() if m.reused and reuse and n in reuse)
+            yield OpenProgram(int(coll.programs[name].fd), name, pin_dir, ref, kept)
         except BaseException:
             pins.unpin_dir(pin_dir)  # a failed attach leaves nothing pinned
             raise
+
+
+def reusable_maps(spec, pin_dir: str) -> dict[str, str]:
+    """Map name -> pin path of the maps pinned in ``pin_dir/maps`` (by ``bpfdsl attach`` or
+    ``bpfdsl load``) that ``spec`` declares too: what a program update reuses.  Data
+    sections (.rodata configs, .bss) are not reused: a new object brings its own."""
+    out = {}
+    for name in spec.maps:
+        path = os.path.join(pin_dir, "maps", pins.pin_name(name))
+        if os.path.exists(path):
+            out[name] = path
+    return out
 
 
 def default_pin_dir(ref: str) -> str:

@@ -153,19 +153,26 @@ def load_collection(
     log_level: int = 0,
     log_size: int = 1 << 20,
     pinning: bool = True,
+    reuse_maps: dict[str, str] | None = None,
 ) -> Collection:
     """Load ``spec``; ``config`` maps .rodata VAR names to int/bytes/str values;
-    ``pin_dir`` is where maps with ``pinning: LIBBPF_PIN_BY_NAME`` live (default
+    ``pin_dir`` is where maps with ``pinning: LIBBPF_PIN_BY_NAME`` live (PIN_ROOT, default
     /sys/fs/bpf).  ``pinning=False`` (test runs) ignores that attribute: such maps are
     created fresh and never pinned nor reused, so the load leaves nothing on bpffs and
-    touches no live map (a warning in ``Collection.warnings`` says so).
-    Raises LoadError, VerifierError, PermissionError (BpfPermissionError)."""
+    touches no live map (a warning in ``Collection.warnings`` says so).  ``reuse_maps``:
+    map name -> pin path of a live map to use instead of creating one (a program update
+    keeping its state; libbpf's bpf_map__reuse_fd; given explicitly, so it applies with
+    ``pinning=False`` too): it must match the definition (type, key/value size,
+    max_entries, flags), else LoadError ``map-incompatible`` names the map and the fields
+    that differ.  Raises LoadError, VerifierError, PermissionError (BpfPermissionError)."""
     coll = Collection(spec)
+    reuse = reuse_maps or {}
     try:
         _check_license(spec)
         _load_btf(coll)
         for m in spec.maps.values():
-            _create_map(coll, m, (pin_dir or DEFAULT_PIN_ROOT) if pinning else None)
+            root = (pin_dir or DEFAULT_PIN_ROOT) if pinning else None
+            _create_map(coll, m, root, reuse.get(m.name))
         _check_configs(spec, config or {})
         for ds in spec.data_sections.values():
             _create_data_map(coll, ds, config or {})
@@ -250,8 +257,11 @@ def _map_create(coll: Collection, name: str, m: MapSpec, max_entries: int, **kw)
     return S.map_create(m.map_type, m.key_size, m.value_size, max_entries, **args, **kw)
 
 
-def _create_map(coll: Collection, m: MapSpec, pin_root: str | None) -> None:
-    """Create map ``m`` (or reuse its pin under ``pin_root``; None: never pin)."""
+def _create_map(
+    coll: Collection, m: MapSpec, pin_root: str | None, reuse: str | None = None
+) -> None:
+    """Create map ``m``, or reuse its pin under ``pin_root`` (None: never pin), or the live
+    map pinned at ``reuse`` (the map of the program an update replaces)."""
     max_entries = m.max_entries
     if m.map_type == MapType.CPUMAP:
         if m.key_size != 4 or m.value_size not in (4, 8):
@@ -263,7 +273,9 @@ def _create_map(coll: Collection, m: MapSpec, pin_root: str | None) -> None:
         max_entries, warn = cpumap.clamp_max_entries(m.max_entries, m.name)
         if warn:
             coll.warnings.append(warn)
-    if m.pinning == PIN_BY_NAME and pin_root is None:
+    elif m.map_type == MapType.PERF_EVENT_ARRAY and not max_entries:
+        max_entries = S.possible_cpus()  # libbpf: one slot per possible CPU
+    if m.pinning == PIN_BY_NAME and pin_root is None and reuse is None:
         coll.warnings.append(
             f"map '{m.name}' is pinned by name (LIBBPF_PIN_BY_NAME): this run uses a "
             f"private copy, not the pin at {os.path.join(DEFAULT_PIN_ROOT, m.name)}, "
@@ -276,6 +288,12 @@ def _create_map(coll: Collection, m: MapSpec, pin_root: str | None) -> None:
         fd = _reuse_pinned(path, m, max_entries)
         coll.maps[m.name] = LoadedMap(
             m.name, fd, m, m.key_size, m.value_size, max_entries, m.map_type, path, reused=True
+        )
+        return
+    if reuse is not None:
+        fd = _reuse_pinned(reuse, m, max_entries, update=True)
+        coll.maps[m.name] = LoadedMap(
+            m.name, fd, m, m.key_size, m.value_size, max_entries, m.map_type, reused=True
         )
         return
     inner = None
@@ -327,8 +345,11 @@ def _map_error(m: MapSpec, max_entries: int, e: S.BpfError) -> LoadError:
     )
 
 
-def _reuse_pinned(path: str, m: MapSpec, max_entries: int) -> S.Fd:
-    """Open the map pinned at ``path`` if it matches ``m`` (libbpf map_is_reuse_compat)."""
+def _reuse_pinned(path: str, m: MapSpec, max_entries: int, *, update: bool = False) -> S.Fd:
+    """Open the map pinned at ``path`` if it matches ``m`` (libbpf map_is_reuse_compat:
+    type, key/value size, max_entries, map_flags).  ``update``: the map of the program
+    being replaced (error ``map-incompatible``), else a map pinned by name
+    (``pin-incompatible``)."""
     try:
         fd = S.obj_get(path)
     except S.BpfError as e:
@@ -343,15 +364,33 @@ def _reuse_pinned(path: str, m: MapSpec, max_entries: int) -> S.Fd:
     if want != got:
         fd.close()
         names = ("type", "key_size", "value_size", "max_entries", "map_flags")
+        show = {"type": _map_type_name}
         diff = ", ".join(
-            f"{n} {g} (object: {w})" for n, w, g in zip(names, want, got, strict=True) if w != g
+            f"{n} {show.get(n, str)(g)} (object: {show.get(n, str)(w)})"
+            for n, w, g in zip(names, want, got, strict=True)
+            if w != g
         )
+        if update:
+            raise _fail(
+                "map-incompatible",
+                f"map '{m.name}': the new object's definition does not match the map of the "
+                f"program it replaces ({path}): {diff}",
+                hint="keep the map's definition to keep its state, or attach with "
+                "--fresh-maps to start with new, empty maps (the old state is dropped)",
+            )
         raise _fail(
             "pin-incompatible",
             f"map '{m.name}': the map pinned at {path} is incompatible: {diff}",
-            hint=f"remove the old pin: rm {path}",
+            hint=f"remove the old pin to start a new map: rm {path}",
         )
     return fd
+
+
+def _map_type_name(t: int) -> str:
+    try:
+        return MapType(t).name.lower()
+    except ValueError:
+        return str(t)
 
 
 def _check_configs(spec: CollectionSpec, config: dict[str, Any]) -> None:

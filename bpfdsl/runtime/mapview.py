@@ -211,7 +211,11 @@ class MapCodec:
 
     def parse_value(self, text: str) -> bytes:
         """Value bytes from text; for per-CPU maps the same value goes to every CPU."""
-        one = self._parse(self.value_tid, text, self.value_size, "value")
+        return self.all_cpus(self._parse(self.value_tid, text, self.value_size, "value"))
+
+    def all_cpus(self, one: bytes) -> bytes:
+        """``one`` value as BPF_MAP_UPDATE_ELEM takes it: per-CPU maps the same value for
+        every CPU (each padded to 8 bytes), other maps ``one`` itself."""
         if not self.percpu:
             return one
         return (one + bytes(self.stride - len(one))) * self.ncpu

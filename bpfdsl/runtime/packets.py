@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bpfdsl.diagnostics import UsageError, error
-from bpfdsl.runtime.pcapfile import CaptureFormatError, read_capture
+from bpfdsl.runtime.pcapfile import MAXIMUM_SNAPLEN, CaptureFormatError, read_capture
 
 DLT_EN10MB = 1  # pcap LINKTYPE_ETHERNET (tcpdump.org/linktypes.html)
 ETH_HLEN = 14
@@ -322,3 +322,41 @@ def _byte_lines(before: bytes, after: bytes, skip: list[tuple[int, int]], limit:
         if len(out) >= limit:
             break
     return out
+
+
+PCAP_MAGIC_NS = 0xA1B23C4D  # pcap with nanosecond timestamps (pcap-savefile(5))
+PCAP_SNAPLEN = MAXIMUM_SNAPLEN  # the largest record libpcap reads back for Ethernet
+
+
+class PcapWriter:
+    """A classic pcap file of Ethernet frames (LINKTYPE_ETHERNET, nanosecond timestamps,
+    little endian), written frame by frame and flushed after each, so tcpdump and
+    Wireshark can read it while it grows.  Raises UsageError when the file cannot be
+    made; a context manager."""
+
+    def __init__(self, path: str | Path):
+        try:
+            self.f = open(path, "wb")
+        except OSError as e:
+            raise UsageError(error("bad-pcap", f"{path}: cannot write: {e.strerror}")) from None
+        self.count = 0
+        self.f.write(struct.pack("<IHHiIII", PCAP_MAGIC_NS, 2, 4, 0, 0, PCAP_SNAPLEN, DLT_EN10MB))
+        self.f.flush()
+
+    def write(self, time_ns: int, data: bytes, orig_len: int | None = None) -> None:
+        """One frame: ``time_ns`` since the epoch (UTC), the ``data`` captured, and the
+        frame's length on the wire (``orig_len``, at least ``len(data)``)."""
+        sec, nsec = divmod(max(0, time_ns), 1_000_000_000)
+        wire = max(orig_len or 0, len(data))
+        self.f.write(struct.pack("<IIII", sec, nsec, len(data), wire) + data)
+        self.f.flush()
+        self.count += 1
+
+    def close(self) -> None:
+        self.f.close()
+
+    def __enter__(self) -> PcapWriter:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -11,6 +11,12 @@ host-order numbers (the struct's network-order ``remote_port`` is derived), addr
 text, ``op``/``state`` by their ``BPF_SOCK_OPS_*``/``BPF_TCP_*`` names.
 :func:`parse_ctx` checks and normalizes them.
 
+Map entries: ``--map NAME KEY VALUE`` and ``--maps FILE`` (:func:`map_entries`,
+:func:`read_entries`) are put into either engine's maps before the run by
+:func:`fill_maps`, keys and values encoded by the map's BTF types with the codec of
+``bpfdsl map update``; a sockmap/sockhash takes ``peer``/``self``, the sockets of the
+``--ctx`` socket.
+
 Outcome: :func:`describe_outcome` turns an engine's raw outcome (redirect target, empty
 slot and fallback, apply/cork bytes, sock_ops reply and callback flags) and the map
 changes of the run (:func:`diff_maps` over two engine snapshots) into lines and a JSON
@@ -24,6 +30,7 @@ import difflib
 import ipaddress
 import json
 import socket
+from dataclasses import dataclass
 from typing import Any
 
 from bpfdsl.abi.uapi import (
@@ -418,33 +425,94 @@ def _map_kind(spec: Any, name: str) -> str:
 _SOCKET_MAPS = (MapType.SOCKMAP, MapType.SOCKHASH)
 
 
-def fill_maps(engine: Any, spec: Any, items: list | None, ctx: dict[str, Any]) -> None:
-    """Apply ``--map NAME KEY VALUE`` items to ``engine``'s maps before a run.  KEY and
-    VALUE are parsed by the map's BTF types as ``bpfdsl map update`` parses them
-    (:class:`bpfdsl.runtime.mapview.MapCodec`); per-CPU maps get the value on every CPU.  In a
-    sockmap/sockhash VALUE ``peer`` is the other end of the ``ctx`` socket and ``self``
-    that socket (interpreter only: the kernel needs a real socket).
+@dataclass(slots=True)
+class MapEntry:
+    """One entry to put into a map before a run: ``map`` name, ``key`` and ``value`` as
+    text (``--map NAME KEY VALUE``) or JSON values (``--maps FILE``), ``source`` where it
+    was given (``--map`` or the file's path), for errors."""
 
-    Raises UsageError for an unknown map, a bad key/value, a socket on the kernel.
+    map: str
+    key: Any
+    value: Any
+    source: str = "--map"
+
+
+def _bad_file(msg: str) -> UsageError:
+    return UsageError(
+        error(
+            "bad-maps-file",
+            msg,
+            hint='give {"MAP": [[KEY, VALUE], ...]} or {"MAP": {"KEY": VALUE, ...}}',
+        )
+    )
+
+
+def read_entries(path: str) -> list[MapEntry]:
+    """The entries of a JSON file ``{"MAP": [[KEY, VALUE], ...] | {"KEY": VALUE, ...}, ...}``
+    (keys and values as ``--map`` takes them, or JSON numbers, objects for structs, lists
+    for arrays).  Raises UsageError (``bad-maps-file``) for a file that is no such JSON."""
+    try:
+        with open(path) as f:
+            doc = json.load(f)
+    except OSError as e:
+        raise _bad_file(f"{path}: cannot read: {e.strerror}") from None
+    except json.JSONDecodeError as e:
+        raise _bad_file(f"{path}:{e.lineno}:{e.colno}: not JSON: {e.msg}") from None
+    shape = 'expected {"MAP": [[KEY, VALUE], ...]} or {"MAP": {"KEY": VALUE, ...}}'
+    if not isinstance(doc, dict):
+        raise _bad_file(f"{path}: {shape}")
+    out: list[MapEntry] = []
+    for name, entries in doc.items():
+        if isinstance(entries, dict):
+            out.extend(MapEntry(name, k, v, path) for k, v in entries.items())
+        elif isinstance(entries, list) and all(
+            isinstance(e, list) and len(e) == 2 for e in entries
+        ):
+            out.extend(MapEntry(name, k, v, path) for k, v in entries)
+        else:
+            raise _bad_file(f"{path}: map {name!r}: {shape}")
+    return out
+
+
+def map_entries(items: list | None, path: str | None = None) -> list[MapEntry]:
+    """The entries of ``--maps FILE`` (``path``) then of the ``--map NAME KEY VALUE``
+    ``items``, in that order: a key given on the command line wins over the file."""
+    out = read_entries(path) if path else []
+    return out + [MapEntry(name, key, value) for name, key, value in items or []]
+
+
+def fill_maps(engine: Any, spec: Any, entries: list[MapEntry], ctx: dict[str, Any]) -> int:
+    """Put ``entries`` (:func:`map_entries`) into ``engine``'s maps before a run, on
+    either engine; returns how many.  Keys and values are parsed by the map's BTF types
+    as ``bpfdsl map update`` parses them, JSON values encoded by the same types
+    (:class:`bpfdsl.runtime.mapview.MapCodec`); maps without BTF types take unsigned
+    integers or ``hex:BYTES``; per-CPU maps get the value on every CPU.  In a
+    sockmap/sockhash the value ``peer`` is the other end of the ``ctx`` socket and
+    ``self`` that socket (interpreter only: the kernel needs a real socket).
+
+    Raises UsageError: ``bad-map`` for an unknown map, ``bad-value`` for a bad key/value,
+    a socket on the kernel or an entry the map refuses (full, an index past an array).
     """
-    for name, key_text, value_text in items or []:
+    for e in entries:
+        name = e.map
         if name not in spec.maps:
             raise UsageError(
                 error(
                     "bad-map",
-                    f"--map {name}: the object has no map {name!r}",
-                    hint=f"maps: {', '.join(sorted(spec.maps)) or 'none'}",
+                    f"{e.source} {name}: the object has no map {name!r}",
+                    hint=f"maps: {', '.join(spec.maps) or 'none'}",
                 )
             )
         codec = _codec(spec, name, getattr(engine, "ncpus", 1))
-        key = codec.parse_key(key_text)
+        key = codec.encode_key(e.key)
         if spec.maps[name].map_type in _SOCKET_MAPS:
-            which = value_text.strip().lower()
+            which = str(e.value).strip().lower()
             if which not in ("peer", "self"):
                 raise UsageError(
                     error(
                         "bad-value",
-                        f"--map {name}: a {_map_kind(spec, name)} holds sockets, not {value_text!r}",
+                        f"{e.source} {name}: a {_map_kind(spec, name)} holds sockets, "
+                        f"not {e.value!r}",
                         hint="VALUE: peer (the other end of the --ctx socket) or self",
                     )
                 )
@@ -452,7 +520,7 @@ def fill_maps(engine: Any, spec: Any, items: list | None, ctx: dict[str, Any]) -
                 raise UsageError(
                     error(
                         "bad-value",
-                        f"--map {name}: the kernel takes only real sockets into a "
+                        f"{e.source} {name}: the kernel takes only real sockets into a "
                         f"{_map_kind(spec, name)}",
                         hint="use --engine interp, or fill it from a sock_ops program",
                     )
@@ -460,10 +528,14 @@ def fill_maps(engine: Any, spec: Any, items: list | None, ctx: dict[str, Any]) -
             sock = sock_of(ctx)
             value: Any = sock.peer() if which == "peer" else sock
         else:
-            value = codec.parse_value(value_text)
+            value = codec.all_cpus(codec.encode_value(e.value))
         try:
             engine.set_map(name, key, value)
-        except OSError as e:
+        except OSError as err:
             raise UsageError(
-                error("bad-value", f"--map {name} {key_text} {value_text}: {e.strerror or e}")
+                error(
+                    "bad-value",
+                    f"{e.source}: map {name!r}: {e.key!r} -> {e.value!r}: {err.strerror or err}",
+                )
             ) from None
+    return len(entries)

@@ -3,9 +3,11 @@
 Takes an object (a CollectionSpec), a program name and frames; returns one
 :class:`PacketResult` per frame (verdict, output bytes, what changed, ns per run).
 An *engine* is anything with ``run(program, packet, repeat) -> RunResult`` plus
-``close()``; the engines are named in :data:`ENGINES`: ``kernel`` (:class:`KernelEngine`)
-and ``interp`` (:class:`InterpEngine`, the userspace interpreter; it also runs the program
-kinds BPF_PROG_TEST_RUN refuses: xdp(cpumap), xdp(devmap), sk_msg, sock_ops).
+``close()`` (and, optionally, ``events()``: the records sent to user space since the last
+call, shown per packet; ``set_map``: entries put in before the runs); the engines are
+named in :data:`ENGINES`: ``kernel`` (:class:`KernelEngine`) and ``interp``
+(:class:`InterpEngine`, the userspace interpreter; it also runs the program kinds
+BPF_PROG_TEST_RUN refuses: xdp(cpumap), xdp(devmap), sk_msg, sock_ops).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from bpfdsl.interp import InterpCollection
 from bpfdsl.interp.ctx import XDP_TEST_RUN_MAX, SockInfo
 from bpfdsl.interp.maps import SlotMap
 from bpfdsl.kernel import syscall
-from bpfdsl.runtime import loader, runinfo
+from bpfdsl.runtime import events, loader, runinfo
 from bpfdsl.runtime.packets import ETH_HLEN, describe_change, summary
 from bpfdsl.runtime.runinfo import MAP_DIFF_LIMIT, sock_ops_fields
 
@@ -75,6 +77,15 @@ class KernelEngine:
         self.spec = spec
         self.config = dict(config or {})
         self.ncpus = syscall.possible_cpus()
+        try:  # the records its event maps get: ring buffer mmaps, a perf ring per CPU
+            self._events = events.EventReaders.of_kernel(self._coll.maps, spec.btf)
+        except BaseException:
+            self._coll.close()
+            raise
+
+    def events(self) -> list[events.Event]:
+        """The records the runs since the last call sent through event maps."""
+        return self._events.read_all()
 
     def run(
         self, program: str, packet: bytes, repeat: int = 1, ctx: dict | None = None
@@ -143,6 +154,7 @@ class KernelEngine:
         syscall.map_update(self._coll.maps[name].fd, key, value)
 
     def close(self) -> None:
+        self._events.close()
         self._coll.close()
 
 
@@ -161,6 +173,11 @@ class InterpEngine:
         self.warnings: list[str] = []  # nothing to report: no kernel state is touched
         self.spec = spec
         self.ncpus = self.collection.env.ncpus
+        self._events = events.EventReaders.of_interp(self.collection.maps, spec.btf)
+
+    def events(self) -> list[events.Event]:
+        """The records the runs since the last call sent through event maps."""
+        return self._events.read_all()
 
     def run(self, program: str, packet: bytes, repeat: int = 1, ctx: dict | None = None):
         """Run ``program`` on ``packet`` ``repeat`` times (maps keep their changes);
@@ -302,14 +319,21 @@ def open_engine(name: str, spec, *, config: dict | None = None) -> Engine:
     return factory(spec, config=config or {})
 
 
+def _event_dict(e: events.Event) -> dict:
+    """A record of a test run in JSON, as ``bpfdsl events --json`` writes it but without
+    ``time`` (records of a test run are shown per packet)."""
+    return {k: v for k, v in e.to_dict().items() if k != "time"}
+
+
 @dataclass(slots=True)
 class PacketResult:
     """The outcome for one frame: ``index`` (1-based), ``verdict`` name (``XDP_PASS``...),
     ``data_out``, ``changes`` (human lines: how the bytes changed), ``effects`` (human
     lines: redirect target or empty slot, map entries changed...), ``duration_ns``;
-    ``skipped`` says why the frame was not run (then ``retval`` is None); ``outcome`` (redirect target or miss,
-    sk_msg/sock_ops results) and ``map_changes`` (``{map, key, old, new}``, decoded) as
-    JSON-ready dicts."""
+    ``skipped`` says why the frame was not run (then ``retval`` is None); ``outcome``
+    (redirect target or miss, sk_msg/sock_ops results) and ``map_changes`` (``{map, key,
+    old, new}``, decoded) as JSON-ready dicts; ``events``: the records the run sent to user
+    space through ringbuf/perf_event_array maps (:class:`bpfdsl.runtime.events.Event`)."""
 
     index: int
     length: int
@@ -323,6 +347,7 @@ class PacketResult:
     outcome: dict = field(default_factory=dict)
     map_changes: list[dict] = field(default_factory=list)
     effects: list[str] = field(default_factory=list)
+    events: list[events.Event] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return {
@@ -338,6 +363,7 @@ class PacketResult:
             **({"effects": self.effects} if self.effects else {}),
             **({"outcome": self.outcome} if self.outcome else {}),
             **({"map_changes": self.map_changes} if self.map_changes else {}),
+            **({"events": [_event_dict(e) for e in self.events]} if self.events else {}),
         }
 
 
@@ -445,6 +471,9 @@ def run_packets(
             diff = runinfo.diff_maps(before, snapshot())
             lines, res.map_changes = runinfo.map_change_lines(spec, diff, ncpu)
             res.effects += lines
+        read_events = getattr(engine, "events", None)
+        if read_events is not None:
+            res.events = read_events()
         out.append(res)
     return out
 
@@ -478,6 +507,7 @@ class _Replay:
                 e = self.engine
                 self.interp = InterpEngine(e.spec, config=e.config, ncpus=e.ncpus)
             self.interp.restore_maps(before)
+            self.interp.events()  # drop the replay's records: a full ring would refuse more
             r = self.interp.run(program, data, 1, ctx=ctx)
         except (DiagnosticError, PacketSkipped, ValueError, OSError) as e:
             self.broken = True

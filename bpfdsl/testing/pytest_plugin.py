@@ -5,7 +5,8 @@ is not usable the test skips with the reason; with ``BPFDSL_REQUIRE_KERNEL=1`` i
 environment (CI sets it) the skip becomes a failure, so a green run proves the kernel tests ran.
 
 Fixtures ``bpf_engine`` ("interp", "kernel") and ``bpf_program`` (load a .bpfd/.o, fill
-maps, run a packet, read verdict, output bytes and maps) run one test on both engines.
+maps, run a packet, read verdict, output bytes, maps and the records sent to user space
+through ringbuf / perf_event_array maps) run one test on both engines.
 
 Program paths given to ``bpf_program`` that are relative resolve against the directory of
 the test file that asks (as pytest's own habits for data next to tests), then against the
@@ -39,7 +40,7 @@ from bpfdsl.interp import InterpCollection, SlotMap
 from bpfdsl.kernel import netlink, syscall
 from bpfdsl.obj.collection import read_object
 from bpfdsl.obj.spec import choose_program
-from bpfdsl.runtime import loader, sockmap
+from bpfdsl.runtime import events, loader, sockmap
 from bpfdsl.runtime.mapview import MapCodec
 from bpfdsl.runtime.testrun import verdict_name, xdp_md_ctx
 
@@ -287,7 +288,8 @@ class _KernelMap(BpfMap):
 
 
 class BpfProgram:
-    """One program of a loaded object on one engine: ``run(packet)``, ``maps[name]``;
+    """One program of a loaded object on one engine: ``run(packet)``, ``maps[name]``,
+    ``events(name)`` (the records sent through an event map since the last call);
     ``program(name)`` is another program of the same load (shared maps); ``interp`` is
     the :class:`bpfdsl.interp.InterpCollection` on the interpreter (``interp.env.cpu``
     sets the CPU, ``interp.env.clock_ns`` the clock), None on the kernel."""
@@ -298,6 +300,7 @@ class BpfProgram:
         self.name, self.kind = choose_program(spec, name)
         if _of is not None:  # same load as another program
             self._coll, self.interp, self.maps = _of._coll, _of.interp, _of.maps
+            self._events = _of._events
             self._owner = False
             return
         self._owner = True
@@ -309,6 +312,7 @@ class BpfProgram:
                 n: _InterpMap(m, MapCodec.for_spec(spec, n, m.ncpus))
                 for n, m in self.interp.maps.items()
             }
+            self._events = events.EventReaders.of_interp(self.interp.maps, spec.btf)
         else:
             self._coll = loader.load_collection(spec, config=config or {}, pinning=False)
             n = syscall.possible_cpus()
@@ -317,6 +321,20 @@ class BpfProgram:
                 for k, lm in self._coll.maps.items()
                 if lm.spec is not None
             }
+            try:  # ring buffer mmaps and a perf ring per CPU, as `bpfdsl events` opens them
+                self._events = events.EventReaders.of_kernel(self._coll.maps, spec.btf)
+            except BaseException:
+                self._coll.close()
+                self._coll = None
+                raise
+
+    def events(self, name: str) -> list[events.Event]:
+        """The records programs of this load sent through event map ``name`` (ringbuf or
+        perf_event_array) since the last call, oldest first: ``.value`` the record
+        decoded by its BTF type (a dict), ``.packet`` the packet bytes appended to it
+        (perf_event_output with a byte count), ``.data`` the raw bytes (on the kernel, a
+        perf record is padded to 8 bytes).  KeyError for a map that is none of those."""
+        return self._events.read(name)
 
     def program(self, name: str) -> BpfProgram:
         """Program ``name`` of the same object, sharing this load's maps."""
@@ -356,6 +374,8 @@ class BpfProgram:
         return BpfRun(r.retval, verdict_name(self.kind, r.retval), r.data_out)
 
     def close(self) -> None:
+        if self._owner:
+            self._events.close()
         if self._owner and self._coll is not None:
             self._coll.close()
             self._coll = None

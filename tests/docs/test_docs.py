@@ -4,6 +4,7 @@ so the documented error messages stay true."""
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -68,8 +69,17 @@ def test_docs_example_loads(where: str, info: str, source: str) -> None:
     res = _compile(where, source)
     if not res.programs:
         pytest.skip("declarations only")
-    with loader.load_collection(read_object(res.obj)) as coll:
-        assert set(coll.programs) == set(res.programs)
+    import shutil
+
+    from netns import bpffs_dir
+
+    root = bpffs_dir("docs_")  # PIN_ROOT of maps pinned by name: the test's own, removed
+    os.mkdir(root)
+    try:
+        with loader.load_collection(read_object(res.obj), pin_dir=root) as coll:
+            assert set(coll.programs) == set(res.programs)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 PY_FENCE = re.compile(r"^```python\n(?P<body>.*?)^```", re.M | re.S)

@@ -50,7 +50,8 @@ def test_unknown_argument_suggests_the_known_one():
     [
         ("prog_array", "map kind `prog_array` (BPF_MAP_TYPE_PROG_ARRAY) is not supported by "
          "bpfdsl (tail calls are not in the language)"),
-        ("ringbuf", "map kind `ringbuf` (BPF_MAP_TYPE_RINGBUF) is not supported by bpfdsl"),
+        ("stack_trace", "map kind `stack_trace` (BPF_MAP_TYPE_STACK_TRACE) is not supported "
+         "by bpfdsl"),
         ("BPF_MAP_TYPE_QUEUE", "map kind `BPF_MAP_TYPE_QUEUE` (BPF_MAP_TYPE_QUEUE) is not "
          "supported by bpfdsl"),
     ],
@@ -109,13 +110,14 @@ def test_flag_table_is_the_kernels():
     says so (required flags added)."""
     wrong = []
     for mt, lim in MAP_LIMITS.items():
-        key = 8 if mt == MapType.LPM_TRIE else 4
+        key = 8 if mt == MapType.LPM_TRIE else lim.key_size[0] if lim.ring_pages else 4
         value = lim.value_size[0] if isinstance(lim.value_size, tuple) else 8
+        n = uapi.PAGE_SIZE if lim.ring_pages else 1  # a ring of one page
         for bit, name in uapi._FLAG_NAMES.items():
-            accepted = create(mt, key, value, 1, bit | lim.required) == 0
+            accepted = create(mt, key, value, n, bit | lim.required) == 0
             if accepted != bool(lim.flags & bit):
                 wrong.append(f"{mt.name} {name}: kernel {'accepts' if accepted else 'refuses'}")
-        assert create(mt, key, value, 1, lim.required) == 0, mt.name
+        assert create(mt, key, value, n, lim.required) == 0, mt.name
     assert wrong == []
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from llvmlite import ir
 
 from bpfdsl.abi.helpers import HELPERS
+from bpfdsl.abi.uapi import BPF_F_CURRENT_CPU
 from bpfdsl.backend.codegen.expr import _chunks
 from bpfdsl.backend.codegen.host import GenHost
 from bpfdsl.lang import ast
@@ -108,12 +109,54 @@ class CallGen(GenHost):
                 I64,
                 [self.f.ctx, self.gen(e.args[0]), key, self.rv(e.args[2], T.U64)],
             )
+        if e.name in ("ringbuf_output", "perf_event_output", "ringbuf_submit", "ringbuf_discard"):
+            return self.event_call(e)
         if e.name in ("msg_apply_bytes", "msg_cork_bytes", "sock_ops_cb_flags_set"):
             sig = BUILTINS[e.name]
             assert sig is not None
             args = [self.rv(a, t) for a, t in zip(e.args, sig[0], strict=True)]
             return self.helper(HELPERS[e.name].id, I64, [self.f.ctx, *args])
         raise AssertionError(f"codegen: call {e.name}")
+
+    def record_ptr(self, m: T.MapType, e: ast.Expr) -> ir.Value:
+        """Address of record ``e`` of event map ``m`` (fresh zero-padded stack memory, a
+        local's own memory, or a map value), as for map values."""
+        return self.key_ptr(T.MapType(m.name, "record", 0, m.record, None, 0), e)
+
+    def ringbuf_reserve(self, e: ast.Call) -> ir.Value:
+        """``bpf_ringbuf_reserve(&map, sizeof(record), 0)``: the record's memory or NULL."""
+        m = e.args[0].ty
+        assert isinstance(m, T.MapType) and m.record is not None  # sema: an event map
+        size = ir.Constant(I64, m.record.size)
+        return self.helper(
+            HELPERS["ringbuf_reserve"].id, PTR, [self.gen(e.args[0]), size, ir.Constant(I64, 0)]
+        )
+
+    def event_call(self, e: ast.Call) -> ir.Value:
+        """ringbuf_output / perf_event_output / ringbuf_submit / ringbuf_discard (see
+        bpfdsl.lang.sema.events): perf_event_output's flags are BPF_F_CURRENT_CPU with the
+        number of packet bytes to append in the upper 32 bits (BPF_F_CTXLEN_MASK)."""
+        hid = HELPERS[e.name].id
+        if e.name in ("ringbuf_submit", "ringbuf_discard"):
+            flags = self.rv(e.args[1], T.U64) if len(e.args) > 1 else ir.Constant(I64, 0)
+            self.helper(hid, ir.VoidType(), [self.gen(e.args[0]), flags])
+            return ir.Constant(I64, 0)
+        m = e.args[0].ty
+        assert isinstance(m, T.MapType) and m.record is not None  # sema: an event map
+        mark = len(self.f.temps)
+        rec = self.record_ptr(m, e.args[1])
+        size = ir.Constant(I64, m.record.size)
+        if e.name == "ringbuf_output":
+            flags = self.rv(e.args[2], T.U64) if len(e.args) > 2 else ir.Constant(I64, 0)
+            r = self.helper(hid, I64, [self.gen(e.args[0]), rec, size, flags])
+        else:
+            flags = ir.Constant(I64, BPF_F_CURRENT_CPU)
+            if len(e.args) > 2:
+                n = self.b.zext(self.rv(e.args[2], T.U32), I64)
+                flags = self.b.or_(flags, self.b.shl(n, ir.Constant(I64, 32)))
+            r = self.helper(hid, I64, [self.f.ctx, self.gen(e.args[0]), flags, rec, size])
+        self.end_temps(mark)
+        return r
 
     def g_MethodCall(self, e: ast.MethodCall):
         return self.map_method(e)

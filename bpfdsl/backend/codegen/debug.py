@@ -1,6 +1,6 @@
 """Debug-info adapter (back end): connects codegen to :class:`bpfdsl.backend.debuginfo.DebugInfo`.
 
-Codegen calls five hooks (``license_global``, ``config_global``, ``map_global``,
+Codegen calls six hooks (``license_global``, ``config_global``, ``map_global``, ``records_global``,
 ``program``, ``set_location``) and reads configs through ``load_config``; this module
 translates language types (:mod:`bpfdsl.lang.types`) to debug types so LLVM emits ``.BTF``
 (maps with typed keys/values, B07 layouts, .rodata VARs) and ``.BTF.ext`` line info that
@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from llvmlite import ir
 
+from bpfdsl.abi.btf.records import RECORDS_SECTION, RECORDS_VAR
+from bpfdsl.abi.uapi import MapType
 from bpfdsl.backend.debuginfo import DebugInfo, FunctionDebug, load_config
 from bpfdsl.lang import types as T
 
@@ -57,6 +59,9 @@ class DebugAdapter:
         return load_config(builder, gv)
 
     def map_global(self, name: str, mt: T.MapType) -> ir.GlobalVariable:
+        sizes = {}
+        if mt.record is not None and mt.map_type == MapType.PERF_EVENT_ARRAY:
+            sizes = {"key_size": 4, "value_size": 4}  # u32 index -> perf event fd
         return self.di.map_global(
             name,
             mt.map_type,
@@ -64,8 +69,19 @@ class DebugAdapter:
             key=self.dtype(mt.key) if mt.key is not None else None,
             value=self.dtype(mt.value) if mt.value is not None else None,
             map_flags=mt.flags,
+            pinning=mt.pinning,
             line=self.map_lines.get(name, 0),
+            **sizes,
         )
+
+    def records_global(self, maps: dict[str, T.MapType]) -> ir.GlobalVariable | None:
+        """The BTF description of the records of every event map (bpfdsl.abi.btf.records)."""
+        recs = [
+            (n, self.dtype(m.record)) for n, m in maps.items() if isinstance(m.record, T.StructType)
+        ]
+        if not recs:
+            return None
+        return self.di.records_global(RECORDS_VAR, RECORDS_SECTION, recs)
 
     def program(self, func: ir.Function, decl, kind) -> None:
         self.fn = self.di.function(func, line=decl.span.line, ctx=kind.ctx, arg_name=decl.ctx)

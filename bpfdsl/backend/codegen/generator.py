@@ -86,6 +86,8 @@ class CodeGen(ExprGen, CallGen, PktGen, MapGen):
         for name, mt in self.c.maps.items():
             self.globals[name] = self.emit_map_global(name, mt)
         self.loop_fns = self.fns_in_loops()
+        if self.dbg:
+            self.dbg.records_global(self.c.maps)
         for name, info in self.c.fns.items():  # declared first: a fn may call a later one
             for ctx_kind in self.fn_copies(name):
                 self.declare_fn(name, info, ctx_kind)

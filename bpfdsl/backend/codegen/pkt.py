@@ -120,6 +120,12 @@ class PktGen(CsumGen):
             return self.load_bytes(e, fail)
         if isinstance(e, ast.Field):  # a conditional header field
             return self.cond_field(e, fail)
+        if isinstance(e, ast.Call) and e.name == "ringbuf_reserve":
+            p = self.ringbuf_reserve(e)
+            ok = self.new_block("reserved")
+            self.b.cbranch(self.b.icmp_unsigned("==", p, ir.Constant(PTR, None)), fail, ok)
+            self.start(ok)
+            return p
         if isinstance(e, ast.Call):  # a fn returning an optional: {i1 present, value}
             r = self.gen(e)
             ok = self.new_block("present")

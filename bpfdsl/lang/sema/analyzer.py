@@ -23,6 +23,7 @@ from bpfdsl.lang.layout import Header
 from bpfdsl.lang.sema.csum import payload_warnings
 from bpfdsl.lang.sema.decls import DeclChecker
 from bpfdsl.lang.sema.expr import ExprChecker
+from bpfdsl.lang.sema.refs import check_refs
 from bpfdsl.lang.sema.stmt import StmtChecker
 from bpfdsl.lang.sema.symbols import (
     CURSOR_UNKNOWN,
@@ -259,6 +260,7 @@ class Sema(StmtChecker, DeclChecker):
             self.c.sym[p] = loc
             self.bind(name, loc)
         self.block(info.decl.body, new_scope=False)
+        check_refs(self, info.decl.body)
         if info.ret != T.VOID and not self.diverges(info.decl.body):
             self.err(
                 "missing-return",
@@ -284,6 +286,7 @@ class Sema(StmtChecker, DeclChecker):
         self.scopes, self.gone = [self.globals_scope(), {p.ctx: T.CTX}], {}
         self.payload_writes = []
         self.block(p.body, new_scope=False)
+        check_refs(self, p.body)
         if self.payload_writes:
             payload_warnings(self, p)
         if not self.diverges(p.body):

@@ -14,6 +14,7 @@ from bpfdsl.diagnostics import Diagnostic
 from bpfdsl.lang import ast
 from bpfdsl.lang import types as T
 from bpfdsl.lang.sema.csum import check_swap, check_write
+from bpfdsl.lang.sema.events import EVENT_CALLS, EVENT_MAP_HINT, EVENT_MAP_USE, check_call
 from bpfdsl.lang.sema.symbols import (
     BUILTINS,
     CURSOR_UNKNOWN,
@@ -151,6 +152,8 @@ def call(ex, e: ast.Call) -> T.Type:
         if v is not None:  # converted as codegen converts it: an i16 -2 is 0xfffffffe first
             c.cval[e] = bswap(ex.const_as(args[0], T.IntType(to.bits)), to.bits)
         return to
+    if e.name in EVENT_CALLS:
+        return check_call(ex, e)
     if e.name == "swap":
         return _swap(ex, e)
     if e.name == "hash":
@@ -262,6 +265,9 @@ def method_call(ex, e: ast.MethodCall) -> T.Type:
         for a in e.args:
             ex.expr(a)
         return T.ERR
+    if t.record is not None:
+        ex.err("map-method", EVENT_MAP_USE.format(t.name, t.kind), e.span, EVENT_MAP_HINT)
+        return T.ERR
     mt = MapType(t.map_type)
     helper = {
         "lookup": "map_lookup_elem",
@@ -302,7 +308,11 @@ def assign(ex, s: ast.Assign) -> None:
     tgt, op = s.target, s.op
     if isinstance(tgt, ast.Index) and _is_map(ex.expr(tgt.obj)):
         m = tgt.obj.ty
-        assert isinstance(m, T.MapType) and m.value is not None
+        assert isinstance(m, T.MapType)
+        if m.record is not None:
+            ex.err("map-method", EVENT_MAP_USE.format(m.name, m.kind), s.span, EVENT_MAP_HINT)
+            return
+        assert m.value is not None
         map_key(ex, m, tgt.index)
         if op not in ("=", "+="):
             ex.err(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from bpfdsl.abi.btf.records import RECORDS_VAR
 from bpfdsl.abi.uapi import BTF_MAX_ENTRIES, PROGRAM_KINDS, MapType, is_array, map_create_problems
 from bpfdsl.diagnostics import Diagnostic, Span
 from bpfdsl.lang import ast
@@ -43,17 +44,24 @@ MAP_KINDS: dict[str, tuple[MapType, T.Type | None, T.Type | None]] = {
     "sockmap": (MapType.SOCKMAP, T.U32, T.U32),
     "sockhash": (MapType.SOCKHASH, None, T.U32),
 }
+# event maps (to user space): kind -> kernel map type; declared `KIND<RECORD>(...)`
+EVENT_KINDS: dict[str, MapType] = {
+    "ringbuf": MapType.RINGBUF,
+    "perf_event_array": MapType.PERF_EVENT_ARRAY,
+}
 BPF_F_NO_PREALLOC = 1
-MAP_ARGS = ("max_entries", "no_prealloc")  # the arguments of a map declaration
+MAP_ARGS = ("max_entries", "no_prealloc", "pinning")  # the arguments of a map declaration
+PIN_VALUES = {"LIBBPF_PIN_NONE": 0, "LIBBPF_PIN_BY_NAME": 1}  # libbpf enum libbpf_pin_type
 
 
 def unknown_map_kind(kind: str, suggest) -> tuple[str, str]:
     """(message, hint) for a map kind the language does not have.  A kernel map type
     (``prog_array``, ``BPF_MAP_TYPE_RINGBUF``) is named as not supported rather than matched
     to a similar-looking kind; ``suggest(name, options)`` gives a did-you-mean or None."""
-    kinds = "map kinds: " + ", ".join(MAP_KINDS)
+    every = [*MAP_KINDS, *EVENT_KINDS]
+    kinds = "map kinds: " + ", ".join(every)
     plain = kind.lower().removeprefix("bpf_map_type_")
-    if plain in MAP_KINDS:
+    if plain in every:
         return f"unknown map kind `{kind}`", f"write `{plain}`"
     if plain.upper() in MapType.__members__ and plain != "unspec":
         why = " (tail calls are not in the language)" if plain == "prog_array" else ""
@@ -61,7 +69,7 @@ def unknown_map_kind(kind: str, suggest) -> tuple[str, str]:
             f"map kind `{kind}` (BPF_MAP_TYPE_{plain.upper()}) is not supported by bpfdsl{why}",
             kinds,
         )
-    return f"unknown map kind `{kind}`", suggest(kind, MAP_KINDS) or kinds
+    return f"unknown map kind `{kind}`", suggest(kind, every) or kinds
 
 
 class DeclChecker:
@@ -77,6 +85,8 @@ class DeclChecker:
         def suggest(self, name: str, options) -> str | None: ...
 
     def map_decl(self, d: ast.MapDecl) -> None:
+        if d.kind in EVENT_KINDS:
+            return self.event_map_decl(d)
         if d.kind not in MAP_KINDS:
             msg, hint = unknown_map_kind(d.kind, self.suggest)
             self.err("unknown-map-kind", msg, d.kind_span, hint)
@@ -137,19 +147,7 @@ class DeclChecker:
                     "starting with `prefixlen: u32`",
                     d.type_args[0].span,
                 )
-        meant: set[str] = (
-            set()
-        )  # the arguments an unknown one is close to: no second error for them
-        for k in d.args:
-            if k not in MAP_ARGS:
-                close = self.suggest(k, MAP_ARGS)
-                meant.update(a for a in MAP_ARGS if close == f"did you mean `{a}`?")
-                self.err(
-                    "map-args",
-                    f"unknown map argument `{k}`",
-                    d.arg_spans.get(k, d.args[k].span),
-                    close or "map arguments: " + ", ".join(MAP_ARGS),
-                )
+        meant = self.unknown_map_args(d, MAP_ARGS)
         skip = "max_entries" in meant and "max_entries" not in d.args
         n = None if skip else self.map_max_entries(d)
         if "no_prealloc" in d.args:
@@ -166,7 +164,98 @@ class DeclChecker:
                 flags |= BPF_F_NO_PREALLOC
         if n is not None:
             self.check_map_limits(d, mt, key, val, n, flags)
-        self.c.maps[d.name] = T.MapType(d.name, d.kind, int(mt), key, val, n or 1, flags)
+        pinning = self.map_pinning(d)
+        self.c.maps[d.name] = T.MapType(d.name, d.kind, int(mt), key, val, n or 1, flags, pinning)
+        self.c.map_decls[d.name] = d
+
+    def unknown_map_args(self, d: ast.MapDecl, allowed: tuple[str, ...]) -> set[str]:
+        """Errors for the arguments of ``d`` not in ``allowed``; returns the allowed ones
+        an unknown one is close to (no second error for those)."""
+        meant: set[str] = set()
+        for k in d.args:
+            if k not in allowed:
+                hint = self.suggest(k, allowed)
+                meant.update(a for a in allowed if hint == f"did you mean `{a}`?")
+                self.err(
+                    "map-args",
+                    f"unknown map argument `{k}`",
+                    d.arg_spans.get(k, d.args[k].span),
+                    hint or "map arguments: " + ", ".join(allowed),
+                )
+        return meant
+
+    def map_pinning(self, d: ast.MapDecl) -> int:
+        """``pinning: LIBBPF_PIN_BY_NAME`` (or ``LIBBPF_PIN_NONE``): libbpf's pinning of a
+        BTF map definition (the loader pins the map at PIN_ROOT/NAME and reuses a map
+        pinned there whose definition matches).  0 when absent or after an error."""
+        e = d.args.get("pinning")
+        if e is None:
+            return 0
+        if isinstance(e, ast.Name) and e.id in PIN_VALUES:
+            return PIN_VALUES[e.id]
+        self.err(
+            "map-args",
+            "pinning takes LIBBPF_PIN_BY_NAME or LIBBPF_PIN_NONE",
+            e.span,
+            "write `pinning: LIBBPF_PIN_BY_NAME` to keep the map at /sys/fs/bpf/"
+            f"{d.name} across loads (libbpf's LIBBPF_PIN_BY_NAME)",
+        )
+        return 0
+
+    def event_map_decl(self, d: ast.MapDecl) -> None:
+        """``ringbuf<RECORD>(max_entries: BYTES)`` / ``perf_event_array<RECORD>()``: maps
+        programs send records of the struct RECORD through (bpf_ringbuf_output/reserve,
+        bpf_perf_event_output).  The kernel map has no key/value types (ringbuf: key and
+        value size 0, max_entries the ring's bytes, a power of 2 and a multiple of the page
+        size; perf_event_array: u32 keys and values, the perf event fd of each CPU, and
+        without max_entries one slot per possible CPU, filled in by the loader as libbpf
+        does).  RECORD is described in BTF (backend/debuginfo) for the events reader."""
+        mt = EVENT_KINDS[d.kind]
+        targs = [self.resolve_type(t) for t in d.type_args]
+        example = (
+            f"`map {d.name}: {d.kind}<event>(max_entries: 65536)`"
+            if mt == MapType.RINGBUF
+            else f"`map {d.name}: {d.kind}<event>()`"
+        )
+        record = targs[0] if len(targs) == 1 else None
+        if len(targs) != 1:
+            self.err(
+                "map-types",
+                f"map kind `{d.kind}` takes one type: the struct of its records",
+                d.type_args[1].span if len(targs) > 1 else d.kind_span,
+                f"declare the record as a struct, e.g. {example}",
+            )
+        elif not isinstance(record, T.StructType):
+            self.err(
+                "map-types",
+                f"the records of `{d.kind}` are structs, not {record}",
+                d.type_args[0].span,
+                f"declare a struct for the record: `struct event {{ value: {record} }}`",
+            )
+            record = None
+        meant = self.unknown_map_args(d, ("max_entries", "pinning"))
+        key, val = (0, 0) if mt == MapType.RINGBUF else (4, 4)
+        if mt == MapType.PERF_EVENT_ARRAY and "max_entries" not in d.args:
+            n = 0  # one slot per possible CPU, filled in by the loader
+        elif "max_entries" in meant and "max_entries" not in d.args:
+            n = None
+        else:
+            n = self.map_max_entries(d)
+        if n is not None:
+            spans = {
+                "max_entries": d.args["max_entries"].span if "max_entries" in d.args else d.span
+            }
+            hint = (
+                "give the ring's size in bytes as a power of 2 of at least 4096, e.g. 65536"
+                if mt == MapType.RINGBUF
+                else "declare fewer entries"
+            )
+            for what, msg in map_create_problems(mt, key, val, n, 0):
+                self.err("map-limit", f"map `{d.name}`: {msg}", spans.get(what, d.span), hint)
+        pinning = self.map_pinning(d)
+        self.c.maps[d.name] = T.MapType(
+            d.name, d.kind, int(mt), None, None, n or 0, 0, pinning, record or T.ERR
+        )
         self.c.map_decls[d.name] = d
 
     def map_max_entries(self, d: ast.MapDecl) -> int | None:
@@ -311,7 +400,7 @@ class DeclChecker:
 
     def check_names(self, items: list) -> None:
         """Top-level names are one namespace (they become ELF symbols); ``LICENSE``,
-        ``llvm*`` and the program sections that are names (``xdp``, ``sk_msg``, ``sockops``:
+        ``bpfdsl_records`` (the record types of event maps), ``llvm*`` and the program sections that are names (``xdp``, ``sk_msg``, ``sockops``:
         their ELF section symbols) are taken by the object format."""
 
         sections = {k.section for k in PROGRAM_KINDS if k.keyword and k.section.isidentifier()}
@@ -345,7 +434,7 @@ class DeclChecker:
                     it.span,
                     "pick another name",
                 )
-            elif name == "LICENSE" or name.startswith("llvm"):
+            elif name in ("LICENSE", RECORDS_VAR) or name.startswith("llvm"):
                 self.err(
                     "reserved-name",
                     f"`{name}` is reserved in the object file",

@@ -11,6 +11,7 @@ from bpfdsl.lang import ast
 from bpfdsl.lang import types as T
 from bpfdsl.lang.headers import CONSTANTS, CTX_DATA, CTX_FIELDS
 from bpfdsl.lang.sema import calls
+from bpfdsl.lang.sema.events import EVENT_MAP_HINT, EVENT_MAP_USE
 from bpfdsl.lang.sema.ops import OpsChecker
 from bpfdsl.lang.sema.symbols import ACTIONS, FLAG_CONSTANTS, Config, Const, Local, bswap
 
@@ -327,6 +328,15 @@ class ExprChecker(OpsChecker):
 
     def e_Index(self, e):
         t = self.expr(e.obj)
+        if isinstance(t, T.MapType) and t.record is not None:
+            self.expr(e.index)
+            self.err(
+                "map-method",
+                EVENT_MAP_USE.format(t.name, t.kind),
+                e.span,
+                EVENT_MAP_HINT,
+            )
+            return T.ERR
         if isinstance(t, T.MapType):
             self.map_key(t, e.index)
             self.err(

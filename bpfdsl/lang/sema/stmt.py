@@ -136,7 +136,7 @@ class StmtChecker:
         t = self.ex.expr(s.value)
         after = self.cursor  # the else block leaves: the cursor after the let is this one
         if s.orelse is not None:
-            if not isinstance(t, T.OptionalType):
+            if not isinstance(t, T.OptionalType) and t is not T.ERR:  # ERR: reported already
                 self.err(
                     "needless-else",
                     f"this value of type {t} is never missing; `else` has nothing to handle",
@@ -145,7 +145,7 @@ class StmtChecker:
                 )
                 inner = t
             else:
-                inner = t.inner
+                inner = t.inner if isinstance(t, T.OptionalType) else t
             self.block(s.orelse)
             self.cursor = after
             if not self.diverges(s.orelse):
@@ -212,12 +212,13 @@ class StmtChecker:
         t = self.ex.expr(s.value)
         after = self.cursor
         if not isinstance(t, T.OptionalType):
-            self.err(
-                "needless-if-let",
-                f"this value of type {t} is never missing",
-                s.value.span,
-                "use a plain `let`",
-            )
+            if t is not T.ERR:  # an expression with an error: reported already
+                self.err(
+                    "needless-if-let",
+                    f"this value of type {t} is never missing",
+                    s.value.span,
+                    "use a plain `let`",
+                )
             inner = t
         else:
             inner = t.inner

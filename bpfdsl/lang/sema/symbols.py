@@ -15,6 +15,8 @@ from bpfdsl.abi.uapi import (
     BPF_F_EXCLUDE_INGRESS,
     BPF_F_INGRESS,
     BPF_NOEXIST,
+    BPF_RB_FORCE_WAKEUP,
+    BPF_RB_NO_WAKEUP,
     PROGRAM_KINDS,
 )
 from bpfdsl.diagnostics import Span
@@ -74,6 +76,8 @@ FLAG_CONSTANTS = {
     "BPF_F_INGRESS": BPF_F_INGRESS,
     "BPF_F_BROADCAST": BPF_F_BROADCAST,
     "BPF_F_EXCLUDE_INGRESS": BPF_F_EXCLUDE_INGRESS,
+    "BPF_RB_NO_WAKEUP": BPF_RB_NO_WAKEUP,
+    "BPF_RB_FORCE_WAKEUP": BPF_RB_FORCE_WAKEUP,
 }
 ACTIONS: dict[str, int] = {}
 for _k in PROGRAM_KINDS:
@@ -115,6 +119,12 @@ BUILTINS: dict[str, tuple[list[T.Type], T.Type] | None] = {
     "be64": None,
     "skip_ext": None,
     "offset": None,
+    # events to user space (bpfdsl.lang.sema.events)
+    "ringbuf_output": None,
+    "ringbuf_reserve": None,
+    "ringbuf_submit": None,
+    "ringbuf_discard": None,
+    "perf_event_output": None,
 }
 
 

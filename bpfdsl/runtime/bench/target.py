@@ -116,7 +116,9 @@ def fill_user_maps(t: LoadedTarget) -> None:
     """Write the user's ``--map NAME KEY VALUE`` entries (after the benchmark's own, so
     they win); keys and values parsed by the map's BTF types as ``bpfdsl map update``."""
     if t.obj.maps:
-        runinfo.fill_maps(_MapFiller(t.coll), t.coll.spec, list(t.obj.maps), {})
+        runinfo.fill_maps(
+            _MapFiller(t.coll), t.coll.spec, runinfo.map_entries(list(t.obj.maps)), {}
+        )
 
 
 def _pick(obj: ObjectUnderTest, names: list[str], kind: str, wanted: str | None) -> str:

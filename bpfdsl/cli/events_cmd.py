@@ -1,0 +1,185 @@
+"""CLI: ``bpfdsl events MAP`` -- stream the records of a ring buffer or perf event array."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+OK, FAILED = 0, 1
+MAP_HELP = "MAP := PIN_PATH | DIR:NAME | id:N"
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "events",
+        help="stream the records of a ringbuf or perf_event_array map (table, JSON, pcap)",
+        description="Read the records a loaded program sends to user space through a "
+        f"ringbuf or perf_event_array map and print them decoded by their BTF type.  "
+        f"{MAP_HELP}.  A live table on a terminal, one line per record otherwise, one JSON "
+        "object per line with --json; --pcap writes the packet bytes records carry "
+        "(perf_event_output(m, rec, n)) to a pcap file tcpdump and Wireshark read.  Stops "
+        "after --count records or --duration seconds, or on Ctrl-C.  Needs root.",
+    )
+    p.add_argument("map", metavar="MAP", help="the event map")
+    p.add_argument(
+        "--type",
+        metavar="STRUCT",
+        help="decode records as this struct of the program's BTF (objects of other "
+        "compilers; bpfdsl's own describe their record type)",
+    )
+    p.add_argument("--pcap", metavar="FILE", help="write the packets of the records to FILE")
+    p.add_argument("--count", type=int, metavar="N", help="stop after N records")
+    p.add_argument("--duration", type=float, metavar="S", help="stop after S seconds")
+    p.add_argument(
+        "--pages",
+        type=int,
+        default=16,
+        metavar="N",
+        help="perf_event_array: data pages per CPU ring, a power of 2 (default 16)",
+    )
+    p.add_argument("--lines", action="store_true", help="one line per record, even on a tty")
+    p.set_defaults(func=cmd_events)
+
+
+def _type_name(t: int) -> str:
+    from bpfdsl.abi.uapi import MapType
+
+    return MapType(t).name.lower()
+
+
+def _fmt(v) -> str:
+    if isinstance(v, dict):
+        return " ".join(f"{k}={_fmt(x)}" for k, x in v.items())
+    return v if isinstance(v, str) else json.dumps(v)
+
+
+def _line(ev, offset: int) -> str:
+    t = time.strftime("%H:%M:%S", time.localtime((ev.time_ns + offset) / 1e9))
+    where = f" cpu {ev.cpu}" if ev.cpu is not None else ""
+    if ev.lost:
+        return f"{t}{where} lost {ev.lost} record(s): the ring was full"
+    body = _fmt(ev.value) if ev.value is not None else ev.data.hex(" ")
+    if ev.packet is not None:
+        body += f" [+{len(ev.packet)} packet bytes of {ev.orig_len}]"
+    return f"{t}{where} {body}"
+
+
+def cmd_events(args) -> int:
+    from bpfdsl.diagnostics import UsageError, error
+    from bpfdsl.runtime import events
+    from bpfdsl.runtime.packets import PcapWriter
+
+    if args.count is not None and args.count < 1:
+        raise UsageError(error("bad-args", f"--count {args.count}: give 1 or more records"))
+    if args.duration is not None and not args.duration > 0:
+        raise UsageError(error("bad-args", f"--duration {args.duration}: give seconds > 0"))
+    if args.pages < 1 or args.pages & (args.pages - 1):
+        raise UsageError(error("bad-args", f"--pages {args.pages}: give a power of 2"))
+    stream = events.open_events(args.map, type_name=args.type, pages=args.pages)
+    pcap = None
+    stats = events.Stats()
+    table = None
+    try:
+        if args.pcap:
+            pcap = PcapWriter(args.pcap)
+        if not args.json and not args.lines and sys.stdout.isatty():
+            table = _LiveTable(stream)
+        kind = _type_name(stream.type)
+        rings = f", {len(stream.rings)} CPU ring(s)" if kind == "perf_event_array" else ""
+        record = f"records: struct {stream.record.name}" if stream.record else "records: hex"
+        print(f"reading {stream.name} ({kind}{rings}; {record}); Ctrl-C stops", file=sys.stderr,
+              flush=True)  # fmt: skip
+        if stream.record is None and not args.json:
+            print(
+                f"note: no record type for map {stream.name!r} in the program's BTF: "
+                "records shown as hex (--type STRUCT decodes them)",
+                file=sys.stderr,
+            )
+        end = time.monotonic() + args.duration if args.duration else None
+        try:
+            while args.count is None or stats.records < args.count:
+                left = 0.2 if end is None else min(0.2, end - time.monotonic())
+                if left <= 0:
+                    break
+                for ev in stream.poll(left):
+                    if args.count is not None and stats.records >= args.count:
+                        break
+                    _emit(args, ev, stream, stats, pcap, table)
+        except KeyboardInterrupt:
+            pass
+    finally:
+        if table is not None:
+            table.stop()
+        if pcap is not None:
+            pcap.close()
+        stream.close()
+    if not args.json:
+        extra = f", {stats.frames} frame(s) written to {args.pcap}" if pcap is not None else ""
+        lost = f", {stats.lost} lost" if stats.lost else ""
+        print(f"{stats.records} record(s) from {stream.name}{lost}{extra}", file=sys.stderr)
+    return OK
+
+
+def _emit(args, ev, stream, stats, pcap, table) -> None:
+    off = stream.clock_offset_ns
+    if ev.lost:
+        stats.lost += ev.lost
+    else:
+        stats.records += 1
+        if ev.cpu is not None:
+            stats.by_cpu[ev.cpu] = stats.by_cpu.get(ev.cpu, 0) + 1
+        if pcap is not None and ev.packet is not None:
+            pcap.write(ev.time_ns + off, ev.packet, ev.orig_len)
+            stats.frames += 1
+    if args.json:
+        print(json.dumps(ev.to_dict(off)), flush=True)
+    elif table is not None:
+        table.add(ev, stats)
+    else:
+        print(_line(ev, off), flush=True)
+
+
+class _LiveTable:
+    """The last records as a rich table, redrawn in place (a terminal only)."""
+
+    ROWS = 20
+
+    def __init__(self, stream):
+        from rich.console import Console
+        from rich.live import Live
+
+        self.stream = stream
+        self.rows: list = []
+        self.live = Live(self._render(None), console=Console(), refresh_per_second=4)
+        self.live.start()
+
+    def _render(self, stats):
+        from rich.table import Table
+
+        n = stats.records if stats else 0
+        lost = f", {stats.lost} lost" if stats and stats.lost else ""
+        t = Table(title=f"{self.stream.name}: {n} record(s){lost}")
+        fields = []
+        if self.rows and isinstance(self.rows[-1].value, dict):
+            fields = list(self.rows[-1].value)
+        for c in ["time", "cpu", *fields] if fields else ["time", "cpu", "record"]:
+            t.add_column(c)
+        off = self.stream.clock_offset_ns
+        for ev in self.rows:
+            ts = time.strftime("%H:%M:%S", time.localtime((ev.time_ns + off) / 1e9))
+            cpu = "" if ev.cpu is None else str(ev.cpu)
+            if ev.lost:
+                t.add_row(ts, cpu, f"lost {ev.lost}", *[""] * max(0, len(fields) - 1))
+            elif fields and isinstance(ev.value, dict):
+                t.add_row(ts, cpu, *(_fmt(ev.value.get(f, "")) for f in fields))
+            else:
+                t.add_row(ts, cpu, ev.data.hex(" ") if ev.value is None else _fmt(ev.value))
+        return t
+
+    def add(self, ev, stats) -> None:
+        self.rows = [*self.rows[-(self.ROWS - 1) :], ev]
+        self.live.update(self._render(stats))
+
+    def stop(self) -> None:
+        self.live.stop()
