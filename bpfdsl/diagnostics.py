@@ -87,9 +87,11 @@ class Diagnostic(Record):
                 except (OSError, UnicodeDecodeError):
                     text = None
             if text is not None:
-                lines = text.splitlines()
+                # lines as the lexer counts them: "\n" only (splitlines() would also break
+                # at form feed, U+2028 and other separators and show a wrong line)
+                lines = text.split("\n")
                 if 1 <= self.span.line <= len(lines):
-                    src = lines[self.span.line - 1].expandtabs(1)
+                    src = lines[self.span.line - 1].rstrip("\r").expandtabs(1)
                     num = str(self.span.line)
                     pad = " " * len(num)
                     width = 1
