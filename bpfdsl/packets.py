@@ -63,6 +63,8 @@ def _read_records(p: Path, limit: int | None, warnings: list[str] | None) -> lis
 
     try:
         reader = RawPcapReader(str(p))
+    except MemoryError:  # scapy reads a block's claimed length at once (pcapng SHB: 4 GiB)
+        raise _huge_length(p) from None
     except (Scapy_Exception, OSError, EOFError, struct.error, ValueError) as e:
         raise UsageError(
             error(
@@ -91,6 +93,8 @@ def _read_records(p: Path, limit: int | None, warnings: list[str] | None) -> lis
                 rec = next(records)
             except (StopIteration, EOFError):
                 break
+            except MemoryError:
+                raise _huge_length(p) from None
             except (Scapy_Exception, struct.error, ValueError) as e:
                 if frames:
                     break
@@ -119,6 +123,16 @@ def _read_records(p: Path, limit: int | None, warnings: list[str] | None) -> lis
     finally:
         reader.close()
     return frames
+
+
+def _huge_length(p: Path) -> UsageError:
+    return UsageError(
+        error(
+            "bad-capture",
+            f"{p}: corrupt capture (a block or record length claims more bytes than can be read)",
+            hint="write captures with `tcpdump -w FILE` (Ethernet)",
+        )
+    )
 
 
 def parse_hex(text: str) -> bytes:
