@@ -150,6 +150,11 @@ def _render_error(err: BaseException, as_json: bool) -> None:
             print(err.render(), file=sys.stderr)
     else:
         msg = str(err) or type(err).__name__
+        if isinstance(err, OSError) and err.strerror and msg.startswith("[Errno"):
+            # the OS's own error (mkdir on bpffs, open of a path): in words, not Python's
+            # "[Errno 13] Permission denied: '/sys/fs/bpf/x'"
+            where = f"{err.filename}: " if err.filename is not None else ""
+            msg = f"{where}{err.strerror[:1].lower()}{err.strerror[1:]}"
         print(json.dumps({"error": msg}) if as_json else f"error: {msg}", file=sys.stderr)
 
 
