@@ -127,7 +127,7 @@ class DeclChecker:
             )
             return
         mt, fkey, fval = MAP_KINDS[d.kind]
-        targs = [self.resolve_type(t) for t in d.type_args]
+        targs = [self.value_type(t, "a map key or value") for t in d.type_args]
         key, val = fkey, fval
         if fkey is None or fval is None:
             need = [x for x, f in (("key", fkey), ("value", fval)) if f is None]
