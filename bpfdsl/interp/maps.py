@@ -145,13 +145,22 @@ class Map:
 
 
 class ArrayMap(Map):
-    """BPF_MAP_TYPE_ARRAY / PERCPU_ARRAY: preallocated, zero-filled, no delete."""
+    """BPF_MAP_TYPE_ARRAY / PERCPU_ARRAY: every index exists, zero-filled, no delete.  An
+    index's memory is made on first use, so a large ``max_entries`` costs nothing until
+    touched (made eagerly, an object's 2^31-entry array took minutes and gigabytes)."""
 
     def __init__(self, *a: Any, **kw: Any) -> None:
         super().__init__(*a, **kw)
         self.percpu = self.map_type == MapType.PERCPU_ARRAY
-        n = self.ncpus if self.percpu else 1
-        self.slots = [[self._region() for _ in range(n)] for _ in range(self.max_entries)]
+        self.slots: dict[int, list[Region]] = {}
+
+    def _slot(self, i: int) -> list[Region]:
+        """The region(s) of index ``i`` (one per CPU when per-CPU), zero-filled when new."""
+        regs = self.slots.get(i)
+        if regs is None:
+            n = self.ncpus if self.percpu else 1
+            regs = self.slots[i] = [self._region() for _ in range(n)]
+        return regs
 
     def _index(self, key: bytes) -> int:
         return int.from_bytes(key[:4], "little")
@@ -160,7 +169,7 @@ class ArrayMap(Map):
         i = self._index(key)
         if i >= self.max_entries:
             return None
-        return self.slots[i][cpu if self.percpu else 0]
+        return self._slot(i)[cpu if self.percpu else 0]
 
     def update(self, key: bytes, value: bytes, flags: int = 0, cpu: int | None = None) -> int:
         if self._check_flags(flags):
@@ -170,14 +179,14 @@ class ArrayMap(Map):
             return -E2BIG
         if flags & ~BPF_F_LOCK == BPF_NOEXIST:
             return -EEXIST
-        self.slots[i][cpu if (self.percpu and cpu is not None) else 0].buf[:] = value
+        self._slot(i)[cpu if (self.percpu and cpu is not None) else 0].buf[:] = value
         return 0
 
     def _set_percpu(self, key: bytes, vals: list[bytes], flags: int) -> int:
         i = self._index(key)
         if i >= self.max_entries:
             return -E2BIG
-        for r, v in zip(self.slots[i], vals, strict=False):
+        for r, v in zip(self._slot(i), vals, strict=False):
             r.buf[:] = v
         return 0
 
@@ -185,7 +194,10 @@ class ArrayMap(Map):
         i = self._index(key)
         if i >= self.max_entries:
             return None
-        regs = self.slots[i]
+        regs = self.slots.get(i)
+        if regs is None:  # never touched: zeros, without making the memory
+            zero = bytes(self.value_size)
+            return [zero] * self.ncpus if self.percpu else zero
         return [bytes(r.buf) for r in regs] if self.percpu else bytes(regs[0].buf)
 
     def keys(self) -> list[bytes]:
