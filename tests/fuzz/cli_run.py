@@ -17,7 +17,14 @@ import re
 from .harness import Result, exception_result
 
 DIAG = re.compile(r"^(?:error|warning)\[[a-z0-9]+(?:-[a-z0-9]+)*\]: ", re.M)
-RAW = re.compile(r"^error: (?!no packet was run)(.*)$", re.M)  # run_cmds' own summary line
+RAW = re.compile(r"^error: (.*)$", re.M)
+# what Python's own exception messages look like (the CLI's safety net prints str(e))
+PYTHONIC = re.compile(
+    r"\[Errno \d+\]|invalid literal for|has no attribute|codec can't|values to unpack"
+    r"|index out of range|not subscriptable|unsupported operand|must be (?:str|int|bytes|real)"
+    r"|object is not|NoneType|unhashable|not JSON serializable|^Expecting |argument of type"
+    r"|out of range for|embedded null|^'[^']*'$|^\d+$|^[A-Z][a-z]+Error\b"
+)
 
 
 class _Out(io.TextIOWrapper):
@@ -55,20 +62,40 @@ def normalize(msg: str) -> str:
 
 
 def judge(argv: list[str], *, ok_codes=(0, 1, 2, 3)) -> Result:
-    """Run ``bpfdsl ARGV`` and say whether it behaved: ``ok`` (exit 0), ``error`` (a
-    diagnostic, detail = its code), or the failure (``traceback``, ``raw-message``,
-    ``bad-exit``)."""
+    """Run ``bpfdsl ARGV`` in this process and say whether it behaved: ``ok`` (exit 0),
+    ``error`` (a diagnostic, detail = its code), or the failure (``traceback``,
+    ``raw-message``, ``bad-exit``)."""
     rc, out, err, exc = run_cli(argv)
-    cmd = next((a for a in argv if not a.startswith("-")), "?")
     if exc is not None:
         r = exception_result(exc)
         return Result(
-            "traceback", f"bpfdsl {cmd}: {r.detail}", f"$ bpfdsl {' '.join(argv)}\n{r.text}"
+            "traceback", f"bpfdsl {_cmd(argv)}: {r.detail}", f"$ bpfdsl {' '.join(argv)}\n{r.text}"
         )
+    return judge_output(argv, rc, out, err, ok_codes=ok_codes)
+
+
+def _cmd(argv: list[str]) -> str:
+    return next((a for a in argv if not a.startswith("-")), "?")
+
+
+def judge_output(
+    argv: list[str], rc: int | None, out: str, err: str, *, ok_codes=(0, 1, 2, 3)
+) -> Result:
+    """Judge a finished ``bpfdsl ARGV`` (exit code ``rc``, its stdout and stderr)."""
+    cmd = _cmd(argv)
     both = out + err
     shown = f"$ bpfdsl {' '.join(argv)}   (exit {rc})\n{err[-3000:]}"
     if "Traceback (most recent call last)" in both:
-        return Result("traceback", f"bpfdsl {cmd}: printed a traceback", shown)
+        tb = both[both.index("Traceback (most recent call last)") :]
+        last = [ln for ln in tb.strip().splitlines() if ln and not ln.startswith(" ")][-1:]
+        what = last[0].split(":", 1)[0] if last else "?"
+        frames = re.findall(r'File "[^"]*/bpfdsl/[^"]*", line \d+, in (\w+)', tb)
+        where = f" in {frames[-1]}()" if frames else ""
+        return Result(
+            "traceback",
+            f"bpfdsl {cmd}: {what}{where}",
+            f"$ bpfdsl {' '.join(argv)}   (exit {rc})\n{tb[-4000:]}",
+        )
     if rc not in ok_codes:
         return Result("bad-exit", f"bpfdsl {cmd}: exit {rc}", shown)
     if rc == 0:
@@ -78,12 +105,14 @@ def judge(argv: list[str], *, ok_codes=(0, 1, 2, 3)) -> Result:
         return Result("error", codes[0])
     m = RAW.search(err)
     raw = m.group(1) if m else _json_raw(err)
-    if raw is not None:
+    if raw is not None and PYTHONIC.search(raw):
         return Result("raw-message", f"bpfdsl {cmd}: {normalize(raw)}", shown)
-    if rc == 2 and "usage:" in err:  # argparse
+    if raw is not None:  # a sentence of the command's own (no packet was run, needs root)
+        return Result("error", "message")
+    if rc == 2 and "usage:" in both:  # argparse, or the help text of a bare `bpfdsl`
         return Result("error", "usage")
-    if rc == 1 and "no packet was run" in err:
-        return Result("error", "no-packet-run")
+    if rc == 1 and out.strip() and not err.strip():  # e.g. `map delete`: "KEY: not found"
+        return Result("error", "stdout-message")
     if rc == 1 and cmd == "check" and ("REJECTED" in out or '"rejected"' in out):
         return Result("error", "rejected")
     if rc == 2 and cmd == "check" and ("CANNOT CHECK" in out or '"unchecked"' in out):

@@ -83,7 +83,7 @@ class CaseTimeout(BaseException):
 def exception_result(e: BaseException, outcome: str = "traceback") -> Result:
     """A failure for an exception that escaped: detail ``Type in function()`` of the
     innermost bpfdsl frame (function names survive module moves; file names do not)."""
-    tb = traceback.extract_tb(e.__traceback__)
+    tb = [f for f in traceback.extract_tb(e.__traceback__) if f.name != "_alarm"]
     ours = [f for f in tb if f"{os.sep}bpfdsl{os.sep}" in f.filename] or list(tb)
     where = f" in {ours[-1].name}()" if ours else ""
     text = "".join(traceback.format_exception(type(e), e, e.__traceback__))
@@ -136,6 +136,14 @@ def bpf_fds() -> dict[int, str]:
     return out
 
 
+_KEEP: set[str] = set()  # fixtures a fuzzer keeps on the worker's bpffs between cases
+
+
+def keep_pins(dirs: Iterable[str]) -> None:
+    """Do not count what is under ``dirs`` (fixtures made once per worker) as left behind."""
+    _KEEP.update(dirs)
+
+
 def private_pins() -> list[str]:
     """Everything on the worker's own bpffs (empty list outside a worker)."""
     if not _PRIVATE_BPFFS:
@@ -143,7 +151,12 @@ def private_pins() -> list[str]:
     out = []
     for top, dirs, files in os.walk(BPFFS):
         out += [os.path.join(top, n) for n in dirs + files]
-    return sorted(p for p in out if p not in _BPFFS_OWN)
+    # bpfdsl's own root for one-step attaches (attach.DEFAULT_PIN_ROOT) may stay, empty
+    out = [p for p in out if not (p == f"{BPFFS}/bpfdsl" and not os.listdir(p))]
+    keep = tuple(d.rstrip("/") + "/" for d in _KEEP)
+    return sorted(
+        p for p in out if p not in _BPFFS_OWN and p not in _KEEP and not p.startswith(keep)
+    )
 
 
 def clear_private_pins() -> None:
@@ -152,7 +165,7 @@ def clear_private_pins() -> None:
         return
     for name in os.listdir(BPFFS):
         path = os.path.join(BPFFS, name)
-        if path in _BPFFS_OWN:
+        if path in _BPFFS_OWN or path in _KEEP:
             continue
         if os.path.isdir(path) and not os.path.islink(path):
             shutil.rmtree(path, ignore_errors=True)
@@ -485,11 +498,12 @@ def run_campaign(
                 continue
             payload = case.payload
             known = known_issue(fuzzer.kind, payload, res)
-            if fuzzer.shrink is not None and res.outcome not in ("hang", "crash"):
+            if fuzzer.shrink is not None and shrink_s > 0 and res.outcome not in ("hang", "crash"):
+                budget = shrink_s / 4 if known is not None else shrink_s
                 payload = fuzzer.shrink(
                     payload,
                     lambda p, sig=sig: box.run(p).signature == sig,
-                    time.monotonic() + shrink_s,
+                    time.monotonic() + budget,
                 )
                 res = box.run(payload) if payload is not case.payload else res
                 if res.signature != sig:  # the reducer must keep the kind; else the original

@@ -194,7 +194,7 @@ class ProgGen:
             ("host(port)", "u16"),
             ("get_smp_processor_id()", "u32"),
         ]
-        for h in sc.hdrs:
+        for h in sorted(sc.hdrs):
             for f in U8_FIELDS.get(h, []):
                 src.append((f"{h}.{f}", "u8"))
             for f in BE16_FIELDS.get(h, []):
@@ -265,14 +265,14 @@ class ProgGen:
     def be16(self, sc: Scope) -> str:
         opts = ["53", "80", "9999", "0", "65535", "PORT", "port", "ETH_P_IP", "ETH_P_IPV6"]
         opts += [f"be16({self.expr('u16', sc)})"] * 2
-        for h in sc.hdrs:
+        for h in sorted(sc.hdrs):
             opts += [f"{h}.{f}" for f in BE16_FIELDS.get(h, [])]
         return self.r.choice(opts)
 
     def be32(self, sc: Scope) -> str:
         opts = ["10.0.0.1", "192.0.2.1", "GW", "0.0.0.0", "255.255.255.255"]
         opts += [f"be32({self.expr('u32', sc)})"]
-        for h in sc.hdrs:
+        for h in sorted(sc.hdrs):
             opts += [f"{h}.{f}" for f in BE32_FIELDS.get(h, [])]
         return self.r.choice(opts)
 
@@ -805,7 +805,7 @@ def compare(obj: bytes, pkts: list[bytes]) -> Result:
                 return Result("engine-diff", "verdict",
                               f"{where}\nkernel {k.verdict} ({k.retval}), interp {i.verdict} ({i.retval})")  # fmt: skip
             if k.data_out != i.data_out:
-                at = next((j for j, (a, b) in enumerate(zip(k.data_out, i.data_out)) if a != b),
+                at = next((j for j, (a, b) in enumerate(zip(k.data_out, i.data_out, strict=False)) if a != b),
                           min(len(k.data_out), len(i.data_out)))  # fmt: skip
                 return Result("engine-diff", "output bytes",
                               f"{where}\nverdict {k.verdict}; first difference at byte {at}:\n"

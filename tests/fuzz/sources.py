@@ -335,7 +335,9 @@ def _workdir() -> str:
 def check_diagnostics(err, path: str, text: str) -> Result:
     """``diagnostic`` when every error of ``err`` names ``path``:line:col inside ``text``
     and renders with that line and a caret; else the failure it is."""
-    lines = text.split("\n")  # the lexer counts lines by "\n" only
+    # compile_file reads with universal newlines (CR LF and a lone CR become "\n"); the
+    # lexer then counts lines by "\n" only
+    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
     for d in err.diagnostics:
         if not d.code or not CODE.fullmatch(d.code):
             return Result("unlocated", f"diagnostic without a stable code: {d.code!r}", d.concise())
@@ -357,7 +359,7 @@ def check_diagnostics(err, path: str, text: str) -> Result:
         return Result("traceback", f"rendering: {r.detail}", r.text)
     for d in err.diagnostics:
         if d.severity == "error":
-            want = lines[d.span.line - 1].rstrip("\r").expandtabs(1)
+            want = lines[d.span.line - 1].expandtabs(1)
             if f"{d.span.line} | {want}" not in shown.split("\n"):
                 return Result(
                     "bad-location",
@@ -383,7 +385,8 @@ def load_result(obj: bytes) -> Result | None:
         if COMPLEXITY.search(str(e)) and COMPLEXITY.search(log + str(e)):
             return Result("complexity-limit", "verifier budget", str(e))
         d = e.diagnostics[0]
-        why = re.sub(r"\d+", "N", d.message.split(": ", 2)[-1])[:100]
+        why = re.sub(r"\d+", "N", d.message.split(": ", 2)[-1])
+        why = re.sub(r"\w{33,}", "…", why)[:100]  # a long name is not part of the kind
         return Result("kernel-rejected", f"{d.code}: {why}", e.render() + "\n" + log[-3000:])
 
 
