@@ -26,35 +26,35 @@ def campaign(fuzzer, seed: int, count: int, kernel: bool) -> Report:
 
 
 def test_source_mutants_compile_or_fail_located() -> None:
-    rep = campaign(sources.FUZZER, seed=1, count=400, kernel=False)
+    rep = campaign(sources.FUZZER, seed=1, count=500, kernel=False)
     assert rep.outcomes["ok"] >= 10 and rep.outcomes["diagnostic"] >= 200, rep.outcomes
 
 
 @pytest.mark.kernel
 def test_compiled_source_mutants_load_in_the_kernel() -> None:
-    rep = campaign(sources.FUZZER, seed=2, count=150, kernel=True)
+    rep = campaign(sources.FUZZER, seed=2, count=200, kernel=True)
     assert rep.outcomes["ok"] >= 5, rep.outcomes  # some mutants did compile and load
 
 
 @pytest.mark.kernel
 def test_random_programs_load_and_agree_on_both_engines() -> None:
-    rep = campaign(programs.FUZZER, seed=1, count=20, kernel=True)
-    assert rep.outcomes["ok"] >= 18, rep.outcomes
+    rep = campaign(programs.FUZZER, seed=1, count=30, kernel=True)
+    assert rep.outcomes["ok"] >= 27, rep.outcomes
 
 
 def test_corrupt_objects_check_disasm_run_cleanly() -> None:
-    rep = campaign(objects.FUZZER, seed=1, count=120, kernel=False)
+    rep = campaign(objects.FUZZER, seed=1, count=160, kernel=False)
     assert rep.outcomes["refused"] >= 30 and rep.outcomes["accepted"] >= 5, rep.outcomes
 
 
 @pytest.mark.kernel
 def test_corrupt_objects_load_cleanly_and_leave_nothing() -> None:
-    rep = campaign(objects.FUZZER, seed=2, count=80, kernel=True)
+    rep = campaign(objects.FUZZER, seed=2, count=100, kernel=True)
     assert rep.outcomes["refused"] >= 20 and rep.outcomes["accepted"] >= 3, rep.outcomes
 
 
 def test_corrupt_captures_run_cleanly_with_the_right_count() -> None:
-    rep = campaign(captures.FUZZER, seed=1, count=150, kernel=False)
+    rep = campaign(captures.FUZZER, seed=1, count=200, kernel=False)
     assert rep.outcomes["ok"] >= 30 and rep.outcomes["refused"] >= 10, rep.outcomes
 
 
