@@ -215,7 +215,7 @@ _OBJ: dict[str, bytes] = {}
 def program_object() -> bytes:
     """progs/xdp_udp_filter.bpfd compiled (once per process)."""
     if "udp" not in _OBJ:
-        from bpfdsl.compiler import compile_file
+        from .api import compile_file
 
         _OBJ["udp"] = compile_file(PROGS / "xdp_udp_filter.bpfd").obj
     return _OBJ["udp"]

@@ -190,8 +190,7 @@ FIXTURE_PINS = {  # pin dir -> program whose maps the cases use
 def fixtures() -> dict[str, str]:
     if _FIX and os.path.isdir(_FIX["dir"]):
         return _FIX
-    from bpfdsl.compiler import compile_file
-
+    from .api import compile_file
     from .cli_run import run_cli
 
     tmp = tempfile.mkdtemp(prefix="bpfdsl-fuzz-cli-")

@@ -40,7 +40,7 @@ class _Out(io.TextIOWrapper):
 
 def run_cli(argv: list[str]) -> tuple[int | None, str, str, BaseException | None]:
     """(exit code, stdout, stderr, escaped exception) of ``bpfdsl ARGV`` in this process."""
-    from bpfdsl.cli import main
+    from .api import cli_main as main
 
     out, err = _Out(), _Out()
     rc, exc = None, None

@@ -95,7 +95,7 @@ def exception_result(e: BaseException, outcome: str = "traceback") -> Result:
 
 def kernel_usable() -> bool:
     """True when bpf() works here (root, Linux): the kernel parts of the fuzzers run."""
-    from bpfdsl.pytest_plugin import kernel_unavailable_reason
+    from .api import kernel_unavailable_reason
 
     return kernel_unavailable_reason() is None
 
@@ -109,7 +109,7 @@ def _private_namespaces() -> None:
     with mounts private (no propagation back) and a fresh bpffs on /sys/fs/bpf."""
     import ctypes
 
-    from bpfdsl.syscall import libc
+    from .api import libc
 
     global _PRIVATE_BPFFS
     c = libc()

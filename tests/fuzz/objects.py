@@ -314,7 +314,7 @@ def base_objects() -> list[tuple[str, bytes]]:
     (when clang-19 is installed), and the committed tests/data/bad_objects."""
     import shutil
 
-    from bpfdsl.compiler import compile_file
+    from .api import compile_file
 
     out = [
         (f"progs/{p.name} (compiled)", compile_file(p).obj) for p in sorted(PROGS.glob("*.bpfd"))
@@ -364,8 +364,7 @@ def _workdir() -> str:
 
 def program_names(path: str) -> list[str]:
     """The programs ``bpfdsl run --prog`` may name (none when the object does not read)."""
-    from bpfdsl.diagnostics import DiagnosticError
-    from bpfdsl.objfile import read_object
+    from .api import DiagnosticError, read_object
 
     try:
         return list(read_object(path).programs)[:2]

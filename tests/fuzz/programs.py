@@ -752,7 +752,7 @@ MAP_FILL = {  # name -> [(key, value)] put into both engines before the first fr
 
 
 def _fill(maps: dict, ncpus: int) -> None:
-    from bpfdsl.uapi import MapType
+    from .api import MapType
 
     for name, m in maps.items():
         for k, v in MAP_FILL.get(name, []):
@@ -769,7 +769,7 @@ DATA_MAPS = ("ARRAY", "PERCPU_ARRAY", "HASH", "PERCPU_HASH", "LRU_HASH", "LRU_PE
 
 
 def _dump(maps: dict) -> dict:
-    from bpfdsl.uapi import MapType
+    from .api import MapType
 
     return {n: m.items() for n, m in maps.items() if MapType(m.map_type).name in DATA_MAPS}
 
@@ -777,11 +777,7 @@ def _dump(maps: dict) -> dict:
 def compare(obj: bytes, pkts: list[bytes]) -> Result:
     """Load ``obj`` on the kernel and the interpreter, fill maps alike, run every frame on
     both: ``ok`` or the first difference (``engine-diff``) / ``kernel-rejected``."""
-    from bpfdsl.diagnostics import DiagnosticError
-    from bpfdsl.interp import InterpError
-    from bpfdsl.objfile import read_object
-    from bpfdsl.pytest_plugin import BpfProgram
-
+    from .api import BpfProgram, DiagnosticError, InterpError, read_object
     from .sources import load_result
 
     spec = read_object(obj)
@@ -845,9 +841,7 @@ def _pin_cpu() -> int:
 
 
 def run_case(payload: tuple[str, list[bytes]]) -> Result:
-    from bpfdsl.compiler import compile_source
-    from bpfdsl.diagnostics import DiagnosticError
-
+    from .api import DiagnosticError, compile_source
     from .sources import load_result
 
     src, pkts = payload

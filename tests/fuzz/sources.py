@@ -373,9 +373,7 @@ def check_diagnostics(err, path: str, text: str) -> Result:
 def load_result(obj: bytes) -> Result | None:
     """None when the kernel loads ``obj``; else ``complexity-limit`` (the documented
     verifier budget) or a ``kernel-rejected`` failure naming the kernel's reason."""
-    from bpfdsl.diagnostics import DiagnosticError
-    from bpfdsl.loader import load_collection
-    from bpfdsl.objfile import read_object
+    from .api import DiagnosticError, load_collection, read_object
 
     try:
         with load_collection(read_object(obj)):
@@ -391,8 +389,7 @@ def load_result(obj: bytes) -> Result | None:
 
 
 def run_case(payload: tuple[str, bool]) -> Result:
-    from bpfdsl.compiler import compile_file
-    from bpfdsl.diagnostics import DiagnosticError
+    from .api import DiagnosticError, compile_file
 
     text, kernel = payload
     path = os.path.join(_workdir(), "mutant.bpfd")

@@ -26,19 +26,17 @@ def _die(payload) -> Result:
 
 
 def _leak_map(payload) -> Result:
-    from bpfdsl import syscall
-    from bpfdsl.uapi import MapType
+    from .api import MapType, map_create
 
-    syscall.map_create(MapType.ARRAY, 4, 4, 1).release()  # an fd nobody closes
+    map_create(MapType.ARRAY, 4, 4, 1).release()  # an fd nobody closes
     return Result("ok")
 
 
 def _pin(payload) -> Result:
-    from bpfdsl import syscall
-    from bpfdsl.uapi import MapType
+    from .api import MapType, map_create, obj_pin
 
-    with syscall.map_create(MapType.ARRAY, 4, 4, 1) as fd:
-        syscall.obj_pin(int(fd), "/sys/fs/bpf/planted")
+    with map_create(MapType.ARRAY, 4, 4, 1) as fd:
+        obj_pin(int(fd), "/sys/fs/bpf/planted")
     return Result("ok")
 
 
@@ -94,7 +92,7 @@ def test_unlocated_and_raw_messages_are_failures() -> None:
 
 def _planted(payload) -> Result:
     """programs.run_case with the interpreter's output bytes changed (in the worker only)."""
-    from bpfdsl.interp import program
+    from .api import interp_program as program
 
     run = program.InterpProgram.run_xdp
 

@@ -88,7 +88,7 @@ def test_known_cli_fault(argv: list[str], codes: tuple[int, ...]) -> None:
 
 @pytest.mark.xfail(strict=False, reason=REASON["interp-register-above-r10"])
 def test_known_register_above_r10() -> None:
-    from bpfdsl.compiler import compile_file
+    from .api import compile_file
 
     base = compile_file(PROGS / "xdp_pass.bpfd").obj
     text = next(s for s in objects.sections(base) if s.type == 1 and s.flags & 4)
