@@ -723,12 +723,18 @@ def frames(seed: int) -> list[bytes]:
     return out
 
 
+MCPUS = ("v3", "v3", "v3", "v4", "v4", "v2", "v1")  # BPF ISA levels, v3 the default
+
+
 def cases(seed: int, count: int, kernel: bool):
-    """``count`` programs from ``seed``; payload (source, frames)."""
+    """``count`` programs from ``seed``; payload (source, frames, ISA level): each program
+    is compiled for one of v1..v4 (v4: sign extension, bswap, sdiv; v1: no jmp32)."""
     rng = random.Random(seed)
     fr = frames(seed)
     for i in range(count):
-        yield Case((ProgGen(random.Random(rng.getrandbits(64))).program(), fr), f"program {i}")
+        src = ProgGen(random.Random(rng.getrandbits(64))).program()
+        mcpu = rng.choice(MCPUS)
+        yield Case((src, fr, mcpu), f"program {i} (--mcpu {mcpu})")
 
 
 # ---- running one ---------------------------------------------------------------------
@@ -840,17 +846,17 @@ def _pin_cpu() -> int:
     return cpu
 
 
-def run_case(payload: tuple[str, list[bytes]]) -> Result:
+def run_case(payload: tuple[str, list[bytes], str]) -> Result:
     from .api import DiagnosticError, compile_source
     from .sources import load_result
 
-    src, pkts = payload
+    src, pkts, mcpu = payload
     try:
-        obj = compile_source(src, "gen.bpfd").obj
+        obj = compile_source(src, "gen.bpfd", mcpu=mcpu).obj
     except DiagnosticError as e:
         d = e.diagnostics[0]
         if d.code == "checker-too-complex":  # the documented budget (docs/language.md)
-            obj = compile_source(src, "gen.bpfd", check=False).obj
+            obj = compile_source(src, "gen.bpfd", mcpu=mcpu, check=False).obj
             if load_result(obj) is None:  # the kernel's own walk fits: say so, not a failure
                 return Result("complexity-limit-checker-only", "", e.render())
             return Result("complexity-limit", "", e.render())
@@ -861,23 +867,26 @@ def run_case(payload: tuple[str, list[bytes]]) -> Result:
         return exception_result(e)
 
 
-def reproducer(payload: tuple[str, list[bytes]]) -> str:
-    src, pkts = payload
+def reproducer(payload: tuple[str, list[bytes], str]) -> str:
+    src, pkts, mcpu = payload
     frames_txt = "\n".join(f"frame {p.hex()}" for p in pkts[:4])
     more = f"\n(+ {len(pkts) - 4} more frames)" if len(pkts) > 4 else ""
-    return f"gen.bpfd:\n{src}\n{frames_txt}{more}"
+    return (f"bpfdsl compile gen.bpfd --mcpu {mcpu}; run each frame on both engines "
+            f"(maps filled as programs.MAP_FILL)\ngen.bpfd:\n{src}\n{frames_txt}{more}")  # fmt: skip
 
 
 def shrink(payload, fails, deadline: float):
-    """The frame that shows it, then fewer body lines."""
-    src, pkts = payload
-    one = [p for p in pkts if fails((src, [p]))][:1] if len(pkts) > 1 else pkts
-    pkts = one or pkts
+    """Fewer frames, then fewer body lines."""
+    src, pkts, mcpu = payload
+    pkts = ddmin(pkts, lambda ps: fails((src, ps, mcpu)), deadline=deadline)
     head, _, body = src.partition("xdp fn fuzz(ctx) {\n")
     lines = body.rstrip().removesuffix("}").rstrip("\n").split("\n")
-    lines = ddmin(lines, lambda ls: fails((head + "xdp fn fuzz(ctx) {\n" + "\n".join(ls)
-                                           + "\n}\n", pkts)), deadline=deadline)  # fmt: skip
-    return (head + "xdp fn fuzz(ctx) {\n" + "\n".join(lines) + "\n}\n", pkts)
+
+    def program(ls: list[str]) -> str:
+        return head + "xdp fn fuzz(ctx) {\n" + "\n".join(ls) + "\n}\n"
+
+    lines = ddmin(lines, lambda ls: fails((program(ls), pkts, mcpu)), deadline=deadline)
+    return (program(lines), pkts, mcpu)
 
 
 FUZZER = Fuzzer("programs", cases, run_case, reproducer, shrink, timeout=120.0)
