@@ -80,7 +80,7 @@ def sections(data: bytes) -> list[Section]:
             out.append(Section(i, name, h[1], h[2], h[4], h[5], h[6], h[7], h[9],
                                shoff + i * SHDR.size))  # fmt: skip
         return out
-    except (struct.error, IndexError):
+    except (struct.error, IndexError, OverflowError, ValueError):  # a corrupt header
         return []
 
 
@@ -281,7 +281,10 @@ class Mutator:
             secs = sections(cur)
             if not cur:
                 break
-            new = getattr(self, op)(cur, secs)
+            try:
+                new = getattr(self, op)(cur, secs)
+            except (struct.error, IndexError, OverflowError, ValueError):  # offsets from a
+                new = self.bitflip(cur, secs)  # header an earlier mutation corrupted
             patches += new
             cur = apply(cur, new)
         return patches, ops
@@ -301,7 +304,7 @@ def _btf_arrays(data: bytes, start: int, length: int) -> list[int]:
             if kind == 3:
                 out.append(pos + 8)
             pos += fixed.get(kind, 0) + vlen * per.get(kind, 0)
-    except struct.error:
+    except (struct.error, OverflowError, ValueError):
         pass
     return out
 
