@@ -380,7 +380,7 @@ def load_result(obj: bytes) -> Result | None:
             return None
     except DiagnosticError as e:
         log = getattr(e, "log", "") or ""
-        if COMPLEXITY.search(str(e)) and COMPLEXITY.search(log + str(e)):
+        if COMPLEXITY.search(str(e)) or COMPLEXITY.search(log):
             return Result("complexity-limit", "verifier budget", str(e))
         d = e.diagnostics[0]
         why = re.sub(r"\d+", "N", d.message.split(": ", 2)[-1])
