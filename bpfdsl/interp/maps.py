@@ -214,6 +214,8 @@ class HashMap(Map):
         self.percpu = t in (MapType.PERCPU_HASH, MapType.LRU_PERCPU_HASH)
         self.lru = t in (MapType.LRU_HASH, MapType.LRU_PERCPU_HASH)
         self.elems: OrderedDict[bytes, list[Region]] = OrderedDict()
+        self.spare: list[Region] | None = None  # the kernel's htab->extra_elems (one CPU's)
+        self.free: list[list[Region]] = []  # deleted/freed elements, reused last in first out
 
     def lookup(self, key: bytes, cpu: int = 0) -> Region | None:
         e = self.elems.get(key)
@@ -251,10 +253,33 @@ class HashMap(Map):
             else:
                 regs[cpu].buf[:] = value
         else:
-            regs = [self._region(value)]  # the kernel replaces the element (new memory)
+            regs = self._replacement(old, value)
         self.elems[key] = regs
         self.elems.move_to_end(key)
         return 0
+
+    def _replacement(self, old: list[Region] | None, value: bytes) -> list[Region]:
+        """The element that gets ``value``, as the kernel picks it on one CPU (it never
+        writes an element in place, and it reuses memory, so a lookup result held across
+        updates or deletes reads what the kernel's would; kernel/bpf/hashtab.c
+        alloc_htab_elem): an existing key of a preallocated HASH takes the spare element
+        (``htab->extra_elems``) and its old element becomes the spare; otherwise the
+        element deleted (or, with BPF_F_NO_PREALLOC, freed) last (the pcpu_freelist and
+        bpf_mem_alloc free lists are last in first out), else new memory.  LRU maps: new
+        memory (their free lists are not modelled)."""
+        from bpfdsl.uapi import BPF_F_NO_PREALLOC  # noqa: PLC0415
+
+        if self.lru:
+            return [self._region(value)]
+        if old is not None and not self.map_flags & BPF_F_NO_PREALLOC:
+            new = self.spare or [self._region()]
+            self.spare = old
+        else:
+            new = self.free.pop() if self.free else [self._region()]
+            if old is not None:  # BPF_F_NO_PREALLOC: the old element is freed
+                self.free.append(old)
+        new[0].buf[:] = value
+        return new
 
     def _set_percpu(self, key: bytes, vals: list[bytes], flags: int) -> int:
         rc = self.update(key, vals[0], flags, None)
@@ -264,7 +289,12 @@ class HashMap(Map):
         return rc
 
     def delete(self, key: bytes) -> int:
-        return 0 if self.elems.pop(key, None) is not None else -ENOENT
+        e = self.elems.pop(key, None)
+        if e is None:
+            return -ENOENT
+        if not (self.lru or self.percpu):
+            self.free.append(e)  # reused by the next new element (see _replacement)
+        return 0
 
     def _get(self, key: bytes) -> bytes | list[bytes] | None:
         e = self.elems.get(key)
