@@ -421,6 +421,12 @@ _SLOT_TYPES = {
 }
 
 
+# the largest key/value the kernel's map types take: KMALLOC_MAX_SIZE = 1 << (MAX_PAGE_ORDER
+# + PAGE_SHIFT) = 4 MiB with 4 KiB pages (include/linux/slab.h; arraymap.c, hashtab.c alloc
+# checks refuse more with E2BIG); the interpreter would try to allocate it
+KMALLOC_MAX_SIZE = 4 << 20
+
+
 def make_map(
     name: str,
     map_type: int,
@@ -437,6 +443,12 @@ def make_map(
 
     if map_type not in MapType._value2member_map_:
         raise ValueError(f"map '{name}': map type {map_type} is unknown")
+    for what, size in (("key", key_size), ("value", value_size)):
+        if size > KMALLOC_MAX_SIZE:  # the kernel refuses it at BPF_MAP_CREATE (E2BIG)
+            raise ValueError(
+                f"map '{name}': {what} size {size} bytes is more than the kernel allows "
+                f"({KMALLOC_MAX_SIZE} bytes, KMALLOC_MAX_SIZE)"
+            )
     cls = SlotMap if MapType(map_type) in _SLOT_TYPES else _CLASSES.get(MapType(map_type))
     if cls is None:
         cls = UnsupportedMap
