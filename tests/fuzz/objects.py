@@ -377,8 +377,25 @@ def program_names(path: str) -> list[str]:
         return []
 
 
+KERNEL_MEMORY = 256 << 20  # bytes of map memory a case may ask the kernel for
+
+
+def kernel_memory(path: str) -> int:
+    """Roughly the bytes the kernel would preallocate for the maps of ``path``: a corrupted
+    max_entries (10^8) is a legal map that takes the kernel minutes and gigabytes of the
+    shared machine to create (as libbpf would), so such cases skip the kernel commands."""
+    from .api import read_object
+
+    try:
+        maps = read_object(path).maps.values()
+    except Exception:  # noqa: BLE001 - an unreadable object asks for nothing
+        return 0
+    return sum(m.max_entries * (m.key_size + m.value_size * 2 + 64) for m in maps)
+
+
 def commands(path: str, kernel: bool, as_json: bool) -> list[list[str]]:
     j = ["--json"] if as_json else []
+    kernel = kernel and kernel_memory(path) <= KERNEL_MEMORY
     out = [j + ["check", path], j + ["disasm", path]]
     for prog in program_names(path) or [None]:
         sel = ["--prog", prog] if prog else []
@@ -405,7 +422,7 @@ def run_case(payload) -> Result:
                           f"$ bpfdsl {' '.join(argv)}\nleft on bpffs: {', '.join(pins)}")  # fmt: skip
         if res.outcome == "error":
             worst = Result("refused")
-    if kernel:
+    if kernel and kernel_memory(path) <= KERNEL_MEMORY:
         pin_dir = "/sys/fs/bpf/fuzz_obj"
         res = judge((["--json"] if as_json else []) + ["load", path, "--pin-dir", pin_dir])
         if res.failed:
