@@ -72,13 +72,15 @@ class Diagnostic:
                     text = None
             line = None
             if text is not None:
-                lines = text.splitlines()
+                # lines as the lexer counts them: "\n" only (splitlines() would also break
+                # at form feed, U+2028 and other separators and show a wrong line)
+                lines = text.split("\n")
                 if 1 <= self.span.line <= len(lines):
                     line = lines[self.span.line - 1]
             if line is None:
                 line = self.line_text
             if line is not None:
-                src = line.expandtabs(1)
+                src = line.rstrip("\r").expandtabs(1)
                 num = str(self.span.line)
                 pad = " " * len(num)
                 width = 1

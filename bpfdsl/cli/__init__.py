@@ -214,7 +214,13 @@ def _render_error(err: BaseException, as_json: bool) -> None:
         # Not a DiagnosticError (an OSError the library did not expect): the same shapes.
         from bpfdsl.diagnostics import Diagnostic
 
-        d = Diagnostic("error", "os-error", str(err) or type(err).__name__)
+        msg = str(err) or type(err).__name__
+        if isinstance(err, OSError) and err.strerror and msg.startswith("[Errno"):
+            # the OS's own error (mkdir on bpffs, open of a path): in words, not Python's
+            # "[Errno 13] Permission denied: '/sys/fs/bpf/x'"
+            where = f"{err.filename}: " if err.filename is not None else ""
+            msg = f"{where}{err.strerror[:1].lower()}{err.strerror[1:]}"
+        d = Diagnostic("error", "os-error", msg)
         doc = {"error": [d.to_json()]}
         print(json.dumps(doc) if as_json else d.render(), file=sys.stderr)
 

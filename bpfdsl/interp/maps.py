@@ -21,6 +21,7 @@ from bpfdsl.abi.uapi import (
     ARRAY_MAP_TYPES,
     BPF_EXIST,
     BPF_F_LOCK,
+    BPF_F_NO_PREALLOC,
     BPF_NOEXIST,
     BPF_RINGBUF_HDR_SZ,
     HASH_MAP_TYPES,
@@ -160,13 +161,22 @@ class Map:
 
 
 class ArrayMap(Map):
-    """BPF_MAP_TYPE_ARRAY / PERCPU_ARRAY: preallocated, zero-filled, no delete."""
+    """BPF_MAP_TYPE_ARRAY / PERCPU_ARRAY: every index exists, zero-filled, no delete.  An
+    index's memory is made on first use, so a large ``max_entries`` costs nothing until
+    touched (made eagerly, an object's 2^31-entry array took minutes and gigabytes)."""
 
     def __init__(self, *a: Any, **kw: Any) -> None:
         super().__init__(*a, **kw)
         self.percpu = is_percpu(self.map_type)
-        n = self.ncpus if self.percpu else 1
-        self.slots = [[self._region() for _ in range(n)] for _ in range(self.max_entries)]
+        self.slots: dict[int, list[Region]] = {}
+
+    def _slot(self, i: int) -> list[Region]:
+        """The region(s) of index ``i`` (one per CPU when per-CPU), zero-filled when new."""
+        regs = self.slots.get(i)
+        if regs is None:
+            n = self.ncpus if self.percpu else 1
+            regs = self.slots[i] = [self._region() for _ in range(n)]
+        return regs
 
     def _index(self, key: bytes) -> int:
         return int.from_bytes(key[:4], "little")
@@ -175,7 +185,7 @@ class ArrayMap(Map):
         i = self._index(key)
         if i >= self.max_entries:
             return None
-        return self.slots[i][cpu if self.percpu else 0]
+        return self._slot(i)[cpu if self.percpu else 0]
 
     def update(self, key: bytes, value: bytes, flags: int = 0, cpu: int | None = None) -> int:
         if self._check_flags(flags):
@@ -185,14 +195,14 @@ class ArrayMap(Map):
             return -E2BIG
         if flags & ~BPF_F_LOCK == BPF_NOEXIST:
             return -EEXIST
-        self.slots[i][cpu if (self.percpu and cpu is not None) else 0].buf[:] = value
+        self._slot(i)[cpu if (self.percpu and cpu is not None) else 0].buf[:] = value
         return 0
 
     def _set_percpu(self, key: bytes, vals: list[bytes], flags: int) -> int:
         i = self._index(key)
         if i >= self.max_entries:
             return -E2BIG
-        for r, v in zip(self.slots[i], vals, strict=False):
+        for r, v in zip(self._slot(i), vals, strict=False):
             r.buf[:] = v
         return 0
 
@@ -200,7 +210,10 @@ class ArrayMap(Map):
         i = self._index(key)
         if i >= self.max_entries:
             return None
-        regs = self.slots[i]
+        regs = self.slots.get(i)
+        if regs is None:  # never touched: zeros, without making the memory
+            zero = bytes(self.value_size)
+            return [zero] * self.ncpus if self.percpu else zero
         return [bytes(r.buf) for r in regs] if self.percpu else bytes(regs[0].buf)
 
     def keys(self) -> list[bytes]:
@@ -217,6 +230,8 @@ class HashMap(Map):
         self.percpu = is_percpu(t)
         self.lru = is_lru(t)
         self.elems: OrderedDict[bytes, list[Region]] = OrderedDict()
+        self.spare: list[Region] | None = None  # the kernel's htab->extra_elems (one CPU's)
+        self.free: list[list[Region]] = []  # deleted/freed elements, reused last in first out
 
     def lookup(self, key: bytes, cpu: int = 0) -> Region | None:
         e = self.elems.get(key)
@@ -254,10 +269,31 @@ class HashMap(Map):
             else:
                 regs[cpu].buf[:] = value
         else:
-            regs = [self._region(value)]  # the kernel replaces the element (new memory)
+            regs = self._replacement(old, value)
         self.elems[key] = regs
         self.elems.move_to_end(key)
         return 0
+
+    def _replacement(self, old: list[Region] | None, value: bytes) -> list[Region]:
+        """The element that gets ``value``, as the kernel picks it on one CPU (it never
+        writes an element in place, and it reuses memory, so a lookup result held across
+        updates or deletes reads what the kernel's would; kernel/bpf/hashtab.c
+        alloc_htab_elem): an existing key of a preallocated HASH takes the spare element
+        (``htab->extra_elems``) and its old element becomes the spare; otherwise the
+        element deleted (or, with BPF_F_NO_PREALLOC, freed) last (the pcpu_freelist and
+        bpf_mem_alloc free lists are last in first out), else new memory.  LRU maps: new
+        memory (their free lists are not modelled)."""
+        if self.lru:
+            return [self._region(value)]
+        if old is not None and not self.map_flags & BPF_F_NO_PREALLOC:
+            new = self.spare or [self._region()]
+            self.spare = old
+        else:
+            new = self.free.pop() if self.free else [self._region()]
+            if old is not None:  # BPF_F_NO_PREALLOC: the old element is freed
+                self.free.append(old)
+        new[0].buf[:] = value
+        return new
 
     def _set_percpu(self, key: bytes, vals: list[bytes], flags: int) -> int:
         rc = self.update(key, vals[0], flags, None)
@@ -267,7 +303,12 @@ class HashMap(Map):
         return rc
 
     def delete(self, key: bytes) -> int:
-        return 0 if self.elems.pop(key, None) is not None else -ENOENT
+        e = self.elems.pop(key, None)
+        if e is None:
+            return -ENOENT
+        if not (self.lru or self.percpu):
+            self.free.append(e)  # reused by the next new element (see _replacement)
+        return 0
 
     def _get(self, key: bytes) -> bytes | list[bytes] | None:
         e = self.elems.get(key)
@@ -587,6 +628,12 @@ class SlotMap(Map):
 _SLOT_TYPES = REDIRECT_MAP_TYPES | SOCK_MAP_TYPES  # entries are devices, CPUs or sockets
 
 
+# the largest key/value the kernel's map types take: KMALLOC_MAX_SIZE = 1 << (MAX_PAGE_ORDER
+# + PAGE_SHIFT) = 4 MiB with 4 KiB pages (include/linux/slab.h; arraymap.c, hashtab.c alloc
+# checks refuse more with E2BIG); the interpreter would try to allocate it
+KMALLOC_MAX_SIZE = 4 << 20
+
+
 def make_map(
     name: str,
     map_type: int,
@@ -602,6 +649,12 @@ def make_map(
         kind = MapType(map_type)
     except ValueError:
         raise ValueError(f"map '{name}': map type {map_type} is unknown") from None
+    for what, size in (("key", key_size), ("value", value_size)):
+        if size > KMALLOC_MAX_SIZE:  # the kernel refuses it at BPF_MAP_CREATE (E2BIG)
+            raise ValueError(
+                f"map '{name}': {what} size {size} bytes is more than the kernel allows "
+                f"({KMALLOC_MAX_SIZE} bytes, KMALLOC_MAX_SIZE)"
+            )
     cls = SlotMap if kind in _SLOT_TYPES else _CLASSES.get(kind)
     if cls is None:
         cls = UnsupportedMap

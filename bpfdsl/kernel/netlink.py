@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from bpfdsl.abi.uapi import XdpFlags
-from bpfdsl.diagnostics import DiagnosticError, error
+from bpfdsl.diagnostics import DiagnosticError, UsageError, error
 from bpfdsl.kernel import libc
 from bpfdsl.kernel.libc import CLONE_NEWNET, MNT_DETACH, MS_BIND
 
@@ -238,11 +238,17 @@ def in_netns(name: str) -> Iterator[None]:
 
     Unlike ``ip netns exec`` this keeps the mount namespace, so /sys/fs/bpf stays visible.
     Sockets created inside stay in that namespace after the block.  Restores the previous
-    namespace on exit, also on exceptions.
+    namespace on exit, also on exceptions.  Raises UsageError (``unknown-netns``) when
+    there is no namespace of that name (no ``/run/netns/NAME``, as ``ip netns`` names them).
     """
+    if not name or "/" in name or name in (".", ".."):  # iproute2 refuses these names too
+        raise _unknown_netns(name)
     old = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
     try:
-        new = os.open(os.path.join(NETNS_RUN_DIR, name), os.O_RDONLY)
+        try:
+            new = os.open(os.path.join(NETNS_RUN_DIR, name), os.O_RDONLY)
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError, ValueError):
+            raise _unknown_netns(name) from None
         try:
             libc.setns(new, CLONE_NEWNET)
         finally:
@@ -253,6 +259,22 @@ def in_netns(name: str) -> Iterator[None]:
             libc.setns(old, CLONE_NEWNET)
     finally:
         os.close(old)
+
+
+def _unknown_netns(name: str) -> DiagnosticError:
+    try:
+        known = sorted(os.listdir(NETNS_RUN_DIR))
+    except OSError:
+        known = []
+    return UsageError(
+        error(
+            "unknown-netns",
+            f"no network namespace named {name!r}",
+            hint=f"namespaces: {', '.join(known)} (see `ip netns list`)"
+            if known
+            else "there are no named namespaces (`ip netns list`); create one with `ip netns add`",
+        )
+    )
 
 
 # ---- veth pairs ----------------------------------------------------------------------

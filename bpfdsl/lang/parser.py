@@ -307,7 +307,7 @@ def _syntax_diag(text, filename, line, col, char_pos, token, expected) -> Diagno
             hint="check for a typo or a missing operator",
         )
     if token is None or token.type == "$END":
-        lines = text.rstrip().splitlines() or [""]
+        lines = text.rstrip().split("\n")  # "\n" only, as the lexer counts lines
         span = Span(filename, len(lines), len(lines[-1]) + 1)
         hint = "the file ends inside a block or an expression: is a '}' missing?"
         return error("syntax", "unexpected end of input", span, hint=hint)

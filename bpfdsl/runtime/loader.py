@@ -176,8 +176,8 @@ def load_collection(
         _check_configs(spec, config or {})
         for ds in spec.data_sections.values():
             _create_data_map(coll, ds, config or {})
-        for p in spec.programs.values():
-            _load_program(coll, p, log_level, log_size)
+        for key, p in spec.programs.items():
+            _load_program(coll, p, log_level, log_size, key)
         _fill_initial_values(coll)
     except BaseException:
         coll.close()
@@ -430,7 +430,12 @@ def _create_data_map(coll: Collection, ds: DataSection, config: dict[str, Any]) 
         S.map_freeze(fd)
 
 
-def _load_program(coll: Collection, p: ProgramSpec, log_level: int, log_size: int) -> None:
+def _load_program(
+    coll: Collection, p: ProgramSpec, log_level: int, log_size: int, key: str | None = None
+) -> None:
+    """Load ``p`` into ``coll.programs[key]``: ``key`` is its name in ``spec.programs``,
+    which is ``section/name`` when a function name repeats (two entries under ``p.name``
+    would lose the first fd, found by tests/fuzz/objects.py)."""
     if p.kind is None:
         raise _fail(
             "unknown-section",
@@ -480,7 +485,7 @@ def _load_program(coll: Collection, p: ProgramSpec, log_level: int, log_size: in
             ) from None
 
         raise VerifierError(p.name, summarize(e.log, p), e.log, e.errno) from None
-    coll.programs[p.name] = LoadedProgram(p.name, prog_fd, p, log)
+    coll.programs[key or p.name] = LoadedProgram(p.name, prog_fd, p, log)
 
 
 def _fill_initial_values(coll: Collection) -> None:

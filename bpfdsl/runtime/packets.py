@@ -84,6 +84,16 @@ def read_pcap(
     return [Frame(r.index, r.data, r.wirelen) for r in cap.records]
 
 
+def _huge_length(p: Path) -> UsageError:
+    return UsageError(
+        error(
+            "bad-capture",
+            f"{p}: corrupt capture (a block or record length claims more bytes than can be read)",
+            hint="write captures with `tcpdump -w FILE` (Ethernet)",
+        )
+    )
+
+
 def parse_hex(text: str) -> bytes:
     """Bytes from hex text: ``"00 11 22"``, ``"001122"``, ``"00:11:22"``, ``"0x0011"``.
 

@@ -35,6 +35,9 @@ _NOISE = (
     "Validating ",
 )
 MAX_DETAIL_LINES = 60
+# the complexity limit (kernel/bpf/verifier.c do_check: "BPF program is too large.
+# Processed %d insn"), which the kernel appends to the line of the insn it stopped at
+_TOO_LARGE = "BPF program is too large"
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +56,10 @@ def summarize(log: str, prog: ProgramSpec | None = None) -> LogSummary:
     lines = [ln.rstrip() for ln in log.splitlines() if ln.strip()]
     msg = ""
     for ln in reversed(lines):
+        k = ln.find(_TOO_LARGE)  # printed at the end of the last insn's line, no newline
+        if k >= 0:
+            msg = ln[k:]
+            break
         if ln.startswith(_NOISE) or _INSN_RE.match(ln) or _SRC_RE.match(ln):
             continue
         msg = ln

@@ -197,6 +197,11 @@ class Btf:
                     raise BtfFormatError(
                         f"DATASEC '{t.name}' has size 0 and the object has no such ELF section"
                     )
+                if size > 0xFFFFFFFF:  # btf_type.size is a __u32 (include/uapi/linux/btf.h)
+                    raise BtfFormatError(
+                        f"DATASEC '{t.name}': its ELF section is {size} bytes, more than BTF "
+                        "can describe (4 GiB)"
+                    )
                 t.size = size
                 changes.append(f"DATASEC '{t.name}' size 0 -> {size}")
             for m in t.members:
@@ -208,6 +213,11 @@ class Btf:
                 off = symbol_offset(t.name, var.name)
                 if off is None:
                     raise BtfFormatError(f"DATASEC '{t.name}': VAR '{var.name}' has no ELF symbol")
+                if off > 0xFFFFFFFF:  # btf_var_secinfo.offset is a __u32
+                    raise BtfFormatError(
+                        f"DATASEC '{t.name}': VAR '{var.name}' is at offset {off} (symbol value), "
+                        "more than BTF can describe"
+                    )
                 if m.offset != off:
                     changes.append(f"VAR '{var.name}' offset {m.offset} -> {off}")
                     m.offset = off

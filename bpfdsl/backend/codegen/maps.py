@@ -98,7 +98,11 @@ class MapGen(GenHost):
         assert isinstance(m, T.MapType)
         if e.name == "contains":
             p = self.map_lookup(e)
-            return self.b.icmp_unsigned("!=", p, ir.Constant(PTR, None))
+            # the found bit as an opaque 0/1 scalar: else LLVM merges `m.contains(k) || a`
+            # (a = another contains) into `(p1 | p2) != 0`, an OR of two map-value pointers
+            # the verifier refuses ("pointer |= pointer prohibited"; found by program fuzzing)
+            found = self.b.zext(self.b.icmp_unsigned("!=", p, ir.Constant(PTR, None)), I64)
+            return self.b.icmp_unsigned("!=", self._pure_opaque(found), ir.Constant(I64, 0))
         mark = len(self.f.temps)
         if e.name == "delete":
             g = self.globals[m.name]

@@ -118,7 +118,7 @@ class Sema(StmtChecker, DeclChecker):
                     "array-size", "array length must be a constant from 1 to 4096", t.length.span
                 )
                 n = 1
-            return T.ArrayType(self.resolve_type(t.elem), n)
+            return T.ArrayType(self.value_type(t.elem, "an array element"), n)
         if t.name in T.BUILTIN_TYPES:
             return T.BUILTIN_TYPES[t.name]
         if t.name in self.c.structs:
@@ -134,6 +134,22 @@ class Sema(StmtChecker, DeclChecker):
             self.suggest(t.name, names) or "types: " + ", ".join(names[:12]),
         )
         return T.U64
+
+    def value_type(self, t: ast.TypeRef, what: str) -> T.Type:
+        """:meth:`resolve_type` for a place that holds a value (struct field, map key or
+        value, array element): a header is a view of packet bytes, not a value, so it is
+        refused there (it may only be a `fn` parameter)."""
+        ty = self.resolve_type(t)
+        if isinstance(ty, T.HeaderType):
+            self.err(
+                "header-not-value",
+                f"`{ty.name}` is a packet header view, not a value: it cannot be {what}",
+                t.span,
+                "store the fields you need (e.g. `saddr: be32`), or pass the header to a "
+                "`fn` parameter",
+            )
+            return T.U64
+        return ty
 
     def lookup(self, name: str):
         for s in reversed(self.scopes):
@@ -163,7 +179,7 @@ class Sema(StmtChecker, DeclChecker):
                 self.header_decl(it)
         for it in items:
             if isinstance(it, ast.StructDecl):
-                members = [(f.name, self.resolve_type(f.type)) for f in it.fields]
+                members = [(f.name, self.value_type(f.type, "a struct field")) for f in it.fields]
                 self.c.structs[it.name] = T.make_struct(it.name, members)
         rodata_off = 0
         for it in items:

@@ -82,6 +82,7 @@ class DeclChecker:
 
         def err(self, code: str, msg: str, span: Span, hint: str | None = None) -> None: ...
         def resolve_type(self, t: ast.TypeRef) -> T.Type: ...
+        def value_type(self, t: ast.TypeRef, what: str) -> T.Type: ...
         def suggest(self, name: str, options) -> str | None: ...
 
     def map_decl(self, d: ast.MapDecl) -> None:
@@ -92,7 +93,7 @@ class DeclChecker:
             self.err("unknown-map-kind", msg, d.kind_span, hint)
             return
         mt, fkey, fval = MAP_KINDS[d.kind]
-        targs = [self.resolve_type(t) for t in d.type_args]
+        targs = [self.value_type(t, "a map key or value") for t in d.type_args]
         key, val = fkey, fval
         if fkey is None or fval is None:
             need = [x for x, f in (("key", fkey), ("value", fval)) if f is None]
@@ -211,7 +212,7 @@ class DeclChecker:
         without max_entries one slot per possible CPU, filled in by the loader as libbpf
         does).  RECORD is described in BTF (backend/debuginfo) for the events reader."""
         mt = EVENT_KINDS[d.kind]
-        targs = [self.resolve_type(t) for t in d.type_args]
+        targs = [self.value_type(t, "an event record") for t in d.type_args]
         example = (
             f"`map {d.name}: {d.kind}<event>(max_entries: 65536)`"
             if mt == MapType.RINGBUF

@@ -225,6 +225,7 @@ class OpsChecker:
             self.cond(e.operand)
             return T.BOOL
         t = self.expr(e.operand)
+        t = t.inner if isinstance(t, T.RefType) else t  # a map value: its integer, as binops
         if not T.is_host_int(t):
             self.err("type-mismatch", f"`{e.op}` needs a host-order integer, found {t}", e.span)
             return T.ERR
