@@ -71,7 +71,7 @@ def test_docs_example_loads(where: str, info: str, source: str) -> None:
         pytest.skip("declarations only")
     import shutil
 
-    from netns import bpffs_dir
+    from support.netns import bpffs_dir
 
     root = bpffs_dir("docs_")  # PIN_ROOT of maps pinned by name: the test's own, removed
     os.mkdir(root)
