@@ -375,47 +375,6 @@ def verdict_name(kind: ProgramKind, retval: int) -> str:
     return f"unknown ({retval})"
 
 
-def choose_program(spec, name: str | None) -> tuple[str, ProgramKind]:
-    """The program to run: ``name`` or the only one in ``spec``; with its kind.
-
-    Raises UsageError when the name is unknown or the choice is ambiguous.
-    """
-    progs = spec.programs
-    if not progs:
-        raise UsageError(error("unknown-program", "the object holds no program"))
-    if name is None:
-        if len(progs) > 1:
-            raise UsageError(
-                error(
-                    "unknown-program",
-                    f"the object holds {len(progs)} programs",
-                    hint=f"pick one with --prog: {', '.join(sorted(progs))}",
-                )
-            )
-        name = next(iter(progs))
-    if name not in progs:
-        by_section = [p for p in progs.values() if p.section == name]
-        if len(by_section) != 1:
-            raise UsageError(
-                error(
-                    "unknown-program",
-                    f"no program named {name!r}",
-                    hint=f"programs: {', '.join(sorted(progs))}",
-                )
-            )
-        name = by_section[0].name
-    kind = progs[name].kind
-    if kind is None:
-        raise UsageError(
-            error(
-                "unknown-program",
-                f"program {name!r} is in section "
-                f"{progs[name].section!r}, which is no known program kind",
-            )
-        )
-    return name, kind
-
-
 def run_packets(
     engine: Engine,
     program: str,

@@ -58,21 +58,15 @@ DEFERRED: dict[tuple[str, str], str] = {
     ("bpfdsl.runtime.packets", "scapy"): "captures and frame summaries only",
     ("bpfdsl.testing.pytest_plugin", "scapy"): "BpfResult.packet only; the plugin is loaded "
     "by every pytest process (entry point pytest11)",
-    # being removed: part "privapi" of #16 moves the parser generator to tools/, replaces
-    # the lexer built from stored sre code and the lark path, and Record's dataclass fields
-    **{("bpfdsl.lang.parser_gen", p): "being removed" for p in ("_sre", "re", "sre_compile")},
-    **{("bpfdsl.lang.parser_gen", p): "being removed" for p in ("sre_parse", "lark", "bpfdsl")},
-    **{("bpfdsl.lang.parser", p): "being removed" for p in ("_sre", "re", "sys", "lark")},
-    **{("bpfdsl.lang.parser", p): "being removed" for p in ("pathlib", "importlib")},
 }
 
 # System-call sites outside bpfdsl/kernel allowed, by (module, what): see _syscall_sites.
 SYSCALLS_OK: dict[tuple[str, str], str] = {
     ("bpfdsl.backend.llvm_c", "CDLL"): "libllvmlite.so (LLVM), not libc: no system call",
-    # being removed: part "dedup" of #16 gives the one libc handle to bpfdsl/kernel/libc.py
-    **{("bpfdsl.runtime.xsk", what): "being removed" for what in ("CDLL", "libc")},
-    **{("bpfdsl.runtime.cgroup", what): "being removed" for what in ("CDLL", "libc")},
-    ("bpfdsl.runtime.attach", "libc"): "being removed",
+    # calls through bpfdsl.kernel.libc (the one libc handle lives in kernel/)
+    **{("bpfdsl.runtime.xsk", what): "kernel.libc" for what in ("CDLL", "libc")},
+    **{("bpfdsl.runtime.cgroup", what): "kernel.libc" for what in ("CDLL", "libc")},
+    ("bpfdsl.runtime.attach", "libc"): "kernel.libc",
 }
 
 
