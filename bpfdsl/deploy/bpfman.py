@@ -83,6 +83,12 @@ ATTACHABLE: tuple[Attachable, ...] = (
 # What the error lists as supported (bpfman's load types, bpfman/src/bin/cli/load.rs).
 SUPPORTED_WORDS = "xdp, tc, tcx, tracepoint, kprobe, uprobe, fentry, fexit"
 
+ATTACH_NOTE = (
+    "bpfman attaches programs of section xdp as --kind xdp and of section tc/classifier as "
+    f"--kind tc or tcx (its other types: {SUPPORTED_WORDS}); xdp/cpumap and xdp/devmap "
+    "programs run from map entries, sk_msg and sock_ops programs are no bpfman type"
+)
+
 
 def program_label(ptype: ProgramType | int) -> str:
     """``io.ebpf.programs`` value of a kernel program type (bpfman ``BpfProgType`` Display)."""
@@ -165,8 +171,7 @@ def require_attachable(spec: CollectionSpec, path: str) -> list[str]:
             "not-attachable",
             f"no program bpfman can attach in {path}: {names}",
             program_span(first, path),
-            note=f"bpfman {BPFMAN_VERSION} attaches programs of type {SUPPORTED_WORDS}; "
-            "XDP programs of section xdp/cpumap or xdp/devmap run from map entries",
+            note=ATTACH_NOTE,
             hint="add an `xdp fn` program, or deploy this object another way",
         ),
     )

@@ -17,12 +17,19 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from bpfdsl.deploy.bpfman import ATTACHABLE, attachable, describe, program_span
+from bpfdsl.deploy.bpfman import (
+    ATTACH_NOTE,
+    ATTACHABLE,
+    attachable,
+    describe,
+    program_span,
+    require_attachable,
+)
 from bpfdsl.diagnostics import DiagnosticError, UsageError, error
 from bpfdsl.obj.config import config_bytes, parse_config
 
 if TYPE_CHECKING:  # pragma: no cover
-    from bpfdsl.obj.spec import CollectionSpec
+    from bpfdsl.obj.spec import CollectionSpec, ProgramSpec
 
 API_VERSION = "bpfman.io/v1alpha1"
 KINDS = tuple(k for a in ATTACHABLE for k in a.kinds)  # --kind words: xdp, tc, tcx
@@ -58,6 +65,11 @@ class Options:
     namespace: str | None = None
     pods: dict[str, str] = field(default_factory=dict)
     pull_policy: str | None = None
+
+
+def _kinds(p: ProgramSpec) -> tuple[str, ...]:
+    a = attachable(p)
+    return a.kinds if a is not None else ()
 
 
 def _bad(msg: str, hint: str | None = None, code: str = "bad-args") -> UsageError:
@@ -133,20 +145,20 @@ def application(spec: CollectionSpec, path: str, opts: Options) -> dict:
     _check(opts)
     names = opts.programs
     if names is None:
-        names = [n for n, p in spec.programs.items() if attachable(p) is not None]
+        names = require_attachable(spec, path)
         if opts.kind is not None:
-            names = [n for n in names if opts.kind in attachable(spec.programs[n]).kinds]  # type: ignore[union-attr]
-    if not names:
-        from_kind = f" as {opts.kind}" if opts.kind else ""
-        raise DiagnosticError(
-            error(
-                "not-attachable",
-                f"no program of {path} that bpfman can attach{from_kind}",
-                hint="programs: "
-                + ", ".join(describe(p) for p in spec.programs.values())
-                + "; bpfman attaches xdp programs as --kind xdp, tc programs as tc or tcx",
+            names = [n for n in names if opts.kind in _kinds(spec.programs[n])]
+        if not names:
+            first = next(iter(spec.programs.values()))
+            raise DiagnosticError(
+                error(
+                    "not-attachable",
+                    f"no program of {path} that bpfman can attach as {opts.kind}",
+                    program_span(first, path),
+                    note=ATTACH_NOTE,
+                    hint="programs: " + ", ".join(describe(p) for p in spec.programs.values()),
+                )
             )
-        )
     programs = []
     for n in names:
         p = spec.programs.get(n)
@@ -159,17 +171,13 @@ def application(spec: CollectionSpec, path: str, opts: Options) -> dict:
         a = attachable(p)
         kind = opts.kind or (a.kinds[0] if a else None)
         if a is None or kind not in a.kinds:
-            allowed = ", ".join(
-                f"{x.program_type.name.lower()} as {'/'.join(x.kinds)}" for x in ATTACHABLE
-            )
             raise DiagnosticError(
                 error(
                     "not-attachable",
                     f"bpfman cannot attach program {describe(p)}"
                     + (f" as {kind}" if a is not None else ""),
                     program_span(p, path),
-                    note=f"bpfman attaches {allowed} (also tracepoint, kprobe, uprobe, "
-                    "fentry, fexit programs, which bpfdsl does not write)",
+                    note=ATTACH_NOTE,
                     hint="pick an xdp program with --program"
                     if a is None
                     else f"use --kind {'/'.join(a.kinds)}",
