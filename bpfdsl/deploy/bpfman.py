@@ -140,9 +140,11 @@ def describe(p: ProgramSpec) -> str:
 
 
 def program_span(p: ProgramSpec, path: str) -> Span:
-    """Where ``p`` starts in its source (its first line-info record), else the object file."""
+    """Where ``p`` starts in its source: the earliest line of its line info in the file of
+    its first instruction (the function's first line), else the object file."""
     if p.line_info:
-        li = min(p.line_info, key=lambda x: x.insn_off)
+        first = min(p.line_info, key=lambda x: x.insn_off)
+        li = min((x for x in p.line_info if x.file == first.file), key=lambda x: (x.line, x.col))
         return Span(li.file or path, li.line, max(1, li.col))
     return Span(path, 1, 1)
 
