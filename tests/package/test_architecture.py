@@ -34,12 +34,14 @@ MAY_IMPORT: dict[str, set[str]] = {
     "compiler": BASE | {"abi", "lang", "backend", "obj", "checker"},
     "kernel": BASE | {"abi"},
     "runtime": BASE | {"abi", "obj", "checker", "interp", "compiler", "kernel"},
+    # deploy: bytecode images and cluster resources, a stage after obj (#15)
+    "deploy": BASE | {"abi", "obj", "compiler"},
     "testing": BASE
     | {"abi", "lang", "backend", "obj", "checker", "interp", "compiler"}
     | {"kernel", "runtime"},
     "cli": BASE
     | {"abi", "lang", "backend", "obj", "checker", "interp", "compiler", "kernel"}
-    | {"runtime", "testing", "api"},
+    | {"runtime", "testing", "api", "deploy"},
     "api": BASE
     | {"abi", "lang", "backend", "obj", "checker", "interp", "compiler", "kernel"}
     | {"runtime"},
