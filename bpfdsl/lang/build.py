@@ -343,7 +343,9 @@ class _Builder:
             hint = f"write {int(t, 10)} for decimal"
             if set(t) <= set("01234567"):
                 hint += f"; C reads {t} as octal {int(t, 8)}: write 0x{int(t, 8):x} for that"
-            raise self._bad(tok, f"number {str(tok)!r} has a leading zero (there are no octal literals)", hint)
+            raise self._bad(
+                tok, f"number {str(tok)!r} has a leading zero (there are no octal literals)", hint
+            )
         return int(t, 10)
 
     def int_lit(self, meta, c):
