@@ -116,6 +116,7 @@ def _looks_like_kind(word: str) -> bool:
 def cmd_attach(args) -> int:
     from bpfdsl.cli import compiled
     from bpfdsl.diagnostics import UsageError, error
+    from bpfdsl.kernel import netlink
     from bpfdsl.runtime import attach, inventory
 
     words = list(args.words)
@@ -141,6 +142,7 @@ def cmd_attach(args) -> int:
         )
     dev = _dev(args, words[1] if len(words) > 1 else None)
     attach.check_mode(args.mode)
+    netlink.ifindex(dev)  # an unknown interface fails here, before anything is loaded or pinned
     target, staging = _replacing(args, words[0], dev)
     with inventory.open_program(
         words[0],

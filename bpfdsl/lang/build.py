@@ -141,11 +141,7 @@ class _Builder:
         return ast.FnDecl(self._s(meta), str(name), params, ret, body, optional)
 
     def bit_type(self, meta, c):
-        width = str(c[1]).replace("_", "")
-        if width in ("0x", "0b"):
-            self._bad(c[1], f"malformed number {str(c[1])!r}", "write the width, e.g. bit<24>")
-        n = int(width, 0) if width[:2] in ("0x", "0b") else int(width, 10)
-        return ast.BitType(self._s(meta), str(c[0]), n)
+        return ast.BitType(self._s(meta), str(c[0]), self._number(c[1]))
 
     def header_field(self, meta, c):
         return ast.HeaderFieldDecl(self._s(meta), str(c[0]), c[1], c[2])
@@ -328,15 +324,32 @@ class _Builder:
                 args.append(a)
         return ast.Call(self._s(meta), str(c[0]), args, kwargs)
 
-    def int_lit(self, meta, c):
-        t = str(c[0]).replace("_", "")
+    def _number(self, tok) -> int:
+        """The value of a NUMBER token (``0x`` hex, ``0b`` binary, decimal; ``_`` separators).
+
+        Raises DiagnosticError (located at the token) for ``0x_``-like tokens without digits,
+        more digits than any 64-bit value has, and decimal literals with a leading zero: C
+        reads ``010`` as octal 8, so accepting it as 10 would be a silent surprise."""
+        t = str(tok).replace("_", "")
         if t in ("0x", "0b"):  # the NUMBER terminal lets `0x_`, `0b__` through
-            raise self._bad(c[0], f"malformed number {str(c[0])!r}: no digits after {t}",
+            raise self._bad(tok, f"malformed number {str(tok)!r}: no digits after {t}",
                             f"write digits after {t}, e.g. {t}{'1f' if t == '0x' else '101'}")  # fmt: skip
         if len(t.lstrip("0")) > 66:  # longer than any 64-bit value (0b + 64 digits)
-            raise self._bad(c[0], f"number {t[:20]}... ({len(t)} digits) is too large",
+            raise self._bad(tok, f"number {t[:20]}... ({len(t)} digits) is too large",
                             "integers have at most 64 bits")  # fmt: skip
-        return ast.IntLit(self._s(meta), int(t, 0) if t[:2] in ("0x", "0b") else int(t, 10))
+        if t[:2] in ("0x", "0b"):
+            return int(t, 0)
+        if len(t) > 1 and t[0] == "0" and t.strip("0"):
+            hint = f"write {int(t, 10)} for decimal"
+            if set(t) <= set("01234567"):
+                hint += f"; C reads {t} as octal {int(t, 8)}: write 0x{int(t, 8):x} for that"
+            raise self._bad(
+                tok, f"number {str(tok)!r} has a leading zero (there are no octal literals)", hint
+            )
+        return int(t, 10)
+
+    def int_lit(self, meta, c):
+        return ast.IntLit(self._s(meta), self._number(c[0]))
 
     def bytes_lit(self, meta, c):
         """A string in an expression: its bytes (UTF-8), with the license string's escapes
