@@ -153,6 +153,10 @@ def do_alu(env: Env, st: State, x: Insn) -> None:
             (x.dst, x.src),
         )
     if d_ptr or (src_x and s_ptr):
+        if src_x:
+            # the scalar's range becomes the pointer's offset (kernel
+            # adjust_reg_min_max_vals: mark_chain_precision of the scalar operand)
+            env.precise(x.src if d_ptr else x.dst)
         ptr_reg, ptr_no = (d, x.dst) if d_ptr else (s, x.src)
         off_reg = s if d_ptr else d
         regs[x.dst] = _ptr_alu(env, x, op, is64, ptr_reg, ptr_no, off_reg, d_ptr)
@@ -307,6 +311,7 @@ def do_store(env: Env, st: State, x: Insn) -> None:
             raise _reserved("BPF_ST")
         _read(st, x.dst)
         check_access(env, st, x.dst, x.off, x.size, True, D.known(x.imm))
+        env.stored_zero = False
         return
     if x.mode == U.BPF_ATOMIC:
         do_atomic(env, st, x)
@@ -316,6 +321,9 @@ def do_store(env: Env, st: State, x: Insn) -> None:
     v = _read(st, x.src)
     _read(st, x.dst)
     check_access(env, st, x.dst, x.off, x.size, True, v)
+    if env.stored_zero:  # kernel check_stack_write_fixed_off: STACK_ZERO from a register
+        env.stored_zero = False
+        env.precise(x.src)
 
 
 _ATOMIC_OPS = {U.BPF_ADD, U.BPF_AND, U.BPF_OR, U.BPF_XOR}
@@ -349,6 +357,7 @@ def do_atomic(env: Env, st: State, x: Insn) -> None:
     elif x.imm & U.BPF_FETCH:
         st.regs[x.src] = loaded
     check_access(env, st, x.dst, x.off, x.size, True, D.unknown())
+    env.hist_slot, env.stored_zero = None, False  # not a spill or fill (kernel insn_flags 0)
 
 
 def do_ld(env: Env, st: State, i: int, x: Insn) -> None:
