@@ -25,6 +25,7 @@ from bpfdsl.checker.branch import do_cond_jump
 from bpfdsl.checker.calls import check_helper_call
 from bpfdsl.checker.cfg import Cfg
 from bpfdsl.checker.env import Env, Fault
+from bpfdsl.checker.liveness import StackLiveness
 from bpfdsl.checker.precision import Checkpoint, mark_precise, wanted_from
 from bpfdsl.checker.report import fmt_state
 from bpfdsl.checker.state import (
@@ -99,6 +100,7 @@ class _Explorer:
         self.max_per_insn = 0
         self.uninit_ok = env.privileged
         self.deadline = deadline
+        self.live = StackLiveness(cfg.succ, cfg.subprog_of, cfg.call_target)
 
     # ---- branch counts (kernel update_branch_counts) ----
 
@@ -131,8 +133,17 @@ class _Explorer:
         if n > self.max_per_insn:
             self.max_per_insn = n
         k = n - 1
+        callsites = None
         while k >= 0:  # newest first (kernel: list_add at the head)
             cp = lst[k]
+            if not cp.branches and not cp.cleaned:
+                # kernel clean_live_states: once all its paths are done, a state's dead
+                # stack slots are dropped (with the liveness known now)
+                if callsites is None:
+                    callsites = [f.callsite for f in st.frames]
+                if [f.callsite for f in cp.state.frames] == callsites:
+                    cp.cleaned = True
+                    self.live.clean(cp.state.frames, i)
             if cp.branches:
                 # on the current path: an exact repeat is an infinite loop
                 if states_maybe_looping(cp.state, st, live[-1]) and states_equal(
@@ -190,6 +201,8 @@ def analyze(env: Env, cfg: Cfg, deadline: float | None = None) -> Outcome:
     dec = cfg.insns
     handlers = [_handler(x) for x in dec]
     is_jmp = [x.is_jmp_class for x in dec]
+    is_exit = [x.is_exit for x in dec]
+    is_store = [x.cls in (U.BPF_ST, U.BPF_STX) for x in dec]
     prune = cfg.prune
     jmp_points = cfg.jmp_points
     visits = [0] * len(dec)
@@ -232,6 +245,7 @@ def analyze(env: Env, cfg: Cfg, deadline: float | None = None) -> Outcome:
             if i in prune:
                 try:
                     if ex.visited(st, i, prev):
+                        ex.live.update(st.frames)
                         ex.finish(st)
                         break
                 except _InfiniteLoop as e:
@@ -248,6 +262,8 @@ def analyze(env: Env, cfg: Cfg, deadline: float | None = None) -> Outcome:
             if pushed:
                 st.hist = Hist(i, prev, None, None, st.hist)
             frame = len(st.frames) - 1
+            if frame and is_exit[i]:
+                ex.live.update(st.frames)  # kernel: at a function's exit, callee first
             try:
                 succ = handlers[i](env, cfg, st, i, dec[i])
             except Fault as f:
@@ -256,6 +272,8 @@ def analyze(env: Env, cfg: Cfg, deadline: float | None = None) -> Outcome:
                 return out((i, f, before, shown), _trail(st))
             if is_jmp[i]:
                 ex.jmps += 1
+            if env.live_reads or is_store[i]:
+                _stack_marks(ex, env, st, i)
             if env.want_regs or env.want_slots:
                 _precision_requests(ex, env, st, i, frame)
             if env.hist_slot is not None or env.hist_linked is not None:
@@ -265,6 +283,7 @@ def analyze(env: Env, cfg: Cfg, deadline: float | None = None) -> Outcome:
                 i += 1
                 continue
             if not succ:
+                ex.live.update(st.frames)
                 ex.finish(st)
                 break
             if len(succ) == 2:
@@ -285,6 +304,23 @@ def analyze(env: Env, cfg: Cfg, deadline: float | None = None) -> Outcome:
                 i, st = succ[0]
     fault = _check_stack_depth(env, cfg)
     return out(fault)
+
+
+def _stack_marks(ex: _Explorer, env: Env, st: State, i: int) -> None:
+    """The insn's stack reads and whole-slot writes, for stack liveness (kernel
+    bpf_mark_stack_read / bpf_commit_stack_write_marks)."""
+    live = ex.live
+    inst = live.instance(tuple(f.callsite for f in st.frames[1:]))
+    for fr, k in env.live_reads:
+        live.read(inst, fr, i, 1 << k)
+    env.live_reads.clear()
+    if ex.cfg.insns[i].cls in (U.BPF_ST, U.BPF_STX):
+        masks = [0] * (inst.depth + 1)
+        for fr, k in env.live_writes:
+            if fr <= inst.depth:
+                masks[fr] |= 1 << k
+        live.commit_writes(inst, i, masks)
+    env.live_writes.clear()
 
 
 def _precision_requests(ex: _Explorer, env: Env, st: State, i: int, frame: int) -> None:

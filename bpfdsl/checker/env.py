@@ -44,7 +44,8 @@ class Env:
     (to be marked precise, kernel mark_chain_precision); ``hist_slot``, the (frame, slot)
     a register was spilled to or filled from; ``hist_linked``, registers sharing a scalar
     id at a forking conditional jump (both for the jump history); ``stored_zero``, a
-    store put zero bytes (not a spill) into the stack."""
+    store put zero bytes (not a spill) into the stack; ``live_reads``/``live_writes``,
+    (frame, slot) read / written whole (for stack liveness, checker/liveness.py)."""
 
     prog_type: ProgramType
     attach_type: AttachType | None
@@ -64,6 +65,8 @@ class Env:
     hist_slot: tuple[int, int] | None = None
     hist_linked: tuple | None = None
     stored_zero: bool = False
+    live_reads: list[tuple[int, int]] = field(default_factory=list)
+    live_writes: list[tuple[int, int]] = field(default_factory=list)
 
     def precise(self, regno: int) -> None:
         """The current insn relies on the exact range of scalar ``regno``."""

@@ -28,7 +28,8 @@ class Checkpoint:
     segment from the parent checkpoint to this one: first insn, last insn, jump history),
     ``live`` (live-register bitmask per frame), ``prec``/``sprec`` (precise-register and
     precise-stack-slot bitmasks per frame), ``hit``/``miss`` (comparison counters of the
-    kernel's eviction heuristic), ``listed`` (still in the explored list)."""
+    kernel's eviction heuristic), ``listed`` (still in the explored list), ``cleaned``
+    (dead stack slots dropped, once its paths were all explored)."""
 
     __slots__ = (
         "state",
@@ -44,6 +45,7 @@ class Checkpoint:
         "hit",
         "miss",
         "listed",
+        "cleaned",
     )
 
     def __init__(self, state: State, insn: int, last_idx: int, live: list[int]):
@@ -61,6 +63,7 @@ class Checkpoint:
         self.hit = 0
         self.miss = 0
         self.listed = True
+        self.cleaned = False
 
 
 class NotSupported(Exception):

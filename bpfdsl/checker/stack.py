@@ -52,12 +52,15 @@ def stack_access(env, st, regno, r, off, size, write, value):
         k = (-full - 1) // 8
         fr = frame.frameno
         if write:
+            if full % 8 == 0 and size == 8:  # kernel: only whole-slot writes kill a slot
+                env.live_writes.append((fr, k))
             kind = _stack_write(frame, full, size, value)
             if kind == SPILL:  # a register spill: the jump history records its slot
                 env.hist_slot = (fr, k)
             elif kind == ZERO and value is not None:
                 env.stored_zero = True  # kernel: the zero stored must stay exact
             return None
+        env.live_reads.append((fr, k))
         v, fill = _stack_read(env, regno, frame, full, size)
         if fill:
             env.hist_slot = (fr, k)
@@ -83,6 +86,7 @@ def stack_access(env, st, regno, r, off, size, write, value):
         for a in range(lo, hi + size):
             _set_byte(frame, a, MISC)
         return None
+    _mark_read(env, frame, lo, hi + size)
     for a in range(lo, hi + size):
         if _byte(frame, a) == INVALID and not env.privileged:
             raise Fault(
@@ -92,6 +96,12 @@ def stack_access(env, st, regno, r, off, size, write, value):
                 (regno,),
             )
     return D.unknown() if size == 8 else D.urange(0, (1 << (8 * size)) - 1)
+
+
+def _mark_read(env: Env, frame, lo: int, end: int) -> None:
+    """Stack bytes [lo, end) are read: their slots are live before this insn."""
+    for k in range((-end) // 8, (-lo - 1) // 8 + 1):
+        env.live_reads.append((frame.frameno, k))
 
 
 def _byte(frame, a: int) -> str:
@@ -205,6 +215,7 @@ def stack_range_readable(env: Env, st: State, regno: int, size: int, what: str) 
             f"the {what} must lie inside the 512-byte stack",
             (regno,),
         )
+    _mark_read(env, frame, lo, hi + size)
     for a in range(lo, hi + size):
         b = _byte(frame, a)
         if b == INVALID:
