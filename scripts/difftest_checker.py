@@ -195,7 +195,12 @@ def kernel_verdict(item: Item, maps: Maps, log_level: int = 1) -> tuple[str, str
 
 def our_verdict(item: Item) -> None:
     r = check_insns(
-        item.insns, item.prog_type, item.attach_type, map_refs=item.refs, name=item.name
+        item.insns,
+        item.prog_type,
+        item.attach_type,
+        map_refs=item.refs,
+        name=item.name,
+        nr_cpus=S.possible_cpus(),  # the kernel bounds bpf_get_smp_processor_id() by it
     )
     item.ours = "ok" if r.ok else "rej"
     if r.errors:

@@ -106,12 +106,15 @@ def check_insns(
     strict: bool = False,
     gpl: bool = True,
     kernel: tuple[int, int] | None = None,
+    nr_cpus: int | None = None,
 ) -> ProgramResult:
     """Check one instruction list (ld_imm64 = one Insn) of ``prog_type``.
 
     ``map_refs``: list index -> MapRef for ld_imm64 map operands.  ``line_at(slot)``
     returns a LineInfo-like record (file, line, col, text) or None.  ``strict`` turns
-    warnings into errors.  Never raises for bad programs: faults become errors.
+    warnings into errors.  ``nr_cpus``: possible CPUs of the host the program will load
+    on (bounds bpf_get_smp_processor_id() as the kernel does), None when unknown.
+    Never raises for bad programs: faults become errors.
     """
     t0 = time.perf_counter()
     kind = _kind_of(prog_type, attach_type)
@@ -125,6 +128,7 @@ def check_insns(
         gpl=gpl,
         privileged=privileged,
         kernel=kernel,
+        nr_cpus=nr_cpus,
     )
     res = ProgramResult(name, section, insn_count=len(insns) + _n_ld_imm64(insns))
     try:

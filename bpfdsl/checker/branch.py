@@ -390,6 +390,20 @@ def do_cond_jump(
         if known >= 0:
             return [(target, st)] if known else [(i + 1, st)]
         taken = st.copy()
+        if (
+            x.source == U.BPF_X
+            and not is32
+            and op in (U.BPF_JEQ, U.BPF_JNE)
+            and d_ptr
+            and s.t > D.SCALAR
+            and (d.t in D.NULLABLE) != (s.t in D.NULLABLE)
+        ):
+            # kernel: a maybe-NULL pointer equal to a pointer that is not NULL is not
+            # NULL either (mark_ptr_not_null_reg, that register only)
+            eq = taken if op == U.BPF_JEQ else st
+            no = x.src if s.t in D.NULLABLE else x.dst
+            r = eq.regs[no]
+            eq.regs[no] = r.replace(t=nonnull_type(r))
         if _pkt_compare(x, d, s, st, taken):
             return [(i + 1, st), (target, taken)]
         if not env.privileged:
@@ -410,8 +424,9 @@ def do_cond_jump(
         if cond is None:  # JSET false branch: bits of a const mask are clear
             nd = d
             if s.is_const:
+                # kernel regs_refine_cond_op: forget the ranges, then clear the bits
                 m = s.value & (D.M32 if is32 else D.M64)
-                nd = D.sync(d.replace(tn=T.and_(d.tn, (~m & D.M64, 0))))
+                nd = D.resync(d, T.and_(d.tn, (~m & D.M64, 0)), D.UNKNOWN_BOUNDS)
             ns = s
             if D.is_bottom(nd) or D.is_bottom(ns):
                 continue

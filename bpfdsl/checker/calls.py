@@ -252,6 +252,8 @@ def check_helper_call(env: Env, st: State, helper_id: int, idx: int) -> None:
             regs[0] = D.ptr(D.MAP_VALUE, map=map_obj)  # kernel 6.x: in-range constant key
         else:
             regs[0] = D.Reg(D.MAP_VALUE_OR_NULL, id=env.new_id(), map=map_obj)
+    elif h.name == "get_smp_processor_id" and env.nr_cpus:
+        regs[0] = D.urange(0, env.nr_cpus - 1)  # kernel do_refine_retval_range: nr_cpu_ids
     else:
         regs[0] = D.unknown()
 

@@ -39,7 +39,8 @@ class Env:
     ``privileged``: model a loader with CAP_BPF+CAP_PERFMON (root), as the kernel does for
     pointer leaks, uninitialized stack reads and pointer comparisons.  ``stack_depth``:
     subprog start index -> bytes used; ``kernel``: declared target kernel (None: this 6.x
-    model).  Set by transfer functions during one insn, consumed by the analyzer:
+    model); ``nr_cpus``: possible CPUs of the host the program will load on (the kernel
+    bounds bpf_get_smp_processor_id() by it), None when unknown (any u32).  Set by transfer functions during one insn, consumed by the analyzer:
     ``want_regs``/``want_slots``, registers / (frame, slot) the insn relied on exactly
     (to be marked precise, kernel mark_chain_precision); ``hist_slot``, the (frame, slot)
     a register was spilled to or filled from; ``hist_linked``, registers sharing a scalar
@@ -60,6 +61,7 @@ class Env:
     cur_idx: int = 0
     stack_depth: dict = field(default_factory=dict)
     kernel: tuple[int, int] | None = None
+    nr_cpus: int | None = None
     want_regs: list[int] = field(default_factory=list)
     want_slots: list[tuple[int, int]] = field(default_factory=list)
     hist_slot: tuple[int, int] | None = None
