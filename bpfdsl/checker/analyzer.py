@@ -26,14 +26,16 @@ from bpfdsl.checker.calls import check_helper_call
 from bpfdsl.checker.cfg import Cfg
 from bpfdsl.checker.env import Env, Fault
 from bpfdsl.checker.liveness import StackLiveness
-from bpfdsl.checker.precision import Checkpoint, mark_precise, wanted_from
+from bpfdsl.checker.precision import Checkpoint, backtrack_table, mark_precise, wanted_from
 from bpfdsl.checker.report import fmt_state
 from bpfdsl.checker.state import (
     EXACT,
     NOT_EXACT,
+    CoverPlan,
     Frame,
     Hist,
     State,
+    covers,
     states_equal,
     states_maybe_looping,
 )
@@ -101,6 +103,8 @@ class _Explorer:
         self.uninit_ok = env.privileged
         self.deadline = deadline
         self.live = StackLiveness(cfg.succ, cfg.subprog_of, cfg.call_target)
+        self.live_regs = [tuple(r for r in range(11) if m >> r & 1) for m in cfg.live_in]
+        self.bt_table = backtrack_table(cfg.insns)
 
     # ---- branch counts (kernel update_branch_counts) ----
 
@@ -117,53 +121,63 @@ class _Explorer:
     # ---- precision ----
 
     def precise(self, st: State, i: int, regs: list[int], slots: list[int]) -> None:
-        mark_precise(self.cfg.insns, self.cfg.call_target, st, i, regs, slots)
+        mark_precise(self.cfg.insns, self.cfg.call_target, st, i, regs, slots, self.bt_table)
 
     # ---- kernel is_state_visited: True when the path is pruned here ----
 
     def visited(self, st: State, i: int, prev: int) -> bool:
-        force = st.hist is not None and st.hist.count > HIST_FORCE
-        add = force or (self.jmps - self.prev_jmps >= 2 and self.processed - self.prev_insns >= 8)
-        live = _live_masks(self.cfg, st, i)
+        hist = st.hist
+        force = hist is not None and hist.count > HIST_FORCE
+        djmps, dinsns = self.jmps - self.prev_jmps, self.processed - self.prev_insns
+        add = force or (djmps >= 2 and dinsns >= 8)
         lst = self.explored.get(i)
         if lst is None:
             lst = self.explored[i] = []
-        uninit_ok = self.uninit_ok
         n = len(lst)
         if n > self.max_per_insn:
             self.max_per_insn = n
-        k = n - 1
-        callsites = None
-        while k >= 0:  # newest first (kernel: list_add at the head)
+        uninit_ok = self.uninit_ok
+        simple = len(st.frames) == 1 and not st.refs
+        live = live_regs = cur_types = None
+        if simple:
+            live_regs = self.live_regs[i]
+            regs = st.frames[0].regs
+            cur_types = tuple([regs[r].t for r in live_regs])
+        for k in range(n - 1, -1, -1):  # newest first (kernel: list_add at the head)
             cp = lst[k]
-            if not cp.branches and not cp.cleaned:
-                # kernel clean_live_states: once all its paths are done, a state's dead
-                # stack slots are dropped (with the liveness known now)
-                if callsites is None:
-                    callsites = [f.callsite for f in st.frames]
-                if [f.callsite for f in cp.state.frames] == callsites:
-                    cp.cleaned = True
-                    self.live.clean(cp.state.frames, i)
             if cp.branches:
                 # on the current path: an exact repeat is an infinite loop
-                if states_maybe_looping(cp.state, st, live[-1]) and states_equal(
-                    cp.state, cp.prec, cp.sprec, st, live, EXACT, uninit_ok
-                ):
-                    raise _InfiniteLoop(i)
-                if (
-                    not force
-                    and self.jmps - self.prev_jmps < 20
-                    and self.processed - self.prev_insns < 100
-                ):
+                if states_maybe_looping(cp.state, st, 0x7FF):
+                    if live is None:
+                        live = _live_masks(self.cfg, st, i)
+                    if states_equal(cp.state, cp.prec, cp.sprec, st, live, EXACT, uninit_ok):
+                        raise _InfiniteLoop(i)
+                if not force and djmps < 20 and dinsns < 100:
                     add = False
-            elif states_equal(cp.state, cp.prec, cp.sprec, st, live, NOT_EXACT, uninit_ok):
-                cp.hit += 1
-                if i in self.cfg.jmp_points:
-                    st.hist = Hist(i, prev, None, None, st.hist)
-                regs, slots = wanted_from(cp)
-                if any(regs) or any(slots):
-                    self.precise(st, i, regs, slots)
-                return True
+            else:
+                plan = cp.plan
+                if plan is None and not cp.cleaned:
+                    # kernel clean_live_states: once all its paths are done, a state's
+                    # dead stack slots are dropped (with the liveness known now)
+                    if [f.callsite for f in cp.state.frames] == [f.callsite for f in st.frames]:
+                        cp.cleaned = True
+                        self.live.clean(cp.state.frames, i)
+                        if simple and not cp.state.refs:
+                            plan = cp.plan = CoverPlan(cp.state, cp.prec[0], live_regs, uninit_ok)
+                if plan is not None and simple:
+                    hit = covers(plan, cp.state, cp.sprec[0], st, cur_types, uninit_ok)
+                else:
+                    if live is None:
+                        live = _live_masks(self.cfg, st, i)
+                    hit = states_equal(cp.state, cp.prec, cp.sprec, st, live, NOT_EXACT, uninit_ok)
+                if hit:
+                    cp.hit += 1
+                    if i in self.cfg.jmp_points:
+                        st.hist = Hist(i, prev, None, None, hist)
+                    wregs, wslots = wanted_from(cp)
+                    if any(wregs) or any(wslots):
+                        self.precise(st, i, wregs, wslots)
+                    return True
             if add:
                 cp.miss += 1
             if cp.miss > cp.hit * 3 + 3:
@@ -171,9 +185,10 @@ class _Explorer:
                 cp.listed = False
                 if cp.branches == 0:
                     self.cur_states -= 1
-            k -= 1
         if not add:
             return False
+        if live is None:
+            live = _live_masks(self.cfg, st, i)
         cp = Checkpoint(st.copy(), i, prev, live)
         cp.state.parent = None
         cp.state.hist = None

@@ -29,7 +29,8 @@ class Checkpoint:
     ``live`` (live-register bitmask per frame), ``prec``/``sprec`` (precise-register and
     precise-stack-slot bitmasks per frame), ``hit``/``miss`` (comparison counters of the
     kernel's eviction heuristic), ``listed`` (still in the explored list), ``cleaned``
-    (dead stack slots dropped, once its paths were all explored)."""
+    (dead stack slots dropped, once its paths were all explored), ``plan`` (how to
+    compare with it, made once it is frozen)."""
 
     __slots__ = (
         "state",
@@ -46,6 +47,7 @@ class Checkpoint:
         "miss",
         "listed",
         "cleaned",
+        "plan",
     )
 
     def __init__(self, state: State, insn: int, last_idx: int, live: list[int]):
@@ -64,6 +66,7 @@ class Checkpoint:
         self.miss = 0
         self.listed = True
         self.cleaned = False
+        self.plan = None  # state.CoverPlan, once frozen (single frame, no references)
 
 
 class NotSupported(Exception):
@@ -188,6 +191,190 @@ def backtrack_insn(insns, idx: int, subseq: int, h: Hist | None, bt: Backtrack, 
     _sync_linked(bt, h)
 
 
+# ---- the single-frame case, table driven (most programs have one function) ----
+
+(
+    _NOP,
+    _MOV_X,
+    _MOV_K,
+    _ALU_X,
+    _LOAD,
+    _STORE_X,
+    _STORE_K,
+    _JMP_X,
+    _HELPER,
+    _FRAMES,
+    _UNSUPPORTED,
+    _KFUNC0,
+) = range(12)
+
+
+def backtrack_table(insns) -> list[tuple[int, int, int]]:
+    """Per insn (kind, register a, register b) for :func:`_mark_single`: what
+    backtrack_insn does with it in one frame (_FRAMES: a call or exit, which changes
+    frames; the general walk handles those)."""
+    out = []
+    for x in insns:
+        c, d, s = x.cls, x.dst, x.src
+        k, a, b = _NOP, d, s
+        if c == U.BPF_ALU or c == U.BPF_ALU64:
+            if x.op == U.BPF_MOV:
+                k = _MOV_X if x.source == U.BPF_X else _MOV_K
+            elif x.op not in (U.BPF_END, U.BPF_NEG) and x.source == U.BPF_X:
+                k = _ALU_X
+        elif c == U.BPF_LDX:
+            k = _LOAD
+        elif c == U.BPF_STX and x.mode == U.BPF_ATOMIC and x.imm & U.BPF_FETCH:
+            k, a = _LOAD, (0 if x.imm == U.BPF_CMPXCHG else s)
+        elif c == U.BPF_STX:
+            k = _STORE_X
+        elif c == U.BPF_ST:
+            k = _STORE_K
+        elif c == U.BPF_JMP or c == U.BPF_JMP32:
+            if x.is_pseudo_call or x.is_exit:
+                k = _FRAMES
+            elif x.is_call:
+                k = _KFUNC0 if x.src == U.BPF_PSEUDO_KFUNC_CALL and x.imm == 0 else _HELPER
+            elif x.is_cond_jump and x.source == U.BPF_X:
+                k = _JMP_X
+        elif c == U.BPF_LD:
+            k = _MOV_K if x.is_ld_imm64 else _UNSUPPORTED
+        out.append((k, a, b))
+    return out
+
+
+class _Fallback(Exception):
+    """The single-frame walk met a frame change: use the general one."""
+
+
+def _linked0(regs: int, slots: int, h: Hist) -> tuple[int, int]:
+    """bt_sync_linked_regs for frame 0 masks."""
+    hit = False
+    for fr, r in h.linked:
+        if fr == 0 and ((r >= 0 and regs >> r & 1) or (r < 0 and slots >> (-1 - r) & 1)):
+            hit = True
+            break
+    if hit:
+        for fr, r in h.linked:
+            if fr == 0:
+                if r >= 0:
+                    regs |= 1 << r
+                else:
+                    slots |= 1 << (-1 - r)
+    return regs, slots
+
+
+def _mark_single(table, cur: State, cur_idx: int, regs: int, slots: int) -> None:
+    """mark_precise for a one-frame path whose checkpoints are one-frame too; raises
+    _Fallback at a call or exit, NotSupported as the kernel's -ENOTSUPP."""
+    first, i, hist = cur.first_idx, cur_idx, cur.hist
+    cp = None
+    skip = True
+    while True:
+        while True:
+            if skip:
+                skip = False
+            else:
+                h = hist if hist is not None and hist.idx == i else None
+                if h is not None and h.linked:
+                    regs, slots = _linked0(regs, slots, h)
+                k, a, b = table[i]
+                if k == _NOP:
+                    pass
+                elif k == _MOV_X:
+                    if regs >> a & 1:
+                        regs &= ~(1 << a)
+                        if b != 10:
+                            regs |= 1 << b
+                elif k == _MOV_K:
+                    regs &= ~(1 << a)
+                elif k == _ALU_X:
+                    if regs >> a & 1 and b != 10:
+                        regs |= 1 << b
+                elif k == _LOAD:
+                    if regs >> a & 1:
+                        regs &= ~(1 << a)
+                        if h is not None and h.slot is not None:
+                            slots |= 1 << h.slot[1]
+                elif k == _STORE_X or k == _STORE_K:
+                    if regs >> a & 1:
+                        raise NotSupported
+                    if h is not None and h.slot is not None and slots >> h.slot[1] & 1:
+                        slots &= ~(1 << h.slot[1])
+                        if k == _STORE_X:
+                            regs |= 1 << b
+                elif k == _JMP_X:
+                    if regs >> a & 1 or regs >> b & 1:
+                        regs |= (1 << a) | (1 << b)
+                elif k == _HELPER:
+                    regs &= ~1
+                    if regs & _ARGS:
+                        raise NotSupported
+                elif k == _FRAMES:
+                    raise _Fallback
+                elif k == _KFUNC0 or regs >> a & 1:  # kfunc #0; LD_ABS/IND of a wanted reg
+                    raise NotSupported
+                if h is not None and h.linked:
+                    regs, slots = _linked0(regs, slots, h)
+            if not regs and not slots:
+                return
+            if i == first and (hist is None or (hist.next is None and hist.idx == i)):
+                break
+            if hist is not None and hist.idx == i:
+                i = hist.prev
+                hist = hist.next
+            else:
+                i -= 1
+            if i < 0:
+                raise NotSupported
+        cp = cur.parent if cp is None else cp.parent
+        if cp is None:
+            raise NotSupported  # wanted registers never set: kernel marks all precise
+        f = cp.state.frames
+        if len(f) != 1:
+            raise _Fallback
+        fregs = f[0].regs
+        live = cp.live[0]
+        prec = cp.prec[0]
+        m, r = regs, 0
+        while m:
+            if m & 1:
+                bit = 1 << r
+                if not live & bit or fregs[r].t != D.SCALAR or prec & bit:
+                    regs &= ~bit
+                else:
+                    prec |= bit
+            m >>= 1
+            r += 1
+        cp.prec[0] = prec
+        if slots:
+            stack = f[0].stack
+            sprec = cp.sprec[0]
+            m, k2 = slots, 0
+            while m:
+                if m & 1:
+                    bit = 1 << k2
+                    sl = stack.get(k2)
+                    spilled = (
+                        sl is not None
+                        and sl.spill is not None
+                        and sl.types[0] == SPILL
+                        and sl.spill.t == D.SCALAR
+                    )
+                    if not spilled or sprec & bit:
+                        slots &= ~bit
+                    else:
+                        sprec |= bit
+                m >>= 1
+                k2 += 1
+            cp.sprec[0] = sprec
+        if not regs and not slots:
+            return
+        i, first, hist = cp.last_idx, cp.first_idx, cp.hist
+        if i < 0:
+            raise NotSupported
+
+
 def mark_all_precise(start: State) -> None:
     """kernel mark_all_scalars_precise: every scalar of every checkpoint on the path."""
     cp = start.parent
@@ -213,11 +400,22 @@ def mark_precise(
     cur_idx: int,
     regs: list[int],
     slots: list[int],
+    table=None,
 ) -> bool:
     """kernel mark_chain_precision from insn ``cur_idx`` of path ``cur``: ``regs[f]`` /
     ``slots[f]`` are bitmasks of the registers / stack slots of frame f whose value must
     be exact.  Marks them, and all they were computed from, precise in the checkpoints
-    behind ``cur``; returns True when a mark was added."""
+    behind ``cur``; returns True when a mark was added.  ``table``: backtrack_table of
+    the insns, for the single-frame walk."""
+    if table is not None and len(cur.frames) == 1:
+        try:
+            _mark_single(table, cur, cur_idx, regs[0], slots[0])
+            return True
+        except NotSupported:
+            mark_all_precise(cur)
+            return True
+        except _Fallback:
+            pass  # the marks made so far are made again by the general walk
     bt = Backtrack(len(cur.frames) - 1)
     for f in range(len(regs)):
         bt.regs[f] = regs[f]

@@ -370,3 +370,100 @@ def states_maybe_looping(old: State, cur: State, live: int) -> bool:
         live >>= 1
         r += 1
     return True
+
+
+# ---- the same comparison, planned once per frozen explored state ----
+
+
+_CONST, _RANGE, _ANY = 0, 1, 2  # CoverPlan.checks kinds, in the order they are tried
+
+
+class CoverPlan:
+    """What covering one explored single-frame state needs, computed once its paths are
+    all done (its registers, precision marks and stack no longer change): ``types``, the
+    live registers' types (None: never set, anything goes); ``exact_types``: no None
+    among them, so one tuple comparison checks them all; ``checks``: (regno, register,
+    how) still to compare by value, cheapest and most telling first: _CONST (a precise
+    constant: the same tnum), _RANGE (a precise scalar not linked to others: bounds and
+    tnum), _ANY (ids to map or a pointer: regsafe); ``stack``: whether its stack holds
+    anything a later state must match (spills, zero bytes)."""
+
+    __slots__ = ("types", "exact_types", "checks", "stack")
+
+    def __init__(self, st: State, prec: int, live_regs: tuple[int, ...], uninit_ok: bool):
+        regs = st.frames[0].regs
+        types, checks = [], []
+        for r in live_regs:
+            o = regs[r]
+            if o.t == D.NOT_INIT:
+                types.append(None)
+                continue
+            types.append(o.t)
+            precise = bool(prec >> r & 1)
+            if o.t != D.SCALAR:
+                checks.append((_ANY, r, o))
+            elif precise:
+                how = _ANY if o.id else (_CONST if o.tn[1] == 0 else _RANGE)
+                checks.append((how, r, o))
+        self.types = tuple(types)
+        self.exact_types = None not in self.types
+        self.checks = tuple((r, o, how) for how, r, o in sorted(checks, key=lambda c: c[:2]))
+        self.stack = any(
+            sl.types != _ALL_INVALID
+            and not (uninit_ok and SPILL not in sl.types and ZERO not in sl.types)
+            for sl in st.frames[0].stack.values()
+        )
+
+
+def covers(
+    plan: CoverPlan,
+    old: State,
+    sprec: int,
+    cur: State,
+    cur_types: tuple,
+    uninit_ok: bool,
+) -> bool:
+    """:func:`states_equal` (NOT_EXACT) for single-frame states without references,
+    through the explored state's :class:`CoverPlan`; ``cur_types``: the current state's
+    live register types in the plan's order."""
+    if plan.exact_types:
+        if plan.types != cur_types:
+            return False
+    else:
+        for a, b in zip(plan.types, cur_types, strict=True):
+            if a is not None and a != b:
+                return False
+    idmap = None
+    nregs = cur.frames[0].regs
+    for r, o, how in plan.checks:
+        n = nregs[r]
+        if how == _CONST:
+            if n.tn != o.tn:  # a constant covers only itself
+                return False
+            continue
+        if o is n and not o.id and not o.ref:
+            continue
+        if how == _RANGE:
+            # a precise scalar not linked to others: kernel range_within + tnum_in
+            if not (
+                o.smin <= n.smin
+                and n.smax <= o.smax
+                and o.umin <= n.umin
+                and n.umax <= o.umax
+                and o.s32min <= n.s32min
+                and n.s32max <= o.s32max
+                and o.u32min <= n.u32min
+                and n.u32max <= o.u32max
+                and T.contains(o.tn, n.tn)
+            ):
+                return False
+            continue
+        if idmap is None:
+            idmap = IdMap()
+        if not regsafe(o, n, True, idmap, NOT_EXACT):
+            return False
+    if plan.stack:
+        if idmap is None:
+            idmap = IdMap()
+        return stacksafe(old.frames[0], cur.frames[0], sprec, idmap, NOT_EXACT, uninit_ok)
+    return True
