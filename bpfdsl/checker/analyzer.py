@@ -272,7 +272,7 @@ def analyze(env: Env, cfg: Cfg, deadline: float | None = None) -> Outcome:
                         "between iterations",
                     )
                     # reported at the jump closing the loop: the loop's own line
-                    return out((prev if prev > i else i, f, fmt_state(st.regs), {}))
+                    return out((closing_jump(cfg, i), f, fmt_state(st.regs), {}))
             pushed = i in jmp_points
             if pushed:
                 st.hist = Hist(i, prev, None, None, st.hist)
@@ -336,6 +336,18 @@ def _stack_marks(ex: _Explorer, env: Env, st: State, i: int) -> None:
                 masks[fr] |= 1 << k
         live.commit_writes(inst, i, masks)
     env.live_writes.clear()
+
+
+def back_edges(cfg: Cfg) -> list[tuple[int, int]]:
+    """(jump, head) for every jump to an earlier or the same insn: the loops."""
+    return [(j, t) for j, ss in enumerate(cfg.succ) for t in ss if t <= j]
+
+
+def closing_jump(cfg: Cfg, i: int) -> int:
+    """The jump that closes the innermost loop around insn ``i`` (``i`` if none): where
+    a loop's own source line is."""
+    inner = [(j - h, j) for j, h in back_edges(cfg) if h <= i <= j]
+    return min(inner)[1] if inner else i
 
 
 def _precision_requests(ex: _Explorer, env: Env, st: State, i: int, frame: int) -> None:
