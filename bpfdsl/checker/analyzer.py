@@ -338,16 +338,97 @@ def _stack_marks(ex: _Explorer, env: Env, st: State, i: int) -> None:
     env.live_writes.clear()
 
 
-def back_edges(cfg: Cfg) -> list[tuple[int, int]]:
-    """(jump, head) for every jump to an earlier or the same insn: the loops."""
-    return [(j, t) for j, ss in enumerate(cfg.succ) for t in ss if t <= j]
+@dataclass(slots=True)
+class Loop:
+    """A natural loop of the control flow: ``head`` (its entry insn), ``latches`` (the
+    jumps back to the head), ``body`` (insn indexes, head included)."""
+
+    head: int
+    latches: list[int]
+    body: frozenset[int]
+
+    @property
+    def closing(self) -> int:
+        """The last jump back to the head: where the loop's own source line is."""
+        return max(self.latches)
+
+
+def loops(cfg: Cfg) -> list[Loop]:
+    """The program's loops: edges to an insn on the depth-first path (retreating edges),
+    each head's body the insns that reach a latch without passing the head."""
+    succ = cfg.succ
+    latches: dict[int, list[int]] = {}
+    state = [0] * len(succ)  # 0 new, 1 on the path, 2 done
+    for start in cfg.subprogs:
+        if state[start]:
+            continue
+        state[start] = 1
+        stack = [(start, iter(succ[start]))]
+        while stack:
+            node, it = stack[-1]
+            nxt = next(it, None)
+            if nxt is None:
+                state[node] = 2
+                stack.pop()
+            elif state[nxt] == 1:
+                latches.setdefault(nxt, []).append(node)
+            elif state[nxt] == 0:
+                state[nxt] = 1
+                stack.append((nxt, iter(succ[nxt])))
+    preds: list[list[int]] = [[] for _ in succ]
+    for a, ss in enumerate(succ):
+        for b in ss:
+            preds[b].append(a)
+    out = []
+    for head, ls in sorted(latches.items()):
+        body = {head}
+        todo = [x for x in ls if x != head]
+        body.update(todo)
+        while todo:
+            for p in preds[todo.pop()]:
+                if p not in body:
+                    body.add(p)
+                    todo.append(p)
+        out.append(Loop(head, sorted(ls), frozenset(body)))
+    return out
 
 
 def closing_jump(cfg: Cfg, i: int) -> int:
-    """The jump that closes the innermost loop around insn ``i`` (``i`` if none): where
-    a loop's own source line is."""
-    inner = [(j - h, j) for j, h in back_edges(cfg) if h <= i <= j]
+    """The jump that closes the innermost loop around insn ``i`` (``i`` if none)."""
+    inner = [(len(lp.body), lp.closing) for lp in loops(cfg) if i in lp.body]
     return min(inner)[1] if inner else i
+
+
+@dataclass(slots=True)
+class HotSpot:
+    """Where a walk spent its instructions: ``idx`` (insn to report at: the jump closing
+    the loop, or the branch), ``kind`` ("loop" or "branch"), ``visits`` (times that loop's
+    head or that branch was walked), ``share`` (fraction of all walked instructions in
+    that loop's body, or 0 for a branch), ``outer``: jumps closing the loops around it,
+    innermost first."""
+
+    idx: int
+    kind: str
+    visits: int
+    share: float
+    outer: list[int]
+
+
+def hot_spot(cfg: Cfg, visits: list[int]) -> HotSpot | None:
+    """The loop whose head was walked most often, else the conditional jump walked most
+    often: what makes the verifier's walk long (None for a program without either)."""
+    total = sum(visits) or 1
+    lps = loops(cfg)
+    if lps:
+        lp = max(lps, key=lambda x: (visits[x.head], -len(x.body)))
+        work = sum(visits[k] for k in lp.body)
+        outer = sorted((len(o.body), o.closing) for o in lps if o is not lp and lp.body < o.body)
+        return HotSpot(lp.closing, "loop", visits[lp.head], work / total, [c for _, c in outer])
+    branches = [k for k, x in enumerate(cfg.insns) if x.is_cond_jump]
+    if not branches:
+        return None
+    k = max(branches, key=lambda b: (visits[b], -b))
+    return HotSpot(k, "branch", visits[k], 0.0, [])
 
 
 def _precision_requests(ex: _Explorer, env: Env, st: State, i: int, frame: int) -> None:
