@@ -35,6 +35,11 @@ _NOISE = (
     "Validating ",
 )
 MAX_DETAIL_LINES = 60
+# Limits do_check hits before it ends the line of the instruction it was at (a jump is
+# printed without its newline, the next state or message follows on the same line).
+_AFTER_INSN_RE = re.compile(
+    r"(BPF program is too large\. Processed \d+ insn|The sequence of \d+ jumps is too complex\.)"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,8 +58,14 @@ def summarize(log: str, prog: ProgramSpec | None = None) -> LogSummary:
     lines = [ln.rstrip() for ln in log.splitlines() if ln.strip()]
     msg = ""
     for ln in reversed(lines):
-        if ln.startswith(_NOISE) or _INSN_RE.match(ln) or _SRC_RE.match(ln):
+        if ln.startswith(_NOISE) or _SRC_RE.match(ln):
             continue
+        if _INSN_RE.match(ln):
+            m = _AFTER_INSN_RE.search(ln)
+            if m is None:
+                continue
+            msg = m.group(1)  # the reason, printed on the line of the insn it stopped at
+            break
         msg = ln
         break
     insn = None
