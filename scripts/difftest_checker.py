@@ -319,6 +319,11 @@ def run(corpus: list[Item], verbose: bool = False) -> dict:
                 ratio = it.our_processed / it.kernel_processed
                 st["count_equal"] += ratio == 1
                 st["count_within_10pct"] += abs(ratio - 1) <= 0.1
+                if verbose and ratio != 1:
+                    print(
+                        f"  COUNT {it.name}: ours {it.our_processed} "
+                        f"kernel {it.kernel_processed} ({ratio:.3f})"
+                    )
             if verbose and it.ours != it.kernel:
                 print(
                     f"  DISAGREE {it.name}: ours={it.ours} ({it.our_msg}) kernel={it.kernel} ({it.kernel_msg})"

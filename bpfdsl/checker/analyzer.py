@@ -209,28 +209,36 @@ class _InfiniteLoop(Exception):
         self.idx = idx
 
 
+_PRUNE, _JMP_POINT, _EXIT, _STORE, _JMP = 1, 2, 4, 8, 16  # per-insn flags of analyze()
+
+
 def analyze(env: Env, cfg: Cfg, deadline: float | None = None) -> Outcome:
     """Walk all paths of the program described by ``cfg``; stop at the first fault, at
     the kernel's limits, or at ``deadline`` (a time.perf_counter() value)."""
     ex = _Explorer(env, cfg, deadline)
     dec = cfg.insns
     handlers = [_handler(x) for x in dec]
-    is_jmp = [x.is_jmp_class for x in dec]
-    is_exit = [x.is_exit for x in dec]
-    is_store = [x.cls in (U.BPF_ST, U.BPF_STX) for x in dec]
-    prune = cfg.prune
-    jmp_points = cfg.jmp_points
+    flags = [
+        (_PRUNE if k in cfg.prune else 0)
+        | (_JMP_POINT if k in cfg.jmp_points else 0)
+        | (_EXIT if x.is_exit else 0)
+        | (_STORE if x.cls in (U.BPF_ST, U.BPF_STX) else 0)
+        | (_JMP if x.is_jmp_class else 0)
+        for k, x in enumerate(dec)
+    ]
     visits = [0] * len(dec)
     regs = [D.NOT_INIT_REG] * 11
     regs[1] = D.ptr(D.CTX)
     regs[10] = D.ptr(D.STACK, map=0)
     stack: list[tuple[int, State, int]] = [(0, State([Frame(regs, {}, -1, 0, 0)]), -1)]
     next_clock = TIME_CHECK_EVERY
+    processed = jmps = 0  # kept in locals; ex.processed / ex.jmps synced for visited()
+    want_regs, want_slots, live_reads = env.want_regs, env.want_slots, env.live_reads
 
     def out(fault=None, path=None, timed_out=False) -> Outcome:
         return Outcome(
             fault,
-            ex.processed,
+            processed,
             ex.total_states,
             path,
             ex.peak_states,
@@ -243,21 +251,23 @@ def analyze(env: Env, cfg: Cfg, deadline: float | None = None) -> Outcome:
         i, st, prev = stack.pop()
         while True:
             env.cur_idx = i
-            ex.processed += 1
+            processed += 1
             visits[i] += 1
-            if ex.processed > INSN_LIMIT:
+            fl = flags[i]
+            if processed > INSN_LIMIT:
                 f = Fault(
                     "too-complex",
-                    f"BPF program is too large. Processed {ex.processed} insn",
+                    f"BPF program is too large. Processed {processed} insn",
                     "too many paths or loop iterations to verify; bound loops by small "
                     "constants and reduce branching",
                 )
                 return out((i, f, fmt_state(st.regs), {}))
-            if ex.processed >= next_clock:
+            if processed >= next_clock:
                 next_clock += TIME_CHECK_EVERY
                 if deadline is not None and time.perf_counter() > deadline:
                     return out(timed_out=True)
-            if i in prune:
+            if fl & _PRUNE:
+                ex.processed, ex.jmps = processed, jmps
                 try:
                     if ex.visited(st, i, prev):
                         ex.live.update(st.frames)
@@ -273,11 +283,11 @@ def analyze(env: Env, cfg: Cfg, deadline: float | None = None) -> Outcome:
                     )
                     # reported at the jump closing the loop: the loop's own line
                     return out((closing_jump(cfg, i), f, fmt_state(st.regs), {}))
-            pushed = i in jmp_points
+            pushed = fl & _JMP_POINT
             if pushed:
                 st.hist = Hist(i, prev, None, None, st.hist)
             frame = len(st.frames) - 1
-            if frame and is_exit[i]:
+            if frame and fl & _EXIT:
                 ex.live.update(st.frames)  # kernel: at a function's exit, callee first
             try:
                 succ = handlers[i](env, cfg, st, i, dec[i])
@@ -285,11 +295,11 @@ def analyze(env: Env, cfg: Cfg, deadline: float | None = None) -> Outcome:
                 before = fmt_state(st.regs)
                 shown = {r: D.fmt_reg(st.regs[r]) for r in f.regs if r <= 10}
                 return out((i, f, before, shown), _trail(st))
-            if is_jmp[i]:
-                ex.jmps += 1
-            if env.live_reads or is_store[i]:
+            if fl & _JMP:
+                jmps += 1
+            if live_reads or fl & _STORE:
                 _stack_marks(ex, env, st, i)
-            if env.want_regs or env.want_slots:
+            if want_regs or want_slots:
                 _precision_requests(ex, env, st, i, frame)
             if env.hist_slot is not None or env.hist_linked is not None:
                 _record(st, i, prev, env, pushed)
@@ -302,12 +312,12 @@ def analyze(env: Env, cfg: Cfg, deadline: float | None = None) -> Outcome:
                 ex.finish(st)
                 break
             if len(succ) == 2:
-                succ[0][1].trail = (i, False, succ[0][1].trail)
-                succ[1][1].trail = (i, True, succ[1][1].trail)
-                (i, st), pushed = succ[0], succ[1]
-                if pushed[1].parent is not None:
-                    pushed[1].parent.branches += 1
-                stack.append((pushed[0], pushed[1], prev))
+                (i, st), (j, other) = succ
+                st.trail = (prev, False, st.trail)
+                other.trail = (prev, True, other.trail)
+                if other.parent is not None:
+                    other.parent.branches += 1
+                stack.append((j, other, prev))
                 if len(stack) > JMP_SEQ_LIMIT:
                     f = Fault(
                         "too-complex",

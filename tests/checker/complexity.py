@@ -11,7 +11,7 @@ Three families, each at the size a user reported plus smaller and larger ones:
   that count a hit; every rule's outcome survives into the next, so the paths multiply.
 
 The kernel's verdicts and processed counts at these sizes are asserted by
-tests/test_checker_complexity.py; scripts/difftest_checker.py adds all of them to its
+tests/checker/test_checker_complexity.py; scripts/difftest_checker.py adds all of them to its
 corpus.
 """
 

@@ -25,10 +25,10 @@ from bpfdsl.obj.collection import read_object
 from bpfdsl.runtime.loader import VerifierError, load_collection
 from bpfdsl.runtime.verifier_log import summarize
 
-sys.path.insert(0, str(Path(__file__).parent / "checker"))
+sys.path.insert(0, str(Path(__file__).parent))
 from complexity import CASES, LOOP_SKIP_EXT_TCP, TCP_OPTIONS_WALK, acl_ladder  # noqa: E402
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parent.parent / "data"
 REPORTED = {
     # name: (source line of the loop or branch the error names, its text)
     "packet_loops_3": (7, "skip_ext(ip6)"),
