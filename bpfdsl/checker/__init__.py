@@ -285,9 +285,10 @@ def _version_faults(env: Env, cfg, insns):
         return None  # no declared target kernel: Env.need never faults
 
     try:
-        need = F.ATTACH_MIN.get(env.attach_type) if env.attach_type is not None else None
-        if need:
-            env.need(need, f"XDP programs attached as {env.attach_type.name.lower()}")
+        at = env.attach_type
+        need = F.ATTACH_MIN.get(at) if at is not None else None
+        if need and at is not None:
+            env.need(need, f"XDP programs attached as {at.name.lower()}")
         for i, ss in enumerate(cfg.succ):
             for t in ss:
                 if t <= i:
@@ -338,7 +339,7 @@ def _mk(insns, slots, i, code, message, explain, regs, state, line_at) -> CheckE
 
 
 def map_refs_for(prog_spec, maps: dict, data_sections: dict | None = None) -> dict[int, MapRef]:
-    """ld_imm64 relocations of an objfile ProgramSpec -> MapRef per instruction index."""
+    """ld_imm64 relocations of a ProgramSpec (bpfdsl.obj.spec) -> MapRef per instruction index."""
     refs: dict[int, MapRef] = {}
     dmaps = {n: DataMap(n, d.data, d.readonly) for n, d in (data_sections or {}).items()}
     for rel in prog_spec.relocations:
@@ -361,9 +362,8 @@ def check_program(
     nr_cpus: int | None = None,
     timeout: float | None = None,
 ) -> ProgramResult:
-    """Check one objfile ``ProgramSpec`` with the object's ``maps`` (name -> MapSpec) and
-    ``data_sections`` (name -> DataSection, for .rodata/.data/.bss references); options as
-    :func:`check_insns`."""
+    """Check one ``ProgramSpec`` (bpfdsl.obj.spec) with the object's ``maps`` (name -> MapSpec) and
+    ``data_sections`` (name -> DataSection, for .rodata/.data/.bss references)."""
     kind = prog_spec.kind
     if kind is None:
         res = ProgramResult(prog_spec.name, prog_spec.section)
@@ -416,10 +416,10 @@ def check_object(
     nr_cpus: int | None = None,
     timeout: float | None = None,
 ) -> CheckResult:
-    """Check every program of an objfile ``CollectionSpec`` (or only the one named/sectioned
-    ``only``).  Options as :func:`check_insns`; ``timeout`` is for all programs together."""
+    """Check every program of a ``CollectionSpec`` (or only the one named/sectioned
+    ``only``).  Options as :func:`check_insns`."""
     out = CheckResult()
-    t_end = None if timeout is None else time.perf_counter() + timeout
+    t_end = None if timeout is None else time.perf_counter() + timeout  # for all programs
     for name, p in spec.programs.items():
         if only is not None and only not in (name, p.section):
             continue

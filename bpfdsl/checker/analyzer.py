@@ -138,9 +138,10 @@ class _Explorer:
             self.max_per_insn = n
         uninit_ok = self.uninit_ok
         simple = len(st.frames) == 1 and not st.refs
-        live = live_regs = cur_types = None
+        live: list[int] | None = None
+        live_regs = self.live_regs[i]
+        cur_types: tuple = ()
         if simple:
-            live_regs = self.live_regs[i]
             regs = st.frames[0].regs
             cur_types = tuple([regs[r].t for r in live_regs])
         for k in range(n - 1, -1, -1):  # newest first (kernel: list_add at the head)
@@ -255,13 +256,13 @@ def analyze(env: Env, cfg: Cfg, deadline: float | None = None) -> Outcome:
             visits[i] += 1
             fl = flags[i]
             if processed > INSN_LIMIT:
-                f = Fault(
+                limit = Fault(
                     "too-complex",
                     f"BPF program is too large. Processed {processed} insn",
                     "too many paths or loop iterations to verify; bound loops by small "
                     "constants and reduce branching",
                 )
-                return out((i, f, fmt_state(st.regs), {}))
+                return out((i, limit, fmt_state(st.regs), {}))
             if processed >= next_clock:
                 next_clock += TIME_CHECK_EVERY
                 if deadline is not None and time.perf_counter() > deadline:
@@ -275,14 +276,14 @@ def analyze(env: Env, cfg: Cfg, deadline: float | None = None) -> Outcome:
                         break
                 except _InfiniteLoop as e:
                     msg = f"infinite loop detected at insn {cfg.slots[e.idx]}"
-                    f = Fault(
+                    loop = Fault(
                         "infinite-loop",
                         msg,
                         "the loop makes no progress: nothing that decides its exit changes "
                         "between iterations",
                     )
                     # reported at the jump closing the loop: the loop's own line
-                    return out((closing_jump(cfg, i), f, fmt_state(st.regs), {}))
+                    return out((closing_jump(cfg, i), loop, fmt_state(st.regs), {}))
             pushed = fl & _JMP_POINT
             if pushed:
                 st.hist = Hist(i, prev, None, None, st.hist)
@@ -302,7 +303,7 @@ def analyze(env: Env, cfg: Cfg, deadline: float | None = None) -> Outcome:
             if want_regs or want_slots:
                 _precision_requests(ex, env, st, i, frame)
             if env.hist_slot is not None or env.hist_linked is not None:
-                _record(st, i, prev, env, pushed)
+                _record(st, i, prev, env, bool(pushed))
             prev = i
             if succ is None:  # fall through with the same state
                 i += 1
@@ -319,12 +320,12 @@ def analyze(env: Env, cfg: Cfg, deadline: float | None = None) -> Outcome:
                     other.parent.branches += 1
                 stack.append((j, other, prev))
                 if len(stack) > JMP_SEQ_LIMIT:
-                    f = Fault(
+                    seq = Fault(
                         "too-complex",
                         f"The sequence of {len(stack)} jumps is too complex.",
                         "too many pending branches; simplify the control flow",
                     )
-                    return out((i, f, fmt_state(st.regs), {}))
+                    return out((i, seq, fmt_state(st.regs), {}))
             else:
                 i, st = succ[0]
     fault = _check_stack_depth(env, cfg)

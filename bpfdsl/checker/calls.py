@@ -121,9 +121,9 @@ def check_helper_call(env: Env, st: State, helper_id: int, idx: int) -> None:
         )
     if h.name in F.HELPER_MIN:
         env.need(F.HELPER_MIN[h.name], f"bpf_{h.name}")
+    key_const = None  # the map key, when it is a known constant (get_constant_map_key)
     regs = st.regs
     map_obj = None
-    key_const = None
     last_mem: int | None = None
     for k, kind in enumerate(h.args):
         regno = k + 1

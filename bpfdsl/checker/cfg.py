@@ -217,7 +217,7 @@ def uses_defs(x: Insn) -> tuple[tuple[int, ...], tuple[int, ...]]:
         return (0,), ()
     if x.is_call:
         if x.is_helper_call and x.imm in HELPERS_BY_ID:
-            n = len(HELPERS_BY_ID[x.imm].args)
+            n = len(HELPERS_BY_ID[x.imm].args or ())  # modelled: args is set
             return tuple(range(1, n + 1)), (0, 1, 2, 3, 4, 5)
         return (1, 2, 3, 4, 5), (0, 1, 2, 3, 4, 5)
     if x.is_ja:

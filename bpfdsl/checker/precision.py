@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from bpfdsl.abi import uapi as U
 from bpfdsl.checker import domain as D
-from bpfdsl.checker.state import SPILL, Hist, State
+from bpfdsl.checker.state import SPILL, CoverPlan, Hist, State
 
 MAX_FRAMES = 8
 _ARGS = 0b111110  # r1-r5 (kernel BPF_REGMASK_ARGS)
@@ -66,7 +66,7 @@ class Checkpoint:
         self.miss = 0
         self.listed = True
         self.cleaned = False
-        self.plan = None  # state.CoverPlan, once frozen (single frame, no references)
+        self.plan: CoverPlan | None = None  # once frozen (single frame, no references)
 
 
 class NotSupported(Exception):
@@ -275,7 +275,7 @@ def _mark_single(table, cur: State, cur_idx: int, regs: int, slots: int) -> None
             if skip:
                 skip = False
             else:
-                h = hist if hist is not None and hist.idx == i else None
+                h: Hist | None = hist if hist is not None and hist.idx == i else None
                 if h is not None and h.linked:
                     regs, slots = _linked0(regs, slots, h)
                 k, a, b = table[i]
@@ -434,7 +434,7 @@ def mark_precise(
                 if skip_first:
                     skip_first = False
                 else:
-                    h = hist if hist is not None and hist.idx == i else None
+                    h: Hist | None = hist if hist is not None and hist.idx == i else None
                     backtrack_insn(insns, i, subseq, h, bt, call_target)
                 if bt.empty():
                     return changed

@@ -31,6 +31,25 @@ class Slot:
         return f"Slot({self.types!r}, {self.spill!r})"
 
 
+class Hist:
+    """One jump-history record of a path (kernel ``bpf_jmp_history_entry``): insn ``idx``
+    reached from ``prev``; ``slot`` = (frame number, stack slot) when the insn spilled or
+    filled a register there (kernel ``INSN_F_STACK_ACCESS``); ``linked``: registers and
+    slots sharing a scalar id at a conditional jump, as ((frame, regno) | (frame, -1 - slot))
+    tuples (kernel ``linked_regs``); ``next``: the older record; ``count``: records in the
+    chain including this one."""
+
+    __slots__ = ("idx", "prev", "slot", "linked", "next", "count")
+
+    def __init__(self, idx: int, prev: int, slot, linked, nxt: Hist | None):
+        self.idx = idx
+        self.prev = prev
+        self.slot = slot
+        self.linked = linked
+        self.next = nxt
+        self.count: int = 1 if nxt is None else nxt.count + 1
+
+
 class Frame:
     """One function's registers r0..r10 and stack; ``callsite``: insn index of the call
     that made it (-1 for the main program); ``frameno``: depth (0 = main); ``r0_at``: insn
@@ -73,7 +92,7 @@ class State:
         self.refs = refs
         self.parent = parent
         self.trail = trail  # branch decisions on this path: (insn index, taken, older trail)
-        self.hist = None
+        self.hist: Hist | None = None
         self.first_idx = 0
 
     @property
@@ -92,19 +111,9 @@ class State:
         s.hist, s.first_idx = self.hist, self.first_idx
         return s
 
-    def all_regs(self):
-        """Every (frame, where, reg) including spilled registers; ``where`` is a register
-        number or ``("stack", slot)``."""
-        for f in self.frames:
-            for i, r in enumerate(f.regs):
-                yield f, i, r
-            for k, s in f.stack.items():
-                if s.spill is not None:
-                    yield f, ("stack", k), s.spill
-
     def update_regs(self, fn) -> None:
         """Replace every register and spilled register ``r`` of every frame by ``fn(r)``
-        where that is not None (same registers as :meth:`all_regs`)."""
+        where that is not None."""
         for f in self.frames:
             regs = f.regs
             for i, r in enumerate(regs):
@@ -117,36 +126,6 @@ class State:
                     n = fn(s.spill)
                     if n is not None:
                         stack[k] = Slot(s.types, n)
-
-    def set_reg_anywhere(self, f: Frame, where, reg: D.Reg) -> None:
-        if isinstance(where, int):
-            f.regs[where] = reg
-        else:
-            s = f.stack[where[1]]
-            f.stack[where[1]] = Slot(s.types, reg)
-
-
-def entry_state(frameno_regs: list[D.Reg]) -> State:
-    return State([Frame(frameno_regs, {}, -1, 0, 0)])
-
-
-class Hist:
-    """One jump-history record of a path (kernel ``bpf_jmp_history_entry``): insn ``idx``
-    reached from ``prev``; ``slot`` = (frame number, stack slot) when the insn spilled or
-    filled a register there (kernel ``INSN_F_STACK_ACCESS``); ``linked``: registers and
-    slots sharing a scalar id at a conditional jump, as ((frame, regno) | (frame, -1 - slot))
-    tuples (kernel ``linked_regs``); ``next``: the older record; ``count``: records in the
-    chain including this one."""
-
-    __slots__ = ("idx", "prev", "slot", "linked", "next", "count")
-
-    def __init__(self, idx: int, prev: int, slot, linked, nxt: Hist | None):
-        self.idx = idx
-        self.prev = prev
-        self.slot = slot
-        self.linked = linked
-        self.next = nxt
-        self.count = 1 if nxt is None else nxt.count + 1
 
 
 # ---- pruning (kernel states_equal / regsafe / stacksafe) ----
@@ -392,7 +371,8 @@ class CoverPlan:
 
     def __init__(self, st: State, prec: int, live_regs: tuple[int, ...], uninit_ok: bool):
         regs = st.frames[0].regs
-        types, checks = [], []
+        types: list[int | None] = []
+        checks: list[tuple[int, int, D.Reg]] = []
         for r in live_regs:
             o = regs[r]
             if o.t == D.NOT_INIT:
