@@ -429,10 +429,14 @@ def do_cond_jump(
                 nd = D.resync(d, T.and_(d.tn, (~m & D.M64, 0)), D.UNKNOWN_BOUNDS)
             ns = s
             if D.is_bottom(nd) or D.is_bottom(ns):
+                env.inexact += 1
                 continue
         else:
             both = refine_possible(d, s, cond, is32)
             if both is None:
+                # the operands' bounds and known bits leave no value for this branch; the
+                # kernel, which only drops branches is_branch_taken decides, walks it
+                env.inexact += 1
                 continue
             nd, ns = both
         state.regs[x.dst] = nd

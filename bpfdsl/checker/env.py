@@ -46,7 +46,11 @@ class Env:
     a register was spilled to or filled from; ``hist_linked``, registers sharing a scalar
     id at a forking conditional jump (both for the jump history); ``stored_zero``, a
     store put zero bytes (not a spill) into the stack; ``live_reads``/``live_writes``,
-    (frame, slot) read / written whole (for stack liveness, checker/liveness.py)."""
+    (frame, slot) read / written whole (for stack liveness, checker/liveness.py);
+    ``inexact``: times the walk knowingly departed from the kernel's -- a branch no value
+    can take that the kernel walks anyway (its is_branch_taken cannot tell), a constant
+    added to a linked scalar (the kernel keeps the link, BPF_ADD_CONST) -- so the kernel's
+    count may differ from the checker's."""
 
     prog_type: ProgramType
     attach_type: AttachType | None
@@ -69,6 +73,7 @@ class Env:
     stored_zero: bool = False
     live_reads: list[tuple[int, int]] = field(default_factory=list)
     live_writes: list[tuple[int, int]] = field(default_factory=list)
+    inexact: int = 0
 
     def precise(self, regno: int) -> None:
         """The current insn relies on the exact range of scalar ``regno``."""
