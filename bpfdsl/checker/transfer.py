@@ -320,9 +320,25 @@ def do_store(env: Env, st: State, x: Insn) -> None:
         return
     if x.mode != U.BPF_MEM or x.imm:
         raise _reserved("BPF_STX")
-    v = _read(st, x.src)
-    _read(st, x.dst)
-    check_access(env, st, x.dst, x.off, x.size, True, v)
+    v = stored = _read(st, x.src)
+    d = _read(st, x.dst)
+    if (
+        v.t == D.SCALAR
+        and env.privileged
+        and d.t == D.STACK
+        and d.tn[1] == 0
+        and (d.off + x.off + D.s64(d.tn[0])) % 8 == 0
+    ):
+        # kernel check_stack_write_fixed_off: a scalar spilled whole gets an id first
+        # (assign_scalar_id_before_mov), so what a branch learns of the register, the
+        # stack copy learns too; a spill narrower than the value breaks the link
+        if v.umax.bit_length() > 8 * x.size:
+            if v.id:
+                stored = v.replace(id=0)
+        elif not v.id and v.tn[1]:
+            v = stored = v.replace(id=env.new_id())
+            st.regs[x.src] = v
+    check_access(env, st, x.dst, x.off, x.size, True, stored)
     if env.stored_zero:  # kernel check_stack_write_fixed_off: STACK_ZERO from a register
         env.stored_zero = False
         env.precise(x.src)
