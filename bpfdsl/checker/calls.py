@@ -243,6 +243,7 @@ def check_helper_call(env: Env, st: State, helper_id: int, idx: int) -> None:
                     (regno,),
                 )
             alloc_size = r.value
+            env.precise(regno)  # kernel check_func_arg: mark_chain_precision of the size
         elif kind == A.PTR_TO_RINGBUF_MEM:
             if r.t != D.RINGBUF_MEM:
                 raise _type_err(

@@ -211,6 +211,10 @@ def regs_exact(o: D.Reg, n: D.Reg, idmap: IdMap) -> bool:
     return _same_value(o, n) and idmap.check(o.id, n.id) and idmap.check(o.ref, n.ref)
 
 
+# ring buffer reservations (kernel base type PTR_TO_MEM, MEM_RINGBUF)
+_MEM_TYPES = (D.RINGBUF_MEM, D.RINGBUF_MEM_OR_NULL)
+
+
 def regsafe(o: D.Reg, n: D.Reg, precise: bool, idmap: IdMap, exact: int) -> bool:
     """kernel regsafe: ``o`` (explored, safe) implies ``n`` (current) safe.  ``precise``:
     the explored scalar was marked precise (an imprecise one only needs the same type)."""
@@ -234,10 +238,14 @@ def regsafe(o: D.Reg, n: D.Reg, precise: bool, idmap: IdMap, exact: int) -> bool
         elif o.rng > n.rng:
             return False
         return o.off == n.off and idmap.check(o.id, n.id) and _range_within(o, n)
-    if t == D.MAP_VALUE or t == D.MAP_VALUE_OR_NULL:
+    if t == D.MAP_VALUE or t == D.MAP_VALUE_OR_NULL or t in _MEM_TYPES:
+        # kernel regsafe PTR_TO_MAP_VALUE / PTR_TO_MEM: the fields before var_off equal
+        # (type, off, the union: map, or a ring buffer reservation's mem_size), the
+        # current offsets within the explored ones, ids and references mapped
         return (
             o.off == n.off
             and o.map is n.map
+            and o.rng == n.rng
             and _range_within(o, n)
             and idmap.check(o.id, n.id)
             and idmap.check(o.ref, n.ref)
