@@ -20,6 +20,7 @@ from bpfdsl.backend import target
 from bpfdsl.backend.codegen.debug import DebugAdapter
 from bpfdsl.backend.codegen.generator import generate
 from bpfdsl.checker import check_object
+from bpfdsl.checker.report import TIMEOUT
 from bpfdsl.diagnostics import Diagnostic, DiagnosticError, Span, UsageError, error
 from bpfdsl.lang import ast
 from bpfdsl.lang.build import parse_program
@@ -28,6 +29,7 @@ from bpfdsl.obj.collection import read_object
 from bpfdsl.obj.elf import ElfFile
 
 EMIT_KINDS = ("obj", "llvm-ir", "asm")
+CHECK_TIMEOUT = 10.0  # seconds the checker may take inside compile (--check-timeout)
 
 
 @dataclass(slots=True)
@@ -76,6 +78,7 @@ def compile_source(
     debug: bool = True,
     stats: bool = False,
     check: bool = True,
+    check_timeout: float | None = CHECK_TIMEOUT,
 ) -> CompileResult:
     """Compile bpfdsl ``text`` (named ``filename`` in diagnostics and line info).
 
@@ -83,8 +86,11 @@ def compile_source(
     ``obj`` | ``llvm-ir`` | ``asm`` (the object is always produced).  ``debug``: emit BTF
     and line info (needed by libbpf for ``.maps``).  ``check``: run bpfdsl.checker on the
     object (errors raise DiagnosticError at the .bpfd line from line info, so users see
-    them before the kernel's; warnings land in ``CompileResult.warnings``).  Raises
-    DiagnosticError (exit 1) for program errors, UsageError for bad arguments.
+    them before the kernel's; warnings land in ``CompileResult.warnings``).
+    ``check_timeout``: seconds the checker may take (None: no limit); when it stops there
+    the object is still produced, with a ``checker-check-timeout`` warning saying how far
+    it got (the program was not fully checked).  Raises DiagnosticError (exit 1) for
+    program errors, UsageError for bad arguments.
     """
     if text.startswith("\ufeff"):  # a UTF-8 byte-order mark some editors write
         text = text[1:]
@@ -95,7 +101,7 @@ def compile_source(
     limit = sys.getrecursionlimit()
     sys.setrecursionlimit(max(limit, DEPTH_LIMIT))
     try:
-        return _compile(text, filename, mcpu, emit, debug, stats, check)
+        return _compile(text, filename, mcpu, emit, debug, stats, check, check_timeout)
     except RecursionError:
         sys.setrecursionlimit(limit)
         span, depth = _deepest(text, filename)
@@ -145,7 +151,7 @@ TOO_DEEP = 500  # nesting levels where the too-deep error points (the limit is h
 DEPTH_LIMIT = 8000
 
 
-def _compile(text, filename, mcpu, emit, debug, stats, check) -> CompileResult:
+def _compile(text, filename, mcpu, emit, debug, stats, check, check_timeout) -> CompileResult:
     t = [perf_counter()]
     checked = front_end(text, filename)
     t.append(perf_counter())
@@ -171,7 +177,7 @@ def _compile(text, filename, mcpu, emit, debug, stats, check) -> CompileResult:
     res.llvm_binding = out.binding
     res.warnings = list(checked.warnings)
     if check:
-        res.warnings += check_compiled(out.obj, text)
+        res.warnings += check_compiled(out.obj, text, check_timeout)
         t.append(perf_counter())
     stages = ("front", "codegen", "llvm", "check")
     res.timings = {k: (b - a) * 1000 for k, a, b in zip(stages, t, t[1:], strict=False)}
@@ -181,16 +187,25 @@ def _compile(text, filename, mcpu, emit, debug, stats, check) -> CompileResult:
     return res
 
 
-def check_compiled(obj: bytes, text: str) -> list[Diagnostic]:
-    """Run the checker over a compiled object; raise DiagnosticError (source ``text``) for
-    its errors, return its warnings as Diagnostics."""
-    res = check_object(read_object(obj))
-    errs = [e.diagnostic(p.name) for p in res.programs for e in p.errors]
+def check_compiled(obj: bytes, text: str, timeout: float | None = None) -> list[Diagnostic]:
+    """Run the checker over a compiled object (at most ``timeout`` seconds); raise
+    DiagnosticError (source ``text``) for its errors, return its warnings as Diagnostics
+    (a program it did not finish in time is a warning: not checked, not accepted)."""
+    res = check_object(read_object(obj), timeout=timeout)
+    errs, warns = [], []
+    for p in res.programs:
+        for e in p.errors:
+            d = e.diagnostic(p.name)
+            if e.code == TIMEOUT:
+                d.severity = "warning"
+                warns.append(d)
+            else:
+                errs.append(d)
     if errs:
         raise DiagnosticError(errs, source=text)
     # sema warns about a redirect_map fallback of 0 where the source spells it as a number
     # (not where it says XDP_ABORTED): the checker sees only the value, so its copy goes
-    return [
+    return warns + [
         w.diagnostic(p.name)
         for p in res.programs
         for w in p.warnings

@@ -5,13 +5,18 @@ Corpus (deterministic for a seed): progs/*.bpfd compiled; libbpf-style C from
 tests/data/c and tests/data/checker_c built with clang-19; instruction-level mutants of
 both (bounds check removed / off by one, NULL check removed, bad return value,
 uninitialized stack read, write to a read-only ctx field, out-of-range or misaligned
-stack access, unbounded loop, wrong helper argument); random instruction sequences.
+stack access, unbounded loop, wrong helper argument); random instruction sequences;
+programs near the verifier's complexity limit (tests/support/complexity.py: nested
+packet loops, TCP option walks, ACL rule ladders at several sizes, category near_limit).
 Each program is checked by bpfdsl.checker and loaded with BPF_PROG_LOAD (maps created
-for its relocations).  Prints total, agree, false accepts (we OK, kernel rejects) and
-false rejects, per category, plus timing figures.
+for its relocations, log_level 1|4 for the kernel's "processed N insns").  Prints total,
+agree, false accepts (we OK, kernel rejects) and false rejects per category, how often
+the processed counts (checker / kernel) are equal or within 10%, the ratio for every
+near-limit program, plus timing figures.
 
-    python3 scripts/difftest_checker.py [--seed N] [--random N] [--limit N] [-v]
-Needs root (bpf()).  Exit 1 if a mutant is falsely accepted.
+    python3 scripts/difftest_checker.py [--seed N] [--random N] [--limit N] [--no-near-limit] [-v]
+Needs root (bpf()).  Exit 1 if a program is falsely accepted (a mutant, or one near the
+complexity limit).
 """
 
 from __future__ import annotations
@@ -39,9 +44,11 @@ from bpfdsl.kernel import syscall as S  # noqa: E402
 from bpfdsl.obj.collection import read_object  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "tests" / "checker"))
+sys.path.append(str(ROOT / "tests"))  # tests/support
 from idioms import idiom_prog  # noqa: E402
 from mutations import Item, mutate  # noqa: E402
 from randprogs import calls_prog, ctx_prog, random_prog  # noqa: E402
+from support import complexity  # noqa: E402
 
 PT, AT = U.ProgramType, U.AttachType
 
@@ -163,7 +170,7 @@ def patch(item: Item, maps: Maps) -> bytes:
     return I.encode(ins)
 
 
-def kernel_verdict(item: Item, maps: Maps, log_level: int = 1) -> tuple[str, str, str]:
+def kernel_verdict(item: Item, maps: Maps, log_level: int = 1 | 4) -> tuple[str, str, str]:
     try:
         code = patch(item, maps)
     except S.BpfError as e:
@@ -179,24 +186,43 @@ def kernel_verdict(item: Item, maps: Maps, log_level: int = 1) -> tuple[str, str
             log_size=1 << 22,
         )
         fd.close()
+        _kernel_stats(item, log)
         return "ok", "", log
     except S.BpfError as e:
+        _kernel_stats(item, e.log or "")
         lines = [ln for ln in (e.log or "").splitlines() if ln.strip()]
         msg = next(
             (
                 ln
                 for ln in reversed(lines)
-                if not ln.startswith(("processed ", "verification time"))
+                if not ln.startswith(("processed ", "verification time", "stack depth"))
             ),
             f"errno {e.errno}",
         )
-        return "rej", msg, e.log or ""
+        m = re.search(r"(BPF program is too large\. Processed \d+ insn)", msg)
+        return "rej", m.group(1) if m else msg, e.log or ""
+
+
+def _kernel_stats(item: Item, log: str) -> None:
+    """The kernel's processed count and verification time (BPF_LOG_STATS lines)."""
+    m = re.search(r"processed (\d+) insns", log)
+    item.kernel_processed = int(m.group(1)) if m else None
+    m = re.search(r"verification time (\d+) usec", log)
+    item.kernel_seconds = int(m.group(1)) / 1e6 if m else None
 
 
 def our_verdict(item: Item) -> None:
+    t0 = time.perf_counter()
     r = check_insns(
-        item.insns, item.prog_type, item.attach_type, map_refs=item.refs, name=item.name
+        item.insns,
+        item.prog_type,
+        item.attach_type,
+        map_refs=item.refs,
+        name=item.name,
+        nr_cpus=S.possible_cpus(),  # the kernel bounds bpf_get_smp_processor_id() by it
     )
+    item.our_seconds = time.perf_counter() - t0
+    item.our_processed = r.insns_processed
     item.ours = "ok" if r.ok else "rej"
     if r.errors:
         item.our_msg = r.errors[0].message
@@ -204,7 +230,35 @@ def our_verdict(item: Item) -> None:
     return r
 
 
-def build_corpus(seed: int, n_random: int, tmp: str, per_kind: int = 3) -> list[Item]:
+NEAR_LIMIT = {
+    "packet_loops": (complexity.packet_loops, (1, 2, 3)),
+    "option_walk": (complexity.option_walk, (10, 14, 18, 20, 40)),
+    "acl_ladder": (complexity.acl_ladder, (25, 50, 75, 100)),
+}
+
+
+def near_limit_items(tmp: str, sizes: dict | None = None) -> list[Item]:
+    """The near-limit families of tests/support/complexity.py compiled at ``sizes``
+    (family -> sizes; default NEAR_LIMIT's), category near_limit."""
+    from bpfdsl.compiler import compile_source
+
+    objs = []
+    for fam, (gen, default) in NEAR_LIMIT.items():
+        for n in sizes.get(fam, default) if sizes else default:
+            obj = os.path.join(tmp, f"{fam}_{n}.o")
+            Path(obj).write_bytes(compile_source(gen(n), f"{fam}_{n}.bpfd", check=False).obj)
+            objs.append(obj)
+    items = base_items(objs, lambda o: "near_limit")
+    for it, o in zip(items, objs, strict=True):
+        it.name = Path(o).stem
+    return items
+
+
+def build_corpus(
+    seed: int, n_random: int, tmp: str, per_kind: int = 3, near_limit: dict | None = None
+) -> list[Item]:
+    """The corpus; ``near_limit``: family -> sizes of the near-limit programs to add
+    (None: none; an empty dict: NEAR_LIMIT's sizes)."""
     rng = random.Random(seed)
     c_objs = build_c(tmp)
     p_objs = build_progs(tmp)
@@ -227,6 +281,8 @@ def build_corpus(seed: int, n_random: int, tmp: str, per_kind: int = 3) -> list[
     corpus += [idiom_prog(rng, k, rmaps) for k in range(n_random // 2)]
     corpus += [ctx_prog(rng, k, rmaps) for k in range(n_random // 4)]
     corpus += [calls_prog(rng, k, rmaps) for k in range(n_random // 10)]
+    if near_limit is not None:
+        corpus += near_limit_items(tmp, near_limit or None)
     return corpus
 
 
@@ -259,6 +315,16 @@ def run(corpus: list[Item], verbose: bool = False) -> dict:
                 st["false_accept"] += 1
             else:
                 st["false_reject"] += 1
+            if it.ours == it.kernel == "ok" and it.kernel_processed:
+                st["counted"] += 1
+                ratio = it.our_processed / it.kernel_processed
+                st["count_equal"] += ratio == 1
+                st["count_within_10pct"] += abs(ratio - 1) <= 0.1
+                if verbose and ratio != 1:
+                    print(
+                        f"  COUNT {it.name}: ours {it.our_processed} "
+                        f"kernel {it.kernel_processed} ({ratio:.3f})"
+                    )
             if verbose and it.ours != it.kernel:
                 print(
                     f"  DISAGREE {it.name}: ours={it.ours} ({it.our_msg}) kernel={it.kernel} ({it.kernel_msg})"
@@ -267,6 +333,25 @@ def run(corpus: list[Item], verbose: bool = False) -> dict:
         maps.close()
     slow.sort(reverse=True)
     return {"stats": stats, "t_ours": t_ours, "slowest": slow[:5]}
+
+
+def near_limit_table(corpus: list[Item]) -> None:
+    """Per near-limit program: verdicts, processed counts and their ratio, times."""
+    rows = [it for it in corpus if it.category == "near_limit" and it.kernel]
+    if not rows:
+        return
+    print(
+        f"{'near-limit program':22} {'ours':>4} {'kern':>4} {'processed ours':>14} "
+        f"{'kernel':>9} {'ratio':>6} {'ours s':>7} {'kern s':>7}"
+    )
+    for it in rows:
+        k = it.kernel_processed
+        ratio = f"{it.our_processed / k:.3f}" if k else "-"
+        ks = f"{it.kernel_seconds:.2f}" if it.kernel_seconds is not None else "-"
+        print(
+            f"{it.name:22} {it.ours:>4} {it.kernel:>4} {it.our_processed:14,} "
+            f"{k or 0:9,} {ratio:>6} {it.our_seconds:7.2f} {ks:>7}"
+        )
 
 
 def timing(tmp: str) -> None:
@@ -337,12 +422,19 @@ def main(argv=None) -> int:
     ap.add_argument("--per-kind", type=int, default=3, help="mutation sites per kind per base")
     ap.add_argument("--limit", type=int, default=0, help="only the first N corpus entries")
     ap.add_argument("-v", "--verbose", action="store_true", help="list disagreements")
+    ap.add_argument(
+        "--no-near-limit",
+        action="store_true",
+        help="leave out the programs near the complexity limit (about 3 minutes)",
+    )
     a = ap.parse_args(argv)
     if S.probe_bpf() is not None:
         print(f"bpf() unusable: {S.probe_bpf()}", file=sys.stderr)
         return 2
     with tempfile.TemporaryDirectory() as tmp:
-        corpus = build_corpus(a.seed, a.random, tmp, a.per_kind)
+        corpus = build_corpus(
+            a.seed, a.random, tmp, a.per_kind, near_limit=None if a.no_near_limit else {}
+        )
         if a.limit:
             corpus = corpus[: a.limit]
         t0 = time.perf_counter()
@@ -362,8 +454,17 @@ def main(argv=None) -> int:
             f"{'TOTAL':28} {tot['total']:6} {tot['agree']:6} {tot['false_accept']:6} "
             f"{tot['false_reject']:6}   agreement {pct:.1f}%  (skipped {tot['skipped']})"
         )
-        fa_mut = sum(s["false_accept"] for c, s in stats.items() if c.startswith("mutant:"))
-        print(f"false accepts on the mutated corpus: {fa_mut}")
+        print(
+            f"processed counts (both accept, {tot['counted']} programs): equal "
+            f"{tot['count_equal']}, within 10% {tot['count_within_10pct']}"
+        )
+        near_limit_table(corpus)
+        fa_mut = sum(
+            s["false_accept"]
+            for c, s in stats.items()
+            if c.startswith("mutant:") or c == "near_limit"
+        )
+        print(f"false accepts on the mutated and near-limit corpus: {fa_mut}")
         print(f"checker time {res['t_ours']:.2f} s for {tot['total']} programs; wall {wall:.1f} s")
         print("slowest checks: " + ", ".join(f"{n} {t:.2f}s" for t, n in res["slowest"]))
         timing(tmp)

@@ -27,11 +27,11 @@ from bpfdsl.abi.uapi import (
     ProgramType,
 )
 from bpfdsl.checker import features as F
-from bpfdsl.checker.analyzer import analyze
+from bpfdsl.checker.analyzer import INSN_LIMIT, HotSpot, analyze, hot_spot
 from bpfdsl.checker.cfg import CfgError, build_cfg
 from bpfdsl.checker.ctx import ctx_for_program_type
 from bpfdsl.checker.env import Env, Fault, MapRef
-from bpfdsl.checker.report import CheckError, CheckResult, ProgramResult, SourceLine
+from bpfdsl.checker.report import TIMEOUT, CheckError, CheckResult, ProgramResult, SourceLine
 
 __all__ = [
     "CheckError",
@@ -43,6 +43,25 @@ __all__ = [
 ]
 
 BPF_F_RDONLY_PROG = 1 << 7
+
+# The exploration model (checker/analyzer.py) is Linux 6.18's.  Its processed count is the
+# kernel's for every program of the differential test corpus; still, above LIMIT_FRACTION of
+# the kernel's 1,000,000-insn budget the checker does not say OK ("complexity-limit"): the
+# kernel's count could be higher.  Where the model is known not to follow the kernel -- a
+# declared older target kernel (--kernel), whose verifier explores differently, or a walk
+# that met a shape the model does not follow (Env.inexact) -- the margin is
+# LIMIT_FRACTION_OTHER_KERNEL.
+MODEL_KERNEL = (6, 18)
+LIMIT_FRACTION = 0.9
+LIMIT_FRACTION_OTHER_KERNEL = 0.5
+
+
+def limit_fraction(kernel: tuple[int, int] | None) -> float:
+    """Fraction of BPF_COMPLEXITY_LIMIT_INSNS above which the checker answers
+    "complexity-limit" for a program targeting ``kernel`` (None: the modelled 6.18)."""
+    if kernel is not None and kernel < MODEL_KERNEL:
+        return LIMIT_FRACTION_OTHER_KERNEL
+    return LIMIT_FRACTION
 
 
 @dataclass(slots=True)
@@ -106,12 +125,19 @@ def check_insns(
     strict: bool = False,
     gpl: bool = True,
     kernel: tuple[int, int] | None = None,
+    nr_cpus: int | None = None,
+    timeout: float | None = None,
 ) -> ProgramResult:
     """Check one instruction list (ld_imm64 = one Insn) of ``prog_type``.
 
     ``map_refs``: list index -> MapRef for ld_imm64 map operands.  ``line_at(slot)``
     returns a LineInfo-like record (file, line, col, text) or None.  ``strict`` turns
-    warnings into errors.  Never raises for bad programs: faults become errors.
+    warnings into errors.  ``nr_cpus``: possible CPUs of the host the program will load
+    on (bounds bpf_get_smp_processor_id() as the kernel does), None when unknown.
+    ``timeout``: seconds the analysis may take (None: no limit); when it stops there the
+    result is unchecked (a "check-timeout" error: no verdict), never OK.
+    Never raises for bad programs: faults become errors.  A walk longer than
+    :func:`limit_fraction` of the kernel's budget is a "complexity-limit" error.
     """
     t0 = time.perf_counter()
     kind = _kind_of(prog_type, attach_type)
@@ -125,6 +151,7 @@ def check_insns(
         gpl=gpl,
         privileged=privileged,
         kernel=kernel,
+        nr_cpus=nr_cpus,
     )
     res = ProgramResult(name, section, insn_count=len(insns) + _n_ld_imm64(insns))
     try:
@@ -140,8 +167,9 @@ def check_insns(
         res.errors.append(_mk(insns, cfg.slots, i, f.code, f.message, f.explain, {}, "", line_at))
         res.seconds = time.perf_counter() - t0
         return res
+    deadline = None if timeout is None else t0 + timeout
     try:
-        out = analyze(env, cfg)
+        out = analyze(env, cfg, deadline)
     except Exception as e:  # a checker bug must not pass a program nor show a traceback
         res.errors.append(
             _mk(
@@ -159,11 +187,62 @@ def check_insns(
         res.seconds = time.perf_counter() - t0
         return res
     res.insns_processed, res.states = out.processed, out.states
-    if out.fault is not None:
+    frac = limit_fraction(kernel)
+    if env.inexact:
+        frac = min(frac, LIMIT_FRACTION_OTHER_KERNEL)
+    if out.timed_out:
+        spot = hot_spot(cfg, out.visits)
+        where = _where(spot, insns, cfg.slots, line_at)
+        res.errors.append(
+            _mk(
+                insns,
+                cfg.slots,
+                spot.idx if spot else 0,
+                TIMEOUT,
+                f"not fully checked: the checker stopped at its time budget of {timeout:g} s "
+                f"after {out.processed:,} processed instructions",
+                f"it was walking {where}; the kernel decides when the program is loaded, "
+                "or allow more time (--check-timeout)",
+                {},
+                "",
+                line_at,
+            )
+        )
+    elif out.fault is not None:
         i, f, state, regs = out.fault
-        err = _mk(insns, cfg.slots, i, f.code, f.message, f.explain, regs, state, line_at)
+        explain = f.explain
+        if f.code == "too-complex":
+            spot = hot_spot(cfg, out.visits)
+            if spot is not None:
+                explain = (
+                    f"the verifier walks {_where(spot, insns, cfg.slots, line_at)} once for "
+                    "every path that reaches it; bound loops by small constants, keep loops "
+                    "over packet data flat (not inside other loops), and reduce branching"
+                )
+                if out.processed > INSN_LIMIT:
+                    i = spot.idx  # the loop or branch responsible, not where the count ran out
+        err = _mk(insns, cfg.slots, i, f.code, f.message, explain, regs, state, line_at)
         err.path = _path_lines(insns, cfg.slots, out.path or [], line_at)
         res.errors.append(err)
+    elif out.processed > frac * INSN_LIMIT:
+        spot = hot_spot(cfg, out.visits)
+        res.errors.append(
+            _mk(
+                insns,
+                cfg.slots,
+                spot.idx if spot else 0,
+                "complexity-limit",
+                f"may exceed the verifier's complexity limit: {out.processed:,} of "
+                f"{INSN_LIMIT:,} instructions processed",
+                f"the verifier walks {_where(spot, insns, cfg.slots, line_at)} once for "
+                f"every path that reaches it; above {frac:.0%} of the kernel's limit the "
+                "checker does not promise the kernel stays under it: bound the loop more "
+                "tightly, move work out of it, or split the program",
+                {},
+                "",
+                line_at,
+            )
+        )
     for i, f in env.warnings:
         w = _mk(insns, cfg.slots, i, f.code, f.message, f.explain, {}, "", line_at)
         w.severity = "warning"
@@ -174,6 +253,29 @@ def check_insns(
             res.warnings.append(w)
     res.seconds = time.perf_counter() - t0
     return res
+
+
+def _where(spot: HotSpot | None, insns, slots, line_at) -> str:
+    """``the loop at f.bpfd:7 (its head walked 12,345 times, 80% of the walk) inside the
+    loop at f.bpfd:5`` / ``the branch at f.bpfd:9 (walked 345 times)``."""
+    if spot is None:
+        return "the program"
+
+    def at(i: int) -> str:
+        li = line_at(slots[i]) if line_at is not None else None
+        if li is None:
+            return f"insn {slots[i]}"
+        return f"{li.file.rsplit('/', 1)[-1]}:{li.line}"
+
+    if spot.kind == "loop":
+        text = (
+            f"the loop at {at(spot.idx)} (its head walked {spot.visits:,} times, "
+            f"{spot.share:.0%} of the walk)"
+        )
+        if spot.outer:
+            text += f" inside the loop at {at(spot.outer[0])}"
+        return text
+    return f"the branch at {at(spot.idx)} (walked {spot.visits:,} times)"
 
 
 def _n_ld_imm64(insns: Sequence[Insn]) -> int:
@@ -261,6 +363,8 @@ def check_program(
     privileged: bool = True,
     strict: bool = False,
     kernel: tuple[int, int] | None = None,
+    nr_cpus: int | None = None,
+    timeout: float | None = None,
 ) -> ProgramResult:
     """Check one ``ProgramSpec`` (bpfdsl.obj.spec) with the object's ``maps`` (name -> MapSpec) and
     ``data_sections`` (name -> DataSection, for .rodata/.data/.bss references)."""
@@ -290,6 +394,8 @@ def check_program(
         strict=strict,
         gpl=_gpl(license),
         kernel=kernel,
+        nr_cpus=nr_cpus,
+        timeout=timeout,
     )
 
 
@@ -311,13 +417,17 @@ def check_object(
     privileged: bool = True,
     strict: bool = False,
     kernel: tuple[int, int] | None = None,
+    nr_cpus: int | None = None,
+    timeout: float | None = None,
 ) -> CheckResult:
     """Check every program of a ``CollectionSpec`` (or only the one named/sectioned
     ``only``).  Options as :func:`check_insns`."""
     out = CheckResult()
+    t_end = None if timeout is None else time.perf_counter() + timeout  # for all programs
     for name, p in spec.programs.items():
         if only is not None and only not in (name, p.section):
             continue
+        left = None if t_end is None else max(0.0, t_end - time.perf_counter())
         out.programs.append(
             check_program(
                 p,
@@ -327,6 +437,8 @@ def check_object(
                 privileged=privileged,
                 strict=strict,
                 kernel=kernel,
+                nr_cpus=nr_cpus,
+                timeout=left,
             )
         )
     return out

@@ -94,8 +94,9 @@ def _scalar_alu(op: int, dst: D.Reg, src: D.Reg, is64: bool, signed_div: bool) -
         op in (U.BPF_LSH, U.BPF_RSH, U.BPF_ARSH) and (src.tn[1] or src.umax >= bits)
     ):
         # kernel is_safe_to_compute_dst_reg_range: no tracking through div/mod (even of
-        # constants) or non-constant shifts; modelling more would accept what it rejects
-        return D.unknown() if is64 else D.zext32(D.unknown())
+        # constants) or non-constant shifts; modelling more would accept what it rejects.
+        # The kernel returns before zero-extending an ALU32 result: all 64 bits unknown.
+        return D.unknown()
     smin_lim, smax_lim = (D.S64_MIN, D.S64_MAX) if is64 else (D.S32_MIN, D.S32_MAX)
     if dst.tn[1] == 0 and src.tn[1] == 0:
         v = _const_op(op, dst.tn[0], src.tn[0], bits, signed_div) & mask

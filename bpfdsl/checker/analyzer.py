@@ -1,15 +1,22 @@
-"""Path exploration with state pruning (kernel do_check + is_state_visited).
+"""Path exploration with state pruning, modelled on the kernel's (kernel/bpf/verifier.c
+6.x ``do_check``, ``is_state_visited``, ``states_equal``, ``mark_chain_precision``).
 
-Walks every path of a program depth-first like the kernel (the fall-through first, the
-taken branch pushed), checking each instruction with transfer.step.  At prune points a
-state already proven safe that covers the current one ends the path; a state equal to one
-still being explored on the same path is an infinite loop.  Limits are the kernel's:
-1,000,000 processed instructions, 8192 pending branches, 8 call frames, 512-byte stack.
+Depth-first like the kernel: the fall-through first, the other branch pushed on a stack
+(at most 8192 pending, BPF_COMPLEXITY_LIMIT_JMP_SEQ).  Every instruction walked counts,
+re-walks and the pruned one included (``processed``, limit BPF_COMPLEXITY_LIMIT_INSNS =
+1,000,000).  At a prune point the current state is compared with the checkpoints kept
+there: one whose paths are all explored and which covers the current state (scalars by
+type unless precise, live registers only) ends the path; one still on the current path
+that equals it exactly is an infinite loop.  A checkpoint is added only after 2 jumps and
+8 instructions since the last one (inside a loop: 20 jumps or 100 instructions); one that
+misses more than 3 + 3 x its hits is dropped.  Those are the kernel's heuristics; they
+decide how many instructions it walks, so the count here follows the kernel's.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 
 from bpfdsl.abi import uapi as U
 from bpfdsl.abi.insn import Insn, format_insn
@@ -18,36 +25,46 @@ from bpfdsl.checker.branch import do_cond_jump
 from bpfdsl.checker.calls import check_helper_call
 from bpfdsl.checker.cfg import Cfg
 from bpfdsl.checker.env import Env, Fault
+from bpfdsl.checker.liveness import StackLiveness
+from bpfdsl.checker.precision import Checkpoint, backtrack_table, mark_precise, wanted_from
 from bpfdsl.checker.report import fmt_state
-from bpfdsl.checker.state import Frame, State, state_key, subsumes
+from bpfdsl.checker.state import (
+    EXACT,
+    NOT_EXACT,
+    CoverPlan,
+    Frame,
+    Hist,
+    State,
+    covers,
+    states_equal,
+    states_maybe_looping,
+)
 from bpfdsl.checker.transfer import _read, do_alu, do_ld, do_ldx, do_store
 
-INSN_LIMIT = 1_000_000
-JMP_SEQ_LIMIT = 8192
+INSN_LIMIT = 1_000_000  # kernel BPF_COMPLEXITY_LIMIT_INSNS
+JMP_SEQ_LIMIT = 8192  # kernel BPF_COMPLEXITY_LIMIT_JMP_SEQ
 MAX_CALL_FRAMES = 8
-MAX_STATES_PER_INSN = 64
-
-
-class _Entry:
-    """An explored state at a prune point; ``branches`` = paths below it still running."""
-
-    __slots__ = ("state", "branches", "parent")
-
-    def __init__(self, state: State, branches: int, parent: _Entry | None):
-        self.state = state
-        self.branches = branches
-        self.parent = parent
+HIST_FORCE = 40  # kernel: a checkpoint is forced once a path's jump history is this long
+TIME_CHECK_EVERY = 4096  # processed insns between two looks at the clock
 
 
 @dataclass(slots=True)
 class Outcome:
     """Analysis result: the first fault (index, Fault, state text, regs) or None;
-    ``path``: branch decisions to the fault, oldest first."""
+    ``processed``: instructions walked (the kernel's "processed N insns"); ``states``:
+    checkpoints made (kernel total_states), ``peak_states``, ``max_states_per_insn``;
+    ``path``: branch decisions to the fault, oldest first; ``visits``: times each insn was
+    walked (for locating the loop or branch that costs the most); ``timed_out``: the
+    analysis stopped at the time budget (no verdict)."""
 
     fault: tuple[int, Fault, str, dict[int, str]] | None
     processed: int
     states: int
     path: list[tuple[int, bool]] | None = None
+    peak_states: int = 0
+    max_states_per_insn: int = 0
+    visits: list[int] = field(default_factory=list)
+    timed_out: bool = False
 
 
 def _trail(st: State) -> list[tuple[int, bool]]:
@@ -59,136 +76,398 @@ def _trail(st: State) -> list[tuple[int, bool]]:
     return out[::-1]
 
 
-def _finish_path(st: State) -> None:
-    e = st.parent
-    while e is not None:
-        e.branches -= 1
-        if e.branches:
-            break
-        e = e.parent
-
-
-def _live_sets(cfg: Cfg, st: State, i: int) -> list[frozenset[int]]:
-    out = []
-    for fi in range(len(st.frames)):
-        if fi == len(st.frames) - 1:
-            out.append(cfg.live_in[i])
-        else:
-            ret = st.frames[fi + 1].callsite + 1
-            out.append(cfg.live_in[ret] - {0} if ret < len(cfg.live_in) else frozenset())
+def _live_masks(cfg: Cfg, st: State, i: int) -> list[int]:
+    """Live registers per frame: the current frame's before insn ``i``, a caller's before
+    its call (kernel live_regs_before at bpf_frame_insn_idx)."""
+    live = cfg.live_in
+    fs = st.frames
+    out = [live[fs[k + 1].callsite] for k in range(len(fs) - 1)]
+    out.append(live[i])
     return out
 
 
-def analyze(env: Env, cfg: Cfg) -> Outcome:
-    """Walk all paths of the program described by ``cfg``; stop at the first fault."""
+class _Explorer:
+    """One analysis: the explored checkpoints and the kernel's counters."""
+
+    def __init__(self, env: Env, cfg: Cfg, deadline: float | None):
+        self.env, self.cfg = env, cfg
+        self.explored: dict[int, list[Checkpoint]] = {}
+        self.processed = 0
+        self.jmps = 0
+        self.prev_jmps = 0
+        self.prev_insns = 0
+        self.total_states = 0
+        self.cur_states = 0  # checkpoints still listed or referenced by a live path
+        self.peak_states = 0
+        self.max_per_insn = 0
+        self.uninit_ok = env.privileged
+        self.deadline = deadline
+        self.live = StackLiveness(cfg.succ, cfg.subprog_of, cfg.call_target)
+        self.live_regs = [tuple(r for r in range(11) if m >> r & 1) for m in cfg.live_in]
+        self.bt_table = backtrack_table(cfg.insns)
+
+    # ---- branch counts (kernel update_branch_counts) ----
+
+    def finish(self, st: State) -> None:
+        cp = st.parent
+        while cp is not None:
+            cp.branches -= 1
+            if cp.branches:
+                break
+            if not cp.listed:
+                self.cur_states -= 1
+            cp = cp.parent
+
+    # ---- precision ----
+
+    def precise(self, st: State, i: int, regs: list[int], slots: list[int]) -> None:
+        mark_precise(self.cfg.insns, self.cfg.call_target, st, i, regs, slots, self.bt_table)
+
+    # ---- kernel is_state_visited: True when the path is pruned here ----
+
+    def visited(self, st: State, i: int, prev: int) -> bool:
+        hist = st.hist
+        force = hist is not None and hist.count > HIST_FORCE
+        djmps, dinsns = self.jmps - self.prev_jmps, self.processed - self.prev_insns
+        add = force or (djmps >= 2 and dinsns >= 8)
+        lst = self.explored.get(i)
+        if lst is None:
+            lst = self.explored[i] = []
+        n = len(lst)
+        if n > self.max_per_insn:
+            self.max_per_insn = n
+        uninit_ok = self.uninit_ok
+        simple = len(st.frames) == 1 and not st.refs
+        live: list[int] | None = None
+        live_regs = self.live_regs[i]
+        cur_types: tuple = ()
+        if simple:
+            regs = st.frames[0].regs
+            cur_types = tuple([regs[r].t for r in live_regs])
+        for k in range(n - 1, -1, -1):  # newest first (kernel: list_add at the head)
+            cp = lst[k]
+            if cp.branches:
+                # on the current path: an exact repeat is an infinite loop
+                if states_maybe_looping(cp.state, st, 0x7FF):
+                    if live is None:
+                        live = _live_masks(self.cfg, st, i)
+                    if states_equal(cp.state, cp.prec, cp.sprec, st, live, EXACT, uninit_ok):
+                        raise _InfiniteLoop(i)
+                if not force and djmps < 20 and dinsns < 100:
+                    add = False
+            else:
+                plan = cp.plan
+                if plan is None and not cp.cleaned:
+                    # kernel clean_live_states: once all its paths are done, a state's
+                    # dead stack slots are dropped (with the liveness known now)
+                    if [f.callsite for f in cp.state.frames] == [f.callsite for f in st.frames]:
+                        cp.cleaned = True
+                        self.live.clean(cp.state.frames, i)
+                        if simple and not cp.state.refs:
+                            plan = cp.plan = CoverPlan(cp.state, cp.prec[0], live_regs, uninit_ok)
+                if plan is not None and simple:
+                    hit = covers(plan, cp.state, cp.sprec[0], st, cur_types, uninit_ok)
+                else:
+                    if live is None:
+                        live = _live_masks(self.cfg, st, i)
+                    hit = states_equal(cp.state, cp.prec, cp.sprec, st, live, NOT_EXACT, uninit_ok)
+                if hit:
+                    cp.hit += 1
+                    if i in self.cfg.jmp_points:
+                        st.hist = Hist(i, prev, None, None, hist)
+                    wregs, wslots = wanted_from(cp)
+                    if any(wregs) or any(wslots):
+                        self.precise(st, i, wregs, wslots)
+                    return True
+            if add:
+                cp.miss += 1
+            if cp.miss > cp.hit * 3 + 3:
+                del lst[k]
+                cp.listed = False
+                if cp.branches == 0:
+                    self.cur_states -= 1
+        if not add:
+            return False
+        if live is None:
+            live = _live_masks(self.cfg, st, i)
+        cp = Checkpoint(st.copy(), i, prev, live)
+        cp.state.parent = None
+        cp.state.hist = None
+        lst.append(cp)
+        self.total_states += 1
+        self.cur_states += 1
+        if self.cur_states > self.peak_states:
+            self.peak_states = self.cur_states
+        self.prev_jmps, self.prev_insns = self.jmps, self.processed
+        st.parent = cp
+        st.first_idx = i
+        st.hist = None
+        return False
+
+
+class _InfiniteLoop(Exception):
+    def __init__(self, idx: int):
+        self.idx = idx
+
+
+_PRUNE, _JMP_POINT, _EXIT, _STORE, _JMP = 1, 2, 4, 8, 16  # per-insn flags of analyze()
+
+
+def analyze(env: Env, cfg: Cfg, deadline: float | None = None) -> Outcome:
+    """Walk all paths of the program described by ``cfg``; stop at the first fault, at
+    the kernel's limits, or at ``deadline`` (a time.perf_counter() value)."""
+    ex = _Explorer(env, cfg, deadline)
     dec = cfg.insns
     handlers = [_handler(x) for x in dec]
-    live_in = cfg.live_in
+    flags = [
+        (_PRUNE if k in cfg.prune else 0)
+        | (_JMP_POINT if k in cfg.jmp_points else 0)
+        | (_EXIT if x.is_exit else 0)
+        | (_STORE if x.cls in (U.BPF_ST, U.BPF_STX) else 0)
+        | (_JMP if x.is_jmp_class else 0)
+        for k, x in enumerate(dec)
+    ]
+    visits = [0] * len(dec)
     regs = [D.NOT_INIT_REG] * 11
     regs[1] = D.ptr(D.CTX)
     regs[10] = D.ptr(D.STACK, map=0)
     stack: list[tuple[int, State, int]] = [(0, State([Frame(regs, {}, -1, 0, 0)]), -1)]
-    explored: dict[int, list[_Entry]] = {}
-    looping: dict[int, dict[tuple, _Entry]] = {}
-    processed = 0
-    nstates = 0
-    prune = cfg.prune
-    heads = cfg.heads  # loop heads
+    next_clock = TIME_CHECK_EVERY
+    processed = jmps = 0  # kept in locals; ex.processed / ex.jmps synced for visited()
+    want_regs, want_slots, live_reads = env.want_regs, env.want_slots, env.live_reads
+
+    def out(fault=None, path=None, timed_out=False) -> Outcome:
+        return Outcome(
+            fault,
+            processed,
+            ex.total_states,
+            path,
+            ex.peak_states,
+            ex.max_per_insn,
+            visits,
+            timed_out,
+        )
+
     while stack:
         i, st, prev = stack.pop()
         while True:
             env.cur_idx = i
-            if i in prune:
-                live = [live_in[i]] if len(st.frames) == 1 else _live_sets(cfg, st, i)
-                lst = explored.get(i)
-                if lst is None:
-                    lst = explored[i] = []
-                e = None
-                if i in heads:
-                    key = state_key(st, live)
-                    active = looping.get(i)
-                    if active is None:
-                        active = looping[i] = {}
-                    e = active.get(key)
-                    if e is not None and e.branches > 0:
-                        msg = f"infinite loop detected at insn {cfg.slots[i]}"
-                        # reported at the jump closing the loop: the loop's own line
-                        f = Fault(
-                            "infinite-loop",
-                            msg,
-                            "the loop makes no progress: nothing that decides its exit changes "
-                            "between iterations",
-                        )
-                        return Outcome(
-                            (prev if prev > i else i, f, fmt_state(st.regs), {}),
-                            processed,
-                            nstates,
-                        )
-                else:
-                    active = None  # not a loop head: no loop key either
-                pruned = e is not None  # an equal, fully explored state
-                if not pruned:
-                    for e in lst:
-                        if e.branches == 0 and subsumes(e.state, st, live):
-                            pruned = True
-                            break
-                if pruned:
-                    _finish_path(st)
-                    break
-                entry = _Entry(st.copy(), 1, st.parent)
-                entry.state.parent = None
-                if active is not None:
-                    active[key] = entry
-                if len(lst) >= MAX_STATES_PER_INSN:
-                    # drop the oldest finished state (less pruning, never unsound)
-                    for k, e in enumerate(lst):
-                        if e.branches == 0:
-                            del lst[k]
-                            break
-                if len(lst) < MAX_STATES_PER_INSN:
-                    lst.append(entry)
-                nstates += 1
-                st.parent = entry
             processed += 1
+            visits[i] += 1
+            fl = flags[i]
             if processed > INSN_LIMIT:
-                f = Fault(
+                limit = Fault(
                     "too-complex",
                     f"BPF program is too large. Processed {processed} insn",
                     "too many paths or loop iterations to verify; bound loops by small "
                     "constants and reduce branching",
                 )
-                return Outcome((i, f, fmt_state(st.regs), {}), processed, nstates)
+                return out((i, limit, fmt_state(st.regs), {}))
+            if processed >= next_clock:
+                next_clock += TIME_CHECK_EVERY
+                if deadline is not None and time.perf_counter() > deadline:
+                    return out(timed_out=True)
+            if fl & _PRUNE:
+                ex.processed, ex.jmps = processed, jmps
+                try:
+                    if ex.visited(st, i, prev):
+                        ex.live.update(st.frames)
+                        ex.finish(st)
+                        break
+                except _InfiniteLoop as e:
+                    msg = f"infinite loop detected at insn {cfg.slots[e.idx]}"
+                    loop = Fault(
+                        "infinite-loop",
+                        msg,
+                        "the loop makes no progress: nothing that decides its exit changes "
+                        "between iterations",
+                    )
+                    # reported at the jump closing the loop: the loop's own line
+                    return out((closing_jump(cfg, i), loop, fmt_state(st.regs), {}))
+            pushed = fl & _JMP_POINT
+            if pushed:
+                st.hist = Hist(i, prev, None, None, st.hist)
+            frame = len(st.frames) - 1
+            if frame and fl & _EXIT:
+                ex.live.update(st.frames)  # kernel: at a function's exit, callee first
             try:
                 succ = handlers[i](env, cfg, st, i, dec[i])
             except Fault as f:
                 before = fmt_state(st.regs)
                 shown = {r: D.fmt_reg(st.regs[r]) for r in f.regs if r <= 10}
-                return Outcome((i, f, before, shown), processed, nstates, _trail(st))
+                return out((i, f, before, shown), _trail(st))
+            if fl & _JMP:
+                jmps += 1
+            if live_reads or fl & _STORE:
+                _stack_marks(ex, env, st, i)
+            if want_regs or want_slots:
+                _precision_requests(ex, env, st, i, frame)
+            if env.hist_slot is not None or env.hist_linked is not None:
+                _record(st, i, prev, env, bool(pushed))
             prev = i
             if succ is None:  # fall through with the same state
                 i += 1
                 continue
             if not succ:
-                _finish_path(st)
+                ex.live.update(st.frames)
+                ex.finish(st)
                 break
             if len(succ) == 2:
-                succ[0][1].trail = (i, False, succ[0][1].trail)
-                succ[1][1].trail = (i, True, succ[1][1].trail)
-                (i, st), pushed = succ[0], succ[1]
-                if pushed[1].parent is not None:
-                    pushed[1].parent.branches += 1
-                stack.append((pushed[0], pushed[1], prev))
+                (i, st), (j, other) = succ
+                st.trail = (prev, False, st.trail)
+                other.trail = (prev, True, other.trail)
+                if other.parent is not None:
+                    other.parent.branches += 1
+                stack.append((j, other, prev))
                 if len(stack) > JMP_SEQ_LIMIT:
-                    jumps = Fault(
+                    seq = Fault(
                         "too-complex",
                         f"The sequence of {len(stack)} jumps is too complex.",
                         "too many pending branches; simplify the control flow",
                     )
-                    return Outcome((i, jumps, fmt_state(st.regs), {}), processed, nstates)
+                    return out((i, seq, fmt_state(st.regs), {}))
             else:
                 i, st = succ[0]
     fault = _check_stack_depth(env, cfg)
-    return Outcome(fault, processed, nstates)
+    return out(fault)
+
+
+def _stack_marks(ex: _Explorer, env: Env, st: State, i: int) -> None:
+    """The insn's stack reads and whole-slot writes, for stack liveness (kernel
+    bpf_mark_stack_read / bpf_commit_stack_write_marks)."""
+    live = ex.live
+    inst = live.instance(tuple(f.callsite for f in st.frames[1:]))
+    for fr, k in env.live_reads:
+        live.read(inst, fr, i, 1 << k)
+    env.live_reads.clear()
+    if ex.cfg.insns[i].cls in (U.BPF_ST, U.BPF_STX):
+        masks = [0] * (inst.depth + 1)
+        for fr, k in env.live_writes:
+            if fr <= inst.depth:
+                masks[fr] |= 1 << k
+        live.commit_writes(inst, i, masks)
+    env.live_writes.clear()
+
+
+@dataclass(slots=True)
+class Loop:
+    """A natural loop of the control flow: ``head`` (its entry insn), ``latches`` (the
+    jumps back to the head), ``body`` (insn indexes, head included)."""
+
+    head: int
+    latches: list[int]
+    body: frozenset[int]
+
+    @property
+    def closing(self) -> int:
+        """The last jump back to the head: where the loop's own source line is."""
+        return max(self.latches)
+
+
+def loops(cfg: Cfg) -> list[Loop]:
+    """The program's loops: edges to an insn on the depth-first path (retreating edges),
+    each head's body the insns that reach a latch without passing the head."""
+    succ = cfg.succ
+    latches: dict[int, list[int]] = {}
+    state = [0] * len(succ)  # 0 new, 1 on the path, 2 done
+    for start in cfg.subprogs:
+        if state[start]:
+            continue
+        state[start] = 1
+        stack = [(start, iter(succ[start]))]
+        while stack:
+            node, it = stack[-1]
+            nxt = next(it, None)
+            if nxt is None:
+                state[node] = 2
+                stack.pop()
+            elif state[nxt] == 1:
+                latches.setdefault(nxt, []).append(node)
+            elif state[nxt] == 0:
+                state[nxt] = 1
+                stack.append((nxt, iter(succ[nxt])))
+    preds: list[list[int]] = [[] for _ in succ]
+    for a, ss in enumerate(succ):
+        for b in ss:
+            preds[b].append(a)
+    out = []
+    for head, ls in sorted(latches.items()):
+        body = {head}
+        todo = [x for x in ls if x != head]
+        body.update(todo)
+        while todo:
+            for p in preds[todo.pop()]:
+                if p not in body:
+                    body.add(p)
+                    todo.append(p)
+        out.append(Loop(head, sorted(ls), frozenset(body)))
+    return out
+
+
+def closing_jump(cfg: Cfg, i: int) -> int:
+    """The jump that closes the innermost loop around insn ``i`` (``i`` if none)."""
+    inner = [(len(lp.body), lp.closing) for lp in loops(cfg) if i in lp.body]
+    return min(inner)[1] if inner else i
+
+
+@dataclass(slots=True)
+class HotSpot:
+    """Where a walk spent its instructions: ``idx`` (insn to report at: the jump closing
+    the loop, or the branch), ``kind`` ("loop" or "branch"), ``visits`` (times that loop's
+    head or that branch was walked), ``share`` (fraction of all walked instructions in
+    that loop's body, or 0 for a branch), ``outer``: jumps closing the loops around it,
+    innermost first."""
+
+    idx: int
+    kind: str
+    visits: int
+    share: float
+    outer: list[int]
+
+
+def hot_spot(cfg: Cfg, visits: list[int]) -> HotSpot | None:
+    """The loop whose head was walked most often, else the conditional jump walked most
+    often: what makes the verifier's walk long (None for a program without either)."""
+    total = sum(visits) or 1
+    lps = loops(cfg)
+    if lps:
+        lp = max(lps, key=lambda x: (visits[x.head], -len(x.body)))
+        work = sum(visits[k] for k in lp.body)
+        outer = sorted((len(o.body), o.closing) for o in lps if o is not lp and lp.body < o.body)
+        return HotSpot(lp.closing, "loop", visits[lp.head], work / total, [c for _, c in outer])
+    branches = [k for k, x in enumerate(cfg.insns) if x.is_cond_jump]
+    if not branches:
+        return None
+    k = max(branches, key=lambda b: (visits[b], -b))
+    return HotSpot(k, "branch", visits[k], 0.0, [])
+
+
+def _precision_requests(ex: _Explorer, env: Env, st: State, i: int, frame: int) -> None:
+    """Registers/slots the insn relied on exactly (env.want_*), marked precise behind
+    the path (kernel mark_chain_precision at insn ``i`` in frame ``frame``)."""
+    regs = [0] * (frame + 1)
+    slots = [0] * (frame + 1)
+    for r in env.want_regs:
+        regs[frame] |= 1 << r
+    for fr, k in env.want_slots:
+        if fr <= frame:
+            slots[fr] |= 1 << k
+    env.want_regs.clear()
+    env.want_slots.clear()
+    ex.precise(st, i, regs, slots)
+
+
+def _record(st: State, i: int, prev: int, env: Env, pushed: bool) -> None:
+    """The insn's stack access / linked registers in the path's jump history, in the
+    record ``pushed`` for this visit of insn ``i`` if there is one (kernel
+    push_jmp_history with cur_hist_ent)."""
+    h = st.hist
+    slot, linked = env.hist_slot, env.hist_linked
+    env.hist_slot = env.hist_linked = None
+    if pushed and h is not None and h.idx == i:
+        st.hist = Hist(i, prev, slot, linked, h.next)
+    else:
+        st.hist = Hist(i, prev, slot, linked, st.hist)
 
 
 def _check_stack_depth(env: Env, cfg: Cfg):
@@ -310,8 +589,8 @@ def _pseudo_call(env: Env, cfg: Cfg, st: State, i: int, x: Insn):
         regs[r] = st.regs[r]
     regs[10] = D.ptr(D.STACK, map=len(st.frames))
     caller = st.cur
-    for r in range(0, 6):
-        caller.regs[r] = caller.regs[r] if r else caller.regs[r]
+    for r in range(0, 6):  # kernel: r0-r5 of the caller are scratched by the call
+        caller.regs[r] = D.NOT_INIT_REG
     st.frames.append(Frame(regs, {}, i, len(st.frames), target))
     return [(target, st)]
 

@@ -16,7 +16,7 @@ from bpfdsl.checker import tnum as T
 from bpfdsl.checker.calls import nonnull_type
 from bpfdsl.checker.env import Env, Fault
 from bpfdsl.checker.mem import MAX_PACKET_OFF
-from bpfdsl.checker.state import Slot, State
+from bpfdsl.checker.state import AT_PKT_END, BEYOND_PKT_END, Slot, State
 from bpfdsl.checker.transfer import _read, _reserved
 
 # ---- jumps ----
@@ -232,6 +232,49 @@ def _mark_scalar_ids(st: State, reg: D.Reg) -> None:
                 stack[k] = Slot(s.types, reg)
 
 
+def _linked(st: State, a: int, b: int) -> tuple | None:
+    """Registers and spilled slots of every frame holding scalars with id ``a`` or ``b``,
+    as (frame, regno) / (frame, -1 - slot), when more than one (kernel
+    collect_linked_regs: recorded in the jump history for precision backtracking)."""
+    ids = {a, b} - {0}
+    out = []
+    for fr, f in enumerate(st.frames):
+        for r, v in enumerate(f.regs):
+            if v.t == D.SCALAR and v.id in ids:
+                out.append((fr, r))
+        for k, sl in f.stack.items():
+            v = sl.spill
+            if v is not None and v.t == D.SCALAR and v.id in ids:
+                out.append((fr, -1 - k))
+    return tuple(out) if len(out) > 1 else None
+
+
+def _pkt_end_taken(d: D.Reg, s: D.Reg, op: int) -> int:
+    """kernel is_pkt_ptr_branch_taken: a packet pointer known to be at or beyond
+    data_end (range AT/BEYOND_PKT_END) decides a later comparison with data_end."""
+    if s.t == D.PKT_END:
+        pkt = d
+    elif d.t == D.PKT_END:
+        pkt, op = s, _SWAP[op]
+    else:
+        return -1
+    if pkt.t != D.PKT or pkt.rng >= 0:
+        return -1
+    if op in (U.BPF_JLE, U.BPF_JGT) and pkt.rng == BEYOND_PKT_END:
+        return int(op == U.BPF_JGT)
+    if op in (U.BPF_JLT, U.BPF_JGE):
+        return int(op == U.BPF_JGE)
+    return -1
+
+
+def _mark_pkt_end(st: State, regno: int, beyond: bool) -> None:
+    """kernel mark_pkt_end: the branch where packet pointer ``regno`` is past data_end
+    (``beyond``) or at least at it."""
+    r = st.regs[regno]
+    if r.t == D.PKT:
+        st.regs[regno] = r.replace(rng=BEYOND_PKT_END if beyond else AT_PKT_END)
+
+
 def _good_pkt(st: State, dst: D.Reg, right_open: bool) -> None:
     if dst.off < 0 or (dst.off == 0 and right_open):
         return
@@ -257,14 +300,36 @@ def _pkt_compare(x: Insn, d: D.Reg, s: D.Reg, fall: State, taken: State) -> bool
     s_lo = (d.t == D.PKT_END and s.t == D.PKT) or (_init_pkt(d, D.PKT) and s.t == D.PKT_META)
     if not (d_lo or s_lo):
         return False
+    # kernel try_match_pkt_pointers: the in-bounds side learns the range, the other
+    # side's pointer is marked at/beyond data_end
     if op == U.BPF_JGT:
-        _good_pkt(fall, d, False) if d_lo else _good_pkt(taken, s, True)
+        if d_lo:
+            _good_pkt(fall, d, False)
+            _mark_pkt_end(taken, x.dst, True)
+        else:
+            _good_pkt(taken, s, True)
+            _mark_pkt_end(fall, x.src, False)
     elif op == U.BPF_JLT:
-        _good_pkt(taken, d, True) if d_lo else _good_pkt(fall, s, False)
+        if d_lo:
+            _good_pkt(taken, d, True)
+            _mark_pkt_end(fall, x.dst, False)
+        else:
+            _good_pkt(fall, s, False)
+            _mark_pkt_end(taken, x.src, True)
     elif op == U.BPF_JGE:
-        _good_pkt(fall, d, True) if d_lo else _good_pkt(taken, s, False)
+        if d_lo:
+            _good_pkt(fall, d, True)
+            _mark_pkt_end(taken, x.dst, False)
+        else:
+            _good_pkt(taken, s, False)
+            _mark_pkt_end(fall, x.src, True)
     elif op == U.BPF_JLE:
-        _good_pkt(taken, d, False) if d_lo else _good_pkt(fall, s, True)
+        if d_lo:
+            _good_pkt(taken, d, False)
+            _mark_pkt_end(fall, x.dst, True)
+        else:
+            _good_pkt(fall, s, True)
+            _mark_pkt_end(taken, x.src, False)
     else:
         return False
     return True
@@ -321,32 +386,60 @@ def do_cond_jump(
             if pr.t in (D.MAP_VALUE, D.SOCKET, D.MAP_PTR):
                 # kernel reg_not_null: these pointers are never NULL (not fp/ctx/pkt)
                 taken_now = op == U.BPF_JNE
+                if x.source == U.BPF_X and s.t == D.SCALAR:
+                    env.precise(x.src)  # the outcome rests on the scalar being 0
                 return [(target, st)] if taken_now else [(i + 1, st)]
+        known = _pkt_end_taken(d, s, op) if x.source == U.BPF_X and not is32 else -1
+        if known >= 0:
+            return [(target, st)] if known else [(i + 1, st)]
         taken = st.copy()
+        if (
+            x.source == U.BPF_X
+            and not is32
+            and op in (U.BPF_JEQ, U.BPF_JNE)
+            and d_ptr
+            and s.t > D.SCALAR
+            and (d.t in D.NULLABLE) != (s.t in D.NULLABLE)
+        ):
+            # kernel: a maybe-NULL pointer equal to a pointer that is not NULL is not
+            # NULL either (mark_ptr_not_null_reg, that register only)
+            eq = taken if op == U.BPF_JEQ else st
+            no = x.src if s.t in D.NULLABLE else x.dst
+            r = eq.regs[no]
+            eq.regs[no] = r.replace(t=nonnull_type(r))
         if _pkt_compare(x, d, s, st, taken):
             return [(i + 1, st), (target, taken)]
         if not env.privileged:
             raise Fault("ptr-compare", f"R{p_no} pointer comparison prohibited", "", (p_no,))
         return [(i + 1, st), (target, taken)]
     bt = branch_taken(d, s, op, is32)
-    if bt == 1:
-        return [(target, st)]
-    if bt == 0:
-        return None  # falls through (analyzer: next insn, same state)
+    if bt >= 0:
+        # the outcome rests on the operands' ranges (kernel: mark_chain_precision)
+        env.precise(x.dst)
+        if x.source == U.BPF_X:
+            env.precise(x.src)
+        return [(target, st)] if bt else None  # None: falls through, same state
+    if (x.source == U.BPF_X and s.id) or d.id:
+        env.hist_linked = _linked(st, s.id if x.source == U.BPF_X else 0, d.id)
     taken = st.copy()
     out = []
     for state, cond, nxt in ((st, _NEG.get(op), i + 1), (taken, op, target)):
         if cond is None:  # JSET false branch: bits of a const mask are clear
             nd = d
             if s.is_const:
+                # kernel regs_refine_cond_op: forget the ranges, then clear the bits
                 m = s.value & (D.M32 if is32 else D.M64)
-                nd = D.sync(d.replace(tn=T.and_(d.tn, (~m & D.M64, 0))))
+                nd = D.resync(d, T.and_(d.tn, (~m & D.M64, 0)), D.UNKNOWN_BOUNDS)
             ns = s
             if D.is_bottom(nd) or D.is_bottom(ns):
+                env.inexact += 1
                 continue
         else:
             both = refine_possible(d, s, cond, is32)
             if both is None:
+                # the operands' bounds and known bits leave no value for this branch; the
+                # kernel, which only drops branches is_branch_taken decides, walks it
+                env.inexact += 1
                 continue
             nd, ns = both
         state.regs[x.dst] = nd

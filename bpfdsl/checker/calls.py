@@ -124,6 +124,7 @@ def check_helper_call(env: Env, st: State, helper_id: int, idx: int) -> None:
         )
     if h.name in F.HELPER_MIN:
         env.need(F.HELPER_MIN[h.name], f"bpf_{h.name}")
+    key_const = None  # the map key, when it is a known constant (get_constant_map_key)
     regs = st.regs
     map_obj = None
     last_mem: int | None = None
@@ -178,6 +179,12 @@ def check_helper_call(env: Env, st: State, helper_id: int, idx: int) -> None:
             _check_mem(
                 env, st, regno, size, False, "map key" if kind == A.PTR_TO_MAP_KEY else "map value"
             )
+            if kind == A.PTR_TO_MAP_KEY and env.privileged and is_array(map_obj.map_type):
+                key = constant_key(st, r, map_obj.key_size)  # kernel get_constant_map_key
+                if key is not None:
+                    key_const, slot = key
+                    if slot is not None:  # a spilled constant: its value must stay exact
+                        env.want_slots.append(slot)
         elif kind in (A.PTR_TO_MEM, A.PTR_TO_UNINIT_MEM):
             last_mem = regno
             if r.t == D.SCALAR and r.is_const and r.value == 0:
@@ -213,6 +220,7 @@ def check_helper_call(env: Env, st: State, helper_id: int, idx: int) -> None:
                     "bound the size before the call",
                     (regno,),
                 )
+            env.precise(regno)  # kernel check_mem_size_reg: mark_chain_precision
             if last_mem is not None:
                 mr = regs[last_mem]
                 write = h.args[last_mem - 1] == A.PTR_TO_UNINIT_MEM
@@ -235,6 +243,7 @@ def check_helper_call(env: Env, st: State, helper_id: int, idx: int) -> None:
                     (regno,),
                 )
             alloc_size = r.value
+            env.precise(regno)  # kernel check_func_arg: mark_chain_precision of the size
         elif kind == A.PTR_TO_RINGBUF_MEM:
             if r.t != D.RINGBUF_MEM:
                 raise _type_err(
@@ -276,9 +285,6 @@ def check_helper_call(env: Env, st: State, helper_id: int, idx: int) -> None:
                 (3,),
             )
     # effects
-    key_const = None
-    if helper_id == 1 and map_obj is not None and env.privileged:
-        key_const = constant_key(st, regs[2], map_obj.key_size)
     if h.pkt_changing:
         _invalidate_packet(st, f"packet pointer invalidated by bpf_{h.name} at insn {idx}")
     if released:  # kernel release_reference: every copy of the pointer becomes unusable
@@ -303,6 +309,8 @@ def check_helper_call(env: Env, st: State, helper_id: int, idx: int) -> None:
             regs[0] = D.ptr(D.MAP_VALUE, map=map_obj)  # kernel 6.x: in-range constant key
         else:
             regs[0] = D.Reg(D.MAP_VALUE_OR_NULL, id=env.new_id(), map=map_obj)
+    elif h.name == "get_smp_processor_id" and env.nr_cpus:
+        regs[0] = D.urange(0, env.nr_cpus - 1)  # kernel do_refine_retval_range: nr_cpu_ids
     else:
         regs[0] = D.unknown()
 
@@ -323,9 +331,10 @@ def nonnull_type(r: D.Reg) -> int:
     return D.NULLABLE[r.t]
 
 
-def constant_key(st: State, r: D.Reg, key_size: int) -> int | None:
+def constant_key(st: State, r: D.Reg, key_size: int) -> tuple[int, tuple | None] | None:
     """The map key's value when it is a constant on the stack (kernel get_constant_map_key):
-    ``key_size`` zero bytes, or a scalar spilled with exactly ``key_size`` bytes."""
+    ``key_size`` zero bytes, or a scalar spilled with exactly ``key_size`` bytes; with the
+    (frame, slot) of the spill (None for zero bytes, which are exact by slot type)."""
     if r.t != D.STACK or r.tn[1] != 0:
         return None
     frame = st.frames[r.map] if isinstance(r.map, int) and r.map < len(st.frames) else st.cur
@@ -336,10 +345,11 @@ def constant_key(st: State, r: D.Reg, key_size: int) -> int | None:
         return None
     zeros = len(s.types[j:]) - len(s.types[j:].lstrip("z"))
     if zeros >= key_size:
-        return 0
+        return 0, None
     if s.spill is None or s.spill.t != D.SCALAR or j != 0:
         return None
     spill = len(s.types) - len(s.types.lstrip("s"))
     if spill != key_size or not s.spill.is_const:
         return None
-    return s.spill.value
+    fr = r.map if isinstance(r.map, int) and r.map < len(st.frames) else len(st.frames) - 1
+    return s.spill.value, (fr, k)

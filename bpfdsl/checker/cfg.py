@@ -1,9 +1,11 @@
 """Control-flow structure of one program (kernel check_subprogs + check_cfg).
 
 Input: the decoded instruction list (ld_imm64 = one entry).  Output: :class:`Cfg` with
-successors per instruction, subprogram starts (targets of BPF-to-BPF calls), prune points
-(jump targets, conditional jumps, call returns) and static register liveness used when
-comparing states.  Structural faults raise :class:`CfgError` with the kernel's message:
+successors per instruction, subprogram starts (targets of BPF-to-BPF calls), the kernel's
+prune points and jump-history points (``visit_insn``/``push_insn``: conditional jumps and
+their targets, ``goto`` targets, the insn after every call, BPF-to-BPF calls and their
+targets) and static register liveness (``compute_live_registers``) used when comparing
+states.  Structural faults raise :class:`CfgError` with the kernel's message:
 jumps out of range, a last insn that is not exit/jump, unreachable instructions.
 """
 
@@ -30,9 +32,12 @@ class Cfg:
     """``insns``: the instructions as given (decoded :class:`~bpfdsl.abi.insn.Insn`);
     ``slots``: slot number per insn; ``succ``: successor indexes per insn; ``subprogs``:
     list indexes where subprograms start (0 first); ``subprog_of``: insn index -> subprog
-    start index; ``prune``: prune points; ``live_in``: live registers per insn;
-    ``call_target``: insn index of a BPF-to-BPF call -> index of the called function;
-    ``heads``: loop heads (targets of back-edges)."""
+    start index; ``prune``: prune points (kernel ``is_prune_point``); ``jmp_points``: insns
+    reached other than by falling through, recorded in the jump history (kernel
+    ``is_jmp_point``); ``live_in``: bitmask of the registers live before each insn
+    (kernel ``live_regs_before``); ``call_target``: insn index of
+    a BPF-to-BPF call -> index of the called function; ``heads``: loop heads (targets of
+    back-edges)."""
 
     __slots__ = (
         "insns",
@@ -41,6 +46,7 @@ class Cfg:
         "subprogs",
         "subprog_of",
         "prune",
+        "jmp_points",
         "live_in",
         "call_target",
         "heads",
@@ -61,7 +67,8 @@ class Cfg:
         self.subprogs = subprogs
         self.subprog_of = subprog_of
         self.prune = set() if prune is None else prune
-        self.live_in: list[frozenset[int]] = []
+        self.jmp_points: set[int] = set()
+        self.live_in: list[int] = []
         self.call_target: dict[int, int] = {}
         self.heads: set[int] = set()
 
@@ -111,6 +118,7 @@ def build_cfg(insns: Sequence[Insn]) -> Cfg:
             )
     succ: list[list[int]] = [[] for _ in range(n)]
     prune: set[int] = set()
+    jmp_points: set[int] = set()
     for i, x in enumerate(insns):
         if x.is_exit:
             continue
@@ -136,14 +144,22 @@ def build_cfg(insns: Sequence[Insn]) -> Cfg:
                     "a jump may not leave its function",
                 )
             prune.add(t)
+            jmp_points.add(t)
             if x.is_ja:
                 succ[i] = [t]
             else:
                 prune.add(i)
                 succ[i] = [i + 1, t] if t != i + 1 else [t]
             continue
-        if x.is_pseudo_call:
+        if x.is_call:
+            # kernel visit_func_call_insn: the return site of every call; a BPF-to-BPF
+            # call itself and the called function's first insn too
             prune.add(i + 1)
+            jmp_points.add(i + 1)
+            if x.is_pseudo_call and i in call_target:
+                prune.add(i)
+                prune.add(call_target[i])
+                jmp_points.add(call_target[i])
         if i + 1 >= n:
             raise CfgError(i, f"jump out of range from insn {slots[i]} to {slots[i] + 1}", "")
         succ[i] = [i + 1]
@@ -165,7 +181,8 @@ def build_cfg(insns: Sequence[Insn]) -> Cfg:
                 f"unreachable insn {slots[i]}",
                 "no path reaches this instruction; remove it (the kernel refuses dead code)",
             )
-    cfg = Cfg(insns, slots, succ, starts, subprog_of, prune)
+    cfg = Cfg(insns, slots, succ, starts, subprog_of, {p for p in prune if p < n})
+    cfg.jmp_points = {p for p in jmp_points if p < n}
     cfg.call_target = call_target
     cfg.heads = {t for i, ss in enumerate(succ) for t in ss if t <= i}
     cfg.live_in = _liveness(insns, succ, bool(cfg.heads))
@@ -210,10 +227,9 @@ def uses_defs(x: Insn) -> tuple[tuple[int, ...], tuple[int, ...]]:
     return (), ()
 
 
-def _liveness(
-    insns: Sequence[Insn], succ: list[list[int]], loops: bool = True
-) -> list[frozenset[int]]:
-    """Registers live at the entry of each insn; ``loops``: some edge goes backward."""
+def _liveness(insns: Sequence[Insn], succ: list[list[int]], loops: bool = True) -> list[int]:
+    """Bitmask of the registers live at the entry of each insn (kernel
+    compute_live_registers); ``loops``: some edge goes backward."""
     n = len(insns)
     keep, use = [], []  # per insn: mask of registers not written, mask of registers read
     for x in insns:
@@ -254,11 +270,4 @@ def _liveness(
                     if not inq[p]:
                         inq[p] = True
                         work.append(p)
-    sets: dict[int, frozenset[int]] = {}
-    res = []
-    for m in live:
-        f = sets.get(m)
-        if f is None:
-            f = sets[m] = frozenset(r for r in range(10) if m >> r & 1)
-        res.append(f)
-    return res
+    return live

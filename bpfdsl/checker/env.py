@@ -56,7 +56,18 @@ class Env:
     ``privileged``: model a loader with CAP_BPF+CAP_PERFMON (root), as the kernel does for
     pointer leaks, uninitialized stack reads and pointer comparisons.  ``stack_depth``:
     subprog start index -> bytes used; ``kernel``: declared target kernel (None: this 6.x
-    model)."""
+    model); ``nr_cpus``: possible CPUs of the host the program will load on (the kernel
+    bounds bpf_get_smp_processor_id() by it), None when unknown (any u32).  Set by transfer functions during one insn, consumed by the analyzer:
+    ``want_regs``/``want_slots``, registers / (frame, slot) the insn relied on exactly
+    (to be marked precise, kernel mark_chain_precision); ``hist_slot``, the (frame, slot)
+    a register was spilled to or filled from; ``hist_linked``, registers sharing a scalar
+    id at a forking conditional jump (both for the jump history); ``stored_zero``, a
+    store put zero bytes (not a spill) into the stack; ``live_reads``/``live_writes``,
+    (frame, slot) read / written whole (for stack liveness, checker/liveness.py);
+    ``inexact``: times the walk knowingly departed from the kernel's -- a branch no value
+    can take that the kernel walks anyway (its is_branch_taken cannot tell), a constant
+    added to a linked scalar (the kernel keeps the link, BPF_ADD_CONST) -- so the kernel's
+    count may differ from the checker's."""
 
     prog_type: ProgramType
     attach_type: AttachType | None
@@ -71,6 +82,19 @@ class Env:
     cur_idx: int = 0
     stack_depth: dict = field(default_factory=dict)
     kernel: tuple[int, int] | None = None
+    nr_cpus: int | None = None
+    want_regs: list[int] = field(default_factory=list)
+    want_slots: list[tuple[int, int]] = field(default_factory=list)
+    hist_slot: tuple[int, int] | None = None
+    hist_linked: tuple | None = None
+    stored_zero: bool = False
+    live_reads: list[tuple[int, int]] = field(default_factory=list)
+    live_writes: list[tuple[int, int]] = field(default_factory=list)
+    inexact: int = 0
+
+    def precise(self, regno: int) -> None:
+        """The current insn relies on the exact range of scalar ``regno``."""
+        self.want_regs.append(regno)
 
     def need(self, version: tuple[int, int], what: str, regs: tuple[int, ...] = ()) -> None:
         """Fault when the declared target kernel is older than ``version``."""

@@ -14,6 +14,8 @@ from bpfdsl.checker import domain as D
 from bpfdsl.diagnostics import Diagnostic, Span
 
 UNMODELLED = "unmodelled-helper"  # same code as calls.UNMODELLED
+TIMEOUT = "check-timeout"  # the analysis stopped at its time budget
+NO_VERDICT = frozenset({UNMODELLED, TIMEOUT})  # codes that leave a program unchecked
 
 
 @dataclass(slots=True)
@@ -111,8 +113,8 @@ class ProgramResult:
     @property
     def unchecked(self) -> bool:
         """True when the analysis stopped at a kernel helper the checker does not model
-        (the verdict is unknown: neither accepted nor rejected)."""
-        return bool(self.errors) and all(e.code == UNMODELLED for e in self.errors)
+        or at its time budget (the verdict is unknown: neither accepted nor rejected)."""
+        return bool(self.errors) and all(e.code in NO_VERDICT for e in self.errors)
 
     @property
     def status(self) -> str:

@@ -49,10 +49,22 @@ def stack_access(env, st, regno, r, off, size, write, value):
                 f"the stack is {MAX_STACK} bytes below r10: offsets -{MAX_STACK}..-1 only",
                 (regno,),
             )
+        k = (-full - 1) // 8
+        fr = frame.frameno
         if write:
-            _stack_write(frame, full, size, value)
+            if full % 8 == 0 and size == 8:  # kernel: only whole-slot writes kill a slot
+                env.live_writes.append((fr, k))
+            kind = _stack_write(frame, full, size, value)
+            if kind == SPILL:  # a register spill: the jump history records its slot
+                env.hist_slot = (fr, k)
+            elif kind == ZERO and value is not None:
+                env.stored_zero = True  # kernel: the zero stored must stay exact
             return None
-        return _stack_read(env, regno, frame, full, size)
+        env.live_reads.append((fr, k))
+        v, fill = _stack_read(env, regno, frame, full, size)
+        if fill:
+            env.hist_slot = (fr, k)
+        return v
     # variable offset
     lo, hi = base + r.smin, base + r.smax
     if r.smin < -MAX_VAR_OFF or r.smax > MAX_VAR_OFF or lo < -MAX_STACK or hi + size > 0:
@@ -74,6 +86,7 @@ def stack_access(env, st, regno, r, off, size, write, value):
         for a in range(lo, hi + size):
             _set_byte(frame, a, MISC)
         return None
+    _mark_read(env, frame, lo, hi + size)
     for a in range(lo, hi + size):
         if _byte(frame, a) == INVALID and not env.privileged:
             raise Fault(
@@ -83,6 +96,12 @@ def stack_access(env, st, regno, r, off, size, write, value):
                 (regno,),
             )
     return D.unknown() if size == 8 else D.urange(0, (1 << (8 * size)) - 1)
+
+
+def _mark_read(env: Env, frame, lo: int, end: int) -> None:
+    """Stack bytes [lo, end) are read: their slots are live before this insn."""
+    for k in range((-end) // 8, (-lo - 1) // 8 + 1):
+        env.live_reads.append((frame.frameno, k))
 
 
 def _byte(frame, a: int) -> str:
@@ -110,9 +129,10 @@ def coerce(r: D.Reg, size: int) -> D.Reg:
     return D.sync(D.Reg(D.SCALAR, tn=T.cast(r.tn, size), b=D.UNKNOWN_BOUNDS))
 
 
-def _stack_write(frame, full: int, size: int, value: D.Reg | None) -> None:
+def _stack_write(frame, full: int, size: int, value: D.Reg | None) -> str:
     """check_stack_write_fixed_off: slot-aligned scalar stores (and BPF_ST immediates) are
-    register spills of ``size`` bytes; pointers spill only whole; the rest is misc/zero."""
+    register spills of ``size`` bytes; pointers spill only whole; the rest is misc/zero.
+    Returns what the bytes became: SPILL (a register spill), ZERO or MISC."""
     k, j = (-full - 1) // 8, full % 8
     old = frame.stack.get(k) or Slot()
     if value is not None and value.t not in (D.SCALAR, D.NOT_INIT):
@@ -123,11 +143,11 @@ def _stack_write(frame, full: int, size: int, value: D.Reg | None) -> None:
                 "pointers are 8 bytes; save them on the stack with an 8-byte store",
             )
         frame.stack[k] = Slot(SPILL * 8, value)
-        return
+        return SPILL
     if j == 0 and value is not None and value.t == D.SCALAR:
         rest = "".join(c if c in (ZERO, INVALID) else MISC for c in old.types[size:])
         frame.stack[k] = Slot(SPILL * size + rest, value)
-        return
+        return SPILL
     zero = value is not None and value.is_const and value.tn[0] == 0
     types = (
         [MISC if c == SPILL else c for c in old.types] if SPILL in old.types else list(old.types)
@@ -135,9 +155,12 @@ def _stack_write(frame, full: int, size: int, value: D.Reg | None) -> None:
     for i in range(j, j + size):
         types[i] = ZERO if zero else MISC
     frame.stack[k] = Slot("".join(types), None)
+    return ZERO if zero else MISC
 
 
-def _stack_read(env, regno, frame, full: int, size: int) -> D.Reg:
+def _stack_read(env, regno, frame, full: int, size: int) -> tuple[D.Reg, bool]:
+    """check_stack_read_fixed_off: the loaded value, and whether the load restores a
+    spilled register (a fill, recorded in the jump history)."""
     k, j = (-full - 1) // 8, full % 8
     s = frame.stack.get(k) or Slot()
     part = s.types[j : j + size]
@@ -152,9 +175,9 @@ def _stack_read(env, regno, frame, full: int, size: int) -> D.Reg:
                     "a pointer saved on the stack must be reloaded with an 8-byte load",
                     (regno,),
                 )
-            return sp
+            return sp, True
         if j == 0 and size <= nspill:
-            return coerce(sp, size)
+            return coerce(sp, size), True
     if INVALID in part:
         if not env.privileged:
             raise Fault(
@@ -171,10 +194,10 @@ def _stack_read(env, regno, frame, full: int, size: int) -> D.Reg:
             (regno,),
         )
     elif part == SPILL * size and sp is not None and sp.is_const and sp.tn[0] == 0:
-        return D.known(0)
+        return D.known(0), True
     elif part == ZERO * size:
-        return D.known(0)
-    return D.unknown() if size == 8 else D.urange(0, (1 << (8 * size)) - 1)
+        return D.known(0), False
+    return (D.unknown() if size == 8 else D.urange(0, (1 << (8 * size)) - 1)), False
 
 
 def stack_range_readable(env: Env, st: State, regno: int, size: int, what: str) -> None:
@@ -192,6 +215,7 @@ def stack_range_readable(env: Env, st: State, regno: int, size: int, what: str) 
             f"the {what} must lie inside the 512-byte stack",
             (regno,),
         )
+    _mark_read(env, frame, lo, hi + size)
     for a in range(lo, hi + size):
         b = _byte(frame, a)
         if b == INVALID:

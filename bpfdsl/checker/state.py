@@ -2,9 +2,11 @@
 
 A stack slot covers 8 bytes ``[fp - 8*(k+1), fp - 8*k)`` and records per byte whether it
 is invalid (never written), misc (some scalar bytes), zero, or part of a spilled register
-(kernel ``STACK_INVALID/MISC/ZERO/SPILL``).  :func:`subsumes` is the kernel's
-``states_equal``/``regsafe``: if an already-verified state covers a new one, the new path
-need not be walked again (the explored one was safe for every value it admits).
+(kernel ``STACK_INVALID/MISC/ZERO/SPILL``).  :func:`states_equal` is the kernel's
+``states_equal``/``regsafe``/``stacksafe`` (kernel/bpf/verifier.c, 6.x): if an explored
+state covers a new one, the new path need not be walked again.  Scalars of the explored
+state count only by type unless they are marked precise (``mark_chain_precision``,
+checker/precision.py); registers not live at the insn are ignored.
 """
 
 from __future__ import annotations
@@ -27,6 +29,25 @@ class Slot:
 
     def __repr__(self) -> str:
         return f"Slot({self.types!r}, {self.spill!r})"
+
+
+class Hist:
+    """One jump-history record of a path (kernel ``bpf_jmp_history_entry``): insn ``idx``
+    reached from ``prev``; ``slot`` = (frame number, stack slot) when the insn spilled or
+    filled a register there (kernel ``INSN_F_STACK_ACCESS``); ``linked``: registers and
+    slots sharing a scalar id at a conditional jump, as ((frame, regno) | (frame, -1 - slot))
+    tuples (kernel ``linked_regs``); ``next``: the older record; ``count``: records in the
+    chain including this one."""
+
+    __slots__ = ("idx", "prev", "slot", "linked", "next", "count")
+
+    def __init__(self, idx: int, prev: int, slot, linked, nxt: Hist | None):
+        self.idx = idx
+        self.prev = prev
+        self.slot = slot
+        self.linked = linked
+        self.next = nxt
+        self.count: int = 1 if nxt is None else nxt.count + 1
 
 
 class Frame:
@@ -59,15 +80,20 @@ class Frame:
 
 class State:
     """Whole abstract machine state on one path: frames (last = current), acquired
-    reference ids, and the pruning bookkeeping (``parent`` explored entry)."""
+    reference ids, and the pruning bookkeeping: ``parent``, the explored state (checkpoint)
+    this path continues from; ``hist``, the path's jump history since that checkpoint
+    (kernel ``jmp_history``: :class:`Hist` records, newest first, None when empty);
+    ``first_idx``, the insn where that segment starts (kernel ``first_insn_idx``)."""
 
-    __slots__ = ("frames", "refs", "parent", "trail")
+    __slots__ = ("frames", "refs", "parent", "trail", "hist", "first_idx")
 
     def __init__(self, frames: list[Frame], refs: tuple[int, ...] = (), parent=None, trail=None):
         self.frames = frames
         self.refs = refs
         self.parent = parent
         self.trail = trail  # branch decisions on this path: (insn index, taken, older trail)
+        self.hist: Hist | None = None
+        self.first_idx = 0
 
     @property
     def cur(self) -> Frame:
@@ -82,6 +108,7 @@ class State:
         frames = [fs[0].copy()] if len(fs) == 1 else [f.copy() for f in fs]
         s = State.__new__(State)
         s.frames, s.refs, s.parent, s.trail = frames, self.refs, self.parent, self.trail
+        s.hist, s.first_idx = self.hist, self.first_idx
         return s
 
     def update_regs(self, fn) -> None:
@@ -103,170 +130,328 @@ class State:
 
 # ---- pruning (kernel states_equal / regsafe / stacksafe) ----
 
+NOT_EXACT, EXACT, RANGE_WITHIN = 0, 1, 2  # kernel enum exact_level
+AT_PKT_END, BEYOND_PKT_END = -1, -2  # kernel: packet pointer range after `p >= / > pkt_end`
+_ALL_INVALID = INVALID * 8
 
-def _scalar_within(old: D.Reg, new: D.Reg) -> bool:
+
+class IdMap:
+    """Old id -> new id pairs of one comparison (kernel ``bpf_idmap``): an old id maps to
+    one new id and a new id to one old id; ``fresh`` numbers ids given to unlinked
+    registers of the new state (kernel ``tmp_id_gen``)."""
+
+    __slots__ = ("old", "cur", "fresh")
+
+    def __init__(self) -> None:
+        self.old: dict = {}
+        self.cur: dict = {}
+        self.fresh = 0
+
+    def check(self, old_id, cur_id) -> bool:
+        """kernel check_ids: both zero, or a consistent one-to-one pair."""
+        if not old_id or not cur_id:
+            return not old_id and not cur_id
+        seen = self.old.get(old_id)
+        if seen is not None:
+            return seen == cur_id
+        if cur_id in self.cur:
+            return False
+        self.old[old_id] = cur_id
+        self.cur[cur_id] = old_id
+        return True
+
+    def check_scalar(self, old_id, cur_id) -> bool:
+        """kernel check_scalar_ids: an unlinked old scalar constrains nothing; an unlinked
+        new one gets a fresh id (two linked old registers need linked new ones)."""
+        if not old_id:
+            return True
+        if not cur_id:
+            self.fresh += 1
+            cur_id = ("fresh", self.fresh)
+        return self.check(old_id, cur_id)
+
+
+def _range_within(o: D.Reg, n: D.Reg) -> bool:
+    """kernel range_within + tnum_in: every value ``n`` admits, ``o`` admits."""
     return (
-        old.smin <= new.smin
-        and new.smax <= old.smax
-        and old.umin <= new.umin
-        and new.umax <= old.umax
-        and old.s32min <= new.s32min
-        and new.s32max <= old.s32max
-        and old.u32min <= new.u32min
-        and new.u32max <= old.u32max
-        and T.contains(old.tn, new.tn)
+        o.smin <= n.smin
+        and n.smax <= o.smax
+        and o.umin <= n.umin
+        and n.umax <= o.umax
+        and o.s32min <= n.s32min
+        and n.s32max <= o.s32max
+        and o.u32min <= n.u32min
+        and n.u32max <= o.u32max
+        and T.contains(o.tn, n.tn)
     )
 
 
-def _ids_match(idmap: dict, old_id, new_id) -> bool:
-    if not old_id and not new_id:
-        return True
-    if not old_id or not new_id:
-        return False
-    seen = idmap.get(old_id)
-    if seen is None:
-        idmap[old_id] = new_id
-        return True
-    return seen == new_id
+def _same_value(o: D.Reg, n: D.Reg) -> bool:
+    """The fields before ``id`` in kernel bpf_reg_state (type, offset, var_off, bounds,
+    the type's union: packet range, map, frame number)."""
+    return (
+        o.t == n.t
+        and o.off == n.off
+        and o.tn == n.tn
+        and o.smin == n.smin
+        and o.smax == n.smax
+        and o.umin == n.umin
+        and o.umax == n.umax
+        and o.s32min == n.s32min
+        and o.s32max == n.s32max
+        and o.u32min == n.u32min
+        and o.u32max == n.u32max
+        and o.rng == n.rng
+        and o.map is n.map
+    )
 
 
-def regsafe(old: D.Reg, new: D.Reg, idmap: dict, exact: bool) -> bool:
-    """Whether every behaviour possible from ``new`` was already covered by ``old``."""
-    if exact:
-        return old == new
-    if old.t == D.NOT_INIT:
+def regs_exact(o: D.Reg, n: D.Reg, idmap: IdMap) -> bool:
+    """kernel regs_exact: the same value, ids and references mapped consistently."""
+    return _same_value(o, n) and idmap.check(o.id, n.id) and idmap.check(o.ref, n.ref)
+
+
+# ring buffer reservations (kernel base type PTR_TO_MEM, MEM_RINGBUF)
+_MEM_TYPES = (D.RINGBUF_MEM, D.RINGBUF_MEM_OR_NULL)
+
+
+def regsafe(o: D.Reg, n: D.Reg, precise: bool, idmap: IdMap, exact: int) -> bool:
+    """kernel regsafe: ``o`` (explored, safe) implies ``n`` (current) safe.  ``precise``:
+    the explored scalar was marked precise (an imprecise one only needs the same type)."""
+    if exact == EXACT:
+        return regs_exact(o, n, idmap)
+    t = o.t
+    if t == D.NOT_INIT:
         return True
-    if old.t != new.t:
+    if t != n.t:
         return False
-    if old.t == D.SCALAR:
-        if old.id:
-            # linked copies in the old state must be linked in the new one (check_scalar_ids)
-            nid = new.id if new.id else ("fresh", id(new))
-            if not _ids_match(idmap, ("s", old.id), nid):
-                return False
-        if old.tn == T.UNKNOWN and old.smin == D.S64_MIN and old.umax == D.M64:
+    if t == D.SCALAR:
+        if not precise and exact == NOT_EXACT:
             return True
-        return _scalar_within(old, new)
-    if old.off != new.off or old.map is not new.map:
-        return False
-    if not _scalar_within(old, new):
-        return False
-    if old.t in D.PACKET_TYPES:
-        if new.rng < old.rng:
+        if o.id and not idmap.check_scalar(o.id, n.id):
             return False
-        return _ids_match(idmap, old.id, new.id)
-    if old.t in (D.MAP_VALUE_OR_NULL, D.SOCKET_OR_NULL) or old.ref:
-        return _ids_match(idmap, old.id, new.id) and _ids_match(idmap, -old.ref, -new.ref)
-    return True
+        return _range_within(o, n)
+    if t in D.PACKET_TYPES:
+        if o.rng < 0 or n.rng < 0:
+            if o.rng != n.rng:  # AT/BEYOND_PKT_END match only themselves
+                return False
+        elif o.rng > n.rng:
+            return False
+        return o.off == n.off and idmap.check(o.id, n.id) and _range_within(o, n)
+    if t == D.MAP_VALUE or t == D.MAP_VALUE_OR_NULL or t in _MEM_TYPES:
+        # kernel regsafe PTR_TO_MAP_VALUE / PTR_TO_MEM: the fields before var_off equal
+        # (type, off, the union: map, or a ring buffer reservation's mem_size), the
+        # current offsets within the explored ones, ids and references mapped
+        return (
+            o.off == n.off
+            and o.map is n.map
+            and o.rng == n.rng
+            and _range_within(o, n)
+            and idmap.check(o.id, n.id)
+            and idmap.check(o.ref, n.ref)
+        )
+    return regs_exact(o, n, idmap)
 
 
-def _stacksafe(old: Frame, new: Frame, idmap: dict, exact: bool) -> bool:
-    nstack = new.stack
+def _spilled_scalar64(s: Slot | None) -> bool:
+    return s is not None and s.types == SPILL * 8 and s.spill is not None and s.spill.t == D.SCALAR
+
+
+def stacksafe(
+    old: Frame, cur: Frame, precise: int, idmap: IdMap, exact: int, uninit_ok: bool
+) -> bool:
+    """kernel stacksafe for one frame: every slot the explored state used is at least as
+    initialized in the current one.  ``precise``: bitmask of explored slots whose spilled
+    scalar is precise; ``uninit_ok``: the loader may read uninitialized stack (root,
+    kernel ``allow_uninit_stack``), so never-written and misc bytes are alike."""
+    cstack = cur.stack
     for k, os in old.stack.items():
-        ns = nstack.get(k)
-        if os is ns and (os.spill is None or (not os.spill.id and not os.spill.ref)):
-            continue  # the same (immutable) slot, no id to map: safe
-        ntypes = ns.types if ns is not None else INVALID * 8
-        if exact:
-            if ns is None or os.types != ns.types or os.spill != ns.spill:
-                if not (ns is None and os.types == INVALID * 8):
+        cs = cstack.get(k)
+        otypes = os.types
+        ctypes = cs.types if cs is not None else _ALL_INVALID
+        if exact == EXACT and otypes != ctypes:
+            return False
+        if os is cs and (os.spill is None or (not os.spill.id and not os.spill.ref)):
+            continue  # the same (immutable) slot, no id to map
+        if otypes == _ALL_INVALID or (uninit_ok and SPILL not in otypes and ZERO not in otypes):
+            continue
+        prec = bool(precise >> k & 1)
+        if _spilled_scalar64(os):
+            nreg = None
+            if _spilled_scalar64(cs):
+                nreg = cs.spill
+            elif all(c == MISC or (c == INVALID and uninit_ok) for c in ctypes):
+                nreg = _UNBOUND
+            if nreg is not None:
+                if not regsafe(os.spill, nreg, prec, idmap, exact):
                     return False
-            continue
-        if os.types == INVALID * 8:
-            continue
-        if os.spill is not None and SPILL in os.types:
-            if ns is None or ns.spill is None or os.types != ntypes:
-                # an old spilled unknown scalar is covered by any initialized bytes
-                if os.spill.t == D.SCALAR and regsafe(os.spill, D.unknown(), idmap, False):
-                    if INVALID not in "".join(
-                        n for o, n in zip(os.types, ntypes, strict=True) if o != INVALID
-                    ):
-                        continue
-                return False
-            if not regsafe(os.spill, ns.spill, idmap, False):
-                return False
-            continue
-        for o, n in zip(os.types, ntypes, strict=True):
-            if o == INVALID:
                 continue
-            if n == INVALID:
+        for o, c in zip(otypes, ctypes, strict=True):
+            if o == INVALID or (o == MISC and (uninit_ok or c == ZERO)):
+                continue
+            if o != c:
                 return False
-            if o == ZERO and n != ZERO:
+        if otypes[0] == SPILL:  # kernel slot_type[7]: the slot's lowest byte
+            if cs is None or cs.spill is None or os.spill is None:
                 return False
-            if o == MISC and n == SPILL and ns is not None and ns.spill is not None:
-                if ns.spill.t != D.SCALAR:
-                    return False
+            if not regsafe(os.spill, cs.spill, prec, idmap, exact):
+                return False
     return True
 
 
-def subsumes(old: State, new: State, live: list[frozenset[int]], exact: bool = False) -> bool:
-    """``old`` covers ``new`` (kernel states_equal): same call chain, every live register and
-    every stack byte of ``new`` within what ``old`` allowed.  ``live[i]`` gives the live
-    registers of frame i (the current frame's set at the pruning insn)."""
-    ofs, nfs = old.frames, new.frames
-    if len(ofs) != len(nfs) or len(old.refs) != len(new.refs):
+_UNBOUND = D.unknown()  # what a load from misc stack bytes gives (kernel unbound_reg)
+
+
+def states_equal(
+    old: State,
+    prec: list[int],
+    sprec: list[int],
+    cur: State,
+    live: list[int],
+    exact: int,
+    uninit_ok: bool,
+) -> bool:
+    """kernel states_equal: explored ``old`` (with its precise register masks ``prec`` and
+    precise slot masks ``sprec``, one per frame) covers ``cur``.  ``live[i]``: bitmask of
+    the registers of frame i live at its insn (the current frame's at the pruning insn, a
+    caller's at its call)."""
+    ofs, nfs = old.frames, cur.frames
+    if len(ofs) != len(nfs) or len(old.refs) != len(cur.refs):
         return False
-    idmap: dict = {}
+    idmap = IdMap()
+    for a, b in zip(old.refs, cur.refs, strict=True):
+        if not idmap.check(a, b):
+            return False
     for fi in range(len(ofs)):
         of, nf = ofs[fi], nfs[fi]
         if of.callsite != nf.callsite:
             return False
         oregs, nregs = of.regs, nf.regs
-        for r in live[fi]:
-            o, n = oregs[r], nregs[r]
-            if o is n and not o.id and not o.ref:
-                continue  # the same (immutable) register, no id to map: regsafe is True
-            if not regsafe(o, n, idmap, exact):
-                return False
-        if not _stacksafe(of, nf, idmap, exact):
+        m, pm = live[fi], prec[fi]
+        r = 0
+        while m:
+            if m & 1:
+                o, n = oregs[r], nregs[r]
+                if o is not n or o.id or o.ref:
+                    if not regsafe(o, n, bool(pm >> r & 1), idmap, exact):
+                        return False
+            m >>= 1
+            r += 1
+        if of.stack and not stacksafe(of, nf, sprec[fi], idmap, exact, uninit_ok):
             return False
     return True
 
 
-def state_key(st: State, live: list[frozenset[int]]) -> tuple:
-    """Hashable exact description of a state's live part (ids renumbered by first use):
-    two states with equal keys behave identically from here on (infinite loop check)."""
-    ids: dict = {}
-    out = []
-    for fi, f in enumerate(st.frames):
-        regs = f.regs
-        rk = []
-        for r in sorted(live[fi]):
-            rk.append(_reg_key(regs[r], ids))
-        sk = []
-        for k, s in sorted(f.stack.items()):
-            if s.types != _ALL_INVALID:
-                sk.append((k, s.types, _reg_key(s.spill, ids) if s.spill is not None else None))
-        out.append((f.callsite, tuple(rk), tuple(sk)))
-    return (tuple(out), st.refs)
+def states_maybe_looping(old: State, cur: State, live: int) -> bool:
+    """kernel states_maybe_looping: the current frames' live registers hold the very same
+    values and ids (dead registers are cleaned to NOT_INIT in both)."""
+    if len(old.frames) != len(cur.frames):
+        return False
+    oregs, nregs = old.frames[-1].regs, cur.frames[-1].regs
+    r = 0
+    while live:
+        if live & 1:
+            o, n = oregs[r], nregs[r]
+            if o is not n and not (_same_value(o, n) and o.id == n.id and o.ref == n.ref):
+                return False
+        live >>= 1
+        r += 1
+    return True
 
 
-_ALL_INVALID = INVALID * 8
-_NOT_INIT_KEY = (0,)
+# ---- the same comparison, planned once per frozen explored state ----
 
 
-def _reg_key(r: D.Reg, ids: dict) -> tuple:
-    """One register's part of :func:`state_key` (its id renumbered through ``ids``)."""
-    if r.t == D.NOT_INIT:
-        return _NOT_INIT_KEY
-    i = ids.setdefault(r.id, len(ids)) if r.id else 0
-    m = r.map
-    if not (isinstance(m, int) or m is None):
-        m = id(m)
-    return (
-        r.t,
-        r.off,
-        r.tn,
-        r.smin,
-        r.smax,
-        r.umin,
-        r.umax,
-        r.s32min,
-        r.s32max,
-        r.u32min,
-        r.u32max,
-        i,
-        r.rng,
-        m,
-        r.ref,
-    )
+_CONST, _RANGE, _ANY = 0, 1, 2  # CoverPlan.checks kinds, in the order they are tried
+
+
+class CoverPlan:
+    """What covering one explored single-frame state needs, computed once its paths are
+    all done (its registers, precision marks and stack no longer change): ``types``, the
+    live registers' types (None: never set, anything goes); ``exact_types``: no None
+    among them, so one tuple comparison checks them all; ``checks``: (regno, register,
+    how) still to compare by value, cheapest and most telling first: _CONST (a precise
+    constant: the same tnum), _RANGE (a precise scalar not linked to others: bounds and
+    tnum), _ANY (ids to map or a pointer: regsafe); ``stack``: whether its stack holds
+    anything a later state must match (spills, zero bytes)."""
+
+    __slots__ = ("types", "exact_types", "checks", "stack")
+
+    def __init__(self, st: State, prec: int, live_regs: tuple[int, ...], uninit_ok: bool):
+        regs = st.frames[0].regs
+        types: list[int | None] = []
+        checks: list[tuple[int, int, D.Reg]] = []
+        for r in live_regs:
+            o = regs[r]
+            if o.t == D.NOT_INIT:
+                types.append(None)
+                continue
+            types.append(o.t)
+            precise = bool(prec >> r & 1)
+            if o.t != D.SCALAR:
+                checks.append((_ANY, r, o))
+            elif precise:
+                how = _ANY if o.id else (_CONST if o.tn[1] == 0 else _RANGE)
+                checks.append((how, r, o))
+        self.types = tuple(types)
+        self.exact_types = None not in self.types
+        self.checks = tuple((r, o, how) for how, r, o in sorted(checks, key=lambda c: c[:2]))
+        self.stack = any(
+            sl.types != _ALL_INVALID
+            and not (uninit_ok and SPILL not in sl.types and ZERO not in sl.types)
+            for sl in st.frames[0].stack.values()
+        )
+
+
+def covers(
+    plan: CoverPlan,
+    old: State,
+    sprec: int,
+    cur: State,
+    cur_types: tuple,
+    uninit_ok: bool,
+) -> bool:
+    """:func:`states_equal` (NOT_EXACT) for single-frame states without references,
+    through the explored state's :class:`CoverPlan`; ``cur_types``: the current state's
+    live register types in the plan's order."""
+    if plan.exact_types:
+        if plan.types != cur_types:
+            return False
+    else:
+        for a, b in zip(plan.types, cur_types, strict=True):
+            if a is not None and a != b:
+                return False
+    idmap = None
+    nregs = cur.frames[0].regs
+    for r, o, how in plan.checks:
+        n = nregs[r]
+        if how == _CONST:
+            if n.tn != o.tn:  # a constant covers only itself
+                return False
+            continue
+        if o is n and not o.id and not o.ref:
+            continue
+        if how == _RANGE:
+            # a precise scalar not linked to others: kernel range_within + tnum_in
+            if not (
+                o.smin <= n.smin
+                and n.smax <= o.smax
+                and o.umin <= n.umin
+                and n.umax <= o.umax
+                and o.s32min <= n.s32min
+                and n.s32max <= o.s32max
+                and o.u32min <= n.u32min
+                and n.u32max <= o.u32max
+                and T.contains(o.tn, n.tn)
+            ):
+                return False
+            continue
+        if idmap is None:
+            idmap = IdMap()
+        if not regsafe(o, n, True, idmap, NOT_EXACT):
+            return False
+    if plan.stack:
+        if idmap is None:
+            idmap = IdMap()
+        return stacksafe(old.frames[0], cur.frames[0], sprec, idmap, NOT_EXACT, uninit_ok)
+    return True

@@ -153,10 +153,16 @@ def do_alu(env: Env, st: State, x: Insn) -> None:
             (x.dst, x.src),
         )
     if d_ptr or (src_x and s_ptr):
+        if src_x:
+            # the scalar's range becomes the pointer's offset (kernel
+            # adjust_reg_min_max_vals: mark_chain_precision of the scalar operand)
+            env.precise(x.src if d_ptr else x.dst)
         ptr_reg, ptr_no = (d, x.dst) if d_ptr else (s, x.src)
         off_reg = s if d_ptr else d
         regs[x.dst] = _ptr_alu(env, x, op, is64, ptr_reg, ptr_no, off_reg, d_ptr)
         return
+    if op == U.BPF_ADD and d.id and s.is_const:
+        env.inexact += 1  # the kernel links dst to its copies with a delta (BPF_ADD_CONST)
     regs[x.dst] = ALU.scalar_alu(op, d, s, is64, signed_div=bool(x.off))
 
 
@@ -307,15 +313,35 @@ def do_store(env: Env, st: State, x: Insn) -> None:
             raise _reserved("BPF_ST")
         _read(st, x.dst)
         check_access(env, st, x.dst, x.off, x.size, True, D.known(x.imm))
+        env.stored_zero = False
         return
     if x.mode == U.BPF_ATOMIC:
         do_atomic(env, st, x)
         return
     if x.mode != U.BPF_MEM or x.imm:
         raise _reserved("BPF_STX")
-    v = _read(st, x.src)
-    _read(st, x.dst)
-    check_access(env, st, x.dst, x.off, x.size, True, v)
+    v = stored = _read(st, x.src)
+    d = _read(st, x.dst)
+    if (
+        v.t == D.SCALAR
+        and env.privileged
+        and d.t == D.STACK
+        and d.tn[1] == 0
+        and (d.off + x.off + D.s64(d.tn[0])) % 8 == 0
+    ):
+        # kernel check_stack_write_fixed_off: a scalar spilled whole gets an id first
+        # (assign_scalar_id_before_mov), so what a branch learns of the register, the
+        # stack copy learns too; a spill narrower than the value breaks the link
+        if v.umax.bit_length() > 8 * x.size:
+            if v.id:
+                stored = v.replace(id=0)
+        elif not v.id and v.tn[1]:
+            v = stored = v.replace(id=env.new_id())
+            st.regs[x.src] = v
+    check_access(env, st, x.dst, x.off, x.size, True, stored)
+    if env.stored_zero:  # kernel check_stack_write_fixed_off: STACK_ZERO from a register
+        env.stored_zero = False
+        env.precise(x.src)
 
 
 _ATOMIC_OPS = {U.BPF_ADD, U.BPF_AND, U.BPF_OR, U.BPF_XOR}
@@ -349,6 +375,7 @@ def do_atomic(env: Env, st: State, x: Insn) -> None:
     elif x.imm & U.BPF_FETCH:
         st.regs[x.src] = loaded
     check_access(env, st, x.dst, x.off, x.size, True, D.unknown())
+    env.hist_slot, env.stored_zero = None, False  # not a spill or fill (kernel insn_flags 0)
 
 
 def do_ld(env: Env, st: State, i: int, x: Insn) -> None:

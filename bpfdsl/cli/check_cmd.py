@@ -43,6 +43,13 @@ def register(sub) -> None:
         "uninitialized stack reads)",
     )
     p.add_argument(
+        "--timeout",
+        metavar="SECONDS",
+        type=float,
+        help="stop checking after this long: the program is then CANNOT CHECK (exit 2), "
+        "never OK (default: no limit)",
+    )
+    p.add_argument(
         "--kernel",
         metavar="X.Y",
         help="target an older kernel: features it lacks (jmp32, loops, xskmap lookups, "
@@ -67,7 +74,8 @@ def read_input(path: str):
     if p.suffix == ".bpfd":
         from bpfdsl.compiler import compile_file
 
-        return objfile.read_object(compile_file(p, debug=True).obj)
+        # the checker runs below, with this command's options (not inside compile too)
+        return objfile.read_object(compile_file(p, debug=True, check=False).obj)
     try:
         return objfile.read_object(p)
     except UsageError:
@@ -96,6 +104,7 @@ def cmd_check(args) -> int:
         privileged=not args.unprivileged,
         strict=args.strict,
         kernel=kernel,
+        timeout=args.timeout if args.timeout and args.timeout > 0 else None,
     )
     if args.prog and not res.programs:
         names = ", ".join(spec.programs) or "none"

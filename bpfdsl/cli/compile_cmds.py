@@ -57,6 +57,14 @@ def register(sub) -> None:
         help="skip the checker (bpfdsl check) that runs on the object by default",
     )
     p.add_argument(
+        "--check-timeout",
+        metavar="SECONDS",
+        type=_seconds,
+        default=_DEFAULT_TIMEOUT,
+        help="time the checker may take (default %(default)g; 0 = no limit); a program it "
+        "does not finish in time is compiled with a warning saying how far it got",
+    )
+    p.add_argument(
         "--time-report",
         action="store_true",
         help="print to stderr the wall-clock ms of each stage (front end, IR, LLVM, checker) "
@@ -64,6 +72,21 @@ def register(sub) -> None:
         "its modules",
     )
     p.set_defaults(func=cmd_compile)
+
+
+_DEFAULT_TIMEOUT = 10.0  # bpfdsl.compiler.CHECK_TIMEOUT (not imported: --help stays fast)
+
+
+def _seconds(text: str) -> float:
+    import argparse
+
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not v >= 0:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"must be 0 (no limit) or more: {text!r}")
+    return v
 
 
 def _raw():
@@ -79,7 +102,12 @@ def cmd_compile(args) -> int:
 
     stats = args.stats or getattr(args, "json", False)
     res = compile_file(
-        args.file, mcpu=args.mcpu, emit=args.emit, stats=stats, check=not args.no_check
+        args.file,
+        mcpu=args.mcpu,
+        emit=args.emit,
+        stats=stats,
+        check=not args.no_check,
+        check_timeout=args.check_timeout or None,
     )
     as_json = getattr(args, "json", False)
     verbose = getattr(args, "verbose", False)

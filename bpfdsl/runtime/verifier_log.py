@@ -35,9 +35,12 @@ _NOISE = (
     "Validating ",
 )
 MAX_DETAIL_LINES = 60
-# the complexity limit (kernel/bpf/verifier.c do_check: "BPF program is too large.
-# Processed %d insn"), which the kernel appends to the line of the insn it stopped at
-_TOO_LARGE = "BPF program is too large"
+# Limits do_check hits before it ends the line of the instruction it was at (kernel
+# verifier.c: "BPF program is too large. Processed %d insn", "The sequence of %d jumps is
+# too complex."): a jump is printed without its newline, the message follows on that line.
+_AFTER_INSN_RE = re.compile(
+    r"(BPF program is too large\. Processed \d+ insn|The sequence of \d+ jumps is too complex\.)"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,9 +59,9 @@ def summarize(log: str, prog: ProgramSpec | None = None) -> LogSummary:
     lines = [ln.rstrip() for ln in log.splitlines() if ln.strip()]
     msg = ""
     for ln in reversed(lines):
-        k = ln.find(_TOO_LARGE)  # printed at the end of the last insn's line, no newline
-        if k >= 0:
-            msg = ln[k:]
+        m = _AFTER_INSN_RE.search(ln)  # on an insn line or a line of its own
+        if m is not None:
+            msg = m.group(1)
             break
         if ln.startswith(_NOISE) or _INSN_RE.match(ln) or _SRC_RE.match(ln):
             continue

@@ -22,7 +22,9 @@ PT, AT = U.ProgramType, U.AttachType
 @dataclass
 class Item:
     """One corpus program.  ``refs``: insn index -> MapRef; ``line``: for mutants, the
-    source line of the mutated instruction in the base program (None when unknown)."""
+    source line of the mutated instruction in the base program (None when unknown);
+    ``*_processed`` / ``*_seconds``: instructions walked and time taken by the checker and
+    the kernel verifier ("processed N insns", "verification time N usec")."""
 
     category: str
     name: str
@@ -38,6 +40,10 @@ class Item:
     our_msg: str = ""
     kernel_msg: str = ""
     our_err_idx: int | None = None
+    our_processed: int = 0
+    kernel_processed: int | None = None
+    our_seconds: float = 0.0
+    kernel_seconds: float | None = None
 
 
 # ---- mutations (instruction level) ----

@@ -855,7 +855,8 @@ def run_case(payload: tuple[str, list[bytes], str]) -> Result:
         obj = compile_source(src, "gen.bpfd", mcpu=mcpu).obj
     except DiagnosticError as e:
         d = e.diagnostics[0]
-        if d.code == "checker-too-complex":  # the documented budget (docs/language.md)
+        # the documented budget (docs/language.md): over it, or near it (complexity-limit)
+        if d.code in ("checker-too-complex", "checker-complexity-limit"):
             obj = compile_source(src, "gen.bpfd", mcpu=mcpu, check=False).obj
             if load_result(obj) is None:  # the kernel's own walk fits: say so, not a failure
                 return Result("complexity-limit-checker-only", "", e.render())

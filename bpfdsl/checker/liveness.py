@@ -1,0 +1,174 @@
+"""Stack slot liveness, path-insensitive (kernel/bpf/liveness.c, Linux 6.18).
+
+While paths are walked, each instruction's stack reads ("may read": the union over its
+visits) and full 8-byte slot writes ("must write": the intersection) are collected per
+call chain; when a path ends, a backward data flow over the function's instructions
+turns them into the slots that may still be read before each instruction
+(``live_before``).  An explored state whose paths are all done is cleaned once, when it
+is next compared: its dead slots become never-written (kernel clean_live_states), so
+they do not keep it from covering a later state.
+"""
+
+from __future__ import annotations
+
+from bpfdsl.checker.state import Frame, Slot
+
+
+class _Instance:
+    """One call chain's marks (kernel func_instance): per frame of the chain, per insn."""
+
+    __slots__ = ("depth", "may_read", "must_write", "seen", "live", "acc", "updated", "dropped")
+
+    def __init__(self, depth: int, n: int):
+        self.depth = depth
+        self.may_read = [[0] * n for _ in range(depth + 1)]
+        self.must_write = [[0] * n for _ in range(depth + 1)]
+        self.seen = [False] * n  # kernel must_write_set
+        self.live = [[0] * n for _ in range(depth + 1)]
+        self.acc = [[0] * n for _ in range(depth + 1)]  # must_write_acc
+        self.updated = False
+        self.dropped = False
+
+
+class StackLiveness:
+    """The analysis for one program: ``succ`` successors per insn (a call's successor is
+    its return site), ``order``: insns of each function in post-order, by function
+    start; ``subprog_of``: function start per insn."""
+
+    def __init__(self, succ: list[list[int]], subprog_of: list[int], calls: dict[int, int]):
+        self.n = len(succ)
+        self.succ = succ
+        self.subprog_of = subprog_of
+        self.calls = calls
+        self.instances: dict[tuple[int, ...], _Instance] = {}
+        self._orders: dict[int, list[int]] = {}
+
+    def instance(self, chain: tuple[int, ...]) -> _Instance:
+        """The instance of call chain ``chain`` (call sites, outermost first)."""
+        inst = self.instances.get(chain)
+        if inst is None:
+            inst = self.instances[chain] = _Instance(len(chain), self.n)
+        return inst
+
+    # ---- marks (kernel bpf_mark_stack_read, bpf_commit_stack_write_marks) ----
+
+    def read(self, inst: _Instance, frame: int, idx: int, mask: int) -> None:
+        mr = inst.may_read[frame]
+        new = mr[idx] | mask
+        if new != mr[idx]:
+            if new | inst.live[frame][idx] != inst.live[frame][idx]:
+                inst.updated = True
+            mr[idx] = new
+
+    def commit_writes(self, inst: _Instance, idx: int, masks: list[int]) -> None:
+        """The full-slot writes of one visit of insn ``idx`` (``masks`` per frame; 0 when
+        the visit wrote none): must_write becomes the intersection over visits."""
+        seen = inst.seen[idx]
+        for fr in range(inst.depth + 1):
+            mask = masks[fr] if fr < len(masks) else 0
+            if mask == 0 and not seen:
+                continue
+            old = inst.must_write[fr][idx]
+            if seen:
+                mask &= old
+            if old != mask:
+                inst.must_write[fr][idx] = mask
+                inst.updated = True
+            if old & ~mask:
+                inst.dropped = True
+        inst.seen[idx] = True
+
+    # ---- propagation (kernel bpf_update_live_stack / update_instance) ----
+
+    def _postorder(self, start: int) -> list[int]:
+        order = self._orders.get(start)
+        if order is not None:
+            return order
+        order, seen, stack = [], {start}, [(start, iter(self.succ[start]))]
+        while stack:
+            node, it = stack[-1]
+            nxt = next(it, None)
+            if nxt is None:
+                stack.pop()
+                order.append(node)
+            elif nxt not in seen and self.subprog_of[nxt] == self.subprog_of[start]:
+                seen.add(nxt)
+                stack.append((nxt, iter(self.succ[nxt])))
+        self._orders[start] = order
+        return order
+
+    def update(self, frames: list[Frame]) -> None:
+        """Before queries: bring the instances of the current path's call chains up to
+        date, callee first (kernel: at every exit and path end)."""
+        chain = tuple(f.callsite for f in frames[1:])
+        for depth in range(len(frames) - 1, -1, -1):
+            inst = self.instances.get(chain[:depth])
+            if inst is not None and inst.updated:
+                self._update(inst, chain[:depth], frames[depth].subprog)
+                inst.updated = inst.dropped = False
+
+    def _update(self, inst: _Instance, chain: tuple[int, ...], start: int) -> None:
+        order = self._postorder(start)
+        succ = self.succ
+        for fr in range(inst.depth + 1):
+            live, acc = inst.live[fr], inst.acc[fr]
+            mr, mw = inst.may_read[fr], inst.must_write[fr]
+            if inst.dropped:
+                for i in order:
+                    acc[i] = 0
+            changed = True
+            while changed:
+                changed = False
+                for i in order:
+                    ss = succ[i]
+                    if not ss:
+                        continue
+                    after, a = 0, -1
+                    for s in ss:
+                        after |= live[s]
+                        a &= acc[s]
+                    before = (after & ~mw[i]) | mr[i]
+                    a = (a | mw[i]) & ((1 << 64) - 1)
+                    if before != live[i] or a != acc[i]:
+                        live[i], acc[i] = before, a
+                        changed = True
+        if chain:
+            # the callee's entry: what it may read and surely writes of the callers'
+            # stacks counts at the call (kernel propagate_to_outer_instance)
+            outer = self.instance(chain[:-1])
+            site = chain[-1]
+            masks = []
+            for fr in range(inst.depth):
+                self.read(outer, fr, site, inst.live[fr][start])
+                masks.append(inst.acc[fr][start])
+            self.commit_writes(outer, site, masks)
+
+    # ---- queries (kernel bpf_stack_slot_alive) ----
+
+    def alive(self, frames: list[Frame], idx: int, frame: int) -> int:
+        """Bitmask of the live slots of frame ``frame`` of a state at insn ``idx``."""
+        chain = tuple(f.callsite for f in frames[1:])
+        top = len(frames) - 1
+        inst = self.instances.get(chain)
+        m = inst.live[frame][idx] if inst is not None else 0
+        for i in range(frame, top):
+            outer = self.instances.get(chain[:i])
+            if outer is not None:
+                m |= outer.live[frame][chain[i] + 1]
+        return m
+
+    def clean(self, frames: list[Frame], idx: int) -> None:
+        """Dead slots of every frame become never written (kernel clean_func_state)."""
+        for fi, f in enumerate(frames):
+            if not f.stack:
+                continue
+            m = self.alive(frames, idx, fi)
+            dead = [k for k in f.stack if not m >> k & 1]
+            if dead:
+                stack = dict(f.stack)
+                for k in dead:
+                    del stack[k]
+                f.stack = stack
+
+
+_ = Slot  # slots removed from a frame read back as never written (Slot())

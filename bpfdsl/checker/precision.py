@@ -1,0 +1,521 @@
+"""Explored states and scalar precision (kernel is_state_visited checkpoints and
+``mark_chain_precision``, kernel/bpf/verifier.c 6.x).
+
+A :class:`Checkpoint` is a state kept at a prune point for later comparisons.  Its scalars
+start imprecise (kernel ``mark_all_scalars_imprecise``): an imprecise scalar matches any
+scalar.  When an instruction relies on a scalar's exact range -- a branch whose outcome it
+decides, pointer arithmetic, a constant size or map key given to a helper, a zero stored
+into the stack -- :func:`mark_precise` walks the path backwards (the checkpoint chain and
+each segment's jump history, kernel ``backtrack_insn``) and marks every register and
+stack slot the value came from precise in the checkpoints it passes, so that they only
+cover states whose values lie within theirs.
+"""
+
+from __future__ import annotations
+
+from bpfdsl.abi import uapi as U
+from bpfdsl.checker import domain as D
+from bpfdsl.checker.state import SPILL, CoverPlan, Hist, State
+
+MAX_FRAMES = 8
+_ARGS = 0b111110  # r1-r5 (kernel BPF_REGMASK_ARGS)
+
+
+class Checkpoint:
+    """An explored state at prune point ``insn`` (kernel ``bpf_verifier_state_list``):
+    ``state`` (a copy), ``branches`` (paths below it still being explored), ``parent``
+    (the checkpoint before it on its path), ``first_idx``/``last_idx``/``hist`` (the
+    segment from the parent checkpoint to this one: first insn, last insn, jump history),
+    ``live`` (live-register bitmask per frame), ``prec``/``sprec`` (precise-register and
+    precise-stack-slot bitmasks per frame), ``hit``/``miss`` (comparison counters of the
+    kernel's eviction heuristic), ``listed`` (still in the explored list), ``cleaned``
+    (dead stack slots dropped, once its paths were all explored), ``plan`` (how to
+    compare with it, made once it is frozen)."""
+
+    __slots__ = (
+        "state",
+        "branches",
+        "parent",
+        "insn",
+        "first_idx",
+        "last_idx",
+        "hist",
+        "live",
+        "prec",
+        "sprec",
+        "hit",
+        "miss",
+        "listed",
+        "cleaned",
+        "plan",
+    )
+
+    def __init__(self, state: State, insn: int, last_idx: int, live: list[int]):
+        self.state = state
+        self.branches = 1
+        self.parent = state.parent
+        self.insn = insn
+        self.first_idx = state.first_idx
+        self.last_idx = last_idx
+        self.hist = state.hist
+        self.live = live
+        n = len(state.frames)
+        self.prec = [0] * n
+        self.sprec = [0] * n
+        self.hit = 0
+        self.miss = 0
+        self.listed = True
+        self.cleaned = False
+        self.plan: CoverPlan | None = None  # once frozen (single frame, no references)
+
+
+class NotSupported(Exception):
+    """Backtracking met an instruction it cannot follow (kernel -ENOTSUPP): fall back to
+    marking every scalar precise."""
+
+
+class Backtrack:
+    """Registers and stack slots still to be found, per frame (kernel backtrack_state)."""
+
+    __slots__ = ("frame", "regs", "slots")
+
+    def __init__(self, frame: int):
+        self.frame = frame
+        self.regs = [0] * MAX_FRAMES
+        self.slots = [0] * MAX_FRAMES
+
+    def empty(self) -> bool:
+        f = self.frame
+        return not any(self.regs[: f + 1]) and not any(self.slots[: f + 1])
+
+
+def _sync_linked(bt: Backtrack, h: Hist | None) -> None:
+    """kernel bt_sync_linked_regs: a register of a linked set is wanted -> all are."""
+    if h is None or not h.linked:
+        return
+    for fr, r in h.linked:
+        if (r >= 0 and bt.regs[fr] >> r & 1) or (r < 0 and bt.slots[fr] >> (-1 - r) & 1):
+            break
+    else:
+        return
+    for fr, r in h.linked:
+        if r >= 0:
+            bt.regs[fr] |= 1 << r
+        else:
+            bt.slots[fr] |= 1 << (-1 - r)
+
+
+def backtrack_insn(insns, idx: int, subseq: int, h: Hist | None, bt: Backtrack, call_target):
+    """What insn ``idx`` means for the registers still wanted (kernel backtrack_insn):
+    a register it defines is found (its sources become wanted), a fill from the stack
+    hands the want to the slot, a call or exit moves between frames."""
+    x = insns[idx]
+    _sync_linked(bt, h)
+    c = x.cls
+    f = bt.frame
+    regs = bt.regs
+    dreg, sreg = x.dst, x.src
+    if c == U.BPF_ALU or c == U.BPF_ALU64:
+        if not regs[f] >> dreg & 1:
+            return
+        op = x.op
+        if op == U.BPF_END or op == U.BPF_NEG:
+            return
+        if op == U.BPF_MOV:
+            regs[f] &= ~(1 << dreg)
+            if x.source == U.BPF_X and sreg != 10:
+                regs[f] |= 1 << sreg
+        elif x.source == U.BPF_X and sreg != 10:
+            regs[f] |= 1 << sreg
+    elif c == U.BPF_LDX or (c == U.BPF_STX and x.mode == U.BPF_ATOMIC and x.imm & U.BPF_FETCH):
+        load = dreg
+        if c == U.BPF_STX:
+            load = 0 if x.imm == U.BPF_CMPXCHG else sreg
+        if not regs[f] >> load & 1:
+            return
+        regs[f] &= ~(1 << load)
+        if h is None or h.slot is None:
+            return  # not a fill from the stack: the loaded value's range is its own
+        fr, spi = h.slot
+        bt.slots[fr] |= 1 << spi
+    elif c == U.BPF_STX or c == U.BPF_ST:
+        if regs[f] >> dreg & 1:
+            raise NotSupported  # a scalar used as an address: pointer subtraction
+        if h is None or h.slot is None:
+            return
+        fr, spi = h.slot
+        if not bt.slots[fr] >> spi & 1:
+            return
+        bt.slots[fr] &= ~(1 << spi)
+        if c == U.BPF_STX:
+            regs[f] |= 1 << sreg
+    elif c == U.BPF_JMP or c == U.BPF_JMP32:
+        if x.is_pseudo_call:
+            # backwards out of the called function into its caller
+            if regs[f] & ~_ARGS or bt.slots[f]:
+                raise NotSupported
+            args = regs[f] & _ARGS
+            regs[f] = 0
+            if f == 0:
+                raise NotSupported
+            regs[f - 1] |= args
+            bt.frame = f - 1
+        elif x.is_call:
+            if x.src == U.BPF_PSEUDO_KFUNC_CALL and x.imm == 0:
+                raise NotSupported
+            regs[f] &= ~1
+            if regs[f] & _ARGS:
+                raise NotSupported
+        elif x.is_exit:
+            # backwards from a function's return into the function
+            if regs[f] & _ARGS:
+                raise NotSupported
+            r0 = subseq - 1 >= 0 and subseq - 1 in call_target and regs[f] & 1
+            regs[f] &= ~1
+            if f + 1 >= MAX_FRAMES:
+                raise NotSupported
+            bt.frame = f + 1
+            regs[f + 1] = 1 if r0 else 0
+            bt.slots[f + 1] = 0
+            return
+        elif x.is_cond_jump and x.source == U.BPF_X:
+            if not (regs[f] >> dreg & 1 or regs[f] >> sreg & 1):
+                return
+            regs[f] |= (1 << sreg) | (1 << dreg)
+    elif c == U.BPF_LD:
+        if not regs[f] >> dreg & 1:
+            return
+        regs[f] &= ~(1 << dreg)
+        if x.mode in (U.BPF_IND, U.BPF_ABS):
+            raise NotSupported
+    _sync_linked(bt, h)
+
+
+# ---- the single-frame case, table driven (most programs have one function) ----
+
+(
+    _NOP,
+    _MOV_X,
+    _MOV_K,
+    _ALU_X,
+    _LOAD,
+    _STORE_X,
+    _STORE_K,
+    _JMP_X,
+    _HELPER,
+    _FRAMES,
+    _UNSUPPORTED,
+    _KFUNC0,
+) = range(12)
+
+
+def backtrack_table(insns) -> list[tuple[int, int, int]]:
+    """Per insn (kind, register a, register b) for :func:`_mark_single`: what
+    backtrack_insn does with it in one frame (_FRAMES: a call or exit, which changes
+    frames; the general walk handles those)."""
+    out = []
+    for x in insns:
+        c, d, s = x.cls, x.dst, x.src
+        k, a, b = _NOP, d, s
+        if c == U.BPF_ALU or c == U.BPF_ALU64:
+            if x.op == U.BPF_MOV:
+                k = _MOV_X if x.source == U.BPF_X else _MOV_K
+            elif x.op not in (U.BPF_END, U.BPF_NEG) and x.source == U.BPF_X:
+                k = _ALU_X
+        elif c == U.BPF_LDX:
+            k = _LOAD
+        elif c == U.BPF_STX and x.mode == U.BPF_ATOMIC and x.imm & U.BPF_FETCH:
+            k, a = _LOAD, (0 if x.imm == U.BPF_CMPXCHG else s)
+        elif c == U.BPF_STX:
+            k = _STORE_X
+        elif c == U.BPF_ST:
+            k = _STORE_K
+        elif c == U.BPF_JMP or c == U.BPF_JMP32:
+            if x.is_pseudo_call or x.is_exit:
+                k = _FRAMES
+            elif x.is_call:
+                k = _KFUNC0 if x.src == U.BPF_PSEUDO_KFUNC_CALL and x.imm == 0 else _HELPER
+            elif x.is_cond_jump and x.source == U.BPF_X:
+                k = _JMP_X
+        elif c == U.BPF_LD:
+            k = _MOV_K if x.is_ld_imm64 else _UNSUPPORTED
+        out.append((k, a, b))
+    return out
+
+
+class _Fallback(Exception):
+    """The single-frame walk met a frame change: use the general one."""
+
+
+def _linked0(regs: int, slots: int, h: Hist) -> tuple[int, int]:
+    """bt_sync_linked_regs for frame 0 masks."""
+    hit = False
+    for fr, r in h.linked:
+        if fr == 0 and ((r >= 0 and regs >> r & 1) or (r < 0 and slots >> (-1 - r) & 1)):
+            hit = True
+            break
+    if hit:
+        for fr, r in h.linked:
+            if fr == 0:
+                if r >= 0:
+                    regs |= 1 << r
+                else:
+                    slots |= 1 << (-1 - r)
+    return regs, slots
+
+
+def _mark_single(table, cur: State, cur_idx: int, regs: int, slots: int) -> None:
+    """mark_precise for a one-frame path whose checkpoints are one-frame too; raises
+    _Fallback at a call or exit, NotSupported as the kernel's -ENOTSUPP."""
+    first, i, hist = cur.first_idx, cur_idx, cur.hist
+    cp = None
+    skip = True
+    while True:
+        while True:
+            if skip:
+                skip = False
+            else:
+                h: Hist | None = hist if hist is not None and hist.idx == i else None
+                if h is not None and h.linked:
+                    regs, slots = _linked0(regs, slots, h)
+                k, a, b = table[i]
+                if k == _NOP:
+                    pass
+                elif k == _MOV_X:
+                    if regs >> a & 1:
+                        regs &= ~(1 << a)
+                        if b != 10:
+                            regs |= 1 << b
+                elif k == _MOV_K:
+                    regs &= ~(1 << a)
+                elif k == _ALU_X:
+                    if regs >> a & 1 and b != 10:
+                        regs |= 1 << b
+                elif k == _LOAD:
+                    if regs >> a & 1:
+                        regs &= ~(1 << a)
+                        if h is not None and h.slot is not None:
+                            slots |= 1 << h.slot[1]
+                elif k == _STORE_X or k == _STORE_K:
+                    if regs >> a & 1:
+                        raise NotSupported
+                    if h is not None and h.slot is not None and slots >> h.slot[1] & 1:
+                        slots &= ~(1 << h.slot[1])
+                        if k == _STORE_X:
+                            regs |= 1 << b
+                elif k == _JMP_X:
+                    if regs >> a & 1 or regs >> b & 1:
+                        regs |= (1 << a) | (1 << b)
+                elif k == _HELPER:
+                    regs &= ~1
+                    if regs & _ARGS:
+                        raise NotSupported
+                elif k == _FRAMES:
+                    raise _Fallback
+                elif k == _KFUNC0 or regs >> a & 1:  # kfunc #0; LD_ABS/IND of a wanted reg
+                    raise NotSupported
+                if h is not None and h.linked:
+                    regs, slots = _linked0(regs, slots, h)
+            if not regs and not slots:
+                return
+            if i == first and (hist is None or (hist.next is None and hist.idx == i)):
+                break
+            if hist is not None and hist.idx == i:
+                i = hist.prev
+                hist = hist.next
+            else:
+                i -= 1
+            if i < 0:
+                raise NotSupported
+        cp = cur.parent if cp is None else cp.parent
+        if cp is None:
+            raise NotSupported  # wanted registers never set: kernel marks all precise
+        f = cp.state.frames
+        if len(f) != 1:
+            raise _Fallback
+        fregs = f[0].regs
+        live = cp.live[0]
+        prec = cp.prec[0]
+        m, r = regs, 0
+        while m:
+            if m & 1:
+                bit = 1 << r
+                if not live & bit or fregs[r].t != D.SCALAR or prec & bit:
+                    regs &= ~bit
+                else:
+                    prec |= bit
+            m >>= 1
+            r += 1
+        cp.prec[0] = prec
+        if slots:
+            stack = f[0].stack
+            sprec = cp.sprec[0]
+            m, k2 = slots, 0
+            while m:
+                if m & 1:
+                    bit = 1 << k2
+                    sl = stack.get(k2)
+                    spilled = (
+                        sl is not None
+                        and sl.spill is not None
+                        and sl.types[0] == SPILL
+                        and sl.spill.t == D.SCALAR
+                    )
+                    if not spilled or sprec & bit:
+                        slots &= ~bit
+                    else:
+                        sprec |= bit
+                m >>= 1
+                k2 += 1
+            cp.sprec[0] = sprec
+        if not regs and not slots:
+            return
+        i, first, hist = cp.last_idx, cp.first_idx, cp.hist
+        if i < 0:
+            raise NotSupported
+
+
+def mark_all_precise(start: State) -> None:
+    """kernel mark_all_scalars_precise: every scalar of every checkpoint on the path."""
+    cp = start.parent
+    while cp is not None:
+        for fi, f in enumerate(cp.state.frames):
+            m = 0
+            for r in range(10):
+                if f.regs[r].t == D.SCALAR:
+                    m |= 1 << r
+            cp.prec[fi] |= m
+            sm = 0
+            for k, s in f.stack.items():
+                if s.spill is not None and s.types[0] == SPILL and s.spill.t == D.SCALAR:
+                    sm |= 1 << k
+            cp.sprec[fi] |= sm
+        cp = cp.parent
+
+
+def mark_precise(
+    insns,
+    call_target,
+    cur: State,
+    cur_idx: int,
+    regs: list[int],
+    slots: list[int],
+    table=None,
+) -> bool:
+    """kernel mark_chain_precision from insn ``cur_idx`` of path ``cur``: ``regs[f]`` /
+    ``slots[f]`` are bitmasks of the registers / stack slots of frame f whose value must
+    be exact.  Marks them, and all they were computed from, precise in the checkpoints
+    behind ``cur``; returns True when a mark was added.  ``table``: backtrack_table of
+    the insns, for the single-frame walk."""
+    if table is not None and len(cur.frames) == 1:
+        try:
+            _mark_single(table, cur, cur_idx, regs[0], slots[0])
+            return True
+        except NotSupported:
+            mark_all_precise(cur)
+            return True
+        except _Fallback:
+            pass  # the marks made so far are made again by the general walk
+    bt = Backtrack(len(cur.frames) - 1)
+    for f in range(len(regs)):
+        bt.regs[f] = regs[f]
+        bt.slots[f] = slots[f]
+    if bt.empty():
+        return False
+    changed = False
+    first, last, hist = cur.first_idx, cur_idx, cur.hist
+    subseq = -1
+    skip_first = True
+    cp = None
+    try:
+        while True:
+            i = last
+            while True:
+                if skip_first:
+                    skip_first = False
+                else:
+                    h: Hist | None = hist if hist is not None and hist.idx == i else None
+                    backtrack_insn(insns, i, subseq, h, bt, call_target)
+                if bt.empty():
+                    return changed
+                subseq = i
+                # kernel get_prev_insn_idx
+                if i == first and (hist is None or (hist.next is None and hist.idx == i)):
+                    break
+                if hist is not None and hist.idx == i:
+                    i = hist.prev
+                    hist = hist.next
+                else:
+                    i -= 1
+                if i < 0:
+                    raise NotSupported
+            cp = cur.parent if cp is None else cp.parent
+            if cp is None:
+                break
+            frames = cp.state.frames
+            for fr in range(min(bt.frame, len(frames) - 1), -1, -1):
+                fregs = frames[fr].regs
+                live = cp.live[fr]
+                m = bt.regs[fr]
+                r = 0
+                while m:
+                    if m & 1:
+                        bit = 1 << r
+                        if not live & bit or fregs[r].t != D.SCALAR or cp.prec[fr] & bit:
+                            bt.regs[fr] &= ~bit
+                        else:
+                            cp.prec[fr] |= bit
+                            changed = True
+                    m >>= 1
+                    r += 1
+                m = bt.slots[fr]
+                stack = frames[fr].stack
+                k = 0
+                while m:
+                    if m & 1:
+                        bit = 1 << k
+                        s = stack.get(k)
+                        spilled = (
+                            s is not None
+                            and s.spill is not None
+                            and s.types[0] == SPILL
+                            and s.spill.t == D.SCALAR
+                        )
+                        if not spilled or cp.sprec[fr] & bit:
+                            bt.slots[fr] &= ~bit
+                        else:
+                            cp.sprec[fr] |= bit
+                            changed = True
+                    m >>= 1
+                    k += 1
+            if bt.empty():
+                return changed
+            subseq = first
+            last, first, hist = cp.last_idx, cp.first_idx, cp.hist
+            if last < 0:
+                raise NotSupported
+    except NotSupported:
+        mark_all_precise(cur)
+        return True
+    if not bt.empty():
+        mark_all_precise(cur)
+        return True
+    return changed
+
+
+def wanted_from(cp: Checkpoint) -> tuple[list[int], list[int]]:
+    """The precise registers and slots of checkpoint ``cp`` (kernel propagate_precision):
+    what a state it covers must in turn have exact."""
+    regs, slots = [], []
+    for fi, f in enumerate(cp.state.frames):
+        m = cp.prec[fi]
+        keep = 0
+        r = 0
+        while m:
+            if m & 1 and f.regs[r].t == D.SCALAR:
+                keep |= 1 << r
+            m >>= 1
+            r += 1
+        regs.append(keep)
+        slots.append(cp.sprec[fi])
+    return regs, slots
