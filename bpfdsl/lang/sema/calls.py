@@ -13,8 +13,8 @@ from bpfdsl.abi.uapi import MapType, is_percpu, lookup_is_readonly
 from bpfdsl.diagnostics import Diagnostic
 from bpfdsl.lang import ast
 from bpfdsl.lang import types as T
-from bpfdsl.lang.sema.csum import check_swap, check_write
 from bpfdsl.lang.sema import helpers
+from bpfdsl.lang.sema.csum import check_swap, check_write
 from bpfdsl.lang.sema.events import EVENT_CALLS, EVENT_MAP_HINT, EVENT_MAP_USE, check_call
 from bpfdsl.lang.sema.helpers import helper_kind as _helper_kind
 from bpfdsl.lang.sema.symbols import (

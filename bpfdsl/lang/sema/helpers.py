@@ -82,9 +82,7 @@ def fib_lookup(ex, e: ast.Call) -> T.Type:
     the kernel reads and writes; flags BPF_FIB_LOOKUP_* (others: -EINVAL)."""
     helper_kind(ex, e, "fib_lookup")
     if len(e.args) != 2 or e.kwargs:
-        ex.err(
-            "arg-count", "fib_lookup(params, flags) takes 2 arguments", e.span, FIB_HINT
-        )
+        ex.err("arg-count", "fib_lookup(params, flags) takes 2 arguments", e.span, FIB_HINT)
         for a in e.args:
             ex.expr(a)
         return T.I64
@@ -204,7 +202,7 @@ def by_name(ex, e: ast.Call) -> T.Type | None:
             f"write {form}"
             if form
             else "the helpers callable as `bpf_NAME(...)` take scalars only; see "
-            "docs/language.md \"Kernel helpers\""
+            'docs/language.md "Kernel helpers"'
         )
         what = "takes memory or map arguments" if h.modelled else "has no prototype in bpfdsl"
         ex.err(
