@@ -60,7 +60,7 @@ def helper_kind(ex, e: ast.Call, name: str) -> bool:
         return True
     ex.err(
         "helper-not-allowed",
-        f"`{name}` cannot be called from a {kind.keyword} program",
+        f"`{e.name}` cannot be called from a {kind.keyword} program",
         e.span,
         "the kernel offers it to: " + ", ".join(sorted(p.name.lower() for p in h.prog_types or ())),
     )
