@@ -233,7 +233,7 @@ MAX_SOURCE_BYTES = 4 << 20
 
 def read_source(path: str | os.PathLike) -> str:
     """The text of the source file ``path``: a regular file of at most MAX_SOURCE_BYTES
-    bytes, UTF-8.  Raises UsageError (exit 2) when it cannot be read, is not a regular file
+    bytes, UTF-8, with universal newlines.  Raises UsageError (exit 2) when it cannot be read, is not a regular file
     (a directory, device or pipe) or is larger; DiagnosticError (code ``bad-encoding``) at
     the line:col of the first byte that is not UTF-8."""
 
@@ -267,9 +267,13 @@ def read_source(path: str | os.PathLike) -> str:
             )
         )
     try:
-        return data.decode("utf-8")
+        text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise _bad_encoding(data, name, e.start) from None
+    # universal newlines, as open() in text mode: CR LF and a lone CR end a line (the lexer
+    # and the renderer count "\n" only, so a lone CR would put a line:col off the lines an
+    # editor shows)
+    return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
 def _bad_encoding(data: bytes, name: str, pos: int) -> DiagnosticError:

@@ -259,7 +259,15 @@ PROTOTYPES: tuple[HelperProto, ...] = (
     HelperProto("skb_get_xfrm_state", 66),
     HelperProto("get_stack", 67),
     HelperProto("skb_load_bytes_relative", 68),
-    HelperProto("fib_lookup", 69),
+    # bpf_xdp_fib_lookup_proto / bpf_skb_fib_lookup_proto (net/core/filter.c): params is
+    # a struct bpf_fib_lookup (bpfdsl.abi.fib) read and written, plen its size
+    HelperProto(
+        "fib_lookup",
+        69,
+        (A.PTR_TO_CTX, A.PTR_TO_MEM, A.CONST_SIZE, A.ANYTHING),
+        RetKind.INTEGER,
+        prog_types=_NET,
+    ),
     HelperProto(
         "sock_hash_update",
         70,
@@ -513,6 +521,31 @@ MAP_HELPERS: dict[MapType, frozenset[str]] = {
     MapType.PERF_EVENT_ARRAY: frozenset({"perf_event_output"}),
     MapType.RINGBUF: frozenset({"ringbuf_output", "ringbuf_reserve"}),
 }
+
+
+# Flags each XDP redirect helper accepts (net/core/filter.c): ``bpf_xdp_redirect`` returns
+# XDP_ABORTED for any flag; ``__bpf_xdp_redirect_map`` (include/linux/filter.h) for a bit
+# outside the action mask (XDP_ABORTED | XDP_DROP | XDP_PASS | XDP_TX: the fallback action)
+# and the map's own flags: BPF_F_BROADCAST | BPF_F_EXCLUDE_INGRESS for devmaps
+# (``dev_map_redirect``), none for cpumap (``cpu_map_redirect``) and xskmap (``xsk_map_redirect``).
+XDP_REDIRECT_FLAGS = 0
+
+
+def redirect_map_flags(map_type: MapType) -> int:
+    """The flag bits ``bpf_redirect_map`` accepts from XDP for a map of ``map_type``; any
+    other bit makes the call return XDP_ABORTED."""
+    extra = U.BPF_F_BROADCAST | U.BPF_F_EXCLUDE_INGRESS if map_type in U.DEVMAP_TYPES else 0
+    return U.XDP_REDIRECT_FALLBACK_MASK | extra
+
+
+def callable_by_name(helper: HelperProto) -> bool:
+    """Whether the language's ``bpf_NAME(...)`` form can call ``helper``: modelled, scalar
+    arguments only (the context, where the prototype takes it first, is passed implicitly)
+    and an integer or no result."""
+    if helper.args is None or helper.ret not in (RetKind.INTEGER, RetKind.VOID):
+        return False
+    rest = helper.args[1:] if helper.args[:1] == (A.PTR_TO_CTX,) else helper.args
+    return all(a is A.ANYTHING for a in rest)
 
 
 def helper_allowed(helper: HelperProto, prog_type: ProgramType) -> bool:

@@ -16,6 +16,7 @@ Version = tuple[int, int]
 
 HELPER_MIN: dict[str, Version] = {
     "check_mtu": (5, 12),
+    "fib_lookup": (4, 18),  # bpf_fib_lookup (XDP and tc)
     "xdp_get_buff_len": (5, 18),
     "xdp_load_bytes": (5, 18),
     "xdp_store_bytes": (5, 18),

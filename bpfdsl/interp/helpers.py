@@ -12,9 +12,18 @@ from __future__ import annotations
 
 import errno
 import functools
+import ipaddress
 from collections.abc import Callable
 from typing import Any
 
+from bpfdsl.abi.fib import (
+    AF_INET,
+    AF_INET6,
+    BPF_FIB_LOOKUP_SIZE,
+    FIB_LOOKUP_FLAGS,
+    FibLookupFlag,
+    FibResult,
+)
 from bpfdsl.abi.helpers import HELPERS, map_fits_helper
 from bpfdsl.abi.uapi import BPF_F_BROADCAST, BPF_F_EXCLUDE_INGRESS, MapType, XdpAction, is_devmap
 from bpfdsl.interp.ctx import (
@@ -288,6 +297,47 @@ def _adjust_meta(m: RunState, r1, r2, *_):
         return _neg(errno.EACCES)
     pk.lo = meta
     return 0
+
+
+# ---- routing ----
+
+
+def _fib_route(m: RunState, family: int, dst: bytes):
+    """The longest prefix of ``m.env.fib_routes`` holding ``dst`` (4 or 16 bytes), or None."""
+    addr = ipaddress.ip_address(dst)
+    best = None
+    for r in m.env.fib_routes:
+        net = ipaddress.ip_network(r.prefix, strict=False)
+        if net.version == addr.version and addr in net:
+            if best is None or net.prefixlen > best[0]:
+                best = (net.prefixlen, r)
+    return None if best is None else best[1]
+
+
+@helper("fib_lookup")
+def _fib_lookup(m: RunState, r1, r2, r3, r4, *_):
+    """``bpf_xdp_fib_lookup`` (net/core/filter.c) against the routes of ``m.env``: -EINVAL
+    for unknown flags or a short struct, -EAFNOSUPPORT for a family other than AF_INET(6);
+    no route: BPF_FIB_LKUP_RET_NOT_FWDED; a route: ifindex, smac, dmac set and SUCCESS, or
+    NO_NEIGH where the route has no neighbour (dmac None), as the kernel does."""
+    if r4 & ~FIB_LOOKUP_FLAGS or (r3 & M32) < BPF_FIB_LOOKUP_SIZE:
+        return _neg(errno.EINVAL)
+    raw = bytearray(_mem(r2, BPF_FIB_LOOKUP_SIZE, "fib_lookup params"))
+    family = raw[0]
+    if family not in (AF_INET, AF_INET6):
+        return _neg(errno.EAFNOSUPPORT)
+    dst = bytes(raw[32:36] if family == AF_INET else raw[32:48])
+    route = _fib_route(m, family, dst)
+    if route is None:
+        return FibResult.NOT_FWDED
+    raw[8:12] = (route.ifindex & M32).to_bytes(4, "little")
+    if not r4 & FibLookupFlag.SKIP_NEIGH:
+        if route.dmac is None:
+            r2.region.write_bytes(r2, bytes(raw))
+            return FibResult.NO_NEIGH
+        raw[52:58], raw[58:64] = route.smac, route.dmac
+    r2.region.write_bytes(r2, bytes(raw))
+    return FibResult.SUCCESS
 
 
 @helper("xdp_get_buff_len")

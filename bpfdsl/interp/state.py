@@ -15,15 +15,30 @@ from dataclasses import dataclass, field
 from bpfdsl.interp.memory import Region
 
 
+@dataclass(frozen=True, slots=True)
+class FibRoute:
+    """One route of the machine's FIB for ``bpf_fib_lookup``: packets to ``prefix``
+    (``ipaddress.ip_network`` text, IPv4 or IPv6) leave by ``ifindex`` with Ethernet
+    source ``smac`` and destination ``dmac`` (6 bytes each: the next hop's neighbour
+    entry; None = no neighbour entry, BPF_FIB_LKUP_RET_NO_NEIGH)."""
+
+    prefix: str
+    ifindex: int
+    smac: bytes = bytes(6)
+    dmac: bytes | None = bytes(6)
+
+
 @dataclass
 class Env:
-    """Settable machine state: clock (ns), CPU number and count, random seed."""
+    """Settable machine state: clock (ns), CPU number and count, random seed, and the
+    routes ``bpf_fib_lookup`` finds (none by default: every lookup is NOT_FWDED)."""
 
     clock_ns: int = 1_000_000_000
     clock_step_ns: int = 0  # added after every ktime read (0: a frozen clock)
     cpu: int = 0
     ncpus: int = 1
     seed: int = 0
+    fib_routes: list[FibRoute] = field(default_factory=list)
     rng: random.Random = field(init=False)
 
     def __post_init__(self) -> None:

@@ -342,7 +342,10 @@ class ProgGen:
         if k < 0.88:
             return f"redirect_map(xsks, ctx.rx_queue_index, {r.choice(ACTIONS)})"
         if k < 0.93:
-            return f"redirect({self.c('1', '2', 'ctx.ingress_ifindex')}, {self.c('0', '0', '1')})"
+            # a constant flag is a compile error (bad-flags); a run-time 1 still reaches the
+            # kernel's XDP_ABORTED for flags, on both engines
+            flags = self.c("0", "0", "((ctx.ingress_ifindex >> 31) | 1)")
+            return f"redirect({self.c('1', '2', 'ctx.ingress_ifindex')}, {flags})"
         return self.c(
             "redirect_map(tx, 0, BPF_F_BROADCAST)",
             "redirect_map(tx, 1, BPF_F_BROADCAST | BPF_F_EXCLUDE_INGRESS)",

@@ -10,6 +10,7 @@ from llvmlite import ir
 from bpfdsl.abi.helpers import HELPERS
 from bpfdsl.abi.uapi import BPF_F_CURRENT_CPU
 from bpfdsl.backend.codegen.expr import _chunks
+from bpfdsl.backend.codegen.helpers import TYPED_HELPERS
 from bpfdsl.backend.codegen.host import GenHost
 from bpfdsl.lang import ast
 from bpfdsl.lang import types as T
@@ -57,6 +58,8 @@ class CallGen(GenHost):
                     self.fn_ir[e.name, self.f.ctx_kind], [self.f.ctx, self.f.cursor, *args]
                 )
             return self.b.call(self.fn_ir[e.name, None], args)
+        if e.name in TYPED_HELPERS or (e.name.startswith("bpf_") and e.name not in BUILTINS):
+            return self.typed_helper(e)
         if e.name == "host" or e.name.startswith("be"):
             at = e.args[0].ty
             assert isinstance(e.ty, T.IntType)

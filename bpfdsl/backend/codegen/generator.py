@@ -18,6 +18,7 @@ from llvmlite import ir
 
 from bpfdsl.backend.codegen.calls import CallGen
 from bpfdsl.backend.codegen.expr import ExprGen
+from bpfdsl.backend.codegen.helpers import HelperGen
 from bpfdsl.backend.codegen.maps import MapGen
 from bpfdsl.backend.codegen.pkt import PktGen
 from bpfdsl.lang import ast
@@ -55,7 +56,7 @@ class _Fn:
         self.rets: list[tuple[ir.Value, ir.Block]] = []  # (value, predecessor) of ret_block
 
 
-class CodeGen(ExprGen, CallGen, PktGen, MapGen):
+class CodeGen(ExprGen, CallGen, PktGen, MapGen, HelperGen):
     def __init__(self, checked: Checked, dbg=None, module: ir.Module | None = None):
         self.c = checked
         self.m = module if module is not None else ir.Module(name=checked.filename)

@@ -26,6 +26,7 @@ from bpfdsl.lang.sema.expr import ExprChecker
 from bpfdsl.lang.sema.refs import check_refs
 from bpfdsl.lang.sema.stmt import StmtChecker
 from bpfdsl.lang.sema.symbols import (
+    BUILTIN_STRUCTS,
     CURSOR_UNKNOWN,
     Config,
     Const,
@@ -177,6 +178,7 @@ class Sema(StmtChecker, DeclChecker):
         for it in items:
             if isinstance(it, ast.HeaderDecl):
                 self.header_decl(it)
+        self.c.structs.update(BUILTIN_STRUCTS)  # kernel structs (bpf_fib_lookup)
         for it in items:
             if isinstance(it, ast.StructDecl):
                 members = [(f.name, self.value_type(f.type, "a struct field")) for f in it.fields]

@@ -8,13 +8,15 @@ map's key type exactly (a literal takes it), lpm_trie keys may be a bare address
 
 from __future__ import annotations
 
-from bpfdsl.abi.helpers import HELPERS, helper_allowed, map_fits_helper
+from bpfdsl.abi.helpers import map_fits_helper
 from bpfdsl.abi.uapi import MapType, is_percpu, lookup_is_readonly
 from bpfdsl.diagnostics import Diagnostic
 from bpfdsl.lang import ast
 from bpfdsl.lang import types as T
+from bpfdsl.lang.sema import helpers
 from bpfdsl.lang.sema.csum import check_swap, check_write
 from bpfdsl.lang.sema.events import EVENT_CALLS, EVENT_MAP_HINT, EVENT_MAP_USE, check_call
+from bpfdsl.lang.sema.helpers import helper_kind as _helper_kind
 from bpfdsl.lang.sema.symbols import (
     BUILTINS,
     CURSOR_UNKNOWN,
@@ -93,7 +95,20 @@ def call(ex, e: ast.Call) -> T.Type:
                 e.span,
                 f"write `{e.name}({', '.join(f + ': ...' for f in st.fields)})`",
             )
+        given: dict[int, str] = {}  # byte -> field: union members share bytes
         for k, v in e.kwargs.items():
+            if k in st.fields:
+                off, ft = st.fields[k]
+                other = next((given[b] for b in range(off, off + ft.size) if b in given), None)
+                if other is not None:
+                    ex.err(
+                        "struct-literal",
+                        f"`{k}` and `{other}` of `{st.name}` share bytes (a union in the "
+                        "kernel's struct): give one of them",
+                        v.span,
+                        f"remove `{k}` or `{other}`",
+                    )
+                given.update(dict.fromkeys(range(off, off + ft.size), k))
             if k not in st.fields:
                 ex.err(
                     "unknown-field",
@@ -115,6 +130,10 @@ def call(ex, e: ast.Call) -> T.Type:
             ex.packet_access(e.span, f"call `{e.name}` (it reads the packet)")
             ex.s.cursor = CURSOR_UNKNOWN
         return info.ret
+    if e.name.startswith("bpf_") and e.name not in BUILTINS:  # any helper, by its name
+        ht = helpers.by_name(ex, e)
+        if ht is not None:
+            return ht
     if e.name not in BUILTINS:
         names = list(BUILTINS) + list(c.fns) + list(c.structs)
         ex.err("unknown-fn", f"unknown function `{e.name}`", e.span, ex.s.suggest(e.name, names))
@@ -156,6 +175,12 @@ def call(ex, e: ast.Call) -> T.Type:
         return check_call(ex, e)
     if e.name == "swap":
         return _swap(ex, e)
+    if e.name == "fib_lookup":
+        return helpers.fib_lookup(ex, e)
+    if e.name == "csum_diff":
+        return helpers.csum_diff(ex, e)
+    if e.name == "redirect":
+        return helpers.redirect(ex, e)
     if e.name == "hash":
         if not args:
             ex.err("arg-count", "hash() takes at least one value", e.span)
@@ -218,6 +243,8 @@ def call(ex, e: ast.Call) -> T.Type:
                 ex.expect(a, ty)
         if len(args) == 3:
             _fallback_aborted(ex, args[0], args[2])
+            if m is not None:
+                helpers.redirect_map_fallback(ex, m, args[2])
         return T.ERR
     assert sig is not None  # the builtins without a signature are handled above
     params, ret = sig
@@ -450,22 +477,6 @@ def _hash_refusal(t: T.Type) -> tuple[str, str]:
     if isinstance(t, T.IntType):
         return msg, "hash the halves: `hash((x >> 32) as u32, x as u32)`"
     return msg, "hash its fields: `hash(v.a, v.b, ...)`"
-
-
-def _helper_kind(ex, e: ast.Call, name: str) -> bool:
-    """Error unless helper ``name`` may be called from the current program kind."""
-
-    h = HELPERS.get(PKT_RESIZE.get(name, name)) or HELPERS.get(name)
-    kind = ex.s.kind
-    if h is None or kind is None or helper_allowed(h, kind.program_type):
-        return True
-    ex.err(
-        "helper-not-allowed",
-        f"`{name}` cannot be called from a {kind.keyword} program",
-        e.span,
-        "the kernel offers it to: " + ", ".join(sorted(p.name.lower() for p in h.prog_types or ())),
-    )
-    return False
 
 
 def _sock_redirect(ex, e: ast.Call) -> T.Type:

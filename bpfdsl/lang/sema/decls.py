@@ -13,7 +13,7 @@ from bpfdsl.lang import ast
 from bpfdsl.lang import types as T
 from bpfdsl.lang.headers import CORE_HEADERS
 from bpfdsl.lang.layout import header_layout
-from bpfdsl.lang.sema.symbols import const_int, is_builtin_constant
+from bpfdsl.lang.sema.symbols import BUILTIN_STRUCTS, const_int, is_builtin_constant
 
 # language map kind -> (kernel map type, fixed key type, fixed value type)
 MAP_KINDS: dict[str, tuple[MapType, T.Type | None, T.Type | None]] = {
@@ -410,7 +410,9 @@ class DeclChecker:
             name = getattr(it, "name", None)
             if name is None:
                 continue
-            if isinstance(it, ast.StructDecl) and (name in T.BUILTIN_TYPES or name in CORE_HEADERS):
+            if isinstance(it, ast.StructDecl) and (
+                name in T.BUILTIN_TYPES or name in CORE_HEADERS or name in BUILTIN_STRUCTS
+            ):
                 self.err(
                     "reserved-name",
                     f"`{name}` is a built-in type",

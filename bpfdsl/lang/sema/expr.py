@@ -75,7 +75,7 @@ class ExprChecker(OpsChecker):
             self.byte_order(e, t, ty)
         elif t.be and t.bits != ty.bits:
             self.err("type-mismatch", f"expected {ty}, found {t}", e.span)
-        elif t.bits > ty.bits:
+        elif t.bits > ty.bits and not self._builtin_fits(e, ty):
             self.err(
                 "type-mismatch",
                 f"expected {ty}, found {t} (may not fit)",
@@ -94,6 +94,18 @@ class ExprChecker(OpsChecker):
                 e.span,
                 f"convert explicitly: `{self.src_text(e)} as {ty}`",
             )
+
+    def _builtin_fits(self, e: ast.Expr, ty: T.IntType) -> bool:
+        """A host-order built-in constant (``AF_INET``, a C ``#define``) whose value fits
+        ``ty`` narrows to it (``bpf_fib_lookup(family: AF_INET)``, a u8 field)."""
+        if not (isinstance(e, ast.Name) and e.id in CONSTANTS and self.s.lookup(e.id) is None):
+            return False
+        v = self.c.cval.get(e)
+        if v is None or ty.be or not 0 <= v < 1 << (ty.bits - (1 if ty.signed else 0)):
+            return False
+        self.c.cval[e] = v  # host order: the raw value is the value
+        e.ty = ty
+        return True
 
     def coerce_ref(self, e, t: T.RefType, ty: T.Type) -> None:
         if isinstance(t.inner, T.IntType) and isinstance(ty, T.IntType):

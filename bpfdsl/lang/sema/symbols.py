@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from bpfdsl.abi.fib import BPF_FIB_LOOKUP_SIZE, FIB_LOOKUP_FIELDS, FibLookupFlag, FibResult
 from bpfdsl.abi.uapi import (
     BPF_ANY,
     BPF_EXIST,
@@ -79,6 +80,28 @@ FLAG_CONSTANTS = {
     "BPF_RB_NO_WAKEUP": BPF_RB_NO_WAKEUP,
     "BPF_RB_FORCE_WAKEUP": BPF_RB_FORCE_WAKEUP,
 }
+# bpf_fib_lookup's flags and results (bpfdsl.abi.fib, include/uapi/linux/bpf.h): untyped
+FLAG_CONSTANTS.update({f"BPF_FIB_LOOKUP_{f.name}": int(f) for f in FibLookupFlag})
+FLAG_CONSTANTS.update({f"BPF_FIB_LKUP_RET_{r.name}": int(r) for r in FibResult})
+_FIB_KINDS: dict[tuple[str, int], T.Type] = {
+    ("u", 1): T.U8,
+    ("u", 2): T.U16,
+    ("u", 4): T.U32,
+    ("be", 2): T.BE16,
+    ("be", 4): T.BE32,
+    ("ipv6", 16): T.IPV6_ADDR,
+    ("mac", 6): T.MAC,
+}
+FIB_LOOKUP = T.StructType(
+    "bpf_fib_lookup",
+    {n: (off, _FIB_KINDS[kind, size]) for n, off, size, kind in FIB_LOOKUP_FIELDS},
+    BPF_FIB_LOOKUP_SIZE,
+    4,
+)
+"""``struct bpf_fib_lookup`` as the kernel lays it out; union members share bytes."""
+BUILTIN_STRUCTS: dict[str, T.StructType] = {"bpf_fib_lookup": FIB_LOOKUP}
+"""Kernel structs every program may build (``bpf_fib_lookup(family: AF_INET, ...)``)."""
+
 ACTIONS: dict[str, int] = {}
 for _k in PROGRAM_KINDS:
     ACTIONS.update({n: int(v) for n, v in _k.returns.items() if not n.isdigit()})
@@ -101,6 +124,10 @@ BUILTINS: dict[str, tuple[list[T.Type], T.Type] | None] = {
     "ktime_get_ns": ([], T.U64),
     "get_prandom_u32": ([], T.U32),
     "get_smp_processor_id": ([], T.U32),
+    "ktime_get_boot_ns": ([], T.U64),
+    "xdp_get_buff_len": ([], T.U32),  # the frame's bytes, every fragment (xdp(frags))
+    "fib_lookup": None,  # bpfdsl.lang.sema.helpers
+    "csum_diff": None,
     "msg_redirect_hash": None,
     "msg_redirect_map": None,
     "sock_hash_update": None,
