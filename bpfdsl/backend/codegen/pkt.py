@@ -72,14 +72,16 @@ class PktGen(CsumGen):
             v = self.b.load(ptr, typ=I32, align=4)
         return v if wide else self.b.inttoptr(self.b.zext(v, I64), PTR)
 
-    def opaque(self, v: ir.Value) -> ir.Value:
+    def opaque(self, v: ir.Value, side_effect: bool = True) -> ir.Value:
         """``v`` through an empty inline asm (libbpf's ``barrier_var``): an opaque 64-bit
         scalar.  Without it LLVM reassociates e.g. ``7 + (data_end - data)`` into arithmetic
         on the pointers and narrows it to 32 bits, in IR and again in instruction selection
         (verifier: "32-bit pointer arithmetic prohibited", FIELD-BUGS B04; found by program
-        fuzzing).  ``llvm.bpf.passthrough`` is not enough: it is gone before ISel."""
-        asm = ir.InlineAsm(ir.FunctionType(I64, [I64]), "", "=r,0", side_effect=True)
-        return self.b.call(asm, [v])
+        fuzzing).  ``llvm.bpf.passthrough`` is not enough: it is gone before ISel.
+        ``side_effect=False``: the asm reads and writes no memory, so loads of data and
+        data_end on either side of it stay shared (a scalar offset needs no more)."""
+        asm = ir.InlineAsm(ir.FunctionType(I64, [I64]), "", "=r,0", side_effect=side_effect)
+        return self.b.call(asm, [v], attrs=() if side_effect else ("readnone", "nounwind"))
 
     def pkt_data(self) -> ir.Value:
         return self._ctx_ptr(0)
@@ -143,7 +145,7 @@ class PktGen(CsumGen):
     def bounds(self, p: ir.Value, size: int, fail: ir.Block, name: str) -> None:
         """Branch to ``fail`` if ``p + size > data_end`` (pointer compare, verifier shape)."""
         ok = self.new_block(f"{name}.ok")
-        end = self.gep(p, size)
+        end = self.b.gep(p, [ir.Constant(I64, size)], inbounds=True, source_etype=I8)
         # In a loop, LLVM's loop passes may rewrite pointer compares against a loop-invariant
         # data_end into integer arithmetic on data_end (found by fuzzing: the verifier then
         # loses the packet range, FIELD-BUGS B06).  A volatile load per check prevents it.
@@ -350,14 +352,14 @@ class PktGen(CsumGen):
         if offset is not None:
             v = self.c.cval.get(offset)
             if v is not None:
-                p = self.gep(p, v)
+                p = self.b.gep(p, [ir.Constant(I64, v)], inbounds=True, source_etype=I8)
             else:
                 off = self.rv(offset, T.U64)
                 ok = self.new_block("off.ok")
                 big = self.b.icmp_unsigned(">", off, ir.Constant(I64, 0xFFFF))
                 self.b.cbranch(big, fail, ok)
                 self.start(ok)
-                p = self.gep(p, self.opaque(off))
+                p = self.gep(p, self.opaque(off, side_effect=False))
         self.bounds(p, size, fail, "bytes")
         return p
 
