@@ -469,8 +469,13 @@ class PktGen(CsumGen):
         assert sig is not None
         args = [self.rv(a, t) for a, t in zip(e.args, sig[0], strict=True)]
         r = self.helper(hid, I64, [self.f.ctx, *args])
-        self.b.store(self.pkt_data(), self.f.cursor)
+        self.reset_cursor()
         return r
+
+    def reset_cursor(self) -> None:
+        """cursor = data, loaded afresh from the context (after a resize, or where paths
+        that resized and paths that did not meet: see bpfdsl.lang.sema.resize)."""
+        self.b.store(self._ctx_ptr(0, volatile=True), self.f.cursor)
 
     # ---- fields ----
     def header_field_ptr(self, e: ast.Field) -> ir.Value:
