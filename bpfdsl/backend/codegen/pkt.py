@@ -33,6 +33,8 @@ from bpfdsl.lang.sema.symbols import BUILTINS, PKT_RESIZE
 I1, I8, I16, I32, I64 = (ir.IntType(n) for n in (1, 8, 16, 32, 64))
 PTR = ir.PointerType()
 
+MAX_PACKET_OFF = 0xFFFF  # largest packet offset the verifier tracks (include/linux/bpf.h)
+
 
 def _expr_key(e: ast.Expr) -> tuple:
     """A length/condition expression as nested tuples: equal for equal expressions."""
@@ -346,8 +348,10 @@ class PktGen(CsumGen):
 
     def pkt_offset_ptr(self, base: str, offset: ast.Expr | None, size: int, fail: ir.Block):
         """Packet pointer of ``load``/``store`` bytes: the cursor or the packet's first byte
-        (``base``) plus ``offset`` (a run-time one above 65535, MAX_PACKET_OFF, fails: the
-        verifier needs the bound), checked for ``size`` bytes."""
+        (``base``) plus ``offset``, checked for ``size`` bytes.  A run-time offset fails
+        above MAX_PACKET_OFF (65535) - ``size``: the verifier takes a bounds check only when
+        the checked end's maximum (offset + size) is within MAX_PACKET_OFF
+        (kernel/bpf/verifier.c find_good_pkt_pointers), else every read is refused."""
         p = self.b.load(self.f.cursor, typ=PTR) if base == "cursor" else self.pkt_data()
         if offset is not None:
             v = self.c.cval.get(offset)
@@ -356,7 +360,7 @@ class PktGen(CsumGen):
             else:
                 off = self.rv(offset, T.U64)
                 ok = self.new_block("off.ok")
-                big = self.b.icmp_unsigned(">", off, ir.Constant(I64, 0xFFFF))
+                big = self.b.icmp_unsigned(">", off, ir.Constant(I64, MAX_PACKET_OFF - size))
                 self.b.cbranch(big, fail, ok)
                 self.start(ok)
                 p = self.gep(p, self.opaque(off, side_effect=False))
