@@ -222,8 +222,10 @@ CONSTANTS: dict[str, tuple[int, T.IntType]] = {
     "ETH_P_IP": (0x0800, T.BE16),
     "ETH_P_IPV6": (0x86DD, T.BE16),
     "ETH_P_ARP": (0x0806, T.BE16),
+    "ETH_P_RARP": (0x8035, T.BE16),  # reverse ARP (linux/if_ether.h)
     "ETH_P_8021Q": (0x8100, T.BE16),
     "ETH_P_8021AD": (0x88A8, T.BE16),
+    "ETH_P_QINQ1": (0x9100, T.BE16),  # pre-802.1ad QinQ tag (linux/if_ether.h; libpcap `vlan`)
     "ETH_P_TEB": (0x6558, T.BE16),  # transparent Ethernet bridging (GRE, NVGRE)
     "ETH_P_MPLS_UC": (0x8847, T.BE16),
     "ETH_P_MPLS_MC": (0x8848, T.BE16),
@@ -238,6 +240,7 @@ CONSTANTS: dict[str, tuple[int, T.IntType]] = {
     "IPPROTO_GRE": (47, T.U8),
     "IPPROTO_ICMPV6": (58, T.U8),
     "IPPROTO_DSTOPTS": (60, T.U8),
+    "IPPROTO_SCTP": (132, T.U8),
     "ICMP_ECHOREPLY": (0, T.U8),
     "ICMP_ECHO": (8, T.U8),
     "ICMPV6_ECHO_REQUEST": (128, T.U8),

@@ -20,7 +20,7 @@ C_DIR = DATA / "c"
 SOURCES = sorted(C_DIR.glob("*.c"))
 EM_BPF = "EM_BPF"
 SEC_RE = re.compile(r'\bSEC\("([^"]+)"\)')
-PROGRAM_SECTIONS = ("xdp", "xdp/cpumap", "xdp/devmap", "sk_msg", "sockops")
+PROGRAM_SECTIONS = ("xdp", "xdp.frags", "xdp/cpumap", "xdp/devmap", "sk_msg", "sockops")
 
 
 def _source_sections(src: Path) -> set[str]:

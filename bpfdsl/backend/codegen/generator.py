@@ -254,6 +254,9 @@ class CodeGen(ExprGen, CallGen, PktGen, MapGen, HelperGen):
         if self.dbg:
             self.dbg.program(func, decl, kind)
         self.begin(func, kind, func.args[0])
+        # a resize may sit in a branch: a data_end kept across the join would be a phi of
+        # the 32-bit context loads (a w-register move of pkt_end); load it at every check
+        self.f.volatile_end = decl in self.c.resizing_progs
         self.loc(decl.span)
         if kind.ctx in CTX_DATA:  # programs with packet / message data have a parse cursor
             self.f.cursor = self.alloca_ptr("cursor")
@@ -351,6 +354,8 @@ class CodeGen(ExprGen, CallGen, PktGen, MapGen, HelperGen):
                 break
             self.loc(s.span)
             getattr(self, "s_" + type(s).__name__)(s)
+            if s in self.c.cursor_reset and not self.b.block.is_terminated:
+                self.reset_cursor()  # some path through s resized the packet (sema.resize)
         if new_scope:
             self.env.pop()
 
@@ -475,6 +480,8 @@ class CodeGen(ExprGen, CallGen, PktGen, MapGen, HelperGen):
         if not self.b.block.is_terminated:
             self.b.branch(latch)
         self.start(latch)
+        if s in self.c.latch_reset:  # a path round the loop resized the packet (sema.resize)
+            self.reset_cursor()
         self.b.store(self.b.add(self.b.load(i), ir.Constant(ty, 1)), i)
         self.b.branch(head)
         self.start(done)

@@ -33,6 +33,8 @@ from bpfdsl.lang.sema.symbols import BUILTINS, PKT_RESIZE
 I1, I8, I16, I32, I64 = (ir.IntType(n) for n in (1, 8, 16, 32, 64))
 PTR = ir.PointerType()
 
+MAX_PACKET_OFF = 0xFFFF  # largest packet offset the verifier tracks (include/linux/bpf.h)
+
 
 def _expr_key(e: ast.Expr) -> tuple:
     """A length/condition expression as nested tuples: equal for equal expressions."""
@@ -72,14 +74,16 @@ class PktGen(CsumGen):
             v = self.b.load(ptr, typ=I32, align=4)
         return v if wide else self.b.inttoptr(self.b.zext(v, I64), PTR)
 
-    def opaque(self, v: ir.Value) -> ir.Value:
+    def opaque(self, v: ir.Value, side_effect: bool = True) -> ir.Value:
         """``v`` through an empty inline asm (libbpf's ``barrier_var``): an opaque 64-bit
         scalar.  Without it LLVM reassociates e.g. ``7 + (data_end - data)`` into arithmetic
         on the pointers and narrows it to 32 bits, in IR and again in instruction selection
         (verifier: "32-bit pointer arithmetic prohibited", FIELD-BUGS B04; found by program
-        fuzzing).  ``llvm.bpf.passthrough`` is not enough: it is gone before ISel."""
-        asm = ir.InlineAsm(ir.FunctionType(I64, [I64]), "", "=r,0", side_effect=True)
-        return self.b.call(asm, [v])
+        fuzzing).  ``llvm.bpf.passthrough`` is not enough: it is gone before ISel.
+        ``side_effect=False``: the asm reads and writes no memory, so loads of data and
+        data_end on either side of it stay shared (a scalar offset needs no more)."""
+        asm = ir.InlineAsm(ir.FunctionType(I64, [I64]), "", "=r,0", side_effect=side_effect)
+        return self.b.call(asm, [v], attrs=() if side_effect else ("readnone", "nounwind"))
 
     def pkt_data(self) -> ir.Value:
         return self._ctx_ptr(0)
@@ -143,7 +147,7 @@ class PktGen(CsumGen):
     def bounds(self, p: ir.Value, size: int, fail: ir.Block, name: str) -> None:
         """Branch to ``fail`` if ``p + size > data_end`` (pointer compare, verifier shape)."""
         ok = self.new_block(f"{name}.ok")
-        end = self.gep(p, size)
+        end = self.b.gep(p, [ir.Constant(I64, size)], inbounds=True, source_etype=I8)
         # In a loop, LLVM's loop passes may rewrite pointer compares against a loop-invariant
         # data_end into integer arithmetic on data_end (found by fuzzing: the verifier then
         # loses the packet range, FIELD-BUGS B06).  A volatile load per check prevents it.
@@ -344,20 +348,22 @@ class PktGen(CsumGen):
 
     def pkt_offset_ptr(self, base: str, offset: ast.Expr | None, size: int, fail: ir.Block):
         """Packet pointer of ``load``/``store`` bytes: the cursor or the packet's first byte
-        (``base``) plus ``offset`` (a run-time one above 65535, MAX_PACKET_OFF, fails: the
-        verifier needs the bound), checked for ``size`` bytes."""
+        (``base``) plus ``offset``, checked for ``size`` bytes.  A run-time offset fails
+        above MAX_PACKET_OFF (65535) - ``size``: the verifier takes a bounds check only when
+        the checked end's maximum (offset + size) is within MAX_PACKET_OFF
+        (kernel/bpf/verifier.c find_good_pkt_pointers), else every read is refused."""
         p = self.b.load(self.f.cursor, typ=PTR) if base == "cursor" else self.pkt_data()
         if offset is not None:
             v = self.c.cval.get(offset)
             if v is not None:
-                p = self.gep(p, v)
+                p = self.b.gep(p, [ir.Constant(I64, v)], inbounds=True, source_etype=I8)
             else:
                 off = self.rv(offset, T.U64)
                 ok = self.new_block("off.ok")
-                big = self.b.icmp_unsigned(">", off, ir.Constant(I64, 0xFFFF))
+                big = self.b.icmp_unsigned(">", off, ir.Constant(I64, MAX_PACKET_OFF - size))
                 self.b.cbranch(big, fail, ok)
                 self.start(ok)
-                p = self.gep(p, self.opaque(off))
+                p = self.gep(p, self.opaque(off, side_effect=False))
         self.bounds(p, size, fail, "bytes")
         return p
 
@@ -467,8 +473,13 @@ class PktGen(CsumGen):
         assert sig is not None
         args = [self.rv(a, t) for a, t in zip(e.args, sig[0], strict=True)]
         r = self.helper(hid, I64, [self.f.ctx, *args])
-        self.b.store(self.pkt_data(), self.f.cursor)
+        self.reset_cursor()
         return r
+
+    def reset_cursor(self) -> None:
+        """cursor = data, loaded afresh from the context (after a resize, or where paths
+        that resized and paths that did not meet: see bpfdsl.lang.sema.resize)."""
+        self.b.store(self._ctx_ptr(0, volatile=True), self.f.cursor)
 
     # ---- fields ----
     def header_field_ptr(self, e: ast.Field) -> ir.Value:

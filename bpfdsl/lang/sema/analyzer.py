@@ -24,6 +24,7 @@ from bpfdsl.lang.sema.csum import payload_warnings
 from bpfdsl.lang.sema.decls import DeclChecker
 from bpfdsl.lang.sema.expr import ExprChecker
 from bpfdsl.lang.sema.refs import check_refs
+from bpfdsl.lang.sema.resize import LoopPaths
 from bpfdsl.lang.sema.stmt import StmtChecker
 from bpfdsl.lang.sema.symbols import (
     BUILTIN_STRUCTS,
@@ -64,6 +65,11 @@ class Checked:
     sym: dict[ast.Node, object] = field(default_factory=dict)
     optype: dict[ast.Expr, T.Type] = field(default_factory=dict)
     pkt_reset: set[ast.Node] = field(default_factory=set)
+    # sema.resize: statements after which / loops before whose next iteration codegen puts
+    # the cursor back at the packet's start; programs that resize the packet
+    cursor_reset: set[ast.Node] = field(default_factory=set)
+    latch_reset: set[ast.Node] = field(default_factory=set)
+    resizing_progs: set[ast.Node] = field(default_factory=set)
     warnings: list[Diagnostic] = field(default_factory=list)
     headers: dict[str, Header | None] = field(default_factory=dict)
     packet_fns: set[str] = field(default_factory=set)
@@ -90,6 +96,9 @@ class Sema(StmtChecker, DeclChecker):
         self.kind: ProgramKind | None = None
         self.fn: FnInfo | None = None
         self.stale: dict[Local, int] = {}
+        self.resized: frozenset[ast.Node] = frozenset()  # resize calls on this path (resize.py)
+        self.loop_paths: list[LoopPaths] = []  # per enclosing loop: its continue/break states
+        self.view_uses: list[tuple[Local, Span]] = []  # header views read, in order
         self.loop_depth = 0
         # what the parse cursor is just past on every path to here (see symbols.CURSOR_UNKNOWN)
         self.cursor: object = None
@@ -272,7 +281,7 @@ class Sema(StmtChecker, DeclChecker):
         self.scopes, self.gone = [self.globals_scope(), {}], {}
         # where the caller's cursor is, the fn cannot know: no L4 view it parses gets an IP
         # parent from a header parsed before the call (see symbols.CURSOR_UNKNOWN)
-        self.cursor, self.stale = CURSOR_UNKNOWN, {}
+        self.cursor, self.stale, self.resized = CURSOR_UNKNOWN, {}, frozenset()
         for (name, ty), p in zip(info.params, info.decl.params, strict=True):
             loc = Local(name, ty, p.span)
             self.c.sym[p] = loc
@@ -300,10 +309,13 @@ class Sema(StmtChecker, DeclChecker):
             )
             return
         self.c.progs.append((p, kind))
-        self.kind, self.stale, self.cursor = kind, {}, None
+        self.kind, self.stale, self.cursor, self.resized = kind, {}, None, frozenset()
         self.scopes, self.gone = [self.globals_scope(), {p.ctx: T.CTX}], {}
         self.payload_writes = []
+        resizes = len(self.c.pkt_reset)
         self.block(p.body, new_scope=False)
+        if len(self.c.pkt_reset) != resizes:
+            self.c.resizing_progs.add(p)
         check_refs(self, p.body)
         if self.payload_writes:
             payload_warnings(self, p)

@@ -80,6 +80,7 @@ def _mark_stale(ex, e: ast.Node) -> None:
         for sym in scope.values():
             if isinstance(sym, Local) and isinstance(sym.ty, T.HeaderType):
                 ex.s.stale.setdefault(sym, e.span.line)
+    ex.s.resized = ex.s.resized | {e}
     ex.c.pkt_reset.add(e)
     ex.s.cursor = None  # codegen resets the parse cursor to the packet's start
 

@@ -269,6 +269,8 @@ class ExprChecker(OpsChecker):
                     e.span,
                     "parse the header again after adjust_head/adjust_tail",
                 )
+            elif isinstance(sym.ty, T.HeaderType):
+                self.s.view_uses.append((sym, e.span))  # a loop may resize after (resize.py)
             return sym.ty
         return sym  # MapType or CTX
 

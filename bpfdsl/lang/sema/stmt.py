@@ -11,6 +11,7 @@ from bpfdsl.abi.uapi import PROGRAM_KINDS, ProgramKind
 from bpfdsl.diagnostics import Span
 from bpfdsl.lang import ast
 from bpfdsl.lang import types as T
+from bpfdsl.lang.sema import resize
 from bpfdsl.lang.sema.csum import _l4_in_scope
 from bpfdsl.lang.sema.symbols import CURSOR_UNKNOWN, PKT_RESIZE, FnInfo, Local, const_int
 
@@ -51,6 +52,8 @@ class StmtChecker:
     kind: ProgramKind | None
     fn: FnInfo | None
     loop_depth: int
+    loop_paths: list[resize.LoopPaths]
+    view_uses: list[tuple[Local, Span]]
     scopes: list[dict[str, object]]
     parse_from: dict[ast.Parse, object]
     gone: dict[str, tuple[Local, int]]
@@ -146,8 +149,10 @@ class StmtChecker:
                 inner = t
             else:
                 inner = t.inner if isinstance(t, T.OptionalType) else t
+            paths = resize.snapshot(self)
             self.block(s.orelse)
             self.cursor = after
+            resize.restore(self, paths)  # the else block leaves: its resizes stay in it
             if not self.diverges(s.orelse):
                 self.err(
                     "else-must-leave",
@@ -192,20 +197,26 @@ class StmtChecker:
             l4 = _l4_in_scope(self.ex, None)
             if l4 is not None:
                 self.payload_writes.append((s.span, l4))
-        before = self.cursor
+        before, paths = self.cursor, resize.snapshot(self)
         self.block(s.orelse)
-        self.merge_cursors([(self.cursor, self.diverges(s.orelse)), (before, False)], before)
+        gone = self.diverges(s.orelse)
+        self.merge_cursors([(self.cursor, gone), (before, False)], before)
+        resize.join(self, s, paths, [(resize.snapshot(self), gone), (paths, False)])
 
     def s_If(self, s: ast.If) -> None:
         self.ex.cond(s.cond)
-        before = self.cursor
+        before, paths = self.cursor, resize.snapshot(self)
         self.block(s.then)
         ends = [(self.cursor, self.diverges(s.then))]
+        states = [(resize.snapshot(self), ends[0][1])]
         self.cursor = before
+        resize.restore(self, paths)
         if s.orelse:
             self.block(s.orelse)
         ends.append((self.cursor, self.diverges(s.orelse)))
+        states.append((resize.snapshot(self), ends[1][1]))
         self.merge_cursors(ends, before)
+        resize.join(self, s, paths, states)
 
     def s_IfLet(self, s: ast.IfLet) -> None:
         before = self.cursor
@@ -225,8 +236,11 @@ class StmtChecker:
         loc = Local(s.name, inner, s.span)
         self.bind_parsed(s.value, loc)
         self.c.sym[s] = loc
+        paths = resize.snapshot(self)
         self.block(s.then, bind=(s.name, loc))
         ends = [(self.cursor, self.diverges(s.then))]
+        states = [(resize.snapshot(self), ends[0][1])]
+        resize.restore(self, paths)
         # missing: a failed parse leaves the cursor where it was, a failed walk mid-way
         self.cursor = (
             before if isinstance(s.value, ast.Parse) or after is before else (CURSOR_UNKNOWN)
@@ -234,7 +248,9 @@ class StmtChecker:
         if s.orelse:
             self.block(s.orelse)
         ends.append((self.cursor, self.diverges(s.orelse)))
+        states.append((resize.snapshot(self), ends[1][1]))
         self.merge_cursors(ends, before)
+        resize.join(self, s, paths, states)
 
     def s_Match(self, s: ast.Match) -> None:
         t = self.ex.expr(s.subject)
@@ -243,6 +259,7 @@ class StmtChecker:
             return
         seen: set[int] = set()
         before, ends = self.cursor, []
+        paths, states = resize.snapshot(self), []
         for arm in s.arms:
             for p in arm.patterns:
                 if p is None:
@@ -261,11 +278,15 @@ class StmtChecker:
                 else:
                     seen.add(v)
             self.cursor = before
+            resize.restore(self, paths)
             self.block(arm.body)
             ends.append((self.cursor, self.diverges(arm.body)))
+            states.append((resize.snapshot(self), ends[-1][1]))
         if not any(None in a.patterns for a in s.arms):  # no `_`: the value may match none
             ends.append((before, False))
+            states.append((paths, False))
         self.merge_cursors(ends, before)
+        resize.join(self, s, paths, states)
 
     def s_For(self, s: ast.For) -> None:
         a, b = const_int(self, s.start), const_int(self, s.end)
@@ -285,9 +306,15 @@ class StmtChecker:
         moved = moves_cursor(s.body, self.c.packet_fns)  # then each iteration starts elsewhere
         if moved:
             self.cursor = CURSOR_UNKNOWN
+        entry, uses = resize.snapshot(self), len(self.view_uses)
+        outer = {v for scope in self.scopes for v in scope.values() if isinstance(v, Local)}
+        self.loop_paths.append(resize.LoopPaths())
         self.loop_depth += 1
         self.block(s.body, bind=(s.var, loc))
         self.loop_depth -= 1
+        paths = self.loop_paths.pop()
+        fell = not self.diverges(s.body)
+        resize.loop_body_done(self, s, entry, paths, fell, outer, self.view_uses[uses:])
         if moved:
             self.cursor = CURSOR_UNKNOWN
 
@@ -358,5 +385,10 @@ class StmtChecker:
     def s_Break(self, s: ast.Break) -> None:
         if not self.loop_depth:
             self.err("break-outside-loop", "`break` outside a loop", s.span)
+        elif self.loop_paths:  # the state this way out of (or round) the loop carries
+            paths = self.loop_paths[-1]
+            (paths.breaks if isinstance(s, ast.Break) else paths.continues).append(
+                resize.snapshot(self)
+            )
 
     s_Continue = s_Break

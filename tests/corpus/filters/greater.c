@@ -1,0 +1,12 @@
+/* tcpdump: greater 200 */
+// SPDX-License-Identifier: GPL-2.0
+#include "corpus.h"
+
+SEC("xdp.frags")
+int greater(struct xdp_md *ctx)
+{
+	void *data = DATA(ctx);
+	void *data_end = DATA_END(ctx);
+
+	return data_end - data >= 200 ? XDP_PASS : XDP_DROP;
+}

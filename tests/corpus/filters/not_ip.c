@@ -1,0 +1,13 @@
+/* tcpdump: not ip */
+// SPDX-License-Identifier: GPL-2.0
+#include "corpus.h"
+
+SEC("xdp.frags")
+int not_ip(struct xdp_md *ctx)
+{
+	void *data = DATA(ctx);
+	void *data_end = DATA_END(ctx);
+
+	LOAD(__be16, proto, 12);
+	return proto == bpf_htons(0x0800) ? XDP_DROP : XDP_PASS;
+}

@@ -1,0 +1,24 @@
+/* tcpdump: tcp[tcpflags] & (tcp-syn|tcp-ack) == tcp-syn */
+// SPDX-License-Identifier: GPL-2.0
+#include "corpus.h"
+
+SEC("xdp.frags")
+int tcp_syn_only(struct xdp_md *ctx)
+{
+	void *data = DATA(ctx);
+	void *data_end = DATA_END(ctx);
+
+	LOAD(__be16, proto, 12);
+	if (proto != bpf_htons(0x0800))
+		return XDP_DROP;
+	LOAD(__u8, p, 23);
+	if (p != IPPROTO_TCP)
+		return XDP_DROP;
+	LOAD(__be16, frag, 20);
+	if (frag & bpf_htons(0x1fff))
+		return XDP_DROP;
+	LOAD(__u8, vihl, 14);
+	__u32 l4 = 14 + (vihl & 0xf) * 4;
+	LOAD(__u8, flags, l4 + 13);
+	return (flags & 0x12) == 0x02 ? XDP_PASS : XDP_DROP;
+}
