@@ -34,7 +34,7 @@ import llvmlite
 from bpfdsl.abi import uapi as U
 from bpfdsl.abi.btf.core import BtfFormatError
 from bpfdsl.abi.insn import Insn, InsnError, decode
-from bpfdsl.backend import llvm_c
+from bpfdsl.backend import libcalls, llvm_c
 from bpfdsl.diagnostics import DiagnosticError, Span, UsageError, error
 from bpfdsl.obj.elf import ElfError, ElfFile, fixup_btf_datasecs
 
@@ -197,6 +197,10 @@ def emit(
     tm = target_machine(mcpu)
     mod = optimize(parse(module_or_ir_text), mcpu=mcpu, opt=opt)
     text = str(mod)  # optimized IR: scanned by check_ir, returned when asked for
+    lowered = libcalls.lower(text)  # 64-bit multiplies with overflow: no __multi3
+    if lowered is not None:
+        mod.close()
+        mod, text = parse(lowered), lowered
     check_ir(text, mcpu)
     try:
         obj = tm.emit_object(mod)
@@ -246,7 +250,7 @@ _MEM = r"@llvm\.mem(?:cpy|move|set)\."
 _ATOMIC = r"\b(?:atomicrmw \w+|cmpxchg)(?: volatile)? ptr [^,]+, i(?:8|16) "
 
 
-_WORDS = ("alloca", "div ", "rem ", "atomicrmw", "cmpxchg", "call ")
+_WORDS = ("alloca", "div ", "rem ", "atomicrmw", "cmpxchg", "call ", "mul", "shl ", "shr ", ".fix.")
 _DEFINE = r'define [^@]*(@[\w.$"]+)\('
 _STACK_HINT = (
     "keep large structs and arrays in a map value instead of locals: declare "
@@ -329,6 +333,12 @@ def check_ir(mod: Module | str, mcpu: str = "v3") -> None:
             raise _unsupported(text, line, "signed-division",
                                "signed division or remainder needs BPF ISA v4 (kernel >= 6.6)",
                                "use unsigned operands, or compile with --mcpu v4")  # fmt: skip
+        if what := libcalls.refusal(body):
+            raise _unsupported(text, line, "unsupported-arithmetic",
+                               f"LLVM made {what} of this expression, which the BPF back "
+                               "end cannot compile (it has no runtime library)",
+                               "split the expression into statements with `let`, or use "
+                               "narrower operands")  # fmt: skip
         if ("atomicrmw" in body or "cmpxchg" in body) and re.search(_ATOMIC, body):
             raise _unsupported(text, line, "unsupported-atomic",
                                "atomic operations work on 32- or 64-bit values only",
