@@ -20,7 +20,12 @@ limit) through LLVMContext's default diagnostic handler, which prints and calls 
 the Python process would die.  llvmlite exposes no diagnostic handler, so :func:`check_ir`
 finds those shapes in the optimized IR first and raises a :class:`DiagnosticError` naming
 the source line; the stack limit is lifted in LLVM (``-bpf-stack-size``) and checked on
-the emitted instructions instead (:func:`stack_depths`).
+the emitted instructions instead (:func:`stack_depths`).  Operations LLVM would lower to
+a library call (``__multi3``) are rewritten or refused by :mod:`bpfdsl.backend.libcalls`;
+a jump past the 16-bit offset, which makes LLVM's assembler abort the process below
+``-mcpu v4``, is measured on the assembly first when the program may be that long
+(:mod:`bpfdsl.backend.jumps`, :func:`check_jumps`).  Every such path is a located
+DiagnosticError raised before LLVM is asked to emit.
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ import llvmlite
 from bpfdsl.abi import uapi as U
 from bpfdsl.abi.btf.core import BtfFormatError
 from bpfdsl.abi.insn import Insn, InsnError, decode
-from bpfdsl.backend import libcalls, llvm_c
+from bpfdsl.backend import jumps, libcalls, llvm_c
 from bpfdsl.diagnostics import DiagnosticError, Span, UsageError, error
 from bpfdsl.obj.elf import ElfError, ElfFile, fixup_btf_datasecs
 
@@ -202,11 +207,19 @@ def emit(
         mod.close()
         mod, text = parse(lowered), lowered
     check_ir(text, mcpu)
+    asm_text = None
     try:
+        if mcpu not in jumps.LONG_JUMP_MCPUS and jumps.may_exceed(text):
+            asm_text = tm.emit_assembly(mod)  # measured before LLVM's assembler aborts
+            check_jumps(text, asm_text, mcpu)
         obj = tm.emit_object(mod)
-        asm_text = tm.emit_assembly(mod) if asm else None
+        if asm and asm_text is None:
+            asm_text = tm.emit_assembly(mod)
     except RuntimeError as e:
         raise InternalCompilerError("LLVM BPF code generation failed", str(e)) from None
+    if not asm:
+        asm_text = None
+    check_sizes(text, obj)
     for func, depth in stack_depths(obj).items():
         if depth > MAX_STACK:
             raise _unsupported(
@@ -220,6 +233,45 @@ def emit(
     except (ElfError, BtfFormatError) as e:
         raise InternalCompilerError("LLVM wrote .BTF the loader cannot fix up", str(e)) from None
     return Emitted(obj, asm_text, text if ir else None, binding())
+
+
+# ---- program sizes: jump offsets and the kernel's instruction limit ---------------------
+
+_SPLIT_HINT = (
+    "keep long rule lists in a map (one `lookup`/`contains` of a hash or lpm_trie instead "
+    "of one `if` per rule), or split the work over several programs"
+)
+
+
+def check_jumps(text: str, asm: str, mcpu: str) -> None:
+    """Raise a located ``program-too-large`` error if a jump of the assembly ``asm`` does
+    not fit the 16-bit offset of ``-mcpu`` v1..v3 (:mod:`bpfdsl.backend.jumps`): LLVM's
+    assembler would abort the process on it."""
+    for far in jumps.far_jumps(asm):
+        raise _unsupported(
+            text, None, "program-too-large",
+            f"program '{far.func}' is {far.insns:,} BPF instructions long: a jump in it "
+            f"spans {abs(far.distance):,} instructions, and a BPF jump reaches "
+            f"{jumps.JMP_OFF_MAX:,} at --mcpu {mcpu} (16-bit offset)",
+            f"{_SPLIT_HINT}; or compile with --mcpu v4 (32-bit jumps, kernel >= 6.6)",
+            func=far.func,
+        )  # fmt: skip
+
+
+def check_sizes(text: str, obj: bytes) -> None:
+    """Raise a located ``program-too-large`` error for a function of ``obj`` above the
+    kernel's 1,000,000 instructions (BPF_COMPLEXITY_LIMIT_INSNS; bpf_prog_load: E2BIG)."""
+    try:
+        sizes = {name: size // 8 for name, _sec, _start, size in ElfFile(obj).functions()}
+    except ElfError as e:
+        raise InternalCompilerError("LLVM wrote an object bpfdsl cannot read", str(e)) from None
+    for func, n in jumps.over_kernel_limit(sizes):
+        raise _unsupported(
+            text, None, "program-too-large",
+            f"program '{func}' is {n:,} BPF instructions long; the kernel loads at most "
+            f"{U.BPF_COMPLEXITY_LIMIT_INSNS:,} (BPF_COMPLEXITY_LIMIT_INSNS)",
+            _SPLIT_HINT, func=func,
+        )  # fmt: skip
 
 
 # ---- shapes the BPF backend would turn into exit(1) ---------------------------------------
