@@ -8,6 +8,7 @@ The pipeline is a visible list of calls: parse (parser) -> build AST (build) -> 
 from __future__ import annotations
 
 import os
+import re
 import stat
 import sys
 from dataclasses import dataclass, field
@@ -88,6 +89,8 @@ def compile_source(
     """
     if text.startswith("\ufeff"):  # a UTF-8 byte-order mark some editors write
         text = text[1:]
+    if bad := _SURROGATE.search(text):  # str from bytes decoded with surrogateescape
+        raise _lone_surrogate(text, filename, bad.start())
     if emit not in EMIT_KINDS:
         raise UsageError(
             error("bad-emit", f"unknown --emit kind {emit!r}", hint="use obj, llvm-ir or asm")
@@ -271,6 +274,24 @@ def _bad_encoding(data: bytes, name: str, pos: int) -> DiagnosticError:
         hint="save the file as UTF-8, or remove the byte",
     )
     return DiagnosticError(d, data.decode("utf-8", "replace"))
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _lone_surrogate(text: str, name: str, pos: int) -> DiagnosticError:
+    """The bad-encoding error for a lone surrogate at ``pos`` of ``text`` (a ``str`` made
+    from bytes that are not UTF-8 with ``errors="surrogateescape"``: U+DC80..U+DCFF stand
+    for the bytes 0x80..0xff), at its line and column (characters)."""
+    ch = ord(text[pos])
+    what = f"byte 0x{ch - 0xDC00:02x}" if 0xDC80 <= ch <= 0xDCFF else f"U+{ch:04X}"
+    d = error(
+        "bad-encoding",
+        f"{what} is not UTF-8 (source files are UTF-8 text)",
+        Span(name, text.count("\n", 0, pos) + 1, pos - (text.rfind("\n", 0, pos) + 1) + 1),
+        hint="save the file as UTF-8, or remove the byte",
+    )
+    return DiagnosticError(d, _SURROGATE.sub("\ufffd", text))
 
 
 def compile_file(path: str | os.PathLike, **kw) -> CompileResult:
