@@ -54,6 +54,7 @@ TRIPLE = "bpfel"
 DATA_LAYOUT = "e-m:e-p:64:64-i64:64-i128:128-n32:64-S128"  # clang-19 -target bpf (LE)
 MCPUS = ("v1", "v2", "v3", "v4", "generic", "probe")  # llc -march=bpf -mcpu=help
 MAX_STACK = 512  # bytes per BPF program frame (kernel MAX_BPF_STACK)
+CGP_ADDRESS_USERS = 1 << 20  # users of one address CodeGenPrepare looks at (LLVM: 100)
 MAX_INLINE_MEM = 1024  # bytes: largest constant memcpy/memset the BPF backend expands inline
 
 _machines: dict[tuple[bool, str], TargetMachine] = {}  # (lean binding?, mcpu) -> machine
@@ -84,6 +85,12 @@ def _init(initialize, set_option) -> None:
         initialize()
         # A frame above 512 bytes would make LLVM exit(1); stack_depths() reports it instead.
         set_option("bpfdsl", "-bpf-stack-size=1048576")
+        # CodeGenPrepare sinks a ctx field's address (ctx + off) next to each load so that
+        # it becomes the load's offset, but gives up on an address with more than 100 users
+        # (CodeGenPrepare.cpp MaxAddressUsersToScan): then one register holds ctx + off and
+        # the kernel refuses its loads ("dereference of modified ctx ptr"; found by fuzzing:
+        # ~100 `parse` in a loop body, each reloading data_end).
+        set_option("bpfdsl", f"-cgp-max-address-users-to-scan={CGP_ADDRESS_USERS}")
         _initialized = True
 
 

@@ -36,7 +36,7 @@ class _Fn:
     ``ctx_kind``: the context struct (``xdp_md``, ``sk_msg_md``) data/data_end are read from
     (a program's, or the one a packet fn's copy is made for); ``info``: the FnInfo of a fn;
     ``volatile_end``: every bounds check reloads data_end (a packet fn: it may be inlined
-    into a loop, see PktGen.bounds)."""
+    into a loop; a function after its first loop; see PktGen.bounds)."""
 
     def __init__(self, func: ir.Function, kind, ctx: ir.Value | None, ctx_kind=None, info=None):
         self.func = func
@@ -470,6 +470,11 @@ class CodeGen(ExprGen, CallGen, PktGen, MapGen):
         self.f.loops.append((latch, done))
         self.block(s.body, new_scope=False)
         self.f.loops.pop()
+        # the checks after a loop reload data_end too: GVN would otherwise reuse the i32 of
+        # the loop's last (volatile) load through a phi, whose zero-extension LLVM emits as
+        # a 32-bit mov that makes the pointer a scalar for the verifier (found by fuzzing:
+        # ~100 `parse` in a loop body)
+        self.f.volatile_end = True
         self.env.pop()
         if not self.b.block.is_terminated:
             self.b.branch(latch)
