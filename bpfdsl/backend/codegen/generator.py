@@ -51,6 +51,7 @@ class _Fn:
         self.loops: list[tuple[ir.Block, ir.Block]] = []  # (continue target, break target)
         self.ret_block: ir.Block | None = None
         self.pending: list[ir.Block] = []  # blocks made by new_block
+        self.placed: set[int] = set()  # id() of the blocks in func.blocks, if put by start()
         self.temps: list[ir.Value] = []  # live key/value temporaries (codegen.maps.temp_mem)
         self.rets: list[tuple[ir.Value, ir.Block]] = []  # (value, predecessor) of ret_block
 
@@ -136,12 +137,14 @@ class CodeGen(ExprGen, CallGen, PktGen, MapGen):
     def begin(self, func: ir.Function, kind, ctx, ctx_kind=None, info=None) -> None:
         self.f = _Fn(func, kind, ctx, ctx_kind, info)
         body = func.append_basic_block("body")
+        self.f.placed.update((id(self.f.entry), id(body)))
         self.b = ir.IRBuilder(body)
         self.env = [{}]
 
     def finish(self) -> None:
         for blk in self.f.pending:  # branched to but never started: unreachable code
-            if blk not in self.f.func.blocks:
+            if id(blk) not in self.f.placed:
+                self.f.placed.add(id(blk))
                 self.f.func.blocks.append(blk)
                 ir.IRBuilder(blk).unreachable()
         ir.IRBuilder(self.f.entry).branch(self.f.func.basic_blocks[1])
@@ -362,7 +365,8 @@ class CodeGen(ExprGen, CallGen, PktGen, MapGen):
 
     def start(self, blk: ir.Block) -> None:
         """Continue emitting at the end of ``blk`` (appending it to the layout if new)."""
-        if blk not in self.f.func.blocks:
+        if id(blk) not in self.f.placed:  # a set: `in func.blocks` made codegen quadratic
+            self.f.placed.add(id(blk))
             self.f.func.blocks.append(blk)
         self.b.position_at_end(blk)
 
