@@ -89,6 +89,8 @@ def compile_source(
     """
     if text.startswith("\ufeff"):  # a UTF-8 byte-order mark some editors write
         text = text[1:]
+    if "\r" in text:  # line ends as editors count them: CR LF and a lone CR end a line
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
     if bad := _SURROGATE.search(text):  # str from bytes decoded with surrogateescape
         raise _lone_surrogate(text, filename, bad.start())
     if emit not in EMIT_KINDS:

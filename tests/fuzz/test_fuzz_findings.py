@@ -132,3 +132,16 @@ def test_run_leaves_no_by_name_pins() -> None:
     base = objbuild.build("pinned_map").read_bytes()
     res = verdict(objects.FUZZER, ("pinned_map.c", base, [], True, False))
     assert res.outcome == "accepted", f"{res.signature}\n{res.text[-2000:]}"
+
+
+@pytest.mark.kernel
+def test_source_with_by_name_pin_loads_without_leaving_the_pin() -> None:
+    """The sources fuzzer's kernel check of a program with a LIBBPF_PIN_BY_NAME map: the
+    kernel accepts it and nothing stays on bpffs (the check loads with pinning=False; a
+    real `bpfdsl load` keeps such pins, as libbpf does)."""
+    from . import sources
+
+    src = ("map seen_total:percpu_array<u64>(max_entries:1,pinning:LIBBPF_PIN_BY_NAME)"
+           "xdp fn count(ctx){return XDP_PASS}")  # fmt: skip
+    res = verdict(sources.FUZZER, (src, True))
+    assert res.outcome == "ok", f"{res.signature}\n{res.text[-2000:]}"
