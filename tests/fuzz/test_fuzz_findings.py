@@ -145,3 +145,21 @@ def test_source_with_by_name_pin_loads_without_leaving_the_pin() -> None:
            "xdp fn count(ctx){return XDP_PASS}")  # fmt: skip
     res = verdict(sources.FUZZER, (src, True))
     assert res.outcome == "ok", f"{res.signature}\n{res.text[-2000:]}"
+
+
+def test_pcap_record_over_snaplen_reads_the_same_as_pcapng(tmp_path) -> None:
+    """A pcap record longer than the file's snaplen (2,674 bytes, snaplen 1,024) is cut to
+    the snapshot length, as libpcap reads it; the captures fuzzer's pcapng copy holds the
+    same cut packet (it wrote an EPB over the IDB's snaplen, which ends libpcap's pcapng
+    read: a wrong-count finding of the fuzzer, seed 25), and both read the same."""
+    from bpfdsl.runtime.pcapfile import read_capture
+
+    src = PCAPS / "bgp_mp_reach_nlri-oobr.pcap"
+    data = src.read_bytes()
+    ng = tmp_path / "copy.pcapng"
+    ng.write_bytes(captures.to_pcapng(data))
+    a, b = read_capture(src), read_capture(ng)
+    assert [len(p.data) for p in a.records] == [len(p.data) for p in b.records] == [1024]
+    assert a.records[0].data == b.records[0].data == data[40 : 40 + 1024]
+    res = verdict(captures.FUZZER, (src.name, data, True, [], 1, None, "interp", False))
+    assert not res.failed, f"{res.signature}\n{res.text[-2000:]}"
