@@ -7,6 +7,7 @@ The pipeline is a visible list of calls: parse (parser) -> build AST (build) -> 
 
 from __future__ import annotations
 
+import gc
 import os
 import re
 import stat
@@ -99,6 +100,10 @@ def compile_source(
         )
     limit = sys.getrecursionlimit()
     sys.setrecursionlimit(max(limit, DEPTH_LIMIT))
+    # no cyclic GC while compiling: the AST and llvmlite's IR objects are all alive until the
+    # end, and each collection walks them all (quadratic in the program's size overall)
+    collecting = gc.isenabled()
+    gc.disable()
     try:
         return _compile(text, filename, mcpu, emit, debug, stats, check)
     except RecursionError:
@@ -117,6 +122,8 @@ def compile_source(
         ) from None
     finally:
         sys.setrecursionlimit(limit)
+        if collecting:
+            gc.enable()
 
 
 def _deepest(text: str, filename: str):

@@ -38,6 +38,8 @@ LONG_JUMP_MCPUS = ("v4", "probe")  # -mcpu levels with gotol (LLVM relaxes far b
 
 _DEFINE = re.compile(r'define [^@]*@("[^"]+"|[-\w.$]+)\(')
 _MEM = re.compile(r"@llvm\.mem(?:cpy|move|set)\.[^(]*\(.*?, i\d+ (?:noundef )?(\d+),")
+# address arithmetic and casts: folded into a memory access or a register move at most
+_CHEAP = re.compile(r"= (?:getelementptr|zext|sext|trunc|inttoptr|ptrtoint|bitcast|freeze) ")
 _LABEL = re.compile(r"^([.\w$]+):")
 _TYPE = re.compile(r"\.type\s+([.\w$]+),\s*@function")
 _JUMP = re.compile(r"\bgotol? ([.\w$]+)\s*$")
@@ -47,8 +49,8 @@ def may_exceed(text: str, limit: int = JMP_OFF_MAX) -> list[str]:
     """Functions of the optimized module ``text`` whose BPF code may reach ``limit``
     instructions, in module order.  An upper bound per IR instruction: a call 2 + 2 per
     argument (argument moves, spills), a phi 1 per incoming value (a move in each
-    predecessor), a memcpy/memset 2 per byte, a switch case 2, anything else
-    :data:`INSNS_PER_IR`."""
+    predecessor), a memcpy/memset 2 per byte, a switch case 2, address arithmetic and
+    casts 1, anything else :data:`INSNS_PER_IR`."""
     out, name, est = [], "", 0
     for line in text.split("\n"):
         if line.startswith("define "):
@@ -69,6 +71,8 @@ def may_exceed(text: str, limit: int = JMP_OFF_MAX) -> list[str]:
                 est += 2 * int(m.group(1)) if m else 2 + 2 * (args.count(",") + 1)
             elif " = phi " in line:
                 est += line.count("[")
+            elif _CHEAP.search(line):
+                est += 1
             else:
                 est += INSNS_PER_IR
     return out
