@@ -30,7 +30,10 @@ DiagnosticError raised before LLVM is asked to emit.
 
 from __future__ import annotations
 
+import os
 import re
+import resource
+import selectors
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeAlias
 
@@ -217,9 +220,9 @@ def emit(
     asm_text = None
     try:
         if mcpu not in jumps.LONG_JUMP_MCPUS and jumps.may_exceed(text):
-            asm_text = tm.emit_assembly(mod)  # measured before LLVM's assembler aborts
-            check_jumps(text, asm_text, mcpu)
-        obj = tm.emit_object(mod)
+            obj = _emit_object_guarded(tm, mod, text, mcpu)
+        else:
+            obj = tm.emit_object(mod)
         if asm and asm_text is None:
             asm_text = tm.emit_assembly(mod)
     except RuntimeError as e:
@@ -263,6 +266,52 @@ def check_jumps(text: str, asm: str, mcpu: str) -> None:
             f"{_SPLIT_HINT}; or compile with --mcpu v4 (32-bit jumps, kernel >= 6.6)",
             func=far.func,
         )  # fmt: skip
+
+
+def _emit_object_guarded(tm: TargetMachine, mod: Module, text: str, mcpu: str) -> bytes:
+    """``tm.emit_object(mod)`` in a forked child process, for a program that may be too long
+    for 16-bit jumps: LLVM's assembler then aborts the process (``report_fatal_error``),
+    which here ends the child only.  The child sends the object through a pipe (one
+    emission: no cost but the fork); when it dies, the program's assembly (which LLVM
+    prints without aborting) is measured and :func:`check_jumps` raises the located
+    error, or InternalCompilerError carries what LLVM printed."""
+    obj_r, obj_w = os.pipe()
+    err_r, err_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: emit, write, _exit (no Python cleanup, no core file)
+        code = 0
+        try:
+            os.close(obj_r)
+            os.close(err_r)
+            os.dup2(err_w, 2)
+            resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+            view = memoryview(tm.emit_object(mod))
+            while view:
+                view = view[os.write(obj_w, view) :]
+        except BaseException as e:  # the child reports any failure by its status
+            os.write(2, str(e).encode("utf-8", "replace"))
+            code = 70
+        os._exit(code)
+    os.close(obj_w)
+    os.close(err_w)
+    chunks: dict[int, list[bytes]] = {obj_r: [], err_r: []}
+    with selectors.DefaultSelector() as sel:
+        for fd in chunks:
+            sel.register(fd, selectors.EVENT_READ)
+        while sel.get_map():
+            for key, _ in sel.select():
+                data = os.read(key.fd, 1 << 20)
+                if data:
+                    chunks[key.fd].append(data)
+                else:
+                    sel.unregister(key.fd)
+                    os.close(key.fd)
+    _, status = os.waitpid(pid, 0)
+    if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0:
+        return b"".join(chunks[obj_r])
+    check_jumps(text, tm.emit_assembly(mod), mcpu)
+    said = b"".join(chunks[err_r]).decode("utf-8", "replace")
+    raise InternalCompilerError("LLVM BPF code generation failed", said or f"status {status}")
 
 
 def check_sizes(text: str, obj: bytes) -> None:
