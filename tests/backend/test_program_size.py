@@ -57,6 +57,18 @@ def test_far_jump_at_v4_loads_and_runs(bpf_program) -> None:
     assert prog.run(frame).verdict == "XDP_DROP"
 
 
+def test_long_program_within_the_jump_offsets_loads(bpf_program) -> None:
+    """2,000 rules at v3 (22,004 instructions): long enough that the object is emitted in a
+    child process guarding against LLVM's abort, short enough to compile; the object comes
+    back whole -- the engine accepts it and the last rule drops."""
+    src = rules(2000)
+    assert jumps.may_exceed(compile_source(src, "r.bpfd", emit="llvm-ir", check=False).llvm_ir)
+    prog = bpf_program(compile_source(src, "rules.bpfd").obj)
+    assert prog.run(bytes(64)).verdict == "XDP_PASS"
+    prog.maps["hs"].set(1999, 1)
+    assert prog.run(bytes(64)).verdict == "XDP_DROP"
+
+
 def _asm(body: list[str]) -> str:
     return "\n".join(["\t.text", "\t.type\tf,@function", "f:", *body, "\texit", ""])
 
