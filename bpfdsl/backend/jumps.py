@@ -13,9 +13,10 @@ BPF_JA, 32-bit ``imm`` offset; kernel >= 6.6), so nothing is checked there.
 :func:`may_exceed` bounds each function's instruction count from its optimized IR
 (measured: at most ~1.2 BPF instructions per IR instruction over progs/ and the fuzz
 reproducers; the bound counts 2, more for calls, phis, memcpy/memset and switch cases);
-only a function that may reach :data:`JMP_OFF_MAX` instructions is emitted as assembly
-first and measured exactly by :func:`far_jumps`, so programs of ordinary size pay
-nothing.
+only a module with a function that may reach :data:`JMP_OFF_MAX` instructions is emitted
+in a child process (bpfdsl.backend.target._emit_object_guarded), and only when LLVM
+aborts there is its assembly measured exactly by :func:`far_jumps`, so programs of
+ordinary size pay nothing.
 
 The kernel's own limits (kernel/bpf/syscall.c bpf_prog_load): at most
 :data:`~bpfdsl.abi.uapi.BPF_MAXINSNS` (4,096) instructions without CAP_BPF/CAP_SYS_ADMIN,

@@ -23,9 +23,10 @@ the source line; the stack limit is lifted in LLVM (``-bpf-stack-size``) and che
 the emitted instructions instead (:func:`stack_depths`).  Operations LLVM would lower to
 a library call (``__multi3``) are rewritten or refused by :mod:`bpfdsl.backend.libcalls`;
 a jump past the 16-bit offset, which makes LLVM's assembler abort the process below
-``-mcpu v4``, is measured on the assembly first when the program may be that long
-(:mod:`bpfdsl.backend.jumps`, :func:`check_jumps`).  Every such path is a located
-DiagnosticError raised before LLVM is asked to emit.
+``-mcpu v4``, can only happen in a program that may be that long
+(:func:`bpfdsl.backend.jumps.may_exceed`): its object is emitted in a forked child
+(:func:`_emit_object_guarded`), and when the child dies its assembly is measured
+(:func:`check_jumps`).  Every such path is a located DiagnosticError, never an exit.
 """
 
 from __future__ import annotations
