@@ -72,9 +72,10 @@ class Diagnostic:
                     text = None
             line = None
             if text is not None:
-                # lines as the lexer counts them: "\n" only (splitlines() would also break
-                # at form feed, U+2028 and other separators and show a wrong line)
-                lines = text.split("\n")
+                # lines as the lexer counts them: "\n", "\r\n" or a lone "\r" (compile_source
+                # makes the last two "\n"); splitlines() would also break at form feed,
+                # U+2028 and other separators and show a wrong line
+                lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
                 if 1 <= self.span.line <= len(lines):
                     line = lines[self.span.line - 1]
             if line is None:
