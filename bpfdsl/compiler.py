@@ -23,7 +23,14 @@ from bpfdsl.backend.codegen.debug import DebugAdapter
 from bpfdsl.backend.codegen.generator import generate
 from bpfdsl.checker import check_object
 from bpfdsl.checker.report import TIMEOUT
-from bpfdsl.diagnostics import Diagnostic, DiagnosticError, Span, UsageError, error
+from bpfdsl.diagnostics import (
+    Diagnostic,
+    DiagnosticError,
+    Span,
+    UsageError,
+    error,
+    universal_newlines,
+)
 from bpfdsl.lang import ast
 from bpfdsl.lang.build import parse_program
 from bpfdsl.lang.sema import analyzer
@@ -96,8 +103,7 @@ def compile_source(
     """
     if text.startswith("\ufeff"):  # a UTF-8 byte-order mark some editors write
         text = text[1:]
-    if "\r" in text:  # line ends as editors count them: CR LF and a lone CR end a line
-        text = text.replace("\r\n", "\n").replace("\r", "\n")
+    text = universal_newlines(text)
     if bad := _SURROGATE.search(text):  # str from bytes decoded with surrogateescape
         raise _lone_surrogate(text, filename, bad.start())
     if emit not in EMIT_KINDS:
@@ -282,10 +288,7 @@ def read_source(path: str | os.PathLike) -> str:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise _bad_encoding(data, name, e.start) from None
-    # universal newlines, as open() in text mode: CR LF and a lone CR end a line (the lexer
-    # and the renderer count "\n" only, so a lone CR would put a line:col off the lines an
-    # editor shows)
-    return text.replace("\r\n", "\n").replace("\r", "\n")
+    return universal_newlines(text)
 
 
 def _bad_encoding(data: bytes, name: str, pos: int) -> DiagnosticError:
