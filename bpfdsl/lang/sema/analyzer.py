@@ -23,6 +23,8 @@ from bpfdsl.lang.layout import Header
 from bpfdsl.lang.sema.csum import payload_warnings
 from bpfdsl.lang.sema.decls import DeclChecker
 from bpfdsl.lang.sema.expr import ExprChecker
+from bpfdsl.lang.sema.meta import MetaState
+from bpfdsl.lang.sema.meta import start as meta_start
 from bpfdsl.lang.sema.refs import check_refs
 from bpfdsl.lang.sema.stmt import StmtChecker
 from bpfdsl.lang.sema.symbols import (
@@ -89,6 +91,7 @@ class Sema(StmtChecker, DeclChecker):
         self.kind: ProgramKind | None = None
         self.fn: FnInfo | None = None
         self.stale: dict[Local, int] = {}
+        self.meta = MetaState()  # metadata bytes reserved on every path here (sema.meta)
         self.loop_depth = 0
         # what the parse cursor is just past on every path to here (see symbols.CURSOR_UNKNOWN)
         self.cursor: object = None
@@ -271,6 +274,7 @@ class Sema(StmtChecker, DeclChecker):
         # where the caller's cursor is, the fn cannot know: no L4 view it parses gets an IP
         # parent from a header parsed before the call (see symbols.CURSOR_UNKNOWN)
         self.cursor, self.stale = CURSOR_UNKNOWN, {}
+        self.meta = meta_start(None)
         for (name, ty), p in zip(info.params, info.decl.params, strict=True):
             loc = Local(name, ty, p.span)
             self.c.sym[p] = loc
@@ -299,6 +303,7 @@ class Sema(StmtChecker, DeclChecker):
             return
         self.c.progs.append((p, kind))
         self.kind, self.stale, self.cursor = kind, {}, None
+        self.meta = meta_start(kind.keyword)
         self.scopes, self.gone = [self.globals_scope(), {p.ctx: T.CTX}], {}
         self.payload_writes = []
         self.block(p.body, new_scope=False)

@@ -13,6 +13,7 @@ from bpfdsl.abi.uapi import MapType, is_percpu, lookup_is_readonly
 from bpfdsl.diagnostics import Diagnostic
 from bpfdsl.lang import ast
 from bpfdsl.lang import types as T
+from bpfdsl.lang.sema import meta
 from bpfdsl.lang.sema.csum import check_swap, check_write
 from bpfdsl.lang.sema.events import EVENT_CALLS, EVENT_MAP_HINT, EVENT_MAP_USE, check_call
 from bpfdsl.lang.sema.symbols import (
@@ -76,7 +77,7 @@ def _mark_stale(ex, e: ast.Node) -> None:
 
     for scope in ex.s.scopes:
         for sym in scope.values():
-            if isinstance(sym, Local) and isinstance(sym.ty, T.HeaderType):
+            if isinstance(sym, Local) and isinstance(sym.ty, (T.HeaderType, T.MetaRef)):
                 ex.s.stale.setdefault(sym, e.span.line)
     ex.c.pkt_reset.add(e)
     ex.s.cursor = None  # codegen resets the parse cursor to the packet's start
@@ -156,6 +157,8 @@ def call(ex, e: ast.Call) -> T.Type:
         return check_call(ex, e)
     if e.name == "swap":
         return _swap(ex, e)
+    if e.name == "meta":
+        return meta.view(ex, e)
     if e.name == "hash":
         if not args:
             ex.err("arg-count", "hash() takes at least one value", e.span)
@@ -230,6 +233,8 @@ def call(ex, e: ast.Call) -> T.Type:
         if ex.s.kind is None:
             ex.err("resize-in-fn", f"`{e.name}` is only allowed in a program body", e.span)
         _mark_stale(ex, e)
+    if e.name == "adjust_meta":
+        meta.reserve(ex, e)
     return ret
 
 

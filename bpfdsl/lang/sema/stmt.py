@@ -12,6 +12,8 @@ from bpfdsl.diagnostics import Span
 from bpfdsl.lang import ast
 from bpfdsl.lang import types as T
 from bpfdsl.lang.sema.csum import _l4_in_scope
+from bpfdsl.lang.sema.meta import MetaState
+from bpfdsl.lang.sema.meta import merge as merge_meta
 from bpfdsl.lang.sema.symbols import CURSOR_UNKNOWN, PKT_RESIZE, FnInfo, Local, const_int
 
 if TYPE_CHECKING:
@@ -56,6 +58,7 @@ class StmtChecker:
     gone: dict[str, tuple[Local, int]]
     follows: dict[Local, object]
     payload_writes: list
+    meta: MetaState
 
     if TYPE_CHECKING:
 
@@ -198,14 +201,17 @@ class StmtChecker:
 
     def s_If(self, s: ast.If) -> None:
         self.ex.cond(s.cond)
-        before = self.cursor
+        before, meta_before = self.cursor, self.meta
         self.block(s.then)
         ends = [(self.cursor, self.diverges(s.then))]
-        self.cursor = before
+        meta_ends = [(self.meta, ends[0][1])]
+        self.cursor, self.meta = before, meta_before
         if s.orelse:
             self.block(s.orelse)
         ends.append((self.cursor, self.diverges(s.orelse)))
+        meta_ends.append((self.meta, ends[1][1]))
         self.merge_cursors(ends, before)
+        self.meta = merge_meta(meta_before, meta_ends)
 
     def s_IfLet(self, s: ast.IfLet) -> None:
         before = self.cursor
