@@ -456,6 +456,24 @@ class DebugInfo:
             self.keep(fn)
         return FunctionDebug(self, sp)
 
+    def kfunc(self, fn: ir.Function, outs: Sequence[str], *, ctx: str = "xdp_md") -> None:
+        """Attach the declaration DISubprogram of a kfunc to ``fn`` (``extern int
+        name(const struct ctx *, T *...) __ksym``, ``outs`` the language type names the
+        pointers point to), the metadata clang gives it: not distinct, not a definition,
+        no unit.  LLVM emits it as a BTF FUNC with linkage extern in DATASEC ``.ksyms``
+        (BTFDebug::processFuncPrototypes) when a call of ``fn`` is lowered."""
+        cptr = self.pointer_type(self.qualified(self.ctx_type(ctx), "const"))
+        args = [cptr, *(self.pointer_type(self.int_type(t)) for t in outs)]
+        sty = self._di(
+            "DISubroutineType", types=self._md([self.int_type("int").md, *(a.md for a in args)])
+        )
+        sp = self._di(
+            "DISubprogram", name=fn.name, scope=self.file, file=self.file, line=0, type=sty,
+            flags=T("DIFlagPrototyped"), spFlags=T("DISPFlagOptimized"),
+        )  # fmt: skip
+        fn.set_metadata("dbg", sp)
+        fn.attributes.add("nounwind")
+
     def finalize(self) -> None:
         """Write ``llvm.compiler.used`` (maps, license, configs, programs); call once, last.
 

@@ -106,8 +106,10 @@ def check_insns(
     strict: bool = False,
     gpl: bool = True,
     kernel: tuple[int, int] | None = None,
+    kfuncs: dict[int, str] | None = None,
 ) -> ProgramResult:
     """Check one instruction list (ld_imm64 = one Insn) of ``prog_type``.
+    ``kfuncs``: list index -> kernel function name of the kfunc calls (abi.kfuncs).
 
     ``map_refs``: list index -> MapRef for ld_imm64 map operands.  ``line_at(slot)``
     returns a LineInfo-like record (file, line, col, text) or None.  ``strict`` turns
@@ -125,6 +127,7 @@ def check_insns(
         gpl=gpl,
         privileged=privileged,
         kernel=kernel,
+        kfuncs=dict(kfuncs or {}),
     )
     res = ProgramResult(name, section, insn_count=len(insns) + _n_ld_imm64(insns))
     try:
@@ -290,6 +293,7 @@ def check_program(
         strict=strict,
         gpl=_gpl(license),
         kernel=kernel,
+        kfuncs={r.insn_idx: r.symbol for r in prog_spec.relocations if r.kind == "kfunc"},
     )
 
 

@@ -71,6 +71,7 @@ class Env:
     cur_idx: int = 0
     stack_depth: dict = field(default_factory=dict)
     kernel: tuple[int, int] | None = None
+    kfuncs: dict[int, str] = field(default_factory=dict)  # insn index -> kfunc name
 
     def need(self, version: tuple[int, int], what: str, regs: tuple[int, ...] = ()) -> None:
         """Fault when the declared target kernel is older than ``version``."""

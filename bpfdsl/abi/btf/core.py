@@ -188,6 +188,8 @@ class Btf:
         raises BtfFormatError naming the DATASEC/VAR when the ELF does not tell."""
         changes = []
         for t in self.datasecs():
+            if t.name == ".ksyms" and all(self[m.type].kind == Kind.FUNC for m in t.members):
+                continue  # kfunc declarations: sanitize() rewrites them as libbpf does
             if t.name in (".kconfig", ".ksyms"):
                 raise BtfFormatError(f"DATASEC '{t.name}': extern variables are not supported")
             fix_offsets = t.size == 0
@@ -234,7 +236,7 @@ class Btf:
         """Rewrite what a 6.x kernel refuses: extern FUNCs (kfunc declarations) become
         static, extern VARs become static (they are never referenced once externs are
         refused).  Returns what was changed."""
-        changes = []
+        changes = self._sanitize_ksyms()
         for t in self.types:
             if t.kind == Kind.FUNC and t.linkage not in (BTF_FUNC_STATIC, BTF_FUNC_GLOBAL):
                 t.linkage = BTF_FUNC_STATIC
@@ -243,6 +245,51 @@ class Btf:
                 t.linkage = BTF_VAR_STATIC
                 changes.append(f"VAR '{t.name}' extern -> static")
         return changes
+
+    def _sanitize_ksyms(self) -> list[str]:
+        """The DATASEC ``.ksyms`` of kfunc declarations as libbpf rewrites it before
+        BPF_BTF_LOAD (bpf_object__collect_externs): the kernel wants VARs in a DATASEC, so
+        each entry becomes a 4-byte static VAR ``dummy_ksym`` of a 4-byte int, one after
+        the other, and the kfuncs' unnamed FUNC_PROTO parameters get that name (the kernel
+        refuses a FUNC whose parameters have no names)."""
+        sec = next((t for t in self.datasecs() if t.name == ".ksyms"), None)
+        if sec is None or not sec.members:
+            return []
+        name = "dummy_ksym"
+        name_off = self.add_string(name)
+        int_id = next(
+            (t.id for t in self.types if t.kind == Kind.INT and t.size == 4 and t.bits == 32), 0
+        )
+        if not int_id:
+            int_id = len(self.types)
+            self.types.append(
+                BtfType(
+                    int_id, Kind.INT, "int", self.add_string("int"), size=4, encoding=1, bits=32
+                )
+            )
+        var_id = len(self.types)
+        self.types.append(
+            BtfType(var_id, Kind.VAR, name, name_off, type=int_id, linkage=BTF_VAR_STATIC)
+        )
+        for i, m in enumerate(sec.members):
+            fn = self[m.type]
+            proto = self[fn.type] if fn.kind == Kind.FUNC else None
+            for p in proto.members if proto is not None else ():
+                if not p.name_off:
+                    p.name, p.name_off = name, name_off
+            m.type, m.offset, m.size = var_id, 4 * i, 4
+        sec.size = 4 * len(sec.members)
+        return [f"DATASEC '.ksyms': {len(sec.members)} kfunc(s) -> VAR '{name}'"]
+
+    def add_string(self, text: str) -> int:
+        """Offset of ``text`` in the string section, appended if it is not there."""
+        raw = text.encode() + b"\0"
+        at = bytes(self.strings).find(b"\0" + raw)
+        if at >= 0:
+            return at + 1
+        off = len(self.strings)
+        self.strings += raw
+        return off
 
     # ---- writing ----
     def to_bytes(self) -> bytes:

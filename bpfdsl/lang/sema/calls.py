@@ -9,11 +9,12 @@ map's key type exactly (a literal takes it), lpm_trie keys may be a bare address
 from __future__ import annotations
 
 from bpfdsl.abi.helpers import HELPERS, helper_allowed, map_fits_helper
+from bpfdsl.abi.kfuncs import BY_BUILTIN as KFUNC_BUILTINS
 from bpfdsl.abi.uapi import MapType, is_percpu, lookup_is_readonly
 from bpfdsl.diagnostics import Diagnostic
 from bpfdsl.lang import ast
 from bpfdsl.lang import types as T
-from bpfdsl.lang.sema import meta
+from bpfdsl.lang.sema import kfuncs, meta
 from bpfdsl.lang.sema.csum import check_swap, check_write
 from bpfdsl.lang.sema.events import EVENT_CALLS, EVENT_MAP_HINT, EVENT_MAP_USE, check_call
 from bpfdsl.lang.sema.symbols import (
@@ -116,8 +117,10 @@ def call(ex, e: ast.Call) -> T.Type:
             ex.packet_access(e.span, f"call `{e.name}` (it reads the packet)")
             ex.s.cursor = CURSOR_UNKNOWN
         return info.ret
+    if e.name in KFUNC_BUILTINS:
+        return kfuncs.call(ex, e)
     if e.name not in BUILTINS:
-        names = list(BUILTINS) + list(c.fns) + list(c.structs)
+        names = list(BUILTINS) + list(KFUNC_BUILTINS) + list(c.fns) + list(c.structs)
         ex.err("unknown-fn", f"unknown function `{e.name}`", e.span, ex.s.suggest(e.name, names))
         for a in e.args:
             ex.expr(a)
