@@ -444,3 +444,39 @@ def _decode_type(data: bytes, pos: int, end: int, tid: int, names: _Names) -> tu
             for mt, off, sz in recs:
                 ms.append(Member(type=mt, offset=off, size=sz))
     return t, pos + n
+
+
+# bytes after the 12-byte btf_type of each kind, from vlen (include/uapi/linux/btf.h)
+_SKIP = {
+    Kind.INT: (4, 0), Kind.ARRAY: (12, 0), Kind.STRUCT: (0, 12), Kind.UNION: (0, 12),
+    Kind.ENUM: (0, 8), Kind.FUNC_PROTO: (0, 8), Kind.VAR: (4, 0), Kind.DATASEC: (0, 12),
+    Kind.DECL_TAG: (4, 0), Kind.ENUM64: (0, 12),
+}  # fmt: skip
+
+
+def find_func_id(data: bytes, name: str) -> int | None:
+    """The type id of the FUNC named ``name`` in raw BTF ``data`` (the kernel's
+    /sys/kernel/btf/vmlinux: one pass over the type headers, without decoding the ~150k
+    types the way :func:`parse_btf` does), or None."""
+    magic, _ver, _flags, hdr_len, type_off, type_len, str_off, _str_len = _HDR.unpack_from(data)
+    if magic != BTF_MAGIC:
+        raise BtfFormatError("not BTF (bad magic)")
+    strs = hdr_len + str_off
+    want = name.encode() + b"\0"
+    offs, at = set(), data.find(b"\0" + want, strs)
+    while at >= 0:
+        offs.add(at + 1 - strs)
+        at = data.find(b"\0" + want, at + 1)
+    if not offs:
+        return None
+    pos, end, tid = hdr_len + type_off, hdr_len + type_off + type_len, 1
+    unpack = struct.Struct("<III").unpack_from
+    while pos < end:
+        name_off, info, _size = unpack(data, pos)
+        kind, vlen = (info >> 24) & 0x1F, info & 0xFFFF
+        if kind == Kind.FUNC and name_off in offs:
+            return tid
+        fixed, per = _SKIP.get(Kind(kind), (0, 0)) if kind <= 19 else (0, 0)
+        pos += 12 + fixed + per * vlen
+        tid += 1
+    return None

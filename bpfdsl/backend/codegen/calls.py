@@ -28,7 +28,8 @@ class _KsymDecl(ir.Function):
 
     def descr_prototype(self, buf: list[str]) -> None:
         md = self._stringify_metadata()
-        saved, self.metadata = self.metadata, {}
+        saved: dict = self.metadata
+        self.metadata = {}
         inner: list[str] = []
         try:
             super().descr_prototype(inner)
