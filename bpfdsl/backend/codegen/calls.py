@@ -28,13 +28,13 @@ class _KsymDecl(ir.Function):
 
     def descr_prototype(self, buf: list[str]) -> None:
         md = self._stringify_metadata()
-        saved: dict = self.metadata
-        self.metadata = {}
+        saved: dict = getattr(self, "metadata")  # noqa: B009 (llvmlite leaves it untyped)
+        setattr(self, "metadata", {})  # noqa: B010
         inner: list[str] = []
         try:
             super().descr_prototype(inner)
         finally:
-            self.metadata = saved
+            setattr(self, "metadata", saved)  # noqa: B010
         text = "".join(inner)
         buf.append(text.replace("declare ", f"declare {md} ", 1) if md else text)
 
