@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import errno as E
 import os
+import socket
 import struct
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -487,8 +488,9 @@ def _load_program(
                 "dev-bound-needs-device",
                 f"program '{p.name}' calls {', '.join(bound)}: it must be loaded for the "
                 "device it reads the RX hints of (device-bound), and no device was given",
-                hint="attach it to its device (`bpfdsl attach PROG --dev IFNAME`), or "
-                "load it with `--dev IFNAME`",
+                hint="give the device: `bpfdsl attach PROG --dev IFACE`, `bpfdsl load FILE "
+                "--dev IFACE`, `bpfdsl run FILE --dev IFACE` (to test-run the object's other "
+                "programs), load_collection(spec, ifindex=...) from Python",
             )
         flags |= BPF_F_XDP_DEV_BOUND_ONLY
         kw["ifindex"] = ifindex
@@ -508,6 +510,20 @@ def _load_program(
     except S.BpfPermissionError:
         raise
     except S.BpfError as e:
+        if bound and not e.log and e.errno in (E.EOPNOTSUPP, E.EINVAL, E.ENODEV):
+            # kernel/bpf/offload.c bpf_prog_dev_bound_init: no such device, or a driver
+            # without XDP (no ndo_bpf) cannot take a device-bound program
+            try:
+                where = f"interface {socket.if_indextoname(ifindex)} (ifindex {ifindex})"
+            except OSError:
+                where = f"ifindex {ifindex} (no such interface in this network namespace)"
+            raise _fail(
+                "dev-bound-device",
+                f"program '{p.name}' calls {', '.join(bound)}: the kernel refused to bind it "
+                f"to {where}: {os.strerror(e.errno)}",
+                hint="give an interface whose driver runs XDP natively (veth, mlx5, ice, "
+                "...; not lo), in this network namespace",
+            ) from None
         if not e.log:
             raise _fail(
                 "prog-load-failed",
