@@ -31,13 +31,21 @@ class Kfunc:
     the (name, language type name) of the values it writes through its pointer arguments
     after ``ctx`` (sizes: u16 2, be16 2, u32 4, u64 8 bytes), ``dev_bound`` whether the
     program must be loaded device-bound, ``since`` the first kernel release that has it
-    with this signature."""
+    with this signature; ``c_outs`` the C types of the outputs in the kernel's prototype
+    where one is not the language type (``enum NAME``): libbpf checks an extern's
+    FUNC_PROTO against the kernel's (bpf_core_types_are_compat: an INT is not an ENUM)
+    and refuses the object otherwise."""
 
     name: str
     builtin: str
     outs: tuple[tuple[str, str], ...]
     dev_bound: bool
     since: str
+    c_outs: tuple[str, ...] = ()
+
+    def btf_outs(self) -> tuple[str, ...]:
+        """The C type of each output, for the extern's BTF: ``c_outs`` or the language's."""
+        return self.c_outs or tuple(t for _, t in self.outs)
 
 
 KFUNCS: tuple[Kfunc, ...] = (
@@ -50,6 +58,7 @@ KFUNCS: tuple[Kfunc, ...] = (
         (("hash", "u32"), ("rss_type", "u32")),
         True,
         "6.5",
+        ("u32", "enum xdp_rss_hash_type"),  # include/net/xdp.h
     ),
     # __be16 *vlan_proto, u16 *vlan_tci (6.8)
     Kfunc(

@@ -59,7 +59,7 @@ class CallGen(GenHost):
             fn = _KsymDecl(self.m, ir.FunctionType(I32, [PTR] * (1 + len(k.outs))), k.name)
             fn.section = ".ksyms"
             if self.dbg:
-                self.dbg.di.kfunc(fn, [t for _, t in k.outs], ctx=self.f.ctx_kind or "xdp_md")
+                self.dbg.di.kfunc(fn, k.btf_outs(), ctx=self.f.ctx_kind or "xdp_md")
         slots = []
         for a in e.args:
             loc = self.c.sym[a]
