@@ -414,6 +414,9 @@ def check_ir(mod: Module | str, mcpu: str = "v3") -> None:
                 with_dbg.append(m.group(1))
         pos = text.find("\ndefine ", pos + 1)
     defined = set(defines)
+    # kfuncs: declarations in .ksyms the loader resolves against the kernel's BTF (abi.kfuncs)
+    for m in re.finditer(r'^declare [^\n]*?(@"?[\w.]+"?)\([^\n]*section "\.ksyms"', text, re.M):
+        defined |= {m.group(1), m.group(1).replace('"', "")}
     if with_dbg and len(with_dbg) != len(defines):  # kernel: func_info count != subprogs
         missing = sorted(defined - set(with_dbg))
         raise InternalCompilerError(f"function {', '.join(missing)} has no "
