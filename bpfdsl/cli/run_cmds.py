@@ -171,7 +171,7 @@ def cmd_run(args) -> int:
     engine = testrun.open_engine(args.engine, spec, config=config)
     warnings.extend(getattr(engine, "warnings", ()))
     try:
-        if routes:
+        if routes and isinstance(engine, testrun.InterpEngine):  # the kernel: refused above
             engine.collection.env.fib_routes[:] = routes
         runinfo.fill_maps(engine, spec, entries, ctx)
         results = testrun.run_packets(

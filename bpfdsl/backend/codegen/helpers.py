@@ -53,7 +53,7 @@ class HelperGen(GenHost):
         if h.ret is RetKind.VOID:
             self.helper(h.id, ir.VoidType(), vals)
             return ir.Constant(I64, 0)
-        return self.helper(h.id, I64, vals)
+        return self.conv(self.helper(h.id, I64, vals), T.U64, e.ty)  # r0 as the prototype's type
 
     def _mem_ptr(self, e: ast.Expr, t: T.Type) -> ir.Value:
         """Address of the bytes of ``e`` as stored (a header field: in the packet; a constant
