@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import subprocess
 import sys
 import uuid
@@ -232,3 +234,17 @@ def test_interpreter_routes_agree_with_the_kernels_fib(root):
         assert "ip.ttl: 64 -> 63" in k["changes"]
     finally:
         netlink.remove_netns(ns)
+
+
+def test_the_documented_run_is_what_the_cli_prints(capsys, root):
+    """The `bpfdsl run ... --fib-route` example of docs/language.md, run as written: the
+    output shown there is the output."""
+    text = (root / "docs" / "language.md").read_text()
+    m = re.search(r"^\$ (bpfdsl run progs/xdp_router\.bpfd .*?)\n(?!      )(.*?)^```", text,
+                  re.M | re.S)  # fmt: skip
+    assert m, "docs/language.md has no `bpfdsl run progs/xdp_router.bpfd` example"
+    argv = shlex.split(m.group(1).replace("\\\n", " "))[1:]
+    argv[1] = str(root / argv[1])
+    assert main(argv) == 0
+    cap = capsys.readouterr()
+    assert (cap.err + cap.out).splitlines() == m.group(2).splitlines()  # stderr first

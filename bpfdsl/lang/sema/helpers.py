@@ -113,10 +113,18 @@ def fib_lookup(ex, e: ast.Call) -> T.Type:
     return T.I64
 
 
+def is_empty_side(ex, a: ast.Expr) -> bool:
+    """Whether a ``csum_diff`` argument is ``none``: no bytes on that side (``NULL, 0`` in
+    C), the kernel's form for adding (``from`` empty) or removing (``to`` empty) bytes."""
+    return isinstance(a, ast.Name) and a.id == "none" and ex.s.lookup("none") is None
+
+
 def csum_diff(ex, e: ast.Call) -> T.Type:
     """``csum_diff(from, to, seed)``: ``bpf_csum_diff`` over the bytes of two values (32- and
     64-bit integers as stored, structs, addresses, arrays, header fields: packet bytes),
-    each a whole number of 32-bit words, at most 512 bytes; seed u32.  Returns the 32-bit ones'-complement sum (or a negative errno)."""
+    each a whole number of 32-bit words, at most 512 bytes, or ``none`` for no bytes (the
+    kernel takes NULL with size 0 on either side: net/core/filter.c, "from_size == 0,
+    to_size > 0, seed := csum --> pushing data"); seed u32.  Returns the 32-bit ones'-complement sum (or a negative errno)."""
     helper_kind(ex, e, "csum_diff")
     if len(e.args) != 3 or e.kwargs:
         ex.err(
@@ -129,6 +137,9 @@ def csum_diff(ex, e: ast.Call) -> T.Type:
             ex.expr(a)
         return T.I64
     for a in e.args[:2]:
+        if is_empty_side(ex, a):
+            a.ty = T.VOID  # no bytes: codegen passes NULL, 0
+            continue
         t = ex.expr(a)
         t = t.inner if isinstance(t, T.RefType) else t
         if t is T.ERR:
@@ -142,7 +153,7 @@ def csum_diff(ex, e: ast.Call) -> T.Type:
                 f"csum_diff sums the bytes of a value (an integer, struct, address, array or "
                 f"header field), found {t}",
                 a.span,
-                "e.g. `csum_diff(ip.daddr, new_daddr, 0)`",
+                "e.g. `csum_diff(ip.daddr, new_daddr, 0)`, or `none` for no bytes on one side",
             )
         elif t.size % 4 or t.size > CSUM_DIFF_MAX:
             ex.err(
