@@ -52,6 +52,21 @@ def register(sub) -> None:
         "VALUE}} (as --map takes them, or JSON values); --map entries come after its own",
     )
     p.add_argument(
+        "--fib-route",
+        action="append",
+        metavar="ROUTE",
+        help="interpreter: a route bpf_fib_lookup finds, repeatable: "
+        "PREFIX=ifindex:N[,smac:MAC][,dmac:MAC|none] (dmac none: no neighbour entry, "
+        "NO_NEIGH); longest prefix wins, no route is NOT_FWDED.  The kernel engine reads "
+        "the kernel's own routes (ip route, ip neigh) instead",
+    )
+    p.add_argument(
+        "--fib-routes",
+        metavar="FILE",
+        help='routes from a JSON file: ["PREFIX=ifindex:N,...", {"prefix": P, "ifindex": N, '
+        '"smac": MAC, "dmac": MAC or null}, ...]; --fib-route routes come after its own',
+    )
+    p.add_argument(
         "--repeat",
         type=int,
         default=1,
@@ -143,7 +158,7 @@ def cmd_run(args) -> int:
         raise UsageError(error("bad-limit", f"--limit {args.limit}: give 1 or more packets"))
     if args.limit is not None and not args.pcap:
         raise UsageError(error("bad-limit", "--limit applies to --pcap only"))
-    from bpfdsl.runtime import runinfo
+    from bpfdsl.runtime import fibroutes, runinfo
 
     warnings: list[str] = []
     spec = objfile.read_object(object_bytes(args.file), name=args.file)
@@ -155,6 +170,22 @@ def cmd_run(args) -> int:
 
     bound = needs_dev_bound(spec.programs[name])
     others = [] if args.dev else [n for n, p in spec.programs.items() if needs_dev_bound(p)]
+    routes = fibroutes.fib_routes(args.fib_route, args.fib_routes)
+    if routes and args.engine == "kernel":
+        raise UsageError(
+            error(
+                "bad-fib-route",
+                "--fib-route/--fib-routes: the kernel's bpf_fib_lookup reads the kernel's "
+                "own routing and neighbour tables, not routes given here",
+                hint="run with --engine interp (the interpreter answers from these routes), "
+                "or add the routes to the kernel (ip route, ip neigh) and drop --fib-route",
+            )
+        )
+    if routes and args.engine == "auto":
+        args.engine = "interp"
+        print("engine: interp (--fib-route routes are the interpreter's)", file=sys.stderr)
+    if routes and not fibroutes.calls_fib_lookup(spec.programs[name]):
+        warnings.append(f"program {name!r} calls no bpf_fib_lookup: the routes are not used")
     if args.engine == "auto":
         args.engine, why = _auto_engine(kind, bound, others)
         if why:
@@ -169,6 +200,8 @@ def cmd_run(args) -> int:
     engine = testrun.open_engine(args.engine, spec, config=config, ifindex=ifindex)
     warnings.extend(getattr(engine, "warnings", ()))
     try:
+        if routes and isinstance(engine, testrun.InterpEngine):  # the kernel: refused above
+            engine.collection.env.fib_routes[:] = routes
         runinfo.fill_maps(engine, spec, entries, ctx)
         results = testrun.run_packets(
             engine,

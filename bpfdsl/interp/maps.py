@@ -376,9 +376,10 @@ class LpmTrieMap(Map):
         return 0
 
     def _get(self, key: bytes) -> bytes | None:
-        plen, addr = self._split(key)
-        hit = self.by_len.get(plen, {}).get(self._masked(addr, plen))
-        return bytes(hit[1].buf) if hit else None
+        # a user-space lookup matches like the program's: the kernel's BPF_MAP_LOOKUP_ELEM
+        # calls the same trie_lookup_elem (kernel/bpf/lpm_trie.c), longest prefix wins
+        hit = self.lookup(key)
+        return bytes(hit.buf) if hit is not None else None
 
     def keys(self) -> list[bytes]:
         return [norm for n in self.lens for norm, _ in self.by_len[n].values()]

@@ -66,7 +66,7 @@ xdp fn probe(ctx) {
     out[0] = xdp_get_buff_len() as u64
     out[1] = csum_diff(ip6.saddr, ip6.daddr, 0) as u64      // header bytes
     out[2] = csum_diff(be32(0x01020304), ip6.daddr, 7) as u64 // a scalar on the stack
-    out[3] = bpf_get_numa_node_id()
+    out[3] = bpf_get_numa_node_id() as u64
     let fib = bpf_fib_lookup(family: AF_INET6, ipv6_src: ip6.saddr, ipv6_dst: ip6.daddr,
                              ifindex: ctx.ingress_ifindex)
     out[4] = fib_lookup(fib, 64 - 64) as u64

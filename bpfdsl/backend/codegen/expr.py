@@ -254,9 +254,9 @@ class ExprGen(GenHost):
         return self.gep(base, st.fields[e.name][0])
 
     def g_InPrefix(self, e: ast.InPrefix):
-        lit = e.right
-        assert isinstance(lit, ast.AddrLit)
-        plen, data = lit.prefixlen, lit.data
+        # a constant prefix (literal or const, sema): u32 prefixlen, host order, then the address
+        value = self.c.cbytes[e.right]
+        plen, data = int.from_bytes(value[:4], "little"), value[4:]
         bits = int.from_bytes(data, "big")
         nbits = len(data) * 8
         mask = ((1 << plen) - 1) << (nbits - plen) if plen else 0

@@ -5,7 +5,7 @@ made as clang makes it from C.
 ``fib_lookup(fib, flags)`` is ``bpf_fib_lookup(ctx, &fib, sizeof(fib), flags)`` on the
 variable's own stack memory (64 bytes), so the kernel's result is in ``fib`` afterwards;
 ``csum_diff(a, b, seed)`` is ``bpf_csum_diff(&a, sizeof(a), &b, sizeof(b), seed)`` on the
-values' memory (packet bytes for a header field); ``bpf_NAME(args)`` passes the context
+values' memory (packet bytes for a header field), ``NULL, 0`` for a side that is ``none``; ``bpf_NAME(args)`` passes the context
 first where the prototype takes it.
 """
 
@@ -36,6 +36,9 @@ class HelperGen(GenHost):
         if e.name == "csum_diff":
             args: list[ir.Value] = []
             for a in e.args[:2]:
+                if a.ty is T.VOID:  # `none` (sema): no bytes on this side
+                    args += [ir.Constant(ir.PointerType(), None), ir.Constant(I64, 0)]
+                    continue
                 t = a.ty.inner if isinstance(a.ty, T.RefType) else a.ty
                 args += [self._mem_ptr(a, t), ir.Constant(I64, t.size)]
             seed = self.b.zext(self.rv(e.args[2], T.U32), I64)
@@ -53,7 +56,7 @@ class HelperGen(GenHost):
         if h.ret is RetKind.VOID:
             self.helper(h.id, ir.VoidType(), vals)
             return ir.Constant(I64, 0)
-        return self.helper(h.id, I64, vals)
+        return self.conv(self.helper(h.id, I64, vals), T.U64, e.ty)  # r0 as the prototype's type
 
     def _mem_ptr(self, e: ast.Expr, t: T.Type) -> ir.Value:
         """Address of the bytes of ``e`` as stored (a header field: in the packet; a constant

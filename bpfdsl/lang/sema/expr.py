@@ -216,8 +216,8 @@ class ExprChecker(OpsChecker):
         return T.BOOL
 
     def e_AddrLit(self, e):
-        if e.prefixlen is not None:
-            self.c.cbytes[e] = e.data
+        if e.prefixlen is not None:  # as stored: u32 prefixlen (host order), then the address
+            self.c.cbytes[e] = e.prefixlen.to_bytes(4, "little") + e.data
             return T.IPV4_PREFIX if e.kind == "ipv4" else T.IPV6_PREFIX
         if e.kind == "ipv4":
             self.c.cval[e] = int.from_bytes(e.data, "little")

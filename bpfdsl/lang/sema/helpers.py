@@ -4,7 +4,9 @@
 ``csum_diff(from, to, seed)``, the flags of ``redirect`` / ``redirect_map`` exactly as
 net/core/filter.c accepts them, and ``bpf_NAME(args)``: any helper of the one helper table
 (bpfdsl.abi.helpers) whose prototype takes scalars, checked against that prototype and
-against the program type, as the kernel's ``*_func_proto`` functions do.
+against the program type, as the kernel's ``*_func_proto`` functions do; its result has
+the prototype's C type (``RET_TYPES``); helpers that change the packet are called through
+the language's own forms only (``adjust_head``, ``msg_pull_data``, ...).
 """
 
 from __future__ import annotations
@@ -27,6 +29,9 @@ from bpfdsl.lang import types as T
 from bpfdsl.lang.sema.symbols import FIB_LOOKUP, PKT_RESIZE, Local
 
 BY_NAME: dict[str, HelperProto] = {h.name: h for h in PROTOTYPES[1:]}
+# The language type of a `bpf_NAME(...)` result by the prototype's C type (HelperProto.ret_ctype,
+# include/uapi/linux/bpf.h): `long` is 64-bit signed on BPF (a negative errno on failure).
+RET_TYPES: dict[str, T.Type] = {"long": T.I64, "s64": T.I64, "u64": T.U64, "u32": T.U32}
 CSUM_DIFF_MAX = 512  # bytes per side: sizeof(bpf_csum_diff's scratch diff[]), filter.c
 # The language's own form of the helpers `bpf_NAME(...)` cannot take (pointer arguments).
 LANGUAGE_FORMS = {
@@ -43,6 +48,9 @@ LANGUAGE_FORMS = {
     "xdp_store_bytes": "`store`",
     "ringbuf_output": "`ringbuf_output(events, record)`",
     "perf_event_output": "`perf_event_output(events, record)`",
+    "msg_pull_data": "`msg_pull_data(start, end, flags)`",
+    "msg_push_data": "`msg_push_data(start, len, flags)`",
+    "msg_pop_data": "`msg_pop_data(start, len, flags)`",
     "tail_call": None,
 }
 FIB_HINT = (
@@ -105,10 +113,18 @@ def fib_lookup(ex, e: ast.Call) -> T.Type:
     return T.I64
 
 
+def is_empty_side(ex, a: ast.Expr) -> bool:
+    """Whether a ``csum_diff`` argument is ``none``: no bytes on that side (``NULL, 0`` in
+    C), the kernel's form for adding (``from`` empty) or removing (``to`` empty) bytes."""
+    return isinstance(a, ast.Name) and a.id == "none" and ex.s.lookup("none") is None
+
+
 def csum_diff(ex, e: ast.Call) -> T.Type:
     """``csum_diff(from, to, seed)``: ``bpf_csum_diff`` over the bytes of two values (32- and
     64-bit integers as stored, structs, addresses, arrays, header fields: packet bytes),
-    each a whole number of 32-bit words, at most 512 bytes; seed u32.  Returns the 32-bit ones'-complement sum (or a negative errno)."""
+    each a whole number of 32-bit words, at most 512 bytes, or ``none`` for no bytes (the
+    kernel takes NULL with size 0 on either side: net/core/filter.c, "from_size == 0,
+    to_size > 0, seed := csum --> pushing data"); seed u32.  Returns the 32-bit ones'-complement sum (or a negative errno)."""
     helper_kind(ex, e, "csum_diff")
     if len(e.args) != 3 or e.kwargs:
         ex.err(
@@ -121,6 +137,9 @@ def csum_diff(ex, e: ast.Call) -> T.Type:
             ex.expr(a)
         return T.I64
     for a in e.args[:2]:
+        if is_empty_side(ex, a):
+            a.ty = T.VOID  # no bytes: codegen passes NULL, 0
+            continue
         t = ex.expr(a)
         t = t.inner if isinstance(t, T.RefType) else t
         if t is T.ERR:
@@ -134,7 +153,7 @@ def csum_diff(ex, e: ast.Call) -> T.Type:
                 f"csum_diff sums the bytes of a value (an integer, struct, address, array or "
                 f"header field), found {t}",
                 a.span,
-                "e.g. `csum_diff(ip.daddr, new_daddr, 0)`",
+                "e.g. `csum_diff(ip.daddr, new_daddr, 0)`, or `none` for no bytes on one side",
             )
         elif t.size % 4 or t.size > CSUM_DIFF_MAX:
             ex.err(
@@ -196,6 +215,16 @@ def by_name(ex, e: ast.Call) -> T.Type | None:
         return None
     for a in e.args:
         ex.expr(a)
+    if callable_by_name(h) and h.pkt_changing:
+        # the language's form re-reads the packet pointers and marks header views stale
+        ex.err(
+            "helper-not-modelled",
+            f"`{e.name}` (helper #{h.id}) changes the packet: it cannot be called by name",
+            e.span,
+            f"write {LANGUAGE_FORMS[h.name]}: after it every header view is invalid and "
+            "the packet is parsed again",
+        )
+        return T.ERR
     if not callable_by_name(h):
         form = LANGUAGE_FORMS.get(h.name)
         hint = (
@@ -228,4 +257,4 @@ def by_name(ex, e: ast.Call) -> T.Type | None:
         ex.err("arg-count", f"`{e.name}` takes {len(params)} argument(s){ctx}", e.span)
     for a in e.args[: len(params)]:
         ex.coerce(a, T.U64)
-    return T.VOID if h.ret is RetKind.VOID else T.U64
+    return T.VOID if h.ret is RetKind.VOID else RET_TYPES[h.ret_ctype]

@@ -255,11 +255,15 @@ class OpsChecker:
     def e_InPrefix(self, e):
         ta, tb = self.expr(e.left), self.expr(e.right)
         want = {T.IPV4_PREFIX.name: T.BE32, T.IPV6_PREFIX.name: T.IPV6_ADDR}
-        if not (isinstance(e.right, ast.AddrLit) and e.right.prefixlen is not None):
+        if tb.name not in want or e.right not in self.c.cbytes:
+            # a prefix known at compile time (literal or `const`): codegen folds its mask
             self.err(
                 "type-mismatch",
-                "`in` needs a prefix literal on the right, e.g. 10.0.0.0/8",
+                "`in` needs a constant prefix on the right, found "
+                + (f"a run-time {tb}" if tb.name in want else str(tb)),
                 e.right.span,
+                "write a prefix literal such as 10.0.0.0/8 or fc00::/7, or a "
+                "`const NAME: ipv4_prefix = ...` (ipv6_prefix)",
             )
         elif ta != want[tb.name]:
             self.err(
