@@ -236,6 +236,15 @@ class ExprStmt(Stmt):
     expr: Expr
 
 
+@dataclass(eq=False)
+class CallElse(Stmt):
+    """``tail_call(progs, i) else { ... }``: a call with a failure path (``orelse`` runs
+    when the call returns; only ``tail_call`` has one)."""
+
+    call: Call
+    orelse: Block
+
+
 # ---- top-level items ----
 @dataclass(eq=False)
 class License(Node):
@@ -264,6 +273,8 @@ class MapDecl(Node):
     type_args: list[TypeRef]
     args: dict[str, Expr]
     arg_spans: dict[str, Span] = field(default_factory=dict)  # argument name -> its span
+    # ``= { KEY: VALUE, ... }``: initial entries (prog_array: index -> program name)
+    init: list[tuple[Expr, Expr]] | None = None
 
 
 @dataclass(eq=False)
@@ -286,10 +297,15 @@ class Param(Node):
 
 @dataclass(eq=False)
 class FnDecl(Node):
+    """``[MODIFIER] fn name(params) -> ret { ... }``; ``modifier`` is the word before ``fn``
+    (``noinline``, ``global``; None: inlined) and ``modifier_span`` its position."""
+
     name: str
     params: list[Param]
     ret: TypeRef | None
     body: Block
+    modifier: str | None = None
+    modifier_span: Span | None = None
 
 
 @dataclass(eq=False)
