@@ -68,6 +68,8 @@ class CallGen:
             )
         if e.name == "swap":
             return self.swap(e.args[0], e.args[1])
+        if e.name == "loop":
+            return self.bpf_loop(e)
         if e.name == "hash":
             return self.flow_hash(e.args)
         if e.name in (
@@ -101,6 +103,15 @@ class CallGen:
             args = [self.rv(a, t) for a, t in zip(e.args, params, strict=True)]
             return self.helper(HELPERS[e.name].id, I64, [self.f.ctx, *args])
         raise AssertionError(f"codegen: call {e.name}")
+
+    def bpf_loop(self, e: ast.Call) -> ir.Value:
+        """``loop(n, f[, state])``: bpf_loop(n, &f, &state or NULL, 0) (helper 181); the
+        callback is the subprogram ``f`` (its address: an ld_imm64 the loader marks
+        BPF_PSEUDO_FUNC), the state the caller's own stack memory (by reference)."""
+        n = self.rv(e.args[0], T.U32)
+        cb = self.fn_ir[e.args[1].id]
+        st = self.gen(e.args[2]) if len(e.args) == 3 else ir.Constant(PTR, None)
+        return self.helper(HELPERS["loop"].id, I64, [n, cb, st, ir.Constant(I64, 0)])
 
     def g_MethodCall(self, e: ast.MethodCall):
         return self.map_method(e)

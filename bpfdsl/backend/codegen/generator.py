@@ -1,7 +1,11 @@
 """Code generation (back end): sema's :class:`~bpfdsl.lang.sema.analyzer.Checked` -> ``llvmlite.ir.Module``.
 
 One ``ir.Function`` per program, ``section`` = the PROGRAM_KINDS section (``xdp``,
-``xdp/cpumap``...), ``nounwind``; user ``fn``s become ``internal alwaysinline`` functions.
+``xdp/cpumap``...), ``nounwind``; a plain ``fn`` becomes an ``internal alwaysinline``
+function, a ``noinline fn`` (or loop callback) an ``internal noinline`` one (a static BPF
+subprogram in ``.text``) and a ``global fn`` an external ``noinline`` one (a global
+function), both with debug info so LLVM writes their BTF FUNC and line info.  A prog_array
+is a ``.maps`` global whose ``values`` point at the programs of its slots.
 Maps are BTF-defined globals in ``.maps``, configs are globals in ``.rodata`` (not
 ``constant``, so LLVM cannot fold them: the loader patches them), the license is a char
 array in ``license``.  Helpers are called through ``inttoptr (i64 ID to ptr)`` like clang.
@@ -14,6 +18,7 @@ from __future__ import annotations
 
 from llvmlite import ir
 
+from bpfdsl.abi.helpers import HELPERS
 from bpfdsl.backend.codegen.calls import CallGen
 from bpfdsl.backend.codegen.expr import ExprGen
 from bpfdsl.backend.codegen.maps import MapGen
@@ -57,6 +62,7 @@ class CodeGen(ExprGen, CallGen, PktGen, MapGen):
         self.env: list[dict[Local, ir.Value]] = []
         self.globals: dict[str, ir.GlobalVariable] = {}
         self.fn_ir: dict[str, ir.Function] = {}
+        self.prog_ir: dict[str, ir.Function] = {}  # program functions by name
         self._helpers: dict[int, ir.Value] = {}
 
     # ---- module level ----
@@ -82,6 +88,7 @@ class CodeGen(ExprGen, CallGen, PktGen, MapGen):
             self.emit_fn(name, info)
         for decl, kind in self.c.progs:
             self.emit_prog(decl, kind)
+        self.fill_prog_arrays()
         if self.dbg:
             self.dbg.finalize()
         return self.m
@@ -100,6 +107,16 @@ class CodeGen(ExprGen, CallGen, PktGen, MapGen):
             self.dbg.license_global(g)
 
     def emit_map_global(self, name: str, mt: T.MapType) -> ir.GlobalVariable:
+        if mt.kind == "prog_array":
+            slots = self.c.prog_array_init.get(name, {})
+            n = max(slots, default=-1) + 1
+            if self.dbg:
+                return self.dbg.prog_array(name, mt, n)
+            ty = ir.LiteralStructType([PTR, PTR, PTR, ir.ArrayType(PTR, n)])
+            g = ir.GlobalVariable(self.m, ty, name)
+            g.initializer = ir.Constant(ty, None)
+            g.section, g.align = ".maps", 8
+            return g
         if self.dbg:
             return self.dbg.map_global(name, mt)
         n = 5 if mt.flags else 4
@@ -109,6 +126,22 @@ class CodeGen(ExprGen, CallGen, PktGen, MapGen):
         g.section = ".maps"
         g.align = 8
         return g
+
+    def fill_prog_arrays(self) -> None:
+        """Point the ``values`` of each prog_array at the programs of its slots (the
+        initializer clang writes for ``.values = { [k] = (void *)&prog }``)."""
+        progs = self.prog_ir
+        for name, slots in self.c.prog_array_init.items():
+            g = self.globals[name]
+            arr_t = g.value_type.elements[3]
+            vals = [
+                progs[slots[k].id] if k in slots else ir.Constant(PTR, None)
+                for k in range(arr_t.count)
+            ]
+            g.initializer = ir.Constant(
+                g.value_type,
+                [ir.Constant(PTR, None)] * 3 + [ir.Constant(arr_t, vals)],
+            )
 
     def lt(self, t: T.Type) -> ir.Type:
         """LLVM type of a scalar language type (bool is i1 in registers)."""
@@ -135,24 +168,45 @@ class CodeGen(ExprGen, CallGen, PktGen, MapGen):
         ir.IRBuilder(self.f.entry).branch(self.f.func.basic_blocks[1])
 
     def declare_fn(self, name: str, info) -> None:
-        """The ir.Function of an inlined fn (``fn_ir[name]``), before any body is emitted."""
+        """The ir.Function of a fn (``fn_ir[name]``), before any body is emitted: inlined
+        (plain fn), a static subprogram (``internal noinline``) or a global function
+        (external ``noinline``).  Subprogram parameters and results narrower than 32 bits
+        are ``zeroext``/``signext``, as clang marks them for BPF (the caller extends)."""
         params = [
             PTR if not T.is_int(t) and not isinstance(t, T.BoolType) else self.lt(t)
             for _n, t in info.params
         ]
         ret = ir.VoidType() if info.ret == T.VOID else self.lt(info.ret)
         func = ir.Function(self.m, ir.FunctionType(ret, params), name)
-        func.linkage = "internal"
-        func.attributes.add("alwaysinline")
         func.attributes.add("nounwind")
+        if info.linkage == "inline":
+            func.linkage = "internal"
+            func.attributes.add("alwaysinline")
+        else:
+            if info.linkage == "static":
+                func.linkage = "internal"
+            func.attributes.add("noinline")
+            for arg, (_n, t) in zip(func.args, info.params, strict=True):
+                ext = _ext_attr(t)
+                if ext:
+                    arg.add_attribute(ext)
+            ext = _ext_attr(info.ret)
+            if ext:
+                func.return_value.add_attribute(ext)
         self.fn_ir[name] = func
 
     def emit_fn(self, name: str, info) -> None:
         func = self.fn_ir[name]
         ret = func.function_type.return_type
         self.begin(func, None, None)
+        if info.linkage != "inline":
+            for arg, (pname, _t) in zip(func.args, info.params, strict=True):
+                arg.name = pname
         if self.dbg:
-            self.dbg.end_program()
+            if info.linkage == "inline":
+                self.dbg.end_program()
+            else:
+                self.dbg.subprogram(func, info)
         for arg, p in zip(func.args, info.decl.params, strict=True):
             loc = self.c.sym[p]
             self.bind(loc, arg)
@@ -164,9 +218,12 @@ class CodeGen(ExprGen, CallGen, PktGen, MapGen):
             else:
                 self.b.ret(ir.Constant(ret, 0))
         self.finish()
+        if self.dbg and info.linkage != "inline":
+            self.dbg.end_program()
 
     def emit_prog(self, decl: ast.ProgDecl, kind) -> None:
         func = ir.Function(self.m, ir.FunctionType(I32, [PTR]), decl.name)
+        self.prog_ir[decl.name] = func
         func.section = kind.section
         func.attributes.add("nounwind")
         func.args[0].name = decl.ctx
@@ -239,7 +296,7 @@ class CodeGen(ExprGen, CallGen, PktGen, MapGen):
         if isinstance(t, (T.StructType, T.BytesType, T.ArrayType)):
             self.env[-1][loc] = val  # val is already private memory
             return
-        ty = PTR if isinstance(t, (T.HeaderType, T.RefType)) else self.lt(t)
+        ty = PTR if isinstance(t, (T.HeaderType, T.RefType, T.OptionalType)) else self.lt(t)
         a = self.alloca(ty, loc.name, 8 if ty is PTR else max(1, t.size))
         self.b.store(val, a)
         self.env[-1][loc] = a
@@ -412,6 +469,26 @@ class CodeGen(ExprGen, CallGen, PktGen, MapGen):
 
     def s_Assign(self, s: ast.Assign) -> None:
         self.assign(s)
+
+    def s_CallElse(self, s: ast.CallElse) -> None:
+        """``tail_call(map, index) else { ... }``: bpf_tail_call(ctx, map, index) (helper
+        12); it returns only when the tail call fails, and then the else block runs."""
+        e = s.call
+        args = [self.f.ctx, self.gen(e.args[0]), self.rv(e.args[1], T.U32)]
+        self.helper(HELPERS["tail_call"].id, I64, args)
+        self.block(s.orelse)
+        if not self.b.block.is_terminated:
+            self.b.unreachable()
+
+
+def _ext_attr(t: T.Type) -> str | None:
+    """``zeroext``/``signext`` for a subprogram value narrower than 32 bits (bool, 8 and
+    16 bits): clang's BPF ABI extends such arguments and results in the 64-bit register."""
+    if isinstance(t, T.BoolType):
+        return "zeroext"
+    if isinstance(t, T.IntType) and t.bits < 32:
+        return "signext" if t.signed else "zeroext"
+    return None
 
 
 def generate(checked: Checked, dbg=None, module: ir.Module | None = None) -> ir.Module:

@@ -24,6 +24,7 @@ from bpfdsl.lang.sema.decls import DeclChecker
 from bpfdsl.lang.sema.expr import ExprChecker
 from bpfdsl.lang.sema.stmt import StmtChecker
 from bpfdsl.lang.sema.symbols import (
+    NULLABLE_ARG,
     Config,
     Const,
     FnInfo,
@@ -57,6 +58,10 @@ class Checked:
     optype: dict[ast.Expr, T.Type] = field(default_factory=dict)
     pkt_reset: set[ast.Node] = field(default_factory=set)
     warnings: list[Diagnostic] = field(default_factory=list)
+    # prog_array name -> slot -> the ast.Name of the program it holds (`= { 0: prog }`)
+    prog_array_init: dict[str, dict[int, ast.Expr]] = field(default_factory=dict)
+    # (program name, prog_array name, span) of every `tail_call(map, i) else { ... }`
+    tail_calls: list[tuple[str, str, Span]] = field(default_factory=list)
 
 
 class Sema(StmtChecker, DeclChecker):
@@ -68,6 +73,7 @@ class Sema(StmtChecker, DeclChecker):
         self.scopes: list[dict[str, object]] = []
         self.kind: ProgramKind | None = None
         self.fn: FnInfo | None = None
+        self.prog: ast.ProgDecl | None = None  # the program being checked
         self.ctx_name: str | None = None
         self.stale: dict[Local, int] = {}
         self.loop_depth = 0
@@ -191,15 +197,14 @@ class Sema(StmtChecker, DeclChecker):
                 self.map_decl(it)
         for it in items:
             if isinstance(it, ast.FnDecl):
-                params = [(p.name, self.resolve_type(p.type)) for p in it.params]
-                ret = self.resolve_type(it.ret) if it.ret else T.VOID
-                self.c.fns[it.name] = FnInfo(it, params, ret)
+                self.c.fns[it.name] = self.fn_info(it)
         for it in items:
             if isinstance(it, ast.FnDecl):
                 self.body_fn(self.c.fns[it.name])
             elif isinstance(it, ast.ProgDecl):
                 self.body_prog(it)
         self.check_recursion()
+        self.check_tail_calls()
         if not any(isinstance(it, ast.ProgDecl) for it in items):
             self.err(
                 "no-programs",
@@ -222,6 +227,11 @@ class Sema(StmtChecker, DeclChecker):
         self.fn, self.kind, self.ctx_name = info, None, None
         self.scopes, self.gone = [self.globals_scope(), {}], {}
         for (name, ty), p in zip(info.params, info.decl.params, strict=True):
+            if info.linkage == "global" and not isinstance(
+                ty, (T.IntType, T.BoolType, T.ErrorType)
+            ):
+                # the kernel verifies a global fn for any caller: a pointer may be NULL
+                ty = T.OptionalType(ty, NULLABLE_ARG)
             loc = Local(name, ty, p.span)
             self.c.sym[p] = loc
             self.bind(name, loc)
@@ -247,6 +257,7 @@ class Sema(StmtChecker, DeclChecker):
             )
             return
         self.c.progs.append((p, kind))
+        self.prog = p
         self.kind, self.ctx_name, self.stale, self.cursor = kind, p.ctx, {}, None
         self.scopes, self.gone = [self.globals_scope(), {p.ctx: T.CTX}], {}
         self.payload_writes: list = []
@@ -260,7 +271,7 @@ class Sema(StmtChecker, DeclChecker):
                 p.body.span,
                 "end every path with `return ACTION`",
             )
-        self.kind = None
+        self.kind, self.prog = None, None
 
 
 def check(prog: ast.Program, filename: str = "<input>") -> Checked:
