@@ -223,8 +223,7 @@ class _Builder:
     def call_else_stmt(self, meta, c):
         *parts, orelse = c
         s = self._s(meta)
-        call = self.call(None, parts)
-        call.span = Span(self.filename, s.line, s.col)  # where the call starts
+        call = self.call(meta, parts)  # spans the statement, as the rule does
         return ast.CallElse(s, call, orelse)
 
     # ---- expressions ----
