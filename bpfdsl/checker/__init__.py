@@ -108,6 +108,7 @@ def check_insns(
     gpl: bool = True,
     kernel: tuple[int, int] | None = None,
     subprogs: dict | None = None,
+    has_func_info: bool | None = None,
 ) -> ProgramResult:
     """Check one instruction list (ld_imm64 = one Insn) of ``prog_type``.
 
@@ -115,8 +116,9 @@ def check_insns(
     returns a LineInfo-like record (file, line, col, text) or None.  ``strict`` turns
     warnings into errors.  ``subprogs``: subprogram start index -> ``subprog.SubprogInfo``
     (from BTF func info: which are global functions, verified on their own like the
-    kernel does; default: every subprogram static).  Never raises for bad programs:
-    faults become errors.
+    kernel does; default: every subprogram static); ``has_func_info``: whether the
+    program comes with BTF func info (False: a function address is refused, as the
+    kernel does; None: not known).  Never raises for bad programs: faults become errors.
     """
     t0 = time.perf_counter()
     kind = _kind_of(prog_type, attach_type)
@@ -131,6 +133,7 @@ def check_insns(
         privileged=privileged,
         kernel=kernel,
         subprogs=dict(subprogs or {}),
+        has_func_info=has_func_info,
     )
     res = ProgramResult(name, section, insn_count=len(insns) + _n_ld_imm64(insns))
     try:
@@ -329,6 +332,7 @@ def check_program(
         gpl=_gpl(license),
         kernel=kernel,
         subprogs=subprog_infos(btf, prog_spec.func_info, by_slot, kind.ctx),
+        has_func_info=btf is not None and bool(prog_spec.func_info),
     )
 
 

@@ -358,6 +358,13 @@ def do_ld(env: Env, st: State, i: int, x: Insn) -> None:
             raise Fault("bad-ldimm64", "invalid bpf_ld_imm64 insn", "")
         ref = env.map_refs.get(i)
         if x.src == U.BPF_PSEUDO_FUNC:  # a callback's address (bpf_loop)
+            if env.has_func_info is False:
+                raise Fault(
+                    "missing-func-info",
+                    "missing btf func_info",
+                    "a function address (a bpf_loop callback) needs BTF func info: build "
+                    "the object with debug info (-g)",
+                )
             st.regs[x.dst] = D.ptr(D.FUNC, off=env.func_refs[i])
             return
         if x.src == 0 and ref is None:
