@@ -178,7 +178,7 @@ def test_progarray_command_sets_shows_and_refuses_another_kind(tmp_path):
         assert r.returncode == 2 and "slots 0..3" in r.stderr
     finally:
         for d in (pin, other):
-            _bpfdsl("unload", "--pin-dir", d)
+            _bpfdsl("unload", d)
             shutil.rmtree(d, ignore_errors=True)
 
 
