@@ -47,9 +47,9 @@ def test_compiles_and_passes_the_checker():
 
 @pytest.mark.kernel
 def test_kernel_work_grows_linearly_with_the_rules():
-    """Each rule is verified once, on its own: 4x the rules is at most ~4x the work (an
-    inlined ruleset multiplies paths instead), and 200 rules stay below the 9,869
-    instructions clang's C with __noinline global functions needs (issue 11)."""
+    """Each rule is verified once, on its own: 4x the rules is at most ~4x the work, and
+    200 rules stay below the 9,869 instructions issue 11 reports for clang's C with
+    __noinline global functions."""
     from bpfdsl.kernel import syscall
     from bpfdsl.runtime.loader import load_collection
 
