@@ -338,3 +338,47 @@ def test_unknown_program_in_a_slot_exits_1_on_the_command_line(tmp_path):
     assert r.returncode == 1
     assert f"{src}:2:42" in r.stderr and "^" in r.stderr and "did you mean" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+TAIL_IN_SUBPROG_C = r"""
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+struct {
+    __uint(type, BPF_MAP_TYPE_PROG_ARRAY);
+    __uint(max_entries, 4);
+    __uint(key_size, 4);
+    __uint(value_size, 4);
+} jmp SEC(".maps");
+static __noinline int sub(struct xdp_md *ctx) { bpf_tail_call(ctx, &jmp, 0); return 0; }
+SEC("xdp") int p(struct xdp_md *ctx) {
+    char buf[SIZE];
+    __builtin_memset(buf, 'a', SIZE);
+    buf[SIZE - 1] = 0;
+    bpf_trace_printk(buf, SIZE);
+    return sub(ctx);
+}
+char LICENSE[] SEC("license") = "GPL";
+"""
+
+
+@pytest.mark.kernel
+@pytest.mark.parametrize("size", [64, 320])
+def test_checker_limits_the_stack_above_a_tail_calling_subprogram_like_the_kernel(tmp_path, size):
+    """A subprogram that tail-calls may only be called with less than 256 bytes of stack
+    in its callers (the kernel bounds the worst case of 33 tail calls that way)."""
+    from bpfdsl.checker import check_object
+    from bpfdsl.runtime.loader import VerifierError, load_collection
+    from tests.objbuild import build_text
+
+    obj = build_text(TAIL_IN_SUBPROG_C.replace("SIZE", str(size)), tmp_path)
+    spec = read_object(obj)
+    msgs = [e.message for p in check_object(spec).programs for e in p.errors]
+    if size < 256:
+        assert msgs == []
+        load_collection(spec).close()
+        return
+    want = f"tail_calls are not allowed when call stack of previous frames is {size} bytes"
+    assert msgs == [want + ". Too large"]
+    with pytest.raises(VerifierError) as ei:
+        load_collection(spec).close()
+    assert want in ei.value.log
