@@ -197,12 +197,13 @@ fn ok(i: u32, st: acc) -> bool { return false }
 global fn glob(i: u32, st: acc) -> i32 { return 0 }
 fn wrong(i: u32, st: acc) -> u32 { return 0 }
 fn one(i: u32) -> bool { return false }
+fn narrow(i: u8, st: acc) -> bool { return false }
 xdp fn p(ctx) {
     let a = acc(n: 0)
     let o = other(m: 0)
-"""
+"""  # the call under test is line 12
 
-# (name, the call, code, col of the error on line 11, words in the message, in the hint)
+# (name, the call, code, col of the error on line 12, words in the message, in the hint)
 BAD = [
     ("not_a_fn", "loop(4, nosuch, a)", "loop-callback", 13, "must name a fn", None),
     ("global_callback", "loop(4, glob, a)", "loop-callback", 13, "a global fn", "noinline"),
@@ -211,6 +212,7 @@ BAD = [
     ("state_not_local", "loop(4, ok, 7)", "loop-state", 17, "struct variable", "let acc"),
     ("state_type", "loop(4, ok, o)", "loop-state", 17, "takes a acc state", None),
     ("extra_state", "loop(4, one, a)", "loop-callback", 13, "with a state", "state: STRUCT"),
+    ("narrow_index", "loop(4, narrow, a)", "loop-callback", 13, "takes (i: u32", "i: u32"),
 ]
 
 
@@ -220,7 +222,7 @@ def test_bad_loop_is_a_located_error(name, call, code, col, msg, hint):
     with pytest.raises(DiagnosticError) as ei:
         compile_source(src, "bad.bpfd")
     d = next(d for d in ei.value.diagnostics if d.code == code)
-    assert (d.span.line, d.span.col) == (11, col), d.render(ei.value.source)
+    assert (d.span.line, d.span.col) == (12, col), d.render(ei.value.source)
     assert msg in d.message, d.render(ei.value.source)
     if hint is not None:
         assert any(hint in h for h in d.hints), d.render(ei.value.source)

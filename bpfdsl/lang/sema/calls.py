@@ -521,7 +521,8 @@ def _loop(ex, e: ast.Call) -> T.Type:
             'global callbacks: "callback function not static")',
         )
     want = len(args) - 1
-    ok_index = bool(info.params) and T.is_host_int(info.params[0][1])
+    # the kernel passes the index as a u64 (at most 2^23): u32 or u64 hold it exactly
+    ok_index = bool(info.params) and info.params[0][1] in (T.U32, T.U64)
     if len(info.params) != want or not ok_index:
         shape = "(i: u32, state: STRUCT)" if want == 2 else "(i: u32)"
         ex.err(
