@@ -106,3 +106,20 @@ def test_non_ipv4_and_short_frames_pass(bpf_program):
     assert prog.run(frame).verdict == "XDP_DROP"
     assert prog.run(frame[: 14 + 20 + 10]).verdict == "XDP_PASS"  # TCP header cut short
     assert prog.run(bytes(Ether(type=0x86DD) / (b"x" * 60))).verdict == "XDP_PASS"
+
+
+@pytest.mark.kernel
+def test_interpreter_agrees_with_the_kernel_on_every_case_and_its_truncations():
+    from bpfdsl.interp import InterpCollection
+    from bpfdsl.kernel import syscall
+    from bpfdsl.runtime.loader import load_collection
+
+    spec = read_object(compile_file(PROG).obj)
+    interp = InterpCollection(spec)["acl_rules"]
+    frames = [_frame(*c) for c in CASES]
+    frames += [f[:n] for f in frames[:6] for n in range(14, len(f), 7)]
+    with load_collection(spec) as coll:
+        fd = coll.programs["acl_rules"].fd
+        for f in frames:
+            k, i = syscall.prog_test_run(fd, f), interp.run(f)
+            assert (i.retval, i.data_out) == (k.retval, k.data_out), f.hex()

@@ -364,3 +364,42 @@ def test_bad_subprogram_on_the_command_line_exits_1_with_the_line_and_a_caret(tm
     assert r.returncode == 1
     assert f"{src}:3:38" in r.stderr and "^" in r.stderr and "help:" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def _without_null_check(spec):
+    """``spec`` with the global fn's first NULL check (``if r1 == 0``) made a no-op."""
+    import dataclasses
+
+    from bpfdsl.abi import insn as I
+
+    p = spec.programs["filter"]
+    start = next(f.insn_off for f in p.func_info if f.name == "port_blocked")
+    by_slot = {s: k for k, s in enumerate(I.slot_offsets(p.insns))}
+    k = next(
+        i
+        for i in range(by_slot[start], len(p.insns))
+        if p.insns[i].is_cond_jump and p.insns[i].dst == 1 and p.insns[i].imm == 0
+    )
+    insns = list(p.insns)
+    insns[k] = I.ja(0)
+    spec.programs["filter"] = dataclasses.replace(p, insns=insns)
+    return spec
+
+
+def test_checker_errors_in_a_global_fn_name_its_source_line():
+    spec = _without_null_check(read_object(_obj()))
+    (p,) = check_object(spec).programs
+    (e,) = p.errors
+    assert e.message == "R1 invalid mem access 'mem_or_null'"
+    assert e.source is not None and e.source.line == 12  # `if u.dest == l.port` in the fn
+    assert "l.port" in e.source.text
+
+
+@pytest.mark.kernel
+def test_kernel_refuses_the_unchecked_pointer_too():
+    from bpfdsl.runtime.loader import VerifierError, load_collection
+
+    with pytest.raises(VerifierError) as ei:
+        load_collection(_without_null_check(read_object(_obj()))).close()
+    assert "invalid mem access 'mem_or_null'" in ei.value.log
+    assert ei.value.diagnostics[0].span.line == 12
