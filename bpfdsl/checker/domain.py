@@ -24,6 +24,10 @@ S32_MIN, S32_MAX = -(1 << 31), (1 << 31) - 1
 # register types (kernel enum bpf_reg_type, reduced)
 NOT_INIT, SCALAR, CTX, STACK, PKT, PKT_META, PKT_END = 0, 1, 2, 3, 4, 5, 6
 MAP_VALUE, MAP_VALUE_OR_NULL, MAP_PTR, XDP_SOCK, SOCKET, SOCKET_OR_NULL = 7, 8, 9, 10, 11, 12
+# MEM(_OR_NULL): a pointer argument of a global function, ``rng`` bytes (kernel PTR_TO_MEM,
+# mem_size); FUNC: a static subprogram's address (ld_imm64 BPF_PSEUDO_FUNC), ``off`` = the
+# index of its first instruction (kernel PTR_TO_FUNC, subprogno)
+MEM, MEM_OR_NULL, FUNC = 13, 14, 15
 TYPE_NAMES = {
     NOT_INIT: "?",
     SCALAR: "scalar",
@@ -38,8 +42,11 @@ TYPE_NAMES = {
     XDP_SOCK: "xdp_sock",
     SOCKET: "sock",
     SOCKET_OR_NULL: "sock_or_null",
+    MEM: "mem",
+    MEM_OR_NULL: "mem_or_null",
+    FUNC: "func",
 }
-NULLABLE = {MAP_VALUE_OR_NULL: MAP_VALUE, SOCKET_OR_NULL: SOCKET}
+NULLABLE = {MAP_VALUE_OR_NULL: MAP_VALUE, SOCKET_OR_NULL: SOCKET, MEM_OR_NULL: MEM}
 PACKET_TYPES = (PKT, PKT_META)
 
 
@@ -380,8 +387,12 @@ def fmt_reg(r: Reg) -> str:
     if r.map is not None and r.t in (MAP_VALUE, MAP_VALUE_OR_NULL, MAP_PTR):
         m = r.map
         parts.append(f"map={getattr(m, 'name', '?')},ks={m.key_size},vs={m.value_size}")
+    if r.t == FUNC:
+        return "func()"
     if r.off:
         parts.append(f"off={r.off}")
+    if r.t in (MEM, MEM_OR_NULL):
+        parts.append(f"sz={r.rng}")
     if r.t in PACKET_TYPES:
         parts.append(f"r={r.rng}")
     if r.tn != (0, 0):

@@ -50,7 +50,7 @@ class GenHost:
     dbg: DebugAdapter | None
     env: list[dict[Local, ir.Value]]
     globals: dict[str, ir.GlobalVariable]
-    fn_ir: dict[str, ir.Function]
+    fn_ir: dict[tuple[str, str | None], ir.Function]
 
     if TYPE_CHECKING:
 
