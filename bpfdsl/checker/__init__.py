@@ -27,11 +27,12 @@ from bpfdsl.abi.uapi import (
     ProgramType,
 )
 from bpfdsl.checker import features as F
-from bpfdsl.checker.analyzer import analyze
+from bpfdsl.checker.analyzer import Outcome, analyze
 from bpfdsl.checker.cfg import CfgError, build_cfg
 from bpfdsl.checker.ctx import ctx_for_program_type
 from bpfdsl.checker.env import Env, Fault, MapRef
 from bpfdsl.checker.report import CheckError, CheckResult, ProgramResult, SourceLine
+from bpfdsl.checker.subprog import check_call_graph, entry_regs, subprog_infos
 
 __all__ = [
     "CheckError",
@@ -106,12 +107,18 @@ def check_insns(
     strict: bool = False,
     gpl: bool = True,
     kernel: tuple[int, int] | None = None,
+    subprogs: dict | None = None,
+    has_func_info: bool | None = None,
 ) -> ProgramResult:
     """Check one instruction list (ld_imm64 = one Insn) of ``prog_type``.
 
     ``map_refs``: list index -> MapRef for ld_imm64 map operands.  ``line_at(slot)``
     returns a LineInfo-like record (file, line, col, text) or None.  ``strict`` turns
-    warnings into errors.  Never raises for bad programs: faults become errors.
+    warnings into errors.  ``subprogs``: subprogram start index -> ``subprog.SubprogInfo``
+    (from BTF func info: which are global functions, verified on their own like the
+    kernel does; default: every subprogram static); ``has_func_info``: whether the
+    program comes with BTF func info (False: a function address is refused, as the
+    kernel does; None: not known).  Never raises for bad programs: faults become errors.
     """
     t0 = time.perf_counter()
     kind = _kind_of(prog_type, attach_type)
@@ -125,6 +132,8 @@ def check_insns(
         gpl=gpl,
         privileged=privileged,
         kernel=kernel,
+        subprogs=dict(subprogs or {}),
+        has_func_info=has_func_info,
     )
     res = ProgramResult(name, section, insn_count=len(insns) + _n_ld_imm64(insns))
     try:
@@ -140,8 +149,9 @@ def check_insns(
         res.errors.append(_mk(insns, cfg.slots, i, f.code, f.message, f.explain, {}, "", line_at))
         res.seconds = time.perf_counter() - t0
         return res
+    env.func_refs = dict(cfg.func_refs)
     try:
-        out = analyze(env, cfg)
+        out = _verify(env, cfg)
     except Exception as e:  # a checker bug must not pass a program nor show a traceback
         res.errors.append(
             _mk(
@@ -174,6 +184,34 @@ def check_insns(
             res.warnings.append(w)
     res.seconds = time.perf_counter() - t0
     return res
+
+
+def _verify(env: Env, cfg):
+    """The program, then each global function it calls on its own (the kernel's
+    do_check_main and do_check_subprogs), then the call graph's stack and frame limits
+    (check_max_stack_depth); processed instructions and states add up, as the kernel
+    counts them.  Returns the first fault's Outcome, or the totals."""
+    out = analyze(env, cfg)
+    if out.fault is not None:
+        return out
+    processed, states = out.processed, out.states
+    called = {t for t in cfg.call_target.values()}
+    for start in sorted(called):
+        info = env.subprogs.get(start)
+        if info is None or not info.is_global:
+            continue
+        env.entry = start
+        try:
+            regs = entry_regs(env, info)
+        except Fault as f:
+            return Outcome((start, f, "", {}), processed, states)
+        sub = analyze(env, cfg, entry=start, regs=regs)
+        processed, states = processed + sub.processed, states + sub.states
+        if sub.fault is not None:
+            sub.processed, sub.states = processed, states
+            return sub
+    env.entry = 0
+    return Outcome(check_call_graph(env, cfg), processed, states)
 
 
 def _n_ld_imm64(insns: Sequence[Insn]) -> int:
@@ -261,9 +299,12 @@ def check_program(
     privileged: bool = True,
     strict: bool = False,
     kernel: tuple[int, int] | None = None,
+    btf=None,
 ) -> ProgramResult:
     """Check one ``ProgramSpec`` (bpfdsl.obj.spec) with the object's ``maps`` (name -> MapSpec) and
-    ``data_sections`` (name -> DataSection, for .rodata/.data/.bss references)."""
+    ``data_sections`` (name -> DataSection, for .rodata/.data/.bss references); ``btf``
+    (the object's Btf) tells which subprograms are global functions and their argument
+    types (without it every subprogram is checked as static)."""
     kind = prog_spec.kind
     if kind is None:
         res = ProgramResult(prog_spec.name, prog_spec.section)
@@ -278,6 +319,7 @@ def check_program(
             )
         )
         return res
+    by_slot = {s: k for k, s in enumerate(slot_offsets(prog_spec.insns))}
     return check_insns(
         prog_spec.insns,
         kind.program_type,
@@ -290,6 +332,8 @@ def check_program(
         strict=strict,
         gpl=_gpl(license),
         kernel=kernel,
+        subprogs=subprog_infos(btf, prog_spec.func_info, by_slot, kind.ctx),
+        has_func_info=btf is not None and bool(prog_spec.func_info),
     )
 
 
@@ -327,6 +371,7 @@ def check_object(
                 privileged=privileged,
                 strict=strict,
                 kernel=kernel,
+                btf=spec.btf,
             )
         )
     return out

@@ -20,11 +20,17 @@ from bpfdsl.checker.cfg import Cfg
 from bpfdsl.checker.env import Env, Fault
 from bpfdsl.checker.report import fmt_state
 from bpfdsl.checker.state import Frame, State, state_key, subsumes
+from bpfdsl.checker.subprog import (
+    BPF_FUNC_LOOP,
+    check_global_return,
+    enter_call,
+    leave,
+    loop_call,
+)
 from bpfdsl.checker.transfer import _read, do_alu, do_ld, do_ldx, do_store
 
 INSN_LIMIT = 1_000_000
 JMP_SEQ_LIMIT = 8192
-MAX_CALL_FRAMES = 8
 MAX_STATES_PER_INSN = 64
 
 
@@ -79,15 +85,21 @@ def _live_sets(cfg: Cfg, st: State, i: int) -> list[frozenset[int]]:
     return out
 
 
-def analyze(env: Env, cfg: Cfg) -> Outcome:
-    """Walk all paths of the program described by ``cfg``; stop at the first fault."""
+def analyze(env: Env, cfg: Cfg, entry: int = 0, regs: list[D.Reg] | None = None) -> Outcome:
+    """Walk all paths of the program described by ``cfg``; stop at the first fault.
+
+    ``entry``/``regs``: the function to verify and its registers at the start (a global
+    function verified on its own, see checker.subprog); default the program, r1 = ctx.
+    The call graph's stack and frame limits are checked by the caller, once every
+    function's stack depth is known (subprog.check_call_graph)."""
     dec = cfg.insns
     handlers = [_handler(x) for x in dec]
     live_in = cfg.live_in
-    regs = [D.NOT_INIT_REG] * 11
-    regs[1] = D.ptr(D.CTX)
-    regs[10] = D.ptr(D.STACK, map=0)
-    stack: list[tuple[int, State, int]] = [(0, State([Frame(regs, {}, -1, 0, 0)]), -1)]
+    if regs is None:
+        regs = [D.NOT_INIT_REG] * 11
+        regs[1] = D.ptr(D.CTX)
+        regs[10] = D.ptr(D.STACK, map=0)
+    stack: list[tuple[int, State, int]] = [(entry, State([Frame(regs, {}, -1, 0, entry)]), -1)]
     explored: dict[int, list[_Entry]] = {}
     looping: dict[int, dict[tuple, _Entry]] = {}
     processed = 0
@@ -135,10 +147,10 @@ def analyze(env: Env, cfg: Cfg) -> Outcome:
                 if pruned:
                     _finish_path(st)
                     break
-                entry = _Entry(st.copy(), 1, st.parent)
-                entry.state.parent = None
+                new = _Entry(st.copy(), 1, st.parent)
+                new.state.parent = None
                 if active is not None:
-                    active[key] = entry
+                    active[key] = new
                 if len(lst) >= MAX_STATES_PER_INSN:
                     # drop the oldest finished state (less pruning, never unsound)
                     for k, e in enumerate(lst):
@@ -146,9 +158,9 @@ def analyze(env: Env, cfg: Cfg) -> Outcome:
                             del lst[k]
                             break
                 if len(lst) < MAX_STATES_PER_INSN:
-                    lst.append(entry)
+                    lst.append(new)
                 nstates += 1
-                st.parent = entry
+                st.parent = new
             processed += 1
             if processed > INSN_LIMIT:
                 f = Fault(
@@ -187,37 +199,7 @@ def analyze(env: Env, cfg: Cfg) -> Outcome:
                     return Outcome((i, jumps, fmt_state(st.regs), {}), processed, nstates)
             else:
                 i, st = succ[0]
-    fault = _check_stack_depth(env, cfg)
-    return Outcome(fault, processed, nstates)
-
-
-def _check_stack_depth(env: Env, cfg: Cfg):
-    """Combined stack of every call chain <= 512 bytes, each frame rounded up to 16 as the
-    x86 JIT does (kernel check_max_stack_depth)."""
-    calls: dict[int, list[tuple[int, int]]] = {}
-    for i, t in cfg.call_target.items():
-        calls.setdefault(cfg.subprog_of[i], []).append((i, t))
-
-    def rnd(d: int) -> int:
-        return (d + 15) & ~15
-
-    def walk(sp: int, depth: int, chain: int, at: int, sps: tuple):
-        depth += rnd(env.stack_depth.get(sp, 0))
-        if depth > 512:
-            f = Fault(
-                "stack-depth",
-                f"combined stack size of {chain} calls is {depth}. Too large",
-                "the functions on this call chain use more than 512 bytes of stack together",
-            )
-            return (at, f, "", {})
-        for i, t in calls.get(sp, []):
-            if t is not None and t not in sps:
-                r = walk(t, depth, chain + 1, i, (*sps, t))
-                if r:
-                    return r
-        return None
-
-    return walk(0, 0, 1, 0, (0,))
+    return Outcome(None, processed, nstates)
 
 
 # ---- one instruction: a handler per instruction, chosen once (no per-step if-chain) ----
@@ -259,7 +241,7 @@ def _ja(env: Env, cfg: Cfg, st: State, i: int, x):
 def _exit_insn(env: Env, cfg: Cfg, st: State, i: int, x):
     if x.source or x.imm or x.src or x.dst or x.cls == U.BPF_JMP32:
         raise Fault("reserved-fields", "BPF_EXIT uses reserved fields", "bad exit encoding")
-    return _exit(env, st, i)
+    return _exit(env, cfg, st, i)
 
 
 def _call(env: Env, cfg: Cfg, st: State, i: int, x):
@@ -268,7 +250,9 @@ def _call(env: Env, cfg: Cfg, st: State, i: int, x):
             raise Fault("kfunc", "kernel function calls are not supported by the checker", "")
         raise Fault("reserved-fields", "BPF_CALL uses reserved fields", "bad call encoding")
     if x.src == U.BPF_PSEUDO_CALL:
-        return _pseudo_call(env, cfg, st, i, x)
+        return enter_call(env, cfg, st, i)
+    if x.imm == BPF_FUNC_LOOP:
+        return loop_call(env, cfg, st, i)
     check_helper_call(env, st, x.imm, cfg.slots[i])
     st.frames[-1].r0_at = i
     return None
@@ -297,37 +281,10 @@ def _handler(x):
     return h if h is not None else _BY_JMP_OP.get(x.op, _cond)
 
 
-def _pseudo_call(env: Env, cfg: Cfg, st: State, i: int, x: Insn):
-    if len(st.frames) >= MAX_CALL_FRAMES:
-        raise Fault(
-            "call-depth",
-            f"the call stack of {len(st.frames) + 1} frames is too deep !",
-            "at most 8 nested BPF-to-BPF calls",
-        )
-    target = cfg.call_target[i]  # the subprogram starting at the call's destination
-    regs = [D.NOT_INIT_REG] * 11
-    for r in range(1, 6):
-        regs[r] = st.regs[r]
-    regs[10] = D.ptr(D.STACK, map=len(st.frames))
-    caller = st.cur
-    for r in range(0, 6):
-        caller.regs[r] = caller.regs[r] if r else caller.regs[r]
-    st.frames.append(Frame(regs, {}, i, len(st.frames), target))
-    return [(target, st)]
-
-
-def _exit(env: Env, st: State, i: int):
+def _exit(env: Env, cfg: Cfg, st: State, i: int):
     r0 = _read(st, 0)
-    if len(st.frames) > 1:
-        callee = st.frames.pop()
-        caller = st.cur
-        if r0.t == D.STACK and r0.map == callee.frameno:
-            raise Fault("ret-stack", "cannot return stack pointer to the caller", "", (0,))
-        caller.regs[0] = r0
-        caller.r0_at = callee.r0_at if callee.r0_at >= 0 else i
-        for r in range(1, 6):
-            caller.regs[r] = D.NOT_INIT_REG
-        return [(callee.callsite + 1, st)]
+    if len(st.frames) > 1:  # back to the caller (checker.subprog)
+        return leave(env, cfg, st, i)
     if st.refs:
         raise Fault(
             "unreleased-ref",
@@ -335,6 +292,9 @@ def _exit(env: Env, st: State, i: int):
             "end every ring buffer reservation (bpf_ringbuf_submit or bpf_ringbuf_discard) "
             "and release every acquired socket (bpf_sk_release) on every path",
         )
+    if env.entry:  # a global function verified on its own
+        check_global_return(r0)
+        return []
     _check_return(env, r0, st.cur.r0_at)
     return []
 

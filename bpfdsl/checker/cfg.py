@@ -12,8 +12,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from bpfdsl.abi import uapi as U
-from bpfdsl.abi.helpers import HELPERS_BY_ID
+from bpfdsl.abi.helpers import HELPERS, HELPERS_BY_ID
 from bpfdsl.abi.insn import Insn
+
+BPF_FUNC_LOOP = HELPERS["loop"].id  # bpf_loop: runs a callback subprogram
 
 
 class CfgError(Exception):
@@ -32,6 +34,7 @@ class Cfg:
     list indexes where subprograms start (0 first); ``subprog_of``: insn index -> subprog
     start index; ``prune``: prune points; ``live_in``: live registers per insn;
     ``call_target``: insn index of a BPF-to-BPF call -> index of the called function;
+    ``func_refs``: ld_imm64 of a function address (a callback) -> index of the function;
     ``heads``: loop heads (targets of back-edges)."""
 
     __slots__ = (
@@ -43,6 +46,7 @@ class Cfg:
         "prune",
         "live_in",
         "call_target",
+        "func_refs",
         "heads",
     )
 
@@ -63,6 +67,7 @@ class Cfg:
         self.prune = set() if prune is None else prune
         self.live_in: list[frozenset[int]] = []
         self.call_target: dict[int, int] = {}
+        self.func_refs: dict[int, int] = {}  # ld_imm64 BPF_PSEUDO_FUNC -> function start
         self.heads: set[int] = set()
 
 
@@ -83,7 +88,18 @@ def build_cfg(insns: Sequence[Insn]) -> Cfg:
     total_slots = s
     subprogs = {0}
     call_target: dict[int, int] = {}
+    func_refs: dict[int, int] = {}
     for i, x in enumerate(insns):
+        if x.is_ld_imm64 and x.src == U.BPF_PSEUDO_FUNC:  # a callback (kernel add_subprog)
+            t = by_slot.get(slots[i] + 1 + x.imm)
+            if t is None or x.off:
+                raise CfgError(
+                    i,
+                    f"invalid bpf_ld_imm64 function reference to insn {slots[i] + 1 + x.imm}",
+                    "the function address does not name an instruction of the program",
+                )
+            subprogs.add(t)
+            func_refs[i] = t
         if x.is_pseudo_call:
             t = by_slot.get(slots[i] + 1 + x.imm)
             if t is None:
@@ -144,6 +160,9 @@ def build_cfg(insns: Sequence[Insn]) -> Cfg:
             continue
         if x.is_pseudo_call:
             prune.add(i + 1)
+        if x.is_helper_call and x.imm == BPF_FUNC_LOOP:  # calls a callback (calls_callback)
+            prune.add(i)
+            prune.add(i + 1)
         if i + 1 >= n:
             raise CfgError(i, f"jump out of range from insn {slots[i]} to {slots[i] + 1}", "")
         succ[i] = [i + 1]
@@ -167,6 +186,7 @@ def build_cfg(insns: Sequence[Insn]) -> Cfg:
             )
     cfg = Cfg(insns, slots, succ, starts, subprog_of, prune)
     cfg.call_target = call_target
+    cfg.func_refs = func_refs
     cfg.heads = {t for i, ss in enumerate(succ) for t in ss if t <= i}
     cfg.live_in = _liveness(insns, succ, bool(cfg.heads))
     return cfg

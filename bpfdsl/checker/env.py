@@ -71,6 +71,17 @@ class Env:
     cur_idx: int = 0
     stack_depth: dict = field(default_factory=dict)
     kernel: tuple[int, int] | None = None
+    # BPF-to-BPF calls (checker.subprog): subprogram start index -> SubprogInfo (from BTF
+    # func info: global or static, argument kinds); ld_imm64 BPF_PSEUDO_FUNC index -> the
+    # start index it names; ``entry``: start of the function being verified (0: the
+    # program; else a global function, verified on its own); ``callbacks``: bpf_loop call
+    # index -> the caller frames each callback visit there started from; ``has_func_info``:
+    # the kernel needs BTF func info for a function address ("missing btf func_info")
+    subprogs: dict = field(default_factory=dict)
+    func_refs: dict = field(default_factory=dict)
+    entry: int = 0
+    callbacks: dict = field(default_factory=dict)
+    has_func_info: bool | None = None  # the program comes with BTF func info (None: unknown)
 
     def need(self, version: tuple[int, int], what: str, regs: tuple[int, ...] = ()) -> None:
         """Fault when the declared target kernel is older than ``version``."""

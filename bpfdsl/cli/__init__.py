@@ -45,6 +45,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sockmap": ("redirect_cmds", "attach/detach an sk_msg program to a sockmap/sockhash"),
     "skmsg": ("redirect_cmds", "alias of sockmap"),
     "sockops": ("redirect_cmds", "attach/detach a sock_ops program to a cgroup v2"),
+    "progarray": ("progarray_cmd", "set, delete, show prog_array slots (tail call targets)"),
 }
 
 
