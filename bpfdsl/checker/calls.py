@@ -288,6 +288,13 @@ def check_helper_call(env: Env, st: State, helper_id: int, idx: int) -> None:
                 "aborting is meant",
                 (3,),
             )
+    if h.name == "tail_call" and st.refs:  # kernel check_helper_call: check_resource_leak
+        raise Fault(
+            "unreleased-ref",
+            f"Unreleased reference id={st.refs[0]}: tail_call would lead to reference leak",
+            "a tail call never returns: submit or discard every ring buffer reservation "
+            "(and release every socket) before it",
+        )
     # effects
     key_const = None
     if helper_id == 1 and map_obj is not None and env.privileged:

@@ -52,10 +52,9 @@ class CallGen(GenHost):
             ret = info.ret.inner if isinstance(info.ret, T.OptionalType) else info.ret
             if isinstance(ret, (T.StructType, T.BytesType, T.ArrayType)):  # returned in memory
                 args = [self.alloca_mem(ret.size, e.name), *args]
-            if e.name in c.packet_fns:  # the packet and the cursor it moves are the caller's
-                return self.b.call(
-                    self.fn_ir[e.name, self.f.ctx_kind], [self.f.ctx, self.f.cursor, *args]
-                )
+            if self.takes_ctx(e.name):  # the packet and the cursor it moves are the caller's
+                cursor = self.f.cursor if self.f.cursor is not None else ir.Constant(PTR, None)
+                return self.b.call(self.fn_ir[e.name, self.f.ctx_kind], [self.f.ctx, cursor, *args])
             return self.b.call(self.fn_ir[e.name, None], args)
         if e.name == "host" or e.name.startswith("be"):
             at = e.args[0].ty

@@ -185,8 +185,18 @@ class CodeGen(ExprGen, CallGen, PktGen, MapGen):
         32-bit data/data_end, sk_msg_md pointers), which it takes as hidden parameters with
         the caller's cursor."""
         if name not in self.c.packet_fns:
+            if self.takes_ctx(name):  # a plain fn calling perf_event_output, msg_cork_bytes...
+                return sorted({k.ctx for _d, k in self.c.progs})
             return [None]
         return sorted({k.ctx for _d, k in self.c.progs if k.ctx in CTX_DATA})
+
+    def takes_ctx(self, name: str) -> bool:
+        """Whether fn ``name`` takes its caller's context (and cursor) as hidden parameters:
+        a packet fn, or a plain fn calling a builtin whose helper takes the context
+        (bpfdsl.lang.sema.subprog_ctx; sema refuses those builtins in subprograms)."""
+        if name in self.c.packet_fns:
+            return True
+        return name in self.c.ctx_calls and self.c.fns[name].linkage == "inline"
 
     def fns_in_loops(self) -> set[str]:
         """The fns called inside a ``for`` body, directly or through the fns called there:

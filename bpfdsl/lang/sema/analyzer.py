@@ -25,6 +25,7 @@ from bpfdsl.lang.sema.decls import DeclChecker
 from bpfdsl.lang.sema.expr import ExprChecker
 from bpfdsl.lang.sema.refs import check_refs
 from bpfdsl.lang.sema.stmt import StmtChecker
+from bpfdsl.lang.sema.subprog_ctx import check_subprog_ctx
 from bpfdsl.lang.sema.symbols import (
     CURSOR_UNKNOWN,
     NULLABLE_ARG,
@@ -67,6 +68,8 @@ class Checked:
     warnings: list[Diagnostic] = field(default_factory=list)
     headers: dict[str, Header | None] = field(default_factory=dict)
     packet_fns: set[str] = field(default_factory=set)
+    # fn -> (the call that needs the program's context, the builtin): sema.subprog_ctx
+    ctx_calls: dict[str, tuple[ast.Call, str]] = field(default_factory=dict)
     stores: dict[ast.Store, T.Type] = field(default_factory=dict)  # the type each `store` writes
     # prog_array name -> slot -> the ast.Name of the program it holds (`= { 0: prog }`)
     prog_array_init: dict[str, dict[int, ast.Expr]] = field(default_factory=dict)
@@ -241,6 +244,7 @@ class Sema(StmtChecker, DeclChecker):
                 self.c.fns[it.name] = self.fn_info(it)
         self.c.packet_fns = self.find_packet_fns()
         self.check_subprog_packet()
+        check_subprog_ctx(self)
         for it in items:
             if isinstance(it, ast.FnDecl):
                 self.body_fn(self.c.fns[it.name])

@@ -15,6 +15,7 @@ from bpfdsl.lang import ast
 from bpfdsl.lang import types as T
 from bpfdsl.lang.sema.csum import check_swap, check_write
 from bpfdsl.lang.sema.events import EVENT_CALLS, EVENT_MAP_HINT, EVENT_MAP_USE, check_call
+from bpfdsl.lang.sema.subprog_ctx import CTX_HINT, ctx_message
 from bpfdsl.lang.sema.symbols import (
     BUILTINS,
     CURSOR_UNKNOWN,
@@ -636,6 +637,10 @@ def _loop(ex, e: ast.Call) -> T.Type:
             cb.span,
             "parse in the program and pass the header view in the state",
         )
+    if name in ex.c.ctx_calls:
+        call, builtin = ex.c.ctx_calls[name]
+        ex.err("loop-callback", ctx_message("loop callback", name, call, builtin), cb.span,
+               CTX_HINT)  # fmt: skip
     if info.linkage == "inline":
         info.linkage = "static"  # its address goes to bpf_loop: a subprogram of its own
     return T.I64

@@ -185,6 +185,8 @@ class DeclChecker:
         pinning = self.map_pinning(d)
         self.c.maps[d.name] = T.MapType(d.name, d.kind, int(mt), key, val, n or 1, flags, pinning)
         self.c.map_decls[d.name] = d
+        if d.init is not None:
+            self.map_init(d, mt, n)
 
     def unknown_map_args(self, d: ast.MapDecl, allowed: tuple[str, ...]) -> set[str]:
         """Errors for the arguments of ``d`` not in ``allowed``; returns the allowed ones
