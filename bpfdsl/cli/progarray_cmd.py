@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 
-from bpfdsl.cli.redirect_cmds import MAP_HELP, PROG_HELP, _open_map, _open_prog
+from bpfdsl.cli.objrefs import MAP_HELP, PROG_HELP, emit, open_map, open_prog
 
 OK = 0
 
@@ -37,17 +37,13 @@ def register(sub) -> None:
     sh.set_defaults(func=cmd_progarray_show)
 
 
-def _emit(args, obj, text: str) -> None:
-    print(json.dumps(obj) if args.json else text)
-
-
 def cmd_progarray_set(args) -> int:
     from bpfdsl.runtime.progarray import prog_array_set
 
-    with _open_map(args.map) as (fd, name, pin_dir), _open_prog(args.prog, pin_dir) as (pf, pn):
+    with open_map(args.map) as (fd, name, pin_dir), open_prog(args.prog, pin_dir) as (pf, pn):
         assert pf is not None  # PROG is a required argument
         prog_array_set(fd, args.key, pf, map_name=name, prog_name=pn)
-    _emit(
+    emit(
         args,
         {"map": name, "key": args.key, "prog": pn},
         f"prog_array {name}: slot {args.key} -> {pn}",
@@ -58,9 +54,9 @@ def cmd_progarray_set(args) -> int:
 def cmd_progarray_delete(args) -> int:
     from bpfdsl.runtime.progarray import prog_array_delete
 
-    with _open_map(args.map) as (fd, name, _d):
+    with open_map(args.map) as (fd, name, _d):
         gone = prog_array_delete(fd, args.key, map_name=name)
-    _emit(
+    emit(
         args,
         {"map": name, "key": args.key, "deleted": gone},
         f"prog_array {name}: slot {args.key} " + ("emptied" if gone else "was empty"),
@@ -71,7 +67,7 @@ def cmd_progarray_delete(args) -> int:
 def cmd_progarray_show(args) -> int:
     from bpfdsl.runtime.progarray import prog_array_slots
 
-    with _open_map(args.map) as (fd, name, _d):
+    with open_map(args.map) as (fd, name, _d):
         rows = prog_array_slots(fd, map_name=name)
     if args.json:
         print(json.dumps([{"key": r.index, "prog_id": r.prog_id} for r in rows]))
