@@ -198,7 +198,7 @@ def _ptr_alu(env, x, op, is64, p: D.Reg, pno: int, o: D.Reg, ptr_is_dst: bool) -
     known = o.is_const
     if p.t == D.MAP_PTR and known and o.value == 0 and op == U.BPF_ADD:
         return p
-    if p.t not in (D.CTX, D.MAP_VALUE, D.STACK, D.PKT, D.PKT_META, D.RINGBUF_MEM):
+    if p.t not in (D.CTX, D.MAP_VALUE, D.STACK, D.PKT, D.PKT_META, D.RINGBUF_MEM, D.MEM):
         raise Fault(
             "ptr-arith",
             f"R{x.dst} pointer arithmetic on {name} prohibited",
@@ -384,6 +384,16 @@ def do_ld(env: Env, st: State, i: int, x: Insn) -> None:
         if x.off:
             raise Fault("bad-ldimm64", "invalid bpf_ld_imm64 insn", "")
         ref = env.map_refs.get(i)
+        if x.src == U.BPF_PSEUDO_FUNC:  # a callback's address (bpf_loop)
+            if env.has_func_info is False:
+                raise Fault(
+                    "missing-func-info",
+                    "missing btf func_info",
+                    "a function address (a bpf_loop callback) needs BTF func info: build "
+                    "the object with debug info (-g)",
+                )
+            st.regs[x.dst] = D.ptr(D.FUNC, off=env.func_refs[i])
+            return
         if x.src == 0 and ref is None:
             st.regs[x.dst] = D.known(x.imm)
             return
