@@ -107,6 +107,13 @@ def do_alu(env: Env, st: State, x: Insn) -> None:
                     regs[x.dst] = D.zext32(D.unknown())
                 elif x.off:
                     regs[x.dst] = ALU.movsx(s, x.off, False)
+                elif s.t == D.SCALAR and s.umax <= D.M32:
+                    # kernel: a value that fits in 32 bits is copied whole, linked to its
+                    # source (assign_scalar_id_before_mov), across calls too
+                    if not s.id and s.tn[1]:
+                        s = s.replace(id=env.new_id())
+                        regs[x.src] = s
+                    regs[x.dst] = s
                 else:
                     regs[x.dst] = D.zext32(s)
         else:
