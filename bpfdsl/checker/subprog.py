@@ -272,6 +272,10 @@ def loop_call(env: Env, cfg: Cfg, st: State, i: int):
         )
     if regs[1].t == D.SCALAR:
         env.precise(1)  # kernel: the iteration count decides when the visits end
+    # the kernel also keeps the callback's visits as a loop (SCC backedges) and compares
+    # states inside it by range until those are done; that is not modelled: the count
+    # may differ from the kernel's, so the complexity margin is the lower one
+    env.inexact += 1
     caller = st.cur
     out = None
     if regs[1].t != D.SCALAR or caller.callback_depth < regs[1].umax:

@@ -168,8 +168,10 @@ def do_alu(env: Env, st: State, x: Insn) -> None:
         off_reg = s if d_ptr else d
         regs[x.dst] = _ptr_alu(env, x, op, is64, ptr_reg, ptr_no, off_reg, d_ptr)
         return
-    if op == U.BPF_ADD and d.id and s.is_const:
-        env.inexact += 1  # the kernel links dst to its copies with a delta (BPF_ADD_CONST)
+    if op == U.BPF_ADD and is64 and d.id and s.is_const:
+        # the kernel links dst to its copies with a delta (BPF_ADD_CONST; 64-bit adds
+        # only, an ALU32 add unlinks as here)
+        env.inexact += 1
     regs[x.dst] = ALU.scalar_alu(op, d, s, is64, signed_div=bool(x.off))
 
 
