@@ -307,8 +307,8 @@ def check_helper_call(env: Env, st: State, helper_id: int, idx: int) -> None:
     if h.name == "tail_call" and map_obj is not None:
         # kernel record_func_key: a constant index within the prog_array is relied on
         # exactly (the JIT may patch a direct jump to that slot)
-        slot = st.regs[3]
-        if slot.t == D.SCALAR and slot.is_const and slot.value < map_obj.max_entries:
+        index_reg = st.regs[3]
+        if index_reg.t == D.SCALAR and index_reg.is_const and index_reg.value < map_obj.max_entries:
             env.precise(3)
     # effects
     if h.pkt_changing:
