@@ -38,6 +38,8 @@ class ArgKind(Enum):
     PTR_TO_SOCKET = "ptr_to_socket"
     CONST_ALLOC_SIZE_OR_ZERO = "const_alloc_size_or_zero"  # a known constant: bytes to allocate
     PTR_TO_RINGBUF_MEM = "ptr_to_ringbuf_mem"  # a reservation, released by the call (OBJ_RELEASE)
+    PTR_TO_FUNC = "ptr_to_func"  # a static subprogram (ld_imm64 BPF_PSEUDO_FUNC): a callback
+    PTR_TO_STACK_OR_NULL = "ptr_to_stack_or_null"  # the caller's stack, or NULL (0)
 
 
 class RetKind(Enum):
@@ -436,7 +438,14 @@ PROTOTYPES: tuple[HelperProto, ...] = (
     HelperProto("skc_to_unix_sock", 178),
     HelperProto("kallsyms_lookup_name", 179),
     HelperProto("find_vma", 180),
-    HelperProto("loop", 181),
+    # bpf_loop(u32 nr_loops, callback, void *callback_ctx, u64 flags): every program type
+    # (bpf_base_func_proto); callback(u64 index, void *ctx) returns 0 (go on) or 1 (stop)
+    HelperProto(
+        "loop",
+        181,
+        (A.ANYTHING, A.PTR_TO_FUNC, A.PTR_TO_STACK_OR_NULL, A.ANYTHING),
+        RetKind.INTEGER,
+    ),
     HelperProto("strncmp", 182),
     HelperProto("get_func_arg", 183),
     HelperProto("get_func_ret", 184),

@@ -36,7 +36,7 @@ from typing import Any
 
 from llvmlite import ir
 
-from bpfdsl.abi.uapi import takes_btf_key_value
+from bpfdsl.abi.uapi import MapType, takes_btf_key_value
 
 T = ir.DIToken  # a bare LLVM token operand (DW_TAG_..., flags), printed unquoted
 
@@ -398,6 +398,47 @@ class DebugInfo:
         self._global_var(gv, name, st, 0)
         return gv
 
+    def prog_array_global(
+        self, name: str, *, max_entries: int, slots: int, line: int = 0
+    ) -> ir.GlobalVariable:
+        """A BTF-defined prog_array as libbpf-style C writes it (clang-19's shape)::
+
+            struct { __uint(type, BPF_MAP_TYPE_PROG_ARRAY); __uint(max_entries, N);
+                     __uint(key_size, 4); __array(values, int (void *)); } name SEC(".maps")
+                = { .values = { [k] = (void *)&prog, ... } };
+
+        ``values`` is a flexible array of pointers to ``int (void *)`` (BTF: ARRAY of 0
+        PTR to FUNC_PROTO); the global holds ``slots`` pointers after the 3 members, which
+        the caller sets in its initializer once the programs exist: LLVM then writes a
+        ``.rel.maps`` relocation per program, which libbpf, bpftool and bpfdsl's loader
+        turn into the slot's program fd (libbpf ``init_prog_array_slots``)."""
+        int_t = self.int_type("int")
+
+        def uint(v: int) -> DIType:
+            return self.pointer_type(self.array_type(int_t, v))
+
+        proto = self._di("DISubroutineType", types=self._md([int_t.md, self.pointer_type(None).md]))
+        fptr = self._di("DIDerivedType", tag=T("DW_TAG_pointer_type"), baseType=proto, size=64)
+        sub = self._di("DISubrange", count=-1)
+        flex = self._di(
+            "DICompositeType", tag=T("DW_TAG_array_type"), baseType=fptr,
+            elements=self._md([sub]),
+        )  # fmt: skip
+        fields: list[tuple[str, DIType] | tuple[str, DIType, int]] = [
+            ("type", uint(int(MapType.PROG_ARRAY))),
+            ("max_entries", uint(max_entries)),
+            ("key_size", uint(4)),
+            ("values", DIType(flex, 0, 8), 24),
+        ]
+        st = self.struct_type(None, fields, line=line, size=24)
+        ptr = ir.PointerType()
+        ty = ir.LiteralStructType([ptr, ptr, ptr, ir.ArrayType(ptr, slots)])
+        gv = ir.GlobalVariable(self.module, ty, name)
+        gv.initializer = ir.Constant(ty, None)
+        gv.section, gv.align = ".maps", 8
+        self._global_var(gv, name, st, line)
+        return gv
+
     def license(self, text: str = "GPL", name: str = "LICENSE") -> ir.GlobalVariable:
         """``char LICENSE[] SEC("license") = text;`` (NUL-terminated; the kernel reads it
         to allow GPL-only helpers)."""
@@ -435,7 +476,7 @@ class DebugInfo:
     def function(
         self, fn: ir.Function, *, line: int, ctx: str | DIType | None = "xdp_md",
         arg_name: str = "ctx", ret: DIType | None = None, program: bool = True,
-        params: Sequence[tuple[str, DIType]] = (),
+        params: Sequence[tuple[str, DIType]] = (), void: bool = False,
     ) -> FunctionDebug:  # fmt: skip
         """Attach a ``DISubprogram`` to ``fn`` (a program: ``int name(struct ctx *ctx)``).
 
@@ -445,14 +486,16 @@ class DebugInfo:
         (name, type): inlined, their locations carry ``inlinedAt`` so line info shows the
         helper's lines; if one survives as a BPF-to-BPF subprogram it needs this record
         (the kernel wants func info for every subprogram).  ``internal`` functions get
-        ``DISPFlagLocalToUnit`` = BTF linkage static: the kernel does not verify them alone.
+        ``DISPFlagLocalToUnit`` = BTF linkage static: the kernel does not verify them alone;
+        external ones are BTF linkage global (a program, or a global function the kernel
+        verifies on its own).  ``void``: the function returns nothing (``ret`` unused).
         """
-        ret = ret or self.int_type("int")
+        ret_md = None if void else (ret or self.int_type("int")).md  # None: void (null)
         args = list(params)
         if ctx is not None:
             cty = self.ctx_type(ctx) if isinstance(ctx, str) else ctx
             args.insert(0, (arg_name, self.pointer_type(cty)))
-        sty = self._di("DISubroutineType", types=self._md([ret.md, *(t.md for _, t in args)]))
+        sty = self._di("DISubroutineType", types=self._md([ret_md, *(t.md for _, t in args)]))
         local = "DISPFlagLocalToUnit | " if fn.linkage in ("internal", "private") else ""
         ops = dict(
             name=fn.name, scope=self.file, file=self.file, line=line, type=sty, scopeLine=line,

@@ -27,11 +27,12 @@ from bpfdsl.abi.uapi import (
     ProgramType,
 )
 from bpfdsl.checker import features as F
-from bpfdsl.checker.analyzer import INSN_LIMIT, HotSpot, analyze, hot_spot
+from bpfdsl.checker.analyzer import INSN_LIMIT, HotSpot, Outcome, analyze, hot_spot
 from bpfdsl.checker.cfg import CfgError, build_cfg
 from bpfdsl.checker.ctx import ctx_for_program_type
 from bpfdsl.checker.env import Env, Fault, MapRef
 from bpfdsl.checker.report import TIMEOUT, CheckError, CheckResult, ProgramResult, SourceLine
+from bpfdsl.checker.subprog import check_call_graph, entry_regs, subprog_infos
 
 __all__ = [
     "CheckError",
@@ -128,13 +129,19 @@ def check_insns(
     nr_cpus: int | None = None,
     timeout: float | None = None,
     kfuncs: dict[int, str] | None = None,
+    subprogs: dict | None = None,
+    has_func_info: bool | None = None,
 ) -> ProgramResult:
     """Check one instruction list (ld_imm64 = one Insn) of ``prog_type``.
     ``kfuncs``: list index -> kernel function name of the kfunc calls (abi.kfuncs).
 
     ``map_refs``: list index -> MapRef for ld_imm64 map operands.  ``line_at(slot)``
     returns a LineInfo-like record (file, line, col, text) or None.  ``strict`` turns
-    warnings into errors.  ``nr_cpus``: possible CPUs of the host the program will load
+    warnings into errors.  ``subprogs``: subprogram start index -> ``subprog.SubprogInfo``
+    (from BTF func info: which are global functions, verified on their own like the
+    kernel does; default: every subprogram static); ``has_func_info``: whether the
+    program comes with BTF func info (False: a function address is refused, as the
+    kernel does; None: not known).  ``nr_cpus``: possible CPUs of the host the program will load
     on (bounds bpf_get_smp_processor_id() as the kernel does), None when unknown.
     ``timeout``: seconds the analysis may take (None: no limit); when it stops there the
     result is unchecked (a "check-timeout" error: no verdict), never OK.
@@ -155,6 +162,8 @@ def check_insns(
         kernel=kernel,
         nr_cpus=nr_cpus,
         kfuncs=dict(kfuncs or {}),
+        subprogs=dict(subprogs or {}),
+        has_func_info=has_func_info,
     )
     res = ProgramResult(name, section, insn_count=len(insns) + _n_ld_imm64(insns))
     try:
@@ -171,8 +180,9 @@ def check_insns(
         res.seconds = time.perf_counter() - t0
         return res
     deadline = None if timeout is None else t0 + timeout
+    env.func_refs = dict(cfg.func_refs)
     try:
-        out = analyze(env, cfg, deadline)
+        out = _verify(env, cfg, deadline)
     except Exception as e:  # a checker bug must not pass a program nor show a traceback
         res.errors.append(
             _mk(
@@ -256,6 +266,43 @@ def check_insns(
             res.warnings.append(w)
     res.seconds = time.perf_counter() - t0
     return res
+
+
+def _verify(env: Env, cfg, deadline: float | None) -> Outcome:
+    """The program, then each global function a walked call reached, on its own (the
+    kernel's do_check_main, then do_check_subprogs: in order of their start, again while
+    new ones were reached), then the call graph's stack and frame limits
+    (check_max_stack_depth).  Processed instructions add up as the kernel counts them
+    (one limit for all), checkpoints too.  Returns the first fault's (or time-out's)
+    Outcome, else the totals with the main program's visits."""
+    out = analyze(env, cfg, deadline)
+    if out.fault is not None or out.timed_out:
+        return out
+    states, peak, per_insn = out.states, out.peak_states, out.max_states_per_insn
+    processed = out.processed
+    verified: set[int] = set()
+    while True:
+        todo = sorted(t for t in env.called if t not in verified)
+        if not todo:
+            break
+        for start in todo:
+            verified.add(start)
+            info = env.subprogs[start]
+            env.entry = start
+            try:
+                regs = entry_regs(env, info)
+            except Fault as f:
+                return Outcome((start, f, "", {}), processed, states)
+            sub = analyze(env, cfg, deadline, entry=start, regs=regs, base=processed)
+            processed, states = sub.processed, states + sub.states
+            peak, per_insn = max(peak, sub.peak_states), max(per_insn, sub.max_states_per_insn)
+            if sub.fault is not None or sub.timed_out:
+                sub.states = states
+                return sub
+            out.visits = [a + b for a, b in zip(out.visits, sub.visits, strict=True)]
+    env.entry = 0
+    fault = check_call_graph(env, cfg)
+    return Outcome(fault, processed, states, None, peak, per_insn, out.visits)
 
 
 def _where(spot: HotSpot | None, insns, slots, line_at) -> str:
@@ -368,9 +415,12 @@ def check_program(
     kernel: tuple[int, int] | None = None,
     nr_cpus: int | None = None,
     timeout: float | None = None,
+    btf=None,
 ) -> ProgramResult:
     """Check one ``ProgramSpec`` (bpfdsl.obj.spec) with the object's ``maps`` (name -> MapSpec) and
-    ``data_sections`` (name -> DataSection, for .rodata/.data/.bss references)."""
+    ``data_sections`` (name -> DataSection, for .rodata/.data/.bss references); ``btf``
+    (the object's Btf) tells which subprograms are global functions and their argument
+    types (without it every subprogram is checked as static)."""
     kind = prog_spec.kind
     if kind is None:
         res = ProgramResult(prog_spec.name, prog_spec.section)
@@ -385,6 +435,7 @@ def check_program(
             )
         )
         return res
+    by_slot = {s: k for k, s in enumerate(slot_offsets(prog_spec.insns))}
     return check_insns(
         prog_spec.insns,
         kind.program_type,
@@ -400,6 +451,8 @@ def check_program(
         nr_cpus=nr_cpus,
         timeout=timeout,
         kfuncs={r.insn_idx: r.symbol for r in prog_spec.relocations if r.kind == "kfunc"},
+        subprogs=subprog_infos(btf, prog_spec.func_info, by_slot, kind.ctx),
+        has_func_info=btf is not None and bool(prog_spec.func_info),
     )
 
 
@@ -443,6 +496,7 @@ def check_object(
                 kernel=kernel,
                 nr_cpus=nr_cpus,
                 timeout=left,
+                btf=spec.btf,
             )
         )
     return out

@@ -31,6 +31,7 @@ from bpfdsl.checker.report import fmt_state
 from bpfdsl.checker.state import (
     EXACT,
     NOT_EXACT,
+    RANGE_WITHIN,
     CoverPlan,
     Frame,
     Hist,
@@ -39,11 +40,18 @@ from bpfdsl.checker.state import (
     states_equal,
     states_maybe_looping,
 )
+from bpfdsl.checker.subprog import (
+    BPF_FUNC_LOOP,
+    check_global_return,
+    enter_call,
+    leave,
+    loop_call,
+    widen,
+)
 from bpfdsl.checker.transfer import _read, do_alu, do_ld, do_ldx, do_store
 
 INSN_LIMIT = 1_000_000  # kernel BPF_COMPLEXITY_LIMIT_INSNS
 JMP_SEQ_LIMIT = 8192  # kernel BPF_COMPLEXITY_LIMIT_JMP_SEQ
-MAX_CALL_FRAMES = 8
 HIST_FORCE = 40  # kernel: a checkpoint is forced once a path's jump history is this long
 TIME_CHECK_EVERY = 4096  # processed insns between two looks at the clock
 
@@ -104,7 +112,11 @@ class _Explorer:
         self.deadline = deadline
         self.live = StackLiveness(cfg.succ, cfg.subprog_of, cfg.call_target)
         self.live_regs = [tuple(r for r in range(11) if m >> r & 1) for m in cfg.live_in]
-        self.bt_table = backtrack_table(cfg.insns)
+        # calls of global functions: not entered, r0 set (kernel backtrack_insn)
+        self.global_calls = frozenset(
+            i for i, t in cfg.call_target.items() if getattr(env.subprogs.get(t), "is_global", 0)
+        )
+        self.bt_table = backtrack_table(cfg.insns, self.global_calls)
 
     # ---- branch counts (kernel update_branch_counts) ----
 
@@ -121,13 +133,46 @@ class _Explorer:
     # ---- precision ----
 
     def precise(self, st: State, i: int, regs: list[int], slots: list[int]) -> None:
-        mark_precise(self.cfg.insns, self.cfg.call_target, st, i, regs, slots, self.bt_table)
+        cfg = self.cfg
+        mark_precise(
+            cfg.insns,
+            cfg.call_target,
+            st,
+            i,
+            regs,
+            slots,
+            self.bt_table,
+            self.global_calls,
+            cfg.callback_calls,
+        )
+
+    def callback_returned(self, st: State, callsite: int) -> None:
+        """A callback's path is back at its bpf_loop call: widen the state against the
+        checkpoint there on this path (kernel prepare_func_exit: find_prev_entry,
+        widen_imprecise_scalars)."""
+        sites = [f.callsite for f in st.frames]
+        for cp in reversed(self.explored.get(callsite, ())):
+            if cp.branches and [f.callsite for f in cp.state.frames] == sites:
+                widen(cp.state, cp.prec, cp.sprec, st)
+                return
+
+    def _hit(self, cp: Checkpoint, st: State, i: int, prev: int, hist: Hist | None) -> bool:
+        """``cp`` covers the current state: the path is pruned; what ``cp`` needed exact
+        the current path needs exact too (kernel propagate_precision)."""
+        cp.hit += 1
+        if i in self.cfg.jmp_points:
+            st.hist = Hist(i, prev, None, None, hist)
+        wregs, wslots = wanted_from(cp)
+        if any(wregs) or any(wslots):
+            self.precise(st, i, wregs, wslots)
+        return True
 
     # ---- kernel is_state_visited: True when the path is pruned here ----
 
     def visited(self, st: State, i: int, prev: int) -> bool:
         hist = st.hist
-        force = hist is not None and hist.count > HIST_FORCE
+        callback_call = i in self.cfg.callback_calls  # kernel calls_callback, a forced checkpoint
+        force = callback_call or (hist is not None and hist.count > HIST_FORCE)
         djmps, dinsns = self.jmps - self.prev_jmps, self.processed - self.prev_insns
         add = force or (djmps >= 2 and dinsns >= 8)
         lst = self.explored.get(i)
@@ -146,9 +191,18 @@ class _Explorer:
             cur_types = tuple([regs[r].t for r in live_regs])
         for k in range(n - 1, -1, -1):  # newest first (kernel: list_add at the head)
             cp = lst[k]
-            if cp.branches:
-                # on the current path: an exact repeat is an infinite loop
-                if states_maybe_looping(cp.state, st, 0x7FF):
+            if cp.branches and callback_call:
+                # the callback's way back to its call: covered by range on this path
+                if live is None:
+                    live = _live_masks(self.cfg, st, i)
+                if states_equal(cp.state, cp.prec, cp.sprec, st, live, RANGE_WITHIN, uninit_ok):
+                    return self._hit(cp, st, i, prev, hist)
+                if not force and djmps < 20 and dinsns < 100:
+                    add = False
+            elif cp.branches:
+                # on the current path: an exact repeat is an infinite loop (not between
+                # visits of a callback: kernel callback_unroll_depth)
+                if cp.state.cb_unroll == st.cb_unroll and states_maybe_looping(cp.state, st, 0x7FF):
                     if live is None:
                         live = _live_masks(self.cfg, st, i)
                     if states_equal(cp.state, cp.prec, cp.sprec, st, live, EXACT, uninit_ok):
@@ -172,13 +226,7 @@ class _Explorer:
                         live = _live_masks(self.cfg, st, i)
                     hit = states_equal(cp.state, cp.prec, cp.sprec, st, live, NOT_EXACT, uninit_ok)
                 if hit:
-                    cp.hit += 1
-                    if i in self.cfg.jmp_points:
-                        st.hist = Hist(i, prev, None, None, hist)
-                    wregs, wslots = wanted_from(cp)
-                    if any(wregs) or any(wslots):
-                        self.precise(st, i, wregs, wslots)
-                    return True
+                    return self._hit(cp, st, i, prev, hist)
             if add:
                 cp.miss += 1
             if cp.miss > cp.hit * 3 + 3:
@@ -213,9 +261,23 @@ class _InfiniteLoop(Exception):
 _PRUNE, _JMP_POINT, _EXIT, _STORE, _JMP = 1, 2, 4, 8, 16  # per-insn flags of analyze()
 
 
-def analyze(env: Env, cfg: Cfg, deadline: float | None = None) -> Outcome:
+def analyze(
+    env: Env,
+    cfg: Cfg,
+    deadline: float | None = None,
+    entry: int = 0,
+    regs: list[D.Reg] | None = None,
+    base: int = 0,
+) -> Outcome:
     """Walk all paths of the program described by ``cfg``; stop at the first fault, at
-    the kernel's limits, or at ``deadline`` (a time.perf_counter() value)."""
+    the kernel's limits, or at ``deadline`` (a time.perf_counter() value).
+
+    ``entry``/``regs``: the function to verify and its registers at the start (a global
+    function verified on its own, see checker.subprog); default the program, r1 = ctx.
+    ``base``: instructions already processed for this program (the kernel's limit counts
+    the program and its global functions together); ``processed`` includes it.  The
+    call graph's stack and frame limits are checked by the caller, once every function's
+    stack depth is known (subprog.check_call_graph)."""
     ex = _Explorer(env, cfg, deadline)
     dec = cfg.insns
     handlers = [_handler(x) for x in dec]
@@ -228,12 +290,15 @@ def analyze(env: Env, cfg: Cfg, deadline: float | None = None) -> Outcome:
         for k, x in enumerate(dec)
     ]
     visits = [0] * len(dec)
-    regs = [D.NOT_INIT_REG] * 11
-    regs[1] = D.ptr(D.CTX)
-    regs[10] = D.ptr(D.STACK, map=0)
-    stack: list[tuple[int, State, int]] = [(0, State([Frame(regs, {}, -1, 0, 0)]), -1)]
-    next_clock = TIME_CHECK_EVERY
-    processed = jmps = 0  # kept in locals; ex.processed / ex.jmps synced for visited()
+    if regs is None:
+        regs = [D.NOT_INIT_REG] * 11
+        regs[1] = D.ptr(D.CTX)
+        regs[10] = D.ptr(D.STACK, map=0)
+    start = State([Frame(regs, {}, -1, 0, entry)])
+    stack: list[tuple[int, State, int]] = [(entry, start, -1)]
+    next_clock = base + TIME_CHECK_EVERY
+    processed, jmps = base, 0  # kept in locals; ex.processed / ex.jmps synced for visited()
+    ex.processed = ex.prev_insns = base
     want_regs, want_slots, live_reads = env.want_regs, env.want_slots, env.live_reads
 
     def out(fault=None, path=None, timed_out=False) -> Outcome:
@@ -288,8 +353,15 @@ def analyze(env: Env, cfg: Cfg, deadline: float | None = None) -> Outcome:
             if pushed:
                 st.hist = Hist(i, prev, None, None, st.hist)
             frame = len(st.frames) - 1
+            callback_exit = -1
             if frame and fl & _EXIT:
                 ex.live.update(st.frames)  # kernel: at a function's exit, callee first
+                callsite = st.frames[-1].callsite
+                if callsite in cfg.callback_calls and st.regs[0].t == D.SCALAR:
+                    # kernel prepare_func_exit: the callback's r0 is relied on exactly
+                    callback_exit = callsite
+                    ex.processed, ex.jmps = processed, jmps
+                    ex.precise(st, i, [0] * frame + [1], [0] * (frame + 1))
             try:
                 succ = handlers[i](env, cfg, st, i, dec[i])
             except Fault as f:
@@ -304,6 +376,8 @@ def analyze(env: Env, cfg: Cfg, deadline: float | None = None) -> Outcome:
                 _precision_requests(ex, env, st, i, frame)
             if env.hist_slot is not None or env.hist_linked is not None:
                 _record(st, i, prev, env, bool(pushed))
+            if callback_exit >= 0:
+                ex.callback_returned(st, callback_exit)
             prev = i
             if succ is None:  # fall through with the same state
                 i += 1
@@ -328,8 +402,7 @@ def analyze(env: Env, cfg: Cfg, deadline: float | None = None) -> Outcome:
                     return out((i, seq, fmt_state(st.regs), {}))
             else:
                 i, st = succ[0]
-    fault = _check_stack_depth(env, cfg)
-    return out(fault)
+    return out()
 
 
 def _stack_marks(ex: _Explorer, env: Env, st: State, i: int) -> None:
@@ -470,35 +543,6 @@ def _record(st: State, i: int, prev: int, env: Env, pushed: bool) -> None:
         st.hist = Hist(i, prev, slot, linked, st.hist)
 
 
-def _check_stack_depth(env: Env, cfg: Cfg):
-    """Combined stack of every call chain <= 512 bytes, each frame rounded up to 16 as the
-    x86 JIT does (kernel check_max_stack_depth)."""
-    calls: dict[int, list[tuple[int, int]]] = {}
-    for i, t in cfg.call_target.items():
-        calls.setdefault(cfg.subprog_of[i], []).append((i, t))
-
-    def rnd(d: int) -> int:
-        return (d + 15) & ~15
-
-    def walk(sp: int, depth: int, chain: int, at: int, sps: tuple):
-        depth += rnd(env.stack_depth.get(sp, 0))
-        if depth > 512:
-            f = Fault(
-                "stack-depth",
-                f"combined stack size of {chain} calls is {depth}. Too large",
-                "the functions on this call chain use more than 512 bytes of stack together",
-            )
-            return (at, f, "", {})
-        for i, t in calls.get(sp, []):
-            if t is not None and t not in sps:
-                r = walk(t, depth, chain + 1, i, (*sps, t))
-                if r:
-                    return r
-        return None
-
-    return walk(0, 0, 1, 0, (0,))
-
-
 # ---- one instruction: a handler per instruction, chosen once (no per-step if-chain) ----
 # A handler returns None for "next instruction, same state", else the successor list
 # [(index, state), ...] (empty: the path ended).
@@ -538,7 +582,7 @@ def _ja(env: Env, cfg: Cfg, st: State, i: int, x):
 def _exit_insn(env: Env, cfg: Cfg, st: State, i: int, x):
     if x.source or x.imm or x.src or x.dst or x.cls == U.BPF_JMP32:
         raise Fault("reserved-fields", "BPF_EXIT uses reserved fields", "bad exit encoding")
-    return _exit(env, st, i)
+    return _exit(env, cfg, st, i)
 
 
 def _call(env: Env, cfg: Cfg, st: State, i: int, x):
@@ -551,7 +595,9 @@ def _call(env: Env, cfg: Cfg, st: State, i: int, x):
             raise Fault("kfunc", "kernel function calls are not supported by the checker", "")
         raise Fault("reserved-fields", "BPF_CALL uses reserved fields", "bad call encoding")
     if x.src == U.BPF_PSEUDO_CALL:
-        return _pseudo_call(env, cfg, st, i, x)
+        return enter_call(env, cfg, st, i)
+    if x.imm == BPF_FUNC_LOOP:
+        return loop_call(env, cfg, st, i)
     check_helper_call(env, st, x.imm, cfg.slots[i])
     st.frames[-1].r0_at = i
     return None
@@ -580,37 +626,10 @@ def _handler(x):
     return h if h is not None else _BY_JMP_OP.get(x.op, _cond)
 
 
-def _pseudo_call(env: Env, cfg: Cfg, st: State, i: int, x: Insn):
-    if len(st.frames) >= MAX_CALL_FRAMES:
-        raise Fault(
-            "call-depth",
-            f"the call stack of {len(st.frames) + 1} frames is too deep !",
-            "at most 8 nested BPF-to-BPF calls",
-        )
-    target = cfg.call_target[i]  # the subprogram starting at the call's destination
-    regs = [D.NOT_INIT_REG] * 11
-    for r in range(1, 6):
-        regs[r] = st.regs[r]
-    regs[10] = D.ptr(D.STACK, map=len(st.frames))
-    caller = st.cur
-    for r in range(0, 6):  # kernel: r0-r5 of the caller are scratched by the call
-        caller.regs[r] = D.NOT_INIT_REG
-    st.frames.append(Frame(regs, {}, i, len(st.frames), target))
-    return [(target, st)]
-
-
-def _exit(env: Env, st: State, i: int):
+def _exit(env: Env, cfg: Cfg, st: State, i: int):
     r0 = _read(st, 0)
-    if len(st.frames) > 1:
-        callee = st.frames.pop()
-        caller = st.cur
-        if r0.t == D.STACK and r0.map == callee.frameno:
-            raise Fault("ret-stack", "cannot return stack pointer to the caller", "", (0,))
-        caller.regs[0] = r0
-        caller.r0_at = callee.r0_at if callee.r0_at >= 0 else i
-        for r in range(1, 6):
-            caller.regs[r] = D.NOT_INIT_REG
-        return [(callee.callsite + 1, st)]
+    if len(st.frames) > 1:  # back to the caller (checker.subprog)
+        return leave(env, cfg, st, i)
     if st.refs:
         raise Fault(
             "unreleased-ref",
@@ -618,6 +637,9 @@ def _exit(env: Env, st: State, i: int):
             "end every ring buffer reservation (bpf_ringbuf_submit or bpf_ringbuf_discard) "
             "and release every acquired socket (bpf_sk_release) on every path",
         )
+    if env.entry:  # a global function verified on its own
+        check_global_return(r0)
+        return []
     _check_return(env, r0, st.cur.r0_at)
     return []
 

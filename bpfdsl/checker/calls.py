@@ -26,7 +26,7 @@ from bpfdsl.checker.state import State
 
 A = ArgKind
 UNMODELLED = "unmodelled-helper"  # a kernel helper the checker has no model of
-_MEM_TYPES = (D.STACK, D.PKT, D.PKT_META, D.MAP_VALUE, D.RINGBUF_MEM)
+_MEM_TYPES = (D.STACK, D.PKT, D.PKT_META, D.MAP_VALUE, D.RINGBUF_MEM, D.MEM)
 
 
 def _type_err(regno: int, r: D.Reg, expected: str, explain: str) -> Fault:
@@ -38,7 +38,9 @@ def _type_err(regno: int, r: D.Reg, expected: str, explain: str) -> Fault:
     )
 
 
-def _check_mem(env: Env, st: State, regno: int, size: int, write: bool, what: str) -> None:
+def check_mem(env: Env, st: State, regno: int, size: int, write: bool, what: str) -> None:
+    """``size`` bytes at register ``regno`` are memory a helper (or a global function) may
+    read (``write``: write): stack (initialized for reads), packet or map value in bounds."""
     r = st.regs[regno]
     if r.t not in _MEM_TYPES:
         if r.t == D.NOT_INIT:
@@ -86,6 +88,17 @@ def _check_wide(env, st, regno, size, write):
         return
     if r.t == D.RINGBUF_MEM:
         ringbuf_mem(regno, r, 0, size, write)
+        return
+    if r.t == D.MEM:
+        lo = r.off + (r.smin if r.tn[1] else D.s64(r.tn[0]))
+        hi = r.off + (r.umax if r.tn[1] else D.s64(r.tn[0]))
+        if lo < 0 or hi + size > r.rng:
+            raise Fault(
+                "mem-bounds",
+                f"invalid access to memory, mem_size={r.rng} off={lo} size={size}",
+                "the memory passed on must fit inside the argument's type",
+                (regno,),
+            )
         return
     if r.t == D.MAP_VALUE:
         vs = r.map.value_size
@@ -177,7 +190,7 @@ def check_helper_call(env: Env, st: State, helper_id: int, idx: int) -> None:
             if map_obj is None:
                 raise Fault("helper-arg", "invalid map_ptr to access map->key", "", (regno,))
             size = map_obj.key_size if kind == A.PTR_TO_MAP_KEY else map_obj.value_size
-            _check_mem(
+            check_mem(
                 env, st, regno, size, False, "map key" if kind == A.PTR_TO_MAP_KEY else "map value"
             )
             if kind == A.PTR_TO_MAP_KEY and env.privileged and is_array(map_obj.map_type):
@@ -234,7 +247,7 @@ def check_helper_call(env: Env, st: State, helper_id: int, idx: int) -> None:
                             "a NULL pointer needs size 0",
                         )
                 else:
-                    _check_mem(env, st, last_mem, r.umax, write, "buffer")
+                    check_mem(env, st, last_mem, r.umax, write, "buffer")
         elif kind == A.CONST_ALLOC_SIZE_OR_ZERO:
             if r.t != D.SCALAR or not r.is_const:
                 raise Fault(
@@ -285,6 +298,19 @@ def check_helper_call(env: Env, st: State, helper_id: int, idx: int) -> None:
                 "aborting is meant",
                 (3,),
             )
+    if h.name == "tail_call" and st.refs:  # kernel check_helper_call: check_resource_leak
+        raise Fault(
+            "unreleased-ref",
+            f"Unreleased reference id={st.refs[0]}: tail_call would lead to reference leak",
+            "a tail call never returns: submit or discard every ring buffer reservation "
+            "(and release every socket) before it",
+        )
+    if h.name == "tail_call" and map_obj is not None:
+        # kernel record_func_key: a constant index within the prog_array is relied on
+        # exactly (the JIT may patch a direct jump to that slot)
+        index_reg = st.regs[3]
+        if index_reg.t == D.SCALAR and index_reg.is_const and index_reg.value < map_obj.max_entries:
+            env.precise(3)
     # effects
     if h.pkt_changing:
         _invalidate_packet(st, f"packet pointer invalidated by bpf_{h.name} at insn {idx}")
@@ -334,7 +360,7 @@ def check_kfunc_call(env: Env, st: State, name: str | None, idx: int) -> None:
     if regs[1].t != D.CTX or regs[1].off:
         raise _type_err(1, regs[1], "ctx", f"{k.name} takes the program's context first")
     for regno, (what, tname) in enumerate(k.outs, 2):
-        _check_mem(env, st, regno, _OUT_SIZES[tname], True, what)
+        check_mem(env, st, regno, _OUT_SIZES[tname], True, what)
     for regno in range(1, 6):
         regs[regno] = D.NOT_INIT_REG
     regs[0] = D.unknown()

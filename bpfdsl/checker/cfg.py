@@ -14,8 +14,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from bpfdsl.abi import uapi as U
-from bpfdsl.abi.helpers import HELPERS_BY_ID
+from bpfdsl.abi.helpers import HELPERS, HELPERS_BY_ID
 from bpfdsl.abi.insn import Insn
+
+BPF_FUNC_LOOP = HELPERS["loop"].id  # bpf_loop: runs a callback subprogram
 
 
 class CfgError(Exception):
@@ -36,8 +38,10 @@ class Cfg:
     reached other than by falling through, recorded in the jump history (kernel
     ``is_jmp_point``); ``live_in``: bitmask of the registers live before each insn
     (kernel ``live_regs_before``); ``call_target``: insn index of
-    a BPF-to-BPF call -> index of the called function; ``heads``: loop heads (targets of
-    back-edges)."""
+    a BPF-to-BPF call -> index of the called function; ``func_refs``: ld_imm64 of a
+    function address (a callback) -> index of the function; ``callback_calls``: helper
+    calls that call a callback (bpf_loop: kernel ``calls_callback``, also forced
+    checkpoints); ``heads``: loop heads (targets of back-edges)."""
 
     __slots__ = (
         "insns",
@@ -49,6 +53,8 @@ class Cfg:
         "jmp_points",
         "live_in",
         "call_target",
+        "func_refs",
+        "callback_calls",
         "heads",
     )
 
@@ -70,6 +76,8 @@ class Cfg:
         self.jmp_points: set[int] = set()
         self.live_in: list[int] = []
         self.call_target: dict[int, int] = {}
+        self.func_refs: dict[int, int] = {}  # ld_imm64 BPF_PSEUDO_FUNC -> function start
+        self.callback_calls: set[int] = set()
         self.heads: set[int] = set()
 
 
@@ -90,7 +98,18 @@ def build_cfg(insns: Sequence[Insn]) -> Cfg:
     total_slots = s
     subprogs = {0}
     call_target: dict[int, int] = {}
+    func_refs: dict[int, int] = {}
     for i, x in enumerate(insns):
+        if x.is_ld_imm64 and x.src == U.BPF_PSEUDO_FUNC:  # a callback (kernel add_subprog)
+            t = by_slot.get(slots[i] + 1 + x.imm)
+            if t is None or x.off:
+                raise CfgError(
+                    i,
+                    f"invalid bpf_ld_imm64 function reference to insn {slots[i] + 1 + x.imm}",
+                    "the function address does not name an instruction of the program",
+                )
+            subprogs.add(t)
+            func_refs[i] = t
         if x.is_pseudo_call:
             t = by_slot.get(slots[i] + 1 + x.imm)
             if t is None:
@@ -119,9 +138,15 @@ def build_cfg(insns: Sequence[Insn]) -> Cfg:
     succ: list[list[int]] = [[] for _ in range(n)]
     prune: set[int] = set()
     jmp_points: set[int] = set()
+    callback_calls: set[int] = set()
     for i, x in enumerate(insns):
         if x.is_exit:
             continue
+        if i in func_refs:
+            # kernel visit_insn: bpf_pseudo_func is visit_func_call_insn(visit_callee):
+            # the ld_imm64 itself, the insn after it and the function's start
+            prune.update((i, i + 1, func_refs[i]))
+            jmp_points.update((i + 1, func_refs[i]))
         if _is_jump(x):
             dest = slots[i] + 1 + (x.imm if x.cls == U.BPF_JMP32 and x.is_ja else x.off)
             t = by_slot.get(dest)
@@ -160,6 +185,12 @@ def build_cfg(insns: Sequence[Insn]) -> Cfg:
                 prune.add(i)
                 prune.add(call_target[i])
                 jmp_points.add(call_target[i])
+            if x.is_helper_call and x.imm == BPF_FUNC_LOOP:
+                # kernel visit_insn, is_sync_callback_calling_insn: mark_calls_callback,
+                # mark_force_checkpoint, a prune and a jump point
+                callback_calls.add(i)
+                prune.add(i)
+                jmp_points.add(i)
         if i + 1 >= n:
             raise CfgError(i, f"jump out of range from insn {slots[i]} to {slots[i] + 1}", "")
         succ[i] = [i + 1]
@@ -184,6 +215,8 @@ def build_cfg(insns: Sequence[Insn]) -> Cfg:
     cfg = Cfg(insns, slots, succ, starts, subprog_of, {p for p in prune if p < n})
     cfg.jmp_points = {p for p in jmp_points if p < n}
     cfg.call_target = call_target
+    cfg.func_refs = func_refs
+    cfg.callback_calls = callback_calls
     cfg.heads = {t for i, ss in enumerate(succ) for t in ss if t <= i}
     cfg.live_in = _liveness(insns, succ, bool(cfg.heads))
     return cfg

@@ -27,6 +27,10 @@ MAP_VALUE, MAP_VALUE_OR_NULL, MAP_PTR, XDP_SOCK, SOCKET, SOCKET_OR_NULL = 7, 8, 
 # a ring buffer reservation (kernel PTR_TO_MEM | MEM_RINGBUF, an acquired reference):
 # ``rng`` = its size in bytes, ``ref`` = the reference id, ``map`` = the ring buffer
 RINGBUF_MEM, RINGBUF_MEM_OR_NULL = 13, 14
+# MEM(_OR_NULL): a pointer argument of a global function, ``rng`` bytes (kernel PTR_TO_MEM,
+# mem_size); FUNC: a static subprogram's address (ld_imm64 BPF_PSEUDO_FUNC), ``off`` = the
+# index of its first instruction (kernel PTR_TO_FUNC, subprogno)
+MEM, MEM_OR_NULL, FUNC = 15, 16, 17
 TYPE_NAMES = {
     NOT_INIT: "?",
     SCALAR: "scalar",
@@ -43,11 +47,15 @@ TYPE_NAMES = {
     SOCKET_OR_NULL: "sock_or_null",
     RINGBUF_MEM: "ringbuf_mem",
     RINGBUF_MEM_OR_NULL: "ringbuf_mem_or_null",
+    MEM: "mem",
+    MEM_OR_NULL: "mem_or_null",
+    FUNC: "func",
 }
 NULLABLE = {
     MAP_VALUE_OR_NULL: MAP_VALUE,
     SOCKET_OR_NULL: SOCKET,
     RINGBUF_MEM_OR_NULL: RINGBUF_MEM,
+    MEM_OR_NULL: MEM,
 }
 PACKET_TYPES = (PKT, PKT_META)
 
@@ -389,11 +397,13 @@ def fmt_reg(r: Reg) -> str:
     if r.map is not None and r.t in (MAP_VALUE, MAP_VALUE_OR_NULL, MAP_PTR):
         m = r.map
         parts.append(f"map={getattr(m, 'name', '?')},ks={m.key_size},vs={m.value_size}")
+    if r.t == FUNC:
+        return "func()"
     if r.ref:
         parts.append(f"ref_obj_id={r.ref}")
     if r.off:
         parts.append(f"off={r.off}")
-    if r.t in (RINGBUF_MEM, RINGBUF_MEM_OR_NULL):
+    if r.t in (RINGBUF_MEM, RINGBUF_MEM_OR_NULL, MEM, MEM_OR_NULL):
         parts.append(f"sz={r.rng}")
     if r.t in PACKET_TYPES:
         parts.append(f"r={r.rng}")

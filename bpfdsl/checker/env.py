@@ -92,6 +92,17 @@ class Env:
     live_reads: list[tuple[int, int]] = field(default_factory=list)
     live_writes: list[tuple[int, int]] = field(default_factory=list)
     inexact: int = 0
+    # BPF-to-BPF calls (checker.subprog): subprogram start index -> SubprogInfo (from BTF
+    # func info: global or static, argument kinds); ld_imm64 BPF_PSEUDO_FUNC index -> the
+    # start index it names; ``entry``: start of the function being verified (0: the
+    # program; else a global function, verified on its own); ``called``: global functions
+    # a walked call reached (kernel subprog_aux called); ``has_func_info``: the kernel needs
+    # BTF func info for a function address ("missing btf func_info")
+    subprogs: dict = field(default_factory=dict)
+    func_refs: dict = field(default_factory=dict)
+    entry: int = 0
+    called: set = field(default_factory=set)
+    has_func_info: bool | None = None  # the program comes with BTF func info (None: unknown)
 
     def precise(self, regno: int) -> None:
         """The current insn relies on the exact range of scalar ``regno``."""

@@ -40,6 +40,8 @@ def check_access(
         return _map_value(env, regno, r, off, size, write)
     if t == D.RINGBUF_MEM:
         return ringbuf_mem(regno, r, off, size, write)
+    if t == D.MEM:
+        return _mem(regno, r, off, size)
     if t == D.CTX:
         return _ctx(env, regno, r, off, size, write)
     if t == D.XDP_SOCK or t == D.SOCKET:
@@ -73,6 +75,8 @@ def check_access(
         D.SOCKET_OR_NULL: "the socket may be NULL: compare it with 0 first",
         D.RINGBUF_MEM_OR_NULL: "bpf_ringbuf_reserve may return NULL (the ring is full): "
         "compare it with 0 first",
+        D.MEM_OR_NULL: "a pointer argument of a global function may be NULL: the kernel "
+        "verifies the function for any caller; compare it with 0 first",
         D.PKT_END: "data_end marks the end of the packet; it cannot be dereferenced",
         D.MAP_PTR: "a map reference cannot be dereferenced; use a lookup helper",
     }.get(t, "this pointer type cannot be dereferenced")
@@ -211,6 +215,25 @@ def ringbuf_mem(regno: int, r: D.Reg, off: int, size: int, write: bool) -> D.Reg
         )
     if write:
         return None
+    return D.unknown() if size == 8 else D.urange(0, (1 << (8 * size)) - 1)
+
+
+# ---- memory of a global function argument ----
+
+
+def _mem(regno, r, off, size):
+    """An access through a pointer argument of a global function: inside its ``rng``
+    bytes (kernel check_mem_region_access, "invalid access to memory, mem_size=...")."""
+    full = off + r.off
+    lo = r.smin + full if r.tn[1] else D.s64(r.tn[0]) + full
+    hi = r.umax + full if r.tn[1] else lo
+    if lo < 0 or hi + size > r.rng or (r.tn[1] and r.umax >= MAX_VAR_OFF):
+        raise Fault(
+            "mem-bounds",
+            f"invalid access to memory, mem_size={r.rng} off={lo} size={size}",
+            f"the argument points to {r.rng} bytes (the size of its type); stay inside them",
+            (regno,),
+        )
     return D.unknown() if size == 8 else D.urange(0, (1 << (8 * size)) - 1)
 
 

@@ -105,10 +105,22 @@ def _sync_linked(bt: Backtrack, h: Hist | None) -> None:
             bt.slots[fr] |= 1 << (-1 - r)
 
 
-def backtrack_insn(insns, idx: int, subseq: int, h: Hist | None, bt: Backtrack, call_target):
+def backtrack_insn(
+    insns,
+    idx: int,
+    subseq: int,
+    h: Hist | None,
+    bt: Backtrack,
+    call_target,
+    global_calls=frozenset(),
+    callback_calls=frozenset(),
+):
     """What insn ``idx`` means for the registers still wanted (kernel backtrack_insn):
     a register it defines is found (its sources become wanted), a fill from the stack
-    hands the want to the slot, a call or exit moves between frames."""
+    hands the want to the slot, a call or exit moves between frames.  ``subseq``: the
+    insn walked after it on the path; ``global_calls``: calls of global functions (not
+    entered: they set r0); ``callback_calls``: helper calls that call a callback
+    (bpf_loop), entered when ``subseq`` is not the next insn."""
     x = insns[idx]
     _sync_linked(bt, h)
     c = x.cls
@@ -150,7 +162,11 @@ def backtrack_insn(insns, idx: int, subseq: int, h: Hist | None, bt: Backtrack, 
         if c == U.BPF_STX:
             regs[f] |= 1 << sreg
     elif c == U.BPF_JMP or c == U.BPF_JMP32:
-        if x.is_pseudo_call:
+        if x.is_pseudo_call and idx in global_calls:
+            if regs[f] & _ARGS:
+                raise NotSupported  # r1-r5 are not readable after the call
+            regs[f] &= ~1  # a global function always sets r0
+        elif x.is_pseudo_call:
             # backwards out of the called function into its caller
             if regs[f] & ~_ARGS or bt.slots[f]:
                 raise NotSupported
@@ -160,6 +176,15 @@ def backtrack_insn(insns, idx: int, subseq: int, h: Hist | None, bt: Backtrack, 
                 raise NotSupported
             regs[f - 1] |= args
             bt.frame = f - 1
+        elif idx in callback_calls and subseq != idx + 1:
+            # backwards out of a callback into the helper call that runs it: r1-r5 of
+            # the callback are set by the helper, not passed on (kernel backtrack_insn)
+            if regs[f] & ~_ARGS or bt.slots[f]:
+                raise NotSupported
+            regs[f] = 0
+            if f == 0:
+                raise NotSupported
+            bt.frame = f - 1
         elif x.is_call:
             if x.src == U.BPF_PSEUDO_KFUNC_CALL and x.imm == 0:
                 raise NotSupported
@@ -168,6 +193,8 @@ def backtrack_insn(insns, idx: int, subseq: int, h: Hist | None, bt: Backtrack, 
                 raise NotSupported
         elif x.is_exit:
             # backwards from a function's return into the function
+            if subseq in callback_calls:
+                regs[f] &= ~_ARGS  # a callback's return: r1-r5 set by the helper
             if regs[f] & _ARGS:
                 raise NotSupported
             r0 = subseq - 1 >= 0 and subseq - 1 in call_target and regs[f] & 1
@@ -209,12 +236,13 @@ def backtrack_insn(insns, idx: int, subseq: int, h: Hist | None, bt: Backtrack, 
 ) = range(12)
 
 
-def backtrack_table(insns) -> list[tuple[int, int, int]]:
+def backtrack_table(insns, global_calls=frozenset()) -> list[tuple[int, int, int]]:
     """Per insn (kind, register a, register b) for :func:`_mark_single`: what
     backtrack_insn does with it in one frame (_FRAMES: a call or exit, which changes
-    frames; the general walk handles those)."""
+    frames; the general walk handles those).  A call of a global function (index in
+    ``global_calls``) stays in its frame: a helper call's kind."""
     out = []
-    for x in insns:
+    for idx, x in enumerate(insns):
         c, d, s = x.cls, x.dst, x.src
         k, a, b = _NOP, d, s
         if c == U.BPF_ALU or c == U.BPF_ALU64:
@@ -231,7 +259,9 @@ def backtrack_table(insns) -> list[tuple[int, int, int]]:
         elif c == U.BPF_ST:
             k = _STORE_K
         elif c == U.BPF_JMP or c == U.BPF_JMP32:
-            if x.is_pseudo_call or x.is_exit:
+            if x.is_pseudo_call and idx in global_calls:
+                k = _HELPER
+            elif x.is_pseudo_call or x.is_exit:
                 k = _FRAMES
             elif x.is_call:
                 k = _KFUNC0 if x.src == U.BPF_PSEUDO_KFUNC_CALL and x.imm == 0 else _HELPER
@@ -401,12 +431,15 @@ def mark_precise(
     regs: list[int],
     slots: list[int],
     table=None,
+    global_calls=frozenset(),
+    callback_calls=frozenset(),
 ) -> bool:
     """kernel mark_chain_precision from insn ``cur_idx`` of path ``cur``: ``regs[f]`` /
     ``slots[f]`` are bitmasks of the registers / stack slots of frame f whose value must
     be exact.  Marks them, and all they were computed from, precise in the checkpoints
     behind ``cur``; returns True when a mark was added.  ``table``: backtrack_table of
-    the insns, for the single-frame walk."""
+    the insns, for the single-frame walk; ``global_calls``/``callback_calls`` as
+    :func:`backtrack_insn`."""
     if table is not None and len(cur.frames) == 1:
         try:
             _mark_single(table, cur, cur_idx, regs[0], slots[0])
@@ -435,7 +468,9 @@ def mark_precise(
                     skip_first = False
                 else:
                     h: Hist | None = hist if hist is not None and hist.idx == i else None
-                    backtrack_insn(insns, i, subseq, h, bt, call_target)
+                    backtrack_insn(
+                        insns, i, subseq, h, bt, call_target, global_calls, callback_calls
+                    )
                 if bt.empty():
                     return changed
                 subseq = i

@@ -54,9 +54,11 @@ class Frame:
     """One function's registers r0..r10 and stack; ``callsite``: insn index of the call
     that made it (-1 for the main program); ``frameno``: depth (0 = main); ``r0_at``: insn
     index that last wrote r0 on this path (-1: none), for messages about the return value
-    (not part of state equality)."""
+    (not part of state equality); ``callback_depth``: callback visits pushed from this
+    frame's current bpf_loop call (kernel bpf_func_state.callback_depth, not compared
+    either)."""
 
-    __slots__ = ("regs", "stack", "callsite", "frameno", "subprog", "r0_at")
+    __slots__ = ("regs", "stack", "callsite", "frameno", "subprog", "r0_at", "callback_depth")
 
     def __init__(self, regs, stack, callsite: int, frameno: int, subprog: int, r0_at: int = -1):
         self.regs = regs
@@ -65,6 +67,7 @@ class Frame:
         self.frameno = frameno
         self.subprog = subprog
         self.r0_at = r0_at
+        self.callback_depth = 0
 
     def copy(self) -> Frame:
         f = Frame.__new__(Frame)
@@ -75,6 +78,7 @@ class Frame:
             self.subprog,
             self.r0_at,
         )
+        f.callback_depth = self.callback_depth
         return f
 
 
@@ -83,9 +87,11 @@ class State:
     reference ids, and the pruning bookkeeping: ``parent``, the explored state (checkpoint)
     this path continues from; ``hist``, the path's jump history since that checkpoint
     (kernel ``jmp_history``: :class:`Hist` records, newest first, None when empty);
-    ``first_idx``, the insn where that segment starts (kernel ``first_insn_idx``)."""
+    ``first_idx``, the insn where that segment starts (kernel ``first_insn_idx``);
+    ``cb_unroll``: callback visits begun on this path (kernel callback_unroll_depth: states
+    of different visits are no infinite loop)."""
 
-    __slots__ = ("frames", "refs", "parent", "trail", "hist", "first_idx")
+    __slots__ = ("frames", "refs", "parent", "trail", "hist", "first_idx", "cb_unroll")
 
     def __init__(self, frames: list[Frame], refs: tuple[int, ...] = (), parent=None, trail=None):
         self.frames = frames
@@ -94,6 +100,7 @@ class State:
         self.trail = trail  # branch decisions on this path: (insn index, taken, older trail)
         self.hist: Hist | None = None
         self.first_idx = 0
+        self.cb_unroll = 0
 
     @property
     def cur(self) -> Frame:
@@ -108,7 +115,7 @@ class State:
         frames = [fs[0].copy()] if len(fs) == 1 else [f.copy() for f in fs]
         s = State.__new__(State)
         s.frames, s.refs, s.parent, s.trail = frames, self.refs, self.parent, self.trail
-        s.hist, s.first_idx = self.hist, self.first_idx
+        s.hist, s.first_idx, s.cb_unroll = self.hist, self.first_idx, self.cb_unroll
         return s
 
     def update_regs(self, fn) -> None:

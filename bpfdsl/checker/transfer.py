@@ -107,6 +107,13 @@ def do_alu(env: Env, st: State, x: Insn) -> None:
                     regs[x.dst] = D.zext32(D.unknown())
                 elif x.off:
                     regs[x.dst] = ALU.movsx(s, x.off, False)
+                elif s.t == D.SCALAR and s.umax <= D.M32:
+                    # kernel: a value that fits in 32 bits is copied whole, linked to its
+                    # source (assign_scalar_id_before_mov), across calls too
+                    if not s.id and s.tn[1]:
+                        s = s.replace(id=env.new_id())
+                        regs[x.src] = s
+                    regs[x.dst] = s
                 else:
                     regs[x.dst] = D.zext32(s)
         else:
@@ -161,8 +168,10 @@ def do_alu(env: Env, st: State, x: Insn) -> None:
         off_reg = s if d_ptr else d
         regs[x.dst] = _ptr_alu(env, x, op, is64, ptr_reg, ptr_no, off_reg, d_ptr)
         return
-    if op == U.BPF_ADD and d.id and s.is_const:
-        env.inexact += 1  # the kernel links dst to its copies with a delta (BPF_ADD_CONST)
+    if op == U.BPF_ADD and is64 and d.id and s.is_const:
+        # the kernel links dst to its copies with a delta (BPF_ADD_CONST; 64-bit adds
+        # only, an ALU32 add unlinks as here)
+        env.inexact += 1
     regs[x.dst] = ALU.scalar_alu(op, d, s, is64, signed_div=bool(x.off))
 
 
@@ -198,7 +207,7 @@ def _ptr_alu(env, x, op, is64, p: D.Reg, pno: int, o: D.Reg, ptr_is_dst: bool) -
     known = o.is_const
     if p.t == D.MAP_PTR and known and o.value == 0 and op == U.BPF_ADD:
         return p
-    if p.t not in (D.CTX, D.MAP_VALUE, D.STACK, D.PKT, D.PKT_META, D.RINGBUF_MEM):
+    if p.t not in (D.CTX, D.MAP_VALUE, D.STACK, D.PKT, D.PKT_META, D.RINGBUF_MEM, D.MEM):
         raise Fault(
             "ptr-arith",
             f"R{x.dst} pointer arithmetic on {name} prohibited",
@@ -384,6 +393,16 @@ def do_ld(env: Env, st: State, i: int, x: Insn) -> None:
         if x.off:
             raise Fault("bad-ldimm64", "invalid bpf_ld_imm64 insn", "")
         ref = env.map_refs.get(i)
+        if x.src == U.BPF_PSEUDO_FUNC:  # a callback's address (bpf_loop)
+            if env.has_func_info is False:
+                raise Fault(
+                    "missing-func-info",
+                    "missing btf func_info",
+                    "a function address (a bpf_loop callback) needs BTF func info: build "
+                    "the object with debug info (-g)",
+                )
+            st.regs[x.dst] = D.ptr(D.FUNC, off=env.func_refs[i])
+            return
         if x.src == 0 and ref is None:
             st.regs[x.dst] = D.known(x.imm)
             return

@@ -46,6 +46,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "skmsg": ("redirect_cmds", "alias of sockmap"),
     "sockops": ("redirect_cmds", "attach/detach a sock_ops program to a cgroup v2"),
     "image": ("image_cmds", "bpfman bytecode images (OCI layout) and Kubernetes resources"),
+    "progarray": ("progarray_cmd", "set, delete, show prog_array slots (tail call targets)"),
 }
 
 

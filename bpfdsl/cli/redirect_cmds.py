@@ -8,13 +8,15 @@ PROG := NAME (pinned in the map's / given pin dir) | PIN_PATH | id:N.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from bpfdsl.cli.objrefs import MAP_HELP, PROG_HELP
+from bpfdsl.cli.objrefs import emit as _emit
+from bpfdsl.cli.objrefs import open_map as _open_map
+from bpfdsl.cli.objrefs import open_prog as _open_prog
+
 OK = 0
-MAP_HELP = "MAP := PIN_PATH | DIR:NAME | id:N"
-PROG_HELP = "PROG := NAME (pinned next to the map) | PIN_PATH | id:N"
 
 
 def register(sub) -> None:
@@ -139,62 +141,6 @@ def _register_sockops(sub) -> None:
 
 
 @contextmanager
-def _open_map(ref: str) -> Iterator[tuple[int, str, str | None]]:
-    """(fd, name, pin dir of the map or None)."""
-    from bpfdsl.runtime.mapview import MapView, resolve_ref
-
-    target = resolve_ref(ref)
-    pin_dir = None
-    if isinstance(target, str):
-        pin_dir = os.path.dirname(os.path.abspath(target))
-        if os.path.basename(pin_dir) == "maps":
-            pin_dir = os.path.dirname(pin_dir)
-    with MapView(ref) as m:
-        yield int(m.fd), m.name, pin_dir
-
-
-@contextmanager
-def _open_prog(ref: str | None, pin_dir: str | None) -> Iterator[tuple[int | None, str]]:
-    """(fd, name) of PROG, or (None, "") without one."""
-    if ref is None:
-        yield None, ""
-        return
-    from bpfdsl.cli import compiled
-    from bpfdsl.diagnostics import UsageError, error
-    from bpfdsl.kernel import syscall
-    from bpfdsl.runtime.inventory import open_program
-
-    if ref.startswith("id:"):
-        try:
-            pid = int(ref[3:])
-        except ValueError:
-            raise UsageError(error("unknown-program", f"{ref!r}: id:N needs a number")) from None
-        try:
-            fd = syscall.get_fd_by_id("prog", pid)
-        except syscall.BpfError as e:
-            if isinstance(e, PermissionError):
-                raise
-            raise UsageError(error("unknown-program", f"no program with id {pid}")) from None
-        with fd:
-            yield int(fd), syscall.prog_info(fd).name.decode(errors="replace")
-        return
-    if os.path.exists(ref):
-        with open_program(ref, data=compiled(ref)) as p:
-            yield p.fd, p.name
-        return
-    if pin_dir is None:
-        raise UsageError(
-            error(
-                "unknown-program",
-                f"program {ref!r}: no such pin, and no pin dir to look it up in",
-                hint="give the program's pin path, id:N, or a pin dir (DIR:NAME / --pin-dir)",
-            )
-        )
-    with open_program(pin_dir, prog=ref) as p:
-        yield p.fd, ref
-
-
-@contextmanager
 def _maybe_netns(name: str | None) -> Iterator[None]:
     if not name:
         yield
@@ -203,10 +149,6 @@ def _maybe_netns(name: str | None) -> Iterator[None]:
 
     with in_netns(name):
         yield
-
-
-def _emit(args, obj, text: str) -> None:
-    print(json.dumps(obj) if args.json else text)
 
 
 # ---- commands --------------------------------------------------------------------

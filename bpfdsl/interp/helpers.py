@@ -33,9 +33,9 @@ from bpfdsl.interp.ctx import (
     XDP_SHINFO_TAILROOM,
     XdpContext,
 )
-from bpfdsl.interp.maps import Map, SlotMap
+from bpfdsl.interp.maps import Map, ProgArrayMap, SlotMap
 from bpfdsl.interp.memory import M32, M64, Fault, Ptr, s32
-from bpfdsl.interp.state import RunState
+from bpfdsl.interp.state import FuncRef, RunState, TailCall
 
 Impl = Callable[..., Any]
 XDP_METALEN_MAX = 255  # type_max(skb_shared_info.meta_len), include/net/xdp.h
@@ -225,6 +225,43 @@ def _redirect_map(m: RunState, r1, r2, r3, *_):
         return flags & 3  # __bpf_xdp_redirect_map: the low bits of flags are the action
     m.redirect, m.redirect_miss = (mp.name, r2 & M32, flags), None
     return XdpAction.REDIRECT
+
+
+BPF_MAX_LOOPS = 8 * 1024 * 1024  # include/linux/bpf.h
+MAX_TAIL_CALL_CNT = 33  # include/linux/bpf.h
+
+
+@helper("loop")
+def _loop(m: RunState, r1, r2, r3, r4, *_):
+    """bpf_loop (kernel/bpf/bpf_iter.c): call the callback with (i, ctx) for i = 0..n-1
+    until it returns 1; the number of calls, -EINVAL for flags, -E2BIG past 8M loops."""
+    if r4:
+        return _neg(errno.EINVAL)
+    n = r1 & M32
+    if n > BPF_MAX_LOOPS:
+        return _neg(errno.E2BIG)
+    if not isinstance(r2, FuncRef):
+        raise Fault("bpf_loop: the callback is not a function address (ld_imm64 func)")
+    for i in range(n):
+        ret = m.call_function(r2.target, i, r3)
+        if type(ret) is not int:
+            raise Fault("bpf_loop: the callback returned a pointer")
+        if ret:
+            return i + 1
+    return n
+
+
+@helper("tail_call")
+def _tail_call(m: RunState, r1, r2, r3, *_):
+    """bpf_tail_call: jump to the program in slot r3 of prog_array r2 (never returns);
+    an empty slot, or MAX_TAIL_CALL_CNT tail calls made, fall through."""
+    pa = _map(m, r2, "tail_call")
+    assert isinstance(pa, ProgArrayMap)
+    prog = pa.program(r3 & M32)
+    if prog is None or m.tail_calls >= MAX_TAIL_CALL_CNT:
+        return 0
+    m.tail_calls += 1
+    raise TailCall(prog)
 
 
 @helper("xdp_adjust_head")

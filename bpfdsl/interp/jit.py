@@ -22,6 +22,7 @@ from bpfdsl.abi.insn import Insn, format_insn, index_by_slot, jump_target, slot_
 from bpfdsl.interp import alu
 from bpfdsl.interp.maps import UnsupportedMap
 from bpfdsl.interp.memory import M32, M64, Fault, NotModelled, Ptr, s32, s64
+from bpfdsl.interp.state import FuncRef
 
 FILENAME = "<bpf-jit>"
 _JCMP = {
@@ -124,6 +125,8 @@ class _Gen:
     def build(self) -> Jitted:
         n = len(self.insns)
         leaders = _leaders(self.insns, {i: t for i, t in self.targets.items() if t >= 0})
+        funcs = {v.target for v in self.resolved.values() if isinstance(v, FuncRef)}
+        leaders = sorted(set(leaders) | {t for t in funcs if 0 <= t < n})  # callbacks
         sizes = [0] * (n + 1)
         names: dict[int, str] = {}
         for k, start in enumerate(leaders):

@@ -385,8 +385,43 @@ class LpmTrieMap(Map):
         return [norm for n in self.lens for norm, _ in self.by_len[n].values()]
 
 
+class ProgArrayMap(Map):
+    """BPF_MAP_TYPE_PROG_ARRAY: slot index -> a program (any object the tail call helper
+    can run: the collection puts its programs there, from the object's ``.maps`` slots
+    or :meth:`set_program`).  Programs never read it; ``bpf_tail_call`` jumps through it
+    (kernel/bpf/arraymap.c prog_array_map_ops)."""
+
+    readonly_values = True
+
+    def __init__(self, *a: Any, **kw: Any) -> None:
+        super().__init__(*a, **kw)
+        self.slots: dict[int, Any] = {}
+
+    def program(self, index: int) -> Any:
+        """The program in slot ``index`` (u32), or None (an empty or out-of-range slot)."""
+        return self.slots.get(index) if 0 <= index < self.max_entries else None
+
+    def set_program(self, index: int, prog: Any) -> None:
+        """Userspace: put ``prog`` into slot ``index`` (raises OSError E2BIG past the end)."""
+        if not 0 <= index < self.max_entries:
+            raise OSError(E2BIG, f"map '{self.name}': slot {index} is past max_entries")
+        self.slots[index] = prog
+
+    def lookup(self, key: bytes, cpu: int = 0) -> Region | None:
+        raise NotModelled(f"map '{self.name}' (PROG_ARRAY) holds programs, not values")
+
+    def delete(self, key: bytes) -> int:
+        return 0 if self.slots.pop(int.from_bytes(key[:4], "little"), None) is not None else -ENOENT
+
+    def _get(self, key: bytes) -> Any:
+        return self.slots.get(int.from_bytes(key[:4], "little"))
+
+    def keys(self) -> list[bytes]:
+        return [k.to_bytes(4, "little") for k in sorted(self.slots)]
+
+
 class UnsupportedMap(Map):
-    """A declared map of a kind the interpreter does not model (PROG_ARRAY, ...):
+    """A declared map of a kind the interpreter does not model (QUEUE, STACK_TRACE, ...):
     the object still loads; only a program that passes it to a helper, or a user-side
     access, fails, with a message naming the map and its kind."""
 
@@ -540,6 +575,7 @@ _CLASSES: dict[int, type[Map]] = {
     MapType.LPM_TRIE: LpmTrieMap,
     MapType.RINGBUF: EventMap,
     MapType.PERF_EVENT_ARRAY: EventMap,
+    MapType.PROG_ARRAY: ProgArrayMap,
 }
 
 
@@ -644,7 +680,8 @@ def make_map(
     map_flags: int = 0,
     ncpus: int = 1,
 ) -> Map:
-    """An empty in-memory map of ``map_type``; kinds not modelled (PROG_ARRAY, ...) give an :class:`UnsupportedMap` placeholder that fails only when used; a type
+    """An empty in-memory map of ``map_type``; kinds not modelled (QUEUE, STACK_TRACE,
+    ...) give an :class:`UnsupportedMap` placeholder that fails only when used; a type
     number the kernel headers do not know raises ValueError."""
     try:
         kind = MapType(map_type)

@@ -23,11 +23,15 @@ from bpfdsl.diagnostics import Span, UsageError, error
 from bpfdsl.interp.ctx import SkMsgContext, SockInfo, SockOpsContext, XdpContext
 from bpfdsl.interp.kfuncs import IMPLS as KFUNC_IMPLS
 from bpfdsl.interp.machine import DEFAULT_BUDGET, Machine
-from bpfdsl.interp.maps import Map, make_map
+from bpfdsl.interp.maps import Map, ProgArrayMap, make_map
 from bpfdsl.interp.memory import Ptr, Region
 from bpfdsl.interp.state import Env
 from bpfdsl.obj.collection import read_object
 from bpfdsl.obj.config import config_bytes
+
+
+def _section(kind: ProgramKind | None) -> str:
+    return kind.section if kind is not None else "unknown kind"
 
 
 def _value0(m: Map) -> Region:
@@ -227,6 +231,48 @@ class InterpCollection:
         }
         for p in self.programs.values():
             p.machine.budget = budget
+        self._fill_prog_arrays(spec)
+
+    def _fill_prog_arrays(self, spec: Any) -> None:
+        """Put the programs a prog_array's ``.maps`` slots name into it, as the loader
+        does; like the kernel, a prog_array takes programs of one kind only (type,
+        attach type, frags: kernel/bpf/core.c bpf_prog_map_compatible)."""
+        for name, ms in spec.maps.items():
+            m = self.maps[name]
+            if not isinstance(m, ProgArrayMap):
+                continue
+            for idx, target in sorted(ms.values.items()):
+                self.set_prog_array(name, idx, target)
+
+    def set_prog_array(self, map_name: str, index: int, program: str) -> None:
+        """Userspace: put program ``program`` of this object into slot ``index`` of the
+        prog_array ``map_name``.  Raises UsageError for an unknown program or map, a slot
+        past the end, or a program of another kind than the map's others."""
+        m = self.maps.get(map_name)
+        if not isinstance(m, ProgArrayMap):
+            raise UsageError(error("bad-map-value", f"no prog_array named {map_name!r}"))
+        prog = self.programs.get(program)
+        if prog is None:
+            raise UsageError(
+                error(
+                    "bad-map-value",
+                    f"map '{map_name}' slot {index}: unknown program '{program}'",
+                    hint="programs: " + ", ".join(sorted(self.programs)),
+                )
+            )
+        owner = next(iter(m.slots.values()), None)
+        if owner is not None and owner.kind is not prog.kind:
+            raise UsageError(
+                error(
+                    "bad-map-value",
+                    f"map '{map_name}' slot {index} = '{program}': a prog_array holds "
+                    f"programs of one kind ({_section(owner.kind)}, not {_section(prog.kind)})",
+                )
+            )
+        try:
+            m.set_program(index, prog)
+        except OSError as e:
+            raise UsageError(error("bad-map-value", str(e))) from None
 
     def _configure(self, spec: Any, config: Mapping[str, int | bytes | str]) -> None:
         """Write ``config`` values into .rodata VARs, encoded by their BTF type exactly as

@@ -50,14 +50,40 @@ class Env:
         return t
 
 
+@dataclass(frozen=True, slots=True)
+class FuncRef:
+    """The value of an ld_imm64 of a function's address (BPF_PSEUDO_FUNC): ``target`` is
+    the instruction index of the function in the running program (a bpf_loop callback)."""
+
+    target: int
+
+
+class TailCall(Exception):
+    """Raised by ``bpf_tail_call`` when the slot holds a program: the machine runs
+    ``program`` (an object with a ``machine``) from its start, on the same context, and
+    never comes back."""
+
+    def __init__(self, program: object) -> None:
+        super().__init__("tail call")
+        self.program = program
+
+
 class RunState:
     """Per-run state helpers use: ``env`` (:class:`Env`), ``ctx`` (the context region of
     this run), ``redirect`` (what a redirect helper chose: map name, key, target, flags),
     ``redirect_miss`` (a redirect into an empty slot or with bad flags: map name, key,
-    flags, why), ``trace`` (``bpf_trace_printk`` lines, in order)."""
+    flags, why), ``trace`` (``bpf_trace_printk`` lines, in order), ``tail_calls`` (tail
+    calls made in this run, at most MAX_TAIL_CALL_CNT) and :meth:`call_function` (run a
+    callback)."""
 
     env: Env
     ctx: Region | None
     redirect: tuple | None
     redirect_miss: tuple | None
     trace: list[str]
+    tail_calls: int
+
+    def call_function(self, target: int, *args: object) -> object:
+        """Run the function at instruction ``target`` of the running program with r1.. =
+        ``args`` in a frame of its own (a bpf_loop callback); its r0."""
+        raise NotImplementedError

@@ -277,6 +277,15 @@ class ExprStmt(Stmt):
     expr: Expr
 
 
+@dataclass(eq=False)
+class CallElse(Stmt):
+    """``tail_call(progs, i) else { ... }``: a call with a failure path (``orelse`` runs
+    when the call returns; only ``tail_call`` has one)."""
+
+    call: Call
+    orelse: Block
+
+
 # ---- top-level items ----
 @dataclass(eq=False)
 class License(Node):
@@ -305,6 +314,8 @@ class MapDecl(Node):
     type_args: list[TypeRef]
     args: dict[str, Expr]
     arg_spans: dict[str, Span] = field(default_factory=dict)  # argument name -> its span
+    # ``= { KEY: VALUE, ... }``: initial entries (prog_array: index -> program name)
+    init: list[tuple[Expr, Expr]] | None = None
 
 
 @dataclass(eq=False)
@@ -347,14 +358,17 @@ class Param(Node):
 
 @dataclass(eq=False)
 class FnDecl(Node):
-    """``fn NAME(PARAMS) -> RET { ... }``; ``optional``: declared ``-> RET?`` (the fn may
-    ``return none``)."""
+    """``[MODIFIER] fn NAME(PARAMS) -> RET { ... }``; ``optional``: declared ``-> RET?`` (the
+    fn may ``return none``); ``modifier`` is the word before ``fn`` (``noinline``,
+    ``global``; None: inlined) and ``modifier_span`` its position."""
 
     name: str
     params: list[Param]
     ret: TypeRef | None
     body: Block
     optional: bool = False
+    modifier: str | None = None
+    modifier_span: Span | None = None
 
 
 @dataclass(eq=False)

@@ -97,8 +97,14 @@ class _Builder:
     def map_arg(self, meta, c):
         return (str(c[0]), c[1], _tok_span(self.filename, c[0]))
 
+    def map_entry(self, meta, c):
+        return (c[0], c[1])
+
+    def map_init(self, meta, c):
+        return [e for e in c if e is not None]
+
     def map_decl(self, meta, c):
-        name, kind, targs, *args = c
+        name, kind, targs, *args, init = c
         values: dict[str, ast.Expr] = {}
         spans: dict[str, Span] = {}
         for arg, value, span in (a for a in args if a is not None):
@@ -117,6 +123,7 @@ class _Builder:
             targs or [],
             values,
             spans,
+            init,
         )
 
     def field_decl(self, meta, c):
@@ -135,10 +142,13 @@ class _Builder:
         return (c[0], bool(c[1]))
 
     def fn_decl(self, meta, c):
-        name, *params, ret, body = c
+        mod, name, *params, ret, body = c
         ret, optional = ret if ret is not None else (None, False)
         params = [p for p in params if p is not None]
-        return ast.FnDecl(self._s(meta), str(name), params, ret, body, optional)
+        if mod is None:
+            return ast.FnDecl(self._s(meta), str(name), params, ret, body, optional)
+        mspan = _tok_span(self.filename, mod)
+        return ast.FnDecl(self._s(meta), str(name), params, ret, body, optional, str(mod), mspan)
 
     def bit_type(self, meta, c):
         return ast.BitType(self._s(meta), str(c[0]), self._number(c[1]))
@@ -263,6 +273,12 @@ class _Builder:
 
     def expr_stmt(self, meta, c):
         return ast.ExprStmt(self._s(meta), c[0])
+
+    def call_else_stmt(self, meta, c):
+        *parts, orelse = c
+        s = self._s(meta)
+        call = self.call(meta, parts)  # spans the statement, as the rule does
+        return ast.CallElse(s, call, orelse)
 
     # ---- expressions ----
     def logic_or(self, meta, c):

@@ -335,9 +335,9 @@ def _workdir() -> str:
 def check_diagnostics(err, path: str, text: str) -> Result:
     """``diagnostic`` when every error of ``err`` names ``path``:line:col inside ``text``
     and renders with that line and a caret; else the failure it is."""
-    # compile_file reads with universal newlines (CR LF and a lone CR become "\n"); the
-    # lexer then counts lines by "\n" only
-    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    # compile_file decodes the bytes as they are (bpfdsl.compiler.read_source: no newline
+    # translation) and the lexer counts lines by "\n" only: a lone CR starts no line
+    lines = text.split("\n")
     for d in err.diagnostics:
         if not d.code or not CODE.fullmatch(d.code):
             return Result("unlocated", f"diagnostic without a stable code: {d.code!r}", d.concise())

@@ -48,8 +48,6 @@ def test_unknown_argument_suggests_the_known_one():
 @pytest.mark.parametrize(
     "kind,message",
     [
-        ("prog_array", "map kind `prog_array` (BPF_MAP_TYPE_PROG_ARRAY) is not supported by "
-         "bpfdsl (tail calls are not in the language)"),
         ("stack_trace", "map kind `stack_trace` (BPF_MAP_TYPE_STACK_TRACE) is not supported "
          "by bpfdsl"),
         ("BPF_MAP_TYPE_QUEUE", "map kind `BPF_MAP_TYPE_QUEUE` (BPF_MAP_TYPE_QUEUE) is not "

@@ -2,8 +2,8 @@
 
 ``build(name)`` compiles ``tests/data/c/NAME.c`` or ``tests/data/loader/NAME.c`` with
 ``clang-19 -O2 -g -target bpf`` (as tests/data/c/build.sh does) into a private temporary
-directory removed at exit, and returns the object path.  Skips the calling test when
-clang-19 is missing.
+directory removed at exit, and returns the object path; ``build_text(text, dir)`` compiles
+C source text the same way.  Both skip the calling test when clang-19 is missing.
 """
 
 from __future__ import annotations
@@ -63,6 +63,16 @@ def _clang(src: Path, out: Path) -> Path:
     if proc.returncode:
         raise RuntimeError(f"clang-19 failed on {src}:\n{proc.stderr}")
     return out
+
+
+def build_text(text: str, out_dir: Path, name: str = "prog") -> Path:
+    """Compile the C ``text`` like the fixtures into ``out_dir/NAME.o``; skips the calling
+    test when clang-19 is missing."""
+    if shutil.which("clang-19") is None:
+        pytest.skip("clang-19 not installed (apt-get install clang-19)")
+    src = out_dir / f"{name}.c"
+    src.write_text(text)
+    return _clang(src, out_dir / f"{name}.o")
 
 
 def build(name: str) -> Path:

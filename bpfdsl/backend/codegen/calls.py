@@ -93,10 +93,9 @@ class CallGen(GenHost):
             ret = info.ret.inner if isinstance(info.ret, T.OptionalType) else info.ret
             if isinstance(ret, (T.StructType, T.BytesType, T.ArrayType)):  # returned in memory
                 args = [self.alloca_mem(ret.size, e.name), *args]
-            if e.name in c.packet_fns:  # the packet and the cursor it moves are the caller's
-                return self.b.call(
-                    self.fn_ir[e.name, self.f.ctx_kind], [self.f.ctx, self.f.cursor, *args]
-                )
+            if self.takes_ctx(e.name):  # the packet and the cursor it moves are the caller's
+                cursor = self.f.cursor if self.f.cursor is not None else ir.Constant(PTR, None)
+                return self.b.call(self.fn_ir[e.name, self.f.ctx_kind], [self.f.ctx, cursor, *args])
             return self.b.call(self.fn_ir[e.name, None], args)
         if e.name in TYPED_HELPERS or (e.name.startswith("bpf_") and e.name not in BUILTINS):
             return self.typed_helper(e)
@@ -123,6 +122,8 @@ class CallGen(GenHost):
             return self.swap(e.args[0], e.args[1])
         if e.name == "offset":
             return self.view_offset(e.args[0])
+        if e.name == "loop":
+            return self.bpf_loop(e)
         if e.name == "hash":
             return self.flow_hash(e.args)
         if e.name in (
@@ -200,6 +201,17 @@ class CallGen(GenHost):
             r = self.helper(hid, I64, [self.f.ctx, self.gen(e.args[0]), flags, rec, size])
         self.end_temps(mark)
         return r
+
+    def bpf_loop(self, e: ast.Call) -> ir.Value:
+        """``loop(n, f[, state])``: bpf_loop(n, &f, &state or NULL, 0) (helper 181); the
+        callback is the subprogram ``f`` (its address: an ld_imm64 the loader marks
+        BPF_PSEUDO_FUNC), the state the caller's own stack memory (by reference)."""
+        n = self.rv(e.args[0], T.U32)
+        name = e.args[1]
+        assert isinstance(name, ast.Name)
+        cb = self.fn_ir[name.id, None]
+        st = self.gen(e.args[2]) if len(e.args) == 3 else ir.Constant(PTR, None)
+        return self.helper(HELPERS["loop"].id, I64, [n, cb, st, ir.Constant(I64, 0)])
 
     def g_MethodCall(self, e: ast.MethodCall):
         return self.map_method(e)

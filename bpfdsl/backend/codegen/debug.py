@@ -47,7 +47,30 @@ class DebugAdapter:
                 fields = [(n, self.dtype(ft), off) for n, (off, ft) in t.fields.items()]
                 self._structs[t.name] = di.struct_type(t.name, fields, size=t.size)
             return self._structs[t.name]
+        if isinstance(t, T.HeaderType):
+            return self.header_type(t)
         raise ValueError(f"no debug type for {t}")
+
+    def header_type(self, t: T.HeaderType):
+        """The kernel struct of a header view (``struct iphdr``: its fixed part, with the
+        fields that are whole bytes; bit fields are left out, the size is the kernel's)."""
+        h = t.layout
+        if h.name == "byte":
+            return self.di.int_type("u8")
+        key = "header " + h.c_name
+        if key not in self._structs:
+            fields = [(n, self.dtype(f.type), f.offset) for n, f in h.fields.items() if not f.width]
+            self._structs[key] = self.di.struct_type(h.c_name, fields, size=h.size)
+        return self._structs[key]
+
+    def param_type(self, t: T.Type):
+        """The BTF type of a subprogram parameter: a scalar, else a pointer to the memory
+        (struct, address, header) the caller passes (OptionalType: a nullable pointer)."""
+        if isinstance(t, T.OptionalType):
+            t = t.inner
+        if isinstance(t, (T.IntType, T.BoolType)):
+            return self.dtype(t)
+        return self.di.pointer_type(self.dtype(t))
 
     def license_global(self, text: str) -> ir.GlobalVariable:
         return self.di.license(text)
@@ -85,6 +108,24 @@ class DebugAdapter:
 
     def program(self, func: ir.Function, decl, kind) -> None:
         self.fn = self.di.function(func, line=decl.span.line, ctx=kind.ctx, arg_name=decl.ctx)
+
+    def subprogram(self, func: ir.Function, info) -> None:
+        """The DISubprogram of a fn emitted as a BPF subprogram (``noinline``/``global``
+        fn, loop callback): BTF FUNC (linkage static for ``internal``, global otherwise)
+        with a FUNC_PROTO naming its parameters, as clang writes ``static __noinline`` and
+        global functions; its body then gets line info."""
+        params = [(n, self.param_type(t)) for n, t in info.params]
+        void = info.ret == T.VOID
+        ret = None if void else self.dtype(info.ret)
+        self.fn = self.di.function(
+            func, line=info.decl.span.line, ctx=None, program=False, params=params, ret=ret,
+            void=void,
+        )  # fmt: skip
+
+    def prog_array(self, name: str, mt: T.MapType, slots: int) -> ir.GlobalVariable:
+        return self.di.prog_array_global(
+            name, max_entries=mt.max_entries, slots=slots, line=self.map_lines.get(name, 0)
+        )
 
     def end_program(self) -> None:
         self.fn = None

@@ -98,7 +98,7 @@ class ExprGen(GenHost):
                 return slot
             if isinstance(slot, ir.Argument):
                 return slot
-            ty = PTR if isinstance(t, (T.HeaderType, T.RefType)) else self.lt(t)
+            ty = PTR if isinstance(t, (T.HeaderType, T.RefType, T.OptionalType)) else self.lt(t)
             return self.b.load(slot, typ=ty)
         if isinstance(sym, Config):
             if self.dbg:

@@ -1,7 +1,11 @@
 """Code generation (back end): sema's :class:`~bpfdsl.lang.sema.analyzer.Checked` -> ``llvmlite.ir.Module``.
 
 One ``ir.Function`` per program, ``section`` = the PROGRAM_KINDS section (``xdp``,
-``xdp/cpumap``...), ``nounwind``; user ``fn``s become ``internal alwaysinline`` functions.
+``xdp/cpumap``...), ``nounwind``; a plain ``fn`` becomes an ``internal alwaysinline``
+function, a ``noinline fn`` (or loop callback) an ``internal noinline`` one (a static BPF
+subprogram in ``.text``) and a ``global fn`` an external ``noinline`` one (a global
+function), both with debug info so LLVM writes their BTF FUNC and line info.  A prog_array
+is a ``.maps`` global whose ``values`` point at the programs of its slots.
 Maps are BTF-defined globals in ``.maps``, configs are globals in ``.rodata`` (not
 ``constant``, so LLVM cannot fold them: the loader patches them), the license is a char
 array in ``license``.  Helpers are called through ``inttoptr (i64 ID to ptr)`` like clang.
@@ -16,6 +20,7 @@ from collections.abc import Sequence
 
 from llvmlite import ir
 
+from bpfdsl.abi.helpers import HELPERS
 from bpfdsl.backend.codegen.calls import CallGen
 from bpfdsl.backend.codegen.expr import ExprGen
 from bpfdsl.backend.codegen.helpers import HelperGen
@@ -69,6 +74,7 @@ class CodeGen(ExprGen, CallGen, PktGen, MapGen, HelperGen):
         self.env: list[dict[Local, ir.Value]] = []
         self.globals: dict[str, ir.GlobalVariable] = {}
         self.fn_ir: dict[tuple[str, str | None], ir.Function] = {}  # (fn, ctx kind): see fn_copies
+        self.prog_ir: dict[str, ir.Function] = {}  # program functions by name
 
     # ---- module level ----
     def generate(self) -> ir.Module:
@@ -98,6 +104,7 @@ class CodeGen(ExprGen, CallGen, PktGen, MapGen, HelperGen):
                 self.emit_fn(name, info, ctx_kind)
         for decl, kind in self.c.progs:
             self.emit_prog(decl, kind)
+        self.fill_prog_arrays()
         if self.dbg:
             self.dbg.finalize()
         return self.m
@@ -114,6 +121,16 @@ class CodeGen(ExprGen, CallGen, PktGen, MapGen, HelperGen):
         g.align = 1
 
     def emit_map_global(self, name: str, mt: T.MapType) -> ir.GlobalVariable:
+        if mt.kind == "prog_array":
+            slots = self.c.prog_array_init.get(name, {})
+            n = max(slots, default=-1) + 1
+            if self.dbg:
+                return self.dbg.prog_array(name, mt, n)
+            ty = ir.LiteralStructType([PTR, PTR, PTR, ir.ArrayType(PTR, n)])
+            g = ir.GlobalVariable(self.m, ty, name)
+            g.initializer = ir.Constant(ty, None)
+            g.section, g.align = ".maps", 8
+            return g
         if self.dbg:
             return self.dbg.map_global(name, mt)
         n = 5 if mt.flags else 4
@@ -123,6 +140,22 @@ class CodeGen(ExprGen, CallGen, PktGen, MapGen, HelperGen):
         g.section = ".maps"
         g.align = 8
         return g
+
+    def fill_prog_arrays(self) -> None:
+        """Point the ``values`` of each prog_array at the programs of its slots (the
+        initializer clang writes for ``.values = { [k] = (void *)&prog }``)."""
+        progs = self.prog_ir
+        for name, slots in self.c.prog_array_init.items():
+            g = self.globals[name]
+            arr_t = g.value_type.elements[3]
+            vals = [
+                progs[_name(slots[k])] if k in slots else ir.Constant(PTR, None)
+                for k in range(arr_t.count)
+            ]
+            g.initializer = ir.Constant(
+                g.value_type,
+                [ir.Constant(PTR, None)] * 3 + [ir.Constant(arr_t, vals)],
+            )
 
     def lt(self, t: T.Type) -> ir.Type:
         """LLVM type of a scalar language type (bool is i1 in registers)."""
@@ -156,8 +189,18 @@ class CodeGen(ExprGen, CallGen, PktGen, MapGen, HelperGen):
         32-bit data/data_end, sk_msg_md pointers), which it takes as hidden parameters with
         the caller's cursor."""
         if name not in self.c.packet_fns:
+            if self.takes_ctx(name):  # a plain fn calling perf_event_output, msg_cork_bytes...
+                return sorted({k.ctx for _d, k in self.c.progs})
             return [None]
         return sorted({k.ctx for _d, k in self.c.progs if k.ctx in CTX_DATA})
+
+    def takes_ctx(self, name: str) -> bool:
+        """Whether fn ``name`` takes its caller's context (and cursor) as hidden parameters:
+        a packet fn, or a plain fn calling a builtin whose helper takes the context
+        (bpfdsl.lang.sema.subprog_ctx; sema refuses those builtins in subprograms)."""
+        if name in self.c.packet_fns:
+            return True
+        return name in self.c.ctx_calls and self.c.fns[name].linkage == "inline"
 
     def fns_in_loops(self) -> set[str]:
         """The fns called inside a ``for`` body, directly or through the fns called there:
@@ -203,22 +246,40 @@ class CodeGen(ExprGen, CallGen, PktGen, MapGen, HelperGen):
         return PTR if isinstance(t, T.HeaderType) or _aggregate(t) else self.lt(t)
 
     def declare_fn(self, name: str, info, ctx_kind: str | None = None) -> None:
-        """The ir.Function of an inlined fn (``fn_ir[name, ctx_kind]``), before any body is
-        emitted.  A packet fn takes the context and the caller's cursor slot first."""
+        """The ir.Function of a fn (``fn_ir[name, ctx_kind]``), before any body is emitted:
+        inlined (plain fn; a packet fn takes the context and the caller's cursor slot
+        first), a static subprogram (``internal noinline``) or a global function (external
+        ``noinline``).  Subprogram parameters and results narrower than 32 bits are
+        ``zeroext``/``signext``, as clang marks them for BPF (the caller extends)."""
         params = [
             PTR if not T.is_int(t) and not isinstance(t, T.BoolType) else self.lt(t)
             for _n, t in info.params
         ]
-        if _aggregate(_inner(info.ret)):  # the caller's memory for the value returned
-            params = [PTR, *params]
-        if ctx_kind is not None:
-            params = [PTR, PTR, *params]
-        ret = self.ret_type(info.ret)
+        if info.linkage == "inline":
+            if _aggregate(_inner(info.ret)):  # the caller's memory for the value returned
+                params = [PTR, *params]
+            if ctx_kind is not None:
+                params = [PTR, PTR, *params]
+            ret = self.ret_type(info.ret)
+        else:
+            ret = ir.VoidType() if info.ret == T.VOID else self.lt(info.ret)
         fname = name if ctx_kind is None else f"{name}.{ctx_kind}"
         func = ir.Function(self.m, ir.FunctionType(ret, params), fname)
-        func.linkage = "internal"
-        func.attributes.add("alwaysinline")
         func.attributes.add("nounwind")
+        if info.linkage == "inline":
+            func.linkage = "internal"
+            func.attributes.add("alwaysinline")
+        else:
+            if info.linkage == "static":
+                func.linkage = "internal"
+            func.attributes.add("noinline")
+            for arg, (_n, t) in zip(func.args, info.params, strict=True):
+                ext = _ext_attr(t)
+                if ext:
+                    arg.add_attribute(ext)
+            ext = _ext_attr(info.ret)
+            if ext:
+                func.return_value.add_attribute(ext)
         self.fn_ir[name, ctx_kind] = func
 
     def emit_fn(self, name: str, info, ctx_kind: str | None = None) -> None:
@@ -228,29 +289,68 @@ class CodeGen(ExprGen, CallGen, PktGen, MapGen, HelperGen):
         ctx = cursor = out = None
         if ctx_kind is not None:
             ctx, cursor, *args = args
-        if _aggregate(_inner(info.ret)):
+        if info.linkage == "inline" and _aggregate(_inner(info.ret)):
             out, *args = args
         self.begin(func, None, ctx, ctx_kind, info)
         self.f.cursor = cursor
         self.f.ret_mem = out
         self.f.volatile_end = ctx_kind is not None and name in self.loop_fns
+        if info.linkage != "inline":
+            for arg, (pname, _t) in zip(args, info.params, strict=True):
+                arg.name = pname
         if self.dbg:
-            self.dbg.end_program()
+            if info.linkage == "inline":
+                self.dbg.end_program()
+            else:
+                self.dbg.subprogram(func, info)
         for arg, p in zip(args, info.decl.params, strict=True):
             loc = self.c.sym[p]
             assert isinstance(loc, Local)
             self.bind(loc, arg)
         self.loc(info.decl.span)
+        if info.linkage == "global" and func.args:
+            self.keep_args(func)
+        if info.linkage != "inline":  # a subprogram: one return block, last, as clang's
+            self.f.ret_block = self.new_block("return")
         self.block(info.decl.body, new_scope=False)
         if not self.b.block.is_terminated:
-            if info.ret == T.VOID:
+            if self.f.ret_block is not None:
+                if info.ret != T.VOID:
+                    self.f.rets.append((ir.Constant(ret, 0), self.b.block))
+                self.b.branch(self.f.ret_block)
+            elif info.ret == T.VOID:
                 self.b.ret_void()
             else:
                 self.b.ret(ir.Constant(ret, 0 if isinstance(ret, ir.IntType) else None))
+        if self.f.ret_block is not None:
+            self.start(self.f.ret_block)
+            if info.ret == T.VOID:
+                self.b.ret_void()
+            else:
+                phi = self.b.phi(ret, "retval")
+                for v, blk in self.f.rets:
+                    phi.add_incoming(v, blk)
+                self.b.ret(phi)
         self.finish()
+        if self.dbg and info.linkage != "inline":
+            self.dbg.end_program()
+
+    def keep_args(self, func: ir.Function) -> None:
+        """An empty ``asm sideeffect`` reading every argument of a global function.  A
+        parameter the body does not read would otherwise let LLVM pass poison for it at
+        the calls (dead argument elimination keeps the signature of an external function
+        but not what its callers put in the register), and the kernel checks every
+        register against the BTF prototype: "R2 is not a scalar", "Caller passes invalid
+        args into func#1".  It emits no instruction."""
+        fake_use = self.m.globals.get("llvm.fake.use") or ir.Function(
+            self.m, ir.FunctionType(ir.VoidType(), [], var_arg=True), "llvm.fake.use"
+        )
+        for a in func.args:
+            self.b.call(fake_use, [a])
 
     def emit_prog(self, decl: ast.ProgDecl, kind) -> None:
         func = ir.Function(self.m, ir.FunctionType(I32, [PTR]), decl.name)
+        self.prog_ir[decl.name] = func
         func.section = kind.section
         func.attributes.add("nounwind")
         func.args[0].name = decl.ctx
@@ -326,7 +426,7 @@ class CodeGen(ExprGen, CallGen, PktGen, MapGen, HelperGen):
         if isinstance(t, (T.StructType, T.BytesType, T.ArrayType)):
             self.env[-1][loc] = val  # val is already private memory
             return
-        ty = PTR if isinstance(t, (T.HeaderType, T.RefType)) else self.lt(t)
+        ty = PTR if isinstance(t, (T.HeaderType, T.RefType, T.OptionalType)) else self.lt(t)
         a = self.alloca(ty, loc.name, 8 if ty is PTR else max(1, t.size))
         self.b.store(val, a)
         self.env[-1][loc] = a
@@ -511,6 +611,12 @@ class CodeGen(ExprGen, CallGen, PktGen, MapGen, HelperGen):
             self.b.ret(self.optional_value(s.value, self.f.info.ret, rt))
         else:
             info = self.f.info
+            if self.f.ret_block is not None:  # a subprogram's one return block
+                v = self.rv(s.value, info.ret) if rt != ir.VoidType() else None
+                if v is not None:
+                    self.f.rets.append((v, self.b.block))
+                self.b.branch(self.f.ret_block)
+                return
             ret = self.gen(s.value) if isinstance(info.ret, T.HeaderType) else None
             if _aggregate(info.ret):
                 ret = self.ret_aggregate(s.value, info.ret)
@@ -575,9 +681,35 @@ class CodeGen(ExprGen, CallGen, PktGen, MapGen, HelperGen):
     def s_Assign(self, s: ast.Assign) -> None:
         self.assign(s)
 
+    def s_CallElse(self, s: ast.CallElse) -> None:
+        """``tail_call(map, index) else { ... }``: bpf_tail_call(ctx, map, index) (helper
+        12); it returns only when the tail call fails, and then the else block runs."""
+        e = s.call
+        args = [self.f.ctx, self.gen(e.args[0]), self.rv(e.args[1], T.U32)]
+        self.helper(HELPERS["tail_call"].id, I64, args)
+        self.block(s.orelse)
+        if not self.b.block.is_terminated:
+            self.b.unreachable()
+
+
+def _ext_attr(t: T.Type) -> str | None:
+    """``zeroext``/``signext`` for a subprogram value narrower than 32 bits (bool, 8 and
+    16 bits): clang's BPF ABI extends such arguments and results in the 64-bit register."""
+    if isinstance(t, T.BoolType):
+        return "zeroext"
+    if isinstance(t, T.IntType) and t.bits < 32:
+        return "signext" if t.signed else "zeroext"
+    return None
+
 
 def _inner(t: T.Type) -> T.Type:
     return t.inner if isinstance(t, T.OptionalType) else t
+
+
+def _name(e: ast.Expr) -> str:
+    """The name an ``ast.Name`` spells (a prog_array slot's program)."""
+    assert isinstance(e, ast.Name)
+    return e.id
 
 
 def _aggregate(t: T.Type) -> bool:

@@ -113,8 +113,8 @@ class PktGen(CsumGen):
 
     # ---- optionals ----
     def gen_optional(self, e: ast.Expr, fail: ir.Block) -> ir.Value:
-        """Emit ``e`` (parse, lookup, skip_ext); branch to ``fail`` when missing; return the
-        payload on the fall-through path."""
+        """Emit ``e`` (parse, lookup, skip_ext, a pointer argument of a global fn); branch
+        to ``fail`` when missing; return the payload on the fall-through path."""
         if isinstance(e, ast.Parse):
             # sema: a parse (after no errors) is an optional view of a known header
             assert isinstance(e.ty, T.OptionalType) and isinstance(e.ty.inner, T.HeaderType)
@@ -139,8 +139,8 @@ class PktGen(CsumGen):
             self.b.cbranch(self.b.extract_value(r, 0), ok, fail)
             self.start(ok)
             return self.b.extract_value(r, 1)
-        if isinstance(e, ast.MethodCall):
-            p = self.map_lookup(e)
+        if isinstance(e, (ast.MethodCall, ast.Name)):  # a lookup, a nullable argument
+            p = self.map_lookup(e) if isinstance(e, ast.MethodCall) else self.gen(e)
             ok = self.new_block("found")
             self.b.cbranch(self.b.icmp_unsigned("==", p, ir.Constant(PTR, None)), fail, ok)
             self.start(ok)

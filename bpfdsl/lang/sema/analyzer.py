@@ -28,9 +28,11 @@ from bpfdsl.lang.sema.meta import start as meta_start
 from bpfdsl.lang.sema.refs import check_refs
 from bpfdsl.lang.sema.resize import LoopPaths
 from bpfdsl.lang.sema.stmt import StmtChecker
+from bpfdsl.lang.sema.subprog_ctx import check_subprog_ctx
 from bpfdsl.lang.sema.symbols import (
     BUILTIN_STRUCTS,
     CURSOR_UNKNOWN,
+    NULLABLE_ARG,
     Config,
     Const,
     FnInfo,
@@ -75,7 +77,13 @@ class Checked:
     warnings: list[Diagnostic] = field(default_factory=list)
     headers: dict[str, Header | None] = field(default_factory=dict)
     packet_fns: set[str] = field(default_factory=set)
+    # fn -> (the call that needs the program's context, the builtin): sema.subprog_ctx
+    ctx_calls: dict[str, tuple[ast.Call, str]] = field(default_factory=dict)
     stores: dict[ast.Store, T.Type] = field(default_factory=dict)  # the type each `store` writes
+    # prog_array name -> slot -> the ast.Name of the program it holds (`= { 0: prog }`)
+    prog_array_init: dict[str, dict[int, ast.Expr]] = field(default_factory=dict)
+    # (program name, prog_array name, span) of every `tail_call(map, i) else { ... }`
+    tail_calls: list[tuple[str, str, Span]] = field(default_factory=list)
 
     def header(self, name: str) -> Header | None:
         """The layout ``parse name`` uses: the program's own declaration, else the library's;
@@ -97,6 +105,8 @@ class Sema(StmtChecker, DeclChecker):
         self.scopes: list[dict[str, object]] = []
         self.kind: ProgramKind | None = None
         self.fn: FnInfo | None = None
+        self.prog: ast.ProgDecl | None = None  # the program being checked
+        self.ctx_name: str | None = None
         self.stale: dict[Local, int] = {}
         self.resized: frozenset[ast.Node] = frozenset()  # resize calls on this path (resize.py)
         self.loop_paths: list[LoopPaths] = []  # per enclosing loop: its continue/break states
@@ -245,22 +255,17 @@ class Sema(StmtChecker, DeclChecker):
                 self.map_decl(it)
         for it in items:
             if isinstance(it, ast.FnDecl):
-                params = [(p.name, self.resolve_type(p.type)) for p in it.params]
-                ret = self.resolve_type(it.ret) if it.ret else T.VOID
-                if it.optional:
-                    ret = self.optional_ret(it, ret)
-                elif not isinstance(ret, (T.IntType, T.BoolType, T.HeaderType, T.VoidType)) and (
-                    not isinstance(ret, (T.StructType, T.BytesType, T.ArrayType))
-                ):
-                    ret = self.unsupported_ret(it, ret)
-                self.c.fns[it.name] = FnInfo(it, params, ret)
+                self.c.fns[it.name] = self.fn_info(it)
         self.c.packet_fns = self.find_packet_fns()
+        self.check_subprog_packet()
+        check_subprog_ctx(self)
         for it in items:
             if isinstance(it, ast.FnDecl):
                 self.body_fn(self.c.fns[it.name])
             elif isinstance(it, ast.ProgDecl):
                 self.body_prog(it)
         self.check_recursion()
+        self.check_tail_calls()
         if not any(isinstance(it, ast.ProgDecl) for it in items):
             self.err(
                 "no-programs",
@@ -287,6 +292,11 @@ class Sema(StmtChecker, DeclChecker):
         self.cursor, self.stale, self.resized = CURSOR_UNKNOWN, {}, frozenset()
         self.meta = meta_start(None)
         for (name, ty), p in zip(info.params, info.decl.params, strict=True):
+            if info.linkage == "global" and not isinstance(
+                ty, (T.IntType, T.BoolType, T.ErrorType)
+            ):
+                # the kernel verifies a global fn for any caller: a pointer may be NULL
+                ty = T.OptionalType(ty, NULLABLE_ARG)
             loc = Local(name, ty, p.span)
             self.c.sym[p] = loc
             self.bind(name, loc)
@@ -313,7 +323,9 @@ class Sema(StmtChecker, DeclChecker):
             )
             return
         self.c.progs.append((p, kind))
-        self.kind, self.stale, self.cursor, self.resized = kind, {}, None, frozenset()
+        self.prog = p
+        self.kind, self.ctx_name, self.stale, self.cursor = kind, p.ctx, {}, None
+        self.resized = frozenset()
         self.meta = meta_start(kind.keyword)
         self.scopes, self.gone = [self.globals_scope(), {p.ctx: T.CTX}], {}
         self.payload_writes = []
@@ -331,7 +343,7 @@ class Sema(StmtChecker, DeclChecker):
                 p.body.span,
                 "end every path with `return ACTION`",
             )
-        self.kind = None
+        self.kind, self.prog = None, None
 
 
 def check(prog: ast.Program, filename: str = "<input>") -> Checked:

@@ -18,6 +18,7 @@ from bpfdsl.lang.sema import helpers, kfuncs, meta
 from bpfdsl.lang.sema.csum import check_swap, check_write
 from bpfdsl.lang.sema.events import EVENT_CALLS, EVENT_MAP_HINT, EVENT_MAP_USE, check_call
 from bpfdsl.lang.sema.helpers import helper_kind as _helper_kind
+from bpfdsl.lang.sema.subprog_ctx import CTX_HINT, ctx_message
 from bpfdsl.lang.sema.symbols import (
     BUILTINS,
     CURSOR_UNKNOWN,
@@ -187,6 +188,19 @@ def call(ex, e: ast.Call) -> T.Type:
         return helpers.redirect(ex, e)
     if e.name == "meta":
         return meta.view(ex, e)
+    if e.name == "loop":
+        return _loop(ex, e)
+    if e.name == "tail_call":
+        ex.err(
+            "tail-call-else",
+            "`tail_call` needs an else block: what runs when the tail call fails (the slot "
+            "is empty, or 33 tail calls were made already)",
+            e.span,
+            "write `tail_call(progs, i) else { return XDP_PASS }`",
+        )
+        for a in args:
+            ex.expr(a)
+        return T.VOID
     if e.name == "hash":
         if not args:
             ex.err("arg-count", "hash() takes at least one value", e.span)
@@ -346,6 +360,18 @@ def assign(ex, s: ast.Assign) -> None:
         assert isinstance(m, T.MapType)
         if m.record is not None:
             ex.err("map-method", EVENT_MAP_USE.format(m.name, m.kind), s.span, EVENT_MAP_HINT)
+            return
+        helper = "map_update_elem" if op == "=" else "map_lookup_elem"
+        if not map_fits_helper(MapType(m.map_type), helper):
+            ex.err(
+                "map-method",
+                f"a {m.kind} map cannot be written from a program (`m[k] {op} v`)",
+                s.span,
+                "prog_array slots are set from the declaration (`= { 0: prog }`) or with "
+                "`bpfdsl progarray set`"
+                if m.kind == "prog_array"
+                else "update it from user space (`bpfdsl map update`)",
+            )
             return
         assert m.value is not None
         map_key(ex, m, tgt.index)
@@ -507,3 +533,133 @@ def _sock_redirect(ex, e: ast.Call) -> T.Type:
             map_key(ex, m, e.args[1])
     ex.expect(e.args[2], T.U64)
     return T.U64 if e.name.startswith("msg") else T.I64
+
+
+def tail_call(ex, e: ast.Call) -> None:
+    """``tail_call(map, index)`` (of ``tail_call(...) else { ... }``): a program body only
+    (the kernel needs the context), ``map`` a prog_array, ``index`` a u32 slot."""
+    args = e.args
+    if ex.s.kind is None:
+        ex.err(
+            "tail-call-in-fn",
+            "`tail_call` is only allowed in a program body",
+            e.span,
+            "return a value from the fn and tail-call in the program",
+        )
+    if len(args) != 2 or e.kwargs:
+        ex.err("arg-count", "tail_call(map, index) takes 2 arguments", e.span,
+               "e.g. `tail_call(progs, 1) else { return XDP_PASS }`")  # fmt: skip
+        for a in args:
+            ex.expr(a)
+        return
+    m = _map_arg(ex, args[0])
+    if m is not None and m.kind != "prog_array":
+        ex.err(
+            "tail-call-map",
+            f"`tail_call` jumps through a prog_array, not a {m.kind} map",
+            args[0].span,
+            "declare `map progs: prog_array(max_entries: N) = { 0: prog, ... }`",
+        )
+        m = None
+    ex.expect(args[1], T.U32)
+    if m is not None and ex.s.kind is not None and ex.s.prog is not None:
+        ex.c.tail_calls.append((ex.s.prog.name, m.name, e.span))
+
+
+def _loop(ex, e: ast.Call) -> T.Type:
+    """``loop(count, callback)`` / ``loop(count, callback, state)``: the kernel's bpf_loop
+    (helper 181, Linux 5.17): ``callback(i)`` runs for i = 0, 1, ... count - 1 (at most
+    BPF_MAX_LOOPS = 8M times) until it returns true.  ``callback`` is a fn taking the index
+    (an integer) and, with ``state``, a struct of the state's type that it reads and
+    writes in place (``state``, a struct local of the caller, is passed by reference as
+    bpf_loop's ``callback_ctx``); it returns bool (true: stop, as the kernel's 1).  The
+    result is the number of calls made (i64).  The callback becomes a static subprogram
+    (the kernel: "callback function not static" for a global one)."""
+    args = e.args
+    if len(args) not in (2, 3) or e.kwargs:
+        ex.err(
+            "arg-count",
+            "loop(count, callback) or loop(count, callback, state) takes 2 or 3 arguments",
+            e.span,
+            "e.g. `loop(n, step, acc)` with `fn step(i: u32, acc: sums) -> bool`",
+        )
+        for a in args:
+            if not (isinstance(a, ast.Name) and a.id in ex.c.fns):
+                ex.expr(a)
+        return T.I64
+    ex.expect(args[0], T.U32)
+    cb = args[1]
+    info = ex.c.fns.get(cb.id) if isinstance(cb, ast.Name) else None
+    cb.ty = T.VOID  # a function name, not a value
+    if info is None:
+        ex.err(
+            "loop-callback",
+            "the callback of `loop` must name a fn",
+            cb.span,
+            ex.s.suggest(cb.id, ex.c.fns) if isinstance(cb, ast.Name) else None,
+        )
+        if len(args) == 3:
+            ex.expr(args[2])
+        return T.I64
+    name = info.decl.name
+    if info.linkage == "global":
+        ex.err(
+            "loop-callback",
+            f"`{name}` is a global fn: a loop callback must be static",
+            cb.span,
+            f"declare it `noinline fn {name}` or plain `fn {name}` (the kernel refuses "
+            'global callbacks: "callback function not static")',
+        )
+    want = len(args) - 1
+    # the kernel passes the index as a u64 (at most 2^23): u32 or u64 hold it exactly
+    ok_index = bool(info.params) and info.params[0][1] in (T.U32, T.U64)
+    if len(info.params) != want or not ok_index:
+        shape = "(i: u32, state: STRUCT)" if want == 2 else "(i: u32)"
+        ex.err(
+            "loop-callback",
+            f"`{name}` takes {len(info.params)} parameter(s); a loop callback "
+            + ("with a state " if want == 2 else "")
+            + f"takes {shape}",
+            cb.span,
+            f"declare `fn {name}{shape} -> bool`",
+        )
+    elif info.ret != T.BOOL:
+        ex.err(
+            "loop-callback",
+            f"a loop callback returns bool (true: stop), `{name}` returns {info.ret}",
+            cb.span,
+            f"declare `fn {name}(...) -> bool`",
+        )
+    if len(args) == 3:
+        st = args[2]
+        t = ex.expr(st)
+        sym = ex.c.sym.get(st) if isinstance(st, ast.Name) else None
+        if not (isinstance(sym, Local) and isinstance(t, T.StructType)):
+            ex.err(
+                "loop-state",
+                "the state of `loop` must be a struct variable of the caller (it is passed "
+                "by reference, on the stack)",
+                st.span,
+                "`let acc = sums(total: 0)` then `loop(n, step, acc)`",
+            )
+        elif len(info.params) == 2 and info.params[1][1] is not t:
+            ex.err(
+                "loop-state",
+                f"`{name}` takes a {info.params[1][1]} state, this is a {t}",
+                st.span,
+            )
+    if name in ex.c.packet_fns:
+        ex.err(
+            "loop-callback",
+            f"`{name}` parses or reads packet bytes: a loop callback cannot (it is a BPF "
+            "subprogram, without the caller's parse cursor)",
+            cb.span,
+            "parse in the program and pass the header view in the state",
+        )
+    if name in ex.c.ctx_calls:
+        call, builtin = ex.c.ctx_calls[name]
+        ex.err("loop-callback", ctx_message("loop callback", name, call, builtin), cb.span,
+               CTX_HINT)  # fmt: skip
+    if info.linkage == "inline":
+        info.linkage = "static"  # its address goes to bpf_loop: a subprogram of its own
+    return T.I64

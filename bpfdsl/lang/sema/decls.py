@@ -1,19 +1,36 @@
 """Declaration checks for sema (front end mixin of ``sema.Sema``): map declarations (kinds,
-key/value types, kernel map flags), the one namespace of top-level names, and the ban on
-recursive fns (they are inlined, and the kernel refuses recursive BPF calls)."""
+key/value types, kernel map flags, prog_array entries), the one namespace of top-level
+names, fn modifiers and the signatures BPF subprograms can have, the ban on recursive fns
+(the kernel refuses recursive BPF calls), and the rule that a tail call only reaches
+programs of its own kind."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
 from bpfdsl.abi.btf.records import RECORDS_VAR
-from bpfdsl.abi.uapi import BTF_MAX_ENTRIES, PROGRAM_KINDS, MapType, is_array, map_create_problems
+from bpfdsl.abi.uapi import (
+    BTF_MAX_ENTRIES,
+    PROGRAM_KINDS,
+    MapType,
+    ProgramKind,
+    is_array,
+    kind_for_keyword,
+    map_create_problems,
+)
 from bpfdsl.diagnostics import Diagnostic, Span
 from bpfdsl.lang import ast
 from bpfdsl.lang import types as T
 from bpfdsl.lang.headers import CORE_HEADERS
 from bpfdsl.lang.layout import header_layout
-from bpfdsl.lang.sema.symbols import BUILTIN_STRUCTS, const_int, is_builtin_constant
+from bpfdsl.lang.sema.symbols import (
+    BUILTIN_STRUCTS,
+    FN_MODIFIERS,
+    MAX_SUBPROG_ARGS,
+    FnInfo,
+    const_int,
+    is_builtin_constant,
+)
 
 # language map kind -> (kernel map type, fixed key type, fixed value type)
 MAP_KINDS: dict[str, tuple[MapType, T.Type | None, T.Type | None]] = {
@@ -43,6 +60,8 @@ MAP_KINDS: dict[str, tuple[MapType, T.Type | None, T.Type | None]] = {
     "xskmap": (MapType.XSKMAP, T.U32, T.make_struct("bpf_xdp_sock", [("queue_id", T.U32)])),
     "sockmap": (MapType.SOCKMAP, T.U32, T.U32),
     "sockhash": (MapType.SOCKHASH, None, T.U32),
+    # slots hold programs (the kernel: u32 program fds); filled from `= { 0: prog, ... }`
+    "prog_array": (MapType.PROG_ARRAY, T.U32, T.U32),
 }
 # event maps (to user space): kind -> kernel map type; declared `KIND<RECORD>(...)`
 EVENT_KINDS: dict[str, MapType] = {
@@ -64,9 +83,8 @@ def unknown_map_kind(kind: str, suggest) -> tuple[str, str]:
     if plain in every:
         return f"unknown map kind `{kind}`", f"write `{plain}`"
     if plain.upper() in MapType.__members__ and plain != "unspec":
-        why = " (tail calls are not in the language)" if plain == "prog_array" else ""
         return (
-            f"map kind `{kind}` (BPF_MAP_TYPE_{plain.upper()}) is not supported by bpfdsl{why}",
+            f"map kind `{kind}` (BPF_MAP_TYPE_{plain.upper()}) is not supported by bpfdsl",
             kinds,
         )
     return f"unknown map kind `{kind}`", suggest(kind, every) or kinds
@@ -168,6 +186,8 @@ class DeclChecker:
         pinning = self.map_pinning(d)
         self.c.maps[d.name] = T.MapType(d.name, d.kind, int(mt), key, val, n or 1, flags, pinning)
         self.c.map_decls[d.name] = d
+        if d.init is not None:
+            self.map_init(d, mt, n)
 
     def unknown_map_args(self, d: ast.MapDecl, allowed: tuple[str, ...]) -> set[str]:
         """Errors for the arguments of ``d`` not in ``allowed``; returns the allowed ones
@@ -258,6 +278,47 @@ class DeclChecker:
             d.name, d.kind, int(mt), None, None, n or 0, 0, pinning, record or T.ERR
         )
         self.c.map_decls[d.name] = d
+        if d.init is not None:
+            self.map_init(d, mt, n)
+
+    def map_init(self, d: ast.MapDecl, mt: MapType, n: int | None) -> None:
+        """``= { KEY: PROGRAM, ... }`` of a prog_array: constant keys below max_entries,
+        each once; the programs are checked when all are known (:meth:`check_tail_calls`)."""
+        if mt != MapType.PROG_ARRAY:
+            self.err(
+                "map-init",
+                f"a {d.kind} map takes no initial entries",
+                d.init[0][0].span if d.init else d.span,
+                "only prog_array maps are filled from the object (`= { 0: prog, ... }`); "
+                "fill other maps from the program or with `bpfdsl map update`",
+            )
+            return
+        slots: dict[int, tuple[ast.Expr, Span]] = {}
+        for key, value in d.init or []:
+            k = const_int(self, key)
+            if k is None or not isinstance(key.ty, (T.IntType, T.UntypedInt)):
+                if not isinstance(key.ty, T.ErrorType):
+                    self.err("map-init", "a prog_array slot must be a constant integer",
+                             key.span, "write e.g. `0: parse_v4`")  # fmt: skip
+                continue
+            if n is not None and not 0 <= k < n:
+                self.err(
+                    "map-init",
+                    f"slot {k} is outside `{d.name}` (max_entries {n}: slots 0..{n - 1})",
+                    key.span,
+                    "use a smaller slot or declare more entries",
+                )
+                continue
+            if k in slots:
+                self.err(
+                    "map-init",
+                    f"slot {k} of `{d.name}` is given twice",
+                    key.span,
+                    f"keep one (the first is at column {slots[k][1].col})",
+                )
+                continue
+            slots[k] = (value, key.span)
+        self.c.prog_array_init[d.name] = {k: v for k, (v, _s) in slots.items()}
 
     def map_max_entries(self, d: ast.MapDecl) -> int | None:
         """The ``max_entries`` of ``d`` (a constant of 1 to BTF_MAX_ENTRIES); None after an
@@ -479,8 +540,155 @@ class DeclChecker:
                         "duplicate-name", f"`{sorted(dups)[0]}` appears twice in `{name}`", it.span
                     )
 
+    def fn_info(self, d: ast.FnDecl) -> FnInfo:
+        """The FnInfo of ``d``: parameter and return types and the linkage its modifier asks
+        for; a BPF subprogram (``noinline``/``global``) has at most 5 parameters (r1-r5) of
+        the kinds a register carries (an integer, or a pointer to a struct, header or
+        address), and a global one returns an integer (the kernel: "Global function f()
+        doesn't return scalar")."""
+        params = [(p.name, self.resolve_type(p.type)) for p in d.params]
+        ret = self.resolve_type(d.ret) if d.ret else T.VOID
+        if d.optional:
+            ret = self.optional_ret(d, ret)
+        elif not isinstance(ret, (T.IntType, T.BoolType, T.HeaderType, T.VoidType)) and (
+            not isinstance(ret, (T.StructType, T.BytesType, T.ArrayType))
+        ):
+            ret = self.unsupported_ret(d, ret)
+        linkage = "inline"
+        if d.modifier is not None:
+            linkage = FN_MODIFIERS.get(d.modifier, "inline")
+            if d.modifier not in FN_MODIFIERS:
+                prog = kind_for_keyword(d.modifier) is not None
+                hint = (
+                    f"a program takes only its context: `{d.modifier} fn {d.name}(ctx)`"
+                    if prog
+                    else self.suggest(d.modifier, FN_MODIFIERS)
+                    or "write `noinline fn` (a BPF subprogram), `global fn` (a global "
+                    "function) or plain `fn` (inlined)"
+                )
+                self.err("fn-modifier", f"unknown fn modifier `{d.modifier}`",
+                         d.modifier_span or d.span, hint)  # fmt: skip
+        if linkage != "inline":
+            self.check_subprog_signature(d, params, ret, linkage)
+        return FnInfo(d, params, ret, linkage)
+
+    def check_subprog_packet(self) -> None:
+        """A BPF subprogram (``noinline``/``global`` fn) cannot parse, call skip_ext or
+        offset, or load/store packet bytes: only an inlined fn shares its caller's parse
+        cursor."""
+        for name in sorted(self.c.packet_fns):
+            d = self.c.fns[name].decl
+            if d.modifier in FN_MODIFIERS:
+                self.err(
+                    "subprog-packet",
+                    f"{d.modifier} fn `{name}` parses or reads packet bytes (directly or "
+                    "through the fns it calls): only a plain (inlined) fn can",
+                    d.modifier_span or d.span,
+                    f"make it a plain `fn {name}`, or parse in the caller and pass the header view",
+                )
+
+    def check_subprog_signature(
+        self, d: ast.FnDecl, params: list[tuple[str, T.Type]], ret: T.Type, linkage: str
+    ) -> None:
+        what = "a global fn" if linkage == "global" else "a noinline fn"
+        if len(params) > MAX_SUBPROG_ARGS:
+            self.err(
+                "too-many-params",
+                f"{what} takes at most {MAX_SUBPROG_ARGS} parameters (registers r1-r5), "
+                f"`{d.name}` has {len(params)}",
+                d.params[MAX_SUBPROG_ARGS].span,
+                "pass a struct with the values instead, or make it a plain (inlined) `fn`",
+            )
+        for p, (_n, ty) in zip(d.params, params, strict=True):
+            if not subprog_param_ok(ty):
+                self.err(
+                    "param-type",
+                    f"a parameter of {what} cannot be a {ty}",
+                    p.type.span,
+                    "parameters are integers, bool, structs, addresses or header views",
+                )
+        ok = ret is T.VOID or isinstance(ret, (T.IntType, T.BoolType, T.ErrorType))
+        if linkage == "global" and (ret is T.VOID or not ok):
+            self.err(
+                "global-return",
+                f"global fn `{d.name}` must return an integer"
+                + ("" if ret is T.VOID else f", not {ret}"),
+                (d.ret or d).span,
+                f"declare e.g. `global fn {d.name}(...) -> i32`: the kernel verifies a global "
+                "function only when it returns a scalar",
+            )
+        elif not ok:
+            self.err("return-type", f"a noinline fn returns an integer, bool or nothing, not {ret}",
+                     (d.ret or d).span, "return a scalar, or write into a struct parameter")  # fmt: skip
+
+    def check_tail_calls(self) -> None:
+        """Every program a prog_array slot names exists, and a tail call through a map only
+        reaches programs of the caller's kind: the kernel puts a program into a prog_array
+        only if its type, expected attach type and frags flag match the map's (first) owner
+        (kernel/bpf/core.c bpf_prog_map_compatible), so a mismatch would fail at load."""
+        progs = {it.name: it for it in self.c.program.items if isinstance(it, ast.ProgDecl)}
+        for name, slots in self.c.prog_array_init.items():
+            for k, v in list(slots.items()):
+                target = v.id if isinstance(v, ast.Name) else None
+                if target in progs:
+                    continue
+                del slots[k]
+                if target is None:
+                    self.err("map-init", f"slot {k} of `{name}` must name a program", v.span,
+                             f"write `{k}: PROGRAM_NAME`")  # fmt: skip
+                elif target in self.c.fns:
+                    self.err(
+                        "unknown-program",
+                        f"`{target}` is a fn, not a program: a prog_array slot holds a program",
+                        v.span,
+                        "declare it as a program (`xdp fn NAME(ctx)`) to tail-call it",
+                    )
+                else:
+                    self.err(
+                        "unknown-program",
+                        f"no program named `{target}` for slot {k} of `{name}`",
+                        v.span,
+                        self.suggest(target, progs) or "programs: " + ", ".join(progs),
+                    )
+        kinds = {d.name: kind for d, kind in self.c.progs}
+        for name in self.c.maps:
+            uses: list[tuple[ProgramKind, str, Span, str]] = []  # (kind, program, span, role)
+            for prog, mname, span in self.c.tail_calls:
+                if mname == name and prog in kinds:
+                    uses.append((kinds[prog], prog, span, "caller"))
+            for v in self.c.prog_array_init.get(name, {}).values():
+                if v.id in kinds:
+                    uses.append((kinds[v.id], v.id, v.span, "slot"))
+            if not uses:
+                continue
+            owner = uses[0]
+            for kind, prog, span, role in uses[1:]:
+                if kind is owner[0]:
+                    continue
+                a = owner[0].keyword or owner[0].section
+                b = kind.keyword or kind.section
+                first = (
+                    f"`{owner[1]}` tail-calls through it"
+                    if owner[3] == "caller"
+                    else f"its slots hold `{owner[1]}`"
+                )
+                what = (
+                    f"`{prog}` ({b}) tail-calls through `{name}`"
+                    if role == "caller"
+                    else f"`{prog}` ({b}) is in a slot of `{name}`"
+                )
+                self.err(
+                    "tail-call-kind",
+                    f"{what}, but {first} ({a}): a tail call reaches only programs of the "
+                    "caller's kind",
+                    span,
+                    "the kernel refuses programs of another type, attach type or frags "
+                    f"setting in one prog_array; use a separate prog_array for {b} programs",
+                )
+
     def check_recursion(self) -> None:
-        """fns are inlined, and the kernel refuses recursive BPF calls: no call cycles."""
+        """The kernel refuses recursive BPF calls (and plain fns are inlined): no call cycles.
+        A ``loop(n, f, ...)`` counts as a call of its callback ``f``."""
         calls: dict[str, set[str]] = {n: set() for n in self.c.fns}
         for name, info in self.c.fns.items():
             stack = [info.decl.body]
@@ -488,6 +696,14 @@ class DeclChecker:
                 node = stack.pop()
                 if isinstance(node, ast.Call) and node.name in calls:
                     calls[name].add(node.name)
+                if (
+                    isinstance(node, ast.Call)
+                    and node.name == "loop"
+                    and len(node.args) > 1
+                    and isinstance(node.args[1], ast.Name)
+                    and node.args[1].id in calls
+                ):
+                    calls[name].add(node.args[1].id)
                 if isinstance(node, list):
                     stack.extend(node)
                 elif isinstance(node, (ast.Node, ast.MatchArm)):
@@ -511,3 +727,12 @@ class DeclChecker:
                     if callee not in seen:
                         seen.add(callee)
                         todo.append(callee)
+
+
+def subprog_param_ok(ty: T.Type) -> bool:
+    """A type a BPF subprogram parameter can have: a scalar in a register, or a pointer to
+    memory (a struct, an address, an array: the caller's copy; a header: the packet)."""
+    return isinstance(
+        ty,
+        (T.IntType, T.BoolType, T.StructType, T.BytesType, T.ArrayType, T.HeaderType, T.ErrorType),
+    )

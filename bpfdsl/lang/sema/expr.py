@@ -13,7 +13,15 @@ from bpfdsl.lang.headers import CONSTANTS, CTX_DATA, CTX_FIELDS
 from bpfdsl.lang.sema import calls
 from bpfdsl.lang.sema.events import EVENT_MAP_HINT, EVENT_MAP_USE
 from bpfdsl.lang.sema.ops import OpsChecker
-from bpfdsl.lang.sema.symbols import ACTIONS, FLAG_CONSTANTS, Config, Const, Local, bswap
+from bpfdsl.lang.sema.symbols import (
+    ACTIONS,
+    FLAG_CONSTANTS,
+    NULLABLE_ARG,
+    Config,
+    Const,
+    Local,
+    bswap,
+)
 
 
 class ExprChecker(OpsChecker):
@@ -136,6 +144,18 @@ class ExprChecker(OpsChecker):
                 )
 
     def unhandled(self, e: ast.Expr) -> None:
+        if isinstance(e.ty, T.OptionalType) and e.ty.what == NULLABLE_ARG:
+            fn = self.s.fn.decl.name if self.s.fn else "?"
+            name = e.id if isinstance(e, ast.Name) else "this argument"
+            self.err(
+                "nullable-arg",
+                f"`{name}` may be NULL: the kernel verifies global fn `{fn}` on its own, for "
+                "any caller, so a pointer argument must be checked before use",
+                e.span,
+                f"check it first: `let v = {name} else {{ return 0 }}` or "
+                f"`if let v = {name} {{ ... }}`",
+            )
+            return
         what = "the lookup" if isinstance(e, ast.MethodCall) else "this value"
         if isinstance(e, ast.Parse):
             what = f"`parse {e.header}`"
@@ -449,3 +469,6 @@ class ExprChecker(OpsChecker):
 
     def assign(self, s: ast.Assign) -> None:
         calls.assign(self, s)
+
+    def tail_call(self, e: ast.Call) -> None:
+        calls.tail_call(self, e)

@@ -256,6 +256,10 @@ class RefChecker:
                     {k: v for k, v in st.items() if k not in inside}
                 )
             return None
+        if isinstance(s, ast.CallElse):  # tail_call(m, i) else { ... }: gone on success
+            self.expr(s.call, st)
+            self._leaving(st, s.call.span, "`tail_call`")
+            return self.block(s.orelse, st)  # runs when the call fails (sema: it leaves)
         if isinstance(s, ast.Assign):
             self.expr(s.target, st)
             self.expr(s.value, st)

@@ -105,6 +105,8 @@ class StmtChecker:
             return True
         if isinstance(s, (ast.If, ast.IfLet)):
             return self.diverges(s.then) and self.diverges(s.orelse)
+        if isinstance(s, ast.CallElse):  # the call leaves on success, the else on failure
+            return s.call.name == "tail_call" and self.diverges(s.orelse)
         if isinstance(s, ast.Match):
             return any(None in a.patterns for a in s.arms) and all(
                 self.diverges(a.body) for a in s.arms
@@ -205,6 +207,34 @@ class StmtChecker:
         gone = self.diverges(s.orelse)
         self.merge_cursors([(self.cursor, gone), (before, False)], before)
         resize.join(self, s, paths, [(resize.snapshot(self), gone), (paths, False)])
+
+    def s_CallElse(self, s: ast.CallElse) -> None:
+        """``tail_call(map, index) else { ... }``: jump to the program in slot ``index`` of a
+        prog_array; the else block runs when that fails (an empty slot, or 33 tail calls
+        made already: MAX_TAIL_CALL_CNT) and must leave."""
+        call = s.call
+        if call.name != "tail_call":
+            self.err(
+                "call-else",
+                f"`{call.name}(...)` has no failure path to give an `else` block",
+                s.orelse.span,
+                "only `tail_call(map, index) else { ... }` takes one; handle a result "
+                "with `if` (or `let v = ... else` for a lookup)",
+            )
+            self.ex.expr(call)
+            self.block(s.orelse)
+            return
+        self.ex.tail_call(call)
+        before = self.cursor
+        self.block(s.orelse)
+        self.cursor = before
+        if not self.diverges(s.orelse):
+            self.err(
+                "else-must-leave",
+                "the else block of `tail_call` must leave (return, break or continue)",
+                s.orelse.span,
+                "end it with e.g. `return XDP_PASS`: it is what happens when the slot is empty",
+            )
 
     def s_If(self, s: ast.If) -> None:
         self.ex.cond(s.cond)

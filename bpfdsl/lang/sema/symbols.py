@@ -63,11 +63,23 @@ class Config:
 
 @dataclass(eq=False, slots=True)
 class FnInfo:
-    """An inlined function: its declaration, ``params`` (name, type) and return type."""
+    """A function: its declaration, ``params`` (name, type), return type and ``linkage``:
+    ``"inline"`` (plain ``fn``: inlined at every call), ``"static"`` (``noinline fn``, or a
+    ``loop`` callback: a BPF subprogram, BTF linkage static, checked by the kernel with its
+    caller's argument types) or ``"global"`` (``global fn``: BTF linkage global, verified
+    by the kernel once, on its own, for any arguments of its declared types)."""
 
     decl: ast.FnDecl
     params: list[tuple[str, T.Type]]
     ret: T.Type
+    linkage: str = "inline"
+
+
+# ``MODIFIER fn``: the word before ``fn`` -> FnInfo.linkage
+FN_MODIFIERS = {"noinline": "static", "global": "global"}
+# BPF-to-BPF calls pass arguments in r1-r5 (kernel MAX_BPF_FUNC_ARGS for subprograms: 5)
+MAX_SUBPROG_ARGS = 5
+NULLABLE_ARG = "global fn argument"  # OptionalType.what of a pointer argument of a global fn
 
 
 FLAG_CONSTANTS = {
@@ -153,6 +165,9 @@ BUILTINS: dict[str, tuple[list[T.Type], T.Type] | None] = {
     "ringbuf_submit": None,
     "ringbuf_discard": None,
     "perf_event_output": None,
+    # subprogram calls: bpf_loop and tail calls (bpfdsl.lang.sema.calls)
+    "loop": None,
+    "tail_call": None,
 }
 
 

@@ -1,6 +1,6 @@
 // An object that declares a PROG_ARRAY and a RINGBUF (not modelled by the interpreter):
-// `plain` never touches them and must run; `jump` tail-calls through `jt` and must fail
-// with a message naming the helper and the map.
+// `plain` never touches them and must run; `jump` tail-calls through the empty slot 0 of
+// `jt` and falls through (XDP_PASS), as on the kernel.
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
 

@@ -1,0 +1,443 @@
+"""BPF-to-BPF calls, global functions, bpf_loop callbacks and tail calls (the kernel's
+check_func_call, btf_check_subprog_call, set_loop_callback_state, prepare_func_exit and
+check_max_stack_depth in kernel/bpf/verifier.c).
+
+* A call of a **static** subprogram pushes a frame: r1-r5 are its arguments as the caller
+  holds them (pointers keep their type and range), r10 a new stack; at ``exit`` r0 goes
+  back, r1-r5 become unreadable, the caller's r6-r9 and stack are as they were.
+* A call of a **global** function (BTF FUNC linkage global) does not enter it: the
+  arguments are checked against its BTF prototype (a scalar, the context, or memory of the
+  pointed-to type's size), r0 becomes an unknown scalar.  The function itself is verified
+  once, on its own (:func:`entry_regs`), with every pointer argument ``mem_or_null``.
+* ``bpf_loop(n, callback, ctx, flags)`` as the kernel 6.x verifies it (push_callback_call):
+  the path goes on after the call, and a visit of the callback is pushed, in a new frame
+  with r1 = the index (unknown) and r2 = the caller's r3; at the callback's ``exit`` r0
+  (marked precise) must be 0 or 1 and the path goes back to the call, with the caller's
+  imprecise scalars that changed since the checkpoint there widened to unknown, and the
+  call pushes the next visit -- at most ``umax(r1)`` of them -- until the checkpoint at
+  the call covers the returning state (compared by range, not only by type).
+* :func:`check_call_graph` is the kernel's static walk of the call graph: at most 8
+  frames, 512 bytes of stack on every call chain (each frame rounded up to 16 bytes, the
+  JIT's rule), and a subprogram that tail-calls may only be reached by callers with less
+  than 256 bytes of stack between them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bpfdsl.abi.btf.core import BTF_FUNC_GLOBAL, Btf, BtfFormatError, Kind
+from bpfdsl.abi.helpers import HELPERS
+from bpfdsl.checker import domain as D
+from bpfdsl.checker.calls import check_mem
+from bpfdsl.checker.cfg import Cfg
+from bpfdsl.checker.env import Env, Fault
+from bpfdsl.checker.state import SPILL, Frame, IdMap, Slot, State, regs_exact
+
+MAX_CALL_FRAMES = 8  # kernel MAX_CALL_FRAMES
+MAX_BPF_STACK = 512  # bytes, combined over a call chain
+TAIL_CALL_STACK = 256  # bytes of caller stack above a subprogram that tail-calls
+BPF_FUNC_LOOP = HELPERS["loop"].id
+BPF_FUNC_TAIL_CALL = HELPERS["tail_call"].id
+
+
+@dataclass(frozen=True, slots=True)
+class ArgSpec:
+    """One argument of a global function, as the kernel reads its BTF prototype
+    (btf_prepare_func_args): ``kind`` ``"scalar"`` (an int or enum), ``"ctx"`` (a pointer
+    to the program type's context struct) or ``"mem"`` (a pointer to ``size`` bytes)."""
+
+    kind: str
+    size: int = 0
+    name: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class SubprogInfo:
+    """A subprogram of a program: ``name``, ``is_global`` (BTF FUNC linkage global: the
+    kernel verifies it on its own), ``args`` of a global one (None when its prototype has
+    an argument the kernel cannot check, ``problem`` says which) and whether it returns a
+    scalar (the kernel verifies only global functions that do)."""
+
+    name: str
+    is_global: bool
+    args: tuple[ArgSpec, ...] | None = ()
+    problem: str = ""
+    returns_scalar: bool = True
+
+
+def subprog_infos(btf: Btf | None, func_info, index_of_slot, ctx: str | None) -> dict:
+    """Subprogram start index -> :class:`SubprogInfo` from ``func_info`` (records with
+    ``insn_off`` in slots and a BTF FUNC ``type_id``) of a program whose context struct is
+    named ``ctx``; empty without BTF (every subprogram is then static)."""
+    out: dict[int, SubprogInfo] = {}
+    if btf is None:
+        return out
+    for rec in func_info:
+        i = index_of_slot.get(rec.insn_off)
+        if i is None or i == 0:
+            continue
+        try:
+            fn = btf[rec.type_id]
+            if fn.kind != Kind.FUNC:
+                continue
+            out[i] = _info(btf, fn, ctx)
+        except BtfFormatError as e:
+            out[i] = SubprogInfo(rec.name, True, None, f"its BTF is unreadable: {e}")
+    return out
+
+
+def _info(btf: Btf, fn, ctx: str | None) -> SubprogInfo:
+    if fn.linkage != BTF_FUNC_GLOBAL:
+        return SubprogInfo(fn.name, False)
+    proto = btf[fn.type]
+    ret = btf.resolve(proto.type) if proto.type else None
+    returns_scalar = ret is not None and ret.kind in (Kind.INT, Kind.ENUM, Kind.ENUM64)
+    args = []
+    for k, m in enumerate(proto.members):
+        t = btf.resolve(m.type) if m.type else None
+        if t is None:
+            return SubprogInfo(fn.name, True, None, f"argument {k} has no type", returns_scalar)
+        if t.kind in (Kind.INT, Kind.ENUM, Kind.ENUM64):
+            args.append(ArgSpec("scalar", name=m.name))
+            continue
+        if t.kind != Kind.PTR:
+            why = f"argument {k} ('{m.name}') is a {t.kind.name.lower()}, passed by value"
+            return SubprogInfo(fn.name, True, None, why, returns_scalar)
+        target = btf.resolve(t.type) if t.type else None
+        if target is not None and target.kind == Kind.STRUCT and ctx and target.name == ctx:
+            args.append(ArgSpec("ctx", name=m.name))
+            continue
+        try:
+            size = btf.size_of(t.type) if t.type else 0
+        except BtfFormatError:
+            size = 0
+        if size <= 0:
+            why = f"argument {k} ('{m.name}') points to a type of unknown size"
+            return SubprogInfo(fn.name, True, None, why, returns_scalar)
+        args.append(ArgSpec("mem", size, m.name))
+    return SubprogInfo(fn.name, True, tuple(args), "", returns_scalar)
+
+
+# ---- calls ----------------------------------------------------------------------------
+
+
+def _frames_fault(n: int) -> Fault:
+    return Fault(
+        "call-depth",
+        f"the call stack of {n} frames is too deep !",
+        "at most 8 nested BPF-to-BPF calls (program, subprograms and loop callbacks)",
+    )
+
+
+def enter_call(env: Env, cfg: Cfg, st: State, i: int):
+    """A ``call pc+N`` (BPF_PSEUDO_CALL): a frame for a static subprogram, an argument
+    check for a global one.  Returns the analyzer's successor list (None: next insn)."""
+    target = cfg.call_target[i]  # the subprogram starting at the call's destination
+    info = env.subprogs.get(target)
+    if info is not None and info.is_global:
+        _check_global_args(env, st, info)
+        env.called.add(target)  # verified on its own once the program is (do_check_subprogs)
+        regs = st.regs
+        for r in range(1, 6):
+            regs[r] = D.NOT_INIT_REG
+        regs[0] = D.unknown()
+        st.cur.r0_at = i
+        return None
+    if len(st.frames) >= MAX_CALL_FRAMES:
+        raise _frames_fault(len(st.frames) + 1)
+    regs = [D.NOT_INIT_REG] * 11
+    caller = st.regs
+    for r in range(1, 6):
+        regs[r] = caller[r]
+    regs[10] = D.ptr(D.STACK, map=len(st.frames))
+    for r in range(0, 6):  # kernel clear_caller_saved_regs: r0-r5 of the caller
+        caller[r] = D.NOT_INIT_REG
+    st.frames.append(Frame(regs, {}, i, len(st.frames), target))
+    return [(target, st)]
+
+
+def _check_global_args(env: Env, st: State, info: SubprogInfo) -> None:
+    """btf_check_func_arg_match: each register against the global function's prototype."""
+    if info.args is None:
+        raise Fault(
+            "global-args",
+            f"Caller passes invalid args into func ('{info.name}'): {info.problem}",
+            "a global function takes integers, the context, or pointers to sized types",
+        )
+    if not info.returns_scalar:
+        raise Fault(
+            "global-return",
+            f"Global function {info.name}() doesn't return scalar. Only those are supported.",
+            "give the global function an integer return type",
+        )
+    for k, a in enumerate(info.args):
+        regno = k + 1
+        r = st.regs[regno]
+        if a.kind == "scalar":
+            if r.t != D.SCALAR:
+                raise Fault(
+                    "global-args",
+                    f"R{regno} is not a scalar",
+                    f"argument {k} ('{a.name}') of global function {info.name}() is an "
+                    "integer; pass a number",
+                    (regno,),
+                )
+        elif a.kind == "ctx":
+            if r.t != D.CTX or r.off or r.tn != (0, 0):
+                raise Fault(
+                    "global-args",
+                    f"arg#{k} expects pointer to ctx",
+                    f"pass the program's unmodified context to {info.name}()",
+                    (regno,),
+                )
+        elif not (r.t == D.SCALAR and r.is_const and r.value == 0):  # NULL is fine
+            saved = r
+            if r.t in D.NULLABLE:  # checked as if not NULL (kernel check_mem_reg)
+                st.regs[regno] = r.replace(t=D.NULLABLE[r.t])
+            try:
+                check_mem(env, st, regno, a.size, False, f"argument '{a.name}'")
+            finally:
+                st.regs[regno] = saved
+
+
+def entry_regs(env: Env, info: SubprogInfo) -> list[D.Reg]:
+    """Registers at the start of a global function verified on its own: r1-r5 from its
+    prototype (scalars unknown, pointers ``mem_or_null`` of the type's size), r10 a stack."""
+    if info.args is None:
+        raise Fault(
+            "global-args",
+            f"global function {info.name}(): {info.problem}",
+            "a global function takes integers, the context, or pointers to sized types",
+        )
+    regs = [D.NOT_INIT_REG] * 11
+    for k, a in enumerate(info.args[:5]):
+        if a.kind == "scalar":
+            regs[k + 1] = D.unknown()
+        elif a.kind == "ctx":
+            regs[k + 1] = D.ptr(D.CTX)
+        else:
+            regs[k + 1] = D.Reg(D.MEM_OR_NULL, id=env.new_id(), rng=a.size)
+    regs[10] = D.ptr(D.STACK, map=0)
+    return regs
+
+
+def check_global_return(r0: D.Reg) -> None:
+    """At the exit of a global function r0 must be a scalar (kernel check_return_code)."""
+    if r0.t != D.SCALAR:
+        raise Fault(
+            "ret-type",
+            f"At subprogram exit the register R0 is not a scalar value ({D.TYPE_NAMES[r0.t]})",
+            "a global function returns a number",
+            (0,),
+        )
+
+
+# ---- bpf_loop ---------------------------------------------------------------------------
+
+
+def loop_call(env: Env, cfg: Cfg, st: State, i: int):
+    """``call bpf_loop`` (kernel check_helper_call BPF_FUNC_loop, push_callback_call): check
+    its arguments, mark the count (r1) precise, push a visit of the callback (its own frame,
+    set_loop_callback_state) while fewer than ``umax(r1)`` visits were pushed from this
+    frame's call, and go on after the call with r0 an unknown count.  The callback's
+    ``exit`` comes back to this call (:func:`leave`), which pushes the next visit: the
+    kernel's way of verifying a callback called any number of times, ended by the
+    checkpoint at the call covering a later state (explorer: calls_callback)."""
+    regs = st.regs
+    for regno in range(1, 5):
+        if regs[regno].t == D.NOT_INIT:
+            raise Fault("uninit-reg", f"R{regno} !read_ok",
+                        f"argument {regno} of bpf_loop is not set", (regno,))  # fmt: skip
+    f = regs[2]
+    if f.t != D.FUNC:
+        raise Fault(
+            "helper-arg",
+            f"R2 type={D.TYPE_NAMES[f.t]} expected=func",
+            "the callback of bpf_loop is a static function's address (ld_imm64)",
+            (2,),
+        )
+    target = f.off
+    info = env.subprogs.get(target)
+    if info is not None and info.is_global:
+        raise Fault("callback-global", "callback function not static",
+                    f"{info.name}() is global: bpf_loop calls only static functions")  # fmt: skip
+    c = regs[3]
+    if not (c.t == D.STACK or (c.t == D.SCALAR and c.is_const and c.value == 0)):
+        raise Fault(
+            "helper-arg",
+            f"R3 type={D.TYPE_NAMES[c.t]} expected=fp",
+            "the callback context of bpf_loop is a pointer to the caller's stack, or NULL",
+            (3,),
+        )
+    if regs[1].t == D.SCALAR:
+        env.precise(1)  # kernel: the iteration count decides when the visits end
+    # the kernel also keeps the callback's visits as a loop (SCC backedges) and compares
+    # states inside it by range until those are done; that is not modelled: the count
+    # may differ from the kernel's, so the complexity margin is the lower one
+    env.inexact += 1
+    caller = st.cur
+    out = None
+    if regs[1].t != D.SCALAR or caller.callback_depth < regs[1].umax:
+        if len(st.frames) >= MAX_CALL_FRAMES:
+            raise _frames_fault(len(st.frames) + 1)
+        cb = st.copy()
+        cb.cur.callback_depth += 1
+        cb.cb_unroll += 1
+        _enter_callback(cb, i, target, cb.regs[3])
+        out = [(i + 1, st), (target, cb)]
+    caller.callback_depth = 0
+    _after_loop(caller, i)
+    return out
+
+
+def _after_loop(frame: Frame, i: int) -> None:
+    regs = frame.regs
+    for r in range(1, 6):
+        regs[r] = D.NOT_INIT_REG
+    regs[0] = D.unknown()  # the number of iterations, or a negative errno
+    frame.r0_at = i
+
+
+def _enter_callback(st: State, i: int, target: int, cb_ctx: D.Reg) -> None:
+    regs = [D.NOT_INIT_REG] * 11
+    regs[1] = D.unknown()  # the index: u64 in the kernel's bpf_loop
+    regs[2] = cb_ctx
+    regs[10] = D.ptr(D.STACK, map=len(st.frames))
+    st.frames.append(Frame(regs, {}, i, len(st.frames), target))
+
+
+def is_callback_frame(cfg: Cfg, frame: Frame) -> bool:
+    """Whether ``frame`` runs a callback (its call site is a callback-calling helper)."""
+    return frame.callsite in cfg.callback_calls
+
+
+def leave(env: Env, cfg: Cfg, st: State, i: int):
+    """``exit`` of a subprogram or callback frame: back to the caller (prepare_func_exit)."""
+    r0 = st.regs[0]
+    callee = st.frames[-1]
+    if r0.t == D.STACK and r0.map == callee.frameno:
+        raise Fault("ret-stack", "cannot return stack pointer to the caller", "", (0,))
+    if is_callback_frame(cfg, callee):
+        return _leave_callback(st, r0)
+    st.frames.pop()
+    caller = st.cur
+    caller.regs[0] = r0
+    caller.r0_at = callee.r0_at if callee.r0_at >= 0 else i
+    for r in range(1, 6):
+        caller.regs[r] = D.NOT_INIT_REG
+    return [(callee.callsite + 1, st)]
+
+
+def _leave_callback(st: State, r0: D.Reg):
+    """A callback's ``exit``: r0 in [0, 1] (its precision was marked by the explorer
+    before), then back to the bpf_loop call, which is walked again (the explorer widens
+    the caller state first: kernel widen_imprecise_scalars)."""
+    if r0.t != D.SCALAR:
+        raise Fault(
+            "callback-ret",
+            f"At callback return the register R0 is not a known value ({D.TYPE_NAMES[r0.t]})",
+            "a bpf_loop callback returns 0 (go on) or 1 (stop)",
+            (0,),
+        )
+    if r0.smin < 0 or r0.umax > 1:
+        raise Fault(
+            "callback-ret",
+            f"At callback return the register R0 has smin={r0.smin} smax={r0.smax} "
+            "should have been in [0, 1]",
+            "a bpf_loop callback returns 0 (go on) or 1 (stop)",
+            (0,),
+        )
+    callee = st.frames.pop()
+    return [(callee.callsite, st)]
+
+
+def widen(old: State, old_prec: list[int], old_sprec: list[int], cur: State) -> None:
+    """kernel widen_imprecise_scalars: every scalar register and spilled scalar of ``cur``
+    that is imprecise in the checkpoint ``old`` (precision masks ``old_prec``/``old_sprec``
+    per frame) and differs from it there becomes unknown, so that the next callback visit
+    is covered by an earlier one instead of counting on."""
+    idmap = IdMap()
+    for fr in range(len(old.frames) - 1, -1, -1):
+        of, cf = old.frames[fr], cur.frames[fr]
+        pm = old_prec[fr] if fr < len(old_prec) else 0
+        for r in range(11):
+            o, c = of.regs[r], cf.regs[r]
+            if o.t != D.SCALAR or c.t != D.SCALAR or pm >> r & 1:
+                continue
+            if not regs_exact(o, c, idmap):
+                cf.regs[r] = D.unknown()
+        sm = old_sprec[fr] if fr < len(old_sprec) else 0
+        changed = None
+        for k, os in of.stack.items():
+            cs = cf.stack.get(k)
+            if cs is None or os.spill is None or cs.spill is None or sm >> k & 1:
+                continue
+            if os.types[0] != SPILL or cs.types[0] != SPILL:
+                continue
+            o, c = os.spill, cs.spill
+            if o.t != D.SCALAR or c.t != D.SCALAR or regs_exact(o, c, idmap):
+                continue
+            if changed is None:
+                changed = dict(cf.stack)
+            changed[k] = Slot(cs.types, D.unknown())
+        if changed is not None:
+            cf.stack = changed
+
+
+# ---- the call graph (check_max_stack_depth) -----------------------------------------------
+
+
+def _rounded(depth: int) -> int:
+    return (depth + 15) & ~15  # round_up_stack_depth with a JIT
+
+
+def check_call_graph(env: Env, cfg: Cfg):
+    """Every call chain from the program's start (calls and callback references alike)
+    has at most 8 frames and 512 bytes of stack; a subprogram that tail-calls is entered
+    with less than 256 bytes of its callers' stack.  Returns the analyzer's fault tuple
+    (index, Fault, state text, regs) or None."""
+    edges: dict[int, list[tuple[int, int]]] = {}
+    for i, t in [*cfg.call_target.items(), *cfg.func_refs.items()]:
+        edges.setdefault(cfg.subprog_of[i], []).append((i, t))
+    tail_calls = {
+        cfg.subprog_of[i]
+        for i, x in enumerate(cfg.insns)
+        if x.is_helper_call and x.imm == BPF_FUNC_TAIL_CALL
+    }
+
+    def fault(at: int, f: Fault):
+        return (at, f, "", {})
+
+    todo: list[tuple[int, int, int, int, tuple[int, ...]]] = [
+        (0, 0, 1, 0, (0,))
+    ]  # (subprog, stack above it, frames, call insn, chain)
+    while todo:
+        sp, above, frames, at, chain = todo.pop()
+        if frames > MAX_CALL_FRAMES:
+            return fault(at, _frames_fault(frames - 1))
+        if sp and sp in tail_calls and above >= TAIL_CALL_STACK:
+            return fault(
+                at,
+                Fault(
+                    "tail-call-stack",
+                    f"tail_calls are not allowed when call stack of previous frames is "
+                    f"{above} bytes. Too large",
+                    "a subprogram that tail-calls may be called with less than 256 bytes "
+                    "of stack in its callers",
+                ),
+            )
+        depth = above + _rounded(env.stack_depth.get(sp, 0))
+        if depth > MAX_BPF_STACK:
+            return fault(
+                at,
+                Fault(
+                    "stack-depth",
+                    f"combined stack size of {frames} calls is {depth}. Too large",
+                    "the functions on this call chain use more than 512 bytes of stack together",
+                ),
+            )
+        for i, t in edges.get(sp, []):
+            if t not in chain:
+                todo.append((t, depth, frames + 1, i, (*chain, t)))
+    return None

@@ -1,0 +1,433 @@
+"""BPF subprograms: `noinline fn` (a static subprogram, a BPF-to-BPF call) and `global fn`
+(a global function the kernel verifies once, on its own).  The objects carry the BTF clang
+writes for `static __noinline` and global functions, the kernel accepts them and runs them
+to the right verdicts on both engines, the checker follows the calls like the kernel
+(frames, global functions with nullable pointer arguments, 8 frames, 512 bytes of stack),
+and bad input is a located error with a hint."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from scapy.layers.inet import IP, TCP, UDP
+from scapy.layers.l2 import Ether
+from support.objbuild import build_text
+from support.paths import ROOT
+
+from bpfdsl.abi.btf.core import BTF_FUNC_GLOBAL, BTF_FUNC_STATIC, Kind
+from bpfdsl.checker import check_object
+from bpfdsl.compiler import compile_source
+from bpfdsl.diagnostics import DiagnosticError
+from bpfdsl.obj.collection import read_object
+
+SUBPROGS = """license "GPL"
+struct limits { min_ttl: u8, port: be16 }
+map hits: array<u32, u64>(max_entries: 4)
+
+noinline fn ttl_low(ip: ipv4, min: u8) -> bool {   // a header view: a packet pointer
+    return ip.ttl < min
+}
+
+global fn port_blocked(lim: limits, udp: udp) -> i32 {
+    let l = lim else { return -1 }                    // pointers may be NULL here
+    let u = udp else { return -1 }
+    if u.dest == l.port { return 1 }
+    return 0
+}
+
+global fn count(slot: u32) -> i32 {
+    hits[slot] += 1
+    return 0
+}
+
+xdp fn filter(ctx) {
+    let eth = parse ethernet else { return XDP_PASS }
+    if eth.h_proto != ETH_P_IP { return XDP_PASS }
+    let ip = parse ipv4 else { return XDP_PASS }
+    if ttl_low(ip, 2) {
+        count(0)
+        return XDP_DROP
+    }
+    if ip.protocol != IPPROTO_UDP { return XDP_PASS }
+    let udp = parse udp else { return XDP_PASS }
+    if port_blocked(limits(min_ttl: 2, port: 9999), udp) == 1 {
+        count(1)
+        return XDP_DROP
+    }
+    return XDP_PASS
+}
+"""
+
+C_TWIN = r"""
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+struct limits { __u8 min_ttl; __be16 port; };
+static __noinline int ttl_low(void *ip, __u8 min) { return *(__u8 *)(ip + 8) < min; }
+__noinline int port_blocked(struct limits *lim, void *udp) { return lim && udp; }
+SEC("xdp") int filter(struct xdp_md *ctx) {
+    struct limits l = {2, 9};
+    void *d = (void *)(long)ctx->data, *e = (void *)(long)ctx->data_end;
+    if (d + 34 > e) return XDP_PASS;
+    return ttl_low(d + 14, 2) + port_blocked(&l, d);
+}
+char LICENSE[] SEC("license") = "GPL";
+"""
+
+
+def _obj(src: str = SUBPROGS) -> bytes:
+    return compile_source(src, "subprogs.bpfd").obj
+
+
+def _funcs(obj: bytes) -> dict[str, tuple[int, list[str]]]:
+    """BTF FUNC name -> (linkage, FUNC_PROTO parameter names)."""
+    btf = read_object(obj).btf
+    out = {}
+    for t in btf.types:
+        if t.kind == Kind.FUNC:
+            out[t.name] = (t.linkage, [m.name for m in btf[t.type].members])
+    return out
+
+
+def _error(src: str) -> DiagnosticError:
+    with pytest.raises(DiagnosticError) as ei:
+        compile_source(src, "bad.bpfd")
+    return ei.value
+
+
+def test_subprograms_have_the_btf_clang_writes_for_static_noinline_and_global_functions():
+    funcs = _funcs(_obj())
+    assert funcs["ttl_low"] == (BTF_FUNC_STATIC, ["ip", "min"])
+    assert funcs["port_blocked"] == (BTF_FUNC_GLOBAL, ["lim", "udp"])
+    assert funcs["count"] == (BTF_FUNC_GLOBAL, ["slot"])
+    assert funcs["filter"] == (BTF_FUNC_GLOBAL, ["ctx"])
+    prog = read_object(_obj()).programs["filter"]
+    # the subprograms are .text functions linked after the program, each with func info
+    assert sorted(prog.subprograms) == ["count", "port_blocked", "ttl_low"]
+    assert sorted(f.name for f in prog.func_info) == ["count", "filter", "port_blocked", "ttl_low"]
+
+
+def test_subprogram_btf_matches_clangs_for_the_same_declarations(tmp_path):
+    clang = _funcs(build_text(C_TWIN, tmp_path).read_bytes())
+    ours = _funcs(_obj())
+    for name in ("ttl_low", "port_blocked", "filter"):
+        assert ours[name] == clang[name], name
+
+
+def test_a_plain_fn_is_still_inlined():
+    src = SUBPROGS.replace("noinline fn ttl_low", "fn ttl_low")
+    prog = read_object(_obj(src)).programs["filter"]
+    assert "ttl_low" not in prog.subprograms
+    assert "ttl_low" not in _funcs(_obj(src))
+
+
+def _udp(dport: int, ttl: int = 64) -> bytes:
+    return bytes(Ether() / IP(src="10.0.0.1", dst="10.0.0.2", ttl=ttl) / UDP(dport=dport) / b"x")
+
+
+def test_subprograms_give_the_verdicts_on_both_engines(bpf_program, tmp_path):
+    src = tmp_path / "subprogs.bpfd"
+    src.write_text(SUBPROGS)
+    prog = bpf_program(src)
+    assert prog.run(_udp(9999)).verdict == "XDP_DROP"
+    assert prog.run(_udp(53)).verdict == "XDP_PASS"
+    assert prog.run(_udp(53, ttl=1)).verdict == "XDP_DROP"
+    tcp = Ether() / IP(src="10.0.0.1", dst="10.0.0.2") / TCP(dport=9999)
+    assert prog.run(tcp).verdict == "XDP_PASS"
+    assert prog.maps["hits"].get(0) == (1).to_bytes(8, "little")  # the TTL drop
+    assert prog.maps["hits"].get(1) == (1).to_bytes(8, "little")  # the port drop
+
+
+def test_checker_follows_static_calls_and_verifies_global_functions_on_their_own():
+    res = check_object(read_object(_obj()))
+    assert res.ok, [e.message for p in res.programs for e in p.errors]
+    (p,) = res.programs
+    # the program, then each global function once: more than the program's own insns
+    assert p.insns_processed > 0
+
+
+@pytest.mark.kernel
+def test_a_global_fn_with_unread_parameters_loads():
+    """The optimizer may pass garbage for a global function's argument its body never
+    reads; the kernel checks every register against the BTF prototype ("R2 is not a
+    scalar").  bpfdsl keeps every argument, so such a fn still loads."""
+    from bpfdsl.runtime.loader import load_collection
+
+    src = """license "GPL"
+global fn first(a: u32, unused: u32, also: ipv4) -> i32 { return a as i32 }
+xdp fn f(ctx) {
+    let eth = parse ethernet else { return XDP_PASS }
+    let ip = parse ipv4 else { return XDP_PASS }
+    if first(ctx.rx_queue_index, 7, ip) > 100 { return XDP_DROP }
+    return XDP_PASS
+}
+"""
+    with load_collection(read_object(_obj(src))) as coll:
+        assert "f" in coll.programs
+
+
+# ---- the checker agrees with the kernel on what it refuses ----------------------------
+
+UNCHECKED_C = r"""
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+struct pair { __u32 a, b; };
+__noinline int peek(struct pair *p) { return p->a; }
+SEC("xdp") int f(struct xdp_md *ctx) { struct pair p = {1, 2}; return peek(&p) ? 2 : 1; }
+char LICENSE[] SEC("license") = "GPL";
+"""
+
+BAD_ARG_C = r"""
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+__noinline int second(__u32 a, __u32 b) { return a > 3; }
+SEC("xdp") int f(struct xdp_md *ctx) {
+    void *d = (void *)(long)ctx->data;
+    return second(ctx->rx_queue_index, (long)d);
+}
+char LICENSE[] SEC("license") = "GPL";
+"""
+
+
+def _kernel_log(obj: Path) -> str:
+    from bpfdsl.runtime.loader import VerifierError, load_collection
+
+    try:
+        load_collection(read_object(obj)).close()
+    except VerifierError as e:
+        return e.log
+    return ""
+
+
+@pytest.mark.kernel
+@pytest.mark.parametrize(
+    "text,checker,kernel",
+    [
+        (UNCHECKED_C, "R1 invalid mem access 'mem_or_null'", "invalid mem access 'mem_or_null'"),
+        (BAD_ARG_C, "R2 is not a scalar", "R2 is not a scalar"),
+    ],
+    ids=["unchecked-pointer-argument", "pointer-for-an-integer-argument"],
+)
+def test_checker_refuses_global_function_faults_as_the_kernel_does(tmp_path, text, checker, kernel):
+    obj = build_text(text, tmp_path)
+    res = check_object(read_object(obj))
+    errs = [e.message for p in res.programs for e in p.errors]
+    assert any(checker in m for m in errs), errs
+    assert kernel in _kernel_log(obj)
+
+
+def _chain(depth: int, struct_bytes: int = 8) -> str:
+    """A program calling f1 -> f2 -> ... -> f{depth} (noinline fns), each storing a
+    local struct of ``struct_bytes`` bytes (on its stack) into a map first."""
+    words = struct_bytes // 8
+    fields = ", ".join(f"w{i}: u64" for i in range(words))
+    out = [f'license "GPL"\nstruct big {{ {fields} }}\nmap keep: array<u32, big>(max_entries: 1)']
+    for k in range(depth, 0, -1):
+        body = (
+            f"    keep[0] = big(w0: x as u64)\n    return f{k + 1}(x + 1)"
+            if k < depth
+            else "    return x + 1"
+        )
+        out.append(f"noinline fn f{k}(x: u32) -> u32 {{\n{body}\n}}")
+    out.append("xdp fn p(ctx) {\n    if f1(ctx.rx_queue_index) == 0 { return XDP_DROP }\n"
+               "    return XDP_PASS\n}")  # fmt: skip
+    return "\n".join(out) + "\n"
+
+
+def test_checker_counts_frames_like_the_kernel():
+    compile_source(_chain(7), "ok.bpfd")  # 8 frames: the program and 7 calls
+    err = _error(_chain(8))
+    d = err.diagnostics[0]
+    assert d.code == "checker-call-depth"
+    assert "the call stack of 9 frames is too deep" in d.message
+    assert d.span is not None and d.span.file == "bad.bpfd"
+
+
+@pytest.mark.kernel
+def test_kernel_refuses_nine_frames_too(tmp_path):
+    from bpfdsl.runtime.loader import VerifierError, load_collection
+
+    res = compile_source(_chain(8), "deep.bpfd", check=False)
+    with pytest.raises(VerifierError) as ei:
+        load_collection(read_object(res.obj)).close()
+    assert "frames is too deep" in ei.value.log
+
+
+def test_checker_adds_up_the_stack_of_a_call_chain():
+    err = _error(_chain(4, struct_bytes=200))
+    d = err.diagnostics[0]
+    assert d.code == "checker-stack-depth"
+    assert "combined stack size of" in d.message and "Too large" in d.message
+
+
+@pytest.mark.kernel
+def test_kernel_refuses_the_combined_stack_too():
+    from bpfdsl.runtime.loader import VerifierError, load_collection
+
+    res = compile_source(_chain(4, struct_bytes=200), "stack.bpfd", check=False)
+    with pytest.raises(VerifierError) as ei:
+        load_collection(read_object(res.obj)).close()
+    assert "combined stack size" in ei.value.log
+
+
+# ---- bad input ------------------------------------------------------------------------
+
+HEAD = 'license "GPL"\nstruct pair { a: u32, b: u32 }\n'
+TAIL = "xdp fn p(ctx) { return XDP_PASS }\n"
+
+# (name, declarations between HEAD and TAIL, code, line, col, words in message, in hint)
+BAD = [
+    (
+        "recursion_through_noinline",
+        "noinline fn a(x: u32) -> u32 { return b(x) }\nnoinline fn b(x: u32) -> u32 { return a(x) }\n",
+        "recursion",
+        3,
+        1,
+        "calls itself",
+        "bounded `for`",
+    ),
+    (
+        "global_returns_nothing",
+        "global fn g(x: u32) { }\n",
+        "global-return",
+        3,
+        1,
+        "must return an integer",
+        "-> i32",
+    ),
+    (
+        "six_parameters",
+        "noinline fn s(a: u32, b: u32, c: u32, d: u32, e: u32, f: u32) -> u32 { return a }\n",
+        "too-many-params",
+        3,
+        55,
+        "at most 5 parameters",
+        "struct",
+    ),
+    (
+        "unchecked_global_argument",
+        "global fn g(p: pair) -> u32 { return p.a }\n",
+        "nullable-arg",
+        3,
+        38,
+        "`p` may be NULL",
+        "let v = p else",
+    ),
+    (
+        "unchecked_global_header",
+        "global fn g(ip: ipv4) -> u32 { if ip.ttl == 0 { return 1 } return 0 }\n",
+        "nullable-arg",
+        3,
+        35,
+        "`ip` may be NULL",
+        "if let v = ip",
+    ),
+    (
+        "unknown_modifier",
+        "inlined fn g(x: u32) -> u32 { return x }\n",
+        "fn-modifier",
+        3,
+        1,
+        "unknown fn modifier `inlined`",
+        "noinline",
+    ),
+    (
+        "program_kind_with_parameters",
+        "xdp fn g(x: u32) -> u32 { return x }\n",
+        "fn-modifier",
+        3,
+        1,
+        "unknown fn modifier `xdp`",
+        "only its context",
+    ),
+    (
+        "noinline_parses",
+        "noinline fn t(x: u32) -> u32 {\n    let ip = parse ipv4 else { return 0 }\n    return x\n}\n",
+        "subprog-packet",
+        3,
+        1,
+        "parses or reads packet bytes",
+        "plain `fn t`",
+    ),
+    (
+        "global_calls_a_fn_that_loads",
+        "fn b(x: u32) -> u32 { let v = load u8 at 0 else { return 0 } return v as u32 }\n"
+        "global fn g(x: u32) -> i32 { return b(x) as i32 }\n",
+        "subprog-packet",
+        4,
+        1,
+        "through the fns it calls",
+        "header view",
+    ),
+    (
+        "parsing_loop_callback",
+        "fn cb(i: u32) -> bool { let ip = parse ipv4 else { return true } return false }\n"
+        "xdp fn q(ctx) { loop(2, cb) return XDP_PASS }\n",
+        "loop-callback",
+        4,
+        25,
+        "parses or reads packet bytes",
+        "state",
+    ),
+]
+
+
+@pytest.mark.parametrize("name,decls,code,line,col,msg,hint", BAD, ids=[b[0] for b in BAD])
+def test_bad_subprogram_is_a_located_error(name, decls, code, line, col, msg, hint):
+    err = _error(HEAD + decls + TAIL)
+    d = next(d for d in err.diagnostics if d.code == code)
+    assert (d.span.line, d.span.col) == (line, col), d.render(err.source)
+    assert msg in d.message and any(hint in h for h in d.hints), d.render(err.source)
+
+
+def test_bad_subprogram_on_the_command_line_exits_1_with_the_line_and_a_caret(tmp_path):
+    src = tmp_path / "bad.bpfd"
+    src.write_text(HEAD + "global fn g(p: pair) -> u32 { return p.a }\n" + TAIL)
+    r = subprocess.run(
+        [sys.executable, "-m", "bpfdsl", "compile", str(src), "-o", str(tmp_path / "o.o")],
+        capture_output=True, text=True, timeout=120, cwd=ROOT,
+    )  # fmt: skip
+    assert r.returncode == 1
+    assert f"{src}:3:38" in r.stderr and "^" in r.stderr and "help:" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def _without_null_check(spec):
+    """``spec`` with the global fn's first NULL check (``if r1 == 0``) made a no-op."""
+    import dataclasses
+
+    from bpfdsl.abi import insn as I
+
+    p = spec.programs["filter"]
+    start = next(f.insn_off for f in p.func_info if f.name == "port_blocked")
+    by_slot = {s: k for k, s in enumerate(I.slot_offsets(p.insns))}
+    k = next(
+        i
+        for i in range(by_slot[start], len(p.insns))
+        if p.insns[i].is_cond_jump and p.insns[i].dst == 1 and p.insns[i].imm == 0
+    )
+    insns = list(p.insns)
+    insns[k] = I.ja(0)
+    spec.programs["filter"] = dataclasses.replace(p, insns=insns)
+    return spec
+
+
+def test_checker_errors_in_a_global_fn_name_its_source_line():
+    spec = _without_null_check(read_object(_obj()))
+    (p,) = check_object(spec).programs
+    (e,) = p.errors
+    assert e.message == "R1 invalid mem access 'mem_or_null'"
+    assert e.source is not None and e.source.line == 12  # `if u.dest == l.port` in the fn
+    assert "l.port" in e.source.text
+
+
+@pytest.mark.kernel
+def test_kernel_refuses_the_unchecked_pointer_too():
+    from bpfdsl.runtime.loader import VerifierError, load_collection
+
+    with pytest.raises(VerifierError) as ei:
+        load_collection(_without_null_check(read_object(_obj()))).close()
+    assert "invalid mem access 'mem_or_null'" in ei.value.log
+    assert ei.value.diagnostics[0].span.line == 12
