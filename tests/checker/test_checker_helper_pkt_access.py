@@ -24,7 +24,8 @@ from bpfdsl.abi import insn as I
 from bpfdsl.abi import uapi as U
 from bpfdsl.abi.helpers import HELPERS, helper_may_access_packet
 from bpfdsl.checker.env import MapRef
-from bpfdsl.compiler import compile_file
+from bpfdsl.compiler import compile_file, compile_source
+from bpfdsl.diagnostics import DiagnosticError
 from bpfdsl.obj.maps import MapSpec
 
 SCRIPT = ROOT / "scripts" / "difftest_checker.py"
@@ -244,3 +245,71 @@ def test_resize_copy_out_mutant_is_refused(dt, tmp_path) -> None:
     subprocess.run(cmd, check=True, capture_output=True)
     it = _mutant(dt, str(obj), ":copy_out", 19, HELPERS["trace_printk"].id)
     assert _agree_not_ok(dt, it) == "helper-pkt-access"
+
+
+# ---- what the compiler emits: header fields reach helpers as the kernel allows ----
+
+H = 'license "GPL"\n'
+PARSE6 = (
+    "    let eth = parse ethernet else { return XDP_PASS }\n"
+    "    let ip = parse ipv6 else { return XDP_PASS }\n"
+)
+COMPILED = {
+    # bpf_map_lookup_elem (pkt_access): the key may be the header's own bytes
+    "lookup_key": H
+    + "map seen: hash<ipv6_addr, u32>(max_entries: 4)\n"
+    + "xdp fn f(ctx) {\n"
+    + PARSE6
+    + "    if let v = seen.lookup(ip.saddr) { return XDP_DROP }\n"
+    + "    return XDP_PASS\n}\n",
+    # bpf_csum_diff (pkt_access) over two header fields
+    "csum_diff": H
+    + "map out: array<u32, u64>(max_entries: 1)\n"
+    + "xdp fn f(ctx) {\n"
+    + PARSE6
+    + "    out[0] = csum_diff(ip.saddr, ip.daddr, 0) as u64\n"
+    + "    return XDP_PASS\n}\n",
+    # bpf_ringbuf_output / bpf_perf_event_output (no pkt_access): the record is built
+    # from header fields, so the helper reads the stack copy
+    "ringbuf_output": H
+    + "struct ev { saddr: ipv6_addr, daddr: ipv6_addr }\n"
+    + "map events: ringbuf<ev>(max_entries: 4096)\n"
+    + "xdp fn f(ctx) {\n"
+    + PARSE6
+    + "    ringbuf_output(events, ev(saddr: ip.saddr, daddr: ip.daddr))\n"
+    + "    return XDP_PASS\n}\n",
+    "perf_event_output": H
+    + "struct ev { saddr: ipv6_addr }\n"
+    + "map events: perf_event_array<ev>(max_entries: 1)\n"
+    + "xdp fn f(ctx) {\n"
+    + PARSE6
+    + "    perf_event_output(events, ev(saddr: ip.saddr))\n"
+    + "    return XDP_PASS\n}\n",
+}
+
+
+@pytest.mark.kernel
+@pytest.mark.parametrize("name", sorted(COMPILED))
+def test_compiled_header_fields_to_helpers_load(dt, tmp_path, name: str) -> None:
+    obj = tmp_path / f"{name}.o"
+    obj.write_bytes(compile_source(COMPILED[name], f"{name}.bpfd").obj)
+    (it,) = dt.base_items([str(obj)], lambda o: "compiled")
+    maps = dt.Maps()
+    try:
+        verdict, msg, _log = dt.kernel_verdict(it, maps)
+    finally:
+        maps.close()
+    assert verdict == "ok", msg
+    r = dt.our_verdict(it)
+    assert r.ok, r.errors
+
+
+def test_header_view_as_event_record_is_a_located_error() -> None:
+    # a header view would hand bpf_ringbuf_output a packet pointer (refused by the kernel):
+    # the language refuses it at the declaration
+    src = H + "map events: ringbuf<ipv6>(max_entries: 4096)\nxdp fn f(ctx) { return XDP_PASS }\n"
+    with pytest.raises(DiagnosticError) as ei:
+        compile_source(src, "rec.bpfd")
+    d = ei.value.diagnostics[0]
+    assert (d.code, d.span.line, d.span.col) == ("header-not-value", 2, 21)
+    assert "event record" in d.message
