@@ -65,6 +65,9 @@ class HelperProto:
     an integer result (``RetKind.INTEGER``) as the helper's doc comment in
     include/uapi/linux/bpf.h declares it (and libbpf's bpf_helper_defs.h): ``long`` (64-bit
     signed on BPF, a negative errno on failure), ``s64``, ``u64`` or ``u32``.
+    ``pkt_access``: the kernel's ``struct bpf_func_proto`` ``.pkt_access``: a packet pointer
+    (PTR_TO_PACKET / PTR_TO_PACKET_META) may be passed as a memory argument; see
+    :func:`helper_may_access_packet` for the program types where that holds.
     """
 
     name: str
@@ -75,6 +78,7 @@ class HelperProto:
     map_types: frozenset[MapType] | None = None
     pkt_changing: bool = False
     ret_ctype: str = "long"
+    pkt_access: bool = False
 
     @property
     def modelled(self) -> bool:
@@ -96,6 +100,15 @@ _RINGBUF = frozenset({MapType.RINGBUF})
 _DATA_MAPS = U.HASH_MAP_TYPES | U.ARRAY_MAP_TYPES | {MapType.LPM_TRIE}  # maps of plain values
 
 # Index = helper id (enum bpf_func_id order, 0 = BPF_FUNC_unspec); see the module doc.
+# pkt_access=True where the kernel's proto says ``.pkt_access = true`` (Linux 6.18):
+# bpf_map_{lookup,update,delete}_elem_proto and bpf_map_lookup_percpu_elem_proto
+# (kernel/bpf/helpers.c), bpf_csum_diff_proto (net/core/filter.c, the same proto for XDP and
+# tc), bpf_sock_map_update_proto / bpf_sock_hash_update_proto (net/core/sock_map.c).  Not
+# set, so a packet pointer is refused: bpf_xdp_fib_lookup_proto and bpf_skb_fib_lookup_proto,
+# bpf_xdp_event_output_proto and bpf_skb_event_output_proto, bpf_ringbuf_output_proto,
+# bpf_trace_printk_proto, bpf_xdp_load_bytes_proto / bpf_xdp_store_bytes_proto,
+# bpf_msg_redirect_hash_proto.  Where a helper has one proto per program type, the modelled
+# ones agree on the flag, so one column per helper is exact.
 PROTOTYPES: tuple[HelperProto, ...] = (
     HelperProto("unspec", 0),
     HelperProto(
@@ -104,6 +117,7 @@ PROTOTYPES: tuple[HelperProto, ...] = (
         (A.CONST_MAP_PTR, A.PTR_TO_MAP_KEY),
         RetKind.PTR_TO_MAP_VALUE_OR_NULL,
         map_types=_DATA_MAPS | U.DEVMAP_TYPES | U.SOCKET_MAP_TYPES,
+        pkt_access=True,
     ),
     HelperProto(
         "map_update_elem",
@@ -111,6 +125,7 @@ PROTOTYPES: tuple[HelperProto, ...] = (
         (A.CONST_MAP_PTR, A.PTR_TO_MAP_KEY, A.PTR_TO_MAP_VALUE, A.ANYTHING),
         RetKind.INTEGER,
         map_types=_DATA_MAPS,
+        pkt_access=True,
     ),
     HelperProto(
         "map_delete_elem",
@@ -118,6 +133,7 @@ PROTOTYPES: tuple[HelperProto, ...] = (
         (A.CONST_MAP_PTR, A.PTR_TO_MAP_KEY),
         RetKind.INTEGER,
         map_types=_DATA_MAPS | U.SOCK_MAP_TYPES,
+        pkt_access=True,
     ),
     HelperProto("probe_read", 4),
     HelperProto("ktime_get_ns", 5, (), RetKind.INTEGER, ret_ctype="u64"),
@@ -166,6 +182,7 @@ PROTOTYPES: tuple[HelperProto, ...] = (
         RetKind.INTEGER,
         prog_types=_NET,
         ret_ctype="s64",
+        pkt_access=True,
     ),
     HelperProto("skb_get_tunnel_opt", 29),
     HelperProto("skb_set_tunnel_opt", 30),
@@ -219,6 +236,7 @@ PROTOTYPES: tuple[HelperProto, ...] = (
         RetKind.INTEGER,
         prog_types=_SOCK_OPS,
         map_types=frozenset({MapType.SOCKMAP}),
+        pkt_access=True,
     ),
     HelperProto(
         "xdp_adjust_meta",
@@ -289,6 +307,7 @@ PROTOTYPES: tuple[HelperProto, ...] = (
         RetKind.INTEGER,
         prog_types=_SOCK_OPS,
         map_types=frozenset({MapType.SOCKHASH}),
+        pkt_access=True,
     ),
     HelperProto(
         "msg_redirect_hash",
@@ -480,6 +499,7 @@ PROTOTYPES: tuple[HelperProto, ...] = (
         RetKind.PTR_TO_MAP_VALUE_OR_NULL,
         # per-CPU cgroup storage is read with bpf_get_local_storage instead
         map_types=U.PERCPU_MAP_TYPES - {MapType.PERCPU_CGROUP_STORAGE},
+        pkt_access=True,
     ),
     HelperProto("skc_to_mptcp_sock", 196),
     HelperProto("dynptr_from_mem", 197),
@@ -572,6 +592,40 @@ def callable_by_name(helper: HelperProto) -> bool:
 def helper_allowed(helper: HelperProto, prog_type: ProgramType) -> bool:
     """Whether ``helper`` may be called from a program of ``prog_type``."""
     return helper.prog_types is None or prog_type in helper.prog_types
+
+
+# Program types whose programs see packet pointers and may pass them to a helper with
+# ``.pkt_access`` (kernel/bpf/verifier.c may_access_direct_pkt_data, BPF_READ): direct read
+# (LWT_IN/OUT, LWT_SEG6LOCAL, SK_REUSEPORT, FLOW_DISSECTOR, CGROUP_SKB) and read + write
+# (SCHED_CLS/ACT, XDP, LWT_XMIT, SK_SKB, SK_MSG).  CGROUP_SOCKOPT may pass them to any helper;
+# every other type (SOCK_OPS among them, whose ctx has skb_data) to none.
+PKT_ACCESS_PROG_TYPES = frozenset(
+    {
+        ProgramType.LWT_IN,
+        ProgramType.LWT_OUT,
+        ProgramType.LWT_SEG6LOCAL,
+        ProgramType.SK_REUSEPORT,
+        ProgramType.FLOW_DISSECTOR,
+        ProgramType.CGROUP_SKB,
+        ProgramType.SCHED_CLS,
+        ProgramType.SCHED_ACT,
+        ProgramType.XDP,
+        ProgramType.LWT_XMIT,
+        ProgramType.SK_SKB,
+        ProgramType.SK_MSG,
+    }
+)
+
+
+def helper_may_access_packet(helper: HelperProto, prog_type: ProgramType) -> bool:
+    """Whether a program of ``prog_type`` may pass a packet pointer (PTR_TO_PACKET or
+    PTR_TO_PACKET_META) to a memory, key or context argument of ``helper``: the kernel's
+    ``may_access_direct_pkt_data(env, meta, BPF_READ)`` in check_func_arg, which is the
+    proto's ``.pkt_access`` for the packet program types; otherwise the kernel refuses
+    with "helper access to the packet is not allowed"."""
+    if prog_type == ProgramType.CGROUP_SOCKOPT:
+        return True
+    return prog_type in PKT_ACCESS_PROG_TYPES and helper.pkt_access
 
 
 def map_fits_helper(map_type: MapType, helper_name: str) -> bool:

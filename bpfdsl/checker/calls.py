@@ -1,7 +1,7 @@
 """Helper calls checked against their prototypes (kernel check_helper_call/check_func_arg).
 
 Prototypes come from the one helper table, bpfdsl.abi.helpers (argument kinds, return kind,
-program types, map types, pkt_changing).  Memory arguments are checked for bounds and
+program types, map types, pkt_changing, pkt_access).  Memory arguments are checked for bounds and
 initialization; packet-changing helpers invalidate every packet pointer.
 """
 
@@ -12,6 +12,7 @@ from bpfdsl.abi.helpers import (
     ArgKind,
     RetKind,
     helper_allowed,
+    helper_may_access_packet,
     kernel_helper_name,
     map_fits_helper,
 )
@@ -157,6 +158,20 @@ def check_helper_call(env: Env, st: State, helper_id: int, idx: int) -> None:
             )
         if kind == A.ANYTHING:
             continue
+        if r.t in D.PACKET_TYPES and not helper_may_access_packet(h, env.prog_type):
+            # kernel check_func_arg: before the argument's type is looked at
+            raise Fault(
+                "helper-pkt-access",
+                "helper access to the packet is not allowed",
+                f"argument {regno} of bpf_{h.name} points into the packet, which "
+                + (
+                    f"{env.prog_type.name.lower()} programs may not pass to any helper"
+                    if h.pkt_access
+                    else f"bpf_{h.name} may not read (the kernel's proto has no pkt_access)"
+                )
+                + ": copy the bytes to the stack or a map value first and pass that pointer",
+                (regno,),
+            )
         if kind == A.CONST_MAP_PTR:
             if r.t != D.MAP_PTR:
                 raise _type_err(
