@@ -12,6 +12,7 @@ from bpfdsl.interp import program as interp_program
 from bpfdsl.kernel import libc
 from bpfdsl.kernel.syscall import map_create, obj_pin
 from bpfdsl.obj.collection import read_object
+from bpfdsl.runtime.kfuncs import needs_dev_bound
 from bpfdsl.runtime.loader import load_collection
 from bpfdsl.testing.pytest_plugin import BpfProgram, kernel_unavailable_reason
 
@@ -28,6 +29,7 @@ __all__ = [
     "libc",
     "load_collection",
     "map_create",
+    "needs_dev_bound",
     "obj_pin",
     "read_object",
 ]

@@ -375,12 +375,19 @@ def check_diagnostics(err, path: str, text: str) -> Result:
 def load_result(obj: bytes) -> Result | None:
     """None when the kernel loads ``obj``; else ``complexity-limit`` (the documented
     verifier budget) or a ``kernel-rejected`` failure naming the kernel's reason."""
-    from .api import DiagnosticError, load_collection, read_object
+    from .api import DiagnosticError, load_collection, needs_dev_bound, read_object
 
     try:
+        spec = read_object(obj)
         # pinning=False: the kernel's verdict is the question; a LIBBPF_PIN_BY_NAME map
         # would stay pinned on bpffs after the load, as libbpf leaves it (a leak here)
-        with load_collection(read_object(obj), pinning=False):
+        if any(needs_dev_bound(p) for p in spec.programs.values()):
+            # a device-bound program (metadata kfuncs) loads for a device: a veth here
+            from support.netns import veth_here
+
+            with veth_here("fz") as ifindex, load_collection(spec, pinning=False, ifindex=ifindex):
+                return None
+        with load_collection(spec, pinning=False):
             return None
     except DiagnosticError as e:
         log = getattr(e, "log", "") or ""
