@@ -180,7 +180,7 @@ class ExprGen(GenHost):
 
     def g_Logic(self, e: ast.Logic):
         t, f, end = self.new_block("l.true"), self.new_block("l.false"), self.new_block("l.end")
-        self.branch_cond(e, t, f)
+        self.branch_cond(e, t, f, value=True)
         self.start(t)
         self.b.branch(end)
         self.start(f)
@@ -191,18 +191,26 @@ class ExprGen(GenHost):
         phi.add_incoming(ir.Constant(I1, 0), f)
         return phi
 
-    def branch_cond(self, e: ast.Expr, t: ir.Block, f: ir.Block) -> None:
-        """Branch to ``t`` if ``e`` holds else ``f``, short-circuiting && || !."""
+    def branch_cond(self, e: ast.Expr, t: ir.Block, f: ir.Block, value: bool = False) -> None:
+        """Branch to ``t`` if ``e`` holds else ``f``, short-circuiting && || !.  ``value``:
+        the branches make a bool value (g_Logic), whose phi LLVM may fold into arithmetic."""
         if isinstance(e, ast.Logic):
             mid = self.new_block("l.rhs")
             if e.op == "&&":
-                self.branch_cond(e.left, mid, f)
+                self.branch_cond(e.left, mid, f, value)
             else:
-                self.branch_cond(e.left, t, mid)
+                self.branch_cond(e.left, t, mid, value)
             self.start(mid)
-            self.branch_cond(e.right, t, f)
+            self.branch_cond(e.right, t, f, value)
         elif isinstance(e, ast.Unary) and e.op == "!":
-            self.branch_cond(e.operand, f, t)
+            self.branch_cond(e.operand, f, t, value)
+        elif isinstance(e, ast.MethodCall) and e.name == "contains" and not value:
+            # branch on the lookup's pointer, as C's `if (!bpf_map_lookup_elem(..))`: no
+            # 0/1 value.  Not where the branches make a value: LLVM turns that phi into
+            # arithmetic on the map_value_or_null pointer (verifier: "pointer arithmetic
+            # on map_value_or_null prohibited"), so map_method's opaque 0/1 is used there
+            p = self.map_lookup(e)
+            self.b.cbranch(self.b.icmp_unsigned("!=", p, ir.Constant(PTR, None)), t, f)
         else:
             self.b.cbranch(self.gen(e), t, f)
 
