@@ -579,6 +579,13 @@ class PktGen(CsumGen):
                 new_w = self._words(hdr, lo, hi)
                 self.csum_update(self.gep(hdr, layout.csum), old_w, new_w, layout.zero_ok)
             return
+        k = self._byte_step(f, op, value) if own and not kinds and not layout.zero_ok else 0
+        if k:  # ttl -= 1 and the like: the constant's own checksum addend
+            assert layout.csum is not None  # own
+            old = self.b.load(p, typ=I8, align=1)
+            new = self.csum_byte_delta(self.gep(hdr, layout.csum), f.offset, k, old)
+            self.b.store(new, p, align=1)
+            return
         if isinstance(f.type, T.IntType):
             v = self.rv(value, f.type)
             if op != "=":
@@ -602,3 +609,13 @@ class PktGen(CsumGen):
             v6 = layout.name == "ipv6"
             rh = False if v6 and tgt.name == "daddr" else None
             self.pseudo_update(tgt.obj, l4, hdr, v6, kinds, old_w, new_w, rh)
+
+    def _byte_step(self, f, op: str, value: ast.Expr) -> int:
+        """``k`` (1..255) if writing u8 field ``f`` with ``op value`` is ``f -= k`` modulo
+        256 (``f += n`` is ``f -= 256 - n``) for a constant ``value``; else 0."""
+        n = self.c.cval.get(value)
+        if op not in ("+=", "-=") or n is None or f.width or f.type.size != 1:
+            return 0
+        if getattr(f.type, "signed", False) or not isinstance(f.type, T.IntType):
+            return 0
+        return (-n if op == "+=" else n) % 256
