@@ -437,8 +437,8 @@ class PktGen(CsumGen):
         p = self.pkt_offset_ptr(s.base, s.offset, ty.size, fail)
         if isinstance(ty, T.IntType):
             self.b.store(self.rv(s.value, ty), p, align=ty.size)
-        else:
-            self.store_bytes(p, s.value, ty)
+        else:  # at any packet offset: as aligned as its type only
+            self.store_bytes(p, s.value, ty, max(1, ty.align))
         self.b.branch(done)
         self.start(fail)
         self.block(s.orelse)
@@ -596,7 +596,8 @@ class PktGen(CsumGen):
         if isinstance(f.type, T.IntType):
             self.b.store(v, p, align=size)
         else:
-            self.store_bytes(p, value, f.type, 2 if f.type == T.MAC else f.type.align)
+            # the field's alignment in its header (a MAC from fib.dmac: three u16 moves)
+            self.store_bytes(p, value, f.type, 2 if f.type == T.MAC else max(1, f.type.align))
         if not old_w:
             return
         new_w = self._words(hdr, lo, hi)
