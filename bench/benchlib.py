@@ -42,6 +42,7 @@ REFERENCE_PROGRAMS = (
     "xdp_cpumap_steer",
     "xdp_devmap_forward",
     "xdp_xsk_redirect",
+    "xdp_meta_mark",
     "sk_msg_redirect_ingress",
     "sk_msg_policy",
 )

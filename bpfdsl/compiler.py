@@ -7,7 +7,9 @@ The pipeline is a visible list of calls: parse (parser) -> build AST (build) -> 
 
 from __future__ import annotations
 
+import gc
 import os
+import re
 import stat
 import sys
 from dataclasses import dataclass, field
@@ -21,7 +23,14 @@ from bpfdsl.backend.codegen.debug import DebugAdapter
 from bpfdsl.backend.codegen.generator import generate
 from bpfdsl.checker import check_object
 from bpfdsl.checker.report import TIMEOUT
-from bpfdsl.diagnostics import Diagnostic, DiagnosticError, Span, UsageError, error
+from bpfdsl.diagnostics import (
+    Diagnostic,
+    DiagnosticError,
+    Span,
+    UsageError,
+    error,
+    universal_newlines,
+)
 from bpfdsl.lang import ast
 from bpfdsl.lang.build import parse_program
 from bpfdsl.lang.sema import analyzer
@@ -94,12 +103,19 @@ def compile_source(
     """
     if text.startswith("\ufeff"):  # a UTF-8 byte-order mark some editors write
         text = text[1:]
+    text = universal_newlines(text)
+    if bad := _SURROGATE.search(text):  # str from bytes decoded with surrogateescape
+        raise _lone_surrogate(text, filename, bad.start())
     if emit not in EMIT_KINDS:
         raise UsageError(
             error("bad-emit", f"unknown --emit kind {emit!r}", hint="use obj, llvm-ir or asm")
         )
     limit = sys.getrecursionlimit()
     sys.setrecursionlimit(max(limit, DEPTH_LIMIT))
+    # no cyclic GC while compiling: the AST and llvmlite's IR objects are all alive until the
+    # end, and each collection walks them all (quadratic in the program's size overall)
+    collecting = gc.isenabled()
+    gc.disable()
     try:
         return _compile(text, filename, mcpu, emit, debug, stats, check, check_timeout)
     except RecursionError:
@@ -118,6 +134,8 @@ def compile_source(
         ) from None
     finally:
         sys.setrecursionlimit(limit)
+        if collecting:
+            gc.enable()
 
 
 def _deepest(text: str, filename: str):
@@ -270,10 +288,7 @@ def read_source(path: str | os.PathLike) -> str:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise _bad_encoding(data, name, e.start) from None
-    # universal newlines, as open() in text mode: CR LF and a lone CR end a line (the lexer
-    # and the renderer count "\n" only, so a lone CR would put a line:col off the lines an
-    # editor shows)
-    return text.replace("\r\n", "\n").replace("\r", "\n")
+    return universal_newlines(text)
 
 
 def _bad_encoding(data: bytes, name: str, pos: int) -> DiagnosticError:
@@ -290,6 +305,24 @@ def _bad_encoding(data: bytes, name: str, pos: int) -> DiagnosticError:
         hint="save the file as UTF-8, or remove the byte",
     )
     return DiagnosticError(d, data.decode("utf-8", "replace"))
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _lone_surrogate(text: str, name: str, pos: int) -> DiagnosticError:
+    """The bad-encoding error for a lone surrogate at ``pos`` of ``text`` (a ``str`` made
+    from bytes that are not UTF-8 with ``errors="surrogateescape"``: U+DC80..U+DCFF stand
+    for the bytes 0x80..0xff), at its line and column (characters)."""
+    ch = ord(text[pos])
+    what = f"byte 0x{ch - 0xDC00:02x}" if 0xDC80 <= ch <= 0xDCFF else f"U+{ch:04X}"
+    d = error(
+        "bad-encoding",
+        f"{what} is not UTF-8 (source files are UTF-8 text)",
+        Span(name, text.count("\n", 0, pos) + 1, pos - (text.rfind("\n", 0, pos) + 1) + 1),
+        hint="save the file as UTF-8, or remove the byte",
+    )
+    return DiagnosticError(d, _SURROGATE.sub("\ufffd", text))
 
 
 def compile_file(path: str | os.PathLike, **kw) -> CompileResult:

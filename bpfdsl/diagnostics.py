@@ -14,6 +14,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 
+def universal_newlines(text: str) -> str:
+    """``text`` with CR LF and a lone CR turned into LF, as open() in text mode does: the
+    lexer and this renderer count "\\n" only, so a lone CR would put a line:col off the
+    lines an editor shows."""
+    return text.replace("\r\n", "\n").replace("\r", "\n") if "\r" in text else text
+
+
 @dataclass(frozen=True, slots=True)
 class Span:
     """A source range. ``line``/``col`` are 1-based; ``end_*`` inclusive-exclusive like lark.
@@ -72,9 +79,9 @@ class Diagnostic:
                     text = None
             line = None
             if text is not None:
-                # lines as the lexer counts them: "\n" only (splitlines() would also break
-                # at form feed, U+2028 and other separators and show a wrong line)
-                lines = text.split("\n")
+                # lines as the lexer counts them; splitlines() would also break at form
+                # feed, U+2028 and other separators and show a wrong line
+                lines = universal_newlines(text).split("\n")
                 if 1 <= self.span.line <= len(lines):
                     line = lines[self.span.line - 1]
             if line is None:

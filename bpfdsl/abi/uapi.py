@@ -401,6 +401,9 @@ BPF_F_INNER_MAP = 1 << 12  # map_flags: array used as an inner map of different 
 BPF_F_ACCESS_MASK = BPF_F_RDONLY | BPF_F_RDONLY_PROG | BPF_F_WRONLY | BPF_F_WRONLY_PROG
 
 BPF_F_XDP_HAS_FRAGS = 1 << 5  # prog_flags for xdp.frags sections
+# prog_flags: bound to the device of prog_ifindex, not offloaded (6.3+; the XDP metadata
+# kfuncs then call that driver's xdp_metadata_ops; include/uapi/linux/bpf.h)
+BPF_F_XDP_DEV_BOUND_ONLY = 1 << 6
 
 # include/linux/bpf.h (kernel-internal): the verifier proves a packet range from
 # ``p + k > pkt_end`` only while p's variable part (umax) plus its fixed offset stays
@@ -723,6 +726,10 @@ PROGRAM_KINDS: tuple[ProgramKind, ...] = (
         _XDP_ALL,
         prog_flags=BPF_F_XDP_HAS_FRAGS,
     ),
+    # bound to one device at load (prog_ifindex + BPF_F_XDP_DEV_BOUND_ONLY, which the loader
+    # sets when a program calls a metadata kfunc): the section stays libbpf's "xdp", which
+    # reads back as the plain kind above (libbpf has no section for it either)
+    ProgramKind("xdp(dev_bound)", "xdp", ProgramType.XDP, AttachType.XDP, "xdp_md", _XDP_ALL),
     ProgramKind(
         "xdp(cpumap)",
         "xdp/cpumap",

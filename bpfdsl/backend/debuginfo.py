@@ -236,6 +236,23 @@ class DebugInfo:
         self._types[name] = t
         return t
 
+    def enum_type(self, name: str) -> DIType:
+        """``enum name`` of 4 bytes (BTF ENUM), with one enumerator ``NAME_NONE = 0``
+        (``XDP_RSS_TYPE_NONE`` for ``xdp_rss_hash_type``): what a kfunc's prototype needs
+        for libbpf to find it compatible with the kernel's (kinds must match, enumerators
+        need not)."""
+        key = "enum " + name
+        if key not in self._types:
+            none = {"xdp_rss_hash_type": "XDP_RSS_TYPE_NONE"}.get(name, f"{name.upper()}_NONE")
+            item = self._di("DIEnumerator", name=none, value=0, isUnsigned=T("true"))
+            md = self._di(
+                "DICompositeType", tag=T("DW_TAG_enumeration_type"), name=name,
+                file=self.file, line=0, baseType=self._basic("unsigned int", 32, "DW_ATE_unsigned").md, size=32,
+                elements=self._md([item]),
+            )  # fmt: skip
+            self._types[key] = DIType(md, 4, 4)
+        return self._types[key]
+
     def pointer_type(self, base: DIType | None) -> DIType:
         """``base *`` (``None``: ``void *``); 8 bytes on BPF."""
         md = self._di(
@@ -455,6 +472,28 @@ class DebugInfo:
         if program:
             self.keep(fn)
         return FunctionDebug(self, sp)
+
+    def kfunc(self, fn: ir.Function, outs: Sequence[str], *, ctx: str = "xdp_md") -> None:
+        """Attach the declaration DISubprogram of a kfunc to ``fn`` (``extern int
+        name(const struct ctx *, T *...) __ksym``, ``outs`` the language type names the
+        pointers point to), the metadata clang gives it: not distinct, not a definition,
+        no unit.  LLVM emits it as a BTF FUNC with linkage extern in DATASEC ``.ksyms``
+        (BTFDebug::processFuncPrototypes) when a call of ``fn`` is lowered."""
+        cptr = self.pointer_type(self.qualified(self.ctx_type(ctx), "const"))
+        outs_t = [
+            self.enum_type(t.removeprefix("enum ")) if t.startswith("enum ") else self.int_type(t)
+            for t in outs
+        ]
+        args = [cptr, *(self.pointer_type(t) for t in outs_t)]
+        sty = self._di(
+            "DISubroutineType", types=self._md([self.int_type("int").md, *(a.md for a in args)])
+        )
+        sp = self._di(
+            "DISubprogram", name=fn.name, scope=self.file, file=self.file, line=0, type=sty,
+            flags=T("DIFlagPrototyped"), spFlags=T("DISPFlagOptimized"),
+        )  # fmt: skip
+        fn.set_metadata("dbg", sp)
+        fn.attributes.add("nounwind")
 
     def finalize(self) -> None:
         """Write ``llvm.compiler.used`` (maps, license, configs, programs); call once, last.

@@ -20,12 +20,21 @@ limit) through LLVMContext's default diagnostic handler, which prints and calls 
 the Python process would die.  llvmlite exposes no diagnostic handler, so :func:`check_ir`
 finds those shapes in the optimized IR first and raises a :class:`DiagnosticError` naming
 the source line; the stack limit is lifted in LLVM (``-bpf-stack-size``) and checked on
-the emitted instructions instead (:func:`stack_depths`).
+the emitted instructions instead (:func:`stack_depths`).  Operations LLVM would lower to
+a library call (``__multi3``) are rewritten or refused by :mod:`bpfdsl.backend.libcalls`;
+a jump past the 16-bit offset, which makes LLVM's assembler abort the process below
+``-mcpu v4``, can only happen in a program that may be that long
+(:func:`bpfdsl.backend.jumps.may_exceed`): its object is emitted in a forked child
+(:func:`_emit_object_guarded`), and when the child dies its assembly is measured
+(:func:`check_jumps`).  Every such path is a located DiagnosticError, never an exit.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import resource
+import selectors
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeAlias
 
@@ -34,7 +43,7 @@ import llvmlite
 from bpfdsl.abi import uapi as U
 from bpfdsl.abi.btf.core import BtfFormatError
 from bpfdsl.abi.insn import Insn, InsnError, decode
-from bpfdsl.backend import llvm_c
+from bpfdsl.backend import jumps, libcalls, llvm_c
 from bpfdsl.diagnostics import DiagnosticError, Span, UsageError, error
 from bpfdsl.obj.elf import ElfError, ElfFile, fixup_btf_datasecs
 
@@ -49,6 +58,7 @@ TRIPLE = "bpfel"
 DATA_LAYOUT = "e-m:e-p:64:64-i64:64-i128:128-n32:64-S128"  # clang-19 -target bpf (LE)
 MCPUS = ("v1", "v2", "v3", "v4", "generic", "probe")  # llc -march=bpf -mcpu=help
 MAX_STACK = 512  # bytes per BPF program frame (kernel MAX_BPF_STACK)
+CGP_ADDRESS_USERS = 1 << 20  # users of one address CodeGenPrepare looks at (LLVM: 100)
 MAX_INLINE_MEM = 1024  # bytes: largest constant memcpy/memset the BPF backend expands inline
 
 _machines: dict[tuple[bool, str], TargetMachine] = {}  # (lean binding?, mcpu) -> machine
@@ -79,6 +89,12 @@ def _init(initialize, set_option) -> None:
         initialize()
         # A frame above 512 bytes would make LLVM exit(1); stack_depths() reports it instead.
         set_option("bpfdsl", "-bpf-stack-size=1048576")
+        # CodeGenPrepare sinks a ctx field's address (ctx + off) next to each load so that
+        # it becomes the load's offset, but gives up on an address with more than 100 users
+        # (CodeGenPrepare.cpp MaxAddressUsersToScan): then one register holds ctx + off and
+        # the kernel refuses its loads ("dereference of modified ctx ptr"; found by fuzzing:
+        # ~100 `parse` in a loop body, each reloading data_end).
+        set_option("bpfdsl", f"-cgp-max-address-users-to-scan={CGP_ADDRESS_USERS}")
         _initialized = True
 
 
@@ -197,12 +213,24 @@ def emit(
     tm = target_machine(mcpu)
     mod = optimize(parse(module_or_ir_text), mcpu=mcpu, opt=opt)
     text = str(mod)  # optimized IR: scanned by check_ir, returned when asked for
+    lowered = libcalls.lower(text)  # 64-bit multiplies with overflow: no __multi3
+    if lowered is not None:
+        mod.close()
+        mod, text = parse(lowered), lowered
     check_ir(text, mcpu)
+    asm_text = None
     try:
-        obj = tm.emit_object(mod)
-        asm_text = tm.emit_assembly(mod) if asm else None
+        if mcpu not in jumps.LONG_JUMP_MCPUS and jumps.may_exceed(text):
+            obj = _emit_object_guarded(tm, mod, text, mcpu)
+        else:
+            obj = tm.emit_object(mod)
+        if asm and asm_text is None:
+            asm_text = tm.emit_assembly(mod)
     except RuntimeError as e:
         raise InternalCompilerError("LLVM BPF code generation failed", str(e)) from None
+    if not asm:
+        asm_text = None
+    check_sizes(text, obj)
     for func, depth in stack_depths(obj).items():
         if depth > MAX_STACK:
             raise _unsupported(
@@ -216,6 +244,91 @@ def emit(
     except (ElfError, BtfFormatError) as e:
         raise InternalCompilerError("LLVM wrote .BTF the loader cannot fix up", str(e)) from None
     return Emitted(obj, asm_text, text if ir else None, binding())
+
+
+# ---- program sizes: jump offsets and the kernel's instruction limit ---------------------
+
+_SPLIT_HINT = (
+    "keep long rule lists in a map (one `lookup`/`contains` of a hash or lpm_trie instead "
+    "of one `if` per rule), or split the work over several programs"
+)
+
+
+def check_jumps(text: str, asm: str, mcpu: str) -> None:
+    """Raise a located ``program-too-large`` error if a jump of the assembly ``asm`` does
+    not fit the 16-bit offset of ``-mcpu`` v1..v3 (:mod:`bpfdsl.backend.jumps`): LLVM's
+    assembler would abort the process on it."""
+    for far in jumps.far_jumps(asm):
+        raise _unsupported(
+            text, None, "program-too-large",
+            f"program '{far.func}' is {far.insns:,} BPF instructions long: a jump in it "
+            f"spans {abs(far.distance):,} instructions, and a BPF jump reaches "
+            f"{jumps.JMP_OFF_MAX:,} at --mcpu {mcpu} (16-bit offset)",
+            f"{_SPLIT_HINT}; or compile with --mcpu v4 (32-bit jumps, kernel >= 6.6)",
+            func=far.func,
+        )  # fmt: skip
+
+
+def _emit_object_guarded(tm: TargetMachine, mod: Module, text: str, mcpu: str) -> bytes:
+    """``tm.emit_object(mod)`` in a forked child process, for a program that may be too long
+    for 16-bit jumps: LLVM's assembler then aborts the process (``report_fatal_error``),
+    which here ends the child only.  The child sends the object through a pipe (one
+    emission: no cost but the fork); when it dies, the program's assembly (which LLVM
+    prints without aborting) is measured and :func:`check_jumps` raises the located
+    error, or InternalCompilerError carries what LLVM printed."""
+    obj_r, obj_w = os.pipe()
+    err_r, err_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: emit, write, _exit (no Python cleanup, no core file)
+        code = 0
+        try:
+            os.close(obj_r)
+            os.close(err_r)
+            os.dup2(err_w, 2)
+            resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+            view = memoryview(tm.emit_object(mod))
+            while view:
+                view = view[os.write(obj_w, view) :]
+        except BaseException as e:  # the child reports any failure by its status
+            os.write(2, str(e).encode("utf-8", "replace"))
+            code = 70
+        os._exit(code)
+    os.close(obj_w)
+    os.close(err_w)
+    chunks: dict[int, list[bytes]] = {obj_r: [], err_r: []}
+    with selectors.DefaultSelector() as sel:
+        for fd in chunks:
+            sel.register(fd, selectors.EVENT_READ)
+        while sel.get_map():
+            for key, _ in sel.select():
+                data = os.read(key.fd, 1 << 20)
+                if data:
+                    chunks[key.fd].append(data)
+                else:
+                    sel.unregister(key.fd)
+                    os.close(key.fd)
+    _, status = os.waitpid(pid, 0)
+    if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0:
+        return b"".join(chunks[obj_r])
+    check_jumps(text, tm.emit_assembly(mod), mcpu)
+    said = b"".join(chunks[err_r]).decode("utf-8", "replace")
+    raise InternalCompilerError("LLVM BPF code generation failed", said or f"status {status}")
+
+
+def check_sizes(text: str, obj: bytes) -> None:
+    """Raise a located ``program-too-large`` error for a function of ``obj`` above the
+    kernel's 1,000,000 instructions (BPF_COMPLEXITY_LIMIT_INSNS; bpf_prog_load: E2BIG)."""
+    try:
+        sizes = {name: size // 8 for name, _sec, _start, size in ElfFile(obj).functions()}
+    except ElfError as e:
+        raise InternalCompilerError("LLVM wrote an object bpfdsl cannot read", str(e)) from None
+    for func, n in jumps.over_kernel_limit(sizes):
+        raise _unsupported(
+            text, None, "program-too-large",
+            f"program '{func}' is {n:,} BPF instructions long; the kernel loads at most "
+            f"{U.BPF_COMPLEXITY_LIMIT_INSNS:,} (BPF_COMPLEXITY_LIMIT_INSNS)",
+            _SPLIT_HINT, func=func,
+        )  # fmt: skip
 
 
 # ---- shapes the BPF backend would turn into exit(1) ---------------------------------------
@@ -246,7 +359,7 @@ _MEM = r"@llvm\.mem(?:cpy|move|set)\."
 _ATOMIC = r"\b(?:atomicrmw \w+|cmpxchg)(?: volatile)? ptr [^,]+, i(?:8|16) "
 
 
-_WORDS = ("alloca", "div ", "rem ", "atomicrmw", "cmpxchg", "call ")
+_WORDS = ("alloca", "div ", "rem ", "atomicrmw", "cmpxchg", "call ", "mul", "shl ", "shr ", ".fix.")
 _DEFINE = r'define [^@]*(@[\w.$"]+)\('
 _STACK_HINT = (
     "keep large structs and arrays in a map value instead of locals: declare "
@@ -301,6 +414,9 @@ def check_ir(mod: Module | str, mcpu: str = "v3") -> None:
                 with_dbg.append(m.group(1))
         pos = text.find("\ndefine ", pos + 1)
     defined = set(defines)
+    # kfuncs: declarations in .ksyms the loader resolves against the kernel's BTF (abi.kfuncs)
+    for m in re.finditer(r'^declare [^\n]*?(@"?[\w.]+"?)\([^\n]*section "\.ksyms"', text, re.M):
+        defined |= {m.group(1), m.group(1).replace('"', "")}
     if with_dbg and len(with_dbg) != len(defines):  # kernel: func_info count != subprogs
         missing = sorted(defined - set(with_dbg))
         raise InternalCompilerError(f"function {', '.join(missing)} has no "
@@ -329,6 +445,12 @@ def check_ir(mod: Module | str, mcpu: str = "v3") -> None:
             raise _unsupported(text, line, "signed-division",
                                "signed division or remainder needs BPF ISA v4 (kernel >= 6.6)",
                                "use unsigned operands, or compile with --mcpu v4")  # fmt: skip
+        if what := libcalls.refusal(body):
+            raise _unsupported(text, line, "unsupported-arithmetic",
+                               f"LLVM made {what} of this expression, which the BPF back "
+                               "end cannot compile (it has no runtime library)",
+                               "split the expression into statements with `let`, or use "
+                               "narrower operands")  # fmt: skip
         if ("atomicrmw" in body or "cmpxchg" in body) and re.search(_ATOMIC, body):
             raise _unsupported(text, line, "unsupported-atomic",
                                "atomic operations work on 32- or 64-bit values only",

@@ -127,8 +127,10 @@ def check_insns(
     kernel: tuple[int, int] | None = None,
     nr_cpus: int | None = None,
     timeout: float | None = None,
+    kfuncs: dict[int, str] | None = None,
 ) -> ProgramResult:
     """Check one instruction list (ld_imm64 = one Insn) of ``prog_type``.
+    ``kfuncs``: list index -> kernel function name of the kfunc calls (abi.kfuncs).
 
     ``map_refs``: list index -> MapRef for ld_imm64 map operands.  ``line_at(slot)``
     returns a LineInfo-like record (file, line, col, text) or None.  ``strict`` turns
@@ -152,6 +154,7 @@ def check_insns(
         privileged=privileged,
         kernel=kernel,
         nr_cpus=nr_cpus,
+        kfuncs=dict(kfuncs or {}),
     )
     res = ProgramResult(name, section, insn_count=len(insns) + _n_ld_imm64(insns))
     try:
@@ -396,6 +399,7 @@ def check_program(
         kernel=kernel,
         nr_cpus=nr_cpus,
         timeout=timeout,
+        kfuncs={r.insn_idx: r.symbol for r in prog_spec.relocations if r.kind == "kfunc"},
     )
 
 

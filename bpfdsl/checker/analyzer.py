@@ -22,7 +22,7 @@ from bpfdsl.abi import uapi as U
 from bpfdsl.abi.insn import Insn, format_insn
 from bpfdsl.checker import domain as D
 from bpfdsl.checker.branch import do_cond_jump
-from bpfdsl.checker.calls import check_helper_call
+from bpfdsl.checker.calls import check_helper_call, check_kfunc_call
 from bpfdsl.checker.cfg import Cfg
 from bpfdsl.checker.env import Env, Fault
 from bpfdsl.checker.liveness import StackLiveness
@@ -543,6 +543,10 @@ def _exit_insn(env: Env, cfg: Cfg, st: State, i: int, x):
 
 def _call(env: Env, cfg: Cfg, st: State, i: int, x):
     if x.source or x.off or x.src not in (0, U.BPF_PSEUDO_CALL) or x.dst or x.cls == U.BPF_JMP32:
+        if x.src == U.BPF_PSEUDO_KFUNC_CALL and not x.source and not x.dst:
+            check_kfunc_call(env, st, env.kfuncs.get(i), cfg.slots[i])
+            st.frames[-1].r0_at = i
+            return None
         if x.src == U.BPF_PSEUDO_KFUNC_CALL:
             raise Fault("kfunc", "kernel function calls are not supported by the checker", "")
         raise Fault("reserved-fields", "BPF_CALL uses reserved fields", "bad call encoding")

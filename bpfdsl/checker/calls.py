@@ -15,6 +15,7 @@ from bpfdsl.abi.helpers import (
     kernel_helper_name,
     map_fits_helper,
 )
+from bpfdsl.abi.kfuncs import BY_NAME as KFUNCS_BY_NAME
 from bpfdsl.abi.uapi import MapType, is_array, is_sockmap
 from bpfdsl.checker import domain as D
 from bpfdsl.checker import features as F
@@ -313,6 +314,30 @@ def check_helper_call(env: Env, st: State, helper_id: int, idx: int) -> None:
         regs[0] = D.urange(0, env.nr_cpus - 1)  # kernel do_refine_retval_range: nr_cpu_ids
     else:
         regs[0] = D.unknown()
+
+
+_OUT_SIZES = {"u16": 2, "be16": 2, "u32": 4, "u64": 8}  # bytes each kfunc output takes
+
+
+def check_kfunc_call(env: Env, st: State, name: str | None, idx: int) -> None:
+    """A call of kernel function ``name`` (abi.kfuncs, from the object's relocation): r1 the
+    context, r2.. writable memory of the sizes of its outputs; r0 an unknown int (0 or a
+    negative errno), r1-r5 clobbered.  The device-bound rule is the kernel's to check."""
+    k = KFUNCS_BY_NAME.get(name or "")
+    if k is None:
+        raise Fault(
+            "kfunc",
+            f"call of kernel function {name or '#?'} the checker does not model",
+            "the checker knows the XDP metadata kfuncs: " + ", ".join(sorted(KFUNCS_BY_NAME)),
+        )
+    regs = st.regs
+    if regs[1].t != D.CTX or regs[1].off:
+        raise _type_err(1, regs[1], "ctx", f"{k.name} takes the program's context first")
+    for regno, (what, tname) in enumerate(k.outs, 2):
+        _check_mem(env, st, regno, _OUT_SIZES[tname], True, what)
+    for regno in range(1, 6):
+        regs[regno] = D.NOT_INIT_REG
+    regs[0] = D.unknown()
 
 
 def _invalidate_packet(st: State, note: str) -> None:

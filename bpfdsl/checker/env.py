@@ -82,6 +82,7 @@ class Env:
     cur_idx: int = 0
     stack_depth: dict = field(default_factory=dict)
     kernel: tuple[int, int] | None = None
+    kfuncs: dict[int, str] = field(default_factory=dict)  # insn index -> kfunc name
     nr_cpus: int | None = None
     want_regs: list[int] = field(default_factory=list)
     want_slots: list[tuple[int, int]] = field(default_factory=list)

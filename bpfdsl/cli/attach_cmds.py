@@ -20,7 +20,9 @@ def register(sub) -> None:
         "bpffs (netlink where links are unsupported).  An attached program is replaced "
         f"atomically.  Forms: `attach xdp PROG --dev IFACE`, `attach PROG IFACE`.  {PROG_HELP}.  "
         "An object file is loaded and pinned first (one process: load + pin + attach); "
-        "`bpfdsl detach` removes those pins again.  Only XDP attaches here: cpumap/devmap "
+        "`bpfdsl detach` removes those pins again.  A program calling the XDP metadata "
+        "kfuncs (xdp(dev_bound)) is loaded for IFACE (device-bound: native mode, that "
+        "interface only).  Only XDP attaches here: cpumap/devmap "
         "programs go in with `bpfdsl cpumap|devmap set`, sk_msg/sock_ops with "
         "`bpfdsl sockmap|sockops attach`.",
     )
@@ -30,7 +32,11 @@ def register(sub) -> None:
         metavar="[xdp] PROG [IFACE]",
         help="the program (PROG above), after an optional `xdp`, then the interface",
     )
-    a.add_argument("--dev", metavar="IFACE", help="the interface")
+    a.add_argument(
+        "--dev",
+        metavar="IFACE",
+        help="the interface (device-bound programs of an object file are loaded for it)",
+    )
     a.add_argument(
         "--mode",
         default="native",
@@ -152,6 +158,7 @@ def cmd_attach(args) -> int:
         data=compiled(words[0]),
         reuse_from=target if staging is not None and not args.fresh_maps else None,
         pin_root=args.pin_root,
+        dev=dev,  # programs calling the XDP metadata kfuncs are loaded for this device
     ) as prog:
         link_pin = attach.link_pin_path(prog.pin_dir, dev) if prog.pin_dir else None
         res = attach.attach_xdp(

@@ -90,6 +90,7 @@ def cmd_check(args) -> int:
     from bpfdsl.checker import check_object
     from bpfdsl.checker.features import parse_version
     from bpfdsl.diagnostics import UsageError, error
+    from bpfdsl.runtime.kfuncs import needs_dev_bound
 
     kernel = None
     if args.kernel:
@@ -125,4 +126,11 @@ def cmd_check(args) -> int:
         )
         for d in p.errors + p.warnings:
             print(d.render(p.name, verbose))
+        bound = needs_dev_bound(spec.programs[p.name]) if p.name in spec.programs else []
+        if bound:
+            print(
+                f"  note: '{p.name}' calls {', '.join(bound)}: it is loaded device-bound, "
+                f"for one interface: `bpfdsl attach {args.file} --dev IFACE` or "
+                f"`bpfdsl load {args.file} --dev IFACE`"
+            )
     return code

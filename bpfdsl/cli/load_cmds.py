@@ -41,6 +41,13 @@ def register(sub) -> None:
         "(PIN_ROOT/NAME; default /sys/fs/bpf, as libbpf); such pins stay after `unload`",
     )
     p.add_argument(
+        "--dev",
+        metavar="IFACE",
+        help="the interface device-bound programs (xdp(dev_bound): they call the XDP "
+        "metadata kfuncs rx_hash/rx_timestamp/rx_vlan_tag) are loaded for; they can then "
+        "be attached to IFACE only (native mode)",
+    )
+    p.add_argument(
         "--log",
         action="store_true",
         help="print the whole verifier log of every program (also on rejection)",
@@ -82,8 +89,15 @@ def cmd_load(args) -> int:
     config = parse_config(args.set, spec.configs) if args.set else {}
     pin_dir = args.pin_dir or default_pin_dir(args.file)
     level = args.log_level if args.log else 0
+    ifindex = 0
+    if args.dev:
+        from bpfdsl.kernel import netlink
+
+        ifindex = netlink.ifindex(args.dev)
     try:
-        coll = loader.load_collection(spec, config=config, log_level=level, pin_dir=args.pin_root)
+        coll = loader.load_collection(
+            spec, config=config, log_level=level, pin_dir=args.pin_root, ifindex=ifindex
+        )
     except loader.VerifierError as e:
         if args.log:
             print(e.log, file=sys.stderr)

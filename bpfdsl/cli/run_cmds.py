@@ -71,6 +71,14 @@ def register(sub) -> None:
         help="kernel (BPF_PROG_TEST_RUN), interp (userspace interpreter), or auto (default: "
         "the kernel where bpf() works and the program kind can be test-run, else interp)",
     )
+    p.add_argument(
+        "--dev",
+        metavar="IFACE",
+        help="kernel engine: the interface the object's device-bound programs (xdp(dev_bound)) "
+        "are loaded for, so that its other programs can be test-run (the kernel refuses to "
+        "test-run a device-bound program itself: it runs on the interpreter, where the "
+        "metadata kfuncs return -EOPNOTSUPP unless --ctx rx_hash=... gives a hint)",
+    )
     p.add_argument("--limit", type=int, metavar="N", help="only the first N packets of --pcap")
     p.add_argument("-q", "--quiet", action="store_true", help="only the per-verdict totals")
     p.set_defaults(func=cmd_run)
@@ -94,11 +102,23 @@ def register(sub) -> None:
     d.set_defaults(func=cmd_demo)
 
 
-def _auto_engine(kind) -> tuple[str, str | None]:
+def _auto_engine(kind, dev_bound=(), others_bound=()) -> tuple[str, str | None]:
     """``("kernel", None)`` when BPF_PROG_TEST_RUN can run ``kind`` here, else
-    ``("interp", reason)``."""
+    ``("interp", reason)``.  ``dev_bound``: the kfuncs that make the program device-bound
+    (the kernel does not test-run it); ``others_bound``: device-bound programs of the
+    object the kernel cannot load without --dev."""
     if not kind.test_run:
         return "interp", f"BPF_PROG_TEST_RUN refuses {kind.keyword or kind.section} programs"
+    if dev_bound:
+        return "interp", (
+            f"BPF_PROG_TEST_RUN refuses device-bound programs (it calls {', '.join(dev_bound)}"
+            "; the metadata kfuncs return -EOPNOTSUPP here unless --ctx rx_hash=... is given)"
+        )
+    if others_bound:
+        return "interp", (
+            f"program {others_bound[0]!r} of the object is device-bound: give --dev IFACE "
+            "to load it for a kernel test run"
+        )
     if sys.platform != "linux":
         return "interp", "not Linux: no bpf() syscall"
     from bpfdsl.kernel import syscall
@@ -131,13 +151,22 @@ def cmd_run(args) -> int:
     name, kind = choose_program(spec, args.prog)
     ctx = runinfo.parse_ctx(args.ctx, kind)
     frames = _inputs(args, kind, warnings)
+    from bpfdsl.runtime.kfuncs import needs_dev_bound
+
+    bound = needs_dev_bound(spec.programs[name])
+    others = [] if args.dev else [n for n, p in spec.programs.items() if needs_dev_bound(p)]
     if args.engine == "auto":
-        args.engine, why = _auto_engine(kind)
+        args.engine, why = _auto_engine(kind, bound, others)
         if why:
             print(f"engine: interp ({why})", file=sys.stderr)
-    testrun.require_test_run(kind, name, args.engine)
+    testrun.require_test_run(kind, name, args.engine, bound)
     entries = runinfo.map_entries(args.map, args.maps)
-    engine = testrun.open_engine(args.engine, spec, config=config)
+    ifindex = 0
+    if args.dev and args.engine == "kernel":
+        from bpfdsl.kernel import netlink
+
+        ifindex = netlink.ifindex(args.dev)
+    engine = testrun.open_engine(args.engine, spec, config=config, ifindex=ifindex)
     warnings.extend(getattr(engine, "warnings", ()))
     try:
         runinfo.fill_maps(engine, spec, entries, ctx)

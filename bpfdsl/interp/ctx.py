@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ipaddress
 import socket
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from bpfdsl.abi.uapi import AttachType
@@ -61,9 +62,12 @@ class XdpContext(CtxRegion):
     type (``AttachType.XDP``, ``XDP_CPUMAP`` or ``XDP_DEVMAP``): ``egress_ifindex`` is
     readable only in devmap programs (``xdp_is_valid_access``).  ``meta``: initial
     metadata bytes placed just before the packet (as ``ctx_in.data`` of a test run).
+    ``hints``: the RX hints a driver would give the metadata kfuncs (interp.kfuncs).
     """
 
-    __slots__ = ("pkt", "frags", "ingress_ifindex", "rx_queue_index", "egress_ifindex", "attach")
+    __slots__ = (
+        "pkt", "frags", "ingress_ifindex", "rx_queue_index", "egress_ifindex", "attach", "hints"
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -74,8 +78,10 @@ class XdpContext(CtxRegion):
         rx_queue_index: int = 0,
         egress_ifindex: int = 0,
         meta: bytes = b"",
+        hints: Mapping[str, int] | None = None,
     ) -> None:
         super().__init__("ctx", bytearray(24), name="xdp_md", writable=False)
+        self.hints = dict(hints or {})
         # like bpf_prog_test_run_xdp: the first 3520 bytes are linear, the rest goes into
         # page-sized frags (skb_shared_info) that programs reach only through helpers
         rest = packet[XDP_MAX_LINEAR:]

@@ -359,13 +359,17 @@ class _Gen:
                 return [self._fault(f"call to a bad target from {i}")], set(), set(), True
             return ["@WB", f"return M._enter({i + 1}, {t})"], set(), set(), True
         if not x.is_helper_call:
-            return (
-                [self._fault("kfunc calls are not supported by the interpreter")],
-                set(),
-                set(),
-                False,
-            )
-        impl = self.impls.get(x.imm)
+            # a kfunc call: the program resolved its implementation (interp.kfuncs)
+            impl = self.resolved.get(i)
+            if not callable(impl):
+                return (
+                    [self._fault("call of a kernel function the interpreter does not model")],
+                    set(),
+                    set(),
+                    False,
+                )
+        else:
+            impl = self.impls.get(x.imm)
         if impl is None:
             impl = _unimplemented(x.imm)
         fn = self.const(impl)

@@ -21,6 +21,7 @@ from bpfdsl.abi.insn import slot_offsets
 from bpfdsl.abi.uapi import AttachType, MapType, ProgramKind
 from bpfdsl.diagnostics import Span, UsageError, error
 from bpfdsl.interp.ctx import SkMsgContext, SockInfo, SockOpsContext, XdpContext
+from bpfdsl.interp.kfuncs import IMPLS as KFUNC_IMPLS
 from bpfdsl.interp.machine import DEFAULT_BUDGET, Machine
 from bpfdsl.interp.maps import Map, make_map
 from bpfdsl.interp.memory import Ptr, Region
@@ -74,6 +75,8 @@ class InterpProgram:
                 resolved[rel.insn_idx] = maps[rel.symbol]
             elif rel.kind == "data":
                 resolved[rel.insn_idx] = Ptr(_value0(data[rel.symbol]), rel.offset)
+            elif rel.kind == "kfunc" and rel.symbol in KFUNC_IMPLS:
+                resolved[rel.insn_idx] = KFUNC_IMPLS[rel.symbol]
         self._slots = slot_offsets(spec.insns)
         self.machine = Machine(spec.insns, env=env, resolved=resolved, where=self.where)
 
@@ -96,9 +99,12 @@ class InterpProgram:
         rx_queue_index: int = 0,
         egress_ifindex: int = 0,
         meta: bytes = b"",
+        hints: Mapping[str, int] | None = None,
     ) -> InterpResult:
         """Run on one Ethernet frame (wire order) as BPF_PROG_TEST_RUN would (ingress
-        ifindex 1 = loopback, queue 0); devmap programs see ``egress_ifindex``."""
+        ifindex 1 = loopback, queue 0); devmap programs see ``egress_ifindex``.  ``hints``:
+        the RX hints the metadata kfuncs return (:data:`bpfdsl.interp.kfuncs.HINTS`, e.g.
+        ``{"rx_hash": 0x1234}``); without them the kfuncs return -EOPNOTSUPP."""
         attach = self.kind.attach_type if self.kind else AttachType.XDP
         ctx = XdpContext(
             packet,
@@ -107,6 +113,7 @@ class InterpProgram:
             rx_queue_index=rx_queue_index,
             egress_ifindex=egress_ifindex,
             meta=meta,
+            hints=hints,
         )
         t0 = time.perf_counter_ns()
         r0 = self.machine.run(ctx)

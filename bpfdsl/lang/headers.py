@@ -193,6 +193,8 @@ CTX_FIELDS: dict[str, dict[str, tuple[int, T.Type, str]]] = {
 }
 # where data / data_end live in the context, and their width (xdp_md: u32; sk_msg_md: ptr)
 CTX_DATA: dict[str, tuple[int, int, int]] = {"xdp_md": (0, 4, 4), "sk_msg_md": (0, 8, 8)}
+# where data_meta lives (struct xdp_md, include/uapi/linux/bpf.h: a u32 at byte 8)
+CTX_DATA_META: dict[str, int] = {"xdp_md": 8}
 
 # IPv6 extension headers walked by skip_ext(): hop-by-hop, routing, fragment, dest-opts
 # (RFC 8200 section 4); AH (51) has its length in 4-byte units and is not walked.

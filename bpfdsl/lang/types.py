@@ -269,3 +269,13 @@ def is_int(t: Type) -> bool:
 
 def is_host_int(t: Type) -> bool:
     return isinstance(t, (UntypedInt, ErrorType)) or (isinstance(t, IntType) and not t.be)
+
+
+@dataclass(eq=False, slots=True)
+class MetaRef(RefType):
+    """A view of the XDP metadata area (``meta(S)``): struct ``S`` at ``ctx->data_meta``,
+    bounds-checked against ``ctx->data``.  Packet memory: no atomics (``percpu`` is True,
+    so ``+=`` is a plain add), and invalid after a helper that changes packet data."""
+
+    def __str__(self) -> str:
+        return f"metadata {self.inner}"

@@ -111,7 +111,8 @@ def _split(
             _classify(reader, f, at, reader.symbol(sym_idx), maps, datasecs)
         slots = slot_offsets(f.insns)
         for i, x in enumerate(f.insns):
-            if x.is_call and x.src == BPF_PSEUDO_KFUNC_CALL:
+            kfunc = any(r.insn_idx == i and r.kind == "kfunc" for r in f.relocs)
+            if x.is_call and x.src == BPF_PSEUDO_KFUNC_CALL and not kfunc:
                 raise reader.fail(f"function '{f.name}': kfunc calls are not supported")
             if x.is_pseudo_call and i not in f.calls:
                 f.calls[i] = (sec.name, f.start + (slots[i] + 1 + x.imm) * 8, False)
@@ -139,6 +140,12 @@ def _classify(
     target = reader.sym_section(sym)
     where = f"function '{f.name}' insn {i}"
     is_section_sym = sym["st_info"]["type"] == "STT_SECTION"
+    if target is None and x.is_call and x.src == BPF_PSEUDO_CALL and x.imm == -1:
+        # an extern function: a kfunc (libbpf RELO_EXTERN_CALL); the loader puts its BTF id
+        # in imm, the call is a kernel-function call from here on
+        f.insns[i] = Insn(x.opcode, x.dst, BPF_PSEUDO_KFUNC_CALL, 0, 0)
+        f.relocs.append(Relocation(i, "kfunc", sym.name))
+        return
     if target is None:
         raise reader.fail(
             f"{where}: reference to undefined symbol '{sym.name}' "

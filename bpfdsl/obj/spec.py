@@ -24,7 +24,9 @@ class Relocation:
     """A reference the loader must resolve.  ``insn_idx``: index into ``ProgramSpec.insns``.
     ``kind``: ``"map"`` (ld_imm64 of a ``.maps`` map, ``symbol`` = map name), ``"data"``
     (ld_imm64 of an address in a data section: ``symbol`` = section name, ``offset`` = byte
-    offset in it).  Calls are resolved by linking and not listed."""
+    offset in it), ``"kfunc"`` (a call of the kernel function ``symbol``: the loader puts its
+    BTF id in imm, abi.kfuncs).  Calls of functions in the object are resolved by linking and
+    not listed."""
 
     insn_idx: int
     kind: str

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, fields
 from bpfdsl.abi.uapi import BPF_F_REPLACE, AttachType, LinkType, MapType, ProgramType, XdpFlags
 from bpfdsl.diagnostics import Diagnostic, DiagnosticError, UsageError, error
 from bpfdsl.kernel import libc, netlink, syscall
-from bpfdsl.runtime.cpumap import refuse_on_interface
+from bpfdsl.runtime.cpumap import refuse_dev_bound, refuse_on_interface
 
 MODES = ("native", "generic")  # offload is refused: it needs a device-bound program
 BPFFS = "/sys/fs/bpf"
@@ -187,6 +187,7 @@ def attach_xdp(
                 ) from None
             if e.errno == errno.EINVAL:
                 refuse_on_interface(prog_fd, prog_name, dev)  # explains xdp(cpumap/devmap)
+                refuse_dev_bound(prog_fd, prog_name, dev, mode)  # and device-bound ones
             if (
                 method == "link"
                 or isinstance(e, PermissionError)

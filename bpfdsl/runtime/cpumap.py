@@ -109,7 +109,10 @@ def xdp_attach_type(prog_fd: int) -> AttachType | None:
     ``bpf_prog_info`` does not report it, so this asks BPF_PROG_TEST_RUN with an oversized
     live-frames batch: net/bpf/test_run.c refuses cpumap/devmap programs with EINVAL
     before it checks the batch size (E2BIG for a plain XDP program).  The program never
-    runs.  Returns None for a program that is not XDP.
+    runs.  A device-bound program (prog_ifindex + BPF_F_XDP_DEV_BOUND_ONLY, which
+    ``bpf_prog_info`` does not show either) is refused with EINVAL too: throw-away
+    devmap and cpumap entries tell the three apart (:func:`_entry_kind`).  Returns None
+    for a program that is not XDP.
     """
     info = S.prog_info(prog_fd)
     if info.type != ProgramType.XDP:
@@ -122,20 +125,73 @@ def xdp_attach_type(prog_fd: int) -> AttachType | None:
         if e.errno == E.E2BIG:
             return AttachType.XDP
         if e.errno == E.EINVAL:
-            return _devmap_or_cpumap(prog_fd)
+            return _entry_kind(prog_fd)
         raise
     return AttachType.XDP  # pragma: no cover - the kernel ran it: a plain XDP program
 
 
-def _devmap_or_cpumap(prog_fd: int) -> AttachType:
-    """Tell BPF_XDP_DEVMAP from BPF_XDP_CPUMAP: a throw-away 1-slot devmap entry for ``lo``
-    (ifindex 1 in every network namespace) accepts only the first (kernel/bpf/devmap.c)."""
+def is_dev_bound(prog_fd: int) -> bool:
+    """True when the loaded program ``prog_fd`` is a device-bound XDP program
+    (prog_ifindex + BPF_F_XDP_DEV_BOUND_ONLY): a test run refuses it (EINVAL) and neither
+    a devmap nor a cpumap entry takes it (see :func:`xdp_attach_type`)."""
+    if S.prog_info(prog_fd).type != ProgramType.XDP:
+        return False
+    try:
+        S.prog_test_run(
+            prog_fd, bytes(64), flags=BPF_F_TEST_XDP_LIVE_FRAMES, batch_size=_TEST_XDP_MAX_BATCH + 1
+        )
+    except S.BpfError as e:
+        return e.errno == E.EINVAL and _entry_kind(prog_fd) == AttachType.XDP
+    return False  # pragma: no cover - the kernel ran it
+
+
+def refuse_dev_bound(prog_fd: int, prog_name: str, dev: str, mode: str) -> None:
+    """Raise DiagnosticError when the kernel refused (EINVAL) to attach a device-bound
+    program to ``dev``: net/core/dev.c dev_xdp_attach takes it only on the interface it was
+    loaded for ("Program bound to different device") and not in generic mode ("Can't
+    attach device-bound programs in generic mode")."""
+    if not is_dev_bound(prog_fd):
+        return
+    what = (
+        f"program '{prog_name}' is device-bound (it calls the XDP metadata kfuncs and was "
+        "loaded for one interface)"
+    )
+    if mode == "generic":
+        raise DiagnosticError(
+            error(
+                "attach-failed",
+                f"{what}: the kernel attaches device-bound programs in native mode only",
+                hint=f"attach it with --mode native (the default) to {dev}",
+            )
+        )
+    raise DiagnosticError(
+        error(
+            "attach-failed",
+            f"{what}: the kernel attaches it only to that interface, which is not {dev}",
+            hint=f"load it for {dev}: `bpfdsl attach FILE --dev {dev}` or "
+            f"`bpfdsl load FILE --dev {dev}`",
+        )
+    )
+
+
+def _entry_kind(prog_fd: int) -> AttachType:
+    """BPF_XDP_DEVMAP, BPF_XDP_CPUMAP or (neither entry takes it: a device-bound plain
+    program) BPF_XDP: a throw-away 1-slot devmap entry for ``lo`` (ifindex 1 in every
+    network namespace) accepts only the first (kernel/bpf/devmap.c), a 1-slot cpumap entry
+    (qsize 1) only the second (kernel/bpf/cpumap.c __cpu_map_load_bpf_program)."""
     with S.map_create(MapType.DEVMAP, 4, 8, 1, name="bpfdsl_probe") as m:
         try:
             S.map_update(m, struct.pack("<I", 0), struct.pack("<Ii", 1, int(prog_fd)))
         except S.BpfError:
-            return AttachType.XDP_CPUMAP
-        return AttachType.XDP_DEVMAP
+            pass
+        else:
+            return AttachType.XDP_DEVMAP
+    with S.map_create(MapType.CPUMAP, 4, 8, 1, name="bpfdsl_probe") as m:
+        try:
+            S.map_update(m, struct.pack("<I", 0), struct.pack("<Ii", 1, int(prog_fd)))
+        except S.BpfError:
+            return AttachType.XDP
+        return AttachType.XDP_CPUMAP
 
 
 _FLAVOUR: dict[AttachType | None, str] = {

@@ -88,6 +88,7 @@ def open_program(
     data: bytes | None = None,
     reuse_from: str | None = None,
     pin_root: str | None = None,
+    dev: str | None = None,
 ) -> Iterator[OpenProgram]:
     """Open the program ``ref`` names (see module docstring); closes its fd on exit.
 
@@ -96,7 +97,9 @@ def open_program(
     ``reuse_from``: a pin dir whose ``maps/`` hold the maps of the program being replaced;
     the object's maps of those names are reused (their state stays) if their definitions
     match, else LoadError ``map-incompatible``.  ``pin_root``: PIN_ROOT of maps pinned by
-    name (default /sys/fs/bpf).
+    name (default /sys/fs/bpf).  ``dev``: the interface the object's device-bound programs
+    (those calling the XDP metadata kfuncs) are loaded for (prog_ifindex; a pinned program
+    is bound already, or not).
     ``data``: the object's ELF bytes when the caller has them already (``.bpfd`` source is
     compiled by the caller, e.g. :func:`bpfdsl.cli.object_bytes`), else the file ``ref``
     is read.
@@ -119,7 +122,8 @@ def open_program(
         return
     if not os.path.isfile(ref):
         raise UsageError(error("no-such-file", f"{ref}: no such object, pinned program or pin dir"))
-    yield from _load_and_open(ref, prog, pin_dir, config_items, data, reuse_from, pin_root)
+    ifindex = netlink.ifindex(dev) if dev else 0
+    yield from _load_and_open(ref, prog, pin_dir, config_items, data, reuse_from, pin_root, ifindex)
 
 
 def _load_and_open(
@@ -130,6 +134,7 @@ def _load_and_open(
     data: bytes | None,
     reuse_from: str | None = None,
     pin_root: str | None = None,
+    ifindex: int = 0,
 ) -> Iterator[OpenProgram]:
     spec = read_object(object_bytes(ref) if data is None else data, name=ref)
     config = parse_config(config_items, spec.configs) if config_items else {}
@@ -156,7 +161,9 @@ def _load_and_open(
     if pin_dir.startswith(attach.DEFAULT_PIN_ROOT + "/"):
         os.makedirs(attach.DEFAULT_PIN_ROOT, exist_ok=True)
     reuse = reusable_maps(spec, reuse_from) if reuse_from else None
-    with loader.load_collection(spec, config=config, reuse_maps=reuse, pin_dir=pin_root) as coll:
+    with loader.load_collection(
+        spec, config=config, reuse_maps=reuse, pin_dir=pin_root, ifindex=ifindex
+    ) as coll:
         pins.pin_collection(coll, pin_dir, source=os.path.abspath(ref), made_by="attach")
         try:
             kept = sorted(n for n, m in coll.maps.items() if m.reused and reuse and n in reuse)

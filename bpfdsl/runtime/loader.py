@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import errno as E
 import os
+import socket
 import struct
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -19,6 +20,8 @@ from typing import TYPE_CHECKING
 from bpfdsl.abi.insn import Insn, encode
 from bpfdsl.abi.uapi import (
     BPF_F_RDONLY_PROG,
+    BPF_F_XDP_DEV_BOUND_ONLY,
+    BPF_PSEUDO_KFUNC_CALL,
     BPF_PSEUDO_MAP_FD,
     BPF_PSEUDO_MAP_VALUE,
     MapType,
@@ -32,6 +35,7 @@ from bpfdsl.obj.maps import PIN_BY_NAME, MapSpec
 from bpfdsl.obj.spec import CollectionSpec, DataSection, ProgramSpec
 from bpfdsl.runtime import cpumap
 from bpfdsl.runtime.attach import ensure_bpffs
+from bpfdsl.runtime.kfuncs import kfunc_btf_id, needs_dev_bound
 from bpfdsl.runtime.verifier_log import summarize
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -154,6 +158,7 @@ def load_collection(
     log_size: int = 1 << 20,
     pinning: bool = True,
     reuse_maps: dict[str, str] | None = None,
+    ifindex: int = 0,
 ) -> Collection:
     """Load ``spec``; ``config`` maps .rodata VAR names to int/bytes/str values;
     ``pin_dir`` is where maps with ``pinning: LIBBPF_PIN_BY_NAME`` live (PIN_ROOT, default
@@ -164,7 +169,10 @@ def load_collection(
     keeping its state; libbpf's bpf_map__reuse_fd; given explicitly, so it applies with
     ``pinning=False`` too): it must match the definition (type, key/value size,
     max_entries, flags), else LoadError ``map-incompatible`` names the map and the fields
-    that differ.  Raises LoadError, VerifierError, PermissionError (BpfPermissionError)."""
+    that differ.  ``ifindex``: the device programs that call the XDP metadata kfuncs are
+    bound to (prog_ifindex + BPF_F_XDP_DEV_BOUND_ONLY; libbpf bpf_program__set_ifindex);
+    such a program without one is refused (``dev-bound-needs-device``).  Raises LoadError,
+    VerifierError, PermissionError (BpfPermissionError)."""
     coll = Collection(spec)
     reuse = reuse_maps or {}
     try:
@@ -177,7 +185,7 @@ def load_collection(
         for ds in spec.data_sections.values():
             _create_data_map(coll, ds, config or {})
         for key, p in spec.programs.items():
-            _load_program(coll, p, log_level, log_size, key)
+            _load_program(coll, p, log_level, log_size, key, ifindex)
         _fill_initial_values(coll)
     except BaseException:
         coll.close()
@@ -431,7 +439,12 @@ def _create_data_map(coll: Collection, ds: DataSection, config: dict[str, Any]) 
 
 
 def _load_program(
-    coll: Collection, p: ProgramSpec, log_level: int, log_size: int, key: str | None = None
+    coll: Collection,
+    p: ProgramSpec,
+    log_level: int,
+    log_size: int,
+    key: str | None = None,
+    ifindex: int = 0,
 ) -> None:
     """Load ``p`` into ``coll.programs[key]``: ``key`` is its name in ``spec.programs``,
     which is ``section/name`` when a function name repeats (two entries under ``p.name``
@@ -445,7 +458,13 @@ def _load_program(
     insns = list(p.insns)  # a copy: the spec stays as read
     for r in p.relocations:
         x = insns[r.insn_idx]
-        if r.kind == "map":
+        if r.kind == "kfunc":  # libbpf RELO_EXTERN_CALL: the FUNC's id in vmlinux, off 0
+            try:
+                tid = kfunc_btf_id(p.name, r.symbol)
+            except DiagnosticError as e:
+                raise LoadError(e.diagnostics) from None
+            insns[r.insn_idx] = Insn(x.opcode, x.dst, BPF_PSEUDO_KFUNC_CALL, 0, tid)
+        elif r.kind == "map":
             fd = int(coll.maps[r.symbol].fd)
             insns[r.insn_idx] = Insn(x.opcode, x.dst, BPF_PSEUDO_MAP_FD, x.off, fd)
         else:
@@ -461,6 +480,20 @@ def _load_program(
             struct.pack("<IIII", li.insn_off, li.file_name_off, li.line_off, li.line << 10 | li.col)
             for li in p.line_info
         )
+    flags = p.kind.prog_flags
+    bound = needs_dev_bound(p)
+    if bound:
+        if not ifindex:
+            raise _fail(
+                "dev-bound-needs-device",
+                f"program '{p.name}' calls {', '.join(bound)}: it must be loaded for the "
+                "device it reads the RX hints of (device-bound), and no device was given",
+                hint="give the device: `bpfdsl attach PROG --dev IFACE`, `bpfdsl load FILE "
+                "--dev IFACE`, `bpfdsl run FILE --dev IFACE` (to test-run the object's other "
+                "programs), load_collection(spec, ifindex=...) from Python",
+            )
+        flags |= BPF_F_XDP_DEV_BOUND_ONLY
+        kw["ifindex"] = ifindex
     name = "".join(c if c.isalnum() or c in "_." else "_" for c in p.name)[:15]
     try:
         prog_fd, log = S.prog_load(
@@ -469,7 +502,7 @@ def _load_program(
             coll.spec.license or "",
             name=name,
             expected_attach_type=p.kind.attach_type or 0,
-            prog_flags=p.kind.prog_flags,
+            prog_flags=flags,
             log_level=log_level,
             log_size=log_size,
             **kw,
@@ -477,6 +510,20 @@ def _load_program(
     except S.BpfPermissionError:
         raise
     except S.BpfError as e:
+        if bound and not e.log and e.errno in (E.EOPNOTSUPP, E.EINVAL, E.ENODEV):
+            # kernel/bpf/offload.c bpf_prog_dev_bound_init: no such device, or a driver
+            # without XDP (no ndo_bpf) cannot take a device-bound program
+            try:
+                where = f"interface {socket.if_indextoname(ifindex)} (ifindex {ifindex})"
+            except OSError:
+                where = f"ifindex {ifindex} (no such interface in this network namespace)"
+            raise _fail(
+                "dev-bound-device",
+                f"program '{p.name}' calls {', '.join(bound)}: the kernel refused to bind it "
+                f"to {where}: {os.strerror(e.errno)}",
+                hint="give an interface whose driver runs XDP natively (veth, mlx5, ice, "
+                "...; not lo), in this network namespace",
+            ) from None
         if not e.log:
             raise _fail(
                 "prog-load-failed",

@@ -2,7 +2,9 @@
 
 Context: ``bpfdsl run --ctx NAME=VALUE`` sets fields of the kernel's context struct of the
 program kind (include/uapi/linux/bpf.h): ``struct xdp_md`` (``ingress_ifindex``,
-``rx_queue_index``, ``egress_ifindex``), ``struct sk_msg_md`` (the socket the message is
+``rx_queue_index``, ``egress_ifindex``; and, for the interpreter, the RX hints the XDP
+metadata kfuncs return: ``rx_hash``, ``rx_rss_type``, ``rx_timestamp``, ``rx_vlan_proto``,
+``rx_vlan_tci``), ``struct sk_msg_md`` (the socket the message is
 sent on: ``family``, ``remote_ip4``/``local_ip4``, ``remote_ip6``/``local_ip6``,
 ``remote_port``/``local_port``) and ``struct bpf_sock_ops`` (``op``, ``args``, the same
 socket fields, ``state``, ``snd_cwnd``, ``srtt_us``, ... see
@@ -48,6 +50,7 @@ from bpfdsl.abi.uapi import (
 )
 from bpfdsl.diagnostics import UsageError, error
 from bpfdsl.interp.ctx import CTX_FIELDS, SockInfo
+from bpfdsl.interp.kfuncs import HINTS, hint_size
 from bpfdsl.runtime.mapview import MapCodec
 
 # struct xdp_md (include/uapi/linux/bpf.h) fields a test run may set: the kernel's
@@ -78,8 +81,19 @@ MAP_DIFF_LIMIT = 4096  # entries per map compared before/after a run (bigger map
 
 
 def ctx_fields(kind: ProgramKind) -> dict[str, tuple[int, int, str]]:
-    """Settable fields of ``kind``'s context struct: name -> (offset, size, form)."""
-    return _FIELDS.get(kind.ctx, {})
+    """Settable fields of ``kind``'s context struct: name -> (offset, size, form).  Plain
+    XDP programs (also ``xdp(dev_bound)`` ones) take the RX hints the interpreter's
+    metadata kfuncs return too (:data:`RX_HINT_FIELDS`, offset -1: not in the struct)."""
+    fields = _FIELDS.get(kind.ctx, {})
+    if kind.ctx == "xdp_md" and kind.attach_type == AttachType.XDP:
+        return {**fields, **RX_HINT_FIELDS}
+    return fields
+
+
+# RX hints of a run on the interpreter (bpfdsl.interp.kfuncs): `--ctx rx_hash=0x1234` makes
+# rx_hash() return 0 and that hash (numbers in host order; rx_vlan_proto is written in
+# network order, as the kfunc's __be16); no kernel test run takes them (no driver)
+RX_HINT_FIELDS: dict[str, tuple[int, int, str]] = {n: (-1, hint_size(n), "u") for n in HINTS}
 
 
 def _bad(item: str, why: str, hint: str | None = None) -> UsageError:

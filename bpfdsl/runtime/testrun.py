@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import errno
 import struct
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -71,8 +71,12 @@ class KernelEngine:
 
     name = "kernel"
 
-    def __init__(self, spec, *, config: dict | None = None):
-        self._coll = loader.load_collection(spec, config=config or {}, pinning=False)
+    def __init__(self, spec, *, config: dict | None = None, ifindex: int = 0):
+        # ifindex: the device the object's device-bound programs are loaded for (they
+        # cannot be test-run, but the others of the object can)
+        self._coll = loader.load_collection(
+            spec, config=config or {}, pinning=False, ifindex=ifindex
+        )
         self.warnings: list[str] = list(self._coll.warnings)
         self.spec = spec
         self.config = dict(config or {})
@@ -94,6 +98,16 @@ class KernelEngine:
         ``struct xdp_md`` given as ctx_in: ``ingress_ifindex`` (an interface of this
         network namespace) and ``rx_queue_index`` (one of its rx queues)."""
         fd = self._coll.programs[program].fd
+        hints = sorted(k for k in ctx or {} if k in runinfo.RX_HINT_FIELDS)
+        if hints:
+            raise UsageError(
+                error(
+                    "bad-ctx",
+                    f"--ctx {hints[0]}: an RX hint of the metadata kfuncs, which only the "
+                    "interpreter takes (a kernel test run has no driver to give it)",
+                    hint="run it with --engine interp, or on real traffic",
+                )
+            )
         if len(packet) < ETH_HLEN:
             raise PacketSkipped(
                 f"{len(packet)} bytes: the kernel runs XDP only on frames of "
@@ -206,11 +220,12 @@ class InterpEngine:
             args, fields = tuple(ctx.get("args", ())), sock_ops_fields(ctx)
             call = lambda: prog.run_sock_ops(op, sock, args, fields)  # noqa: E731
         else:
-            xdp = {
+            xdp: dict[str, Any] = {
                 k: ctx[k]
                 for k in ("ingress_ifindex", "rx_queue_index", "egress_ifindex")
                 if k in ctx
             }
+            xdp["hints"] = {k: v for k, v in ctx.items() if k in runinfo.RX_HINT_FIELDS}
             call = lambda: prog.run(packet, **xdp)  # noqa: E731
         total = 0
         res = None
@@ -306,8 +321,9 @@ def _xdp_ctx_error(err: int, ctx: dict) -> UsageError:
     )
 
 
-def open_engine(name: str, spec, *, config: dict | None = None) -> Engine:
-    """Create engine ``name`` (see :data:`ENGINES`) for ``spec``.
+def open_engine(name: str, spec, *, config: dict | None = None, ifindex: int = 0) -> Engine:
+    """Create engine ``name`` (see :data:`ENGINES`) for ``spec``; ``ifindex``: the device
+    the kernel engine loads the object's device-bound programs for.
 
     Raises UsageError for an unknown or unavailable engine.
     """
@@ -316,6 +332,8 @@ def open_engine(name: str, spec, *, config: dict | None = None) -> Engine:
         raise UsageError(
             error("bad-engine", f"unknown engine {name!r}", hint=f"engines: {', '.join(ENGINES)}")
         )
+    if ifindex and name == "kernel":
+        return factory(spec, config=config or {}, ifindex=ifindex)
     return factory(spec, config=config or {})
 
 
@@ -488,8 +506,25 @@ def _message_change(before: bytes, after: bytes) -> list[str]:
     return [f"message {len(before)} -> {len(after)} bytes ({d:+d}): {show}"]
 
 
-def require_test_run(kind: ProgramKind, program: str, engine: str) -> None:
-    """Raise DiagnosticError when the kernel's test run refuses programs of ``kind``."""
+def require_test_run(
+    kind: ProgramKind, program: str, engine: str, dev_bound: Sequence[str] = ()
+) -> None:
+    """Raise DiagnosticError when the kernel's test run refuses programs of ``kind``, or
+    this program: ``dev_bound`` names the kfuncs that make it device-bound
+    (runtime.kfuncs.needs_dev_bound), and BPF_PROG_TEST_RUN refuses device-bound XDP
+    programs with EINVAL (net/bpf/test_run.c: they may only run on their device)."""
+    if engine == "kernel" and dev_bound:
+        raise DiagnosticError(
+            error(
+                "no-test-run",
+                f"the kernel cannot test-run program {program!r}: it calls "
+                f"{', '.join(dev_bound)}, so it is device-bound, and BPF_PROG_TEST_RUN "
+                "refuses device-bound programs",
+                hint="use --engine interp (the metadata kfuncs return -EOPNOTSUPP there "
+                "unless --ctx gives a hint, e.g. --ctx rx_hash=0x1234), or attach it to its "
+                "device (`bpfdsl attach PROG --dev IFACE`) and send it traffic",
+            )
+        )
     if engine == "kernel" and not kind.test_run:
         raise DiagnosticError(
             error(

@@ -168,11 +168,24 @@ class XskSocket:
 
     def recv(self, timeout: float = 1.0, max_frames: int = 64) -> list[bytes]:
         """Frames received so far (waits up to ``timeout`` seconds for the first one)."""
+        return [f for _meta, f in self.recv_meta(0, timeout, max_frames)]
+
+    def recv_meta(
+        self, meta_len: int, timeout: float = 1.0, max_frames: int = 64
+    ) -> list[tuple[bytes, bytes]]:
+        """(metadata, frame) of the frames received so far: the ``meta_len`` bytes just
+        before each frame in its UMEM chunk, where the kernel copies what the XDP program
+        reserved with bpf_xdp_adjust_meta (net/xdp/xsk.c xsk_copy_xdp: the metadata goes
+        in front of ``desc.addr``, inside the chunk's XDP_PACKET_HEADROOM of 256 bytes;
+        the descriptor does not say how long it is, the program and reader agree on it).
+        """
+        if not 0 <= meta_len <= 255:  # type_max(skb_shared_info.meta_len), include/net/xdp.h
+            raise ValueError("meta_len must be 0..255 bytes")
         prod_off, cons_off, desc, _fl = self._rx_off
         deadline = time.monotonic() + timeout
         poller = select.poll()
         poller.register(self.sock.fileno(), select.POLLIN)
-        out: list[bytes] = []
+        out: list[tuple[bytes, bytes]] = []
         while True:
             prod = struct.unpack_from("<I", self._rx, prod_off)[0]
             cons = struct.unpack_from("<I", self._rx, cons_off)[0]
@@ -185,7 +198,8 @@ class XskSocket:
         chunks = []
         while cons != prod and len(out) < max_frames:
             addr, length, _opt = _DESC.unpack_from(self._rx, desc + (cons & (self.frames - 1)) * 16)
-            out.append(bytes(self.umem[addr : addr + length]))
+            meta = bytes(self.umem[addr - meta_len : addr]) if meta_len else b""
+            out.append((meta, bytes(self.umem[addr : addr + length])))
             chunks.append(addr // self.frame_size)
             cons = (cons + 1) & 0xFFFFFFFF
         struct.pack_into("<I", self._rx, cons_off, cons)

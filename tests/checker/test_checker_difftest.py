@@ -52,7 +52,7 @@ def test_check_agrees_with_kernel_on_fixed_slice():
     sl = (
         bases
         + picked
-        + rng.sample(rest, min(len(rest), 100 - len(bases) - len(picked) - len(randoms)))
+        + rng.sample(rest, max(0, min(len(rest), 100 - len(bases) - len(picked) - len(randoms))))
     )
     near = [it for it in corpus if it.category == "near_limit"]
     assert len(near) == 3

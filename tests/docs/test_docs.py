@@ -70,14 +70,20 @@ def test_docs_example_loads(where: str, info: str, source: str) -> None:
     if not res.programs:
         pytest.skip("declarations only")
     import shutil
+    from contextlib import nullcontext
 
-    from support.netns import bpffs_dir
+    from support.netns import bpffs_dir, veth_here
 
+    from bpfdsl.runtime.kfuncs import needs_dev_bound
+
+    spec = read_object(res.obj)
+    bound = any(needs_dev_bound(p) for p in spec.programs.values())
     root = bpffs_dir("docs_")  # PIN_ROOT of maps pinned by name: the test's own, removed
     os.mkdir(root)
     try:
-        with loader.load_collection(read_object(res.obj), pin_dir=root) as coll:
-            assert set(coll.programs) == set(res.programs)
+        with veth_here() if bound else nullcontext(0) as ifindex:  # device-bound: a veth
+            with loader.load_collection(spec, pin_dir=root, ifindex=ifindex) as coll:
+                assert set(coll.programs) == set(res.programs)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

@@ -51,9 +51,14 @@ def records(data: bytes) -> tuple[str, list[tuple[int, int, int]]] | None:
 
 def to_pcapng(data: bytes) -> bytes:
     """The same packets as pcapng (SHB, one IDB with the file's link type and snaplen, an
-    EPB per record; pcapng spec draft-ietf-opsawg-pcapng sections 4.1, 4.2, 4.3)."""
+    EPB per record; pcapng spec draft-ietf-opsawg-pcapng sections 4.1, 4.2, 4.3).  A record
+    longer than the snapshot length is cut to it, as libpcap reads it from the pcap (an EPB
+    longer than the IDB's snaplen would end libpcap's pcapng read instead)."""
+    from bpfdsl.runtime.pcapfile import adjust_snapshot
+
     e, recs = records(data)
     snaplen, linktype = struct.unpack_from(e + "II", data, 16)
+    snapshot = adjust_snapshot(linktype & 0xFFFF, snaplen)
 
     def block(btype: int, body: bytes) -> bytes:
         body += b"\0" * (-len(body) % 4)
@@ -65,8 +70,9 @@ def to_pcapng(data: bytes) -> bytes:
     for pos, caplen, wirelen in recs:
         sec, usec = struct.unpack_from(e + "II", data, pos)
         ts = sec * 1_000_000 + usec
-        body = struct.pack("<IIIII", 0, ts >> 32, ts & 0xFFFFFFFF, caplen, wirelen)
-        out += block(6, body + data[pos + 16 : pos + 16 + caplen])
+        cut = min(caplen, snapshot)
+        body = struct.pack("<IIIII", 0, ts >> 32, ts & 0xFFFFFFFF, cut, wirelen)
+        out += block(6, body + data[pos + 16 : pos + 16 + cut])
     return out
 
 

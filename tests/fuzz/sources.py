@@ -378,7 +378,9 @@ def load_result(obj: bytes) -> Result | None:
     from .api import DiagnosticError, load_collection, read_object
 
     try:
-        with load_collection(read_object(obj)):
+        # pinning=False: the kernel's verdict is the question; a LIBBPF_PIN_BY_NAME map
+        # would stay pinned on bpffs after the load, as libbpf leaves it (a leak here)
+        with load_collection(read_object(obj), pinning=False):
             return None
     except DiagnosticError as e:
         log = getattr(e, "log", "") or ""

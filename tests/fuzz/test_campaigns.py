@@ -2,8 +2,8 @@
 4 minutes on 2 cores.  Each fails on a new failure kind (traceback, hang, crash, an error
 without file:line:col, a raw Python message, a kernel rejection of a checked object, an
 engine difference, a leaked fd or pin, a wrong packet count) and prints it with its
-reduced reproducer; kinds other engineers are fixing (fuzz/known.py) are reported, not
-failed (their reproducers are xfail tests in test_known_faults.py).  Bigger campaigns:
+reduced reproducer; kinds other engineers are fixing (fuzz/known.py, empty now) are
+reported, not failed.  Reproducers of fixed kinds: test_fuzz_findings.py.  Bigger campaigns:
 scripts/fuzz.py.
 """
 

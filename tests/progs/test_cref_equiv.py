@@ -224,8 +224,8 @@ def test_same_behaviour(name: str, tmp_path: Path) -> None:
         sections = {}
         for coll in (ours, clang):
             for p in coll.programs.values():
-                if p.spec.section in runnable:
-                    sections.setdefault(p.spec.section, []).append(p)
+                if p.spec.section in runnable:  # paired by section and name (several `xdp`)
+                    sections.setdefault((p.spec.section, p.name), []).append(p)
         assert all(len(v) == 2 for v in sections.values()), sections.keys()
         mismatches = []
         for sec, (po, pc) in sections.items():

@@ -251,3 +251,25 @@ def veth_net(prefix: str = "bd") -> Iterator[VethNet]:
 def bpffs_dir(prefix: str = "bpfdsl_test_") -> str:
     """A fresh, unique directory path under /sys/fs/bpf (not created)."""
     return os.path.join("/sys/fs/bpf", f"{prefix}{uuid.uuid4().hex[:10]}")
+
+
+@contextmanager
+def veth_here(prefix: str = "bh") -> Iterator[int]:
+    """A veth pair with one end in this network namespace (down, no address) and its
+    peer in a fresh namespace; yields this end's ifindex: a device to load device-bound
+    XDP programs for.  Removes the namespace (and with it the pair) on exit."""
+    ns, here, peer = unique(f"{prefix}n"), unique(f"{prefix}a"), unique(f"{prefix}b")
+    netlink.create_netns(ns)
+    try:
+        subprocess.run(
+            ["ip", "link", "add", here, "type", "veth", "peer", "name", peer, "netns", ns],
+            check=True,
+            capture_output=True,
+            timeout=30,
+        )
+        try:
+            yield netlink.ifindex(here)
+        finally:
+            subprocess.run(["ip", "link", "del", here], check=False, capture_output=True)
+    finally:
+        netlink.remove_netns(ns)

@@ -188,6 +188,8 @@ class Btf:
         raises BtfFormatError naming the DATASEC/VAR when the ELF does not tell."""
         changes = []
         for t in self.datasecs():
+            if t.name == ".ksyms" and all(self[m.type].kind == Kind.FUNC for m in t.members):
+                continue  # kfunc declarations: sanitize() rewrites them as libbpf does
             if t.name in (".kconfig", ".ksyms"):
                 raise BtfFormatError(f"DATASEC '{t.name}': extern variables are not supported")
             fix_offsets = t.size == 0
@@ -234,7 +236,7 @@ class Btf:
         """Rewrite what a 6.x kernel refuses: extern FUNCs (kfunc declarations) become
         static, extern VARs become static (they are never referenced once externs are
         refused).  Returns what was changed."""
-        changes = []
+        changes = self._sanitize_ksyms()
         for t in self.types:
             if t.kind == Kind.FUNC and t.linkage not in (BTF_FUNC_STATIC, BTF_FUNC_GLOBAL):
                 t.linkage = BTF_FUNC_STATIC
@@ -243,6 +245,51 @@ class Btf:
                 t.linkage = BTF_VAR_STATIC
                 changes.append(f"VAR '{t.name}' extern -> static")
         return changes
+
+    def _sanitize_ksyms(self) -> list[str]:
+        """The DATASEC ``.ksyms`` of kfunc declarations as libbpf rewrites it before
+        BPF_BTF_LOAD (bpf_object__collect_externs): the kernel wants VARs in a DATASEC, so
+        each entry becomes a 4-byte static VAR ``dummy_ksym`` of a 4-byte int, one after
+        the other, and the kfuncs' unnamed FUNC_PROTO parameters get that name (the kernel
+        refuses a FUNC whose parameters have no names)."""
+        sec = next((t for t in self.datasecs() if t.name == ".ksyms"), None)
+        if sec is None or not sec.members:
+            return []
+        name = "dummy_ksym"
+        name_off = self.add_string(name)
+        int_id = next(
+            (t.id for t in self.types if t.kind == Kind.INT and t.size == 4 and t.bits == 32), 0
+        )
+        if not int_id:
+            int_id = len(self.types)
+            self.types.append(
+                BtfType(
+                    int_id, Kind.INT, "int", self.add_string("int"), size=4, encoding=1, bits=32
+                )
+            )
+        var_id = len(self.types)
+        self.types.append(
+            BtfType(var_id, Kind.VAR, name, name_off, type=int_id, linkage=BTF_VAR_STATIC)
+        )
+        for i, m in enumerate(sec.members):
+            fn = self[m.type]
+            proto = self[fn.type] if fn.kind == Kind.FUNC else None
+            for p in proto.members if proto is not None else ():
+                if not p.name_off:
+                    p.name, p.name_off = name, name_off
+            m.type, m.offset, m.size = var_id, 4 * i, 4
+        sec.size = 4 * len(sec.members)
+        return [f"DATASEC '.ksyms': {len(sec.members)} kfunc(s) -> VAR '{name}'"]
+
+    def add_string(self, text: str) -> int:
+        """Offset of ``text`` in the string section, appended if it is not there."""
+        raw = text.encode() + b"\0"
+        at = bytes(self.strings).find(b"\0" + raw)
+        if at >= 0:
+            return at + 1
+        off = len(self.strings)
+        self.strings += raw
+        return off
 
     # ---- writing ----
     def to_bytes(self) -> bytes:
@@ -397,3 +444,39 @@ def _decode_type(data: bytes, pos: int, end: int, tid: int, names: _Names) -> tu
             for mt, off, sz in recs:
                 ms.append(Member(type=mt, offset=off, size=sz))
     return t, pos + n
+
+
+# bytes after the 12-byte btf_type of each kind, from vlen (include/uapi/linux/btf.h)
+_SKIP = {
+    Kind.INT: (4, 0), Kind.ARRAY: (12, 0), Kind.STRUCT: (0, 12), Kind.UNION: (0, 12),
+    Kind.ENUM: (0, 8), Kind.FUNC_PROTO: (0, 8), Kind.VAR: (4, 0), Kind.DATASEC: (0, 12),
+    Kind.DECL_TAG: (4, 0), Kind.ENUM64: (0, 12),
+}  # fmt: skip
+
+
+def find_func_id(data: bytes, name: str) -> int | None:
+    """The type id of the FUNC named ``name`` in raw BTF ``data`` (the kernel's
+    /sys/kernel/btf/vmlinux: one pass over the type headers, without decoding the ~150k
+    types the way :func:`parse_btf` does), or None."""
+    magic, _ver, _flags, hdr_len, type_off, type_len, str_off, _str_len = _HDR.unpack_from(data)
+    if magic != BTF_MAGIC:
+        raise BtfFormatError("not BTF (bad magic)")
+    strs = hdr_len + str_off
+    want = name.encode() + b"\0"
+    offs, at = set(), data.find(b"\0" + want, strs)
+    while at >= 0:
+        offs.add(at + 1 - strs)
+        at = data.find(b"\0" + want, at + 1)
+    if not offs:
+        return None
+    pos, end, tid = hdr_len + type_off, hdr_len + type_off + type_len, 1
+    unpack = struct.Struct("<III").unpack_from
+    while pos < end:
+        name_off, info, _size = unpack(data, pos)
+        kind, vlen = (info >> 24) & 0x1F, info & 0xFFFF
+        if kind == Kind.FUNC and name_off in offs:
+            return tid
+        fixed, per = _SKIP.get(Kind(kind), (0, 0)) if kind <= 19 else (0, 0)
+        pos += 12 + fixed + per * vlen
+        tid += 1
+    return None

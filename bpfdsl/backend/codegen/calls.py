@@ -8,6 +8,7 @@ from __future__ import annotations
 from llvmlite import ir
 
 from bpfdsl.abi.helpers import HELPERS
+from bpfdsl.abi.kfuncs import BY_BUILTIN as KFUNC_BUILTINS
 from bpfdsl.abi.uapi import BPF_F_CURRENT_CPU
 from bpfdsl.backend.codegen.expr import _chunks
 from bpfdsl.backend.codegen.helpers import TYPED_HELPERS
@@ -21,6 +22,24 @@ I32, I64 = ir.IntType(32), ir.IntType(64)
 PTR = ir.PointerType()
 
 
+class _KsymDecl(ir.Function):
+    """A function declaration whose ``!dbg`` goes where LLVM's parser wants it on a
+    declaration, ``declare !dbg !N ...`` (llvmlite writes metadata after the prototype,
+    which is right only for definitions)."""
+
+    def descr_prototype(self, buf: list[str]) -> None:
+        md = self._stringify_metadata()
+        saved: dict = getattr(self, "metadata")  # noqa: B009 (llvmlite leaves it untyped)
+        setattr(self, "metadata", {})  # noqa: B010
+        inner: list[str] = []
+        try:
+            super().descr_prototype(inner)
+        finally:
+            setattr(self, "metadata", saved)  # noqa: B010
+        text = "".join(inner)
+        buf.append(text.replace("declare ", f"declare {md} ", 1) if md else text)
+
+
 class CallGen(GenHost):
     # ---- calls ----
     def helper(self, hid: int, ret: ir.Type, args: list[ir.Value]) -> ir.Value:
@@ -30,9 +49,30 @@ class CallGen(GenHost):
         callee.function_type = fnty
         return self.b.call(callee, args)
 
+    def kfunc_call(self, e: ast.Call) -> ir.Value:
+        """A kfunc (abi.kfuncs) as clang calls an ``extern int f(...) __ksym``: a direct call
+        of a declaration in section ``.ksyms`` with a DISubprogram (LLVM then emits the
+        relocated ``call -1``, the extern BTF FUNC and the ``.ksyms`` DATASEC); the ctx
+        first, then the addresses of the locals it writes (sema: program locals)."""
+        k = KFUNC_BUILTINS[e.name]
+        fn = self.m.globals.get(k.name)
+        if fn is None:
+            fn = _KsymDecl(self.m, ir.FunctionType(I32, [PTR] * (1 + len(k.outs))), k.name)
+            fn.section = ".ksyms"
+            if self.dbg:
+                self.dbg.di.kfunc(fn, k.btf_outs(), ctx=self.f.ctx_kind or "xdp_md")
+        slots = []
+        for a in e.args:
+            loc = self.c.sym[a]
+            assert isinstance(loc, Local)  # sema.kfuncs: the arguments are locals
+            slots.append(self.var(loc))
+        return self.b.call(fn, [self.f.ctx, *slots])
+
     def g_Call(self, e: ast.Call):
 
         c = self.c
+        if e.name in KFUNC_BUILTINS and e.name not in c.fns:
+            return self.kfunc_call(e)
         if e.name in c.structs:
             st = c.structs[e.name]
             filled = [(st.fields[k][0], st.fields[k][1].size) for k in e.kwargs]

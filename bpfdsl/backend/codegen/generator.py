@@ -37,7 +37,7 @@ class _Fn:
     ``ctx_kind``: the context struct (``xdp_md``, ``sk_msg_md``) data/data_end are read from
     (a program's, or the one a packet fn's copy is made for); ``info``: the FnInfo of a fn;
     ``volatile_end``: every bounds check reloads data_end (a packet fn: it may be inlined
-    into a loop, see PktGen.bounds)."""
+    into a loop; a function after its first loop; see PktGen.bounds)."""
 
     def __init__(self, func: ir.Function, kind, ctx: ir.Value | None, ctx_kind=None, info=None):
         self.func = func
@@ -52,6 +52,7 @@ class _Fn:
         self.loops: list[tuple[ir.Block, ir.Block]] = []  # (continue target, break target)
         self.ret_block: ir.Block | None = None
         self.pending: list[ir.Block] = []  # blocks made by new_block
+        self.placed: set[int] = set()  # id() of the blocks in func.blocks, if put by start()
         self.temps: list[ir.Value] = []  # live key/value temporaries (codegen.maps.temp_mem)
         self.rets: list[tuple[ir.Value, ir.Block]] = []  # (value, predecessor) of ret_block
 
@@ -137,12 +138,14 @@ class CodeGen(ExprGen, CallGen, PktGen, MapGen, HelperGen):
     def begin(self, func: ir.Function, kind, ctx, ctx_kind=None, info=None) -> None:
         self.f = _Fn(func, kind, ctx, ctx_kind, info)
         body = func.append_basic_block("body")
+        self.f.placed.update((id(self.f.entry), id(body)))
         self.b = ir.IRBuilder(body)
         self.env = [{}]
 
     def finish(self) -> None:
         for blk in self.f.pending:  # branched to but never started: unreachable code
-            if blk not in self.f.func.blocks:
+            if id(blk) not in self.f.placed:
+                self.f.placed.add(id(blk))
                 self.f.func.blocks.append(blk)
                 ir.IRBuilder(blk).unreachable()
         ir.IRBuilder(self.f.entry).branch(self.f.func.basic_blocks[1])
@@ -368,7 +371,8 @@ class CodeGen(ExprGen, CallGen, PktGen, MapGen, HelperGen):
 
     def start(self, blk: ir.Block) -> None:
         """Continue emitting at the end of ``blk`` (appending it to the layout if new)."""
-        if blk not in self.f.func.blocks:
+        if id(blk) not in self.f.placed:  # a set: `in func.blocks` made codegen quadratic
+            self.f.placed.add(id(blk))
             self.f.func.blocks.append(blk)
         self.b.position_at_end(blk)
 
@@ -476,6 +480,11 @@ class CodeGen(ExprGen, CallGen, PktGen, MapGen, HelperGen):
         self.f.loops.append((latch, done))
         self.block(s.body, new_scope=False)
         self.f.loops.pop()
+        # the checks after a loop reload data_end too: GVN would otherwise reuse the i32 of
+        # the loop's last (volatile) load through a phi, whose zero-extension LLVM emits as
+        # a 32-bit mov that makes the pointer a scalar for the verifier (found by fuzzing:
+        # ~100 `parse` in a loop body)
+        self.f.volatile_end = True
         self.env.pop()
         if not self.b.block.is_terminated:
             self.b.branch(latch)

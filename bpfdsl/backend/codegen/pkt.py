@@ -24,6 +24,7 @@ from bpfdsl.lang import ast
 from bpfdsl.lang import types as T
 from bpfdsl.lang.headers import (
     CTX_DATA,
+    CTX_DATA_META,
     CTX_FIELDS,
     IPV6_EXT_HEADERS,
     IPV6_EXT_MAX,
@@ -119,6 +120,8 @@ class PktGen(CsumGen):
             return self.parse(e.ty.inner.layout, fail)
         if isinstance(e, ast.Call) and e.name == "skip_ext":
             return self.skip_ext(e, fail)
+        if isinstance(e, ast.Call) and e.name == "meta":
+            return self.meta_view(e, fail)
         if isinstance(e, ast.Load):
             return self.load_bytes(e, fail)
         if isinstance(e, ast.Field):  # a conditional header field
@@ -142,6 +145,21 @@ class PktGen(CsumGen):
             self.start(ok)
             return p
         raise AssertionError("codegen: optional")
+
+    def meta_view(self, e: ast.Call, fail: ir.Block) -> ir.Value:
+        """``meta(S)``: ``ctx->data_meta`` (u32 + zext + inttoptr, as clang loads it), or
+        ``fail`` when ``data_meta + sizeof(S) > data`` (the verifier's rule for a
+        PTR_TO_PACKET_META: it is readable up to data, checked like ``cursor + n > data_end``)."""
+        assert isinstance(e.ty, T.OptionalType) and isinstance(e.ty.inner, T.MetaRef)  # sema
+        assert self.f.ctx_kind is not None  # sema: meta() in xdp program bodies only
+        size = e.ty.inner.inner.size
+        v = self.b.load(self.gep(self.f.ctx, CTX_DATA_META[self.f.ctx_kind]), typ=I32, align=4)
+        p = self.b.inttoptr(self.b.zext(v, I64), PTR)
+        ok = self.new_block("meta.ok")
+        data = self._ctx_ptr(0, volatile=bool(self.f.loops) or self.f.volatile_end)
+        self.b.cbranch(self.b.icmp_unsigned(">", self.gep(p, size), data), fail, ok)
+        self.start(ok)
+        return p
 
     def bounds(self, p: ir.Value, size: int, fail: ir.Block, name: str) -> None:
         """Branch to ``fail`` if ``p + size > data_end`` (pointer compare, verifier shape)."""

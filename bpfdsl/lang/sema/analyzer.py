@@ -23,6 +23,8 @@ from bpfdsl.lang.layout import Header
 from bpfdsl.lang.sema.csum import payload_warnings
 from bpfdsl.lang.sema.decls import DeclChecker
 from bpfdsl.lang.sema.expr import ExprChecker
+from bpfdsl.lang.sema.meta import MetaState
+from bpfdsl.lang.sema.meta import start as meta_start
 from bpfdsl.lang.sema.refs import check_refs
 from bpfdsl.lang.sema.resize import LoopPaths
 from bpfdsl.lang.sema.stmt import StmtChecker
@@ -99,6 +101,7 @@ class Sema(StmtChecker, DeclChecker):
         self.resized: frozenset[ast.Node] = frozenset()  # resize calls on this path (resize.py)
         self.loop_paths: list[LoopPaths] = []  # per enclosing loop: its continue/break states
         self.view_uses: list[tuple[Local, Span]] = []  # header views read, in order
+        self.meta = MetaState()  # metadata bytes reserved on every path here (sema.meta)
         self.loop_depth = 0
         # what the parse cursor is just past on every path to here (see symbols.CURSOR_UNKNOWN)
         self.cursor: object = None
@@ -282,6 +285,7 @@ class Sema(StmtChecker, DeclChecker):
         # where the caller's cursor is, the fn cannot know: no L4 view it parses gets an IP
         # parent from a header parsed before the call (see symbols.CURSOR_UNKNOWN)
         self.cursor, self.stale, self.resized = CURSOR_UNKNOWN, {}, frozenset()
+        self.meta = meta_start(None)
         for (name, ty), p in zip(info.params, info.decl.params, strict=True):
             loc = Local(name, ty, p.span)
             self.c.sym[p] = loc
@@ -310,6 +314,7 @@ class Sema(StmtChecker, DeclChecker):
             return
         self.c.progs.append((p, kind))
         self.kind, self.stale, self.cursor, self.resized = kind, {}, None, frozenset()
+        self.meta = meta_start(kind.keyword)
         self.scopes, self.gone = [self.globals_scope(), {p.ctx: T.CTX}], {}
         self.payload_writes = []
         resizes = len(self.c.pkt_reset)

@@ -9,11 +9,12 @@ map's key type exactly (a literal takes it), lpm_trie keys may be a bare address
 from __future__ import annotations
 
 from bpfdsl.abi.helpers import map_fits_helper
+from bpfdsl.abi.kfuncs import BY_BUILTIN as KFUNC_BUILTINS
 from bpfdsl.abi.uapi import MapType, is_percpu, lookup_is_readonly
 from bpfdsl.diagnostics import Diagnostic
 from bpfdsl.lang import ast
 from bpfdsl.lang import types as T
-from bpfdsl.lang.sema import helpers
+from bpfdsl.lang.sema import helpers, kfuncs, meta
 from bpfdsl.lang.sema.csum import check_swap, check_write
 from bpfdsl.lang.sema.events import EVENT_CALLS, EVENT_MAP_HINT, EVENT_MAP_USE, check_call
 from bpfdsl.lang.sema.helpers import helper_kind as _helper_kind
@@ -78,7 +79,7 @@ def _mark_stale(ex, e: ast.Node) -> None:
 
     for scope in ex.s.scopes:
         for sym in scope.values():
-            if isinstance(sym, Local) and isinstance(sym.ty, T.HeaderType):
+            if isinstance(sym, Local) and isinstance(sym.ty, (T.HeaderType, T.MetaRef)):
                 ex.s.stale.setdefault(sym, e.span.line)
     ex.s.resized = ex.s.resized | {e}
     ex.c.pkt_reset.add(e)
@@ -135,8 +136,10 @@ def call(ex, e: ast.Call) -> T.Type:
         ht = helpers.by_name(ex, e)
         if ht is not None:
             return ht
+    if e.name in KFUNC_BUILTINS:
+        return kfuncs.call(ex, e)
     if e.name not in BUILTINS:
-        names = list(BUILTINS) + list(c.fns) + list(c.structs)
+        names = list(BUILTINS) + list(KFUNC_BUILTINS) + list(c.fns) + list(c.structs)
         ex.err("unknown-fn", f"unknown function `{e.name}`", e.span, ex.s.suggest(e.name, names))
         for a in e.args:
             ex.expr(a)
@@ -182,6 +185,8 @@ def call(ex, e: ast.Call) -> T.Type:
         return helpers.csum_diff(ex, e)
     if e.name == "redirect":
         return helpers.redirect(ex, e)
+    if e.name == "meta":
+        return meta.view(ex, e)
     if e.name == "hash":
         if not args:
             ex.err("arg-count", "hash() takes at least one value", e.span)
@@ -258,6 +263,8 @@ def call(ex, e: ast.Call) -> T.Type:
         if ex.s.kind is None:
             ex.err("resize-in-fn", f"`{e.name}` is only allowed in a program body", e.span)
         _mark_stale(ex, e)
+    if e.name == "adjust_meta":
+        meta.reserve(ex, e)
     return ret
 
 

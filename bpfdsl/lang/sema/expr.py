@@ -277,12 +277,15 @@ class ExprChecker(OpsChecker):
             return sym.ty
         if isinstance(sym, Local):
             if sym in self.s.stale:
+                what = "metadata view" if isinstance(sym.ty, T.MetaRef) else "header"
                 self.err(
                     "stale-header",
-                    f"header `{e.id}` is invalid here: the packet was "
+                    f"{what} `{e.id}` is invalid here: the packet was "
                     f"resized at line {self.s.stale[sym]}",
                     e.span,
-                    "parse the header again after adjust_head/adjust_tail",
+                    "take `meta(...)` again after the call"
+                    if isinstance(sym.ty, T.MetaRef)
+                    else "parse the header again after adjust_head/adjust_tail",
                 )
             elif isinstance(sym.ty, T.HeaderType):
                 self.s.view_uses.append((sym, e.span))  # a loop may resize after (resize.py)

@@ -13,6 +13,8 @@ from bpfdsl.lang import ast
 from bpfdsl.lang import types as T
 from bpfdsl.lang.sema import resize
 from bpfdsl.lang.sema.csum import _l4_in_scope
+from bpfdsl.lang.sema.meta import MetaState
+from bpfdsl.lang.sema.meta import merge as merge_meta
 from bpfdsl.lang.sema.symbols import CURSOR_UNKNOWN, PKT_RESIZE, FnInfo, Local, const_int
 
 if TYPE_CHECKING:
@@ -59,6 +61,7 @@ class StmtChecker:
     gone: dict[str, tuple[Local, int]]
     follows: dict[Local, object]
     payload_writes: list
+    meta: MetaState
 
     if TYPE_CHECKING:
 
@@ -205,18 +208,21 @@ class StmtChecker:
 
     def s_If(self, s: ast.If) -> None:
         self.ex.cond(s.cond)
-        before, paths = self.cursor, resize.snapshot(self)
+        before, paths, meta_before = self.cursor, resize.snapshot(self), self.meta
         self.block(s.then)
         ends = [(self.cursor, self.diverges(s.then))]
         states = [(resize.snapshot(self), ends[0][1])]
-        self.cursor = before
+        meta_ends = [(self.meta, ends[0][1])]
+        self.cursor, self.meta = before, meta_before
         resize.restore(self, paths)
         if s.orelse:
             self.block(s.orelse)
         ends.append((self.cursor, self.diverges(s.orelse)))
         states.append((resize.snapshot(self), ends[1][1]))
+        meta_ends.append((self.meta, ends[1][1]))
         self.merge_cursors(ends, before)
         resize.join(self, s, paths, states)
+        self.meta = merge_meta(meta_before, meta_ends)
 
     def s_IfLet(self, s: ast.IfLet) -> None:
         before = self.cursor

@@ -146,6 +146,7 @@ BUILTINS: dict[str, tuple[list[T.Type], T.Type] | None] = {
     "be64": None,
     "skip_ext": None,
     "offset": None,
+    "meta": None,  # the XDP metadata area (bpfdsl.lang.sema.meta)
     # events to user space (bpfdsl.lang.sema.events)
     "ringbuf_output": None,
     "ringbuf_reserve": None,
