@@ -405,6 +405,11 @@ BPF_F_XDP_HAS_FRAGS = 1 << 5  # prog_flags for xdp.frags sections
 # kfuncs then call that driver's xdp_metadata_ops; include/uapi/linux/bpf.h)
 BPF_F_XDP_DEV_BOUND_ONLY = 1 << 6
 
+# include/linux/bpf.h (kernel-internal): the verifier proves a packet range from
+# ``p + k > pkt_end`` only while p's variable part (umax) plus its fixed offset stays
+# within this many bytes of the packet start (find_good_pkt_pointers, kernel/bpf/verifier.c)
+MAX_PACKET_OFF = 0xFFFF
+
 # bpf_perf_event_output flags (bpf.h): the low 32 bits index the perf event array, the
 # upper 32 bits (BPF_F_CTXLEN_MASK) are, for XDP and skb programs, the number of packet
 # bytes the kernel appends to the record (bpf_xdp_event_output, net/core/filter.c)

@@ -15,7 +15,6 @@ from bpfdsl.checker import features as F
 from bpfdsl.checker import tnum as T
 from bpfdsl.checker.calls import nonnull_type
 from bpfdsl.checker.env import Env, Fault
-from bpfdsl.checker.mem import MAX_PACKET_OFF
 from bpfdsl.checker.state import AT_PKT_END, BEYOND_PKT_END, Slot, State
 from bpfdsl.checker.transfer import _read, _reserved
 
@@ -278,7 +277,7 @@ def _mark_pkt_end(st: State, regno: int, beyond: bool) -> None:
 def _good_pkt(st: State, dst: D.Reg, right_open: bool) -> None:
     if dst.off < 0 or (dst.off == 0 and right_open):
         return
-    if dst.umax > MAX_PACKET_OFF or dst.umax + dst.off > MAX_PACKET_OFF:
+    if dst.umax > U.MAX_PACKET_OFF or dst.umax + dst.off > U.MAX_PACKET_OFF:
         return
     new = dst.off + (1 if right_open else 0)
     t, rid = dst.t, dst.id

@@ -18,7 +18,6 @@ from bpfdsl.checker.state import State
 BPF_F_RDONLY_PROG = 1 << 7
 BPF_F_WRONLY_PROG = 1 << 8
 MAX_VAR_OFF = 1 << 29
-MAX_PACKET_OFF = 0xFFFF
 
 
 def _tn(r: D.Reg) -> str:

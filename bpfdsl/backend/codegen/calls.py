@@ -82,7 +82,8 @@ class CallGen(GenHost):
                 if isinstance(ft, (T.IntType, T.BoolType)):
                     self.b.store(self.rv(v, ft), self.gep(p, off), align=max(1, ft.align))
                 else:
-                    self.store_bytes(self.gep(p, off), v, ft, max(1, ft.align))
+                    # p is 8-aligned (alloca_mem): the field is aligned as its offset is
+                    self.store_bytes(self.gep(p, off), v, ft, min(8, off & -off) if off else 8)
             return p
         if e.name in c.fns:
             info = c.fns[e.name]

@@ -20,6 +20,27 @@ I8, I16, I32, I64 = (ir.IntType(n) for n in (8, 16, 32, 64))
 PTR = ir.PointerType()
 
 
+def byte_delta_addends(offset: int, k: int) -> tuple[int, int]:
+    """For ``f -= k`` (1 <= k <= 255) on a u8 header field at byte ``offset`` of the
+    header, the addends ``(d, d_wrap)`` that turn its checksum into the updated one, without
+    and with the byte wrapping (old value < k): ``HC' = HC + d`` in one's complement (RFC 1624
+    eqn. 3: ``HC' = ~(~HC + ~m + m')`` is ``HC - (m' - m)``), on the checksum as loaded
+    little-endian (the network-order addend byte-swapped: one's complement sums do not depend
+    on byte order, RFC 1071 2.(B)).  The byte has weight 256 at an even offset (high byte of
+    its network-order word), 1 at an odd one; m' - m is -k, or 256 - k when it wraps.  Both
+    are in 1..0xfffe, so ``c = HC + d`` and ``c + ((c + 1) >> 16)`` (truncated to 16 bits)
+    is the end-around-carry sum with zero as 0x0000, as eqn. 3 and a full recomputation give
+    it (ip_decrease_ttl, include/net/ip.h: ttl - 1 at offset 8 is d = htons(0x0100))."""
+    assert 1 <= k <= 255
+    w = 256 if offset % 2 == 0 else 1
+
+    def le(change: int) -> int:
+        be = (-change * w) % 0xFFFF
+        return ((be & 0xFF) << 8) | (be >> 8)
+
+    return le(-k), le(256 - k)
+
+
 class CsumGen(GenHost):
     EXT_RH_ACTIVE = 1  # a Routing header with segments_left != 0 (RFC 8200 4.4)
     EXT_LATER_FRAG = 2  # a Fragment header with a non-zero offset: no L4 header follows
@@ -265,3 +286,21 @@ class CsumGen(GenHost):
         if skip is not None:
             b.branch(skip)
             self.start(skip)
+
+    def csum_byte_delta(self, cp: ir.Value, offset: int, k: int, old: ir.Value) -> ir.Value:
+        """``f -= k`` on the u8 field at header byte ``offset`` whose value is ``old`` (i8),
+        with the checksum at ``cp`` updated by ``byte_delta_addends``' short form (~9 insns
+        where the general update takes ~18); returns the new value (i8) to store.  The byte
+        wraps iff ``old - k`` is negative: bit 63 of the 64-bit difference, whose low byte
+        is the new value, picks the addend without a branch (as ``select`` it would be a
+        jump, and the verifier would walk the rest of the program twice)."""
+        b = self.b
+        d, dw = byte_delta_addends(offset, k)
+        diff = b.sub(b.zext(old, I64), ir.Constant(I64, k))
+        # opaque: else LLVM sees the bit is ``old < k`` and makes the mul a select (a jump)
+        wrapped = self._pure_opaque(b.lshr(diff, ir.Constant(I64, 63)))
+        add = b.add(ir.Constant(I64, d), b.mul(wrapped, ir.Constant(I64, dw - d)))
+        c = b.add(b.zext(b.load(cp, typ=I16, align=2), I64), add)
+        c = b.add(c, b.lshr(b.add(c, ir.Constant(I64, 1)), ir.Constant(I64, 16)))
+        b.store(b.trunc(c, I16), cp, align=2)
+        return b.trunc(diff, I8)

@@ -180,7 +180,7 @@ class ExprGen(GenHost):
 
     def g_Logic(self, e: ast.Logic):
         t, f, end = self.new_block("l.true"), self.new_block("l.false"), self.new_block("l.end")
-        self.branch_cond(e, t, f)
+        self.branch_cond(e, t, f, value=True)
         self.start(t)
         self.b.branch(end)
         self.start(f)
@@ -191,18 +191,26 @@ class ExprGen(GenHost):
         phi.add_incoming(ir.Constant(I1, 0), f)
         return phi
 
-    def branch_cond(self, e: ast.Expr, t: ir.Block, f: ir.Block) -> None:
-        """Branch to ``t`` if ``e`` holds else ``f``, short-circuiting && || !."""
+    def branch_cond(self, e: ast.Expr, t: ir.Block, f: ir.Block, value: bool = False) -> None:
+        """Branch to ``t`` if ``e`` holds else ``f``, short-circuiting && || !.  ``value``:
+        the branches make a bool value (g_Logic), whose phi LLVM may fold into arithmetic."""
         if isinstance(e, ast.Logic):
             mid = self.new_block("l.rhs")
             if e.op == "&&":
-                self.branch_cond(e.left, mid, f)
+                self.branch_cond(e.left, mid, f, value)
             else:
-                self.branch_cond(e.left, t, mid)
+                self.branch_cond(e.left, t, mid, value)
             self.start(mid)
-            self.branch_cond(e.right, t, f)
+            self.branch_cond(e.right, t, f, value)
         elif isinstance(e, ast.Unary) and e.op == "!":
-            self.branch_cond(e.operand, f, t)
+            self.branch_cond(e.operand, f, t, value)
+        elif isinstance(e, ast.MethodCall) and e.name == "contains" and not value:
+            # branch on the lookup's pointer, as C's `if (!bpf_map_lookup_elem(..))`: no
+            # 0/1 value.  Not where the branches make a value: LLVM turns that phi into
+            # arithmetic on the map_value_or_null pointer (verifier: "pointer arithmetic
+            # on map_value_or_null prohibited"), so map_method's opaque 0/1 is used there
+            p = self.map_lookup(e)
+            self.b.cbranch(self.b.icmp_unsigned("!=", p, ir.Constant(PTR, None)), t, f)
         else:
             self.b.cbranch(self.gen(e), t, f)
 
@@ -313,16 +321,29 @@ class ExprGen(GenHost):
             self.b.store(v, self.gep(dst, off), align=w)
 
     def store_bytes(self, dst: ir.Value, e: ast.Expr, ty: T.Type, dst_align: int = 8) -> None:
+        """Write aggregate ``e`` of type ``ty`` to ``dst``, whose alignment is ``dst_align``
+        (default: an 8-aligned stack area), in accesses as wide as both ends allow."""
         src = self.mem_of(e)
-        align = min(dst_align, max(1, ty.align), self.align_of(e))
         if isinstance(src, (bytes, bytearray)):
-            self.store_const_bytes(dst, bytes(src), min(dst_align, max(1, ty.align)))
+            self.store_const_bytes(dst, bytes(src), dst_align)
         else:
-            self.copy_bytes(dst, src, ty.size, align)
+            self.copy_bytes(dst, src, ty.size, min(dst_align, self.align_of(e)))
 
     def align_of(self, e: ast.Expr) -> int:
+        """Alignment (bytes, at most 8) of the memory holding aggregate ``e``: locals and
+        call results are 8-aligned stack areas (alloca_mem), so a field of a local struct
+        is aligned as its offset is (``fib.dmac`` at 58: 2); header fields as in their C
+        structs (MACs: 2)."""
         if isinstance(e, ast.Field) and isinstance(e.obj.ty, T.HeaderType):
             return 2 if e.ty == T.MAC else max(1, e.ty.align)
+        if (
+            isinstance(e, ast.Field)
+            and isinstance(e.obj, ast.Name)
+            and isinstance(e.obj.ty, T.StructType)
+            and isinstance(self.c.sym.get(e.obj), Local)
+        ):
+            off = e.obj.ty.fields[e.name][0]
+            return min(8, off & -off) if off else 8
         return 8 if isinstance(e, (ast.Name, ast.Call)) else max(1, e.ty.align)
 
     def bytes_equal(self, a: ast.Expr, b: ast.Expr, ty: T.Type) -> ir.Value:
@@ -373,7 +394,7 @@ class ExprGen(GenHost):
             assert isinstance(tgt, ast.Index)
             slot = self.index_ptr(tgt)
         if isinstance(ty, (T.StructType, T.BytesType, T.ArrayType)):
-            self.store_bytes(slot, s.value, ty)
+            self.store_bytes(slot, s.value, ty, self.align_of(tgt))
             return
         self.store_scalar(slot, ty, s.op, s.value, atomic=ref and not percpu)
 

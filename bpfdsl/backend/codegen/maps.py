@@ -58,6 +58,15 @@ class MapGen(GenHost):
                 assert isinstance(key, T.StructType)  # ipv4_prefix / ipv6_prefix
                 self.store_bytes(self.gep(p, 4), k, key.fields["addr"][1], 4)
             return p
+        if (
+            isinstance(k, ast.Field)
+            and isinstance(k.obj.ty, T.StructType)
+            and isinstance(key, (T.IntType, T.BoolType))
+            and k.ty == key
+        ):
+            # a field of a struct in this program's stack (``fib.ifindex``): its own bytes,
+            # as C's ``&fib.ifindex``; helpers only read keys and values
+            return self.field_ptr(k)
         if isinstance(key, (T.IntType, T.BoolType)):
             p = self.temp_mem(key.size)
             self.b.store(self.rv(k, key), p, align=key.size)

@@ -18,6 +18,7 @@ from __future__ import annotations
 from llvmlite import ir
 
 from bpfdsl.abi.helpers import HELPERS
+from bpfdsl.abi.uapi import MAX_PACKET_OFF
 from bpfdsl.backend.codegen.csum import CsumGen
 from bpfdsl.lang import ast
 from bpfdsl.lang import types as T
@@ -33,8 +34,6 @@ from bpfdsl.lang.sema.symbols import BUILTINS, PKT_RESIZE
 
 I1, I8, I16, I32, I64 = (ir.IntType(n) for n in (1, 8, 16, 32, 64))
 PTR = ir.PointerType()
-
-MAX_PACKET_OFF = 0xFFFF  # largest packet offset the verifier tracks (include/linux/bpf.h)
 
 
 def _expr_key(e: ast.Expr) -> tuple:
@@ -364,26 +363,74 @@ class PktGen(CsumGen):
         keep = self.b.and_(host, ir.Constant(it, ~mask & ((1 << 8 * w) - 1)))
         self._write_window(p, f, self.b.or_(keep, ins))
 
+    # ``cursor + N`` with N + size at most this is addressed from the cursor directly: the
+    # verifier adds N to the cursor's fixed offset, and the cursor's variable part (header
+    # lengths, the extension-header walk: a few KiB at most) plus N + size stays far below
+    # MAX_PACKET_OFF.  A larger N is bounded like a run-time offset (see pkt_offset_ptr).
+    NEAR_OFF = 256
+
     def pkt_offset_ptr(self, base: str, offset: ast.Expr | None, size: int, fail: ir.Block):
-        """Packet pointer of ``load``/``store`` bytes: the cursor or the packet's first byte
-        (``base``) plus ``offset``, checked for ``size`` bytes.  A run-time offset fails
-        above MAX_PACKET_OFF (65535) - ``size``: the verifier takes a bounds check only when
-        the checked end's maximum (offset + size) is within MAX_PACKET_OFF
-        (kernel/bpf/verifier.c find_good_pkt_pointers), else every read is refused."""
-        p = self.b.load(self.f.cursor, typ=PTR) if base == "cursor" else self.pkt_data()
-        if offset is not None:
-            v = self.c.cval.get(offset)
-            if v is not None:
+        """Packet pointer of ``load``/``store`` bytes at ``offset`` from the cursor or the
+        packet's first byte (``base``), checked for ``size`` bytes; ``fail`` on a short
+        packet.
+
+        The verifier proves a range from ``p + size > pkt_end`` only if p's variable part
+        plus its fixed offset plus ``size`` is at most MAX_PACKET_OFF (kernel
+        find_good_pkt_pointers; else the access is "invalid access to packet").  So:
+        ``offset(view) [+ K]`` reads from the view (no check when inside its fixed part,
+        which ``parse`` checked); a constant reads at ``base + N`` (sema: ``N + size``
+        within MAX_PACKET_OFF from the packet start); anything else -- a run-time offset, a
+        far constant from the cursor -- becomes one scalar from the packet's first byte,
+        ``(cursor - data) + off``, which fails above ``MAX_PACKET_OFF - size`` and is
+        added to data (a packet cannot be that long: XDP's linear data is one page)."""
+        view = self._view_relative(offset, size) if base == "packet" else None
+        if view is not None:
+            hdr, k, inside = view
+            p = self.gep(self.gen(hdr), k)
+            if not inside:
+                self.bounds(p, size, fail, "bytes")
+            return p
+        v = self.c.cval.get(offset) if offset is not None else 0
+        if v is not None and (base == "packet" or v + size <= self.NEAR_OFF):
+            p = self.b.load(self.f.cursor, typ=PTR) if base == "cursor" else self.pkt_data()
+            if v:
                 p = self.b.gep(p, [ir.Constant(I64, v)], inbounds=True, source_etype=I8)
-            else:
-                off = self.rv(offset, T.U64)
-                ok = self.new_block("off.ok")
-                big = self.b.icmp_unsigned(">", off, ir.Constant(I64, MAX_PACKET_OFF - size))
-                self.b.cbranch(big, fail, ok)
-                self.start(ok)
-                p = self.gep(p, self.opaque(off, side_effect=False))
+            self.bounds(p, size, fail, "bytes")
+            return p
+        assert offset is not None  # ``at cursor`` is the constant 0
+        off = self.rv(offset, T.U64)
+        if base == "cursor":  # a 64-bit pointer difference as an opaque scalar (B04)
+            cur = self.b.ptrtoint(self.b.load(self.f.cursor, typ=PTR), I64)
+            d = self.b.ptrtoint(self._ctx_ptr(0, volatile=True), I64)
+            off = self.b.add(self.opaque(self.b.sub(cur, d)), off)
+        ok = self.new_block("off.ok")
+        big = self.b.icmp_unsigned(">", off, ir.Constant(I64, MAX_PACKET_OFF - size))
+        self.b.cbranch(big, fail, ok)
+        self.start(ok)
+        p = self.gep(self.pkt_data(), self.opaque(off, side_effect=False))
         self.bounds(p, size, fail, "bytes")
         return p
+
+    def _view_relative(
+        self, offset: ast.Expr | None, size: int
+    ) -> tuple[ast.Expr, int, bool] | None:
+        """``offset(view)``, ``offset(view) + K`` or ``K + offset(view)`` (K a constant, 0 <=
+        K, K + ``size`` at most NEAR_OFF): (the view, K, whether the bytes lie inside the fixed
+        part of its header, which its ``parse`` checked); None for any other offset."""
+        k, call = 0, offset
+        if isinstance(offset, ast.BinOp) and offset.op == "+":
+            for a, b in ((offset.left, offset.right), (offset.right, offset.left)):
+                c = self.c.cval.get(b)
+                if c is not None and isinstance(a, ast.Call) and a.name == "offset":
+                    k, call = c, a
+                    break
+        if not (isinstance(call, ast.Call) and call.name == "offset" and 0 <= k):
+            return None
+        view = call.args[0]
+        assert isinstance(view.ty, T.HeaderType)  # sema: offset() takes a header view
+        if k + size > self.NEAR_OFF:
+            return None
+        return view, k, k + size <= view.ty.layout.size
 
     def view_offset(self, view: ast.Expr) -> ir.Value:
         """``offset(view)``: bytes from the packet's first byte to the header view (u32),
@@ -408,8 +455,8 @@ class PktGen(CsumGen):
         p = self.pkt_offset_ptr(s.base, s.offset, ty.size, fail)
         if isinstance(ty, T.IntType):
             self.b.store(self.rv(s.value, ty), p, align=ty.size)
-        else:
-            self.store_bytes(p, s.value, ty)
+        else:  # at any packet offset: as aligned as its type only
+            self.store_bytes(p, s.value, ty, max(1, ty.align))
         self.b.branch(done)
         self.start(fail)
         self.block(s.orelse)
@@ -550,6 +597,13 @@ class PktGen(CsumGen):
                 new_w = self._words(hdr, lo, hi)
                 self.csum_update(self.gep(hdr, layout.csum), old_w, new_w, layout.zero_ok)
             return
+        k = self._byte_step(f, op, value) if own and not kinds and not layout.zero_ok else 0
+        if k:  # ttl -= 1 and the like: the constant's own checksum addend
+            assert layout.csum is not None  # own
+            old = self.b.load(p, typ=I8, align=1)
+            new = self.csum_byte_delta(self.gep(hdr, layout.csum), f.offset, k, old)
+            self.b.store(new, p, align=1)
+            return
         if isinstance(f.type, T.IntType):
             v = self.rv(value, f.type)
             if op != "=":
@@ -560,7 +614,8 @@ class PktGen(CsumGen):
         if isinstance(f.type, T.IntType):
             self.b.store(v, p, align=size)
         else:
-            self.store_bytes(p, value, f.type, 2 if f.type == T.MAC else f.type.align)
+            # the field's alignment in its header (a MAC from fib.dmac: three u16 moves)
+            self.store_bytes(p, value, f.type, 2 if f.type == T.MAC else max(1, f.type.align))
         if not old_w:
             return
         new_w = self._words(hdr, lo, hi)
@@ -573,3 +628,13 @@ class PktGen(CsumGen):
             v6 = layout.name == "ipv6"
             rh = False if v6 and tgt.name == "daddr" else None
             self.pseudo_update(tgt.obj, l4, hdr, v6, kinds, old_w, new_w, rh)
+
+    def _byte_step(self, f, op: str, value: ast.Expr) -> int:
+        """``k`` (1..255) if writing u8 field ``f`` with ``op value`` is ``f -= k`` modulo
+        256 (``f += n`` is ``f -= 256 - n``) for a constant ``value``; else 0."""
+        n = self.c.cval.get(value)
+        if op not in ("+=", "-=") or n is None or f.width or f.type.size != 1:
+            return 0
+        if getattr(f.type, "signed", False) or not isinstance(f.type, T.IntType):
+            return 0
+        return (-n if op == "+=" else n) % 256

@@ -7,6 +7,7 @@ constant scalars get ``Checked.cval[expr]`` (raw memory value: a be16 ``53`` is
 
 from __future__ import annotations
 
+from bpfdsl.abi.uapi import MAX_PACKET_OFF
 from bpfdsl.lang import ast
 from bpfdsl.lang import types as T
 from bpfdsl.lang.headers import CONSTANTS, CTX_DATA, CTX_FIELDS
@@ -222,9 +223,23 @@ class ExprChecker(OpsChecker):
             t = t.inner if isinstance(t, T.RefType) else t
             if isinstance(t, T.UntypedInt):
                 v = self.c.cval.get(off, 0)
-                if not 0 <= v <= 0xFFFF:
+                if not 0 <= v <= MAX_PACKET_OFF:
                     self.err("out-of-range", f"packet offset {v} is outside 0..65535", off.span,
                              "the kernel bounds packet offsets at 65535 (MAX_PACKET_OFF)")  # fmt: skip
+                elif (
+                    e.base == "packet"
+                    and not isinstance(ty, T.ErrorType)
+                    and v + ty.size > MAX_PACKET_OFF
+                ):
+                    self.err(
+                        "out-of-range",
+                        f"a {ty.size}-byte `{what}` at packet offset {v} reaches offset "
+                        f"{v + ty.size}, past 65535",
+                        off.span,
+                        "the verifier proves packet bytes only while offset + size is at "
+                        f"most 65535 (MAX_PACKET_OFF): start at {MAX_PACKET_OFF - ty.size} "
+                        "at most",
+                    )
                 self.coerce(off, T.U64)
             elif not T.is_host_int(t):
                 self.err("type-mismatch", f"a packet offset is a host-order integer, found {t}",
