@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from bpfdsl.abi.uapi import MapType
 from bpfdsl.cli import main as cli_main
-from bpfdsl.compiler import compile_file, compile_source
+from bpfdsl.compiler import MAX_SOURCE_BYTES, compile_file, compile_source
 from bpfdsl.diagnostics import DiagnosticError
 from bpfdsl.interp import InterpError
 from bpfdsl.interp import program as interp_program
@@ -17,6 +17,7 @@ from bpfdsl.runtime.loader import load_collection
 from bpfdsl.testing.pytest_plugin import BpfProgram, kernel_unavailable_reason
 
 __all__ = [
+    "MAX_SOURCE_BYTES",
     "BpfProgram",
     "DiagnosticError",
     "InterpError",

@@ -332,6 +332,14 @@ def _workdir() -> str:
     return _TMP[0]
 
 
+def _too_large(text: str) -> bool:
+    from .api import MAX_SOURCE_BYTES
+
+    """A mutant grown past the compiler's source size limit (long_identifier on a long
+    example): refusing the whole file, without a line, is the right outcome for it."""
+    return len(text.encode("utf-8", "surrogateescape")) > MAX_SOURCE_BYTES
+
+
 def check_diagnostics(err, path: str, text: str) -> Result:
     """``diagnostic`` when every error of ``err`` names ``path``:line:col inside ``text``
     and renders with that line and a caret; else the failure it is."""
@@ -344,6 +352,8 @@ def check_diagnostics(err, path: str, text: str) -> Result:
         if d.severity != "error":
             continue
         if d.span is None:
+            if d.code == "source-too-large" and _too_large(text):
+                return Result("diagnostic", d.code)  # about the whole file: right here
             return Result("unlocated", d.code, d.concise())
         sp = d.span
         if sp.file != path:
