@@ -18,10 +18,20 @@ from bpfdsl.abi.helpers import HELPERS, ArgKind, RetKind
 from bpfdsl.backend.codegen.host import GenHost
 from bpfdsl.lang import ast
 from bpfdsl.lang import types as T
+from bpfdsl.lang.sema.symbols import Local
 
 I32, I64 = ir.IntType(32), ir.IntType(64)
 
-TYPED_HELPERS = frozenset({"fib_lookup", "csum_diff", "xdp_get_buff_len", "ktime_get_boot_ns"})
+TYPED_HELPERS = frozenset(
+    {
+        "fib_lookup",
+        "csum_diff",
+        "xdp_get_buff_len",
+        "ktime_get_boot_ns",
+        "xdp_load_bytes",
+        "xdp_store_bytes",
+    }
+)
 """The builtins this mixin lowers (besides ``bpf_NAME`` calls)."""
 
 
@@ -43,6 +53,14 @@ class HelperGen(GenHost):
                 args += [self._mem_ptr(a, t), ir.Constant(I64, t.size)]
             seed = self.b.zext(self.rv(e.args[2], T.U32), I64)
             return self.helper(HELPERS["csum_diff"].id, I64, [*args, seed])
+        if e.name in ("xdp_load_bytes", "xdp_store_bytes"):
+            off = self.b.zext(self.rv(e.args[0], T.U32), I64)
+            v = e.args[1]
+            loc = self.c.sym[v]
+            assert isinstance(loc, Local) and v.ty is not None  # sema: a local of fixed size
+            slot = self.var(loc)  # the local's own stack memory (GenBase.bind)
+            size = ir.Constant(I64, v.ty.size)
+            return self.helper(HELPERS[e.name].id, I64, [self.f.ctx, off, slot, size])
         if e.name == "xdp_get_buff_len":
             r = self.helper(HELPERS["xdp_get_buff_len"].id, I64, [self.f.ctx])
             return self.conv(r, T.U64, T.U32)

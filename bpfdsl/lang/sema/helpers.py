@@ -44,8 +44,8 @@ LANGUAGE_FORMS = {
     "xdp_adjust_head": "`adjust_head(delta)`",
     "xdp_adjust_tail": "`adjust_tail(delta)`",
     "xdp_adjust_meta": "`adjust_meta(delta)`",
-    "xdp_load_bytes": "`load`",
-    "xdp_store_bytes": "`store`",
+    "xdp_load_bytes": "`xdp_load_bytes(offset, dst)`",
+    "xdp_store_bytes": "`xdp_store_bytes(offset, src)`",
     "ringbuf_output": "`ringbuf_output(events, record)`",
     "perf_event_output": "`perf_event_output(events, record)`",
     "msg_pull_data": "`msg_pull_data(start, end, flags)`",
@@ -110,6 +110,57 @@ def fib_lookup(ex, e: ast.Call) -> T.Type:
         )
     names = "flags: " + ", ".join(f"BPF_FIB_LOOKUP_{f.name}" for f in FibLookupFlag)
     _flags(ex, flags, FIB_LOOKUP_FLAGS, "fib_lookup", names, "the kernel returns -EINVAL")
+    return T.I64
+
+
+XDP_BYTES_MAX = 512  # bytes: MAX_BPF_STACK (include/linux/filter.h), the most a stack local holds
+XDP_BYTES_HINT = (
+    "e.g. `let b: [u8; 4] = [0, 0, 0, 0]` then `xdp_load_bytes(4000, b)`: a local byte "
+    "array, integer or struct"
+)
+
+
+def xdp_bytes(ex, e: ast.Call) -> T.Type:
+    """``xdp_load_bytes(offset, dst)`` / ``xdp_store_bytes(offset, src)``:
+    ``bpf_xdp_load_bytes(ctx, offset, &dst, sizeof(dst))`` / ``bpf_xdp_store_bytes`` (helpers
+    189/190, net/core/filter.c, Linux 5.18), which reach every fragment of an ``xdp(frags)``
+    frame.  ``offset`` (u32, bytes from the frame's first byte); the local ``dst``/``src`` is a
+    byte array, integer or struct of 1..512 bytes (its size is the helper's constant ``len``),
+    its bytes copied as stored (an integer in host order).  Returns 0, -EINVAL when
+    ``offset + len`` passes the frame's end, -EFAULT for an offset above 0xffff."""
+    helper_kind(ex, e, e.name)
+    what = "dst" if e.name == "xdp_load_bytes" else "src"
+    if len(e.args) != 2 or e.kwargs:
+        ex.err("arg-count", f"{e.name}(offset, {what}) takes 2 arguments", e.span, XDP_BYTES_HINT)
+        for a in e.args:
+            ex.expr(a)
+        return T.I64
+    off, v = e.args
+    ex.expect(off, T.U32)
+    t = ex.expr(v)
+    if t is T.ERR:
+        return T.I64
+    sym = ex.c.sym.get(v) if isinstance(v, ast.Name) else None
+    local = isinstance(sym, Local) and sym.bounds is None  # a loop variable is a value
+    fixed = isinstance(t, (T.IntType, T.BytesType, T.ArrayType, T.StructType))
+    if not (local and fixed):
+        found = f"found {t}" if fixed else f"found {t}, which has no fixed size in memory"
+        if fixed:
+            found = "found a temporary value" if not local else found
+        ex.err(
+            "type-mismatch",
+            f"{e.name} takes a local variable of a fixed-size type (byte array, integer or "
+            f"struct) whose bytes it {'fills' if what == 'dst' else 'writes'}, {found}",
+            v.span,
+            XDP_BYTES_HINT,
+        )
+    elif not 1 <= t.size <= XDP_BYTES_MAX:
+        ex.err(
+            "helper-arg",
+            f"{e.name} copies 1..{XDP_BYTES_MAX} bytes: this {t} is {t.size} bytes",
+            v.span,
+            "the length is the local's size, on the 512-byte BPF stack",
+        )
     return T.I64
 
 
