@@ -18,6 +18,7 @@ from bpfdsl.runtime.testrun import InterpEngine, KernelEngine
 SRC = r"""license "GPL"
 struct pair { a: u16, b: u16 }
 map out: array<u64>(max_entries: 6)
+map keep: array<[u8; 8]>(max_entries: 1)
 
 xdp(frags) fn big(ctx) {
     let tag: [u8; 4] = "\x00\x00\x00\x00"
@@ -28,6 +29,8 @@ xdp(frags) fn big(ctx) {
     let p = pair(a: 0, b: 0)
     if xdp_load_bytes(5008, p) != 0 { return XDP_ABORTED }
     out[3] = (p.a as u64) << 16 | p.b as u64
+    let v = keep.lookup(0) else { return XDP_ABORTED }
+    if xdp_load_bytes(5012, v) != 0 { return XDP_ABORTED }    // into the map value
     let far: u16 = 0
     out[4] = xdp_load_bytes(xdp_get_buff_len() - 1, far) as u64   // 1 byte left: -EINVAL
     if tag != "WXYZ" { return XDP_PASS }
@@ -62,6 +65,7 @@ def test_frags_bytes_read_and_write_past_the_first_buffer(engine):
         r = e.run("big", frame)
         assert r.retval == 1  # XDP_DROP: the tag at 5000 was read from a frag
         assert _out(e) == [0, 0, 0x11223344, 0x0102 << 16 | 0x0304, -EINVAL, 0]
+        assert e.snapshot_maps()["keep"][bytes(4)] == frame[5012:5020]
         want = bytearray(frame)
         want[6000:6004] = b"abcd"
         assert r.data_out == bytes(want)  # only the 4 stored bytes changed

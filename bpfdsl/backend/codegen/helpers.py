@@ -56,10 +56,13 @@ class HelperGen(GenHost):
         if e.name in ("xdp_load_bytes", "xdp_store_bytes"):
             off = self.b.zext(self.rv(e.args[0], T.U32), I64)
             v = e.args[1]
-            loc = self.c.sym[v]
-            assert isinstance(loc, Local) and v.ty is not None  # sema: a local of fixed size
-            slot = self.var(loc)  # the local's own stack memory (GenBase.bind)
-            size = ir.Constant(I64, v.ty.size)
+            if isinstance(v.ty, T.RefType):  # a map value (sema): the memory it refers to
+                slot, n = self.gen(v), v.ty.inner.size
+            else:
+                loc = self.c.sym[v]
+                assert isinstance(loc, Local) and v.ty is not None  # sema: a fixed-size local
+                slot, n = self.var(loc), v.ty.size  # the local's own stack memory (bind)
+            size = ir.Constant(I64, n)
             return self.helper(HELPERS[e.name].id, I64, [self.f.ctx, off, slot, size])
         if e.name == "xdp_get_buff_len":
             r = self.helper(HELPERS["xdp_get_buff_len"].id, I64, [self.f.ctx])

@@ -115,8 +115,8 @@ def fib_lookup(ex, e: ast.Call) -> T.Type:
 
 XDP_BYTES_MAX = 512  # bytes: MAX_BPF_STACK (include/linux/filter.h), the most a stack local holds
 XDP_BYTES_HINT = (
-    "e.g. `let b: [u8; 4] = [0, 0, 0, 0]` then `xdp_load_bytes(4000, b)`: a local byte "
-    "array, integer or struct"
+    'e.g. `let b: [u8; 4] = "\\x00\\x00\\x00\\x00"` then `xdp_load_bytes(4000, b)`: a local '
+    "byte array, integer or struct"
 )
 
 
@@ -124,12 +124,13 @@ def xdp_bytes(ex, e: ast.Call) -> T.Type:
     """``xdp_load_bytes(offset, dst)`` / ``xdp_store_bytes(offset, src)``:
     ``bpf_xdp_load_bytes(ctx, offset, &dst, sizeof(dst))`` / ``bpf_xdp_store_bytes`` (helpers
     189/190, net/core/filter.c, Linux 5.18), which reach every fragment of an ``xdp(frags)``
-    frame.  ``offset`` (u32, bytes from the frame's first byte); the local ``dst``/``src`` is a
-    byte array, integer or struct of 1..512 bytes (its size is the helper's constant ``len``),
+    frame.  ``offset`` (u32, bytes from the frame's first byte); ``dst``/``src`` is a local
+    (or a map value's reference, writable for ``dst``): a byte array, integer or struct of 1..512 bytes (its size is the helper's constant ``len``),
     its bytes copied as stored (an integer in host order).  Returns 0, -EINVAL when
     ``offset + len`` passes the frame's end, -EFAULT for an offset above 0xffff."""
     helper_kind(ex, e, e.name)
-    what = "dst" if e.name == "xdp_load_bytes" else "src"
+    load = e.name == "xdp_load_bytes"
+    what = "dst" if load else "src"
     if len(e.args) != 2 or e.kwargs:
         ex.err("arg-count", f"{e.name}(offset, {what}) takes 2 arguments", e.span, XDP_BYTES_HINT)
         for a in e.args:
@@ -141,16 +142,24 @@ def xdp_bytes(ex, e: ast.Call) -> T.Type:
     if t is T.ERR:
         return T.I64
     sym = ex.c.sym.get(v) if isinstance(v, ast.Name) else None
-    local = isinstance(sym, Local) and sym.bounds is None  # a loop variable is a value
+    ref = t if type(t) is T.RefType else None  # not the metadata area or a ringbuf record
+    t = ref.inner if ref is not None else t  # a map value: the helper takes its memory
     fixed = isinstance(t, (T.IntType, T.BytesType, T.ArrayType, T.StructType))
-    if not (local and fixed):
-        found = f"found {t}" if fixed else f"found {t}, which has no fixed size in memory"
-        if fixed:
-            found = "found a temporary value" if not local else found
+    found = None
+    if not fixed:
+        found = f"found {t}, which has no fixed size in memory"
+    elif ref is not None:
+        if load and ref.readonly:
+            found = f"found {ref}, read-only memory"
+    elif not isinstance(sym, Local):
+        found = "found a temporary value"
+    elif sym.bounds is not None:  # the loop's counter: give the helper a copy
+        found = f"found loop variable `{sym.name}` (copy it to a local first)"
+    if found is not None:
         ex.err(
             "type-mismatch",
             f"{e.name} takes a local variable of a fixed-size type (byte array, integer or "
-            f"struct) whose bytes it {'fills' if what == 'dst' else 'writes'}, {found}",
+            f"struct) whose bytes it {'fills' if load else 'writes'}, {found}",
             v.span,
             XDP_BYTES_HINT,
         )
