@@ -5,7 +5,10 @@ made as clang makes it from C.
 ``fib_lookup(fib, flags)`` is ``bpf_fib_lookup(ctx, &fib, sizeof(fib), flags)`` on the
 variable's own stack memory (64 bytes), so the kernel's result is in ``fib`` afterwards;
 ``csum_diff(a, b, seed)`` is ``bpf_csum_diff(&a, sizeof(a), &b, sizeof(b), seed)`` on the
-values' memory (packet bytes for a header field), ``NULL, 0`` for a side that is ``none``; ``bpf_NAME(args)`` passes the context
+values' memory (packet bytes for a header field), ``NULL, 0`` for a side that is ``none``;
+``xdp_load_bytes(off, v)`` / ``xdp_store_bytes(off, v)`` are
+``bpf_xdp_load_bytes(ctx, off, &v, sizeof(v))`` / ``bpf_xdp_store_bytes`` on the local's own
+stack memory (or the map value ``v`` refers to); ``bpf_NAME(args)`` passes the context
 first where the prototype takes it.
 """
 
