@@ -139,6 +139,10 @@ def test_the_context_builtins_are_those_whose_helper_takes_the_context():
         "sock_map_update",
         "sock_hash_update",
         "sock_ops_cb_flags_set",
+        "fib_lookup",
+        "xdp_get_buff_len",
+        "xdp_load_bytes",
+        "xdp_store_bytes",
     } == set(CTX_BUILTINS)
 
 

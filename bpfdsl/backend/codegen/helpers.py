@@ -5,7 +5,10 @@ made as clang makes it from C.
 ``fib_lookup(fib, flags)`` is ``bpf_fib_lookup(ctx, &fib, sizeof(fib), flags)`` on the
 variable's own stack memory (64 bytes), so the kernel's result is in ``fib`` afterwards;
 ``csum_diff(a, b, seed)`` is ``bpf_csum_diff(&a, sizeof(a), &b, sizeof(b), seed)`` on the
-values' memory (packet bytes for a header field), ``NULL, 0`` for a side that is ``none``; ``bpf_NAME(args)`` passes the context
+values' memory (packet bytes for a header field), ``NULL, 0`` for a side that is ``none``;
+``xdp_load_bytes(off, v)`` / ``xdp_store_bytes(off, v)`` are
+``bpf_xdp_load_bytes(ctx, off, &v, sizeof(v))`` / ``bpf_xdp_store_bytes`` on the local's own
+stack memory (or the map value ``v`` refers to); ``bpf_NAME(args)`` passes the context
 first where the prototype takes it.
 """
 
@@ -18,10 +21,20 @@ from bpfdsl.abi.helpers import HELPERS, ArgKind, RetKind
 from bpfdsl.backend.codegen.host import GenHost
 from bpfdsl.lang import ast
 from bpfdsl.lang import types as T
+from bpfdsl.lang.sema.symbols import Local
 
 I32, I64 = ir.IntType(32), ir.IntType(64)
 
-TYPED_HELPERS = frozenset({"fib_lookup", "csum_diff", "xdp_get_buff_len", "ktime_get_boot_ns"})
+TYPED_HELPERS = frozenset(
+    {
+        "fib_lookup",
+        "csum_diff",
+        "xdp_get_buff_len",
+        "ktime_get_boot_ns",
+        "xdp_load_bytes",
+        "xdp_store_bytes",
+    }
+)
 """The builtins this mixin lowers (besides ``bpf_NAME`` calls)."""
 
 
@@ -43,6 +56,17 @@ class HelperGen(GenHost):
                 args += [self._mem_ptr(a, t), ir.Constant(I64, t.size)]
             seed = self.b.zext(self.rv(e.args[2], T.U32), I64)
             return self.helper(HELPERS["csum_diff"].id, I64, [*args, seed])
+        if e.name in ("xdp_load_bytes", "xdp_store_bytes"):
+            off = self.b.zext(self.rv(e.args[0], T.U32), I64)
+            v = e.args[1]
+            if isinstance(v.ty, T.RefType):  # a map value (sema): the memory it refers to
+                slot, n = self.gen(v), v.ty.inner.size
+            else:
+                loc = self.c.sym[v]
+                assert isinstance(loc, Local) and v.ty is not None  # sema: a fixed-size local
+                slot, n = self.var(loc), v.ty.size  # the local's own stack memory (bind)
+            size = ir.Constant(I64, n)
+            return self.helper(HELPERS[e.name].id, I64, [self.f.ctx, off, slot, size])
         if e.name == "xdp_get_buff_len":
             r = self.helper(HELPERS["xdp_get_buff_len"].id, I64, [self.f.ctx])
             return self.conv(r, T.U64, T.U32)

@@ -184,6 +184,8 @@ def call(ex, e: ast.Call) -> T.Type:
         return helpers.fib_lookup(ex, e)
     if e.name == "csum_diff":
         return helpers.csum_diff(ex, e)
+    if e.name in ("xdp_load_bytes", "xdp_store_bytes"):
+        return helpers.xdp_bytes(ex, e)
     if e.name == "redirect":
         return helpers.redirect(ex, e)
     if e.name == "meta":

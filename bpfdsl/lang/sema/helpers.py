@@ -44,8 +44,8 @@ LANGUAGE_FORMS = {
     "xdp_adjust_head": "`adjust_head(delta)`",
     "xdp_adjust_tail": "`adjust_tail(delta)`",
     "xdp_adjust_meta": "`adjust_meta(delta)`",
-    "xdp_load_bytes": "`load`",
-    "xdp_store_bytes": "`store`",
+    "xdp_load_bytes": "`xdp_load_bytes(offset, dst)`",
+    "xdp_store_bytes": "`xdp_store_bytes(offset, src)`",
     "ringbuf_output": "`ringbuf_output(events, record)`",
     "perf_event_output": "`perf_event_output(events, record)`",
     "msg_pull_data": "`msg_pull_data(start, end, flags)`",
@@ -110,6 +110,66 @@ def fib_lookup(ex, e: ast.Call) -> T.Type:
         )
     names = "flags: " + ", ".join(f"BPF_FIB_LOOKUP_{f.name}" for f in FibLookupFlag)
     _flags(ex, flags, FIB_LOOKUP_FLAGS, "fib_lookup", names, "the kernel returns -EINVAL")
+    return T.I64
+
+
+XDP_BYTES_MAX = 512  # bytes: MAX_BPF_STACK (include/linux/filter.h), the most a stack local holds
+XDP_BYTES_HINT = (
+    'e.g. `let b: [u8; 4] = "\\x00\\x00\\x00\\x00"` then `xdp_load_bytes(4000, b)`: a local '
+    "byte array, integer or struct"
+)
+
+
+def xdp_bytes(ex, e: ast.Call) -> T.Type:
+    """``xdp_load_bytes(offset, dst)`` / ``xdp_store_bytes(offset, src)``:
+    ``bpf_xdp_load_bytes(ctx, offset, &dst, sizeof(dst))`` / ``bpf_xdp_store_bytes`` (helpers
+    189/190, net/core/filter.c, Linux 5.18), which reach every fragment of an ``xdp(frags)``
+    frame.  ``offset`` (u32, bytes from the frame's first byte); ``dst``/``src`` is a local
+    (or a map value's reference, writable for ``dst``): a byte array, integer or struct of 1..512 bytes (its size is the helper's constant ``len``),
+    its bytes copied as stored (an integer in host order).  Returns 0, -EINVAL when
+    ``offset + len`` passes the frame's end, -EFAULT for an offset above 0xffff."""
+    helper_kind(ex, e, e.name)
+    load = e.name == "xdp_load_bytes"
+    what = "dst" if load else "src"
+    if len(e.args) != 2 or e.kwargs:
+        ex.err("arg-count", f"{e.name}(offset, {what}) takes 2 arguments", e.span, XDP_BYTES_HINT)
+        for a in e.args:
+            ex.expr(a)
+        return T.I64
+    off, v = e.args
+    ex.expect(off, T.U32)
+    t = ex.expr(v)
+    if t is T.ERR:
+        return T.I64
+    sym = ex.c.sym.get(v) if isinstance(v, ast.Name) else None
+    ref = t if type(t) is T.RefType else None  # not the metadata area or a ringbuf record
+    t = ref.inner if ref is not None else t  # a map value: the helper takes its memory
+    fixed = isinstance(t, (T.IntType, T.BytesType, T.ArrayType, T.StructType))
+    found = None
+    if not fixed:
+        found = f"found {t}, which has no fixed size in memory"
+    elif ref is not None:
+        if load and ref.readonly:
+            found = f"found {ref}, read-only memory"
+    elif not isinstance(sym, Local):
+        found = "found a temporary value"
+    elif sym.bounds is not None:  # the loop's counter: give the helper a copy
+        found = f"found loop variable `{sym.name}` (copy it to a local first)"
+    if found is not None:
+        ex.err(
+            "type-mismatch",
+            f"{e.name} takes a local variable of a fixed-size type (byte array, integer or "
+            f"struct) whose bytes it {'fills' if load else 'writes'}, {found}",
+            v.span,
+            XDP_BYTES_HINT,
+        )
+    elif not 1 <= t.size <= XDP_BYTES_MAX:
+        ex.err(
+            "helper-arg",
+            f"{e.name} copies 1..{XDP_BYTES_MAX} bytes: this {t} is {t.size} bytes",
+            v.span,
+            "the length is the local's size, on the 512-byte BPF stack",
+        )
     return T.I64
 
 

@@ -140,6 +140,8 @@ BUILTINS: dict[str, tuple[list[T.Type], T.Type] | None] = {
     "xdp_get_buff_len": ([], T.U32),  # the frame's bytes, every fragment (xdp(frags))
     "fib_lookup": None,  # bpfdsl.lang.sema.helpers
     "csum_diff": None,
+    "xdp_load_bytes": None,  # every fragment of an xdp(frags) frame (bpfdsl.lang.sema.helpers)
+    "xdp_store_bytes": None,
     "msg_redirect_hash": None,
     "msg_redirect_map": None,
     "sock_hash_update": None,
