@@ -6,7 +6,7 @@ from __future__ import annotations
 from bpfdsl.abi.uapi import MapType
 from bpfdsl.cli import main as cli_main
 from bpfdsl.compiler import MAX_SOURCE_BYTES, compile_file, compile_source
-from bpfdsl.diagnostics import DiagnosticError
+from bpfdsl.diagnostics import DiagnosticError, universal_newlines
 from bpfdsl.interp import InterpError
 from bpfdsl.interp import program as interp_program
 from bpfdsl.kernel import libc
@@ -33,4 +33,5 @@ __all__ = [
     "needs_dev_bound",
     "obj_pin",
     "read_object",
+    "universal_newlines",
 ]

@@ -343,9 +343,11 @@ def _too_large(text: str) -> bool:
 def check_diagnostics(err, path: str, text: str) -> Result:
     """``diagnostic`` when every error of ``err`` names ``path``:line:col inside ``text``
     and renders with that line and a caret; else the failure it is."""
-    # compile_file decodes the bytes as they are (bpfdsl.compiler.read_source: no newline
-    # translation) and the lexer counts lines by "\n" only: a lone CR starts no line
-    lines = text.split("\n")
+    # compile_file reads lines as editors do (bpfdsl.compiler.read_source: CR LF and a lone
+    # CR end a line, bpfdsl.diagnostics.universal_newlines)
+    from .api import universal_newlines
+
+    lines = universal_newlines(text).split("\n")
     for d in err.diagnostics:
         if not d.code or not CODE.fullmatch(d.code):
             return Result("unlocated", f"diagnostic without a stable code: {d.code!r}", d.concise())
