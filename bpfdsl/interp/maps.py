@@ -139,6 +139,10 @@ class Map:
         """Every key present (arrays: every index)."""
         raise NotImplementedError
 
+    def count(self) -> int:
+        """How many keys :meth:`keys` would list, without listing them."""
+        return len(self.keys())
+
     def items(self) -> list[tuple[bytes, bytes | list[bytes]]]:
         """(key, value) pairs; per-CPU values are lists, one per CPU."""
         out = []
@@ -218,6 +222,9 @@ class ArrayMap(Map):
 
     def keys(self) -> list[bytes]:
         return [i.to_bytes(4, "little") for i in range(self.max_entries)]
+
+    def count(self) -> int:
+        return self.max_entries  # every index is a key: an array of 2^32 - 1 is not listed
 
 
 class HashMap(Map):

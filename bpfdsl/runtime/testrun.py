@@ -252,7 +252,7 @@ class InterpEngine:
         for name, m in self.collection.maps.items():
             if isinstance(m, SlotMap):
                 out[name] = dict(m.slots) if len(m.slots) <= limit else None
-            elif m.max_entries <= limit or len(m.keys()) <= limit:
+            elif m.max_entries <= limit or m.count() <= limit:
                 out[name] = m.kernel_dump()
             else:
                 out[name] = None
