@@ -140,10 +140,8 @@ class _Explorer:
         simple = len(st.frames) == 1 and not st.refs
         live: list[int] | None = None
         live_regs = self.live_regs[i]
-        cur_types: tuple = ()
-        if simple:
-            regs = st.frames[0].regs
-            cur_types = tuple([regs[r].t for r in live_regs])
+        cur_types: tuple | None = None  # the live registers' types, once needed
+        regs = st.frames[0].regs
         for k in range(n - 1, -1, -1):  # newest first (kernel: list_add at the head)
             cp = lst[k]
             if cp.branches:
@@ -166,7 +164,17 @@ class _Explorer:
                         if simple and not cp.state.refs:
                             plan = cp.plan = CoverPlan(cp.state, cp.prec[0], live_regs, uninit_ok)
                 if plan is not None and simple:
-                    hit = covers(plan, cp.state, cp.sprec[0], st, cur_types, uninit_ok)
+                    pr = plan.pre_reg
+                    if pr >= 0 and (
+                        regs[pr].tn != plan.pre_tn
+                        if plan.pre_tn is not None
+                        else regs[pr].umin < plan.pre_umin or regs[pr].umax > plan.pre_umax
+                    ):
+                        hit = False  # the plan's first check fails: covers() would say so
+                    else:
+                        if cur_types is None:
+                            cur_types = tuple([regs[r].t for r in live_regs])
+                        hit = covers(plan, cp.state, cp.sprec[0], st, cur_types, uninit_ok)
                 else:
                     if live is None:
                         live = _live_masks(self.cfg, st, i)
@@ -179,13 +187,13 @@ class _Explorer:
                     if any(wregs) or any(wslots):
                         self.precise(st, i, wregs, wslots)
                     return True
-            if add:
+            if add:  # (a miss count only grows here, so only here can it pass the limit)
                 cp.miss += 1
-            if cp.miss > cp.hit * 3 + 3:
-                del lst[k]
-                cp.listed = False
-                if cp.branches == 0:
-                    self.cur_states -= 1
+                if cp.miss > cp.hit * 3 + 3:
+                    del lst[k]
+                    cp.listed = False
+                    if cp.branches == 0:
+                        self.cur_states -= 1
         if not add:
             return False
         if live is None:

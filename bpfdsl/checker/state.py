@@ -373,9 +373,12 @@ class CoverPlan:
     how) still to compare by value, cheapest and most telling first: _CONST (a precise
     constant: the same tnum), _RANGE (a precise scalar not linked to others: bounds and
     tnum), _ANY (ids to map or a pointer: regsafe); ``stack``: whether its stack holds
-    anything a later state must match (spills, zero bytes)."""
+    anything a later state must match (spills, zero bytes).  ``pre_reg``/``pre_tn``/
+    ``pre_umin``/``pre_umax``: the first of ``checks`` when it is _CONST (the tnum) or
+    _RANGE (the unsigned bounds), for the caller to reject most non-covered states
+    without calling :func:`covers` (``pre_reg`` -1: none)."""
 
-    __slots__ = ("types", "exact_types", "checks", "stack")
+    __slots__ = ("types", "exact_types", "checks", "stack", "pre_reg", "pre_tn", "pre_umin", "pre_umax")
 
     def __init__(self, st: State, prec: int, live_regs: tuple[int, ...], uninit_ok: bool):
         regs = st.frames[0].regs
@@ -396,6 +399,14 @@ class CoverPlan:
         self.types = tuple(types)
         self.exact_types = None not in self.types
         self.checks = tuple((r, o, how) for how, r, o in sorted(checks, key=lambda c: c[:2]))
+        self.pre_reg, self.pre_tn, self.pre_umin, self.pre_umax = -1, None, 0, 0
+        if self.checks and self.checks[0][2] != _ANY:
+            r, o, how = self.checks[0]
+            self.pre_reg = r
+            if how == _CONST:
+                self.pre_tn = o.tn
+            else:
+                self.pre_umin, self.pre_umax = o.umin, o.umax
         self.stack = any(
             sl.types != _ALL_INVALID
             and not (uninit_ok and SPILL not in sl.types and ZERO not in sl.types)
