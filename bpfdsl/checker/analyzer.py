@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from bpfdsl.abi import uapi as U
 from bpfdsl.abi.insn import Insn, format_insn
+from bpfdsl.checker import alu as ALU
 from bpfdsl.checker import domain as D
 from bpfdsl.checker.branch import do_cond_jump
 from bpfdsl.checker.calls import check_helper_call
@@ -579,9 +580,101 @@ _BY_JMP_OP = {U.BPF_JA: _ja, U.BPF_EXIT: _exit_insn, U.BPF_CALL: _call}
 
 
 def _handler(x):
-    """The handler of one decoded instruction (abi.insn.Insn), by class and jump operation."""
+    """The handler of one decoded instruction (abi.insn.Insn), by class and jump operation;
+    the commonest well-formed ALU instructions get one made for them (:func:`_fast_alu`)."""
     h = _BY_CLASS.get(x.cls)
+    if h is _alu:
+        return _fast_alu(x) or h
     return h if h is not None else _BY_JMP_OP.get(x.op, _cond)
+
+
+# ALU operations with an immediate whose scalar case _fast_alu handles (div/mod: do_alu)
+_FAST_K_OPS = frozenset(
+    (U.BPF_ADD, U.BPF_SUB, U.BPF_MUL, U.BPF_AND, U.BPF_OR, U.BPF_XOR)
+    + (U.BPF_LSH, U.BPF_RSH, U.BPF_ARSH)
+)
+
+
+def _fast_alu(x: Insn):
+    """A handler for one well-formed ALU instruction that does do_alu's work for its common
+    case with what depends only on the instruction decided once (encoding checks, the
+    immediate's register), else through _alu: ``dst op= imm`` on a scalar, ``dst = imm``,
+    ``w_dst = w_src`` of a scalar, ``dst = src`` of a pointer, a constant or a scalar
+    with an id.  None when the instruction is not one of these (or is malformed: do_alu
+    reports it)."""
+    op, is64, dst = x.op, x.cls == U.BPF_ALU64, x.dst
+    if x.off or dst >= 10:
+        return None
+    if x.source == U.BPF_K:
+        if x.src:
+            return None
+        imm = D.known(x.imm if is64 else x.imm & D.M32)
+        if op == U.BPF_MOV:
+            return _mov_k(dst, imm)
+        if op not in _FAST_K_OPS:
+            return None
+        if op in (U.BPF_LSH, U.BPF_RSH, U.BPF_ARSH) and not 0 <= x.imm < (64 if is64 else 32):
+            return None
+        return _alu_k(op, is64, dst, imm)
+    if op != U.BPF_MOV or x.imm or x.src > 10:
+        return None
+    return _mov_x(is64, dst, x.src)
+
+
+def _mov_k(dst: int, imm: D.Reg):
+    def mov_k(env: Env, cfg: Cfg, st: State, i: int, x) -> None:
+        f = st.frames[-1]
+        f.regs[dst] = imm
+        if dst == 0:
+            f.r0_at = i
+
+    return mov_k
+
+
+def _alu_k(op: int, is64: bool, dst: int, imm: D.Reg):
+    scalar_alu = ALU.scalar_alu
+    add = op == U.BPF_ADD
+
+    def alu_k(env: Env, cfg: Cfg, st: State, i: int, x) -> None:
+        f = st.frames[-1]
+        regs = f.regs
+        d = regs[dst]
+        if d.t != D.SCALAR:  # pointer arithmetic, an unset register: do_alu
+            _alu(env, cfg, st, i, x)
+            return
+        if add and d.id:
+            env.inexact += 1  # as do_alu: the kernel links dst to its copies with a delta
+        regs[dst] = scalar_alu(op, d, imm, is64)
+        if dst == 0:
+            f.r0_at = i
+
+    return alu_k
+
+
+def _mov_x(is64: bool, dst: int, src: int):
+    zext32 = D.zext32
+
+    def mov_x(env: Env, cfg: Cfg, st: State, i: int, x) -> None:
+        f = st.frames[-1]
+        regs = f.regs
+        s = regs[src]
+        t = s.t
+        if is64:
+            # a pointer, a constant or an already linked scalar is copied as it is
+            if t > D.SCALAR or (t == D.SCALAR and (s.id or not s.tn[1])):
+                regs[dst] = s
+            else:  # an unset register, a scalar to link to its copy: do_alu
+                _alu(env, cfg, st, i, x)
+                return
+        elif t == D.SCALAR:
+            regs[dst] = zext32(s)
+        else:
+            _alu(env, cfg, st, i, x)
+            return
+        if dst == 0:
+            f.r0_at = i
+
+    return mov_x
 
 
 def _pseudo_call(env: Env, cfg: Cfg, st: State, i: int, x: Insn):
