@@ -22,7 +22,8 @@ from bpfdsl.abi import uapi as U
 from bpfdsl.abi.insn import Insn, format_insn
 from bpfdsl.checker import alu as ALU
 from bpfdsl.checker import domain as D
-from bpfdsl.checker.branch import do_cond_jump
+from bpfdsl.checker import features as F
+from bpfdsl.checker.branch import do_cond_jump, scalar_jump
 from bpfdsl.checker.calls import check_helper_call
 from bpfdsl.checker.cfg import Cfg
 from bpfdsl.checker.env import Env, Fault
@@ -227,7 +228,7 @@ def analyze(env: Env, cfg: Cfg, deadline: float | None = None) -> Outcome:
     the kernel's limits, or at ``deadline`` (a time.perf_counter() value)."""
     ex = _Explorer(env, cfg, deadline)
     dec = cfg.insns
-    handlers = [_handler(x) for x in dec]
+    handlers = [_handler(x, cfg.succ[k]) for k, x in enumerate(dec)]
     flags = [
         (_PRUNE if k in cfg.prune else 0)
         | (_JMP_POINT if k in cfg.jmp_points else 0)
@@ -579,13 +580,45 @@ _BY_CLASS = {
 _BY_JMP_OP = {U.BPF_JA: _ja, U.BPF_EXIT: _exit_insn, U.BPF_CALL: _call}
 
 
-def _handler(x):
-    """The handler of one decoded instruction (abi.insn.Insn), by class and jump operation;
-    the commonest well-formed ALU instructions get one made for them (:func:`_fast_alu`)."""
+def _handler(x, succ: list[int]):
+    """The handler of one decoded instruction (abi.insn.Insn) whose successors are
+    ``succ``, by class and jump operation; the commonest well-formed ALU instructions
+    and conditional jumps on an immediate get one made for them (:func:`_fast_alu`,
+    :func:`_cond_k`)."""
     h = _BY_CLASS.get(x.cls)
     if h is _alu:
         return _fast_alu(x) or h
-    return h if h is not None else _BY_JMP_OP.get(x.op, _cond)
+    if h is not None:
+        return h
+    h = _BY_JMP_OP.get(x.op, _cond)
+    if h is _cond and x.source == U.BPF_K and not x.src and x.dst <= 10 and x.op in _JMP_OPS:
+        return _cond_k(x, succ[-1] if len(succ) == 2 else succ[0])
+    return h
+
+
+_JMP_OPS = frozenset(
+    (U.BPF_JEQ, U.BPF_JNE, U.BPF_JSET, U.BPF_JGT, U.BPF_JGE, U.BPF_JLT, U.BPF_JLE)
+    + (U.BPF_JSGT, U.BPF_JSGE, U.BPF_JSLT, U.BPF_JSLE)
+)
+
+
+def _cond_k(x: Insn, target: int):
+    """A handler for one well-formed ``if dst op imm goto target``: do_cond_jump with the
+    immediate's register made once; a scalar destination goes straight to the scalar
+    comparison (branch.scalar_jump), anything else through do_cond_jump."""
+    is32 = x.cls == U.BPF_JMP32
+    imm = D.known(x.imm if not is32 else x.imm & D.M32)
+    dst = x.dst
+
+    def cond_k(env: Env, cfg: Cfg, st: State, i: int, x):
+        d = st.frames[-1].regs[dst]
+        if d.t != D.SCALAR:
+            return do_cond_jump(env, st, i, x, target)
+        if is32 and env.kernel is not None:
+            env.need(F.JMP32_MIN, "32-bit conditional jump (jmp32)")
+        return scalar_jump(env, st, i, x, target, d, imm)
+
+    return cond_k
 
 
 # ALU operations with an immediate whose scalar case _fast_alu handles (div/mod: do_alu)

@@ -378,7 +378,16 @@ class CoverPlan:
     _RANGE (the unsigned bounds), for the caller to reject most non-covered states
     without calling :func:`covers` (``pre_reg`` -1: none)."""
 
-    __slots__ = ("types", "exact_types", "checks", "stack", "pre_reg", "pre_tn", "pre_umin", "pre_umax")
+    __slots__ = (
+        "types",
+        "exact_types",
+        "checks",
+        "stack",
+        "pre_reg",
+        "pre_tn",
+        "pre_umin",
+        "pre_umax",
+    )
 
     def __init__(self, st: State, prec: int, live_regs: tuple[int, ...], uninit_ok: bool):
         regs = st.frames[0].regs
