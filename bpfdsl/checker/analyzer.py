@@ -146,7 +146,8 @@ class _Explorer:
         regs = st.frames[0].regs
         for k in range(n - 1, -1, -1):  # newest first (kernel: list_add at the head)
             cp = lst[k]
-            if cp.branches:
+            plan = cp.plan  # set only once cp.branches is 0 (and that is for good)
+            if plan is None and cp.branches:
                 # on the current path: an exact repeat is an infinite loop
                 if states_maybe_looping(cp.state, st, 0x7FF):
                     if live is None:
@@ -156,7 +157,6 @@ class _Explorer:
                 if not force and djmps < 20 and dinsns < 100:
                     add = False
             else:
-                plan = cp.plan
                 if plan is None and not cp.cleaned:
                     # kernel clean_live_states: once all its paths are done, a state's
                     # dead stack slots are dropped (with the liveness known now)
@@ -265,16 +265,16 @@ def analyze(env: Env, cfg: Cfg, deadline: float | None = None) -> Outcome:
             processed += 1
             visits[i] += 1
             fl = flags[i]
-            if processed > INSN_LIMIT:
-                limit = Fault(
-                    "too-complex",
-                    f"BPF program is too large. Processed {processed} insn",
-                    "too many paths or loop iterations to verify; bound loops by small "
-                    "constants and reduce branching",
-                )
-                return out((i, limit, fmt_state(st.regs), {}))
-            if processed >= next_clock:
-                next_clock += TIME_CHECK_EVERY
+            if processed >= next_clock:  # the clock's turn, or the insn limit's
+                if processed > INSN_LIMIT:
+                    limit = Fault(
+                        "too-complex",
+                        f"BPF program is too large. Processed {processed} insn",
+                        "too many paths or loop iterations to verify; bound loops by small "
+                        "constants and reduce branching",
+                    )
+                    return out((i, limit, fmt_state(st.regs), {}))
+                next_clock = min(next_clock + TIME_CHECK_EVERY, INSN_LIMIT + 1)
                 if deadline is not None and time.perf_counter() > deadline:
                     return out(timed_out=True)
             if fl & _PRUNE:

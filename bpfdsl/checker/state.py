@@ -392,22 +392,29 @@ class CoverPlan:
     def __init__(self, st: State, prec: int, live_regs: tuple[int, ...], uninit_ok: bool):
         regs = st.frames[0].regs
         types: list[int | None] = []
-        checks: list[tuple[int, int, D.Reg]] = []
+        # by kind, each in register order (live_regs is ascending): sorted by (how, regno)
+        consts: list[tuple[int, D.Reg, int]] = []
+        ranges: list[tuple[int, D.Reg, int]] = []
+        others: list[tuple[int, D.Reg, int]] = []
         for r in live_regs:
             o = regs[r]
-            if o.t == D.NOT_INIT:
+            t = o.t
+            if t == D.NOT_INIT:
                 types.append(None)
                 continue
-            types.append(o.t)
-            precise = bool(prec >> r & 1)
-            if o.t != D.SCALAR:
-                checks.append((_ANY, r, o))
-            elif precise:
-                how = _ANY if o.id else (_CONST if o.tn[1] == 0 else _RANGE)
-                checks.append((how, r, o))
+            types.append(t)
+            if t != D.SCALAR:
+                others.append((r, o, _ANY))
+            elif prec >> r & 1:
+                if o.id:
+                    others.append((r, o, _ANY))
+                elif o.tn[1] == 0:
+                    consts.append((r, o, _CONST))
+                else:
+                    ranges.append((r, o, _RANGE))
         self.types = tuple(types)
         self.exact_types = None not in self.types
-        self.checks = tuple((r, o, how) for how, r, o in sorted(checks, key=lambda c: c[:2]))
+        self.checks = tuple(consts + ranges + others)
         self.pre_reg, self.pre_tn, self.pre_umin, self.pre_umax = -1, None, 0, 0
         if self.checks and self.checks[0][2] != _ANY:
             r, o, how = self.checks[0]
