@@ -667,6 +667,7 @@ def _mov_k(dst: int, imm: D.Reg):
 def _alu_k(op: int, is64: bool, dst: int, imm: D.Reg):
     scalar_alu = ALU.scalar_alu
     add = op == U.BPF_ADD
+    memo: dict[tuple, D.Reg] = {}  # this insn's results by the operand's tnum and bounds
 
     def alu_k(env: Env, cfg: Cfg, st: State, i: int, x) -> None:
         f = st.frames[-1]
@@ -677,7 +678,14 @@ def _alu_k(op: int, is64: bool, dst: int, imm: D.Reg):
             return
         if add and d.id:
             env.inexact += 1  # as do_alu: the kernel links dst to its copies with a delta
-        regs[dst] = scalar_alu(op, d, imm, is64)
+        key = (d.tn, d.smin, d.smax, d.umin, d.umax, d.s32min, d.s32max, d.u32min, d.u32max)
+        r = memo.get(key)
+        if r is None:
+            r = scalar_alu(op, d, imm, is64)  # a fresh scalar: a pure function of the key
+            if len(memo) >= 1024:
+                memo.clear()
+            memo[key] = r
+        regs[dst] = r
         if dst == 0:
             f.r0_at = i
 
