@@ -105,8 +105,10 @@ class _Explorer:
         self.uninit_ok = env.privileged
         self.deadline = deadline
         self.live = StackLiveness(cfg.succ, cfg.subprog_of, cfg.call_target)
-        self.live_regs = [tuple(r for r in range(11) if m >> r & 1) for m in cfg.live_in]
-        self.bt_table = backtrack_table(cfg.insns)
+        # made when first needed (a small program may walk fewer insns than it has):
+        # per insn the live registers in order, and precision's backtrack_table
+        self.live_regs: list[tuple[int, ...] | None] = [None] * len(cfg.live_in)
+        self.bt_table: list[tuple[int, int, int]] | None = None
 
     # ---- branch counts (kernel update_branch_counts) ----
 
@@ -123,6 +125,8 @@ class _Explorer:
     # ---- precision ----
 
     def precise(self, st: State, i: int, regs: list[int], slots: list[int]) -> None:
+        if self.bt_table is None:
+            self.bt_table = backtrack_table(self.cfg.insns)
         mark_precise(self.cfg.insns, self.cfg.call_target, st, i, regs, slots, self.bt_table)
 
     # ---- kernel is_state_visited: True when the path is pruned here ----
@@ -142,6 +146,9 @@ class _Explorer:
         simple = len(st.frames) == 1 and not st.refs
         live: list[int] | None = None
         live_regs = self.live_regs[i]
+        if live_regs is None:
+            m = self.cfg.live_in[i]
+            live_regs = self.live_regs[i] = tuple(r for r in range(11) if m >> r & 1)
         cur_types: tuple | None = None  # the live registers' types, once needed
         regs = st.frames[0].regs
         for k in range(n - 1, -1, -1):  # newest first (kernel: list_add at the head)
@@ -228,7 +235,13 @@ def analyze(env: Env, cfg: Cfg, deadline: float | None = None) -> Outcome:
     the kernel's limits, or at ``deadline`` (a time.perf_counter() value)."""
     ex = _Explorer(env, cfg, deadline)
     dec = cfg.insns
-    handlers = [_handler(x, cfg.succ[k]) for k, x in enumerate(dec)]
+
+    def first_visit(env: Env, cfg: Cfg, st: State, i: int, x):
+        """An insn's handler is chosen (and made) when the walk first reaches it."""
+        h = handlers[i] = _handler(x, cfg.succ[i])
+        return h(env, cfg, st, i, x)
+
+    handlers = [first_visit] * len(dec)
     flags = [
         (_PRUNE if k in cfg.prune else 0)
         | (_JMP_POINT if k in cfg.jmp_points else 0)
