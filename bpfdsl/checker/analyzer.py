@@ -237,7 +237,13 @@ def analyze(env: Env, cfg: Cfg, deadline: float | None = None) -> Outcome:
     dec = cfg.insns
 
     def first_visit(env: Env, cfg: Cfg, st: State, i: int, x):
-        """An insn's handler is chosen (and made) when the walk first reaches it."""
+        """The first walk of an insn: its general handler (what most insns of a small
+        program get, making one for it would cost more than it saves)."""
+        handlers[i] = again
+        return _handler(x, cfg.succ[i], made=False)(env, cfg, st, i, x)
+
+    def again(env: Env, cfg: Cfg, st: State, i: int, x):
+        """The second: the insn's handler for good, made for it where _handler can."""
         h = handlers[i] = _handler(x, cfg.succ[i])
         return h(env, cfg, st, i, x)
 
@@ -593,18 +599,25 @@ _BY_CLASS = {
 _BY_JMP_OP = {U.BPF_JA: _ja, U.BPF_EXIT: _exit_insn, U.BPF_CALL: _call}
 
 
-def _handler(x, succ: list[int]):
+def _handler(x, succ: list[int], made: bool = True):
     """The handler of one decoded instruction (abi.insn.Insn) whose successors are
-    ``succ``, by class and jump operation; the commonest well-formed ALU instructions
-    and conditional jumps on an immediate get one made for them (:func:`_fast_alu`,
-    :func:`_cond_k`)."""
+    ``succ``, by class and jump operation; with ``made``, the commonest well-formed ALU
+    instructions and conditional jumps on an immediate get one made for them
+    (:func:`_fast_alu`, :func:`_cond_k`)."""
     h = _BY_CLASS.get(x.cls)
     if h is _alu:
-        return _fast_alu(x) or h
+        return (made and _fast_alu(x)) or h
     if h is not None:
         return h
     h = _BY_JMP_OP.get(x.op, _cond)
-    if h is _cond and x.source == U.BPF_K and not x.src and x.dst <= 10 and x.op in _JMP_OPS:
+    if (
+        made
+        and h is _cond
+        and x.source == U.BPF_K
+        and not x.src
+        and x.dst <= 10
+        and x.op in _JMP_OPS
+    ):
         return _cond_k(x, succ[-1] if len(succ) == 2 else succ[0])
     return h
 
