@@ -192,7 +192,10 @@ class _Explorer:
                     cp.hit += 1
                     if i in self.cfg.jmp_points:
                         st.hist = Hist(i, prev, None, None, hist)
-                    wregs, wslots = wanted_from(cp)
+                    w = cp.wanted  # (cp is frozen: its marks are final)
+                    if w is None:
+                        w = cp.wanted = wanted_from(cp)
+                    wregs, wslots = w
                     if any(wregs) or any(wslots):
                         self.precise(st, i, wregs, wslots)
                     return True

@@ -30,7 +30,8 @@ class Checkpoint:
     precise-stack-slot bitmasks per frame), ``hit``/``miss`` (comparison counters of the
     kernel's eviction heuristic), ``listed`` (still in the explored list), ``cleaned``
     (dead stack slots dropped, once its paths were all explored), ``plan`` (how to
-    compare with it, made once it is frozen)."""
+    compare with it, made once it is frozen); ``wanted``: :func:`wanted_from` it, kept
+    from the first hit on (a frozen state's marks no longer change)."""
 
     __slots__ = (
         "state",
@@ -48,6 +49,7 @@ class Checkpoint:
         "listed",
         "cleaned",
         "plan",
+        "wanted",
     )
 
     def __init__(self, state: State, insn: int, last_idx: int, live: list[int]):
@@ -67,6 +69,7 @@ class Checkpoint:
         self.listed = True
         self.cleaned = False
         self.plan: CoverPlan | None = None  # once frozen (single frame, no references)
+        self.wanted: tuple[list[int], list[int]] | None = None
 
 
 class NotSupported(Exception):
