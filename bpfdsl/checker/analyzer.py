@@ -88,6 +88,17 @@ def _live_masks(cfg: Cfg, st: State, i: int) -> list[int]:
     return out
 
 
+def _same_callsites(a: list[Frame], b: list[Frame]) -> bool:
+    """The two states' frames were made by the same calls (kernel: same callsite per
+    frame, clean_live_states' condition)."""
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b, strict=True):
+        if x.callsite != y.callsite:
+            return False
+    return True
+
+
 class _Explorer:
     """One analysis: the explored checkpoints and the kernel's counters."""
 
@@ -167,7 +178,7 @@ class _Explorer:
                 if plan is None and not cp.cleaned:
                     # kernel clean_live_states: once all its paths are done, a state's
                     # dead stack slots are dropped (with the liveness known now)
-                    if [f.callsite for f in cp.state.frames] == [f.callsite for f in st.frames]:
+                    if _same_callsites(cp.state.frames, st.frames):
                         cp.cleaned = True
                         self.live.clean(cp.state.frames, i)
                         if simple and not cp.state.refs:
