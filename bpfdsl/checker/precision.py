@@ -339,37 +339,33 @@ def _mark_single(table, cur: State, cur_idx: int, regs: int, slots: int) -> None
         fregs = f[0].regs
         live = cp.live[0]
         prec = cp.prec[0]
-        m, r = regs, 0
-        while m:
-            if m & 1:
-                bit = 1 << r
-                if not live & bit or fregs[r].t != D.SCALAR or prec & bit:
-                    regs &= ~bit
-                else:
-                    prec |= bit
-            m >>= 1
-            r += 1
+        m = regs
+        while m:  # each wanted register (lowest set bit first)
+            bit = m & -m
+            m ^= bit
+            if not live & bit or fregs[bit.bit_length() - 1].t != D.SCALAR or prec & bit:
+                regs &= ~bit
+            else:
+                prec |= bit
         cp.prec[0] = prec
         if slots:
             stack = f[0].stack
             sprec = cp.sprec[0]
-            m, k2 = slots, 0
-            while m:
-                if m & 1:
-                    bit = 1 << k2
-                    sl = stack.get(k2)
-                    spilled = (
-                        sl is not None
-                        and sl.spill is not None
-                        and sl.types[0] == SPILL
-                        and sl.spill.t == D.SCALAR
-                    )
-                    if not spilled or sprec & bit:
-                        slots &= ~bit
-                    else:
-                        sprec |= bit
-                m >>= 1
-                k2 += 1
+            m = slots
+            while m:  # each wanted slot
+                bit = m & -m
+                m ^= bit
+                sl = stack.get(bit.bit_length() - 1)
+                spilled = (
+                    sl is not None
+                    and sl.spill is not None
+                    and sl.types[0] == SPILL
+                    and sl.spill.t == D.SCALAR
+                )
+                if not spilled or sprec & bit:
+                    slots &= ~bit
+                else:
+                    sprec |= bit
             cp.sprec[0] = sprec
         if not regs and not slots:
             return
