@@ -275,10 +275,11 @@ def _mark_single(table, cur: State, cur_idx: int, regs: int, slots: int) -> None
     skip = True
     while True:
         while True:
+            # the jump-history record of this visit of insn i, if any
+            h: Hist | None = hist if hist is not None and hist.idx == i else None
             if skip:
                 skip = False
             else:
-                h: Hist | None = hist if hist is not None and hist.idx == i else None
                 if h is not None and h.linked:
                     regs, slots = _linked0(regs, slots, h)
                 k, a, b = table[i]
@@ -321,11 +322,11 @@ def _mark_single(table, cur: State, cur_idx: int, regs: int, slots: int) -> None
                     regs, slots = _linked0(regs, slots, h)
             if not regs and not slots:
                 return
-            if i == first and (hist is None or (hist.next is None and hist.idx == i)):
+            if i == first and (hist is None or (h is not None and h.next is None)):
                 break
-            if hist is not None and hist.idx == i:
-                i = hist.prev
-                hist = hist.next
+            if h is not None:  # (h is hist)
+                i = h.prev
+                hist = h.next
             else:
                 i -= 1
             if i < 0:
