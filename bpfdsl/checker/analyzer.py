@@ -379,7 +379,8 @@ def _stack_marks(ex: _Explorer, env: Env, st: State, i: int) -> None:
     """The insn's stack reads and whole-slot writes, for stack liveness (kernel
     bpf_mark_stack_read / bpf_commit_stack_write_marks)."""
     live = ex.live
-    inst = live.instance(tuple(f.callsite for f in st.frames[1:]))
+    fs = st.frames
+    inst = live.instance(() if len(fs) == 1 else tuple(f.callsite for f in fs[1:]))
     for fr, k in env.live_reads:
         live.read(inst, fr, i, 1 << k)
     env.live_reads.clear()
