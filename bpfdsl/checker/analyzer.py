@@ -545,7 +545,11 @@ def _check_stack_depth(env: Env, cfg: Cfg):
 
 # ---- one instruction: a handler per instruction, chosen once (no per-step if-chain) ----
 # A handler returns None for "next instruction, same state", else the successor list
-# [(index, state), ...] (empty: the path ended).
+# [(index, state), ...] (empty: the path ended).  The general handler serves an insn's
+# first walk; from its second on, the commonest well-formed kinds get one made for that
+# insn (_fast_alu, _cond_k: the checks and the immediate's register decided once), which
+# hands every case it does not cover to the general one
+# (tests/checker/test_checker_insn_handlers.py holds them to the same outcomes).
 
 
 def _alu(env: Env, cfg: Cfg, st: State, i: int, x) -> None:
