@@ -165,7 +165,19 @@ class _Explorer:
         for k in range(n - 1, -1, -1):  # newest first (kernel: list_add at the head)
             cp = lst[k]
             plan = cp.plan  # set only once cp.branches is 0 (and that is for good)
-            if plan is None and cp.branches:
+            if plan is not None and simple:  # the common case first: a frozen, planned cp
+                pr = plan.pre_reg
+                if pr >= 0 and (
+                    regs[pr].tn != plan.pre_tn
+                    if plan.pre_tn is not None
+                    else regs[pr].umin < plan.pre_umin or regs[pr].umax > plan.pre_umax
+                ):
+                    hit = False  # the plan's first check fails: covers() would say so
+                else:
+                    if cur_types is None:
+                        cur_types = tuple([regs[r].t for r in live_regs])
+                    hit = covers(plan, cp.state, cp.sprec[0], st, cur_types, uninit_ok)
+            elif plan is None and cp.branches:
                 # on the current path: an exact repeat is an infinite loop
                 if states_maybe_looping(cp.state, st, 0x7FF):
                     if live is None:
@@ -174,6 +186,7 @@ class _Explorer:
                         raise _InfiniteLoop(i)
                 if not force and djmps < 20 and dinsns < 100:
                     add = False
+                hit = False
             else:
                 if plan is None and not cp.cleaned:
                     # kernel clean_live_states: once all its paths are done, a state's
@@ -184,32 +197,24 @@ class _Explorer:
                         if simple and not cp.state.refs:
                             plan = cp.plan = CoverPlan(cp.state, cp.prec[0], live_regs, uninit_ok)
                 if plan is not None and simple:
-                    pr = plan.pre_reg
-                    if pr >= 0 and (
-                        regs[pr].tn != plan.pre_tn
-                        if plan.pre_tn is not None
-                        else regs[pr].umin < plan.pre_umin or regs[pr].umax > plan.pre_umax
-                    ):
-                        hit = False  # the plan's first check fails: covers() would say so
-                    else:
-                        if cur_types is None:
-                            cur_types = tuple([regs[r].t for r in live_regs])
-                        hit = covers(plan, cp.state, cp.sprec[0], st, cur_types, uninit_ok)
+                    if cur_types is None:
+                        cur_types = tuple([regs[r].t for r in live_regs])
+                    hit = covers(plan, cp.state, cp.sprec[0], st, cur_types, uninit_ok)
                 else:
                     if live is None:
                         live = _live_masks(self.cfg, st, i)
                     hit = states_equal(cp.state, cp.prec, cp.sprec, st, live, NOT_EXACT, uninit_ok)
-                if hit:
-                    cp.hit += 1
-                    if i in self.cfg.jmp_points:
-                        st.hist = Hist(i, prev, None, None, hist)
-                    w = cp.wanted  # (cp is frozen: its marks are final)
-                    if w is None:
-                        w = cp.wanted = wanted_from(cp)
-                    wregs, wslots = w
-                    if any(wregs) or any(wslots):
-                        self.precise(st, i, wregs, wslots)
-                    return True
+            if hit:
+                cp.hit += 1
+                if i in self.cfg.jmp_points:
+                    st.hist = Hist(i, prev, None, None, hist)
+                w = cp.wanted  # (cp is frozen: its marks are final)
+                if w is None:
+                    w = cp.wanted = wanted_from(cp)
+                wregs, wslots = w
+                if any(wregs) or any(wslots):
+                    self.precise(st, i, wregs, wslots)
+                return True
             if add:  # (a miss count only grows here, so only here can it pass the limit)
                 cp.miss += 1
                 if cp.miss > cp.hit * 3 + 3:
