@@ -44,14 +44,14 @@ def _view(r: D.Reg, bits: int):
 
 
 _DIV_MOD = (U.BPF_DIV, U.BPF_MOD)
-_MEMO: dict[tuple, tuple] = {}
+_MEMO: dict[tuple, D.Reg] = {}
 
 
 def scalar_alu(op: int, dst: D.Reg, src: D.Reg, is64: bool, signed_div: bool = False) -> D.Reg:
     """Result of ``dst op src`` for scalars (ALU64 when ``is64``, else ALU32 zero-extended).
 
     Always a fresh scalar (no id, no note) that depends only on the operands' tnums and
-    bounds, so results are memoized (div/mod are not)."""
+    bounds, so results are memoized, the register itself shared (div/mod are not)."""
     if op in _DIV_MOD:
         return _scalar_alu(op, dst, src, is64, signed_div)
     key = (
@@ -79,12 +79,13 @@ def scalar_alu(op: int, dst: D.Reg, src: D.Reg, is64: bool, signed_div: bool = F
     )
     hit = _MEMO.get(key)
     if hit is None:
-        r = _scalar_alu(op, dst, src, is64, signed_div)
+        hit = _scalar_alu(op, dst, src, is64, signed_div)
+        if hit.id or hit.ref or hit.note or hit.off or hit.t != D.SCALAR:
+            hit = D.fresh_scalar(hit.tn, hit.bounds())  # only a fresh scalar is shared
         if len(_MEMO) >= 8192:
             _MEMO.clear()
-        _MEMO[key] = (r.tn, r.bounds())
-        return r
-    return D.fresh_scalar(hit[0], hit[1])
+        _MEMO[key] = hit
+    return hit
 
 
 def _scalar_alu(op: int, dst: D.Reg, src: D.Reg, is64: bool, signed_div: bool) -> D.Reg:

@@ -20,8 +20,10 @@ from dataclasses import dataclass, field
 
 from bpfdsl.abi import uapi as U
 from bpfdsl.abi.insn import Insn, format_insn
+from bpfdsl.checker import alu as ALU
 from bpfdsl.checker import domain as D
-from bpfdsl.checker.branch import do_cond_jump
+from bpfdsl.checker import features as F
+from bpfdsl.checker.branch import do_cond_jump, scalar_jump
 from bpfdsl.checker.calls import check_helper_call, check_kfunc_call
 from bpfdsl.checker.cfg import Cfg
 from bpfdsl.checker.env import Env, Fault
@@ -94,6 +96,17 @@ def _live_masks(cfg: Cfg, st: State, i: int) -> list[int]:
     return out
 
 
+def _same_callsites(a: list[Frame], b: list[Frame]) -> bool:
+    """The two states' frames were made by the same calls (kernel: same callsite per
+    frame, clean_live_states' condition)."""
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b, strict=True):
+        if x.callsite != y.callsite:
+            return False
+    return True
+
+
 class _Explorer:
     """One analysis: the explored checkpoints and the kernel's counters."""
 
@@ -111,12 +124,14 @@ class _Explorer:
         self.uninit_ok = env.privileged
         self.deadline = deadline
         self.live = StackLiveness(cfg.succ, cfg.subprog_of, cfg.call_target)
-        self.live_regs = [tuple(r for r in range(11) if m >> r & 1) for m in cfg.live_in]
         # calls of global functions: not entered, r0 set (kernel backtrack_insn)
         self.global_calls = frozenset(
             i for i, t in cfg.call_target.items() if getattr(env.subprogs.get(t), "is_global", 0)
         )
-        self.bt_table = backtrack_table(cfg.insns, self.global_calls)
+        # made when first needed (a small program may walk fewer insns than it has):
+        # per insn the live registers in order, and precision's backtrack_table
+        self.live_regs: list[tuple[int, ...] | None] = [None] * len(cfg.live_in)
+        self.bt_table: list[tuple[int, int, int]] | None = None
 
     # ---- branch counts (kernel update_branch_counts) ----
 
@@ -134,6 +149,8 @@ class _Explorer:
 
     def precise(self, st: State, i: int, regs: list[int], slots: list[int]) -> None:
         cfg = self.cfg
+        if self.bt_table is None:
+            self.bt_table = backtrack_table(cfg.insns, self.global_calls)
         mark_precise(
             cfg.insns,
             cfg.call_target,
@@ -162,7 +179,13 @@ class _Explorer:
         cp.hit += 1
         if i in self.cfg.jmp_points:
             st.hist = Hist(i, prev, None, None, hist)
-        wregs, wslots = wanted_from(cp)
+        if cp.branches:  # on the current path (a callback's way back): marks still grow
+            wregs, wslots = wanted_from(cp)
+        else:  # frozen: its marks are final
+            w = cp.wanted
+            if w is None:
+                w = cp.wanted = wanted_from(cp)
+            wregs, wslots = w
         if any(wregs) or any(wslots):
             self.precise(st, i, wregs, wslots)
         return True
@@ -185,13 +208,27 @@ class _Explorer:
         simple = len(st.frames) == 1 and not st.refs
         live: list[int] | None = None
         live_regs = self.live_regs[i]
-        cur_types: tuple = ()
-        if simple:
-            regs = st.frames[0].regs
-            cur_types = tuple([regs[r].t for r in live_regs])
+        if live_regs is None:
+            m = self.cfg.live_in[i]
+            live_regs = self.live_regs[i] = tuple(r for r in range(11) if m >> r & 1)
+        cur_types: tuple | None = None  # the live registers' types, once needed
+        regs = st.frames[0].regs
         for k in range(n - 1, -1, -1):  # newest first (kernel: list_add at the head)
             cp = lst[k]
-            if cp.branches and callback_call:
+            plan = cp.plan  # set only once cp.branches is 0 (and that is for good)
+            if plan is not None and simple:  # the common case first: a frozen, planned cp
+                pr = plan.pre_reg
+                if pr >= 0 and (
+                    regs[pr].tn != plan.pre_tn
+                    if plan.pre_tn is not None
+                    else regs[pr].umin < plan.pre_umin or regs[pr].umax > plan.pre_umax
+                ):
+                    hit = False  # the plan's first check fails: covers() would say so
+                else:
+                    if cur_types is None:
+                        cur_types = tuple([regs[r].t for r in live_regs])
+                    hit = covers(plan, cp.state, cp.sprec[0], st, cur_types, uninit_ok)
+            elif plan is None and cp.branches and callback_call:
                 # the callback's way back to its call: covered by range on this path
                 if live is None:
                     live = _live_masks(self.cfg, st, i)
@@ -199,7 +236,8 @@ class _Explorer:
                     return self._hit(cp, st, i, prev, hist)
                 if not force and djmps < 20 and dinsns < 100:
                     add = False
-            elif cp.branches:
+                hit = False
+            elif plan is None and cp.branches:
                 # on the current path: an exact repeat is an infinite loop (not between
                 # visits of a callback: kernel callback_unroll_depth)
                 if cp.state.cb_unroll == st.cb_unroll and states_maybe_looping(cp.state, st, 0x7FF):
@@ -209,31 +247,33 @@ class _Explorer:
                         raise _InfiniteLoop(i)
                 if not force and djmps < 20 and dinsns < 100:
                     add = False
+                hit = False
             else:
-                plan = cp.plan
                 if plan is None and not cp.cleaned:
                     # kernel clean_live_states: once all its paths are done, a state's
                     # dead stack slots are dropped (with the liveness known now)
-                    if [f.callsite for f in cp.state.frames] == [f.callsite for f in st.frames]:
+                    if _same_callsites(cp.state.frames, st.frames):
                         cp.cleaned = True
                         self.live.clean(cp.state.frames, i)
                         if simple and not cp.state.refs:
                             plan = cp.plan = CoverPlan(cp.state, cp.prec[0], live_regs, uninit_ok)
                 if plan is not None and simple:
+                    if cur_types is None:
+                        cur_types = tuple([regs[r].t for r in live_regs])
                     hit = covers(plan, cp.state, cp.sprec[0], st, cur_types, uninit_ok)
                 else:
                     if live is None:
                         live = _live_masks(self.cfg, st, i)
                     hit = states_equal(cp.state, cp.prec, cp.sprec, st, live, NOT_EXACT, uninit_ok)
-                if hit:
-                    return self._hit(cp, st, i, prev, hist)
-            if add:
+            if hit:
+                return self._hit(cp, st, i, prev, hist)
+            if add:  # (a miss count only grows here, so only here can it pass the limit)
                 cp.miss += 1
-            if cp.miss > cp.hit * 3 + 3:
-                del lst[k]
-                cp.listed = False
-                if cp.branches == 0:
-                    self.cur_states -= 1
+                if cp.miss > cp.hit * 3 + 3:
+                    del lst[k]
+                    cp.listed = False
+                    if cp.branches == 0:
+                        self.cur_states -= 1
         if not add:
             return False
         if live is None:
@@ -280,7 +320,19 @@ def analyze(
     stack depth is known (subprog.check_call_graph)."""
     ex = _Explorer(env, cfg, deadline)
     dec = cfg.insns
-    handlers = [_handler(x) for x in dec]
+
+    def first_visit(env: Env, cfg: Cfg, st: State, i: int, x):
+        """The first walk of an insn: its general handler (what most insns of a small
+        program get, making one for it would cost more than it saves)."""
+        handlers[i] = again
+        return _handler(x, cfg.succ[i], made=False)(env, cfg, st, i, x)
+
+    def again(env: Env, cfg: Cfg, st: State, i: int, x):
+        """The second: the insn's handler for good, made for it where _handler can."""
+        h = handlers[i] = _handler(x, cfg.succ[i])
+        return h(env, cfg, st, i, x)
+
+    handlers = [first_visit] * len(dec)
     flags = [
         (_PRUNE if k in cfg.prune else 0)
         | (_JMP_POINT if k in cfg.jmp_points else 0)
@@ -296,7 +348,7 @@ def analyze(
         regs[10] = D.ptr(D.STACK, map=0)
     start = State([Frame(regs, {}, -1, 0, entry)])
     stack: list[tuple[int, State, int]] = [(entry, start, -1)]
-    next_clock = base + TIME_CHECK_EVERY
+    next_clock = min(base + TIME_CHECK_EVERY, INSN_LIMIT + 1)
     processed, jmps = base, 0  # kept in locals; ex.processed / ex.jmps synced for visited()
     ex.processed = ex.prev_insns = base
     want_regs, want_slots, live_reads = env.want_regs, env.want_slots, env.live_reads
@@ -320,16 +372,16 @@ def analyze(
             processed += 1
             visits[i] += 1
             fl = flags[i]
-            if processed > INSN_LIMIT:
-                limit = Fault(
-                    "too-complex",
-                    f"BPF program is too large. Processed {processed} insn",
-                    "too many paths or loop iterations to verify; bound loops by small "
-                    "constants and reduce branching",
-                )
-                return out((i, limit, fmt_state(st.regs), {}))
-            if processed >= next_clock:
-                next_clock += TIME_CHECK_EVERY
+            if processed >= next_clock:  # the clock's turn, or the insn limit's
+                if processed > INSN_LIMIT:
+                    limit = Fault(
+                        "too-complex",
+                        f"BPF program is too large. Processed {processed} insn",
+                        "too many paths or loop iterations to verify; bound loops by small "
+                        "constants and reduce branching",
+                    )
+                    return out((i, limit, fmt_state(st.regs), {}))
+                next_clock = min(next_clock + TIME_CHECK_EVERY, INSN_LIMIT + 1)
                 if deadline is not None and time.perf_counter() > deadline:
                     return out(timed_out=True)
             if fl & _PRUNE:
@@ -409,7 +461,8 @@ def _stack_marks(ex: _Explorer, env: Env, st: State, i: int) -> None:
     """The insn's stack reads and whole-slot writes, for stack liveness (kernel
     bpf_mark_stack_read / bpf_commit_stack_write_marks)."""
     live = ex.live
-    inst = live.instance(tuple(f.callsite for f in st.frames[1:]))
+    fs = st.frames
+    inst = live.instance(() if len(fs) == 1 else tuple(f.callsite for f in fs[1:]))
     for fr, k in env.live_reads:
         live.read(inst, fr, i, 1 << k)
     env.live_reads.clear()
@@ -545,7 +598,11 @@ def _record(st: State, i: int, prev: int, env: Env, pushed: bool) -> None:
 
 # ---- one instruction: a handler per instruction, chosen once (no per-step if-chain) ----
 # A handler returns None for "next instruction, same state", else the successor list
-# [(index, state), ...] (empty: the path ended).
+# [(index, state), ...] (empty: the path ended).  The general handler serves an insn's
+# first walk; from its second on, the commonest well-formed kinds get one made for that
+# insn (_fast_alu, _cond_k: the checks and the immediate's register decided once), which
+# hands every case it does not cover to the general one
+# (tests/checker/test_checker_insn_handlers.py holds them to the same outcomes).
 
 
 def _alu(env: Env, cfg: Cfg, st: State, i: int, x) -> None:
@@ -620,10 +677,152 @@ _BY_CLASS = {
 _BY_JMP_OP = {U.BPF_JA: _ja, U.BPF_EXIT: _exit_insn, U.BPF_CALL: _call}
 
 
-def _handler(x):
-    """The handler of one decoded instruction (abi.insn.Insn), by class and jump operation."""
+def _handler(x, succ: list[int], made: bool = True):
+    """The handler of one decoded instruction (abi.insn.Insn) whose successors are
+    ``succ``, by class and jump operation; with ``made``, the commonest well-formed ALU
+    instructions and conditional jumps on an immediate get one made for them
+    (:func:`_fast_alu`, :func:`_cond_k`)."""
     h = _BY_CLASS.get(x.cls)
-    return h if h is not None else _BY_JMP_OP.get(x.op, _cond)
+    if h is _alu:
+        return (made and _fast_alu(x)) or h
+    if h is not None:
+        return h
+    h = _BY_JMP_OP.get(x.op, _cond)
+    if (
+        made
+        and h is _cond
+        and x.source == U.BPF_K
+        and not x.src
+        and x.dst <= 10
+        and x.op in _JMP_OPS
+    ):
+        return _cond_k(x, succ[-1] if len(succ) == 2 else succ[0])
+    return h
+
+
+_JMP_OPS = frozenset(
+    (U.BPF_JEQ, U.BPF_JNE, U.BPF_JSET, U.BPF_JGT, U.BPF_JGE, U.BPF_JLT, U.BPF_JLE)
+    + (U.BPF_JSGT, U.BPF_JSGE, U.BPF_JSLT, U.BPF_JSLE)
+)
+
+
+def _cond_k(x: Insn, target: int):
+    """A handler for one well-formed ``if dst op imm goto target``: do_cond_jump with the
+    immediate's register made once; a scalar destination goes straight to the scalar
+    comparison (branch.scalar_jump), anything else through do_cond_jump."""
+    is32 = x.cls == U.BPF_JMP32
+    imm = D.known(x.imm if not is32 else x.imm & D.M32)
+    dst = x.dst
+
+    def cond_k(env: Env, cfg: Cfg, st: State, i: int, x):
+        d = st.frames[-1].regs[dst]
+        if d.t != D.SCALAR:
+            return do_cond_jump(env, st, i, x, target)
+        if is32 and env.kernel is not None:
+            env.need(F.JMP32_MIN, "32-bit conditional jump (jmp32)")
+        return scalar_jump(env, st, i, x, target, d, imm)
+
+    return cond_k
+
+
+# ALU operations with an immediate whose scalar case _fast_alu handles (div/mod: do_alu)
+_FAST_K_OPS = frozenset(
+    (U.BPF_ADD, U.BPF_SUB, U.BPF_MUL, U.BPF_AND, U.BPF_OR, U.BPF_XOR)
+    + (U.BPF_LSH, U.BPF_RSH, U.BPF_ARSH)
+)
+
+
+def _fast_alu(x: Insn):
+    """A handler for one well-formed ALU instruction that does do_alu's work for its common
+    case with what depends only on the instruction decided once (encoding checks, the
+    immediate's register), else through _alu: ``dst op= imm`` on a scalar, ``dst = imm``,
+    ``w_dst = w_src`` of a scalar, ``dst = src`` of a pointer, a constant or a scalar
+    with an id.  None when the instruction is not one of these (or is malformed: do_alu
+    reports it)."""
+    op, is64, dst = x.op, x.cls == U.BPF_ALU64, x.dst
+    if x.off or dst >= 10:
+        return None
+    if x.source == U.BPF_K:
+        if x.src:
+            return None
+        imm = D.known(x.imm if is64 else x.imm & D.M32)
+        if op == U.BPF_MOV:
+            return _mov_k(dst, imm)
+        if op not in _FAST_K_OPS:
+            return None
+        if op in (U.BPF_LSH, U.BPF_RSH, U.BPF_ARSH) and not 0 <= x.imm < (64 if is64 else 32):
+            return None
+        return _alu_k(op, is64, dst, imm)
+    if op != U.BPF_MOV or x.imm or x.src > 10:
+        return None
+    return _mov_x(is64, dst, x.src)
+
+
+def _mov_k(dst: int, imm: D.Reg):
+    def mov_k(env: Env, cfg: Cfg, st: State, i: int, x) -> None:
+        f = st.frames[-1]
+        f.regs[dst] = imm
+        if dst == 0:
+            f.r0_at = i
+
+    return mov_k
+
+
+def _alu_k(op: int, is64: bool, dst: int, imm: D.Reg):
+    scalar_alu = ALU.scalar_alu
+    # as do_alu: only a 64-bit add links dst to its copies with a delta (BPF_ADD_CONST)
+    add = op == U.BPF_ADD and is64
+    memo: dict[tuple, D.Reg] = {}  # this insn's results by the operand's tnum and bounds
+
+    def alu_k(env: Env, cfg: Cfg, st: State, i: int, x) -> None:
+        f = st.frames[-1]
+        regs = f.regs
+        d = regs[dst]
+        if d.t != D.SCALAR:  # pointer arithmetic, an unset register: do_alu
+            _alu(env, cfg, st, i, x)
+            return
+        if add and d.id:
+            env.inexact += 1  # the kernel links dst to its copies with a delta
+        key = (d.tn, d.smin, d.smax, d.umin, d.umax, d.s32min, d.s32max, d.u32min, d.u32max)
+        r = memo.get(key)
+        if r is None:
+            r = scalar_alu(op, d, imm, is64)  # a fresh scalar: a pure function of the key
+            if len(memo) >= 1024:
+                memo.clear()
+            memo[key] = r
+        regs[dst] = r
+        if dst == 0:
+            f.r0_at = i
+
+    return alu_k
+
+
+def _mov_x(is64: bool, dst: int, src: int):
+    zext32 = D.zext32
+
+    def mov_x(env: Env, cfg: Cfg, st: State, i: int, x) -> None:
+        f = st.frames[-1]
+        regs = f.regs
+        s = regs[src]
+        t = s.t
+        if is64:
+            # a pointer, a constant or an already linked scalar is copied as it is
+            if t > D.SCALAR or (t == D.SCALAR and (s.id or not s.tn[1])):
+                regs[dst] = s
+            else:  # an unset register, a scalar to link to its copy: do_alu
+                _alu(env, cfg, st, i, x)
+                return
+        elif t == D.SCALAR and s.umax > D.M32:
+            regs[dst] = zext32(s)
+        elif t == D.SCALAR and (s.id or not s.tn[1]):
+            regs[dst] = s  # as do_alu: a value that fits in 32 bits is copied whole
+        else:  # a scalar to link to its copy, a pointer: do_alu
+            _alu(env, cfg, st, i, x)
+            return
+        if dst == 0:
+            f.r0_at = i
+
+    return mov_x
 
 
 def _exit(env: Env, cfg: Cfg, st: State, i: int):

@@ -411,6 +411,16 @@ def do_cond_jump(
         if not env.privileged:
             raise Fault("ptr-compare", f"R{p_no} pointer comparison prohibited", "", (p_no,))
         return [(i + 1, st), (target, taken)]
+    return scalar_jump(env, st, i, x, target, d, s)
+
+
+def scalar_jump(
+    env: Env, st: State, i: int, x: Insn, target: int, d: D.Reg, s: D.Reg
+) -> list[tuple[int, State]] | None:
+    """do_cond_jump once the operands are known to be scalars (or NOT_INIT-free non-
+    pointers): ``d`` the destination register's value, ``s`` the source register's or
+    the immediate's (kernel is_branch_taken, then reg_set_min_max on each branch)."""
+    op, is32 = x.op, x.cls == U.BPF_JMP32
     bt = branch_taken(d, s, op, is32)
     if bt >= 0:
         # the outcome rests on the operands' ranges (kernel: mark_chain_precision)

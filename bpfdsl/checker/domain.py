@@ -9,8 +9,10 @@ the kernel's (include/linux/bpf_verifier.h); names follow its log syntax.
 Memoized: :func:`sync` is memoized on (tnum, bounds) (so are tnum.mul, alu.scalar_alu and
 branch.refine_possible on their operands); registers are never changed in place, which
 is what lets pruning skip identical register objects and these tables hand out results.
-A path's registers are still distinct objects where the model needs identity (pruning
-maps scalars without an id by object), so constants are built fresh, not shared.
+Fresh scalars (no id, reference, offset or note) are shared: :func:`known`,
+:func:`scalar`, :func:`zext32` and alu.scalar_alu hand out one object per value.  Nothing
+compares registers by identity except as a shortcut for equality (state.py skips the
+comparison of one object with itself only when it has no id or reference to map).
 """
 
 from __future__ import annotations
@@ -188,15 +190,23 @@ def unknown(note: str = "") -> Reg:
 
 
 def known(v: int) -> Reg:
-    """A scalar with one known 64-bit value (any int, taken modulo 2**64)."""
-    v &= M64
-    b = _CONST_BOUNDS.get(v)
-    if b is None:
-        b = _const_bounds(v)
-    return _with(_NO_FIELDS, (v, 0), b)
+    """A scalar with one known 64-bit value (any int, taken modulo 2**64); one shared
+    (immutable) register per value."""
+    r = _KNOWN.get(v)
+    if r is None:
+        v &= M64
+        b = _CONST_BOUNDS.get(v)
+        if b is None:
+            b = _const_bounds(v)
+        r = _with(_NO_FIELDS, (v, 0), b)
+        if len(_KNOWN) >= _MEMO_MAX:
+            _KNOWN.clear()
+        _KNOWN[v] = r
+    return r
 
 
 _CONST_BOUNDS: dict[int, tuple[int, ...]] = {}
+_KNOWN: dict[int, Reg] = {}  # known(): the argument as given -> its register
 
 
 def _const_bounds(v: int) -> tuple[int, ...]:
@@ -280,8 +290,19 @@ def fresh_scalar(tn: tuple[int, int], bounds: tuple[int, ...]) -> Reg:
 
 
 def scalar(tn: tuple[int, int], bounds: tuple[int, ...]) -> Reg:
-    """``sync(Reg(SCALAR, tn=tn, b=bounds))``: a fresh scalar (no id, no note)."""
-    return resync(_NO_FIELDS, tn, bounds)
+    """``sync(Reg(SCALAR, tn=tn, b=bounds))``: a fresh scalar (no id, no note), one shared
+    (immutable) register per (tnum, bounds)."""
+    key = (tn, bounds)
+    r = _SCALARS.get(key)
+    if r is None:
+        r = resync(_NO_FIELDS, tn, bounds)
+        if len(_SCALARS) >= _MEMO_MAX:
+            _SCALARS.clear()
+        _SCALARS[key] = r
+    return r
+
+
+_SCALARS: dict[tuple, Reg] = {}
 
 
 def _sync(tn: tuple[int, int], bounds: tuple[int, ...]) -> tuple:
@@ -372,10 +393,22 @@ def is_bottom(r: Reg) -> bool:
 
 
 def zext32(r: Reg) -> Reg:
-    """Keep only the low 32 bits (result of any ALU32 op), bounds from the 32-bit ones."""
-    tn = T.subreg(r.tn)
-    lo, hi = r.u32min, r.u32max
-    return sync(Reg(SCALAR, tn=tn, b=(lo, hi, lo, hi, r.s32min, r.s32max, lo, hi), note=r.note))
+    """Keep only the low 32 bits (result of any ALU32 op), bounds from the 32-bit ones; a
+    scalar without id (``r``'s note kept), one shared register per result."""
+    tn, note = r.tn, r.note
+    key = (tn[0] & M32, tn[1] & M32, r.s32min, r.s32max, r.u32min, r.u32max, note)
+    out = _ZEXT.get(key)
+    if out is None:
+        lo, hi = r.u32min, r.u32max
+        b = (lo, hi, lo, hi, r.s32min, r.s32max, lo, hi)
+        out = sync(Reg(SCALAR, tn=T.subreg(tn), b=b, note=note))
+        if len(_ZEXT) >= _MEMO_MAX:
+            _ZEXT.clear()
+        _ZEXT[key] = out
+    return out
+
+
+_ZEXT: dict[tuple, Reg] = {}
 
 
 # ---- printing (kernel print_verifier_state style) ----

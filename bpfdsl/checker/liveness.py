@@ -100,6 +100,12 @@ class StackLiveness:
     def update(self, frames: list[Frame]) -> None:
         """Before queries: bring the instances of the current path's call chains up to
         date, callee first (kernel: at every exit and path end)."""
+        if len(frames) == 1:  # the main program's instance only
+            inst = self.instances.get(())
+            if inst is not None and inst.updated:
+                self._update(inst, (), frames[0].subprog)
+                inst.updated = inst.dropped = False
+            return
         chain = tuple(f.callsite for f in frames[1:])
         for depth in range(len(frames) - 1, -1, -1):
             inst = self.instances.get(chain[:depth])
@@ -147,6 +153,9 @@ class StackLiveness:
 
     def alive(self, frames: list[Frame], idx: int, frame: int) -> int:
         """Bitmask of the live slots of frame ``frame`` of a state at insn ``idx``."""
+        if len(frames) == 1:
+            inst = self.instances.get(())
+            return inst.live[frame][idx] if inst is not None else 0
         chain = tuple(f.callsite for f in frames[1:])
         top = len(frames) - 1
         inst = self.instances.get(chain)

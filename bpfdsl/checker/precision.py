@@ -30,7 +30,8 @@ class Checkpoint:
     precise-stack-slot bitmasks per frame), ``hit``/``miss`` (comparison counters of the
     kernel's eviction heuristic), ``listed`` (still in the explored list), ``cleaned``
     (dead stack slots dropped, once its paths were all explored), ``plan`` (how to
-    compare with it, made once it is frozen)."""
+    compare with it, made once it is frozen); ``wanted``: :func:`wanted_from` it, kept
+    from the first hit on (a frozen state's marks no longer change)."""
 
     __slots__ = (
         "state",
@@ -48,6 +49,7 @@ class Checkpoint:
         "listed",
         "cleaned",
         "plan",
+        "wanted",
     )
 
     def __init__(self, state: State, insn: int, last_idx: int, live: list[int]):
@@ -67,6 +69,7 @@ class Checkpoint:
         self.listed = True
         self.cleaned = False
         self.plan: CoverPlan | None = None  # once frozen (single frame, no references)
+        self.wanted: tuple[list[int], list[int]] | None = None
 
 
 class NotSupported(Exception):
@@ -302,10 +305,11 @@ def _mark_single(table, cur: State, cur_idx: int, regs: int, slots: int) -> None
     skip = True
     while True:
         while True:
+            # the jump-history record of this visit of insn i, if any
+            h: Hist | None = hist if hist is not None and hist.idx == i else None
             if skip:
                 skip = False
             else:
-                h: Hist | None = hist if hist is not None and hist.idx == i else None
                 if h is not None and h.linked:
                     regs, slots = _linked0(regs, slots, h)
                 k, a, b = table[i]
@@ -348,11 +352,11 @@ def _mark_single(table, cur: State, cur_idx: int, regs: int, slots: int) -> None
                     regs, slots = _linked0(regs, slots, h)
             if not regs and not slots:
                 return
-            if i == first and (hist is None or (hist.next is None and hist.idx == i)):
+            if i == first and (hist is None or (h is not None and h.next is None)):
                 break
-            if hist is not None and hist.idx == i:
-                i = hist.prev
-                hist = hist.next
+            if h is not None:  # (h is hist)
+                i = h.prev
+                hist = h.next
             else:
                 i -= 1
             if i < 0:
@@ -366,37 +370,33 @@ def _mark_single(table, cur: State, cur_idx: int, regs: int, slots: int) -> None
         fregs = f[0].regs
         live = cp.live[0]
         prec = cp.prec[0]
-        m, r = regs, 0
-        while m:
-            if m & 1:
-                bit = 1 << r
-                if not live & bit or fregs[r].t != D.SCALAR or prec & bit:
-                    regs &= ~bit
-                else:
-                    prec |= bit
-            m >>= 1
-            r += 1
+        m = regs
+        while m:  # each wanted register (lowest set bit first)
+            bit = m & -m
+            m ^= bit
+            if not live & bit or fregs[bit.bit_length() - 1].t != D.SCALAR or prec & bit:
+                regs &= ~bit
+            else:
+                prec |= bit
         cp.prec[0] = prec
         if slots:
             stack = f[0].stack
             sprec = cp.sprec[0]
-            m, k2 = slots, 0
-            while m:
-                if m & 1:
-                    bit = 1 << k2
-                    sl = stack.get(k2)
-                    spilled = (
-                        sl is not None
-                        and sl.spill is not None
-                        and sl.types[0] == SPILL
-                        and sl.spill.t == D.SCALAR
-                    )
-                    if not spilled or sprec & bit:
-                        slots &= ~bit
-                    else:
-                        sprec |= bit
-                m >>= 1
-                k2 += 1
+            m = slots
+            while m:  # each wanted slot
+                bit = m & -m
+                m ^= bit
+                sl = stack.get(bit.bit_length() - 1)
+                spilled = (
+                    sl is not None
+                    and sl.spill is not None
+                    and sl.types[0] == SPILL
+                    and sl.spill.t == D.SCALAR
+                )
+                if not spilled or sprec & bit:
+                    slots &= ~bit
+                else:
+                    sprec |= bit
             cp.sprec[0] = sprec
         if not regs and not slots:
             return

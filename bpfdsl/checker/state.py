@@ -380,29 +380,56 @@ class CoverPlan:
     how) still to compare by value, cheapest and most telling first: _CONST (a precise
     constant: the same tnum), _RANGE (a precise scalar not linked to others: bounds and
     tnum), _ANY (ids to map or a pointer: regsafe); ``stack``: whether its stack holds
-    anything a later state must match (spills, zero bytes)."""
+    anything a later state must match (spills, zero bytes).  ``pre_reg``/``pre_tn``/
+    ``pre_umin``/``pre_umax``: the first of ``checks`` when it is _CONST (the tnum) or
+    _RANGE (the unsigned bounds), for the caller to reject most non-covered states
+    without calling :func:`covers` (``pre_reg`` -1: none)."""
 
-    __slots__ = ("types", "exact_types", "checks", "stack")
+    __slots__ = (
+        "types",
+        "exact_types",
+        "checks",
+        "stack",
+        "pre_reg",
+        "pre_tn",
+        "pre_umin",
+        "pre_umax",
+    )
 
     def __init__(self, st: State, prec: int, live_regs: tuple[int, ...], uninit_ok: bool):
         regs = st.frames[0].regs
         types: list[int | None] = []
-        checks: list[tuple[int, int, D.Reg]] = []
+        # by kind, each in register order (live_regs is ascending): sorted by (how, regno)
+        consts: list[tuple[int, D.Reg, int]] = []
+        ranges: list[tuple[int, D.Reg, int]] = []
+        others: list[tuple[int, D.Reg, int]] = []
         for r in live_regs:
             o = regs[r]
-            if o.t == D.NOT_INIT:
+            t = o.t
+            if t == D.NOT_INIT:
                 types.append(None)
                 continue
-            types.append(o.t)
-            precise = bool(prec >> r & 1)
-            if o.t != D.SCALAR:
-                checks.append((_ANY, r, o))
-            elif precise:
-                how = _ANY if o.id else (_CONST if o.tn[1] == 0 else _RANGE)
-                checks.append((how, r, o))
+            types.append(t)
+            if t != D.SCALAR:
+                others.append((r, o, _ANY))
+            elif prec >> r & 1:
+                if o.id:
+                    others.append((r, o, _ANY))
+                elif o.tn[1] == 0:
+                    consts.append((r, o, _CONST))
+                else:
+                    ranges.append((r, o, _RANGE))
         self.types = tuple(types)
         self.exact_types = None not in self.types
-        self.checks = tuple((r, o, how) for how, r, o in sorted(checks, key=lambda c: c[:2]))
+        self.checks = tuple(consts + ranges + others)
+        self.pre_reg, self.pre_tn, self.pre_umin, self.pre_umax = -1, None, 0, 0
+        if self.checks and self.checks[0][2] != _ANY:
+            r, o, how = self.checks[0]
+            self.pre_reg = r
+            if how == _CONST:
+                self.pre_tn = o.tn
+            else:
+                self.pre_umin, self.pre_umax = o.umin, o.umax
         self.stack = any(
             sl.types != _ALL_INVALID
             and not (uninit_ok and SPILL not in sl.types and ZERO not in sl.types)
