@@ -137,6 +137,8 @@ class ExprGen(GenHost):
         if op in ("<<", ">>") and not const_b:
             b = self.b.and_(b, ir.Constant(b.type, b.type.width - 1))
         if op in ("/", "%") and not const_b:
+            if not signed:
+                return self.bpf_udiv(op, a, b)
             zero = self.b.icmp_unsigned("==", b, ir.Constant(b.type, 0))
             if signed:  # MIN / -1 overflows (LLVM: undefined); BPF: -MIN = MIN, MIN % -1 = 0
                 m1 = self.b.icmp_signed("==", b, ir.Constant(b.type, -1))
@@ -144,14 +146,27 @@ class ExprGen(GenHost):
                 q = self.b.sdiv(a, safe) if op == "/" else self.b.srem(a, safe)
                 q = self.b.select(m1, self.b.neg(a) if op == "/" else ir.Constant(a.type, 0), q)
                 return self.b.select(zero, ir.Constant(a.type, 0) if op == "/" else a, q)
-            safe = self.b.select(zero, ir.Constant(b.type, 1), b)
-            fn = self.b.udiv if op == "/" else self.b.urem
-            return self.b.select(zero, ir.Constant(a.type, 0) if op == "/" else a, fn(a, safe))
         if op in ("/", "%") and signed and _all_ones(b):
             # a constant -1 divisor: LLVM's sdiv/srem of MIN by -1 is undefined; BPF's
             # (and intops') -MIN = MIN, MIN % -1 = 0
             return self.b.neg(a) if op == "/" else ir.Constant(a.type, 0)
         return self._binop_plain(op, a, b, signed)
+
+    def bpf_udiv(self, op: str, a: ir.Value, b: ir.Value) -> ir.Value:
+        """Unsigned ``a / b`` or ``a % b`` (one integer type) by a run-time divisor, as the
+        one BPF insn (BPF_DIV / BPF_MOD), whose rule for a zero divisor (quotient 0,
+        remainder the dividend: Documentation/bpf/standardization/instruction-set.rst) is
+        the language's.  LLVM's udiv/urem by zero is undefined, so the divisor goes through
+        an opaque copy (an empty inline asm): what LLVM may assume of that copy (non-zero) says
+        nothing about ``b`` itself, so no check of the user's on ``b`` can be dropped, and
+        no guard insns are needed (clang emits the bare insn for C's ``a % b``).  32-bit and
+        narrower operands are zero-extended: their 64-bit quotient and remainder are theirs."""
+        ty = a.type
+        if ty.width < 64:
+            a, b = self.b.zext(a, I64), self.b.zext(b, I64)
+        d = self._pure_opaque(b)
+        q = self.b.udiv(a, d) if op == "/" else self.b.urem(a, d)
+        return self.b.trunc(q, ty) if ty.width < 64 else q
 
     def _binop_plain(self, op: str, a: ir.Value, b: ir.Value, signed: bool) -> ir.Value:
         fn = {
