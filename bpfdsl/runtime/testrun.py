@@ -375,6 +375,9 @@ class PacketResult:
             "retval": self.retval,
             "verdict": self.verdict,
             "length_out": len(self.data_out) if self.retval is not None else None,
+            # the frame (or message) as the program left it, lowercase hex, from the L2
+            # header on (what `--hex` takes): None when the frame was not run
+            "data_out": self.data_out.hex() if self.retval is not None else None,
             "changes": self.changes,
             "duration_ns": self.duration_ns,
             "skipped": self.skipped or None,
