@@ -23,7 +23,7 @@ from bpfdsl.abi.insn import Insn, format_insn
 from bpfdsl.checker import alu as ALU
 from bpfdsl.checker import domain as D
 from bpfdsl.checker import features as F
-from bpfdsl.checker.branch import do_cond_jump, scalar_jump
+from bpfdsl.checker.branch import do_cond_jump, scalar_jump, scalar_outcome
 from bpfdsl.checker.calls import check_helper_call, check_kfunc_call
 from bpfdsl.checker.cfg import Cfg
 from bpfdsl.checker.env import Env, Fault
@@ -737,15 +737,45 @@ def _cond_k(x: Insn, target: int):
     comparison (branch.scalar_jump), anything else through do_cond_jump."""
     is32 = x.cls == U.BPF_JMP32
     imm = D.known(x.imm if not is32 else x.imm & D.M32)
-    dst = x.dst
+    dst, op = x.dst, x.op
+    general = op == U.BPF_JSET  # its false branch is not a refinement: scalar_jump
+    rebound = D.rebound
+    # this insn's outcomes by the destination's tnum and bounds (branch.scalar_outcome)
+    memo: dict[tuple, tuple[int, tuple | None, tuple | None]] = {}
 
     def cond_k(env: Env, cfg: Cfg, st: State, i: int, x):
-        d = st.frames[-1].regs[dst]
+        regs = st.frames[-1].regs
+        d = regs[dst]
         if d.t != D.SCALAR:
             return do_cond_jump(env, st, i, x, target)
         if is32 and env.kernel is not None:
             env.need(F.JMP32_MIN, "32-bit conditional jump (jmp32)")
-        return scalar_jump(env, st, i, x, target, d, imm)
+        if general or d.id:  # linked copies to refine and record: scalar_jump
+            return scalar_jump(env, st, i, x, target, d, imm)
+        key = (d.tn, d.smin, d.smax, d.umin, d.umax, d.s32min, d.s32max, d.u32min, d.u32max)
+        o = memo.get(key)
+        if o is None:
+            o = scalar_outcome(d, imm, op, is32)
+            if len(memo) >= 1024:
+                memo.clear()
+            memo[key] = o
+        bt, fall, tk = o
+        if bt >= 0:  # as scalar_jump: the outcome rests on dst's range
+            env.want_regs.append(dst)
+            return [(target, st)] if bt else None
+        taken = st.copy()
+        out = []
+        if fall is None:  # no value falls through (the kernel walks it: inexact)
+            env.inexact += 1
+        else:
+            regs[dst] = rebound(d, fall[0], fall[1])
+            out.append((i + 1, st))
+        if tk is None:
+            env.inexact += 1
+        else:
+            taken.frames[-1].regs[dst] = rebound(d, tk[0], tk[1])
+            out.append((target, taken))
+        return out
 
     return cond_k
 
