@@ -91,6 +91,8 @@ def _live_masks(cfg: Cfg, st: State, i: int) -> list[int]:
     its call (kernel live_regs_before at bpf_frame_insn_idx)."""
     live = cfg.live_in
     fs = st.frames
+    if len(fs) == 1:
+        return [live[i]]
     out = [live[fs[k + 1].callsite] for k in range(len(fs) - 1)]
     out.append(live[i])
     return out
@@ -101,6 +103,8 @@ def _same_callsites(a: list[Frame], b: list[Frame]) -> bool:
     frame, clean_live_states' condition)."""
     if len(a) != len(b):
         return False
+    if len(a) == 1:
+        return a[0].callsite == b[0].callsite
     for x, y in zip(a, b, strict=True):
         if x.callsite != y.callsite:
             return False
@@ -596,6 +600,13 @@ def hot_spot(cfg: Cfg, visits: list[int]) -> HotSpot | None:
 def _precision_requests(ex: _Explorer, env: Env, st: State, i: int, frame: int) -> None:
     """Registers/slots the insn relied on exactly (env.want_*), marked precise behind
     the path (kernel mark_chain_precision at insn ``i`` in frame ``frame``)."""
+    if not frame and not env.want_slots:  # the common case: registers of one frame
+        m = 0
+        for r in env.want_regs:
+            m |= 1 << r
+        env.want_regs.clear()
+        ex.precise(st, i, [m], [0])
+        return
     regs = [0] * (frame + 1)
     slots = [0] * (frame + 1)
     for r in env.want_regs:
