@@ -23,7 +23,7 @@ from bpfdsl.abi.insn import Insn, format_insn
 from bpfdsl.checker import alu as ALU
 from bpfdsl.checker import domain as D
 from bpfdsl.checker import features as F
-from bpfdsl.checker.branch import do_cond_jump, scalar_jump
+from bpfdsl.checker.branch import do_cond_jump, scalar_jump, scalar_outcome
 from bpfdsl.checker.calls import check_helper_call, check_kfunc_call
 from bpfdsl.checker.cfg import Cfg
 from bpfdsl.checker.env import Env, Fault
@@ -91,6 +91,8 @@ def _live_masks(cfg: Cfg, st: State, i: int) -> list[int]:
     its call (kernel live_regs_before at bpf_frame_insn_idx)."""
     live = cfg.live_in
     fs = st.frames
+    if len(fs) == 1:
+        return [live[i]]
     out = [live[fs[k + 1].callsite] for k in range(len(fs) - 1)]
     out.append(live[i])
     return out
@@ -101,6 +103,8 @@ def _same_callsites(a: list[Frame], b: list[Frame]) -> bool:
     frame, clean_live_states' condition)."""
     if len(a) != len(b):
         return False
+    if len(a) == 1:
+        return a[0].callsite == b[0].callsite
     for x, y in zip(a, b, strict=True):
         if x.callsite != y.callsite:
             return False
@@ -596,6 +600,13 @@ def hot_spot(cfg: Cfg, visits: list[int]) -> HotSpot | None:
 def _precision_requests(ex: _Explorer, env: Env, st: State, i: int, frame: int) -> None:
     """Registers/slots the insn relied on exactly (env.want_*), marked precise behind
     the path (kernel mark_chain_precision at insn ``i`` in frame ``frame``)."""
+    if not frame and not env.want_slots:  # the common case: registers of one frame
+        m = 0
+        for r in env.want_regs:
+            m |= 1 << r
+        env.want_regs.clear()
+        ex.precise(st, i, [m], [0])
+        return
     regs = [0] * (frame + 1)
     slots = [0] * (frame + 1)
     for r in env.want_regs:
@@ -737,15 +748,45 @@ def _cond_k(x: Insn, target: int):
     comparison (branch.scalar_jump), anything else through do_cond_jump."""
     is32 = x.cls == U.BPF_JMP32
     imm = D.known(x.imm if not is32 else x.imm & D.M32)
-    dst = x.dst
+    dst, op = x.dst, x.op
+    general = op == U.BPF_JSET  # its false branch is not a refinement: scalar_jump
+    rebound = D.rebound
+    # this insn's outcomes by the destination's tnum and bounds (branch.scalar_outcome)
+    memo: dict[tuple, tuple[int, tuple | None, tuple | None]] = {}
 
     def cond_k(env: Env, cfg: Cfg, st: State, i: int, x):
-        d = st.frames[-1].regs[dst]
+        regs = st.frames[-1].regs
+        d = regs[dst]
         if d.t != D.SCALAR:
             return do_cond_jump(env, st, i, x, target)
         if is32 and env.kernel is not None:
             env.need(F.JMP32_MIN, "32-bit conditional jump (jmp32)")
-        return scalar_jump(env, st, i, x, target, d, imm)
+        if general or d.id:  # linked copies to refine and record: scalar_jump
+            return scalar_jump(env, st, i, x, target, d, imm)
+        key = (d.tn, d.smin, d.smax, d.umin, d.umax, d.s32min, d.s32max, d.u32min, d.u32max)
+        o = memo.get(key)
+        if o is None:
+            o = scalar_outcome(d, imm, op, is32)
+            if len(memo) >= 1024:
+                memo.clear()
+            memo[key] = o
+        bt, fall, tk = o
+        if bt >= 0:  # as scalar_jump: the outcome rests on dst's range
+            env.want_regs.append(dst)
+            return [(target, st)] if bt else None
+        taken = st.copy()
+        out = []
+        if fall is None:  # no value falls through (the kernel walks it: inexact)
+            env.inexact += 1
+        else:
+            regs[dst] = rebound(d, fall[0], fall[1])
+            out.append((i + 1, st))
+        if tk is None:
+            env.inexact += 1
+        else:
+            taken.frames[-1].regs[dst] = rebound(d, tk[0], tk[1])
+            out.append((target, taken))
+        return out
 
     return cond_k
 

@@ -202,6 +202,25 @@ def refine_possible(a: D.Reg, b: D.Reg, op: int, is32: bool) -> tuple[D.Reg, D.R
 _MISSING = object()
 
 
+def scalar_outcome(
+    d: D.Reg, s: D.Reg, op: int, is32: bool
+) -> tuple[int, tuple | None, tuple | None]:
+    """What :func:`scalar_jump` decides for scalars ``d`` and ``s`` and a comparison other
+    than JSET, as a pure function of their tnums and bounds: (branch_taken, then when it
+    is -1 the fall-through's and the taken branch's refined ``d`` as (tnum, bounds), None
+    for a branch no value can take)."""
+    bt = branch_taken(d, s, op, is32)
+    if bt >= 0:
+        return bt, None, None
+    fall = refine_possible(d, s, _NEG[op], is32)
+    taken = refine_possible(d, s, op, is32)
+    return (
+        -1,
+        None if fall is None else (fall[0].tn, fall[0].bounds()),
+        None if taken is None else (taken[0].tn, taken[0].bounds()),
+    )
+
+
 def _merge(r: D.Reg, part: list[int], is32: bool) -> tuple[int, ...]:
     """r's eight bounds with the compared width's four replaced by ``part``."""
     if is32:

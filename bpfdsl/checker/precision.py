@@ -374,7 +374,7 @@ def _mark_single(table, cur: State, cur_idx: int, regs: int, slots: int) -> None
         while m:  # each wanted register (lowest set bit first)
             bit = m & -m
             m ^= bit
-            if not live & bit or fregs[bit.bit_length() - 1].t != D.SCALAR or prec & bit:
+            if prec & bit or not live & bit or fregs[bit.bit_length() - 1].t != D.SCALAR:
                 regs &= ~bit
             else:
                 prec |= bit

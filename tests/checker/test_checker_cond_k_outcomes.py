@@ -1,0 +1,79 @@
+"""A conditional jump on an immediate (bpfdsl/checker/analyzer.py _cond_k) remembers, per
+instruction, what it decided for each tnum and bounds of its scalar; a decision taken
+from that memory is branch.scalar_jump's for the register at hand: the same successors,
+the same refined registers (the operand's note kept), the same precision request and
+the same count of branches no value can take -- for every comparison, both widths, and
+scalars that are constants, ranges, unknown or carry a note.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from bpfdsl.abi import uapi as U
+from bpfdsl.abi.insn import Insn
+from bpfdsl.checker import analyzer
+from bpfdsl.checker import domain as D
+from bpfdsl.checker.branch import scalar_jump
+from bpfdsl.checker.env import Env
+from bpfdsl.checker.state import Frame, State
+
+OPS = (U.BPF_JEQ, U.BPF_JNE, U.BPF_JSET, U.BPF_JGT, U.BPF_JGE, U.BPF_JLT, U.BPF_JLE)
+OPS += (U.BPF_JSGT, U.BPF_JSGE, U.BPF_JSLT, U.BPF_JSLE)
+TARGET = 7
+
+
+def _scalars() -> list[D.Reg]:
+    return [
+        D.known(5),
+        D.known(0),
+        D.known(-1),
+        D.urange(0, 9),
+        D.urange(0, 12),  # the same tnum as 0..9, other bounds
+        D.urange(8, 15),  # the same tnum again
+        D.urange(5, 5000),
+        D.urange(1 << 31, (1 << 33) + 3),
+        D.unknown(),
+        D.urange(3, 40),  # the same tnum and bounds as the next, which has a note
+        D.urange(3, 40).replace(note="read from the packet at insn 2"),
+    ]
+
+
+def _env() -> Env:
+    return Env(U.ProgramType.XDP, None, None, {}, {})
+
+
+def _state(r: D.Reg) -> State:
+    regs = [D.NOT_INIT_REG] * 11
+    regs[3] = r
+    regs[10] = D.ptr(D.STACK, map=0)
+    return State([Frame(regs, {}, -1, 0, 0)])
+
+
+def _outcome(env: Env, succ) -> tuple:
+    """Successors as (index, r3 with every field, note included), plus what the insn
+    asked of the walk."""
+    out = None
+    if succ is not None:
+        out = [(k, tuple(getattr(s.regs[3], f) for f in D.Reg.__slots__)) for k, s in succ]
+    return out, list(env.want_regs), env.inexact
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("cls", (U.BPF_JMP, U.BPF_JMP32))
+def test_remembered_decision_is_scalar_jumps(op: int, cls: int) -> None:
+    for imm in (0, 5, 9, 4096, -1, (1 << 31) - 1):
+        x = Insn(cls | op | U.BPF_K, dst=3, src=0, off=TARGET - 1, imm=imm)
+        handler = analyzer._handler(x, [1, TARGET])
+        assert handler.__name__ == "cond_k"
+        imm_reg = D.known(imm if cls == U.BPF_JMP else imm & D.M32)
+        # every scalar twice, in two orders: the second sight of a tnum and bounds is
+        # answered from the insn's memory
+        scalars = _scalars()
+        for r in itertools.chain(scalars, reversed(scalars), scalars):
+            env_made, env_ref = _env(), _env()
+            got = _outcome(env_made, handler(env_made, None, _state(r), 0, x))
+            want = _outcome(env_ref, scalar_jump(env_ref, _state(r), 0, x, TARGET, r, imm_reg))
+            assert got == want, (D.fmt_reg(r), imm)
