@@ -384,9 +384,7 @@ def analyze(
         handlers.extend([first_visit] * len(dec))
     flags, visits = tables.flags, tables.visits
     if regs is None:
-        regs = [D.NOT_INIT_REG] * 11
-        regs[1] = D.ptr(D.CTX)
-        regs[10] = D.ptr(D.STACK, map=0)
+        regs = list(_ENTRY_REGS)
     start = State([Frame(regs, {}, -1, 0, entry)])
     stack: list[tuple[int, State, int]] = [(entry, start, -1)]
     next_clock = min(base + TIME_CHECK_EVERY, INSN_LIMIT + 1)
@@ -741,6 +739,12 @@ def _handler(x, succ: list[int], made: bool = True):
     return h
 
 
+# a program's registers at its start: r1 the context, r10 frame 0's stack (registers are
+# values, never changed in place: one set serves every walk)
+_ENTRY_REGS = tuple(
+    D.ptr(D.CTX) if r == 1 else D.ptr(D.STACK, map=0) if r == 10 else D.NOT_INIT_REG
+    for r in range(11)
+)
 _GENERAL: dict = {}  # opcode byte -> _handler(made=False) of its insns, for first walks
 
 _JMP_OPS = frozenset(
