@@ -356,17 +356,29 @@ def _liveness(insns: Sequence[Insn], succ: list[list[int]], loops: bool = True) 
             u, d = _use_def(insns[i])
             live[i] = (out & ~(d | _R10)) | (u & ~_R10)
         return live
-    keep, use = [], []  # per insn: mask of registers not written, mask of registers read
-    for x in insns:
-        u, d = _use_def(x)
-        keep.append(~(d | _R10))
-        use.append(u & ~_R10)
+    # the same backward pass first, keeping per insn the mask of registers not written
+    # and of registers read; then only the equations a back-edge left stale (at the
+    # jumps back, whose target was computed after them) and what they change, by a
+    # worklist (the least fixpoint does not depend on the order)
+    keep, use = [0] * n, [0] * n
+    work: list[int] = []
+    for i in range(n - 1, -1, -1):
+        out = 0
+        for t in succ[i]:
+            out |= live[t]
+            if t <= i:
+                work.append(i)
+        u, d = _use_def(insns[i])
+        k = keep[i] = ~(d | _R10)
+        u = use[i] = u & ~_R10
+        live[i] = (out & k) | u
     preds: list[list[int]] = [[] for _ in range(n)]
     for i, ss in enumerate(succ):
         for t in ss:
             preds[t].append(i)
-    work = list(range(n))
-    inq = [True] * n
+    inq = [False] * n
+    for i in work:
+        inq[i] = True
     while work:
         i = work.pop()
         inq[i] = False
