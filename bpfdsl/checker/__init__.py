@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import wraps
 
-from bpfdsl.abi.insn import Insn, format_insn, slot_offsets
+from bpfdsl.abi.insn import Insn, format_insn, index_by_slot, slot_offsets
 from bpfdsl.abi.uapi import (
     PROGRAM_KINDS,
     AttachType,
@@ -165,14 +165,16 @@ def check_insns(
         subprogs=dict(subprogs or {}),
         has_func_info=has_func_info,
     )
-    res = ProgramResult(name, section, insn_count=len(insns) + _n_ld_imm64(insns))
+    res = ProgramResult(name, section)
     try:
         cfg = build_cfg(insns)
     except CfgError as e:
+        res.insn_count = len(insns) + _n_ld_imm64(insns)
         slots = slot_offsets(insns)
         res.errors.append(_mk(insns, slots, e.idx, "cfg", e.message, e.explain, {}, "", line_at))
         res.seconds = time.perf_counter() - t0
         return res
+    res.insn_count = cfg.slots[-1] + insns[-1].width  # slots (ld_imm64 takes two)
     early = _version_faults(env, cfg, insns)
     if early is not None:
         i, f = early
@@ -435,7 +437,13 @@ def check_program(
             )
         )
         return res
-    by_slot = {s: k for k, s in enumerate(slot_offsets(prog_spec.insns))}
+    func_info = prog_spec.func_info
+    # subprogram records (insn_off > 0) need BTF to say which are global functions
+    subprogs = (
+        subprog_infos(btf, func_info, index_by_slot(prog_spec.insns), kind.ctx)
+        if btf is not None and any(rec.insn_off for rec in func_info)
+        else {}
+    )
     return check_insns(
         prog_spec.insns,
         kind.program_type,
@@ -451,7 +459,7 @@ def check_program(
         nr_cpus=nr_cpus,
         timeout=timeout,
         kfuncs={r.insn_idx: r.symbol for r in prog_spec.relocations if r.kind == "kfunc"},
-        subprogs=subprog_infos(btf, prog_spec.func_info, by_slot, kind.ctx),
+        subprogs=subprogs,
         has_func_info=btf is not None and bool(prog_spec.func_info),
     )
 

@@ -301,6 +301,16 @@ class _InfiniteLoop(Exception):
 
 
 _PRUNE, _JMP_POINT, _EXIT, _STORE, _JMP = 1, 2, 4, 8, 16  # per-insn flags of analyze()
+_OPCODE_FLAGS: dict[int, int] = {}  # opcode byte -> its _EXIT, _STORE, _JMP flags
+
+
+def _opcode_flags(x: Insn) -> int:
+    """The flags of analyze() that depend on the opcode only (exit, store, jump)."""
+    return (
+        (_EXIT if x.is_exit else 0)
+        | (_STORE if x.cls in (U.BPF_ST, U.BPF_STX) else 0)
+        | (_JMP if x.is_jmp_class else 0)
+    )
 
 
 class Tables:
@@ -316,15 +326,17 @@ class Tables:
 
     def __init__(self, env: Env, cfg: Cfg):
         dec = cfg.insns
-        prune, jmp_points = cfg.prune, cfg.jmp_points
-        self.flags = [
-            (_PRUNE if k in prune else 0)
-            | (_JMP_POINT if k in jmp_points else 0)
-            | (_EXIT if x.is_exit else 0)
-            | (_STORE if x.cls in (U.BPF_ST, U.BPF_STX) else 0)
-            | (_JMP if x.is_jmp_class else 0)
-            for k, x in enumerate(dec)
-        ]
+        by_op = _OPCODE_FLAGS
+        flags = [by_op.get(x.opcode, -1) for x in dec]
+        if -1 in flags:  # an opcode not seen before: its flags, once
+            for k, x in enumerate(dec):
+                if flags[k] < 0:
+                    flags[k] = by_op[x.opcode] = _opcode_flags(x)
+        for k in cfg.prune:
+            flags[k] |= _PRUNE
+        for k in cfg.jmp_points:
+            flags[k] |= _JMP_POINT
+        self.flags = flags
         self.handlers: list = []  # filled by analyze(), which owns the first-visit handler
         self.visits = [0] * len(dec)
         self.global_calls = frozenset(
@@ -360,21 +372,23 @@ def analyze(
         """The first walk of an insn: its general handler (what most insns of a small
         program get, making one for it would cost more than it saves)."""
         handlers[i] = again
-        return _handler(x, cfg.succ[i], made=False)(env, cfg, st, i, x)
+        h = general.get(x.opcode)
+        if h is None:  # the general handler depends on the opcode only
+            h = general[x.opcode] = _handler(x, cfg.succ[i], made=False)
+        return h(env, cfg, st, i, x)
 
     def again(env: Env, cfg: Cfg, st: State, i: int, x):
         """The second: the insn's handler for good, made for it where _handler can."""
         h = handlers[i] = _handler(x, cfg.succ[i])
         return h(env, cfg, st, i, x)
 
+    general = _GENERAL
     handlers = tables.handlers
     if not handlers:
         handlers.extend([first_visit] * len(dec))
     flags, visits = tables.flags, tables.visits
     if regs is None:
-        regs = [D.NOT_INIT_REG] * 11
-        regs[1] = D.ptr(D.CTX)
-        regs[10] = D.ptr(D.STACK, map=0)
+        regs = list(_ENTRY_REGS)
     start = State([Frame(regs, {}, -1, 0, entry)])
     stack: list[tuple[int, State, int]] = [(entry, start, -1)]
     next_clock = min(base + TIME_CHECK_EVERY, INSN_LIMIT + 1)
@@ -735,6 +749,14 @@ def _handler(x, succ: list[int], made: bool = True):
         return _cond_k(x, succ[-1] if len(succ) == 2 else succ[0])
     return h
 
+
+# a program's registers at its start: r1 the context, r10 frame 0's stack (registers are
+# values, never changed in place: one set serves every walk)
+_ENTRY_REGS = tuple(
+    D.ptr(D.CTX) if r == 1 else D.ptr(D.STACK, map=0) if r == 10 else D.NOT_INIT_REG
+    for r in range(11)
+)
+_GENERAL: dict = {}  # opcode byte -> _handler(made=False) of its insns, for first walks
 
 _JMP_OPS = frozenset(
     (U.BPF_JEQ, U.BPF_JNE, U.BPF_JSET, U.BPF_JGT, U.BPF_JGE, U.BPF_JLT, U.BPF_JLE)

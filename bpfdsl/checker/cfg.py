@@ -81,25 +81,29 @@ class Cfg:
         self.heads: set[int] = set()
 
 
-def _is_jump(x: Insn) -> bool:
-    return x.is_jmp_class and not x.is_call and not x.is_exit
-
-
 def build_cfg(insns: Sequence[Insn]) -> Cfg:
     """Check the program's shape and compute its successors, subprograms and liveness."""
     n = len(insns)
     if n == 0:
         raise CfgError(0, "program has no instructions", "the section is empty")
-    slots, by_slot, s = [], {}, 0
+    # one pass for the slot numbers and the insns the next one looks at (a function
+    # address is an ld_imm64, two slots wide; BPF-to-BPF calls are calls)
+    slots: list[int] = []
+    wide_or_call: list[int] = []
+    s = 0
     for i, x in enumerate(insns):
         slots.append(s)
-        by_slot[s] = i
-        s += x.width
+        w = x.width
+        if w != 1 or x.is_call:
+            wide_or_call.append(i)
+        s += w
     total_slots = s
+    by_slot = dict(zip(slots, range(n), strict=True))
     subprogs = {0}
     call_target: dict[int, int] = {}
     func_refs: dict[int, int] = {}
-    for i, x in enumerate(insns):
+    for i in wide_or_call:
+        x = insns[i]
         if x.is_ld_imm64 and x.src == U.BPF_PSEUDO_FUNC:  # a callback (kernel add_subprog)
             t = by_slot.get(slots[i] + 1 + x.imm)
             if t is None or x.off:
@@ -123,11 +127,15 @@ def build_cfg(insns: Sequence[Insn]) -> Cfg:
             subprogs.add(t)
             call_target[i] = t
     starts = sorted(subprogs)
-    subprog_of = [0] * n
-    for k, s in enumerate(starts):
+    if len(starts) == 1:
+        subprog_of = [0] * n
+    else:
+        subprog_of = []
+        for k, s in enumerate(starts):
+            end = starts[k + 1] if k + 1 < len(starts) else n
+            subprog_of += [s] * (end - s)
+    for k in range(len(starts)):
         end = starts[k + 1] if k + 1 < len(starts) else n
-        for i in range(s, end):
-            subprog_of[i] = s
         last = insns[end - 1]
         if not (last.is_exit or last.is_ja):
             raise CfgError(
@@ -135,20 +143,39 @@ def build_cfg(insns: Sequence[Insn]) -> Cfg:
                 "last insn is not an exit or jmp",
                 "every function must end with `exit` or an unconditional jump",
             )
-    succ: list[list[int]] = [[] for _ in range(n)]
+    succ: list[list[int]] = []
     prune: set[int] = set()
     jmp_points: set[int] = set()
     callback_calls: set[int] = set()
+    heads: set[int] = set()  # targets of back-edges (t <= i)
+    # reachability (kernel check_cfg: "unreachable insn") marked on the way: exact while
+    # every edge goes forward (each insn's predecessors come before it), else redone below
+    seen = [False] * n
+    for s in starts:
+        seen[s] = True
+    dead = -1  # the first insn no forward edge reaches
+    jmp, jmp32 = U.BPF_JMP, U.BPF_JMP32
     for i, x in enumerate(insns):
-        if x.is_exit:
+        if not seen[i] and dead < 0:
+            dead = i
+        c = x.cls
+        if c != jmp and c != jmp32:
+            if i in func_refs:
+                # kernel visit_insn: bpf_pseudo_func is visit_func_call_insn(visit_callee):
+                # the ld_imm64 itself, the insn after it and the function's start
+                prune.update((i, i + 1, func_refs[i]))
+                jmp_points.update((i + 1, func_refs[i]))
+            if i + 1 >= n:
+                raise CfgError(i, f"jump out of range from insn {slots[i]} to {slots[i] + 1}", "")
+            succ.append([i + 1])
+            if seen[i]:
+                seen[i + 1] = True
             continue
-        if i in func_refs:
-            # kernel visit_insn: bpf_pseudo_func is visit_func_call_insn(visit_callee):
-            # the ld_imm64 itself, the insn after it and the function's start
-            prune.update((i, i + 1, func_refs[i]))
-            jmp_points.update((i + 1, func_refs[i]))
-        if _is_jump(x):
-            dest = slots[i] + 1 + (x.imm if x.cls == U.BPF_JMP32 and x.is_ja else x.off)
+        if x.is_exit:
+            succ.append([])
+            continue
+        if not x.is_call:  # a jump (kernel: any JMP/JMP32 opcode but call and exit)
+            dest = slots[i] + 1 + (x.imm if c == jmp32 and x.is_ja else x.off)
             t = by_slot.get(dest)
             if t is None:
                 if 0 <= dest < total_slots:
@@ -170,55 +197,63 @@ def build_cfg(insns: Sequence[Insn]) -> Cfg:
                 )
             prune.add(t)
             jmp_points.add(t)
+            if t <= i:
+                heads.add(t)
             if x.is_ja:
-                succ[i] = [t]
+                succ.append([t])
             else:
                 prune.add(i)
-                succ[i] = [i + 1, t] if t != i + 1 else [t]
+                succ.append([i + 1, t] if t != i + 1 else [t])
+                if seen[i]:
+                    seen[i + 1] = True
+            if seen[i]:
+                seen[t] = True
             continue
-        if x.is_call:
-            # kernel visit_func_call_insn: the return site of every call; a BPF-to-BPF
-            # call itself and the called function's first insn too
-            prune.add(i + 1)
-            jmp_points.add(i + 1)
-            if x.is_pseudo_call and i in call_target:
-                prune.add(i)
-                prune.add(call_target[i])
-                jmp_points.add(call_target[i])
-            if x.is_helper_call and x.imm == BPF_FUNC_LOOP:
-                # kernel visit_insn, is_sync_callback_calling_insn: mark_calls_callback,
-                # mark_force_checkpoint, a prune and a jump point
-                callback_calls.add(i)
-                prune.add(i)
-                jmp_points.add(i)
+        # kernel visit_func_call_insn: the return site of every call; a BPF-to-BPF
+        # call itself and the called function's first insn too
+        prune.add(i + 1)
+        jmp_points.add(i + 1)
+        if x.is_pseudo_call and i in call_target:
+            prune.add(i)
+            prune.add(call_target[i])
+            jmp_points.add(call_target[i])
+        if x.is_helper_call and x.imm == BPF_FUNC_LOOP:
+            # kernel visit_insn, is_sync_callback_calling_insn: mark_calls_callback,
+            # mark_force_checkpoint, a prune and a jump point
+            callback_calls.add(i)
+            prune.add(i)
+            jmp_points.add(i)
         if i + 1 >= n:
             raise CfgError(i, f"jump out of range from insn {slots[i]} to {slots[i] + 1}", "")
-        succ[i] = [i + 1]
-    # reachability inside each subprogram (kernel check_cfg: "unreachable insn")
-    seen = [False] * n
-    for s in starts:
-        todo = [s]
-        seen[s] = True
-        while todo:
-            i = todo.pop()
-            for t in succ[i]:
-                if not seen[t]:
-                    seen[t] = True
-                    todo.append(t)
-    for i in range(n):
-        if not seen[i]:
-            raise CfgError(
-                i,
-                f"unreachable insn {slots[i]}",
-                "no path reaches this instruction; remove it (the kernel refuses dead code)",
-            )
-    cfg = Cfg(insns, slots, succ, starts, subprog_of, {p for p in prune if p < n})
-    cfg.jmp_points = {p for p in jmp_points if p < n}
+        succ.append([i + 1])
+        if seen[i]:
+            seen[i + 1] = True
+    if heads:  # a back-edge: reachability by a walk from each function's start
+        seen = [False] * n
+        for s in starts:
+            todo = [s]
+            seen[s] = True
+            while todo:
+                i = todo.pop()
+                for t in succ[i]:
+                    if not seen[t]:
+                        seen[t] = True
+                        todo.append(t)
+        dead = seen.index(False) if not all(seen) else -1
+    if dead >= 0:
+        raise CfgError(
+            dead,
+            f"unreachable insn {slots[dead]}",
+            "no path reaches this instruction; remove it (the kernel refuses dead code)",
+        )
+    # every prune and jump point is an insn here: one past the last insn raised above
+    cfg = Cfg(insns, slots, succ, starts, subprog_of, prune)
+    cfg.jmp_points = jmp_points
     cfg.call_target = call_target
     cfg.func_refs = func_refs
     cfg.callback_calls = callback_calls
-    cfg.heads = {t for i, ss in enumerate(succ) for t in ss if t <= i}
-    cfg.live_in = _liveness(insns, succ, bool(cfg.heads))
+    cfg.heads = heads
+    cfg.live_in = _liveness(insns, succ, bool(heads))
     return cfg
 
 
@@ -260,47 +295,101 @@ def uses_defs(x: Insn) -> tuple[tuple[int, ...], tuple[int, ...]]:
     return (), ()
 
 
+_R10 = 1 << 10
+_R0_R5 = 0x3F  # r0-r5: what a call clobbers
+_R1_R5 = 0x3E
+
+
+def _use_def(x: Insn) -> tuple[int, int]:
+    """:func:`uses_defs` as bitmasks (registers read, registers written), r10 included
+    where it is named (the caller drops it)."""
+    c = x.cls
+    if c == U.BPF_ALU or c == U.BPF_ALU64:
+        d = 1 << x.dst
+        op = x.op
+        if op == U.BPF_MOV:
+            return ((1 << x.src) if x.source == U.BPF_X else 0), d
+        if op == U.BPF_END or op == U.BPF_NEG or x.source == U.BPF_K:
+            return d, d
+        return d | 1 << x.src, d
+    if c == U.BPF_LDX:
+        return 1 << x.src, 1 << x.dst
+    if c == U.BPF_ST:
+        return 1 << x.dst, 0
+    if c == U.BPF_STX:
+        if x.mode == U.BPF_ATOMIC:
+            if x.imm == U.BPF_CMPXCHG:
+                return 1 << x.dst | 1 << x.src | 1, 1
+            if x.imm & U.BPF_FETCH:
+                return 1 << x.dst | 1 << x.src, 1 << x.src
+        return 1 << x.dst | 1 << x.src, 0
+    if c == U.BPF_LD:
+        if x.is_ld_imm64:
+            return 0, 1 << x.dst
+        return ((1 << 6 | 1 << x.src) if x.mode == U.BPF_IND else 1 << 6), _R0_R5
+    if x.is_exit:
+        return 1, 0
+    if x.is_call:
+        if x.is_helper_call and x.imm in HELPERS_BY_ID:
+            n = len(HELPERS_BY_ID[x.imm].args or ())  # modelled: args is set
+            return ((1 << (n + 1)) - 2), _R0_R5
+        return _R1_R5, _R0_R5
+    if x.is_ja:
+        return 0, 0
+    if x.is_cond_jump:
+        return ((1 << x.dst | 1 << x.src) if x.source == U.BPF_X else 1 << x.dst), 0
+    return 0, 0
+
+
 def _liveness(insns: Sequence[Insn], succ: list[list[int]], loops: bool = True) -> list[int]:
     """Bitmask of the registers live at the entry of each insn (kernel
     compute_live_registers); ``loops``: some edge goes backward."""
     n = len(insns)
-    keep, use = [], []  # per insn: mask of registers not written, mask of registers read
-    for x in insns:
-        uses, defs = uses_defs(x)
-        k, u = ~(1 << 10), 0
-        for d in defs:
-            k &= ~(1 << d)
-        for r in uses:
-            u |= 1 << r
-        keep.append(k)
-        use.append(u & ~(1 << 10))
-    # least fixpoint of live[i] = (union of live[succ] & keep[i]) | use[i]: one backward
-    # pass when no edge goes backward, else a worklist
+    # least fixpoint of live[i] = (union of live[succ] & ~defs[i]) | uses[i] (r10 never
+    # live): one backward pass when no edge goes backward, else a worklist
     live = [0] * n  # bitmasks
     if not loops:
         for i in range(n - 1, -1, -1):
             out = 0
             for t in succ[i]:
                 out |= live[t]
-            live[i] = (out & keep[i]) | use[i]
-    else:
-        preds: list[list[int]] = [[] for _ in range(n)]
-        for i, ss in enumerate(succ):
-            for t in ss:
-                preds[t].append(i)
-        work = list(range(n))
-        inq = [True] * n
-        while work:
-            i = work.pop()
-            inq[i] = False
-            out = 0
-            for t in succ[i]:
-                out |= live[t]
-            out = (out & keep[i]) | use[i]
-            if out != live[i]:
-                live[i] = out
-                for p in preds[i]:
-                    if not inq[p]:
-                        inq[p] = True
-                        work.append(p)
+            u, d = _use_def(insns[i])
+            live[i] = (out & ~(d | _R10)) | (u & ~_R10)
+        return live
+    # the same backward pass first, keeping per insn the mask of registers not written
+    # and of registers read; then only the equations a back-edge left stale (at the
+    # jumps back, whose target was computed after them) and what they change, by a
+    # worklist (the least fixpoint does not depend on the order)
+    keep, use = [0] * n, [0] * n
+    work: list[int] = []
+    for i in range(n - 1, -1, -1):
+        out = 0
+        for t in succ[i]:
+            out |= live[t]
+            if t <= i:
+                work.append(i)
+        u, d = _use_def(insns[i])
+        k = keep[i] = ~(d | _R10)
+        u = use[i] = u & ~_R10
+        live[i] = (out & k) | u
+    preds: list[list[int]] = [[] for _ in range(n)]
+    for i, ss in enumerate(succ):
+        for t in ss:
+            preds[t].append(i)
+    inq = [False] * n
+    for i in work:
+        inq[i] = True
+    while work:
+        i = work.pop()
+        inq[i] = False
+        out = 0
+        for t in succ[i]:
+            out |= live[t]
+        out = (out & keep[i]) | use[i]
+        if out != live[i]:
+            live[i] = out
+            for p in preds[i]:
+                if not inq[p]:
+                    inq[p] = True
+                    work.append(p)
     return live

@@ -84,16 +84,24 @@ class StackLiveness:
         order = self._orders.get(start)
         if order is not None:
             return order
-        order, seen, stack = [], {start}, [(start, iter(self.succ[start]))]
-        while stack:
-            node, it = stack[-1]
-            nxt = next(it, None)
-            if nxt is None:
-                stack.pop()
-                order.append(node)
-            elif nxt not in seen and self.subprog_of[nxt] == self.subprog_of[start]:
-                seen.add(nxt)
-                stack.append((nxt, iter(self.succ[nxt])))
+        # depth-first from ``start`` inside its function, successors in order, as the
+        # recursion would: a node is done when its successors are
+        succ, sub = self.succ, self.subprog_of
+        home = sub[start]
+        order = []
+        seen = [False] * self.n
+        seen[start] = True
+        nodes, its = [start], [iter(succ[start])]
+        while nodes:
+            for nxt in its[-1]:
+                if not seen[nxt] and sub[nxt] == home:
+                    seen[nxt] = True
+                    nodes.append(nxt)
+                    its.append(iter(succ[nxt]))
+                    break
+            else:
+                its.pop()
+                order.append(nodes.pop())
         self._orders[start] = order
         return order
 

@@ -129,6 +129,9 @@ def coerce(r: D.Reg, size: int) -> D.Reg:
     return D.sync(D.Reg(D.SCALAR, tn=T.cast(r.tn, size), b=D.UNKNOWN_BOUNDS))
 
 
+_SPILL_TO_MISC = str.maketrans(SPILL, MISC)  # slot byte types: a spill's bytes become misc
+
+
 def _stack_write(frame, full: int, size: int, value: D.Reg | None) -> str:
     """check_stack_write_fixed_off: slot-aligned scalar stores (and BPF_ST immediates) are
     register spills of ``size`` bytes; pointers spill only whole; the rest is misc/zero.
@@ -145,17 +148,14 @@ def _stack_write(frame, full: int, size: int, value: D.Reg | None) -> str:
         frame.stack[k] = Slot(SPILL * 8, value)
         return SPILL
     if j == 0 and value is not None and value.t == D.SCALAR:
-        rest = "".join(c if c in (ZERO, INVALID) else MISC for c in old.types[size:])
+        rest = old.types[size:].translate(_SPILL_TO_MISC)  # zero, invalid kept; rest misc
         frame.stack[k] = Slot(SPILL * size + rest, value)
         return SPILL
     zero = value is not None and value.is_const and value.tn[0] == 0
-    types = (
-        [MISC if c == SPILL else c for c in old.types] if SPILL in old.types else list(old.types)
-    )
-    for i in range(j, j + size):
-        types[i] = ZERO if zero else MISC
-    frame.stack[k] = Slot("".join(types), None)
-    return ZERO if zero else MISC
+    types = old.types.replace(SPILL, MISC)
+    kind = ZERO if zero else MISC
+    frame.stack[k] = Slot(types[:j] + kind * size + types[j + size :], None)
+    return kind
 
 
 def _stack_read(env, regno, frame, full: int, size: int) -> tuple[D.Reg, bool]:

@@ -400,11 +400,16 @@ def check_call_graph(env: Env, cfg: Cfg):
     edges: dict[int, list[tuple[int, int]]] = {}
     for i, t in [*cfg.call_target.items(), *cfg.func_refs.items()]:
         edges.setdefault(cfg.subprog_of[i], []).append((i, t))
-    tail_calls = {
-        cfg.subprog_of[i]
-        for i, x in enumerate(cfg.insns)
-        if x.is_helper_call and x.imm == BPF_FUNC_TAIL_CALL
-    }
+    # subprograms that tail-call (only a called one's matters: none without calls)
+    tail_calls = (
+        {
+            cfg.subprog_of[i]
+            for i, x in enumerate(cfg.insns)
+            if x.is_helper_call and x.imm == BPF_FUNC_TAIL_CALL
+        }
+        if edges
+        else set()
+    )
 
     def fault(at: int, f: Fault):
         return (at, f, "", {})
