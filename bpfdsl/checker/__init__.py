@@ -183,14 +183,14 @@ def check_insns(
     env.func_refs = dict(cfg.func_refs)
     try:
         out = _verify(env, cfg, deadline)
-    except Exception as e:  # a checker bug must not pass a program nor show a traceback
+    except Exception as bug:  # a checker bug must not pass a program nor show a traceback
         res.errors.append(
             _mk(
                 insns,
                 cfg.slots,
                 env.cur_idx,
                 "internal",
-                f"internal checker error: {type(e).__name__}: {e}",
+                f"internal checker error: {type(bug).__name__}: {bug}",
                 "please report this; the program was not fully checked",
                 {},
                 "",

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Final
 
 from bpfdsl.abi import uapi as U
 from bpfdsl.abi.insn import Insn, format_insn
@@ -298,7 +299,11 @@ class _InfiniteLoop(Exception):
         self.idx = idx
 
 
-_PRUNE, _JMP_POINT, _EXIT, _STORE, _JMP = 1, 2, 4, 8, 16  # per-insn flags of analyze()
+_PRUNE: Final = 1
+_JMP_POINT: Final = 2
+_EXIT: Final = 4
+_STORE: Final = 8
+_JMP: Final = 16
 
 
 def analyze(

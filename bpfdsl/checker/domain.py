@@ -17,22 +17,40 @@ comparison of one object with itself only when it has no id or reference to map)
 
 from __future__ import annotations
 
+from typing import Final
+
 from bpfdsl.checker import tnum as T
 
 M64, M32 = T.M64, T.M32
-S64_MIN, S64_MAX = -(1 << 63), (1 << 63) - 1
-S32_MIN, S32_MAX = -(1 << 31), (1 << 31) - 1
+S64_MIN: Final = -(1 << 63)
+S64_MAX: Final = (1 << 63) - 1
+S32_MIN: Final = -(1 << 31)
+S32_MAX: Final = (1 << 31) - 1
 
 # register types (kernel enum bpf_reg_type, reduced)
-NOT_INIT, SCALAR, CTX, STACK, PKT, PKT_META, PKT_END = 0, 1, 2, 3, 4, 5, 6
-MAP_VALUE, MAP_VALUE_OR_NULL, MAP_PTR, XDP_SOCK, SOCKET, SOCKET_OR_NULL = 7, 8, 9, 10, 11, 12
+NOT_INIT: Final = 0
+SCALAR: Final = 1
+CTX: Final = 2
+STACK: Final = 3
+PKT: Final = 4
+PKT_META: Final = 5
+PKT_END: Final = 6
+MAP_VALUE: Final = 7
+MAP_VALUE_OR_NULL: Final = 8
+MAP_PTR: Final = 9
+XDP_SOCK: Final = 10
+SOCKET: Final = 11
+SOCKET_OR_NULL: Final = 12
 # a ring buffer reservation (kernel PTR_TO_MEM | MEM_RINGBUF, an acquired reference):
 # ``rng`` = its size in bytes, ``ref`` = the reference id, ``map`` = the ring buffer
-RINGBUF_MEM, RINGBUF_MEM_OR_NULL = 13, 14
+RINGBUF_MEM: Final = 13
+RINGBUF_MEM_OR_NULL: Final = 14
 # MEM(_OR_NULL): a pointer argument of a global function, ``rng`` bytes (kernel PTR_TO_MEM,
 # mem_size); FUNC: a static subprogram's address (ld_imm64 BPF_PSEUDO_FUNC), ``off`` = the
 # index of its first instruction (kernel PTR_TO_FUNC, subprogno)
-MEM, MEM_OR_NULL, FUNC = 15, 16, 17
+MEM: Final = 15
+MEM_OR_NULL: Final = 16
+FUNC: Final = 17
 TYPE_NAMES = {
     NOT_INIT: "?",
     SCALAR: "scalar",
@@ -70,6 +88,26 @@ def s64(v: int) -> int:
 def s32(v: int) -> int:
     v &= M32
     return v - (1 << 32) if v >> 31 else v
+
+
+_REG_FIELDS: Final = (
+    "t",
+    "off",
+    "tn",
+    "smin",
+    "smax",
+    "umin",
+    "umax",
+    "s32min",
+    "s32max",
+    "u32min",
+    "u32max",
+    "id",
+    "rng",
+    "map",
+    "ref",
+    "note",
+)
 
 
 class Reg:
@@ -169,7 +207,7 @@ class Reg:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Reg):
             return NotImplemented
-        return all(getattr(self, k) == getattr(other, k) for k in Reg.__slots__ if k != "note")
+        return all(getattr(self, k) == getattr(other, k) for k in _REG_FIELDS if k != "note")
 
     def __hash__(self) -> int:
         return hash((self.t, self.off, self.tn))
@@ -366,19 +404,7 @@ def _copy(r: Reg) -> Reg:
 
 
 def _with(r: Reg, tn, b) -> Reg:
-    r2 = Reg.__new__(Reg)
-    r2.t, r2.off, r2.id, r2.rng, r2.map, r2.ref, r2.note = (
-        r.t,
-        r.off,
-        r.id,
-        r.rng,
-        r.map,
-        r.ref,
-        r.note,
-    )
-    r2.tn = tn
-    (r2.smin, r2.smax, r2.umin, r2.umax, r2.s32min, r2.s32max, r2.u32min, r2.u32max) = b
-    return r2
+    return Reg(r.t, r.off, tn, b, r.id, r.rng, r.map, r.ref, r.note)
 
 
 def is_bottom(r: Reg) -> bool:

@@ -11,6 +11,8 @@ checker/precision.py); registers not live at the insn are ignored.
 
 from __future__ import annotations
 
+from typing import Final
+
 from bpfdsl.checker import domain as D
 from bpfdsl.checker import tnum as T
 
@@ -70,9 +72,9 @@ class Frame:
         self.callback_depth = 0
 
     def copy(self) -> Frame:
-        f = Frame.__new__(Frame)
-        f.regs, f.stack = self.regs.copy(), self.stack.copy()
-        f.callsite, f.frameno, f.subprog, f.r0_at = (
+        f = Frame(
+            self.regs.copy(),
+            self.stack.copy(),
             self.callsite,
             self.frameno,
             self.subprog,
@@ -113,8 +115,7 @@ class State:
     def copy(self) -> State:
         fs = self.frames
         frames = [fs[0].copy()] if len(fs) == 1 else [f.copy() for f in fs]
-        s = State.__new__(State)
-        s.frames, s.refs, s.parent, s.trail = frames, self.refs, self.parent, self.trail
+        s = State(frames, self.refs, self.parent, self.trail)
         s.hist, s.first_idx, s.cb_unroll = self.hist, self.first_idx, self.cb_unroll
         return s
 
@@ -137,8 +138,11 @@ class State:
 
 # ---- pruning (kernel states_equal / regsafe / stacksafe) ----
 
-NOT_EXACT, EXACT, RANGE_WITHIN = 0, 1, 2  # kernel enum exact_level
-AT_PKT_END, BEYOND_PKT_END = -1, -2  # kernel: packet pointer range after `p >= / > pkt_end`
+NOT_EXACT: Final = 0
+EXACT: Final = 1
+RANGE_WITHIN: Final = 2
+AT_PKT_END: Final = -1
+BEYOND_PKT_END: Final = -2
 _ALL_INVALID = INVALID * 8
 
 
@@ -369,7 +373,9 @@ def states_maybe_looping(old: State, cur: State, live: int) -> bool:
 # ---- the same comparison, planned once per frozen explored state ----
 
 
-_CONST, _RANGE, _ANY = 0, 1, 2  # CoverPlan.checks kinds, in the order they are tried
+_CONST: Final = 0
+_RANGE: Final = 1
+_ANY: Final = 2
 
 
 class CoverPlan:
