@@ -27,7 +27,7 @@ from bpfdsl.abi.uapi import (
     ProgramType,
 )
 from bpfdsl.checker import features as F
-from bpfdsl.checker.analyzer import INSN_LIMIT, HotSpot, Outcome, analyze, hot_spot
+from bpfdsl.checker.analyzer import INSN_LIMIT, HotSpot, Outcome, Tables, analyze, hot_spot
 from bpfdsl.checker.cfg import CfgError, build_cfg
 from bpfdsl.checker.ctx import ctx_for_program_type
 from bpfdsl.checker.env import Env, Fault, MapRef
@@ -274,8 +274,9 @@ def _verify(env: Env, cfg, deadline: float | None) -> Outcome:
     new ones were reached), then the call graph's stack and frame limits
     (check_max_stack_depth).  Processed instructions add up as the kernel counts them
     (one limit for all), checkpoints too.  Returns the first fault's (or time-out's)
-    Outcome, else the totals with the main program's visits."""
-    out = analyze(env, cfg, deadline)
+    Outcome, else the totals; visits add up over all the walks."""
+    tables = Tables(env, cfg)
+    out = analyze(env, cfg, deadline, tables=tables)
     if out.fault is not None or out.timed_out:
         return out
     states, peak, per_insn = out.states, out.peak_states, out.max_states_per_insn
@@ -293,13 +294,12 @@ def _verify(env: Env, cfg, deadline: float | None) -> Outcome:
                 regs = entry_regs(env, info)
             except Fault as f:
                 return Outcome((start, f, "", {}), processed, states)
-            sub = analyze(env, cfg, deadline, entry=start, regs=regs, base=processed)
+            sub = analyze(env, cfg, deadline, entry=start, regs=regs, base=processed, tables=tables)
             processed, states = sub.processed, states + sub.states
             peak, per_insn = max(peak, sub.peak_states), max(per_insn, sub.max_states_per_insn)
             if sub.fault is not None or sub.timed_out:
                 sub.states = states
                 return sub
-            out.visits = [a + b for a, b in zip(out.visits, sub.visits, strict=True)]
     env.entry = 0
     fault = check_call_graph(env, cfg)
     return Outcome(fault, processed, states, None, peak, per_insn, out.visits)

@@ -111,7 +111,7 @@ def _same_callsites(a: list[Frame], b: list[Frame]) -> bool:
 class _Explorer:
     """One analysis: the explored checkpoints and the kernel's counters."""
 
-    def __init__(self, env: Env, cfg: Cfg, deadline: float | None):
+    def __init__(self, env: Env, cfg: Cfg, deadline: float | None, tables: Tables):
         self.env, self.cfg = env, cfg
         self.explored: dict[int, list[Checkpoint]] = {}
         self.processed = 0
@@ -126,9 +126,7 @@ class _Explorer:
         self.deadline = deadline
         self.live = StackLiveness(cfg.succ, cfg.subprog_of, cfg.call_target)
         # calls of global functions: not entered, r0 set (kernel backtrack_insn)
-        self.global_calls = frozenset(
-            i for i, t in cfg.call_target.items() if getattr(env.subprogs.get(t), "is_global", 0)
-        )
+        self.global_calls = tables.global_calls
         # made when first needed (a small program may walk fewer insns than it has):
         # per insn the live registers in order, and precision's backtrack_table
         self.live_regs: list[tuple[int, ...] | None] = [None] * len(cfg.live_in)
@@ -306,6 +304,35 @@ _STORE: Final = 8
 _JMP: Final = 16
 
 
+class Tables:
+    """Per-insn tables of one program, made once and shared by the walks of the program
+    and of each of its global functions (a walk of a global function touches only its
+    own insns; remaking whole-program tables for each of 200 functions made that cost
+    quadratic): ``flags`` (prune point, jump point, exit, store, jump), ``handlers`` (the
+    insn's handler, specialised on its second walk) and ``visits`` (walks of each insn,
+    summed over all the walks); ``global_calls``, the calls of global functions (not
+    entered, r0 set: kernel backtrack_insn)."""
+
+    __slots__ = ("flags", "handlers", "visits", "global_calls")
+
+    def __init__(self, env: Env, cfg: Cfg):
+        dec = cfg.insns
+        prune, jmp_points = cfg.prune, cfg.jmp_points
+        self.flags = [
+            (_PRUNE if k in prune else 0)
+            | (_JMP_POINT if k in jmp_points else 0)
+            | (_EXIT if x.is_exit else 0)
+            | (_STORE if x.cls in (U.BPF_ST, U.BPF_STX) else 0)
+            | (_JMP if x.is_jmp_class else 0)
+            for k, x in enumerate(dec)
+        ]
+        self.handlers: list = []  # filled by analyze(), which owns the first-visit handler
+        self.visits = [0] * len(dec)
+        self.global_calls = frozenset(
+            i for i, t in cfg.call_target.items() if getattr(env.subprogs.get(t), "is_global", 0)
+        )
+
+
 def analyze(
     env: Env,
     cfg: Cfg,
@@ -313,6 +340,7 @@ def analyze(
     entry: int = 0,
     regs: list[D.Reg] | None = None,
     base: int = 0,
+    tables: Tables | None = None,
 ) -> Outcome:
     """Walk all paths of the program described by ``cfg``; stop at the first fault, at
     the kernel's limits, or at ``deadline`` (a time.perf_counter() value).
@@ -322,8 +350,11 @@ def analyze(
     ``base``: instructions already processed for this program (the kernel's limit counts
     the program and its global functions together); ``processed`` includes it.  The
     call graph's stack and frame limits are checked by the caller, once every function's
-    stack depth is known (subprog.check_call_graph)."""
-    ex = _Explorer(env, cfg, deadline)
+    stack depth is known (subprog.check_call_graph).  ``tables``: the program's
+    :class:`Tables` when several walks share them (``visits`` then adds up)."""
+    if tables is None:
+        tables = Tables(env, cfg)
+    ex = _Explorer(env, cfg, deadline, tables)
     dec = cfg.insns
 
     def first_visit(env: Env, cfg: Cfg, st: State, i: int, x):
@@ -337,16 +368,10 @@ def analyze(
         h = handlers[i] = _handler(x, cfg.succ[i])
         return h(env, cfg, st, i, x)
 
-    handlers = [first_visit] * len(dec)
-    flags = [
-        (_PRUNE if k in cfg.prune else 0)
-        | (_JMP_POINT if k in cfg.jmp_points else 0)
-        | (_EXIT if x.is_exit else 0)
-        | (_STORE if x.cls in (U.BPF_ST, U.BPF_STX) else 0)
-        | (_JMP if x.is_jmp_class else 0)
-        for k, x in enumerate(dec)
-    ]
-    visits = [0] * len(dec)
+    handlers = tables.handlers
+    if not handlers:
+        handlers.extend([first_visit] * len(dec))
+    flags, visits = tables.flags, tables.visits
     if regs is None:
         regs = [D.NOT_INIT_REG] * 11
         regs[1] = D.ptr(D.CTX)
