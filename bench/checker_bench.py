@@ -213,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     floor = python_floor()
     from bpfdsl.checker import NATIVE, NATIVE_REASON
 
-    mode = f"{'compiled (mypyc)' if NATIVE else 'pure Python'}: {NATIVE_REASON}"
+    mode = NATIVE_REASON if NATIVE else f"pure Python ({NATIVE_REASON})"
     print()
     print(f"checker: {mode}")
     print(

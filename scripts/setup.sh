@@ -59,7 +59,7 @@ setup_venv() {
     [ "${BPFDSL_COMPILE:-}" = 0 ] || echo "== note: no C compiler or Python headers: the checker stays pure Python (slower)" >&2
     BPFDSL_COMPILE=0 .venv/bin/python -m pip install -q -e ".${extras:+[$extras]}"
   fi
-  .venv/bin/python -c 'import bpfdsl.checker as c; print("== checker:", "compiled" if c.NATIVE else "pure Python", f"({c.NATIVE_REASON})")'
+  .venv/bin/python -c 'import bpfdsl.checker as c; print("== checker:", c.NATIVE_REASON if c.NATIVE else f"pure Python ({c.NATIVE_REASON})")'
   # An editable install is not byte-compiled by pip; with PYTHONDONTWRITEBYTECODE set every
   # process would compile the package (the generated parser tables alone take ~0.2 s).
   .venv/bin/python -m compileall -q bpfdsl >/dev/null
