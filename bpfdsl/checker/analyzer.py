@@ -53,10 +53,10 @@ from bpfdsl.checker.subprog import (
 )
 from bpfdsl.checker.transfer import _read, do_alu, do_ld, do_ldx, do_store
 
-INSN_LIMIT = 1_000_000  # kernel BPF_COMPLEXITY_LIMIT_INSNS
-JMP_SEQ_LIMIT = 8192  # kernel BPF_COMPLEXITY_LIMIT_JMP_SEQ
-HIST_FORCE = 40  # kernel: a checkpoint is forced once a path's jump history is this long
-TIME_CHECK_EVERY = 4096  # processed insns between two looks at the clock
+INSN_LIMIT: Final = 1_000_000  # kernel BPF_COMPLEXITY_LIMIT_INSNS
+JMP_SEQ_LIMIT: Final = 8192  # kernel BPF_COMPLEXITY_LIMIT_JMP_SEQ
+HIST_FORCE: Final = 40  # kernel: a checkpoint is forced once a path's jump history is this long
+TIME_CHECK_EVERY: Final = 4096  # processed insns between two looks at the clock
 
 
 @dataclass(slots=True)
@@ -135,7 +135,7 @@ class _Explorer:
     # ---- branch counts (kernel update_branch_counts) ----
 
     def finish(self, st: State) -> None:
-        cp = st.parent
+        cp: Checkpoint | None = st.parent
         while cp is not None:
             cp.branches -= 1
             if cp.branches:

@@ -47,7 +47,7 @@ _SWAP = {
 }
 
 
-def _view(r: D.Reg, is32: bool):
+def _view(r: D.Reg, is32: bool) -> tuple[tuple[int, int], int, int, int, int]:
     if is32:
         return T.subreg(r.tn), r.s32min, r.s32max, r.u32min, r.u32max
     return r.tn, r.smin, r.smax, r.umin, r.umax
@@ -226,8 +226,8 @@ def _mark_scalar_ids(st: State, reg: D.Reg) -> None:
                 regs[i] = reg
         stack = f.stack
         for k, s in list(stack.items()):
-            r = s.spill
-            if r is not None and r.id == rid and r.t == D.SCALAR:
+            sp = s.spill
+            if sp is not None and sp.id == rid and sp.t == D.SCALAR:
                 stack[k] = Slot(s.types, reg)
 
 
@@ -242,8 +242,8 @@ def _linked(st: State, a: int, b: int) -> tuple | None:
             if v.t == D.SCALAR and v.id in ids:
                 out.append((fr, r))
         for k, sl in f.stack.items():
-            v = sl.spill
-            if v is not None and v.t == D.SCALAR and v.id in ids:
+            sp = sl.spill
+            if sp is not None and sp.t == D.SCALAR and sp.id in ids:
                 out.append((fr, -1 - k))
     return tuple(out) if len(out) > 1 else None
 

@@ -17,11 +17,12 @@ comparison of one object with itself only when it has no id or reference to map)
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Any, Final
 
 from bpfdsl.checker import tnum as T
 
-M64, M32 = T.M64, T.M32
+M64: Final = T.M64
+M32: Final = T.M32
 S64_MIN: Final = -(1 << 63)
 S64_MAX: Final = (1 << 63) - 1
 S32_MIN: Final = -(1 << 31)
@@ -77,7 +78,7 @@ NULLABLE = {
     RINGBUF_MEM_OR_NULL: RINGBUF_MEM,
     MEM_OR_NULL: MEM,
 }
-PACKET_TYPES = (PKT, PKT_META)
+PACKET_TYPES: Final = (PKT, PKT_META)
 
 
 def s64(v: int) -> int:
@@ -146,8 +147,36 @@ class Reg:
         "ref",
         "note",
     )
+    # declared for mypyc (compiled: C fields of these types; a wrong type is a TypeError)
+    t: int
+    off: int
+    tn: tuple[int, int]
+    smin: int
+    smax: int
+    umin: int
+    umax: int
+    s32min: int
+    s32max: int
+    u32min: int
+    u32max: int
+    id: int
+    rng: int
+    map: Any  # MapSpec/DataMap (map pointers and values), frame number (stack), None
+    ref: int
+    note: str
 
-    def __init__(self, t, off=0, tn=(0, 0), b=None, id=0, rng=0, map=None, ref=0, note=""):
+    def __init__(
+        self,
+        t: int,
+        off: int = 0,
+        tn: tuple[int, int] = (0, 0),
+        b: tuple[int, ...] | None = None,
+        id: int = 0,
+        rng: int = 0,
+        map: Any = None,
+        ref: int = 0,
+        note: str = "",
+    ) -> None:
         self.t = t
         self.off = off
         self.tn = tn
@@ -218,8 +247,8 @@ class Reg:
 
 NOT_INIT_REG = Reg(NOT_INIT)
 _NO_FIELDS = Reg(SCALAR)  # template for _with(): type scalar, no id/off/map/ref/note
-_MEMO_MAX = 1 << 14  # entries per memo table (cleared when full)
-UNKNOWN_BOUNDS = (S64_MIN, S64_MAX, 0, M64, S32_MIN, S32_MAX, 0, M32)
+_MEMO_MAX: Final = 1 << 14  # entries per memo table (cleared when full)
+UNKNOWN_BOUNDS: Final = (S64_MIN, S64_MAX, 0, M64, S32_MIN, S32_MAX, 0, M32)
 
 
 def unknown(note: str = "") -> Reg:
@@ -281,7 +310,7 @@ def ptr(t: int, off: int = 0, **kw) -> Reg:
 # ---- bounds (kernel reg_bounds_sync) ----
 
 
-def _from_tnum(v, m, b):
+def _from_tnum(v: int, m: int, b: tuple[int, ...]) -> tuple[int, int, int, int, int, int, int, int]:
     smin, smax, umin, umax, s32min, s32max, u32min, u32max = b
     sv = v | (m & (1 << 63))
     smin = max(smin, sv - (1 << 64) if sv >> 63 else sv)
@@ -319,7 +348,7 @@ def resync(r: Reg, tn: tuple[int, int], bounds: tuple[int, ...]) -> Reg:
     return _with(r, hit[0], hit[1])
 
 
-_SYNC: dict[tuple, tuple] = {}
+_SYNC: dict[tuple, tuple[tuple[int, int], tuple[int, ...]]] = {}
 
 
 def fresh_scalar(tn: tuple[int, int], bounds: tuple[int, ...]) -> Reg:
@@ -343,7 +372,7 @@ def scalar(tn: tuple[int, int], bounds: tuple[int, ...]) -> Reg:
 _SCALARS: dict[tuple, Reg] = {}
 
 
-def _sync(tn: tuple[int, int], bounds: tuple[int, ...]) -> tuple:
+def _sync(tn: tuple[int, int], bounds: tuple[int, ...]) -> tuple[tuple[int, int], tuple[int, ...]]:
     """sync()'s computation: (tnum, bounds) -> (tnum, bounds)."""
     v, m = tn
     if m == 0:
@@ -403,7 +432,7 @@ def _copy(r: Reg) -> Reg:
     return _with(r, r.tn, r.bounds())
 
 
-def _with(r: Reg, tn, b) -> Reg:
+def _with(r: Reg, tn: tuple[int, int], b: tuple[int, ...]) -> Reg:
     return Reg(r.t, r.off, tn, b, r.id, r.rng, r.map, r.ref, r.note)
 
 

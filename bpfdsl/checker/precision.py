@@ -13,12 +13,14 @@ cover states whose values lie within theirs.
 
 from __future__ import annotations
 
+from typing import Final
+
 from bpfdsl.abi import uapi as U
 from bpfdsl.checker import domain as D
 from bpfdsl.checker.state import SPILL, CoverPlan, Hist, State
 
-MAX_FRAMES = 8
-_ARGS = 0b111110  # r1-r5 (kernel BPF_REGMASK_ARGS)
+MAX_FRAMES: Final = 8
+_ARGS: Final = 0b111110  # r1-r5 (kernel BPF_REGMASK_ARGS)
 
 
 class Checkpoint:
@@ -55,7 +57,7 @@ class Checkpoint:
     def __init__(self, state: State, insn: int, last_idx: int, live: list[int]):
         self.state = state
         self.branches = 1
-        self.parent = state.parent
+        self.parent: Checkpoint | None = state.parent
         self.insn = insn
         self.first_idx = state.first_idx
         self.last_idx = last_idx
@@ -297,11 +299,13 @@ def _linked0(regs: int, slots: int, h: Hist) -> tuple[int, int]:
     return regs, slots
 
 
-def _mark_single(table, cur: State, cur_idx: int, regs: int, slots: int) -> None:
+def _mark_single(
+    table: list[tuple[int, int, int]], cur: State, cur_idx: int, regs: int, slots: int
+) -> None:
     """mark_precise for a one-frame path whose checkpoints are one-frame too; raises
     _Fallback at a call or exit, NotSupported as the kernel's -ENOTSUPP."""
     first, i, hist = cur.first_idx, cur_idx, cur.hist
-    cp = None
+    cp: Checkpoint | None = None
     skip = True
     while True:
         while True:
@@ -407,7 +411,7 @@ def _mark_single(table, cur: State, cur_idx: int, regs: int, slots: int) -> None
 
 def mark_all_precise(start: State) -> None:
     """kernel mark_all_scalars_precise: every scalar of every checkpoint on the path."""
-    cp = start.parent
+    cp: Checkpoint | None = start.parent
     while cp is not None:
         for fi, f in enumerate(cp.state.frames):
             m = 0
@@ -459,7 +463,7 @@ def mark_precise(
     first, last, hist = cur.first_idx, cur_idx, cur.hist
     subseq = -1
     skip_first = True
-    cp = None
+    cp: Checkpoint | None = None
     try:
         while True:
             i = last

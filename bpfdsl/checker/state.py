@@ -11,19 +11,24 @@ checker/precision.py); registers not live at the insn are ignored.
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Any, Final
 
 from bpfdsl.checker import domain as D
 from bpfdsl.checker import tnum as T
 
-INVALID, MISC, ZERO, SPILL = "i", "m", "z", "s"
-MAX_STACK = 512
+INVALID: Final = "i"
+MISC: Final = "m"
+ZERO: Final = "z"
+SPILL: Final = "s"
+MAX_STACK: Final = 512
 
 
 class Slot:
     """8 bytes of stack: ``types`` (8 chars, byte 0 = lowest address) and the spilled reg."""
 
     __slots__ = ("types", "spill")
+    types: str
+    spill: D.Reg | None
 
     def __init__(self, types: str = INVALID * 8, spill: D.Reg | None = None):
         self.types = types
@@ -42,14 +47,27 @@ class Hist:
     chain including this one."""
 
     __slots__ = ("idx", "prev", "slot", "linked", "next", "count")
+    idx: int
+    prev: int
+    slot: tuple[int, int] | None
+    linked: Any  # tuple of (frame, regno | -1 - slot) pairs, or None
+    next: Hist | None
+    count: int
 
-    def __init__(self, idx: int, prev: int, slot, linked, nxt: Hist | None):
+    def __init__(
+        self,
+        idx: int,
+        prev: int,
+        slot: tuple[int, int] | None,
+        linked: Any,
+        nxt: Hist | None,
+    ) -> None:
         self.idx = idx
         self.prev = prev
         self.slot = slot
         self.linked = linked
         self.next = nxt
-        self.count: int = 1 if nxt is None else nxt.count + 1
+        self.count = 1 if nxt is None else nxt.count + 1
 
 
 class Frame:
@@ -61,8 +79,23 @@ class Frame:
     either)."""
 
     __slots__ = ("regs", "stack", "callsite", "frameno", "subprog", "r0_at", "callback_depth")
+    regs: list[D.Reg]
+    stack: dict[int, Slot]  # slot number k (bytes fp-8*(k+1)..fp-8*k) -> Slot
+    callsite: int
+    frameno: int
+    subprog: int
+    r0_at: int
+    callback_depth: int
 
-    def __init__(self, regs, stack, callsite: int, frameno: int, subprog: int, r0_at: int = -1):
+    def __init__(
+        self,
+        regs: list[D.Reg],
+        stack: dict[int, Slot],
+        callsite: int,
+        frameno: int,
+        subprog: int,
+        r0_at: int = -1,
+    ) -> None:
         self.regs = regs
         self.stack = stack
         self.callsite = callsite
@@ -94,13 +127,26 @@ class State:
     of different visits are no infinite loop)."""
 
     __slots__ = ("frames", "refs", "parent", "trail", "hist", "first_idx", "cb_unroll")
+    frames: list[Frame]
+    refs: tuple[int, ...]
+    parent: Any  # precision.Checkpoint | None (precision imports this module)
+    trail: tuple | None
+    hist: Hist | None
+    first_idx: int
+    cb_unroll: int
 
-    def __init__(self, frames: list[Frame], refs: tuple[int, ...] = (), parent=None, trail=None):
+    def __init__(
+        self,
+        frames: list[Frame],
+        refs: tuple[int, ...] = (),
+        parent: Any = None,
+        trail: tuple | None = None,
+    ) -> None:
         self.frames = frames
         self.refs = refs
         self.parent = parent
         self.trail = trail  # branch decisions on this path: (insn index, taken, older trail)
-        self.hist: Hist | None = None
+        self.hist = None
         self.first_idx = 0
         self.cb_unroll = 0
 
@@ -143,7 +189,7 @@ EXACT: Final = 1
 RANGE_WITHIN: Final = 2
 AT_PKT_END: Final = -1
 BEYOND_PKT_END: Final = -2
-_ALL_INVALID = INVALID * 8
+_ALL_INVALID: Final = INVALID * 8
 
 
 class IdMap:
@@ -223,7 +269,7 @@ def regs_exact(o: D.Reg, n: D.Reg, idmap: IdMap) -> bool:
 
 
 # ring buffer reservations (kernel base type PTR_TO_MEM, MEM_RINGBUF)
-_MEM_TYPES = (D.RINGBUF_MEM, D.RINGBUF_MEM_OR_NULL)
+_MEM_TYPES: Final = (D.RINGBUF_MEM, D.RINGBUF_MEM_OR_NULL)
 
 
 def regsafe(o: D.Reg, n: D.Reg, precise: bool, idmap: IdMap, exact: int) -> bool:
@@ -289,11 +335,11 @@ def stacksafe(
         prec = bool(precise >> k & 1)
         if _spilled_scalar64(os):
             nreg = None
-            if _spilled_scalar64(cs):
+            if cs is not None and _spilled_scalar64(cs):
                 nreg = cs.spill
             elif all(c == MISC or (c == INVALID and uninit_ok) for c in ctypes):
                 nreg = _UNBOUND
-            if nreg is not None:
+            if nreg is not None and os.spill is not None:
                 if not regsafe(os.spill, nreg, prec, idmap, exact):
                     return False
                 continue
