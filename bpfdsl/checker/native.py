@@ -158,4 +158,5 @@ def install() -> tuple[bool, str]:
     return native, why
 
 
-NATIVE, REASON = install()
+# On import as part of the package (setup.py loads this file under another name: no finder)
+NATIVE, REASON = install() if __name__ == f"{PACKAGE}.native" else (False, "not installed")
