@@ -48,8 +48,8 @@ def _view(r: D.Reg, bits: int) -> tuple[tuple[int, int], int, int, int, int]:
     return T.subreg(r.tn), r.s32min, r.s32max, r.u32min, r.u32max
 
 
-_DIV_MOD = (U.BPF_DIV, U.BPF_MOD)
-_MEMO: dict[tuple, D.Reg] = {}
+_DIV_MOD: Final = (U.BPF_DIV, U.BPF_MOD)
+_MEMO: Final[dict[tuple, D.Reg]] = {}
 
 
 def scalar_alu(op: int, dst: D.Reg, src: D.Reg, is64: bool, signed_div: bool = False) -> D.Reg:

@@ -445,7 +445,7 @@ def analyze(
                     ex.processed, ex.jmps = processed, jmps
                     ex.precise(st, i, [0] * frame + [1], [0] * (frame + 1))
             try:
-                succ = handlers[i](env, cfg, st, i, dec[i])
+                succ: list[tuple[int, State]] | None = handlers[i](env, cfg, st, i, dec[i])
             except Fault as f:
                 before = fmt_state(st.regs)
                 shown = {r: D.fmt_reg(st.regs[r]) for r in f.regs if r <= 10}
@@ -696,7 +696,7 @@ def _cond(env: Env, cfg: Cfg, st: State, i: int, x):
     return do_cond_jump(env, st, i, x, target)
 
 
-_BY_CLASS = {
+_BY_CLASS: Final = {
     U.BPF_ALU: _alu,
     U.BPF_ALU64: _alu,
     U.BPF_LDX: _ldx,
@@ -704,7 +704,7 @@ _BY_CLASS = {
     U.BPF_STX: _store,
     U.BPF_LD: _ld,
 }
-_BY_JMP_OP = {U.BPF_JA: _ja, U.BPF_EXIT: _exit_insn, U.BPF_CALL: _call}
+_BY_JMP_OP: Final = {U.BPF_JA: _ja, U.BPF_EXIT: _exit_insn, U.BPF_CALL: _call}
 
 
 def _handler(x, succ: list[int], made: bool = True):
@@ -730,7 +730,7 @@ def _handler(x, succ: list[int], made: bool = True):
     return h
 
 
-_JMP_OPS = frozenset(
+_JMP_OPS: Final = frozenset(
     (U.BPF_JEQ, U.BPF_JNE, U.BPF_JSET, U.BPF_JGT, U.BPF_JGE, U.BPF_JLT, U.BPF_JLE)
     + (U.BPF_JSGT, U.BPF_JSGE, U.BPF_JSLT, U.BPF_JSLE)
 )
@@ -756,7 +756,7 @@ def _cond_k(x: Insn, target: int):
 
 
 # ALU operations with an immediate whose scalar case _fast_alu handles (div/mod: do_alu)
-_FAST_K_OPS = frozenset(
+_FAST_K_OPS: Final = frozenset(
     (U.BPF_ADD, U.BPF_SUB, U.BPF_MUL, U.BPF_AND, U.BPF_OR, U.BPF_XOR)
     + (U.BPF_LSH, U.BPF_RSH, U.BPF_ARSH)
 )

@@ -8,6 +8,8 @@ checks ``try_match_pkt_pointers``/``find_good_pkt_pointers``.
 
 from __future__ import annotations
 
+from typing import Final
+
 from bpfdsl.abi import uapi as U
 from bpfdsl.abi.insn import Insn
 from bpfdsl.checker import domain as D
@@ -20,7 +22,7 @@ from bpfdsl.checker.transfer import _read, _reserved
 
 # ---- jumps ----
 
-_NEG = {
+_NEG: Final[dict[int, int]] = {
     U.BPF_JEQ: U.BPF_JNE,
     U.BPF_JNE: U.BPF_JEQ,
     U.BPF_JGT: U.BPF_JLE,
@@ -32,7 +34,7 @@ _NEG = {
     U.BPF_JSGE: U.BPF_JSLT,
     U.BPF_JSLT: U.BPF_JSGE,
 }
-_SWAP = {
+_SWAP: Final[dict[int, int]] = {
     U.BPF_JEQ: U.BPF_JEQ,
     U.BPF_JNE: U.BPF_JNE,
     U.BPF_JGT: U.BPF_JLT,
@@ -153,7 +155,7 @@ def refine(a: D.Reg, b: D.Reg, op: int, is32: bool) -> tuple[D.Reg, D.Reg]:
     return na, nb
 
 
-_REFINED: dict[tuple, tuple | None] = {}
+_REFINED: Final[dict[tuple, tuple | None]] = {}
 
 
 def refine_possible(a: D.Reg, b: D.Reg, op: int, is32: bool) -> tuple[D.Reg, D.Reg] | None:
@@ -199,7 +201,7 @@ def refine_possible(a: D.Reg, b: D.Reg, op: int, is32: bool) -> tuple[D.Reg, D.R
     return D.rebound(a, hit[0], hit[1]), D.rebound(b, hit[2], hit[3])
 
 
-_MISSING = object()
+_MISSING: Final = object()
 
 
 def _merge(r: D.Reg, part: list[int], is32: bool) -> tuple[int, ...]:

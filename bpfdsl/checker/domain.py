@@ -246,7 +246,7 @@ class Reg:
 
 
 NOT_INIT_REG = Reg(NOT_INIT)
-_NO_FIELDS = Reg(SCALAR)  # template for _with(): type scalar, no id/off/map/ref/note
+_NO_FIELDS: Final = Reg(SCALAR)  # template for _with(): type scalar, no id/off/map/ref/note
 _MEMO_MAX: Final = 1 << 14  # entries per memo table (cleared when full)
 UNKNOWN_BOUNDS: Final = (S64_MIN, S64_MAX, 0, M64, S32_MIN, S32_MAX, 0, M32)
 
@@ -272,8 +272,8 @@ def known(v: int) -> Reg:
     return r
 
 
-_CONST_BOUNDS: dict[int, tuple[int, ...]] = {}
-_KNOWN: dict[int, Reg] = {}  # known(): the argument as given -> its register
+_CONST_BOUNDS: Final[dict[int, tuple[int, ...]]] = {}
+_KNOWN: Final[dict[int, Reg]] = {}  # known(): the argument as given -> its register
 
 
 def _const_bounds(v: int) -> tuple[int, ...]:
@@ -285,7 +285,7 @@ def _const_bounds(v: int) -> tuple[int, ...]:
     return b
 
 
-_URANGE: dict[tuple[int, int], Reg] = {}
+_URANGE: Final[dict[tuple[int, int], Reg]] = {}
 
 
 def urange(lo: int, hi: int) -> Reg:
@@ -348,7 +348,7 @@ def resync(r: Reg, tn: tuple[int, int], bounds: tuple[int, ...]) -> Reg:
     return _with(r, hit[0], hit[1])
 
 
-_SYNC: dict[tuple, tuple[tuple[int, int], tuple[int, ...]]] = {}
+_SYNC: Final[dict[tuple, tuple[tuple[int, int], tuple[int, ...]]]] = {}
 
 
 def fresh_scalar(tn: tuple[int, int], bounds: tuple[int, ...]) -> Reg:
@@ -369,7 +369,7 @@ def scalar(tn: tuple[int, int], bounds: tuple[int, ...]) -> Reg:
     return r
 
 
-_SCALARS: dict[tuple, Reg] = {}
+_SCALARS: Final[dict[tuple, Reg]] = {}
 
 
 def _sync(tn: tuple[int, int], bounds: tuple[int, ...]) -> tuple[tuple[int, int], tuple[int, ...]]:
@@ -463,7 +463,7 @@ def zext32(r: Reg) -> Reg:
     return out
 
 
-_ZEXT: dict[tuple, Reg] = {}
+_ZEXT: Final[dict[tuple, Reg]] = {}
 
 
 # ---- printing (kernel print_verifier_state style) ----

@@ -50,7 +50,7 @@ class Hist:
     idx: int
     prev: int
     slot: tuple[int, int] | None
-    linked: Any  # tuple of (frame, regno | -1 - slot) pairs, or None
+    linked: tuple[tuple[int, int], ...] | None  # (frame, regno | -1 - slot) pairs
     next: Hist | None
     count: int
 
@@ -59,7 +59,7 @@ class Hist:
         idx: int,
         prev: int,
         slot: tuple[int, int] | None,
-        linked: Any,
+        linked: tuple[tuple[int, int], ...] | None,
         nxt: Hist | None,
     ) -> None:
         self.idx = idx
@@ -356,7 +356,7 @@ def stacksafe(
     return True
 
 
-_UNBOUND = D.unknown()  # what a load from misc stack bytes gives (kernel unbound_reg)
+_UNBOUND: Final = D.unknown()  # what a load from misc stack bytes gives (kernel unbound_reg)
 
 
 def states_equal(

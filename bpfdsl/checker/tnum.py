@@ -101,7 +101,7 @@ def mul(a: Tnum, b: Tnum) -> Tnum:
     return r
 
 
-_MUL: dict[tuple[Tnum, Tnum], Tnum] = {}
+_MUL: Final[dict[tuple[Tnum, Tnum], Tnum]] = {}
 
 
 def _mul(a: Tnum, b: Tnum) -> Tnum:

@@ -30,7 +30,12 @@ from support.paths import ROOT
 from bpfdsl.checker import native
 
 CHECKER_DIR = ROOT / "bpfdsl" / "checker"
-COMPILED, WHY = native.decide(CHECKER_DIR, {})  # this tree's build, whatever this process uses
+
+
+def _compiled() -> bool:
+    """Whether this tree has a usable build now (whatever this process uses)."""
+    return native.decide(CHECKER_DIR, {})[0]
+
 
 # Prints which checker the process uses: NATIVE, the reason, and each checker module's
 # origin file (the module files a compiled build made must all be extension modules).
@@ -110,11 +115,12 @@ def _run(code: str, *, pure: bool, root: Path = ROOT, timeout: float = 600) -> d
 def _need_compiled() -> None:
     """Skip when this tree has no usable build, unless the install was asked to compile
     (BPFDSL_COMPILE=1, as scripts/test.sh sets where a C compiler is): then fail."""
-    if COMPILED:
+    compiled, why = native.decide(CHECKER_DIR, {})
+    if compiled:
         return
     if os.environ.get("BPFDSL_COMPILE") == "1":
-        pytest.fail(f"BPFDSL_COMPILE=1 but the checker in use is not compiled: {WHY}")
-    pytest.skip(f"checker not compiled here ({WHY})")
+        pytest.fail(f"BPFDSL_COMPILE=1 but the checker in use is not compiled: {why}")
+    pytest.skip(f"checker not compiled here ({why})")
 
 
 def _origins_are(origins: dict[str, str], suffixes: tuple[str, ...]) -> bool:
@@ -147,7 +153,7 @@ def _tree_copy(tmp_path: Path) -> Path:
     dst = tmp_path / "tree"
     shutil.copytree(ROOT / "bpfdsl", dst / "bpfdsl", ignore=shutil.ignore_patterns("__pycache__"))
     checker = dst / "bpfdsl" / "checker"
-    if not COMPILED:
+    if not _compiled():
         mods = native.compiled_modules(checker)
         for m in [*mods, native.GROUP.rpartition(".")[2] + "__mypyc"]:
             (checker / f"{m}{native.EXTENSION_SUFFIXES[0]}").write_bytes(b"not an ELF object")
