@@ -11,7 +11,8 @@ Per program function of progs/*.bpfd and of the ACL ladder (tests/support/comple
   - both verdicts.
 Goals (issue 12): time ratio <= 2, processed ratio within 0.9-1.1.  Each row says PASS or
 MISS; the exit status is 0 either way (1 only when the benchmark cannot run: not root).
-Also printed: the floor of this Python for the checker's kind of loop (one call per
+Also printed: which checker ran (bpfdsl.checker.NATIVE: the mypyc-compiled modules, or
+pure Python and why), and the floor of this Python for the checker's kind of loop (one call per
 instruction through a handler table, no work) in instructions per second.
 
 Usage: python3 bench/checker_bench.py [--runs N] [--quick] [--near-limit] [--json FILE]
@@ -219,7 +220,11 @@ def main(argv: list[str] | None = None) -> int:
     walked = sum(r["checker"]["processed"] for r in times)
     kwalked = sum(r["kernel"]["processed"] or 0 for r in times)
     floor = python_floor()
+    from bpfdsl.checker import NATIVE, NATIVE_REASON
+
+    mode = NATIVE_REASON if NATIVE else f"pure Python ({NATIVE_REASON})"
     print()
+    print(f"checker: {mode}")
     print(
         f"total: checker {total_ours:.2f} s CPU for {walked:,} insns "
         f"({walked / max(total_ours, 1e-9):,.0f}/s); kernel {total_kernel:.2f} s for "
@@ -233,7 +238,11 @@ def main(argv: list[str] | None = None) -> int:
     if busy:
         print(f"note: {busy}")
     if a.json:
-        Path(a.json).write_text(json.dumps({"results": res["raw"], "floor_insns_per_s": floor}))
+        Path(a.json).write_text(
+            json.dumps(
+                {"results": res["raw"], "floor_insns_per_s": floor, "checker_native": NATIVE}
+            )
+        )
     return 0
 
 

@@ -7,6 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/setup.sh
 setup_system iproute2
+setup_compiler
 setup_bpffs
 setup_venv
 exec .venv/bin/bpfdsl demo "$@"

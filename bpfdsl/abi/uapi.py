@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import KW_ONLY, dataclass
 from enum import IntEnum, IntFlag
+from typing import Final
 
 
 class BpfCmd(IntEnum):
@@ -444,25 +445,66 @@ BPF_OBJ_NAME_LEN = 16  # prog_name / map_name including the NUL
 BPF_TAG_SIZE = 8
 
 # ---- instruction encoding (linux/bpf_common.h, linux/bpf.h) ----
+# Final: one name per line, so mypy knows each value and the compiled checker (mypyc)
+# uses the number itself instead of looking the name up in this module at run time.
 # class (low 3 bits of the opcode)
-BPF_LD, BPF_LDX, BPF_ST, BPF_STX, BPF_ALU, BPF_JMP, BPF_JMP32, BPF_ALU64 = range(8)
+BPF_LD: Final = 0
+BPF_LDX: Final = 1
+BPF_ST: Final = 2
+BPF_STX: Final = 3
+BPF_ALU: Final = 4
+BPF_JMP: Final = 5
+BPF_JMP32: Final = 6
+BPF_ALU64: Final = 7
 # size (bits 3-4, load/store)
-BPF_W, BPF_H, BPF_B, BPF_DW = 0x00, 0x08, 0x10, 0x18
+BPF_W: Final = 0x00
+BPF_H: Final = 0x08
+BPF_B: Final = 0x10
+BPF_DW: Final = 0x18
 # mode (bits 5-7, load/store)
-BPF_IMM, BPF_ABS, BPF_IND, BPF_MEM, BPF_MEMSX, BPF_ATOMIC = 0x00, 0x20, 0x40, 0x60, 0x80, 0xC0
+BPF_IMM: Final = 0x00
+BPF_ABS: Final = 0x20
+BPF_IND: Final = 0x40
+BPF_MEM: Final = 0x60
+BPF_MEMSX: Final = 0x80
+BPF_ATOMIC: Final = 0xC0
 # source (bit 3, alu/jmp)
-BPF_K, BPF_X = 0x00, 0x08
-BPF_TO_LE, BPF_TO_BE = 0x00, 0x08  # BPF_END source bit
+BPF_K: Final = 0x00
+BPF_X: Final = 0x08
+# BPF_END source bit
+BPF_TO_LE: Final = 0x00
+BPF_TO_BE: Final = 0x08
 # alu ops (bits 4-7)
-BPF_ADD, BPF_SUB, BPF_MUL, BPF_DIV = 0x00, 0x10, 0x20, 0x30
-BPF_OR, BPF_AND, BPF_LSH, BPF_RSH = 0x40, 0x50, 0x60, 0x70
-BPF_NEG, BPF_MOD, BPF_XOR, BPF_MOV = 0x80, 0x90, 0xA0, 0xB0
-BPF_ARSH, BPF_END = 0xC0, 0xD0
+BPF_ADD: Final = 0x00
+BPF_SUB: Final = 0x10
+BPF_MUL: Final = 0x20
+BPF_DIV: Final = 0x30
+BPF_OR: Final = 0x40
+BPF_AND: Final = 0x50
+BPF_LSH: Final = 0x60
+BPF_RSH: Final = 0x70
+BPF_NEG: Final = 0x80
+BPF_MOD: Final = 0x90
+BPF_XOR: Final = 0xA0
+BPF_MOV: Final = 0xB0
+BPF_ARSH: Final = 0xC0
+BPF_END: Final = 0xD0
 # jmp ops (bits 4-7)
-BPF_JA, BPF_JEQ, BPF_JGT, BPF_JGE, BPF_JSET = 0x00, 0x10, 0x20, 0x30, 0x40
-BPF_JNE, BPF_JSGT, BPF_JSGE, BPF_CALL, BPF_EXIT = 0x50, 0x60, 0x70, 0x80, 0x90
-BPF_JLT, BPF_JLE, BPF_JSLT, BPF_JSLE = 0xA0, 0xB0, 0xC0, 0xD0
-BPF_JCOND = 0xE0  # may_goto (BPF_JMP | BPF_JCOND | BPF_K, src_reg BPF_MAY_GOTO = 0)
+BPF_JA: Final = 0x00
+BPF_JEQ: Final = 0x10
+BPF_JGT: Final = 0x20
+BPF_JGE: Final = 0x30
+BPF_JSET: Final = 0x40
+BPF_JNE: Final = 0x50
+BPF_JSGT: Final = 0x60
+BPF_JSGE: Final = 0x70
+BPF_CALL: Final = 0x80
+BPF_EXIT: Final = 0x90
+BPF_JLT: Final = 0xA0
+BPF_JLE: Final = 0xB0
+BPF_JSLT: Final = 0xC0
+BPF_JSLE: Final = 0xD0
+BPF_JCOND: Final = 0xE0  # may_goto (BPF_JMP | BPF_JCOND | BPF_K, src_reg BPF_MAY_GOTO = 0)
 # atomic op modifiers (imm field of BPF_ATOMIC)
 BPF_FETCH = 0x01
 BPF_XCHG = 0xE0 | BPF_FETCH

@@ -18,6 +18,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import wraps
 
+# First of the package: installs the finder that picks the compiled or the pure-Python
+# modules (bpfdsl/checker/native.py) before any of them is imported.
+import bpfdsl.checker.native as native
 from bpfdsl.abi.insn import Insn, format_insn, index_by_slot, slot_offsets
 from bpfdsl.abi.uapi import (
     PROGRAM_KINDS,
@@ -35,6 +38,7 @@ from bpfdsl.checker.report import TIMEOUT, CheckError, CheckResult, ProgramResul
 from bpfdsl.checker.subprog import check_call_graph, entry_regs, subprog_infos
 
 __all__ = [
+    "NATIVE",
     "CheckError",
     "CheckResult",
     "ProgramResult",
@@ -42,6 +46,10 @@ __all__ = [
     "check_object",
     "check_program",
 ]
+
+# Whether the checker modules in use are the mypyc-compiled ones, and why (native.REASON).
+NATIVE: bool = native.NATIVE
+NATIVE_REASON: str = native.REASON
 
 BPF_F_RDONLY_PROG = 1 << 7
 
@@ -185,14 +193,14 @@ def check_insns(
     env.func_refs = dict(cfg.func_refs)
     try:
         out = _verify(env, cfg, deadline)
-    except Exception as e:  # a checker bug must not pass a program nor show a traceback
+    except Exception as bug:  # a checker bug must not pass a program nor show a traceback
         res.errors.append(
             _mk(
                 insns,
                 cfg.slots,
                 env.cur_idx,
                 "internal",
-                f"internal checker error: {type(e).__name__}: {e}",
+                f"internal checker error: {type(bug).__name__}: {bug}",
                 "please report this; the program was not fully checked",
                 {},
                 "",

@@ -9,12 +9,15 @@ program so; only an immediate divisor of 0 is rejected, by the analyzer).
 
 from __future__ import annotations
 
+from typing import Final
+
 from bpfdsl.abi import intops
 from bpfdsl.abi import uapi as U
 from bpfdsl.checker import domain as D
 from bpfdsl.checker import tnum as T
 
-M64, M32 = T.M64, T.M32
+M64: Final = T.M64
+M32: Final = T.M32
 
 
 def _const_op(op: int, a: int, b: int, bits: int, signed_div: bool) -> int:
@@ -29,22 +32,24 @@ def _sx(v: int, bits: int) -> int:
     return v - (1 << bits) if v >> (bits - 1) else v
 
 
-def _from_bounds(tn, smin, smax, umin, umax, bits: int) -> D.Reg:
+def _from_bounds(
+    tn: tuple[int, int], smin: int, smax: int, umin: int, umax: int, bits: int
+) -> D.Reg:
     if bits == 64:
         return D.scalar(tn, (smin, smax, umin, umax) + D.UNKNOWN_BOUNDS[4:])
     # the 32-bit result zero-extended: 64-bit bounds 0..2**32-1, 32-bit ones as computed
     return D.scalar(tn, (0, M32, 0, M32, smin, smax, umin, umax))
 
 
-def _view(r: D.Reg, bits: int):
+def _view(r: D.Reg, bits: int) -> tuple[tuple[int, int], int, int, int, int]:
     """(tnum, smin, smax, umin, umax) of the 64-bit value or of the low 32 bits."""
     if bits == 64:
         return r.tn, r.smin, r.smax, r.umin, r.umax
     return T.subreg(r.tn), r.s32min, r.s32max, r.u32min, r.u32max
 
 
-_DIV_MOD = (U.BPF_DIV, U.BPF_MOD)
-_MEMO: dict[tuple, D.Reg] = {}
+_DIV_MOD: Final = (U.BPF_DIV, U.BPF_MOD)
+_MEMO: Final[dict[tuple, D.Reg]] = {}
 
 
 def scalar_alu(op: int, dst: D.Reg, src: D.Reg, is64: bool, signed_div: bool = False) -> D.Reg:

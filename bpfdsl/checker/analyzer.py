@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Final
 
 from bpfdsl.abi import uapi as U
 from bpfdsl.abi.insn import Insn, format_insn
@@ -52,10 +53,10 @@ from bpfdsl.checker.subprog import (
 )
 from bpfdsl.checker.transfer import _read, do_alu, do_ld, do_ldx, do_store
 
-INSN_LIMIT = 1_000_000  # kernel BPF_COMPLEXITY_LIMIT_INSNS
-JMP_SEQ_LIMIT = 8192  # kernel BPF_COMPLEXITY_LIMIT_JMP_SEQ
-HIST_FORCE = 40  # kernel: a checkpoint is forced once a path's jump history is this long
-TIME_CHECK_EVERY = 4096  # processed insns between two looks at the clock
+INSN_LIMIT: Final = 1_000_000  # kernel BPF_COMPLEXITY_LIMIT_INSNS
+JMP_SEQ_LIMIT: Final = 8192  # kernel BPF_COMPLEXITY_LIMIT_JMP_SEQ
+HIST_FORCE: Final = 40  # kernel: a checkpoint is forced once a path's jump history is this long
+TIME_CHECK_EVERY: Final = 4096  # processed insns between two looks at the clock
 
 
 @dataclass(slots=True)
@@ -138,7 +139,7 @@ class _Explorer:
     # ---- branch counts (kernel update_branch_counts) ----
 
     def finish(self, st: State) -> None:
-        cp = st.parent
+        cp: Checkpoint | None = st.parent
         while cp is not None:
             cp.branches -= 1
             if cp.branches:
@@ -300,7 +301,11 @@ class _InfiniteLoop(Exception):
         self.idx = idx
 
 
-_PRUNE, _JMP_POINT, _EXIT, _STORE, _JMP = 1, 2, 4, 8, 16  # per-insn flags of analyze()
+_PRUNE: Final = 1  # per-insn flags of analyze()
+_JMP_POINT: Final = 2
+_EXIT: Final = 4
+_STORE: Final = 8
+_JMP: Final = 16
 _OPCODE_FLAGS: dict[int, int] = {}  # opcode byte -> its _EXIT, _STORE, _JMP flags
 
 
@@ -458,7 +463,7 @@ def analyze(
                     ex.processed, ex.jmps = processed, jmps
                     ex.precise(st, i, [0] * frame + [1], [0] * (frame + 1))
             try:
-                succ = handlers[i](env, cfg, st, i, dec[i])
+                succ: list[tuple[int, State]] | None = handlers[i](env, cfg, st, i, dec[i])
             except Fault as f:
                 before = fmt_state(st.regs)
                 shown = {r: D.fmt_reg(st.regs[r]) for r in f.regs if r <= 10}
@@ -716,7 +721,7 @@ def _cond(env: Env, cfg: Cfg, st: State, i: int, x):
     return do_cond_jump(env, st, i, x, target)
 
 
-_BY_CLASS = {
+_BY_CLASS: Final = {
     U.BPF_ALU: _alu,
     U.BPF_ALU64: _alu,
     U.BPF_LDX: _ldx,
@@ -724,7 +729,7 @@ _BY_CLASS = {
     U.BPF_STX: _store,
     U.BPF_LD: _ld,
 }
-_BY_JMP_OP = {U.BPF_JA: _ja, U.BPF_EXIT: _exit_insn, U.BPF_CALL: _call}
+_BY_JMP_OP: Final = {U.BPF_JA: _ja, U.BPF_EXIT: _exit_insn, U.BPF_CALL: _call}
 
 
 def _handler(x, succ: list[int], made: bool = True):
@@ -758,7 +763,7 @@ _ENTRY_REGS = tuple(
 )
 _GENERAL: dict = {}  # opcode byte -> _handler(made=False) of its insns, for first walks
 
-_JMP_OPS = frozenset(
+_JMP_OPS: Final = frozenset(
     (U.BPF_JEQ, U.BPF_JNE, U.BPF_JSET, U.BPF_JGT, U.BPF_JGE, U.BPF_JLT, U.BPF_JLE)
     + (U.BPF_JSGT, U.BPF_JSGE, U.BPF_JSLT, U.BPF_JSLE)
 )
@@ -814,7 +819,7 @@ def _cond_k(x: Insn, target: int):
 
 
 # ALU operations with an immediate whose scalar case _fast_alu handles (div/mod: do_alu)
-_FAST_K_OPS = frozenset(
+_FAST_K_OPS: Final = frozenset(
     (U.BPF_ADD, U.BPF_SUB, U.BPF_MUL, U.BPF_AND, U.BPF_OR, U.BPF_XOR)
     + (U.BPF_LSH, U.BPF_RSH, U.BPF_ARSH)
 )

@@ -8,6 +8,8 @@ checks ``try_match_pkt_pointers``/``find_good_pkt_pointers``.
 
 from __future__ import annotations
 
+from typing import Final
+
 from bpfdsl.abi import uapi as U
 from bpfdsl.abi.insn import Insn
 from bpfdsl.checker import domain as D
@@ -20,7 +22,7 @@ from bpfdsl.checker.transfer import _read, _reserved
 
 # ---- jumps ----
 
-_NEG = {
+_NEG: Final[dict[int, int]] = {
     U.BPF_JEQ: U.BPF_JNE,
     U.BPF_JNE: U.BPF_JEQ,
     U.BPF_JGT: U.BPF_JLE,
@@ -32,7 +34,7 @@ _NEG = {
     U.BPF_JSGE: U.BPF_JSLT,
     U.BPF_JSLT: U.BPF_JSGE,
 }
-_SWAP = {
+_SWAP: Final[dict[int, int]] = {
     U.BPF_JEQ: U.BPF_JEQ,
     U.BPF_JNE: U.BPF_JNE,
     U.BPF_JGT: U.BPF_JLT,
@@ -47,7 +49,7 @@ _SWAP = {
 }
 
 
-def _view(r: D.Reg, is32: bool):
+def _view(r: D.Reg, is32: bool) -> tuple[tuple[int, int], int, int, int, int]:
     if is32:
         return T.subreg(r.tn), r.s32min, r.s32max, r.u32min, r.u32max
     return r.tn, r.smin, r.smax, r.umin, r.umax
@@ -153,7 +155,7 @@ def refine(a: D.Reg, b: D.Reg, op: int, is32: bool) -> tuple[D.Reg, D.Reg]:
     return na, nb
 
 
-_REFINED: dict[tuple, tuple | None] = {}
+_REFINED: Final[dict[tuple, tuple | None]] = {}
 
 
 def refine_possible(a: D.Reg, b: D.Reg, op: int, is32: bool) -> tuple[D.Reg, D.Reg] | None:
@@ -199,7 +201,7 @@ def refine_possible(a: D.Reg, b: D.Reg, op: int, is32: bool) -> tuple[D.Reg, D.R
     return D.rebound(a, hit[0], hit[1]), D.rebound(b, hit[2], hit[3])
 
 
-_MISSING = object()
+_MISSING: Final = object()
 
 
 def scalar_outcome(
@@ -245,8 +247,8 @@ def _mark_scalar_ids(st: State, reg: D.Reg) -> None:
                 regs[i] = reg
         stack = f.stack
         for k, s in list(stack.items()):
-            r = s.spill
-            if r is not None and r.id == rid and r.t == D.SCALAR:
+            sp = s.spill
+            if sp is not None and sp.id == rid and sp.t == D.SCALAR:
                 stack[k] = Slot(s.types, reg)
 
 
@@ -261,8 +263,8 @@ def _linked(st: State, a: int, b: int) -> tuple | None:
             if v.t == D.SCALAR and v.id in ids:
                 out.append((fr, r))
         for k, sl in f.stack.items():
-            v = sl.spill
-            if v is not None and v.t == D.SCALAR and v.id in ids:
+            sp = sl.spill
+            if sp is not None and sp.t == D.SCALAR and sp.id in ids:
                 out.append((fr, -1 - k))
     return tuple(out) if len(out) > 1 else None
 

@@ -17,22 +17,41 @@ comparison of one object with itself only when it has no id or reference to map)
 
 from __future__ import annotations
 
+from typing import Any, Final
+
 from bpfdsl.checker import tnum as T
 
-M64, M32 = T.M64, T.M32
-S64_MIN, S64_MAX = -(1 << 63), (1 << 63) - 1
-S32_MIN, S32_MAX = -(1 << 31), (1 << 31) - 1
+M64: Final = T.M64
+M32: Final = T.M32
+S64_MIN: Final = -(1 << 63)
+S64_MAX: Final = (1 << 63) - 1
+S32_MIN: Final = -(1 << 31)
+S32_MAX: Final = (1 << 31) - 1
 
 # register types (kernel enum bpf_reg_type, reduced)
-NOT_INIT, SCALAR, CTX, STACK, PKT, PKT_META, PKT_END = 0, 1, 2, 3, 4, 5, 6
-MAP_VALUE, MAP_VALUE_OR_NULL, MAP_PTR, XDP_SOCK, SOCKET, SOCKET_OR_NULL = 7, 8, 9, 10, 11, 12
+NOT_INIT: Final = 0
+SCALAR: Final = 1
+CTX: Final = 2
+STACK: Final = 3
+PKT: Final = 4
+PKT_META: Final = 5
+PKT_END: Final = 6
+MAP_VALUE: Final = 7
+MAP_VALUE_OR_NULL: Final = 8
+MAP_PTR: Final = 9
+XDP_SOCK: Final = 10
+SOCKET: Final = 11
+SOCKET_OR_NULL: Final = 12
 # a ring buffer reservation (kernel PTR_TO_MEM | MEM_RINGBUF, an acquired reference):
 # ``rng`` = its size in bytes, ``ref`` = the reference id, ``map`` = the ring buffer
-RINGBUF_MEM, RINGBUF_MEM_OR_NULL = 13, 14
+RINGBUF_MEM: Final = 13
+RINGBUF_MEM_OR_NULL: Final = 14
 # MEM(_OR_NULL): a pointer argument of a global function, ``rng`` bytes (kernel PTR_TO_MEM,
 # mem_size); FUNC: a static subprogram's address (ld_imm64 BPF_PSEUDO_FUNC), ``off`` = the
 # index of its first instruction (kernel PTR_TO_FUNC, subprogno)
-MEM, MEM_OR_NULL, FUNC = 15, 16, 17
+MEM: Final = 15
+MEM_OR_NULL: Final = 16
+FUNC: Final = 17
 TYPE_NAMES = {
     NOT_INIT: "?",
     SCALAR: "scalar",
@@ -59,7 +78,7 @@ NULLABLE = {
     RINGBUF_MEM_OR_NULL: RINGBUF_MEM,
     MEM_OR_NULL: MEM,
 }
-PACKET_TYPES = (PKT, PKT_META)
+PACKET_TYPES: Final = (PKT, PKT_META)
 
 
 def s64(v: int) -> int:
@@ -70,6 +89,26 @@ def s64(v: int) -> int:
 def s32(v: int) -> int:
     v &= M32
     return v - (1 << 32) if v >> 31 else v
+
+
+_REG_FIELDS: Final = (
+    "t",
+    "off",
+    "tn",
+    "smin",
+    "smax",
+    "umin",
+    "umax",
+    "s32min",
+    "s32max",
+    "u32min",
+    "u32max",
+    "id",
+    "rng",
+    "map",
+    "ref",
+    "note",
+)
 
 
 class Reg:
@@ -108,8 +147,36 @@ class Reg:
         "ref",
         "note",
     )
+    # declared for mypyc (compiled: C fields of these types; a wrong type is a TypeError)
+    t: int
+    off: int
+    tn: tuple[int, int]
+    smin: int
+    smax: int
+    umin: int
+    umax: int
+    s32min: int
+    s32max: int
+    u32min: int
+    u32max: int
+    id: int
+    rng: int
+    map: Any  # MapSpec/DataMap (map pointers and values), frame number (stack), None
+    ref: int
+    note: str
 
-    def __init__(self, t, off=0, tn=(0, 0), b=None, id=0, rng=0, map=None, ref=0, note=""):
+    def __init__(
+        self,
+        t: int,
+        off: int = 0,
+        tn: tuple[int, int] = (0, 0),
+        b: tuple[int, ...] | None = None,
+        id: int = 0,
+        rng: int = 0,
+        map: Any = None,
+        ref: int = 0,
+        note: str = "",
+    ) -> None:
         self.t = t
         self.off = off
         self.tn = tn
@@ -169,7 +236,7 @@ class Reg:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Reg):
             return NotImplemented
-        return all(getattr(self, k) == getattr(other, k) for k in Reg.__slots__ if k != "note")
+        return all(getattr(self, k) == getattr(other, k) for k in _REG_FIELDS if k != "note")
 
     def __hash__(self) -> int:
         return hash((self.t, self.off, self.tn))
@@ -179,9 +246,9 @@ class Reg:
 
 
 NOT_INIT_REG = Reg(NOT_INIT)
-_NO_FIELDS = Reg(SCALAR)  # template for _with(): type scalar, no id/off/map/ref/note
-_MEMO_MAX = 1 << 14  # entries per memo table (cleared when full)
-UNKNOWN_BOUNDS = (S64_MIN, S64_MAX, 0, M64, S32_MIN, S32_MAX, 0, M32)
+_NO_FIELDS: Final = Reg(SCALAR)  # template for _with(): type scalar, no id/off/map/ref/note
+_MEMO_MAX: Final = 1 << 14  # entries per memo table (cleared when full)
+UNKNOWN_BOUNDS: Final = (S64_MIN, S64_MAX, 0, M64, S32_MIN, S32_MAX, 0, M32)
 
 
 def unknown(note: str = "") -> Reg:
@@ -205,8 +272,8 @@ def known(v: int) -> Reg:
     return r
 
 
-_CONST_BOUNDS: dict[int, tuple[int, ...]] = {}
-_KNOWN: dict[int, Reg] = {}  # known(): the argument as given -> its register
+_CONST_BOUNDS: Final[dict[int, tuple[int, ...]]] = {}
+_KNOWN: Final[dict[int, Reg]] = {}  # known(): the argument as given -> its register
 
 
 def _const_bounds(v: int) -> tuple[int, ...]:
@@ -218,7 +285,7 @@ def _const_bounds(v: int) -> tuple[int, ...]:
     return b
 
 
-_URANGE: dict[tuple[int, int], Reg] = {}
+_URANGE: Final[dict[tuple[int, int], Reg]] = {}
 
 
 def urange(lo: int, hi: int) -> Reg:
@@ -243,7 +310,7 @@ def ptr(t: int, off: int = 0, **kw) -> Reg:
 # ---- bounds (kernel reg_bounds_sync) ----
 
 
-def _from_tnum(v, m, b):
+def _from_tnum(v: int, m: int, b: tuple[int, ...]) -> tuple[int, int, int, int, int, int, int, int]:
     smin, smax, umin, umax, s32min, s32max, u32min, u32max = b
     sv = v | (m & (1 << 63))
     smin = max(smin, sv - (1 << 64) if sv >> 63 else sv)
@@ -281,7 +348,7 @@ def resync(r: Reg, tn: tuple[int, int], bounds: tuple[int, ...]) -> Reg:
     return _with(r, hit[0], hit[1])
 
 
-_SYNC: dict[tuple, tuple] = {}
+_SYNC: Final[dict[tuple, tuple[tuple[int, int], tuple[int, ...]]]] = {}
 
 
 def fresh_scalar(tn: tuple[int, int], bounds: tuple[int, ...]) -> Reg:
@@ -302,10 +369,10 @@ def scalar(tn: tuple[int, int], bounds: tuple[int, ...]) -> Reg:
     return r
 
 
-_SCALARS: dict[tuple, Reg] = {}
+_SCALARS: Final[dict[tuple, Reg]] = {}
 
 
-def _sync(tn: tuple[int, int], bounds: tuple[int, ...]) -> tuple:
+def _sync(tn: tuple[int, int], bounds: tuple[int, ...]) -> tuple[tuple[int, int], tuple[int, ...]]:
     """sync()'s computation: (tnum, bounds) -> (tnum, bounds)."""
     v, m = tn
     if m == 0:
@@ -365,20 +432,8 @@ def _copy(r: Reg) -> Reg:
     return _with(r, r.tn, r.bounds())
 
 
-def _with(r: Reg, tn, b) -> Reg:
-    r2 = Reg.__new__(Reg)
-    r2.t, r2.off, r2.id, r2.rng, r2.map, r2.ref, r2.note = (
-        r.t,
-        r.off,
-        r.id,
-        r.rng,
-        r.map,
-        r.ref,
-        r.note,
-    )
-    r2.tn = tn
-    (r2.smin, r2.smax, r2.umin, r2.umax, r2.s32min, r2.s32max, r2.u32min, r2.u32max) = b
-    return r2
+def _with(r: Reg, tn: tuple[int, int], b: tuple[int, ...]) -> Reg:
+    return Reg(r.t, r.off, tn, b, r.id, r.rng, r.map, r.ref, r.note)
 
 
 def is_bottom(r: Reg) -> bool:
@@ -408,7 +463,7 @@ def zext32(r: Reg) -> Reg:
     return out
 
 
-_ZEXT: dict[tuple, Reg] = {}
+_ZEXT: Final[dict[tuple, Reg]] = {}
 
 
 # ---- printing (kernel print_verifier_state style) ----

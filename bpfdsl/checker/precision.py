@@ -13,12 +13,17 @@ cover states whose values lie within theirs.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
+from typing import Final, cast
+
 from bpfdsl.abi import uapi as U
+from bpfdsl.abi.insn import Insn
 from bpfdsl.checker import domain as D
 from bpfdsl.checker.state import SPILL, CoverPlan, Hist, State
 
-MAX_FRAMES = 8
-_ARGS = 0b111110  # r1-r5 (kernel BPF_REGMASK_ARGS)
+MAX_FRAMES: Final = 8
+_ARGS: Final = 0b111110  # r1-r5 (kernel BPF_REGMASK_ARGS)
 
 
 class Checkpoint:
@@ -55,7 +60,7 @@ class Checkpoint:
     def __init__(self, state: State, insn: int, last_idx: int, live: list[int]):
         self.state = state
         self.branches = 1
-        self.parent = state.parent
+        self.parent: Checkpoint | None = state.parent
         self.insn = insn
         self.first_idx = state.first_idx
         self.last_idx = last_idx
@@ -82,7 +87,7 @@ class Backtrack:
 
     __slots__ = ("frame", "regs", "slots")
 
-    def __init__(self, frame: int):
+    def __init__(self, frame: int) -> None:
         self.frame = frame
         self.regs = [0] * MAX_FRAMES
         self.slots = [0] * MAX_FRAMES
@@ -109,15 +114,15 @@ def _sync_linked(bt: Backtrack, h: Hist | None) -> None:
 
 
 def backtrack_insn(
-    insns,
+    insns: Sequence[Insn],
     idx: int,
     subseq: int,
     h: Hist | None,
     bt: Backtrack,
-    call_target,
-    global_calls=frozenset(),
-    callback_calls=frozenset(),
-):
+    call_target: dict[int, int],
+    global_calls: AbstractSet[int] = frozenset(),
+    callback_calls: AbstractSet[int] = frozenset(),
+) -> None:
     """What insn ``idx`` means for the registers still wanted (kernel backtrack_insn):
     a register it defines is found (its sources become wanted), a fill from the stack
     hands the want to the slot, a call or exit moves between frames.  ``subseq``: the
@@ -223,20 +228,18 @@ def backtrack_insn(
 
 # ---- the single-frame case, table driven (most programs have one function) ----
 
-(
-    _NOP,
-    _MOV_X,
-    _MOV_K,
-    _ALU_X,
-    _LOAD,
-    _STORE_X,
-    _STORE_K,
-    _JMP_X,
-    _HELPER,
-    _FRAMES,
-    _UNSUPPORTED,
-    _KFUNC0,
-) = range(12)
+_NOP: Final = 0
+_MOV_X: Final = 1
+_MOV_K: Final = 2
+_ALU_X: Final = 3
+_LOAD: Final = 4
+_STORE_X: Final = 5
+_STORE_K: Final = 6
+_JMP_X: Final = 7
+_HELPER: Final = 8
+_FRAMES: Final = 9
+_UNSUPPORTED: Final = 10
+_KFUNC0: Final = 11
 
 
 def backtrack_table(insns, global_calls=frozenset()) -> list[tuple[int, int, int]]:
@@ -283,12 +286,12 @@ class _Fallback(Exception):
 def _linked0(regs: int, slots: int, h: Hist) -> tuple[int, int]:
     """bt_sync_linked_regs for frame 0 masks."""
     hit = False
-    for fr, r in h.linked:
+    for fr, r in h.linked or ():
         if fr == 0 and ((r >= 0 and regs >> r & 1) or (r < 0 and slots >> (-1 - r) & 1)):
             hit = True
             break
     if hit:
-        for fr, r in h.linked:
+        for fr, r in h.linked or ():
             if fr == 0:
                 if r >= 0:
                     regs |= 1 << r
@@ -297,11 +300,13 @@ def _linked0(regs: int, slots: int, h: Hist) -> tuple[int, int]:
     return regs, slots
 
 
-def _mark_single(table, cur: State, cur_idx: int, regs: int, slots: int) -> None:
+def _mark_single(
+    table: list[tuple[int, int, int]], cur: State, cur_idx: int, regs: int, slots: int
+) -> None:
     """mark_precise for a one-frame path whose checkpoints are one-frame too; raises
     _Fallback at a call or exit, NotSupported as the kernel's -ENOTSUPP."""
     first, i, hist = cur.first_idx, cur_idx, cur.hist
-    cp = None
+    cp: Checkpoint | None = None
     skip = True
     while True:
         while True:
@@ -361,7 +366,7 @@ def _mark_single(table, cur: State, cur_idx: int, regs: int, slots: int) -> None
                 i -= 1
             if i < 0:
                 raise NotSupported
-        cp = cur.parent if cp is None else cp.parent
+        cp = cast("Checkpoint | None", cur.parent) if cp is None else cp.parent
         if cp is None:
             raise NotSupported  # wanted registers never set: kernel marks all precise
         f = cp.state.frames
@@ -407,7 +412,7 @@ def _mark_single(table, cur: State, cur_idx: int, regs: int, slots: int) -> None
 
 def mark_all_precise(start: State) -> None:
     """kernel mark_all_scalars_precise: every scalar of every checkpoint on the path."""
-    cp = start.parent
+    cp: Checkpoint | None = start.parent
     while cp is not None:
         for fi, f in enumerate(cp.state.frames):
             m = 0
@@ -459,7 +464,7 @@ def mark_precise(
     first, last, hist = cur.first_idx, cur_idx, cur.hist
     subseq = -1
     skip_first = True
-    cp = None
+    cp: Checkpoint | None = None
     try:
         while True:
             i = last
@@ -484,7 +489,7 @@ def mark_precise(
                     i -= 1
                 if i < 0:
                     raise NotSupported
-            cp = cur.parent if cp is None else cp.parent
+            cp = cast("Checkpoint | None", cur.parent) if cp is None else cp.parent
             if cp is None:
                 break
             frames = cp.state.frames

@@ -11,17 +11,24 @@ checker/precision.py); registers not live at the insn are ignored.
 
 from __future__ import annotations
 
+from typing import Any, Final
+
 from bpfdsl.checker import domain as D
 from bpfdsl.checker import tnum as T
 
-INVALID, MISC, ZERO, SPILL = "i", "m", "z", "s"
-MAX_STACK = 512
+INVALID: Final = "i"
+MISC: Final = "m"
+ZERO: Final = "z"
+SPILL: Final = "s"
+MAX_STACK: Final = 512
 
 
 class Slot:
     """8 bytes of stack: ``types`` (8 chars, byte 0 = lowest address) and the spilled reg."""
 
     __slots__ = ("types", "spill")
+    types: str
+    spill: D.Reg | None
 
     def __init__(self, types: str = INVALID * 8, spill: D.Reg | None = None):
         self.types = types
@@ -40,14 +47,27 @@ class Hist:
     chain including this one."""
 
     __slots__ = ("idx", "prev", "slot", "linked", "next", "count")
+    idx: int
+    prev: int
+    slot: tuple[int, int] | None
+    linked: tuple[tuple[int, int], ...] | None  # (frame, regno | -1 - slot) pairs
+    next: Hist | None
+    count: int
 
-    def __init__(self, idx: int, prev: int, slot, linked, nxt: Hist | None):
+    def __init__(
+        self,
+        idx: int,
+        prev: int,
+        slot: tuple[int, int] | None,
+        linked: tuple[tuple[int, int], ...] | None,
+        nxt: Hist | None,
+    ) -> None:
         self.idx = idx
         self.prev = prev
         self.slot = slot
         self.linked = linked
         self.next = nxt
-        self.count: int = 1 if nxt is None else nxt.count + 1
+        self.count = 1 if nxt is None else nxt.count + 1
 
 
 class Frame:
@@ -59,8 +79,23 @@ class Frame:
     either)."""
 
     __slots__ = ("regs", "stack", "callsite", "frameno", "subprog", "r0_at", "callback_depth")
+    regs: list[D.Reg]
+    stack: dict[int, Slot]  # slot number k (bytes fp-8*(k+1)..fp-8*k) -> Slot
+    callsite: int
+    frameno: int
+    subprog: int
+    r0_at: int
+    callback_depth: int
 
-    def __init__(self, regs, stack, callsite: int, frameno: int, subprog: int, r0_at: int = -1):
+    def __init__(
+        self,
+        regs: list[D.Reg],
+        stack: dict[int, Slot],
+        callsite: int,
+        frameno: int,
+        subprog: int,
+        r0_at: int = -1,
+    ) -> None:
         self.regs = regs
         self.stack = stack
         self.callsite = callsite
@@ -70,9 +105,9 @@ class Frame:
         self.callback_depth = 0
 
     def copy(self) -> Frame:
-        f = Frame.__new__(Frame)
-        f.regs, f.stack = self.regs.copy(), self.stack.copy()
-        f.callsite, f.frameno, f.subprog, f.r0_at = (
+        f = Frame(
+            self.regs.copy(),
+            self.stack.copy(),
             self.callsite,
             self.frameno,
             self.subprog,
@@ -92,13 +127,26 @@ class State:
     of different visits are no infinite loop)."""
 
     __slots__ = ("frames", "refs", "parent", "trail", "hist", "first_idx", "cb_unroll")
+    frames: list[Frame]
+    refs: tuple[int, ...]
+    parent: Any  # precision.Checkpoint | None (precision imports this module)
+    trail: tuple | None
+    hist: Hist | None
+    first_idx: int
+    cb_unroll: int
 
-    def __init__(self, frames: list[Frame], refs: tuple[int, ...] = (), parent=None, trail=None):
+    def __init__(
+        self,
+        frames: list[Frame],
+        refs: tuple[int, ...] = (),
+        parent: Any = None,
+        trail: tuple | None = None,
+    ) -> None:
         self.frames = frames
         self.refs = refs
         self.parent = parent
         self.trail = trail  # branch decisions on this path: (insn index, taken, older trail)
-        self.hist: Hist | None = None
+        self.hist = None
         self.first_idx = 0
         self.cb_unroll = 0
 
@@ -113,8 +161,7 @@ class State:
     def copy(self) -> State:
         fs = self.frames
         frames = [fs[0].copy()] if len(fs) == 1 else [f.copy() for f in fs]
-        s = State.__new__(State)
-        s.frames, s.refs, s.parent, s.trail = frames, self.refs, self.parent, self.trail
+        s = State(frames, self.refs, self.parent, self.trail)
         s.hist, s.first_idx, s.cb_unroll = self.hist, self.first_idx, self.cb_unroll
         return s
 
@@ -137,9 +184,12 @@ class State:
 
 # ---- pruning (kernel states_equal / regsafe / stacksafe) ----
 
-NOT_EXACT, EXACT, RANGE_WITHIN = 0, 1, 2  # kernel enum exact_level
-AT_PKT_END, BEYOND_PKT_END = -1, -2  # kernel: packet pointer range after `p >= / > pkt_end`
-_ALL_INVALID = INVALID * 8
+NOT_EXACT: Final = 0
+EXACT: Final = 1
+RANGE_WITHIN: Final = 2
+AT_PKT_END: Final = -1
+BEYOND_PKT_END: Final = -2
+_ALL_INVALID: Final = INVALID * 8
 
 
 class IdMap:
@@ -219,7 +269,7 @@ def regs_exact(o: D.Reg, n: D.Reg, idmap: IdMap) -> bool:
 
 
 # ring buffer reservations (kernel base type PTR_TO_MEM, MEM_RINGBUF)
-_MEM_TYPES = (D.RINGBUF_MEM, D.RINGBUF_MEM_OR_NULL)
+_MEM_TYPES: Final = (D.RINGBUF_MEM, D.RINGBUF_MEM_OR_NULL)
 
 
 def regsafe(o: D.Reg, n: D.Reg, precise: bool, idmap: IdMap, exact: int) -> bool:
@@ -285,11 +335,11 @@ def stacksafe(
         prec = bool(precise >> k & 1)
         if _spilled_scalar64(os):
             nreg = None
-            if _spilled_scalar64(cs):
+            if cs is not None and _spilled_scalar64(cs):
                 nreg = cs.spill
             elif all(c == MISC or (c == INVALID and uninit_ok) for c in ctypes):
                 nreg = _UNBOUND
-            if nreg is not None:
+            if nreg is not None and os.spill is not None:
                 if not regsafe(os.spill, nreg, prec, idmap, exact):
                     return False
                 continue
@@ -306,7 +356,7 @@ def stacksafe(
     return True
 
 
-_UNBOUND = D.unknown()  # what a load from misc stack bytes gives (kernel unbound_reg)
+_UNBOUND: Final = D.unknown()  # what a load from misc stack bytes gives (kernel unbound_reg)
 
 
 def states_equal(
@@ -369,7 +419,9 @@ def states_maybe_looping(old: State, cur: State, live: int) -> bool:
 # ---- the same comparison, planned once per frozen explored state ----
 
 
-_CONST, _RANGE, _ANY = 0, 1, 2  # CoverPlan.checks kinds, in the order they are tried
+_CONST: Final = 0
+_RANGE: Final = 1
+_ANY: Final = 2
 
 
 class CoverPlan:

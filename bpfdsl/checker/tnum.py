@@ -7,11 +7,13 @@ The functions mirror the kernel's names.
 
 from __future__ import annotations
 
-M64 = (1 << 64) - 1
-M32 = (1 << 32) - 1
+from typing import Final
+
+M64: Final = (1 << 64) - 1
+M32: Final = (1 << 32) - 1
 
 Tnum = tuple[int, int]
-UNKNOWN: Tnum = (0, M64)
+UNKNOWN: Final[Tnum] = (0, M64)
 
 
 def const(v: int) -> Tnum:
@@ -99,7 +101,7 @@ def mul(a: Tnum, b: Tnum) -> Tnum:
     return r
 
 
-_MUL: dict[tuple[Tnum, Tnum], Tnum] = {}
+_MUL: Final[dict[tuple[Tnum, Tnum], Tnum]] = {}
 
 
 def _mul(a: Tnum, b: Tnum) -> Tnum:

@@ -8,6 +8,8 @@ wording) and updates the state in place: ``check_alu_op``/``adjust_reg_min_max_v
 
 from __future__ import annotations
 
+from typing import Final
+
 from bpfdsl.abi import uapi as U
 from bpfdsl.abi.insn import ALU_OP_NAMES, Insn
 from bpfdsl.checker import alu as ALU
@@ -18,9 +20,9 @@ from bpfdsl.checker.env import Env, Fault
 from bpfdsl.checker.mem import MAX_VAR_OFF, check_access
 from bpfdsl.checker.state import State
 
-_VALID_ALU = set(range(0x00, 0xD1, 0x10))
-_DIV_MOD = frozenset((U.BPF_DIV, U.BPF_MOD))
-_SHIFTS = frozenset((U.BPF_LSH, U.BPF_RSH, U.BPF_ARSH))
+_VALID_ALU: Final = set(range(0x00, 0xD1, 0x10))
+_DIV_MOD: Final = frozenset((U.BPF_DIV, U.BPF_MOD))
+_SHIFTS: Final = frozenset((U.BPF_LSH, U.BPF_RSH, U.BPF_ARSH))
 
 
 def _read(st: State, regno: int) -> D.Reg:
@@ -353,7 +355,7 @@ def do_store(env: Env, st: State, x: Insn) -> None:
         env.precise(x.src)
 
 
-_ATOMIC_OPS = {U.BPF_ADD, U.BPF_AND, U.BPF_OR, U.BPF_XOR}
+_ATOMIC_OPS: Final = {U.BPF_ADD, U.BPF_AND, U.BPF_OR, U.BPF_XOR}
 
 
 def do_atomic(env: Env, st: State, x: Insn) -> None:
