@@ -91,7 +91,9 @@ def s32(v: int) -> int:
     return v - (1 << 32) if v >> 31 else v
 
 
-_REG_FIELDS: Final = (
+# the fields of a Reg, in order (Reg.__slots__ when run as Python; a compiled Reg has no
+# __slots__ attribute)
+REG_FIELDS: Final = (
     "t",
     "off",
     "tn",
@@ -236,7 +238,7 @@ class Reg:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Reg):
             return NotImplemented
-        return all(getattr(self, k) == getattr(other, k) for k in _REG_FIELDS if k != "note")
+        return all(getattr(self, k) == getattr(other, k) for k in REG_FIELDS if k != "note")
 
     def __hash__(self) -> int:
         return hash((self.t, self.off, self.tn))
