@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from bpfdsl.abi import uapi as U
 from bpfdsl.checker import domain as D
-from bpfdsl.checker.state import SPILL, CoverPlan, Hist, State
+from bpfdsl.checker.state import SPILL, CoverPlan, FramesPlan, Hist, State
 
 MAX_FRAMES = 8
 _ARGS = 0b111110  # r1-r5 (kernel BPF_REGMASK_ARGS)
@@ -29,8 +29,8 @@ class Checkpoint:
     ``live`` (live-register bitmask per frame), ``prec``/``sprec`` (precise-register and
     precise-stack-slot bitmasks per frame), ``hit``/``miss`` (comparison counters of the
     kernel's eviction heuristic), ``listed`` (still in the explored list), ``cleaned``
-    (dead stack slots dropped, once its paths were all explored), ``plan`` (how to
-    compare with it, made once it is frozen); ``wanted``: :func:`wanted_from` it, kept
+    (dead stack slots dropped, once its paths were all explored), ``plan`` / ``fplan``
+    (how to compare with it, made once it is frozen: one frame / more frames); ``wanted``: :func:`wanted_from` it, kept
     from the first hit on (a frozen state's marks no longer change)."""
 
     __slots__ = (
@@ -49,6 +49,7 @@ class Checkpoint:
         "listed",
         "cleaned",
         "plan",
+        "fplan",
         "wanted",
     )
 
@@ -69,6 +70,7 @@ class Checkpoint:
         self.listed = True
         self.cleaned = False
         self.plan: CoverPlan | None = None  # once frozen (single frame, no references)
+        self.fplan: FramesPlan | None = None  # once frozen (more frames, no references)
         self.wanted: tuple[list[int], list[int]] | None = None
 
 

@@ -489,3 +489,132 @@ def covers(
             idmap = IdMap()
         return stacksafe(old.frames[0], cur.frames[0], sprec, idmap, NOT_EXACT, uninit_ok)
     return True
+
+
+_LINKED = 3  # FramesPlan.checks: a precise scalar linked to others (bounds, then its id)
+
+
+class FramesPlan:
+    """What covering one explored state of more than one frame (static subprograms)
+    needs, computed once its paths are all done, as :class:`CoverPlan` over all its
+    frames: ``sites``, the callsite of each frame (a state of other calls is never
+    covered: kernel states_equal compares frames pairwise, func_states_equal, only when
+    the callsites are the same); ``types``: (frame, regno, type) of the live registers
+    that were set (the current frame's live at the pruning insn, a caller's at its call:
+    the same for all states of those calls); ``checks``: (frame, regno, register, how)
+    still to compare by value: _CONST, _RANGE, _LINKED (a precise scalar with an id:
+    bounds and tnum, then the id map), _ANY (regsafe); ``stacks``: the frames whose
+    stack holds anything a later state must match; ``first``: the check of ``checks``
+    to try first (a _CONST, _RANGE or _LINKED one, by its bounds: the last one that
+    failed; -1: none), as states of one explored state tend to differ from it in the
+    same register.  The answer is :func:`states_equal`'s whatever the order: the id
+    map only needs to stay one-to-one over all the pairs."""
+
+    __slots__ = ("sites", "types", "checks", "stacks", "first")
+
+    def __init__(self, st: State, prec: list[int], live: list[int], uninit_ok: bool):
+        self.sites = tuple([f.callsite for f in st.frames])
+        types: list[tuple[int, int, int]] = []
+        consts: list[tuple[int, int, D.Reg, int]] = []
+        ranges: list[tuple[int, int, D.Reg, int]] = []
+        linked: list[tuple[int, int, D.Reg, int]] = []
+        others: list[tuple[int, int, D.Reg, int]] = []
+        stacks: list[int] = []
+        # the current frame first: the callers' registers are mostly the same objects
+        for fi in range(len(st.frames) - 1, -1, -1):
+            f = st.frames[fi]
+            m, pm = live[fi], prec[fi]
+            for r in range(11):
+                if not m >> r & 1:
+                    continue
+                o = f.regs[r]
+                t = o.t
+                if t == D.NOT_INIT:
+                    continue
+                types.append((fi, r, t))
+                if t != D.SCALAR:
+                    others.append((fi, r, o, _ANY))
+                elif pm >> r & 1:
+                    if o.id:
+                        linked.append((fi, r, o, _LINKED))
+                    elif o.tn[1] == 0:
+                        consts.append((fi, r, o, _CONST))
+                    else:
+                        ranges.append((fi, r, o, _RANGE))
+            if any(
+                sl.types != _ALL_INVALID
+                and not (uninit_ok and SPILL not in sl.types and ZERO not in sl.types)
+                for sl in f.stack.values()
+            ):
+                stacks.append(fi)
+        self.types = tuple(types)
+        self.checks = tuple(consts + ranges + linked + others)
+        self.stacks = tuple(stacks)
+        self.first = 0 if self.checks and self.checks[0][3] != _ANY else -1
+
+
+def covers_frames(
+    fplan: FramesPlan, old: State, sprec: list[int], cur: State, uninit_ok: bool
+) -> bool:
+    """:func:`states_equal` (NOT_EXACT) for states of more than one frame without
+    references, through the explored state's :class:`FramesPlan` (one id map for all
+    frames, as the kernel's); the caller has checked that ``cur``'s callsites are
+    ``fplan.sites``."""
+    nfs = cur.frames
+    checks = fplan.checks
+    k = fplan.first
+    if k >= 0:  # the check that failed last time, by value only (a failure is final)
+        fi, r, o, how = checks[k]
+        n = nfs[fi].regs[r]
+        if how == _CONST:
+            if n.tn != o.tn:
+                return False
+        elif not (o.umin <= n.umin and n.umax <= o.umax):
+            return False
+    for fi, r, t in fplan.types:
+        if nfs[fi].regs[r].t != t:
+            return False
+    idmap: IdMap | None = None
+    for j in range(len(checks)):
+        fi, r, o, how = checks[j]
+        n = nfs[fi].regs[r]
+        if how == _CONST:
+            if n.tn != o.tn:  # a constant covers only itself
+                fplan.first = j
+                return False
+            continue
+        if o is n and not o.id and not o.ref:
+            continue
+        if how == _RANGE or how == _LINKED:
+            if not (
+                o.smin <= n.smin
+                and n.smax <= o.smax
+                and o.umin <= n.umin
+                and n.umax <= o.umax
+                and o.s32min <= n.s32min
+                and n.s32max <= o.s32max
+                and o.u32min <= n.u32min
+                and n.u32max <= o.u32max
+                and T.contains(o.tn, n.tn)
+            ):
+                fplan.first = j
+                return False
+            if how == _RANGE:
+                continue
+            if idmap is None:
+                idmap = IdMap()
+            if not idmap.check_scalar(o.id, n.id):
+                return False
+            continue
+        if idmap is None:
+            idmap = IdMap()
+        if not regsafe(o, n, True, idmap, NOT_EXACT):
+            return False
+    if fplan.stacks:
+        ofs = old.frames
+        if idmap is None:
+            idmap = IdMap()
+        for fi in fplan.stacks:
+            if not stacksafe(ofs[fi], nfs[fi], sprec[fi], idmap, NOT_EXACT, uninit_ok):
+                return False
+    return True
