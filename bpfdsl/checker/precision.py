@@ -462,19 +462,63 @@ def mark_precise(
     subseq = -1
     skip_first = True
     cp = None
+    # something wanted besides the current frame's registers (None: not known)
+    rest: bool | None = None
     try:
         while True:
             i = last
             while True:
                 if skip_first:
                     skip_first = False
+                    if bt.empty():
+                        return changed
                 else:
                     h: Hist | None = hist if hist is not None and hist.idx == i else None
-                    backtrack_insn(
-                        insns, i, subseq, h, bt, call_target, global_calls, callback_calls
-                    )
-                if bt.empty():
-                    return changed
+                    # an insn without a history record, of a kind that stays in its frame:
+                    # backtrack_insn by the table, on the current frame's mask only
+                    k = _FRAMES if h is not None or table is None else table[i][0]
+                    if k <= _JMP_X or (k == _HELPER and i not in callback_calls):
+                        _, a, b = table[i]
+                        f = bt.frame
+                        rm = bt.regs[f]
+                        if k == _NOP:
+                            pass
+                        elif k == _MOV_X:
+                            if rm >> a & 1:
+                                rm &= ~(1 << a)
+                                if b != 10:
+                                    rm |= 1 << b
+                        elif k == _MOV_K:
+                            rm &= ~(1 << a)
+                        elif k == _ALU_X:
+                            if rm >> a & 1 and b != 10:
+                                rm |= 1 << b
+                        elif k == _LOAD:
+                            rm &= ~(1 << a)  # not a fill from the stack (no record)
+                        elif k == _STORE_X or k == _STORE_K:
+                            if rm >> a & 1:
+                                raise NotSupported
+                        elif k == _JMP_X:
+                            if rm >> a & 1 or rm >> b & 1:
+                                rm |= (1 << a) | (1 << b)
+                        else:  # _HELPER: a helper's or a global function's call
+                            rm &= ~1
+                            if rm & _ARGS:
+                                raise NotSupported
+                        bt.regs[f] = rm
+                        if not rm:
+                            # only this frame's registers changed: the rest is as it was
+                            if rest is None:
+                                rest = not bt.empty()
+                            if not rest:
+                                return changed
+                    else:
+                        backtrack_insn(
+                            insns, i, subseq, h, bt, call_target, global_calls, callback_calls
+                        )
+                        rest = None
+                        if bt.empty():
+                            return changed
                 subseq = i
                 # kernel get_prev_insn_idx
                 if i == first and (hist is None or (hist.next is None and hist.idx == i)):
@@ -489,6 +533,7 @@ def mark_precise(
             cp = cur.parent if cp is None else cp.parent
             if cp is None:
                 break
+            rest = None
             frames = cp.state.frames
             for fr in range(min(bt.frame, len(frames) - 1), -1, -1):
                 fregs = frames[fr].regs
