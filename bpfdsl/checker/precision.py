@@ -464,6 +464,8 @@ def mark_precise(
     cp = None
     # something wanted besides the current frame's registers (None: not known)
     rest: bool | None = None
+    bregs = bt.regs  # (changed in place only)
+    f = bt.frame
     try:
         while True:
             i = last
@@ -474,13 +476,15 @@ def mark_precise(
                         return changed
                 else:
                     h: Hist | None = hist if hist is not None and hist.idx == i else None
-                    # an insn without a history record, of a kind that stays in its frame:
-                    # backtrack_insn by the table, on the current frame's mask only
-                    k = _FRAMES if h is not None or table is None else table[i][0]
+                    # an insn that stays in its frame, with no stack access or linked
+                    # registers in its history record: backtrack_insn by the table, on
+                    # the current frame's mask only
+                    if table is None or (h is not None and (h.slot is not None or h.linked)):
+                        k, a, b = _FRAMES, 0, 0
+                    else:
+                        k, a, b = table[i]
                     if k <= _JMP_X or (k == _HELPER and i not in callback_calls):
-                        _, a, b = table[i]
-                        f = bt.frame
-                        rm = bt.regs[f]
+                        rm = bregs[f]
                         if k == _NOP:
                             pass
                         elif k == _MOV_X:
@@ -505,7 +509,7 @@ def mark_precise(
                             rm &= ~1
                             if rm & _ARGS:
                                 raise NotSupported
-                        bt.regs[f] = rm
+                        bregs[f] = rm
                         if not rm:
                             # only this frame's registers changed: the rest is as it was
                             if rest is None:
@@ -516,17 +520,20 @@ def mark_precise(
                         backtrack_insn(
                             insns, i, subseq, h, bt, call_target, global_calls, callback_calls
                         )
+                        f = bt.frame
                         rest = None
                         if bt.empty():
                             return changed
                 subseq = i
                 # kernel get_prev_insn_idx
-                if i == first and (hist is None or (hist.next is None and hist.idx == i)):
-                    break
                 if hist is not None and hist.idx == i:
+                    if i == first and hist.next is None:
+                        break
                     i = hist.prev
                     hist = hist.next
                 else:
+                    if i == first and hist is None:
+                        break
                     i -= 1
                 if i < 0:
                     raise NotSupported
@@ -536,40 +543,48 @@ def mark_precise(
             rest = None
             frames = cp.state.frames
             for fr in range(min(bt.frame, len(frames) - 1), -1, -1):
-                fregs = frames[fr].regs
-                live = cp.live[fr]
                 m = bt.regs[fr]
-                r = 0
-                while m:
-                    if m & 1:
-                        bit = 1 << r
-                        if not live & bit or fregs[r].t != D.SCALAR or cp.prec[fr] & bit:
-                            bt.regs[fr] &= ~bit
+                if m:
+                    fregs = frames[fr].regs
+                    live = cp.live[fr]
+                    prec = cp.prec[fr]
+                    keep = m
+                    while m:  # each wanted register (lowest set bit first)
+                        bit = m & -m
+                        m ^= bit
+                        if (
+                            not live & bit
+                            or fregs[bit.bit_length() - 1].t != D.SCALAR
+                            or prec & bit
+                        ):
+                            keep &= ~bit
                         else:
-                            cp.prec[fr] |= bit
+                            prec |= bit
                             changed = True
-                    m >>= 1
-                    r += 1
+                    bt.regs[fr] = keep
+                    cp.prec[fr] = prec
                 m = bt.slots[fr]
-                stack = frames[fr].stack
-                k = 0
-                while m:
-                    if m & 1:
-                        bit = 1 << k
-                        s = stack.get(k)
+                if m:
+                    stack = frames[fr].stack
+                    sprec = cp.sprec[fr]
+                    keep = m
+                    while m:  # each wanted slot
+                        bit = m & -m
+                        m ^= bit
+                        s = stack.get(bit.bit_length() - 1)
                         spilled = (
                             s is not None
                             and s.spill is not None
                             and s.types[0] == SPILL
                             and s.spill.t == D.SCALAR
                         )
-                        if not spilled or cp.sprec[fr] & bit:
-                            bt.slots[fr] &= ~bit
+                        if not spilled or sprec & bit:
+                            keep &= ~bit
                         else:
-                            cp.sprec[fr] |= bit
+                            sprec |= bit
                             changed = True
-                    m >>= 1
-                    k += 1
+                    bt.slots[fr] = keep
+                    cp.sprec[fr] = sprec
             if bt.empty():
                 return changed
             subseq = first

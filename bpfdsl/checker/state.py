@@ -370,6 +370,7 @@ def states_maybe_looping(old: State, cur: State, live: int) -> bool:
 
 
 _CONST, _RANGE, _ANY = 0, 1, 2  # CoverPlan.checks kinds, in the order they are tried
+_LINKED = 3  # a precise scalar linked to others: bounds and tnum, then its id (before _ANY)
 
 
 class CoverPlan:
@@ -379,11 +380,14 @@ class CoverPlan:
     among them, so one tuple comparison checks them all; ``checks``: (regno, register,
     how) still to compare by value, cheapest and most telling first: _CONST (a precise
     constant: the same tnum), _RANGE (a precise scalar not linked to others: bounds and
-    tnum), _ANY (ids to map or a pointer: regsafe); ``stack``: whether its stack holds
+    tnum), _LINKED (a precise scalar linked to others: bounds and tnum, then its id),
+    _ANY (ids to map or a pointer: regsafe); ``stack``: whether its stack holds
     anything a later state must match (spills, zero bytes).  ``pre_reg``/``pre_tn``/
-    ``pre_umin``/``pre_umax``: the first of ``checks`` when it is _CONST (the tnum) or
-    _RANGE (the unsigned bounds), for the caller to reject most non-covered states
-    without calling :func:`covers` (``pre_reg`` -1: none)."""
+    ``pre_umin``/``pre_umax``: a _CONST (the tnum) or _RANGE/_LINKED (the unsigned
+    bounds) one of ``checks``, at first the first, then the last that failed in
+    :func:`covers` (states compared with one explored state tend to differ from it in
+    the same register), for the caller to reject most non-covered states without
+    calling :func:`covers` (``pre_reg`` -1: none)."""
 
     __slots__ = (
         "types",
@@ -402,6 +406,7 @@ class CoverPlan:
         # by kind, each in register order (live_regs is ascending): sorted by (how, regno)
         consts: list[tuple[int, D.Reg, int]] = []
         ranges: list[tuple[int, D.Reg, int]] = []
+        linked: list[tuple[int, D.Reg, int]] = []
         others: list[tuple[int, D.Reg, int]] = []
         for r in live_regs:
             o = regs[r]
@@ -414,14 +419,14 @@ class CoverPlan:
                 others.append((r, o, _ANY))
             elif prec >> r & 1:
                 if o.id:
-                    others.append((r, o, _ANY))
+                    linked.append((r, o, _LINKED))
                 elif o.tn[1] == 0:
                     consts.append((r, o, _CONST))
                 else:
                     ranges.append((r, o, _RANGE))
         self.types = tuple(types)
         self.exact_types = None not in self.types
-        self.checks = tuple(consts + ranges + others)
+        self.checks = tuple(consts + ranges + linked + others)
         self.pre_reg, self.pre_tn, self.pre_umin, self.pre_umax = -1, None, 0, 0
         if self.checks and self.checks[0][2] != _ANY:
             r, o, how = self.checks[0]
@@ -461,12 +466,15 @@ def covers(
         n = nregs[r]
         if how == _CONST:
             if n.tn != o.tn:  # a constant covers only itself
+                if plan.pre_reg != r:  # the caller's first check next time: this one
+                    plan.pre_reg, plan.pre_tn = r, o.tn
                 return False
             continue
         if o is n and not o.id and not o.ref:
             continue
-        if how == _RANGE:
-            # a precise scalar not linked to others: kernel range_within + tnum_in
+        if how == _RANGE or how == _LINKED:
+            # a precise scalar: kernel range_within + tnum_in (and, linked to others,
+            # check_scalar_ids: the answer is the same in either order)
             if not (
                 o.smin <= n.smin
                 and n.smax <= o.smax
@@ -478,6 +486,15 @@ def covers(
                 and n.u32max <= o.u32max
                 and T.contains(o.tn, n.tn)
             ):
+                if plan.pre_reg != r:  # the caller's first check next time: this one
+                    plan.pre_reg, plan.pre_tn = r, None
+                    plan.pre_umin, plan.pre_umax = o.umin, o.umax
+                return False
+            if how == _RANGE:
+                continue
+            if idmap is None:
+                idmap = IdMap()
+            if not idmap.check_scalar(o.id, n.id):
                 return False
             continue
         if idmap is None:
@@ -489,9 +506,6 @@ def covers(
             idmap = IdMap()
         return stacksafe(old.frames[0], cur.frames[0], sprec, idmap, NOT_EXACT, uninit_ok)
     return True
-
-
-_LINKED = 3  # FramesPlan.checks: a precise scalar linked to others (bounds, then its id)
 
 
 class FramesPlan:
