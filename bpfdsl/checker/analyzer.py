@@ -238,9 +238,19 @@ class _Explorer:
                 if sites is None:
                     sites = tuple([f.callsite for f in st.frames])
                 fplan = cp.fplan
-                hit = fplan.sites == sites and covers_frames(
-                    fplan, cp.state, cp.sprec, st, uninit_ok
-                )
+                pr = fplan.pre_reg
+                if fplan.sites != sites:
+                    hit = False  # other calls: never covered
+                else:
+                    if pr >= 0:
+                        pre = st.frames[fplan.pre_frame].regs[pr]
+                        if (
+                            pre.tn != fplan.pre_tn
+                            if fplan.pre_tn is not None
+                            else pre.umin < fplan.pre_umin or pre.umax > fplan.pre_umax
+                        ):
+                            pr = -2  # the plan's first check fails: covers_frames() would say so
+                    hit = pr != -2 and covers_frames(fplan, cp.state, cp.sprec, st, uninit_ok)
             elif plan is None and cp.branches and callback_call:
                 # the callback's way back to its call: covered by range on this path
                 if live is None:

@@ -518,13 +518,24 @@ class FramesPlan:
     the same for all states of those calls); ``checks``: (frame, regno, register, how)
     still to compare by value: _CONST, _RANGE, _LINKED (a precise scalar with an id:
     bounds and tnum, then the id map), _ANY (regsafe); ``stacks``: the frames whose
-    stack holds anything a later state must match; ``first``: the check of ``checks``
-    to try first (a _CONST, _RANGE or _LINKED one, by its bounds: the last one that
-    failed; -1: none), as states of one explored state tend to differ from it in the
-    same register.  The answer is :func:`states_equal`'s whatever the order: the id
-    map only needs to stay one-to-one over all the pairs."""
+    stack holds anything a later state must match; ``pre_frame``/``pre_reg``/``pre_tn``/
+    ``pre_umin``/``pre_umax``: as :class:`CoverPlan`'s, a _CONST (the tnum) or
+    _RANGE/_LINKED (the unsigned bounds) one of ``checks``, at first the first, then
+    the last that failed, for the caller to try before :func:`covers_frames`
+    (``pre_reg`` -1: none).  The answer is :func:`states_equal`'s whatever the order:
+    the id map only needs to stay one-to-one over all the pairs."""
 
-    __slots__ = ("sites", "types", "checks", "stacks", "first")
+    __slots__ = (
+        "sites",
+        "types",
+        "checks",
+        "stacks",
+        "pre_frame",
+        "pre_reg",
+        "pre_tn",
+        "pre_umin",
+        "pre_umax",
+    )
 
     def __init__(self, st: State, prec: list[int], live: list[int], uninit_ok: bool):
         self.sites = tuple([f.callsite for f in st.frames])
@@ -564,7 +575,16 @@ class FramesPlan:
         self.types = tuple(types)
         self.checks = tuple(consts + ranges + linked + others)
         self.stacks = tuple(stacks)
-        self.first = 0 if self.checks and self.checks[0][3] != _ANY else -1
+        self.pre_frame, self.pre_reg = 0, -1
+        self.pre_tn: tuple[int, int] | None = None
+        self.pre_umin, self.pre_umax = 0, 0
+        if self.checks and self.checks[0][3] != _ANY:
+            fi, r, o, how = self.checks[0]
+            self.pre_frame, self.pre_reg = fi, r
+            if how == _CONST:
+                self.pre_tn = o.tn
+            else:
+                self.pre_umin, self.pre_umax = o.umin, o.umax
 
 
 def covers_frames(
@@ -576,25 +596,16 @@ def covers_frames(
     ``fplan.sites``."""
     nfs = cur.frames
     checks = fplan.checks
-    k = fplan.first
-    if k >= 0:  # the check that failed last time, by value only (a failure is final)
-        fi, r, o, how = checks[k]
-        n = nfs[fi].regs[r]
-        if how == _CONST:
-            if n.tn != o.tn:
-                return False
-        elif not (o.umin <= n.umin and n.umax <= o.umax):
-            return False
     for fi, r, t in fplan.types:
         if nfs[fi].regs[r].t != t:
             return False
     idmap: IdMap | None = None
-    for j in range(len(checks)):
-        fi, r, o, how = checks[j]
+    for fi, r, o, how in checks:
         n = nfs[fi].regs[r]
         if how == _CONST:
             if n.tn != o.tn:  # a constant covers only itself
-                fplan.first = j
+                if fplan.pre_reg != r or fplan.pre_frame != fi:  # the caller's next first
+                    fplan.pre_frame, fplan.pre_reg, fplan.pre_tn = fi, r, o.tn
                 return False
             continue
         if o is n and not o.id and not o.ref:
@@ -611,7 +622,9 @@ def covers_frames(
                 and n.u32max <= o.u32max
                 and T.contains(o.tn, n.tn)
             ):
-                fplan.first = j
+                if fplan.pre_reg != r or fplan.pre_frame != fi:  # the caller's next first
+                    fplan.pre_frame, fplan.pre_reg, fplan.pre_tn = fi, r, None
+                    fplan.pre_umin, fplan.pre_umax = o.umin, o.umax
                 return False
             if how == _RANGE:
                 continue
