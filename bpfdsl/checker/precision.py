@@ -466,16 +466,16 @@ def mark_precise(
     rest: bool | None = None
     bregs = bt.regs  # (changed in place only)
     f = bt.frame
+    rm = bregs[f]  # bregs[f] while the walk stays in frame f (written back before use)
     try:
         while True:
             i = last
             while True:
+                # the jump-history record of this visit of insn i, if any
+                h: Hist | None = hist if hist is not None and hist.idx == i else None
                 if skip_first:
                     skip_first = False
-                    if bt.empty():
-                        return changed
                 else:
-                    h: Hist | None = hist if hist is not None and hist.idx == i else None
                     # an insn that stays in its frame, with no stack access or linked
                     # registers in its history record: backtrack_insn by the table, on
                     # the current frame's mask only
@@ -484,7 +484,6 @@ def mark_precise(
                     else:
                         k, a, b = table[i]
                     if k <= _JMP_X or (k == _HELPER and i not in callback_calls):
-                        rm = bregs[f]
                         if k == _NOP:
                             pass
                         elif k == _MOV_X:
@@ -509,34 +508,37 @@ def mark_precise(
                             rm &= ~1
                             if rm & _ARGS:
                                 raise NotSupported
-                        bregs[f] = rm
                         if not rm:
                             # only this frame's registers changed: the rest is as it was
+                            bregs[f] = 0
                             if rest is None:
                                 rest = not bt.empty()
                             if not rest:
                                 return changed
                     else:
+                        bregs[f] = rm
                         backtrack_insn(
                             insns, i, subseq, h, bt, call_target, global_calls, callback_calls
                         )
                         f = bt.frame
+                        rm = bregs[f]
                         rest = None
                         if bt.empty():
                             return changed
                 subseq = i
                 # kernel get_prev_insn_idx
-                if hist is not None and hist.idx == i:
-                    if i == first and hist.next is None:
+                if h is not None:
+                    if i == first and h.next is None:
                         break
-                    i = hist.prev
-                    hist = hist.next
+                    i = h.prev
+                    hist = h.next
                 else:
                     if i == first and hist is None:
                         break
                     i -= 1
                 if i < 0:
                     raise NotSupported
+            bregs[f] = rm
             cp = cur.parent if cp is None else cp.parent
             if cp is None:
                 break
@@ -587,6 +589,7 @@ def mark_precise(
                     cp.sprec[fr] = sprec
             if bt.empty():
                 return changed
+            rm = bregs[f]
             subseq = first
             last, first, hist = cp.last_idx, cp.first_idx, cp.hist
             if last < 0:
