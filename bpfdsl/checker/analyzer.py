@@ -37,9 +37,11 @@ from bpfdsl.checker.state import (
     RANGE_WITHIN,
     CoverPlan,
     Frame,
+    FramesPlan,
     Hist,
     State,
     covers,
+    covers_frames,
     states_equal,
     states_maybe_looping,
 )
@@ -209,6 +211,8 @@ class _Explorer:
             self.max_per_insn = n
         uninit_ok = self.uninit_ok
         simple = len(st.frames) == 1 and not st.refs
+        multi = not simple and not st.refs  # more frames, no references: FramesPlan
+        sites: tuple[int, ...] | None = None  # the current state's callsites, once needed
         live: list[int] | None = None
         live_regs = self.live_regs[i]
         if live_regs is None:
@@ -231,6 +235,23 @@ class _Explorer:
                     if cur_types is None:
                         cur_types = tuple([regs[r].t for r in live_regs])
                     hit = covers(plan, cp.state, cp.sprec[0], st, cur_types, uninit_ok)
+            elif multi and cp.fplan is not None:  # frozen, planned, more frames
+                if sites is None:
+                    sites = tuple([f.callsite for f in st.frames])
+                fplan = cp.fplan
+                pr = fplan.pre_reg
+                if fplan.sites != sites:
+                    hit = False  # other calls: never covered
+                else:
+                    if pr >= 0:
+                        pre = st.frames[fplan.pre_frame].regs[pr]
+                        if (
+                            pre.tn != fplan.pre_tn
+                            if fplan.pre_tn is not None
+                            else pre.umin < fplan.pre_umin or pre.umax > fplan.pre_umax
+                        ):
+                            pr = -2  # the plan's first check fails: covers_frames() would say so
+                    hit = pr != -2 and covers_frames(fplan, cp.state, cp.sprec, st, uninit_ok)
             elif plan is None and cp.branches and callback_call:
                 # the callback's way back to its call: covered by range on this path
                 if live is None:
@@ -260,10 +281,16 @@ class _Explorer:
                         self.live.clean(cp.state.frames, i)
                         if simple and not cp.state.refs:
                             plan = cp.plan = CoverPlan(cp.state, cp.prec[0], live_regs, uninit_ok)
+                        elif multi and not cp.state.refs:
+                            if live is None:
+                                live = _live_masks(self.cfg, st, i)
+                            cp.fplan = FramesPlan(cp.state, cp.prec, live, uninit_ok)
                 if plan is not None and simple:
                     if cur_types is None:
                         cur_types = tuple([regs[r].t for r in live_regs])
                     hit = covers(plan, cp.state, cp.sprec[0], st, cur_types, uninit_ok)
+                elif multi and cp.fplan is not None:  # just made: the callsites are the same
+                    hit = covers_frames(cp.fplan, cp.state, cp.sprec, st, uninit_ok)
                 else:
                     if live is None:
                         live = _live_masks(self.cfg, st, i)

@@ -20,7 +20,7 @@ from typing import Final, cast
 from bpfdsl.abi import uapi as U
 from bpfdsl.abi.insn import Insn
 from bpfdsl.checker import domain as D
-from bpfdsl.checker.state import SPILL, CoverPlan, Hist, State
+from bpfdsl.checker.state import SPILL, CoverPlan, FramesPlan, Hist, State
 
 MAX_FRAMES: Final = 8
 _ARGS: Final = 0b111110  # r1-r5 (kernel BPF_REGMASK_ARGS)
@@ -34,8 +34,8 @@ class Checkpoint:
     ``live`` (live-register bitmask per frame), ``prec``/``sprec`` (precise-register and
     precise-stack-slot bitmasks per frame), ``hit``/``miss`` (comparison counters of the
     kernel's eviction heuristic), ``listed`` (still in the explored list), ``cleaned``
-    (dead stack slots dropped, once its paths were all explored), ``plan`` (how to
-    compare with it, made once it is frozen); ``wanted``: :func:`wanted_from` it, kept
+    (dead stack slots dropped, once its paths were all explored), ``plan`` / ``fplan``
+    (how to compare with it, made once it is frozen: one frame / more frames); ``wanted``: :func:`wanted_from` it, kept
     from the first hit on (a frozen state's marks no longer change)."""
 
     __slots__ = (
@@ -54,6 +54,7 @@ class Checkpoint:
         "listed",
         "cleaned",
         "plan",
+        "fplan",
         "wanted",
     )
 
@@ -74,6 +75,7 @@ class Checkpoint:
         self.listed = True
         self.cleaned = False
         self.plan: CoverPlan | None = None  # once frozen (single frame, no references)
+        self.fplan: FramesPlan | None = None  # once frozen (more frames, no references)
         self.wanted: tuple[list[int], list[int]] | None = None
 
 
@@ -280,7 +282,34 @@ def backtrack_table(insns, global_calls=frozenset()) -> list[tuple[int, int, int
 
 
 class _Fallback(Exception):
-    """The single-frame walk met a frame change: use the general one."""
+    """The single-frame walk met a frame change: the general one goes on from there
+    with what is still wanted, ``regs``/``slots`` (of frame 0).  ``at_cp``: at
+    checkpoint ``cp``, still to be marked (its segment started at insn ``first``);
+    else at insn ``idx``, still to be backtracked: ``subseq``, the insn walked after it
+    (known only after a history record or a checkpoint, the only ways to an exit);
+    ``hist``, the history from it; ``first``, its segment's first insn; ``cp``, the
+    last checkpoint marked (None: none yet)."""
+
+    def __init__(
+        self,
+        at_cp: bool,
+        idx: int,
+        subseq: int,
+        hist: Hist | None,
+        first: int,
+        cp: Checkpoint | None,
+        regs: int,
+        slots: int,
+    ):
+        super().__init__()
+        self.at_cp = at_cp
+        self.idx = idx
+        self.subseq = subseq
+        self.hist = hist
+        self.first = first
+        self.cp = cp
+        self.regs = regs
+        self.slots = slots
 
 
 def _linked0(regs: int, slots: int, h: Hist) -> tuple[int, int]:
@@ -308,6 +337,7 @@ def _mark_single(
     first, i, hist = cur.first_idx, cur_idx, cur.hist
     cp: Checkpoint | None = None
     skip = True
+    sub = -1  # the insn walked after insn i, when i was reached by a record or checkpoint
     while True:
         while True:
             # the jump-history record of this visit of insn i, if any
@@ -349,8 +379,8 @@ def _mark_single(
                     regs &= ~1
                     if regs & _ARGS:
                         raise NotSupported
-                elif k == _FRAMES:
-                    raise _Fallback
+                elif k == _FRAMES:  # (no linked registers at a call or exit)
+                    raise _Fallback(False, i, sub, hist, first, cp, regs, slots)
                 elif k == _KFUNC0 or regs >> a & 1:  # kfunc #0; LD_ABS/IND of a wanted reg
                     raise NotSupported
                 if h is not None and h.linked:
@@ -360,6 +390,7 @@ def _mark_single(
             if i == first and (hist is None or (h is not None and h.next is None)):
                 break
             if h is not None:  # (h is hist)
+                sub = i
                 i = h.prev
                 hist = h.next
             else:
@@ -371,7 +402,7 @@ def _mark_single(
             raise NotSupported  # wanted registers never set: kernel marks all precise
         f = cp.state.frames
         if len(f) != 1:
-            raise _Fallback
+            raise _Fallback(True, -1, -1, None, first, cp, regs, slots)
         fregs = f[0].regs
         live = cp.live[0]
         prec = cp.prec[0]
@@ -405,6 +436,7 @@ def _mark_single(
             cp.sprec[0] = sprec
         if not regs and not slots:
             return
+        sub = first
         i, first, hist = cp.last_idx, cp.first_idx, cp.hist
         if i < 0:
             raise NotSupported
@@ -445,6 +477,7 @@ def mark_precise(
     behind ``cur``; returns True when a mark was added.  ``table``: backtrack_table of
     the insns, for the single-frame walk; ``global_calls``/``callback_calls`` as
     :func:`backtrack_insn`."""
+    resume: _Fallback | None = None
     if table is not None and len(cur.frames) == 1:
         try:
             _mark_single(table, cur, cur_idx, regs[0], slots[0])
@@ -452,84 +485,163 @@ def mark_precise(
         except NotSupported:
             mark_all_precise(cur)
             return True
-        except _Fallback:
-            pass  # the marks made so far are made again by the general walk
+        except _Fallback as e:
+            # the general walk goes on from where the single-frame one stopped (without
+            # the traceback: it would hold this frame in a reference cycle)
+            resume = e.with_traceback(None)
     bt = Backtrack(len(cur.frames) - 1)
-    for f in range(len(regs)):
-        bt.regs[f] = regs[f]
-        bt.slots[f] = slots[f]
-    if bt.empty():
-        return False
-    changed = False
-    first, last, hist = cur.first_idx, cur_idx, cur.hist
-    subseq = -1
-    skip_first = True
-    cp: Checkpoint | None = None
+    cp: Checkpoint | None
+    if resume is None:
+        for f in range(len(regs)):
+            bt.regs[f] = regs[f]
+            bt.slots[f] = slots[f]
+        if bt.empty():
+            return False
+        changed = False
+        first, last, hist = cur.first_idx, cur_idx, cur.hist
+        subseq = -1
+        skip_first = True
+        cp = None
+        at_cp = False
+    else:
+        bt.regs[0], bt.slots[0] = resume.regs, resume.slots
+        changed = True
+        first, last, hist = resume.first, resume.idx, resume.hist
+        subseq = resume.subseq
+        skip_first = False
+        cp = resume.cp
+        at_cp = resume.at_cp
+    # something wanted besides the current frame's registers (None: not known)
+    rest: bool | None = None
+    bregs = bt.regs  # (changed in place only)
+    f = bt.frame
+    rm = bregs[f]  # bregs[f] while the walk stays in frame f (written back before use)
     try:
         while True:
-            i = last
-            while True:
-                if skip_first:
-                    skip_first = False
-                else:
+            if at_cp:  # (resumed at a checkpoint of more frames)
+                at_cp = False
+            else:
+                i = last
+                while True:
+                    # the jump-history record of this visit of insn i, if any
                     h: Hist | None = hist if hist is not None and hist.idx == i else None
-                    backtrack_insn(
-                        insns, i, subseq, h, bt, call_target, global_calls, callback_calls
-                    )
-                if bt.empty():
-                    return changed
-                subseq = i
-                # kernel get_prev_insn_idx
-                if i == first and (hist is None or (hist.next is None and hist.idx == i)):
-                    break
-                if hist is not None and hist.idx == i:
-                    i = hist.prev
-                    hist = hist.next
-                else:
-                    i -= 1
-                if i < 0:
-                    raise NotSupported
-            cp = cast("Checkpoint | None", cur.parent) if cp is None else cp.parent
+                    if skip_first:
+                        skip_first = False
+                    else:
+                        # an insn that stays in its frame, with no stack access or linked
+                        # registers in its history record: backtrack_insn by the table, on
+                        # the current frame's mask only
+                        if table is None or (h is not None and (h.slot is not None or h.linked)):
+                            k, a, b = _FRAMES, 0, 0
+                        else:
+                            k, a, b = table[i]
+                        if k <= _JMP_X or (k == _HELPER and i not in callback_calls):
+                            if k == _NOP:
+                                pass
+                            elif k == _MOV_X:
+                                if rm >> a & 1:
+                                    rm &= ~(1 << a)
+                                    if b != 10:
+                                        rm |= 1 << b
+                            elif k == _MOV_K:
+                                rm &= ~(1 << a)
+                            elif k == _ALU_X:
+                                if rm >> a & 1 and b != 10:
+                                    rm |= 1 << b
+                            elif k == _LOAD:
+                                rm &= ~(1 << a)  # not a fill from the stack (no record)
+                            elif k == _STORE_X or k == _STORE_K:
+                                if rm >> a & 1:
+                                    raise NotSupported
+                            elif k == _JMP_X:
+                                if rm >> a & 1 or rm >> b & 1:
+                                    rm |= (1 << a) | (1 << b)
+                            else:  # _HELPER: a helper's or a global function's call
+                                rm &= ~1
+                                if rm & _ARGS:
+                                    raise NotSupported
+                            if not rm:
+                                # only this frame's registers changed: the rest is as it was
+                                bregs[f] = 0
+                                if rest is None:
+                                    rest = not bt.empty()
+                                if not rest:
+                                    return changed
+                        else:
+                            bregs[f] = rm
+                            backtrack_insn(
+                                insns, i, subseq, h, bt, call_target, global_calls, callback_calls
+                            )
+                            f = bt.frame
+                            rm = bregs[f]
+                            rest = None
+                            if bt.empty():
+                                return changed
+                    subseq = i
+                    # kernel get_prev_insn_idx
+                    if h is not None:
+                        if i == first and h.next is None:
+                            break
+                        i = h.prev
+                        hist = h.next
+                    else:
+                        if i == first and hist is None:
+                            break
+                        i -= 1
+                    if i < 0:
+                        raise NotSupported
+                bregs[f] = rm
+                cp = cur.parent if cp is None else cp.parent
             if cp is None:
                 break
+            rest = None
             frames = cp.state.frames
             for fr in range(min(bt.frame, len(frames) - 1), -1, -1):
-                fregs = frames[fr].regs
-                live = cp.live[fr]
                 m = bt.regs[fr]
-                r = 0
-                while m:
-                    if m & 1:
-                        bit = 1 << r
-                        if not live & bit or fregs[r].t != D.SCALAR or cp.prec[fr] & bit:
-                            bt.regs[fr] &= ~bit
+                if m:
+                    fregs = frames[fr].regs
+                    live = cp.live[fr]
+                    prec = cp.prec[fr]
+                    keep = m
+                    while m:  # each wanted register (lowest set bit first)
+                        bit = m & -m
+                        m ^= bit
+                        if (
+                            not live & bit
+                            or fregs[bit.bit_length() - 1].t != D.SCALAR
+                            or prec & bit
+                        ):
+                            keep &= ~bit
                         else:
-                            cp.prec[fr] |= bit
+                            prec |= bit
                             changed = True
-                    m >>= 1
-                    r += 1
+                    bt.regs[fr] = keep
+                    cp.prec[fr] = prec
                 m = bt.slots[fr]
-                stack = frames[fr].stack
-                k = 0
-                while m:
-                    if m & 1:
-                        bit = 1 << k
-                        s = stack.get(k)
+                if m:
+                    stack = frames[fr].stack
+                    sprec = cp.sprec[fr]
+                    keep = m
+                    while m:  # each wanted slot
+                        bit = m & -m
+                        m ^= bit
+                        s = stack.get(bit.bit_length() - 1)
                         spilled = (
                             s is not None
                             and s.spill is not None
                             and s.types[0] == SPILL
                             and s.spill.t == D.SCALAR
                         )
-                        if not spilled or cp.sprec[fr] & bit:
-                            bt.slots[fr] &= ~bit
+                        if not spilled or sprec & bit:
+                            keep &= ~bit
                         else:
-                            cp.sprec[fr] |= bit
+                            sprec |= bit
                             changed = True
-                    m >>= 1
-                    k += 1
+                    bt.slots[fr] = keep
+                    cp.sprec[fr] = sprec
             if bt.empty():
                 return changed
+            rm = bregs[f]
             subseq = first
             last, first, hist = cp.last_idx, cp.first_idx, cp.hist
             if last < 0:

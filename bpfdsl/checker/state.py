@@ -419,9 +419,10 @@ def states_maybe_looping(old: State, cur: State, live: int) -> bool:
 # ---- the same comparison, planned once per frozen explored state ----
 
 
-_CONST: Final = 0
+_CONST: Final = 0  # CoverPlan.checks kinds, in the order they are tried
 _RANGE: Final = 1
 _ANY: Final = 2
+_LINKED: Final = 3  # a precise scalar linked to others: bounds and tnum, then its id (before _ANY)
 
 
 class CoverPlan:
@@ -431,11 +432,14 @@ class CoverPlan:
     among them, so one tuple comparison checks them all; ``checks``: (regno, register,
     how) still to compare by value, cheapest and most telling first: _CONST (a precise
     constant: the same tnum), _RANGE (a precise scalar not linked to others: bounds and
-    tnum), _ANY (ids to map or a pointer: regsafe); ``stack``: whether its stack holds
+    tnum), _LINKED (a precise scalar linked to others: bounds and tnum, then its id),
+    _ANY (ids to map or a pointer: regsafe); ``stack``: whether its stack holds
     anything a later state must match (spills, zero bytes).  ``pre_reg``/``pre_tn``/
-    ``pre_umin``/``pre_umax``: the first of ``checks`` when it is _CONST (the tnum) or
-    _RANGE (the unsigned bounds), for the caller to reject most non-covered states
-    without calling :func:`covers` (``pre_reg`` -1: none)."""
+    ``pre_umin``/``pre_umax``: a _CONST (the tnum) or _RANGE/_LINKED (the unsigned
+    bounds) one of ``checks``, at first the first, then the last that failed in
+    :func:`covers` (states compared with one explored state tend to differ from it in
+    the same register), for the caller to reject most non-covered states without
+    calling :func:`covers` (``pre_reg`` -1: none)."""
 
     __slots__ = (
         "types",
@@ -454,6 +458,7 @@ class CoverPlan:
         # by kind, each in register order (live_regs is ascending): sorted by (how, regno)
         consts: list[tuple[int, D.Reg, int]] = []
         ranges: list[tuple[int, D.Reg, int]] = []
+        linked: list[tuple[int, D.Reg, int]] = []
         others: list[tuple[int, D.Reg, int]] = []
         for r in live_regs:
             o = regs[r]
@@ -466,14 +471,14 @@ class CoverPlan:
                 others.append((r, o, _ANY))
             elif prec >> r & 1:
                 if o.id:
-                    others.append((r, o, _ANY))
+                    linked.append((r, o, _LINKED))
                 elif o.tn[1] == 0:
                     consts.append((r, o, _CONST))
                 else:
                     ranges.append((r, o, _RANGE))
         self.types = tuple(types)
         self.exact_types = None not in self.types
-        self.checks = tuple(consts + ranges + others)
+        self.checks = tuple(consts + ranges + linked + others)
         self.pre_reg, self.pre_tn, self.pre_umin, self.pre_umax = -1, None, 0, 0
         if self.checks and self.checks[0][2] != _ANY:
             r, o, how = self.checks[0]
@@ -513,12 +518,15 @@ def covers(
         n = nregs[r]
         if how == _CONST:
             if n.tn != o.tn:  # a constant covers only itself
+                if plan.pre_reg != r:  # the caller's first check next time: this one
+                    plan.pre_reg, plan.pre_tn = r, o.tn
                 return False
             continue
         if o is n and not o.id and not o.ref:
             continue
-        if how == _RANGE:
-            # a precise scalar not linked to others: kernel range_within + tnum_in
+        if how == _RANGE or how == _LINKED:
+            # a precise scalar: kernel range_within + tnum_in (and, linked to others,
+            # check_scalar_ids: the answer is the same in either order)
             if not (
                 o.smin <= n.smin
                 and n.smax <= o.smax
@@ -530,6 +538,15 @@ def covers(
                 and n.u32max <= o.u32max
                 and T.contains(o.tn, n.tn)
             ):
+                if plan.pre_reg != r:  # the caller's first check next time: this one
+                    plan.pre_reg, plan.pre_tn = r, None
+                    plan.pre_umin, plan.pre_umax = o.umin, o.umax
+                return False
+            if how == _RANGE:
+                continue
+            if idmap is None:
+                idmap = IdMap()
+            if not idmap.check_scalar(o.id, n.id):
                 return False
             continue
         if idmap is None:
@@ -540,4 +557,143 @@ def covers(
         if idmap is None:
             idmap = IdMap()
         return stacksafe(old.frames[0], cur.frames[0], sprec, idmap, NOT_EXACT, uninit_ok)
+    return True
+
+
+class FramesPlan:
+    """What covering one explored state of more than one frame (static subprograms)
+    needs, computed once its paths are all done, as :class:`CoverPlan` over all its
+    frames: ``sites``, the callsite of each frame (a state of other calls is never
+    covered: kernel states_equal compares frames pairwise, func_states_equal, only when
+    the callsites are the same); ``types``: (frame, regno, type) of the live registers
+    that were set (the current frame's live at the pruning insn, a caller's at its call:
+    the same for all states of those calls); ``checks``: (frame, regno, register, how)
+    still to compare by value: _CONST, _RANGE, _LINKED (a precise scalar with an id:
+    bounds and tnum, then the id map), _ANY (regsafe); ``stacks``: the frames whose
+    stack holds anything a later state must match; ``pre_frame``/``pre_reg``/``pre_tn``/
+    ``pre_umin``/``pre_umax``: as :class:`CoverPlan`'s, a _CONST (the tnum) or
+    _RANGE/_LINKED (the unsigned bounds) one of ``checks``, at first the first, then
+    the last that failed, for the caller to try before :func:`covers_frames`
+    (``pre_reg`` -1: none).  The answer is :func:`states_equal`'s whatever the order:
+    the id map only needs to stay one-to-one over all the pairs."""
+
+    __slots__ = (
+        "sites",
+        "types",
+        "checks",
+        "stacks",
+        "pre_frame",
+        "pre_reg",
+        "pre_tn",
+        "pre_umin",
+        "pre_umax",
+    )
+
+    def __init__(self, st: State, prec: list[int], live: list[int], uninit_ok: bool):
+        self.sites = tuple([f.callsite for f in st.frames])
+        types: list[tuple[int, int, int]] = []
+        consts: list[tuple[int, int, D.Reg, int]] = []
+        ranges: list[tuple[int, int, D.Reg, int]] = []
+        linked: list[tuple[int, int, D.Reg, int]] = []
+        others: list[tuple[int, int, D.Reg, int]] = []
+        stacks: list[int] = []
+        # the current frame first: the callers' registers are mostly the same objects
+        for fi in range(len(st.frames) - 1, -1, -1):
+            f = st.frames[fi]
+            m, pm = live[fi], prec[fi]
+            for r in range(11):
+                if not m >> r & 1:
+                    continue
+                o = f.regs[r]
+                t = o.t
+                if t == D.NOT_INIT:
+                    continue
+                types.append((fi, r, t))
+                if t != D.SCALAR:
+                    others.append((fi, r, o, _ANY))
+                elif pm >> r & 1:
+                    if o.id:
+                        linked.append((fi, r, o, _LINKED))
+                    elif o.tn[1] == 0:
+                        consts.append((fi, r, o, _CONST))
+                    else:
+                        ranges.append((fi, r, o, _RANGE))
+            if any(
+                sl.types != _ALL_INVALID
+                and not (uninit_ok and SPILL not in sl.types and ZERO not in sl.types)
+                for sl in f.stack.values()
+            ):
+                stacks.append(fi)
+        self.types = tuple(types)
+        self.checks = tuple(consts + ranges + linked + others)
+        self.stacks = tuple(stacks)
+        self.pre_frame, self.pre_reg = 0, -1
+        self.pre_tn: tuple[int, int] | None = None
+        self.pre_umin, self.pre_umax = 0, 0
+        if self.checks and self.checks[0][3] != _ANY:
+            fi, r, o, how = self.checks[0]
+            self.pre_frame, self.pre_reg = fi, r
+            if how == _CONST:
+                self.pre_tn = o.tn
+            else:
+                self.pre_umin, self.pre_umax = o.umin, o.umax
+
+
+def covers_frames(
+    fplan: FramesPlan, old: State, sprec: list[int], cur: State, uninit_ok: bool
+) -> bool:
+    """:func:`states_equal` (NOT_EXACT) for states of more than one frame without
+    references, through the explored state's :class:`FramesPlan` (one id map for all
+    frames, as the kernel's); the caller has checked that ``cur``'s callsites are
+    ``fplan.sites``."""
+    nfs = cur.frames
+    checks = fplan.checks
+    for fi, r, t in fplan.types:
+        if nfs[fi].regs[r].t != t:
+            return False
+    idmap: IdMap | None = None
+    for fi, r, o, how in checks:
+        n = nfs[fi].regs[r]
+        if how == _CONST:
+            if n.tn != o.tn:  # a constant covers only itself
+                if fplan.pre_reg != r or fplan.pre_frame != fi:  # the caller's next first
+                    fplan.pre_frame, fplan.pre_reg, fplan.pre_tn = fi, r, o.tn
+                return False
+            continue
+        if o is n and not o.id and not o.ref:
+            continue
+        if how == _RANGE or how == _LINKED:
+            if not (
+                o.smin <= n.smin
+                and n.smax <= o.smax
+                and o.umin <= n.umin
+                and n.umax <= o.umax
+                and o.s32min <= n.s32min
+                and n.s32max <= o.s32max
+                and o.u32min <= n.u32min
+                and n.u32max <= o.u32max
+                and T.contains(o.tn, n.tn)
+            ):
+                if fplan.pre_reg != r or fplan.pre_frame != fi:  # the caller's next first
+                    fplan.pre_frame, fplan.pre_reg, fplan.pre_tn = fi, r, None
+                    fplan.pre_umin, fplan.pre_umax = o.umin, o.umax
+                return False
+            if how == _RANGE:
+                continue
+            if idmap is None:
+                idmap = IdMap()
+            if not idmap.check_scalar(o.id, n.id):
+                return False
+            continue
+        if idmap is None:
+            idmap = IdMap()
+        if not regsafe(o, n, True, idmap, NOT_EXACT):
+            return False
+    if fplan.stacks:
+        ofs = old.frames
+        if idmap is None:
+            idmap = IdMap()
+        for fi in fplan.stacks:
+            if not stacksafe(ofs[fi], nfs[fi], sprec[fi], idmap, NOT_EXACT, uninit_ok):
+                return False
     return True
