@@ -39,8 +39,14 @@ from types import ModuleType
 PACKAGE = "bpfdsl.checker"
 HERE = Path(__file__).resolve().parent
 # The build stamp setup.py writes next to the compiled modules (JSON: "modules": name ->
-# SHA-256 of NAME.py as compiled, "group": the mypyc group's shared-library module).
+# SHA-256 of NAME.py as compiled, "inputs": path under bpfdsl/ -> SHA-256 of each of
+# :data:`INPUTS`, "group": the mypyc group's shared-library module).
 STAMP = "_native.json"
+# Sources outside this package that a compiled build holds values of: mypyc builds the
+# ``Final`` constants of the modules the checker imports (bpfdsl/abi/uapi.py's instruction
+# encoding, the helper and kfunc tables' constants) into its C code, so an edit of one of
+# them makes the build stale too.  Globs relative to the bpfdsl package directory.
+INPUTS = ("abi/*.py", "abi/*/*.py", "diagnostics.py")
 # mypycify(group_name=...): the shared library is the module GROUP + "__mypyc", inside this
 # package (an editable install does not put the repository root on sys.path).
 GROUP = "bpfdsl.checker._native"
@@ -64,12 +70,25 @@ def source_digest(path: Path) -> str:
         return ""
 
 
+def input_digests(src_dir: Path) -> dict[str, str]:
+    """Path (relative to ``src_dir``'s parent, the bpfdsl package) -> SHA-256 of each file
+    of :data:`INPUTS` there."""
+    root = src_dir.parent
+    return {
+        p.relative_to(root).as_posix(): source_digest(p)
+        for pattern in INPUTS
+        for p in sorted(root.glob(pattern))
+    }
+
+
 def write_stamp(out_dir: Path, src_dir: Path, modules: Sequence[str]) -> Path:
     """Write :data:`STAMP` into ``out_dir`` (where the build put the extension modules)
-    for ``modules`` compiled from ``src_dir``; returns its path.  Called by setup.py."""
+    for ``modules`` compiled from ``src_dir``, with the digests of :data:`INPUTS`; returns
+    its path.  Called by setup.py."""
     stamp = {
         "group": GROUP + "__mypyc",
         "modules": {m: source_digest(src_dir / f"{m}.py") for m in modules},
+        "inputs": input_digests(src_dir),
     }
     path = out_dir / STAMP
     path.write_text(json.dumps(stamp, indent=1, sort_keys=True) + "\n")
@@ -97,6 +116,7 @@ def decide(where: Path = HERE, environ: dict[str, str] | None = None) -> tuple[b
     try:
         stamp = json.loads((where / STAMP).read_text())
         modules: dict[str, str] = dict(stamp["modules"])
+        inputs: dict[str, str] = dict(stamp["inputs"])
         group = str(stamp["group"]).rpartition(".")[2]
     except FileNotFoundError:
         if any(_extension(m, where) for m in compiled_modules(where)):
@@ -108,6 +128,9 @@ def decide(where: Path = HERE, environ: dict[str, str] | None = None) -> tuple[b
     if missing:
         return False, f"compiled modules missing for this Python: {', '.join(missing)}"
     changed = [m for m, h in modules.items() if source_digest(where / f"{m}.py") != h]
+    changed += [
+        f"../{name[:-3]}" for name, h in inputs.items() if source_digest(where.parent / name) != h
+    ]
     if changed:
         files = ", ".join(f"{m}.py" for m in changed)
         return False, f"stale: {files} changed since the build (rebuild with BPFDSL_COMPILE=1)"

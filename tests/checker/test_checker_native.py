@@ -174,6 +174,18 @@ def test_edited_source_after_the_build_falls_back_to_python(tmp_path):
     assert (got["status"], got["processed"]) == ("ok", 2)
 
 
+def test_edited_abi_constant_after_the_build_falls_back_to_python(tmp_path):
+    """mypyc builds the Final constants of bpfdsl/abi/uapi.py into the checker's C code:
+    an edit there makes the build stale, like an edit of a checker source."""
+    tree = _tree_copy(tmp_path)
+    uapi = tree / "bpfdsl" / "abi" / "uapi.py"
+    uapi.write_text(uapi.read_text() + "\n# edited after the build\n")
+    got = _run(PROBE, pure=False, root=tree)
+    assert got["native"] is False
+    assert got["reason"].startswith("stale: ../abi/uapi.py changed since the build"), got
+    assert _origins_are(got["origins"], (".py",)), got["origins"]
+
+
 def test_extension_modules_without_a_stamp_fall_back_to_python(tmp_path):
     tree = _tree_copy(tmp_path)
     (tree / "bpfdsl" / "checker" / native.STAMP).unlink()
@@ -209,6 +221,10 @@ def test_decide_reasons(tmp_path):
     assert native.decide(d, {"BPFDSL_PURE_PYTHON": "0"})[0] is True
     (d / "domain.py").unlink()
     assert native.decide(d, {})[1].startswith("stale: domain.py changed")
+    stamp = json.loads((d / native.STAMP).read_text())
+    del stamp["inputs"]  # a stamp from before the inputs were recorded
+    (d / native.STAMP).write_text(json.dumps(stamp))
+    assert native.decide(d, {})[1] == "unreadable build stamp _native.json: 'inputs'"
     (d / native.STAMP).write_text("{not json")
     assert native.decide(d, {})[1].startswith("unreadable build stamp")
 
