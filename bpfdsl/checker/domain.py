@@ -91,8 +91,7 @@ def s32(v: int) -> int:
     return v - (1 << 32) if v >> 31 else v
 
 
-# the fields of a Reg, in order (Reg.__slots__ when run as Python; a compiled Reg has no
-# __slots__ attribute)
+# the fields of a Reg, in order (its __slots__; a compiled Reg has no __slots__ attribute)
 REG_FIELDS: Final = (
     "t",
     "off",
@@ -131,24 +130,7 @@ class Reg:
     without re-running ``__init__``.
     """
 
-    __slots__ = (
-        "t",
-        "off",
-        "tn",
-        "smin",
-        "smax",
-        "umin",
-        "umax",
-        "s32min",
-        "s32max",
-        "u32min",
-        "u32max",
-        "id",
-        "rng",
-        "map",
-        "ref",
-        "note",
-    )
+    __slots__ = REG_FIELDS
     # declared for mypyc (compiled: C fields of these types; a wrong type is a TypeError)
     t: int
     off: int
