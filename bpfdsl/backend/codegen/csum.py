@@ -78,8 +78,7 @@ class CsumGen(GenHost):
     def _pure_opaque(self, v: ir.Value) -> ir.Value:
         """``v`` (i64) through an empty inline asm without side effects: LLVM cannot see
         its value (so keeps the arithmetic on it) but drops it when unused."""
-        asm = ir.InlineAsm(ir.FunctionType(I64, [I64]), "", "=r,0", side_effect=False)
-        return self.b.call(asm, [v], attrs=("readnone", "nounwind"))
+        return self.opaque(v, side_effect=False)
 
     def _rh_branch(self, ip6: ir.Value, rh: bool, yes: ir.Block, no: ir.Block) -> None:
         """Branch to ``yes`` if whether a Routing header with segments left follows the
