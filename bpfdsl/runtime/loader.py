@@ -17,6 +17,8 @@ import struct
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from bpfdsl.abi.btf.core import BtfFormatError
+from bpfdsl.abi.btf.shape import type_decl, type_shape
 from bpfdsl.abi.insn import Insn, encode
 from bpfdsl.abi.uapi import (
     BPF_F_RDONLY_PROG,
@@ -36,6 +38,7 @@ from bpfdsl.obj.spec import CollectionSpec, DataSection, ProgramSpec
 from bpfdsl.runtime import cpumap
 from bpfdsl.runtime.attach import ensure_bpffs
 from bpfdsl.runtime.kfuncs import kfunc_btf_id, needs_dev_bound
+from bpfdsl.runtime.mapview import kernel_btf
 from bpfdsl.runtime.verifier_log import summarize
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -293,13 +296,13 @@ def _create_map(
     if path and pin_root and pin_root.startswith(DEFAULT_PIN_ROOT):
         ensure_bpffs(DEFAULT_PIN_ROOT)
     if path and os.path.exists(path):
-        fd = _reuse_pinned(path, m, max_entries)
+        fd = _reuse_pinned(coll, path, m, max_entries)
         coll.maps[m.name] = LoadedMap(
             m.name, fd, m, m.key_size, m.value_size, max_entries, m.map_type, path, reused=True
         )
         return
     if reuse is not None:
-        fd = _reuse_pinned(reuse, m, max_entries, update=True)
+        fd = _reuse_pinned(coll, reuse, m, max_entries, update=True)
         coll.maps[m.name] = LoadedMap(
             m.name, fd, m, m.key_size, m.value_size, max_entries, m.map_type, reused=True
         )
@@ -353,10 +356,14 @@ def _map_error(m: MapSpec, max_entries: int, e: S.BpfError) -> LoadError:
     )
 
 
-def _reuse_pinned(path: str, m: MapSpec, max_entries: int, *, update: bool = False) -> S.Fd:
-    """Open the map pinned at ``path`` if it matches ``m`` (libbpf map_is_reuse_compat:
-    type, key/value size, max_entries, map_flags).  ``update``: the map of the program
-    being replaced (error ``map-incompatible``), else a map pinned by name
+def _reuse_pinned(
+    coll: Collection, path: str, m: MapSpec, max_entries: int, *, update: bool = False
+) -> S.Fd:
+    """Open the map pinned at ``path`` if it matches ``m``: type, key/value size,
+    max_entries, map_flags (libbpf map_is_reuse_compat), and the key and value *types*
+    where both the live map and the object have BTF (:mod:`bpfdsl.abi.btf.shape`: same
+    sizes under another layout would be read as the wrong type).  ``update``: the map of
+    the program being replaced (error ``map-incompatible``), else a map pinned by name
     (``pin-incompatible``)."""
     try:
         fd = S.obj_get(path)
@@ -369,8 +376,8 @@ def _reuse_pinned(path: str, m: MapSpec, max_entries: int, *, update: bool = Fal
         raise _fail("pin-unusable", f"map '{m.name}': {path} is not a map") from None
     want = (int(m.map_type), m.key_size, m.value_size, max_entries, m.map_flags)
     got = (info.type, info.key_size, info.value_size, info.max_entries, info.map_flags)
+    diff = ""
     if want != got:
-        fd.close()
         names = ("type", "key_size", "value_size", "max_entries", "map_flags")
         show = {"type": _map_type_name}
         diff = ", ".join(
@@ -378,20 +385,52 @@ def _reuse_pinned(path: str, m: MapSpec, max_entries: int, *, update: bool = Fal
             for n, w, g in zip(names, want, got, strict=True)
             if w != g
         )
-        if update:
-            raise _fail(
-                "map-incompatible",
-                f"map '{m.name}': the new object's definition does not match the map of the "
-                f"program it replaces ({path}): {diff}",
-                hint="keep the map's definition to keep its state, or attach with "
-                "--fresh-maps to start with new, empty maps (the old state is dropped)",
-            )
+    else:
+        diff = _type_diff(coll, m, info)
+    if not diff:
+        return fd
+    fd.close()
+    if update:
         raise _fail(
-            "pin-incompatible",
-            f"map '{m.name}': the map pinned at {path} is incompatible: {diff}",
-            hint=f"remove the old pin to start a new map: rm {path}",
+            "map-incompatible",
+            f"map '{m.name}': the new object's definition does not match the map of the "
+            f"program it replaces ({path}): {diff}",
+            hint="keep the map's definition to keep its state, or attach with "
+            "--fresh-maps to start with new, empty maps (the old state is dropped)",
         )
-    return fd
+    raise _fail(
+        "pin-incompatible",
+        f"map '{m.name}': the map pinned at {path} is incompatible: {diff}",
+        hint=f"remove the old pin to start a new map: rm {path}",
+    )
+
+
+def _type_diff(coll: Collection, m: MapSpec, info: S.MapInfo) -> str:
+    """How the key/value types of the live map (``info``, its BTF as the kernel holds it)
+    differ from the object's, "" when they agree or either side has no BTF to compare (a
+    map created without BTF: its sizes are all there is, as for libbpf)."""
+    obj = coll.spec.btf
+    if obj is None or not info.btf_id:
+        return ""
+    live = kernel_btf(int(info.btf_id))
+    if live is None:
+        return ""
+    parts = []
+    for what, mine, theirs in (
+        ("key", m.key_type_id, int(info.btf_key_type_id)),
+        ("value", m.value_type_id, int(info.btf_value_type_id)),
+    ):
+        if not mine or not theirs:
+            continue
+        try:
+            same = type_shape(obj, mine) == type_shape(live, theirs)
+            if not same:
+                parts.append(
+                    f"{what} type {type_decl(live, theirs)} (object: {type_decl(obj, mine)})"
+                )
+        except BtfFormatError:
+            continue
+    return ", ".join(parts)
 
 
 def _map_type_name(t: int) -> str:
