@@ -143,6 +143,14 @@ class UsageError(DiagnosticError):
     exit_code = 2
 
 
+class HostError(DiagnosticError):
+    """The machine is not as the command needs it, whatever the input: missing privileges,
+    an interface that does not exist in this network namespace, bpffs that cannot be
+    mounted.  Exit code 3 (the CLI's table: ``bpfdsl.cli.EXIT_CODES``)."""
+
+    exit_code = 3
+
+
 def error(
     code: str,
     message: str,

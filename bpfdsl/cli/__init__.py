@@ -5,8 +5,12 @@ argparse sub-parser(s) with ``set_defaults(func=cmd_x)``; ``cmd_x(args) -> int``
 calls library functions and formats results.  Modules are imported only when their
 command runs (start-up time counts: ``bpfdsl compile`` is timed against clang).
 
-Exit codes: 0 ok, 1 failed (diagnostics, verifier rejection), 2 unusable input or usage,
-3 missing privileges (EPERM/EACCES from bpf(2)).
+Exit codes (:data:`EXIT_CODES`, the same for every command; the README lists them): 0 ok,
+1 refused (compile errors, a checker or kernel verifier rejection, an operation the system
+state refuses), 2 unusable input or usage (bad arguments, missing or corrupt files), 3 the
+host (missing privileges, no such interface, no bpffs).  With ``--json`` every error is one
+JSON object on stdout (``{"error": [diagnostic, ...]}``), usage errors included, as
+``bpftool --json`` prints its errors.
 """
 
 from __future__ import annotations
@@ -21,6 +25,15 @@ if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Callable
 
 OK, FAILED, USAGE, NO_PERMISSION = 0, 1, 2, 3
+HOST = NO_PERMISSION
+
+# The one exit-code table: code -> what it means (DiagnosticError.exit_code picks one).
+EXIT_CODES: dict[int, str] = {
+    OK: "success",
+    FAILED: "refused: compile errors, a checker or verifier rejection, a refused operation",
+    USAGE: "unusable input or usage: bad arguments, missing or corrupt files",
+    HOST: "the host: missing privileges, no such interface, no bpffs",
+}
 
 # command -> (module under bpfdsl.cli, one-line help).  Several commands may share a module.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -157,7 +170,22 @@ def kernel_int(
     return parse
 
 
-class _SubParser(argparse.ArgumentParser):
+_JSON_ERRORS = False  # set by main() when the command line asks for --json
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error under ``--json`` is a JSON error document like any other
+    (a UsageError that main() renders) instead of argparse's text."""
+
+    def error(self, message: str):
+        if not _JSON_ERRORS:
+            super().error(message)
+        from bpfdsl.diagnostics import UsageError, error
+
+        raise UsageError(error("usage", message, hint=f"see `{self.prog} --help`"))
+
+
+class _SubParser(_Parser):
     """Sub-command parser that also takes the global ``--json``/``-v`` after the command
     (``bpfdsl show --json`` as well as ``bpfdsl --json show``); nested sub-parsers inherit it."""
 
@@ -193,7 +221,7 @@ class _Version(argparse.Action):
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The argparse parser; ``only`` limits imports to the module of one command."""
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="bpfdsl",
         formatter_class=formatter(),
         description="bpfdsl: write, compile, check, load and attach eBPF networking programs",
@@ -224,9 +252,9 @@ def _render_error(err: BaseException, as_json: bool) -> None:
     from bpfdsl.diagnostics import DiagnosticError
 
     if isinstance(err, DiagnosticError):
-        if as_json:
+        if as_json:  # on stdout, where a --json reader looks (bpftool's habit too)
             doc = {"error": [d.to_json() for d in err.diagnostics]}
-            print(json.dumps(doc), file=sys.stderr)
+            print(json.dumps(doc))
         else:
             print(err.render(), file=sys.stderr)
     else:
@@ -240,21 +268,25 @@ def _render_error(err: BaseException, as_json: bool) -> None:
             where = f"{err.filename}: " if err.filename is not None else ""
             msg = f"{where}{err.strerror[:1].lower()}{err.strerror[1:]}"
         d = Diagnostic("error", "os-error", msg)
-        doc = {"error": [d.to_json()]}
-        print(json.dumps(doc) if as_json else d.render(), file=sys.stderr)
+        if as_json:
+            print(json.dumps({"error": [d.to_json()]}))
+        else:
+            print(d.render(), file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the exit code (see module docstring)."""
+    global _JSON_ERRORS
     argv = list(sys.argv[1:] if argv is None else argv)
+    _JSON_ERRORS = "--json" in argv or "-j" in argv
     first = next((a for a in argv if not a.startswith("-")), None)
     parser = build_parser(first if first in COMMANDS else None)
     from bpfdsl.diagnostics import DiagnosticError
 
     try:
         args = parser.parse_args(argv)
-    except DiagnosticError as e:  # a value refused by an argument type (kernel_int)
-        _render_error(e, "--json" in argv or "-j" in argv)
+    except DiagnosticError as e:  # a value refused by an argument type (kernel_int), usage
+        _render_error(e, _JSON_ERRORS)
         return e.exit_code
     if not getattr(args, "func", None):
         parser.print_help()
@@ -267,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
         return e.exit_code
     except PermissionError as e:
         _render_error(e, args.json)
-        return NO_PERMISSION
+        return HOST
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:

@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from bpfdsl.abi.uapi import XdpFlags
-from bpfdsl.diagnostics import DiagnosticError, UsageError, error
+from bpfdsl.diagnostics import DiagnosticError, HostError, UsageError, error
 from bpfdsl.kernel import libc
 from bpfdsl.kernel.libc import CLONE_NEWNET, MNT_DETACH, MS_BIND
 
@@ -54,10 +54,11 @@ def interface_names() -> list[str]:
 def ifindex(name: str) -> int:
     """The ifindex of interface ``name`` in the current network namespace.
 
-    Raises DiagnosticError (``unknown-interface``) naming the interfaces that exist.
+    Raises UsageError (``unknown-interface``) for a name no interface can have, HostError
+    (the same code) for a valid name that no interface here has, naming those that exist.
     """
     if not name or len(name) >= 16 or "/" in name:
-        raise DiagnosticError(
+        raise UsageError(
             error(
                 "unknown-interface",
                 f"invalid interface name {name!r}",
@@ -68,7 +69,7 @@ def ifindex(name: str) -> int:
         return socket.if_nametoindex(name)
     except OSError:
         have = ", ".join(interface_names()) or "none"
-        raise DiagnosticError(
+        raise HostError(
             error(
                 "unknown-interface",
                 f"no network interface named {name!r}",

@@ -13,10 +13,11 @@ import ctypes
 import errno
 import os
 import struct
+import sys
 from dataclasses import dataclass, field, fields
 
 from bpfdsl.abi.uapi import BPF_F_REPLACE, AttachType, LinkType, MapType, ProgramType, XdpFlags
-from bpfdsl.diagnostics import Diagnostic, DiagnosticError, UsageError, error
+from bpfdsl.diagnostics import Diagnostic, DiagnosticError, HostError, UsageError, error
 from bpfdsl.kernel import libc, netlink, syscall
 from bpfdsl.runtime.cpumap import refuse_dev_bound, refuse_on_interface
 
@@ -109,9 +110,10 @@ def is_bpffs(path: str) -> bool:
 
 
 def ensure_bpffs(path: str = BPFFS) -> None:
-    """Mount bpffs at ``path`` if it is not mounted yet (as bpftool does).
+    """Mount bpffs at ``path`` if it is not mounted yet (as bpftool does), saying so on
+    stderr (a note: the system changed).
 
-    Raises DiagnosticError when it cannot be mounted.
+    Raises HostError (``no-bpffs``, exit 3) when it cannot be mounted.
     """
     if is_bpffs(path) and not is_bpffs(os.path.dirname(path) or "/"):
         return  # path is the root of a bpffs mount: two statfs calls, no /proc/mounts scan
@@ -125,13 +127,15 @@ def ensure_bpffs(path: str = BPFFS) -> None:
     try:
         libc.mount(b"bpf", path, b"bpf")
     except OSError as e:
-        raise DiagnosticError(
+        raise HostError(
             error(
                 "no-bpffs",
                 f"cannot mount bpffs at {path}: {os.strerror(e.errno) if e.errno else e}",
                 hint=f"mount it: mount -t bpf bpf {path}",
             )
         ) from None
+    note = Diagnostic("note", "bpffs-mounted", f"bpffs was not mounted: mounted it at {path}")
+    print(note.render(), file=sys.stderr)  # the system changed: say so, as bpftool does not
 
 
 def attach_xdp(

@@ -23,7 +23,7 @@ def test_attach_unknown_interface_refused_before_load(monkeypatch, capsys) -> No
         raise AssertionError("open_program called for an unknown interface")
 
     monkeypatch.setattr(inventory, "open_program", must_not_load)
-    assert cli.main(["attach", str(PROGS / "xdp_drop.bpfd"), "--dev", "nosuchdev0"]) == 1
+    assert cli.main(["attach", str(PROGS / "xdp_drop.bpfd"), "--dev", "nosuchdev0"]) == 3
     err = capsys.readouterr().err
     assert "error[unknown-interface]: no network interface named 'nosuchdev0'" in err
 
@@ -36,7 +36,7 @@ def test_attach_unknown_interface_pins_nothing() -> None:
          "--dev", "nosuchdev0", "--pin-dir", pin],
         capture_output=True, text=True, timeout=120, cwd=ROOT,
     )  # fmt: skip
-    assert res.returncode == 1, res.stderr
+    assert res.returncode == 3, res.stderr
     assert "error[unknown-interface]: no network interface named 'nosuchdev0'" in res.stderr
     assert res.stdout == ""
     assert not os.path.exists(pin)

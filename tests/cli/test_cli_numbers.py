@@ -45,7 +45,7 @@ def test_bad_number_before_any_kernel_call(capsys):
     assert "error[bad-args]: CPU 4294967296 is outside 0..4294967295" in err
     assert "Traceback" not in err and "struct" not in err
     assert main(["-j", "devmap", "delete", "/nonexistent:m", "-1"]) == 2
-    doc = json.loads(capsys.readouterr().err)
+    doc = json.loads(capsys.readouterr().out)  # --json: the error document on stdout
     assert doc["error"][0]["code"] == "bad-args" and "0..4294967295" in doc["error"][0]["hints"][0]
 
 

@@ -1,7 +1,7 @@
 """Run the ``bpfdsl`` command line in-process (``bpfdsl.cli.main``) and judge what it did.
 
 A user-facing failure must be a diagnostic: exit 1, 2 or 3 and, on stderr, an
-``error[code]: ...`` line (``--json``: an ``{"error": [{"code": ...}]}`` document).  An
+``error[code]: ...`` line (``--json``: an ``{"error": [{"code": ...}]}`` document on stdout).  An
 exception escaping :func:`bpfdsl.cli.main` is a traceback; ``error: <text>`` without a
 code is the CLI's safety net printing a raw Python message (``cli.main`` catches OSError
 and ValueError for that).
@@ -100,11 +100,11 @@ def judge_output(
         return Result("bad-exit", f"bpfdsl {cmd}: exit {rc}", shown)
     if rc == 0:
         return Result("ok")
-    codes = _codes(err)
+    codes = _codes(err) or _codes(out)  # --json: the error document is on stdout
     if codes:
         return Result("error", codes[0])
     m = RAW.search(err)
-    raw = m.group(1) if m else _json_raw(err)
+    raw = m.group(1) if m else (_json_raw(err) or _json_raw(out))
     if raw is not None and PYTHONIC.search(raw):
         return Result("raw-message", f"bpfdsl {cmd}: {normalize(raw)}", shown)
     if raw is not None:  # a sentence of the command's own (no packet was run, needs root)

@@ -128,7 +128,7 @@ def test_attach_refuses_occupied_without_replace(net, pin_dir):
 @pytest.mark.kernel
 def test_attach_unknown_interface_is_clear(pin_dir):
     r = bpfdsl("attach", "xdp", str(FILTER), "--dev", "nosuchdev0", "--pin-dir", pin_dir)
-    assert r.returncode == 1
+    assert r.returncode == 3
     assert "no network interface named 'nosuchdev0'" in r.stderr
     assert "Traceback" not in r.stderr
     assert not os.path.exists(pin_dir)

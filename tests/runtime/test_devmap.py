@@ -249,7 +249,7 @@ def test_cli_devmap_set_show_delete(objs) -> None:
             (row,) = json.loads(res.stdout)
             assert (row["key"], row["iface"]) == (7, a.rdev) and row["prog_id"] > 0
             res = bpfdsl("devmap", "set", m, "8", "nosuchdev0", "--netns", r.ns)
-            assert res.returncode == 1 and "no network interface named 'nosuchdev0'" in res.stderr
+            assert res.returncode == 3 and "no network interface named 'nosuchdev0'" in res.stderr
             res = bpfdsl("devmap", "set", m, "8", a.rdev, "--netns", r.ns, "--prog", "forward")
             assert res.returncode == 1 and "devmap-wrong-program" in res.stderr
             res = bpfdsl("-j", "devmap", "set", m, a.rdev, a.rdev, "--netns", r.ns)
