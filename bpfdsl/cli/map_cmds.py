@@ -92,13 +92,13 @@ def cmd_map_lookup(args) -> int:
         key = m.parse_key(args.key)
         v = m.lookup(key)
         val = None if v is None else m.value_value(v)
+        if v is None:
+            raise _not_found(args.map, _text(m.key_value(key)))
         if args.json:
-            print(json.dumps({"key": m.key_value(key), "value": val, "found": v is not None}))
-        elif v is None:
-            print(f"{_text(m.key_value(key))}: not found")
+            print(json.dumps({"key": m.key_value(key), "value": val, "found": True}))
         else:
             print(f"{_text(m.key_value(key))}: {_text(val)}")
-        return OK if v is not None else FAILED
+        return OK
 
 
 def cmd_map_update(args) -> int:
@@ -119,9 +119,24 @@ def cmd_map_delete(args) -> int:
 
     with MapView(args.map) as m:
         key = m.parse_key(args.key)
-        found = m.delete(key)
+        if not m.delete(key):
+            raise _not_found(args.map, _text(m.key_value(key)))
         if args.json:
-            print(json.dumps({"key": m.key_value(key), "deleted": found}))
+            print(json.dumps({"key": m.key_value(key), "deleted": True}))
         else:
-            print(f"{_text(m.key_value(key))}: {'deleted' if found else 'not found'}")
-        return OK if found else FAILED
+            print(f"{_text(m.key_value(key))}: deleted")
+        return OK
+
+
+def _not_found(map_ref: str, key: str):
+    """The error of a lookup or delete of a key the map does not hold (exit 1, on stderr;
+    ``--json``: the error document), as bpftool's "key not found"."""
+    from bpfdsl.diagnostics import DiagnosticError, error
+
+    return DiagnosticError(
+        error(
+            "key-not-found",
+            f"{map_ref}: no entry for key {key}",
+            hint=f"`bpfdsl map dump {map_ref}` lists the entries",
+        )
+    )

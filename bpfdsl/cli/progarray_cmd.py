@@ -32,7 +32,7 @@ def register(sub) -> None:
     d.add_argument("map", metavar="MAP", help=MAP_HELP)
     d.add_argument("key", type=int, metavar="KEY")
     d.set_defaults(func=cmd_progarray_delete)
-    sh = v.add_parser("show", help="the filled slots and the ids of their programs")
+    sh = v.add_parser("show", help="the filled slots and their programs (name and id)")
     sh.add_argument("map", metavar="MAP", help=MAP_HELP)
     sh.set_defaults(func=cmd_progarray_show)
 
@@ -70,9 +70,13 @@ def cmd_progarray_show(args) -> int:
     with open_map(args.map) as (fd, name, _d):
         rows = prog_array_slots(fd, map_name=name)
     if args.json:
-        print(json.dumps([{"key": r.index, "prog_id": r.prog_id} for r in rows]))
+        print(
+            json.dumps(
+                [{"key": r.index, "prog_id": r.prog_id, "prog_name": r.prog_name} for r in rows]
+            )
+        )
         return OK
     print(f"prog_array {name}: {len(rows)} slot(s) filled")
     for r in rows:
-        print(f"  slot {r.index}: prog id {r.prog_id}")
+        print(f"  slot {r.index}: {r.prog_name or '?'} (prog id {r.prog_id})")
     return OK

@@ -23,10 +23,12 @@ from bpfdsl.runtime.cpumap import require_map
 
 @dataclass(frozen=True, slots=True)
 class ProgArraySlot:
-    """One filled slot: ``index`` and the ``prog_id`` of the program in it."""
+    """One filled slot: ``index``, the ``prog_id`` of the program in it and its name
+    (``bpf_prog_info.name``, at most 15 characters; "" when the kernel would not say)."""
 
     index: int
     prog_id: int
+    prog_name: str = ""
 
 
 def _key(map_name: str, info, index: int) -> bytes:
@@ -85,5 +87,14 @@ def prog_array_slots(map_fd: int, *, map_name: str = "prog_array") -> list[ProgA
     for index in range(info.max_entries):
         raw = S.map_lookup(map_fd, struct.pack("<I", index), 4)
         if raw is not None:
-            out.append(ProgArraySlot(index, struct.unpack("<I", raw)[0]))
+            prog_id = struct.unpack("<I", raw)[0]
+            out.append(ProgArraySlot(index, prog_id, _prog_name(prog_id)))
     return out
+
+
+def _prog_name(prog_id: int) -> str:
+    try:
+        with S.get_fd_by_id("prog", prog_id) as fd:
+            return S.prog_info(fd).name.decode(errors="replace")
+    except S.BpfError:
+        return ""

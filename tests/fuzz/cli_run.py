@@ -111,8 +111,6 @@ def judge_output(
         return Result("error", "message")
     if rc == 2 and "usage:" in both:  # argparse, or the help text of a bare `bpfdsl`
         return Result("error", "usage")
-    if rc == 1 and out.strip() and not err.strip():  # e.g. `map delete`: "KEY: not found"
-        return Result("error", "stdout-message")
     if rc == 1 and cmd == "check" and ("REJECTED" in out or '"rejected"' in out):
         return Result("error", "rejected")
     if rc == 2 and cmd == "check" and ("CANNOT CHECK" in out or '"unchecked"' in out):

@@ -52,8 +52,13 @@ def test_map_update_lookup_delete_hash(pinned):
     assert jrun("map", "lookup", m, "2048") == {"key": 2048, "value": 7, "found": True}
     assert jrun("map", "dump", m)["entries"] == [{"key": 2048, "value": 7}]
     assert jrun("map", "delete", m, "2048")["deleted"] is True
-    r = bpfdsl("map", "lookup", m, "2048")
-    assert r.returncode == 1 and "not found" in r.stdout
+    for cmd in ("lookup", "delete"):  # a missing key: an error on stderr, nothing on stdout
+        r = bpfdsl("map", cmd, m, "2048")
+        assert r.returncode == 1 and r.stdout == "", r.stdout
+        assert f"error[key-not-found]: {m}: no entry for key 2048" in r.stderr
+        r = bpfdsl("--json", "map", cmd, m, "2048")
+        assert r.returncode == 1 and r.stderr == ""
+        assert json.loads(r.stdout)["error"][0]["code"] == "key-not-found"
     # noexist on an existing key is refused with a reason, not a traceback
     jrun("map", "update", m, "1", "1")
     r = bpfdsl("map", "update", m, "1", "2", "--flags", "noexist")

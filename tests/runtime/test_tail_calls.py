@@ -165,7 +165,11 @@ def test_progarray_command_sets_shows_and_refuses_another_kind(tmp_path):
             assert r.returncode == 0, r.stderr
             assert syscall.prog_test_run(fd, ARP_FRAME).retval == 1  # parse_v6: DROP
         r = _bpfdsl("progarray", "show", "--json", f"{pin}:parsers")
-        assert [s["key"] for s in json.loads(r.stdout)] == [0, 1, 2]
+        slots = json.loads(r.stdout)
+        assert [s["key"] for s in slots] == [0, 1, 2]
+        assert slots[2]["prog_name"] == "parse_v6"  # the program by name, not just its id
+        r = _bpfdsl("progarray", "show", f"{pin}:parsers")
+        assert "slot 2: parse_v6 (prog id " in r.stdout
         r = _bpfdsl("progarray", "delete", f"{pin}:parsers", "2")
         assert r.returncode == 0 and "emptied" in r.stdout
         r = _bpfdsl("load", str(frags), "--pin-dir", other)
