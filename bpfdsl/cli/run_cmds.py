@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
 import json
+import signal
 import sys
 from collections import Counter
+from collections.abc import Iterable
 
 OK, FAILED = 0, 1
 
@@ -199,11 +202,12 @@ def cmd_run(args) -> int:
         ifindex = netlink.ifindex(args.dev)
     engine = testrun.open_engine(args.engine, spec, config=config, ifindex=ifindex)
     warnings.extend(getattr(engine, "warnings", ()))
+    out = _RunOutput(args, name)
     try:
         if routes and isinstance(engine, testrun.InterpEngine):  # the kernel: refused above
             engine.collection.env.fib_routes[:] = routes
         runinfo.fill_maps(engine, spec, entries, ctx)
-        results = testrun.run_packets(
+        results = testrun.iter_packets(
             engine,
             name,
             kind,
@@ -212,44 +216,108 @@ def cmd_run(args) -> int:
             describe=not args.quiet,
             ctx=ctx,
         )
+        # Ctrl-C (or SIGTERM) stops between two frames, never inside one's output line
+        stop = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+        signal.signal(signal.SIGINT, out.interrupt)
+        signal.signal(signal.SIGTERM, out.interrupt)
+        try:
+            for r in results:  # each frame's line as soon as it is run
+                out.add(r)
+                if out.interrupted:
+                    break
+        finally:
+            signal.signal(signal.SIGINT, stop[0])
+            signal.signal(signal.SIGTERM, stop[1])
     finally:
         engine.close()
+        out.stop_progress()
     for w in warnings:
         print(f"warning: {w}", file=sys.stderr)
-    totals = Counter(r.verdict or "skipped" for r in results)
-    status = OK
-    if all(r.skipped for r in results):
-        print(
-            f"error: no packet was run: all {len(results)} skipped "
-            f"({results[0].skipped})" + (", ..." if len(results) > 1 else ""),
-            file=sys.stderr,
-        )
-        status = FAILED
-    if args.json:
-        print(
-            json.dumps(
-                {
-                    "program": name,
-                    "engine": args.engine,
-                    "repeat": args.repeat,
-                    "packets": [r.to_dict() for r in results],
-                    "totals": dict(totals),
-                },
-                indent=2,
+    return out.finish()
+
+
+class _RunOutput:
+    """What `run` prints, as the frames are run: a line per frame (text), or the JSON
+    document written as it grows (its ``packets`` list one entry per frame), so a capture
+    of any length streams in bounded memory; ``-q`` on a terminal shows a progress line
+    on stderr instead.  After a Ctrl-C or SIGTERM (``interrupted``) the summary of the frames
+    run so far is printed all the same, and the exit code is 128 + the signal (130, 143)."""
+
+    def __init__(self, args, name: str) -> None:
+        self.args, self.name = args, name
+        self.totals: Counter[str] = Counter()
+        self.count = self.skipped = 0
+        self.first_skip = ""
+        self.interrupted = False
+        self.signal = 0
+        self.progress = None
+        if args.json:
+            head = {"program": name, "engine": args.engine, "repeat": args.repeat}
+            print(json.dumps(head)[:-1] + ', "packets": [', flush=True)
+        elif args.quiet and sys.stderr.isatty():
+            from rich.progress import Progress, SpinnerColumn, TextColumn
+
+            self.progress = Progress(
+                SpinnerColumn(), TextColumn("{task.completed} frame(s) run"), transient=True
             )
+            self.task = self.progress.add_task("run", total=None)
+            self.progress.start()
+
+    def interrupt(self, signum, _frame) -> None:
+        """The SIGINT/SIGTERM handler: the loop stops after the frame being run."""
+        self.interrupted = True
+        self.signal = signum
+
+    def add(self, r) -> None:
+        self.totals[r.verdict or "skipped"] += 1
+        if r.skipped:
+            self.skipped += 1
+            self.first_skip = self.first_skip or r.skipped
+        if self.args.json:
+            sep = "," if self.count else ""
+            print(f"{sep}\n  {json.dumps(r.to_dict())}", end="", flush=True)
+        elif not self.args.quiet:
+            _print_result(r, self.args.repeat)
+            sys.stdout.flush()
+        elif self.progress is not None:
+            self.progress.update(self.task, completed=self.count + 1)
+        self.count += 1
+
+    def stop_progress(self) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+            self.progress = None
+
+    def finish(self) -> int:
+        status = OK
+        if self.count and self.skipped == self.count:
+            print(
+                f"error: no packet was run: all {self.count} skipped ({self.first_skip})"
+                + (", ..." if self.count > 1 else ""),
+                file=sys.stderr,
+            )
+            status = FAILED
+        if self.interrupted:
+            print(f"interrupted after {self.count} packet(s)", file=sys.stderr)
+            status = 128 + self.signal  # the shell's code for a death by that signal
+        if self.args.json:
+            tail: dict[str, object] = {"totals": dict(self.totals)}
+            if self.interrupted:
+                tail["interrupted"] = True
+            print("\n], " + json.dumps(tail)[1:], flush=True)
+            return status
+        parts = ", ".join(f"{v} {n}" for v, n in sorted(self.totals.items()))
+        print(
+            f"{self.count} packet(s) through {self.name!r} ({self.args.engine}): "
+            f"{parts or 'none'}" + (" (interrupted)" if self.interrupted else "")
         )
         return status
-    if not args.quiet:
-        for r in results:
-            _print_result(r, args.repeat)
-    parts = ", ".join(f"{v} {n}" for v, n in sorted(totals.items()))
-    print(f"{len(results)} packet(s) through {name!r} ({args.engine}): {parts or 'none'}")
-    return status
 
 
-def _inputs(args, kind, warnings: list[str]) -> list[tuple[int, bytes]]:
-    """(index, bytes) to run on: frames for XDP, one message for sk_msg, nothing for
-    sock_ops (one run of the callback).  Raises UsageError for inputs of the wrong kind."""
+def _inputs(args, kind, warnings: list[str]) -> Iterable[tuple[int, bytes]]:
+    """(index, bytes) to run on: frames for XDP (a capture read as it is run), one message
+    for sk_msg, nothing for sock_ops (one run of the callback).  Raises UsageError for
+    inputs of the wrong kind, or a capture that cannot be read or holds no packet."""
     from bpfdsl.diagnostics import UsageError, error
     from bpfdsl.runtime import packets
 
@@ -290,13 +358,11 @@ def _inputs(args, kind, warnings: list[str]) -> list[tuple[int, bytes]]:
             )
         )
     if args.pcap:
-        frames = [
-            (f.index, f.data)
-            for f in packets.read_pcap(args.pcap, limit=args.limit, warnings=warnings)
-        ]
-        if not frames:
+        stream = packets.iter_pcap(args.pcap, limit=args.limit, warnings=warnings)
+        first = next(stream, None)  # an empty capture is refused before anything runs
+        if first is None:
             raise UsageError(error("bad-capture", f"{args.pcap}: the capture holds no packet"))
-        return frames
+        return itertools.chain([(first.index, first.data)], ((f.index, f.data) for f in stream))
     if args.hex is None:
         raise UsageError(
             error("bad-input", "no packet to run on", hint="add --hex FRAME or --pcap FILE")

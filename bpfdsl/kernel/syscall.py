@@ -545,6 +545,17 @@ def btf_info(fd: int | Fd) -> BtfInfo:
     return obj_get_info_by_fd(fd, BtfInfo())
 
 
+def btf_data(btf_id: int) -> bytes:
+    """The raw BTF (header, types, strings) of the kernel's BTF object ``btf_id``, as
+    ``bpftool btf dump id N`` reads it (BPF_BTF_GET_FD_BY_ID, then bpf_btf_info.btf).
+    Raises BpfError (ENOENT: no such id; EPERM: needs CAP_SYS_ADMIN)."""
+    with get_fd_by_id("btf", btf_id) as fd:
+        size = btf_info(fd).btf_size
+        buf = C.create_string_buffer(max(size, 1))
+        obj_get_info_by_fd(fd, BtfInfo(btf=C.addressof(buf), btf_size=size))
+        return buf.raw[:size]
+
+
 def prog_map_ids(fd: int | Fd) -> list[int]:
     """Ids of the maps program ``fd`` uses (bpf_prog_info.map_ids)."""
     n = prog_info(fd).nr_map_ids

@@ -17,7 +17,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from bpfdsl.abi.btf.core import BtfFormatError
+from bpfdsl.abi.btf.core import BtfFormatError, parse_btf
 from bpfdsl.abi.btf.shape import type_decl, type_shape
 from bpfdsl.abi.insn import Insn, encode
 from bpfdsl.abi.uapi import (
@@ -38,7 +38,6 @@ from bpfdsl.obj.spec import CollectionSpec, DataSection, ProgramSpec
 from bpfdsl.runtime import cpumap
 from bpfdsl.runtime.attach import ensure_bpffs
 from bpfdsl.runtime.kfuncs import kfunc_btf_id, needs_dev_bound
-from bpfdsl.runtime.mapview import kernel_btf
 from bpfdsl.runtime.verifier_log import summarize
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -412,9 +411,10 @@ def _type_diff(coll: Collection, m: MapSpec, info: S.MapInfo) -> str:
     obj = coll.spec.btf
     if obj is None or not info.btf_id:
         return ""
-    live = kernel_btf(int(info.btf_id))
-    if live is None:
-        return ""
+    try:
+        live = parse_btf(S.btf_data(int(info.btf_id)))
+    except (S.BpfError, BtfFormatError):
+        return ""  # the kernel would not say (EPERM...): sizes are all there is
     parts = []
     for what, mine, theirs in (
         ("key", m.key_type_id, int(info.btf_key_type_id)),

@@ -9,7 +9,6 @@ value rounded up to 8 bytes).  Without BTF, keys/values are hex.
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import os
 from collections.abc import Iterator
@@ -105,12 +104,7 @@ def kernel_btf(btf_id: int) -> Btf | None:
     if not btf_id:
         return None
     try:
-        with syscall.get_fd_by_id("btf", btf_id) as fd:
-            size = syscall.btf_info(fd).btf_size
-            buf = ctypes.create_string_buffer(max(size, 1))
-            info = syscall.BtfInfo(btf=ctypes.addressof(buf), btf_size=size)
-            syscall.obj_get_info_by_fd(fd, info)
-            return parse_btf(buf.raw[:size])
+        return parse_btf(syscall.btf_data(btf_id))
     except (syscall.BpfError, BtfFormatError):
         return None
 

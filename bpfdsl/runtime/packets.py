@@ -11,11 +11,12 @@ from __future__ import annotations
 import re
 import socket
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from bpfdsl.diagnostics import UsageError, error
-from bpfdsl.runtime.pcapfile import MAXIMUM_SNAPLEN, CaptureFormatError, read_capture
+from bpfdsl.runtime.pcapfile import MAXIMUM_SNAPLEN, CaptureFormatError, CaptureReader, open_capture
 
 DLT_EN10MB = 1  # pcap LINKTYPE_ETHERNET (tcpdump.org/linktypes.html)
 ETH_HLEN = 14
@@ -34,15 +35,24 @@ class Frame:
 def read_pcap(
     path: str | Path, *, limit: int | None = None, warnings: list[str] | None = None
 ) -> list[Frame]:
-    """Frames of an Ethernet pcap or pcapng file, in file order (at most ``limit``), the
-    packets ``tcpdump -r`` shows: records are read by libpcap's rules
-    (:mod:`bpfdsl.runtime.pcapfile`), so records over 65535 bytes (BIG TCP, jumbograms) are whole
-    and a record longer than the file's snapshot length is cut to it.
+    """Frames of an Ethernet pcap or pcapng file, in file order (at most ``limit``): the
+    list of :func:`iter_pcap` (which reads one frame at a time).  Raises as it."""
+    return list(iter_pcap(path, limit=limit, warnings=warnings))
 
-    Raises UsageError for a missing/unreadable file, a file that is not a capture, or a
-    link type other than Ethernet (LINKTYPE_ETHERNET = 1).  A cut last record, or a record
-    libpcap refuses, ends the list (what tcpdump does) instead of failing: a sentence
-    saying so is appended to ``warnings``.
+
+def iter_pcap(
+    path: str | Path, *, limit: int | None = None, warnings: list[str] | None = None
+) -> Iterator[Frame]:
+    """Frames of an Ethernet pcap or pcapng file, in file order (at most ``limit``), the
+    packets ``tcpdump -r`` shows, read one at a time (a capture of any size in bounded
+    memory): records are read by libpcap's rules (:mod:`bpfdsl.runtime.pcapfile`), so
+    records over 65535 bytes (BIG TCP, jumbograms) are whole and a record longer than the
+    file's snapshot length is cut to it.
+
+    Raises UsageError -- here, before the first frame -- for a missing/unreadable file, a
+    file that is not a capture, or a link type other than Ethernet (LINKTYPE_ETHERNET = 1).
+    A cut last record, or a record libpcap refuses, ends the frames (what tcpdump does)
+    instead of failing: a sentence saying so is appended to ``warnings`` when they end.
     """
 
     p = Path(path)
@@ -53,7 +63,7 @@ def read_pcap(
     if not p.is_file():
         raise UsageError(error("bad-capture", f"{p}: no such capture file"))
     try:
-        cap = read_capture(p, limit=limit)
+        cap = open_capture(p, limit=limit)
     except CaptureFormatError as e:
         raise UsageError(
             error(
@@ -65,6 +75,7 @@ def read_pcap(
     except OSError as e:
         raise UsageError(error("bad-capture", f"{p}: {e.strerror or e}")) from None
     if cap.linktype != DLT_EN10MB:
+        cap.close()
         raise UsageError(
             error(
                 "bad-capture",
@@ -73,25 +84,25 @@ def read_pcap(
                 "(not `-i any`, which writes Linux cooked captures)",
             )
         )
+    return _frames(p, cap, warnings)
+
+
+def _frames(p: Path, cap: CaptureReader, warnings: list[str] | None) -> Iterator[Frame]:
+    try:
+        for r in cap:
+            yield Frame(r.index, r.data, r.wirelen)
+    except OSError as e:
+        raise UsageError(error("bad-capture", f"{p}: {e.strerror or e}")) from None
+    finally:
+        cap.close()
     if cap.error is not None and warnings is not None:  # tcpdump: "pcap_loop: <error>"
-        n = len(cap.records)
+        n = cap.count
         where = f"ends inside packet {n + 1}" if cap.cut else f"stops at packet {n + 1}"
         why = "truncated file" if cap.cut else "libpcap refuses this record"
         warnings.append(
             f"{p}: the capture {where} ({cap.error}; {why}): read {n} whole packet(s), "
             "as tcpdump does"
         )
-    return [Frame(r.index, r.data, r.wirelen) for r in cap.records]
-
-
-def _huge_length(p: Path) -> UsageError:
-    return UsageError(
-        error(
-            "bad-capture",
-            f"{p}: corrupt capture (a block or record length claims more bytes than can be read)",
-            hint="write captures with `tcpdump -w FILE` (Ethernet)",
-        )
-    )
 
 
 def parse_hex(text: str) -> bytes:

@@ -18,12 +18,15 @@ Pure (no scapy, no kernel).  The rules are libpcap's (the-tcpdump-group/libpcap)
   snapshot length; an EPB/PB with caplen over the snapshot length ends the read.
 
 Whatever ends a read early (a cut file, a record libpcap refuses) stops it with the
-packets read so far, as ``tcpdump -r`` does; :attr:`Capture.error` says why.
+packets read so far, as ``tcpdump -r`` does; :attr:`Capture.error` says why.  :func:`open_capture`
+reads one record at a time (a capture of any size in bounded memory), :func:`read_capture`
+the whole file.
 """
 
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
@@ -102,27 +105,88 @@ def _read(f: BinaryIO, n: int, what: str) -> bytes:
     return data
 
 
-def read_capture(path: str | Path, *, limit: int | None = None) -> Capture:
-    """Read the pcap or pcapng file at ``path`` (at most ``limit`` records).
+class CaptureReader:
+    """A capture file being read, one record at a time (bounded memory, whatever the size
+    of the file): ``format``, ``linktype`` and ``snaplen`` as in :class:`Capture`, known
+    once the file header is read; iterating yields the :class:`Record` s in file order (at
+    most ``limit``); once the iteration ends, ``error``/``cut`` say why it ended early (as
+    :class:`Capture`).  A context manager: the file is closed on exit, or when the records
+    run out."""
+
+    def __init__(self, path: str | Path, *, limit: int | None = None) -> None:
+        self._f: BinaryIO | None = open(path, "rb")
+        try:
+            magic = self._f.read(4)
+            if len(magic) != 4:
+                raise CaptureFormatError(
+                    f"truncated dump file; tried to read 4 file header bytes, only got {len(magic)}"
+                )
+            if struct.unpack("<I", magic)[0] == _SHB:
+                head, self._next = _open_pcapng(self._f, magic)
+            else:
+                head, self._next = _open_pcap(self._f, magic)
+        except BaseException:
+            self.close()
+            raise
+        self.format, self.linktype, self.snaplen = head.format, head.linktype, head.snaplen
+        self.limit = limit
+        self.error: str | None = None
+        self.cut = False
+        self.count = 0
+
+    def __iter__(self) -> Iterator[Record]:
+        f = self._f
+        if f is None:
+            return
+        try:
+            while self.limit is None or self.count < self.limit:
+                rec = self._next()
+                if rec is None:
+                    break
+                self.count += 1
+                yield Record(self.count, rec[0], rec[1])
+        except _Stop as e:
+            self.error, self.cut = str(e), e.cut
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        if self._f is not None:
+            self._f.close()
+            self._f = None
+
+    def __enter__(self) -> CaptureReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def open_capture(path: str | Path, *, limit: int | None = None) -> CaptureReader:
+    """Open the pcap or pcapng file at ``path`` to read its records one at a time (at most
+    ``limit``).
 
     Raises CaptureFormatError when the file cannot be opened as a capture and OSError when
-    it cannot be read; a problem after the file header ends the list instead (``error``).
+    it cannot be read; a problem after the file header ends the records instead
+    (``CaptureReader.error``).
     """
-    with open(path, "rb") as f:
-        magic = f.read(4)
-        if len(magic) != 4:
-            raise CaptureFormatError(
-                f"truncated dump file; tried to read 4 file header bytes, only got {len(magic)}"
-            )
-        if struct.unpack("<I", magic)[0] == _SHB:
-            return _read_pcapng(f, magic, limit)
-        return _read_pcap(f, magic, limit)
+    return CaptureReader(path, limit=limit)
+
+
+def read_capture(path: str | Path, *, limit: int | None = None) -> Capture:
+    """Read the whole pcap or pcapng file at ``path`` (at most ``limit`` records) into a
+    :class:`Capture`; :func:`open_capture` reads one record at a time.  Raises as it."""
+    with open_capture(path, limit=limit) as r:
+        records = list(r)
+        return Capture(r.format, r.linktype, r.snaplen, records, r.error, r.cut)
 
 
 # ---- pcap (sf-pcap.c) ----
 
 
-def _read_pcap(f: BinaryIO, magic: bytes, limit: int | None) -> Capture:
+def _open_pcap(f: BinaryIO, magic: bytes) -> tuple[Capture, Callable[[], tuple[bytes, int] | None]]:
+    """The file header of a pcap file (after its 4 ``magic`` bytes), and the function that
+    reads the next record: (data, wirelen), None at the end of the file; raises _Stop."""
     for order in ("<", ">"):
         (m,) = struct.unpack(order + "I", magic)
         if m in _PCAP_MAGICS:
@@ -145,42 +209,38 @@ def _read_pcap(f: BinaryIO, magic: bytes, limit: int | None) -> Capture:
     if m == _KUZNETZOV and linktype == LINKTYPE_ETHERNET:
         snapshot = min(snapshot + 14, INT_MAX)  # cooked captures add a fake Ethernet header
     swapped = "yes" if major == 543 or minor < 3 else ("maybe" if minor == 3 else "no")
-    cap = Capture("pcap", linktype, snapshot)
     biggest = max_snaplen_for_linktype(linktype)
     rec_fmt = struct.Struct(order + "IIII")
-    try:
-        while limit is None or len(cap.records) < limit:
-            head = f.read(hdrsize)
-            if not head:
-                break  # the end of the file, between records
-            if len(head) != hdrsize:
+
+    def next_record() -> tuple[bytes, int] | None:
+        head = f.read(hdrsize)
+        if not head:
+            return None  # the end of the file, between records
+        if len(head) != hdrsize:
+            raise _Stop(
+                f"truncated dump file; tried to read {hdrsize} header bytes, only got {len(head)}",
+                True,
+            )
+        _sec, _frac, caplen, wirelen = rec_fmt.unpack_from(head)
+        if swapped == "yes" or (swapped == "maybe" and caplen > wirelen):
+            caplen, wirelen = wirelen, caplen
+        if caplen > biggest:
+            over = f"snaplen of {snapshot}" if caplen > snapshot else f"maximum of {biggest}"
+            raise _Stop(f"invalid packet capture length {caplen}, bigger than {over}")
+        if caplen > snapshot:  # cut to the snapshot length, skip the rest
+            data = _read(f, snapshot, "captured bytes")
+            skipped = f.read(caplen - snapshot)
+            if len(skipped) != caplen - snapshot:
+                got = snapshot + len(skipped)
                 raise _Stop(
-                    f"truncated dump file; tried to read {hdrsize} header bytes, only got "
-                    f"{len(head)}",
+                    f"truncated dump file; tried to read {caplen} captured bytes, only got {got}",
                     True,
                 )
-            _sec, _frac, caplen, wirelen = rec_fmt.unpack_from(head)
-            if swapped == "yes" or (swapped == "maybe" and caplen > wirelen):
-                caplen, wirelen = wirelen, caplen
-            if caplen > biggest:
-                over = f"snaplen of {snapshot}" if caplen > snapshot else f"maximum of {biggest}"
-                raise _Stop(f"invalid packet capture length {caplen}, bigger than {over}")
-            if caplen > snapshot:  # cut to the snapshot length, skip the rest
-                data = _read(f, snapshot, "captured bytes")
-                skipped = f.read(caplen - snapshot)
-                if len(skipped) != caplen - snapshot:
-                    got = snapshot + len(skipped)
-                    raise _Stop(
-                        f"truncated dump file; tried to read {caplen} captured bytes, only "
-                        f"got {got}",
-                        True,
-                    )
-            else:
-                data = _read(f, caplen, "captured bytes")
-            cap.records.append(Record(len(cap.records) + 1, data, wirelen))
-    except _Stop as e:
-        cap.error, cap.cut = str(e), e.cut
-    return cap
+        else:
+            data = _read(f, caplen, "captured bytes")
+        return data, wirelen
+
+    return Capture("pcap", linktype, snapshot), next_record
 
 
 # ---- pcapng (sf-pcapng.c) ----
@@ -292,7 +352,11 @@ def _add_idb(ng: _Ng, body: bytes) -> None:
     ng.ifcount += 1
 
 
-def _read_pcapng(f: BinaryIO, magic: bytes, limit: int | None) -> Capture:
+def _open_pcapng(
+    f: BinaryIO, magic: bytes
+) -> tuple[Capture, Callable[[], tuple[bytes, int] | None]]:
+    """The Section Header Block and first Interface Description Block of a pcapng file,
+    and the function that reads the next packet (as :func:`_open_pcap`)."""
     head = f.read(8)
     if len(head) != 8:
         raise CaptureFormatError("unknown file format (not a pcap or pcapng capture)")
@@ -329,17 +393,8 @@ def _read_pcapng(f: BinaryIO, magic: bytes, limit: int | None) -> Capture:
                 )
     except _Stop as e:
         raise CaptureFormatError(str(e)) from None
-    cap = Capture("pcapng", ng.linktype, ng.snaplen)
-    try:
-        while limit is None or len(cap.records) < limit:
-            rec = _next_packet(f, ng)
-            if rec is None:
-                break
-            data, wirelen = rec
-            cap.records.append(Record(len(cap.records) + 1, data, wirelen))
-    except _Stop as e:
-        cap.error, cap.cut = str(e), e.cut
-    return cap
+    linktype: int = ng.linktype  # the loop above ran until the first IDB set it
+    return Capture("pcapng", linktype, ng.snaplen), lambda: _next_packet(f, ng)
 
 
 def _next_packet(f: BinaryIO, ng: _Ng) -> tuple[bytes, int] | None:

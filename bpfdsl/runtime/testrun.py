@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import errno
 import struct
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -406,7 +406,25 @@ def run_packets(
     describe: bool = True,
     ctx: dict | None = None,
 ) -> list[PacketResult]:
-    """Run ``program`` on each ``(index, frame)``; one :class:`PacketResult` each.  For
+    """The list of :func:`iter_packets` (which takes the same arguments)."""
+    return list(
+        iter_packets(engine, program, kind, packets, repeat=repeat, describe=describe, ctx=ctx)
+    )
+
+
+def iter_packets(
+    engine: Engine,
+    program: str,
+    kind: ProgramKind,
+    packets: Iterable[tuple[int, bytes]],
+    *,
+    repeat: int = 1,
+    describe: bool = True,
+    ctx: dict | None = None,
+) -> Iterator[PacketResult]:
+    """Run ``program`` on each ``(index, frame)`` as it comes (``packets`` may be a stream:
+    :func:`bpfdsl.runtime.packets.iter_pcap`), yielding one :class:`PacketResult` each as
+    soon as it is run; nothing is kept between frames.  For
     sk_msg the "frame" is the message, for sock_ops it is empty.  ``ctx``: context fields
     (:func:`bpfdsl.runtime.runinfo.parse_ctx`).  With ``describe``, each result also says what the
     program did: bytes changed, redirect target or empty slot, map entries changed (by BTF
@@ -421,7 +439,6 @@ def run_packets(
     ncpu = getattr(engine, "ncpus", 1)
     replay = _Replay(engine)
     redirects = spec is not None and _redirects(spec, program)
-    out: list[PacketResult] = []
     for index, data in packets:
         line = ""
         if describe:
@@ -432,7 +449,7 @@ def run_packets(
             r = engine.run(program, data, repeat, ctx=ctx)
         except PacketSkipped as e:
             res.skipped = str(e)
-            out.append(res)
+            yield res
             continue
         res.retval, res.data_out, res.duration_ns = r.retval, r.data_out, r.duration_ns
         res.verdict = verdict_name(kind, r.retval)
@@ -454,8 +471,7 @@ def run_packets(
         read_events = getattr(engine, "events", None)
         if read_events is not None:
             res.events = read_events()
-        out.append(res)
-    return out
+        yield res
 
 
 _REDIRECT_HELPERS = ("redirect", "redirect_map")
