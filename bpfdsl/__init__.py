@@ -20,7 +20,9 @@ Stages: ``compile_source``/``compile_file`` (source text -> ELF bytes, the check
 (BPF links or netlink), ``run`` (a program on frames: the kernel's BPF_PROG_TEST_RUN or the
 userspace interpreter), ``open_events`` (the records a loaded program sends through a ringbuf
 or perf_event_array map: ``with bpfdsl.open_events("/sys/fs/bpf/x:samples") as ev:
-ev.poll(1.0)`` -> list of :class:`Event`, decoded by BTF type).  Errors: every stage raises :class:`DiagnosticError` (file, line,
+ev.poll(1.0)`` -> list of :class:`Event`, decoded by BTF type), ``open_map`` (a live map,
+typed by its BTF: ``get``/``set``/``remove``, ``items()`` and ``update_batch``/``delete_batch``
+through the kernel's BPF_MAP_*_BATCH commands).  Errors: every stage raises :class:`DiagnosticError` (file, line,
 column, hints; :class:`UsageError` for unusable input); the loader's ``LoadError`` and
 ``VerifierError`` are DiagnosticErrors too; ``str()`` is the one-line form and
 ``render()`` the full one.
@@ -51,6 +53,8 @@ _PUBLIC: dict[str, str] = {
     "attach_xdp": "bpfdsl.runtime.attach",
     "detach_xdp": "bpfdsl.runtime.attach",
     "open_events": "bpfdsl.runtime.events",
+    "open_map": "bpfdsl.runtime.mapview",
+    "MapView": "bpfdsl.runtime.mapview",
     "EventStream": "bpfdsl.runtime.events",
     "Event": "bpfdsl.runtime.events",
     "PacketResult": "bpfdsl.runtime.testrun",
@@ -70,6 +74,7 @@ __all__ = [
     "Event",
     "EventStream",
     "LoadError",
+    "MapView",
     "PacketResult",
     "ProgramSpec",
     "Span",
@@ -83,6 +88,7 @@ __all__ = [
     "detach_xdp",
     "load_collection",
     "open_events",
+    "open_map",
     "read_object",
     "run",
 ]
@@ -96,6 +102,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time names come from __g
     from bpfdsl.obj.spec import CollectionSpec, ProgramSpec
     from bpfdsl.runtime.attach import attach_xdp, detach_xdp
     from bpfdsl.runtime.loader import Collection, LoadError, VerifierError, load_collection
+    from bpfdsl.runtime.mapview import MapView, open_map
     from bpfdsl.runtime.testrun import PacketResult
 
 

@@ -30,6 +30,13 @@ class MapElemAttr(C.Structure):
     _fields_ = [("map_fd", u32), ("key", u64), ("value", u64), ("flags", u64)]
 
 
+class MapBatchAttr(C.Structure):
+    """``union bpf_attr``'s ``batch`` member (BPF_MAP_*_BATCH, include/uapi/linux/bpf.h)."""
+
+    _fields_ = [("in_batch", u64), ("out_batch", u64), ("keys", u64), ("values", u64),
+                ("count", u32), ("map_fd", u32), ("elem_flags", u64), ("flags", u64)]
+
+
 class ProgLoadAttr(C.Structure):
     _fields_ = [("prog_type", u32), ("insn_cnt", u32), ("insns", u64), ("license", u64),
                 ("log_level", u32), ("log_size", u32), ("log_buf", u64),

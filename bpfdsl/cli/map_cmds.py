@@ -28,10 +28,20 @@ def register(sub) -> None:
     lk.add_argument("map", metavar="MAP")
     lk.add_argument("key", metavar="KEY")
     lk.set_defaults(func=cmd_map_lookup)
-    up = verbs.add_parser("update", help="set the value of one key")
+    up = verbs.add_parser(
+        "update",
+        help="set the value of one key, or of every entry of a file (--from)",
+        usage="bpfdsl map update MAP (KEY VALUE | --from FILE) [--flags F]",
+        description="Set one entry, or with --from FILE every entry of FILE, written "
+        "4096 per system call (BPF_MAP_UPDATE_BATCH where the map kind has it).  FILE: "
+        "what `bpfdsl map dump --json` prints (a JSON document with `entries`), JSON lines "
+        '({"key": K, "value": V} per line), or CSV (a `key,value` header line, then one '
+        "entry per line in the KEY/VALUE forms above); `-` reads stdin.",
+    )
     up.add_argument("map", metavar="MAP")
-    up.add_argument("key", metavar="KEY")
-    up.add_argument("value", metavar="VALUE")
+    up.add_argument("key", metavar="KEY", nargs="?")
+    up.add_argument("value", metavar="VALUE", nargs="?")
+    up.add_argument("--from", dest="from_file", metavar="FILE", help="the entries to write")
     up.add_argument(
         "--flags",
         choices=tuple(_FLAGS),
@@ -60,11 +70,10 @@ def cmd_map_dump(args) -> int:
 
     with MapView(args.map) as m:
         rows = []
-        for k, v in m.entries():
-            val = None if v is None else m.value_value(v)
+        for key, val in m.items():  # BPF_MAP_LOOKUP_BATCH where the map kind has it
             if args.sum and m.percpu:
                 val = _sum(val)
-            rows.append((m.key_value(k), val))
+            rows.append((key, val))
         if args.json:
             print(
                 json.dumps(
@@ -102,8 +111,19 @@ def cmd_map_lookup(args) -> int:
 
 
 def cmd_map_update(args) -> int:
+    from bpfdsl.diagnostics import UsageError, error
     from bpfdsl.runtime.mapview import MapView
 
+    if args.from_file is not None:
+        if args.key is not None:
+            raise UsageError(
+                error("bad-args", "give KEY VALUE or --from FILE, not both", hint=_UPDATE_USAGE)
+            )
+        return _update_from(args)
+    if args.key is None or args.value is None:
+        raise UsageError(
+            error("bad-args", "give KEY and VALUE (or --from FILE)", hint=_UPDATE_USAGE)
+        )
     with MapView(args.map) as m:
         key, value = m.parse_key(args.key), m.parse_value(args.value)
         m.update(key, value, _FLAGS[args.flags])
@@ -111,6 +131,22 @@ def cmd_map_update(args) -> int:
             print(json.dumps({"key": m.key_value(key), "value": m.value_value(value)}))
         else:
             print(f"{_text(m.key_value(key))}: {_text(m.value_value(value))}")
+    return OK
+
+
+_UPDATE_USAGE = "bpfdsl map update MAP KEY VALUE, or bpfdsl map update MAP --from FILE"
+
+
+def _update_from(args) -> int:
+    from bpfdsl.runtime.mapfile import read_entries
+    from bpfdsl.runtime.mapview import MapView
+
+    with MapView(args.map) as m:
+        n = m.update_batch(read_entries(args.from_file), _FLAGS[args.flags])
+        if args.json:
+            print(json.dumps({"map": m.describe()["name"], "updated": n}))
+        else:
+            print(f"{args.map}: wrote {n} entr{'y' if n == 1 else 'ies'}")
     return OK
 
 

@@ -24,6 +24,7 @@ from bpfdsl.abi.bpf_attr import (
     LinkDetachAttr,
     LinkInfo,
     LinkUpdateAttr,
+    MapBatchAttr,
     MapCreateAttr,
     MapElemAttr,
     MapInfo,
@@ -53,7 +54,8 @@ LOG_MAX = (1 << 30) - 1  # kernel: log_size must be < UINT_MAX >> 2 (bpf_vlog_in
 
 class BpfError(OSError):
     """A failed bpf(2) command: ``.cmd`` (BpfCmd), ``.errno``, message; ``.log`` is the
-    verifier/BTF log when the command produced one ('' otherwise)."""
+    verifier/BTF log when the command produced one ('' otherwise); ``.done``: for the
+    BPF_MAP_*_BATCH commands, how many elements were processed before the failure."""
 
     errno: int  # always set (OSError's may be None)
 
@@ -61,6 +63,7 @@ class BpfError(OSError):
         msg = message or f"bpf({cmd.name}): {os.strerror(errno)}"
         super().__init__(errno, msg)
         self.cmd, self.log, self.message = cmd, log, msg
+        self.done = 0
 
     def __str__(self) -> str:
         return self.message
@@ -234,6 +237,62 @@ def map_get_next_key(fd: int | Fd, key: bytes | None, key_size: int) -> bytes | 
             return None
         raise
     return n.raw[:key_size]
+
+
+def map_lookup_batch(
+    fd: int | Fd, token: bytes | None, count: int, key_size: int, value_size: int
+) -> tuple[bytes, bytes, int, bytes | None]:
+    """BPF_MAP_LOOKUP_BATCH: up to ``count`` entries after the position ``token`` (None:
+    from the start), as (keys, values, n, next token): ``n`` keys of ``key_size`` bytes and
+    ``n`` values of ``value_size`` bytes (per-CPU maps: ``percpu_value_size``) packed, and
+    the token to continue with, None once the map is exhausted (the kernel's ENOENT).
+    The token is opaque (a bucket or index; 8 bytes suffice for every map kind here).
+    Raises BpfError: EINVAL/ENOTSUPP (524) for map kinds without batch operations (lpm_trie,
+    fd-holding maps...), ENOSPC when one hash bucket holds more than ``count`` entries."""
+    tok_size = max(key_size, 8)
+    tin = _buf(token.ljust(tok_size, b"\0")) if token is not None else None
+    tout = C.create_string_buffer(tok_size)
+    keys = C.create_string_buffer(max(key_size * count, 1))
+    vals = C.create_string_buffer(max(value_size * count, 1))
+    a = MapBatchAttr(_addr(tin), _addr(tout), _addr(keys), _addr(vals), count, int(fd), 0, 0)
+    done = False
+    try:
+        sys_bpf(BpfCmd.MAP_LOOKUP_BATCH, a)
+    except BpfError as e:
+        if e.errno != E.ENOENT:
+            raise
+        done = True
+    n = int(a.count)
+    return keys.raw[: n * key_size], vals.raw[: n * value_size], n, None if done else tout.raw
+
+
+def map_update_batch(
+    fd: int | Fd, keys: bytes, values: bytes, count: int, elem_flags: int = BPF_ANY
+) -> int:
+    """BPF_MAP_UPDATE_BATCH of ``count`` packed keys and values (``elem_flags``: BPF_ANY /
+    BPF_NOEXIST / BPF_EXIST); returns how many were written.  Raises BpfError (its
+    ``done`` attribute: how many were written before the failing one)."""
+    k, v = _buf(keys), _buf(values)
+    a = MapBatchAttr(0, 0, _addr(k), _addr(v), count, int(fd), elem_flags, 0)
+    try:
+        sys_bpf(BpfCmd.MAP_UPDATE_BATCH, a)
+    except BpfError as e:
+        e.done = int(a.count)
+        raise
+    return int(a.count)
+
+
+def map_delete_batch(fd: int | Fd, keys: bytes, count: int) -> int:
+    """BPF_MAP_DELETE_BATCH of ``count`` packed keys; returns how many were deleted.
+    Raises BpfError (ENOENT: a key was absent; ``done``: how many went before it)."""
+    k = _buf(keys)
+    a = MapBatchAttr(0, 0, _addr(k), 0, count, int(fd), 0, 0)
+    try:
+        sys_bpf(BpfCmd.MAP_DELETE_BATCH, a)
+    except BpfError as e:
+        e.done = int(a.count)
+        raise
+    return int(a.count)
 
 
 def map_freeze(fd: int | Fd) -> None:

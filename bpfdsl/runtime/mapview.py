@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import errno
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from bpfdsl.abi.btf import values as btf_values
 from bpfdsl.abi.btf.core import Btf, BtfFormatError, parse_btf
-from bpfdsl.abi.uapi import MapType, is_array, is_indexed, is_percpu
+from bpfdsl.abi.uapi import BPF_ANY, MapType, is_array, is_indexed, is_percpu
 from bpfdsl.diagnostics import DiagnosticError, UsageError, error
 from bpfdsl.kernel import syscall
 
@@ -97,6 +97,10 @@ def _fd_kind(fd: int) -> str:
         return os.readlink(f"/proc/self/fd/{fd}").removeprefix("anon_inode:bpf-")
     except OSError:
         return ""
+
+
+# bpf() errnos of a map kind without BPF_MAP_*_BATCH (kernel/bpf/syscall.c BPF_DO_BATCH)
+_NO_BATCH = (errno.EINVAL, errno.EOPNOTSUPP, 524)  # 524: the kernel's ENOTSUPP
 
 
 def kernel_btf(btf_id: int) -> Btf | None:
@@ -290,6 +294,7 @@ class MapView(MapCodec):
             self.fd.close()
             raise UsageError(error("bad-map", f"{ref} is pinned but is not a map"))
         self.info = syscall.map_info(self.fd)
+        self._no_batch = False  # set once the kernel says the kind has no batch operations
         btf = kernel_btf(int(self.info.btf_id))
         super().__init__(
             self.info.name.decode(errors="replace"),
@@ -365,6 +370,143 @@ class MapView(MapCodec):
             error("map-failed", f"{what} map {self.name!r}: {os.strerror(e.errno)}", hint=hint)
         )
 
+    # ---- typed access: the control-plane API (``bpfdsl.open_map``)
+    def get(self, key: Any) -> Any:
+        """The value at ``key`` (a Python value or text, as :meth:`encode_key` takes it),
+        decoded by the map's BTF (per-CPU maps: a list, one per possible CPU); None when
+        absent.  Raises UsageError for a key the type refuses, DiagnosticError from bpf()."""
+        raw = self.lookup(self.encode_key(key))
+        return None if raw is None else self.value_value(raw)
+
+    def set(self, key: Any, value: Any, flags: int = BPF_ANY) -> None:
+        """Write ``value`` at ``key`` (``flags``: BPF_ANY / BPF_NOEXIST / BPF_EXIST, bpf.h).
+        Per-CPU maps take a list (one value per CPU) or one value for every CPU."""
+        self.update(self.encode_key(key), self.encode_values(value), flags)
+
+    def remove(self, key: Any) -> bool:
+        """Delete the entry at ``key``; False when there was none."""
+        return self.delete(self.encode_key(key))
+
+    def encode_values(self, obj: Any) -> bytes:
+        """The value bytes BPF_MAP_UPDATE_ELEM takes: per-CPU maps a list of ``ncpu``
+        values, or one value replicated to every CPU (each padded to 8 bytes)."""
+        if self.percpu and isinstance(obj, list) and len(obj) == self.ncpu and self.value_tid:
+            t = self.btf.resolve(self.value_tid) if self.btf is not None else None
+            if t is None or t.kind.name != "ARRAY":  # a list per CPU, not an array value
+                return b"".join(self.encode_value(v).ljust(self.stride, b"\0") for v in obj)
+        return self.all_cpus(self.encode_value(obj))
+
+    def items(self, *, batch: int = 4096) -> Iterator[tuple[Any, Any]]:
+        """Every (key, value) as Python values, read ``batch`` entries per system call
+        (BPF_MAP_LOOKUP_BATCH) where the map kind has it, else one by one
+        (BPF_MAP_GET_NEXT_KEY + LOOKUP).  Values of fd-holding kinds are None."""
+        for k, v in self.raw_items(batch=batch):
+            yield self.key_value(k), None if v is None else self.value_value(v)
+
+    def raw_items(self, *, batch: int = 4096) -> Iterator[tuple[bytes, bytes | None]]:
+        """(key bytes, value bytes) of every entry, as :meth:`items` reads them."""
+        ks, vs = int(self.info.key_size), self.stride * self.ncpu
+        token: bytes | None = None
+        count = batch
+        while True:
+            try:
+                keys, vals, n, token = syscall.map_lookup_batch(self.fd, token, count, ks, vs)
+            except syscall.BpfError as e:
+                if e.errno == errno.ENOSPC and count < (1 << 20):
+                    count *= 2  # a hash bucket holds more than `count` entries
+                    continue
+                if token is None and e.errno in _NO_BATCH:
+                    yield from self.entries()
+                    return
+                raise self._err("reading", e) from None
+            for i in range(n):
+                yield keys[i * ks : (i + 1) * ks], vals[i * vs : (i + 1) * vs]
+            if token is None:
+                return
+
+    def update_batch(
+        self, entries: Iterable[tuple[Any, Any]], flags: int = BPF_ANY, *, batch: int = 4096
+    ) -> int:
+        """Write every (key, value) of ``entries`` (Python values, as :meth:`set`),
+        ``batch`` per system call (BPF_MAP_UPDATE_BATCH; one by one for map kinds without
+        it).  Returns how many were written.  Raises UsageError for a value the type
+        refuses (nothing of that batch is written) and DiagnosticError from bpf() naming
+        the failing entry (the entries before it are written)."""
+        done = 0
+        chunk: list[tuple[bytes, bytes]] = []
+        for key, value in entries:
+            chunk.append((self.encode_key(key), self.encode_values(value)))
+            if len(chunk) >= batch:
+                done += self._write(chunk, flags, done)
+                chunk = []
+        if chunk:
+            done += self._write(chunk, flags, done)
+        return done
+
+    def _write(self, chunk: list[tuple[bytes, bytes]], flags: int, before: int) -> int:
+        if not self._no_batch:
+            keys = b"".join(k for k, _ in chunk)
+            vals = b"".join(v for _, v in chunk)
+            try:
+                return syscall.map_update_batch(self.fd, keys, vals, len(chunk), flags)
+            except syscall.BpfError as e:
+                if e.errno not in _NO_BATCH or e.done:
+                    at = min(e.done, len(chunk) - 1)
+                    raise self._entry_err("updating", e, before + at, chunk[at][0]) from None
+                self._no_batch = True
+        for i, (k, v) in enumerate(chunk):
+            try:
+                syscall.map_update(self.fd, k, v, flags)
+            except syscall.BpfError as e:
+                raise self._entry_err("updating", e, before + i, k) from None
+        return len(chunk)
+
+    def delete_batch(self, keys: Iterable[Any], *, batch: int = 4096) -> int:
+        """Delete the entries at ``keys`` (Python values), ``batch`` per system call
+        (BPF_MAP_DELETE_BATCH where the kind has it); a key that is absent is skipped.
+        Returns how many were deleted."""
+        done = 0
+        chunk: list[bytes] = []
+        todo = iter(keys)
+        while True:
+            for key in todo:
+                chunk.append(self.encode_key(key))
+                if len(chunk) >= batch:
+                    break
+            if not chunk:
+                return done
+            done += self._delete(chunk)
+            chunk = []
+
+    def _delete(self, chunk: list[bytes]) -> int:
+        if not self._no_batch:
+            try:
+                return syscall.map_delete_batch(self.fd, b"".join(chunk), len(chunk))
+            except syscall.BpfError as e:
+                if e.errno == errno.ENOENT:  # an absent key stops the batch: go on after it
+                    return e.done + self._delete_each(chunk[e.done + 1 :])
+                if e.errno not in _NO_BATCH:
+                    raise self._err("deleting in", e) from None
+                self._no_batch = True
+        return self._delete_each(chunk)
+
+    def _delete_each(self, chunk: list[bytes]) -> int:
+        return sum(1 for k in chunk if self.delete(k))
+
+    def _entry_err(self, what: str, e: syscall.BpfError, index: int, key: bytes) -> Exception:
+        """:meth:`_err` naming the entry (1-based, in the order given) and its key."""
+        err = self._err(what, e)
+        if not isinstance(err, DiagnosticError):
+            return err
+        d = err.diagnostics[0]
+        return DiagnosticError(
+            error(
+                d.code,
+                f"{d.message} at entry {index + 1} (key {self.key_value(key)})",
+                hint=d.hints[0] if d.hints else None,
+            )
+        )
+
     def describe(self) -> dict:
         """Map metadata as a dict (id, name, type, key/value size, max_entries, flags)."""
         return {
@@ -378,3 +520,24 @@ class MapView(MapCodec):
             "btf": self.btf is not None,
             "percpu": self.percpu,
         }
+
+
+def open_map(ref: str) -> MapView:
+    """Open a live map for typed reads and writes: the Python control-plane API.
+
+    ``ref`` := PIN_PATH | DIR:NAME (a ``bpfdsl load``/``attach`` pin dir) | id:N.  Keys and
+    values are Python values decoded and encoded by the map's BTF as the kernel holds it --
+    the same forms ``bpfdsl map dump --json`` prints and ``map update`` takes (ints; IPv4,
+    IPv6 and MAC addresses and prefixes as text, ``be16``/``be32`` in host order; structs
+    as dicts; per-CPU values as lists)::
+
+        with bpfdsl.open_map("/sys/fs/bpf/acl:rules") as m:
+            m.set("10.0.0.0/8", {"action": 1})
+            m.update_batch((f"10.{i}.0.0/16", {"action": 2}) for i in range(256))
+            for key, value in m.items():      # BPF_MAP_LOOKUP_BATCH, 4096 per call
+                ...
+
+    Needs root (CAP_BPF).  Raises UsageError when nothing is pinned at ``ref``,
+    PermissionError without the privileges, DiagnosticError from bpf() otherwise.
+    """
+    return MapView(ref)

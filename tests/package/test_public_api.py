@@ -13,6 +13,7 @@ import pytest
 from support.netns import bpffs_dir, veth_net
 
 import bpfdsl
+from bpfdsl.cli import main
 
 SRC = """license "GPL"
 map seen: array<u32, u64>(max_entries: 1)
@@ -118,7 +119,7 @@ def test_readme_python_example_runs_as_written(tmp_path, monkeypatch):
     from support.paths import ROOT
 
     readme = (ROOT / "README.md").read_text()
-    (example,) = re.findall(r"```python\n(.*?)```", readme, re.S)
+    example, maps_example = re.findall(r"```python\n(.*?)```", readme, re.S)
     (program,) = re.findall(r"```bpfd\n(.*?)```", readme, re.S)
     (tmp_path / "filter.bpfd").write_text(program)
     monkeypatch.chdir(tmp_path)
@@ -133,6 +134,18 @@ def test_readme_python_example_runs_as_written(tmp_path, monkeypatch):
             assert os.path.exists(f"{pin}/link")  # attached, pinned: outlives the collection
         finally:
             shutil.rmtree(pin, ignore_errors=True)
+    # the control-plane example, on the pins of `bpfdsl load progs/xdp_acl.bpfd`
+    acl = bpffs_dir()
+    assert main(["load", str(ROOT / "progs" / "xdp_acl.bpfd"), "--pin-dir", acl]) == 0
+    try:
+        exec(
+            compile(maps_example.replace("/sys/fs/bpf/acl", acl), "README.md", "exec"),
+            {"bpfdsl": bpfdsl},
+        )
+        with bpfdsl.open_map(f"{acl}:v4_block") as m:
+            assert m.get("10.0.0.0/8") is None and m.get("10.3.0.0/16") == 2
+    finally:
+        main(["unload", acl])
 
 
 def test_all_lists_exactly_the_lazy_names_and_run():

@@ -1,0 +1,101 @@
+"""Map entries in files: what ``bpfdsl map update --from FILE`` reads.
+
+Three forms, told apart by their first non-blank character:
+
+- the document ``bpfdsl map dump --json`` prints (``{"map": {...}, "entries": [{"key": K,
+  "value": V}, ...]}``), so a dump loads back as it is;
+- JSON lines, one ``{"key": K, "value": V}`` object per line;
+- CSV (RFC 4180, Python's ``csv`` module): a header line naming the columns ``key`` and
+  ``value``, then one entry per line, each field in the text forms the CLI takes for KEY
+  and VALUE (``10.0.0.0/8``, ``0x2a``, a JSON object for a struct).
+
+Keys and values are returned as they are written (Python values from JSON, text from CSV)
+for :meth:`bpfdsl.runtime.mapview.MapView.update_batch` to encode by the map's BTF.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+from bpfdsl.diagnostics import UsageError, error
+
+
+def read_entries(path: str) -> Iterator[tuple[Any, Any]]:
+    """The (key, value) entries of the file at ``path`` (``-``: stdin), in file order.
+    Raises UsageError naming the file and line of anything it cannot read (before the
+    entries of that line are used: a bad line in a batch stops before that batch)."""
+    try:
+        f = sys.stdin if path == "-" else open(path, encoding="utf-8")
+    except OSError as e:
+        raise UsageError(error("bad-file", f"{path}: {e.strerror or e}")) from None
+    try:
+        text = f.read()
+    except (OSError, UnicodeDecodeError) as e:
+        raise UsageError(error("bad-file", f"{path}: cannot read it: {e}")) from None
+    finally:
+        if f is not sys.stdin:
+            f.close()
+    head = text.lstrip()[:1]
+    if head == "{":
+        yield from _json_entries(path, text)
+    elif head:
+        yield from _csv_entries(path, text)
+
+
+def _bad(path: str, line: int, what: str) -> UsageError:
+    return UsageError(
+        error(
+            "bad-file",
+            f"{path}:{line}: {what}",
+            hint='give {"key": K, "value": V} per line, `bpfdsl map dump --json` output, '
+            "or CSV with a key,value header",
+        )
+    )
+
+
+def _json_entries(path: str, text: str) -> Iterator[tuple[Any, Any]]:
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        doc = None
+    if isinstance(doc, dict) and "entries" in doc:  # `map dump --json`
+        entries = doc["entries"]
+        if not isinstance(entries, list):
+            raise _bad(path, 1, "`entries` is not a list")
+        for i, e in enumerate(entries):
+            yield _entry(path, i + 1, e, "entry")
+        return
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except ValueError as e:
+            raise _bad(path, n, f"not JSON: {e}") from None
+        yield _entry(path, n, obj, "line")
+
+
+def _entry(path: str, n: int, obj: Any, what: str) -> tuple[Any, Any]:
+    if not isinstance(obj, dict) or "key" not in obj or "value" not in obj:
+        raise _bad(path, n, f'{what} {n} is not an object with "key" and "value"')
+    return obj["key"], obj["value"]
+
+
+def _csv_entries(path: str, text: str) -> Iterator[tuple[Any, Any]]:
+    rows = csv.reader(io.StringIO(text))
+    header = next(rows, None)
+    names = [h.strip().lower() for h in header or []]
+    if "key" not in names or "value" not in names:
+        raise _bad(path, 1, "the first line must name the columns key and value")
+    ki, vi = names.index("key"), names.index("value")
+    for n, row in enumerate(rows, 2):
+        if not row or not any(c.strip() for c in row):
+            continue
+        if len(row) <= max(ki, vi):
+            raise _bad(path, n, f"{len(row)} field(s), the header names {len(names)}")
+        yield row[ki].strip(), row[vi].strip()
