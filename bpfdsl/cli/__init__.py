@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import signal
 import sys
 from typing import TYPE_CHECKING
 
@@ -278,6 +279,11 @@ def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the exit code (see module docstring)."""
     global _JSON_ERRORS
     argv = list(sys.argv[1:] if argv is None else argv)
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        # a shell starts background jobs (`cmd &`) with SIGINT ignored, and Python then
+        # installs no KeyboardInterrupt handler: `bpfdsl events ... &` would never stop
+        # on SIGINT.  Every command stops on it.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     _JSON_ERRORS = "--json" in argv or "-j" in argv
     first = next((a for a in argv if not a.startswith("-")), None)
     parser = build_parser(first if first in COMMANDS else None)

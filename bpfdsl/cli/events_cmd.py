@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import sys
 import time
 
@@ -97,6 +98,7 @@ def cmd_events(args) -> int:
                 file=sys.stderr,
             )
         end = time.monotonic() + args.duration if args.duration else None
+        signal.signal(signal.SIGTERM, _stop)  # a service manager's stop: as Ctrl-C
         try:
             while args.count is None or stats.records < args.count:
                 left = 0.2 if end is None else min(0.2, end - time.monotonic())
@@ -119,6 +121,11 @@ def cmd_events(args) -> int:
         lost = f", {stats.lost} lost" if stats.lost else ""
         print(f"{stats.records} record(s) from {stream.name}{lost}{extra}", file=sys.stderr)
     return OK
+
+
+def _stop(_signum, _frame) -> None:
+    """SIGTERM while streaming: stop as on Ctrl-C (the summary is still printed)."""
+    raise KeyboardInterrupt
 
 
 def _emit(args, ev, stream, stats, pcap, table) -> None:
