@@ -324,7 +324,9 @@ def c_key_source(n: int) -> str:
     rs = rules(n)
     scalar = c_source(n)
     head = scalar[: scalar.index("\n__noinline int rule_0") + 1]
-    head = head.replace("c_source(", "c_key_source(").replace("global functions", "global functions taking\n * const struct flow_key *")
+    head = head.replace("c_source(", "c_key_source(").replace(
+        "global functions", "global functions taking\n * const struct flow_key *"
+    )
     prog = scalar[scalar.index('SEC("xdp")') :]
     prog = prog.replace("\t__u16 dport = 0;", "\t__u16 sport = 0, dport = 0;")
     prog = prog.replace("\t\tdport = bpf_ntohs(tcp->dest);",

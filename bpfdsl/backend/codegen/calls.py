@@ -22,6 +22,22 @@ I32, I64 = ir.IntType(32), ir.IntType(64)
 PTR = ir.PointerType()
 
 
+def _padded_width(st: T.StructType, name: str) -> int:
+    """The bytes a constructor stores for integer field ``name`` of ``st``: its size, or
+    2/4/8 when the field is followed by padding up to that aligned width (the field
+    zero-extended fills the padding too: BPF is little-endian, so the value's bytes come
+    first; B07 wants padding zero, and one store is fewer instructions than two)."""
+    off, ft = st.fields[name]
+    if not isinstance(ft, (T.IntType, T.BoolType)) or ft.size >= 8:
+        return ft.size
+    end = min([o for o, _t in st.fields.values() if o > off], default=st.size)
+    w = ft.size
+    for cand in (2, 4, 8):
+        if cand > ft.size and off % cand == 0 and off + cand <= end:
+            w = cand
+    return w
+
+
 class _KsymDecl(ir.Function):
     """A function declaration whose ``!dbg`` goes where LLVM's parser wants it on a
     declaration, ``declare !dbg !N ...`` (llvmlite writes metadata after the prototype,
@@ -75,12 +91,16 @@ class CallGen(GenHost):
             return self.kfunc_call(e)
         if e.name in c.structs:
             st = c.structs[e.name]
-            filled = [(st.fields[k][0], st.fields[k][1].size) for k in e.kwargs]
+            widths = {k: _padded_width(st, k) for k in e.kwargs}
+            filled = [(st.fields[k][0], widths[k]) for k in e.kwargs]
             p = self.alloca_mem(st.size, e.name, filled)
             for k, v in e.kwargs.items():
                 off, ft = st.fields[k]
                 if isinstance(ft, (T.IntType, T.BoolType)):
-                    self.b.store(self.rv(v, ft), self.gep(p, off), align=max(1, ft.align))
+                    x, w = self.rv(v, ft), widths[k]
+                    if w > ft.size:  # the padding after it in one store: its zero-extension
+                        x = self.b.zext(x, ir.IntType(8 * w))
+                    self.b.store(x, self.gep(p, off), align=max(1, ft.align, w))
                 else:
                     # p is 8-aligned (alloca_mem): the field is aligned as its offset is
                     self.store_bytes(self.gep(p, off), v, ft, min(8, off & -off) if off else 8)
