@@ -16,6 +16,14 @@ check_max_stack_depth in kernel/bpf/verifier.c).
   imprecise scalars that changed since the checkpoint there widened to unknown, and the
   call pushes the next visit -- at most ``umax(r1)`` of them -- until the checkpoint at
   the call covers the returning state (compared by range, not only by type).
+* A subprogram **changes packet data** (kernel 6.13+ ``bpf_subprog_info.changes_pkt_data``,
+  set by check_cfg's visit_insn: mark_subprog_changes_pkt_data, merge_callee_effects) when
+  it calls a helper for which bpf_helper_changes_pkt_data() holds, a pkt-changing kfunc
+  or ``bpf_tail_call`` (the tail-called program may resize; since 6.18 the tail call does
+  not invalidate packet pointers where it returns), or calls (or takes the address of) a
+  subprogram that does.  A call of such a global function invalidates every packet
+  pointer of the caller (check_func_call: clear_all_pkt_pointers), so does the return
+  from such a static one (:func:`changes_pkt_data`, :func:`enter_call`, :func:`leave`).
 * :func:`check_call_graph` is the kernel's static walk of the call graph: at most 8
   frames, 512 bytes of stack on every call chain (each frame rounded up to 16 bytes, the
   JIT's rule), and a subprogram that tail-calls may only be reached by callers with less
@@ -27,7 +35,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bpfdsl.abi.btf.core import BTF_FUNC_GLOBAL, Btf, BtfFormatError, Kind
-from bpfdsl.abi.helpers import HELPERS
+from bpfdsl.abi.helpers import HELPERS, HELPERS_BY_ID
+from bpfdsl.abi.kfuncs import PKT_CHANGING as PKT_CHANGING_KFUNCS
+from bpfdsl.abi.uapi import BPF_PSEUDO_KFUNC_CALL
 from bpfdsl.checker import domain as D
 from bpfdsl.checker.calls import check_mem
 from bpfdsl.checker.cfg import Cfg
@@ -38,6 +48,7 @@ MAX_CALL_FRAMES = 8  # kernel MAX_CALL_FRAMES
 MAX_BPF_STACK = 512  # bytes, combined over a call chain
 TAIL_CALL_STACK = 256  # bytes of caller stack above a subprogram that tail-calls
 BPF_FUNC_LOOP = HELPERS["loop"].id
+BPF_FUNC_TAIL_CALL_ID = HELPERS["tail_call"].id
 BPF_FUNC_TAIL_CALL = HELPERS["tail_call"].id
 
 
@@ -119,6 +130,47 @@ def _info(btf: Btf, fn, ctx: str | None) -> SubprogInfo:
     return SubprogInfo(fn.name, True, tuple(args), "", returns_scalar)
 
 
+# ---- changes_pkt_data -------------------------------------------------------------------
+
+
+def changes_pkt_data(cfg: Cfg, kfuncs: dict[int, str], subprogs: dict) -> dict[int, str]:
+    """Subprogram start index -> why it changes packet data (``bpf_xdp_adjust_head at insn
+    12``, ``calls leaf() at insn 30``), for every subprogram that does (see the module
+    doc): its own instructions (the kernel's check_cfg visits them all: an unreachable one
+    is refused), then a fixed point over its calls and function references."""
+    out: dict[int, str] = {}
+    for i, x in enumerate(cfg.insns):
+        if not x.is_call:
+            continue
+        why = ""
+        if x.is_helper_call:
+            h = HELPERS_BY_ID.get(x.imm)
+            if h is not None and (h.pkt_changing or x.imm == BPF_FUNC_TAIL_CALL_ID):
+                why = f"{h.kernel_name} at insn {cfg.slots[i]}"
+        elif x.src == BPF_PSEUDO_KFUNC_CALL and kfuncs.get(i) in PKT_CHANGING_KFUNCS:
+            why = f"{kfuncs[i]} at insn {cfg.slots[i]}"
+        sp = cfg.subprog_of[i]
+        if why and sp not in out:
+            out[sp] = why
+    edges = [(cfg.subprog_of[i], t, i) for i, t in [*cfg.call_target.items(), *cfg.func_refs.items()]]
+    changed = True
+    while changed:
+        changed = False
+        for caller, callee, i in edges:
+            if callee in out and caller not in out:
+                info = subprogs.get(callee)
+                name = f"{info.name}()" if info is not None else f"the function at insn {cfg.slots[callee]}"
+                out[caller] = f"calls {name} at insn {cfg.slots[i]}, which changes packet data ({out[callee]})"
+                changed = True
+    return out
+
+
+def _invalidate_packet(st: State, note: str) -> None:
+    """kernel clear_all_pkt_pointers: every packet pointer of every frame, registers and
+    spills, becomes an unknown scalar (``note`` says why, for the error a use gives)."""
+    st.update_regs(lambda r: D.unknown(note) if r.t in (D.PKT, D.PKT_META, D.PKT_END) else None)
+
+
 # ---- calls ----------------------------------------------------------------------------
 
 
@@ -137,6 +189,11 @@ def enter_call(env: Env, cfg: Cfg, st: State, i: int):
     info = env.subprogs.get(target)
     if info is not None and info.is_global:
         _check_global_args(env, st, info)
+        why = env.pkt_changers.get(target)
+        if why is not None:
+            _invalidate_packet(st, f"packet pointer invalidated by the call of global function "
+                               f"{info.name}() at insn {cfg.slots[i]}: it changes packet "
+                               f"data ({why})")  # fmt: skip
         env.called.add(target)  # verified on its own once the program is (do_check_subprogs)
         regs = st.regs
         for r in range(1, 6):
@@ -326,6 +383,13 @@ def leave(env: Env, cfg: Cfg, st: State, i: int):
     caller.r0_at = callee.r0_at if callee.r0_at >= 0 else i
     for r in range(1, 6):
         caller.regs[r] = D.NOT_INIT_REG
+    why = env.pkt_changers.get(callee.subprog)
+    if why is not None:  # the kernel (6.18) clears them as the function returns
+        info = env.subprogs.get(callee.subprog)
+        name = f"{info.name}()" if info is not None else "the function"
+        _invalidate_packet(st, f"packet pointer invalidated by the return from {name} "
+                           f"called at insn {cfg.slots[callee.callsite]}: it changes packet "
+                           f"data ({why})")  # fmt: skip
     return [(callee.callsite + 1, st)]
 
 
