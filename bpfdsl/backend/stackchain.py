@@ -112,7 +112,8 @@ def check_call_chains(c, depths: dict[str, int]) -> None:
         bodies = {d.name: d.body, **{n: f.decl.body for n, f in c.fns.items()}}
         edges = {**callees, d.name: prog_calls}
         # (function, stack above it and its own, chain of (function, frame bytes, call span))
-        todo = [(d.name, _rounded(depths.get(d.name, 0)), ((d.name, depths.get(d.name, 0), None),))]
+        first: tuple[tuple[str, int, Span | None], ...] = ((d.name, depths.get(d.name, 0), None),)
+        todo = [(d.name, _rounded(depths.get(d.name, 0)), first)]
         while todo:
             fn, depth, chain = todo.pop()
             for callee, span in edges.get(fn, []):
