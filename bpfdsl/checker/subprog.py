@@ -42,6 +42,7 @@ from bpfdsl.checker import domain as D
 from bpfdsl.checker.calls import UNMODELLED, check_mem
 from bpfdsl.checker.cfg import Cfg
 from bpfdsl.checker.env import Env, Fault
+from bpfdsl.checker.stack import stack_range_written
 from bpfdsl.checker.state import SPILL, Frame, IdMap, Slot, State, regs_exact
 
 MAX_CALL_FRAMES = 8  # kernel MAX_CALL_FRAMES
@@ -351,6 +352,11 @@ def _check_global_args(env: Env, st: State, info: SubprogInfo) -> None:
                 st.regs[regno] = r.replace(t=D.NULLABLE[r.t])
             try:
                 check_mem(env, st, regno, a.size, False, f"argument '{a.name}'")
+                if st.regs[regno].t == D.STACK:
+                    # check_mem_reg checks a write too: the function may write the bytes,
+                    # so the caller's stack there holds unknown data after the call
+                    # (check_stack_range_initialized with clobber)
+                    stack_range_written(st, regno, a.size)
             finally:
                 st.regs[regno] = saved
             if not a.nullable and r.t in D.NULLABLE:

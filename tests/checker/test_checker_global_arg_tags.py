@@ -221,6 +221,38 @@ __weak __noinline int t(struct sock *s __arg_untrusted) { return s != 0; }
 SEC("xdp") int prog(struct xdp_md *ctx) { void *volatile z = 0; return t(z) ? XDP_PASS : XDP_DROP; }
 """,
     ),
+    # the function may write its memory argument: the caller's stack there is unknown after
+    # the call (check_mem_reg checks a write too, which clobbers the stack range)
+    "stack-argument-clobbered": (
+        False,
+        "invalid access to packet",
+        r"""
+struct pair { __u64 a, b; };
+__weak __noinline int get(struct pair *p) { return p ? p->a > 3 : 0; }
+SEC("xdp") int prog(struct xdp_md *ctx) {
+	struct pair v;
+	v.a = 7; v.b = ctx->rx_queue_index;
+	asm volatile("" : : "r"(&v) : "memory");
+	int r = get(&v);
+	__u64 a = *(volatile __u64 *)&v.a;
+	if (a != 7) { /* the kernel cannot know a == 7 after the call */
+		void *data = (void *)(long)ctx->data;
+		return *(char *)data;  /* unchecked packet read */
+	}
+	return r ? XDP_PASS : XDP_DROP;
+}
+""",
+    ),
+    "rodata-argument": (
+        True,
+        "",
+        r"""
+struct pair { __u64 a, b; };
+const volatile struct pair cfg = { 1, 2 };
+__weak __noinline int get(const struct pair *p) { return p ? p->a > 3 : 0; }
+SEC("xdp") int prog(struct xdp_md *ctx) { return get((const struct pair *)&cfg) ? XDP_PASS : XDP_DROP; }
+""",
+    ),
 }
 
 
