@@ -187,3 +187,32 @@ xdp fn f(ctx) {{
     assert code in codes, codes
     d = next(d for d in ei.value.diagnostics if d.code == code)
     assert d.span is not None and d.span.line == 4
+
+
+TRANSITIVE = """license "GPL"
+global fn shrink(n: u32) -> i32 {
+    adjust_tail(-4)
+    return 0
+}
+noinline fn mid(n: u32) -> u32 {
+    return shrink(n) as u32
+}
+xdp fn f(ctx) {
+    let eth = parse ethernet else { return XDP_PASS }
+    mid(1)
+    if eth.h_proto == ETH_P_IP { return XDP_DROP }
+    return XDP_PASS
+}
+"""
+
+
+def test_a_view_used_after_a_call_of_a_resizing_fn_is_stale_too():
+    """Beside the refusal of the resize in the fn, the caller's view is invalid after the
+    call (through two calls), as after adjust_tail in the program itself."""
+    with pytest.raises(DiagnosticError) as ei:
+        compile_source(TRANSITIVE, "t.bpfd")
+    by_code = {d.code: d for d in ei.value.diagnostics}
+    assert "resize-in-fn" in by_code
+    d = by_code["stale-header"]
+    assert (d.span.line, d.span.col) == (12, 8)
+    assert "resized at line 11" in d.message

@@ -27,7 +27,7 @@ from bpfdsl.lang.sema.meta import MetaState
 from bpfdsl.lang.sema.meta import start as meta_start
 from bpfdsl.lang.sema.params import written_params
 from bpfdsl.lang.sema.refs import check_refs
-from bpfdsl.lang.sema.resize import LoopPaths
+from bpfdsl.lang.sema.resize import LoopPaths, pkt_changing_fns
 from bpfdsl.lang.sema.stmt import StmtChecker
 from bpfdsl.lang.sema.subprog_ctx import check_subprog_ctx
 from bpfdsl.lang.sema.symbols import (
@@ -84,6 +84,9 @@ class Checked:
     # fn -> indexes of the aggregate parameters it may write (sema.params): a call of a fn
     # that only reads one passes the caller's memory, not a copy
     written_params: dict[str, frozenset[int]] = field(default_factory=dict)
+    # fns that may change the packet (sema.resize.pkt_changing_fns): after a call of one,
+    # the caller's header views are invalid
+    pkt_changing_fns: set[str] = field(default_factory=set)
     # prog_array name -> slot -> the ast.Name of the program it holds (`= { 0: prog }`)
     prog_array_init: dict[str, dict[int, ast.Expr]] = field(default_factory=dict)
     # (program name, prog_array name, span) of every `tail_call(map, i) else { ... }`
@@ -261,6 +264,7 @@ class Sema(StmtChecker, DeclChecker):
             if isinstance(it, ast.FnDecl):
                 self.c.fns[it.name] = self.fn_info(it)
         self.c.packet_fns = self.find_packet_fns()
+        self.c.pkt_changing_fns = pkt_changing_fns(self.c.fns)
         self.check_subprog_packet()
         check_subprog_ctx(self)
         for it in items:
