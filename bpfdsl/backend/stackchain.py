@@ -96,35 +96,55 @@ def _calls(c, body: ast.Block, inline: dict[str, ast.Block]) -> list[tuple[str, 
                 out.append((n.name, span))
             elif n.name == "loop" and len(n.args) > 1 and isinstance(n.args[1], ast.Name):
                 out.append((n.args[1].id, span))
+    out.sort(key=lambda cs: (cs[1].line, cs[1].col))  # source order: the first call named
     return out
 
 
 def check_call_chains(c, depths: dict[str, int]) -> None:
-    """Raise DiagnosticError (``stack-limit``) at the call where a chain of calls from a
-    program needs more than 512 bytes of stack (``c``: sema's Checked; ``depths``: bytes
-    per function symbol of the object, bpfdsl.backend.target.stack_depths)."""
+    """Raise DiagnosticError (``stack-limit``) at the call where the deepest chain of calls
+    from a program passes 512 bytes of stack (``c``: sema's Checked; ``depths``: bytes per
+    function symbol of the object, bpfdsl.backend.target.stack_depths).  The deepest chain
+    below each function is computed once (the call graph has no cycles: sema refuses
+    recursion), so a wide call graph costs its edges, not its paths."""
     inline = {n: f.decl.body for n, f in c.fns.items() if f.linkage == "inline"}
     callees = {n: _calls(c, f.decl.body, inline) for n, f in c.fns.items() if n not in inline}
+    bodies = {n: f.decl.body for n, f in c.fns.items()}
+    below: dict[str, tuple[int, tuple[tuple[str, int, Span], ...]]] = {}
+
+    def deepest(fn: str, visiting: frozenset[str]) -> tuple[int, tuple[tuple[str, int, Span], ...]]:
+        """Rounded bytes of the deepest chain of calls below ``fn`` and that chain."""
+        if fn in below:
+            return below[fn]
+        best: tuple[int, tuple[tuple[str, int, Span], ...]] = (0, ())
+        for callee, span in callees.get(fn, []):
+            if callee in visiting:
+                continue  # recursion: sema refuses it
+            sub, chain = deepest(callee, visiting | {callee})
+            own = depths.get(callee, 0)
+            total = _rounded(own) + sub
+            if total > best[0] or not best[1]:
+                best = (total, ((callee, own, span), *chain))
+        below[fn] = best
+        return best
+
     for d, _kind in c.progs:
         prog_calls = _calls(c, d.body, inline)
         if not prog_calls:
             continue
-        bodies = {d.name: d.body, **{n: f.decl.body for n, f in c.fns.items()}}
-        edges = {**callees, d.name: prog_calls}
-        # (function, stack above it and its own, chain of (function, frame bytes, call span))
-        first: tuple[tuple[str, int, Span | None], ...] = ((d.name, depths.get(d.name, 0), None),)
-        todo = [(d.name, _rounded(depths.get(d.name, 0)), first)]
-        while todo:
-            fn, depth, chain = todo.pop()
-            for callee, span in edges.get(fn, []):
-                if any(callee == f for f, _b, _s in chain):
-                    continue  # recursion: sema refuses it
-                own = depths.get(callee, 0)
-                total = depth + _rounded(own)
-                link = (*chain, (callee, own, span))
-                if total > MAX_BPF_STACK:
-                    raise _error(c, link, total, bodies, inline)
-                todo.append((callee, total, link))
+        callees[d.name] = prog_calls
+        below.pop(d.name, None)
+        own = depths.get(d.name, 0)
+        sub, chain = deepest(d.name, frozenset({d.name}))
+        if _rounded(own) + sub <= MAX_BPF_STACK:
+            continue
+        link: list[tuple[str, int, Span | None]] = [(d.name, own, None)]
+        total = _rounded(own)
+        for step in chain:  # up to the call that passes the limit
+            link.append(step)
+            total += _rounded(step[1])
+            if total > MAX_BPF_STACK:
+                break
+        raise _error(c, tuple(link), total, {d.name: d.body, **bodies}, inline)
 
 
 def _error(c, chain, total: int, bodies, inline) -> DiagnosticError:

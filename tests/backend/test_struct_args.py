@@ -15,6 +15,7 @@ from scapy.layers.l2 import Ether
 from support.paths import ROOT
 
 from bpfdsl.compiler import compile_source
+from bpfdsl.diagnostics import DiagnosticError
 from bpfdsl.lang.build import parse_program
 from bpfdsl.lang.sema import analyzer
 
@@ -148,3 +149,35 @@ def test_struct_key_rules_decide_as_the_first_matching_rule_on_both_engines(bpf_
             (src, dst, 23 - r.proto, lo),
         ):
             assert prog.run(_frame(*c)).verdict == names[GEN.verdict_of(rules, *c)], c
+
+
+def test_the_call_chain_check_costs_the_calls_not_the_paths():
+    """8 levels of 8 global fns, each calling all 8 of the next level: 8**7 (2 million)
+    chains from the program over 456 calls.  The check finds the deepest chain below each
+    fn once (walking every chain took seconds)."""
+    import time
+
+    from bpfdsl.backend.stackchain import check_call_chains
+    from bpfdsl.compiler import front_end
+
+    levels, width = 8, 8
+    out = ['license "GPL"']
+    for lv in range(levels - 1, -1, -1):
+        for k in range(width):
+            if lv == levels - 1:
+                body = "    return n as i32"
+            else:
+                body = "    return " + " + ".join(f"f{lv + 1}_{j}(n)" for j in range(width))
+            out.append(f"global fn f{lv}_{k}(n: u32) -> i32 {{\n{body}\n}}")
+    out.append("xdp fn p(ctx) {\n    if f0_0(ctx.rx_queue_index) == 3 { return XDP_DROP }\n"
+               "    return XDP_PASS\n}")  # fmt: skip
+    checked = front_end("\n".join(out) + "\n", "wide.bpfd")
+    depths = dict.fromkeys([*checked.fns, "p"], 8)
+    t0 = time.process_time()
+    check_call_chains(checked, depths)  # 9 frames of 16 bytes: within 512
+    assert time.process_time() - t0 < 1.0
+    depths["f7_3"] = 400  # now p -> f0_0 -> ... -> f7_3 is 7 * 16 + 16 + 400 bytes
+    with pytest.raises(DiagnosticError) as ei:
+        check_call_chains(checked, depths)
+    d = ei.value.diagnostics[0]
+    assert d.code == "stack-limit" and "f7_3" in d.message and "528 bytes" in d.message
