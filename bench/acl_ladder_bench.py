@@ -59,21 +59,32 @@ def verified_insns(obj: Path) -> int:
         return syscall.prog_info(prog.fd).verified_insns
 
 
-def ladder(sizes, tmp: Path) -> list[dict]:
+VARIANTS = {
+    "scalar": (acl_gen.bpfd_source, acl_gen.c_source),
+    "struct-key": (acl_gen.bpfd_key_source, acl_gen.c_key_source),
+}
+"""Rule arguments: four scalars (``rule_k(saddr, daddr, proto, dport)``), or the 16-byte
+flow key struct (bpfdsl ``rule_k(key: flow_key)``, C ``rule_k(const struct flow_key *)``)."""
+
+
+def ladder(sizes, tmp: Path, variant: str = "scalar") -> list[dict]:
+    bpfd_source, c_source = VARIANTS[variant]
     rows = []
     for n in sizes:
-        bpfd, c = tmp / f"acl{n}.bpfd", tmp / f"acl{n}.c"
-        bpfd.write_text(acl_gen.bpfd_source(n))
-        c.write_text(acl_gen.c_source(n))
-        ours = tmp / f"acl{n}.o"
+        stem = f"acl{n}_{variant}"
+        bpfd, c = tmp / f"{stem}.bpfd", tmp / f"{stem}.c"
+        bpfd.write_text(bpfd_source(n))
+        c.write_text(c_source(n))
+        ours = tmp / f"{stem}.o"
         why = B.compile_ours(bpfd, ours)
         if why:
             raise B.BenchError(why)
-        clang, clang3 = tmp / f"acl{n}_c.o", tmp / f"acl{n}_c3.o"
+        clang, clang3 = tmp / f"{stem}_c.o", tmp / f"{stem}_c3.o"
         B.run(B.clang_cmd(c, clang))
         cmd3 = B.clang_cmd(c, clang3)
         B.run([cmd3[0], "-mcpu=v3", *cmd3[1:]])
-        row = {"rules": n, "ours": verified_insns(ours), "clang": verified_insns(clang)}
+        row = {"variant": variant, "rules": n, "ours": verified_insns(ours)}
+        row["clang"] = verified_insns(clang)
         row["clang_v3"] = verified_insns(clang3)
         row["ratio"] = row["ours"] / row["clang"]
         row["ratio_v3"] = row["ours"] / row["clang_v3"]
@@ -107,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         B.require_tool(B.CLANG, "apt-get install clang-19 (or set CLANG=)")
         note = B.load_note()
         with tempfile.TemporaryDirectory(prefix="bpfdsl_acl_") as d:
-            rows = ladder(sizes, Path(d))
+            rows = [r for v in VARIANTS for r in ladder(sizes, Path(d), v)]
             timing = compile_times(max(sizes) if args.quick else 200, runs, Path(d))
     except (B.BenchError, subprocess.SubprocessError) as e:
         print(f"acl_ladder_bench: cannot run: {e}", file=sys.stderr)
@@ -115,9 +126,10 @@ def main(argv: list[str] | None = None) -> int:
     print("verifier-processed instructions (bpf_prog_info.verified_insns), ours vs clang-19")
     print(
         B.table(
-            ["rules", "ours", "clang", "ratio", "goal", "clang -mcpu=v3", "ratio", "goal"],
+            ["args", "rules", "ours", "clang", "ratio", "goal", "clang -mcpu=v3", "ratio", "goal"],
             [
                 [
+                    r["variant"],
                     r["rules"],
                     r["ours"],
                     r["clang"],

@@ -21,6 +21,7 @@ from bpfdsl.abi import insn
 from bpfdsl.backend import target
 from bpfdsl.backend.codegen.debug import DebugAdapter
 from bpfdsl.backend.codegen.generator import generate
+from bpfdsl.backend.stackchain import check_call_chains
 from bpfdsl.checker import check_object
 from bpfdsl.checker.report import TIMEOUT
 from bpfdsl.diagnostics import (
@@ -194,6 +195,7 @@ def _compile(text, filename, mcpu, emit, debug, stats, check, check_timeout) -> 
     )
     res.llvm_binding = out.binding
     res.warnings = list(checked.warnings)
+    check_call_chains(checked, target.stack_depths(out.obj))
     if check:
         res.warnings += check_compiled(out.obj, text, check_timeout)
         t.append(perf_counter())

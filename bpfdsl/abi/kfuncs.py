@@ -70,4 +70,7 @@ KFUNCS: tuple[Kfunc, ...] = (
     ),
 )
 BY_NAME: dict[str, Kfunc] = {k.name: k for k in KFUNCS}
+# kfuncs that change packet data (kernel verifier.c is_kfunc_pkt_changing, Linux 6.18):
+# a subprogram calling one invalidates its callers' packet pointers like a resizing helper
+PKT_CHANGING: frozenset[str] = frozenset({"bpf_xdp_pull_data"})
 BY_BUILTIN: dict[str, Kfunc] = {k.builtin: k for k in KFUNCS}

@@ -35,7 +35,7 @@ from bpfdsl.checker.cfg import CfgError, build_cfg
 from bpfdsl.checker.ctx import ctx_for_program_type
 from bpfdsl.checker.env import Env, Fault, MapRef
 from bpfdsl.checker.report import TIMEOUT, CheckError, CheckResult, ProgramResult, SourceLine
-from bpfdsl.checker.subprog import check_call_graph, entry_regs, subprog_infos
+from bpfdsl.checker.subprog import changes_pkt_data, check_call_graph, entry_regs, subprog_infos
 
 __all__ = [
     "NATIVE",
@@ -191,6 +191,7 @@ def check_insns(
         return res
     deadline = None if timeout is None else t0 + timeout
     env.func_refs = dict(cfg.func_refs)
+    env.pkt_changers = changes_pkt_data(cfg, env.kfuncs, env.subprogs)
     try:
         out = _verify(env, cfg, deadline)
     except Exception as bug:  # a checker bug must not pass a program nor show a traceback

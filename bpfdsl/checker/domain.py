@@ -52,6 +52,9 @@ RINGBUF_MEM_OR_NULL: Final = 14
 MEM: Final = 15
 MEM_OR_NULL: Final = 16
 FUNC: Final = 17
+# DYNPTR: a global function's ``struct bpf_dynptr *`` argument (kernel CONST_PTR_TO_DYNPTR:
+# a read-only LOCAL dynptr; ``id`` its dynptr id); no helper the checker models takes one
+DYNPTR: Final = 18
 TYPE_NAMES = {
     NOT_INIT: "?",
     SCALAR: "scalar",
@@ -71,6 +74,7 @@ TYPE_NAMES = {
     MEM: "mem",
     MEM_OR_NULL: "mem_or_null",
     FUNC: "func",
+    DYNPTR: "dynptr_ptr",
 }
 NULLABLE = {
     MAP_VALUE_OR_NULL: MAP_VALUE,

@@ -103,6 +103,9 @@ class Env:
     entry: int = 0
     called: set = field(default_factory=set)
     has_func_info: bool | None = None  # the program comes with BTF func info (None: unknown)
+    # subprogram start index -> why it changes packet data (subprog.changes_pkt_data): a
+    # call of it invalidates the caller's packet pointers (kernel changes_pkt_data)
+    pkt_changers: dict = field(default_factory=dict)
 
     def precise(self, regno: int) -> None:
         """The current insn relies on the exact range of scalar ``regno``."""

@@ -16,6 +16,14 @@ check_max_stack_depth in kernel/bpf/verifier.c).
   imprecise scalars that changed since the checkpoint there widened to unknown, and the
   call pushes the next visit -- at most ``umax(r1)`` of them -- until the checkpoint at
   the call covers the returning state (compared by range, not only by type).
+* A subprogram **changes packet data** (kernel 6.13+ ``bpf_subprog_info.changes_pkt_data``,
+  set by check_cfg's visit_insn: mark_subprog_changes_pkt_data, merge_callee_effects) when
+  it calls a helper for which bpf_helper_changes_pkt_data() holds, a pkt-changing kfunc
+  or ``bpf_tail_call`` (the tail-called program may resize; since 6.18 the tail call does
+  not invalidate packet pointers where it returns), or calls (or takes the address of) a
+  subprogram that does.  A call of such a global function invalidates every packet
+  pointer of the caller (check_func_call: clear_all_pkt_pointers), so does the return
+  from such a static one (:func:`changes_pkt_data`, :func:`enter_call`, :func:`leave`).
 * :func:`check_call_graph` is the kernel's static walk of the call graph: at most 8
   frames, 512 bytes of stack on every call chain (each frame rounded up to 16 bytes, the
   JIT's rule), and a subprogram that tail-calls may only be reached by callers with less
@@ -27,29 +35,41 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bpfdsl.abi.btf.core import BTF_FUNC_GLOBAL, Btf, BtfFormatError, Kind
-from bpfdsl.abi.helpers import HELPERS
+from bpfdsl.abi.helpers import HELPERS, HELPERS_BY_ID
+from bpfdsl.abi.kfuncs import PKT_CHANGING as PKT_CHANGING_KFUNCS
+from bpfdsl.abi.uapi import BPF_PSEUDO_KFUNC_CALL
 from bpfdsl.checker import domain as D
-from bpfdsl.checker.calls import check_mem
+from bpfdsl.checker.calls import UNMODELLED, check_mem
 from bpfdsl.checker.cfg import Cfg
 from bpfdsl.checker.env import Env, Fault
+from bpfdsl.checker.stack import stack_range_written
 from bpfdsl.checker.state import SPILL, Frame, IdMap, Slot, State, regs_exact
 
 MAX_CALL_FRAMES = 8  # kernel MAX_CALL_FRAMES
 MAX_BPF_STACK = 512  # bytes, combined over a call chain
 TAIL_CALL_STACK = 256  # bytes of caller stack above a subprogram that tail-calls
 BPF_FUNC_LOOP = HELPERS["loop"].id
+BPF_FUNC_TAIL_CALL_ID = HELPERS["tail_call"].id
 BPF_FUNC_TAIL_CALL = HELPERS["tail_call"].id
 
 
 @dataclass(frozen=True, slots=True)
 class ArgSpec:
-    """One argument of a global function, as the kernel reads its BTF prototype
-    (btf_prepare_func_args): ``kind`` ``"scalar"`` (an int or enum), ``"ctx"`` (a pointer
-    to the program type's context struct) or ``"mem"`` (a pointer to ``size`` bytes)."""
+    """One argument of a global function, as the kernel reads its BTF prototype and its
+    ``arg:`` decl tags (btf_prepare_func_args): ``kind`` ``"scalar"`` (an int or enum,
+    ARG_ANYTHING), ``"ctx"`` (a pointer to the program type's context struct, or any
+    pointer tagged ``arg:ctx``: ARG_PTR_TO_CTX), ``"mem"`` (a pointer to ``size`` bytes:
+    ARG_PTR_TO_MEM, NULL allowed unless tagged ``arg:nonnull``, ``nullable`` False),
+    ``"dynptr"`` (``struct bpf_dynptr *``: ARG_PTR_TO_DYNPTR | MEM_RDONLY), ``"arena"``
+    (tagged ``arg:arena``: ARG_PTR_TO_ARENA, a scalar for the checker) or ``"trusted"``
+    (tagged ``arg:trusted``: a trusted kernel object of BTF type ``btf_name``, NULL allowed
+    with ``arg:nullable``)."""
 
     kind: str
     size: int = 0
     name: str = ""
+    nullable: bool = True
+    btf_name: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +86,12 @@ class SubprogInfo:
     returns_scalar: bool = True
 
 
+# the ``arg:`` decl tags btf_prepare_func_args knows (Linux 6.18; include/linux/bpf.h ARG_TAG_*)
+ARG_TAGS: frozenset[str] = frozenset(
+    {"ctx", "trusted", "untrusted", "nonnull", "nullable", "arena"}
+)
+
+
 def subprog_infos(btf: Btf | None, func_info, index_of_slot, ctx: str | None) -> dict:
     """Subprogram start index -> :class:`SubprogInfo` from ``func_info`` (records with
     ``insn_off`` in slots and a BTF FUNC ``type_id``) of a program whose context struct is
@@ -73,6 +99,10 @@ def subprog_infos(btf: Btf | None, func_info, index_of_slot, ctx: str | None) ->
     out: dict[int, SubprogInfo] = {}
     if btf is None:
         return out
+    tags: dict[tuple[int, int], list[str]] = {}  # (FUNC id, argument) -> its arg: tags
+    for t in btf.types:
+        if t.kind == Kind.DECL_TAG and t.name.startswith("arg:"):
+            tags.setdefault((t.type, t.component_idx), []).append(t.name[4:])
     for rec in func_info:
         i = index_of_slot.get(rec.insn_off)
         if i is None or i == 0:
@@ -81,42 +111,134 @@ def subprog_infos(btf: Btf | None, func_info, index_of_slot, ctx: str | None) ->
             fn = btf[rec.type_id]
             if fn.kind != Kind.FUNC:
                 continue
-            out[i] = _info(btf, fn, ctx)
+            out[i] = _info(btf, fn, ctx, tags)
         except BtfFormatError as e:
             out[i] = SubprogInfo(rec.name, True, None, f"its BTF is unreadable: {e}")
     return out
 
 
-def _info(btf: Btf, fn, ctx: str | None) -> SubprogInfo:
+def _info(btf: Btf, fn, ctx: str | None, tags: dict[tuple[int, int], list[str]]) -> SubprogInfo:
+    """btf_prepare_func_args for one function (a static one's tags are not looked at: the
+    kernel ignores its failure for a static function)."""
     if fn.linkage != BTF_FUNC_GLOBAL:
         return SubprogInfo(fn.name, False)
     proto = btf[fn.type]
     ret = btf.resolve(proto.type) if proto.type else None
     returns_scalar = ret is not None and ret.kind in (Kind.INT, Kind.ENUM, Kind.ENUM64)
     args = []
+
+    def bad(why: str) -> SubprogInfo:
+        return SubprogInfo(fn.name, True, None, why, returns_scalar)
+
     for k, m in enumerate(proto.members):
+        arg_tags = set(tags.get((fn.id, k), ()))
+        unknown = arg_tags - ARG_TAGS
+        if unknown:
+            return bad(f"arg#{k} has unsupported set of tags")
         t = btf.resolve(m.type) if m.type else None
         if t is None:
-            return SubprogInfo(fn.name, True, None, f"argument {k} has no type", returns_scalar)
-        if t.kind in (Kind.INT, Kind.ENUM, Kind.ENUM64):
-            args.append(ArgSpec("scalar", name=m.name))
-            continue
+            return bad(f"argument {k} has no type")
         if t.kind != Kind.PTR:
-            why = f"argument {k} ('{m.name}') is a {t.kind.name.lower()}, passed by value"
-            return SubprogInfo(fn.name, True, None, why, returns_scalar)
+            if arg_tags:
+                return bad(f"arg#{k} has pointer tag, but is not a pointer type")
+            if t.kind in (Kind.INT, Kind.ENUM, Kind.ENUM64):
+                args.append(ArgSpec("scalar", name=m.name))
+                continue
+            return bad(f"argument {k} ('{m.name}') is a {t.kind.name.lower()}, passed by value")
         target = btf.resolve(t.type) if t.type else None
-        if target is not None and target.kind == Kind.STRUCT and ctx and target.name == ctx:
+        is_ctx = (
+            target is not None and target.kind == Kind.STRUCT and bool(ctx) and target.name == ctx
+        )
+        if "ctx" in arg_tags or is_ctx:
+            if arg_tags - {"ctx"}:
+                return bad(f"arg#{k} has invalid combination of tags")
+            if "ctx" in arg_tags and target is not None and not is_ctx:
+                # btf_validate_prog_ctx_type: void * or the program type's context struct
+                return bad(f"arg#{k} should be `struct {ctx} *`")
             args.append(ArgSpec("ctx", name=m.name))
             continue
+        if target is not None and target.kind == Kind.STRUCT and target.name == "bpf_dynptr":
+            if arg_tags:
+                return bad(f"arg#{k} has invalid combination of tags")
+            args.append(ArgSpec("dynptr", 16, m.name))
+            continue
+        if "trusted" in arg_tags:
+            if "nonnull" in arg_tags:
+                return bad(f"arg#{k} has invalid combination of tags")
+            if target is None or target.kind not in (Kind.STRUCT, Kind.UNION):
+                what = "FWD" if target is not None and target.kind == Kind.FWD else "void"
+                tname = target.name if target is not None else ""
+                return bad(f"arg#{k} reference type('{what} {tname}') has no matches")
+            args.append(ArgSpec("trusted", name=m.name, nullable="nullable" in arg_tags,
+                                btf_name=target.name))  # fmt: skip
+            continue
+        if "untrusted" in arg_tags:
+            return bad(f"cannot check: arg#{k} is tagged arg:untrusted (a kernel object "
+                       "read with probes), which bpfdsl check does not model")  # fmt: skip
+        if "arena" in arg_tags:
+            if arg_tags - {"arena"}:
+                return bad(f"arg#{k} arena cannot be combined with any other tags")
+            args.append(ArgSpec("arena", name=m.name))
+            continue
+        if "nullable" in arg_tags:
+            return bad(f"arg#{k} has invalid combination of tags")
         try:
             size = btf.size_of(t.type) if t.type else 0
         except BtfFormatError:
             size = 0
         if size <= 0:
-            why = f"argument {k} ('{m.name}') points to a type of unknown size"
-            return SubprogInfo(fn.name, True, None, why, returns_scalar)
-        args.append(ArgSpec("mem", size, m.name))
+            return bad(f"argument {k} ('{m.name}') points to a type of unknown size")
+        args.append(ArgSpec("mem", size, m.name, nullable="nonnull" not in arg_tags))
     return SubprogInfo(fn.name, True, tuple(args), "", returns_scalar)
+
+
+# ---- changes_pkt_data -------------------------------------------------------------------
+
+
+def changes_pkt_data(cfg: Cfg, kfuncs: dict[int, str], subprogs: dict) -> dict[int, str]:
+    """Subprogram start index -> why it changes packet data (``bpf_xdp_adjust_head at insn
+    12``, ``calls leaf() at insn 30``), for every subprogram that does (see the module
+    doc): its own instructions (the kernel's check_cfg visits them all: an unreachable one
+    is refused), then a fixed point over its calls and function references."""
+    out: dict[int, str] = {}
+    for i, x in enumerate(cfg.insns):
+        if not x.is_call:
+            continue
+        why = ""
+        if x.is_helper_call:
+            h = HELPERS_BY_ID.get(x.imm)
+            if h is not None and (h.pkt_changing or x.imm == BPF_FUNC_TAIL_CALL_ID):
+                why = f"{h.kernel_name} at insn {cfg.slots[i]}"
+        elif x.src == BPF_PSEUDO_KFUNC_CALL and kfuncs.get(i) in PKT_CHANGING_KFUNCS:
+            why = f"{kfuncs[i]} at insn {cfg.slots[i]}"
+        sp = cfg.subprog_of[i]
+        if why and sp not in out:
+            out[sp] = why
+    edges = [
+        (cfg.subprog_of[i], t, i) for i, t in [*cfg.call_target.items(), *cfg.func_refs.items()]
+    ]
+    changed = True
+    while changed:
+        changed = False
+        for caller, callee, i in edges:
+            if callee in out and caller not in out:
+                info = subprogs.get(callee)
+                name = (
+                    f"{info.name}()"
+                    if info is not None
+                    else f"the function at insn {cfg.slots[callee]}"
+                )
+                out[caller] = (
+                    f"calls {name} at insn {cfg.slots[i]}, which changes packet data ({out[callee]})"
+                )
+                changed = True
+    return out
+
+
+def _invalidate_packet(st: State, note: str) -> None:
+    """kernel clear_all_pkt_pointers: every packet pointer of every frame, registers and
+    spills, becomes an unknown scalar (``note`` says why, for the error a use gives)."""
+    st.update_regs(lambda r: D.unknown(note) if r.t in (D.PKT, D.PKT_META, D.PKT_END) else None)
 
 
 # ---- calls ----------------------------------------------------------------------------
@@ -137,6 +259,11 @@ def enter_call(env: Env, cfg: Cfg, st: State, i: int):
     info = env.subprogs.get(target)
     if info is not None and info.is_global:
         _check_global_args(env, st, info)
+        why = env.pkt_changers.get(target)
+        if why is not None:
+            _invalidate_packet(st, f"packet pointer invalidated by the call of global function "
+                               f"{info.name}() at insn {cfg.slots[i]}: it changes packet "
+                               f"data ({why})")  # fmt: skip
         env.called.add(target)  # verified on its own once the program is (do_check_subprogs)
         regs = st.regs
         for r in range(1, 6):
@@ -161,7 +288,7 @@ def _check_global_args(env: Env, st: State, info: SubprogInfo) -> None:
     """btf_check_func_arg_match: each register against the global function's prototype."""
     if info.args is None:
         raise Fault(
-            "global-args",
+            UNMODELLED if info.problem.startswith("cannot check") else "global-args",
             f"Caller passes invalid args into func ('{info.name}'): {info.problem}",
             "a global function takes integers, the context, or pointers to sized types",
         )
@@ -191,14 +318,77 @@ def _check_global_args(env: Env, st: State, info: SubprogInfo) -> None:
                     f"pass the program's unmodified context to {info.name}()",
                     (regno,),
                 )
-        elif not (r.t == D.SCALAR and r.is_const and r.value == 0):  # NULL is fine
+        elif a.kind == "arena":  # any scalar (or arena pointer, which the checker lacks)
+            if r.t != D.SCALAR:
+                raise Fault(
+                    "global-args",
+                    f"R{regno} is not a pointer to arena or scalar.",
+                    f"argument {k} ('{a.name}') of {info.name}() is tagged arg:arena",
+                    (regno,),
+                )
+        elif a.kind == "dynptr":
+            _check_dynptr_arg(st, regno, k, info)
+        elif a.kind == "trusted":
+            if not (a.nullable and r.t == D.SCALAR and r.is_const and r.value == 0):
+                raise Fault(
+                    "global-args",
+                    f"R{regno} type={D.TYPE_NAMES[r.t]} expected=ptr_, trusted_ptr_, rcu_ptr_",
+                    f"argument {k} ('{a.name}') of {info.name}() is a trusted `struct "
+                    f"{a.btf_name} *` (arg:trusted): only the kernel hands those out"
+                    + (", or pass NULL" if a.nullable else ""),
+                    (regno,),
+                )
+        elif r.t == D.SCALAR and r.is_const and r.value == 0:  # NULL
+            if not a.nullable:
+                raise Fault(
+                    "global-args",
+                    f"arg#{k} is expected to be non-NULL",
+                    f"argument {k} ('{a.name}') of {info.name}() is tagged arg:nonnull",
+                    (regno,),
+                )
+        else:
             saved = r
             if r.t in D.NULLABLE:  # checked as if not NULL (kernel check_mem_reg)
                 st.regs[regno] = r.replace(t=D.NULLABLE[r.t])
             try:
                 check_mem(env, st, regno, a.size, False, f"argument '{a.name}'")
+                if st.regs[regno].t == D.STACK:
+                    # check_mem_reg checks a write too: the function may write the bytes,
+                    # so the caller's stack there holds unknown data after the call
+                    # (check_stack_range_initialized with clobber)
+                    stack_range_written(st, regno, a.size)
             finally:
                 st.regs[regno] = saved
+            if not a.nullable and r.t in D.NULLABLE:
+                raise Fault(
+                    "global-args",
+                    f"arg#{k} is expected to be non-NULL",
+                    f"argument {k} ('{a.name}') of {info.name}() is tagged arg:nonnull: "
+                    "compare the pointer with 0 before the call",
+                    (regno,),
+                )
+
+
+def _check_dynptr_arg(st: State, regno: int, k: int, info: SubprogInfo) -> None:
+    """process_dynptr_func for a global function's ``struct bpf_dynptr *`` argument (read
+    only): a dynptr of the caller's (CONST_PTR_TO_DYNPTR, its own argument), or its stack
+    holding an initialized dynptr -- which no helper the checker models makes."""
+    r = st.regs[regno]
+    if r.t == D.DYNPTR and r.off == 0:
+        return
+    if r.t not in (D.STACK, D.DYNPTR):
+        raise Fault(
+            "global-args",
+            f"arg#{k} expected pointer to stack or const struct bpf_dynptr",
+            f"pass {info.name}() a dynptr (struct bpf_dynptr on the stack, initialized)",
+            (regno,),
+        )
+    raise Fault(
+        "global-args",
+        f"Expected an initialized dynptr as arg #{k}",
+        f"initialize the dynptr before passing it to {info.name}()",
+        (regno,),
+    )
 
 
 def entry_regs(env: Env, info: SubprogInfo) -> list[D.Reg]:
@@ -206,7 +396,7 @@ def entry_regs(env: Env, info: SubprogInfo) -> list[D.Reg]:
     prototype (scalars unknown, pointers ``mem_or_null`` of the type's size), r10 a stack."""
     if info.args is None:
         raise Fault(
-            "global-args",
+            UNMODELLED if info.problem.startswith("cannot check") else "global-args",
             f"global function {info.name}(): {info.problem}",
             "a global function takes integers, the context, or pointers to sized types",
         )
@@ -216,8 +406,22 @@ def entry_regs(env: Env, info: SubprogInfo) -> list[D.Reg]:
             regs[k + 1] = D.unknown()
         elif a.kind == "ctx":
             regs[k + 1] = D.ptr(D.CTX)
-        else:
+        elif a.kind == "arena":
+            regs[k + 1] = D.unknown()  # the caller may pass an arena pointer or a scalar
+        elif a.kind == "dynptr":
+            regs[k + 1] = D.ptr(D.DYNPTR, id=env.new_id())  # a LOCAL dynptr, read only
+        elif a.kind == "trusted":
+            raise Fault(
+                UNMODELLED,
+                f"cannot check: argument {k} ('{a.name}') of {info.name}() is a trusted "
+                f"kernel object (arg:trusted `struct {a.btf_name} *`), which bpfdsl check "
+                "does not model",
+                "load the object to let the kernel verify it",
+            )
+        elif a.nullable:
             regs[k + 1] = D.Reg(D.MEM_OR_NULL, id=env.new_id(), rng=a.size)
+        else:  # arg:nonnull: PTR_TO_MEM without PTR_MAYBE_NULL
+            regs[k + 1] = D.Reg(D.MEM, rng=a.size)
     regs[10] = D.ptr(D.STACK, map=0)
     return regs
 
@@ -326,6 +530,13 @@ def leave(env: Env, cfg: Cfg, st: State, i: int):
     caller.r0_at = callee.r0_at if callee.r0_at >= 0 else i
     for r in range(1, 6):
         caller.regs[r] = D.NOT_INIT_REG
+    why = env.pkt_changers.get(callee.subprog)
+    if why is not None:  # the kernel (6.18) clears them as the function returns
+        info = env.subprogs.get(callee.subprog)
+        name = f"{info.name}()" if info is not None else "the function"
+        _invalidate_packet(st, f"packet pointer invalidated by the return from {name} "
+                           f"called at insn {cfg.slots[callee.callsite]}: it changes packet "
+                           f"data ({why})")  # fmt: skip
     return [(callee.callsite + 1, st)]
 
 

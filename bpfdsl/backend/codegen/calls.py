@@ -22,6 +22,22 @@ I32, I64 = ir.IntType(32), ir.IntType(64)
 PTR = ir.PointerType()
 
 
+def _padded_width(st: T.StructType, name: str) -> int:
+    """The bytes a constructor stores for integer field ``name`` of ``st``: its size, or
+    2/4/8 when the field is followed by padding up to that aligned width (the field
+    zero-extended fills the padding too: BPF is little-endian, so the value's bytes come
+    first; B07 wants padding zero, and one store is fewer instructions than two)."""
+    off, ft = st.fields[name]
+    if not isinstance(ft, (T.IntType, T.BoolType)) or ft.size >= 8:
+        return ft.size
+    end = min([o for o, _t in st.fields.values() if o > off], default=st.size)
+    w = ft.size
+    for cand in (2, 4, 8):
+        if cand > ft.size and off % cand == 0 and off + cand <= end:
+            w = cand
+    return w
+
+
 class _KsymDecl(ir.Function):
     """A function declaration whose ``!dbg`` goes where LLVM's parser wants it on a
     declaration, ``declare !dbg !N ...`` (llvmlite writes metadata after the prototype,
@@ -75,29 +91,22 @@ class CallGen(GenHost):
             return self.kfunc_call(e)
         if e.name in c.structs:
             st = c.structs[e.name]
-            filled = [(st.fields[k][0], st.fields[k][1].size) for k in e.kwargs]
+            widths = {k: _padded_width(st, k) for k in e.kwargs}
+            filled = [(st.fields[k][0], widths[k]) for k in e.kwargs]
             p = self.alloca_mem(st.size, e.name, filled)
             for k, v in e.kwargs.items():
                 off, ft = st.fields[k]
                 if isinstance(ft, (T.IntType, T.BoolType)):
-                    self.b.store(self.rv(v, ft), self.gep(p, off), align=max(1, ft.align))
+                    x, w = self.rv(v, ft), widths[k]
+                    if w > ft.size:  # the padding after it in one store: its zero-extension
+                        x = self.b.zext(x, ir.IntType(8 * w))
+                    self.b.store(x, self.gep(p, off), align=max(1, ft.align, w))
                 else:
                     # p is 8-aligned (alloca_mem): the field is aligned as its offset is
                     self.store_bytes(self.gep(p, off), v, ft, min(8, off & -off) if off else 8)
             return p
         if e.name in c.fns:
-            info = c.fns[e.name]
-            args = [
-                self.value_for(a, t) if not isinstance(t, T.HeaderType) else self.gen(a)
-                for a, (_n, t) in zip(e.args, info.params, strict=True)
-            ]
-            ret = info.ret.inner if isinstance(info.ret, T.OptionalType) else info.ret
-            if isinstance(ret, (T.StructType, T.BytesType, T.ArrayType)):  # returned in memory
-                args = [self.alloca_mem(ret.size, e.name), *args]
-            if self.takes_ctx(e.name):  # the packet and the cursor it moves are the caller's
-                cursor = self.f.cursor if self.f.cursor is not None else ir.Constant(PTR, None)
-                return self.b.call(self.fn_ir[e.name, self.f.ctx_kind], [self.f.ctx, cursor, *args])
-            return self.b.call(self.fn_ir[e.name, None], args)
+            return self.fn_call(e)
         if e.name in TYPED_HELPERS or (e.name.startswith("bpf_") and e.name not in BUILTINS):
             return self.typed_helper(e)
         if e.name == "host" or e.name.startswith("be"):
@@ -162,6 +171,52 @@ class CallGen(GenHost):
             args = [self.rv(a, t) for a, t in zip(e.args, sig[0], strict=True)]
             return self.helper(HELPERS[e.name].id, I64, [self.f.ctx, *args])
         raise AssertionError(f"codegen: call {e.name}")
+
+    def fn_call(self, e: ast.Call) -> ir.Value:
+        """A call of fn ``e.name``.  An aggregate argument is passed by reference to memory
+        holding its value (by value for the language, see bpfdsl.lang.sema.params): the
+        caller's own variable when the callee only reads that parameter (one stack copy for
+        every call, as C's ``const struct key *``), else a temporary copy that lives for the
+        call only (``llvm.lifetime``: the copies of successive calls share a stack slot)."""
+        info = self.c.fns[e.name]
+        written = self.c.written_params.get(e.name, frozenset())
+        mark = len(self.f.temps)
+        args = []
+        for k, (a, (_n, t)) in enumerate(zip(e.args, info.params, strict=True)):
+            if isinstance(t, T.HeaderType):
+                args.append(self.gen(a))
+            elif not isinstance(t, (T.StructType, T.BytesType, T.ArrayType)):
+                args.append(self.value_for(a, t))
+            else:
+                own = None if k in written else self.own_memory(a)
+                if own is None:
+                    own = self.temp_mem(t.size)
+                    self.store_bytes(own, a, t)
+                args.append(own)
+        ret = info.ret.inner if isinstance(info.ret, T.OptionalType) else info.ret
+        if isinstance(ret, (T.StructType, T.BytesType, T.ArrayType)):  # returned in memory
+            args = [self.alloca_mem(ret.size, e.name), *args]
+        if self.takes_ctx(e.name):  # the packet and the cursor it moves are the caller's
+            cursor = self.f.cursor if self.f.cursor is not None else ir.Constant(PTR, None)
+            r = self.b.call(self.fn_ir[e.name, self.f.ctx_kind], [self.f.ctx, cursor, *args])
+        else:
+            r = self.b.call(self.fn_ir[e.name, None], args)
+        self.end_temps(mark)
+        return r
+
+    def own_memory(self, a: ast.Expr) -> ir.Value | None:
+        """The memory of aggregate variable ``a`` when it is the current function's own (a
+        stack variable, or a parameter: the caller's memory, which this fn only reads),
+        else None (a map value, a packet view, an expression: copied)."""
+        if not isinstance(a, ast.Name):
+            return None
+        loc = self.c.sym.get(a)
+        if not isinstance(loc, Local) or not isinstance(
+            loc.ty, (T.StructType, T.BytesType, T.ArrayType)
+        ):
+            return None
+        p = self.var(loc)
+        return p if isinstance(p, (ir.AllocaInstr, ir.Argument)) else None
 
     def record_ptr(self, m: T.MapType, e: ast.Expr) -> ir.Value:
         """Address of record ``e`` of event map ``m`` (fresh zero-padded stack memory, a

@@ -25,8 +25,9 @@ from bpfdsl.lang.sema.decls import DeclChecker
 from bpfdsl.lang.sema.expr import ExprChecker
 from bpfdsl.lang.sema.meta import MetaState
 from bpfdsl.lang.sema.meta import start as meta_start
+from bpfdsl.lang.sema.params import written_params
 from bpfdsl.lang.sema.refs import check_refs
-from bpfdsl.lang.sema.resize import LoopPaths
+from bpfdsl.lang.sema.resize import LoopPaths, pkt_changing_fns
 from bpfdsl.lang.sema.stmt import StmtChecker
 from bpfdsl.lang.sema.subprog_ctx import check_subprog_ctx
 from bpfdsl.lang.sema.symbols import (
@@ -80,6 +81,12 @@ class Checked:
     # fn -> (the call that needs the program's context, the builtin): sema.subprog_ctx
     ctx_calls: dict[str, tuple[ast.Call, str]] = field(default_factory=dict)
     stores: dict[ast.Store, T.Type] = field(default_factory=dict)  # the type each `store` writes
+    # fn -> indexes of the aggregate parameters it may write (sema.params): a call of a fn
+    # that only reads one passes the caller's memory, not a copy
+    written_params: dict[str, frozenset[int]] = field(default_factory=dict)
+    # fns that may change the packet (sema.resize.pkt_changing_fns): after a call of one,
+    # the caller's header views are invalid
+    pkt_changing_fns: set[str] = field(default_factory=set)
     # prog_array name -> slot -> the ast.Name of the program it holds (`= { 0: prog }`)
     prog_array_init: dict[str, dict[int, ast.Expr]] = field(default_factory=dict)
     # (program name, prog_array name, span) of every `tail_call(map, i) else { ... }`
@@ -257,6 +264,7 @@ class Sema(StmtChecker, DeclChecker):
             if isinstance(it, ast.FnDecl):
                 self.c.fns[it.name] = self.fn_info(it)
         self.c.packet_fns = self.find_packet_fns()
+        self.c.pkt_changing_fns = pkt_changing_fns(self.c.fns)
         self.check_subprog_packet()
         check_subprog_ctx(self)
         for it in items:
@@ -266,6 +274,7 @@ class Sema(StmtChecker, DeclChecker):
                 self.body_prog(it)
         self.check_recursion()
         self.check_tail_calls()
+        self.c.written_params = written_params(self.c.fns)
         if not any(isinstance(it, ast.ProgDecl) for it in items):
             self.err(
                 "no-programs",

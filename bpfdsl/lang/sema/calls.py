@@ -132,6 +132,8 @@ def call(ex, e: ast.Call) -> T.Type:
         if e.name in c.packet_fns:  # it reads the packet and moves the caller's cursor
             ex.packet_access(e.span, f"call `{e.name}` (it reads the packet)")
             ex.s.cursor = CURSOR_UNKNOWN
+        if e.name in c.pkt_changing_fns:  # it may resize: the views are invalid after it
+            _mark_stale(ex, e)
         return info.ret
     if e.name.startswith("bpf_") and e.name not in BUILTINS:  # any helper, by its name
         ht = helpers.by_name(ex, e)

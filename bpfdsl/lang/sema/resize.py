@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bpfdsl.lang import ast
+from bpfdsl.lang.sema.symbols import PKT_RESIZE, FnInfo
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,3 +108,37 @@ def loop_body_done(
             merged.setdefault(view, line)
     at_head = PathState(merged, frozenset().union(*(st.resized for st, _ in head)))
     join(s, loop, entry, [(at_head, False)] + [(st, False) for st in paths.breaks])
+
+
+def pkt_changing_fns(fns: dict[str, FnInfo]) -> set[str]:
+    """The fns that may change the packet: they call a resizing builtin or ``tail_call``
+    (the tail-called program may resize), or a fn that does (a fixed point over the
+    calls).  Sema refuses both in every fn (``resize-in-fn``, ``tail-call-in-fn``); a
+    call of such a fn still makes the caller's header views invalid, as the kernel
+    invalidates the caller's packet pointers (verifier.c changes_pkt_data), so a later
+    use is the ``stale-header`` error too."""
+    calls: dict[str, set[str]] = {n: set() for n in fns}
+    out: set[str] = set()
+    for name, info in fns.items():
+        stack: list[object] = [info.decl.body]
+        while stack:
+            node = stack.pop()
+            if isinstance(node, ast.Call):
+                if node.name in PKT_RESIZE or node.name == "tail_call":
+                    out.add(name)
+                elif node.name in calls:
+                    calls[name].add(node.name)
+            if isinstance(node, list):
+                stack.extend(node)
+            elif isinstance(node, (ast.Node, ast.MatchArm)):
+                stack.extend(v for k, v in vars(node).items() if k not in ("span", "ty"))
+            elif isinstance(node, dict):
+                stack.extend(node.values())
+    changed = True
+    while changed:
+        changed = False
+        for name, callees in calls.items():
+            if name not in out and callees & out:
+                out.add(name)
+                changed = True
+    return out

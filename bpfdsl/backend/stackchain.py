@@ -1,0 +1,166 @@
+"""The stack of a chain of BPF-to-BPF calls (back end): at most 512 bytes together.
+
+The kernel adds up the stack frames of every call chain from a program's start
+(kernel/bpf/verifier.c check_max_stack_depth: each frame rounded up to 16 bytes with a
+JIT, round_up_stack_depth) and refuses a chain above MAX_BPF_STACK ("combined stack size
+of N calls is M. Too large").  :func:`check_call_chains` finds the deepest chain of a
+compiled object from the program's calls (sema's AST: calls of ``noinline``/``global`` fns
+and ``loop`` callbacks, through the plain fns inlined on the way) and the frame sizes in
+the object, and raises a located error at the call that passes the limit, naming each
+frame's bytes and the struct/array variables that take them.
+"""
+
+from __future__ import annotations
+
+from bpfdsl.abi.uapi import MAX_BPF_STACK
+from bpfdsl.diagnostics import DiagnosticError, Span, error
+from bpfdsl.lang import ast
+from bpfdsl.lang import types as T
+
+AGGREGATES = (T.StructType, T.BytesType, T.ArrayType)
+
+_HINT = (
+    "a struct argument costs nothing when the fn only reads its parameter (the caller's "
+    "variable is passed); one the fn writes is copied at each call: write a local copy "
+    "instead, keep large structs in a map value (`map scratch: percpu_array<u32, T>"
+    "(max_entries: 1)`), or make a fn on the chain plain (inlined)"
+)
+
+
+def _rounded(depth: int) -> int:
+    return (depth + 15) & ~15  # kernel round_up_stack_depth with a JIT
+
+
+def _walk(body: ast.Node) -> list[object]:
+    out: list[object] = []
+    stack: list[object] = [body]
+    while stack:
+        node = stack.pop()
+        out.append(node)
+        if isinstance(node, list):
+            stack.extend(node)
+        elif isinstance(node, (ast.Node, ast.MatchArm)):
+            stack.extend(v for k, v in vars(node).items() if k not in ("span", "ty"))
+        elif isinstance(node, dict):
+            stack.extend(node.values())
+    return out
+
+
+def _frame_values(c, body: ast.Block, inline: dict[str, ast.Block]) -> list[tuple[str, int]]:
+    """(name, bytes) of the struct/array/bytes variables a frame holds (its own and those
+    of the plain fns inlined into it), largest first."""
+    seen: set[int] = set()
+    out: list[tuple[str, int]] = []
+    todo = [body]
+    while todo:
+        b = todo.pop()
+        if id(b) in seen:
+            continue
+        seen.add(id(b))
+        for n in _walk(b):
+            if isinstance(n, (ast.Let, ast.IfLet)):
+                loc = c.sym.get(n)
+                t = getattr(loc, "ty", None)
+                if isinstance(t, AGGREGATES):
+                    out.append((n.name, t.size))
+            elif isinstance(n, ast.Call) and n.name in inline:
+                todo.append(inline[n.name])
+            elif isinstance(n, ast.Call) and n.name in c.fns:
+                info = c.fns[n.name]
+                for k in sorted(c.written_params.get(n.name, ())):
+                    pname, t = info.params[k]
+                    what = f"a copy for `{n.name}`, which writes parameter `{pname}`,"
+                    if isinstance(t, AGGREGATES) and (what, t.size) not in out:
+                        out.append((what, t.size))
+    out.sort(key=lambda v: -v[1])
+    return out
+
+
+def _calls(c, body: ast.Block, inline: dict[str, ast.Block]) -> list[tuple[str, Span]]:
+    """(subprogram, span of the call) called from ``body``, through inlined fns."""
+    seen: set[int] = set()
+    out: list[tuple[str, Span]] = []
+    todo: list[tuple[ast.Block, Span | None]] = [(body, None)]
+    while todo:
+        b, via = todo.pop()
+        if id(b) in seen:
+            continue
+        seen.add(id(b))
+        for n in _walk(b):
+            if not isinstance(n, ast.Call):
+                continue
+            span = via or n.span
+            if n.name in inline:
+                todo.append((inline[n.name], span))
+            elif n.name in c.fns:
+                out.append((n.name, span))
+            elif n.name == "loop" and len(n.args) > 1 and isinstance(n.args[1], ast.Name):
+                out.append((n.args[1].id, span))
+    out.sort(key=lambda cs: (cs[1].line, cs[1].col))  # source order: the first call named
+    return out
+
+
+def check_call_chains(c, depths: dict[str, int]) -> None:
+    """Raise DiagnosticError (``stack-limit``) at the call where the deepest chain of calls
+    from a program passes 512 bytes of stack (``c``: sema's Checked; ``depths``: bytes per
+    function symbol of the object, bpfdsl.backend.target.stack_depths).  The deepest chain
+    below each function is computed once (the call graph has no cycles: sema refuses
+    recursion), so a wide call graph costs its edges, not its paths."""
+    inline = {n: f.decl.body for n, f in c.fns.items() if f.linkage == "inline"}
+    callees = {n: _calls(c, f.decl.body, inline) for n, f in c.fns.items() if n not in inline}
+    bodies = {n: f.decl.body for n, f in c.fns.items()}
+    below: dict[str, tuple[int, tuple[tuple[str, int, Span], ...]]] = {}
+
+    def deepest(fn: str, visiting: frozenset[str]) -> tuple[int, tuple[tuple[str, int, Span], ...]]:
+        """Rounded bytes of the deepest chain of calls below ``fn`` and that chain."""
+        if fn in below:
+            return below[fn]
+        best: tuple[int, tuple[tuple[str, int, Span], ...]] = (0, ())
+        for callee, span in callees.get(fn, []):
+            if callee in visiting:
+                continue  # recursion: sema refuses it
+            sub, chain = deepest(callee, visiting | {callee})
+            own = depths.get(callee, 0)
+            total = _rounded(own) + sub
+            if total > best[0] or not best[1]:
+                best = (total, ((callee, own, span), *chain))
+        below[fn] = best
+        return best
+
+    for d, _kind in c.progs:
+        prog_calls = _calls(c, d.body, inline)
+        if not prog_calls:
+            continue
+        callees[d.name] = prog_calls
+        below.pop(d.name, None)
+        own = depths.get(d.name, 0)
+        sub, chain = deepest(d.name, frozenset({d.name}))
+        if _rounded(own) + sub <= MAX_BPF_STACK:
+            continue
+        link: list[tuple[str, int, Span | None]] = [(d.name, own, None)]
+        total = _rounded(own)
+        for step in chain:  # up to the call that passes the limit
+            link.append(step)
+            total += _rounded(step[1])
+            if total > MAX_BPF_STACK:
+                break
+        raise _error(c, tuple(link), total, {d.name: d.body, **bodies}, inline)
+
+
+def _error(c, chain, total: int, bodies, inline) -> DiagnosticError:
+    names = " -> ".join(f for f, _b, _s in chain)
+    parts = []
+    for f, own, _s in chain:
+        vals = _frame_values(c, bodies[f], inline)
+        what = ", ".join(f"{n if n.startswith('a copy') else f'`{n}`'} {b}" for n, b in vals[:4])
+        parts.append(f"`{f}` {own} bytes" + (f" ({what})" if what else ""))
+    span = chain[-1][2]
+    d = error(
+        "stack-limit",
+        f"the call chain {names} needs {total} bytes of stack together; the kernel allows "
+        f"{MAX_BPF_STACK} (each frame rounded up to 16 bytes)",
+        span,
+        hint=_HINT,
+        note="frames: " + "; ".join(parts),
+    )
+    return DiagnosticError(d, source=c.program.source)
