@@ -137,36 +137,58 @@ class ExprGen(GenHost):
         if op in ("<<", ">>") and not const_b:
             b = self.b.and_(b, ir.Constant(b.type, b.type.width - 1))
         if op in ("/", "%") and not const_b:
-            if not signed:
-                return self.bpf_udiv(op, a, b)
-            zero = self.b.icmp_unsigned("==", b, ir.Constant(b.type, 0))
-            if signed:  # MIN / -1 overflows (LLVM: undefined); BPF: -MIN = MIN, MIN % -1 = 0
-                m1 = self.b.icmp_signed("==", b, ir.Constant(b.type, -1))
-                safe = self.b.select(self.b.or_(zero, m1), ir.Constant(b.type, 1), b)
-                q = self.b.sdiv(a, safe) if op == "/" else self.b.srem(a, safe)
-                q = self.b.select(m1, self.b.neg(a) if op == "/" else ir.Constant(a.type, 0), q)
-                return self.b.select(zero, ir.Constant(a.type, 0) if op == "/" else a, q)
+            return self.bpf_div(op, a, b, signed)
         if op in ("/", "%") and signed and _all_ones(b):
             # a constant -1 divisor: LLVM's sdiv/srem of MIN by -1 is undefined; BPF's
             # (and intops') -MIN = MIN, MIN % -1 = 0
             return self.b.neg(a) if op == "/" else ir.Constant(a.type, 0)
         return self._binop_plain(op, a, b, signed)
 
-    def bpf_udiv(self, op: str, a: ir.Value, b: ir.Value) -> ir.Value:
-        """Unsigned ``a / b`` or ``a % b`` (one integer type) by a run-time divisor, as the
-        one BPF insn (BPF_DIV / BPF_MOD), whose rule for a zero divisor (quotient 0,
-        remainder the dividend: Documentation/bpf/standardization/instruction-set.rst) is
-        the language's.  LLVM's udiv/urem by zero is undefined, so the divisor goes through
-        an opaque copy (an empty inline asm): what LLVM may assume of that copy (non-zero) says
-        nothing about ``b`` itself, so no check of the user's on ``b`` can be dropped, and
-        no guard insns are needed (clang emits the bare insn for C's ``a % b``).  32-bit and
-        narrower operands are zero-extended: their 64-bit quotient and remainder are theirs."""
+    def bpf_div(self, op: str, a: ir.Value, b: ir.Value, signed: bool) -> ir.Value:
+        """``a / b`` or ``a % b`` (one integer type) by a divisor that is not a constant, as
+        the one BPF insn (BPF_DIV / BPF_MOD; signed: ``sdiv``/``smod``, ISA v4), whose
+        results are the language's for every divisor: x / 0 = 0, x % 0 = x, signed
+        MIN / -1 = MIN, MIN % -1 = 0 (Documentation/bpf/standardization/instruction-set.rst;
+        ``abi/intops.py``).  LLVM's udiv/sdiv/urem/srem are undefined there, so the divisor
+        *and* the result go through opaque copies (:meth:`_div_opaque`): LLVM learns nothing
+        of ``b`` from the division (no check of the user's on ``b`` is dropped, no value of
+        ``b`` is folded in: a local ``let d = 0`` stays a register) and cannot reason about
+        the result from the operands (``100 / d == 0`` is not ``d > 100``, ``a % d < d`` is
+        not true: issue #23); what it sees is a division of two unknowns, emitted as the one
+        insn with no guard (clang emits the same bare insn for C's ``a / b``).  8- and
+        16-bit operands are extended to 32 bits, and 32-bit ones to 64 without ALU32
+        (``self.alu32``: -mcpu v1, v2): the quotient and remainder of the extended values
+        are theirs (signed MIN / -1 of i8 is 128 in 32 bits, truncated back to MIN)."""
         ty = a.type
-        if ty.width < 64:
-            a, b = self.b.zext(a, I64), self.b.zext(b, I64)
-        d = self._pure_opaque(b)
-        q = self.b.udiv(a, d) if op == "/" else self.b.urem(a, d)
-        return self.b.trunc(q, ty) if ty.width < 64 else q
+        wide = I32 if ty.width < 32 or (ty.width == 32 and self.alu32) else I64
+        if ty.width < wide.width:
+            ext = self.b.sext if signed else self.b.zext
+            a, b = ext(a, wide), ext(b, wide)
+        d = self._div_opaque(b)
+        if op == "/":
+            q = self.b.sdiv(a, d) if signed else self.b.udiv(a, d)
+        else:
+            q = self.b.srem(a, d) if signed else self.b.urem(a, d)
+        # an unsigned quotient or remainder of values below 2**32 is below 2**32 too
+        q = self._div_opaque(q, below_2_32=not signed and ty.width <= 32)
+        return self.b.trunc(q, ty) if ty.width < wide.width else q
+
+    def _div_opaque(self, v: ir.Value, below_2_32: bool = False) -> ir.Value:
+        """``v`` (i32 or i64) through an empty inline asm without side effects: LLVM cannot
+        see its value (nor any fact about it), but drops it when unused.  The asm is on a
+        64-bit register: an i32 goes in zero-extended (free after an ALU32 op or a load) and
+        comes out truncated, the copy marked ``!range`` [0, 2**32) (so is an i64 that is
+        ``below_2_32``) so that LLVM adds no shifts to clear an upper half that is zero.  Its constraint string
+        (``~{dirflag}``, a clobber that means nothing on BPF) is no other asm's, so LLVM never
+        merges this copy with another opaque copy of the same value (``csum``'s, ``maps``'):
+        what LLVM assumes of a divisor's copy from the division (non-zero) stays there."""
+        asm = ir.InlineAsm(ir.FunctionType(I64, [I64]), "", "=r,0,~{dirflag}")
+        attrs = ("readnone", "nounwind")
+        c = self.b.call(asm, [v if v.type.width == 64 else self.b.zext(v, I64)], attrs=attrs)
+        if v.type.width < 64 or below_2_32:
+            lim = self.m.add_metadata([ir.Constant(I64, 0), ir.Constant(I64, 1 << 32)])
+            c.set_metadata("range", lim)
+        return c if v.type.width == 64 else self.b.trunc(c, v.type)
 
     def _binop_plain(self, op: str, a: ir.Value, b: ir.Value, signed: bool) -> ir.Value:
         fn = {

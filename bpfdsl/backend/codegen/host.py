@@ -50,6 +50,7 @@ class GenHost:
     b: ir.IRBuilder
     f: FnState
     dbg: DebugAdapter | None
+    alu32: bool  # the -mcpu level has ALU32 (v3, v4): 32-bit divisions are 32-bit insns
     env: list[dict[Local, ir.Value]]
     globals: dict[str, ir.GlobalVariable]
     fn_ir: dict[tuple[str, str | None], ir.Function]  # (fn, ctx kind)
