@@ -159,36 +159,37 @@ class ExprGen(GenHost):
         16-bit operands are extended to 32 bits, and 32-bit ones to 64 without ALU32
         (``self.alu32``: -mcpu v1, v2): the quotient and remainder of the extended values
         are theirs (signed MIN / -1 of i8 is 128 in 32 bits, truncated back to MIN)."""
-        ty = a.type
-        wide = I32 if ty.width < 32 or (ty.width == 32 and self.alu32) else I64
-        if ty.width < wide.width:
-            ext = self.b.sext if signed else self.b.zext
-            a, b = ext(a, wide), ext(b, wide)
-        d = self._div_opaque(b)
+        ty, w = a.type, a.type.width
+        wide = I32 if w <= 32 and self.alu32 else I64
+        # the divisor's copy: into the asm extended as its type says (free after a load,
+        # sign-extending for i8/i16, or after an ALU32 op), with no range: LLVM would
+        # narrow the division to 8 or 16 bits, and then clear the upper bits of the copy
+        d = self._div_opaque(self.b.sext(b, I64) if signed and w < 32 else self.b.zext(b, I64))
+        d = self.b.trunc(d, wide) if wide.width < 64 else d
+        if w < wide.width:
+            a = (self.b.sext if signed else self.b.zext)(a, wide)
         if op == "/":
             q = self.b.sdiv(a, d) if signed else self.b.udiv(a, d)
         else:
             q = self.b.srem(a, d) if signed else self.b.urem(a, d)
-        # an unsigned quotient or remainder of values below 2**32 is below 2**32 too
-        q = self._div_opaque(q, below_2_32=not signed and ty.width <= 32)
-        return self.b.trunc(q, ty) if ty.width < wide.width else q
+        # the result's copy: an unsigned quotient or remainder is in its type's range, and
+        # after an ALU32 insn a register's upper half is zero: known, so that LLVM adds no
+        # insns to extend what is extended already
+        q = self._div_opaque(self.b.zext(q, I64) if wide.width < 64 else q)
+        if w < 64 and (not signed or wide.width < 64):
+            hi = ir.Constant(I64, 1 << (32 if signed else w))
+            q.set_metadata("range", self.m.add_metadata([ir.Constant(I64, 0), hi]))
+        return self.b.trunc(q, ty) if w < 64 else q
 
-    def _div_opaque(self, v: ir.Value, below_2_32: bool = False) -> ir.Value:
-        """``v`` (i32 or i64) through an empty inline asm without side effects: LLVM cannot
-        see its value (nor any fact about it), but drops it when unused.  The asm is on a
-        64-bit register: an i32 goes in zero-extended (free after an ALU32 op or a load) and
-        comes out truncated, the copy marked ``!range`` [0, 2**32) (so is an i64 that is
-        ``below_2_32``) so that LLVM adds no shifts to clear an upper half that is zero.  Its constraint string
-        (``~{dirflag}``, a clobber that means nothing on BPF) is no other asm's, so LLVM never
-        merges this copy with another opaque copy of the same value (``csum``'s, ``maps``'):
-        what LLVM assumes of a divisor's copy from the division (non-zero) stays there."""
+    def _div_opaque(self, v: ir.Value) -> ir.CallInstr:
+        """The i64 ``v`` through an empty inline asm without side effects: LLVM cannot see
+        the value (nor any fact of it), but drops the copy when unused.  Its constraint
+        string (``~{dirflag}``, a clobber that means nothing on BPF) is no other asm's, so
+        LLVM never merges this copy with another opaque copy of the same value (``csum``'s,
+        ``maps``'): what LLVM assumes of a divisor's copy from the division (non-zero)
+        stays there."""
         asm = ir.InlineAsm(ir.FunctionType(I64, [I64]), "", "=r,0,~{dirflag}")
-        attrs = ("readnone", "nounwind")
-        c = self.b.call(asm, [v if v.type.width == 64 else self.b.zext(v, I64)], attrs=attrs)
-        if v.type.width < 64 or below_2_32:
-            lim = self.m.add_metadata([ir.Constant(I64, 0), ir.Constant(I64, 1 << 32)])
-            c.set_metadata("range", lim)
-        return c if v.type.width == 64 else self.b.trunc(c, v.type)
+        return self.b.call(asm, [v], attrs=("readnone", "nounwind"))
 
     def _binop_plain(self, op: str, a: ir.Value, b: ir.Value, signed: bool) -> ir.Value:
         fn = {
