@@ -31,6 +31,12 @@ def _chunks(size: int, align: int) -> list[tuple[int, int]]:
     return out
 
 
+# the two opaque copies of bpf_div (ExprGen._div_opaque): tied in-out register, and a
+# clobber of a register BPF has not (x86's), which only makes the two asms differ
+_DIVISOR_COPY = "=r,0,~{dirflag}"
+_RESULT_COPY = "=r,0,~{fpsr}"
+
+
 def _all_ones(v: ir.Value) -> bool:
     """Is ``v`` the integer constant with every bit set (-1 of a signed type)?"""
     if not isinstance(v, ir.Constant) or not isinstance(v.constant, int):
@@ -164,7 +170,9 @@ class ExprGen(GenHost):
         # the divisor's copy: into the asm extended as its type says (free after a load,
         # sign-extending for i8/i16, or after an ALU32 op), with no range: LLVM would
         # narrow the division to 8 or 16 bits, and then clear the upper bits of the copy
-        d = self._div_opaque(self.b.sext(b, I64) if signed and w < 32 else self.b.zext(b, I64))
+        d = self._div_opaque(
+            self.b.sext(b, I64) if signed and w < 32 else self.b.zext(b, I64), _DIVISOR_COPY
+        )
         d = self.b.trunc(d, wide) if wide.width < 64 else d
         if w < wide.width:
             a = (self.b.sext if signed else self.b.zext)(a, wide)
@@ -175,20 +183,24 @@ class ExprGen(GenHost):
         # the result's copy: an unsigned quotient or remainder is in its type's range, and
         # after an ALU32 insn a register's upper half is zero: known, so that LLVM adds no
         # insns to extend what is extended already
-        q = self._div_opaque(self.b.zext(q, I64) if wide.width < 64 else q)
+        q = self._div_opaque(self.b.zext(q, I64) if wide.width < 64 else q, _RESULT_COPY)
         if w < 64 and (not signed or wide.width < 64):
             hi = ir.Constant(I64, 1 << (32 if signed else w))
             q.set_metadata("range", self.m.add_metadata([ir.Constant(I64, 0), hi]))
         return self.b.trunc(q, ty) if w < 64 else q
 
-    def _div_opaque(self, v: ir.Value) -> ir.CallInstr:
+    def _div_opaque(self, v: ir.Value, constraint: str) -> ir.CallInstr:
         """The i64 ``v`` through an empty inline asm without side effects: LLVM cannot see
-        the value (nor any fact of it), but drops the copy when unused.  Its constraint
-        string (``~{dirflag}``, a clobber that means nothing on BPF) is no other asm's, so
-        LLVM never merges this copy with another opaque copy of the same value (``csum``'s,
-        ``maps``'): what LLVM assumes of a divisor's copy from the division (non-zero)
-        stays there."""
-        asm = ir.InlineAsm(ir.FunctionType(I64, [I64]), "", "=r,0,~{dirflag}")
+        the value (nor any fact of it), but drops the copy when unused.  ``constraint``:
+        :data:`_DIVISOR_COPY` or :data:`_RESULT_COPY`, whose clobbers (of registers BPF does
+        not have: no insn, no effect) make them two asms that are no other code's: LLVM
+        merges equal copies of one kind only (readnone calls of one asm on one value), so
+        what it assumes of a divisor's copy from the division (non-zero) never reaches a
+        result's copy of the same value, nor ``csum``'s and ``maps``' copies (found by
+        scripts/fuzz_fold.py: ``if (a / b) != 0`` over locals a = 0 and b = 2**32 - 1 took
+        the ``asm(0)`` of its 0 quotient for the ``asm(0)`` of a divisor elsewhere, and
+        called it non-zero)."""
+        asm = ir.InlineAsm(ir.FunctionType(I64, [I64]), "", constraint)
         return self.b.call(asm, [v], attrs=("readnone", "nounwind"))
 
     def _binop_plain(self, op: str, a: ir.Value, b: ir.Value, signed: bool) -> ir.Value:
