@@ -216,3 +216,12 @@ def test_issue_23_quotient_of_a_zero_config(mcpu, bpf_engine):
             assert prog.run(frame).verdict == verdict, d
         finally:
             prog.close()
+
+
+def test_signed_runtime_division_at_probe_is_a_located_error():
+    """-mcpu probe: LLVM 19's host probe finds v3 at most (no sdiv), so a signed run-time
+    division is the signed-division error there too, not LLVM's exit of the process."""
+    text, _ = source("i32", sources=("config",))
+    with pytest.raises(DiagnosticError) as ei:
+        compile_source(text, "div.bpfd", mcpu="probe")
+    assert ei.value.diagnostics[0].code == "signed-division"
