@@ -370,11 +370,19 @@ def run_object(
 _LINE = re.compile(r":(\d+):\d+")
 
 
+class BatchTooBig(Exception):
+    """A variant of the batch needs more than the kernel's 512-byte stack (the spills of
+    many long expressions): the campaign runs the two halves instead."""
+
+
+_TOO_BIG = ("stack-limit", "program-too-large")
+
+
 def compile_batch(items, leaves, report, mcpu: str = "v4") -> dict[str, bytes] | None:
     """Compile the variants, dropping items that a variant refuses (a finding, as every
     item is valid by construction, but for the ``const`` form of a division by a constant
     0, which :func:`check_zero_divisions` checks).  None when the batch cannot be
-    compiled at all."""
+    compiled at all; :class:`BatchTooBig` when a variant is too big for the kernel."""
     for _attempt in range(len(items) + 1):
         objs, refused = {}, {}
         for v in VARIANTS:
@@ -386,6 +394,8 @@ def compile_batch(items, leaves, report, mcpu: str = "v4") -> dict[str, bytes] |
             except DiagnosticError as e:
                 for d in e.diagnostics:
                     k = lines.get(d.span.line) if d.span is not None else None
+                    if k is None and d.code in _TOO_BIG and len(items) > 1:
+                        raise BatchTooBig(d.message) from None
                     if k is None:
                         report.findings.append(
                             f"{v}: unlocated or non-item error {d.code}: {d.message}\n{src}"
@@ -437,37 +447,49 @@ def campaign(
         made += n
         report.expressions += n
         report.zero_divisors += sum(1 for it in items if it.zdiv)
-        inputs = b"".join(struct.pack("<Q", raw_of(v, t)) for t, v in leaves.values())
-        config = {name: v for name, (_t, v) in leaves.items()}
         check_zero_divisions(items, leaves, report)
-        objs = compile_batch(items, leaves, report, mcpu)
-        if objs is None:
-            continue
-        results: dict[str, list[int]] = {"model": [it.want for it in items]}
-        for v in VARIANTS:
-            report.programs += 1
-            for eng in engines:
-                try:
-                    cfg = config if v == "config" else None
-                    results[f"{v}/{eng}"] = run_object(objs[v], eng, inputs, len(items), cfg)
-                except Exception as e:  # a load or run failure is a finding, not a crash
-                    report.findings.append(f"{v}/{eng}: {type(e).__name__}: {e}")
-                report.runs[eng] = report.runs.get(eng, 0) + 1
-        for k, it in enumerate(items):
-            got = {
-                way: vals[k]
-                for way, vals in results.items()
-                if not (it.zdiv and way.startswith("const/"))
-            }
-            report.compared += 1
-            if len(set(got.values())) > 1:
-                shown = ", ".join(f"{w}={x:#x}" for w, x in got.items())
-                report.findings.append(
-                    f"differ #{it.index}: {it.text} ({it.ty})\n    {shown}\n    leaves: "
-                    + _leaves_of(it.text, leaves)
-                )
+        run_batch(items, leaves, report, engines, mcpu)
     report.seconds = time.monotonic() - t0
     return report
+
+
+def run_batch(items: list[Item], leaves, report: Report, engines: list[str], mcpu: str) -> None:
+    """Compile, run and compare one batch (one program per variant); halves of it when
+    it is too big for the kernel's stack."""
+    try:
+        objs = compile_batch(items, leaves, report, mcpu)
+    except BatchTooBig:
+        half = len(items) // 2
+        run_batch(items[:half], leaves, report, engines, mcpu)
+        run_batch(items[half:], leaves, report, engines, mcpu)
+        return
+    if objs is None:
+        return
+    inputs = b"".join(struct.pack("<Q", raw_of(v, t)) for t, v in leaves.values())
+    config = {name: v for name, (_t, v) in leaves.items()}
+    results: dict[str, list[int]] = {"model": [it.want for it in items]}
+    for v in VARIANTS:
+        report.programs += 1
+        for eng in engines:
+            try:
+                cfg = config if v == "config" else None
+                results[f"{v}/{eng}"] = run_object(objs[v], eng, inputs, len(items), cfg)
+            except Exception as e:  # a load or run failure is a finding, not a crash
+                report.findings.append(f"{v}/{eng}: {type(e).__name__}: {e}")
+            report.runs[eng] = report.runs.get(eng, 0) + 1
+    for k, it in enumerate(items):
+        got = {
+            way: vals[k]
+            for way, vals in results.items()
+            if not (it.zdiv and way.startswith("const/"))
+        }
+        report.compared += 1
+        if len(set(got.values())) > 1:
+            shown = ", ".join(f"{w}={x:#x}" for w, x in got.items())
+            report.findings.append(
+                f"differ #{it.index}: {it.text} ({it.ty})\n    {shown}\n    leaves: "
+                + _leaves_of(it.text, leaves)
+            )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -225,3 +225,34 @@ def test_signed_runtime_division_at_probe_is_a_located_error():
     with pytest.raises(DiagnosticError) as ei:
         compile_source(text, "div.bpfd", mcpu="probe")
     assert ei.value.diagnostics[0].code == "signed-division"
+
+
+FOLDED_ZERO = """license "GPL"
+config x: {ty} = 0
+config y: {ty} = 0
+map out: array<u32, [u64; 3]>(max_entries: 1)
+xdp fn f(ctx) {{
+    let o = out.lookup(0) else {{ return XDP_ABORTED }}
+    o[0] = (x % (y % (-1))) as u64
+    o[1] = (x / (y % (-1))) as u64
+    if (x / (y % (-1))) == 0 {{ o[2] = 1 }}
+    return XDP_PASS
+}}
+"""
+
+
+@pytest.mark.parametrize("ty", [t for t in TYPES if _signed(t)])
+def test_divisor_folded_to_zero_by_codegen(ty, bpf_engine):
+    """`y % -1` is 0 whatever y is, and codegen makes it the constant 0 (BPF's MIN % -1
+    rule, without LLVM's srem): a division by it is still by zero at run time, x % 0 = x
+    and x / 0 = 0 (found by scripts/fuzz_fold.py: it was LLVM's `srem x, 0`, undefined)."""
+    spec = read_object(compile_source(FOLDED_ZERO.format(ty=ty), "z.bpfd", mcpu="v4").obj)
+    b = _bits(ty)
+    for x in (-(1 << (b - 1)), -36, 0, 7, (1 << (b - 1)) - 1):
+        prog = BpfProgram(bpf_engine, spec, "f", {"x": x, "y": -1})
+        try:
+            assert prog.run(bytes(64)).retval == 2
+            got = struct.unpack("<3Q", prog.maps["out"].get(0))
+        finally:
+            prog.close()
+        assert got == (x & ((1 << 64) - 1), 0, 1), x

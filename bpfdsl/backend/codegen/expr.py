@@ -37,6 +37,13 @@ _DIVISOR_COPY = "=r,0,~{dirflag}"
 _RESULT_COPY = "=r,0,~{fpsr}"
 
 
+def _nonzero_const(v: ir.Value) -> bool:
+    """Is ``v`` an integer constant other than 0 (a divisor LLVM may divide by as is)?"""
+    if not isinstance(v, ir.Constant) or not isinstance(v.constant, int):
+        return False
+    return v.constant & ((1 << v.type.width) - 1) != 0
+
+
 def _all_ones(v: ir.Value) -> bool:
     """Is ``v`` the integer constant with every bit set (-1 of a signed type)?"""
     if not isinstance(v, ir.Constant) or not isinstance(v.constant, int):
@@ -133,16 +140,19 @@ class ExprGen(GenHost):
         ty = e.ty
         a, b = self.operands(e, ty)
         signed = getattr(ty, "signed", False)
-        return self.binop(e.op, a, b, signed, isinstance(b, ir.Constant))
+        return self.binop(e.op, a, b, signed)
 
-    def binop(self, op: str, a: ir.Value, b: ir.Value, signed: bool, const_b: bool) -> ir.Value:
+    def binop(self, op: str, a: ir.Value, b: ir.Value, signed: bool) -> ir.Value:
         """``a op b`` with BPF's defined results where LLVM has undefined behaviour: shift
-        amounts are taken modulo the width (as the BPF ISA does), and a division by a
-        run-time zero gives 0 (``%``: the dividend), the kernel's rule -- so LLVM cannot
-        "assume" the divisor is non-zero and drop the user's checks."""
-        if op in ("<<", ">>") and not const_b:
+        amounts are taken modulo the width (as the BPF ISA does; LLVM folds the mask of a
+        constant), and a division by anything but a non-zero constant is :meth:`bpf_div`
+        (x / 0 = 0, x % 0 = x, MIN / -1 = MIN) -- so LLVM cannot "assume" the divisor is
+        non-zero, drop the user's checks or fold results.  Whether the divisor is constant
+        is asked of the IR value, not of sema: codegen folds ``y % -1`` to a constant 0
+        (found by scripts/fuzz_fold.py: ``x % (y % -1)`` was LLVM's ``srem x, 0``)."""
+        if op in ("<<", ">>"):
             b = self.b.and_(b, ir.Constant(b.type, b.type.width - 1))
-        if op in ("/", "%") and not const_b:
+        if op in ("/", "%") and not _nonzero_const(b):
             return self.bpf_div(op, a, b, signed)
         if op in ("/", "%") and signed and _all_ones(b):
             # a constant -1 divisor: LLVM's sdiv/srem of MIN by -1 is undefined; BPF's
@@ -463,5 +473,5 @@ class ExprGen(GenHost):
         old = self.b.load(slot, typ=self.lt(ty), align=align)
         # through binop: a run-time shift amount is masked to the width like ``a << b``
         signed = getattr(ty, "signed", False)
-        new = self.binop(op[:-1], old, v, signed, isinstance(v, ir.Constant))
+        new = self.binop(op[:-1], old, v, signed)
         self.b.store(new, slot, align=align)
