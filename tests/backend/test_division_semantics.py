@@ -64,14 +64,14 @@ USES = ("value", "eq0", "lt_d", "le_a", "plus_d")
 
 def _uses(e: str, a: str, d: str, src: str) -> list[tuple[str, str]]:
     """The uses of ``e``: all five where the divisor is a config or a local (LLVM knows
-    nothing, or everything, of it), the first three for the other sources."""
+    nothing, or everything, of it), the first two for the other sources."""
     return [
         ("value", f"({e}) as u64"),
         ("eq0", f"{e} == 0"),
         ("lt_d", f"{e} < {d}"),
         ("le_a", f"{e} <= {a}"),
         ("plus_d", f"({e} + {d}) as u64"),
-    ][: 5 if src in ("config", "local") else 3]
+    ][: 5 if src in ("config", "local") else 2]
 
 
 def expected(ty: str, op: str, a: int, d: int) -> list[int]:
