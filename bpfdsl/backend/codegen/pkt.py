@@ -248,7 +248,9 @@ class PktGen(CsumGen):
             else:
                 assert isinstance(x, ast.BinOp)  # as above
                 b, a = vals.pop(), vals.pop()
-                vals.append(self._binop_plain(x.op, a, b, False))
+                # binop: a shift by a field is taken modulo 64, as everywhere (LLVM's shl
+                # by 64 or more is poison: `length: (2 << k) + 2` with k a u8)
+                vals.append(self.binop(x.op, a, b, False))
         return vals[0]
 
     def cond_present(self, hdr: ir.Value, h, f) -> ir.Value:
