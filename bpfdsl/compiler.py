@@ -179,9 +179,9 @@ def _compile(text, filename, mcpu, emit, debug, stats, check, check_timeout) -> 
         lines = {n: d.span.line for n, d in checked.map_decls.items()}
         module = Module(name=filename)
         dbg = DebugAdapter(module, filename, text, lines)
-        module = generate(checked, dbg, module)
+        module = generate(checked, dbg, module, mcpu)
     else:
-        module = generate(checked)
+        module = generate(checked, mcpu=mcpu)
     name = filename.replace("\\", "\\5C").replace('"', "\\22")
     ir_text = f'source_filename = "{name}"\n' + str(module)  # ELF STT_FILE, like clang
     t.append(perf_counter())

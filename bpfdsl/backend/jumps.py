@@ -35,7 +35,9 @@ from bpfdsl.abi import uapi as U
 JMP_OFF_MAX = 32767  # instructions: largest forward jump (s16 ``off``)
 JMP_OFF_MIN = -32768  # instructions: largest backward jump
 INSNS_PER_IR = 2  # BPF instructions per plain IR instruction: a safe bound (see the doc)
-LONG_JUMP_MCPUS = ("v4", "probe")  # -mcpu levels with gotol (LLVM relaxes far branches)
+# -mcpu levels with gotol (LLVM relaxes far branches); not "probe": LLVM 19's host probe
+# (sys::detail::getHostCPUNameForBPF) finds v3 at most, and a far branch aborted the process
+LONG_JUMP_MCPUS = ("v4",)
 
 _DEFINE = re.compile(r'define [^@]*@("[^"]+"|[-\w.$]+)\(')
 _MEM = re.compile(r"@llvm\.mem(?:cpy|move|set)\.[^(]*\(.*?, i\d+ (?:noundef )?(\d+),")

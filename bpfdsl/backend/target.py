@@ -57,6 +57,9 @@ if TYPE_CHECKING:
 TRIPLE = "bpfel"
 DATA_LAYOUT = "e-m:e-p:64:64-i64:64-i128:128-n32:64-S128"  # clang-19 -target bpf (LE)
 MCPUS = ("v1", "v2", "v3", "v4", "generic", "probe")  # llc -march=bpf -mcpu=help
+# the levels with ALU32 (LLVM's alu32 feature: v3 and v4); not "probe", whose level LLVM
+# finds on the host at emission, after codegen chose widths (64 bits are right at any level)
+ALU32_MCPUS = ("v3", "v4")
 MAX_STACK = 512  # bytes per BPF program frame (kernel MAX_BPF_STACK)
 CGP_ADDRESS_USERS = 1 << 20  # users of one address CodeGenPrepare looks at (LLVM: 100)
 MAX_INLINE_MEM = 1024  # bytes: largest constant memcpy/memset the BPF backend expands inline
@@ -402,7 +405,9 @@ def check_ir(mod: Module | str, mcpu: str = "v3") -> None:
     functions the object does not define (or to llvm.trap: ``__bpf_trap``).  Works on
     the module text."""
     text = mod if isinstance(mod, str) else str(mod)
-    v4 = mcpu in ("v4", "probe")
+    # not "probe": LLVM 19's host probe (sys::detail::getHostCPUNameForBPF) finds v3 at
+    # most, so an sdiv there is its "unsupported signed division" exit, as below v4
+    v4 = mcpu == "v4"
     defines, with_dbg = [], []  # the functions defined; those with a DISubprogram
     pos = text.find("\ndefine ")
     while pos >= 0:

@@ -116,3 +116,22 @@ def test_signed_division_overflow_has_bpf_semantics(d):
 
     assert r.retval == 2
     assert got == [*div(-(2**63), d, 64), *div(-(2**31), d, 32)]
+
+
+HDR_SHIFT_SRC = """license "GPL"
+header h(length: (2 << k) + 2, max_length: 64) { k: u8, pad: u8 }
+xdp fn f(ctx) {
+    let x = parse h else { return XDP_DROP }
+    return XDP_PASS
+}
+"""
+
+
+@pytest.mark.parametrize("k,verdict", [(4, "XDP_PASS"), (5, "XDP_DROP"), (64, "XDP_PASS"),
+                                       (69, "XDP_DROP"), (128, "XDP_PASS")])  # fmt: skip
+def test_header_length_shift_by_a_field_is_modulo_64(k, verdict, bpf_program):
+    """A header length's `<<` by a field takes the count modulo 64, as every shift does
+    (LLVM's shl by 64 or more is poison): k = 64 is a 4-byte header, k = 69 one of 66
+    bytes, over max_length."""
+    prog = bpf_program(compile_source(HDR_SHIFT_SRC, "h.bpfd").obj)
+    assert prog.run(bytes([k]) + bytes(80)).verdict == verdict

@@ -31,6 +31,19 @@ def _chunks(size: int, align: int) -> list[tuple[int, int]]:
     return out
 
 
+# the two opaque copies of bpf_div (ExprGen._div_opaque): tied in-out register, and a
+# clobber of a register BPF has not (x86's), which only makes the two asms differ
+_DIVISOR_COPY = "=r,0,~{dirflag}"
+_RESULT_COPY = "=r,0,~{fpsr}"
+
+
+def _nonzero_const(v: ir.Value) -> bool:
+    """Is ``v`` an integer constant other than 0 (a divisor LLVM may divide by as is)?"""
+    if not isinstance(v, ir.Constant) or not isinstance(v.constant, int):
+        return False
+    return v.constant & ((1 << v.type.width) - 1) != 0
+
+
 def _all_ones(v: ir.Value) -> bool:
     """Is ``v`` the integer constant with every bit set (-1 of a signed type)?"""
     if not isinstance(v, ir.Constant) or not isinstance(v.constant, int):
@@ -127,46 +140,78 @@ class ExprGen(GenHost):
         ty = e.ty
         a, b = self.operands(e, ty)
         signed = getattr(ty, "signed", False)
-        return self.binop(e.op, a, b, signed, isinstance(b, ir.Constant))
+        return self.binop(e.op, a, b, signed)
 
-    def binop(self, op: str, a: ir.Value, b: ir.Value, signed: bool, const_b: bool) -> ir.Value:
+    def binop(self, op: str, a: ir.Value, b: ir.Value, signed: bool) -> ir.Value:
         """``a op b`` with BPF's defined results where LLVM has undefined behaviour: shift
-        amounts are taken modulo the width (as the BPF ISA does), and a division by a
-        run-time zero gives 0 (``%``: the dividend), the kernel's rule -- so LLVM cannot
-        "assume" the divisor is non-zero and drop the user's checks."""
-        if op in ("<<", ">>") and not const_b:
+        amounts are taken modulo the width (as the BPF ISA does; LLVM folds the mask of a
+        constant), and a division by anything but a non-zero constant is :meth:`bpf_div`
+        (x / 0 = 0, x % 0 = x, MIN / -1 = MIN) -- so LLVM cannot "assume" the divisor is
+        non-zero, drop the user's checks or fold results.  Whether the divisor is constant
+        is asked of the IR value, not of sema: codegen folds ``y % -1`` to a constant 0
+        (found by scripts/fuzz_fold.py: ``x % (y % -1)`` was LLVM's ``srem x, 0``)."""
+        if op in ("<<", ">>"):
             b = self.b.and_(b, ir.Constant(b.type, b.type.width - 1))
-        if op in ("/", "%") and not const_b:
-            if not signed:
-                return self.bpf_udiv(op, a, b)
-            zero = self.b.icmp_unsigned("==", b, ir.Constant(b.type, 0))
-            if signed:  # MIN / -1 overflows (LLVM: undefined); BPF: -MIN = MIN, MIN % -1 = 0
-                m1 = self.b.icmp_signed("==", b, ir.Constant(b.type, -1))
-                safe = self.b.select(self.b.or_(zero, m1), ir.Constant(b.type, 1), b)
-                q = self.b.sdiv(a, safe) if op == "/" else self.b.srem(a, safe)
-                q = self.b.select(m1, self.b.neg(a) if op == "/" else ir.Constant(a.type, 0), q)
-                return self.b.select(zero, ir.Constant(a.type, 0) if op == "/" else a, q)
+        if op in ("/", "%") and not _nonzero_const(b):
+            return self.bpf_div(op, a, b, signed)
         if op in ("/", "%") and signed and _all_ones(b):
             # a constant -1 divisor: LLVM's sdiv/srem of MIN by -1 is undefined; BPF's
             # (and intops') -MIN = MIN, MIN % -1 = 0
             return self.b.neg(a) if op == "/" else ir.Constant(a.type, 0)
         return self._binop_plain(op, a, b, signed)
 
-    def bpf_udiv(self, op: str, a: ir.Value, b: ir.Value) -> ir.Value:
-        """Unsigned ``a / b`` or ``a % b`` (one integer type) by a run-time divisor, as the
-        one BPF insn (BPF_DIV / BPF_MOD), whose rule for a zero divisor (quotient 0,
-        remainder the dividend: Documentation/bpf/standardization/instruction-set.rst) is
-        the language's.  LLVM's udiv/urem by zero is undefined, so the divisor goes through
-        an opaque copy (an empty inline asm): what LLVM may assume of that copy (non-zero) says
-        nothing about ``b`` itself, so no check of the user's on ``b`` can be dropped, and
-        no guard insns are needed (clang emits the bare insn for C's ``a % b``).  32-bit and
-        narrower operands are zero-extended: their 64-bit quotient and remainder are theirs."""
-        ty = a.type
-        if ty.width < 64:
-            a, b = self.b.zext(a, I64), self.b.zext(b, I64)
-        d = self._pure_opaque(b)
-        q = self.b.udiv(a, d) if op == "/" else self.b.urem(a, d)
-        return self.b.trunc(q, ty) if ty.width < 64 else q
+    def bpf_div(self, op: str, a: ir.Value, b: ir.Value, signed: bool) -> ir.Value:
+        """``a / b`` or ``a % b`` (one integer type) by a divisor that is not a constant, as
+        the one BPF insn (BPF_DIV / BPF_MOD; signed: ``sdiv``/``smod``, ISA v4), whose
+        results are the language's for every divisor: x / 0 = 0, x % 0 = x, signed
+        MIN / -1 = MIN, MIN % -1 = 0 (Documentation/bpf/standardization/instruction-set.rst;
+        ``abi/intops.py``).  LLVM's udiv/sdiv/urem/srem are undefined there, so the divisor
+        *and* the result go through opaque copies (:meth:`_div_opaque`): LLVM learns nothing
+        of ``b`` from the division (no check of the user's on ``b`` is dropped, no value of
+        ``b`` is folded in: a local ``let d = 0`` stays a register) and cannot reason about
+        the result from the operands (``100 / d == 0`` is not ``d > 100``, ``a % d < d`` is
+        not true: issue #23); what it sees is a division of two unknowns, emitted as the one
+        insn with no guard (clang emits the same bare insn for C's ``a / b``).  8- and
+        16-bit operands are extended to 32 bits, and 32-bit ones to 64 without ALU32
+        (``self.alu32``: -mcpu v1, v2): the quotient and remainder of the extended values
+        are theirs (signed MIN / -1 of i8 is 128 in 32 bits, truncated back to MIN)."""
+        ty, w = a.type, a.type.width
+        wide = I32 if w <= 32 and self.alu32 else I64
+        # the divisor's copy: into the asm extended as its type says (free after a load,
+        # sign-extending for i8/i16, or after an ALU32 op), with no range: LLVM would
+        # narrow the division to 8 or 16 bits, and then clear the upper bits of the copy
+        d = self._div_opaque(
+            self.b.sext(b, I64) if signed and w < 32 else self.b.zext(b, I64), _DIVISOR_COPY
+        )
+        d = self.b.trunc(d, wide) if wide.width < 64 else d
+        if w < wide.width:
+            a = (self.b.sext if signed else self.b.zext)(a, wide)
+        if op == "/":
+            q = self.b.sdiv(a, d) if signed else self.b.udiv(a, d)
+        else:
+            q = self.b.srem(a, d) if signed else self.b.urem(a, d)
+        # the result's copy: an unsigned quotient or remainder is in its type's range, and
+        # after an ALU32 insn a register's upper half is zero: known, so that LLVM adds no
+        # insns to extend what is extended already
+        q = self._div_opaque(self.b.zext(q, I64) if wide.width < 64 else q, _RESULT_COPY)
+        if w < 64 and (not signed or wide.width < 64):
+            hi = ir.Constant(I64, 1 << (32 if signed else w))
+            q.set_metadata("range", self.m.add_metadata([ir.Constant(I64, 0), hi]))
+        return self.b.trunc(q, ty) if w < 64 else q
+
+    def _div_opaque(self, v: ir.Value, constraint: str) -> ir.CallInstr:
+        """The i64 ``v`` through an empty inline asm without side effects: LLVM cannot see
+        the value (nor any fact of it), but drops the copy when unused.  ``constraint``:
+        :data:`_DIVISOR_COPY` or :data:`_RESULT_COPY`, whose clobbers (of registers BPF does
+        not have: no insn, no effect) make them two asms that are no other code's: LLVM
+        merges equal copies of one kind only (readnone calls of one asm on one value), so
+        what it assumes of a divisor's copy from the division (non-zero) never reaches a
+        result's copy of the same value, nor ``csum``'s and ``maps``' copies (found by
+        scripts/fuzz_fold.py: ``if (a / b) != 0`` over locals a = 0 and b = 2**32 - 1 took
+        the ``asm(0)`` of its 0 quotient for the ``asm(0)`` of a divisor elsewhere, and
+        called it non-zero)."""
+        asm = ir.InlineAsm(ir.FunctionType(I64, [I64]), "", constraint)
+        return self.b.call(asm, [v], attrs=("readnone", "nounwind"))
 
     def _binop_plain(self, op: str, a: ir.Value, b: ir.Value, signed: bool) -> ir.Value:
         fn = {
@@ -428,5 +473,5 @@ class ExprGen(GenHost):
         old = self.b.load(slot, typ=self.lt(ty), align=align)
         # through binop: a run-time shift amount is masked to the width like ``a << b``
         signed = getattr(ty, "signed", False)
-        new = self.binop(op[:-1], old, v, signed, isinstance(v, ir.Constant))
+        new = self.binop(op[:-1], old, v, signed)
         self.b.store(new, slot, align=align)

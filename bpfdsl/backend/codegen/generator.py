@@ -26,6 +26,7 @@ from bpfdsl.backend.codegen.expr import ExprGen
 from bpfdsl.backend.codegen.helpers import HelperGen
 from bpfdsl.backend.codegen.maps import MapGen
 from bpfdsl.backend.codegen.pkt import PktGen
+from bpfdsl.backend.target import ALU32_MCPUS
 from bpfdsl.lang import ast
 from bpfdsl.lang import types as T
 from bpfdsl.lang.headers import CTX_DATA
@@ -63,8 +64,11 @@ class _Fn:
 
 
 class CodeGen(ExprGen, CallGen, PktGen, MapGen, HelperGen):
-    def __init__(self, checked: Checked, dbg=None, module: ir.Module | None = None):
+    def __init__(
+        self, checked: Checked, dbg=None, module: ir.Module | None = None, mcpu: str = "v3"
+    ):
         self.c = checked
+        self.alu32 = mcpu in ALU32_MCPUS
         self.m = module if module is not None else ir.Module(name=checked.filename)
         self.m.triple = "bpfel"
         self.m.data_layout = DATALAYOUT
@@ -717,8 +721,12 @@ def _aggregate(t: T.Type) -> bool:
     return isinstance(t, (T.StructType, T.BytesType, T.ArrayType))
 
 
-def generate(checked: Checked, dbg=None, module: ir.Module | None = None) -> ir.Module:
+def generate(
+    checked: Checked, dbg=None, module: ir.Module | None = None, mcpu: str = "v3"
+) -> ir.Module:
     """Lower ``checked`` to an LLVM module (triple ``bpfel``).  ``dbg``: debug-info builder
     with ``program``/``map_global``/``config_global``/``license_global``/``set_location``
-    (bpfdsl.backend.debuginfo adapter) or None."""
-    return CodeGen(checked, dbg, module).generate()
+    (bpfdsl.backend.debuginfo adapter) or None.  ``mcpu``: the BPF ISA level the module is
+    emitted for (``target.MCPUS``); it picks the width of 8- to 32-bit divisions
+    (``ExprGen.bpf_div``: ALU32 at v3 and v4)."""
+    return CodeGen(checked, dbg, module, mcpu).generate()

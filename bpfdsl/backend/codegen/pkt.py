@@ -248,7 +248,9 @@ class PktGen(CsumGen):
             else:
                 assert isinstance(x, ast.BinOp)  # as above
                 b, a = vals.pop(), vals.pop()
-                vals.append(self._binop_plain(x.op, a, b, False))
+                # binop: a shift by a field is taken modulo 64, as everywhere (LLVM's shl
+                # by 64 or more is poison: `length: (2 << k) + 2` with k a u8)
+                vals.append(self.binop(x.op, a, b, False))
         return vals[0]
 
     def cond_present(self, hdr: ir.Value, h, f) -> ir.Value:
@@ -356,7 +358,7 @@ class PktGen(CsumGen):
         v = self.rv(value, f.type)
         if op != "=":
             cur = self.field_value(hdr, f)
-            v = self.binop(op[:-1], cur, v, False, isinstance(v, ir.Constant))
+            v = self.binop(op[:-1], cur, v, False)
         v = self.conv(v, f.type, T.IntType(8 * w))
         mask = ((1 << f.width) - 1) << f.shift
         ins = self.b.and_(self.b.shl(v, ir.Constant(it, f.shift)), ir.Constant(it, mask))
@@ -569,7 +571,7 @@ class PktGen(CsumGen):
         v = self.rv(value, T.U8)
         if op != "=":
             old = self.b.load(p, typ=I8, align=1)
-            v = self.binop(op[:-1], old, v, False, isinstance(v, ir.Constant))
+            v = self.binop(op[:-1], old, v, False)
         if layout.csum is None:
             self.b.store(v, p, align=1)
             return
@@ -609,7 +611,7 @@ class PktGen(CsumGen):
             if op != "=":
                 old = self.b.load(p, typ=v.type, align=size)
                 signed = getattr(f.type, "signed", False)
-                v = self.binop(op[:-1], old, v, signed, isinstance(v, ir.Constant))
+                v = self.binop(op[:-1], old, v, signed)
         old_w = self._words(hdr, lo, hi) if own or l4 != [] else []
         if isinstance(f.type, T.IntType):
             self.b.store(v, p, align=size)
