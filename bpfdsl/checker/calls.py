@@ -9,11 +9,13 @@ from __future__ import annotations
 
 from bpfdsl.abi.helpers import (
     HELPERS_BY_ID,
+    PROTOTYPES,
     ArgKind,
     RetKind,
     helper_allowed,
     helper_may_access_packet,
     kernel_helper_name,
+    kernel_refuses_helper,
     map_fits_helper,
 )
 from bpfdsl.abi.kfuncs import BY_NAME as KFUNCS_BY_NAME
@@ -116,20 +118,29 @@ def _check_wide(env, st, regno, size, write):
 
 def check_helper_call(env: Env, st: State, helper_id: int, idx: int) -> None:
     """Check a ``call`` of helper ``helper_id`` and apply its effects to ``st`` in place."""
-    h = HELPERS_BY_ID.get(helper_id)
-    if h is None:
-        known = kernel_helper_name(helper_id)
-        if known is not None:
+    refused = kernel_refuses_helper(helper_id, env.prog_type)  # before anything else
+    if refused is not None:
+        if refused.startswith("invalid func"):
             raise Fault(
-                UNMODELLED,
-                f"cannot check: helper {known} (#{helper_id}) is not modelled by bpfdsl check",
-                "the kernel knows this helper; load the object to let the kernel verify it "
-                "(bpfdsl check models the helpers of bpfdsl.abi.helpers only)",
+                "unknown-helper",
+                refused,
+                f"this kernel has no helper #{helper_id} (enum bpf_func_id ends at "
+                f"{len(PROTOTYPES) - 1}): the object is for another kernel, or corrupt",
             )
         raise Fault(
-            "unknown-helper",
-            f"invalid func unknown#{helper_id}",
-            "bpfdsl does not know this helper (or it does not exist); see bpfdsl.abi.helpers",
+            "helper-prog-type",
+            refused,
+            f"{kernel_helper_name(helper_id) or 'this helper'} is not available to "
+            f"{env.prog_type.name.lower()} programs",
+        )
+    h = HELPERS_BY_ID.get(helper_id)
+    if h is None:
+        raise Fault(
+            UNMODELLED,
+            f"cannot check: helper {kernel_helper_name(helper_id)} (#{helper_id}) is not "
+            "modelled by bpfdsl check",
+            "the kernel knows this helper; load the object to let the kernel verify it "
+            "(bpfdsl check models the helpers of bpfdsl.abi.helpers only)",
         )
     if not helper_allowed(h, env.prog_type):
         raise Fault(
