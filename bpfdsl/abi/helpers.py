@@ -40,6 +40,11 @@ class ArgKind(Enum):
     PTR_TO_RINGBUF_MEM = "ptr_to_ringbuf_mem"  # a reservation, released by the call (OBJ_RELEASE)
     PTR_TO_FUNC = "ptr_to_func"  # a static subprogram (ld_imm64 BPF_PSEUDO_FUNC): a callback
     PTR_TO_STACK_OR_NULL = "ptr_to_stack_or_null"  # the caller's stack, or NULL (0)
+    # ARG_PTR_TO_BTF_ID_SOCK_COMMON | OBJ_RELEASE: a referenced socket (a lookup's result,
+    # checked for NULL), released by the call
+    PTR_TO_BTF_ID_SOCK_COMMON = "ptr_to_btf_id_sock_common"
+    # ARG_PTR_TO_SPIN_LOCK: a map value pointer at the value's struct bpf_spin_lock
+    PTR_TO_SPIN_LOCK = "ptr_to_spin_lock"
 
 
 class RetKind(Enum):
@@ -50,6 +55,10 @@ class RetKind(Enum):
     PTR_TO_MAP_VALUE_OR_NULL = "ptr_to_map_value_or_null"
     # RET_PTR_TO_MEM | MEM_RINGBUF | PTR_MAYBE_NULL: an acquired reference of the size argument
     PTR_TO_RINGBUF_MEM_OR_NULL = "ptr_to_ringbuf_mem_or_null"
+    # RET_PTR_TO_SOCKET_OR_NULL / RET_PTR_TO_SOCK_COMMON_OR_NULL of an acquiring helper
+    # (is_acquire_function): a struct bpf_sock (or its sock_common part) to release
+    PTR_TO_SOCKET_OR_NULL = "ptr_to_socket_or_null"
+    PTR_TO_SOCK_COMMON_OR_NULL = "ptr_to_sock_common_or_null"
 
 
 @dataclass(frozen=True, slots=True)
@@ -330,9 +339,28 @@ PROTOTYPES: tuple[HelperProto, ...] = (
     HelperProto("get_local_storage", 81),
     HelperProto("sk_select_reuseport", 82),
     HelperProto("skb_ancestor_cgroup_id", 83),
-    HelperProto("sk_lookup_tcp", 84),
-    HelperProto("sk_lookup_udp", 85),
-    HelperProto("sk_release", 86),
+    # bpf_xdp_sk_lookup_{tcp,udp}_proto / bpf_xdp_skc_lookup_tcp_proto (net/core/filter.c;
+    # tc: bpf_sk_lookup_*_proto, the same arguments): ctx, a struct bpf_sock_tuple (stack,
+    # map value or packet: .pkt_access) of tuple_size bytes, netns, flags; an acquired
+    # reference (kernel is_acquire_function) or NULL
+    HelperProto(
+        "sk_lookup_tcp",
+        84,
+        (A.PTR_TO_CTX, A.PTR_TO_MEM, A.CONST_SIZE, A.ANYTHING, A.ANYTHING),
+        RetKind.PTR_TO_SOCKET_OR_NULL,
+        prog_types=_NET,
+        pkt_access=True,
+    ),
+    HelperProto(
+        "sk_lookup_udp",
+        85,
+        (A.PTR_TO_CTX, A.PTR_TO_MEM, A.CONST_SIZE, A.ANYTHING, A.ANYTHING),
+        RetKind.PTR_TO_SOCKET_OR_NULL,
+        prog_types=_NET,
+        pkt_access=True,
+    ),
+    # bpf_sk_release_proto: ARG_PTR_TO_BTF_ID_SOCK_COMMON | OBJ_RELEASE
+    HelperProto("sk_release", 86, (A.PTR_TO_BTF_ID_SOCK_COMMON,), RetKind.INTEGER, prog_types=_NET),
     HelperProto("map_push_elem", 87),
     HelperProto("map_pop_elem", 88),
     HelperProto("map_peek_elem", 89),
@@ -359,7 +387,14 @@ PROTOTYPES: tuple[HelperProto, ...] = (
     HelperProto("tcp_sock", 96),
     HelperProto("skb_ecn_set_ce", 97),
     HelperProto("get_listener_sock", 98),
-    HelperProto("skc_lookup_tcp", 99),
+    HelperProto(
+        "skc_lookup_tcp",
+        99,
+        (A.PTR_TO_CTX, A.PTR_TO_MEM, A.CONST_SIZE, A.ANYTHING, A.ANYTHING),
+        RetKind.PTR_TO_SOCK_COMMON_OR_NULL,
+        prog_types=_NET,
+        pkt_access=True,
+    ),
     HelperProto("tcp_check_syncookie", 100),
     HelperProto("sysctl_get_name", 101),
     HelperProto("sysctl_get_current_value", 102),
@@ -661,8 +696,10 @@ def kernel_refuses_helper(helper_id: int, prog_type: ProgramType) -> str | None:
         return f"invalid func unknown#{helper_id}"
     h = PROTOTYPES[helper_id]
     funcs = PROG_TYPE_FUNCS.get(prog_type)
-    if helper_id == 0 or (funcs is not None and h.name not in funcs) or (
-        funcs is None and h.modelled and not helper_allowed(h, prog_type)
+    if (
+        helper_id == 0
+        or (funcs is not None and h.name not in funcs)
+        or (funcs is None and h.modelled and not helper_allowed(h, prog_type))
     ):
         return f"program of this type cannot use helper {h.kernel_name}#{helper_id}"
     return None

@@ -30,6 +30,7 @@ from bpfdsl.checker.cfg import Cfg
 from bpfdsl.checker.env import Env, Fault
 from bpfdsl.checker.liveness import StackLiveness
 from bpfdsl.checker.precision import Checkpoint, backtrack_table, mark_precise, wanted_from
+from bpfdsl.checker.refs import leak_fault
 from bpfdsl.checker.report import fmt_state
 from bpfdsl.checker.state import (
     EXACT,
@@ -949,13 +950,9 @@ def _exit(env: Env, cfg: Cfg, st: State, i: int):
     r0 = _read(st, 0)
     if len(st.frames) > 1:  # back to the caller (checker.subprog)
         return leave(env, cfg, st, i)
-    if st.refs:
-        raise Fault(
-            "unreleased-ref",
-            f"Unreleased reference id={st.refs[0]}",
-            "end every ring buffer reservation (bpf_ringbuf_submit or bpf_ringbuf_discard) "
-            "and release every acquired socket (bpf_sk_release) on every path",
-        )
+    leak = leak_fault(env, st, "BPF_EXIT instruction in main prog")
+    if leak is not None:
+        raise leak
     if env.entry:  # a global function verified on its own
         check_global_return(r0)
         return []

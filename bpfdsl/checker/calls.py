@@ -22,6 +22,7 @@ from bpfdsl.abi.kfuncs import BY_NAME as KFUNCS_BY_NAME
 from bpfdsl.abi.uapi import MapType, is_array, is_sockmap
 from bpfdsl.checker import domain as D
 from bpfdsl.checker import features as F
+from bpfdsl.checker import refs as R
 from bpfdsl.checker.env import Env, Fault
 from bpfdsl.checker.mem import check_access, ringbuf_mem
 from bpfdsl.checker.stack import stack_range_readable, stack_range_written
@@ -311,6 +312,8 @@ def check_helper_call(env: Env, st: State, helper_id: int, idx: int) -> None:
         elif kind == A.PTR_TO_SOCKET:
             if r.t != D.SOCKET:
                 raise _type_err(regno, r, "sock", "pass a socket pointer checked for NULL")
+        elif kind == A.PTR_TO_BTF_ID_SOCK_COMMON:  # OBJ_RELEASE
+            released = R.release_arg(st, regno, r, f"bpf_{h.name}")
     if helper_id == 1 and map_obj is not None and map_obj.map_type in F.LOOKUP_MIN:
         kind_name = MapType(map_obj.map_type).name.lower()
         env.need(F.LOOKUP_MIN[map_obj.map_type], f"bpf_map_lookup_elem on a {kind_name}", (1,))
@@ -324,13 +327,10 @@ def check_helper_call(env: Env, st: State, helper_id: int, idx: int) -> None:
                 "aborting is meant",
                 (3,),
             )
-    if h.name == "tail_call" and st.refs:  # kernel check_helper_call: check_resource_leak
-        raise Fault(
-            "unreleased-ref",
-            f"Unreleased reference id={st.refs[0]}: tail_call would lead to reference leak",
-            "a tail call never returns: submit or discard every ring buffer reservation "
-            "(and release every socket) before it",
-        )
+    if h.name == "tail_call":  # kernel check_helper_call: check_resource_leak
+        leak = R.leak_fault(env, st, "tail_call")
+        if leak is not None:
+            raise leak
     if h.name == "tail_call" and map_obj is not None:
         # kernel record_func_key: a constant index within the prog_array is relied on
         # exactly (the JIT may patch a direct jump to that slot)
@@ -341,18 +341,25 @@ def check_helper_call(env: Env, st: State, helper_id: int, idx: int) -> None:
     if h.pkt_changing:
         _invalidate_packet(st, f"packet pointer invalidated by bpf_{h.name} at insn {idx}")
     if released:  # kernel release_reference: every copy of the pointer becomes unusable
-        st.refs = tuple(x for x in st.refs if x != released)
-        note = f"ringbuf reservation released by bpf_{h.name} at insn {idx}"
-        st.update_regs(lambda r: D.unknown(note) if r.ref == released else None)
+        what = "socket" if h.name == "sk_release" else "ringbuf reservation"
+        R.release(st, released, f"{what} released by bpf_{h.name} at insn {idx}")
     for regno in range(1, 6):
         regs[regno] = D.NOT_INIT_REG
     if h.ret == RetKind.PTR_TO_RINGBUF_MEM_OR_NULL:
-        rid = env.new_id()
+        rid = R.acquire(env, st, idx, f"bpf_{h.name}")
         regs[0] = D.Reg(D.RINGBUF_MEM_OR_NULL, id=rid, rng=alloc_size, map=map_obj, ref=rid)
-        st.refs = (*st.refs, rid)
+    elif h.ret in (RetKind.PTR_TO_SOCKET_OR_NULL, RetKind.PTR_TO_SOCK_COMMON_OR_NULL):
+        rid = R.acquire(env, st, idx, f"bpf_{h.name}")
+        t = D.SOCKET_OR_NULL if h.ret == RetKind.PTR_TO_SOCKET_OR_NULL else D.SOCK_COMMON_OR_NULL
+        regs[0] = D.Reg(t, id=rid, ref=rid)
     elif h.ret == RetKind.PTR_TO_MAP_VALUE_OR_NULL:
         if map_obj is None:
             regs[0] = D.unknown()
+        elif is_sockmap(map_obj.map_type):
+            # kernel is_acquire_function: a sockmap/sockhash lookup takes a reference on
+            # the socket (released with bpf_sk_release)
+            rid = R.acquire(env, st, idx, f"bpf_{h.name} on sockmap '{map_obj.name}'")
+            regs[0] = D.Reg(D.MAP_VALUE_OR_NULL, id=rid, map=map_obj, ref=rid)
         elif (
             helper_id == 1
             and is_array(map_obj.map_type)

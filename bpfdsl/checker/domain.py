@@ -52,6 +52,10 @@ RINGBUF_MEM_OR_NULL: Final = 14
 MEM: Final = 15
 MEM_OR_NULL: Final = 16
 FUNC: Final = 17
+# the struct sock_common part of a socket (kernel PTR_TO_SOCK_COMMON: bpf_skc_lookup_tcp),
+# fewer readable fields than SOCKET (checker.refs.sock_access)
+SOCK_COMMON: Final = 18
+SOCK_COMMON_OR_NULL: Final = 19
 TYPE_NAMES = {
     NOT_INIT: "?",
     SCALAR: "scalar",
@@ -71,12 +75,15 @@ TYPE_NAMES = {
     MEM: "mem",
     MEM_OR_NULL: "mem_or_null",
     FUNC: "func",
+    SOCK_COMMON: "sock_common",
+    SOCK_COMMON_OR_NULL: "sock_common_or_null",
 }
 NULLABLE = {
     MAP_VALUE_OR_NULL: MAP_VALUE,
     SOCKET_OR_NULL: SOCKET,
     RINGBUF_MEM_OR_NULL: RINGBUF_MEM,
     MEM_OR_NULL: MEM,
+    SOCK_COMMON_OR_NULL: SOCK_COMMON,
 }
 PACKET_TYPES: Final = (PKT, PKT_META)
 

@@ -103,6 +103,11 @@ class Env:
     entry: int = 0
     called: set = field(default_factory=set)
     has_func_info: bool | None = None  # the program comes with BTF func info (None: unknown)
+    # checker.refs: reference id -> (insn index, helper) that acquired it (kernel
+    # refs[].insn_idx, the "alloc_insn" of a leak); insn index -> the pointer type its
+    # load/store went through first (kernel insn_aux_data ptr_type, save_aux_ptr_type)
+    ref_insn: dict[int, tuple[int, str]] = field(default_factory=dict)
+    ptr_type_at: dict[int, int] = field(default_factory=dict)
 
     def precise(self, regno: int) -> None:
         """The current insn relies on the exact range of scalar ``regno``."""
