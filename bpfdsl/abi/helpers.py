@@ -381,8 +381,10 @@ PROTOTYPES: tuple[HelperProto, ...] = (
         pkt_changing=True,
     ),
     HelperProto("rc_pointer_rel", 92),
-    HelperProto("spin_lock", 93),
-    HelperProto("spin_unlock", 94),
+    # bpf_spin_lock_proto / bpf_spin_unlock_proto (kernel/bpf/helpers.c, bpf_base_func_proto):
+    # a map value pointer at the value's struct bpf_spin_lock (checker.refs.spin_lock)
+    HelperProto("spin_lock", 93, (A.PTR_TO_SPIN_LOCK,), RetKind.VOID),
+    HelperProto("spin_unlock", 94, (A.PTR_TO_SPIN_LOCK,), RetKind.VOID),
     HelperProto("sk_fullsock", 95),
     HelperProto("tcp_sock", 96),
     HelperProto("skb_ecn_set_ce", 97),

@@ -30,7 +30,7 @@ from bpfdsl.checker.cfg import Cfg
 from bpfdsl.checker.env import Env, Fault
 from bpfdsl.checker.liveness import StackLiveness
 from bpfdsl.checker.precision import Checkpoint, backtrack_table, mark_precise, wanted_from
-from bpfdsl.checker.refs import leak_fault
+from bpfdsl.checker.refs import calls_locked, exit_locked, global_call_locked, leak_fault
 from bpfdsl.checker.report import fmt_state
 from bpfdsl.checker.state import (
     EXACT,
@@ -735,7 +735,11 @@ def _call(env: Env, cfg: Cfg, st: State, i: int, x):
             raise Fault("kfunc", "kernel function calls are not supported by the checker", "")
         raise Fault("reserved-fields", "BPF_CALL uses reserved fields", "bad call encoding")
     if x.src == U.BPF_PSEUDO_CALL:
+        info = env.subprogs.get(cfg.call_target.get(i, -1))
+        if info is not None and info.is_global:
+            global_call_locked(env, st, info.name)
         return enter_call(env, cfg, st, i)
+    calls_locked(env, st, x.imm)  # bpf_loop too
     if x.imm == BPF_FUNC_LOOP:
         return loop_call(env, cfg, st, i)
     check_helper_call(env, st, x.imm, cfg.slots[i])
@@ -950,6 +954,9 @@ def _exit(env: Env, cfg: Cfg, st: State, i: int):
     r0 = _read(st, 0)
     if len(st.frames) > 1:  # back to the caller (checker.subprog)
         return leave(env, cfg, st, i)
+    locked = exit_locked(env, st)  # kernel check_resource_leak: the lock first
+    if locked is not None:
+        raise locked
     leak = leak_fault(env, st, "BPF_EXIT instruction in main prog")
     if leak is not None:
         raise leak

@@ -115,10 +115,12 @@ def _check_wide(env, st, regno, size, write):
                 "the memory passed to the helper must fit inside the map value",
                 (regno,),
             )
+        R.lock_field_access(regno, r, 0, size)
 
 
 def check_helper_call(env: Env, st: State, helper_id: int, idx: int) -> None:
     """Check a ``call`` of helper ``helper_id`` and apply its effects to ``st`` in place."""
+    R.calls_locked(env, st, helper_id)  # kernel do_check_insn, before check_helper_call
     refused = kernel_refuses_helper(helper_id, env.prog_type)  # before anything else
     if refused is not None:
         if refused.startswith("invalid func"):
@@ -314,6 +316,15 @@ def check_helper_call(env: Env, st: State, helper_id: int, idx: int) -> None:
                 raise _type_err(regno, r, "sock", "pass a socket pointer checked for NULL")
         elif kind == A.PTR_TO_BTF_ID_SOCK_COMMON:  # OBJ_RELEASE
             released = R.release_arg(st, regno, r, f"bpf_{h.name}")
+        elif kind == A.PTR_TO_SPIN_LOCK:
+            if r.t != D.MAP_VALUE:  # compatible_reg_types: spin_lock_types
+                raise _type_err(
+                    regno,
+                    r,
+                    "map_value, ptr_",
+                    f"pass bpf_{h.name} &value->lock of a map value checked for NULL",
+                )
+            R.spin_lock(env, st, regno, r, h.name == "spin_lock", idx)
     if helper_id == 1 and map_obj is not None and map_obj.map_type in F.LOOKUP_MIN:
         kind_name = MapType(map_obj.map_type).name.lower()
         env.need(F.LOOKUP_MIN[map_obj.map_type], f"bpf_map_lookup_elem on a {kind_name}", (1,))
@@ -366,7 +377,10 @@ def check_helper_call(env: Env, st: State, helper_id: int, idx: int) -> None:
             and key_const is not None
             and key_const < map_obj.max_entries
         ):
-            regs[0] = D.ptr(D.MAP_VALUE, map=map_obj)  # kernel 6.x: in-range constant key
+            # kernel 6.x: in-range constant key; a value with a bpf_spin_lock gets an id
+            # (the lock's identity, process_spin_lock)
+            lock_id = env.new_id() if R.spin_lock_off(map_obj) >= 0 else 0
+            regs[0] = D.ptr(D.MAP_VALUE, map=map_obj, id=lock_id)
         else:
             regs[0] = D.Reg(D.MAP_VALUE_OR_NULL, id=env.new_id(), map=map_obj)
     elif h.name == "get_smp_processor_id" and env.nr_cpus:
@@ -382,6 +396,7 @@ def check_kfunc_call(env: Env, st: State, name: str | None, idx: int) -> None:
     """A call of kernel function ``name`` (abi.kfuncs, from the object's relocation): r1 the
     context, r2.. writable memory of the sizes of its outputs; r0 an unknown int (0 or a
     negative errno), r1-r5 clobbered.  The device-bound rule is the kernel's to check."""
+    R.calls_locked(env, st, -1)
     k = KFUNCS_BY_NAME.get(name or "")
     if k is None:
         raise Fault(

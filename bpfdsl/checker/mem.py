@@ -12,7 +12,7 @@ from bpfdsl.checker import domain as D
 from bpfdsl.checker import tnum as T
 from bpfdsl.checker.ctx import CTX_TABLES, ctx_access
 from bpfdsl.checker.env import Env, Fault
-from bpfdsl.checker.refs import sock_access
+from bpfdsl.checker.refs import lock_field_access, sock_access
 from bpfdsl.checker.stack import stack_access
 from bpfdsl.checker.state import State
 
@@ -160,6 +160,7 @@ def _map_value(env, regno, r, off, size, write):
                 f"the largest possible offset {r.umax + full} + {size} exceeds the value size {vs}",
                 (regno,),
             )
+    lock_field_access(regno, r, off, size)
     if r.tn[1] == 0 and (lo % size) and write:
         env.warn(
             "misaligned-store",

@@ -69,13 +69,14 @@ def release(st: State, rid: int, note: str) -> None:
 def leak_fault(env: Env, st: State, prefix: str) -> Fault | None:
     """kernel check_reference_leak: the Fault for references still held where ``prefix``
     ("BPF_EXIT instruction in main prog", "tail_call") ends the program, or None."""
-    if not st.refs:
+    held = [rid for rid in st.refs if env.ref_insn.get(rid, (0, ""))[1] != LOCK]
+    if not held:
         return None
     where = []
-    for rid in st.refs:
+    for rid in held:
         idx, what = env.ref_insn.get(rid, (-1, "?"))
         where.append(f"id={rid} from {what} at insn {idx}")
-    rid = st.refs[0]
+    rid = held[0]
     idx = env.ref_insn.get(rid, (-1, "?"))[0]
     return Fault(
         "unreleased-ref",
@@ -189,4 +190,136 @@ def same_insn_pointer(env: Env, t: int) -> None:
             f"this load/store reaches a {D.TYPE_NAMES[prev]} on one path and a "
             f"{D.TYPE_NAMES[t]} on another; the kernel rewrites context and socket accesses "
             "per instruction: read the field on each path separately",
+        )
+
+
+# ---- bpf_spin_lock (kernel process_spin_lock; the lock is a REF_TYPE_LOCK entry of refs[]) ----
+
+LOCK: Final = "bpf_spin_lock"  # what env.ref_insn records for a held lock's entry
+
+
+def held_lock(env: Env, st: State) -> int:
+    """The id of the lock ``st`` holds (the locked map value's register id), 0 for none.
+    The lock is an entry of ``st.refs`` as in the kernel (refsafe compares it with the
+    references, ids mapped), told apart by ``env.ref_insn``."""
+    for rid in st.refs:
+        if env.ref_insn.get(rid, (0, ""))[1] == LOCK:
+            return rid
+    return 0
+
+
+def calls_locked(env: Env, st: State, helper_id: int) -> None:
+    """kernel do_check_insn, BPF_CALL with active_locks: only bpf_spin_unlock (94) may be
+    called (a helper or kfunc; ``helper_id`` -1 for a kfunc)."""
+    if helper_id != 94 and held_lock(env, st):
+        raise Fault(
+            "call-locked",
+            "function calls are not allowed while holding a lock",
+            "call bpf_spin_unlock before any other helper (bpf_spin_lock included): "
+            "only loads, stores and arithmetic may run while the lock is held",
+        )
+
+
+def exit_locked(env: Env, st: State) -> Fault | None:
+    """kernel check_resource_leak at the main program's exit: the lock still held."""
+    if not held_lock(env, st):
+        return None
+    idx = env.ref_insn[held_lock(env, st)][0]
+    return Fault(
+        "exit-locked",
+        "BPF_EXIT instruction in main prog cannot be used inside bpf_spin_lock-ed region",
+        f"the lock taken at insn {idx} is still held on this path: call bpf_spin_unlock "
+        "on every path before returning",
+    )
+
+
+def spin_lock(env: Env, st: State, regno: int, r: D.Reg, lock: bool, idx: int) -> None:
+    """kernel process_spin_lock for argument ``regno`` of bpf_spin_lock (``lock``) or
+    bpf_spin_unlock at insn ``idx``; ``r`` is a map value pointer (checked by the caller)."""
+    fn = "bpf_spin_lock" if lock else "bpf_spin_unlock"
+    if r.tn[1]:
+        raise Fault(
+            "spin-lock-arg",
+            f"R{regno} doesn't have constant offset. bpf_spin_lock has to be at the constant offset",
+            f"pass {fn} the address of the lock field itself, not a computed one",
+            (regno,),
+        )
+    m = r.map
+    name = getattr(m, "name", "?")
+    if not getattr(m, "value_type_id", 0):
+        raise Fault(
+            "spin-lock-arg",
+            f"map '{name}' has to have BTF in order to use bpf_spin_lock",
+            "declare the map with BTF (__type(value, ...)) so its struct bpf_spin_lock is known",
+            (regno,),
+        )
+    at = spin_lock_off(m)
+    if at < 0:
+        raise Fault(
+            "spin-lock-arg",
+            f"map '{name}' has no valid bpf_spin_lock",
+            f"the value type of map '{name}' needs a struct bpf_spin_lock member",
+            (regno,),
+        )
+    off = D.s64(r.tn[0]) + r.off
+    if off != at:
+        raise Fault(
+            "spin-lock-arg",
+            f"off {off} doesn't point to 'struct bpf_spin_lock' that is at {at}",
+            f"pass &value->lock (offset {at} of the value) to {fn}",
+            (regno,),
+        )
+    held = held_lock(env, st)
+    if lock:
+        if held:  # unreachable from a helper call (calls_locked refuses it first)
+            raise Fault("spin-lock-twice", "Locking two bpf_spin_locks are not allowed", "")
+        env.ref_insn[r.id] = (idx, LOCK)
+        st.refs = (*st.refs, r.id)
+        return
+    if not held:
+        raise Fault(
+            "spin-unlock",
+            "bpf_spin_unlock without taking a lock",
+            "this path reaches bpf_spin_unlock without bpf_spin_lock before it",
+            (regno,),
+        )
+    if held != r.id:
+        raise Fault(
+            "spin-unlock",
+            "bpf_spin_unlock of different lock",
+            f"the lock held was taken at insn {env.ref_insn[held][0]} through another "
+            "map value pointer: unlock the value that was locked",
+            (regno,),
+        )
+    st.refs = tuple(x for x in st.refs if x != held)
+
+
+def lock_field_access(regno: int, r: D.Reg, off: int, size: int) -> None:
+    """kernel check_map_access: no load, store or helper access of a map value may touch
+    its struct bpf_spin_lock (``off`` the access's offset from the pointer, variable part
+    included through ``r``'s bounds)."""
+    at = spin_lock_off(r.map)
+    if at < 0:
+        return
+    lo = r.off + off + (r.smin if r.tn[1] else D.s64(r.tn[0]))
+    hi = r.off + off + (r.umax if r.tn[1] else D.s64(r.tn[0])) + size
+    if lo < at + 4 and at < hi:
+        raise Fault(
+            "spin-lock-access",
+            "bpf_spin_lock cannot be accessed directly by load/store",
+            "the lock is only taken and released with bpf_spin_lock/bpf_spin_unlock; "
+            "read and write the other fields",
+            (regno,),
+        )
+
+
+def global_call_locked(env: Env, st: State, name: str) -> None:
+    """kernel check_func_call: a global function (``name``) called with the lock held."""
+    if held_lock(env, st):
+        raise Fault(
+            "call-locked",
+            "global function calls are not allowed while holding a lock, use static function "
+            "instead",
+            f"{name}() is global (verified on its own, for any caller): unlock before the "
+            "call, or make it static",
         )
