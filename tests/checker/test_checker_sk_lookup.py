@@ -41,6 +41,10 @@ REFUSED = {
         "Unreleased reference id=3 alloc_insn=37",
         "BPF_EXIT instruction in main prog would lead to reference leak",
     ),
+    "bad_msg_sockhash_leak": (
+        "Unreleased reference id=2 alloc_insn=6",
+        "BPF_EXIT instruction in main prog would lead to reference leak",
+    ),
     "bad_sockmap_leak": (
         "Unreleased reference id=2 alloc_insn=6",
         "BPF_EXIT instruction in main prog would lead to reference leak",
@@ -68,6 +72,8 @@ ACCEPTED = [
     "ok_join_paths",
     "ok_lookup_loop",
     "ok_sockmap_release",
+    "ok_msg_sk_narrow",  # narrow loads of the sk_msg context's socket (refused before)
+    "ok_sockops_sk_narrow",
 ]
 
 

@@ -357,4 +357,41 @@ int bad_sock_arith(struct xdp_md *ctx)
 	return v ? XDP_DROP : XDP_PASS;
 }
 
+// sk_msg and sock_ops: a sockhash lookup takes a reference they cannot release
+// (bpf_sk_release is not theirs); the context's socket is read by the bpf_sock rules
+struct {
+	__uint(type, BPF_MAP_TYPE_SOCKHASH);
+	__uint(max_entries, 4);
+	__type(key, __u32);
+	__type(value, __u64);
+} peers SEC(".maps");
+
+SEC("sk_msg")
+int bad_msg_sockhash_leak(struct sk_msg_md *msg)
+{
+	__u32 k = msg->remote_port;
+	struct bpf_sock *sk = bpf_map_lookup_elem(&peers, &k);
+	if (!sk)
+		return SK_PASS;
+	return sk->state == 10 ? SK_DROP : SK_PASS;
+}
+
+SEC("sk_msg")
+int ok_msg_sk_narrow(struct sk_msg_md *msg)
+{
+	struct bpf_sock *sk = msg->sk;
+	__u16 port = *(volatile __u16 *)&sk->dst_port;
+	__u8 state = *(volatile __u8 *)&sk->state;
+	return port + state ? SK_DROP : SK_PASS;
+}
+
+SEC("sockops")
+int ok_sockops_sk_narrow(struct bpf_sock_ops *ops)
+{
+	struct bpf_sock *sk = ops->sk;
+	if (!sk)
+		return 1;
+	return *(volatile __u8 *)&sk->protocol == 6;
+}
+
 char _license[] SEC("license") = "GPL";
