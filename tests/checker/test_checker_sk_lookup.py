@@ -56,6 +56,7 @@ REFUSED = {
     "bad_release_maybe_null": (f"R1 type=sock_or_null expected={SOCK_TYPES}",) * 2,
     "bad_double_release": (f"R1 type=scalar expected={SOCK_TYPES}",) * 2,
     "bad_release_ctx": (f"R1 type=ctx expected={SOCK_TYPES}",) * 2,
+    "bad_release_xsk": ("R1 must be referenced when passed to release function",) * 2,
     "bad_use_after_release": ("R6 invalid mem access 'scalar'",) * 2,
     "bad_sock_field": ("R1 invalid sock access off=50 size=2",) * 2,
     "bad_skc_field": ("R1 invalid sock_common access off=8 size=4",) * 2,

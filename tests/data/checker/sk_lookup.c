@@ -357,6 +357,25 @@ int bad_sock_arith(struct xdp_md *ctx)
 	return v ? XDP_DROP : XDP_PASS;
 }
 
+struct {
+	__uint(type, BPF_MAP_TYPE_XSKMAP);
+	__uint(max_entries, 4);
+	__type(key, __u32);
+	__type(value, __u32);
+} xsks SEC(".maps");
+
+// an xskmap lookup's socket is a sock_common-compatible type, but no reference
+SEC("xdp")
+int bad_release_xsk(struct xdp_md *ctx)
+{
+	__u32 k = 0;
+	struct bpf_xdp_sock *s = bpf_map_lookup_elem(&xsks, &k);
+	if (!s)
+		return XDP_PASS;
+	bpf_sk_release((void *)s);
+	return XDP_PASS;
+}
+
 // sk_msg and sock_ops: a sockhash lookup takes a reference they cannot release
 // (bpf_sk_release is not theirs); the context's socket is read by the bpf_sock rules
 struct {
