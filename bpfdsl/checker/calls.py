@@ -353,7 +353,7 @@ def check_helper_call(env: Env, st: State, helper_id: int, idx: int) -> None:
         _invalidate_packet(st, f"packet pointer invalidated by bpf_{h.name} at insn {idx}")
     if released:  # kernel release_reference: every copy of the pointer becomes unusable
         what = "socket" if h.name == "sk_release" else "ringbuf reservation"
-        R.release(st, released, f"{what} released by bpf_{h.name} at insn {idx}")
+        R.release(st, released, f"{what} released by bpf_{h.name} at insn {idx}", env.privileged)
     for regno in range(1, 6):
         regs[regno] = D.NOT_INIT_REG
     if h.ret == RetKind.PTR_TO_RINGBUF_MEM_OR_NULL:

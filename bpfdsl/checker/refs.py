@@ -59,11 +59,13 @@ def acquire(env: Env, st: State, idx: int, what: str) -> int:
     return rid
 
 
-def release(st: State, rid: int, note: str) -> None:
+def release(st: State, rid: int, note: str, privileged: bool = True) -> None:
     """kernel release_reference: drop reference ``rid``; every register and spilled copy of
-    the pointer becomes an unknown scalar saying ``note`` (mark_reg_invalid, privileged)."""
+    the pointer becomes an unknown scalar saying ``note`` (mark_reg_invalid: with
+    ``allow_ptr_leaks``, a privileged load; unset, NOT_INIT, otherwise)."""
     st.refs = tuple(x for x in st.refs if x != rid)
-    st.update_regs(lambda r: D.unknown(note) if r.ref == rid else None)
+    gone = D.unknown(note) if privileged else D.NOT_INIT_REG
+    st.update_regs(lambda r: gone if r.ref == rid else None)
 
 
 def leak_fault(env: Env, st: State, prefix: str) -> Fault | None:
