@@ -31,7 +31,9 @@ class ArgKind(Enum):
     PTR_TO_MAP_KEY = "ptr_to_map_key"  # stack/map value/packet memory of key_size bytes
     PTR_TO_MAP_VALUE = "ptr_to_map_value"  # memory of value_size bytes
     PTR_TO_CTX = "ptr_to_ctx"  # the program's context, unmodified
-    PTR_TO_MEM = "ptr_to_mem"  # readable memory, size in the next arg (nullable if size 0)
+    PTR_TO_MEM = "ptr_to_mem"  # readable memory, size in the next arg (never NULL)
+    # ARG_PTR_TO_MEM | PTR_MAYBE_NULL: the same, or NULL (0) with size 0
+    PTR_TO_MEM_OR_NULL = "ptr_to_mem_or_null"
     PTR_TO_UNINIT_MEM = "ptr_to_uninit_mem"  # writable memory, size in the next arg
     CONST_SIZE = "const_size"  # bounded scalar > 0, size of the previous mem arg
     CONST_SIZE_OR_ZERO = "const_size_or_zero"  # bounded scalar >= 0
@@ -188,7 +190,14 @@ PROTOTYPES: tuple[HelperProto, ...] = (
     HelperProto(
         "csum_diff",
         28,
-        (A.PTR_TO_MEM, A.CONST_SIZE_OR_ZERO, A.PTR_TO_MEM, A.CONST_SIZE_OR_ZERO, A.ANYTHING),
+        # bpf_csum_diff_proto: ARG_PTR_TO_MEM | PTR_MAYBE_NULL | MEM_RDONLY, twice
+        (
+            A.PTR_TO_MEM_OR_NULL,
+            A.CONST_SIZE_OR_ZERO,
+            A.PTR_TO_MEM_OR_NULL,
+            A.CONST_SIZE_OR_ZERO,
+            A.ANYTHING,
+        ),
         RetKind.INTEGER,
         prog_types=_NET,
         ret_ctype="s64",
@@ -342,11 +351,12 @@ PROTOTYPES: tuple[HelperProto, ...] = (
     # bpf_xdp_sk_lookup_{tcp,udp}_proto / bpf_xdp_skc_lookup_tcp_proto (net/core/filter.c;
     # tc: bpf_sk_lookup_*_proto, the same arguments): ctx, a struct bpf_sock_tuple (stack,
     # map value or packet: .pkt_access) of tuple_size bytes, netns, flags; an acquired
-    # reference (kernel is_acquire_function) or NULL
+    # reference (kernel is_acquire_function) or NULL; tuple_size may be 0 (ARG_CONST_SIZE_OR_ZERO
+    # since Linux 6.x: the lookup then returns NULL)
     HelperProto(
         "sk_lookup_tcp",
         84,
-        (A.PTR_TO_CTX, A.PTR_TO_MEM, A.CONST_SIZE, A.ANYTHING, A.ANYTHING),
+        (A.PTR_TO_CTX, A.PTR_TO_MEM, A.CONST_SIZE_OR_ZERO, A.ANYTHING, A.ANYTHING),
         RetKind.PTR_TO_SOCKET_OR_NULL,
         prog_types=_NET,
         pkt_access=True,
@@ -354,7 +364,7 @@ PROTOTYPES: tuple[HelperProto, ...] = (
     HelperProto(
         "sk_lookup_udp",
         85,
-        (A.PTR_TO_CTX, A.PTR_TO_MEM, A.CONST_SIZE, A.ANYTHING, A.ANYTHING),
+        (A.PTR_TO_CTX, A.PTR_TO_MEM, A.CONST_SIZE_OR_ZERO, A.ANYTHING, A.ANYTHING),
         RetKind.PTR_TO_SOCKET_OR_NULL,
         prog_types=_NET,
         pkt_access=True,
@@ -392,7 +402,7 @@ PROTOTYPES: tuple[HelperProto, ...] = (
     HelperProto(
         "skc_lookup_tcp",
         99,
-        (A.PTR_TO_CTX, A.PTR_TO_MEM, A.CONST_SIZE, A.ANYTHING, A.ANYTHING),
+        (A.PTR_TO_CTX, A.PTR_TO_MEM, A.CONST_SIZE_OR_ZERO, A.ANYTHING, A.ANYTHING),
         RetKind.PTR_TO_SOCK_COMMON_OR_NULL,
         prog_types=_NET,
         pkt_access=True,

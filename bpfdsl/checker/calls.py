@@ -31,6 +31,8 @@ from bpfdsl.checker.state import State
 A = ArgKind
 UNMODELLED = "unmodelled-helper"  # a kernel helper the checker has no model of
 _MEM_TYPES = (D.STACK, D.PKT, D.PKT_META, D.MAP_VALUE, D.RINGBUF_MEM, D.MEM)
+# the kernel's list of ARG_PTR_TO_MEM's register types in "R2 type=... expected=..."
+MEM_EXPECTED = "fp, pkt, pkt_meta, map_key, map_value, mem, ringbuf_mem, buf, trusted_ptr_"
 
 
 def _type_err(regno: int, r: D.Reg, expected: str, explain: str) -> Fault:
@@ -228,16 +230,17 @@ def check_helper_call(env: Env, st: State, helper_id: int, idx: int) -> None:
                     key_const, slot = key
                     if slot is not None:  # a spilled constant: its value must stay exact
                         env.want_slots.append(slot)
-        elif kind in (A.PTR_TO_MEM, A.PTR_TO_UNINIT_MEM):
+        elif kind in (A.PTR_TO_MEM, A.PTR_TO_UNINIT_MEM, A.PTR_TO_MEM_OR_NULL):
             last_mem = regno
-            if r.t == D.SCALAR and r.is_const and r.value == 0:
+            if kind == A.PTR_TO_MEM_OR_NULL and r.t == D.SCALAR and r.is_const and r.value == 0:
                 continue  # NULL with size 0 (checked with the size)
-            if r.t not in _MEM_TYPES:
+            if r.t not in _MEM_TYPES:  # kernel compatible_reg_types: mem_types
                 raise _type_err(
                     regno,
                     r,
-                    "fp, pkt, pkt_meta, map_value, mem",
-                    f"argument {regno} of bpf_{h.name} must point to memory",
+                    MEM_EXPECTED,
+                    f"argument {regno} of bpf_{h.name} must point to memory"
+                    + (" (it may not be NULL)" if r.t == D.SCALAR else ""),
                 )
         elif kind in (A.CONST_SIZE, A.CONST_SIZE_OR_ZERO):
             if r.t != D.SCALAR:
@@ -268,13 +271,8 @@ def check_helper_call(env: Env, st: State, helper_id: int, idx: int) -> None:
                 mr = regs[last_mem]
                 write = h.args[last_mem - 1] == A.PTR_TO_UNINIT_MEM
                 if mr.t == D.SCALAR:
-                    if r.umax != 0:
-                        raise _type_err(
-                            last_mem,
-                            mr,
-                            "fp, pkt, pkt_meta, map_value",
-                            "a NULL pointer needs size 0",
-                        )
+                    if r.umax != 0:  # kernel check_helper_mem_access: a NULL pointer
+                        raise _type_err(last_mem, mr, "fp", "a NULL pointer needs size 0")
                 else:
                     check_mem(env, st, last_mem, r.umax, write, "buffer")
         elif kind == A.CONST_ALLOC_SIZE_OR_ZERO:
