@@ -308,6 +308,9 @@ def run(corpus: list[Item], verbose: bool = False) -> dict:
             if it.kernel == "skip":
                 st["skipped"] += 1
                 continue
+            if it.ours == "rej" and it.our_msg.startswith("cannot check"):
+                st["unchecked"] += 1  # no verdict (an unmodelled helper): not compared
+                continue
             st["total"] += 1
             if it.ours == it.kernel:
                 st["agree"] += 1
@@ -452,7 +455,8 @@ def main(argv=None) -> int:
         pct = 100.0 * tot["agree"] / max(1, tot["total"])
         print(
             f"{'TOTAL':28} {tot['total']:6} {tot['agree']:6} {tot['false_accept']:6} "
-            f"{tot['false_reject']:6}   agreement {pct:.1f}%  (skipped {tot['skipped']})"
+            f"{tot['false_reject']:6}   agreement {pct:.1f}%  (skipped {tot['skipped']}, "
+            f"cannot check {tot['unchecked']})"
         )
         print(
             f"processed counts (both accept, {tot['counted']} programs): equal "

@@ -31,7 +31,9 @@ class ArgKind(Enum):
     PTR_TO_MAP_KEY = "ptr_to_map_key"  # stack/map value/packet memory of key_size bytes
     PTR_TO_MAP_VALUE = "ptr_to_map_value"  # memory of value_size bytes
     PTR_TO_CTX = "ptr_to_ctx"  # the program's context, unmodified
-    PTR_TO_MEM = "ptr_to_mem"  # readable memory, size in the next arg (nullable if size 0)
+    PTR_TO_MEM = "ptr_to_mem"  # readable memory, size in the next arg (never NULL)
+    # ARG_PTR_TO_MEM | PTR_MAYBE_NULL: the same, or NULL (0) with size 0
+    PTR_TO_MEM_OR_NULL = "ptr_to_mem_or_null"
     PTR_TO_UNINIT_MEM = "ptr_to_uninit_mem"  # writable memory, size in the next arg
     CONST_SIZE = "const_size"  # bounded scalar > 0, size of the previous mem arg
     CONST_SIZE_OR_ZERO = "const_size_or_zero"  # bounded scalar >= 0
@@ -40,6 +42,11 @@ class ArgKind(Enum):
     PTR_TO_RINGBUF_MEM = "ptr_to_ringbuf_mem"  # a reservation, released by the call (OBJ_RELEASE)
     PTR_TO_FUNC = "ptr_to_func"  # a static subprogram (ld_imm64 BPF_PSEUDO_FUNC): a callback
     PTR_TO_STACK_OR_NULL = "ptr_to_stack_or_null"  # the caller's stack, or NULL (0)
+    # ARG_PTR_TO_BTF_ID_SOCK_COMMON | OBJ_RELEASE: a referenced socket (a lookup's result,
+    # checked for NULL), released by the call
+    PTR_TO_BTF_ID_SOCK_COMMON = "ptr_to_btf_id_sock_common"
+    # ARG_PTR_TO_SPIN_LOCK: a map value pointer at the value's struct bpf_spin_lock
+    PTR_TO_SPIN_LOCK = "ptr_to_spin_lock"
 
 
 class RetKind(Enum):
@@ -50,6 +57,10 @@ class RetKind(Enum):
     PTR_TO_MAP_VALUE_OR_NULL = "ptr_to_map_value_or_null"
     # RET_PTR_TO_MEM | MEM_RINGBUF | PTR_MAYBE_NULL: an acquired reference of the size argument
     PTR_TO_RINGBUF_MEM_OR_NULL = "ptr_to_ringbuf_mem_or_null"
+    # RET_PTR_TO_SOCKET_OR_NULL / RET_PTR_TO_SOCK_COMMON_OR_NULL of an acquiring helper
+    # (is_acquire_function): a struct bpf_sock (or its sock_common part) to release
+    PTR_TO_SOCKET_OR_NULL = "ptr_to_socket_or_null"
+    PTR_TO_SOCK_COMMON_OR_NULL = "ptr_to_sock_common_or_null"
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,13 +175,14 @@ PROTOTYPES: tuple[HelperProto, ...] = (
     HelperProto("redirect", 23, (A.ANYTHING, A.ANYTHING), RetKind.INTEGER, prog_types=_NET),
     HelperProto("get_route_realm", 24),
     # bpf_xdp_event_output_proto / bpf_skb_event_output_proto (net/core/filter.c): flags
-    # select the array slot (BPF_F_CURRENT_CPU) and, upper 32 bits, packet bytes to append
+    # select the array slot (BPF_F_CURRENT_CPU) and, upper 32 bits, packet bytes to append;
+    # sk_msg and sock_ops: bpf_event_output_data_proto (the same arguments, no packet bytes)
     HelperProto(
         "perf_event_output",
         25,
         (A.PTR_TO_CTX, A.CONST_MAP_PTR, A.ANYTHING, A.PTR_TO_MEM, A.CONST_SIZE_OR_ZERO),
         RetKind.INTEGER,
-        prog_types=_NET,
+        prog_types=_NET | _SK_MSG | _SOCK_OPS,
         map_types=frozenset({MapType.PERF_EVENT_ARRAY}),
     ),
     HelperProto("skb_load_bytes", 26),
@@ -178,7 +190,14 @@ PROTOTYPES: tuple[HelperProto, ...] = (
     HelperProto(
         "csum_diff",
         28,
-        (A.PTR_TO_MEM, A.CONST_SIZE_OR_ZERO, A.PTR_TO_MEM, A.CONST_SIZE_OR_ZERO, A.ANYTHING),
+        # bpf_csum_diff_proto: ARG_PTR_TO_MEM | PTR_MAYBE_NULL | MEM_RDONLY, twice
+        (
+            A.PTR_TO_MEM_OR_NULL,
+            A.CONST_SIZE_OR_ZERO,
+            A.PTR_TO_MEM_OR_NULL,
+            A.CONST_SIZE_OR_ZERO,
+            A.ANYTHING,
+        ),
         RetKind.INTEGER,
         prog_types=_NET,
         ret_ctype="s64",
@@ -329,9 +348,29 @@ PROTOTYPES: tuple[HelperProto, ...] = (
     HelperProto("get_local_storage", 81),
     HelperProto("sk_select_reuseport", 82),
     HelperProto("skb_ancestor_cgroup_id", 83),
-    HelperProto("sk_lookup_tcp", 84),
-    HelperProto("sk_lookup_udp", 85),
-    HelperProto("sk_release", 86),
+    # bpf_xdp_sk_lookup_{tcp,udp}_proto / bpf_xdp_skc_lookup_tcp_proto (net/core/filter.c;
+    # tc: bpf_sk_lookup_*_proto, the same arguments): ctx, a struct bpf_sock_tuple (stack,
+    # map value or packet: .pkt_access) of tuple_size bytes, netns, flags; an acquired
+    # reference (kernel is_acquire_function) or NULL; tuple_size may be 0 (ARG_CONST_SIZE_OR_ZERO
+    # since Linux 6.x: the lookup then returns NULL)
+    HelperProto(
+        "sk_lookup_tcp",
+        84,
+        (A.PTR_TO_CTX, A.PTR_TO_MEM, A.CONST_SIZE_OR_ZERO, A.ANYTHING, A.ANYTHING),
+        RetKind.PTR_TO_SOCKET_OR_NULL,
+        prog_types=_NET,
+        pkt_access=True,
+    ),
+    HelperProto(
+        "sk_lookup_udp",
+        85,
+        (A.PTR_TO_CTX, A.PTR_TO_MEM, A.CONST_SIZE_OR_ZERO, A.ANYTHING, A.ANYTHING),
+        RetKind.PTR_TO_SOCKET_OR_NULL,
+        prog_types=_NET,
+        pkt_access=True,
+    ),
+    # bpf_sk_release_proto: ARG_PTR_TO_BTF_ID_SOCK_COMMON | OBJ_RELEASE
+    HelperProto("sk_release", 86, (A.PTR_TO_BTF_ID_SOCK_COMMON,), RetKind.INTEGER, prog_types=_NET),
     HelperProto("map_push_elem", 87),
     HelperProto("map_pop_elem", 88),
     HelperProto("map_peek_elem", 89),
@@ -352,13 +391,22 @@ PROTOTYPES: tuple[HelperProto, ...] = (
         pkt_changing=True,
     ),
     HelperProto("rc_pointer_rel", 92),
-    HelperProto("spin_lock", 93),
-    HelperProto("spin_unlock", 94),
+    # bpf_spin_lock_proto / bpf_spin_unlock_proto (kernel/bpf/helpers.c, bpf_base_func_proto):
+    # a map value pointer at the value's struct bpf_spin_lock (checker.refs.spin_lock)
+    HelperProto("spin_lock", 93, (A.PTR_TO_SPIN_LOCK,), RetKind.VOID),
+    HelperProto("spin_unlock", 94, (A.PTR_TO_SPIN_LOCK,), RetKind.VOID),
     HelperProto("sk_fullsock", 95),
     HelperProto("tcp_sock", 96),
     HelperProto("skb_ecn_set_ce", 97),
     HelperProto("get_listener_sock", 98),
-    HelperProto("skc_lookup_tcp", 99),
+    HelperProto(
+        "skc_lookup_tcp",
+        99,
+        (A.PTR_TO_CTX, A.PTR_TO_MEM, A.CONST_SIZE_OR_ZERO, A.ANYTHING, A.ANYTHING),
+        RetKind.PTR_TO_SOCK_COMMON_OR_NULL,
+        prog_types=_NET,
+        pkt_access=True,
+    ),
     HelperProto("tcp_check_syncookie", 100),
     HelperProto("sysctl_get_name", 101),
     HelperProto("sysctl_get_current_value", 102),
@@ -587,6 +635,86 @@ def callable_by_name(helper: HelperProto) -> bool:
         return False
     rest = helper.args[1:] if helper.args[:1] == (A.PTR_TO_CTX,) else helper.args
     return all(a is A.ANYTHING for a in rest)
+
+
+# The helpers each program type's ``get_func_proto`` returns a proto for (Linux 6.18, a
+# privileged load: CAP_BPF/CAP_PERFMON/CAP_NET_ADMIN), modelled or not: ``xdp_func_proto``,
+# ``sk_msg_func_proto`` and ``sock_ops_func_proto`` in net/core/filter.c, each ending in
+# ``bpf_sk_base_func_proto`` -> ``bpf_base_func_proto`` (kernel/bpf/helpers.c).  For any
+# other id of ``enum bpf_func_id`` the kernel's check_helper_call says "program of this type
+# cannot use helper bpf_NAME#ID"; tests/abi/test_helper_availability.py asks this kernel.
+_BASE_FUNCS = frozenset(
+    """
+    map_lookup_elem map_update_elem map_delete_elem ktime_get_ns trace_printk
+    get_prandom_u32 get_smp_processor_id tail_call get_current_pid_tgid
+    get_current_uid_gid get_current_comm get_cgroup_classid perf_event_read
+    perf_event_output get_current_task current_task_under_cgroup get_numa_node_id
+    perf_event_read_value get_current_cgroup_id map_push_elem map_pop_elem map_peek_elem
+    spin_lock spin_unlock strtol strtoul send_signal probe_read_user probe_read_kernel
+    probe_read_user_str probe_read_kernel_str send_signal_thread jiffies64
+    get_ns_current_pid_tgid get_current_ancestor_cgroup_id ktime_get_boot_ns
+    ringbuf_output ringbuf_reserve ringbuf_submit ringbuf_discard ringbuf_query
+    skc_to_tcp6_sock skc_to_tcp_sock skc_to_tcp_timewait_sock skc_to_tcp_request_sock
+    skc_to_udp6_sock get_task_stack copy_from_user snprintf_btf per_cpu_ptr this_cpu_ptr
+    task_storage_get task_storage_delete get_current_task_btf ktime_get_coarse_ns
+    for_each_map_elem snprintf timer_init timer_set_callback timer_start timer_cancel
+    task_pt_regs get_branch_snapshot trace_vprintk skc_to_unix_sock find_vma loop
+    strncmp copy_from_user_task kptr_xchg map_lookup_percpu_elem skc_to_mptcp_sock
+    dynptr_from_mem ringbuf_reserve_dynptr ringbuf_submit_dynptr ringbuf_discard_dynptr
+    dynptr_read dynptr_write dynptr_data ktime_get_tai_ns user_ringbuf_drain
+    cgrp_storage_get cgrp_storage_delete
+    """.split()
+)
+PROG_TYPE_FUNCS: dict[ProgramType, frozenset[str]] = {
+    ProgramType.XDP: _BASE_FUNCS
+    | frozenset(
+        """
+        redirect csum_diff xdp_adjust_head redirect_map xdp_adjust_meta xdp_adjust_tail
+        fib_lookup sk_lookup_tcp sk_lookup_udp sk_release skc_lookup_tcp tcp_check_syncookie
+        tcp_gen_syncookie check_mtu xdp_get_buff_len xdp_load_bytes xdp_store_bytes
+        tcp_raw_gen_syncookie_ipv4 tcp_raw_gen_syncookie_ipv6 tcp_raw_check_syncookie_ipv4
+        tcp_raw_check_syncookie_ipv6
+        """.split()
+    ),
+    ProgramType.SK_MSG: _BASE_FUNCS
+    | frozenset(
+        """
+        msg_redirect_map msg_apply_bytes msg_cork_bytes msg_pull_data msg_redirect_hash
+        msg_push_data msg_pop_data sk_storage_get sk_storage_delete get_netns_cookie
+        """.split()
+    ),
+    ProgramType.SOCK_OPS: _BASE_FUNCS
+    | frozenset(
+        """
+        get_socket_cookie setsockopt sock_map_update getsockopt sock_ops_cb_flags_set
+        sock_hash_update get_local_storage tcp_sock sk_storage_get sk_storage_delete
+        get_netns_cookie load_hdr_opt store_hdr_opt reserve_hdr_opt
+        """.split()
+    ),
+}
+"""Program type -> names (without ``bpf_``) of the helpers it may call (see above); the
+program types bpfdsl checks only."""
+
+
+def kernel_refuses_helper(helper_id: int, prog_type: ProgramType) -> str | None:
+    """The kernel's words when a program of ``prog_type`` calls helper ``helper_id`` that it
+    does not have (kernel/bpf/verifier.c check_helper_call, Linux 6.18): ``invalid func
+    unknown#ID`` outside ``enum bpf_func_id`` (``func_id >= __BPF_FUNC_MAX_ID``), ``program
+    of this type cannot use helper bpf_NAME#ID`` when the program type's
+    ``get_func_proto`` has no proto for it (always for 0, ``BPF_FUNC_unspec``).  None when
+    the kernel goes on to check the call's arguments (or ``prog_type`` is not in
+    :data:`PROG_TYPE_FUNCS` and the helper is not modelled: not known here)."""
+    if helper_id < 0 or helper_id >= len(PROTOTYPES):
+        return f"invalid func unknown#{helper_id}"
+    h = PROTOTYPES[helper_id]
+    funcs = PROG_TYPE_FUNCS.get(prog_type)
+    if (
+        helper_id == 0
+        or (funcs is not None and h.name not in funcs)
+        or (funcs is None and h.modelled and not helper_allowed(h, prog_type))
+    ):
+        return f"program of this type cannot use helper {h.kernel_name}#{helper_id}"
+    return None
 
 
 def helper_allowed(helper: HelperProto, prog_type: ProgramType) -> bool:

@@ -64,8 +64,9 @@ _ATOMIC_NAMES = {U.BPF_ADD: "add", U.BPF_AND: "and", U.BPF_OR: "or", U.BPF_XOR: 
 
 class InsnError(ValueError):
     """Instructions the kernel refuses before verifying any path (truncated bytes, unknown
-    opcode, register number over r10, broken ld_imm64, jump outside the program, call of
-    a helper id the kernel does not have).  ``reason``: the kernel's wording; ``slot``: the
+    opcode, register number over r10, broken ld_imm64, jump outside the program).  A call
+    of a helper id the kernel does not have is not one: the kernel refuses it on a path
+    only.  ``reason``: the kernel's wording; ``slot``: the
     instruction's slot number (as in the kernel's log), None when the whole program is at
     fault."""
 
@@ -211,8 +212,7 @@ def decode(data: bytes | bytearray | memoryview) -> list[Insn]:
 
     Raises :class:`InsnError` (kernel wording, naming the slot) when the length is not a
     multiple of 8, or an instruction is one the kernel refuses whatever the path
-    (:func:`field_error`: unknown opcode, register over r10, broken ld_imm64 pair, call of
-    a helper id the kernel lacks).  Jump targets need the whole function: see
+    (:func:`field_error`: unknown opcode, register over r10, broken ld_imm64 pair).  Jump targets need the whole function: see
     :func:`check_jumps`.
     """
     data = bytes(data)
@@ -333,9 +333,10 @@ def field_error(x: Insn) -> str | None:
     ``R11 is invalid`` (check_reg_arg; only fields the opcode reads as registers),
     ``unrecognized bpf_ld_imm64 insn`` (a pseudo kind it lacks, or BPF_PSEUDO_MAP_FD/IDX
     with upper 32 bits set), ``BPF_CALL uses reserved fields`` (a call kind other than
-    helper, BPF-to-BPF, kfunc), ``invalid func unknown#212`` (check_helper_call: a helper
-    id outside enum bpf_func_id, :func:`bpfdsl.abi.helpers.kernel_helper_name`).  Fields the kernel only
-    requires to be zero are left to the checker, which reports them on the path.
+    helper, BPF-to-BPF, kfunc).  Fields the kernel only requires to be zero, and helper
+    ids (``invalid func unknown#212``, check_helper_call, on the path that reaches the
+    call: :func:`bpfdsl.abi.helpers.kernel_refuses_helper`), are left to the checker and
+    the interpreter, which report them on the path.
     """
     regs = OPCODES.get(x.opcode)
     if regs is None:
@@ -355,11 +356,9 @@ def field_error(x: Insn) -> str | None:
     elif x.is_call:
         if x.src not in _CALL_PSEUDO:
             return "BPF_CALL uses reserved fields"
-        if x.src == 0:
-            if x.imm == 0:  # in the enum (BPF_FUNC_unspec) but no program type has it
-                return "program of this type cannot use helper bpf_unspec#0"
-            if kernel_helper_name(x.imm) is None:
-                return f"invalid func unknown#{x.imm}"
+        # a helper id the kernel lacks is refused on a path only (check_helper_call: the
+        # kernel accepts a call of helper 250 it never reaches), by the checker and the
+        # interpreter at the call, not here
     return None
 
 

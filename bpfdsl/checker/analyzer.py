@@ -30,6 +30,7 @@ from bpfdsl.checker.cfg import Cfg
 from bpfdsl.checker.env import Env, Fault
 from bpfdsl.checker.liveness import StackLiveness
 from bpfdsl.checker.precision import Checkpoint, backtrack_table, mark_precise, wanted_from
+from bpfdsl.checker.refs import calls_locked, exit_locked, global_call_locked, leak_fault
 from bpfdsl.checker.report import fmt_state
 from bpfdsl.checker.state import (
     EXACT,
@@ -734,7 +735,11 @@ def _call(env: Env, cfg: Cfg, st: State, i: int, x):
             raise Fault("kfunc", "kernel function calls are not supported by the checker", "")
         raise Fault("reserved-fields", "BPF_CALL uses reserved fields", "bad call encoding")
     if x.src == U.BPF_PSEUDO_CALL:
+        info = env.subprogs.get(cfg.call_target.get(i, -1))
+        if info is not None and info.is_global:
+            global_call_locked(env, st, info.name)
         return enter_call(env, cfg, st, i)
+    calls_locked(env, st, x.imm)  # bpf_loop too
     if x.imm == BPF_FUNC_LOOP:
         return loop_call(env, cfg, st, i)
     check_helper_call(env, st, x.imm, cfg.slots[i])
@@ -949,13 +954,12 @@ def _exit(env: Env, cfg: Cfg, st: State, i: int):
     r0 = _read(st, 0)
     if len(st.frames) > 1:  # back to the caller (checker.subprog)
         return leave(env, cfg, st, i)
-    if st.refs:
-        raise Fault(
-            "unreleased-ref",
-            f"Unreleased reference id={st.refs[0]}",
-            "end every ring buffer reservation (bpf_ringbuf_submit or bpf_ringbuf_discard) "
-            "and release every acquired socket (bpf_sk_release) on every path",
-        )
+    locked = exit_locked(env, st)  # kernel check_resource_leak: the lock first
+    if locked is not None:
+        raise locked
+    leak = leak_fault(env, st, "BPF_EXIT instruction in main prog")
+    if leak is not None:
+        raise leak
     if env.entry:  # a global function verified on its own
         check_global_return(r0)
         return []

@@ -17,6 +17,7 @@ from bpfdsl.checker import features as F
 from bpfdsl.checker import tnum as T
 from bpfdsl.checker.calls import nonnull_type
 from bpfdsl.checker.env import Env, Fault
+from bpfdsl.checker.refs import nonnull_id
 from bpfdsl.checker.state import AT_PKT_END, BEYOND_PKT_END, Slot, State
 from bpfdsl.checker.transfer import _read, _reserved
 
@@ -399,11 +400,11 @@ def do_cond_jump(
                     pr.id,
                     lambda r: r.replace(
                         t=nonnull_type(r) if r.t in D.NULLABLE else r.t,
-                        id=0 if nt == D.MAP_VALUE else r.id,
+                        id=nonnull_id(r, nt),
                     ),
                 )
                 return [(i + 1, fall), (target, taken)]
-            if pr.t in (D.MAP_VALUE, D.SOCKET, D.MAP_PTR):
+            if pr.t in (D.MAP_VALUE, D.SOCKET, D.SOCK_COMMON, D.MAP_PTR):
                 # kernel reg_not_null: these pointers are never NULL (not fp/ctx/pkt)
                 taken_now = op == U.BPF_JNE
                 if x.source == U.BPF_X and s.t == D.SCALAR:

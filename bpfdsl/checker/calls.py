@@ -9,17 +9,20 @@ from __future__ import annotations
 
 from bpfdsl.abi.helpers import (
     HELPERS_BY_ID,
+    PROTOTYPES,
     ArgKind,
     RetKind,
     helper_allowed,
     helper_may_access_packet,
     kernel_helper_name,
+    kernel_refuses_helper,
     map_fits_helper,
 )
 from bpfdsl.abi.kfuncs import BY_NAME as KFUNCS_BY_NAME
 from bpfdsl.abi.uapi import MapType, is_array, is_sockmap
 from bpfdsl.checker import domain as D
 from bpfdsl.checker import features as F
+from bpfdsl.checker import refs as R
 from bpfdsl.checker.env import Env, Fault
 from bpfdsl.checker.mem import check_access, ringbuf_mem
 from bpfdsl.checker.stack import stack_range_readable, stack_range_written
@@ -28,6 +31,8 @@ from bpfdsl.checker.state import State
 A = ArgKind
 UNMODELLED = "unmodelled-helper"  # a kernel helper the checker has no model of
 _MEM_TYPES = (D.STACK, D.PKT, D.PKT_META, D.MAP_VALUE, D.RINGBUF_MEM, D.MEM)
+# the kernel's list of ARG_PTR_TO_MEM's register types in "R2 type=... expected=..."
+MEM_EXPECTED = "fp, pkt, pkt_meta, map_key, map_value, mem, ringbuf_mem, buf, trusted_ptr_"
 
 
 def _type_err(regno: int, r: D.Reg, expected: str, explain: str) -> Fault:
@@ -112,24 +117,35 @@ def _check_wide(env, st, regno, size, write):
                 "the memory passed to the helper must fit inside the map value",
                 (regno,),
             )
+        R.lock_field_access(regno, r, 0, size)
 
 
 def check_helper_call(env: Env, st: State, helper_id: int, idx: int) -> None:
     """Check a ``call`` of helper ``helper_id`` and apply its effects to ``st`` in place."""
-    h = HELPERS_BY_ID.get(helper_id)
-    if h is None:
-        known = kernel_helper_name(helper_id)
-        if known is not None:
+    R.calls_locked(env, st, helper_id)  # kernel do_check_insn, before check_helper_call
+    refused = kernel_refuses_helper(helper_id, env.prog_type)  # before anything else
+    if refused is not None:
+        if refused.startswith("invalid func"):
             raise Fault(
-                UNMODELLED,
-                f"cannot check: helper {known} (#{helper_id}) is not modelled by bpfdsl check",
-                "the kernel knows this helper; load the object to let the kernel verify it "
-                "(bpfdsl check models the helpers of bpfdsl.abi.helpers only)",
+                "unknown-helper",
+                refused,
+                f"this kernel has no helper #{helper_id} (enum bpf_func_id ends at "
+                f"{len(PROTOTYPES) - 1}): the object is for another kernel, or corrupt",
             )
         raise Fault(
-            "unknown-helper",
-            f"invalid func unknown#{helper_id}",
-            "bpfdsl does not know this helper (or it does not exist); see bpfdsl.abi.helpers",
+            "helper-prog-type",
+            refused,
+            f"{kernel_helper_name(helper_id) or 'this helper'} is not available to "
+            f"{env.prog_type.name.lower()} programs",
+        )
+    h = HELPERS_BY_ID.get(helper_id)
+    if h is None:
+        raise Fault(
+            UNMODELLED,
+            f"cannot check: helper {kernel_helper_name(helper_id)} (#{helper_id}) is not "
+            "modelled by bpfdsl check",
+            "the kernel knows this helper; load the object to let the kernel verify it "
+            "(bpfdsl check models the helpers of bpfdsl.abi.helpers only)",
         )
     if not helper_allowed(h, env.prog_type):
         raise Fault(
@@ -214,16 +230,17 @@ def check_helper_call(env: Env, st: State, helper_id: int, idx: int) -> None:
                     key_const, slot = key
                     if slot is not None:  # a spilled constant: its value must stay exact
                         env.want_slots.append(slot)
-        elif kind in (A.PTR_TO_MEM, A.PTR_TO_UNINIT_MEM):
+        elif kind in (A.PTR_TO_MEM, A.PTR_TO_UNINIT_MEM, A.PTR_TO_MEM_OR_NULL):
             last_mem = regno
-            if r.t == D.SCALAR and r.is_const and r.value == 0:
+            if kind == A.PTR_TO_MEM_OR_NULL and r.t == D.SCALAR and r.is_const and r.value == 0:
                 continue  # NULL with size 0 (checked with the size)
-            if r.t not in _MEM_TYPES:
+            if r.t not in _MEM_TYPES:  # kernel compatible_reg_types: mem_types
                 raise _type_err(
                     regno,
                     r,
-                    "fp, pkt, pkt_meta, map_value, mem",
-                    f"argument {regno} of bpf_{h.name} must point to memory",
+                    MEM_EXPECTED,
+                    f"argument {regno} of bpf_{h.name} must point to memory"
+                    + (" (it may not be NULL)" if r.t == D.SCALAR else ""),
                 )
         elif kind in (A.CONST_SIZE, A.CONST_SIZE_OR_ZERO):
             if r.t != D.SCALAR:
@@ -254,13 +271,8 @@ def check_helper_call(env: Env, st: State, helper_id: int, idx: int) -> None:
                 mr = regs[last_mem]
                 write = h.args[last_mem - 1] == A.PTR_TO_UNINIT_MEM
                 if mr.t == D.SCALAR:
-                    if r.umax != 0:
-                        raise _type_err(
-                            last_mem,
-                            mr,
-                            "fp, pkt, pkt_meta, map_value",
-                            "a NULL pointer needs size 0",
-                        )
+                    if r.umax != 0:  # kernel check_helper_mem_access: a NULL pointer
+                        raise _type_err(last_mem, mr, "fp", "a NULL pointer needs size 0")
                 else:
                     check_mem(env, st, last_mem, r.umax, write, "buffer")
         elif kind == A.CONST_ALLOC_SIZE_OR_ZERO:
@@ -300,6 +312,17 @@ def check_helper_call(env: Env, st: State, helper_id: int, idx: int) -> None:
         elif kind == A.PTR_TO_SOCKET:
             if r.t != D.SOCKET:
                 raise _type_err(regno, r, "sock", "pass a socket pointer checked for NULL")
+        elif kind == A.PTR_TO_BTF_ID_SOCK_COMMON:  # OBJ_RELEASE
+            released = R.release_arg(st, regno, r, f"bpf_{h.name}")
+        elif kind == A.PTR_TO_SPIN_LOCK:
+            if r.t != D.MAP_VALUE:  # compatible_reg_types: spin_lock_types
+                raise _type_err(
+                    regno,
+                    r,
+                    "map_value, ptr_",
+                    f"pass bpf_{h.name} &value->lock of a map value checked for NULL",
+                )
+            R.spin_lock(env, st, regno, r, h.name == "spin_lock", idx)
     if helper_id == 1 and map_obj is not None and map_obj.map_type in F.LOOKUP_MIN:
         kind_name = MapType(map_obj.map_type).name.lower()
         env.need(F.LOOKUP_MIN[map_obj.map_type], f"bpf_map_lookup_elem on a {kind_name}", (1,))
@@ -313,13 +336,10 @@ def check_helper_call(env: Env, st: State, helper_id: int, idx: int) -> None:
                 "aborting is meant",
                 (3,),
             )
-    if h.name == "tail_call" and st.refs:  # kernel check_helper_call: check_resource_leak
-        raise Fault(
-            "unreleased-ref",
-            f"Unreleased reference id={st.refs[0]}: tail_call would lead to reference leak",
-            "a tail call never returns: submit or discard every ring buffer reservation "
-            "(and release every socket) before it",
-        )
+    if h.name == "tail_call":  # kernel check_helper_call: check_resource_leak
+        leak = R.leak_fault(env, st, "tail_call")
+        if leak is not None:
+            raise leak
     if h.name == "tail_call" and map_obj is not None:
         # kernel record_func_key: a constant index within the prog_array is relied on
         # exactly (the JIT may patch a direct jump to that slot)
@@ -330,25 +350,35 @@ def check_helper_call(env: Env, st: State, helper_id: int, idx: int) -> None:
     if h.pkt_changing:
         _invalidate_packet(st, f"packet pointer invalidated by bpf_{h.name} at insn {idx}")
     if released:  # kernel release_reference: every copy of the pointer becomes unusable
-        st.refs = tuple(x for x in st.refs if x != released)
-        note = f"ringbuf reservation released by bpf_{h.name} at insn {idx}"
-        st.update_regs(lambda r: D.unknown(note) if r.ref == released else None)
+        what = "socket" if h.name == "sk_release" else "ringbuf reservation"
+        R.release(st, released, f"{what} released by bpf_{h.name} at insn {idx}", env.privileged)
     for regno in range(1, 6):
         regs[regno] = D.NOT_INIT_REG
     if h.ret == RetKind.PTR_TO_RINGBUF_MEM_OR_NULL:
-        rid = env.new_id()
+        rid = R.acquire(env, st, idx, f"bpf_{h.name}")
         regs[0] = D.Reg(D.RINGBUF_MEM_OR_NULL, id=rid, rng=alloc_size, map=map_obj, ref=rid)
-        st.refs = (*st.refs, rid)
+    elif h.ret in (RetKind.PTR_TO_SOCKET_OR_NULL, RetKind.PTR_TO_SOCK_COMMON_OR_NULL):
+        rid = R.acquire(env, st, idx, f"bpf_{h.name}")
+        t = D.SOCKET_OR_NULL if h.ret == RetKind.PTR_TO_SOCKET_OR_NULL else D.SOCK_COMMON_OR_NULL
+        regs[0] = D.Reg(t, id=rid, ref=rid)
     elif h.ret == RetKind.PTR_TO_MAP_VALUE_OR_NULL:
         if map_obj is None:
             regs[0] = D.unknown()
+        elif is_sockmap(map_obj.map_type):
+            # kernel is_acquire_function: a sockmap/sockhash lookup takes a reference on
+            # the socket (released with bpf_sk_release)
+            rid = R.acquire(env, st, idx, f"bpf_{h.name} on sockmap '{map_obj.name}'")
+            regs[0] = D.Reg(D.MAP_VALUE_OR_NULL, id=rid, map=map_obj, ref=rid)
         elif (
             helper_id == 1
             and is_array(map_obj.map_type)
             and key_const is not None
             and key_const < map_obj.max_entries
         ):
-            regs[0] = D.ptr(D.MAP_VALUE, map=map_obj)  # kernel 6.x: in-range constant key
+            # kernel 6.x: in-range constant key; a value with a bpf_spin_lock gets an id
+            # (the lock's identity, process_spin_lock)
+            lock_id = env.new_id() if R.spin_lock_off(map_obj) >= 0 else 0
+            regs[0] = D.ptr(D.MAP_VALUE, map=map_obj, id=lock_id)
         else:
             regs[0] = D.Reg(D.MAP_VALUE_OR_NULL, id=env.new_id(), map=map_obj)
     elif h.name == "get_smp_processor_id" and env.nr_cpus:
@@ -364,6 +394,7 @@ def check_kfunc_call(env: Env, st: State, name: str | None, idx: int) -> None:
     """A call of kernel function ``name`` (abi.kfuncs, from the object's relocation): r1 the
     context, r2.. writable memory of the sizes of its outputs; r0 an unknown int (0 or a
     negative errno), r1-r5 clobbered.  The device-bound rule is the kernel's to check."""
+    R.calls_locked(env, st, -1)
     k = KFUNCS_BY_NAME.get(name or "")
     if k is None:
         raise Fault(

@@ -55,6 +55,10 @@ FUNC: Final = 17
 # DYNPTR: a global function's ``struct bpf_dynptr *`` argument (kernel CONST_PTR_TO_DYNPTR:
 # a read-only LOCAL dynptr; ``id`` its dynptr id); no helper the checker models takes one
 DYNPTR: Final = 18
+# the struct sock_common part of a socket (kernel PTR_TO_SOCK_COMMON: bpf_skc_lookup_tcp),
+# fewer readable fields than SOCKET (checker.refs.sock_access)
+SOCK_COMMON: Final = 19
+SOCK_COMMON_OR_NULL: Final = 20
 TYPE_NAMES = {
     NOT_INIT: "?",
     SCALAR: "scalar",
@@ -75,12 +79,15 @@ TYPE_NAMES = {
     MEM_OR_NULL: "mem_or_null",
     FUNC: "func",
     DYNPTR: "dynptr_ptr",
+    SOCK_COMMON: "sock_common",
+    SOCK_COMMON_OR_NULL: "sock_common_or_null",
 }
 NULLABLE = {
     MAP_VALUE_OR_NULL: MAP_VALUE,
     SOCKET_OR_NULL: SOCKET,
     RINGBUF_MEM_OR_NULL: RINGBUF_MEM,
     MEM_OR_NULL: MEM,
+    SOCK_COMMON_OR_NULL: SOCK_COMMON,
 }
 PACKET_TYPES: Final = (PKT, PKT_META)
 

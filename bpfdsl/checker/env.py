@@ -106,6 +106,11 @@ class Env:
     # subprogram start index -> why it changes packet data (subprog.changes_pkt_data): a
     # call of it invalidates the caller's packet pointers (kernel changes_pkt_data)
     pkt_changers: dict = field(default_factory=dict)
+    # checker.refs: reference id -> (insn index, helper) that acquired it (kernel
+    # refs[].insn_idx, the "alloc_insn" of a leak); insn index -> the pointer type its
+    # load/store went through first (kernel insn_aux_data ptr_type, save_aux_ptr_type)
+    ref_insn: dict[int, tuple[int, str]] = field(default_factory=dict)
+    ptr_type_at: dict[int, int] = field(default_factory=dict)
 
     def precise(self, regno: int) -> None:
         """The current insn relies on the exact range of scalar ``regno``."""

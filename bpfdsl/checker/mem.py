@@ -12,6 +12,7 @@ from bpfdsl.checker import domain as D
 from bpfdsl.checker import tnum as T
 from bpfdsl.checker.ctx import CTX_TABLES, ctx_access
 from bpfdsl.checker.env import Env, Fault
+from bpfdsl.checker.refs import lock_field_access, sock_access
 from bpfdsl.checker.stack import stack_access
 from bpfdsl.checker.state import State
 
@@ -43,20 +44,8 @@ def check_access(
         return _mem(regno, r, off, size)
     if t == D.CTX:
         return _ctx(env, regno, r, off, size, write)
-    if t == D.XDP_SOCK or t == D.SOCKET:
-        full = off + r.off
-        limit = 4 if t == D.XDP_SOCK else 80
-        if write or r.tn != (0, 0) or full < 0 or full + size > limit or full % size or size != 4:
-            name = D.TYPE_NAMES[t]
-            raise Fault(
-                "sock-access",
-                f"R{regno} invalid {name} access off={full} size={size}",
-                "only the queue_id (u32 at offset 0) of an xskmap lookup result may be read"
-                if t == D.XDP_SOCK
-                else "socket fields are read-only u32 loads",
-                (regno,),
-            )
-        return D.urange(0, D.M32)
+    if t == D.XDP_SOCK or t == D.SOCKET or t == D.SOCK_COMMON:
+        return sock_access(regno, r, off, size, write)
     if t == D.NOT_INIT:
         raise Fault(
             "uninit-reg", f"R{regno} !read_ok", f"r{regno} is used before being set", (regno,)
@@ -72,6 +61,7 @@ def check_access(
         D.MAP_VALUE_OR_NULL: "the map lookup result may be NULL: compare it with 0 first "
         "and only use it on the non-NULL branch",
         D.SOCKET_OR_NULL: "the socket may be NULL: compare it with 0 first",
+        D.SOCK_COMMON_OR_NULL: "the socket may be NULL: compare it with 0 first",
         D.RINGBUF_MEM_OR_NULL: "bpf_ringbuf_reserve may return NULL (the ring is full): "
         "compare it with 0 first",
         D.MEM_OR_NULL: "a pointer argument of a global function may be NULL: the kernel "
@@ -170,6 +160,7 @@ def _map_value(env, regno, r, off, size, write):
                 f"the largest possible offset {r.umax + full} + {size} exceeds the value size {vs}",
                 (regno,),
             )
+    lock_field_access(regno, r, off, size)
     if r.tn[1] == 0 and (lo % size) and write:
         env.warn(
             "misaligned-store",

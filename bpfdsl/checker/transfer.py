@@ -18,6 +18,7 @@ from bpfdsl.checker import features as F
 from bpfdsl.checker import tnum as T
 from bpfdsl.checker.env import Env, Fault
 from bpfdsl.checker.mem import MAX_VAR_OFF, check_access
+from bpfdsl.checker.refs import same_insn_pointer
 from bpfdsl.checker.state import State
 
 _VALID_ALU: Final = set(range(0x00, 0xD1, 0x10))
@@ -312,7 +313,9 @@ def do_ldx(env: Env, st: State, x: Insn) -> None:
     _dst(x.dst)
     if x.mode == U.BPF_MEMSX:
         env.need(F.CPU_V4_MIN, "sign-extending load (ldsx)")
+    t = st.regs[x.src].t
     v = check_access(env, st, x.src, x.off, x.size, False, None)
+    same_insn_pointer(env, t)
     if x.mode == U.BPF_MEMSX and v is not None and v.t == D.SCALAR:
         v = ALU.movsx(v, x.size * 8, True)
     st.regs[x.dst] = v if v is not None else D.unknown()
@@ -324,6 +327,7 @@ def do_store(env: Env, st: State, x: Insn) -> None:
             raise _reserved("BPF_ST")
         _read(st, x.dst)
         check_access(env, st, x.dst, x.off, x.size, True, D.known(x.imm))
+        same_insn_pointer(env, st.regs[x.dst].t)
         env.stored_zero = False
         return
     if x.mode == U.BPF_ATOMIC:
@@ -350,6 +354,7 @@ def do_store(env: Env, st: State, x: Insn) -> None:
             v = stored = v.replace(id=env.new_id())
             st.regs[x.src] = v
     check_access(env, st, x.dst, x.off, x.size, True, stored)
+    same_insn_pointer(env, d.t)
     if env.stored_zero:  # kernel check_stack_write_fixed_off: STACK_ZERO from a register
         env.stored_zero = False
         env.precise(x.src)
@@ -370,7 +375,7 @@ def do_atomic(env: Env, st: State, x: Insn) -> None:
     d = _read(st, x.dst)
     if x.imm == U.BPF_CMPXCHG:
         _read(st, 0)
-    if d.t in (D.CTX, D.PKT, D.PKT_META, D.SOCKET, D.XDP_SOCK):
+    if d.t in (D.CTX, D.PKT, D.PKT_META, D.SOCKET, D.SOCK_COMMON, D.XDP_SOCK):
         raise Fault(
             "atomic-target",
             f"BPF_ATOMIC stores into R{x.dst} {D.TYPE_NAMES[d.t]} is not allowed",

@@ -227,6 +227,20 @@ def _redirect_map(m: RunState, r1, r2, r3, *_):
     return XdpAction.REDIRECT
 
 
+# bpf_spin_lock / bpf_spin_unlock: one program runs at a time in the interpreter, so the
+# lock is never contended; the rules of holding it are the verifier's (checker.refs)
+@helper("spin_lock")
+def _spin_lock(m: RunState, r1, *_):
+    _mem(r1, 4, "bpf_spin_lock")  # struct bpf_spin_lock (a u32) in a map value
+    return 0
+
+
+@helper("spin_unlock")
+def _spin_unlock(m: RunState, r1, *_):
+    _mem(r1, 4, "bpf_spin_unlock")
+    return 0
+
+
 BPF_MAX_LOOPS = 8 * 1024 * 1024  # include/linux/bpf.h
 MAX_TAIL_CALL_CNT = 33  # include/linux/bpf.h
 

@@ -150,3 +150,36 @@ def _cb_flags(m: RunState, r1, r2, *_):
     x = _sockops(m, "sock_ops_cb_flags_set")
     x.cb_flags = r2 & BPF_SOCK_OPS_ALL_CB_FLAGS
     return (r2 & M32) & ~BPF_SOCK_OPS_ALL_CB_FLAGS
+
+
+# ---- socket lookups (XDP, tc) ----
+# The interpreter has no sockets to look a tuple up in: bpf_sk_lookup_tcp/udp and
+# bpf_skc_lookup_tcp read the struct bpf_sock_tuple (a fault unless tuple_size bytes are
+# readable there) and return NULL, the kernel's result when no socket matches
+# (net/core/filter.c __bpf_sk_lookup); a program's "no socket" path is what runs.  Run it
+# on the kernel engine to exercise the paths where a socket is found.
+
+
+def _sk_lookup(m: RunState, r2, r3, name: str) -> int:
+    _mem(r2, r3 & M32, f"bpf_{name} tuple")
+    return 0
+
+
+@helper("sk_lookup_tcp")
+def _sk_lookup_tcp(m: RunState, r1, r2, r3, *_):
+    return _sk_lookup(m, r2, r3, "sk_lookup_tcp")
+
+
+@helper("sk_lookup_udp")
+def _sk_lookup_udp(m: RunState, r1, r2, r3, *_):
+    return _sk_lookup(m, r2, r3, "sk_lookup_udp")
+
+
+@helper("skc_lookup_tcp")
+def _skc_lookup_tcp(m: RunState, r1, r2, r3, *_):
+    return _sk_lookup(m, r2, r3, "skc_lookup_tcp")
+
+
+@helper("sk_release")
+def _sk_release(m: RunState, *_):
+    return 0  # bpf_sk_release returns 0 (the reference rule is the verifier's)

@@ -393,6 +393,17 @@ def _unimplemented(helper_id: int) -> Callable[..., int]:
     (kernel enum bpf_func_id name) and any unmodelled map among its arguments."""
 
     name = kernel_helper_name(helper_id) or "unknown helper"
+    if kernel_helper_name(helper_id) is None:  # kernel check_helper_call, on the path only
+        refused = (
+            "program of this type cannot use helper bpf_unspec#0"
+            if helper_id == 0
+            else f"invalid func unknown#{helper_id}"
+        )
+
+        def bad(M: Any, *args: object) -> int:
+            raise Fault(refused)
+
+        return bad
 
     def call(M: Any, *args: object) -> int:
         msg = f"helper {name} (#{helper_id}) is not implemented by the interpreter"

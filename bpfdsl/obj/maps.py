@@ -51,6 +51,7 @@ class MapSpec:
     values: dict[int, str] = field(default_factory=dict)
     offset: int = 0  # byte offset of the definition in .maps
     size: int = 0  # bytes of the definition in .maps
+    spin_lock_off: int = -1  # byte offset of the value's struct bpf_spin_lock (-1: none)
 
     @property
     def type_name(self) -> str:
@@ -117,11 +118,27 @@ def parse_map_def(btf: Btf, name: str, tid: int) -> MapSpec:
         raise BtfFormatError(
             f"map '{name}': unsupported pinning {spec.pinning} (0 = none, 1 = LIBBPF_PIN_BY_NAME)"
         )
+    if spec.value_type_id:
+        spec.spin_lock_off = spin_lock_offset(btf, spec.value_type_id)
     if spec.inner is not None and is_map_in_map(spec.map_type):
         spec.value_size = spec.value_size or 4  # inner map fd
     elif spec.map_type == MapType.PROG_ARRAY:
         spec.value_size = spec.value_size or 4
     return spec
+
+
+def spin_lock_offset(btf: Btf, value_type_id: int) -> int:
+    """Byte offset of the ``struct bpf_spin_lock`` member of a map value type (kernel
+    btf_parse_fields, BPF_SPIN_LOCK: a member of the value struct whose type, past
+    modifiers, is the struct named bpf_spin_lock), or -1 when it has none."""
+    st = btf.resolve(value_type_id)
+    if st.kind != Kind.STRUCT:
+        return -1
+    for m in st.members:
+        t = btf.resolve(m.type)
+        if t.kind == Kind.STRUCT and t.name == "bpf_spin_lock":
+            return m.bit_offset // 8
+    return -1
 
 
 def read_maps(reader: ObjectReader, btf: Btf | None) -> dict[str, MapSpec]:

@@ -18,6 +18,7 @@ from support.paths import ROOT
 from bpfdsl import compiler
 from bpfdsl.abi import insn as I
 from bpfdsl.abi import uapi as U
+from bpfdsl.checker import check_insns
 from bpfdsl.cli import build_parser, main
 from bpfdsl.diagnostics import DiagnosticError
 from bpfdsl.interp import InterpError, Machine
@@ -67,6 +68,12 @@ BAD = {
         [I.Insn(U.BPF_JMP | U.BPF_CALL, 0, 7, 0, 1), I.mov64_imm(0, 2), I.exit_()],
         "BPF_CALL uses reserved fields",
     ),
+    "call_past_end": ([I.call_pc(5), I.exit_()], "call to invalid destination"),
+}
+
+# helper ids the kernel lacks: refused where a path reaches the call (check_helper_call),
+# so the decoder lets them through and the checker / interpreter refuse them at the call
+ON_PATH = {
     "helper_212": ([I.call(212), I.mov64_imm(0, 2), I.exit_()], "invalid func unknown#212"),
     "helper_5000": ([I.call(5000), I.mov64_imm(0, 2), I.exit_()], "invalid func unknown#5000"),
     "helper_minus_1": ([I.call(-1), I.mov64_imm(0, 2), I.exit_()], "invalid func unknown#-1"),
@@ -74,8 +81,9 @@ BAD = {
         [I.call(0), I.mov64_imm(0, 2), I.exit_()],
         "program of this type cannot use helper bpf_unspec#0",
     ),
-    "call_past_end": ([I.call_pc(5), I.exit_()], "call to invalid destination"),
 }
+# the same calls behind a branch never taken: the kernel accepts the program
+DEAD = [I.mov64_imm(0, 2), I.jmp_imm(U.BPF_JEQ, 0, 2, 1)]
 
 
 def _kernel_log(prog: list[I.Insn]) -> str:
@@ -106,6 +114,31 @@ def test_decoder_and_interpreter_refuse_with_kernel_words(name):
 def test_kernel_refuses_with_the_same_words(name):
     prog, reason = BAD[name]
     assert reason in _kernel_log(prog)
+
+
+@pytest.mark.parametrize("name", sorted(ON_PATH))
+def test_unknown_helper_refused_at_the_call_on_a_path(name):
+    """The decoder lets the call through; the checker rejects it at insn 0 (not "cannot
+    check"), the interpreter faults when it reaches it with the same words."""
+    prog, reason = ON_PATH[name]
+    I.validate(prog)
+    r = check_insns(prog, U.ProgramType.XDP)
+    assert not r.ok and not r.unchecked
+    assert r.errors[0].message == reason and r.errors[0].idx == 0
+    with pytest.raises(InterpError) as ie:
+        Machine(prog).run(bytes(64))
+    assert reason in ie.value.diagnostics[0].message
+    dead = DEAD + prog[:1] + [I.exit_()]
+    r = check_insns(dead, U.ProgramType.XDP)
+    assert r.ok, r.errors  # never reached: no error (the kernel's dead code)
+
+
+@pytest.mark.kernel
+@pytest.mark.parametrize("name", sorted(ON_PATH))
+def test_kernel_refuses_unknown_helpers_on_a_path_only(name):
+    prog, reason = ON_PATH[name]
+    assert reason in _kernel_log(prog)
+    assert _kernel_log(DEAD + prog[:1] + [I.exit_()]) == ""
 
 
 @pytest.mark.kernel
@@ -179,18 +212,30 @@ def test_r11_object_refused_alike_by_check_disasm_run(tmp_path, capsys):
         assert "xdp_udp_filter.bpfd:" in err and "Traceback" not in err  # the source line
 
 
-def test_unknown_helper_in_object_is_refused_not_unmodelled(tmp_path, capsys):
+def test_unknown_helper_in_object_is_rejected_not_unmodelled(tmp_path, capsys):
     """Before: `helper unknown helper (#5000) is not implemented ... the kernel supports
-    this`; the kernel has no helper 5000, so the object is refused when read."""
+    this`, then an object refused when read (exit 2, "cannot check"); the kernel has no
+    helper 5000 and refuses a path that calls it: `check` rejects (exit 1) at the call's
+    insn and source line, the interpreter faults there."""
     obj, at, insns = _filter_object()
     slots = I.slot_offsets(insns)
     i = next(k for k, x in enumerate(insns) if x.is_helper_call)
     bad = tmp_path / "h.o"
     bad.write_bytes(_patch(obj, at, slots[i], imm=5000))
-    assert main(["run", "--engine", "interp", "--hex", FRAME, str(bad)]) == 2
-    err = capsys.readouterr().err
-    assert f"insn {slots[i]}: invalid func unknown#5000" in err
-    assert "kernel supports this" not in err
+    assert main(["check", str(bad)]) == 1
+    err = capsys.readouterr()
+    out = err.out + err.err
+    assert "invalid func unknown#5000" in out and f"insn {slots[i]}: (85) call unknown#5000" in out
+    assert "xdp_udp_filter.bpfd:" in out and "REJECTED" in out
+    every = obj
+    for k, x in enumerate(insns):
+        if x.is_helper_call:
+            every = _patch(every, at, slots[k], imm=5000)
+    bad.write_bytes(every)  # the frame's path reaches one of them
+    main(["run", "--engine", "interp", "--hex", FRAME, str(bad)])
+    err = capsys.readouterr()
+    assert "invalid func unknown#5000" in err.out + err.err
+    assert "kernel supports this" not in err.out + err.err
 
 
 def test_corrupted_fields_never_escape_as_python_errors(tmp_path):

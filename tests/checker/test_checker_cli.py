@@ -173,8 +173,10 @@ def test_check_cli_unmodelled_helper_is_cannot_check_exit_2(tmp_path, capsys):
     obj = _clang(DATA / "checker_c" / "unmodelled.c", tmp_path / "unmodelled.o")
     assert main(["check", str(obj)]) == 2
     out = capsys.readouterr().out
-    assert "prog 'lock_count' (xdp): CANNOT CHECK" in out and "REJECTED" not in out
-    assert "cannot check: helper bpf_spin_lock (#93) is not modelled by bpfdsl check" in out
+    assert "prog 'uid_count' (xdp): CANNOT CHECK" in out and "REJECTED" not in out
+    assert (
+        "cannot check: helper bpf_get_current_uid_gid (#15) is not modelled by bpfdsl check" in out
+    )
     assert "unmodelled.c:21:" in out
     assert main(["check", str(obj), "--json"]) == 2
     doc = json.loads(capsys.readouterr().out)
@@ -189,12 +191,20 @@ def test_check_unmodelled_vs_nonexistent_helper():
     def run(helper_id):
         return check_insns([call(helper_id), mov64_imm(0, 2), exit_()], ProgramType.XDP, name="p")
 
-    for hid in (15, 13, 93, 134, 135, 211):  # uid_gid, clone_redirect, spin_lock, ringbuf_query,
+    for hid in (
+        15,
+        113,
+        134,
+        211,
+    ):  # uid_gid, probe_read_kernel, ringbuf_query, cgrp_storage_delete
         r = run(hid)
         assert r.status == "unchecked", (hid, r.errors)
         assert f"(#{hid}) is not modelled" in r.errors[0].message
     r = run(212)  # past __BPF_FUNC_MAX_ID on this kernel: a real rejection
     assert r.status == "rejected" and r.errors[0].code == "unknown-helper"
+    r = run(13)  # clone_redirect: tc only, xdp_func_proto has none (a rejection, #23)
+    assert r.status == "rejected"
+    assert r.errors[0].message == "program of this type cannot use helper bpf_clone_redirect#13"
     assert run(1).status in ("ok", "rejected")  # modelled helper: a verdict, never unchecked
 
 
