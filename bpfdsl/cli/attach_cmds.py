@@ -531,7 +531,7 @@ def cmd_show(args) -> int:
     if not inv["pins"]:
         print("  none")
     for d in inv["pins"]:
-        print(f"  {d['dir']}")
+        print(f"  {d['dir']}" + ("  (not attached)" if d.get("attached") is False else ""))
         for o in d["objects"]:
             extra = f" {o['detail']}" if o.get("detail") else ""
             print(f"    {o['kind']:<4} {o['name']:<24} id {o['id']}{extra}")

@@ -470,8 +470,9 @@ def collect(*, all_dirs: bool = False) -> dict:
     """``{"attachments": [...], "sock_ops": {...}, "sk_msg": [...], "pins": [{"dir",
     "objects": [...]}, ...]}`` (JSON-ready): XDP on this namespace's interfaces, sock_ops
     on cgroups (:func:`sock_ops_attachments`), sk_msg on socket maps
-    (:func:`sk_msg_attachments`), and what bpfdsl pinned."""
-    pins = []
+    (:func:`sk_msg_attachments`), and what bpfdsl pinned (a ``progs`` dir of a bpfdsl
+    pin dir says ``attached``: whether one of its programs runs on an interface here)."""
+    pin_list = []
     link_pins: dict[int, str] = {}
     for d in pin_dirs(all_dirs=all_dirs):
         objs = []
@@ -482,7 +483,7 @@ def collect(*, all_dirs: bool = False) -> dict:
                 if o["kind"] == "link":
                     link_pins.setdefault(o["id"], p)
         if objs:
-            pins.append({"dir": d, "objects": objs})
+            pin_list.append({"dir": d, "objects": objs})
     atts = []
     for dev, st in netlink.xdp_states().items():
         if st.mode is None:
@@ -494,6 +495,19 @@ def collect(*, all_dirs: bool = False) -> dict:
         if cur.link_id is not None:
             att["link_pin"] = link_pins.get(cur.link_id)
         atts.append(att)
+    on: dict[int, list[str]] = {}
+    for a in atts:
+        on.setdefault(a["prog_id"], []).append(a["dev"])
+    for d in pin_list:
+        for o in d["objects"]:
+            if o["kind"] == "prog":
+                o["attached_on"] = on.get(o["id"], [])  # XDP on this namespace's interfaces
+    for d in pin_list:  # DIR/progs of a bpfdsl pin dir: is any program of it attached?
+        owner = os.path.dirname(d["dir"])
+        if os.path.basename(d["dir"]) == "progs" and pins.read_manifest(owner) is not None:
+            links = [o for p in pin_list if p["dir"] == owner for o in p["objects"]]
+            live = any(o["kind"] == "link" and o.get("prog_id") for o in links)
+            d["attached"] = live or any(o.get("attached_on") for o in d["objects"])
     links = _links()
     sk_msg = sk_msg_attachments(links)
     pinned = _map_pins({a["map_id"] for a in sk_msg})
@@ -503,7 +517,7 @@ def collect(*, all_dirs: bool = False) -> dict:
         "attachments": atts,
         "sock_ops": sock_ops_attachments(links),
         "sk_msg": sk_msg,
-        "pins": pins,
+        "pins": pin_list,
     }
 
 
