@@ -176,13 +176,15 @@ def cmd_attach(args) -> int:
                     over = owner.dir
                 if over is None or locks.add([oplock.pin_dir_key(over)]):
                     break
-            replacing = is_object and _check_target(target, dev, args.no_replace)
+            replacing = (
+                target is not None and is_object and _check_target(target, dev, args.no_replace)
+            )
             if cur is not None and args.no_replace:
                 raise attach._occupied(dev, cur)
             if cur is not None and owner is None and not args.force:
                 raise _foreign(dev, cur)
             staging = reuse = None
-            if is_object:
+            if is_object and target is not None:
                 staging = f"{target}_next_{uuid.uuid4().hex[:8]}"
                 reuse = target if replacing and not args.fresh_maps else None
             rec = intent.Intent(
@@ -230,7 +232,7 @@ def cmd_attach(args) -> int:
                     rec.done()  # rolled back: open_program removed the new pins
                 raise
             notes = [repair.release_pin_dir(over)] if over else []
-            if staging is not None:
+            if staging is not None and target is not None:
                 res = _take_over(target, staging, res, dev)
                 prog.pin_dir = target
                 rec.step("renamed")
@@ -420,7 +422,9 @@ def cmd_detach(args) -> int:
                     if cur.link_id is not None:
                         link_pins = attach._pins_of_link(cur.link_id, (attach.BPFFS,))
                     dirs = pins.dirs_pinning_prog(cur.prog_id)
-                keys = [oplock.pin_dir_key(d) for d in dirs + [os.path.dirname(p) for p in link_pins]]
+                keys = [
+                    oplock.pin_dir_key(d) for d in dirs + [os.path.dirname(p) for p in link_pins]
+                ]
                 if locks.add(keys):
                     break
             res = None

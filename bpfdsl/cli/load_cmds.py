@@ -187,7 +187,9 @@ def cmd_unload(args) -> int:
         with intent.Critical() as crit:
             for line in repair.repair_stale(locks):
                 print(line, file=sys.stderr)
-            rec = intent.Intent("unload", locks, dir=os.path.normpath(os.path.abspath(args.pin_dir)))
+            rec = intent.Intent(
+                "unload", locks, dir=os.path.normpath(os.path.abspath(args.pin_dir))
+            )
             pins.check_unpinnable(args.pin_dir)  # refusals come before the record
             rec.begin()
             try:

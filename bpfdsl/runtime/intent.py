@@ -150,7 +150,7 @@ class Critical:
     """Blocks SIGINT/SIGTERM/SIGHUP for the body (main thread).  :meth:`check` raises
     :class:`Interrupted` for a pending one (call it only where rolling back is still
     possible, and roll back on it); on exit pending signals are taken (``received``)
-    so that the finished operation is not cut short, unless the body raised."""
+    so that the finished operation is not cut short (:meth:`note` says they came)."""
 
     def __init__(self) -> None:
         self.received: list[int] = []
@@ -179,8 +179,6 @@ class Critical:
                 self.received.append(signo)
         if self._old is not None:
             signal.pthread_sigmask(signal.SIG_SETMASK, self._old)
-        if et is not None and self.received and not isinstance(ev, Interrupted):
-            return  # failed anyway: its error is what to report
 
     def note(self, what: str) -> str | None:
         """A note for stderr when a signal arrived after the point of no return."""

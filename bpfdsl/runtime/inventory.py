@@ -472,7 +472,7 @@ def collect(*, all_dirs: bool = False) -> dict:
     on cgroups (:func:`sock_ops_attachments`), sk_msg on socket maps
     (:func:`sk_msg_attachments`), and what bpfdsl pinned (a ``progs`` dir of a bpfdsl
     pin dir says ``attached``: whether one of its programs runs on an interface here)."""
-    pin_list = []
+    pin_list: list[dict] = []
     link_pins: dict[int, str] = {}
     for d in pin_dirs(all_dirs=all_dirs):
         objs = []
@@ -498,16 +498,16 @@ def collect(*, all_dirs: bool = False) -> dict:
     on: dict[int, list[str]] = {}
     for a in atts:
         on.setdefault(a["prog_id"], []).append(a["dev"])
-    for d in pin_list:
-        for o in d["objects"]:
-            if o["kind"] == "prog":
-                o["attached_on"] = on.get(o["id"], [])  # XDP on this namespace's interfaces
-    for d in pin_list:  # DIR/progs of a bpfdsl pin dir: is any program of it attached?
-        owner = os.path.dirname(d["dir"])
-        if os.path.basename(d["dir"]) == "progs" and pins.read_manifest(owner) is not None:
-            links = [o for p in pin_list if p["dir"] == owner for o in p["objects"]]
-            live = any(o["kind"] == "link" and o.get("prog_id") for o in links)
-            d["attached"] = live or any(o.get("attached_on") for o in d["objects"])
+    for entry in pin_list:
+        for obj in entry["objects"]:
+            if obj["kind"] == "prog":  # XDP on this namespace's interfaces
+                obj["attached_on"] = on.get(obj["id"], [])
+    for entry in pin_list:  # DIR/progs of a bpfdsl pin dir: is any program of it attached?
+        owner = os.path.dirname(entry["dir"])
+        if os.path.basename(entry["dir"]) == "progs" and pins.read_manifest(owner) is not None:
+            in_owner = [x for other in pin_list if other["dir"] == owner for x in other["objects"]]
+            live = any(x["kind"] == "link" and x.get("prog_id") for x in in_owner)
+            entry["attached"] = live or any(x.get("attached_on") for x in entry["objects"])
     links = _links()
     sk_msg = sk_msg_attachments(links)
     pinned = _map_pins({a["map_id"] for a in sk_msg})

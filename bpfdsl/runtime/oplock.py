@@ -187,8 +187,7 @@ class OpLocks:
             if not said:
                 who = holder(key) or "another process"
                 print(
-                    f"bpfdsl: waiting for {key.what}: locked by {who} "
-                    f"(up to {self.timeout:.0f} s)",
+                    f"bpfdsl: waiting for {key.what}: locked by {who} (up to {self.timeout:.0f} s)",
                     file=sys.stderr,
                     flush=True,
                 )

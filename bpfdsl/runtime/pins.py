@@ -174,7 +174,11 @@ def unpin_dir(pin_dir: str, detached: list[str] | None = None) -> list[str]:
     try:
         for f in sorted(os.listdir(pin_dir)):  # links first: XDP stops before pins go
             path = os.path.join(pin_dir, f)
-            if os.path.isfile(path) and not os.path.islink(path) and (what := _detach_if_link(path)):
+            if (
+                os.path.isfile(path)
+                and not os.path.islink(path)
+                and (what := _detach_if_link(path))
+            ):
                 if detached is not None:
                     detached.append(what)
         removed = remove_tree(pin_dir)

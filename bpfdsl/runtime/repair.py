@@ -79,8 +79,7 @@ def release_pin_dir(pin_dir: str) -> str:
         pins.remove_tree(pin_dir)
         return f"removed {pin_dir} (the replaced program's pins)"
     return (
-        f"{pin_dir} stays pinned, not attached here any more "
-        f"(`bpfdsl unload {pin_dir}` removes it)"
+        f"{pin_dir} stays pinned, not attached here any more (`bpfdsl unload {pin_dir}` removes it)"
     )
 
 
@@ -140,9 +139,8 @@ def _repair_attach(rec: dict) -> str:
                 pins.remove_tree(target)
             os.rename(staging, target)
             done.append(f"moved {staging} to {target}")
-        return (
-            f"the new program (id {now}) was attached on {dev}: finished"
-            + (f" ({'; '.join(done)})" if done else "")
+        return f"the new program (id {now}) was attached on {dev}: finished" + (
+            f" ({'; '.join(done)})" if done else ""
         )
     if staging and os.path.isdir(staging):
         pins.remove_tree(staging)

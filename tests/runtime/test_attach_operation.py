@@ -274,7 +274,9 @@ def test_signal_at_each_step_of_attach_and_replace(net, root, objs, op, step, si
             assert k.code == 0, k.stderr
             assert "SIGTERM received during the operation: the attach was finished" in k.stderr
         else:
-            assert k.code == 143 and json.loads(k.stdout)["error"][0]["code"] == "interrupted", k.stdout
+            assert k.code == 143 and json.loads(k.stdout)["error"][0]["code"] == "interrupted", (
+                k.stdout
+            )
     else:
         assert k.code == -signal.SIGKILL
         lines = _repair_here(net)
