@@ -285,7 +285,11 @@ def dirs_pinning_prog(prog_id: int, root: str = BPFFS) -> list[str]:
         owner = os.path.dirname(dirpath)
         if read_manifest(owner) is None:
             continue
-        for f in sorted(os.listdir(dirpath)):
+        try:
+            names = sorted(os.listdir(dirpath))
+        except OSError:  # removed meanwhile (another command's unpin)
+            continue
+        for f in names:
             try:
                 with S.obj_get(os.path.join(dirpath, f)) as fd:
                     if fd_kind(int(fd)) == "prog" and S.prog_info(fd).id == prog_id:
