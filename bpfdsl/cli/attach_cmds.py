@@ -539,4 +539,9 @@ def cmd_show(args) -> int:
         for o in d["objects"]:
             extra = f" {o['detail']}" if o.get("detail") else ""
             print(f"    {o['kind']:<4} {o['name']:<24} id {o['id']}{extra}")
+    if inv.get("interrupted"):
+        print("interrupted operations (the next attach/detach/load/unload repairs them):")
+        for r in inv["interrupted"]:
+            where = r.get("dev") or r.get("dir") or ""
+            print(f"  {r['op']} {where} by pid {r['pid']}, stopped after step {r['step']}")
     return OK

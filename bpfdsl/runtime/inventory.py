@@ -19,7 +19,7 @@ from bpfdsl.kernel import netlink, syscall
 from bpfdsl.obj.collection import read_object
 from bpfdsl.obj.config import parse_config
 from bpfdsl.obj.spec import choose_program
-from bpfdsl.runtime import attach, cgroup, loader, pins, sockmap
+from bpfdsl.runtime import attach, cgroup, intent, loader, pins, sockmap
 
 MANIFEST_NAMES = ("bpfdsl.json", "manifest", "bpfdsl_manifest")  # files the loader may write
 
@@ -518,7 +518,26 @@ def collect(*, all_dirs: bool = False) -> dict:
         "sock_ops": sock_ops_attachments(links),
         "sk_msg": sk_msg,
         "pins": pin_list,
+        "interrupted": interrupted_operations(),
     }
+
+
+def interrupted_operations() -> list[dict]:
+    """Intent records (:mod:`bpfdsl.runtime.intent`) whose command is gone (killed or
+    crashed): what the next attach/detach/load/unload repairs.  Each: ``op``, ``pid``,
+    ``step`` reached, ``dev`` and ``target``/``dir`` where the record has them."""
+    out = []
+    for _path, rec in intent.read_intents():
+        try:
+            os.kill(int(rec.get("pid", 0)), 0)
+            continue  # still running
+        except ProcessLookupError:
+            pass
+        except (OSError, ValueError):
+            continue
+        keep = ("op", "pid", "step", "dev", "target", "staging", "dir")
+        out.append({k: rec[k] for k in keep if rec.get(k) is not None})
+    return out
 
 
 def _map_pins(ids: set[int]) -> dict[int, str]:

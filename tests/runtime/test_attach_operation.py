@@ -318,8 +318,10 @@ def test_next_command_repairs_a_killed_attach_and_says_so(net, root, objs):
     pin = f"{root}/p"
     assert run(net, "attach", objs["xdp_pass"], net.xdp_dev, "--pin-dir", pin).code == 0
     argv = ["attach", objs["xdp_drop"], net.xdp_dev, "--pin-dir", pin]
-    _killed(net, argv, "attach:link-moved", signal.SIGKILL)
+    k = _killed(net, argv, "attach:link-moved", signal.SIGKILL)
     assert any("_next_" in d for d in os.listdir(root))  # what the kill left
+    show = run(net, "show")
+    assert f"  attach {net.xdp_dev} by pid {k.pid}, stopped after step link-moved" in show.stdout
     d = run(net, "detach", net.xdp_dev)
     assert d.code == 0, d.stderr
     assert "bpfdsl: repaired interrupted `attach`" in d.stderr and "finished" in d.stderr
