@@ -163,6 +163,7 @@ def cmd_attach(args) -> int:
     with oplock.OpLocks() as locks:
         locks.acquire(keys)  # waits (bounded, saying so) while another command changes them
         with intent.Critical() as crit:
+            locks.poll = lambda: crit.check("stopped while waiting for a lock: nothing changed")
             repaired = repair.repair_stale(locks)
             for line in repaired + (repair.orphan_staging(target) if target else []):
                 print(line, file=sys.stderr)
@@ -412,6 +413,7 @@ def cmd_detach(args) -> int:
     with oplock.OpLocks() as locks:
         locks.acquire([oplock.interface_key(dev, index)])
         with intent.Critical() as crit:
+            locks.poll = lambda: crit.check("stopped while waiting for a lock: nothing changed")
             for line in repair.repair_stale(locks):
                 print(line, file=sys.stderr)
             for _ in range(5):  # the pin dirs of what runs now are locked too

@@ -24,6 +24,7 @@ import os
 import re
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from bpfdsl.diagnostics import DiagnosticError, error
@@ -155,6 +156,9 @@ class OpLocks:
     def __init__(self, timeout: float | None = None) -> None:
         self.timeout = timeout_from_env() if timeout is None else timeout
         self.held: dict[LockKey, int] = {}
+        # called while waiting (e.g. intent.Critical.check: a signal held back during an
+        # operation stops the wait); may raise
+        self.poll: Callable[[], None] | None = None
 
     def __enter__(self) -> OpLocks:
         return self
@@ -192,6 +196,8 @@ class OpLocks:
                     flush=True,
                 )
                 said = True
+            if self.poll is not None:
+                self.poll()
             time.sleep(0.02)
 
     def try_add(self, keys: list[LockKey]) -> bool:

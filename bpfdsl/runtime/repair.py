@@ -122,8 +122,6 @@ def _repair_attach(rec: dict) -> str:
     new_ids = set(rec.get("new_prog_ids") or [])
     if staging and os.path.isdir(staging):
         new_ids |= prog_ids_in(staging)
-    elif staging is None and target:
-        new_ids |= set()  # a pinned program: its id is in the record
     if now and now in new_ids:  # the new program runs: roll forward
         home = staging if staging and os.path.isdir(staging) else target
         link = attach.find_xdp_link(int(rec["ifindex"]), now)
@@ -178,7 +176,9 @@ def _repair_unload(rec: dict) -> str:
 
 def _repair_load(rec: dict) -> str:
     d = rec["dir"]
-    if not os.path.isdir(d) or pins.read_manifest(d) is not None:
+    if not os.path.isdir(d):
+        return f"nothing was pinned in {d}"
+    if pins.read_manifest(d) is not None:
         return f"{d} was complete: kept"
     pins.remove_tree(d)
     pins.remove_root_if_empty()

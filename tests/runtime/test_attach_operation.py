@@ -416,3 +416,20 @@ def test_no_empty_default_root_after_the_last_detach(net, objs):
     assert run(net, "load", objs["xdp_pass"]).code == 0
     assert run(net, "unload", f"{attach.DEFAULT_PIN_ROOT}/xdp_pass").code == 0
     assert not os.path.exists(attach.DEFAULT_PIN_ROOT)
+
+
+@pytest.mark.kernel
+@pytest.mark.parametrize("op", ["load", "unload"])
+def test_killed_load_and_unload_are_repaired(net, root, objs, op):
+    pin = f"{root}/l"
+    if op == "unload":
+        assert run(net, "load", objs["xdp_pass"], "--pin-dir", pin).code == 0
+        assert run(net, "attach", pin, net.xdp_dev).code == 0
+    argv = ["load", objs["xdp_pass"], "--pin-dir", pin] if op == "load" else ["unload", pin]
+    _killed(net, argv, f"{op}:begin", signal.SIGKILL)
+    lines = _repair_here(net)
+    assert len(lines) == 1 and f"repaired interrupted `{op}`" in lines[0], lines
+    if op == "load":
+        assert "nothing was pinned" in lines[0] and os.listdir(root) == []
+    else:  # an unload finishes: it had begun detaching and removing
+        assert "finished removing" in lines[0] and state(net, root) == (0, [])
