@@ -25,7 +25,7 @@ import re
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from bpfdsl.diagnostics import DiagnosticError, error
 from bpfdsl.kernel import netlink, syscall
@@ -38,10 +38,11 @@ _STAGING = re.compile(r"_next_[0-9a-f]{8}$")
 
 @dataclass(frozen=True, slots=True, order=True)
 class LockKey:
-    """``name``: the lock file's name (the global order); ``what``: for messages."""
+    """``name``: the lock file's name (its identity and the global order); ``what``: for
+    messages."""
 
     name: str
-    what: str
+    what: str = field(compare=False)
 
 
 def netns_inode() -> int:

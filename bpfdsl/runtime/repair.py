@@ -217,6 +217,9 @@ def repair_stale(locks: OpLocks) -> list[str]:
                 continue  # another namespace not named under /run/netns: repaired there
             except KeyError:
                 msg = "unknown operation: record dropped"
+            except (DiagnosticError, OSError) as e:  # never fail the command that repairs
+                out.append(f"bpfdsl: could not repair {what} (record {path} kept): {e}")
+                continue
             os.unlink(path)
             out.append(f"bpfdsl: repaired {what}: {msg}")
         finally:
