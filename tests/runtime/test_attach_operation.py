@@ -433,3 +433,27 @@ def test_killed_load_and_unload_are_repaired(net, root, objs, op):
         assert "nothing was pinned" in lines[0] and os.listdir(root) == []
     else:  # an unload finishes: it had begun detaching and removing
         assert "finished removing" in lines[0] and state(net, root) == (0, [])
+
+
+@pytest.mark.kernel
+@pytest.mark.parametrize(
+    "step,sig",
+    [("pinned", signal.SIGTERM), ("link-moved", signal.SIGKILL), ("renamed", signal.SIGKILL)],
+)
+def test_signal_during_attach_over_another_bpfdsl_attachment(net, root, objs, step, sig):
+    """B attached over A (another attach-made pin dir), stopped at a step: rolled back,
+    A is attached and pinned alone; rolled forward (repair), B alone."""
+    assert run(net, "attach", objs["xdp_pass"], net.xdp_dev, "--pin-dir", f"{root}/a").code == 0
+    old = state(net, root)[0]
+    argv = ["attach", objs["xdp_drop"], net.xdp_dev, "--pin-dir", f"{root}/b"]
+    k = _killed(net, argv, f"attach:{step}", sig)
+    if sig == signal.SIGKILL:
+        lines = _repair_here(net)
+        assert len(lines) == 1 and "finished" in lines[0], lines
+        assert (f"removed {root}/a" in lines[0]) == (step == "link-moved"), lines  # or done
+        now, dirs = state(net, root)
+        assert now != old and dirs == ["b"]
+    else:
+        assert k.code == 143, k.stderr
+        assert state(net, root) == (old, ["a"])
+    detach_leaves_nothing(net, root)
