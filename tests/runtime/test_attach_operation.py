@@ -62,6 +62,10 @@ def root(net):
     try:
         yield d
     finally:
+        for c in _CHILDREN:  # a failed test's children: stopped before the clean-up
+            if c.code is None:
+                c.kill()
+        _CHILDREN.clear()
         leftovers = sorted(os.listdir(d)) if os.path.isdir(d) else []
         with net.in_xdp_ns():
             if attach.xdp_attachment(net.xdp_dev) is not None:
@@ -72,6 +76,9 @@ def root(net):
                 pins.unpin_dir(path)
         shutil.rmtree(d, ignore_errors=True)
         assert not leftovers, f"left pinned: {leftovers}"
+
+
+_CHILDREN: list[Child] = []
 
 
 class Child:
@@ -109,6 +116,16 @@ class Child:
         self.pid, self.out_fd, self.err_fd = pid, out_r, err_r
         self.out, self.err = b"", b""
         self.code: int | None = None
+        _CHILDREN.append(self)
+
+    def kill(self) -> None:
+        """SIGKILL and reap it (a test that failed while it ran)."""
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+            os.waitpid(self.pid, 0)
+        except ChildProcessError:
+            pass
+        self.code = -signal.SIGKILL
 
     def _read(self, timeout: float) -> None:
         r, _w, _x = select.select([self.out_fd, self.err_fd], [], [], timeout)
@@ -133,8 +150,7 @@ class Child:
             if pid:
                 self.code = os.waitstatus_to_exitcode(status)
         if self.code is None:
-            os.kill(self.pid, signal.SIGKILL)
-            os.waitpid(self.pid, 0)
+            self.kill()
             raise AssertionError(f"{self.argv} did not end within {timeout} s")
         for _ in range(100):  # what is left in the pipes
             before = len(self.out) + len(self.err)
