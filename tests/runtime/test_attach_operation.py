@@ -473,3 +473,22 @@ def test_signal_during_attach_over_another_bpfdsl_attachment(net, root, objs, st
         assert k.code == 143, k.stderr
         assert state(net, root) == (old, ["a"])
     detach_leaves_nothing(net, root)
+
+
+@pytest.mark.kernel
+def test_devmap_set_waits_for_the_pin_dirs_lock(net, root, objs):
+    """A devmap entry written while an attach holds the pin dir goes in after it, into
+    the map the dir holds then (not into one being replaced)."""
+    from bpfdsl.compiler import compile_file
+
+    obj = os.path.join(os.path.dirname(objs["xdp_pass"]), "xdp_devmap_forward.o")
+    with open(obj, "wb") as f:
+        f.write(compile_file(str(PROGS / "xdp_devmap_forward.bpfd")).obj)
+    pin = f"{root}/fw"
+    assert run(net, "load", obj, "--pin-dir", pin).code == 0
+    with oplock.OpLocks() as locks:
+        locks.acquire([oplock.pin_dir_key(pin)])
+        k = Child(net, ["devmap", "set", f"{pin}:tx_ports", "3", net.xdp_dev])
+        k.wait_for_err(f"waiting for pin dir {pin}: locked by pid {os.getpid()}")
+    assert k.wait() == 0, k.stderr
+    assert run(net, "unload", pin).code == 0
