@@ -6,6 +6,7 @@ import dataclasses
 import json
 import os
 import sys
+import uuid
 
 OK, FAILED, NO_PERMISSION = 0, 1, 3  # bpfdsl.cli's exit codes
 PROG_HELP = "PROG := FILE.o | FILE.bpfd | PINNED_PROG | PIN_DIR (from `bpfdsl load --pin-dir`)"
@@ -77,6 +78,12 @@ def register(sub) -> None:
     a.add_argument(
         "--netlink", action="store_true", help="attach through netlink instead of a BPF link"
     )
+    a.add_argument(
+        "--force",
+        action="store_true",
+        help="replace an XDP program bpfdsl did not attach (ip, xdp-loader, a libxdp "
+        "dispatcher); without it such a program is a refusal naming it",
+    )
     a.set_defaults(func=cmd_attach)
 
     d = sub.add_parser(
@@ -123,7 +130,7 @@ def cmd_attach(args) -> int:
     from bpfdsl.cli import compiled
     from bpfdsl.diagnostics import UsageError, error
     from bpfdsl.kernel import netlink
-    from bpfdsl.runtime import attach, inventory
+    from bpfdsl.runtime import attach, intent, inventory, oplock, repair
 
     words = list(args.words)
     if words[0] == "xdp" and len(words) > 1:
@@ -148,36 +155,96 @@ def cmd_attach(args) -> int:
         )
     dev = _dev(args, words[1] if len(words) > 1 else None)
     attach.check_mode(args.mode)
-    netlink.ifindex(dev)  # an unknown interface fails here, before anything is loaded or pinned
-    target, staging = _replacing(args, words[0], dev)
-    with inventory.open_program(
-        words[0],
-        prog=args.prog,
-        pin_dir=staging or args.pin_dir,
-        config_items=args.set,
-        data=compiled(words[0]),
-        reuse_from=target if staging is not None and not args.fresh_maps else None,
-        pin_root=args.pin_root,
-        dev=dev,  # programs calling the XDP metadata kfuncs are loaded for this device
-    ) as prog:
-        link_pin = attach.link_pin_path(prog.pin_dir, dev) if prog.pin_dir else None
-        res = attach.attach_xdp(
-            prog.fd,
-            dev,
-            mode=args.mode,
-            link_pin=link_pin,
-            replace=not args.no_replace,
-            method="netlink" if args.netlink else "auto",
-        )
-        if res.method == "link" and res.link_pin is None and link_pin:
-            res = attach.move_link_pin(res, link_pin)  # replaced: the link now lives here
-        # devmap entries filled before the attach: say now if their targets drop all
-        warnings = attach.devmap_warnings(prog.fd)
-    if target is not None and staging is not None:
-        res = _take_over(target, staging, res, dev)
-        prog.pin_dir = target
+    index = netlink.ifindex(dev)  # an unknown interface fails here, before anything is loaded
+    data = compiled(words[0])  # compiled before the locks are taken: they are held briefly
+    is_object = inventory.is_object_file(words[0])
+    target = _target_dir(args, words[0], is_object)
+    keys = [oplock.interface_key(dev, index)] + ([oplock.pin_dir_key(target)] if target else [])
+    with oplock.OpLocks() as locks:
+        locks.acquire(keys)  # waits (bounded, saying so) while another command changes them
+        with intent.Critical() as crit:
+            locks.poll = lambda: crit.check("stopped while waiting for a lock: nothing changed")
+            repaired = repair.repair_stale(locks)
+            for line in repaired + (repair.orphan_staging(target) if target else []):
+                print(line, file=sys.stderr)
+            for _ in range(5):  # the pin dir of what runs now is locked too
+                cur = attach.xdp_attachment(dev)
+                owner = repair.owner_of(cur) if cur is not None else None
+                over = None
+                if owner is not None and oplock.target_of(owner.dir) != oplock.target_of(
+                    target or owner.dir
+                ):
+                    over = owner.dir
+                if over is None or locks.add([oplock.pin_dir_key(over)]):
+                    break
+            replacing = (
+                target is not None and is_object and _check_target(target, dev, args.no_replace)
+            )
+            if cur is not None and args.no_replace:
+                raise attach._occupied(dev, cur)
+            if cur is not None and owner is None and not args.force:
+                raise _foreign(dev, cur)
+            staging = reuse = None
+            if is_object and target is not None:
+                staging = f"{target}_next_{uuid.uuid4().hex[:8]}"
+                reuse = target if replacing and not args.fresh_maps else None
+            rec = intent.Intent(
+                "attach",
+                locks,
+                dev=dev,
+                ifindex=index,
+                target=target,
+                staging=staging,
+                over=over,
+                old_prog_id=cur.prog_id if cur else 0,
+            )
+            rec.begin()
+            try:
+                crit.check("stopped before loading: nothing was changed")
+                with inventory.open_program(
+                    words[0],
+                    prog=args.prog,
+                    pin_dir=staging or args.pin_dir,
+                    config_items=args.set,
+                    data=data,
+                    reuse_from=reuse,
+                    pin_root=args.pin_root,
+                    dev=dev,  # programs calling the XDP metadata kfuncs are loaded for this device
+                ) as prog:
+                    rec.step("pinned", new_prog_ids=[attach.prog_id_of(prog.fd)])
+                    crit.check("stopped before attaching: the new pins were removed")
+                    link_pin = attach.link_pin_path(prog.pin_dir, dev) if prog.pin_dir else None
+                    res = attach.attach_xdp(
+                        prog.fd,
+                        dev,
+                        mode=args.mode,
+                        link_pin=link_pin,
+                        replace=True,
+                        method="netlink" if args.netlink else "auto",
+                    )
+                    rec.step("attached")  # the point of no return: from here on it finishes
+                    if res.method == "link" and res.link_pin is None and link_pin:
+                        res = attach.move_link_pin(res, link_pin)  # replaced: the link lives here
+                        rec.step("link-moved")
+                    # devmap entries filled before the attach: say now if their targets drop all
+                    warnings = attach.devmap_warnings(prog.fd)
+            except BaseException:
+                if rec.record["step"] in ("begin", "pinned"):
+                    rec.done()  # rolled back: open_program removed the new pins
+                raise
+            notes = [repair.release_pin_dir(over)] if over else []
+            if staging is not None and target is not None:
+                res = _take_over(target, staging, res, dev)
+                prog.pin_dir = target
+                rec.step("renamed")
+            _verify(dev, index, res)
+            rec.done()
+        late = crit.note("the attach was finished first")
+    replaced = cur if cur is not None and cur.prog_id != res.prog_id else None
     for w in warnings:
         print(w.render(), file=sys.stderr)
+    if late:
+        print(late, file=sys.stderr)
     if args.json:
         print(
             json.dumps(
@@ -186,6 +253,14 @@ def cmd_attach(args) -> int:
                     "loaded": prog.loaded_from,
                     "pin_dir": prog.pin_dir,
                     "reused_maps": prog.reused,
+                    "replaced": {
+                        "prog_id": replaced.prog_id,
+                        "prog_name": replaced.prog_name,
+                        "pin_dir": owner.dir if owner else None,
+                    }
+                    if replaced
+                    else None,
+                    "notes": [n for n in notes if n],
                     "warnings": [w.message for w in warnings],
                 }
             )
@@ -198,6 +273,14 @@ def cmd_attach(args) -> int:
             )
         if prog.reused:
             print(f"kept the maps of the program it replaces: {', '.join(prog.reused)}")
+        if replaced is not None and owner is None:
+            print(
+                f"replaced {replaced.prog_name or 'a program'} (id {replaced.prog_id}), "
+                "which bpfdsl did not attach (--force)"
+            )
+        for n in notes:
+            if n:
+                print(n)
         via = f"link {res.link_id} pinned at {res.link_pin}" if res.method == "link" else "netlink"
         print(
             f"attached {res.prog_name or 'program'} (id {res.prog_id}) to {res.dev} "
@@ -206,28 +289,92 @@ def cmd_attach(args) -> int:
     return OK
 
 
-def _replacing(args, ref: str, dev: str) -> tuple[str | None, str | None]:
-    """(pin dir, staging dir) when this one-step attach of an object file replaces what an
-    earlier one-step attach pinned in the same dir: the new object is loaded into a sibling
-    staging dir, attached over the old program (link update: atomic), and then takes the
-    old dir's place (:func:`_take_over`).  (None, None) otherwise: a plain attach, or a
-    pin-dir-busy error from the loader when the dir holds something else (a `bpfdsl load`,
-    links of other interfaces, --no-replace)."""
-    from bpfdsl.runtime import attach, inventory, pins
+def _target_dir(args, ref: str, is_object: bool) -> str | None:
+    """The pin dir this attach changes: where an object file is pinned (--pin-dir or the
+    default), or where the link of a pinned program goes (--pin-dir or its dir)."""
+    from bpfdsl.runtime import inventory
 
-    if args.no_replace or not inventory.is_object_file(ref):
-        return None, None
-    target = os.path.normpath(args.pin_dir or inventory.default_pin_dir(ref))
+    if is_object:
+        return os.path.normpath(args.pin_dir or inventory.default_pin_dir(ref))
+    if args.pin_dir:
+        return os.path.normpath(args.pin_dir)
+    if os.path.isdir(ref):
+        return os.path.normpath(ref)
+    parent = os.path.dirname(os.path.normpath(ref))
+    if os.path.basename(parent) == "progs":
+        parent = os.path.dirname(parent)
+    return parent or None
+
+
+def _check_target(target: str, dev: str, no_replace: bool = False) -> bool:
+    """True when ``target`` holds an earlier one-step attach this one replaces (the new
+    object is pinned into a sibling staging dir, attached over the old program, and
+    takes the old dir's place: :func:`_take_over`); False when it is absent or empty.
+    Raises pin-dir-busy when it holds something else (a `bpfdsl load`, links of other
+    interfaces, no manifest)."""
+    from bpfdsl.diagnostics import UsageError, error
+    from bpfdsl.runtime import attach, pins
+
     if not os.path.isdir(target) or not os.listdir(target):
-        return None, None
+        return False
     manifest = pins.read_manifest(target)
     own_link = os.path.basename(attach.link_pin_path(target, dev))
     links = [n for n in os.listdir(target) if n.startswith("link_")]
-    if manifest is None or manifest.get("made_by") != "attach" or set(links) - {own_link}:
-        return None, None
-    import uuid
+    made_by = manifest.get("made_by") if manifest is not None else None
+    if made_by == "attach" and not set(links) - {own_link} and not no_replace:
+        return True
+    if manifest is None:
+        hint = "pick an empty or new directory"
+    elif made_by == "attach" and no_replace:
+        hint = (
+            "it holds an earlier `bpfdsl attach`: to replace that program atomically, "
+            "leave out --no-replace, or attach with another --pin-dir"
+        )
+    elif made_by == "attach":
+        hint = (
+            f"it holds an earlier `bpfdsl attach` on other interfaces ({', '.join(links)}): "
+            "attach with another --pin-dir, or `bpfdsl detach` them first"
+        )
+    else:
+        hint = (
+            f"it holds an earlier load: attach it with `bpfdsl attach {target} {dev}`, "
+            f"or `bpfdsl unload {target}`"
+        )
+    raise UsageError(error("pin-dir-busy", f"{target} is not empty", hint=hint))
 
-    return target, f"{target}_next_{uuid.uuid4().hex[:8]}"
+
+def _foreign(dev: str, cur):
+    from bpfdsl.diagnostics import DiagnosticError, error
+
+    how = "a BPF link" if cur.method == "link" else "netlink"
+    return DiagnosticError(
+        error(
+            "foreign-program",
+            f"{dev} runs XDP program {cur.prog_name or '?'!r} (id {cur.prog_id}, {cur.mode} "
+            f"mode, via {how}), which bpfdsl did not attach (no bpfdsl pin dir holds it: "
+            "ip, xdp-loader or a libxdp dispatcher?)",
+            hint="--force replaces it atomically (the other tool's pins stay); or remove it "
+            "with the tool that attached it",
+        )
+    )
+
+
+def _verify(dev: str, index: int, res) -> None:
+    """Never report success with something else (or nothing) attached."""
+    from bpfdsl.diagnostics import DiagnosticError, error
+    from bpfdsl.kernel import netlink
+
+    st = netlink.xdp_state(index)
+    now = st.prog_id or st.drv_prog_id or st.skb_prog_id
+    if now != res.prog_id:
+        raise DiagnosticError(
+            error(
+                "attach-lost",
+                f"{dev} runs program id {now or 'none'}, not {res.prog_id} just attached: "
+                "another tool changed it meanwhile",
+                hint="look with `bpfdsl show`",
+            )
+        )
 
 
 def _take_over(target: str, staging: str, res, dev: str):
@@ -238,15 +385,16 @@ def _take_over(target: str, staging: str, res, dev: str):
     from bpfdsl.runtime import attach, pins
 
     try:
-        pins.unpin_dir(target)
+        if os.path.isdir(target):
+            pins.remove_tree(target)
         os.rename(staging, target)
-    except (OSError, DiagnosticError) as e:
+    except OSError as e:
         raise DiagnosticError(
             error(
                 "replace-incomplete",
                 f"the new program is attached and pinned under {staging}, but the old pins "
                 f"in {target} could not be replaced: {e}",
-                hint=f"bpfdsl unload {target}, then use {staging} as the pin dir",
+                hint="the next bpfdsl attach or detach on it finishes the move",
             )
         ) from None
     if res.link_pin is not None:
@@ -255,19 +403,66 @@ def _take_over(target: str, staging: str, res, dev: str):
 
 
 def cmd_detach(args) -> int:
-    from bpfdsl.runtime import attach, pins
+    from bpfdsl.kernel import netlink
+    from bpfdsl.runtime import attach, intent, oplock, pins, repair
 
     dev = _dev(args, args.dev_pos)
-    res = attach.detach_xdp(dev, pin_roots=(attach.BPFFS,))
+    index = netlink.ifindex(dev)
     removed: list[str] = []  # pin dirs `bpfdsl attach FILE.o` made for this program
     kept: list[str] = []  # pin dirs of `bpfdsl load`: the user unloads them
-    if res is not None:
-        for d in pins.dirs_pinning_prog(res.prog_id):
-            if (pins.read_manifest(d) or {}).get("made_by") == "attach":
-                pins.unpin_dir(d)
-                removed.append(d)
-            else:
-                kept.append(d)
+    with oplock.OpLocks() as locks:
+        locks.acquire([oplock.interface_key(dev, index)])
+        with intent.Critical() as crit:
+            locks.poll = lambda: crit.check("stopped while waiting for a lock: nothing changed")
+            for line in repair.repair_stale(locks):
+                print(line, file=sys.stderr)
+            for _ in range(5):  # the pin dirs of what runs now are locked too
+                cur = attach.xdp_attachment(dev)
+                dirs: list[str] = []
+                link_pins: list[str] = []
+                if cur is not None:
+                    if cur.link_id is not None:
+                        link_pins = attach._pins_of_link(cur.link_id, (attach.BPFFS,))
+                    dirs = pins.dirs_pinning_prog(cur.prog_id)
+                keys = [
+                    oplock.pin_dir_key(d) for d in dirs + [os.path.dirname(p) for p in link_pins]
+                ]
+                if locks.add(keys):
+                    break
+            res = None
+            if cur is not None:
+                for d in dirs:
+                    if (pins.read_manifest(d) or {}).get("made_by") == "attach":
+                        removed.append(d)
+                    else:
+                        kept.append(d)
+                rec = intent.Intent(
+                    "detach",
+                    locks,
+                    dev=dev,
+                    ifindex=index,
+                    prog_id=cur.prog_id,
+                    link_id=cur.link_id,
+                    link_pins=link_pins,
+                    remove=removed,
+                    keep=kept,
+                )
+                rec.begin()
+                try:
+                    crit.check("stopped before detaching: nothing was changed")
+                except BaseException:
+                    rec.done()
+                    raise
+                res = attach.detach_xdp(dev, pin_roots=(attach.BPFFS,), extra_pins=tuple(link_pins))
+                rec.step("detached")  # the point of no return: from here on it finishes
+                for d in removed:
+                    if os.path.isdir(d):
+                        pins.unpin_dir(d)
+                pins.remove_root_if_empty()
+                rec.done()
+        late = crit.note("the detach was finished first")
+    if late:
+        print(late, file=sys.stderr)
     if args.json:
         print(
             json.dumps(
@@ -342,8 +537,13 @@ def cmd_show(args) -> int:
     if not inv["pins"]:
         print("  none")
     for d in inv["pins"]:
-        print(f"  {d['dir']}")
+        print(f"  {d['dir']}" + ("  (not attached)" if d.get("attached") is False else ""))
         for o in d["objects"]:
             extra = f" {o['detail']}" if o.get("detail") else ""
             print(f"    {o['kind']:<4} {o['name']:<24} id {o['id']}{extra}")
+    if inv.get("interrupted"):
+        print("interrupted operations (the next attach/detach/load/unload repairs them):")
+        for r in inv["interrupted"]:
+            where = r.get("dev") or r.get("dir") or ""
+            print(f"  {r['op']} {where} by pid {r['pid']}, stopped after step {r['step']}")
     return OK

@@ -83,7 +83,7 @@ def cmd_load(args) -> int:
     from bpfdsl.cli import object_bytes
     from bpfdsl.obj import collection as objfile
     from bpfdsl.obj.config import parse_config
-    from bpfdsl.runtime import loader, pins
+    from bpfdsl.runtime import intent, oplock, repair
 
     spec = objfile.read_object(object_bytes(args.file), name=args.file)
     config = parse_config(args.set, spec.configs) if args.set else {}
@@ -94,6 +94,29 @@ def cmd_load(args) -> int:
         from bpfdsl.kernel import netlink
 
         ifindex = netlink.ifindex(args.dev)
+    with oplock.OpLocks() as locks:
+        locks.acquire([oplock.pin_dir_key(pin_dir)])
+        with intent.Critical() as crit:
+            for line in repair.repair_stale(locks):
+                print(line, file=sys.stderr)
+            rec = intent.Intent("load", locks, dir=os.path.normpath(os.path.abspath(pin_dir)))
+            rec.begin()
+            try:
+                rows, coll = _load_and_pin(args, spec, config, level, ifindex, pin_dir, crit)
+            finally:
+                rec.done()  # pinned in full, or nothing (pin_collection removes a part)
+    if args.json:
+        print(json.dumps({"pin_dir": pin_dir, "objects": rows, "warnings": coll.warnings}))
+        return OK
+    print(f"loaded {args.file} into {pin_dir}")
+    for r in rows:
+        print(f"  {r['kind']:<4} {r['name']:<20} id {r['id']:<6} {r['type']:<14} {r['pin']}")
+    return OK
+
+
+def _load_and_pin(args, spec, config, level, ifindex, pin_dir, crit):
+    from bpfdsl.runtime import loader, pins
+
     try:
         coll = loader.load_collection(
             spec, config=config, log_level=level, pin_dir=args.pin_root, ifindex=ifindex
@@ -109,20 +132,14 @@ def cmd_load(args) -> int:
             for p in coll.programs.values():
                 print(f"== verifier log of {p.name} ==\n{p.log}", file=sys.stderr)
         try:
+            crit.check("stopped before pinning: nothing was pinned")
             res = pins.pin_collection(coll, pin_dir, source=os.path.abspath(args.file))
         except BaseException:
             for path in coll.pins:  # maps pinned by name for this load only
                 if os.path.lexists(path):
                     os.unlink(path)
             raise
-        rows = _rows(coll, res)
-    if args.json:
-        print(json.dumps({"pin_dir": pin_dir, "objects": rows, "warnings": coll.warnings}))
-        return OK
-    print(f"loaded {args.file} into {pin_dir}")
-    for r in rows:
-        print(f"  {r['kind']:<4} {r['name']:<20} id {r['id']:<6} {r['type']:<14} {r['pin']}")
-    return OK
+        return _rows(coll, res), coll
 
 
 def _rows(coll, res) -> list[dict]:
@@ -162,10 +179,30 @@ def _rows(coll, res) -> list[dict]:
 
 
 def cmd_unload(args) -> int:
-    from bpfdsl.runtime import pins
+    from bpfdsl.runtime import intent, oplock, pins, repair
 
     detached: list[str] = []
-    removed = pins.unpin_dir(args.pin_dir, detached)
+    with oplock.OpLocks() as locks:
+        locks.acquire([oplock.pin_dir_key(args.pin_dir)])
+        with intent.Critical() as crit:
+            for line in repair.repair_stale(locks):
+                print(line, file=sys.stderr)
+            rec = intent.Intent(
+                "unload", locks, dir=os.path.normpath(os.path.abspath(args.pin_dir))
+            )
+            pins.check_unpinnable(args.pin_dir)  # refusals come before the record
+            rec.begin()
+            try:
+                crit.check("stopped before removing anything")
+            except BaseException:
+                rec.done()
+                raise
+            removed = pins.unpin_dir(args.pin_dir, detached)
+            pins.remove_root_if_empty()
+            rec.done()
+        late = crit.note("the unload was finished first")
+    if late:
+        print(late, file=sys.stderr)
     if args.json:
         print(json.dumps({"pin_dir": args.pin_dir, "removed": removed, "detached": detached}))
         return OK

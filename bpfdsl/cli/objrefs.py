@@ -17,10 +17,14 @@ PROG_HELP = "PROG := NAME (pinned next to the map) | PIN_PATH | id:N"
 
 
 @contextmanager
-def open_map(ref: str) -> Iterator[tuple[int, str, str | None]]:
+def open_map(ref: str, *, lock: bool = False) -> Iterator[tuple[int, str, str | None]]:
     """The map MAP names, open for the ``with`` block: (fd, name, the pin dir it was
     loaded into, or None).  MAP := PIN_PATH | DIR:NAME (a ``bpfdsl load --pin-dir`` dir,
-    maps under DIR/maps) | id:N, as ``bpfdsl.runtime.mapview.resolve_ref`` reads it."""
+    maps under DIR/maps) | id:N, as ``bpfdsl.runtime.mapview.resolve_ref`` reads it.
+    ``lock``: hold the pin dir's lock (:mod:`bpfdsl.runtime.oplock`) for the block, so
+    an attach replacing that dir's program (and maybe its maps) waits, and the entry
+    does not go into a map being dropped."""
+    from bpfdsl.runtime import oplock
     from bpfdsl.runtime.mapview import MapView, resolve_ref
 
     target = resolve_ref(ref)
@@ -29,8 +33,11 @@ def open_map(ref: str) -> Iterator[tuple[int, str, str | None]]:
         pin_dir = os.path.dirname(os.path.abspath(target))
         if os.path.basename(pin_dir) == "maps":
             pin_dir = os.path.dirname(pin_dir)
-    with MapView(ref) as m:
-        yield int(m.fd), m.name, pin_dir
+    with oplock.OpLocks() as locks:
+        if lock and pin_dir is not None:
+            locks.acquire([oplock.pin_dir_key(pin_dir)])
+        with MapView(ref) as m:
+            yield int(m.fd), m.name, pin_dir
 
 
 @contextmanager

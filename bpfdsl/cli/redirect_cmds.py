@@ -157,7 +157,10 @@ def _maybe_netns(name: str | None) -> Iterator[None]:
 def cmd_cpumap_set(args) -> int:
     from bpfdsl.runtime.cpumap import cpumap_set
 
-    with _open_map(args.map) as (fd, name, pin_dir), _open_prog(args.prog, pin_dir) as (pf, pn):
+    with (
+        _open_map(args.map, lock=True) as (fd, name, pin_dir),
+        _open_prog(args.prog, pin_dir) as (pf, pn),
+    ):
         cpumap_set(fd, args.cpu, args.qsize, pf, map_name=name, prog_name=pn)
     what = f" with program {pn}" if pf is not None else ""
     _emit(
@@ -171,7 +174,7 @@ def cmd_cpumap_set(args) -> int:
 def cmd_cpumap_delete(args) -> int:
     from bpfdsl.runtime.cpumap import cpumap_delete
 
-    with _open_map(args.map) as (fd, name, _d):
+    with _open_map(args.map, lock=True) as (fd, name, _d):
         gone = cpumap_delete(fd, args.cpu, map_name=name)
     _emit(
         args,
@@ -202,7 +205,10 @@ def cmd_devmap_set(args) -> int:
     from bpfdsl.runtime.attach import devmap_target_warning
     from bpfdsl.runtime.devmap import devmap_set, resolve_interface
 
-    with _open_map(args.map) as (fd, name, pin_dir), _open_prog(args.prog, pin_dir) as (pf, pn):
+    with (
+        _open_map(args.map, lock=True) as (fd, name, pin_dir),
+        _open_prog(args.prog, pin_dir) as (pf, pn),
+    ):
         with _maybe_netns(args.netns):
             key = args.key if isinstance(args.key, int) else resolve_interface(args.key)
             idx = devmap_set(fd, key, args.iface, pf, map_name=name, prog_name=pn)
@@ -228,7 +234,7 @@ def cmd_devmap_set(args) -> int:
 def cmd_devmap_delete(args) -> int:
     from bpfdsl.runtime.devmap import devmap_delete
 
-    with _open_map(args.map) as (fd, name, _d):
+    with _open_map(args.map, lock=True) as (fd, name, _d):
         gone = devmap_delete(fd, args.key, map_name=name)
     _emit(
         args,
@@ -263,7 +269,10 @@ def cmd_devmap_show(args) -> int:
 def cmd_sockmap_attach(args) -> int:
     from bpfdsl.runtime.sockmap import sk_msg_attach
 
-    with _open_map(args.map) as (fd, name, pin_dir), _open_prog(args.prog, pin_dir) as (pf, pn):
+    with (
+        _open_map(args.map, lock=True) as (fd, name, pin_dir),
+        _open_prog(args.prog, pin_dir) as (pf, pn),
+    ):
         assert pf is not None  # PROG is a required argument
         sk_msg_attach(fd, pf, map_name=name, prog_name=pn)
     _emit(
@@ -277,7 +286,10 @@ def cmd_sockmap_attach(args) -> int:
 def cmd_sockmap_detach(args) -> int:
     from bpfdsl.runtime.sockmap import sk_msg_detach
 
-    with _open_map(args.map) as (fd, name, pin_dir), _open_prog(args.prog, pin_dir) as (pf, pn):
+    with (
+        _open_map(args.map, lock=True) as (fd, name, pin_dir),
+        _open_prog(args.prog, pin_dir) as (pf, pn),
+    ):
         assert pf is not None  # PROG is a required argument
         done = sk_msg_detach(fd, pf, map_name=name, prog_name=pn)
     _emit(

@@ -75,6 +75,11 @@ def check_mode(mode: str) -> XdpFlags:
     return netlink.MODE_FLAGS[mode]
 
 
+def prog_id_of(fd: int | syscall.Fd) -> int:
+    """Kernel id of the program behind ``fd`` (BPF_OBJ_GET_INFO_BY_FD)."""
+    return int(syscall.prog_info(int(fd)).id)
+
+
 def _prog_id_name(fd: int) -> tuple[int, str, int]:
     info = syscall.prog_info(fd)
     return int(info.id), info.name.decode(errors="replace"), int(info.type)

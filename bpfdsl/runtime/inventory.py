@@ -19,7 +19,7 @@ from bpfdsl.kernel import netlink, syscall
 from bpfdsl.obj.collection import read_object
 from bpfdsl.obj.config import parse_config
 from bpfdsl.obj.spec import choose_program
-from bpfdsl.runtime import attach, cgroup, loader, pins, sockmap
+from bpfdsl.runtime import attach, cgroup, intent, loader, pins, sockmap
 
 MANIFEST_NAMES = ("bpfdsl.json", "manifest", "bpfdsl_manifest")  # files the loader may write
 
@@ -470,8 +470,9 @@ def collect(*, all_dirs: bool = False) -> dict:
     """``{"attachments": [...], "sock_ops": {...}, "sk_msg": [...], "pins": [{"dir",
     "objects": [...]}, ...]}`` (JSON-ready): XDP on this namespace's interfaces, sock_ops
     on cgroups (:func:`sock_ops_attachments`), sk_msg on socket maps
-    (:func:`sk_msg_attachments`), and what bpfdsl pinned."""
-    pins = []
+    (:func:`sk_msg_attachments`), and what bpfdsl pinned (a ``progs`` dir of a bpfdsl
+    pin dir says ``attached``: whether one of its programs runs on an interface here)."""
+    pin_list: list[dict] = []
     link_pins: dict[int, str] = {}
     for d in pin_dirs(all_dirs=all_dirs):
         objs = []
@@ -482,7 +483,7 @@ def collect(*, all_dirs: bool = False) -> dict:
                 if o["kind"] == "link":
                     link_pins.setdefault(o["id"], p)
         if objs:
-            pins.append({"dir": d, "objects": objs})
+            pin_list.append({"dir": d, "objects": objs})
     atts = []
     for dev, st in netlink.xdp_states().items():
         if st.mode is None:
@@ -494,6 +495,19 @@ def collect(*, all_dirs: bool = False) -> dict:
         if cur.link_id is not None:
             att["link_pin"] = link_pins.get(cur.link_id)
         atts.append(att)
+    on: dict[int, list[str]] = {}
+    for a in atts:
+        on.setdefault(a["prog_id"], []).append(a["dev"])
+    for entry in pin_list:
+        for obj in entry["objects"]:
+            if obj["kind"] == "prog":  # XDP on this namespace's interfaces
+                obj["attached_on"] = on.get(obj["id"], [])
+    for entry in pin_list:  # DIR/progs of a bpfdsl pin dir: is any program of it attached?
+        owner = os.path.dirname(entry["dir"])
+        if os.path.basename(entry["dir"]) == "progs" and pins.read_manifest(owner) is not None:
+            in_owner = [x for other in pin_list if other["dir"] == owner for x in other["objects"]]
+            live = any(x["kind"] == "link" and x.get("prog_id") for x in in_owner)
+            entry["attached"] = live or any(x.get("attached_on") for x in entry["objects"])
     links = _links()
     sk_msg = sk_msg_attachments(links)
     pinned = _map_pins({a["map_id"] for a in sk_msg})
@@ -503,8 +517,27 @@ def collect(*, all_dirs: bool = False) -> dict:
         "attachments": atts,
         "sock_ops": sock_ops_attachments(links),
         "sk_msg": sk_msg,
-        "pins": pins,
+        "pins": pin_list,
+        "interrupted": interrupted_operations(),
     }
+
+
+def interrupted_operations() -> list[dict]:
+    """Intent records (:mod:`bpfdsl.runtime.intent`) whose command is gone (killed or
+    crashed): what the next attach/detach/load/unload repairs.  Each: ``op``, ``pid``,
+    ``step`` reached, ``dev`` and ``target``/``dir`` where the record has them."""
+    out = []
+    for _path, rec in intent.read_intents():
+        try:
+            os.kill(int(rec.get("pid", 0)), 0)
+            continue  # still running
+        except ProcessLookupError:
+            pass
+        except (OSError, ValueError):
+            continue
+        keep = ("op", "pid", "step", "dev", "target", "staging", "dir")
+        out.append({k: rec[k] for k in keep if rec.get(k) is not None})
+    return out
 
 
 def _map_pins(ids: set[int]) -> dict[int, str]:

@@ -68,6 +68,8 @@ def pin_collection(
     if pin_dir.startswith(BPFFS + "/") or pin_dir == BPFFS:
         ensure_bpffs(BPFFS)
     parent = os.path.dirname(os.path.abspath(pin_dir))
+    if parent == DEFAULT_PIN_ROOT:
+        os.makedirs(parent, exist_ok=True)
     probe = pin_dir if os.path.isdir(pin_dir) else parent
     if not os.path.isdir(probe) or not is_bpffs(probe):
         raise UsageError(
@@ -105,7 +107,7 @@ def pin_collection(
     try:
         for d in (pin_dir, os.path.join(pin_dir, "progs"), os.path.join(pin_dir, "maps")):
             if not os.path.isdir(d):
-                os.mkdir(d)
+                _mkdir(d)
                 made.append(d)
         for name, p in coll.programs.items():
             path = os.path.join(pin_dir, "progs", pin_name(name))
@@ -135,6 +137,20 @@ def pin_collection(
     return res
 
 
+def _mkdir(path: str) -> None:
+    """mkdir ``path``; /sys/fs/bpf/bpfdsl is made again when a detach removed it, empty,
+    meanwhile (a few tries: it is removed only when empty)."""
+    for _ in range(5):
+        try:
+            os.mkdir(path)
+            return
+        except FileNotFoundError:
+            if os.path.dirname(path) != DEFAULT_PIN_ROOT:
+                raise
+            os.makedirs(DEFAULT_PIN_ROOT, exist_ok=True)
+    os.mkdir(path)
+
+
 def _remove(paths: list[str]) -> None:
     for p in reversed(paths):
         try:
@@ -153,6 +169,72 @@ def unpin_dir(pin_dir: str, detached: list[str] | None = None) -> list[str]:
     description of each detached attachment (``XDP on eth0 (link 7, prog 42)``) to
     ``detached``.  Raises UsageError when ``pin_dir`` does not exist, is a bpffs root or
     has no bpfdsl manifest (then nothing is touched); NoPermission when not root."""
+    check_unpinnable(pin_dir)
+    removed: list[str] = []
+    try:
+        for f in sorted(os.listdir(pin_dir)):  # links first: XDP stops before pins go
+            path = os.path.join(pin_dir, f)
+            if (
+                os.path.isfile(path)
+                and not os.path.islink(path)
+                and (what := _detach_if_link(path))
+            ):
+                if detached is not None:
+                    detached.append(what)
+        removed = remove_tree(pin_dir)
+    except PermissionError as e:
+        raise S.NoPermission(f"removing {e.filename or pin_dir}") from None
+    return removed
+
+
+def remove_tree(pin_dir: str) -> list[str]:
+    """Remove every pin and directory under ``pin_dir`` and ``pin_dir`` itself, the
+    manifest last (a dir cut short keeps it, so it stays known as bpfdsl's); links are
+    unpinned, not detached.  Missing entries are skipped (a repair finishing an earlier
+    removal).  Returns the removed paths; raises OSError (PermissionError)."""
+    removed: list[str] = []
+    manifest = os.path.join(pin_dir, MANIFEST)
+    for dirpath, _dirs, files in os.walk(pin_dir, topdown=False):  # children first
+        for f in sorted(files):
+            path = os.path.join(dirpath, f)
+            if path == manifest:
+                continue
+            try:
+                os.unlink(path)
+                removed.append(path)
+            except FileNotFoundError:
+                pass
+        if dirpath != pin_dir:
+            try:
+                os.rmdir(dirpath)
+                removed.append(dirpath)
+            except FileNotFoundError:
+                pass
+    if os.path.lexists(manifest):
+        os.unlink(manifest)
+        removed.append(manifest)
+    try:
+        os.rmdir(pin_dir)
+        removed.append(pin_dir)
+    except FileNotFoundError:
+        pass
+    if os.path.dirname(os.path.normpath(pin_dir)) == DEFAULT_PIN_ROOT:
+        remove_root_if_empty()
+    return removed
+
+
+def remove_root_if_empty() -> None:
+    """Remove /sys/fs/bpf/bpfdsl when nothing is pinned there any more (an attach
+    making a dir in it meanwhile makes it again: :func:`pin_collection`)."""
+    try:
+        os.rmdir(DEFAULT_PIN_ROOT)
+    except OSError:
+        pass
+
+
+def check_unpinnable(pin_dir: str) -> None:
+    """Raise what :func:`unpin_dir` refuses: UsageError when ``pin_dir`` does not exist,
+    is a bpffs root or has no bpfdsl manifest; NoPermission when not root."""
     if not os.path.isdir(pin_dir):
         raise UsageError(error("no-pin-dir", f"{pin_dir}: no such directory"))
     real = os.path.realpath(pin_dir)
@@ -167,27 +249,6 @@ def unpin_dir(pin_dir: str, detached: list[str] | None = None) -> list[str]:
         )
     if not os.access(pin_dir, os.W_OK | os.X_OK):
         raise S.NoPermission(f"removing pins in {pin_dir}")
-    removed: list[str] = []
-    try:
-        for dirpath, _dirs, files in os.walk(pin_dir, topdown=False):  # children first
-            for f in sorted(files):
-                path = os.path.join(dirpath, f)
-                if not os.path.islink(path) and (what := _detach_if_link(path)):
-                    if detached is not None:
-                        detached.append(what)
-                try:
-                    os.unlink(path)
-                    removed.append(path)
-                except FileNotFoundError:
-                    pass
-            if dirpath != pin_dir:
-                os.rmdir(dirpath)
-                removed.append(dirpath)
-        os.rmdir(pin_dir)
-    except PermissionError as e:
-        raise S.NoPermission(f"removing {e.filename or pin_dir}") from None
-    removed.append(pin_dir)
-    return removed
 
 
 def _detach_if_link(path: str) -> str:
@@ -224,7 +285,11 @@ def dirs_pinning_prog(prog_id: int, root: str = BPFFS) -> list[str]:
         owner = os.path.dirname(dirpath)
         if read_manifest(owner) is None:
             continue
-        for f in sorted(os.listdir(dirpath)):
+        try:
+            names = sorted(os.listdir(dirpath))
+        except OSError:  # removed meanwhile (another command's unpin)
+            continue
+        for f in names:
             try:
                 with S.obj_get(os.path.join(dirpath, f)) as fd:
                     if fd_kind(int(fd)) == "prog" and S.prog_info(fd).id == prog_id:

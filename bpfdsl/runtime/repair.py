@@ -1,0 +1,240 @@
+"""Repair what an operation cut short (SIGKILL, a crash) left, from its intent record
+(:mod:`bpfdsl.runtime.intent`) and the kernel's state: roll forward when the new
+program is attached (finish the pin moves), roll back otherwise (remove the staging
+dir), so the interface has the old or the new program and the pins of that one only.
+Also: who owns the XDP program on an interface (a bpfdsl pin dir, or another tool).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from bpfdsl.diagnostics import DiagnosticError
+from bpfdsl.kernel import netlink, syscall
+from bpfdsl.runtime import attach, pins
+from bpfdsl.runtime.intent import read_intents
+from bpfdsl.runtime.oplock import LockKey, OpLocks, netns_inode
+
+
+@dataclass(frozen=True, slots=True)
+class Owner:
+    """The bpfdsl pin dir (with a manifest) pinning an attachment's link or program, and
+    the command that made it (``attach`` or ``load``)."""
+
+    dir: str
+    made_by: str
+
+
+def owner_of(cur: attach.XdpAttachment) -> Owner | None:
+    """The bpfdsl pin dir of attachment ``cur`` (its link's pin, else its program's), or
+    None: a program bpfdsl did not attach (ip, xdp-loader, a libxdp dispatcher)."""
+    dirs: list[str] = []
+    if cur.link_id is not None:
+        dirs = [os.path.dirname(p) for p in attach._pins_of_link(cur.link_id, (attach.BPFFS,))]
+    dirs += pins.dirs_pinning_prog(cur.prog_id)
+    for d in dirs:
+        m = pins.read_manifest(d)
+        if m is not None:
+            return Owner(d, str(m.get("made_by", "load")))
+    return None
+
+
+def prog_ids_in(pin_dir: str) -> set[int]:
+    """Ids of the programs pinned in ``pin_dir/progs``."""
+    out: set[int] = set()
+    for path in glob.glob(os.path.join(glob.escape(pin_dir), "progs", "*")):
+        try:
+            with syscall.obj_get(path) as fd:
+                if attach.fd_kind(int(fd)) == "prog":
+                    out.add(int(syscall.prog_info(fd).id))
+        except (syscall.BpfError, OSError):
+            continue
+    return out
+
+
+def live_links_in(pin_dir: str) -> list[str]:
+    """Link pins (``link_*``) in ``pin_dir`` whose link still runs a program."""
+    out = []
+    for path in sorted(glob.glob(os.path.join(glob.escape(pin_dir), "link_*"))):
+        try:
+            with syscall.obj_get(path) as fd:
+                if attach.fd_kind(int(fd)) == "link" and syscall.link_info(fd).prog_id:
+                    out.append(path)
+        except (syscall.BpfError, OSError):
+            continue
+    return out
+
+
+def release_pin_dir(pin_dir: str) -> str:
+    """After its attachment was taken over: remove ``pin_dir`` when ``bpfdsl attach``
+    made it and no link of it is left; else keep it.  Returns what was done."""
+    if not os.path.isdir(pin_dir):
+        return ""
+    made_by = (pins.read_manifest(pin_dir) or {}).get("made_by", "")
+    if made_by == "attach" and not live_links_in(pin_dir):
+        pins.remove_tree(pin_dir)
+        return f"removed {pin_dir} (the replaced program's pins)"
+    return (
+        f"{pin_dir} stays pinned, not attached here any more (`bpfdsl unload {pin_dir}` removes it)"
+    )
+
+
+@contextlib.contextmanager
+def _in_netns_of(rec: dict) -> Iterator[bool]:
+    """Run the body in the record's network namespace; yields False when it is gone
+    (no interface to look at), raises LookupError when it cannot be entered here."""
+    ns = int(rec.get("netns", 0))
+    if ns == netns_inode():
+        yield True
+        return
+    name = rec.get("netns_name")
+    if not name:
+        raise LookupError("namespace not reachable")
+    path = os.path.join(netlink.NETNS_RUN_DIR, name)
+    try:
+        same = os.stat(path).st_ino == ns
+    except OSError:
+        same = False
+    if not same:
+        yield False
+        return
+    with netlink.in_netns(name):
+        yield True
+
+
+def _attached_prog(rec: dict) -> int:
+    """Program id attached now on the record's interface (0: none, or it is gone)."""
+    try:
+        st = netlink.xdp_state(int(rec["ifindex"]))
+    except (DiagnosticError, OSError):
+        return 0
+    return int(st.prog_id or st.drv_prog_id or st.skb_prog_id or 0)
+
+
+def _repair_attach(rec: dict) -> str:
+    dev, target, staging = rec.get("dev", "?"), rec["target"], rec.get("staging")
+    over = rec.get("over")
+    now = _attached_prog(rec)
+    new_ids = set(rec.get("new_prog_ids") or [])
+    if staging and os.path.isdir(staging):
+        new_ids |= prog_ids_in(staging)
+    if now and now in new_ids:  # the new program runs: roll forward
+        home = staging if staging and os.path.isdir(staging) else target
+        link = attach.find_xdp_link(int(rec["ifindex"]), now)
+        if link is not None and home:
+            cur = attach.XdpAttachment(dev, int(rec["ifindex"]), "", "link", now, "", link[0])
+            attach.move_link_pin(cur, attach.link_pin_path(home, dev))
+        done = []
+        if over:
+            if what := release_pin_dir(over):
+                done.append(what)
+        if staging and os.path.isdir(staging):
+            if os.path.isdir(target):
+                pins.remove_tree(target)
+            os.rename(staging, target)
+            done.append(f"moved {staging} to {target}")
+        return f"the new program (id {now}) was attached on {dev}: finished" + (
+            f" ({'; '.join(done)})" if done else ""
+        )
+    if staging and os.path.isdir(staging):
+        pins.remove_tree(staging)
+        old = f"program id {now} stays attached" if now else f"nothing is attached on {dev}"
+        return f"it had not attached on {dev}: rolled back, removed {staging} ({old})"
+    return f"it had not changed {dev}: nothing to repair"
+
+
+def _repair_detach(rec: dict) -> str:
+    dev, prog_id = rec.get("dev", "?"), int(rec.get("prog_id", 0))
+    if prog_id and _attached_prog(rec) == prog_id:
+        return f"it had not detached program id {prog_id} from {dev}: nothing changed"
+    removed = []
+    for path in rec.get("link_pins") or []:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+    for d in rec.get("remove") or []:
+        if os.path.isdir(d):
+            pins.remove_tree(d)
+            removed.append(d)
+    pins.remove_root_if_empty()
+    return f"program id {prog_id} was detached from {dev}: finished" + (
+        f" (removed {', '.join(removed)})" if removed else ""
+    )
+
+
+def _repair_unload(rec: dict) -> str:
+    d = rec["dir"]
+    if not os.path.isdir(d):
+        return f"{d} was removed already"
+    pins.unpin_dir(d) if pins.read_manifest(d) is not None else pins.remove_tree(d)
+    pins.remove_root_if_empty()
+    return f"finished removing {d}"
+
+
+def _repair_load(rec: dict) -> str:
+    d = rec["dir"]
+    if not os.path.isdir(d):
+        return f"nothing was pinned in {d}"
+    if pins.read_manifest(d) is not None:
+        return f"{d} was complete: kept"
+    pins.remove_tree(d)
+    pins.remove_root_if_empty()
+    return f"{d} was pinned only in part: removed it"
+
+
+_REPAIRS = {
+    "attach": _repair_attach,
+    "detach": _repair_detach,
+    "unload": _repair_unload,
+    "load": _repair_load,
+}
+
+
+def repair_stale(locks: OpLocks) -> list[str]:
+    """Repair every operation whose writer is gone (its locks can be taken now: the
+    kernel released them when it died); returns one line per repair, saying what was
+    done.  Records of running commands (their locks are held) are left alone."""
+    out = []
+    for path, rec in read_intents():
+        if rec.get("pid") == os.getpid():
+            continue
+        names = [str(n) for n in rec.get("locks") or []]
+        held = {k.name for k in locks.held}
+        extra = [LockKey(n, n) for n in names if n not in held]
+        if not locks.try_add(extra):
+            continue  # its command is still running
+        try:
+            what = f"interrupted `{rec.get('op')}` of pid {rec.get('pid')}"
+            try:
+                with _in_netns_of(rec) as here:
+                    if not here:
+                        rec = {**rec, "ifindex": 0}  # its namespace is gone: nothing attached
+                    msg = _REPAIRS[str(rec.get("op"))](rec)
+            except LookupError:
+                continue  # another namespace not named under /run/netns: repaired there
+            except KeyError:
+                msg = "unknown operation: record dropped"
+            except (DiagnosticError, OSError) as e:  # never fail the command that repairs
+                out.append(f"bpfdsl: could not repair {what} (record {path} kept): {e}")
+                continue
+            os.unlink(path)
+            out.append(f"bpfdsl: repaired {what}: {msg}")
+        finally:
+            locks.release(extra)
+    return out
+
+
+def orphan_staging(target: str) -> list[str]:
+    """Remove ``TARGET_next_*`` staging dirs no intent record names (left by an older
+    bpfdsl) that hold no live link; returns a line per dir removed."""
+    named = {rec.get("staging") for _p, rec in read_intents()}
+    out = []
+    for d in sorted(glob.glob(glob.escape(target) + "_next_" + "[0-9a-f]" * 8)):
+        if d in named or not os.path.isdir(d) or live_links_in(d):
+            continue
+        pins.remove_tree(d)
+        out.append(f"bpfdsl: removed {d}, left by an interrupted attach (nothing attached from it)")
+    return out

@@ -1,0 +1,494 @@
+"""Operating attach/detach as a service manager and scripts do (#28), on a veth pair in
+test namespaces: concurrent attaches of one or several objects (each command exits 0 and
+exactly one program is attached, with the pins of that one only), a SIGTERM or SIGKILL at
+each step of attach, replace and detach (the interface has the old or the new program;
+after SIGKILL the next command repairs and says so), attach over a program another tool
+attached (refused unless --force) and over another bpfdsl attachment.
+
+Commands run in forked children of this process (modules already imported: ~20 ms a
+command instead of a fresh interpreter's ~0.4 s) that enter the XDP namespace, so twenty
+rounds of four concurrent attaches stay cheap.  Every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import shutil
+import signal
+import subprocess
+import time
+import uuid
+
+import pytest
+from support.netns import veth_net
+from support.paths import PROGS
+
+from bpfdsl.kernel import netlink, syscall
+from bpfdsl.runtime import attach, intent, oplock, pins, repair
+
+OBJECTS = ("xdp_pass", "xdp_drop", "xdp_udp_filter", "xdp_src_net")
+
+
+@pytest.fixture(scope="module")
+def objs(tmp_path_factory) -> dict[str, str]:
+    from bpfdsl.compiler import compile_file
+
+    d = tmp_path_factory.mktemp("ops_objs")
+    out = {}
+    for name in OBJECTS:
+        path = d / f"{name}.o"
+        path.write_bytes(compile_file(str(PROGS / f"{name}.bpfd")).obj)
+        out[name] = str(path)
+    import bpfdsl.cli.attach_cmds
+    import bpfdsl.cli.load_cmds
+    import bpfdsl.runtime.inventory  # noqa: F401  (imported before the forks)
+
+    return out
+
+
+@pytest.fixture(scope="module")
+def net():
+    with veth_net("op") as n:
+        yield n
+
+
+@pytest.fixture
+def root(net):
+    """A fresh bpffs dir holding this test's pin dirs; must be empty at the end."""
+    d = f"/sys/fs/bpf/opstest_{uuid.uuid4().hex[:8]}"
+    os.mkdir(d)
+    try:
+        yield d
+    finally:
+        for c in _CHILDREN:  # a failed test's children: stopped before the clean-up
+            if c.code is None:
+                c.kill()
+        _CHILDREN.clear()
+        leftovers = sorted(os.listdir(d)) if os.path.isdir(d) else []
+        with net.in_xdp_ns():
+            if attach.xdp_attachment(net.xdp_dev) is not None:
+                attach.detach_xdp(net.xdp_dev, pin_roots=(d,))
+        for sub in leftovers:
+            path = os.path.join(d, sub)
+            if pins.read_manifest(path) is not None:
+                pins.unpin_dir(path)
+        shutil.rmtree(d, ignore_errors=True)
+        assert not leftovers, f"left pinned: {leftovers}"
+
+
+_CHILDREN: list[Child] = []
+
+
+class Child:
+    """A bpfdsl command run by a forked child in the XDP namespace."""
+
+    def __init__(self, net, argv: list[str], env: dict[str, str] | None = None) -> None:
+        from bpfdsl.cli import main
+
+        self.argv = argv
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: never returns into pytest
+            code = 99
+            try:
+                os.dup2(out_w, 1)
+                os.dup2(err_w, 2)
+                os.environ.update(env or {})
+                import sys
+
+                sys.stdout = os.fdopen(1, "w", closefd=False)
+                sys.stderr = os.fdopen(2, "w", closefd=False)
+                with netlink.in_netns(net.xdp_ns):
+                    code = main(argv)
+            except BaseException:
+                code = 98
+            finally:
+                try:
+                    sys.stdout.flush()
+                    sys.stderr.flush()
+                finally:
+                    os._exit(code)
+        os.close(out_w)
+        os.close(err_w)
+        self.pid, self.out_fd, self.err_fd = pid, out_r, err_r
+        self.out, self.err = b"", b""
+        self.code: int | None = None
+        _CHILDREN.append(self)
+
+    def kill(self) -> None:
+        """SIGKILL and reap it (a test that failed while it ran)."""
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+            os.waitpid(self.pid, 0)
+        except ChildProcessError:
+            pass
+        self.code = -signal.SIGKILL
+
+    def _read(self, timeout: float) -> None:
+        r, _w, _x = select.select([self.out_fd, self.err_fd], [], [], timeout)
+        for fd in r:
+            data = os.read(fd, 65536)
+            if fd == self.out_fd:
+                self.out += data
+            else:
+                self.err += data
+
+    def wait_for_err(self, text: str, timeout: float = 20) -> None:
+        end = time.monotonic() + timeout
+        while text.encode() not in self.err and time.monotonic() < end:
+            self._read(0.05)
+        assert text.encode() in self.err, (self.argv, self.err.decode())
+
+    def wait(self, timeout: float = 60) -> int:
+        end = time.monotonic() + timeout
+        while self.code is None and time.monotonic() < end:
+            self._read(0.02)
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.code = os.waitstatus_to_exitcode(status)
+        if self.code is None:
+            self.kill()
+            raise AssertionError(f"{self.argv} did not end within {timeout} s")
+        for _ in range(100):  # what is left in the pipes
+            before = len(self.out) + len(self.err)
+            self._read(0)
+            if len(self.out) + len(self.err) == before:
+                break
+        os.close(self.out_fd)
+        os.close(self.err_fd)
+        return self.code
+
+    @property
+    def stderr(self) -> str:
+        return self.err.decode(errors="replace")
+
+    @property
+    def stdout(self) -> str:
+        return self.out.decode(errors="replace")
+
+
+def run(net, *argv: str, env: dict[str, str] | None = None) -> Child:
+    c = Child(net, list(argv), env)
+    c.wait()
+    return c
+
+
+def state(net, root: str) -> tuple[int, list[str]]:
+    """(attached program id or 0, pin dirs under ``root``); asserts the invariants: no
+    staging dir, no intent record of a dir under root, the attached program's pins in
+    exactly one dir, with its link pinned there when it runs through one."""
+    with net.in_xdp_ns():
+        cur = attach.xdp_attachment(net.xdp_dev)
+    dirs = sorted(os.listdir(root))
+    assert not [d for d in dirs if "_next_" in d], dirs
+    mine = [rec for _p, rec in intent.read_intents() if root in json.dumps(rec)]
+    assert not mine, mine
+    if cur is None:
+        return 0, dirs
+    holding = [d for d in dirs if cur.prog_id in repair.prog_ids_in(os.path.join(root, d))]
+    assert len(holding) == 1, (cur, dirs, holding)
+    if cur.method == "link":
+        link = os.path.join(root, holding[0], f"link_xdp_{net.xdp_dev}")
+        with syscall.obj_get(link) as fd:
+            assert syscall.link_info(fd).id == cur.link_id
+    return cur.prog_id, dirs
+
+
+def detach_leaves_nothing(net, root: str) -> None:
+    d = run(net, "detach", net.xdp_dev)
+    assert d.code == 0, d.stderr
+    assert state(net, root) == (0, [])
+
+
+# ---- concurrent attaches --------------------------------------------------------------
+
+
+@pytest.mark.kernel
+@pytest.mark.parametrize("n", [2, 4])
+@pytest.mark.parametrize("objects", ["same", "different"])
+def test_concurrent_attaches_leave_one_consistent_attachment(net, root, objs, n, objects):
+    """n attaches started together, 20 rounds: `same` = one object into one pin dir
+    (replaces within the dir), `different` = n objects with a pin dir each (each replaces
+    the other's attachment).  Each exits 0 with its program attached at its end; after
+    the round exactly one of them is attached with only its pins left."""
+    names = OBJECTS[:n] if objects == "different" else [OBJECTS[2]] * n
+    for rnd in range(20):
+        kids = [
+            Child(net, ["--json", "attach", objs[o], net.xdp_dev, "--pin-dir",
+                        f"{root}/{o if objects == 'different' else 'same'}"])
+            for o in names
+        ]  # fmt: skip
+        ids = []
+        for k in kids:
+            assert k.wait() == 0, (rnd, k.stderr)
+            ids.append(json.loads(k.stdout)["prog_id"])
+        prog_id, dirs = state(net, root)
+        assert prog_id in ids and len(dirs) == 1, (rnd, prog_id, ids, dirs)
+    detach_leaves_nothing(net, root)
+
+
+@pytest.mark.kernel
+def test_second_command_waits_naming_the_holder_or_fails_after_the_timeout(net, root, objs):
+    pin = f"{root}/held"
+    with oplock.OpLocks() as locks:
+        locks.acquire([oplock.pin_dir_key(pin)])
+        k = Child(net, ["attach", objs["xdp_pass"], net.xdp_dev, "--pin-dir", pin])
+        k.wait_for_err(f"waiting for pin dir {pin}: locked by pid {os.getpid()}")
+        time.sleep(0.2)
+        assert k.code is None and not os.path.exists(pin)  # it waits
+    assert k.wait() == 0, k.stderr
+    with oplock.OpLocks() as locks:
+        locks.acquire([oplock.pin_dir_key(pin)])
+        k = run(net, "detach", net.xdp_dev, env={"BPFDSL_LOCK_TIMEOUT": "0.3"})
+        assert k.code == 1 and "error[locked]" in k.stderr, k.stderr
+        assert f"pin dir {pin} is locked by pid {os.getpid()}" in k.stderr
+    assert state(net, root)[0]  # still attached
+    detach_leaves_nothing(net, root)
+
+
+# ---- a signal at each step -------------------------------------------------------------
+
+ATTACH_STEPS = ["begin", "pinned", "attached", "renamed"]
+REPLACE_STEPS = ["begin", "pinned", "attached", "link-moved", "renamed"]
+NO_RETURN = {"attached", "link-moved", "renamed"}  # after these the operation finishes
+
+
+def _killed(net, argv, pause: str, sig: int) -> Child:
+    k = Child(net, argv, {"BPFDSL_TEST_PAUSE_AT": pause})
+    k.wait_for_err(f"test pause at {pause}")
+    os.kill(k.pid, sig)
+    k.wait()
+    return k
+
+
+def _repair_here(net) -> list[str]:
+    with net.in_xdp_ns(), oplock.OpLocks() as locks:
+        return repair.repair_stale(locks)
+
+
+@pytest.mark.kernel
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["TERM", "KILL"])
+@pytest.mark.parametrize(
+    "op,step",
+    [("attach", s) for s in ATTACH_STEPS] + [("replace", s) for s in REPLACE_STEPS],
+)
+def test_signal_at_each_step_of_attach_and_replace(net, root, objs, op, step, sig):
+    pin = f"{root}/p"
+    old = 0
+    if op == "replace":
+        a = run(net, "attach", objs["xdp_pass"], net.xdp_dev, "--pin-dir", pin)
+        assert a.code == 0, a.stderr
+        old = state(net, root)[0]
+    argv = ["--json", "attach", objs["xdp_udp_filter"], net.xdp_dev, "--pin-dir", pin]
+    k = _killed(net, argv, f"attach:{step}", sig)
+    finished = step in NO_RETURN
+    if sig == signal.SIGTERM:
+        if finished:
+            assert k.code == 0, k.stderr
+            assert "SIGTERM received during the operation: the attach was finished" in k.stderr
+        else:
+            assert k.code == 143 and json.loads(k.stdout)["error"][0]["code"] == "interrupted", (
+                k.stdout
+            )
+    else:
+        assert k.code == -signal.SIGKILL
+        lines = _repair_here(net)
+        assert len(lines) == 1 and "repaired interrupted `attach`" in lines[0], lines
+        assert ("finished" in lines[0]) == finished, lines
+    now, dirs = state(net, root)
+    if finished:
+        assert now and now != old and dirs == ["p"]
+        assert sorted(os.listdir(f"{pin}/progs")) == ["udp_filter"]
+    else:
+        assert now == old and dirs == (["p"] if old else [])
+    if now:
+        detach_leaves_nothing(net, root)
+
+
+@pytest.mark.kernel
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["TERM", "KILL"])
+@pytest.mark.parametrize("step", ["begin", "detached"])
+def test_signal_at_each_step_of_detach(net, root, objs, step, sig):
+    pin = f"{root}/p"
+    assert run(net, "attach", objs["xdp_pass"], net.xdp_dev, "--pin-dir", pin).code == 0
+    old = state(net, root)[0]
+    k = _killed(net, ["detach", net.xdp_dev], f"detach:{step}", sig)
+    finished = step == "detached"
+    if sig == signal.SIGTERM:
+        assert k.code == (0 if finished else 143), k.stderr
+    else:
+        lines = _repair_here(net)
+        assert len(lines) == 1 and ("finished" in lines[0]) == finished, lines
+    if finished:
+        assert state(net, root) == (0, [])
+    else:
+        assert state(net, root) == (old, ["p"])
+        detach_leaves_nothing(net, root)
+
+
+@pytest.mark.kernel
+def test_next_command_repairs_a_killed_attach_and_says_so(net, root, objs):
+    pin = f"{root}/p"
+    assert run(net, "attach", objs["xdp_pass"], net.xdp_dev, "--pin-dir", pin).code == 0
+    argv = ["attach", objs["xdp_drop"], net.xdp_dev, "--pin-dir", pin]
+    k = _killed(net, argv, "attach:link-moved", signal.SIGKILL)
+    assert any("_next_" in d for d in os.listdir(root))  # what the kill left
+    show = run(net, "show")
+    assert f"  attach {net.xdp_dev} by pid {k.pid}, stopped after step link-moved" in show.stdout
+    d = run(net, "detach", net.xdp_dev)
+    assert d.code == 0, d.stderr
+    assert "bpfdsl: repaired interrupted `attach`" in d.stderr and "finished" in d.stderr
+    assert "detached xdp_drop" in d.stdout
+    assert state(net, root) == (0, [])
+
+
+# ---- over other attachments ------------------------------------------------------------
+
+
+@pytest.mark.kernel
+@pytest.mark.parametrize("tool", ["ip", "xdp-loader"])
+def test_attach_over_a_foreign_program_refused_unless_force(net, root, objs, tool):
+    if shutil.which(tool) is None:
+        pytest.skip(f"{tool} not installed")
+    if tool == "ip":
+        argv = ["ip", "link", "set", "dev", net.xdp_dev, "xdpgeneric", "obj", objs["xdp_pass"],
+                "sec", "xdp"]  # fmt: skip
+    else:
+        argv = ["xdp-loader", "load", "-m", "skb", net.xdp_dev, objs["xdp_pass"]]
+    r = subprocess.run(net.nsenter(*argv), capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    try:
+        with net.in_xdp_ns():
+            theirs = attach.xdp_attachment(net.xdp_dev)
+        assert theirs is not None
+        pin = f"{root}/p"
+        a = run(net, "attach", objs["xdp_drop"], net.xdp_dev, "--mode", "generic", "--pin-dir", pin)
+        assert a.code == 1 and "error[foreign-program]" in a.stderr, a.stderr
+        assert f"{theirs.prog_name!r} (id {theirs.prog_id}" in a.stderr and "--force" in a.stderr
+        with net.in_xdp_ns():  # theirs still runs, nothing was pinned
+            assert attach.xdp_attachment(net.xdp_dev) == theirs and os.listdir(root) == []
+        a = run(net, "attach", objs["xdp_drop"], net.xdp_dev, "--mode", "generic",
+                "--pin-dir", pin, "--force")  # fmt: skip
+        assert a.code == 0, a.stderr
+        assert f"replaced {theirs.prog_name} (id {theirs.prog_id})" in a.stdout
+        now, dirs = state(net, root)
+        assert now != theirs.prog_id and dirs == ["p"]
+        detach_leaves_nothing(net, root)
+    finally:
+        if tool == "xdp-loader":
+            subprocess.run(net.nsenter("xdp-loader", "unload", "--all", net.xdp_dev),
+                           capture_output=True, timeout=60)  # fmt: skip
+        else:
+            subprocess.run(net.nsenter("ip", "link", "set", "dev", net.xdp_dev, "xdpgeneric",
+                                       "off"), capture_output=True, timeout=60)  # fmt: skip
+
+
+@pytest.mark.kernel
+def test_attach_over_another_bpfdsl_attachment(net, root, objs):
+    """Over an attach-made dir A: A's pins are removed.  Over a `bpfdsl load` dir L: L
+    stays pinned and `show` lists it as not attached."""
+    a_dir, b_dir, l_dir = f"{root}/a", f"{root}/b", f"{root}/l"
+    assert run(net, "attach", objs["xdp_pass"], net.xdp_dev, "--pin-dir", a_dir).code == 0
+    b = run(net, "attach", objs["xdp_drop"], net.xdp_dev, "--pin-dir", b_dir)
+    assert b.code == 0, b.stderr
+    assert f"removed {a_dir} (the replaced program's pins)" in b.stdout
+    assert state(net, root)[1] == ["b"]
+    assert run(net, "load", objs["xdp_pass"], "--pin-dir", l_dir).code == 0
+    c = run(net, "attach", l_dir, net.xdp_dev)
+    assert c.code == 0, c.stderr
+    assert f"removed {b_dir}" in c.stdout and state(net, root)[1] == ["l"]
+    d = run(net, "attach", objs["xdp_drop"], net.xdp_dev, "--pin-dir", b_dir)
+    assert d.code == 0, d.stderr
+    assert f"{l_dir} stays pinned, not attached here any more" in d.stdout
+    assert state(net, root)[1] == ["b", "l"]
+    show = json.loads(run(net, "--json", "show").stdout)
+    lprog = [o for p in show["pins"] if p["dir"] == f"{l_dir}/progs" for o in p["objects"]]
+    assert lprog and lprog[0]["attached_on"] == []
+    text = run(net, "show").stdout
+    assert f"{l_dir}/progs  (not attached)" in text, text
+    detach_leaves_nothing_but(net, root, ["l"])
+    assert run(net, "unload", l_dir).code == 0
+    assert os.listdir(root) == []
+
+
+def detach_leaves_nothing_but(net, root: str, kept: list[str]) -> None:
+    d = run(net, "detach", net.xdp_dev)
+    assert d.code == 0, d.stderr
+    assert state(net, root) == (0, kept)
+
+
+@pytest.mark.kernel
+def test_no_empty_default_root_after_the_last_detach(net, objs):
+    if os.path.isdir(attach.DEFAULT_PIN_ROOT) and os.listdir(attach.DEFAULT_PIN_ROOT):
+        pytest.skip("other pins under /sys/fs/bpf/bpfdsl")
+    a = run(net, "attach", objs["xdp_pass"], net.xdp_dev)
+    assert a.code == 0, a.stderr
+    assert os.path.isdir(f"{attach.DEFAULT_PIN_ROOT}/xdp_pass")
+    assert run(net, "detach", net.xdp_dev).code == 0
+    assert not os.path.exists(attach.DEFAULT_PIN_ROOT)
+    assert run(net, "load", objs["xdp_pass"]).code == 0
+    assert run(net, "unload", f"{attach.DEFAULT_PIN_ROOT}/xdp_pass").code == 0
+    assert not os.path.exists(attach.DEFAULT_PIN_ROOT)
+
+
+@pytest.mark.kernel
+@pytest.mark.parametrize("op", ["load", "unload"])
+def test_killed_load_and_unload_are_repaired(net, root, objs, op):
+    pin = f"{root}/l"
+    if op == "unload":
+        assert run(net, "load", objs["xdp_pass"], "--pin-dir", pin).code == 0
+        assert run(net, "attach", pin, net.xdp_dev).code == 0
+    argv = ["load", objs["xdp_pass"], "--pin-dir", pin] if op == "load" else ["unload", pin]
+    _killed(net, argv, f"{op}:begin", signal.SIGKILL)
+    lines = _repair_here(net)
+    assert len(lines) == 1 and f"repaired interrupted `{op}`" in lines[0], lines
+    if op == "load":
+        assert "nothing was pinned" in lines[0] and os.listdir(root) == []
+    else:  # an unload finishes: it had begun detaching and removing
+        assert "finished removing" in lines[0] and state(net, root) == (0, [])
+
+
+@pytest.mark.kernel
+@pytest.mark.parametrize(
+    "step,sig",
+    [("pinned", signal.SIGTERM), ("link-moved", signal.SIGKILL), ("renamed", signal.SIGKILL)],
+)
+def test_signal_during_attach_over_another_bpfdsl_attachment(net, root, objs, step, sig):
+    """B attached over A (another attach-made pin dir), stopped at a step: rolled back,
+    A is attached and pinned alone; rolled forward (repair), B alone."""
+    assert run(net, "attach", objs["xdp_pass"], net.xdp_dev, "--pin-dir", f"{root}/a").code == 0
+    old = state(net, root)[0]
+    argv = ["attach", objs["xdp_drop"], net.xdp_dev, "--pin-dir", f"{root}/b"]
+    k = _killed(net, argv, f"attach:{step}", sig)
+    if sig == signal.SIGKILL:
+        lines = _repair_here(net)
+        assert len(lines) == 1 and "finished" in lines[0], lines
+        assert (f"removed {root}/a" in lines[0]) == (step == "link-moved"), lines  # or done
+        now, dirs = state(net, root)
+        assert now != old and dirs == ["b"]
+    else:
+        assert k.code == 143, k.stderr
+        assert state(net, root) == (old, ["a"])
+    detach_leaves_nothing(net, root)
+
+
+@pytest.mark.kernel
+def test_devmap_set_waits_for_the_pin_dirs_lock(net, root, objs):
+    """A devmap entry written while an attach holds the pin dir goes in after it, into
+    the map the dir holds then (not into one being replaced)."""
+    from bpfdsl.compiler import compile_file
+
+    obj = os.path.join(os.path.dirname(objs["xdp_pass"]), "xdp_devmap_forward.o")
+    with open(obj, "wb") as f:
+        f.write(compile_file(str(PROGS / "xdp_devmap_forward.bpfd")).obj)
+    pin = f"{root}/fw"
+    assert run(net, "load", obj, "--pin-dir", pin).code == 0
+    with oplock.OpLocks() as locks:
+        locks.acquire([oplock.pin_dir_key(pin)])
+        k = Child(net, ["devmap", "set", f"{pin}:tx_ports", "3", net.xdp_dev])
+        k.wait_for_err(f"waiting for pin dir {pin}: locked by pid {os.getpid()}")
+    assert k.wait() == 0, k.stderr
+    assert run(net, "unload", pin).code == 0
