@@ -35,7 +35,10 @@ from bpfdsl.abi import uapi as U
 JMP_OFF_MAX = 32767  # instructions: largest forward jump (s16 ``off``)
 JMP_OFF_MIN = -32768  # instructions: largest backward jump
 INSNS_PER_IR = 2  # BPF instructions per plain IR instruction: a safe bound (see the doc)
-LONG_JUMP_MCPUS = ("v4", "probe")  # -mcpu levels with gotol (LLVM relaxes far branches)
+# -mcpu levels with gotol (LLVM relaxes far branches) and the other v4 instructions.  Not
+# "probe": LLVM's probe (sys::detail::getHostCPUNameForBPF) loads a jmp32 and a jmp-ext
+# program and answers v3, v2 or v1, never v4.
+LONG_JUMP_MCPUS = ("v4",)
 
 _DEFINE = re.compile(r'define [^@]*@("[^"]+"|[-\w.$]+)\(')
 _MEM = re.compile(r"@llvm\.mem(?:cpy|move|set)\.[^(]*\(.*?, i\d+ (?:noundef )?(\d+),")
