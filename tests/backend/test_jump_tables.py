@@ -132,8 +132,19 @@ def test_match_arms_give_their_verdicts_in_the_kernel(mcpu: str) -> None:
         assert syscall.prog_test_run(fd, frame(ttl=255)).retval == XDP_DROP
 
 
+# Known bug (issue 23 follow-up): below v4 the kernel refuses the ACL after the checker
+# passed it: inlining 2,000 array-map lookups (do_misc_fixups, array_map_gen_lookup) makes
+# the program ~36,000 insns and a branch no longer fits its 16-bit offset ("insn N cannot
+# be patched due to 16-bit range", bpf_adj_branches -ERANGE); the checker does not model the
+# kernel's patched layout yet.  strict: the test fails once that is fixed.
+_PATCH_RANGE = pytest.mark.xfail(
+    strict=True, reason="kernel patching overflows a 16-bit jump; checker does not model it"
+)
+ACL_MCPUS = [m if m == "v4" else pytest.param(m, marks=_PATCH_RANGE) for m in target.MCPUS]
+
+
 @pytest.mark.kernel
-@pytest.mark.parametrize("mcpu", target.MCPUS)
+@pytest.mark.parametrize("mcpu", ACL_MCPUS)
 def test_acl_rules_give_their_verdicts_in_the_kernel(mcpu: str) -> None:
     """The 2,000-rule ACL loads and its first, last and some middle rules decide (verdict
     and counter); ports outside the rules pass."""
@@ -158,7 +169,7 @@ def test_every_llvm_isa_option_is_decided() -> None:
     undecided), and each entry's option exists in that LLVM (an unknown cl::opt makes LLVM
     exit the process)."""
     data = open(llvm_c.library_path(), "rb").read()
-    found = {m.decode() for m in re.findall(rb"\0(Disable [ -~]*? insns?)\0", data)}
+    found = {m.decode() for m in re.findall(rb"(?<=\0)(Disable [ -~]*? insns?)(?=\0)", data)}
     known = {e.desc for e in target.ISA_EXTENSIONS}
     other = {"Disable removal of sign-extend insn"}  # loongarch-disable-sextw-removal
     assert found - other == known
