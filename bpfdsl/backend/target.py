@@ -62,7 +62,6 @@ CGP_ADDRESS_USERS = 1 << 20  # users of one address CodeGenPrepare looks at (LLV
 MAX_INLINE_MEM = 1024  # bytes: largest constant memcpy/memset the BPF backend expands inline
 
 
-
 @dataclass(frozen=True, slots=True)
 class IsaExtension:
     """One instruction kind LLVM's BPF back end emits at ``-mcpu v4`` (BPFSubtarget.cpp
@@ -97,8 +96,11 @@ ISA_EXTENSIONS: tuple[IsaExtension, ...] = (
     IsaExtension("disable-gotol", "Disable gotol insn", 18, "6.6", True),
     IsaExtension("disable-storeimm", "Disable BPF_ST (immediate store) insn", 20, "3.18", True),
     IsaExtension(
-        "disable-load-acq-store-rel", "Disable load-acquire and store-release insns", 21,
-        "6.15", True,
+        "disable-load-acq-store-rel",
+        "Disable load-acquire and store-release insns",
+        21,
+        "6.15",
+        True,
     ),  # fmt: skip
     IsaExtension("disable-gotox", "Disable gotox insn", 22, "6.19", False),
 )
