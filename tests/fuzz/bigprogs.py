@@ -74,7 +74,9 @@ def acl(rng: random.Random, n: int) -> tuple[str, list[tuple[int, int, int]]]:
         if shape < 96:
             cond = f"dport == {port}"
         elif shape < 98:
-            cond = f"dport >= {port} && dport <= {port + step - 1}" if step > 1 else f"dport == {port}"
+            cond = (
+                f"dport >= {port} && dport <= {port + step - 1}" if step > 1 else f"dport == {port}"
+            )
         elif shape < 99:
             cond = f"dport == {port} && ttl > {k % 200}"
         else:
