@@ -89,6 +89,7 @@ def compile_source(
     stats: bool = False,
     check: bool = True,
     check_timeout: float | None = CHECK_TIMEOUT,
+    margin: float = 0.0,
 ) -> CompileResult:
     """Compile bpfdsl ``text`` (named ``filename`` in diagnostics and line info).
 
@@ -99,7 +100,9 @@ def compile_source(
     them before the kernel's; warnings land in ``CompileResult.warnings``).
     ``check_timeout``: seconds the checker may take (None: no limit); when it stops there
     the object is still produced, with a ``checker-check-timeout`` warning saying how far
-    it got (the program was not fully checked).  Raises DiagnosticError (exit 1) for
+    it got (the program was not fully checked).  ``margin``: percent of the kernel's
+    1,000,000-insn complexity budget the checker keeps free (default 0: accept what the
+    kernel accepts; ``bpfdsl check --margin``).  Raises DiagnosticError (exit 1) for
     program errors, UsageError for bad arguments.
     """
     if text.startswith("\ufeff"):  # a UTF-8 byte-order mark some editors write
@@ -118,7 +121,7 @@ def compile_source(
     collecting = gc.isenabled()
     gc.disable()
     try:
-        return _compile(text, filename, mcpu, emit, debug, stats, check, check_timeout)
+        return _compile(text, filename, mcpu, emit, debug, stats, check, check_timeout, margin)
     except RecursionError:
         sys.setrecursionlimit(limit)
         span, depth = _deepest(text, filename)
@@ -170,7 +173,9 @@ TOO_DEEP = 500  # nesting levels where the too-deep error points (the limit is h
 DEPTH_LIMIT = 8000
 
 
-def _compile(text, filename, mcpu, emit, debug, stats, check, check_timeout) -> CompileResult:
+def _compile(
+    text, filename, mcpu, emit, debug, stats, check, check_timeout, margin=0.0
+) -> CompileResult:
     t = [perf_counter()]
     checked = front_end(text, filename)
     t.append(perf_counter())
@@ -197,7 +202,7 @@ def _compile(text, filename, mcpu, emit, debug, stats, check, check_timeout) -> 
     res.warnings = list(checked.warnings)
     check_call_chains(checked, target.stack_depths(out.obj))
     if check:
-        res.warnings += check_compiled(out.obj, text, check_timeout)
+        res.warnings += check_compiled(out.obj, text, check_timeout, margin=margin)
         t.append(perf_counter())
     stages = ("front", "codegen", "llvm", "check")
     res.timings = {k: (b - a) * 1000 for k, a, b in zip(stages, t, t[1:], strict=False)}
@@ -207,11 +212,14 @@ def _compile(text, filename, mcpu, emit, debug, stats, check, check_timeout) -> 
     return res
 
 
-def check_compiled(obj: bytes, text: str, timeout: float | None = None) -> list[Diagnostic]:
-    """Run the checker over a compiled object (at most ``timeout`` seconds); raise
+def check_compiled(
+    obj: bytes, text: str, timeout: float | None = None, *, margin: float = 0.0
+) -> list[Diagnostic]:
+    """Run the checker over a compiled object (at most ``timeout`` seconds, ``margin``
+    percent of the complexity budget kept free: :func:`bpfdsl.checker.check_object`); raise
     DiagnosticError (source ``text``) for its errors, return its warnings as Diagnostics
     (a program it did not finish in time is a warning: not checked, not accepted)."""
-    res = check_object(read_object(obj), timeout=timeout)
+    res = check_object(read_object(obj), timeout=timeout, margin=margin)
     errs, warns = [], []
     for p in res.programs:
         for e in p.errors:

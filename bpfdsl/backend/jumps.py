@@ -35,8 +35,9 @@ from bpfdsl.abi import uapi as U
 JMP_OFF_MAX = 32767  # instructions: largest forward jump (s16 ``off``)
 JMP_OFF_MIN = -32768  # instructions: largest backward jump
 INSNS_PER_IR = 2  # BPF instructions per plain IR instruction: a safe bound (see the doc)
-# -mcpu levels with gotol (LLVM relaxes far branches); not "probe": LLVM 19's host probe
-# (sys::detail::getHostCPUNameForBPF) finds v3 at most, and a far branch aborted the process
+# -mcpu levels with gotol (LLVM relaxes far branches) and the other v4 instructions.  Not
+# "probe": LLVM's probe (sys::detail::getHostCPUNameForBPF) loads a jmp32 and a jmp-ext
+# program and answers v3, v2 or v1, never v4.
 LONG_JUMP_MCPUS = ("v4",)
 
 _DEFINE = re.compile(r'define [^@]*@("[^"]+"|[-\w.$]+)\(')

@@ -134,6 +134,12 @@ class Lib:
         self.LLVMPY_InitializeAllTargetMCs()
         self.LLVMPY_InitializeAllAsmPrinters()
 
+    def llvm_version(self) -> tuple[int, int, int]:
+        """The LLVM version of the library, as ``llvm.llvm_version_info`` (initfini.py:
+        ``LLVMPY_GetVersionInfo`` packs major << 16 | minor << 8 | patch)."""
+        v = int(self.LLVMPY_GetVersionInfo())
+        return (v >> 16) & 0xFF, (v >> 8) & 0xFF, v & 0xFF
+
     def set_option(self, name: str, option: str) -> None:
         """Set an LLVM cl::opt, as ``llvm.set_option`` (once per option per process)."""
         self.LLVMPY_SetCommandLine(name.encode("utf-8"), option.encode("utf-8"))

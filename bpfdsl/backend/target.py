@@ -64,6 +64,50 @@ MAX_STACK = 512  # bytes per BPF program frame (kernel MAX_BPF_STACK)
 CGP_ADDRESS_USERS = 1 << 20  # users of one address CodeGenPrepare looks at (LLVM: 100)
 MAX_INLINE_MEM = 1024  # bytes: largest constant memcpy/memset the BPF backend expands inline
 
+
+@dataclass(frozen=True, slots=True)
+class IsaExtension:
+    """One instruction kind LLVM's BPF back end emits at ``-mcpu v4`` (BPFSubtarget.cpp
+    ``initSubtargetFeatures``: each is on at v4 unless its ``cl::opt`` turns it off).
+
+    ``option``: that cl::opt (``-disable-...``); ``desc``: its description as LLVM prints it
+    (``llc -march=bpf --help-hidden``); ``llvm``: the first LLVM major that has it;
+    ``kernel``: the first kernel whose verifier accepts it; ``emit``: whether bpfdsl lets LLVM
+    emit it (the object reader, :func:`bpfdsl.abi.insn.decode`, and the checker handle it,
+    and the kernels that ``-mcpu v4`` is documented for, >= 6.6, verify it)."""
+
+    option: str
+    desc: str
+    llvm: int
+    kernel: str
+    emit: bool
+
+
+# Every v4 extension of LLVM's BPF back end, from BPFSubtarget.cpp (LLVM 22).  One that bpfdsl
+# does not emit is turned off for the whole process (:func:`_init`), so LLVM never writes it:
+# ``gotox`` (BPF_JMP | BPF_JA | BPF_X, opcode 0x0d: an indirect jump through a jump table
+# that LLVM makes of a ``switch`` with >= 13 cases, -bpf-min-jump-table-entries) needs an
+# insn_array map (BPF_MAP_TYPE_INSN_ARRAY, kernel 6.19; 6.18's verifier refuses opcode 0x0d
+# "unknown opcode 0d").  tests/backend/test_isa_extensions.py fails on a "Disable ... insn"
+# option of the LLVM in use that is not in this table, so a new LLVM extension is decided here
+# before bpfdsl compiles with it.
+ISA_EXTENSIONS: tuple[IsaExtension, ...] = (
+    IsaExtension("disable-ldsx", "Disable ldsx insns", 18, "6.6", True),
+    IsaExtension("disable-movsx", "Disable movsx insns", 18, "6.6", True),
+    IsaExtension("disable-bswap", "Disable bswap insns", 18, "6.6", True),
+    IsaExtension("disable-sdiv-smod", "Disable sdiv/smod insns", 18, "6.6", True),
+    IsaExtension("disable-gotol", "Disable gotol insn", 18, "6.6", True),
+    IsaExtension("disable-storeimm", "Disable BPF_ST (immediate store) insn", 20, "3.18", True),
+    IsaExtension(
+        "disable-load-acq-store-rel",
+        "Disable load-acquire and store-release insns",
+        21,
+        "6.15",
+        True,
+    ),  # fmt: skip
+    IsaExtension("disable-gotox", "Disable gotox insn", 22, "6.19", False),
+)
+
 _machines: dict[tuple[bool, str], TargetMachine] = {}  # (lean binding?, mcpu) -> machine
 _initialized = False  # targets initialised and cl::opt set in this process (one shared .so)
 
@@ -83,13 +127,18 @@ class InternalCompilerError(DiagnosticError):
         )
 
 
-def _init(initialize, set_option) -> None:
-    """Initialise all targets and asm printers and lift the BPF stack limit, once per process
-    whichever binding does it: both open the same libllvmlite.so (one dlopen handle, one
-    LLVM global state), and LLVM exits on a repeated ParseCommandLineOptions of an option."""
+def _init(initialize, set_option, llvm_major: int) -> None:
+    """Initialise all targets and asm printers, lift the BPF stack limit and turn off the v4
+    extensions bpfdsl does not emit (:data:`ISA_EXTENSIONS`), once per process whichever
+    binding does it: both open the same libllvmlite.so (one dlopen handle, one LLVM global
+    state), and LLVM exits on a repeated ParseCommandLineOptions of an option, or on one it
+    does not know (hence ``llvm_major``: an option is set only where LLVM has it)."""
     global _initialized
     if not _initialized:
         initialize()
+        for ext in ISA_EXTENSIONS:
+            if not ext.emit and llvm_major >= ext.llvm:
+                set_option("bpfdsl", f"-{ext.option}")
         # A frame above 512 bytes would make LLVM exit(1); stack_depths() reports it instead.
         set_option("bpfdsl", "-bpf-stack-size=1048576")
         # CodeGenPrepare sinks a ctx field's address (ctx + off) next to each load so that
@@ -106,7 +155,7 @@ def _lean() -> llvm_c.Lib | None:
     (other llvmlite version, or ``BPFDSL_LLVM=llvmlite``)."""
     lib = llvm_c.load()
     if lib is not None:
-        _init(lib.initialize, lib.set_option)
+        _init(lib.initialize, lib.set_option, lib.llvm_version()[0])
     return lib
 
 
@@ -119,7 +168,7 @@ def _llvm():
         llvm.initialize_all_targets()
         llvm.initialize_all_asmprinters()
 
-    _init(initialize, llvm.set_option)
+    _init(initialize, llvm.set_option, llvm.llvm_version_info[0])
     return llvm
 
 
@@ -405,9 +454,7 @@ def check_ir(mod: Module | str, mcpu: str = "v3") -> None:
     functions the object does not define (or to llvm.trap: ``__bpf_trap``).  Works on
     the module text."""
     text = mod if isinstance(mod, str) else str(mod)
-    # not "probe": LLVM 19's host probe (sys::detail::getHostCPUNameForBPF) finds v3 at
-    # most, so an sdiv there is its "unsupported signed division" exit, as below v4
-    v4 = mcpu == "v4"
+    v4 = mcpu in jumps.LONG_JUMP_MCPUS  # "probe" is at most v3 (see jumps)
     defines, with_dbg = [], []  # the functions defined; those with a DISubprogram
     pos = text.find("\ndefine ")
     while pos >= 0:

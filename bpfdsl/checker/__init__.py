@@ -54,23 +54,28 @@ NATIVE_REASON: str = native.REASON
 BPF_F_RDONLY_PROG = 1 << 7
 
 # The exploration model (checker/analyzer.py) is Linux 6.18's.  Its processed count is the
-# kernel's for every program of the differential test corpus; still, above LIMIT_FRACTION of
-# the kernel's 1,000,000-insn budget the checker does not say OK ("complexity-limit"): the
-# kernel's count could be higher.  Where the model is known not to follow the kernel -- a
-# declared older target kernel (--kernel), whose verifier explores differently, or a walk
-# that met a shape the model does not follow (Env.inexact) -- the margin is
-# LIMIT_FRACTION_OTHER_KERNEL.
+# kernel's for every program of the differential test corpus, so for the modelled kernel the
+# checker accepts what the kernel accepts: up to the whole 1,000,000-insn budget
+# (LIMIT_FRACTION; the kernel refuses at 1,000,001, "BPF program is too large").  A user who
+# wants head-room for other kernels asks for a margin (``margin`` percent, ``bpfdsl check
+# --margin PCT``): above 100 - PCT % of the budget the answer is "complexity-limit".  Where
+# the model is known not to follow the kernel -- a declared older target kernel (--kernel),
+# whose verifier explores differently, or a walk that met a shape the model does not follow
+# (Env.inexact) -- the budget is LIMIT_FRACTION_OTHER_KERNEL of the kernel's.
 MODEL_KERNEL = (6, 18)
-LIMIT_FRACTION = 0.9
+LIMIT_FRACTION = 1.0
 LIMIT_FRACTION_OTHER_KERNEL = 0.5
 
 
-def limit_fraction(kernel: tuple[int, int] | None) -> float:
+def limit_fraction(kernel: tuple[int, int] | None, margin: float = 0.0) -> float:
     """Fraction of BPF_COMPLEXITY_LIMIT_INSNS above which the checker answers
-    "complexity-limit" for a program targeting ``kernel`` (None: the modelled 6.18)."""
-    if kernel is not None and kernel < MODEL_KERNEL:
-        return LIMIT_FRACTION_OTHER_KERNEL
-    return LIMIT_FRACTION
+    "complexity-limit" for a program targeting ``kernel`` (None: the modelled 6.18), with
+    ``margin`` percent of head-room asked for (0 <= margin < 100).  Raises ValueError for a
+    margin outside that range."""
+    if not 0.0 <= margin < 100.0:
+        raise ValueError(f"margin {margin:g} % is not in 0..100")
+    base = LIMIT_FRACTION_OTHER_KERNEL if kernel is not None and kernel < MODEL_KERNEL else 1.0
+    return min(base, LIMIT_FRACTION, 1.0 - margin / 100.0)
 
 
 @dataclass(slots=True)
@@ -139,6 +144,7 @@ def check_insns(
     kfuncs: dict[int, str] | None = None,
     subprogs: dict | None = None,
     has_func_info: bool | None = None,
+    margin: float = 0.0,
 ) -> ProgramResult:
     """Check one instruction list (ld_imm64 = one Insn) of ``prog_type``.
     ``kfuncs``: list index -> kernel function name of the kfunc calls (abi.kfuncs).
@@ -154,8 +160,12 @@ def check_insns(
     ``timeout``: seconds the analysis may take (None: no limit); when it stops there the
     result is unchecked (a "check-timeout" error: no verdict), never OK.
     Never raises for bad programs: faults become errors.  A walk longer than
-    :func:`limit_fraction` of the kernel's budget is a "complexity-limit" error.
+    :func:`limit_fraction` of the kernel's budget is a "complexity-limit" error: for the
+    modelled kernel that is the kernel's own limit unless ``margin`` (percent of the
+    1,000,000-insn budget kept free, 0 <= margin < 100) asks for head-room.  Raises
+    ValueError for a margin outside that range.
     """
+    margin_frac = limit_fraction(None, margin)  # ValueError before any work
     t0 = time.perf_counter()
     kind = _kind_of(prog_type, attach_type)
     ctx = kind.ctx if kind else ctx_for_program_type(prog_type)
@@ -211,9 +221,10 @@ def check_insns(
         res.seconds = time.perf_counter() - t0
         return res
     res.insns_processed, res.states = out.processed, out.states
-    frac = limit_fraction(kernel)
+    model_frac = limit_fraction(kernel)
     if env.inexact:
-        frac = min(frac, LIMIT_FRACTION_OTHER_KERNEL)
+        model_frac = min(model_frac, LIMIT_FRACTION_OTHER_KERNEL)
+    frac = min(model_frac, margin_frac)
     if out.timed_out:
         spot = hot_spot(cfg, out.visits)
         where = _where(spot, insns, cfg.slots, line_at)
@@ -250,18 +261,39 @@ def check_insns(
         res.errors.append(err)
     elif out.processed > frac * INSN_LIMIT:
         spot = hot_spot(cfg, out.visits)
+        where = _where(spot, insns, cfg.slots, line_at)
+        pct = 100.0 * out.processed / INSN_LIMIT
+        if margin_frac < model_frac:  # the user's margin refuses it, not the model
+            message = (
+                f"processed {out.processed:,} of {INSN_LIMIT:,} insns ({pct:.0f} %): over the "
+                f"{margin_frac:.0%} of the verifier's complexity limit that --margin "
+                f"{margin:g} leaves"
+            )
+            explain = (
+                f"this kernel's verifier accepts up to {INSN_LIMIT:,} processed insns (the "
+                f"checker counts as it does); the margin (--margin, Python margin=) keeps "
+                f"head-room for other kernels: drop or lower it, or reduce the walk of "
+                f"{where} (it is walked once for every path that reaches it)"
+            )
+        else:
+            message = (
+                f"may exceed the verifier's complexity limit: {out.processed:,} of "
+                f"{INSN_LIMIT:,} instructions processed"
+            )
+            explain = (
+                f"the verifier walks {where} once for every path that reaches it; above "
+                f"{frac:.0%} of the kernel's limit the checker does not promise the kernel "
+                "stays under it (its model of that kernel's walk is not exact): bound the "
+                "loop more tightly, move work out of it, or split the program"
+            )
         res.errors.append(
             _mk(
                 insns,
                 cfg.slots,
                 spot.idx if spot else 0,
                 "complexity-limit",
-                f"may exceed the verifier's complexity limit: {out.processed:,} of "
-                f"{INSN_LIMIT:,} instructions processed",
-                f"the verifier walks {_where(spot, insns, cfg.slots, line_at)} once for "
-                f"every path that reaches it; above {frac:.0%} of the kernel's limit the "
-                "checker does not promise the kernel stays under it: bound the loop more "
-                "tightly, move work out of it, or split the program",
+                message,
+                explain,
                 {},
                 "",
                 line_at,
@@ -427,6 +459,7 @@ def check_program(
     nr_cpus: int | None = None,
     timeout: float | None = None,
     btf=None,
+    margin: float = 0.0,
 ) -> ProgramResult:
     """Check one ``ProgramSpec`` (bpfdsl.obj.spec) with the object's ``maps`` (name -> MapSpec) and
     ``data_sections`` (name -> DataSection, for .rodata/.data/.bss references); ``btf``
@@ -470,6 +503,7 @@ def check_program(
         kfuncs={r.insn_idx: r.symbol for r in prog_spec.relocations if r.kind == "kfunc"},
         subprogs=subprogs,
         has_func_info=btf is not None and bool(prog_spec.func_info),
+        margin=margin,
     )
 
 
@@ -493,9 +527,12 @@ def check_object(
     kernel: tuple[int, int] | None = None,
     nr_cpus: int | None = None,
     timeout: float | None = None,
+    margin: float = 0.0,
 ) -> CheckResult:
     """Check every program of a ``CollectionSpec`` (or only the one named/sectioned
-    ``only``).  Options as :func:`check_insns`."""
+    ``only``).  Options as :func:`check_insns` (``margin``: percent of the kernel's
+    1,000,000-insn complexity budget kept free; ValueError outside 0 <= margin < 100)."""
+    limit_fraction(None, margin)
     out = CheckResult()
     t_end = None if timeout is None else time.perf_counter() + timeout  # for all programs
     for name, p in spec.programs.items():
@@ -514,6 +551,7 @@ def check_object(
                 nr_cpus=nr_cpus,
                 timeout=left,
                 btf=spec.btf,
+                margin=margin,
             )
         )
     return out

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from bpfdsl.abi.uapi import BPF_COMPLEXITY_LIMIT_INSNS
 from bpfdsl.checker import domain as D
 from bpfdsl.diagnostics import Diagnostic, Span
 
@@ -117,6 +118,20 @@ class ProgramResult:
         return bool(self.errors) and all(e.code in NO_VERDICT for e in self.errors)
 
     @property
+    def limit_percent(self) -> float:
+        """``insns_processed`` as a percentage of the kernel's budget of 1,000,000
+        processed insns (BPF_COMPLEXITY_LIMIT_INSNS, kernel/bpf/verifier.c)."""
+        return 100.0 * self.insns_processed / BPF_COMPLEXITY_LIMIT_INSNS
+
+    def limit_text(self) -> str:
+        """How close the walk came to the kernel's limit: "processed 950,123 of 1,000,000
+        insns (95 %)"."""
+        return (
+            f"processed {self.insns_processed:,} of {BPF_COMPLEXITY_LIMIT_INSNS:,} insns "
+            f"({self.limit_percent:.0f} %)"
+        )
+
+    @property
     def status(self) -> str:
         """ "ok", "rejected" or "unchecked"."""
         return "ok" if self.ok else ("unchecked" if self.unchecked else "rejected")
@@ -131,6 +146,8 @@ class ProgramResult:
             "warnings": [w.to_json(self.name) for w in self.warnings],
             "insns": self.insn_count,
             "insns_processed": self.insns_processed,
+            "insns_limit": BPF_COMPLEXITY_LIMIT_INSNS,
+            "limit_percent": round(self.limit_percent, 1),
             "states": self.states,
             "seconds": round(self.seconds, 6),
         }

@@ -50,12 +50,34 @@ def register(sub) -> None:
         "never OK (default: no limit)",
     )
     p.add_argument(
+        "--margin",
+        metavar="PCT",
+        type=margin_pct,
+        default=0.0,
+        help="keep PCT %% of the kernel's 1,000,000-insn complexity budget free: a program "
+        "whose walk goes over 100 - PCT %% is refused (complexity-limit), for head-room on "
+        "other kernels (default 0: accept what this kernel accepts)",
+    )
+    p.add_argument(
         "--kernel",
         metavar="X.Y",
         help="target an older kernel: features it lacks (jmp32, loops, xskmap lookups, "
         "atomics, cpu v4 instructions, newer helpers) become errors",
     )
     p.set_defaults(func=cmd_check)
+
+
+def margin_pct(text: str) -> float:
+    """``--margin PCT``: a number 0 <= PCT < 100 (argparse type)."""
+    import argparse
+
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0.0 <= v < 100.0:
+        raise argparse.ArgumentTypeError(f"{text} is not a percentage in 0..100")
+    return v
 
 
 def read_input(path: str):
@@ -106,6 +128,7 @@ def cmd_check(args) -> int:
         strict=args.strict,
         kernel=kernel,
         timeout=args.timeout if args.timeout and args.timeout > 0 else None,
+        margin=args.margin,
     )
     if args.prog and not res.programs:
         names = ", ".join(spec.programs) or "none"
@@ -121,8 +144,7 @@ def cmd_check(args) -> int:
         status = {"ok": "OK", "rejected": "REJECTED", "unchecked": "CANNOT CHECK"}[p.status]
         print(
             f"{args.file}: prog '{p.name}' ({p.section}): {status} "
-            f"({p.insn_count} insns, {p.insns_processed} processed, "
-            f"{p.seconds * 1000:.1f} ms)"
+            f"({p.insn_count} insns, {p.limit_text()}, {p.seconds * 1000:.1f} ms)"
         )
         for d in p.errors + p.warnings:
             print(d.render(p.name, verbose))

@@ -65,6 +65,14 @@ def register(sub) -> None:
         "does not finish in time is compiled with a warning saying how far it got",
     )
     p.add_argument(
+        "--margin",
+        metavar="PCT",
+        type=_margin,
+        default=0.0,
+        help="the checker keeps PCT %% of the kernel's complexity budget free (as "
+        "`bpfdsl check --margin`; default 0)",
+    )
+    p.add_argument(
         "--time-report",
         action="store_true",
         help="print to stderr the wall-clock ms of each stage (front end, IR, LLVM, checker) "
@@ -75,6 +83,13 @@ def register(sub) -> None:
 
 
 _DEFAULT_TIMEOUT = 10.0  # bpfdsl.compiler.CHECK_TIMEOUT (not imported: --help stays fast)
+
+
+def _margin(text: str) -> float:
+    """``--margin PCT`` (argparse type): as ``bpfdsl check --margin``."""
+    from bpfdsl.cli.check_cmd import margin_pct
+
+    return margin_pct(text)
 
 
 def _seconds(text: str) -> float:
@@ -108,6 +123,7 @@ def cmd_compile(args) -> int:
         stats=stats,
         check=not args.no_check,
         check_timeout=args.check_timeout or None,
+        margin=args.margin,
     )
     as_json = getattr(args, "json", False)
     verbose = getattr(args, "verbose", False)

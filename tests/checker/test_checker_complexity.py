@@ -118,10 +118,11 @@ def test_recorded_counts_match_this_kernel(name):
 
 def test_near_the_limit_is_complexity_limit_not_ok():
     """75 rules walk 588,666 insns (the kernel's count): accepted for the modelled kernel
-    (below 90% of the limit).  For an older target kernel, whose verifier walks
-    differently, the margin is 50%: the checker answers complexity-limit, located at the
-    rule branch the walk spent itself on."""
-    assert limit_fraction(None) == 0.9 and limit_fraction((6, 1)) == 0.5
+    (its whole budget).  For an older target kernel, whose verifier walks differently, the
+    budget is 50%: the checker answers complexity-limit, located at the rule branch the
+    walk spent itself on."""
+    assert limit_fraction(None) == 1.0 and limit_fraction((6, 1)) == 0.5
+    assert limit_fraction(None, 10) == 0.9 and limit_fraction((6, 1), 10) == 0.5
     prog = _check("acl_ladder_75")
     assert prog.status == "ok" and prog.insns_processed == CASES["acl_ladder_75"][2]
     old = _check("acl_ladder_75", kernel=(6, 1))
@@ -180,3 +181,60 @@ def test_loader_error_names_the_reason():
         load_collection(spec)
     msg = ei.value.diagnostics[0].message
     assert "rejected by the kernel verifier: BPF program is too large. Processed 1000001" in msg
+
+
+NEAR = "near_limit_84_45"  # the kernel accepts it at 965,949 processed insns (96.6 %)
+
+
+@pytest.mark.kernel
+def test_near_limit_program_is_accepted_by_this_kernel():
+    spec, _ = _spec(NEAR)
+    verdict, processed, _log = _kernel(spec)
+    assert (verdict, processed) == CASES[NEAR][1:]
+    assert processed > 0.95 * INSN_LIMIT
+
+
+def test_near_limit_passes_check_without_margin_and_says_how_close(tmp_path, capsys):
+    """What the kernel accepts at ~97 % of its budget passes `check` (no margin), which
+    says how close it is; --json gives the same figures."""
+    prog = _check(NEAR)
+    assert prog.status == "ok", [e.message for e in prog.errors]
+    assert abs(prog.insns_processed - CASES[NEAR][2]) < 0.001 * INSN_LIMIT
+    assert prog.limit_text() == f"processed {prog.insns_processed:,} of 1,000,000 insns (97 %)"
+    doc = prog.to_json()
+    assert doc["insns_limit"] == INSN_LIMIT and 96.5 < doc["limit_percent"] < 97.0
+
+
+def test_near_limit_is_refused_with_a_margin_naming_the_option(tmp_path, capsys):
+    """`check --margin 10`: refused (exit 1) as complexity-limit, saying the margin did it
+    and naming the option; the Python API's margin= says the same."""
+    src = tmp_path / "near.bpfd"
+    src.write_text(CASES[NEAR][0])
+    assert main(["check", str(src), "--margin", "10"]) == 1
+    out = capsys.readouterr().out
+    assert "REJECTED" in out and "error[complexity-limit]: processed " in out
+    assert "(97 %): over the 90% of the verifier's complexity limit that --margin 10" in out
+    assert "drop or lower it" in out
+    spec, _ = _spec(NEAR)
+    (prog,) = check_object(spec, nr_cpus=2, margin=10).programs
+    (err,) = prog.errors
+    assert err.code == "complexity-limit" and "--margin 10" in err.message
+
+
+def test_over_the_limit_is_refused_with_or_without_margin():
+    """Over 1,000,000 the kernel's own message, whatever the margin."""
+    spec, _ = _spec("acl_ladder_100")
+    for margin in (0, 10):
+        (prog,) = check_object(spec, nr_cpus=2, margin=margin).programs
+        (err,) = prog.errors
+        assert err.message == "BPF program is too large. Processed 1000001 insn"
+
+
+def test_margin_outside_0_100_is_a_usage_error(tmp_path, capsys):
+    src = tmp_path / "a.bpfd"
+    src.write_text(CASES["acl_ladder_25"][0])
+    with pytest.raises(SystemExit) as e:
+        main(["check", str(src), "--margin", "100"])
+    assert e.value.code == 2
+    with pytest.raises(ValueError):
+        limit_fraction(None, -1)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from . import captures, cli_misuse, objects, programs, sources
+from . import bigprogs, captures, cli_misuse, objects, programs, sources
 from .harness import Report, run_campaign
 
 
@@ -40,6 +40,14 @@ def test_compiled_source_mutants_load_in_the_kernel() -> None:
 def test_random_programs_load_and_agree_on_both_engines() -> None:
     rep = campaign(programs.FUZZER, seed=1, count=30, kernel=True)
     assert rep.outcomes["ok"] >= 27, rep.outcomes
+
+
+@pytest.mark.kernel
+def test_big_programs_load_and_agree_on_both_engines() -> None:
+    """ACLs of 1,000-1,300 rules and matches of 16-256 arms at every --mcpu (bigger ones:
+    scripts/fuzz.py --kind bigprogs): each the checker accepts loads and agrees."""
+    rep = campaign(bigprogs.CI_FUZZER, seed=1, count=6, kernel=True)
+    assert rep.outcomes["ok"] >= 5, rep.outcomes
 
 
 def test_corrupt_objects_check_disasm_run_cleanly() -> None:
