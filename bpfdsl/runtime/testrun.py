@@ -117,21 +117,34 @@ class KernelEngine:
         try:
             r = syscall.prog_test_run(fd, packet, repeat=max(1, repeat), ctx=md)
         except syscall.BpfError as e:
-            if md is not None and e.errno in (errno.ENODEV, errno.EINVAL):
-                raise _xdp_ctx_error(e.errno, ctx or {}) from None
-            # ENOMEM: more than 3520 linear bytes + MAX_SKB_FRAGS (17) pages, 73152 bytes
-            # (net/bpf/test_run.c bpf_prog_test_run_xdp); a BIG TCP or jumbogram record
-            big = e.errno == errno.ENOMEM and len(packet) > 3520
-            if e.errno in (errno.E2BIG, errno.EINVAL, errno.ENOSPC) or big:
-                why = {
-                    errno.E2BIG: "too large for a single-buffer XDP test run (use an "
-                    "xdp(frags) program for jumbo frames)",
-                    errno.ENOMEM: "longer than an XDP test run takes (73152 bytes: 3520 "
-                    "linear + 17 page frags)",
-                }.get(e.errno, str(e))
-                raise PacketSkipped(f"{len(packet)} bytes: {why}") from None
-            raise
+            raise _test_run_error(e, len(packet), md is not None, ctx) from None
         return RunResult(r.retval, r.data_out, r.duration_ns)
+
+    def runner(self, program: str, repeat: int = 1) -> Callable[[bytes], RunResult]:
+        """A function running ``program`` on one frame (no ``ctx``) as :meth:`run` does,
+        with the system call's attr and buffers made once and reused for every frame
+        (:class:`bpfdsl.kernel.syscall.TestRunner`): the loop over a capture pays the
+        bpf(2) call and little else.  Raises as :meth:`run`."""
+        tr = syscall.TestRunner(self._coll.programs[program].fd, repeat=max(1, repeat))
+        run, out = tr.run, tr.data_out
+
+        def one(packet: bytes) -> RunResult:
+            n = len(packet)
+            if n < ETH_HLEN:
+                raise PacketSkipped(
+                    f"{n} bytes: the kernel runs XDP only on frames of at least {ETH_HLEN} bytes"
+                )
+            try:
+                retval, size, ns = run(packet)
+            except syscall.BpfError as e:
+                raise _test_run_error(e, n, False, None) from None
+            return RunResult(retval, out(size), ns)
+
+        return one
+
+    def has_events(self) -> bool:
+        """True when the object has event maps (ringbuf, perf_event_array) to read."""
+        return bool(self._events.names())
 
     def snapshot_maps(self, limit: int = MAP_DIFF_LIMIT) -> dict[str, dict[bytes, bytes] | None]:
         """Contents of the object's maps as BPF_MAP_LOOKUP_ELEM returns them (key ->
@@ -188,6 +201,10 @@ class InterpEngine:
         self.spec = spec
         self.ncpus = self.collection.env.ncpus
         self._events = events.EventReaders.of_interp(self.collection.maps, spec.btf)
+
+    def has_events(self) -> bool:
+        """True when the object has event maps (ringbuf, perf_event_array) to read."""
+        return bool(self._events.names())
 
     def events(self) -> list[events.Event]:
         """The records the runs since the last call sent through event maps."""
@@ -301,6 +318,26 @@ def xdp_md_ctx(packet_len: int, ctx: dict) -> bytes:
     (bytes), ``ingress_ifindex`` and ``rx_queue_index`` from ``ctx``, egress_ifindex 0."""
     idx, q = ctx.get("ingress_ifindex", 0), ctx.get("rx_queue_index", 0)
     return struct.pack("<6I", 0, packet_len, 0, idx, q, 0)
+
+
+def _test_run_error(e: syscall.BpfError, length: int, has_md: bool, ctx: dict | None) -> Exception:
+    """What a failed BPF_PROG_TEST_RUN of a ``length``-byte frame means for the user: a
+    refused ``struct xdp_md`` (UsageError), a frame the test run cannot take
+    (PacketSkipped), else the error itself."""
+    if has_md and e.errno in (errno.ENODEV, errno.EINVAL):
+        return _xdp_ctx_error(e.errno, ctx or {})
+    # ENOMEM: more than 3520 linear bytes + MAX_SKB_FRAGS (17) pages, 73152 bytes
+    # (net/bpf/test_run.c bpf_prog_test_run_xdp); a BIG TCP or jumbogram record
+    big = e.errno == errno.ENOMEM and length > 3520
+    if e.errno in (errno.E2BIG, errno.EINVAL, errno.ENOSPC) or big:
+        why = {
+            errno.E2BIG: "too large for a single-buffer XDP test run (use an "
+            "xdp(frags) program for jumbo frames)",
+            errno.ENOMEM: "longer than an XDP test run takes (73152 bytes: 3520 "
+            "linear + 17 page frags)",
+        }.get(e.errno, str(e))
+        return PacketSkipped(f"{length} bytes: {why}")
+    return e
 
 
 def _xdp_ctx_error(err: int, ctx: dict) -> UsageError:
@@ -439,6 +476,9 @@ def iter_packets(
     ncpu = getattr(engine, "ncpus", 1)
     replay = _Replay(engine)
     redirects = spec is not None and _redirects(spec, program)
+    if not describe:  # nothing to say but the verdict: the lean loop
+        yield from _iter_quiet(engine, program, kind, packets, repeat, ctx)
+        return
     for index, data in packets:
         line = ""
         if describe:
@@ -469,6 +509,52 @@ def iter_packets(
             lines, res.map_changes = runinfo.map_change_lines(spec, diff, ncpu)
             res.effects += lines
         read_events = getattr(engine, "events", None)
+        if read_events is not None:
+            res.events = read_events()
+        yield res
+
+
+def _iter_quiet(
+    engine: Engine,
+    program: str,
+    kind: ProgramKind,
+    packets: Iterable[tuple[int, bytes]],
+    repeat: int,
+    ctx: dict | None,
+) -> Iterator[PacketResult]:
+    """:func:`iter_packets` without ``describe``: the same results (verdict, output bytes
+    and how they changed, records sent), with the per-frame work cut to the run itself --
+    the kernel engine's reusable test run (:meth:`KernelEngine.runner`) when no ``ctx`` is
+    given, verdict names looked up once, event maps read only when the object has some."""
+    sock = kind.ctx in ("sk_msg_md", "bpf_sock_ops")
+    make = getattr(engine, "runner", None)
+    if make is not None and not ctx:
+        run: Callable[[bytes], RunResult] = make(program, repeat)
+    else:
+        run = lambda data: engine.run(program, data, repeat, ctx=ctx)  # noqa: E731
+    has_events = getattr(engine, "has_events", None)
+    read_events = getattr(engine, "events", None)
+    if has_events is not None and not has_events():
+        read_events = None
+    names: dict[int, str] = {}
+    for index, data in packets:
+        res = PacketResult(index, len(data), "")
+        try:
+            r = run(data)
+        except PacketSkipped as e:
+            res.skipped = str(e)
+            yield res
+            continue
+        retval = r.retval
+        res.retval, res.data_out, res.duration_ns = retval, r.data_out, r.duration_ns
+        verdict = names.get(retval)
+        if verdict is None:
+            verdict = names[retval] = verdict_name(kind, retval)
+        res.verdict = verdict
+        if kind.ctx == "sk_msg_md":
+            res.changes = _message_change(data, r.data_out) if verdict == "SK_PASS" else []
+        elif not sock and data != r.data_out:
+            res.changes = describe_change(data, r.data_out)
         if read_events is not None:
             res.events = read_events()
         yield res
