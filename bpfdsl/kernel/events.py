@@ -55,6 +55,7 @@ _NR_PERF_EVENT_OPEN = {
     "s390x": 331,
 }
 PAGE_SIZE = mmap.PAGESIZE
+_U32 = struct.Struct("<I")
 
 
 class PerfEventAttr(C.Structure):
@@ -226,6 +227,46 @@ class RingbufRing:
                 cons += (n + BPF_RINGBUF_HDR_SZ + 7) // 8 * 8
                 struct.pack_into("<Q", self.cons, 0, cons)
         return out
+
+    def read_raw(self, limit: int = 1 << 20) -> tuple[bytes, list[int], list[int]]:
+        """Every committed record ready now (at most ``limit``) in one piece: ``(blob,
+        starts, lengths)``, record ``i`` being ``blob[starts[i] : starts[i] + lengths[i]]``
+        (discarded records left out).  One copy of the ring's ready bytes (the data pages
+        are mapped twice, so it never wraps) and one consumer-position store per call,
+        instead of a slice and a store per record as :meth:`read`."""
+        cons = struct.unpack_from("<Q", self.cons, 0)[0]
+        prod = struct.unpack_from("<Q", self.prod, 0)[0]
+        if cons >= prod:
+            return b"", [], []
+        at = PAGE_SIZE + (cons & (self.size - 1))
+        blob = self.prod[at : at + (prod - cons)]
+        starts: list[int] = []
+        lengths: list[int] = []
+        pos, end = 0, len(blob)
+        unpack = _U32.unpack_from
+        busy, discard = BPF_RINGBUF_BUSY_BIT, BPF_RINGBUF_DISCARD_BIT
+        mask = ~(busy | discard)
+        n0, step = -1, 0
+        while pos < end and len(starts) < limit:
+            hdr = unpack(blob, pos)[0]
+            if hdr == n0:  # the common case: the same length as the record before
+                starts.append(pos + BPF_RINGBUF_HDR_SZ)
+                lengths.append(n0)
+                pos += step
+                continue
+            if hdr & busy:
+                break  # reserved, not committed yet: the rest follows later
+            n = hdr & mask
+            step = (n + BPF_RINGBUF_HDR_SZ + 7) // 8 * 8
+            if not hdr & discard:
+                starts.append(pos + BPF_RINGBUF_HDR_SZ)
+                lengths.append(n)
+                n0 = n
+            else:
+                n0 = -1
+            pos += step
+        struct.pack_into("<Q", self.cons, 0, cons + pos)
+        return blob, starts, lengths
 
     def pending(self) -> int:
         """Bytes between the consumer and producer positions (records not read yet)."""
