@@ -98,9 +98,10 @@ def build_refs(tmp: Path) -> dict[str, Path]:
 
 
 def bpfdsl_cmd(tree: Path | None) -> tuple[list[str], dict[str, str]]:
+    """``python -P -m bpfdsl`` of ``tree`` (-P: not the package of the current directory)."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = str(tree or B.ROOT)
-    return [sys.executable, "-m", "bpfdsl"], env
+    env["PYTHONPATH"] = str((tree or B.ROOT).resolve())
+    return [sys.executable, "-P", "-m", "bpfdsl"], env
 
 
 def fill(prog_pin: str, n: int) -> None:

@@ -146,6 +146,10 @@ class KernelEngine:
         """True when the object has event maps (ringbuf, perf_event_array) to read."""
         return bool(self._events.names())
 
+    def skip_events(self) -> None:
+        """Drop the records the runs since the last call sent, undecoded."""
+        self._events.skip_all()
+
     def snapshot_maps(self, limit: int = MAP_DIFF_LIMIT) -> dict[str, dict[bytes, bytes] | None]:
         """Contents of the object's maps as BPF_MAP_LOOKUP_ELEM returns them (key ->
         value bytes; per-CPU values concatenated); None for a map with more than
@@ -205,6 +209,10 @@ class InterpEngine:
     def has_events(self) -> bool:
         """True when the object has event maps (ringbuf, perf_event_array) to read."""
         return bool(self._events.names())
+
+    def skip_events(self) -> None:
+        """Drop the records the runs since the last call sent, undecoded."""
+        self._events.skip_all()
 
     def events(self) -> list[events.Event]:
         """The records the runs since the last call sent through event maps."""
@@ -458,12 +466,15 @@ def iter_packets(
     repeat: int = 1,
     describe: bool = True,
     ctx: dict | None = None,
+    events: bool = True,
 ) -> Iterator[PacketResult]:
     """Run ``program`` on each ``(index, frame)`` as it comes (``packets`` may be a stream:
     :func:`bpfdsl.runtime.packets.iter_pcap`), yielding one :class:`PacketResult` each as
     soon as it is run; nothing is kept between frames.  For
     sk_msg the "frame" is the message, for sock_ops it is empty.  ``ctx``: context fields
-    (:func:`bpfdsl.runtime.runinfo.parse_ctx`).  With ``describe``, each result also says what the
+    (:func:`bpfdsl.runtime.runinfo.parse_ctx`).  ``events=False``: the records the runs
+    send are dropped undecoded (the rings still emptied after each run, so the program
+    sees the same room in them), not put in the results.  With ``describe``, each result also says what the
     program did: bytes changed, redirect target or empty slot, map entries changed (by BTF
     type, as ``bpfdsl map dump`` shows them).
 
@@ -477,7 +488,7 @@ def iter_packets(
     replay = _Replay(engine)
     redirects = spec is not None and _redirects(spec, program)
     if not describe:  # nothing to say but the verdict: the lean loop
-        yield from _iter_quiet(engine, program, kind, packets, repeat, ctx)
+        yield from _iter_quiet(engine, program, kind, packets, repeat, ctx, events)
         return
     for index, data in packets:
         line = ""
@@ -521,6 +532,7 @@ def _iter_quiet(
     packets: Iterable[tuple[int, bytes]],
     repeat: int,
     ctx: dict | None,
+    want_events: bool = True,
 ) -> Iterator[PacketResult]:
     """:func:`iter_packets` without ``describe``: the same results (verdict, output bytes
     and how they changed, records sent), with the per-frame work cut to the run itself --
@@ -534,7 +546,12 @@ def _iter_quiet(
         run = lambda data: engine.run(program, data, repeat, ctx=ctx)  # noqa: E731
     has_events = getattr(engine, "has_events", None)
     read_events = getattr(engine, "events", None)
+    skip_events = getattr(engine, "skip_events", None)
     if has_events is not None and not has_events():
+        read_events = skip_events = None
+    elif want_events or skip_events is None:
+        skip_events = None
+    else:
         read_events = None
     names: dict[int, str] = {}
     for index, data in packets:
@@ -557,6 +574,8 @@ def _iter_quiet(
             res.changes = describe_change(data, r.data_out)
         if read_events is not None:
             res.events = read_events()
+        elif skip_events is not None:
+            skip_events()
         yield res
 
 
