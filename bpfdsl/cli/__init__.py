@@ -212,10 +212,10 @@ class _Version(argparse.Action):
     asked: the checker is not imported for every command line."""
 
     def __call__(self, parser, namespace, values, option_string=None) -> None:
+        from importlib.util import find_spec
+
         from bpfdsl import __version__
         from bpfdsl.checker import native
-
-        from importlib.util import find_spec
 
         mode = "compiled by mypyc" if native.NATIVE else f"Python ({native.REASON})"
         # RecordBatch.array() needs numpy (optional); rows, JSON lines and Event objects not

@@ -501,7 +501,9 @@ class TestRunner:
     def __init__(self, fd: int | Fd, repeat: int = 1, ctx: bytes | None = None):
         nr = _NR_BPF.get(_MACHINE)
         if nr is None:
-            raise BpfError(BpfCmd.PROG_TEST_RUN, E.ENOSYS, f"bpf(): unsupported architecture {_MACHINE}")
+            raise BpfError(
+                BpfCmd.PROG_TEST_RUN, E.ENOSYS, f"bpf(): unsupported architecture {_MACHINE}"
+            )
         self._attr = TestRunAttr(prog_fd=int(fd), repeat=max(1, repeat))
         self._ref = C.byref(self._attr)
         self._cap = 0

@@ -170,7 +170,7 @@ class RowCodec:
                     parts.append(f"{json.dumps(name)}: %d")
                 else:
                     conv = {"ipv4": _ipv4_text, "ipv6": _ipv6_text, "mac": _mac}[form]
-                    parts.append(f"{json.dumps(name)}: \"%s\"")  # text of [0-9a-f.:] only
+                    parts.append(f'{json.dumps(name)}: "%s"')  # text of [0-9a-f.:] only
                 self.convert.append((i, conv))
             pos = off + n
         self.struct = struct.Struct(fmt)
@@ -190,7 +190,7 @@ class RowCodec:
         step = (last - first) // (k - 1) if k > 1 else 0
         raw: list[tuple]
         if k > 1 and step >= self.struct.size and first + step * (k - 1) == last and \
-                all(b - a == step for a, b in zip(starts, starts[1:])):  # fmt: skip
+                all(b - a == step for a, b in zip(starts, starts[1:], strict=False)):  # fmt: skip
             st = self._strided.get(step)
             if st is None:
                 st = self._strided[step] = struct.Struct(
@@ -204,10 +204,10 @@ class RowCodec:
             raw = [unpack(blob, s) for s in starts]
         if not self.convert:
             return raw
-        cols: list[Any] = list(zip(*raw))
+        cols: list[Any] = list(zip(*raw, strict=True))
         for i, fn in self.convert:
             cols[i] = map(fn, cols[i])
-        return list(zip(*cols))
+        return list(zip(*cols, strict=True))
 
     def dtype(self) -> Any:
         """The numpy structured dtype of one record (``itemsize`` = the struct's size;
@@ -318,7 +318,7 @@ class RecordBatch:
         first, last = self.starts[0], self.starts[-1]
         step = (last - first) // (k - 1) if k > 1 else codec.size
         if k == 1 or (step >= codec.size and first + step * (k - 1) == last
-                      and all(b - a == step for a, b in zip(self.starts, self.starts[1:]))):  # fmt: skip
+                      and all(b - a == step for a, b in zip(self.starts, self.starts[1:], strict=False))):  # fmt: skip
             view = np.lib.stride_tricks.as_strided(
                 raw[first:], shape=(k, codec.size), strides=(step, 1)
             )
@@ -351,15 +351,23 @@ class RecordBatch:
         name = json.dumps(self.map)
         out: list[str] = []
         if self.times_ns is None:
-            head = f'{{"map": {name}, "time": {(self.time_ns + clock_offset_ns) / 1e9!r}, "record": '
+            head = (
+                f'{{"map": {name}, "time": {(self.time_ns + clock_offset_ns) / 1e9!r}, "record": '
+            )
             out = [head + tmpl % r + "}" for r in rows]
         else:
             cpu = self.cpu
-            for t, r in zip(self.times_ns, rows):
+            for t, r in zip(self.times_ns, rows, strict=True):
                 head = f'{{"map": {name}, "time": {(t + clock_offset_ns) / 1e9!r}, "cpu": {cpu}, "record": '
                 out.append(head + tmpl % r + "}")
         if self.lost:
-            out.append(json.dumps(Event(self.map, b"", self.cpu, self.time_ns, lost=self.lost).to_dict(clock_offset_ns)))
+            out.append(
+                json.dumps(
+                    Event(self.map, b"", self.cpu, self.time_ns, lost=self.lost).to_dict(
+                        clock_offset_ns
+                    )
+                )
+            )
         return out
 
 
