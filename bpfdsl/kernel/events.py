@@ -233,16 +233,17 @@ class RingbufRing:
                 struct.pack_into("<Q", self.cons, 0, cons)
         return out
 
-    def read_raw(self, limit: int = 1 << 20) -> tuple[bytes, list[int], list[int]]:
+    def read_raw(self, limit: int = 1 << 20) -> tuple[bytes, list[int], list[int], int]:
         """Every committed record ready now (at most ``limit``) in one piece: ``(blob,
-        starts, lengths)``, record ``i`` being ``blob[starts[i] : starts[i] + lengths[i]]``
-        (discarded records left out).  One copy of the ring's ready bytes (the data pages
+        starts, lengths, stride)``, record ``i`` being ``blob[starts[i] : starts[i] +
+        lengths[i]]`` (discarded records left out); ``stride``: bytes from one record to the
+        next when all are of one length and none was discarded (else 0).  One copy of the ring's ready bytes (the data pages
         are mapped twice, so it never wraps) and one consumer-position store per call,
         instead of a slice and a store per record as :meth:`read`."""
         cons = struct.unpack_from("<Q", self.cons, 0)[0]
         prod = struct.unpack_from("<Q", self.prod, 0)[0]
         if cons >= prod:
-            return b"", [], []
+            return b"", [], [], 0
         at = PAGE_SIZE + (cons & (self.size - 1))
         blob = self.prod[at : at + (prod - cons)]
         busy, discard = BPF_RINGBUF_BUSY_BIT, BPF_RINGBUF_DISCARD_BIT
@@ -256,7 +257,7 @@ class RingbufRing:
             if heads.count(h0) == len(heads):
                 struct.pack_into("<Q", self.cons, 0, cons + end)
                 k = len(heads)
-                return blob, list(range(BPF_RINGBUF_HDR_SZ, end, step0)), [h0] * k
+                return blob, list(range(BPF_RINGBUF_HDR_SZ, end, step0)), [h0] * k, step0
         starts: list[int] = []
         lengths: list[int] = []
         pos = 0
@@ -282,7 +283,7 @@ class RingbufRing:
                 n0 = -1
             pos += step
         struct.pack_into("<Q", self.cons, 0, cons + pos)
-        return blob, starts, lengths
+        return blob, starts, lengths, 0
 
     def skip_ready(self) -> None:
         """Drop every record written so far: the consumer position moves to the producer's

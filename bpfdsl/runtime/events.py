@@ -189,8 +189,7 @@ class RowCodec:
         first, last = starts[0], starts[-1]
         step = (last - first) // (k - 1) if k > 1 else 0
         raw: list[tuple]
-        if k > 1 and step >= self.struct.size and first + step * (k - 1) == last and \
-                all(b - a == step for a, b in zip(starts, starts[1:], strict=False)):  # fmt: skip
+        if k > 1 and step >= self.struct.size and _evenly(starts, step):
             st = self._strided.get(step)
             if st is None:
                 st = self._strided[step] = struct.Struct(
@@ -227,6 +226,11 @@ class RowCodec:
                 formats.append((np.uint8, (n,)))
         return np.dtype({"names": self.names, "formats": formats,
                          "offsets": [o for _n, o, *_ in self.layout], "itemsize": self.size})  # fmt: skip
+
+
+def _evenly(starts: list[int], step: int) -> bool:
+    """True when ``starts`` go up by ``step`` from the first (compared in C, not a loop)."""
+    return step > 0 and starts == list(range(starts[0], starts[0] + step * len(starts), step))
 
 
 def _big_int(b: bytes) -> int:
@@ -274,6 +278,7 @@ class RecordBatch:
     time_ns: int = 0
     times_ns: list[int] | None = None
     lost: int = 0
+    stride: int = 0  # records evenly spaced this many bytes apart (0: not known)
 
     def __len__(self) -> int:
         return len(self.starts)
@@ -292,8 +297,7 @@ class RecordBatch:
         n = rec.size
         # exactly the struct: longer records carry packet bytes (a perf sample's padding
         # too, as make_event reads it), which the Event objects show
-        ok = all(x == n for x in self.lengths)
-        return codec if ok else None
+        return codec if self.lengths.count(n) == len(self.lengths) else None
 
     def rows(self) -> list[tuple] | None:
         """Each record's member values (:attr:`RowCodec.names` order), or None when the
@@ -316,9 +320,8 @@ class RecordBatch:
             return np.zeros(0, dt)
         raw = np.frombuffer(self.blob, np.uint8)
         first, last = self.starts[0], self.starts[-1]
-        step = (last - first) // (k - 1) if k > 1 else codec.size
-        if k == 1 or (step >= codec.size and first + step * (k - 1) == last
-                      and all(b - a == step for a, b in zip(self.starts, self.starts[1:], strict=False))):  # fmt: skip
+        step = self.stride or ((last - first) // (k - 1) if k > 1 else codec.size)
+        if k == 1 or self.stride or (step >= codec.size and _evenly(self.starts, step)):
             view = np.lib.stride_tricks.as_strided(
                 raw[first:], shape=(k, codec.size), strides=(step, 1)
             )
@@ -446,10 +449,10 @@ class EventStream:
         out: list[RecordBatch] = []
         for ring in self.rings.values():
             if isinstance(ring, K.RingbufRing):
-                blob, starts, lengths = ring.read_raw()
+                blob, starts, lengths, stride = ring.read_raw()
                 if starts:
                     out.append(RecordBatch(self.name, blob, starts, lengths, self.record,
-                                           None, now))  # fmt: skip
+                                           None, now, stride=stride))  # fmt: skip
                 continue
             starts, lengths, times, parts, lost, pos = [], [], [], [], 0, 0
             for kind, t, payload in ring.read():
