@@ -428,9 +428,11 @@ class EventStream:
 
     def _events(self, ring, now: int) -> list[Event]:
         out: list[Event] = []
-        if isinstance(ring, K.RingbufRing):
-            for data in ring.read():
-                out.append(self._event(data, None, now))
+        if isinstance(ring, K.RingbufRing):  # one copy and one position store per read
+            blob, starts, lengths, _stride = ring.read_raw()
+            name, rec = self.name, self.record
+            for s, n in zip(starts, lengths, strict=True):
+                out.append(make_event(name, rec, blob[s : s + n], None, now))
             return out
         for kind, t, payload in ring.read():
             if kind == "lost":

@@ -106,3 +106,40 @@ def test_records_with_bytes_after_the_struct_use_the_event_path():
     (e,) = b.events()
     assert e.packet == b"\xaa\xbb" and e.data == one
     assert b.json_lines(0) == [json.dumps(e.to_dict(0))]
+
+
+DISCARD = """license "GPL"
+struct event { len: u32, seq: u64 }
+map events: ringbuf<event>(max_entries: 65536)
+
+xdp fn half(ctx) {
+    let r = ringbuf_reserve(events) else { return XDP_PASS }
+    r.len = ctx.len as u32
+    r.seq = 7
+    if ctx.len > 64 { ringbuf_discard(r) } else { ringbuf_submit(r) }
+    return XDP_PASS
+}
+"""
+
+
+@pytest.mark.kernel
+def test_discarded_records_are_skipped_in_a_batch_and_the_ring_is_freed():
+    """Discarded records break the even spacing: the header walk skips them, the batch has
+    no stride, and the records read are the submitted ones, in order."""
+    spec = read_object(compile_source(DISCARD, "half.bpfd").obj)
+    with loader.load_collection(spec) as coll:
+        lm = coll.maps["events"]
+        rec = events.record_type_of(spec.btf, "events")
+        fd = syscall.Fd(os.dup(int(lm.fd)))
+        with events.EventStream(fd, syscall.map_info(fd), rec, name="events") as st:
+            prog = coll.programs["half"].fd
+            sizes = [60 + 10 * (i % 3 == 0) for i in range(90)]  # every 3rd discarded
+            for n in sizes:
+                syscall.prog_test_run(prog, bytes(n))
+            (batch,) = st.read_batches()
+            assert st.read_batches() == []  # the consumer position moved past all of them
+            ring = next(iter(st.rings.values()))
+            assert ring.pending() == 0
+    assert batch.stride == 0 and len(batch) == 60
+    assert batch.rows() == [(60, 7)] * 60
+    assert [e.value for e in batch.events()] == [{"len": 60, "seq": 7}] * 60
