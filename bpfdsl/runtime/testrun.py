@@ -120,15 +120,16 @@ class KernelEngine:
             raise _test_run_error(e, len(packet), md is not None, ctx) from None
         return RunResult(r.retval, r.data_out, r.duration_ns)
 
-    def runner(self, program: str, repeat: int = 1) -> Callable[[bytes], RunResult]:
+    def runner(self, program: str, repeat: int = 1) -> Callable[[bytes], tuple[int, bytes, int]]:
         """A function running ``program`` on one frame (no ``ctx``) as :meth:`run` does,
+        giving ``(retval, data_out, duration_ns)`` (no RunResult object per frame),
         with the system call's attr and buffers made once and reused for every frame
         (:class:`bpfdsl.kernel.syscall.TestRunner`): the loop over a capture pays the
         bpf(2) call and little else.  Raises as :meth:`run`."""
         tr = syscall.TestRunner(self._coll.programs[program].fd, repeat=max(1, repeat))
         run, out = tr.run, tr.data_out
 
-        def one(packet: bytes) -> RunResult:
+        def one(packet: bytes) -> tuple[int, bytes, int]:
             n = len(packet)
             if n < ETH_HLEN:
                 raise PacketSkipped(
@@ -138,7 +139,7 @@ class KernelEngine:
                 retval, size, ns = run(packet)
             except syscall.BpfError as e:
                 raise _test_run_error(e, n, False, None) from None
-            return RunResult(retval, out(size), ns)
+            return retval, out(size), ns
 
         return one
 
@@ -540,10 +541,15 @@ def _iter_quiet(
     given, verdict names looked up once, event maps read only when the object has some."""
     sock = kind.ctx in ("sk_msg_md", "bpf_sock_ops")
     make = getattr(engine, "runner", None)
+    run: Callable[[bytes], tuple[int, bytes, int]]
     if make is not None and not ctx:
-        run: Callable[[bytes], RunResult] = make(program, repeat)
+        run = make(program, repeat)
     else:
-        run = lambda data: engine.run(program, data, repeat, ctx=ctx)  # noqa: E731
+
+        def run(data: bytes) -> tuple[int, bytes, int]:
+            r = engine.run(program, data, repeat, ctx=ctx)
+            return r.retval, r.data_out, r.duration_ns
+
     has_events = getattr(engine, "has_events", None)
     read_events = getattr(engine, "events", None)
     skip_events = getattr(engine, "skip_events", None)
@@ -557,21 +563,20 @@ def _iter_quiet(
     for index, data in packets:
         res = PacketResult(index, len(data), "")
         try:
-            r = run(data)
+            retval, out, ns = run(data)
         except PacketSkipped as e:
             res.skipped = str(e)
             yield res
             continue
-        retval = r.retval
-        res.retval, res.data_out, res.duration_ns = retval, r.data_out, r.duration_ns
+        res.retval, res.data_out, res.duration_ns = retval, out, ns
         verdict = names.get(retval)
         if verdict is None:
             verdict = names[retval] = verdict_name(kind, retval)
         res.verdict = verdict
         if kind.ctx == "sk_msg_md":
-            res.changes = _message_change(data, r.data_out) if verdict == "SK_PASS" else []
-        elif not sock and data != r.data_out:
-            res.changes = describe_change(data, r.data_out)
+            res.changes = _message_change(data, out) if verdict == "SK_PASS" else []
+        elif not sock and data != out:
+            res.changes = describe_change(data, out)
         if read_events is not None:
             res.events = read_events()
         elif skip_events is not None:
