@@ -20,7 +20,9 @@ Stages: ``compile_source``/``compile_file`` (source text -> ELF bytes, the check
 (BPF links or netlink), ``run`` (a program on frames: the kernel's BPF_PROG_TEST_RUN or the
 userspace interpreter), ``open_events`` (the records a loaded program sends through a ringbuf
 or perf_event_array map: ``with bpfdsl.open_events("/sys/fs/bpf/x:samples") as ev:
-ev.poll(1.0)`` -> list of :class:`Event`, decoded by BTF type), ``open_map`` (a live map,
+ev.poll(1.0)`` -> list of :class:`Event`, decoded by BTF type; ``ev.poll_batches(1.0)`` ->
+a :class:`RecordBatch` per ring, decoded only when asked: ``.array()`` a numpy structured
+array, ``.rows()`` tuples, ``.json_lines()``, ``.events()``), ``open_map`` (a live map,
 typed by its BTF: ``get``/``set``/``remove``, ``items()`` and ``update_batch``/``delete_batch``
 through the kernel's BPF_MAP_*_BATCH commands).  Errors: every stage raises :class:`DiagnosticError` (file, line,
 column, hints; :class:`UsageError` for unusable input); the loader's ``LoadError`` and
@@ -57,6 +59,7 @@ _PUBLIC: dict[str, str] = {
     "MapView": "bpfdsl.runtime.mapview",
     "EventStream": "bpfdsl.runtime.events",
     "Event": "bpfdsl.runtime.events",
+    "RecordBatch": "bpfdsl.runtime.events",
     "PacketResult": "bpfdsl.runtime.testrun",
     "Span": "bpfdsl.diagnostics",
     "Diagnostic": "bpfdsl.diagnostics",
@@ -77,6 +80,7 @@ __all__ = [
     "MapView",
     "PacketResult",
     "ProgramSpec",
+    "RecordBatch",
     "Span",
     "UsageError",
     "VerifierError",

@@ -212,11 +212,15 @@ class _Version(argparse.Action):
     asked: the checker is not imported for every command line."""
 
     def __call__(self, parser, namespace, values, option_string=None) -> None:
+        from importlib.util import find_spec
+
         from bpfdsl import __version__
         from bpfdsl.checker import native
 
         mode = "compiled by mypyc" if native.NATIVE else f"Python ({native.REASON})"
-        print(f"bpfdsl {__version__}\nchecker: {mode}")  # stdout, as argparse's own action
+        # RecordBatch.array() needs numpy (optional); rows, JSON lines and Event objects not
+        arrays = "numpy arrays" if find_spec("numpy") else "no numpy arrays (pip install numpy)"
+        print(f"bpfdsl {__version__}\nchecker: {mode}\nevent batches: Python, {arrays}")
         parser.exit()
 
 

@@ -104,6 +104,9 @@ def cmd_events(args) -> int:
                 left = 0.2 if end is None else min(0.2, end - time.monotonic())
                 if left <= 0:
                     break
+                if args.json and pcap is None:  # whole batches, one write each
+                    _emit_json(args, stream.poll_batches(left), stream, stats)
+                    continue
                 for ev in stream.poll(left):
                     if args.count is not None and stats.records >= args.count:
                         break
@@ -126,6 +129,30 @@ def cmd_events(args) -> int:
 def _stop(_signum, _frame) -> None:
     """SIGTERM while streaming: stop as on Ctrl-C (the summary is still printed)."""
     raise KeyboardInterrupt
+
+
+def _emit_json(args, batches, stream, stats) -> None:
+    """The JSON lines of ``batches`` (at most --count records in all), written at once:
+    formatting and one write per batch, not a print and a flush per record."""
+    out = sys.stdout
+    for b in batches:
+        n = len(b)
+        if args.count is not None and stats.records + n > args.count:
+            k = args.count - stats.records
+            b.starts, b.lengths, b.lost = b.starts[:k], b.lengths[:k], 0
+            if b.times_ns is not None:
+                b.times_ns = b.times_ns[:k]
+            n = k
+        stats.records += n
+        stats.lost += b.lost
+        if b.cpu is not None and n:
+            stats.by_cpu[b.cpu] = stats.by_cpu.get(b.cpu, 0) + n
+        lines = b.json_lines(stream.clock_offset_ns)
+        if lines:
+            out.write("\n".join(lines) + "\n")
+        if args.count is not None and stats.records >= args.count:
+            break
+    out.flush()
 
 
 def _emit(args, ev, stream, stats, pcap, table) -> None:

@@ -215,6 +215,7 @@ def cmd_run(args) -> int:
             repeat=args.repeat,
             describe=not args.quiet,
             ctx=ctx,
+            events=not args.quiet or args.json,  # -q shows no record: none decoded
         )
         # Ctrl-C (or SIGTERM) stops between two frames, never inside one's output line
         stop = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)

@@ -19,9 +19,13 @@ the record (a perf sample is padded to 8 bytes, so up to 7 more).
 from __future__ import annotations
 
 import errno
+import ipaddress
+import json
 import os
+import socket
 import struct
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,6 +51,15 @@ class RecordType:
     name: str
     size: int
     _decode: Any = field(default=None, repr=False, compare=False)
+    _codec: Any = field(default=False, repr=False, compare=False)
+
+    def codec(self) -> RowCodec | None:
+        """The record's batch decoder (:class:`RowCodec`), compiled once; None when the
+        struct has members only :meth:`decode` reads (bitfields, nested types)."""
+        if self._codec is False:
+            layout = btf_values.row_layout(self.btf, self.type_id)
+            self._codec = RowCodec(layout, self.size) if layout else None
+        return self._codec
 
     def decode(self, data: bytes) -> Any:
         """The record's fields as a dict (addresses as text, be16 in host order, ...:
@@ -121,6 +134,246 @@ def make_event(map_name: str, record: RecordType | None, data: bytes, cpu: int |
     return Event(map_name, data, cpu, time_ns, value, pkt, orig)
 
 
+_INT_CODES = {(1, False): "B", (2, False): "H", (4, False): "I", (8, False): "Q",
+              (1, True): "b", (2, True): "h", (4, True): "i", (8, True): "q"}  # fmt: skip
+
+
+def _mac(b: bytes) -> str:
+    return ":".join(f"{x:02x}" for x in b)
+
+
+class RowCodec:
+    """A record struct of plain members (:func:`bpfdsl.abi.btf.values.row_layout`)
+    compiled once for whole batches: one ``struct.Struct`` read per record (addresses and
+    network-order integers converted after), the JSON text of a record by one ``%``
+    format, and the numpy dtype of :meth:`RecordBatch.array`.  The values are those of
+    :meth:`RecordType.decode` (host-order integers, addresses as text)."""
+
+    def __init__(self, layout: list[tuple[str, int, int, str]], size: int):
+        self.names = [name for name, *_ in layout]
+        self.size = size
+        fmt, pos = "<", 0
+        self.convert: list[tuple[int, Callable[[Any], Any]]] = []
+        parts: list[str] = []
+        for i, (name, off, n, form) in enumerate(layout):
+            if off < pos:
+                raise ValueError("overlapping members")  # a union-like struct: not here
+            fmt += f"{off - pos}x" if off > pos else ""
+            if form in ("int", "uint"):
+                fmt += _INT_CODES[(n, form == "int")]
+                parts.append(f"{json.dumps(name)}: %d")
+            else:
+                fmt += f"{n}s"
+                conv: Callable[[Any], Any]
+                if form == "be":
+                    conv = _big_int
+                    parts.append(f"{json.dumps(name)}: %d")
+                else:
+                    conv = {"ipv4": _ipv4_text, "ipv6": _ipv6_text, "mac": _mac}[form]
+                    parts.append(f'{json.dumps(name)}: "%s"')  # text of [0-9a-f.:] only
+                self.convert.append((i, conv))
+            pos = off + n
+        self.struct = struct.Struct(fmt)
+        self._strided: dict[int, struct.Struct] = {}  # step -> the record and its gap
+        self.layout = layout
+        # the record as json.dumps writes the decoded dict (", " and ": " separators)
+        self.json_template = "{" + ", ".join(parts) + "}"
+
+    def rows(self, blob: bytes, starts: list[int]) -> list[tuple]:
+        """The member values of the records at ``starts`` in ``blob``, one tuple each.
+        Records evenly spaced (a ring buffer's records of one length are) are read by one
+        ``struct.iter_unpack`` over the span, conversions are done column by column."""
+        k = len(starts)
+        if not k:
+            return []
+        first, last = starts[0], starts[-1]
+        step = (last - first) // (k - 1) if k > 1 else 0
+        raw: list[tuple]
+        if k > 1 and step >= self.struct.size and _evenly(starts, step):
+            st = self._strided.get(step)
+            if st is None:
+                st = self._strided[step] = struct.Struct(
+                    self.struct.format + f"{step - self.struct.size}x"
+                )
+            # the last record read by itself: its gap may run past the end of the blob
+            raw = list(st.iter_unpack(memoryview(blob)[first : first + step * (k - 1)]))
+            raw.append(self.struct.unpack_from(blob, last))
+        else:
+            unpack = self.struct.unpack_from
+            raw = [unpack(blob, s) for s in starts]
+        if not self.convert:
+            return raw
+        cols: list[Any] = list(zip(*raw, strict=True))
+        for i, fn in self.convert:
+            cols[i] = map(fn, cols[i])
+        return list(zip(*cols, strict=True))
+
+    def dtype(self) -> Any:
+        """The numpy structured dtype of one record (``itemsize`` = the struct's size;
+        network-order integers as big-endian fields, addresses as byte arrays).  Raises
+        ImportError without numpy."""
+        import numpy as np
+
+        formats: list[Any] = []
+        for _name, _off, n, form in self.layout:
+            if form == "int":
+                formats.append(f"<i{n}")
+            elif form == "uint":
+                formats.append(f"<u{n}")
+            elif form == "be":
+                formats.append(f">u{n}")
+            else:
+                formats.append((np.uint8, (n,)))
+        return np.dtype({"names": self.names, "formats": formats,
+                         "offsets": [o for _n, o, *_ in self.layout], "itemsize": self.size})  # fmt: skip
+
+
+def _evenly(starts: list[int], step: int) -> bool:
+    """True when ``starts`` go up by ``step`` from the first (compared in C, not a loop)."""
+    return step > 0 and starts == list(range(starts[0], starts[0] + step * len(starts), step))
+
+
+def _big_int(b: bytes) -> int:
+    return int.from_bytes(b, "big")
+
+
+_ADDR_TEXT: dict[bytes, str] = {}  # addresses repeat across records: each formatted once
+
+
+def _ipv4_text(b: bytes) -> str:
+    t = _ADDR_TEXT.get(b)
+    if t is None:
+        if len(_ADDR_TEXT) > 65536:
+            _ADDR_TEXT.clear()
+        t = _ADDR_TEXT[b] = socket.inet_ntop(socket.AF_INET, b)
+    return t
+
+
+def _ipv6_text(b: bytes) -> str:
+    t = _ADDR_TEXT.get(b)
+    if t is None:
+        if len(_ADDR_TEXT) > 65536:
+            _ADDR_TEXT.clear()
+        t = _ADDR_TEXT[b] = str(ipaddress.IPv6Address(b))  # as values.format_value writes it
+    return t
+
+
+@dataclass(slots=True)
+class RecordBatch:
+    """The records one ring gave in one read, undecoded: record ``i`` is
+    ``blob[starts[i] : starts[i] + lengths[i]]``.  ``map`` name, ``cpu`` (perf: whose
+    ring; ring buffer: None), ``times_ns`` (perf: each record's CLOCK_MONOTONIC time) or
+    ``time_ns`` (ring buffer: when the batch was read), ``record`` type (None: records
+    shown as hex), ``lost`` (perf LOST records in this read: how many records the kernel
+    dropped).  Decoded only when asked: :meth:`rows` (tuples of the member values),
+    :meth:`array` (a numpy structured array), :meth:`events` (:class:`Event` objects),
+    :meth:`json_lines` (what ``bpfdsl events --json`` prints)."""
+
+    map: str
+    blob: bytes
+    starts: list[int]
+    lengths: list[int]
+    record: RecordType | None = None
+    cpu: int | None = None
+    time_ns: int = 0
+    times_ns: list[int] | None = None
+    lost: int = 0
+    stride: int = 0  # records evenly spaced this many bytes apart (0: not known)
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def data(self, i: int) -> bytes:
+        """The bytes of record ``i``."""
+        s = self.starts[i]
+        return self.blob[s : s + self.lengths[i]]
+
+    def _plain(self) -> RowCodec | None:
+        """The codec when every record is exactly one record struct (no packet bytes)."""
+        rec = self.record
+        codec = rec.codec() if rec is not None else None
+        if codec is None or rec is None:
+            return None
+        n = rec.size
+        # exactly the struct: longer records carry packet bytes (a perf sample's padding
+        # too, as make_event reads it), which the Event objects show
+        return codec if self.lengths.count(n) == len(self.lengths) else None
+
+    def rows(self) -> list[tuple] | None:
+        """Each record's member values (:attr:`RowCodec.names` order), or None when the
+        records are not all plain record structs (then use :meth:`events`)."""
+        codec = self._plain()
+        return codec.rows(self.blob, self.starts) if codec is not None else None
+
+    def array(self) -> Any:
+        """The records as a numpy structured array of the record type (one copy of the
+        ring's bytes, no per-record Python work); raises ImportError without numpy and
+        ValueError when the records are not all plain record structs."""
+        import numpy as np
+
+        codec = self._plain()
+        if codec is None:
+            raise ValueError(f"records of {self.map!r} are not all one plain record struct")
+        dt = codec.dtype()
+        k = len(self.starts)
+        if not k:
+            return np.zeros(0, dt)
+        raw = np.frombuffer(self.blob, np.uint8)
+        first, last = self.starts[0], self.starts[-1]
+        step = self.stride or ((last - first) // (k - 1) if k > 1 else codec.size)
+        if k == 1 or self.stride or (step >= codec.size and _evenly(self.starts, step)):
+            view = np.lib.stride_tricks.as_strided(
+                raw[first:], shape=(k, codec.size), strides=(step, 1)
+            )
+        else:
+            idx = np.asarray(self.starts)[:, None] + np.arange(codec.size)
+            view = raw[idx]
+        return np.ascontiguousarray(view).view(dt).reshape(k)
+
+    def events(self) -> list[Event]:
+        """The records as :class:`Event` objects (each decoded), oldest first; a perf LOST
+        count as a last Event with ``lost`` set."""
+        out: list[Event] = []
+        times = self.times_ns
+        for i in range(len(self.starts)):
+            t = times[i] if times is not None else self.time_ns
+            out.append(make_event(self.map, self.record, self.data(i), self.cpu, t))
+        if self.lost:
+            out.append(Event(self.map, b"", self.cpu, self.time_ns, lost=self.lost))
+        return out
+
+    def json_lines(self, clock_offset_ns: int = 0) -> list[str]:
+        """One JSON object per record, each what ``json.dumps(event.to_dict(offset))`` writes
+        for it (the ``bpfdsl events --json`` line), formatted by the codec's template
+        when the records are plain structs."""
+        codec = self._plain()
+        if codec is None:
+            return [json.dumps(e.to_dict(clock_offset_ns)) for e in self.events()]
+        rows = codec.rows(self.blob, self.starts)
+        tmpl = codec.json_template
+        name = json.dumps(self.map)
+        out: list[str] = []
+        if self.times_ns is None:
+            head = (
+                f'{{"map": {name}, "time": {(self.time_ns + clock_offset_ns) / 1e9!r}, "record": '
+            )
+            out = [head + tmpl % r + "}" for r in rows]
+        else:
+            cpu = self.cpu
+            for t, r in zip(self.times_ns, rows, strict=True):
+                head = f'{{"map": {name}, "time": {(t + clock_offset_ns) / 1e9!r}, "cpu": {cpu}, "record": '
+                out.append(head + tmpl % r + "}")
+        if self.lost:
+            out.append(
+                json.dumps(
+                    Event(self.map, b"", self.cpu, self.time_ns, lost=self.lost).to_dict(
+                        clock_offset_ns
+                    )
+                )
+            )
+        return out
+
+
 class EventStream:
     """Open readers on one event map (see the module doc); a context manager.
 
@@ -175,9 +428,11 @@ class EventStream:
 
     def _events(self, ring, now: int) -> list[Event]:
         out: list[Event] = []
-        if isinstance(ring, K.RingbufRing):
-            for data in ring.read():
-                out.append(self._event(data, None, now))
+        if isinstance(ring, K.RingbufRing):  # one copy and one position store per read
+            blob, starts, lengths, _stride = ring.read_raw()
+            name, rec = self.name, self.record
+            for s, n in zip(starts, lengths, strict=True):
+                out.append(make_event(name, rec, blob[s : s + n], None, now))
             return out
         for kind, t, payload in ring.read():
             if kind == "lost":
@@ -188,6 +443,39 @@ class EventStream:
 
     def _event(self, data: bytes, cpu: int | None, t: int) -> Event:
         return make_event(self.name, self.record, data, cpu, t)
+
+    def read_batches(self) -> list[RecordBatch]:
+        """Every record waiting now (no wait) as one :class:`RecordBatch` per ring with
+        records (perf rings in CPU order), undecoded: the fast form of :meth:`read`."""
+        now = time.monotonic_ns()
+        out: list[RecordBatch] = []
+        for ring in self.rings.values():
+            if isinstance(ring, K.RingbufRing):
+                blob, starts, lengths, stride = ring.read_raw()
+                if starts:
+                    out.append(RecordBatch(self.name, blob, starts, lengths, self.record,
+                                           None, now, stride=stride))  # fmt: skip
+                continue
+            starts, lengths, times, parts, lost, pos = [], [], [], [], 0, 0
+            for kind, t, payload in ring.read():
+                if kind == "lost":
+                    lost += int(payload)
+                    continue
+                assert isinstance(payload, bytes)
+                parts.append(payload)
+                starts.append(pos)
+                lengths.append(len(payload))
+                times.append(t)
+                pos += len(payload)
+            if starts or lost:
+                out.append(RecordBatch(self.name, b"".join(parts), starts, lengths,
+                                       self.record, ring.cpu, now, times, lost))  # fmt: skip
+        return out
+
+    def poll_batches(self, timeout: float) -> list[RecordBatch]:
+        """Wait up to ``timeout`` seconds for records, then :meth:`read_batches`."""
+        self.poller.wait(timeout)
+        return self.read_batches()
 
     def read(self) -> list[Event]:
         """Every record waiting now (no wait), perf rings in CPU order."""
@@ -276,6 +564,15 @@ class EventReaders:
             m, record = self.interp[name]
             return [make_event(name, record, data, cpu) for cpu, data in m.drain()]
         raise KeyError(f"no ringbuf/perf_event_array map {name!r} in the object")
+
+    def skip_all(self) -> None:
+        """Drop the records of every event map sent so far, undecoded (a test run whose
+        records nobody shows: the rings must not fill, or the program's reserve fails)."""
+        for st in self.streams.values():
+            for ring in st.rings.values():
+                ring.skip_ready()
+        for m, _record in self.interp.values():
+            m.drain()
 
     def read_all(self) -> list[Event]:
         """The records of every event map since the last read, map by map."""

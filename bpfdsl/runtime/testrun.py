@@ -117,21 +117,39 @@ class KernelEngine:
         try:
             r = syscall.prog_test_run(fd, packet, repeat=max(1, repeat), ctx=md)
         except syscall.BpfError as e:
-            if md is not None and e.errno in (errno.ENODEV, errno.EINVAL):
-                raise _xdp_ctx_error(e.errno, ctx or {}) from None
-            # ENOMEM: more than 3520 linear bytes + MAX_SKB_FRAGS (17) pages, 73152 bytes
-            # (net/bpf/test_run.c bpf_prog_test_run_xdp); a BIG TCP or jumbogram record
-            big = e.errno == errno.ENOMEM and len(packet) > 3520
-            if e.errno in (errno.E2BIG, errno.EINVAL, errno.ENOSPC) or big:
-                why = {
-                    errno.E2BIG: "too large for a single-buffer XDP test run (use an "
-                    "xdp(frags) program for jumbo frames)",
-                    errno.ENOMEM: "longer than an XDP test run takes (73152 bytes: 3520 "
-                    "linear + 17 page frags)",
-                }.get(e.errno, str(e))
-                raise PacketSkipped(f"{len(packet)} bytes: {why}") from None
-            raise
+            raise _test_run_error(e, len(packet), md is not None, ctx) from None
         return RunResult(r.retval, r.data_out, r.duration_ns)
+
+    def runner(self, program: str, repeat: int = 1) -> Callable[[bytes], tuple[int, bytes, int]]:
+        """A function running ``program`` on one frame (no ``ctx``) as :meth:`run` does,
+        giving ``(retval, data_out, duration_ns)`` (no RunResult object per frame),
+        with the system call's attr and buffers made once and reused for every frame
+        (:class:`bpfdsl.kernel.syscall.TestRunner`): the loop over a capture pays the
+        bpf(2) call and little else.  Raises as :meth:`run`."""
+        tr = syscall.TestRunner(self._coll.programs[program].fd, repeat=max(1, repeat))
+        run, out = tr.run, tr.data_out
+
+        def one(packet: bytes) -> tuple[int, bytes, int]:
+            n = len(packet)
+            if n < ETH_HLEN:
+                raise PacketSkipped(
+                    f"{n} bytes: the kernel runs XDP only on frames of at least {ETH_HLEN} bytes"
+                )
+            try:
+                retval, size, ns = run(packet)
+            except syscall.BpfError as e:
+                raise _test_run_error(e, n, False, None) from None
+            return retval, out(size), ns
+
+        return one
+
+    def has_events(self) -> bool:
+        """True when the object has event maps (ringbuf, perf_event_array) to read."""
+        return bool(self._events.names())
+
+    def skip_events(self) -> None:
+        """Drop the records the runs since the last call sent, undecoded."""
+        self._events.skip_all()
 
     def snapshot_maps(self, limit: int = MAP_DIFF_LIMIT) -> dict[str, dict[bytes, bytes] | None]:
         """Contents of the object's maps as BPF_MAP_LOOKUP_ELEM returns them (key ->
@@ -188,6 +206,14 @@ class InterpEngine:
         self.spec = spec
         self.ncpus = self.collection.env.ncpus
         self._events = events.EventReaders.of_interp(self.collection.maps, spec.btf)
+
+    def has_events(self) -> bool:
+        """True when the object has event maps (ringbuf, perf_event_array) to read."""
+        return bool(self._events.names())
+
+    def skip_events(self) -> None:
+        """Drop the records the runs since the last call sent, undecoded."""
+        self._events.skip_all()
 
     def events(self) -> list[events.Event]:
         """The records the runs since the last call sent through event maps."""
@@ -301,6 +327,26 @@ def xdp_md_ctx(packet_len: int, ctx: dict) -> bytes:
     (bytes), ``ingress_ifindex`` and ``rx_queue_index`` from ``ctx``, egress_ifindex 0."""
     idx, q = ctx.get("ingress_ifindex", 0), ctx.get("rx_queue_index", 0)
     return struct.pack("<6I", 0, packet_len, 0, idx, q, 0)
+
+
+def _test_run_error(e: syscall.BpfError, length: int, has_md: bool, ctx: dict | None) -> Exception:
+    """What a failed BPF_PROG_TEST_RUN of a ``length``-byte frame means for the user: a
+    refused ``struct xdp_md`` (UsageError), a frame the test run cannot take
+    (PacketSkipped), else the error itself."""
+    if has_md and e.errno in (errno.ENODEV, errno.EINVAL):
+        return _xdp_ctx_error(e.errno, ctx or {})
+    # ENOMEM: more than 3520 linear bytes + MAX_SKB_FRAGS (17) pages, 73152 bytes
+    # (net/bpf/test_run.c bpf_prog_test_run_xdp); a BIG TCP or jumbogram record
+    big = e.errno == errno.ENOMEM and length > 3520
+    if e.errno in (errno.E2BIG, errno.EINVAL, errno.ENOSPC) or big:
+        why = {
+            errno.E2BIG: "too large for a single-buffer XDP test run (use an "
+            "xdp(frags) program for jumbo frames)",
+            errno.ENOMEM: "longer than an XDP test run takes (73152 bytes: 3520 "
+            "linear + 17 page frags)",
+        }.get(e.errno, str(e))
+        return PacketSkipped(f"{length} bytes: {why}")
+    return e
 
 
 def _xdp_ctx_error(err: int, ctx: dict) -> UsageError:
@@ -421,12 +467,15 @@ def iter_packets(
     repeat: int = 1,
     describe: bool = True,
     ctx: dict | None = None,
+    events: bool = True,
 ) -> Iterator[PacketResult]:
     """Run ``program`` on each ``(index, frame)`` as it comes (``packets`` may be a stream:
     :func:`bpfdsl.runtime.packets.iter_pcap`), yielding one :class:`PacketResult` each as
     soon as it is run; nothing is kept between frames.  For
     sk_msg the "frame" is the message, for sock_ops it is empty.  ``ctx``: context fields
-    (:func:`bpfdsl.runtime.runinfo.parse_ctx`).  With ``describe``, each result also says what the
+    (:func:`bpfdsl.runtime.runinfo.parse_ctx`).  ``events=False``: the records the runs
+    send are dropped undecoded (the rings still emptied after each run, so the program
+    sees the same room in them), not put in the results.  With ``describe``, each result also says what the
     program did: bytes changed, redirect target or empty slot, map entries changed (by BTF
     type, as ``bpfdsl map dump`` shows them).
 
@@ -439,6 +488,9 @@ def iter_packets(
     ncpu = getattr(engine, "ncpus", 1)
     replay = _Replay(engine)
     redirects = spec is not None and _redirects(spec, program)
+    if not describe:  # nothing to say but the verdict: the lean loop
+        yield from _iter_quiet(engine, program, kind, packets, repeat, ctx, events)
+        return
     for index, data in packets:
         line = ""
         if describe:
@@ -471,6 +523,64 @@ def iter_packets(
         read_events = getattr(engine, "events", None)
         if read_events is not None:
             res.events = read_events()
+        yield res
+
+
+def _iter_quiet(
+    engine: Engine,
+    program: str,
+    kind: ProgramKind,
+    packets: Iterable[tuple[int, bytes]],
+    repeat: int,
+    ctx: dict | None,
+    want_events: bool = True,
+) -> Iterator[PacketResult]:
+    """:func:`iter_packets` without ``describe``: the same results (verdict, output bytes
+    and how they changed, records sent), with the per-frame work cut to the run itself --
+    the kernel engine's reusable test run (:meth:`KernelEngine.runner`) when no ``ctx`` is
+    given, verdict names looked up once, event maps read only when the object has some."""
+    sock = kind.ctx in ("sk_msg_md", "bpf_sock_ops")
+    make = getattr(engine, "runner", None)
+    run: Callable[[bytes], tuple[int, bytes, int]]
+    if make is not None and not ctx:
+        run = make(program, repeat)
+    else:
+
+        def run(data: bytes) -> tuple[int, bytes, int]:
+            r = engine.run(program, data, repeat, ctx=ctx)
+            return r.retval, r.data_out, r.duration_ns
+
+    has_events = getattr(engine, "has_events", None)
+    read_events = getattr(engine, "events", None)
+    skip_events = getattr(engine, "skip_events", None)
+    if has_events is not None and not has_events():
+        read_events = skip_events = None
+    elif want_events or skip_events is None:
+        skip_events = None
+    else:
+        read_events = None
+    names: dict[int, str] = {}
+    for index, data in packets:
+        res = PacketResult(index, len(data), "")
+        try:
+            retval, out, ns = run(data)
+        except PacketSkipped as e:
+            res.skipped = str(e)
+            yield res
+            continue
+        res.retval, res.data_out, res.duration_ns = retval, out, ns
+        verdict = names.get(retval)
+        if verdict is None:
+            verdict = names[retval] = verdict_name(kind, retval)
+        res.verdict = verdict
+        if kind.ctx == "sk_msg_md":
+            res.changes = _message_change(data, out) if verdict == "SK_PASS" else []
+        elif not sock and data != out:
+            res.changes = describe_change(data, out)
+        if read_events is not None:
+            res.events = read_events()
+        elif skip_events is not None:
+            skip_events()
         yield res
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from importlib.util import find_spec
 
 from support.paths import ROOT
 
@@ -28,7 +29,8 @@ def test_version_names_the_checker_in_use():
     r = _version()
     assert r.returncode == 0 and r.stderr == ""
     want = "compiled by mypyc" if native.NATIVE else f"Python ({native.REASON})"
-    assert r.stdout == f"bpfdsl {__version__}\nchecker: {want}\n"
+    arrays = "numpy arrays" if find_spec("numpy") else "no numpy arrays (pip install numpy)"
+    assert r.stdout == f"bpfdsl {__version__}\nchecker: {want}\nevent batches: Python, {arrays}\n"
 
 
 def test_version_with_the_pure_python_checker_forced():
@@ -37,4 +39,6 @@ def test_version_with_the_pure_python_checker_forced():
     assert r.stdout.splitlines() == [
         f"bpfdsl {__version__}",
         "checker: Python (BPFDSL_PURE_PYTHON=1)",
+        r.stdout.splitlines()[2],
     ]
+    assert r.stdout.splitlines()[2].startswith("event batches: Python, ")

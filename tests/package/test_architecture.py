@@ -58,6 +58,8 @@ DEFERRED: dict[tuple[str, str], str] = {
     ("bpfdsl.kernel.netlink", "pyroute2"): "rtnetlink via pyroute2: XDP over netlink and "
     "veths; attaching through a BPF link never needs it",
     ("bpfdsl.runtime.packets", "scapy"): "captures and frame summaries only",
+    ("bpfdsl.runtime.events", "numpy"): "RecordBatch.array() only: numpy is optional (not a "
+    "dependency); rows, JSON lines and Event objects need none",
     ("bpfdsl.testing.pytest_plugin", "scapy"): "BpfResult.packet only; the plugin is loaded "
     "by every pytest process (entry point pytest11)",
 }

@@ -202,3 +202,21 @@ def test_skmsg_bench_tiny(tmp_path: Path) -> None:
         assert data[mode]["4096"]["segs"][0] < 0.01
     assert data["plain"]["4096"]["segs"][0] >= 0.05
     assert leftovers() <= before
+
+
+@pytest.mark.kernel
+def test_userspace_bench_quick_gives_the_same_records_and_verdicts_as_c():
+    """bench/userspace_bench.py --quick: bpfdsl's events --json and run --pcap -q against
+    the libbpf C references built in the same run; what is asserted is the behaviour (the
+    same records, the same verdict totals), never a time."""
+    if shutil.which("cc") is None or not Path("/usr/include/bpf/libbpf.h").exists():
+        pytest.skip("needs cc and libbpf-dev")
+    out = Path(os.environ.get("TMPDIR", "/tmp")) / f"ub-{os.getpid()}.json"
+    try:
+        r = run_script("userspace_bench", "--quick", "--json", str(out), timeout=300)
+        assert r.returncode == 0, r.stderr
+        data = json.loads(out.read_text())
+    finally:
+        out.unlink(missing_ok=True)
+    assert data["events"]["same"] is True and data["run"]["same"] is True
+    assert "events --json" in r.stdout and "run --pcap -q" in r.stdout

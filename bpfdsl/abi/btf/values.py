@@ -198,6 +198,38 @@ def decoder(btf: Btf, tid: int) -> Callable[[bytes], Any]:
     return decode
 
 
+def row_layout(btf: Btf, tid: int) -> list[tuple[str, int, int, str]] | None:
+    """The members of struct ``tid`` as ``(name, byte offset, size, form)`` when each is a
+    plain member :func:`decoder` reads without format_value: ``form`` ``'int'``/``'uint'``
+    (little endian, 1/2/4/8 bytes), ``'be'`` (network order integer), ``'ipv4'``,
+    ``'ipv6'``, ``'mac'``; None for any other type (bitfields, nested structs, arrays...).
+    For readers that decode many records of one type at once (a struct.Struct, a numpy
+    dtype) and must give the values :func:`decoder` gives."""
+    t = btf.resolve(tid)
+    if t.kind != Kind.STRUCT or _prefix_struct(btf, t) or value_kind(btf, tid):
+        return None
+    out: list[tuple[str, int, int, str]] = []
+    for m in t.members:
+        if m.bitfield_size or not m.name:
+            return None
+        off = m.bit_offset // 8
+        mt, sp = btf.resolve(m.type), value_kind(btf, m.type)
+        if sp in ("ipv4", "ipv6", "mac"):
+            out.append((m.name, off, _ADDR_BYTES[sp], sp))
+        elif mt.kind == Kind.INT and mt.size in (1, 2, 4, 8) and not mt.int_offset \
+                and mt.bits == mt.size * 8 and not mt.encoding & BTF_INT_BOOL:  # fmt: skip
+            if sp == "be":
+                out.append((m.name, off, mt.size, "be"))
+            elif sp is None:
+                signed = bool(mt.encoding & BTF_INT_SIGNED)
+                out.append((m.name, off, mt.size, "int" if signed else "uint"))
+            else:
+                return None
+        else:
+            return None
+    return out
+
+
 def format_text(btf: Btf, tid: int, data: bytes) -> str:
     """One-line human form: scalars as themselves, structs/lists as compact JSON."""
     v = format_value(btf, tid, data)
