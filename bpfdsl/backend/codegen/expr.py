@@ -52,12 +52,13 @@ def _all_ones(v: ir.Value) -> bool:
     return v.constant & m == m
 
 
+_PURE_CALLS = ("host", "be16", "be32", "be64", "hash", "raw", "as_be", "csum_fold", "csum_replace")
+
+
 def _calls(e) -> bool:
     """Does expression ``e`` call a helper (or a fn, or a map method)?"""
     if isinstance(e, (ast.Call, ast.MethodCall)):
-        return e.name not in ("host", "be16", "be32", "be64", "hash") or any(
-            _calls(a) for a in e.args
-        )
+        return e.name not in _PURE_CALLS or any(_calls(a) for a in e.args)
     return any(
         _calls(getattr(e, f))
         for f in ("left", "right", "operand", "expr", "obj", "index")
