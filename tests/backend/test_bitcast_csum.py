@@ -110,3 +110,87 @@ def test_refused_with_the_spelling(call: str, code: str) -> None:
         compile_source(src, "t.bpfd")
     codes = [d.code for d in ei.value.diagnostics]
     assert code in codes, codes
+
+
+# An IPIP encapsulator (RFC 2003) with the forms above: the outer IPv4 header built as a
+# struct, its checksum from csum_fold(csum_diff(...)) (no byte swap, no hand fold), written
+# whole into a declared header after adjust_head.
+IPIP = """license "GPL"
+header ip4o { vihl: u8, tos: u8, tot_len: be16, id: be16, frag_off: be16, ttl: u8,
+              protocol: u8, check: be16, saddr: be32, daddr: be32 }
+struct ip4s { vihl: u8, tos: u8, tot_len: be16, id: be16, frag_off: be16, ttl: u8,
+              protocol: u8, check: be16, saddr: be32, daddr: be32 }
+xdp fn ipip(ctx) {
+    let eth = parse ethernet else { return XDP_PASS }
+    if eth.h_proto != ETH_P_IP { return XDP_PASS }
+    let ip = parse ipv4 else { return XDP_PASS }
+    let dst = eth.h_dest
+    let src = eth.h_source
+    let o = ip4s(vihl: 0x45, tos: ip.tos, tot_len: be16(host(ip.tot_len) + 20), ttl: 64,
+                 protocol: IPPROTO_IPIP, saddr: 10.0.0.1, daddr: ip.daddr)
+    o.check = csum_fold(csum_diff(none, o, 0))
+    if adjust_head(-20) != 0 { return XDP_ABORTED }
+    let neth = parse ethernet else { return XDP_ABORTED }
+    let oip = parse ip4o else { return XDP_ABORTED }
+    neth.h_dest = dst
+    neth.h_source = src
+    neth.h_proto = ETH_P_IP
+    oip = o
+    return XDP_TX
+}
+"""
+
+
+def test_ipip_outer_header_written_whole(bpf_program) -> None:
+    from scapy.layers.inet import IP as SIP
+
+    prog = bpf_program(compile_source(IPIP, "ipip.bpfd").obj)
+    inner = (
+        Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02")
+        / SIP(src="192.0.2.1", dst="198.51.100.9", tos=0x28)
+        / UDP(sport=7, dport=9)
+        / (b"p" * 33)
+    )
+    r = prog.run(bytes(inner))
+    assert r.verdict == "XDP_TX"
+    out = Ether(r.data_out)
+    assert out.src == "02:00:00:00:00:01" and out.dst == "02:00:00:00:00:02"
+    o = out[SIP]
+    assert (o.src, o.dst, o.proto, o.ttl, o.tos, o.len) == (
+        "10.0.0.1",
+        "198.51.100.9",
+        4,
+        64,
+        0x28,
+        len(bytes(inner)) - 14 + 20,
+    )
+    want = o.chksum
+    o.chksum = None
+    assert SIP(bytes(o)).chksum == want  # scapy's checksum of the outer header
+    assert bytes(o.payload)[: len(bytes(inner)) - 14] == bytes(inner)[14:]
+
+
+@pytest.mark.parametrize(
+    "decl, code",
+    [
+        ("header h { a: be16, b: be16 }\\nstruct s { a: be16, c: be16 }", "type-mismatch"),
+        ("header h { a: be16, b: be32 }\\nstruct s { a: be16, b: be32 }", "type-mismatch"),
+        (
+            "header h(checksum: b) { a: be16, b: be16 }\\nstruct s { a: be16, b: be16 }",
+            "header-write",
+        ),
+        ("header h { a: bit<4>, b: bit<4>, c: u8 }\\nstruct s { a: u8, c: u8 }", "header-write"),
+    ],
+)
+def test_whole_write_refused(decl: str, code: str) -> None:
+    decl = decl.replace("\\n", "\n")
+    src = (
+        f'license "GPL"\n{decl}\nxdp fn f(ctx) {{\n'
+        "    let eth = parse ethernet else { return XDP_PASS }\n"
+        "    let v = parse h else { return XDP_PASS }\n"
+        "    v = s()\n    return XDP_PASS\n}\n"
+    )
+    with pytest.raises(DiagnosticError) as ei:
+        compile_source(src, "t.bpfd")
+    codes = [d.code for d in ei.value.diagnostics]
+    assert code in codes, codes

@@ -430,6 +430,10 @@ class ExprGen(GenHost):
             return self.map_assign(s)
         if isinstance(tgt, ast.Field) and isinstance(tgt.obj.ty, T.HeaderType):
             return self.store_header_field(tgt, s.op, s.value)
+        if isinstance(tgt.ty, T.HeaderType):  # a whole header from a struct (sema.bitcast)
+            assert isinstance(s.value.ty, T.StructType)
+            # aligned as its C struct, as clang assumes for `*hdr = value`
+            return self.store_bytes(self.gen(tgt), s.value, s.value.ty, s.value.ty.align)
         if (
             isinstance(tgt, ast.Index)
             and isinstance(tgt.obj, ast.Field)

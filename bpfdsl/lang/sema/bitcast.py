@@ -22,6 +22,52 @@ BITCAST_BUILTINS = ("raw", "as_be", "csum_fold", "csum_replace")
 """The calls this module checks (pure: no helper call, no packet access)."""
 
 
+def whole_header_write(ex, tgt: ast.Name, h: T.HeaderType, value: ast.Expr) -> None:
+    """``view = value``: the bytes of a struct value laid out as the header (the same field
+    names at the same offsets with the same types, nothing else) written over the header.
+    Refused for a header with a checksum rule, a variable length, conditional or bit
+    fields (a field-by-field write keeps those right)."""
+    st = ex.expr(value)
+    if st is T.ERR:
+        return
+    lay = h.layout
+    if lay.csum is not None or lay.pseudo or lay.length is not None:
+        ex.err(
+            "header-write",
+            f"header `{h.name}` has a checksum rule or a variable length: it cannot be "
+            "written whole",
+            tgt.span,
+            "write its fields one by one (each write keeps the checksum right), or declare "
+            "a header without the rule and compute its checksum with csum_fold()/csum_replace()",
+        )
+        return
+    odd = [n for n, f in lay.fields.items() if f.width or f.cond is not None]
+    if odd:
+        ex.err(
+            "header-write",
+            f"header `{h.name}` has bit or conditional fields ({', '.join(odd)}): it "
+            "cannot be written from a struct",
+            tgt.span,
+            "write those fields one by one",
+        )
+        return
+    same = (
+        isinstance(st, T.StructType)
+        and st.size == lay.size
+        and set(st.fields) == set(lay.fields)
+        and all(st.fields[n] == (f.offset, f.type) for n, f in lay.fields.items())
+    )
+    if not same:
+        fields = ", ".join(f"{n}: {f.type}" for n, f in lay.fields.items())
+        ex.err(
+            "type-mismatch",
+            f"`{tgt.id}` (header {h.name}) is written whole from a struct with its fields at "
+            f"the same offsets, found {st}",
+            value.span,
+            f"declare `struct {h.name}_s {{ {fields} }}` and assign a value of it",
+        )
+
+
 def fold16(s: int) -> int:
     """The one's-complement fold of a 64-bit sum to 16 bits (not complemented)."""
     s &= (1 << 64) - 1

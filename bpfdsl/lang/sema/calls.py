@@ -406,6 +406,9 @@ def assign(ex, s: ast.Assign) -> None:
     t = ex.expr(tgt)
     if isinstance(tgt, ast.Name) and isinstance(ex.c.sym.get(tgt), Local):
         if isinstance(t, T.HeaderType):
+            if op == "=" and isinstance(ex.expr(s.value), T.StructType):
+                bitcast.whole_header_write(ex, tgt, t, s.value)
+                return
             ex.err("read-only", "a header view cannot be reassigned", tgt.span)
             return
     elif isinstance(tgt, ast.Field):
