@@ -158,7 +158,7 @@ def check(ex, e: ast.Call) -> T.Type:
         return T.BE16
     vals = [c.cval.get(a) for a in args]
     if all(v is not None for v in vals) and isinstance(told, T.IntType):
-        hc, old, new = (int(v) for v in vals)  # type: ignore[arg-type]
+        hc, old, new = (int(v) for v in vals)
         s = ~hc & 0xFFFF
         for i in range(0, told.bits, 16):
             s += (~(old >> i) & 0xFFFF) + ((new >> i) & 0xFFFF)
