@@ -194,3 +194,25 @@ def test_whole_write_refused(decl: str, code: str) -> None:
         compile_source(src, "t.bpfd")
     codes = [d.code for d in ei.value.diagnostics]
     assert code in codes, codes
+
+
+def test_whole_write_in_a_udp_payload_warns() -> None:
+    """A whole write of a header under UDP changes payload bytes the UDP checksum covers:
+    the payload-checksum warning, as for a field write there; gone once udp.check is set."""
+    body = """license "GPL"
+header tun { kind: be16, id: be16 }
+struct tuns { kind: be16, id: be16 }
+xdp fn f(ctx) {
+    let eth = parse ethernet else { return XDP_PASS }
+    let ip = parse ipv4 else { return XDP_PASS }
+    let udp = parse udp else { return XDP_PASS }
+    let t = parse tun else { return XDP_PASS }
+    t = tuns(kind: be16(1), id: be16(2))
+    %s
+    return XDP_TX
+}
+"""
+    warned = [w for w in compile_source(body % "", "w.bpfd").warnings]
+    assert [w.code for w in warned].count("payload-checksum") == 1
+    fixed = compile_source(body % "udp.check = 0", "w.bpfd").warnings
+    assert not [w for w in fixed if w.code == "payload-checksum"]
