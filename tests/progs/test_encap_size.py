@@ -19,7 +19,7 @@ from bpfdsl.obj.collection import read_object
 from bpfdsl.runtime.loader import load_collection
 
 PROCESSED = re.compile(r"processed (\d+) insns")
-NAMES = ["xdp_ipip_encap"]
+NAMES = ["xdp_ipip_encap", "xdp_vxlan_encap"]
 
 
 def _objects(name: str, tmp_path: Path) -> tuple[bytes, bytes]:
