@@ -49,3 +49,36 @@ def test_ipip_outer_checksums_on_the_wire() -> None:
         del hdr.chksum  # scapy computes it again when building the bytes
         assert o.chksum == IP(bytes(hdr)).chksum, hex(o.chksum)
         assert f.src == net.peer_mac and f.dst == net.xdp_mac  # the MACs kept
+
+
+def test_vxlan_outer_headers_on_the_wire() -> None:
+    """progs/xdp_vxlan_encap.bpfd: the outer IPv4 checksum verifies, the UDP checksum is 0
+    (none, RFC 7348 over IPv4), the lengths count the inner frame, VNI 42."""
+    with veth_net("e24v") as net, load_bpfdsl(PROGS / "xdp_vxlan_encap.bpfd") as ld:
+        quiet_ipv6(net.xdp_ns)
+        quiet_ipv6(net.peer_ns)
+        with net.in_xdp_ns():
+            att = attach_xdp(ld.progs["vxlan_encap"], net.xdp_dev, mode="generic")
+        try:
+            with capture(net.peer_ns, net.peer_dev) as cap:
+                sent = [net.send_udp(7000 + i, 1, payload=b"y" * (5 * i)) for i in range(6)]
+                assert sum(sent) == 6
+                frames = [Ether(f) for f in cap.frames()]
+        finally:
+            if att.link_fd is not None:
+                att.link_fd.close()
+    outer = [f for f in frames if UDP in f and f[UDP].dport == 4789]
+    assert len(outer) == 6, [f.summary() for f in frames]
+    for f in outer:
+        o = f[IP]
+        hdr = IP(bytes(o)[:20])
+        del hdr.chksum
+        assert o.chksum == IP(bytes(hdr)).chksum, hex(o.chksum)
+        assert (o.src, o.dst, o.ttl, o.flags.DF) == ("10.0.0.1", "10.0.0.2", 64, True)
+        u = o[UDP]
+        assert u.chksum == 0 and 49152 <= u.sport
+        vx = bytes(u.payload)
+        assert vx[:8] == bytes.fromhex("0800000000002a00")  # I flag, VNI 42
+        inner = Ether(vx[8:])
+        assert o.len == 20 + 8 + 8 + len(vx[8:]) and u.len == 8 + len(vx)
+        assert inner[IP].dst == net.xdp_ip and inner.src == net.peer_mac
