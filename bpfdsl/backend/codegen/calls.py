@@ -109,6 +109,12 @@ class CallGen(GenHost):
             return self.fn_call(e)
         if e.name in TYPED_HELPERS or (e.name.startswith("bpf_") and e.name not in BUILTINS):
             return self.typed_helper(e)
+        if e.name in ("raw", "as_be"):  # the same bits: no byte swap
+            return self.rv(e.args[0], e.args[0].ty)
+        if e.name == "csum_fold":
+            return self.csum_fold(e)
+        if e.name == "csum_replace":
+            return self.csum_replace(e)
         if e.name == "host" or e.name.startswith("be"):
             at = e.args[0].ty
             assert isinstance(e.ty, T.IntType)
@@ -171,6 +177,47 @@ class CallGen(GenHost):
             args = [self.rv(a, t) for a, t in zip(e.args, sig[0], strict=True)]
             return self.helper(HELPERS[e.name].id, I64, [self.f.ctx, *args])
         raise AssertionError(f"codegen: call {e.name}")
+
+    def _fold16(self, s: ir.Value, wide: bool) -> ir.Value:
+        """One's-complement fold of the i64 sum ``s`` (under 2^32 unless ``wide``) to 16
+        bits, complemented (i16): the kernel's ``csum_fold`` (``from64to32`` first when
+        ``wide``)."""
+        b = self.b
+        m16 = ir.Constant(I64, 0xFFFF)
+        if wide:
+            s = b.add(b.and_(s, ir.Constant(I64, 0xFFFFFFFF)), b.lshr(s, ir.Constant(I64, 32)))
+        for _ in range(3 if wide else 2):
+            s = b.add(b.and_(s, m16), b.lshr(s, ir.Constant(I64, 16)))
+        return b.trunc(b.not_(s), ir.IntType(16))
+
+    def csum_fold(self, e: ast.Call) -> ir.Value:
+        """``csum_fold(sum)``: bpfdsl.lang.sema.bitcast; the be16 as stored (no swap)."""
+        at = e.args[0].ty
+        assert isinstance(at, T.IntType)
+        v = self.rv(e.args[0], at)
+        v = self.b.zext(v, I64) if at.bits < 64 else v
+        return self._fold16(v, at.bits > 32)
+
+    def csum_replace(self, e: ast.Call) -> ir.Value:
+        """``csum_replace(check, old, new)``: RFC 1624 eqn. 3 over the 16-bit words of
+        ``old``/``new`` as stored (byte-order neutral, as ``csum_update``)."""
+        b = self.b
+        ot = e.args[1].ty
+        assert isinstance(ot, T.IntType)
+        hc = self.rv(e.args[0], T.BE16)
+        old, new = self.rv(e.args[1], ot), self.rv(e.args[2], ot)
+        s = b.zext(b.xor(hc, ir.Constant(hc.type, 0xFFFF)), I64)
+        for i in range(0, ot.bits, 16):
+            wo, wn = (self._word16(v, i) for v in (old, new))
+            s = b.add(s, b.zext(b.xor(wo, ir.Constant(wo.type, 0xFFFF)), I64))
+            s = b.add(s, b.zext(wn, I64))
+        return self._fold16(s, False)  # at most 9 words of 16 bits: under 2^20
+
+    def _word16(self, v: ir.Value, bit: int) -> ir.Value:
+        """The 16 bits of ``v`` from bit ``bit`` up, as an i16."""
+        if bit:
+            v = self.b.lshr(v, ir.Constant(v.type, bit))
+        return v if v.type.width == 16 else self.b.trunc(v, ir.IntType(16))
 
     def fn_call(self, e: ast.Call) -> ir.Value:
         """A call of fn ``e.name``.  An aggregate argument is passed by reference to memory

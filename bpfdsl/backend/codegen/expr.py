@@ -52,12 +52,13 @@ def _all_ones(v: ir.Value) -> bool:
     return v.constant & m == m
 
 
+_PURE_CALLS = ("host", "be16", "be32", "be64", "hash", "raw", "as_be", "csum_fold", "csum_replace")
+
+
 def _calls(e) -> bool:
     """Does expression ``e`` call a helper (or a fn, or a map method)?"""
     if isinstance(e, (ast.Call, ast.MethodCall)):
-        return e.name not in ("host", "be16", "be32", "be64", "hash") or any(
-            _calls(a) for a in e.args
-        )
+        return e.name not in _PURE_CALLS or any(_calls(a) for a in e.args)
     return any(
         _calls(getattr(e, f))
         for f in ("left", "right", "operand", "expr", "obj", "index")
@@ -429,6 +430,10 @@ class ExprGen(GenHost):
             return self.map_assign(s)
         if isinstance(tgt, ast.Field) and isinstance(tgt.obj.ty, T.HeaderType):
             return self.store_header_field(tgt, s.op, s.value)
+        if isinstance(tgt.ty, T.HeaderType):  # a whole header from a struct (sema.bitcast)
+            assert isinstance(s.value.ty, T.StructType)
+            # aligned as its C struct, as clang assumes for `*hdr = value`
+            return self.store_bytes(self.gen(tgt), s.value, s.value.ty, s.value.ty.align)
         if (
             isinstance(tgt, ast.Index)
             and isinstance(tgt.obj, ast.Field)

@@ -14,7 +14,7 @@ from bpfdsl.abi.uapi import MapType, is_percpu, lookup_is_readonly
 from bpfdsl.diagnostics import Diagnostic
 from bpfdsl.lang import ast
 from bpfdsl.lang import types as T
-from bpfdsl.lang.sema import helpers, kfuncs, meta
+from bpfdsl.lang.sema import bitcast, helpers, kfuncs, meta
 from bpfdsl.lang.sema.csum import check_swap, check_write
 from bpfdsl.lang.sema.events import EVENT_CALLS, EVENT_MAP_HINT, EVENT_MAP_USE, check_call
 from bpfdsl.lang.sema.helpers import helper_kind as _helper_kind
@@ -178,6 +178,8 @@ def call(ex, e: ast.Call) -> T.Type:
         if v is not None:  # converted as codegen converts it: an i16 -2 is 0xfffffffe first
             c.cval[e] = bswap(ex.const_as(args[0], T.IntType(to.bits)), to.bits)
         return to
+    if e.name in bitcast.BITCAST_BUILTINS:
+        return bitcast.check(ex, e)
     if e.name in EVENT_CALLS:
         return check_call(ex, e)
     if e.name == "swap":
@@ -404,6 +406,9 @@ def assign(ex, s: ast.Assign) -> None:
     t = ex.expr(tgt)
     if isinstance(tgt, ast.Name) and isinstance(ex.c.sym.get(tgt), Local):
         if isinstance(t, T.HeaderType):
+            if op == "=" and isinstance(ex.expr(s.value), T.StructType):
+                bitcast.whole_header_write(ex, tgt, t, s.value)
+                return
             ex.err("read-only", "a header view cannot be reassigned", tgt.span)
             return
     elif isinstance(tgt, ast.Field):

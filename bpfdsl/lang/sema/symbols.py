@@ -170,6 +170,11 @@ BUILTINS: dict[str, tuple[list[T.Type], T.Type] | None] = {
     # subprogram calls: bpf_loop and tail calls (bpfdsl.lang.sema.calls)
     "loop": None,
     "tail_call": None,
+    # bit-casts and checksum arithmetic (bpfdsl.lang.sema.bitcast)
+    "raw": None,
+    "as_be": None,
+    "csum_fold": None,
+    "csum_replace": None,
 }
 
 
