@@ -173,6 +173,9 @@ def cmd_attach(args) -> int:
             res = attach.move_link_pin(res, link_pin)  # replaced: the link now lives here
         # devmap entries filled before the attach: say now if their targets drop all
         warnings = attach.devmap_warnings(prog.fd)
+        tx = attach.xdp_tx_warning(prog.fd, dev, res.mode)
+        if tx is not None:
+            warnings.append(tx)
     if target is not None and staging is not None:
         res = _take_over(target, staging, res, dev)
         prog.pin_dir = target

@@ -300,8 +300,7 @@ class Sema(StmtChecker, DeclChecker):
             return  # no-programs says what is missing first
         self.err(
             "missing-license",
-            "the file declares no `license`: the kernel would take the program as "
-            "proprietary",
+            "the file declares no `license`: the kernel would take the program as proprietary",
             progs[0].span,
             'add `license "GPL"` at the top of the file (or another GPL-compatible license '
             'such as "Dual BSD/GPL"): GPL-only helpers need a GPL-compatible license (the '
