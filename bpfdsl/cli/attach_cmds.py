@@ -321,6 +321,8 @@ def cmd_show(args) -> int:
             f"  {a['dev']}: {a['prog_name'] or '?'} (prog id {a['prog_id']}) "
             f"{a['mode']} mode via {via}{pin}"
         )
+        for w in a.get("warnings", []):
+            print(f"    warning: {w}")
     so = inv["sock_ops"]
     where = f"cgroup v2 at {so['root']}" if so["root"] else "no cgroup v2 mounted"
     print(f"sock_ops attachments ({where}):")

@@ -454,6 +454,15 @@ def xdp_tx_warning(prog_fd: int, dev: str, mode: str = "native"):
     )
 
 
+def attached_xdp_tx_warning(att: XdpAttachment):
+    """:func:`xdp_tx_warning` for what is attached now (``bpfdsl show``); never raises."""
+    try:
+        with syscall.get_fd_by_id("prog", att.prog_id) as fd:
+            return xdp_tx_warning(int(fd), att.dev, att.mode)
+    except (OSError, ValueError):
+        return None
+
+
 def devmap_warnings(prog_fd: int, limit: int = 1024) -> list:
     """:func:`devmap_target_warning` for every entry (at most ``limit`` per map) of the
     devmaps XDP program ``prog_fd`` uses (its map ids, BPF_OBJ_GET_INFO_BY_FD).  Never

@@ -102,12 +102,32 @@ def test_xdp_tx_out_of_a_veth_without_peer_xdp_warns_and_really_drops() -> None:
             assert "warning[xdp-tx-drops]" in p.stderr
             assert f"nsenter --net=/run/netns/{b} bpfdsl attach progs/xdp_pass.bpfd" in p.stderr
             assert _reflected(a, b, macs) == 0  # the kernel: every XDP_TX frame is lost
+            # show: the attached program on that veth, the same warning
+            p = bpfdsl("--json", "show", ns=a)
+            assert p.returncode == 0, p.stderr
+            (att,) = [x for x in json.loads(p.stdout)["attachments"] if x["dev"] == a]
+            assert att["warnings"] == [w]
+            p = bpfdsl("show", ns=a)
+            assert f"    warning: {w}" in p.stdout
+            # run: a frame that gets XDP_TX, for that device
+            frame = udp_frame(src_mac=macs[b], dst_mac=macs[a], src_ip="192.0.2.2",
+                              dst_ip="192.0.2.1", sport=5000, dport=6000, payload=b"x" * 8)  # fmt: skip
+            p = bpfdsl("run", str(REFLECT), "--hex", frame.hex(), "--dev", a,
+                       "--engine", "kernel", ns=a)  # fmt: skip
+            assert p.returncode == 0 and "XDP_TX" in p.stdout, p.stderr
+            assert (
+                f"warning: a frame got XDP_TX: attached to {a} in native mode, {a} is a veth"
+                in (p.stderr)
+            )
             # the remedy the warning names: an XDP program on the peer
             p = bpfdsl("attach", str(PASS), "--dev", b, "--pin-dir", pass_pin, ns=b)
             assert p.returncode == 0, p.stderr
             assert _reflected(a, b, macs) == N
             p = bpfdsl("--json", "attach", pin, "--prog", "reflect", "--dev", a, ns=a)
             assert p.returncode == 0 and json.loads(p.stdout)["warnings"] == [], p.stderr
+            p = bpfdsl("--json", "show", ns=a)
+            (att,) = [x for x in json.loads(p.stdout)["attachments"] if x["dev"] == a]
+            assert att["warnings"] == []
             # generic mode sends XDP_TX frames with the stack: no peer program needed
             bpfdsl("detach", "--dev", b, ns=b)
             bpfdsl("detach", "--dev", a, ns=a)  # removes the pins the attach made too
