@@ -287,7 +287,7 @@ class Sema(StmtChecker, DeclChecker):
             raise DiagnosticError(self.diags, self.c.program.source)
         return self.c
 
-    def check_license(self, items: list[ast.Item]) -> None:
+    def check_license(self, items: list[ast.Node]) -> None:
         """A program needs a ``license``: without one the object has no ``license``
         section, which libbpf and the kernel take as proprietary (bpf_prog_load's
         license_is_gpl_compatible("") is false), refusing every GPL-only helper
