@@ -680,6 +680,8 @@ def jit_subprog_fault(cfg: Cfg, visits: Sequence[int]) -> tuple[int, Fault] | No
     insn index of the first reference that is refused and the fault, or None.  ``N`` is
     counted before the kernel's later rewrites (bpf_loop inlining, context accesses),
     so the kernel's number can be higher."""
+    if len(cfg.subprogs) <= 1:
+        return None  # one function: jit_subprogs has nothing to split
     insns = cfg.insns
     slot_seen: list[bool] = []
     for i, x in enumerate(insns):
