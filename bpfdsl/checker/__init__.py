@@ -35,7 +35,13 @@ from bpfdsl.checker.cfg import CfgError, build_cfg
 from bpfdsl.checker.ctx import ctx_for_program_type
 from bpfdsl.checker.env import Env, Fault, MapRef
 from bpfdsl.checker.report import TIMEOUT, CheckError, CheckResult, ProgramResult, SourceLine
-from bpfdsl.checker.subprog import changes_pkt_data, check_call_graph, entry_regs, subprog_infos
+from bpfdsl.checker.subprog import (
+    changes_pkt_data,
+    check_call_graph,
+    entry_regs,
+    jit_subprog_fault,
+    subprog_infos,
+)
 
 __all__ = [
     "NATIVE",
@@ -345,6 +351,10 @@ def _verify(env: Env, cfg, deadline: float | None) -> Outcome:
                 return sub
     env.entry = 0
     fault = check_call_graph(env, cfg)
+    if fault is None and env.privileged:
+        dead = jit_subprog_fault(cfg, out.visits)
+        if dead is not None:
+            fault = (dead[0], dead[1], "", {})
     return Outcome(fault, processed, states, None, peak, per_insn, out.visits)
 
 

@@ -32,6 +32,7 @@ check_max_stack_depth in kernel/bpf/verifier.c).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from bpfdsl.abi.btf.core import BTF_FUNC_GLOBAL, Btf, BtfFormatError, Kind
@@ -656,4 +657,92 @@ def check_call_graph(env: Env, cfg: Cfg):
         for i, t in edges.get(sp, []):
             if t not in chain:
                 todo.append((t, depth, frames + 1, i, (*chain, t)))
+    return None
+
+
+# ---- after the walk: dead code and the JIT's subprograms ----------------------------------
+
+
+def jit_subprog_fault(cfg: Cfg, visits: Sequence[int]) -> tuple[int, Fault] | None:
+    """What the kernel does with the code no path reached once every walk is done (6.18,
+    privileged: opt_remove_dead_code / verifier_remove_insns, bpf_adj_branches'
+    bpf_adj_delta_to_imm, adjust_subprog_starts_after_remove), then jit_subprogs: every
+    BPF-to-BPF call and function address (ld_imm64 BPF_PSEUDO_FUNC) left must name the
+    start of a subprogram left, else "verifier bug: No program to jit at insn N" (EFAULT).
+
+    A subprogram reached only as the callback of a ``bpf_loop`` whose count is known to
+    be 0 (umax(r1) = 0: a constant, a frozen .rodata config) is never walked
+    (check_helper_call: no visit pushed), so all of it is removed as dead, while the
+    function address of the call, walked, stays and is not adjusted (its target is in
+    the removed range): it then names the insn after the removed range, the start of the
+    next subprogram when there is one, else the end of the program; with more than one
+    subprogram left (jit_subprogs returns early for one) that is refused.  Returns the
+    insn index of the first reference that is refused and the fault, or None.  ``N`` is
+    counted before the kernel's later rewrites (bpf_loop inlining, context accesses),
+    so the kernel's number can be higher."""
+    if len(cfg.subprogs) <= 1:
+        return None  # one function: jit_subprogs has nothing to split
+    insns = cfg.insns
+    slot_seen: list[bool] = []
+    for i, x in enumerate(insns):
+        slot_seen += [visits[i] > 0] * x.width
+    if all(slot_seen):
+        return None
+    # (current slot, imm, list index) of each call / function address, kept or not
+    refs: list[list[int]] = []
+    for i in sorted(set(cfg.call_target) | set(cfg.func_refs)):
+        refs.append([cfg.slots[i], insns[i].imm, i])
+    starts = [cfg.slots[s] for s in cfg.subprogs]
+    length = len(slot_seen)
+    seen = slot_seen
+    pos = 0
+    while pos < length:
+        if seen[pos]:
+            pos += 1
+            continue
+        cnt = 1
+        while pos + cnt < length and not seen[pos + cnt]:
+            cnt += 1
+        end_old = pos + cnt
+        kept: list[list[int]] = []
+        for ref in refs:  # bpf_remove_insns: memmove, then bpf_adj_branches
+            cur, imm, idx = ref
+            if pos <= cur < end_old:
+                continue  # removed with its range
+            if cur >= end_old:
+                cur -= cnt
+            if cur < pos and cur + imm + 1 >= end_old:
+                imm -= cnt
+            elif cur >= pos and cur + imm + 1 < pos:
+                imm += cnt
+            kept.append([cur, imm, idx])
+        refs = kept
+        starts.append(length)  # the fake 'exit' subprogram
+        k = next(k for k in range(len(starts)) if starts[k] >= pos)
+        j = next(j for j in range(k, len(starts)) if starts[j] >= end_old)
+        if starts[j] != end_old:
+            j -= 1
+        if j > k:
+            del starts[k:j]
+        elif starts[k] == pos:
+            k += 1
+        for m in range(k, len(starts)):
+            starts[m] -= cnt
+        starts.pop()
+        seen = seen[:pos] + seen[end_old:]
+        length -= cnt
+    if len(starts) <= 1:
+        return None  # jit_subprogs: nothing to split
+    left = set(starts)
+    for cur, imm, idx in refs:
+        target = cur + imm + 1
+        if target not in left:
+            return idx, Fault(
+                "dead-subprog",
+                f"verifier bug: No program to jit at insn {target} (subprog < 0)",
+                "the kernel never walks the callback of a bpf_loop whose count is known to "
+                "be 0 (a constant or a config set to 0), removes its code as dead, and then "
+                "finds this reference to it naming no function; skip the loop when the "
+                "count is 0, or give it a count that is not known to be 0",
+            )
     return None

@@ -228,6 +228,9 @@ def cmd_attach(args) -> int:
                         rec.step("link-moved")
                     # devmap entries filled before the attach: say now if their targets drop all
                     warnings = attach.devmap_warnings(prog.fd)
+                    tx = attach.xdp_tx_warning(prog.fd, dev, res.mode)
+                    if tx is not None:
+                        warnings.append(tx)
             except BaseException:
                 if rec.record["step"] in ("begin", "pinned"):
                     rec.done()  # rolled back: open_program removed the new pins
@@ -513,6 +516,8 @@ def cmd_show(args) -> int:
             f"  {a['dev']}: {a['prog_name'] or '?'} (prog id {a['prog_id']}) "
             f"{a['mode']} mode via {via}{pin}"
         )
+        for w in a.get("warnings", []):
+            print(f"    warning: {w}")
     so = inv["sock_ops"]
     where = f"cgroup v2 at {so['root']}" if so["root"] else "no cgroup v2 mounted"
     print(f"sock_ops attachments ({where}):")

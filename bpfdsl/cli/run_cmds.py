@@ -203,6 +203,7 @@ def cmd_run(args) -> int:
     engine = testrun.open_engine(args.engine, spec, config=config, ifindex=ifindex)
     warnings.extend(getattr(engine, "warnings", ()))
     out = _RunOutput(args, name)
+    saw_tx = False
     try:
         if routes and isinstance(engine, testrun.InterpEngine):  # the kernel: refused above
             engine.collection.env.fib_routes[:] = routes
@@ -224,6 +225,7 @@ def cmd_run(args) -> int:
         try:
             for r in results:  # each frame's line as soon as it is run
                 out.add(r)
+                saw_tx = saw_tx or getattr(r, "verdict", None) == "XDP_TX"
                 if out.interrupted:
                     break
         finally:
@@ -232,6 +234,14 @@ def cmd_run(args) -> int:
     finally:
         engine.close()
         out.stop_progress()
+    if saw_tx and args.dev:  # the verdict the kernel would drop on that device
+        from bpfdsl.kernel import netlink
+
+        found = netlink.xdp_tx_problem(netlink.ifindex(args.dev))
+        if found is not None:
+            warnings.append(
+                f"a frame got XDP_TX: attached to {args.dev} in native mode, {found[0]}; {found[1]}"
+            )
     for w in warnings:
         print(f"warning: {w}", file=sys.stderr)
     return out.finish()

@@ -544,6 +544,25 @@ def _peer(facts: LinkFacts) -> tuple[str | None, str | None]:
 def redirect_target_problem(index: int) -> tuple[str, str] | None:
     """(warning, remedy) when frames XDP-redirected into interface ``index`` (a devmap
     entry) would all be dropped by the kernel; None when it takes them (or cannot say).
+    :func:`xdp_xmit_problem` decides."""
+    return xdp_xmit_problem(index)
+
+
+def xdp_tx_problem(index: int) -> tuple[str, str] | None:
+    """(warning, remedy) when the frames a native-mode XDP program on interface ``index``
+    returns ``XDP_TX`` for would all be dropped: XDP_TX sends the frame back out of the
+    same device with its ndo_xdp_xmit path (a veth: drivers/net/veth.c veth_xdp_rcv ->
+    veth_xdp_tx -> veth_xdp_flush_bq -> veth_xdp_xmit, which drops the frames unless the
+    peer's NAPI runs: the peer has an XDP program or GRO on, and both ends are up), the
+    same rule as a redirect into ``index``; :func:`xdp_xmit_problem` decides."""
+    return xdp_xmit_problem(index, xdp_tx=True)
+
+
+def xdp_xmit_problem(index: int, *, xdp_tx: bool = False) -> tuple[str, str] | None:
+    """(warning, remedy) when the kernel would drop every frame transmitted out of
+    interface ``index`` by XDP (its ndo_xdp_xmit: frames redirected into it, or with
+    ``xdp_tx`` the frames its own XDP program returns XDP_TX for); None when it takes
+    them (or cannot say).  The one rule both warnings use.
 
     Cases: a veth whose peer has neither an XDP program nor GRO (no NDO_XMIT); any other
     device without XDP transmit; a target (or veth peer) that is down.
@@ -552,6 +571,11 @@ def redirect_target_problem(index: int) -> tuple[str, str] | None:
     if facts is None:
         return None
     dev = facts.name or f"ifindex {index}"
+    frames = (
+        f"every frame the XDP program of {dev} returns XDP_TX for (sent back out of {dev})"
+        if xdp_tx
+        else f"every frame redirected into {dev}"
+    )
     feats = xdp_features(index)
     if facts.kind == "veth":
         name, ns = _peer(facts)
@@ -571,28 +595,30 @@ def redirect_target_problem(index: int) -> tuple[str, str] | None:
             )
             return (
                 f"{dev} is a veth and its peer {peer} has no XDP program (and GRO off): "
-                f"the kernel drops every frame redirected into {dev} (veth_xdp_xmit needs "
+                f"the kernel drops {frames} (veth_xdp_xmit needs "
                 "the peer's NAPI; the veth lacks NETDEV_XDP_ACT_NDO_XMIT)",
                 remedy,
             )
         if not facts.lower_up:
             return (
                 f"{dev} is a veth without carrier ({dev} or its peer {peer} is down): the "
-                f"kernel drops every frame redirected into {dev}",
+                f"kernel drops {frames}",
                 f"bring both ends up: `ip link set {dev} up`, and the same for the peer",
             )
         return None
+    if xdp_tx:
+        return None  # a native driver's XDP_TX is its own TX ring (NETDEV_XDP_ACT_BASIC)
     if feats is not None and not feats & NETDEV_XDP_ACT_NDO_XMIT:
         return (
             f"{dev} cannot transmit XDP-redirected frames (its driver"
             f"{' ' + facts.kind if facts.kind else ''} lacks ndo_xdp_xmit, "
-            "NETDEV_XDP_ACT_NDO_XMIT): the kernel drops every frame redirected into it",
+            f"NETDEV_XDP_ACT_NDO_XMIT): the kernel drops {frames}",
             "redirect to an interface whose driver supports XDP transmit "
             "(see `ip -d link`, `ethtool -i`)",
         )
     if not facts.up:
         return (
-            f"{dev} is down: the kernel drops every frame redirected into it",
+            f"{dev} is down: the kernel drops {frames}",
             f"`ip link set {dev} up`",
         )
     return None

@@ -16,9 +16,11 @@ import struct
 import sys
 from dataclasses import dataclass, field, fields
 
+from bpfdsl.abi.insn import decode
 from bpfdsl.abi.uapi import BPF_F_REPLACE, AttachType, LinkType, MapType, ProgramType, XdpFlags
 from bpfdsl.diagnostics import Diagnostic, DiagnosticError, HostError, UsageError, error
 from bpfdsl.kernel import libc, netlink, syscall
+from bpfdsl.obj.verdicts import XDP_TX, may_return
 from bpfdsl.runtime.cpumap import refuse_dev_bound, refuse_on_interface
 
 MODES = ("native", "generic")  # offload is refused: it needs a device-bound program
@@ -428,6 +430,42 @@ def devmap_target_warning(map_name: str, key: int, ifindex: int):
     return Diagnostic(
         "warning", "redirect-target-drops", f"devmap '{map_name}' key {key}: {msg}", hints=[remedy]
     )
+
+
+def xdp_tx_warning(prog_fd: int, dev: str, mode: str = "native"):
+    """A warning Diagnostic (``xdp-tx-drops``) when XDP program ``prog_fd``, attached to
+    interface ``dev`` in ``mode``, can return XDP_TX (its instructions as the kernel holds
+    them, :func:`bpfdsl.obj.verdicts.may_return`) and the kernel would drop every such
+    frame (:func:`bpfdsl.kernel.netlink.xdp_tx_problem`: a veth whose peer has no XDP
+    program nor GRO); None otherwise.  Generic mode sends XDP_TX frames with the stack's
+    transmit path (generic_xdp_tx), which does not need the peer.  Never raises (it runs
+    after an attach succeeded, or for a listing)."""
+    if mode != "native":
+        return None
+    try:
+        if not may_return(decode(syscall.prog_xlated(prog_fd)), XDP_TX):
+            return None
+        found = netlink.xdp_tx_problem(netlink.ifindex(dev))
+    except (OSError, ValueError, DiagnosticError):
+        return None
+    if found is None:
+        return None
+    msg, remedy = found
+    return Diagnostic(
+        "warning",
+        "xdp-tx-drops",
+        f"the program can return XDP_TX: {msg}",
+        hints=[remedy],
+    )
+
+
+def attached_xdp_tx_warning(att: XdpAttachment):
+    """:func:`xdp_tx_warning` for what is attached now (``bpfdsl show``); never raises."""
+    try:
+        with syscall.get_fd_by_id("prog", att.prog_id) as fd:
+            return xdp_tx_warning(int(fd), att.dev, att.mode)
+    except (OSError, ValueError):
+        return None
 
 
 def devmap_warnings(prog_fd: int, limit: int = 1024) -> list:

@@ -492,6 +492,8 @@ def collect(*, all_dirs: bool = False) -> dict:
         if cur is None:
             continue
         att = cur.to_dict()
+        tx = attach.attached_xdp_tx_warning(cur)  # XDP_TX frames the kernel drops
+        att["warnings"] = [tx.message] if tx is not None else []
         if cur.link_id is not None:
             att["link_pin"] = link_pins.get(cur.link_id)
         atts.append(att)

@@ -250,3 +250,116 @@ def test_checker_refuses_a_callback_without_btf_func_info_like_the_kernel():
     ins = _callback_returning(1)
     res = check_insns(ins, ProgramType.XDP, U.AttachType.XDP, has_func_info=False)
     assert [e.message for e in res.errors] == ["missing btf func_info"]
+
+
+# ---- a count known to be 0: the kernel never walks the callback ------------------------
+
+# issue #23: a noinline fn before the loop (two subprograms), the count a config set to 0
+ZERO = """license "GPL"
+struct scan { total: u64 }
+config n: u32 = 0
+map out: array<u32, u64>(max_entries: 2)
+
+noinline fn ttl_low(ip: ipv4, min: u8) -> bool {
+    return ip.ttl < min
+}
+
+fn step(i: u32, st: scan) -> bool {
+    st.total += i + 1
+    return false
+}
+
+xdp fn f(ctx) {
+    let eth = parse ethernet else { return XDP_PASS }
+    if eth.h_proto != ETH_P_IP { return XDP_PASS }
+    let ip = parse ipv4 else { return XDP_PASS }
+    if ttl_low(ip, 2) { return XDP_DROP }
+    let s = scan(total: 0)
+    let calls = loop(n, step, s)
+    out[0] = s.total
+    out[1] = calls as u64
+    return XDP_PASS
+}
+"""
+
+
+def _ipv4_frame() -> bytes:
+    from scapy.layers.inet import IP, UDP
+
+    return bytes(Ether() / IP(ttl=64) / UDP() / (b"x" * 20))
+
+
+@pytest.mark.parametrize("n,total,calls", [(0, 0, 0), (3, 6, 3)])
+def test_loop_with_a_config_count_of_0_loads_and_runs_on_both_engines(
+    bpf_program, tmp_path, n, total, calls
+):
+    """The kernel skips the callback of a bpf_loop whose count it knows to be 0 and drops
+    it as dead code; the function address left made it refuse the program ("verifier
+    bug: No program to jit").  The compiler skips the call when the count is 0."""
+    src = tmp_path / "zero.bpfd"
+    src.write_text(ZERO)
+    prog = bpf_program(src, config={"n": n})
+    assert prog.run(_ipv4_frame()).verdict == "XDP_PASS"
+    assert prog.maps["out"].get(0) == _u64(total)
+    assert prog.maps["out"].get(1) == _u64(calls)
+
+
+def test_loop_with_a_config_count_of_0_keeps_every_subprogram_referenced():
+    spec = read_object(compile_source(ZERO, "zero.bpfd").obj)
+    prog = spec.programs["f"]
+    assert prog.subprograms == ["ttl_low", "step"]
+    assert sum(x.is_ld_imm64 and x.src == BPF_PSEUDO_FUNC for x in prog.insns) == 1
+    res = check_object(spec)
+    assert res.ok, [e.message for p in res.programs for e in p.errors]
+
+
+ZERO_C = r"""
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+const volatile __u32 n = 0;
+static __noinline int low(__u32 v) { return v < 2; }
+static long cb(__u64 i, void *ctx) { return 0; }
+SEC("xdp") int p(struct xdp_md *ctx) {
+    if (low(ctx->rx_queue_index))
+        return XDP_DROP;
+    bpf_loop(n, cb, 0, 0);
+    return XDP_PASS;
+}
+char LICENSE[] SEC("license") = "GPL";
+"""
+
+
+@pytest.mark.kernel
+def test_checker_and_kernel_refuse_a_dead_loop_callback_referenced_after_dead_code_removal(
+    tmp_path,
+):
+    """clang's object calls bpf_loop(n, cb) with a .rodata n of 0 (known to the verifier:
+    frozen), after a call of another static function: the kernel never walks cb, removes
+    it, and the function address names no subprogram left."""
+    from bpfdsl.runtime.loader import VerifierError, load_collection
+
+    obj = build_text(ZERO_C, tmp_path)
+    res = check_object(read_object(obj))
+    errs = [e for p in res.programs for e in p.errors]
+    assert [e.code for e in errs] == ["dead-subprog"]
+    assert errs[0].message.startswith("verifier bug: No program to jit at insn ")
+    with pytest.raises(VerifierError) as ei:
+        load_collection(read_object(obj)).close()
+    assert "No program to jit" in ei.value.log
+    load_collection(read_object(obj), config={"n": 4}).close()  # walked: accepted
+
+
+def test_checker_accepts_a_dead_loop_callback_when_it_is_the_only_subprogram():
+    """One subprogram left after the removal: jit_subprogs has nothing to split (the
+    kernel loads such a program, as with a plain fn in place of the noinline one)."""
+    insns = [
+        I.mov64_imm(1, 0),
+        I.ld_imm64(2, 5, src=BPF_PSEUDO_FUNC),
+        I.mov64_imm(3, 0),
+        I.mov64_imm(4, 0),
+        I.call(181),
+        I.exit_(),
+        I.mov64_imm(0, 0),
+        I.exit_(),
+    ]
+    assert check_insns(insns, ProgramType.XDP, U.AttachType.XDP).ok

@@ -141,7 +141,7 @@ def test_source_with_by_name_pin_loads_without_leaving_the_pin() -> None:
     real `bpfdsl load` keeps such pins, as libbpf does)."""
     from . import sources
 
-    src = ("map seen_total:percpu_array<u64>(max_entries:1,pinning:LIBBPF_PIN_BY_NAME)"
+    src = ("license \"GPL\" map seen_total:percpu_array<u64>(max_entries:1,pinning:LIBBPF_PIN_BY_NAME)"
            "xdp fn count(ctx){return XDP_PASS}")  # fmt: skip
     res = verdict(sources.FUZZER, (src, True))
     assert res.outcome == "ok", f"{res.signature}\n{res.text[-2000:]}"

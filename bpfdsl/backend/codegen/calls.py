@@ -308,13 +308,35 @@ class CallGen(GenHost):
     def bpf_loop(self, e: ast.Call) -> ir.Value:
         """``loop(n, f[, state])``: bpf_loop(n, &f, &state or NULL, 0) (helper 181); the
         callback is the subprogram ``f`` (its address: an ld_imm64 the loader marks
-        BPF_PSEUDO_FUNC), the state the caller's own stack memory (by reference)."""
+        BPF_PSEUDO_FUNC), the state the caller's own stack memory (by reference).
+
+        A count of 0 skips the call (the helper's answer is 0 calls made, as bpf_loop's):
+        the kernel never walks the callback of a bpf_loop whose count it knows to be 0 (a
+        config set to 0: frozen .rodata), removes the callback as dead code and then
+        refuses the program for the function address left behind ("verifier bug: No
+        program to jit", checker ``dead-subprog``).  Behind the test, the call and the
+        address are dead too when the count is known to be 0, and the callback is walked
+        with a count of at least 1 otherwise."""
         n = self.rv(e.args[0], T.U32)
         name = e.args[1]
         assert isinstance(name, ast.Name)
         cb = self.fn_ir[name.id, None]
         st = self.gen(e.args[2]) if len(e.args) == 3 else ir.Constant(PTR, None)
-        return self.helper(HELPERS["loop"].id, I64, [n, cb, st, ir.Constant(I64, 0)])
+        zero = ir.Constant(I64, 0)
+        if isinstance(n, ir.Constant) and n.constant == 0:
+            return zero
+        before = self.b.block
+        call, done = self.new_block("loop.call"), self.new_block("loop.done")
+        self.b.cbranch(self.b.icmp_unsigned("==", n, ir.Constant(n.type, 0)), done, call)
+        self.start(call)
+        r = self.helper(HELPERS["loop"].id, I64, [n, cb, st, zero])
+        after = self.b.block
+        self.b.branch(done)
+        self.start(done)
+        calls = self.b.phi(I64, "loop.calls")
+        calls.add_incoming(zero, before)
+        calls.add_incoming(r, after)
+        return calls
 
     def g_MethodCall(self, e: ast.MethodCall):
         return self.map_method(e)

@@ -57,7 +57,7 @@ class Checked:
 
     program: ast.Program
     filename: str
-    license: str = "GPL"
+    license: str = ""
     structs: dict[str, T.StructType] = field(default_factory=dict)
     consts: dict[str, Const] = field(default_factory=dict)
     configs: dict[str, Config] = field(default_factory=dict)
@@ -282,9 +282,31 @@ class Sema(StmtChecker, DeclChecker):
                 Span(self.c.filename, 1, 1),
                 "declare e.g. `xdp fn name(ctx) { ... }`",
             )
+        self.check_license(items)
         if self.diags:
             raise DiagnosticError(self.diags, self.c.program.source)
         return self.c
+
+    def check_license(self, items: list[ast.Node]) -> None:
+        """A program needs a ``license``: without one the object has no ``license``
+        section, which libbpf and the kernel take as proprietary (bpf_prog_load's
+        license_is_gpl_compatible("") is false), refusing every GPL-only helper
+        ("cannot call GPL-restricted function from non-GPL compatible program").  The
+        error is at the first program (the file start when there is none)."""
+        if any(isinstance(it, ast.License) for it in items):
+            return
+        progs = [it for it in items if isinstance(it, ast.ProgDecl)]
+        if not progs:
+            return  # no-programs says what is missing first
+        self.err(
+            "missing-license",
+            "the file declares no `license`: the kernel would take the program as proprietary",
+            progs[0].span,
+            'add `license "GPL"` at the top of the file (or another GPL-compatible license '
+            'such as "Dual BSD/GPL"): GPL-only helpers need a GPL-compatible license (the '
+            "`perf_event_output` builtin's bpf_xdp_event_output is one), and without a "
+            "license libbpf and the kernel load the program as proprietary",
+        )
 
     def globals_scope(self) -> dict[str, object]:
         g: dict[str, object] = {}

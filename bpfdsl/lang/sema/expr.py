@@ -395,10 +395,13 @@ class ExprChecker(OpsChecker):
                 "unhandled-missing",
                 f"`{t.name}[...]` may be missing and the missing case is not handled",
                 e.span,
-                f"write `let v = {t.name}.lookup(k) else "
-                "{ ... }`; `m[k] = v` and `m[k] += n` are fine as statements",
+                f"read it with lookup: `let v = {t.name}.lookup(k) else {{ ... }}` or "
+                f"`if let v = {t.name}.lookup(k) {{ ... }}`; `m[k] = v` and `m[k] += n` "
+                "are fine as statements",
             )
-            return t.value
+            # reported: the error type, so no later check of this value claims the
+            # opposite (needless-if-let / needless-else: "never missing")
+            return T.ERR
         ref = isinstance(t, T.RefType)
         t = t.inner if isinstance(t, T.RefType) else t
         if isinstance(t, T.ArrayType):
