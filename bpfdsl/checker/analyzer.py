@@ -54,7 +54,7 @@ from bpfdsl.checker.subprog import (
     loop_call,
     widen,
 )
-from bpfdsl.checker.transfer import _read, do_alu, do_ld, do_ldx, do_store
+from bpfdsl.checker.transfer import _read, do_alu, do_ld, do_ldx, do_store, kernel_links_delta
 
 INSN_LIMIT: Final = 1_000_000  # kernel BPF_COMPLEXITY_LIMIT_INSNS
 JMP_SEQ_LIMIT: Final = 8192  # kernel BPF_COMPLEXITY_LIMIT_JMP_SEQ
@@ -895,8 +895,9 @@ def _mov_k(dst: int, imm: D.Reg):
 
 def _alu_k(op: int, is64: bool, dst: int, imm: D.Reg):
     scalar_alu = ALU.scalar_alu
-    # as do_alu: only a 64-bit add links dst to its copies with a delta (BPF_ADD_CONST)
-    add = op == U.BPF_ADD and is64
+    # as do_alu: only a 64-bit add of 0..S32_MAX links dst to its copies with a delta
+    # (BPF_ADD_CONST); a negative immediate unlinks, as here (kernel_links_delta)
+    add = op == U.BPF_ADD and is64 and kernel_links_delta(imm.value)
     memo: dict[tuple, D.Reg] = {}  # this insn's results by the operand's tnum and bounds
 
     def alu_k(env: Env, cfg: Cfg, st: State, i: int, x) -> None:
@@ -906,7 +907,7 @@ def _alu_k(op: int, is64: bool, dst: int, imm: D.Reg):
         if d.t != D.SCALAR:  # pointer arithmetic, an unset register: do_alu
             _alu(env, cfg, st, i, x)
             return
-        if add and d.id:
+        if add and d.id and env.privileged:
             env.inexact += 1  # the kernel links dst to its copies with a delta
         key = (d.tn, d.smin, d.smax, d.umin, d.umax, d.s32min, d.s32max, d.u32min, d.u32max)
         r = memo.get(key)

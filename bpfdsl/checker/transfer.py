@@ -171,11 +171,21 @@ def do_alu(env: Env, st: State, x: Insn) -> None:
         off_reg = s if d_ptr else d
         regs[x.dst] = _ptr_alu(env, x, op, is64, ptr_reg, ptr_no, off_reg, d_ptr)
         return
-    if op == U.BPF_ADD and is64 and d.id and s.is_const:
+    if op == U.BPF_ADD and is64 and d.id and s.is_const and env.privileged:
         # the kernel links dst to its copies with a delta (BPF_ADD_CONST; 64-bit adds
         # only, an ALU32 add unlinks as here)
-        env.inexact += 1
+        if kernel_links_delta(s.value):
+            env.inexact += 1
     regs[x.dst] = ALU.scalar_alu(op, d, s, is64, signed_div=bool(x.off))
+
+
+def kernel_links_delta(val: int) -> bool:
+    """Whether the kernel keeps a 64-bit ``dst += val`` (``val`` the constant as u64) of a
+    scalar with an id linked to its copies with the delta (BPF_ADD_CONST).  Linux 6.18
+    adjust_reg_min_max_vals (bpf_capable only): a ``val > (u32)S32_MAX`` -- every negative
+    constant, so the ``r1 += -lo`` of a range check -- clears dst's id and off, which is
+    the checker's fresh scalar, so only 0..S32_MAX departs from the checker's walk."""
+    return 0 <= val <= 0x7FFFFFFF
 
 
 def _ptr_leak_warn(env: Env, regno: int, r: D.Reg, what: str) -> None:
