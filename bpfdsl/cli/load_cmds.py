@@ -95,8 +95,9 @@ def cmd_load(args) -> int:
 
         ifindex = netlink.ifindex(args.dev)
     with oplock.OpLocks() as locks:
-        locks.acquire([oplock.pin_dir_key(pin_dir)])
-        with intent.Critical() as crit:
+        with intent.Critical() as crit:  # a signal during the wait stops it (exit 128+N)
+            locks.poll = lambda: crit.check("stopped while waiting for a lock: nothing changed")
+            locks.acquire([oplock.pin_dir_key(pin_dir)])
             for line in repair.repair_stale(locks):
                 print(line, file=sys.stderr)
             rec = intent.Intent("load", locks, dir=os.path.normpath(os.path.abspath(pin_dir)))
@@ -183,8 +184,9 @@ def cmd_unload(args) -> int:
 
     detached: list[str] = []
     with oplock.OpLocks() as locks:
-        locks.acquire([oplock.pin_dir_key(args.pin_dir)])
-        with intent.Critical() as crit:
+        with intent.Critical() as crit:  # a signal during the wait stops it (exit 128+N)
+            locks.poll = lambda: crit.check("stopped while waiting for a lock: nothing changed")
+            locks.acquire([oplock.pin_dir_key(args.pin_dir)])
             for line in repair.repair_stale(locks):
                 print(line, file=sys.stderr)
             rec = intent.Intent(
