@@ -216,6 +216,7 @@ def cmd_attach(args) -> int:
                     reuse_from=reuse,
                     pin_root=args.pin_root,
                     dev=dev,  # programs calling the XDP metadata kfuncs are loaded for this device
+                    before_pin=rec.pinning_by_name,  # a repair after SIGKILL removes them
                 ) as prog:
                     rec.step("pinned", new_prog_ids=[attach.prog_id_of(prog.fd)])
                     crit.check("stopped before attaching: the new pins were removed")

@@ -103,7 +103,7 @@ def cmd_load(args) -> int:
             rec = intent.Intent("load", locks, dir=os.path.normpath(os.path.abspath(pin_dir)))
             rec.begin()
             try:
-                rows, coll = _load_and_pin(args, spec, config, level, ifindex, pin_dir, crit)
+                rows, coll = _load_and_pin(args, spec, config, level, ifindex, pin_dir, crit, rec)
             finally:
                 rec.done()  # pinned in full, or nothing (pin_collection removes a part)
     if args.json:
@@ -115,12 +115,17 @@ def cmd_load(args) -> int:
     return OK
 
 
-def _load_and_pin(args, spec, config, level, ifindex, pin_dir, crit):
+def _load_and_pin(args, spec, config, level, ifindex, pin_dir, crit, rec):
     from bpfdsl.runtime import loader, pins
 
     try:
         coll = loader.load_collection(
-            spec, config=config, log_level=level, pin_dir=args.pin_root, ifindex=ifindex
+            spec,
+            config=config,
+            log_level=level,
+            pin_dir=args.pin_root,
+            ifindex=ifindex,
+            before_pin=rec.pinning_by_name,  # a repair after SIGKILL removes them
         )
     except loader.VerifierError as e:
         if args.log:

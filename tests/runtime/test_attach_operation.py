@@ -581,3 +581,51 @@ def test_map_writes_wait_for_the_pin_dirs_lock(net, root, objs, how, tmp_path):
     k.wait()
     assert (k.code == 0) == (how != "delete"), k.stderr
     detach_leaves_nothing(net, root)
+
+
+BY_NAME_SRC = """license "GPL"
+map keep_me: hash<u32, u64>(max_entries: 8, pinning: LIBBPF_PIN_BY_NAME)
+{more}
+xdp fn by_name(ctx) {{
+    keep_me[0] += 1
+    {use}
+    return XDP_PASS
+}}
+"""
+
+
+@pytest.mark.kernel
+@pytest.mark.parametrize("step", ["pinned", "begin"])
+def test_sigkilled_attach_leaves_no_map_pinned_by_name_it_created(net, root, tmp_path, step):
+    """A SIGKILLed attach's repair removes the maps it pinned by name (LIBBPF_PIN_BY_NAME)
+    and keeps the one that was pinned before it (reused)."""
+    one, two = tmp_path / "one.bpfd", tmp_path / "two.bpfd"
+    one.write_text(BY_NAME_SRC.format(more="", use=""))
+    two.write_text(BY_NAME_SRC.format(
+        more="map new_one: hash<u32, u64>(max_entries: 8, pinning: LIBBPF_PIN_BY_NAME)",
+        use="new_one[1] += 1"))  # fmt: skip
+    pin_root = f"/sys/fs/bpf/opstest_byname_{uuid.uuid4().hex[:8]}"
+    os.mkdir(pin_root)
+    try:
+        first = f"{root}/first"
+        assert run(net, "load", str(one), "--pin-dir", first, "--pin-root", pin_root).code == 0
+        assert run(net, "unload", first).code == 0
+        assert os.listdir(pin_root) == ["keep_me"]  # pinned before the attach
+        with syscall.obj_get(f"{pin_root}/keep_me") as fd:
+            kept_id = syscall.map_info(fd).id
+        argv = ["attach", str(two), net.xdp_dev, "--pin-dir", f"{root}/p", "--pin-root", pin_root]
+        k = _killed(net, argv, f"attach:{step}", signal.SIGKILL)
+        assert k.code == -signal.SIGKILL
+        if step == "pinned":
+            assert sorted(os.listdir(pin_root)) == ["keep_me", "new_one"]  # what the kill left
+        lines = _repair_here(net)
+        assert len(lines) == 1, lines
+        assert "rolled back" in lines[0] or "nothing to repair" in lines[0], lines
+        if step == "pinned":
+            assert f"removed its maps pinned by name: {pin_root}/new_one" in lines[0], lines
+        assert os.listdir(pin_root) == ["keep_me"]
+        with syscall.obj_get(f"{pin_root}/keep_me") as fd:
+            assert syscall.map_info(fd).id == kept_id  # the same map: never removed
+        assert state(net, root) == (0, [])
+    finally:
+        shutil.rmtree(pin_root, ignore_errors=True)
