@@ -237,6 +237,7 @@ def cmd_attach(args) -> int:
                     warnings = attach.devmap_warnings(prog.fd)
             except BaseException:
                 if rec.record["step"] in ("begin", "pinned"):
+                    repair.remove_by_name_pins(rec.record)  # the maps it pinned by name
                     rec.done()  # rolled back: open_program removed the new pins
                 raise
             notes = [repair.release_pin_dir(over)] if over else []

@@ -595,8 +595,9 @@ xdp fn by_name(ctx) {{
 
 
 @pytest.mark.kernel
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["TERM", "KILL"])
 @pytest.mark.parametrize("step", ["pinned", "begin"])
-def test_sigkilled_attach_leaves_no_map_pinned_by_name_it_created(net, root, tmp_path, step):
+def test_killed_attach_leaves_no_map_pinned_by_name_it_created(net, root, tmp_path, step, sig):
     """A SIGKILLed attach's repair removes the maps it pinned by name (LIBBPF_PIN_BY_NAME)
     and keeps the one that was pinned before it (reused)."""
     one, two = tmp_path / "one.bpfd", tmp_path / "two.bpfd"
@@ -614,15 +615,19 @@ def test_sigkilled_attach_leaves_no_map_pinned_by_name_it_created(net, root, tmp
         with syscall.obj_get(f"{pin_root}/keep_me") as fd:
             kept_id = syscall.map_info(fd).id
         argv = ["attach", str(two), net.xdp_dev, "--pin-dir", f"{root}/p", "--pin-root", pin_root]
-        k = _killed(net, argv, f"attach:{step}", signal.SIGKILL)
-        assert k.code == -signal.SIGKILL
-        if step == "pinned":
-            assert sorted(os.listdir(pin_root)) == ["keep_me", "new_one"]  # what the kill left
-        lines = _repair_here(net)
-        assert len(lines) == 1, lines
-        assert "rolled back" in lines[0] or "nothing to repair" in lines[0], lines
-        if step == "pinned":
-            assert f"removed its maps pinned by name: {pin_root}/new_one" in lines[0], lines
+        k = _killed(net, argv, f"attach:{step}", sig)
+        if sig == signal.SIGTERM:
+            assert k.code == 143, k.stderr  # rolled back by the command itself
+            assert _repair_here(net) == []
+        else:
+            assert k.code == -signal.SIGKILL
+            if step == "pinned":
+                assert sorted(os.listdir(pin_root)) == ["keep_me", "new_one"]  # the kill left
+            lines = _repair_here(net)
+            assert len(lines) == 1, lines
+            assert "rolled back" in lines[0] or "nothing to repair" in lines[0], lines
+            if step == "pinned":
+                assert f"removed its maps pinned by name: {pin_root}/new_one" in lines[0], lines
         assert os.listdir(pin_root) == ["keep_me"]
         with syscall.obj_get(f"{pin_root}/keep_me") as fd:
             assert syscall.map_info(fd).id == kept_id  # the same map: never removed
