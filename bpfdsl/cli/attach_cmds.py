@@ -95,6 +95,12 @@ def register(sub) -> None:
     )
     d.add_argument("dev_pos", nargs="?", metavar="IFACE", help="the interface")
     d.add_argument("--dev", metavar="IFACE", help="the interface (same as IFACE)")
+    d.add_argument(
+        "--force",
+        action="store_true",
+        help="detach an XDP program bpfdsl did not attach (ip, xdp-loader, a libxdp "
+        "dispatcher); without it such a program is a refusal naming it",
+    )
     d.set_defaults(func=cmd_detach)
 
     s = sub.add_parser(
@@ -161,9 +167,9 @@ def cmd_attach(args) -> int:
     target = _target_dir(args, words[0], is_object)
     keys = [oplock.interface_key(dev, index)] + ([oplock.pin_dir_key(target)] if target else [])
     with oplock.OpLocks() as locks:
-        locks.acquire(keys)  # waits (bounded, saying so) while another command changes them
-        with intent.Critical() as crit:
+        with intent.Critical() as crit:  # a signal during the wait stops it (exit 128+N)
             locks.poll = lambda: crit.check("stopped while waiting for a lock: nothing changed")
+            locks.acquire(keys)  # waits (bounded, saying so) while another command changes them
             repaired = repair.repair_stale(locks)
             for line in repaired + (repair.orphan_staging(target) if target else []):
                 print(line, file=sys.stderr)
@@ -210,6 +216,7 @@ def cmd_attach(args) -> int:
                     reuse_from=reuse,
                     pin_root=args.pin_root,
                     dev=dev,  # programs calling the XDP metadata kfuncs are loaded for this device
+                    before_pin=rec.pinning_by_name,  # a repair after SIGKILL removes them
                 ) as prog:
                     rec.step("pinned", new_prog_ids=[attach.prog_id_of(prog.fd)])
                     crit.check("stopped before attaching: the new pins were removed")
@@ -233,6 +240,7 @@ def cmd_attach(args) -> int:
                         warnings.append(tx)
             except BaseException:
                 if rec.record["step"] in ("begin", "pinned"):
+                    repair.remove_by_name_pins(rec.record)  # the maps it pinned by name
                     rec.done()  # rolled back: open_program removed the new pins
                 raise
             notes = [repair.release_pin_dir(over)] if over else []
@@ -346,10 +354,32 @@ def _check_target(target: str, dev: str, no_replace: bool = False) -> bool:
     raise UsageError(error("pin-dir-busy", f"{target} is not empty", hint=hint))
 
 
-def _foreign(dev: str, cur):
+def _ours(cur, dev: str, link_pins: list[str]) -> bool:
+    """True when attachment ``cur`` of ``dev`` is bpfdsl's: a bpfdsl pin dir holds its
+    program or link, or its link is pinned under the name ``bpfdsl attach`` gives it."""
+    from bpfdsl.runtime import attach, repair
+
+    if repair.owner_of(cur) is not None:
+        return True
+    name = os.path.basename(attach.link_pin_path("/", dev))
+    return any(os.path.basename(p) == name for p in link_pins)
+
+
+def _foreign(dev: str, cur, detach: bool = False):
     from bpfdsl.diagnostics import DiagnosticError, error
 
     how = "a BPF link" if cur.method == "link" else "netlink"
+    if detach:
+        return DiagnosticError(
+            error(
+                "foreign-program",
+                f"{dev} runs XDP program {cur.prog_name or '?'!r} (id {cur.prog_id}, "
+                f"{cur.mode} mode, via {how}), which bpfdsl did not attach (no bpfdsl pin dir "
+                "holds it: ip, xdp-loader or a libxdp dispatcher?); nothing was detached",
+                hint="--force detaches it (the other tool's pins stay); or remove it with "
+                "the tool that attached it",
+            )
+        )
     return DiagnosticError(
         error(
             "foreign-program",
@@ -414,9 +444,9 @@ def cmd_detach(args) -> int:
     removed: list[str] = []  # pin dirs `bpfdsl attach FILE.o` made for this program
     kept: list[str] = []  # pin dirs of `bpfdsl load`: the user unloads them
     with oplock.OpLocks() as locks:
-        locks.acquire([oplock.interface_key(dev, index)])
-        with intent.Critical() as crit:
+        with intent.Critical() as crit:  # a signal during the wait stops it (exit 128+N)
             locks.poll = lambda: crit.check("stopped while waiting for a lock: nothing changed")
+            locks.acquire([oplock.interface_key(dev, index)])
             for line in repair.repair_stale(locks):
                 print(line, file=sys.stderr)
             for _ in range(5):  # the pin dirs of what runs now are locked too
@@ -433,6 +463,8 @@ def cmd_detach(args) -> int:
                 if locks.add(keys):
                     break
             res = None
+            if cur is not None and not args.force and not _ours(cur, dev, link_pins):
+                raise _foreign(dev, cur, detach=True)
             if cur is not None:
                 for d in dirs:
                     if (pins.read_manifest(d) or {}).get("made_by") == "attach":

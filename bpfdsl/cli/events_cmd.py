@@ -20,7 +20,9 @@ def register(sub) -> None:
         f"{MAP_HELP}.  A live table on a terminal, one line per record otherwise, one JSON "
         "object per line with --json; --pcap writes the packet bytes records carry "
         "(perf_event_output(m, rec, n)) to a pcap file tcpdump and Wireshark read.  Stops "
-        "after --count records or --duration seconds, or on Ctrl-C.  Needs root.",
+        "after --count records or --duration seconds, or on Ctrl-C.  A ringbuf's records "
+        "dropped when it was full are reported when the program counts them in a map "
+        "RING_drops pinned next to it (docs/language.md).  Needs root.",
     )
     p.add_argument("map", metavar="MAP", help="the event map")
     p.add_argument(
@@ -81,7 +83,11 @@ def cmd_events(args) -> int:
     pcap = None
     stats = events.Stats()
     table = None
+    drops = None
     try:
+        drops = events.open_drop_counter(args.map, stream.name)  # the program's RING_drops
+        if drops is not None:
+            stats.dropped = 0
         if args.pcap:
             pcap = PcapWriter(args.pcap)
         if not args.json and not args.lines and sys.stdout.isatty():
@@ -98,9 +104,13 @@ def cmd_events(args) -> int:
                 file=sys.stderr,
             )
         end = time.monotonic() + args.duration if args.duration else None
-        signal.signal(signal.SIGTERM, _stop)  # a service manager's stop: as Ctrl-C
+        # SIGINT and SIGTERM (a service manager's stop) end the loop at its next turn (at
+        # most 0.2 s): a record taken from the ring is always shown and counted
+        stopping: list[int] = []
+        old_int = signal.signal(signal.SIGINT, lambda signo, _f: stopping.append(signo))
+        signal.signal(signal.SIGTERM, lambda signo, _f: stopping.append(signo))
         try:
-            while args.count is None or stats.records < args.count:
+            while not stopping and (args.count is None or stats.records < args.count):
                 left = 0.2 if end is None else min(0.2, end - time.monotonic())
                 if left <= 0:
                     break
@@ -111,24 +121,57 @@ def cmd_events(args) -> int:
                     if args.count is not None and stats.records >= args.count:
                         break
                     _emit(args, ev, stream, stats, pcap, table)
+                if drops is not None:
+                    stats.dropped = drops.since_start()
+                    if table is not None:
+                        table.refresh(stats)
         except KeyboardInterrupt:
             pass
+        finally:
+            signal.signal(signal.SIGINT, old_int)
+        if drops is not None:
+            for ev in stream.read():  # what the ring still holds now counts as received
+                if args.count is not None and stats.records >= args.count:
+                    break
+                _emit(args, ev, stream, stats, pcap, table)
+            stats.dropped = drops.since_start()
     finally:
         if table is not None:
             table.stop()
         if pcap is not None:
             pcap.close()
+        if drops is not None:
+            drops.close()
         stream.close()
-    if not args.json:
+    dropped = (
+        f", {stats.dropped} dropped by the program (ring full; counted in "
+        f"{stream.name}{events.DROPS_SUFFIX})"
+        if stats.dropped is not None
+        else ""
+    )
+    if args.json:
+        if stats.dropped is not None:  # a last line: the summary (only with a drop counter)
+            print(
+                json.dumps(
+                    {
+                        "summary": {
+                            "map": stream.name,
+                            "records": stats.records,
+                            "lost": stats.lost,
+                            "dropped": stats.dropped,
+                        }
+                    }
+                ),
+                flush=True,
+            )
+    else:
         extra = f", {stats.frames} frame(s) written to {args.pcap}" if pcap is not None else ""
         lost = f", {stats.lost} lost" if stats.lost else ""
-        print(f"{stats.records} record(s) from {stream.name}{lost}{extra}", file=sys.stderr)
+        print(
+            f"{stats.records} record(s) from {stream.name}{lost}{dropped}{extra}",
+            file=sys.stderr,
+        )
     return OK
-
-
-def _stop(_signum, _frame) -> None:
-    """SIGTERM while streaming: stop as on Ctrl-C (the summary is still printed)."""
-    raise KeyboardInterrupt
 
 
 def _emit_json(args, batches, stream, stats) -> None:
@@ -193,6 +236,8 @@ class _LiveTable:
 
         n = stats.records if stats else 0
         lost = f", {stats.lost} lost" if stats and stats.lost else ""
+        if stats is not None and stats.dropped is not None:
+            lost += f", {stats.dropped} dropped (ring full)"
         t = Table(title=f"{self.stream.name}: {n} record(s){lost}")
         fields = []
         if self.rows and isinstance(self.rows[-1].value, dict):
@@ -213,6 +258,10 @@ class _LiveTable:
 
     def add(self, ev, stats) -> None:
         self.rows = [*self.rows[-(self.ROWS - 1) :], ev]
+        self.live.update(self._render(stats))
+
+    def refresh(self, stats) -> None:
+        """Redraw the title (the drop count changes without a record)."""
         self.live.update(self._render(stats))
 
     def stop(self) -> None:

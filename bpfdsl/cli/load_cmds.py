@@ -95,14 +95,15 @@ def cmd_load(args) -> int:
 
         ifindex = netlink.ifindex(args.dev)
     with oplock.OpLocks() as locks:
-        locks.acquire([oplock.pin_dir_key(pin_dir)])
-        with intent.Critical() as crit:
+        with intent.Critical() as crit:  # a signal during the wait stops it (exit 128+N)
+            locks.poll = lambda: crit.check("stopped while waiting for a lock: nothing changed")
+            locks.acquire([oplock.pin_dir_key(pin_dir)])
             for line in repair.repair_stale(locks):
                 print(line, file=sys.stderr)
             rec = intent.Intent("load", locks, dir=os.path.normpath(os.path.abspath(pin_dir)))
             rec.begin()
             try:
-                rows, coll = _load_and_pin(args, spec, config, level, ifindex, pin_dir, crit)
+                rows, coll = _load_and_pin(args, spec, config, level, ifindex, pin_dir, crit, rec)
             finally:
                 rec.done()  # pinned in full, or nothing (pin_collection removes a part)
     if args.json:
@@ -114,12 +115,17 @@ def cmd_load(args) -> int:
     return OK
 
 
-def _load_and_pin(args, spec, config, level, ifindex, pin_dir, crit):
+def _load_and_pin(args, spec, config, level, ifindex, pin_dir, crit, rec):
     from bpfdsl.runtime import loader, pins
 
     try:
         coll = loader.load_collection(
-            spec, config=config, log_level=level, pin_dir=args.pin_root, ifindex=ifindex
+            spec,
+            config=config,
+            log_level=level,
+            pin_dir=args.pin_root,
+            ifindex=ifindex,
+            before_pin=rec.pinning_by_name,  # a repair after SIGKILL removes them
         )
     except loader.VerifierError as e:
         if args.log:
@@ -183,8 +189,9 @@ def cmd_unload(args) -> int:
 
     detached: list[str] = []
     with oplock.OpLocks() as locks:
-        locks.acquire([oplock.pin_dir_key(args.pin_dir)])
-        with intent.Critical() as crit:
+        with intent.Critical() as crit:  # a signal during the wait stops it (exit 128+N)
+            locks.poll = lambda: crit.check("stopped while waiting for a lock: nothing changed")
+            locks.acquire([oplock.pin_dir_key(args.pin_dir)])
             for line in repair.repair_stale(locks):
                 print(line, file=sys.stderr)
             rec = intent.Intent(

@@ -111,6 +111,7 @@ def cmd_map_lookup(args) -> int:
 
 
 def cmd_map_update(args) -> int:
+    from bpfdsl.cli.objrefs import pin_dir_locked
     from bpfdsl.diagnostics import UsageError, error
     from bpfdsl.runtime.mapview import MapView
 
@@ -124,7 +125,7 @@ def cmd_map_update(args) -> int:
         raise UsageError(
             error("bad-args", "give KEY and VALUE (or --from FILE)", hint=_UPDATE_USAGE)
         )
-    with MapView(args.map) as m:
+    with pin_dir_locked(args.map), MapView(args.map) as m:  # not into a map being replaced
         key, value = m.parse_key(args.key), m.parse_value(args.value)
         m.update(key, value, _FLAGS[args.flags])
         if args.json:
@@ -138,10 +139,11 @@ _UPDATE_USAGE = "bpfdsl map update MAP KEY VALUE, or bpfdsl map update MAP --fro
 
 
 def _update_from(args) -> int:
+    from bpfdsl.cli.objrefs import pin_dir_locked
     from bpfdsl.runtime.mapfile import read_entries
     from bpfdsl.runtime.mapview import MapView
 
-    with MapView(args.map) as m:
+    with pin_dir_locked(args.map), MapView(args.map) as m:
         n = m.update_batch(read_entries(args.from_file), _FLAGS[args.flags])
         if args.json:
             print(json.dumps({"map": m.describe()["name"], "updated": n}))
@@ -151,9 +153,10 @@ def _update_from(args) -> int:
 
 
 def cmd_map_delete(args) -> int:
+    from bpfdsl.cli.objrefs import pin_dir_locked
     from bpfdsl.runtime.mapview import MapView
 
-    with MapView(args.map) as m:
+    with pin_dir_locked(args.map), MapView(args.map) as m:
         key = m.parse_key(args.key)
         if not m.delete(key):
             raise _not_found(args.map, _text(m.key_value(key)))

@@ -35,9 +35,45 @@ def open_map(ref: str, *, lock: bool = False) -> Iterator[tuple[int, str, str | 
             pin_dir = os.path.dirname(pin_dir)
     with oplock.OpLocks() as locks:
         if lock and pin_dir is not None:
-            locks.acquire([oplock.pin_dir_key(pin_dir)])
+            _acquire_interruptibly(locks, [oplock.pin_dir_key(pin_dir)])
         with MapView(ref) as m:
             yield int(m.fd), m.name, pin_dir
+
+
+@contextmanager
+def pin_dir_locked(ref: str) -> Iterator[str | None]:
+    """Hold the lock of the bpfdsl pin dir (one with a manifest: made by ``bpfdsl load``
+    or ``attach``) map MAP lives in, for the ``with`` block; yields that dir or None (an
+    ``id:N`` ref, or a map pinned elsewhere: nothing of bpfdsl's replaces it)."""
+    from bpfdsl.runtime import oplock, pins
+    from bpfdsl.runtime.mapview import resolve_ref
+
+    target = resolve_ref(ref)
+    pin_dir = None
+    if isinstance(target, str):
+        pin_dir = os.path.dirname(os.path.abspath(target))
+        if os.path.basename(pin_dir) == "maps":
+            pin_dir = os.path.dirname(pin_dir)
+        if pins.read_manifest(pin_dir) is None:
+            pin_dir = None
+    with oplock.OpLocks() as locks:
+        if pin_dir is not None:
+            _acquire_interruptibly(locks, [oplock.pin_dir_key(pin_dir)])
+        yield pin_dir
+
+
+def _acquire_interruptibly(locks, keys) -> None:
+    """``locks.acquire(keys)`` where SIGINT/SIGTERM/SIGHUP during the wait stop the
+    command (intent.Interrupted: exit 128+N, nothing changed) instead of killing it."""
+    from bpfdsl.runtime import intent
+
+    what = "stopped while waiting for a lock: nothing changed"
+    with intent.Critical() as crit:
+        locks.poll = lambda: crit.check(what)
+        locks.acquire(keys)
+    locks.poll = None
+    if crit.received:  # came after the last look: still before any change
+        raise intent.Interrupted(crit.received[0], what)
 
 
 @contextmanager

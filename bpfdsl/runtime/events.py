@@ -695,11 +695,89 @@ def open_events(ref: str, *, type_name: str | None = None, pages: int = 16) -> E
     return EventStream(fd, info, record, name=full, pages=pages)
 
 
+DROPS_SUFFIX = "_drops"  # map RING_drops: the records the program could not write to RING
+
+
+class DropCounter:
+    """The drop counter of a ring buffer: the map ``RING_drops`` pinned next to ring
+    ``RING`` (an array or per-CPU array of u64, or of u32) that the program increments
+    when ``ringbuf_reserve`` or ``ringbuf_output`` fails (the ring was full).  The kernel
+    keeps no such count for BPF_MAP_TYPE_RINGBUF (a failed reserve only returns NULL,
+    kernel/bpf/ringbuf.c ``__bpf_ringbuf_reserve``), so the program must.  :meth:`read`
+    is the sum over its entries and CPUs; :attr:`start` the value when it was opened, so
+    ``read() - start`` counts the drops while a reader ran."""
+
+    def __init__(self, fd: S.Fd, path: str) -> None:
+        self.fd, self.path = fd, path
+        info = S.map_info(fd)
+        self.percpu = int(info.type) == MapType.PERCPU_ARRAY
+        self.value_size = int(info.value_size)
+        self.max_entries = int(info.max_entries)
+        self.start = self.read()
+
+    def read(self) -> int:
+        """Records dropped so far (all entries, all CPUs)."""
+        size = S.percpu_value_size(self.value_size) if self.percpu else self.value_size
+        stride = (self.value_size + 7) & ~7 if self.percpu else self.value_size
+        fmt = "<Q" if self.value_size == 8 else "<I"
+        total = 0
+        for k in range(min(self.max_entries, 64)):
+            raw = S.map_lookup(self.fd, struct.pack("<I", k), size)
+            if raw is None:
+                continue
+            for off in range(0, len(raw) - self.value_size + 1, stride):
+                total += struct.unpack_from(fmt, raw, off)[0]
+        return total
+
+    def since_start(self) -> int:
+        """Records dropped since this counter was opened."""
+        return self.read() - self.start
+
+    def close(self) -> None:
+        self.fd.close()
+
+
+def open_drop_counter(ref: str, ring_name: str) -> DropCounter | None:
+    """The :class:`DropCounter` of the ring ``ref`` names (the pinned map
+    ``RING_drops`` in the same directory), or None when there is none (an ``id:N`` ref,
+    or the program keeps no count) or it is not an array of u32/u64."""
+    if ref.startswith("id:"):
+        return None
+    try:
+        target = mapview.resolve_ref(ref)
+    except UsageError:
+        return None
+    if not isinstance(target, str):
+        return None
+    base = os.path.basename(target)
+    path = os.path.join(os.path.dirname(target), base + DROPS_SUFFIX)
+    if not os.path.exists(path):
+        return None
+    try:
+        fd = S.obj_get(path)
+    except S.BpfError:
+        return None
+    try:
+        info = S.map_info(fd)
+        if int(info.type) not in (MapType.ARRAY, MapType.PERCPU_ARRAY) or int(
+            info.value_size
+        ) not in (4, 8):
+            fd.close()
+            return None
+        return DropCounter(fd, path)
+    except BaseException:
+        fd.close()
+        raise
+
+
 @dataclass(slots=True)
 class Stats:
-    """What a stream delivered: records, lost records, frames written to a pcap."""
+    """What a stream delivered: records, lost records, frames written to a pcap;
+    ``dropped``: records the program could not write (its ``RING_drops`` counter, since
+    the stream was opened; None: the program keeps no such count)."""
 
     records: int = 0
     lost: int = 0
     frames: int = 0
+    dropped: int | None = None
     by_cpu: dict[int, int] = field(default_factory=dict)

@@ -95,6 +95,16 @@ class Intent:
             self._write()
         pause_point(f"{self.op}:{name}")
 
+    def pinning_by_name(self, path: str, map_id: int) -> None:
+        """Record, before it is pinned, that this operation pins the map ``map_id`` it
+        created by name at ``path`` (``by_name_pins``: path -> map id; a repair removes
+        such a pin only while it still holds that map, so never one that existed before
+        or that another program pinned later)."""
+        pinned = self.record.setdefault("by_name_pins", {})
+        pinned[path] = map_id
+        if self.written:
+            self._write()
+
     def _write(self) -> None:
         tmp = self.path + ".tmp"
         with open(tmp, "w") as f:

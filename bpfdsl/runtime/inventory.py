@@ -9,7 +9,7 @@ plain dicts (JSON-ready).
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -89,6 +89,7 @@ def open_program(
     reuse_from: str | None = None,
     pin_root: str | None = None,
     dev: str | None = None,
+    before_pin: Callable[[str, int], None] | None = None,
 ) -> Iterator[OpenProgram]:
     """Open the program ``ref`` names (see module docstring); closes its fd on exit.
 
@@ -102,7 +103,7 @@ def open_program(
     is bound already, or not).
     ``data``: the object's ELF bytes when the caller has them already (``.bpfd`` source is
     compiled by the caller, e.g. :func:`bpfdsl.cli.object_bytes`), else the file ``ref``
-    is read.
+    is read.  ``before_pin``: as ``loader.load_collection``'s (maps pinned by name).
     Raises UsageError for a missing file, no/ambiguous program, or a pin that is no program.
     """
     if os.path.isdir(ref):
@@ -123,7 +124,9 @@ def open_program(
     if not os.path.isfile(ref):
         raise UsageError(error("no-such-file", f"{ref}: no such object, pinned program or pin dir"))
     ifindex = netlink.ifindex(dev) if dev else 0
-    yield from _load_and_open(ref, prog, pin_dir, config_items, data, reuse_from, pin_root, ifindex)
+    yield from _load_and_open(
+        ref, prog, pin_dir, config_items, data, reuse_from, pin_root, ifindex, before_pin
+    )
 
 
 def _load_and_open(
@@ -135,6 +138,7 @@ def _load_and_open(
     reuse_from: str | None = None,
     pin_root: str | None = None,
     ifindex: int = 0,
+    before_pin: Callable[[str, int], None] | None = None,
 ) -> Iterator[OpenProgram]:
     spec = read_object(object_bytes(ref) if data is None else data, name=ref)
     config = parse_config(config_items, spec.configs) if config_items else {}
@@ -162,7 +166,12 @@ def _load_and_open(
         os.makedirs(attach.DEFAULT_PIN_ROOT, exist_ok=True)
     reuse = reusable_maps(spec, reuse_from) if reuse_from else None
     with loader.load_collection(
-        spec, config=config, reuse_maps=reuse, pin_dir=pin_root, ifindex=ifindex
+        spec,
+        config=config,
+        reuse_maps=reuse,
+        pin_dir=pin_root,
+        ifindex=ifindex,
+        before_pin=before_pin,
     ) as coll:
         pins.pin_collection(coll, pin_dir, source=os.path.abspath(ref), made_by="attach")
         try:

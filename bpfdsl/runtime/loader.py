@@ -14,6 +14,7 @@ import errno as E
 import os
 import socket
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -161,6 +162,7 @@ def load_collection(
     pinning: bool = True,
     reuse_maps: dict[str, str] | None = None,
     ifindex: int = 0,
+    before_pin: Callable[[str, int], None] | None = None,
 ) -> Collection:
     """Load ``spec``; ``config`` maps .rodata VAR names to int/bytes/str values;
     ``pin_dir`` is where maps with ``pinning: LIBBPF_PIN_BY_NAME`` live (PIN_ROOT, default
@@ -173,8 +175,11 @@ def load_collection(
     max_entries, flags), else LoadError ``map-incompatible`` names the map and the fields
     that differ.  ``ifindex``: the device programs that call the XDP metadata kfuncs are
     bound to (prog_ifindex + BPF_F_XDP_DEV_BOUND_ONLY; libbpf bpf_program__set_ifindex);
-    such a program without one is refused (``dev-bound-needs-device``).  Raises LoadError,
-    VerifierError, PermissionError (BpfPermissionError)."""
+    such a program without one is refused (``dev-bound-needs-device``).
+    ``before_pin(path, map_id)``: called before a map this load created is pinned by name
+    at ``path`` (an intent record lists it, so a repair after SIGKILL removes exactly
+    the pins this load made).  Raises LoadError, VerifierError, PermissionError
+    (BpfPermissionError)."""
     coll = Collection(spec)
     reuse = reuse_maps or {}
     try:
@@ -182,7 +187,7 @@ def load_collection(
         _load_btf(coll)
         for m in spec.maps.values():
             root = (pin_dir or DEFAULT_PIN_ROOT) if pinning else None
-            _create_map(coll, m, root, reuse.get(m.name))
+            _create_map(coll, m, root, reuse.get(m.name), before_pin)
         _check_configs(spec, config or {})
         for ds in spec.data_sections.values():
             _create_data_map(coll, ds, config or {})
@@ -268,7 +273,11 @@ def _map_create(coll: Collection, name: str, m: MapSpec, max_entries: int, **kw)
 
 
 def _create_map(
-    coll: Collection, m: MapSpec, pin_root: str | None, reuse: str | None = None
+    coll: Collection,
+    m: MapSpec,
+    pin_root: str | None,
+    reuse: str | None = None,
+    before_pin: Callable[[str, int], None] | None = None,
 ) -> None:
     """Create map ``m``, or reuse its pin under ``pin_root`` (None: never pin), or the live
     map pinned at ``reuse`` (the map of the program an update replaces)."""
@@ -322,6 +331,8 @@ def _create_map(
             inner.close()
     coll.maps[m.name] = LoadedMap(m.name, fd, m, m.key_size, m.value_size, max_entries, m.map_type)
     if path:
+        if before_pin is not None:
+            before_pin(path, int(S.map_info(fd).id))
         try:
             S.obj_pin(fd, path)
         except S.BpfError as e:

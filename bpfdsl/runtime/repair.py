@@ -140,11 +140,33 @@ def _repair_attach(rec: dict) -> str:
         return f"the new program (id {now}) was attached on {dev}: finished" + (
             f" ({'; '.join(done)})" if done else ""
         )
+    by_name = _by_name_note(remove_by_name_pins(rec))
     if staging and os.path.isdir(staging):
         pins.remove_tree(staging)
         old = f"program id {now} stays attached" if now else f"nothing is attached on {dev}"
-        return f"it had not attached on {dev}: rolled back, removed {staging} ({old})"
-    return f"it had not changed {dev}: nothing to repair"
+        return f"it had not attached on {dev}: rolled back, removed {staging} ({old}){by_name}"
+    return f"it had not changed {dev}: nothing to repair" + by_name
+
+
+def remove_by_name_pins(rec: dict) -> list[str]:
+    """Remove the maps the record's operation pinned by name (``by_name_pins``: path ->
+    the id of the map it created) that still hold that map; returns the paths removed."""
+    out = []
+    for path, map_id in sorted((rec.get("by_name_pins") or {}).items()):
+        try:
+            with syscall.obj_get(path) as fd:
+                same = attach.fd_kind(int(fd)) == "map" and syscall.map_info(fd).id == map_id
+        except (syscall.BpfError, OSError):
+            continue  # gone (or never pinned: killed before)
+        if same:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+                out.append(path)
+    return out
+
+
+def _by_name_note(removed: list[str]) -> str:
+    return f"; removed its maps pinned by name: {', '.join(removed)}" if removed else ""
 
 
 def _repair_detach(rec: dict) -> str:
@@ -176,13 +198,14 @@ def _repair_unload(rec: dict) -> str:
 
 def _repair_load(rec: dict) -> str:
     d = rec["dir"]
-    if not os.path.isdir(d):
-        return f"nothing was pinned in {d}"
-    if pins.read_manifest(d) is not None:
+    if os.path.isdir(d) and pins.read_manifest(d) is not None:
         return f"{d} was complete: kept"
+    by_name = _by_name_note(remove_by_name_pins(rec))
+    if not os.path.isdir(d):
+        return f"nothing was pinned in {d}{by_name}"
     pins.remove_tree(d)
     pins.remove_root_if_empty()
-    return f"{d} was pinned only in part: removed it"
+    return f"{d} was pinned only in part: removed it{by_name}"
 
 
 _REPAIRS = {

@@ -387,6 +387,40 @@ def test_attach_over_a_foreign_program_refused_unless_force(net, root, objs, too
 
 
 @pytest.mark.kernel
+@pytest.mark.parametrize("tool", ["ip", "xdp-loader"])
+def test_detach_of_a_foreign_program_refused_unless_force(net, root, objs, tool):
+    if shutil.which(tool) is None:
+        pytest.skip(f"{tool} not installed")
+    if tool == "ip":
+        argv = ["ip", "link", "set", "dev", net.xdp_dev, "xdpgeneric", "obj", objs["xdp_pass"],
+                "sec", "xdp"]  # fmt: skip
+    else:
+        argv = ["xdp-loader", "load", "-m", "skb", net.xdp_dev, objs["xdp_pass"]]
+    r = subprocess.run(net.nsenter(*argv), capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    try:
+        with net.in_xdp_ns():
+            theirs = attach.xdp_attachment(net.xdp_dev)
+        assert theirs is not None
+        d = run(net, "detach", net.xdp_dev)
+        assert d.code == 1 and "error[foreign-program]" in d.stderr, d.stderr
+        assert f"{theirs.prog_name!r} (id {theirs.prog_id}" in d.stderr and "--force" in d.stderr
+        with net.in_xdp_ns():  # theirs still runs
+            assert attach.xdp_attachment(net.xdp_dev) == theirs
+        d = run(net, "detach", net.xdp_dev, "--force")
+        assert d.code == 0, d.stderr
+        assert f"detached {theirs.prog_name} (id {theirs.prog_id})" in d.stdout
+        assert state(net, root) == (0, [])
+    finally:
+        if tool == "xdp-loader":
+            subprocess.run(net.nsenter("xdp-loader", "unload", "--all", net.xdp_dev),
+                           capture_output=True, timeout=60)  # fmt: skip
+        else:
+            subprocess.run(net.nsenter("ip", "link", "set", "dev", net.xdp_dev, "xdpgeneric",
+                                       "off"), capture_output=True, timeout=60)  # fmt: skip
+
+
+@pytest.mark.kernel
 def test_attach_over_another_bpfdsl_attachment(net, root, objs):
     """Over an attach-made dir A: A's pins are removed.  Over a `bpfdsl load` dir L: L
     stays pinned and `show` lists it as not attached."""
@@ -492,3 +526,111 @@ def test_devmap_set_waits_for_the_pin_dirs_lock(net, root, objs):
         k.wait_for_err(f"waiting for pin dir {pin}: locked by pid {os.getpid()}")
     assert k.wait() == 0, k.stderr
     assert run(net, "unload", pin).code == 0
+
+
+@pytest.mark.kernel
+@pytest.mark.parametrize("cmd", ["attach", "detach", "load", "map-update"])
+def test_sigterm_while_waiting_for_the_first_lock_exits_143_changing_nothing(net, root, objs, cmd):
+    pin = f"{root}/held"
+    if cmd in ("detach", "map-update"):
+        obj = objs["xdp_udp_filter"]
+        assert run(net, "attach", obj, net.xdp_dev, "--pin-dir", pin).code == 0
+    before = state(net, root)
+    argv = {
+        "attach": ["attach", objs["xdp_drop"], net.xdp_dev, "--pin-dir", pin],
+        "detach": ["detach", net.xdp_dev],
+        "load": ["load", objs["xdp_pass"], "--pin-dir", pin],
+        "map-update": ["map", "update", f"{pin}:drops", "0", "7"],
+    }[cmd]
+    with net.in_xdp_ns(), oplock.OpLocks() as locks:
+        locks.acquire(
+            [oplock.pin_dir_key(pin)]
+            + ([oplock.interface_key(net.xdp_dev)] if cmd == "detach" else [])
+        )
+        k = Child(net, argv)
+        k.wait_for_err("waiting for ")
+        os.kill(k.pid, signal.SIGTERM)
+        assert k.wait() == 143, k.stderr
+    assert "error[interrupted]: SIGTERM received: stopped while waiting for a lock" in k.stderr
+    assert "nothing changed" in k.stderr
+    assert state(net, root) == before
+    if cmd in ("detach", "map-update"):
+        detach_leaves_nothing(net, root)
+
+
+@pytest.mark.kernel
+@pytest.mark.parametrize("how", ["update", "delete", "from"])
+def test_map_writes_wait_for_the_pin_dirs_lock(net, root, objs, how, tmp_path):
+    """`map update|delete|update --from` into a map of a bpfdsl pin dir wait while an
+    attach (or anything holding the dir's lock) may be replacing that dir's maps."""
+    pin = f"{root}/m"
+    assert run(net, "attach", objs["xdp_udp_filter"], net.xdp_dev, "--pin-dir", pin).code == 0
+    entries = tmp_path / "e.jsonl"
+    entries.write_text('{"key": 0, "value": 5}\n')
+    argv = {
+        "update": ["map", "update", f"{pin}:drops", "0", "5"],
+        "delete": ["map", "delete", f"{pin}:drops", "0"],  # an array: refused after the wait
+        "from": ["map", "update", f"{pin}:drops", "--from", str(entries)],
+    }[how]
+    with oplock.OpLocks() as locks:
+        locks.acquire([oplock.pin_dir_key(pin)])
+        k = Child(net, argv)
+        k.wait_for_err(f"waiting for pin dir {pin}: locked by pid {os.getpid()}")
+        time.sleep(0.2)
+        assert k.code is None  # it waits
+    k.wait()
+    assert (k.code == 0) == (how != "delete"), k.stderr
+    detach_leaves_nothing(net, root)
+
+
+BY_NAME_SRC = """license "GPL"
+map keep_me: hash<u32, u64>(max_entries: 8, pinning: LIBBPF_PIN_BY_NAME)
+{more}
+xdp fn by_name(ctx) {{
+    keep_me[0] += 1
+    {use}
+    return XDP_PASS
+}}
+"""
+
+
+@pytest.mark.kernel
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["TERM", "KILL"])
+@pytest.mark.parametrize("step", ["pinned", "begin"])
+def test_killed_attach_leaves_no_map_pinned_by_name_it_created(net, root, tmp_path, step, sig):
+    """A SIGKILLed attach's repair removes the maps it pinned by name (LIBBPF_PIN_BY_NAME)
+    and keeps the one that was pinned before it (reused)."""
+    one, two = tmp_path / "one.bpfd", tmp_path / "two.bpfd"
+    one.write_text(BY_NAME_SRC.format(more="", use=""))
+    two.write_text(BY_NAME_SRC.format(
+        more="map new_one: hash<u32, u64>(max_entries: 8, pinning: LIBBPF_PIN_BY_NAME)",
+        use="new_one[1] += 1"))  # fmt: skip
+    pin_root = f"/sys/fs/bpf/opstest_byname_{uuid.uuid4().hex[:8]}"
+    os.mkdir(pin_root)
+    try:
+        first = f"{root}/first"
+        assert run(net, "load", str(one), "--pin-dir", first, "--pin-root", pin_root).code == 0
+        assert run(net, "unload", first).code == 0
+        assert os.listdir(pin_root) == ["keep_me"]  # pinned before the attach
+        with syscall.obj_get(f"{pin_root}/keep_me") as fd:
+            kept_id = syscall.map_info(fd).id
+        argv = ["attach", str(two), net.xdp_dev, "--pin-dir", f"{root}/p", "--pin-root", pin_root]
+        k = _killed(net, argv, f"attach:{step}", sig)
+        if sig == signal.SIGTERM:
+            assert k.code == 143, k.stderr  # rolled back by the command itself
+            assert _repair_here(net) == []
+        else:
+            assert k.code == -signal.SIGKILL
+            if step == "pinned":
+                assert sorted(os.listdir(pin_root)) == ["keep_me", "new_one"]  # the kill left
+            lines = _repair_here(net)
+            assert len(lines) == 1, lines
+            assert "rolled back" in lines[0] or "nothing to repair" in lines[0], lines
+            if step == "pinned":
+                assert f"removed its maps pinned by name: {pin_root}/new_one" in lines[0], lines
+        assert os.listdir(pin_root) == ["keep_me"]
+        with syscall.obj_get(f"{pin_root}/keep_me") as fd:
+            assert syscall.map_info(fd).id == kept_id  # the same map: never removed
+        assert state(net, root) == (0, [])
+    finally:
+        shutil.rmtree(pin_root, ignore_errors=True)
