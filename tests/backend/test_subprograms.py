@@ -123,6 +123,36 @@ def test_a_plain_fn_is_still_inlined():
     assert "ttl_low" not in _funcs(_obj(src))
 
 
+VOID_FN = """license "GPL"
+map hits: array<u32, u64>(max_entries: 4)
+noinline fn bump(ip: ipv4, by: u8) {          // returns nothing: BTF FUNC_PROTO ret_type 0
+    hits[1] += ip.ttl as u64
+    hits[2] += by as u64
+}
+xdp fn f(ctx) {
+    let eth = parse ethernet else { return XDP_PASS }
+    let ip = parse ipv4 else { return XDP_PASS }
+    bump(ip, 3)
+    return XDP_DROP
+}
+"""
+
+
+def test_a_noinline_fn_returning_nothing_is_a_void_subprogram(bpf_program):
+    """A `noinline fn` without a result type (found by tests/fuzz/subprograms.py: the
+    void return's null in the DISubroutineType crashed llvmlite, AttributeError, on
+    every such fn): BTF FUNC_PROTO with return type void (0), as clang writes
+    ``static __noinline void``, and it runs on both engines."""
+    obj = compile_source(VOID_FN, "void_fn.bpfd").obj
+    btf = read_object(obj).btf
+    (fn,) = [t for t in btf.types if t.kind == Kind.FUNC and t.name == "bump"]
+    assert fn.linkage == BTF_FUNC_STATIC and btf[fn.type].type == 0
+    prog = bpf_program(obj)
+    assert prog.run(_udp(53, ttl=9)).verdict == "XDP_DROP"
+    assert prog.maps["hits"].get(1) == (9).to_bytes(8, "little")
+    assert prog.maps["hits"].get(2) == (3).to_bytes(8, "little")
+
+
 def _udp(dport: int, ttl: int = 64) -> bytes:
     return bytes(Ether() / IP(src="10.0.0.1", dst="10.0.0.2", ttl=ttl) / UDP(dport=dport) / b"x")
 
