@@ -3,6 +3,8 @@
 
 Kinds: ``sources`` (mutated .bpfd through the compiler; as root also the loader),
 ``programs`` (random valid XDP programs on the kernel and the interpreter; root),
+``subprograms`` (the same with noinline/global fns, bpf_loop, tail calls, ring buffers;
+root),
 ``objects`` (corrupted ELF objects through check/disasm/run/load), ``captures``
 (corrupted pcap/pcapng through ``bpfdsl run --pcap``), ``cli`` (the CLI-misuse list
 through the ``bpfdsl`` command), ``all``.  Prints per kind the cases run, seconds, counts
@@ -30,6 +32,7 @@ sys.path.insert(1, str(ROOT))
 KINDS = {  # kind -> module of tests/fuzz
     "sources": "fuzz.sources",
     "programs": "fuzz.programs",
+    "subprograms": "fuzz.subprograms",
     "objects": "fuzz.objects",
     "captures": "fuzz.captures",
     "cli": "fuzz.cli_misuse",
@@ -60,9 +63,10 @@ def main(argv: list[str] | None = None) -> int:
 
     kernel = not a.no_kernel and kernel_usable()
     kinds = list(KINDS) if a.kind == "all" else [a.kind]
-    if "programs" in kinds and not kernel:
-        print("programs: skipped (needs root and a usable bpf() syscall)", file=sys.stderr)
-        kinds.remove("programs")
+    for k in ("programs", "subprograms"):
+        if k in kinds and not kernel:
+            print(f"{k}: skipped (needs root and a usable bpf() syscall)", file=sys.stderr)
+            kinds.remove(k)
     t0 = time.monotonic()
     reports = []
     for n, kind in enumerate(kinds):
