@@ -291,6 +291,37 @@ def test_static_subprogram_exit_with_r0_unset_as_the_kernel(tmp_path, body, refu
     assert (refused in log) if refused else log == "", log
 
 
+@pytest.mark.kernel
+@pytest.mark.parametrize("reg", [1, 10], ids=["callers-stack", "own-stack"])
+def test_subprogram_returning_any_stack_pointer_is_refused_as_by_the_kernel(reg: int):
+    """A static subprogram whose r0 holds a stack address at its exit: the kernel refuses
+    any frame's (prepare_func_exit: "cannot return stack pointer to the caller"), the
+    checker refused only the callee's own and accepted the caller's, which LLVM leaves
+    in r0 when no caller uses the result (tests/fuzz/reproducers/ret_stack_pointer.bpfd,
+    found by tests/fuzz/subprograms.py: a checker OK the kernel refused)."""
+    from bpfdsl.abi import insn as I
+    from bpfdsl.abi import uapi as U
+    from bpfdsl.checker import check_insns
+    from bpfdsl.kernel import syscall as S
+
+    ins = [
+        I.mov64_imm(2, 0),
+        I.stx_mem(8, 10, 2, -8),
+        I.mov64_reg(1, 10),
+        I.alu64_imm(U.BPF_ADD, 1, -8),  # r1: the caller's fp-8
+        I.call_pc(2),
+        I.mov64_imm(0, U.XdpAction.PASS),
+        I.exit_(),
+        I.mov64_reg(0, reg),  # the subprogram: r0 = r1 (the caller's stack) or r10
+        I.exit_(),
+    ]
+    res = check_insns(ins, U.ProgramType.XDP, U.AttachType.XDP)
+    assert [e.message for e in res.errors] == ["cannot return stack pointer to the caller"]
+    with pytest.raises(S.BpfError) as ei:
+        S.prog_load(U.ProgramType.XDP, I.encode(ins), "GPL", log_level=1)[0].close()
+    assert "cannot return stack pointer to the caller" in ei.value.log
+
+
 def test_fn_whose_result_llvm_drops_compiles_and_runs(bpf_program):
     """The bpfdsl program the fuzzer found: ``flip``'s constant result is folded into the
     caller, so its exit leaves r0 unset; it compiles (the checker accepts) and runs."""
