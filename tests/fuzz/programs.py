@@ -938,6 +938,8 @@ def run_case(payload: tuple[str, list[bytes], str]) -> Result:
                 return Result("stack-limit", "", e.render() + "\nkernel: " + kres.text[-1500:])
             return Result("both-refused", f"{d.code}: {why}",
                           e.render() + "\nkernel: " + kres.text[-3000:])  # fmt: skip
+        if d.code == "stack-limit":  # LLVM's frame over 512 bytes (docs: "Functions")
+            return Result("stack-limit", "", e.render())
         if d.code == "internal-compiler-error":
             return Result("internal-compiler-error", d.message[:80], e.render())
         return Result("compile-rejected", d.code, e.render())

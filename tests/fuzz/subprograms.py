@@ -189,8 +189,9 @@ class SubGen(ProgGen):
         leave = self.c(*(["break", "continue"] if sc.loop else []), self.leave(sc))
         out = [f"let {v} = ringbuf_reserve(events) else {{ {leave} }}",
                f"{v}.tag = {tag}", f"{v}.v = {self.expr('u32', sc, 1)}"]  # fmt: skip
-        if r.random() < 0.7:
-            out.append(f"{v}.w = {self.expr('u64', sc, 1)}")  # ring memory is not zeroed
+        # every field: a reservation's memory is not zeroed (on the kernel it holds what an
+        # earlier record left there; reproducers/ringbuf_unwritten_field.bpfd)
+        out.append(f"{v}.w = {self.expr('u64', sc, 1)}")
         end = self.c("submit", "submit", "discard")
         if r.random() < 0.3:
             other = "discard" if end == "submit" else "submit"
