@@ -47,9 +47,9 @@ def test_random_programs_with_subprograms_load_and_agree_on_both_engines() -> No
     """noinline/global fns with header view and struct arguments, bpf_loop callbacks,
     tail calls, ring buffer records and resizes between calls, at every ISA level: the
     checker accepts what the kernel loads and nothing else, and both engines agree on
-    verdicts, bytes, maps and records (about 20 s)."""
-    rep = campaign(subprograms.FUZZER, seed=1, count=50, kernel=True)
-    assert rep.outcomes["ok"] >= 44, rep.outcomes
+    verdicts, bytes, maps and records (about 20 s on an idle machine)."""
+    rep = campaign(subprograms.FUZZER, seed=1, count=40, kernel=True)
+    assert rep.outcomes["ok"] >= 35, rep.outcomes
 
 
 def test_corrupt_objects_check_disasm_run_cleanly() -> None:
