@@ -5,6 +5,8 @@ Kinds: ``sources`` (mutated .bpfd through the compiler; as root also the loader)
 ``programs`` (random valid XDP programs on the kernel and the interpreter; root),
 ``bigprogs`` (ACLs of 1,000-3,000 `if` rules and 16-256-arm `match`es at every --mcpu,
 on the kernel and the interpreter; root),
+``subprograms`` (the same with noinline/global fns, bpf_loop, tail calls, ring buffers;
+root),
 ``objects`` (corrupted ELF objects through check/disasm/run/load), ``captures``
 (corrupted pcap/pcapng through ``bpfdsl run --pcap``), ``cli`` (the CLI-misuse list
 through the ``bpfdsl`` command), ``all``.  Prints per kind the cases run, seconds, counts
@@ -33,6 +35,7 @@ KINDS = {  # kind -> module of tests/fuzz
     "sources": "fuzz.sources",
     "programs": "fuzz.programs",
     "bigprogs": "fuzz.bigprogs",
+    "subprograms": "fuzz.subprograms",
     "objects": "fuzz.objects",
     "captures": "fuzz.captures",
     "cli": "fuzz.cli_misuse",
@@ -63,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
 
     kernel = not a.no_kernel and kernel_usable()
     kinds = list(KINDS) if a.kind == "all" else [a.kind]
-    for needs_root in ("programs", "bigprogs"):
+    for needs_root in ("programs", "bigprogs", "subprograms"):
         if needs_root in kinds and not kernel:
             print(f"{needs_root}: skipped (needs root and a usable bpf() syscall)",
                   file=sys.stderr)  # fmt: skip

@@ -104,6 +104,9 @@ class FunctionDebug:
         return node
 
 
+_NULL = ir.Constant(ir.MetaDataType(), None)  # metadata ``null`` (llvmlite prints "null")
+
+
 def _key(v: object) -> object:
     """Hashable identity of a metadata operand (tokens by text, nodes by object)."""
     if isinstance(v, ir.DIToken):
@@ -190,12 +193,14 @@ class DebugInfo:
         return node
 
     def _md(self, values: Sequence[ir.Value]) -> ir.MDValue:
-        """``!{values...}`` (a metadata tuple), shared when equal."""
+        """``!{values...}`` (a metadata tuple), shared when equal; a None operand is
+        ``null`` (a void return type in a DISubroutineType's ``types``)."""
         key = ("!{}", tuple(_key(v) for v in values))
         node = self._cache.get(key)
         if node is None:
             name = str(len(self.module.metadata))
-            node = self._cache[key] = ir.values.MDValue(self.module, values, name=name)
+            ops = [_NULL if v is None else v for v in values]
+            node = self._cache[key] = ir.values.MDValue(self.module, ops, name=name)
         return node
 
     def _set_ops(self, node: ir.DIValue, **ops: object) -> None:

@@ -409,6 +409,10 @@ def _unsupported(
 _CALL = r"\bcall\b.*?(@[\w.$\"]+|\))\((.*)\)"
 _MEM = r"@llvm\.mem(?:cpy|move|set)\."
 _ATOMIC = r"\b(?:atomicrmw \w+|cmpxchg)(?: volatile)? ptr [^,]+, i(?:8|16) "
+# 32-bit atomic and/or/xor: the BPF back end lowers them only with ALU32 (v3 and later);
+# below it LLVM aborts the process ("unsupported atomic operation, please use 64 bit
+# version", BPFInstrInfo.td: ATOMIC_{AND,OR,XOR} W need HasALU32)
+_ATOMIC32_LOGIC = r"\batomicrmw (?:and|or|xor)(?: volatile)? ptr [^,]+, i32 "
 
 
 _WORDS = ("alloca", "div ", "rem ", "atomicrmw", "cmpxchg", "call ", "mul", "shl ", "shr ", ".fix.")
@@ -450,7 +454,8 @@ def _args(text: str) -> list[str]:
 def check_ir(mod: Module | str, mcpu: str = "v3") -> None:
     """Raise :class:`DiagnosticError` for IR the BPF backend cannot lower (see module doc):
     allocas outside the entry block, signed div/mod before v4, calls with more than 5
-    arguments, non-constant or > 1024-byte memcpy/memset, 8/16-bit atomics, calls to
+    arguments, non-constant or > 1024-byte memcpy/memset, 8/16-bit atomics (and 32-bit
+    atomic and/or/xor before v3), calls to
     functions the object does not define (or to llvm.trap: ``__bpf_trap``).  Works on
     the module text."""
     text = mod if isinstance(mod, str) else str(mod)
@@ -507,6 +512,12 @@ def check_ir(mod: Module | str, mcpu: str = "v3") -> None:
             raise _unsupported(text, line, "unsupported-atomic",
                                "atomic operations work on 32- or 64-bit values only",
                                "make the counter u32 or u64")  # fmt: skip
+        if mcpu in ("v1", "v2") and "atomicrmw" in body and re.search(_ATOMIC32_LOGIC, body):
+            raise _unsupported(text, line, "unsupported-atomic",
+                               f"`|=`, `&=` and `^=` on a 32-bit map value field are atomic "
+                               f"operations BPF has only from ISA v3 (this is --mcpu {mcpu})",
+                               "compile with --mcpu v3 (the default) or later, or make the "
+                               "field u64")  # fmt: skip
         call = re.search(_CALL, body) if "call " in body else None
         if call is None:
             continue

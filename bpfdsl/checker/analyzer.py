@@ -952,8 +952,10 @@ def _mov_x(is64: bool, dst: int, src: int):
 
 
 def _exit(env: Env, cfg: Cfg, st: State, i: int):
-    r0 = _read(st, 0)
     if len(st.frames) > 1:  # back to the caller (checker.subprog)
+        # r0 is not read here: the kernel's prepare_func_exit hands a static subprogram's
+        # r0 to the caller as it is, set or not (LLVM leaves it unset when the caller
+        # does not use the result: IPSCCP); a callback's must be a scalar (leave)
         return leave(env, cfg, st, i)
     locked = exit_locked(env, st)  # kernel check_resource_leak: the lock first
     if locked is not None:
@@ -961,6 +963,7 @@ def _exit(env: Env, cfg: Cfg, st: State, i: int):
     leak = leak_fault(env, st, "BPF_EXIT instruction in main prog")
     if leak is not None:
         raise leak
+    r0 = _read(st, 0)  # check_return_code: R0 !read_ok
     if env.entry:  # a global function verified on its own
         check_global_return(r0)
         return []

@@ -23,6 +23,11 @@ from bpfdsl.checker.transfer import _read, _reserved
 
 # ---- jumps ----
 
+# kernel reg_not_null: pointer types never NULL, so `if rX == 0` of one is decided (map
+# values, sockets, a map; PTR_TO_MEM: a ring buffer reservation after its NULL check, a
+# global function's pointer argument after its check)
+NOT_NULL: Final = (D.MAP_VALUE, D.SOCKET, D.SOCK_COMMON, D.MAP_PTR, D.RINGBUF_MEM, D.MEM)
+
 _NEG: Final[dict[int, int]] = {
     U.BPF_JEQ: U.BPF_JNE,
     U.BPF_JNE: U.BPF_JEQ,
@@ -404,7 +409,7 @@ def do_cond_jump(
                     ),
                 )
                 return [(i + 1, fall), (target, taken)]
-            if pr.t in (D.MAP_VALUE, D.SOCKET, D.SOCK_COMMON, D.MAP_PTR):
+            if pr.t in NOT_NULL:
                 # kernel reg_not_null: these pointers are never NULL (not fp/ctx/pkt)
                 taken_now = op == U.BPF_JNE
                 if x.source == U.BPF_X and s.t == D.SCALAR:

@@ -479,8 +479,11 @@ class Reservation(Region):
 class EventMap(Map):
     """Events to user space: a ring buffer (RINGBUF) or a perf event array
     (PERF_EVENT_ARRAY).  Programs write records (helpers of
-    :mod:`bpfdsl.interp.helpers_events`); user space takes them with :meth:`drain`, in the
-    order they were submitted, each ``(cpu, bytes)``.
+    :mod:`bpfdsl.interp.helpers_events`); user space takes them with :meth:`drain`, each
+    ``(cpu, bytes)``, in the ring's order: a reservation takes its place in the ring when
+    it is reserved, not when it is submitted (a record output while it is open comes
+    after it), and the reader stops at one still open (its header's BUSY bit, as
+    libbpf's ringbuf_process_ring); a discarded one is skipped.
 
     Ring buffer (kernel/bpf/ringbuf.c): records of ``round_up(len + 8, 8)`` bytes (8-byte
     header) stay until drained, and the producer may run at most ``max_entries - 1`` bytes
@@ -494,9 +497,11 @@ class EventMap(Map):
     def __init__(self, *a: Any, **kw: Any) -> None:
         super().__init__(*a, **kw)
         self.readers: set[int] = set()  # perf event array: CPUs whose slot has a reader
-        self.records: list[tuple[int, bytes]] = []
+        # in ring order: [cpu, bytes (None: open or discarded), open?, size in bytes]
+        self.records: list[list[Any]] = []
         self.used = 0  # ring buffer: bytes taken by undrained records and reservations
-        self.open: dict[int, tuple[Region, int]] = {}  # id(region) -> (reservation, cpu)
+        # id(region) -> (reservation, its entry of ``records``)
+        self.open: dict[int, tuple[Region, list[Any]]] = {}
 
     @staticmethod
     def slot_size(n: int) -> int:
@@ -512,7 +517,9 @@ class EventMap(Map):
         self.used += need
         r = Reservation("ringbuf", bytearray(size), name=f"reservation in ringbuf '{self.name}'")
         r.owner = self
-        self.open[id(r)] = (r, cpu)
+        entry = [cpu, None, True, size]
+        self.records.append(entry)
+        self.open[id(r)] = (r, entry)
         return r
 
     def end(self, region: Region, submit: bool) -> bool:
@@ -521,12 +528,11 @@ class EventMap(Map):
         entry = self.open.pop(id(region), None)
         if entry is None:
             return False
-        r, cpu = entry
+        r, rec = entry
         r.gen += 1  # like the verifier's release: older pointers fault
+        rec[2] = False
         if submit:
-            self.records.append((cpu, bytes(r.buf)))
-        else:
-            self.used -= self.slot_size(len(r.buf))
+            rec[1] = bytes(r.buf)
         return True
 
     def output(self, data: bytes, cpu: int) -> int:
@@ -540,7 +546,7 @@ class EventMap(Map):
             return -E2BIG
         elif cpu not in self.readers:
             return -ENOENT
-        self.records.append((cpu, bytes(data)))
+        self.records.append([cpu, bytes(data), False, len(data)])
         return 0
 
     def open_readers(self, cpus: list[int] | None = None) -> None:
@@ -553,10 +559,11 @@ class EventMap(Map):
     def drain(self) -> list[tuple[int, bytes]]:
         """The records written since the last drain, ``(cpu, bytes)`` each, oldest first
         (a perf event array record carries the packet bytes appended to it)."""
-        out, self.records = self.records, []
-        if self.map_type == MapType.RINGBUF:
-            self.used = sum(self.slot_size(len(r.buf)) for r, _cpu in self.open.values())
-        return out
+        n = next((i for i, e in enumerate(self.records) if e[2]), len(self.records))
+        done, self.records = self.records[:n], self.records[n:]
+        if self.map_type == MapType.RINGBUF:  # the consumer moved past what it read
+            self.used = sum(self.slot_size(e[3]) for e in self.records)
+        return [(e[0], e[1]) for e in done if e[1] is not None]
 
     def lookup(self, key: bytes, cpu: int = 0) -> Region | None:
         raise NotModelled(f"map '{self.name}' ({self.map_type.name}) has no elements to look up")

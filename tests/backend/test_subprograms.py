@@ -123,6 +123,36 @@ def test_a_plain_fn_is_still_inlined():
     assert "ttl_low" not in _funcs(_obj(src))
 
 
+VOID_FN = """license "GPL"
+map hits: array<u32, u64>(max_entries: 4)
+noinline fn bump(ip: ipv4, by: u8) {          // returns nothing: BTF FUNC_PROTO ret_type 0
+    hits[1] += ip.ttl as u64
+    hits[2] += by as u64
+}
+xdp fn f(ctx) {
+    let eth = parse ethernet else { return XDP_PASS }
+    let ip = parse ipv4 else { return XDP_PASS }
+    bump(ip, 3)
+    return XDP_DROP
+}
+"""
+
+
+def test_a_noinline_fn_returning_nothing_is_a_void_subprogram(bpf_program):
+    """A `noinline fn` without a result type (found by tests/fuzz/subprograms.py: the
+    void return's null in the DISubroutineType crashed llvmlite, AttributeError, on
+    every such fn): BTF FUNC_PROTO with return type void (0), as clang writes
+    ``static __noinline void``, and it runs on both engines."""
+    obj = compile_source(VOID_FN, "void_fn.bpfd").obj
+    btf = read_object(obj).btf
+    (fn,) = [t for t in btf.types if t.kind == Kind.FUNC and t.name == "bump"]
+    assert fn.linkage == BTF_FUNC_STATIC and btf[fn.type].type == 0
+    prog = bpf_program(obj)
+    assert prog.run(_udp(53, ttl=9)).verdict == "XDP_DROP"
+    assert prog.maps["hits"].get(1) == (9).to_bytes(8, "little")
+    assert prog.maps["hits"].get(2) == (3).to_bytes(8, "little")
+
+
 def _udp(dport: int, ttl: int = 64) -> bytes:
     return bytes(Ether() / IP(src="10.0.0.1", dst="10.0.0.2", ttl=ttl) / UDP(dport=dport) / b"x")
 
@@ -216,6 +246,90 @@ def test_checker_refuses_global_function_faults_as_the_kernel_does(tmp_path, tex
     errs = [e.message for p in res.programs for e in p.errors]
     assert any(checker in m for m in errs), errs
     assert kernel in _kernel_log(obj)
+
+
+NORET_C = r"""
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+__attribute__((noinline, naked)) static int noret(void) { asm volatile("r1 = 1; exit"); }
+SEC("xdp") int f(struct xdp_md *ctx) { %s }
+char LICENSE[] SEC("license") = "GPL";
+"""
+
+# a static subprogram whose exit leaves r0 unset, as LLVM leaves one whose result no caller
+# uses (IPSCCP): the kernel hands r0 back as it is (prepare_func_exit); only a read fails
+NORET_SRC = """license "GPL"
+noinline fn flip(tcp: tcp) -> u32 {
+    swap(tcp.source, tcp.dest)
+    return 4294967295
+}
+xdp fn f(ctx) {
+    let eth = parse ethernet else { return XDP_PASS }
+    let ip = parse ipv4 else { return XDP_PASS }
+    let tcp = parse tcp else { return XDP_PASS }
+    if flip(tcp) == 0 { return XDP_DROP }
+    return XDP_TX
+}
+"""
+
+
+@pytest.mark.kernel
+@pytest.mark.parametrize(
+    "body,refused",
+    [("noret(); return XDP_PASS;", ""), ("return noret();", "R0 !read_ok")],
+    ids=["result-unused", "result-read"],
+)
+def test_static_subprogram_exit_with_r0_unset_as_the_kernel(tmp_path, body, refused):
+    """The checker refused every static subprogram exit with r0 unset ("R0 !read_ok",
+    found by tests/fuzz/subprograms.py: a false refusal of objects the kernel loads); the
+    kernel refuses only the caller's read of it, and so does the checker now."""
+    obj = build_text(NORET_C % body, tmp_path)
+    res = check_object(read_object(obj))
+    errs = [e.message for p in res.programs for e in p.errors]
+    assert (refused in errs[0]) if refused else not errs, errs
+    log = _kernel_log(obj)
+    assert (refused in log) if refused else log == "", log
+
+
+@pytest.mark.kernel
+@pytest.mark.parametrize("reg", [1, 10], ids=["callers-stack", "own-stack"])
+def test_subprogram_returning_any_stack_pointer_is_refused_as_by_the_kernel(reg: int):
+    """A static subprogram whose r0 holds a stack address at its exit: the kernel refuses
+    any frame's (prepare_func_exit: "cannot return stack pointer to the caller"), the
+    checker refused only the callee's own and accepted the caller's, which LLVM leaves
+    in r0 when no caller uses the result (tests/fuzz/reproducers/ret_stack_pointer.bpfd,
+    found by tests/fuzz/subprograms.py: a checker OK the kernel refused)."""
+    from bpfdsl.abi import insn as I
+    from bpfdsl.abi import uapi as U
+    from bpfdsl.checker import check_insns
+    from bpfdsl.kernel import syscall as S
+
+    ins = [
+        I.mov64_imm(2, 0),
+        I.stx_mem(8, 10, 2, -8),
+        I.mov64_reg(1, 10),
+        I.alu64_imm(U.BPF_ADD, 1, -8),  # r1: the caller's fp-8
+        I.call_pc(2),
+        I.mov64_imm(0, U.XdpAction.PASS),
+        I.exit_(),
+        I.mov64_reg(0, reg),  # the subprogram: r0 = r1 (the caller's stack) or r10
+        I.exit_(),
+    ]
+    res = check_insns(ins, U.ProgramType.XDP, U.AttachType.XDP)
+    assert [e.message for e in res.errors] == ["cannot return stack pointer to the caller"]
+    with pytest.raises(S.BpfError) as ei:
+        S.prog_load(U.ProgramType.XDP, I.encode(ins), "GPL", log_level=1)[0].close()
+    assert "cannot return stack pointer to the caller" in ei.value.log
+
+
+def test_fn_whose_result_llvm_drops_compiles_and_runs(bpf_program):
+    """The bpfdsl program the fuzzer found: ``flip``'s constant result is folded into the
+    caller, so its exit leaves r0 unset; it compiles (the checker accepts) and runs."""
+    obj = compile_source(NORET_SRC, "noret.bpfd").obj
+    frame = bytes(Ether() / IP(src="10.0.0.1", dst="10.0.0.2") / TCP(sport=1, dport=2))
+    r = bpf_program(obj).run(frame)
+    assert r.verdict == "XDP_TX"
+    assert r.packet[TCP].sport == 2 and r.packet[TCP].dport == 1
 
 
 def _chain(depth: int, struct_bytes: int = 8) -> str:

@@ -10,6 +10,8 @@ Each generator module is importable on its own and exposes ``FUZZER`` (a
   as root, the kernel loader): success or a located diagnostic, nothing else.
 - :mod:`.programs`: random valid XDP programs, compiled, checked, loaded, and run on both
   engines (BPF_PROG_TEST_RUN and the interpreter); verdicts, bytes and maps must agree.
+- :mod:`.subprograms`: the same with noinline/global fns, bpf_loop callbacks, tail
+  calls, ring buffer records and resizes between calls, at every ISA level.
 - :mod:`.objects`: corrupted ELF objects (ours and clang's) through check, disasm, run
   and load: clean errors only, no fd or pin left.
 - :mod:`.captures`: truncated/garbled pcap and pcapng files through ``bpfdsl run --pcap``.

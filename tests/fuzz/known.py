@@ -7,7 +7,8 @@ reproducer kept as an ``xfail(strict=False)`` test next to the fix's owner, and 
 it when the fix lands (its reproducer then becomes a plain test, as those of
 tests/fuzz/test_fuzz_findings.py did).
 
-None is open now: :data:`KNOWN` is empty, so every failure a campaign finds is new.
+Open now: the ones in :data:`KNOWN`, each with its reproducer in tests/fuzz/reproducers and
+an ``xfail(strict=False)`` test in tests/fuzz/test_subprogram_findings.py.
 
 Not matched by any fuzzer (no oracle for the value): constant folding and signedness
 (the same object runs on both engines, so a miscompile agrees with itself; see
@@ -35,7 +36,16 @@ class KnownIssue:
     match: Callable[[Any, Result], bool]
 
 
-KNOWN: list[KnownIssue] = []
+KNOWN: list[KnownIssue] = [
+    KnownIssue(
+        "loop0-after-noinline",
+        "the bpf_loop session (issue #23)",
+        "bpf_loop with a constant count 0 in a program that calls a noinline fn: the kernel "
+        "refuses the object ('verifier bug: No program to jit'), the checker accepts it",
+        "subprograms",
+        lambda payload, res: res.outcome == "kernel-rejected" and "No program to jit" in res.detail,
+    ),
+]
 
 
 def known_issue(kind: str, payload: Any, res: Result) -> KnownIssue | None:

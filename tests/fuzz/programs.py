@@ -16,14 +16,19 @@ design); the worker runs pinned to one CPU so per-CPU maps and
 Each program is compiled (the checker runs), loaded (BPF_PROG_LOAD through the loader)
 and run with BPF_PROG_TEST_RUN and the interpreter on the same frames (whole ones and
 truncated ones) with the same map contents: verdict, output bytes and every data map
-after every frame must be equal.  A compile error, a kernel rejection (except the
-verifier's documented complexity limit) or a difference is a failure.
+after every frame must be equal (and the records sent through each ring buffer).  A
+compile error, a kernel rejection (except the verifier's documented complexity limit) or
+a difference is a failure; a checker refusal is loaded without the checker, so that it
+counts as ``checker-false-refusal`` when the kernel loads the object and ``both-refused``
+when it does not (``stack-limit``, not a failure, when both refuse the 512 bytes of stack
+of a call chain).  :mod:`fuzz.subprograms` extends the generator with BPF subprograms.
 """
 
 from __future__ import annotations
 
 import os
 import random
+import re
 import struct
 
 from .harness import Case, Fuzzer, Result, ddmin, exception_result
@@ -108,6 +113,9 @@ WRITES = {
     "icmp6": [("icmp6_type", "u8"), ("icmp6_identifier", "be16")],
     "tag": [("h_vlan_TCI", "be16")],
 }  # fmt: skip
+# fields of the TCP/UDP pseudo-header: a `fn` may not write them (pseudo-header)
+PSEUDO = {("ip", "saddr"), ("ip", "daddr"), ("ip", "tot_len"), ("ip6", "saddr"),
+          ("ip6", "daddr"), ("ip6", "payload_len")}  # fmt: skip
 SWAPS = {
     "eth": [("h_dest", "h_source")],
     "ip": [("saddr", "daddr")],
@@ -129,6 +137,9 @@ class Scope:
         self.loop = False
         self.l4 = False
         self.ro: set[str] = set()  # locals that may not be assigned (loop counters)
+        # None in a program body; in a BPF subprogram (noinline/global fn, loop callback:
+        # no context, no parsing) the type it returns ("" for nothing)
+        self.sub: str | None = None
 
     def child(self, loop: bool | None = None) -> Scope:
         s = Scope()
@@ -136,6 +147,7 @@ class Scope:
         s.loop = self.loop if loop is None else loop
         s.l4 = self.l4
         s.ro = set(self.ro)
+        s.sub = self.sub
         return s
 
 
@@ -175,6 +187,8 @@ class ProgGen:
     def runtime(self, ty: str, sc: Scope) -> str:
         """A value of ``ty`` that is not a compile-time constant (configs are never folded)."""
         srcs = [("knob", "u32"), ("thresh", "u64"), ("ctx.len", "u64"), ("host(port)", "u16")]
+        if sc.sub is not None:  # no context in a subprogram
+            srcs.remove(("ctx.len", "u64"))
         srcs += [(v, t) for v, t in sc.vars.items() if t in BITS]
         e, t = self.r.choice(srcs)
         return e if t == ty else f"({e} as {ty})"
@@ -183,10 +197,11 @@ class ProgGen:
         """A value of host type ``ty``."""
         r = self.r
         opts: list[str] = [self.tlit(ty), self.tlit(ty)]
-        src: list[tuple[str, str]] = [
-            ("ctx.len", "u64"),
-            ("ctx.ingress_ifindex", "u32"),
-            ("ctx.rx_queue_index", "u32"),
+        src: list[tuple[str, str]] = []
+        if sc.sub is None:  # a subprogram gets no context
+            src += [("ctx.len", "u64"), ("ctx.ingress_ifindex", "u32"),
+                    ("ctx.rx_queue_index", "u32")]  # fmt: skip
+        src += [
             ("knob", "u32"),
             ("thresh", "u64"),
             ("LIMIT", "u32"),
@@ -217,6 +232,9 @@ class ProgGen:
                 src += [(f"{v}.pkts", "u64"), (f"{v}.bytes", "u64")]
             elif t == "pair":
                 src += [(f"{v}.a", "u32"), (f"{v}.b", "u64")]
+            elif t == "lst":
+                src += [(f"{v}.n", "u64"), (f"{v}.k", "u32")]
+        src += self.extra_leaves(sc)
         e, t = r.choice(src)
         if t == ty:
             opts += [e] * 4
@@ -225,6 +243,25 @@ class ProgGen:
         else:
             opts.append(f"({e} as {ty})")
         return r.choice(opts)
+
+    def extra_leaves(self, sc: Scope) -> list[tuple[str, str]]:
+        """More (expression, type) leaves a subclass offers (calls of its subprograms)."""
+        return []
+
+    def extra_conds(self, sc: Scope) -> list[str]:
+        """More conditions a subclass offers."""
+        return []
+
+    def leave(self, sc: Scope) -> str:
+        """A ``return`` of the function ``sc`` is in: an action in a program, a value of
+        the return type in a subprogram."""
+        if sc.sub is None:
+            return f"return {self.action(sc)}"
+        if sc.sub == "":
+            return "return"
+        if sc.sub == "bool":
+            return f"return {self.c('true', 'false', 'false', 'false')}"
+        return f"return {self.expr(sc.sub, sc, 2)}"
 
     def expr(self, ty: str, sc: Scope, d: int = 0) -> str:
         r = self.r
@@ -301,7 +338,10 @@ class ProgGen:
         opts = [f"{self.expr(ty, sc, 1)} {r.choice(['<', '>', '==', '!=', '<=', '>='])} "
                 f"{self.expr(ty, sc, 1)}"] * 4  # fmt: skip
         opts += [f"hs.contains({self.key32(sc, 16)})", f"ctx.len > {self.lit('u16')}"]
+        if sc.sub is not None:
+            opts.pop()
         opts += [f"{v}" for v, t in sc.vars.items() if t == "bool"]
+        opts += self.extra_conds(sc)
         if "eth" in sc.hdrs:
             opts += ["eth.h_dest == ff:ff:ff:ff:ff:ff", "eth.h_source == ROUTER",
                      "eth.h_proto == ETH_P_ARP"]  # fmt: skip
@@ -381,11 +421,16 @@ class ProgGen:
                 kinds += ["flow", "dec"]
             if "ip6" in sc.hdrs or "ip" in sc.hdrs:
                 kinds += ["lpm"]
-            if sc.hdrs & {"udp", "tcp", "icmp", "icmp6"} and not sc.loop:
+            if sc.hdrs & {"udp", "tcp", "icmp", "icmp6"} and not sc.loop and sc.sub is None:
                 kinds += ["payload"]
+            kinds += self.extra_kinds(sc)
             return getattr(self, "s_" + r.choice(kinds))(sc)
         finally:
             self.depth -= 1
+
+    def extra_kinds(self, sc: Scope) -> list[str]:
+        """More statement kinds (``s_KIND`` methods) a subclass offers in ``sc``."""
+        return []
 
     def s_let(self, sc: Scope) -> list[str]:
         ty = self.r.choice(UINTS + SINTS + ("bool",))
@@ -442,7 +487,7 @@ class ProgGen:
         v = self.fresh("m")
         which = r.choice(["arr", "hs", "st", "pr", "hist", "pc"])
         k = self.key32(sc, {"arr": 16, "hs": 16, "st": 4, "pr": 8, "hist": 2, "pc": 8}[which])
-        leave = self.c(*(["break", "continue"] if sc.loop else []), f"return {self.action(sc)}")
+        leave = self.c(*(["break", "continue"] if sc.loop else []), self.leave(sc))
         out = [f"let {v} = {which}.lookup({k}) else {{ {leave} }}"]
         if which in ("arr", "hs", "pc"):
             out.append(f"{v} {self.c('+=', '=', '+=')} {self.expr('u64', sc)}")
@@ -480,7 +525,7 @@ class ProgGen:
         inner.refs[v] = "u32"
         body = self.block(inner, self.r.randint(0, 2))
         if self.r.random() < 0.3:
-            body.append(f"if {v} > {self.lit('u32')} {{ return {self.action(sc)} }}")
+            body.append(f"if {v} > {self.lit('u32')} {{ {self.leave(sc)} }}")
         return [f"if let {v} = {m}.lookup({a}) {{", *self.ind(body), "}"]
 
     def s_if(self, sc: Scope) -> list[str]:
@@ -516,7 +561,7 @@ class ProgGen:
 
     def simple(self, sc: Scope) -> str:
         return self.c(
-            f"return {self.action(sc)}",
+            self.leave(sc),
             f"arr[{self.key32(sc, 16)}] += 1",
             f"pc[{self.r.randrange(8)}] += 1",
             *(["break", "continue"] if sc.loop else []),
@@ -540,11 +585,14 @@ class ProgGen:
         return [f"if {self.cond(sc)} {{ {self.c('break', 'continue')} }}"]
 
     def s_ret(self, sc: Scope) -> list[str]:
-        return [f"if {self.cond(sc)} {{ return {self.action(sc)} }}"]
+        return [f"if {self.cond(sc)} {{ {self.leave(sc)} }}"]
 
     def s_write(self, sc: Scope) -> list[str]:
         h = self.r.choice(sorted(sc.hdrs & set(WRITES)))
-        f, ty = self.r.choice(WRITES[h])
+        fields = WRITES[h]
+        if sc.sub is not None:  # a fn cannot find the L4 header of a pseudo-header field
+            fields = [(f, t) for f, t in fields if (h, f) not in PSEUDO]
+        f, ty = self.r.choice(fields)
         if ty in BITS and self.r.random() < 0.3:
             return [f"{h}.{f} {self.c('+=', '-=', '^=')} {self.expr(ty, sc)}"]
         if h == "ip" and sc.l4 and self.r.random() < 0.2:
@@ -552,7 +600,12 @@ class ProgGen:
         return [f"{h}.{f} = {self.value(ty, sc)}"]
 
     def s_swap(self, sc: Scope) -> list[str]:
-        h = self.r.choice(sorted(sc.hdrs & set(SWAPS)))
+        hs = sc.hdrs & set(SWAPS)
+        if sc.sub is not None:  # addresses: pseudo-header fields
+            hs -= {"ip", "ip6"}
+        if not hs:
+            return self.s_let(sc)
+        h = self.r.choice(sorted(hs))
         a, b = self.r.choice(SWAPS[h])
         return [f"swap({h}.{a}, {h}.{b})"]
 
@@ -786,7 +839,7 @@ def _dump(maps: dict) -> dict:
 def compare(obj: bytes, pkts: list[bytes]) -> Result:
     """Load ``obj`` on the kernel and the interpreter, fill maps alike, run every frame on
     both: ``ok`` or the first difference (``engine-diff``) / ``kernel-rejected``."""
-    from .api import BpfProgram, DiagnosticError, InterpError, read_object
+    from .api import BpfProgram, DiagnosticError, InterpError, MapType, read_object
     from .sources import load_result
 
     spec = read_object(obj)
@@ -799,6 +852,7 @@ def compare(obj: bytes, pkts: list[bytes]) -> Result:
         interp.interp.env.cpu = _pin_cpu()
         _fill(kern.maps, len(os.sched_getaffinity(0)))
         _fill(interp.maps, 0)
+        rings = [n for n, m in spec.maps.items() if m.map_type == MapType.RINGBUF]
         for n, pkt in enumerate(pkts):
             k = kern.run(pkt)
             try:
@@ -815,6 +869,13 @@ def compare(obj: bytes, pkts: list[bytes]) -> Result:
                 return Result("engine-diff", "output bytes",
                               f"{where}\nverdict {k.verdict}; first difference at byte {at}:\n"
                               f"kernel {k.data_out.hex()}\ninterp {i.data_out.hex()}")  # fmt: skip
+            for ring in rings:  # the records both sent through a ring buffer, in order
+                ke = [e.data for e in kern.events(ring)]
+                ie = [e.data for e in interp.events(ring)]
+                if ke != ie:
+                    return Result("engine-diff", "ring buffer records",
+                                  f"after {where}\nmap {ring}:\nkernel {[x.hex() for x in ke][:8]}\n"
+                                  f"interp {[x.hex() for x in ie][:8]}")  # fmt: skip
             kd, idd = _dump(kern.maps), _dump(interp.maps)
             if kd != idd:
                 name = next(m for m in kd if kd[m] != idd.get(m))
@@ -864,6 +925,23 @@ def run_case(payload: tuple[str, list[bytes], str]) -> Result:
             if load_result(obj) is None:  # the kernel's own walk fits: say so, not a failure
                 return Result("complexity-limit-checker-only", "", e.render())
             return Result("complexity-limit", "", e.render())
+        if d.code.startswith("checker-") and d.code != "checker-check-timeout":
+            # the checker refused: does the kernel load the same object?
+            obj = compile_source(src, "gen.bpfd", mcpu=mcpu, check=False).obj
+            kres = load_result(obj)
+            why = re.sub(r"\d+", "N", d.message)[:80]
+            if kres is None:
+                return Result("checker-false-refusal", f"{d.code}: {why}", e.render())
+            if d.code == "checker-stack-depth" and "combined stack size" in kres.text:
+                # 512 bytes over a call chain (docs/language.md "Functions"): LLVM decides
+                # each frame's size, the generator cannot keep under it; both refuse
+                return Result("stack-limit", "", e.render() + "\nkernel: " + kres.text[-1500:])
+            return Result("both-refused", f"{d.code}: {why}",
+                          e.render() + "\nkernel: " + kres.text[-3000:])  # fmt: skip
+        if d.code == "stack-limit":  # LLVM's frame over 512 bytes (docs: "Functions")
+            return Result("stack-limit", "", e.render())
+        if d.code == "internal-compiler-error":
+            return Result("internal-compiler-error", d.message[:80], e.render())
         return Result("compile-rejected", d.code, e.render())
     try:
         return compare(obj, pkts)

@@ -341,3 +341,37 @@ def test_generated_programs_load_and_run(packets):
                     syscall.prog_test_run(coll.programs["fuzz"].fd, p)
         except DiagnosticError as e:  # pragma: no cover - the failure message
             pytest.fail(f"seed {seed}: {e}\n{src}")
+
+
+# ---- the campaign generators (tests/fuzz/programs.py, tests/fuzz/subprograms.py) -------
+
+
+@pytest.mark.parametrize("mcpu", ["v1", "v2", "v3", "v4"])
+def test_subprogram_generator_writes_programs_sema_and_the_checker_accept(mcpu):
+    """Programs of fuzz.subprograms.SubGen from fixed seeds compile at every ISA level (a
+    refusal is a generator bug or a compiler one: tests/fuzz/test_campaigns.py runs them
+    on the kernel and the interpreter); together they use every composition feature."""
+    from .subprograms import SubGen
+
+    srcs = [SubGen(random.Random(seed)).program() for seed in range(6)]
+    for seed, src in enumerate(srcs):
+        try:
+            compile_source(src, f"sub{seed}.bpfd", mcpu=mcpu)
+        except Exception as e:  # pragma: no cover - the failure message
+            if "checker-too-complex" in str(e) or "checker-complexity-limit" in str(e):
+                continue
+            pytest.fail(f"seed {seed} --mcpu {mcpu}: {e}\n{src}")
+    text = "\n".join(srcs)
+    for feature in (
+        "noinline fn",
+        "global fn",
+        "loop(",
+        "tail_call(jt",
+        "prog_array",
+        "ringbuf_output(",
+        "ringbuf_reserve(",
+        "adjust_",
+        ": ipv4",
+        ": pair",
+    ):
+        assert feature in text, feature
