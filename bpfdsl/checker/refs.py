@@ -86,6 +86,7 @@ def leak_fault(env: Env, st: State, prefix: str) -> Fault | None:
         f"held: {'; '.join(where)}: release every socket "
         "a lookup returned (bpf_sk_release) and end every ring buffer reservation "
         "(bpf_ringbuf_submit or bpf_ringbuf_discard) on every path before it",
+        at=tuple(env.ref_insn.get(r, (-1, "?"))[0] for r in held),
     )
 
 
@@ -229,6 +230,7 @@ def exit_locked(env: Env, st: State) -> Fault | None:
         "BPF_EXIT instruction in main prog cannot be used inside bpf_spin_lock-ed region",
         f"the lock taken at insn {idx} is still held on this path: call bpf_spin_unlock "
         "on every path before returning",
+        at=(idx,),
     )
 
 
@@ -290,6 +292,7 @@ def spin_lock(env: Env, st: State, regno: int, r: D.Reg, lock: bool, idx: int) -
             f"the lock held was taken at insn {env.ref_insn[held][0]} through another "
             "map value pointer: unlock the value that was locked",
             (regno,),
+            (env.ref_insn[held][0],),
         )
     st.refs = tuple(x for x in st.refs if x != held)
     st.lock_id, st.lock_ptr = 0, None

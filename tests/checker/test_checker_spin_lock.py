@@ -148,3 +148,14 @@ def test_the_held_locks_map_is_part_of_state_equality():
     assert not covers(held(5, a, (5,)), held(9, b, (9,)))  # another map's lock
     assert not covers(held(5, a, (5,)), held(0, None, (9,)))  # a reference, not a lock
     assert not covers(held(5, a, (3, 5)), held(9, a, (9, 4)))  # kinds pairwise, in order
+
+
+@pytest.mark.parametrize("name", ["bad_exit_locked", "bad_unlock_other"])
+def test_the_lock_is_named_by_its_source_line(results, name):
+    """The explanation of an exit or unlock while another lock is held says where that
+    lock was taken: its insn and its source line."""
+    e = results[name].errors[0]
+    want = "bpf_spin_lock(&c->lock);" if name == "bad_exit_locked" else "bpf_spin_lock(&a->lock);"
+    assert re.search(r"at insn \d+ \(spin_lock\.c:\d+: " + re.escape(want) + r"\)", e.explain), (
+        e.explain
+    )
