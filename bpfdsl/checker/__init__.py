@@ -350,8 +350,8 @@ def _name_lines(text: str, at: tuple[int, ...], line_at) -> str:
         li = line_at(slot)
         if li is not None:
             where = f"{li.file.rsplit('/', 1)[-1]}:{li.line}: {li.text.strip()}"
-            rep = f"at insn {slot} ({where})"
-            text = re.sub(rf"\bat insn {slot}\b", lambda _m, rep=rep: rep, text)
+            rep = f"at insn {slot} ({where})".replace("\\", "\\\\")
+            text = re.sub(rf"\bat insn {slot}\b", rep, text)
     return text
 
 
