@@ -13,6 +13,7 @@ and warnings for what the kernel accepts but is a bug.  Never imports the front 
 from __future__ import annotations
 
 import gc
+import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -262,6 +263,7 @@ def check_insns(
                 )
                 if out.processed > INSN_LIMIT:
                     i = spot.idx  # the loop or branch responsible, not where the count ran out
+        explain = _name_lines(explain, f.at, line_at)
         err = _mk(insns, cfg.slots, i, f.code, f.message, explain, regs, state, line_at)
         err.path = _path_lines(insns, cfg.slots, out.path or [], line_at)
         res.errors.append(err)
@@ -379,6 +381,20 @@ def _where(spot: HotSpot | None, insns, slots, line_at) -> str:
             text += f" inside the loop at {at(spot.outer[0])}"
         return text
     return f"the branch at {at(spot.idx)} (walked {spot.visits:,} times)"
+
+
+def _name_lines(text: str, at: tuple[int, ...], line_at) -> str:
+    """``text`` with each "at insn N" of a slot N in ``at`` followed by its source line
+    (``at insn 31 (prog.c:40: struct bpf_sock *sk = bpf_sk_lookup_tcp(...);)``)."""
+    if line_at is None:
+        return text
+    for slot in dict.fromkeys(at):
+        li = line_at(slot)
+        if li is not None:
+            where = f"{li.file.rsplit('/', 1)[-1]}:{li.line}: {li.text.strip()}"
+            rep = f"at insn {slot} ({where})".replace("\\", "\\\\")
+            text = re.sub(rf"\bat insn {slot}\b", rep, text)
+    return text
 
 
 def _n_ld_imm64(insns: Sequence[Insn]) -> int:

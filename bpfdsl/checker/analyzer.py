@@ -48,10 +48,12 @@ from bpfdsl.checker.state import (
 )
 from bpfdsl.checker.subprog import (
     BPF_FUNC_LOOP,
+    BPF_FUNC_TAIL_CALL,
     check_global_return,
     enter_call,
     leave,
     loop_call,
+    tail_call_exit,
     widen,
 )
 from bpfdsl.checker.transfer import _read, do_alu, do_ld, do_ldx, do_store, kernel_links_delta
@@ -744,6 +746,8 @@ def _call(env: Env, cfg: Cfg, st: State, i: int, x):
         return loop_call(env, cfg, st, i)
     check_helper_call(env, st, x.imm, cfg.slots[i])
     st.frames[-1].r0_at = i
+    if x.imm == BPF_FUNC_TAIL_CALL:  # in a subprogram: also the function's exit
+        return tail_call_exit(env, cfg, st, i)
     return None
 
 

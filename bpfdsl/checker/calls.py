@@ -25,7 +25,7 @@ from bpfdsl.checker import features as F
 from bpfdsl.checker import refs as R
 from bpfdsl.checker.env import Env, Fault
 from bpfdsl.checker.mem import check_access, ringbuf_mem
-from bpfdsl.checker.stack import stack_range_readable, stack_range_written
+from bpfdsl.checker.stack import check_bounds, stack_range_readable, stack_range_written
 from bpfdsl.checker.state import State
 
 A = ArgKind
@@ -54,21 +54,15 @@ def check_mem(env: Env, st: State, regno: int, size: int, write: bool, what: str
                 "uninit-reg", f"R{regno} !read_ok", f"r{regno} ({what}) is not set", (regno,)
             )
         raise _type_err(regno, r, "fp, pkt, pkt_meta, map_value", f"pass a pointer to the {what}")
-    if size == 0:
+    if size == 0 and r.t != D.STACK:
         return
-    if r.t == D.STACK:
+    if r.t == D.STACK:  # a zero size too: the kernel checks the first byte's bounds
         stack_range_readable(env, st, regno, size, what) if not write else None
         if write:
             # bounds only; the helper initializes the bytes
-            lo = r.off + (r.smin if r.tn[1] else D.s64(r.tn[0]))
-            hi = r.off + (r.smax if r.tn[1] else D.s64(r.tn[0]))
-            if lo < -512 or hi + size > 0:
-                raise Fault(
-                    "stack-bounds",
-                    f"invalid indirect access to stack R{regno} off={lo} size={size}",
-                    f"the {what} must lie inside the 512-byte stack",
-                    (regno,),
-                )
+            check_bounds(
+                regno, r, r.off, size, True, f"the {what} must lie inside the 512-byte stack"
+            )
             stack_range_written(st, regno, size)
         return
     # packet / map value: the whole range must be accessible

@@ -14,14 +14,24 @@ from bpfdsl.abi.uapi import AttachType, ProgramType
 
 
 class Fault(Exception):
-    """A rejection at the current instruction. ``regs``: register numbers to show."""
+    """A rejection at the current instruction. ``regs``: register numbers to show; ``at``:
+    the kernel insn numbers (slots) of other instructions ``explain`` names as
+    "at insn N", which the report follows with their source lines."""
 
-    def __init__(self, code: str, message: str, explain: str, regs: tuple[int, ...] = ()):
+    def __init__(
+        self,
+        code: str,
+        message: str,
+        explain: str,
+        regs: tuple[int, ...] = (),
+        at: tuple[int, ...] = (),
+    ):
         super().__init__(message)
         self.code = code
         self.message = message
         self.explain = explain
         self.regs = regs
+        self.at = at
 
 
 class MapLike(Protocol):

@@ -86,6 +86,7 @@ def leak_fault(env: Env, st: State, prefix: str) -> Fault | None:
         f"held: {'; '.join(where)}: release every socket "
         "a lookup returned (bpf_sk_release) and end every ring buffer reservation "
         "(bpf_ringbuf_submit or bpf_ringbuf_discard) on every path before it",
+        at=tuple(env.ref_insn.get(r, (-1, "?"))[0] for r in held),
     )
 
 
@@ -202,12 +203,9 @@ LOCK: Final = "bpf_spin_lock"  # what env.ref_insn records for a held lock's ent
 
 def held_lock(env: Env, st: State) -> int:
     """The id of the lock ``st`` holds (the locked map value's register id), 0 for none.
-    The lock is an entry of ``st.refs`` as in the kernel (refsafe compares it with the
-    references, ids mapped), told apart by ``env.ref_insn``."""
-    for rid in st.refs:
-        if env.ref_insn.get(rid, (0, ""))[1] == LOCK:
-            return rid
-    return 0
+    The lock is an entry of ``st.refs`` as in the kernel, and ``st.lock_id``/``lock_ptr``
+    (active_lock_id, active_lock_ptr: refsafe compares them, ids mapped)."""
+    return st.lock_id
 
 
 def calls_locked(env: Env, st: State, helper_id: int) -> None:
@@ -232,6 +230,7 @@ def exit_locked(env: Env, st: State) -> Fault | None:
         "BPF_EXIT instruction in main prog cannot be used inside bpf_spin_lock-ed region",
         f"the lock taken at insn {idx} is still held on this path: call bpf_spin_unlock "
         "on every path before returning",
+        at=(idx,),
     )
 
 
@@ -277,6 +276,7 @@ def spin_lock(env: Env, st: State, regno: int, r: D.Reg, lock: bool, idx: int) -
             raise Fault("spin-lock-twice", "Locking two bpf_spin_locks are not allowed", "")
         env.ref_insn[r.id] = (idx, LOCK)
         st.refs = (*st.refs, r.id)
+        st.lock_id, st.lock_ptr = r.id, m  # kernel process_spin_lock: active_lock_id/ptr
         return
     if not held:
         raise Fault(
@@ -292,8 +292,10 @@ def spin_lock(env: Env, st: State, regno: int, r: D.Reg, lock: bool, idx: int) -
             f"the lock held was taken at insn {env.ref_insn[held][0]} through another "
             "map value pointer: unlock the value that was locked",
             (regno,),
+            (env.ref_insn[held][0],),
         )
     st.refs = tuple(x for x in st.refs if x != held)
+    st.lock_id, st.lock_ptr = 0, None
 
 
 def lock_field_access(regno: int, r: D.Reg, off: int, size: int) -> None:

@@ -19,6 +19,37 @@ def _tn(r: D.Reg) -> str:
     return T.fmt(r.tn)
 
 
+def check_bounds(regno: int, r: D.Reg, base: int, size: int, write: bool, explain: str) -> None:
+    """kernel check_stack_access_within_bounds: a ``size``-byte access (0: a zero-sized
+    helper argument, which still needs a valid first byte) at ``r`` whose fixed offset is
+    ``base`` must lie in the 512 bytes below r10, a variable offset be bounded; raises the
+    kernel's message ("invalid read from stack R1 off=-4 size=8", "invalid variable-offset
+    write to stack ...", "invalid unbounded variable-offset read from stack R1") for direct
+    and helper (or global function) accesses alike."""
+    kind = " write to" if write else " read from"
+    if r.tn[1] == 0:
+        lo = hi = base + D.s64(r.tn[0])
+    else:
+        if r.smax >= MAX_VAR_OFF or r.smin <= -MAX_VAR_OFF:
+            raise Fault(
+                "stack-bounds",
+                f"invalid unbounded variable-offset{kind} stack R{regno}",
+                "bound the index (`&` a mask or compare it) before adding it to the stack pointer",
+                (regno,),
+            )
+        lo, hi = base + r.smin, base + r.smax
+    last = hi + size - 1 if size > 0 else lo
+    if -MAX_STACK <= lo <= -1 and -MAX_STACK <= last <= -1:
+        return
+    if r.tn[1] == 0:
+        msg = f"invalid{kind} stack R{regno} off={lo} size={size}"
+    else:
+        msg = (
+            f"invalid variable-offset{kind} stack R{regno} var_off={_tn(r)} off={base} size={size}"
+        )
+    raise Fault("stack-bounds", msg, explain, (regno,))
+
+
 def note_depth(env: Env, frame, lowest: int) -> None:
     """Record how deep a function uses its stack (kernel subprog_info stack_depth)."""
     d = env.stack_depth
@@ -41,14 +72,10 @@ def stack_access(env, st, regno, r, off, size, write, value):
                 "lay out stack variables with natural alignment",
                 (regno,),
             )
-        if full < -MAX_STACK or full + size > 0:
-            kind = " write to" if write else " read from"
-            raise Fault(
-                "stack-bounds",
-                f"invalid{kind} stack R{regno} off={full} size={size}",
-                f"the stack is {MAX_STACK} bytes below r10: offsets -{MAX_STACK}..-1 only",
-                (regno,),
-            )
+        check_bounds(
+            regno, r, base, size, write,
+            f"the stack is {MAX_STACK} bytes below r10: offsets -{MAX_STACK}..-1 only",
+        )  # fmt: skip
         k = (-full - 1) // 8
         fr = frame.frameno
         if write:
@@ -66,22 +93,18 @@ def stack_access(env, st, regno, r, off, size, write, value):
             env.hist_slot = (fr, k)
         return v
     # variable offset
-    lo, hi = base + r.smin, base + r.smax
-    if r.smin < -MAX_VAR_OFF or r.smax > MAX_VAR_OFF or lo < -MAX_STACK or hi + size > 0:
-        kind = " write to" if write else " read from"
-        raise Fault(
-            "stack-bounds",
-            f"invalid variable-offset{kind} stack R{regno} var_off={_tn(r)} off={base} size={size}",
-            "bound the index so that every possible address stays inside the 512-byte stack",
-            (regno,),
-        )
-    if not T.is_aligned(T.add(r.tn, T.const(base)), size):
+    if not T.is_aligned(T.add(r.tn, T.const(base)), size):  # kernel: alignment first
         raise Fault(
             "misaligned-stack",
             f"misaligned stack access off {_tn(r)}+{r.off}+{off} size {size}",
             "stack accesses must be aligned to their size",
             (regno,),
         )
+    check_bounds(
+        regno, r, base, size, write,
+        "bound the index so that every possible address stays inside the 512-byte stack",
+    )  # fmt: skip
+    lo, hi = base + r.smin, base + r.smax
     if write:
         for a in range(lo, hi + size):
             _set_byte(frame, a, MISC)
@@ -208,13 +231,7 @@ def stack_range_readable(env: Env, st: State, regno: int, size: int, what: str) 
     lo = r.off + (r.smin if r.tn[1] else D.s64(r.tn[0]))
     hi = r.off + (r.smax if r.tn[1] else D.s64(r.tn[0]))
     note_depth(env, frame, lo)
-    if lo < -MAX_STACK or hi + size > 0 or (size == 0 and hi > 0):
-        raise Fault(
-            "stack-bounds",
-            f"invalid indirect access to stack R{regno} off={lo} size={size}",
-            f"the {what} must lie inside the 512-byte stack",
-            (regno,),
-        )
+    check_bounds(regno, r, r.off, size, False, f"the {what} must lie inside the 512-byte stack")
     _mark_read(env, frame, lo, hi + size)
     for a in range(lo, hi + size):
         b = _byte(frame, a)

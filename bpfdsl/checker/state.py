@@ -126,9 +126,14 @@ class State:
     ``cb_unroll``: callback visits begun on this path (kernel callback_unroll_depth: states
     of different visits are no infinite loop)."""
 
-    __slots__ = ("frames", "refs", "parent", "trail", "hist", "first_idx", "cb_unroll")
+    __slots__ = (
+        "frames", "refs", "parent", "trail", "hist", "first_idx", "cb_unroll", "lock_id",
+        "lock_ptr",
+    )  # fmt: skip
     frames: list[Frame]
     refs: tuple[int, ...]
+    lock_id: int  # the held bpf_spin_lock's entry of refs (kernel active_lock_id), 0: none
+    lock_ptr: object  # the map whose value holds it (kernel active_lock_ptr)
     parent: Any  # precision.Checkpoint | None (precision imports this module)
     trail: tuple | None
     hist: Hist | None
@@ -149,6 +154,8 @@ class State:
         self.hist = None
         self.first_idx = 0
         self.cb_unroll = 0
+        self.lock_id = 0
+        self.lock_ptr = None
 
     @property
     def cur(self) -> Frame:
@@ -163,6 +170,7 @@ class State:
         frames = [fs[0].copy()] if len(fs) == 1 else [f.copy() for f in fs]
         s = State(frames, self.refs, self.parent, self.trail)
         s.hist, s.first_idx, s.cb_unroll = self.hist, self.first_idx, self.cb_unroll
+        s.lock_id, s.lock_ptr = self.lock_id, self.lock_ptr
         return s
 
     def update_regs(self, fn) -> None:
@@ -376,8 +384,12 @@ def states_equal(
     if len(ofs) != len(nfs) or len(old.refs) != len(cur.refs):
         return False
     idmap = IdMap()
+    # kernel refsafe: the held lock (its id mapped, the same map), then each entry of refs
+    # pairwise, of the same kind (a lock or a pointer reference)
+    if old.lock_ptr is not cur.lock_ptr or not idmap.check(old.lock_id, cur.lock_id):
+        return False
     for a, b in zip(old.refs, cur.refs, strict=True):
-        if not idmap.check(a, b):
+        if not idmap.check(a, b) or (a == old.lock_id) != (b == cur.lock_id):
             return False
     for fi in range(len(ofs)):
         of, nf = ofs[fi], nfs[fi]

@@ -549,6 +549,22 @@ def leave(env: Env, cfg: Cfg, st: State, i: int):
     return [(callee.callsite + 1, st)]
 
 
+def tail_call_exit(env: Env, cfg: Cfg, st: State, i: int) -> list[tuple[int, State]] | None:
+    """``bpf_tail_call`` at insn ``i`` in a subprogram frame (kernel 6.18 check_helper_call,
+    BPF_FUNC_tail_call with ``curframe`` set): the path where the tail call fails, the
+    state after the helper, is pushed to go on at ``i + 1``; the current path is the one
+    where it succeeds, which leaves the subprogram there -- every packet pointer cleared
+    (clear_all_pkt_pointers), r0 an unknown scalar (the tail-called program's return
+    value), then prepare_func_exit.  None in the program's own frame and in a callback
+    frame (the path just goes on)."""
+    if len(st.frames) == 1 or is_callback_frame(cfg, st.frames[-1]):
+        return None
+    failed = st.copy()
+    _invalidate_packet(st, f"packet pointer invalidated by bpf_tail_call at insn {cfg.slots[i]}")
+    st.regs[0] = D.unknown()
+    return [*leave(env, cfg, st, i), (i + 1, failed)]
+
+
 def _leave_callback(st: State, r0: D.Reg):
     """A callback's ``exit``: r0 in [0, 1] (its precision was marked by the explorer
     before), then back to the bpf_loop call, which is walked again (the explorer widens

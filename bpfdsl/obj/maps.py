@@ -127,17 +127,40 @@ def parse_map_def(btf: Btf, name: str, tid: int) -> MapSpec:
     return spec
 
 
+MAX_RESOLVE_DEPTH = 32  # kernel include/linux/bpf.h: nesting of structs and arrays searched
+
+
 def spin_lock_offset(btf: Btf, value_type_id: int) -> int:
-    """Byte offset of the ``struct bpf_spin_lock`` member of a map value type (kernel
-    btf_parse_fields, BPF_SPIN_LOCK: a member of the value struct whose type, past
-    modifiers, is the struct named bpf_spin_lock), or -1 when it has none."""
+    """Byte offset of the ``struct bpf_spin_lock`` of a map value type, or -1 when it has
+    none (kernel/bpf/btf.c btf_parse_fields -> btf_find_struct_field/btf_find_field_one):
+    a member of the value struct whose type, past modifiers, is the struct named
+    bpf_spin_lock, or such a member of a struct member, at any depth (btf_find_nested_struct,
+    since 6.10), through arrays of one element (a lock repeated by a longer array is an
+    error for the kernel: btf_repeat_fields).  Union members are not searched."""
     st = btf.resolve(value_type_id)
     if st.kind != Kind.STRUCT:
         return -1
+    return _find_lock(btf, st, 0, 0)
+
+
+def _find_lock(btf: Btf, st: BtfType, base: int, level: int) -> int:
+    if level >= MAX_RESOLVE_DEPTH:
+        return -1
     for m in st.members:
         t = btf.resolve(m.type)
-        if t.kind == Kind.STRUCT and t.name == "bpf_spin_lock":
-            return m.bit_offset // 8
+        nelems, depth = 1, 0
+        while t.kind == Kind.ARRAY and depth < MAX_RESOLVE_DEPTH:
+            nelems *= t.nelems
+            t = btf.resolve(t.type)
+            depth += 1
+        if nelems != 1 or t.kind != Kind.STRUCT:
+            continue
+        off = base + m.bit_offset // 8
+        if t.name == "bpf_spin_lock":
+            return off
+        found = _find_lock(btf, t, off, level + 1)
+        if found >= 0:
+            return found
     return -1
 
 

@@ -146,7 +146,7 @@ SEC("xdp") int prog(struct xdp_md *ctx) { __u64 v = ctx->rx_queue_index; return 
     ),
     "nn-short": (
         False,
-        "stack R1 off=-4 size=8",
+        "invalid read from stack R1 off=-4 size=8",
         r"""
 struct pair { __u32 a, b; };
 __weak __noinline int get(struct pair *p __arg_nonnull) { return p->a + p->b > 3; }

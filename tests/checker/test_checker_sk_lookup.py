@@ -209,3 +209,18 @@ def test_sock_field_reads_are_the_kernels(dt):
 
 def test_source_is_in_the_repo():
     assert Path(SOURCE).exists()
+
+
+def test_a_leak_names_the_source_line_of_the_lookup(tmp_path):
+    """The leak is reported at the exit; the explanation says where the reference was
+    taken: its insn (the kernel's alloc_insn) and its source line."""
+    from bpfdsl.checker import check_object
+    from bpfdsl.obj.collection import read_object
+
+    obj = compile_c(SOURCE, tmp_path / "sk_lookup.o")
+    res = {p.name: p for p in check_object(read_object(obj)).programs}
+    e = res["bad_leak"].errors[0]
+    assert e.message.startswith("Unreleased reference id=3 alloc_insn=31")
+    assert "from bpf_sk_lookup_tcp at insn 31 (sk_lookup.c:150: struct bpf_sock *sk = " in (
+        e.explain
+    ), e.explain

@@ -43,6 +43,8 @@ REFUSED = {
     "bad_no_lock_in_value": "map 'unlocked' has no valid bpf_spin_lock",
     "bad_lock_maybe_null": "R1 type=map_value_or_null expected=map_value, ptr_",
     "bad_lock_stack": "R1 type=fp expected=map_value, ptr_",
+    "bad_lock_in_union": "map 'nested_union' has no valid bpf_spin_lock",
+    "bad_nested_lock_field_read": "bpf_spin_lock cannot be accessed directly by load/store",
 }
 ACCEPTED = [
     "ok_count",
@@ -50,6 +52,10 @@ ACCEPTED = [
     "ok_two_in_turn",
     "ok_loop_locked",
     "ok_unlock_in_subprog",
+    "ok_nested_lock",
+    "ok_deep_lock",
+    "ok_lock_in_array_of_one",
+    "ok_either_map_locked",
 ]
 
 
@@ -70,6 +76,10 @@ def test_lock_offset_read_from_btf(spec):
     assert spec.maps["counters"].spin_lock_off == 8  # struct counter { u64; lock; u64 }
     assert spec.maps["slots"].spin_lock_off == 8
     assert spec.maps["unlocked"].spin_lock_off == -1
+    assert spec.maps["nested"].spin_lock_off == 16  # outer { u64; inner { u64; lock } }
+    assert spec.maps["nested_deep"].spin_lock_off == 24  # deep { u32; outer }
+    assert spec.maps["nested_array"].spin_lock_off == 16
+    assert spec.maps["nested_union"].spin_lock_off == -1
 
 
 @pytest.mark.parametrize("name", ACCEPTED)
@@ -117,3 +127,35 @@ def test_kernel_agrees(spec, results, name):
         assert verdict == "rej"
         assert REFUSED[name].endswith(last), last
     assert r.insns_processed == processed
+
+
+def test_the_held_locks_map_is_part_of_state_equality():
+    """kernel refsafe: the held lock's id (mapped) and its map (active_lock_ptr) must be the
+    same for a state to cover another; the lock entry of refs pairs with a lock entry."""
+    from bpfdsl.checker import domain as D
+    from bpfdsl.checker.state import RANGE_WITHIN, Frame, State, states_equal
+
+    def held(lock_id: int, m: object, refs: tuple[int, ...]) -> State:
+        st = State([Frame([D.NOT_INIT_REG] * 10 + [D.ptr(D.STACK, map=0)], {}, -1, 0, 0)])
+        st.refs, st.lock_id, st.lock_ptr = refs, lock_id, m
+        return st
+
+    def covers(old: State, cur: State) -> bool:
+        return states_equal(old, [0], [0], cur, [0], RANGE_WITHIN, False)
+
+    a, b = object(), object()
+    assert covers(held(5, a, (5,)), held(9, a, (9,)))  # ids mapped
+    assert not covers(held(5, a, (5,)), held(9, b, (9,)))  # another map's lock
+    assert not covers(held(5, a, (5,)), held(0, None, (9,)))  # a reference, not a lock
+    assert not covers(held(5, a, (3, 5)), held(9, a, (9, 4)))  # kinds pairwise, in order
+
+
+@pytest.mark.parametrize("name", ["bad_exit_locked", "bad_unlock_other"])
+def test_the_lock_is_named_by_its_source_line(results, name):
+    """The explanation of an exit or unlock while another lock is held says where that
+    lock was taken: its insn and its source line."""
+    e = results[name].errors[0]
+    want = "bpf_spin_lock(&c->lock);" if name == "bad_exit_locked" else "bpf_spin_lock(&a->lock);"
+    assert re.search(r"at insn \d+ \(spin_lock\.c:\d+: " + re.escape(want) + r"\)", e.explain), (
+        e.explain
+    )

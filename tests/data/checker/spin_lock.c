@@ -36,6 +36,45 @@ struct {
 	__type(value, struct plain);
 } unlocked SEC(".maps");
 
+// the lock inside a struct member, at any depth, through an array of one (the kernel's
+// btf_find_nested_struct); not inside a union member
+struct inner {
+	__u64 a;
+	struct bpf_spin_lock lock;
+};
+struct outer {
+	__u64 x;
+	struct inner in;
+	__u64 y;
+};
+struct deep {
+	__u32 z;
+	struct outer o;
+};
+struct in_array {
+	__u64 x;
+	struct inner in[1];
+};
+union lock_or_word {
+	struct bpf_spin_lock lock;
+	__u64 word;
+};
+struct in_union {
+	__u64 x;
+	union lock_or_word u;
+};
+#define ARRAY_OF(name, T)                                                               \
+	struct {                                                                        \
+		__uint(type, BPF_MAP_TYPE_ARRAY);                                       \
+		__uint(max_entries, 1);                                                 \
+		__type(key, __u32);                                                     \
+		__type(value, T);                                                       \
+	} name SEC(".maps")
+ARRAY_OF(nested, struct outer);
+ARRAY_OF(nested_deep, struct deep);
+ARRAY_OF(nested_array, struct in_array);
+ARRAY_OF(nested_union, struct in_union);
+
 static __always_inline __u32 key_of(struct xdp_md *ctx)
 {
 	return ctx->rx_queue_index & 15;
@@ -294,3 +333,84 @@ int bad_loop_locked(struct xdp_md *ctx)
 }
 
 char _license[] SEC("license") = "GPL";
+
+SEC("xdp")
+int ok_nested_lock(struct xdp_md *ctx)
+{
+	__u32 k = 0;
+	struct outer *v = bpf_map_lookup_elem(&nested, &k);
+	if (!v)
+		return XDP_PASS;
+	bpf_spin_lock(&v->in.lock);
+	v->y++;
+	bpf_spin_unlock(&v->in.lock);
+	return XDP_PASS;
+}
+
+SEC("xdp")
+int ok_deep_lock(struct xdp_md *ctx)
+{
+	__u32 k = 0;
+	struct deep *v = bpf_map_lookup_elem(&nested_deep, &k);
+	if (!v)
+		return XDP_PASS;
+	bpf_spin_lock(&v->o.in.lock);
+	v->z++;
+	bpf_spin_unlock(&v->o.in.lock);
+	return XDP_PASS;
+}
+
+SEC("xdp")
+int ok_lock_in_array_of_one(struct xdp_md *ctx)
+{
+	__u32 k = 0;
+	struct in_array *v = bpf_map_lookup_elem(&nested_array, &k);
+	if (!v)
+		return XDP_PASS;
+	bpf_spin_lock(&v->in[0].lock);
+	v->x++;
+	bpf_spin_unlock(&v->in[0].lock);
+	return XDP_PASS;
+}
+
+SEC("xdp")
+int bad_lock_in_union(struct xdp_md *ctx)
+{
+	__u32 k = 0;
+	struct in_union *v = bpf_map_lookup_elem(&nested_union, &k);
+	if (!v)
+		return XDP_PASS;
+	bpf_spin_lock(&v->u.lock);
+	v->x++;
+	bpf_spin_unlock(&v->u.lock);
+	return XDP_PASS;
+}
+
+SEC("xdp")
+int bad_nested_lock_field_read(struct xdp_md *ctx)
+{
+	__u32 k = 0;
+	struct outer *v = bpf_map_lookup_elem(&nested, &k);
+	if (!v)
+		return XDP_PASS;
+	return *(volatile __u32 *)&v->in.lock ? XDP_DROP : XDP_PASS;
+}
+
+// the same value type in two maps: paths that lock a value of either join
+SEC("xdp")
+int ok_either_map_locked(struct xdp_md *ctx)
+{
+	__u32 k = key_of(ctx) & 3;
+	struct counter *c;
+
+	if (ctx->rx_queue_index & 16)
+		c = bpf_map_lookup_elem(&counters, &k);
+	else
+		c = bpf_map_lookup_elem(&slots, &k);
+	if (!c)
+		return XDP_PASS;
+	bpf_spin_lock(&c->lock);
+	c->packets++;
+	bpf_spin_unlock(&c->lock);
+	return XDP_PASS;
+}
