@@ -16,7 +16,6 @@ REPRO = ROOT / "tests" / "fuzz" / "reproducers"
 
 
 @pytest.mark.kernel
-@pytest.mark.xfail(strict=False, reason="known, being fixed: loop0-after-noinline (known.py)")
 def test_loop_count_0_after_a_noinline_fn_loads() -> None:
     from bpfdsl.runtime.loader import load_collection
 
