@@ -18,7 +18,7 @@ from bpfdsl.lang import types as T
 from bpfdsl.lang.headers import PSEUDO_FIELDS
 from bpfdsl.lang.sema.symbols import BUILTINS, Local
 
-I32, I64 = ir.IntType(32), ir.IntType(64)
+I8, I16, I32, I64 = ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64)
 PTR = ir.PointerType()
 
 
@@ -278,6 +278,22 @@ class CallGen(GenHost):
         return self.helper(
             HELPERS["ringbuf_reserve"].id, PTR, [self.gen(e.args[0]), size, ir.Constant(I64, 0)]
         )
+
+    def zero_record(self, p: ir.Value, e: ast.Call) -> None:
+        """Zero the record ``ringbuf_reserve`` gave (bpf_ringbuf_reserve does not: its bytes
+        are what an earlier record left at that place of the ring), so a field or padding
+        byte the program does not write reads 0 and reaches user space as 0, on the kernel
+        as in the interpreter (found by tests/fuzz/subprograms.py: ``r.w += 1`` read an old
+        record header).  8-byte stores over the record (the ring's records are 8-aligned),
+        which LLVM's dead-store elimination drops where the program writes the bytes
+        before submitting: a record written whole costs nothing."""
+        m = e.args[0].ty
+        assert isinstance(m, T.MapType) and m.record is not None  # sema: an event map
+        size, off = m.record.size, 0
+        for width, ty in ((8, I64), (4, I32), (2, I16), (1, I8)):
+            while size - off >= width:
+                self.b.store(ir.Constant(ty, 0), self.gep(p, off), align=width)
+                off += width
 
     def event_call(self, e: ast.Call) -> ir.Value:
         """ringbuf_output / perf_event_output / ringbuf_submit / ringbuf_discard (see

@@ -131,6 +131,7 @@ class PktGen(CsumGen):
             ok = self.new_block("reserved")
             self.b.cbranch(self.b.icmp_unsigned("==", p, ir.Constant(PTR, None)), fail, ok)
             self.start(ok)
+            self.zero_record(p, e)
             return p
         if isinstance(e, ast.Call):  # a fn returning an optional: {i1 present, value}
             r = self.gen(e)
