@@ -17,6 +17,7 @@ from bpfdsl.abi.helpers import (
     kernel_helper_name,
     kernel_refuses_helper,
     map_fits_helper,
+    may_update_sockmap,
 )
 from bpfdsl.abi.kfuncs import BY_NAME as KFUNCS_BY_NAME
 from bpfdsl.abi.uapi import MapType, is_array, is_sockmap
@@ -198,7 +199,10 @@ def check_helper_call(env: Env, st: State, helper_id: int, idx: int) -> None:
                 mt: MapType | None = MapType(map_obj.map_type)
             except ValueError:  # a type newer than uapi.MapType: not checked here
                 mt = None
-            if mt is not None and not map_fits_helper(mt, h.name):
+            if mt is not None and (
+                not map_fits_helper(mt, h.name)
+                or (is_sockmap(mt) and not may_update_sockmap(env.prog_type, h.name))
+            ):
                 raise Fault(
                     "map-helper",
                     f"cannot pass map_type {int(map_obj.map_type)} into func bpf_{h.name}#{helper_id}",
@@ -220,6 +224,18 @@ def check_helper_call(env: Env, st: State, helper_id: int, idx: int) -> None:
         elif kind in (A.PTR_TO_MAP_KEY, A.PTR_TO_MAP_VALUE):
             if map_obj is None:
                 raise Fault("helper-arg", "invalid map_ptr to access map->key", "", (regno,))
+            if kind == A.PTR_TO_MAP_VALUE and is_sockmap(map_obj.map_type):
+                # kernel resolve_map_arg_type: a sockmap's value is
+                # ARG_PTR_TO_BTF_ID_SOCK_COMMON (compatible_reg_types: sock_common_types)
+                if r.t not in (D.SOCK_COMMON, D.SOCKET, D.XDP_SOCK):
+                    raise _type_err(
+                        regno,
+                        r,
+                        "sock_common, sock, tcp_sock, xdp_sock, ptr_, trusted_ptr_",
+                        f"a {MapType(map_obj.map_type).name.lower()} stores sockets: pass a "
+                        "socket pointer checked for NULL (e.g. from bpf_sk_lookup_tcp)",
+                    )
+                continue
             size = map_obj.key_size if kind == A.PTR_TO_MAP_KEY else map_obj.value_size
             check_mem(
                 env, st, regno, size, False, "map key" if kind == A.PTR_TO_MAP_KEY else "map value"

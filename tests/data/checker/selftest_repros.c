@@ -5,9 +5,11 @@
  *    data_end / data_meta" (__failure "invalid bpf_context access"): net/core/filter.c
  *    xdp_is_valid_access refuses a sign-extending load of a packet pointer field;
  *  - a bpf_tail_call inside a bpf_loop callback;
- *  - bpf_map_update_elem on a sockmap / sockhash from XDP (verifier.c may_update_sockmap);
- *  - progs/verifier_map_in_map.c: an inner map looked up on two paths joined by pruning.
- * Programs named ok_* load on 6.18, bad_* are refused.  Built with -mcpu=v4 (ldsx). */
+ *    (progs/tailcall_fail.c tailcall_direct_callback: "callback unexpected regs 1");
+ *  - bpf_map_update_elem / bpf_map_delete_elem on a sockmap / sockhash (verifier.c
+ *    may_update_sockmap: XDP may, sk_msg may not, sock_ops may only delete; the value is
+ *    a socket, resolve_map_arg_type).
+ * Programs named ok_* load on 6.18, bad_* are refused. */
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
 
@@ -32,20 +34,6 @@ struct {
 	__type(value, __u64);
 } hsocks SEC(".maps");
 
-struct inner {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, __u64);
-} inner_a SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
-	__uint(max_entries, 2);
-	__type(key, __u32);
-	__array(values, struct inner);
-} outer SEC(".maps") = { .values = { &inner_a } };
-
 #define LDSX_CTX(name, off)						\
 SEC("xdp")								\
 __attribute__((naked)) int name(void)					\
@@ -60,16 +48,22 @@ LDSX_CTX(bad_ldsx_xdp_data_end, 4)
 LDSX_CTX(bad_ldsx_xdp_data_meta, 8)
 LDSX_CTX(ok_ldsx_xdp_ingress_ifindex, 12)
 
-static long tail_cb(__u64 i, void *ctx)
+struct cbctx {
+	struct xdp_md *ctx;
+};
+
+static long tail_cb(__u64 i, struct cbctx *c)
 {
-	bpf_tail_call(ctx, &progs, 0);
+	bpf_tail_call(c->ctx, &progs, 0);
 	return 1;
 }
 
 SEC("xdp")
 int bad_tail_call_in_loop_cb(struct xdp_md *ctx)
 {
-	bpf_loop(2, tail_cb, ctx, 0);
+	struct cbctx c = { .ctx = ctx };
+
+	bpf_loop(2, tail_cb, &c, 0);
 	return XDP_PASS;
 }
 
@@ -100,22 +94,43 @@ int ok_sockhash_update_xdp(struct xdp_md *ctx)
 }
 
 SEC("xdp")
-int ok_map_in_map_pruning(struct xdp_md *ctx)
+int bad_sockmap_update_fd(struct xdp_md *ctx)
 {
 	__u32 key = 0;
-	void *m;
-	__u64 *v;
+	__u64 fd = 3;
 
-	if (ctx->ingress_ifindex & 1)
-		key = 1;
-	m = bpf_map_lookup_elem(&outer, &key);
-	if (!m)
-		return XDP_PASS;
-	key = 0;
-	v = bpf_map_lookup_elem(m, &key);
-	if (!v)
-		return XDP_PASS;
-	return *v ? XDP_DROP : XDP_PASS;
+	bpf_map_update_elem(&socks, &key, &fd, BPF_ANY);
+	return XDP_PASS;
+}
+
+SEC("sk_msg")
+int bad_sockmap_delete_sk_msg(struct sk_msg_md *msg)
+{
+	__u32 key = 0;
+
+	bpf_map_delete_elem(&socks, &key);
+	return SK_PASS;
+}
+
+SEC("sockops")
+int bad_sockmap_update_sock_ops(struct bpf_sock_ops *ops)
+{
+	__u32 key = 0;
+	struct bpf_sock *sk = ops->sk;
+
+	if (!sk)
+		return 1;
+	bpf_map_update_elem(&socks, &key, sk, BPF_ANY);
+	return 1;
+}
+
+SEC("sockops")
+int ok_sockmap_delete_sock_ops(struct bpf_sock_ops *ops)
+{
+	__u32 key = 0;
+
+	bpf_map_delete_elem(&socks, &key);
+	return 1;
 }
 
 char _license[] SEC("license") = "GPL";
