@@ -5,7 +5,8 @@
  *    data_end / data_meta" (__failure "invalid bpf_context access"): net/core/filter.c
  *    xdp_is_valid_access refuses a sign-extending load of a packet pointer field;
  *  - a bpf_tail_call inside a bpf_loop callback;
- *    (progs/tailcall_fail.c tailcall_direct_callback: "callback unexpected regs 1");
+ *    (progs/tailcall_fail.c tailcall_direct_callback: "callback unexpected regs 1"), or in
+ *    a function the callback calls ("cannot tail call within callback");
  *  - bpf_map_update_elem / bpf_map_delete_elem on a sockmap / sockhash (verifier.c
  *    may_update_sockmap: XDP may, sk_msg may not, sock_ops may only delete; the value is
  *    a socket, resolve_map_arg_type).
@@ -64,6 +65,26 @@ int bad_tail_call_in_loop_cb(struct xdp_md *ctx)
 	struct cbctx c = { .ctx = ctx };
 
 	bpf_loop(2, tail_cb, &c, 0);
+	return XDP_PASS;
+}
+
+static __attribute__((noinline)) int tail_sub(struct xdp_md *ctx)
+{
+	bpf_tail_call(ctx, &progs, 1);
+	return ctx->rx_queue_index;
+}
+
+static long tail_cb2(__u64 i, struct cbctx *c)
+{
+	return tail_sub(c->ctx) ? 1 : 0;
+}
+
+SEC("xdp")
+int bad_tail_call_in_loop_cb_subprog(struct xdp_md *ctx)
+{
+	struct cbctx c = { .ctx = ctx };
+
+	bpf_loop(2, tail_cb2, &c, 0);
 	return XDP_PASS;
 }
 
