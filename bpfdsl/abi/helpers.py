@@ -127,7 +127,7 @@ PROTOTYPES: tuple[HelperProto, ...] = (
         1,
         (A.CONST_MAP_PTR, A.PTR_TO_MAP_KEY),
         RetKind.PTR_TO_MAP_VALUE_OR_NULL,
-        map_types=_DATA_MAPS | U.DEVMAP_TYPES | U.SOCKET_MAP_TYPES,
+        map_types=_DATA_MAPS | U.DEVMAP_TYPES | U.SOCKET_MAP_TYPES | U.MAP_IN_MAP_TYPES,
         pkt_access=True,
     ),
     HelperProto(
@@ -607,6 +607,9 @@ MAP_HELPERS: dict[MapType, frozenset[str]] = {
         }
     ),
     MapType.PROG_ARRAY: frozenset({"tail_call"}),
+    # a program only looks inner maps up (the kernel's first switch: map_lookup_elem)
+    MapType.ARRAY_OF_MAPS: frozenset({"map_lookup_elem"}),
+    MapType.HASH_OF_MAPS: frozenset({"map_lookup_elem"}),
     MapType.PERF_EVENT_ARRAY: frozenset({"perf_event_output"}),
     MapType.RINGBUF: frozenset({"ringbuf_output", "ringbuf_reserve"}),
 }

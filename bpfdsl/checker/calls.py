@@ -20,7 +20,7 @@ from bpfdsl.abi.helpers import (
     may_update_sockmap,
 )
 from bpfdsl.abi.kfuncs import BY_NAME as KFUNCS_BY_NAME
-from bpfdsl.abi.uapi import MapType, is_array, is_sockmap
+from bpfdsl.abi.uapi import MapType, is_array, is_map_in_map, is_sockmap
 from bpfdsl.checker import domain as D
 from bpfdsl.checker import features as F
 from bpfdsl.checker import refs as R
@@ -440,8 +440,19 @@ def nonnull_type(r: D.Reg) -> int:
             return D.XDP_SOCK
         if is_sockmap(mt):
             return D.SOCKET
+        if is_map_in_map(mt):
+            return D.MAP_PTR  # the inner map (map->inner_map_meta)
         return D.MAP_VALUE
     return D.NULLABLE[r.t]
+
+
+def nonnull_map(r: D.Reg) -> object:
+    """The map a *_OR_NULL register refers to on its non-NULL branch: a map-in-map lookup's
+    result is the inner map (kernel mark_ptr_or_null_reg: reg->map_ptr =
+    map->inner_map_meta, the object's inner map definition), any other keeps its map."""
+    if r.t == D.MAP_VALUE_OR_NULL and r.map is not None and is_map_in_map(r.map.map_type):
+        return getattr(r.map, "inner", None)
+    return r.map
 
 
 def constant_key(st: State, r: D.Reg, key_size: int) -> tuple[int, tuple | None] | None:

@@ -10,7 +10,10 @@ scripts/difftest_checker.py's kernel_verdict / our_verdict):
   (check_max_stack_depth_subprog: "cannot tail call within callback"): checker OK before;
 * a sockmap/sockhash bpf_map_update_elem from XDP: the kernel allows it
   (may_update_sockmap), the checker refused; bpf_map_delete_elem from sk_msg: the kernel
-  refuses, the checker accepted; the value must be a socket (resolve_map_arg_type).
+  refuses, the checker accepted; the value must be a socket (resolve_map_arg_type);
+* a map-in-map lookup (verifier_map_in_map.c): refused by the checker; its non-NULL
+  result is the inner map (mark_ptr_or_null_reg), the selftest's pruning shape is
+  processed in 15 insns as by the kernel.
 
 The difftest loads without BTF, where the kernel refuses a subprogram's tail call earlier
 ("tail_call is not allowed in subprogs without BTF"): for those two the verdicts are
@@ -40,6 +43,10 @@ EXPECTED = {
     "bad_sockmap_delete_sk_msg": "cannot pass map_type 15 into func bpf_map_delete_elem#3",
     "bad_sockmap_update_sock_ops": "cannot pass map_type 15 into func bpf_map_update_elem#2",
     "ok_sockmap_delete_sock_ops": "",
+    "ok_map_in_map_pruning": "",
+    "ok_map_in_map_lookup": "",
+    "bad_map_in_map_no_null_check": "R1 type=map_value_or_null expected=map_ptr",
+    "bad_map_in_map_update": "cannot pass map_type 12 into func bpf_map_update_elem#2",
 }
 NO_BTF = "tail_call is not allowed in subprogs without BTF"
 
@@ -67,6 +74,12 @@ def test_checker(dt, items, name):
     r = dt.our_verdict(items[name])
     assert (r.errors[0].message if r.errors else "") == EXPECTED[name]
     assert r.ok == name.startswith("ok_")
+
+
+def test_map_in_map_processed_like_the_selftest(dt, items):
+    """verifier_map_in_map.c "map in map state pruning" expects "processed 15 insns"."""
+    dt.our_verdict(items["ok_map_in_map_pruning"])
+    assert items["ok_map_in_map_pruning"].our_processed == 15
 
 
 def test_tail_call_error_names_the_call(dt, items):

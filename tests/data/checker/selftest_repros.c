@@ -10,9 +10,13 @@
  *  - bpf_map_update_elem / bpf_map_delete_elem on a sockmap / sockhash (verifier.c
  *    may_update_sockmap: XDP may, sk_msg may not, sock_ops may only delete; the value is
  *    a socket, resolve_map_arg_type).
+ *  - progs/verifier_map_in_map.c: inner map lookups (the lookup of a map-in-map yields
+ *    the inner map on its non-NULL branch), also across state pruning.
  * Programs named ok_* load on 6.18, bad_* are refused. */
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
+
+#define __imm_addr(name) [name] "i"(&name)
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
@@ -34,6 +38,20 @@ struct {
 	__type(key, __u32);
 	__type(value, __u64);
 } hsocks SEC(".maps");
+
+struct inner {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} inner_a SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
+	__uint(max_entries, 2);
+	__type(key, __u32);
+	__array(values, struct inner);
+} outer SEC(".maps") = { .values = { &inner_a } };
 
 #define LDSX_CTX(name, off)						\
 SEC("xdp")								\
@@ -152,6 +170,78 @@ int ok_sockmap_delete_sock_ops(struct bpf_sock_ops *ops)
 
 	bpf_map_delete_elem(&socks, &key);
 	return 1;
+}
+
+/* progs/verifier_map_in_map.c "map in map state pruning": two outer/inner lookups whose
+ * paths meet at the load (the selftest runs it with BPF_F_TEST_STATE_FREQ) */
+SEC("xdp")
+__attribute__((naked)) int ok_map_in_map_pruning(void)
+{
+	asm volatile ("r1 = 0;"
+		      "*(u32 *)(r10 - 4) = r1;"
+		      "r6 = r10;"
+		      "r6 += -4;"
+		      "r2 = r6;"
+		      "r1 = %[outer] ll;"
+		      "call %[bpf_map_lookup_elem];"
+		      "if r0 != 0 goto 1f;"
+		      "exit;"
+		      "1: r2 = r6;"
+		      "r1 = r0;"
+		      "call %[bpf_map_lookup_elem];"
+		      "if r0 != 0 goto 3f;"
+		      "r2 = r6;"
+		      "r1 = %[outer] ll;"
+		      "call %[bpf_map_lookup_elem];"
+		      "if r0 != 0 goto 2f;"
+		      "exit;"
+		      "2: r2 = r6;"
+		      "r1 = r0;"
+		      "call %[bpf_map_lookup_elem];"
+		      "if r0 != 0 goto 3f;"
+		      "exit;"
+		      "3: r0 = *(u32 *)(r0 + 0);"
+		      "exit;"
+		      :: __imm_addr(outer), [bpf_map_lookup_elem] "i"(BPF_FUNC_map_lookup_elem)
+		      : "memory");
+}
+
+SEC("xdp")
+int ok_map_in_map_lookup(struct xdp_md *ctx)
+{
+	__u32 key = ctx->rx_queue_index & 1;
+	__u32 *v;
+	void *m;
+
+	m = bpf_map_lookup_elem(&outer, &key);
+	if (!m)
+		return XDP_PASS;
+	key = 0;
+	v = bpf_map_lookup_elem(m, &key);
+	if (!v)
+		return XDP_PASS;
+	return *v ? XDP_DROP : XDP_PASS;
+}
+
+SEC("xdp")
+int bad_map_in_map_no_null_check(struct xdp_md *ctx)
+{
+	__u32 key = 0;
+	void *m = bpf_map_lookup_elem(&outer, &key);
+
+	asm volatile ("r1 = %[m]; r2 = %[k]; call %[lookup];"
+		      :: [m] "r"(m), [k] "r"(&key), [lookup] "i"(BPF_FUNC_map_lookup_elem)
+		      : "r0", "r1", "r2", "r3", "r4", "r5", "memory");
+	return XDP_PASS;
+}
+
+SEC("xdp")
+int bad_map_in_map_update(struct xdp_md *ctx)
+{
+	__u32 key = 0, fd = 0;
+
+	bpf_map_update_elem(&outer, &key, &fd, BPF_ANY);
+	return XDP_PASS;
 }
 
 char _license[] SEC("license") = "GPL";
