@@ -50,6 +50,7 @@ from bpfdsl.checker.subprog import (
     BPF_FUNC_LOOP,
     check_global_return,
     enter_call,
+    is_callback_frame,
     leave,
     loop_call,
     widen,
@@ -951,9 +952,13 @@ def _mov_x(is64: bool, dst: int, src: int):
 
 
 def _exit(env: Env, cfg: Cfg, st: State, i: int):
-    r0 = _read(st, 0)
     if len(st.frames) > 1:  # back to the caller (checker.subprog)
+        # kernel prepare_func_exit: a static function's r0 goes back as it is, unset too
+        # (a caller that reads it is refused there); a callback's r0 must be set
+        if is_callback_frame(cfg, st.frames[-1]):
+            _read(st, 0)
         return leave(env, cfg, st, i)
+    r0 = _read(st, 0)
     locked = exit_locked(env, st)  # kernel check_resource_leak: the lock first
     if locked is not None:
         raise locked

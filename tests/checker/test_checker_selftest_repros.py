@@ -13,7 +13,9 @@ scripts/difftest_checker.py's kernel_verdict / our_verdict):
   refuses, the checker accepted; the value must be a socket (resolve_map_arg_type);
 * a map-in-map lookup (verifier_map_in_map.c): refused by the checker; its non-NULL
   result is the inner map (mark_ptr_or_null_reg), the selftest's pruning shape is
-  processed in 15 insns as by the kernel.
+  processed in 15 insns as by the kernel;
+* a static function returning void (test_xdp_noinline.c) exits with r0 unset: the kernel
+  hands it back as it is (prepare_func_exit), the checker refused the exit.
 
 The difftest loads without BTF, where the kernel refuses a subprogram's tail call earlier
 ("tail_call is not allowed in subprogs without BTF"): for those two the verdicts are
@@ -47,6 +49,8 @@ EXPECTED = {
     "ok_map_in_map_lookup": "",
     "bad_map_in_map_no_null_check": "R1 type=map_value_or_null expected=map_ptr",
     "bad_map_in_map_update": "cannot pass map_type 12 into func bpf_map_update_elem#2",
+    "ok_static_fn_r0_unset": "",
+    "bad_read_unset_r0": "R0 !read_ok",
 }
 NO_BTF = "tail_call is not allowed in subprogs without BTF"
 

@@ -12,6 +12,7 @@
  *    a socket, resolve_map_arg_type).
  *  - progs/verifier_map_in_map.c: inner map lookups (the lookup of a map-in-map yields
  *    the inner map on its non-NULL branch), also across state pruning.
+ *  - progs/test_xdp_noinline.c: a static function returning void leaves r0 unset.
  * Programs named ok_* load on 6.18, bad_* are refused. */
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
@@ -242,6 +243,33 @@ int bad_map_in_map_update(struct xdp_md *ctx)
 
 	bpf_map_update_elem(&outer, &key, &fd, BPF_ANY);
 	return XDP_PASS;
+}
+
+/* progs/test_xdp_noinline.c: a static function returning void exits with r0 unset
+ * (prepare_func_exit hands r0 back as it is); reading it in the caller is refused */
+static __attribute__((noinline)) void set_flag(__u32 *p)
+{
+	*(volatile __u32 *)p = 1;
+}
+
+SEC("xdp")
+int ok_static_fn_r0_unset(struct xdp_md *ctx)
+{
+	__u32 flag = 0;
+
+	set_flag(&flag);
+	return flag ? XDP_PASS : XDP_DROP;
+}
+
+__attribute__((used, naked, noinline)) static void no_ret(void)
+{
+	asm volatile ("r1 = 0; exit;" ::: "memory");
+}
+
+SEC("xdp")
+__attribute__((naked)) int bad_read_unset_r0(void)
+{
+	asm volatile ("call no_ret; exit;" ::: "memory");
 }
 
 char _license[] SEC("license") = "GPL";
