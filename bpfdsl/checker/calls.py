@@ -163,6 +163,7 @@ def check_helper_call(env: Env, st: State, helper_id: int, idx: int) -> None:
     assert h.args is not None  # HELPERS_BY_ID holds the modelled helpers
     alloc_size = 0
     released = 0
+    map_fault: Fault | None = None
     for k, kind in enumerate(h.args):
         regno = k + 1
         r = regs[regno]
@@ -203,7 +204,8 @@ def check_helper_call(env: Env, st: State, helper_id: int, idx: int) -> None:
                 not map_fits_helper(mt, h.name)
                 or (is_sockmap(mt) and not may_update_sockmap(env.prog_type, h.name))
             ):
-                raise Fault(
+                # kernel check_map_func_compatibility runs after every argument is checked
+                map_fault = Fault(
                     "map-helper",
                     f"cannot pass map_type {int(map_obj.map_type)} into func bpf_{h.name}#{helper_id}",
                     f"map '{getattr(map_obj, 'name', '?')}' ({mt.name.lower()}) cannot be used with bpf_{h.name}",
@@ -339,6 +341,8 @@ def check_helper_call(env: Env, st: State, helper_id: int, idx: int) -> None:
                     f"pass bpf_{h.name} &value->lock of a map value checked for NULL",
                 )
             R.spin_lock(env, st, regno, r, h.name == "spin_lock", idx)
+    if map_fault is not None:
+        raise map_fault
     if helper_id == 1 and map_obj is not None and map_obj.map_type in F.LOOKUP_MIN:
         kind_name = MapType(map_obj.map_type).name.lower()
         env.need(F.LOOKUP_MIN[map_obj.map_type], f"bpf_map_lookup_elem on a {kind_name}", (1,))

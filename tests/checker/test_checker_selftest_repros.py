@@ -10,7 +10,9 @@ scripts/difftest_checker.py's kernel_verdict / our_verdict):
   (check_max_stack_depth_subprog: "cannot tail call within callback"): checker OK before;
 * a sockmap/sockhash bpf_map_update_elem from XDP: the kernel allows it
   (may_update_sockmap), the checker refused; bpf_map_delete_elem from sk_msg: the kernel
-  refuses, the checker accepted; the value must be a socket (resolve_map_arg_type);
+  refuses, the checker accepted; the value must be a socket (resolve_map_arg_type), and
+  the arguments are checked before the map fits the helper (check_map_func_compatibility
+  last, test_sockmap_invalid_update.c);
 * a map-in-map lookup (verifier_map_in_map.c): refused by the checker; its non-NULL
   result is the inner map (mark_ptr_or_null_reg), the selftest's pruning shape is
   processed in 15 insns as by the kernel;
@@ -44,6 +46,7 @@ EXPECTED = {
     "bad_sockmap_update_fd": f"R3 type=fp expected={SOCK}",
     "bad_sockmap_delete_sk_msg": "cannot pass map_type 15 into func bpf_map_delete_elem#3",
     "bad_sockmap_update_sock_ops": "cannot pass map_type 15 into func bpf_map_update_elem#2",
+    "bad_sockmap_update_sock_ops_null": f"R3 type=sock_or_null expected={SOCK}",
     "ok_sockmap_delete_sock_ops": "",
     "ok_map_in_map_pruning": "",
     "ok_map_in_map_lookup": "",

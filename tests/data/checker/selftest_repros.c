@@ -164,6 +164,17 @@ int bad_sockmap_update_sock_ops(struct bpf_sock_ops *ops)
 	return 1;
 }
 
+/* progs/test_sockmap_invalid_update.c: the arguments are checked before the map's
+ * fitness for the helper (check_map_func_compatibility comes last) */
+SEC("sockops")
+int bad_sockmap_update_sock_ops_null(struct bpf_sock_ops *ops)
+{
+	__u32 key = 0;
+
+	bpf_map_update_elem(&socks, &key, ops->sk, BPF_ANY);
+	return 1;
+}
+
 SEC("sockops")
 int ok_sockmap_delete_sock_ops(struct bpf_sock_ops *ops)
 {
