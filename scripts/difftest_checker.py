@@ -120,7 +120,11 @@ class Maps:
         n = m.max_entries
         if mt == U.MapType.CPUMAP:
             n = min(n, S.possible_cpus())
-        return S.map_create(mt, m.key_size, m.value_size, n, map_flags=m.map_flags)
+        inner = getattr(m, "inner", None)
+        inner_fd = self.fd(inner) if inner is not None and U.is_map_in_map(mt) else 0
+        return S.map_create(
+            mt, m.key_size, m.value_size, n, map_flags=m.map_flags, inner_map_fd=inner_fd
+        )
 
     def close(self) -> None:
         for fd in self.fds.values():

@@ -127,7 +127,7 @@ PROTOTYPES: tuple[HelperProto, ...] = (
         1,
         (A.CONST_MAP_PTR, A.PTR_TO_MAP_KEY),
         RetKind.PTR_TO_MAP_VALUE_OR_NULL,
-        map_types=_DATA_MAPS | U.DEVMAP_TYPES | U.SOCKET_MAP_TYPES,
+        map_types=_DATA_MAPS | U.DEVMAP_TYPES | U.SOCKET_MAP_TYPES | U.MAP_IN_MAP_TYPES,
         pkt_access=True,
     ),
     HelperProto(
@@ -135,7 +135,7 @@ PROTOTYPES: tuple[HelperProto, ...] = (
         2,
         (A.CONST_MAP_PTR, A.PTR_TO_MAP_KEY, A.PTR_TO_MAP_VALUE, A.ANYTHING),
         RetKind.INTEGER,
-        map_types=_DATA_MAPS,
+        map_types=_DATA_MAPS | U.SOCK_MAP_TYPES,  # sockmaps: where may_update_sockmap says
         pkt_access=True,
     ),
     HelperProto(
@@ -607,6 +607,9 @@ MAP_HELPERS: dict[MapType, frozenset[str]] = {
         }
     ),
     MapType.PROG_ARRAY: frozenset({"tail_call"}),
+    # a program only looks inner maps up (the kernel's first switch: map_lookup_elem)
+    MapType.ARRAY_OF_MAPS: frozenset({"map_lookup_elem"}),
+    MapType.HASH_OF_MAPS: frozenset({"map_lookup_elem"}),
     MapType.PERF_EVENT_ARRAY: frozenset({"perf_event_output"}),
     MapType.RINGBUF: frozenset({"ringbuf_output", "ringbuf_reserve"}),
 }
@@ -754,6 +757,35 @@ def helper_may_access_packet(helper: HelperProto, prog_type: ProgramType) -> boo
     if prog_type == ProgramType.CGROUP_SOCKOPT:
         return True
     return prog_type in PKT_ACCESS_PROG_TYPES and helper.pkt_access
+
+
+# Program types that may update and delete sockmap/sockhash entries with the generic
+# bpf_map_update_elem / bpf_map_delete_elem (kernel/bpf/verifier.c may_update_sockmap,
+# Linux 6.18; BPF_PROG_TYPE_TRACING's BPF_TRACE_ITER is not modelled).  SOCK_OPS may only
+# delete (it updates with bpf_sock_map_update / bpf_sock_hash_update).
+SOCKMAP_UPDATERS = frozenset(
+    {
+        ProgramType.SOCKET_FILTER,
+        ProgramType.SCHED_CLS,
+        ProgramType.SCHED_ACT,
+        ProgramType.XDP,
+        ProgramType.SK_REUSEPORT,
+        ProgramType.FLOW_DISSECTOR,
+        ProgramType.SK_LOOKUP,
+    }
+)
+
+
+def may_update_sockmap(prog_type: ProgramType, helper_name: str) -> bool:
+    """Whether a ``prog_type`` program may pass a sockmap/sockhash to the generic
+    ``helper_name`` (``map_update_elem`` / ``map_delete_elem``): kernel may_update_sockmap;
+    the kernel refuses otherwise with "cannot update sockmap in this context" then
+    "cannot pass map_type ... into func ..."."""
+    if helper_name not in ("map_update_elem", "map_delete_elem"):
+        return True
+    if prog_type == ProgramType.SOCK_OPS:
+        return helper_name == "map_delete_elem"
+    return prog_type in SOCKMAP_UPDATERS
 
 
 def map_fits_helper(map_type: MapType, helper_name: str) -> bool:

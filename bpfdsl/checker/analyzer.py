@@ -51,6 +51,7 @@ from bpfdsl.checker.subprog import (
     BPF_FUNC_TAIL_CALL,
     check_global_return,
     enter_call,
+    is_callback_frame,
     leave,
     loop_call,
     tail_call_exit,
@@ -957,9 +958,10 @@ def _mov_x(is64: bool, dst: int, src: int):
 
 def _exit(env: Env, cfg: Cfg, st: State, i: int):
     if len(st.frames) > 1:  # back to the caller (checker.subprog)
-        # r0 is not read here: the kernel's prepare_func_exit hands a static subprogram's
-        # r0 to the caller as it is, set or not (LLVM leaves it unset when the caller
-        # does not use the result: IPSCCP); a callback's must be a scalar (leave)
+        # kernel prepare_func_exit: a static function's r0 goes back as it is, unset too
+        # (a caller that reads it is refused there); a callback's r0 must be set
+        if is_callback_frame(cfg, st.frames[-1]):
+            _read(st, 0)
         return leave(env, cfg, st, i)
     locked = exit_locked(env, st)  # kernel check_resource_leak: the lock first
     if locked is not None:

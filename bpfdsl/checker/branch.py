@@ -15,7 +15,7 @@ from bpfdsl.abi.insn import Insn
 from bpfdsl.checker import domain as D
 from bpfdsl.checker import features as F
 from bpfdsl.checker import tnum as T
-from bpfdsl.checker.calls import nonnull_type
+from bpfdsl.checker.calls import nonnull_map, nonnull_type
 from bpfdsl.checker.env import Env, Fault
 from bpfdsl.checker.refs import nonnull_id
 from bpfdsl.checker.state import AT_PKT_END, BEYOND_PKT_END, Slot, State
@@ -406,6 +406,7 @@ def do_cond_jump(
                     lambda r: r.replace(
                         t=nonnull_type(r) if r.t in D.NULLABLE else r.t,
                         id=nonnull_id(r, nt),
+                        map=nonnull_map(r),
                     ),
                 )
                 return [(i + 1, fall), (target, taken)]
@@ -432,7 +433,7 @@ def do_cond_jump(
             eq = taken if op == U.BPF_JEQ else st
             no = x.src if s.t in D.NULLABLE else x.dst
             r = eq.regs[no]
-            eq.regs[no] = r.replace(t=nonnull_type(r))
+            eq.regs[no] = r.replace(t=nonnull_type(r), map=nonnull_map(r))
         if _pkt_compare(x, d, s, st, taken):
             return [(i + 1, st), (target, taken)]
         if not env.privileged:

@@ -17,9 +17,10 @@ from bpfdsl.abi.helpers import (
     kernel_helper_name,
     kernel_refuses_helper,
     map_fits_helper,
+    may_update_sockmap,
 )
 from bpfdsl.abi.kfuncs import BY_NAME as KFUNCS_BY_NAME
-from bpfdsl.abi.uapi import MapType, is_array, is_sockmap
+from bpfdsl.abi.uapi import MapType, is_array, is_map_in_map, is_sockmap
 from bpfdsl.checker import domain as D
 from bpfdsl.checker import features as F
 from bpfdsl.checker import refs as R
@@ -156,6 +157,7 @@ def check_helper_call(env: Env, st: State, helper_id: int, idx: int) -> None:
     assert h.args is not None  # HELPERS_BY_ID holds the modelled helpers
     alloc_size = 0
     released = 0
+    map_fault: Fault | None = None
     for k, kind in enumerate(h.args):
         regno = k + 1
         r = regs[regno]
@@ -192,8 +194,12 @@ def check_helper_call(env: Env, st: State, helper_id: int, idx: int) -> None:
                 mt: MapType | None = MapType(map_obj.map_type)
             except ValueError:  # a type newer than uapi.MapType: not checked here
                 mt = None
-            if mt is not None and not map_fits_helper(mt, h.name):
-                raise Fault(
+            if mt is not None and (
+                not map_fits_helper(mt, h.name)
+                or (is_sockmap(mt) and not may_update_sockmap(env.prog_type, h.name))
+            ):
+                # kernel check_map_func_compatibility runs after every argument is checked
+                map_fault = Fault(
                     "map-helper",
                     f"cannot pass map_type {int(map_obj.map_type)} into func bpf_{h.name}#{helper_id}",
                     f"map '{getattr(map_obj, 'name', '?')}' ({mt.name.lower()}) cannot be used with bpf_{h.name}",
@@ -214,6 +220,18 @@ def check_helper_call(env: Env, st: State, helper_id: int, idx: int) -> None:
         elif kind in (A.PTR_TO_MAP_KEY, A.PTR_TO_MAP_VALUE):
             if map_obj is None:
                 raise Fault("helper-arg", "invalid map_ptr to access map->key", "", (regno,))
+            if kind == A.PTR_TO_MAP_VALUE and is_sockmap(map_obj.map_type):
+                # kernel resolve_map_arg_type: a sockmap's value is
+                # ARG_PTR_TO_BTF_ID_SOCK_COMMON (compatible_reg_types: sock_common_types)
+                if r.t not in (D.SOCK_COMMON, D.SOCKET, D.XDP_SOCK):
+                    raise _type_err(
+                        regno,
+                        r,
+                        "sock_common, sock, tcp_sock, xdp_sock, ptr_, trusted_ptr_",
+                        f"a {MapType(map_obj.map_type).name.lower()} stores sockets: pass a "
+                        "socket pointer checked for NULL (e.g. from bpf_sk_lookup_tcp)",
+                    )
+                continue
             size = map_obj.key_size if kind == A.PTR_TO_MAP_KEY else map_obj.value_size
             check_mem(
                 env, st, regno, size, False, "map key" if kind == A.PTR_TO_MAP_KEY else "map value"
@@ -317,6 +335,8 @@ def check_helper_call(env: Env, st: State, helper_id: int, idx: int) -> None:
                     f"pass bpf_{h.name} &value->lock of a map value checked for NULL",
                 )
             R.spin_lock(env, st, regno, r, h.name == "spin_lock", idx)
+    if map_fault is not None:
+        raise map_fault
     if helper_id == 1 and map_obj is not None and map_obj.map_type in F.LOOKUP_MIN:
         kind_name = MapType(map_obj.map_type).name.lower()
         env.need(F.LOOKUP_MIN[map_obj.map_type], f"bpf_map_lookup_elem on a {kind_name}", (1,))
@@ -418,8 +438,19 @@ def nonnull_type(r: D.Reg) -> int:
             return D.XDP_SOCK
         if is_sockmap(mt):
             return D.SOCKET
+        if is_map_in_map(mt):
+            return D.MAP_PTR  # the inner map (map->inner_map_meta)
         return D.MAP_VALUE
     return D.NULLABLE[r.t]
+
+
+def nonnull_map(r: D.Reg) -> object:
+    """The map a *_OR_NULL register refers to on its non-NULL branch: a map-in-map lookup's
+    result is the inner map (kernel mark_ptr_or_null_reg: reg->map_ptr =
+    map->inner_map_meta, the object's inner map definition), any other keeps its map."""
+    if r.t == D.MAP_VALUE_OR_NULL and r.map is not None and is_map_in_map(r.map.map_type):
+        return getattr(r.map, "inner", None)
+    return r.map
 
 
 def constant_key(st: State, r: D.Reg, key_size: int) -> tuple[int, tuple | None] | None:

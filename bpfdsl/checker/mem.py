@@ -26,10 +26,18 @@ def _tn(r: D.Reg) -> str:
 
 
 def check_access(
-    env: Env, st: State, regno: int, off: int, size: int, write: bool, value: D.Reg | None
+    env: Env,
+    st: State,
+    regno: int,
+    off: int,
+    size: int,
+    write: bool,
+    value: D.Reg | None,
+    ldsx: bool = False,
 ) -> D.Reg | None:
     """Check one access of ``size`` bytes at ``regno + off``; return the loaded value for
-    reads.  ``value`` is the stored register (None for BPF_ST immediates = unknown)."""
+    reads.  ``value`` is the stored register (None for BPF_ST immediates = unknown);
+    ``ldsx``: a sign-extending load (BPF_MEMSX), which no ctx pointer field takes."""
     r = st.regs[regno]
     t = r.t
     if t == D.STACK:
@@ -43,7 +51,7 @@ def check_access(
     if t == D.MEM:
         return _mem(regno, r, off, size)
     if t == D.CTX:
-        return _ctx(env, regno, r, off, size, write)
+        return _ctx(env, regno, r, off, size, write, ldsx)
     if t == D.XDP_SOCK or t == D.SOCKET or t == D.SOCK_COMMON:
         return sock_access(regno, r, off, size, write)
     if t == D.NOT_INIT:
@@ -230,7 +238,7 @@ def _mem(regno, r, off, size):
 # ---- ctx ----
 
 
-def _ctx(env, regno, r, off, size, write):
+def _ctx(env, regno, r, off, size, write, ldsx=False):
     if r.off or r.tn != (0, 0):
         raise Fault(
             "modified-ctx",
@@ -246,6 +254,16 @@ def _ctx(env, regno, r, off, size, write):
             (regno,),
         )
     f = ctx_access(env.ctx or "", off, size, write, env.attach_type)
+    if f is not None and ldsx and f.loads_as != D.SCALAR:
+        # net/core/filter.c xdp_is_valid_access / bpf_skb_is_valid_access: info->is_ldsx
+        # on data, data_end, data_meta (the sign extension would corrupt the pointer)
+        raise Fault(
+            "ctx-access",
+            f"invalid bpf_context access off={off} size={size}",
+            f"{env.ctx}.{f.name} is a pointer: load it with an unsigned (zero-extending) "
+            "load, not a sign-extending one",
+            (regno,),
+        )
     if f is None:
         what = "written" if write else "read"
         raise Fault(

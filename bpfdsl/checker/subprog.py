@@ -637,26 +637,45 @@ def check_call_graph(env: Env, cfg: Cfg):
     for i, t in [*cfg.call_target.items(), *cfg.func_refs.items()]:
         edges.setdefault(cfg.subprog_of[i], []).append((i, t))
     # subprograms that tail-call (only a called one's matters: none without calls)
-    tail_calls = (
-        {
-            cfg.subprog_of[i]
-            for i, x in enumerate(cfg.insns)
-            if x.is_helper_call and x.imm == BPF_FUNC_TAIL_CALL
-        }
-        if edges
-        else set()
-    )
+    tail_calls = {
+        cfg.subprog_of[i]
+        for i, x in enumerate(cfg.insns)
+        if edges and x.is_helper_call and x.imm == BPF_FUNC_TAIL_CALL
+    }
 
     def fault(at: int, f: Fault):
         return (at, f, "", {})
 
-    todo: list[tuple[int, int, int, int, tuple[int, ...]]] = [
-        (0, 0, 1, 0, (0,))
-    ]  # (subprog, stack above it, frames, call insn, chain)
+    callbacks = {cfg.subprog_of[t] for t in cfg.func_refs.values()}
+    todo: list[tuple[int, int, int, int, tuple[int, ...], int]] = [
+        (0, 0, 1, 0, (0,), -1)
+    ]  # (subprog, stack above it, frames, call insn, chain, callback on the chain or -1)
     while todo:
-        sp, above, frames, at, chain = todo.pop()
+        sp, above, frames, at, chain, cb = todo.pop()
         if frames > MAX_CALL_FRAMES:
             return fault(at, _frames_fault(frames - 1))
+        if sp in callbacks:
+            cb = sp
+        if cb >= 0 and sp in tail_calls:
+            # kernel: a tail call in the callback itself fails its precision backtracking
+            # (backtrack_insn, the selftest tailcall_fail.c tailcall_direct_callback); one in
+            # a subprogram a callback calls, check_max_stack_depth_subprog (is_cb)
+            tc = min(
+                i
+                for i, x in enumerate(cfg.insns)
+                if cfg.subprog_of[i] == sp and x.is_helper_call and x.imm == BPF_FUNC_TAIL_CALL
+            )
+            return fault(
+                tc,
+                Fault(
+                    "tail-call-callback",
+                    "verifier bug: callback unexpected regs 1"
+                    if sp == cb
+                    else "cannot tail call within callback",
+                    "a bpf_loop callback may not tail-call, nor call a function that does: "
+                    "return from the callback and tail-call after the loop",
+                ),
+            )
         if sp and sp in tail_calls and above >= TAIL_CALL_STACK:
             return fault(
                 at,
@@ -680,7 +699,7 @@ def check_call_graph(env: Env, cfg: Cfg):
             )
         for i, t in edges.get(sp, []):
             if t not in chain:
-                todo.append((t, depth, frames + 1, i, (*chain, t)))
+                todo.append((t, depth, frames + 1, i, (*chain, t), cb))
     return None
 
 

@@ -324,7 +324,7 @@ def do_ldx(env: Env, st: State, x: Insn) -> None:
     if x.mode == U.BPF_MEMSX:
         env.need(F.CPU_V4_MIN, "sign-extending load (ldsx)")
     t = st.regs[x.src].t
-    v = check_access(env, st, x.src, x.off, x.size, False, None)
+    v = check_access(env, st, x.src, x.off, x.size, False, None, x.mode == U.BPF_MEMSX)
     same_insn_pointer(env, t)
     if x.mode == U.BPF_MEMSX and v is not None and v.t == D.SCALAR:
         v = ALU.movsx(v, x.size * 8, True)
