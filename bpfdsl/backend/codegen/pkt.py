@@ -186,6 +186,12 @@ class PktGen(CsumGen):
             nxt = self.gep(cur, self.cond_offset(cur, h, None))
         else:
             nxt = self.gep(cur, h.size)
+        if h.length is not None or h.conditional:
+            # the packet must hold the whole header, as C's ``pos + hdrsize > data_end``
+            ok = self.new_block(f"{h.name}.whole")
+            data_end = self._ctx_ptr(1, volatile=bool(self.f.loops) or self.f.volatile_end)
+            self.b.cbranch(self.b.icmp_unsigned(">", nxt, data_end), fail, ok)
+            self.start(ok)
         self.b.store(nxt, self.f.cursor)
         return cur
 
