@@ -33,8 +33,8 @@ int ipip_encap(struct xdp_md *ctx)
 	if ((void *)(eth + 1) > data_end || eth->h_proto != bpf_htons(ETH_P_IP))
 		return XDP_PASS;
 	ip = (void *)(eth + 1);
-	/* as bpfdsl's parse ipv4: the fixed 20 bytes are checked, options are not read */
-	if ((void *)(ip + 1) > data_end || ip->ihl < 5)
+	/* as bpfdsl's parse ipv4: the whole header (options too) in the packet, not read */
+	if ((void *)(ip + 1) > data_end || ip->ihl < 5 || (void *)ip + ip->ihl * 4 > data_end)
 		return XDP_PASS;
 	__builtin_memcpy(dst, eth->h_dest, ETH_ALEN);
 	__builtin_memcpy(src, eth->h_source, ETH_ALEN);
