@@ -92,16 +92,24 @@ _ACTION = {XDP_DROP: "XDP_DROP", XDP_PASS: "XDP_PASS"}
 _PROTO = {TCP: "IPPROTO_TCP", UDP: "IPPROTO_UDP"}
 
 
-def _bpfd_rule(r: Rule) -> str:
-    lines = [f"global fn rule_{r.index}(saddr: be32, daddr: be32, proto: u8, dport: u16) -> i32 {{"]
-    lines.append(f"    if !(saddr in {r.src[0]}/{r.src[1]}) {{ return -1 }}")
+def _bpfd_rule(r: Rule, key: bool = False) -> str:
+    """Rule ``r`` as a global fn: of the four fields (``key``: of a ``flow_key`` struct)."""
+    if key:
+        head = f"global fn rule_{r.index}(key: flow_key) -> i32 {{"
+        lines, k = [head, "    let k = key else { return -1 }"], "k."
+    else:
+        head = (
+            f"global fn rule_{r.index}(saddr: be32, daddr: be32, proto: u8, dport: u16) -> i32 {{"
+        )
+        lines, k = [head], ""
+    lines.append(f"    if !({k}saddr in {r.src[0]}/{r.src[1]}) {{ return -1 }}")
     if r.dst[1]:
-        lines.append(f"    if !(daddr in {r.dst[0]}/{r.dst[1]}) {{ return -1 }}")
+        lines.append(f"    if !({k}daddr in {r.dst[0]}/{r.dst[1]}) {{ return -1 }}")
     if r.proto:
-        lines.append(f"    if proto != {_PROTO[r.proto]} {{ return -1 }}")
+        lines.append(f"    if {k}proto != {_PROTO[r.proto]} {{ return -1 }}")
     if r.ports is not None:
         lo, hi = r.ports
-        cond = f"dport != {lo}" if lo == hi else f"dport < {lo} || dport > {hi}"
+        cond = f"{k}dport != {lo}" if lo == hi else f"{k}dport < {lo} || {k}dport > {hi}"
         lines.append(f"    if {cond} {{ return -1 }}")
     lines.append(f"    return {_ACTION[r.verdict]} as i32")
     lines.append("}")
@@ -251,23 +259,6 @@ char LICENSE[] SEC("license") = "GPL";
 KEY_BPFD = """struct flow_key { saddr: be32, daddr: be32, sport: u16, dport: u16, proto: u8 }"""
 
 
-def _bpfd_key_rule(r: Rule) -> str:
-    lines = [f"global fn rule_{r.index}(key: flow_key) -> i32 {{"]
-    lines.append("    let k = key else { return -1 }")
-    lines.append(f"    if !(k.saddr in {r.src[0]}/{r.src[1]}) {{ return -1 }}")
-    if r.dst[1]:
-        lines.append(f"    if !(k.daddr in {r.dst[0]}/{r.dst[1]}) {{ return -1 }}")
-    if r.proto:
-        lines.append(f"    if k.proto != {_PROTO[r.proto]} {{ return -1 }}")
-    if r.ports is not None:
-        lo, hi = r.ports
-        cond = f"k.dport != {lo}" if lo == hi else f"k.dport < {lo} || k.dport > {hi}"
-        lines.append(f"    if {cond} {{ return -1 }}")
-    lines.append(f"    return {_ACTION[r.verdict]} as i32")
-    lines.append("}")
-    return "\n".join(lines)
-
-
 def bpfd_key_source(n: int) -> str:
     """The bpfdsl program with ``n`` rules taking a 16-byte key struct (program
     ``acl_rules``)."""
@@ -304,7 +295,7 @@ xdp fn acl_rules(ctx) {{
     return XDP_PASS
 }}
 """
-    return head + "\n" + "\n\n".join(_bpfd_key_rule(r) for r in rs) + "\n" + prog
+    return head + "\n" + "\n\n".join(_bpfd_rule(r, key=True) for r in rs) + "\n" + prog
 
 
 def _c_key_rule(r: Rule) -> str:
