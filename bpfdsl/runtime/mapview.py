@@ -15,7 +15,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from bpfdsl.abi.btf import values as btf_values
-from bpfdsl.abi.btf.core import Btf, BtfFormatError, parse_btf
+from bpfdsl.abi.btf.core import Btf, BtfFormatError, Kind, parse_btf
 from bpfdsl.abi.uapi import BPF_ANY, MapType, is_array, is_indexed, is_percpu
 from bpfdsl.diagnostics import DiagnosticError, UsageError, error
 from bpfdsl.kernel import syscall
@@ -392,7 +392,7 @@ class MapView(MapCodec):
         values, or one value replicated to every CPU (each padded to 8 bytes)."""
         if self.percpu and isinstance(obj, list) and len(obj) == self.ncpu and self.value_tid:
             t = self.btf.resolve(self.value_tid) if self.btf is not None else None
-            if t is None or t.kind.name != "ARRAY":  # a list per CPU, not an array value
+            if t is None or t.kind != Kind.ARRAY:  # a list per CPU, not an array value
                 return b"".join(self.encode_value(v).ljust(self.stride, b"\0") for v in obj)
         return self.all_cpus(self.encode_value(obj))
 
