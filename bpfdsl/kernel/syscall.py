@@ -36,6 +36,7 @@ from bpfdsl.abi.bpf_attr import (
     RawTracepointAttr,
     TestRunAttr,
 )
+from bpfdsl.abi.btf.core import Btf, BtfFormatError, parse_btf
 from bpfdsl.abi.uapi import BPF_ANY, BPF_F_TEST_XDP_LIVE_FRAMES, BPF_OBJ_NAME_LEN, BpfCmd, MapType
 from bpfdsl.kernel import libc
 
@@ -678,6 +679,17 @@ def btf_data(btf_id: int) -> bytes:
         buf = C.create_string_buffer(max(size, 1))
         obj_get_info_by_fd(fd, BtfInfo(btf=C.addressof(buf), btf_size=size))
         return buf.raw[:size]
+
+
+def kernel_btf(btf_id: int) -> Btf | None:
+    """The BTF object ``btf_id`` as the kernel holds it, parsed (:func:`btf_data`); None
+    when there is none (id 0), the kernel would not say (EPERM), or it cannot be parsed."""
+    if not btf_id:
+        return None
+    try:
+        return parse_btf(btf_data(btf_id))
+    except (BpfError, BtfFormatError):
+        return None
 
 
 def prog_map_ids(fd: int | Fd) -> list[int]:

@@ -642,7 +642,7 @@ def find_record_type(
         if not btf_id or btf_id in seen:
             continue
         seen.add(btf_id)
-        btf = mapview.kernel_btf(btf_id)
+        btf = S.kernel_btf(btf_id)
         if btf is None:
             continue
         tid = struct_named(btf, type_name) if type_name else record_type(btf, name)

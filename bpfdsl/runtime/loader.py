@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from bpfdsl.abi.btf.core import BtfFormatError, parse_btf
+from bpfdsl.abi.btf.core import BtfFormatError
 from bpfdsl.abi.btf.shape import type_decl, type_shape
 from bpfdsl.abi.insn import Insn, encode
 from bpfdsl.abi.uapi import (
@@ -422,9 +422,8 @@ def _type_diff(coll: Collection, m: MapSpec, info: S.MapInfo) -> str:
     obj = coll.spec.btf
     if obj is None or not info.btf_id:
         return ""
-    try:
-        live = parse_btf(S.btf_data(int(info.btf_id)))
-    except (S.BpfError, BtfFormatError):
+    live = S.kernel_btf(int(info.btf_id))
+    if live is None:
         return ""  # the kernel would not say (EPERM...): sizes are all there is
     parts = []
     for what, mine, theirs in (

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from bpfdsl.abi.btf import values as btf_values
-from bpfdsl.abi.btf.core import Btf, BtfFormatError, Kind, parse_btf
+from bpfdsl.abi.btf.core import Btf, Kind
 from bpfdsl.abi.uapi import BPF_ANY, MapType, is_array, is_indexed, is_percpu
 from bpfdsl.diagnostics import DiagnosticError, UsageError, error
 from bpfdsl.kernel import syscall
@@ -101,16 +101,6 @@ def _fd_kind(fd: int) -> str:
 
 # bpf() errnos of a map kind without BPF_MAP_*_BATCH (kernel/bpf/syscall.c BPF_DO_BATCH)
 _NO_BATCH = (errno.EINVAL, errno.EOPNOTSUPP, 524)  # 524: the kernel's ENOTSUPP
-
-
-def kernel_btf(btf_id: int) -> Btf | None:
-    """The BTF object ``btf_id`` as the kernel holds it, parsed; None if unavailable."""
-    if not btf_id:
-        return None
-    try:
-        return parse_btf(syscall.btf_data(btf_id))
-    except (syscall.BpfError, BtfFormatError):
-        return None
 
 
 def _parse_untyped(text: str, size: int) -> bytes:
@@ -295,7 +285,7 @@ class MapView(MapCodec):
             raise UsageError(error("bad-map", f"{ref} is pinned but is not a map"))
         self.info = syscall.map_info(self.fd)
         self._no_batch = False  # set once the kernel says the kind has no batch operations
-        btf = kernel_btf(int(self.info.btf_id))
+        btf = syscall.kernel_btf(int(self.info.btf_id))
         super().__init__(
             self.info.name.decode(errors="replace"),
             int(self.info.type),
