@@ -62,4 +62,4 @@ int ipip_encap(struct xdp_md *ctx)
 	return XDP_TX;
 }
 
-char _license[] SEC("license") = "GPL";
+char LICENSE[] SEC("license") = "GPL";

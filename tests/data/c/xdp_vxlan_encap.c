@@ -78,4 +78,4 @@ int vxlan_encap(struct xdp_md *ctx)
 	return XDP_TX;
 }
 
-char _license[] SEC("license") = "GPL";
+char LICENSE[] SEC("license") = "GPL";
