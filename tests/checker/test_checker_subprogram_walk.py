@@ -89,7 +89,7 @@ def test_acl_as_static_subprograms_walks_the_kernels_count():
         map_refs=map_refs_for(p, spec.maps, spec.data_sections),
     )  # fmt: skip
     assert res.ok
-    assert res.insns_processed == _kernel_processed_without_btf(spec, p) == 891
+    assert res.insns_processed == _kernel_processed_without_btf(spec, p) == 894
 
 
 @pytest.mark.kernel

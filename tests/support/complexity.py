@@ -66,7 +66,7 @@ def near_limit(n_main: int, n_fn: int) -> str:
     """``acl_ladder(n_main)`` whose program then calls a global function holding a ladder
     of ``n_fn`` more rules (map ``hits2``): the kernel verifies the global function on its
     own and adds its count to the program's, which tunes the total near the limit
-    (84 + 45: 965,949 of 1,000,000 on 6.18)."""
+    (84 + 45: 965,384 of 1,000,000 on 6.18)."""
     rules = "\n".join(
         f"    if dport >= {1000 + 10 * k} && dport < {1008 + 10 * k} && sport > {2000 + 7 * k} "
         f"{{ hits2[{k}] += 1 }}"
@@ -93,15 +93,16 @@ def _case(name: str, text: str, verdict: str, processed: int) -> None:
     CASES[name] = (text, verdict, processed)
 
 
-_case("packet_loops_1", packet_loops(1), "ok", 2597)
-_case("packet_loops_2", packet_loops(2), "ok", 111367)
+# kernel 6.18 figures of the code bpfdsl emits now (parse checks a header's whole length)
+_case("packet_loops_1", packet_loops(1), "ok", 2726)
+_case("packet_loops_2", packet_loops(2), "ok", 162513)
 _case("packet_loops_3", packet_loops(3), "rej", 1000001)  # reported (14 lines)
-_case("option_walk_10", option_walk(10), "ok", 12822)
-_case("option_walk_14", option_walk(14), "ok", 47835)
-_case("option_walk_18", option_walk(18), "ok", 224639)
+_case("option_walk_10", option_walk(10), "ok", 9257)
+_case("option_walk_14", option_walk(14), "ok", 45489)
+_case("option_walk_18", option_walk(18), "ok", 274872)
 _case("option_walk_40", option_walk(40), "rej", 1000001)  # reported (flat, 21 lines)
-_case("acl_ladder_25", acl_ladder(25), "ok", 13504)
-_case("acl_ladder_50", acl_ladder(50), "ok", 139871)
-_case("acl_ladder_75", acl_ladder(75), "ok", 588666)
+_case("acl_ladder_25", acl_ladder(25), "ok", 13411)
+_case("acl_ladder_50", acl_ladder(50), "ok", 139675)
+_case("acl_ladder_75", acl_ladder(75), "ok", 588219)
 _case("acl_ladder_100", acl_ladder(100), "rej", 1000001)  # reported (100 rules)
-_case("near_limit_84_45", near_limit(84, 45), "ok", 965949)  # 96.6 % (checker: 966,220)
+_case("near_limit_84_45", near_limit(84, 45), "ok", 965384)  # 96.5 % (checker: 965,655)
