@@ -550,8 +550,18 @@ class DebugInfo:
         if self._finalized:
             return
         self._finalized = True
-        if self._used:
-            ty = ir.ArrayType(ir.PointerType(), len(self._used))
-            used = ir.GlobalVariable(self.module, ty, "llvm.compiler.used")
-            used.linkage, used.section = "appending", "llvm.metadata"
-            used.initializer = ir.Constant(ty, list(self._used))
+        compiler_used(self.module, self._used)
+
+
+def compiler_used(module: ir.Module, values: Sequence[ir.GlobalValue]) -> None:
+    """Write ``llvm.compiler.used`` of ``module`` holding ``values`` (none: nothing written).
+
+    The optimizer keeps each value and treats it as address-taken: a function listed keeps
+    its signature (DeadArgumentElimination and IPSCCP's return zapping leave it alone); the
+    object gets no section or symbol for the list itself (LLVM LangRef, "The
+    llvm.compiler.used Global Variable")."""
+    if values:
+        ty = ir.ArrayType(ir.PointerType(), len(values))
+        used = ir.GlobalVariable(module, ty, "llvm.compiler.used")
+        used.linkage, used.section = "appending", "llvm.metadata"
+        used.initializer = ir.Constant(ty, list(values))

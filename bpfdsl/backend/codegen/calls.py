@@ -245,9 +245,12 @@ class CallGen(GenHost):
             args = [self.alloca_mem(ret.size, e.name), *args]
         if self.takes_ctx(e.name):  # the packet and the cursor it moves are the caller's
             cursor = self.f.cursor if self.f.cursor is not None else ir.Constant(PTR, None)
-            r = self.b.call(self.fn_ir[e.name, self.f.ctx_kind], [self.f.ctx, cursor, *args])
+            callee = self.fn_ir[e.name, self.f.ctx_kind]
+            r = self.b.call(callee, [self.f.ctx, cursor, *args])
         else:
-            r = self.b.call(self.fn_ir[e.name, None], args)
+            callee = self.fn_ir[e.name, None]
+            r = self.b.call(callee, args)
+        self.keep_result(callee)
         self.end_temps(mark)
         return r
 

@@ -26,6 +26,7 @@ from bpfdsl.backend.codegen.expr import ExprGen
 from bpfdsl.backend.codegen.helpers import HelperGen
 from bpfdsl.backend.codegen.maps import MapGen
 from bpfdsl.backend.codegen.pkt import PktGen
+from bpfdsl.backend.debuginfo import compiler_used
 from bpfdsl.backend.target import ALU32_MCPUS
 from bpfdsl.lang import ast
 from bpfdsl.lang import types as T
@@ -77,6 +78,7 @@ class CodeGen(ExprGen, CallGen, PktGen, MapGen, HelperGen):
         self.f: _Fn
         self.env: list[dict[Local, ir.Value]] = []
         self.globals: dict[str, ir.GlobalVariable] = {}
+        self.kept: list[ir.Function] = []  # static subprograms whose signature LLVM keeps
         self.fn_ir: dict[tuple[str, str | None], ir.Function] = {}  # (fn, ctx kind): see fn_copies
         self.prog_ir: dict[str, ir.Function] = {}  # program functions by name
 
@@ -110,7 +112,10 @@ class CodeGen(ExprGen, CallGen, PktGen, MapGen, HelperGen):
             self.emit_prog(decl, kind)
         self.fill_prog_arrays()
         if self.dbg:
+            self.dbg.di.keep(*self.kept)
             self.dbg.finalize()
+        else:
+            compiler_used(self.m, self.kept)
         return self.m
 
     def emit_license(self) -> None:
@@ -285,6 +290,21 @@ class CodeGen(ExprGen, CallGen, PktGen, MapGen, HelperGen):
             if ext:
                 func.return_value.add_attribute(ext)
         self.fn_ir[name, ctx_kind] = func
+
+    def keep_result(self, func: ir.Function) -> None:
+        """Called at each call of ``func``: a static subprogram with a result is kept as
+        address-taken (``llvm.compiler.used``), else, when no caller uses its result or the
+        result is a constant, LLVM drops it from the callee and the exit leaves r0 holding
+        whatever was last there; a stack pointer is one the kernel refuses ("cannot return
+        stack pointer to the caller", prepare_func_exit).  Only called ones: an uncalled
+        one stays dropped."""
+        if (
+            func.linkage == "internal"
+            and "noinline" in func.attributes
+            and not isinstance(func.function_type.return_type, ir.VoidType)
+            and func not in self.kept
+        ):
+            self.kept.append(func)
 
     def emit_fn(self, name: str, info, ctx_kind: str | None = None) -> None:
         func = self.fn_ir[name, ctx_kind]
