@@ -326,10 +326,10 @@ def syntax_hint(text: str, pos: int, value: str | None, expected: set[str]) -> s
         return (
             f"a function is written `fn {name}(a: u32){arrow} {{ ... }}` (parameters `NAME: TYPE`)"
         )
-    if value == "->":
-        m = re.search(r"([A-Za-z_][\w.]*)\s*$", before)
+    m = re.search(r"([A-Za-z_][\w.]*)\s*$", before)
+    if value == "->" and m is not None:  # `p->field` (not a misplaced `-> TYPE`)
         f = re.match(r"->\s*([A-Za-z_]\w*)", text[pos:])
-        obj = m.group(1) if m else "x"
+        obj = m.group(1)
         field = f.group(1) if f else "field"
         if field in ("data", "data_end", "data_meta"):
             return (
