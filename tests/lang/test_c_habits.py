@@ -74,6 +74,24 @@ def test_compound_assignment_is_x_equals_x_op_y(op):
 
 
 @pytest.mark.parametrize("engine", ENGINES)
+def test_compound_division_by_a_run_time_zero(engine):
+    """``x /= d`` with ``d`` 0 at run time gives 0 and ``x %= d`` keeps ``x`` (the BPF ISA's
+    results, docs/language.md "Integer arithmetic"); ``<<=`` takes the count modulo 32."""
+    src = (
+        'license "GPL"\nconfig d: u32 = 0\nconfig s: u32 = 33\n'
+        "map m: hash<u32, u64>(max_entries: 16)\n"
+        "xdp fn f(ctx) {\n"
+        "    let a: u32 = 100\n    a /= d\n    m[1] = a as u64\n"
+        "    let b: u32 = 100\n    b %= d\n    m[2] = b as u64\n"
+        "    let c: u32 = 3\n    c <<= s\n    m[3] = c as u64\n"
+        "    let e: u32 = 100\n    e /= 7\n    e %= 4\n    e *= 5\n    e >>= 1\n    e ^= 1\n"
+        "    m[4] = e as u64\n"
+        "    return XDP_PASS\n}\n"
+    )
+    assert _map_after_one_run(src, engine, "m") == {1: 0, 2: 100, 3: 6, 4: 4}
+
+
+@pytest.mark.parametrize("engine", ENGINES)
 def test_map_entry_decrement_counts_down_from_zero(engine):
     """``m[k]--`` on a missing hash key inserts 0 - 1 (as ``m[k] += n`` inserts n), on a
     present one subtracts atomically; the interpreter and the kernel agree."""
