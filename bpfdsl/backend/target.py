@@ -1,6 +1,6 @@
 """Target: LLVM IR -> eBPF ELF object bytes through llvmlite's ``bpfel`` backend.
 
-Stage: back end (layer 4).  Takes an ``llvmlite.ir.Module`` (or its IR text), verifies it,
+Stage: back end.  Takes an ``llvmlite.ir.Module`` (or its IR text), verifies it,
 runs LLVM's O2 pipeline with a PassBuilder bound to the ``bpfel`` TargetMachine (so the BPF
 IR passes BPFCheckAndAdjustIR / BPFAdjustOpt / BPFIRPeephole run, as under clang), and
 emits an ELF relocatable object (EM_BPF, little-endian) or assembly text.
