@@ -533,9 +533,10 @@ MAX_TAIL_CALL_CNT: Final = 33  # include/linux/bpf.h: tail calls one run may mak
 BPF_MAX_LOOPS: Final = 8 * 1024 * 1024  # include/linux/bpf.h: the most iterations bpf_loop runs
 BPF_SOCK_SIZE: Final = 80  # sizeof(struct bpf_sock), include/uapi/linux/bpf.h
 BPF_FS_MAGIC: Final = 0xCAFE4A11  # include/uapi/linux/magic.h: statfs f_type of a bpffs mount
-ENOTSUPP: Final = (
-    524  # include/linux/errno.h: the kernel's internal "not supported" (not EOPNOTSUPP)
-)
+XDP_PACKET_HEADROOM: Final = 256  # include/uapi/linux/bpf.h: bytes before an XDP frame
+MAX_SKB_FRAGS: Final = 17  # include/linux/skbuff.h (CONFIG_MAX_SKB_FRAGS default)
+# include/linux/errno.h: the kernel's internal "not supported" (not EOPNOTSUPP, 95)
+ENOTSUPP: Final = 524
 
 # ---- map types: the kernel's rules at BPF_MAP_CREATE (one table) ----
 # Sizes in bytes.  Constants of the x86-64 / arm64 (4 KiB pages) kernels bpfdsl targets:
