@@ -1,6 +1,6 @@
 """Debug info for the back end: llvmlite.ir metadata from which LLVM's BPF backend emits BTF.
 
-Stage: back end (layer 4).  Takes an ``llvmlite.ir.Module`` being built by codegen and adds
+Stage: back end.  Takes an ``llvmlite.ir.Module`` being built by codegen and adds
 DWARF-style metadata (``!DICompileUnit``, ``!DISubprogram``, ``!DILocation``,
 ``!DIGlobalVariable``...) exactly in the shapes clang-19 produces for libbpf-style C
 (``clang-19 -O2 -g -target bpf -S -emit-llvm``; see docs/internals-btf.md).  LLVM turns it

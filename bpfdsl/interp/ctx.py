@@ -16,15 +16,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from bpfdsl.abi.ctx import BPF_SOCK_OPS, SK_MSG_MD, XDP_MD, CtxStruct, valid_access
-from bpfdsl.abi.uapi import AttachType
+from bpfdsl.abi.uapi import MAX_SKB_FRAGS, XDP_PACKET_HEADROOM, AttachType
 from bpfdsl.interp.memory import Fault, PacketRegion, Ptr, Region
 
-XDP_PACKET_HEADROOM = 256  # include/uapi/linux/bpf.h
 XDP_FRAME_SIZE = 4096  # PAGE_SIZE: frame_sz of BPF_PROG_TEST_RUN buffers
 XDP_SHINFO_TAILROOM = 320  # SKB_DATA_ALIGN(sizeof(struct skb_shared_info)) on x86_64
 XDP_FRAME_STRUCT = 40  # sizeof(struct xdp_frame), kept at the start of the headroom
 XDP_MAX_LINEAR = XDP_FRAME_SIZE - XDP_PACKET_HEADROOM - XDP_SHINFO_TAILROOM  # 3520 bytes
-MAX_SKB_FRAGS = 17  # include/linux/skbuff.h (CONFIG_MAX_SKB_FRAGS default)
 # the longest frame bpf_prog_test_run_xdp takes: linear part + a page per frag
 # (net/bpf/test_run.c: -ENOMEM past MAX_SKB_FRAGS), 73152 bytes
 XDP_TEST_RUN_MAX = XDP_MAX_LINEAR + MAX_SKB_FRAGS * XDP_FRAME_SIZE

@@ -1,4 +1,4 @@
-"""What a test run is given and what it did, in the program kind's own terms (layer 6).
+"""What a test run is given and what it did, in the program kind's own terms.
 
 Context: ``bpfdsl run --ctx NAME=VALUE`` sets fields of the kernel's context struct of the
 program kind (include/uapi/linux/bpf.h): ``struct xdp_md`` (``ingress_ifindex``,

@@ -23,7 +23,7 @@ from bpfdsl.abi.helpers import (
     helper_allowed,
     redirect_map_flags,
 )
-from bpfdsl.abi.uapi import MapType
+from bpfdsl.abi.uapi import MAX_BPF_STACK, MapType
 from bpfdsl.lang import ast
 from bpfdsl.lang import types as T
 from bpfdsl.lang.c_names import c_form
@@ -94,7 +94,7 @@ def fib_lookup(ex, e: ast.Call) -> T.Type:
     return T.I64
 
 
-XDP_BYTES_MAX = 512  # bytes: MAX_BPF_STACK (include/linux/filter.h), the most a stack local holds
+XDP_BYTES_MAX = MAX_BPF_STACK  # bytes: the most a stack local holds
 XDP_BYTES_HINT = (
     'e.g. `let b: [u8; 4] = "\\x00\\x00\\x00\\x00"` then `xdp_load_bytes(4000, b)`: a local '
     "byte array, integer or struct"
