@@ -55,9 +55,6 @@ def _fields(s: abi_ctx.CtxStruct) -> dict[int, CtxField]:
 
 CTX_TABLES = {name: _fields(s) for name, s in abi_ctx.CTX_STRUCTS.items()}
 CTX_SIZES = {name: s.size for name, s in abi_ctx.CTX_STRUCTS.items()}
-XDP_MD = CTX_TABLES["xdp_md"]
-SK_MSG_MD = CTX_TABLES["sk_msg_md"]
-BPF_SOCK_OPS = CTX_TABLES["bpf_sock_ops"]
 
 
 def ctx_access(
