@@ -113,22 +113,30 @@ def installed_venv(log=print) -> Path:
     dir: made with the dependencies on first use (~30 s), bpfdsl reinstalled from the tree
     (~10 s) when the tree changed since (a digest kept in the venv).  Call with
     :func:`venv_lock` held.  Raises BenchError when pip fails (no network and no pip cache
-    for the dependencies)."""
+    for the dependencies).
+
+    The checker is installed as plain ``pip install`` installs it: pure Python
+    (``BPFDSL_COMPILE=0`` for pip, whatever the caller's environment says: scripts/test.sh
+    exports BPFDSL_COMPILE=1, and a mypyc build here took minutes under the tests' timeouts);
+    ``BPFDSL_BENCH_COMPILE=1`` installs the compiled checker instead."""
     import tempfile
 
     venv = Path(tempfile.gettempdir()) / "bpfdsl-bench-venv"
-    stamp, digest = venv / ".bpfdsl-tree-digest", _tree_digest()
+    compiled = os.environ.get("BPFDSL_BENCH_COMPILE", "") == "1"
+    pip_env = {**clean_env(), "BPFDSL_COMPILE": "1" if compiled else "0"}
+    stamp = venv / ".bpfdsl-tree-digest"
+    digest = _tree_digest() + (" compiled" if compiled else " pure")
     if (venv / "bin" / "bpfdsl").exists() and stamp.exists() and stamp.read_text() == digest:
         return venv
     pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q"]
     try:
         if (venv / "bin" / "bpfdsl").exists():
-            run([*pip, "--no-deps", "--force-reinstall", str(ROOT)], timeout=600, env=clean_env())
+            run([*pip, "--no-deps", "--force-reinstall", str(ROOT)], timeout=600, env=pip_env)
         else:
             log(f"installing the working tree into {venv} (first run only, ~30 s)")
             shutil.rmtree(venv, ignore_errors=True)
             run([sys.executable, "-m", "venv", str(venv)], timeout=300)
-            run([*pip, str(ROOT)], timeout=900, env=clean_env())
+            run([*pip, str(ROOT)], timeout=900, env=pip_env)
     except (BenchError, subprocess.TimeoutExpired) as e:
         raise BenchError(f"could not install the tree into {venv}: {e}") from None
     stamp.write_text(digest)

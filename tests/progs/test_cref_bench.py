@@ -22,7 +22,9 @@ BENCH = ROOT / "bench"
 SCRIPTS = ("compile_bench", "load_bench", "xdp_bench", "skmsg_bench")
 
 
-def run_script(name: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+def run_script(name: str, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    """Run bench/NAME.py; ``timeout`` guards against a hang only (the first run of a bench
+    installs the tree into the bench venv: ~30 s idle, minutes on 2 loaded cores)."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
     return subprocess.run(
