@@ -405,6 +405,23 @@ class _Builder:
     def name(self, meta, c):
         return ast.Name(self._s(meta), str(c[0]))
 
+    def push_hdr(self, meta, c):
+        args = [a for a in c[1:] if a is not None]
+        return ast.PushHeader(
+            self._s(meta), str(c[0]), {n: v for n, v, _ in args}, {n: sp for n, _, sp in args}
+        )
+
+    def push_expr(self, meta, c):
+        *hdrs, before = c
+        return ast.Push(self._s(meta), hdrs, self._view(before))
+
+    def _view(self, tok) -> ast.Name:
+        return ast.Name(_tok_span(self.filename, tok), str(tok))
+
+    def pop_stmt(self, meta, c):
+        last = None if c[1] is None else self._view(c[1])
+        return ast.Pop(self._s(meta), self._view(c[0]), last, c[2])
+
     def parse_expr(self, meta, c):
         return ast.Parse(self._s(meta), str(c[0]))
 

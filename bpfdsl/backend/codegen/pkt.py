@@ -30,6 +30,7 @@ from bpfdsl.lang.headers import (
     IPV6_EXT_MAX,
     PSEUDO_FIELDS,
 )
+from bpfdsl.lang.sema.encap import DEFAULTS
 from bpfdsl.lang.sema.symbols import BUILTINS, PKT_RESIZE
 
 I1, I8, I16, I32, I64 = (ir.IntType(n) for n in (1, 8, 16, 32, 64))
@@ -118,6 +119,8 @@ class PktGen(CsumGen):
             # sema: a parse (after no errors) is an optional view of a known header
             assert isinstance(e.ty, T.OptionalType) and isinstance(e.ty.inner, T.HeaderType)
             return self.parse(e.ty.inner.layout, fail)
+        if isinstance(e, ast.Push):
+            return self.push(e, fail)
         if isinstance(e, ast.Call) and e.name == "skip_ext":
             return self.skip_ext(e, fail)
         if isinstance(e, ast.Call) and e.name == "meta":
@@ -549,6 +552,158 @@ class PktGen(CsumGen):
         r = self.helper(hid, I64, [self.f.ctx, *args])
         self.reset_cursor()
         return r
+
+    # ---- push / pop (bpfdsl.lang.sema.encap) ----
+    def _inner_len(self, view: ir.Value, name: str) -> ir.Value:
+        """The length (i64) of the packet from ``view`` on: its IPv4 ``tot_len`` or IPv6
+        ``payload_len`` + 40 (so trailing Ethernet padding stays outside, as Katran counts
+        it), else the bytes to the packet's end (a 64-bit difference of pointers as an
+        opaque scalar, FIELD-BUGS B04)."""
+        if name in ("ipv4", "ipv6"):
+            off = 2 if name == "ipv4" else 4
+            v = self.b.zext(self.bswap(self.b.load(self.gep(view, off), typ=I16, align=2)), I64)
+            return v if name == "ipv4" else self.b.add(v, ir.Constant(I64, 40))
+        de = self.b.ptrtoint(self._ctx_ptr(1, volatile=True), I64)
+        return self.opaque(self.b.sub(de, self.b.ptrtoint(view, I64)))
+
+    @staticmethod
+    def _hdr_align(h) -> int:
+        """The alignment of header ``h`` as its C struct (its widest aligned field, at most
+        8): what clang assumes for ``*hdr = value``."""
+        a = 1
+        for f in h.fields.values():
+            fa = PktGen._window_align(f) if f.width else max(1, min(8, f.type.align))
+            if f.type == T.MAC:
+                fa = 2
+            a = max(a, fa)
+        return a
+
+    def _be16_at(self, hdr: ir.Value, off: int, v: ir.Value) -> None:
+        """Store host-order i64 ``v`` as a be16 at ``hdr + off``."""
+        self.b.store(self.bswap(self.b.trunc(v, I16)), self.gep(hdr, off), align=2)
+
+    def _build_pushed(self, hdr: ir.Value, ph: ast.PushHeader, h, rest: ir.Value) -> None:
+        """Header ``h`` in zeroed stack memory ``hdr``: the fields push computes (``rest``:
+        i64 bytes from this header to the packet's end after the push), the defaults, then
+        the fields given (bit fields keep the bits around them)."""
+        if h.library and h.name == "ipv4":
+            self.b.store(ir.Constant(I8, 0x45), hdr, align=1)  # version 4, ihl 5
+            self._be16_at(hdr, h.fields["tot_len"].offset, rest)
+        elif h.library and h.name == "ipv6":
+            self.b.store(ir.Constant(I8, 0x60), hdr, align=1)  # version 6
+            pl = self.b.sub(rest, ir.Constant(I64, h.size))
+            self._be16_at(hdr, h.fields["payload_len"].offset, pl)
+        elif h.library and h.name == "udp":
+            self._be16_at(hdr, h.fields["len"].offset, rest)  # check stays 0: none
+        if h.library:
+            for name, v in DEFAULTS.get(h.name, {}).items():
+                if name not in ph.fields:
+                    self.b.store(ir.Constant(I8, v), self.gep(hdr, h.fields[name].offset))
+        for name, value in ph.fields.items():
+            f = h.fields[name]
+            if f.width:
+                self.store_bits(hdr, f, "=", value)
+            elif isinstance(f.type, T.IntType):
+                p = self.gep(hdr, f.offset)
+                self.b.store(self.rv(value, f.type), p, align=min(f.type.size, 8))
+            else:
+                al = f.offset & -f.offset if f.offset else 8
+                self.store_bytes(self.gep(hdr, f.offset), value, f.type, min(8, al))
+
+    def _ipv4_check(self, hdr: ir.Value) -> None:
+        """The IPv4 header checksum (RFC 791, RFC 1071) of the 20 bytes at ``hdr`` (its
+        ``check`` 0): the one's-complement sum of the words as stored, folded."""
+        s: ir.Value = ir.Constant(I64, 0)
+        for off in range(0, 20, 2):
+            w = self.b.load(self.gep(hdr, off), typ=I16, align=2)
+            s = self.b.add(s, self.b.zext(w, I64))
+        self.b.store(self._fold16(s, False), self.gep(hdr, 10), align=2)
+
+    def _save_prefix(self, view: ir.Value, prefix: int, n: int) -> ir.Value | None:
+        """The first ``n`` of the ``prefix`` bytes before header ``view`` (its L2 header)
+        copied to the stack."""
+        if not n:
+            return None
+        saved = self.alloca_mem(n, "l2", filled=[(0, n)])
+        self.copy_bytes(saved, self.gep(view, -prefix), n, 2 if n % 2 == 0 else 1)
+        return saved
+
+    def _adjust_head(self, delta: ir.Value, fail: ir.Block) -> None:
+        """``bpf_xdp_adjust_head(ctx, delta)``, ``fail`` when it refuses; cursor = data."""
+        r = self.helper(HELPERS["xdp_adjust_head"].id, I64, [self.f.ctx, delta])
+        self.reset_cursor()
+        ok = self.new_block("resized")
+        self.b.cbranch(self.b.icmp_unsigned("!=", r, ir.Constant(I64, 0)), fail, ok)
+        self.start(ok)
+
+    def push(self, e: ast.Push, fail: ir.Block) -> ir.Value:
+        """``push H1 {...}, ... before VIEW``: the headers built on the stack (lengths,
+        IPv4 checksum), the L2 bytes before VIEW saved, ``adjust_head(-n)``, both written
+        at the new start; the view of the first pushed header (``fail``: no headroom)."""
+        plan = self.c.pushes[e]
+        view = self.gen(e.before)
+        n = sum(h.size for h in plan.headers)
+        inner = self._inner_len(view, plan.inner)
+        bufs, off = [], 0
+        for ph, h in zip(e.headers, plan.headers, strict=True):
+            buf = self.alloca_mem(h.size, h.name)
+            self._build_pushed(buf, ph, h, self.b.add(inner, ir.Constant(I64, n - off)))
+            bufs.append((buf, h, off))
+            off += h.size
+        for buf, h, _ in bufs:
+            if h.library and h.name == "ipv4":
+                self._ipv4_check(buf)
+        keep = plan.prefix - (2 if plan.ethertype is not None else 0)
+        saved = self._save_prefix(view, plan.prefix, keep)
+        self._adjust_head(ir.Constant(I32, -n & 0xFFFFFFFF), fail)
+        data = self.pkt_data()
+        self.bounds(data, plan.prefix + n, fail, "push")
+        if saved is not None:
+            self.copy_bytes(data, saved, keep, 2 if keep % 2 == 0 else 1)
+        if plan.ethertype is not None:
+            v = ir.Constant(I16, int.from_bytes(plan.ethertype.to_bytes(2, "big"), "little"))
+            self.b.store(v, self.gep(data, plan.prefix - 2), align=2)
+        first = self.gep(data, plan.prefix)
+        for buf, h, off in bufs:
+            self.copy_bytes(self.gep(first, off), buf, h.size, self._hdr_align(h))
+        return first
+
+    def _view_len(self, hdr: ir.Value, h) -> ir.Value:
+        """The length (i64) of the parsed header ``h`` at ``hdr`` (its parse checked it)."""
+        if h.length is not None:
+            return self.header_expr(hdr, h, h.length)
+        if any(f.cond is not None for f in h.fields.values()):
+            return self.cond_offset(hdr, h, None)
+        return ir.Constant(I64, h.size)
+
+    def s_Pop(self, s: ast.Pop) -> None:
+        """``pop FIRST [through LAST] else {...}``: the L2 bytes before FIRST saved,
+        ``adjust_head(+n)`` (n: FIRST's start to LAST's end), those bytes written at the
+        new start; the else block when the kernel refuses."""
+        plan = self.c.pops[s]
+        first = self.gen(s.first)
+        if plan.delta is not None:
+            delta: ir.Value = ir.Constant(I32, plan.delta)
+        else:
+            last_e = s.last or s.first
+            assert isinstance(last_e.ty, T.HeaderType)  # sema.encap: a view
+            last = self.gen(last_e)
+            end = self.b.add(self.b.ptrtoint(last, I64), self._view_len(last, last_e.ty.layout))
+            d = self.opaque(self.b.sub(end, self.b.ptrtoint(first, I64)))
+            delta = self.b.trunc(d, I32)
+        saved = self._save_prefix(first, plan.prefix, plan.prefix)
+        fail, done = self.new_block("pop.fail"), self.new_block("pop.done")
+        self._adjust_head(delta, fail)
+        if saved is not None:
+            data = self.pkt_data()
+            self.bounds(data, plan.prefix, fail, "pop")
+            self.copy_bytes(data, saved, plan.prefix, 2 if plan.prefix % 2 == 0 else 1)
+        self.b.branch(done)
+        self.start(fail)
+        self.block(s.orelse)
+        if not self.b.block.is_terminated:
+            self.b.unreachable()
+        self.start(done)
 
     def reset_cursor(self) -> None:
         """cursor = data, loaded afresh from the context (after a resize, or where paths
