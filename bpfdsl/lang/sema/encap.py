@@ -37,9 +37,10 @@ COMPUTED: dict[str, frozenset[str]] = {
 # Defaults of fields not given: the Linux default TTL / hop limit (sysctl
 # net.ipv4.ip_default_ttl, net.ipv6.conf.*.hop_limit: 64); any other field is 0.
 DEFAULTS: dict[str, dict[str, int]] = {"ipv4": {"ttl": 64}, "ipv6": {"hop_limit": 64}}
-# The EtherType a pushed IP header gets in the Ethernet or VLAN header before it
-# (include/uapi/linux/if_ether.h): the last two bytes of both.
-ETHERTYPES = {"ipv4": 0x0800, "ipv6": 0x86DD}
+# The EtherType a pushed IP header or 802.1Q tag gets in the Ethernet or VLAN header before
+# it (include/uapi/linux/if_ether.h ETH_P_IP, ETH_P_IPV6, ETH_P_8021Q): the last two bytes
+# of both.
+ETHERTYPES = {"ipv4": 0x0800, "ipv6": 0x86DD, "vlan": 0x8100}
 L2_HEADERS = ("ethernet", "vlan")
 
 
