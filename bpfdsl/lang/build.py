@@ -413,14 +413,13 @@ class _Builder:
 
     def push_expr(self, meta, c):
         *hdrs, before = c
-        return ast.Push(self._s(meta), hdrs, self._view(before))
+        return ast.Push(self._s(meta), hdrs, before)
 
-    def _view(self, tok) -> ast.Name:
-        return ast.Name(_tok_span(self.filename, tok), str(tok))
+    def view(self, meta, c):
+        return ast.Name(self._s(meta), str(c[0]))
 
     def pop_stmt(self, meta, c):
-        last = None if c[1] is None else self._view(c[1])
-        return ast.Pop(self._s(meta), self._view(c[0]), last, c[2])
+        return ast.Pop(self._s(meta), c[0], c[1], c[2])
 
     def parse_expr(self, meta, c):
         return ast.Parse(self._s(meta), str(c[0]))

@@ -258,3 +258,30 @@ def test_refused(body: str, code: str, line: int) -> None:
 def test_refused_in_a_fn() -> None:
     src = "fn g(ip: ipv4) -> u32 {\n    pop ip else { return 1 }\n    return 0\n}"
     assert _error(src)[0] == "resize-in-fn"
+
+
+BRANCH = """
+license "GPL"
+xdp fn f(ctx) {
+    let eth = parse ethernet else { return XDP_PASS }
+    if eth.h_proto == ETH_P_IP {
+        let ip = parse ipv4 else { return XDP_PASS }
+        if ip.ttl > 1 {         // this path grows the packet, the other does not
+            let o = push ipv4 { protocol: IPPROTO_IPIP, saddr: 10.0.0.1, daddr: ip.daddr }
+                before ip else { return XDP_ABORTED }
+        }
+    }
+    let e = parse ethernet else { return XDP_PASS }   // offset 0 on every path
+    let outer = parse ipv4 else { return XDP_PASS }
+    if outer.protocol == IPPROTO_IPIP { return XDP_TX }
+    return XDP_DROP
+}
+"""
+
+
+def test_push_on_one_path_then_a_parse_after_the_join(bpf_program) -> None:
+    prog = bpf_program(compile_source(BRANCH, "branch.bpfd").obj)
+    for ttl, verdict, grown in ((9, "XDP_TX", 20), (1, "XDP_DROP", 0)):
+        frame = bytes(Ether(**MACS) / IP(dst="192.0.2.7", ttl=ttl) / UDP() / b"z")
+        r = prog.run(frame)
+        assert (r.verdict, len(r.data_out)) == (verdict, len(frame) + grown)

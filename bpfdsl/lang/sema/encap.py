@@ -99,7 +99,7 @@ def _view(ex, name: ast.Name) -> Local | None:
     if not isinstance(sym, Local) or not isinstance(t, T.HeaderType):
         ex.err("push-view", f"`{name.id}` is not a parsed header view", name.span)
         return None
-    return sym
+    return None if sym in ex.s.stale else sym  # stale: reported by ex.expr
 
 
 def _prefix(ex, loc: Local, name: ast.Name, what: str) -> int | None:
