@@ -62,3 +62,14 @@ def test_no_larger_than_clangs(name: str, tmp_path: Path) -> None:
 def test_verifies_in_no_more_insns_than_clangs(name: str, tmp_path: Path) -> None:
     ours, clang = _objects(name, tmp_path)
     assert _processed(ours) <= _processed(clang)
+
+
+@pytest.mark.kernel
+@pytest.mark.parametrize("name", [*NAMES, "xdp_vxlan_decap"])
+def test_checker_processes_what_the_kernel_does(name: str, tmp_path: Path) -> None:
+    """bpfdsl's checker walks the code push/pop emit as the kernel's verifier does."""
+    from bpfdsl.checker import check_object
+
+    ours, _ = _objects(name, tmp_path)
+    (res,) = check_object(read_object(ours)).programs
+    assert res.ok and res.insns_processed == _processed(ours)
