@@ -121,6 +121,26 @@ def test_vxlan_outer_headers_by_scapy(bpf_program) -> None:
         assert bytes(vx.payload) == frame
 
 
+def test_vxlan_over_ipv6_udp_checksum_by_scapy(bpf_program) -> None:
+    """progs/xdp_vxlan6_encap.bpfd: the UDP checksum over the IPv6 pseudo-header and the
+    whole inner frame (RFC 6935), for every length modulo 4 and up to a large frame."""
+    prog = bpf_program(PROGS / "xdp_vxlan6_encap.bpfd")
+    for n in (0, 1, 2, 3, 5, 100, 1001, 1400):
+        frame = bytes(INNER / bytes((7 * i + 3) % 256 for i in range(n)))
+        r = prog.run(frame)
+        assert r.verdict == "XDP_TX"
+        out = Ether(r.data_out)
+        assert (out.src, out.dst, out.type) == (MACS["src"], MACS["dst"], 0x86DD)
+        o6 = out[IPv6]
+        assert (o6.nh, o6.hlim, o6.plen) == (17, 64, 16 + len(frame))
+        u = o6[UDP]
+        again = out.copy()
+        del again[UDP].chksum  # scapy computes it again when building the bytes
+        assert u.chksum == Ether(bytes(again))[UDP].chksum != 0, (n, hex(u.chksum))
+        assert (u.dport, u.len) == (4789, 16 + len(frame))
+        assert bytes(u[VXLAN].payload) == frame
+
+
 PUSHED_VIEW = """
 license "GPL"
 xdp fn f(ctx) {
@@ -232,8 +252,8 @@ HEAD = """xdp fn f(ctx) {
     [
         # a field push computes
         ("let o = push ipv4 { tot_len: be16(20) } before ip else { return 1 }", "push-field", 5),
-        # UDP over IPv6 needs a checksum over the whole packet (RFC 6935): not yet
-        ("let o = push ipv6 { }, udp { } before ip else { return 1 }", "push-header", 5),
+        # UDP after no pushed IP header: no pseudo-header for its checksum
+        ("let o = push udp { } before ip else { return 1 }", "push-header", 5),
         ("let o = push tcp { } before ip else { return 1 }", "push-header", 5),
         # the view after a header of variable length: its offset is not fixed
         (

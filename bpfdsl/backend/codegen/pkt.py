@@ -638,7 +638,7 @@ class PktGen(CsumGen):
 
     def push(self, e: ast.Push, fail: ir.Block) -> ir.Value:
         """``push H1 {...}, ... before VIEW``: the headers built on the stack (lengths,
-        IPv4 checksum), the L2 bytes before VIEW saved, ``adjust_head(-n)``, both written
+        IPv4 checksum, UDP-over-IPv6 checksum over the inner packet), the L2 bytes before VIEW saved, ``adjust_head(-n)``, both written
         at the new start; the view of the first pushed header (``fail``: no headroom)."""
         plan = self.c.pushes[e]
         view = self.gen(e.before)
@@ -653,6 +653,10 @@ class PktGen(CsumGen):
         for buf, h, _ in bufs:
             if h.library and h.name == "ipv4":
                 self._ipv4_check(buf)
+        for i, (_buf, h, _) in enumerate(bufs):
+            if h.library and h.name == "udp" and i and bufs[i - 1][1].name == "ipv6":
+                inner_sum = self._pkt_sum(view, inner, fail)
+                self._udp6_check(bufs[i - 1][0], [b for b, _, _ in bufs[i:]], bufs[i:], inner_sum)
         keep = plan.prefix - (2 if plan.ethertype is not None else 0)
         saved = self._save_prefix(view, plan.prefix, keep)
         self._adjust_head(ir.Constant(I32, -n & 0xFFFFFFFF), fail)
@@ -667,6 +671,95 @@ class PktGen(CsumGen):
         for buf, h, off in bufs:
             self.copy_bytes(self.gep(first, off), buf, h.size, self._hdr_align(h))
         return first
+
+    # the packet bytes a pushed UDP-over-IPv6 checksum sums: at most a page, XDP's linear data
+    SUM_MAX = 4096
+
+    def _pkt_sum(self, p0: ir.Value, n: ir.Value, fail: ir.Block) -> ir.Value:
+        """The one's-complement sum (i64, unfolded) of the ``n`` packet bytes at ``p0``, as
+        stored (32-bit words read little-endian, as csum_diff sums them; a last odd byte as
+        the first byte of a zero-padded word); ``fail`` when ``n`` is above SUM_MAX or the
+        packet ends before.  A loop of at most SUM_MAX / 4 words, each bounds-checked on a
+        fresh data_end (the verifier walks it word by word)."""
+        b = self.b
+        big = b.icmp_unsigned(">", n, ir.Constant(I64, self.SUM_MAX))
+        ok = self.new_block("sum.len")
+        b.cbranch(big, fail, ok)
+        self.start(ok)
+        words = b.lshr(n, ir.Constant(I64, 2))
+        pre = b.block
+        head, body, done = (self.new_block(x) for x in ("sum.head", "sum.word", "sum.tail"))
+        b.branch(head)
+        self.start(head)
+        i = b.phi(I64)
+        acc = b.phi(I64)
+        i.add_incoming(ir.Constant(I64, 0), pre)
+        acc.add_incoming(ir.Constant(I64, 0), pre)
+        more = b.and_(
+            b.icmp_unsigned("<", i, words),
+            b.icmp_unsigned("<", i, ir.Constant(I64, self.SUM_MAX // 4)),
+        )
+        b.cbranch(more, body, done)
+        self.start(body)
+        off = self.opaque(b.shl(i, ir.Constant(I64, 2)), side_effect=False)
+        p = self.gep(p0, off)
+        end = self.gep(p, 4)
+        inside = self.new_block("sum.in")
+        b.cbranch(b.icmp_unsigned(">", end, self._ctx_ptr(1, volatile=True)), fail, inside)
+        self.start(inside)
+        w = b.zext(b.load(p, typ=I32, align=1), I64)
+        nxt_acc = b.add(acc, w)
+        nxt_i = b.add(i, ir.Constant(I64, 1))
+        i.add_incoming(nxt_i, b.block)
+        acc.add_incoming(nxt_acc, b.block)
+        b.branch(head)
+        self.start(done)
+        # the last 0..3 bytes
+        tail = self.gep(p0, self.opaque(b.and_(n, ir.Constant(I64, ~3 & 0xFFFF)), False))
+        rem = b.and_(n, ir.Constant(I64, 3))
+        total = acc
+        for size in (2, 1):
+            # rem & 2: a 16-bit word at the tail; rem & 1: one byte after it (or at the tail)
+            has = b.icmp_unsigned("!=", b.and_(rem, ir.Constant(I64, size)), ir.Constant(I64, 0))
+            yes, join = self.new_block(f"sum.{size}"), self.new_block(f"sum.{size}.done")
+            before = b.block
+            b.cbranch(has, yes, join)
+            self.start(yes)
+            q = tail if size == 2 else self.gep(tail, b.and_(rem, ir.Constant(I64, 2)))
+            qe = self.gep(q, size)
+            inb = self.new_block(f"sum.{size}.in")
+            b.cbranch(b.icmp_unsigned(">", qe, self._ctx_ptr(1, volatile=True)), fail, inb)
+            self.start(inb)
+            v = b.zext(b.load(q, typ=ir.IntType(8 * size), align=1), I64)
+            added = b.add(total, v)
+            yes_end = b.block
+            b.branch(join)
+            self.start(join)
+            ph = b.phi(I64)
+            ph.add_incoming(total, before)
+            ph.add_incoming(added, yes_end)
+            total = ph
+        return total
+
+    def _udp6_check(self, ip6: ir.Value, hdrs: list, layouts: list, inner: ir.Value) -> None:
+        """The UDP checksum over IPv6 (RFC 8200 8.1, RFC 768; RFC 6935: a tunnel's too) of
+        the pushed UDP header ``hdrs[0]`` (its check 0), the headers pushed after it and the
+        inner packet's sum ``inner``: the pseudo-header (addresses, UDP length, next header
+        17), all as stored, folded; a computed 0 is sent as 0xffff."""
+        b = self.b
+        s = inner
+        for off in range(8, 40, 4):  # saddr, daddr
+            s = b.add(s, b.zext(b.load(self.gep(ip6, off), typ=I32, align=4), I64))
+        s = b.add(s, ir.Constant(I64, 17 << 8))  # next header 17, as stored
+        udp = hdrs[0]
+        s = b.add(s, b.zext(b.load(self.gep(udp, 4), typ=I16, align=2), I64))  # the length
+        for buf, (_, h, _) in zip(hdrs, layouts, strict=True):
+            for off in range(0, h.size - 1, 2):
+                s = b.add(s, b.zext(b.load(self.gep(buf, off), typ=I16, align=2), I64))
+        c = self._fold16(s, True)
+        zero = b.icmp_unsigned("==", c, ir.Constant(I16, 0))
+        c = b.select(zero, ir.Constant(I16, 0xFFFF), c)
+        b.store(c, self.gep(udp, 6), align=2)
 
     def _view_len(self, hdr: ir.Value, h) -> ir.Value:
         """The length (i64) of the parsed header ``h`` at ``hdr`` (its parse checked it)."""

@@ -12,7 +12,7 @@ Sema finds, from the parse chain (``Sema.follows``), the constant number of byte
 the view (every header before it of a fixed size), and refuses what it cannot build right:
 a field computed by push (lengths, versions, checksums), a header with a variable length,
 conditional fields or a checksum push does not know, a UDP header not right after a pushed
-IPv4 header.  What codegen needs goes to ``Checked.pushes`` / ``Checked.pops``.
+IPv4 or IPv6 header.  What codegen needs goes to ``Checked.pushes`` / ``Checked.pops``.
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ from bpfdsl.lang.sema.symbols import Local
 
 # Fields push computes, per library header: ipv4 version 4, ihl 5, tot_len, the header
 # checksum (RFC 791/1071); ipv6 version 6, payload_len (RFC 8200); udp len and checksum
-# (0, "none": over IPv4 RFC 768 and RFC 7348 section 5 allow it).
+# (over IPv4 0, "none", as RFC 768 and RFC 7348 section 5 allow; over IPv6 computed over the
+# pseudo-header, the pushed headers and the whole inner packet, RFC 8200 8.1 and RFC 6935).
 COMPUTED: dict[str, frozenset[str]] = {
     "ipv4": frozenset({"version", "ihl", "tot_len", "check"}),
     "ipv6": frozenset({"version", "payload_len"}),
@@ -142,12 +143,19 @@ def push(ex, e: ast.Push) -> T.Type:
             )
         if h.name == "udp":
             prev = e.headers[i - 1].header if i else None
-            if prev != "ipv4":
+            after = sum(ex.c.header(x.header).size for x in e.headers[i:] if ex.c.header(x.header))
+            if prev == "ipv6" and after % 2:
                 ex.err(
                     "push-header",
-                    "a pushed `udp` header must follow a pushed `ipv4` header (its checksum "
-                    "is 0 there, RFC 768/7348; over IPv6 RFC 6935 needs one over the whole "
-                    "packet, which push does not compute yet)",
+                    "the headers pushed from `udp` on have an odd length: the inner packet's "
+                    "bytes would not fall on the checksum's 16-bit words",
+                    ph.span,
+                )
+            elif prev not in ("ipv4", "ipv6"):
+                ex.err(
+                    "push-header",
+                    "a pushed `udp` header must follow a pushed `ipv4` or `ipv6` header (its "
+                    "checksum covers their pseudo-header)",
                     ph.span,
                 )
         computed = COMPUTED.get(h.name, frozenset()) if h.library else frozenset()
