@@ -1,4 +1,4 @@
-"""``union bpf_attr`` members and ``bpf_*_info`` structs as ctypes layouts (layer 1 leaf).
+"""``union bpf_attr`` members and ``bpf_*_info`` structs as ctypes layouts.
 
 Layouts from include/uapi/linux/bpf.h as dumped from this machine's /sys/kernel/btf/vmlinux
 (``bpftool btf dump file /sys/kernel/btf/vmlinux format c``); tests/kernel/test_syscall.py checks

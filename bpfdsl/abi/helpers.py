@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
+from typing import Final
 
 from bpfdsl.abi import uapi as U
 from bpfdsl.abi.uapi import MapType, ProgramType
@@ -572,6 +573,9 @@ HELPERS: dict[str, HelperProto] = {h.name: h for h in PROTOTYPES if h.modelled}
 
 HELPERS_BY_ID: dict[int, HelperProto] = {h.id: h for h in PROTOTYPES if h.modelled}
 """Helper id (``BPF_FUNC_*``) -> prototype of every helper bpfdsl models."""
+
+BPF_FUNC_LOOP: Final = HELPERS["loop"].id  # bpf_loop: runs a callback subprogram
+BPF_FUNC_TAIL_CALL: Final = HELPERS["tail_call"].id
 
 
 def kernel_helper_name(helper_id: int) -> str | None:

@@ -377,6 +377,9 @@ class SockOpsCbFlag(IntFlag):
     WRITE_HDR_OPT = 1 << 6
 
 
+BPF_SOCK_OPS_ALL_CB_FLAGS: Final = 0x7F  # include/uapi/linux/bpf.h: every SockOpsCbFlag
+
+
 # ---- flags (bpf.h / if_link.h) ----
 BPF_ANY = 0  # map update: create or replace
 BPF_NOEXIST = 1  # map update: create only
@@ -388,15 +391,15 @@ BPF_F_BROADCAST = 1 << 3  # redirect_map on devmap: every entry
 BPF_F_EXCLUDE_INGRESS = 1 << 4  # with BPF_F_BROADCAST: not the ingress device
 XDP_REDIRECT_FALLBACK_MASK = 0x3  # low bits of redirect_map flags: action when the slot is empty
 
-BPF_F_NO_PREALLOC = 1 << 0  # map_flags (hash maps, required for lpm_trie)
+BPF_F_NO_PREALLOC: Final = 1 << 0  # map_flags (hash maps, required for lpm_trie)
 BPF_F_RDONLY = 1 << 3
 BPF_F_WRONLY = 1 << 4
-BPF_F_RDONLY_PROG = 1 << 7  # map_flags for .rodata
+BPF_F_RDONLY_PROG: Final = 1 << 7  # map_flags for .rodata
 BPF_F_MMAPABLE = 1 << 10
 BPF_F_NO_COMMON_LRU = 1 << 1  # map_flags: LRU hash maps, one LRU list per CPU
 BPF_F_NUMA_NODE = 1 << 2  # map_flags: numa_node is valid
 BPF_F_ZERO_SEED = 1 << 6  # map_flags: hash seed 0 (tests only, CAP_SYS_ADMIN)
-BPF_F_WRONLY_PROG = 1 << 8
+BPF_F_WRONLY_PROG: Final = 1 << 8
 BPF_F_PRESERVE_ELEMS = 1 << 11  # map_flags: perf event arrays only
 BPF_F_INNER_MAP = 1 << 12  # map_flags: array used as an inner map of different sizes
 BPF_F_ACCESS_MASK = BPF_F_RDONLY | BPF_F_RDONLY_PROG | BPF_F_WRONLY | BPF_F_WRONLY_PROG
@@ -520,15 +523,26 @@ BPF_PSEUDO_MAP_IDX_VALUE = 6
 BPF_PSEUDO_CALL = 1
 BPF_PSEUDO_KFUNC_CALL = 2
 
-MAX_BPF_STACK = 512  # bytes of stack per program (kernel limit)
+MAX_BPF_STACK: Final = 512  # bytes of stack per program (kernel limit)
 BPF_MAXINSNS = 4096  # unprivileged insn limit; privileged: BPF_COMPLEXITY_LIMIT_INSNS
-BPF_COMPLEXITY_LIMIT_INSNS = 1_000_000  # processed-insn budget of the verifier
+BPF_COMPLEXITY_LIMIT_INSNS: Final = 1_000_000  # processed-insn budget of the verifier
+BPF_COMPLEXITY_LIMIT_JMP_SEQ: Final = 8192  # kernel/bpf/verifier.c: pending branch states at once
+BPF_MAX_VAR_OFF: Final = 1 << 29  # include/linux/bpf_verifier.h: bound of a variable pointer offset
+MAX_CALL_FRAMES: Final = 8  # include/linux/bpf_verifier.h: frames of a bpf-to-bpf call chain
+MAX_TAIL_CALL_CNT: Final = 33  # include/linux/bpf.h: tail calls one run may make
+BPF_MAX_LOOPS: Final = 8 * 1024 * 1024  # include/linux/bpf.h: the most iterations bpf_loop runs
+BPF_SOCK_SIZE: Final = 80  # sizeof(struct bpf_sock), include/uapi/linux/bpf.h
+BPF_FS_MAGIC: Final = 0xCAFE4A11  # include/uapi/linux/magic.h: statfs f_type of a bpffs mount
+XDP_PACKET_HEADROOM: Final = 256  # include/uapi/linux/bpf.h: bytes before an XDP frame
+MAX_SKB_FRAGS: Final = 17  # include/linux/skbuff.h (CONFIG_MAX_SKB_FRAGS default)
+# include/linux/errno.h: the kernel's internal "not supported" (not EOPNOTSUPP, 95)
+ENOTSUPP: Final = 524
 
 # ---- map types: the kernel's rules at BPF_MAP_CREATE (one table) ----
 # Sizes in bytes.  Constants of the x86-64 / arm64 (4 KiB pages) kernels bpfdsl targets:
 PAGE_SIZE = 4096  # bytes (x86-64, arm64 with 4 KiB pages)
 PCPU_MIN_UNIT_SIZE = 32 << 10  # include/linux/percpu.h: a per-CPU value, round_up(size, 8)
-KMALLOC_MAX_SIZE = 4 << 20  # include/linux/slab.h: 1 << (MAX_PAGE_ORDER 10 + PAGE_SHIFT 12)
+KMALLOC_MAX_SIZE: Final = 4 << 20  # include/linux/slab.h: 1 << (MAX_PAGE_ORDER 10 + PAGE_SHIFT 12)
 HTAB_ELEM_SIZE = 48  # sizeof(struct htab_elem), kernel/bpf/hashtab.c (no lock debugging)
 HTAB_BUCKET_SIZE = 16  # sizeof(struct bucket) / struct bpf_shtab_bucket (no lock debugging)
 LPM_DATA_SIZE_MAX = 256  # kernel/bpf/lpm_trie.c: address bytes of an LPM key

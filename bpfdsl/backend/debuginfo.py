@@ -1,6 +1,6 @@
 """Debug info for the back end: llvmlite.ir metadata from which LLVM's BPF backend emits BTF.
 
-Stage: back end (layer 4).  Takes an ``llvmlite.ir.Module`` being built by codegen and adds
+Stage: back end.  Takes an ``llvmlite.ir.Module`` being built by codegen and adds
 DWARF-style metadata (``!DICompileUnit``, ``!DISubprogram``, ``!DILocation``,
 ``!DIGlobalVariable``...) exactly in the shapes clang-19 produces for libbpf-style C
 (``clang-19 -O2 -g -target bpf -S -emit-llvm``; see docs/internals-btf.md).  LLVM turns it
@@ -36,6 +36,7 @@ from typing import Any
 
 from llvmlite import ir
 
+from bpfdsl.abi.ctx import ctx_struct
 from bpfdsl.abi.uapi import MapType, takes_btf_key_value
 
 T = ir.DIToken  # a bare LLVM token operand (DW_TAG_..., flags), printed unquoted
@@ -60,22 +61,18 @@ _C_BASIC = {  # C scalars by name: (bits, DW encoding)
 }  # fmt: skip
 _BE = {"be16": "u16", "be32": "u32", "be64": "u64"}  # typedef __beN -> __uN (linux/types.h)
 
-# Kernel context structs (include/uapi/linux/bpf.h), as "type name..." groups laid out with
-# natural alignment, which reproduces the kernel offsets (tests compare with vmlinux BTF).
+# Kernel context structs (bpfdsl.abi.ctx: include/uapi/linux/bpf.h), member by member:
 # "ptr" is the kernel's __bpf_md_ptr (8 bytes); "u32x4" is __u32[4]; in bpf_sock_ops the
-# union {args[4]; reply; replylong[4]} is described by its first member.
-_CTX_STRUCTS: dict[str, str] = {
-    "xdp_md": "u32 data data_end data_meta ingress_ifindex rx_queue_index egress_ifindex",
-    "sk_msg_md": "ptr data data_end; u32 family remote_ip4 local_ip4; u32x4 remote_ip6 local_ip6;"
-    " u32 remote_port local_port size; ptr sk",
-    "bpf_sock_ops": "u32 op; u32x4 args; u32 family remote_ip4 local_ip4;"
-    " u32x4 remote_ip6 local_ip6; u32 remote_port local_port is_fullsock snd_cwnd srtt_us"
-    " bpf_sock_ops_cb_flags state rtt_min snd_ssthresh rcv_nxt snd_nxt snd_una mss_cache"
-    " ecn_flags rate_delivered rate_interval_us packets_out retrans_out total_retrans segs_in"
-    " data_segs_in segs_out data_segs_out lost_out sacked_out sk_txhash;"
-    " u64 bytes_received bytes_acked; ptr sk skb_data skb_data_end; u32 skb_len skb_tcp_flags;"
-    " u64 skb_hwtstamp",
-}
+# union {args[4]; reply; replylong[4]} is described by its first member.  Laid out with
+# natural alignment, they reproduce the kernel offsets (tests compare with vmlinux BTF).
+_CTX_KIND = {"__u32": "u32", "__u64": "u64", "__u32[4]": "u32x4", "__bpf_md_ptr": "ptr"}
+
+
+def _ctx_members(ctx: str) -> list[tuple[str, str]]:
+    """(member name, "u32" | "u64" | "u32x4" | "ptr") of context struct ``ctx``; [] for a
+    struct abi.ctx does not describe."""
+    s = ctx_struct(ctx)
+    return [(f.name, _CTX_KIND[f.ctype]) for f in s.layout()] if s is not None else []
 
 
 @dataclass(frozen=True, slots=True)
@@ -323,10 +320,7 @@ class DebugInfo:
             u32 = self.int_type("u32")
             kinds = {"u32": u32, "u64": self.int_type("u64"), "ptr": self.pointer_type(None)}
             kinds["u32x4"] = self.array_type(u32, 4)
-            fields = []
-            for group in _CTX_STRUCTS.get(ctx, "").split(";"):
-                kind, *names = group.split() or [""]
-                fields += [(n, kinds[kind]) for n in names]
+            fields = [(n, kinds[kind]) for n, kind in _ctx_members(ctx)]
             self._types[key] = self.struct_type(ctx, fields)
         return self._types[key]
 

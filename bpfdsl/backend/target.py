@@ -1,6 +1,6 @@
 """Target: LLVM IR -> eBPF ELF object bytes through llvmlite's ``bpfel`` backend.
 
-Stage: back end (layer 4).  Takes an ``llvmlite.ir.Module`` (or its IR text), verifies it,
+Stage: back end.  Takes an ``llvmlite.ir.Module`` (or its IR text), verifies it,
 runs LLVM's O2 pipeline with a PassBuilder bound to the ``bpfel`` TargetMachine (so the BPF
 IR passes BPFCheckAndAdjustIR / BPFAdjustOpt / BPFIRPeephole run, as under clang), and
 emits an ELF relocatable object (EM_BPF, little-endian) or assembly text.
@@ -60,7 +60,6 @@ MCPUS = ("v1", "v2", "v3", "v4", "generic", "probe")  # llc -march=bpf -mcpu=hel
 # the levels with ALU32 (LLVM's alu32 feature: v3 and v4); not "probe", whose level LLVM
 # finds on the host at emission, after codegen chose widths (64 bits are right at any level)
 ALU32_MCPUS = ("v3", "v4")
-MAX_STACK = 512  # bytes per BPF program frame (kernel MAX_BPF_STACK)
 CGP_ADDRESS_USERS = 1 << 20  # users of one address CodeGenPrepare looks at (LLVM: 100)
 MAX_INLINE_MEM = 1024  # bytes: largest constant memcpy/memset the BPF backend expands inline
 
@@ -284,10 +283,10 @@ def emit(
         asm_text = None
     check_sizes(text, obj)
     for func, depth in stack_depths(obj).items():
-        if depth > MAX_STACK:
+        if depth > U.MAX_BPF_STACK:
             raise _unsupported(
                 text, None, "stack-limit",
-                f"program '{func}' needs {depth} bytes of stack; the kernel allows {MAX_STACK}",
+                f"program '{func}' needs {depth} bytes of stack; the kernel allows {U.MAX_BPF_STACK}",
                 _STACK_HINT,
                 func=func,
             )  # fmt: skip

@@ -24,6 +24,7 @@ from functools import wraps
 import bpfdsl.checker.native as native
 from bpfdsl.abi.insn import Insn, format_insn, index_by_slot, slot_offsets
 from bpfdsl.abi.uapi import (
+    BPF_F_RDONLY_PROG,
     PROGRAM_KINDS,
     AttachType,
     MapType,
@@ -57,8 +58,6 @@ __all__ = [
 # Whether the checker modules in use are the mypyc-compiled ones, and why (native.REASON).
 NATIVE: bool = native.NATIVE
 NATIVE_REASON: str = native.REASON
-
-BPF_F_RDONLY_PROG = 1 << 7
 
 # The exploration model (checker/analyzer.py) is Linux 6.18's.  Its processed count is the
 # kernel's for every program of the differential test corpus, so for the modelled kernel the

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from bpfdsl.abi import uapi as U
+from bpfdsl.abi.helpers import BPF_FUNC_LOOP, BPF_FUNC_TAIL_CALL
 from bpfdsl.abi.insn import Insn, format_insn
 from bpfdsl.checker import alu as ALU
 from bpfdsl.checker import domain as D
@@ -47,8 +48,6 @@ from bpfdsl.checker.state import (
     states_maybe_looping,
 )
 from bpfdsl.checker.subprog import (
-    BPF_FUNC_LOOP,
-    BPF_FUNC_TAIL_CALL,
     check_global_return,
     enter_call,
     is_callback_frame,
@@ -59,8 +58,7 @@ from bpfdsl.checker.subprog import (
 )
 from bpfdsl.checker.transfer import _read, do_alu, do_ld, do_ldx, do_store, kernel_links_delta
 
-INSN_LIMIT: Final = 1_000_000  # kernel BPF_COMPLEXITY_LIMIT_INSNS
-JMP_SEQ_LIMIT: Final = 8192  # kernel BPF_COMPLEXITY_LIMIT_JMP_SEQ
+INSN_LIMIT: Final = U.BPF_COMPLEXITY_LIMIT_INSNS  # processed insns before the kernel refuses
 HIST_FORCE: Final = 40  # kernel: a checkpoint is forced once a path's jump history is this long
 TIME_CHECK_EVERY: Final = 4096  # processed insns between two looks at the clock
 
@@ -524,7 +522,7 @@ def analyze(
                 if other.parent is not None:
                     other.parent.branches += 1
                 stack.append((j, other, prev))
-                if len(stack) > JMP_SEQ_LIMIT:
+                if len(stack) > U.BPF_COMPLEXITY_LIMIT_JMP_SEQ:
                     seq = Fault(
                         "too-complex",
                         f"The sequence of {len(stack)} jumps is too complex.",

@@ -14,10 +14,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from bpfdsl.abi import uapi as U
-from bpfdsl.abi.helpers import HELPERS, HELPERS_BY_ID
+from bpfdsl.abi.helpers import BPF_FUNC_LOOP, HELPERS_BY_ID
 from bpfdsl.abi.insn import Insn
-
-BPF_FUNC_LOOP = HELPERS["loop"].id  # bpf_loop: runs a callback subprogram
 
 
 class CfgError(Exception):

@@ -7,7 +7,14 @@ Kernel reference: kernel/bpf/verifier.c ``check_mem_access`` and its parts
 
 from __future__ import annotations
 
-from bpfdsl.abi.uapi import MapType, ProgramType, is_devmap
+from bpfdsl.abi.uapi import (
+    BPF_F_RDONLY_PROG,
+    BPF_F_WRONLY_PROG,
+    BPF_MAX_VAR_OFF,
+    MapType,
+    ProgramType,
+    is_devmap,
+)
 from bpfdsl.checker import domain as D
 from bpfdsl.checker import tnum as T
 from bpfdsl.checker.ctx import CTX_TABLES, ctx_access
@@ -15,10 +22,6 @@ from bpfdsl.checker.env import Env, Fault
 from bpfdsl.checker.refs import lock_field_access, sock_access
 from bpfdsl.checker.stack import stack_access
 from bpfdsl.checker.state import State
-
-BPF_F_RDONLY_PROG = 1 << 7
-BPF_F_WRONLY_PROG = 1 << 8
-MAX_VAR_OFF = 1 << 29
 
 
 def _tn(r: D.Reg) -> str:
@@ -154,7 +157,7 @@ def _map_value(env, regno, r, off, size, write):
             (regno,),
         )
     if r.tn[1]:
-        if r.umax >= MAX_VAR_OFF:
+        if r.umax >= BPF_MAX_VAR_OFF:
             raise Fault(
                 "unbounded-access",
                 f"R{regno} unbounded memory access, make sure to bounds check any such access",
@@ -197,7 +200,7 @@ def ringbuf_mem(regno: int, r: D.Reg, off: int, size: int, write: bool) -> D.Reg
     full = off + r.off
     lo = full + (r.smin if r.tn[1] else D.s64(r.tn[0]))
     hi = full + (r.umax if r.tn[1] else D.s64(r.tn[0]))
-    if r.tn[1] and (r.smin < 0 or r.umax >= MAX_VAR_OFF):
+    if r.tn[1] and (r.smin < 0 or r.umax >= BPF_MAX_VAR_OFF):
         raise Fault(
             "unbounded-access",
             f"R{regno} unbounded memory access, make sure to bounds check any such access",
@@ -225,7 +228,7 @@ def _mem(regno, r, off, size):
     full = off + r.off
     lo = r.smin + full if r.tn[1] else D.s64(r.tn[0]) + full
     hi = r.umax + full if r.tn[1] else lo
-    if lo < 0 or hi + size > r.rng or (r.tn[1] and r.umax >= MAX_VAR_OFF):
+    if lo < 0 or hi + size > r.rng or (r.tn[1] and r.umax >= BPF_MAX_VAR_OFF):
         raise Fault(
             "mem-bounds",
             f"invalid access to memory, mem_size={r.rng} off={lo} size={size}",

@@ -22,7 +22,6 @@ from bpfdsl.abi.insn import Insn
 from bpfdsl.checker import domain as D
 from bpfdsl.checker.state import SPILL, CoverPlan, FramesPlan, Hist, State
 
-MAX_FRAMES: Final = 8
 _ARGS: Final = 0b111110  # r1-r5 (kernel BPF_REGMASK_ARGS)
 
 
@@ -91,8 +90,8 @@ class Backtrack:
 
     def __init__(self, frame: int) -> None:
         self.frame = frame
-        self.regs = [0] * MAX_FRAMES
-        self.slots = [0] * MAX_FRAMES
+        self.regs = [0] * U.MAX_CALL_FRAMES
+        self.slots = [0] * U.MAX_CALL_FRAMES
 
     def empty(self) -> bool:
         f = self.frame
@@ -209,7 +208,7 @@ def backtrack_insn(
                 raise NotSupported
             r0 = subseq - 1 >= 0 and subseq - 1 in call_target and regs[f] & 1
             regs[f] &= ~1
-            if f + 1 >= MAX_FRAMES:
+            if f + 1 >= U.MAX_CALL_FRAMES:
                 raise NotSupported
             bt.frame = f + 1
             regs[f + 1] = 1 if r0 else 0

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from typing import Final
 
+from bpfdsl.abi.uapi import BPF_SOCK_SIZE
 from bpfdsl.checker import domain as D
 from bpfdsl.checker.env import Env, Fault
 from bpfdsl.checker.state import State
@@ -32,8 +33,7 @@ from bpfdsl.checker.state import State
 SOCK_COMMON_TYPES: Final = (D.SOCK_COMMON, D.SOCKET, D.XDP_SOCK)
 SOCK_COMMON_EXPECTED: Final = "sock_common, sock, tcp_sock, xdp_sock, ptr_, trusted_ptr_"
 
-# struct bpf_sock (include/uapi/linux/bpf.h): 80 bytes; byte offsets of its fields
-BPF_SOCK_SIZE: Final = 80
+# struct bpf_sock (include/uapi/linux/bpf.h): byte offsets of its fields
 _SOCK_NARROW: Final = frozenset(
     {4, 8, 12, 44, 72, 76}
 )  # family type protocol src_port state rx_queue_mapping

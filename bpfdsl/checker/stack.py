@@ -7,12 +7,11 @@ reads of never-written bytes are allowed for privileged loaders (a warning here)
 
 from __future__ import annotations
 
+from bpfdsl.abi.uapi import BPF_MAX_VAR_OFF, MAX_BPF_STACK
 from bpfdsl.checker import domain as D
 from bpfdsl.checker import tnum as T
 from bpfdsl.checker.env import Env, Fault
-from bpfdsl.checker.state import INVALID, MAX_STACK, MISC, SPILL, ZERO, Slot, State
-
-MAX_VAR_OFF = 1 << 29
+from bpfdsl.checker.state import INVALID, MISC, SPILL, ZERO, Slot, State
 
 
 def _tn(r: D.Reg) -> str:
@@ -30,7 +29,7 @@ def check_bounds(regno: int, r: D.Reg, base: int, size: int, write: bool, explai
     if r.tn[1] == 0:
         lo = hi = base + D.s64(r.tn[0])
     else:
-        if r.smax >= MAX_VAR_OFF or r.smin <= -MAX_VAR_OFF:
+        if r.smax >= BPF_MAX_VAR_OFF or r.smin <= -BPF_MAX_VAR_OFF:
             raise Fault(
                 "stack-bounds",
                 f"invalid unbounded variable-offset{kind} stack R{regno}",
@@ -39,7 +38,7 @@ def check_bounds(regno: int, r: D.Reg, base: int, size: int, write: bool, explai
             )
         lo, hi = base + r.smin, base + r.smax
     last = hi + size - 1 if size > 0 else lo
-    if -MAX_STACK <= lo <= -1 and -MAX_STACK <= last <= -1:
+    if -MAX_BPF_STACK <= lo <= -1 and -MAX_BPF_STACK <= last <= -1:
         return
     if r.tn[1] == 0:
         msg = f"invalid{kind} stack R{regno} off={lo} size={size}"
@@ -74,7 +73,7 @@ def stack_access(env, st, regno, r, off, size, write, value):
             )
         check_bounds(
             regno, r, base, size, write,
-            f"the stack is {MAX_STACK} bytes below r10: offsets -{MAX_STACK}..-1 only",
+            f"the stack is {MAX_BPF_STACK} bytes below r10: offsets -{MAX_BPF_STACK}..-1 only",
         )  # fmt: skip
         k = (-full - 1) // 8
         fr = frame.frameno

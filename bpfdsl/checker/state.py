@@ -20,7 +20,6 @@ INVALID: Final = "i"
 MISC: Final = "m"
 ZERO: Final = "z"
 SPILL: Final = "s"
-MAX_STACK: Final = 512
 
 
 class Slot:

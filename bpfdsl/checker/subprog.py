@@ -36,9 +36,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from bpfdsl.abi.btf.core import BTF_FUNC_GLOBAL, Btf, BtfFormatError, Kind
-from bpfdsl.abi.helpers import HELPERS, HELPERS_BY_ID
+from bpfdsl.abi.helpers import BPF_FUNC_TAIL_CALL, HELPERS_BY_ID
 from bpfdsl.abi.kfuncs import PKT_CHANGING as PKT_CHANGING_KFUNCS
-from bpfdsl.abi.uapi import BPF_PSEUDO_KFUNC_CALL
+from bpfdsl.abi.uapi import BPF_PSEUDO_KFUNC_CALL, MAX_BPF_STACK, MAX_CALL_FRAMES
 from bpfdsl.checker import domain as D
 from bpfdsl.checker.calls import UNMODELLED, check_mem
 from bpfdsl.checker.cfg import Cfg
@@ -46,12 +46,7 @@ from bpfdsl.checker.env import Env, Fault
 from bpfdsl.checker.stack import stack_range_written
 from bpfdsl.checker.state import SPILL, Frame, IdMap, Slot, State, regs_exact
 
-MAX_CALL_FRAMES = 8  # kernel MAX_CALL_FRAMES
-MAX_BPF_STACK = 512  # bytes, combined over a call chain
 TAIL_CALL_STACK = 256  # bytes of caller stack above a subprogram that tail-calls
-BPF_FUNC_LOOP = HELPERS["loop"].id
-BPF_FUNC_TAIL_CALL_ID = HELPERS["tail_call"].id
-BPF_FUNC_TAIL_CALL = HELPERS["tail_call"].id
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,7 +203,7 @@ def changes_pkt_data(cfg: Cfg, kfuncs: dict[int, str], subprogs: dict) -> dict[i
         why = ""
         if x.is_helper_call:
             h = HELPERS_BY_ID.get(x.imm)
-            if h is not None and (h.pkt_changing or x.imm == BPF_FUNC_TAIL_CALL_ID):
+            if h is not None and (h.pkt_changing or x.imm == BPF_FUNC_TAIL_CALL):
                 why = f"{h.kernel_name} at insn {cfg.slots[i]}"
         elif x.src == BPF_PSEUDO_KFUNC_CALL and kfuncs.get(i) in PKT_CHANGING_KFUNCS:
             why = f"{kfuncs[i]} at insn {cfg.slots[i]}"

@@ -17,7 +17,7 @@ from bpfdsl.checker import domain as D
 from bpfdsl.checker import features as F
 from bpfdsl.checker import tnum as T
 from bpfdsl.checker.env import Env, Fault
-from bpfdsl.checker.mem import MAX_VAR_OFF, check_access
+from bpfdsl.checker.mem import check_access
 from bpfdsl.checker.refs import same_insn_pointer
 from bpfdsl.checker.state import State
 
@@ -292,7 +292,7 @@ def _ptr_alu(env, x, op, is64, p: D.Reg, pno: int, o: D.Reg, ptr_is_dst: bool) -
 def _sane(r: D.Reg, name: str, dst: int) -> None:
     if r.tn[1] == 0 and r.t == D.SCALAR:
         v = D.s64(r.tn[0])
-        if v >= MAX_VAR_OFF or v <= -MAX_VAR_OFF:
+        if v >= U.BPF_MAX_VAR_OFF or v <= -U.BPF_MAX_VAR_OFF:
             raise Fault(
                 "ptr-oob",
                 f"math between {name} pointer and {v} is not allowed",
@@ -300,7 +300,7 @@ def _sane(r: D.Reg, name: str, dst: int) -> None:
                 (dst,),
             )
         return
-    if r.off >= MAX_VAR_OFF or r.off <= -MAX_VAR_OFF:
+    if r.off >= U.BPF_MAX_VAR_OFF or r.off <= -U.BPF_MAX_VAR_OFF:
         raise Fault("ptr-oob", f"{name} pointer offset {r.off} is not allowed", "", (dst,))
     if r.smin == D.S64_MIN:
         raise Fault(
@@ -309,7 +309,7 @@ def _sane(r: D.Reg, name: str, dst: int) -> None:
             "bound the number (e.g. `x &= 0xff` or `if x > N goto`) before adding it to a pointer",
             (dst,),
         )
-    if r.smin >= MAX_VAR_OFF or r.smin <= -MAX_VAR_OFF:
+    if r.smin >= U.BPF_MAX_VAR_OFF or r.smin <= -U.BPF_MAX_VAR_OFF:
         raise Fault("ptr-oob", f"value {r.smin} makes {name} pointer be out of bounds", "", (dst,))
 
 

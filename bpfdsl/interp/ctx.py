@@ -15,29 +15,21 @@ import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from bpfdsl.abi.uapi import AttachType
+from bpfdsl.abi.ctx import BPF_SOCK_OPS, SK_MSG_MD, XDP_MD, CtxStruct, valid_access
+from bpfdsl.abi.uapi import MAX_SKB_FRAGS, XDP_PACKET_HEADROOM, AttachType
 from bpfdsl.interp.memory import Fault, PacketRegion, Ptr, Region
 
-XDP_PACKET_HEADROOM = 256  # include/uapi/linux/bpf.h
 XDP_FRAME_SIZE = 4096  # PAGE_SIZE: frame_sz of BPF_PROG_TEST_RUN buffers
 XDP_SHINFO_TAILROOM = 320  # SKB_DATA_ALIGN(sizeof(struct skb_shared_info)) on x86_64
 XDP_FRAME_STRUCT = 40  # sizeof(struct xdp_frame), kept at the start of the headroom
 XDP_MAX_LINEAR = XDP_FRAME_SIZE - XDP_PACKET_HEADROOM - XDP_SHINFO_TAILROOM  # 3520 bytes
-MAX_SKB_FRAGS = 17  # include/linux/skbuff.h (CONFIG_MAX_SKB_FRAGS default)
 # the longest frame bpf_prog_test_run_xdp takes: linear part + a page per frag
 # (net/bpf/test_run.c: -ENOMEM past MAX_SKB_FRAGS), 73152 bytes
 XDP_TEST_RUN_MAX = XDP_MAX_LINEAR + MAX_SKB_FRAGS * XDP_FRAME_SIZE
 ETH_HLEN = 14
 
-# struct xdp_md (include/uapi/linux/bpf.h): six u32 fields
-_XDP_FIELDS = {
-    0: "data",
-    4: "data_end",
-    8: "data_meta",
-    12: "ingress_ifindex",
-    16: "rx_queue_index",
-    20: "egress_ifindex",
-}
+# struct xdp_md (bpfdsl.abi.ctx): offset -> member
+_XDP_FIELDS = {f.off: f for f in XDP_MD.fields}
 
 
 class CtxRegion(Region):
@@ -80,7 +72,7 @@ class XdpContext(CtxRegion):
         meta: bytes = b"",
         hints: Mapping[str, int] | None = None,
     ) -> None:
-        super().__init__("ctx", bytearray(24), name="xdp_md", writable=False)
+        super().__init__("ctx", bytearray(XDP_MD.size), name="xdp_md", writable=False)
         self.hints = dict(hints or {})
         # like bpf_prog_test_run_xdp: the first 3520 bytes are linear, the rest goes into
         # page-sized frags (skb_shared_info) that programs reach only through helpers
@@ -126,18 +118,18 @@ class XdpContext(CtxRegion):
 
     def load(self, p: Ptr, off: int, size: int, signed: bool = False) -> object:
         o = p.off + off
-        name = _XDP_FIELDS.get(o)
-        if name is None or size != 4:
+        f = _XDP_FIELDS.get(o)
+        if f is None or size != f.size:
             raise Fault(f"invalid xdp_md access: offset {o} size {size} (only whole u32 fields)")
-        pk = self.pkt
+        name, pk = f.name, self.pkt
         if name == "data":
             return Ptr(pk, pk.data, pk.gen)
         if name == "data_end":
             return Ptr(pk, pk.hi, pk.gen)
         if name == "data_meta":
             return Ptr(pk, pk.lo, pk.gen)
-        if name == "egress_ifindex" and self.attach != AttachType.XDP_DEVMAP:
-            raise Fault("xdp_md.egress_ifindex is readable only in xdp(devmap) programs")
+        if f.attach is not None and self.attach not in f.attach:  # egress_ifindex
+            raise Fault(f"xdp_md.{name} is readable only in xdp(devmap) programs")
         return getattr(self, name)
 
 
@@ -153,44 +145,35 @@ def _ip6(addr: str | bytes) -> bytes:
     return addr if isinstance(addr, bytes) else ipaddress.IPv6Address(addr).packed
 
 
-# Settable fields of the socket contexts (include/uapi/linux/bpf.h struct sk_msg_md and
-# struct bpf_sock_ops): name -> (byte offset, size, form).  Forms: "u32"/"u64" plain
+# Settable fields of the socket contexts (struct sk_msg_md and struct bpf_sock_ops, layouts
+# from bpfdsl.abi.ctx): name -> (byte offset, size, form).  Forms: "u32"/"u64" plain
 # numbers; "family" AF_INET/AF_INET6; "ip4"/"ip6" addresses (network order in the struct);
 # "port_be" remote port (the struct holds it in network order, in the upper 16 bits of the
 # u32 on little endian: skc_dport << 16); "port_host" local port (host order, skc_num);
 # "op" a BPF_SOCK_OPS_* callback; "args" args[0..3]; "state" a BPF_TCP_* state;
 # "cb_flags" BPF_SOCK_OPS_*_CB_FLAG bits.  Pointers (data, data_end, sk, skb_data) and
-# ``sk_msg_md.size`` (the message length) follow from the run's input instead.
-_SOCK_FIELDS = {
-    "family": (0, 4, "family"),
-    "remote_ip4": (4, 4, "ip4"),
-    "local_ip4": (8, 4, "ip4"),
-    "remote_ip6": (12, 16, "ip6"),
-    "local_ip6": (28, 16, "ip6"),
-    "remote_port": (44, 4, "port_be"),
-    "local_port": (48, 4, "port_host"),
+# ``sk_msg_md.size`` (the message length) follow from the run's input instead; the union's
+# reply/replylong are the program's, skb_hwtstamp is not modelled.
+_SOCK_FORMS = {
+    "family": "family",
+    "remote_ip4": "ip4",
+    "local_ip4": "ip4",
+    "remote_ip6": "ip6",
+    "local_ip6": "ip6",
+    "remote_port": "port_be",
+    "local_port": "port_host",
 }
 SK_MSG_MD_FIELDS: dict[str, tuple[int, int, str]] = {
-    k: (o + 16, n, f) for k, (o, n, f) in _SOCK_FIELDS.items()
+    n: (SK_MSG_MD[n].off, SK_MSG_MD[n].size, form) for n, form in _SOCK_FORMS.items()
 }
-# the u32 run of struct bpf_sock_ops after the socket fields, from offset 72 on
-_SOCK_OPS_U32 = (
-    "is_fullsock", "snd_cwnd", "srtt_us", "bpf_sock_ops_cb_flags", "state", "rtt_min",
-    "snd_ssthresh", "rcv_nxt", "snd_nxt", "snd_una", "mss_cache", "ecn_flags",
-    "rate_delivered", "rate_interval_us", "packets_out", "retrans_out", "total_retrans",
-    "segs_in", "data_segs_in", "segs_out", "data_segs_out", "lost_out", "sacked_out",
-    "sk_txhash",
-)  # fmt: skip
-_SOCK_OPS_FORMS = {"state": "state", "bpf_sock_ops_cb_flags": "cb_flags"}
+_SOCK_OPS_FORMS = {
+    "op": "op", "args": "args", **_SOCK_FORMS, "state": "state",
+    "bpf_sock_ops_cb_flags": "cb_flags",
+}  # fmt: skip
 BPF_SOCK_OPS_FIELDS: dict[str, tuple[int, int, str]] = {
-    "op": (0, 4, "op"),
-    "args": (4, 16, "args"),
-    **{k: (o + 20, n, f) for k, (o, n, f) in _SOCK_FIELDS.items()},
-    **{n: (72 + 4 * i, 4, _SOCK_OPS_FORMS.get(n, "u32")) for i, n in enumerate(_SOCK_OPS_U32)},
-    "bytes_received": (168, 8, "u64"),
-    "bytes_acked": (176, 8, "u64"),
-    "skb_len": (208, 4, "u32"),
-    "skb_tcp_flags": (212, 4, "u32"),
+    f.name: (f.off, f.size, _SOCK_OPS_FORMS.get(f.name, "u64" if f.size == 8 else "u32"))
+    for f in BPF_SOCK_OPS.fields
+    if not (f.union or f.is_pointer or f.name == "skb_hwtstamp")
 }
 CTX_FIELDS: dict[str, dict[str, tuple[int, int, str]]] = {
     "sk_msg_md": SK_MSG_MD_FIELDS,
@@ -258,19 +241,26 @@ class SockInfo:
         )
 
 
-def _addr_image(img: bytearray, s: SockInfo, at: int) -> None:
-    """family, remote_ip4, local_ip4, remote_ip6, local_ip6, remote_port, local_port from
-    byte ``at`` on: the same run of fields in sk_msg_md and bpf_sock_ops."""
-    img[at : at + 4] = s.family.to_bytes(4, "little")
+def _put(img: bytearray, ctx: CtxStruct, name: str, data: bytes) -> None:
+    """``data`` (exactly the member's size) into member ``name`` of the ``ctx`` image."""
+    f = ctx[name]
+    assert len(data) == f.size, (ctx.name, name, len(data))
+    img[f.off : f.end] = data
+
+
+def _addr_image(img: bytearray, s: SockInfo, ctx: CtxStruct) -> None:
+    """family, remote_ip4, local_ip4, remote_ip6, local_ip6, remote_port, local_port of
+    ``ctx``: the same run of fields in sk_msg_md and bpf_sock_ops."""
+    _put(img, ctx, "family", s.family.to_bytes(4, "little"))
     if s.family == socket.AF_INET:
-        img[at + 4 : at + 8] = _ip4(s.remote_ip)
-        img[at + 8 : at + 12] = _ip4(s.local_ip)
+        _put(img, ctx, "remote_ip4", _ip4(s.remote_ip))
+        _put(img, ctx, "local_ip4", _ip4(s.local_ip))
     else:
-        img[at + 12 : at + 28] = _ip6(s.remote_ip)
-        img[at + 28 : at + 44] = _ip6(s.local_ip)
+        _put(img, ctx, "remote_ip6", _ip6(s.remote_ip))
+        _put(img, ctx, "local_ip6", _ip6(s.local_ip))
     port_be = int.from_bytes(s.remote_port.to_bytes(2, "big"), "little")
-    img[at + 44 : at + 48] = (port_be << 16).to_bytes(4, "little")  # skc_dport << 16
-    img[at + 48 : at + 52] = s.local_port.to_bytes(4, "little")  # skc_num, host order
+    _put(img, ctx, "remote_port", (port_be << 16).to_bytes(4, "little"))  # skc_dport << 16
+    _put(img, ctx, "local_port", s.local_port.to_bytes(4, "little"))  # skc_num, host order
 
 
 class SkMsgContext(CtxRegion):
@@ -292,7 +282,7 @@ class SkMsgContext(CtxRegion):
     )
 
     def __init__(self, message: bytes, sock: SockInfo | None = None) -> None:
-        super().__init__("ctx", bytearray(80), name="sk_msg_md", writable=False)
+        super().__init__("ctx", bytearray(SK_MSG_MD.size), name="sk_msg_md", writable=False)
         self.sock = sock or SockInfo()
         self.pkt = PacketRegion(bytearray(message), 0, len(message), name="message")
         self.apply_bytes = 0
@@ -300,8 +290,8 @@ class SkMsgContext(CtxRegion):
         self.redirect: tuple | None = None
         # (map name, key bytes, flags, why) of the last msg_redirect_* that found no socket
         self.redirect_miss: tuple | None = None
-        img = bytearray(80)
-        _addr_image(img, self.sock, 16)
+        img = bytearray(SK_MSG_MD.size)
+        _addr_image(img, self.sock, SK_MSG_MD)
         self.image = img
 
     def data_out(self) -> bytes:
@@ -310,17 +300,18 @@ class SkMsgContext(CtxRegion):
     def load(self, p: Ptr, off: int, size: int, signed: bool = False) -> object:
         o = p.off + off
         pk = self.pkt
-        if o == 0 and size == 8:
+        f = valid_access(SK_MSG_MD, o, size, False, None)
+        if f is None:
+            raise Fault(f"invalid sk_msg_md access: offset {o} size {size}")
+        if f.name == "data":
             return Ptr(pk, pk.data, pk.gen)
-        if o == 8 and size == 8:
+        if f.name == "data_end":
             return Ptr(pk, pk.hi, pk.gen)
-        if o == 72 and size == 8:
+        if f.name == "sk":
             return Ptr(Region("sock", bytearray(80), name="bpf_sock", writable=False), 0)
-        if 16 <= o < 72 and size == 4 and o % 4 == 0:
-            if o == 68:  # size: total message bytes (msg->sg.size)
-                return len(pk.buf)
-            return int.from_bytes(self.image[o : o + 4], "little")
-        raise Fault(f"invalid sk_msg_md access: offset {o} size {size}")
+        if f.name == "size":  # total message bytes (msg->sg.size)
+            return len(pk.buf)
+        return int.from_bytes(self.image[o : o + size], "little")
 
 
 class SockOpsContext(CtxRegion):
@@ -328,13 +319,14 @@ class SockOpsContext(CtxRegion):
     socket described by ``sock``; ``args`` fill ``args[0..3]``; ``fields`` set other
     numeric fields of :data:`BPF_SOCK_OPS_FIELDS` (``snd_cwnd``, ``srtt_us``,
     ``bpf_sock_ops_cb_flags``...; ``is_fullsock`` is 1 unless given).  Programs may write
-    ``reply``/``replylong`` and ``sk_txhash``; other fields are read-only
-    (``sock_ops_is_valid_access``).  Loads follow ``sock_ops_convert_ctx_access``."""
+    ``reply`` and ``sk_txhash`` (4 bytes at their offsets); other fields are read-only
+    (``sock_ops_is_valid_access``, through :func:`bpfdsl.abi.ctx.valid_access`).  Loads
+    follow ``sock_ops_convert_ctx_access``; the pointers and the skb_* fields of the
+    header-option callbacks are not modelled."""
 
     __slots__ = ("sock", "op", "image", "cb_flags")
-    SIZE = 224
-    _WRITABLE = ((4, 20), (164, 168))  # reply/replylong, sk_txhash
-    _U64 = (168, 176, 184, 192, 200, 216)  # bytes_received/acked, sk, skb_data*, hwtstamp
+    SIZE = BPF_SOCK_OPS.size
+    _UNMODELLED = ("skb_len", "skb_tcp_flags")  # and every pointer
 
     def __init__(
         self,
@@ -347,42 +339,45 @@ class SockOpsContext(CtxRegion):
         self.sock = sock or SockInfo()
         self.op = op
         self.cb_flags = 0
+        ops = BPF_SOCK_OPS
         img = bytearray(self.SIZE)
-        img[0:4] = op.to_bytes(4, "little")
+        _put(img, ops, "op", op.to_bytes(4, "little"))
+        at = ops["args"].off
         for i, a in enumerate(args[:4]):
-            img[4 + 4 * i : 8 + 4 * i] = (a & 0xFFFFFFFF).to_bytes(4, "little")
-        _addr_image(img, self.sock, 20)
-        img[72:76] = (1).to_bytes(4, "little")  # is_fullsock
-        img[88:92] = self.sock.state.to_bytes(4, "little")
+            img[at + 4 * i : at + 4 + 4 * i] = (a & 0xFFFFFFFF).to_bytes(4, "little")
+        _addr_image(img, self.sock, ops)
+        _put(img, ops, "is_fullsock", (1).to_bytes(4, "little"))
+        _put(img, ops, "state", self.sock.state.to_bytes(4, "little"))
         for name, value in (fields or {}).items():
             off, size, form = BPF_SOCK_OPS_FIELDS[name]
             if form in ("u32", "u64", "cb_flags"):
                 img[off : off + size] = (value & ((1 << (8 * size)) - 1)).to_bytes(size, "little")
-        self.cb_flags = int.from_bytes(img[84:88], "little")
+        cb = ops["bpf_sock_ops_cb_flags"]
+        self.cb_flags = int.from_bytes(img[cb.off : cb.end], "little")
         self.image = img
 
     @property
     def reply(self) -> int:
-        return int.from_bytes(self.image[4:8], "little")
+        f = BPF_SOCK_OPS["reply"]
+        return int.from_bytes(self.image[f.off : f.end], "little")
 
     def data_out(self) -> bytes:
         return b""
 
     def load(self, p: Ptr, off: int, size: int, signed: bool = False) -> object:
         o = p.off + off
-        if o in self._U64 and size == 8:
-            if o in (184, 192, 200):
-                raise Fault(f"bpf_sock_ops field at offset {o} is not modelled")
-            return int.from_bytes(self.image[o : o + 8], "little")
-        if 0 <= o < 168 and size == 4 and o % 4 == 0:
-            if o == 84:
-                return self.cb_flags
-            return int.from_bytes(self.image[o : o + 4], "little")
-        raise Fault(f"invalid bpf_sock_ops access: offset {o} size {size}")
+        f = valid_access(BPF_SOCK_OPS, o, size, False, None)
+        if f is None:
+            raise Fault(f"invalid bpf_sock_ops access: offset {o} size {size}")
+        if f.is_pointer or f.name in self._UNMODELLED:
+            raise Fault(f"bpf_sock_ops field at offset {o} is not modelled")
+        if f.name == "bpf_sock_ops_cb_flags":
+            return self.cb_flags
+        return int.from_bytes(self.image[o : o + size], "little")
 
     def store(self, p: Ptr, off: int, size: int, value: object) -> None:
         o = p.off + off
-        if type(value) is int and size == 4 and any(a <= o < b for a, b in self._WRITABLE):
-            self.image[o : o + 4] = (value & 0xFFFFFFFF).to_bytes(4, "little")
+        if type(value) is int and valid_access(BPF_SOCK_OPS, o, size, True, None) is not None:
+            self.image[o : o + size] = (value & ((1 << (8 * size)) - 1)).to_bytes(size, "little")
             return
         raise Fault(f"write to bpf_sock_ops at offset {o} (only reply and sk_txhash)")

@@ -25,7 +25,15 @@ from bpfdsl.abi.fib import (
     FibResult,
 )
 from bpfdsl.abi.helpers import HELPERS, map_fits_helper
-from bpfdsl.abi.uapi import BPF_F_BROADCAST, BPF_F_EXCLUDE_INGRESS, MapType, XdpAction, is_devmap
+from bpfdsl.abi.uapi import (
+    BPF_F_BROADCAST,
+    BPF_F_EXCLUDE_INGRESS,
+    BPF_MAX_LOOPS,
+    MAX_TAIL_CALL_CNT,
+    MapType,
+    XdpAction,
+    is_devmap,
+)
 from bpfdsl.interp.ctx import (
     ETH_HLEN,
     XDP_FRAME_SIZE,
@@ -239,10 +247,6 @@ def _spin_lock(m: RunState, r1, *_):
 def _spin_unlock(m: RunState, r1, *_):
     _mem(r1, 4, "bpf_spin_unlock")
     return 0
-
-
-BPF_MAX_LOOPS = 8 * 1024 * 1024  # include/linux/bpf.h
-MAX_TAIL_CALL_CNT = 33  # include/linux/bpf.h
 
 
 @helper("loop")

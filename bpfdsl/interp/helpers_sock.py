@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import errno
 
-from bpfdsl.abi.uapi import BPF_F_INGRESS, SkAction
+from bpfdsl.abi.uapi import BPF_F_INGRESS, BPF_SOCK_OPS_ALL_CB_FLAGS, SkAction
 from bpfdsl.interp.ctx import SkMsgContext, SockOpsContext
 from bpfdsl.interp.helpers import Impl, _map, _mem, _neg, registrar
 from bpfdsl.interp.maps import Map, SlotMap
@@ -110,7 +110,6 @@ def _pop(m: RunState, r1, r2, r3, r4, *_):
 # ---- sock_ops ----
 
 _SOCK_MAP_OPS = (4, 5, 11)  # ACTIVE_ESTABLISHED_CB, PASSIVE_ESTABLISHED_CB, TCP_LISTEN_CB
-BPF_SOCK_OPS_ALL_CB_FLAGS = 0x7F
 
 
 def _sockops(m: RunState, name: str) -> SockOpsContext:

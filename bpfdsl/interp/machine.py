@@ -18,7 +18,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from bpfdsl.abi.insn import Insn, InsnError, format_insn, index_by_slot, slot_offsets, validate
-from bpfdsl.abi.uapi import BPF_PSEUDO_FUNC, BPF_PSEUDO_MAP_FD, BPF_PSEUDO_MAP_VALUE
+from bpfdsl.abi.uapi import (
+    BPF_PSEUDO_FUNC,
+    BPF_PSEUDO_MAP_FD,
+    BPF_PSEUDO_MAP_VALUE,
+    MAX_BPF_STACK,
+    MAX_CALL_FRAMES,
+)
 from bpfdsl.diagnostics import DiagnosticError, Span, UsageError, error
 from bpfdsl.interp import helpers, helpers_events, helpers_sock
 from bpfdsl.interp.jit import FILENAME, jit
@@ -26,8 +32,6 @@ from bpfdsl.interp.maps import Map
 from bpfdsl.interp.memory import Fault, NotModelled, Ptr, Region, StackRegion
 from bpfdsl.interp.state import Env, FuncRef, RunState, TailCall
 
-MAX_CALL_FRAMES = 8  # kernel/bpf/verifier.c
-MAX_TAIL_CALL_CNT = 33  # include/linux/bpf.h: tail calls one run may make
 DEFAULT_BUDGET = 1_000_000  # instructions per run (BPF_COMPLEXITY_LIMIT_INSNS)
 _CALLBACK_DONE = -3  # the block index a callback frame returns to (ends call_function)
 # helper id -> implementation: the table of each helper module, joined here
@@ -156,7 +160,7 @@ class Machine(RunState):
         self.redirect_miss = None
         self.trace = []
         R[1] = Ptr(ctx, 0)
-        R[10] = Ptr(StackRegion(0), 512)
+        R[10] = Ptr(StackRegion(0), MAX_BPF_STACK)
         self._cur, self._extra, self.tail_calls = self, 0, 0
         budget = self.budget
         b, n = 0, 0
@@ -200,7 +204,7 @@ class Machine(RunState):
         R = self.R
         R[:] = [None] * 11
         R[1] = Ptr(ctx, 0)
-        R[10] = Ptr(StackRegion(0), 512)
+        R[10] = Ptr(StackRegion(0), MAX_BPF_STACK)
         return 0
 
     def call_function(self, target: int, *args: object) -> object:
@@ -211,7 +215,7 @@ class Machine(RunState):
             raise Fault(f"call depth over {MAX_CALL_FRAMES} frames")
         R = self.R
         self.frames.append((_CALLBACK_DONE, R[6:11]))
-        R[10] = Ptr(StackRegion(len(self.frames)), 512)
+        R[10] = Ptr(StackRegion(len(self.frames)), MAX_BPF_STACK)
         R[1:6] = [*args, *([None] * (5 - len(args)))]
         jitted = self._cur._jit
         blocks, sizes, budget = jitted.blocks, jitted.sizes, self.budget
@@ -246,7 +250,7 @@ class Machine(RunState):
             raise Fault(f"call depth over {MAX_CALL_FRAMES} frames")
         R = self.R
         self.frames.append((ret, R[6:11]))
-        R[10] = Ptr(StackRegion(len(self.frames)), 512)
+        R[10] = Ptr(StackRegion(len(self.frames)), MAX_BPF_STACK)
         return target
 
     def _leave(self) -> int:

@@ -25,6 +25,7 @@ from bpfdsl.abi.uapi import (
     BPF_NOEXIST,
     BPF_RINGBUF_HDR_SZ,
     HASH_MAP_TYPES,
+    KMALLOC_MAX_SIZE,
     REDIRECT_MAP_TYPES,
     SOCK_MAP_TYPES,
     MapType,
@@ -677,12 +678,6 @@ class SlotMap(Map):
 
 
 _SLOT_TYPES = REDIRECT_MAP_TYPES | SOCK_MAP_TYPES  # entries are devices, CPUs or sockets
-
-
-# the largest key/value the kernel's map types take: KMALLOC_MAX_SIZE = 1 << (MAX_PAGE_ORDER
-# + PAGE_SHIFT) = 4 MiB with 4 KiB pages (include/linux/slab.h; arraymap.c, hashtab.c alloc
-# checks refuse more with E2BIG); the interpreter would try to allocate it
-KMALLOC_MAX_SIZE = 4 << 20
 
 
 def make_map(

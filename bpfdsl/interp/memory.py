@@ -10,6 +10,8 @@ endian (bpfel), as on the kernel's x86_64/arm64 hosts.
 
 from __future__ import annotations
 
+from bpfdsl.abi.uapi import MAX_BPF_STACK
+
 M64 = (1 << 64) - 1
 M32 = 0xFFFFFFFF
 
@@ -123,15 +125,15 @@ class Region:
 
 
 class StackRegion(Region):
-    """One frame's 512-byte stack (MAX_BPF_STACK); r10 points at its end."""
+    """One frame's stack of MAX_BPF_STACK (512) bytes; r10 points at its end."""
 
     __slots__ = ()
 
     def __init__(self, depth: int) -> None:
-        super().__init__("stack", bytearray(512), name=f"stack of frame {depth}")
+        super().__init__("stack", bytearray(MAX_BPF_STACK), name=f"stack of frame {depth}")
 
     def base(self) -> int:
-        return 512
+        return MAX_BPF_STACK
 
     def load(self, p: Ptr, off: int, size: int, signed: bool = False) -> object:
         if (p.off + off) % size:

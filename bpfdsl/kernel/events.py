@@ -54,7 +54,7 @@ _NR_PERF_EVENT_OPEN = {
     "ppc64le": 319,
     "s390x": 331,
 }
-PAGE_SIZE = mmap.PAGESIZE
+HOST_PAGE_SIZE = mmap.PAGESIZE  # bytes: this machine's (abi.uapi.PAGE_SIZE: the model's)
 _U32 = struct.Struct("<I")
 
 
@@ -132,9 +132,9 @@ class PerfRing:
             raise ValueError(f"perf ring pages must be a power of 2, not {pages}")
         self.cpu = cpu
         self.fd = perf_event_open(bpf_output_attr(), cpu)
-        self.size = pages * PAGE_SIZE
+        self.size = pages * HOST_PAGE_SIZE
         try:
-            self.mem = mmap.mmap(self.fd, PAGE_SIZE + self.size, mmap.MAP_SHARED,
+            self.mem = mmap.mmap(self.fd, HOST_PAGE_SIZE + self.size, mmap.MAP_SHARED,
                                  mmap.PROT_READ | mmap.PROT_WRITE)  # fmt: skip
             fcntl.ioctl(self.fd, PERF_EVENT_IOC_ENABLE, 0)
         except OSError:
@@ -172,7 +172,7 @@ class PerfRing:
         struct.pack_into("<Q", mem, _DATA_TAIL, struct.unpack_from("<Q", mem, _DATA_HEAD)[0])
 
     def _bytes(self, off: int, n: int) -> bytes:
-        base, size = PAGE_SIZE, self.size
+        base, size = HOST_PAGE_SIZE, self.size
         if off + n <= size:
             return self.mem[base + off : base + off + n]
         first = size - off
@@ -194,14 +194,14 @@ class RingbufRing:
     max_entries): :meth:`read` returns the committed, not discarded records in order."""
 
     def __init__(self, map_fd: int, size: int):
-        if size < PAGE_SIZE or size & (size - 1):
+        if size < HOST_PAGE_SIZE or size & (size - 1):
             raise ValueError(f"a ring buffer is a power of 2 of at least a page, not {size}")
         self.map_fd, self.size = map_fd, size
-        self.cons = mmap.mmap(map_fd, PAGE_SIZE, mmap.MAP_SHARED,
+        self.cons = mmap.mmap(map_fd, HOST_PAGE_SIZE, mmap.MAP_SHARED,
                               mmap.PROT_READ | mmap.PROT_WRITE, offset=0)  # fmt: skip
         try:
-            self.prod = mmap.mmap(map_fd, PAGE_SIZE + 2 * size, mmap.MAP_SHARED,
-                                  mmap.PROT_READ, offset=PAGE_SIZE)  # fmt: skip
+            self.prod = mmap.mmap(map_fd, HOST_PAGE_SIZE + 2 * size, mmap.MAP_SHARED,
+                                  mmap.PROT_READ, offset=HOST_PAGE_SIZE)  # fmt: skip
         except OSError:
             self.cons.close()
             raise
@@ -220,7 +220,7 @@ class RingbufRing:
             if cons >= prod:
                 break
             while cons < prod and len(out) < limit:
-                at = PAGE_SIZE + (cons & mask)
+                at = HOST_PAGE_SIZE + (cons & mask)
                 hdr = struct.unpack_from("<I", self.prod, at)[0]
                 if hdr & BPF_RINGBUF_BUSY_BIT:
                     struct.pack_into("<Q", self.cons, 0, cons)
@@ -244,7 +244,7 @@ class RingbufRing:
         prod = struct.unpack_from("<Q", self.prod, 0)[0]
         if cons >= prod:
             return b"", [], [], 0
-        at = PAGE_SIZE + (cons & (self.size - 1))
+        at = HOST_PAGE_SIZE + (cons & (self.size - 1))
         blob = self.prod[at : at + (prod - cons)]
         busy, discard = BPF_RINGBUF_BUSY_BIT, BPF_RINGBUF_DISCARD_BIT
         end = len(blob)

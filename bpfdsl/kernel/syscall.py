@@ -1,4 +1,4 @@
-"""The bpf(2) system call: the ONLY module of bpfdsl that calls it (kernel side, layer 6).
+"""The bpf(2) system call: the ONLY module of bpfdsl that calls it (kernel side).
 
 Takes typed Python values, builds the ``union bpf_attr`` member of each command as a
 ctypes structure (layouts from include/uapi/linux/bpf.h as dumped from this machine's

@@ -139,6 +139,15 @@ class Unary(Expr):
 
 
 @dataclass(eq=False)
+class IncDec(Expr):
+    """``x++`` / ``x--`` where a value is wanted: sema refuses it (the builder turns the
+    statement ``x++`` into ``x += 1``, an :class:`Assign`)."""
+
+    op: str  # "++" | "--"
+    target: Expr
+
+
+@dataclass(eq=False)
 class Cast(Expr):
     expr: Expr
     to: TypeRef
@@ -261,7 +270,7 @@ class While(Stmt):
 
 @dataclass(eq=False)
 class Return(Stmt):
-    value: Expr
+    value: Expr | None  # None: a bare `return` (a fn without a return type)
 
 
 @dataclass(eq=False)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import ipaddress
 
 from bpfdsl.diagnostics import DiagnosticError, Span, error
-from bpfdsl.lang import ast
+from bpfdsl.lang import ast, c_names
 from bpfdsl.lang.parser import Token, parse
 
 
@@ -197,7 +197,26 @@ class _Builder:
 
     # ---- statements ----
     def block(self, meta, c):
+        for s in c:
+            if (
+                isinstance(s, ast.ExprStmt)
+                and isinstance(s.expr, ast.Name)
+                and c_names.is_c_declaration_word(s.expr.id)
+            ):
+                self._c_declaration(s.expr)
         return ast.Block(self._s(meta), list(c))
+
+    def _c_declaration(self, word: ast.Name) -> None:
+        """A statement that is a type name alone: C's ``__u32 x = 5`` (parsed as the names
+        ``__u32``, then ``x = 5``)."""
+        sp = word.span
+        line = self.text.split("\n")[sp.line - 1][sp.col - 1 :]
+        hint = c_names.declaration_hint(line) or "write `let NAME: TYPE = VALUE`"
+        raise DiagnosticError(
+            error("c-declaration", "a C declaration: bpfdsl declares a local with `let`",
+                  sp, hint=hint),
+            self.text,
+        )  # fmt: skip
 
     def else_block(self, meta, c):
         return c[0]
@@ -272,7 +291,11 @@ class _Builder:
     assign_op = cmp_op = shift_op = add_op = mul_op = _op
 
     def expr_stmt(self, meta, c):
-        return ast.ExprStmt(self._s(meta), c[0])
+        e = c[0]
+        if isinstance(e, ast.IncDec):  # `x++` is `x += 1`, the same statement
+            one = ast.IntLit(e.span, 1)
+            return ast.Assign(self._s(meta), e.target, "+=" if e.op == "++" else "-=", one)
+        return ast.ExprStmt(self._s(meta), e)
 
     def call_else_stmt(self, meta, c):
         *parts, orelse = c
@@ -313,6 +336,12 @@ class _Builder:
 
     def bit_not(self, meta, c):
         return ast.Unary(self._s(meta), "~", c[0])
+
+    def post_incr(self, meta, c):
+        return ast.IncDec(self._s(meta), "++", c[0])
+
+    def post_decr(self, meta, c):
+        return ast.IncDec(self._s(meta), "--", c[0])
 
     def cast(self, meta, c):
         return ast.Cast(self._s(meta), c[0], c[1])

@@ -18,6 +18,7 @@ import re
 from importlib.resources import files
 from pathlib import Path
 
+from bpfdsl.abi.ctx import CTX_STRUCTS
 from bpfdsl.diagnostics import DiagnosticError, error
 from bpfdsl.lang import ast
 from bpfdsl.lang import types as T
@@ -154,47 +155,55 @@ class _Library(dict):
 
 HEADERS: dict[str, Header] = _Library()
 
-# Context fields per kernel context struct (uapi/linux/bpf.h; offsets checked against
-# /sys/kernel/btf/vmlinux): name -> (byte offset, language type, access).  Access: "u32"
-# plain 4-byte load; "port_be" remote port, network order in the high half of the u32
-# (the kernel's ctx rewrite shifts skc_dport left by 16 on little-endian); "port_host"
-# local port in host order; "ip6" 4 x u32 loads into a 16-byte ipv6_addr; "len" packet
-# length data_end - data (64-bit, B04).
-_SOCK_COMMON = {
-    "family": (0, T.U32, "u32"),
-    "remote_ip4": (4, T.BE32, "u32"),
-    "local_ip4": (8, T.BE32, "u32"),
-    "remote_ip6": (12, T.IPV6_ADDR, "ip6"),
-    "local_ip6": (28, T.IPV6_ADDR, "ip6"),
-    "remote_port": (44, T.BE16, "port_be"),
-    "local_port": (48, T.U16, "port_host"),
+# Context fields per kernel context struct (offsets from bpfdsl.abi.ctx): name -> (byte
+# offset, language type, access).  Access: "u32" plain 4-byte load; "port_be" remote port,
+# network order in the high half of the u32 (the kernel's ctx rewrite shifts skc_dport
+# left by 16 on little-endian); "port_host" local port in host order; "ip6" 4 x u32 loads
+# into a 16-byte ipv6_addr; "len" packet length data_end - data (64-bit, B04), at the
+# offset of ``data``.
+_SOCK_COMMON: dict[str, tuple[T.Type, str]] = {
+    "family": (T.U32, "u32"),
+    "remote_ip4": (T.BE32, "u32"),
+    "local_ip4": (T.BE32, "u32"),
+    "remote_ip6": (T.IPV6_ADDR, "ip6"),
+    "local_ip6": (T.IPV6_ADDR, "ip6"),
+    "remote_port": (T.BE16, "port_be"),
+    "local_port": (T.U16, "port_host"),
+}
+_CTX_NAMES: dict[str, dict[str, tuple[T.Type, str]]] = {
+    "xdp_md": {
+        "len": (T.U64, "len"),
+        "ingress_ifindex": (T.U32, "u32"),
+        "rx_queue_index": (T.U32, "u32"),
+        "egress_ifindex": (T.U32, "u32"),
+    },
+    "sk_msg_md": {**_SOCK_COMMON, "size": (T.U32, "u32"), "len": (T.U64, "len")},
+    "bpf_sock_ops": {
+        "op": (T.U32, "u32"),
+        **_SOCK_COMMON,
+        "is_fullsock": (T.U32, "u32"),
+        "snd_cwnd": (T.U32, "u32"),
+        "srtt_us": (T.U32, "u32"),
+        "bpf_sock_ops_cb_flags": (T.U32, "u32"),
+        "state": (T.U32, "u32"),
+    },
 }
 CTX_FIELDS: dict[str, dict[str, tuple[int, T.Type, str]]] = {
-    "xdp_md": {
-        "len": (0, T.U64, "len"),
-        "ingress_ifindex": (12, T.U32, "u32"),
-        "rx_queue_index": (16, T.U32, "u32"),
-        "egress_ifindex": (20, T.U32, "u32"),
-    },
-    "sk_msg_md": {
-        **{k: (o + 16, t, a) for k, (o, t, a) in _SOCK_COMMON.items()},
-        "size": (68, T.U32, "u32"),
-        "len": (0, T.U64, "len"),
-    },
-    "bpf_sock_ops": {
-        "op": (0, T.U32, "u32"),
-        **{k: (o + 20, t, a) for k, (o, t, a) in _SOCK_COMMON.items()},
-        "is_fullsock": (72, T.U32, "u32"),
-        "snd_cwnd": (76, T.U32, "u32"),
-        "srtt_us": (80, T.U32, "u32"),
-        "bpf_sock_ops_cb_flags": (84, T.U32, "u32"),
-        "state": (88, T.U32, "u32"),
-    },
+    ctx: {
+        n: (CTX_STRUCTS[ctx]["data" if a == "len" else n].off, t, a) for n, (t, a) in names.items()
+    }
+    for ctx, names in _CTX_NAMES.items()
 }
 # where data / data_end live in the context, and their width (xdp_md: u32; sk_msg_md: ptr)
-CTX_DATA: dict[str, tuple[int, int, int]] = {"xdp_md": (0, 4, 4), "sk_msg_md": (0, 8, 8)}
-# where data_meta lives (struct xdp_md, include/uapi/linux/bpf.h: a u32 at byte 8)
-CTX_DATA_META: dict[str, int] = {"xdp_md": 8}
+CTX_DATA: dict[str, tuple[int, int, int]] = {
+    s.name: (s["data"].off, s["data_end"].off, s["data"].size)
+    for s in CTX_STRUCTS.values()
+    if "data" in s and "data_end" in s
+}
+# where data_meta lives (struct xdp_md: a u32 at byte 8)
+CTX_DATA_META: dict[str, int] = {
+    s.name: s["data_meta"].off for s in CTX_STRUCTS.values() if "data_meta" in s
+}
 
 # IPv6 extension headers walked by skip_ext(): hop-by-hop, routing, fragment, dest-opts
 # (RFC 8200 section 4); AH (51) has its length in 4-byte units and is not walked.

@@ -20,6 +20,7 @@ from importlib.resources import files
 from pathlib import Path
 
 from bpfdsl.diagnostics import Diagnostic, DiagnosticError, Span, error
+from bpfdsl.lang import c_names
 from bpfdsl.lang import parser_tables as tables
 
 _TOKEN_NAMES = {
@@ -304,7 +305,8 @@ def _syntax_diag(text, filename, line, col, char_pos, token, expected) -> Diagno
             "syntax",
             f"unexpected character {ch!r}",
             span,
-            hint="check for a typo or a missing operator",
+            hint=c_names.syntax_hint(text, char_pos, None, set())
+            or "check for a typo or a missing operator",
         )
     if token is None or token.type == "$END":
         lines = text.rstrip().split("\n")  # "\n" only, as the lexer counts lines
@@ -324,6 +326,8 @@ def _syntax_diag(text, filename, line, col, char_pos, token, expected) -> Diagno
     word = str(token.value)
     if word.isidentifier() and token.type == word.upper() and "NAME" in exp:
         hint = f"`{word}` is a keyword of the language: pick another name"
+    if start is not None and start >= 0:  # C syntax: name the bpfdsl form (lang.c_names)
+        hint = c_names.syntax_hint(text, start, word, set(exp)) or hint
     return error("syntax", f"unexpected {str(token.value)!r}", span, hint=hint)
 
 

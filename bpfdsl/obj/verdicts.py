@@ -11,7 +11,6 @@ from bpfdsl.abi import uapi as U
 from bpfdsl.abi.insn import Insn, index_by_slot, jump_target, slot_offsets
 
 MAX_VALUES = 32  # more distinct constants than this: "any value"
-XDP_TX = 3  # enum xdp_action (include/uapi/linux/bpf.h)
 
 
 def possible_returns(insns: Sequence[Insn]) -> frozenset[int] | None:

@@ -17,15 +17,24 @@ import sys
 from dataclasses import dataclass, field, fields
 
 from bpfdsl.abi.insn import decode
-from bpfdsl.abi.uapi import BPF_F_REPLACE, AttachType, LinkType, MapType, ProgramType, XdpFlags
+from bpfdsl.abi.uapi import (
+    BPF_F_REPLACE,
+    BPF_FS_MAGIC,
+    AttachType,
+    LinkType,
+    MapType,
+    ProgramType,
+    XdpAction,
+    XdpFlags,
+)
 from bpfdsl.diagnostics import Diagnostic, DiagnosticError, HostError, UsageError, error
 from bpfdsl.kernel import libc, netlink, syscall
-from bpfdsl.obj.verdicts import XDP_TX, may_return
+from bpfdsl.obj.verdicts import may_return
 from bpfdsl.runtime.cpumap import refuse_dev_bound, refuse_on_interface
 
 MODES = ("native", "generic")  # offload is refused: it needs a device-bound program
 BPFFS = "/sys/fs/bpf"
-DEFAULT_PIN_ROOT = BPFFS + "/bpfdsl"  # where the CLI pins when no --pin-dir is given
+DEFAULT_PIN_ROOT = BPFFS + "/bpfdsl"  # where the CLI pins programs when no --pin-dir is given
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,9 +115,6 @@ def find_xdp_link(index: int, prog_id: int) -> tuple[int, int] | None:
         if info.type == LinkType.XDP and info.xdp_ifindex == index and info.prog_id == prog_id:
             return link_id, int(info.prog_id)
     return None
-
-
-BPF_FS_MAGIC = 0xCAFE4A11  # include/uapi/linux/magic.h
 
 
 def is_bpffs(path: str) -> bool:
@@ -443,7 +449,7 @@ def xdp_tx_warning(prog_fd: int, dev: str, mode: str = "native"):
     if mode != "native":
         return None
     try:
-        if not may_return(decode(syscall.prog_xlated(prog_fd)), XDP_TX):
+        if not may_return(decode(syscall.prog_xlated(prog_fd)), XdpAction.TX):
             return None
         found = netlink.xdp_tx_problem(netlink.ifindex(dev))
     except (OSError, ValueError, DiagnosticError):

@@ -1,4 +1,4 @@
-"""cgroup v2 for sock_ops programs (kernel side, layer 6).
+"""cgroup v2 for sock_ops programs (kernel side).
 
 A sock_ops program is attached to a cgroup v2 directory (BPF_PROG_ATTACH, target_fd = the
 directory's fd, attach type BPF_CGROUP_SOCK_OPS; kernel/bpf/cgroup.c) and then runs for the

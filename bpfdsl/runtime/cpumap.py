@@ -1,4 +1,4 @@
-"""cpumap entries (kernel side, layer 6): which CPUs an XDP program may redirect to.
+"""cpumap entries (kernel side): which CPUs an XDP program may redirect to.
 
 Takes an open cpumap fd and writes ``struct bpf_cpumap_val`` entries (include/uapi/linux/bpf.h:
 ``__u32 qsize; union { int fd; __u32 id; } bpf_prog``) keyed by CPU number; reads them back

@@ -1,4 +1,4 @@
-"""devmap / devmap_hash entries (kernel side, layer 6): the egress ports of XDP_REDIRECT.
+"""devmap / devmap_hash entries (kernel side): the egress ports of XDP_REDIRECT.
 
 Takes an open devmap fd and writes ``struct bpf_devmap_val`` entries (include/uapi/linux/bpf.h:
 ``__u32 ifindex; union { int fd; __u32 id; } bpf_prog``): interface by name (resolved in the

@@ -1,4 +1,4 @@
-"""The routes ``bpf_fib_lookup`` finds in a test run on the interpreter (layer 6).
+"""The routes ``bpf_fib_lookup`` finds in a test run on the interpreter.
 
 ``bpfdsl run --fib-route PREFIX=ifindex:N[,smac:MAC][,dmac:MAC|none]`` (repeatable) and
 ``--fib-routes FILE`` (JSON) give :class:`bpfdsl.interp.state.FibRoute` entries, the FIB of

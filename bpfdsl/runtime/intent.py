@@ -26,11 +26,11 @@ import uuid
 from types import TracebackType
 
 from bpfdsl.diagnostics import DiagnosticError, error
+from bpfdsl.kernel.netlink import NETNS_RUN_DIR
 from bpfdsl.runtime.oplock import RUN_DIR, OpLocks, netns_inode
 
 INTENT_DIR = RUN_DIR + "/intents"
 HANDLED = frozenset({signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
-NETNS_RUN_DIR = "/run/netns"
 
 
 class Interrupted(DiagnosticError):

@@ -27,6 +27,7 @@ from bpfdsl.abi.uapi import (
     BPF_PSEUDO_KFUNC_CALL,
     BPF_PSEUDO_MAP_FD,
     BPF_PSEUDO_MAP_VALUE,
+    ENOTSUPP,
     MapType,
     is_percpu,
     map_create_problems,
@@ -37,14 +38,14 @@ from bpfdsl.obj import config as objconfig
 from bpfdsl.obj.maps import PIN_BY_NAME, MapSpec
 from bpfdsl.obj.spec import CollectionSpec, DataSection, ProgramSpec
 from bpfdsl.runtime import cpumap
-from bpfdsl.runtime.attach import ensure_bpffs
+from bpfdsl.runtime.attach import BPFFS, ensure_bpffs
 from bpfdsl.runtime.kfuncs import kfunc_btf_id, needs_dev_bound
 from bpfdsl.runtime.verifier_log import summarize
 
 if TYPE_CHECKING:  # pragma: no cover
     from typing import Any
 
-DEFAULT_PIN_ROOT = "/sys/fs/bpf"  # libbpf's default for LIBBPF_PIN_BY_NAME
+PIN_BY_NAME_ROOT = BPFFS  # libbpf's pin root for LIBBPF_PIN_BY_NAME maps without --pin-dir
 
 
 class LoadError(DiagnosticError):
@@ -186,7 +187,7 @@ def load_collection(
         _check_license(spec)
         _load_btf(coll)
         for m in spec.maps.values():
-            root = (pin_dir or DEFAULT_PIN_ROOT) if pinning else None
+            root = (pin_dir or PIN_BY_NAME_ROOT) if pinning else None
             _create_map(coll, m, root, reuse.get(m.name), before_pin)
         _check_configs(spec, config or {})
         for ds in spec.data_sections.values():
@@ -267,7 +268,7 @@ def _map_create(coll: Collection, name: str, m: MapSpec, max_entries: int, **kw)
     except S.BpfPermissionError:
         raise
     except S.BpfError as e:
-        if not btf or e.errno not in (E.EINVAL, E.EOPNOTSUPP, 524):  # 524: ENOTSUPP
+        if not btf or e.errno not in (E.EINVAL, E.EOPNOTSUPP, ENOTSUPP):
             raise
     return S.map_create(m.map_type, m.key_size, m.value_size, max_entries, **args, **kw)
 
@@ -297,12 +298,12 @@ def _create_map(
     if m.pinning == PIN_BY_NAME and pin_root is None and reuse is None:
         coll.warnings.append(
             f"map '{m.name}' is pinned by name (LIBBPF_PIN_BY_NAME): this run uses a "
-            f"private copy, not the pin at {os.path.join(DEFAULT_PIN_ROOT, m.name)}, "
+            f"private copy, not the pin at {os.path.join(PIN_BY_NAME_ROOT, m.name)}, "
             "and pins nothing"
         )
     path = os.path.join(pin_root, m.name) if m.pinning == PIN_BY_NAME and pin_root else None
-    if path and pin_root and pin_root.startswith(DEFAULT_PIN_ROOT):
-        ensure_bpffs(DEFAULT_PIN_ROOT)
+    if path and pin_root and pin_root.startswith(PIN_BY_NAME_ROOT):
+        ensure_bpffs(PIN_BY_NAME_ROOT)
     if path and os.path.exists(path):
         fd = _reuse_pinned(coll, path, m, max_entries)
         coll.maps[m.name] = LoadedMap(

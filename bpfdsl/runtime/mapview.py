@@ -16,7 +16,7 @@ from typing import Any
 
 from bpfdsl.abi.btf import values as btf_values
 from bpfdsl.abi.btf.core import Btf, Kind
-from bpfdsl.abi.uapi import BPF_ANY, MapType, is_array, is_indexed, is_percpu
+from bpfdsl.abi.uapi import BPF_ANY, ENOTSUPP, MapType, is_array, is_indexed, is_percpu
 from bpfdsl.diagnostics import DiagnosticError, UsageError, error
 from bpfdsl.kernel import syscall
 
@@ -100,7 +100,7 @@ def _fd_kind(fd: int) -> str:
 
 
 # bpf() errnos of a map kind without BPF_MAP_*_BATCH (kernel/bpf/syscall.c BPF_DO_BATCH)
-_NO_BATCH = (errno.EINVAL, errno.EOPNOTSUPP, 524)  # 524: the kernel's ENOTSUPP
+_NO_BATCH = (errno.EINVAL, errno.EOPNOTSUPP, ENOTSUPP)
 
 
 def _parse_untyped(text: str, size: int) -> bytes:
@@ -324,7 +324,7 @@ class MapView(MapCodec):
         try:
             return syscall.map_lookup(self.fd, key, vsize)
         except syscall.BpfError as e:
-            if e.errno in (errno.EOPNOTSUPP, errno.EINVAL, 524):  # 524: kernel ENOTSUPP
+            if e.errno in (errno.EOPNOTSUPP, errno.EINVAL, ENOTSUPP):
                 return None  # prog arrays, sockmaps...: values are not readable
             raise self._err("reading", e) from None
 

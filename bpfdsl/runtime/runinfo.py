@@ -1,4 +1,4 @@
-"""What a test run is given and what it did, in the program kind's own terms (layer 6).
+"""What a test run is given and what it did, in the program kind's own terms.
 
 Context: ``bpfdsl run --ctx NAME=VALUE`` sets fields of the kernel's context struct of the
 program kind (include/uapi/linux/bpf.h): ``struct xdp_md`` (``ingress_ifindex``,
@@ -35,6 +35,7 @@ import socket
 from dataclasses import dataclass
 from typing import Any
 
+from bpfdsl.abi.ctx import XDP_MD, ctx_struct
 from bpfdsl.abi.uapi import (
     BPF_F_BROADCAST,
     BPF_F_EXCLUDE_INGRESS,
@@ -57,9 +58,7 @@ from bpfdsl.runtime.mapview import MapCodec
 # BPF_PROG_TEST_RUN takes ingress_ifindex and rx_queue_index in ctx_in
 # (net/bpf/test_run.c xdp_convert_md_to_buff); egress_ifindex exists for devmap programs.
 XDP_MD_FIELDS: dict[str, tuple[int, int, str]] = {
-    "ingress_ifindex": (12, 4, "u32"),
-    "rx_queue_index": (16, 4, "u32"),
-    "egress_ifindex": (20, 4, "u32"),
+    f.name: (f.off, f.size, "u32") for f in XDP_MD.fields if not f.is_pointer
 }
 _FIELDS = {"xdp_md": XDP_MD_FIELDS, **CTX_FIELDS}
 # fields that exist but come from the run's input or the program, not from --ctx
@@ -178,6 +177,7 @@ def parse_ctx(items: list[str] | None, kind: ProgramKind) -> dict[str, Any]:
     given twice, addresses of the other family.
     """
     fields = ctx_fields(kind)
+    cs = ctx_struct(kind.ctx)
     struct = {"xdp_md": "struct xdp_md"}.get(kind.ctx, f"struct {kind.ctx}")
     known = ", ".join(sorted(fields)) or "none"
     out: dict[str, Any] = {}
@@ -207,8 +207,13 @@ def parse_ctx(items: list[str] | None, kind: ProgramKind) -> dict[str, Any]:
                 + (f" (did you mean {close[0]!r}?)" if close else ""),
                 hint=f"fields of {struct}: {known}",
             )
-        if name == "egress_ifindex" and kind.attach_type != AttachType.XDP_DEVMAP:
-            raise _bad(item, "egress_ifindex is readable only in xdp(devmap) programs")
+        member = cs[name] if cs is not None and name in cs else None
+        if (
+            member is not None
+            and member.attach is not None
+            and kind.attach_type not in member.attach
+        ):
+            raise _bad(item, f"{name} is readable only in xdp(devmap) programs")  # egress_ifindex
         off, size, form = fields[name]
         if index is not None:
             args = out.setdefault("args", [0, 0, 0, 0])

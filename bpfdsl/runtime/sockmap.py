@@ -1,4 +1,4 @@
-"""sk_msg programs on sockmap/sockhash maps (kernel side, layer 6).
+"""sk_msg programs on sockmap/sockhash maps (kernel side).
 
 An sk_msg program is attached to a *map*, not to a socket: BPF_PROG_ATTACH with
 ``target_fd`` = the sockmap/sockhash, ``attach_bpf_fd`` = the program and attach type

@@ -13,11 +13,11 @@ BPF_PROG_TEST_RUN refuses: xdp(cpumap), xdp(devmap), sk_msg, sock_ops).
 from __future__ import annotations
 
 import errno
-import struct
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from bpfdsl.abi.ctx import XDP_MD
 from bpfdsl.abi.helpers import HELPERS
 from bpfdsl.abi.uapi import ProgramKind, SockOpsOp, is_percpu
 from bpfdsl.diagnostics import DiagnosticError, UsageError, error
@@ -326,7 +326,7 @@ def xdp_md_ctx(packet_len: int, ctx: dict) -> bytes:
     kernel's xdp_convert_md_to_buff): data 0 (no metadata), data_end = ``packet_len``
     (bytes), ``ingress_ifindex`` and ``rx_queue_index`` from ``ctx``, egress_ifindex 0."""
     idx, q = ctx.get("ingress_ifindex", 0), ctx.get("rx_queue_index", 0)
-    return struct.pack("<6I", 0, packet_len, 0, idx, q, 0)
+    return XDP_MD.image(data_end=packet_len, ingress_ifindex=idx, rx_queue_index=q)
 
 
 def _test_run_error(e: syscall.BpfError, length: int, has_md: bool, ctx: dict | None) -> Exception:

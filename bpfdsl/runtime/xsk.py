@@ -1,4 +1,4 @@
-"""xskmap entries and a minimal AF_XDP socket (kernel side, layer 6).
+"""xskmap entries and a minimal AF_XDP socket (kernel side).
 
 :func:`xsk_map_set` puts an AF_XDP socket fd into an xskmap slot (u32 key = rx queue index,
 u32 value = socket fd on update; kernel/bpf/xskmap.c).  :class:`XskSocket` is the smallest

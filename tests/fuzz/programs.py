@@ -272,7 +272,7 @@ class ProgGen:
         if k < 0.08:
             return f"~{self.expr(ty, sc, d + 1)}"
         if k < 0.12 and ty in SINTS:
-            return f"-{self.expr(ty, sc, d + 1)}"
+            return f"-({self.expr(ty, sc, d + 1)})"
         if k < 0.17 and ty == "u32":
             return f"mix({self.expr('u32', sc, d + 1)}, {self.expr('u32', sc, d + 1)})"
         if k < 0.2 and ty == "u64":

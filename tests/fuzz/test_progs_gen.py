@@ -322,11 +322,13 @@ def packets() -> list[bytes]:
 
 def test_generated_programs_compile():
     for seed in SEEDS:
-        compile_source(G(random.Random(seed)).program(), f"gen{seed}.bpfd")
+        res = compile_source(G(random.Random(seed)).program(), f"gen{seed}.bpfd")
+        assert res.programs == ["fuzz"] and res.obj[:4] == b"\x7fELF", seed
 
 
 @pytest.mark.kernel
 def test_generated_programs_load_and_run(packets):
+    from bpfdsl.abi.uapi import XdpAction
     from bpfdsl.diagnostics import DiagnosticError
     from bpfdsl.kernel import syscall
     from bpfdsl.obj.collection import read_object
@@ -338,7 +340,8 @@ def test_generated_programs_load_and_run(packets):
         try:
             with load_collection(read_object(obj)) as coll:
                 for p in packets:
-                    syscall.prog_test_run(coll.programs["fuzz"].fd, p)
+                    r = syscall.prog_test_run(coll.programs["fuzz"].fd, p)
+                    assert r.retval in set(XdpAction), (seed, r.retval)
         except DiagnosticError as e:  # pragma: no cover - the failure message
             pytest.fail(f"seed {seed}: {e}\n{src}")
 

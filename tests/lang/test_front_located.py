@@ -16,6 +16,7 @@ from support.paths import ROOT
 from bpfdsl.compiler import MAX_SOURCE_BYTES, compile_file, compile_source
 from bpfdsl.diagnostics import DiagnosticError, UsageError
 from bpfdsl.lang.parser import MAX_NAME_LEN
+from bpfdsl.obj.reader import ObjectReader
 
 PASS = "xdp fn f(ctx) { return XDP_PASS }\n"
 
@@ -198,8 +199,12 @@ def test_a_source_over_the_size_limit_is_refused_with_the_limit(tmp_path):
 
 
 def test_without_debug_info_a_map_may_be_named_like_the_license_symbol():
-    compile_source('license "GPL"\nmap _license: array<u32, u64>(max_entries: 1)\n' + PASS,
-                   debug=False, check=False)  # fmt: skip
+    res = compile_source('license "GPL"\nmap _license: array<u32, u64>(max_entries: 1)\n' + PASS,
+                         debug=False, check=False)  # fmt: skip
+    r = ObjectReader("t.o", res.obj)
+    r.read_symbols()
+    assert r.symbol_offset(".maps", "_license") is not None  # the map, in .maps
+    assert r.data(r.by_name["license"]).rstrip(b"\0") == b"GPL"  # and the license
 
 
 # ---- nesting ----
@@ -211,9 +216,11 @@ def _prog(body: str) -> str:
 
 def test_deep_expressions_and_nesting_compile():
     terms = "+".join(["(ctx.len as u32)"] * 400)
-    compile_source(_prog(f"    let x: u32 = {terms}\n    if x == 3 {{ return XDP_DROP }}"))
+    res = compile_source(_prog(f"    let x: u32 = {terms}\n    if x == 3 {{ return XDP_DROP }}"))
+    assert res.programs == ["f"]
     body = "".join(f"    if ctx.len > {i} {{\n" for i in range(300))
-    compile_source(_prog(body + "    return XDP_DROP\n" + "    }\n" * 300))
+    res = compile_source(_prog(body + "    return XDP_DROP\n" + "    }\n" * 300))
+    assert res.programs == ["f"]
 
 
 def test_too_deep_nesting_is_a_clean_error(tmp_path):

@@ -65,7 +65,7 @@ ERRORS = [
         "xdp(frags) fn f(ctx) {\n    if bpf_xdp_store_bytes(0, 0, 4) != 0 { return XDP_DROP }\n"
         "    return XDP_PASS\n}\n",
         "helper-not-modelled", 3, 8, "cannot be called by name",
-        "write `xdp_store_bytes(offset, src)`",
+        "write `xdp_store_bytes(0, 0)`",
     ),
 ]  # fmt: skip
 

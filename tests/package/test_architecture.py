@@ -12,6 +12,7 @@ socket.  Each rule is also run on a small package written by the test, so each c
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -397,4 +398,118 @@ def test_rules_fail_on_a_package_that_breaks_them(fake) -> None:
         "bpfdsl.runtime.net:1: netlink outside bpfdsl/kernel",
         "bpfdsl.runtime.run:2: CDLL outside bpfdsl/kernel",
         "bpfdsl.runtime.run:6: libc outside bpfdsl/kernel",
+    ]
+
+
+# ---- kernel constants: bpfdsl/abi is their one definer ----------------------------------
+
+# Names abi/ defines that are the kernel's (a flag, limit, helper id, errno): module-level
+# upper-case names with one of these kernel prefixes, or an errno name.
+KERNEL_NAME = re.compile(r"^(?:(?:BPF|BTF|XDP|SK|MAX|KMALLOC|PAGE|PCPU|HTAB|LPM|U32)_\w+|E[A-Z]+)$")
+# enum classes of abi/ whose members are kernel names less a prefix (abi/uapi.py's rule:
+# BPF_PROG_TYPE_XDP -> ProgramType.XDP): (prefix, suffix) of the kernel's name
+ENUM_NAMES: dict[str, tuple[str, str]] = {
+    "BpfCmd": ("BPF_", ""),
+    "MapType": ("BPF_MAP_TYPE_", ""),
+    "ProgramType": ("BPF_PROG_TYPE_", ""),
+    "AttachType": ("BPF_", ""),
+    "LinkType": ("BPF_LINK_TYPE_", ""),
+    "XdpAction": ("XDP_", ""),
+    "SkAction": ("SK_", ""),
+    "SockOpsOp": ("BPF_SOCK_OPS_", ""),
+    "SockOpsCbFlag": ("BPF_SOCK_OPS_", "_CB_FLAG"),
+    "TcpState": ("BPF_TCP_", ""),
+    "XdpFlags": ("XDP_FLAGS_", ""),
+    "FibResult": ("BPF_FIB_LKUP_RET_", ""),
+    "FibLookupFlag": ("BPF_FIB_LOOKUP_", ""),
+    "Kind": ("BTF_KIND_", ""),
+}
+
+
+def _assigned(tree: ast.AST) -> list[tuple[str, int]]:
+    """(name, line) of every plain name ``tree`` assigns (``X = ...``, ``X: T = ...``,
+    ``X, Y = ...``), at any depth."""
+    out = []
+    for n in ast.walk(tree):
+        targets: list[ast.expr] = []
+        if isinstance(n, ast.Assign):
+            targets = list(n.targets)
+        elif isinstance(n, ast.AnnAssign | ast.AugAssign):
+            targets = [n.target]
+        for t in targets:
+            for x in ast.walk(t):
+                if isinstance(x, ast.Name):
+                    out.append((x.id, x.lineno))
+    return out
+
+
+def kernel_names(trees: dict[str, ast.Module], package: str = "bpfdsl") -> dict[str, str]:
+    """Kernel constant name -> the abi module defining it: module-level names of
+    ``<package>.abi.*`` matching :data:`KERNEL_NAME`, and the kernel's names of the members
+    of the :data:`ENUM_NAMES` classes (``XDP_TX`` for ``XdpAction.TX``)."""
+    out: dict[str, str] = {}
+    for m, tree in trees.items():
+        if not (m == f"{package}.abi" or m.startswith(f"{package}.abi.")):
+            continue
+        for n in tree.body:
+            if isinstance(n, ast.ClassDef) and n.name in ENUM_NAMES:
+                pre, post = ENUM_NAMES[n.name]
+                for name, _ in _assigned(ast.Module(body=n.body, type_ignores=[])):
+                    out.setdefault(pre + name + post, f"{m}.{n.name}")
+            elif isinstance(n, ast.Assign | ast.AnnAssign):
+                for name, _ in _assigned(n):
+                    if KERNEL_NAME.match(name):
+                        out.setdefault(name, m)
+    return out
+
+
+def kernel_constants_outside_abi(
+    trees: dict[str, ast.Module], package: str = "bpfdsl"
+) -> list[str]:
+    """Assignments outside ``<package>.abi`` of a name :func:`kernel_names` finds in abi/
+    (leading underscores ignored: ``_BPF_F_LOCK = 4`` is a second copy too)."""
+    names = kernel_names(trees, package)
+    bad = []
+    for m, tree in trees.items():
+        if m == f"{package}.abi" or m.startswith(f"{package}.abi."):
+            continue
+        for name, line in _assigned(tree):
+            if name.lstrip("_") in names:
+                bad.append(f"{m}:{line}: {name} (import it from {names[name.lstrip('_')]})")
+    return bad
+
+
+def test_the_kernel_constants_of_abi_are_found() -> None:
+    names = kernel_names(TREES)
+    for name in ("BPF_F_RDONLY_PROG", "MAX_BPF_STACK", "BPF_FUNC_LOOP", "ENOTSUPP", "XDP_TX"):
+        assert name in names, name
+    assert names["BPF_MAP_TYPE_LPM_TRIE"] == "bpfdsl.abi.uapi.MapType"
+    assert "HELPERS" not in names and "PROGRAM_KINDS" not in names  # tables, not constants
+
+
+def test_kernel_constants_are_defined_only_in_abi() -> None:
+    assert kernel_constants_outside_abi(TREES) == []
+
+
+def test_a_kernel_constant_defined_again_is_found(tmp_path: Path) -> None:
+    files = {
+        "__init__.py": "",
+        "abi/__init__.py": "",
+        "abi/uapi.py": (
+            "from enum import IntEnum\nBPF_F_RDONLY_PROG = 1 << 7\nMAX_BPF_STACK = 512\n"
+            "class XdpAction(IntEnum):\n    TX = 3\n"
+        ),
+        "checker/__init__.py": "",
+        "checker/mem.py": "from bpfdsl.abi.uapi import MAX_BPF_STACK\nBPF_F_RDONLY_PROG = 1 << 7\n",
+        "obj/__init__.py": "",
+        "obj/verdicts.py": "def f():\n    _XDP_TX = 3\n    return _XDP_TX\nLIMIT = 512\n",
+    }
+    root = tmp_path / "bpfdsl"
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    _, _, trees = imports(root)
+    assert kernel_constants_outside_abi(trees) == [
+        "bpfdsl.checker.mem:2: BPF_F_RDONLY_PROG (import it from bpfdsl.abi.uapi)",
+        "bpfdsl.obj.verdicts:2: _XDP_TX (import it from bpfdsl.abi.uapi.XdpAction)",
     ]

@@ -26,10 +26,11 @@ from support.paths import ROOT
 from support.redirect_testlib import quiet_ipv6
 
 from bpfdsl.abi.insn import decode
+from bpfdsl.abi.uapi import XdpAction
 from bpfdsl.compiler import compile_source
 from bpfdsl.kernel import netlink
 from bpfdsl.obj.collection import read_object
-from bpfdsl.obj.verdicts import XDP_TX, may_return, possible_returns
+from bpfdsl.obj.verdicts import may_return, possible_returns
 from bpfdsl.runtime.packets import udp_frame
 
 REFLECT = ROOT / "progs" / "xdp_reflect.bpfd"
@@ -166,11 +167,11 @@ def test_possible_returns_follows_every_path_to_exit() -> None:
     assert possible_returns(_insns(tx)) == {2, 3}
     no_tx = "xdp fn f(ctx) {\n    if ctx.len > 60 { return XDP_DROP }\n    return XDP_PASS\n}\n"
     assert possible_returns(_insns(no_tx)) == {1, 2}
-    assert not may_return(_insns(no_tx), XDP_TX)
+    assert not may_return(_insns(no_tx), XdpAction.TX)
     # a helper's result (bpf_redirect_map): not a constant, so it may be XDP_TX
     dyn = (
         "map tx: devmap(max_entries: 4)\n"
         "xdp fn f(ctx) {\n    return redirect_map(tx, 0, XDP_PASS)\n}\n"
     )
-    assert possible_returns(_insns(dyn)) is None and may_return(_insns(dyn), XDP_TX)
+    assert possible_returns(_insns(dyn)) is None and may_return(_insns(dyn), XdpAction.TX)
     assert possible_returns(decode(b"")) == frozenset()

@@ -1,4 +1,4 @@
-"""BTF and BTF.ext: read, query, fix up and write back (layer 2, pure, no kernel).
+"""BTF and BTF.ext: read, query, fix up and write back (pure, no kernel).
 
 Formats from include/uapi/linux/btf.h and the kernel's Documentation/bpf/btf.rst:
 ``.BTF`` = header (magic 0xeB9F, little endian) + type section + string section;

@@ -1,4 +1,4 @@
-"""``.BTF.ext``: per-ELF-section func_info, line_info and CO-RE relocation records (layer 2).
+"""``.BTF.ext``: per-ELF-section func_info, line_info and CO-RE relocation records.
 
 Format (include/uapi/linux/btf.h, libbpf btf_ext): header ``{u16 magic 0xeB9F, u8 version,
 u8 flags, u32 hdr_len, u32 func_info_off/len, line_info_off/len[, core_relo_off/len]}``

@@ -1,4 +1,4 @@
-"""Values by BTF type: bytes -> Python (for printing/JSON) and text/Python -> bytes (layer 2).
+"""Values by BTF type: bytes -> Python (for printing/JSON) and text/Python -> bytes.
 
 Used by the map CLI and the loader (``--set name=value`` for .rodata configs).  What a
 value means comes from its BTF type alone (the names along its typedef chain), never from

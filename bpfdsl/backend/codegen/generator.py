@@ -628,13 +628,21 @@ class CodeGen(ExprGen, CallGen, PktGen, MapGen, HelperGen):
     def s_Return(self, s: ast.Return) -> None:
         rt = self.f.func.function_type.return_type
         if self.f.kind is not None:  # one return block with a phi, the shape clang emits
+            assert s.value is not None  # sema: a program returns a verdict
             v = self.rv(s.value, T.U32, allow_narrow=True)
             self.f.rets.append((v, self.b.block))
             self.b.branch(self.f.ret_block)
         elif isinstance(self.f.info.ret, T.OptionalType):
+            assert s.value is not None  # sema: `return none`
             self.b.ret(self.optional_value(s.value, self.f.info.ret, rt))
         else:
             info = self.f.info
+            if s.value is None:  # a bare `return` of a fn without a result (sema)
+                if self.f.ret_block is not None:
+                    self.b.branch(self.f.ret_block)
+                else:
+                    self.b.ret_void()
+                return
             if self.f.ret_block is not None:  # a subprogram's one return block
                 v = self.rv(s.value, info.ret) if rt != ir.VoidType() else None
                 if v is not None:

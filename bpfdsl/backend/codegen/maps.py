@@ -5,6 +5,7 @@ zero, so hash keys compare equal); lpm_trie keys from a bare address get prefixl
 (``struct bpf_lpm_trie_key``: u32 prefixlen then the address, network order).
 ``m[k] += n`` is lookup + atomic add (BPF_ATOMIC add, lock xadd) on shared maps and a
 plain add on per-CPU maps; on hash kinds a missing key is inserted with n (BPF_NOEXIST).
+``m[k] -= n`` (and ``m[k]--``) is the same with -n: a missing key is inserted with 0 - n.
 """
 
 from __future__ import annotations
@@ -144,10 +145,16 @@ class MapGen(GenHost):
         found, missing, done = (self.new_block(n) for n in ("add.found", "add.new", "add.done"))
         self.b.cbranch(self.b.icmp_unsigned("==", p, ir.Constant(PTR, None)), missing, found)
         self.start(found)
-        self.store_scalar(p, m.value, "+=", s.value, atomic=not is_percpu(m.map_type))
+        self.store_scalar(p, m.value, s.op, s.value, atomic=not is_percpu(m.map_type))
         self.b.branch(done)
         self.start(missing)
-        if is_hash(m.map_type):
+        if is_hash(m.map_type) and s.op == "-=":  # a missing entry counts from 0: 0 - n
+            assert isinstance(m.value, T.IntType)
+            vp = self.temp_mem(m.value.size)
+            neg = self.b.neg(self.rv(s.value, m.value))
+            self.b.store(neg, vp, align=m.value.size)
+            self.map_update(m, kp, vp, ir.Constant(I64, BPF_NOEXIST))
+        elif is_hash(m.map_type):
             self.map_update(m, kp, self.value_ptr(m, s.value), ir.Constant(I64, BPF_NOEXIST))
         self.b.branch(done)
         self.start(done)

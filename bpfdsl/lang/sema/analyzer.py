@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 
 from bpfdsl.abi.uapi import PROGRAM_KINDS, ProgramKind, kind_for_keyword
 from bpfdsl.diagnostics import Diagnostic, DiagnosticError, Span, error
-from bpfdsl.lang import ast
+from bpfdsl.lang import ast, c_names
 from bpfdsl.lang import types as T
-from bpfdsl.lang.headers import HEADERS
+from bpfdsl.lang.headers import HEADERS, KERNEL_STRUCTS
 from bpfdsl.lang.layout import Header
 from bpfdsl.lang.sema.csum import payload_warnings
 from bpfdsl.lang.sema.decls import DeclChecker
@@ -140,6 +140,15 @@ class Sema(StmtChecker, DeclChecker):
             return
         self.diags.append(error(code, msg, span, hint=hint))
 
+    def source_text(self, span: Span) -> str:
+        """The source text ``span`` covers (its first line when it spans several)."""
+        lines = self.c.program.source.split("\n")
+        if not 1 <= span.line <= len(lines):
+            return ""
+        line = lines[span.line - 1]
+        end = span.end_col if span.end_line == span.line and span.end_col else len(line) + 1
+        return line[span.col - 1 : end - 1]
+
     def suggest(self, name: str, options) -> str | None:
 
         m = difflib.get_close_matches(name, list(options), n=1)
@@ -162,11 +171,15 @@ class Sema(StmtChecker, DeclChecker):
             h = self.c.header(t.name)
             return T.HeaderType(t.name, h) if h is not None else T.ERR
         names = list(T.BUILTIN_TYPES) + list(self.c.structs)
+        header = next((h for h, c in KERNEL_STRUCTS.items() if c == t.name), None)
         self.err(
             "unknown-type",
             f"unknown type `{t.name}`",
             t.span,
-            self.suggest(t.name, names) or "types: " + ", ".join(names[:12]),
+            c_names.type_hint(t.name)
+            or (f"the kernel's `struct {t.name}` is the header `{header}`" if header else None)
+            or self.suggest(t.name, names)
+            or "types: " + ", ".join(names[:12]),
         )
         return T.U64
 

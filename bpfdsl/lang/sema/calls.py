@@ -14,6 +14,7 @@ from bpfdsl.abi.uapi import MapType, is_percpu, lookup_is_readonly
 from bpfdsl.diagnostics import Diagnostic
 from bpfdsl.lang import ast
 from bpfdsl.lang import types as T
+from bpfdsl.lang.c_names import C_CALLS, call_hint
 from bpfdsl.lang.sema import bitcast, helpers, kfuncs, meta
 from bpfdsl.lang.sema.csum import check_swap, check_write
 from bpfdsl.lang.sema.events import EVENT_CALLS, EVENT_MAP_HINT, EVENT_MAP_USE, check_call
@@ -87,6 +88,29 @@ def _mark_stale(ex, e: ast.Node) -> None:
     ex.s.cursor = None  # codegen resets the parse cursor to the packet's start
 
 
+def c_call_hint(ex, e: ast.Call) -> str | None:
+    """The bpfdsl form of the C call ``e`` (``htons(53)``: ``be16(53)``; lang.c_names), its
+    own arguments put in; for ``sizeof(x)`` the size of ``x`` here."""
+    args = [ex.s.source_text(a.span) for a in e.args]
+    if e.name == "sizeof" and len(e.args) == 1:
+        a = e.args[0]
+        t: T.Type | None = None
+        if isinstance(a, ast.Name) and ex.s.lookup(a.id) is None:
+            if a.id in ex.c.structs or a.id in ex.c.headers or ex.c.header(a.id) is not None:
+                t = ex.s.resolve_type(ast.NamedType(a.span, a.id))
+        else:
+            t = ex.expr(a)
+        t = t.inner if isinstance(t, T.RefType) else t
+        if isinstance(t, T.HeaderType):
+            size = t.layout.size
+        else:
+            size = t.size if t is not None and t is not T.ERR and t.size else None
+        if size:
+            note = C_CALLS["sizeof"].note.replace("write it", f"write {size}")
+            return f"`sizeof({args[0]})` is {size} here: {note}"
+    return call_hint(e.name, args)
+
+
 def call(ex, e: ast.Call) -> T.Type:
     c = ex.c
     if e.name in c.structs:
@@ -143,7 +167,8 @@ def call(ex, e: ast.Call) -> T.Type:
         return kfuncs.call(ex, e)
     if e.name not in BUILTINS:
         names = list(BUILTINS) + list(KFUNC_BUILTINS) + list(c.fns) + list(c.structs)
-        ex.err("unknown-fn", f"unknown function `{e.name}`", e.span, ex.s.suggest(e.name, names))
+        hint = c_call_hint(ex, e) or ex.s.suggest(e.name, names)
+        ex.err("unknown-fn", f"unknown function `{e.name}`", e.span, hint)
         for a in e.args:
             ex.expr(a)
         return T.ERR
@@ -381,16 +406,21 @@ def assign(ex, s: ast.Assign) -> None:
             return
         assert m.value is not None
         map_key(ex, m, tgt.index)
-        if op not in ("=", "+="):
+        if op not in ("=", "+=", "-="):
             ex.err(
                 "map-assign",
                 f"`{op}` on a map entry is not supported",
                 s.span,
-                "use `m[k] = v` or `m[k] += n`",
+                "use `m[k] = v`, `m[k] += n` or `m[k] -= n`; for other operators look the "
+                "entry up (`let v = m.lookup(k) else { ... }`) and write `v " + op + " ...`"
+                if isinstance(m.value, T.IntType)
+                else "use `m[k] = v`",
             )
         ex.expect(s.value, m.value)
-        if op == "+=" and not (isinstance(m.value, T.IntType) and not m.value.be):
-            ex.err("type-mismatch", f"`+=` needs an integer value type, map has {m.value}", s.span)
+        if op in ("+=", "-=") and not (isinstance(m.value, T.IntType) and not m.value.be):
+            ex.err(
+                "type-mismatch", f"`{op}` needs an integer value type, map has {m.value}", s.span
+            )
         tgt.ty = m.value
         return
     if isinstance(tgt, ast.Name):
@@ -450,6 +480,8 @@ def assign(ex, s: ast.Assign) -> None:
             return
     ex.expect(s.value, t)
     sh = ex.const_value(s.value)
+    if op in ("/=", "%=") and sh == 0:
+        ex.err("division-by-zero", "division by zero", s.value.span)
     if op in ("<<=", ">>=") and sh is not None and sh < 0:
         ex.err(
             "shift-negative",

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from bpfdsl.abi.btf.records import RECORDS_VAR
 from bpfdsl.abi.uapi import (
+    BPF_F_NO_PREALLOC,
     BTF_MAX_ENTRIES,
     PROGRAM_KINDS,
     MapType,
@@ -68,7 +69,6 @@ EVENT_KINDS: dict[str, MapType] = {
     "ringbuf": MapType.RINGBUF,
     "perf_event_array": MapType.PERF_EVENT_ARRAY,
 }
-BPF_F_NO_PREALLOC = 1
 MAP_ARGS = ("max_entries", "no_prealloc", "pinning")  # the arguments of a map declaration
 PIN_VALUES = {"LIBBPF_PIN_NONE": 0, "LIBBPF_PIN_BY_NAME": 1}  # libbpf enum libbpf_pin_type
 

@@ -7,8 +7,11 @@ constant scalars get ``Checked.cval[expr]`` (raw memory value: a be16 ``53`` is
 
 from __future__ import annotations
 
+import re
+
 from bpfdsl.abi.uapi import MAX_PACKET_OFF
-from bpfdsl.lang import ast
+from bpfdsl.diagnostics import Span
+from bpfdsl.lang import ast, c_names
 from bpfdsl.lang import types as T
 from bpfdsl.lang.headers import CONSTANTS, CTX_DATA, CTX_FIELDS
 from bpfdsl.lang.sema import calls, encap
@@ -284,6 +287,7 @@ class ExprChecker(OpsChecker):
                 )
             if e.id == "none":
                 hint = "`none` is what a fn declared `-> T?` returns when it has no T"
+            hint = c_names.name_hint(e.id) or hint
             self.err("unknown-name", f"unknown name `{e.id}`", e.span, hint)
             return T.ERR
         self.c.sym[e] = sym
@@ -311,6 +315,34 @@ class ExprChecker(OpsChecker):
                 self.s.view_uses.append((sym, e.span))  # a loop may resize after (resize.py)
             return sym.ty
         return sym  # MapType or CTX
+
+    def e_IncDec(self, e):
+        """``x++`` where a value is wanted (C's post-increment): a statement only."""
+        target = self.s.source_text(e.target.span) or "x"
+        op = "+=" if e.op == "++" else "-="
+        tsp, sp = e.target.span, e.span
+        if sp.end_line is not None and sp.end_col and sp.end_line != (tsp.end_line or tsp.line):
+            # `++` starting a line: C's prefix `++x`, read as a postfix of the line before
+            at = Span(sp.file, sp.end_line, sp.end_col - 2, sp.end_line, sp.end_col)
+            nxt = self.s.source_text(Span(sp.file, sp.end_line, sp.end_col, None, None))
+            name = re.match(r"\s*([A-Za-z_][\w.]*(?:\[[^\]]*\])?)", nxt)
+            what = name.group(1) if name else "x"
+            self.err(
+                "incdec-value",
+                f"bpfdsl has no prefix `{e.op}x`: this `{e.op}` is read as `{target}{e.op}` "
+                "of the line before, which is a statement, not a value",
+                at,
+                f"write `{what} {op} 1` (or `{what}{e.op}`)",
+            )
+            return T.ERR
+        self.err(
+            "incdec-value",
+            f"`{target}{e.op}` is a statement in bpfdsl, not a value",
+            e.span,
+            f"write `{target} {op} 1` on its own line, before or after the statement that "
+            f"uses `{target}`",
+        )
+        return T.ERR
 
     # ---- field access ----
     def e_Field(self, e):

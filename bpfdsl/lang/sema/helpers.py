@@ -23,9 +23,10 @@ from bpfdsl.abi.helpers import (
     helper_allowed,
     redirect_map_flags,
 )
-from bpfdsl.abi.uapi import MapType
+from bpfdsl.abi.uapi import MAX_BPF_STACK, MapType
 from bpfdsl.lang import ast
 from bpfdsl.lang import types as T
+from bpfdsl.lang.c_names import c_form
 from bpfdsl.lang.sema.symbols import FIB_LOOKUP, PKT_RESIZE, Local
 
 BY_NAME: dict[str, HelperProto] = {h.name: h for h in PROTOTYPES[1:]}
@@ -33,26 +34,6 @@ BY_NAME: dict[str, HelperProto] = {h.name: h for h in PROTOTYPES[1:]}
 # include/uapi/linux/bpf.h): `long` is 64-bit signed on BPF (a negative errno on failure).
 RET_TYPES: dict[str, T.Type] = {"long": T.I64, "s64": T.I64, "u64": T.U64, "u32": T.U32}
 CSUM_DIFF_MAX = 512  # bytes per side: sizeof(bpf_csum_diff's scratch diff[]), filter.c
-# The language's own form of the helpers `bpf_NAME(...)` cannot take (pointer arguments).
-LANGUAGE_FORMS = {
-    "map_lookup_elem": "`m.lookup(key)`",
-    "map_update_elem": "`m.update(key, value)` or `m[key] = value`",
-    "map_delete_elem": "`m.delete(key)`",
-    "redirect_map": "`redirect_map(map, key, fallback)`",
-    "fib_lookup": "`fib_lookup(params, flags)`",
-    "csum_diff": "`csum_diff(from, to, seed)`",
-    "xdp_adjust_head": "`adjust_head(delta)`",
-    "xdp_adjust_tail": "`adjust_tail(delta)`",
-    "xdp_adjust_meta": "`adjust_meta(delta)`",
-    "xdp_load_bytes": "`xdp_load_bytes(offset, dst)`",
-    "xdp_store_bytes": "`xdp_store_bytes(offset, src)`",
-    "ringbuf_output": "`ringbuf_output(events, record)`",
-    "perf_event_output": "`perf_event_output(events, record)`",
-    "msg_pull_data": "`msg_pull_data(start, end, flags)`",
-    "msg_push_data": "`msg_push_data(start, len, flags)`",
-    "msg_pop_data": "`msg_pop_data(start, len, flags)`",
-    "tail_call": None,
-}
 FIB_HINT = (
     "`let fib = bpf_fib_lookup(family: AF_INET, ipv4_src: ip.saddr, ipv4_dst: ip.daddr, "
     "ifindex: ctx.ingress_ifindex)` then `let rc = fib_lookup(fib, 0)`"
@@ -113,7 +94,7 @@ def fib_lookup(ex, e: ast.Call) -> T.Type:
     return T.I64
 
 
-XDP_BYTES_MAX = 512  # bytes: MAX_BPF_STACK (include/linux/filter.h), the most a stack local holds
+XDP_BYTES_MAX = MAX_BPF_STACK  # bytes: the most a stack local holds
 XDP_BYTES_HINT = (
     'e.g. `let b: [u8; 4] = "\\x00\\x00\\x00\\x00"` then `xdp_load_bytes(4000, b)`: a local '
     "byte array, integer or struct"
@@ -267,6 +248,13 @@ def redirect_map_fallback(ex, m: T.MapType, fb: ast.Expr) -> None:
     )
 
 
+def _c_form(ex, e: ast.Call) -> str | None:
+    """``write `FORM``` for the helper call ``e`` the language writes its own way (the one
+    table of C names, :mod:`bpfdsl.lang.c_names`), with its arguments put in."""
+    got = c_form(e.name, [ex.s.source_text(a.span) for a in e.args])
+    return f"write {got[0]}" if got is not None else None
+
+
 def by_name(ex, e: ast.Call) -> T.Type | None:
     """``bpf_NAME(args)``: any helper of the table with scalar arguments; the context, where
     the prototype takes it first, is passed implicitly.  None if ``bpf_NAME`` is no helper."""
@@ -281,16 +269,14 @@ def by_name(ex, e: ast.Call) -> T.Type | None:
             "helper-not-modelled",
             f"`{e.name}` (helper #{h.id}) changes the packet: it cannot be called by name",
             e.span,
-            f"write {LANGUAGE_FORMS[h.name]}: after it every header view is invalid and "
+            f"{_c_form(ex, e)}: after it every header view is invalid and "
             "the packet is parsed again",
         )
         return T.ERR
     if not callable_by_name(h):
-        form = LANGUAGE_FORMS.get(h.name)
         hint = (
-            f"write {form}"
-            if form
-            else "the helpers callable as `bpf_NAME(...)` take scalars only; see "
+            _c_form(ex, e)
+            or "the helpers callable as `bpf_NAME(...)` take scalars only; see "
             'docs/language.md "Kernel helpers"'
         )
         what = "takes memory or map arguments" if h.modelled else "has no prototype in bpfdsl"

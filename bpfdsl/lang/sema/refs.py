@@ -244,7 +244,8 @@ class RefChecker:
         if isinstance(s, ast.While):
             return self.loop(s.body, st)
         if isinstance(s, ast.Return):
-            self.expr(s.value, st)
+            if s.value is not None:
+                self.expr(s.value, st)
             self._leaving(st, s.span, "`return`")
             return None
         if isinstance(s, (ast.Break, ast.Continue)):

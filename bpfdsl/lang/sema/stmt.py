@@ -370,6 +370,28 @@ class StmtChecker:
         )
 
     def s_Return(self, s: ast.Return) -> None:
+        if s.value is None:  # a bare `return`
+            if self.fn is not None and self.fn.ret == T.VOID:
+                return
+            if self.fn is not None:
+                self.err(
+                    "return-value",
+                    f"this fn returns {self.fn.ret}: `return` needs a value",
+                    s.span,
+                    "return `none` when there is no value"
+                    if isinstance(self.fn.ret, T.OptionalType)
+                    else f"write `return VALUE` (a {self.fn.ret})",
+                )
+                return
+            assert self.kind is not None
+            self.err(
+                "return-value",
+                f"a {self.kind.keyword} program returns a verdict: `return` needs one",
+                s.span,
+                f"write `return {_verdict(self.kind.returns)}`; the verdicts: "
+                + ", ".join(self.kind.returns),
+            )
+            return
         if self.fn is not None and isinstance(self.fn.ret, T.OptionalType):
             v, inner = s.value, self.fn.ret.inner
             if isinstance(v, ast.Name) and v.id == "none" and self.lookup("none") is None:
@@ -435,3 +457,8 @@ class StmtChecker:
             )
 
     s_Continue = s_Break
+
+
+def _verdict(returns: dict[str, int]) -> str:
+    """The verdict a hint shows: the kind's PASS (XDP_PASS, SK_PASS), else its first."""
+    return next((n for n in returns if n.endswith("_PASS")), next(iter(returns)))

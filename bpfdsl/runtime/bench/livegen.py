@@ -15,16 +15,13 @@ calling thread's namespace.
 
 from __future__ import annotations
 
-import struct
 import time
 
 from bpfdsl.abi import insn
+from bpfdsl.abi.ctx import XDP_MD
 from bpfdsl.abi.uapi import BPF_F_TEST_XDP_LIVE_FRAMES, ProgramType, XdpAction
 from bpfdsl.kernel import syscall
 
-# struct xdp_md (include/uapi/linux/bpf.h): data, data_end, data_meta, ingress_ifindex,
-# rx_queue_index, egress_ifindex, all u32
-XDP_MD = struct.Struct("<6I")
 BATCH_MAX = 256  # net/bpf/test_run.c: batch_size above NAPI_POLL_WEIGHT * 4 is refused
 
 
@@ -42,7 +39,8 @@ class LiveFrameGenerator:
         code = insn.encode([insn.mov64_imm(0, int(action)), insn.exit_()])
         self.fd, _log = syscall.prog_load(ProgramType.XDP, code, "GPL", name="bpfdsl_gen")
         self.frame = frame
-        self.ctx = XDP_MD.pack(0, len(frame), 0, ifindex, 0, 0)
+        # struct xdp_md (bpfdsl.abi.ctx) as ctx_in: data_end = frame length, the interface
+        self.ctx = XDP_MD.image(data_end=len(frame), ingress_ifindex=ifindex)
         self.batch = max(1, min(batch, BATCH_MAX))
 
     def send(self, count: int) -> float:
