@@ -169,6 +169,27 @@ class Parse(Expr):
 
 
 @dataclass(eq=False)
+class PushHeader(Node):
+    """One header of a ``push``: its name and fields by name (``ipv4 { ttl: 64, ... }``)."""
+
+    header: str
+    fields: dict[str, Expr]
+    field_spans: dict[str, Span]
+
+
+@dataclass(eq=False)
+class Push(Expr):
+    """``push H1 { f: v, ... }, H2 { ... } before VIEW``: the headers, built from their
+    fields (lengths and checksums computed), inserted in front of the parsed header
+    ``VIEW``; the bytes before ``VIEW`` (its L2 header) stay in front.  Optional: missing
+    when the packet cannot grow (``bpf_xdp_adjust_head`` fails).  Its value is the view of
+    the first pushed header."""
+
+    headers: list[PushHeader]
+    before: Name
+
+
+@dataclass(eq=False)
 class BytesLit(Expr):
     """``"GET "``: a byte string (UTF-8 text, escapes ``\\xHH`` ...), type ``[u8; N]``."""
 
@@ -292,6 +313,17 @@ class CallElse(Stmt):
     when the call returns; only ``tail_call`` has one)."""
 
     call: Call
+    orelse: Block
+
+
+@dataclass(eq=False)
+class Pop(Stmt):
+    """``pop FIRST [through LAST] else { ... }``: remove the parsed headers from ``FIRST``
+    to the end of ``LAST`` (``FIRST`` itself without ``through``); the bytes before
+    ``FIRST`` stay in front.  ``orelse`` runs when ``bpf_xdp_adjust_head`` fails."""
+
+    first: Name
+    last: Name | None
     orelse: Block
 
 

@@ -434,6 +434,22 @@ class _Builder:
     def name(self, meta, c):
         return ast.Name(self._s(meta), str(c[0]))
 
+    def push_hdr(self, meta, c):
+        args = [a for a in c[1:] if a is not None]
+        return ast.PushHeader(
+            self._s(meta), str(c[0]), {n: v for n, v, _ in args}, {n: sp for n, _, sp in args}
+        )
+
+    def push_expr(self, meta, c):
+        *hdrs, before = c
+        return ast.Push(self._s(meta), hdrs, before)
+
+    def view(self, meta, c):
+        return ast.Name(self._s(meta), str(c[0]))
+
+    def pop_stmt(self, meta, c):
+        return ast.Pop(self._s(meta), c[0], c[1], c[2])
+
     def parse_expr(self, meta, c):
         return ast.Parse(self._s(meta), str(c[0]))
 

@@ -90,7 +90,7 @@ def test_reparse_after_a_resize_on_one_path_reads_from_the_start_on_every_path()
 
 
 POP = """license "GPL"
-xdp fn pop(ctx) {
+xdp fn vlan_pop(ctx) {   // `pop` is a keyword (push/pop, #24)
     let eth = parse ethernet else { return XDP_PASS }
     let proto = eth.h_proto
     match proto {

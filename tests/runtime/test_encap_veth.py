@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 from scapy.layers.inet import IP, UDP
+from scapy.layers.inet6 import IPv6
 from scapy.layers.l2 import Ether
 from support.netns import capture, veth_net
 from support.paths import PROGS
@@ -81,4 +82,32 @@ def test_vxlan_outer_headers_on_the_wire() -> None:
         assert vx[:8] == bytes.fromhex("0800000000002a00")  # I flag, VNI 42
         inner = Ether(vx[8:])
         assert o.len == 20 + 8 + 8 + len(vx[8:]) and u.len == 8 + len(vx)
+        assert inner[IP].dst == net.xdp_ip and inner.src == net.peer_mac
+
+
+def test_vxlan_over_ipv6_udp_checksum_on_the_wire() -> None:
+    """progs/xdp_vxlan6_encap.bpfd: the outer UDP checksum over the IPv6 pseudo-header and
+    the whole inner frame (RFC 6935) verifies in scapy, the lengths count the inner frame."""
+    with veth_net("e24s") as net, load_bpfdsl(PROGS / "xdp_vxlan6_encap.bpfd") as ld:
+        quiet_ipv6(net.xdp_ns)
+        quiet_ipv6(net.peer_ns)
+        with net.in_xdp_ns():
+            att = attach_xdp(ld.progs["vxlan6_encap"], net.xdp_dev, mode="generic")
+        try:
+            with capture(net.peer_ns, net.peer_dev) as cap:
+                sent = [net.send_udp(7000 + i, 1, payload=b"z" * (3 * i)) for i in range(6)]
+                assert sum(sent) == 6
+                frames = [Ether(f) for f in cap.frames()]
+        finally:
+            if att.link_fd is not None:
+                att.link_fd.close()
+    outer = [f for f in frames if IPv6 in f and UDP in f and f[UDP].dport == 4789]
+    assert len(outer) == 6, [f.summary() for f in frames]
+    for f in outer:
+        u = f[UDP]
+        again = f.copy()
+        del again[UDP].chksum
+        assert u.chksum == Ether(bytes(again))[UDP].chksum != 0, hex(u.chksum)
+        inner = Ether(bytes(u.payload)[8:])
+        assert f[IPv6].plen == u.len == 16 + len(inner)
         assert inner[IP].dst == net.xdp_ip and inner.src == net.peer_mac

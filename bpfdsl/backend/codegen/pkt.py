@@ -30,6 +30,7 @@ from bpfdsl.lang.headers import (
     IPV6_EXT_MAX,
     PSEUDO_FIELDS,
 )
+from bpfdsl.lang.sema.encap import DEFAULTS
 from bpfdsl.lang.sema.symbols import BUILTINS, PKT_RESIZE
 
 I1, I8, I16, I32, I64 = (ir.IntType(n) for n in (1, 8, 16, 32, 64))
@@ -118,6 +119,8 @@ class PktGen(CsumGen):
             # sema: a parse (after no errors) is an optional view of a known header
             assert isinstance(e.ty, T.OptionalType) and isinstance(e.ty.inner, T.HeaderType)
             return self.parse(e.ty.inner.layout, fail)
+        if isinstance(e, ast.Push):
+            return self.push(e, fail)
         if isinstance(e, ast.Call) and e.name == "skip_ext":
             return self.skip_ext(e, fail)
         if isinstance(e, ast.Call) and e.name == "meta":
@@ -549,6 +552,251 @@ class PktGen(CsumGen):
         r = self.helper(hid, I64, [self.f.ctx, *args])
         self.reset_cursor()
         return r
+
+    # ---- push / pop (bpfdsl.lang.sema.encap) ----
+    def _inner_len(self, view: ir.Value, name: str) -> ir.Value:
+        """The length (i64) of the packet from ``view`` on: its IPv4 ``tot_len`` or IPv6
+        ``payload_len`` + 40 (so trailing Ethernet padding stays outside, as Katran counts
+        it), else the bytes to the packet's end (a 64-bit difference of pointers as an
+        opaque scalar, FIELD-BUGS B04)."""
+        if name in ("ipv4", "ipv6"):
+            off = 2 if name == "ipv4" else 4
+            v = self.b.zext(self.bswap(self.b.load(self.gep(view, off), typ=I16, align=2)), I64)
+            return v if name == "ipv4" else self.b.add(v, ir.Constant(I64, 40))
+        de = self.b.ptrtoint(self._ctx_ptr(1, volatile=True), I64)
+        return self.opaque(self.b.sub(de, self.b.ptrtoint(view, I64)))
+
+    @staticmethod
+    def _hdr_align(h) -> int:
+        """The alignment of header ``h`` as its C struct (its widest aligned field, at most
+        8): what clang assumes for ``*hdr = value``."""
+        a = 1
+        for f in h.fields.values():
+            fa = PktGen._window_align(f) if f.width else max(1, min(8, f.type.align))
+            if f.type == T.MAC:
+                fa = 2
+            a = max(a, fa)
+        return a
+
+    def _be16_at(self, hdr: ir.Value, off: int, v: ir.Value) -> None:
+        """Store host-order i64 ``v`` as a be16 at ``hdr + off``."""
+        self.b.store(self.bswap(self.b.trunc(v, I16)), self.gep(hdr, off), align=2)
+
+    def _build_pushed(self, hdr: ir.Value, ph: ast.PushHeader, h, rest: ir.Value) -> None:
+        """Header ``h`` in zeroed stack memory ``hdr``: the fields push computes (``rest``:
+        i64 bytes from this header to the packet's end after the push), the defaults, then
+        the fields given (bit fields keep the bits around them)."""
+        if h.library and h.name == "ipv4":
+            self.b.store(ir.Constant(I8, 0x45), hdr, align=1)  # version 4, ihl 5
+            self._be16_at(hdr, h.fields["tot_len"].offset, rest)
+        elif h.library and h.name == "ipv6":
+            self.b.store(ir.Constant(I8, 0x60), hdr, align=1)  # version 6
+            pl = self.b.sub(rest, ir.Constant(I64, h.size))
+            self._be16_at(hdr, h.fields["payload_len"].offset, pl)
+        elif h.library and h.name == "udp":
+            self._be16_at(hdr, h.fields["len"].offset, rest)  # check stays 0: none
+        if h.library:
+            for name, v in DEFAULTS.get(h.name, {}).items():
+                if name not in ph.fields:
+                    self.b.store(ir.Constant(I8, v), self.gep(hdr, h.fields[name].offset))
+        for name, value in ph.fields.items():
+            f = h.fields[name]
+            if f.width:
+                self.store_bits(hdr, f, "=", value)
+            elif isinstance(f.type, T.IntType):
+                p = self.gep(hdr, f.offset)
+                self.b.store(self.rv(value, f.type), p, align=min(f.type.size, 8))
+            else:
+                al = f.offset & -f.offset if f.offset else 8
+                self.store_bytes(self.gep(hdr, f.offset), value, f.type, min(8, al))
+
+    def _ipv4_check(self, hdr: ir.Value) -> None:
+        """The IPv4 header checksum (RFC 791, RFC 1071) of the 20 bytes at ``hdr`` (its
+        ``check`` 0): the one's-complement sum of the words as stored, folded."""
+        s: ir.Value = ir.Constant(I64, 0)
+        for off in range(0, 20, 2):
+            w = self.b.load(self.gep(hdr, off), typ=I16, align=2)
+            s = self.b.add(s, self.b.zext(w, I64))
+        self.b.store(self._fold16(s, False), self.gep(hdr, 10), align=2)
+
+    def _save_prefix(self, view: ir.Value, prefix: int, n: int) -> ir.Value | None:
+        """The first ``n`` of the ``prefix`` bytes before header ``view`` (its L2 header)
+        copied to the stack."""
+        if not n:
+            return None
+        saved = self.alloca_mem(n, "l2", filled=[(0, n)])
+        self.copy_bytes(saved, self.gep(view, -prefix), n, 2 if n % 2 == 0 else 1)
+        return saved
+
+    def _adjust_head(self, delta: ir.Value, fail: ir.Block) -> None:
+        """``bpf_xdp_adjust_head(ctx, delta)``, ``fail`` when it refuses; cursor = data."""
+        r = self.helper(HELPERS["xdp_adjust_head"].id, I64, [self.f.ctx, delta])
+        self.reset_cursor()
+        ok = self.new_block("resized")
+        self.b.cbranch(self.b.icmp_unsigned("!=", r, ir.Constant(I64, 0)), fail, ok)
+        self.start(ok)
+
+    def push(self, e: ast.Push, fail: ir.Block) -> ir.Value:
+        """``push H1 {...}, ... before VIEW``: the headers built on the stack (lengths,
+        IPv4 checksum, UDP-over-IPv6 checksum over the inner packet), the L2 bytes before VIEW saved, ``adjust_head(-n)``, both written
+        at the new start; the view of the first pushed header (``fail``: no headroom)."""
+        plan = self.c.pushes[e]
+        view = self.gen(e.before)
+        n = sum(h.size for h in plan.headers)
+        inner = self._inner_len(view, plan.inner)
+        bufs, off = [], 0
+        for ph, h in zip(e.headers, plan.headers, strict=True):
+            buf = self.alloca_mem(h.size, h.name)
+            self._build_pushed(buf, ph, h, self.b.add(inner, ir.Constant(I64, n - off)))
+            bufs.append((buf, h, off))
+            off += h.size
+        for buf, h, _ in bufs:
+            if h.library and h.name == "ipv4":
+                self._ipv4_check(buf)
+        for i, (_buf, h, _) in enumerate(bufs):
+            if h.library and h.name == "udp" and i and bufs[i - 1][1].name == "ipv6":
+                inner_sum = self._pkt_sum(view, inner, fail)
+                self._udp6_check(bufs[i - 1][0], [b for b, _, _ in bufs[i:]], bufs[i:], inner_sum)
+        keep = plan.prefix - (2 if plan.ethertype is not None else 0)
+        saved = self._save_prefix(view, plan.prefix, keep)
+        self._adjust_head(ir.Constant(I32, -n & 0xFFFFFFFF), fail)
+        data = self.pkt_data()
+        self.bounds(data, plan.prefix + n, fail, "push")
+        if saved is not None:
+            self.copy_bytes(data, saved, keep, 2 if keep % 2 == 0 else 1)
+        if plan.ethertype is not None:
+            v = ir.Constant(I16, int.from_bytes(plan.ethertype.to_bytes(2, "big"), "little"))
+            self.b.store(v, self.gep(data, plan.prefix - 2), align=2)
+        first = self.gep(data, plan.prefix)
+        for buf, h, off in bufs:
+            self.copy_bytes(self.gep(first, off), buf, h.size, self._hdr_align(h))
+        return first
+
+    # the packet bytes a pushed UDP-over-IPv6 checksum sums: at most a page, XDP's linear data
+    SUM_MAX = 4096
+
+    def _pkt_sum(self, p0: ir.Value, n: ir.Value, fail: ir.Block) -> ir.Value:
+        """The one's-complement sum (i64, unfolded) of the ``n`` packet bytes at ``p0``, as
+        stored (32-bit words read little-endian, as csum_diff sums them; a last odd byte as
+        the first byte of a zero-padded word); ``fail`` when ``n`` is above SUM_MAX or the
+        packet ends before.  A loop of at most SUM_MAX / 4 words, each bounds-checked on a
+        fresh data_end (the verifier walks it word by word)."""
+        b = self.b
+        big = b.icmp_unsigned(">", n, ir.Constant(I64, self.SUM_MAX))
+        ok = self.new_block("sum.len")
+        b.cbranch(big, fail, ok)
+        self.start(ok)
+        words = b.lshr(n, ir.Constant(I64, 2))
+        pre = b.block
+        head, body, done = (self.new_block(x) for x in ("sum.head", "sum.word", "sum.tail"))
+        b.branch(head)
+        self.start(head)
+        i = b.phi(I64)
+        acc = b.phi(I64)
+        i.add_incoming(ir.Constant(I64, 0), pre)
+        acc.add_incoming(ir.Constant(I64, 0), pre)
+        more = b.and_(
+            b.icmp_unsigned("<", i, words),
+            b.icmp_unsigned("<", i, ir.Constant(I64, self.SUM_MAX // 4)),
+        )
+        b.cbranch(more, body, done)
+        self.start(body)
+        off = self.opaque(b.shl(i, ir.Constant(I64, 2)), side_effect=False)
+        p = self.gep(p0, off)
+        end = self.gep(p, 4)
+        inside = self.new_block("sum.in")
+        b.cbranch(b.icmp_unsigned(">", end, self._ctx_ptr(1, volatile=True)), fail, inside)
+        self.start(inside)
+        w = b.zext(b.load(p, typ=I32, align=1), I64)
+        nxt_acc = b.add(acc, w)
+        nxt_i = b.add(i, ir.Constant(I64, 1))
+        i.add_incoming(nxt_i, b.block)
+        acc.add_incoming(nxt_acc, b.block)
+        b.branch(head)
+        self.start(done)
+        # the last 0..3 bytes
+        tail = self.gep(p0, self.opaque(b.and_(n, ir.Constant(I64, ~3 & 0xFFFF)), False))
+        rem = b.and_(n, ir.Constant(I64, 3))
+        total = acc
+        for size in (2, 1):
+            # rem & 2: a 16-bit word at the tail; rem & 1: one byte after it (or at the tail)
+            has = b.icmp_unsigned("!=", b.and_(rem, ir.Constant(I64, size)), ir.Constant(I64, 0))
+            yes, join = self.new_block(f"sum.{size}"), self.new_block(f"sum.{size}.done")
+            before = b.block
+            b.cbranch(has, yes, join)
+            self.start(yes)
+            q = tail if size == 2 else self.gep(tail, b.and_(rem, ir.Constant(I64, 2)))
+            qe = self.gep(q, size)
+            inb = self.new_block(f"sum.{size}.in")
+            b.cbranch(b.icmp_unsigned(">", qe, self._ctx_ptr(1, volatile=True)), fail, inb)
+            self.start(inb)
+            v = b.zext(b.load(q, typ=ir.IntType(8 * size), align=1), I64)
+            added = b.add(total, v)
+            yes_end = b.block
+            b.branch(join)
+            self.start(join)
+            ph = b.phi(I64)
+            ph.add_incoming(total, before)
+            ph.add_incoming(added, yes_end)
+            total = ph
+        return total
+
+    def _udp6_check(self, ip6: ir.Value, hdrs: list, layouts: list, inner: ir.Value) -> None:
+        """The UDP checksum over IPv6 (RFC 8200 8.1, RFC 768; RFC 6935: a tunnel's too) of
+        the pushed UDP header ``hdrs[0]`` (its check 0), the headers pushed after it and the
+        inner packet's sum ``inner``: the pseudo-header (addresses, UDP length, next header
+        17), all as stored, folded; a computed 0 is sent as 0xffff."""
+        b = self.b
+        s = inner
+        for off in range(8, 40, 4):  # saddr, daddr
+            s = b.add(s, b.zext(b.load(self.gep(ip6, off), typ=I32, align=4), I64))
+        s = b.add(s, ir.Constant(I64, 17 << 8))  # next header 17, as stored
+        udp = hdrs[0]
+        s = b.add(s, b.zext(b.load(self.gep(udp, 4), typ=I16, align=2), I64))  # the length
+        for buf, (_, h, _) in zip(hdrs, layouts, strict=True):
+            for off in range(0, h.size - 1, 2):
+                s = b.add(s, b.zext(b.load(self.gep(buf, off), typ=I16, align=2), I64))
+        c = self._fold16(s, True)
+        zero = b.icmp_unsigned("==", c, ir.Constant(I16, 0))
+        c = b.select(zero, ir.Constant(I16, 0xFFFF), c)
+        b.store(c, self.gep(udp, 6), align=2)
+
+    def _view_len(self, hdr: ir.Value, h) -> ir.Value:
+        """The length (i64) of the parsed header ``h`` at ``hdr`` (its parse checked it)."""
+        if h.length is not None:
+            return self.header_expr(hdr, h, h.length)
+        if any(f.cond is not None for f in h.fields.values()):
+            return self.cond_offset(hdr, h, None)
+        return ir.Constant(I64, h.size)
+
+    def s_Pop(self, s: ast.Pop) -> None:
+        """``pop FIRST [through LAST] else {...}``: the L2 bytes before FIRST saved,
+        ``adjust_head(+n)`` (n: FIRST's start to LAST's end), those bytes written at the
+        new start; the else block when the kernel refuses."""
+        plan = self.c.pops[s]
+        first = self.gen(s.first)
+        if plan.delta is not None:
+            delta: ir.Value = ir.Constant(I32, plan.delta)
+        else:
+            last_e = s.last or s.first
+            assert isinstance(last_e.ty, T.HeaderType)  # sema.encap: a view
+            last = self.gen(last_e)
+            end = self.b.add(self.b.ptrtoint(last, I64), self._view_len(last, last_e.ty.layout))
+            d = self.opaque(self.b.sub(end, self.b.ptrtoint(first, I64)))
+            delta = self.b.trunc(d, I32)
+        saved = self._save_prefix(first, plan.prefix, plan.prefix)
+        fail, done = self.new_block("pop.fail"), self.new_block("pop.done")
+        self._adjust_head(delta, fail)
+        if saved is not None:
+            data = self.pkt_data()
+            self.bounds(data, plan.prefix, fail, "pop")
+            self.copy_bytes(data, saved, plan.prefix, 2 if plan.prefix % 2 == 0 else 1)
+        self.b.branch(done)
+        self.start(fail)
+        self.block(s.orelse)
+        if not self.b.block.is_terminated:
+            self.b.unreachable()
+        self.start(done)
 
     def reset_cursor(self) -> None:
         """cursor = data, loaded afresh from the context (after a resize, or where paths

@@ -22,6 +22,7 @@ from bpfdsl.lang.headers import HEADERS, KERNEL_STRUCTS
 from bpfdsl.lang.layout import Header
 from bpfdsl.lang.sema.csum import payload_warnings
 from bpfdsl.lang.sema.decls import DeclChecker
+from bpfdsl.lang.sema.encap import PopPlan, PushPlan
 from bpfdsl.lang.sema.expr import ExprChecker
 from bpfdsl.lang.sema.meta import MetaState
 from bpfdsl.lang.sema.meta import start as meta_start
@@ -81,6 +82,9 @@ class Checked:
     # fn -> (the call that needs the program's context, the builtin): sema.subprog_ctx
     ctx_calls: dict[str, tuple[ast.Call, str]] = field(default_factory=dict)
     stores: dict[ast.Store, T.Type] = field(default_factory=dict)  # the type each `store` writes
+    # what codegen needs of each `push` / `pop` (sema.encap)
+    pushes: dict[ast.Push, PushPlan] = field(default_factory=dict)
+    pops: dict[ast.Pop, PopPlan] = field(default_factory=dict)
     # fn -> indexes of the aggregate parameters it may write (sema.params): a call of a fn
     # that only reads one passes the caller's memory, not a copy
     written_params: dict[str, frozenset[int]] = field(default_factory=dict)
@@ -124,6 +128,7 @@ class Sema(StmtChecker, DeclChecker):
         self.cursor: object = None
         self.parse_from: dict[ast.Parse, object] = {}  # parse -> the cursor it started at
         self.follows: dict[Local, object] = {}  # parsed header -> the cursor it started at
+        self.pushed: dict[Local, int] = {}  # view a push made -> its offset (sema.encap)
         self.payload_writes: list = []  # (span, L4 header Local) of payload byte writes
         self.gone: dict[str, tuple[Local, int]] = {}  # out of scope: name -> (local, end line)
 

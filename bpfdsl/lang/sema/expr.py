@@ -14,7 +14,7 @@ from bpfdsl.diagnostics import Span
 from bpfdsl.lang import ast, c_names
 from bpfdsl.lang import types as T
 from bpfdsl.lang.headers import CONSTANTS, CTX_DATA, CTX_FIELDS
-from bpfdsl.lang.sema import calls
+from bpfdsl.lang.sema import calls, encap
 from bpfdsl.lang.sema.events import EVENT_MAP_HINT, EVENT_MAP_USE
 from bpfdsl.lang.sema.ops import OpsChecker
 from bpfdsl.lang.sema.symbols import (
@@ -496,6 +496,9 @@ class ExprChecker(OpsChecker):
             )
             return T.OptionalType(T.U64)
         return T.OptionalType(T.HeaderType(e.header, h), "header")
+
+    def e_Push(self, e):
+        return encap.push(self, e)
 
     def packet_access(self, span, what: str) -> None:
         """Error unless the program kind has packet data (a fn's packet access is checked

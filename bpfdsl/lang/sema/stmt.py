@@ -11,7 +11,7 @@ from bpfdsl.abi.uapi import PROGRAM_KINDS, ProgramKind
 from bpfdsl.diagnostics import Span
 from bpfdsl.lang import ast
 from bpfdsl.lang import types as T
-from bpfdsl.lang.sema import resize
+from bpfdsl.lang.sema import encap, resize
 from bpfdsl.lang.sema.csum import _l4_in_scope
 from bpfdsl.lang.sema.meta import MetaState
 from bpfdsl.lang.sema.meta import merge as merge_meta
@@ -31,7 +31,7 @@ def moves_cursor(node, fns: Collection[str] = frozenset()) -> bool:
     stack = [node]
     while stack:
         n = stack.pop()
-        if isinstance(n, ast.Parse):
+        if isinstance(n, (ast.Parse, ast.Push, ast.Pop)):
             return True
         if isinstance(n, ast.Call) and (
             n.name in _CURSOR_MOVERS or n.name in PKT_RESIZE or n.name in fns
@@ -60,6 +60,7 @@ class StmtChecker:
     parse_from: dict[ast.Parse, object]
     gone: dict[str, tuple[Local, int]]
     follows: dict[Local, object]
+    pushed: dict[Local, int]
     payload_writes: list
     meta: MetaState
 
@@ -82,6 +83,9 @@ class StmtChecker:
     def bind_parsed(self, value: ast.Expr, loc: Local) -> None:
         """``loc`` is bound to ``value``: if that is a parse, the cursor is just past ``loc``,
         and an L4 header's parent is the IP header the parse started just past, if any."""
+        if isinstance(value, ast.Push) and value in self.c.pushes:
+            self.pushed[loc] = self.c.pushes[value].prefix  # at a known offset
+            return
         if not isinstance(value, ast.Parse):
             return
         prev = self.parse_from.get(value)
@@ -184,6 +188,9 @@ class StmtChecker:
         self.bind_parsed(s.value, loc)
         self.c.sym[s] = loc
         self.bind(s.name, loc)
+
+    def s_Pop(self, s: ast.Pop) -> None:
+        encap.pop(self, s)
 
     def s_Assign(self, s: ast.Assign) -> None:
         self.ex.assign(s)
