@@ -70,14 +70,30 @@ def _json_entries(path: str, text: str) -> Iterator[tuple[Any, Any]]:
         for i, e in enumerate(entries):
             yield _entry(path, i + 1, e, "entry")
         return
+    # json.loads per line, without its wrapper: the C scanner (scan_once) of a decoder
+    # made as json.loads makes its own, on lines that are one object and nothing else;
+    # any other line (leading or trailing blanks, bad JSON) goes through json.loads
+    scan = json.JSONDecoder().scan_once
     for n, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except ValueError as e:
-            raise _bad(path, n, f"not JSON: {e}") from None
-        yield _entry(path, n, obj, "line")
+        obj: Any = None
+        if line[:1] == "{":
+            try:
+                obj, end = scan(line, 0)
+            except (StopIteration, ValueError):
+                end = -1
+            if end != len(line):
+                obj = None
+        if obj is None:
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except ValueError as e:
+                raise _bad(path, n, f"not JSON: {e}") from None
+        if type(obj) is dict and "key" in obj and "value" in obj:
+            yield obj["key"], obj["value"]
+        else:
+            yield _entry(path, n, obj, "line")
 
 
 def _entry(path: str, n: int, obj: Any, what: str) -> tuple[Any, Any]:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import socket
 import struct
 from typing import TYPE_CHECKING, Literal
 
@@ -462,3 +463,247 @@ def _encode_struct(btf: Btf, t: BtfType, obj: Any, size: int, name: str, depth: 
         raw = encode_value(btf, m.type, obj[m.name], depth + 1)
         buf[off : off + len(raw)] = raw
     return bytes(buf)
+
+
+# struct module codes of little-endian integers by (size, signed): one table for the batch
+# readers (bpfdsl.runtime.events.RowCodec) and :func:`encoder`
+INT_CODES = {(1, False): "B", (2, False): "H", (4, False): "I", (8, False): "Q",
+             (1, True): "b", (2, True): "h", (4, True): "i", (8, True): "q"}  # fmt: skip
+
+
+def encoder(btf: Btf, tid: int) -> Callable[[Any], bytes]:
+    """A function encoding a Python value of type ``tid`` to the bytes
+    :func:`encode_value` gives (and raising its ValueError), with the walk over the type
+    done once: for writing many entries of one type (``MapView.update_batch``, ``bpfdsl
+    map update --from``).  Structs of named, non-overlapping members are one generated
+    function packing a ``struct.Struct`` (ints checked to be ``int``, be integers and
+    addresses converted by member); IPv4 text through ``socket.inet_pton`` (as strict as
+    ``ipaddress``: four decimal parts, no leading zeros), IPv4/IPv6 prefixes, MACs, enum
+    names, arrays of any of these.  Any other value or form (``hex:``, text integers,
+    missing struct fields, bitfields...) and any value the fast path refuses goes to
+    :func:`encode_value` itself, so the result and the errors are encode_value's."""
+    return _encoder(btf, tid, 0)
+
+
+def _encoder(btf: Btf, tid: int, depth: int) -> Callable[[Any], bytes]:
+    def slow(obj: Any) -> bytes:
+        return encode_value(btf, tid, obj, depth)
+
+    if depth > _MAX_DEPTH:
+        return slow
+    size = btf.size_of(tid)
+    sp = value_kind(btf, tid)
+    t = btf.resolve(tid)
+    k = t.kind
+    if sp == "ipv4":
+        return _ipv4_encoder(slow, size, k == Kind.INT and t.size == 4)
+    if sp == "ipv6" or sp == "mac":
+        return _text_address_encoder(slow, sp, size)
+    if k == Kind.INT:
+        order: Literal["little", "big"] = "big" if sp == "be" else "little"
+        signed = sp != "be" and bool(t.encoding & BTF_INT_SIGNED)
+        n = t.size
+
+        def enc_int(obj: Any) -> bytes:
+            if type(obj) is int:
+                try:
+                    return obj.to_bytes(n, order, signed=signed)
+                except OverflowError:
+                    pass
+            return slow(obj)
+
+        return enc_int
+    if k in (Kind.ENUM, Kind.ENUM64):
+        names: dict[str, bytes] = {}
+        for m in t.members:
+            if m.name not in names:
+                try:
+                    names[m.name] = m.value.to_bytes(t.size, "little", signed=bool(t.kflag))
+                except OverflowError:
+                    return slow
+        n, esigned = t.size, bool(t.kflag)
+
+        def enc_enum(obj: Any) -> bytes:
+            tp = type(obj)
+            if tp is str:
+                got = names.get(obj)
+                if got is not None:
+                    return got
+            elif tp is int:
+                try:
+                    return obj.to_bytes(n, "little", signed=esigned)
+                except OverflowError:
+                    pass
+            return slow(obj)
+
+        return enc_enum
+    if k == Kind.ARRAY:
+        elem = _encoder(btf, t.type, depth + 1)
+        nelems = t.nelems
+
+        def enc_array(obj: Any) -> bytes:
+            if type(obj) is list and len(obj) <= nelems:
+                try:
+                    return b"".join([elem(x) for x in obj]).ljust(size, b"\0")
+                except Exception:
+                    pass
+            return slow(obj)  # text forms (char arrays, bare u8[6]/u8[16]) and errors
+
+        return enc_array
+    if k == Kind.STRUCT:
+        pk = _prefix_struct(btf, t)
+        if pk:
+            return _prefix_encoder(slow, pk, size, t.members[1].bit_offset // 8)
+        return _struct_encoder(btf, t, size, depth, slow)
+    return slow  # unions, floats, pointers...
+
+
+def _ipv4_encoder(slow: Callable[[Any], bytes], size: int, is_int: bool) -> Callable[[Any], bytes]:
+    """IPv4 text by inet_pton (glibc's inet_pton4 takes exactly what ipaddress takes: four
+    decimal parts 0-255 without leading zeros), and for a be32 an int in network order."""
+    pton, af = socket.inet_pton, socket.AF_INET
+
+    def enc(obj: Any) -> bytes:
+        tp = type(obj)
+        try:
+            if tp is str:
+                raw = pton(af, obj)
+                return raw if size == 4 else raw.ljust(size, b"\0")
+            if tp is int and is_int:
+                return obj.to_bytes(4, "big")
+        except (OSError, OverflowError):
+            pass
+        return slow(obj)
+
+    return enc
+
+
+def _text_address_encoder(slow: Callable[[Any], bytes], kind: str, size: int) -> Callable[[Any], bytes]:
+    if kind == "ipv6":
+        v6 = ipaddress.IPv6Address
+
+        def enc6(obj: Any) -> bytes:
+            if type(obj) is str:
+                try:
+                    return v6(obj).packed.ljust(size, b"\0")
+                except ValueError:
+                    pass
+            return slow(obj)
+
+        return enc6
+
+    def enc_mac(obj: Any) -> bytes:
+        # _address's form (six parts of two hex digits) for text with nothing to strip:
+        # 17 characters, a colon at every third and only there, the rest no whitespace
+        if type(obj) is str and len(obj) == 17 and obj[2::3] == ":::::":
+            digits = obj.replace(":", "")
+            if len(digits) == 12 and digits.isalnum():
+                try:
+                    raw = bytes.fromhex(digits)
+                    return raw if size == 6 else raw.ljust(size, b"\0")
+                except ValueError:
+                    pass
+        return slow(obj)
+
+    return enc_mac
+
+
+def _prefix_encoder(
+    slow: Callable[[Any], bytes], kind: str, size: int, off: int
+) -> Callable[[Any], bytes]:
+    """An LPM key from ``ADDR/LEN`` text (LEN decimal digits, no host bits), as _prefix."""
+    bits = 32 if kind == "ipv4" else 128
+    tail = size - off - bits // 8
+    if off < 4 or tail < 0:
+        return slow
+    pad = bytes(off - 4)
+    end = bytes(tail)
+    pton, af = socket.inet_pton, socket.AF_INET
+    v6 = ipaddress.IPv6Address
+
+    def enc(obj: Any) -> bytes:
+        if type(obj) is str:
+            addr, sep, plen = obj.partition("/")
+            if sep and plen.isascii() and plen.isdigit() and "/" not in plen and "%" not in addr:
+                n = int(plen)
+                try:
+                    raw = pton(af, addr) if bits == 32 else v6(addr).packed
+                except (OSError, ValueError):
+                    raw = None
+                if raw is not None and n <= bits:
+                    if not int.from_bytes(raw, "big") & ((1 << (bits - n)) - 1):
+                        return n.to_bytes(4, "little") + pad + raw + end
+        return slow(obj)
+
+    return enc
+
+
+def _struct_encoder(
+    btf: Btf, t: BtfType, size: int, depth: int, slow: Callable[[Any], bytes]
+) -> Callable[[Any], bytes]:
+    """One generated function for a struct of named, non-overlapping, non-bitfield
+    members: a dict holding exactly its fields packs through one struct.Struct."""
+    members = sorted(t.members, key=lambda m: m.bit_offset)
+    if not members or any(m.bitfield_size or not m.name or m.bit_offset % 8 for m in members):
+        return slow
+    fmt, pos = "<", 0
+    ns: dict[str, Any] = {"slow": slow, "pton": socket.inet_pton, "AF_INET": socket.AF_INET}
+    args, checks = [], []
+    for i, m in enumerate(members):
+        off, msize = m.bit_offset // 8, btf.size_of(m.type)
+        if off < pos:
+            return slow  # overlapping members (a union-like layout)
+        fmt += f"{off - pos}x" if off > pos else ""
+        pos = off + msize
+        mt, sp = btf.resolve(m.type), value_kind(btf, m.type)
+        v = f"v{i}"
+        if mt.kind == Kind.INT and sp is None and mt.size in (1, 2, 4, 8):
+            fmt += INT_CODES[(mt.size, bool(mt.encoding & BTF_INT_SIGNED))]
+            checks.append(f"type({v}) is int")  # struct.pack would take bools, __index__...
+            args.append(v)
+            continue
+        fmt += f"{msize}s"
+        if mt.kind == Kind.INT and sp == "be":
+            checks.append(f"type({v}) is int")  # to_bytes refuses what does not fit
+            args.append(f"{v}.to_bytes({mt.size}, 'big')")
+            continue
+        sub = _encoder(btf, m.type, depth + 1)
+        if sub.__name__ == "slow":  # encode_value itself: its bytes checked against the slot
+            sub = _sized(sub, msize)
+        ns[f"e{i}"] = sub
+        if sp == "ipv4" and msize == 4:  # the common case inline: a.b.c.d text
+            args.append(f"(pton(AF_INET, {v}) if type({v}) is str else e{i}({v}))")
+        else:
+            args.append(f"e{i}({v})")
+    if pos > size:
+        return slow
+    fmt += f"{size - pos}x" if size > pos else ""
+    ns["pack"] = struct.Struct(fmt).pack
+    nmem = len(members)
+    get = "".join(f"            v{i} = obj[{m.name!r}]\n" for i, m in enumerate(members))
+    src = (
+        "def enc(obj):\n"
+        f"    if type(obj) is dict and len(obj) == {nmem}:\n"
+        "        try:\n"
+        f"{get}"
+        f"            if {' and '.join(checks) or 'True'}:\n"
+        f"                return pack({', '.join(args)})\n"
+        "        except Exception:  # a value of another form, or out of range\n"
+        "            pass\n"
+        "    return slow(obj)\n"
+    )
+    exec(compile(src, f"<encoder {t.name or 'struct'}>", "exec"), ns)
+    return ns["enc"]
+
+
+def _sized(fn: Callable[[Any], bytes], n: int) -> Callable[[Any], bytes]:
+    """``fn`` raising when its bytes do not fill the ``n``-byte slot (the struct's slow
+    path then writes what encode_value writes)."""
+
+    def enc(obj: Any) -> bytes:
+        raw = fn(obj)
+        if len(raw) != n:
+            raise ValueError("size")
+        return raw
+
+    return enc
