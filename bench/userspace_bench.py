@@ -36,6 +36,7 @@ import contextlib
 import io
 import json
 import os
+import resource
 import struct
 import subprocess
 import sys
@@ -284,17 +285,26 @@ def _empty(pin: str) -> None:
             raise B.BenchError("the bench map did not empty")
 
 
-def api_write(pin: str, entries: list[tuple[dict, dict]]) -> float:
-    """Seconds for ``open_map(pin).update_batch(entries)`` (open included)."""
+def api_write(pin: str, entries: list[tuple[dict, dict]]) -> tuple[float, float]:
+    """(wall, CPU) seconds for ``open_map(pin).update_batch(entries)`` (open included)."""
     from bpfdsl.runtime.mapview import open_map
 
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     with open_map(pin) as m:
         n = m.update_batch(entries)
-    dt = time.perf_counter() - t0
+    dt, dc = time.perf_counter() - t0, time.process_time() - c0
     if n != len(entries):
         raise B.BenchError(f"update_batch wrote {n} of {len(entries)} entries")
-    return dt
+    return dt, dc
+
+
+def timed_cpu(cmd, env=None) -> tuple[float, float, subprocess.CompletedProcess]:
+    """:func:`timed` and the child's CPU seconds (user + system, from its rusage): on a
+    shared machine the CPU time each side needs is steadier than the wall time."""
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t, r = timed(cmd, env)
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return t, (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime), r
 
 
 def bench_maps(n: int, runs: int, tree: Path | None, tmp: Path) -> dict:
@@ -314,8 +324,9 @@ def bench_maps(n: int, runs: int, tree: Path | None, tmp: Path) -> dict:
     if loaded != 0:
         raise B.BenchError("bpfdsl load of the map bench program failed")
     mpin = f"{pin}/maps/flows"
-    res: dict[str, Any] = {"bpftool_s": [], "cli_s": [], "api_s": [],
-                           "dump_bpftool_s": [], "dump_cli_s": []}  # fmt: skip
+    res: dict[str, Any] = {k: [] for k in ("bpftool_s", "cli_s", "api_s", "dump_bpftool_s",
+                                           "dump_cli_s", "bpftool_cpu", "cli_cpu", "api_cpu",
+                                           "dump_bpftool_cpu", "dump_cli_cpu")}  # fmt: skip
     same = True
     try:
         with open_map(mpin) as m:
@@ -336,20 +347,26 @@ def bench_maps(n: int, runs: int, tree: Path | None, tmp: Path) -> dict:
         cmd, env = bpfdsl_cmd(tree)
         for _ in range(runs):
             _empty(mpin)
-            t, _ = timed(["bpftool", "batch", "file", str(batch)])
+            t, c, _ = timed_cpu(["bpftool", "batch", "file", str(batch)])
             res["bpftool_s"].append(t)
+            res["bpftool_cpu"].append(c)
             same = same and _raw_dump(mpin) == want
-            t, _ = timed(["bpftool", "map", "dump", "pinned", mpin, "-j"])
+            t, c, _ = timed_cpu(["bpftool", "map", "dump", "pinned", mpin, "-j"])
             res["dump_bpftool_s"].append(t)
-            t, r = timed([*cmd, "map", "dump", mpin, "--json"], env)
+            res["dump_bpftool_cpu"].append(c)
+            t, c, r = timed_cpu([*cmd, "map", "dump", mpin, "--json"], env)
             res["dump_cli_s"].append(t)
+            res["dump_cli_cpu"].append(c)
             same = same and len(json.loads(r.stdout)["entries"]) == n
             _empty(mpin)
-            t, _ = timed([*cmd, "map", "update", mpin, "--from", str(jsonl)], env)
+            t, c, _ = timed_cpu([*cmd, "map", "update", mpin, "--from", str(jsonl)], env)
             res["cli_s"].append(t)
+            res["cli_cpu"].append(c)
             same = same and _raw_dump(mpin) == want
             _empty(mpin)
-            res["api_s"].append(api_write(mpin, entries))
+            t, c = api_write(mpin, entries)
+            res["api_s"].append(t)
+            res["api_cpu"].append(c)
             same = same and _raw_dump(mpin) == want
     finally:
         with contextlib.redirect_stdout(io.StringIO()):
@@ -420,23 +437,24 @@ def main() -> int:
               "loop (API rows: against the empty callback; whole processes include start-up)")  # fmt: skip
         print(B.table(["path", "bpfdsl", "C", "ratio", "goal", "", "same output"], rows))
     if mp is not None:
-        c, dc = m(mp["bpftool_s"]), m(mp["dump_bpftool_s"])
         mrows = []
         for label, key, ref, goal in (
-            ("map update --from F.jsonl", "cli_s", c, 1.0),
-            ("API open_map().update_batch()", "api_s", c, 1.0),
-            ("map dump --json", "dump_cli_s", dc, None),
+            ("map update --from F.jsonl", "cli", "bpftool", 1.0),
+            ("API open_map().update_batch()", "api", "bpftool", 1.0),
+            ("map dump --json", "dump_cli", "dump_bpftool", None),
         ):
-            t = m(mp[key])
-            mrows.append([label, f"{t:.3f} s", f"{e / t:,.0f}/s", f"{ref:.3f} s",
-                          f"{t / ref:.2f}", f"≤ {goal}" if goal else "",
-                          B.verdict(t / ref <= goal) if goal else "",
+            t, rt = m(mp[f"{key}_s"]), m(mp[f"{ref}_s"])
+            cpu, rcpu = m(mp[f"{key}_cpu"]), m(mp[f"{ref}_cpu"])
+            mrows.append([label, f"{t:.3f} s", f"{e / t:,.0f}/s", f"{rt:.3f} s",
+                          f"{t / rt:.2f}", f"{cpu:.2f} / {rcpu:.2f} s", f"{cpu / rcpu:.2f}",
+                          f"≤ {goal}" if goal else "", B.verdict(t / rt <= goal) if goal else "",
                           "yes" if mp["same"] else "NO"])  # fmt: skip
         print(f"\n{e} hash entries (flow key, counters/action value), median of {args.runs} "
               f"run(s); bpfdsl from {args.tree or B.ROOT}; reference: `bpftool batch file` of "
               "`map update pinned` lines / `bpftool map dump -j`, same map, whole processes")  # fmt: skip
-        print(B.table(["path", "bpfdsl", "entries/s", "bpftool", "ours/bpftool", "goal", "",
-                       "same map"], mrows))  # fmt: skip
+        print(B.table(["path", "bpfdsl", "entries/s", "bpftool", "ours/bpftool",
+                       "CPU ours / bpftool", "CPU ratio", "goal", "", "same map"],
+                      mrows))  # fmt: skip
     if note:
         print(f"note: {note}")
     if args.json:

@@ -144,7 +144,7 @@ def _update_from(args) -> int:
     from bpfdsl.runtime.mapview import MapView
 
     with pin_dir_locked(args.map), MapView(args.map) as m:
-        n = m.update_batch(read_entries(args.from_file), _FLAGS[args.flags])
+        n = m.update_batch(read_entries(args.from_file, m.json_line_encoder()), _FLAGS[args.flags])
         if args.json:
             print(json.dumps({"map": m.describe()["name"], "updated": n}))
         else:

@@ -19,16 +19,26 @@ import csv
 import io
 import json
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from bpfdsl.diagnostics import UsageError, error
 
+# the key of an entry whose value is (key bytes, value bytes) already encoded by the map's
+# line encoder (see read_entries' ``encode_line``)
+ENCODED: Any = type("Encoded", (), {"__repr__": lambda self: "ENCODED"})()
 
-def read_entries(path: str) -> Iterator[tuple[Any, Any]]:
+
+LineEncoder = Callable[[str], "tuple[bytes, bytes] | None"]
+
+
+def read_entries(path: str, encode_line: LineEncoder | None = None) -> Iterator[tuple[Any, Any]]:
     """The (key, value) entries of the file at ``path`` (``-``: stdin), in file order.
-    Raises UsageError naming the file and line of anything it cannot read (before the
-    entries of that line are used: a bad line in a batch stops before that batch)."""
+    ``encode_line`` (``MapView.json_line_encoder()``): JSON lines it encodes itself come
+    as ``(ENCODED, (key bytes, value bytes))`` (the bytes the map's encoder gives for the
+    line's key and value), the others as Python values.  Raises UsageError naming the file and line of anything
+    it cannot read (before the entries of that line are used: a bad line in a batch stops
+    before that batch)."""
     try:
         f = sys.stdin if path == "-" else open(path, encoding="utf-8")
     except OSError as e:
@@ -42,7 +52,7 @@ def read_entries(path: str) -> Iterator[tuple[Any, Any]]:
             f.close()
     head = text.lstrip()[:1]
     if head == "{":
-        yield from _json_entries(path, text)
+        yield from _json_entries(path, text, encode_line)
     elif head:
         yield from _csv_entries(path, text)
 
@@ -58,9 +68,11 @@ def _bad(path: str, line: int, what: str) -> UsageError:
     )
 
 
-def _json_entries(path: str, text: str) -> Iterator[tuple[Any, Any]]:
+def _json_entries(
+    path: str, text: str, encode_line: LineEncoder | None
+) -> Iterator[tuple[Any, Any]]:
     try:
-        doc = json.loads(text)
+        doc = json.loads(text)  # JSON lines stop it at the end of the first line
     except ValueError:
         doc = None
     if isinstance(doc, dict) and "entries" in doc:  # `map dump --json`
@@ -73,8 +85,13 @@ def _json_entries(path: str, text: str) -> Iterator[tuple[Any, Any]]:
     # json.loads per line, without its wrapper: the C scanner (scan_once) of a decoder
     # made as json.loads makes its own, on lines that are one object and nothing else;
     # any other line (leading or trailing blanks, bad JSON) goes through json.loads
-    scan = json.JSONDecoder().scan_once
+    scan = json.JSONDecoder().scan_once  # type: ignore[attr-defined]  # json.scanner
     for n, line in enumerate(text.splitlines(), 1):
+        if encode_line is not None:
+            raw = encode_line(line)
+            if raw is not None:
+                yield ENCODED, raw
+                continue
         obj: Any = None
         if line[:1] == "{":
             try:

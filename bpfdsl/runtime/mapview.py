@@ -19,6 +19,7 @@ from bpfdsl.abi.btf.core import Btf, Kind
 from bpfdsl.abi.uapi import BPF_ANY, MapType, is_array, is_indexed, is_percpu
 from bpfdsl.diagnostics import DiagnosticError, UsageError, error
 from bpfdsl.kernel import syscall
+from bpfdsl.runtime.mapfile import ENCODED, LineEncoder
 
 _MAX_DUMP = 1_000_000  # entries; a dump is bounded even if the map changes under it
 
@@ -430,7 +431,8 @@ class MapView(MapCodec):
     def update_batch(
         self, entries: Iterable[tuple[Any, Any]], flags: int = BPF_ANY, *, batch: int = 4096
     ) -> int:
-        """Write every (key, value) of ``entries`` (Python values, as :meth:`set`),
+        """Write every (key, value) of ``entries`` (Python values, as :meth:`set`; an
+        ``(mapfile.ENCODED, (key bytes, value bytes))`` entry is the map's bytes already),
         ``batch`` per system call (BPF_MAP_UPDATE_BATCH; one by one for map kinds without
         it).  Returns how many were written.  Raises UsageError for a value the type
         refuses (nothing of that batch is written) and DiagnosticError from bpf() naming
@@ -445,14 +447,28 @@ class MapView(MapCodec):
         keys: list[bytes] = []
         vals: list[bytes] = []
         for key, value in entries:
-            keys.append(enc_key(key))
-            vals.append(enc_vals(value))
+            if key is ENCODED:  # a file's line the map's line encoder took
+                keys.append(value[0])
+                vals.append(value[1])
+            else:
+                keys.append(enc_key(key))
+                vals.append(enc_vals(value))
             if len(keys) >= batch:
                 done += self._write(keys, vals, flags, done)
                 keys, vals = [], []
         if keys:
             done += self._write(keys, vals, flags, done)
         return done
+
+    def json_line_encoder(self) -> LineEncoder | None:
+        """The encoder of JSON lines whose key and value are structs written member by
+        member (``btf_values.json_line_encoder``) for ``mapfile.read_entries``; None for
+        maps it does not apply to (per-CPU values, no BTF, other key/value types)."""
+        if self.btf is None or not self.key_tid or not self.value_tid or self.percpu:
+            return None
+        return btf_values.json_line_encoder(
+            self.btf, self.key_tid, self.value_tid, self.key_size, self.value_size
+        )
 
     def _fast_encoder(
         self, tid: int, size: int, full: Callable[[Any], bytes]

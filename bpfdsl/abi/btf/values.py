@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import re
 import socket
 import struct
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, cast
 
 from bpfdsl.abi.btf.core import BTF_INT_BOOL, BTF_INT_CHAR, BTF_INT_SIGNED, Btf, BtfType, Kind
 
@@ -578,7 +579,9 @@ def _ipv4_encoder(slow: Callable[[Any], bytes], size: int, is_int: bool) -> Call
     return enc
 
 
-def _text_address_encoder(slow: Callable[[Any], bytes], kind: str, size: int) -> Callable[[Any], bytes]:
+def _text_address_encoder(
+    slow: Callable[[Any], bytes], kind: str, size: int
+) -> Callable[[Any], bytes]:
     if kind == "ipv6":
         v6 = ipaddress.IPv6Address
 
@@ -643,16 +646,43 @@ def _struct_encoder(
 ) -> Callable[[Any], bytes]:
     """One generated function for a struct of named, non-overlapping, non-bitfield
     members: a dict holding exactly its fields packs through one struct.Struct."""
-    members = sorted(t.members, key=lambda m: m.bit_offset)
-    if not members or any(m.bitfield_size or not m.name or m.bit_offset % 8 for m in members):
+    got = _struct_packer(btf, t, size, depth, slow)
+    if got is None:
         return slow
+    names, packm = got
+    ns: dict[str, Any] = {"slow": slow, "packm": packm}
+    src = (
+        "def enc(obj):\n"
+        f"    if type(obj) is dict and len(obj) == {len(names)}:\n"
+        "        try:\n"
+        f"            return packm({', '.join(f'obj[{n!r}]' for n in names)})\n"
+        "        except Exception:  # a value of another form, or out of range\n"
+        "            pass\n"
+        "    return slow(obj)\n"
+    )
+    exec(compile(src, f"<encoder {t.name or 'struct'}>", "exec"), ns)
+    return cast("Callable[[Any], bytes]", ns["enc"])
+
+
+def _struct_packer(
+    btf: Btf, t: BtfType, size: int, depth: int, slow: Callable[[Any], bytes]
+) -> tuple[list[str], Callable[..., bytes]] | None:
+    """(member names in BTF order, a generated function of one argument per member
+    giving the struct's bytes as encode_value gives them for the dict of those members,
+    raising when a value is not of a form it packs itself); None when the struct is
+    not of named, non-overlapping, non-bitfield members."""
+    members = list(t.members)
+    if not members or any(m.bitfield_size or not m.name or m.bit_offset % 8 for m in members):
+        return None
+    if len({m.name for m in members}) != len(members):
+        return None
     fmt, pos = "<", 0
-    ns: dict[str, Any] = {"slow": slow, "pton": socket.inet_pton, "AF_INET": socket.AF_INET}
+    ns: dict[str, Any] = {"pton": socket.inet_pton, "AF_INET": socket.AF_INET}
     args, checks = [], []
-    for i, m in enumerate(members):
+    for i, m in sorted(enumerate(members), key=lambda im: im[1].bit_offset):
         off, msize = m.bit_offset // 8, btf.size_of(m.type)
         if off < pos:
-            return slow  # overlapping members (a union-like layout)
+            return None  # overlapping members (a union-like layout)
         fmt += f"{off - pos}x" if off > pos else ""
         pos = off + msize
         mt, sp = btf.resolve(m.type), value_kind(btf, m.type)
@@ -676,24 +706,88 @@ def _struct_encoder(
         else:
             args.append(f"e{i}({v})")
     if pos > size:
-        return slow
+        return None
     fmt += f"{size - pos}x" if size > pos else ""
     ns["pack"] = struct.Struct(fmt).pack
-    nmem = len(members)
-    get = "".join(f"            v{i} = obj[{m.name!r}]\n" for i, m in enumerate(members))
+    params = ", ".join(f"v{i}" for i in range(len(members)))
     src = (
-        "def enc(obj):\n"
-        f"    if type(obj) is dict and len(obj) == {nmem}:\n"
-        "        try:\n"
-        f"{get}"
-        f"            if {' and '.join(checks) or 'True'}:\n"
-        f"                return pack({', '.join(args)})\n"
-        "        except Exception:  # a value of another form, or out of range\n"
-        "            pass\n"
-        "    return slow(obj)\n"
+        f"def packm({params}):\n"
+        f"    if {' and '.join(checks) or 'True'}:\n"
+        f"        return pack({', '.join(args)})\n"
+        "    raise ValueError('not a form packed here')\n"
     )
-    exec(compile(src, f"<encoder {t.name or 'struct'}>", "exec"), ns)
-    return ns["enc"]
+    exec(compile(src, f"<packer {t.name or 'struct'}>", "exec"), ns)
+    return [m.name for m in members], ns["packm"]
+
+
+# JSON text of one string without escapes (what json decodes to the same characters) or of
+# an integer (JSON's grammar: no leading zeros, no '+'), and JSON's blanks within a line
+_JSON_STR = r'"([^"\\\x00-\x1f]*)"'
+_JSON_INT = r"(-?(?:0|[1-9][0-9]*))"
+_JSON_BLANK = "[ \t]*"
+
+
+def json_line_encoder(
+    btf: Btf, key_tid: int, value_tid: int, key_size: int, value_size: int
+) -> Callable[[str], tuple[bytes, bytes] | None] | None:
+    """For JSON lines files (``bpfdsl map update --from``): a function taking one line and
+    giving the (key bytes, value bytes) :func:`encoder` gives for ``json.loads(line)``'s
+    ``key`` and ``value``, when the line is ``{"key": K, "value": V}`` (as ``json.dumps``
+    writes it, or with other blanks) whose K and V are structs written as objects of
+    every member in BTF order, each an integer or a string without escapes; None for any
+    other line (which then goes through json and the encoder).  The line is read by one
+    regular expression, the struct packed from its groups without building dicts.  None
+    when the key or value type is not such a struct."""
+    parts, fns, convs = [], [], []
+    b = _JSON_BLANK
+    for tid, size in ((key_tid, key_size), (value_tid, value_size)):
+        t = btf.resolve(tid)
+        got = None
+        if t.kind == Kind.STRUCT and not _prefix_struct(btf, t) and not value_kind(btf, tid):
+            got = _struct_packer(btf, t, size, 0, _encode_value_of(btf, tid))
+        if got is None or btf.size_of(tid) != size:
+            return None
+        names, packm = got
+        fields = []
+        for m in t.members:  # the BTF order of names
+            mt, sp = btf.resolve(m.type), value_kind(btf, m.type)
+            if mt.kind == Kind.INT and sp in (None, "be"):
+                form, conv = _JSON_INT, "int({})"  # the form json.dumps writes
+            elif sp in ("ipv4", "ipv6", "mac"):
+                form, conv = _JSON_STR, "{}"
+            else:
+                return None  # nested objects, lists, enums...: json and the encoder
+            fields.append(f"{re.escape(json.dumps(m.name))}{b}:{b}{form}")
+            convs.append(conv)
+        parts.append(f"\\{{{b}{f'{b},{b}'.join(fields)}{b}\\}}")
+        fns.append(packm)
+    pattern = re.compile(
+        f'{b}\\{{{b}"key"{b}:{b}{parts[0]}{b},{b}"value"{b}:{b}{parts[1]}{b}\\}}{b}'
+    )
+    nk = len(btf.resolve(key_tid).members)
+    gs = [f"g{i}" for i in range(len(convs))]
+    args = [c.format(g) for c, g in zip(convs, gs, strict=True)]
+    ns: dict[str, Any] = {"match": pattern.fullmatch, "kpack": fns[0], "vpack": fns[1]}
+    src = (
+        "def line(text):\n"
+        "    m = match(text)\n"
+        "    if m is None:\n"
+        "        return None\n"
+        f"    {', '.join(gs)}, = m.groups()\n"
+        "    try:\n"
+        f"        return kpack({', '.join(args[:nk])}), vpack({', '.join(args[nk:])})\n"
+        "    except Exception:  # a value the packers do not take: json and the encoder\n"
+        "        return None\n"
+    )
+    exec(compile(src, "<json line encoder>", "exec"), ns)
+    return cast("Callable[[str], tuple[bytes, bytes] | None]", ns["line"])
+
+
+def _encode_value_of(btf: Btf, tid: int) -> Callable[[Any], bytes]:
+    def slow(obj: Any) -> bytes:
+        return encode_value(btf, tid, obj)
+
+    return slow
 
 
 def _sized(fn: Callable[[Any], bytes], n: int) -> Callable[[Any], bytes]:
