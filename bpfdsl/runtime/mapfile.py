@@ -19,14 +19,17 @@ import csv
 import io
 import json
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+from bpfdsl.abi.btf.values import JsonLineEncoder
 from bpfdsl.diagnostics import UsageError, error
 
-# the key of an entry whose value is (key bytes, value bytes) already encoded by the map's
-# line encoder (see read_entries' ``encode_line``)
+# the keys of entries already encoded by the map's line encoder (see read_entries'
+# ``encode_line``): the value is (key bytes, value bytes), or for ENCODED_MANY (a list of
+# key bytes, a list of value bytes) of many entries
 ENCODED: Any = type("Encoded", (), {"__repr__": lambda self: "ENCODED"})()
+ENCODED_MANY: Any = type("EncodedMany", (), {"__repr__": lambda self: "ENCODED_MANY"})()
 
 
 LineEncoder = Callable[[str], "tuple[bytes, bytes] | None"]
@@ -35,8 +38,9 @@ LineEncoder = Callable[[str], "tuple[bytes, bytes] | None"]
 def read_entries(path: str, encode_line: LineEncoder | None = None) -> Iterator[tuple[Any, Any]]:
     """The (key, value) entries of the file at ``path`` (``-``: stdin), in file order.
     ``encode_line`` (``MapView.json_line_encoder()``): JSON lines it encodes itself come
-    as ``(ENCODED, (key bytes, value bytes))`` (the bytes the map's encoder gives for the
-    line's key and value), the others as Python values.  Raises UsageError naming the file and line of anything
+    as ``(ENCODED, (key bytes, value bytes))`` or, many lines at once,
+    ``(ENCODED_MANY, (keys, values))`` (the bytes the map's encoder gives for the lines'
+    keys and values), the others as Python values.  Raises UsageError naming the file and line of anything
     it cannot read (before the entries of that line are used: a bad line in a batch stops
     before that batch)."""
     try:
@@ -82,11 +86,47 @@ def _json_entries(
         for i, e in enumerate(entries):
             yield _entry(path, i + 1, e, "entry")
         return
+    if isinstance(encode_line, JsonLineEncoder):
+        yield from _bulk_lines(path, text, encode_line)
+    else:
+        yield from _lines(path, enumerate(text.splitlines(), 1), encode_line)
+
+
+def _bulk_lines(path: str, text: str, enc: JsonLineEncoder) -> Iterator[tuple[Any, Any]]:
+    """The entries of JSON lines, every line at once when each is in the encoder's form:
+    one regular expression over the text (``enc.findall``) and the packing of its groups
+    in one loop (``enc.rows``), yielded as ``(ENCODED_MANY, (keys, values))``; the lines
+    it cannot pack (a value of another form, out of range) one by one as :func:`_lines`.
+    The groups are taken only when there is one per non-empty line: then the i-th is
+    the i-th non-empty line's (a \\n-line holding a line break of str.splitlines, such as
+    U+2028 in a string, would count twice as lines and once as a match)."""
+    every = text.splitlines()
+    groups = enc.findall(text)
+    # matches <= non-blank lines <= non-empty lines: equal counts make them the same lines
+    if len(groups) != len(every) - every.count(""):
+        yield from _lines(path, enumerate(every, 1), enc)
+        return
+    lines: list[tuple[int, str]] = []  # (number, text) of the non-empty lines, when needed
+    at = 0
+    while at < len(groups):
+        keys, values = enc.rows(groups, at)
+        if keys:
+            yield ENCODED_MANY, (keys, values)
+            at += len(keys)
+        if at < len(groups):
+            lines = lines or [(n, ln) for n, ln in enumerate(every, 1) if ln]
+            yield from _lines(path, lines[at : at + 1], None)
+            at += 1
+
+
+def _lines(
+    path: str, lines: Iterable[tuple[int, str]], encode_line: LineEncoder | None
+) -> Iterator[tuple[Any, Any]]:
     # json.loads per line, without its wrapper: the C scanner (scan_once) of a decoder
     # made as json.loads makes its own, on lines that are one object and nothing else;
     # any other line (leading or trailing blanks, bad JSON) goes through json.loads
     scan = json.JSONDecoder().scan_once  # type: ignore[attr-defined]  # json.scanner
-    for n, line in enumerate(text.splitlines(), 1):
+    for n, line in lines:
         if encode_line is not None:
             raw = encode_line(line)
             if raw is not None:

@@ -19,7 +19,7 @@ from bpfdsl.abi.btf.core import Btf, Kind
 from bpfdsl.abi.uapi import BPF_ANY, MapType, is_array, is_indexed, is_percpu
 from bpfdsl.diagnostics import DiagnosticError, UsageError, error
 from bpfdsl.kernel import syscall
-from bpfdsl.runtime.mapfile import ENCODED, LineEncoder
+from bpfdsl.runtime.mapfile import ENCODED, ENCODED_MANY, LineEncoder
 
 _MAX_DUMP = 1_000_000  # entries; a dump is bounded even if the map changes under it
 
@@ -450,6 +450,12 @@ class MapView(MapCodec):
             if key is ENCODED:  # a file's line the map's line encoder took
                 keys.append(value[0])
                 vals.append(value[1])
+            elif key is ENCODED_MANY:  # many such lines
+                keys.extend(value[0])
+                vals.extend(value[1])
+                while len(keys) > batch:  # full batches; the rest waits as entries do
+                    done += self._write(keys[:batch], vals[:batch], flags, done)
+                    del keys[:batch], vals[:batch]
             else:
                 keys.append(enc_key(key))
                 vals.append(enc_vals(value))

@@ -309,3 +309,74 @@ def test_json_lines_read_as_json_loads_per_line(tmp_path, lines):
         assert got[-1][0] == "error" and got[-1][1].startswith(want[-1][1])
     else:
         assert got == want
+
+
+def _expand(entries, ek, ev) -> list:
+    """Entries of read_entries as (key bytes, value bytes), encoding the Python ones."""
+    out = []
+    for k, v in entries:
+        if k is mapfile.ENCODED:
+            out.append(v)
+        elif k is mapfile.ENCODED_MANY:
+            out.extend(zip(*v, strict=True))
+        else:
+            out.append((ek(k), ev(v)))
+    return out
+
+
+@pytest.mark.parametrize("bad", [None, 1, 7, 9])
+def test_json_lines_read_at_once_give_what_each_line_gives(spec, tmp_path, bad):
+    """A JSON lines file read with the map's line encoder (the whole text by one regular
+    expression when every line is in its form, else line by line) gives the entries and
+    the error json.loads per line and the encoder give: lines of other forms, values the
+    packers refuse (taken by the encoder, or refused by it), blank lines, CRLF, U+2028."""
+    btf, m = spec.btf, spec.maps["flat"]
+    line = json_line_encoder(btf, m.key_type_id, m.value_type_id, m.key_size, m.value_size)
+    ek, ev = encoder(btf, m.key_type_id), encoder(btf, m.value_type_id)
+    rng = random.Random(bad)
+
+    def entry(i: int) -> str:  # every member in the form; some values out of range
+        key = {"saddr": f"10.0.{i >> 8}.{i & 255}", "daddr": rng.choice(IPV4[:4]),
+               "sport": rng.choice([1, 65535, 65536] if i % 13 == 5 else [1, 53]),
+               "dport": 53, "proto": rng.choice(U8[:3])}  # fmt: skip
+        value = {"packets": i, "bytes": rng.choice(U64[:3]), "action": i % 3,
+                 "next_hop": rng.choice(MAC[:2]), "delta": -i, "gw": "192.0.2.1",
+                 "gw6": rng.choice(["fd00::1", "::ffff:10.0.0.1", "fd00::1%x"])}  # fmt: skip
+        return json.dumps({"key": key, "value": value})
+
+    texts = [entry(i) for i in range(200)]
+    if bad is not None:
+        texts[bad] = texts[bad][:-1]  # not JSON
+    variants = [
+        texts,
+        texts[:5] + ["", "   "] + texts[5:],
+        [t.replace('"proto": ', '"proto":') for t in texts],
+        texts[:3]
+        + [
+            '{"key": {"saddr": "10.0.0.1", "daddr": "10.0.0.\u20282", "sport": 1,'
+            ' "dport": 2, "proto": 3}, "value": {}}'
+        ]
+        + texts[3:],  # fmt: skip
+    ]
+    for lines in variants:
+        for newline in ("\n", "\r\n"):
+            path = tmp_path / "entries.jsonl"
+            path.write_bytes((newline.join(lines) + newline).encode())
+            want: list = []
+            try:
+                want = _expand(mapfile.read_entries(str(path)), ek, ev)
+            except (UsageError, ValueError) as e:
+                want.append(("error", str(e)))
+            got: list = []
+            try:
+                got = _expand(mapfile.read_entries(str(path), line), ek, ev)
+            except (UsageError, ValueError) as e:
+                got.append(("error", str(e)))
+            assert got == want
+            if bad is None and lines is texts and newline == "\n":  # the text at once
+                kinds = []
+                with pytest.raises((UsageError, StopIteration)):
+                    it = mapfile.read_entries(str(path), line)
+                    while True:
+                        kinds.append(next(it)[0])
+                assert mapfile.ENCODED_MANY in kinds

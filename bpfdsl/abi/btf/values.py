@@ -665,19 +665,30 @@ def _struct_encoder(
 
 
 def _struct_packer(
-    btf: Btf, t: BtfType, size: int, depth: int, slow: Callable[[Any], bytes]
+    btf: Btf,
+    t: BtfType,
+    size: int,
+    depth: int,
+    slow: Callable[[Any], bytes],
+    mac_text: bool = False,
 ) -> tuple[list[str], Callable[..., bytes]] | None:
     """(member names in BTF order, a generated function of one argument per member
     giving the struct's bytes as encode_value gives them for the dict of those members,
     raising when a value is not of a form it packs itself); None when the struct is
-    not of named, non-overlapping, non-bitfield members."""
+    not of named, non-overlapping, non-bitfield members.  ``mac_text``: the caller
+    passes 6-byte MAC members only as text already checked to be ``xx:xx:xx:xx:xx:xx``
+    (hex digits), converted inline."""
     members = list(t.members)
     if not members or any(m.bitfield_size or not m.name or m.bit_offset % 8 for m in members):
         return None
     if len({m.name for m in members}) != len(members):
         return None
     fmt, pos = "<", 0
-    ns: dict[str, Any] = {"pton": socket.inet_pton, "AF_INET": socket.AF_INET}
+    ns: dict[str, Any] = {
+        "pton": socket.inet_pton,
+        "AF_INET": socket.AF_INET,
+        "fromhex": bytes.fromhex,
+    }
     args, checks = [], []
     for i, m in sorted(enumerate(members), key=lambda im: im[1].bit_offset):
         off, msize = m.bit_offset // 8, btf.size_of(m.type)
@@ -701,7 +712,9 @@ def _struct_packer(
         if sub.__name__ == "slow":  # encode_value itself: its bytes checked against the slot
             sub = _sized(sub, msize)
         ns[f"e{i}"] = sub
-        if sp == "ipv4" and msize == 4:  # the common case inline: a.b.c.d text
+        if mac_text and sp == "mac" and msize == 6:
+            args.append(f"fromhex({v}.replace(':', ''))")  # what enc_mac does with it
+        elif sp == "ipv4" and msize == 4:  # the common case inline: a.b.c.d text
             args.append(f"(pton(AF_INET, {v}) if type({v}) is str else e{i}({v}))")
         else:
             args.append(f"e{i}({v})")
@@ -725,11 +738,12 @@ def _struct_packer(
 _JSON_STR = r'"([^"\\\x00-\x1f]*)"'
 _JSON_INT = r"(-?(?:0|[1-9][0-9]*))"
 _JSON_BLANK = "[ \t]*"
+_JSON_MAC = '"((?:[0-9A-Fa-f]{2}:){5}[0-9A-Fa-f]{2})"'  # the text enc_mac takes as it is
 
 
 def json_line_encoder(
     btf: Btf, key_tid: int, value_tid: int, key_size: int, value_size: int
-) -> Callable[[str], tuple[bytes, bytes] | None] | None:
+) -> JsonLineEncoder | None:
     """For JSON lines files (``bpfdsl map update --from``): a function taking one line and
     giving the (key bytes, value bytes) :func:`encoder` gives for ``json.loads(line)``'s
     ``key`` and ``value``, when the line is ``{"key": K, "value": V}`` (as ``json.dumps``
@@ -744,7 +758,7 @@ def json_line_encoder(
         t = btf.resolve(tid)
         got = None
         if t.kind == Kind.STRUCT and not _prefix_struct(btf, t) and not value_kind(btf, tid):
-            got = _struct_packer(btf, t, size, 0, _encode_value_of(btf, tid))
+            got = _struct_packer(btf, t, size, 0, _encode_value_of(btf, tid), mac_text=True)
         if got is None or btf.size_of(tid) != size:
             return None
         names, packm = got
@@ -753,6 +767,8 @@ def json_line_encoder(
             mt, sp = btf.resolve(m.type), value_kind(btf, m.type)
             if mt.kind == Kind.INT and sp in (None, "be"):
                 form, conv = _JSON_INT, "int({})"  # the form json.dumps writes
+            elif sp == "mac" and btf.size_of(m.type) == 6:
+                form, conv = _JSON_MAC, "{}"
             elif sp in ("ipv4", "ipv6", "mac"):
                 form, conv = _JSON_STR, "{}"
             else:
@@ -768,6 +784,7 @@ def json_line_encoder(
     gs = [f"g{i}" for i in range(len(convs))]
     args = [c.format(g) for c, g in zip(convs, gs, strict=True)]
     ns: dict[str, Any] = {"match": pattern.fullmatch, "kpack": fns[0], "vpack": fns[1]}
+    kargs, vargs = ", ".join(args[:nk]), ", ".join(args[nk:])
     src = (
         "def line(text):\n"
         "    m = match(text)\n"
@@ -775,12 +792,46 @@ def json_line_encoder(
         "        return None\n"
         f"    {', '.join(gs)}, = m.groups()\n"
         "    try:\n"
-        f"        return kpack({', '.join(args[:nk])}), vpack({', '.join(args[nk:])})\n"
+        f"        return kpack({kargs}), vpack({vargs})\n"
         "    except Exception:  # a value the packers do not take: json and the encoder\n"
         "        return None\n"
+        "def rows(groups, start):\n"
+        "    keys, values = [], []\n"
+        "    kappend, vappend = keys.append, values.append\n"
+        "    try:\n"
+        f"        for {', '.join(gs)}, in groups[start:]:\n"
+        f"            k = kpack({kargs})\n"
+        f"            kappend(k)  # one list longer than the other: the value failed\n"
+        f"            vappend(vpack({vargs}))\n"
+        "    except Exception:\n"
+        "        pass\n"
+        "    del keys[len(values):]\n"
+        "    return keys, values\n"
     )
     exec(compile(src, "<json line encoder>", "exec"), ns)
-    return cast("Callable[[str], tuple[bytes, bytes] | None]", ns["line"])
+    return JsonLineEncoder(
+        ns["line"], re.compile(f"^{pattern.pattern}$", re.MULTILINE).findall, ns["rows"]
+    )
+
+
+class JsonLineEncoder:
+    """What :func:`json_line_encoder` gives: called with one line, (key bytes, value
+    bytes) or None; :meth:`rows` packs the groups :attr:`findall` finds in a whole text
+    (one tuple per line in the form, ``\\n``-separated lines), from ``start`` up to the
+    first it cannot pack: (keys, values) of the packed ones."""
+
+    def __init__(
+        self,
+        line: Callable[[str], tuple[bytes, bytes] | None],
+        findall: Callable[[str], list[tuple[str, ...]]],
+        rows: Callable[[list[tuple[str, ...]], int], tuple[list[bytes], list[bytes]]],
+    ) -> None:
+        self._line = line
+        self.findall = findall
+        self.rows = rows
+
+    def __call__(self, text: str) -> tuple[bytes, bytes] | None:
+        return self._line(text)
 
 
 def _encode_value_of(btf: Btf, tid: int) -> Callable[[Any], bytes]:
