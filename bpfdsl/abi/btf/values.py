@@ -649,7 +649,7 @@ def _struct_encoder(
     got = _struct_packer(btf, t, size, depth, slow)
     if got is None:
         return slow
-    names, packm = got
+    names, packm = got[0], got[1]
     ns: dict[str, Any] = {"slow": slow, "packm": packm}
     src = (
         "def enc(obj):\n"
@@ -670,14 +670,17 @@ def _struct_packer(
     size: int,
     depth: int,
     slow: Callable[[Any], bytes],
-    mac_text: bool = False,
-) -> tuple[list[str], Callable[..., bytes]] | None:
+    json_text: bool = False,
+    prefix: str = "",
+) -> tuple[list[str], Callable[..., bytes], dict[str, Any], str] | None:
     """(member names in BTF order, a generated function of one argument per member
     giving the struct's bytes as encode_value gives them for the dict of those members,
-    raising when a value is not of a form it packs itself); None when the struct is
-    not of named, non-overlapping, non-bitfield members.  ``mac_text``: the caller
-    passes 6-byte MAC members only as text already checked to be ``xx:xx:xx:xx:xx:xx``
-    (hex digits), converted inline."""
+    raising when a value is not of a form it packs itself, its namespace and the pack
+    expression of its body over the arguments ``{prefix}v{i}``); None when the struct is
+    not of named, non-overlapping, non-bitfield members.  ``json_text``: every argument
+    is the text of a JSON integer (integer members) or of a JSON string without escapes
+    (address members; 6-byte MACs checked to be ``xx:xx:xx:xx:xx:xx`` in hex digits), as
+    :func:`json_line_encoder`'s expression captures them."""
     members = list(t.members)
     if not members or any(m.bitfield_size or not m.name or m.bit_offset % 8 for m in members):
         return None
@@ -697,40 +700,49 @@ def _struct_packer(
         fmt += f"{off - pos}x" if off > pos else ""
         pos = off + msize
         mt, sp = btf.resolve(m.type), value_kind(btf, m.type)
-        v = f"v{i}"
+        v, e = f"{prefix}v{i}", f"{prefix}e{i}"
         if mt.kind == Kind.INT and sp is None and mt.size in (1, 2, 4, 8):
             fmt += INT_CODES[(mt.size, bool(mt.encoding & BTF_INT_SIGNED))]
-            checks.append(f"type({v}) is int")  # struct.pack would take bools, __index__...
-            args.append(v)
+            if json_text:
+                args.append(f"int({v})")
+            else:
+                checks.append(f"type({v}) is int")  # struct.pack takes bools, __index__...
+                args.append(v)
             continue
         fmt += f"{msize}s"
         if mt.kind == Kind.INT and sp == "be":
-            checks.append(f"type({v}) is int")  # to_bytes refuses what does not fit
-            args.append(f"{v}.to_bytes({mt.size}, 'big')")
+            if json_text:
+                args.append(f"int({v}).to_bytes({mt.size}, 'big')")
+            else:
+                checks.append(f"type({v}) is int")  # to_bytes refuses what does not fit
+                args.append(f"{v}.to_bytes({mt.size}, 'big')")
             continue
         sub = _encoder(btf, m.type, depth + 1)
         if sub.__name__ == "slow":  # encode_value itself: its bytes checked against the slot
             sub = _sized(sub, msize)
-        ns[f"e{i}"] = sub
-        if mac_text and sp == "mac" and msize == 6:
+        ns[e] = sub
+        if json_text and sp == "mac" and msize == 6:
             args.append(f"fromhex({v}.replace(':', ''))")  # what enc_mac does with it
+        elif json_text and sp == "ipv4" and msize == 4:
+            args.append(f"pton(AF_INET, {v})")
         elif sp == "ipv4" and msize == 4:  # the common case inline: a.b.c.d text
-            args.append(f"(pton(AF_INET, {v}) if type({v}) is str else e{i}({v}))")
+            args.append(f"(pton(AF_INET, {v}) if type({v}) is str else {e}({v}))")
         else:
-            args.append(f"e{i}({v})")
+            args.append(f"{e}({v})")
     if pos > size:
         return None
     fmt += f"{size - pos}x" if size > pos else ""
-    ns["pack"] = struct.Struct(fmt).pack
-    params = ", ".join(f"v{i}" for i in range(len(members)))
+    ns[f"{prefix}pack"] = struct.Struct(fmt).pack
+    params = ", ".join(f"{prefix}v{i}" for i in range(len(members)))
+    expr = f"{prefix}pack({', '.join(args)})"
     src = (
         f"def packm({params}):\n"
         f"    if {' and '.join(checks) or 'True'}:\n"
-        f"        return pack({', '.join(args)})\n"
+        f"        return {expr}\n"
         "    raise ValueError('not a form packed here')\n"
     )
     exec(compile(src, f"<packer {t.name or 'struct'}>", "exec"), ns)
-    return [m.name for m in members], ns["packm"]
+    return [m.name for m in members], ns["packm"], ns, expr
 
 
 # JSON text of one string without escapes (what json decodes to the same characters) or of
@@ -752,57 +764,55 @@ def json_line_encoder(
     other line (which then goes through json and the encoder).  The line is read by one
     regular expression, the struct packed from its groups without building dicts.  None
     when the key or value type is not such a struct."""
-    parts, fns, convs = [], [], []
+    parts, exprs, params = [], [], []
     b = _JSON_BLANK
-    for tid, size in ((key_tid, key_size), (value_tid, value_size)):
+    ns: dict[str, Any] = {}
+    for tid, size, prefix in ((key_tid, key_size, "k_"), (value_tid, value_size, "v_")):
         t = btf.resolve(tid)
         got = None
         if t.kind == Kind.STRUCT and not _prefix_struct(btf, t) and not value_kind(btf, tid):
-            got = _struct_packer(btf, t, size, 0, _encode_value_of(btf, tid), mac_text=True)
+            slow = _encode_value_of(btf, tid)
+            got = _struct_packer(btf, t, size, 0, slow, json_text=True, prefix=prefix)
         if got is None or btf.size_of(tid) != size:
             return None
-        names, packm = got
         fields = []
         for m in t.members:  # the BTF order of names
             mt, sp = btf.resolve(m.type), value_kind(btf, m.type)
             if mt.kind == Kind.INT and sp in (None, "be"):
-                form, conv = _JSON_INT, "int({})"  # the form json.dumps writes
+                form = _JSON_INT  # the form json.dumps writes
             elif sp == "mac" and btf.size_of(m.type) == 6:
-                form, conv = _JSON_MAC, "{}"
+                form = _JSON_MAC
             elif sp in ("ipv4", "ipv6", "mac"):
-                form, conv = _JSON_STR, "{}"
+                form = _JSON_STR
             else:
                 return None  # nested objects, lists, enums...: json and the encoder
             fields.append(f"{re.escape(json.dumps(m.name))}{b}:{b}{form}")
-            convs.append(conv)
         parts.append(f"\\{{{b}{f'{b},{b}'.join(fields)}{b}\\}}")
-        fns.append(packm)
+        ns.update(got[2])
+        exprs.append(got[3])
+        params += [f"{prefix}v{i}" for i in range(len(t.members))]
     pattern = re.compile(
         f'{b}\\{{{b}"key"{b}:{b}{parts[0]}{b},{b}"value"{b}:{b}{parts[1]}{b}\\}}{b}'
     )
-    nk = len(btf.resolve(key_tid).members)
-    gs = [f"g{i}" for i in range(len(convs))]
-    args = [c.format(g) for c, g in zip(convs, gs, strict=True)]
-    ns: dict[str, Any] = {"match": pattern.fullmatch, "kpack": fns[0], "vpack": fns[1]}
-    kargs, vargs = ", ".join(args[:nk]), ", ".join(args[nk:])
+    ns["match"] = pattern.fullmatch
+    kexpr, vexpr = exprs
     src = (
         "def line(text):\n"
         "    m = match(text)\n"
         "    if m is None:\n"
         "        return None\n"
-        f"    {', '.join(gs)}, = m.groups()\n"
+        f"    {', '.join(params)}, = m.groups()\n"
         "    try:\n"
-        f"        return kpack({kargs}), vpack({vargs})\n"
+        f"        return {kexpr}, {vexpr}\n"
         "    except Exception:  # a value the packers do not take: json and the encoder\n"
         "        return None\n"
         "def rows(groups, start):\n"
         "    keys, values = [], []\n"
         "    kappend, vappend = keys.append, values.append\n"
         "    try:\n"
-        f"        for {', '.join(gs)}, in groups[start:]:\n"
-        f"            k = kpack({kargs})\n"
-        f"            kappend(k)  # one list longer than the other: the value failed\n"
-        f"            vappend(vpack({vargs}))\n"
+        f"        for {', '.join(params)}, in groups[start:]:\n"
+        f"            kappend({kexpr})  # one list longer than the other: the value failed\n"
+        f"            vappend({vexpr})\n"
         "    except Exception:\n"
         "        pass\n"
         "    del keys[len(values):]\n"
