@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import json
 
 OK, FAILED = 0, 1
@@ -143,13 +145,27 @@ def _update_from(args) -> int:
     from bpfdsl.runtime.mapfile import read_entries
     from bpfdsl.runtime.mapview import MapView
 
-    with pin_dir_locked(args.map), MapView(args.map) as m:
-        n = m.update_batch(read_entries(args.from_file), _FLAGS[args.flags])
+    with pin_dir_locked(args.map), MapView(args.map) as m, _no_gc():
+        n = m.update_batch(read_entries(args.from_file, m.json_line_encoder()), _FLAGS[args.flags])
         if args.json:
             print(json.dumps({"map": m.describe()["name"], "updated": n}))
         else:
             print(f"{args.map}: wrote {n} entr{'y' if n == 1 else 'ies'}")
     return OK
+
+
+@contextlib.contextmanager
+def _no_gc():
+    """The cyclic garbage collector off while a file's entries are read and written: they
+    make no cycles, and the collector's passes over the growing lists of entries (tuples
+    of the file's fields) are a good part of the time of a large file."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def cmd_map_delete(args) -> int:

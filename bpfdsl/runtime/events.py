@@ -134,8 +134,7 @@ def make_event(map_name: str, record: RecordType | None, data: bytes, cpu: int |
     return Event(map_name, data, cpu, time_ns, value, pkt, orig)
 
 
-_INT_CODES = {(1, False): "B", (2, False): "H", (4, False): "I", (8, False): "Q",
-              (1, True): "b", (2, True): "h", (4, True): "i", (8, True): "q"}  # fmt: skip
+_INT_CODES = btf_values.INT_CODES
 
 
 def _mac(b: bytes) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import errno
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from bpfdsl.abi.btf import values as btf_values
@@ -19,6 +19,7 @@ from bpfdsl.abi.btf.core import Btf, Kind
 from bpfdsl.abi.uapi import BPF_ANY, ENOTSUPP, MapType, is_array, is_indexed, is_percpu
 from bpfdsl.diagnostics import DiagnosticError, UsageError, error
 from bpfdsl.kernel import syscall
+from bpfdsl.runtime.mapfile import ENCODED, ENCODED_MANY, LineEncoder
 
 _MAX_DUMP = 1_000_000  # entries; a dump is bounded even if the map changes under it
 
@@ -153,6 +154,19 @@ class MapCodec:
         self.percpu = is_percpu(self.type)
         self.ncpu = ncpu if self.percpu else 1
         self.stride = (value_size + 7) & ~7 if self.percpu else value_size
+        self._codecs: dict[int, tuple[Callable[[bytes], Any], Callable[[Any], bytes]]] = {}
+
+    def _codec(self, tid: int) -> tuple[Callable[[bytes], Any], Callable[[Any], bytes]]:
+        """(decoder, encoder) of type ``tid``, compiled once (btf_values.decoder/encoder:
+        format_value's values and encode_value's bytes without the per-call type walk)."""
+        got = self._codecs.get(tid)
+        if got is None:
+            assert self.btf is not None
+            got = self._codecs[tid] = (
+                btf_values.decoder(self.btf, tid),
+                btf_values.encoder(self.btf, tid),
+            )
+        return got
 
     @classmethod
     def for_spec(cls, spec: Any, name: str, ncpu: int = 1) -> MapCodec:
@@ -190,7 +204,7 @@ class MapCodec:
         if self.btf is None or not tid:
             return data.hex(" ")
         try:
-            return btf_values.format_value(self.btf, tid, data)
+            return self._codec(tid)[0](data)
         except (ValueError, KeyError, IndexError):
             return data.hex(" ")
 
@@ -223,7 +237,7 @@ class MapCodec:
         if self.btf is None or not tid:
             return self._parse(tid, str(obj), size, what)
         try:
-            data = btf_values.encode_value(self.btf, tid, obj)
+            data = self._codec(tid)[1](obj)
         except ValueError as e:
             raise UsageError(
                 error("bad-value", f"map {self.name!r}: bad {what} {obj!r}: {e}")
@@ -417,39 +431,90 @@ class MapView(MapCodec):
     def update_batch(
         self, entries: Iterable[tuple[Any, Any]], flags: int = BPF_ANY, *, batch: int = 4096
     ) -> int:
-        """Write every (key, value) of ``entries`` (Python values, as :meth:`set`),
+        """Write every (key, value) of ``entries`` (Python values, as :meth:`set`; an
+        ``(mapfile.ENCODED, (key bytes, value bytes))`` entry is the map's bytes already),
         ``batch`` per system call (BPF_MAP_UPDATE_BATCH; one by one for map kinds without
         it).  Returns how many were written.  Raises UsageError for a value the type
         refuses (nothing of that batch is written) and DiagnosticError from bpf() naming
         the failing entry (the entries before it are written)."""
         done = 0
-        chunk: list[tuple[bytes, bytes]] = []
+        enc_key = self._fast_encoder(self.key_tid, self.key_size, self.encode_key)
+        enc_vals = (
+            self.encode_values
+            if self.percpu
+            else self._fast_encoder(self.value_tid, self.value_size, self.encode_value)
+        )
+        keys: list[bytes] = []
+        vals: list[bytes] = []
         for key, value in entries:
-            chunk.append((self.encode_key(key), self.encode_values(value)))
-            if len(chunk) >= batch:
-                done += self._write(chunk, flags, done)
-                chunk = []
-        if chunk:
-            done += self._write(chunk, flags, done)
+            if key is ENCODED:  # a file's line the map's line encoder took
+                keys.append(value[0])
+                vals.append(value[1])
+            elif key is ENCODED_MANY:  # many such lines
+                keys.extend(value[0])
+                vals.extend(value[1])
+                while len(keys) > batch:  # full batches; the rest waits as entries do
+                    done += self._write(keys[:batch], vals[:batch], flags, done)
+                    del keys[:batch], vals[:batch]
+            else:
+                keys.append(enc_key(key))
+                vals.append(enc_vals(value))
+            if len(keys) >= batch:
+                done += self._write(keys, vals, flags, done)
+                keys, vals = [], []
+        if keys:
+            done += self._write(keys, vals, flags, done)
         return done
 
-    def _write(self, chunk: list[tuple[bytes, bytes]], flags: int, before: int) -> int:
+    def json_line_encoder(self) -> LineEncoder | None:
+        """The encoder of JSON lines whose key and value are structs written member by
+        member (``btf_values.json_line_encoder``) for ``mapfile.read_entries``; None for
+        maps it does not apply to (per-CPU values, no BTF, other key/value types)."""
+        if self.btf is None or not self.key_tid or not self.value_tid or self.percpu:
+            return None
+        return btf_values.json_line_encoder(
+            self.btf, self.key_tid, self.value_tid, self.key_size, self.value_size
+        )
+
+    def _fast_encoder(
+        self, tid: int, size: int, full: Callable[[Any], bytes]
+    ) -> Callable[[Any], bytes]:
+        """``full`` (:meth:`encode_key`/:meth:`encode_value`) with Python values of a
+        typed map going straight to the compiled encoder; text, and anything it refuses,
+        through ``full`` (which raises the UsageError)."""
+        if self.btf is None or not tid:
+            return full
+        enc = self._codec(tid)[1]
+
+        def fast(obj: Any) -> bytes:
+            if type(obj) is not str:
+                try:
+                    data = enc(obj)
+                except ValueError:
+                    return full(obj)
+                if len(data) == size:
+                    return data
+            return full(obj)
+
+        return fast
+
+    def _write(self, keys: list[bytes], vals: list[bytes], flags: int, before: int) -> int:
         if not self._no_batch:
-            keys = b"".join(k for k, _ in chunk)
-            vals = b"".join(v for _, v in chunk)
             try:
-                return syscall.map_update_batch(self.fd, keys, vals, len(chunk), flags)
+                return syscall.map_update_batch(
+                    self.fd, b"".join(keys), b"".join(vals), len(keys), flags
+                )
             except syscall.BpfError as e:
                 if e.errno not in _NO_BATCH or e.done:
-                    at = min(e.done, len(chunk) - 1)
-                    raise self._entry_err("updating", e, before + at, chunk[at][0]) from None
+                    at = min(e.done, len(keys) - 1)
+                    raise self._entry_err("updating", e, before + at, keys[at]) from None
                 self._no_batch = True
-        for i, (k, v) in enumerate(chunk):
+        for i, (k, v) in enumerate(zip(keys, vals, strict=True)):
             try:
                 syscall.map_update(self.fd, k, v, flags)
             except syscall.BpfError as e:
                 raise self._entry_err("updating", e, before + i, k) from None
-        return len(chunk)
+        return len(keys)
 
     def delete_batch(self, keys: Iterable[Any], *, batch: int = 4096) -> int:
         """Delete the entries at ``keys`` (Python values), ``batch`` per system call

@@ -23,8 +23,10 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import re
+import socket
 import struct
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, cast
 
 from bpfdsl.abi.btf.core import BTF_INT_BOOL, BTF_INT_CHAR, BTF_INT_SIGNED, Btf, BtfType, Kind
 
@@ -462,3 +464,401 @@ def _encode_struct(btf: Btf, t: BtfType, obj: Any, size: int, name: str, depth: 
         raw = encode_value(btf, m.type, obj[m.name], depth + 1)
         buf[off : off + len(raw)] = raw
     return bytes(buf)
+
+
+# struct module codes of little-endian integers by (size, signed): one table for the batch
+# readers (bpfdsl.runtime.events.RowCodec) and :func:`encoder`
+INT_CODES = {(1, False): "B", (2, False): "H", (4, False): "I", (8, False): "Q",
+             (1, True): "b", (2, True): "h", (4, True): "i", (8, True): "q"}  # fmt: skip
+
+
+def encoder(btf: Btf, tid: int) -> Callable[[Any], bytes]:
+    """A function encoding a Python value of type ``tid`` to the bytes
+    :func:`encode_value` gives (and raising its ValueError), with the walk over the type
+    done once: for writing many entries of one type (``MapView.update_batch``, ``bpfdsl
+    map update --from``).  Structs of named, non-overlapping members are one generated
+    function packing a ``struct.Struct`` (ints checked to be ``int``, be integers and
+    addresses converted by member); IPv4 text through ``socket.inet_pton`` (as strict as
+    ``ipaddress``: four decimal parts, no leading zeros), IPv4/IPv6 prefixes, MACs, enum
+    names, arrays of any of these.  Any other value or form (``hex:``, text integers,
+    missing struct fields, bitfields...) and any value the fast path refuses goes to
+    :func:`encode_value` itself, so the result and the errors are encode_value's."""
+    return _encoder(btf, tid, 0)
+
+
+def _encoder(btf: Btf, tid: int, depth: int) -> Callable[[Any], bytes]:
+    def slow(obj: Any) -> bytes:
+        return encode_value(btf, tid, obj, depth)
+
+    if depth > _MAX_DEPTH:
+        return slow
+    size = btf.size_of(tid)
+    sp = value_kind(btf, tid)
+    t = btf.resolve(tid)
+    k = t.kind
+    if sp == "ipv4":
+        return _ipv4_encoder(slow, size, k == Kind.INT and t.size == 4)
+    if sp == "ipv6" or sp == "mac":
+        return _text_address_encoder(slow, sp, size)
+    if k == Kind.INT:
+        order: Literal["little", "big"] = "big" if sp == "be" else "little"
+        signed = sp != "be" and bool(t.encoding & BTF_INT_SIGNED)
+        n = t.size
+
+        def enc_int(obj: Any) -> bytes:
+            if type(obj) is int:
+                try:
+                    return obj.to_bytes(n, order, signed=signed)
+                except OverflowError:
+                    pass
+            return slow(obj)
+
+        return enc_int
+    if k in (Kind.ENUM, Kind.ENUM64):
+        names: dict[str, bytes] = {}
+        for m in t.members:
+            if m.name not in names:
+                try:
+                    names[m.name] = m.value.to_bytes(t.size, "little", signed=bool(t.kflag))
+                except OverflowError:
+                    return slow
+        n, esigned = t.size, bool(t.kflag)
+
+        def enc_enum(obj: Any) -> bytes:
+            tp = type(obj)
+            if tp is str:
+                got = names.get(obj)
+                if got is not None:
+                    return got
+            elif tp is int:
+                try:
+                    return obj.to_bytes(n, "little", signed=esigned)
+                except OverflowError:
+                    pass
+            return slow(obj)
+
+        return enc_enum
+    if k == Kind.ARRAY:
+        elem = _encoder(btf, t.type, depth + 1)
+        nelems = t.nelems
+
+        def enc_array(obj: Any) -> bytes:
+            if type(obj) is list and len(obj) <= nelems:
+                try:
+                    return b"".join([elem(x) for x in obj]).ljust(size, b"\0")
+                except Exception:
+                    pass
+            return slow(obj)  # text forms (char arrays, bare u8[6]/u8[16]) and errors
+
+        return enc_array
+    if k == Kind.STRUCT:
+        pk = _prefix_struct(btf, t)
+        if pk:
+            return _prefix_encoder(slow, pk, size, t.members[1].bit_offset // 8)
+        return _struct_encoder(btf, t, size, depth, slow)
+    return slow  # unions, floats, pointers...
+
+
+def _ipv4_encoder(slow: Callable[[Any], bytes], size: int, is_int: bool) -> Callable[[Any], bytes]:
+    """IPv4 text by inet_pton (glibc's inet_pton4 takes exactly what ipaddress takes: four
+    decimal parts 0-255 without leading zeros), and for a be32 an int in network order."""
+    pton, af = socket.inet_pton, socket.AF_INET
+
+    def enc(obj: Any) -> bytes:
+        tp = type(obj)
+        try:
+            if tp is str:
+                raw = pton(af, obj)
+                return raw if size == 4 else raw.ljust(size, b"\0")
+            if tp is int and is_int:
+                return obj.to_bytes(4, "big")
+        except (OSError, OverflowError):
+            pass
+        return slow(obj)
+
+    return enc
+
+
+def _text_address_encoder(
+    slow: Callable[[Any], bytes], kind: str, size: int
+) -> Callable[[Any], bytes]:
+    if kind == "ipv6":
+        v6 = ipaddress.IPv6Address
+
+        def enc6(obj: Any) -> bytes:
+            if type(obj) is str:
+                try:
+                    return v6(obj).packed.ljust(size, b"\0")
+                except ValueError:
+                    pass
+            return slow(obj)
+
+        return enc6
+
+    def enc_mac(obj: Any) -> bytes:
+        # _address's form (six parts of two hex digits) for text with nothing to strip:
+        # 17 characters, a colon at every third and only there, the rest no whitespace
+        if type(obj) is str and len(obj) == 17 and obj[2::3] == ":::::":
+            digits = obj.replace(":", "")
+            if len(digits) == 12 and digits.isalnum():
+                try:
+                    raw = bytes.fromhex(digits)
+                    return raw if size == 6 else raw.ljust(size, b"\0")
+                except ValueError:
+                    pass
+        return slow(obj)
+
+    return enc_mac
+
+
+def _prefix_encoder(
+    slow: Callable[[Any], bytes], kind: str, size: int, off: int
+) -> Callable[[Any], bytes]:
+    """An LPM key from ``ADDR/LEN`` text (LEN decimal digits, no host bits), as _prefix."""
+    bits = 32 if kind == "ipv4" else 128
+    tail = size - off - bits // 8
+    if off < 4 or tail < 0:
+        return slow
+    pad = bytes(off - 4)
+    end = bytes(tail)
+    pton, af = socket.inet_pton, socket.AF_INET
+    v6 = ipaddress.IPv6Address
+
+    def enc(obj: Any) -> bytes:
+        if type(obj) is str:
+            addr, sep, plen = obj.partition("/")
+            if sep and plen.isascii() and plen.isdigit() and "/" not in plen and "%" not in addr:
+                n = int(plen)
+                try:
+                    raw = pton(af, addr) if bits == 32 else v6(addr).packed
+                except (OSError, ValueError):
+                    raw = None
+                if raw is not None and n <= bits:
+                    if not int.from_bytes(raw, "big") & ((1 << (bits - n)) - 1):
+                        return n.to_bytes(4, "little") + pad + raw + end
+        return slow(obj)
+
+    return enc
+
+
+def _struct_encoder(
+    btf: Btf, t: BtfType, size: int, depth: int, slow: Callable[[Any], bytes]
+) -> Callable[[Any], bytes]:
+    """One generated function for a struct of named, non-overlapping, non-bitfield
+    members: a dict holding exactly its fields packs through one struct.Struct."""
+    got = _struct_packer(btf, t, size, depth, slow)
+    if got is None:
+        return slow
+    names, packm = got[0], got[1]
+    ns: dict[str, Any] = {"slow": slow, "packm": packm}
+    src = (
+        "def enc(obj):\n"
+        f"    if type(obj) is dict and len(obj) == {len(names)}:\n"
+        "        try:\n"
+        f"            return packm({', '.join(f'obj[{n!r}]' for n in names)})\n"
+        "        except Exception:  # a value of another form, or out of range\n"
+        "            pass\n"
+        "    return slow(obj)\n"
+    )
+    exec(compile(src, f"<encoder {t.name or 'struct'}>", "exec"), ns)
+    return cast("Callable[[Any], bytes]", ns["enc"])
+
+
+def _struct_packer(
+    btf: Btf,
+    t: BtfType,
+    size: int,
+    depth: int,
+    slow: Callable[[Any], bytes],
+    json_text: bool = False,
+    prefix: str = "",
+) -> tuple[list[str], Callable[..., bytes], dict[str, Any], str] | None:
+    """(member names in BTF order, a generated function of one argument per member
+    giving the struct's bytes as encode_value gives them for the dict of those members,
+    raising when a value is not of a form it packs itself, its namespace and the pack
+    expression of its body over the arguments ``{prefix}v{i}``); None when the struct is
+    not of named, non-overlapping, non-bitfield members.  ``json_text``: every argument
+    is the text of a JSON integer (integer members) or of a JSON string without escapes
+    (address members; 6-byte MACs checked to be ``xx:xx:xx:xx:xx:xx`` in hex digits), as
+    :func:`json_line_encoder`'s expression captures them."""
+    members = list(t.members)
+    if not members or any(m.bitfield_size or not m.name or m.bit_offset % 8 for m in members):
+        return None
+    if len({m.name for m in members}) != len(members):
+        return None
+    fmt, pos = "<", 0
+    ns: dict[str, Any] = {
+        "pton": socket.inet_pton,
+        "AF_INET": socket.AF_INET,
+        "fromhex": bytes.fromhex,
+    }
+    args, checks = [], []
+    for i, m in sorted(enumerate(members), key=lambda im: im[1].bit_offset):
+        off, msize = m.bit_offset // 8, btf.size_of(m.type)
+        if off < pos:
+            return None  # overlapping members (a union-like layout)
+        fmt += f"{off - pos}x" if off > pos else ""
+        pos = off + msize
+        mt, sp = btf.resolve(m.type), value_kind(btf, m.type)
+        v, e = f"{prefix}v{i}", f"{prefix}e{i}"
+        if mt.kind == Kind.INT and sp is None and mt.size in (1, 2, 4, 8):
+            fmt += INT_CODES[(mt.size, bool(mt.encoding & BTF_INT_SIGNED))]
+            if json_text:
+                args.append(f"int({v})")
+            else:
+                checks.append(f"type({v}) is int")  # struct.pack takes bools, __index__...
+                args.append(v)
+            continue
+        fmt += f"{msize}s"
+        if mt.kind == Kind.INT and sp == "be":
+            if json_text:
+                args.append(f"int({v}).to_bytes({mt.size}, 'big')")
+            else:
+                checks.append(f"type({v}) is int")  # to_bytes refuses what does not fit
+                args.append(f"{v}.to_bytes({mt.size}, 'big')")
+            continue
+        sub = _encoder(btf, m.type, depth + 1)
+        if sub.__name__ == "slow":  # encode_value itself: its bytes checked against the slot
+            sub = _sized(sub, msize)
+        ns[e] = sub
+        if json_text and sp == "mac" and msize == 6:
+            args.append(f"fromhex({v}.replace(':', ''))")  # what enc_mac does with it
+        elif json_text and sp == "ipv4" and msize == 4:
+            args.append(f"pton(AF_INET, {v})")
+        elif sp == "ipv4" and msize == 4:  # the common case inline: a.b.c.d text
+            args.append(f"(pton(AF_INET, {v}) if type({v}) is str else {e}({v}))")
+        else:
+            args.append(f"{e}({v})")
+    if pos > size:
+        return None
+    fmt += f"{size - pos}x" if size > pos else ""
+    ns[f"{prefix}pack"] = struct.Struct(fmt).pack
+    params = ", ".join(f"{prefix}v{i}" for i in range(len(members)))
+    expr = f"{prefix}pack({', '.join(args)})"
+    src = (
+        f"def packm({params}):\n"
+        f"    if {' and '.join(checks) or 'True'}:\n"
+        f"        return {expr}\n"
+        "    raise ValueError('not a form packed here')\n"
+    )
+    exec(compile(src, f"<packer {t.name or 'struct'}>", "exec"), ns)
+    return [m.name for m in members], ns["packm"], ns, expr
+
+
+# JSON text of one string without escapes (what json decodes to the same characters) or of
+# an integer (JSON's grammar: no leading zeros, no '+'), and JSON's blanks within a line
+_JSON_STR = r'"([^"\\\x00-\x1f]*)"'
+_JSON_INT = r"(-?(?:0|[1-9][0-9]*))"
+_JSON_BLANK = "[ \t]*"
+_JSON_MAC = '"((?:[0-9A-Fa-f]{2}:){5}[0-9A-Fa-f]{2})"'  # the text enc_mac takes as it is
+
+
+def json_line_encoder(
+    btf: Btf, key_tid: int, value_tid: int, key_size: int, value_size: int
+) -> JsonLineEncoder | None:
+    """For JSON lines files (``bpfdsl map update --from``): a function taking one line and
+    giving the (key bytes, value bytes) :func:`encoder` gives for ``json.loads(line)``'s
+    ``key`` and ``value``, when the line is ``{"key": K, "value": V}`` (as ``json.dumps``
+    writes it, or with other blanks) whose K and V are structs written as objects of
+    every member in BTF order, each an integer or a string without escapes; None for any
+    other line (which then goes through json and the encoder).  The line is read by one
+    regular expression, the struct packed from its groups without building dicts.  None
+    when the key or value type is not such a struct."""
+    parts, exprs, params = [], [], []
+    b = _JSON_BLANK
+    ns: dict[str, Any] = {}
+    for tid, size, prefix in ((key_tid, key_size, "k_"), (value_tid, value_size, "v_")):
+        t = btf.resolve(tid)
+        got = None
+        if t.kind == Kind.STRUCT and not _prefix_struct(btf, t) and not value_kind(btf, tid):
+            slow = _encode_value_of(btf, tid)
+            got = _struct_packer(btf, t, size, 0, slow, json_text=True, prefix=prefix)
+        if got is None or btf.size_of(tid) != size:
+            return None
+        fields = []
+        for m in t.members:  # the BTF order of names
+            mt, sp = btf.resolve(m.type), value_kind(btf, m.type)
+            if mt.kind == Kind.INT and sp in (None, "be"):
+                form = _JSON_INT  # the form json.dumps writes
+            elif sp == "mac" and btf.size_of(m.type) == 6:
+                form = _JSON_MAC
+            elif sp in ("ipv4", "ipv6", "mac"):
+                form = _JSON_STR
+            else:
+                return None  # nested objects, lists, enums...: json and the encoder
+            fields.append(f"{re.escape(json.dumps(m.name))}{b}:{b}{form}")
+        parts.append(f"\\{{{b}{f'{b},{b}'.join(fields)}{b}\\}}")
+        ns.update(got[2])
+        exprs.append(got[3])
+        params += [f"{prefix}v{i}" for i in range(len(t.members))]
+    pattern = re.compile(
+        f'{b}\\{{{b}"key"{b}:{b}{parts[0]}{b},{b}"value"{b}:{b}{parts[1]}{b}\\}}{b}'
+    )
+    ns["match"] = pattern.fullmatch
+    kexpr, vexpr = exprs
+    src = (
+        "def line(text):\n"
+        "    m = match(text)\n"
+        "    if m is None:\n"
+        "        return None\n"
+        f"    {', '.join(params)}, = m.groups()\n"
+        "    try:\n"
+        f"        return {kexpr}, {vexpr}\n"
+        "    except Exception:  # a value the packers do not take: json and the encoder\n"
+        "        return None\n"
+        "def rows(groups, start):\n"
+        "    keys, values = [], []\n"
+        "    kappend, vappend = keys.append, values.append\n"
+        "    try:\n"
+        f"        for {', '.join(params)}, in groups[start:]:\n"
+        f"            kappend({kexpr})  # one list longer than the other: the value failed\n"
+        f"            vappend({vexpr})\n"
+        "    except Exception:\n"
+        "        pass\n"
+        "    del keys[len(values):]\n"
+        "    return keys, values\n"
+    )
+    exec(compile(src, "<json line encoder>", "exec"), ns)
+    return JsonLineEncoder(
+        ns["line"], re.compile(f"^{pattern.pattern}$", re.MULTILINE).findall, ns["rows"]
+    )
+
+
+class JsonLineEncoder:
+    """What :func:`json_line_encoder` gives: called with one line, (key bytes, value
+    bytes) or None; :meth:`rows` packs the groups :attr:`findall` finds in a whole text
+    (one tuple per line in the form, ``\\n``-separated lines), from ``start`` up to the
+    first it cannot pack: (keys, values) of the packed ones."""
+
+    def __init__(
+        self,
+        line: Callable[[str], tuple[bytes, bytes] | None],
+        findall: Callable[[str], list[tuple[str, ...]]],
+        rows: Callable[[list[tuple[str, ...]], int], tuple[list[bytes], list[bytes]]],
+    ) -> None:
+        self._line = line
+        self.findall = findall
+        self.rows = rows
+
+    def __call__(self, text: str) -> tuple[bytes, bytes] | None:
+        return self._line(text)
+
+
+def _encode_value_of(btf: Btf, tid: int) -> Callable[[Any], bytes]:
+    def slow(obj: Any) -> bytes:
+        return encode_value(btf, tid, obj)
+
+    return slow
+
+
+def _sized(fn: Callable[[Any], bytes], n: int) -> Callable[[Any], bytes]:
+    """``fn`` raising when its bytes do not fill the ``n``-byte slot (the struct's slow
+    path then writes what encode_value writes)."""
+
+    def enc(obj: Any) -> bytes:
+        raw = fn(obj)
+        if len(raw) != n:
+            raise ValueError("size")
+        return raw
+
+    return enc
