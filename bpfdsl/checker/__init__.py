@@ -35,6 +35,7 @@ from bpfdsl.checker.analyzer import INSN_LIMIT, HotSpot, Outcome, Tables, analyz
 from bpfdsl.checker.cfg import CfgError, build_cfg
 from bpfdsl.checker.ctx import ctx_for_program_type
 from bpfdsl.checker.env import Env, Fault, MapRef
+from bpfdsl.checker.fixups import patch_range_fault, patched_length
 from bpfdsl.checker.report import TIMEOUT, CheckError, CheckResult, ProgramResult, SourceLine
 from bpfdsl.checker.subprog import (
     changes_pkt_data,
@@ -307,6 +308,8 @@ def check_insns(
                 line_at,
             )
         )
+    if out.fault is None and not out.timed_out:
+        _patch_range(env, insns, cfg.slots, out.visits, res, line_at)
     for i, f in env.warnings:
         w = _mk(insns, cfg.slots, i, f.code, f.message, f.explain, {}, "", line_at)
         w.severity = "warning"
@@ -317,6 +320,17 @@ def check_insns(
             res.warnings.append(w)
     res.seconds = time.perf_counter() - t0
     return res
+
+
+def _patch_range(env: Env, insns, slots, visits, res: ProgramResult, line_at) -> None:
+    """The kernel's rewrite after verification (checker.fixups): the model's rewritten
+    length into ``res.xlated_count``, and its refusal when a jump no longer fits."""
+    res.xlated_count = patched_length(env, insns, slots, visits)
+    hit = patch_range_fault(env, insns, slots, visits)
+    if hit is not None:
+        i, f = hit
+        explain = _name_lines(f.explain, f.at, line_at)
+        res.errors.append(_mk(insns, slots, i, f.code, f.message, explain, {}, "", line_at))
 
 
 def _verify(env: Env, cfg, deadline: float | None) -> Outcome:
