@@ -41,6 +41,12 @@ insn order, ctx conversions first.
 :func:`patch_range_fault` finds the first patch, in the kernel's order, that pushes a
 jump out of range, and :func:`patched_length` is the model's ``xlated_prog_len / 8``.
 
+The sizes are those of the kernel functions named; tests/checker/test_checker_fixups.py
+checks the whole model against 6.18's own ``xlated_prog_len`` (progs/ and programs holding
+each rewrite above) and the 16-bit boundary against 6.18's refusal.  Not checked there:
+mod by a register (LLVM writes ``a % b`` as div, mul, sub), the signed div/mod forms, the
+map-in-map and xskmap lookups.
+
 What is not modelled (each counted as one insn, so the model can only under-estimate the
 growth and never refuses a program for it): ctx fields outside :data:`CTX_SIZES` (narrow
 ctx loads' shift/mask, sock_ops fields other than those listed, tc/skb programs'
