@@ -31,11 +31,11 @@ from bpfdsl.abi.uapi import (
     ProgramType,
 )
 from bpfdsl.checker import features as F
+from bpfdsl.checker import fixups
 from bpfdsl.checker.analyzer import INSN_LIMIT, HotSpot, Outcome, Tables, analyze, hot_spot
 from bpfdsl.checker.cfg import CfgError, build_cfg
 from bpfdsl.checker.ctx import ctx_for_program_type
 from bpfdsl.checker.env import Env, Fault, MapRef
-from bpfdsl.checker.fixups import patch_range_fault, patched_length
 from bpfdsl.checker.report import TIMEOUT, CheckError, CheckResult, ProgramResult, SourceLine
 from bpfdsl.checker.subprog import (
     changes_pkt_data,
@@ -325,8 +325,9 @@ def check_insns(
 def _patch_range(env: Env, insns, slots, visits, res: ProgramResult, line_at) -> None:
     """The kernel's rewrite after verification (checker.fixups): the model's rewritten
     length into ``res.xlated_count``, and its refusal when a jump no longer fits."""
-    res.xlated_count = patched_length(env, insns, slots, visits)
-    hit = patch_range_fault(env, insns, slots, visits)
+    lay, targets = fixups.layout(env, insns, slots, visits)
+    res.xlated_count = lay.length
+    hit = fixups.range_fault(lay, targets, insns, slots)
     if hit is not None:
         i, f = hit
         explain = _name_lines(f.explain, f.at, line_at)

@@ -257,7 +257,8 @@ def layout(
     for p in lay.misc:
         sizes[p.idx] = sizes.get(p.idx, 1) + p.size - 1
     lay.length = sum(sizes.get(i, insns[i].width) for i in kept)
-    return lay, {i: t for i, t in targets.items() if i in set(kept)}
+    live_set = set(kept)
+    return lay, {i: t for i, t in targets.items() if i in live_set}
 
 
 def _call_patch(env: Env, i: int, helper_id: int) -> Patch | None:
@@ -292,6 +293,13 @@ def patch_range_fault(
     """The first patch, in the kernel's order, that leaves a jump's offset out of its
     16-bit range (list index of the patched insn, and the kernel's refusal), or None."""
     lay, targets = layout(env, insns, slots, visits)
+    return range_fault(lay, targets, insns, slots)
+
+
+def range_fault(
+    lay: Layout, targets: dict[int, int], insns: Sequence[Insn], slots: Sequence[int]
+) -> tuple[int, Fault] | None:
+    """:func:`patch_range_fault` of a :func:`layout` already made."""
     if lay.length <= S16_MAX:
         return None  # bpf_patch_insn_single probes only above S16_MAX insns
     pos = {i: k for k, i in enumerate(lay.kept)}  # position after dead code / nops
