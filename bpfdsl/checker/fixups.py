@@ -351,8 +351,8 @@ def range_fault(
         PATCH_RANGE,
         f"insn {slots[i]} cannot be patched due to 16-bit range",
         f"after verification the kernel rewrites instructions ({made}): the program grows "
-        f"to {lay.length:,} insns, and the {what} here moves {jump} at insn {slots[a]} "
-        f"(to insn {slots[t]}) past the 16-bit offset a BPF jump has (the load fails "
+        f"to {lay.length:,} insns, and the {what} here moves {jump} to insn {slots[t]} "
+        f"at insn {slots[a]} past the 16-bit offset a BPF jump has (the load fails "
         "with ENOMEM). Compile with --mcpu v4 (LLVM then writes long jumps as gotol, "
         "whose offset is 32-bit), or split the program (tail calls) or do fewer inlined "
         "map lookups between the jump and its target",
