@@ -32,6 +32,7 @@ from bpfdsl.abi.uapi import (
     ProgramType,
 )
 from bpfdsl.checker import features as F
+from bpfdsl.checker import fixups
 from bpfdsl.checker.analyzer import INSN_LIMIT, HotSpot, Outcome, Tables, analyze, hot_spot
 from bpfdsl.checker.cfg import CfgError, build_cfg
 from bpfdsl.checker.ctx import ctx_for_program_type
@@ -306,6 +307,8 @@ def check_insns(
                 line_at,
             )
         )
+    if out.fault is None and not out.timed_out:
+        _patch_range(env, insns, cfg.slots, out.visits, res, line_at)
     for i, f in env.warnings:
         w = _mk(insns, cfg.slots, i, f.code, f.message, f.explain, {}, "", line_at)
         w.severity = "warning"
@@ -316,6 +319,18 @@ def check_insns(
             res.warnings.append(w)
     res.seconds = time.perf_counter() - t0
     return res
+
+
+def _patch_range(env: Env, insns, slots, visits, res: ProgramResult, line_at) -> None:
+    """The kernel's rewrite after verification (checker.fixups): the model's rewritten
+    length into ``res.xlated_count``, and its refusal when a jump no longer fits."""
+    lay, targets = fixups.layout(env, insns, slots, visits)
+    res.xlated_count = lay.length
+    hit = fixups.range_fault(lay, targets, insns, slots)
+    if hit is not None:
+        i, f = hit
+        explain = _name_lines(f.explain, f.at, line_at)
+        res.errors.append(_mk(insns, slots, i, f.code, f.message, explain, {}, "", line_at))
 
 
 def _verify(env: Env, cfg, deadline: float | None) -> Outcome:

@@ -25,6 +25,7 @@ from bpfdsl.checker import domain as D
 from bpfdsl.checker import features as F
 from bpfdsl.checker import refs as R
 from bpfdsl.checker.env import Env, Fault
+from bpfdsl.checker.fixups import POISON
 from bpfdsl.checker.mem import check_access, ringbuf_mem
 from bpfdsl.checker.stack import check_bounds, stack_range_readable, stack_range_written
 from bpfdsl.checker.state import State
@@ -337,6 +338,10 @@ def check_helper_call(env: Env, st: State, helper_id: int, idx: int) -> None:
             R.spin_lock(env, st, regno, r, h.name == "spin_lock", idx)
     if map_fault is not None:
         raise map_fault
+    if map_obj is not None:  # kernel record_func_map (the rewrite's inlined lookup needs one)
+        seen_map = env.call_maps.setdefault(env.cur_idx, map_obj)
+        if seen_map is not map_obj:
+            env.call_maps[env.cur_idx] = POISON
     if helper_id == 1 and map_obj is not None and map_obj.map_type in F.LOOKUP_MIN:
         kind_name = MapType(map_obj.map_type).name.lower()
         env.need(F.LOOKUP_MIN[map_obj.map_type], f"bpf_map_lookup_elem on a {kind_name}", (1,))

@@ -121,6 +121,10 @@ class Env:
     # load/store went through first (kernel insn_aux_data ptr_type, save_aux_ptr_type)
     ref_insn: dict[int, tuple[int, str]] = field(default_factory=dict)
     ptr_type_at: dict[int, int] = field(default_factory=dict)
+    # for the kernel's rewrite after verification (checker.fixups): helper call insn index
+    # -> the map its map argument was (fixups.POISON once two paths passed different maps:
+    # kernel record_func_map, insn_aux_data map_ptr_state)
+    call_maps: dict[int, object] = field(default_factory=dict)
 
     def precise(self, regno: int) -> None:
         """The current insn relies on the exact range of scalar ``regno``."""

@@ -96,7 +96,9 @@ class CheckError:
 @dataclass(slots=True)
 class ProgramResult:
     """Outcome for one program: ``ok`` when no error (warnings allowed); ``insns_processed``
-    counts instructions walked (the kernel's "processed N insns"); ``seconds`` wall time."""
+    counts instructions walked (the kernel's "processed N insns"); ``seconds`` wall time;
+    ``insn_count`` the program's insns (slots), ``xlated_count`` the model's count after the
+    kernel's rewrite (checker.fixups)."""
 
     name: str
     section: str
@@ -106,6 +108,9 @@ class ProgramResult:
     states: int = 0
     seconds: float = 0.0
     insn_count: int = 0
+    # insns (slots) of the program as the kernel rewrites it after verification
+    # (checker.fixups: its xlated_prog_len / 8); 0 when the walk did not finish
+    xlated_count: int = 0
 
     @property
     def ok(self) -> bool:
