@@ -12,7 +12,6 @@ import random
 import shutil
 import sys
 import tempfile
-import time
 
 import pytest
 from support.paths import ROOT
@@ -32,7 +31,6 @@ def _load_script():
 @pytest.mark.skipif(shutil.which("clang-19") is None, reason="needs clang-19")
 def test_check_agrees_with_kernel_on_fixed_slice():
     dt = _load_script()
-    t0 = time.monotonic()
     with tempfile.TemporaryDirectory() as tmp:
         corpus = dt.build_corpus(
             seed=7,
@@ -78,4 +76,3 @@ def test_check_agrees_with_kernel_on_fixed_slice():
     assert agree >= 0.95 * total, bad
     assert len(counted) >= 50 and all(it in counted for it in near), bad
     assert not off, off
-    assert time.monotonic() - t0 < 120
