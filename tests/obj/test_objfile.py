@@ -136,7 +136,7 @@ def test_fuzzed_objects_raise_only_usage_errors():
     """A few hundred mutated objects: each reads or raises UsageError, never anything else."""
     rng = random.Random(1234)
     bases = [build(n).read_bytes() for n in ("compat_multi", "compat_maps", "xdp_acl")]
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 600  # a hang guard, not a speed test
     outcomes = {"ok": 0, "usage": 0}
     for n in range(400):
         assert time.monotonic() < deadline, "fuzz loop took too long"
