@@ -1,4 +1,5 @@
-"""Throw-away network namespaces and veth pairs for the benchmarks (iproute2 commands).
+"""Throw-away network namespaces and veth pairs for the benchmarks
+(:func:`bpfdsl.kernel.netlink.veth_pair`; iproute2 for the scripts' own commands).
 
 Every name carries a random suffix; :class:`VethNs` removes its namespace (which takes the
 veths and any XDP attached to them with it) in ``__exit__``, also after an exception or
@@ -9,10 +10,12 @@ than ``ip netns exec``: the latter mounts a fresh sysfs, hiding /sys/fs/bpf pins
 from __future__ import annotations
 
 import secrets
-import subprocess
 from collections.abc import Sequence
+from contextlib import ExitStack
 
 import benchlib as B
+
+from bpfdsl.kernel import netlink
 
 
 class VethNs:
@@ -27,7 +30,7 @@ class VethNs:
         self.name = f"bpfb-{self.suffix}"
         self.pairs = [(f"va{i}-{self.suffix}", f"vb{i}-{self.suffix}") for i in range(pairs)]
         self.mtu = mtu
-        self._made = False
+        self._stack: ExitStack | None = None
 
     def in_ns(self, cmd: Sequence[str]) -> list[str]:
         return ["nsenter", f"--net=/run/netns/{self.name}", *cmd]
@@ -43,36 +46,22 @@ class VethNs:
         B.require_root()
         B.require_tool("ip", "apt-get install iproute2")
         B.require_tool("nsenter", "apt-get install util-linux")
-        B.run(["ip", "netns", "add", self.name])
-        self._made = True
-        try:
-            self.ip("link", "set", "lo", "up")
+        with ExitStack() as stack:
+            stack.callback(netlink.remove_netns, self.name)  # first: an interrupt may come
+            netlink.create_netns(self.name)  # loopback up
             for a, b in self.pairs:
-                self.ip(
-                    "link",
-                    "add",
-                    a,
-                    "mtu",
-                    str(self.mtu),
-                    "type",
-                    "veth",
-                    "peer",
-                    "name",
-                    b,
-                    "mtu",
-                    str(self.mtu),
+                stack.enter_context(
+                    netlink.veth_pair(
+                        a, b, netns_a=self.name, netns_b=self.name, make_netns=False, mtu=self.mtu
+                    )
                 )
-                self.ip("link", "set", a, "up")
-                self.ip("link", "set", b, "up")
-        except BaseException:
-            self.close()
-            raise
+            self._stack = stack.pop_all()
         return self
 
     def close(self) -> None:
-        if self._made:
-            subprocess.run(["ip", "netns", "del", self.name], capture_output=True, timeout=30)
-            self._made = False
+        if self._stack is not None:
+            stack, self._stack = self._stack, None
+            stack.close()
 
     def __exit__(self, *exc) -> None:
         self.close()

@@ -14,8 +14,9 @@ import os
 import socket
 import struct
 import threading
+import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass
 
 from bpfdsl.abi.uapi import XdpFlags
@@ -339,6 +340,144 @@ def delete_link(dev: str, *, netns: str | None = None) -> None:
         except OSError:
             return  # already gone
         ipr.link("del", index=idx)
+
+
+def unique_name(prefix: str) -> str:
+    """``prefix`` + 6 random hex digits; for interface names keep ``prefix`` <= 9
+    characters (IFNAMSIZ: names are at most 15)."""
+    return f"{prefix}{uuid.uuid4().hex[:6]}"
+
+
+@dataclass(frozen=True, slots=True)
+class VethEnd:
+    """One end of a :func:`veth_pair`: interface ``name``, its ``ifindex`` inside
+    ``netns`` (None: the namespace of the caller), ``mac`` (text, ``aa:bb:...``) and
+    ``address`` (IPv4 text without prefix length, or None)."""
+
+    name: str
+    ifindex: int
+    netns: str | None
+    mac: str
+    address: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class VethPair:
+    """What :func:`veth_pair` made: ends ``a`` and ``b`` and the namespaces it created
+    (``made_netns``; removed on exit)."""
+
+    a: VethEnd
+    b: VethEnd
+    made_netns: tuple[str, ...]
+
+
+def _disable_ipv6(dev: str, netns: str | None) -> None:
+    """``net.ipv6.conf.DEV.disable_ipv6 = 1`` (/proc/sys/net is the calling thread's
+    namespace); no error where IPv6 is not built in."""
+    try:
+        with in_netns(netns) if netns else nullcontext():
+            with open(f"/proc/sys/net/ipv6/conf/{dev}/disable_ipv6", "w") as f:
+                f.write("1")
+    except OSError:
+        pass
+
+
+def _if_mine(mine: list[bool], fn, *args, **kwargs) -> None:
+    if mine[0]:
+        fn(*args, **kwargs)
+
+
+@contextmanager
+def veth_pair(
+    name_a: str | None = None,
+    name_b: str | None = None,
+    *,
+    netns_a: str | None = None,
+    netns_b: str | None = None,
+    make_netns: bool = True,
+    addrs: tuple[str | None, str | None] = (None, None),
+    prefixlen: int = 24,
+    up: bool = True,
+    mtu: int | None = None,
+    neighbours: bool = False,
+    disable_ipv6: bool = False,
+    prefix: str = "veth",
+) -> Iterator[VethPair]:
+    """A veth pair ``name_a`` <-> ``name_b`` for the body; everything made is removed on
+    exit, also on exceptions and KeyboardInterrupt (turn SIGTERM into one with
+    :func:`bpfdsl.runtime.demo.sigterm_as_interrupt`).
+
+    ``name_a``/``name_b``: interface names (1-15 characters); None makes a unique one,
+    ``prefix`` + ``a``/``b`` + 6 hex digits.  ``netns_a``/``netns_b``: the named network
+    namespace (``/run/netns/NAME``) of each end, None for the caller's namespace.  With
+    ``make_netns`` (the default) the given namespaces are created here (loopback up)
+    and removed on exit, which takes the veth and any XDP program on it with them; with
+    ``make_netns=False`` they must exist and are left alone.  ``addrs``: IPv4 address
+    (text) of end a and end b or None, each ``/prefixlen``.  ``up``: bring both ends up
+    (a veth has carrier only while both are).  ``mtu``: bytes of L3 payload per frame
+    (IFLA_MTU) of both ends; None keeps the kernel's default (1500).  ``neighbours``:
+    permanent neighbour (ARP) entries for the other end's address on each end, so no ARP
+    round trip is needed (needs both ``addrs``).  ``disable_ipv6``: IPv6 off on both
+    ends before they come up (no router solicitation, DAD or MLD frames).
+
+    Cleaned up on exit: a namespace this call created (removed, taking its interfaces);
+    else the veth itself (deleting one end deletes the pair, drivers/net/veth.c).
+    Removal is registered before each creation, so an interrupt at any moment leaves
+    nothing; a link that was never made by this call is not deleted.
+    Raises OSError / pyroute2 NetlinkError from the kernel (EEXIST for a taken name).
+    """
+    name_a = name_a or unique_name(f"{prefix}a")
+    name_b = name_b or unique_name(f"{prefix}b")
+    with ExitStack() as stack:
+        made: list[str] = []
+        if make_netns:
+            for made_ns in dict.fromkeys(n for n in (netns_a, netns_b) if n):
+                mine = [True]
+                # registered before creating: an interrupt may come at any moment
+                stack.callback(_if_mine, mine, remove_netns, made_ns)
+                try:
+                    create_netns(made_ns)
+                except OSError as e:
+                    if e.errno == errno.EEXIST:  # someone else's: not ours to remove
+                        mine[0] = False
+                    raise
+                made.append(made_ns)
+        # create in the namespace of one end, with the peer moved to the other's
+        here_ns: str | None = netns_a
+        there_ns: str | None = netns_b
+        here, there = name_a, name_b
+        if netns_a is not None and netns_b is None:
+            here_ns, here, there_ns, there = netns_b, name_b, netns_a, name_a
+        peer_ns = there_ns if there_ns != here_ns else None
+        owned = [True]
+        if here_ns not in made:  # the veth outlives no namespace of ours: delete it
+            stack.callback(_if_mine, owned, delete_link, here, netns=here_ns)
+        try:
+            with in_netns(here_ns) if here_ns else nullcontext():
+                create_veth(here, there, peer_netns=peer_ns)
+        except Exception:
+            owned[0] = False  # refused (a taken name...): never ours
+            raise
+        ends = ((name_a, netns_a), (name_b, netns_b))
+        if disable_ipv6:
+            for dev, ns in ends:
+                _disable_ipv6(dev, ns)
+        macs = []
+        for (dev, ns), addr in zip(ends, addrs, strict=True):
+            if mtu is not None:
+                with _ipr(ns) as ipr:
+                    ipr.link("set", index=_index(dev, ns), mtu=mtu)
+            macs.append(configure(dev, netns=ns, address=addr, prefixlen=prefixlen, up=up))
+        if neighbours:
+            if None in addrs:
+                raise ValueError("veth_pair(neighbours=True) needs both addrs")
+            add_neighbour(name_a, str(addrs[1]), macs[1], netns=netns_a)
+            add_neighbour(name_b, str(addrs[0]), macs[0], netns=netns_b)
+        a, b = (
+            VethEnd(dev, _index(dev, ns), ns, mac, addr)
+            for (dev, ns), mac, addr in zip(ends, macs, addrs, strict=True)
+        )
+        yield VethPair(a, b, tuple(made))
 
 
 # ---- can an interface transmit XDP-redirected frames? (raw netlink: the attach path) --

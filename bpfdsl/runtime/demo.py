@@ -118,15 +118,19 @@ def run_demo(
     outer_ip = socket.inet_ntoa((base + 2).to_bytes(4, "big"))
     result = DemoResult(mode, ns, (outer, inner), blocked_port=port)
     with sigterm_as_interrupt(), ExitStack() as stack:
-        stack.callback(netlink.remove_netns, ns)  # registered first: a signal may come
-        netlink.create_netns(ns)  # at any moment, and removing what is missing is fine
-        stack.callback(netlink.delete_link, outer)
-        netlink.create_veth(outer, inner, peer_netns=ns)
-        _no_ipv6(outer)  # no neighbour discovery chatter: the maps count only our frames
-        with netlink.in_netns(ns):
-            _no_ipv6(inner)
-        inner_mac = netlink.configure(inner, netns=ns, address=inner_ip, prefixlen=30)
-        outer_mac = netlink.configure(outer)
+        # removal registered before each creation: a signal may come at any moment.
+        # IPv6 off on both ends: no neighbour discovery chatter, the maps count our frames
+        veth = stack.enter_context(
+            netlink.veth_pair(
+                outer,
+                inner,
+                netns_b=ns,
+                addrs=(None, inner_ip),
+                prefixlen=30,
+                disable_ipv6=True,
+            )
+        )
+        inner_mac, outer_mac = veth.b.mac, veth.a.mac
         coll = stack.enter_context(loader.load_collection(spec, config=config))
         prog = next(iter(coll.programs))
         with netlink.in_netns(ns):
@@ -159,14 +163,6 @@ def run_demo(
         for name, m in coll.maps.items():
             result.maps[name] = _map_entries(m)
     return result
-
-
-def _no_ipv6(dev: str) -> None:
-    try:  # /proc/sys/net resolves in the calling thread's network namespace
-        with open(f"/proc/sys/net/ipv6/conf/{dev}/disable_ipv6", "w") as f:
-            f.write("1")
-    except OSError:
-        pass
 
 
 def _config_for(spec, port: int) -> dict[str, int]:

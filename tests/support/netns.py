@@ -218,34 +218,25 @@ def veth_net(prefix: str = "bd") -> Iterator[VethNet]:
     """
     tag = uuid.uuid4().hex[:6]
     xdp_ns, peer_ns = f"{prefix}x{tag}", f"{prefix}p{tag}"
-    xdp_dev, peer_dev = f"{prefix}x{tag}", f"{prefix}p{tag}"
     # a random /30 in the benchmarking range 198.18.0.0/15 (RFC 2544), per test
     n = int(tag, 16) % (1 << 15)
     base = (198 << 24) | (18 << 16) | (n << 2)
     ip = lambda k: socket.inet_ntoa((base + k).to_bytes(4, "big"))  # noqa: E731
-    made: list[str] = []
-    try:
-        for ns in (xdp_ns, peer_ns):
-            netlink.create_netns(ns)
-            made.append(ns)
-        with netlink.in_netns(peer_ns):
-            netlink.create_veth(peer_dev, xdp_dev, peer_netns=xdp_ns)
-        xdp_mac = netlink.configure(xdp_dev, netns=xdp_ns, address=ip(1), prefixlen=30)
-        peer_mac = netlink.configure(peer_dev, netns=peer_ns, address=ip(2), prefixlen=30)
-        netlink.add_neighbour(peer_dev, ip(1), xdp_mac, netns=peer_ns)
-        netlink.add_neighbour(xdp_dev, ip(2), peer_mac, netns=xdp_ns)
-        net = VethNet(xdp_ns, xdp_dev, ip(1), xdp_mac, peer_ns, peer_dev, ip(2), peer_mac)
+    with netlink.veth_pair(
+        f"{prefix}p{tag}",
+        f"{prefix}x{tag}",
+        netns_a=peer_ns,
+        netns_b=xdp_ns,
+        addrs=(ip(2), ip(1)),
+        prefixlen=30,
+        neighbours=True,
+    ) as p:
+        net = VethNet(xdp_ns, p.b.name, ip(1), p.b.mac, peer_ns, p.a.name, ip(2), p.a.mac)
         try:
             yield net
         finally:
             for fn in reversed(net.extra_cleanup):
                 fn()
-    finally:
-        for ns in reversed(made):
-            try:
-                netlink.remove_netns(ns)
-            except OSError as e:  # pragma: no cover - report, keep cleaning
-                print(f"netns cleanup of {ns} failed: {e}", file=sys.stderr)
 
 
 def bpffs_dir(prefix: str = "bpfdsl_test_") -> str:
@@ -257,19 +248,7 @@ def bpffs_dir(prefix: str = "bpfdsl_test_") -> str:
 def veth_here(prefix: str = "bh") -> Iterator[int]:
     """A veth pair with one end in this network namespace (down, no address) and its
     peer in a fresh namespace; yields this end's ifindex: a device to load device-bound
-    XDP programs for.  Removes the namespace (and with it the pair) on exit."""
-    ns, here, peer = unique(f"{prefix}n"), unique(f"{prefix}a"), unique(f"{prefix}b")
-    netlink.create_netns(ns)
-    try:
-        subprocess.run(
-            ["ip", "link", "add", here, "type", "veth", "peer", "name", peer, "netns", ns],
-            check=True,
-            capture_output=True,
-            timeout=30,
-        )
-        try:
-            yield netlink.ifindex(here)
-        finally:
-            subprocess.run(["ip", "link", "del", here], check=False, capture_output=True)
-    finally:
-        netlink.remove_netns(ns)
+    XDP programs for.  Removes the namespace and the pair on exit."""
+    ns = unique(f"{prefix}n")
+    with netlink.veth_pair(netns_b=ns, up=False, prefix=prefix) as p:
+        yield p.a.ifindex

@@ -87,21 +87,26 @@ def bench_net(*, egress: bool = False) -> Iterator[BenchNet]:
     tag = uuid.uuid4().hex[:6]
     gen_ns, dut_ns = f"{NS_PREFIX}{tag}-gen", f"{NS_PREFIX}{tag}-dut"
     with sigterm_as_interrupt(), ExitStack() as stack:
+        gen = stack.enter_context(
+            netlink.veth_pair(
+                GEN_DEV,
+                DUT_DEV,
+                netns_a=gen_ns,
+                netns_b=dut_ns,
+                addrs=(GEN_IP, DUT_IP),
+                prefixlen=30,
+                neighbours=True,
+                disable_ipv6=True,
+            )
+        )
         for ns in (gen_ns, dut_ns):
-            stack.callback(netlink.remove_netns, ns)  # first: removing what is missing is fine
-            netlink.create_netns(ns)
-            quiet_ipv6(ns)
-        with netlink.in_netns(gen_ns):
-            netlink.create_veth(GEN_DEV, DUT_DEV, peer_netns=dut_ns)
-        gen_mac = netlink.configure(GEN_DEV, netns=gen_ns, address=GEN_IP, prefixlen=30)
-        dut_mac = netlink.configure(DUT_DEV, netns=dut_ns, address=DUT_IP, prefixlen=30)
-        netlink.add_neighbour(GEN_DEV, DUT_IP, dut_mac, netns=gen_ns)
-        netlink.add_neighbour(DUT_DEV, GEN_IP, gen_mac, netns=dut_ns)
+            quiet_ipv6(ns)  # also for what comes later (the egress pair, a test's own)
         with netlink.in_netns(gen_ns):
             ethtool.set_tx_checksum(GEN_DEV, False)
         if egress:
-            with netlink.in_netns(dut_ns):
-                netlink.create_veth(EGRESS_DEV, SINK_DEV)
-            netlink.configure(EGRESS_DEV, netns=dut_ns)
-            netlink.configure(SINK_DEV, netns=dut_ns)
-        yield BenchNet(tag, gen_ns, dut_ns, gen_mac, dut_mac, egress)
+            stack.enter_context(
+                netlink.veth_pair(
+                    EGRESS_DEV, SINK_DEV, netns_a=dut_ns, netns_b=dut_ns, make_netns=False
+                )
+            )
+        yield BenchNet(tag, gen_ns, dut_ns, gen.a.mac, gen.b.mac, egress)
