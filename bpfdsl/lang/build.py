@@ -11,10 +11,17 @@ at this stage.  Raises DiagnosticError for malformed literals (e.g. ``300.0.0.1`
 from __future__ import annotations
 
 import ipaddress
+from typing import Any, NoReturn
 
 from bpfdsl.diagnostics import DiagnosticError, Span, error
 from bpfdsl.lang import ast, c_names
 from bpfdsl.lang.parser import Token, parse
+
+# What :func:`parse` passes a rule's method: ``meta`` = (line, col, end_line, end_col) of the
+# text the rule covered, or None; the children are what the other rules built (a Token, an
+# ast node, a tuple or list from a helper rule, None for a missing ``[optional]``): dynamic.
+_Meta = tuple[int, int, int, int] | None
+_Children = list[Any]
 
 
 def _ipv4(text: str) -> bytes:
@@ -44,7 +51,7 @@ def _tok_span(filename: str, t: Token) -> Span:
 
 
 class _Builder:
-    def __init__(self, filename: str, text: str):
+    def __init__(self, filename: str, text: str) -> None:
         self.filename = filename
         self.text = text
 
@@ -53,16 +60,16 @@ class _Builder:
             return Span(self.filename, 1, 1)
         return Span(self.filename, *meta)
 
-    def _bad(self, tok: Token, msg: str, hint: str):
+    def _bad(self, tok: Token, msg: str, hint: str) -> NoReturn:
         raise DiagnosticError(
             error("bad-literal", msg, _tok_span(self.filename, tok), hint=hint), self.text
         )
 
     # ---- items ----
-    def start(self, meta, items):
+    def start(self, meta: _Meta, items: _Children) -> ast.Program:
         return ast.Program(self._s(meta), list(items), self.text)
 
-    def license_decl(self, meta, c):
+    def license_decl(self, meta: _Meta, c: _Children) -> ast.License:
         return ast.License(self._s(meta), self._unescape(c[0]))
 
     _ESCAPES = {"\\": "\\", '"': '"', "n": "\n", "t": "\t", "0": "\0"}
@@ -85,25 +92,25 @@ class _Builder:
             i += 1
         return "".join(out)
 
-    def const_decl(self, meta, c):
+    def const_decl(self, meta: _Meta, c: _Children) -> ast.ConstDecl:
         return ast.ConstDecl(self._s(meta), str(c[0]), c[1], c[2])
 
-    def config_decl(self, meta, c):
+    def config_decl(self, meta: _Meta, c: _Children) -> ast.ConfigDecl:
         return ast.ConfigDecl(self._s(meta), str(c[0]), c[1], c[2])
 
-    def type_args(self, meta, c):
+    def type_args(self, meta: _Meta, c: _Children) -> list[ast.TypeRef]:
         return list(c)
 
-    def map_arg(self, meta, c):
+    def map_arg(self, meta: _Meta, c: _Children) -> tuple[str, ast.Expr, Span]:
         return (str(c[0]), c[1], _tok_span(self.filename, c[0]))
 
-    def map_entry(self, meta, c):
+    def map_entry(self, meta: _Meta, c: _Children) -> tuple[ast.Expr, ast.Expr]:
         return (c[0], c[1])
 
-    def map_init(self, meta, c):
+    def map_init(self, meta: _Meta, c: _Children) -> list[tuple[ast.Expr, ast.Expr]]:
         return [e for e in c if e is not None]
 
-    def map_decl(self, meta, c):
+    def map_decl(self, meta: _Meta, c: _Children) -> ast.MapDecl:
         name, kind, targs, *args, init = c
         values: dict[str, ast.Expr] = {}
         spans: dict[str, Span] = {}
@@ -126,22 +133,22 @@ class _Builder:
             init,
         )
 
-    def field_decl(self, meta, c):
+    def field_decl(self, meta: _Meta, c: _Children) -> ast.FieldDecl:
         return ast.FieldDecl(self._s(meta), str(c[0]), c[1])
 
-    def struct_decl(self, meta, c):
+    def struct_decl(self, meta: _Meta, c: _Children) -> ast.StructDecl:
         return ast.StructDecl(self._s(meta), str(c[0]), [f for f in c[1:] if f is not None])
 
-    def param(self, meta, c):
+    def param(self, meta: _Meta, c: _Children) -> ast.Param:
         return ast.Param(self._s(meta), str(c[0]), c[1])
 
-    def optional_mark(self, meta, c):
+    def optional_mark(self, meta: _Meta, c: _Children) -> bool:
         return True
 
-    def ret_type(self, meta, c):
+    def ret_type(self, meta: _Meta, c: _Children) -> tuple[ast.TypeRef, bool]:
         return (c[0], bool(c[1]))
 
-    def fn_decl(self, meta, c):
+    def fn_decl(self, meta: _Meta, c: _Children) -> ast.FnDecl:
         mod, name, *params, ret, body = c
         ret, optional = ret if ret is not None else (None, False)
         params = [p for p in params if p is not None]
@@ -150,16 +157,16 @@ class _Builder:
         mspan = _tok_span(self.filename, mod)
         return ast.FnDecl(self._s(meta), str(name), params, ret, body, optional, str(mod), mspan)
 
-    def bit_type(self, meta, c):
+    def bit_type(self, meta: _Meta, c: _Children) -> ast.BitType:
         return ast.BitType(self._s(meta), str(c[0]), self._number(c[1]))
 
-    def header_field(self, meta, c):
+    def header_field(self, meta: _Meta, c: _Children) -> ast.HeaderFieldDecl:
         return ast.HeaderFieldDecl(self._s(meta), str(c[0]), c[1], c[2])
 
-    def header_args(self, meta, c):
+    def header_args(self, meta: _Meta, c: _Children) -> list[tuple[str, ast.Expr, Span]]:
         return [a for a in c if a is not None]
 
-    def header_decl(self, meta, c):
+    def header_decl(self, meta: _Meta, c: _Children) -> ast.HeaderDecl:
         word, name, args, *fields = c
         if str(word) != "header":  # `NAME NAME {` is only a header declaration
             raise DiagnosticError(
@@ -181,22 +188,22 @@ class _Builder:
         fields = [f for f in fields if f is not None]
         return ast.HeaderDecl(self._s(meta), str(name), fields, values, spans)
 
-    def prog_variant(self, meta, c):
+    def prog_variant(self, meta: _Meta, c: _Children) -> str:
         return str(c[0])
 
-    def prog_decl(self, meta, c):
+    def prog_decl(self, meta: _Meta, c: _Children) -> ast.ProgDecl:
         kind, variant, name, ctx, body = c
         kw = f"{kind}({variant})" if variant else str(kind)
         return ast.ProgDecl(self._s(meta), kw, str(name), str(ctx), body)
 
-    def named_type(self, meta, c):
+    def named_type(self, meta: _Meta, c: _Children) -> ast.NamedType:
         return ast.NamedType(self._s(meta), str(c[0]))
 
-    def array_type(self, meta, c):
+    def array_type(self, meta: _Meta, c: _Children) -> ast.ArrayType:
         return ast.ArrayType(self._s(meta), c[0], c[1])
 
     # ---- statements ----
-    def block(self, meta, c):
+    def block(self, meta: _Meta, c: _Children) -> ast.Block:
         for s in c:
             if (
                 isinstance(s, ast.ExprStmt)
@@ -218,52 +225,52 @@ class _Builder:
             self.text,
         )  # fmt: skip
 
-    def else_block(self, meta, c):
+    def else_block(self, meta: _Meta, c: _Children) -> ast.Block | ast.Stmt:
         return c[0]
 
-    def let_stmt(self, meta, c):
+    def let_stmt(self, meta: _Meta, c: _Children) -> ast.Let:
         return ast.Let(self._s(meta), str(c[0]), c[1], c[2], c[3])
 
-    def _else(self, e):
+    def _else(self, e: ast.Block | ast.Stmt | None) -> ast.Block | None:
         if e is None or isinstance(e, ast.Block):
             return e
         return ast.Block(e.span, [e])
 
-    def if_stmt(self, meta, c):
+    def if_stmt(self, meta: _Meta, c: _Children) -> ast.If:
         return ast.If(self._s(meta), c[0], c[1], self._else(c[2]))
 
-    def if_let_stmt(self, meta, c):
+    def if_let_stmt(self, meta: _Meta, c: _Children) -> ast.IfLet:
         return ast.IfLet(self._s(meta), str(c[0]), c[1], c[2], self._else(c[3]))
 
-    def wildcard(self, meta, c):
+    def wildcard(self, meta: _Meta, c: _Children) -> None:
         return None
 
-    def stmt_arm(self, meta, c):
+    def stmt_arm(self, meta: _Meta, c: _Children) -> ast.Block:
         return ast.Block(self._s(meta), [c[0]])
 
-    def match_arm(self, meta, c):
+    def match_arm(self, meta: _Meta, c: _Children) -> ast.MatchArm:
         *pats, body = c
         return ast.MatchArm(self._s(meta), list(pats), body)
 
-    def match_stmt(self, meta, c):
+    def match_stmt(self, meta: _Meta, c: _Children) -> ast.Match:
         return ast.Match(self._s(meta), c[0], list(c[1:]))
 
-    def for_stmt(self, meta, c):
+    def for_stmt(self, meta: _Meta, c: _Children) -> ast.For:
         return ast.For(self._s(meta), str(c[0]), c[1], c[2], c[3])
 
-    def while_stmt(self, meta, c):
+    def while_stmt(self, meta: _Meta, c: _Children) -> ast.While:
         return ast.While(self._s(meta), c[0], c[1])
 
-    def return_stmt(self, meta, c):
+    def return_stmt(self, meta: _Meta, c: _Children) -> ast.Return:
         return ast.Return(self._s(meta), c[0])
 
-    def break_stmt(self, meta, c):
+    def break_stmt(self, meta: _Meta, c: _Children) -> ast.Break:
         return ast.Break(self._s(meta))
 
-    def continue_stmt(self, meta, c):
+    def continue_stmt(self, meta: _Meta, c: _Children) -> ast.Continue:
         return ast.Continue(self._s(meta))
 
-    def pkt_offset(self, meta, c):
+    def pkt_offset(self, meta: _Meta, c: _Children) -> tuple[str, ast.Expr | None]:
         """(base, offset): ``cursor [+ N]`` -> ("cursor", N or None); ``A [+ B]`` ->
         ("packet", A or A + B)."""
         a, b = c
@@ -271,94 +278,94 @@ class _Builder:
             return ("cursor", b)
         return ("packet", a if b is None else ast.BinOp(self._s(meta), "+", a, b))
 
-    def _offset(self, off) -> tuple[str, ast.Expr | None]:
+    def _offset(self, off: tuple[str, ast.Expr | None]) -> tuple[str, ast.Expr | None]:
         return off
 
-    def load_expr(self, meta, c):
+    def load_expr(self, meta: _Meta, c: _Children) -> ast.Load:
         base, off = self._offset(c[1])
         return ast.Load(self._s(meta), c[0], base, off)
 
-    def store_stmt(self, meta, c):
+    def store_stmt(self, meta: _Meta, c: _Children) -> ast.Store:
         base, off = self._offset(c[1])
         return ast.Store(self._s(meta), c[0], base, off, c[2], c[3])
 
-    def assign_stmt(self, meta, c):
+    def assign_stmt(self, meta: _Meta, c: _Children) -> ast.Assign:
         return ast.Assign(self._s(meta), c[0], str(c[1]), c[2])
 
-    def _op(self, meta, c):
+    def _op(self, meta: _Meta, c: _Children) -> str:
         return str(c[0])
 
     assign_op = cmp_op = shift_op = add_op = mul_op = _op
 
-    def expr_stmt(self, meta, c):
+    def expr_stmt(self, meta: _Meta, c: _Children) -> ast.Assign | ast.ExprStmt:
         e = c[0]
         if isinstance(e, ast.IncDec):  # `x++` is `x += 1`, the same statement
             one = ast.IntLit(e.span, 1)
             return ast.Assign(self._s(meta), e.target, "+=" if e.op == "++" else "-=", one)
         return ast.ExprStmt(self._s(meta), e)
 
-    def call_else_stmt(self, meta, c):
+    def call_else_stmt(self, meta: _Meta, c: _Children) -> ast.CallElse:
         *parts, orelse = c
         s = self._s(meta)
         call = self.call(meta, parts)  # spans the statement, as the rule does
         return ast.CallElse(s, call, orelse)
 
     # ---- expressions ----
-    def logic_or(self, meta, c):
+    def logic_or(self, meta: _Meta, c: _Children) -> ast.Logic:
         return ast.Logic(self._s(meta), "||", c[0], c[1])
 
-    def logic_and(self, meta, c):
+    def logic_and(self, meta: _Meta, c: _Children) -> ast.Logic:
         return ast.Logic(self._s(meta), "&&", c[0], c[1])
 
-    def logic_not(self, meta, c):
+    def logic_not(self, meta: _Meta, c: _Children) -> ast.Unary:
         return ast.Unary(self._s(meta), "!", c[0])
 
-    def compare(self, meta, c):
+    def compare(self, meta: _Meta, c: _Children) -> ast.Compare:
         return ast.Compare(self._s(meta), str(c[1]), c[0], c[2])
 
-    def in_expr(self, meta, c):
+    def in_expr(self, meta: _Meta, c: _Children) -> ast.InPrefix:
         return ast.InPrefix(self._s(meta), c[0], c[1])
 
-    def bin_or(self, meta, c):
+    def bin_or(self, meta: _Meta, c: _Children) -> ast.BinOp:
         return ast.BinOp(self._s(meta), "|", c[0], c[1])
 
-    def bin_xor(self, meta, c):
+    def bin_xor(self, meta: _Meta, c: _Children) -> ast.BinOp:
         return ast.BinOp(self._s(meta), "^", c[0], c[1])
 
-    def bin_and(self, meta, c):
+    def bin_and(self, meta: _Meta, c: _Children) -> ast.BinOp:
         return ast.BinOp(self._s(meta), "&", c[0], c[1])
 
-    def binop(self, meta, c):
+    def binop(self, meta: _Meta, c: _Children) -> ast.BinOp:
         return ast.BinOp(self._s(meta), str(c[1]), c[0], c[2])
 
-    def neg(self, meta, c):
+    def neg(self, meta: _Meta, c: _Children) -> ast.Unary:
         return ast.Unary(self._s(meta), "-", c[0])
 
-    def bit_not(self, meta, c):
+    def bit_not(self, meta: _Meta, c: _Children) -> ast.Unary:
         return ast.Unary(self._s(meta), "~", c[0])
 
-    def post_incr(self, meta, c):
+    def post_incr(self, meta: _Meta, c: _Children) -> ast.IncDec:
         return ast.IncDec(self._s(meta), "++", c[0])
 
-    def post_decr(self, meta, c):
+    def post_decr(self, meta: _Meta, c: _Children) -> ast.IncDec:
         return ast.IncDec(self._s(meta), "--", c[0])
 
-    def cast(self, meta, c):
+    def cast(self, meta: _Meta, c: _Children) -> ast.Cast:
         return ast.Cast(self._s(meta), c[0], c[1])
 
-    def field(self, meta, c):
+    def field(self, meta: _Meta, c: _Children) -> ast.Field:
         return ast.Field(self._s(meta), c[0], str(c[1]))
 
-    def method_call(self, meta, c):
+    def method_call(self, meta: _Meta, c: _Children) -> ast.MethodCall:
         return ast.MethodCall(self._s(meta), c[0], str(c[1]), [a for a in c[2:] if a is not None])
 
-    def index(self, meta, c):
+    def index(self, meta: _Meta, c: _Children) -> ast.Index:
         return ast.Index(self._s(meta), c[0], c[1])
 
-    def named_arg(self, meta, c):
+    def named_arg(self, meta: _Meta, c: _Children) -> tuple[str, ast.Expr]:
         return (str(c[0]), c[1])
 
-    def call(self, meta, c):
+    def call(self, meta: _Meta, c: _Children) -> ast.Call:
         args, kwargs = [], {}
         for a in c[1:]:
             if a is None:
@@ -369,7 +376,7 @@ class _Builder:
                 args.append(a)
         return ast.Call(self._s(meta), str(c[0]), args, kwargs)
 
-    def _number(self, tok) -> int:
+    def _number(self, tok: Token) -> int:
         """The value of a NUMBER token (``0x`` hex, ``0b`` binary, decimal; ``_`` separators).
 
         Raises DiagnosticError (located at the token) for ``0x_``-like tokens without digits,
@@ -393,10 +400,10 @@ class _Builder:
             )
         return int(t, 10)
 
-    def int_lit(self, meta, c):
+    def int_lit(self, meta: _Meta, c: _Children) -> ast.IntLit:
         return ast.IntLit(self._s(meta), self._number(c[0]))
 
-    def bytes_lit(self, meta, c):
+    def bytes_lit(self, meta: _Meta, c: _Children) -> ast.BytesLit:
         """A string in an expression: its bytes (UTF-8), with the license string's escapes
         and ``\\xHH`` for any byte."""
         tok = c[0]
@@ -425,35 +432,35 @@ class _Builder:
             self._bad(tok, "an empty byte string", 'write at least one byte, e.g. "\\x00"')
         return ast.BytesLit(self._s(meta), bytes(out))
 
-    def true_lit(self, meta, c):
+    def true_lit(self, meta: _Meta, c: _Children) -> ast.BoolLit:
         return ast.BoolLit(self._s(meta), True)
 
-    def false_lit(self, meta, c):
+    def false_lit(self, meta: _Meta, c: _Children) -> ast.BoolLit:
         return ast.BoolLit(self._s(meta), False)
 
-    def name(self, meta, c):
+    def name(self, meta: _Meta, c: _Children) -> ast.Name:
         return ast.Name(self._s(meta), str(c[0]))
 
-    def push_hdr(self, meta, c):
+    def push_hdr(self, meta: _Meta, c: _Children) -> ast.PushHeader:
         args = [a for a in c[1:] if a is not None]
         return ast.PushHeader(
             self._s(meta), str(c[0]), {n: v for n, v, _ in args}, {n: sp for n, _, sp in args}
         )
 
-    def push_expr(self, meta, c):
+    def push_expr(self, meta: _Meta, c: _Children) -> ast.Push:
         *hdrs, before = c
         return ast.Push(self._s(meta), hdrs, before)
 
-    def view(self, meta, c):
+    def view(self, meta: _Meta, c: _Children) -> ast.Name:
         return ast.Name(self._s(meta), str(c[0]))
 
-    def pop_stmt(self, meta, c):
+    def pop_stmt(self, meta: _Meta, c: _Children) -> ast.Pop:
         return ast.Pop(self._s(meta), c[0], c[1], c[2])
 
-    def parse_expr(self, meta, c):
+    def parse_expr(self, meta: _Meta, c: _Children) -> ast.Parse:
         return ast.Parse(self._s(meta), str(c[0]))
 
-    def _addr(self, meta, tok, kind):
+    def _addr(self, meta: _Meta, tok: Token, kind: str) -> ast.AddrLit:
         text = str(tok)
         plen = None
         if "/" in text:
@@ -496,17 +503,17 @@ class _Builder:
                 )
         return ast.AddrLit(self._s(meta), kind, data, plen)
 
-    def ipv4_lit(self, meta, c):
+    def ipv4_lit(self, meta: _Meta, c: _Children) -> ast.AddrLit:
         return self._addr(meta, c[0], "ipv4")
 
     ipv4_prefix_lit = ipv4_lit
 
-    def ipv6_lit(self, meta, c):
+    def ipv6_lit(self, meta: _Meta, c: _Children) -> ast.AddrLit:
         return self._addr(meta, c[0], "ipv6")
 
     ipv6_prefix_lit = ipv6_lit
 
-    def mac_lit(self, meta, c):
+    def mac_lit(self, meta: _Meta, c: _Children) -> ast.AddrLit:
         return self._addr(meta, c[0], "mac")
 
 

@@ -106,7 +106,7 @@ def _chain(states: dict, rules: tuple, key: tuple[int, int, str]) -> int:
         top = states[below][rules[-1 - act][0]]
 
 
-def parse(text: str, filename: str, actions) -> object:
+def parse(text: str, filename: str, actions: object) -> object:
     """Parse ``text`` and return what ``actions`` builds for the start rule.
 
     ``actions`` has one method per grammar rule (alias or rule name) taking ``(pos,
@@ -292,7 +292,15 @@ def _unterminated_comment(span: Span) -> Diagnostic:
                  hint="close the comment with `*/`")  # fmt: skip
 
 
-def _syntax_diag(text, filename, line, col, char_pos, token, expected) -> Diagnostic:
+def _syntax_diag(
+    text: str,
+    filename: str,
+    line: int,
+    col: int,
+    char_pos: int | None,
+    token: Token | None,
+    expected: set[str] | None,
+) -> Diagnostic:
     if char_pos is not None:
         span = Span(filename, line or 1, col or 1)
         if text.startswith('"', char_pos):

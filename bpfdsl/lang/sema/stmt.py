@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 _CURSOR_MOVERS = ("skip_ext",)  # calls that move the cursor (besides PKT_RESIZE helpers)
 
 
-def moves_cursor(node, fns: Collection[str] = frozenset()) -> bool:
+def moves_cursor(node: object, fns: Collection[str] = frozenset()) -> bool:
     """Whether the subtree ``node`` may move the parse cursor (parse, skip_ext, resizing
     helpers, calls of the fns ``fns``), found without recursion."""
     stack = [node]
