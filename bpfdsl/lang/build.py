@@ -362,18 +362,36 @@ class _Builder:
     def index(self, meta: _Meta, c: _Children) -> ast.Index:
         return ast.Index(self._s(meta), c[0], c[1])
 
-    def named_arg(self, meta: _Meta, c: _Children) -> tuple[str, ast.Expr]:
-        return (str(c[0]), c[1])
+    def named_arg(self, meta: _Meta, c: _Children) -> tuple[str, ast.Expr, Span]:
+        return (str(c[0]), c[1], _tok_span(self.filename, c[0]))
+
+    def _named(
+        self, items: list[tuple[str, ast.Expr, Span]], what: str
+    ) -> tuple[dict[str, ast.Expr], dict[str, Span]]:
+        """``name: value`` pairs as a dict (and the names' spans); a name given twice is a
+        located ``duplicate-field`` error (a dict would keep the last one silently)."""
+        values: dict[str, ast.Expr] = {}
+        spans: dict[str, Span] = {}
+        for n, v, sp in items:
+            if n in values:
+                raise DiagnosticError(
+                    error("duplicate-field", f"field `{n}` of {what} is given twice", sp,
+                          hint=f"keep one `{n}: ...` (the first is at column {spans[n].col})"),
+                    self.text,
+                )  # fmt: skip
+            values[n], spans[n] = v, sp
+        return values, spans
 
     def call(self, meta: _Meta, c: _Children) -> ast.Call:
-        args, kwargs = [], {}
+        args, named = [], []
         for a in c[1:]:
             if a is None:
                 continue
             if isinstance(a, tuple):
-                kwargs[a[0]] = a[1]
+                named.append(a)
             else:
                 args.append(a)
+        kwargs, _ = self._named(named, f"`{c[0]}(...)`")
         return ast.Call(self._s(meta), str(c[0]), args, kwargs)
 
     def _number(self, tok: Token) -> int:
@@ -442,10 +460,8 @@ class _Builder:
         return ast.Name(self._s(meta), str(c[0]))
 
     def push_hdr(self, meta: _Meta, c: _Children) -> ast.PushHeader:
-        args = [a for a in c[1:] if a is not None]
-        return ast.PushHeader(
-            self._s(meta), str(c[0]), {n: v for n, v, _ in args}, {n: sp for n, _, sp in args}
-        )
+        values, spans = self._named([a for a in c[1:] if a is not None], f"`{c[0]} {{...}}`")
+        return ast.PushHeader(self._s(meta), str(c[0]), values, spans)
 
     def push_expr(self, meta: _Meta, c: _Children) -> ast.Push:
         *hdrs, before = c
