@@ -583,8 +583,8 @@ def open_map(ref: str) -> MapView:
     ``ref`` := PIN_PATH | DIR:NAME (a ``bpfdsl load``/``attach`` pin dir) | id:N.  Keys and
     values are Python values decoded and encoded by the map's BTF as the kernel holds it --
     the same forms ``bpfdsl map dump --json`` prints and ``map update`` takes (ints; IPv4,
-    IPv6 and MAC addresses and prefixes as text, ``be16``/``be32`` in host order; structs
-    as dicts; per-CPU values as lists)::
+    IPv6 and MAC addresses and prefixes as text, ``be32`` as an IPv4 address ``a.b.c.d``,
+    ``be16`` as a host-order number; structs as dicts; per-CPU values as lists)::
 
         with bpfdsl.open_map("/sys/fs/bpf/acl:rules") as m:
             m.set("10.0.0.0/8", {"action": 1})
