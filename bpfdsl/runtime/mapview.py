@@ -43,6 +43,14 @@ def resolve_ref(ref: str) -> str | int:
         return ref
     directory, colon, name = ref.rpartition(":")
     if colon and directory:
+        if not os.path.isdir(directory):
+            raise UsageError(
+                error(
+                    "bad-map",
+                    f"no pin dir {directory} (for map {name!r})",
+                    hint="`bpfdsl show` lists the pin dirs of attached and loaded objects",
+                )
+            )
         for path in _candidates(directory, name):
             if os.path.exists(path):
                 return path
