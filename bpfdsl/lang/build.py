@@ -112,16 +112,9 @@ class _Builder:
 
     def map_decl(self, meta: _Meta, c: _Children) -> ast.MapDecl:
         name, kind, targs, *args, init = c
-        values: dict[str, ast.Expr] = {}
-        spans: dict[str, Span] = {}
-        for arg, value, span in (a for a in args if a is not None):
-            if arg in values:
-                raise DiagnosticError(
-                    error("map-args", f"map argument `{arg}` is given twice", span,
-                          hint=f"keep one `{arg}: ...` (the first is at column {spans[arg].col})"),
-                    self.text,
-                )  # fmt: skip
-            values[arg], spans[arg] = value, span
+        values, spans = self._named(
+            [a for a in args if a is not None], "map-args", "map argument `{}`"
+        )
         return ast.MapDecl(
             self._s(meta),
             str(name),
@@ -175,16 +168,7 @@ class _Builder:
                       "header, fn or a program kind"),
                 self.text,
             )  # fmt: skip
-        values: dict[str, ast.Expr] = {}
-        spans: dict[str, Span] = {}
-        for arg, value, span in args or []:
-            if arg in values:
-                raise DiagnosticError(
-                    error("header-args", f"header argument `{arg}` is given twice", span,
-                          hint=f"keep one `{arg}: ...` (the first is at column {spans[arg].col})"),
-                    self.text,
-                )  # fmt: skip
-            values[arg], spans[arg] = value, span
+        values, spans = self._named(args or [], "header-args", "header argument `{}`")
         fields = [f for f in fields if f is not None]
         return ast.HeaderDecl(self._s(meta), str(name), fields, values, spans)
 
@@ -366,16 +350,18 @@ class _Builder:
         return (str(c[0]), c[1], _tok_span(self.filename, c[0]))
 
     def _named(
-        self, items: list[tuple[str, ast.Expr, Span]], what: str
+        self, items: list[tuple[str, ast.Expr, Span]], code: str, label: str
     ) -> tuple[dict[str, ast.Expr], dict[str, Span]]:
-        """``name: value`` pairs as a dict (and the names' spans); a name given twice is a
-        located ``duplicate-field`` error (a dict would keep the last one silently)."""
+        """``name: value`` pairs (map and header arguments, named call arguments, pushed
+        fields) as a dict and the names' spans; a name given twice is the located error
+        ``code``, "``label`` is given twice" with ``label.format(name)`` (a dict would keep
+        the last one silently)."""
         values: dict[str, ast.Expr] = {}
         spans: dict[str, Span] = {}
         for n, v, sp in items:
             if n in values:
                 raise DiagnosticError(
-                    error("duplicate-field", f"field `{n}` of {what} is given twice", sp,
+                    error(code, f"{label.format(n)} is given twice", sp,
                           hint=f"keep one `{n}: ...` (the first is at column {spans[n].col})"),
                     self.text,
                 )  # fmt: skip
@@ -391,7 +377,7 @@ class _Builder:
                 named.append(a)
             else:
                 args.append(a)
-        kwargs, _ = self._named(named, f"`{c[0]}(...)`")
+        kwargs, _ = self._named(named, "duplicate-field", f"field `{{}}` of `{c[0]}(...)`")
         return ast.Call(self._s(meta), str(c[0]), args, kwargs)
 
     def _number(self, tok: Token) -> int:
@@ -460,7 +446,11 @@ class _Builder:
         return ast.Name(self._s(meta), str(c[0]))
 
     def push_hdr(self, meta: _Meta, c: _Children) -> ast.PushHeader:
-        values, spans = self._named([a for a in c[1:] if a is not None], f"`{c[0]} {{...}}`")
+        values, spans = self._named(
+            [a for a in c[1:] if a is not None],
+            "duplicate-field",
+            f"field `{{}}` of `{c[0]} {{{{...}}}}`",
+        )
         return ast.PushHeader(self._s(meta), str(c[0]), values, spans)
 
     def push_expr(self, meta: _Meta, c: _Children) -> ast.Push:
