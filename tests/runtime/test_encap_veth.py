@@ -4,6 +4,8 @@ header (RFC 2003) whose checksum, length and addresses scapy verifies on the wir
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from scapy.layers.inet import IP, UDP
 from scapy.layers.inet6 import IPv6
@@ -17,20 +19,30 @@ from bpfdsl.runtime.attach import attach_xdp
 pytestmark = pytest.mark.kernel
 
 
-def test_ipip_outer_checksums_on_the_wire() -> None:
-    with veth_net("e24i") as net, load_bpfdsl(PROGS / "xdp_ipip_encap.bpfd") as ld:
+def _through_the_program(
+    tag: str, source: str, prog: str, n: int, fill: bytes, step: int
+) -> tuple[Any, list[Ether]]:
+    """``n`` UDP datagrams (payload ``fill`` * step * i bytes) sent into a veth pair whose
+    XDP side runs ``prog`` of progs/``source`` (generic mode): the pair and the frames
+    captured at the peer, as scapy Ethers."""
+    with veth_net(tag) as net, load_bpfdsl(PROGS / source) as ld:
         quiet_ipv6(net.xdp_ns)
         quiet_ipv6(net.peer_ns)
         with net.in_xdp_ns():
-            att = attach_xdp(ld.progs["ipip_encap"], net.xdp_dev, mode="generic")
+            att = attach_xdp(ld.progs[prog], net.xdp_dev, mode="generic")
         try:
             with capture(net.peer_ns, net.peer_dev) as cap:
-                sent = [net.send_udp(7000 + i, 1, payload=b"x" * (7 * i)) for i in range(8)]
-                assert sum(sent) == 8
+                sent = [net.send_udp(7000 + i, 1, payload=fill * (step * i)) for i in range(n)]
+                assert sum(sent) == n
                 frames = [Ether(f) for f in cap.frames()]
         finally:
             if att.link_fd is not None:
                 att.link_fd.close()
+    return net, frames
+
+
+def test_ipip_outer_checksums_on_the_wire() -> None:
+    net, frames = _through_the_program("e24i", "xdp_ipip_encap.bpfd", "ipip_encap", 8, b"x", 7)
     outer = [f for f in frames if IP in f and f[IP].proto == 4]
     assert len(outer) == 8, [f.summary() for f in frames]
     for f in outer:
@@ -55,19 +67,7 @@ def test_ipip_outer_checksums_on_the_wire() -> None:
 def test_vxlan_outer_headers_on_the_wire() -> None:
     """progs/xdp_vxlan_encap.bpfd: the outer IPv4 checksum verifies, the UDP checksum is 0
     (none, RFC 7348 over IPv4), the lengths count the inner frame, VNI 42."""
-    with veth_net("e24v") as net, load_bpfdsl(PROGS / "xdp_vxlan_encap.bpfd") as ld:
-        quiet_ipv6(net.xdp_ns)
-        quiet_ipv6(net.peer_ns)
-        with net.in_xdp_ns():
-            att = attach_xdp(ld.progs["vxlan_encap"], net.xdp_dev, mode="generic")
-        try:
-            with capture(net.peer_ns, net.peer_dev) as cap:
-                sent = [net.send_udp(7000 + i, 1, payload=b"y" * (5 * i)) for i in range(6)]
-                assert sum(sent) == 6
-                frames = [Ether(f) for f in cap.frames()]
-        finally:
-            if att.link_fd is not None:
-                att.link_fd.close()
+    net, frames = _through_the_program("e24v", "xdp_vxlan_encap.bpfd", "vxlan_encap", 6, b"y", 5)
     outer = [f for f in frames if UDP in f and f[UDP].dport == 4789]
     assert len(outer) == 6, [f.summary() for f in frames]
     for f in outer:
@@ -88,19 +88,7 @@ def test_vxlan_outer_headers_on_the_wire() -> None:
 def test_vxlan_over_ipv6_udp_checksum_on_the_wire() -> None:
     """progs/xdp_vxlan6_encap.bpfd: the outer UDP checksum over the IPv6 pseudo-header and
     the whole inner frame (RFC 6935) verifies in scapy, the lengths count the inner frame."""
-    with veth_net("e24s") as net, load_bpfdsl(PROGS / "xdp_vxlan6_encap.bpfd") as ld:
-        quiet_ipv6(net.xdp_ns)
-        quiet_ipv6(net.peer_ns)
-        with net.in_xdp_ns():
-            att = attach_xdp(ld.progs["vxlan6_encap"], net.xdp_dev, mode="generic")
-        try:
-            with capture(net.peer_ns, net.peer_dev) as cap:
-                sent = [net.send_udp(7000 + i, 1, payload=b"z" * (3 * i)) for i in range(6)]
-                assert sum(sent) == 6
-                frames = [Ether(f) for f in cap.frames()]
-        finally:
-            if att.link_fd is not None:
-                att.link_fd.close()
+    net, frames = _through_the_program("e24s", "xdp_vxlan6_encap.bpfd", "vxlan6_encap", 6, b"z", 3)
     outer = [f for f in frames if IPv6 in f and UDP in f and f[UDP].dport == 4789]
     assert len(outer) == 6, [f.summary() for f in frames]
     for f in outer:
