@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import gc
 import json
+import sys
+from typing import Any
 
 OK, FAILED = 0, 1
 MAP_HELP = "MAP := PIN_PATH | DIR:NAME | id:N"
@@ -77,12 +79,7 @@ def cmd_map_dump(args) -> int:
                 val = _sum(val)
             rows.append((key, val))
         if args.json:
-            print(
-                json.dumps(
-                    {"map": m.describe(), "entries": [{"key": k, "value": v} for k, v in rows]},
-                    indent=2,
-                )
-            )
+            _print_dump_json(m.describe(), rows)
             return OK
         d = m.describe()
         print(
@@ -94,6 +91,19 @@ def cmd_map_dump(args) -> int:
             print(f"{_text(k)}: {_text(v) if v is not None else '<not readable>'}")
         print(f"{len(rows)} entr{'y' if len(rows) == 1 else 'ies'}")
     return OK
+
+
+def _print_dump_json(desc: dict, rows: list[tuple[Any, Any]]) -> None:
+    """``{"map": DESC, "entries": [{"key": K, "value": V}, ...]}``, one entry per line:
+    each line by json's C encoder (``indent=`` would take its pure-Python one, 10x
+    slower on a 100,000-entry map)."""
+    out = sys.stdout
+    out.write('{"map": ' + json.dumps(desc) + ', "entries": [')
+    sep = "\n  "
+    for k, v in rows:
+        out.write(sep + json.dumps({"key": k, "value": v}))
+        sep = ",\n  "
+    out.write("\n]}\n" if rows else "]}\n")
 
 
 def cmd_map_lookup(args) -> int:

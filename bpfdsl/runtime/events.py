@@ -19,13 +19,10 @@ the record (a perf sample is padded to 8 bytes, so up to 7 more).
 from __future__ import annotations
 
 import errno
-import ipaddress
 import json
 import os
-import socket
 import struct
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -134,13 +131,6 @@ def make_event(map_name: str, record: RecordType | None, data: bytes, cpu: int |
     return Event(map_name, data, cpu, time_ns, value, pkt, orig)
 
 
-_INT_CODES = btf_values.INT_CODES
-
-
-def _mac(b: bytes) -> str:
-    return ":".join(f"{x:02x}" for x in b)
-
-
 class RowCodec:
     """A record struct of plain members (:func:`bpfdsl.abi.btf.values.row_layout`)
     compiled once for whole batches: one ``struct.Struct`` read per record (addresses and
@@ -151,28 +141,13 @@ class RowCodec:
     def __init__(self, layout: list[tuple[str, int, int, str]], size: int):
         self.names = [name for name, *_ in layout]
         self.size = size
-        fmt, pos = "<", 0
-        self.convert: list[tuple[int, Callable[[Any], Any]]] = []
+        self.struct, self.convert = btf_values.row_struct(layout)
         parts: list[str] = []
-        for i, (name, off, n, form) in enumerate(layout):
-            if off < pos:
-                raise ValueError("overlapping members")  # a union-like struct: not here
-            fmt += f"{off - pos}x" if off > pos else ""
-            if form in ("int", "uint"):
-                fmt += _INT_CODES[(n, form == "int")]
+        for name, _off, _n, form in layout:
+            if form in ("int", "uint", "be"):
                 parts.append(f"{json.dumps(name)}: %d")
             else:
-                fmt += f"{n}s"
-                conv: Callable[[Any], Any]
-                if form == "be":
-                    conv = _big_int
-                    parts.append(f"{json.dumps(name)}: %d")
-                else:
-                    conv = {"ipv4": _ipv4_text, "ipv6": _ipv6_text, "mac": _mac}[form]
-                    parts.append(f'{json.dumps(name)}: "%s"')  # text of [0-9a-f.:] only
-                self.convert.append((i, conv))
-            pos = off + n
-        self.struct = struct.Struct(fmt)
+                parts.append(f'{json.dumps(name)}: "%s"')  # text of [0-9a-f.:] only
         self._strided: dict[int, struct.Struct] = {}  # step -> the record and its gap
         self.layout = layout
         # the record as json.dumps writes the decoded dict (", " and ": " separators)
@@ -230,31 +205,6 @@ class RowCodec:
 def _evenly(starts: list[int], step: int) -> bool:
     """True when ``starts`` go up by ``step`` from the first (compared in C, not a loop)."""
     return step > 0 and starts == list(range(starts[0], starts[0] + step * len(starts), step))
-
-
-def _big_int(b: bytes) -> int:
-    return int.from_bytes(b, "big")
-
-
-_ADDR_TEXT: dict[bytes, str] = {}  # addresses repeat across records: each formatted once
-
-
-def _ipv4_text(b: bytes) -> str:
-    t = _ADDR_TEXT.get(b)
-    if t is None:
-        if len(_ADDR_TEXT) > 65536:
-            _ADDR_TEXT.clear()
-        t = _ADDR_TEXT[b] = socket.inet_ntop(socket.AF_INET, b)
-    return t
-
-
-def _ipv6_text(b: bytes) -> str:
-    t = _ADDR_TEXT.get(b)
-    if t is None:
-        if len(_ADDR_TEXT) > 65536:
-            _ADDR_TEXT.clear()
-        t = _ADDR_TEXT[b] = str(ipaddress.IPv6Address(b))  # as values.format_value writes it
-    return t
 
 
 @dataclass(slots=True)

@@ -161,9 +161,38 @@ def _member_format(btf: Btf, tid: int) -> Callable[[bytes], Any]:
 def decoder(btf: Btf, tid: int) -> Callable[[bytes], Any]:
     """A function decoding bytes of type ``tid`` exactly as :func:`format_value` does,
     with the walk over the type done once: for streams of records of one struct type
-    (``bpfdsl events``), where format_value's per-call walk would dominate.  Structs of
-    plain members (integers, be integers, addresses) get a member table; anything else
-    falls back to format_value."""
+    (``bpfdsl events``, ``bpfdsl map dump``), where format_value's per-call walk would
+    dominate.  Structs of plain members (:func:`row_layout`) are read by one
+    ``struct.Struct`` unpack (:func:`row_struct`); anything else falls back to
+    format_value."""
+    layout = row_layout(btf, tid)
+    if not layout:
+        return _member_decoder(btf, tid)
+    try:
+        st, convert = row_struct(layout)
+    except ValueError:  # overlapping members
+        return _member_decoder(btf, tid)
+    conv = dict(convert)
+    ns: dict[str, Any] = {"unpack": st.unpack_from, "format_value": format_value, "btf": btf,
+                          **{f"c{i}": fn for i, fn in convert}}  # fmt: skip
+    args = [f"a{i}" for i in range(len(layout))]
+    fields = ", ".join(
+        f"{name!r}: " + (f"c{i}(a{i})" if i in conv else f"a{i}")
+        for i, (name, *_) in enumerate(layout)
+    )
+    src = (
+        "def decode(data):\n"
+        f"    if len(data) < {st.size}:  # short bytes: format_value reads what is there\n"
+        f"        return format_value(btf, {tid}, data)\n"
+        f"    {', '.join(args)}, = unpack(data)\n"
+        f"    return {{{fields}}}\n"
+    )
+    exec(compile(src, "<decoder>", "exec"), ns)
+    return cast("Callable[[bytes], Any]", ns["decode"])
+
+
+def _member_decoder(btf: Btf, tid: int) -> Callable[[bytes], Any]:
+    """:func:`decoder` for structs that are not a :func:`row_layout`: a member table."""
     t = btf.resolve(tid)
     if t.kind != Kind.STRUCT or _prefix_struct(btf, t) or value_kind(btf, tid):
         return lambda data: format_value(btf, tid, data)
@@ -198,6 +227,63 @@ def decoder(btf: Btf, tid: int) -> Callable[[bytes], Any]:
         return {name: fn(data[off : off + size]) for name, off, size, fn in plan}
 
     return decode
+
+
+def row_struct(
+    layout: list[tuple[str, int, int, str]],
+) -> tuple[struct.Struct, list[tuple[int, Callable[[Any], Any]]]]:
+    """The ``struct.Struct`` reading the members of a :func:`row_layout` in order
+    (little-endian integers as themselves, other members as ``bytes``), and the
+    conversions ``(member index, function)`` that give the values :func:`format_value`
+    gives for the others (network-order integer -> host int, addresses -> text).  Raises
+    ValueError for overlapping members."""
+    fmt, pos = "<", 0
+    convert: list[tuple[int, Callable[[Any], Any]]] = []
+    for i, (_name, off, n, form) in enumerate(layout):
+        if off < pos:
+            raise ValueError("overlapping members")  # a union-like struct
+        fmt += f"{off - pos}x" if off > pos else ""
+        if form in ("int", "uint"):
+            fmt += INT_CODES[(n, form == "int")]
+        else:
+            fmt += f"{n}s"
+            convert.append((i, _ROW_CONVERT[form]))
+        pos = off + n
+    return struct.Struct(fmt), convert
+
+
+def _big_int(b: bytes) -> int:
+    return int.from_bytes(b, "big")
+
+
+_ADDR_TEXT: dict[bytes, str] = {}  # addresses repeat across records: each formatted once
+
+
+def _ipv4_text(b: bytes) -> str:
+    t = _ADDR_TEXT.get(b)
+    if t is None:
+        if len(_ADDR_TEXT) > 65536:
+            _ADDR_TEXT.clear()
+        t = _ADDR_TEXT[b] = socket.inet_ntop(socket.AF_INET, b)
+    return t
+
+
+def _ipv6_text(b: bytes) -> str:
+    t = _ADDR_TEXT.get(b)
+    if t is None:
+        if len(_ADDR_TEXT) > 65536:
+            _ADDR_TEXT.clear()
+        t = _ADDR_TEXT[b] = str(ipaddress.IPv6Address(b))  # as format_value writes it
+    return t
+
+
+def _mac_text(b: bytes) -> str:
+    return b.hex(":")
+
+
+_ROW_CONVERT: dict[str, Callable[[Any], Any]] = {
+    "be": _big_int, "ipv4": _ipv4_text, "ipv6": _ipv6_text, "mac": _mac_text,
+}  # fmt: skip
 
 
 def row_layout(btf: Btf, tid: int) -> list[tuple[str, int, int, str]] | None:
