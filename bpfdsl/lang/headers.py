@@ -2,7 +2,7 @@
 
 The headers are declarations in the language's own ``header`` syntax: the standard
 library ``bpfdsl/lang/headers.bpfd`` (ethernet, vlan, ipv4, ipv6, tcp, udp, icmp, icmpv6,
-byte, and arp, gre, vxlan, geneve, mpls, ipv6_opt, ipv6_rt, ipv6_frag), laid out by
+byte, and arp, gre, vxlan, geneve, gue, mpls, ipv6_opt, ipv6_rt, ipv6_frag), laid out by
 :mod:`bpfdsl.lang.layout` -- the same code that lays out the headers a program declares.
 :data:`HEADERS` reads the library on first use (once per process).  Offsets, sizes and
 field names are the kernel's (include/uapi/linux/if_ether.h ethhdr, if_vlan.h vlan_hdr,
@@ -44,6 +44,7 @@ KERNEL_STRUCTS = {
     "gre": "gre_base_hdr",
     "vxlan": "vxlanhdr",
     "geneve": "genevehdr",
+    "gue": "guehdr",
     "mpls": "mpls_label",
     "ipv6_opt": "ipv6_opt_hdr",
     "ipv6_rt": "ipv6_rt_hdr",

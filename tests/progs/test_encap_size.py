@@ -1,4 +1,5 @@
-"""The tunnel programs of issue #24 (progs/xdp_ipip_encap.bpfd, written with `push`;
+"""The tunnel programs of issue #24 (progs/xdp_ipip_encap.bpfd, xdp_vxlan_encap.bpfd and
+xdp_gue_encap.bpfd, written with `push`;
 xdp_gre_decap.bpfd, with `pop`) are no larger than their C
 twins (tests/data/c/NAME.c, clang-19 -O2, the flags of tests/data/c/build.sh): instructions
 in 8-byte slots, and instructions the kernel verifier processes loading each (BPF_LOG_STATS'
@@ -22,7 +23,7 @@ from bpfdsl.runtime.loader import load_collection
 PROCESSED = re.compile(r"processed (\d+) insns")
 # xdp_vxlan_decap is 61 slots / 73 processed to clang's 58 / 69: a program that resizes
 # reloads data_end at each bounds check (codegen volatile_end), as before `pop`
-NAMES = ["xdp_ipip_encap", "xdp_vxlan_encap", "xdp_gre_decap"]
+NAMES = ["xdp_ipip_encap", "xdp_vxlan_encap", "xdp_gue_encap", "xdp_gre_decap"]
 
 
 def _objects(name: str, tmp_path: Path) -> tuple[bytes, bytes]:

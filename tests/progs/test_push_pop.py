@@ -7,8 +7,8 @@ interpreter, each gives the same verdict, bytes and counters as its workaround v
 the frame corpus plus tunnel frames; the outer headers a push builds are checked with
 scapy (IPv4 checksum, lengths, UDP checksum 0 over IPv4, the kept Ethernet header); a
 pushed view is usable (its fields read and written, checksum kept); and what push cannot
-build right is a located compile error.  Their C twins (tests/data/c) are compared by
-tests/progs/test_cref_equiv.py (bytes) and tests/progs/test_encap_size.py (insns and
+build right is a located compile error.  Their C twins (tests/data/c) give the same
+verdicts and bytes on both engines (here and tests/progs/test_cref_equiv.py) and tests/progs/test_encap_size.py (insns and
 verifier-processed counts against clang-19)."""
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from scapy.layers.inet6 import IPv6
 from scapy.layers.l2 import GRE, Dot1Q, Ether
 from scapy.layers.vxlan import VXLAN
 from support.frames import corpus
+from support.objbuild import build
 from support.paths import ROOT
 
 from bpfdsl.compiler import compile_source
@@ -26,7 +27,7 @@ from bpfdsl.diagnostics import DiagnosticError
 
 PROGS = ROOT / "progs"
 OLD = ROOT / "tests" / "data" / "encap_workaround"
-ENCAPS = ["xdp_ipip_encap", "xdp_vxlan_encap"]
+ENCAPS = ["xdp_ipip_encap", "xdp_vxlan_encap", "xdp_gue_encap"]
 DECAPS = ["xdp_gre_decap", "xdp_vxlan_decap"]
 MACS = {"src": "02:00:00:00:00:aa", "dst": "02:00:00:00:00:bb"}
 INNER = Ether(**MACS) / IP(src="192.168.1.1", dst="192.168.1.2") / TCP(sport=4, dport=80)
@@ -74,6 +75,16 @@ def test_same_as_the_adjust_head_version(bpf_program, name: str) -> None:
         assert new.maps["decapped"].total(0) == old.maps["decapped"].total(0) > 0
 
 
+@pytest.mark.parametrize("name", ENCAPS + DECAPS)
+def test_same_as_the_c_twin(bpf_program, name: str) -> None:
+    """tests/data/c/NAME.c built by clang-19: the same verdict and bytes on each engine
+    (tests/progs/test_cref_equiv.py compares them on the kernel over the corpus alone)."""
+    ours, c = bpf_program(PROGS / f"{name}.bpfd"), bpf_program(build(name).read_bytes())
+    for f in _frames():
+        a, b = ours.run(f), c.run(f)
+        assert (a.verdict, a.data_out) == (b.verdict, b.data_out), f.hex()
+
+
 def _check_outer_ipv4(o: IP) -> None:
     hdr = IP(bytes(o)[:20])
     del hdr.chksum  # scapy computes it again when building the bytes
@@ -119,6 +130,37 @@ def test_vxlan_outer_headers_by_scapy(bpf_program) -> None:
         vx = u[VXLAN]
         assert (vx.flags, vx.vni) == (0x08, 42)
         assert bytes(vx.payload) == frame
+
+
+def test_gue_outer_headers_by_scapy(bpf_program) -> None:
+    """progs/xdp_gue_encap.bpfd: outer IPv4 (checksum, lengths), UDP to port 6080 with
+    checksum 0, the GUE version 0 header (draft-ietf-intarea-gue-09 section 3.1: version 0,
+    C 0, hlen 0, proto_ctype 4, flags 0), then the inner datagram unchanged."""
+    prog = bpf_program(PROGS / "xdp_gue_encap.bpfd")
+    sports = set()
+    for n, src in ((0, "192.0.2.9"), (1, "192.0.2.10"), (17, "203.0.113.1"), (300, "10.1.2.3")):
+        inner = IP(src=src, dst="198.51.100.3", tos=0x28) / UDP(dport=53) / (b"q" * n)
+        r = prog.run(bytes(Ether(**MACS) / inner) + b"\0" * 6)  # padding not counted
+        assert r.verdict == "XDP_TX"
+        out = Ether(r.data_out)
+        assert (out.src, out.dst, out.type) == (MACS["src"], MACS["dst"], 0x0800)
+        o = out[IP]
+        _check_outer_ipv4(o)
+        assert (o.src, o.dst, o.proto, o.tos, o.len) == (
+            "10.0.0.1",
+            "198.51.100.3",
+            17,
+            0x28,
+            len(inner) + 32,
+        )
+        u = o[UDP]
+        assert (u.dport, u.len, u.chksum) == (6080, len(inner) + 12, 0)
+        assert 49152 <= u.sport
+        sports.add(u.sport)
+        gue = bytes(u.payload)
+        assert gue[:4] == bytes([0x00, 4, 0, 0]), gue[:4].hex()
+        assert gue[4 : 4 + len(inner)] == bytes(inner)
+    assert len(sports) > 1  # the source port follows the inner source (flow entropy)
 
 
 def test_vxlan_over_ipv6_udp_checksum_by_scapy(bpf_program) -> None:
@@ -269,10 +311,47 @@ HEAD = """xdp fn f(ctx) {
         ("let o = push ipv4 { } before ip else { return 1 }\neth.h_proto = 0", "stale-header", 6),
         ("pop ip else { return 1 }\nip.ttl = 1", "stale-header", 6),
         ("let o = push ipv4 { flags: 1 } before ip else { return 1 }", "unknown-field", 5),
+        # gue is pushed without its optional fields: hlen is the length's, read-only
+        ("let o = push gue { hlen: 1 } before ip else { return 1 }", "read-only", 5),
     ],
 )
 def test_refused(body: str, code: str, line: int) -> None:
     assert _error(HEAD + body + "\nreturn 2\n}") == (code, line)
+
+
+def test_variable_header_whose_bare_length_is_not_its_fixed_part_is_refused() -> None:
+    src = (
+        "header opt(length: 8 + n * 4, max_length: 64) { n: u8, pad: u8 }\n"
+        + HEAD
+        + "let o = push opt { } before ip else { return 1 }\nreturn 2\n}"
+    )
+    assert _error(src) == ("push-header", 6)
+
+
+GUE_DECAP = """
+license "GPL"
+xdp fn f(ctx) {
+    let eth = parse ethernet else { return XDP_PASS }
+    let ip = parse ipv4 else { return XDP_PASS }
+    let u = parse udp else { return XDP_PASS }
+    if u.dest != be16(6080) { return XDP_PASS }
+    let g = parse gue else { return XDP_DROP }
+    if g.version != 0 || g.control != 0 || g.proto_ctype != IPPROTO_IPIP { return XDP_DROP }
+    let inner = parse ipv4 else { return XDP_DROP }     // after the optional fields
+    if inner.daddr == 198.51.100.3 { return XDP_TX }
+    return XDP_DROP
+}
+"""
+
+
+def test_parse_gue_skips_its_optional_fields(bpf_program) -> None:
+    prog = bpf_program(compile_source(GUE_DECAP, "gue_decap.bpfd").obj)
+    inner = bytes(IP(src="192.0.2.9", dst="198.51.100.3") / UDP())
+    for hlen in (0, 1, 3):
+        gue = bytes([hlen, 4, 0, 0]) + b"\xee" * (4 * hlen)
+        f = bytes(Ether(**MACS) / IP() / UDP(sport=1, dport=6080) / (gue + inner))
+        assert prog.run(f).verdict == "XDP_TX", hlen
+        assert prog.run(f[: 14 + 20 + 8 + 4 * hlen + 2]).verdict == "XDP_DROP"
 
 
 def test_refused_in_a_fn() -> None:

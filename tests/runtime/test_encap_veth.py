@@ -1,6 +1,7 @@
-"""progs/xdp_ipip_encap.bpfd on real traffic: UDP frames sent from the peer of a veth pair
-between two test namespaces come back (XDP_TX, generic mode) encapsulated in an outer IPv4
-header (RFC 2003) whose checksum, length and addresses scapy verifies on the wire."""
+"""progs/xdp_ipip_encap.bpfd, xdp_vxlan_encap.bpfd, xdp_vxlan6_encap.bpfd and
+xdp_gue_encap.bpfd on real traffic: UDP frames sent from the peer of a veth pair between
+two test namespaces come back (XDP_TX, generic mode) encapsulated in outer headers whose
+checksums, lengths and addresses scapy verifies on the wire."""
 
 from __future__ import annotations
 
@@ -83,6 +84,29 @@ def test_vxlan_outer_headers_on_the_wire() -> None:
         inner = Ether(vx[8:])
         assert o.len == 20 + 8 + 8 + len(vx[8:]) and u.len == 8 + len(vx)
         assert inner[IP].dst == net.xdp_ip and inner.src == net.peer_mac
+
+
+def test_gue_outer_headers_on_the_wire() -> None:
+    """progs/xdp_gue_encap.bpfd: the outer IPv4 checksum verifies, UDP to port 6080 with
+    checksum 0 (allowed over IPv4), the GUE version 0 header (proto_ctype 4, hlen 0) and
+    the inner datagram after it; the lengths count it."""
+    net, frames = _through_the_program("e24g", "xdp_gue_encap.bpfd", "gue_encap", 6, b"g", 9)
+    outer = [f for f in frames if UDP in f and f[UDP].dport == 6080]
+    assert len(outer) == 6, [f.summary() for f in frames]
+    for f in outer:
+        o = f[IP]
+        hdr = IP(bytes(o)[:20])
+        del hdr.chksum  # scapy computes it again when building the bytes
+        assert o.chksum == IP(bytes(hdr)).chksum, hex(o.chksum)
+        assert (o.src, o.dst, o.ttl, o.proto) == ("10.0.0.1", net.xdp_ip, 64, 17)
+        u = o[UDP]
+        assert u.chksum == 0 and 49152 <= u.sport
+        gue = bytes(u.payload)
+        assert gue[:4] == bytes([0, 4, 0, 0]), gue[:4].hex()
+        inner = IP(gue[4:])
+        assert o.len == 32 + inner.len and u.len == 12 + inner.len
+        assert inner.dst == net.xdp_ip and UDP in inner
+        assert f.src == net.peer_mac and f.dst == net.xdp_mac  # the MACs kept
 
 
 def test_vxlan_over_ipv6_udp_checksum_on_the_wire() -> None:

@@ -10,8 +10,9 @@ views are invalid after them and the cursor is at the packet's start (sema.resiz
 
 Sema finds, from the parse chain (``Sema.follows``), the constant number of bytes before
 the view (every header before it of a fixed size), and refuses what it cannot build right:
-a field computed by push (lengths, versions, checksums), a header with a variable length,
-conditional fields or a checksum push does not know, a UDP header not right after a pushed
+a field computed by push (lengths, versions, checksums), a header with a variable length
+(except one whose length is its fixed part when the fields of the length are 0: gue,
+geneve, built without options), conditional fields or a checksum push does not know, a UDP header not right after a pushed
 IPv4 or IPv6 header.  What codegen needs goes to ``Checked.pushes`` / ``Checked.pops``.
 """
 
@@ -70,6 +71,35 @@ class PopPlan:
 
 def _fixed(layout) -> bool:
     return layout.length is None and not any(f.cond is not None for f in layout.fields.values())
+
+
+def _bare(layout) -> bool:
+    """A header of variable length that is its fixed part when the fields its length is
+    computed from are 0 (geneve with no options, gue with hlen 0): ``push`` builds it so
+    (those fields are read-only, hence 0)."""
+    if layout.length is None or layout.conditional:
+        return False
+    todo, vals = [(layout.length, False)], []
+    while todo:  # numbers, fields (0 here) and LENGTH_OPS: layout.check_expr
+        x, done = todo.pop()
+        if isinstance(x, ast.IntLit):
+            vals.append(x.value)
+        elif isinstance(x, ast.Name):
+            vals.append(0)
+        elif not isinstance(x, ast.BinOp):
+            return False
+        elif not done:
+            todo += [(x, True), (x.right, False), (x.left, False)]
+        else:
+            b, a = vals.pop(), vals.pop()
+            ops = {"+": a + b, "-": a - b, "*": a * b, "&": a & b, "|": a | b}
+            if x.op in ops:
+                vals.append(ops[x.op])
+            elif x.op in ("<<", ">>") and 0 <= b < 64:
+                vals.append(a << b if x.op == "<<" else a >> b)
+            else:
+                return False
+    return vals == [layout.size]
 
 
 def view_offset(s: Any, loc: Local) -> int | None:
@@ -132,14 +162,16 @@ def push(ex, e: ast.Push) -> T.Type:
             continue
         layouts.append(h)
         known_csum = h.name in ("ipv4", "udp")
-        if (not _fixed(h) and h.name != "ipv4") or (h.csum is not None and not known_csum):
+        pushable = _fixed(h) or _bare(h) or (h.library and h.name == "ipv4")
+        if not pushable or (h.csum is not None and not known_csum):
             ex.err(
                 "push-header",
                 f"`push` cannot build `{h.name}`: "
                 + ("its length varies" if not _fixed(h) else "push does not compute its checksum"),
                 ph.span,
-                "push ethernet, vlan, ipv4, ipv6, udp, vxlan or a declared header of fixed "
-                "size without `if` fields or a checksum rule",
+                "push ethernet, vlan, ipv4, ipv6, udp, vxlan, gue, geneve or a declared "
+                "header of fixed size (or one that is when the fields of its length are 0) "
+                "without `if` fields or a checksum rule",
             )
         if h.name == "udp":
             prev = e.headers[i - 1].header if i else None
