@@ -61,6 +61,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sockops": ("redirect_cmds", "attach/detach a sock_ops program to a cgroup v2"),
     "image": ("image_cmds", "bpfman bytecode images (OCI layout) and Kubernetes resources"),
     "progarray": ("progarray_cmd", "set, delete, show prog_array slots (tail call targets)"),
+    "apply": ("topology_cmds", "bring the system to a topology file's state (--plan: show it)"),
+    "status": ("topology_cmds", "how the system differs from a topology file (drift)"),
+    "down": ("topology_cmds", "remove everything a topology file made"),
 }
 
 
