@@ -146,6 +146,8 @@ def _auto_engine(kind, dev_bound=(), others_bound=()) -> tuple[str, str | None]:
 
 
 def cmd_run(args) -> int:
+    from warnings import catch_warnings, simplefilter, warn_explicit
+
     from bpfdsl.cli import object_bytes
     from bpfdsl.diagnostics import UsageError, error
     from bpfdsl.obj import collection as objfile
@@ -222,15 +224,25 @@ def cmd_run(args) -> int:
         stop = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
         signal.signal(signal.SIGINT, out.interrupt)
         signal.signal(signal.SIGTERM, out.interrupt)
-        try:
-            for r in results:  # each frame's line as soon as it is run
-                out.add(r)
-                saw_tx = saw_tx or getattr(r, "verdict", None) == "XDP_TX"
-                if out.interrupted:
-                    break
-        finally:
-            signal.signal(signal.SIGINT, stop[0])
-            signal.signal(signal.SIGTERM, stop[1])
+        # the run's LinearOnlyWarning (frames a plain XDP program saw only 3520 bytes of)
+        # becomes a warning line with the others
+        with catch_warnings(record=True) as caught:
+            simplefilter("always", testrun.LinearOnlyWarning)
+            try:
+                for r in results:  # each frame's line as soon as it is run
+                    out.add(r)
+                    saw_tx = saw_tx or getattr(r, "verdict", None) == "XDP_TX"
+                    if out.interrupted:
+                        break
+            finally:
+                results.close()  # its warning, also after an interrupt
+                signal.signal(signal.SIGINT, stop[0])
+                signal.signal(signal.SIGTERM, stop[1])
+        for c in caught:
+            if issubclass(c.category, testrun.LinearOnlyWarning):
+                warnings.append(str(c.message))
+            else:  # not ours to turn into a line: as if not caught
+                warn_explicit(c.message, c.category, c.filename, c.lineno)
     finally:
         engine.close()
         out.stop_progress()

@@ -16,16 +16,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from bpfdsl.abi.ctx import BPF_SOCK_OPS, SK_MSG_MD, XDP_MD, CtxStruct, valid_access
-from bpfdsl.abi.uapi import MAX_SKB_FRAGS, XDP_PACKET_HEADROOM, AttachType
+
+# the test run's buffer geometry (3520 linear bytes, 73152 at most): abi.uapi; the
+# interpreter's helpers import them from here
+from bpfdsl.abi.uapi import (  # noqa: F401
+    XDP_FRAME_SIZE,
+    XDP_MAX_LINEAR,
+    XDP_PACKET_HEADROOM,
+    XDP_SHINFO_TAILROOM,
+    XDP_TEST_RUN_MAX,
+    AttachType,
+)
 from bpfdsl.interp.memory import Fault, PacketRegion, Ptr, Region
 
-XDP_FRAME_SIZE = 4096  # PAGE_SIZE: frame_sz of BPF_PROG_TEST_RUN buffers
-XDP_SHINFO_TAILROOM = 320  # SKB_DATA_ALIGN(sizeof(struct skb_shared_info)) on x86_64
 XDP_FRAME_STRUCT = 40  # sizeof(struct xdp_frame), kept at the start of the headroom
-XDP_MAX_LINEAR = XDP_FRAME_SIZE - XDP_PACKET_HEADROOM - XDP_SHINFO_TAILROOM  # 3520 bytes
-# the longest frame bpf_prog_test_run_xdp takes: linear part + a page per frag
-# (net/bpf/test_run.c: -ENOMEM past MAX_SKB_FRAGS), 73152 bytes
-XDP_TEST_RUN_MAX = XDP_MAX_LINEAR + MAX_SKB_FRAGS * XDP_FRAME_SIZE
 ETH_HLEN = 14
 
 # struct xdp_md (bpfdsl.abi.ctx): offset -> member

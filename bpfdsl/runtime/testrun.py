@@ -13,16 +13,27 @@ BPF_PROG_TEST_RUN refuses: xdp(cpumap), xdp(devmap), sk_msg, sock_ops).
 from __future__ import annotations
 
 import errno
-from collections.abc import Callable, Iterable, Iterator, Sequence
+import warnings
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from bpfdsl.abi.ctx import XDP_MD
 from bpfdsl.abi.helpers import HELPERS
-from bpfdsl.abi.uapi import ProgramKind, SockOpsOp, is_percpu
+from bpfdsl.abi.uapi import (
+    BPF_F_XDP_HAS_FRAGS,
+    XDP_FRAME_SIZE,
+    XDP_MAX_LINEAR,
+    XDP_PACKET_HEADROOM,
+    XDP_SHINFO_TAILROOM,
+    XDP_TEST_RUN_MAX,
+    ProgramKind,
+    SockOpsOp,
+    is_percpu,
+)
 from bpfdsl.diagnostics import DiagnosticError, UsageError, error
 from bpfdsl.interp import InterpCollection
-from bpfdsl.interp.ctx import XDP_TEST_RUN_MAX, SockInfo
+from bpfdsl.interp.ctx import SockInfo
 from bpfdsl.interp.maps import SlotMap
 from bpfdsl.kernel import syscall
 from bpfdsl.runtime import events, loader, runinfo
@@ -468,7 +479,7 @@ def iter_packets(
     describe: bool = True,
     ctx: dict | None = None,
     events: bool = True,
-) -> Iterator[PacketResult]:
+) -> Generator[PacketResult, None, None]:
     """Run ``program`` on each ``(index, frame)`` as it comes (``packets`` may be a stream:
     :func:`bpfdsl.runtime.packets.iter_pcap`), yielding one :class:`PacketResult` each as
     soon as it is run; nothing is kept between frames.  For
@@ -480,17 +491,33 @@ def iter_packets(
     type, as ``bpfdsl map dump`` shows them).
 
     A frame the engine cannot run is reported as skipped, not raised; kernel failures
-    other than that propagate.
+    other than that propagate.  When a plain XDP program (not ``xdp(frags)``) ran on frames
+    longer than the test run's 3520 linear bytes (:func:`linear_only`: it saw only those),
+    one :class:`LinearOnlyWarning` naming them is issued when the iteration ends (or the
+    generator is closed).
     """
+    lin = _LinearOnly(program)
+    if not describe:  # nothing to say but the verdict: the lean loop
+        try:
+            yield from _iter_quiet(engine, program, kind, packets, repeat, ctx, events, lin)
+        finally:
+            lin.warn()
+        return
+    try:
+        yield from _iter_described(engine, program, kind, packets, repeat, ctx, lin)
+    finally:
+        lin.warn()
+
+
+def _iter_described(engine, program, kind, packets, repeat, ctx, lin) -> Iterator[PacketResult]:
+    """:func:`iter_packets` with ``describe``; truncated frames counted in ``lin``."""
     sock = kind.ctx in ("sk_msg_md", "bpf_sock_ops")
     spec = getattr(engine, "spec", None)
-    snapshot = getattr(engine, "snapshot_maps", None) if describe and spec is not None else None
+    snapshot = getattr(engine, "snapshot_maps", None) if spec is not None else None
     ncpu = getattr(engine, "ncpus", 1)
     replay = _Replay(engine)
     redirects = spec is not None and _redirects(spec, program)
-    if not describe:  # nothing to say but the verdict: the lean loop
-        yield from _iter_quiet(engine, program, kind, packets, repeat, ctx, events)
-        return
+    describe = True
     for index, data in packets:
         line = ""
         if describe:
@@ -505,6 +532,8 @@ def iter_packets(
             continue
         res.retval, res.data_out, res.duration_ns = r.retval, r.data_out, r.duration_ns
         res.verdict = verdict_name(kind, r.retval)
+        if linear_only(kind, len(data)):
+            lin.add(index)
         if kind.ctx == "sk_msg_md":
             res.changes = _message_change(data, r.data_out) if res.verdict == "SK_PASS" else []
         elif not sock:
@@ -534,6 +563,7 @@ def _iter_quiet(
     repeat: int,
     ctx: dict | None,
     want_events: bool = True,
+    lin: _LinearOnly | None = None,
 ) -> Iterator[PacketResult]:
     """:func:`iter_packets` without ``describe``: the same results (verdict, output bytes
     and how they changed, records sent), with the per-frame work cut to the run itself --
@@ -573,6 +603,8 @@ def _iter_quiet(
         if verdict is None:
             verdict = names[retval] = verdict_name(kind, retval)
         res.verdict = verdict
+        if lin is not None and len(data) > XDP_MAX_LINEAR and linear_only(kind, len(data)):
+            lin.add(index)
         if kind.ctx == "sk_msg_md":
             res.changes = _message_change(data, out) if verdict == "SK_PASS" else []
         elif not sock and data != out:
@@ -582,6 +614,71 @@ def _iter_quiet(
         elif skip_events is not None:
             skip_events()
         yield res
+
+
+class LinearOnlyWarning(UserWarning):
+    """A plain XDP program (not ``xdp(frags)``) was test-run on frames longer than the
+    linear part of the test run's buffer: it saw only the first :data:`XDP_MAX_LINEAR`
+    bytes (see :func:`linear_only`).  The verdicts stand, but are the program's answer on
+    the truncated frame; ``str()`` names the frames."""
+
+
+def linear_only(kind: ProgramKind, length: int) -> bool:
+    """True when a test run of a ``kind`` program on a ``length``-byte frame hides bytes
+    from it: bpf_prog_test_run_xdp (net/bpf/test_run.c) puts at most max_data_sz = 4096 -
+    XDP_PACKET_HEADROOM - SKB_DATA_ALIGN(sizeof(struct skb_shared_info)) = 3520 bytes in
+    the linear buffer and the rest in page frags, whatever the program's flags; a program
+    loaded without BPF_F_XDP_HAS_FRAGS cannot reach frags (no bpf_xdp_load_bytes past
+    data_end), so ``ctx.len``, ``data_end`` and every length it computes come from the
+    first 3520 bytes.  (The kernel refuses to attach such a program to a device whose
+    MTU needs frags; the test run does not refuse.)  The interpreter lays frames out the
+    same way (bpfdsl.interp.ctx)."""
+    return (
+        kind.ctx == "xdp_md"
+        and not kind.prog_flags & BPF_F_XDP_HAS_FRAGS
+        and XDP_MAX_LINEAR < length <= XDP_TEST_RUN_MAX
+    )
+
+
+def linear_only_message(program: str, frames: str) -> str:
+    """The words of a :class:`LinearOnlyWarning`: ``frames`` says which ("frame #3",
+    "3 frames (#3, #9, #12)", "a 9000-byte frame")."""
+    return (
+        f"program {program!r} is not xdp(frags), and {frames} longer than the "
+        f"{XDP_MAX_LINEAR} linear bytes of an XDP test run ({XDP_FRAME_SIZE} - "
+        f"{XDP_PACKET_HEADROOM} headroom - {XDP_SHINFO_TAILROOM} skb_shared_info, "
+        "net/bpf/test_run.c): the rest of such a frame goes into page "
+        f"frags the program cannot read, so it ran on the first {XDP_MAX_LINEAR} bytes "
+        "only (ctx.len and the lengths it computed are theirs); declare it "
+        "`xdp(frags) fn` to run it on the whole frame"
+    )
+
+
+class _LinearOnly:
+    """The frames of one run a :func:`linear_only` test run truncated (their indexes,
+    the first :data:`SHOWN` kept); :meth:`warn` issues the run's one LinearOnlyWarning."""
+
+    SHOWN = 10
+    __slots__ = ("program", "count", "first")
+
+    def __init__(self, program: str) -> None:
+        self.program, self.count = program, 0
+        self.first: list[int] = []
+
+    def add(self, index: int) -> None:
+        self.count += 1
+        if len(self.first) < self.SHOWN:
+            self.first.append(index)
+
+    def warn(self) -> None:
+        if not self.count:
+            return
+        shown = ", ".join(f"#{i}" for i in self.first)
+        more = f", +{self.count - len(self.first)} more" if self.count > len(self.first) else ""
+        what = (
+            f"frame {shown} is" if self.count == 1 else f"{self.count} frames ({shown}{more}) are"
+        )
+        warnings.warn(LinearOnlyWarning(linear_only_message(self.program, what)), stacklevel=3)
 
 
 _REDIRECT_HELPERS = ("redirect", "redirect_map")

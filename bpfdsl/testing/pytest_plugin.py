@@ -27,6 +27,7 @@ import os
 import socket
 import time
 import uuid
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,7 +43,13 @@ from bpfdsl.obj.collection import read_object
 from bpfdsl.obj.spec import choose_program
 from bpfdsl.runtime import events, loader, sockmap
 from bpfdsl.runtime.mapview import MapCodec
-from bpfdsl.runtime.testrun import verdict_name, xdp_md_ctx
+from bpfdsl.runtime.testrun import (
+    LinearOnlyWarning,
+    linear_only,
+    linear_only_message,
+    verdict_name,
+    xdp_md_ctx,
+)
 
 REQUIRE_ENV = "BPFDSL_REQUIRE_KERNEL"
 
@@ -344,12 +351,18 @@ class BpfProgram:
         """Run on ``packet`` (bytes or a scapy packet).  Keywords: XDP ``ingress_ifindex``,
         ``rx_queue_index`` (both engines; the kernel takes them as the test run's struct
         xdp_md), ``egress_ifindex`` (interpreter); sk_msg ``sock``
-        (:class:`bpfdsl.interp.SockInfo`).  On the kernel, sk_msg programs run on a
+        (:class:`bpfdsl.interp.SockInfo`).  A plain XDP program given a frame over 3520
+        bytes sees only those (the test run's linear part): a LinearOnlyWarning says so
+        (pytest lists it; ``-W error::bpfdsl.runtime.testrun.LinearOnlyWarning`` fails
+        the test).  On the kernel, sk_msg programs run on a
         loopback TCP connection (see :func:`_kernel_sk_msg`); other kinds that
         BPF_PROG_TEST_RUN refuses (cpumap, devmap, sock_ops) skip the test, or fail it
         under BPFDSL_REQUIRE_KERNEL=1 (see :func:`cannot_run`)."""
 
         data = bytes(packet) if packet is not None else b""
+        if linear_only(self.kind, len(data)):  # both engines lay the frame out alike
+            what = f"this {len(data)}-byte frame is"
+            warnings.warn(LinearOnlyWarning(linear_only_message(self.name, what)), stacklevel=2)
         if self.engine == "interp":
             r = self.interp.programs[self.name].run(data, **ctx)
             verdict = verdict_name(self.kind, r.retval)
