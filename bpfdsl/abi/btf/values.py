@@ -202,14 +202,10 @@ def _member_decoder(btf: Btf, tid: int) -> Callable[[bytes], Any]:
             return lambda data: format_value(btf, tid, data)
         off, size = m.bit_offset // 8, btf.size_of(m.type)
         mt, sp = btf.resolve(m.type), value_kind(btf, m.type)
-        if sp == "ipv4":
-            plan.append((m.name, off, 4, lambda b: str(ipaddress.IPv4Address(b))))
-        elif sp == "ipv6":
-            plan.append((m.name, off, 16, lambda b: str(ipaddress.IPv6Address(b))))
-        elif sp == "mac":
-            plan.append((m.name, off, 6, lambda b: ":".join(f"{x:02x}" for x in b)))
+        if sp in ("ipv4", "ipv6", "mac"):
+            plan.append((m.name, off, _ADDR_BYTES[sp], _ROW_CONVERT[sp]))
         elif sp == "be" and mt.kind == Kind.INT:
-            plan.append((m.name, off, mt.size, lambda b: int.from_bytes(b, "big")))
+            plan.append((m.name, off, mt.size, _ROW_CONVERT["be"]))
         elif (
             mt.kind == Kind.INT
             and sp is None
