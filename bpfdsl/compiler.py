@@ -173,6 +173,22 @@ TOO_DEEP = 500  # nesting levels where the too-deep error points (the limit is h
 DEPTH_LIMIT = 8000
 
 
+def _no_btf_run_config(checked) -> None:
+    """A run config lives in BTF (libxdp reads it there): without debug info it would be
+    dropped, so it is an error at its first option."""
+    decl = next(d for d, _k in checked.progs if d.name in checked.run_configs)
+    name, span = next(iter(decl.run_config_spans.items()))
+    raise DiagnosticError(
+        error(
+            "run-config",
+            f"`{name}` of `{decl.name}` is written in BTF, and this compile makes none",
+            span,
+            hint="compile with debug info (the default: drop debug=False)",
+        ),
+        checked.program.source,
+    )
+
+
 def _compile(
     text, filename, mcpu, emit, debug, stats, check, check_timeout, margin=0.0
 ) -> CompileResult:
@@ -186,6 +202,8 @@ def _compile(
         dbg = DebugAdapter(module, filename, text, lines)
         module = generate(checked, dbg, module, mcpu)
     else:
+        if checked.run_configs:
+            _no_btf_run_config(checked)
         module = generate(checked, mcpu=mcpu)
     name = filename.replace("\\", "\\5C").replace('"', "\\22")
     ir_text = f'source_filename = "{name}"\n' + str(module)  # ELF STT_FILE, like clang

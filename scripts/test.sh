@@ -9,7 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/setup.sh
-setup_system clang-19 llvm-19 bpftool libbpf-dev xdp-tools tcpdump iproute2 ethtool skopeo umoci
+setup_system clang-19 llvm-19 bpftool libbpf-dev libxdp-dev xdp-tools tcpdump iproute2 ethtool skopeo umoci
 setup_compiler
 setup_bpffs
 setup_venv test,bench

@@ -354,11 +354,7 @@ class DebugInfo:
         ``BPF_F_*``, ``LIBBPF_PIN_BY_NAME`` = 1) appear only when nonzero.
         Returns the ``.maps`` global (8 zero bytes per member), kept in compiler.used.
         """
-        int_t = self.int_type("int")
-
-        def uint(v: int) -> DIType:
-            return self.pointer_type(self.array_type(int_t, v))
-
+        uint = self.uint_member
         size_only = not takes_btf_key_value(int(map_type))
         fields: list[tuple[str, DIType]] = [("type", uint(int(map_type)))]
         for what, ty, sz in (("key", key, key_size), ("value", value, value_size)):
@@ -379,6 +375,24 @@ class DebugInfo:
         gv = ir.GlobalVariable(self.module, ir.LiteralStructType([ptr] * len(fields)), name)
         gv.initializer = ir.Constant(gv.value_type, None)
         gv.section, gv.align = ".maps", 8
+        self._global_var(gv, name, st, line)
+        return gv
+
+    def uint_member(self, v: int) -> DIType:
+        """libbpf's ``__uint(name, v)`` member type: ``int (*)[v]`` (bpf_helpers.h), the
+        value carried as the array's length."""
+        return self.pointer_type(self.array_type(self.int_type("int"), v))
+
+    def uint_struct_global(
+        self, name: str, section: str, members: Sequence[tuple[str, int]], line: int = 0
+    ) -> ir.GlobalVariable:
+        """``struct { __uint(m, v); ... } name SEC(section);`` (8 zero bytes per member),
+        kept in compiler.used: libxdp's ``XDP_RUN_CONFIG`` (bpfdsl.abi.btf.run_config)."""
+        st = self.struct_type(None, [(m, self.uint_member(v)) for m, v in members], line=line)
+        ptr = ir.PointerType()
+        gv = ir.GlobalVariable(self.module, ir.LiteralStructType([ptr] * len(members)), name)
+        gv.initializer = ir.Constant(gv.value_type, None)
+        gv.section, gv.align = section, 8
         self._global_var(gv, name, st, line)
         return gv
 
@@ -412,10 +426,7 @@ class DebugInfo:
         ``.rel.maps`` relocation per program, which libbpf, bpftool and bpfdsl's loader
         turn into the slot's program fd (libbpf ``init_prog_array_slots``)."""
         int_t = self.int_type("int")
-
-        def uint(v: int) -> DIType:
-            return self.pointer_type(self.array_type(int_t, v))
-
+        uint = self.uint_member
         proto = self._di("DISubroutineType", types=self._md([int_t.md, self.pointer_type(None).md]))
         fptr = self._di("DIDerivedType", tag=T("DW_TAG_pointer_type"), baseType=proto, size=64)
         sub = self._di("DISubrange", count=-1)

@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from bpfdsl.abi.btf.run_config import RunConfig
 from bpfdsl.deploy.bpfman import (
     ATTACH_NOTE,
     ATTACHABLE,
@@ -92,7 +93,16 @@ def global_data(spec: CollectionSpec, items: list[str]) -> dict[str, str]:
     }
 
 
-def _links(a_kind: str, opts: Options) -> list[dict]:
+# the CRD's XDP proceedOn values by XDP action (bpfman-operator apis/v1alpha1
+# XdpProceedOnValue); DispatcherReturn (libxdp's XDP_DISPATCHER_RETVAL, a slot with no
+# program) always continues, as libxdp sets it for every program
+PROCEED_ON = {"XDP_ABORTED": "Aborted", "XDP_DROP": "Drop", "XDP_PASS": "Pass",
+              "XDP_TX": "TX", "XDP_REDIRECT": "ReDirect"}  # fmt: skip
+
+
+def _links(a_kind: str, opts: Options, rc: RunConfig | None = None) -> list[dict]:
+    """The links of one program; an XDP program's ``rc`` (its run config in the object)
+    gives ``priority`` (unless ``opts.priority``) and ``proceedOn``."""
     if opts.primary_interface:
         selector: dict = {"primaryNodeInterface": True}
     else:
@@ -100,6 +110,10 @@ def _links(a_kind: str, opts: Options) -> list[dict]:
     link: dict = {"interfaceSelector": selector}
     if opts.priority is not None:
         link["priority"] = opts.priority
+    elif rc is not None and a_kind == "xdp":
+        link["priority"] = rc.priority
+    if rc is not None and a_kind == "xdp":
+        link["proceedOn"] = [PROCEED_ON[a] for a in rc.chain_call] + ["DispatcherReturn"]
     if a_kind in ("tc", "tcx"):
         link["direction"] = DIRECTIONS[opts.direction]
     if opts.namespace is not None:
@@ -194,7 +208,19 @@ def application(spec: CollectionSpec, path: str, opts: Options) -> dict:
                 )
             )
         cr_type = a.cr_types[a.kinds.index(kind)]
-        programs.append({"name": n, "type": cr_type, kind: {"links": _links(kind, opts)}})
+        rc = spec.run_config(n) if kind == "xdp" else None
+        lo, hi = PRIORITY_RANGE
+        if rc is not None and opts.priority is None and not lo <= rc.priority <= hi:
+            raise DiagnosticError(
+                error(
+                    "bad-priority",
+                    f"program {n!r} declares priority {rc.priority}: bpfman takes {lo}..{hi}",
+                    program_span(p, path),
+                    hint="declare a priority in that range, or give --priority",
+                )
+            )
+        links = _links(kind, opts, rc)
+        programs.append({"name": n, "type": cr_type, kind: {"links": links}})
     image: dict = {"url": opts.image}
     if opts.pull_policy is not None:
         image["imagePullPolicy"] = opts.pull_policy

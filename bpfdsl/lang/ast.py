@@ -414,12 +414,17 @@ class FnDecl(Node):
 
 @dataclass(eq=False)
 class ProgDecl(Node):
-    """``xdp fn name(ctx) { ... }``; ``keyword`` is the PROGRAM_KINDS keyword (``xdp(cpumap)``)."""
+    """``xdp fn name(ctx) { ... }``; ``keyword`` is the PROGRAM_KINDS keyword (``xdp(cpumap)``).
+
+    ``run_config``: the ``name: expr`` options in the parentheses (``xdp(priority: 10,
+    chain_call: XDP_PASS)``, libxdp's run config), with their names' spans."""
 
     keyword: str
     name: str
     ctx: str
     body: Block
+    run_config: dict[str, Expr] = field(default_factory=dict)
+    run_config_spans: dict[str, Span] = field(default_factory=dict)
 
 
 @dataclass(eq=False)

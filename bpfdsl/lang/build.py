@@ -172,13 +172,24 @@ class _Builder:
         fields = [f for f in fields if f is not None]
         return ast.HeaderDecl(self._s(meta), str(name), fields, values, spans)
 
-    def prog_variant(self, meta: _Meta, c: _Children) -> str:
-        return str(c[0])
+    def prog_variant(self, meta: _Meta, c: _Children) -> list:
+        return [x for x in c if x is not None]
 
     def prog_decl(self, meta: _Meta, c: _Children) -> ast.ProgDecl:
-        kind, variant, name, ctx, body = c
-        kw = f"{kind}({variant})" if variant else str(kind)
-        return ast.ProgDecl(self._s(meta), kw, str(name), str(ctx), body)
+        kind, opts, name, ctx, body = c
+        names = [o for o in opts or [] if not isinstance(o, tuple)]
+        if len(names) > 1:
+            raise DiagnosticError(
+                error("unknown-program-kind", f"`{kind}` takes one variant, not {len(names)}",
+                      _tok_span(self.filename, names[1]),
+                      hint=f"pick one of `{kind}({names[0]})` and `{kind}({names[1]})`"),
+                self.text,
+            )  # fmt: skip
+        run_config, spans = self._named(
+            [o for o in opts or [] if isinstance(o, tuple)], "run-config", "`{}`"
+        )
+        kw = f"{kind}({names[0]})" if names else str(kind)
+        return ast.ProgDecl(self._s(meta), kw, str(name), str(ctx), body, run_config, spans)
 
     def named_type(self, meta: _Meta, c: _Children) -> ast.NamedType:
         return ast.NamedType(self._s(meta), str(c[0]))

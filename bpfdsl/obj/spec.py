@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from bpfdsl.abi.btf.core import Btf
 from bpfdsl.abi.btf.ext import BtfExt, LineInfo
+from bpfdsl.abi.btf.run_config import RunConfig, read_run_config
 from bpfdsl.abi.insn import Insn
 from bpfdsl.abi.uapi import AttachType, ProgramKind, ProgramType
 from bpfdsl.diagnostics import UsageError, error
@@ -130,6 +131,14 @@ class CollectionSpec:
     @property
     def rodata(self) -> DataSection | None:
         return self.data_sections.get(".rodata")
+
+    def run_config(self, prog: str) -> RunConfig | None:
+        """libxdp's run config of program ``prog`` (priority, chain-call actions) from the
+        object's BTF, or None when it declares none (libxdp then uses priority 50 and
+        XDP_PASS) or has no BTF (bpfdsl.abi.btf.run_config)."""
+        if self.btf is None or self.btf_error is not None:
+            return None
+        return read_run_config(self.btf, prog)
 
     @property
     def configs(self) -> dict[str, Var]:

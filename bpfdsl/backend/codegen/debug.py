@@ -14,6 +14,7 @@ from __future__ import annotations
 from llvmlite import ir
 
 from bpfdsl.abi.btf.records import RECORDS_SECTION, RECORDS_VAR
+from bpfdsl.abi.btf.run_config import RUN_CONFIG_SECTION, RunConfig, run_config_var
 from bpfdsl.abi.uapi import MapType
 from bpfdsl.backend.debuginfo import DebugInfo, FunctionDebug, load_config
 from bpfdsl.lang import types as T
@@ -105,6 +106,12 @@ class DebugAdapter:
         if not recs:
             return None
         return self.di.records_global(RECORDS_VAR, RECORDS_SECTION, recs)
+
+    def run_config_global(self, prog: str, rc: RunConfig, line: int) -> ir.GlobalVariable:
+        """libxdp's ``XDP_RUN_CONFIG(prog)``: priority and every action's chain-call bit."""
+        return self.di.uint_struct_global(
+            run_config_var(prog), RUN_CONFIG_SECTION, rc.members(), line
+        )
 
     def program(self, func: ir.Function, decl, kind) -> None:
         self.fn = self.di.function(func, line=decl.span.line, ctx=kind.ctx, arg_name=decl.ctx)

@@ -110,6 +110,9 @@ class CodeGen(ExprGen, CallGen, PktGen, MapGen, HelperGen):
                 self.emit_fn(name, info, ctx_kind)
         for decl, kind in self.c.progs:
             self.emit_prog(decl, kind)
+            rc = self.c.run_configs.get(decl.name)
+            if rc is not None and self.dbg:  # (compiler.py refuses it without BTF)
+                self.dbg.run_config_global(decl.name, rc, decl.span.line)
         self.fill_prog_arrays()
         if self.dbg:
             self.dbg.di.keep(*self.kept)

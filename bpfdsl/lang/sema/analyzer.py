@@ -14,6 +14,7 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass, field
 
+from bpfdsl.abi.btf.run_config import RunConfig
 from bpfdsl.abi.uapi import PROGRAM_KINDS, ProgramKind, kind_for_keyword
 from bpfdsl.diagnostics import Diagnostic, DiagnosticError, Span, error
 from bpfdsl.lang import ast, c_names
@@ -29,6 +30,7 @@ from bpfdsl.lang.sema.meta import start as meta_start
 from bpfdsl.lang.sema.params import written_params
 from bpfdsl.lang.sema.refs import check_refs
 from bpfdsl.lang.sema.resize import LoopPaths, pkt_changing_fns
+from bpfdsl.lang.sema.run_config import check_run_config
 from bpfdsl.lang.sema.stmt import StmtChecker
 from bpfdsl.lang.sema.subprog_ctx import check_subprog_ctx
 from bpfdsl.lang.sema.symbols import (
@@ -66,6 +68,7 @@ class Checked:
     map_decls: dict[str, ast.MapDecl] = field(default_factory=dict)
     fns: dict[str, FnInfo] = field(default_factory=dict)
     progs: list[tuple[ast.ProgDecl, ProgramKind]] = field(default_factory=list)
+    run_configs: dict[str, RunConfig] = field(default_factory=dict)  # libxdp, by program
     cval: dict[ast.Expr, int] = field(default_factory=dict)
     cbytes: dict[ast.Expr, bytes] = field(default_factory=dict)
     sym: dict[ast.Node, object] = field(default_factory=dict)
@@ -377,6 +380,9 @@ class Sema(StmtChecker, DeclChecker):
         self.resized = frozenset()
         self.meta = meta_start(kind.keyword)
         self.scopes, self.gone = [self.globals_scope(), {p.ctx: T.CTX}], {}
+        rc = check_run_config(self, p, kind)
+        if rc is not None:
+            self.c.run_configs[p.name] = rc
         self.payload_writes = []
         resizes = len(self.c.pkt_reset)
         self.block(p.body, new_scope=False)
