@@ -484,13 +484,13 @@ BAD = [
         "only its context",
     ),
     (
-        "noinline_parses",
-        "noinline fn t(x: u32) -> u32 {\n    let ip = parse ipv4 else { return 0 }\n    return x\n}\n",
+        "global_parses",
+        "global fn t(x: u32) -> i32 {\n    let ip = parse ipv4 else { return 0 }\n    return 1\n}\n",
         "subprog-packet",
         3,
         1,
         "parses or reads packet bytes",
-        "plain `fn t`",
+        "`noinline fn t`",
     ),
     (
         "global_calls_a_fn_that_loads",
@@ -500,7 +500,7 @@ BAD = [
         4,
         1,
         "through the fns it calls",
-        "header view",
+        "`noinline fn g`",
     ),
     (
         "parsing_loop_callback",

@@ -50,9 +50,9 @@ ERRORS = [
     ),
     (
         "subprogram",
-        "noinline fn g(n: u32) -> i64 {\n    let w: u32 = 0\n    return xdp_load_bytes(n, w)\n}\n"
+        "global fn g(n: u32) -> i64 {\n    let w: u32 = 0\n    return xdp_load_bytes(n, w)\n}\n"
         "xdp(frags) fn f(ctx) {\n    if g(4) == 0 { return XDP_DROP }\n    return XDP_PASS\n}\n",
-        "subprog-ctx", 4, 12, "`xdp_load_bytes` needs the program's context", "plain `fn g`",
+        "subprog-ctx", 4, 12, "`xdp_load_bytes` needs the program's context", "`noinline fn g`",
     ),
     (
         "arg_count",

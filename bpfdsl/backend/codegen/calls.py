@@ -246,7 +246,10 @@ class CallGen(GenHost):
         if self.takes_ctx(e.name):  # the packet and the cursor it moves are the caller's
             cursor = self.f.cursor if self.f.cursor is not None else ir.Constant(PTR, None)
             callee = self.fn_ir[e.name, self.f.ctx_kind]
-            r = self.b.call(callee, [self.f.ctx, cursor, *args])
+            hidden = [self.f.ctx, cursor][: self.hidden_args(e.name)]
+            if info.linkage != "inline" and len(hidden) == 2:  # a subprogram: where to start
+                hidden[1] = self.b.load(cursor, typ=PTR, align=8)
+            r = self.b.call(callee, [*hidden, *args])
         else:
             callee = self.fn_ir[e.name, None]
             r = self.b.call(callee, args)

@@ -116,12 +116,22 @@ class DebugAdapter:
     def program(self, func: ir.Function, decl, kind) -> None:
         self.fn = self.di.function(func, line=decl.span.line, ctx=kind.ctx, arg_name=decl.ctx)
 
-    def subprogram(self, func: ir.Function, info) -> None:
+    def subprogram(
+        self, func: ir.Function, info, ctx_kind: str | None = None, pos: bool = False
+    ) -> None:
         """The DISubprogram of a fn emitted as a BPF subprogram (``noinline``/``global``
         fn, loop callback): BTF FUNC (linkage static for ``internal``, global otherwise)
         with a FUNC_PROTO naming its parameters, as clang writes ``static __noinline`` and
-        global functions; its body then gets line info."""
+        global functions; its body then gets line info.  ``ctx_kind``: the fn takes the
+        context first (``struct ctx_kind *ctx``), and with ``pos`` then the caller's parse
+        cursor (``void *pos``): its hidden arguments (CodeGen.hidden_args)."""
         params = [(n, self.param_type(t)) for n, t in info.params]
+        if ctx_kind is not None:
+            di = self.di
+            hidden = [("ctx", di.pointer_type(di.ctx_type(ctx_kind)))]
+            if pos:
+                hidden.append(("pos", di.pointer_type(None)))
+            params = [*hidden, *params]
         void = info.ret == T.VOID
         ret = None if void else self.dtype(info.ret)
         self.fn = self.di.function(

@@ -212,7 +212,7 @@ class CodeGen(ExprGen, CallGen, PktGen, MapGen, HelperGen):
         (bpfdsl.lang.sema.subprog_ctx; sema refuses those builtins in subprograms)."""
         if name in self.c.packet_fns:
             return True
-        return name in self.c.ctx_calls and self.c.fns[name].linkage == "inline"
+        return name in self.c.ctx_calls and self.c.fns[name].linkage in ("inline", "static")
 
     def fns_in_loops(self) -> set[str]:
         """The fns called inside a ``for`` body, directly or through the fns called there:
@@ -260,8 +260,8 @@ class CodeGen(ExprGen, CallGen, PktGen, MapGen, HelperGen):
     def declare_fn(self, name: str, info, ctx_kind: str | None = None) -> None:
         """The ir.Function of a fn (``fn_ir[name, ctx_kind]``), before any body is emitted:
         inlined (plain fn; a packet fn takes the context and the caller's cursor slot
-        first), a static subprogram (``internal noinline``) or a global function (external
-        ``noinline``).  Subprogram parameters and results narrower than 32 bits are
+        first), a static subprogram (``internal noinline``; see :meth:`hidden_args`) or a
+        global function (external ``noinline``).  Subprogram parameters and results narrower than 32 bits are
         ``zeroext``/``signext``, as clang marks them for BPF (the caller extends)."""
         params = [
             PTR if not T.is_int(t) and not isinstance(t, T.BoolType) else self.lt(t)
@@ -270,12 +270,14 @@ class CodeGen(ExprGen, CallGen, PktGen, MapGen, HelperGen):
         if info.linkage == "inline":
             if _aggregate(_inner(info.ret)):  # the caller's memory for the value returned
                 params = [PTR, *params]
-            if ctx_kind is not None:
-                params = [PTR, PTR, *params]
             ret = self.ret_type(info.ret)
         else:
             ret = ir.VoidType() if info.ret == T.VOID else self.lt(info.ret)
+        hidden = self.hidden_args(name) if ctx_kind is not None else 0
+        params = [PTR] * hidden + params
         fname = name if ctx_kind is None else f"{name}.{ctx_kind}"
+        if info.linkage != "inline" and ctx_kind is not None:  # a BTF FUNC: an identifier
+            fname = name if len(self.fn_copies(name)) == 1 else f"{name}__{ctx_kind}"
         func = ir.Function(self.m, ir.FunctionType(ret, params), fname)
         func.attributes.add("nounwind")
         if info.linkage == "inline":
@@ -285,7 +287,7 @@ class CodeGen(ExprGen, CallGen, PktGen, MapGen, HelperGen):
             if info.linkage == "static":
                 func.linkage = "internal"
             func.attributes.add("noinline")
-            for arg, (_n, t) in zip(func.args, info.params, strict=True):
+            for arg, (_n, t) in zip(func.args[hidden:], info.params, strict=True):
                 ext = _ext_attr(t)
                 if ext:
                     arg.add_attribute(ext)
@@ -293,6 +295,19 @@ class CodeGen(ExprGen, CallGen, PktGen, MapGen, HelperGen):
             if ext:
                 func.return_value.add_attribute(ext)
         self.fn_ir[name, ctx_kind] = func
+
+    def hidden_args(self, name: str) -> int:
+        """How many arguments fn ``name`` takes before its own (when :meth:`takes_ctx`): a
+        plain fn the context and the address of the caller's cursor slot (it moves the
+        caller's cursor); a ``noinline`` packet fn the context and the caller's cursor, a
+        packet pointer it parses on from there, as C's ``f(ctx, pos)`` (the caller's cursor
+        stays where it was); a ``noinline`` fn that only calls a builtin taking the context,
+        the context.  A static subprogram may take PTR_TO_CTX and PTR_TO_PACKET arguments:
+        the kernel verifies it at each call with the caller's registers (set_callee_state
+        copies r1-r5, a packet pointer with its checked range)."""
+        if self.c.fns[name].linkage == "inline" or name in self.c.packet_fns:
+            return 2
+        return 1
 
     def keep_result(self, func: ir.Function) -> None:
         """Called at each call of ``func``: a static subprogram with a result is kept as
@@ -315,21 +330,31 @@ class CodeGen(ExprGen, CallGen, PktGen, MapGen, HelperGen):
         args = list(func.args)
         ctx = cursor = out = None
         if ctx_kind is not None:
-            ctx, cursor, *args = args
+            ctx, *args = args
+            if self.hidden_args(name) == 2:
+                cursor, *args = args
         if info.linkage == "inline" and _aggregate(_inner(info.ret)):
             out, *args = args
         self.begin(func, None, ctx, ctx_kind, info)
         self.f.cursor = cursor
+        if info.linkage != "inline" and cursor is not None:
+            # a subprogram parses on a cursor of its own from the one it is given
+            self.f.cursor = self.alloca_ptr("cursor")
+            self.b.store(cursor, self.f.cursor, align=8)
         self.f.ret_mem = out
         self.f.volatile_end = ctx_kind is not None and name in self.loop_fns
         if info.linkage != "inline":
             for arg, (pname, _t) in zip(args, info.params, strict=True):
                 arg.name = pname
+            if ctx is not None:
+                ctx.name = "ctx"
+            if cursor is not None:
+                cursor.name = "pos"
         if self.dbg:
             if info.linkage == "inline":
                 self.dbg.end_program()
             else:
-                self.dbg.subprogram(func, info)
+                self.dbg.subprogram(func, info, ctx_kind, cursor is not None)
         for arg, p in zip(args, info.decl.params, strict=True):
             loc = self.c.sym[p]
             assert isinstance(loc, Local)

@@ -15,6 +15,8 @@ header with segments left follows: RFC 8200 8.1).
 
 from __future__ import annotations
 
+from typing import Any
+
 from llvmlite import ir
 
 from bpfdsl.abi.helpers import HELPERS
@@ -51,6 +53,23 @@ class _VolatileLoad(ir.LoadInstr):
         inner: list[str] = []
         super().descr(inner)
         buf.append("".join(inner).replace("load ", "load volatile ", 1))
+
+
+def _field_plus_const(e: ast.Expr, h) -> tuple[Any, int] | None:
+    """(field, K) when length expression ``e`` of header ``h`` is ``K + FIELD``,
+    ``FIELD + K`` or ``FIELD`` (K >= 0) over a host-order unsigned integer field of ``h``
+    (a ``u8`` or a ``bit<N>``), else None."""
+    k, name = 0, None
+    if isinstance(e, ast.Name):
+        name = e.id
+    elif isinstance(e, ast.BinOp) and e.op == "+":
+        for a, b in ((e.left, e.right), (e.right, e.left)):
+            if isinstance(a, ast.IntLit) and isinstance(b, ast.Name):
+                k, name = a.value, b.id
+    f = h.fields.get(name) if name is not None else None
+    if f is None or not isinstance(f.type, T.IntType) or f.type.be or f.type.signed:
+        return None
+    return f, k
 
 
 class PktGen(CsumGen):
@@ -223,6 +242,21 @@ class PktGen(CsumGen):
             bounds = [("<", -(-h.size // k))]  # ceil(size / K)
             if h.max_length // k < fmax:  # else no value of the field is too big
                 bounds.append((">", h.max_length // k))
+        elif (add := _field_plus_const(e, h)) is not None:
+            # ``K + FIELD`` (a TLV's ``2 + len``, a DNS label's ``1 + len``): the bounds on
+            # the field, as C's ``len > 63``, and only those a field value can break
+            f, add_k = add
+            n = self.field_value(cur, f)
+            fmax = (1 << f.type.bits) - 1
+            bounds = [("<", h.size - add_k)] if h.size > add_k else []
+            if h.max_length - add_k < fmax:
+                bounds.append((">", h.max_length - add_k))
+            for op, bound in bounds:
+                ok = self.new_block(f"{h.name}.len")
+                self.b.cbranch(self.b.icmp_unsigned(op, n, ir.Constant(n.type, bound)), fail, ok)
+                self.start(ok)
+            n = self.b.zext(n, I64) if n.type.width < 64 else n
+            return self.b.add(n, ir.Constant(I64, add_k)) if add_k else n
         else:
             n, k = self.header_expr(cur, h, e), 0
             bounds = [("<", h.size), (">", h.max_length)]

@@ -286,8 +286,8 @@ class Sema(StmtChecker, DeclChecker):
                 self.c.fns[it.name] = self.fn_info(it)
         self.c.packet_fns = self.find_packet_fns()
         self.c.pkt_changing_fns = pkt_changing_fns(self.c.fns)
-        self.check_subprog_packet()
         check_subprog_ctx(self)
+        self.check_subprog_packet()
         for it in items:
             if isinstance(it, ast.FnDecl):
                 self.body_fn(self.c.fns[it.name])

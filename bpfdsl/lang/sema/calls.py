@@ -155,7 +155,8 @@ def call(ex, e: ast.Call) -> T.Type:
             ex.expect(a, ty)
         if e.name in c.packet_fns:  # it reads the packet and moves the caller's cursor
             ex.packet_access(e.span, f"call `{e.name}` (it reads the packet)")
-            ex.s.cursor = CURSOR_UNKNOWN
+            if info.linkage == "inline":  # a noinline fn parses on a copy of the cursor
+                ex.s.cursor = CURSOR_UNKNOWN
         if e.name in c.pkt_changing_fns:  # it may resize: the views are invalid after it
             _mark_stale(ex, e)
         return info.ret

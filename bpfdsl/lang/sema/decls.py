@@ -573,18 +573,37 @@ class DeclChecker:
         return FnInfo(d, params, ret, linkage)
 
     def check_subprog_packet(self) -> None:
-        """A BPF subprogram (``noinline``/``global`` fn) cannot parse, call skip_ext or
-        offset, or load/store packet bytes: only an inlined fn shares its caller's parse
-        cursor."""
-        for name in sorted(self.c.packet_fns):
+        """A ``global`` fn cannot parse, call skip_ext or offset, or load/store packet
+        bytes: the kernel verifies it on its own, for arguments of its BTF types, and a BTF
+        argument is never a packet pointer (btf_prepare_func_args) nor the parse cursor.  A
+        ``noinline`` (static) fn can: it takes the program's context and the caller's cursor
+        (a packet pointer) as two hidden arguments first (r1, r2), and one that only calls
+        a builtin taking the context the context (r1); the kernel verifies it at each call
+        with the caller's registers (a packet pointer keeps its checked range), so it has
+        3 (or 4) registers left for its own parameters (CodeGen.hidden_args)."""
+        for name in sorted(self.c.packet_fns | set(self.c.ctx_calls)):
             d = self.c.fns[name].decl
-            if d.modifier in FN_MODIFIERS:
+            if d.modifier == "global" and name in self.c.packet_fns:
                 self.err(
                     "subprog-packet",
-                    f"{d.modifier} fn `{name}` parses or reads packet bytes (directly or "
-                    "through the fns it calls): only a plain (inlined) fn can",
+                    f"global fn `{name}` parses or reads packet bytes (directly or through "
+                    "the fns it calls): a global function gets its BTF-typed arguments only, "
+                    "never the packet or the parse cursor",
                     d.modifier_span or d.span,
-                    f"make it a plain `fn {name}`, or parse in the caller and pass the header view",
+                    f"make it `noinline fn {name}` (a static subprogram, verified with the "
+                    "caller's packet), or a plain `fn`",
+                )
+                continue
+            hidden = 2 if name in self.c.packet_fns else 1
+            if d.modifier == "noinline" and len(d.params) > MAX_SUBPROG_ARGS - hidden:
+                what = "the context and the parse cursor" if hidden == 2 else "the context"
+                self.err(
+                    "too-many-params",
+                    f"noinline fn `{name}` takes {what} in r1{'-r2' if hidden == 2 else ''} "
+                    f"before its own parameters: at most {MAX_SUBPROG_ARGS - hidden} "
+                    f"(registers r{hidden + 1}-r5), not {len(d.params)}",
+                    d.params[MAX_SUBPROG_ARGS - hidden].span,
+                    "pass a struct with the values instead, or make it a plain (inlined) `fn`",
                 )
 
     def check_subprog_signature(
