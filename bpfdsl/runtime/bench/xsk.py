@@ -19,12 +19,15 @@ every program compared.
 
 from __future__ import annotations
 
+import errno
 import os
+import subprocess
 import threading
 import time
 from contextlib import ExitStack
 
 from bpfdsl.kernel import netlink
+from bpfdsl.kernel import syscall as S
 from bpfdsl.runtime.bench import net as N
 from bpfdsl.runtime.bench.report import Metric, Progress, Report, Section, abba
 from bpfdsl.runtime.bench.target import REDIRECT_MAPS, fill_user_maps, one_map
@@ -48,9 +51,9 @@ LOOP_LIMIT = 3600.0  # seconds: the socket thread stops by itself after this at 
 class _Loop(threading.Thread):
     """The socket loop (``rxdrop`` or ``l2fwd``) on its own CPU until :meth:`stop`."""
 
-    def __init__(self, sock: XskSocket, mode: str, cpu: int | None):
+    def __init__(self, sock: XskSocket, mode: str, cpu: int | None, batch: int = 4096):
         super().__init__(name=f"xsk-{mode}", daemon=True)
-        self.sock, self.mode, self.cpu = sock, mode, cpu
+        self.sock, self.mode, self.cpu, self.batch = sock, mode, cpu, batch
         self.frames = 0
         self.error: BaseException | None = None
         self._halt = threading.Event()
@@ -62,7 +65,7 @@ class _Loop(threading.Thread):
             step = self.sock.rx_drop if self.mode == "rxdrop" else self.sock.l2fwd
             end = time.monotonic() + LOOP_LIMIT
             while not self._halt.is_set() and time.monotonic() < end:
-                n = step()
+                n = step(self.batch)
                 self.frames += n
                 if n == 0:
                     self.sock.wait(0.001)
@@ -184,3 +187,116 @@ def run_xsk(objs, opts: XdpOptions, modes=XSK_MODES, progress: Progress | None =
     _order(rep, *sections)
     rep.sections = sections
     return rep
+
+
+BUSY_WAIT = 3.0  # seconds: a closed AF_XDP socket leaves its queue a moment later
+
+
+def _retry_busy(make):
+    """``make()``, again while the queue is still bound by the socket closed just before
+    (EBUSY: the kernel releases an AF_XDP socket's queue after the close returns)."""
+    end = time.monotonic() + BUSY_WAIT
+    while True:
+        try:
+            return make()
+        except OSError as e:
+            if e.errno != errno.EBUSY or time.monotonic() > end:
+                raise
+            time.sleep(0.05)
+
+
+class _ChildLoop:
+    """A socket loop as a child process in the DUT namespace on ``cpu``: ``argv`` then
+    ``MODE dut0 0 MAP_ID FRAMES BATCH`` (bench/c/xsk_loop.c and bench/xsk_loop.py take
+    the same); it puts its own socket into slot 0 of the xskmap ``map_id``, prints
+    ``ready``, and answers each stdin line with "rx tx ring_full fill_empty"."""
+
+    def __init__(
+        self, argv: list[str], ns: str, mode: str, map_id: int, cpu: int | None, batch: int
+    ):
+        argv = [*argv, mode, N.DUT_DEV, "0", str(map_id), str(FRAMES), str(batch)]
+        if cpu is not None:
+            argv = ["taskset", "-c", str(cpu), *argv]
+        self.proc = subprocess.Popen(
+            ["ip", "netns", "exec", ns, *argv],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        assert self.proc.stdout is not None and self.proc.stdin is not None
+        line = self.proc.stdout.readline()
+        if line.strip() != "ready":
+            err = self.proc.communicate(timeout=5)[1]
+            busy = "Device or resource busy" in err
+            raise OSError(errno.EBUSY if busy else errno.EIO, f"{argv[-7]}: {err.strip()}")
+
+    def totals(self) -> tuple[int, int, int, int]:
+        """(frames received, frames sent, rx ring full, fill ring empty) so far."""
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write("\n")
+        self.proc.stdin.flush()
+        rx, tx, full, empty = (int(x) for x in self.proc.stdout.readline().split())
+        return rx, tx, full, empty
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def run_xsk_loops(
+    obj, opts: XdpOptions, loops: dict[str, list[str]], modes=XSK_MODES, batch: int = 64
+) -> dict[str, dict[str, list[dict[str, float]]]]:
+    """Socket loops side by side, each a process of its own (:class:`_ChildLoop`):
+    ``loops`` maps a label to the command that starts one (bench/c/xsk_loop.c, libxdp;
+    bench/xsk_loop.py, :class:`XskSocket`), each in ``modes``, the same program ``obj``
+    redirecting to them, the same generator, ``batch`` descriptors per ring access, ABBA
+    order over ``opts.runs``.  Returns {mode: {label: [run...]}} with per run ``rx_pps``
+    (frames the program ran on per second), ``xsk_pps`` (frames the loop received per
+    second), ``fwd_pps`` (l2fwd: frames back at gen0 per second), ``ring_full`` /
+    ``fill_empty`` (the socket's drop counters over the run)."""
+    cpus = sorted(os.sched_getaffinity(0))
+    loop_cpu = next((c for c in cpus if c != GEN_CPU), None)
+    out: dict[str, dict[str, list[dict[str, float]]]] = {}
+    with ExitStack() as stack:
+        b = _Bench(stack, [obj], opts, egress=False)
+        sink = stack.enter_context(N.drop_program())
+        N.attach_xdp(b.net.gen_ns, N.GEN_DEV, int(sink), "native")
+        (t,) = b.targets.values()
+        name = one_map(t, REDIRECT_MAPS["xskmap"], "xskmap", "the program needs an xskmap")
+        map_id = S.map_info(t.coll.maps[name].fd).id
+        b.attach(t)
+        for mode in modes:
+            runs: dict[str, list[dict[str, float]]] = {label: [] for label in loops}
+            for _i, label in abba(list(loops), opts.runs):
+                loop = _retry_busy(
+                    lambda m=mode, a=loops[label]: _ChildLoop(
+                        a, b.net.dut_ns, m, map_id, loop_cpu, batch
+                    )
+                )
+                try:
+                    b.send(opts.warmup)
+                    time.sleep(DRAIN)
+                    c0, g0 = b.counts(b.net.dut_ns, N.DUT_DEV), b.counts(b.net.gen_ns, N.GEN_DEV)
+                    l0 = loop.totals()
+                    _sent, secs = b.send(opts.duration)
+                    time.sleep(DRAIN)
+                    l1 = loop.totals()
+                    c = b.counts(b.net.dut_ns, N.DUT_DEV) - c0
+                    g = b.counts(b.net.gen_ns, N.GEN_DEV) - g0
+                finally:
+                    loop.close()
+                row = {
+                    "rx_pps": c.packets / secs,
+                    "xsk_pps": (l1[0] - l0[0]) / secs,
+                    "ring_full": l1[2] - l0[2],
+                    "fill_empty": l1[3] - l0[3],
+                }
+                if mode == "l2fwd":
+                    row["fwd_pps"] = g.packets / secs
+                runs[label].append(row)
+            out[mode] = runs
+    return out
