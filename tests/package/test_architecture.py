@@ -61,6 +61,8 @@ DEFERRED: dict[tuple[str, str], str] = {
     ("bpfdsl.runtime.packets", "scapy"): "captures and frame summaries only",
     ("bpfdsl.runtime.events", "numpy"): "RecordBatch.array() only: numpy is optional (not a "
     "dependency); rows, JSON lines and Event objects need none",
+    ("bpfdsl.runtime.xsk", "numpy"): "XskSocket.l2fwd's MAC swap only: numpy is optional "
+    "(without it the swap goes frame by frame)",
     ("bpfdsl.testing.pytest_plugin", "scapy"): "BpfResult.packet only; the plugin is loaded "
     "by every pytest process (entry point pytest11)",
 }
