@@ -247,7 +247,7 @@ class Sema(StmtChecker, DeclChecker):
                     )
             elif isinstance(it, ast.ConstDecl):
                 ty = self.resolve_type(it.type)
-                self.scopes = [{}]
+                self.scopes = [dict(self.c.consts)]  # `const B: u32 = A + 4`: earlier consts
                 self.ex.expect(it.value, ty)
                 v = self.ex.const_as(it.value, ty)  # `const B: i64 = (1 as i32) - 2` is -1
                 data = self.c.cbytes.get(it.value)
@@ -260,7 +260,7 @@ class Sema(StmtChecker, DeclChecker):
             elif isinstance(it, ast.ConfigDecl):
                 n_diags = len(self.diags)
                 ty = self.resolve_type(it.type)
-                self.scopes = [{}]
+                self.scopes = [dict(self.c.consts)]  # a default from consts: `= BASE * 3`
                 if len(self.diags) > n_diags or not isinstance(ty, T.IntType):
                     if len(self.diags) == n_diags:
                         self.err(
