@@ -38,7 +38,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bpfdsl.abi import insn as I  # noqa: E402
-from bpfdsl.abi import uapi as U  # noqa: E402
+from bpfdsl.abi.map_types import MapType, is_map_in_map  # noqa: E402
+from bpfdsl.abi.opcodes import BPF_PSEUDO_MAP_FD, BPF_PSEUDO_MAP_VALUE  # noqa: E402
+from bpfdsl.abi.prog_types import AttachType, ProgramType  # noqa: E402
 from bpfdsl.checker import DataMap, check_insns, map_refs_for  # noqa: E402
 from bpfdsl.kernel import syscall as S  # noqa: E402
 from bpfdsl.obj.collection import read_object  # noqa: E402
@@ -50,7 +52,7 @@ from mutations import Item, mutate  # noqa: E402
 from randprogs import calls_prog, ctx_prog, random_prog  # noqa: E402
 from support import complexity  # noqa: E402
 
-PT, AT = U.ProgramType, U.AttachType
+PT, AT = ProgramType, AttachType
 
 
 # ---- building the bases ----
@@ -111,17 +113,17 @@ class Maps:
 
     def _create(self, m) -> S.Fd:
         if isinstance(m, DataMap):
-            fd = S.map_create(U.MapType.ARRAY, 4, max(1, len(m.data)), 1, map_flags=m.map_flags)
+            fd = S.map_create(MapType.ARRAY, 4, max(1, len(m.data)), 1, map_flags=m.map_flags)
             S.map_update(fd, bytes(4), m.data or b"\0")
             if m.readonly:
                 S.map_freeze(fd)
             return fd
         mt = int(m.map_type)
         n = m.max_entries
-        if mt == U.MapType.CPUMAP:
+        if mt == MapType.CPUMAP:
             n = min(n, S.possible_cpus())
         inner = getattr(m, "inner", None)
-        inner_fd = self.fd(inner) if inner is not None and U.is_map_in_map(mt) else 0
+        inner_fd = self.fd(inner) if inner is not None and is_map_in_map(mt) else 0
         return S.map_create(
             mt, m.key_size, m.value_size, n, map_flags=m.map_flags, inner_map_fd=inner_fd
         )
@@ -165,11 +167,11 @@ def patch(item: Item, maps: Maps) -> bytes:
             continue
         fd = maps.fd(ref.map)
         if ref.value_off is None:
-            ins[idx] = dataclasses.replace(x, src=U.BPF_PSEUDO_MAP_FD, imm=fd)
+            ins[idx] = dataclasses.replace(x, src=BPF_PSEUDO_MAP_FD, imm=fd)
         else:
             v = (fd & 0xFFFFFFFF) | ((ref.value_off & 0xFFFFFFFF) << 32)
             ins[idx] = dataclasses.replace(
-                x, src=U.BPF_PSEUDO_MAP_VALUE, imm=v - (1 << 64) if v >> 63 else v
+                x, src=BPF_PSEUDO_MAP_VALUE, imm=v - (1 << 64) if v >> 63 else v
             )
     return I.encode(ins)
 
@@ -277,9 +279,9 @@ def build_corpus(
     from bpfdsl.obj.maps import MapSpec
 
     rmaps = {
-        "h": MapSpec("h", U.MapType.HASH, 4, 8, 16),
-        "a": MapSpec("a", U.MapType.ARRAY, 4, 16, 4),
-        "pa": MapSpec("pa", U.MapType.PERCPU_ARRAY, 4, 8, 1),
+        "h": MapSpec("h", MapType.HASH, 4, 8, 16),
+        "a": MapSpec("a", MapType.ARRAY, 4, 16, 4),
+        "pa": MapSpec("pa", MapType.PERCPU_ARRAY, 4, 8, 1),
     }
     corpus += [random_prog(rng, k, rmaps) for k in range(n_random)]
     corpus += [idiom_prog(rng, k, rmaps) for k in range(n_random // 2)]

@@ -28,9 +28,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bpfdsl.abi.uapi import MapType  # noqa: E402
+from bpfdsl.abi.limits import XDP_MAX_LINEAR  # noqa: E402
+from bpfdsl.abi.map_types import MapType  # noqa: E402
 from bpfdsl.interp import InterpCollection, InterpError  # noqa: E402
-from bpfdsl.interp.ctx import XDP_MAX_LINEAR  # noqa: E402
 from bpfdsl.kernel import syscall  # noqa: E402
 from bpfdsl.obj.collection import read_object  # noqa: E402
 from bpfdsl.testing.pytest_plugin import _InterpMap, _KernelMap  # noqa: E402
@@ -239,7 +239,7 @@ def as_plain_xdp(spec):
     program names)."""
     import dataclasses
 
-    from bpfdsl.abi.uapi import kind_for_keyword
+    from bpfdsl.abi.prog_types import kind_for_keyword
 
     plain, progs, conv = kind_for_keyword("xdp"), {}, []
     for name, p in spec.programs.items():
@@ -367,7 +367,20 @@ def _short(d) -> str:
 def _mem_insn(rng: random.Random, d: int, s: int, imm32):
     """A random aligned stack access in r10-64..r10: store, (sign-extending) load, atomic."""
     from bpfdsl.abi import insn as I
-    from bpfdsl.abi import uapi as U
+    from bpfdsl.abi.opcodes import (
+        BPF_ADD,
+        BPF_AND,
+        BPF_B,
+        BPF_CMPXCHG,
+        BPF_FETCH,
+        BPF_H,
+        BPF_LDX,
+        BPF_MEMSX,
+        BPF_OR,
+        BPF_W,
+        BPF_XCHG,
+        BPF_XOR,
+    )
 
     size = rng.choice((1, 2, 4, 8))
     off = -size * rng.randrange(1, 64 // size + 1)
@@ -379,12 +392,12 @@ def _mem_insn(rng: random.Random, d: int, s: int, imm32):
     if kind == "ldx" or (kind == "ldsx" and size == 8):
         return I.ldx_mem(size, d, 10, off)
     if kind == "ldsx":
-        sz = {1: U.BPF_B, 2: U.BPF_H, 4: U.BPF_W}[size]
-        return I.Insn(U.BPF_LDX | U.BPF_MEMSX | sz, d, 10, off)
+        sz = {1: BPF_B, 2: BPF_H, 4: BPF_W}[size]
+        return I.Insn(BPF_LDX | BPF_MEMSX | sz, d, 10, off)
     size = rng.choice((4, 8))
     off = -size * rng.randrange(1, 64 // size + 1)
-    code = rng.choice((U.BPF_ADD, U.BPF_AND, U.BPF_OR, U.BPF_XOR))
-    code = rng.choice((code, code | U.BPF_FETCH, U.BPF_XCHG, U.BPF_CMPXCHG))
+    code = rng.choice((BPF_ADD, BPF_AND, BPF_OR, BPF_XOR))
+    code = rng.choice((code, code | BPF_FETCH, BPF_XCHG, BPF_CMPXCHG))
     return I.atomic(size, code, 10, s, off)
 
 
@@ -394,36 +407,70 @@ def random_alu_program(rng: random.Random, length: int = 24, mem: bool = False) 
     JMP/JMP32 instructions (with ``mem``: also stack stores, loads, sign-extending loads
     and atomics on an initialized 64-byte stack area), then r0 ^= r1..r5."""
     from bpfdsl.abi import insn as I
-    from bpfdsl.abi import uapi as U
+    from bpfdsl.abi.opcodes import (
+        BPF_ADD,
+        BPF_ALU,
+        BPF_ALU64,
+        BPF_AND,
+        BPF_ARSH,
+        BPF_DIV,
+        BPF_END,
+        BPF_JEQ,
+        BPF_JGE,
+        BPF_JGT,
+        BPF_JLE,
+        BPF_JLT,
+        BPF_JMP,
+        BPF_JMP32,
+        BPF_JNE,
+        BPF_JSET,
+        BPF_JSGE,
+        BPF_JSGT,
+        BPF_JSLE,
+        BPF_JSLT,
+        BPF_K,
+        BPF_LSH,
+        BPF_MOD,
+        BPF_MOV,
+        BPF_MUL,
+        BPF_NEG,
+        BPF_OR,
+        BPF_RSH,
+        BPF_SUB,
+        BPF_TO_BE,
+        BPF_TO_LE,
+        BPF_X,
+        BPF_XOR,
+    )
 
     ops = [
-        U.BPF_ADD,
-        U.BPF_SUB,
-        U.BPF_MUL,
-        U.BPF_DIV,
-        U.BPF_OR,
-        U.BPF_AND,
-        U.BPF_LSH,
-        U.BPF_RSH,
-        U.BPF_NEG,
-        U.BPF_MOD,
-        U.BPF_XOR,
-        U.BPF_MOV,
-        U.BPF_ARSH,
-        U.BPF_END,
+        BPF_ADD,
+        BPF_SUB,
+        BPF_MUL,
+        BPF_DIV,
+        BPF_OR,
+        BPF_AND,
+        BPF_LSH,
+        BPF_RSH,
+        BPF_NEG,
+        BPF_MOD,
+        BPF_XOR,
+        BPF_MOV,
+        BPF_ARSH,
+        BPF_END,
     ]
     jops = [
-        U.BPF_JEQ,
-        U.BPF_JGT,
-        U.BPF_JGE,
-        U.BPF_JSET,
-        U.BPF_JNE,
-        U.BPF_JSGT,
-        U.BPF_JSGE,
-        U.BPF_JLT,
-        U.BPF_JLE,
-        U.BPF_JSLT,
-        U.BPF_JSLE,
+        BPF_JEQ,
+        BPF_JGT,
+        BPF_JGE,
+        BPF_JSET,
+        BPF_JNE,
+        BPF_JSGT,
+        BPF_JSGE,
+        BPF_JLT,
+        BPF_JLE,
+        BPF_JSLT,
+        BPF_JSLE,
     ]
     vals = [0, 1, 2, 7, 31, 32, 63, 64, 0x7FFFFFFF, 0x80000000, 0xFFFFFFFF, 1 << 63, (1 << 64) - 1]
 
@@ -441,58 +488,61 @@ def random_alu_program(rng: random.Random, length: int = 24, mem: bool = False) 
             continue
         if rng.random() < 0.15:
             skip = rng.randrange(0, 3)
-            cls = rng.choice((U.BPF_JMP, U.BPF_JMP32))
+            cls = rng.choice((BPF_JMP, BPF_JMP32))
             if rng.random() < 0.5:
-                body.append(I.Insn(cls | rng.choice(jops) | U.BPF_X, d, s, skip))
+                body.append(I.Insn(cls | rng.choice(jops) | BPF_X, d, s, skip))
             else:
-                body.append(I.Insn(cls | rng.choice(jops) | U.BPF_K, d, 0, skip, imm32()))
+                body.append(I.Insn(cls | rng.choice(jops) | BPF_K, d, 0, skip, imm32()))
             continue
         op = rng.choice(ops)
         wide = rng.random() < 0.5
-        cls = U.BPF_ALU64 if wide else U.BPF_ALU
+        cls = BPF_ALU64 if wide else BPF_ALU
         bits = 63 if wide else 31
-        if op == U.BPF_END:
+        if op == BPF_END:
             width = rng.choice((16, 32, 64))
             if wide:
-                body.append(I.Insn(U.BPF_ALU64 | U.BPF_END, d, 0, 0, width))
+                body.append(I.Insn(BPF_ALU64 | BPF_END, d, 0, 0, width))
             else:
-                src = rng.choice((U.BPF_TO_LE, U.BPF_TO_BE))
-                body.append(I.Insn(U.BPF_ALU | U.BPF_END | src, d, 0, 0, width))
-        elif op == U.BPF_NEG:
-            body.append(I.Insn(cls | U.BPF_NEG, d))
-        elif op in (U.BPF_LSH, U.BPF_RSH, U.BPF_ARSH):  # immediate shifts must be < width
+                src = rng.choice((BPF_TO_LE, BPF_TO_BE))
+                body.append(I.Insn(BPF_ALU | BPF_END | src, d, 0, 0, width))
+        elif op == BPF_NEG:
+            body.append(I.Insn(cls | BPF_NEG, d))
+        elif op in (BPF_LSH, BPF_RSH, BPF_ARSH):  # immediate shifts must be < width
             if rng.random() < 0.5:
-                body.append(I.Insn(cls | op | U.BPF_K, d, 0, 0, rng.randrange(bits + 1)))
+                body.append(I.Insn(cls | op | BPF_K, d, 0, 0, rng.randrange(bits + 1)))
             else:
-                body.append(I.Insn(cls | op | U.BPF_X, d, s))
-        elif op == U.BPF_MOV and rng.random() < 0.3:
+                body.append(I.Insn(cls | op | BPF_X, d, s))
+        elif op == BPF_MOV and rng.random() < 0.3:
             off = rng.choice((8, 16, 32) if wide else (8, 16))
-            body.append(I.Insn(cls | U.BPF_MOV | U.BPF_X, d, s, off))
-        elif op in (U.BPF_DIV, U.BPF_MOD):
+            body.append(I.Insn(cls | BPF_MOV | BPF_X, d, s, off))
+        elif op in (BPF_DIV, BPF_MOD):
             off = rng.choice((0, 1))
             if rng.random() < 0.5:
-                body.append(I.Insn(cls | op | U.BPF_X, d, s, off))
+                body.append(I.Insn(cls | op | BPF_X, d, s, off))
             else:
                 k = imm32() or 3
-                body.append(I.Insn(cls | op | U.BPF_K, d, 0, off, k))
+                body.append(I.Insn(cls | op | BPF_K, d, 0, off, k))
         elif rng.random() < 0.5:
-            body.append(I.Insn(cls | op | U.BPF_X, d, s))
+            body.append(I.Insn(cls | op | BPF_X, d, s))
         else:
-            body.append(I.Insn(cls | op | U.BPF_K, d, 0, 0, imm32()))
+            body.append(I.Insn(cls | op | BPF_K, d, 0, 0, imm32()))
     # a jump may not skip past the epilogue's start: clamp offsets to the body
     fixed = []
     for i, x in enumerate(body):
         if x.is_jmp_class:
             x = I.Insn(x.opcode, x.dst, x.src, min(x.off, len(body) - i - 1), x.imm)
         fixed.append(x)
-    tail = [I.alu64_reg(U.BPF_XOR, 0, r) for r in range(1, 6)]
+    tail = [I.alu64_reg(BPF_XOR, 0, r) for r in range(1, 6)]
     return out + fixed + tail
 
 
 def alu_fuzz(n: int, seed: int, report: Report) -> None:
     """``n`` random scalar programs: the kernel's r0 (both halves) == the interpreter's."""
     from bpfdsl.abi import insn as I
-    from bpfdsl.abi import uapi as U
+    from bpfdsl.abi.opcodes import (
+        BPF_RSH,
+    )
+    from bpfdsl.abi.prog_types import ProgramType
     from bpfdsl.interp import Machine, XdpContext
 
     rng = random.Random(seed)
@@ -501,10 +551,10 @@ def alu_fuzz(n: int, seed: int, report: Report) -> None:
         got = Machine(prog + [I.exit_()]).run(XdpContext(bytes(64)))
         want = 0
         for high in (False, True):
-            tail = [I.alu64_imm(U.BPF_RSH, 0, 32)] if high else []
+            tail = [I.alu64_imm(BPF_RSH, 0, 32)] if high else []
             try:
                 fd, _ = syscall.prog_load(
-                    U.ProgramType.XDP, I.encode(prog + tail + [I.exit_()]), "GPL"
+                    ProgramType.XDP, I.encode(prog + tail + [I.exit_()]), "GPL"
                 )
             except syscall.BpfError as e:
                 report.mismatches.append(f"alu program {k}: kernel refused it: {e}")

@@ -36,9 +36,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bpfdsl.abi import uapi as U  # noqa: E402
+from bpfdsl.abi.prog_types import ProgramType  # noqa: E402
 
-MODELLED = {U.ProgramType.XDP, U.ProgramType.SK_MSG, U.ProgramType.SOCK_OPS}
+MODELLED = {ProgramType.XDP, ProgramType.SK_MSG, ProgramType.SOCK_OPS}
 SECTIONS = re.compile(r'SEC\("(xdp|sk_msg|sockops)')
 CANNOT = ("ctx-unmodelled", "kfunc", "helper-unmodelled")
 

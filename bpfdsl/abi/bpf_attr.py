@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ctypes as C
 
-from bpfdsl.abi.uapi import BPF_OBJ_NAME_LEN
+from bpfdsl.abi.flags import BPF_OBJ_NAME_LEN
 
 u32, u64, s32 = C.c_uint32, C.c_uint64, C.c_int32
 

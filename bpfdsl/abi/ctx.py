@@ -30,7 +30,7 @@ import struct
 from dataclasses import dataclass
 from enum import Enum
 
-from bpfdsl.abi.uapi import AttachType, ProgramType
+from bpfdsl.abi.prog_types import AttachType, ProgramType
 
 
 class RegType(Enum):
@@ -252,7 +252,7 @@ CTX_STRUCTS: dict[str, CtxStruct] = {s.name: s for s in (XDP_MD, SK_MSG_MD, BPF_
 
 
 def ctx_struct(name: str) -> CtxStruct | None:
-    """The context struct called ``name`` (``uapi.ProgramKind.ctx``), None if not modelled."""
+    """The context struct called ``name`` (``prog_types.ProgramKind.ctx``), None if not modelled."""
     return CTX_STRUCTS.get(name)
 
 

@@ -1,4 +1,4 @@
-"""The one helper table: every BPF helper's id, name and prototype (imports only uapi).
+"""The one helper table: every BPF helper's id, name and prototype (imports only flags, map_types, prog_types).
 
 :data:`PROTOTYPES` is indexed by helper id, as PREVAIL's ``prototypes[]``: every id of
 ``enum bpf_func_id`` (include/uapi/linux/bpf.h; this machine's kernel BTF, Linux 6.18: ids
@@ -20,8 +20,19 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Final
 
-from bpfdsl.abi import uapi as U
-from bpfdsl.abi.uapi import MapType, ProgramType
+from bpfdsl.abi.flags import BPF_F_BROADCAST, BPF_F_EXCLUDE_INGRESS, XDP_REDIRECT_FALLBACK_MASK
+from bpfdsl.abi.map_types import (
+    ARRAY_MAP_TYPES,
+    DEVMAP_TYPES,
+    HASH_MAP_TYPES,
+    MAP_IN_MAP_TYPES,
+    PERCPU_MAP_TYPES,
+    REDIRECT_MAP_TYPES,
+    SOCK_MAP_TYPES,
+    SOCKET_MAP_TYPES,
+    MapType,
+)
+from bpfdsl.abi.prog_types import ProgramType
 
 
 class ArgKind(Enum):
@@ -109,7 +120,7 @@ _SK_MSG = frozenset({ProgramType.SK_MSG})
 _SOCK_OPS = frozenset({ProgramType.SOCK_OPS})
 _NET = frozenset({ProgramType.XDP, ProgramType.SCHED_CLS, ProgramType.SCHED_ACT})
 _RINGBUF = frozenset({MapType.RINGBUF})
-_DATA_MAPS = U.HASH_MAP_TYPES | U.ARRAY_MAP_TYPES | {MapType.LPM_TRIE}  # maps of plain values
+_DATA_MAPS = HASH_MAP_TYPES | ARRAY_MAP_TYPES | {MapType.LPM_TRIE}  # maps of plain values
 
 # Index = helper id (enum bpf_func_id order, 0 = BPF_FUNC_unspec); see the module doc.
 # pkt_access=True where the kernel's proto says ``.pkt_access = true`` (Linux 6.18):
@@ -128,7 +139,7 @@ PROTOTYPES: tuple[HelperProto, ...] = (
         1,
         (A.CONST_MAP_PTR, A.PTR_TO_MAP_KEY),
         RetKind.PTR_TO_MAP_VALUE_OR_NULL,
-        map_types=_DATA_MAPS | U.DEVMAP_TYPES | U.SOCKET_MAP_TYPES | U.MAP_IN_MAP_TYPES,
+        map_types=_DATA_MAPS | DEVMAP_TYPES | SOCKET_MAP_TYPES | MAP_IN_MAP_TYPES,
         pkt_access=True,
     ),
     HelperProto(
@@ -136,7 +147,7 @@ PROTOTYPES: tuple[HelperProto, ...] = (
         2,
         (A.CONST_MAP_PTR, A.PTR_TO_MAP_KEY, A.PTR_TO_MAP_VALUE, A.ANYTHING),
         RetKind.INTEGER,
-        map_types=_DATA_MAPS | U.SOCK_MAP_TYPES,  # sockmaps: where may_update_sockmap says
+        map_types=_DATA_MAPS | SOCK_MAP_TYPES,  # sockmaps: where may_update_sockmap says
         pkt_access=True,
     ),
     HelperProto(
@@ -144,7 +155,7 @@ PROTOTYPES: tuple[HelperProto, ...] = (
         3,
         (A.CONST_MAP_PTR, A.PTR_TO_MAP_KEY),
         RetKind.INTEGER,
-        map_types=_DATA_MAPS | U.SOCK_MAP_TYPES,
+        map_types=_DATA_MAPS | SOCK_MAP_TYPES,
         pkt_access=True,
     ),
     HelperProto("probe_read", 4),
@@ -246,7 +257,7 @@ PROTOTYPES: tuple[HelperProto, ...] = (
         (A.CONST_MAP_PTR, A.ANYTHING, A.ANYTHING),
         RetKind.INTEGER,
         prog_types=_XDP,
-        map_types=U.REDIRECT_MAP_TYPES,
+        map_types=REDIRECT_MAP_TYPES,
     ),
     HelperProto("sk_redirect_map", 52),
     HelperProto(
@@ -547,7 +558,7 @@ PROTOTYPES: tuple[HelperProto, ...] = (
         (A.CONST_MAP_PTR, A.PTR_TO_MAP_KEY, A.ANYTHING),
         RetKind.PTR_TO_MAP_VALUE_OR_NULL,
         # per-CPU cgroup storage is read with bpf_get_local_storage instead
-        map_types=U.PERCPU_MAP_TYPES - {MapType.PERCPU_CGROUP_STORAGE},
+        map_types=PERCPU_MAP_TYPES - {MapType.PERCPU_CGROUP_STORAGE},
         pkt_access=True,
     ),
     HelperProto("skc_to_mptcp_sock", 196),
@@ -630,8 +641,8 @@ XDP_REDIRECT_FLAGS = 0
 def redirect_map_flags(map_type: MapType) -> int:
     """The flag bits ``bpf_redirect_map`` accepts from XDP for a map of ``map_type``; any
     other bit makes the call return XDP_ABORTED."""
-    extra = U.BPF_F_BROADCAST | U.BPF_F_EXCLUDE_INGRESS if map_type in U.DEVMAP_TYPES else 0
-    return U.XDP_REDIRECT_FALLBACK_MASK | extra
+    extra = BPF_F_BROADCAST | BPF_F_EXCLUDE_INGRESS if map_type in DEVMAP_TYPES else 0
+    return XDP_REDIRECT_FALLBACK_MASK | extra
 
 
 def callable_by_name(helper: HelperProto) -> bool:

@@ -22,44 +22,107 @@ import struct
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from bpfdsl.abi import uapi as U
 from bpfdsl.abi.helpers import kernel_helper_name
+from bpfdsl.abi.opcodes import (
+    BPF_ABS,
+    BPF_ADD,
+    BPF_ALU,
+    BPF_ALU64,
+    BPF_AND,
+    BPF_ARSH,
+    BPF_ATOMIC,
+    BPF_B,
+    BPF_CALL,
+    BPF_CMPXCHG,
+    BPF_DIV,
+    BPF_DW,
+    BPF_END,
+    BPF_EXIT,
+    BPF_FETCH,
+    BPF_H,
+    BPF_IMM,
+    BPF_IND,
+    BPF_JA,
+    BPF_JCOND,
+    BPF_JEQ,
+    BPF_JGE,
+    BPF_JGT,
+    BPF_JLE,
+    BPF_JLT,
+    BPF_JMP,
+    BPF_JMP32,
+    BPF_JNE,
+    BPF_JSET,
+    BPF_JSGE,
+    BPF_JSGT,
+    BPF_JSLE,
+    BPF_JSLT,
+    BPF_K,
+    BPF_LD,
+    BPF_LDX,
+    BPF_LSH,
+    BPF_MEM,
+    BPF_MEMSX,
+    BPF_MOD,
+    BPF_MOV,
+    BPF_MUL,
+    BPF_NEG,
+    BPF_OR,
+    BPF_PSEUDO_BTF_ID,
+    BPF_PSEUDO_CALL,
+    BPF_PSEUDO_FUNC,
+    BPF_PSEUDO_KFUNC_CALL,
+    BPF_PSEUDO_MAP_FD,
+    BPF_PSEUDO_MAP_IDX,
+    BPF_PSEUDO_MAP_IDX_VALUE,
+    BPF_PSEUDO_MAP_VALUE,
+    BPF_RSH,
+    BPF_ST,
+    BPF_STX,
+    BPF_SUB,
+    BPF_TO_BE,
+    BPF_TO_LE,
+    BPF_W,
+    BPF_X,
+    BPF_XCHG,
+    BPF_XOR,
+)
 
 INSN_SIZE = 8  # bytes per slot
 _FMT = struct.Struct("<BBhi")
 
 # Operator spelling in the kernel log (kernel/bpf/disasm.c); the checker reuses them.
 ALU_OP_NAMES = {
-    U.BPF_ADD: "+=",
-    U.BPF_SUB: "-=",
-    U.BPF_MUL: "*=",
-    U.BPF_DIV: "/=",
-    U.BPF_OR: "|=",
-    U.BPF_AND: "&=",
-    U.BPF_LSH: "<<=",
-    U.BPF_RSH: ">>=",
-    U.BPF_MOD: "%=",
-    U.BPF_XOR: "^=",
-    U.BPF_MOV: "=",
-    U.BPF_ARSH: "s>>=",
+    BPF_ADD: "+=",
+    BPF_SUB: "-=",
+    BPF_MUL: "*=",
+    BPF_DIV: "/=",
+    BPF_OR: "|=",
+    BPF_AND: "&=",
+    BPF_LSH: "<<=",
+    BPF_RSH: ">>=",
+    BPF_MOD: "%=",
+    BPF_XOR: "^=",
+    BPF_MOV: "=",
+    BPF_ARSH: "s>>=",
 }
 JMP_OP_NAMES = {
-    U.BPF_JEQ: "==",
-    U.BPF_JGT: ">",
-    U.BPF_JGE: ">=",
-    U.BPF_JSET: "&",
-    U.BPF_JNE: "!=",
-    U.BPF_JSGT: "s>",
-    U.BPF_JSGE: "s>=",
-    U.BPF_JLT: "<",
-    U.BPF_JLE: "<=",
-    U.BPF_JSLT: "s<",
-    U.BPF_JSLE: "s<=",
+    BPF_JEQ: "==",
+    BPF_JGT: ">",
+    BPF_JGE: ">=",
+    BPF_JSET: "&",
+    BPF_JNE: "!=",
+    BPF_JSGT: "s>",
+    BPF_JSGE: "s>=",
+    BPF_JLT: "<",
+    BPF_JLE: "<=",
+    BPF_JSLT: "s<",
+    BPF_JSLE: "s<=",
 }
-SIZE_BYTES = {U.BPF_B: 1, U.BPF_H: 2, U.BPF_W: 4, U.BPF_DW: 8}
+SIZE_BYTES = {BPF_B: 1, BPF_H: 2, BPF_W: 4, BPF_DW: 8}
 _SIZE_BY_BYTES = {v: k for k, v in SIZE_BYTES.items()}
-_SIZE_NAMES = {U.BPF_B: "u8", U.BPF_H: "u16", U.BPF_W: "u32", U.BPF_DW: "u64"}
-_ATOMIC_NAMES = {U.BPF_ADD: "add", U.BPF_AND: "and", U.BPF_OR: "or", U.BPF_XOR: "xor"}
+_SIZE_NAMES = {BPF_B: "u8", BPF_H: "u16", BPF_W: "u32", BPF_DW: "u64"}
+_ATOMIC_NAMES = {BPF_ADD: "add", BPF_AND: "and", BPF_OR: "or", BPF_XOR: "xor"}
 
 
 class InsnError(ValueError):
@@ -77,7 +140,7 @@ class InsnError(ValueError):
         self.reason, self.slot = reason, slot
 
 
-_LD_IMM64 = U.BPF_LD | U.BPF_IMM | U.BPF_DW
+_LD_IMM64 = BPF_LD | BPF_IMM | BPF_DW
 _OPCODE_FIELDS: dict[int, tuple] = {}  # opcode byte -> its decoded fields (see _opcode_fields)
 
 
@@ -109,7 +172,7 @@ def _opcode_fields(c: int) -> tuple:
     f = _OPCODE_FIELDS.get(c)
     if f is None:
         cls, op, mode = c & 0x07, c & 0xF0, c & 0xE0
-        jmp = cls in (U.BPF_JMP, U.BPF_JMP32)
+        jmp = cls in (BPF_JMP, BPF_JMP32)
         ld_imm64 = c == _LD_IMM64
         f = _OPCODE_FIELDS[c] = (
             cls,
@@ -119,17 +182,17 @@ def _opcode_fields(c: int) -> tuple:
             SIZE_BYTES[c & 0x18],  # size
             2 if ld_imm64 else 1,  # width
             ld_imm64,
-            cls in (U.BPF_ALU, U.BPF_ALU64),  # is_alu
-            cls == U.BPF_ALU64,  # is_alu64
+            cls in (BPF_ALU, BPF_ALU64),  # is_alu
+            cls == BPF_ALU64,  # is_alu64
             jmp,  # is_jmp_class
-            cls == U.BPF_JMP and op == U.BPF_CALL,  # is_call
-            cls == U.BPF_JMP and op == U.BPF_EXIT,  # is_exit
-            jmp and op == U.BPF_JA,  # is_ja
+            cls == BPF_JMP and op == BPF_CALL,  # is_call
+            cls == BPF_JMP and op == BPF_EXIT,  # is_exit
+            jmp and op == BPF_JA,  # is_ja
             jmp and op in JMP_OP_NAMES,  # is_cond_jump
-            cls == U.BPF_LDX and mode in (U.BPF_MEM, U.BPF_MEMSX),  # is_load
-            cls in (U.BPF_ST, U.BPF_STX) and mode == U.BPF_MEM,  # is_store
-            cls == U.BPF_STX and mode == U.BPF_ATOMIC,  # is_atomic
-            cls == U.BPF_LD and mode in (U.BPF_ABS, U.BPF_IND),  # is_legacy_pkt_load
+            cls == BPF_LDX and mode in (BPF_MEM, BPF_MEMSX),  # is_load
+            cls in (BPF_ST, BPF_STX) and mode == BPF_MEM,  # is_store
+            cls == BPF_STX and mode == BPF_ATOMIC,  # is_atomic
+            cls == BPF_LD and mode in (BPF_ABS, BPF_IND),  # is_legacy_pkt_load
         )
     return f
 
@@ -187,7 +250,7 @@ class Insn:
         for name, value in zip(_DECODED, _opcode_fields(self.opcode), strict=True):
             put(self, name, value)
         put(self, "is_helper_call", self.is_call and self.src == 0)
-        put(self, "is_pseudo_call", self.is_call and self.src == U.BPF_PSEUDO_CALL)
+        put(self, "is_pseudo_call", self.is_call and self.src == BPF_PSEUDO_CALL)
 
     def with_imm(self, imm: int) -> Insn:
         """Copy with another ``imm`` (the loader patches map fds this way)."""
@@ -269,19 +332,19 @@ def encode(insns: Iterable[Insn]) -> bytes:
 
 MAX_BPF_REG = 11  # r0..r10 (linux/bpf.h __MAX_BPF_REG); check_reg_arg: "R%d is invalid"
 _ALU_OPS = (
-    U.BPF_ADD, U.BPF_SUB, U.BPF_MUL, U.BPF_DIV, U.BPF_OR, U.BPF_AND,
-    U.BPF_LSH, U.BPF_RSH, U.BPF_MOD, U.BPF_XOR, U.BPF_MOV, U.BPF_ARSH,
+    BPF_ADD, BPF_SUB, BPF_MUL, BPF_DIV, BPF_OR, BPF_AND,
+    BPF_LSH, BPF_RSH, BPF_MOD, BPF_XOR, BPF_MOV, BPF_ARSH,
 )  # fmt: skip
 _LD_PSEUDO = (
     0,
-    U.BPF_PSEUDO_MAP_FD,
-    U.BPF_PSEUDO_MAP_VALUE,
-    U.BPF_PSEUDO_BTF_ID,
-    U.BPF_PSEUDO_FUNC,
-    U.BPF_PSEUDO_MAP_IDX,
-    U.BPF_PSEUDO_MAP_IDX_VALUE,
+    BPF_PSEUDO_MAP_FD,
+    BPF_PSEUDO_MAP_VALUE,
+    BPF_PSEUDO_BTF_ID,
+    BPF_PSEUDO_FUNC,
+    BPF_PSEUDO_MAP_IDX,
+    BPF_PSEUDO_MAP_IDX_VALUE,
 )
-_CALL_PSEUDO = (0, U.BPF_PSEUDO_CALL, U.BPF_PSEUDO_KFUNC_CALL)
+_CALL_PSEUDO = (0, BPF_PSEUDO_CALL, BPF_PSEUDO_KFUNC_CALL)
 
 
 def _opcode_table() -> dict[int, tuple[bool, bool]]:
@@ -294,35 +357,35 @@ def _opcode_table() -> dict[int, tuple[bool, bool]]:
     6.18; tests/abi/test_insn_fields.py compares this table with the running kernel.
     """
     t: dict[int, tuple[bool, bool]] = {}
-    for cls in (U.BPF_ALU, U.BPF_ALU64):
+    for cls in (BPF_ALU, BPF_ALU64):
         for op in _ALU_OPS:
-            t[cls | op | U.BPF_K] = (True, False)
-            t[cls | op | U.BPF_X] = (True, True)
-        t[cls | U.BPF_NEG] = (True, False)
-    t[U.BPF_ALU | U.BPF_END | U.BPF_TO_LE] = t[U.BPF_ALU | U.BPF_END | U.BPF_TO_BE] = (True, False)
-    t[U.BPF_ALU64 | U.BPF_END | U.BPF_TO_LE] = (True, False)  # bswap (ISA v4)
-    for cls in (U.BPF_JMP, U.BPF_JMP32):
+            t[cls | op | BPF_K] = (True, False)
+            t[cls | op | BPF_X] = (True, True)
+        t[cls | BPF_NEG] = (True, False)
+    t[BPF_ALU | BPF_END | BPF_TO_LE] = t[BPF_ALU | BPF_END | BPF_TO_BE] = (True, False)
+    t[BPF_ALU64 | BPF_END | BPF_TO_LE] = (True, False)  # bswap (ISA v4)
+    for cls in (BPF_JMP, BPF_JMP32):
         for op in JMP_OP_NAMES:
-            t[cls | op | U.BPF_K] = (True, False)
-            t[cls | op | U.BPF_X] = (True, True)
-        t[cls | U.BPF_JA] = (False, False)  # goto (JMP: off), gotol (JMP32: imm)
-    t[U.BPF_JMP | U.BPF_CALL] = t[U.BPF_JMP | U.BPF_EXIT] = (False, False)
-    t[U.BPF_JMP | U.BPF_JCOND] = (False, False)  # may_goto
+            t[cls | op | BPF_K] = (True, False)
+            t[cls | op | BPF_X] = (True, True)
+        t[cls | BPF_JA] = (False, False)  # goto (JMP: off), gotol (JMP32: imm)
+    t[BPF_JMP | BPF_CALL] = t[BPF_JMP | BPF_EXIT] = (False, False)
+    t[BPF_JMP | BPF_JCOND] = (False, False)  # may_goto
     for size in SIZE_BYTES:
-        t[U.BPF_LDX | U.BPF_MEM | size] = (True, True)
-        t[U.BPF_ST | U.BPF_MEM | size] = (True, False)
-        t[U.BPF_STX | U.BPF_MEM | size] = (True, True)
-        t[U.BPF_STX | U.BPF_ATOMIC | size] = (True, True)  # B/H: load-acquire, store-release
-        if size != U.BPF_DW:
-            t[U.BPF_LDX | U.BPF_MEMSX | size] = (True, True)
-            t[U.BPF_LD | U.BPF_ABS | size] = (False, False)
-            t[U.BPF_LD | U.BPF_IND | size] = (False, True)
-    t[U.BPF_LD | U.BPF_IMM | U.BPF_DW] = (True, False)  # src: the pseudo kind
+        t[BPF_LDX | BPF_MEM | size] = (True, True)
+        t[BPF_ST | BPF_MEM | size] = (True, False)
+        t[BPF_STX | BPF_MEM | size] = (True, True)
+        t[BPF_STX | BPF_ATOMIC | size] = (True, True)  # B/H: load-acquire, store-release
+        if size != BPF_DW:
+            t[BPF_LDX | BPF_MEMSX | size] = (True, True)
+            t[BPF_LD | BPF_ABS | size] = (False, False)
+            t[BPF_LD | BPF_IND | size] = (False, True)
+    t[BPF_LD | BPF_IMM | BPF_DW] = (True, False)  # src: the pseudo kind
     return t
 
 
 OPCODES: dict[int, tuple[bool, bool]] = _opcode_table()
-_RARE = frozenset((U.BPF_LD | U.BPF_IMM | U.BPF_DW, U.BPF_JMP | U.BPF_CALL))
+_RARE = frozenset((BPF_LD | BPF_IMM | BPF_DW, BPF_JMP | BPF_CALL))
 
 
 def field_error(x: Insn) -> str | None:
@@ -340,7 +403,7 @@ def field_error(x: Insn) -> str | None:
     """
     regs = OPCODES.get(x.opcode)
     if regs is None:
-        if x.cls == U.BPF_LDX:  # resolve_pseudo_ldimm64 looks at LDX's mode first
+        if x.cls == BPF_LDX:  # resolve_pseudo_ldimm64 looks at LDX's mode first
             return "BPF_LDX uses reserved fields"
         return f"unknown opcode {x.opcode:02x}"
     if regs[0] and x.dst >= MAX_BPF_REG:
@@ -349,9 +412,7 @@ def field_error(x: Insn) -> str | None:
         return f"R{x.src} is invalid"
     if x.is_ld_imm64:
         high = (x.imm & 0xFFFF_FFFF_FFFF_FFFF) >> 32
-        if x.src not in _LD_PSEUDO or (
-            x.src in (U.BPF_PSEUDO_MAP_FD, U.BPF_PSEUDO_MAP_IDX) and high
-        ):
+        if x.src not in _LD_PSEUDO or (x.src in (BPF_PSEUDO_MAP_FD, BPF_PSEUDO_MAP_IDX) and high):
             return "unrecognized bpf_ld_imm64 insn"
     elif x.is_call:
         if x.src not in _CALL_PSEUDO:
@@ -375,7 +436,7 @@ def check_jumps(insns: Sequence[Insn], *, calls: bool = True) -> None:
     for i, x in enumerate(insns):
         if not x.is_jmp_class or x.is_exit or (x.is_call and not (calls and x.is_pseudo_call)):
             continue
-        wide = x.is_pseudo_call or (x.cls == U.BPF_JMP32 and x.op == U.BPF_JA)
+        wide = x.is_pseudo_call or (x.cls == BPF_JMP32 and x.op == BPF_JA)
         t = slots[i] + 1 + (x.imm if wide else x.off)
         if not 0 <= t < total:
             msg = (
@@ -430,7 +491,7 @@ def jump_target(
     x = insns[i]
     slots = slots if slots is not None else slot_offsets(insns)
     by_slot = by_slot if by_slot is not None else index_by_slot(insns)
-    delta = x.imm if (x.is_pseudo_call or (x.cls == U.BPF_JMP32 and x.op == U.BPF_JA)) else x.off
+    delta = x.imm if (x.is_pseudo_call or (x.cls == BPF_JMP32 and x.op == BPF_JA)) else x.off
     return by_slot.get(slots[i] + 1 + delta)
 
 
@@ -438,40 +499,40 @@ def jump_target(
 
 
 def mov64_imm(dst: int, imm: int) -> Insn:
-    return Insn(U.BPF_ALU64 | U.BPF_MOV | U.BPF_K, dst, 0, 0, imm)
+    return Insn(BPF_ALU64 | BPF_MOV | BPF_K, dst, 0, 0, imm)
 
 
 def mov64_reg(dst: int, src: int) -> Insn:
-    return Insn(U.BPF_ALU64 | U.BPF_MOV | U.BPF_X, dst, src)
+    return Insn(BPF_ALU64 | BPF_MOV | BPF_X, dst, src)
 
 
 def mov32_imm(dst: int, imm: int) -> Insn:
-    return Insn(U.BPF_ALU | U.BPF_MOV | U.BPF_K, dst, 0, 0, imm)
+    return Insn(BPF_ALU | BPF_MOV | BPF_K, dst, 0, 0, imm)
 
 
 def mov32_reg(dst: int, src: int) -> Insn:
-    return Insn(U.BPF_ALU | U.BPF_MOV | U.BPF_X, dst, src)
+    return Insn(BPF_ALU | BPF_MOV | BPF_X, dst, src)
 
 
 def alu64_imm(op: int, dst: int, imm: int) -> Insn:
-    return Insn(U.BPF_ALU64 | op | U.BPF_K, dst, 0, 0, imm)
+    return Insn(BPF_ALU64 | op | BPF_K, dst, 0, 0, imm)
 
 
 def alu64_reg(op: int, dst: int, src: int) -> Insn:
-    return Insn(U.BPF_ALU64 | op | U.BPF_X, dst, src)
+    return Insn(BPF_ALU64 | op | BPF_X, dst, src)
 
 
 def alu32_imm(op: int, dst: int, imm: int) -> Insn:
-    return Insn(U.BPF_ALU | op | U.BPF_K, dst, 0, 0, imm)
+    return Insn(BPF_ALU | op | BPF_K, dst, 0, 0, imm)
 
 
 def alu32_reg(op: int, dst: int, src: int) -> Insn:
-    return Insn(U.BPF_ALU | op | U.BPF_X, dst, src)
+    return Insn(BPF_ALU | op | BPF_X, dst, src)
 
 
 def endian(dst: int, bits: int, to_be: bool = True) -> Insn:
     """``r = be16 r`` etc. (BPF_ALU | BPF_END)."""
-    return Insn(U.BPF_ALU | U.BPF_END | (U.BPF_TO_BE if to_be else U.BPF_TO_LE), dst, 0, 0, bits)
+    return Insn(BPF_ALU | BPF_END | (BPF_TO_BE if to_be else BPF_TO_LE), dst, 0, 0, bits)
 
 
 def ld_imm64(dst: int, imm: int, src: int = 0) -> Insn:
@@ -480,7 +541,7 @@ def ld_imm64(dst: int, imm: int, src: int = 0) -> Insn:
 
 def ld_map_fd(dst: int, fd: int) -> Insn:
     """ld_imm64 with ``src = BPF_PSEUDO_MAP_FD``: the kernel turns ``fd`` into a map pointer."""
-    return ld_imm64(dst, fd, U.BPF_PSEUDO_MAP_FD)
+    return ld_imm64(dst, fd, BPF_PSEUDO_MAP_FD)
 
 
 def ld_map_value(dst: int, fd: int, offset: int) -> Insn:
@@ -488,7 +549,7 @@ def ld_map_value(dst: int, fd: int, offset: int) -> Insn:
     return Insn(
         _LD_IMM64,
         dst,
-        U.BPF_PSEUDO_MAP_VALUE,
+        BPF_PSEUDO_MAP_VALUE,
         0,
         _s64((fd & 0xFFFFFFFF) | ((offset & 0xFFFFFFFF) << 32)),
     )
@@ -496,55 +557,55 @@ def ld_map_value(dst: int, fd: int, offset: int) -> Insn:
 
 def ldx_mem(size: int, dst: int, src: int, off: int) -> Insn:
     """``dst = *(size *)(src + off)``; ``size`` in bytes."""
-    return Insn(U.BPF_LDX | U.BPF_MEM | _SIZE_BY_BYTES[size], dst, src, off)
+    return Insn(BPF_LDX | BPF_MEM | _SIZE_BY_BYTES[size], dst, src, off)
 
 
 def stx_mem(size: int, dst: int, src: int, off: int) -> Insn:
     """``*(size *)(dst + off) = src``; ``size`` in bytes."""
-    return Insn(U.BPF_STX | U.BPF_MEM | _SIZE_BY_BYTES[size], dst, src, off)
+    return Insn(BPF_STX | BPF_MEM | _SIZE_BY_BYTES[size], dst, src, off)
 
 
 def st_mem(size: int, dst: int, off: int, imm: int) -> Insn:
     """``*(size *)(dst + off) = imm``; ``size`` in bytes."""
-    return Insn(U.BPF_ST | U.BPF_MEM | _SIZE_BY_BYTES[size], dst, 0, off, imm)
+    return Insn(BPF_ST | BPF_MEM | _SIZE_BY_BYTES[size], dst, 0, off, imm)
 
 
 def atomic(size: int, op: int, dst: int, src: int, off: int) -> Insn:
     """``lock *(size *)(dst + off) op= src``; ``op`` like ``BPF_ADD`` or ``BPF_ADD | BPF_FETCH``."""
-    return Insn(U.BPF_STX | U.BPF_ATOMIC | _SIZE_BY_BYTES[size], dst, src, off, op)
+    return Insn(BPF_STX | BPF_ATOMIC | _SIZE_BY_BYTES[size], dst, src, off, op)
 
 
 def jmp_imm(op: int, dst: int, imm: int, off: int) -> Insn:
-    return Insn(U.BPF_JMP | op | U.BPF_K, dst, 0, off, imm)
+    return Insn(BPF_JMP | op | BPF_K, dst, 0, off, imm)
 
 
 def jmp_reg(op: int, dst: int, src: int, off: int) -> Insn:
-    return Insn(U.BPF_JMP | op | U.BPF_X, dst, src, off)
+    return Insn(BPF_JMP | op | BPF_X, dst, src, off)
 
 
 def jmp32_imm(op: int, dst: int, imm: int, off: int) -> Insn:
-    return Insn(U.BPF_JMP32 | op | U.BPF_K, dst, 0, off, imm)
+    return Insn(BPF_JMP32 | op | BPF_K, dst, 0, off, imm)
 
 
 def jmp32_reg(op: int, dst: int, src: int, off: int) -> Insn:
-    return Insn(U.BPF_JMP32 | op | U.BPF_X, dst, src, off)
+    return Insn(BPF_JMP32 | op | BPF_X, dst, src, off)
 
 
 def ja(off: int) -> Insn:
-    return Insn(U.BPF_JMP | U.BPF_JA, 0, 0, off)
+    return Insn(BPF_JMP | BPF_JA, 0, 0, off)
 
 
 def call(helper_id: int) -> Insn:
-    return Insn(U.BPF_JMP | U.BPF_CALL, 0, 0, 0, helper_id)
+    return Insn(BPF_JMP | BPF_CALL, 0, 0, 0, helper_id)
 
 
 def call_pc(off: int) -> Insn:
     """BPF-to-BPF call to slot ``this + 1 + off``."""
-    return Insn(U.BPF_JMP | U.BPF_CALL, 0, U.BPF_PSEUDO_CALL, 0, off)
+    return Insn(BPF_JMP | BPF_CALL, 0, BPF_PSEUDO_CALL, 0, off)
 
 
 def exit_() -> Insn:
-    return Insn(U.BPF_JMP | U.BPF_EXIT)
+    return Insn(BPF_JMP | BPF_EXIT)
 
 
 # ---- printing (kernel verifier log syntax) ----
@@ -571,70 +632,70 @@ def format_insn(
 
 def _format_body(x: Insn, symbol: Callable[[Insn], str | None] | None) -> str:
     c = x.cls
-    if c in (U.BPF_ALU, U.BPF_ALU64):
-        wide = c == U.BPF_ALU64
+    if c in (BPF_ALU, BPF_ALU64):
+        wide = c == BPF_ALU64
         d = _reg(x.dst, wide)
-        if x.op == U.BPF_END:
+        if x.op == BPF_END:
             r = f"r{x.dst}"  # the kernel prints byte swaps on r even for BPF_ALU
             if wide:
                 return f"{r} = bswap{x.imm} {r}"
-            return f"{r} = {'be' if x.source == U.BPF_TO_BE else 'le'}{x.imm} {r}"
-        if x.op == U.BPF_NEG:
+            return f"{r} = {'be' if x.source == BPF_TO_BE else 'le'}{x.imm} {r}"
+        if x.op == BPF_NEG:
             return f"{d} = -{d}"
         name = ALU_OP_NAMES.get(x.op)
         if name is None:
             return f"invalid alu opcode {x.opcode:#04x}"
-        if x.off and x.op in (U.BPF_DIV, U.BPF_MOD):
+        if x.off and x.op in (BPF_DIV, BPF_MOD):
             name = "s" + name
-        if x.source == U.BPF_X:
+        if x.source == BPF_X:
             s = _reg(x.src, wide)
-            if x.op == U.BPF_MOV and x.off:
+            if x.op == BPF_MOV and x.off:
                 return f"{d} = (s{x.off}){s}"
             return f"{d} {name} {s}"
         return f"{d} {name} {x.imm}"
-    if c == U.BPF_LDX:
-        sign = "s" if x.mode == U.BPF_MEMSX else "u"
+    if c == BPF_LDX:
+        sign = "s" if x.mode == BPF_MEMSX else "u"
         return f"r{x.dst} = *({sign}{x.size * 8} *)(r{x.src} {x.off:+d})"
-    if c == U.BPF_STX and x.mode == U.BPF_ATOMIC:
+    if c == BPF_STX and x.mode == BPF_ATOMIC:
         return _format_atomic(x)
-    if c == U.BPF_STX:
+    if c == BPF_STX:
         return f"*({_SIZE_NAMES[x.opcode & 0x18]} *)(r{x.dst} {x.off:+d}) = r{x.src}"
-    if c == U.BPF_ST:
+    if c == BPF_ST:
         return f"*({_SIZE_NAMES[x.opcode & 0x18]} *)(r{x.dst} {x.off:+d}) = {x.imm}"
-    if c == U.BPF_LD:
+    if c == BPF_LD:
         if x.is_ld_imm64:
             named = symbol(x) if symbol else None
             if named:
                 return f"r{x.dst} = {named}"
-            if x.src == U.BPF_PSEUDO_MAP_FD:
+            if x.src == BPF_PSEUDO_MAP_FD:
                 return f"r{x.dst} = map[fd:{x.imm & 0xFFFFFFFF}]"
-            if x.src == U.BPF_PSEUDO_MAP_VALUE:
+            if x.src == BPF_PSEUDO_MAP_VALUE:
                 v = x.imm & 0xFFFFFFFFFFFFFFFF
                 return f"r{x.dst} = map[fd:{v & 0xFFFFFFFF}][0]+{v >> 32}"
             return f"r{x.dst} = {x.imm & 0xFFFFFFFFFFFFFFFF:#x}"
-        if x.mode == U.BPF_ABS:
+        if x.mode == BPF_ABS:
             return f"r0 = *({_SIZE_NAMES[x.opcode & 0x18]} *)skb[{x.imm}]"
-        if x.mode == U.BPF_IND:
+        if x.mode == BPF_IND:
             return f"r0 = *({_SIZE_NAMES[x.opcode & 0x18]} *)skb[r{x.src} + {x.imm}]"
         return f"invalid ld opcode {x.opcode:#04x}"
     # JMP / JMP32
     if x.is_call:
-        if x.src == U.BPF_PSEUDO_CALL:
+        if x.src == BPF_PSEUDO_CALL:
             return f"call pc{x.imm:+d}"
-        if x.src == U.BPF_PSEUDO_KFUNC_CALL:
+        if x.src == BPF_PSEUDO_KFUNC_CALL:
             return f"call kernel-function#{x.imm}"
         return f"call {_helper_name(x.imm)}"
     if x.is_exit:
         return "exit"
-    if x.op == U.BPF_JA:
-        return f"gotol pc{x.imm:+d}" if c == U.BPF_JMP32 else f"goto pc{x.off:+d}"
-    if c == U.BPF_JMP and x.op == U.BPF_JCOND:
+    if x.op == BPF_JA:
+        return f"gotol pc{x.imm:+d}" if c == BPF_JMP32 else f"goto pc{x.off:+d}"
+    if c == BPF_JMP and x.op == BPF_JCOND:
         return f"may_goto pc{x.off:+d}"
     name = JMP_OP_NAMES.get(x.op)
     if name is None:
         return f"invalid jmp opcode {x.opcode:#04x}"
-    wide = c == U.BPF_JMP
-    rhs = _reg(x.src, wide) if x.source == U.BPF_X else f"{x.imm & 0xFFFFFFFF:#x}"
+    wide = c == BPF_JMP
+    rhs = _reg(x.src, wide) if x.source == BPF_X else f"{x.imm & 0xFFFFFFFF:#x}"
     return f"if {_reg(x.dst, wide)} {name} {rhs} goto pc{x.off:+d}"
 
 
@@ -643,16 +704,16 @@ def _format_atomic(x: Insn) -> str:
     sz = _SIZE_NAMES[x.opcode & 0x18]
     mem = f"({sz} *)(r{x.dst} {x.off:+d})"
     s = _reg(x.src, wide)
-    base = x.imm & ~U.BPF_FETCH
-    if x.imm == U.BPF_XCHG:
+    base = x.imm & ~BPF_FETCH
+    if x.imm == BPF_XCHG:
         return f"{s} = atomic{'64' if wide else ''}_xchg({mem}, {s})"
-    if x.imm == U.BPF_CMPXCHG:
+    if x.imm == BPF_CMPXCHG:
         r0 = _reg(0, wide)
         return f"{r0} = atomic{'64' if wide else ''}_cmpxchg({mem}, {r0}, {s})"
     name = _ATOMIC_NAMES.get(base)
     if name is None:
         return f"invalid atomic op {x.imm:#x}"
-    if x.imm & U.BPF_FETCH:
+    if x.imm & BPF_FETCH:
         return f"{s} = atomic{'64' if wide else ''}_fetch_{name}({mem}, {s})"
     opsym = {"add": "+=", "and": "&=", "or": "|=", "xor": "^="}[name]
     return f"lock *{mem} {opsym} {s}"

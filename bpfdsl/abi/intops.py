@@ -28,7 +28,19 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from bpfdsl.abi import uapi as U
+from bpfdsl.abi.opcodes import (
+    BPF_ADD,
+    BPF_AND,
+    BPF_ARSH,
+    BPF_DIV,
+    BPF_LSH,
+    BPF_MOD,
+    BPF_MUL,
+    BPF_OR,
+    BPF_RSH,
+    BPF_SUB,
+    BPF_XOR,
+)
 
 OPS = ("+", "-", "*", "/", "%", "<<", ">>", "&", "|", "^")
 
@@ -146,24 +158,24 @@ def op_fn(op: str, bits: int, signed: bool) -> Callable[[int, int], int]:
 # BPF ALU opcode (BPF_OP of an ALU/ALU64 instruction) -> operator; BPF_ARSH is ">>" on a
 # signed value, and BPF_DIV/BPF_MOD with insn.off == 1 (sdiv/smod, ISA v4) "/"/"%" signed
 BPF_ALU_OPS: dict[int, str] = {
-    U.BPF_ADD: "+",
-    U.BPF_SUB: "-",
-    U.BPF_MUL: "*",
-    U.BPF_DIV: "/",
-    U.BPF_OR: "|",
-    U.BPF_AND: "&",
-    U.BPF_LSH: "<<",
-    U.BPF_RSH: ">>",
-    U.BPF_MOD: "%",
-    U.BPF_XOR: "^",
-    U.BPF_ARSH: ">>",
+    BPF_ADD: "+",
+    BPF_SUB: "-",
+    BPF_MUL: "*",
+    BPF_DIV: "/",
+    BPF_OR: "|",
+    BPF_AND: "&",
+    BPF_LSH: "<<",
+    BPF_RSH: ">>",
+    BPF_MOD: "%",
+    BPF_XOR: "^",
+    BPF_ARSH: ">>",
 }
 
 
 def bpf_alu_fn(code: int, bits: int, signed_div: bool = False) -> Callable[[int, int], int]:
     """``f(dst, src)`` of the BPF ALU operation ``code`` at ``bits`` = 32 or 64 (raw
     result; a 32-bit result is zero-extended by the caller's register write)."""
-    signed = code == U.BPF_ARSH or (signed_div and code in (U.BPF_DIV, U.BPF_MOD))
+    signed = code == BPF_ARSH or (signed_div and code in (BPF_DIV, BPF_MOD))
     return op_fn(BPF_ALU_OPS[code], bits, signed)
 
 

@@ -37,7 +37,7 @@ from typing import Any
 from llvmlite import ir
 
 from bpfdsl.abi.ctx import ctx_struct
-from bpfdsl.abi.uapi import MapType, takes_btf_key_value
+from bpfdsl.abi.map_types import MapType, takes_btf_key_value
 
 T = ir.DIToken  # a bare LLVM token operand (DW_TAG_..., flags), printed unquoted
 
@@ -312,7 +312,7 @@ class DebugInfo:
         return DIType(st, total, align)
 
     def ctx_type(self, ctx: str) -> DIType:
-        """The kernel context struct named ``ctx`` (``uapi.ProgramKind.ctx``: ``xdp_md``,
+        """The kernel context struct named ``ctx`` (``prog_types.ProgramKind.ctx``: ``xdp_md``,
         ``sk_msg_md``, ``bpf_sock_ops``); unknown names give an empty struct of that name
         (the kernel matches the program's ctx argument by struct name)."""
         key = "struct " + ctx
@@ -348,9 +348,9 @@ class DebugInfo:
         """A BTF-defined map: ``struct { __uint(type, T); __type(key, K); ... } name SEC(".maps")``.
 
         ``__uint(f, v)`` is member ``f`` of type ``int (*)[v]``; ``__type(f, T)`` is ``T *``
-        (libbpf ``bpf_helpers.h``).  For ``uapi.SIZE_ONLY_MAP_TYPES`` (cpumap, devmap,
+        (libbpf ``bpf_helpers.h``).  For ``map_types.SIZE_ONLY_MAP_TYPES`` (cpumap, devmap,
         sockhash...) key/value types become ``key_size``/``value_size`` as libbpf-style C
-        writes them; sizes may also be given directly.  ``map_flags``/``pinning`` (uapi
+        writes them; sizes may also be given directly.  ``map_flags``/``pinning`` (abi.flags
         ``BPF_F_*``, ``LIBBPF_PIN_BY_NAME`` = 1) appear only when nonzero.
         Returns the ``.maps`` global (8 zero bytes per member), kept in compiler.used.
         """

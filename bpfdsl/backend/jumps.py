@@ -19,8 +19,8 @@ aborts there is its assembly measured exactly by :func:`far_jumps`, so programs 
 ordinary size pay nothing.
 
 The kernel's own limits (kernel/bpf/syscall.c bpf_prog_load): at most
-:data:`~bpfdsl.abi.uapi.BPF_MAXINSNS` (4,096) instructions without CAP_BPF/CAP_SYS_ADMIN,
-and up to :data:`~bpfdsl.abi.uapi.BPF_COMPLEXITY_LIMIT_INSNS` (1,000,000) with them (XDP,
+:data:`~bpfdsl.abi.limits.BPF_MAXINSNS` (4,096) instructions without CAP_BPF/CAP_SYS_ADMIN,
+and up to :data:`~bpfdsl.abi.limits.BPF_COMPLEXITY_LIMIT_INSNS` (1,000,000) with them (XDP,
 sk_msg and sock_ops programs need CAP_BPF and CAP_NET_ADMIN to load, so the larger limit
 applies); :func:`over_kernel_limit` checks the latter on the emitted object.
 """
@@ -30,7 +30,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from bpfdsl.abi import uapi as U
+from bpfdsl.abi.limits import BPF_COMPLEXITY_LIMIT_INSNS
 
 JMP_OFF_MAX = 32767  # instructions: largest forward jump (s16 ``off``)
 JMP_OFF_MIN = -32768  # instructions: largest backward jump
@@ -140,4 +140,4 @@ def far_jumps(asm: str) -> list[FarJump]:
 def over_kernel_limit(sizes: dict[str, int]) -> list[tuple[str, int]]:
     """(function, instructions) of those above BPF_COMPLEXITY_LIMIT_INSNS (1,000,000): the
     kernel refuses such a program with E2BIG even for a privileged loader."""
-    return [(f, n) for f, n in sizes.items() if n > U.BPF_COMPLEXITY_LIMIT_INSNS]
+    return [(f, n) for f, n in sizes.items() if n > BPF_COMPLEXITY_LIMIT_INSNS]

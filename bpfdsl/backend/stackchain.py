@@ -12,7 +12,7 @@ frame's bytes and the struct/array variables that take them.
 
 from __future__ import annotations
 
-from bpfdsl.abi.uapi import MAX_BPF_STACK
+from bpfdsl.abi.limits import MAX_BPF_STACK
 from bpfdsl.diagnostics import DiagnosticError, Span, error
 from bpfdsl.lang import ast
 from bpfdsl.lang import types as T

@@ -40,9 +40,21 @@ from typing import TYPE_CHECKING, TypeAlias
 
 import llvmlite
 
-from bpfdsl.abi import uapi as U
 from bpfdsl.abi.btf.core import BtfFormatError
 from bpfdsl.abi.insn import Insn, InsnError, decode
+from bpfdsl.abi.limits import BPF_COMPLEXITY_LIMIT_INSNS, MAX_BPF_STACK
+from bpfdsl.abi.opcodes import (
+    BPF_ADD,
+    BPF_ALU,
+    BPF_ALU64,
+    BPF_K,
+    BPF_LD,
+    BPF_LDX,
+    BPF_MOV,
+    BPF_ST,
+    BPF_STX,
+    BPF_X,
+)
 from bpfdsl.backend import jumps, libcalls, llvm_c
 from bpfdsl.diagnostics import DiagnosticError, Span, UsageError, error
 from bpfdsl.obj.elf import ElfError, ElfFile, fixup_btf_datasecs
@@ -283,10 +295,10 @@ def emit(
         asm_text = None
     check_sizes(text, obj)
     for func, depth in stack_depths(obj).items():
-        if depth > U.MAX_BPF_STACK:
+        if depth > MAX_BPF_STACK:
             raise _unsupported(
                 text, None, "stack-limit",
-                f"program '{func}' needs {depth} bytes of stack; the kernel allows {U.MAX_BPF_STACK}",
+                f"program '{func}' needs {depth} bytes of stack; the kernel allows {MAX_BPF_STACK}",
                 _STACK_HINT,
                 func=func,
             )  # fmt: skip
@@ -377,7 +389,7 @@ def check_sizes(text: str, obj: bytes) -> None:
         raise _unsupported(
             text, None, "program-too-large",
             f"program '{func}' is {n:,} BPF instructions long; the kernel loads at most "
-            f"{U.BPF_COMPLEXITY_LIMIT_INSNS:,} (BPF_COMPLEXITY_LIMIT_INSNS)",
+            f"{BPF_COMPLEXITY_LIMIT_INSNS:,} (BPF_COMPLEXITY_LIMIT_INSNS)",
             _SPLIT_HINT, func=func,
         )  # fmt: skip
 
@@ -561,8 +573,8 @@ def stack_depths(obj: bytes) -> dict[str, int]:
         raise InternalCompilerError("LLVM wrote an object bpfdsl cannot read", str(e)) from None
 
 
-_MOV64_X = U.BPF_ALU64 | U.BPF_MOV | U.BPF_X
-_ADD64_K = U.BPF_ALU64 | U.BPF_ADD | U.BPF_K
+_MOV64_X = BPF_ALU64 | BPF_MOV | BPF_X
+_ADD64_K = BPF_ALU64 | BPF_ADD | BPF_K
 
 
 def frame_depth(insns: list[Insn]) -> int:
@@ -573,7 +585,7 @@ def frame_depth(insns: list[Insn]) -> int:
     fp: dict[int, int] = {}  # register -> its offset from r10 (a frame pointer copy)
     for x in insns:
         c = x.cls
-        base = x.src if c == U.BPF_LDX else x.dst if c in (U.BPF_ST, U.BPF_STX) else None
+        base = x.src if c == BPF_LDX else x.dst if c in (BPF_ST, BPF_STX) else None
         if base == 10:
             depth = max(depth, -x.off)
         elif base in fp:
@@ -583,7 +595,7 @@ def frame_depth(insns: list[Insn]) -> int:
         elif x.opcode == _ADD64_K and x.dst in fp:  # r_dst += imm
             fp[x.dst] += x.imm
             depth = max(depth, -fp[x.dst])
-        elif c in (U.BPF_LD, U.BPF_LDX, U.BPF_ALU, U.BPF_ALU64) and x.dst in fp:  # dst written
+        elif c in (BPF_LD, BPF_LDX, BPF_ALU, BPF_ALU64) and x.dst in fp:  # dst written
             del fp[x.dst]
         elif x.is_call:  # a call clobbers r0-r5
             fp = {r: o for r, o in fp.items() if r > 5}

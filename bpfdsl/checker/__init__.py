@@ -22,15 +22,10 @@ from functools import wraps
 # First of the package: installs the finder that picks the compiled or the pure-Python
 # modules (bpfdsl/checker/native.py) before any of them is imported.
 import bpfdsl.checker.native as native
+from bpfdsl.abi.flags import BPF_F_RDONLY_PROG
 from bpfdsl.abi.insn import Insn, format_insn, index_by_slot, slot_offsets
-from bpfdsl.abi.uapi import (
-    BPF_F_RDONLY_PROG,
-    PROGRAM_KINDS,
-    AttachType,
-    MapType,
-    ProgramKind,
-    ProgramType,
-)
+from bpfdsl.abi.map_types import MapType
+from bpfdsl.abi.prog_types import PROGRAM_KINDS, AttachType, ProgramKind, ProgramType
 from bpfdsl.checker import features as F
 from bpfdsl.checker import fixups
 from bpfdsl.checker.analyzer import INSN_LIMIT, HotSpot, Outcome, Tables, analyze, hot_spot

@@ -12,7 +12,19 @@ from __future__ import annotations
 from typing import Final
 
 from bpfdsl.abi import intops
-from bpfdsl.abi import uapi as U
+from bpfdsl.abi.opcodes import (
+    BPF_ADD,
+    BPF_AND,
+    BPF_ARSH,
+    BPF_DIV,
+    BPF_LSH,
+    BPF_MOD,
+    BPF_MUL,
+    BPF_OR,
+    BPF_RSH,
+    BPF_SUB,
+    BPF_XOR,
+)
 from bpfdsl.checker import domain as D
 from bpfdsl.checker import tnum as T
 
@@ -48,7 +60,7 @@ def _view(r: D.Reg, bits: int) -> tuple[tuple[int, int], int, int, int, int]:
     return T.subreg(r.tn), r.s32min, r.s32max, r.u32min, r.u32max
 
 
-_DIV_MOD: Final = (U.BPF_DIV, U.BPF_MOD)
+_DIV_MOD: Final = (BPF_DIV, BPF_MOD)
 _MEMO: Final[dict[tuple, D.Reg]] = {}
 
 
@@ -96,8 +108,8 @@ def scalar_alu(op: int, dst: D.Reg, src: D.Reg, is64: bool, signed_div: bool = F
 def _scalar_alu(op: int, dst: D.Reg, src: D.Reg, is64: bool, signed_div: bool) -> D.Reg:
     bits = 64 if is64 else 32
     mask = M64 if is64 else M32
-    if op in (U.BPF_DIV, U.BPF_MOD) or (
-        op in (U.BPF_LSH, U.BPF_RSH, U.BPF_ARSH) and (src.tn[1] or src.umax >= bits)
+    if op in (BPF_DIV, BPF_MOD) or (
+        op in (BPF_LSH, BPF_RSH, BPF_ARSH) and (src.tn[1] or src.umax >= bits)
     ):
         # kernel is_safe_to_compute_dst_reg_range: no tracking through div/mod (even of
         # constants) or non-constant shifts; modelling more would accept what it rejects.
@@ -110,56 +122,56 @@ def _scalar_alu(op: int, dst: D.Reg, src: D.Reg, is64: bool, signed_div: bool) -
     dt, dsmin, dsmax, dumin, dumax = _view(dst, bits)
     st, ssmin, ssmax, sumin, sumax = _view(src, bits)
     smin, smax, umin, umax = smin_lim, smax_lim, 0, mask
-    if op == U.BPF_ADD:
+    if op == BPF_ADD:
         tn = T.cast(T.add(dt, st), bits // 8)
         if smin_lim <= dsmin + ssmin and dsmax + ssmax <= smax_lim:
             smin, smax = dsmin + ssmin, dsmax + ssmax
         if dumax + sumax <= mask:
             umin, umax = dumin + sumin, dumax + sumax
-    elif op == U.BPF_SUB:
+    elif op == BPF_SUB:
         tn = T.cast(T.sub(dt, st), bits // 8)
         if smin_lim <= dsmin - ssmax and dsmax - ssmin <= smax_lim:
             smin, smax = dsmin - ssmax, dsmax - ssmin
         if dumin >= sumax:
             umin, umax = dumin - sumax, dumax - sumin
-    elif op == U.BPF_MUL:
+    elif op == BPF_MUL:
         tn = T.cast(T.mul(dt, st), bits // 8)
         if dumax * sumax <= mask:
             umin, umax = dumin * sumin, dumax * sumax
             if umax <= smax_lim:
                 smin, smax = umin, umax
-    elif op == U.BPF_AND:
+    elif op == BPF_AND:
         tn = T.and_(dt, st)
         umin, umax = tn[0], min(dumax, sumax)
         if dsmin >= 0 and ssmin >= 0:
             smin, smax = umin, umax
-    elif op == U.BPF_OR:
+    elif op == BPF_OR:
         tn = T.or_(dt, st)
         umin, umax = max(dumin, sumin), tn[0] | tn[1]
         if dsmin >= 0 and ssmin >= 0:
             smin, smax = umin, umax
-    elif op == U.BPF_XOR:
+    elif op == BPF_XOR:
         tn = T.xor(dt, st)
         umin, umax = tn[0], tn[0] | tn[1]
         if dsmin >= 0 and ssmin >= 0:
             smin, smax = umin, umax
-    elif op in (U.BPF_LSH, U.BPF_RSH, U.BPF_ARSH) and src.tn[1] == 0:
+    elif op in (BPF_LSH, BPF_RSH, BPF_ARSH) and src.tn[1] == 0:
         s = src.tn[0] & mask
         if s >= bits:
             return D.unknown() if is64 else D.zext32(D.unknown())
-        if op == U.BPF_LSH:
+        if op == BPF_LSH:
             tn = T.cast(T.lshift(dt, s), bits // 8)
             if (dumax << s) <= mask:
                 umin, umax = dumin << s, dumax << s
-        elif op == U.BPF_RSH:
+        elif op == BPF_RSH:
             tn = T.rshift(dt, s)
             umin, umax = dumin >> s, dumax >> s
         else:
             tn = T.arshift(dt, s, bits)
             smin, smax = dsmin >> s, dsmax >> s
-    elif op in (U.BPF_DIV, U.BPF_MOD) and src.tn[1] == 0 and not signed_div:
+    elif op in (BPF_DIV, BPF_MOD) and src.tn[1] == 0 and not signed_div:
         d = src.tn[0] & mask
-        if op == U.BPF_DIV:
+        if op == BPF_DIV:
             if d == 0:
                 return D.known(0)
             umin, umax = dumin // d, dumax // d

@@ -19,9 +19,51 @@ import time
 from dataclasses import dataclass, field
 from typing import Final
 
-from bpfdsl.abi import uapi as U
 from bpfdsl.abi.helpers import BPF_FUNC_LOOP, BPF_FUNC_TAIL_CALL
 from bpfdsl.abi.insn import Insn, format_insn
+from bpfdsl.abi.limits import BPF_COMPLEXITY_LIMIT_INSNS, BPF_COMPLEXITY_LIMIT_JMP_SEQ
+from bpfdsl.abi.opcodes import (
+    BPF_ABS,
+    BPF_ADD,
+    BPF_ALU,
+    BPF_ALU64,
+    BPF_AND,
+    BPF_ARSH,
+    BPF_ATOMIC,
+    BPF_CALL,
+    BPF_CMPXCHG,
+    BPF_EXIT,
+    BPF_IND,
+    BPF_JA,
+    BPF_JEQ,
+    BPF_JGE,
+    BPF_JGT,
+    BPF_JLE,
+    BPF_JLT,
+    BPF_JMP,
+    BPF_JMP32,
+    BPF_JNE,
+    BPF_JSET,
+    BPF_JSGE,
+    BPF_JSGT,
+    BPF_JSLE,
+    BPF_JSLT,
+    BPF_K,
+    BPF_LD,
+    BPF_LDX,
+    BPF_LSH,
+    BPF_MOV,
+    BPF_MUL,
+    BPF_OR,
+    BPF_PSEUDO_CALL,
+    BPF_PSEUDO_KFUNC_CALL,
+    BPF_RSH,
+    BPF_ST,
+    BPF_STX,
+    BPF_SUB,
+    BPF_XOR,
+)
+from bpfdsl.abi.prog_types import ProgramType
 from bpfdsl.checker import alu as ALU
 from bpfdsl.checker import domain as D
 from bpfdsl.checker import features as F
@@ -58,7 +100,7 @@ from bpfdsl.checker.subprog import (
 )
 from bpfdsl.checker.transfer import _read, do_alu, do_ld, do_ldx, do_store, kernel_links_delta
 
-INSN_LIMIT: Final = U.BPF_COMPLEXITY_LIMIT_INSNS  # processed insns before the kernel refuses
+INSN_LIMIT: Final = BPF_COMPLEXITY_LIMIT_INSNS  # processed insns before the kernel refuses
 HIST_FORCE: Final = 40  # kernel: a checkpoint is forced once a path's jump history is this long
 TIME_CHECK_EVERY: Final = 4096  # processed insns between two looks at the clock
 
@@ -342,7 +384,7 @@ def _opcode_flags(x: Insn) -> int:
     """The flags of analyze() that depend on the opcode only (exit, store, jump)."""
     return (
         (_EXIT if x.is_exit else 0)
-        | (_STORE if x.cls in (U.BPF_ST, U.BPF_STX) else 0)
+        | (_STORE if x.cls in (BPF_ST, BPF_STX) else 0)
         | (_JMP if x.is_jmp_class else 0)
     )
 
@@ -522,7 +564,7 @@ def analyze(
                 if other.parent is not None:
                     other.parent.branches += 1
                 stack.append((j, other, prev))
-                if len(stack) > U.BPF_COMPLEXITY_LIMIT_JMP_SEQ:
+                if len(stack) > BPF_COMPLEXITY_LIMIT_JMP_SEQ:
                     seq = Fault(
                         "too-complex",
                         f"The sequence of {len(stack)} jumps is too complex.",
@@ -543,7 +585,7 @@ def _stack_marks(ex: _Explorer, env: Env, st: State, i: int) -> None:
     for fr, k in env.live_reads:
         live.read(inst, fr, i, 1 << k)
     env.live_reads.clear()
-    if ex.cfg.insns[i].cls in (U.BPF_ST, U.BPF_STX):
+    if ex.cfg.insns[i].cls in (BPF_ST, BPF_STX):
         masks = [0] * (inst.depth + 1)
         for fr, k in env.live_writes:
             if fr <= inst.depth:
@@ -703,39 +745,39 @@ def _ldx(env: Env, cfg: Cfg, st: State, i: int, x) -> None:
 
 def _store(env: Env, cfg: Cfg, st: State, i: int, x) -> None:
     do_store(env, st, x)
-    if x.cls == U.BPF_STX and x.mode == U.BPF_ATOMIC and x.imm == U.BPF_CMPXCHG:
+    if x.cls == BPF_STX and x.mode == BPF_ATOMIC and x.imm == BPF_CMPXCHG:
         st.frames[-1].r0_at = i
 
 
 def _ld(env: Env, cfg: Cfg, st: State, i: int, x) -> None:
     do_ld(env, st, i, x)
-    if x.dst == 0 or x.mode in (U.BPF_ABS, U.BPF_IND):  # LD_ABS/IND write r0
+    if x.dst == 0 or x.mode in (BPF_ABS, BPF_IND):  # LD_ABS/IND write r0
         st.frames[-1].r0_at = i
 
 
 def _ja(env: Env, cfg: Cfg, st: State, i: int, x):
     c = x.cls
-    if x.source or x.src or x.dst or (c == U.BPF_JMP and x.imm) or (c == U.BPF_JMP32 and x.off):
+    if x.source or x.src or x.dst or (c == BPF_JMP and x.imm) or (c == BPF_JMP32 and x.off):
         raise Fault("reserved-fields", "BPF_JA uses reserved fields", "bad jump encoding")
     return [(cfg.succ[i][0], st)]
 
 
 def _exit_insn(env: Env, cfg: Cfg, st: State, i: int, x):
-    if x.source or x.imm or x.src or x.dst or x.cls == U.BPF_JMP32:
+    if x.source or x.imm or x.src or x.dst or x.cls == BPF_JMP32:
         raise Fault("reserved-fields", "BPF_EXIT uses reserved fields", "bad exit encoding")
     return _exit(env, cfg, st, i)
 
 
 def _call(env: Env, cfg: Cfg, st: State, i: int, x):
-    if x.source or x.off or x.src not in (0, U.BPF_PSEUDO_CALL) or x.dst or x.cls == U.BPF_JMP32:
-        if x.src == U.BPF_PSEUDO_KFUNC_CALL and not x.source and not x.dst:
+    if x.source or x.off or x.src not in (0, BPF_PSEUDO_CALL) or x.dst or x.cls == BPF_JMP32:
+        if x.src == BPF_PSEUDO_KFUNC_CALL and not x.source and not x.dst:
             check_kfunc_call(env, st, env.kfuncs.get(i), cfg.slots[i])
             st.frames[-1].r0_at = i
             return None
-        if x.src == U.BPF_PSEUDO_KFUNC_CALL:
+        if x.src == BPF_PSEUDO_KFUNC_CALL:
             raise Fault("kfunc", "kernel function calls are not supported by the checker", "")
         raise Fault("reserved-fields", "BPF_CALL uses reserved fields", "bad call encoding")
-    if x.src == U.BPF_PSEUDO_CALL:
+    if x.src == BPF_PSEUDO_CALL:
         info = env.subprogs.get(cfg.call_target.get(i, -1))
         if info is not None and info.is_global:
             global_call_locked(env, st, info.name)
@@ -757,14 +799,14 @@ def _cond(env: Env, cfg: Cfg, st: State, i: int, x):
 
 
 _BY_CLASS: Final = {
-    U.BPF_ALU: _alu,
-    U.BPF_ALU64: _alu,
-    U.BPF_LDX: _ldx,
-    U.BPF_ST: _store,
-    U.BPF_STX: _store,
-    U.BPF_LD: _ld,
+    BPF_ALU: _alu,
+    BPF_ALU64: _alu,
+    BPF_LDX: _ldx,
+    BPF_ST: _store,
+    BPF_STX: _store,
+    BPF_LD: _ld,
 }
-_BY_JMP_OP: Final = {U.BPF_JA: _ja, U.BPF_EXIT: _exit_insn, U.BPF_CALL: _call}
+_BY_JMP_OP: Final = {BPF_JA: _ja, BPF_EXIT: _exit_insn, BPF_CALL: _call}
 
 
 def _handler(x, succ: list[int], made: bool = True):
@@ -778,14 +820,7 @@ def _handler(x, succ: list[int], made: bool = True):
     if h is not None:
         return h
     h = _BY_JMP_OP.get(x.op, _cond)
-    if (
-        made
-        and h is _cond
-        and x.source == U.BPF_K
-        and not x.src
-        and x.dst <= 10
-        and x.op in _JMP_OPS
-    ):
+    if made and h is _cond and x.source == BPF_K and not x.src and x.dst <= 10 and x.op in _JMP_OPS:
         return _cond_k(x, succ[-1] if len(succ) == 2 else succ[0])
     return h
 
@@ -799,8 +834,8 @@ _ENTRY_REGS = tuple(
 _GENERAL: dict = {}  # opcode byte -> _handler(made=False) of its insns, for first walks
 
 _JMP_OPS: Final = frozenset(
-    (U.BPF_JEQ, U.BPF_JNE, U.BPF_JSET, U.BPF_JGT, U.BPF_JGE, U.BPF_JLT, U.BPF_JLE)
-    + (U.BPF_JSGT, U.BPF_JSGE, U.BPF_JSLT, U.BPF_JSLE)
+    (BPF_JEQ, BPF_JNE, BPF_JSET, BPF_JGT, BPF_JGE, BPF_JLT, BPF_JLE)
+    + (BPF_JSGT, BPF_JSGE, BPF_JSLT, BPF_JSLE)
 )
 
 
@@ -808,10 +843,10 @@ def _cond_k(x: Insn, target: int):
     """A handler for one well-formed ``if dst op imm goto target``: do_cond_jump with the
     immediate's register made once; a scalar destination goes straight to the scalar
     comparison (branch.scalar_jump), anything else through do_cond_jump."""
-    is32 = x.cls == U.BPF_JMP32
+    is32 = x.cls == BPF_JMP32
     imm = D.known(x.imm if not is32 else x.imm & D.M32)
     dst, op = x.dst, x.op
-    general = op == U.BPF_JSET  # its false branch is not a refinement: scalar_jump
+    general = op == BPF_JSET  # its false branch is not a refinement: scalar_jump
     rebound = D.rebound
     # this insn's outcomes by the destination's tnum and bounds (branch.scalar_outcome)
     memo: dict[tuple, tuple[int, tuple | None, tuple | None]] = {}
@@ -855,8 +890,7 @@ def _cond_k(x: Insn, target: int):
 
 # ALU operations with an immediate whose scalar case _fast_alu handles (div/mod: do_alu)
 _FAST_K_OPS: Final = frozenset(
-    (U.BPF_ADD, U.BPF_SUB, U.BPF_MUL, U.BPF_AND, U.BPF_OR, U.BPF_XOR)
-    + (U.BPF_LSH, U.BPF_RSH, U.BPF_ARSH)
+    (BPF_ADD, BPF_SUB, BPF_MUL, BPF_AND, BPF_OR, BPF_XOR) + (BPF_LSH, BPF_RSH, BPF_ARSH)
 )
 
 
@@ -867,21 +901,21 @@ def _fast_alu(x: Insn):
     ``w_dst = w_src`` of a scalar, ``dst = src`` of a pointer, a constant or a scalar
     with an id.  None when the instruction is not one of these (or is malformed: do_alu
     reports it)."""
-    op, is64, dst = x.op, x.cls == U.BPF_ALU64, x.dst
+    op, is64, dst = x.op, x.cls == BPF_ALU64, x.dst
     if x.off or dst >= 10:
         return None
-    if x.source == U.BPF_K:
+    if x.source == BPF_K:
         if x.src:
             return None
         imm = D.known(x.imm if is64 else x.imm & D.M32)
-        if op == U.BPF_MOV:
+        if op == BPF_MOV:
             return _mov_k(dst, imm)
         if op not in _FAST_K_OPS:
             return None
-        if op in (U.BPF_LSH, U.BPF_RSH, U.BPF_ARSH) and not 0 <= x.imm < (64 if is64 else 32):
+        if op in (BPF_LSH, BPF_RSH, BPF_ARSH) and not 0 <= x.imm < (64 if is64 else 32):
             return None
         return _alu_k(op, is64, dst, imm)
-    if op != U.BPF_MOV or x.imm or x.src > 10:
+    if op != BPF_MOV or x.imm or x.src > 10:
         return None
     return _mov_x(is64, dst, x.src)
 
@@ -900,7 +934,7 @@ def _alu_k(op: int, is64: bool, dst: int, imm: D.Reg):
     scalar_alu = ALU.scalar_alu
     # as do_alu: only a 64-bit add of 0..S32_MAX links dst to its copies with a delta
     # (BPF_ADD_CONST); a negative immediate unlinks, as here (kernel_links_delta)
-    add = op == U.BPF_ADD and is64 and kernel_links_delta(imm.value)
+    add = op == BPF_ADD and is64 and kernel_links_delta(imm.value)
     memo: dict[tuple, D.Reg] = {}  # this insn's results by the operand's tnum and bounds
 
     def alu_k(env: Env, cfg: Cfg, st: State, i: int, x) -> None:
@@ -979,7 +1013,7 @@ def _check_return(env: Env, r0: D.Reg, r0_at: int = -1) -> None:
     """Return value rules by program type; warnings name ``r0_at``, the insn that set r0
     on this path (its source line is where the verdict was chosen), when known."""
     pt = env.prog_type
-    if pt == U.ProgramType.SOCK_OPS or pt in (U.ProgramType.CGROUP_SKB,):
+    if pt == ProgramType.SOCK_OPS or pt in (ProgramType.CGROUP_SKB,):
         lo, hi = 0, 1
         if r0.t != D.SCALAR:
             raise Fault(

@@ -10,8 +10,24 @@ from __future__ import annotations
 
 from typing import Final
 
-from bpfdsl.abi import uapi as U
 from bpfdsl.abi.insn import Insn
+from bpfdsl.abi.limits import MAX_PACKET_OFF
+from bpfdsl.abi.opcodes import (
+    BPF_JEQ,
+    BPF_JGE,
+    BPF_JGT,
+    BPF_JLE,
+    BPF_JLT,
+    BPF_JMP32,
+    BPF_JNE,
+    BPF_JSET,
+    BPF_JSGE,
+    BPF_JSGT,
+    BPF_JSLE,
+    BPF_JSLT,
+    BPF_K,
+    BPF_X,
+)
 from bpfdsl.checker import domain as D
 from bpfdsl.checker import features as F
 from bpfdsl.checker import tnum as T
@@ -29,29 +45,29 @@ from bpfdsl.checker.transfer import _read, _reserved
 NOT_NULL: Final = (D.MAP_VALUE, D.SOCKET, D.SOCK_COMMON, D.MAP_PTR, D.RINGBUF_MEM, D.MEM)
 
 _NEG: Final[dict[int, int]] = {
-    U.BPF_JEQ: U.BPF_JNE,
-    U.BPF_JNE: U.BPF_JEQ,
-    U.BPF_JGT: U.BPF_JLE,
-    U.BPF_JLE: U.BPF_JGT,
-    U.BPF_JGE: U.BPF_JLT,
-    U.BPF_JLT: U.BPF_JGE,
-    U.BPF_JSGT: U.BPF_JSLE,
-    U.BPF_JSLE: U.BPF_JSGT,
-    U.BPF_JSGE: U.BPF_JSLT,
-    U.BPF_JSLT: U.BPF_JSGE,
+    BPF_JEQ: BPF_JNE,
+    BPF_JNE: BPF_JEQ,
+    BPF_JGT: BPF_JLE,
+    BPF_JLE: BPF_JGT,
+    BPF_JGE: BPF_JLT,
+    BPF_JLT: BPF_JGE,
+    BPF_JSGT: BPF_JSLE,
+    BPF_JSLE: BPF_JSGT,
+    BPF_JSGE: BPF_JSLT,
+    BPF_JSLT: BPF_JSGE,
 }
 _SWAP: Final[dict[int, int]] = {
-    U.BPF_JEQ: U.BPF_JEQ,
-    U.BPF_JNE: U.BPF_JNE,
-    U.BPF_JGT: U.BPF_JLT,
-    U.BPF_JLT: U.BPF_JGT,
-    U.BPF_JGE: U.BPF_JLE,
-    U.BPF_JLE: U.BPF_JGE,
-    U.BPF_JSGT: U.BPF_JSLT,
-    U.BPF_JSLT: U.BPF_JSGT,
-    U.BPF_JSGE: U.BPF_JSLE,
-    U.BPF_JSLE: U.BPF_JSGE,
-    U.BPF_JSET: U.BPF_JSET,
+    BPF_JEQ: BPF_JEQ,
+    BPF_JNE: BPF_JNE,
+    BPF_JGT: BPF_JLT,
+    BPF_JLT: BPF_JGT,
+    BPF_JGE: BPF_JLE,
+    BPF_JLE: BPF_JGE,
+    BPF_JSGT: BPF_JSLT,
+    BPF_JSLT: BPF_JSGT,
+    BPF_JSGE: BPF_JSLE,
+    BPF_JSLE: BPF_JSGE,
+    BPF_JSET: BPF_JSET,
 }
 
 
@@ -65,7 +81,7 @@ def branch_taken(a: D.Reg, b: D.Reg, op: int, is32: bool) -> int:
     """1 always taken, 0 never, -1 unknown (kernel is_branch_taken) for two scalars."""
     at, asmin, asmax, aumin, aumax = _view(a, is32)
     bt, bsmin, bsmax, bumin, bumax = _view(b, is32)
-    if op == U.BPF_JEQ or op == U.BPF_JNE:
+    if op == BPF_JEQ or op == BPF_JNE:
         eq = -1
         if at[1] == 0 and bt[1] == 0:
             eq = int(at[0] == bt[0])
@@ -75,29 +91,29 @@ def branch_taken(a: D.Reg, b: D.Reg, op: int, is32: bool) -> int:
             eq = 0
         if eq == -1:
             return -1
-        return eq if op == U.BPF_JEQ else 1 - eq
-    if op == U.BPF_JSET:
+        return eq if op == BPF_JEQ else 1 - eq
+    if op == BPF_JSET:
         if bt[1] == 0:
             if at[0] & bt[0]:
                 return 1
             if not ((at[0] | at[1]) & bt[0]):
                 return 0
         return -1
-    if op == U.BPF_JGT:
+    if op == BPF_JGT:
         return 1 if aumin > bumax else 0 if aumax <= bumin else -1
-    if op == U.BPF_JGE:
+    if op == BPF_JGE:
         return 1 if aumin >= bumax else 0 if aumax < bumin else -1
-    if op == U.BPF_JLT:
+    if op == BPF_JLT:
         return 1 if aumax < bumin else 0 if aumin >= bumax else -1
-    if op == U.BPF_JLE:
+    if op == BPF_JLE:
         return 1 if aumax <= bumin else 0 if aumin > bumax else -1
-    if op == U.BPF_JSGT:
+    if op == BPF_JSGT:
         return 1 if asmin > bsmax else 0 if asmax <= bsmin else -1
-    if op == U.BPF_JSGE:
+    if op == BPF_JSGE:
         return 1 if asmin >= bsmax else 0 if asmax < bsmin else -1
-    if op == U.BPF_JSLT:
+    if op == BPF_JSLT:
         return 1 if asmax < bsmin else 0 if asmin >= bsmax else -1
-    if op == U.BPF_JSLE:
+    if op == BPF_JSLE:
         return 1 if asmax <= bsmin else 0 if asmin > bsmax else -1
     return -1
 
@@ -112,7 +128,7 @@ def refine(a: D.Reg, b: D.Reg, op: int, is32: bool) -> tuple[D.Reg, D.Reg]:
         A = [a.smin, a.smax, a.umin, a.umax]
         B = [b.smin, b.smax, b.umin, b.umax]
     ta, tb = a.tn, b.tn
-    if op == U.BPF_JEQ:
+    if op == BPF_JEQ:
         A[0] = B[0] = max(A[0], B[0])
         A[2] = B[2] = max(A[2], B[2])
         A[1] = B[1] = min(A[1], B[1])
@@ -122,7 +138,7 @@ def refine(a: D.Reg, b: D.Reg, op: int, is32: bool) -> tuple[D.Reg, D.Reg]:
             ta, tb = T.with_subreg(ta, t), T.with_subreg(tb, t)
         else:
             ta = tb = T.intersect(ta, tb)
-    elif op == U.BPF_JNE:
+    elif op == BPF_JNE:
         for x, y in ((A, b), (B, a)):
             if (y.tn[1] & D.M32 if is32 else y.tn[1]) == 0:
                 c = (y.tn[0] & D.M32) if is32 else y.tn[0]
@@ -135,25 +151,25 @@ def refine(a: D.Reg, b: D.Reg, op: int, is32: bool) -> tuple[D.Reg, D.Reg]:
                     x[0] += 1
                 elif x[1] == sc:
                     x[1] -= 1
-    elif op == U.BPF_JSET:
+    elif op == BPF_JSET:
         if (T.subreg(b.tn) if is32 else b.tn)[1] == 0:
             c = b.tn[0] & (D.M32 if is32 else D.M64)
             if c and c & (c - 1) == 0:
                 ta = T.or_(ta, (c, 0))
-    elif op == U.BPF_JGT or op == U.BPF_JGE:
-        d = 1 if op == U.BPF_JGT else 0
+    elif op == BPF_JGT or op == BPF_JGE:
+        d = 1 if op == BPF_JGT else 0
         A[2] = max(A[2], B[2] + d)
         B[3] = min(B[3], A[3] - d)
-    elif op == U.BPF_JLT or op == U.BPF_JLE:
-        d = 1 if op == U.BPF_JLT else 0
+    elif op == BPF_JLT or op == BPF_JLE:
+        d = 1 if op == BPF_JLT else 0
         A[3] = min(A[3], B[3] - d)
         B[2] = max(B[2], A[2] + d)
-    elif op == U.BPF_JSGT or op == U.BPF_JSGE:
-        d = 1 if op == U.BPF_JSGT else 0
+    elif op == BPF_JSGT or op == BPF_JSGE:
+        d = 1 if op == BPF_JSGT else 0
         A[0] = max(A[0], B[0] + d)
         B[1] = min(B[1], A[1] - d)
-    elif op == U.BPF_JSLT or op == U.BPF_JSLE:
-        d = 1 if op == U.BPF_JSLT else 0
+    elif op == BPF_JSLT or op == BPF_JSLE:
+        d = 1 if op == BPF_JSLT else 0
         A[1] = min(A[1], B[1] - d)
         B[0] = max(B[0], A[0] + d)
     na = D.resync(a, ta, _merge(a, A, is32)) if a.t == D.SCALAR else a
@@ -286,10 +302,10 @@ def _pkt_end_taken(d: D.Reg, s: D.Reg, op: int) -> int:
         return -1
     if pkt.t != D.PKT or pkt.rng >= 0:
         return -1
-    if op in (U.BPF_JLE, U.BPF_JGT) and pkt.rng == BEYOND_PKT_END:
-        return int(op == U.BPF_JGT)
-    if op in (U.BPF_JLT, U.BPF_JGE):
-        return int(op == U.BPF_JGE)
+    if op in (BPF_JLE, BPF_JGT) and pkt.rng == BEYOND_PKT_END:
+        return int(op == BPF_JGT)
+    if op in (BPF_JLT, BPF_JGE):
+        return int(op == BPF_JGE)
     return -1
 
 
@@ -304,7 +320,7 @@ def _mark_pkt_end(st: State, regno: int, beyond: bool) -> None:
 def _good_pkt(st: State, dst: D.Reg, right_open: bool) -> None:
     if dst.off < 0 or (dst.off == 0 and right_open):
         return
-    if dst.umax > U.MAX_PACKET_OFF or dst.umax + dst.off > U.MAX_PACKET_OFF:
+    if dst.umax > MAX_PACKET_OFF or dst.umax + dst.off > MAX_PACKET_OFF:
         return
     new = dst.off + (1 if right_open else 0)
     t, rid = dst.t, dst.id
@@ -319,7 +335,7 @@ def _init_pkt(r: D.Reg, t: int) -> bool:
 
 def _pkt_compare(x: Insn, d: D.Reg, s: D.Reg, fall: State, taken: State) -> bool:
     """try_match_pkt_pointers; ``fall`` = condition false, ``taken`` = condition true."""
-    if x.source != U.BPF_X or x.cls == U.BPF_JMP32:
+    if x.source != BPF_X or x.cls == BPF_JMP32:
         return False
     op = x.op
     d_lo = (d.t == D.PKT and s.t == D.PKT_END) or (d.t == D.PKT_META and _init_pkt(s, D.PKT))
@@ -328,28 +344,28 @@ def _pkt_compare(x: Insn, d: D.Reg, s: D.Reg, fall: State, taken: State) -> bool
         return False
     # kernel try_match_pkt_pointers: the in-bounds side learns the range, the other
     # side's pointer is marked at/beyond data_end
-    if op == U.BPF_JGT:
+    if op == BPF_JGT:
         if d_lo:
             _good_pkt(fall, d, False)
             _mark_pkt_end(taken, x.dst, True)
         else:
             _good_pkt(taken, s, True)
             _mark_pkt_end(fall, x.src, False)
-    elif op == U.BPF_JLT:
+    elif op == BPF_JLT:
         if d_lo:
             _good_pkt(taken, d, True)
             _mark_pkt_end(fall, x.dst, False)
         else:
             _good_pkt(fall, s, False)
             _mark_pkt_end(taken, x.src, True)
-    elif op == U.BPF_JGE:
+    elif op == BPF_JGE:
         if d_lo:
             _good_pkt(fall, d, True)
             _mark_pkt_end(taken, x.dst, False)
         else:
             _good_pkt(taken, s, False)
             _mark_pkt_end(fall, x.src, True)
-    elif op == U.BPF_JLE:
+    elif op == BPF_JLE:
         if d_lo:
             _good_pkt(taken, d, False)
             _mark_pkt_end(fall, x.dst, True)
@@ -365,12 +381,12 @@ def do_cond_jump(
     env: Env, st: State, i: int, x: Insn, target: int
 ) -> list[tuple[int, State]] | None:
     """Successor states of a conditional jump; None = only the fall-through, same state."""
-    op, is32 = x.op, x.cls == U.BPF_JMP32
+    op, is32 = x.op, x.cls == BPF_JMP32
     if is32:
         env.need(F.JMP32_MIN, "32-bit conditional jump (jmp32)")
     if op not in _SWAP:
         raise Fault("bad-opcode", f"invalid BPF_JMP/JMP32 opcode {op:x}", "unknown jump operation")
-    if x.source == U.BPF_X:
+    if x.source == BPF_X:
         if x.imm:
             raise _reserved("BPF_JMP/JMP32")
         s = _read(st, x.src)
@@ -383,16 +399,11 @@ def do_cond_jump(
     d_ptr = d.t > D.SCALAR  # not NOT_INIT (0) nor SCALAR (1): Reg.is_ptr
     if d_ptr or s.t > D.SCALAR:
         pr, other, p_no = (d, s, x.dst) if d_ptr else (s, d, x.src)
-        if (
-            other.t == D.SCALAR
-            and other.is_const
-            and other.value == 0
-            and op in (U.BPF_JEQ, U.BPF_JNE)
-        ):
+        if other.t == D.SCALAR and other.is_const and other.value == 0 and op in (BPF_JEQ, BPF_JNE):
             # kernel: only `if rX ==/!= 0` (immediate, 64-bit, pointer in dst) is a NULL check
-            if pr.t in D.NULLABLE and not is32 and x.source == U.BPF_K and d_ptr:
+            if pr.t in D.NULLABLE and not is32 and x.source == BPF_K and d_ptr:
                 null_st, nn_st = st, st.copy()
-                if op == U.BPF_JNE:
+                if op == BPF_JNE:
                     taken, fall = nn_st, null_st
                 else:
                     taken, fall = null_st, nn_st
@@ -412,25 +423,25 @@ def do_cond_jump(
                 return [(i + 1, fall), (target, taken)]
             if pr.t in NOT_NULL:
                 # kernel reg_not_null: these pointers are never NULL (not fp/ctx/pkt)
-                taken_now = op == U.BPF_JNE
-                if x.source == U.BPF_X and s.t == D.SCALAR:
+                taken_now = op == BPF_JNE
+                if x.source == BPF_X and s.t == D.SCALAR:
                     env.precise(x.src)  # the outcome rests on the scalar being 0
                 return [(target, st)] if taken_now else [(i + 1, st)]
-        known = _pkt_end_taken(d, s, op) if x.source == U.BPF_X and not is32 else -1
+        known = _pkt_end_taken(d, s, op) if x.source == BPF_X and not is32 else -1
         if known >= 0:
             return [(target, st)] if known else [(i + 1, st)]
         taken = st.copy()
         if (
-            x.source == U.BPF_X
+            x.source == BPF_X
             and not is32
-            and op in (U.BPF_JEQ, U.BPF_JNE)
+            and op in (BPF_JEQ, BPF_JNE)
             and d_ptr
             and s.t > D.SCALAR
             and (d.t in D.NULLABLE) != (s.t in D.NULLABLE)
         ):
             # kernel: a maybe-NULL pointer equal to a pointer that is not NULL is not
             # NULL either (mark_ptr_not_null_reg, that register only)
-            eq = taken if op == U.BPF_JEQ else st
+            eq = taken if op == BPF_JEQ else st
             no = x.src if s.t in D.NULLABLE else x.dst
             r = eq.regs[no]
             eq.regs[no] = r.replace(t=nonnull_type(r), map=nonnull_map(r))
@@ -448,16 +459,16 @@ def scalar_jump(
     """do_cond_jump once the operands are known to be scalars (or NOT_INIT-free non-
     pointers): ``d`` the destination register's value, ``s`` the source register's or
     the immediate's (kernel is_branch_taken, then reg_set_min_max on each branch)."""
-    op, is32 = x.op, x.cls == U.BPF_JMP32
+    op, is32 = x.op, x.cls == BPF_JMP32
     bt = branch_taken(d, s, op, is32)
     if bt >= 0:
         # the outcome rests on the operands' ranges (kernel: mark_chain_precision)
         env.precise(x.dst)
-        if x.source == U.BPF_X:
+        if x.source == BPF_X:
             env.precise(x.src)
         return [(target, st)] if bt else None  # None: falls through, same state
-    if (x.source == U.BPF_X and s.id) or d.id:
-        env.hist_linked = _linked(st, s.id if x.source == U.BPF_X else 0, d.id)
+    if (x.source == BPF_X and s.id) or d.id:
+        env.hist_linked = _linked(st, s.id if x.source == BPF_X else 0, d.id)
     taken = st.copy()
     out = []
     for state, cond, nxt in ((st, _NEG.get(op), i + 1), (taken, op, target)):
@@ -481,7 +492,7 @@ def scalar_jump(
             nd, ns = both
         state.regs[x.dst] = nd
         _mark_scalar_ids(state, nd)
-        if x.source == U.BPF_X:
+        if x.source == BPF_X:
             state.regs[x.src] = ns
             _mark_scalar_ids(state, ns)
         out.append((nxt, state))

@@ -20,7 +20,7 @@ from bpfdsl.abi.helpers import (
     may_update_sockmap,
 )
 from bpfdsl.abi.kfuncs import BY_NAME as KFUNCS_BY_NAME
-from bpfdsl.abi.uapi import MapType, is_array, is_map_in_map, is_sockmap
+from bpfdsl.abi.map_types import MapType, is_array, is_map_in_map, is_sockmap
 from bpfdsl.checker import domain as D
 from bpfdsl.checker import features as F
 from bpfdsl.checker import refs as R
@@ -193,7 +193,7 @@ def check_helper_call(env: Env, st: State, helper_id: int, idx: int) -> None:
             map_obj = r.map
             try:
                 mt: MapType | None = MapType(map_obj.map_type)
-            except ValueError:  # a type newer than uapi.MapType: not checked here
+            except ValueError:  # a type newer than abi.map_types.MapType: not checked here
                 mt = None
             if mt is not None and (
                 not map_fits_helper(mt, h.name)

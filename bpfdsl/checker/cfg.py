@@ -13,9 +13,28 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from bpfdsl.abi import uapi as U
 from bpfdsl.abi.helpers import BPF_FUNC_LOOP, HELPERS_BY_ID
 from bpfdsl.abi.insn import Insn
+from bpfdsl.abi.opcodes import (
+    BPF_ALU,
+    BPF_ALU64,
+    BPF_ATOMIC,
+    BPF_CMPXCHG,
+    BPF_END,
+    BPF_FETCH,
+    BPF_IND,
+    BPF_JMP,
+    BPF_JMP32,
+    BPF_K,
+    BPF_LD,
+    BPF_LDX,
+    BPF_MOV,
+    BPF_NEG,
+    BPF_PSEUDO_FUNC,
+    BPF_ST,
+    BPF_STX,
+    BPF_X,
+)
 
 
 class CfgError(Exception):
@@ -102,7 +121,7 @@ def build_cfg(insns: Sequence[Insn]) -> Cfg:
     func_refs: dict[int, int] = {}
     for i in wide_or_call:
         x = insns[i]
-        if x.is_ld_imm64 and x.src == U.BPF_PSEUDO_FUNC:  # a callback (kernel add_subprog)
+        if x.is_ld_imm64 and x.src == BPF_PSEUDO_FUNC:  # a callback (kernel add_subprog)
             t = by_slot.get(slots[i] + 1 + x.imm)
             if t is None or x.off:
                 raise CfgError(
@@ -152,7 +171,7 @@ def build_cfg(insns: Sequence[Insn]) -> Cfg:
     for s in starts:
         seen[s] = True
     dead = -1  # the first insn no forward edge reaches
-    jmp, jmp32 = U.BPF_JMP, U.BPF_JMP32
+    jmp, jmp32 = BPF_JMP, BPF_JMP32
     for i, x in enumerate(insns):
         if not seen[i] and dead < 0:
             dead = i
@@ -258,27 +277,27 @@ def build_cfg(insns: Sequence[Insn]) -> Cfg:
 def uses_defs(x: Insn) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """Registers an instruction reads and writes (r10 excluded)."""
     c = x.cls
-    if c in (U.BPF_ALU, U.BPF_ALU64):
-        if x.op == U.BPF_MOV:
-            return ((x.src,) if x.source == U.BPF_X else ()), (x.dst,)
-        if x.op in (U.BPF_END, U.BPF_NEG) or x.source == U.BPF_K:
+    if c in (BPF_ALU, BPF_ALU64):
+        if x.op == BPF_MOV:
+            return ((x.src,) if x.source == BPF_X else ()), (x.dst,)
+        if x.op in (BPF_END, BPF_NEG) or x.source == BPF_K:
             return (x.dst,), (x.dst,)
         return (x.dst, x.src), (x.dst,)
-    if c == U.BPF_LDX:
+    if c == BPF_LDX:
         return (x.src,), (x.dst,)
-    if c == U.BPF_ST:
+    if c == BPF_ST:
         return (x.dst,), ()
-    if c == U.BPF_STX:
-        if x.mode == U.BPF_ATOMIC:
-            if x.imm == U.BPF_CMPXCHG:
+    if c == BPF_STX:
+        if x.mode == BPF_ATOMIC:
+            if x.imm == BPF_CMPXCHG:
                 return (x.dst, x.src, 0), (0,)
-            if x.imm & U.BPF_FETCH:
+            if x.imm & BPF_FETCH:
                 return (x.dst, x.src), (x.src,)
         return (x.dst, x.src), ()
-    if c == U.BPF_LD:
+    if c == BPF_LD:
         if x.is_ld_imm64:
             return (), (x.dst,)
-        return ((6, x.src) if x.mode == U.BPF_IND else (6,)), (0, 1, 2, 3, 4, 5)
+        return ((6, x.src) if x.mode == BPF_IND else (6,)), (0, 1, 2, 3, 4, 5)
     if x.is_exit:
         return (0,), ()
     if x.is_call:
@@ -289,7 +308,7 @@ def uses_defs(x: Insn) -> tuple[tuple[int, ...], tuple[int, ...]]:
     if x.is_ja:
         return (), ()
     if x.is_cond_jump:
-        return ((x.dst, x.src) if x.source == U.BPF_X else (x.dst,)), ()
+        return ((x.dst, x.src) if x.source == BPF_X else (x.dst,)), ()
     return (), ()
 
 
@@ -302,29 +321,29 @@ def _use_def(x: Insn) -> tuple[int, int]:
     """:func:`uses_defs` as bitmasks (registers read, registers written), r10 included
     where it is named (the caller drops it)."""
     c = x.cls
-    if c == U.BPF_ALU or c == U.BPF_ALU64:
+    if c == BPF_ALU or c == BPF_ALU64:
         d = 1 << x.dst
         op = x.op
-        if op == U.BPF_MOV:
-            return ((1 << x.src) if x.source == U.BPF_X else 0), d
-        if op == U.BPF_END or op == U.BPF_NEG or x.source == U.BPF_K:
+        if op == BPF_MOV:
+            return ((1 << x.src) if x.source == BPF_X else 0), d
+        if op == BPF_END or op == BPF_NEG or x.source == BPF_K:
             return d, d
         return d | 1 << x.src, d
-    if c == U.BPF_LDX:
+    if c == BPF_LDX:
         return 1 << x.src, 1 << x.dst
-    if c == U.BPF_ST:
+    if c == BPF_ST:
         return 1 << x.dst, 0
-    if c == U.BPF_STX:
-        if x.mode == U.BPF_ATOMIC:
-            if x.imm == U.BPF_CMPXCHG:
+    if c == BPF_STX:
+        if x.mode == BPF_ATOMIC:
+            if x.imm == BPF_CMPXCHG:
                 return 1 << x.dst | 1 << x.src | 1, 1
-            if x.imm & U.BPF_FETCH:
+            if x.imm & BPF_FETCH:
                 return 1 << x.dst | 1 << x.src, 1 << x.src
         return 1 << x.dst | 1 << x.src, 0
-    if c == U.BPF_LD:
+    if c == BPF_LD:
         if x.is_ld_imm64:
             return 0, 1 << x.dst
-        return ((1 << 6 | 1 << x.src) if x.mode == U.BPF_IND else 1 << 6), _R0_R5
+        return ((1 << 6 | 1 << x.src) if x.mode == BPF_IND else 1 << 6), _R0_R5
     if x.is_exit:
         return 1, 0
     if x.is_call:
@@ -335,7 +354,7 @@ def _use_def(x: Insn) -> tuple[int, int]:
     if x.is_ja:
         return 0, 0
     if x.is_cond_jump:
-        return ((1 << x.dst | 1 << x.src) if x.source == U.BPF_X else 1 << x.dst), 0
+        return ((1 << x.dst | 1 << x.src) if x.source == BPF_X else 1 << x.dst), 0
     return 0, 0
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from bpfdsl.abi import ctx as abi_ctx
 from bpfdsl.abi.ctx import RegType
-from bpfdsl.abi.uapi import AttachType, ProgramType
+from bpfdsl.abi.prog_types import AttachType, ProgramType
 from bpfdsl.checker import domain as D
 
 
@@ -72,6 +72,6 @@ def ctx_access(
 
 
 def ctx_for_program_type(pt: ProgramType) -> str | None:
-    """Context struct name of a program type (mirrors uapi.PROGRAM_KINDS' ``ctx``)."""
+    """Context struct name of a program type (mirrors prog_types.PROGRAM_KINDS' ``ctx``)."""
     s = abi_ctx.ctx_for_program_type(pt)
     return s.name if s is not None else None

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from bpfdsl.abi.uapi import AttachType, ProgramType
+from bpfdsl.abi.prog_types import AttachType, ProgramType
 
 
 class Fault(Exception):

@@ -10,7 +10,8 @@ helpers 5.18, cpu v4 instructions (sign-extending loads/moves, sdiv/smod, bswap)
 
 from __future__ import annotations
 
-from bpfdsl.abi.uapi import AttachType, MapType
+from bpfdsl.abi.map_types import MapType
+from bpfdsl.abi.prog_types import AttachType
 
 Version = tuple[int, int]
 

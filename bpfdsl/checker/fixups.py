@@ -63,10 +63,24 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
-from bpfdsl.abi import uapi as U
+from bpfdsl.abi.flags import BPF_F_INNER_MAP
 from bpfdsl.abi.helpers import HELPERS
 from bpfdsl.abi.insn import Insn
-from bpfdsl.abi.uapi import MapType, ProgramType
+from bpfdsl.abi.map_types import MapType
+from bpfdsl.abi.opcodes import (
+    BPF_ALU64,
+    BPF_CALL,
+    BPF_DIV,
+    BPF_EXIT,
+    BPF_JA,
+    BPF_JMP,
+    BPF_JMP32,
+    BPF_LDX,
+    BPF_MEMSX,
+    BPF_MOD,
+    BPF_X,
+)
+from bpfdsl.abi.prog_types import ProgramType
 from bpfdsl.checker import domain as D
 from bpfdsl.checker.env import Env, Fault
 
@@ -144,7 +158,7 @@ def _ctx_size(prog_type: int, x: Insn) -> int:
     n = CTX_SIZES.get((prog_type, x.off), 1)
     if n == _FULLSOCK_FIELD:
         n = 8 if x.dst == x.src else 4
-    if x.cls == U.BPF_LDX and x.mode == U.BPF_MEMSX:
+    if x.cls == BPF_LDX and x.mode == BPF_MEMSX:
         n += 1
     return n
 
@@ -153,8 +167,8 @@ def _div_size(x: Insn) -> int:
     """Insns do_misc_fixups makes of a div/mod by a register ("Make divide-by-zero and
     divide-by-minus-one exceptions impossible"): div 4, mod 2 (32-bit mod 4: the upper half
     is zeroed), sdiv 8, smod 7 (32-bit 9)."""
-    is64 = x.cls == U.BPF_ALU64
-    if x.op == U.BPF_DIV:
+    is64 = x.cls == BPF_ALU64
+    if x.op == BPF_DIV:
         return 8 if x.off == 1 else 4
     if x.off == 1:
         return 7 if is64 else 9
@@ -187,20 +201,20 @@ class Layout:
 def _target(insns: Sequence[Insn], slots: Sequence[int], at_slot: dict[int, int], i: int) -> int:
     """List index of the jump target of insns[i] (-1 when it is not an insn start)."""
     x = insns[i]
-    off = x.imm if x.cls == U.BPF_JMP32 and x.op == U.BPF_JA else x.off
+    off = x.imm if x.cls == BPF_JMP32 and x.op == BPF_JA else x.off
     return at_slot.get(slots[i] + 1 + off, -1)
 
 
 def _is_cond_jump(x: Insn) -> bool:
     """kernel insn_is_cond_jump."""
-    if x.cls == U.BPF_JMP32:
-        return x.op != U.BPF_JA
-    return x.cls == U.BPF_JMP and x.op not in (U.BPF_JA, U.BPF_EXIT, U.BPF_CALL)
+    if x.cls == BPF_JMP32:
+        return x.op != BPF_JA
+    return x.cls == BPF_JMP and x.op not in (BPF_JA, BPF_EXIT, BPF_CALL)
 
 
 def _is_branch(x: Insn) -> bool:
     """A jump whose offset bpf_adj_delta_to_off adjusts (not call, not exit)."""
-    return x.cls in (U.BPF_JMP, U.BPF_JMP32) and x.op not in (U.BPF_EXIT, U.BPF_CALL)
+    return x.cls in (BPF_JMP, BPF_JMP32) and x.op not in (BPF_EXIT, BPF_CALL)
 
 
 def layout(
@@ -221,7 +235,7 @@ def layout(
         if t < 0:
             continue
         targets[i] = t
-        ja[i] = x.cls == U.BPF_JMP and x.op == U.BPF_JA and not (x.dst or x.src or x.imm)
+        ja[i] = x.cls == BPF_JMP and x.op == BPF_JA and not (x.dst or x.src or x.imm)
         if env.privileged and _is_cond_jump(x) and seen[i]:
             if i + 1 < n and not seen[i + 1]:
                 ja[i] = True  # opt_hard_wire_dead_code_branches: always taken
@@ -246,8 +260,8 @@ def layout(
                 size = _ctx_size(env.prog_type, x)
                 if size > 1:
                     lay.ctx.append(Patch(i, size, "ctx", "context field access"))
-        elif (x.is_alu or x.is_alu64) and x.op in (U.BPF_DIV, U.BPF_MOD) and x.source == U.BPF_X:
-            name = "division" if x.op == U.BPF_DIV else "modulo"
+        elif (x.is_alu or x.is_alu64) and x.op in (BPF_DIV, BPF_MOD) and x.source == BPF_X:
+            name = "division" if x.op == BPF_DIV else "modulo"
             lay.misc.append(Patch(i, _div_size(x), "misc", f"{name} by a register"))
         elif x.is_helper_call:
             p = _call_patch(env, i, x.imm)
@@ -268,7 +282,7 @@ def _call_patch(env: Env, i: int, helper_id: int) -> Patch | None:
             return None
         mt = getattr(m, "map_type", -1)
         size = GEN_LOOKUP_SIZES.get(mt, 1)
-        if size == 1 or getattr(m, "map_flags", 0) & U.BPF_F_INNER_MAP:
+        if size == 1 or getattr(m, "map_flags", 0) & BPF_F_INNER_MAP:
             return None
         return Patch(i, size, "misc", f"{MapType(mt).name.lower()} lookup inlined")
     if helper_id == _TAIL_CALL and not env.privileged:
@@ -319,7 +333,7 @@ def range_fault(
     best: tuple[int, int, int, int] | None = None  # (phase, position, jump, target)
     for a, t in targets.items():
         x = insns[a]
-        if x.cls == U.BPF_JMP32 and x.op == U.BPF_JA:
+        if x.cls == BPF_JMP32 and x.op == BPF_JA:
             continue  # gotol: s32 imm
         # a jump to a removed nop lands on the next insn kept (bpf_remove_insns)
         ka, kt = pos[a], bisect_left(lay.kept, t)
@@ -346,7 +360,7 @@ def range_fault(
         kinds[p.what] = kinds.get(p.what, 0) + 1
     made = ", ".join(f"{c} x {w}" for w, c in sorted(kinds.items(), key=lambda kv: -kv[1]))
     what = next((p.what for p in patches if p.idx == i), "rewrite")
-    jump = "the goto" if insns[a].op == U.BPF_JA else "the jump"
+    jump = "the goto" if insns[a].op == BPF_JA else "the jump"
     return i, Fault(
         PATCH_RANGE,
         f"insn {slots[i]} cannot be patched due to 16-bit range",

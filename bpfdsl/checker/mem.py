@@ -7,14 +7,10 @@ Kernel reference: kernel/bpf/verifier.c ``check_mem_access`` and its parts
 
 from __future__ import annotations
 
-from bpfdsl.abi.uapi import (
-    BPF_F_RDONLY_PROG,
-    BPF_F_WRONLY_PROG,
-    BPF_MAX_VAR_OFF,
-    MapType,
-    ProgramType,
-    is_devmap,
-)
+from bpfdsl.abi.flags import BPF_F_RDONLY_PROG, BPF_F_WRONLY_PROG
+from bpfdsl.abi.limits import BPF_MAX_VAR_OFF
+from bpfdsl.abi.map_types import MapType, is_devmap
+from bpfdsl.abi.prog_types import ProgramType
 from bpfdsl.checker import domain as D
 from bpfdsl.checker import tnum as T
 from bpfdsl.checker.ctx import CTX_TABLES, ctx_access

@@ -43,7 +43,7 @@ HERE = Path(__file__).resolve().parent
 # :data:`INPUTS`, "group": the mypyc group's shared-library module).
 STAMP = "_native.json"
 # Sources outside this package that a compiled build holds values of: mypyc builds the
-# ``Final`` constants of the modules the checker imports (bpfdsl/abi/uapi.py's instruction
+# ``Final`` constants of the modules the checker imports (bpfdsl/abi/opcodes.py's instruction
 # encoding, the helper and kfunc tables' constants) into its C code, so an edit of one of
 # them makes the build stale too.  Globs relative to the bpfdsl package directory.
 INPUTS = ("abi/*.py", "abi/*/*.py", "diagnostics.py")

@@ -17,8 +17,28 @@ from collections.abc import Sequence
 from collections.abc import Set as AbstractSet
 from typing import Final, cast
 
-from bpfdsl.abi import uapi as U
 from bpfdsl.abi.insn import Insn
+from bpfdsl.abi.limits import MAX_CALL_FRAMES
+from bpfdsl.abi.opcodes import (
+    BPF_ABS,
+    BPF_ALU,
+    BPF_ALU64,
+    BPF_ATOMIC,
+    BPF_CMPXCHG,
+    BPF_END,
+    BPF_FETCH,
+    BPF_IND,
+    BPF_JMP,
+    BPF_JMP32,
+    BPF_LD,
+    BPF_LDX,
+    BPF_MOV,
+    BPF_NEG,
+    BPF_PSEUDO_KFUNC_CALL,
+    BPF_ST,
+    BPF_STX,
+    BPF_X,
+)
 from bpfdsl.checker import domain as D
 from bpfdsl.checker.state import SPILL, CoverPlan, FramesPlan, Hist, State
 
@@ -90,8 +110,8 @@ class Backtrack:
 
     def __init__(self, frame: int) -> None:
         self.frame = frame
-        self.regs = [0] * U.MAX_CALL_FRAMES
-        self.slots = [0] * U.MAX_CALL_FRAMES
+        self.regs = [0] * MAX_CALL_FRAMES
+        self.slots = [0] * MAX_CALL_FRAMES
 
     def empty(self) -> bool:
         f = self.frame
@@ -136,22 +156,22 @@ def backtrack_insn(
     f = bt.frame
     regs = bt.regs
     dreg, sreg = x.dst, x.src
-    if c == U.BPF_ALU or c == U.BPF_ALU64:
+    if c == BPF_ALU or c == BPF_ALU64:
         if not regs[f] >> dreg & 1:
             return
         op = x.op
-        if op == U.BPF_END or op == U.BPF_NEG:
+        if op == BPF_END or op == BPF_NEG:
             return
-        if op == U.BPF_MOV:
+        if op == BPF_MOV:
             regs[f] &= ~(1 << dreg)
-            if x.source == U.BPF_X and sreg != 10:
+            if x.source == BPF_X and sreg != 10:
                 regs[f] |= 1 << sreg
-        elif x.source == U.BPF_X and sreg != 10:
+        elif x.source == BPF_X and sreg != 10:
             regs[f] |= 1 << sreg
-    elif c == U.BPF_LDX or (c == U.BPF_STX and x.mode == U.BPF_ATOMIC and x.imm & U.BPF_FETCH):
+    elif c == BPF_LDX or (c == BPF_STX and x.mode == BPF_ATOMIC and x.imm & BPF_FETCH):
         load = dreg
-        if c == U.BPF_STX:
-            load = 0 if x.imm == U.BPF_CMPXCHG else sreg
+        if c == BPF_STX:
+            load = 0 if x.imm == BPF_CMPXCHG else sreg
         if not regs[f] >> load & 1:
             return
         regs[f] &= ~(1 << load)
@@ -159,7 +179,7 @@ def backtrack_insn(
             return  # not a fill from the stack: the loaded value's range is its own
         fr, spi = h.slot
         bt.slots[fr] |= 1 << spi
-    elif c == U.BPF_STX or c == U.BPF_ST:
+    elif c == BPF_STX or c == BPF_ST:
         if regs[f] >> dreg & 1:
             raise NotSupported  # a scalar used as an address: pointer subtraction
         if h is None or h.slot is None:
@@ -168,9 +188,9 @@ def backtrack_insn(
         if not bt.slots[fr] >> spi & 1:
             return
         bt.slots[fr] &= ~(1 << spi)
-        if c == U.BPF_STX:
+        if c == BPF_STX:
             regs[f] |= 1 << sreg
-    elif c == U.BPF_JMP or c == U.BPF_JMP32:
+    elif c == BPF_JMP or c == BPF_JMP32:
         if x.is_pseudo_call and idx in global_calls:
             if regs[f] & _ARGS:
                 raise NotSupported  # r1-r5 are not readable after the call
@@ -195,7 +215,7 @@ def backtrack_insn(
                 raise NotSupported
             bt.frame = f - 1
         elif x.is_call:
-            if x.src == U.BPF_PSEUDO_KFUNC_CALL and x.imm == 0:
+            if x.src == BPF_PSEUDO_KFUNC_CALL and x.imm == 0:
                 raise NotSupported
             regs[f] &= ~1
             if regs[f] & _ARGS:
@@ -208,21 +228,21 @@ def backtrack_insn(
                 raise NotSupported
             r0 = subseq - 1 >= 0 and subseq - 1 in call_target and regs[f] & 1
             regs[f] &= ~1
-            if f + 1 >= U.MAX_CALL_FRAMES:
+            if f + 1 >= MAX_CALL_FRAMES:
                 raise NotSupported
             bt.frame = f + 1
             regs[f + 1] = 1 if r0 else 0
             bt.slots[f + 1] = 0
             return
-        elif x.is_cond_jump and x.source == U.BPF_X:
+        elif x.is_cond_jump and x.source == BPF_X:
             if not (regs[f] >> dreg & 1 or regs[f] >> sreg & 1):
                 return
             regs[f] |= (1 << sreg) | (1 << dreg)
-    elif c == U.BPF_LD:
+    elif c == BPF_LD:
         if not regs[f] >> dreg & 1:
             return
         regs[f] &= ~(1 << dreg)
-        if x.mode in (U.BPF_IND, U.BPF_ABS):
+        if x.mode in (BPF_IND, BPF_ABS):
             raise NotSupported
     _sync_linked(bt, h)
 
@@ -252,29 +272,29 @@ def backtrack_table(insns, global_calls=frozenset()) -> list[tuple[int, int, int
     for idx, x in enumerate(insns):
         c, d, s = x.cls, x.dst, x.src
         k, a, b = _NOP, d, s
-        if c == U.BPF_ALU or c == U.BPF_ALU64:
-            if x.op == U.BPF_MOV:
-                k = _MOV_X if x.source == U.BPF_X else _MOV_K
-            elif x.op not in (U.BPF_END, U.BPF_NEG) and x.source == U.BPF_X:
+        if c == BPF_ALU or c == BPF_ALU64:
+            if x.op == BPF_MOV:
+                k = _MOV_X if x.source == BPF_X else _MOV_K
+            elif x.op not in (BPF_END, BPF_NEG) and x.source == BPF_X:
                 k = _ALU_X
-        elif c == U.BPF_LDX:
+        elif c == BPF_LDX:
             k = _LOAD
-        elif c == U.BPF_STX and x.mode == U.BPF_ATOMIC and x.imm & U.BPF_FETCH:
-            k, a = _LOAD, (0 if x.imm == U.BPF_CMPXCHG else s)
-        elif c == U.BPF_STX:
+        elif c == BPF_STX and x.mode == BPF_ATOMIC and x.imm & BPF_FETCH:
+            k, a = _LOAD, (0 if x.imm == BPF_CMPXCHG else s)
+        elif c == BPF_STX:
             k = _STORE_X
-        elif c == U.BPF_ST:
+        elif c == BPF_ST:
             k = _STORE_K
-        elif c == U.BPF_JMP or c == U.BPF_JMP32:
+        elif c == BPF_JMP or c == BPF_JMP32:
             if x.is_pseudo_call and idx in global_calls:
                 k = _HELPER
             elif x.is_pseudo_call or x.is_exit:
                 k = _FRAMES
             elif x.is_call:
-                k = _KFUNC0 if x.src == U.BPF_PSEUDO_KFUNC_CALL and x.imm == 0 else _HELPER
-            elif x.is_cond_jump and x.source == U.BPF_X:
+                k = _KFUNC0 if x.src == BPF_PSEUDO_KFUNC_CALL and x.imm == 0 else _HELPER
+            elif x.is_cond_jump and x.source == BPF_X:
                 k = _JMP_X
-        elif c == U.BPF_LD:
+        elif c == BPF_LD:
             k = _MOV_K if x.is_ld_imm64 else _UNSUPPORTED
         out.append((k, a, b))
     return out

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from bpfdsl.abi.uapi import BPF_SOCK_SIZE
+from bpfdsl.abi.limits import BPF_SOCK_SIZE
 from bpfdsl.checker import domain as D
 from bpfdsl.checker.env import Env, Fault
 from bpfdsl.checker.state import State

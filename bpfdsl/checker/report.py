@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from bpfdsl.abi.uapi import BPF_COMPLEXITY_LIMIT_INSNS
+from bpfdsl.abi.limits import BPF_COMPLEXITY_LIMIT_INSNS
 from bpfdsl.checker import domain as D
 from bpfdsl.diagnostics import Diagnostic, Span
 

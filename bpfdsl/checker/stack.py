@@ -7,7 +7,7 @@ reads of never-written bytes are allowed for privileged loaders (a warning here)
 
 from __future__ import annotations
 
-from bpfdsl.abi.uapi import BPF_MAX_VAR_OFF, MAX_BPF_STACK
+from bpfdsl.abi.limits import BPF_MAX_VAR_OFF, MAX_BPF_STACK
 from bpfdsl.checker import domain as D
 from bpfdsl.checker import tnum as T
 from bpfdsl.checker.env import Env, Fault

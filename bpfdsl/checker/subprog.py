@@ -38,7 +38,8 @@ from dataclasses import dataclass
 from bpfdsl.abi.btf.core import BTF_FUNC_GLOBAL, Btf, BtfFormatError, Kind
 from bpfdsl.abi.helpers import BPF_FUNC_TAIL_CALL, HELPERS_BY_ID
 from bpfdsl.abi.kfuncs import PKT_CHANGING as PKT_CHANGING_KFUNCS
-from bpfdsl.abi.uapi import BPF_PSEUDO_KFUNC_CALL, MAX_BPF_STACK, MAX_CALL_FRAMES
+from bpfdsl.abi.limits import MAX_BPF_STACK, MAX_CALL_FRAMES
+from bpfdsl.abi.opcodes import BPF_PSEUDO_KFUNC_CALL
 from bpfdsl.checker import domain as D
 from bpfdsl.checker.calls import UNMODELLED, check_mem
 from bpfdsl.checker.cfg import Cfg

@@ -10,8 +10,36 @@ from __future__ import annotations
 
 from typing import Final
 
-from bpfdsl.abi import uapi as U
 from bpfdsl.abi.insn import ALU_OP_NAMES, Insn
+from bpfdsl.abi.limits import BPF_MAX_VAR_OFF
+from bpfdsl.abi.opcodes import (
+    BPF_ADD,
+    BPF_ALU64,
+    BPF_AND,
+    BPF_ARSH,
+    BPF_ATOMIC,
+    BPF_CMPXCHG,
+    BPF_DIV,
+    BPF_END,
+    BPF_FETCH,
+    BPF_LSH,
+    BPF_MEM,
+    BPF_MEMSX,
+    BPF_MOD,
+    BPF_MOV,
+    BPF_NEG,
+    BPF_OR,
+    BPF_PSEUDO_FUNC,
+    BPF_PSEUDO_MAP_FD,
+    BPF_PSEUDO_MAP_VALUE,
+    BPF_RSH,
+    BPF_ST,
+    BPF_SUB,
+    BPF_TO_BE,
+    BPF_X,
+    BPF_XCHG,
+    BPF_XOR,
+)
 from bpfdsl.checker import alu as ALU
 from bpfdsl.checker import domain as D
 from bpfdsl.checker import features as F
@@ -22,8 +50,8 @@ from bpfdsl.checker.refs import same_insn_pointer
 from bpfdsl.checker.state import State
 
 _VALID_ALU: Final = set(range(0x00, 0xD1, 0x10))
-_DIV_MOD: Final = frozenset((U.BPF_DIV, U.BPF_MOD))
-_SHIFTS: Final = frozenset((U.BPF_LSH, U.BPF_RSH, U.BPF_ARSH))
+_DIV_MOD: Final = frozenset((BPF_DIV, BPF_MOD))
+_SHIFTS: Final = frozenset((BPF_LSH, BPF_RSH, BPF_ARSH))
 
 
 def _read(st: State, regno: int) -> D.Reg:
@@ -56,28 +84,28 @@ def _reserved(what: str) -> Fault:
 
 
 def do_alu(env: Env, st: State, x: Insn) -> None:
-    op, is64, src_x = x.op, x.cls == U.BPF_ALU64, x.source == U.BPF_X
+    op, is64, src_x = x.op, x.cls == BPF_ALU64, x.source == BPF_X
     regs = st.frames[-1].regs
-    if op == U.BPF_NEG or op == U.BPF_END:
-        if op == U.BPF_NEG:
+    if op == BPF_NEG or op == BPF_END:
+        if op == BPF_NEG:
             if src_x or x.src or x.off or x.imm:
                 raise _reserved("BPF_NEG")
         elif x.src or x.off or x.imm not in (16, 32, 64) or (is64 and src_x):
             raise _reserved("BPF_END")
         r = _read(st, x.dst)
         _dst(x.dst)
-        if op == U.BPF_END and is64:
+        if op == BPF_END and is64:
             env.need(F.CPU_V4_MIN, "unconditional byte swap (bswap)")
         if r.is_ptr:
-            _ptr_leak_warn(env, x.dst, r, "byte swap" if op == U.BPF_END else "negation")
+            _ptr_leak_warn(env, x.dst, r, "byte swap" if op == BPF_END else "negation")
             regs[x.dst] = D.unknown()
             return
-        if op == U.BPF_NEG:
+        if op == BPF_NEG:
             regs[x.dst] = ALU.neg(r, is64)
         else:
-            regs[x.dst] = ALU.swap(r, x.imm, x.source == U.BPF_TO_BE, is64)
+            regs[x.dst] = ALU.swap(r, x.imm, x.source == BPF_TO_BE, is64)
         return
-    if op == U.BPF_MOV:
+    if op == BPF_MOV:
         if src_x:
             allowed = (0, 8, 16, 32) if is64 else (0, 8, 16)
             if x.off not in allowed or x.imm:
@@ -128,11 +156,11 @@ def do_alu(env: Env, st: State, x: Insn) -> None:
     if op not in _VALID_ALU:
         raise Fault("bad-opcode", f"invalid BPF_ALU opcode {op:x}", "unknown ALU operation")
     if src_x:
-        if x.imm or x.off not in (0, 1) or (x.off == 1 and op not in (U.BPF_DIV, U.BPF_MOD)):
+        if x.imm or x.off not in (0, 1) or (x.off == 1 and op not in (BPF_DIV, BPF_MOD)):
             raise _reserved("BPF_ALU")
         s = _read(st, x.src)
     else:
-        if x.src or x.off not in (0, 1) or (x.off == 1 and op not in (U.BPF_DIV, U.BPF_MOD)):
+        if x.src or x.off not in (0, 1) or (x.off == 1 and op not in (BPF_DIV, BPF_MOD)):
             raise _reserved("BPF_ALU")
         s = D.known(x.imm if is64 else x.imm & D.M32)
     d = _read(st, x.dst)
@@ -151,7 +179,7 @@ def do_alu(env: Env, st: State, x: Insn) -> None:
     _dst(x.dst)
     s_ptr, d_ptr = s.t > D.SCALAR, d.t > D.SCALAR  # Reg.is_ptr
     if src_x and s_ptr and d_ptr:
-        if op == U.BPF_SUB and env.privileged:
+        if op == BPF_SUB and env.privileged:
             if not is64:
                 _ptr_leak_warn(env, x.dst, d, "32-bit subtraction")
             regs[x.dst] = D.unknown() if is64 else D.zext32(D.unknown())
@@ -171,7 +199,7 @@ def do_alu(env: Env, st: State, x: Insn) -> None:
         off_reg = s if d_ptr else d
         regs[x.dst] = _ptr_alu(env, x, op, is64, ptr_reg, ptr_no, off_reg, d_ptr)
         return
-    if op == U.BPF_ADD and is64 and d.id and s.is_const and env.privileged:
+    if op == BPF_ADD and is64 and d.id and s.is_const and env.privileged:
         # the kernel links dst to its copies with a delta (BPF_ADD_CONST; 64-bit adds
         # only, an ALU32 add unlinks as here)
         if kernel_links_delta(s.value):
@@ -201,7 +229,7 @@ def _ptr_leak_warn(env: Env, regno: int, r: D.Reg, what: str) -> None:
 def _ptr_alu(env, x, op, is64, p: D.Reg, pno: int, o: D.Reg, ptr_is_dst: bool) -> D.Reg:
     name = D.TYPE_NAMES[p.t]
     if not is64:
-        if op == U.BPF_SUB and env.privileged:
+        if op == BPF_SUB and env.privileged:
             _ptr_leak_warn(env, pno, p, "32-bit subtraction")
             return D.zext32(D.unknown())
         raise Fault(
@@ -218,7 +246,7 @@ def _ptr_alu(env, x, op, is64, p: D.Reg, pno: int, o: D.Reg, ptr_is_dst: bool) -
             (x.dst,),
         )
     known = o.is_const
-    if p.t == D.MAP_PTR and known and o.value == 0 and op == U.BPF_ADD:
+    if p.t == D.MAP_PTR and known and o.value == 0 and op == BPF_ADD:
         return p
     if p.t not in (D.CTX, D.MAP_VALUE, D.STACK, D.PKT, D.PKT_META, D.RINGBUF_MEM, D.MEM):
         raise Fault(
@@ -230,28 +258,28 @@ def _ptr_alu(env, x, op, is64, p: D.Reg, pno: int, o: D.Reg, ptr_is_dst: bool) -
             else f"addresses cannot be computed from a {name}",
             (x.dst,),
         )
-    if op == U.BPF_SUB and not ptr_is_dst:
+    if op == BPF_SUB and not ptr_is_dst:
         raise Fault(
             "ptr-arith",
             f"R{x.dst} tried to subtract pointer from scalar",
             "subtract the number from the pointer, not the other way round",
             (x.dst,),
         )
-    if op == U.BPF_SUB and p.t == D.STACK:
+    if op == BPF_SUB and p.t == D.STACK:
         raise Fault(
             "ptr-arith",
             f"R{x.dst} subtraction from stack pointer prohibited",
             "use `r += -N` to address the stack",
             (x.dst,),
         )
-    if op in (U.BPF_AND, U.BPF_OR, U.BPF_XOR):
+    if op in (BPF_AND, BPF_OR, BPF_XOR):
         raise Fault(
             "ptr-arith",
             f"R{x.dst} bitwise operator {ALU_OP_NAMES[op]} on pointer prohibited",
             "bit operations on pointers are not allowed",
             (x.dst,),
         )
-    if op not in (U.BPF_ADD, U.BPF_SUB):
+    if op not in (BPF_ADD, BPF_SUB):
         raise Fault(
             "ptr-arith",
             f"R{x.dst} pointer arithmetic with {ALU_OP_NAMES.get(op, '?')} operator prohibited",
@@ -262,13 +290,13 @@ def _ptr_alu(env, x, op, is64, p: D.Reg, pno: int, o: D.Reg, ptr_is_dst: bool) -
     _sane(p, name, x.dst)
     if known:
         v = D.s64(o.value)
-        new_off = p.off + v if op == U.BPF_ADD else p.off - v
+        new_off = p.off + v if op == BPF_ADD else p.off - v
         if -(1 << 31) <= new_off < (1 << 31):
             out = p.replace(off=new_off)
             _sane(out, name, x.dst)
             return out
     # variable offset
-    if op == U.BPF_ADD:
+    if op == BPF_ADD:
         tn = T.add(p.tn, o.tn)
         smin, smax = p.smin + o.smin, p.smax + o.smax
         umin, umax = p.umin + o.umin, p.umax + o.umax
@@ -292,7 +320,7 @@ def _ptr_alu(env, x, op, is64, p: D.Reg, pno: int, o: D.Reg, ptr_is_dst: bool) -
 def _sane(r: D.Reg, name: str, dst: int) -> None:
     if r.tn[1] == 0 and r.t == D.SCALAR:
         v = D.s64(r.tn[0])
-        if v >= U.BPF_MAX_VAR_OFF or v <= -U.BPF_MAX_VAR_OFF:
+        if v >= BPF_MAX_VAR_OFF or v <= -BPF_MAX_VAR_OFF:
             raise Fault(
                 "ptr-oob",
                 f"math between {name} pointer and {v} is not allowed",
@@ -300,7 +328,7 @@ def _sane(r: D.Reg, name: str, dst: int) -> None:
                 (dst,),
             )
         return
-    if r.off >= U.BPF_MAX_VAR_OFF or r.off <= -U.BPF_MAX_VAR_OFF:
+    if r.off >= BPF_MAX_VAR_OFF or r.off <= -BPF_MAX_VAR_OFF:
         raise Fault("ptr-oob", f"{name} pointer offset {r.off} is not allowed", "", (dst,))
     if r.smin == D.S64_MIN:
         raise Fault(
@@ -309,7 +337,7 @@ def _sane(r: D.Reg, name: str, dst: int) -> None:
             "bound the number (e.g. `x &= 0xff` or `if x > N goto`) before adding it to a pointer",
             (dst,),
         )
-    if r.smin >= U.BPF_MAX_VAR_OFF or r.smin <= -U.BPF_MAX_VAR_OFF:
+    if r.smin >= BPF_MAX_VAR_OFF or r.smin <= -BPF_MAX_VAR_OFF:
         raise Fault("ptr-oob", f"value {r.smin} makes {name} pointer be out of bounds", "", (dst,))
 
 
@@ -317,33 +345,33 @@ def _sane(r: D.Reg, name: str, dst: int) -> None:
 
 
 def do_ldx(env: Env, st: State, x: Insn) -> None:
-    if x.mode not in (U.BPF_MEM, U.BPF_MEMSX) or x.imm:
+    if x.mode not in (BPF_MEM, BPF_MEMSX) or x.imm:
         raise _reserved("BPF_LDX")
     _read(st, x.src)
     _dst(x.dst)
-    if x.mode == U.BPF_MEMSX:
+    if x.mode == BPF_MEMSX:
         env.need(F.CPU_V4_MIN, "sign-extending load (ldsx)")
     t = st.regs[x.src].t
-    v = check_access(env, st, x.src, x.off, x.size, False, None, x.mode == U.BPF_MEMSX)
+    v = check_access(env, st, x.src, x.off, x.size, False, None, x.mode == BPF_MEMSX)
     same_insn_pointer(env, t)
-    if x.mode == U.BPF_MEMSX and v is not None and v.t == D.SCALAR:
+    if x.mode == BPF_MEMSX and v is not None and v.t == D.SCALAR:
         v = ALU.movsx(v, x.size * 8, True)
     st.regs[x.dst] = v if v is not None else D.unknown()
 
 
 def do_store(env: Env, st: State, x: Insn) -> None:
-    if x.cls == U.BPF_ST:
-        if x.mode != U.BPF_MEM or x.src:
+    if x.cls == BPF_ST:
+        if x.mode != BPF_MEM or x.src:
             raise _reserved("BPF_ST")
         _read(st, x.dst)
         check_access(env, st, x.dst, x.off, x.size, True, D.known(x.imm))
         same_insn_pointer(env, st.regs[x.dst].t)
         env.stored_zero = False
         return
-    if x.mode == U.BPF_ATOMIC:
+    if x.mode == BPF_ATOMIC:
         do_atomic(env, st, x)
         return
-    if x.mode != U.BPF_MEM or x.imm:
+    if x.mode != BPF_MEM or x.imm:
         raise _reserved("BPF_STX")
     v = stored = _read(st, x.src)
     d = _read(st, x.dst)
@@ -370,20 +398,20 @@ def do_store(env: Env, st: State, x: Insn) -> None:
         env.precise(x.src)
 
 
-_ATOMIC_OPS: Final = {U.BPF_ADD, U.BPF_AND, U.BPF_OR, U.BPF_XOR}
+_ATOMIC_OPS: Final = {BPF_ADD, BPF_AND, BPF_OR, BPF_XOR}
 
 
 def do_atomic(env: Env, st: State, x: Insn) -> None:
-    base = x.imm & ~U.BPF_FETCH
-    if not (base in _ATOMIC_OPS or x.imm in (U.BPF_XCHG, U.BPF_CMPXCHG)):
+    base = x.imm & ~BPF_FETCH
+    if not (base in _ATOMIC_OPS or x.imm in (BPF_XCHG, BPF_CMPXCHG)):
         raise Fault("bad-atomic", f"BPF_ATOMIC uses invalid atomic opcode {x.imm:02x}", "")
     if x.size not in (4, 8):
         raise Fault("bad-atomic", "invalid atomic operand size", "atomics are 32 or 64 bit")
-    if x.imm != U.BPF_ADD:
+    if x.imm != BPF_ADD:
         env.need(F.ATOMIC_FETCH_MIN, "atomic and/or/xor/fetch/xchg/cmpxchg")
     _read(st, x.src)
     d = _read(st, x.dst)
-    if x.imm == U.BPF_CMPXCHG:
+    if x.imm == BPF_CMPXCHG:
         _read(st, 0)
     if d.t in (D.CTX, D.PKT, D.PKT_META, D.SOCKET, D.SOCK_COMMON, D.XDP_SOCK):
         raise Fault(
@@ -396,9 +424,9 @@ def do_atomic(env: Env, st: State, x: Insn) -> None:
     # may be the base register itself), then the write check through dst
     check_access(env, st, x.dst, x.off, x.size, False, None)
     loaded = D.unknown() if x.size == 8 else D.urange(0, D.M32)
-    if x.imm == U.BPF_CMPXCHG:
+    if x.imm == BPF_CMPXCHG:
         st.regs[0] = loaded
-    elif x.imm & U.BPF_FETCH:
+    elif x.imm & BPF_FETCH:
         st.regs[x.src] = loaded
     check_access(env, st, x.dst, x.off, x.size, True, D.unknown())
     env.hist_slot, env.stored_zero = None, False  # not a spill or fill (kernel insn_flags 0)
@@ -410,7 +438,7 @@ def do_ld(env: Env, st: State, i: int, x: Insn) -> None:
         if x.off:
             raise Fault("bad-ldimm64", "invalid bpf_ld_imm64 insn", "")
         ref = env.map_refs.get(i)
-        if x.src == U.BPF_PSEUDO_FUNC:  # a callback's address (bpf_loop)
+        if x.src == BPF_PSEUDO_FUNC:  # a callback's address (bpf_loop)
             if env.has_func_info is False:
                 raise Fault(
                     "missing-func-info",
@@ -423,7 +451,7 @@ def do_ld(env: Env, st: State, i: int, x: Insn) -> None:
         if x.src == 0 and ref is None:
             st.regs[x.dst] = D.known(x.imm)
             return
-        if x.src in (U.BPF_PSEUDO_MAP_FD, U.BPF_PSEUDO_MAP_VALUE) or ref is not None:
+        if x.src in (BPF_PSEUDO_MAP_FD, BPF_PSEUDO_MAP_VALUE) or ref is not None:
             if ref is None:
                 raise Fault(
                     "bad-map",

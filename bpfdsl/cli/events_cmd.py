@@ -46,7 +46,7 @@ def register(sub) -> None:
 
 
 def _type_name(t: int) -> str:
-    from bpfdsl.abi.uapi import MapType
+    from bpfdsl.abi.map_types import MapType
 
     return MapType(t).name.lower()
 

@@ -149,7 +149,8 @@ def _load_and_pin(args, spec, config, level, ifindex, pin_dir, crit, rec):
 
 
 def _rows(coll, res) -> list[dict]:
-    from bpfdsl.abi.uapi import MapType, ProgramType
+    from bpfdsl.abi.map_types import MapType
+    from bpfdsl.abi.prog_types import ProgramType
     from bpfdsl.kernel import syscall as S
 
     rows = []

@@ -26,7 +26,8 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from bpfdsl.abi.uapi import AttachType, MapType, ProgramType
+from bpfdsl.abi.map_types import MapType
+from bpfdsl.abi.prog_types import AttachType, ProgramType
 from bpfdsl.diagnostics import DiagnosticError, Span, error
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -12,7 +12,26 @@ from collections.abc import Callable
 from typing import NoReturn
 
 from bpfdsl.abi import intops
-from bpfdsl.abi import uapi as U
+from bpfdsl.abi.opcodes import (
+    BPF_ADD,
+    BPF_CMPXCHG,
+    BPF_DIV,
+    BPF_FETCH,
+    BPF_JEQ,
+    BPF_JGE,
+    BPF_JGT,
+    BPF_JLE,
+    BPF_JLT,
+    BPF_JNE,
+    BPF_JSET,
+    BPF_JSGE,
+    BPF_JSGT,
+    BPF_JSLE,
+    BPF_JSLT,
+    BPF_MOD,
+    BPF_SUB,
+    BPF_XCHG,
+)
 from bpfdsl.interp.memory import M64, Fault, Ptr, s64
 
 # one definition of the integer semantics (bpfdsl.abi.intops): the constant folder uses the
@@ -24,8 +43,8 @@ OPS32: dict[int, Callable[[int, int], int]] = {
     code: intops.bpf_alu_fn(code, 32) for code in intops.BPF_ALU_OPS
 }
 # BPF_DIV/BPF_MOD with off 1 (sdiv/smod, ISA v4)
-SIGNED64 = {c: intops.bpf_alu_fn(c, 64, signed_div=True) for c in (U.BPF_DIV, U.BPF_MOD)}
-SIGNED32 = {c: intops.bpf_alu_fn(c, 32, signed_div=True) for c in (U.BPF_DIV, U.BPF_MOD)}
+SIGNED64 = {c: intops.bpf_alu_fn(c, 64, signed_div=True) for c in (BPF_DIV, BPF_MOD)}
+SIGNED32 = {c: intops.bpf_alu_fn(c, 32, signed_div=True) for c in (BPF_DIV, BPF_MOD)}
 
 
 def sext(v: int, bits: int) -> int:
@@ -43,12 +62,12 @@ def ptr_arith(op: int, a: object, b: object) -> object:
     """64-bit add/sub with a pointer operand as the verifier allows it; raises Fault else."""
     if a is None or b is None:
         raise Fault("arithmetic on an uninitialized register")
-    if op == U.BPF_ADD:
+    if op == BPF_ADD:
         if type(a) is Ptr and type(b) is int:
             return a.add(s64(b))
         if type(a) is int and type(b) is Ptr:
             return b.add(s64(a))
-    elif op == U.BPF_SUB:
+    elif op == BPF_SUB:
         if type(a) is Ptr and type(b) is int:
             return a.add(-s64(b))
         if type(a) is Ptr and type(b) is Ptr and a.region is b.region:
@@ -57,19 +76,19 @@ def ptr_arith(op: int, a: object, b: object) -> object:
 
 
 _CMP: dict[int, Callable[[int, int], bool]] = {
-    U.BPF_JEQ: lambda a, b: a == b,
-    U.BPF_JNE: lambda a, b: a != b,
-    U.BPF_JGT: lambda a, b: a > b,
-    U.BPF_JGE: lambda a, b: a >= b,
-    U.BPF_JLT: lambda a, b: a < b,
-    U.BPF_JLE: lambda a, b: a <= b,
-    U.BPF_JSET: lambda a, b: bool(a & b),
+    BPF_JEQ: lambda a, b: a == b,
+    BPF_JNE: lambda a, b: a != b,
+    BPF_JGT: lambda a, b: a > b,
+    BPF_JGE: lambda a, b: a >= b,
+    BPF_JLT: lambda a, b: a < b,
+    BPF_JLE: lambda a, b: a <= b,
+    BPF_JSET: lambda a, b: bool(a & b),
 }
 _SCMP: dict[int, Callable[[int, int], bool]] = {
-    U.BPF_JSGT: lambda a, b: a > b,
-    U.BPF_JSGE: lambda a, b: a >= b,
-    U.BPF_JSLT: lambda a, b: a < b,
-    U.BPF_JSLE: lambda a, b: a <= b,
+    BPF_JSGT: lambda a, b: a > b,
+    BPF_JSGE: lambda a, b: a >= b,
+    BPF_JSLT: lambda a, b: a < b,
+    BPF_JSLE: lambda a, b: a <= b,
 }
 
 
@@ -80,8 +99,8 @@ def ptr_cmp(op: int, a: object, b: object, wide: bool) -> bool:
     if wide and type(a) is Ptr and type(b) is Ptr and a.region is b.region:
         f = _CMP.get(op) or _SCMP[op]
         return f(a.off, b.off)
-    if wide and op in (U.BPF_JEQ, U.BPF_JNE) and (a == 0 or b == 0):
-        return op == U.BPF_JNE  # a valid pointer is never NULL
+    if wide and op in (BPF_JEQ, BPF_JNE) and (a == 0 or b == 0):
+        return op == BPF_JNE  # a valid pointer is never NULL
     raise Fault("comparison of a pointer with a scalar or another region's pointer")
 
 
@@ -127,17 +146,17 @@ def atomic(code: int, size: int, off: int, p: object, v: object, r0: object) -> 
         raise Fault("atomic operand is not a scalar")
     mask = (1 << (size * 8)) - 1
     old = p.region.load(p, off, size)
-    if code == U.BPF_CMPXCHG:
+    if code == BPF_CMPXCHG:
         if type(r0) is not int:
             raise Fault("cmpxchg: r0 is not a scalar")
         if (r0 & mask) == old:
             p.region.store(p, off, size, v & mask)
         return v, old
-    if code == U.BPF_XCHG:
+    if code == BPF_XCHG:
         p.region.store(p, off, size, v & mask)
         return old, r0
     if type(old) is not int:
         raise Fault("atomic arithmetic on a slot holding a pointer")
-    fn = OPS64[code & ~U.BPF_FETCH]
+    fn = OPS64[code & ~BPF_FETCH]
     p.region.store(p, off, size, fn(old, v) & mask)
-    return (old if code & U.BPF_FETCH else v), r0
+    return (old if code & BPF_FETCH else v), r0

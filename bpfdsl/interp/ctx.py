@@ -16,17 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from bpfdsl.abi.ctx import BPF_SOCK_OPS, SK_MSG_MD, XDP_MD, CtxStruct, valid_access
-
-# the test run's buffer geometry (3520 linear bytes, 73152 at most): abi.uapi; the
-# interpreter's helpers import them from here
-from bpfdsl.abi.uapi import (  # noqa: F401
-    XDP_FRAME_SIZE,
-    XDP_MAX_LINEAR,
-    XDP_PACKET_HEADROOM,
-    XDP_SHINFO_TAILROOM,
-    XDP_TEST_RUN_MAX,
-    AttachType,
-)
+from bpfdsl.abi.limits import XDP_FRAME_SIZE, XDP_MAX_LINEAR, XDP_PACKET_HEADROOM
+from bpfdsl.abi.prog_types import AttachType
 from bpfdsl.interp.memory import Fault, PacketRegion, Ptr, Region
 
 XDP_FRAME_STRUCT = 40  # sizeof(struct xdp_frame), kept at the start of the headroom

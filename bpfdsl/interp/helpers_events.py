@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import errno
 
-from bpfdsl.abi.uapi import (
+from bpfdsl.abi.flags import (
     BPF_F_CTXLEN_MASK,
     BPF_F_CURRENT_CPU,
     BPF_F_INDEX_MASK,

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import errno
 
-from bpfdsl.abi.uapi import BPF_F_INGRESS, BPF_SOCK_OPS_ALL_CB_FLAGS, SkAction
+from bpfdsl.abi.flags import BPF_F_INGRESS
+from bpfdsl.abi.prog_types import BPF_SOCK_OPS_ALL_CB_FLAGS, SkAction
 from bpfdsl.interp.ctx import SkMsgContext, SockOpsContext
 from bpfdsl.interp.helpers import Impl, _map, _mem, _neg, registrar
 from bpfdsl.interp.maps import Map, SlotMap

@@ -16,9 +16,50 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from bpfdsl.abi import uapi as U
 from bpfdsl.abi.helpers import kernel_helper_name
 from bpfdsl.abi.insn import Insn, format_insn, index_by_slot, jump_target, slot_offsets
+from bpfdsl.abi.opcodes import (
+    BPF_ADD,
+    BPF_ALU,
+    BPF_ALU64,
+    BPF_AND,
+    BPF_CMPXCHG,
+    BPF_DIV,
+    BPF_END,
+    BPF_FETCH,
+    BPF_JA,
+    BPF_JCOND,
+    BPF_JEQ,
+    BPF_JGE,
+    BPF_JGT,
+    BPF_JLE,
+    BPF_JLT,
+    BPF_JMP,
+    BPF_JMP32,
+    BPF_JNE,
+    BPF_JSET,
+    BPF_JSGE,
+    BPF_JSGT,
+    BPF_JSLE,
+    BPF_JSLT,
+    BPF_LDX,
+    BPF_LSH,
+    BPF_MEM,
+    BPF_MEMSX,
+    BPF_MOD,
+    BPF_MOV,
+    BPF_MUL,
+    BPF_NEG,
+    BPF_OR,
+    BPF_RSH,
+    BPF_ST,
+    BPF_STX,
+    BPF_SUB,
+    BPF_TO_BE,
+    BPF_X,
+    BPF_XCHG,
+    BPF_XOR,
+)
 from bpfdsl.interp import alu
 from bpfdsl.interp.maps import UnsupportedMap
 from bpfdsl.interp.memory import M32, M64, Fault, NotModelled, Ptr, s32, s64
@@ -26,38 +67,38 @@ from bpfdsl.interp.state import FuncRef
 
 FILENAME = "<bpf-jit>"
 _JCMP = {
-    U.BPF_JEQ: "==",
-    U.BPF_JNE: "!=",
-    U.BPF_JGT: ">",
-    U.BPF_JGE: ">=",
-    U.BPF_JLT: "<",
-    U.BPF_JLE: "<=",
-    U.BPF_JSGT: ">",
-    U.BPF_JSGE: ">=",
-    U.BPF_JSLT: "<",
-    U.BPF_JSLE: "<=",
+    BPF_JEQ: "==",
+    BPF_JNE: "!=",
+    BPF_JGT: ">",
+    BPF_JGE: ">=",
+    BPF_JLT: "<",
+    BPF_JLE: "<=",
+    BPF_JSGT: ">",
+    BPF_JSGE: ">=",
+    BPF_JSLT: "<",
+    BPF_JSLE: "<=",
 }
-_SIGNED_J = {U.BPF_JSGT, U.BPF_JSGE, U.BPF_JSLT, U.BPF_JSLE}
+_SIGNED_J = {BPF_JSGT, BPF_JSGE, BPF_JSLT, BPF_JSLE}
 # scalar ALU ops inlined as Python expressions over ints a (dst) and b (src/imm)
 _INLINE64 = {
-    U.BPF_ADD: "({a} + {b}) & 0xFFFFFFFFFFFFFFFF",
-    U.BPF_SUB: "({a} - {b}) & 0xFFFFFFFFFFFFFFFF",
-    U.BPF_MUL: "({a} * {b}) & 0xFFFFFFFFFFFFFFFF",
-    U.BPF_OR: "{a} | {b}",
-    U.BPF_AND: "{a} & {b}",
-    U.BPF_XOR: "{a} ^ {b}",
-    U.BPF_LSH: "({a} << ({b} & 63)) & 0xFFFFFFFFFFFFFFFF",
-    U.BPF_RSH: "{a} >> ({b} & 63)",
+    BPF_ADD: "({a} + {b}) & 0xFFFFFFFFFFFFFFFF",
+    BPF_SUB: "({a} - {b}) & 0xFFFFFFFFFFFFFFFF",
+    BPF_MUL: "({a} * {b}) & 0xFFFFFFFFFFFFFFFF",
+    BPF_OR: "{a} | {b}",
+    BPF_AND: "{a} & {b}",
+    BPF_XOR: "{a} ^ {b}",
+    BPF_LSH: "({a} << ({b} & 63)) & 0xFFFFFFFFFFFFFFFF",
+    BPF_RSH: "{a} >> ({b} & 63)",
 }
 _INLINE32 = {
-    U.BPF_ADD: "({a} + {b}) & 0xFFFFFFFF",
-    U.BPF_SUB: "({a} - {b}) & 0xFFFFFFFF",
-    U.BPF_MUL: "({a} * {b}) & 0xFFFFFFFF",
-    U.BPF_OR: "({a} | {b}) & 0xFFFFFFFF",
-    U.BPF_AND: "{a} & {b} & 0xFFFFFFFF",
-    U.BPF_XOR: "({a} ^ {b}) & 0xFFFFFFFF",
-    U.BPF_LSH: "({a} << ({b} & 31)) & 0xFFFFFFFF",
-    U.BPF_RSH: "({a} & 0xFFFFFFFF) >> ({b} & 31)",
+    BPF_ADD: "({a} + {b}) & 0xFFFFFFFF",
+    BPF_SUB: "({a} - {b}) & 0xFFFFFFFF",
+    BPF_MUL: "({a} * {b}) & 0xFFFFFFFF",
+    BPF_OR: "({a} | {b}) & 0xFFFFFFFF",
+    BPF_AND: "{a} & {b} & 0xFFFFFFFF",
+    BPF_XOR: "({a} ^ {b}) & 0xFFFFFFFF",
+    BPF_LSH: "({a} << ({b} & 31)) & 0xFFFFFFFF",
+    BPF_RSH: "({a} & 0xFFFFFFFF) >> ({b} & 31)",
 }
 
 
@@ -183,13 +224,13 @@ class _Gen:
         """(lines, registers read, registers written, ends the block)."""
         x = self.insns[i]
         c = x.cls
-        if c in (U.BPF_ALU, U.BPF_ALU64):
+        if c in (BPF_ALU, BPF_ALU64):
             return self.alu(x)
         if x.is_exit:
             return ["@WB", "return M._leave()"], set(), set(), True
         if x.is_call:
             return self.call(i, x)
-        if c in (U.BPF_JMP, U.BPF_JMP32):
+        if c in (BPF_JMP, BPF_JMP32):
             return self.jump(i, x)
         if x.is_ld_imm64:
             v = self.resolved.get(i, x.imm & M64)
@@ -202,11 +243,11 @@ class _Gen:
                 )
             return [f"r{x.dst} = {self.const(v)}"], set(), {x.dst}, False
         d, s, off = x.dst, x.src, x.off
-        if c == U.BPF_LDX and x.mode in (U.BPF_MEM, U.BPF_MEMSX):
-            sx = x.mode == U.BPF_MEMSX
+        if c == BPF_LDX and x.mode in (BPF_MEM, BPF_MEMSX):
+            sx = x.mode == BPF_MEMSX
             line = f"r{d} = r{s}.region.load(r{s}, {off}, {x.size}, {sx}) if type(r{s}) is Ptr else _badptr(r{s}, 'load')"
             return [line], {s}, {d}, False
-        if c == U.BPF_ST and x.mode == U.BPF_MEM:
+        if c == BPF_ST and x.mode == BPF_MEM:
             return (
                 [
                     f"if type(r{d}) is not Ptr: _badptr(r{d}, 'store')",
@@ -216,16 +257,16 @@ class _Gen:
                 set(),
                 False,
             )
-        if c == U.BPF_STX and x.mode == U.BPF_MEM:
+        if c == BPF_STX and x.mode == BPF_MEM:
             return [f"_stx(r{d}, {off}, {x.size}, r{s}, {s})"], {d, s}, set(), False
         if x.is_atomic:
             ok = x.size in (4, 8) and (
-                x.imm in (U.BPF_XCHG, U.BPF_CMPXCHG) or (x.imm & ~U.BPF_FETCH) in alu.OPS64
+                x.imm in (BPF_XCHG, BPF_CMPXCHG) or (x.imm & ~BPF_FETCH) in alu.OPS64
             )
             if not ok:
                 return [self._fault(f"unsupported atomic {format_insn(x)}")], set(), set(), False
             call = f"_atomic({x.imm}, {x.size}, {off}, r{d}, r{s}, r0)"
-            if x.imm == U.BPF_CMPXCHG:  # r0 = old value (also when the source is r0)
+            if x.imm == BPF_CMPXCHG:  # r0 = old value (also when the source is r0)
                 return [f"r0 = {call}[1]"], {d, s, 0}, {0}, False
             return [f"r{s} = {call}[0]"], {d, s, 0}, {s}, False
         return [self._fault(f"unsupported instruction {format_insn(x)}")], set(), set(), False
@@ -237,18 +278,18 @@ class _Gen:
     def alu(self, x: Insn) -> tuple[list[str], set[int], set[int], bool]:
         d, s, op, wide = x.dst, x.src, x.op, x.is_alu64
         mask = M64 if wide else M32
-        reg = x.source == U.BPF_X
+        reg = x.source == BPF_X
         k = x.imm & mask
         rd = f"r{d}"
-        if op == U.BPF_END:
+        if op == BPF_END:
             if x.imm not in (16, 32, 64):
                 return [self._fault(f"byte swap of {x.imm} bits")], set(), set(), False
-            if wide or x.source == U.BPF_TO_BE:
+            if wide or x.source == BPF_TO_BE:
                 return [f"{rd} = _bswap(_int({rd}), {x.imm})"], {d}, {d}, False
             return [f"{rd} = _int({rd}) & {(1 << x.imm) - 1}"], {d}, {d}, False
-        if op == U.BPF_NEG:
+        if op == BPF_NEG:
             return [f"{rd} = -_int({rd}) & {mask}"], {d}, {d}, False
-        if op == U.BPF_MOV:
+        if op == BPF_MOV:
             if not reg:
                 return [f"{rd} = {k}"], set(), {d}, False
             if x.off:
@@ -271,7 +312,7 @@ class _Gen:
                 {d},
                 False,
             )
-        signed = x.off == 1 and op in (U.BPF_DIV, U.BPF_MOD)
+        signed = x.off == 1 and op in (BPF_DIV, BPF_MOD)
         table = (
             (alu.SIGNED64 if wide else alu.SIGNED32)
             if signed
@@ -285,13 +326,13 @@ class _Gen:
         reads = {d, s} if reg else {d}
         expr = inline.format(a=rd, b=b) if inline else f"{self.const(f)}({rd}, {b})"
         guard = f"type({rd}) is int and type(r{s}) is int" if reg else f"type({rd}) is int"
-        if wide and op in (U.BPF_ADD, U.BPF_SUB) and not reg:
-            delta = s64(k) if op == U.BPF_ADD else -s64(k)
+        if wide and op in (BPF_ADD, BPF_SUB) and not reg:
+            delta = s64(k) if op == BPF_ADD else -s64(k)
             slow = (
                 f"Ptr({rd}.region, {rd}.off + {delta}, {rd}.gen) if type({rd}) is Ptr "
                 f"else _parith({op}, {rd}, {b})"
             )
-        elif wide and op in (U.BPF_ADD, U.BPF_SUB):
+        elif wide and op in (BPF_ADD, BPF_SUB):
             slow = f"_parith({op}, {rd}, {b})"
         elif wide:
             slow = f"_nonint({rd} if type({rd}) is not int else r{s})" if reg else f"_nonint({rd})"
@@ -309,15 +350,15 @@ class _Gen:
                 set(),
                 True,
             )
-        if x.op == U.BPF_JA:
+        if x.op == BPF_JA:
             return ["@WB", f"return {t}"], set(), set(), True
-        if x.op == U.BPF_JCOND:  # may_goto: a kernel-side loop budget the machine lacks
+        if x.op == BPF_JCOND:  # may_goto: a kernel-side loop budget the machine lacks
             msg = "may_goto is not modelled by the interpreter"
             return [f"raise NotModelled({msg!r})"], set(), set(), True
-        if x.op not in _JCMP and x.op != U.BPF_JSET:
+        if x.op not in _JCMP and x.op != BPF_JSET:
             return [self._fault(f"unknown jump operation {x.opcode:#04x}")], set(), set(), True
-        d, s, wide = x.dst, x.src, x.cls == U.BPF_JMP
-        reg = x.source == U.BPF_X
+        d, s, wide = x.dst, x.src, x.cls == BPF_JMP
+        reg = x.source == BPF_X
         mask = M64 if wide else M32
         signed = x.op in _SIGNED_J
         conv = ("s64" if wide else "s32") if signed else None
@@ -340,7 +381,7 @@ class _Gen:
             b = str((s64(kv) if wide else s32(kv)) if signed else kv)
             guard = f"type(r{d}) is int"
             slow = f"_pcmp({x.op}, r{d}, {b}, {wide})"
-        cond = f"({a} & {b}) != 0" if x.op == U.BPF_JSET else f"{a} {_JCMP[x.op]} {b}"
+        cond = f"({a} & {b}) != 0" if x.op == BPF_JSET else f"{a} {_JCMP[x.op]} {b}"
         reads = {d, s} if reg else {d}
         return (
             [

@@ -18,13 +18,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from bpfdsl.abi.insn import Insn, InsnError, format_insn, index_by_slot, slot_offsets, validate
-from bpfdsl.abi.uapi import (
-    BPF_PSEUDO_FUNC,
-    BPF_PSEUDO_MAP_FD,
-    BPF_PSEUDO_MAP_VALUE,
-    MAX_BPF_STACK,
-    MAX_CALL_FRAMES,
-)
+from bpfdsl.abi.limits import MAX_BPF_STACK, MAX_CALL_FRAMES
+from bpfdsl.abi.opcodes import BPF_PSEUDO_FUNC, BPF_PSEUDO_MAP_FD, BPF_PSEUDO_MAP_VALUE
 from bpfdsl.diagnostics import DiagnosticError, Span, UsageError, error
 from bpfdsl.interp import helpers, helpers_events, helpers_sock
 from bpfdsl.interp.jit import FILENAME, jit

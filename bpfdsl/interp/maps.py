@@ -17,13 +17,15 @@ import errno
 from collections import OrderedDict
 from typing import Any
 
-from bpfdsl.abi.uapi import (
-    ARRAY_MAP_TYPES,
+from bpfdsl.abi.flags import (
     BPF_EXIST,
     BPF_F_LOCK,
     BPF_F_NO_PREALLOC,
     BPF_NOEXIST,
     BPF_RINGBUF_HDR_SZ,
+)
+from bpfdsl.abi.map_types import (
+    ARRAY_MAP_TYPES,
     HASH_MAP_TYPES,
     KMALLOC_MAX_SIZE,
     REDIRECT_MAP_TYPES,

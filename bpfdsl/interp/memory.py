@@ -10,7 +10,7 @@ endian (bpfel), as on the kernel's x86_64/arm64 hosts.
 
 from __future__ import annotations
 
-from bpfdsl.abi.uapi import MAX_BPF_STACK
+from bpfdsl.abi.limits import MAX_BPF_STACK
 
 M64 = (1 << 64) - 1
 M32 = 0xFFFFFFFF

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bpfdsl.abi import uapi as U
 from bpfdsl.abi.insn import slot_offsets
-from bpfdsl.abi.uapi import AttachType, MapType, ProgramKind
+from bpfdsl.abi.map_types import MapType
+from bpfdsl.abi.prog_types import AttachType, ProgramKind, ProgramType, SockOpsOp
 from bpfdsl.diagnostics import Span, UsageError, error
 from bpfdsl.interp.ctx import SkMsgContext, SockInfo, SockOpsContext, XdpContext
 from bpfdsl.interp.kfuncs import IMPLS as KFUNC_IMPLS
@@ -156,7 +156,7 @@ class InterpProgram:
         args: tuple[int, ...] = (),
         fields: dict[str, int] | None = None,
     ) -> InterpResult:
-        """Run the sock_ops callback ``op`` (``uapi.SockOpsOp``) for ``sock``; ``args`` and
+        """Run the sock_ops callback ``op`` (``prog_types.SockOpsOp``) for ``sock``; ``args`` and
         ``fields`` as :class:`SockOpsContext` takes them.  ``retval`` is r0 (1: the kernel
         uses ``reply``; 0: the callback fails with -EPERM), ``reply``/``cb_flags`` as the
         program left them (``apply_bytes`` also carries ``reply``, as it always did)."""
@@ -178,11 +178,11 @@ class InterpProgram:
 
     def run(self, data: bytes, **kw: Any) -> InterpResult:
         """:meth:`run_sk_msg` for sk_msg programs, else :meth:`run_xdp`."""
-        if self.kind is not None and self.kind.program_type == U.ProgramType.SK_MSG:
+        if self.kind is not None and self.kind.program_type == ProgramType.SK_MSG:
             return self.run_sk_msg(data, **kw)
-        if self.kind is not None and self.kind.program_type == U.ProgramType.SOCK_OPS:
-            return self.run_sock_ops(kw.pop("op", U.SockOpsOp.ACTIVE_ESTABLISHED_CB), **kw)
-        if self.kind is not None and self.kind.program_type != U.ProgramType.XDP:
+        if self.kind is not None and self.kind.program_type == ProgramType.SOCK_OPS:
+            return self.run_sock_ops(kw.pop("op", SockOpsOp.ACTIVE_ESTABLISHED_CB), **kw)
+        if self.kind is not None and self.kind.program_type != ProgramType.XDP:
             raise UsageError(
                 error(
                     "no-interp",

@@ -28,7 +28,7 @@ import os
 import select
 import struct
 
-from bpfdsl.abi.uapi import BPF_RINGBUF_BUSY_BIT, BPF_RINGBUF_DISCARD_BIT, BPF_RINGBUF_HDR_SZ
+from bpfdsl.abi.flags import BPF_RINGBUF_BUSY_BIT, BPF_RINGBUF_DISCARD_BIT, BPF_RINGBUF_HDR_SZ
 from bpfdsl.kernel import libc
 
 # include/uapi/linux/perf_event.h
@@ -54,7 +54,7 @@ _NR_PERF_EVENT_OPEN = {
     "ppc64le": 319,
     "s390x": 331,
 }
-HOST_PAGE_SIZE = mmap.PAGESIZE  # bytes: this machine's (abi.uapi.PAGE_SIZE: the model's)
+HOST_PAGE_SIZE = mmap.PAGESIZE  # bytes: this machine's (abi.map_types.PAGE_SIZE: the model's)
 _U32 = struct.Struct("<I")
 
 

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass
 
-from bpfdsl.abi.uapi import XdpFlags
+from bpfdsl.abi.flags import XdpFlags
 from bpfdsl.diagnostics import DiagnosticError, HostError, UsageError, error
 from bpfdsl.kernel import libc
 from bpfdsl.kernel.libc import CLONE_NEWNET, MNT_DETACH, MS_BIND

@@ -37,7 +37,9 @@ from bpfdsl.abi.bpf_attr import (
     TestRunAttr,
 )
 from bpfdsl.abi.btf.core import Btf, BtfFormatError, parse_btf
-from bpfdsl.abi.uapi import BPF_ANY, BPF_F_TEST_XDP_LIVE_FRAMES, BPF_OBJ_NAME_LEN, BpfCmd, MapType
+from bpfdsl.abi.commands import BpfCmd
+from bpfdsl.abi.flags import BPF_ANY, BPF_F_TEST_XDP_LIVE_FRAMES, BPF_OBJ_NAME_LEN
+from bpfdsl.abi.map_types import MapType
 from bpfdsl.kernel import libc
 
 _NR_BPF = {
@@ -315,7 +317,7 @@ def possible_cpus() -> int:
 
 
 def percpu_value_size(value_size: int) -> int:
-    """User-space buffer size in bytes of a value of a per-CPU map (``uapi.is_percpu``):
+    """User-space buffer size in bytes of a value of a per-CPU map (``map_types.is_percpu``):
     round_up(size, 8) * possible CPUs (kernel/bpf/syscall.c ``bpf_map_value_size``)."""
     return ((value_size + 7) & ~7) * possible_cpus()
 

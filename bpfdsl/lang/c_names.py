@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from bpfdsl.abi.uapi import PROGRAM_KINDS
+from bpfdsl.abi.prog_types import PROGRAM_KINDS
 
 
 @dataclass(frozen=True, slots=True)

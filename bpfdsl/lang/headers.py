@@ -261,7 +261,7 @@ CONSTANTS: dict[str, tuple[int, T.IntType]] = {
     "AF_INET6": (10, T.U32),
 }
 
-from bpfdsl.abi.uapi import SockOpsOp  # noqa: E402
+from bpfdsl.abi.prog_types import SockOpsOp  # noqa: E402
 
 CONSTANTS.update({f"BPF_SOCK_OPS_{op.name}": (int(op), T.U32) for op in SockOpsOp})
 # bpf_sock_ops_cb_flags (sock_ops_cb_flags_set) and BPF_TCP_* states, include/uapi/linux/bpf.h

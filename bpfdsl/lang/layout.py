@@ -34,12 +34,12 @@ import difflib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from bpfdsl.abi.uapi import MAX_PACKET_OFF
+from bpfdsl.abi.limits import MAX_PACKET_OFF
 from bpfdsl.diagnostics import Span
 from bpfdsl.lang import ast
 from bpfdsl.lang import types as T
 
-# MAX_PACKET_OFF (bpfdsl.abi.uapi): a header longer than this could not be addressed.
+# MAX_PACKET_OFF (bpfdsl.abi.limits): a header longer than this could not be addressed.
 USER_ARGS = ("length", "max_length", "checksum")
 LIBRARY_ARGS = ("pseudo_header", "zero_checksum", "l4")
 # operators of length and condition expressions (host-order u64 arithmetic)

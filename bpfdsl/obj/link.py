@@ -16,12 +16,8 @@ from dataclasses import dataclass, field, replace
 from bpfdsl.abi.btf.core import Btf
 from bpfdsl.abi.btf.ext import BtfExt
 from bpfdsl.abi.insn import Insn, InsnError, check_jumps, decode, index_by_slot, slot_offsets
-from bpfdsl.abi.uapi import (
-    BPF_PSEUDO_CALL,
-    BPF_PSEUDO_FUNC,
-    BPF_PSEUDO_KFUNC_CALL,
-    kind_for_section,
-)
+from bpfdsl.abi.opcodes import BPF_PSEUDO_CALL, BPF_PSEUDO_FUNC, BPF_PSEUDO_KFUNC_CALL
+from bpfdsl.abi.prog_types import kind_for_section
 from bpfdsl.diagnostics import Span
 from bpfdsl.obj.reader import SHF_EXECINSTR, ObjectReader
 from bpfdsl.obj.spec import FuncRecord, ProgramSpec, Relocation

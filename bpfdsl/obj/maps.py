@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from bpfdsl.abi.btf.core import Btf, BtfFormatError, BtfType, Kind
-from bpfdsl.abi.uapi import MapType, is_map_in_map
+from bpfdsl.abi.map_types import MapType, is_map_in_map
 from bpfdsl.obj.reader import ObjectReader
 
 PIN_NONE, PIN_BY_NAME = 0, 1  # libbpf enum libbpf_pin_type
@@ -31,7 +31,7 @@ _INT_FIELDS = (
 
 @dataclass(slots=True)
 class MapSpec:
-    """A map to create.  Sizes in bytes; ``map_type`` is uapi.MapType when known (else the
+    """A map to create.  Sizes in bytes; ``map_type`` is map_types.MapType when known (else the
     raw int); ``key_type_id``/``value_type_id`` are BTF ids (0 = none); ``pinning`` is
     PIN_NONE or PIN_BY_NAME; ``inner`` the inner map of a map-in-map; ``values`` initial
     slots (index -> program or map name, from ``.rel.maps``)."""

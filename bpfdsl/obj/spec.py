@@ -15,7 +15,7 @@ from bpfdsl.abi.btf.core import Btf
 from bpfdsl.abi.btf.ext import BtfExt, LineInfo
 from bpfdsl.abi.btf.run_config import RunConfig, read_run_config
 from bpfdsl.abi.insn import Insn
-from bpfdsl.abi.uapi import AttachType, ProgramKind, ProgramType
+from bpfdsl.abi.prog_types import AttachType, ProgramKind, ProgramType
 from bpfdsl.diagnostics import UsageError, error
 from bpfdsl.obj.maps import MapSpec
 
@@ -48,7 +48,7 @@ class FuncRecord:
 class ProgramSpec:
     """One loadable program: ``insns`` (ld_imm64 counts once; subprograms appended),
     ``relocations``, ``func_info``/``line_info`` with ``insn_off`` in SLOTS (kernel form),
-    ``kind`` from uapi.PROGRAM_KINDS (None: section is not a program type bpfdsl knows)."""
+    ``kind`` from prog_types.PROGRAM_KINDS (None: section is not a program type bpfdsl knows)."""
 
     name: str
     section: str
@@ -150,7 +150,7 @@ class CollectionSpec:
 
 def choose_program(spec: CollectionSpec, name: str | None) -> tuple[str, ProgramKind]:
     """The program a user means: ``name`` (a program or section name) or the only one in
-    ``spec``; with its kind (uapi.PROGRAM_KINDS).
+    ``spec``; with its kind (prog_types.PROGRAM_KINDS).
 
     Raises UsageError when the name is unknown or the choice is ambiguous.
     """

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from bpfdsl.abi import uapi as U
 from bpfdsl.abi.insn import Insn, index_by_slot, jump_target, slot_offsets
+from bpfdsl.abi.opcodes import BPF_ABS, BPF_ALU, BPF_ALU64, BPF_IND, BPF_K, BPF_LD, BPF_LDX, BPF_MOV
 
 MAX_VALUES = 32  # more distinct constants than this: "any value"
 
@@ -78,15 +78,15 @@ def _after(x: Insn, vals: frozenset[int] | None) -> frozenset[int] | None:
     cls = x.cls
     if x.is_call or x.is_atomic:
         return None  # a call's result; an atomic fetch or cmpxchg may write r0
-    if cls in (U.BPF_ALU, U.BPF_ALU64) and x.dst == 0:
-        if x.op == U.BPF_MOV and x.opcode & 0x08 == U.BPF_K and x.off == 0:
-            if cls == U.BPF_ALU:
+    if cls in (BPF_ALU, BPF_ALU64) and x.dst == 0:
+        if x.op == BPF_MOV and x.opcode & 0x08 == BPF_K and x.off == 0:
+            if cls == BPF_ALU:
                 return frozenset({x.imm & 0xFFFFFFFF})
             return frozenset({x.imm & 0xFFFFFFFFFFFFFFFF})
         return None
-    if cls == U.BPF_LDX and x.dst == 0:
+    if cls == BPF_LDX and x.dst == 0:
         return None
-    if cls == U.BPF_LD:  # ld_imm64 into r0, or LD_ABS/LD_IND (their result is r0)
-        if x.dst == 0 or x.mode in (U.BPF_ABS, U.BPF_IND):
+    if cls == BPF_LD:  # ld_imm64 into r0, or LD_ABS/LD_IND (their result is r0)
+        if x.dst == 0 or x.mode in (BPF_ABS, BPF_IND):
             return None
     return vals

@@ -16,17 +16,11 @@ import struct
 import sys
 from dataclasses import dataclass, field, fields
 
+from bpfdsl.abi.flags import BPF_F_REPLACE, XdpFlags
 from bpfdsl.abi.insn import decode
-from bpfdsl.abi.uapi import (
-    BPF_F_REPLACE,
-    BPF_FS_MAGIC,
-    AttachType,
-    LinkType,
-    MapType,
-    ProgramType,
-    XdpAction,
-    XdpFlags,
-)
+from bpfdsl.abi.limits import BPF_FS_MAGIC
+from bpfdsl.abi.map_types import MapType
+from bpfdsl.abi.prog_types import AttachType, LinkType, ProgramType, XdpAction
 from bpfdsl.diagnostics import Diagnostic, DiagnosticError, HostError, UsageError, error
 from bpfdsl.kernel import libc, netlink, syscall
 from bpfdsl.obj.verdicts import may_return

@@ -16,7 +16,7 @@ import tempfile
 import uuid
 from pathlib import Path
 
-from bpfdsl.abi.uapi import AttachType, ProgramType
+from bpfdsl.abi.prog_types import AttachType, ProgramType
 from bpfdsl.diagnostics import DiagnosticError, error
 from bpfdsl.kernel import libc
 from bpfdsl.kernel import syscall as S
@@ -94,7 +94,7 @@ def _require_sock_ops(prog_fd: int, prog_name: str) -> None:
     if t != ProgramType.SOCK_OPS:
         try:
             kind = ProgramType(t).name.lower()
-        except ValueError:  # a type newer than uapi.ProgramType: its number
+        except ValueError:  # a type newer than abi.prog_types.ProgramType: its number
             kind = str(t)
         raise DiagnosticError(
             error(

@@ -19,7 +19,9 @@ import struct
 from collections.abc import Collection
 from dataclasses import dataclass
 
-from bpfdsl.abi.uapi import BPF_F_TEST_XDP_LIVE_FRAMES, AttachType, MapType, ProgramType
+from bpfdsl.abi.flags import BPF_F_TEST_XDP_LIVE_FRAMES
+from bpfdsl.abi.map_types import MapType
+from bpfdsl.abi.prog_types import AttachType, ProgramType
 from bpfdsl.diagnostics import DiagnosticError, UsageError, error
 from bpfdsl.kernel import syscall as S
 
@@ -270,7 +272,7 @@ def refuse_on_interface(prog_fd: int, prog_name: str, dev: str) -> None:
 
 def require_map(map_fd: int | S.Fd, want: Collection[MapType], map_name: str) -> S.MapInfo:
     """The map's ``bpf_map_info``; UsageError (``wrong-map-kind``) unless its type is in
-    ``want`` (a tuple, or a set of :mod:`bpfdsl.abi.uapi` such as ``DEVMAP_TYPES``)."""
+    ``want`` (a tuple, or a set of :mod:`bpfdsl.abi.map_types` such as ``DEVMAP_TYPES``)."""
     info = S.map_info(map_fd)
     if info.type not in want:
         names = " or ".join(t.name.lower() for t in sorted(want))

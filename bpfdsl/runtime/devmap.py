@@ -14,7 +14,8 @@ import errno as E
 import struct
 from dataclasses import dataclass
 
-from bpfdsl.abi.uapi import DEVMAP_TYPES, AttachType, MapType
+from bpfdsl.abi.map_types import DEVMAP_TYPES, MapType
+from bpfdsl.abi.prog_types import AttachType
 from bpfdsl.diagnostics import DiagnosticError, UsageError, error
 from bpfdsl.kernel import syscall as S
 from bpfdsl.kernel.netlink import ifindex as _ifindex

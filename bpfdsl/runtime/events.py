@@ -29,7 +29,7 @@ from typing import Any
 from bpfdsl.abi.btf import values as btf_values
 from bpfdsl.abi.btf.core import Btf
 from bpfdsl.abi.btf.records import record_type, struct_named
-from bpfdsl.abi.uapi import MapType
+from bpfdsl.abi.map_types import MapType
 from bpfdsl.diagnostics import UsageError, error
 from bpfdsl.kernel import events as K
 from bpfdsl.kernel import syscall as S

@@ -13,7 +13,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from bpfdsl.abi.uapi import AttachType, LinkType, MapType, ProgramType
+from bpfdsl.abi.map_types import MapType
+from bpfdsl.abi.prog_types import AttachType, LinkType, ProgramType
 from bpfdsl.diagnostics import DiagnosticError, UsageError, error
 from bpfdsl.kernel import netlink, syscall
 from bpfdsl.obj.collection import read_object

@@ -20,18 +20,11 @@ from typing import TYPE_CHECKING
 
 from bpfdsl.abi.btf.core import BtfFormatError
 from bpfdsl.abi.btf.shape import type_decl, type_shape
+from bpfdsl.abi.flags import BPF_F_RDONLY_PROG, BPF_F_XDP_DEV_BOUND_ONLY
 from bpfdsl.abi.insn import Insn, encode
-from bpfdsl.abi.uapi import (
-    BPF_F_RDONLY_PROG,
-    BPF_F_XDP_DEV_BOUND_ONLY,
-    BPF_PSEUDO_KFUNC_CALL,
-    BPF_PSEUDO_MAP_FD,
-    BPF_PSEUDO_MAP_VALUE,
-    ENOTSUPP,
-    MapType,
-    is_percpu,
-    map_create_problems,
-)
+from bpfdsl.abi.limits import ENOTSUPP
+from bpfdsl.abi.map_types import MapType, is_percpu, map_create_problems
+from bpfdsl.abi.opcodes import BPF_PSEUDO_KFUNC_CALL, BPF_PSEUDO_MAP_FD, BPF_PSEUDO_MAP_VALUE
 from bpfdsl.diagnostics import DiagnosticError, error
 from bpfdsl.kernel import syscall as S
 from bpfdsl.obj import config as objconfig
@@ -356,7 +349,7 @@ _MAP_HINTS = {
 
 def _map_error(m: MapSpec, max_entries: int, e: S.BpfError) -> LoadError:
     """The map-create-failed error; the hint names the broken rule when the kernel's
-    BPF_MAP_CREATE rules (uapi.MAP_LIMITS) tell which it is."""
+    BPF_MAP_CREATE rules (abi.map_types.MAP_LIMITS) tell which it is."""
 
     problems = map_create_problems(m.map_type, m.key_size, m.value_size, max_entries, m.map_flags)
     return _fail(

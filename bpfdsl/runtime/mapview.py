@@ -16,7 +16,9 @@ from typing import Any
 
 from bpfdsl.abi.btf import values as btf_values
 from bpfdsl.abi.btf.core import Btf, Kind
-from bpfdsl.abi.uapi import BPF_ANY, ENOTSUPP, MapType, is_array, is_indexed, is_percpu
+from bpfdsl.abi.flags import BPF_ANY
+from bpfdsl.abi.limits import ENOTSUPP
+from bpfdsl.abi.map_types import MapType, is_array, is_indexed, is_percpu
 from bpfdsl.diagnostics import DiagnosticError, UsageError, error
 from bpfdsl.kernel import syscall
 from bpfdsl.runtime.mapfile import ENCODED, ENCODED_MANY, LineEncoder

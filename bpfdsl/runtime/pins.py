@@ -17,7 +17,7 @@ import socket
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from bpfdsl.abi.uapi import LinkType
+from bpfdsl.abi.prog_types import LinkType
 from bpfdsl.diagnostics import UsageError, error
 from bpfdsl.kernel import syscall as S
 from bpfdsl.runtime.attach import BPFFS, DEFAULT_PIN_ROOT, ensure_bpffs, fd_kind, is_bpffs

@@ -15,7 +15,7 @@ import os
 import struct
 from dataclasses import dataclass
 
-from bpfdsl.abi.uapi import MapType
+from bpfdsl.abi.map_types import MapType
 from bpfdsl.diagnostics import DiagnosticError, UsageError, error
 from bpfdsl.kernel import syscall as S
 from bpfdsl.runtime.cpumap import require_map

@@ -36,13 +36,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from bpfdsl.abi.ctx import XDP_MD, ctx_struct
-from bpfdsl.abi.uapi import (
+from bpfdsl.abi.flags import (
     BPF_F_BROADCAST,
     BPF_F_EXCLUDE_INGRESS,
     BPF_F_INGRESS,
     XDP_REDIRECT_FALLBACK_MASK,
+)
+from bpfdsl.abi.map_types import MapType
+from bpfdsl.abi.prog_types import (
     AttachType,
-    MapType,
     ProgramKind,
     SockOpsCbFlag,
     SockOpsOp,

@@ -13,7 +13,8 @@ from __future__ import annotations
 import socket
 import struct
 
-from bpfdsl.abi.uapi import SOCK_MAP_TYPES, AttachType, MapType, ProgramType
+from bpfdsl.abi.map_types import SOCK_MAP_TYPES, MapType
+from bpfdsl.abi.prog_types import AttachType, ProgramType
 from bpfdsl.diagnostics import DiagnosticError, error
 from bpfdsl.kernel import syscall as S
 from bpfdsl.runtime.cpumap import require_map

@@ -19,18 +19,17 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from bpfdsl.abi.ctx import XDP_MD
+from bpfdsl.abi.flags import BPF_F_XDP_HAS_FRAGS
 from bpfdsl.abi.helpers import HELPERS
-from bpfdsl.abi.uapi import (
-    BPF_F_XDP_HAS_FRAGS,
+from bpfdsl.abi.limits import (
     XDP_FRAME_SIZE,
     XDP_MAX_LINEAR,
     XDP_PACKET_HEADROOM,
     XDP_SHINFO_TAILROOM,
     XDP_TEST_RUN_MAX,
-    ProgramKind,
-    SockOpsOp,
-    is_percpu,
 )
+from bpfdsl.abi.map_types import is_percpu
+from bpfdsl.abi.prog_types import ProgramKind, SockOpsOp
 from bpfdsl.diagnostics import DiagnosticError, UsageError, error
 from bpfdsl.interp import InterpCollection
 from bpfdsl.interp.ctx import SockInfo

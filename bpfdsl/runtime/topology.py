@@ -20,7 +20,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from bpfdsl.abi.uapi import DEVMAP_TYPES, SOCK_MAP_TYPES, AttachType, MapType, ProgramType
+from bpfdsl.abi.map_types import DEVMAP_TYPES, SOCK_MAP_TYPES, MapType
+from bpfdsl.abi.prog_types import AttachType, ProgramType
 from bpfdsl.compiler import compile_file
 from bpfdsl.diagnostics import UsageError, error
 from bpfdsl.obj.collection import read_object

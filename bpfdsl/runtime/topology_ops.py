@@ -37,7 +37,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from bpfdsl.abi.uapi import AttachType, MapType
+from bpfdsl.abi.map_types import MapType
+from bpfdsl.abi.prog_types import AttachType
 from bpfdsl.diagnostics import DiagnosticError, UsageError, error
 from bpfdsl.kernel import syscall as S
 from bpfdsl.runtime import (

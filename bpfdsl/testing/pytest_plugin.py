@@ -34,7 +34,7 @@ from typing import Any
 
 import pytest
 
-from bpfdsl.abi.uapi import is_percpu, is_sockmap
+from bpfdsl.abi.map_types import is_percpu, is_sockmap
 from bpfdsl.compiler import compile_file
 from bpfdsl.diagnostics import DiagnosticError
 from bpfdsl.interp import InterpCollection, SlotMap

@@ -16,7 +16,7 @@ import pytest
 
 from bpfdsl.abi import insn as I
 from bpfdsl.abi.ctx import BPF_SOCK_OPS, CTX_STRUCTS, SK_MSG_MD, XDP_MD, CtxStruct, valid_access
-from bpfdsl.abi.uapi import AttachType, ProgramType
+from bpfdsl.abi.prog_types import AttachType, ProgramType
 from bpfdsl.kernel import syscall as S
 from bpfdsl.kernel.syscall import BpfError
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import pytest
 
 from bpfdsl.abi import insn as I
-from bpfdsl.abi import uapi as U
 from bpfdsl.abi.helpers import (
     HELPERS,
     PROG_TYPE_FUNCS,
@@ -17,13 +16,14 @@ from bpfdsl.abi.helpers import (
     helper_allowed,
     kernel_refuses_helper,
 )
+from bpfdsl.abi.prog_types import ProgramType
 from bpfdsl.checker import check_insns
 from bpfdsl.kernel import syscall
 
-PT = U.ProgramType
+PT = ProgramType
 
 
-def _kernel_words(pt: U.ProgramType, helper_id: int) -> str | None:
+def _kernel_words(pt: ProgramType, helper_id: int) -> str | None:
     """The kernel's refusal of a call of ``helper_id`` by ``pt``, or None when it checks on."""
     prog = [I.call(helper_id), I.mov64_imm(0, 0), I.exit_()]
     try:

@@ -9,7 +9,7 @@ from support.vmlinux import kernel_enums
 
 from bpfdsl.abi import insn as I
 from bpfdsl.abi.helpers import HELPERS, HELPERS_BY_ID, PROTOTYPES, kernel_helper_name
-from bpfdsl.abi.uapi import ProgramType
+from bpfdsl.abi.prog_types import ProgramType
 from bpfdsl.checker import check_insns
 from bpfdsl.interp import InterpError, Machine, XdpContext
 

@@ -17,7 +17,22 @@ from support.paths import ROOT
 
 from bpfdsl import compiler
 from bpfdsl.abi import insn as I
-from bpfdsl.abi import uapi as U
+from bpfdsl.abi.opcodes import (
+    BPF_ALU64,
+    BPF_CALL,
+    BPF_DW,
+    BPF_IMM,
+    BPF_JCOND,
+    BPF_JEQ,
+    BPF_JMP,
+    BPF_LD,
+    BPF_LDX,
+    BPF_MOV,
+    BPF_PSEUDO_MAP_FD,
+    BPF_W,
+    BPF_X,
+)
+from bpfdsl.abi.prog_types import ProgramType
 from bpfdsl.checker import check_insns
 from bpfdsl.cli import build_parser, main
 from bpfdsl.diagnostics import DiagnosticError
@@ -39,13 +54,13 @@ BAD = {
         "R11 is invalid",
     ),
     "jmp_src_r13": (
-        [I.mov64_imm(0, 2), I.jmp_reg(U.BPF_JEQ, 0, 13, 0), I.exit_()],
+        [I.mov64_imm(0, 2), I.jmp_reg(BPF_JEQ, 0, 13, 0), I.exit_()],
         "R13 is invalid",
     ),
     "opcode_8e": ([I.Insn(0x8E), I.mov64_imm(0, 2), I.exit_()], "unknown opcode 8e"),
     "opcode_e4": ([I.Insn(0xE4), I.mov64_imm(0, 2), I.exit_()], "unknown opcode e4"),
     "ldx_mode_imm": (
-        [I.Insn(U.BPF_LDX | U.BPF_IMM | U.BPF_W), I.mov64_imm(0, 2), I.exit_()],
+        [I.Insn(BPF_LDX | BPF_IMM | BPF_W), I.mov64_imm(0, 2), I.exit_()],
         "BPF_LDX uses reserved fields",
     ),
     "jump_past_end": (
@@ -53,7 +68,7 @@ BAD = {
         "jump out of range from insn 1 to 7",
     ),
     "jump_before_start": (
-        [I.mov64_imm(0, 2), I.jmp_imm(U.BPF_JEQ, 0, 0, -5), I.exit_()],
+        [I.mov64_imm(0, 2), I.jmp_imm(BPF_JEQ, 0, 0, -5), I.exit_()],
         "jump out of range from insn 1 to -3",
     ),
     "ld_imm64_kind_7": (
@@ -61,11 +76,11 @@ BAD = {
         "unrecognized bpf_ld_imm64 insn",
     ),
     "ld_map_fd_high_imm": (
-        [I.ld_imm64(1, 5 | 1 << 32, U.BPF_PSEUDO_MAP_FD), I.mov64_imm(0, 2), I.exit_()],
+        [I.ld_imm64(1, 5 | 1 << 32, BPF_PSEUDO_MAP_FD), I.mov64_imm(0, 2), I.exit_()],
         "unrecognized bpf_ld_imm64 insn",
     ),
     "call_kind_7": (
-        [I.Insn(U.BPF_JMP | U.BPF_CALL, 0, 7, 0, 1), I.mov64_imm(0, 2), I.exit_()],
+        [I.Insn(BPF_JMP | BPF_CALL, 0, 7, 0, 1), I.mov64_imm(0, 2), I.exit_()],
         "BPF_CALL uses reserved fields",
     ),
     "call_past_end": ([I.call_pc(5), I.exit_()], "call to invalid destination"),
@@ -83,13 +98,13 @@ ON_PATH = {
     ),
 }
 # the same calls behind a branch never taken: the kernel accepts the program
-DEAD = [I.mov64_imm(0, 2), I.jmp_imm(U.BPF_JEQ, 0, 2, 1)]
+DEAD = [I.mov64_imm(0, 2), I.jmp_imm(BPF_JEQ, 0, 2, 1)]
 
 
 def _kernel_log(prog: list[I.Insn]) -> str:
     """The verifier log of loading ``prog`` as XDP ('' when the kernel accepts it)."""
     try:
-        fd, _ = syscall.prog_load(U.ProgramType.XDP, I.encode(prog), "GPL")
+        fd, _ = syscall.prog_load(ProgramType.XDP, I.encode(prog), "GPL")
     except syscall.BpfError as e:
         return e.log
     fd.close()
@@ -122,14 +137,14 @@ def test_unknown_helper_refused_at_the_call_on_a_path(name):
     check"), the interpreter faults when it reaches it with the same words."""
     prog, reason = ON_PATH[name]
     I.validate(prog)
-    r = check_insns(prog, U.ProgramType.XDP)
+    r = check_insns(prog, ProgramType.XDP)
     assert not r.ok and not r.unchecked
     assert r.errors[0].message == reason and r.errors[0].idx == 0
     with pytest.raises(InterpError) as ie:
         Machine(prog).run(bytes(64))
     assert reason in ie.value.diagnostics[0].message
     dead = DEAD + prog[:1] + [I.exit_()]
-    r = check_insns(dead, U.ProgramType.XDP)
+    r = check_insns(dead, ProgramType.XDP)
     assert r.ok, r.errors  # never reached: no error (the kernel's dead code)
 
 
@@ -146,7 +161,7 @@ def test_opcode_table_is_the_kernels():
     """OPCODES holds exactly the opcodes this kernel's resolve_pseudo_ldimm64 lets through."""
     refused = set()
     for code in range(256):
-        if code == U.BPF_LD | U.BPF_IMM | U.BPF_DW:
+        if code == BPF_LD | BPF_IMM | BPF_DW:
             continue  # needs its second half; the table case above covers it
         log = _kernel_log([I.Insn(code), I.mov64_imm(0, 2), I.exit_()])
         if "unknown opcode" in log or "BPF_LDX uses reserved fields" in log:
@@ -162,9 +177,9 @@ def test_good_programs_pass():
         spec = read_object(compiler.compile_file(src).obj)
         for p in spec.programs.values():
             I.validate(p.insns)
-    I.validate([I.Insn(U.BPF_JMP | U.BPF_JCOND), I.mov64_imm(0, 2), I.exit_()])
+    I.validate([I.Insn(BPF_JMP | BPF_JCOND), I.mov64_imm(0, 2), I.exit_()])
     I.validate([I.ld_map_value(1, 3, 8), I.call(211), I.exit_()])
-    assert I.format_insn(I.Insn(U.BPF_JMP | U.BPF_JCOND, off=3)) == "(e5) may_goto pc+3"
+    assert I.format_insn(I.Insn(BPF_JMP | BPF_JCOND, off=3)) == "(e5) may_goto pc+3"
 
 
 def _filter_object() -> tuple[bytes, int, list[I.Insn]]:
@@ -196,7 +211,7 @@ def test_r11_object_refused_alike_by_check_disasm_run(tmp_path, capsys):
     """The reported crash: an object with r11 made `run --engine interp` raise IndexError."""
     obj, at, insns = _filter_object()
     slots = I.slot_offsets(insns)
-    i = next(k for k, x in enumerate(insns) if x.opcode == U.BPF_ALU64 | U.BPF_MOV | U.BPF_X)
+    i = next(k for k, x in enumerate(insns) if x.opcode == BPF_ALU64 | BPF_MOV | BPF_X)
     bad = tmp_path / "r11.o"
     bad.write_bytes(_patch(obj, at, slots[i], dst=11))
     line = insns[i]

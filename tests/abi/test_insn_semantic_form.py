@@ -12,7 +12,7 @@ from support.objbuild import build
 from support.paths import ROOT
 
 from bpfdsl.abi import insn as I
-from bpfdsl.abi import uapi as U
+from bpfdsl.abi.opcodes import BPF_B, BPF_DW, BPF_H, BPF_PSEUDO_CALL, BPF_W
 from bpfdsl.backend.target import stack_depths
 from bpfdsl.compiler import compile_source
 from bpfdsl.obj.collection import read_object
@@ -54,7 +54,7 @@ def test_decode_classifies_each_instruction_once(hexbytes, true_flags):
 
 def test_decoded_fields_follow_the_kernel_opcode_layout_for_every_code_byte():
     """BPF_CLASS / BPF_OP / BPF_SRC / BPF_MODE / BPF_SIZE of include/uapi/linux/bpf_common.h."""
-    sizes = {U.BPF_W: 4, U.BPF_H: 2, U.BPF_B: 1, U.BPF_DW: 8}
+    sizes = {BPF_W: 4, BPF_H: 2, BPF_B: 1, BPF_DW: 8}
     for code in range(256):
         x = I.Insn(code)
         assert (x.cls, x.op, x.source, x.mode) == (code & 0x07, code & 0xF0, code & 0x08,
@@ -64,9 +64,9 @@ def test_decoded_fields_follow_the_kernel_opcode_layout_for_every_code_byte():
 
 def test_copies_are_decoded_again_and_compare_by_the_five_fields():
     call = I.call(7)
-    pseudo = dataclasses.replace(call, src=U.BPF_PSEUDO_CALL)
+    pseudo = dataclasses.replace(call, src=BPF_PSEUDO_CALL)
     assert pseudo.is_pseudo_call and not pseudo.is_helper_call
-    assert dataclasses.replace(call, src=U.BPF_PSEUDO_CALL) == pseudo and hash(pseudo) == hash(
+    assert dataclasses.replace(call, src=BPF_PSEUDO_CALL) == pseudo and hash(pseudo) == hash(
         I.call_pc(7)
     )
     assert repr(call) == "Insn(opcode=133, dst=0, src=0, off=0, imm=7)"

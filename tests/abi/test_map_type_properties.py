@@ -1,4 +1,4 @@
-"""Map-type properties (bpfdsl.abi.uapi: per-CPU, indexed, array, hash...) agree with what the
+"""Map-type properties (bpfdsl.abi.map_types: per-CPU, indexed, array, hash...) agree with what the
 running kernel does with each map type, and the interpreter's maps agree with both."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import pytest
 
 from bpfdsl.abi.bpf_attr import MapElemAttr
 from bpfdsl.abi.btf.core import Btf, BtfType, Kind
-from bpfdsl.abi.uapi import (
-    BPF_F_NO_PREALLOC,
-    BpfCmd,
+from bpfdsl.abi.commands import BpfCmd
+from bpfdsl.abi.flags import BPF_F_NO_PREALLOC
+from bpfdsl.abi.map_types import (
     MapType,
     is_array,
     is_hash,

@@ -1,25 +1,36 @@
-"""uapi.py and helpers.py numbers agree with the running kernel's own BTF (vmlinux)."""
+"""The numbers of abi/ (commands, flags, map_types, prog_types, opcodes; helpers.py) agree
+with the running kernel's own BTF (vmlinux)."""
 
 from __future__ import annotations
 
 import pytest
 from support.vmlinux import kernel_enums
 
-from bpfdsl.abi import uapi as U
+from bpfdsl.abi.commands import BpfCmd
 from bpfdsl.abi.helpers import HELPERS, kernel_helper_name
+from bpfdsl.abi.map_types import MapType
+from bpfdsl.abi.prog_types import (
+    AttachType,
+    ProgramType,
+    SkAction,
+    SockOpsOp,
+    XdpAction,
+    kind_for_keyword,
+    kind_for_section,
+)
 
 
 @pytest.mark.kernel
 @pytest.mark.parametrize(
     "enum,prefix",
     [
-        (U.BpfCmd, "BPF_"),
-        (U.MapType, "BPF_MAP_TYPE_"),
-        (U.ProgramType, "BPF_PROG_TYPE_"),
-        (U.AttachType, "BPF_"),
-        (U.XdpAction, "XDP_"),
-        (U.SkAction, "SK_"),
-        (U.SockOpsOp, "BPF_SOCK_OPS_"),
+        (BpfCmd, "BPF_"),
+        (MapType, "BPF_MAP_TYPE_"),
+        (ProgramType, "BPF_PROG_TYPE_"),
+        (AttachType, "BPF_"),
+        (XdpAction, "XDP_"),
+        (SkAction, "SK_"),
+        (SockOpsOp, "BPF_SOCK_OPS_"),
     ],
 )
 def test_enum_matches_kernel(enum, prefix):
@@ -37,15 +48,27 @@ def test_helper_ids_match_kernel():
 
 
 def test_section_table():
-    assert U.kind_for_section("xdp").attach_type == U.AttachType.XDP
-    assert U.kind_for_section("xdp/cpumap").attach_type == U.AttachType.XDP_CPUMAP
-    assert U.kind_for_section("xdp/devmap").attach_type == U.AttachType.XDP_DEVMAP
-    assert U.kind_for_section("xdp/anything").section == "xdp"
-    assert U.kind_for_section("sk_msg").program_type == U.ProgramType.SK_MSG
-    assert U.kind_for_section("sockops").program_type == U.ProgramType.SOCK_OPS
-    assert U.kind_for_section(".text") is None
-    assert "XDP_TX" not in U.kind_for_keyword("xdp(devmap)").returns
-    assert "XDP_TX" not in U.kind_for_keyword("xdp(cpumap)").returns
+    assert kind_for_section("xdp").attach_type == AttachType.XDP
+    assert kind_for_section("xdp/cpumap").attach_type == AttachType.XDP_CPUMAP
+    assert kind_for_section("xdp/devmap").attach_type == AttachType.XDP_DEVMAP
+    assert kind_for_section("xdp/anything").section == "xdp"
+    assert kind_for_section("sk_msg").program_type == ProgramType.SK_MSG
+    assert kind_for_section("sockops").program_type == ProgramType.SOCK_OPS
+    assert kind_for_section(".text") is None
+    assert "XDP_TX" not in kind_for_keyword("xdp(devmap)").returns
+    assert "XDP_TX" not in kind_for_keyword("xdp(cpumap)").returns
+
+
+def test_section_matching_rule_is_the_kinds_extras_flag():
+    """``section/anything`` reads as a kind only when its table entry says so (libbpf's
+    ``"type+"`` rule); the others match their exact name only."""
+    assert kind_for_section("xdp.frags/x").section == "xdp.frags"
+    assert kind_for_section("xdp.frags/x").prog_flags != 0
+    assert kind_for_section("sockops/x").program_type == ProgramType.SOCK_OPS
+    assert kind_for_section("tc/ingress").program_type == ProgramType.SCHED_CLS
+    assert kind_for_section("sk_skb/stream_verdict/x") is None
+    assert kind_for_section("xdpx") is None
+    assert kind_for_section("xdp/x").keyword == "xdp"  # not xdp(dev_bound), same section
 
 
 @pytest.mark.kernel

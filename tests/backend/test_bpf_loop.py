@@ -11,8 +11,8 @@ from scapy.layers.l2 import Ether
 from support.objbuild import build_text
 
 from bpfdsl.abi import insn as I
-from bpfdsl.abi import uapi as U
-from bpfdsl.abi.uapi import BPF_PSEUDO_FUNC, ProgramType
+from bpfdsl.abi.opcodes import BPF_PSEUDO_FUNC
+from bpfdsl.abi.prog_types import AttachType, ProgramType
 from bpfdsl.checker import check_insns, check_object
 from bpfdsl.compiler import compile_source
 from bpfdsl.diagnostics import DiagnosticError
@@ -130,11 +130,11 @@ def _callback_returning(value: int) -> list[I.Insn]:
 
 
 def test_checker_refuses_a_callback_result_outside_0_1_like_the_kernel():
-    res = check_insns(_callback_returning(2), ProgramType.XDP, U.AttachType.XDP)
+    res = check_insns(_callback_returning(2), ProgramType.XDP, AttachType.XDP)
     assert [e.message for e in res.errors] == [
         "At callback return the register R0 has smin=2 smax=2 should have been in [0, 1]"
     ]
-    assert check_insns(_callback_returning(1), ProgramType.XDP, U.AttachType.XDP).ok
+    assert check_insns(_callback_returning(1), ProgramType.XDP, AttachType.XDP).ok
 
 
 RET2_C = r"""
@@ -248,7 +248,7 @@ def test_checker_refuses_a_callback_without_btf_func_info_like_the_kernel():
     seen loading _callback_returning(1) without BTF); the checker says so when it knows
     the program has none."""
     ins = _callback_returning(1)
-    res = check_insns(ins, ProgramType.XDP, U.AttachType.XDP, has_func_info=False)
+    res = check_insns(ins, ProgramType.XDP, AttachType.XDP, has_func_info=False)
     assert [e.message for e in res.errors] == ["missing btf func_info"]
 
 
@@ -362,4 +362,4 @@ def test_checker_accepts_a_dead_loop_callback_when_it_is_the_only_subprogram():
         I.mov64_imm(0, 0),
         I.exit_(),
     ]
-    assert check_insns(insns, ProgramType.XDP, U.AttachType.XDP).ok
+    assert check_insns(insns, ProgramType.XDP, AttachType.XDP).ok

@@ -31,7 +31,7 @@ from support.llvm_modules import (
     build_sock_module,
 )
 
-from bpfdsl.abi.uapi import MapType
+from bpfdsl.abi.map_types import MapType
 from bpfdsl.backend.debuginfo import DebugInfo, load_config
 from bpfdsl.backend.target import emit, emit_object, optimize, parse, target_machine
 

@@ -12,7 +12,18 @@ from io import BytesIO
 import pytest
 from elftools.elf.elffile import ELFFile
 
-from bpfdsl.abi import uapi as U
+from bpfdsl.abi.opcodes import (
+    BPF_ALU,
+    BPF_ALU64,
+    BPF_CALL,
+    BPF_DIV,
+    BPF_EXIT,
+    BPF_JA,
+    BPF_JMP,
+    BPF_JMP32,
+    BPF_MOD,
+    BPF_X,
+)
 from bpfdsl.compiler import compile_source
 from bpfdsl.obj.collection import read_object
 
@@ -51,19 +62,18 @@ def _code(obj: bytes) -> list[tuple[int, int]]:
 def test_division_by_a_runtime_divisor_is_one_insn_with_no_guard(width):
     code = _code(compile_source(_src(width), "div.bpfd").obj)
     ops = [op for op, _ in code]
-    divs = [op for op in ops if op & 0x07 in (U.BPF_ALU, U.BPF_ALU64) and op & 0xF0 == U.BPF_DIV]
-    mods = [op for op in ops if op & 0x07 in (U.BPF_ALU, U.BPF_ALU64) and op & 0xF0 == U.BPF_MOD]
+    divs = [op for op in ops if op & 0x07 in (BPF_ALU, BPF_ALU64) and op & 0xF0 == BPF_DIV]
+    mods = [op for op in ops if op & 0x07 in (BPF_ALU, BPF_ALU64) and op & 0xF0 == BPF_MOD]
     # one BPF_DIV, and one BPF_MOD or its a - (a / z) * z (LLVM's choice; right for a zero
     # divisor too: a - 0 * 0 = a), by a register: the run-time divisor
     assert len(divs) == 1 and len(mods) <= 1, [hex(o) for o in ops]
-    assert all(op & U.BPF_X for op in divs + mods)
+    assert all(op & BPF_X for op in divs + mods)
     # conditional jumps: the two parse bounds checks and the user's `z == 0` -- none
     # added for the divisor
     cond = [
         op
         for op in ops
-        if op & 0x07 in (U.BPF_JMP, U.BPF_JMP32)
-        and op & 0xF0 not in (U.BPF_JA, U.BPF_CALL, U.BPF_EXIT)
+        if op & 0x07 in (BPF_JMP, BPF_JMP32) and op & 0xF0 not in (BPF_JA, BPF_CALL, BPF_EXIT)
     ]
     assert len(cond) == 3, [hex(o) for o in ops]
 

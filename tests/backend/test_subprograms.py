@@ -300,7 +300,8 @@ def test_subprogram_returning_any_stack_pointer_is_refused_as_by_the_kernel(reg:
     in r0 when no caller uses the result (tests/fuzz/reproducers/ret_stack_pointer.bpfd,
     found by tests/fuzz/subprograms.py: a checker OK the kernel refused)."""
     from bpfdsl.abi import insn as I
-    from bpfdsl.abi import uapi as U
+    from bpfdsl.abi.opcodes import BPF_ADD
+    from bpfdsl.abi.prog_types import AttachType, ProgramType, XdpAction
     from bpfdsl.checker import check_insns
     from bpfdsl.kernel import syscall as S
 
@@ -308,17 +309,17 @@ def test_subprogram_returning_any_stack_pointer_is_refused_as_by_the_kernel(reg:
         I.mov64_imm(2, 0),
         I.stx_mem(8, 10, 2, -8),
         I.mov64_reg(1, 10),
-        I.alu64_imm(U.BPF_ADD, 1, -8),  # r1: the caller's fp-8
+        I.alu64_imm(BPF_ADD, 1, -8),  # r1: the caller's fp-8
         I.call_pc(2),
-        I.mov64_imm(0, U.XdpAction.PASS),
+        I.mov64_imm(0, XdpAction.PASS),
         I.exit_(),
         I.mov64_reg(0, reg),  # the subprogram: r0 = r1 (the caller's stack) or r10
         I.exit_(),
     ]
-    res = check_insns(ins, U.ProgramType.XDP, U.AttachType.XDP)
+    res = check_insns(ins, ProgramType.XDP, AttachType.XDP)
     assert [e.message for e in res.errors] == ["cannot return stack pointer to the caller"]
     with pytest.raises(S.BpfError) as ei:
-        S.prog_load(U.ProgramType.XDP, I.encode(ins), "GPL", log_level=1)[0].close()
+        S.prog_load(ProgramType.XDP, I.encode(ins), "GPL", log_level=1)[0].close()
     assert "cannot return stack pointer to the caller" in ei.value.log
 
 

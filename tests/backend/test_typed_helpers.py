@@ -17,7 +17,7 @@ from bpfdsl.abi import insn as I
 from bpfdsl.abi.btf.core import Kind, parse_btf
 from bpfdsl.abi.fib import BPF_FIB_LOOKUP_SIZE, FIB_LOOKUP_FIELDS, FibLookupFlag, FibResult
 from bpfdsl.abi.helpers import HELPERS
-from bpfdsl.abi.uapi import ProgramType
+from bpfdsl.abi.prog_types import ProgramType
 from bpfdsl.compiler import compile_source
 from bpfdsl.interp import InterpCollection
 from bpfdsl.interp.state import FibRoute

@@ -13,10 +13,22 @@ import random
 from dataclasses import dataclass, field
 
 from bpfdsl.abi import insn as I
-from bpfdsl.abi import uapi as U
 from bpfdsl.abi.helpers import HELPERS_BY_ID
+from bpfdsl.abi.opcodes import (
+    BPF_ADD,
+    BPF_ALU64,
+    BPF_JEQ,
+    BPF_JLT,
+    BPF_JMP,
+    BPF_JNE,
+    BPF_K,
+    BPF_ST,
+    BPF_STX,
+    BPF_X,
+)
+from bpfdsl.abi.prog_types import PROGRAM_KINDS, AttachType, ProgramType
 
-PT, AT = U.ProgramType, U.AttachType
+PT, AT = ProgramType, AttachType
 
 
 @dataclass
@@ -70,7 +82,7 @@ def _prepend(base: Item, kind: str, pre: list, tag: str) -> Item:
 
 
 def _is_reg_jump(x) -> bool:
-    return x.is_cond_jump and x.source == U.BPF_X and x.cls == U.BPF_JMP
+    return x.is_cond_jump and x.source == BPF_X and x.cls == BPF_JMP
 
 
 def mutate(base: Item, rng: random.Random, per_kind: int) -> list[Item]:
@@ -93,7 +105,7 @@ def mutate(base: Item, rng: random.Random, per_kind: int) -> list[Item]:
     for i in pick(
         i
         for i, x in enumerate(ins)
-        if x.cls == U.BPF_ALU64 and x.op == U.BPF_ADD and x.source == U.BPF_K and 0 < x.imm < 256
+        if x.cls == BPF_ALU64 and x.op == BPF_ADD and x.source == BPF_K and 0 < x.imm < 256
     ):
         m = list(ins)
         m[i] = dataclasses.replace(ins[i], imm=ins[i].imm - 1)
@@ -106,7 +118,7 @@ def mutate(base: Item, rng: random.Random, per_kind: int) -> list[Item]:
     for i in pick(
         i
         for i, x in enumerate(ins)
-        if x.is_cond_jump and x.source == U.BPF_K and x.imm == 0 and x.op in (U.BPF_JEQ, U.BPF_JNE)
+        if x.is_cond_jump and x.source == BPF_K and x.imm == 0 and x.op in (BPF_JEQ, BPF_JNE)
     ):
         for variant, new in (("nop", NOP), ("always", I.ja(ins[i].off))):
             m = list(ins)
@@ -123,7 +135,7 @@ def mutate(base: Item, rng: random.Random, per_kind: int) -> list[Item]:
             m[i] = I.mov64_imm(0, v)
             out.append(_mut(base, "bad_return", m, i, tag=str(v)))
     # uninitialized stack read: drop a stack store
-    for i in pick(i for i, x in enumerate(ins) if x.cls in (U.BPF_ST, U.BPF_STX) and x.dst == 10):
+    for i in pick(i for i, x in enumerate(ins) if x.cls in (BPF_ST, BPF_STX) and x.dst == 10):
         m = list(ins)
         m[i] = NOP
         out.append(_mut(base, "uninit_stack", m, i))
@@ -141,7 +153,7 @@ def mutate(base: Item, rng: random.Random, per_kind: int) -> list[Item]:
         "sk_msg_md": range(0, 72, 4),
         "bpf_sock_ops": range(0, 224, 4),
     }
-    kind = next((k for k in U.PROGRAM_KINDS if k.program_type == base.prog_type), None)
+    kind = next((k for k in PROGRAM_KINDS if k.program_type == base.prog_type), None)
     if kind is not None and kind.ctx in ctx_offs:
         for off in pick(ctx_offs[kind.ctx]):
             out.append(_prepend(base, "ctx_write", [I.st_mem(4, 1, off, 0)], f"st{off}"))
@@ -161,7 +173,7 @@ def mutate(base: Item, rng: random.Random, per_kind: int) -> list[Item]:
             _prepend(
                 base,
                 "unbounded_loop",
-                [I.mov64_imm(0, 0), I.jmp_imm(U.BPF_JEQ, 0, 0, -2)],
+                [I.mov64_imm(0, 0), I.jmp_imm(BPF_JEQ, 0, 0, -2)],
                 "reset",
             )
         )
@@ -169,7 +181,7 @@ def mutate(base: Item, rng: random.Random, per_kind: int) -> list[Item]:
             _prepend(
                 base,
                 "unbounded_loop",
-                [I.mov64_imm(6, 0), I.alu64_imm(U.BPF_ADD, 6, 1), I.jmp_imm(U.BPF_JLT, 6, 16, -2)],
+                [I.mov64_imm(6, 0), I.alu64_imm(BPF_ADD, 6, 1), I.jmp_imm(BPF_JLT, 6, 16, -2)],
                 "bounded16",
             )
         )

@@ -9,10 +9,31 @@ import random
 from mutations import NOP, Item
 
 from bpfdsl.abi import insn as I
-from bpfdsl.abi import uapi as U
+from bpfdsl.abi.opcodes import (
+    BPF_ADD,
+    BPF_AND,
+    BPF_ARSH,
+    BPF_DIV,
+    BPF_JEQ,
+    BPF_JGE,
+    BPF_JGT,
+    BPF_JNE,
+    BPF_JSET,
+    BPF_JSGE,
+    BPF_JSLT,
+    BPF_LSH,
+    BPF_MOD,
+    BPF_MOV,
+    BPF_MUL,
+    BPF_OR,
+    BPF_RSH,
+    BPF_SUB,
+    BPF_XOR,
+)
+from bpfdsl.abi.prog_types import AttachType, ProgramType
 from bpfdsl.checker.env import MapRef
 
-PT, AT = U.ProgramType, U.AttachType
+PT, AT = ProgramType, AttachType
 
 
 # ---- random programs ----
@@ -45,30 +66,30 @@ def random_prog(rng: random.Random, k: int, maps: dict) -> Item:
         if c < 0.30:
             op = rng.choice(
                 [
-                    U.BPF_ADD,
-                    U.BPF_SUB,
-                    U.BPF_MUL,
-                    U.BPF_DIV,
-                    U.BPF_OR,
-                    U.BPF_AND,
-                    U.BPF_LSH,
-                    U.BPF_RSH,
-                    U.BPF_MOD,
-                    U.BPF_XOR,
-                    U.BPF_MOV,
-                    U.BPF_ARSH,
+                    BPF_ADD,
+                    BPF_SUB,
+                    BPF_MUL,
+                    BPF_DIV,
+                    BPF_OR,
+                    BPF_AND,
+                    BPF_LSH,
+                    BPF_RSH,
+                    BPF_MOD,
+                    BPF_XOR,
+                    BPF_MOV,
+                    BPF_ARSH,
                 ]
             )
-            d = dreg() if op == U.BPF_MOV else (sreg() if scal else dreg())
+            d = dreg() if op == BPF_MOV else (sreg() if scal else dreg())
             wide = rng.random() < 0.7
             if rng.random() < 0.4:
                 f = I.alu64_reg if wide else I.alu32_reg
                 code.append(f(op, d, sreg()))
             else:
                 imm = rng.choice([0, 1, 2, 4, 7, 8, 14, 31, 63, 255, -1, rng.randint(-1000, 1000)])
-                if op in (U.BPF_LSH, U.BPF_RSH, U.BPF_ARSH) and not bad():
+                if op in (BPF_LSH, BPF_RSH, BPF_ARSH) and not bad():
                     imm = rng.randint(0, 31)
-                if op in (U.BPF_DIV, U.BPF_MOD) and imm == 0 and not bad():
+                if op in (BPF_DIV, BPF_MOD) and imm == 0 and not bad():
                     imm = 3
                 f = I.alu64_imm if wide else I.alu32_imm
                 code.append(f(op, d, imm))
@@ -101,8 +122,8 @@ def random_prog(rng: random.Random, k: int, maps: dict) -> Item:
                 I.ldx_mem(4, 2, 6, 0),
                 I.ldx_mem(4, 3, 6, 4),
                 I.mov64_reg(4, 2),
-                I.alu64_imm(U.BPF_ADD, 4, n_chk),
-                I.jmp_reg(rng.choice([U.BPF_JGT, U.BPF_JGE]), 4, 3, 2),
+                I.alu64_imm(BPF_ADD, 4, n_chk),
+                I.jmp_reg(rng.choice([BPF_JGT, BPF_JGE]), 4, 3, 2),
                 I.ldx_mem(sz, 5, 2, n_acc - sz),
                 I.mov64_reg(7, 5) if rng.random() < 0.5 else I.mov64_imm(7, 1),
                 I.mov64_imm(0, 1),
@@ -114,13 +135,13 @@ def random_prog(rng: random.Random, k: int, maps: dict) -> Item:
             m = maps[name]
             code.append(I.st_mem(4, 10, -4, rng.randint(0, 5)) if not bad() else NOP)
             refs[len(code)] = MapRef(m)
-            code += [I.ld_imm64(1, 0), I.mov64_reg(2, 10), I.alu64_imm(U.BPF_ADD, 2, -4), I.call(1)]
+            code += [I.ld_imm64(1, 0), I.mov64_reg(2, 10), I.alu64_imm(BPF_ADD, 2, -4), I.call(1)]
             if not bad():
-                code.append(I.jmp_imm(U.BPF_JEQ, 0, 0, 2))
+                code.append(I.jmp_imm(BPF_JEQ, 0, 0, 2))
             sz = rng.choice([8, 4])
             off = rng.randrange(0, m.value_size - sz + 1, sz) if not bad() else m.value_size - 2
             code.append(I.ldx_mem(sz, 7, 0, off))
-            code.append(I.alu64_imm(U.BPF_ADD, 7, 1))
+            code.append(I.alu64_imm(BPF_ADD, 7, 1))
             scal -= {1, 2, 3, 4, 5, 0}
             scal.add(7)
         elif c < 0.92:
@@ -129,7 +150,7 @@ def random_prog(rng: random.Random, k: int, maps: dict) -> Item:
                 if rng.random() < 0.6:
                     code.append(
                         I.jmp_imm(
-                            rng.choice([U.BPF_JEQ, U.BPF_JNE, U.BPF_JGT, U.BPF_JSLT, U.BPF_JSET]),
+                            rng.choice([BPF_JEQ, BPF_JNE, BPF_JGT, BPF_JSLT, BPF_JSET]),
                             sreg(),
                             rng.randint(-3, 20),
                             skip,
@@ -137,9 +158,7 @@ def random_prog(rng: random.Random, k: int, maps: dict) -> Item:
                     )
                 else:
                     code.append(
-                        I.jmp_reg(
-                            rng.choice([U.BPF_JEQ, U.BPF_JGT, U.BPF_JSGE]), sreg(), sreg(), skip
-                        )
+                        I.jmp_reg(rng.choice([BPF_JEQ, BPF_JGT, BPF_JSGE]), sreg(), sreg(), skip)
                     )
                 for _ in range(skip):
                     d = dreg()
@@ -193,9 +212,9 @@ def ctx_prog(rng: random.Random, k: int, maps: dict) -> Item:
             I.ldx_mem(4, 2, 6, 0),
             I.ldx_mem(4, 3, 6, 4),
             I.mov64_reg(4, 2),
-            I.alu64_imm(U.BPF_ADD, 4, n),
+            I.alu64_imm(BPF_ADD, 4, n),
         ]
-        code.append(("J", I.jmp_reg(U.BPF_JGT, 4, 3, 0)))
+        code.append(("J", I.jmp_reg(BPF_JGT, 4, 3, 0)))
         for off in range(-32, 0, 8):
             if rng.random() < 0.9:
                 code.append(I.st_mem(8, 10, off, 0))
@@ -204,7 +223,7 @@ def ctx_prog(rng: random.Random, k: int, maps: dict) -> Item:
             src = rng.choice(["pkt", "stack"])
             code.append(I.mov64_reg(1, 2) if src == "pkt" else I.mov64_reg(1, 10))
             if src == "stack":
-                code.append(I.alu64_imm(U.BPF_ADD, 1, -32))
+                code.append(I.alu64_imm(BPF_ADD, 1, -32))
             code += [
                 I.mov64_imm(2, sz),
                 I.mov64_imm(3, 0),
@@ -217,7 +236,7 @@ def ctx_prog(rng: random.Random, k: int, maps: dict) -> Item:
                 I.mov64_reg(1, 6),
                 I.mov64_imm(2, 0),
                 I.mov64_reg(3, 10),
-                I.alu64_imm(U.BPF_ADD, 3, rng.choice([-32, -8, -16])),
+                I.alu64_imm(BPF_ADD, 3, rng.choice([-32, -8, -16])),
                 I.mov64_imm(4, sz),
                 I.call(189),
             ]
@@ -244,14 +263,14 @@ def calls_prog(rng: random.Random, k: int, maps: dict) -> Item:
     else:
         body_callee += [I.st_mem(8, 1, a_off, 3), I.mov64_reg(0, 2)]
     if rng.random() < 0.3:
-        body_callee.append(I.alu64_imm(U.BPF_AND, 0, 7))
+        body_callee.append(I.alu64_imm(BPF_AND, 0, 7))
     body_callee.append(I.exit_())
     caller = [I.mov64_reg(6, 1)]
     if rng.random() < 0.8:
         caller.append(I.st_mem(8, 10, -16, 5))
     caller += [
         I.mov64_reg(1, 10),
-        I.alu64_imm(U.BPF_ADD, 1, -16),
+        I.alu64_imm(BPF_ADD, 1, -16),
         I.mov64_imm(2, rng.choice([1, 5, 100])),
     ]
     use = rng.random() < 0.5
@@ -260,10 +279,10 @@ def calls_prog(rng: random.Random, k: int, maps: dict) -> Item:
         for off in range(-64, -16, 8):
             after.append(I.st_mem(8, 10, off, 0))
         after += [
-            I.alu64_imm(U.BPF_AND, 0, rng.choice([7, 15, 63])),
+            I.alu64_imm(BPF_AND, 0, rng.choice([7, 15, 63])),
             I.mov64_reg(7, 10),
-            I.alu64_imm(U.BPF_ADD, 7, -64),
-            I.alu64_reg(U.BPF_ADD, 7, 0),
+            I.alu64_imm(BPF_ADD, 7, -64),
+            I.alu64_reg(BPF_ADD, 7, 0),
             I.ldx_mem(1, 0, 7, 0),
         ]
     after += [I.mov64_imm(0, 2), I.exit_()]

@@ -12,26 +12,29 @@ from pathlib import Path
 
 import pytest
 
+from bpfdsl.abi import flags, limits, opcodes
 from bpfdsl.abi import insn as I
-from bpfdsl.abi import uapi as U
+from bpfdsl.abi.map_types import MapType
+from bpfdsl.abi.opcodes import BPF_ALU64, BPF_MOV, BPF_X
+from bpfdsl.abi.prog_types import AttachType, ProgramType
 from bpfdsl.checker import DataMap, check_insns
 from bpfdsl.checker.env import MapRef
 from bpfdsl.obj.maps import MapSpec
 
 CASES = Path(__file__).parent / "cases.txt"
 KINDS = {
-    "xdp": (U.ProgramType.XDP, U.AttachType.XDP),
-    "xdp_devmap": (U.ProgramType.XDP, U.AttachType.XDP_DEVMAP),
-    "sk_msg": (U.ProgramType.SK_MSG, U.AttachType.SK_MSG_VERDICT),
-    "sock_ops": (U.ProgramType.SOCK_OPS, U.AttachType.CGROUP_SOCK_OPS),
+    "xdp": (ProgramType.XDP, AttachType.XDP),
+    "xdp_devmap": (ProgramType.XDP, AttachType.XDP_DEVMAP),
+    "sk_msg": (ProgramType.SK_MSG, AttachType.SK_MSG_VERDICT),
+    "sock_ops": (ProgramType.SOCK_OPS, AttachType.CGROUP_SOCK_OPS),
 }
 MAPS = {
-    "hash": MapSpec("hash", U.MapType.HASH, 4, 8, 16),
-    "array": MapSpec("array", U.MapType.ARRAY, 4, 16, 4),
-    "xsks": MapSpec("xsks", U.MapType.XSKMAP, 4, 4, 4),
-    "devmap": MapSpec("devmap", U.MapType.DEVMAP, 4, 4, 4),
-    "cpumap": MapSpec("cpumap", U.MapType.CPUMAP, 4, 4, 1),
-    "sockhash": MapSpec("sockhash", U.MapType.SOCKHASH, 12, 8, 16),
+    "hash": MapSpec("hash", MapType.HASH, 4, 8, 16),
+    "array": MapSpec("array", MapType.ARRAY, 4, 16, 4),
+    "xsks": MapSpec("xsks", MapType.XSKMAP, 4, 4, 4),
+    "devmap": MapSpec("devmap", MapType.DEVMAP, 4, 4, 4),
+    "cpumap": MapSpec("cpumap", MapType.CPUMAP, 4, 4, 1),
+    "sockhash": MapSpec("sockhash", MapType.SOCKHASH, 12, 8, 16),
     "rodata": DataMap(".rodata", (7).to_bytes(4, "little") + bytes(4), readonly=True),
 }
 
@@ -48,7 +51,8 @@ class Case:
 def load_cases() -> list[Case]:
     cases: list[Case] = []
     ns = {k: getattr(I, k) for k in dir(I) if not k.startswith("_")}
-    ns.update({k: getattr(U, k) for k in dir(U) if k.startswith("BPF_")})
+    for mod in (opcodes, flags, limits):
+        ns.update({k: getattr(mod, k) for k in dir(mod) if k.startswith("BPF_")})
     for raw in CASES.read_text().splitlines():
         line = raw.strip()
         if not line or line.startswith("#"):
@@ -95,7 +99,7 @@ def kernel_maps():
     try:
         for name, m in MAPS.items():
             if isinstance(m, DataMap):
-                fd = S.map_create(U.MapType.ARRAY, 4, len(m.data), 1, map_flags=m.map_flags)
+                fd = S.map_create(MapType.ARRAY, 4, len(m.data), 1, map_flags=m.map_flags)
                 S.map_update(fd, bytes(4), m.data)
                 S.map_freeze(fd)
             else:
@@ -165,7 +169,7 @@ def test_check_loops_and_v4_insns_need_their_kernel():
         not res.ok
         and "a loop (back-edge from insn 2 to 1) needs Linux 5.3" in res.errors[0].message
     )
-    movsx = [I.mov64_imm(1, 200), I.Insn(U.BPF_ALU64 | U.BPF_MOV | U.BPF_X, 0, 1, 8, 0), I.exit_()]
+    movsx = [I.mov64_imm(1, 200), I.Insn(BPF_ALU64 | BPF_MOV | BPF_X, 0, 1, 8, 0), I.exit_()]
     assert check_insns(movsx, pt, at).ok
     res = check_insns(movsx, pt, at, kernel=(6, 1))
     assert not res.ok and "needs Linux 6.6" in res.errors[0].message

@@ -17,8 +17,9 @@ import re
 
 import pytest
 
-from bpfdsl.abi import uapi as U
 from bpfdsl.abi.insn import Insn
+from bpfdsl.abi.opcodes import BPF_ADD, BPF_ALU, BPF_ALU64, BPF_EXIT, BPF_JMP, BPF_K, BPF_X
+from bpfdsl.abi.prog_types import ProgramType
 from bpfdsl.checker import INSN_LIMIT, analyzer, check_object
 from bpfdsl.checker import domain as D
 from bpfdsl.checker.cfg import build_cfg
@@ -29,7 +30,7 @@ from bpfdsl.compiler import compile_source
 from bpfdsl.obj.collection import read_object
 from bpfdsl.runtime.loader import load_collection
 
-EXIT = Insn(U.BPF_JMP | U.BPF_EXIT, 0, 0, 0, 0)
+EXIT = Insn(BPF_JMP | BPF_EXIT, 0, 0, 0, 0)
 
 
 def _state(linked: bool) -> State:
@@ -54,10 +55,10 @@ CASES += [((1 << 31) - 1, True)]
 def test_made_handler_flags_only_a_kept_link(
     val: int, links: bool, privileged: bool, linked: bool
 ) -> None:
-    x = Insn(U.BPF_ALU64 | U.BPF_ADD | U.BPF_K, dst=1, src=0, off=0, imm=val)
+    x = Insn(BPF_ALU64 | BPF_ADD | BPF_K, dst=1, src=0, off=0, imm=val)
     handler = analyzer._handler(x, [1])
     cfg = build_cfg([x, EXIT])
-    env = Env(U.ProgramType.XDP, None, None, {}, {}, privileged=privileged)
+    env = Env(ProgramType.XDP, None, None, {}, {}, privileged=privileged)
     st = _state(linked)
     handler(env, cfg, st, 0, x)
     assert env.inexact == int(links and privileged and linked)
@@ -67,8 +68,8 @@ def test_made_handler_flags_only_a_kept_link(
 @pytest.mark.parametrize(("val", "links"), CASES)
 @pytest.mark.parametrize("privileged", (True, False))
 def test_do_alu_flags_only_a_kept_link(val: int, links: bool, privileged: bool) -> None:
-    x = Insn(U.BPF_ALU64 | U.BPF_ADD | U.BPF_X, dst=1, src=2, off=0, imm=0)
-    env = Env(U.ProgramType.XDP, None, None, {}, {}, privileged=privileged)
+    x = Insn(BPF_ALU64 | BPF_ADD | BPF_X, dst=1, src=2, off=0, imm=0)
+    env = Env(ProgramType.XDP, None, None, {}, {}, privileged=privileged)
     st = _state(True)
     st.frames[-1].regs[2] = D.known(val)
     do_alu(env, st, x)
@@ -76,9 +77,9 @@ def test_do_alu_flags_only_a_kept_link(val: int, links: bool, privileged: bool) 
 
 
 def test_alu32_add_never_links() -> None:
-    x = Insn(U.BPF_ALU | U.BPF_ADD | U.BPF_K, dst=1, src=0, off=0, imm=8)
+    x = Insn(BPF_ALU | BPF_ADD | BPF_K, dst=1, src=0, off=0, imm=8)
     handler = analyzer._handler(x, [1])
-    env = Env(U.ProgramType.XDP, None, None, {}, {})
+    env = Env(ProgramType.XDP, None, None, {}, {})
     handler(env, build_cfg([x, EXIT]), _state(True), 0, x)
     assert env.inexact == 0
 

@@ -63,15 +63,16 @@ def test_check_leaves_the_cycle_collector_as_it_found_it(udp_filter):
     come back, enabled or disabled, for accepted and rejected programs alike."""
     import gc
 
-    from bpfdsl.abi import uapi as U
+    from bpfdsl.abi.opcodes import BPF_EXIT, BPF_JMP
+    from bpfdsl.abi.prog_types import ProgramType
 
-    bad = [I.mov64_imm(0, 2), I.ldx_mem(4, 0, 10, -8), I.Insn(U.BPF_JMP | U.BPF_EXIT)]
+    bad = [I.mov64_imm(0, 2), I.ldx_mem(4, 0, 10, -8), I.Insn(BPF_JMP | BPF_EXIT)]
     was = gc.isenabled()
     try:
         for enabled in (True, False):
             gc.enable() if enabled else gc.disable()
             ok = check_object(udp_filter)
-            rejected = check_insns(bad, U.ProgramType.XDP, privileged=False)
+            rejected = check_insns(bad, ProgramType.XDP, privileged=False)
             assert ok.ok and not rejected.ok
             assert gc.isenabled() is enabled
     finally:

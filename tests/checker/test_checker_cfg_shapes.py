@@ -18,15 +18,17 @@ from support.complexity import acl_ladder, packet_loops
 from support.paths import ROOT
 
 from bpfdsl.abi import insn as I
-from bpfdsl.abi import uapi as U
 from bpfdsl.abi.helpers import HELPERS
+from bpfdsl.abi.map_types import MapType
+from bpfdsl.abi.opcodes import BPF_ADD, BPF_JEQ, BPF_JLT
+from bpfdsl.abi.prog_types import AttachType, ProgramType
 from bpfdsl.checker import check_insns
 from bpfdsl.checker.cfg import CfgError, build_cfg, uses_defs
 from bpfdsl.compiler import compile_source
 from bpfdsl.obj.collection import read_object
 from bpfdsl.obj.maps import MapSpec
 
-XDP = (U.ProgramType.XDP, U.AttachType.XDP)
+XDP = (ProgramType.XDP, AttachType.XDP)
 
 # (name, program, slot the kernel names in "unreachable insn N")
 DEAD_CODE = [
@@ -41,8 +43,8 @@ DEAD_CODE = [
         "after_a_loop",
         [
             I.mov64_imm(0, 0),
-            I.alu64_imm(U.BPF_ADD, 0, 1),
-            I.jmp_imm(U.BPF_JLT, 0, 3, -2),
+            I.alu64_imm(BPF_ADD, 0, 1),
+            I.jmp_imm(BPF_JLT, 0, 3, -2),
             I.exit_(),
             I.mov64_imm(0, 1),
             I.exit_(),
@@ -55,8 +57,8 @@ DEAD_CODE = [
         [
             I.mov64_imm(0, 2),
             I.exit_(),
-            I.alu64_imm(U.BPF_ADD, 0, 1),
-            I.jmp_imm(U.BPF_JLT, 0, 3, -2),
+            I.alu64_imm(BPF_ADD, 0, 1),
+            I.jmp_imm(BPF_JLT, 0, 3, -2),
             I.exit_(),
         ],
         2,
@@ -102,7 +104,7 @@ def test_unreachable_insn_is_the_kernels(prog, slot):
     from bpfdsl.kernel import syscall as S
 
     with pytest.raises(S.BpfError) as e:
-        fd, _ = S.prog_load(U.ProgramType.XDP, I.encode(prog), "GPL", log_level=1)
+        fd, _ = S.prog_load(ProgramType.XDP, I.encode(prog), "GPL", log_level=1)
         fd.close()
     assert re.findall(r"unreachable insn (\d+)", e.value.log) == [str(slot)]
 
@@ -110,9 +112,9 @@ def test_unreachable_insn_is_the_kernels(prog, slot):
 def test_reachable_loop_and_forward_jumps_are_not_dead_code():
     prog = [
         I.mov64_imm(0, 0),
-        I.jmp_imm(U.BPF_JEQ, 1, 0, 2),  # forward over the loop's body
-        I.alu64_imm(U.BPF_ADD, 0, 1),
-        I.jmp_imm(U.BPF_JLT, 0, 3, -2),
+        I.jmp_imm(BPF_JEQ, 1, 0, 2),  # forward over the loop's body
+        I.alu64_imm(BPF_ADD, 0, 1),
+        I.jmp_imm(BPF_JLT, 0, 3, -2),
         I.mov64_imm(0, 2),
         I.exit_(),
     ]
@@ -126,9 +128,9 @@ def test_code_reached_only_by_a_backward_jump_is_not_dead():
     prog = [
         I.mov64_imm(0, 0),
         I.ja(2),  # to insn 4
-        I.alu64_imm(U.BPF_ADD, 0, 1),  # reached only from insn 4
+        I.alu64_imm(BPF_ADD, 0, 1),  # reached only from insn 4
         I.exit_(),
-        I.jmp_imm(U.BPF_JLT, 0, 3, -3),  # back to insn 2
+        I.jmp_imm(BPF_JLT, 0, 3, -3),  # back to insn 2
         I.exit_(),
     ]
     assert build_cfg(prog).heads == {2}
@@ -173,9 +175,9 @@ def _corpus_module():
 
 
 MAPS = {
-    "h": MapSpec("h", U.MapType.HASH, 4, 8, 16),
-    "a": MapSpec("a", U.MapType.ARRAY, 4, 16, 4),
-    "pa": MapSpec("pa", U.MapType.PERCPU_ARRAY, 4, 8, 1),
+    "h": MapSpec("h", MapType.HASH, 4, 8, 16),
+    "a": MapSpec("a", MapType.ARRAY, 4, 16, 4),
+    "pa": MapSpec("pa", MapType.PERCPU_ARRAY, 4, 8, 1),
 }
 
 

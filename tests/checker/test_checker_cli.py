@@ -185,7 +185,7 @@ def test_check_cli_unmodelled_helper_is_cannot_check_exit_2(tmp_path, capsys):
 
 def test_check_unmodelled_vs_nonexistent_helper():
     from bpfdsl.abi.insn import call, exit_, mov64_imm
-    from bpfdsl.abi.uapi import ProgramType
+    from bpfdsl.abi.prog_types import ProgramType
     from bpfdsl.checker import check_insns
 
     def run(helper_id):
@@ -225,7 +225,8 @@ def test_check_get_current_pid_tgid_is_modelled():
     # u64 result, no arguments, every program type since Linux 6.10 (this kernel loads it
     # in XDP); an older --kernel target rejects it
     from bpfdsl.abi.insn import alu64_imm, call, exit_
-    from bpfdsl.abi.uapi import BPF_AND, ProgramType
+    from bpfdsl.abi.opcodes import BPF_AND
+    from bpfdsl.abi.prog_types import ProgramType
     from bpfdsl.checker import check_insns
 
     prog = [call(14), alu64_imm(BPF_AND, 0, 1), exit_()]

@@ -12,8 +12,27 @@ import itertools
 
 import pytest
 
-from bpfdsl.abi import uapi as U
 from bpfdsl.abi.insn import Insn
+from bpfdsl.abi.opcodes import (
+    BPF_ALU64,
+    BPF_EXIT,
+    BPF_JEQ,
+    BPF_JGE,
+    BPF_JGT,
+    BPF_JLE,
+    BPF_JLT,
+    BPF_JMP,
+    BPF_JMP32,
+    BPF_JNE,
+    BPF_JSET,
+    BPF_JSGE,
+    BPF_JSGT,
+    BPF_JSLE,
+    BPF_JSLT,
+    BPF_K,
+    BPF_MOV,
+)
+from bpfdsl.abi.prog_types import ProgramType
 from bpfdsl.checker import analyzer
 from bpfdsl.checker import domain as D
 from bpfdsl.checker.branch import scalar_jump
@@ -21,8 +40,8 @@ from bpfdsl.checker.cfg import Cfg, build_cfg
 from bpfdsl.checker.env import Env
 from bpfdsl.checker.state import Frame, State
 
-OPS = (U.BPF_JEQ, U.BPF_JNE, U.BPF_JSET, U.BPF_JGT, U.BPF_JGE, U.BPF_JLT, U.BPF_JLE)
-OPS += (U.BPF_JSGT, U.BPF_JSGE, U.BPF_JSLT, U.BPF_JSLE)
+OPS = (BPF_JEQ, BPF_JNE, BPF_JSET, BPF_JGT, BPF_JGE, BPF_JLT, BPF_JLE)
+OPS += (BPF_JSGT, BPF_JSGE, BPF_JSLT, BPF_JSLE)
 TARGET = 7
 
 
@@ -45,12 +64,12 @@ def _scalars() -> list[D.Reg]:
 def _cfg(x: Insn) -> Cfg:
     """The jump at insn 0, its target TARGET, every path ending in an exit (the compiled
     checker's handlers take a real Cfg)."""
-    mov = Insn(U.BPF_ALU64 | U.BPF_MOV | U.BPF_K, dst=0, src=0, off=0, imm=0)
-    return build_cfg([x] + [mov] * TARGET + [Insn(U.BPF_JMP | U.BPF_EXIT, 0, 0, 0, 0)])
+    mov = Insn(BPF_ALU64 | BPF_MOV | BPF_K, dst=0, src=0, off=0, imm=0)
+    return build_cfg([x] + [mov] * TARGET + [Insn(BPF_JMP | BPF_EXIT, 0, 0, 0, 0)])
 
 
 def _env() -> Env:
-    return Env(U.ProgramType.XDP, None, None, {}, {})
+    return Env(ProgramType.XDP, None, None, {}, {})
 
 
 def _state(r: D.Reg) -> State:
@@ -70,17 +89,17 @@ def _outcome(env: Env, succ) -> tuple:
 
 
 @pytest.mark.parametrize("op", OPS)
-@pytest.mark.parametrize("cls", (U.BPF_JMP, U.BPF_JMP32))
+@pytest.mark.parametrize("cls", (BPF_JMP, BPF_JMP32))
 def test_remembered_decision_is_scalar_jumps(op: int, cls: int) -> None:
     for imm in (0, 5, 9, 4096, -1, (1 << 31) - 1):
-        x = Insn(cls | op | U.BPF_K, dst=3, src=0, off=TARGET - 1, imm=imm)
+        x = Insn(cls | op | BPF_K, dst=3, src=0, off=TARGET - 1, imm=imm)
         handler = analyzer._handler(x, [1, TARGET])
         cfg = _cfg(x)
         # the memoizing handler (a compiled closure has no __name__: its class is
         # named after the function, cond_k__cond_k_obj)
         name = getattr(handler, "__name__", "") or type(handler).__name__
         assert name.split("__")[0] == "cond_k", name
-        imm_reg = D.known(imm if cls == U.BPF_JMP else imm & D.M32)
+        imm_reg = D.known(imm if cls == BPF_JMP else imm & D.M32)
         # every scalar twice, in two orders: the second sight of a tnum and bounds is
         # answered from the insn's memory
         scalars = _scalars()

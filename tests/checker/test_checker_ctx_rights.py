@@ -7,7 +7,7 @@ import pytest
 
 from bpfdsl.abi import insn as I
 from bpfdsl.abi.ctx import BPF_SOCK_OPS, SK_MSG_MD, XDP_MD, CtxStruct
-from bpfdsl.abi.uapi import AttachType, ProgramType
+from bpfdsl.abi.prog_types import AttachType, ProgramType
 from bpfdsl.checker import check_insns
 from bpfdsl.kernel import syscall as S
 from bpfdsl.kernel.syscall import BpfError

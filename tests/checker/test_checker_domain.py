@@ -11,7 +11,29 @@ import random
 
 import pytest
 
-from bpfdsl.abi import uapi as U
+from bpfdsl.abi.opcodes import (
+    BPF_ADD,
+    BPF_AND,
+    BPF_ARSH,
+    BPF_DIV,
+    BPF_JEQ,
+    BPF_JGE,
+    BPF_JGT,
+    BPF_JLE,
+    BPF_JLT,
+    BPF_JNE,
+    BPF_JSET,
+    BPF_JSGE,
+    BPF_JSGT,
+    BPF_JSLE,
+    BPF_JSLT,
+    BPF_LSH,
+    BPF_MUL,
+    BPF_OR,
+    BPF_RSH,
+    BPF_SUB,
+    BPF_XOR,
+)
 from bpfdsl.checker import alu as ALU
 from bpfdsl.checker import domain as D
 from bpfdsl.checker import tnum as T
@@ -105,15 +127,15 @@ def test_sync_keeps_every_member():
 
 
 OPS = [
-    U.BPF_ADD,
-    U.BPF_SUB,
-    U.BPF_MUL,
-    U.BPF_AND,
-    U.BPF_OR,
-    U.BPF_XOR,
-    U.BPF_LSH,
-    U.BPF_RSH,
-    U.BPF_ARSH,
+    BPF_ADD,
+    BPF_SUB,
+    BPF_MUL,
+    BPF_AND,
+    BPF_OR,
+    BPF_XOR,
+    BPF_LSH,
+    BPF_RSH,
+    BPF_ARSH,
 ]
 
 
@@ -130,7 +152,7 @@ def test_scalar_alu_is_sound(is64):
         a = _scalar(_rand_tnum(rng))
         b = (
             _scalar(_rand_tnum(rng, 4))
-            if op not in (U.BPF_LSH, U.BPF_RSH, U.BPF_ARSH)
+            if op not in (BPF_LSH, BPF_RSH, BPF_ARSH)
             else D.known(rng.randrange(bits))
         )
         out = ALU.scalar_alu(op, a, b, is64)
@@ -141,23 +163,23 @@ def test_scalar_alu_is_sound(is64):
 
 def test_division_results_are_unknown_like_the_kernel():
     # kernel is_safe_to_compute_dst_reg_range: no tracking through div/mod, even constants
-    assert not ALU.scalar_alu(U.BPF_DIV, D.known(8), D.known(2), True).is_const
-    assert ALU.scalar_alu(U.BPF_ADD, D.known(8), D.known(2), True).value == 10
-    assert ALU.scalar_alu(U.BPF_ADD, D.known(0xFFFFFFFF), D.known(1), False).value == 0
+    assert not ALU.scalar_alu(BPF_DIV, D.known(8), D.known(2), True).is_const
+    assert ALU.scalar_alu(BPF_ADD, D.known(8), D.known(2), True).value == 10
+    assert ALU.scalar_alu(BPF_ADD, D.known(0xFFFFFFFF), D.known(1), False).value == 0
 
 
 JMPS = [
-    U.BPF_JEQ,
-    U.BPF_JNE,
-    U.BPF_JGT,
-    U.BPF_JGE,
-    U.BPF_JLT,
-    U.BPF_JLE,
-    U.BPF_JSGT,
-    U.BPF_JSGE,
-    U.BPF_JSLT,
-    U.BPF_JSLE,
-    U.BPF_JSET,
+    BPF_JEQ,
+    BPF_JNE,
+    BPF_JGT,
+    BPF_JGE,
+    BPF_JLT,
+    BPF_JLE,
+    BPF_JSGT,
+    BPF_JSGE,
+    BPF_JSLT,
+    BPF_JSLE,
+    BPF_JSET,
 ]
 
 
@@ -166,17 +188,17 @@ def _holds(op: int, x: int, y: int, bits: int) -> bool:
     x, y = x & m, y & m
     sx, sy = (D.s64(x), D.s64(y)) if bits == 64 else (D.s32(x), D.s32(y))
     return {
-        U.BPF_JEQ: x == y,
-        U.BPF_JNE: x != y,
-        U.BPF_JGT: x > y,
-        U.BPF_JGE: x >= y,
-        U.BPF_JLT: x < y,
-        U.BPF_JLE: x <= y,
-        U.BPF_JSGT: sx > sy,
-        U.BPF_JSGE: sx >= sy,
-        U.BPF_JSLT: sx < sy,
-        U.BPF_JSLE: sx <= sy,
-        U.BPF_JSET: bool(x & y),
+        BPF_JEQ: x == y,
+        BPF_JNE: x != y,
+        BPF_JGT: x > y,
+        BPF_JGE: x >= y,
+        BPF_JLT: x < y,
+        BPF_JLE: x <= y,
+        BPF_JSGT: sx > sy,
+        BPF_JSGE: sx >= sy,
+        BPF_JSLT: sx < sy,
+        BPF_JSLE: sx <= sy,
+        BPF_JSET: bool(x & y),
     }[op]
 
 

@@ -103,19 +103,19 @@ def lookups_over(k: int, map_fd: int = 0) -> list:
     array map (6 insns each; inlined by the kernel into 7: the jump grows by 6 a lookup);
     out: return XDP_PASS."""
     from bpfdsl.abi import insn as I
-    from bpfdsl.abi import uapi as U
     from bpfdsl.abi.helpers import HELPERS
+    from bpfdsl.abi.opcodes import BPF_ADD, BPF_JEQ
 
     body = [
         I.st_mem(4, 10, -4, 0),
         I.mov64_reg(2, 10),
-        I.alu64_imm(U.BPF_ADD, 2, -4),
+        I.alu64_imm(BPF_ADD, 2, -4),
         I.ld_map_fd(1, map_fd),
         I.call(HELPERS["map_lookup_elem"].id),
     ]
     return [
         I.call(HELPERS["get_prandom_u32"].id),
-        I.jmp_imm(U.BPF_JEQ, 0, 0, 6 * k),
+        I.jmp_imm(BPF_JEQ, 0, 0, 6 * k),
         *(body * k),
         I.mov64_imm(0, 2),
         I.exit_(),
@@ -123,7 +123,8 @@ def lookups_over(k: int, map_fd: int = 0) -> list:
 
 
 def check_lookups(k: int):
-    from bpfdsl.abi.uapi import MapType, ProgramType
+    from bpfdsl.abi.map_types import MapType
+    from bpfdsl.abi.prog_types import ProgramType
     from bpfdsl.checker import DataMap, check_insns
     from bpfdsl.checker.env import MapRef
 
@@ -158,7 +159,8 @@ def test_kernel_boundary_of_the_jump_is_the_checkers() -> None:
     """Bisect k on the kernel for the last program it loads; the checker accepts that one
     and refuses the next with the same insn the kernel names (errno ENOMEM)."""
     from bpfdsl.abi.insn import encode
-    from bpfdsl.abi.uapi import MapType, ProgramType
+    from bpfdsl.abi.map_types import MapType
+    from bpfdsl.abi.prog_types import ProgramType
     from bpfdsl.kernel import syscall
 
     with syscall.map_create(MapType.ARRAY, 4, 8, 4, name="patchrange") as fd:

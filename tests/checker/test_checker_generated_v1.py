@@ -14,7 +14,7 @@ import re
 import pytest
 from support.paths import ROOT
 
-from bpfdsl.abi import uapi as U
+from bpfdsl.abi.opcodes import BPF_JLE, BPF_JLT, BPF_JMP, BPF_JSLE, BPF_JSLT
 from bpfdsl.checker import check_object
 from bpfdsl.compiler import compile_source
 from bpfdsl.obj.collection import read_object
@@ -44,8 +44,8 @@ def test_the_object_is_v1() -> None:
     (prog,) = _spec().programs.values()
     jumps = [x for x in prog.insns if x.is_cond_jump]
     assert jumps
-    assert all(x.cls == U.BPF_JMP for x in jumps)
-    v2 = (U.BPF_JLT, U.BPF_JLE, U.BPF_JSLT, U.BPF_JSLE)
+    assert all(x.cls == BPF_JMP for x in jumps)
+    v2 = (BPF_JLT, BPF_JLE, BPF_JSLT, BPF_JSLE)
     assert not [x for x in jumps if x.op in v2]
 
 

@@ -21,8 +21,10 @@ import pytest
 from support.paths import ROOT
 
 from bpfdsl.abi import insn as I
-from bpfdsl.abi import uapi as U
 from bpfdsl.abi.helpers import HELPERS, helper_may_access_packet
+from bpfdsl.abi.map_types import MapType
+from bpfdsl.abi.opcodes import BPF_ADD, BPF_JLE
+from bpfdsl.abi.prog_types import AttachType, ProgramType
 from bpfdsl.checker.env import MapRef
 from bpfdsl.compiler import compile_file, compile_source
 from bpfdsl.diagnostics import DiagnosticError
@@ -31,11 +33,11 @@ from bpfdsl.obj.maps import MapSpec
 SCRIPT = ROOT / "scripts" / "difftest_checker.py"
 XDP_PASS = 2  # enum xdp_action (include/uapi/linux/bpf.h)
 MSG = "helper access to the packet is not allowed"
-PT, AT = U.ProgramType, U.AttachType
+PT, AT = ProgramType, AttachType
 
-HASH = MapSpec("h", U.MapType.HASH, 4, 8, 16)
-RB = MapSpec("rb", U.MapType.RINGBUF, 0, 0, 4096)
-PERF = MapSpec("perf", U.MapType.PERF_EVENT_ARRAY, 4, 4, 1)
+HASH = MapSpec("h", MapType.HASH, 4, 8, 16)
+RB = MapSpec("rb", MapType.RINGBUF, 0, 0, 4096)
+PERF = MapSpec("perf", MapType.PERF_EVENT_ARRAY, 4, 4, 1)
 
 
 def _load_script():
@@ -61,8 +63,8 @@ PROLOGUE = [
     I.ldx_mem(4, 7, 1, 0),  # xdp_md->data
     I.ldx_mem(4, 3, 1, 4),  # xdp_md->data_end
     I.mov64_reg(4, 7),
-    I.alu64_imm(U.BPF_ADD, 4, 8),
-    I.jmp_reg(U.BPF_JLE, 4, 3, 2),  # 8 bytes in the packet: on to the call
+    I.alu64_imm(BPF_ADD, 4, 8),
+    I.jmp_reg(BPF_JLE, 4, 3, 2),  # 8 bytes in the packet: on to the call
     I.mov64_imm(0, XDP_PASS),
     I.exit_(),
 ]

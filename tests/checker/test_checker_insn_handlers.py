@@ -18,16 +18,16 @@ from support.complexity import acl_ladder, packet_loops
 from support.paths import ROOT
 
 from bpfdsl import checker
-from bpfdsl.abi import uapi as U
+from bpfdsl.abi.map_types import MapType
 from bpfdsl.checker import analyzer, check_insns, check_object
 from bpfdsl.compiler import compile_source
 from bpfdsl.obj.collection import read_object
 from bpfdsl.obj.maps import MapSpec
 
 MAPS = {
-    "h": MapSpec("h", U.MapType.HASH, 4, 8, 16),
-    "a": MapSpec("a", U.MapType.ARRAY, 4, 16, 4),
-    "pa": MapSpec("pa", U.MapType.PERCPU_ARRAY, 4, 8, 1),
+    "h": MapSpec("h", MapType.HASH, 4, 8, 16),
+    "a": MapSpec("a", MapType.ARRAY, 4, 16, 4),
+    "pa": MapSpec("pa", MapType.PERCPU_ARRAY, 4, 8, 1),
 }
 
 

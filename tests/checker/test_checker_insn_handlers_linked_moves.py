@@ -19,13 +19,15 @@ import pytest
 
 from bpfdsl import checker
 from bpfdsl.abi import insn as I
-from bpfdsl.abi import uapi as U
 from bpfdsl.abi.helpers import HELPERS
+from bpfdsl.abi.map_types import MapType
+from bpfdsl.abi.opcodes import BPF_ADD, BPF_AND, BPF_JEQ, BPF_JGT
+from bpfdsl.abi.prog_types import AttachType, ProgramType, XdpAction
 from bpfdsl.checker import analyzer, check_insns
 from bpfdsl.checker.env import MapRef
 from bpfdsl.obj.maps import MapSpec
 
-RB = MapSpec("rb", U.MapType.RINGBUF, 0, 0, 4096)
+RB = MapSpec("rb", MapType.RINGBUF, 0, 0, 4096)
 
 
 def _prog(limit: int) -> list[I.Insn]:
@@ -33,24 +35,24 @@ def _prog(limit: int) -> list[I.Insn]:
     16-byte record; 16: one byte past it)."""
     return [
         I.call(HELPERS["get_prandom_u32"].id),
-        I.alu64_imm(U.BPF_AND, 0, 0xFFFF),  # r0 0..0xffff
+        I.alu64_imm(BPF_AND, 0, 0xFFFF),  # r0 0..0xffff
         I.mov64_reg(6, 0),  # r6 linked to r0 (64-bit move of an unknown scalar)
-        I.jmp_imm(U.BPF_JGT, 6, 3, 1),  # to the join (r6 4..0xffff there)
+        I.jmp_imm(BPF_JGT, 6, 3, 1),  # to the join (r6 4..0xffff there)
         I.mov64_imm(4, 1),
         I.mov32_reg(7, 6),  # the join: w7 = w6; r6 fits in 32 bits, r7 is linked to it
-        I.jmp_imm(U.BPF_JGT, 7, limit, 12),  # to out (offsets in slots: ld_imm64 is 2)
+        I.jmp_imm(BPF_JGT, 7, limit, 12),  # to out (offsets in slots: ld_imm64 is 2)
         I.ld_imm64(1, 0),  # the ring buffer (AT)
         I.mov64_imm(2, 16),
         I.mov64_imm(3, 0),
         I.call(HELPERS["ringbuf_reserve"].id),
-        I.jmp_imm(U.BPF_JEQ, 0, 0, 6),  # NULL: to out
+        I.jmp_imm(BPF_JEQ, 0, 0, 6),  # NULL: to out
         I.mov64_reg(9, 0),
-        I.alu64_reg(U.BPF_ADD, 0, 6),  # record + r6 (bounded only through r7)
+        I.alu64_reg(BPF_ADD, 0, 6),  # record + r6 (bounded only through r7)
         I.st_mem(1, 0, 0, 1),  # one byte
         I.mov64_reg(1, 9),
         I.mov64_imm(2, 0),
         I.call(HELPERS["ringbuf_submit"].id),
-        I.mov64_imm(0, U.XdpAction.PASS),  # out
+        I.mov64_imm(0, XdpAction.PASS),  # out
         I.exit_(),
     ]
 
@@ -59,7 +61,7 @@ AT = next(k for k, x in enumerate(_prog(7)) if x.is_ld_imm64)
 
 
 def _check(ins: list[I.Insn]):
-    return check_insns(ins, U.ProgramType.XDP, U.AttachType.XDP, map_refs={AT: MapRef(RB)})
+    return check_insns(ins, ProgramType.XDP, AttachType.XDP, map_refs={AT: MapRef(RB)})
 
 
 def _kernel(ins: list[I.Insn]) -> tuple[bool, int, str]:
@@ -70,7 +72,7 @@ def _kernel(ins: list[I.Insn]) -> tuple[bool, int, str]:
         prog = list(ins)
         prog[AT] = I.ld_map_fd(1, int(fd))
         try:
-            pfd, log = S.prog_load(U.ProgramType.XDP, I.encode(prog), "GPL", log_level=1 | 4)
+            pfd, log = S.prog_load(ProgramType.XDP, I.encode(prog), "GPL", log_level=1 | 4)
             pfd.close()
             ok = True
         except S.BpfError as e:

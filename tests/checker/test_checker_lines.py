@@ -12,7 +12,8 @@ import pytest
 from support.paths import DATA
 
 from bpfdsl.abi import insn as I
-from bpfdsl.abi import uapi as U
+from bpfdsl.abi.opcodes import BPF_K, BPF_STX, BPF_X
+from bpfdsl.abi.prog_types import AttachType, ProgramType
 from bpfdsl.checker import check_insns, map_refs_for
 from bpfdsl.obj.collection import read_object
 
@@ -61,8 +62,8 @@ def _check(prog, insns, refs=None, **kw):
     p, r = prog
     return check_insns(
         insns,
-        U.ProgramType.XDP,
-        U.AttachType.XDP,
+        ProgramType.XDP,
+        AttachType.XDP,
         map_refs=r if refs is None else refs,
         line_at=p.line_at,
         **kw,
@@ -88,7 +89,7 @@ def test_check_fixture_accepted(prog):
 CASES = {
     # kind: (pattern, replacement, marker, expected code)
     "bounds_removed": (
-        lambda x: x.is_cond_jump and x.source == U.BPF_X,
+        lambda x: x.is_cond_jump and x.source == BPF_X,
         NOP,
         "bounds",
         "pkt-bounds",
@@ -100,7 +101,7 @@ CASES = {
         "pkt-bounds",
     ),
     "null_check_removed": (
-        lambda x: x.is_cond_jump and x.source == U.BPF_K and x.imm == 0 and x.dst == 1,
+        lambda x: x.is_cond_jump and x.source == BPF_K and x.imm == 0 and x.dst == 1,
         NOP,
         "null",
         "invalid-mem",
@@ -112,13 +113,13 @@ CASES = {
         "ctx-access",
     ),
     "stack_oob": (
-        lambda x: x.cls == U.BPF_STX and x.dst == 10,
+        lambda x: x.cls == BPF_STX and x.dst == 10,
         lambda x: dataclasses.replace(x, off=x.off - 512),
         "stack",
         "stack-bounds",
     ),
     "stack_misaligned": (
-        lambda x: x.cls == U.BPF_STX and x.dst == 10,
+        lambda x: x.cls == BPF_STX and x.dst == 10,
         lambda x: dataclasses.replace(x, off=x.off - 2),
         "stack",
         "misaligned-stack",
@@ -176,7 +177,7 @@ def test_check_bad_return_is_warning_at_the_insn_that_set_r0(prog):
 
 
 def test_check_uninit_stack_read_names_call_line(prog):
-    ins, _ = _mutated(prog, lambda x: x.cls == U.BPF_STX and x.dst == 10, NOP)
+    ins, _ = _mutated(prog, lambda x: x.cls == BPF_STX and x.dst == 10, NOP)
     priv = _check(prog, ins)
     assert priv.ok and priv.warnings[0].code == "uninit-stack"  # root may read it
     assert priv.warnings[0].source.line == _markers()["call"]

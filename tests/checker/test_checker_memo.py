@@ -11,7 +11,30 @@ from __future__ import annotations
 
 import random
 
-from bpfdsl.abi import uapi as U
+from bpfdsl.abi.opcodes import (
+    BPF_ADD,
+    BPF_AND,
+    BPF_ARSH,
+    BPF_DIV,
+    BPF_JEQ,
+    BPF_JGE,
+    BPF_JGT,
+    BPF_JLE,
+    BPF_JLT,
+    BPF_JNE,
+    BPF_JSET,
+    BPF_JSGE,
+    BPF_JSGT,
+    BPF_JSLE,
+    BPF_JSLT,
+    BPF_LSH,
+    BPF_MOD,
+    BPF_MUL,
+    BPF_OR,
+    BPF_RSH,
+    BPF_SUB,
+    BPF_XOR,
+)
 from bpfdsl.checker import alu as ALU
 from bpfdsl.checker import domain as D
 from bpfdsl.checker import tnum as T
@@ -72,17 +95,17 @@ def test_tnum_mul_memo_matches_direct_computation():
 
 
 OPS = [
-    U.BPF_ADD,
-    U.BPF_SUB,
-    U.BPF_MUL,
-    U.BPF_AND,
-    U.BPF_OR,
-    U.BPF_XOR,
-    U.BPF_LSH,
-    U.BPF_RSH,
-    U.BPF_ARSH,
-    U.BPF_DIV,
-    U.BPF_MOD,
+    BPF_ADD,
+    BPF_SUB,
+    BPF_MUL,
+    BPF_AND,
+    BPF_OR,
+    BPF_XOR,
+    BPF_LSH,
+    BPF_RSH,
+    BPF_ARSH,
+    BPF_DIV,
+    BPF_MOD,
 ]
 
 
@@ -100,26 +123,26 @@ def test_scalar_alu_memo_matches_direct_computation_and_is_fresh():
             direct = ALU._scalar_alu(op, x, s, is64, False)
             out = ALU.scalar_alu(op, x, s, is64)
             assert (out.tn, out.bounds()) == (direct.tn, direct.bounds()), (op, is64, x, s)
-            if op not in (U.BPF_DIV, U.BPF_MOD):
+            if op not in (BPF_DIV, BPF_MOD):
                 # a fresh scalar: never the operand's id or note
                 assert _same(out, direct) and out.id == 0 and out.note == ""
         other = ALU.scalar_alu(op, d.replace(id=9, note="other"), s, True)
-        if op not in (U.BPF_DIV, U.BPF_MOD):
+        if op not in (BPF_DIV, BPF_MOD):
             assert other.id == 0 and other.note == ""
 
 
 JMPS = [
-    U.BPF_JEQ,
-    U.BPF_JNE,
-    U.BPF_JGT,
-    U.BPF_JGE,
-    U.BPF_JLT,
-    U.BPF_JLE,
-    U.BPF_JSGT,
-    U.BPF_JSGE,
-    U.BPF_JSLT,
-    U.BPF_JSLE,
-    U.BPF_JSET,
+    BPF_JEQ,
+    BPF_JNE,
+    BPF_JGT,
+    BPF_JGE,
+    BPF_JLT,
+    BPF_JLE,
+    BPF_JSGT,
+    BPF_JSGE,
+    BPF_JSLT,
+    BPF_JSLE,
+    BPF_JSET,
 ]
 
 

@@ -43,7 +43,7 @@ PROBE = """
 import json, sys
 import bpfdsl.checker as C
 from bpfdsl.abi import insn as I
-from bpfdsl.abi.uapi import ProgramType
+from bpfdsl.abi.prog_types import ProgramType
 from bpfdsl.checker import native
 mods = {m: sys.modules[f"bpfdsl.checker.{m}"].__spec__.origin for m in native.compiled_modules()
         if f"bpfdsl.checker.{m}" in sys.modules}
@@ -175,14 +175,14 @@ def test_edited_source_after_the_build_falls_back_to_python(tmp_path):
 
 
 def test_edited_abi_constant_after_the_build_falls_back_to_python(tmp_path):
-    """mypyc builds the Final constants of bpfdsl/abi/uapi.py into the checker's C code:
+    """mypyc builds the Final constants of bpfdsl/abi/opcodes.py into the checker's C code:
     an edit there makes the build stale, like an edit of a checker source."""
     tree = _tree_copy(tmp_path)
-    uapi = tree / "bpfdsl" / "abi" / "uapi.py"
-    uapi.write_text(uapi.read_text() + "\n# edited after the build\n")
+    opcodes = tree / "bpfdsl" / "abi" / "opcodes.py"
+    opcodes.write_text(opcodes.read_text() + "\n# edited after the build\n")
     got = _run(PROBE, pure=False, root=tree)
     assert got["native"] is False
-    assert got["reason"].startswith("stale: ../abi/uapi.py changed since the build"), got
+    assert got["reason"].startswith("stale: ../abi/opcodes.py changed since the build"), got
     assert _origins_are(got["origins"], (".py",)), got["origins"]
 
 

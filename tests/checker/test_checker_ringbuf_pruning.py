@@ -15,13 +15,15 @@ from __future__ import annotations
 import pytest
 
 from bpfdsl.abi import insn as I
-from bpfdsl.abi import uapi as U
 from bpfdsl.abi.helpers import HELPERS
+from bpfdsl.abi.map_types import MapType
+from bpfdsl.abi.opcodes import BPF_ADD, BPF_AND, BPF_JEQ, BPF_JGT, BPF_JNE
+from bpfdsl.abi.prog_types import AttachType, ProgramType, XdpAction
 from bpfdsl.checker import check_insns
 from bpfdsl.checker.env import MapRef
 from bpfdsl.obj.maps import MapSpec
 
-RB = MapSpec("rb", U.MapType.RINGBUF, 0, 0, 4096)
+RB = MapSpec("rb", MapType.RINGBUF, 0, 0, 4096)
 TAIL = 12  # insns after the join (each walked once more when the join is not pruned)
 FILL = 6  # insns on each path before the join (the kernel's checkpoint needs 8 since one)
 
@@ -53,9 +55,9 @@ def _path(size: int, off_reg: int, other: str | None) -> list:
     items = [
         I.mov64_imm(2, size),
         I.call(HELPERS["ringbuf_reserve"].id),
-        (lambda o: I.jmp_imm(U.BPF_JEQ, 0, 0, o), "out"),  # NULL: nothing reserved
+        (lambda o: I.jmp_imm(BPF_JEQ, 0, 0, o), "out"),  # NULL: nothing reserved
         I.mov64_reg(9, 0),
-        I.alu64_reg(U.BPF_ADD, 0, off_reg),
+        I.alu64_reg(BPF_ADD, 0, off_reg),
     ]
     items += [I.mov64_imm(4, k) for k in range(FILL)]
     if other is not None:
@@ -71,24 +73,24 @@ def _prog(size_a: int, size_b: int) -> list[I.Insn]:
         I.call(HELPERS["get_prandom_u32"].id),
         I.mov64_reg(6, 0),  # r6: which path
         I.mov64_reg(7, 0),
-        I.alu64_imm(U.BPF_AND, 7, 7),  # r7 in 0..7
+        I.alu64_imm(BPF_AND, 7, 7),  # r7 in 0..7
         I.mov64_reg(8, 0),
-        I.alu64_imm(U.BPF_AND, 8, 3),  # r8 in 0..3
+        I.alu64_imm(BPF_AND, 8, 3),  # r8 in 0..3
         I.ld_imm64(1, 0),  # the ring buffer (index 6: REFS)
         I.mov64_imm(3, 0),
-        (lambda o: I.jmp_imm(U.BPF_JGT, 6, 100, o), "second"),
+        (lambda o: I.jmp_imm(BPF_JGT, 6, 100, o), "second"),
         *_path(size_a, 7, "second"),
         ("label", "second"),
         *_path(size_b, 8, None),
         ("label", "join"),
         I.mov64_imm(5, 0),
-        *[I.alu64_imm(U.BPF_ADD, 5, 1) for _ in range(TAIL - 1)],
+        *[I.alu64_imm(BPF_ADD, 5, 1) for _ in range(TAIL - 1)],
         I.st_mem(1, 0, 0, 1),
         I.mov64_reg(1, 9),
         I.mov64_imm(2, 0),
         I.call(HELPERS["ringbuf_submit"].id),
         ("label", "out"),
-        I.mov64_imm(0, U.XdpAction.PASS),
+        I.mov64_imm(0, XdpAction.PASS),
         I.exit_(),
     ]
     return _asm(items)
@@ -98,7 +100,7 @@ REFS = {6: MapRef(RB)}
 
 
 def _check(ins: list[I.Insn]):
-    return check_insns(ins, U.ProgramType.XDP, U.AttachType.XDP, map_refs=REFS)
+    return check_insns(ins, ProgramType.XDP, AttachType.XDP, map_refs=REFS)
 
 
 def _kernel(ins: list[I.Insn], at: int = 6) -> tuple[bool, int, str]:
@@ -112,7 +114,7 @@ def _kernel(ins: list[I.Insn], at: int = 6) -> tuple[bool, int, str]:
         prog = list(ins)
         prog[at] = I.ld_map_fd(1, int(fd))
         try:
-            pfd, log = S.prog_load(U.ProgramType.XDP, I.encode(prog), "GPL", log_level=1 | 4)
+            pfd, log = S.prog_load(ProgramType.XDP, I.encode(prog), "GPL", log_level=1 | 4)
             pfd.close()
             ok = True
         except S.BpfError as e:
@@ -153,7 +155,7 @@ def _sized_by_path(size_a: int, size_b: int) -> list[I.Insn]:
     items = [
         I.call(HELPERS["get_prandom_u32"].id),
         I.mov64_imm(2, size_a),
-        (lambda o: I.jmp_imm(U.BPF_JGT, 0, 100, o), "small"),
+        (lambda o: I.jmp_imm(BPF_JGT, 0, 100, o), "small"),
         *[I.mov64_imm(4, k) for k in range(FILL)],
         (I.ja, "join"),
         ("label", "small"),
@@ -163,13 +165,13 @@ def _sized_by_path(size_a: int, size_b: int) -> list[I.Insn]:
         I.ld_imm64(1, 0),  # the ring buffer (SIZED_REFS)
         I.mov64_imm(3, 0),
         I.call(HELPERS["ringbuf_reserve"].id),
-        (lambda o: I.jmp_imm(U.BPF_JEQ, 0, 0, o), "out"),
+        (lambda o: I.jmp_imm(BPF_JEQ, 0, 0, o), "out"),
         I.st_mem(8, 0, 8, 1),
         I.mov64_reg(1, 0),
         I.mov64_imm(2, 0),
         I.call(HELPERS["ringbuf_submit"].id),
         ("label", "out"),
-        I.mov64_imm(0, U.XdpAction.PASS),
+        I.mov64_imm(0, XdpAction.PASS),
         I.exit_(),
     ]
     return _asm(items)
@@ -182,14 +184,14 @@ def test_the_reserved_size_is_precise() -> None:
     # the 8-byte path joins the 16-byte one before the call: the size decides the
     # record's bounds, so it must not be taken as covered (kernel: precise)
     ins = _sized_by_path(16, 8)
-    res = check_insns(ins, U.ProgramType.XDP, U.AttachType.XDP, map_refs={SIZED_AT: MapRef(RB)})
+    res = check_insns(ins, ProgramType.XDP, AttachType.XDP, map_refs={SIZED_AT: MapRef(RB)})
     assert not res.ok
     assert res.errors[0].code == "mem-bounds", res.errors[0].message
     assert "mem_size=8 off=8 size=8" in res.errors[0].message
     ok = check_insns(
         _sized_by_path(16, 16),
-        U.ProgramType.XDP,
-        U.AttachType.XDP,
+        ProgramType.XDP,
+        AttachType.XDP,
         map_refs={SIZED_AT: MapRef(RB)},
     )
     assert ok.ok, [e.message for e in ok.errors]
@@ -200,7 +202,7 @@ def test_the_reserved_size_is_precise() -> None:
 def test_sized_by_path_as_the_kernel(sizes: tuple[int, int]) -> None:
     ins = _sized_by_path(*sizes)
     ok, processed, log = _kernel(ins, at=SIZED_AT)
-    res = check_insns(ins, U.ProgramType.XDP, U.AttachType.XDP, map_refs={SIZED_AT: MapRef(RB)})
+    res = check_insns(ins, ProgramType.XDP, AttachType.XDP, map_refs={SIZED_AT: MapRef(RB)})
     assert res.ok == ok, log[-800:]
     if ok:
         assert res.insns_processed == processed, log[-1500:]
@@ -210,13 +212,13 @@ def _recheck_prog(second: str) -> list[I.Insn]:
     """Reserve 16 bytes, the NULL check, then ``if r0 <second> 0`` again on the record (as
     LLVM emits when a loop carries the reservation's NULL test in another register): its
     other target exits without submitting, reachable only if the record could be NULL."""
-    op = {"==": U.BPF_JEQ, "!=": U.BPF_JNE}[second]
+    op = {"==": BPF_JEQ, "!=": BPF_JNE}[second]
     items = [
         I.ld_imm64(1, 0),  # the ring buffer (index 0)
         I.mov64_imm(2, 16),
         I.mov64_imm(3, 0),
         I.call(HELPERS["ringbuf_reserve"].id),
-        (lambda o: I.jmp_imm(U.BPF_JEQ, 0, 0, o), "out"),
+        (lambda o: I.jmp_imm(BPF_JEQ, 0, 0, o), "out"),
         (lambda o: I.jmp_imm(op, 0, 0, o), "recheck"),
         *([] if second == "==" else [(I.ja, "leak")]),
         ("label", "submit") if second == "==" else ("label", "recheck"),
@@ -224,10 +226,10 @@ def _recheck_prog(second: str) -> list[I.Insn]:
         I.mov64_imm(2, 0),
         I.call(HELPERS["ringbuf_submit"].id),
         ("label", "out"),
-        I.mov64_imm(0, U.XdpAction.PASS),
+        I.mov64_imm(0, XdpAction.PASS),
         I.exit_(),
         ("label", "recheck") if second == "==" else ("label", "leak"),
-        I.mov64_imm(0, U.XdpAction.DROP),  # leaves the reservation open
+        I.mov64_imm(0, XdpAction.DROP),  # leaves the reservation open
         I.exit_(),
     ]
     return _asm(items)
@@ -244,6 +246,6 @@ def test_a_checked_record_is_never_null_as_in_the_kernel(second: str) -> None:
     ins = _recheck_prog(second)
     ok, processed, log = _kernel(ins, at=0)
     assert ok, log[-1500:]
-    res = check_insns(ins, U.ProgramType.XDP, U.AttachType.XDP, map_refs={0: MapRef(RB)})
+    res = check_insns(ins, ProgramType.XDP, AttachType.XDP, map_refs={0: MapRef(RB)})
     assert res.ok, [e.message for e in res.errors]
     assert res.insns_processed == processed, log[-1500:]

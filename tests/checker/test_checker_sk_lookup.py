@@ -22,8 +22,9 @@ from support.objbuild import compile_c
 from support.paths import DATA, ROOT
 
 from bpfdsl.abi import insn as I
-from bpfdsl.abi import uapi as U
 from bpfdsl.abi.helpers import HELPERS
+from bpfdsl.abi.opcodes import BPF_ADD, BPF_JNE
+from bpfdsl.abi.prog_types import ProgramType
 from bpfdsl.checker import check_insns
 
 SCRIPT = ROOT / "scripts" / "difftest_checker.py"
@@ -148,12 +149,12 @@ def _field_read(lookup: str, off: int, size: int) -> list[I.Insn]:
         I.mov64_imm(2, 0),
         *(I.stx_mem(8, 10, 2, -8 * k) for k in range(1, 6)),
         I.mov64_reg(2, 10),
-        I.alu64_imm(U.BPF_ADD, 2, -40),
+        I.alu64_imm(BPF_ADD, 2, -40),
         I.mov64_imm(3, 12),
         I.mov64_imm(4, -1),  # BPF_F_CURRENT_NETNS
         I.mov64_imm(5, 0),
         I.call(HELPERS[lookup].id),
-        I.jmp_imm(U.BPF_JNE, 0, 0, 2),
+        I.jmp_imm(BPF_JNE, 0, 0, 2),
         I.mov64_imm(0, 2),
         I.exit_(),
         I.ldx_mem(size, 6, 0, off),
@@ -173,7 +174,7 @@ CASES = [
 
 
 def _ours(prog: list[I.Insn]) -> str:
-    r = check_insns(prog, U.ProgramType.XDP)
+    r = check_insns(prog, ProgramType.XDP)
     return "ok" if r.ok else r.errors[0].message
 
 
@@ -199,7 +200,7 @@ def test_sock_field_reads_are_the_kernels(dt):
     bad = []
     for lk, off, size in CASES:
         prog = _field_read(lk, off, size)
-        it = dt.Item("sock_field", f"{lk}_{off}_{size}", prog, U.ProgramType.XDP, None, 0, {})
+        it = dt.Item("sock_field", f"{lk}_{off}_{size}", prog, ProgramType.XDP, None, 0, {})
         verdict, msg, _log = dt.kernel_verdict(it, dt.Maps())
         want = "ok" if verdict == "ok" else msg
         if _ours(prog) != want:

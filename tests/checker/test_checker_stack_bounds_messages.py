@@ -16,8 +16,9 @@ import re
 import pytest
 
 from bpfdsl.abi import insn as I
-from bpfdsl.abi import uapi as U
 from bpfdsl.abi.helpers import HELPERS
+from bpfdsl.abi.opcodes import BPF_ADD, BPF_AND
+from bpfdsl.abi.prog_types import ProgramType
 from bpfdsl.checker import check_insns
 
 CSUM = HELPERS["csum_diff"].id  # reads (from, from_size): ARG_PTR_TO_MEM | MEM_RDONLY, size 0 ok
@@ -26,14 +27,14 @@ ZERO_STACK = [I.mov64_imm(0, 0), I.stx_mem(8, 10, 0, -8), I.stx_mem(8, 10, 0, -1
 
 
 def fp(off: int) -> list[I.Insn]:
-    return [I.mov64_reg(1, 10), I.alu64_imm(U.BPF_ADD, 1, off)]
+    return [I.mov64_reg(1, 10), I.alu64_imm(BPF_ADD, 1, off)]
 
 
 def var(base: int, mask: int | None) -> list[I.Insn]:
     """r1 = fp + base + (rx_queue_index [& mask])"""
-    m = [] if mask is None else [I.alu64_imm(U.BPF_AND, 2, mask)]
-    return [I.ldx_mem(4, 2, 1, 16), *m, I.mov64_reg(1, 10), I.alu64_imm(U.BPF_ADD, 1, base),
-            I.alu64_reg(U.BPF_ADD, 1, 2)]  # fmt: skip
+    m = [] if mask is None else [I.alu64_imm(BPF_AND, 2, mask)]
+    return [I.ldx_mem(4, 2, 1, 16), *m, I.mov64_reg(1, 10), I.alu64_imm(BPF_ADD, 1, base),
+            I.alu64_reg(BPF_ADD, 1, 2)]  # fmt: skip
 
 
 def csum(setup: list[I.Insn], size: int) -> list[I.Insn]:
@@ -84,7 +85,7 @@ CASES = {
 
 
 def _ours(prog: list[I.Insn]) -> tuple[str, int]:
-    r = check_insns(prog, U.ProgramType.XDP)
+    r = check_insns(prog, ProgramType.XDP)
     return ("ok" if r.ok else r.errors[0].message), r.insns_processed
 
 
@@ -101,7 +102,7 @@ def test_kernel_agrees(name):
 
     prog, verdict, processed = CASES[name]
     try:
-        fd, log = S.prog_load(U.ProgramType.XDP, I.encode(prog), "GPL", log_level=1 | 4,
+        fd, log = S.prog_load(ProgramType.XDP, I.encode(prog), "GPL", log_level=1 | 4,
                               log_size=1 << 20)  # fmt: skip
         fd.close()
         got = "ok"

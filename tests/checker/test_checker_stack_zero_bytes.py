@@ -11,10 +11,11 @@ from __future__ import annotations
 import pytest
 
 from bpfdsl.abi import insn as I
-from bpfdsl.abi import uapi as U
+from bpfdsl.abi.opcodes import BPF_JEQ
+from bpfdsl.abi.prog_types import AttachType, ProgramType
 from bpfdsl.checker import check_insns
 
-XDP = (U.ProgramType.XDP, U.AttachType.XDP)
+XDP = (ProgramType.XDP, AttachType.XDP)
 
 
 def _prog(first: int, other: str) -> list:
@@ -34,7 +35,7 @@ def _prog(first: int, other: str) -> list:
         I.ldx_mem(4, 3, 1, 12),  # r3 = ctx->ingress_ifindex (an unknown u32)
         *stores,
         I.ldx_mem(4, 5, 10, -4),
-        I.jmp_imm(U.BPF_JEQ, 5, 0, 1),
+        I.jmp_imm(BPF_JEQ, 5, 0, 1),
         I.mov64_reg(0, 2),  # r2 was never set: rejected if walked
         I.mov64_imm(0, 2),
         I.exit_(),
@@ -61,7 +62,7 @@ def test_zero_bytes_kernel_agrees(first, other):
 
     prog = _prog(first, other)
     try:
-        fd, _ = S.prog_load(U.ProgramType.XDP, I.encode(prog), "GPL", log_level=1)
+        fd, _ = S.prog_load(ProgramType.XDP, I.encode(prog), "GPL", log_level=1)
         fd.close()
         kernel_ok, log = True, ""
     except S.BpfError as e:

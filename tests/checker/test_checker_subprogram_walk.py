@@ -19,7 +19,7 @@ from support.objbuild import build_text
 from support.paths import ROOT
 
 from bpfdsl.abi import insn as I
-from bpfdsl.abi import uapi as U
+from bpfdsl.abi.opcodes import BPF_PSEUDO_MAP_FD
 from bpfdsl.checker import check_insns, check_object, map_refs_for
 from bpfdsl.compiler import compile_file, compile_source
 from bpfdsl.obj.collection import read_object
@@ -53,7 +53,7 @@ def _kernel_processed_without_btf(spec, prog) -> int:
             m = ref.map
             fd = S.map_create(m.map_type, m.key_size, m.value_size, m.max_entries)
             fds.append(fd)
-            ins[idx] = dataclasses.replace(ins[idx], src=U.BPF_PSEUDO_MAP_FD, imm=int(fd))
+            ins[idx] = dataclasses.replace(ins[idx], src=BPF_PSEUDO_MAP_FD, imm=int(fd))
         fd, log = S.prog_load(
             prog.kind.program_type, I.encode(ins), "GPL", log_level=1 | 4, log_size=1 << 20
         )

@@ -3,7 +3,7 @@ move a module (bpfdsl/kernel/syscall.py -> bpfdsl/kernel/..., ...), only this fi
 
 from __future__ import annotations
 
-from bpfdsl.abi.uapi import MapType
+from bpfdsl.abi.map_types import MapType
 from bpfdsl.cli import main as cli_main
 from bpfdsl.compiler import MAX_SOURCE_BYTES, compile_file, compile_source
 from bpfdsl.diagnostics import DiagnosticError, universal_newlines

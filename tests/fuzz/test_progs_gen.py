@@ -328,7 +328,7 @@ def test_generated_programs_compile():
 
 @pytest.mark.kernel
 def test_generated_programs_load_and_run(packets):
-    from bpfdsl.abi.uapi import XdpAction
+    from bpfdsl.abi.prog_types import XdpAction
     from bpfdsl.diagnostics import DiagnosticError
     from bpfdsl.kernel import syscall
     from bpfdsl.obj.collection import read_object

@@ -19,8 +19,8 @@ from scapy.layers.l2 import Ether
 from support.flowhash import flow_hash
 from support.paths import DATA
 
-from bpfdsl.abi import uapi as U
-from bpfdsl.abi.uapi import BPF_F_INGRESS
+from bpfdsl.abi.flags import BPF_F_INGRESS
+from bpfdsl.abi.prog_types import SockOpsOp
 from bpfdsl.interp import InterpCollection, SockInfo
 from bpfdsl.obj.collection import read_object
 
@@ -165,10 +165,10 @@ def test_interp_sock_ops_fills_sockhash_for_sk_msg(cref) -> None:
     track, redir = coll.programs["track"], coll.programs["redir"]
     client = SockInfo(socket.AF_INET, "10.0.0.1", "10.0.0.2", local_port=40000, remote_port=80)
     server = SockInfo(socket.AF_INET, "10.0.0.2", "10.0.0.1", local_port=80, remote_port=40000)
-    assert track.run_sock_ops(U.SockOpsOp.TCP_CONNECT_CB, client).retval == 1
+    assert track.run_sock_ops(SockOpsOp.TCP_CONNECT_CB, client).retval == 1
     assert coll.maps["socks"].items() == []  # not established yet: nothing stored
-    track.run_sock_ops(U.SockOpsOp.ACTIVE_ESTABLISHED_CB, client)
-    track.run_sock_ops(U.SockOpsOp.PASSIVE_ESTABLISHED_CB, server)
+    track.run_sock_ops(SockOpsOp.ACTIVE_ESTABLISHED_CB, client)
+    track.run_sock_ops(SockOpsOp.PASSIVE_ESTABLISHED_CB, server)
     assert len(coll.maps["socks"].items()) == 2
     r = redir.run_sk_msg(b"GET /", client)
     assert r.retval == SK_PASS and r.redirect[2] is server  # into the peer's receive queue

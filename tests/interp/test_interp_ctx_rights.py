@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from bpfdsl.abi.ctx import BPF_SOCK_OPS, SK_MSG_MD, XDP_MD, valid_access
-from bpfdsl.abi.uapi import AttachType
+from bpfdsl.abi.prog_types import AttachType
 from bpfdsl.interp.ctx import SkMsgContext, SockOpsContext, XdpContext
 from bpfdsl.interp.memory import Fault, Ptr
 

@@ -7,11 +7,30 @@ from __future__ import annotations
 import pytest
 
 from bpfdsl.abi import insn as I
-from bpfdsl.abi import uapi as U
+from bpfdsl.abi import opcodes as A  # shorter op names below
+from bpfdsl.abi.map_types import MapType
+from bpfdsl.abi.opcodes import (
+    BPF_ALU,
+    BPF_ALU64,
+    BPF_B,
+    BPF_DIV,
+    BPF_END,
+    BPF_H,
+    BPF_JA,
+    BPF_JMP32,
+    BPF_K,
+    BPF_LDX,
+    BPF_MEMSX,
+    BPF_MOD,
+    BPF_MOV,
+    BPF_NEG,
+    BPF_W,
+    BPF_X,
+)
+from bpfdsl.abi.prog_types import AttachType, ProgramType
 from bpfdsl.interp import InterpError, Machine, XdpContext
 
 M64 = (1 << 64) - 1
-A = U  # shorter op names below
 
 ALU = I.alu64_imm
 ALUX = I.alu64_reg
@@ -22,28 +41,28 @@ CALL_SUB = object()  # a call to that subprogram
 
 
 def sdiv(dst: int, imm: int, wide: bool = True) -> I.Insn:
-    return I.Insn((U.BPF_ALU64 if wide else U.BPF_ALU) | U.BPF_DIV | U.BPF_K, dst, 0, 1, imm)
+    return I.Insn((BPF_ALU64 if wide else BPF_ALU) | BPF_DIV | BPF_K, dst, 0, 1, imm)
 
 
 def smod(dst: int, imm: int, wide: bool = True) -> I.Insn:
-    return I.Insn((U.BPF_ALU64 if wide else U.BPF_ALU) | U.BPF_MOD | U.BPF_K, dst, 0, 1, imm)
+    return I.Insn((BPF_ALU64 if wide else BPF_ALU) | BPF_MOD | BPF_K, dst, 0, 1, imm)
 
 
 def movsx(dst: int, src: int, bits: int, wide: bool = True) -> I.Insn:
-    return I.Insn((U.BPF_ALU64 if wide else U.BPF_ALU) | U.BPF_MOV | U.BPF_X, dst, src, bits)
+    return I.Insn((BPF_ALU64 if wide else BPF_ALU) | BPF_MOV | BPF_X, dst, src, bits)
 
 
 def bswap(dst: int, bits: int) -> I.Insn:
-    return I.Insn(U.BPF_ALU64 | U.BPF_END, dst, 0, 0, bits)
+    return I.Insn(BPF_ALU64 | BPF_END, dst, 0, 0, bits)
 
 
 def ldsx(size: int, dst: int, src: int, off: int) -> I.Insn:
-    sz = {1: U.BPF_B, 2: U.BPF_H, 4: U.BPF_W}[size]
-    return I.Insn(U.BPF_LDX | U.BPF_MEMSX | sz, dst, src, off)
+    sz = {1: BPF_B, 2: BPF_H, 4: BPF_W}[size]
+    return I.Insn(BPF_LDX | BPF_MEMSX | sz, dst, src, off)
 
 
 def gotol(imm: int) -> I.Insn:
-    return I.Insn(U.BPF_JMP32 | U.BPF_JA, 0, 0, 0, imm)
+    return I.Insn(BPF_JMP32 | BPF_JA, 0, 0, 0, imm)
 
 
 # (name, body leaving the result in r0, expected 64-bit r0)
@@ -70,8 +89,8 @@ CASES = [
     ("rsh32", [I.ld_imm64(0, 0xF0000000_80000000), I.alu32_imm(A.BPF_RSH, 0, 4)], 0x08000000),
     ("arsh64", [I.mov64_imm(0, -16), ALU(A.BPF_ARSH, 0, 2)], (-4) & M64),
     ("arsh32", [I.mov32_imm(0, -16), I.alu32_imm(A.BPF_ARSH, 0, 2)], 0xFFFFFFFC),
-    ("neg64", [I.mov64_imm(0, 5), I.Insn(U.BPF_ALU64 | U.BPF_NEG, 0)], (-5) & M64),
-    ("neg32", [I.mov64_imm(0, 5), I.Insn(U.BPF_ALU | U.BPF_NEG, 0)], 0xFFFFFFFB),
+    ("neg64", [I.mov64_imm(0, 5), I.Insn(BPF_ALU64 | BPF_NEG, 0)], (-5) & M64),
+    ("neg32", [I.mov64_imm(0, 5), I.Insn(BPF_ALU | BPF_NEG, 0)], 0xFFFFFFFB),
     (
         "xor_or_and",
         [
@@ -251,7 +270,7 @@ def test_interp_insn_matches_kernel(name: str, body: list[I.Insn], want: int) ->
     got = 0
     for high in (False, True):
         prog = _program(body, high)
-        fd, _ = syscall.prog_load(U.ProgramType.XDP, I.encode(prog), "GPL")
+        fd, _ = syscall.prog_load(ProgramType.XDP, I.encode(prog), "GPL")
         with fd:
             got |= syscall.prog_test_run(fd, bytes(64)).retval << (32 if high else 0)
     assert got == want
@@ -300,7 +319,7 @@ def test_interp_egress_ifindex_only_in_devmap() -> None:
     prog = [I.ldx_mem(4, 0, 1, 20), I.exit_()]
     with pytest.raises(InterpError, match="egress_ifindex"):
         Machine(prog).run(XdpContext(bytes(64)))
-    ctx = XdpContext(bytes(64), attach=U.AttachType.XDP_DEVMAP, egress_ifindex=7)
+    ctx = XdpContext(bytes(64), attach=AttachType.XDP_DEVMAP, egress_ifindex=7)
     assert Machine(prog).run(ctx) == 7
 
 
@@ -315,8 +334,8 @@ def test_interp_hand_built_map_fd_and_value() -> None:
     """ld_imm64 BPF_PSEUDO_MAP_FD / BPF_PSEUDO_MAP_VALUE resolve to in-memory maps by fd."""
     from bpfdsl.interp import make_map
 
-    counters = make_map("counters", U.MapType.ARRAY, 4, 8, 4)
-    conf = make_map(".rodata", U.MapType.ARRAY, 4, 16, 1)
+    counters = make_map("counters", MapType.ARRAY, 4, 8, 4)
+    conf = make_map(".rodata", MapType.ARRAY, 4, 16, 1)
     conf.set(0, (42).to_bytes(8, "little") + (5).to_bytes(8, "little"))
     prog = [
         I.st_mem(4, 10, -4, 2),  # key = 2

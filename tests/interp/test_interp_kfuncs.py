@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from bpfdsl.abi.uapi import PROGRAM_KINDS
+from bpfdsl.abi.prog_types import PROGRAM_KINDS
 from bpfdsl.compiler import compile_source
 from bpfdsl.interp import InterpCollection
 from bpfdsl.obj.collection import read_object

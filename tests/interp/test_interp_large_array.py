@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import tracemalloc
 
-from bpfdsl.abi.uapi import MapType
+from bpfdsl.abi.map_types import MapType
 from bpfdsl.compiler import compile_source
 from bpfdsl.interp import InterpCollection, make_map
 from bpfdsl.obj.collection import read_object

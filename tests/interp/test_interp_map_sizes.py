@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from bpfdsl.abi.uapi import MapType
+from bpfdsl.abi.map_types import MapType
 from bpfdsl.compiler import compile_source
 from bpfdsl.diagnostics import UsageError
 from bpfdsl.interp import InterpCollection, make_map

@@ -11,8 +11,9 @@ import socket
 import pytest
 
 from bpfdsl.abi import insn as I
-from bpfdsl.abi import uapi as U
-from bpfdsl.abi.uapi import BPF_EXIST, BPF_NOEXIST, MapType
+from bpfdsl.abi.flags import BPF_EXIST, BPF_NOEXIST
+from bpfdsl.abi.map_types import MapType
+from bpfdsl.abi.opcodes import BPF_LSH, BPF_OR, BPF_SUB
 from bpfdsl.diagnostics import Span
 from bpfdsl.interp import InterpError, Machine, SkMsgContext, SockInfo, make_map
 from bpfdsl.interp.maps import SlotMap
@@ -101,11 +102,11 @@ def _msg_prog(helper: int, a2: int, a3: int) -> list[I.Insn]:
         I.mov64_imm(3, a3),
         I.mov64_imm(4, 0),
         I.call(helper),
-        I.alu64_imm(U.BPF_LSH, 0, 32),
+        I.alu64_imm(BPF_LSH, 0, 32),
         I.ldx_mem(8, 2, 6, 0),
         I.ldx_mem(8, 3, 6, 8),
-        I.alu64_reg(U.BPF_SUB, 3, 2),
-        I.alu64_reg(U.BPF_OR, 0, 3),
+        I.alu64_reg(BPF_SUB, 3, 2),
+        I.alu64_reg(BPF_OR, 0, 3),
         I.exit_(),
     ]
 

@@ -1,4 +1,4 @@
-"""Map and program type numbers newer than bpfdsl's uapi tables (a kernel can report any
+"""Map and program type numbers newer than bpfdsl's abi tables (a kernel can report any
 number): the interpreter refuses a map it cannot model by name and number, the checker
 does not apply its helper/map table to it, and the sock_ops attach error names it by
 number; known numbers keep their names."""
@@ -10,7 +10,8 @@ from types import SimpleNamespace
 import pytest
 
 from bpfdsl.abi import insn as I
-from bpfdsl.abi.uapi import AttachType, MapType, ProgramType
+from bpfdsl.abi.map_types import MapType
+from bpfdsl.abi.prog_types import AttachType, ProgramType
 from bpfdsl.checker import check_insns
 from bpfdsl.checker.env import MapRef
 from bpfdsl.diagnostics import DiagnosticError

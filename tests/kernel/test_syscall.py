@@ -9,7 +9,10 @@ import uuid
 
 import pytest
 
-from bpfdsl.abi.uapi import BPF_NOEXIST, BpfCmd, MapType, ProgramType, XdpAction
+from bpfdsl.abi.commands import BpfCmd
+from bpfdsl.abi.flags import BPF_NOEXIST
+from bpfdsl.abi.map_types import MapType
+from bpfdsl.abi.prog_types import ProgramType, XdpAction
 from bpfdsl.kernel import syscall as S
 
 

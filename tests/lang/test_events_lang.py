@@ -11,7 +11,7 @@ from scapy.layers.l2 import Ether
 
 from bpfdsl.abi.btf.core import Kind
 from bpfdsl.abi.btf.records import RECORDS_SECTION, RECORDS_VAR, record_type
-from bpfdsl.abi.uapi import MapType
+from bpfdsl.abi.map_types import MapType
 from bpfdsl.compiler import compile_source
 from bpfdsl.diagnostics import DiagnosticError
 from bpfdsl.obj.collection import read_object

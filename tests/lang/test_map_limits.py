@@ -1,5 +1,5 @@
 """Map declarations meet the kernel's BPF_MAP_CREATE rules at compile time: what
-``uapi.MAP_LIMITS`` refuses is a located error at the declaration, what it accepts loads.
+``MAP_LIMITS`` refuses is a located error at the declaration, what it accepts loads.
 The kernel tests hold the table to the running kernel: every flag of every map type, and
 each boundary once at the limit (accepted) and once past it (refused by the kernel too)."""
 
@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from support.paths import ROOT
 
-from bpfdsl.abi import uapi
-from bpfdsl.abi.uapi import BPF_F_NO_PREALLOC, BTF_MAX_ENTRIES, MAP_LIMITS, MapType
+from bpfdsl.abi.flags import BPF_F_NO_PREALLOC
+from bpfdsl.abi.map_types import _FLAG_NAMES, BTF_MAX_ENTRIES, MAP_LIMITS, PAGE_SIZE, MapType
 from bpfdsl.compiler import compile_source
 from bpfdsl.diagnostics import DiagnosticError
 from bpfdsl.kernel import syscall
@@ -110,8 +110,8 @@ def test_flag_table_is_the_kernels():
     for mt, lim in MAP_LIMITS.items():
         key = 8 if mt == MapType.LPM_TRIE else lim.key_size[0] if lim.ring_pages else 4
         value = lim.value_size[0] if isinstance(lim.value_size, tuple) else 8
-        n = uapi.PAGE_SIZE if lim.ring_pages else 1  # a ring of one page
-        for bit, name in uapi._FLAG_NAMES.items():
+        n = PAGE_SIZE if lim.ring_pages else 1  # a ring of one page
+        for bit, name in _FLAG_NAMES.items():
             accepted = create(mt, key, value, n, bit | lim.required) == 0
             if accepted != bool(lim.flags & bit):
                 wrong.append(f"{mt.name} {name}: kernel {'accepts' if accepted else 'refuses'}")

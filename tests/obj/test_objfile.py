@@ -12,7 +12,9 @@ from support.objbuild import all_c_fixtures, build, source
 from support.paths import DATA
 
 from bpfdsl.abi.insn import slot_offsets
-from bpfdsl.abi.uapi import BPF_PSEUDO_CALL, AttachType, MapType, ProgramType
+from bpfdsl.abi.map_types import MapType
+from bpfdsl.abi.opcodes import BPF_PSEUDO_CALL
+from bpfdsl.abi.prog_types import AttachType, ProgramType
 from bpfdsl.diagnostics import UsageError
 from bpfdsl.obj.collection import LEGACY_MAPS_MSG, read_object
 

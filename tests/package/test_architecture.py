@@ -354,9 +354,9 @@ FAKE = {
     "__init__.py": "import importlib\n",
     "record.py": "",
     "abi/__init__.py": "",
-    "abi/uapi.py": "from bpfdsl.record import *\n",
+    "abi/limits.py": "from bpfdsl.record import *\n",
     "lang/__init__.py": "",
-    "lang/a.py": "from bpfdsl.lang import b\nfrom bpfdsl.abi import uapi\n",
+    "lang/a.py": "from bpfdsl.lang import b\nfrom bpfdsl.abi import limits\n",
     "lang/b.py": "TYPE_CHECKING = False\nif TYPE_CHECKING:\n    from bpfdsl.lang.a import X\n",
     "obj/__init__.py": "",
     "obj/spec.py": "from bpfdsl.lang import a\nfrom bpfdsl.obj.gone import Y\n",
@@ -408,7 +408,7 @@ def test_rules_fail_on_a_package_that_breaks_them(fake) -> None:
 # Names abi/ defines that are the kernel's (a flag, limit, helper id, errno): module-level
 # upper-case names with one of these kernel prefixes, or an errno name.
 KERNEL_NAME = re.compile(r"^(?:(?:BPF|BTF|XDP|SK|MAX|KMALLOC|PAGE|PCPU|HTAB|LPM|U32)_\w+|E[A-Z]+)$")
-# enum classes of abi/ whose members are kernel names less a prefix (abi/uapi.py's rule:
+# enum classes of abi/ whose members are kernel names less a prefix (abi's rule:
 # BPF_PROG_TYPE_XDP -> ProgramType.XDP): (prefix, suffix) of the kernel's name
 ENUM_NAMES: dict[str, tuple[str, str]] = {
     "BpfCmd": ("BPF_", ""),
@@ -485,7 +485,7 @@ def test_the_kernel_constants_of_abi_are_found() -> None:
     names = kernel_names(TREES)
     for name in ("BPF_F_RDONLY_PROG", "MAX_BPF_STACK", "BPF_FUNC_LOOP", "ENOTSUPP", "XDP_TX"):
         assert name in names, name
-    assert names["BPF_MAP_TYPE_LPM_TRIE"] == "bpfdsl.abi.uapi.MapType"
+    assert names["BPF_MAP_TYPE_LPM_TRIE"] == "bpfdsl.abi.map_types.MapType"
     assert "HELPERS" not in names and "PROGRAM_KINDS" not in names  # tables, not constants
 
 
@@ -497,12 +497,12 @@ def test_a_kernel_constant_defined_again_is_found(tmp_path: Path) -> None:
     files = {
         "__init__.py": "",
         "abi/__init__.py": "",
-        "abi/uapi.py": (
+        "abi/flags.py": (
             "from enum import IntEnum\nBPF_F_RDONLY_PROG = 1 << 7\nMAX_BPF_STACK = 512\n"
             "class XdpAction(IntEnum):\n    TX = 3\n"
         ),
         "checker/__init__.py": "",
-        "checker/mem.py": "from bpfdsl.abi.uapi import MAX_BPF_STACK\nBPF_F_RDONLY_PROG = 1 << 7\n",
+        "checker/mem.py": "from bpfdsl.abi.flags import MAX_BPF_STACK\nBPF_F_RDONLY_PROG = 1 << 7\n",
         "obj/__init__.py": "",
         "obj/verdicts.py": "def f():\n    _XDP_TX = 3\n    return _XDP_TX\nLIMIT = 512\n",
     }
@@ -512,6 +512,6 @@ def test_a_kernel_constant_defined_again_is_found(tmp_path: Path) -> None:
         (root / name).write_text(text)
     _, _, trees = imports(root)
     assert kernel_constants_outside_abi(trees) == [
-        "bpfdsl.checker.mem:2: BPF_F_RDONLY_PROG (import it from bpfdsl.abi.uapi)",
-        "bpfdsl.obj.verdicts:2: _XDP_TX (import it from bpfdsl.abi.uapi.XdpAction)",
+        "bpfdsl.checker.mem:2: BPF_F_RDONLY_PROG (import it from bpfdsl.abi.flags)",
+        "bpfdsl.obj.verdicts:2: _XDP_TX (import it from bpfdsl.abi.flags.XdpAction)",
     ]

@@ -11,7 +11,7 @@ import dataclasses
 import pytest
 
 from bpfdsl.abi.insn import Insn
-from bpfdsl.abi.uapi import PROGRAM_KINDS
+from bpfdsl.abi.prog_types import PROGRAM_KINDS
 from bpfdsl.compiler import front_end
 from bpfdsl.diagnostics import Diagnostic, Span, error
 from bpfdsl.lang import ast

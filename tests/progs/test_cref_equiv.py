@@ -92,7 +92,7 @@ def _fill(coll) -> None:
 
 def _dump(coll) -> dict[str, dict[bytes, bytes]]:
     """All user maps (not .rodata/.bss/...) as key -> value, per-CPU values summed per CPU."""
-    from bpfdsl.abi.uapi import MapType, is_percpu
+    from bpfdsl.abi.map_types import MapType, is_percpu
     from bpfdsl.kernel import syscall
 
     readable = {

@@ -215,7 +215,8 @@ def test_progs_sk_msg_policy(bpf_program) -> None:
 def test_progs_sockops_and_sk_msg_redirect_pair(bpf_program) -> None:
     import socket
 
-    from bpfdsl.abi.uapi import BPF_F_INGRESS, SockOpsOp
+    from bpfdsl.abi.flags import BPF_F_INGRESS
+    from bpfdsl.abi.prog_types import SockOpsOp
     from bpfdsl.interp import SockInfo
 
     redir = bpf_program(prog_path("sk_msg_redirect_ingress.bpfd"), "redir")

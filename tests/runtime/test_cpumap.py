@@ -33,7 +33,8 @@ from support.redirect_testlib import (
     quiet_ipv6,
 )
 
-from bpfdsl.abi.uapi import XdpAction, XdpFlags
+from bpfdsl.abi.flags import XdpFlags
+from bpfdsl.abi.prog_types import XdpAction
 from bpfdsl.diagnostics import DiagnosticError
 from bpfdsl.kernel import netlink
 from bpfdsl.kernel import syscall as S

@@ -10,7 +10,7 @@ import struct
 
 import pytest
 
-from bpfdsl.abi.uapi import MapType
+from bpfdsl.abi.map_types import MapType
 from bpfdsl.cli import main
 from bpfdsl.diagnostics import DiagnosticError
 from bpfdsl.kernel import syscall as S

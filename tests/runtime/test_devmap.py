@@ -34,7 +34,7 @@ from support.redirect_testlib import (
     quiet_ipv6,
 )
 
-from bpfdsl.abi.uapi import BPF_F_BROADCAST, BPF_F_EXCLUDE_INGRESS, XdpFlags
+from bpfdsl.abi.flags import BPF_F_BROADCAST, BPF_F_EXCLUDE_INGRESS, XdpFlags
 from bpfdsl.diagnostics import DiagnosticError
 from bpfdsl.kernel import netlink
 from bpfdsl.kernel import syscall as S

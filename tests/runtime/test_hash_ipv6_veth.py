@@ -16,7 +16,7 @@ from support.paths import PROGS
 from support.redirect_testlib import Loaded, load_bpfdsl, percpu_values, quiet_ipv6
 from support.steer6 import flow_slot
 
-from bpfdsl.abi.uapi import XdpFlags
+from bpfdsl.abi.flags import XdpFlags
 from bpfdsl.kernel import netlink
 from bpfdsl.kernel import syscall as S
 from bpfdsl.runtime.cpumap import cpumap_set

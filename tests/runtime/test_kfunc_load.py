@@ -11,7 +11,7 @@ import uuid
 import pytest
 
 from bpfdsl.abi.btf.core import find_func_id, parse_btf
-from bpfdsl.abi.uapi import BPF_PSEUDO_CALL, BPF_PSEUDO_KFUNC_CALL
+from bpfdsl.abi.opcodes import BPF_PSEUDO_CALL, BPF_PSEUDO_KFUNC_CALL
 from bpfdsl.compiler import compile_source
 from bpfdsl.diagnostics import DiagnosticError
 from bpfdsl.obj.collection import read_object

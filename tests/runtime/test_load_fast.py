@@ -53,7 +53,10 @@ PATH_MODULES = (
     "bpfdsl.obj.link",
     "bpfdsl.abi.btf.core",
     "bpfdsl.abi.btf.ext",
-    "bpfdsl.abi.uapi",
+    "bpfdsl.abi.commands",
+    "bpfdsl.abi.flags",
+    "bpfdsl.abi.map_types",
+    "bpfdsl.abi.prog_types",
     "bpfdsl.abi.bpf_attr",
 )
 _IMPORT_LINE = re.compile(r"import time:\s+\d+ \|\s+\d+ \|\s*(\S+)")

@@ -14,7 +14,8 @@ import pytest
 from support.objbuild import all_c_fixtures, build, source
 from support.paths import ROOT
 
-from bpfdsl.abi.uapi import MapType, XdpAction
+from bpfdsl.abi.map_types import MapType
+from bpfdsl.abi.prog_types import XdpAction
 from bpfdsl.kernel import syscall as S
 from bpfdsl.obj.collection import read_object
 from bpfdsl.runtime.loader import LoadError, VerifierError, load_collection
@@ -259,5 +260,5 @@ def test_map_create_error_names_the_map():
     d = ei.value.diagnostics[0]
     assert d.code == "map-create-failed"
     assert "map 'by_proto' (hash, key 2 B, value 16777216 B, max_entries 64)" in d.message
-    assert "too long" in d.message  # E2BIG; the hint names the rule (uapi.MAP_LIMITS)
+    assert "too long" in d.message  # E2BIG; the hint names the rule (map_types.MAP_LIMITS)
     assert d.hints == ["hash key and value together are at most 4194255 bytes, not 16777218"]

@@ -9,7 +9,7 @@ import dataclasses
 
 from support.paths import PROGS
 
-from bpfdsl.abi.uapi import PROGRAM_KINDS
+from bpfdsl.abi.prog_types import PROGRAM_KINDS
 from bpfdsl.compiler import compile_file
 from bpfdsl.obj.collection import read_object
 from bpfdsl.runtime import testrun

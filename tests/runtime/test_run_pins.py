@@ -13,7 +13,7 @@ import uuid
 import pytest
 from support.objbuild import build_variant
 
-from bpfdsl.abi.uapi import MapType
+from bpfdsl.abi.map_types import MapType
 from bpfdsl.cli import main
 from bpfdsl.kernel import syscall as S
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from support.paths import ROOT
 
-from bpfdsl.abi.uapi import AttachType
+from bpfdsl.abi.prog_types import AttachType
 from bpfdsl.kernel import syscall as S
 from bpfdsl.runtime import sockmap
 from bpfdsl.runtime.cgroup import ChildCgroup

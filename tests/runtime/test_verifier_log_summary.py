@@ -34,11 +34,12 @@ def test_other_rejections_keep_their_last_line() -> None:
 @pytest.mark.kernel
 def test_too_large_summary_from_the_kernel() -> None:
     from bpfdsl.abi import insn as I
-    from bpfdsl.abi import uapi as U
+    from bpfdsl.abi.opcodes import BPF_ADD, BPF_JLT
+    from bpfdsl.abi.prog_types import ProgramType
     from bpfdsl.kernel import syscall
 
-    prog = [I.mov64_imm(0, 0), I.alu64_imm(U.BPF_ADD, 0, 1),
-            I.jmp_imm(U.BPF_JLT, 0, 0x7FFFFFFF, -2), I.exit_()]  # fmt: skip
+    prog = [I.mov64_imm(0, 0), I.alu64_imm(BPF_ADD, 0, 1),
+            I.jmp_imm(BPF_JLT, 0, 0x7FFFFFFF, -2), I.exit_()]  # fmt: skip
     with pytest.raises(syscall.BpfError) as ei:
-        syscall.prog_load(U.ProgramType.XDP, I.encode(prog), "GPL", log_level=1)
+        syscall.prog_load(ProgramType.XDP, I.encode(prog), "GPL", log_level=1)
     assert summarize(ei.value.log).message.startswith("BPF program is too large. Processed ")

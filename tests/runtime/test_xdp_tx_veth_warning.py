@@ -26,7 +26,7 @@ from support.paths import ROOT
 from support.redirect_testlib import quiet_ipv6
 
 from bpfdsl.abi.insn import decode
-from bpfdsl.abi.uapi import XdpAction
+from bpfdsl.abi.prog_types import XdpAction
 from bpfdsl.compiler import compile_source
 from bpfdsl.kernel import netlink
 from bpfdsl.obj.collection import read_object

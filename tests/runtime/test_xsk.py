@@ -13,7 +13,8 @@ import pytest
 from support.netns import veth_net
 from support.redirect_testlib import VARIANTS, Loaded, build_c, load_variant, quiet_ipv6
 
-from bpfdsl.abi.uapi import XdpAction, XdpFlags
+from bpfdsl.abi.flags import XdpFlags
+from bpfdsl.abi.prog_types import XdpAction
 from bpfdsl.diagnostics import DiagnosticError
 from bpfdsl.kernel import netlink
 from bpfdsl.kernel import syscall as S

@@ -12,7 +12,7 @@ from pathlib import Path
 from llvmlite import ir
 
 from bpfdsl.abi.helpers import HELPERS
-from bpfdsl.abi.uapi import MapType
+from bpfdsl.abi.map_types import MapType
 from bpfdsl.backend.debuginfo import DebugInfo, load_config
 
 I8, I16, I32, I64 = (ir.IntType(n) for n in (8, 16, 32, 64))

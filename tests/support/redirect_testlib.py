@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from bpfdsl.abi.uapi import BpfCmd
+from bpfdsl.abi.commands import BpfCmd
 from bpfdsl.kernel import syscall as S
 from support.paths import DATA, PROGS, ROOT
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from llvmlite import ir
 
+from bpfdsl.abi.flags import BPF_F_CURRENT_CPU
 from bpfdsl.abi.helpers import HELPERS
 from bpfdsl.abi.kfuncs import BY_BUILTIN as KFUNC_BUILTINS
-from bpfdsl.abi.uapi import BPF_F_CURRENT_CPU
 from bpfdsl.backend.codegen.expr import _chunks
 from bpfdsl.backend.codegen.helpers import TYPED_HELPERS
 from bpfdsl.backend.codegen.host import GenHost

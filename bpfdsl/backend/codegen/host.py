@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
     from llvmlite import ir
 
-    from bpfdsl.abi.uapi import ProgramKind
+    from bpfdsl.abi.prog_types import ProgramKind
     from bpfdsl.backend.codegen.debug import DebugAdapter
     from bpfdsl.lang import ast
     from bpfdsl.lang import types as T

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from llvmlite import ir
 
+from bpfdsl.abi.flags import BPF_ANY, BPF_NOEXIST
 from bpfdsl.abi.helpers import HELPERS
-from bpfdsl.abi.uapi import BPF_ANY, BPF_NOEXIST, is_hash, is_percpu
+from bpfdsl.abi.map_types import is_hash, is_percpu
 from bpfdsl.backend.codegen.host import GenHost
 from bpfdsl.lang import ast
 from bpfdsl.lang import types as T

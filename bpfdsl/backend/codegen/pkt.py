@@ -20,7 +20,7 @@ from typing import Any
 from llvmlite import ir
 
 from bpfdsl.abi.helpers import HELPERS
-from bpfdsl.abi.uapi import MAX_PACKET_OFF
+from bpfdsl.abi.limits import MAX_PACKET_OFF
 from bpfdsl.backend.codegen.csum import CsumGen
 from bpfdsl.lang import ast
 from bpfdsl.lang import types as T

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from bpfdsl.abi.helpers import map_fits_helper
 from bpfdsl.abi.kfuncs import BY_BUILTIN as KFUNC_BUILTINS
-from bpfdsl.abi.uapi import MapType, is_percpu, lookup_is_readonly
+from bpfdsl.abi.map_types import MapType, is_percpu, lookup_is_readonly
 from bpfdsl.diagnostics import Diagnostic
 from bpfdsl.lang import ast
 from bpfdsl.lang import types as T

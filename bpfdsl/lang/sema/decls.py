@@ -9,16 +9,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from bpfdsl.abi.btf.records import RECORDS_VAR
-from bpfdsl.abi.uapi import (
-    BPF_F_NO_PREALLOC,
-    BTF_MAX_ENTRIES,
-    PROGRAM_KINDS,
-    MapType,
-    ProgramKind,
-    is_array,
-    kind_for_keyword,
-    map_create_problems,
-)
+from bpfdsl.abi.flags import BPF_F_NO_PREALLOC
+from bpfdsl.abi.map_types import BTF_MAX_ENTRIES, MapType, is_array, map_create_problems
+from bpfdsl.abi.prog_types import PROGRAM_KINDS, ProgramKind, kind_for_keyword
 from bpfdsl.diagnostics import Diagnostic, Span
 from bpfdsl.lang import ast
 from bpfdsl.lang import types as T
@@ -359,7 +352,7 @@ class DeclChecker:
         self, d: ast.MapDecl, mt: MapType, key: T.Type | None, val: T.Type, n: int, flags: int
     ) -> None:
         """The one check of a map declaration against the kernel's BPF_MAP_CREATE rules
-        (:data:`bpfdsl.abi.uapi.MAP_LIMITS`): flags, key and value sizes (bytes), max_entries;
+        (:data:`bpfdsl.abi.map_types.MAP_LIMITS`): flags, key and value sizes (bytes), max_entries;
         each error points at the part of the declaration that breaks the rule."""
         targs = d.type_args
         _mt, fixed_key, fixed_value = MAP_KINDS[d.kind]

@@ -14,7 +14,7 @@ upper 32 bits, as bpf_xdp_output does).  Records have the struct type the map de
 from __future__ import annotations
 
 from bpfdsl.abi.helpers import map_fits_helper
-from bpfdsl.abi.uapi import MapType
+from bpfdsl.abi.map_types import MapType
 from bpfdsl.lang import ast
 from bpfdsl.lang import types as T
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from bpfdsl.abi.uapi import MAX_PACKET_OFF
+from bpfdsl.abi.limits import MAX_PACKET_OFF
 from bpfdsl.diagnostics import Span
 from bpfdsl.lang import ast, c_names
 from bpfdsl.lang import types as T

@@ -23,7 +23,8 @@ from bpfdsl.abi.helpers import (
     helper_allowed,
     redirect_map_flags,
 )
-from bpfdsl.abi.uapi import MAX_BPF_STACK, MapType
+from bpfdsl.abi.limits import MAX_BPF_STACK
+from bpfdsl.abi.map_types import MapType
 from bpfdsl.lang import ast
 from bpfdsl.lang import types as T
 from bpfdsl.lang.c_names import c_form

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from bpfdsl.abi.uapi import PROGRAM_KINDS, ProgramKind
+from bpfdsl.abi.prog_types import PROGRAM_KINDS, ProgramKind
 from bpfdsl.diagnostics import Span
 from bpfdsl.lang import ast
 from bpfdsl.lang import types as T

@@ -1,7 +1,7 @@
 """Names the sema modules share (the mypy ``semanal_shared`` way: every sema module imports
 this one at the top, none imports another for these): the symbol records a scope holds
 (:class:`Local`, :class:`Const`, :class:`Config`, :class:`FnInfo`), the predefined names
-(actions from uapi's ``PROGRAM_KINDS`` return tables, map update flags, header constants),
+(actions from prog_types' ``PROGRAM_KINDS`` return tables, map update flags, header constants),
 the builtin function signatures, and :func:`const_int`.  Codegen reads the same records."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bpfdsl.abi.fib import BPF_FIB_LOOKUP_SIZE, FIB_LOOKUP_FIELDS, FibLookupFlag, FibResult
-from bpfdsl.abi.uapi import (
+from bpfdsl.abi.flags import (
     BPF_ANY,
     BPF_EXIST,
     BPF_F_BROADCAST,
@@ -18,8 +18,8 @@ from bpfdsl.abi.uapi import (
     BPF_NOEXIST,
     BPF_RB_FORCE_WAKEUP,
     BPF_RB_NO_WAKEUP,
-    PROGRAM_KINDS,
 )
+from bpfdsl.abi.prog_types import PROGRAM_KINDS
 from bpfdsl.diagnostics import Span
 from bpfdsl.lang import ast
 from bpfdsl.lang import types as T

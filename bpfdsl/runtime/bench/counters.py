@@ -19,8 +19,9 @@ import struct
 from dataclasses import dataclass, fields
 
 from bpfdsl.abi import insn as I
-from bpfdsl.abi import uapi as U
-from bpfdsl.abi.uapi import MapType, ProgramType
+from bpfdsl.abi.map_types import MapType
+from bpfdsl.abi.opcodes import BPF_ADD, BPF_JEQ, BPF_JNE
+from bpfdsl.abi.prog_types import ProgramType
 from bpfdsl.kernel import ethtool
 from bpfdsl.kernel import syscall as S
 
@@ -118,20 +119,20 @@ def cpumap_kthread_program(map_id: int, counts_fd: int) -> bytes:
     ops = [
         I.mov64_reg(r6, r1),
         I.ldx_mem(8, r2, r6, 0),
-        (I.jmp32_imm, U.BPF_JNE, r2, map_id, "out"),
+        (I.jmp32_imm, BPF_JNE, r2, map_id, "out"),
         I.st_mem(8, r10, -24, 0),
         I.st_mem(4, r10, -16, 0),
         I.mov64_reg(r1, r10),
-        I.alu64_imm(U.BPF_ADD, r1, -24),
+        I.alu64_imm(BPF_ADD, r1, -24),
         I.mov64_imm(r2, 12),  # sizeof(struct xdp_cpumap_stats)
         I.ldx_mem(8, r3, r6, 32),
         I.call(HELPER_PROBE_READ_KERNEL),
         I.st_mem(4, r10, -4, 0),
         I.mov64_reg(r2, r10),
-        I.alu64_imm(U.BPF_ADD, r2, -4),
+        I.alu64_imm(BPF_ADD, r2, -4),
         I.ld_map_fd(r1, counts_fd),
         I.call(HELPER_MAP_LOOKUP_ELEM),
-        (I.jmp_imm, U.BPF_JEQ, r0, 0, "out"),
+        (I.jmp_imm, BPF_JEQ, r0, 0, "out"),
         I.mov64_reg(r7, r0),
     ]
     # value[0] += processed, value[1] += drops (u32 arguments), value[2..4] += stats
@@ -146,7 +147,7 @@ def cpumap_kthread_program(map_id: int, counts_fd: int) -> bytes:
             load,
             I.mov32_reg(r1, r1),
             I.ldx_mem(8, r2, r7, 8 * slot),
-            I.alu64_reg(U.BPF_ADD, r2, r1),
+            I.alu64_reg(BPF_ADD, r2, r1),
             I.stx_mem(8, r7, r2, 8 * slot),
         ]
     ops += ["out", I.mov64_imm(r0, 0), I.exit_()]

@@ -19,7 +19,8 @@ import time
 
 from bpfdsl.abi import insn
 from bpfdsl.abi.ctx import XDP_MD
-from bpfdsl.abi.uapi import BPF_F_TEST_XDP_LIVE_FRAMES, ProgramType, XdpAction
+from bpfdsl.abi.flags import BPF_F_TEST_XDP_LIVE_FRAMES
+from bpfdsl.abi.prog_types import ProgramType, XdpAction
 from bpfdsl.kernel import syscall
 
 BATCH_MAX = 256  # net/bpf/test_run.c: batch_size above NAPI_POLL_WEIGHT * 4 is refused

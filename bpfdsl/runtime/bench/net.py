@@ -23,7 +23,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 
 from bpfdsl.abi import insn
-from bpfdsl.abi.uapi import ProgramType, XdpAction
+from bpfdsl.abi.prog_types import ProgramType, XdpAction
 from bpfdsl.kernel import ethtool, netlink
 from bpfdsl.kernel import syscall as S
 from bpfdsl.runtime import attach

@@ -14,7 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import overload
 
-from bpfdsl.abi.uapi import AttachType, MapType, ProgramType
+from bpfdsl.abi.map_types import MapType
+from bpfdsl.abi.prog_types import AttachType, ProgramType
 from bpfdsl.diagnostics import UsageError, error
 from bpfdsl.kernel import syscall as S
 from bpfdsl.obj import collection as objfile

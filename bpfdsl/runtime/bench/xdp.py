@@ -29,7 +29,8 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 
-from bpfdsl.abi.uapi import AttachType, MapType
+from bpfdsl.abi.map_types import MapType
+from bpfdsl.abi.prog_types import AttachType
 from bpfdsl.diagnostics import DiagnosticError, UsageError, error
 from bpfdsl.kernel import netlink
 from bpfdsl.kernel import syscall as S
