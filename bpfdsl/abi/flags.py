@@ -54,6 +54,8 @@ BPF_RINGBUF_DISCARD_BIT = 1 << 30
 BPF_RINGBUF_HDR_SZ = 8
 BPF_F_TEST_RUN_ON_CPU = 1 << 0
 BPF_F_TEST_XDP_LIVE_FRAMES = 1 << 1
+BPF_F_ALLOW_OVERRIDE = 1 << 0  # prog attach (cgroup): a descendant may override
+BPF_F_ALLOW_MULTI = 1 << 1  # prog attach (cgroup): more programs may attach
 BPF_F_REPLACE = 1 << 2  # prog attach
 
 

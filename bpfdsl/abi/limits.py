@@ -1,5 +1,6 @@
 """Kernel limits and sizes the verifier, loader and language check against
-(include/linux/bpf.h, bpf_verifier.h, uapi/linux/bpf.h, skbuff.h, errno.h, magic.h).
+(include/linux/bpf.h, bpf_verifier.h, uapi/linux/bpf.h, skbuff.h, errno.h, magic.h,
+include/net/xdp.h; net/bpf/test_run.c, kernel/bpf/cpumap.c, verifier.c, btf.c, net/core/filter.c).
 """
 
 from __future__ import annotations
@@ -32,5 +33,23 @@ XDP_FRAME_SIZE: Final = 4096
 XDP_SHINFO_TAILROOM: Final = 320
 XDP_MAX_LINEAR: Final = XDP_FRAME_SIZE - XDP_PACKET_HEADROOM - XDP_SHINFO_TAILROOM  # 3520
 XDP_TEST_RUN_MAX: Final = XDP_MAX_LINEAR + MAX_SKB_FRAGS * XDP_FRAME_SIZE  # 73152 bytes
+# BPF_PROG_TEST_RUN with BPF_F_TEST_XDP_LIVE_FRAMES: the largest batch_size
+# (net/bpf/test_run.c TEST_XDP_MAX_BATCH; one more answers E2BIG)
+TEST_XDP_MAX_BATCH: Final = 256
+XDP_FRAME_STRUCT: Final = 40  # sizeof(struct xdp_frame), include/net/xdp.h: starts the headroom
+XDP_METALEN_MAX: Final = 255  # type_max(skb_shared_info.meta_len), include/net/xdp.h
+CPUMAP_QSIZE_MAX: Final = 16384  # kernel/bpf/cpumap.c: "sanity limit on qsize" (EOVERFLOW above)
+# kernel/bpf/verifier.c check_max_stack_depth_subprog: a subprogram that tail-calls may have
+# less than this many bytes of caller stack above it ("tail_calls are not allowed when call
+# stack of previous frames is %d bytes. Too large")
+TAIL_CALL_STACK: Final = 256
+# include/linux/bpf.h: arguments a function takes in registers (r1-r5): BPF-to-BPF calls
+# and global functions (btf_prepare_func_args)
+MAX_BPF_FUNC_REG_ARGS: Final = 5
+# net/core/filter.c bpf_csum_diff: bytes per side, sizeof(struct bpf_scratchpad.diff)
+CSUM_DIFF_MAX: Final = 512
+# kernel/bpf/btf.c, libbpf btf.c (btf__resolve_size): nesting of modifiers, typedefs and
+# arrays resolved before giving up
+MAX_RESOLVE_DEPTH: Final = 32
 # include/linux/errno.h: the kernel's internal "not supported" (not EOPNOTSUPP, 95)
 ENOTSUPP: Final = 524

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from bpfdsl.abi.btf.core import BTF_FUNC_GLOBAL, Btf, BtfFormatError, Kind
 from bpfdsl.abi.helpers import BPF_FUNC_TAIL_CALL, HELPERS_BY_ID
 from bpfdsl.abi.kfuncs import PKT_CHANGING as PKT_CHANGING_KFUNCS
-from bpfdsl.abi.limits import MAX_BPF_STACK, MAX_CALL_FRAMES
+from bpfdsl.abi.limits import MAX_BPF_STACK, MAX_CALL_FRAMES, TAIL_CALL_STACK
 from bpfdsl.abi.opcodes import BPF_PSEUDO_KFUNC_CALL
 from bpfdsl.checker import domain as D
 from bpfdsl.checker.calls import UNMODELLED, check_mem
@@ -46,8 +46,6 @@ from bpfdsl.checker.cfg import Cfg
 from bpfdsl.checker.env import Env, Fault
 from bpfdsl.checker.stack import stack_range_written
 from bpfdsl.checker.state import SPILL, Frame, IdMap, Slot, State, regs_exact
-
-TAIL_CALL_STACK = 256  # bytes of caller stack above a subprogram that tail-calls
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,9 +20,6 @@ from bpfdsl.abi.limits import XDP_FRAME_SIZE, XDP_MAX_LINEAR, XDP_PACKET_HEADROO
 from bpfdsl.abi.prog_types import AttachType
 from bpfdsl.interp.memory import Fault, PacketRegion, Ptr, Region
 
-XDP_FRAME_STRUCT = 40  # sizeof(struct xdp_frame), kept at the start of the headroom
-ETH_HLEN = 14
-
 # struct xdp_md (bpfdsl.abi.ctx): offset -> member
 _XDP_FIELDS = {f.off: f for f in XDP_MD.fields}
 

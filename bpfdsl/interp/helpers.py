@@ -26,16 +26,23 @@ from bpfdsl.abi.fib import (
 )
 from bpfdsl.abi.flags import BPF_F_BROADCAST, BPF_F_EXCLUDE_INGRESS
 from bpfdsl.abi.helpers import HELPERS, map_fits_helper
-from bpfdsl.abi.limits import BPF_MAX_LOOPS, MAX_TAIL_CALL_CNT, XDP_FRAME_SIZE, XDP_SHINFO_TAILROOM
+from bpfdsl.abi.limits import (
+    BPF_MAX_LOOPS,
+    MAX_TAIL_CALL_CNT,
+    XDP_FRAME_SIZE,
+    XDP_FRAME_STRUCT,
+    XDP_METALEN_MAX,
+    XDP_SHINFO_TAILROOM,
+)
 from bpfdsl.abi.map_types import MapType, is_devmap
+from bpfdsl.abi.net import ETH_HLEN
 from bpfdsl.abi.prog_types import XdpAction
-from bpfdsl.interp.ctx import ETH_HLEN, XDP_FRAME_STRUCT, XdpContext
+from bpfdsl.interp.ctx import XdpContext
 from bpfdsl.interp.maps import Map, ProgArrayMap, SlotMap
 from bpfdsl.interp.memory import M32, M64, Fault, Ptr, s32
 from bpfdsl.interp.state import FuncRef, RunState, TailCall
 
 Impl = Callable[..., Any]
-XDP_METALEN_MAX = 255  # type_max(skb_shared_info.meta_len), include/net/xdp.h
 
 
 def _neg(e: int) -> int:

@@ -21,11 +21,17 @@ import fcntl
 import socket
 import struct
 
-SIOCETHTOOL = 0x8946  # include/uapi/linux/sockios.h
-ETHTOOL_GDRVINFO, ETHTOOL_GSTRINGS, ETHTOOL_GSTATS = 0x03, 0x1B, 0x1D  # linux/ethtool.h
-ETHTOOL_GTXCSUM, ETHTOOL_STXCSUM = 0x16, 0x17
-ETH_SS_STATS = 1
-ETH_GSTRING_LEN = 32
+from bpfdsl.abi.net import (
+    ETH_GSTRING_LEN,
+    ETH_SS_STATS,
+    ETHTOOL_GDRVINFO,
+    ETHTOOL_GSTATS,
+    ETHTOOL_GSTRINGS,
+    ETHTOOL_GTXCSUM,
+    ETHTOOL_STXCSUM,
+    SIOCETHTOOL,
+)
+
 _DRVINFO_SIZE = 196  # sizeof(struct ethtool_drvinfo)
 _DRVINFO_N_STATS = 180  # offsetof(struct ethtool_drvinfo, n_stats)
 _IFNAMSIZ = 16

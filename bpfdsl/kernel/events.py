@@ -29,18 +29,19 @@ import select
 import struct
 
 from bpfdsl.abi.flags import BPF_RINGBUF_BUSY_BIT, BPF_RINGBUF_DISCARD_BIT, BPF_RINGBUF_HDR_SZ
+from bpfdsl.abi.perf import (
+    PERF_COUNT_SW_BPF_OUTPUT,
+    PERF_EVENT_IOC_DISABLE,
+    PERF_EVENT_IOC_ENABLE,
+    PERF_FLAG_FD_CLOEXEC,
+    PERF_RECORD_LOST,
+    PERF_RECORD_SAMPLE,
+    PERF_SAMPLE_RAW,
+    PERF_SAMPLE_TIME,
+    PERF_TYPE_SOFTWARE,
+)
 from bpfdsl.kernel import libc
 
-# include/uapi/linux/perf_event.h
-PERF_TYPE_SOFTWARE = 1
-PERF_COUNT_SW_BPF_OUTPUT = 10
-PERF_SAMPLE_TIME = 1 << 2
-PERF_SAMPLE_RAW = 1 << 10
-PERF_RECORD_LOST = 2
-PERF_RECORD_SAMPLE = 9
-PERF_FLAG_FD_CLOEXEC = 1 << 3
-PERF_EVENT_IOC_ENABLE = 0x2400  # _IO('$', 0)
-PERF_EVENT_IOC_DISABLE = 0x2401  # _IO('$', 1)
 _ATTR_USE_CLOCKID = 1 << 25  # perf_event_attr flag bits: use_clockid
 CLOCK_MONOTONIC = 1
 # struct perf_event_mmap_page: data_head, data_tail (u64 each) at these byte offsets

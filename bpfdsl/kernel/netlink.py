@@ -20,6 +20,36 @@ from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass
 
 from bpfdsl.abi.flags import XdpFlags
+from bpfdsl.abi.net import (
+    CTRL_ATTR_FAMILY_ID,
+    CTRL_ATTR_FAMILY_NAME,
+    CTRL_CMD_GETFAMILY,
+    GENL_ID_CTRL,
+    IFF_LOWER_UP,
+    IFF_UP,
+    IFLA_IFNAME,
+    IFLA_INFO_KIND,
+    IFLA_LINK,
+    IFLA_LINK_NETNSID,
+    IFLA_LINKINFO,
+    IFLA_XDP,
+    IFLA_XDP_ATTACHED,
+    IFLA_XDP_DRV_PROG_ID,
+    IFLA_XDP_PROG_ID,
+    IFLA_XDP_SKB_PROG_ID,
+    NETDEV_A_DEV_IFINDEX,
+    NETDEV_A_DEV_XDP_FEATURES,
+    NETDEV_CMD_DEV_GET,
+    NETDEV_XDP_ACT_NDO_XMIT,
+    NETLINK_GENERIC,
+    NETLINK_ROUTE,
+    NETNSA_FD,
+    NETNSA_NSID,
+    NLM_F_REQUEST,
+    NLMSG_ERROR,
+    RTM_GETLINK,
+    RTM_GETNSID,
+)
 from bpfdsl.diagnostics import DiagnosticError, HostError, UsageError, error
 from bpfdsl.kernel import libc
 from bpfdsl.kernel.libc import CLONE_NEWNET, MNT_DETACH, MS_BIND
@@ -490,21 +520,7 @@ def veth_pair(
 # because veth_xdp_xmit queues the frame for the peer's NAPI, which runs only then, and
 # only while both ends are up.  The xdp_features come from the generic-netlink family
 # "netdev" (NETDEV_CMD_DEV_GET, Linux 6.3+); the veth's kind and peer from RTM_GETLINK.
-# Both are spoken here with socket and struct, without pyroute2.
-
-NETLINK_ROUTE, NETLINK_GENERIC = 0, 16  # linux/netlink.h
-NLM_F_REQUEST = 1
-NLMSG_ERROR = 2
-RTM_GETLINK = 18
-GENL_ID_CTRL, CTRL_CMD_GETFAMILY = 0x10, 3  # linux/genetlink.h
-CTRL_ATTR_FAMILY_ID, CTRL_ATTR_FAMILY_NAME = 1, 2
-NETDEV_CMD_DEV_GET = 1  # linux/netdev.h
-NETDEV_A_DEV_IFINDEX, NETDEV_A_DEV_XDP_FEATURES = 1, 3
-NETDEV_XDP_ACT_NDO_XMIT = 1 << 2  # enum netdev_xdp_act
-IFLA_IFNAME, IFLA_LINK, IFLA_LINKINFO, IFLA_LINK_NETNSID, IFLA_XDP = 3, 5, 18, 37, 43
-IFLA_INFO_KIND = 1
-IFLA_XDP_ATTACHED = 2
-IFF_UP, IFF_LOWER_UP = 0x1, 0x10000
+# Both are spoken here with socket and struct, without pyroute2 (constants: bpfdsl.abi.net).
 
 
 def _nl_attrs(data: bytes) -> dict[int, bytes]:
@@ -614,9 +630,6 @@ def link_facts(index: int) -> LinkFacts | None:
     )
 
 
-IFLA_XDP_PROG_ID, IFLA_XDP_DRV_PROG_ID, IFLA_XDP_SKB_PROG_ID = 4, 5, 6  # linux/if_link.h
-
-
 def _xdp_state_raw(index: int) -> XdpState | None:
     """:func:`xdp_state` of ``index`` in this namespace by one RTM_GETLINK; None when the
     kernel answers with an error (the caller then asks through pyroute2, which says why)."""
@@ -637,9 +650,6 @@ def _xdp_state_raw(index: int) -> XdpState | None:
         drv_prog_id=u32(IFLA_XDP_DRV_PROG_ID),
         skb_prog_id=u32(IFLA_XDP_SKB_PROG_ID),
     )
-
-
-RTM_GETNSID, NETNSA_NSID, NETNSA_FD = 90, 1, 3  # linux/net_namespace.h
 
 
 def netns_named(nsid: int) -> str | None:

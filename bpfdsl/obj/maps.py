@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from bpfdsl.abi.btf.core import Btf, BtfFormatError, BtfType, Kind
+from bpfdsl.abi.limits import MAX_RESOLVE_DEPTH
 from bpfdsl.abi.map_types import MapType, is_map_in_map
 from bpfdsl.obj.reader import ObjectReader
 
@@ -125,9 +126,6 @@ def parse_map_def(btf: Btf, name: str, tid: int) -> MapSpec:
     elif spec.map_type == MapType.PROG_ARRAY:
         spec.value_size = spec.value_size or 4
     return spec
-
-
-MAX_RESOLVE_DEPTH = 32  # kernel include/linux/bpf.h: nesting of structs and arrays searched
 
 
 def spin_lock_offset(btf: Btf, value_type_id: int) -> int:

@@ -16,12 +16,12 @@ import tempfile
 import uuid
 from pathlib import Path
 
+from bpfdsl.abi.flags import BPF_F_ALLOW_MULTI
 from bpfdsl.abi.prog_types import AttachType, ProgramType
 from bpfdsl.diagnostics import DiagnosticError, error
 from bpfdsl.kernel import libc
 from bpfdsl.kernel import syscall as S
 
-BPF_F_ALLOW_OVERRIDE, BPF_F_ALLOW_MULTI = 1 << 0, 1 << 1  # linux/bpf.h attach flags
 _mounted: list[str] = []  # temporary cgroup2 mounts made by this process
 
 

@@ -20,13 +20,11 @@ from collections.abc import Collection
 from dataclasses import dataclass
 
 from bpfdsl.abi.flags import BPF_F_TEST_XDP_LIVE_FRAMES
+from bpfdsl.abi.limits import CPUMAP_QSIZE_MAX, TEST_XDP_MAX_BATCH
 from bpfdsl.abi.map_types import MapType
 from bpfdsl.abi.prog_types import AttachType, ProgramType
 from bpfdsl.diagnostics import DiagnosticError, UsageError, error
 from bpfdsl.kernel import syscall as S
-
-QSIZE_MAX = 16384  # kernel/bpf/cpumap.c: "sanity limit on qsize" (EOVERFLOW above)
-_TEST_XDP_MAX_BATCH = 256  # net/bpf/test_run.c; one more makes a plain XDP prog answer E2BIG
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,7 +119,7 @@ def xdp_attach_type(prog_fd: int) -> AttachType | None:
         return None
     try:
         S.prog_test_run(
-            prog_fd, bytes(64), flags=BPF_F_TEST_XDP_LIVE_FRAMES, batch_size=_TEST_XDP_MAX_BATCH + 1
+            prog_fd, bytes(64), flags=BPF_F_TEST_XDP_LIVE_FRAMES, batch_size=TEST_XDP_MAX_BATCH + 1
         )
     except S.BpfError as e:
         if e.errno == E.E2BIG:
@@ -140,7 +138,7 @@ def is_dev_bound(prog_fd: int) -> bool:
         return False
     try:
         S.prog_test_run(
-            prog_fd, bytes(64), flags=BPF_F_TEST_XDP_LIVE_FRAMES, batch_size=_TEST_XDP_MAX_BATCH + 1
+            prog_fd, bytes(64), flags=BPF_F_TEST_XDP_LIVE_FRAMES, batch_size=TEST_XDP_MAX_BATCH + 1
         )
     except S.BpfError as e:
         return e.errno == E.EINVAL and _entry_kind(prog_fd) == AttachType.XDP
@@ -306,14 +304,14 @@ def cpumap_set(
         raise UsageError(
             error(
                 "cpumap-qsize-zero",
-                f"cpumap '{map_name}': qsize must be 1..{QSIZE_MAX} (the kernel treats qsize 0 "
+                f"cpumap '{map_name}': qsize must be 1..{CPUMAP_QSIZE_MAX} (the kernel treats qsize 0 "
                 "as deleting the entry)",
                 hint="use `bpfdsl cpumap delete` to remove a CPU; a typical qsize is 192..2048",
             )
         )
-    if qsize > QSIZE_MAX:
+    if qsize > CPUMAP_QSIZE_MAX:
         raise UsageError(
-            error("cpumap-qsize", f"cpumap '{map_name}': qsize {qsize} is above {QSIZE_MAX}")
+            error("cpumap-qsize", f"cpumap '{map_name}': qsize {qsize} is above {CPUMAP_QSIZE_MAX}")
         )
     n = possible_cpus()
     if not 0 <= cpu < min(n, info.max_entries):

@@ -24,6 +24,7 @@ from importlib import resources
 from rich.console import Console
 from rich.table import Table
 
+from bpfdsl.abi.net import ETH_P_ALL
 from bpfdsl.compiler import compile_source
 from bpfdsl.diagnostics import UsageError, error
 from bpfdsl.kernel import netlink
@@ -35,7 +36,6 @@ from bpfdsl.runtime.packets import udp_frame
 
 PROGRAM = "xdp_udp_filter.bpfd"
 MAX_PACKETS = 10_000
-ETH_P_ALL = 0x0003
 
 
 @dataclass

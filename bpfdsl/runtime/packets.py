@@ -15,12 +15,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from bpfdsl.abi.net import ETH_HLEN, ETH_P_IP
 from bpfdsl.diagnostics import UsageError, error
 from bpfdsl.runtime.pcapfile import MAXIMUM_SNAPLEN, CaptureFormatError, CaptureReader, open_capture
 
 DLT_EN10MB = 1  # pcap LINKTYPE_ETHERNET (tcpdump.org/linktypes.html)
-ETH_HLEN = 14
-ETH_P_IP = 0x0800
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,6 +29,7 @@ from bpfdsl.abi.limits import (
     XDP_TEST_RUN_MAX,
 )
 from bpfdsl.abi.map_types import is_percpu
+from bpfdsl.abi.net import ETH_HLEN
 from bpfdsl.abi.prog_types import ProgramKind, SockOpsOp
 from bpfdsl.diagnostics import DiagnosticError, UsageError, error
 from bpfdsl.interp import InterpCollection
@@ -36,7 +37,7 @@ from bpfdsl.interp.ctx import SockInfo
 from bpfdsl.interp.maps import SlotMap
 from bpfdsl.kernel import syscall
 from bpfdsl.runtime import events, loader, runinfo
-from bpfdsl.runtime.packets import ETH_HLEN, describe_change, summary
+from bpfdsl.runtime.packets import describe_change, summary
 from bpfdsl.runtime.runinfo import MAP_DIFF_LIMIT, sock_ops_fields
 
 

@@ -36,18 +36,27 @@ from functools import cache
 from typing import Any, Literal
 
 from bpfdsl.abi.map_types import MapType
+from bpfdsl.abi.net import (
+    AF_XDP,
+    SOL_XDP,
+    XDP_COPY,
+    XDP_MMAP_OFFSETS,
+    XDP_PGOFF_RX_RING,
+    XDP_PGOFF_TX_RING,
+    XDP_RX_RING,
+    XDP_STATISTICS,
+    XDP_TX_RING,
+    XDP_UMEM_COMPLETION_RING,
+    XDP_UMEM_FILL_RING,
+    XDP_UMEM_PGOFF_COMPLETION_RING,
+    XDP_UMEM_PGOFF_FILL_RING,
+    XDP_UMEM_REG,
+)
 from bpfdsl.diagnostics import DiagnosticError, error
 from bpfdsl.kernel import libc
 from bpfdsl.kernel import syscall as S
 from bpfdsl.runtime.cpumap import require_map
 
-AF_XDP = 44  # linux/socket.h
-SOL_XDP = 283
-XDP_MMAP_OFFSETS, XDP_RX_RING, XDP_TX_RING, XDP_UMEM_REG = 1, 2, 3, 4
-XDP_UMEM_FILL_RING, XDP_UMEM_COMPLETION_RING, XDP_STATISTICS = 5, 6, 7
-XDP_COPY = 1 << 1  # sxdp_flags: force copy mode
-XDP_PGOFF_RX_RING, XDP_PGOFF_TX_RING = 0, 0x80000000
-XDP_UMEM_PGOFF_FILL_RING, XDP_UMEM_PGOFF_COMPLETION_RING = 0x100000000, 0x180000000
 _STATS: tuple[str, ...] = ("rx_dropped", "rx_invalid_descs", "tx_invalid_descs", "rx_ring_full")
 _STATS += ("rx_fill_ring_empty_descs", "tx_ring_empty_descs")  # struct xdp_statistics, u64s
 _RING_OFF = struct.Struct("<4Q")  # struct xdp_ring_offset {producer, consumer, desc, flags}

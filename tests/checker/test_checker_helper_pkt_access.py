@@ -24,14 +24,14 @@ from bpfdsl.abi import insn as I
 from bpfdsl.abi.helpers import HELPERS, helper_may_access_packet
 from bpfdsl.abi.map_types import MapType
 from bpfdsl.abi.opcodes import BPF_ADD, BPF_JLE
-from bpfdsl.abi.prog_types import AttachType, ProgramType
+from bpfdsl.abi.prog_types import AttachType, ProgramType, XdpAction
 from bpfdsl.checker.env import MapRef
 from bpfdsl.compiler import compile_file, compile_source
 from bpfdsl.diagnostics import DiagnosticError
 from bpfdsl.obj.maps import MapSpec
 
 SCRIPT = ROOT / "scripts" / "difftest_checker.py"
-XDP_PASS = 2  # enum xdp_action (include/uapi/linux/bpf.h)
+XDP_PASS = XdpAction.PASS
 MSG = "helper access to the packet is not allowed"
 PT, AT = ProgramType, AttachType
 

@@ -23,11 +23,12 @@ from collections import Counter
 import pytest
 from support import filter_corpus as FC
 
+from bpfdsl.abi.limits import XDP_TEST_RUN_MAX
+from bpfdsl.abi.net import ETH_HLEN
 from bpfdsl.compiler import compile_file
 from bpfdsl.obj.collection import read_object
 from bpfdsl.runtime.testrun import InterpEngine, KernelEngine, PacketSkipped
 
-XDP_TEST_RUN_MAX = 73152  # bytes: 3520 linear + 17 page frags (net/bpf/test_run.c)
 GOAL_RATIO = 1.3
 
 
@@ -41,7 +42,7 @@ def libpcap():
 
 
 def _runnable(fr: FC.Frame) -> bool:
-    return FC.ETH_HLEN <= len(fr.data) <= XDP_TEST_RUN_MAX
+    return ETH_HLEN <= len(fr.data) <= XDP_TEST_RUN_MAX
 
 
 def _reference(lp: FC.Libpcap, f: FC.Filter) -> list[bool]:

@@ -290,9 +290,9 @@ def _syscall_sites(tree: ast.Module) -> list[tuple[str, int]]:
                 out.append(("libc", n.lineno))
             elif name == "syscall" and isinstance(f, ast.Attribute):
                 out.append(("syscall", n.lineno))
-        elif isinstance(n, ast.Name | ast.Attribute):
+        elif isinstance(n, ast.Name | ast.Attribute) and isinstance(n.ctx, ast.Load):
             name = n.id if isinstance(n, ast.Name) else n.attr
-            if name in _NETLINK_NAMES:
+            if name in _NETLINK_NAMES:  # used: bpfdsl.abi.net defining it is not
                 out.append(("netlink", n.lineno))
         elif isinstance(n, ast.Import | ast.ImportFrom):
             names = [a.name for a in n.names] if isinstance(n, ast.Import) else [n.module or ""]
@@ -407,7 +407,10 @@ def test_rules_fail_on_a_package_that_breaks_them(fake) -> None:
 
 # Names abi/ defines that are the kernel's (a flag, limit, helper id, errno): module-level
 # upper-case names with one of these kernel prefixes, or an errno name.
-KERNEL_NAME = re.compile(r"^(?:(?:BPF|BTF|XDP|SK|MAX|KMALLOC|PAGE|PCPU|HTAB|LPM|U32)_\w+|E[A-Z]+)$")
+KERNEL_NAME = re.compile(
+    r"^(?:(?:BPF|BTF|XDP|SK|MAX|KMALLOC|PAGE|PCPU|HTAB|LPM|U32|ETH|ETHTOOL|AF|SOL|NETLINK|NLM"
+    r"|NLMSG|RTM|IFLA|IFF|GENL|CTRL|NETDEV|SIOC|PERF|CPUMAP|CSUM|TAIL_CALL|TEST_XDP)_\w+|E[A-Z]+)$"
+)
 # enum classes of abi/ whose members are kernel names less a prefix (abi's rule:
 # BPF_PROG_TYPE_XDP -> ProgramType.XDP): (prefix, suffix) of the kernel's name
 ENUM_NAMES: dict[str, tuple[str, str]] = {
@@ -515,3 +518,71 @@ def test_a_kernel_constant_defined_again_is_found(tmp_path: Path) -> None:
         "bpfdsl.checker.mem:2: BPF_F_RDONLY_PROG (import it from bpfdsl.abi.flags)",
         "bpfdsl.obj.verdicts:2: _XDP_TX (import it from bpfdsl.abi.flags.XdpAction)",
     ]
+
+
+# ---- no kernel-looking constant outside abi/, whether abi defines it yet or not ----------
+
+# Prefixes of the kernel's constant names (include/uapi/linux/bpf.h, if_xdp.h, if_ether.h,
+# socket.h, netlink.h, rtnetlink.h, genetlink.h, netdev.h, if_link.h, if.h, sockios.h,
+# ethtool.h, perf_event.h; include/linux/bpf.h MAX_BPF_*): an upper-case name outside abi/
+# with one of them is a second source of a kernel fact, or a project name that reads as one.
+KERNEL_PREFIX = re.compile(
+    r"^(?:BPF_|BTF_|XDP_|MAX_BPF|SO_|SOL_|XSK_|ETH_|ETHTOOL_|AF_XDP|NETLINK_|NLM_|NLMSG_|RTM_"
+    r"|IFLA_|IFF_|GENL_|CTRL_CMD_|CTRL_ATTR_|NETDEV_|SIOC|PERF_)[A-Z0-9_]*$"
+)
+# bpfdsl's own names that start like a kernel name (not a kernel constant): name -> why
+NOT_KERNEL: dict[str, str] = {
+    "XDP_SOCK": "checker register type (domain.py), after the kernel's PTR_TO_XDP_SOCK",
+    "XDP_FIELDS": "interp: struct xdp_md members by offset, from bpfdsl.abi.ctx.XDP_MD",
+    "XDP_MD_FIELDS": "runinfo: struct xdp_md members a --ctx names",
+    "BPF_SOCK_OPS_FIELDS": "interp: struct bpf_sock_ops members a test run sets",
+    "XDP_BYTES_MAX": "the language's xdp_bytes() limit (MAX_BPF_STACK)",
+    "XDP_BYTES_HINT": "the language's xdp_bytes() hint text",
+    "XSK_MODES": "the xsk benchmark's modes (rxdrop, l2fwd)",
+}
+
+
+def kernel_prefixed_outside_abi(trees: dict[str, ast.Module], package: str = "bpfdsl") -> list[str]:
+    """Assignments outside ``<package>.abi`` of an upper-case name with a
+    :data:`KERNEL_PREFIX` (leading underscores ignored), other than :data:`NOT_KERNEL`."""
+    bad = []
+    for m, tree in trees.items():
+        if m == f"{package}.abi" or m.startswith(f"{package}.abi."):
+            continue
+        for name, line in _assigned(tree):
+            bare = name.lstrip("_")
+            if KERNEL_PREFIX.match(bare) and bare not in NOT_KERNEL:
+                bad.append(f"{m}:{line}: {name} (a kernel name: define it in {package}/abi)")
+    return bad
+
+
+def test_no_kernel_prefixed_constant_outside_abi() -> None:
+    assert kernel_prefixed_outside_abi(TREES) == []
+
+
+def test_a_kernel_prefixed_constant_outside_abi_is_found(tmp_path: Path) -> None:
+    files = {
+        "__init__.py": "",
+        "abi/__init__.py": "",
+        "abi/net.py": "AF_XDP = 44\nNETLINK_ROUTE = 0\n",
+        "runtime/__init__.py": "",
+        "runtime/xsk.py": (
+            "SOL_XDP = 283\nXSK_MODES = ('rxdrop',)\nLIMIT = 512\n"
+            "def f():\n    _ETH_P_IP = 0x0800\n    return _ETH_P_IP\n"
+        ),
+        "kernel/__init__.py": "",
+        "kernel/netlink.py": "from bpfdsl.abi.net import NETLINK_ROUTE\nx = NETLINK_ROUTE\n",
+        "obj/__init__.py": "",
+        "obj/a.py": "from bpfdsl.abi.net import NETLINK_ROUTE\nx = NETLINK_ROUTE\n",
+    }
+    root = tmp_path / "bpfdsl"
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    _, _, trees = imports(root)
+    assert kernel_prefixed_outside_abi(trees) == [
+        "bpfdsl.runtime.xsk:1: SOL_XDP (a kernel name: define it in bpfdsl/abi)",
+        "bpfdsl.runtime.xsk:5: _ETH_P_IP (a kernel name: define it in bpfdsl/abi)",
+    ]
+    # abi/ defining a netlink constant is not netlink; using it outside kernel/ is
+    assert syscalls_outside_kernel(trees) == ["bpfdsl.obj.a:2: netlink outside bpfdsl/kernel"]

@@ -24,6 +24,7 @@ from support.netns import bpffs_dir, capture, send_frames
 from support.paths import ROOT
 from support.redirect_testlib import quiet_ipv6
 
+from bpfdsl.abi.net import NETDEV_XDP_ACT_NDO_XMIT
 from bpfdsl.kernel import netlink
 from bpfdsl.runtime.packets import udp_frame
 
@@ -140,7 +141,7 @@ def test_redirect_target_problem_cases() -> None:
                 capture_output=True,
             )
             with netlink.in_netns(r):
-                assert netlink.xdp_features(idx) & netlink.NETDEV_XDP_ACT_NDO_XMIT
+                assert netlink.xdp_features(idx) & NETDEV_XDP_ACT_NDO_XMIT
                 assert netlink.redirect_target_problem(idx) is None
             subprocess.run(
                 ["nsenter", f"--net=/run/netns/{b}", "ip", "link", "set", b, "down"],

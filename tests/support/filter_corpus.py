@@ -37,7 +37,6 @@ from support.paths import DATA, PCAPS, PROGS, ROOT
 
 FILTERS = ROOT / "tests" / "corpus" / "filters"
 PREFIX = "// tcpdump: "
-ETH_HLEN = 14  # BPF_PROG_TEST_RUN refuses shorter XDP frames (net/bpf/test_run.c)
 XDP_DROP, XDP_PASS = 1, 2
 PCAP_HDR = struct.Struct("<IHHiIII")  # pcap file header (µs magic, native little endian)
 PCAP_REC = struct.Struct("<IIII")  # ts_sec, ts_usec, caplen, wirelen

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from llvmlite import ir
 
+from bpfdsl.abi.flags import BPF_F_NO_PREALLOC
 from bpfdsl.abi.helpers import HELPERS
 from bpfdsl.abi.map_types import MapType
 from bpfdsl.backend.debuginfo import DebugInfo, load_config
@@ -35,7 +36,6 @@ xdp fn filter(ctx) {
     return XDP_PASS
 }
 """
-BPF_F_NO_PREALLOC = 1
 
 
 def _helper(b: ir.IRBuilder, helper_id: int, args: list[ir.Value]) -> ir.Value:

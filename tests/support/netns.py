@@ -21,10 +21,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from bpfdsl.abi.net import ETH_P_ALL
 from bpfdsl.kernel import netlink
 from bpfdsl.runtime.packets import udp_frame
-
-ETH_P_ALL = 0x0003
 
 
 def unique(prefix: str) -> str:

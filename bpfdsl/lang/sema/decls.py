@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from bpfdsl.abi.btf.records import RECORDS_VAR
 from bpfdsl.abi.flags import BPF_F_NO_PREALLOC
+from bpfdsl.abi.limits import MAX_BPF_FUNC_REG_ARGS
 from bpfdsl.abi.map_types import BTF_MAX_ENTRIES, MapType, is_array, map_create_problems
 from bpfdsl.abi.prog_types import PROGRAM_KINDS, ProgramKind, kind_for_keyword
 from bpfdsl.diagnostics import Diagnostic, Span
@@ -20,7 +21,6 @@ from bpfdsl.lang.layout import header_layout
 from bpfdsl.lang.sema.symbols import (
     BUILTIN_STRUCTS,
     FN_MODIFIERS,
-    MAX_SUBPROG_ARGS,
     FnInfo,
     const_int,
     is_builtin_constant,
@@ -603,12 +603,12 @@ class DeclChecker:
         self, d: ast.FnDecl, params: list[tuple[str, T.Type]], ret: T.Type, linkage: str
     ) -> None:
         what = "a global fn" if linkage == "global" else "a noinline fn"
-        if len(params) > MAX_SUBPROG_ARGS:
+        if len(params) > MAX_BPF_FUNC_REG_ARGS:
             self.err(
                 "too-many-params",
-                f"{what} takes at most {MAX_SUBPROG_ARGS} parameters (registers r1-r5), "
+                f"{what} takes at most {MAX_BPF_FUNC_REG_ARGS} parameters (registers r1-r5), "
                 f"`{d.name}` has {len(params)}",
-                d.params[MAX_SUBPROG_ARGS].span,
+                d.params[MAX_BPF_FUNC_REG_ARGS].span,
                 "pass a struct with the values instead, or make it a plain (inlined) `fn`",
             )
         for p, (_n, ty) in zip(d.params, params, strict=True):

@@ -23,7 +23,7 @@ from bpfdsl.abi.helpers import (
     helper_allowed,
     redirect_map_flags,
 )
-from bpfdsl.abi.limits import MAX_BPF_STACK
+from bpfdsl.abi.limits import CSUM_DIFF_MAX, MAX_BPF_STACK
 from bpfdsl.abi.map_types import MapType
 from bpfdsl.lang import ast
 from bpfdsl.lang import types as T
@@ -34,7 +34,6 @@ BY_NAME: dict[str, HelperProto] = {h.name: h for h in PROTOTYPES[1:]}
 # The language type of a `bpf_NAME(...)` result by the prototype's C type (HelperProto.ret_ctype,
 # include/uapi/linux/bpf.h): `long` is 64-bit signed on BPF (a negative errno on failure).
 RET_TYPES: dict[str, T.Type] = {"long": T.I64, "s64": T.I64, "u64": T.U64, "u32": T.U32}
-CSUM_DIFF_MAX = 512  # bytes per side: sizeof(bpf_csum_diff's scratch diff[]), filter.c
 FIB_HINT = (
     "`let fib = bpf_fib_lookup(family: AF_INET, ipv4_src: ip.saddr, ipv4_dst: ip.daddr, "
     "ifindex: ctx.ingress_ifindex)` then `let rc = fib_lookup(fib, 0)`"

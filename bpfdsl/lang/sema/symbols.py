@@ -77,8 +77,6 @@ class FnInfo:
 
 # ``MODIFIER fn``: the word before ``fn`` -> FnInfo.linkage
 FN_MODIFIERS = {"noinline": "static", "global": "global"}
-# BPF-to-BPF calls pass arguments in r1-r5 (kernel MAX_BPF_FUNC_ARGS for subprograms: 5)
-MAX_SUBPROG_ARGS = 5
 NULLABLE_ARG = "global fn argument"  # OptionalType.what of a pointer argument of a global fn
 
 
