@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from scapy.all import IP, UDP, Ether, raw
 
-from bpfdsl.abi.uapi import XdpAction
+from bpfdsl.abi.prog_types import XdpAction
 from bpfdsl.compiler import compile_source
 from bpfdsl.diagnostics import DiagnosticError
 from bpfdsl.obj.collection import read_object

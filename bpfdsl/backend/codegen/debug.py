@@ -15,7 +15,7 @@ from llvmlite import ir
 
 from bpfdsl.abi.btf.records import RECORDS_SECTION, RECORDS_VAR
 from bpfdsl.abi.btf.run_config import RUN_CONFIG_SECTION, RunConfig, run_config_var
-from bpfdsl.abi.uapi import MapType
+from bpfdsl.abi.map_types import MapType
 from bpfdsl.backend.debuginfo import DebugInfo, FunctionDebug, load_config
 from bpfdsl.lang import types as T
 

@@ -15,7 +15,7 @@ import difflib
 from dataclasses import dataclass, field
 
 from bpfdsl.abi.btf.run_config import RunConfig
-from bpfdsl.abi.uapi import PROGRAM_KINDS, ProgramKind, kind_for_keyword
+from bpfdsl.abi.prog_types import PROGRAM_KINDS, ProgramKind, kind_for_keyword
 from bpfdsl.diagnostics import Diagnostic, DiagnosticError, Span, error
 from bpfdsl.lang import ast, c_names
 from bpfdsl.lang import types as T

@@ -588,14 +588,14 @@ class DeclChecker:
                 )
                 continue
             hidden = 2 if name in self.c.packet_fns else 1
-            if d.modifier == "noinline" and len(d.params) > MAX_SUBPROG_ARGS - hidden:
+            if d.modifier == "noinline" and len(d.params) > MAX_BPF_FUNC_REG_ARGS - hidden:
                 what = "the context and the parse cursor" if hidden == 2 else "the context"
                 self.err(
                     "too-many-params",
                     f"noinline fn `{name}` takes {what} in r1{'-r2' if hidden == 2 else ''} "
-                    f"before its own parameters: at most {MAX_SUBPROG_ARGS - hidden} "
+                    f"before its own parameters: at most {MAX_BPF_FUNC_REG_ARGS - hidden} "
                     f"(registers r{hidden + 1}-r5), not {len(d.params)}",
-                    d.params[MAX_SUBPROG_ARGS - hidden].span,
+                    d.params[MAX_BPF_FUNC_REG_ARGS - hidden].span,
                     "pass a struct with the values instead, or make it a plain (inlined) `fn`",
                 )
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from bpfdsl.abi.btf.run_config import ACTION_MEMBERS, DEFAULT_CHAIN_CALL_ACTIONS, RunConfig
-from bpfdsl.abi.uapi import BTF_MAX_ENTRIES, ProgramKind
+from bpfdsl.abi.map_types import BTF_MAX_ENTRIES
+from bpfdsl.abi.prog_types import ProgramKind
 from bpfdsl.lang import ast
 from bpfdsl.lang import types as T
 from bpfdsl.lang.sema.symbols import const_int
