@@ -48,6 +48,25 @@ FRAMES = 4096
 LOOP_LIMIT = 3600.0  # seconds: the socket thread stops by itself after this at the latest
 
 
+SETTLE_LIMIT = 2.0  # seconds: the longest wait for the socket loop to empty its ring
+
+
+def _settle(count, step: float = 0.02, quiet: int = 3) -> None:
+    """Wait :data:`DRAIN`, then until ``count()`` (frames the loop took) stays the same for
+    ``quiet`` checks ``step`` seconds apart, at most :data:`SETTLE_LIMIT`: the frames
+    already redirected are then out of the RX ring, so the counts taken next on the XDP
+    side and on the socket side cover the same frames (a loop slowed by other load would
+    otherwise count a backlog from before the window as received within it)."""
+    time.sleep(DRAIN)
+    end = time.monotonic() + SETTLE_LIMIT
+    last, same = count(), 0
+    while same < quiet and time.monotonic() < end:
+        time.sleep(step)
+        now = count()
+        same = same + 1 if now == last else 0
+        last = now
+
+
 class _Loop(threading.Thread):
     """The socket loop (``rxdrop`` or ``l2fwd``) on its own CPU until :meth:`stop`."""
 
@@ -142,11 +161,11 @@ def run_xsk(objs, opts: XdpOptions, modes=XSK_MODES, progress: Progress | None =
                     b.attach(t)
                     fill_user_maps(t)
                     b.send(opts.warmup)
-                    time.sleep(DRAIN)
+                    _settle(lambda lp=loop: lp.frames)
                     c0, g0 = b.counts(b.net.dut_ns, N.DUT_DEV), b.counts(b.net.gen_ns, N.GEN_DEV)
                     s0, f0 = sock.statistics(), loop.frames
                     _sent, secs = b.send(opts.duration)
-                    time.sleep(DRAIN)
+                    _settle(lambda lp=loop: lp.frames)
                     c = b.counts(b.net.dut_ns, N.DUT_DEV) - c0
                     g = b.counts(b.net.gen_ns, N.GEN_DEV) - g0
                     s1, got = sock.statistics(), loop.frames - f0
@@ -279,11 +298,11 @@ def run_xsk_loops(
                 )
                 try:
                     b.send(opts.warmup)
-                    time.sleep(DRAIN)
+                    _settle(lambda lp=loop: lp.totals()[0])
                     c0, g0 = b.counts(b.net.dut_ns, N.DUT_DEV), b.counts(b.net.gen_ns, N.GEN_DEV)
                     l0 = loop.totals()
                     _sent, secs = b.send(opts.duration)
-                    time.sleep(DRAIN)
+                    _settle(lambda lp=loop: lp.totals()[0])
                     l1 = loop.totals()
                     c = b.counts(b.net.dut_ns, N.DUT_DEV) - c0
                     g = b.counts(b.net.gen_ns, N.GEN_DEV) - g0
