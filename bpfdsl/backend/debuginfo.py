@@ -370,27 +370,22 @@ class DebugInfo:
             fields.append(("map_flags", uint(map_flags)))
         if pinning:
             fields.append(("pinning", uint(pinning)))
-        st = self.struct_type(None, fields, line=line)
-        ptr = ir.PointerType()
-        gv = ir.GlobalVariable(self.module, ir.LiteralStructType([ptr] * len(fields)), name)
-        gv.initializer = ir.Constant(gv.value_type, None)
-        gv.section, gv.align = ".maps", 8
-        self._global_var(gv, name, st, line)
-        return gv
+        return self.pointer_struct_global(name, ".maps", fields, line)
 
     def uint_member(self, v: int) -> DIType:
         """libbpf's ``__uint(name, v)`` member type: ``int (*)[v]`` (bpf_helpers.h), the
         value carried as the array's length."""
         return self.pointer_type(self.array_type(self.int_type("int"), v))
 
-    def uint_struct_global(
-        self, name: str, section: str, members: Sequence[tuple[str, int]], line: int = 0
+    def pointer_struct_global(
+        self, name: str, section: str, fields: Sequence[tuple[str, DIType]], line: int = 0
     ) -> ir.GlobalVariable:
-        """``struct { __uint(m, v); ... } name SEC(section);`` (8 zero bytes per member),
-        kept in compiler.used: libxdp's ``XDP_RUN_CONFIG`` (bpfdsl.abi.btf.run_config)."""
-        st = self.struct_type(None, [(m, self.uint_member(v)) for m, v in members], line=line)
+        """``struct { __uint(m, v); __type(k, T); ... } name SEC(section);``: members that
+        are all pointers (8 zero bytes each), kept in compiler.used.  A BTF map definition
+        (``.maps``) and libxdp's ``XDP_RUN_CONFIG`` (bpfdsl.abi.btf.run_config)."""
+        st = self.struct_type(None, list(fields), line=line)
         ptr = ir.PointerType()
-        gv = ir.GlobalVariable(self.module, ir.LiteralStructType([ptr] * len(members)), name)
+        gv = ir.GlobalVariable(self.module, ir.LiteralStructType([ptr] * len(fields)), name)
         gv.initializer = ir.Constant(gv.value_type, None)
         gv.section, gv.align = section, 8
         self._global_var(gv, name, st, line)

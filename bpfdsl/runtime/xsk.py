@@ -339,9 +339,6 @@ class XskSocket:
 
     # ---- batch loops (xdpsock's rxdrop and l2fwd), no copy out of the UMEM ----
 
-    def _u32(self, m: mmap.mmap, off: int) -> int:
-        return struct.unpack_from("<I", m, off)[0]
-
     def rx_drop(self, limit: int = 4096) -> int:
         """Receive up to ``limit`` frames and give their chunks straight back to the fill
         ring (xdpsock ``rxdrop``): one :meth:`rx_burst` and one :meth:`fill`; returns
@@ -387,19 +384,13 @@ class XskSocket:
         self._np_umem[base + dst] = self._np_umem[base + src]
 
     def _kick(self, tries: int = 64) -> None:
-        """sendto(fd, NULL, 0, MSG_DONTWAIT) until the kernel took every TX descriptor
-        (copy mode sends at most 32 per call, net/xdp/xsk.c TX_BATCH_SIZE); bounded."""
-        prod_off, cons_off, _desc, _fl = self._tx_off
+        """:meth:`kick` until the kernel took every TX descriptor (copy mode sends at most
+        32 per call, net/xdp/xsk.c TX_BATCH_SIZE); bounded by ``tries``."""
+        idx, (prod_i, cons_i) = self._txidx, self._tx_words
         for _ in range(tries):
-            if self._u32(self._tx, prod_off) == self._u32(self._tx, cons_off):
+            if idx[prod_i] == idx[cons_i]:
                 return
-            try:
-                self.sock.send(b"", socket.MSG_DONTWAIT)
-            except (BlockingIOError, InterruptedError):
-                pass
-            except OSError as e:
-                if e.errno not in (errno.ENOBUFS, errno.EBUSY):
-                    raise
+            self.kick()
 
     # ---- burst API: one index load and one index store per ring per batch ----
 

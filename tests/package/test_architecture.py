@@ -373,13 +373,18 @@ FAKE = {
 }
 
 
-@pytest.fixture
-def fake(tmp_path: Path):
+def fake_package(tmp_path: Path, files: dict[str, str]):
+    """Write ``files`` (path under bpfdsl/ -> text) as a package and read its imports."""
     root = tmp_path / "bpfdsl"
-    for name, text in FAKE.items():
+    for name, text in files.items():
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_text(text)
     return imports(root)
+
+
+@pytest.fixture
+def fake(tmp_path: Path):
+    return fake_package(tmp_path, FAKE)
 
 
 def test_rules_fail_on_a_package_that_breaks_them(fake) -> None:
@@ -509,11 +514,7 @@ def test_a_kernel_constant_defined_again_is_found(tmp_path: Path) -> None:
         "obj/__init__.py": "",
         "obj/verdicts.py": "def f():\n    _XDP_TX = 3\n    return _XDP_TX\nLIMIT = 512\n",
     }
-    root = tmp_path / "bpfdsl"
-    for name, text in files.items():
-        (root / name).parent.mkdir(parents=True, exist_ok=True)
-        (root / name).write_text(text)
-    _, _, trees = imports(root)
+    _, _, trees = fake_package(tmp_path, files)
     assert kernel_constants_outside_abi(trees) == [
         "bpfdsl.checker.mem:2: BPF_F_RDONLY_PROG (import it from bpfdsl.abi.flags)",
         "bpfdsl.obj.verdicts:2: _XDP_TX (import it from bpfdsl.abi.flags.XdpAction)",
@@ -575,11 +576,7 @@ def test_a_kernel_prefixed_constant_outside_abi_is_found(tmp_path: Path) -> None
         "obj/__init__.py": "",
         "obj/a.py": "from bpfdsl.abi.net import NETLINK_ROUTE\nx = NETLINK_ROUTE\n",
     }
-    root = tmp_path / "bpfdsl"
-    for name, text in files.items():
-        (root / name).parent.mkdir(parents=True, exist_ok=True)
-        (root / name).write_text(text)
-    _, _, trees = imports(root)
+    _, _, trees = fake_package(tmp_path, files)
     assert kernel_prefixed_outside_abi(trees) == [
         "bpfdsl.runtime.xsk:1: SOL_XDP (a kernel name: define it in bpfdsl/abi)",
         "bpfdsl.runtime.xsk:5: _ETH_P_IP (a kernel name: define it in bpfdsl/abi)",

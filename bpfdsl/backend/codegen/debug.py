@@ -109,9 +109,8 @@ class DebugAdapter:
 
     def run_config_global(self, prog: str, rc: RunConfig, line: int) -> ir.GlobalVariable:
         """libxdp's ``XDP_RUN_CONFIG(prog)``: priority and every action's chain-call bit."""
-        return self.di.uint_struct_global(
-            run_config_var(prog), RUN_CONFIG_SECTION, rc.members(), line
-        )
+        fields = [(m, self.di.uint_member(v)) for m, v in rc.members()]
+        return self.di.pointer_struct_global(run_config_var(prog), RUN_CONFIG_SECTION, fields, line)
 
     def program(self, func: ir.Function, decl, kind) -> None:
         self.fn = self.di.function(func, line=decl.span.line, ctx=kind.ctx, arg_name=decl.ctx)

@@ -23,6 +23,7 @@ from bpfdsl.lang.sema.symbols import (
     FN_MODIFIERS,
     FnInfo,
     const_int,
+    const_int_arg,
     is_builtin_constant,
 )
 
@@ -327,11 +328,8 @@ class DeclChecker:
             )
             return None
         e = d.args["max_entries"]
-        n = const_int(self, e)
-        if n is None or not isinstance(e.ty, (T.IntType, T.UntypedInt)):
-            if not isinstance(e.ty, T.ErrorType):
-                self.err("map-args", "max_entries must be a compile-time integer", e.span,
-                         "write a number or a `const`, e.g. `max_entries: 1024`")  # fmt: skip
+        n = const_int_arg(self, e, "map-args", "max_entries", "max_entries: 1024")
+        if n is None:
             return None
         if n < 1:
             self.err("map-args", f"max_entries must be at least 1, not {n}", e.span,

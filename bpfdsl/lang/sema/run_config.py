@@ -14,8 +14,7 @@ from bpfdsl.abi.btf.run_config import ACTION_MEMBERS, DEFAULT_CHAIN_CALL_ACTIONS
 from bpfdsl.abi.map_types import BTF_MAX_ENTRIES
 from bpfdsl.abi.prog_types import ProgramKind
 from bpfdsl.lang import ast
-from bpfdsl.lang import types as T
-from bpfdsl.lang.sema.symbols import const_int
+from bpfdsl.lang.sema.symbols import const_int_arg
 
 # ``sema``: the analyzer.Sema checking the program (it imports this module, so its type
 # cannot be named here); used for ``err`` and the constant folding of const_int
@@ -56,11 +55,8 @@ def check_run_config(sema: Any, p: ast.ProgDecl, kind: ProgramKind) -> RunConfig
     prio = 50
     if "priority" in p.run_config:
         e = p.run_config["priority"]
-        n = const_int(sema, e)
-        if n is None or not isinstance(e.ty, (T.IntType, T.UntypedInt)):
-            if not isinstance(e.ty, T.ErrorType):
-                sema.err("run-config", "priority must be a compile-time integer", e.span,
-                         "write a number or a `const`, e.g. `priority: 10`")  # fmt: skip
+        n = const_int_arg(sema, e, "run-config", "priority", "priority: 10")
+        if n is None:
             ok = False
         elif not 0 <= n <= BTF_MAX_ENTRIES:
             sema.err("run-config", f"priority must be from 0 to {BTF_MAX_ENTRIES}, not {n}",

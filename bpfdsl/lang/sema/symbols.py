@@ -187,6 +187,20 @@ def const_int(sema, e: ast.Expr) -> int | None:
     return sema.ex.const_value(e)
 
 
+def const_int_arg(sema, e: ast.Expr, code: str, what: str, example: str) -> int | None:
+    """:func:`const_int` of an argument that must be a compile-time integer (a map's
+    ``max_entries``, a program's ``priority``): None after the located error ``code``,
+    "``what`` must be a compile-time integer" with the hint ``example`` (none when ``e``
+    already has an error)."""
+    n = const_int(sema, e)
+    if n is None or not isinstance(e.ty, (T.IntType, T.UntypedInt)):
+        if not isinstance(e.ty, T.ErrorType):
+            sema.err(code, f"{what} must be a compile-time integer", e.span,
+                     f"write a number or a `const`, e.g. `{example}`")  # fmt: skip
+        return None
+    return n
+
+
 def is_builtin_constant(name: str) -> bool:
     """True for names the language predefines (actions, header constants, map flags, and
     ``none``, what a fn declared ``-> T?`` returns when it has no T)."""
