@@ -21,7 +21,7 @@ from bpfdsl.abi.limits import ENOTSUPP
 from bpfdsl.abi.map_types import MapType, is_array, is_indexed, is_percpu
 from bpfdsl.diagnostics import DiagnosticError, UsageError, error
 from bpfdsl.kernel import syscall
-from bpfdsl.runtime.mapfile import ENCODED, ENCODED_MANY, LineEncoder
+from bpfdsl.runtime.mapfile import ENCODED, ENCODED_MANY, EntryFile, LineEncoder
 
 _MAX_DUMP = 1_000_000  # entries; a dump is bounded even if the map changes under it
 
@@ -444,10 +444,11 @@ class MapView(MapCodec):
         """Write every (key, value) of ``entries`` (Python values, as :meth:`set`; an
         ``(mapfile.ENCODED, (key bytes, value bytes))`` entry is the map's bytes already),
         ``batch`` per system call (BPF_MAP_UPDATE_BATCH; one by one for map kinds without
-        it).  Returns how many were written.  Raises UsageError for a value the type
-        refuses (nothing of that batch is written) and DiagnosticError from bpf() naming
-        the failing entry (the entries before it are written)."""
-        done = 0
+        it).  Returns how many were written.  Every entry is encoded before the first is
+        written, so a value the type refuses raises UsageError with nothing written (for
+        entries of a file, ``mapfile.EntryFile``, located at the file's line); DiagnosticError from bpf()
+        names the failing entry (the entries before it are written, as with ``bpftool
+        batch``)."""
         enc_key = self._fast_encoder(self.key_tid, self.key_size, self.encode_key)
         enc_vals = (
             self.encode_values
@@ -456,24 +457,22 @@ class MapView(MapCodec):
         )
         keys: list[bytes] = []
         vals: list[bytes] = []
-        for key, value in entries:
-            if key is ENCODED:  # a file's line the map's line encoder took
-                keys.append(value[0])
-                vals.append(value[1])
-            elif key is ENCODED_MANY:  # many such lines
-                keys.extend(value[0])
-                vals.extend(value[1])
-                while len(keys) > batch:  # full batches; the rest waits as entries do
-                    done += self._write(keys[:batch], vals[:batch], flags, done)
-                    del keys[:batch], vals[:batch]
-            else:
-                keys.append(enc_key(key))
-                vals.append(enc_vals(value))
-            if len(keys) >= batch:
-                done += self._write(keys, vals, flags, done)
-                keys, vals = [], []
-        if keys:
-            done += self._write(keys, vals, flags, done)
+        try:
+            for key, value in entries:
+                if key is ENCODED:  # a file's line the map's line encoder took
+                    keys.append(value[0])
+                    vals.append(value[1])
+                elif key is ENCODED_MANY:  # many such lines
+                    keys.extend(value[0])
+                    vals.extend(value[1])
+                else:
+                    keys.append(enc_key(key))
+                    vals.append(enc_vals(value))
+        except DiagnosticError as e:
+            raise (entries.locate(e) if isinstance(entries, EntryFile) else e) from None
+        done = 0
+        for at in range(0, len(keys), batch):
+            done += self._write(keys[at : at + batch], vals[at : at + batch], flags, done)
         return done
 
     def json_line_encoder(self) -> LineEncoder | None:

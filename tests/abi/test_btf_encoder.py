@@ -376,7 +376,7 @@ def test_json_lines_read_at_once_give_what_each_line_gives(spec, tmp_path, bad):
             if bad is None and lines is texts and newline == "\n":  # the text at once
                 kinds = []
                 with pytest.raises((UsageError, StopIteration)):
-                    it = mapfile.read_entries(str(path), line)
+                    it = iter(mapfile.read_entries(str(path), line))
                     while True:
                         kinds.append(next(it)[0])
                 assert mapfile.ENCODED_MANY in kinds

@@ -143,6 +143,23 @@ def test_a_bad_entry_is_named_by_file_and_line(two_loads, tmp_path):
     bad.write_text('{"key": "10.0.0.0/8", "value": 1}\n{"key": "10.0.0.0/33", "value": 2}\n')
     r = _bpfdsl("map", "update", f"{a}:v4", "--from", str(bad))
     assert r.returncode == 2 and "bad key '10.0.0.0/33'" in r.stderr, r.stderr
+    assert f"--> {bad}:2:1" in r.stderr and '2 | {"key": "10.0.0.0/33"' in r.stderr, r.stderr
+    # a bad value after many good ones (more than one batch): located, and nothing written
+    late = tmp_path / "late.jsonl"
+    good = "".join(json.dumps({"key": i, "value": i}) + "\n" for i in range(9000))
+    late.write_text(good + '{"key": 9000, "value": "many"}\n')
+    r = _bpfdsl("map", "update", f"{a}:per_cpu", "--from", str(late))
+    assert r.returncode == 2 and f"--> {late}:9001:1" in r.stderr, r.stderr
+    csv_bad = tmp_path / "bad.csv"
+    csv_bad.write_text('key,value\n1,2\n2,"x\ny"\n')
+    r = _bpfdsl("map", "update", f"{a}:per_cpu", "--from", str(csv_bad))
+    assert r.returncode == 2 and f"--> {csv_bad}:3:1" in r.stderr, r.stderr
+    doc = tmp_path / "dump.json"
+    doc.write_text(json.dumps({"entries": [{"key": 1, "value": 1}, {"key": 2, "value": -1}]}))
+    r = _bpfdsl("map", "update", f"{a}:per_cpu", "--from", str(doc))
+    assert r.returncode == 2 and f"{doc}: entry 2: " in r.stderr, r.stderr
+    r = _bpfdsl("--json", "map", "dump", f"{a}:per_cpu")
+    assert r.returncode == 0 and json.loads(r.stdout)["entries"] == [], r.stdout
     worse = tmp_path / "worse.jsonl"
     worse.write_text('{"key": 1, "value": 2}\nnot json\n')
     r = _bpfdsl("map", "update", f"{a}:slots", "--from", str(worse))
