@@ -81,5 +81,7 @@ PLACEHOLDER = Extension("bpfdsl.checker._native__mypyc", sources=[])
 COMPILE = os.environ.get("BPFDSL_COMPILE", "") == "1"
 setup(
     ext_modules=[PLACEHOLDER] if COMPILE else [],
+    # the build requirement of the compiled checker, installed only for it (pyproject.toml)
+    setup_requires=["mypy>=2.4"] if COMPILE else [],
     cmdclass={"build_ext": BuildExtStamped},
 )

@@ -42,7 +42,11 @@ setup_venv() {
     echo "== creating .venv"
     "${PYTHON:-python3}" -m venv .venv
   fi
-  .venv/bin/python -m pip install -q --upgrade pip >/dev/null
+  # editable installs of a pyproject.toml project need pip >= 21.3 (PEP 660); a newer pip
+  # is fetched only for an older one (the upgrade costs seconds on every first run)
+  if ! .venv/bin/python -c 'import sys, pip; sys.exit(tuple(map(int, pip.__version__.split(".")[:2])) < (21, 3))' 2>/dev/null; then
+    .venv/bin/python -m pip install -q --upgrade pip >/dev/null
+  fi
   if [ "${BPFDSL_COMPILE:-}" != 0 ] && can_compile; then
     export BPFDSL_COMPILE=1
     # An editable install leaves the build in the work tree: rebuilt (about 2 minutes) only
