@@ -157,7 +157,8 @@ def run(
     elif os.fspath(obj).endswith(".bpfd"):
         from bpfdsl.compiler import compile_file
 
-        spec = read_object(compile_file(obj).obj)
+        res = compile_file(obj)
+        spec = res.spec or read_object(res.obj)
     else:
         spec = read_object(inventory.object_bytes(os.fspath(obj)))
     name, kind = choose_program(spec, program)

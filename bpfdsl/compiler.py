@@ -35,8 +35,9 @@ from bpfdsl.diagnostics import (
 from bpfdsl.lang import ast
 from bpfdsl.lang.build import parse_program
 from bpfdsl.lang.sema import analyzer
-from bpfdsl.obj.collection import read_object
+from bpfdsl.obj.collection import read_elf
 from bpfdsl.obj.elf import ElfFile
+from bpfdsl.obj.spec import CollectionSpec
 
 EMIT_KINDS = ("obj", "llvm-ir", "asm")
 CHECK_TIMEOUT = 10.0  # seconds the checker may take inside compile (--check-timeout)
@@ -62,7 +63,8 @@ class CompileResult:
     sema), ``codegen`` (LLVM IR and its text), ``llvm`` (parse, O2, BPF code generation),
     ``check`` (the checker on the object; absent with ``check=False``), ``total``;
     ``llvm_binding``: which LLVM binding made the object (:func:`bpfdsl.backend.target.binding`:
-    the lean ctypes one, or the llvmlite.binding fallback and why)."""
+    the lean ctypes one, or the llvmlite.binding fallback and why); ``spec``: the object as
+    read for the checker (``bpfdsl.obj.collection.read_elf``; None with ``check=False``)."""
 
     obj: bytes
     llvm_ir: str
@@ -72,6 +74,7 @@ class CompileResult:
     warnings: list[Diagnostic] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
     llvm_binding: str = ""
+    spec: CollectionSpec | None = None
 
 
 def front_end(text: str, filename: str = "<input>"):
@@ -218,26 +221,29 @@ def _compile(
     )
     res.llvm_binding = out.binding
     res.warnings = list(checked.warnings)
-    check_call_chains(checked, target.stack_depths(out.obj))
+    check_call_chains(checked, out.depths)
     if check:
-        res.warnings += check_compiled(out.obj, text, check_timeout, margin=margin)
+        assert out.elf is not None  # emit reads every object it writes
+        res.spec = read_elf(out.elf, name=filename)
+        res.warnings += check_compiled(res.spec, text, check_timeout, margin=margin)
         t.append(perf_counter())
     stages = ("front", "codegen", "llvm", "check")
     res.timings = {k: (b - a) * 1000 for k, a, b in zip(stages, t, t[1:], strict=False)}
     res.timings["total"] = (t[-1] - t[0]) * 1000
     if stats:
-        res.stats = object_stats(out.obj, res.programs)
+        assert out.elf is not None
+        res.stats = object_stats(out.elf, out.depths, res.programs)
     return res
 
 
 def check_compiled(
-    obj: bytes, text: str, timeout: float | None = None, *, margin: float = 0.0
+    spec: CollectionSpec, text: str, timeout: float | None = None, *, margin: float = 0.0
 ) -> list[Diagnostic]:
-    """Run the checker over a compiled object (at most ``timeout`` seconds, ``margin``
+    """Run the checker over a compiled object read (at most ``timeout`` seconds, ``margin``
     percent of the complexity budget kept free: :func:`bpfdsl.checker.check_object`); raise
     DiagnosticError (source ``text``) for its errors, return its warnings as Diagnostics
     (a program it did not finish in time is a warning: not checked, not accepted)."""
-    res = check_object(read_object(obj), timeout=timeout, margin=margin)
+    res = check_object(spec, timeout=timeout, margin=margin)
     errs, warns = [], []
     for p in res.programs:
         for e in p.errors:
@@ -259,15 +265,15 @@ def check_compiled(
     ]
 
 
-def object_stats(obj: bytes, programs: list[str]) -> list[ProgramStats]:
-    """Instruction count (decoded with bpfdsl.abi.insn) and stack bytes per program function."""
-    depths = target.stack_depths(obj)
+def object_stats(elf: ElfFile, depths: dict[str, int], programs: list[str]) -> list[ProgramStats]:
+    """Instruction count (8-byte slots: ld_imm64 counts 2, as the kernel's insn_cnt) and
+    stack bytes (``depths``: target.stack_depths) per program function of the object
+    ``elf``."""
     out = []
-    for name, sec, start, size in ElfFile(obj).functions():
+    for name, sec, _start, size in elf.functions():
         if name not in programs:
             continue
-        n = sum(i.width for i in insn.decode(sec.data()[start : start + size]))
-        out.append(ProgramStats(name, sec.name, n, depths.get(name, 0)))
+        out.append(ProgramStats(name, sec.name, size // insn.INSN_SIZE, depths.get(name, 0)))
     out.sort(key=lambda s: programs.index(s.name))
     return out
 

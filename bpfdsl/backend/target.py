@@ -35,7 +35,7 @@ import os
 import re
 import resource
 import selectors
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeAlias
 
 import llvmlite
@@ -256,12 +256,16 @@ def optimize(mod: Module, *, mcpu: str = "v3", opt: int = 2) -> Module:
 @dataclass(frozen=True, slots=True)
 class Emitted:
     """Result of :func:`emit`: ``obj`` ELF bytes, optional ``asm`` text and optimized ``ir``;
-    ``binding``: the LLVM binding that made them (:func:`binding`)."""
+    ``binding``: the LLVM binding that made them (:func:`binding`); ``elf``: ``obj`` read
+    (its one read: what the compiler's later steps take, ``obj.collection.read_elf``);
+    ``depths``: stack bytes per function symbol (:func:`stack_depths`)."""
 
     obj: bytes
     asm: str | None = None
     ir: str | None = None
     binding: str = ""
+    elf: ElfFile | None = None
+    depths: dict[str, int] = field(default_factory=dict)
 
 
 def emit(
@@ -293,8 +297,13 @@ def emit(
         raise InternalCompilerError("LLVM BPF code generation failed", str(e)) from None
     if not asm:
         asm_text = None
-    check_sizes(text, obj)
-    for func, depth in stack_depths(obj).items():
+    try:
+        elf = ElfFile(obj)  # the one read of the object: sizes, depths, BTF fix-up, spec
+    except ElfError as e:
+        raise InternalCompilerError("LLVM wrote an object bpfdsl cannot read", str(e)) from None
+    check_sizes(text, elf)
+    depths = stack_depths(elf)
+    for func, depth in depths.items():
         if depth > MAX_BPF_STACK:
             raise _unsupported(
                 text, None, "stack-limit",
@@ -303,10 +312,11 @@ def emit(
                 func=func,
             )  # fmt: skip
     try:
-        obj = fixup_btf_datasecs(obj)
+        obj = fixup_btf_datasecs(obj, elf)
+        elf = elf.over(obj)  # .BTF rewritten in place: the same section table
     except (ElfError, BtfFormatError) as e:
         raise InternalCompilerError("LLVM wrote .BTF the loader cannot fix up", str(e)) from None
-    return Emitted(obj, asm_text, text if ir else None, binding())
+    return Emitted(obj, asm_text, text if ir else None, binding(), elf, depths)
 
 
 # ---- program sizes: jump offsets and the kernel's instruction limit ---------------------
@@ -378,13 +388,11 @@ def _emit_object_guarded(tm: TargetMachine, mod: Module, text: str, mcpu: str) -
     raise InternalCompilerError("LLVM BPF code generation failed", said or f"status {status}")
 
 
-def check_sizes(text: str, obj: bytes) -> None:
-    """Raise a located ``program-too-large`` error for a function of ``obj`` above the
-    kernel's 1,000,000 instructions (BPF_COMPLEXITY_LIMIT_INSNS; bpf_prog_load: E2BIG)."""
-    try:
-        sizes = {name: size // 8 for name, _sec, _start, size in ElfFile(obj).functions()}
-    except ElfError as e:
-        raise InternalCompilerError("LLVM wrote an object bpfdsl cannot read", str(e)) from None
+def check_sizes(text: str, elf: ElfFile) -> None:
+    """Raise a located ``program-too-large`` error for a function of the object ``elf``
+    above the kernel's 1,000,000 instructions (BPF_COMPLEXITY_LIMIT_INSNS; bpf_prog_load:
+    E2BIG)."""
+    sizes = {name: size // 8 for name, _sec, _start, size in elf.functions()}
     for func, n in jumps.over_kernel_limit(sizes):
         raise _unsupported(
             text, None, "program-too-large",
@@ -562,11 +570,12 @@ def check_ir(mod: Module | str, mcpu: str = "v3") -> None:
                                "pass a pointer to a struct instead")  # fmt: skip
 
 
-def stack_depths(obj: bytes) -> dict[str, int]:
-    """Stack bytes used per function of an eBPF object (deepest r10-relative access,
-    directly or through ``rX = r10; rX += -N``), keyed by function symbol name."""
+def stack_depths(obj: bytes | ElfFile) -> dict[str, int]:
+    """Stack bytes used per function of an eBPF object (ELF bytes, or read: ElfFile)
+    (deepest r10-relative access, directly or through ``rX = r10; rX += -N``), keyed by
+    function symbol name."""
     try:
-        funcs = ElfFile(obj).functions()
+        funcs = (obj if isinstance(obj, ElfFile) else ElfFile(obj)).functions()
         return {name: frame_depth(decode(sec.data()[start : start + size]))
                 for name, sec, start, size in funcs}  # fmt: skip
     except (ElfError, InsnError) as e:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from bpfdsl.abi.btf.core import Btf, BtfFormatError, parse_btf
 from bpfdsl.abi.btf.ext import parse_btf_ext
 from bpfdsl.diagnostics import UsageError, error
+from bpfdsl.obj.elf import ElfFile
 from bpfdsl.obj.link import link_programs
 from bpfdsl.obj.maps import read_maps
 from bpfdsl.obj.reader import SHF_ALLOC, SHF_WRITE, ObjectReader, fail
@@ -53,8 +54,19 @@ def read_object(data: bytes | str | Path, *, name: str | None = None) -> Collect
             "not an ELF file",
             hint="pass an object built by `bpfdsl compile` or `clang -target bpf -c`",
         )
+    return _read_guarded(path, raw, None)
+
+
+def read_elf(elf: ElfFile, *, name: str | None = None) -> CollectionSpec:
+    """:func:`read_object` of an object already read into an :class:`ElfFile` (the
+    compiler's, which reads what it emitted once: its section table is not read again).
+    Raises UsageError as :func:`read_object` does."""
+    return _read_guarded(name or "<object>", elf.raw, elf)
+
+
+def _read_guarded(path: str, raw: bytes, elf: ElfFile | None) -> CollectionSpec:
     try:
-        return _read(ObjectReader(path, raw))
+        return _read(ObjectReader(path, raw, elf))
     except UsageError:
         raise
     except BtfFormatError as e:

@@ -21,6 +21,7 @@ Layouts: ``Elf64_Ehdr`` (64 bytes), ``Elf64_Shdr`` (64), ``Elf64_Sym`` (24), ``E
 
 from __future__ import annotations
 
+import copy
 import struct
 from collections.abc import Iterator
 from types import SimpleNamespace
@@ -150,6 +151,17 @@ class ElfFile:
             sh_entsize=f[9],
         )  # fmt: skip
 
+    def over(self, raw: bytes) -> ElfFile:
+        """This file's section table over ``raw``, bytes of the same layout (sections
+        rewritten in place at their length, as :func:`fixup_btf_datasecs` does), without
+        reading the headers again.  Raises ElfError when the lengths differ."""
+        if len(raw) != len(self.raw):
+            raise ElfError(f"{len(raw)} bytes do not have the layout of {len(self.raw)}")
+        new = copy.copy(self)
+        new.raw = raw
+        new._sections = [Section(new, s.index, s.name, s.header) for s in self._sections]
+        return new
+
     def section(self, index: int) -> Section:
         if not 0 <= index < len(self._sections):
             raise ElfError(f"section index {index} out of range")
@@ -186,16 +198,18 @@ class ElfFile:
         return out
 
 
-def fixup_btf_datasecs(raw: bytes) -> bytes:
+def fixup_btf_datasecs(raw: bytes, elf: ElfFile | None = None) -> bytes:
     """``raw`` (ELF object bytes) with its ``.BTF`` fixed up as libbpf's ``btf_fixup_datasec``
     does before loading (:meth:`bpfdsl.abi.btf.core.Btf.fixup_datasecs`: a DATASEC of size 0
     gets its ELF section's size and its VARs their symbols' values, entries sorted by offset;
     FIELD-BUGS B13), so loaders that upload ``.BTF`` as it is (iproute2) accept it.
 
     The section is rewritten in place (same length); other bytes stay.  Objects without
-    ``.BTF`` are returned unchanged.  Raises ElfError for an ELF this reader cannot read and
-    BtfFormatError when a DATASEC names a section or variable the object lacks."""
-    elf = ElfFile(raw)
+    ``.BTF`` are returned unchanged.  ``elf``: ``raw`` already read (not read again).
+    Raises ElfError for an ELF this reader cannot read and BtfFormatError when a DATASEC
+    names a section or variable the object lacks."""
+    if elf is None:
+        elf = ElfFile(raw)
     sec = elf.section_by_name(".BTF")
     if sec is None:
         return raw

@@ -25,14 +25,16 @@ def fail(path: str, msg: str, hint: str | None = None) -> UsageError:
 
 class ObjectReader:
     """Sections (``sections``, ``by_name``) and, after :meth:`read_symbols`, the symbol
-    table of the ELF bytes ``raw`` read from ``path`` (the name used in messages)."""
+    table of the ELF bytes ``raw`` read from ``path`` (the name used in messages);
+    ``elf``: the :class:`ElfFile` of ``raw`` when the caller has it."""
 
-    def __init__(self, path: str, raw: bytes):
+    def __init__(self, path: str, raw: bytes, elf: ElfFile | None = None):
         self.path, self.raw = path, raw
         # ElfFile, or pyelftools' ELFFile: one duck type (obj/elf.py), which no annotation names
-        self.elf: Any
+        self.elf: Any = elf  # ``raw`` already read by the caller (the compiler's emit)
         try:
-            self.elf = ElfFile(raw)  # obj/elf.py: section headers read directly
+            if elf is None:
+                self.elf = ElfFile(raw)  # obj/elf.py: section headers read directly
         except ElfError:
             from elftools.elf.elffile import ELFFile
 
