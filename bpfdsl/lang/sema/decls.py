@@ -433,6 +433,9 @@ class DeclChecker:
                     direct.add(name)
                 if isinstance(node, ast.Call) and node.name in calls:
                     calls[name].add(node.name)
+                cb = _loop_callback(node)
+                if cb is not None and cb in calls:  # the loop's subprogram takes the ctx
+                    calls[name].add(cb)
                 if isinstance(node, list):
                     stack.extend(node)
                 elif isinstance(node, (ast.Node, ast.MatchArm)):
@@ -706,14 +709,9 @@ class DeclChecker:
                 node = stack.pop()
                 if isinstance(node, ast.Call) and node.name in calls:
                     calls[name].add(node.name)
-                if (
-                    isinstance(node, ast.Call)
-                    and node.name == "loop"
-                    and len(node.args) > 1
-                    and isinstance(node.args[1], ast.Name)
-                    and node.args[1].id in calls
-                ):
-                    calls[name].add(node.args[1].id)
+                cb = _loop_callback(node)
+                if cb is not None and cb in calls:
+                    calls[name].add(cb)
                 if isinstance(node, list):
                     stack.extend(node)
                 elif isinstance(node, (ast.Node, ast.MatchArm)):
@@ -746,3 +744,15 @@ def subprog_param_ok(ty: T.Type) -> bool:
         ty,
         (T.IntType, T.BoolType, T.StructType, T.BytesType, T.ArrayType, T.HeaderType, T.ErrorType),
     )
+
+
+def _loop_callback(node: object) -> str | None:
+    """The name of the callback of ``loop(n, f, ...)`` when ``node`` is such a call."""
+    if (
+        isinstance(node, ast.Call)
+        and node.name == "loop"
+        and len(node.args) > 1
+        and isinstance(node.args[1], ast.Name)
+    ):
+        return node.args[1].id
+    return None
