@@ -103,3 +103,22 @@ def test_the_callers_cursor_stays_where_it_was(bpf_program):
     p = bpf_program(compile_source(src, "c.bpfd").obj)
     assert p.run(bytes([1, 2, 3, 4]) + bytes(60)).retval == 1  # XDP_DROP
     assert p.run(bytes([1, 2, 3, 5]) + bytes(60)).retval == 2
+
+
+def test_the_loops_subprogram_counts_in_the_call_chains_stack():
+    """The loop's subprogram holds the packet callback's variables: its frame counts in the
+    chain from the program (kernel check_max_stack_depth), a located ``stack-limit``."""
+    text = _compile_error(
+        'license "GPL"\n'
+        "struct big { a: [u64; 40] }\nstruct acc { n: u32 }\n"
+        "map m: hash<big, u32>(max_entries: 4)\n"
+        "fn step(i: u32, st: acc) -> bool {\n"
+        "    let b = parse byte else { return true }\n"
+        "    let x = big()\n    x.a[0] = b.value as u64\n"
+        "    let v = m.lookup(x) else { return false }\n    st.n += v\n    return false\n}\n"
+        "xdp fn f(ctx) {\n    let y = big()\n    y.a[3] = ctx.len as u64\n"
+        "    let s = acc(n: 0)\n    let w = m.lookup(y) else { return XDP_PASS }\n"
+        "    s.n = w\n    loop(4, step, s)\n    return XDP_PASS\n}\n"
+    )
+    assert "stack-limit" in text and "f -> step" in text and "l.bpfd:19:5" in text
+    assert "`step` 328 bytes (`x` 320)" in text
