@@ -122,3 +122,23 @@ def test_the_loops_subprogram_counts_in_the_call_chains_stack():
     )
     assert "stack-limit" in text and "f -> step" in text and "l.bpfd:19:5" in text
     assert "`step` 328 bytes (`x` 320)" in text
+
+
+@pytest.mark.kernel
+def test_an_unbounded_callback_offset_is_refused_by_both(tmp_path):
+    """Without the bound on the offset read back from the state (the loop subprogram's
+    LOOP_CURSOR_MAX), the callback's packet pointer has no range: the kernel refuses the
+    C twin, and the checker refuses it at the same instruction."""
+    from bpfdsl.runtime.loader import load_collection
+
+    c = (DIR / "dns_qname.c").read_text()
+    bound = "    if (off > 0x7fff)\n        return 1;\n"
+    assert bound in c
+    (tmp_path / "unbounded.c").write_text(c.replace(bound, ""))
+    spec = read_object(compile_c(tmp_path / "unbounded.c", tmp_path / "unbounded.o"))
+    (checked,) = check_object(spec).programs
+    assert checked.status == "rejected" and checked.errors[0].code == "pkt-bounds"
+    with pytest.raises(DiagnosticError) as ei:
+        load_collection(spec, log_level=1, log_size=1 << 22).close()
+    insn = int(re.search(r"outside of the packet \(insn (\d+)\)", str(ei.value)).group(1))
+    assert checked.errors[0].slot == insn
