@@ -17,6 +17,7 @@ from support.objbuild import compile_c
 from support.parse_walks import CASES
 from support.paths import DATA
 
+from bpfdsl.abi.btf.core import BTF_FUNC_STATIC, Kind
 from bpfdsl.checker import check_object
 from bpfdsl.compiler import compile_source
 from bpfdsl.diagnostics import DiagnosticError
@@ -142,3 +143,15 @@ def test_an_unbounded_callback_offset_is_refused_by_both(tmp_path):
         load_collection(spec, log_level=1, log_size=1 << 22).close()
     insn = int(re.search(r"outside of the packet \(insn (\d+)\)", str(ei.value)).group(1))
     assert checked.errors[0].slot == insn
+
+
+def test_the_loops_subprogram_is_a_static_btf_func_of_bpf_loops_callback_shape():
+    """``option__loop(i, frame)``: BTF linkage static (the kernel refuses a global
+    callback), the plain fn ``option`` inlined into it (no FUNC of its own)."""
+    obj = compile_source((DIR / "tcp_mss.bpfd").read_text(), "tcp_mss.bpfd").obj
+    btf = read_object(obj).btf
+    funcs = {t.name: t for t in btf.types if t.kind == Kind.FUNC}
+    assert "option" not in funcs
+    fn = funcs["option__loop"]
+    assert fn.linkage == BTF_FUNC_STATIC
+    assert [m.name for m in btf[fn.type].members] == ["i", "frame"]
