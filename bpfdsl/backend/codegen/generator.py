@@ -80,7 +80,7 @@ class CodeGen(ExprGen, CallGen, PktGen, MapGen, HelperGen):
         self.globals: dict[str, ir.GlobalVariable] = {}
         self.kept: list[ir.Function] = []  # static subprograms whose signature LLVM keeps
         self.fn_ir: dict[tuple[str, str | None], ir.Function] = {}  # (fn, ctx kind): see fn_copies
-        # (packet callback, ctx kind) -> the loop's subprogram (CallGen.declare_loop_trampoline)
+        # (packet callback, ctx kind) -> the loop's subprogram (declare_loop_trampoline)
         self.loop_ir: dict[tuple[str, str | None], ir.Function] = {}
         self.prog_ir: dict[str, ir.Function] = {}  # program functions by name
 

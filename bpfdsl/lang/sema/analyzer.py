@@ -83,7 +83,7 @@ class Checked:
     headers: dict[str, Header | None] = field(default_factory=dict)
     packet_fns: set[str] = field(default_factory=set)
     # packet fns that are the callback of a `loop` (plain fns: codegen makes the loop's
-    # subprogram from each, CodeGen.loop_trampoline)
+    # subprogram from each, CodeGen.declare_loop_trampoline)
     packet_callbacks: set[str] = field(default_factory=set)
     # fn -> (the call that needs the program's context, the builtin): sema.subprog_ctx
     ctx_calls: dict[str, tuple[ast.Call, str]] = field(default_factory=dict)

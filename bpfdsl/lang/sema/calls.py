@@ -616,7 +616,10 @@ def _loop(ex, e: ast.Call) -> T.Type:
     writes in place (``state``, a struct local of the caller, is passed by reference as
     bpf_loop's ``callback_ctx``); it returns bool (true: stop, as the kernel's 1).  The
     result is the number of calls made (i64).  The callback becomes a static subprogram
-    (the kernel: "callback function not static" for a global one)."""
+    (the kernel: "callback function not static" for a global one).  A callback that parses
+    or reads packet bytes (a packet fn) must be a plain fn: it stays inlinable and codegen
+    makes the loop's subprogram from it (CodeGen.declare_loop_trampoline), its cursor
+    carried from call to call, the caller's left where it was."""
     args = e.args
     if len(args) not in (2, 3) or e.kwargs:
         ex.err(

@@ -414,7 +414,8 @@ class DeclChecker:
     def find_packet_fns(self) -> set[str]:
         """Names of the fns that touch the packet: they parse, call skip_ext or offset, load
         or store bytes, take a header view with conditional (``if``) fields, or call such a fn (found without recursion; a fixed point over the
-        calls)."""
+        calls; ``loop(n, f, ...)`` counts as a call of ``f``: the loop's subprogram of a
+        packet callback takes the caller's context and cursor)."""
         calls: dict[str, set[str]]
         direct, calls = set(), {n: set() for n in self.c.fns}
         for name, info in self.c.fns.items():
