@@ -108,6 +108,13 @@ def check_call_chains(c, depths: dict[str, int]) -> None:
     recursion), so a wide call graph costs its edges, not its paths."""
     inline = {n: f.decl.body for n, f in c.fns.items() if f.linkage == "inline"}
     callees = {n: _calls(c, f.decl.body, inline) for n, f in c.fns.items() if n not in inline}
+    # a packet callback stays a plain fn, inlined into the loop's subprogram NAME__loop
+    # (NAME__loop__CTX per context struct): that subprogram is the callee of its `loop`
+    depths = dict(depths)
+    for n in c.packet_callbacks:
+        callees[n] = _calls(c, c.fns[n].decl.body, inline)
+        frames = [d for s, d in depths.items() if s == f"{n}__loop" or s.startswith(f"{n}__loop__")]
+        depths[n] = max(frames, default=0)
     bodies = {n: f.decl.body for n, f in c.fns.items()}
     below: dict[str, tuple[int, tuple[tuple[str, int, Span], ...]]] = {}
 

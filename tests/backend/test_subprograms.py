@@ -504,14 +504,15 @@ BAD = [
         "`noinline fn g`",
     ),
     (
-        "parsing_loop_callback",
-        "fn cb(i: u32) -> bool { let ip = parse ipv4 else { return true } return false }\n"
+        "parsing_noinline_loop_callback",  # a plain fn that parses may be one
+        "noinline fn cb(i: u32) -> bool { let ip = parse ipv4 else { return true } "
+        "return false }\n"
         "xdp fn q(ctx) { loop(2, cb) return XDP_PASS }\n",
         "loop-callback",
         4,
         25,
         "parses or reads packet bytes",
-        "state",
+        "`fn cb`",
     ),
 ]
 

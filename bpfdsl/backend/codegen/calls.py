@@ -10,6 +10,7 @@ from llvmlite import ir
 from bpfdsl.abi.flags import BPF_F_CURRENT_CPU
 from bpfdsl.abi.helpers import HELPERS
 from bpfdsl.abi.kfuncs import BY_BUILTIN as KFUNC_BUILTINS
+from bpfdsl.abi.limits import MAX_PACKET_OFF
 from bpfdsl.backend.codegen.expr import _chunks
 from bpfdsl.backend.codegen.helpers import TYPED_HELPERS
 from bpfdsl.backend.codegen.host import GenHost
@@ -342,8 +343,12 @@ class CallGen(GenHost):
         n = self.rv(e.args[0], T.U32)
         name = e.args[1]
         assert isinstance(name, ast.Name)
-        cb = self.fn_ir[name.id, None]
         st = self.gen(e.args[2]) if len(e.args) == 3 else ir.Constant(PTR, None)
+        if name.id in self.c.packet_callbacks:
+            cb = self.loop_ir[name.id, self.f.ctx_kind]
+            st = self.loop_frame(st)
+        else:
+            cb = self.fn_ir[name.id, None]
         zero = ir.Constant(I64, 0)
         if isinstance(n, ir.Constant) and n.constant == 0:
             return zero
@@ -359,6 +364,35 @@ class CallGen(GenHost):
         calls.add_incoming(zero, before)
         calls.add_incoming(r, after)
         return calls
+
+    # A packet callback's loop frame, on the caller's stack (bpf_loop's callback_ctx):
+    # the context (PTR_TO_CTX, spilled: the callback reads it back through r2 with its
+    # type), the cursor as an offset from the packet's first byte, the user's state.
+    LOOP_CTX, LOOP_OFF, LOOP_STATE, LOOP_FRAME = 0, 8, 16, 24
+    # The largest cursor offset a packet callback parses on from; past it the call stops
+    # the loop.  The verifier proves a packet range only for a pointer whose variable part
+    # plus its fixed offset is at most MAX_PACKET_OFF (find_good_pkt_pointers), and the
+    # offset read back from the frame is a scalar the callback bounds first; this leaves
+    # the callback's own parsing 32 KiB (XDP's linear data is one page).
+    LOOP_CURSOR_MAX = MAX_PACKET_OFF // 2
+
+    def cursor_offset(self, data: ir.Value | None = None) -> ir.Value:
+        """The cursor's offset from the packet's first byte: a 64-bit pointer difference as
+        an opaque scalar (B04); ``data``: the packet start the cursor was made from (LLVM
+        may then fold the difference into the lengths that moved the cursor, as C's
+        ``off + len``), else data loaded afresh."""
+        cur = self.b.ptrtoint(self.b.load(self.f.cursor, typ=PTR, align=8), I64)
+        d = self.b.ptrtoint(self._ctx_ptr(0, volatile=True) if data is None else data, I64)
+        return self.opaque(self.b.sub(cur, d))
+
+    def loop_frame(self, state: ir.Value) -> ir.Value:
+        """The loop frame of a ``loop`` whose callback reads the packet, filled from the
+        caller: its context, its cursor's offset and the state (or NULL)."""
+        frame = self.alloca_mem(self.LOOP_FRAME, "loop.frame", [(0, self.LOOP_FRAME)])
+        self.b.store(self.f.ctx, self.gep(frame, self.LOOP_CTX), align=8)
+        self.b.store(self.cursor_offset(), self.gep(frame, self.LOOP_OFF), align=8)
+        self.b.store(state, self.gep(frame, self.LOOP_STATE), align=8)
+        return frame
 
     def g_MethodCall(self, e: ast.MethodCall):
         return self.map_method(e)

@@ -138,6 +138,17 @@ class DebugAdapter:
             void=void,
         )  # fmt: skip
 
+    def loop_trampoline(self, func: ir.Function, info) -> None:
+        """The DISubprogram of the loop subprogram of packet callback ``info``
+        (CodeGen.declare_loop_trampoline): ``static long NAME__loop(__u64 i, void *frame)``,
+        the bpf_callback_t shape of bpf_loop, BTF linkage static."""
+        di = self.di
+        params = [("i", di.int_type("u64")), ("frame", di.pointer_type(None))]
+        self.fn = di.function(
+            func, line=info.decl.span.line, ctx=None, program=False, params=params,
+            ret=di.int_type("i64"),
+        )  # fmt: skip
+
     def prog_array(self, name: str, mt: T.MapType, slots: int) -> ir.GlobalVariable:
         return self.di.prog_array_global(
             name, max_entries=mt.max_entries, slots=slots, line=self.map_lines.get(name, 0)

@@ -80,6 +80,8 @@ class CodeGen(ExprGen, CallGen, PktGen, MapGen, HelperGen):
         self.globals: dict[str, ir.GlobalVariable] = {}
         self.kept: list[ir.Function] = []  # static subprograms whose signature LLVM keeps
         self.fn_ir: dict[tuple[str, str | None], ir.Function] = {}  # (fn, ctx kind): see fn_copies
+        # (packet callback, ctx kind) -> the loop's subprogram (declare_loop_trampoline)
+        self.loop_ir: dict[tuple[str, str | None], ir.Function] = {}
         self.prog_ir: dict[str, ir.Function] = {}  # program functions by name
 
     # ---- module level ----
@@ -105,9 +107,15 @@ class CodeGen(ExprGen, CallGen, PktGen, MapGen, HelperGen):
         for name, info in self.c.fns.items():  # declared first: a fn may call a later one
             for ctx_kind in self.fn_copies(name):
                 self.declare_fn(name, info, ctx_kind)
+        for name in sorted(self.c.packet_callbacks):
+            for ctx_kind in self.fn_copies(name):
+                self.declare_loop_trampoline(name, ctx_kind)
         for name, info in self.c.fns.items():
             for ctx_kind in self.fn_copies(name):
                 self.emit_fn(name, info, ctx_kind)
+        for name in sorted(self.c.packet_callbacks):
+            for ctx_kind in self.fn_copies(name):
+                self.emit_loop_trampoline(name, ctx_kind)
         for decl, kind in self.c.progs:
             self.emit_prog(decl, kind)
             rc = self.c.run_configs.get(decl.name)
@@ -308,6 +316,56 @@ class CodeGen(ExprGen, CallGen, PktGen, MapGen, HelperGen):
         if self.c.fns[name].linkage == "inline" or name in self.c.packet_fns:
             return 2
         return 1
+
+    def declare_loop_trampoline(self, name: str, ctx_kind: str | None) -> None:
+        """The static subprogram ``long NAME__loop(u64 i, void *frame)`` whose address goes
+        to bpf_loop for packet callback ``name`` (``loop_ir[name, ctx_kind]``): the kernel
+        passes a bpf_loop callback the index and the callback_ctx only (r1, r2), so the
+        context and the cursor come through the loop frame (see CallGen.loop_frame), as C
+        passes ``struct xdp_md *`` in its callback context and re-derives data/data_end."""
+        copies = self.fn_copies(name)
+        fname = f"{name}__loop" if len(copies) == 1 else f"{name}__loop__{ctx_kind}"
+        func = ir.Function(self.m, ir.FunctionType(I64, [I64, PTR]), fname)
+        func.linkage = "internal"
+        func.attributes.add("nounwind")
+        func.attributes.add("noinline")
+        func.args[0].name, func.args[1].name = "i", "frame"
+        self.loop_ir[name, ctx_kind] = func
+
+    def emit_loop_trampoline(self, name: str, ctx_kind: str | None) -> None:
+        """The body of ``NAME__loop``: the context from the frame, the cursor at the frame's
+        offset (a call past CallGen.LOOP_CURSOR_MAX stops the loop), the plain fn ``name`` inlined
+        on it (it moves this cursor), the cursor's offset back to the frame for the next
+        call, and the fn's bool as the callback's 0 (go on) / 1 (stop)."""
+        func = self.loop_ir[name, ctx_kind]
+        info = self.c.fns[name]
+        i, frame = func.args
+        self.begin(func, None, None, ctx_kind, info)
+        if self.dbg:
+            self.dbg.loop_trampoline(func, info)
+        self.loc(info.decl.span)
+        self.f.ctx = self.b.load(self.gep(frame, self.LOOP_CTX), typ=PTR, align=8)
+        off = self.b.load(self.gep(frame, self.LOOP_OFF), typ=I64, align=8)
+        far = self.b.icmp_unsigned(">", off, ir.Constant(I64, self.LOOP_CURSOR_MAX))
+        stop, go = self.new_block("loop.far"), self.new_block("loop.on")
+        self.b.cbranch(far, stop, go)
+        self.start(stop)
+        self.b.ret(ir.Constant(I64, 1))
+        self.start(go)
+        self.f.cursor = self.alloca_ptr("cursor")
+        data = self.pkt_data()
+        self.b.store(self.gep(data, off), self.f.cursor, align=8)
+        args = [self.f.ctx, self.f.cursor]
+        pt = info.params[0][1]
+        args.append(i if self.lt(pt).width == 64 else self.b.trunc(i, self.lt(pt)))
+        if len(info.params) == 2:
+            args.append(self.b.load(self.gep(frame, self.LOOP_STATE), typ=PTR, align=8))
+        r = self.b.call(self.fn_ir[name, ctx_kind], args)
+        self.b.store(self.cursor_offset(data), self.gep(frame, self.LOOP_OFF), align=8)
+        self.b.ret(self.b.zext(r, I64))
+        self.finish()
+        if self.dbg:
+            self.dbg.end_program()
 
     def keep_result(self, func: ir.Function) -> None:
         """Called at each call of ``func``: a static subprogram with a result is kept as

@@ -184,14 +184,24 @@ class PktGen(CsumGen):
         self.start(ok)
         return p
 
-    def bounds(self, p: ir.Value, size: int, fail: ir.Block, name: str) -> None:
-        """Branch to ``fail`` if ``p + size > data_end`` (pointer compare, verifier shape)."""
+    def bounds(
+        self,
+        p: ir.Value,
+        size: int,
+        fail: ir.Block,
+        name: str,
+        data_end: ir.Value | None = None,
+    ) -> None:
+        """Branch to ``fail`` if ``p + size > data_end`` (pointer compare, verifier shape).
+        ``data_end``: a data_end already loaded for this check (``parse`` shares one between
+        a header's fixed-part and whole-header checks); by default a fresh load."""
         ok = self.new_block(f"{name}.ok")
         end = self.b.gep(p, [ir.Constant(I64, size)], inbounds=True, source_etype=I8)
         # In a loop, LLVM's loop passes may rewrite pointer compares against a loop-invariant
         # data_end into integer arithmetic on data_end (found by fuzzing: the verifier then
         # loses the packet range, FIELD-BUGS B06).  A volatile load per check prevents it.
-        data_end = self._ctx_ptr(1, volatile=bool(self.f.loops) or self.f.volatile_end)
+        if data_end is None:
+            data_end = self._ctx_ptr(1, volatile=bool(self.f.loops) or self.f.volatile_end)
         self.b.cbranch(self.b.icmp_unsigned(">", end, data_end), fail, ok)
         self.start(ok)
 
@@ -200,7 +210,20 @@ class PktGen(CsumGen):
         cursor by its length (fixed; computed from its fields, ``fail`` when below the fixed
         size or above ``max_length``; or the fixed part plus the conditional fields there)."""
         cur = self.b.load(self.f.cursor, typ=PTR)
-        self.bounds(cur, h.size, fail, h.name)
+        # A header with a length or conditional fields has two checks sharing one data_end.
+        # In a loop, one whose length is read from the packet (a TCP option, a DNS label)
+        # takes a plain data_end load that LLVM hoists out of the loop, as C's one
+        # ``data_end`` does: the cursor then moves by a loaded amount, not an add
+        # recurrence, so the loop passes cannot rewrite its compares into arithmetic on
+        # data_end (B06 needs a cursor moved by a constant).  Other checks in loops keep
+        # their volatile load per check.
+        whole_end = h.length is not None or bool(h.conditional)
+        data_end = None
+        if h.length is not None and self.f.loops and not self.f.volatile_end:
+            data_end = self._ctx_ptr(1)
+        elif whole_end:
+            data_end = self._ctx_ptr(1, volatile=bool(self.f.loops) or self.f.volatile_end)
+        self.bounds(cur, h.size, fail, h.name, data_end)
         if h.length is not None:
             ln = self.header_length(cur, h, fail)
             nxt = self.gep(cur, ln)
@@ -208,10 +231,9 @@ class PktGen(CsumGen):
             nxt = self.gep(cur, self.cond_offset(cur, h, None))
         else:
             nxt = self.gep(cur, h.size)
-        if h.length is not None or h.conditional:
+        if data_end is not None:
             # the packet must hold the whole header, as C's ``pos + hdrsize > data_end``
             ok = self.new_block(f"{h.name}.whole")
-            data_end = self._ctx_ptr(1, volatile=bool(self.f.loops) or self.f.volatile_end)
             self.b.cbranch(self.b.icmp_unsigned(">", nxt, data_end), fail, ok)
             self.start(ok)
         self.b.store(nxt, self.f.cursor)

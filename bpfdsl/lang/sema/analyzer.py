@@ -82,6 +82,9 @@ class Checked:
     warnings: list[Diagnostic] = field(default_factory=list)
     headers: dict[str, Header | None] = field(default_factory=dict)
     packet_fns: set[str] = field(default_factory=set)
+    # packet fns that are the callback of a `loop` (plain fns: codegen makes the loop's
+    # subprogram from each, CodeGen.declare_loop_trampoline)
+    packet_callbacks: set[str] = field(default_factory=set)
     # fn -> (the call that needs the program's context, the builtin): sema.subprog_ctx
     ctx_calls: dict[str, tuple[ast.Call, str]] = field(default_factory=dict)
     stores: dict[ast.Store, T.Type] = field(default_factory=dict)  # the type each `store` writes

@@ -616,7 +616,10 @@ def _loop(ex, e: ast.Call) -> T.Type:
     writes in place (``state``, a struct local of the caller, is passed by reference as
     bpf_loop's ``callback_ctx``); it returns bool (true: stop, as the kernel's 1).  The
     result is the number of calls made (i64).  The callback becomes a static subprogram
-    (the kernel: "callback function not static" for a global one)."""
+    (the kernel: "callback function not static" for a global one).  A callback that parses
+    or reads packet bytes (a packet fn) must be a plain fn: it stays inlinable and codegen
+    makes the loop's subprogram from it (CodeGen.declare_loop_trampoline), its cursor
+    carried from call to call, the caller's left where it was."""
     args = e.args
     if len(args) not in (2, 3) or e.kwargs:
         ex.err(
@@ -691,17 +694,24 @@ def _loop(ex, e: ast.Call) -> T.Type:
                 st.span,
             )
     if name in ex.c.packet_fns:
-        ex.err(
-            "loop-callback",
-            f"`{name}` parses or reads packet bytes: a loop callback cannot (it is a BPF "
-            "subprogram, without the caller's parse cursor)",
-            cb.span,
-            "parse in the program and pass the header view in the state",
-        )
+        # a packet callback: codegen makes the loop's subprogram from the plain fn, which
+        # it inlines there with the context and a cursor carried in the loop's frame
+        if info.linkage != "inline":
+            ex.err(
+                "loop-callback",
+                f"`{name}` parses or reads packet bytes: a loop callback that does is a "
+                f"plain fn (bpfdsl makes the loop's subprogram from it), not a "
+                f"{info.decl.modifier} fn",
+                cb.span,
+                f"declare it `fn {name}`",
+            )
+        else:
+            ex.packet_access(e.span, f"call `{name}` in `loop` (it reads the packet)")
+            ex.c.packet_callbacks.add(name)
     if name in ex.c.ctx_calls:
         call, builtin = ex.c.ctx_calls[name]
         ex.err("loop-callback", ctx_message("loop callback", name, call, builtin), cb.span,
                CTX_HINT)  # fmt: skip
-    if info.linkage == "inline":
+    if info.linkage == "inline" and name not in ex.c.packet_fns:
         info.linkage = "static"  # its address goes to bpf_loop: a subprogram of its own
     return T.I64

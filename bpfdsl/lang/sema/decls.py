@@ -414,7 +414,8 @@ class DeclChecker:
     def find_packet_fns(self) -> set[str]:
         """Names of the fns that touch the packet: they parse, call skip_ext or offset, load
         or store bytes, take a header view with conditional (``if``) fields, or call such a fn (found without recursion; a fixed point over the
-        calls)."""
+        calls; ``loop(n, f, ...)`` counts as a call of ``f``: the loop's subprogram of a
+        packet callback takes the caller's context and cursor)."""
         calls: dict[str, set[str]]
         direct, calls = set(), {n: set() for n in self.c.fns}
         for name, info in self.c.fns.items():
@@ -433,6 +434,9 @@ class DeclChecker:
                     direct.add(name)
                 if isinstance(node, ast.Call) and node.name in calls:
                     calls[name].add(node.name)
+                cb = _loop_callback(node)
+                if cb is not None and cb in calls:  # the loop's subprogram takes the ctx
+                    calls[name].add(cb)
                 if isinstance(node, list):
                     stack.extend(node)
                 elif isinstance(node, (ast.Node, ast.MatchArm)):
@@ -706,14 +710,9 @@ class DeclChecker:
                 node = stack.pop()
                 if isinstance(node, ast.Call) and node.name in calls:
                     calls[name].add(node.name)
-                if (
-                    isinstance(node, ast.Call)
-                    and node.name == "loop"
-                    and len(node.args) > 1
-                    and isinstance(node.args[1], ast.Name)
-                    and node.args[1].id in calls
-                ):
-                    calls[name].add(node.args[1].id)
+                cb = _loop_callback(node)
+                if cb is not None and cb in calls:
+                    calls[name].add(cb)
                 if isinstance(node, list):
                     stack.extend(node)
                 elif isinstance(node, (ast.Node, ast.MatchArm)):
@@ -746,3 +745,15 @@ def subprog_param_ok(ty: T.Type) -> bool:
         ty,
         (T.IntType, T.BoolType, T.StructType, T.BytesType, T.ArrayType, T.HeaderType, T.ErrorType),
     )
+
+
+def _loop_callback(node: object) -> str | None:
+    """The name of the callback of ``loop(n, f, ...)`` when ``node`` is such a call."""
+    if (
+        isinstance(node, ast.Call)
+        and node.name == "loop"
+        and len(node.args) > 1
+        and isinstance(node.args[1], ast.Name)
+    ):
+        return node.args[1].id
+    return None
