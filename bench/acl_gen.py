@@ -20,7 +20,7 @@ reads all four arguments: a global function's argument that no instruction reads
 optimizer pass garbage for it, which the kernel refuses for C ("Caller passes invalid
 args"; bpfdsl keeps every argument of a global fn for that reason).
 
-``progs/xdp_acl_rules.bpfd`` is ``bpfd_source(200)`` (tests/test_acl_rules.py checks it);
+``progs/xdp_acl_rules.bpfd`` is ``bpfd_source(200)`` (tests/progs/test_acl_rules.py checks it);
 bench/acl_ladder_bench.py compiles both forms at 25/50/100/200 rules.
 """
 

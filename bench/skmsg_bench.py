@@ -10,7 +10,7 @@ every message size (64 B ... 256 KiB) and mode -- ``plain`` (no program), ``clan
   latency:    ping-pong of a SIZE-byte message answered by 1 byte (TCP_NODELAY); round
               trip in microseconds, mean per run;
 and prints mean ± sample standard deviation over --runs runs, the change against plain TCP
-in percent and bpfdsl/clang (goal: bpfdsl >= 0.98 x clang throughput at every size).
+in percent and the ratio bpfdsl / clang (goal: bpfdsl >= 0.98 x clang throughput at every size).
 
 Sender and receiver are the command's C helper (bpfdsl/runtime/bench/tcpbench.c, compiled
 with the host's cc): one send()/recv() system call per message, in a network namespace of

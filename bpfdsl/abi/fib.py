@@ -1,7 +1,7 @@
 """``bpf_fib_lookup``: the struct, its flags and its results (imports nothing of bpfdsl).
 
 Layout, flags and return codes as include/uapi/linux/bpf.h of Linux 6.18 (checked against
-the running kernel's BTF by tests/abi/test_fib_abi.py).  The struct is 64 bytes; the
+the running kernel's BTF by tests/backend/test_typed_helpers.py).  The struct is 64 bytes; the
 helper refuses a smaller ``plen`` with -EINVAL (``bpf_xdp_fib_lookup``, net/core/filter.c).
 Its unions overlay input and output fields: ``tot_len`` (in: bytes of the packet to check
 against the MTU) and ``mtu_result`` (out, with BPF_FIB_LKUP_RET_FRAG_NEEDED); ``tos`` (IPv4)

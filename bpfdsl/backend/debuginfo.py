@@ -10,7 +10,7 @@ into ``.BTF`` (types, FUNC, VAR, DATASEC) and ``.BTF.ext`` (func info, line info
 
 API (one :class:`DebugInfo` per module)::
 
-    di = DebugInfo(module, "progs/x.bpfd", source=text)
+    di = DebugInfo(module, "progs/xdp_pass.bpfd", source=text)
     u32 = di.int_type("u32")                  # DIType: .md (metadata), .size/.align (bytes)
     be16 = di.int_type("be16")                # typedef __be16 -> __u16 -> unsigned short
     rec = di.struct_type("rec", [("a", u32), ("b", di.int_type("u64"))])  # offsets 0, 8

@@ -4,7 +4,7 @@ LALR(1) tables and lexer of the bpfdsl grammar as lark computes them (see the to
 """
 
 # fmt: off
-GRAMMAR_SHA256 = 'b5d10dc64aa70e8af76c776263d5407d327dd63acd0d2d1869ee1525ff270ac5'
+GRAMMAR_SHA256 = '6ac8da48b8ff219a84ce5653e144b6514249367c008cdeca7b5236d3a1e23b67'
 LARK_VERSION = '1.3.1'
 START_STATE = 226
 END_STATE = 383

@@ -5,7 +5,7 @@ Used by :mod:`bpfdsl.obj.collection` (objects to specs) and by the back end
 depths and instruction counts).
 
 Why: pyelftools (``elftools.elf.elffile`` pulls in its DWARF and construct modules) stays
-off the load path (tests/test_load_fast.py); reading section headers, one symbol table
+off the load path (tests/runtime/test_load_fast.py); reading section headers, one symbol table
 and REL entries directly is a few struct unpacks.  The objects
 this returns are duck-typed like pyelftools' (``section.name``, ``section.header.sh_*``,
 ``section.data()``, ``iter_symbols()`` with ``sym.name``, ``sym.entry.st_*``,

@@ -1,5 +1,6 @@
 """Every file, directory and module a document names exists (README.md, docs/*.md,
-bench/README.md; CHANGELOG.md is history and may name what is gone).
+bench/README.md, the module docstrings of bpfdsl/, bench/, scripts/ and tools/, and the
+header comment of the grammar; CHANGELOG.md is history and may name what is gone).
 
 Checked: repository paths (``tests/...``, ``bpfdsl/...``, ``bench/...``, ``progs/...``,
 ``scripts/...``, ``docs/...``, ``tools/...``, ``grammar/...``; a part in capitals such as
@@ -12,6 +13,7 @@ column.
 
 from __future__ import annotations
 
+import ast
 import importlib
 import re
 from pathlib import Path
@@ -22,6 +24,13 @@ PACKAGE = ROOT / "bpfdsl"
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "bench" / "README.md"]
 TOP = ("tests", "bpfdsl", "bench", "progs", "scripts", "docs", "tools", "grammar")
 SUBPACKAGES = sorted(p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists())
+# packages of the distribution whose source is not under bpfdsl/ (pyproject.toml's
+# [tool.setuptools.package-dir]): grammar/ and progs/ ship as bpfdsl.grammar, bpfdsl.progs
+PACKAGE_DIRS = {"bpfdsl.grammar": ROOT / "grammar", "bpfdsl.progs": ROOT / "progs"}
+MODULE_DOCS = sorted(
+    p for top in ("bpfdsl", "bench", "scripts", "tools") for p in (ROOT / top).rglob("*.py")
+)
+GRAMMARS = sorted((ROOT / "grammar").glob("*.lark"))
 
 _PATH = re.compile(rf"(?<![\w./-])((?:{'|'.join(TOP)})/[\w./*<>{{}}-]*[\w/*>}}])")
 _IN_PACKAGE = re.compile(rf"(?<![\w./-])((?:{'|'.join(SUBPACKAGES)})/[\w./-]*\w\.py)\b")
@@ -45,6 +54,8 @@ def dotted_exists(name: str) -> bool:
     """``bpfdsl.a.b``: a module, or a module and names defined in it (``bpfdsl.compile_file``,
     ``bpfdsl.runtime.testrun.InterpEngine``)."""
     parts = name.split(".")
+    if ".".join(parts[:2]) in PACKAGE_DIRS:
+        return len(parts) == 2 and (PACKAGE_DIRS[".".join(parts)] / "__init__.py").exists()
     for k in range(len(parts), 0, -1):
         base = ROOT.joinpath(*parts[:k])
         if base.with_suffix(".py").exists() or (base / "__init__.py").exists():
@@ -125,6 +136,31 @@ def test_every_path_and_module_a_doc_names_exists() -> None:
     assert bad == []
 
 
+def module_docstring(path: Path) -> str:
+    """The docstring of the module at ``path`` (``""`` when it has none)."""
+    return ast.get_docstring(ast.parse(path.read_text(), str(path)), clean=False) or ""
+
+
+def grammar_header(path: Path) -> str:
+    """The ``//`` comment lines at the top of a lark grammar, without the ``//``."""
+    lines = []
+    for line in path.read_text().splitlines():
+        if not line.startswith("//"):
+            break
+        lines.append(line[2:])
+    return "\n".join(lines)
+
+
+def test_every_path_and_module_a_module_docstring_names_exists() -> None:
+    assert len(MODULE_DOCS) > 100 and GRAMMARS  # the package's modules are read
+    bad = []
+    for path in MODULE_DOCS:
+        bad += missing_in(path, module_docstring(path))
+    for path in GRAMMARS:
+        bad += missing_in(path, grammar_header(path))
+    assert bad == []
+
+
 def test_architecture_names_the_modules_there_are() -> None:
     assert architecture_table((ROOT / "docs" / "ARCHITECTURE.md").read_text()) == []
 
@@ -135,6 +171,7 @@ def test_a_name_that_is_gone_is_found(tmp_path: Path) -> None:
         "See tests/lang/test_gone.py and tests/lang/ (NAME: tests/lang/NAME.bpfd),\n"
         "`lang/sema/gone.py`, `lang/sema/refs.py`, `sema_gone.py`, `alu.py`,\n"
         "bpfdsl.lang.sema.refs, bpfdsl.compile_file, bpfdsl.gone, bpfdsl.compiler.no_such.\n"
+        "bpfdsl.grammar, bpfdsl.progs, bpfdsl.grammar.gone, bpfdsl.parser_gen\n"
     )
     assert missing_in(doc, text) == [
         "docs/x.md:1: tests/lang/test_gone.py",
@@ -142,6 +179,8 @@ def test_a_name_that_is_gone_is_found(tmp_path: Path) -> None:
         "docs/x.md:2: sema_gone.py (no such file)",
         "docs/x.md:3: bpfdsl.gone",
         "docs/x.md:3: bpfdsl.compiler.no_such",
+        "docs/x.md:4: bpfdsl.grammar.gone",
+        "docs/x.md:4: bpfdsl.parser_gen",
     ]
     table = (
         "| `abi/` | `uapi`, `helpers` + `helper_names` | record, diagnostics |\n"
