@@ -17,6 +17,7 @@ import sys
 import pytest
 from support.objbuild import build_text
 from support.paths import ROOT
+from support.progrun import kernel_processed
 
 from bpfdsl.abi import insn as I
 from bpfdsl.abi.opcodes import BPF_PSEUDO_MAP_FD
@@ -33,17 +34,9 @@ def _acl_gen():
     return mod
 
 
-def _kernel_processed(spec) -> int:
-    """The kernel's "processed N insns" for the object's one program (loaded with BTF)."""
-    from bpfdsl.runtime.loader import load_collection
-
-    with load_collection(spec, log_level=1 | 4, log_size=1 << 20) as coll:
-        log = next(iter(coll.programs.values())).log
-    return int(re.search(r"processed (\d+) insns", log).group(1))
-
-
 def _kernel_processed_without_btf(spec, prog) -> int:
-    """The same, loaded without BTF: every subprogram is then static to the kernel."""
+    """support.progrun.kernel_processed's count, loaded without BTF: every subprogram is
+    then static to the kernel."""
     from bpfdsl.kernel import syscall as S
 
     fds, ins = [], list(prog.insns)
@@ -73,7 +66,7 @@ def test_acl_of_global_functions_walks_the_kernels_count(rules, tmp_path):
     spec = read_object(r.obj)
     (prog,) = check_object(spec).programs
     assert prog.ok
-    assert prog.insns_processed == _kernel_processed(spec)
+    assert prog.insns_processed == kernel_processed(spec, 1 << 20)
 
 
 @pytest.mark.kernel
@@ -127,4 +120,4 @@ def test_bpf_loop_callbacks_are_visited_like_the_kernel(tmp_path):
     spec = read_object(build_text(LOOPS_C, tmp_path))
     (prog,) = check_object(spec).programs
     assert prog.ok
-    assert prog.insns_processed == _kernel_processed(spec)
+    assert prog.insns_processed == kernel_processed(spec, 1 << 20)

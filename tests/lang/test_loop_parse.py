@@ -16,6 +16,7 @@ import pytest
 from support.objbuild import compile_c
 from support.parse_walks import CASES
 from support.paths import DATA
+from support.progrun import kernel_processed
 
 from bpfdsl.abi.btf.core import BTF_FUNC_STATIC, Kind
 from bpfdsl.checker import check_object
@@ -24,14 +25,6 @@ from bpfdsl.diagnostics import DiagnosticError
 from bpfdsl.obj.collection import read_object
 
 DIR = DATA / "loop_parse"
-
-
-def _kernel_processed(spec) -> int:
-    from bpfdsl.runtime.loader import load_collection
-
-    with load_collection(spec, log_level=1 | 4, log_size=1 << 22) as coll:
-        log = next(iter(coll.programs.values())).log
-    return int(re.search(r"processed (\d+) insns", log).group(1))
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -48,7 +41,7 @@ def test_loop_parser_is_accepted_and_processed_at_most_clangs(name, tmp_path):
     src = (DIR / f"{name}.bpfd").read_text()
     ours = read_object(compile_source(src, f"{name}.bpfd").obj)
     clang = read_object(compile_c(DIR / f"{name}.c", tmp_path / f"{name}.o"))
-    k_ours, k_clang = _kernel_processed(ours), _kernel_processed(clang)
+    k_ours, k_clang = kernel_processed(ours), kernel_processed(clang)
     (checked,) = check_object(ours).programs
     assert checked.ok, checked
     # the checker widens a callback's changed state at once (docs: Loops with a run-time

@@ -8,13 +8,11 @@ the kernel's count is at most that of the C twin in tests/data/subprog_parse (cl
 
 from __future__ import annotations
 
-import re
-
 import pytest
 from support.objbuild import compile_c
 from support.parse_walks import CASES
 from support.paths import DATA
-from support.progrun import Prog
+from support.progrun import Prog, kernel_processed
 
 from bpfdsl.checker import check_object
 from bpfdsl.compiler import compile_source
@@ -22,14 +20,6 @@ from bpfdsl.diagnostics import DiagnosticError
 from bpfdsl.obj.collection import read_object
 
 DIR = DATA / "subprog_parse"
-
-
-def _kernel_processed(spec) -> int:
-    from bpfdsl.runtime.loader import load_collection
-
-    with load_collection(spec, log_level=1 | 4, log_size=1 << 22) as coll:
-        log = next(iter(coll.programs.values())).log
-    return int(re.search(r"processed (\d+) insns", log).group(1))
 
 
 @pytest.mark.kernel
@@ -50,7 +40,7 @@ def test_noinline_parser_processed_is_the_kernels_and_at_most_clangs(name, tmp_p
     src = (DIR / f"{name}.bpfd").read_text()
     ours = read_object(compile_source(src, f"{name}.bpfd").obj)
     clang = read_object(compile_c(DIR / f"{name}.c", tmp_path / f"{name}.o"))
-    k_ours, k_clang = _kernel_processed(ours), _kernel_processed(clang)
+    k_ours, k_clang = kernel_processed(ours), kernel_processed(clang)
     (checked,) = check_object(ours).programs
     assert checked.ok
     if name == "tcp_mss":  # the checker's count is 3 short of the kernel's (7451, 7454)

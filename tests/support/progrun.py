@@ -4,9 +4,11 @@ frames and checksum checks the tests of program behaviour share."""
 
 from __future__ import annotations
 
+import re
 import struct
 
 from bpfdsl.compiler import compile_file, compile_source
+from bpfdsl.runtime.loader import load_collection
 from support.paths import PROGS
 
 XDP_ABORTED, XDP_DROP, XDP_PASS, XDP_TX = 0, 1, 2, 3
@@ -116,3 +118,11 @@ def checksums_ok(frame: bytes) -> None:
             q[layer].setfieldval(field, None)
             want = Ether(bytes(q))[layer].getfieldval(field)
             assert got == want, f"{layer.__name__} checksum {got:#06x} != {want:#06x}"
+
+
+def kernel_processed(spec, log_size: int = 1 << 22) -> int:
+    """The kernel's "processed N insns" for the object's one program (``spec``: a
+    CollectionSpec, loaded with its BTF at log level 1|4)."""
+    with load_collection(spec, log_level=1 | 4, log_size=log_size) as coll:
+        log = next(iter(coll.programs.values())).log
+    return int(re.search(r"processed (\d+) insns", log).group(1))
