@@ -51,7 +51,9 @@ class Options:
     empty = every node); ``priority`` (0..1000, None = bpfman's default 1000);
     ``direction`` (tc/tcx); ``config`` (``--set`` items); ``namespace`` (None = cluster
     scoped) with ``pods`` (label -> value: the pods whose network namespaces the links go
-    into, required by BpfApplication); ``pull_policy``."""
+    into, required by BpfApplication); ``pull_policy``; ``program_interfaces``: program
+    name -> its own interfaces (a topology file's ``[[xdp]]`` tables), which wins over
+    ``interfaces`` for that program."""
 
     image: str
     name: str
@@ -66,6 +68,7 @@ class Options:
     namespace: str | None = None
     pods: dict[str, str] = field(default_factory=dict)
     pull_policy: str | None = None
+    program_interfaces: dict[str, list[str]] = field(default_factory=dict)
 
 
 def _kinds(p: ProgramSpec) -> tuple[str, ...]:
@@ -100,11 +103,13 @@ PROCEED_ON = {"XDP_ABORTED": "Aborted", "XDP_DROP": "Drop", "XDP_PASS": "Pass",
               "XDP_TX": "TX", "XDP_REDIRECT": "ReDirect"}  # fmt: skip
 
 
-def _links(a_kind: str, opts: Options, rc: RunConfig | None = None) -> list[dict]:
-    """The links of one program; an XDP program's ``rc`` (its run config in the object)
-    gives ``priority`` (unless ``opts.priority``) and ``proceedOn``."""
-    if opts.primary_interface:
-        selector: dict = {"primaryNodeInterface": True}
+def _links(name: str, a_kind: str, opts: Options, rc: RunConfig | None = None) -> list[dict]:
+    """The links of program ``name``; an XDP program's ``rc`` (its run config in the
+    object) gives ``priority`` (unless ``opts.priority``) and ``proceedOn``."""
+    if name in opts.program_interfaces:
+        selector: dict = {"interfaces": list(opts.program_interfaces[name])}
+    elif opts.primary_interface:
+        selector = {"primaryNodeInterface": True}
     else:
         selector = {"interfaces": list(opts.interfaces)}
     link: dict = {"interfaceSelector": selector}
@@ -122,7 +127,7 @@ def _links(a_kind: str, opts: Options, rc: RunConfig | None = None) -> list[dict
 
 
 def _check(opts: Options) -> None:
-    if not (opts.interfaces or opts.primary_interface):
+    if not (opts.interfaces or opts.primary_interface or opts.program_interfaces):
         raise _bad(
             "no interface to attach to",
             hint="give --interface NAME (repeatable) or --primary-interface",
@@ -219,7 +224,7 @@ def application(spec: CollectionSpec, path: str, opts: Options) -> dict:
                     hint="declare a priority in that range, or give --priority",
                 )
             )
-        links = _links(kind, opts, rc)
+        links = _links(n, kind, opts, rc)
         programs.append({"name": n, "type": cr_type, kind: {"links": links}})
     image: dict = {"url": opts.image}
     if opts.pull_policy is not None:

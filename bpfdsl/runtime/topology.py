@@ -17,13 +17,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from bpfdsl.abi.map_types import DEVMAP_TYPES, SOCK_MAP_TYPES, MapType
 from bpfdsl.abi.prog_types import AttachType, ProgramType
 from bpfdsl.compiler import compile_file
-from bpfdsl.diagnostics import UsageError, error
+from bpfdsl.diagnostics import Span, UsageError, error
 from bpfdsl.obj.collection import read_object
 from bpfdsl.obj.config import parse_config
 from bpfdsl.obj.spec import CollectionSpec
@@ -381,3 +382,31 @@ def _check_map(where: str, built: dict[str, Built], ref: Ref, kind: str | None) 
         raise _bad(where, f"{ref}: object {ref.obj} has no map {ref.name!r} (maps: {known})")
     if kind is not None and m.map_type not in _MAP_KINDS[kind]:
         raise _bad(where, f"{ref} is a {m.type_name}, not a map for {kind} entries")
+
+
+def table_span(path: str, kind: str, index: int = 0) -> Span:
+    """Where the ``index``-th (0-based) ``[[kind]]`` table of the topology file ``path``
+    starts (the line and column of its header), or of ``kind =`` for an inline array; for
+    a ``kind`` of the form ``maps.NAME``, the ``[maps."NAME"]`` table.  The file's first
+    line when none is found (the file is read again as text: tomllib gives no positions)."""
+    if kind.startswith("maps."):
+        name = re.escape(kind[5:])
+        pats = [
+            rf"^\s*\[\s*maps\s*\.\s*(\"{name}\"|'{name}')\s*\]",
+            rf"^\s*(\"{name}\"|'{name}')\s*=",
+        ]
+    else:
+        pats = [rf"^\s*\[\[\s*{re.escape(kind)}\s*\]\]", rf"^\s*{re.escape(kind)}\s*="]
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return Span(path, 1, 1)
+    for n, pat in enumerate(pats):
+        seen = 0
+        for no, text in enumerate(lines, 1):
+            if re.match(pat, text):
+                if n == 1 or seen == index:
+                    return Span(path, no, len(text) - len(text.lstrip()) + 1)
+                seen += 1
+    return Span(path, 1, 1)

@@ -10,7 +10,6 @@ skopeo and umoci take the layout; the extracted object loads with bpfdsl's loade
 from __future__ import annotations
 
 import gzip
-import hashlib
 import io
 import json
 import os
@@ -22,17 +21,13 @@ from pathlib import Path
 
 import pytest
 from scapy.all import IP, UDP, Ether, raw
+from support.bpfman import blob, bpfman_read
 from support.paths import PROGS
 
 from bpfdsl.cli import main
 from bpfdsl.compiler import compile_file
 from bpfdsl.obj.collection import read_object
 
-# bpfman v0.6.0 image_manager.rs: the layer media types it pulls.
-BPFMAN_LAYER_TYPES = {
-    "application/vnd.oci.image.layer.v1.tar+gzip",
-    "application/vnd.docker.image.rootfs.diff.tar.gzip",
-}
 FILTER = PROGS / "xdp_udp_filter.bpfd"
 XDP_DROP, XDP_PASS = 1, 2
 
@@ -44,39 +39,6 @@ def _tool(name: str) -> str:
             pytest.fail(f"{name} is not installed (scripts/test.sh installs it)")
         pytest.skip(f"{name} is not installed")
     return path
-
-
-def _blob(layout: Path, digest: str) -> bytes:
-    algo, hexd = digest.split(":")
-    data = (layout / "blobs" / algo / hexd).read_bytes()
-    assert hashlib.sha256(data).hexdigest() == hexd  # content-addressed, as registries check
-    return data
-
-
-def bpfman_read(layout: Path, tag: str) -> tuple[dict, dict, bytes]:
-    """(programs label, maps label, object bytes) as bpfman's image manager reads an image."""
-    index = json.loads((layout / "index.json").read_text())
-    (desc,) = [
-        m
-        for m in index["manifests"]
-        if m["annotations"]["org.opencontainers.image.ref.name"] == tag
-    ]
-    manifest = json.loads(_blob(layout, desc["digest"]))
-    assert manifest["mediaType"] == "application/vnd.oci.image.manifest.v1+json"
-    config = json.loads(_blob(layout, manifest["config"]["digest"]))
-    labels = config["config"]["Labels"]
-    programs = json.loads(labels["io.ebpf.programs"])
-    maps = json.loads(labels["io.ebpf.maps"])
-    assert all(isinstance(v, str) for v in [*programs.values(), *maps.values()])
-    layer_desc = manifest["layers"][0]
-    assert layer_desc["mediaType"] in BPFMAN_LAYER_TYPES
-    layer = _blob(layout, layer_desc["digest"])
-    raw_tar = gzip.decompress(layer)
-    assert config["rootfs"]["diff_ids"] == ["sha256:" + hashlib.sha256(raw_tar).hexdigest()]
-    with tarfile.open(fileobj=io.BytesIO(raw_tar)) as tf:
-        first = tf.getmembers()[0]
-        data = tf.extractfile(first).read()  # type: ignore[union-attr]
-    return programs, maps, data
 
 
 def _build(tmp_path: Path, *args: str) -> int:
@@ -93,8 +55,8 @@ def test_image_has_bpfman_labels_and_layer(tmp_path: Path) -> None:
     assert json.loads((out / "oci-layout").read_text()) == {"imageLayoutVersion": "1.0.0"}
     # one entry: the object at the root of the layer (Containerfile.bytecode: COPY $FILE /)
     index = json.loads((out / "index.json").read_text())
-    manifest = json.loads(_blob(out, index["manifests"][0]["digest"]))
-    layer = gzip.decompress(_blob(out, manifest["layers"][0]["digest"]))
+    manifest = json.loads(blob(out, index["manifests"][0]["digest"]))
+    layer = gzip.decompress(blob(out, manifest["layers"][0]["digest"]))
     with tarfile.open(fileobj=io.BytesIO(layer)) as tf:
         assert [(m.name, m.isfile()) for m in tf.getmembers()] == [("xdp_udp_filter.o", True)]
 

@@ -1,110 +1,29 @@
 """`bpfdsl image manifest`: bpfman-operator resources, validated against the operator's CRD
 schemas (tests/deploy/data/, bpfman-operator v0.6.0; README.md there names the source).
 
-A CRD's openAPIV3Schema is JSON Schema plus Kubernetes extensions; :func:`k8s_schema` turns
-the extensions into JSON Schema: ``x-kubernetes-validations`` of the CRDs' one rule shape
-(``has(self.type) && self.type == 'T' ? has(self.f) : !has(self.f)``) become if/then/else
-and any other rule fails the test (so a new rule is not silently skipped);
-``x-kubernetes-list-type: set`` is uniqueItems; ``format: byte`` is checked as base64.
-Stricter than the API server in one way: a field the schema does not name is an error (the
-server would drop it silently, which would be a bug of ours just the same).
+tests/support/bpfman.py turns the CRD schemas into JSON Schema (its docstring says how).
 """
 
 from __future__ import annotations
 
 import base64
-import binascii
-import re
 import subprocess
 from pathlib import Path
 
-import jsonschema
 import pytest
 import yaml
+from support.bpfman import crd_errors
 from support.paths import PROGS
 
 from bpfdsl.cli import main
 
-DATA = Path(__file__).parent / "data"
 FILTER = PROGS / "xdp_udp_filter.bpfd"
-RULE = re.compile(
-    r"^has\(self\.type\) && self\.type == '(\w+)' \?\s+has\(self\.(\w+)\) : !has\(self\.(\w+)\)$"
-)
-KNOWN_EXTENSIONS = {
-    "x-kubernetes-validations",
-    "x-kubernetes-list-type",
-    "x-kubernetes-list-map-keys",
-    "x-kubernetes-map-type",
-}
-
-
-def k8s_schema(node: object) -> object:
-    """JSON Schema (draft 2020-12) of a CRD openAPIV3Schema node."""
-    if isinstance(node, list):
-        return [k8s_schema(x) for x in node]
-    if not isinstance(node, dict):
-        return node
-    out: dict = {}
-    conds = []
-    for key, value in node.items():
-        if key.startswith("x-kubernetes-"):
-            assert key in KNOWN_EXTENSIONS, f"unhandled CRD extension {key}"
-            if key == "x-kubernetes-validations":
-                for v in value:
-                    m = RULE.match(v["rule"])
-                    assert m and m.group(2) == m.group(3), f"unhandled CEL rule {v['rule']!r}"
-                    t, f = m.group(1), m.group(2)
-                    conds.append(
-                        {
-                            "if": {"properties": {"type": {"const": t}}, "required": ["type"]},
-                            "then": {"required": [f]},
-                            "else": {"not": {"required": [f]}},
-                        }
-                    )
-            elif key == "x-kubernetes-list-type" and value == "set":
-                out["uniqueItems"] = True
-            continue
-        if key in ("properties", "patternProperties"):
-            out[key] = {k: k8s_schema(v) for k, v in value.items()}
-        elif key in ("items", "additionalProperties", "not") or key in ("allOf", "anyOf", "oneOf"):
-            out[key] = k8s_schema(value)
-        else:
-            out[key] = value
-    if "properties" in node and "additionalProperties" not in node and node.get("properties"):
-        out["additionalProperties"] = False
-    if conds:
-        out["allOf"] = [*out.get("allOf", []), *conds]
-    return out
-
-
-def crd_validator(kind: str) -> jsonschema.Draft202012Validator:
-    plural = {
-        "ClusterBpfApplication": "clusterbpfapplications",
-        "BpfApplication": "bpfapplications",
-    }
-    doc = yaml.safe_load((DATA / f"bpfman.io_{plural[kind]}.yaml").read_text())
-    assert doc["spec"]["names"]["kind"] == kind
-    (version,) = [v for v in doc["spec"]["versions"] if v["served"]]
-    assert version["name"] == "v1alpha1"
-    schema = k8s_schema(version["schema"]["openAPIV3Schema"])
-    checker = jsonschema.FormatChecker()
-
-    @checker.checks("byte", raises=(binascii.Error, ValueError))
-    def _byte(value: object) -> bool:
-        return not isinstance(value, str) or base64.b64decode(value, validate=True) is not None
-
-    return jsonschema.Draft202012Validator(schema, format_checker=checker)
 
 
 def _manifest(tmp_path: Path, *args: str) -> tuple[int, dict | None]:
     out = tmp_path / "cr.yaml"
     rc = main(["image", "manifest", *args, "-o", str(out)])
     return rc, (yaml.safe_load(out.read_text()) if rc == 0 else None)
-
-
-def _errors(doc: dict) -> list[str]:
-    v = crd_validator(doc["kind"])
-    return [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in v.iter_errors(doc)]
 
 
 def test_cluster_application_validates_and_says_what_was_asked(tmp_path: Path) -> None:
@@ -120,7 +39,7 @@ def test_cluster_application_validates_and_says_what_was_asked(tmp_path: Path) -
         "--pull-policy", "Always",
     )  # fmt: skip
     assert rc == 0 and doc is not None
-    assert _errors(doc) == []
+    assert crd_errors(doc) == []
     assert doc["apiVersion"] == "bpfman.io/v1alpha1" and doc["kind"] == "ClusterBpfApplication"
     assert doc["metadata"] == {"name": "xdp-udp-filter"}
     spec = doc["spec"]
@@ -146,7 +65,7 @@ def test_u32_config_is_little_endian(tmp_path: Path) -> None:
         "--set", "n_cpus=4",
         "--set", "drop_port=0x0102",
     )  # fmt: skip
-    assert rc == 0 and doc is not None and _errors(doc) == []
+    assert rc == 0 and doc is not None and crd_errors(doc) == []
     gd = doc["spec"]["globalData"]
     assert base64.b64decode(gd["n_cpus"]) == b"\x04\x00\x00\x00"
     assert base64.b64decode(gd["drop_port"]) == b"\x02\x01"  # u16, host (little-endian) order
@@ -167,7 +86,7 @@ def test_namespaced_application_validates(tmp_path: Path) -> None:
         "--pods", "app=web",
         "--name", "web-filter",
     )  # fmt: skip
-    assert rc == 0 and doc is not None and _errors(doc) == []
+    assert rc == 0 and doc is not None and crd_errors(doc) == []
     assert doc["kind"] == "BpfApplication" and doc["metadata"] == {
         "name": "web-filter",
         "namespace": "acme",
@@ -194,7 +113,7 @@ def test_tc_and_tcx_programs_from_clang(tmp_path: Path) -> None:
             tmp_path, str(obj), "--image", "q.io/x/cls:1", "--interface", "eth0",
             "--kind", kind, "--direction", "egress",
         )  # fmt: skip
-        assert rc == 0 and doc is not None and _errors(doc) == []
+        assert rc == 0 and doc is not None and crd_errors(doc) == []
         (prog,) = doc["spec"]["programs"]
         assert prog["type"] == cr_type
         assert prog[kind]["links"][0]["direction"] == "Egress"
@@ -202,19 +121,19 @@ def test_tc_and_tcx_programs_from_clang(tmp_path: Path) -> None:
 
 def test_validator_rejects_what_the_operator_rejects(tmp_path: Path) -> None:
     rc, doc = _manifest(tmp_path, str(FILTER), "--image", "q.io/a/b:1", "--interface", "eth0")
-    assert rc == 0 and doc is not None and _errors(doc) == []
+    assert rc == 0 and doc is not None and crd_errors(doc) == []
     prog = doc["spec"]["programs"][0]
     prog["type"] = "TC"  # the CEL rule: tc needed, xdp forbidden
-    assert any("xdp" in e or "tc" in e for e in _errors(doc))
+    assert any("xdp" in e or "tc" in e for e in crd_errors(doc))
     prog["type"] = "XDP"
     prog["xdp"]["links"][0]["priority"] = 1001
-    assert any("1001" in e for e in _errors(doc))
+    assert any("1001" in e for e in crd_errors(doc))
     prog["xdp"]["links"][0]["priority"] = 10
     doc["spec"]["globalData"] = {"port": "not base64!"}
-    assert _errors(doc)
+    assert crd_errors(doc)
     del doc["spec"]["globalData"]
     doc["spec"]["nodeSelectr"] = {}
-    assert _errors(doc)
+    assert crd_errors(doc)
 
 
 def test_unknown_config_is_refused_with_the_names(tmp_path: Path, capsys) -> None:
