@@ -9,7 +9,7 @@ module reads and validates the file (:func:`read_topology`) and compiles every o
 (:func:`build`), touching nothing in the kernel; :mod:`bpfdsl.runtime.topology_ops`
 brings the system to the declared state.
 
-TOML: tomllib (Python 3.11+, PEP 680).  Programs and maps are named ``OBJECT:NAME``.
+TOML: tomllib (Python 3.11+, PEP 680; tomli on Python 3.10).  Programs and maps are named ``OBJECT:NAME``.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import hashlib
 import json
 import os
 import re
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,10 +32,10 @@ from bpfdsl.obj.spec import CollectionSpec
 from bpfdsl.runtime.attach import DEFAULT_PIN_ROOT, MODES
 from bpfdsl.runtime.mapfile import read_entries
 
-try:  # the standard library's TOML reader (PEP 680), Python 3.11+
-    import tomllib  # type: ignore[import-not-found,unused-ignore]  # mypy checks as 3.10
-except ModuleNotFoundError:  # pragma: no cover - Python 3.10
-    tomllib = None
+if sys.version_info >= (3, 11):  # the standard library's TOML reader (PEP 680)
+    import tomllib
+else:  # pragma: no cover - Python 3.10: tomli, which tomllib came from (a dependency there)
+    import tomli as tomllib
 
 TOP_KEYS: tuple[str, ...] = ("pin_dir", "objects", "xdp", "cpumap", "devmap", "prog_array")
 TOP_KEYS += ("sk_msg", "sock_ops", "maps")
@@ -175,12 +176,8 @@ def _list(path: str, where: str, v: Any) -> list:
 
 def read_topology(path: str) -> Topology:
     """Read and validate the topology file at ``path`` (paths in it are relative to its
-    directory).  Raises UsageError (``bad-topology``, exit 2) naming the key at fault,
-    ``no-such-file``, or ``needs-python-3.11`` where tomllib is missing."""
-    if tomllib is None:  # pragma: no cover - Python 3.10
-        raise UsageError(
-            error("needs-python-3.11", "topology files need Python 3.11+ (tomllib, PEP 680)")
-        )
+    directory).  Raises UsageError (``bad-topology``, exit 2) naming the key at fault, or
+    ``no-such-file``."""
     try:
         with open(path, "rb") as f:
             doc = tomllib.load(f)
