@@ -136,41 +136,64 @@ class Built:
     digest: str
 
 
-def _bad(path: str, what: str, hint: str | None = None) -> UsageError:
-    return UsageError(error("bad-topology", f"{path}: {what}", hint=hint or "see docs/topology.md"))
+def _bad(
+    path: str,
+    what: str,
+    hint: str | None = None,
+    *,
+    at: str | None = None,
+    key: str | None = None,
+    value: Any = None,
+) -> UsageError:
+    """UsageError ``bad-topology`` located in the file ``path`` (:func:`locate`: the table
+    ``at``, its ``key`` or the text of ``value`` in it)."""
+    return UsageError(
+        error(
+            "bad-topology",
+            what,
+            locate(path, at, key=key, value=value),
+            hint=hint or "see docs/topology.md",
+        )
+    )
 
 
 def _table(path: str, where: str, v: Any, keys: tuple[str, ...], need: tuple[str, ...]) -> dict:
     if not isinstance(v, dict):
-        raise _bad(path, f"{where} is not a table")
+        raise _bad(path, f"{where} is not a table", at=where)
     unknown = sorted(set(v) - set(keys))
     if unknown:
-        raise _bad(path, f"{where}: unknown key {', '.join(unknown)}", f"keys: {', '.join(keys)}")
+        raise _bad(
+            path,
+            f"{where}: unknown key {', '.join(unknown)}",
+            f"keys: {', '.join(keys)}",
+            at=where,
+            key=unknown[0],
+        )
     missing = [k for k in need if k not in v]
     if missing:
-        raise _bad(path, f"{where}: missing {', '.join(missing)}")
+        raise _bad(path, f"{where}: missing {', '.join(missing)}", at=where)
     return v
 
 
 def _ref(path: str, where: str, text: Any, objects: dict) -> Ref:
     if not isinstance(text, str) or text.count(":") != 1 or text.startswith(":"):
-        raise _bad(path, f"{where}: {text!r} is not OBJECT:NAME")
+        raise _bad(path, f"{where}: {text!r} is not OBJECT:NAME", at=where, value=text)
     obj, name = text.split(":")
     if obj not in objects:
         known = ", ".join(sorted(objects)) or "none"
-        raise _bad(path, f"{where}: no object {obj!r} (objects: {known})")
+        raise _bad(path, f"{where}: no object {obj!r} (objects: {known})", at=where, value=text)
     return Ref(obj, name)
 
 
 def _int(path: str, where: str, v: Any, lo: int = 0, hi: int = (1 << 32) - 1) -> int:
     if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
-        raise _bad(path, f"{where}: {v!r} is not an integer in {lo}..{hi}")
+        raise _bad(path, f"{where}: {v!r} is not an integer in {lo}..{hi}", at=where, value=v)
     return v
 
 
 def _list(path: str, where: str, v: Any) -> list:
     if not isinstance(v, list):
-        raise _bad(path, f"{where} is not an array of tables ([[{where}]])")
+        raise _bad(path, f"{where} is not an array of tables ([[{where}]])", at=where)
     return v
 
 
@@ -186,33 +209,40 @@ def read_topology(path: str) -> Topology:
     except OSError as e:
         raise UsageError(error("bad-file", f"{path}: {e.strerror or e}")) from None
     except tomllib.TOMLDecodeError as e:
-        raise _bad(path, f"not TOML: {e}") from None
+        pos = re.search(r"\(at line (\d+), column (\d+)\)", str(e))
+        span = Span(path, int(pos.group(1)), int(pos.group(2))) if pos else Span(path, 1, 1)
+        msg = re.sub(r"\s*\(at line \d+, column \d+\)", "", str(e))
+        raise UsageError(
+            error("bad-topology", f"not TOML: {msg}", span, hint="see docs/topology.md")
+        ) from None
     _table(path, "the file", doc, TOP_KEYS, ("objects",))
     base = os.path.dirname(os.path.abspath(path))
     pin_dir = doc.get("pin_dir") or os.path.join(
         DEFAULT_PIN_ROOT, "topology_" + _stem(os.path.basename(path))
     )
     if not isinstance(pin_dir, str) or not pin_dir.startswith("/sys/fs/bpf/"):
-        raise _bad(path, f"pin_dir {pin_dir!r} is not a directory under /sys/fs/bpf")
+        raise _bad(path, f"pin_dir {pin_dir!r} is not a directory under /sys/fs/bpf", key="pin_dir")
     if "." in os.path.basename(pin_dir.rstrip("/")):
-        raise _bad(path, f"pin_dir {pin_dir!r}: bpffs does not allow '.' in names")
+        raise _bad(path, f"pin_dir {pin_dir!r}: bpffs does not allow '.' in names", key="pin_dir")
     top = Topology(os.path.abspath(path), os.path.normpath(pin_dir))
     objs = doc["objects"]
     if not isinstance(objs, dict) or not objs:
-        raise _bad(path, "[objects] declares no object")
+        raise _bad(path, "[objects] declares no object", key="objects")
     for name, o in objs.items():
         where = f"[objects.{name}]"
         if not name.replace("_", "").isalnum() or name.endswith(("_next", "by_name")):
-            raise _bad(path, f"{where}: object names are letters, digits and _")
+            raise _bad(path, f"{where}: object names are letters, digits and _", at=where)
         _table(path, where, o, ("source", "object", "config"), ())
         if ("source" in o) == ("object" in o):
-            raise _bad(path, f"{where}: give one of source = FILE.bpfd or object = FILE.o")
+            raise _bad(
+                path, f"{where}: give one of source = FILE.bpfd or object = FILE.o", at=where
+            )
         file = o.get("source") or o.get("object")
         if not isinstance(file, str):
-            raise _bad(path, f"{where}: the file is not a string")
+            raise _bad(path, f"{where}: the file is not a string", at=where)
         cfg = o.get("config", {})
         if not isinstance(cfg, dict):
-            raise _bad(path, f"{where}: config is not a table")
+            raise _bad(path, f"{where}: config is not a table", at=where, key="config")
         items = tuple(sorted((str(k), _config_text(v)) for k, v in cfg.items()))
         top.objects[name] = ObjectDecl(name, os.path.normpath(os.path.join(base, file)), items)
     for i, x in enumerate(_list(path, "xdp", doc.get("xdp", []))):
@@ -221,13 +251,20 @@ def read_topology(path: str) -> Topology:
         prog = _ref(path, where, x["program"], top.objects)
         devs = x["interfaces"]
         if not isinstance(devs, list) or not devs or not all(isinstance(d, str) for d in devs):
-            raise _bad(path, f"{where}: interfaces is not a list of interface names")
+            raise _bad(
+                path,
+                f"{where}: interfaces is not a list of interface names",
+                at=where,
+                key="interfaces",
+            )
         mode = x.get("mode", "native")
         if mode not in MODES:
-            raise _bad(path, f"{where}: mode {mode!r}: give native or generic")
+            raise _bad(
+                path, f"{where}: mode {mode!r}: give native or generic", at=where, key="mode"
+            )
         for d in devs:
             if any(y.dev == d for y in top.xdp):
-                raise _bad(path, f"{where}: interface {d} is given twice")
+                raise _bad(path, f"{where}: interface {d} is given twice", at=where, value=d)
             top.xdp.append(XdpDecl(prog, d, mode))
     for kind in ("cpumap", "devmap", "prog_array"):
         keys = {"cpumap": ("map", "cpu", "qsize", "program"),
@@ -251,7 +288,7 @@ def read_topology(path: str) -> Topology:
                 str(ent.get("interface", "")),
             )
             if any((y.map, y.key) == (d.map, d.key) for y in top.entries):
-                raise _bad(path, f"{where}: {d.map} key {key} is given twice")
+                raise _bad(path, f"{where}: {d.map} key {key} is given twice", at=where)
             top.entries.append(d)
     for i, h in enumerate(_list(path, "sk_msg", doc.get("sk_msg", []))):
         where = f"sk_msg[{i}]"
@@ -264,18 +301,23 @@ def read_topology(path: str) -> Topology:
         where = f"sock_ops[{i}]"
         _table(path, where, h, ("cgroup", "program"), ("cgroup", "program"))
         if not isinstance(h["cgroup"], str) or not os.path.isabs(h["cgroup"]):
-            raise _bad(path, f"{where}: cgroup is not an absolute path of a cgroup v2 dir")
+            raise _bad(
+                path,
+                f"{where}: cgroup is not an absolute path of a cgroup v2 dir",
+                at=where,
+                key="cgroup",
+            )
         prog = _ref(path, where, h["program"], top.objects)
         top.hooks.append(HookDecl("sock_ops", prog, os.path.normpath(h["cgroup"])))
     maps = doc.get("maps", {})
     if not isinstance(maps, dict):
-        raise _bad(path, "[maps] is not a table")
+        raise _bad(path, "[maps] is not a table", key="maps")
     for name, m in maps.items():
         where = f'[maps."{name}"]'
         _table(path, where, m, ("entries", "from"), ())
         ref = _ref(path, where, name, top.objects)
         if ("entries" in m) == ("from" in m):
-            raise _bad(path, f"{where}: give one of entries = [...] or from = FILE")
+            raise _bad(path, f"{where}: give one of entries = [...] or from = FILE", at=where)
         if "from" in m:
             src = os.path.normpath(os.path.join(base, str(m["from"])))
             rows = tuple(read_entries(src))
@@ -362,13 +404,17 @@ def _check_prog(where: str, built: dict[str, Built], ref: Ref, kind: str | None)
     if p is None:
         known = ", ".join(sorted(spec.programs)) or "none"
         raise _bad(
-            where, f"{ref}: object {ref.obj} has no program {ref.name!r} (programs: {known})"
+            where,
+            f"{ref}: object {ref.obj} has no program {ref.name!r} (programs: {known})",
+            value=str(ref),
         )
     if kind is None:
         return
     ptype, atype, what = _WANT[kind]
     if p.program_type != ptype or (atype is not None and p.attach_type != atype):
-        raise _bad(where, f"{ref} (section {p.section}) is not {what}, which {kind} needs")
+        raise _bad(
+            where, f"{ref} (section {p.section}) is not {what}, which {kind} needs", value=str(ref)
+        )
 
 
 def _check_map(where: str, built: dict[str, Built], ref: Ref, kind: str | None) -> None:
@@ -376,34 +422,88 @@ def _check_map(where: str, built: dict[str, Built], ref: Ref, kind: str | None) 
     m = spec.maps.get(ref.name)
     if m is None:
         known = ", ".join(sorted(spec.maps)) or "none"
-        raise _bad(where, f"{ref}: object {ref.obj} has no map {ref.name!r} (maps: {known})")
+        raise _bad(
+            where,
+            f"{ref}: object {ref.obj} has no map {ref.name!r} (maps: {known})",
+            value=str(ref),
+        )
     if kind is not None and m.map_type not in _MAP_KINDS[kind]:
-        raise _bad(where, f"{ref} is a {m.type_name}, not a map for {kind} entries")
+        raise _bad(where, f"{ref} is a {m.type_name}, not a map for {kind} entries", value=str(ref))
+
+
+_HEADER = re.compile(r"^\s*\[")
+
+
+def _lines(path: str) -> list[str]:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read().splitlines()
+    except OSError:
+        return []
+
+
+def _header_index(lines: list[str], at: str) -> int | None:
+    """0-based line of the table ``at`` names: ``kind[i]`` (the i-th ``[[kind]]``),
+    ``[objects.NAME]``, ``[maps."NAME"]`` (a trailing `` entries[j]`` is ignored)."""
+    m = re.match(r"^(\w+)\[(\d+)\]$", at)
+    if m:
+        pat = rf"^\s*\[\[\s*{re.escape(m.group(1))}\s*\]\]"
+        index = int(m.group(2))
+    else:
+        m = re.match(r'^\[(objects|maps)\.(?:"([^"]*)"|([^\]]*))\]', at)
+        if not m:
+            return None
+        name = re.escape(m.group(2) if m.group(2) is not None else m.group(3))
+        pat = rf"^\s*\[\s*{m.group(1)}\s*\.\s*(\"{name}\"|'{name}'|{name})\s*\]"
+        index = 0
+    seen = 0
+    for no, text in enumerate(lines):
+        if re.match(pat, text):
+            if seen == index:
+                return no
+            seen += 1
+    return None
+
+
+def _needle(value: Any) -> str:
+    return f'"{value}"' if isinstance(value, str) else str(value)
+
+
+def locate(path: str, at: str | None = None, *, key: str | None = None, value: Any = None) -> Span:
+    """Where a topology file ``path`` says something (tomllib gives no positions, so the
+    file is read again as text): in the table ``at`` (``xdp[0]``, ``[objects.edge]``,
+    ``[maps."edge:allowed"]``; None: the whole file), the line of ``key = ...`` or of the
+    first occurrence of ``value`` (a string is looked for quoted), else the table's header;
+    the file's first line when nothing is found."""
+    lines = _lines(path)
+    start, end = 0, len(lines)
+    if at is not None:
+        h = _header_index(lines, at)
+        if h is not None:
+            start = h
+            end = next((i for i in range(h + 1, len(lines)) if _HEADER.match(lines[i])), len(lines))
+    elif key is not None:  # a top-level key: before the first table
+        end = next((i for i, t in enumerate(lines) if _HEADER.match(t)), len(lines))
+    for i in range(start, end):
+        text = lines[i]
+        if key is not None:
+            m = re.match(rf"^(\s*)({re.escape(key)}|\"{re.escape(key)}\")\s*=", text)
+            if m:
+                return Span(path, i + 1, len(m.group(1)) + 1)
+        elif value is not None:
+            col = text.find(_needle(value))
+            if col >= 0:
+                return Span(path, i + 1, col + 1)
+    if at is not None and start < len(lines) and _header_index(lines, at) is not None:
+        text = lines[start]
+        return Span(path, start + 1, len(text) - len(text.lstrip()) + 1)
+    return Span(path, 1, 1)
 
 
 def table_span(path: str, kind: str, index: int = 0) -> Span:
     """Where the ``index``-th (0-based) ``[[kind]]`` table of the topology file ``path``
-    starts (the line and column of its header), or of ``kind =`` for an inline array; for
-    a ``kind`` of the form ``maps.NAME``, the ``[maps."NAME"]`` table.  The file's first
-    line when none is found (the file is read again as text: tomllib gives no positions)."""
+    starts, or for a ``kind`` of the form ``maps.NAME`` the ``[maps."NAME"]`` table
+    (:func:`locate`)."""
     if kind.startswith("maps."):
-        name = re.escape(kind[5:])
-        pats = [
-            rf"^\s*\[\s*maps\s*\.\s*(\"{name}\"|'{name}')\s*\]",
-            rf"^\s*(\"{name}\"|'{name}')\s*=",
-        ]
-    else:
-        pats = [rf"^\s*\[\[\s*{re.escape(kind)}\s*\]\]", rf"^\s*{re.escape(kind)}\s*="]
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            lines = f.read().splitlines()
-    except OSError:
-        return Span(path, 1, 1)
-    for n, pat in enumerate(pats):
-        seen = 0
-        for no, text in enumerate(lines, 1):
-            if re.match(pat, text):
-                if n == 1 or seen == index:
-                    return Span(path, no, len(text) - len(text.lstrip()) + 1)
-                seen += 1
-    return Span(path, 1, 1)
+        return locate(path, f'[maps."{kind[5:]}"]')
+    return locate(path, f"{kind}[{index}]")
