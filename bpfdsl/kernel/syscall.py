@@ -13,7 +13,7 @@ import ctypes as C
 import errno as E
 import os
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from bpfdsl.abi.bpf_attr import (
     BtfInfo,
@@ -104,8 +104,51 @@ def _error(cmd: BpfCmd, err: int, log: str = "") -> BpfError:
     return BpfError(cmd, err, "", log)
 
 
+class Backend(Protocol):
+    """What answers bpf(2) instead of the kernel (tests: bpfdsl.kernel.fake.FakeKernel)."""
+
+    def bpf(self, cmd: BpfCmd, attr: C.Structure) -> int:
+        """The command's result, or OSError with the kernel's errno."""
+        ...
+
+    def fd_kind(self, fd: int) -> str:
+        """:func:`fd_kind` of a descriptor it made."""
+        ...
+
+
+_backend: Backend | None = None  # None: the real bpf(2)
+
+
+def set_backend(backend: Backend | None) -> Backend | None:
+    """Route every :func:`sys_bpf` command (and :func:`fd_kind`) to ``backend``, or back
+    to the real bpf(2) for None; returns the previous one.  For tests:
+    :func:`bpfdsl.kernel.fake.installed` puts an in-memory kernel here."""
+    global _backend
+    previous, _backend = _backend, backend
+    return previous
+
+
+def fd_kind(fd: int) -> str:
+    """``prog``, ``map``, ``link``, ``btf`` or ``""``: the kind of BPF object behind ``fd``
+    (from its anon inode name, ``anon_inode:bpf-link`` etc.: /proc/self/fd)."""
+    if _backend is not None:
+        return _backend.fd_kind(fd)
+    try:
+        target = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return ""
+    if target.startswith("anon_inode:bpf-"):
+        return target.removeprefix("anon_inode:bpf-").split("-")[0]
+    return "btf" if target == "anon_inode:btf" else ""
+
+
 def sys_bpf(cmd: BpfCmd, attr: C.Structure) -> int:
     """Call bpf(cmd, &attr, sizeof attr); returns the non-negative result, raises BpfError."""
+    if _backend is not None:
+        try:
+            return _backend.bpf(cmd, attr)
+        except OSError as e:
+            raise _error(cmd, e.errno or E.EINVAL) from None
     nr = _NR_BPF.get(_MACHINE)
     if nr is None:
         raise BpfError(cmd, E.ENOSYS, f"bpf(): unsupported architecture {_MACHINE}")
@@ -272,9 +315,11 @@ def map_lookup_batch(
 def map_update_batch(
     fd: int | Fd, keys: bytes, values: bytes, count: int, elem_flags: int = BPF_ANY
 ) -> int:
-    """BPF_MAP_UPDATE_BATCH of ``count`` packed keys and values (``elem_flags``: BPF_ANY /
-    BPF_NOEXIST / BPF_EXIST); returns how many were written.  Raises BpfError (its
-    ``done`` attribute: how many were written before the failing one)."""
+    """BPF_MAP_UPDATE_BATCH of ``count`` packed keys and values; returns how many were
+    written.  ``elem_flags``: BPF_ANY, or BPF_F_LOCK for a value with a spin lock: the
+    kernel refuses BPF_NOEXIST/BPF_EXIST here with EINVAL (kernel/bpf/syscall.c
+    ``generic_map_update_batch``), so those go element by element (:func:`map_update`).
+    Raises BpfError (its ``done`` attribute: how many were written before the failing one)."""
     k, v = _buf(keys), _buf(values)
     a = MapBatchAttr(0, 0, _addr(k), _addr(v), count, int(fd), elem_flags, 0)
     try:

@@ -364,7 +364,7 @@ def _pins_of_link(link_id: int | None, roots: tuple[str, ...]) -> list[str]:
                 path = os.path.join(dirpath, f)
                 try:
                     with syscall.obj_get(path) as fd:
-                        if fd_kind(int(fd)) != "link":
+                        if syscall.fd_kind(int(fd)) != "link":
                             continue
                         info = syscall.link_info(fd)
                 except (syscall.BpfError, OSError):
@@ -372,18 +372,6 @@ def _pins_of_link(link_id: int | None, roots: tuple[str, ...]) -> list[str]:
                 if info.id == link_id:
                     out.append(path)
     return out
-
-
-def fd_kind(fd: int) -> str:
-    """``prog``, ``map``, ``link``, ``btf`` or ``""``: the kind of BPF object behind ``fd``
-    (from its anon inode name, ``anon_inode:bpf-link`` etc.)."""
-    try:
-        target = os.readlink(f"/proc/self/fd/{fd}")
-    except OSError:
-        return ""
-    if target.startswith("anon_inode:bpf-"):
-        return target.removeprefix("anon_inode:bpf-").split("-")[0]
-    return "btf" if target == "anon_inode:btf" else ""
 
 
 def move_link_pin(att: XdpAttachment, link_pin: str) -> XdpAttachment:

@@ -65,7 +65,7 @@ def _kind_at(path: str) -> str:
     """fd_kind of the object pinned at ``path`` ("" when none); raises NoPermission."""
     try:
         with syscall.obj_get(path) as fd:
-            return attach.fd_kind(int(fd))
+            return syscall.fd_kind(int(fd))
     except PermissionError:
         if attach.is_bpffs(path):  # elsewhere EACCES only says "no pin"
             raise syscall.NoPermission(f"opening {path}") from None
@@ -268,7 +268,7 @@ def _open_pinned(path: str) -> syscall.Fd:
         raise UsageError(
             error("no-such-file", f"{path}: cannot open pin: {os.strerror(e.errno)}")
         ) from None
-    if attach.fd_kind(int(fd)) != "prog":
+    if syscall.fd_kind(int(fd)) != "prog":
         fd.close()
         raise UsageError(error("unknown-program", f"{path} is pinned but is not a program"))
     return fd
@@ -290,7 +290,7 @@ def _describe(path: str) -> dict | None:
         return None
     try:
         with fd:
-            kind = attach.fd_kind(int(fd))
+            kind = syscall.fd_kind(int(fd))
             if kind == "prog":
                 i = syscall.prog_info(fd)
                 return {

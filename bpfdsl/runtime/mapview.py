@@ -16,7 +16,7 @@ from typing import Any
 
 from bpfdsl.abi.btf import values as btf_values
 from bpfdsl.abi.btf.core import Btf, Kind
-from bpfdsl.abi.flags import BPF_ANY
+from bpfdsl.abi.flags import BPF_ANY, BPF_EXIST, BPF_NOEXIST
 from bpfdsl.abi.limits import ENOTSUPP
 from bpfdsl.abi.map_types import MapType, is_array, is_indexed, is_percpu
 from bpfdsl.diagnostics import DiagnosticError, UsageError, error
@@ -96,18 +96,11 @@ def list_maps(directory: str) -> dict[str, str]:
                 continue
             try:
                 with syscall.obj_get(p) as fd:
-                    if _fd_kind(int(fd)) == "map":
+                    if syscall.fd_kind(int(fd)) == "map":
                         out.setdefault(n, p)
             except (syscall.BpfError, OSError):
                 continue
     return out
-
-
-def _fd_kind(fd: int) -> str:
-    try:
-        return os.readlink(f"/proc/self/fd/{fd}").removeprefix("anon_inode:bpf-")
-    except OSError:
-        return ""
 
 
 # bpf() errnos of a map kind without BPF_MAP_*_BATCH (kernel/bpf/syscall.c BPF_DO_BATCH)
@@ -304,7 +297,7 @@ class MapView(MapCodec):
             raise UsageError(
                 error("bad-map", f"{ref}: cannot open map: {os.strerror(e.errno)}")
             ) from None
-        if _fd_kind(int(self.fd)) != "map":
+        if syscall.fd_kind(int(self.fd)) != "map":
             self.fd.close()
             raise UsageError(error("bad-map", f"{ref} is pinned but is not a map"))
         self.info = syscall.map_info(self.fd)
@@ -508,7 +501,9 @@ class MapView(MapCodec):
         return fast
 
     def _write(self, keys: list[bytes], vals: list[bytes], flags: int, before: int) -> int:
-        if not self._no_batch:
+        # the batch command takes BPF_ANY only (syscall.map_update_batch): NOEXIST/EXIST
+        # go element by element, leaving the batch path for later writes
+        if not self._no_batch and not flags & (BPF_NOEXIST | BPF_EXIST):
             try:
                 return syscall.map_update_batch(
                     self.fd, b"".join(keys), b"".join(vals), len(keys), flags

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from bpfdsl.abi.prog_types import LinkType
 from bpfdsl.diagnostics import UsageError, error
 from bpfdsl.kernel import syscall as S
-from bpfdsl.runtime.attach import BPFFS, DEFAULT_PIN_ROOT, ensure_bpffs, fd_kind, is_bpffs
+from bpfdsl.runtime.attach import BPFFS, DEFAULT_PIN_ROOT, ensure_bpffs, is_bpffs
 
 if TYPE_CHECKING:  # the loader (and pyelftools) is not imported by `bpfdsl unload`
     from bpfdsl.runtime.loader import Collection
@@ -256,7 +256,7 @@ def _detach_if_link(path: str) -> str:
     ``path`` is no link or was detached already)."""
     try:
         with S.obj_get(path) as fd:
-            if fd_kind(int(fd)) != "link":
+            if S.fd_kind(int(fd)) != "link":
                 return ""
             info = S.link_info(fd)
             S.link_detach(fd)
@@ -292,7 +292,7 @@ def dirs_pinning_prog(prog_id: int, root: str = BPFFS) -> list[str]:
         for f in names:
             try:
                 with S.obj_get(os.path.join(dirpath, f)) as fd:
-                    if fd_kind(int(fd)) == "prog" and S.prog_info(fd).id == prog_id:
+                    if S.fd_kind(int(fd)) == "prog" and S.prog_info(fd).id == prog_id:
                         out.append(owner)
                         break
             except S.BpfError:

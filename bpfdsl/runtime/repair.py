@@ -49,7 +49,7 @@ def prog_ids_in(pin_dir: str) -> set[int]:
     for path in glob.glob(os.path.join(glob.escape(pin_dir), "progs", "*")):
         try:
             with syscall.obj_get(path) as fd:
-                if attach.fd_kind(int(fd)) == "prog":
+                if syscall.fd_kind(int(fd)) == "prog":
                     out.add(int(syscall.prog_info(fd).id))
         except (syscall.BpfError, OSError):
             continue
@@ -62,7 +62,7 @@ def live_links_in(pin_dir: str) -> list[str]:
     for path in sorted(glob.glob(os.path.join(glob.escape(pin_dir), "link_*"))):
         try:
             with syscall.obj_get(path) as fd:
-                if attach.fd_kind(int(fd)) == "link" and syscall.link_info(fd).prog_id:
+                if syscall.fd_kind(int(fd)) == "link" and syscall.link_info(fd).prog_id:
                     out.append(path)
         except (syscall.BpfError, OSError):
             continue
@@ -155,7 +155,7 @@ def remove_by_name_pins(rec: dict) -> list[str]:
     for path, map_id in sorted((rec.get("by_name_pins") or {}).items()):
         try:
             with syscall.obj_get(path) as fd:
-                same = attach.fd_kind(int(fd)) == "map" and syscall.map_info(fd).id == map_id
+                same = syscall.fd_kind(int(fd)) == "map" and syscall.map_info(fd).id == map_id
         except (syscall.BpfError, OSError):
             continue  # gone (or never pinned: killed before)
         if same:

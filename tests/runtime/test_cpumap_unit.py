@@ -13,6 +13,7 @@ import pytest
 from bpfdsl.abi.map_types import MapType
 from bpfdsl.cli import main
 from bpfdsl.diagnostics import DiagnosticError
+from bpfdsl.kernel import fake as fake_kernel
 from bpfdsl.kernel import syscall as S
 from bpfdsl.runtime import cpumap
 
@@ -83,13 +84,11 @@ def test_b09_e2big_explained(monkeypatch) -> None:
 def test_devmap_value_layout(monkeypatch) -> None:
     from bpfdsl.runtime import devmap
 
-    ups = []
-    info = S.MapInfo(type=MapType.DEVMAP_HASH, key_size=4, value_size=8, max_entries=8)
-    monkeypatch.setattr(S, "map_info", lambda fd: info)
-    monkeypatch.setattr(S, "map_update", lambda fd, k, v, flags=0: ups.append((k, v)))
     monkeypatch.setattr(cpumap, "require_entry_program", lambda *a, **k: None)  # via entry_value
-    assert devmap.devmap_set(3, 1000, 1, 9) == 1  # ifindex 1 = lo in every namespace
-    assert ups == [(struct.pack("<I", 1000), struct.pack("<Ii", 1, 9))]
+    with fake_kernel.installed() as k, S.map_create(MapType.DEVMAP_HASH, 4, 8, 8) as m:
+        assert devmap.devmap_set(m, 1000, 1, 9) == 1  # ifindex 1 = lo in every namespace
+        # struct bpf_devmap_val: ifindex, then the program's fd
+        assert k.objects[int(m)].entries == {struct.pack("<I", 1000): struct.pack("<Ii", 1, 9)}
 
 
 @pytest.mark.parametrize(
