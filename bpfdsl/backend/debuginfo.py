@@ -38,6 +38,7 @@ from llvmlite import ir
 
 from bpfdsl.abi.ctx import ctx_struct
 from bpfdsl.abi.map_types import MapType, takes_btf_key_value
+from bpfdsl.backend.llvm_ext import volatile_load
 
 T = ir.DIToken  # a bare LLVM token operand (DW_TAG_..., flags), printed unquoted
 
@@ -119,24 +120,12 @@ def _ref(node: ir.DIValue) -> ir.DIToken:
     return ir.DIToken(node.get_reference())
 
 
-class _VolatileLoad(ir.LoadInstr):
-    """``load volatile``: llvmlite's LoadInstr has no volatile flag."""
-
-    def descr(self, buf: list[str]) -> None:
-        inner: list[str] = []
-        super().descr(inner)
-        buf.append("".join(inner).replace("load ", "load volatile ", 1))
-
-
 def load_config(builder: ir.IRBuilder, gv: ir.GlobalVariable, name: str = "") -> ir.Value:
     """Emit a volatile load of a ``.rodata`` config global (as C's ``const volatile``).
 
     Volatile keeps LLVM from folding the initializer, so a loader may patch ``.rodata``.
     """
-    instr = _VolatileLoad(builder.block, gv, name=name, typ=gv.value_type)
-    instr.align = gv.align
-    builder._insert(instr)
-    return instr
+    return volatile_load(builder, gv, gv.value_type, gv.align, name)
 
 
 class DebugInfo:

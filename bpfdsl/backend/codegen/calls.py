@@ -14,6 +14,7 @@ from bpfdsl.abi.limits import MAX_PACKET_OFF
 from bpfdsl.backend.codegen.expr import _chunks
 from bpfdsl.backend.codegen.helpers import TYPED_HELPERS
 from bpfdsl.backend.codegen.host import GenHost
+from bpfdsl.backend.llvm_ext import KsymDecl
 from bpfdsl.lang import ast
 from bpfdsl.lang import types as T
 from bpfdsl.lang.headers import PSEUDO_FIELDS
@@ -39,24 +40,6 @@ def _padded_width(st: T.StructType, name: str) -> int:
     return w
 
 
-class _KsymDecl(ir.Function):
-    """A function declaration whose ``!dbg`` goes where LLVM's parser wants it on a
-    declaration, ``declare !dbg !N ...`` (llvmlite writes metadata after the prototype,
-    which is right only for definitions)."""
-
-    def descr_prototype(self, buf: list[str]) -> None:
-        md = self._stringify_metadata()
-        saved: dict = getattr(self, "metadata")  # noqa: B009 (llvmlite leaves it untyped)
-        setattr(self, "metadata", {})  # noqa: B010
-        inner: list[str] = []
-        try:
-            super().descr_prototype(inner)
-        finally:
-            setattr(self, "metadata", saved)  # noqa: B010
-        text = "".join(inner)
-        buf.append(text.replace("declare ", f"declare {md} ", 1) if md else text)
-
-
 class CallGen(GenHost):
     # ---- calls ----
     def helper(self, hid: int, ret: ir.Type, args: list[ir.Value]) -> ir.Value:
@@ -74,7 +57,7 @@ class CallGen(GenHost):
         k = KFUNC_BUILTINS[e.name]
         fn = self.m.globals.get(k.name)
         if fn is None:
-            fn = _KsymDecl(self.m, ir.FunctionType(I32, [PTR] * (1 + len(k.outs))), k.name)
+            fn = KsymDecl(self.m, ir.FunctionType(I32, [PTR] * (1 + len(k.outs))), k.name)
             fn.section = ".ksyms"
             if self.dbg:
                 self.dbg.di.kfunc(fn, k.btf_outs(), ctx=self.f.ctx_kind or "xdp_md")

@@ -22,6 +22,7 @@ from llvmlite import ir
 from bpfdsl.abi.helpers import HELPERS
 from bpfdsl.abi.limits import MAX_PACKET_OFF
 from bpfdsl.backend.codegen.csum import CsumGen
+from bpfdsl.backend.llvm_ext import volatile_load
 from bpfdsl.lang import ast
 from bpfdsl.lang import types as T
 from bpfdsl.lang.headers import (
@@ -44,15 +45,6 @@ def _expr_key(e: ast.Expr) -> tuple:
     if isinstance(e, ast.BinOp):
         return (e.op, _expr_key(e.left), _expr_key(e.right))
     return (type(e).__name__, getattr(e, "id", getattr(e, "value", None)))
-
-
-class _VolatileLoad(ir.LoadInstr):
-    """``load volatile`` (llvmlite's LoadInstr has no volatile flag)."""
-
-    def descr(self, buf: list[str]) -> None:
-        inner: list[str] = []
-        super().descr(inner)
-        buf.append("".join(inner).replace("load ", "load volatile ", 1))
 
 
 def _field_plus_const(e: ast.Expr, h) -> tuple[Any, int] | None:
@@ -85,9 +77,7 @@ class PktGen(CsumGen):
         wide = CTX_DATA[self.f.ctx_kind][2] == 8
         ptr = self.gep(self.f.ctx, off)
         if volatile:
-            v = _VolatileLoad(self.b.block, ptr, typ=PTR if wide else I32)
-            v.align = 8 if wide else 4
-            self.b._insert(v)
+            v = volatile_load(self.b, ptr, PTR if wide else I32, 8 if wide else 4)
         elif wide:
             return self.b.load(ptr, typ=PTR, align=8)
         else:
