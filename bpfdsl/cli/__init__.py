@@ -20,10 +20,11 @@ import importlib
 import os
 import signal
 import sys
-from typing import TYPE_CHECKING
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, NoReturn
 
 if TYPE_CHECKING:  # pragma: no cover
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
 
 OK, FAILED, USAGE, NO_PERMISSION = 0, 1, 2, 3
 HOST = NO_PERMISSION
@@ -67,7 +68,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-def _module(name: str):
+def _module(name: str) -> ModuleType:
     return importlib.import_module(f"bpfdsl.cli.{name}")
 
 
@@ -87,11 +88,13 @@ def _columns() -> int:
         return 80
 
 
-def formatter(base: type[argparse.HelpFormatter] = argparse.HelpFormatter):
+def formatter(
+    base: type[argparse.HelpFormatter] = argparse.HelpFormatter,
+) -> Callable[..., argparse.HelpFormatter]:
     """``formatter_class`` for bpfdsl's parsers: ``base`` with the width from
     :func:`_columns` (argparse would otherwise import shutil to ask for it)."""
 
-    def make(prog: str, **kw) -> argparse.HelpFormatter:
+    def make(prog: str, **kw: Any) -> argparse.HelpFormatter:
         kw.setdefault("width", max(_columns() - 2, 20))
         return base(prog, **kw)
 
@@ -181,7 +184,7 @@ class _Parser(argparse.ArgumentParser):
     """argparse, but a usage error under ``--json`` is a JSON error document like any other
     (a UsageError that main() renders) instead of argparse's text."""
 
-    def error(self, message: str):
+    def error(self, message: str) -> NoReturn:
         if not _JSON_ERRORS:
             super().error(message)
         from bpfdsl.diagnostics import UsageError, error
@@ -193,7 +196,7 @@ class _SubParser(_Parser):
     """Sub-command parser that also takes the global ``--json``/``-v`` after the command
     (``bpfdsl show --json`` as well as ``bpfdsl --json show``); nested sub-parsers inherit it."""
 
-    def __init__(self, *a, **kw):
+    def __init__(self, *a: Any, **kw: Any) -> None:
         kw.setdefault("conflict_handler", "resolve")
         kw.setdefault("formatter_class", formatter())
         super().__init__(*a, **kw)
@@ -209,12 +212,23 @@ class _SubParser(_Parser):
         )
 
 
+if TYPE_CHECKING:  # pragma: no cover
+    # what a command module's ``register(sub)`` is given: build_parser's sub-command action
+    Subcommands = argparse._SubParsersAction[_SubParser]
+
+
 class _Version(argparse.Action):
     """``--version``: bpfdsl's version and which checker runs, and why (a stale compiled
     build falls back to Python, about 2x slower: bpfdsl.checker.native).  Decided only when
     asked: the checker is not imported for every command line."""
 
-    def __call__(self, parser, namespace, values, option_string=None) -> None:
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[Any] | None,
+        option_string: str | None = None,
+    ) -> None:
         from importlib.util import find_spec
 
         from bpfdsl import __version__

@@ -6,6 +6,12 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover
+    import argparse
+
+    from bpfdsl.cli import Subcommands
 
 BUILD_HELP = """\
 Package compiled programs as bpfman bytecode images (bpfman v0.6.0's format: one
@@ -35,7 +41,7 @@ def _label(text: str) -> tuple[str, str]:
     return k.strip(), v.strip()
 
 
-def register(sub) -> None:
+def register(sub: Subcommands) -> None:
     import argparse
 
     from bpfdsl.cli import formatter, kernel_int
@@ -143,7 +149,7 @@ def register(sub) -> None:
     m.set_defaults(func=cmd_image_manifest)
 
 
-def cmd_image_build(args) -> int:
+def cmd_image_build(args: argparse.Namespace) -> int:
     from bpfdsl.cli import object_bytes
     from bpfdsl.deploy import build_image
 
@@ -175,7 +181,7 @@ def _default_name(path: str) -> str:
     return re.sub(r"[^a-z0-9.-]+", "-", stem).strip("-.") or "bpfdsl"
 
 
-def cmd_image_manifest(args) -> int:
+def cmd_image_manifest(args: argparse.Namespace) -> int:
     from bpfdsl.cli import object_bytes
     from bpfdsl.deploy import manifest, write_manifest
 

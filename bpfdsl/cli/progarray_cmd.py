@@ -8,13 +8,19 @@ PROG := NAME (pinned in the map's pin dir) | PIN_PATH | id:N.
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 from bpfdsl.cli.objrefs import MAP_HELP, PROG_HELP, emit, open_map, open_prog
+
+if TYPE_CHECKING:  # pragma: no cover
+    import argparse
+
+    from bpfdsl.cli import Subcommands
 
 OK = 0
 
 
-def register(sub) -> None:
+def register(sub: Subcommands) -> None:
     p = sub.add_parser(
         "progarray",
         help="set, delete, show prog_array slots (tail call targets)",
@@ -37,7 +43,7 @@ def register(sub) -> None:
     sh.set_defaults(func=cmd_progarray_show)
 
 
-def cmd_progarray_set(args) -> int:
+def cmd_progarray_set(args: argparse.Namespace) -> int:
     from bpfdsl.runtime.progarray import prog_array_set
 
     with open_map(args.map) as (fd, name, pin_dir), open_prog(args.prog, pin_dir) as (pf, pn):
@@ -51,7 +57,7 @@ def cmd_progarray_set(args) -> int:
     return OK
 
 
-def cmd_progarray_delete(args) -> int:
+def cmd_progarray_delete(args: argparse.Namespace) -> int:
     from bpfdsl.runtime.progarray import prog_array_delete
 
     with open_map(args.map) as (fd, name, _d):
@@ -64,7 +70,7 @@ def cmd_progarray_delete(args) -> int:
     return OK
 
 
-def cmd_progarray_show(args) -> int:
+def cmd_progarray_show(args: argparse.Namespace) -> int:
     from bpfdsl.runtime.progarray import prog_array_slots
 
     with open_map(args.map) as (fd, name, _d):

@@ -10,27 +10,33 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 from bpfdsl.cli.objrefs import MAP_HELP, PROG_HELP
 from bpfdsl.cli.objrefs import emit as _emit
 from bpfdsl.cli.objrefs import open_map as _open_map
 from bpfdsl.cli.objrefs import open_prog as _open_prog
 
+if TYPE_CHECKING:  # pragma: no cover
+    import argparse
+
+    from bpfdsl.cli import Subcommands
+
 OK = 0
 
 
-def register(sub) -> None:
+def register(sub: Subcommands) -> None:
     _register_cpumap(sub)
     _register_devmap(sub)
     _register_sockmap(sub)
     _register_sockops(sub)
 
 
-def _map_arg(p) -> None:
+def _map_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("map", metavar="MAP", help=MAP_HELP)
 
 
-def _register_cpumap(sub) -> None:
+def _register_cpumap(sub: Subcommands) -> None:
     from bpfdsl.cli import kernel_int
 
     cpu = kernel_int("CPU", "u32", field="the cpumap key")
@@ -60,7 +66,7 @@ def _register_cpumap(sub) -> None:
     sh.set_defaults(func=cmd_cpumap_show)
 
 
-def _register_devmap(sub) -> None:
+def _register_devmap(sub: Subcommands) -> None:
     from bpfdsl.cli import kernel_int
 
     # the egress ifindex: an int > 0 (struct net_device), u32 in struct bpf_devmap_val
@@ -95,7 +101,7 @@ def _register_devmap(sub) -> None:
     sh.set_defaults(func=cmd_devmap_show)
 
 
-def _register_sockmap(sub) -> None:
+def _register_sockmap(sub: Subcommands) -> None:
     p = sub.add_parser(
         "sockmap",
         aliases=["skmsg"],
@@ -114,7 +120,7 @@ def _register_sockmap(sub) -> None:
         a.set_defaults(func=func)
 
 
-def _register_sockops(sub) -> None:
+def _register_sockops(sub: Subcommands) -> None:
     p = sub.add_parser(
         "sockops",
         help="attach/detach a sock_ops program to a cgroup v2",
@@ -154,7 +160,7 @@ def _maybe_netns(name: str | None) -> Iterator[None]:
 # ---- commands --------------------------------------------------------------------
 
 
-def cmd_cpumap_set(args) -> int:
+def cmd_cpumap_set(args: argparse.Namespace) -> int:
     from bpfdsl.runtime.cpumap import cpumap_set
 
     with (
@@ -171,7 +177,7 @@ def cmd_cpumap_set(args) -> int:
     return OK
 
 
-def cmd_cpumap_delete(args) -> int:
+def cmd_cpumap_delete(args: argparse.Namespace) -> int:
     from bpfdsl.runtime.cpumap import cpumap_delete
 
     with _open_map(args.map, lock=True) as (fd, name, _d):
@@ -184,7 +190,7 @@ def cmd_cpumap_delete(args) -> int:
     return OK
 
 
-def cmd_cpumap_show(args) -> int:
+def cmd_cpumap_show(args: argparse.Namespace) -> int:
     from bpfdsl.runtime.cpumap import cpumap_entries
 
     with _open_map(args.map) as (fd, name, _d):
@@ -199,7 +205,7 @@ def cmd_cpumap_show(args) -> int:
     return OK
 
 
-def cmd_devmap_set(args) -> int:
+def cmd_devmap_set(args: argparse.Namespace) -> int:
     import sys
 
     from bpfdsl.runtime.attach import devmap_target_warning
@@ -231,7 +237,7 @@ def cmd_devmap_set(args) -> int:
     return OK
 
 
-def cmd_devmap_delete(args) -> int:
+def cmd_devmap_delete(args: argparse.Namespace) -> int:
     from bpfdsl.runtime.devmap import devmap_delete
 
     with _open_map(args.map, lock=True) as (fd, name, _d):
@@ -244,7 +250,7 @@ def cmd_devmap_delete(args) -> int:
     return OK
 
 
-def cmd_devmap_show(args) -> int:
+def cmd_devmap_show(args: argparse.Namespace) -> int:
     from bpfdsl.runtime.devmap import devmap_entries
 
     with _open_map(args.map) as (fd, name, _d), _maybe_netns(args.netns):
@@ -266,7 +272,7 @@ def cmd_devmap_show(args) -> int:
     return OK
 
 
-def cmd_sockmap_attach(args) -> int:
+def cmd_sockmap_attach(args: argparse.Namespace) -> int:
     from bpfdsl.runtime.sockmap import sk_msg_attach
 
     with (
@@ -283,7 +289,7 @@ def cmd_sockmap_attach(args) -> int:
     return OK
 
 
-def cmd_sockmap_detach(args) -> int:
+def cmd_sockmap_detach(args: argparse.Namespace) -> int:
     from bpfdsl.runtime.sockmap import sk_msg_detach
 
     with (
@@ -300,7 +306,7 @@ def cmd_sockmap_detach(args) -> int:
     return OK
 
 
-def cmd_sockops_attach(args) -> int:
+def cmd_sockops_attach(args: argparse.Namespace) -> int:
     from bpfdsl.runtime.cgroup import resolve_cgroup, sock_ops_attach
 
     cg = resolve_cgroup(args.cgroup)
@@ -313,7 +319,7 @@ def cmd_sockops_attach(args) -> int:
     return OK
 
 
-def cmd_sockops_detach(args) -> int:
+def cmd_sockops_detach(args: argparse.Namespace) -> int:
     from bpfdsl.runtime.cgroup import resolve_cgroup, sock_ops_detach
 
     cg = resolve_cgroup(args.cgroup)

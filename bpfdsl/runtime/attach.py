@@ -417,7 +417,7 @@ def move_link_pin(att: XdpAttachment, link_pin: str) -> XdpAttachment:
     )
 
 
-def devmap_target_warning(map_name: str, key: int, ifindex: int):
+def devmap_target_warning(map_name: str, key: int, ifindex: int) -> Diagnostic | None:
     """A warning Diagnostic (``redirect-target-drops``) when devmap ``map_name`` slot
     ``key`` sends to interface ``ifindex`` (this network namespace) and the kernel would
     drop every frame redirected there (:func:`bpfdsl.kernel.netlink.redirect_target_problem`:
@@ -432,7 +432,7 @@ def devmap_target_warning(map_name: str, key: int, ifindex: int):
     )
 
 
-def xdp_tx_warning(prog_fd: int, dev: str, mode: str = "native"):
+def xdp_tx_warning(prog_fd: int, dev: str, mode: str = "native") -> Diagnostic | None:
     """A warning Diagnostic (``xdp-tx-drops``) when XDP program ``prog_fd``, attached to
     interface ``dev`` in ``mode``, can return XDP_TX (its instructions as the kernel holds
     them, :func:`bpfdsl.obj.verdicts.may_return`) and the kernel would drop every such
@@ -459,7 +459,7 @@ def xdp_tx_warning(prog_fd: int, dev: str, mode: str = "native"):
     )
 
 
-def attached_xdp_tx_warning(att: XdpAttachment):
+def attached_xdp_tx_warning(att: XdpAttachment) -> Diagnostic | None:
     """:func:`xdp_tx_warning` for what is attached now (``bpfdsl show``); never raises."""
     try:
         with syscall.get_fd_by_id("prog", att.prog_id) as fd:
