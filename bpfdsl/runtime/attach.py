@@ -468,7 +468,7 @@ def attached_xdp_tx_warning(att: XdpAttachment) -> Diagnostic | None:
         return None
 
 
-def devmap_warnings(prog_fd: int, limit: int = 1024) -> list:
+def devmap_warnings(prog_fd: int, limit: int = 1024) -> list[Diagnostic]:
     """:func:`devmap_target_warning` for every entry (at most ``limit`` per map) of the
     devmaps XDP program ``prog_fd`` uses (its map ids, BPF_OBJ_GET_INFO_BY_FD).  Never
     raises: it runs after an attach succeeded, which a failed look must not undo."""
@@ -478,7 +478,7 @@ def devmap_warnings(prog_fd: int, limit: int = 1024) -> list:
         return []
 
 
-def _devmap_warnings(prog_fd: int, limit: int) -> list:
+def _devmap_warnings(prog_fd: int, limit: int) -> list[Diagnostic]:
     info = syscall.prog_info(prog_fd)
     n = int(info.nr_map_ids)
     if not n:
