@@ -16,6 +16,7 @@ from bpfdsl.abi.limits import MAX_BPF_STACK
 from bpfdsl.diagnostics import DiagnosticError, Span, error
 from bpfdsl.lang import ast
 from bpfdsl.lang import types as T
+from bpfdsl.lang.sema.analyzer import Checked
 
 AGGREGATES = (T.StructType, T.BytesType, T.ArrayType)
 
@@ -46,7 +47,9 @@ def _walk(body: ast.Node) -> list[object]:
     return out
 
 
-def _frame_values(c, body: ast.Block, inline: dict[str, ast.Block]) -> list[tuple[str, int]]:
+def _frame_values(
+    c: Checked, body: ast.Block, inline: dict[str, ast.Block]
+) -> list[tuple[str, int]]:
     """(name, bytes) of the struct/array/bytes variables a frame holds (its own and those
     of the plain fns inlined into it), largest first."""
     seen: set[int] = set()
@@ -76,7 +79,7 @@ def _frame_values(c, body: ast.Block, inline: dict[str, ast.Block]) -> list[tupl
     return out
 
 
-def _calls(c, body: ast.Block, inline: dict[str, ast.Block]) -> list[tuple[str, Span]]:
+def _calls(c: Checked, body: ast.Block, inline: dict[str, ast.Block]) -> list[tuple[str, Span]]:
     """(subprogram, span of the call) called from ``body``, through inlined fns."""
     seen: set[int] = set()
     out: list[tuple[str, Span]] = []
@@ -100,7 +103,7 @@ def _calls(c, body: ast.Block, inline: dict[str, ast.Block]) -> list[tuple[str, 
     return out
 
 
-def check_call_chains(c, depths: dict[str, int]) -> None:
+def check_call_chains(c: Checked, depths: dict[str, int]) -> None:
     """Raise DiagnosticError (``stack-limit``) at the call where the deepest chain of calls
     from a program passes 512 bytes of stack (``c``: sema's Checked; ``depths``: bytes per
     function symbol of the object, bpfdsl.backend.target.stack_depths).  The deepest chain
@@ -154,7 +157,13 @@ def check_call_chains(c, depths: dict[str, int]) -> None:
         raise _error(c, tuple(link), total, {d.name: d.body, **bodies}, inline)
 
 
-def _error(c, chain, total: int, bodies, inline) -> DiagnosticError:
+def _error(
+    c: Checked,
+    chain: tuple[tuple[str, int, Span | None], ...],
+    total: int,
+    bodies: dict[str, ast.Block],
+    inline: dict[str, ast.Block],
+) -> DiagnosticError:
     names = " -> ".join(f for f, _b, _s in chain)
     parts = []
     for f, own, _s in chain:

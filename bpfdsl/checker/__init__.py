@@ -15,9 +15,10 @@ from __future__ import annotations
 import gc
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import wraps
+from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 # First of the package: installs the finder that picks the compiled or the pure-Python
 # modules (bpfdsl/checker/native.py) before any of them is imported.
@@ -29,17 +30,30 @@ from bpfdsl.abi.prog_types import PROGRAM_KINDS, AttachType, ProgramKind, Progra
 from bpfdsl.checker import features as F
 from bpfdsl.checker import fixups
 from bpfdsl.checker.analyzer import INSN_LIMIT, HotSpot, Outcome, Tables, analyze, hot_spot
-from bpfdsl.checker.cfg import CfgError, build_cfg
+from bpfdsl.checker.cfg import Cfg, CfgError, build_cfg
 from bpfdsl.checker.ctx import ctx_for_program_type
 from bpfdsl.checker.env import Env, Fault, MapRef
 from bpfdsl.checker.report import TIMEOUT, CheckError, CheckResult, ProgramResult, SourceLine
 from bpfdsl.checker.subprog import (
+    SubprogInfo,
     changes_pkt_data,
     check_call_graph,
     entry_regs,
     jit_subprog_fault,
     subprog_infos,
 )
+
+if TYPE_CHECKING:  # pragma: no cover
+    from bpfdsl.abi.btf.core import Btf
+    from bpfdsl.abi.btf.ext import LineInfo
+    from bpfdsl.obj.maps import MapSpec
+    from bpfdsl.obj.spec import CollectionSpec, DataSection, ProgramSpec
+
+    # the line-info record of an instruction slot, or None (ProgramSpec.line_at)
+    LineAt = Callable[[int], LineInfo | None]
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 __all__ = [
     "NATIVE",
@@ -107,7 +121,7 @@ def _kind_of(prog_type: ProgramType, attach: AttachType | None) -> ProgramKind |
     return None
 
 
-def _cycle_gc_paused(fn):
+def _cycle_gc_paused(fn: Callable[_P, _R]) -> Callable[_P, _R]:
     """Run ``fn`` with the cycle collector paused, the caller's setting restored after.
     States, registers and the explored-state tree form no reference cycles (refcounting
     frees them), but a big analysis keeps many alive and the cycle collections its
@@ -115,7 +129,7 @@ def _cycle_gc_paused(fn):
     analysis)."""
 
     @wraps(fn)
-    def paused(*args, **kwargs):
+    def paused(*args: _P.args, **kwargs: _P.kwargs) -> _R:
         was = gc.isenabled()
         gc.disable()
         try:
@@ -136,7 +150,7 @@ def check_insns(
     map_refs: dict[int, MapRef] | None = None,
     name: str = "prog",
     section: str = "",
-    line_at=None,
+    line_at: LineAt | None = None,
     privileged: bool = True,
     strict: bool = False,
     gpl: bool = True,
@@ -144,7 +158,7 @@ def check_insns(
     nr_cpus: int | None = None,
     timeout: float | None = None,
     kfuncs: dict[int, str] | None = None,
-    subprogs: dict | None = None,
+    subprogs: dict[int, SubprogInfo] | None = None,
     has_func_info: bool | None = None,
     margin: float = 0.0,
 ) -> ProgramResult:
@@ -316,7 +330,14 @@ def check_insns(
     return res
 
 
-def _patch_range(env: Env, insns, slots, visits, res: ProgramResult, line_at) -> None:
+def _patch_range(
+    env: Env,
+    insns: Sequence[Insn],
+    slots: list[int],
+    visits: list[int],
+    res: ProgramResult,
+    line_at: LineAt | None,
+) -> None:
     """The kernel's rewrite after verification (checker.fixups): the model's rewritten
     length into ``res.xlated_count``, and its refusal when a jump no longer fits."""
     lay, targets = fixups.layout(env, insns, slots, visits)
@@ -328,7 +349,7 @@ def _patch_range(env: Env, insns, slots, visits, res: ProgramResult, line_at) ->
         res.errors.append(_mk(insns, slots, i, f.code, f.message, explain, {}, "", line_at))
 
 
-def _verify(env: Env, cfg, deadline: float | None) -> Outcome:
+def _verify(env: Env, cfg: Cfg, deadline: float | None) -> Outcome:
     """The program, then each global function a walked call reached, on its own (the
     kernel's do_check_main, then do_check_subprogs: in order of their start, again while
     new ones were reached), then the call graph's stack and frame limits
@@ -369,7 +390,9 @@ def _verify(env: Env, cfg, deadline: float | None) -> Outcome:
     return Outcome(fault, processed, states, None, peak, per_insn, out.visits)
 
 
-def _where(spot: HotSpot | None, insns, slots, line_at) -> str:
+def _where(
+    spot: HotSpot | None, insns: Sequence[Insn], slots: list[int], line_at: LineAt | None
+) -> str:
     """``the loop at f.bpfd:7 (its head walked 12,345 times, 80% of the walk) inside the
     loop at f.bpfd:5`` / ``the branch at f.bpfd:9 (walked 345 times)``."""
     if spot is None:
@@ -392,7 +415,7 @@ def _where(spot: HotSpot | None, insns, slots, line_at) -> str:
     return f"the branch at {at(spot.idx)} (walked {spot.visits:,} times)"
 
 
-def _name_lines(text: str, at: tuple[int, ...], line_at) -> str:
+def _name_lines(text: str, at: tuple[int, ...], line_at: LineAt | None) -> str:
     """``text`` with each "at insn N" of a slot N in ``at`` followed by its source line
     (``at insn 31 (prog.c:40: struct bpf_sock *sk = bpf_sk_lookup_tcp(...);)``)."""
     if line_at is None:
@@ -411,7 +434,7 @@ def _n_ld_imm64(insns: Sequence[Insn]) -> int:
     return sum(1 for x in insns if x.is_ld_imm64)
 
 
-def _version_faults(env: Env, cfg, insns):
+def _version_faults(env: Env, cfg: Cfg, insns: Sequence[Insn]) -> tuple[int, Fault] | None:
     """Whole-program features an older target kernel lacks: attach types, loops."""
     if env.kernel is None:
         return None  # no declared target kernel: Env.need never faults
@@ -434,7 +457,9 @@ def _version_faults(env: Env, cfg, insns):
     return None
 
 
-def _path_lines(insns, slots, path, line_at) -> list[str]:
+def _path_lines(
+    insns: Sequence[Insn], slots: list[int], path: list[tuple[int, bool]], line_at: LineAt | None
+) -> list[str]:
     """Branch decisions as text, repeated ones (loop iterations) folded: ``... (x6)``."""
     out: list[str] = []
     last, count = None, 0
@@ -449,7 +474,9 @@ def _path_lines(insns, slots, path, line_at) -> list[str]:
     return out
 
 
-def _path_step(insns, slots, k: int, taken: bool, line_at) -> str:
+def _path_step(
+    insns: Sequence[Insn], slots: list[int], k: int, taken: bool, line_at: LineAt | None
+) -> str:
     where = ""
     if line_at is not None:
         li = line_at(slots[k])
@@ -459,7 +486,17 @@ def _path_step(insns, slots, k: int, taken: bool, line_at) -> str:
     return f"insn {slots[k]}: {format_insn(insns[k])} -> {verdict}{where}"
 
 
-def _mk(insns, slots, i, code, message, explain, regs, state, line_at) -> CheckError:
+def _mk(
+    insns: Sequence[Insn],
+    slots: list[int],
+    i: int,
+    code: str,
+    message: str,
+    explain: str,
+    regs: dict[int, str],
+    state: str,
+    line_at: LineAt | None,
+) -> CheckError:
     i = min(max(i, 0), len(insns) - 1) if insns else 0
     text = format_insn(insns[i]) if insns else ""
     src = None
@@ -470,7 +507,11 @@ def _mk(insns, slots, i, code, message, explain, regs, state, line_at) -> CheckE
     return CheckError(code, message, explain, i, slots[i] if insns else 0, text, regs, state, src)
 
 
-def map_refs_for(prog_spec, maps: dict, data_sections: dict | None = None) -> dict[int, MapRef]:
+def map_refs_for(
+    prog_spec: ProgramSpec,
+    maps: dict[str, MapSpec],
+    data_sections: dict[str, DataSection] | None = None,
+) -> dict[int, MapRef]:
     """ld_imm64 relocations of a ProgramSpec (bpfdsl.obj.spec) -> MapRef per instruction index."""
     refs: dict[int, MapRef] = {}
     dmaps = {n: DataMap(n, d.data, d.readonly) for n, d in (data_sections or {}).items()}
@@ -483,17 +524,17 @@ def map_refs_for(prog_spec, maps: dict, data_sections: dict | None = None) -> di
 
 
 def check_program(
-    prog_spec,
-    maps: dict,
+    prog_spec: ProgramSpec,
+    maps: dict[str, MapSpec],
     *,
-    data_sections: dict | None = None,
+    data_sections: dict[str, DataSection] | None = None,
     license: str | None = "GPL",
     privileged: bool = True,
     strict: bool = False,
     kernel: tuple[int, int] | None = None,
     nr_cpus: int | None = None,
     timeout: float | None = None,
-    btf=None,
+    btf: Btf | None = None,
     margin: float = 0.0,
 ) -> ProgramResult:
     """Check one ``ProgramSpec`` (bpfdsl.obj.spec) with the object's ``maps`` (name -> MapSpec) and
@@ -554,7 +595,7 @@ def _gpl(lic: str | None) -> bool:
 
 
 def check_object(
-    spec,
+    spec: CollectionSpec,
     *,
     only: str | None = None,
     privileged: bool = True,

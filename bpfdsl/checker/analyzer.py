@@ -16,6 +16,7 @@ decide how many instructions it walks, so the count here follows the kernel's.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -100,6 +101,10 @@ from bpfdsl.checker.subprog import (
 )
 from bpfdsl.checker.transfer import _read, do_alu, do_ld, do_ldx, do_store, kernel_links_delta
 
+# the handler of one instruction ("one instruction" below): None = the next instruction,
+# same state; else the successors [(index, state), ...] (empty: the path ended)
+Handler = Callable[[Env, Cfg, State, int, Insn], list[tuple[int, State]] | None]
+
 INSN_LIMIT: Final = BPF_COMPLEXITY_LIMIT_INSNS  # processed insns before the kernel refuses
 HIST_FORCE: Final = 40  # kernel: a checkpoint is forced once a path's jump history is this long
 TIME_CHECK_EVERY: Final = 4096  # processed insns between two looks at the clock
@@ -161,7 +166,7 @@ def _same_callsites(a: list[Frame], b: list[Frame]) -> bool:
 class _Explorer:
     """One analysis: the explored checkpoints and the kernel's counters."""
 
-    def __init__(self, env: Env, cfg: Cfg, deadline: float | None, tables: Tables):
+    def __init__(self, env: Env, cfg: Cfg, deadline: float | None, tables: Tables) -> None:
         self.env, self.cfg = env, cfg
         self.explored: dict[int, list[Checkpoint]] = {}
         self.processed = 0
@@ -368,7 +373,7 @@ class _Explorer:
 
 
 class _InfiniteLoop(Exception):
-    def __init__(self, idx: int):
+    def __init__(self, idx: int) -> None:
         self.idx = idx
 
 
@@ -400,7 +405,7 @@ class Tables:
 
     __slots__ = ("flags", "handlers", "visits", "global_calls")
 
-    def __init__(self, env: Env, cfg: Cfg):
+    def __init__(self, env: Env, cfg: Cfg) -> None:
         dec = cfg.insns
         by_op = _OPCODE_FLAGS
         flags = [by_op.get(x.opcode, -1) for x in dec]
@@ -413,7 +418,7 @@ class Tables:
         for k in cfg.jmp_points:
             flags[k] |= _JMP_POINT
         self.flags = flags
-        self.handlers: list = []  # filled by analyze(), which owns the first-visit handler
+        self.handlers: list[Handler] = []  # filled by analyze(), which owns the first-visit handler
         self.visits = [0] * len(dec)
         self.global_calls = frozenset(
             i for i, t in cfg.call_target.items() if getattr(env.subprogs.get(t), "is_global", 0)
@@ -444,7 +449,9 @@ def analyze(
     ex = _Explorer(env, cfg, deadline, tables)
     dec = cfg.insns
 
-    def first_visit(env: Env, cfg: Cfg, st: State, i: int, x):
+    def first_visit(
+        env: Env, cfg: Cfg, st: State, i: int, x: Insn
+    ) -> list[tuple[int, State]] | None:
         """The first walk of an insn: its general handler (what most insns of a small
         program get, making one for it would cost more than it saves)."""
         handlers[i] = again
@@ -453,7 +460,7 @@ def analyze(
             h = general[x.opcode] = _handler(x, cfg.succ[i], made=False)
         return h(env, cfg, st, i, x)
 
-    def again(env: Env, cfg: Cfg, st: State, i: int, x):
+    def again(env: Env, cfg: Cfg, st: State, i: int, x: Insn) -> list[tuple[int, State]] | None:
         """The second: the insn's handler for good, made for it where _handler can."""
         h = handlers[i] = _handler(x, cfg.succ[i])
         return h(env, cfg, st, i, x)
@@ -472,7 +479,11 @@ def analyze(
     ex.processed = ex.prev_insns = base
     want_regs, want_slots, live_reads = env.want_regs, env.want_slots, env.live_reads
 
-    def out(fault=None, path=None, timed_out=False) -> Outcome:
+    def out(
+        fault: tuple[int, Fault, str, dict[int, str]] | None = None,
+        path: list[tuple[int, bool]] | None = None,
+        timed_out: bool = False,
+    ) -> Outcome:
         return Outcome(
             fault,
             processed,
@@ -731,44 +742,44 @@ def _record(st: State, i: int, prev: int, env: Env, pushed: bool) -> None:
 # (tests/checker/test_checker_insn_handlers.py holds them to the same outcomes).
 
 
-def _alu(env: Env, cfg: Cfg, st: State, i: int, x) -> None:
+def _alu(env: Env, cfg: Cfg, st: State, i: int, x: Insn) -> None:
     do_alu(env, st, x)
     if x.dst == 0:
         st.frames[-1].r0_at = i
 
 
-def _ldx(env: Env, cfg: Cfg, st: State, i: int, x) -> None:
+def _ldx(env: Env, cfg: Cfg, st: State, i: int, x: Insn) -> None:
     do_ldx(env, st, x)
     if x.dst == 0:
         st.frames[-1].r0_at = i
 
 
-def _store(env: Env, cfg: Cfg, st: State, i: int, x) -> None:
+def _store(env: Env, cfg: Cfg, st: State, i: int, x: Insn) -> None:
     do_store(env, st, x)
     if x.cls == BPF_STX and x.mode == BPF_ATOMIC and x.imm == BPF_CMPXCHG:
         st.frames[-1].r0_at = i
 
 
-def _ld(env: Env, cfg: Cfg, st: State, i: int, x) -> None:
+def _ld(env: Env, cfg: Cfg, st: State, i: int, x: Insn) -> None:
     do_ld(env, st, i, x)
     if x.dst == 0 or x.mode in (BPF_ABS, BPF_IND):  # LD_ABS/IND write r0
         st.frames[-1].r0_at = i
 
 
-def _ja(env: Env, cfg: Cfg, st: State, i: int, x):
+def _ja(env: Env, cfg: Cfg, st: State, i: int, x: Insn) -> list[tuple[int, State]] | None:
     c = x.cls
     if x.source or x.src or x.dst or (c == BPF_JMP and x.imm) or (c == BPF_JMP32 and x.off):
         raise Fault("reserved-fields", "BPF_JA uses reserved fields", "bad jump encoding")
     return [(cfg.succ[i][0], st)]
 
 
-def _exit_insn(env: Env, cfg: Cfg, st: State, i: int, x):
+def _exit_insn(env: Env, cfg: Cfg, st: State, i: int, x: Insn) -> list[tuple[int, State]] | None:
     if x.source or x.imm or x.src or x.dst or x.cls == BPF_JMP32:
         raise Fault("reserved-fields", "BPF_EXIT uses reserved fields", "bad exit encoding")
     return _exit(env, cfg, st, i)
 
 
-def _call(env: Env, cfg: Cfg, st: State, i: int, x):
+def _call(env: Env, cfg: Cfg, st: State, i: int, x: Insn) -> list[tuple[int, State]] | None:
     if x.source or x.off or x.src not in (0, BPF_PSEUDO_CALL) or x.dst or x.cls == BPF_JMP32:
         if x.src == BPF_PSEUDO_KFUNC_CALL and not x.source and not x.dst:
             check_kfunc_call(env, st, env.kfuncs.get(i), cfg.slots[i])
@@ -792,13 +803,13 @@ def _call(env: Env, cfg: Cfg, st: State, i: int, x):
     return None
 
 
-def _cond(env: Env, cfg: Cfg, st: State, i: int, x):
+def _cond(env: Env, cfg: Cfg, st: State, i: int, x: Insn) -> list[tuple[int, State]] | None:
     succ = cfg.succ[i]
     target = succ[-1] if len(succ) == 2 else succ[0]
     return do_cond_jump(env, st, i, x, target)
 
 
-_BY_CLASS: Final = {
+_BY_CLASS: Final[dict[int, Handler]] = {
     BPF_ALU: _alu,
     BPF_ALU64: _alu,
     BPF_LDX: _ldx,
@@ -806,10 +817,10 @@ _BY_CLASS: Final = {
     BPF_STX: _store,
     BPF_LD: _ld,
 }
-_BY_JMP_OP: Final = {BPF_JA: _ja, BPF_EXIT: _exit_insn, BPF_CALL: _call}
+_BY_JMP_OP: Final[dict[int, Handler]] = {BPF_JA: _ja, BPF_EXIT: _exit_insn, BPF_CALL: _call}
 
 
-def _handler(x, succ: list[int], made: bool = True):
+def _handler(x: Insn, succ: list[int], made: bool = True) -> Handler:
     """The handler of one decoded instruction (abi.insn.Insn) whose successors are
     ``succ``, by class and jump operation; with ``made``, the commonest well-formed ALU
     instructions and conditional jumps on an immediate get one made for them
@@ -831,7 +842,8 @@ _ENTRY_REGS = tuple(
     D.ptr(D.CTX) if r == 1 else D.ptr(D.STACK, map=0) if r == 10 else D.NOT_INIT_REG
     for r in range(11)
 )
-_GENERAL: dict = {}  # opcode byte -> _handler(made=False) of its insns, for first walks
+# opcode byte -> _handler(made=False) of its insns, for first walks
+_GENERAL: dict[int, Handler] = {}
 
 _JMP_OPS: Final = frozenset(
     (BPF_JEQ, BPF_JNE, BPF_JSET, BPF_JGT, BPF_JGE, BPF_JLT, BPF_JLE)
@@ -839,7 +851,7 @@ _JMP_OPS: Final = frozenset(
 )
 
 
-def _cond_k(x: Insn, target: int):
+def _cond_k(x: Insn, target: int) -> Handler:
     """A handler for one well-formed ``if dst op imm goto target``: do_cond_jump with the
     immediate's register made once; a scalar destination goes straight to the scalar
     comparison (branch.scalar_jump), anything else through do_cond_jump."""
@@ -851,7 +863,7 @@ def _cond_k(x: Insn, target: int):
     # this insn's outcomes by the destination's tnum and bounds (branch.scalar_outcome)
     memo: dict[tuple, tuple[int, tuple | None, tuple | None]] = {}
 
-    def cond_k(env: Env, cfg: Cfg, st: State, i: int, x):
+    def cond_k(env: Env, cfg: Cfg, st: State, i: int, x: Insn) -> list[tuple[int, State]] | None:
         regs = st.frames[-1].regs
         d = regs[dst]
         if d.t != D.SCALAR:
@@ -894,7 +906,7 @@ _FAST_K_OPS: Final = frozenset(
 )
 
 
-def _fast_alu(x: Insn):
+def _fast_alu(x: Insn) -> Handler | None:
     """A handler for one well-formed ALU instruction that does do_alu's work for its common
     case with what depends only on the instruction decided once (encoding checks, the
     immediate's register), else through _alu: ``dst op= imm`` on a scalar, ``dst = imm``,
@@ -920,8 +932,8 @@ def _fast_alu(x: Insn):
     return _mov_x(is64, dst, x.src)
 
 
-def _mov_k(dst: int, imm: D.Reg):
-    def mov_k(env: Env, cfg: Cfg, st: State, i: int, x) -> None:
+def _mov_k(dst: int, imm: D.Reg) -> Handler:
+    def mov_k(env: Env, cfg: Cfg, st: State, i: int, x: Insn) -> None:
         f = st.frames[-1]
         f.regs[dst] = imm
         if dst == 0:
@@ -930,14 +942,14 @@ def _mov_k(dst: int, imm: D.Reg):
     return mov_k
 
 
-def _alu_k(op: int, is64: bool, dst: int, imm: D.Reg):
+def _alu_k(op: int, is64: bool, dst: int, imm: D.Reg) -> Handler:
     scalar_alu = ALU.scalar_alu
     # as do_alu: only a 64-bit add of 0..S32_MAX links dst to its copies with a delta
     # (BPF_ADD_CONST); a negative immediate unlinks, as here (kernel_links_delta)
     add = op == BPF_ADD and is64 and kernel_links_delta(imm.value)
     memo: dict[tuple, D.Reg] = {}  # this insn's results by the operand's tnum and bounds
 
-    def alu_k(env: Env, cfg: Cfg, st: State, i: int, x) -> None:
+    def alu_k(env: Env, cfg: Cfg, st: State, i: int, x: Insn) -> None:
         f = st.frames[-1]
         regs = f.regs
         d = regs[dst]
@@ -960,10 +972,10 @@ def _alu_k(op: int, is64: bool, dst: int, imm: D.Reg):
     return alu_k
 
 
-def _mov_x(is64: bool, dst: int, src: int):
+def _mov_x(is64: bool, dst: int, src: int) -> Handler:
     zext32 = D.zext32
 
-    def mov_x(env: Env, cfg: Cfg, st: State, i: int, x) -> None:
+    def mov_x(env: Env, cfg: Cfg, st: State, i: int, x: Insn) -> None:
         f = st.frames[-1]
         regs = f.regs
         s = regs[src]
@@ -988,7 +1000,7 @@ def _mov_x(is64: bool, dst: int, src: int):
     return mov_x
 
 
-def _exit(env: Env, cfg: Cfg, st: State, i: int):
+def _exit(env: Env, cfg: Cfg, st: State, i: int) -> list[tuple[int, State]] | None:
     if len(st.frames) > 1:  # back to the caller (checker.subprog)
         # kernel prepare_func_exit: a static function's r0 goes back as it is, unset too
         # (a caller that reads it is refused there); a callback's r0 must be set

@@ -8,6 +8,7 @@ checks ``try_match_pkt_pointers``/``find_good_pkt_pointers``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Final
 
 from bpfdsl.abi.insn import Insn
@@ -252,7 +253,7 @@ def _merge(r: D.Reg, part: list[int], is32: bool) -> tuple[int, ...]:
     return (*part, r.s32min, r.s32max, r.u32min, r.u32max)
 
 
-def _mark_ids(st: State, reg_id: int, fn) -> None:
+def _mark_ids(st: State, reg_id: int, fn: Callable[[D.Reg], D.Reg]) -> None:
     st.update_regs(lambda r: fn(r) if r.id == reg_id and r.t != D.SCALAR else None)
 
 

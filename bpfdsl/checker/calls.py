@@ -76,7 +76,7 @@ def check_mem(env: Env, st: State, regno: int, size: int, write: bool, what: str
         _check_wide(env, st, regno, size, write)
 
 
-def _check_wide(env, st, regno, size, write):
+def _check_wide(env: Env, st: State, regno: int, size: int, write: bool) -> None:
     r = st.regs[regno]
     if r.t in D.PACKET_TYPES:
         full = r.off

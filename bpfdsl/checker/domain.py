@@ -210,7 +210,7 @@ class Reg:
             self.u32max,
         )
 
-    def replace(self, **kw) -> Reg:
+    def replace(self, **kw: Any) -> Reg:
         r = _copy(self)
         for k, v in kw.items():
             setattr(r, k, v)
@@ -297,7 +297,7 @@ def _urange(lo: int, hi: int) -> Reg:
     return sync(Reg(SCALAR, tn=T.trange(lo, hi), b=(S64_MIN, S64_MAX, lo, hi) + UNKNOWN_BOUNDS[4:]))
 
 
-def ptr(t: int, off: int = 0, **kw) -> Reg:
+def ptr(t: int, off: int = 0, **kw: Any) -> Reg:
     """A pointer of type ``t`` with fixed offset ``off`` and no variable part."""
     return Reg(t, off=off, tn=(0, 0), **kw)
 

@@ -82,7 +82,7 @@ def check_access(
 # ---- packet ----
 
 
-def _packet(env, regno, r, off, size, write):
+def _packet(env: Env, regno: int, r: D.Reg, off: int, size: int, write: bool) -> D.Reg | None:
     pt = env.prog_type
     if write and pt not in (ProgramType.XDP, ProgramType.SK_MSG, ProgramType.SCHED_CLS):
         raise Fault(
@@ -116,7 +116,7 @@ def _packet(env, regno, r, off, size, write):
 # ---- map value ----
 
 
-def _map_value(env, regno, r, off, size, write):
+def _map_value(env: Env, regno: int, r: D.Reg, off: int, size: int, write: bool) -> D.Reg | None:
     m = r.map
     flags = getattr(m, "map_flags", 0) or 0
     if is_devmap(m.map_type):
@@ -218,7 +218,7 @@ def ringbuf_mem(regno: int, r: D.Reg, off: int, size: int, write: bool) -> D.Reg
 # ---- memory of a global function argument ----
 
 
-def _mem(regno, r, off, size):
+def _mem(regno: int, r: D.Reg, off: int, size: int) -> D.Reg:
     """An access through a pointer argument of a global function: inside its ``rng``
     bytes (kernel check_mem_region_access, "invalid access to memory, mem_size=...")."""
     full = off + r.off
@@ -237,7 +237,9 @@ def _mem(regno, r, off, size):
 # ---- ctx ----
 
 
-def _ctx(env, regno, r, off, size, write, ldsx=False):
+def _ctx(
+    env: Env, regno: int, r: D.Reg, off: int, size: int, write: bool, ldsx: bool = False
+) -> D.Reg | None:
     if r.off or r.tn != (0, 0):
         raise Fault(
             "modified-ctx",

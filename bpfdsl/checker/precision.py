@@ -77,7 +77,7 @@ class Checkpoint:
         "wanted",
     )
 
-    def __init__(self, state: State, insn: int, last_idx: int, live: list[int]):
+    def __init__(self, state: State, insn: int, last_idx: int, live: list[int]) -> None:
         self.state = state
         self.branches = 1
         self.parent: Checkpoint | None = state.parent
@@ -263,7 +263,9 @@ _UNSUPPORTED: Final = 10
 _KFUNC0: Final = 11
 
 
-def backtrack_table(insns, global_calls=frozenset()) -> list[tuple[int, int, int]]:
+def backtrack_table(
+    insns: Sequence[Insn], global_calls: AbstractSet[int] = frozenset()
+) -> list[tuple[int, int, int]]:
     """Per insn (kind, register a, register b) for :func:`_mark_single`: what
     backtrack_insn does with it in one frame (_FRAMES: a call or exit, which changes
     frames; the general walk handles those).  A call of a global function (index in
@@ -319,7 +321,7 @@ class _Fallback(Exception):
         cp: Checkpoint | None,
         regs: int,
         slots: int,
-    ):
+    ) -> None:
         super().__init__()
         self.at_cp = at_cp
         self.idx = idx
@@ -480,15 +482,15 @@ def mark_all_precise(start: State) -> None:
 
 
 def mark_precise(
-    insns,
-    call_target,
+    insns: Sequence[Insn],
+    call_target: dict[int, int],
     cur: State,
     cur_idx: int,
     regs: list[int],
     slots: list[int],
-    table=None,
-    global_calls=frozenset(),
-    callback_calls=frozenset(),
+    table: list[tuple[int, int, int]] | None = None,
+    global_calls: AbstractSet[int] = frozenset(),
+    callback_calls: AbstractSet[int] = frozenset(),
 ) -> bool:
     """kernel mark_chain_precision from insn ``cur_idx`` of path ``cur``: ``regs[f]`` /
     ``slots[f]`` are bitmasks of the registers / stack slots of frame f whose value must

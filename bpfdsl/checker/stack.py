@@ -11,7 +11,7 @@ from bpfdsl.abi.limits import BPF_MAX_VAR_OFF, MAX_BPF_STACK
 from bpfdsl.checker import domain as D
 from bpfdsl.checker import tnum as T
 from bpfdsl.checker.env import Env, Fault
-from bpfdsl.checker.state import INVALID, MISC, SPILL, ZERO, Slot, State
+from bpfdsl.checker.state import INVALID, MISC, SPILL, ZERO, Frame, Slot, State
 
 
 def _tn(r: D.Reg) -> str:
@@ -49,14 +49,16 @@ def check_bounds(regno: int, r: D.Reg, base: int, size: int, write: bool, explai
     raise Fault("stack-bounds", msg, explain, (regno,))
 
 
-def note_depth(env: Env, frame, lowest: int) -> None:
+def note_depth(env: Env, frame: Frame, lowest: int) -> None:
     """Record how deep a function uses its stack (kernel subprog_info stack_depth)."""
     d = env.stack_depth
     if -lowest > d.get(frame.subprog, 0):
         d[frame.subprog] = -lowest
 
 
-def stack_access(env, st, regno, r, off, size, write, value):
+def stack_access(
+    env: Env, st: State, regno: int, r: D.Reg, off: int, size: int, write: bool, value: D.Reg | None
+) -> D.Reg | None:
     """Check (and for writes apply) a ``size``-byte access at ``r + off`` on a stack."""
     frame = st.frames[r.map] if isinstance(r.map, int) and r.map < len(st.frames) else st.cur
     base = r.off + off
@@ -120,19 +122,19 @@ def stack_access(env, st, regno, r, off, size, write, value):
     return D.unknown() if size == 8 else D.urange(0, (1 << (8 * size)) - 1)
 
 
-def _mark_read(env: Env, frame, lo: int, end: int) -> None:
+def _mark_read(env: Env, frame: Frame, lo: int, end: int) -> None:
     """Stack bytes [lo, end) are read: their slots are live before this insn."""
     for k in range((-end) // 8, (-lo - 1) // 8 + 1):
         env.live_reads.append((frame.frameno, k))
 
 
-def _byte(frame, a: int) -> str:
+def _byte(frame: Frame, a: int) -> str:
     k, j = (-a - 1) // 8, a % 8
     s = frame.stack.get(k)
     return s.types[j] if s else INVALID
 
 
-def _set_byte(frame, a: int, typ: str) -> None:
+def _set_byte(frame: Frame, a: int, typ: str) -> None:
     k, j = (-a - 1) // 8, a % 8
     s = frame.stack.get(k) or Slot()
     types = s.types[:j] + typ + s.types[j + 1 :]
@@ -154,7 +156,7 @@ def coerce(r: D.Reg, size: int) -> D.Reg:
 _SPILL_TO_MISC = str.maketrans(SPILL, MISC)  # slot byte types: a spill's bytes become misc
 
 
-def _stack_write(frame, full: int, size: int, value: D.Reg | None) -> str:
+def _stack_write(frame: Frame, full: int, size: int, value: D.Reg | None) -> str:
     """check_stack_write_fixed_off: slot-aligned scalar stores (and BPF_ST immediates) are
     register spills of ``size`` bytes; pointers spill only whole; the rest is misc/zero.
     Returns what the bytes became: SPILL (a register spill), ZERO or MISC."""
@@ -180,7 +182,7 @@ def _stack_write(frame, full: int, size: int, value: D.Reg | None) -> str:
     return kind
 
 
-def _stack_read(env, regno, frame, full: int, size: int) -> tuple[D.Reg, bool]:
+def _stack_read(env: Env, regno: int, frame: Frame, full: int, size: int) -> tuple[D.Reg, bool]:
     """check_stack_read_fixed_off: the loaded value, and whether the load restores a
     spilled register (a fill, recorded in the jump history)."""
     k, j = (-full - 1) // 8, full % 8

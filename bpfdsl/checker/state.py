@@ -11,6 +11,7 @@ checker/precision.py); registers not live at the insn are ignored.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Final
 
 from bpfdsl.checker import domain as D
@@ -29,7 +30,7 @@ class Slot:
     types: str
     spill: D.Reg | None
 
-    def __init__(self, types: str = INVALID * 8, spill: D.Reg | None = None):
+    def __init__(self, types: str = INVALID * 8, spill: D.Reg | None = None) -> None:
         self.types = types
         self.spill = spill
 
@@ -172,7 +173,7 @@ class State:
         s.lock_id, s.lock_ptr = self.lock_id, self.lock_ptr
         return s
 
-    def update_regs(self, fn) -> None:
+    def update_regs(self, fn: Callable[[D.Reg], D.Reg | None]) -> None:
         """Replace every register and spilled register ``r`` of every frame by ``fn(r)``
         where that is not None."""
         for f in self.frames:
@@ -211,7 +212,7 @@ class IdMap:
         self.cur: dict = {}
         self.fresh = 0
 
-    def check(self, old_id, cur_id) -> bool:
+    def check(self, old_id: int, cur_id: int | tuple[str, int]) -> bool:
         """kernel check_ids: both zero, or a consistent one-to-one pair."""
         if not old_id or not cur_id:
             return not old_id and not cur_id
@@ -224,7 +225,7 @@ class IdMap:
         self.cur[cur_id] = old_id
         return True
 
-    def check_scalar(self, old_id, cur_id) -> bool:
+    def check_scalar(self, old_id: int, cur_id: int | tuple[str, int]) -> bool:
         """kernel check_scalar_ids: an unlinked old scalar constrains nothing; an unlinked
         new one gets a fresh id (two linked old registers need linked new ones)."""
         if not old_id:
@@ -463,7 +464,7 @@ class CoverPlan:
         "pre_umax",
     )
 
-    def __init__(self, st: State, prec: int, live_regs: tuple[int, ...], uninit_ok: bool):
+    def __init__(self, st: State, prec: int, live_regs: tuple[int, ...], uninit_ok: bool) -> None:
         regs = st.frames[0].regs
         types: list[int | None] = []
         # by kind, each in register order (live_regs is ascending): sorted by (how, regno)
@@ -600,7 +601,7 @@ class FramesPlan:
         "pre_umax",
     )
 
-    def __init__(self, st: State, prec: list[int], live: list[int], uninit_ok: bool):
+    def __init__(self, st: State, prec: list[int], live: list[int], uninit_ok: bool) -> None:
         self.sites = tuple([f.callsite for f in st.frames])
         types: list[tuple[int, int, int]] = []
         consts: list[tuple[int, int, D.Reg, int]] = []

@@ -226,7 +226,9 @@ def _ptr_leak_warn(env: Env, regno: int, r: D.Reg, what: str) -> None:
     )
 
 
-def _ptr_alu(env, x, op, is64, p: D.Reg, pno: int, o: D.Reg, ptr_is_dst: bool) -> D.Reg:
+def _ptr_alu(
+    env: Env, x: Insn, op: int, is64: bool, p: D.Reg, pno: int, o: D.Reg, ptr_is_dst: bool
+) -> D.Reg:
     name = D.TYPE_NAMES[p.t]
     if not is64:
         if op == BPF_SUB and env.privileged:

@@ -20,10 +20,11 @@ import importlib
 import os
 import signal
 import sys
-from typing import TYPE_CHECKING
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, NoReturn
 
 if TYPE_CHECKING:  # pragma: no cover
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
 
 OK, FAILED, USAGE, NO_PERMISSION = 0, 1, 2, 3
 HOST = NO_PERMISSION
@@ -54,20 +55,20 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("run_cmds", "run a program on packets (BPF_PROG_TEST_RUN or the interpreter)"),
     "demo": ("run_cmds", "the main job end to end on a veth pair in a temporary namespace"),
     "bench": ("bench_cmds", "benchmark a program under load: xdp, redirect, xsk, skmsg tables"),
-    "cpumap": ("redirect_cmds", "set, delete, show cpumap entries (CPU, qsize, on-CPU program)"),
-    "devmap": ("redirect_cmds", "set, delete, show devmap entries (egress interface, program)"),
+    "cpumap": ("entry_cmds", "set, delete, show cpumap entries (CPU, qsize, on-CPU program)"),
+    "devmap": ("entry_cmds", "set, delete, show devmap entries (egress interface, program)"),
+    "progarray": ("entry_cmds", "set, delete, show prog_array slots (tail call targets)"),
     "sockmap": ("redirect_cmds", "attach/detach an sk_msg program to a sockmap/sockhash"),
     "skmsg": ("redirect_cmds", "alias of sockmap"),
     "sockops": ("redirect_cmds", "attach/detach a sock_ops program to a cgroup v2"),
     "image": ("image_cmds", "bpfman bytecode images (OCI layout) and Kubernetes resources"),
-    "progarray": ("progarray_cmd", "set, delete, show prog_array slots (tail call targets)"),
     "apply": ("topology_cmds", "bring the system to a topology file's state (--plan: show it)"),
     "status": ("topology_cmds", "how the system differs from a topology file (drift)"),
     "down": ("topology_cmds", "remove everything a topology file made"),
 }
 
 
-def _module(name: str):
+def _module(name: str) -> ModuleType:
     return importlib.import_module(f"bpfdsl.cli.{name}")
 
 
@@ -87,11 +88,13 @@ def _columns() -> int:
         return 80
 
 
-def formatter(base: type[argparse.HelpFormatter] = argparse.HelpFormatter):
+def formatter(
+    base: type[argparse.HelpFormatter] = argparse.HelpFormatter,
+) -> Callable[..., argparse.HelpFormatter]:
     """``formatter_class`` for bpfdsl's parsers: ``base`` with the width from
     :func:`_columns` (argparse would otherwise import shutil to ask for it)."""
 
-    def make(prog: str, **kw) -> argparse.HelpFormatter:
+    def make(prog: str, **kw: Any) -> argparse.HelpFormatter:
         kw.setdefault("width", max(_columns() - 2, 20))
         return base(prog, **kw)
 
@@ -181,7 +184,7 @@ class _Parser(argparse.ArgumentParser):
     """argparse, but a usage error under ``--json`` is a JSON error document like any other
     (a UsageError that main() renders) instead of argparse's text."""
 
-    def error(self, message: str):
+    def error(self, message: str) -> NoReturn:
         if not _JSON_ERRORS:
             super().error(message)
         from bpfdsl.diagnostics import UsageError, error
@@ -193,7 +196,7 @@ class _SubParser(_Parser):
     """Sub-command parser that also takes the global ``--json``/``-v`` after the command
     (``bpfdsl show --json`` as well as ``bpfdsl --json show``); nested sub-parsers inherit it."""
 
-    def __init__(self, *a, **kw):
+    def __init__(self, *a: Any, **kw: Any) -> None:
         kw.setdefault("conflict_handler", "resolve")
         kw.setdefault("formatter_class", formatter())
         super().__init__(*a, **kw)
@@ -209,12 +212,23 @@ class _SubParser(_Parser):
         )
 
 
+if TYPE_CHECKING:  # pragma: no cover
+    # what a command module's ``register(sub)`` is given: build_parser's sub-command action
+    Subcommands = argparse._SubParsersAction[_SubParser]
+
+
 class _Version(argparse.Action):
     """``--version``: bpfdsl's version and which checker runs, and why (a stale compiled
     build falls back to Python, about 2x slower: bpfdsl.checker.native).  Decided only when
     asked: the checker is not imported for every command line."""
 
-    def __call__(self, parser, namespace, values, option_string=None) -> None:
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[Any] | None,
+        option_string: str | None = None,
+    ) -> None:
         from importlib.util import find_spec
 
         from bpfdsl import __version__

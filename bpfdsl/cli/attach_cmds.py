@@ -7,12 +7,20 @@ import json
 import os
 import sys
 import uuid
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover
+    import argparse
+
+    from bpfdsl.cli import Subcommands
+    from bpfdsl.diagnostics import DiagnosticError
+    from bpfdsl.runtime.attach import XdpAttachment
 
 OK, FAILED, NO_PERMISSION = 0, 1, 3  # bpfdsl.cli's exit codes
 PROG_HELP = "PROG := FILE.o | FILE.bpfd | PINNED_PROG | PIN_DIR (from `bpfdsl load --pin-dir`)"
 
 
-def register(sub) -> None:
+def register(sub: Subcommands) -> None:
     a = sub.add_parser(
         "attach",
         help="attach an XDP program to an interface",
@@ -114,7 +122,7 @@ def register(sub) -> None:
     s.set_defaults(func=cmd_show)
 
 
-def _dev(args, positional) -> str:
+def _dev(args: argparse.Namespace, positional: str | None) -> str:
     from bpfdsl.diagnostics import UsageError, error
 
     if args.dev and positional and args.dev != positional:
@@ -132,7 +140,7 @@ def _looks_like_kind(word: str) -> bool:
     return word.replace("_", "").isalnum() and not os.path.exists(word)
 
 
-def cmd_attach(args) -> int:
+def cmd_attach(args: argparse.Namespace) -> int:
     from bpfdsl.cli import compiled
     from bpfdsl.diagnostics import UsageError, error
     from bpfdsl.kernel import netlink
@@ -300,7 +308,7 @@ def cmd_attach(args) -> int:
     return OK
 
 
-def _target_dir(args, ref: str, is_object: bool) -> str | None:
+def _target_dir(args: argparse.Namespace, ref: str, is_object: bool) -> str | None:
     """The pin dir this attach changes: where an object file is pinned (--pin-dir or the
     default), or where the link of a pinned program goes (--pin-dir or its dir)."""
     from bpfdsl.runtime import inventory
@@ -354,7 +362,7 @@ def _check_target(target: str, dev: str, no_replace: bool = False) -> bool:
     raise UsageError(error("pin-dir-busy", f"{target} is not empty", hint=hint))
 
 
-def _ours(cur, dev: str, link_pins: list[str]) -> bool:
+def _ours(cur: XdpAttachment, dev: str, link_pins: list[str]) -> bool:
     """True when attachment ``cur`` of ``dev`` is bpfdsl's: a bpfdsl pin dir holds its
     program or link, or its link is pinned under the name ``bpfdsl attach`` gives it."""
     from bpfdsl.runtime import attach, repair
@@ -365,7 +373,7 @@ def _ours(cur, dev: str, link_pins: list[str]) -> bool:
     return any(os.path.basename(p) == name for p in link_pins)
 
 
-def _foreign(dev: str, cur, detach: bool = False):
+def _foreign(dev: str, cur: XdpAttachment, detach: bool = False) -> DiagnosticError:
     from bpfdsl.diagnostics import DiagnosticError, error
 
     how = "a BPF link" if cur.method == "link" else "netlink"
@@ -392,7 +400,7 @@ def _foreign(dev: str, cur, detach: bool = False):
     )
 
 
-def _verify(dev: str, index: int, res) -> None:
+def _verify(dev: str, index: int, res: XdpAttachment) -> None:
     """Never report success with something else (or nothing) attached."""
     from bpfdsl.diagnostics import DiagnosticError, error
     from bpfdsl.kernel import netlink
@@ -410,7 +418,7 @@ def _verify(dev: str, index: int, res) -> None:
         )
 
 
-def _take_over(target: str, staging: str, res, dev: str):
+def _take_over(target: str, staging: str, res: XdpAttachment, dev: str) -> XdpAttachment:
     """After a successful attach from ``staging``: remove the old pins of ``target`` (its
     link pin was moved to ``staging`` already, so nothing is detached) and rename
     ``staging`` to ``target``.  Returns ``res`` with the link pin's final path."""
@@ -435,7 +443,7 @@ def _take_over(target: str, staging: str, res, dev: str):
     return res
 
 
-def cmd_detach(args) -> int:
+def cmd_detach(args: argparse.Namespace) -> int:
     from bpfdsl.kernel import netlink
     from bpfdsl.runtime import attach, intent, oplock, pins, repair
 
@@ -524,7 +532,7 @@ def cmd_detach(args) -> int:
     return OK
 
 
-def cmd_show(args) -> int:
+def cmd_show(args: argparse.Namespace) -> int:
     if os.geteuid() != 0:  # bpffs is 0700 and program info by id needs CAP_SYS_ADMIN:
         print(  # without them the lists would be silently empty
             "error: bpfdsl show needs root (CAP_BPF + CAP_SYS_ADMIN: it reads /sys/fs/bpf "

@@ -7,6 +7,14 @@ from __future__ import annotations
 import json
 import os
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover
+    import argparse
+    from types import ModuleType
+
+    from bpfdsl.cli import Subcommands
+    from bpfdsl.runtime.bench.target import ObjectUnderTest
 
 OK = 0
 MODES = {
@@ -21,7 +29,7 @@ MODES = {
 }
 
 
-def register(sub) -> None:
+def register(sub: Subcommands) -> None:
     from bpfdsl.cli import formatter
 
     p = sub.add_parser(
@@ -90,12 +98,12 @@ def register(sub) -> None:
     p.set_defaults(func=cmd_bench_help, bench_parser=p)
 
 
-def cmd_bench_help(args) -> int:
+def cmd_bench_help(args: argparse.Namespace) -> int:
     args.bench_parser.print_help()
     return 2
 
 
-def _check(args):
+def _check(args: argparse.Namespace) -> None:
     from bpfdsl.diagnostics import UsageError, error
 
     if not 1 <= args.runs <= 1000:
@@ -112,7 +120,7 @@ def _check(args):
             raise UsageError(error("bad-args", f"--plot {args.plot}: no directory {d}"))
 
 
-def _plotter():
+def _plotter() -> ModuleType:
     from bpfdsl.diagnostics import UsageError, error
 
     try:
@@ -128,7 +136,7 @@ def _plotter():
     return plot
 
 
-def _objects(args):
+def _objects(args: argparse.Namespace) -> list[ObjectUnderTest]:
     from bpfdsl.cli import object_bytes
     from bpfdsl.runtime.bench.target import ObjectUnderTest
 
@@ -149,7 +157,7 @@ def _objects(args):
     return objs
 
 
-def cmd_bench(args) -> int:
+def cmd_bench(args: argparse.Namespace) -> int:
     from bpfdsl.diagnostics import UsageError, error
     from bpfdsl.kernel.syscall import NoPermission
     from bpfdsl.runtime.bench.report import RichProgress

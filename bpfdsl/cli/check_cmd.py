@@ -12,11 +12,16 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover
+    from bpfdsl.cli import Subcommands
+    from bpfdsl.obj.spec import CollectionSpec
 
 OK, FAILED, USAGE = 0, 1, 2
 
 
-def register(sub) -> None:
+def register(sub: Subcommands) -> None:
     p = sub.add_parser(
         "check",
         help="static verifier-like check of a .bpfd or .o (no privileges)",
@@ -80,7 +85,7 @@ def margin_pct(text: str) -> float:
     return v
 
 
-def read_input(path: str):
+def read_input(path: str) -> CollectionSpec:
     """``path`` -> objfile CollectionSpec; .bpfd files are compiled first.
 
     Raises UsageError for unreadable/corrupt input, DiagnosticError for compile errors.
@@ -108,7 +113,7 @@ def read_input(path: str):
         ) from None
 
 
-def cmd_check(args) -> int:
+def cmd_check(args: argparse.Namespace) -> int:
     from bpfdsl.checker import check_object
     from bpfdsl.checker.features import parse_version
     from bpfdsl.diagnostics import UsageError, error

@@ -7,6 +7,13 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover
+    import argparse
+    from collections.abc import Callable
+
+    from bpfdsl.cli import Subcommands
 
 HELP = """\
 Compile a .bpfd program to an eBPF ELF object (libbpf conventions: sections xdp,
@@ -20,7 +27,7 @@ MCPU := v1 | v2 | v3 | v4   BPF ISA level.  Default v3 (adds jmp32 and 32-bit AL
 """
 
 
-def register(sub) -> None:
+def register(sub: Subcommands) -> None:
     p = sub.add_parser(
         "compile",
         help="compile a .bpfd program to an eBPF ELF object",
@@ -104,7 +111,7 @@ def _seconds(text: str) -> float:
     return v
 
 
-def _raw():
+def _raw() -> Callable[..., argparse.HelpFormatter]:
     import argparse
 
     from bpfdsl.cli import formatter
@@ -112,7 +119,7 @@ def _raw():
     return formatter(argparse.RawDescriptionHelpFormatter)
 
 
-def cmd_compile(args) -> int:
+def cmd_compile(args: argparse.Namespace) -> int:
     from bpfdsl.compiler import compile_file, read_source
 
     stats = args.stats or getattr(args, "json", False)

@@ -6,11 +6,19 @@ from __future__ import annotations
 import json
 import os
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover
+    import argparse
+
+    from bpfdsl.abi.btf.ext import LineInfo
+    from bpfdsl.cli import Subcommands
+    from bpfdsl.obj.spec import CollectionSpec, ProgramSpec
 
 OK = 0
 
 
-def register(sub) -> None:
+def register(sub: Subcommands) -> None:
     p = sub.add_parser(
         "disasm",
         help="disassemble an object per section, with source lines",
@@ -29,7 +37,7 @@ def register(sub) -> None:
     p.set_defaults(func=cmd_disasm)
 
 
-def disasm_lines(spec, prog) -> list[str]:
+def disasm_lines(spec: CollectionSpec, prog: ProgramSpec) -> list[str]:
     """Text lines for one ProgramSpec: headers, ``; source @ file:line``, ``slot: (op) insn``."""
     from bpfdsl.abi.insn import format_insn, slot_offsets
 
@@ -37,7 +45,8 @@ def disasm_lines(spec, prog) -> list[str]:
     for r in prog.relocations:
         x = prog.insns[r.insn_idx]
         names[id(x)] = f"map[{r.symbol}]" if r.kind == "map" else f"{r.symbol}+{r.offset}"
-    lines_at: dict = {}  # insn_off -> the first LineInfo there
+    lines_at: dict[int, LineInfo] = {}  # insn_off -> the first LineInfo there
+    li: LineInfo | None
     for li in prog.line_info:
         lines_at.setdefault(li.insn_off, li)
     funcs = {f.insn_off: f.name for f in prog.func_info}
@@ -57,7 +66,7 @@ def disasm_lines(spec, prog) -> list[str]:
     return out
 
 
-def cmd_disasm(args) -> int:
+def cmd_disasm(args: argparse.Namespace) -> int:
     from bpfdsl.cli import object_bytes
     from bpfdsl.diagnostics import UsageError, error
     from bpfdsl.obj import collection as objfile

@@ -6,12 +6,22 @@ import json
 import signal
 import sys
 import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover
+    import argparse
+
+    from rich.table import Table
+
+    from bpfdsl.cli import Subcommands
+    from bpfdsl.runtime.events import Event, EventStream, RecordBatch, Stats
+    from bpfdsl.runtime.packets import PcapWriter
 
 OK, FAILED = 0, 1
 MAP_HELP = "MAP := PIN_PATH | DIR:NAME | id:N"
 
 
-def register(sub) -> None:
+def register(sub: Subcommands) -> None:
     p = sub.add_parser(
         "events",
         help="stream the records of a ringbuf or perf_event_array map (table, JSON, pcap)",
@@ -51,13 +61,13 @@ def _type_name(t: int) -> str:
     return MapType(t).name.lower()
 
 
-def _fmt(v) -> str:
+def _fmt(v: object) -> str:
     if isinstance(v, dict):
         return " ".join(f"{k}={_fmt(x)}" for k, x in v.items())
     return v if isinstance(v, str) else json.dumps(v)
 
 
-def _line(ev, offset: int) -> str:
+def _line(ev: Event, offset: int) -> str:
     t = time.strftime("%H:%M:%S", time.localtime((ev.time_ns + offset) / 1e9))
     where = f" cpu {ev.cpu}" if ev.cpu is not None else ""
     if ev.lost:
@@ -68,7 +78,7 @@ def _line(ev, offset: int) -> str:
     return f"{t}{where} {body}"
 
 
-def cmd_events(args) -> int:
+def cmd_events(args: argparse.Namespace) -> int:
     from bpfdsl.diagnostics import UsageError, error
     from bpfdsl.runtime import events
     from bpfdsl.runtime.packets import PcapWriter
@@ -174,7 +184,9 @@ def cmd_events(args) -> int:
     return OK
 
 
-def _emit_json(args, batches, stream, stats) -> None:
+def _emit_json(
+    args: argparse.Namespace, batches: list[RecordBatch], stream: EventStream, stats: Stats
+) -> None:
     """The JSON lines of ``batches`` (at most --count records in all), written at once:
     formatting and one write per batch, not a print and a flush per record."""
     out = sys.stdout
@@ -198,7 +210,14 @@ def _emit_json(args, batches, stream, stats) -> None:
     out.flush()
 
 
-def _emit(args, ev, stream, stats, pcap, table) -> None:
+def _emit(
+    args: argparse.Namespace,
+    ev: Event,
+    stream: EventStream,
+    stats: Stats,
+    pcap: PcapWriter | None,
+    table: _LiveTable | None,
+) -> None:
     off = stream.clock_offset_ns
     if ev.lost:
         stats.lost += ev.lost
@@ -222,16 +241,16 @@ class _LiveTable:
 
     ROWS = 20
 
-    def __init__(self, stream):
+    def __init__(self, stream: EventStream) -> None:
         from rich.console import Console
         from rich.live import Live
 
         self.stream = stream
-        self.rows: list = []
+        self.rows: list[Event] = []
         self.live = Live(self._render(None), console=Console(), refresh_per_second=4)
         self.live.start()
 
-    def _render(self, stats):
+    def _render(self, stats: Stats | None) -> Table:
         from rich.table import Table
 
         n = stats.records if stats else 0
@@ -256,11 +275,11 @@ class _LiveTable:
                 t.add_row(ts, cpu, ev.data.hex(" ") if ev.value is None else _fmt(ev.value))
         return t
 
-    def add(self, ev, stats) -> None:
+    def add(self, ev: Event, stats: Stats) -> None:
         self.rows = [*self.rows[-(self.ROWS - 1) :], ev]
         self.live.update(self._render(stats))
 
-    def refresh(self, stats) -> None:
+    def refresh(self, stats: Stats) -> None:
         """Redraw the title (the drop count changes without a record)."""
         self.live.update(self._render(stats))
 

@@ -9,6 +9,10 @@ import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover
+    import argparse
+
+    from bpfdsl.cli import Subcommands
+    from bpfdsl.deploy.manifest import Options
     from bpfdsl.runtime.topology import Built, EntryDecl, HookDecl, Topology
 
 BUILD_HELP = """\
@@ -47,7 +51,7 @@ def _label(text: str) -> tuple[str, str]:
     return k.strip(), v.strip()
 
 
-def register(sub) -> None:
+def register(sub: Subcommands) -> None:
     import argparse
 
     from bpfdsl.cli import formatter, kernel_int
@@ -184,7 +188,7 @@ def _topology_objects(path: str) -> tuple[Topology, dict[str, Built]]:
     return top, build(top)
 
 
-def cmd_image_build(args) -> int:
+def cmd_image_build(args: argparse.Namespace) -> int:
     from bpfdsl.cli import object_bytes
     from bpfdsl.deploy import build_image
     from bpfdsl.diagnostics import UsageError, error
@@ -229,7 +233,7 @@ def _default_name(path: str) -> str:
     return re.sub(r"[^a-z0-9.-]+", "-", stem).strip("-.") or "bpfdsl"
 
 
-def cmd_image_manifest(args) -> int:
+def cmd_image_manifest(args: argparse.Namespace) -> int:
     from bpfdsl.cli import object_bytes
     from bpfdsl.deploy import manifest, write_manifest
     from bpfdsl.diagnostics import UsageError, error
@@ -275,7 +279,7 @@ _NOT_DEPLOYABLE = {
 }
 
 
-def _topology_manifest(args, opts) -> str:
+def _topology_manifest(args: argparse.Namespace, opts: Options) -> str:
     """The resources of the topology file ``args.file`` (see MANIFEST_HELP)."""
     from bpfdsl.deploy import Deployment, topology_manifest
     from bpfdsl.diagnostics import DiagnosticError, UsageError, error

@@ -7,11 +7,21 @@ import json
 import os
 import re
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover
+    import argparse
+
+    from bpfdsl.cli import Subcommands
+    from bpfdsl.obj.spec import CollectionSpec
+    from bpfdsl.runtime.intent import Critical, Intent
+    from bpfdsl.runtime.loader import Collection
+    from bpfdsl.runtime.pins import PinnedCollection
 
 OK = 0
 
 
-def register(sub) -> None:
+def register(sub: Subcommands) -> None:
     from bpfdsl.cli import kernel_int
 
     p = sub.add_parser(
@@ -79,7 +89,7 @@ def default_pin_dir(path: str) -> str:
     return os.path.join(DEFAULT_PIN_ROOT, stem)
 
 
-def cmd_load(args) -> int:
+def cmd_load(args: argparse.Namespace) -> int:
     from bpfdsl.cli import object_bytes
     from bpfdsl.obj import collection as objfile
     from bpfdsl.obj.config import parse_config
@@ -115,7 +125,16 @@ def cmd_load(args) -> int:
     return OK
 
 
-def _load_and_pin(args, spec, config, level, ifindex, pin_dir, crit, rec):
+def _load_and_pin(
+    args: argparse.Namespace,
+    spec: CollectionSpec,
+    config: dict[str, str],
+    level: int,
+    ifindex: int,
+    pin_dir: str,
+    crit: Critical,
+    rec: Intent,
+) -> tuple[list[dict], Collection]:
     from bpfdsl.runtime import loader, pins
 
     try:
@@ -148,7 +167,7 @@ def _load_and_pin(args, spec, config, level, ifindex, pin_dir, crit, rec):
         return _rows(coll, res), coll
 
 
-def _rows(coll, res) -> list[dict]:
+def _rows(coll: Collection, res: PinnedCollection) -> list[dict]:
     from bpfdsl.abi.map_types import MapType
     from bpfdsl.abi.prog_types import ProgramType
     from bpfdsl.kernel import syscall as S
@@ -185,7 +204,7 @@ def _rows(coll, res) -> list[dict]:
     return rows
 
 
-def cmd_unload(args) -> int:
+def cmd_unload(args: argparse.Namespace) -> int:
     from bpfdsl.runtime import intent, oplock, pins, repair
 
     detached: list[str] = []

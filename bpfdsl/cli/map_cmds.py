@@ -6,14 +6,21 @@ import contextlib
 import gc
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    import argparse
+    from collections.abc import Iterator
+
+    from bpfdsl.cli import Subcommands
+    from bpfdsl.diagnostics import DiagnosticError
 
 OK, FAILED = 0, 1
 MAP_HELP = "MAP := PIN_PATH | DIR:NAME | id:N"
 _FLAGS = {"any": 0, "noexist": 1, "exist": 2}  # BPF_ANY, BPF_NOEXIST, BPF_EXIST (bpf.h)
 
 
-def register(sub) -> None:
+def register(sub: Subcommands) -> None:
     p = sub.add_parser(
         "map",
         help="dump, lookup, update, delete map entries (BTF-typed)",
@@ -59,17 +66,17 @@ def register(sub) -> None:
     de.set_defaults(func=cmd_map_delete)
 
 
-def _text(v) -> str:
+def _text(v: object) -> str:
     return v if isinstance(v, str) else json.dumps(v)
 
 
-def _sum(values):
+def _sum(values: object) -> object:
     if isinstance(values, list) and all(isinstance(v, int) for v in values):
         return sum(values)
     return values
 
 
-def cmd_map_dump(args) -> int:
+def cmd_map_dump(args: argparse.Namespace) -> int:
     from bpfdsl.runtime.mapview import MapView
 
     with MapView(args.map) as m:
@@ -106,7 +113,7 @@ def _print_dump_json(desc: dict, rows: list[tuple[Any, Any]]) -> None:
     out.write("\n]}\n" if rows else "]}\n")
 
 
-def cmd_map_lookup(args) -> int:
+def cmd_map_lookup(args: argparse.Namespace) -> int:
     from bpfdsl.runtime.mapview import MapView
 
     with MapView(args.map) as m:
@@ -122,7 +129,7 @@ def cmd_map_lookup(args) -> int:
         return OK
 
 
-def cmd_map_update(args) -> int:
+def cmd_map_update(args: argparse.Namespace) -> int:
     from bpfdsl.cli.objrefs import pin_dir_locked
     from bpfdsl.diagnostics import UsageError, error
     from bpfdsl.runtime.mapview import MapView
@@ -150,7 +157,7 @@ def cmd_map_update(args) -> int:
 _UPDATE_USAGE = "bpfdsl map update MAP KEY VALUE, or bpfdsl map update MAP --from FILE"
 
 
-def _update_from(args) -> int:
+def _update_from(args: argparse.Namespace) -> int:
     from bpfdsl.cli.objrefs import pin_dir_locked
     from bpfdsl.runtime.mapfile import read_entries
     from bpfdsl.runtime.mapview import MapView
@@ -165,7 +172,7 @@ def _update_from(args) -> int:
 
 
 @contextlib.contextmanager
-def _no_gc():
+def _no_gc() -> Iterator[None]:
     """The cyclic garbage collector off while a file's entries are read and written: they
     make no cycles, and the collector's passes over the growing lists of entries (tuples
     of the file's fields) are a good part of the time of a large file."""
@@ -178,7 +185,7 @@ def _no_gc():
             gc.enable()
 
 
-def cmd_map_delete(args) -> int:
+def cmd_map_delete(args: argparse.Namespace) -> int:
     from bpfdsl.cli.objrefs import pin_dir_locked
     from bpfdsl.runtime.mapview import MapView
 
@@ -193,7 +200,7 @@ def cmd_map_delete(args) -> int:
         return OK
 
 
-def _not_found(map_ref: str, key: str):
+def _not_found(map_ref: str, key: str) -> DiagnosticError:
     """The error of a lookup or delete of a key the map does not hold (exit 1, on stderr;
     ``--json``: the error document), as bpftool's "key not found"."""
     from bpfdsl.diagnostics import DiagnosticError, error

@@ -7,10 +7,15 @@ PROG := NAME (pinned in the map's pin dir) | PIN_PATH | id:N.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from bpfdsl.runtime.oplock import LockKey, OpLocks
 
 MAP_HELP = "MAP := PIN_PATH | DIR:NAME | id:N"
 PROG_HELP = "PROG := NAME (pinned next to the map) | PIN_PATH | id:N"
@@ -62,7 +67,7 @@ def pin_dir_locked(ref: str) -> Iterator[str | None]:
         yield pin_dir
 
 
-def _acquire_interruptibly(locks, keys) -> None:
+def _acquire_interruptibly(locks: OpLocks, keys: list[LockKey]) -> None:
     """``locks.acquire(keys)`` where SIGINT/SIGTERM/SIGHUP during the wait stop the
     command (intent.Interrupted: exit 128+N, nothing changed) instead of killing it."""
     from bpfdsl.runtime import intent
@@ -120,6 +125,6 @@ def open_prog(ref: str | None, pin_dir: str | None) -> Iterator[tuple[int | None
         yield p.fd, ref
 
 
-def emit(args, obj, text: str) -> None:
+def emit(args: argparse.Namespace, obj: object, text: str) -> None:
     """Print ``obj`` as JSON with ``--json``, else the line ``text``."""
     print(json.dumps(obj) if args.json else text)

@@ -40,7 +40,7 @@ from bpfdsl.abi.prog_types import XdpAction
 from bpfdsl.interp.ctx import XdpContext
 from bpfdsl.interp.maps import Map, ProgArrayMap, SlotMap
 from bpfdsl.interp.memory import M32, M64, Fault, Ptr, s32
-from bpfdsl.interp.state import FuncRef, RunState, TailCall
+from bpfdsl.interp.state import FibRoute, FuncRef, RunState, TailCall
 
 Impl = Callable[..., Any]
 
@@ -96,14 +96,14 @@ def _xdp(m: RunState, name: str) -> XdpContext:
 
 
 @helper("map_lookup_elem")
-def _lookup(m: RunState, r1, r2, *_):
+def _lookup(m: RunState, r1: object, r2: object, *_: object) -> int | Ptr:
     mp = _map(m, r1, "map_lookup_elem")
     r = mp.lookup(_mem(r2, mp.key_size, "map key"), m.env.cpu)
     return 0 if r is None else Ptr(r, 0, r.gen)
 
 
 @helper("map_lookup_percpu_elem")
-def _lookup_percpu(m: RunState, r1, r2, r3, *_):
+def _lookup_percpu(m: RunState, r1: object, r2: object, r3: int, *_: object) -> int | Ptr:
     mp = _map(m, r1, "map_lookup_percpu_elem")
     cpu = r3 & M32
     if cpu >= mp.ncpus:
@@ -113,7 +113,7 @@ def _lookup_percpu(m: RunState, r1, r2, r3, *_):
 
 
 @helper("map_update_elem")
-def _update(m: RunState, r1, r2, r3, r4, *_):
+def _update(m: RunState, r1: object, r2: object, r3: object, r4: int, *_: object) -> int:
     mp = _map(m, r1, "map_update_elem")
     key = _mem(r2, mp.key_size, "map key")
     if isinstance(mp, SlotMap):
@@ -123,7 +123,7 @@ def _update(m: RunState, r1, r2, r3, r4, *_):
 
 
 @helper("map_delete_elem")
-def _delete(m: RunState, r1, r2, *_):
+def _delete(m: RunState, r1: object, r2: object, *_: object) -> int:
     mp = _map(m, r1, "map_delete_elem")
     return mp.delete(_mem(r2, mp.key_size, "map key")) & M64
 
@@ -132,7 +132,7 @@ def _delete(m: RunState, r1, r2, *_):
 
 
 @helper("ktime_get_ns")
-def _ktime(m: RunState, *_):
+def _ktime(m: RunState, *_: object) -> int:
     return m.env.now_ns()
 
 
@@ -141,27 +141,27 @@ IMPLS[HELPERS["ktime_get_coarse_ns"].id] = _ktime
 
 
 @helper("jiffies64")
-def _jiffies(m: RunState, *_):
+def _jiffies(m: RunState, *_: object) -> int:
     return m.env.now_ns() // 4_000_000  # CONFIG_HZ=250
 
 
 @helper("get_prandom_u32")
-def _prandom(m: RunState, *_):
+def _prandom(m: RunState, *_: object) -> int:
     return m.env.rng.getrandbits(32)
 
 
 @helper("get_smp_processor_id")
-def _cpu(m: RunState, *_):
+def _cpu(m: RunState, *_: object) -> int:
     return m.env.cpu
 
 
 @helper("get_numa_node_id")
-def _numa(m: RunState, *_):
+def _numa(m: RunState, *_: object) -> int:
     return 0
 
 
 @helper("trace_printk")
-def _printk(m: RunState, r1, r2, *_):
+def _printk(m: RunState, r1: object, r2: int, *_: object) -> int:
     text = _mem(r1, r2 & M32, "trace_printk format")
     m.trace.append(text.split(b"\0", 1)[0].decode("latin-1"))
     return len(text) & M64
@@ -185,7 +185,7 @@ def _fold16(v: int) -> int:
 
 
 @helper("csum_diff")
-def _csum_diff(m: RunState, r1, r2, r3, r4, r5):
+def _csum_diff(m: RunState, r1: object, r2: int, r3: object, r4: int, r5: int) -> int:
     fsz, tsz, seed = r2 & M32, r4 & M32, r5 & M32
     if (fsz | tsz) & 3 or fsz > 512 or tsz > 512:
         return _neg(errno.EINVAL)
@@ -206,7 +206,7 @@ def _csum_diff(m: RunState, r1, r2, r3, r4, r5):
 
 
 @helper("redirect")
-def _redirect(m: RunState, r1, r2, *_):
+def _redirect(m: RunState, r1: int, r2: int, *_: object) -> int:
     _xdp(m, "redirect")
     if r2:
         return XdpAction.ABORTED
@@ -215,7 +215,7 @@ def _redirect(m: RunState, r1, r2, *_):
 
 
 @helper("redirect_map")
-def _redirect_map(m: RunState, r1, r2, r3, *_):
+def _redirect_map(m: RunState, r1: object, r2: int, r3: int, *_: object) -> int:
     mp = _map(m, r1, "redirect_map")
     flags = r3
     extra = BPF_F_BROADCAST | BPF_F_EXCLUDE_INGRESS if is_devmap(mp.map_type) else 0
@@ -234,19 +234,19 @@ def _redirect_map(m: RunState, r1, r2, r3, *_):
 # bpf_spin_lock / bpf_spin_unlock: one program runs at a time in the interpreter, so the
 # lock is never contended; the rules of holding it are the verifier's (checker.refs)
 @helper("spin_lock")
-def _spin_lock(m: RunState, r1, *_):
+def _spin_lock(m: RunState, r1: object, *_: object) -> int:
     _mem(r1, 4, "bpf_spin_lock")  # struct bpf_spin_lock (a u32) in a map value
     return 0
 
 
 @helper("spin_unlock")
-def _spin_unlock(m: RunState, r1, *_):
+def _spin_unlock(m: RunState, r1: object, *_: object) -> int:
     _mem(r1, 4, "bpf_spin_unlock")
     return 0
 
 
 @helper("loop")
-def _loop(m: RunState, r1, r2, r3, r4, *_):
+def _loop(m: RunState, r1: int, r2: object, r3: object, r4: int, *_: object) -> int:
     """bpf_loop (kernel/bpf/bpf_iter.c): call the callback with (i, ctx) for i = 0..n-1
     until it returns 1; the number of calls, -EINVAL for flags, -E2BIG past 8M loops."""
     if r4:
@@ -266,7 +266,7 @@ def _loop(m: RunState, r1, r2, r3, r4, *_):
 
 
 @helper("tail_call")
-def _tail_call(m: RunState, r1, r2, r3, *_):
+def _tail_call(m: RunState, r1: object, r2: object, r3: int, *_: object) -> int:
     """bpf_tail_call: jump to the program in slot r3 of prog_array r2 (never returns);
     an empty slot, or MAX_TAIL_CALL_CNT tail calls made, fall through."""
     pa = _map(m, r2, "tail_call")
@@ -279,7 +279,7 @@ def _tail_call(m: RunState, r1, r2, r3, *_):
 
 
 @helper("xdp_adjust_head")
-def _adjust_head(m: RunState, r1, r2, *_):
+def _adjust_head(m: RunState, r1: object, r2: int, *_: object) -> int:
     x = _xdp(m, "xdp_adjust_head")
     pk = x.pkt
     pk.gen += 1
@@ -296,7 +296,7 @@ def _adjust_head(m: RunState, r1, r2, *_):
 
 
 @helper("xdp_adjust_tail")
-def _adjust_tail(m: RunState, r1, r2, *_):
+def _adjust_tail(m: RunState, r1: object, r2: int, *_: object) -> int:
     x = _xdp(m, "xdp_adjust_tail")
     pk = x.pkt
     pk.gen += 1
@@ -336,7 +336,7 @@ def _frags_tail(x: XdpContext, off: int) -> int:
 
 
 @helper("xdp_adjust_meta")
-def _adjust_meta(m: RunState, r1, r2, *_):
+def _adjust_meta(m: RunState, r1: object, r2: int, *_: object) -> int:
     x = _xdp(m, "xdp_adjust_meta")
     pk = x.pkt
     pk.gen += 1
@@ -353,7 +353,7 @@ def _adjust_meta(m: RunState, r1, r2, *_):
 # ---- routing ----
 
 
-def _fib_route(m: RunState, family: int, dst: bytes):
+def _fib_route(m: RunState, family: int, dst: bytes) -> FibRoute | None:
     """The longest prefix of ``m.env.fib_routes`` holding ``dst`` (4 or 16 bytes), or None."""
     addr = ipaddress.ip_address(dst)
     best = None
@@ -366,7 +366,7 @@ def _fib_route(m: RunState, family: int, dst: bytes):
 
 
 @helper("fib_lookup")
-def _fib_lookup(m: RunState, r1, r2, r3, r4, *_):
+def _fib_lookup(m: RunState, r1: object, r2: Ptr, r3: int, r4: int, *_: object) -> int:
     """``bpf_xdp_fib_lookup`` (net/core/filter.c) against the routes of ``m.env``: -EINVAL
     for unknown flags or a short struct, -EAFNOSUPPORT for a family other than AF_INET(6);
     no route: BPF_FIB_LKUP_RET_NOT_FWDED; a route: ifindex, smac, dmac set and SUCCESS, or
@@ -392,11 +392,11 @@ def _fib_lookup(m: RunState, r1, r2, r3, r4, *_):
 
 
 @helper("xdp_get_buff_len")
-def _buff_len(m: RunState, *_):
+def _buff_len(m: RunState, *_: object) -> int:
     return _xdp(m, "xdp_get_buff_len").buff_len()
 
 
-def _xdp_span(m: RunState, name: str, r2, r4) -> tuple[XdpContext, int, int] | int:
+def _xdp_span(m: RunState, name: str, r2: int, r4: int) -> tuple[XdpContext, int, int] | int:
     x = _xdp(m, name)
     off, n = r2 & M32, r4 & M32
     if off > 0xFFFF or n > 0xFFFF:
@@ -412,7 +412,7 @@ def _whole(x: XdpContext) -> bytearray:
 
 
 @helper("xdp_load_bytes")
-def _load_bytes(m: RunState, r1, r2, r3, r4, *_):
+def _load_bytes(m: RunState, r1: object, r2: int, r3: object, r4: int, *_: object) -> int:
     span = _xdp_span(m, "xdp_load_bytes", r2, r4)
     if isinstance(span, int):
         return span
@@ -424,7 +424,7 @@ def _load_bytes(m: RunState, r1, r2, r3, r4, *_):
 
 
 @helper("xdp_store_bytes")
-def _store_bytes(m: RunState, r1, r2, r3, r4, *_):
+def _store_bytes(m: RunState, r1: object, r2: int, r3: object, r4: int, *_: object) -> int:
     span = _xdp_span(m, "xdp_store_bytes", r2, r4)
     if isinstance(span, int):
         return span

@@ -34,7 +34,7 @@ def _events(m: RunState, v: object, name: str) -> EventMap:
 
 
 @helper("ringbuf_output")
-def _rb_output(m: RunState, r1, r2, r3, r4, *_):
+def _rb_output(m: RunState, r1: object, r2: object, r3: int, r4: int, *_: object) -> int:
     mp = _events(m, r1, "ringbuf_output")
     if r4 & ~_RB_FLAGS:
         return _neg(errno.EINVAL)
@@ -43,7 +43,7 @@ def _rb_output(m: RunState, r1, r2, r3, r4, *_):
 
 
 @helper("ringbuf_reserve")
-def _rb_reserve(m: RunState, r1, r2, r3, *_):
+def _rb_reserve(m: RunState, r1: object, r2: int, r3: int, *_: object) -> int | Ptr:
     mp = _events(m, r1, "ringbuf_reserve")
     if r3:  # flags must be 0 (bpf_ringbuf_reserve: NULL otherwise)
         return 0
@@ -51,7 +51,7 @@ def _rb_reserve(m: RunState, r1, r2, r3, *_):
     return 0 if r is None else Ptr(r, 0, r.gen)
 
 
-def _rb_end(m: RunState, r1, r2, name: str, submit: bool) -> int:
+def _rb_end(m: RunState, r1: object, r2: int, name: str, submit: bool) -> int:
     if type(r1) is not Ptr or not isinstance(r1.region, Reservation) or r1.off != 0:
         raise Fault(f"bpf_{name}: the argument is not a ring buffer reservation")
     if r1.region.owner.end(r1.region, submit):
@@ -60,17 +60,17 @@ def _rb_end(m: RunState, r1, r2, name: str, submit: bool) -> int:
 
 
 @helper("ringbuf_submit")
-def _rb_submit(m: RunState, r1, r2, *_):
+def _rb_submit(m: RunState, r1: object, r2: int, *_: object) -> int:
     return _rb_end(m, r1, r2, "ringbuf_submit", True)
 
 
 @helper("ringbuf_discard")
-def _rb_discard(m: RunState, r1, r2, *_):
+def _rb_discard(m: RunState, r1: object, r2: int, *_: object) -> int:
     return _rb_end(m, r1, r2, "ringbuf_discard", False)
 
 
 @helper("perf_event_output")
-def _perf_output(m: RunState, r1, r2, r3, r4, r5):
+def _perf_output(m: RunState, r1: object, r2: object, r3: int, r4: object, r5: int) -> int:
     """bpf_xdp_event_output: the record, then ``flags >> 32`` bytes of the packet
     (-EFAULT when the packet is shorter), to the slot of the current CPU."""
     mp = _events(m, r2, "perf_event_output")

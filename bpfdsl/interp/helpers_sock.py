@@ -44,32 +44,32 @@ def _msg_redirect(m: RunState, mp: Map, key: bytes, flags: int, name: str) -> in
 
 
 @helper("msg_redirect_map")
-def _msg_redirect_map(m: RunState, r1, r2, r3, r4, *_):
+def _msg_redirect_map(m: RunState, r1: object, r2: object, r3: int, r4: int, *_: object) -> int:
     mp = _map(m, r2, "msg_redirect_map")
     return _msg_redirect(m, mp, (r3 & M32).to_bytes(4, "little"), r4, "msg_redirect_map")
 
 
 @helper("msg_redirect_hash")
-def _msg_redirect_hash(m: RunState, r1, r2, r3, r4, *_):
+def _msg_redirect_hash(m: RunState, r1: object, r2: object, r3: object, r4: int, *_: object) -> int:
     mp = _map(m, r2, "msg_redirect_hash")
     key = _mem(r3, mp.key_size, "sockhash key")
     return _msg_redirect(m, mp, key, r4, "msg_redirect_hash")
 
 
 @helper("msg_apply_bytes")
-def _apply(m: RunState, r1, r2, *_):
+def _apply(m: RunState, r1: object, r2: int, *_: object) -> int:
     _msg(m, "msg_apply_bytes").apply_bytes = r2 & M32
     return 0
 
 
 @helper("msg_cork_bytes")
-def _cork(m: RunState, r1, r2, *_):
+def _cork(m: RunState, r1: object, r2: int, *_: object) -> int:
     _msg(m, "msg_cork_bytes").cork_bytes = r2 & M32
     return 0
 
 
 @helper("msg_pull_data")
-def _pull(m: RunState, r1, r2, r3, r4, *_):
+def _pull(m: RunState, r1: object, r2: int, r3: int, r4: int, *_: object) -> int:
     pk = _msg(m, "msg_pull_data").pkt
     pk.gen += 1
     start, end = r2 & M32, r3 & M32
@@ -82,7 +82,7 @@ def _pull(m: RunState, r1, r2, r3, r4, *_):
 
 
 @helper("msg_push_data")
-def _push(m: RunState, r1, r2, r3, r4, *_):
+def _push(m: RunState, r1: object, r2: int, r3: int, r4: int, *_: object) -> int:
     pk = _msg(m, "msg_push_data").pkt
     pk.gen += 1
     start, n = r2 & M32, r3 & M32
@@ -96,7 +96,7 @@ def _push(m: RunState, r1, r2, r3, r4, *_):
 
 
 @helper("msg_pop_data")
-def _pop(m: RunState, r1, r2, r3, r4, *_):
+def _pop(m: RunState, r1: object, r2: int, r3: int, r4: int, *_: object) -> int:
     pk = _msg(m, "msg_pop_data").pkt
     pk.gen += 1
     start, n = r2 & M32, r3 & M32
@@ -129,24 +129,24 @@ def _sock_update(m: RunState, mp: Map, key: bytes, flags: int, name: str) -> int
 
 
 @helper("sock_hash_update")
-def _sock_hash_update(m: RunState, r1, r2, r3, r4, *_):
+def _sock_hash_update(m: RunState, r1: object, r2: object, r3: object, r4: int, *_: object) -> int:
     mp = _map(m, r2, "sock_hash_update")
     return _sock_update(m, mp, _mem(r3, mp.key_size, "sockhash key"), r4, "sock_hash_update")
 
 
 @helper("sock_map_update")
-def _sock_map_update(m: RunState, r1, r2, r3, r4, *_):
+def _sock_map_update(m: RunState, r1: object, r2: object, r3: object, r4: int, *_: object) -> int:
     mp = _map(m, r2, "sock_map_update")
     return _sock_update(m, mp, _mem(r3, mp.key_size, "sockmap key"), r4, "sock_map_update")
 
 
 @helper("get_socket_cookie")
-def _cookie(m: RunState, *_):
+def _cookie(m: RunState, *_: object) -> int:
     return _sockops(m, "get_socket_cookie").sock.cookie
 
 
 @helper("sock_ops_cb_flags_set")
-def _cb_flags(m: RunState, r1, r2, *_):
+def _cb_flags(m: RunState, r1: object, r2: int, *_: object) -> int:
     x = _sockops(m, "sock_ops_cb_flags_set")
     x.cb_flags = r2 & BPF_SOCK_OPS_ALL_CB_FLAGS
     return (r2 & M32) & ~BPF_SOCK_OPS_ALL_CB_FLAGS
@@ -160,26 +160,26 @@ def _cb_flags(m: RunState, r1, r2, *_):
 # on the kernel engine to exercise the paths where a socket is found.
 
 
-def _sk_lookup(m: RunState, r2, r3, name: str) -> int:
+def _sk_lookup(m: RunState, r2: object, r3: int, name: str) -> int:
     _mem(r2, r3 & M32, f"bpf_{name} tuple")
     return 0
 
 
 @helper("sk_lookup_tcp")
-def _sk_lookup_tcp(m: RunState, r1, r2, r3, *_):
+def _sk_lookup_tcp(m: RunState, r1: object, r2: object, r3: int, *_: object) -> int:
     return _sk_lookup(m, r2, r3, "sk_lookup_tcp")
 
 
 @helper("sk_lookup_udp")
-def _sk_lookup_udp(m: RunState, r1, r2, r3, *_):
+def _sk_lookup_udp(m: RunState, r1: object, r2: object, r3: int, *_: object) -> int:
     return _sk_lookup(m, r2, r3, "sk_lookup_udp")
 
 
 @helper("skc_lookup_tcp")
-def _skc_lookup_tcp(m: RunState, r1, r2, r3, *_):
+def _skc_lookup_tcp(m: RunState, r1: object, r2: object, r3: int, *_: object) -> int:
     return _sk_lookup(m, r2, r3, "skc_lookup_tcp")
 
 
 @helper("sk_release")
-def _sk_release(m: RunState, *_):
+def _sk_release(m: RunState, *_: object) -> int:
     return 0  # bpf_sk_release returns 0 (the reference rule is the verifier's)

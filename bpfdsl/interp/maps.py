@@ -36,7 +36,7 @@ from bpfdsl.abi.map_types import (
     is_lru,
     is_percpu,
 )
-from bpfdsl.interp.memory import Fault, NotModelled, Region
+from bpfdsl.interp.memory import Fault, NotModelled, Ptr, Region
 
 EINVAL, ENOENT, EEXIST, E2BIG, ENOSPC = (
     errno.EINVAL,
@@ -470,7 +470,7 @@ class Reservation(Region):
     __slots__ = ("owner",)
     owner: Any  # the EventMap the record belongs to (set by the reserving helper)
 
-    def _check(self, p, off: int, size: int) -> int:
+    def _check(self, p: Ptr, off: int, size: int) -> int:
         if p.gen != self.gen:
             raise Fault(
                 f"use of {self.name} after bpf_ringbuf_submit/discard: the record belongs "

@@ -15,9 +15,10 @@ import socket
 import struct
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, ParamSpec
 
 from bpfdsl.abi.flags import XdpFlags
 from bpfdsl.abi.net import (
@@ -53,6 +54,12 @@ from bpfdsl.abi.net import (
 from bpfdsl.diagnostics import DiagnosticError, HostError, UsageError, error
 from bpfdsl.kernel import libc
 from bpfdsl.kernel.libc import CLONE_NEWNET, MNT_DETACH, MS_BIND
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pyroute2 import IPRoute
+    from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
+
+_P = ParamSpec("_P")
 
 NETNS_RUN_DIR = "/run/netns"  # iproute2's directory of named namespaces
 
@@ -117,7 +124,7 @@ def ifname(index: int) -> str:
         return f"if{index}"
 
 
-def _ipr(netns: str | None = None):
+def _ipr(netns: str | None = None) -> IPRoute:
     """A pyroute2 IPRoute whose socket lives in ``netns`` (created there with setns, so
     pyroute2 never forks a helper process)."""
     from pyroute2 import IPRoute  # only when netlink is needed
@@ -168,7 +175,7 @@ def xdp_state(index: int, *, netns: str | None = None) -> XdpState:
     return _state(index, link)
 
 
-def _state(index: int, link) -> XdpState:
+def _state(index: int, link: ifinfmsg) -> XdpState:
     xdp = link.get_attr("IFLA_XDP")
     attrs = dict(xdp["attrs"]) if xdp else {}
     mode_raw = attrs.get("IFLA_XDP_ATTACHED")
@@ -412,7 +419,9 @@ def _disable_ipv6(dev: str, netns: str | None) -> None:
         pass
 
 
-def _if_mine(mine: list[bool], fn, *args, **kwargs) -> None:
+def _if_mine(
+    mine: list[bool], fn: Callable[_P, object], *args: _P.args, **kwargs: _P.kwargs
+) -> None:
     if mine[0]:
         fn(*args, **kwargs)
 

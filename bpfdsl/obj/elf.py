@@ -25,6 +25,7 @@ import copy
 import struct
 from collections.abc import Iterator
 from types import SimpleNamespace
+from typing import Any
 
 from bpfdsl.abi.btf.core import BtfFormatError, parse_btf
 
@@ -60,7 +61,7 @@ class Section:
     """One section: ``name``, ``header`` (``sh_type`` as a ``SHT_*`` name when known,
     ``sh_flags``, ``sh_offset``, ``sh_size`` in bytes, ``sh_link``, ``sh_info``...)."""
 
-    def __init__(self, elf: ElfFile, index: int, name: str, header: SimpleNamespace):
+    def __init__(self, elf: ElfFile, index: int, name: str, header: SimpleNamespace) -> None:
         self.elf, self.index, self.name, self.header = elf, index, name, header
 
     def data(self) -> bytes:
@@ -95,10 +96,10 @@ class Section:
 class _Symbol:
     __slots__ = ("name", "entry")
 
-    def __init__(self, name: str, entry: SimpleNamespace):
+    def __init__(self, name: str, entry: SimpleNamespace) -> None:
         self.name, self.entry = name, entry
 
-    def __getitem__(self, key: str):
+    def __getitem__(self, key: str) -> Any:
         return getattr(self.entry, key)
 
 
@@ -109,7 +110,7 @@ class ElfFile:
     Raises ElfError when the file is not ELF64 LE or the header table is damaged.
     """
 
-    def __init__(self, raw: bytes):
+    def __init__(self, raw: bytes) -> None:
         self.raw = raw
         if len(raw) < _EHDR.size or raw[:4] != b"\x7fELF":
             raise ElfError("no ELF header")

@@ -12,6 +12,7 @@ unrelocated -> PC-relative in the same section.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from bpfdsl.abi.btf.core import Btf
 from bpfdsl.abi.btf.ext import BtfExt
@@ -21,6 +22,9 @@ from bpfdsl.abi.prog_types import kind_for_section
 from bpfdsl.diagnostics import Span
 from bpfdsl.obj.reader import SHF_EXECINSTR, ObjectReader
 from bpfdsl.obj.spec import FuncRecord, ProgramSpec, Relocation
+
+if TYPE_CHECKING:  # pragma: no cover
+    from bpfdsl.obj.reader import ElfSection, ElfSymbol
 
 
 @dataclass(slots=True)
@@ -59,7 +63,12 @@ def link_programs(
 
 
 def _split(
-    reader: ObjectReader, sec, idx: int, maps: set[str], datasecs: set[str], ext: BtfExt | None
+    reader: ObjectReader,
+    sec: ElfSection,
+    idx: int,
+    maps: set[str],
+    datasecs: set[str],
+    ext: BtfExt | None,
 ) -> list[_Func]:
     data = reader.data(sec)
     if len(data) % 8:
@@ -130,7 +139,7 @@ def _source_span(ext: BtfExt | None, section: str, start: int, byte: int) -> Spa
 
 
 def _classify(
-    reader: ObjectReader, f: _Func, i: int, sym, maps: set[str], datasecs: set[str]
+    reader: ObjectReader, f: _Func, i: int, sym: ElfSymbol, maps: set[str], datasecs: set[str]
 ) -> None:
     x = f.insns[i]
     target = reader.sym_section(sym)

@@ -10,10 +10,20 @@ REL entries; every failure is a UsageError naming the file.
 from __future__ import annotations
 
 import io
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bpfdsl.diagnostics import UsageError, error
 from bpfdsl.obj.elf import ElfError, ElfFile
+
+if TYPE_CHECKING:  # pragma: no cover
+    from elftools.elf.sections import Section as ElftoolsSection
+    from elftools.elf.sections import Symbol as ElftoolsSymbol
+
+    from bpfdsl.obj.elf import Section, _Symbol
+
+    # a section and a symbol of either reader: obj/elf.py's ElfFile or pyelftools' ELFFile
+    ElfSection = Section | ElftoolsSection
+    ElfSymbol = _Symbol | ElftoolsSymbol
 
 SHF_WRITE, SHF_EXECINSTR, SHF_ALLOC = 0x1, 0x4, 0x2  # include/uapi/linux/elf.h
 
@@ -28,7 +38,7 @@ class ObjectReader:
     table of the ELF bytes ``raw`` read from ``path`` (the name used in messages);
     ``elf``: the :class:`ElfFile` of ``raw`` when the caller has it."""
 
-    def __init__(self, path: str, raw: bytes, elf: ElfFile | None = None):
+    def __init__(self, path: str, raw: bytes, elf: ElfFile | None = None) -> None:
         self.path, self.raw = path, raw
         # ElfFile, or pyelftools' ELFFile: one duck type (obj/elf.py), which no annotation names
         self.elf: Any = elf  # ``raw`` already read by the caller (the compiler's emit)
@@ -46,7 +56,7 @@ class ObjectReader:
     def fail(self, msg: str, hint: str | None = None) -> UsageError:
         return fail(self.path, msg, hint)
 
-    def data(self, sec) -> bytes:
+    def data(self, sec: ElfSection) -> bytes:
         h = sec.header
         if h.sh_type == "SHT_NOBITS":
             return bytes(h.sh_size)
@@ -79,14 +89,14 @@ class ObjectReader:
         s = self.by_name.get(name)
         return self.sections.index(s) if s is not None else None
 
-    def symbol(self, idx: int):
+    def symbol(self, idx: int) -> ElfSymbol:
         if not 0 <= idx < len(self.symbols):
             raise self.fail(
                 f"relocation names symbol {idx}, the symbol table has {len(self.symbols)}"
             )
         return self.symbols[idx]
 
-    def sym_section(self, sym) -> str | None:
+    def sym_section(self, sym: ElfSymbol) -> str | None:
         shndx = sym.entry.st_shndx
         if not isinstance(shndx, int) or not 0 < shndx < len(self.sections):
             return None

@@ -405,7 +405,7 @@ def move_link_pin(att: XdpAttachment, link_pin: str) -> XdpAttachment:
     )
 
 
-def devmap_target_warning(map_name: str, key: int, ifindex: int):
+def devmap_target_warning(map_name: str, key: int, ifindex: int) -> Diagnostic | None:
     """A warning Diagnostic (``redirect-target-drops``) when devmap ``map_name`` slot
     ``key`` sends to interface ``ifindex`` (this network namespace) and the kernel would
     drop every frame redirected there (:func:`bpfdsl.kernel.netlink.redirect_target_problem`:
@@ -420,7 +420,7 @@ def devmap_target_warning(map_name: str, key: int, ifindex: int):
     )
 
 
-def xdp_tx_warning(prog_fd: int, dev: str, mode: str = "native"):
+def xdp_tx_warning(prog_fd: int, dev: str, mode: str = "native") -> Diagnostic | None:
     """A warning Diagnostic (``xdp-tx-drops``) when XDP program ``prog_fd``, attached to
     interface ``dev`` in ``mode``, can return XDP_TX (its instructions as the kernel holds
     them, :func:`bpfdsl.obj.verdicts.may_return`) and the kernel would drop every such
@@ -447,7 +447,7 @@ def xdp_tx_warning(prog_fd: int, dev: str, mode: str = "native"):
     )
 
 
-def attached_xdp_tx_warning(att: XdpAttachment):
+def attached_xdp_tx_warning(att: XdpAttachment) -> Diagnostic | None:
     """:func:`xdp_tx_warning` for what is attached now (``bpfdsl show``); never raises."""
     try:
         with syscall.get_fd_by_id("prog", att.prog_id) as fd:
@@ -456,7 +456,7 @@ def attached_xdp_tx_warning(att: XdpAttachment):
         return None
 
 
-def devmap_warnings(prog_fd: int, limit: int = 1024) -> list:
+def devmap_warnings(prog_fd: int, limit: int = 1024) -> list[Diagnostic]:
     """:func:`devmap_target_warning` for every entry (at most ``limit`` per map) of the
     devmaps XDP program ``prog_fd`` uses (its map ids, BPF_OBJ_GET_INFO_BY_FD).  Never
     raises: it runs after an attach succeeded, which a failed look must not undo."""
@@ -466,7 +466,7 @@ def devmap_warnings(prog_fd: int, limit: int = 1024) -> list:
         return []
 
 
-def _devmap_warnings(prog_fd: int, limit: int) -> list:
+def _devmap_warnings(prog_fd: int, limit: int) -> list[Diagnostic]:
     info = syscall.prog_info(prog_fd)
     n = int(info.nr_map_ids)
     if not n:

@@ -166,7 +166,7 @@ class ChildCgroup:
     back to the parent first (rmdir of a populated cgroup fails with EBUSY).
     """
 
-    def __init__(self, parent: str | None = None, prefix: str = "bpfdsl"):
+    def __init__(self, parent: str | None = None, prefix: str = "bpfdsl") -> None:
         self.parent = parent or cgroup2_mount()
         self.path = os.path.join(self.parent, f"{prefix}-{uuid.uuid4().hex[:8]}")
         os.mkdir(self.path)
@@ -191,5 +191,5 @@ class ChildCgroup:
     def __enter__(self) -> ChildCgroup:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.remove()

@@ -202,7 +202,12 @@ _FLAVOUR: dict[AttachType | None, str] = {
 
 
 def entry_value(
-    info, first: int, prog_fd: int | None, want: AttachType, map_name: str, prog_name: str = ""
+    info: S.MapInfo,
+    first: int,
+    prog_fd: int | None,
+    want: AttachType,
+    map_name: str,
+    prog_name: str = "",
 ) -> bytes:
     """Value bytes of a cpumap/devmap entry: ``struct bpf_cpumap_val`` {qsize, bpf_prog.fd} or
     ``struct bpf_devmap_val`` {ifindex, bpf_prog.fd} (include/uapi/linux/bpf.h), cut to the

@@ -17,9 +17,12 @@ import socket
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from importlib import resources
+from types import FrameType
+from typing import NoReturn
 
 from rich.console import Console
 from rich.table import Table
@@ -30,6 +33,7 @@ from bpfdsl.diagnostics import UsageError, error
 from bpfdsl.kernel import netlink
 from bpfdsl.kernel.syscall import map_info
 from bpfdsl.obj import collection as objfile
+from bpfdsl.obj.spec import CollectionSpec
 from bpfdsl.runtime import attach, loader
 from bpfdsl.runtime.mapview import MapView
 from bpfdsl.runtime.packets import udp_frame
@@ -67,11 +71,11 @@ def source_text() -> str:
 
 
 @contextmanager
-def sigterm_as_interrupt():
+def sigterm_as_interrupt() -> Iterator[None]:
     """Turn SIGTERM into KeyboardInterrupt while the body runs (main thread only), so the
     ``finally`` blocks that remove namespaces, links and cgroups run on ``kill`` too."""
 
-    def handler(_signum, _frame):
+    def handler(_signum: int, _frame: FrameType | None) -> NoReturn:
         raise KeyboardInterrupt
 
     try:
@@ -165,7 +169,7 @@ def run_demo(
     return result
 
 
-def _config_for(spec, port: int) -> dict[str, int]:
+def _config_for(spec: CollectionSpec, port: int) -> dict[str, int]:
     ro = spec.data_sections.get(".rodata")
     names = set(ro.vars) if ro else set()
     for name in ("blocked_port", "BLOCKED_PORT", "port"):
@@ -213,7 +217,7 @@ def _drain(sock: socket.socket, expect: int, quiet: float = 0.3, limit: float = 
     return n
 
 
-def _map_entries(m) -> list:
+def _map_entries(m: loader.LoadedMap) -> list:
     try:
         with MapView(f"id:{int(map_info(m.fd).id)}") as v:
             if v.name.endswith((".rodata", ".bss", ".data")):

@@ -24,7 +24,7 @@ import os
 import struct
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from bpfdsl.abi.btf import values as btf_values
 from bpfdsl.abi.btf.core import Btf
@@ -138,7 +138,7 @@ class RowCodec:
     format, and the numpy dtype of :meth:`RecordBatch.array`.  The values are those of
     :meth:`RecordType.decode` (host-order integers, addresses as text)."""
 
-    def __init__(self, layout: list[tuple[str, int, int, str]], size: int):
+    def __init__(self, layout: list[tuple[str, int, int, str]], size: int) -> None:
         self.names = [name for name, *_ in layout]
         self.size = size
         self.struct, self.convert = btf_values.row_struct(layout)
@@ -330,12 +330,12 @@ class EventStream:
     or None (records shown as hex).  ``pages``: data pages of each perf ring (a power of
     2).  Raises UsageError for a map that is no ring buffer / perf event array."""
 
-    def __init__(self, fd: S.Fd, info, record: RecordType | None, *, name: str = "",
-                 pages: int = 16):  # fmt: skip
+    def __init__(self, fd: S.Fd, info: S.MapInfo, record: RecordType | None, *, name: str = "",
+                 pages: int = 16) -> None:  # fmt: skip
         self.fd, self.info, self.record = fd, info, record
         self.name = name or info.name.decode(errors="replace")
         self.type = int(info.type)
-        self.rings: dict[int, Any] = {}  # fd -> RingbufRing | PerfRing
+        self.rings: dict[int, K.RingbufRing | K.PerfRing] = {}  # fd -> its ring
         self.poller = K.Poller()
         self.clock_offset_ns = time.time_ns() - time.monotonic_ns()  # monotonic -> UTC
         self._slots: list[int] = []
@@ -375,7 +375,7 @@ class EventStream:
             S.map_update(self.fd, struct.pack("<I", cpu), struct.pack("<I", ring.fd))
             self._slots.append(cpu)
 
-    def _events(self, ring, now: int) -> list[Event]:
+    def _events(self, ring: K.RingbufRing | K.PerfRing, now: int) -> list[Event]:
         out: list[Event] = []
         if isinstance(ring, K.RingbufRing):  # one copy and one position store per read
             blob, starts, lengths, _stride = ring.read_raw()
@@ -387,7 +387,7 @@ class EventStream:
             if kind == "lost":
                 out.append(Event(self.name, b"", ring.cpu, now, lost=int(payload)))
             else:
-                out.append(self._event(payload, ring.cpu, t))
+                out.append(self._event(cast(bytes, payload), ring.cpu, t))  # a "sample"
         return out
 
     def _event(self, data: bytes, cpu: int | None, t: int) -> Event:
@@ -455,7 +455,7 @@ class EventStream:
     def __enter__(self) -> EventStream:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 

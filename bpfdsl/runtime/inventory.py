@@ -12,6 +12,7 @@ import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from enum import IntEnum
 
 from bpfdsl.abi.map_types import MapType
 from bpfdsl.abi.prog_types import AttachType, LinkType, ProgramType
@@ -19,7 +20,7 @@ from bpfdsl.diagnostics import DiagnosticError, UsageError, error
 from bpfdsl.kernel import netlink, syscall
 from bpfdsl.obj.collection import read_object
 from bpfdsl.obj.config import parse_config
-from bpfdsl.obj.spec import choose_program
+from bpfdsl.obj.spec import CollectionSpec, choose_program
 from bpfdsl.runtime import attach, cgroup, intent, loader, pins, sockmap
 
 MANIFEST_NAMES = ("bpfdsl.json", "manifest", "bpfdsl_manifest")  # files the loader may write
@@ -37,7 +38,7 @@ class OpenProgram:
     reused: list[str] = field(default_factory=list)  # maps kept from the replaced program
 
 
-def _type_name(enum, value: int) -> str:
+def _type_name(enum: type[IntEnum], value: int) -> str:
     try:
         return enum(value).name.lower()
     except ValueError:
@@ -183,7 +184,7 @@ def _load_and_open(
             raise
 
 
-def reusable_maps(spec, pin_dir: str) -> dict[str, str]:
+def reusable_maps(spec: CollectionSpec, pin_dir: str) -> dict[str, str]:
     """Map name -> pin path of the maps pinned in ``pin_dir/maps`` (by ``bpfdsl attach`` or
     ``bpfdsl load``) that ``spec`` declares too: what a program update reuses.  Data
     sections (.rodata configs, .bss) are not reused: a new object brings its own."""
@@ -274,7 +275,7 @@ def _open_pinned(path: str) -> syscall.Fd:
     return fd
 
 
-def _prog_name(fd) -> str:
+def _prog_name(fd: int | syscall.Fd) -> str:
     return syscall.prog_info(fd).name.decode(errors="replace")
 
 

@@ -33,7 +33,7 @@ from bpfdsl.obj.spec import CollectionSpec, DataSection, ProgramSpec
 from bpfdsl.runtime import cpumap
 from bpfdsl.runtime.attach import BPFFS, ensure_bpffs
 from bpfdsl.runtime.kfuncs import kfunc_btf_id, needs_dev_bound
-from bpfdsl.runtime.verifier_log import summarize
+from bpfdsl.runtime.verifier_log import LogSummary, summarize
 
 if TYPE_CHECKING:  # pragma: no cover
     from typing import Any
@@ -48,7 +48,7 @@ class LoadError(DiagnosticError):
 class VerifierError(LoadError):
     """The verifier rejected ``program``: ``log`` (whole), ``details`` (failing path)."""
 
-    def __init__(self, program: str, summary, log: str, errno: int):
+    def __init__(self, program: str, summary: LogSummary, log: str, errno: int) -> None:
         msg = summary.message or os.strerror(errno)
         diag = error(
             "verifier-rejected",
@@ -142,7 +142,7 @@ class Collection:
     def __enter__(self) -> Collection:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
@@ -250,7 +250,7 @@ def _btf_ids(coll: Collection, key_id: int, value_id: int) -> dict[str, int]:
     return {"btf_fd": int(coll.btf_fd), "btf_key_type_id": key_id, "btf_value_type_id": value_id}
 
 
-def _map_create(coll: Collection, name: str, m: MapSpec, max_entries: int, **kw) -> S.Fd:
+def _map_create(coll: Collection, name: str, m: MapSpec, max_entries: int, **kw: Any) -> S.Fd:
     """BPF_MAP_CREATE; with BTF first, again without it if the kernel refuses (as libbpf)."""
     args: dict[str, Any] = dict(
         map_flags=m.map_flags, name=name, numa_node=m.numa_node, map_extra=m.map_extra

@@ -284,7 +284,7 @@ class MapView(MapCodec):
     possible CPU.  Raises DiagnosticError/UsageError with what to do.
     """
 
-    def __init__(self, ref: str):
+    def __init__(self, ref: str) -> None:
         target = resolve_ref(ref)
         try:
             if isinstance(target, int):
@@ -317,7 +317,7 @@ class MapView(MapCodec):
     def __enter__(self) -> MapView:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def close(self) -> None:

@@ -31,7 +31,7 @@ class ProgArraySlot:
     prog_name: str = ""
 
 
-def _key(map_name: str, info, index: int) -> bytes:
+def _key(map_name: str, info: S.MapInfo, index: int) -> bytes:
     if not 0 <= index < info.max_entries:
         raise UsageError(
             error(

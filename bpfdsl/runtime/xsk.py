@@ -32,6 +32,7 @@ import select
 import socket
 import struct
 import time
+from collections.abc import Iterable, Iterator
 from functools import cache
 from typing import Any, Literal
 
@@ -107,7 +108,9 @@ class XskFrames:
 
     __slots__ = ("addrs", "lens", "_umem", "_room")
 
-    def __init__(self, umem: memoryview, addrs: memoryview, lens: memoryview, room: int = 0):
+    def __init__(
+        self, umem: memoryview, addrs: memoryview, lens: memoryview, room: int = 0
+    ) -> None:
         self.addrs, self.lens, self._umem, self._room = addrs, lens, umem, room
 
     def __len__(self) -> int:
@@ -130,7 +133,7 @@ class XskFrames:
             return [u[a : a + r - a % r] for a in self.addrs]
         return [u[a : a + n] for a, n in zip(self.addrs, self.lens, strict=True)]
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[memoryview]:
         return iter(self.views())
 
     def write(self, i: int, frame: bytes | bytearray | memoryview) -> None:
@@ -196,7 +199,7 @@ class XskSocket:
         frame_size: int = 2048,
         tx: bool = False,
         tx_frames: int = 0,
-    ):
+    ) -> None:
         if frames <= 0 or frames & (frames - 1):
             raise ValueError("frames must be a power of two")
         if not 0 <= tx_frames < frames:
@@ -284,7 +287,7 @@ class XskSocket:
         self._views.append(v)
         return v
 
-    def _fill(self, chunks) -> None:
+    def _fill(self, chunks: Iterable[int]) -> None:
         prod_off, _cons, desc, _fl = self._fr_off
         prod = struct.unpack_from("<I", self._fr, prod_off)[0]
         for c in chunks:
@@ -580,5 +583,5 @@ class XskSocket:
     def __enter__(self) -> XskSocket:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()

@@ -72,7 +72,7 @@ def parse_btf_ext(data: bytes, btf: Btf) -> BtfExt:
     ext = BtfExt()
     strs = bytes(btf.strings)
 
-    def blocks(off: int, length: int, min_rec: int, what: str):
+    def blocks(off: int, length: int, min_rec: int, what: str) -> list[tuple[str, list[bytes]]]:
         if not length:
             return []
         start, end = hdr_len + off, hdr_len + off + length

@@ -161,7 +161,7 @@ class CpumapCounter:
     detaches the tracepoint and frees the map and program.  Needs root (a tracing
     program: CAP_BPF + CAP_PERFMON)."""
 
-    def __init__(self, map_fd: int | S.Fd):
+    def __init__(self, map_fd: int | S.Fd) -> None:
         self.map_id = int(S.map_info(map_fd).id)
         self._fds: list[S.Fd] = []
         try:
@@ -196,5 +196,5 @@ class CpumapCounter:
     def __enter__(self) -> CpumapCounter:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()

@@ -36,7 +36,9 @@ class LiveFrameGenerator:
     this namespace).
     """
 
-    def __init__(self, ifindex: int, frame: bytes, *, action: int = XdpAction.TX, batch: int = 64):
+    def __init__(
+        self, ifindex: int, frame: bytes, *, action: int = XdpAction.TX, batch: int = 64
+    ) -> None:
         code = insn.encode([insn.mov64_imm(0, int(action)), insn.exit_()])
         self.fd, _log = syscall.prog_load(ProgramType.XDP, code, "GPL", name="bpfdsl_gen")
         self.frame = frame
@@ -77,5 +79,5 @@ class LiveFrameGenerator:
     def __enter__(self) -> LiveFrameGenerator:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()

@@ -15,6 +15,7 @@ import matplotlib
 matplotlib.use("Agg")  # files only: no display needed
 
 import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
 
 from bpfdsl.runtime.bench.report import Report, Section
 
@@ -34,7 +35,7 @@ def save(rep: Report, path: str) -> None:
     plt.close(fig)
 
 
-def _bars(rep: Report):
+def _bars(rep: Report) -> Figure:
     panels = [(s, m) for s in _rate_sections(rep) for m in s.metrics]
     cols = min(3, max(1, len(panels)))
     rows = math.ceil(len(panels) / cols) or 1
@@ -63,7 +64,7 @@ def _bars(rep: Report):
     return fig
 
 
-def _by_size(rep: Report):
+def _by_size(rep: Report) -> Figure:
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     sizes = [int(s.title.split(" ")[0]) * _unit(s.title) for s in rep.sections]
     for ax, key, ylabel in (

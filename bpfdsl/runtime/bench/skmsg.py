@@ -111,7 +111,7 @@ def tcp_out_segs(ns: str) -> int:
 class _Redirector:
     """sock_ops on the cgroup + sk_msg on the sockmap of one object, while entered."""
 
-    def __init__(self, t: LoadedTarget, cg: str):
+    def __init__(self, t: LoadedTarget, cg: str) -> None:
         self.t, self.cg = t, cg
         self.map = one_map(
             t,
@@ -135,7 +135,7 @@ class _Redirector:
             raise
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         assert self.t.main is not None and self.t.entry is not None  # as in __enter__
         cgroup.sock_ops_detach(self.cg, self.t.fd(self.t.entry), prog_name=self.t.entry or "")
         sockmap.sk_msg_detach(

@@ -92,5 +92,5 @@ class TcpHelper:
     def __enter__(self) -> TcpHelper:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()

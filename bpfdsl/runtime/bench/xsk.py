@@ -24,13 +24,15 @@ import os
 import subprocess
 import threading
 import time
+from collections.abc import Callable, Sequence
 from contextlib import ExitStack
+from typing import TypeVar
 
 from bpfdsl.kernel import netlink
 from bpfdsl.kernel import syscall as S
 from bpfdsl.runtime.bench import net as N
 from bpfdsl.runtime.bench.report import Metric, Progress, Report, Section, abba
-from bpfdsl.runtime.bench.target import REDIRECT_MAPS, fill_user_maps, one_map
+from bpfdsl.runtime.bench.target import REDIRECT_MAPS, ObjectUnderTest, fill_user_maps, one_map
 from bpfdsl.runtime.bench.xdp import (
     DRAIN,
     GEN_CPU,
@@ -51,7 +53,7 @@ LOOP_LIMIT = 3600.0  # seconds: the socket thread stops by itself after this at 
 SETTLE_LIMIT = 2.0  # seconds: the longest wait for the socket loop to empty its ring
 
 
-def _settle(count, step: float = 0.02, quiet: int = 3) -> None:
+def _settle(count: Callable[..., int], step: float = 0.02, quiet: int = 3) -> None:
     """Wait :data:`DRAIN`, then until ``count()`` (frames the loop took) stays the same for
     ``quiet`` checks ``step`` seconds apart, at most :data:`SETTLE_LIMIT`: the frames
     already redirected are then out of the RX ring, so the counts taken next on the XDP
@@ -70,7 +72,7 @@ def _settle(count, step: float = 0.02, quiet: int = 3) -> None:
 class _Loop(threading.Thread):
     """The socket loop (``rxdrop`` or ``l2fwd``) on its own CPU until :meth:`stop`."""
 
-    def __init__(self, sock: XskSocket, mode: str, cpu: int | None, batch: int = 4096):
+    def __init__(self, sock: XskSocket, mode: str, cpu: int | None, batch: int = 4096) -> None:
         super().__init__(name=f"xsk-{mode}", daemon=True)
         self.sock, self.mode, self.cpu, self.batch = sock, mode, cpu, batch
         self.frames = 0
@@ -96,7 +98,12 @@ class _Loop(threading.Thread):
         self.join(timeout=5)
 
 
-def run_xsk(objs, opts: XdpOptions, modes=XSK_MODES, progress: Progress | None = None) -> Report:
+def run_xsk(
+    objs: list[ObjectUnderTest],
+    opts: XdpOptions,
+    modes: Sequence[str] = XSK_MODES,
+    progress: Progress | None = None,
+) -> Report:
     """``bpfdsl bench xsk``: ``objs[0]`` the program, ``objs[1]`` the baseline; ``modes``
     a subset of :data:`XSK_MODES`.  Returns the report (one rate section per mode)."""
     progress = progress or Progress()
@@ -208,10 +215,12 @@ def run_xsk(objs, opts: XdpOptions, modes=XSK_MODES, progress: Progress | None =
     return rep
 
 
+_T = TypeVar("_T")
+
 BUSY_WAIT = 3.0  # seconds: a closed AF_XDP socket leaves its queue a moment later
 
 
-def _retry_busy(make):
+def _retry_busy(make: Callable[..., _T]) -> _T:
     """``make()``, again while the queue is still bound by the socket closed just before
     (EBUSY: the kernel releases an AF_XDP socket's queue after the close returns)."""
     end = time.monotonic() + BUSY_WAIT
@@ -232,7 +241,7 @@ class _ChildLoop:
 
     def __init__(
         self, argv: list[str], ns: str, mode: str, map_id: int, cpu: int | None, batch: int
-    ):
+    ) -> None:
         argv = [*argv, mode, N.DUT_DEV, "0", str(map_id), str(FRAMES), str(batch)]
         if cpu is not None:
             argv = ["taskset", "-c", str(cpu), *argv]
@@ -267,7 +276,11 @@ class _ChildLoop:
 
 
 def run_xsk_loops(
-    obj, opts: XdpOptions, loops: dict[str, list[str]], modes=XSK_MODES, batch: int = 64
+    obj: ObjectUnderTest,
+    opts: XdpOptions,
+    loops: dict[str, list[str]],
+    modes: Sequence[str] = XSK_MODES,
+    batch: int = 64,
 ) -> dict[str, dict[str, list[dict[str, float]]]]:
     """Socket loops side by side, each a process of its own (:class:`_ChildLoop`):
     ``loops`` maps a label to the command that starts one (bench/c/xsk_loop.c, libxdp;
