@@ -3,8 +3,9 @@ environment at install time the checker's modules (bpfdsl/checker/*.py but ``__i
 ``native``) are compiled to C extensions by mypyc; without it the package installs as pure
 Python (no C compiler needed).  bpfdsl/checker/native.py decides at import time which of
 the two runs (docs/ARCHITECTURE.md, "The compiled checker").  The same switch builds
-bpfdsl/kernel/_testrun.c, the batch form of BPF_PROG_TEST_RUN (``bpfdsl run --pcap``, issue
-#25); without it bpfdsl/kernel/syscall.py runs the same loop in Python.
+bpfdsl/kernel/_testrun.c, the batch form of BPF_PROG_TEST_RUN, and bpfdsl/runtime/_pcapwalk.c,
+the walk over a mapped capture (``bpfdsl run --pcap``, issue #25); without them
+bpfdsl/kernel/syscall.py and bpfdsl/runtime/pcapfile.py run the same loops in Python.
 
     BPFDSL_COMPILE=1 pip install -e .      # or: pip install .
 """
@@ -47,7 +48,7 @@ class BuildExtStamped(build_ext):
 
     def run(self) -> None:
         super().run()
-        if any(e is not TESTRUN for e in self.extensions):
+        if any(e not in C_LOOPS for e in self.extensions):
             n = _native()
             n.write_stamp(
                 self._stamp_path().parent, ROOT / CHECKER, n.compiled_modules(ROOT / CHECKER)
@@ -59,7 +60,7 @@ class BuildExtStamped(build_ext):
 
     def get_outputs(self) -> list[str]:
         outs = list(super().get_outputs())
-        checker = any(e is not TESTRUN for e in self.extensions)
+        checker = any(e not in C_LOOPS for e in self.extensions)
         return [*outs, str(self._stamp_path())] if checker else outs
 
 
@@ -86,9 +87,14 @@ PLACEHOLDER = Extension("bpfdsl.checker._native__mypyc", sources=[])
 TESTRUN = Extension(
     "bpfdsl.kernel._testrun", sources=["bpfdsl/kernel/_testrun.c"], extra_compile_args=["-O2"]
 )
+# the walk over a mapped capture's records in C (bpfdsl.runtime.pcapfile)
+PCAPWALK = Extension(
+    "bpfdsl.runtime._pcapwalk", sources=["bpfdsl/runtime/_pcapwalk.c"], extra_compile_args=["-O2"]
+)
+C_LOOPS = (TESTRUN, PCAPWALK)
 COMPILE = os.environ.get("BPFDSL_COMPILE", "") == "1"
 setup(
-    ext_modules=[PLACEHOLDER, TESTRUN] if COMPILE else [],
+    ext_modules=[PLACEHOLDER, *C_LOOPS] if COMPILE else [],
     # the build requirement of the compiled checker, installed only for it (pyproject.toml)
     setup_requires=["mypy>=2.4"] if COMPILE else [],
     cmdclass={"build_ext": BuildExtStamped},

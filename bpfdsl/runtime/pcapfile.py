@@ -27,12 +27,21 @@ as spans of the mapped file (:meth:`CaptureReader.spans`, no copy per record);
 from __future__ import annotations
 
 import mmap
+import os
 import struct
+import sys
 from array import array
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
+
+try:  # the walk over a mapped file's plain records in C, built with BPFDSL_COMPILE=1
+    from bpfdsl.runtime import _pcapwalk
+except ImportError:  # not built: the same walk in Python
+    _pcapwalk = None  # type: ignore[assignment]
+if os.environ.get("BPFDSL_PURE_PYTHON", "") not in ("", "0"):
+    _pcapwalk = None  # type: ignore[assignment]
 
 INT_MAX = 2**31 - 1
 MAXIMUM_SNAPLEN = 262144  # libpcap pcap-int.h: the largest snapshot length for most types
@@ -226,12 +235,19 @@ class CaptureReader:
         w, f = self._walk, self._f
         hdr, lens, most, swapped = w.hdrsize, w.lens.unpack_from, w.most, w.swapped
         pos, end = f.tell(), len(m)
+        fast = _pcapwalk.walk if _pcapwalk is not None and swapped != "yes" else None
+        swap = (w.lens.format[0] == "<") != (sys.byteorder == "little")
         while self.limit is None or self.count < self.limit:
             room = chunk if self.limit is None else min(chunk, self.limit - self.count)
             offs, sizes, wires = array("Q"), array("I"), array("I")
+            if fast is not None:  # the loop below, in C
+                pos, o, s, wl = fast(m, pos, room, hdr, swap, most, swapped != "no")
+                offs.frombytes(o)
+                sizes.frombytes(s)
+                wires.frombytes(wl)
             put_o, put_s, put_w = offs.append, sizes.append, wires.append
-            k = 0
-            while k < room and pos + hdr <= end:
+            k = len(sizes)
+            while fast is None and k < room and pos + hdr <= end:
                 caplen, wirelen = lens(m, pos + 8)
                 d = pos + hdr
                 if caplen > most or d + caplen > end or (caplen > wirelen and swapped != "no"):
