@@ -42,6 +42,8 @@ except ImportError:  # not built: the same walk in Python
     _pcapwalk = None  # type: ignore[assignment]
 if os.environ.get("BPFDSL_PURE_PYTHON", "") not in ("", "0"):
     _pcapwalk = None  # type: ignore[assignment]
+PCAP_WALK_C = _pcapwalk is not None
+"""Whether :meth:`CaptureReader.spans` walks a mapped file in C (``bpfdsl --version``)."""
 
 INT_MAX = 2**31 - 1
 MAXIMUM_SNAPLEN = 262144  # libpcap pcap-int.h: the largest snapshot length for most types
