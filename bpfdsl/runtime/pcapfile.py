@@ -208,7 +208,8 @@ class CaptureReader:
         records are spans of the mapping: no copy per record; a record the plain case does
         not cover (cut to the snapshot length, swapped lengths, one libpcap refuses) is
         read by the full rules, as a batch of its own.  pcapng files and files that
-        cannot be mapped (pipes) give batches of copied records."""
+        cannot be mapped (pipes) give batches of copied records.  The mapping is closed
+        when the batches end: use each batch's frames before then (copy what is kept)."""
         if self._f is None:
             return
         try:
