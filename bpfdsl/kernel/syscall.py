@@ -55,13 +55,13 @@ except ImportError:  # not built: the same loop in Python
     _testrun = None  # type: ignore[assignment]
 
 _PURE_ENV = "BPFDSL_PURE_PYTHON"  # as for the compiled checker: the Python loops only
-if _testrun is None:
-    TESTRUN_LOOP = "Python (not compiled (install with BPFDSL_COMPILE=1))"
-elif os.environ.get(_PURE_ENV, "") not in ("", "0"):
+if os.environ.get(_PURE_ENV, "") not in ("", "0"):
     _testrun = None  # type: ignore[assignment]
     TESTRUN_LOOP = f"Python ({_PURE_ENV}={os.environ[_PURE_ENV]})"
+elif _testrun is None:
+    TESTRUN_LOOP = "Python (not compiled (install with BPFDSL_COMPILE=1))"
 else:
-    TESTRUN_LOOP = "C (bpfdsl.kernel._testrun)"
+    TESTRUN_LOOP = "C (bpfdsl/kernel/_testrun.c)"
 """Which loop :meth:`TestRunner.run_spans` runs, for ``bpfdsl --version``."""
 
 Buffer = Any  # an object with the buffer protocol (collections.abc.Buffer from Python 3.12)

@@ -59,6 +59,6 @@ def test_version_names_the_test_run_loop_of_this_tree():
                        text=True, timeout=60, cwd=ROOT, env=env)  # fmt: skip
     built = find_spec("bpfdsl.kernel._testrun") is not None
     walk = find_spec("bpfdsl.runtime._pcapwalk") is not None
-    loop = "C (bpfdsl.kernel._testrun)" if built else "Python (not compiled"
+    loop = "C (bpfdsl/kernel/_testrun.c)" if built else "Python (not compiled"
     assert r.stdout.splitlines()[-1].startswith(f"test runs: {loop}")
     assert r.stdout.splitlines()[-1].endswith(f"capture walk: {'C' if walk else 'Python'}")
