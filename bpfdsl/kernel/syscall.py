@@ -610,14 +610,17 @@ class TestRunner:
                 self._grow(longest)
         cap = self._cap + 4096
         a = self._attr
-        if _testrun is not None:
-            layout = (_F_DATA_IN, _F_SIZE_IN, _F_SIZE_OUT, _F_RETVAL)
-            return _testrun.run_spans(
-                self._nr.value, self._cmd.value, a, layout, data, offsets, lengths, start,
-                end, cap, min_len, skips, retvals,
-            )  # fmt: skip
-        return self._run_spans_py(data, offsets, lengths, start, end, cap, min_len, skips,
-                                  retvals)  # fmt: skip
+        try:
+            if _testrun is not None:
+                layout = (_F_DATA_IN, _F_SIZE_IN, _F_SIZE_OUT, _F_RETVAL)
+                return _testrun.run_spans(
+                    self._nr.value, self._cmd.value, a, layout, data, offsets, lengths,
+                    start, end, cap, min_len, skips, retvals,
+                )  # fmt: skip
+            return self._run_spans_py(data, offsets, lengths, start, end, cap, min_len, skips,
+                                      retvals)  # fmt: skip
+        finally:
+            a.data_in = C.addressof(self._din)  # :meth:`run` copies into its own buffer
 
     def _run_spans_py(self, data, offsets, lengths, start, end, cap, min_len, skips, retvals):
         """:meth:`run_spans` without the C loop: the same calls, from Python."""

@@ -173,10 +173,16 @@ def test_ring_positions_are_copied_once_least_bytes_wait(tmp_path, sort_obj, mon
         near, far = bytearray(struct.pack("<Q", 990)), bytearray(struct.pack("<Q", 900))
         skips = ((src, 0, near, 0, 50), (src, 0, far, 0, 50))
         offs, lens = array("Q", [0, 0]), array("I", [64, 64])
-        nxt, err, counts = syscall.TestRunner(fd).run_spans(frame, offs, lens, skips=skips)
+        tr = syscall.TestRunner(fd)
+        nxt, err, counts = tr.run_spans(frame, offs, lens, skips=skips)
         assert (nxt, err, sum(counts.values())) == (2, 0, 2)
         assert struct.unpack("<Q", near)[0] == 990  # 10 bytes waiting: left
         assert struct.unpack("<Q", far)[0] == 1000  # 100 bytes waiting: emptied
+        # the same runner's run() afterwards runs its own packet, not the batch's
+        ip4 = packets.udp_frame(src_mac="02:00:00:00:00:01", dst_mac="02:00:00:00:00:02",
+                                src_ip="10.0.0.1", dst_ip="10.0.0.2", sport=1, dport=53)  # fmt: skip
+        assert tr.run(ip4)[0] == 3  # XDP_TX (UDP), where the zero frame got XDP_PASS
+        assert counts == {2: 2}
     finally:
         e.close()
 
