@@ -2,7 +2,10 @@
 environment at install time the checker's modules (bpfdsl/checker/*.py but ``__init__`` and
 ``native``) are compiled to C extensions by mypyc; without it the package installs as pure
 Python (no C compiler needed).  bpfdsl/checker/native.py decides at import time which of
-the two runs (docs/ARCHITECTURE.md, "The compiled checker").
+the two runs (docs/ARCHITECTURE.md, "The compiled checker").  The same switch builds
+bpfdsl/kernel/_testrun.c, the batch form of BPF_PROG_TEST_RUN, and bpfdsl/runtime/_pcapwalk.c,
+the walk over a mapped capture (``bpfdsl run --pcap``, issue #25); without them
+bpfdsl/kernel/syscall.py and bpfdsl/runtime/pcapfile.py run the same loops in Python.
 
     BPFDSL_COMPILE=1 pip install -e .      # or: pip install .
 """
@@ -40,12 +43,12 @@ class BuildExtStamped(build_ext):
     def finalize_options(self) -> None:
         dist = self.distribution
         if dist.ext_modules and dist.ext_modules[0] is PLACEHOLDER:
-            dist.ext_modules = mypyc_extensions()
+            dist.ext_modules = [*mypyc_extensions(), *dist.ext_modules[1:]]
         super().finalize_options()
 
     def run(self) -> None:
         super().run()
-        if self.extensions:
+        if any(e not in C_LOOPS for e in self.extensions):
             n = _native()
             n.write_stamp(
                 self._stamp_path().parent, ROOT / CHECKER, n.compiled_modules(ROOT / CHECKER)
@@ -57,7 +60,8 @@ class BuildExtStamped(build_ext):
 
     def get_outputs(self) -> list[str]:
         outs = list(super().get_outputs())
-        return [*outs, str(self._stamp_path())] if self.extensions else outs
+        checker = any(e not in C_LOOPS for e in self.extensions)
+        return [*outs, str(self._stamp_path())] if checker else outs
 
 
 def mypyc_extensions() -> list:
@@ -78,9 +82,19 @@ def mypyc_extensions() -> list:
 # (a platform wheel, build_ext runs); BuildExtStamped.finalize_options
 # replaces it by mypyc's.
 PLACEHOLDER = Extension("bpfdsl.checker._native__mypyc", sources=[])
+# the test-run loop in C: plain C against Python.h, no library (bpfdsl.kernel.syscall
+# gives it the system call number, the command and the attr's layout)
+TESTRUN = Extension(
+    "bpfdsl.kernel._testrun", sources=["bpfdsl/kernel/_testrun.c"], extra_compile_args=["-O2"]
+)
+# the walk over a mapped capture's records in C (bpfdsl.runtime.pcapfile)
+PCAPWALK = Extension(
+    "bpfdsl.runtime._pcapwalk", sources=["bpfdsl/runtime/_pcapwalk.c"], extra_compile_args=["-O2"]
+)
+C_LOOPS = (TESTRUN, PCAPWALK)
 COMPILE = os.environ.get("BPFDSL_COMPILE", "") == "1"
 setup(
-    ext_modules=[PLACEHOLDER] if COMPILE else [],
+    ext_modules=[PLACEHOLDER, *C_LOOPS] if COMPILE else [],
     # the build requirement of the compiled checker, installed only for it (pyproject.toml)
     setup_requires=["mypy>=2.4"] if COMPILE else [],
     cmdclass={"build_ext": BuildExtStamped},

@@ -115,11 +115,11 @@ def compiled(ref: str | os.PathLike) -> bytes | None:
 def object_bytes(ref: str | os.PathLike) -> bytes:
     """ELF bytes of the program file a command names: ``.bpfd`` source compiled
     (:func:`compiled`), an object file read as it is
-    (:func:`bpfdsl.runtime.inventory.object_bytes`: UsageError when missing)."""
+    (:func:`bpfdsl.runtime.objfiles.object_bytes`: UsageError when missing)."""
     data = compiled(ref)
     if data is not None:
         return data
-    from bpfdsl.runtime.inventory import object_bytes as read_object_file
+    from bpfdsl.runtime.objfiles import object_bytes as read_object_file
 
     return read_object_file(os.fspath(ref))
 
@@ -233,11 +233,18 @@ class _Version(argparse.Action):
 
         from bpfdsl import __version__
         from bpfdsl.checker import native
+        from bpfdsl.kernel import syscall
+        from bpfdsl.runtime import pcapfile
 
         mode = "compiled by mypyc" if native.NATIVE else f"Python ({native.REASON})"
         # RecordBatch.array() needs numpy (optional); rows, JSON lines and Event objects not
         arrays = "numpy arrays" if find_spec("numpy") else "no numpy arrays (pip install numpy)"
-        print(f"bpfdsl {__version__}\nchecker: {mode}\nevent batches: Python, {arrays}")
+        # run --pcap: the batch test-run loop and the capture walk, in C when built
+        walk = "C" if pcapfile.PCAP_WALK_C else "Python"
+        print(
+            f"bpfdsl {__version__}\nchecker: {mode}\nevent batches: Python, {arrays}\n"
+            f"test runs: {syscall.TESTRUN_LOOP}, capture walk: {walk}"
+        )
         parser.exit()
 
 

@@ -170,7 +170,6 @@ def cmd_run(args) -> int:
     config = parse_config(args.set, spec.configs)
     name, kind = choose_program(spec, args.prog)
     ctx = runinfo.parse_ctx(args.ctx, kind)
-    frames = _inputs(args, kind, warnings)
     from bpfdsl.runtime.kfuncs import needs_dev_bound
 
     bound = needs_dev_bound(spec.programs[name])
@@ -196,6 +195,10 @@ def cmd_run(args) -> int:
         if why:
             print(f"engine: interp ({why})", file=sys.stderr)
     testrun.require_test_run(kind, name, args.engine, bound)
+    # -q on a capture prints totals only: the frames run in batches, counted, no result
+    # object per frame (testrun.count_verdicts; the kernel's batches in one call each)
+    counted = bool(args.quiet and not args.json and args.pcap and not ctx)
+    frames = _inputs(args, kind, warnings, batches=counted)
     entries = runinfo.map_entries(args.map, args.maps)
     ifindex = 0
     if args.dev and args.engine == "kernel":
@@ -210,16 +213,21 @@ def cmd_run(args) -> int:
         if routes and isinstance(engine, testrun.InterpEngine):  # the kernel: refused above
             engine.collection.env.fib_routes[:] = routes
         runinfo.fill_maps(engine, spec, entries, ctx)
-        results = testrun.iter_packets(
-            engine,
-            name,
-            kind,
-            frames,
-            repeat=args.repeat,
-            describe=not args.quiet,
-            ctx=ctx,
-            events=not args.quiet or args.json,  # -q shows no record: none decoded
+        results = (
+            testrun.count_verdicts(engine, name, kind, frames, repeat=args.repeat)
+            if counted
+            else testrun.iter_packets(
+                engine,
+                name,
+                kind,
+                frames,
+                repeat=args.repeat,
+                describe=not args.quiet,
+                ctx=ctx,
+                events=not args.quiet or args.json,  # -q shows no record: none decoded
+            )
         )
+        add = out.add_counts if counted else out.add
         # Ctrl-C (or SIGTERM) stops between two frames, never inside one's output line
         stop = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
         signal.signal(signal.SIGINT, out.interrupt)
@@ -229,9 +237,8 @@ def cmd_run(args) -> int:
         with catch_warnings(record=True) as caught:
             simplefilter("always", testrun.LinearOnlyWarning)
             try:
-                for r in results:  # each frame's line as soon as it is run
-                    out.add(r)
-                    saw_tx = saw_tx or getattr(r, "verdict", None) == "XDP_TX"
+                for r in results:  # each frame's line (or batch's count) as soon as it is run
+                    saw_tx = add(r) or saw_tx
                     if out.interrupted:
                         break
             finally:
@@ -291,7 +298,22 @@ class _RunOutput:
         self.interrupted = True
         self.signal = signum
 
-    def add(self, r) -> None:
+    def add_counts(self, batch) -> bool:
+        """A batch of ``-q`` (testrun.count_verdicts: its counts and verdict totals); True
+        when a frame of it got XDP_TX."""
+        counts, verdicts = batch
+        self.totals.update(verdicts)
+        if counts.skipped:
+            self.totals["skipped"] += counts.skipped
+            self.skipped += counts.skipped
+            self.first_skip = self.first_skip or counts.first_skip
+        self.count += counts.frames
+        if self.progress is not None:
+            self.progress.update(self.task, completed=self.count)
+        return "XDP_TX" in verdicts
+
+    def add(self, r) -> bool:
+        """One frame's result: its line (or JSON entry); True when it got XDP_TX."""
         self.totals[r.verdict or "skipped"] += 1
         if r.skipped:
             self.skipped += 1
@@ -305,6 +327,7 @@ class _RunOutput:
         elif self.progress is not None:
             self.progress.update(self.task, completed=self.count + 1)
         self.count += 1
+        return r.verdict == "XDP_TX"
 
     def stop_progress(self) -> None:
         if self.progress is not None:
@@ -337,9 +360,10 @@ class _RunOutput:
         return status
 
 
-def _inputs(args, kind, warnings: list[str]) -> Iterable[tuple[int, bytes]]:
+def _inputs(args, kind, warnings: list[str], batches: bool = False) -> Iterable:
     """(index, bytes) to run on: frames for XDP (a capture read as it is run), one message
-    for sk_msg, nothing for sock_ops (one run of the callback).  Raises UsageError for
+    for sk_msg, nothing for sock_ops (one run of the callback); with ``batches``, the
+    capture's frames in batches (packets.iter_pcap_spans).  Raises UsageError for
     inputs of the wrong kind, or a capture that cannot be read or holds no packet."""
     from bpfdsl.diagnostics import UsageError, error
     from bpfdsl.runtime import packets
@@ -380,6 +404,12 @@ def _inputs(args, kind, warnings: list[str]) -> Iterable[tuple[int, bytes]]:
                 hint="give a frame with --hex or a capture with --pcap",
             )
         )
+    if args.pcap and batches:
+        spans = packets.iter_pcap_spans(args.pcap, limit=args.limit, warnings=warnings)
+        head = next(spans, None)
+        if head is None:
+            raise UsageError(error("bad-capture", f"{args.pcap}: the capture holds no packet"))
+        return itertools.chain([head], spans)
     if args.pcap:
         stream = packets.iter_pcap(args.pcap, limit=args.limit, warnings=warnings)
         first = next(stream, None)  # an empty capture is refused before anything runs

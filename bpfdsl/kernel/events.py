@@ -172,6 +172,13 @@ class PerfRing:
         mem = self.mem
         struct.pack_into("<Q", mem, _DATA_TAIL, struct.unpack_from("<Q", mem, _DATA_HEAD)[0])
 
+    def skip_position(self) -> tuple[mmap.mmap, int, mmap.mmap, int, int]:
+        """``(src, src_off, dst, dst_off, half)``: copying the uint64 at ``src + src_off``
+        to ``dst + dst_off`` is :meth:`skip_ready` (data_head to data_tail), done by a loop
+        that drops the records without calling back into Python once ``half`` (half the
+        ring) bytes of them wait (:meth:`bpfdsl.kernel.syscall.TestRunner.run_spans`)."""
+        return self.mem, _DATA_HEAD, self.mem, _DATA_TAIL, self.size // 2
+
     def _bytes(self, off: int, n: int) -> bytes:
         base, size = HOST_PAGE_SIZE, self.size
         if off + n <= size:
@@ -291,6 +298,12 @@ class RingbufRing:
         (for readers that do not want the records but must keep the ring from filling;
         call it when no program is between reserve and submit, e.g. after a test run)."""
         struct.pack_into("<Q", self.cons, 0, struct.unpack_from("<Q", self.prod, 0)[0])
+
+    def skip_position(self) -> tuple[mmap.mmap, int, mmap.mmap, int, int]:
+        """``(src, src_off, dst, dst_off, half)``: copying the uint64 at ``src + src_off``
+        to ``dst + dst_off`` is :meth:`skip_ready` (the producer position to the consumer
+        position), once ``half`` the ring waits, as :meth:`PerfRing.skip_position`."""
+        return self.prod, 0, self.cons, 0, self.size // 2
 
     def pending(self) -> int:
         """Bytes between the consumer and producer positions (records not read yet)."""

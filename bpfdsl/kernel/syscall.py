@@ -5,6 +5,12 @@ ctypes structure (layouts from include/uapi/linux/bpf.h as dumped from this mach
 /sys/kernel/btf/vmlinux) and returns kernel objects as :class:`Fd`.  Every failure is a
 :class:`BpfError` (``BpfPermissionError``, a PermissionError, for EPERM/EACCES).
 Pointers in attrs are ``__u64`` user addresses of buffers kept alive by the caller frame.
+
+One command also has a batch form: :meth:`TestRunner.run_spans` issues BPF_PROG_TEST_RUN
+once per frame of a batch, through ``bpfdsl/kernel/_testrun.c`` when it is built (a C
+loop over the same attr, given the system call number, the command and the attr's field
+offsets from here: still this module's command, in a loop in C instead of in Python), else
+through the same loop in Python (:data:`TESTRUN_LOOP` says which).
 """
 
 from __future__ import annotations
@@ -12,8 +18,9 @@ from __future__ import annotations
 import ctypes as C
 import errno as E
 import os
+import struct
 from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from bpfdsl.abi.bpf_attr import (
     BtfInfo,
@@ -41,6 +48,23 @@ from bpfdsl.abi.commands import BpfCmd
 from bpfdsl.abi.flags import BPF_ANY, BPF_F_TEST_XDP_LIVE_FRAMES, BPF_OBJ_NAME_LEN
 from bpfdsl.abi.map_types import MapType
 from bpfdsl.kernel import libc
+
+try:  # the batch test run in C, built with BPFDSL_COMPILE=1 (setup.py)
+    from bpfdsl.kernel import _testrun
+except ImportError:  # not built: the same loop in Python
+    _testrun = None  # type: ignore[assignment]
+
+_PURE_ENV = "BPFDSL_PURE_PYTHON"  # as for the compiled checker: the Python loops only
+if os.environ.get(_PURE_ENV, "") not in ("", "0"):
+    _testrun = None  # type: ignore[assignment]
+    TESTRUN_LOOP = f"Python ({_PURE_ENV}={os.environ[_PURE_ENV]})"
+elif _testrun is None:
+    TESTRUN_LOOP = "Python (not compiled (install with BPFDSL_COMPILE=1))"
+else:
+    TESTRUN_LOOP = "C (bpfdsl/kernel/_testrun.c)"
+"""Which loop :meth:`TestRunner.run_spans` runs, for ``bpfdsl --version``."""
+
+Buffer = Any  # an object with the buffer protocol (collections.abc.Buffer from Python 3.12)
 
 _NR_BPF = {
     "x86_64": 321,
@@ -547,6 +571,13 @@ class TestRunner:
     __slots__ = ("_attr", "_ref", "_din", "_dout", "_cap", "_ctx", "_nr", "_cmd", "_call")
 
     def __init__(self, fd: int | Fd, repeat: int = 1, ctx: bytes | None = None):
+        if _backend is not None:  # its loops call bpf(2) directly: no backend in between
+            raise BpfError(
+                BpfCmd.PROG_TEST_RUN,
+                E.EOPNOTSUPP,
+                "bpf(PROG_TEST_RUN): a TestRunner needs the real kernel, not the backend "
+                "set with set_backend (the fake kernel runs no programs: use the interpreter)",
+            )
         nr = _NR_BPF.get(_MACHINE)
         if nr is None:
             raise BpfError(
@@ -594,6 +625,110 @@ class TestRunner:
     def data_out(self, n: int) -> bytes:
         """The first ``n`` bytes of the last run's output packet."""
         return C.string_at(self._dout, n)
+
+    def run_spans(
+        self,
+        data: Buffer,
+        offsets: Buffer,
+        lengths: Buffer,
+        start: int = 0,
+        end: int | None = None,
+        *,
+        min_len: int = 0,
+        skips: tuple[tuple[Buffer, int, Buffer, int, int], ...] = (),
+        retvals: Buffer | None = None,
+    ) -> tuple[int, int, dict[int, int]]:
+        """BPF_PROG_TEST_RUN of each frame ``i`` in ``[start, end)`` of a batch: the
+        ``lengths[i]`` bytes at ``offsets[i]`` of ``data`` (``offsets``: buffer of uint64,
+        ``lengths``: of uint32, e.g. ``array('Q')``/``array('I')``; ``data``: bytes or
+        any buffer; the kernel reads each frame where it lies, no copy).  Frames shorter
+        than ``min_len`` are not run (retval -1).  ``skips``: ``(src, src_off, dst,
+        dst_off, least)`` of little-endian uint64 positions: after a run, when the one at
+        ``src`` is ``least`` or more past the one at ``dst``, it is copied there (an
+        event ring's consumer position set to its producer's, as ``skip_ready`` does, once
+        ``least`` bytes of records wait: the records dropped).  ``retvals``: a writable
+        buffer of int64, one per frame (``array('q')``), filled with each frame's retval
+        (-1: not run).  The output packets are not kept.
+
+        Returns ``(next, errno, counts)``: the index of the first frame not run (``end``
+        when all were), the errno of its failed run (0 if none failed: the caller runs
+        that frame with :meth:`run` to learn what the error means, and goes on from
+        ``next + 1``), and ``{retval: frames}`` of the frames run (-1: too short).  Runs
+        in C (``bpfdsl/kernel/_testrun.c``) when built, else in Python: same results."""
+        end = len(memoryview(lengths).cast("B")) // 4 if end is None else end
+        if end > start:
+            longest = max(memoryview(lengths).cast("B").cast("I")[start:end])
+            if longest > self._cap:
+                self._grow(longest)
+        cap = self._cap + 4096
+        a = self._attr
+        try:
+            if _testrun is not None:
+                layout = (_F_DATA_IN, _F_SIZE_IN, _F_SIZE_OUT, _F_RETVAL)
+                return _testrun.run_spans(
+                    self._nr.value, self._cmd.value, a, layout, data, offsets, lengths,
+                    start, end, cap, min_len, skips, retvals,
+                )  # fmt: skip
+            return self._run_spans_py(data, offsets, lengths, start, end, cap, min_len, skips,
+                                      retvals)  # fmt: skip
+        finally:
+            a.data_in = C.addressof(self._din)  # :meth:`run` copies into its own buffer
+
+    def _run_spans_py(self, data, offsets, lengths, start, end, cap, min_len, skips, retvals):
+        """:meth:`run_spans` without the C loop: the same calls, from Python."""
+        a, call = self._attr, self._call
+        base = _buffer_address(data)
+        offs = memoryview(offsets).cast("B").cast("Q")
+        lens = memoryview(lengths).cast("B").cast("I")
+        rv = memoryview(retvals).cast("B").cast("q") if retvals is not None else None
+        u64 = _U64
+        moves = list(skips)
+        counts: dict[int, int] = {}
+        get = counts.get
+        i = start
+        for i in range(start, end):
+            n = lens[i]
+            if n < min_len:
+                r = -1
+            else:
+                a.data_in = base + offs[i]
+                a.data_size_in = n
+                a.data_size_out = cap
+                for _ in range(8):
+                    if call() >= 0:
+                        break
+                    err = libc.get_errno()
+                    if err != E.EINTR:
+                        return i, err, counts
+                else:
+                    return i, E.EINTR, counts
+                r = a.retval
+                for s, so, d, do, least in moves:
+                    pos = u64.unpack_from(s, so)[0]
+                    if pos - u64.unpack_from(d, do)[0] >= least:
+                        u64.pack_into(d, do, pos)
+            if rv is not None:
+                rv[i] = r
+            counts[r] = get(r, 0) + 1
+        else:
+            i = end
+        return i, 0, counts
+
+
+_U64 = struct.Struct("<Q")
+# the attr fields the batch loop sets and reads, by byte offset (uapi union bpf_attr)
+_F_DATA_IN = TestRunAttr.data_in.offset
+_F_SIZE_IN = TestRunAttr.data_size_in.offset
+_F_SIZE_OUT = TestRunAttr.data_size_out.offset
+_F_RETVAL = TestRunAttr.retval.offset
+
+
+def _buffer_address(data: Buffer) -> int:
+    """The address of the first byte of ``data`` (bytes, or a writable buffer such as an
+    ``mmap.ACCESS_COPY`` mapping or a bytearray), for an attr's data_in."""
+    if isinstance(data, bytes):
+        return C.cast(C.c_char_p(data), C.c_void_p).value or 0
+    return C.addressof(C.c_char.from_buffer(data))
 
 
 # ---- objects, pins, attach, links ----

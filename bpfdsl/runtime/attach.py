@@ -13,21 +13,21 @@ import ctypes
 import errno
 import os
 import struct
-import sys
 from dataclasses import dataclass, field, fields
 
 from bpfdsl.abi.flags import BPF_F_REPLACE, XdpFlags
 from bpfdsl.abi.insn import decode
-from bpfdsl.abi.limits import BPF_FS_MAGIC
 from bpfdsl.abi.map_types import MapType
 from bpfdsl.abi.prog_types import AttachType, LinkType, ProgramType, XdpAction
-from bpfdsl.diagnostics import Diagnostic, DiagnosticError, HostError, UsageError, error
-from bpfdsl.kernel import libc, netlink, syscall
+from bpfdsl.diagnostics import Diagnostic, DiagnosticError, UsageError, error
+from bpfdsl.kernel import netlink, syscall
 from bpfdsl.obj.verdicts import may_return
+from bpfdsl.runtime.bpffs import BPF_FS_MAGIC, BPFFS, ensure_bpffs, is_bpffs
 from bpfdsl.runtime.cpumap import refuse_dev_bound, refuse_on_interface
 
+__all__ = ["BPF_FS_MAGIC", "BPFFS", "ensure_bpffs", "is_bpffs"]  # kept here for their users
+
 MODES = ("native", "generic")  # offload is refused: it needs a device-bound program
-BPFFS = "/sys/fs/bpf"
 DEFAULT_PIN_ROOT = BPFFS + "/bpfdsl"  # where the CLI pins programs when no --pin-dir is given
 
 
@@ -109,40 +109,6 @@ def find_xdp_link(index: int, prog_id: int) -> tuple[int, int] | None:
         if info.type == LinkType.XDP and info.xdp_ifindex == index and info.prog_id == prog_id:
             return link_id, int(info.prog_id)
     return None
-
-
-def is_bpffs(path: str) -> bool:
-    """True when ``path`` lies on a bpf filesystem (statfs f_type == BPF_FS_MAGIC)."""
-    return libc.statfs_type(path) == BPF_FS_MAGIC
-
-
-def ensure_bpffs(path: str = BPFFS) -> None:
-    """Mount bpffs at ``path`` if it is not mounted yet (as bpftool does), saying so on
-    stderr (a note: the system changed).
-
-    Raises HostError (``no-bpffs``, exit 3) when it cannot be mounted.
-    """
-    if is_bpffs(path) and not is_bpffs(os.path.dirname(path) or "/"):
-        return  # path is the root of a bpffs mount: two statfs calls, no /proc/mounts scan
-    try:
-        with open("/proc/mounts") as f:
-            if any(ln.split()[1:3] == [path, "bpf"] for ln in f):
-                return
-    except OSError:
-        pass
-    os.makedirs(path, exist_ok=True)
-    try:
-        libc.mount(b"bpf", path, b"bpf")
-    except OSError as e:
-        raise HostError(
-            error(
-                "no-bpffs",
-                f"cannot mount bpffs at {path}: {os.strerror(e.errno) if e.errno else e}",
-                hint=f"mount it: mount -t bpf bpf {path}",
-            )
-        ) from None
-    note = Diagnostic("note", "bpffs-mounted", f"bpffs was not mounted: mounted it at {path}")
-    print(note.render(), file=sys.stderr)  # the system changed: say so, as bpftool does not
 
 
 def attach_xdp(

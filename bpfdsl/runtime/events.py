@@ -523,6 +523,14 @@ class EventReaders:
         for m, _record in self.interp.values():
             m.drain()
 
+    def skip_positions(self) -> tuple[tuple[Any, int, Any, int, int], ...] | None:
+        """The ``skip_position()`` of every kernel ring (:meth:`skip_all` as uint64 copies,
+        for :meth:`bpfdsl.kernel.syscall.TestRunner.run_spans`); None when an event map
+        is the interpreter's (its rings are not memory to copy)."""
+        if self.interp:
+            return None
+        return tuple(r.skip_position() for st in self.streams.values() for r in st.rings.values())
+
     def read_all(self) -> list[Event]:
         """The records of every event map since the last read, map by map."""
         return [e for name in self.names() for e in self.read(name)]

@@ -22,6 +22,7 @@ from bpfdsl.obj.collection import read_object
 from bpfdsl.obj.config import parse_config
 from bpfdsl.obj.spec import CollectionSpec, choose_program
 from bpfdsl.runtime import attach, cgroup, intent, loader, pins, sockmap
+from bpfdsl.runtime.objfiles import object_bytes
 
 MANIFEST_NAMES = ("bpfdsl.json", "manifest", "bpfdsl_manifest")  # files the loader may write
 
@@ -210,24 +211,6 @@ def is_object_file(ref: str) -> bool:
 
 
 _STEM_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
-
-
-def object_bytes(ref: str) -> bytes:
-    """ELF bytes of the object file ``ref``, read as it is (``.bpfd`` source is compiled by
-    the caller: :func:`bpfdsl.cli.object_bytes`).
-
-    Raises UsageError when the file is missing, NoPermission when it cannot be read.
-    """
-    if not os.path.exists(ref):
-        raise UsageError(error("no-such-file", f"{os.path.normpath(ref)}: no such file"))
-    if not os.path.isfile(ref):
-        where = os.path.normpath(ref)
-        raise UsageError(error("unreadable-input", f"cannot read {where}: not a regular file"))
-    try:
-        with open(ref, "rb") as f:
-            return f.read()
-    except PermissionError:
-        raise syscall.NoPermission(f"reading {os.path.normpath(ref)}") from None
 
 
 def _choose_pinned(directory: str, progs: dict[str, str], prog: str | None) -> str:

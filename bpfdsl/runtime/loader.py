@@ -31,7 +31,7 @@ from bpfdsl.obj import config as objconfig
 from bpfdsl.obj.maps import PIN_BY_NAME, MapSpec
 from bpfdsl.obj.spec import CollectionSpec, DataSection, ProgramSpec
 from bpfdsl.runtime import cpumap
-from bpfdsl.runtime.attach import BPFFS, ensure_bpffs
+from bpfdsl.runtime.bpffs import BPFFS, ensure_bpffs
 from bpfdsl.runtime.kfuncs import kfunc_btf_id, needs_dev_bound
 from bpfdsl.runtime.verifier_log import LogSummary, summarize
 

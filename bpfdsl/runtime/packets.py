@@ -17,7 +17,13 @@ from pathlib import Path
 
 from bpfdsl.abi.net import ETH_HLEN, ETH_P_IP
 from bpfdsl.diagnostics import UsageError, error
-from bpfdsl.runtime.pcapfile import MAXIMUM_SNAPLEN, CaptureFormatError, CaptureReader, open_capture
+from bpfdsl.runtime.pcapfile import (
+    MAXIMUM_SNAPLEN,
+    CaptureFormatError,
+    CaptureReader,
+    RecordSpans,
+    open_capture,
+)
 
 DLT_EN10MB = 1  # pcap LINKTYPE_ETHERNET (tcpdump.org/linktypes.html)
 
@@ -55,6 +61,26 @@ def iter_pcap(
     """
 
     p = Path(path)
+    return _frames(p, _open_ethernet(p, limit), warnings)
+
+
+def iter_pcap_spans(
+    path: str | Path,
+    *,
+    limit: int | None = None,
+    warnings: list[str] | None = None,
+    chunk: int = 4096,
+) -> Iterator[RecordSpans]:
+    """The frames of :func:`iter_pcap` in batches of at most ``chunk``: each a
+    :class:`~bpfdsl.runtime.pcapfile.RecordSpans` whose frames are spans of the mapped
+    capture (no copy per frame; :meth:`CaptureReader.spans`).  Raises and warns as
+    :func:`iter_pcap`, the UsageError before the first batch."""
+    p = Path(path)
+    return _batches(p, _open_ethernet(p, limit), warnings, chunk)
+
+
+def _open_ethernet(p: Path, limit: int | None) -> CaptureReader:
+    """The capture at ``p``, open, its link type Ethernet; raises UsageError."""
     if p.is_dir():
         raise UsageError(
             error("bad-capture", f"{p} is a directory, not a capture file", hint="give a .pcap")
@@ -83,7 +109,7 @@ def iter_pcap(
                 "(not `-i any`, which writes Linux cooked captures)",
             )
         )
-    return _frames(p, cap, warnings)
+    return cap
 
 
 def _frames(p: Path, cap: CaptureReader, warnings: list[str] | None) -> Iterator[Frame]:
@@ -94,6 +120,23 @@ def _frames(p: Path, cap: CaptureReader, warnings: list[str] | None) -> Iterator
         raise UsageError(error("bad-capture", f"{p}: {e.strerror or e}")) from None
     finally:
         cap.close()
+    _warn_stop(p, cap, warnings)
+
+
+def _batches(
+    p: Path, cap: CaptureReader, warnings: list[str] | None, chunk: int
+) -> Iterator[RecordSpans]:
+    try:
+        yield from cap.spans(chunk)
+    except OSError as e:
+        raise UsageError(error("bad-capture", f"{p}: {e.strerror or e}")) from None
+    finally:
+        cap.close()
+    _warn_stop(p, cap, warnings)
+
+
+def _warn_stop(p: Path, cap: CaptureReader, warnings: list[str] | None) -> None:
+    """The sentence saying why the frames ended early, when they did."""
     if cap.error is not None and warnings is not None:  # tcpdump: "pcap_loop: <error>"
         n = cap.count
         where = f"ends inside packet {n + 1}" if cap.cut else f"stops at packet {n + 1}"

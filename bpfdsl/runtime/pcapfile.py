@@ -19,17 +19,31 @@ Pure (no scapy, no kernel).  The rules are libpcap's (the-tcpdump-group/libpcap)
 
 Whatever ends a read early (a cut file, a record libpcap refuses) stops it with the
 packets read so far, as ``tcpdump -r`` does; :attr:`Capture.error` says why.  :func:`open_capture`
-reads one record at a time (a capture of any size in bounded memory), :func:`read_capture`
-the whole file.
+reads one record at a time (a capture of any size in bounded memory), or batches of records
+as spans of the mapped file (:meth:`CaptureReader.spans`, no copy per record);
+:func:`read_capture` the whole file.
 """
 
 from __future__ import annotations
 
+import mmap
+import os
 import struct
+import sys
+from array import array
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
+
+try:  # the walk over a mapped file's plain records in C, built with BPFDSL_COMPILE=1
+    from bpfdsl.runtime import _pcapwalk
+except ImportError:  # not built: the same walk in Python
+    _pcapwalk = None  # type: ignore[assignment]
+if os.environ.get("BPFDSL_PURE_PYTHON", "") not in ("", "0"):
+    _pcapwalk = None  # type: ignore[assignment]
+PCAP_WALK_C = _pcapwalk is not None
+"""Whether :meth:`CaptureReader.spans` walks a mapped file in C (``bpfdsl --version``)."""
 
 INT_MAX = 2**31 - 1
 MAXIMUM_SNAPLEN = 262144  # libpcap pcap-int.h: the largest snapshot length for most types
@@ -74,6 +88,40 @@ class Record:
     wirelen: int
 
 
+@dataclass(frozen=True, slots=True)
+class RecordSpans:
+    """A batch of records lying in one buffer: record ``k`` (1-based index ``first + k``
+    in the file) is ``lengths[k]`` bytes at byte ``offsets[k]`` of ``data`` (the mapped
+    capture file, a private copy-on-write mapping, or bytes), ``wirelens[k]`` bytes on the
+    wire.  ``offsets``: ``array('Q')``, ``lengths``/``wirelens``: ``array('I')``."""
+
+    data: Any
+    offsets: array
+    lengths: array
+    wirelens: array
+    first: int
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    def frame(self, k: int) -> memoryview:
+        """Record ``k``'s bytes, a view of :attr:`data` (no copy)."""
+        o = self.offsets[k]
+        return memoryview(self.data)[o : o + self.lengths[k]]
+
+
+@dataclass(frozen=True, slots=True)
+class _Walk:
+    """What the fast walk over a mapped pcap file needs of its header: record header
+    size, the (caplen, wirelen) struct at +8, the longest record taken as it is
+    (min(snapshot, link type maximum)), and whether caplen/wirelen may be swapped."""
+
+    hdrsize: int
+    lens: struct.Struct
+    most: int
+    swapped: str
+
+
 @dataclass(slots=True)
 class Capture:
     """What a capture file holds: ``format`` ("pcap"/"pcapng"), ``linktype`` (LINKTYPE_*,
@@ -115,16 +163,18 @@ class CaptureReader:
 
     def __init__(self, path: str | Path, *, limit: int | None = None) -> None:
         self._f: BinaryIO | None = open(path, "rb")
+        self._mem: mmap.mmap | None = None  # the mapped file, while :meth:`spans` reads
         try:
             magic = self._f.read(4)
             if len(magic) != 4:
                 raise CaptureFormatError(
                     f"truncated dump file; tried to read 4 file header bytes, only got {len(magic)}"
                 )
+            self._walk: _Walk | None = None
             if struct.unpack("<I", magic)[0] == _SHB:
                 head, self._next = _open_pcapng(self._f, magic)
             else:
-                head, self._next = _open_pcap(self._f, magic)
+                head, self._next, self._walk = _open_pcap(self._f, magic)
         except BaseException:
             self.close()
             raise
@@ -150,7 +200,114 @@ class CaptureReader:
         finally:
             self.close()
 
+    def spans(self, chunk: int = 4096) -> Iterator[RecordSpans]:
+        """The records in batches of at most ``chunk`` (:class:`RecordSpans`), in file order
+        (at most ``limit`` in all), by the same rules as iterating; ``error``/``cut`` as
+        there once the batches end.  A classic pcap file is mapped (a private
+        copy-on-write mapping, so the kernel can read frames where they lie) and its
+        records are spans of the mapping: no copy per record; a record the plain case does
+        not cover (cut to the snapshot length, swapped lengths, one libpcap refuses) is
+        read by the full rules, as a batch of its own.  pcapng files and files that
+        cannot be mapped (pipes) give batches of copied records.  The mapping is closed
+        when the batches end: use each batch's frames before then (copy what is kept)."""
+        if self._f is None:
+            return
+        try:
+            m = self._map()
+            if m is None:
+                yield from self._copied_spans(chunk)
+            else:
+                yield from self._mapped_spans(m, chunk)
+        except _Stop as e:
+            self.error, self.cut = str(e), e.cut
+        finally:
+            self.close()
+
+    def _map(self) -> mmap.mmap | None:
+        f = self._f
+        if self._walk is None or f is None:
+            return None
+        try:
+            self._mem = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+        except (OSError, ValueError):  # not a regular file (a pipe), or empty
+            return None
+        return self._mem
+
+    def _mapped_spans(self, m: mmap.mmap, chunk: int) -> Iterator[RecordSpans]:
+        assert self._walk is not None and self._f is not None
+        w, f = self._walk, self._f
+        hdr, lens, most, swapped = w.hdrsize, w.lens.unpack_from, w.most, w.swapped
+        pos, end = f.tell(), len(m)
+        fast = _pcapwalk.walk if _pcapwalk is not None and swapped != "yes" else None
+        swap = (w.lens.format[0] == "<") != (sys.byteorder == "little")
+        while self.limit is None or self.count < self.limit:
+            room = chunk if self.limit is None else min(chunk, self.limit - self.count)
+            offs, sizes, wires = array("Q"), array("I"), array("I")
+            if fast is not None:  # the loop below, in C
+                pos, o, s, wl = fast(m, pos, room, hdr, swap, most, swapped != "no")
+                offs.frombytes(o)
+                sizes.frombytes(s)
+                wires.frombytes(wl)
+            put_o, put_s, put_w = offs.append, sizes.append, wires.append
+            k = len(sizes)
+            while fast is None and k < room and pos + hdr <= end:
+                caplen, wirelen = lens(m, pos + 8)
+                d = pos + hdr
+                if caplen > most or d + caplen > end or (caplen > wirelen and swapped != "no"):
+                    break
+                if swapped == "yes":
+                    break
+                put_o(d)
+                put_s(caplen)
+                put_w(wirelen)
+                pos = d + caplen
+                k += 1
+            if k:
+                yield RecordSpans(m, offs, sizes, wires, self.count + 1)
+                self.count += k
+            if k == room:
+                continue
+            if pos == end:
+                return
+            f.seek(pos)  # a record outside the plain case: libpcap's rules in full
+            rec = self._next()
+            if rec is None:
+                return
+            pos = f.tell()
+            self.count += 1
+            data, wirelen = rec
+            yield RecordSpans(data, array("Q", [0]), array("I", [len(data)]),
+                              array("I", [wirelen]), self.count)  # fmt: skip
+
+    def _copied_spans(self, chunk: int) -> Iterator[RecordSpans]:
+        while self.limit is None or self.count < self.limit:
+            room = chunk if self.limit is None else min(chunk, self.limit - self.count)
+            blob = bytearray()
+            offs, sizes, wires = array("Q"), array("I"), array("I")
+            first = self.count + 1
+            while len(sizes) < room:
+                rec = self._next()
+                if rec is None:
+                    break
+                offs.append(len(blob))
+                sizes.append(len(rec[0]))
+                wires.append(rec[1])
+                blob += rec[0]
+                self.count += 1
+            if not sizes:
+                return
+            yield RecordSpans(blob, offs, sizes, wires, first)
+            if len(sizes) < room:
+                return
+
     def close(self) -> None:
+        m = self._mem
+        if m is not None:
+            self._mem = None
+            try:
+                m.close()
+            except BufferError:  # views of it are still held: unmapped when they go
+                pass
         if self._f is not None:
             self._f.close()
             self._f = None
@@ -184,9 +341,12 @@ def read_capture(path: str | Path, *, limit: int | None = None) -> Capture:
 # ---- pcap (sf-pcap.c) ----
 
 
-def _open_pcap(f: BinaryIO, magic: bytes) -> tuple[Capture, Callable[[], tuple[bytes, int] | None]]:
-    """The file header of a pcap file (after its 4 ``magic`` bytes), and the function that
-    reads the next record: (data, wirelen), None at the end of the file; raises _Stop."""
+def _open_pcap(
+    f: BinaryIO, magic: bytes
+) -> tuple[Capture, Callable[[], tuple[bytes, int] | None], _Walk]:
+    """The file header of a pcap file (after its 4 ``magic`` bytes), the function that
+    reads the next record: (data, wirelen), None at the end of the file; raises _Stop --
+    and what the walk over the mapped file needs to take plain records as they are."""
     for order in ("<", ">"):
         (m,) = struct.unpack(order + "I", magic)
         if m in _PCAP_MAGICS:
@@ -240,7 +400,8 @@ def _open_pcap(f: BinaryIO, magic: bytes) -> tuple[Capture, Callable[[], tuple[b
             data = _read(f, caplen, "captured bytes")
         return data, wirelen
 
-    return Capture("pcap", linktype, snapshot), next_record
+    walk = _Walk(hdrsize, struct.Struct(order + "II"), min(snapshot, biggest), swapped)
+    return Capture("pcap", linktype, snapshot), next_record, walk
 
 
 # ---- pcapng (sf-pcapng.c) ----

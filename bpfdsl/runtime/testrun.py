@@ -38,6 +38,7 @@ from bpfdsl.interp.maps import SlotMap
 from bpfdsl.kernel import syscall
 from bpfdsl.runtime import events, loader, runinfo
 from bpfdsl.runtime.packets import describe_change, summary
+from bpfdsl.runtime.pcapfile import RecordSpans
 from bpfdsl.runtime.runinfo import MAP_DIFF_LIMIT, sock_ops_fields
 
 
@@ -153,6 +154,51 @@ class KernelEngine:
             return retval, out(size), ns
 
         return one
+
+    def span_runner(self, program: str, repeat: int = 1) -> Callable[[RecordSpans], BatchCounts]:
+        """A function running ``program`` (no ``ctx``) on every frame of a batch
+        (:class:`~bpfdsl.runtime.pcapfile.RecordSpans`, frames where they lie in the mapped
+        capture) with :meth:`bpfdsl.kernel.syscall.TestRunner.run_spans` -- the C loop of
+        test runs when it is built -- giving the batch's :class:`BatchCounts` (retvals
+        counted, no result per frame).  The records the runs send through event maps are
+        dropped after each run, as :meth:`skip_events` does between frames (the program sees
+        the same room in its rings).  A frame the kernel refuses is run again by
+        :meth:`runner` to say why (skipped, or raised as there)."""
+        tr = syscall.TestRunner(self._coll.programs[program].fd, repeat=max(1, repeat))
+        skips = self._events.skip_positions() or ()
+        one = self.runner(program, repeat)
+        skip_events = self._events.skip_all
+
+        def batch(sp: RecordSpans) -> BatchCounts:
+            counts: dict[int, int] = {}
+            res = BatchCounts(len(sp), counts)
+            i, n = 0, len(sp)
+            while i < n:
+                nxt, _err, got = tr.run_spans(sp.data, sp.offsets, sp.lengths, i, n,
+                                              min_len=ETH_HLEN, skips=skips)  # fmt: skip
+                for r, c in got.items():
+                    counts[r] = counts.get(r, 0) + c
+                if nxt >= n:
+                    break
+                try:  # the frame the kernel refused: what that means, the runner's way
+                    retval, _out, _ns = one(bytes(sp.frame(nxt)))
+                except PacketSkipped as e:
+                    res.skip(str(e))
+                else:
+                    counts[retval] = counts.get(retval, 0) + 1
+                skip_events()
+                i = nxt + 1
+            short = counts.pop(-1, 0)
+            if short:
+                k = next(k for k, size in enumerate(sp.lengths) if size < ETH_HLEN)
+                res.skip(
+                    f"{sp.lengths[k]} bytes: the kernel runs XDP only on frames of at least "
+                    f"{ETH_HLEN} bytes",
+                    short,
+                )
+            return res
+
+        return batch
 
     def has_events(self) -> bool:
         """True when the object has event maps (ringbuf, perf_event_array) to read."""
@@ -614,6 +660,84 @@ def _iter_quiet(
         elif skip_events is not None:
             skip_events()
         yield res
+
+
+@dataclass(slots=True)
+class BatchCounts:
+    """What the frames of one batch got: ``frames`` in the batch, ``retvals`` {program
+    return value: frames run that returned it}, ``skipped`` frames not run and why the
+    first of them was not (``first_skip``)."""
+
+    frames: int
+    retvals: dict[int, int]
+    skipped: int = 0
+    first_skip: str = ""
+
+    def skip(self, why: str, n: int = 1) -> None:
+        self.skipped += n
+        self.first_skip = self.first_skip or why
+
+
+def count_verdicts(
+    engine: Engine,
+    program: str,
+    kind: ProgramKind,
+    batches: Iterable[RecordSpans],
+    *,
+    repeat: int = 1,
+) -> Generator[tuple[BatchCounts, dict[str, int]], None, None]:
+    """Run ``program`` on every frame of each batch (:func:`bpfdsl.runtime.packets.
+    iter_pcap_spans`) as it comes, yielding per batch its :class:`BatchCounts` and the
+    verdict totals of the batch ({``XDP_PASS``...: frames}, skipped frames left out):
+    what ``bpfdsl run --pcap -q`` prints, without a result object per frame.  The kernel
+    engine runs a batch in one call (:meth:`KernelEngine.span_runner`: the C loop of test
+    runs when built); other engines frame by frame (:meth:`Engine.run`).  Records sent
+    through event maps are dropped after each run; frames a plain XDP program saw only the
+    linear part of give one :class:`LinearOnlyWarning` at the end, as :func:`iter_packets`."""
+    lin = _LinearOnly(program)
+    make = getattr(engine, "span_runner", None)
+    run = make(program, repeat) if make is not None else _frame_by_frame(engine, program, repeat)
+    names: dict[int, str] = {}
+    try:
+        for sp in batches:
+            res = run(sp)
+            verdicts: dict[str, int] = {}
+            for r, c in res.retvals.items():
+                name = names.get(r)
+                if name is None:
+                    name = names[r] = verdict_name(kind, r)
+                verdicts[name] = verdicts.get(name, 0) + c
+            if len(sp) and max(sp.lengths) > XDP_MAX_LINEAR:
+                for k, size in enumerate(sp.lengths):
+                    if linear_only(kind, size):
+                        lin.add(sp.first + k)
+            yield res, verdicts
+    finally:
+        lin.warn()
+
+
+def _frame_by_frame(
+    engine: Engine, program: str, repeat: int
+) -> Callable[[RecordSpans], BatchCounts]:
+    """A batch run for engines without :meth:`KernelEngine.span_runner`: one
+    :meth:`Engine.run` per frame, event records dropped after each."""
+    skip_events = getattr(engine, "skip_events", None)
+
+    def batch(sp: RecordSpans) -> BatchCounts:
+        res = BatchCounts(len(sp), {})
+        for k in range(len(sp)):
+            try:
+                r = engine.run(program, bytes(sp.frame(k)), repeat)
+            except PacketSkipped as e:
+                res.skip(str(e))
+                continue
+            finally:
+                if skip_events is not None:
+                    skip_events()
+            res.retvals[r.retval] = res.retvals.get(r.retval, 0) + 1
+        return res
+
+    return batch
 
 
 class LinearOnlyWarning(UserWarning):

@@ -246,3 +246,18 @@ print("ok")
     )  # fmt: skip
     shutil.rmtree(work)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+
+
+def test_test_runs_are_refused_under_the_fake() -> None:
+    """The fake runs no program: BPF_PROG_TEST_RUN is EOPNOTSUPP through sys_bpf, and a
+    TestRunner (whose loops call bpf(2) directly) refuses to start rather than reach the
+    real kernel with the fake's descriptors."""
+    with fake.installed():
+        prog = S.prog_load(ProgramType.XDP, MOV_R0_2 + EXIT, license="GPL")[0]
+        with pytest.raises(S.BpfError) as ei:
+            S.prog_test_run(prog, bytes(64))
+        assert ei.value.errno == E.EOPNOTSUPP
+        with pytest.raises(S.BpfError) as ei:
+            S.TestRunner(prog)
+        assert ei.value.errno == E.EOPNOTSUPP and "interpreter" in str(ei.value)
+        prog.close()

@@ -73,7 +73,7 @@ SYSCALLS_OK: dict[tuple[str, str], str] = {
     # calls through bpfdsl.kernel.libc (the one libc handle lives in kernel/)
     **{("bpfdsl.runtime.xsk", what): "kernel.libc" for what in ("CDLL", "libc")},
     **{("bpfdsl.runtime.cgroup", what): "kernel.libc" for what in ("CDLL", "libc")},
-    ("bpfdsl.runtime.attach", "libc"): "kernel.libc",
+    ("bpfdsl.runtime.bpffs", "libc"): "kernel.libc",
 }
 
 

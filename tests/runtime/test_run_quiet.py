@@ -1,7 +1,9 @@
 """`bpfdsl run --pcap -q`: the lean loop (one reusable test-run attr, no description, the
 records of event maps dropped undecoded) gives the verdicts the described run gives, and the
-rings are still emptied after each frame, so a program whose reservation fails on a full
-ring sees the room it sees in the described run."""
+rings are still emptied as the frames run (the batches of ``-q`` empty a ring once it is half
+full: a run writing less than half a ring of records sees the room it would see if it were
+emptied after each frame), so a program whose reservation fails on a full ring sees the room
+it sees in the described run."""
 
 from __future__ import annotations
 
