@@ -5,7 +5,7 @@
 net/core/filter.c accepts them, and ``bpf_NAME(args)``: any helper of the one helper table
 (bpfdsl.abi.helpers) whose prototype takes scalars, checked against that prototype and
 against the program type, as the kernel's ``*_func_proto`` functions do; its result has
-the prototype's C type (``RET_TYPES``); helpers that change the packet are called through
+the prototype's C type (``symbols.RET_TYPES``); helpers that change the packet are called through
 the language's own forms only (``adjust_head``, ``msg_pull_data``, ...).
 """
 
@@ -28,12 +28,9 @@ from bpfdsl.abi.map_types import MapType
 from bpfdsl.lang import ast
 from bpfdsl.lang import types as T
 from bpfdsl.lang.c_names import c_form
-from bpfdsl.lang.sema.symbols import FIB_LOOKUP, PKT_RESIZE, Local
+from bpfdsl.lang.sema.symbols import FIB_LOOKUP, PKT_RESIZE, RET_TYPES, Local
 
 BY_NAME: dict[str, HelperProto] = {h.name: h for h in PROTOTYPES[1:]}
-# The language type of a `bpf_NAME(...)` result by the prototype's C type (HelperProto.ret_ctype,
-# include/uapi/linux/bpf.h): `long` is 64-bit signed on BPF (a negative errno on failure).
-RET_TYPES: dict[str, T.Type] = {"long": T.I64, "s64": T.I64, "u64": T.U64, "u32": T.U32}
 FIB_HINT = (
     "`let fib = bpf_fib_lookup(family: AF_INET, ipv4_src: ip.saddr, ipv4_dst: ip.daddr, "
     "ifindex: ctx.ingress_ifindex)` then `let rc = fib_lookup(fib, 0)`"
