@@ -146,6 +146,58 @@ C_NAMES: dict[str, str] = {
 }
 """Other C names -> what to write instead."""
 
+KERNEL_STRUCTS: dict[str, str] = {
+    "ethernet": "ethhdr",
+    "vlan": "vlan_hdr",
+    "ipv4": "iphdr",
+    "ipv6": "ipv6hdr",
+    "tcp": "tcphdr",
+    "udp": "udphdr",
+    "icmp": "icmphdr",
+    "icmpv6": "icmp6hdr",
+    "byte": "__u8",
+    "arp": "arphdr",
+    "gre": "gre_base_hdr",
+    "vxlan": "vxlanhdr",
+    "geneve": "genevehdr",
+    "gue": "guehdr",
+    "mpls": "mpls_label",
+    "ipv6_opt": "ipv6_opt_hdr",
+    "ipv6_rt": "ipv6_rt_hdr",
+    "ipv6_frag": "frag_hdr",
+}
+"""bpfdsl library header -> the kernel struct of it (include/uapi/linux/*.h: if_ether.h
+``ethhdr``, ip.h ``iphdr``, ...), for messages, documentation and C's ``struct iphdr``."""
+_HEADER_OF = {c: h for h, c in KERNEL_STRUCTS.items() if h != "byte"}
+_HEADER_OF.update({"vlan_ethhdr": "vlan", "udp6hdr": "udp", "icmp6_hdr": "icmpv6"})
+
+
+def header_of(c_struct: str) -> str | None:
+    """The bpfdsl header of the kernel struct ``c_struct`` (``iphdr`` -> ``ipv4``), or None."""
+    return _HEADER_OF.get(c_struct.removeprefix("struct ").strip())
+
+
+_PACKET = (
+    "bpfdsl reads packet bytes with bounds-checked `parse HEADER` (or `parse byte`), "
+    "each parse after the one before; the length is `ctx.len`"
+)
+
+
+def _parse_form(c_struct: str, var: str) -> str:
+    """``write `let ip = parse ipv4 else { return XDP_PASS }` ...`` for C's ``struct
+    c_struct *var = data + ...``."""
+    h = header_of(c_struct)
+    if h is None:
+        return (
+            f"bpfdsl has no pointers: declare the header (`header {c_struct} {{ a: be16, ... }}`) "
+            f"and write `let {var} = parse {c_struct} else {{ return XDP_PASS }}`"
+        )
+    return (
+        f"write `let {var} = parse {h} else {{ return XDP_PASS }}` (the kernel's `struct "
+        f"{c_struct}` is the header `{h}`; `parse` checks the bounds and moves past it)"
+    )
+
+
 # words of a C type or declaration: `unsigned int x`, `static const __u32 x`
 _C_TYPE_WORDS = frozenset(w for t in C_TYPES for w in t.split()) | {"void", "const", "static"}
 _BPFDSL_TYPES = frozenset(
@@ -326,16 +378,24 @@ def syntax_hint(text: str, pos: int, value: str | None, expected: set[str]) -> s
         return (
             f"a function is written `fn {name}(a: u32){arrow} {{ ... }}` (parameters `NAME: TYPE`)"
         )
+    m = re.match(r"\s*(?:const\s+)?struct\s+(\w+)\s*\*\s*(\w+)\s*(?:=|;)", line)
+    if m:  # `struct iphdr *ip = data + sizeof(struct ethhdr);`
+        return _parse_form(m.group(1), m.group(2))
+    m = re.search(r"\b([A-Za-z_]\w*)\s*->\s*(data|data_end|data_meta)\b", line)
+    if m or re.match(r"\s*void\s*\*", line) or re.search(r"\bdata_end\b", line):
+        # `void *data = (void *)(long)ctx->data;`, `if (data + 14 > data_end)`
+        if m is None:
+            return (
+                "C's packet pointers (`data`, `data_end`) and bounds checks are not needed: "
+                + _PACKET
+            )
+        obj, field = m.group(1), m.group(2)
+        return f"`{obj}->{field}` is not needed: " + _PACKET.replace("ctx.len", f"{obj}.len")
     m = re.search(r"([A-Za-z_][\w.]*)\s*$", before)
     if value == "->" and m is not None:  # `p->field` (not a misplaced `-> TYPE`)
         f = re.match(r"->\s*([A-Za-z_]\w*)", text[pos:])
         obj = m.group(1)
         field = f.group(1) if f else "field"
-        if field in ("data", "data_end", "data_meta"):
-            return (
-                f"`{obj}->{field}` is not needed: bpfdsl reads packet bytes with bounds-checked "
-                f"`parse HEADER` (or `parse byte`); the length is `{obj}.len`"
-            )
         return f"write `{obj}.{field}`: bpfdsl has no pointers, every field is read with `.`"
     if value == "&":
         call = _call_around(text, pos)
@@ -345,7 +405,12 @@ def syntax_hint(text: str, pos: int, value: str | None, expected: set[str]) -> s
                 return hint
         return "bpfdsl has no `&` (address of): pass the value itself (`m.lookup(k)`, `f(k)`)"
     if value == "struct" and re.search(r"sizeof\s*\(\s*$", before):
-        return "write " + C_CALLS["sizeof"].form + ": " + C_CALLS["sizeof"].note
+        hint = "write " + C_CALLS["sizeof"].form + ": " + C_CALLS["sizeof"].note
+        m = re.match(r"struct\s+(\w+)", text[pos:])
+        h = header_of(m.group(1)) if m else None
+        if m and h:
+            hint += f" (the kernel's `struct {m.group(1)}` is the header `{h}`)"
+        return hint
     if value == "struct":
         m = re.match(r"\s*struct\s+(\w+)\s+(\w+)", line)
         if m:

@@ -477,7 +477,8 @@ def assign(ex, s: ast.Assign) -> None:
         return
     if op != "=":
         if not (isinstance(t, T.IntType) and (not t.be or op[0] in "&|^")):
-            ex.err("type-mismatch", f"`{op}` needs a host-order integer, found {t}", s.span)
+            be = _network_order_hint(ex, s, t) if isinstance(t, T.IntType) else None
+            ex.err("type-mismatch", f"`{op}` needs a host-order integer, found {t}", s.span, be)
             return
     ex.expect(s.value, t)
     sh = ex.const_value(s.value)
@@ -497,6 +498,25 @@ def assign(ex, s: ast.Assign) -> None:
             s.value.span,
             f"shift by 0..{t.bits - 1}, or widen first into a u64 variable",
         )
+
+
+def _network_order_hint(ex, s: ast.Assign, t: T.IntType) -> str:
+    """The bpfdsl form of arithmetic ``s`` (``ip.tot_len -= 4``, ``ip.id++``) on the
+    network-order (``be16``/``be32``/``be64``) ``s.target``: through its host-order value,
+    ``ip.tot_len = be16(host(ip.tot_len) - 4)``."""
+    tgt = ex.s.source_text(s.target.span) or "x"
+    written = ex.s.source_text(s.value.span)
+    if isinstance(s.value, ast.IntLit) and written.endswith(("++", "--")):
+        v = "1"  # `x++`: the builder's `x += 1`, its literal spanning `x++`
+    elif isinstance(s.value, (ast.Name, ast.IntLit)):
+        v = written
+    else:
+        v = ex.src_text(s.value)
+    return (
+        f"`{tgt}` is a {t} (network byte order): write `{tgt} = {t}(host({tgt}) {s.op[:-1]} "
+        f"{v})` (the arithmetic on its host-order value; a header's checksum is updated as "
+        "for any field write)"
+    )
 
 
 def _swap(ex, e: ast.Call) -> T.Type:
