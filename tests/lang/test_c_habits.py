@@ -294,6 +294,10 @@ ERRORS = [
     ("let h: ethhdr = 5", (1, 12), "unknown-type", "`ethhdr`", "the header `ethernet`"),
     ("__u32 x = 0;", (1, 5), "c-declaration", "C declaration", "write `let x: u32 = 0`"),
     # a helper's result type is the kernel's (xdp_get_buff_len: u64)
+    ("let n = bpf_xdp_get_buff_len(ctx)", (1, 13), "arg-count",
+     "the context is passed for you", "write `bpf_xdp_get_buff_len()`"),
+    ("if ((void *)(ip + 1) > data_end) { return XDP_DROP; }", (1, 16), "syntax",
+     "unexpected ')'", "bounds checks are not needed"),
     ("let n: u32 = xdp_get_buff_len() - 1", (1, 18), "type-mismatch",
      "expected u32, found u64", "`(xdp_get_buff_len() - 1) as u32`"),
     ("let n: u32 = xdp_get_buff_len()", (1, 18), "type-mismatch", "expected u32, found u64",
@@ -359,12 +363,13 @@ def test_frame_length_minus_one_with_its_cast(engine):
         "    let last: u8 = 0\n"
         "    m[1] = xdp_load_bytes((xdp_get_buff_len() - 1) as u32, last) as u64\n"
         "    m[2] = last as u64\n"
+        "    m[3] = bpf_xdp_get_buff_len()\n"
         "    return XDP_PASS\n"
         "}\n"
     )
     frame = bytes(Ether() / IP() / UDP() / b"tail\x7f")
     got = _map_after_one_run(src, engine, "m", frame)
-    assert got == {0: len(frame), 1: 0, 2: 0x7F}
+    assert got == {0: len(frame), 1: 0, 2: 0x7F, 3: len(frame)}
 
 
 def test_builtin_results_come_from_the_helper_table():
