@@ -92,6 +92,20 @@ def test_compound_division_by_a_run_time_zero(engine):
 
 
 @pytest.mark.parametrize("engine", ENGINES)
+def test_map_entry_operators_through_the_advised_lookup(engine):
+    """The spelling the `m[k] OP= v` error gives works: the looked-up value takes every
+    compound operator (``|=``/``&=``/``^=`` atomically)."""
+    src = _prog(
+        "    m[1] = 12\n    m[2] = 12\n"
+        "    let v = m.lookup(1) else { return XDP_PASS }\n"
+        "    v |= 3\n    v ^= 1\n    v &= 14\n"
+        "    let w = m.lookup(2) else { return XDP_PASS }\n"
+        "    w *= 5\n    w /= 4\n    w %= 7\n    w <<= 2\n    w >>= 1"
+    )
+    assert _map_after_one_run(src, engine, "m") == {1: 14, 2: 2}  # 12*5/4%7 = 1, <<2 >>1
+
+
+@pytest.mark.parametrize("engine", ENGINES)
 def test_map_entry_decrement_counts_down_from_zero(engine):
     """``m[k]--`` on a missing hash key inserts 0 - 1 (as ``m[k] += n`` inserts n), on a
     present one subtracts atomically; the interpreter and the kernel agree."""
@@ -191,7 +205,10 @@ ERRORS = [
     ("--ip.ttl", (1, 5), "syntax", "unexpected '--'", "write `ip.ttl -= 1`"),
     ("++m[1]", (1, 5), "syntax", "unexpected '++'", "write `m[1] += 1`"),
     ("let x: u32 = 8\n    x /= 0", (2, 10), "division-by-zero", "division by zero", None),
-    ("m[1] *= 2", (1, 5), "map-assign", "`*=` on a map entry", "m.lookup(k)"),
+    ("m[1] *= 2", (1, 5), "map-assign", "`*=` on a map entry",
+     "look the entry up: `let v = m.lookup(1) else { ... }` then `v *= 2` (a plain read"),
+    ("m[ctx.rx_queue_index] |= 2", (1, 5), "map-assign", "`|=` on a map entry",
+     "`let v = m.lookup(ctx.rx_queue_index) else { ... }` then `v |= 2` (atomic"),
     ("if ip.tot_len == htons(53) { return XDP_DROP }", (1, 22), "unknown-fn", "`htons`",
      "C's `htons(53)` is `be16(53)` in bpfdsl"),
     ("if ntohs(ip.tot_len) > 60 { return XDP_DROP }", (1, 8), "unknown-fn", "`ntohs`",

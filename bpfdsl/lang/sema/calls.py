@@ -408,12 +408,16 @@ def assign(ex, s: ast.Assign) -> None:
         assert m.value is not None
         map_key(ex, m, tgt.index)
         if op not in ("=", "+=", "-="):
+            mt, kt = ex.s.source_text(tgt.obj.span), ex.s.source_text(tgt.index.span)
+            vt = ex.s.source_text(s.value.span)
+            how = "atomic" if op in ("|=", "&=", "^=") else "a plain read and write, not atomic"
             ex.err(
                 "map-assign",
                 f"`{op}` on a map entry is not supported",
                 s.span,
-                "use `m[k] = v`, `m[k] += n` or `m[k] -= n`; for other operators look the "
-                "entry up (`let v = m.lookup(k) else { ... }`) and write `v " + op + " ...`"
+                f"look the entry up: `let v = {mt}.lookup({kt}) else {{ ... }}` then "
+                f"`v {op} {vt}` ({how} on the map value); `m[k] = v`, `m[k] += n` and "
+                "`m[k] -= n` work on the entry itself"
                 if isinstance(m.value, T.IntType)
                 else "use `m[k] = v`",
             )
