@@ -297,11 +297,11 @@ def by_name(ex, e: ast.Call) -> T.Type | None:
         )
     if len(e.args) != len(params) or e.kwargs:
         ctx = " (the context is passed for you)" if takes_ctx else ""
-        hint = None
+        without: str | None = None
         if takes_ctx and len(e.args) == len(params) + 1:  # C's `bpf_NAME(ctx, ...)`
             rest = ", ".join(ex.s.source_text(a.span) for a in e.args[1:])
-            hint = f"write `{e.name}({rest})`"
-        ex.err("arg-count", f"`{e.name}` takes {len(params)} argument(s){ctx}", e.span, hint)
+            without = f"write `{e.name}({rest})`"
+        ex.err("arg-count", f"`{e.name}` takes {len(params)} argument(s){ctx}", e.span, without)
     for a in e.args[: len(params)]:
         ex.coerce(a, T.U64)
     return T.VOID if h.ret is RetKind.VOID else RET_TYPES[h.ret_ctype]
