@@ -3,12 +3,15 @@
 The one table of them (docs/language.md "Coming from C" lists it): :data:`C_CALLS` (C
 functions, macros and ``bpf_*`` helpers the language writes another way -> the bpfdsl
 expression, with the call's own arguments put in), :data:`C_TYPES` (C type names -> bpfdsl
-types) and :data:`C_NAMES` (other C names: ``NULL``).  Consulted by sema's unknown-function,
-unknown-type and unknown-name errors and its ``bpf_NAME`` helper path
-(:mod:`bpfdsl.lang.sema.helpers`), by the builder for a C declaration (``__u32 x = 5``) and
-by the parser for C syntax (:func:`syntax_hint`: ``->``, ``&x``, ``sizeof(struct x)``,
-``SEC(...)``, ``#include``, C's ``for (;;)``, ``?:``, ``++x``, C struct fields and function
-definitions).  A leaf of the front end: it imports only the ABI tables.
+types), :data:`C_NAMES` (other C names: ``NULL``) and :data:`KERNEL_STRUCTS` (library
+header -> the kernel's struct of it, ``ipv4`` -> ``iphdr``; :func:`header_of` the other
+way).  Consulted by sema's unknown-function, unknown-type and unknown-name errors and its
+``bpf_NAME`` helper path (:mod:`bpfdsl.lang.sema.helpers`), by the header library
+(``Header.c_name``), by the builder for a C declaration (``__u32 x = 5``) and by the parser
+for C syntax (:func:`syntax_hint`: ``->``, ``&x``, ``sizeof(struct x)``, C's packet pointers
+``(void *)(long)ctx->data`` and ``struct iphdr *ip = data + ...``, ``SEC(...)``,
+``#include``, C's ``for (;;)``, ``?:``, ``++x``, C struct fields and function definitions).
+A leaf of the front end: it imports only the ABI tables.
 """
 
 from __future__ import annotations
