@@ -328,6 +328,17 @@ def _call_around(text: str, pos: int) -> tuple[str, list[str]] | None:
     return m.group(1), args
 
 
+def _outer_parens(text: str) -> bool:
+    """True when the ``(`` that starts ``text`` closes at its last character (``(a && b)``,
+    not ``(a) && (b)``)."""
+    depth = 0
+    for i, ch in enumerate(text):
+        depth += (ch == "(") - (ch == ")")
+        if depth == 0:
+            return i == len(text) - 1
+    return False
+
+
 _SECTIONS: dict[str, str] = {}  # ELF section -> the first program kind of it (`xdp`)
 for _k in PROGRAM_KINDS:
     _SECTIONS.setdefault(_k.section, _k.keyword)
@@ -449,6 +460,24 @@ def syntax_hint(text: str, pos: int, value: str | None, expected: set[str]) -> s
         what = m.group(2) if m else "x"
         op = "+=" if value == "++" else "-="
         return f"write `{what} {op} 1` (or `{what}{value}` as a statement)"
+    if value == "*" and re.search(r"(?:^|[(;{=,])\s*\(?\s*$", before):  # `*v += 1`, `(*v)++`
+        m = re.match(
+            r"\*\s*([A-Za-z_]\w*)\s*\)?\s*(.*?)\s*;?\s*$", text[pos : len(text) if le < 0 else le]
+        )
+        name, rest = (m.group(1), m.group(2)) if m else ("v", "")
+        stmt = name + (rest if rest[:2] in ("++", "--") else f" {rest}" if rest else "")
+        return (
+            f"bpfdsl has no pointers: write `{stmt}` (a looked-up map value is used by its "
+            f"name: `let {name} = m.lookup(k) else {{ ... }}` then `{name} += 1`)"
+        )
+    m = re.match(r"\s*(?:}\s*else\s+)?if\b(.*)$", before)
+    if m and "LBRACE" in expected and value != "{":  # C's `if (c) stmt;`
+        cond = m.group(1).strip()
+        if cond.startswith("(") and cond.endswith(")") and _outer_parens(cond):
+            cond = cond[1:-1].strip()
+        body = text[pos : len(text) if le < 0 else le].strip().removesuffix(";").strip()
+        if "{" not in body:  # `if c and d { ... }` stops at `and`: a block follows
+            return f"the body of `if` is a block: write `if {cond} {{ {body} }}`"
     if value in ("and", "or", "not"):
         return f"bpfdsl writes `{ {'and': '&&', 'or': '||', 'not': '!'}[value] }`"
     if value is not None and "COLON" in expected:

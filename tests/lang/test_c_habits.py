@@ -52,6 +52,8 @@ SAME = [
     ("let s = sm.lookup(0) else { return XDP_PASS }\n    s.a--",
      "let s = sm.lookup(0) else { return XDP_PASS }\n    s.a -= 1"),
     ("let k = st(a: 1)\n    k.a++\n    m[0] = k.a as u64", "let k = st(a: 1)\n    k.a += 1\n    m[0] = k.a as u64"),
+    ("let v = m.lookup(1) else { return XDP_PASS }\n    v++",
+     "let v = m.lookup(1) else { return XDP_PASS }\n    v += 1"),
     ("match ip.protocol { 17 => m[1]++, _ => m[2]++ }",
      "match ip.protocol { 17 => m[1] += 1, _ => m[2] += 1 }"),
 ]  # fmt: skip
@@ -287,6 +289,15 @@ ERRORS = [
     ("ip.id >>= 1", (1, 5), "type-mismatch", "`>>=`", "`ip.id = be16(host(ip.id) >> 1)`"),
     ("ip.id -= ip.ttl as u16", (1, 5), "type-mismatch", "`-=`",
      "`ip.id = be16(host(ip.id) - (ip.ttl as u16))`"),
+    # C's brace-less `if` and `*v`
+    ("if (ip.ttl < 2) return XDP_DROP;", (1, 21), "syntax", "unexpected 'return'",
+     "the body of `if` is a block: write `if ip.ttl < 2 { return XDP_DROP }`"),
+    ("if (ip.ttl < 2) && (ip.ttl > 0) m[1] += 1;", (1, 37), "syntax", "unexpected 'm'",
+     "write `if (ip.ttl < 2) && (ip.ttl > 0) { m[1] += 1 }`"),
+    ("let v = m.lookup(1) else { return XDP_PASS }\n    *v += 1;", (2, 5), "syntax",
+     "unexpected '*'", "bpfdsl has no pointers: write `v += 1`"),
+    ("let v = m.lookup(1) else { return XDP_PASS }\n    (*v)++;", (2, 6), "syntax",
+     "unexpected '*'", "bpfdsl has no pointers: write `v++`"),
     # C's packet pointers: `parse` instead
     ("let d = (void *)(long)ctx->data", (1, 20), "syntax", "unexpected ')'",
      "`ctx->data` is not needed: bpfdsl reads packet bytes with bounds-checked `parse"),
