@@ -70,6 +70,16 @@ C_CALLS: dict[str, CForm] = {
         "bpfdsl passes sizes itself (map keys and values, `csum_diff`, `ringbuf_output` and "
         "`xdp_load_bytes` take the value); where a length is a number, write it (a `const`)",
     ),
+    # debug printing (bpf_helpers.h bpf_printk, helper bpf_trace_printk)
+    **{
+        n: CForm(
+            ("fmt", "..."),
+            "ringbuf_output(RING, RECORD)",
+            "no trace_pipe printing: put the values in a struct record, send it through a "
+            "`ringbuf` map and read it decoded by field with `bpfdsl events PIN_DIR:RING`",
+        )
+        for n in ("bpf_printk", "bpf_trace_printk")
+    },
     # helpers (include/uapi/linux/bpf.h) the language has its own form for
     "bpf_map_lookup_elem": CForm(("map", "key"), "let v = {0}.lookup({1}) else {{ ... }}", _LOOKUP),
     "bpf_map_update_elem": CForm(

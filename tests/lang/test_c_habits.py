@@ -289,6 +289,10 @@ ERRORS = [
     ("ip.id >>= 1", (1, 5), "type-mismatch", "`>>=`", "`ip.id = be16(host(ip.id) >> 1)`"),
     ("ip.id -= ip.ttl as u16", (1, 5), "type-mismatch", "`-=`",
      "`ip.id = be16(host(ip.id) - (ip.ttl as u16))`"),
+    ('bpf_printk("ttl %d", ip.ttl);', (1, 5), "unknown-fn", "`bpf_printk`",
+     "is `ringbuf_output(RING, RECORD)` in bpfdsl: no trace_pipe printing"),
+    ('bpf_trace_printk("x", 2)', (1, 5), "helper-not-modelled", "takes memory",
+     "write `ringbuf_output(RING, RECORD)` (no trace_pipe printing"),
     # C's brace-less `if` and `*v`
     ("if (ip.ttl < 2) return XDP_DROP;", (1, 21), "syntax", "unexpected 'return'",
      "the body of `if` is a block: write `if ip.ttl < 2 { return XDP_DROP }`"),

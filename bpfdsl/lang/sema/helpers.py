@@ -249,7 +249,9 @@ def _c_form(ex, e: ast.Call) -> str | None:
     """``write `FORM``` for the helper call ``e`` the language writes its own way (the one
     table of C names, :mod:`bpfdsl.lang.c_names`), with its arguments put in."""
     got = c_form(e.name, [ex.s.source_text(a.span) for a in e.args])
-    return f"write {got[0]}" if got is not None else None
+    if got is None:
+        return None
+    return f"write {got[0]}" + (f" ({got[1]})" if got[1] else "")
 
 
 def by_name(ex, e: ast.Call) -> T.Type | None:
