@@ -3,12 +3,15 @@
 The one table of them (docs/language.md "Coming from C" lists it): :data:`C_CALLS` (C
 functions, macros and ``bpf_*`` helpers the language writes another way -> the bpfdsl
 expression, with the call's own arguments put in), :data:`C_TYPES` (C type names -> bpfdsl
-types) and :data:`C_NAMES` (other C names: ``NULL``).  Consulted by sema's unknown-function,
-unknown-type and unknown-name errors and its ``bpf_NAME`` helper path
-(:mod:`bpfdsl.lang.sema.helpers`), by the builder for a C declaration (``__u32 x = 5``) and
-by the parser for C syntax (:func:`syntax_hint`: ``->``, ``&x``, ``sizeof(struct x)``,
-``SEC(...)``, ``#include``, C's ``for (;;)``, ``?:``, ``++x``, C struct fields and function
-definitions).  A leaf of the front end: it imports only the ABI tables.
+types), :data:`C_NAMES` (other C names: ``NULL``) and :data:`KERNEL_STRUCTS` (library
+header -> the kernel's struct of it, ``ipv4`` -> ``iphdr``; :func:`header_of` the other
+way).  Consulted by sema's unknown-function, unknown-type and unknown-name errors and its
+``bpf_NAME`` helper path (:mod:`bpfdsl.lang.sema.helpers`), by the header library
+(``Header.c_name``), by the builder for a C declaration (``__u32 x = 5``) and by the parser
+for C syntax (:func:`syntax_hint`: ``->``, ``&x``, ``sizeof(struct x)``, C's packet pointers
+``(void *)(long)ctx->data`` and ``struct iphdr *ip = data + ...``, ``SEC(...)``,
+``#include``, C's ``for (;;)``, ``?:``, ``++x``, C struct fields and function definitions).
+A leaf of the front end: it imports only the ABI tables.
 """
 
 from __future__ import annotations
@@ -67,6 +70,16 @@ C_CALLS: dict[str, CForm] = {
         "bpfdsl passes sizes itself (map keys and values, `csum_diff`, `ringbuf_output` and "
         "`xdp_load_bytes` take the value); where a length is a number, write it (a `const`)",
     ),
+    # debug printing (bpf_helpers.h bpf_printk, helper bpf_trace_printk)
+    **{
+        n: CForm(
+            ("fmt", "..."),
+            "ringbuf_output(RING, RECORD)",
+            "no trace_pipe printing: put the values in a struct record, send it through a "
+            "`ringbuf` map and read it decoded by field with `bpfdsl events PIN_DIR:RING`",
+        )
+        for n in ("bpf_printk", "bpf_trace_printk")
+    },
     # helpers (include/uapi/linux/bpf.h) the language has its own form for
     "bpf_map_lookup_elem": CForm(("map", "key"), "let v = {0}.lookup({1}) else {{ ... }}", _LOOKUP),
     "bpf_map_update_elem": CForm(
@@ -145,6 +158,58 @@ C_NAMES: dict[str, str] = {
     "buffer: no flags argument",
 }
 """Other C names -> what to write instead."""
+
+KERNEL_STRUCTS: dict[str, str] = {
+    "ethernet": "ethhdr",
+    "vlan": "vlan_hdr",
+    "ipv4": "iphdr",
+    "ipv6": "ipv6hdr",
+    "tcp": "tcphdr",
+    "udp": "udphdr",
+    "icmp": "icmphdr",
+    "icmpv6": "icmp6hdr",
+    "byte": "__u8",
+    "arp": "arphdr",
+    "gre": "gre_base_hdr",
+    "vxlan": "vxlanhdr",
+    "geneve": "genevehdr",
+    "gue": "guehdr",
+    "mpls": "mpls_label",
+    "ipv6_opt": "ipv6_opt_hdr",
+    "ipv6_rt": "ipv6_rt_hdr",
+    "ipv6_frag": "frag_hdr",
+}
+"""bpfdsl library header -> the kernel struct of it (include/uapi/linux/*.h: if_ether.h
+``ethhdr``, ip.h ``iphdr``, ...), for messages, documentation and C's ``struct iphdr``."""
+_HEADER_OF = {c: h for h, c in KERNEL_STRUCTS.items() if h != "byte"}
+_HEADER_OF.update({"vlan_ethhdr": "vlan", "udp6hdr": "udp", "icmp6_hdr": "icmpv6"})
+
+
+def header_of(c_struct: str) -> str | None:
+    """The bpfdsl header of the kernel struct ``c_struct`` (``iphdr`` -> ``ipv4``), or None."""
+    return _HEADER_OF.get(c_struct.removeprefix("struct ").strip())
+
+
+_PACKET = (
+    "bpfdsl reads packet bytes with bounds-checked `parse HEADER` (or `parse byte`), "
+    "each parse after the one before; the length is `ctx.len`"
+)
+
+
+def _parse_form(c_struct: str, var: str) -> str:
+    """``write `let ip = parse ipv4 else { return XDP_PASS }` ...`` for C's ``struct
+    c_struct *var = data + ...``."""
+    h = header_of(c_struct)
+    if h is None:
+        return (
+            f"bpfdsl has no pointers: declare the header (`header {c_struct} {{ a: be16, ... }}`) "
+            f"and write `let {var} = parse {c_struct} else {{ return XDP_PASS }}`"
+        )
+    return (
+        f"write `let {var} = parse {h} else {{ return XDP_PASS }}` (the kernel's `struct "
+        f"{c_struct}` is the header `{h}`; `parse` checks the bounds and moves past it)"
+    )
+
 
 # words of a C type or declaration: `unsigned int x`, `static const __u32 x`
 _C_TYPE_WORDS = frozenset(w for t in C_TYPES for w in t.split()) | {"void", "const", "static"}
@@ -273,6 +338,17 @@ def _call_around(text: str, pos: int) -> tuple[str, list[str]] | None:
     return m.group(1), args
 
 
+def _outer_parens(text: str) -> bool:
+    """True when the ``(`` that starts ``text`` closes at its last character (``(a && b)``,
+    not ``(a) && (b)``)."""
+    depth = 0
+    for i, ch in enumerate(text):
+        depth += (ch == "(") - (ch == ")")
+        if depth == 0:
+            return i == len(text) - 1
+    return False
+
+
 _SECTIONS: dict[str, str] = {}  # ELF section -> the first program kind of it (`xdp`)
 for _k in PROGRAM_KINDS:
     _SECTIONS.setdefault(_k.section, _k.keyword)
@@ -326,16 +402,24 @@ def syntax_hint(text: str, pos: int, value: str | None, expected: set[str]) -> s
         return (
             f"a function is written `fn {name}(a: u32){arrow} {{ ... }}` (parameters `NAME: TYPE`)"
         )
+    m = re.match(r"\s*(?:const\s+)?struct\s+(\w+)\s*\*\s*(\w+)\s*(?:=|;)", line)
+    if m:  # `struct iphdr *ip = data + sizeof(struct ethhdr);`
+        return _parse_form(m.group(1), m.group(2))
+    m = re.search(r"\b([A-Za-z_]\w*)\s*->\s*(data|data_end|data_meta)\b", line)
+    if m or re.match(r"\s*void\s*\*", line) or re.search(r"\bdata_end\b", line):
+        # `void *data = (void *)(long)ctx->data;`, `if (data + 14 > data_end)`
+        if m is None:
+            return (
+                "C's packet pointers (`data`, `data_end`) and bounds checks are not needed: "
+                + _PACKET
+            )
+        obj, field = m.group(1), m.group(2)
+        return f"`{obj}->{field}` is not needed: " + _PACKET.replace("ctx.len", f"{obj}.len")
     m = re.search(r"([A-Za-z_][\w.]*)\s*$", before)
     if value == "->" and m is not None:  # `p->field` (not a misplaced `-> TYPE`)
         f = re.match(r"->\s*([A-Za-z_]\w*)", text[pos:])
         obj = m.group(1)
         field = f.group(1) if f else "field"
-        if field in ("data", "data_end", "data_meta"):
-            return (
-                f"`{obj}->{field}` is not needed: bpfdsl reads packet bytes with bounds-checked "
-                f"`parse HEADER` (or `parse byte`); the length is `{obj}.len`"
-            )
         return f"write `{obj}.{field}`: bpfdsl has no pointers, every field is read with `.`"
     if value == "&":
         call = _call_around(text, pos)
@@ -345,7 +429,12 @@ def syntax_hint(text: str, pos: int, value: str | None, expected: set[str]) -> s
                 return hint
         return "bpfdsl has no `&` (address of): pass the value itself (`m.lookup(k)`, `f(k)`)"
     if value == "struct" and re.search(r"sizeof\s*\(\s*$", before):
-        return "write " + C_CALLS["sizeof"].form + ": " + C_CALLS["sizeof"].note
+        hint = "write " + C_CALLS["sizeof"].form + ": " + C_CALLS["sizeof"].note
+        m = re.match(r"struct\s+(\w+)", text[pos:])
+        h = header_of(m.group(1)) if m else None
+        if m and h:
+            hint += f" (the kernel's `struct {m.group(1)}` is the header `{h}`)"
+        return hint
     if value == "struct":
         m = re.match(r"\s*struct\s+(\w+)\s+(\w+)", line)
         if m:
@@ -381,6 +470,24 @@ def syntax_hint(text: str, pos: int, value: str | None, expected: set[str]) -> s
         what = m.group(2) if m else "x"
         op = "+=" if value == "++" else "-="
         return f"write `{what} {op} 1` (or `{what}{value}` as a statement)"
+    if value == "*" and re.search(r"(?:^|[(;{=,])\s*\(?\s*$", before):  # `*v += 1`, `(*v)++`
+        m = re.match(
+            r"\*\s*([A-Za-z_]\w*)\s*\)?\s*(.*?)\s*;?\s*$", text[pos : len(text) if le < 0 else le]
+        )
+        name, rest = (m.group(1), m.group(2)) if m else ("v", "")
+        stmt = name + (rest if rest[:2] in ("++", "--") else f" {rest}" if rest else "")
+        return (
+            f"bpfdsl has no pointers: write `{stmt}` (a looked-up map value is used by its "
+            f"name: `let {name} = m.lookup(k) else {{ ... }}` then `{name} += 1`)"
+        )
+    m = re.match(r"\s*(?:}\s*else\s+)?if\b(.*)$", before)
+    if m and "LBRACE" in expected and value != "{":  # C's `if (c) stmt;`
+        cond = m.group(1).strip()
+        if cond.startswith("(") and cond.endswith(")") and _outer_parens(cond):
+            cond = cond[1:-1].strip()
+        body = text[pos : len(text) if le < 0 else le].strip().removesuffix(";").strip()
+        if "{" not in body:  # `if c and d { ... }` stops at `and`: a block follows
+            return f"the body of `if` is a block: write `if {cond} {{ {body} }}`"
     if value in ("and", "or", "not"):
         return f"bpfdsl writes `{ {'and': '&&', 'or': '||', 'not': '!'}[value] }`"
     if value is not None and "COLON" in expected:

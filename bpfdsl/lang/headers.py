@@ -23,33 +23,13 @@ from bpfdsl.diagnostics import DiagnosticError, error
 from bpfdsl.lang import ast
 from bpfdsl.lang import types as T
 from bpfdsl.lang.build import parse_program
+from bpfdsl.lang.c_names import KERNEL_STRUCTS
 from bpfdsl.lang.layout import Header, HField, header_layout
 
 # Headers the compiler itself gives meaning to (checksum and pseudo-header rules, parse
 # cursor walks): a program cannot declare a header of one of these names.  The other
 # library headers are a prelude: a program's own ``header gre { ... }`` replaces it.
 CORE_HEADERS = ("ethernet", "vlan", "ipv4", "ipv6", "tcp", "udp", "icmp", "icmpv6", "byte")
-# kernel struct of each header (include/uapi/linux/*.h), for messages and documentation
-KERNEL_STRUCTS = {
-    "ethernet": "ethhdr",
-    "vlan": "vlan_hdr",
-    "ipv4": "iphdr",
-    "ipv6": "ipv6hdr",
-    "tcp": "tcphdr",
-    "udp": "udphdr",
-    "icmp": "icmphdr",
-    "icmpv6": "icmp6hdr",
-    "byte": "__u8",
-    "arp": "arphdr",
-    "gre": "gre_base_hdr",
-    "vxlan": "vxlanhdr",
-    "geneve": "genevehdr",
-    "gue": "guehdr",
-    "mpls": "mpls_label",
-    "ipv6_opt": "ipv6_opt_hdr",
-    "ipv6_rt": "ipv6_rt_hdr",
-    "ipv6_frag": "frag_hdr",
-}
 # What the syntax cannot say: icmphdr's union (``un.gateway`` over ``id`` and ``sequence``).
 _OVERLAYS = {"icmp": {"gateway": HField(4, T.BE32)}}
 

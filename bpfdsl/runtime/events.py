@@ -511,7 +511,10 @@ class EventReaders:
             return self.streams[name].read()
         if name in self.interp:
             m, record = self.interp[name]
-            return [make_event(name, record, data, cpu) for cpu, data in m.drain()]
+            ring = m.map_type == MapType.RINGBUF  # shared by the CPUs: no cpu, as the kernel's
+            return [
+                make_event(name, record, data, None if ring else cpu) for cpu, data in m.drain()
+            ]
         raise KeyError(f"no ringbuf/perf_event_array map {name!r} in the object")
 
     def skip_all(self) -> None:

@@ -52,6 +52,8 @@ SAME = [
     ("let s = sm.lookup(0) else { return XDP_PASS }\n    s.a--",
      "let s = sm.lookup(0) else { return XDP_PASS }\n    s.a -= 1"),
     ("let k = st(a: 1)\n    k.a++\n    m[0] = k.a as u64", "let k = st(a: 1)\n    k.a += 1\n    m[0] = k.a as u64"),
+    ("let v = m.lookup(1) else { return XDP_PASS }\n    v++",
+     "let v = m.lookup(1) else { return XDP_PASS }\n    v += 1"),
     ("match ip.protocol { 17 => m[1]++, _ => m[2]++ }",
      "match ip.protocol { 17 => m[1] += 1, _ => m[2] += 1 }"),
 ]  # fmt: skip
@@ -92,6 +94,20 @@ def test_compound_division_by_a_run_time_zero(engine):
 
 
 @pytest.mark.parametrize("engine", ENGINES)
+def test_map_entry_operators_through_the_advised_lookup(engine):
+    """The spelling the `m[k] OP= v` error gives works: the looked-up value takes every
+    compound operator (``|=``/``&=``/``^=`` atomically)."""
+    src = _prog(
+        "    m[1] = 12\n    m[2] = 12\n"
+        "    let v = m.lookup(1) else { return XDP_PASS }\n"
+        "    v |= 3\n    v ^= 1\n    v &= 14\n"
+        "    let w = m.lookup(2) else { return XDP_PASS }\n"
+        "    w *= 5\n    w /= 4\n    w %= 7\n    w <<= 2\n    w >>= 1"
+    )
+    assert _map_after_one_run(src, engine, "m") == {1: 14, 2: 2}  # 12*5/4%7 = 1, <<2 >>1
+
+
+@pytest.mark.parametrize("engine", ENGINES)
 def test_map_entry_decrement_counts_down_from_zero(engine):
     """``m[k]--`` on a missing hash key inserts 0 - 1 (as ``m[k] += n`` inserts n), on a
     present one subtracts atomically; the interpreter and the kernel agree."""
@@ -99,14 +115,16 @@ def test_map_entry_decrement_counts_down_from_zero(engine):
     assert _map_after_one_run(src, engine, "m") == {5: (1 << 64) - 2, 6: 2}
 
 
-def _map_after_one_run(src: str, engine: str, name: str) -> dict[int, int]:
-    """Map ``name`` (u32 -> u64) after program ``f`` ran once on a UDP frame."""
+def _map_after_one_run(
+    src: str, engine: str, name: str, frame: bytes = bytes(Ether() / IP() / UDP())
+) -> dict[int, int]:
+    """Map ``name`` (u32 -> u64) after program ``f`` ran once on ``frame`` (a UDP frame)."""
     from bpfdsl.runtime import testrun
 
     spec = bpfdsl.read_object(compile_source(src, "run.bpfd").obj)
     eng = testrun.open_engine(engine, spec)
     try:
-        eng.run("f", bytes(Ether() / IP() / UDP()))
+        eng.run("f", frame)
         dump = eng.snapshot_maps()[name]
     finally:
         eng.close()
@@ -189,7 +207,10 @@ ERRORS = [
     ("--ip.ttl", (1, 5), "syntax", "unexpected '--'", "write `ip.ttl -= 1`"),
     ("++m[1]", (1, 5), "syntax", "unexpected '++'", "write `m[1] += 1`"),
     ("let x: u32 = 8\n    x /= 0", (2, 10), "division-by-zero", "division by zero", None),
-    ("m[1] *= 2", (1, 5), "map-assign", "`*=` on a map entry", "m.lookup(k)"),
+    ("m[1] *= 2", (1, 5), "map-assign", "`*=` on a map entry",
+     "look the entry up: `let v = m.lookup(1) else { ... }` then `v *= 2` (a plain read"),
+    ("m[ctx.rx_queue_index] |= 2", (1, 5), "map-assign", "`|=` on a map entry",
+     "`let v = m.lookup(ctx.rx_queue_index) else { ... }` then `v |= 2` (atomic"),
     ("if ip.tot_len == htons(53) { return XDP_DROP }", (1, 22), "unknown-fn", "`htons`",
      "C's `htons(53)` is `be16(53)` in bpfdsl"),
     ("if ntohs(ip.tot_len) > 60 { return XDP_DROP }", (1, 8), "unknown-fn", "`ntohs`",
@@ -253,6 +274,66 @@ ERRORS = [
     ("if ip.ttl > 1 and ip.ttl < 5 { return XDP_DROP }", (1, 19), "syntax", "'and'",
      "bpfdsl writes `&&`"),
     ("switch (ip.protocol) { }", (1, 26), "syntax", "unexpected", "write `match x {"),
+    # arithmetic on a network-order field: the host-order spelling of that very code
+    ("ip.id++", (1, 5), "type-mismatch", "`+=` needs a host-order integer, found be16",
+     "write `ip.id = be16(host(ip.id) + 1)`"),
+    ("ip.id--", (1, 5), "type-mismatch", "found be16", "write `ip.id = be16(host(ip.id) - 1)`"),
+    ("ip.tot_len -= 4", (1, 5), "type-mismatch", "found be16",
+     "write `ip.tot_len = be16(host(ip.tot_len) - 4)`"),
+    ("ip.saddr += 1", (1, 5), "type-mismatch", "found be32",
+     "write `ip.saddr = be32(host(ip.saddr) + 1)`"),
+    ("ip.id *= 2", (1, 5), "type-mismatch", "`*=`", "`ip.id = be16(host(ip.id) * 2)`"),
+    ("ip.id /= 2", (1, 5), "type-mismatch", "`/=`", "`ip.id = be16(host(ip.id) / 2)`"),
+    ("ip.id %= 2", (1, 5), "type-mismatch", "`%=`", "`ip.id = be16(host(ip.id) % 2)`"),
+    ("ip.id <<= 1", (1, 5), "type-mismatch", "`<<=`", "`ip.id = be16(host(ip.id) << 1)`"),
+    ("ip.id >>= 1", (1, 5), "type-mismatch", "`>>=`", "`ip.id = be16(host(ip.id) >> 1)`"),
+    ("ip.id -= ip.ttl as u16", (1, 5), "type-mismatch", "`-=`",
+     "`ip.id = be16(host(ip.id) - (ip.ttl as u16))`"),
+    ('bpf_printk("ttl %d", ip.ttl);', (1, 5), "unknown-fn", "`bpf_printk`",
+     "is `ringbuf_output(RING, RECORD)` in bpfdsl: no trace_pipe printing"),
+    ('bpf_trace_printk("x", 2)', (1, 5), "helper-not-modelled", "takes memory",
+     "write `ringbuf_output(RING, RECORD)` (no trace_pipe printing"),
+    # C's brace-less `if` and `*v`
+    ("if (ip.ttl < 2) return XDP_DROP;", (1, 21), "syntax", "unexpected 'return'",
+     "the body of `if` is a block: write `if ip.ttl < 2 { return XDP_DROP }`"),
+    ("if (ip.ttl < 2) && (ip.ttl > 0) m[1] += 1;", (1, 37), "syntax", "unexpected 'm'",
+     "write `if (ip.ttl < 2) && (ip.ttl > 0) { m[1] += 1 }`"),
+    ("let v = m.lookup(1) else { return XDP_PASS }\n    *v += 1;", (2, 5), "syntax",
+     "unexpected '*'", "bpfdsl has no pointers: write `v += 1`"),
+    ("let v = m.lookup(1) else { return XDP_PASS }\n    (*v)++;", (2, 6), "syntax",
+     "unexpected '*'", "bpfdsl has no pointers: write `v++`"),
+    # C's packet pointers: `parse` instead
+    ("let d = (void *)(long)ctx->data", (1, 20), "syntax", "unexpected ')'",
+     "`ctx->data` is not needed: bpfdsl reads packet bytes with bounds-checked `parse"),
+    ("void *data = (void *)(long)ctx->data;", (1, 25), "syntax", "unexpected ')'",
+     "`ctx->data` is not needed"),
+    ("void *data_end = (void *)(long)ctx->data_end;", (1, 29), "syntax", "unexpected ')'",
+     "`ctx->data_end` is not needed"),
+    ("struct iphdr *ip4 = data + sizeof(struct ethhdr);", (1, 5), "syntax",
+     "unexpected 'struct'", "write `let ip4 = parse ipv4 else { return XDP_PASS }` (the "
+     "kernel's `struct iphdr` is the header `ipv4`"),
+    ("struct ethhdr *e = data;", (1, 5), "syntax", "unexpected 'struct'",
+     "write `let e = parse ethernet else { return XDP_PASS }`"),
+    ("struct udphdr *u = (void *)(ip + 1);", (1, 5), "syntax", "unexpected 'struct'",
+     "write `let u = parse udp else"),
+    ("struct myhdr *h = data;", (1, 5), "syntax", "unexpected 'struct'",
+     "declare the header (`header myhdr { a: be16, ... }`) and write `let h = parse myhdr"),
+    ("let n = sizeof(struct iphdr)", (1, 20), "syntax", "unexpected 'struct'",
+     "the kernel's `struct iphdr` is the header `ipv4`"),
+    ("if (data + sizeof(*eth) > data_end) return XDP_DROP;", (1, 23), "syntax",
+     "unexpected '*'", "C's packet pointers (`data`, `data_end`) and bounds checks are not "
+     "needed"),
+    ("let h: ethhdr = 5", (1, 12), "unknown-type", "`ethhdr`", "the header `ethernet`"),
+    ("__u32 x = 0;", (1, 5), "c-declaration", "C declaration", "write `let x: u32 = 0`"),
+    # a helper's result type is the kernel's (xdp_get_buff_len: u64)
+    ("let n = bpf_xdp_get_buff_len(ctx)", (1, 13), "arg-count",
+     "the context is passed for you", "write `bpf_xdp_get_buff_len()`"),
+    ("if ((void *)(ip + 1) > data_end) { return XDP_DROP; }", (1, 16), "syntax",
+     "unexpected ')'", "bounds checks are not needed"),
+    ("let n: u32 = xdp_get_buff_len() - 1", (1, 18), "type-mismatch",
+     "expected u32, found u64", "`(xdp_get_buff_len() - 1) as u32`"),
+    ("let n: u32 = xdp_get_buff_len()", (1, 18), "type-mismatch", "expected u32, found u64",
+     "`xdp_get_buff_len() as u32`"),
     # whole files
     ('license "GPL"\nSEC("xdp")\nint f(struct xdp_md *ctx) { return XDP_PASS; }\n', (2, 5),
      "syntax", "unexpected", "`xdp fn NAME(ctx) { ... }`"),
@@ -299,6 +380,92 @@ def test_c_habit_error_names_the_bpfdsl_form(src, where, code, message, help_):
     assert text.split("\n")[first + where[0] - 2] in shown  # the line itself
 
 
+XDP_FILE = 'license "GPL"\nmap m: hash<u32, u64>(max_entries: 16)\n'
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_frame_length_minus_one_with_its_cast(engine):
+    """``xdp_get_buff_len()`` is a u64 (the kernel's ``bpf_xdp_get_buff_len``): the common
+    ``xdp_get_buff_len() - 1`` into a u32 parameter takes the cast the error names, and the
+    kernel accepts the object and reads the frame's last byte."""
+    src = XDP_FILE + (
+        "xdp fn f(ctx) {\n"
+        "    let n: u64 = xdp_get_buff_len()\n"
+        "    m[0] = n\n"
+        "    let last: u8 = 0\n"
+        "    m[1] = xdp_load_bytes((xdp_get_buff_len() - 1) as u32, last) as u64\n"
+        "    m[2] = last as u64\n"
+        "    m[3] = bpf_xdp_get_buff_len()\n"
+        "    return XDP_PASS\n"
+        "}\n"
+    )
+    frame = bytes(Ether() / IP() / UDP() / b"tail\x7f")
+    got = _map_after_one_run(src, engine, "m", frame)
+    assert got == {0: len(frame), 1: 0, 2: 0x7F, 3: len(frame)}
+
+
+def test_builtin_results_come_from_the_helper_table():
+    """A builtin that is one helper call has the result type of the helper's prototype
+    (bpfdsl/abi/helpers.py ``ret_ctype``): no second list of result types."""
+    from bpfdsl.abi.helpers import HELPERS
+    from bpfdsl.lang.sema.symbols import BUILTINS, PKT_RESIZE, RET_TYPES
+
+    checked = 0
+    for name, sig in BUILTINS.items():
+        h = HELPERS.get(PKT_RESIZE.get(name, name))
+        if sig is None or h is None:
+            continue
+        assert sig[1] == RET_TYPES[h.ret_ctype], name
+        checked += 1
+    assert checked >= 10
+    assert BUILTINS["xdp_get_buff_len"][1].name == "u64"
+
+
+BE_FIELDS = """license "GPL"
+xdp fn f(ctx) {
+    let eth = parse ethernet else { return XDP_PASS }
+    let ip = parse ipv4 else { return XDP_PASS }
+    let udp = parse udp else { return XDP_PASS }
+    ip.id = be16(host(ip.id) + 1)
+    ip.frag_off |= 0x4000
+    ip.tos &= 0xfc
+    udp.dest ^= 1
+    ip.saddr = be32(host(ip.saddr) + 1)
+    return XDP_TX
+}
+"""
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_network_order_fields_in_the_advised_spelling(engine):
+    """The spelling the be16/be32 error gives (``ip.id = be16(host(ip.id) + 1)``) adds in
+    host order; ``|=``/``&=``/``^=`` on a be16 work as written (a literal is a be16 value:
+    ``frag_off |= 0x4000`` sets DF, ``dest ^= 1`` turns port 53 into 52); the IPv4 and UDP
+    checksums stay right (scapy recomputes them)."""
+    frame = bytes(
+        Ether() / IP(src="10.0.0.1", dst="10.0.0.2", id=0x12FF, tos=0x13)
+        / UDP(sport=1000, dport=53) / b"payload!"
+    )  # fmt: skip
+    r = bpfdsl.run(compile_source(BE_FIELDS, "be.bpfd").obj, [frame], engine=engine)[0]
+    assert r.verdict == "XDP_TX"
+    ip = Ether(r.data_out)[IP]
+    assert (ip.id, ip.flags, ip.tos, ip.src) == (0x1300, "DF", 0x10, "10.0.0.2")
+    assert ip[UDP].dport == 52
+    ip_check, udp_check = ip.chksum, ip[UDP].chksum
+    del ip.chksum
+    del ip[UDP].chksum
+    again = IP(bytes(ip))
+    assert (again.chksum, again[UDP].chksum) == (ip_check, udp_check)
+
+
+def test_c_statement_semicolons_and_parentheses_are_accepted():
+    """``return XDP_PASS;``, ``m[1] += 1;`` and C's ``if (cond)`` compile as written, to the
+    code of the spelling without them."""
+    c = "    m[1] += 1;\n    if (ip.ttl > 1) { return XDP_DROP; }\n    return XDP_PASS;"
+    plain = "    m[1] += 1\n    if ip.ttl > 1 { return XDP_DROP }\n    return XDP_PASS"
+    assert _insns(_prog(c)) == _insns(_prog(plain))
+
+
 def test_one_table_of_c_names():
     """Every C call named in the docs' table has its form in c_names, and the helper path
     of sema (``bpf_NAME``) reads the same table (no second list of helper forms)."""
@@ -309,3 +476,8 @@ def test_one_table_of_c_names():
                  "bpf_ntohl", "memcpy", "__builtin_memcpy", "memset", "__builtin_memset",
                  "bpf_map_lookup_elem", "bpf_redirect_map", "sizeof"):  # fmt: skip
         assert c_names.call_hint(name) is not None, name
+    from bpfdsl.lang import headers
+
+    # the kernel's struct names of headers live in c_names only
+    assert headers.KERNEL_STRUCTS is c_names.KERNEL_STRUCTS
+    assert c_names.header_of("iphdr") == "ipv4" and c_names.header_of("struct ethhdr") == "ethernet"

@@ -5,6 +5,8 @@ interpreter and BPF_PROG_TEST_RUN read back through the ring's mmap / the perf r
 
 from __future__ import annotations
 
+import errno
+
 import pytest
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
@@ -294,6 +296,39 @@ def test_a_full_ring_fails_the_reservation(bpf_program):
     assert verdicts[:127] == ["XDP_PASS"] * 127 and verdicts[127] == "XDP_ABORTED"
     assert len(prog.events("events")) == 127
     assert prog.run(frame(5000)).verdict == "XDP_PASS"  # read: room again
+
+
+FULL = """license "GPL"
+struct event { len: u32, seq: u64 }
+map events: ringbuf<event>(max_entries: 4096)
+map events_drops: array<u64>(max_entries: 1)
+map last: array<i64>(max_entries: 1)
+
+xdp fn out(ctx) {
+    let rc = ringbuf_output(events, event(len: ctx.len as u32))
+    if rc != 0 { events_drops[0] += 1 }
+    last[0] = rc
+    return XDP_PASS
+}
+"""
+
+
+def test_a_full_ring_fails_ringbuf_output_with_eagain(bpf_program):
+    """``ringbuf_output`` into a full ring returns -EAGAIN (kernel/bpf/ringbuf.c
+    bpf_ringbuf_output: no room from __bpf_ringbuf_reserve), as docs/language.md says, and
+    the program counts it in RING_drops: records of round_up(16 + 8, 8) = 24 bytes, 170 fit
+    in 4096 (the producer stays at most 4095 ahead); the 171st and 172nd fail."""
+    prog = bpf_program(compile_source(FULL, "full.bpfd").obj)
+    for _ in range(170):
+        prog.run(frame(5000))
+    assert prog.maps["last"].lookup(0) == 0 and prog.maps["events_drops"].lookup(0) == 0
+    prog.run(frame(5000))
+    prog.run(frame(5000))
+    assert prog.maps["last"].lookup(0) == -errno.EAGAIN
+    assert prog.maps["events_drops"].lookup(0) == 2
+    assert len(prog.events("events")) == 170
+    prog.run(frame(5000))  # read: room again
+    assert prog.maps["last"].lookup(0) == 0
 
 
 def test_sampler_sends_each_frame_cut_to_snaplen(bpf_program, root):

@@ -83,7 +83,9 @@ def test_sampler_streams_the_frames_to_a_pcap_tcpdump_reads(tmp_path):
         try:
             p = start_stream(net, f"{pin}:samples", "--pcap", str(pcap), "--lines")
             try:
+                before = time.time_ns()
                 assert net.send_udp(PORT, n, interval=0.002) == n
+                after = time.time_ns()
                 deadline = time.monotonic() + 10
                 while time.monotonic() < deadline:  # until the n frames are in the file
                     if len([f for f in read_pcap(pcap) if _dport(f.data) == PORT]) >= n:
@@ -103,7 +105,25 @@ def test_sampler_streams_the_frames_to_a_pcap_tcpdump_reads(tmp_path):
     assert all(f"{net.peer_ip}.40000 > {net.xdp_ip}.{PORT}: UDP, length 11" in ln for ln in lines)
     got = [f.data for f in read_pcap(pcap) if _dport(f.data) == PORT]
     assert got == sent_frames(net, n)  # every byte, in the order sent (ip id 0..n-1)
+    # each record's timestamp: when the kernel wrote it (PERF_SAMPLE_TIME, CLOCK_MONOTONIC)
+    # as UTC ns (docs/language.md), so within the sending, in order; 5 ms of slack for the
+    # realtime - monotonic offset `events` measured once
+    stamps = [t for t, f in _pcap_times(pcap) if _dport(f) == PORT]
+    assert len(stamps) == n and stamps == sorted(stamps)
+    assert before - 5_000_000 <= stamps[0] and stamps[-1] <= after + 5_000_000
     assert not Path(pin).exists()
+
+
+def _pcap_times(path: Path) -> list[tuple[int, bytes]]:
+    """(timestamp in ns since the epoch, frame) of each record of a nanosecond pcap."""
+    raw = path.read_bytes()
+    assert struct.unpack_from("<I", raw)[0] == 0xA1B23C4D  # nanosecond timestamps
+    out, off = [], 24
+    while off + 16 <= len(raw):
+        sec, nsec, cap, _wire = struct.unpack_from("<IIII", raw, off)
+        out.append((sec * 1_000_000_000 + nsec, raw[off + 16 : off + 16 + cap]))
+        off += 16 + cap
+    return out
 
 
 def _dport(frame: bytes) -> int | None:

@@ -3,10 +3,12 @@ progs/xdp_meta_mark.bpfd leaves a mark in front of each UDP frame (adjust_meta +
 the cpumap's on-CPU program reads it and counts per mark, an AF_XDP reader finds the mark
 bytes just before the frame in its UMEM; and the rx_hash kfunc of a device-bound program
 returns 0 and the skb's nonzero flow hash on veth (drivers/net/veth.c veth_xdp_rx_hash:
-the frame comes through veth's XDP path as an skb)."""
+the frame comes through veth's XDP path as an skb), rx_timestamp 0 and the skb's hardware
+timestamp (0: no NIC stamped it)."""
 
 from __future__ import annotations
 
+import errno
 import struct
 import time
 from collections.abc import Callable
@@ -16,7 +18,7 @@ from support.netns import VethNet, veth_net
 from support.paths import PROGS, ROOT
 from support.redirect_testlib import load_bpfdsl, quiet_ipv6
 
-from bpfdsl.compiler import compile_file
+from bpfdsl.compiler import compile_file, compile_source
 from bpfdsl.kernel import netlink
 from bpfdsl.kernel import syscall as S
 from bpfdsl.obj.collection import read_object
@@ -117,3 +119,45 @@ def test_rx_hash_on_veth_is_the_flow_hash() -> None:
         # (equal hashes for one flow are not asserted: each send is a new socket, and a UDP
         # socket's skb hash may come from its random sk_txhash; CI saw two values for one flow)
         assert all(h != 0 for h in hashes), hashes
+
+
+RX_TIMESTAMP = """license "GPL"
+// [0] the kfunc's return (0, or a negative errno as u32), [1] the timestamp, [2] frames seen,
+// [3] rx_vlan_tag's return
+map ts_out: array<u32, u64>(max_entries: 4)
+
+xdp(dev_bound) fn ts_read(ctx) {
+    let ts: u64 = 1
+    let err = rx_timestamp(ts)
+    ts_out[0] = (err as u32) as u64
+    ts_out[1] = ts
+    ts_out[2] += 1
+    let proto: be16 = 0
+    let tci: u16 = 0
+    ts_out[3] = (rx_vlan_tag(proto, tci) as u32) as u64
+    return XDP_PASS
+}
+"""
+
+
+def test_rx_timestamp_on_veth_returns_the_skb_hardware_stamp() -> None:
+    """veth has the rx_timestamp hint (drivers/net/veth.c veth_xdp_rx_timestamp): for a
+    frame that comes through veth's XDP path as an skb the kfunc returns 0 and writes the
+    skb's hardware timestamp, which is 0 for traffic a socket sent (no NIC stamped it);
+    rx_vlan_tag of an untagged frame is -ENODATA."""
+    spec = read_object(compile_source(RX_TIMESTAMP, "rx_timestamp.bpfd").obj)
+    with veth_net("habits") as net:
+        with net.in_xdp_ns():
+            coll = load_collection(spec, pinning=False, ifindex=netlink.ifindex(net.xdp_dev))
+        with coll:
+            out = coll.maps["ts_out"].fd
+            att = attach(net, coll.programs["ts_read"].fd)
+            try:
+                assert net.send_udp(9000, 5) == 5
+                assert until(lambda: u64_at(out, 2) >= 5)
+            finally:
+                if att.link_fd is not None:
+                    att.link_fd.close()
+            # the kfunc returned 0 (veth has the hint) and wrote over the 1 the local held
+            assert (u64_at(out, 0), u64_at(out, 1)) == (0, 0)
+            assert u64_at(out, 3) == (1 << 32) - errno.ENODATA

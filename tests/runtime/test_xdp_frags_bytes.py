@@ -32,7 +32,7 @@ xdp(frags) fn big(ctx) {
     let v = keep.lookup(0) else { return XDP_ABORTED }
     if xdp_load_bytes(5012, v) != 0 { return XDP_ABORTED }    // into the map value
     let far: u16 = 0
-    out[4] = xdp_load_bytes(xdp_get_buff_len() - 1, far) as u64   // 1 byte left: -EINVAL
+    out[4] = xdp_load_bytes((xdp_get_buff_len() - 1) as u32, far) as u64   // 1 byte left: -EINVAL
     if tag != "WXYZ" { return XDP_PASS }
     let word: [u8; 4] = "abcd"
     out[5] = xdp_store_bytes(6000, word) as u64

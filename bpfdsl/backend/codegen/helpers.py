@@ -68,8 +68,7 @@ class HelperGen(GenHost):
             size = ir.Constant(I64, n)
             return self.helper(HELPERS[e.name].id, I64, [self.f.ctx, off, slot, size])
         if e.name == "xdp_get_buff_len":
-            r = self.helper(HELPERS["xdp_get_buff_len"].id, I64, [self.f.ctx])
-            return self.conv(r, T.U64, T.U32)
+            return self.helper(HELPERS["xdp_get_buff_len"].id, I64, [self.f.ctx])  # a u64
         if e.name == "ktime_get_boot_ns":
             return self.helper(HELPERS["ktime_get_boot_ns"].id, I64, [])
         h = HELPERS[e.name[len("bpf_") :]]

@@ -19,7 +19,7 @@ from bpfdsl.abi.prog_types import PROGRAM_KINDS, ProgramKind, kind_for_keyword
 from bpfdsl.diagnostics import Diagnostic, DiagnosticError, Span, error
 from bpfdsl.lang import ast, c_names
 from bpfdsl.lang import types as T
-from bpfdsl.lang.headers import HEADERS, KERNEL_STRUCTS
+from bpfdsl.lang.headers import HEADERS
 from bpfdsl.lang.layout import Header
 from bpfdsl.lang.sema.csum import payload_warnings
 from bpfdsl.lang.sema.decls import DeclChecker
@@ -177,7 +177,7 @@ class Sema(StmtChecker, DeclChecker):
             h = self.c.header(t.name)
             return T.HeaderType(t.name, h) if h is not None else T.ERR
         names = list(T.BUILTIN_TYPES) + list(self.c.structs)
-        header = next((h for h, c in KERNEL_STRUCTS.items() if c == t.name), None)
+        header = c_names.header_of(t.name)
         self.err(
             "unknown-type",
             f"unknown type `{t.name}`",

@@ -408,12 +408,16 @@ def assign(ex, s: ast.Assign) -> None:
         assert m.value is not None
         map_key(ex, m, tgt.index)
         if op not in ("=", "+=", "-="):
+            mt, kt = ex.s.source_text(tgt.obj.span), ex.s.source_text(tgt.index.span)
+            vt = ex.s.source_text(s.value.span)
+            how = "atomic" if op in ("|=", "&=", "^=") else "a plain read and write, not atomic"
             ex.err(
                 "map-assign",
                 f"`{op}` on a map entry is not supported",
                 s.span,
-                "use `m[k] = v`, `m[k] += n` or `m[k] -= n`; for other operators look the "
-                "entry up (`let v = m.lookup(k) else { ... }`) and write `v " + op + " ...`"
+                f"look the entry up: `let v = {mt}.lookup({kt}) else {{ ... }}` then "
+                f"`v {op} {vt}` ({how} on the map value); `m[k] = v`, `m[k] += n` and "
+                "`m[k] -= n` work on the entry itself"
                 if isinstance(m.value, T.IntType)
                 else "use `m[k] = v`",
             )
@@ -477,7 +481,8 @@ def assign(ex, s: ast.Assign) -> None:
         return
     if op != "=":
         if not (isinstance(t, T.IntType) and (not t.be or op[0] in "&|^")):
-            ex.err("type-mismatch", f"`{op}` needs a host-order integer, found {t}", s.span)
+            be = _network_order_hint(ex, s, t) if isinstance(t, T.IntType) else None
+            ex.err("type-mismatch", f"`{op}` needs a host-order integer, found {t}", s.span, be)
             return
     ex.expect(s.value, t)
     sh = ex.const_value(s.value)
@@ -497,6 +502,25 @@ def assign(ex, s: ast.Assign) -> None:
             s.value.span,
             f"shift by 0..{t.bits - 1}, or widen first into a u64 variable",
         )
+
+
+def _network_order_hint(ex, s: ast.Assign, t: T.IntType) -> str:
+    """The bpfdsl form of arithmetic ``s`` (``ip.tot_len -= 4``, ``ip.id++``) on the
+    network-order (``be16``/``be32``/``be64``) ``s.target``: through its host-order value,
+    ``ip.tot_len = be16(host(ip.tot_len) - 4)``."""
+    tgt = ex.s.source_text(s.target.span) or "x"
+    written = ex.s.source_text(s.value.span)
+    if isinstance(s.value, ast.IntLit) and written.endswith(("++", "--")):
+        v = "1"  # `x++`: the builder's `x += 1`, its literal spanning `x++`
+    elif isinstance(s.value, (ast.Name, ast.IntLit)):
+        v = written
+    else:
+        v = ex.src_text(s.value)
+    return (
+        f"`{tgt}` is a {t} (network byte order): write `{tgt} = {t}(host({tgt}) {s.op[:-1]} "
+        f"{v})` (the arithmetic on its host-order value; a header's checksum is updated as "
+        "for any field write)"
+    )
 
 
 def _swap(ex, e: ast.Call) -> T.Type:

@@ -92,7 +92,7 @@ class ExprChecker(OpsChecker):
                 "type-mismatch",
                 f"expected {ty}, found {t} (may not fit)",
                 e.span,
-                f"convert explicitly: `(...) as {ty}`",
+                f"convert explicitly: `{self.src_text(e)} as {ty}`",
             )
         elif not t.be and t.signed != ty.signed and (t.signed or t.bits == ty.bits):
             what = (

@@ -5,7 +5,7 @@
 net/core/filter.c accepts them, and ``bpf_NAME(args)``: any helper of the one helper table
 (bpfdsl.abi.helpers) whose prototype takes scalars, checked against that prototype and
 against the program type, as the kernel's ``*_func_proto`` functions do; its result has
-the prototype's C type (``RET_TYPES``); helpers that change the packet are called through
+the prototype's C type (``symbols.RET_TYPES``); helpers that change the packet are called through
 the language's own forms only (``adjust_head``, ``msg_pull_data``, ...).
 """
 
@@ -28,12 +28,9 @@ from bpfdsl.abi.map_types import MapType
 from bpfdsl.lang import ast
 from bpfdsl.lang import types as T
 from bpfdsl.lang.c_names import c_form
-from bpfdsl.lang.sema.symbols import FIB_LOOKUP, PKT_RESIZE, Local
+from bpfdsl.lang.sema.symbols import FIB_LOOKUP, PKT_RESIZE, RET_TYPES, Local
 
 BY_NAME: dict[str, HelperProto] = {h.name: h for h in PROTOTYPES[1:]}
-# The language type of a `bpf_NAME(...)` result by the prototype's C type (HelperProto.ret_ctype,
-# include/uapi/linux/bpf.h): `long` is 64-bit signed on BPF (a negative errno on failure).
-RET_TYPES: dict[str, T.Type] = {"long": T.I64, "s64": T.I64, "u64": T.U64, "u32": T.U32}
 FIB_HINT = (
     "`let fib = bpf_fib_lookup(family: AF_INET, ipv4_src: ip.saddr, ipv4_dst: ip.daddr, "
     "ifindex: ctx.ingress_ifindex)` then `let rc = fib_lookup(fib, 0)`"
@@ -252,7 +249,9 @@ def _c_form(ex, e: ast.Call) -> str | None:
     """``write `FORM``` for the helper call ``e`` the language writes its own way (the one
     table of C names, :mod:`bpfdsl.lang.c_names`), with its arguments put in."""
     got = c_form(e.name, [ex.s.source_text(a.span) for a in e.args])
-    return f"write {got[0]}" if got is not None else None
+    if got is None:
+        return None
+    return f"write {got[0]}" + (f" ({got[1]})" if got[1] else "")
 
 
 def by_name(ex, e: ast.Call) -> T.Type | None:
@@ -300,7 +299,11 @@ def by_name(ex, e: ast.Call) -> T.Type | None:
         )
     if len(e.args) != len(params) or e.kwargs:
         ctx = " (the context is passed for you)" if takes_ctx else ""
-        ex.err("arg-count", f"`{e.name}` takes {len(params)} argument(s){ctx}", e.span)
+        without: str | None = None
+        if takes_ctx and len(e.args) == len(params) + 1:  # C's `bpf_NAME(ctx, ...)`
+            rest = ", ".join(ex.s.source_text(a.span) for a in e.args[1:])
+            without = f"write `{e.name}({rest})`"
+        ex.err("arg-count", f"`{e.name}` takes {len(params)} argument(s){ctx}", e.span, without)
     for a in e.args[: len(params)]:
         ex.coerce(a, T.U64)
     return T.VOID if h.ret is RetKind.VOID else RET_TYPES[h.ret_ctype]

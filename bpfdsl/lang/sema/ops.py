@@ -71,15 +71,18 @@ class OpsChecker:
         return None if v is None else const_value(v, e.ty)
 
     def src_text(self, e: ast.Expr) -> str:
-        """``e`` as written for a hint: a name, or its source text (one line, short) in
-        parentheses, else ``(...)``."""
+        """``e`` as written for a hint: a name, a literal, field, index or call as written,
+        other source text (one line, short) in parentheses, else ``(...)``."""
         sp, src = e.span, getattr(self.c.program, "source", None) or ""
         if isinstance(e, ast.Name):
             return e.id
         if sp.end_line == sp.line and sp.end_col and sp.end_col - sp.col <= 40:
             lines = src.splitlines()
             if 0 < sp.line <= len(lines):
-                return "(" + lines[sp.line - 1][sp.col - 1 : sp.end_col - 1] + ")"
+                text = lines[sp.line - 1][sp.col - 1 : sp.end_col - 1]
+                # a postfix form binds tighter than any operator: no parentheses
+                postfix = (ast.IntLit, ast.Field, ast.Index, ast.Call, ast.MethodCall)
+                return text if isinstance(e, postfix) else "(" + text + ")"
         return "(...)"
 
     def signedness(

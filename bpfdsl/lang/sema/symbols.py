@@ -19,6 +19,7 @@ from bpfdsl.abi.flags import (
     BPF_RB_FORCE_WAKEUP,
     BPF_RB_NO_WAKEUP,
 )
+from bpfdsl.abi.helpers import HELPERS
 from bpfdsl.abi.prog_types import PROGRAM_KINDS
 from bpfdsl.diagnostics import Span
 from bpfdsl.lang import ast
@@ -124,18 +125,32 @@ PKT_RESIZE = {
     "adjust_tail": "xdp_adjust_tail",
     "adjust_meta": "xdp_adjust_meta",
 }
-# builtin fn -> (param types, return type); None = special-cased
+# The language type of a helper's integer result by its prototype's C type
+# (HelperProto.ret_ctype, include/uapi/linux/bpf.h): `long` is 64-bit signed on BPF (a
+# negative errno on failure).
+RET_TYPES: dict[str, T.Type] = {"long": T.I64, "s64": T.I64, "u64": T.U64, "u32": T.U32}
+
+
+def helper_result(name: str) -> T.Type:
+    """The language type of helper ``name``'s result (``bpf_NAME`` without ``bpf_``), from
+    the one helper table: ``xdp_get_buff_len`` is u64 as the kernel declares it."""
+    return RET_TYPES[HELPERS[name].ret_ctype]
+
+
+# builtin fn -> (param types, return type); None = special-cased.  A builtin that is one
+# helper call has the helper's result type (helper_result).
 BUILTINS: dict[str, tuple[list[T.Type], T.Type] | None] = {
-    "redirect": ([T.U32, T.U64], T.U64),
+    "redirect": None,  # the XDP action (bpfdsl.lang.sema.helpers.redirect)
     "redirect_map": None,
-    "adjust_head": ([T.I32], T.I64),
-    "adjust_tail": ([T.I32], T.I64),
-    "adjust_meta": ([T.I32], T.I64),
-    "ktime_get_ns": ([], T.U64),
-    "get_prandom_u32": ([], T.U32),
-    "get_smp_processor_id": ([], T.U32),
-    "ktime_get_boot_ns": ([], T.U64),
-    "xdp_get_buff_len": ([], T.U32),  # the frame's bytes, every fragment (xdp(frags))
+    "adjust_head": ([T.I32], helper_result("xdp_adjust_head")),
+    "adjust_tail": ([T.I32], helper_result("xdp_adjust_tail")),
+    "adjust_meta": ([T.I32], helper_result("xdp_adjust_meta")),
+    "ktime_get_ns": ([], helper_result("ktime_get_ns")),
+    "get_prandom_u32": ([], helper_result("get_prandom_u32")),
+    "get_smp_processor_id": ([], helper_result("get_smp_processor_id")),
+    "ktime_get_boot_ns": ([], helper_result("ktime_get_boot_ns")),
+    # the frame's bytes, every fragment (xdp(frags))
+    "xdp_get_buff_len": ([], helper_result("xdp_get_buff_len")),
     "fib_lookup": None,  # bpfdsl.lang.sema.helpers
     "csum_diff": None,
     "xdp_load_bytes": None,  # every fragment of an xdp(frags) frame (bpfdsl.lang.sema.helpers)
@@ -144,12 +159,12 @@ BUILTINS: dict[str, tuple[list[T.Type], T.Type] | None] = {
     "msg_redirect_map": None,
     "sock_hash_update": None,
     "sock_map_update": None,
-    "msg_apply_bytes": ([T.U32], T.U64),
-    "msg_cork_bytes": ([T.U32], T.U64),
-    "msg_pull_data": ([T.U32, T.U32, T.U64], T.I64),
-    "msg_push_data": ([T.U32, T.U32, T.U64], T.I64),
-    "msg_pop_data": ([T.U32, T.U32, T.U64], T.I64),
-    "sock_ops_cb_flags_set": ([T.U32], T.I64),
+    "msg_apply_bytes": ([T.U32], helper_result("msg_apply_bytes")),
+    "msg_cork_bytes": ([T.U32], helper_result("msg_cork_bytes")),
+    "msg_pull_data": ([T.U32, T.U32, T.U64], helper_result("msg_pull_data")),
+    "msg_push_data": ([T.U32, T.U32, T.U64], helper_result("msg_push_data")),
+    "msg_pop_data": ([T.U32, T.U32, T.U64], helper_result("msg_pop_data")),
+    "sock_ops_cb_flags_set": ([T.U32], helper_result("sock_ops_cb_flags_set")),
     "swap": None,
     "hash": None,
     "host": None,
