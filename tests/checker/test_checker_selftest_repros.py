@@ -50,12 +50,17 @@ EXPECTED = {
     "ok_sockmap_delete_sock_ops": "",
     "ok_map_in_map_pruning": "",
     "ok_map_in_map_lookup": "",
+    # the NULL-able result of a lookup in a map of maps: map_value_or_null here and in the
+    # kernel builds this was written on; the 6.18.44-fc-v1252 build types it
+    # CONST_PTR_TO_MAP|PTR_MAYBE_NULL, "map_ptr_or_null" (ALSO)
     "bad_map_in_map_no_null_check": "R1 type=map_value_or_null expected=map_ptr",
     "bad_map_in_map_update": "cannot pass map_type 12 into func bpf_map_update_elem#2",
     "ok_static_fn_r0_unset": "",
     "bad_read_unset_r0": "R0 !read_ok",
 }
 NO_BTF = "tail_call is not allowed in subprogs without BTF"
+# what another kernel build says for the same rejection (the verdict and count agree)
+ALSO = {"bad_map_in_map_no_null_check": "R1 type=map_ptr_or_null expected=map_ptr"}
 
 
 @pytest.fixture(scope="module")
@@ -112,5 +117,5 @@ def test_kernel_agrees(dt, items, name):
     if msg == NO_BTF:
         assert "tail_call" in name
         return
-    assert (msg if verdict == "rej" else "") == EXPECTED[name]
+    assert (msg if verdict == "rej" else "") in (EXPECTED[name], ALSO.get(name))
     assert it.our_processed == it.kernel_processed
