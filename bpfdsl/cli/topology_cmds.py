@@ -18,12 +18,18 @@ def register(sub: Any) -> None:
         description="Compile every object of the topology FILE (TOML, docs/topology.md), "
         "load the new or changed ones into staging pin dirs (the kernel verifier), then "
         "change what differs: map contents, cpumap/devmap/prog_array slots, sk_msg and "
-        "sock_ops attachments, XDP programs (replaced atomically).  A failure undoes every "
-        "change: the old state keeps running.  A second apply changes nothing and says so.",
+        "sock_ops attachments, XDP programs (replaced atomically).  A failure or "
+        "SIGINT/SIGTERM undoes every change: the old state keeps running; after a SIGKILL "
+        "the next apply, down or attach repairs it (from its record in /run/bpfdsl/intents). "
+        "A second copy at once waits for the first.  A second apply changes nothing and "
+        "says so.",
     )
     a.add_argument("file", metavar="FILE", help="the topology file (TOML)")
     a.add_argument(
-        "--plan", action="store_true", help="print what apply would change, change nothing"
+        "--plan",
+        action="store_true",
+        help="print what apply would change, change nothing (no lock, no repair: an "
+        "interrupted apply the next apply repairs first is named as pending)",
     )
     a.set_defaults(func=cmd_apply)
     s = sub.add_parser(
@@ -66,26 +72,29 @@ def cmd_apply(args: argparse.Namespace) -> int:
     res = topology_ops.apply(top, built, dry_run=args.plan)
     topology_ops.print_notes(res.notes)
     if args.json:
-        print(
-            json.dumps(
-                {
-                    "file": top.path,
-                    "pin_dir": top.pin_dir,
-                    "plan": args.plan,
-                    "applied": res.applied,
-                    "changes": topology_ops.describe_json(res.changes),
-                }
-            )
-        )
+        out = {
+            "file": top.path,
+            "pin_dir": top.pin_dir,
+            "plan": args.plan,
+            "applied": res.applied,
+            "changes": topology_ops.describe_json(res.changes),
+        }
+        if args.plan:
+            out["pending"] = res.pending
+        print(json.dumps(out))
         return OK
     if not res.changes:
         print(f"no change: the system is as {args.file} declares (pin dir {top.pin_dir})")
-        return OK
-    n = len(res.changes)
-    head = "plan" if args.plan else "applied"
-    print(f"{head}: {n} change{'s' if n != 1 else ''} ({args.file}, pin dir {top.pin_dir})")
-    for ch in res.changes:
-        print(f"  {ch.text()}")
+    else:
+        n = len(res.changes)
+        head = "plan" if args.plan else "applied"
+        print(f"{head}: {n} change{'s' if n != 1 else ''} ({args.file}, pin dir {top.pin_dir})")
+        for ch in res.changes:
+            print(f"  {ch.text()}")
+    for line in res.pending:  # --plan only: it repairs nothing, the apply would first
+        print(f"repair pending: {line}")
+    if res.pending:
+        print("  (this plan reads the system as the interrupted command left it)")
     return OK
 
 
@@ -120,7 +129,8 @@ def cmd_down(args: argparse.Namespace) -> int:
     from bpfdsl.runtime import topology_ops
 
     top, _ = _read(args.file, compile_all=False)
-    done = topology_ops.down(top)
+    done, notes = topology_ops.down(top)
+    topology_ops.print_notes(notes)
     if args.json:
         print(json.dumps({"file": top.path, "pin_dir": top.pin_dir, "removed": done}))
         return OK

@@ -2,7 +2,10 @@
 (:mod:`bpfdsl.runtime.intent`) and the kernel's state: roll forward when the new
 program is attached (finish the pin moves), roll back otherwise (remove the staging
 dir), so the interface has the old or the new program and the pins of that one only.
-Also: who owns the XDP program on an interface (a bpfdsl pin dir, or another tool).
+A topology apply is rolled back change by change from its journal, or finished past its
+point of no return; a topology down is finished (:mod:`bpfdsl.runtime.topology_journal`).
+Also: who owns the XDP program on an interface (a bpfdsl pin dir, or another tool), and
+which records wait for a repair (:func:`pending`, read only).
 """
 
 from __future__ import annotations
@@ -16,8 +19,9 @@ from dataclasses import dataclass
 from bpfdsl.diagnostics import DiagnosticError
 from bpfdsl.kernel import netlink, syscall
 from bpfdsl.runtime import attach, pins
+from bpfdsl.runtime import topology_journal as journal
 from bpfdsl.runtime.intent import read_intents
-from bpfdsl.runtime.oplock import LockKey, OpLocks, netns_inode
+from bpfdsl.runtime.oplock import LockKey, OpLocks, is_held, netns_inode
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,12 +212,61 @@ def _repair_load(rec: dict) -> str:
     return f"{d} was pinned only in part: removed it{by_name}"
 
 
+def roll_back_topology(rec: dict) -> list[str]:
+    """Undo the topology apply of intent record ``rec`` (its journal, staging dirs, the
+    maps it pinned by name): what the command does on a failure or SIGTERM and a repair
+    after SIGKILL.  Returns what could not be undone ([]: the state before it is back)."""
+    failed = journal.roll_back(rec)
+    remove_by_name_pins(rec)
+    return failed
+
+
+def _repair_topology_apply(rec: dict) -> str:
+    pin_dir = rec.get("pin_dir", "?")
+    if "commit" in rec:  # past its point of no return: every change was made and checked
+        notes = journal.finish(rec)
+        return f"it had made every change in {pin_dir}: finished" + (
+            f" ({'; '.join(notes)})" if notes else ""
+        )
+    n = len(rec.get("undo") or [])
+    failed = roll_back_topology(rec)
+    what = f"rolled back the {n} change{'s' if n != 1 else ''} it had begun in {pin_dir}"
+    if failed:
+        return what + ", with errors: " + "; ".join(failed)
+    return what + ": the state before it runs"
+
+
+def _repair_topology_down(rec: dict) -> str:
+    done = journal.take_down(str(rec["pin_dir"]), list(rec.get("hooks") or []))
+    return f"finished taking {rec['pin_dir']} down" + (f" ({'; '.join(done)})" if done else "")
+
+
 _REPAIRS = {
     "attach": _repair_attach,
     "detach": _repair_detach,
     "unload": _repair_unload,
     "load": _repair_load,
+    journal.APPLY: _repair_topology_apply,
+    journal.DOWN: _repair_topology_down,
 }
+
+
+def describe(rec: dict) -> str:
+    """One line naming an intent record's operation: op, pid, where, the step reached."""
+    where = [str(rec[k]) for k in ("pin_dir", "dev", "dir", "target") if rec.get(k)]
+    at = f" on {', '.join(where)}" if where else ""
+    return f"`{rec.get('op')}` of pid {rec.get('pid')}{at}, stopped after step {rec.get('step')}"
+
+
+def pending() -> list[tuple[dict, bool]]:
+    """(record, running) of every intent record, oldest first: ``running`` when one of
+    its locks is held (its command is still at work), else what the next command that
+    changes the system repairs.  Read only: takes no lock, changes nothing."""
+    out = []
+    for _path, rec in read_intents():
+        names = [str(n) for n in rec.get("locks") or []]
+        out.append((rec, any(is_held(n) for n in names)))
+    return out
 
 
 def repair_stale(locks: OpLocks) -> list[str]:
@@ -234,7 +287,8 @@ def repair_stale(locks: OpLocks) -> list[str]:
             try:
                 with _in_netns_of(rec) as here:
                     if not here:
-                        rec = {**rec, "ifindex": 0}  # its namespace is gone: nothing attached
+                        # its namespace is gone: nothing attached
+                        rec = {**rec, "ifindex": 0, "netns_gone": True}
                     msg = _REPAIRS[str(rec.get("op"))](rec)
             except LookupError:
                 continue  # another namespace not named under /run/netns: repaired there
