@@ -228,9 +228,10 @@ def _repair_topology_apply(rec: dict) -> str:
         return f"it had made every change in {pin_dir}: finished" + (
             f" ({'; '.join(notes)})" if notes else ""
         )
-    n = len(rec.get("undo") or [])
+    step = str(rec.get("step", ""))
+    n = int(step.removeprefix("change-")) if step.startswith("change-") else 0
     failed = roll_back_topology(rec)
-    what = f"rolled back the {n} change{'s' if n != 1 else ''} it had begun in {pin_dir}"
+    what = f"rolled back the {n} change{'s' if n != 1 else ''} it had made in {pin_dir}"
     if failed:
         return what + ", with errors: " + "; ".join(failed)
     return what + ": the state before it runs"

@@ -43,6 +43,7 @@ import os
 import struct
 from collections.abc import Callable
 
+from bpfdsl.abi.map_types import SOCK_MAP_TYPES
 from bpfdsl.abi.prog_types import AttachType
 from bpfdsl.diagnostics import DiagnosticError
 from bpfdsl.kernel import netlink
@@ -252,6 +253,28 @@ def undo_entry(e: dict, pin_dir: str) -> None:
         _undo_xdp(e, pin_dir)
 
 
+def release_sockmaps(obj_dir: str) -> list[str]:
+    """Detach the sk_msg programs from the sockmaps and sockhashes pinned in
+    ``obj_dir/maps`` (before the dir is removed: a map someone else still holds must not
+    keep running a program of a removed object).  Returns ``MAP (prog N)`` per detach."""
+    out = []
+    maps = os.path.join(obj_dir, "maps")
+    for name in sorted(os.listdir(maps)) if os.path.isdir(maps) else []:
+        try:
+            with S.obj_get(os.path.join(maps, name)) as fd:
+                if attach.fd_kind(int(fd)) != "map" or S.map_info(fd).type not in SOCK_MAP_TYPES:
+                    continue
+                for prog_id in S.prog_query(fd, AttachType.SK_MSG_VERDICT)[0]:
+                    prog = _fd_of("prog", prog_id)
+                    if prog is not None:
+                        with prog:
+                            if sockmap.sk_msg_detach(fd, int(prog)):
+                                out.append(f"{name} (prog {prog_id})")
+        except (S.BpfError, OSError):
+            continue
+    return out
+
+
 def roll_back(rec: dict) -> list[str]:
     """Undo an apply from its record ``rec``: the ``undo`` entries in reverse, then its
     staging dirs, then PIN_DIR when it made it and nothing else is there.  (The maps it
@@ -269,6 +292,7 @@ def roll_back(rec: dict) -> list[str]:
     for d in sorted((rec.get("staging") or {}).values()):
         try:
             if os.path.isdir(d) and pins.read_manifest(d) is not None:
+                release_sockmaps(d)
                 pins.unpin_dir(d)  # its links detached too: none of them stays attached
             elif os.path.isdir(d):
                 pins.remove_tree(d)  # pinned in part (killed while pinning): no link yet
@@ -320,11 +344,13 @@ def finish(rec: dict, step: Step = _no_step) -> list[str]:
         if not os.path.isdir(d):
             continue  # moved already
         if os.path.isdir(final):
+            release_sockmaps(final)
             pins.remove_tree(final)
         os.rename(d, final)
     for obj in commit.get("remove") or []:
         d = os.path.join(pin_dir, obj)
         if os.path.isdir(d) and pins.read_manifest(d) is not None:
+            release_sockmaps(d)
             pins.unpin_dir(d)
     step("renamed")
     write_record(pin_dir, commit["record"])
@@ -396,7 +422,7 @@ def take_down(pin_dir: str, hooks: list[dict], step: Step = _no_step) -> list[st
     for name in sorted(os.listdir(pin_dir)):
         d = os.path.join(pin_dir, name)
         if os.path.isdir(d) and pins.read_manifest(d) is not None:
-            detached: list[str] = []
+            detached = [f"sk_msg from {m}" for m in release_sockmaps(d)]
             pins.unpin_dir(d, detached)
             done += [f"detached {w}" for w in detached]
             done.append(f"removed {d}")
