@@ -37,7 +37,9 @@ def register(sub: Any) -> None:
         help="how the system differs from a topology file (drift)",
         description="Missing or changed attachments and slots, map entries absent or "
         "different, objects edited since the last apply, pinned programs whose tag is not "
-        "the applied one.  Exit 0: as declared; 1: drift.",
+        "the applied one, interrupted commands a repair waits for; then the run config "
+        "(libxdp priority, chain-call actions) of each XDP program that declares one.  "
+        "Exit 0: as declared; 1: drift.",
     )
     s.add_argument("file", metavar="FILE", help="the topology file (TOML)")
     s.set_defaults(func=cmd_status)
@@ -103,6 +105,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     top, built = _read(args.file)
     drift = topology_ops.status(top, built)
+    rcs = topology_ops.run_configs(built)
     if args.json:
         print(
             json.dumps(
@@ -111,18 +114,27 @@ def cmd_status(args: argparse.Namespace) -> int:
                     "pin_dir": top.pin_dir,
                     "in_sync": not drift,
                     "drift": [d.to_dict() for d in drift],
+                    "run_config": {
+                        p: {"priority": rc.priority, "chain_call": list(rc.chain_call)}
+                        for p, rc in rcs.items()
+                    },
                 }
             )
         )
         return OK if not drift else FAILED
     if not drift:
         print(f"in sync: the system is as {args.file} declares (pin dir {top.pin_dir})")
-        return OK
-    print(f"drift: {len(drift)} difference{'s' if len(drift) != 1 else ''} from {args.file}")
-    for d in drift:
-        print(f"  {d.text()}")
-    print(f"`bpfdsl apply {args.file}` brings it back", file=sys.stderr)
-    return FAILED
+    else:
+        n = len(drift)
+        print(f"drift: {n} difference{'s' if n != 1 else ''} from {args.file}")
+        for d in drift:
+            print(f"  {d.text()}")
+    for p, rc in rcs.items():  # where each XDP program sits in a libxdp chain
+        chain = ", ".join(rc.chain_call) or "none"
+        print(f"run config of {p}: priority {rc.priority}, chain_call {chain}")
+    if drift:
+        print(f"`bpfdsl apply {args.file}` brings it back", file=sys.stderr)
+    return OK if not drift else FAILED
 
 
 def cmd_down(args: argparse.Namespace) -> int:

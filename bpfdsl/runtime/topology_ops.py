@@ -44,6 +44,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from bpfdsl.abi.btf.run_config import RunConfig
 from bpfdsl.abi.map_types import MapType
 from bpfdsl.abi.prog_types import AttachType
 from bpfdsl.diagnostics import DiagnosticError, UsageError, error
@@ -923,6 +924,18 @@ def status(top: Topology, built: dict[str, Built]) -> list[Drift]:
             out.append(
                 Drift("changed", "program", ref_text, f"tag {have or 'none'}, applied {tag}")
             )
+    return out
+
+
+def run_configs(built: dict[str, Built]) -> dict[str, RunConfig]:
+    """``OBJECT:PROGRAM`` -> the libxdp run config (priority, chain-call actions) of each
+    XDP program of the file's objects that declares one (CollectionSpec.run_config)."""
+    out = {}
+    for name, b in sorted(built.items()):
+        for p in sorted(b.spec.programs):
+            rc = b.spec.run_config(p)
+            if rc is not None:
+                out[f"{name}:{p}"] = rc
     return out
 
 

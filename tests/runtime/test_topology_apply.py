@@ -13,6 +13,7 @@ import re
 import uuid
 
 import pytest
+from support.forked import Child, kill_children
 from support.paths import ROOT
 from support.redirect_testlib import stream
 from support.topology import (
@@ -106,3 +107,55 @@ def test_apply_plan_status_edit_down(tmp_path, capsys):
         finally:
             for fd in held:
                 fd.close()
+
+
+CHAIN_SRC = """license "GPL"
+
+xdp(priority: 10, chain_call: XDP_PASS | XDP_DROP) fn filter_before_counter(ctx) {
+    return XDP_PASS
+}
+
+xdp fn plain(ctx) {
+    return XDP_PASS
+}
+"""
+
+
+@pytest.mark.kernel
+def test_status_and_show_print_the_run_config(tmp_path):
+    """`status FILE` prints the libxdp run config each XDP program of the file declares
+    (from the object); `show` prints it for the attached program, read back from the
+    BTF the kernel holds (the name longer than the kernel's 15 characters: found by its
+    pin); a program that declares none gets no line."""
+    tag = uuid.uuid4().hex[:6]
+    ns, pin = f"topor{tag}", f"/sys/fs/bpf/bpfdsl_topor_{tag}"
+    (tmp_path / "chain.bpfd").write_text(CHAIN_SRC)
+    with veth_pair(f"topoa{tag}", f"topob{tag}", netns_a=ns, netns_b=ns, disable_ipv6=True):
+        f = tmp_path / "chain.toml"
+        f.write_text(
+            f'pin_dir = "{pin}"\n\n[objects.chain]\nsource = "chain.bpfd"\n\n'
+            f'[[xdp]]\nprogram = "chain:filter_before_counter"\ninterfaces = ["topoa{tag}"]\n'
+            f'mode = "generic"\n\n[[xdp]]\nprogram = "chain:plain"\n'
+            f'interfaces = ["topob{tag}"]\nmode = "generic"\n'
+        )
+        try:
+            assert Child(ns, ["apply", str(f)]).wait() == 0
+            s = Child(ns, ["status", str(f)])
+            assert s.wait() == 0, s.stderr
+            lines = s.stdout.splitlines()
+            assert lines[0].startswith("in sync")
+            assert lines[1:] == [
+                "run config of chain:filter_before_counter: priority 10, "
+                "chain_call XDP_DROP, XDP_PASS"
+            ]
+            show = Child(ns, ["show"])
+            assert show.wait() == 0, show.stderr
+            out = show.stdout.splitlines()
+            at = next(i for i, ln in enumerate(out) if ln.startswith(f"  topoa{tag}: "))
+            assert out[at + 1] == "    run config: priority 10, chain_call XDP_DROP, XDP_PASS"
+            at = next(i for i, ln in enumerate(out) if ln.startswith(f"  topob{tag}: "))
+            assert "run config" not in out[at + 1]
+        finally:
+            d = Child(ns, ["down", str(f)])
+            assert d.wait() == 0, d.stderr
+            kill_children()
