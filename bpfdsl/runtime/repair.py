@@ -87,17 +87,21 @@ def release_pin_dir(pin_dir: str) -> str:
     )
 
 
+class _Elsewhere(Exception):
+    """A record of another namespace not named under /run/netns: repaired there."""
+
+
 @contextlib.contextmanager
 def _in_netns_of(rec: dict) -> Iterator[bool]:
     """Run the body in the record's network namespace; yields False when it is gone
-    (no interface to look at), raises LookupError when it cannot be entered here."""
+    (no interface to look at), raises _Elsewhere when it cannot be entered here."""
     ns = int(rec.get("netns", 0))
     if ns == netns_inode():
         yield True
         return
     name = rec.get("netns_name")
     if not name:
-        raise LookupError("namespace not reachable")
+        raise _Elsewhere("namespace not reachable")
     path = os.path.join(netlink.NETNS_RUN_DIR, name)
     try:
         same = os.stat(path).st_ino == ns
@@ -285,17 +289,20 @@ def repair_stale(locks: OpLocks) -> list[str]:
             continue  # its command is still running
         try:
             what = f"interrupted `{rec.get('op')}` of pid {rec.get('pid')}"
+            fix = _REPAIRS.get(str(rec.get("op")))
             try:
-                with _in_netns_of(rec) as here:
-                    if not here:
-                        # its namespace is gone: nothing attached
-                        rec = {**rec, "ifindex": 0, "netns_gone": True}
-                    msg = _REPAIRS[str(rec.get("op"))](rec)
-            except LookupError:
+                if fix is None:
+                    msg = "unknown operation: record dropped"
+                else:
+                    with _in_netns_of(rec) as here:
+                        if not here:
+                            # its namespace is gone: nothing attached
+                            rec = {**rec, "ifindex": 0, "netns_gone": True}
+                        msg = fix(rec)
+            except _Elsewhere:
                 continue  # another namespace not named under /run/netns: repaired there
-            except KeyError:
-                msg = "unknown operation: record dropped"
-            except (DiagnosticError, OSError) as e:  # never fail the command that repairs
+            except (DiagnosticError, OSError, LookupError, ValueError) as e:
+                # never fail the command that repairs (a record missing a field included)
                 out.append(f"bpfdsl: could not repair {what} (record {path} kept): {e}")
                 continue
             os.unlink(path)

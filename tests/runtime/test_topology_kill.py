@@ -424,3 +424,31 @@ def test_second_apply_waits_for_the_first_names_it_or_is_refused(edge, clean):
     assert second.stdout.startswith(f"applied: {PLANNED} changes"), second.stdout
     assert_as_applied(edge, f, clean, dict(ALLOWED))
     down_leaves_nothing(edge, f)
+
+
+@pytest.mark.kernel
+def test_a_record_the_repair_cannot_read_is_kept_and_said(tmp_path):
+    """A record missing what its repair needs is not dropped in silence (the next
+    command says it could not repair it and keeps it); one of an unknown op is dropped."""
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)  # a pid that is gone: its records are stale
+    tag = uuid.uuid4().hex[:8]
+    os.makedirs(intent.INTENT_DIR, exist_ok=True)
+    broken = os.path.join(intent.INTENT_DIR, f"topology-apply-topo{tag}.json")
+    unknown = os.path.join(intent.INTENT_DIR, f"topo-unknown-{tag}.json")
+    base = {"pid": pid, "started": 0, "netns": oplock.netns_inode(), "locks": []}
+    Path(broken).write_text(json.dumps({**base, "op": "topology-apply", "step": "change-1"}))
+    Path(unknown).write_text(json.dumps({**base, "op": f"topo-unknown-{tag}", "step": "begin"}))
+    try:
+        with oplock.OpLocks() as locks:
+            lines = [ln for ln in repair.repair_stale(locks) if f"of pid {pid}" in ln]
+        assert any(f"could not repair interrupted `topology-apply` of pid {pid} (record " in ln
+                   for ln in lines), lines  # fmt: skip
+        assert any("unknown operation: record dropped" in ln for ln in lines), lines
+        assert os.path.exists(broken) and not os.path.exists(unknown)
+    finally:
+        for p in (broken, unknown):
+            if os.path.exists(p):
+                os.unlink(p)
