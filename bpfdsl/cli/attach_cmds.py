@@ -556,6 +556,9 @@ def cmd_show(args: argparse.Namespace) -> int:
             f"  {a['dev']}: {a['prog_name'] or '?'} (prog id {a['prog_id']}) "
             f"{a['mode']} mode via {via}{pin}"
         )
+        if (rc := a.get("run_config")) is not None:
+            chain = ", ".join(rc["chain_call"]) or "none"
+            print(f"    run config: priority {rc['priority']}, chain_call {chain}")
         for w in a.get("warnings", []):
             print(f"    warning: {w}")
     so = inv["sock_ops"]
@@ -587,8 +590,8 @@ def cmd_show(args: argparse.Namespace) -> int:
             extra = f" {o['detail']}" if o.get("detail") else ""
             print(f"    {o['kind']:<4} {o['name']:<24} id {o['id']}{extra}")
     if inv.get("interrupted"):
-        print("interrupted operations (the next attach/detach/load/unload repairs them):")
+        print("interrupted operations (the next command that changes the system repairs them):")
         for r in inv["interrupted"]:
-            where = r.get("dev") or r.get("dir") or ""
+            where = r.get("dev") or r.get("dir") or r.get("pin_dir") or ""
             print(f"  {r['op']} {where} by pid {r['pid']}, stopped after step {r['step']}")
     return OK

@@ -18,12 +18,18 @@ def register(sub: Any) -> None:
         description="Compile every object of the topology FILE (TOML, docs/topology.md), "
         "load the new or changed ones into staging pin dirs (the kernel verifier), then "
         "change what differs: map contents, cpumap/devmap/prog_array slots, sk_msg and "
-        "sock_ops attachments, XDP programs (replaced atomically).  A failure undoes every "
-        "change: the old state keeps running.  A second apply changes nothing and says so.",
+        "sock_ops attachments, XDP programs (replaced atomically).  A failure or "
+        "SIGINT/SIGTERM undoes every change: the old state keeps running; after a SIGKILL "
+        "the next apply, down or attach repairs it (from its record in /run/bpfdsl/intents). "
+        "A second copy at once waits for the first.  A second apply changes nothing and "
+        "says so.",
     )
     a.add_argument("file", metavar="FILE", help="the topology file (TOML)")
     a.add_argument(
-        "--plan", action="store_true", help="print what apply would change, change nothing"
+        "--plan",
+        action="store_true",
+        help="print what apply would change, change nothing (no lock, no repair: an "
+        "interrupted apply the next apply repairs first is named as pending)",
     )
     a.set_defaults(func=cmd_apply)
     s = sub.add_parser(
@@ -31,7 +37,9 @@ def register(sub: Any) -> None:
         help="how the system differs from a topology file (drift)",
         description="Missing or changed attachments and slots, map entries absent or "
         "different, objects edited since the last apply, pinned programs whose tag is not "
-        "the applied one.  Exit 0: as declared; 1: drift.",
+        "the applied one, interrupted commands a repair waits for; then the run config "
+        "(libxdp priority, chain-call actions) of each XDP program that declares one.  "
+        "Exit 0: as declared; 1: drift.",
     )
     s.add_argument("file", metavar="FILE", help="the topology file (TOML)")
     s.set_defaults(func=cmd_status)
@@ -66,26 +74,29 @@ def cmd_apply(args: argparse.Namespace) -> int:
     res = topology_ops.apply(top, built, dry_run=args.plan)
     topology_ops.print_notes(res.notes)
     if args.json:
-        print(
-            json.dumps(
-                {
-                    "file": top.path,
-                    "pin_dir": top.pin_dir,
-                    "plan": args.plan,
-                    "applied": res.applied,
-                    "changes": topology_ops.describe_json(res.changes),
-                }
-            )
-        )
+        out = {
+            "file": top.path,
+            "pin_dir": top.pin_dir,
+            "plan": args.plan,
+            "applied": res.applied,
+            "changes": topology_ops.describe_json(res.changes),
+        }
+        if args.plan:
+            out["pending"] = res.pending
+        print(json.dumps(out))
         return OK
     if not res.changes:
         print(f"no change: the system is as {args.file} declares (pin dir {top.pin_dir})")
-        return OK
-    n = len(res.changes)
-    head = "plan" if args.plan else "applied"
-    print(f"{head}: {n} change{'s' if n != 1 else ''} ({args.file}, pin dir {top.pin_dir})")
-    for ch in res.changes:
-        print(f"  {ch.text()}")
+    else:
+        n = len(res.changes)
+        head = "plan" if args.plan else "applied"
+        print(f"{head}: {n} change{'s' if n != 1 else ''} ({args.file}, pin dir {top.pin_dir})")
+        for ch in res.changes:
+            print(f"  {ch.text()}")
+    for line in res.pending:  # --plan only: it repairs nothing, the apply would first
+        print(f"repair pending: {line}")
+    if res.pending:
+        print("  (this plan reads the system as the interrupted command left it)")
     return OK
 
 
@@ -94,6 +105,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     top, built = _read(args.file)
     drift = topology_ops.status(top, built)
+    rcs = topology_ops.run_configs(built)
     if args.json:
         print(
             json.dumps(
@@ -102,25 +114,35 @@ def cmd_status(args: argparse.Namespace) -> int:
                     "pin_dir": top.pin_dir,
                     "in_sync": not drift,
                     "drift": [d.to_dict() for d in drift],
+                    "run_config": {
+                        p: {"priority": rc.priority, "chain_call": list(rc.chain_call)}
+                        for p, rc in rcs.items()
+                    },
                 }
             )
         )
         return OK if not drift else FAILED
     if not drift:
         print(f"in sync: the system is as {args.file} declares (pin dir {top.pin_dir})")
-        return OK
-    print(f"drift: {len(drift)} difference{'s' if len(drift) != 1 else ''} from {args.file}")
-    for d in drift:
-        print(f"  {d.text()}")
-    print(f"`bpfdsl apply {args.file}` brings it back", file=sys.stderr)
-    return FAILED
+    else:
+        n = len(drift)
+        print(f"drift: {n} difference{'s' if n != 1 else ''} from {args.file}")
+        for d in drift:
+            print(f"  {d.text()}")
+    for p, rc in rcs.items():  # where each XDP program sits in a libxdp chain
+        chain = ", ".join(rc.chain_call) or "none"
+        print(f"run config of {p}: priority {rc.priority}, chain_call {chain}")
+    if drift:
+        print(f"`bpfdsl apply {args.file}` brings it back", file=sys.stderr)
+    return OK if not drift else FAILED
 
 
 def cmd_down(args: argparse.Namespace) -> int:
     from bpfdsl.runtime import topology_ops
 
     top, _ = _read(args.file, compile_all=False)
-    done = topology_ops.down(top)
+    done, notes = topology_ops.down(top)
+    topology_ops.print_notes(notes)
     if args.json:
         print(json.dumps({"file": top.path, "pin_dir": top.pin_dir, "removed": done}))
         return OK

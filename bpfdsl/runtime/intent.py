@@ -95,6 +95,13 @@ class Intent:
             self._write()
         pause_point(f"{self.op}:{name}")
 
+    def update(self, **fields: object) -> None:
+        """Set ``fields`` in the record and write it (no step: what the operation is
+        about to change, written before it changes it)."""
+        self.record.update(fields)
+        if self.written:
+            self._write()
+
     def pinning_by_name(self, path: str, map_id: int) -> None:
         """Record, before it is pinned, that this operation pins the map ``map_id`` it
         created by name at ``path`` (``by_name_pins``: path -> map id; a repair removes

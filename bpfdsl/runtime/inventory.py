@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import IntEnum
 
+from bpfdsl.abi.btf.run_config import RunConfig, read_run_config
 from bpfdsl.abi.map_types import MapType
 from bpfdsl.abi.prog_types import AttachType, LinkType, ProgramType
 from bpfdsl.diagnostics import DiagnosticError, UsageError, error
@@ -460,6 +461,30 @@ def sk_msg_attachments(links: dict, *, limit: int = 100_000) -> list:
     return out
 
 
+def run_config_of(prog_id: int, names: list[str]) -> RunConfig | None:
+    """The libxdp run config (priority, chain-call actions) XDP program ``prog_id``
+    declares, read from the BTF loaded with it as ``xdp-loader status`` reads it; the
+    variable is looked up under each of ``names`` (the function name: a pin's name
+    holds it whole, the kernel keeps 15 characters).  None: it declares none (libxdp
+    then runs it at priority 50, chain-calling on XDP_PASS), or has no BTF."""
+    try:
+        with syscall.get_fd_by_id("prog", prog_id) as fd:
+            btf = syscall.kernel_btf(int(syscall.prog_info(fd).btf_id))
+    except syscall.BpfError:
+        return None
+    if btf is None:
+        return None
+    for name in dict.fromkeys(n for n in names if n):
+        rc = read_run_config(btf, name)
+        if rc is not None:
+            return rc
+    return None
+
+
+def _run_config_dict(rc: RunConfig | None) -> dict | None:
+    return {"priority": rc.priority, "chain_call": list(rc.chain_call)} if rc else None
+
+
 def collect(*, all_dirs: bool = False) -> dict:
     """``{"attachments": [...], "sock_ops": {...}, "sk_msg": [...], "pins": [{"dir",
     "objects": [...]}, ...]}`` (JSON-ready): XDP on this namespace's interfaces, sock_ops
@@ -491,6 +516,14 @@ def collect(*, all_dirs: bool = False) -> dict:
         if cur.link_id is not None:
             att["link_pin"] = link_pins.get(cur.link_id)
         atts.append(att)
+    pinned_as: dict[int, list[str]] = {}  # prog id -> its pins' names (function names)
+    for entry in pin_list:
+        for obj in entry["objects"]:
+            if obj["kind"] == "prog":
+                pinned_as.setdefault(obj["id"], []).append(obj["name"])
+    for a in atts:
+        names = [*pinned_as.get(a["prog_id"], []), a["prog_name"]]
+        a["run_config"] = _run_config_dict(run_config_of(a["prog_id"], names))
     on: dict[int, list[str]] = {}
     for a in atts:
         on.setdefault(a["prog_id"], []).append(a["dev"])
@@ -531,7 +564,7 @@ def interrupted_operations() -> list[dict]:
             pass
         except (OSError, ValueError):
             continue
-        keep = ("op", "pid", "step", "dev", "target", "staging", "dir")
+        keep = ("op", "pid", "step", "dev", "target", "staging", "dir", "pin_dir")
         out.append({k: rec[k] for k in keep if rec.get(k) is not None})
     return out
 

@@ -95,6 +95,28 @@ def holder(key: LockKey) -> str:
     return f"pid {pid} (`{cmd}`)" if cmd else f"pid {pid}"
 
 
+def is_held(name: str) -> bool:
+    """True when a process holds the lock ``name`` (a :class:`LockKey` name) now.  Read
+    only: no lock file is made (what ``apply --plan`` may do); a lock this process holds
+    counts as held too (flock is per open file)."""
+    path = os.path.join(LOCK_DIR, name + ".lock")
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False  # released (the holder unlinks it), or never taken
+    except PermissionError:
+        raise syscall.NoPermission(f"reading the lock {path}") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError as e:
+        if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+            return True
+        raise
+    finally:
+        os.close(fd)  # drops the shared lock taken just now
+    return False
+
+
 class LockBusy(DiagnosticError):
     """A lock stayed held by another command for the whole wait (exit 1: refused)."""
 

@@ -2,7 +2,10 @@
 (:mod:`bpfdsl.runtime.intent`) and the kernel's state: roll forward when the new
 program is attached (finish the pin moves), roll back otherwise (remove the staging
 dir), so the interface has the old or the new program and the pins of that one only.
-Also: who owns the XDP program on an interface (a bpfdsl pin dir, or another tool).
+A topology apply is rolled back change by change from its journal, or finished past its
+point of no return; a topology down is finished (:mod:`bpfdsl.runtime.topology_journal`).
+Also: who owns the XDP program on an interface (a bpfdsl pin dir, or another tool), and
+which records wait for a repair (:func:`pending`, read only).
 """
 
 from __future__ import annotations
@@ -16,8 +19,9 @@ from dataclasses import dataclass
 from bpfdsl.diagnostics import DiagnosticError
 from bpfdsl.kernel import netlink, syscall
 from bpfdsl.runtime import attach, pins
+from bpfdsl.runtime import topology_journal as journal
 from bpfdsl.runtime.intent import read_intents
-from bpfdsl.runtime.oplock import LockKey, OpLocks, netns_inode
+from bpfdsl.runtime.oplock import LockKey, OpLocks, is_held, netns_inode
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,17 +87,21 @@ def release_pin_dir(pin_dir: str) -> str:
     )
 
 
+class _Elsewhere(Exception):
+    """A record of another namespace not named under /run/netns: repaired there."""
+
+
 @contextlib.contextmanager
 def _in_netns_of(rec: dict) -> Iterator[bool]:
     """Run the body in the record's network namespace; yields False when it is gone
-    (no interface to look at), raises LookupError when it cannot be entered here."""
+    (no interface to look at), raises _Elsewhere when it cannot be entered here."""
     ns = int(rec.get("netns", 0))
     if ns == netns_inode():
         yield True
         return
     name = rec.get("netns_name")
     if not name:
-        raise LookupError("namespace not reachable")
+        raise _Elsewhere("namespace not reachable")
     path = os.path.join(netlink.NETNS_RUN_DIR, name)
     try:
         same = os.stat(path).st_ino == ns
@@ -208,12 +216,62 @@ def _repair_load(rec: dict) -> str:
     return f"{d} was pinned only in part: removed it{by_name}"
 
 
+def roll_back_topology(rec: dict) -> list[str]:
+    """Undo the topology apply of intent record ``rec`` (its journal, staging dirs, the
+    maps it pinned by name): what the command does on a failure or SIGTERM and a repair
+    after SIGKILL.  Returns what could not be undone ([]: the state before it is back)."""
+    failed = journal.roll_back(rec)
+    remove_by_name_pins(rec)
+    return failed
+
+
+def _repair_topology_apply(rec: dict) -> str:
+    pin_dir = rec.get("pin_dir", "?")
+    if "commit" in rec:  # past its point of no return: every change was made and checked
+        notes = journal.finish(rec)
+        return f"it had made every change in {pin_dir}: finished" + (
+            f" ({'; '.join(notes)})" if notes else ""
+        )
+    step = str(rec.get("step", ""))
+    n = int(step.removeprefix("change-")) if step.startswith("change-") else 0
+    failed = roll_back_topology(rec)
+    what = f"rolled back the {n} change{'s' if n != 1 else ''} it had made in {pin_dir}"
+    if failed:
+        return what + ", with errors: " + "; ".join(failed)
+    return what + ": the state before it runs"
+
+
+def _repair_topology_down(rec: dict) -> str:
+    done = journal.take_down(str(rec["pin_dir"]), list(rec.get("hooks") or []))
+    return f"finished taking {rec['pin_dir']} down" + (f" ({'; '.join(done)})" if done else "")
+
+
 _REPAIRS = {
     "attach": _repair_attach,
     "detach": _repair_detach,
     "unload": _repair_unload,
     "load": _repair_load,
+    journal.APPLY: _repair_topology_apply,
+    journal.DOWN: _repair_topology_down,
 }
+
+
+def describe(rec: dict) -> str:
+    """One line naming an intent record's operation: op, pid, where, the step reached."""
+    where = [str(rec[k]) for k in ("pin_dir", "dev", "dir", "target") if rec.get(k)]
+    at = f" on {', '.join(where)}" if where else ""
+    return f"`{rec.get('op')}` of pid {rec.get('pid')}{at}, stopped after step {rec.get('step')}"
+
+
+def pending() -> list[tuple[dict, bool]]:
+    """(record, running) of every intent record, oldest first: ``running`` when one of
+    its locks is held (its command is still at work), else what the next command that
+    changes the system repairs.  Read only: takes no lock, changes nothing."""
+    out = []
+    for _path, rec in read_intents():
+        names = [str(n) for n in rec.get("locks") or []]
+        out.append((rec, any(is_held(n) for n in names)))
+    return out
 
 
 def repair_stale(locks: OpLocks) -> list[str]:
@@ -231,16 +289,20 @@ def repair_stale(locks: OpLocks) -> list[str]:
             continue  # its command is still running
         try:
             what = f"interrupted `{rec.get('op')}` of pid {rec.get('pid')}"
+            fix = _REPAIRS.get(str(rec.get("op")))
             try:
-                with _in_netns_of(rec) as here:
-                    if not here:
-                        rec = {**rec, "ifindex": 0}  # its namespace is gone: nothing attached
-                    msg = _REPAIRS[str(rec.get("op"))](rec)
-            except LookupError:
+                if fix is None:
+                    msg = "unknown operation: record dropped"
+                else:
+                    with _in_netns_of(rec) as here:
+                        if not here:
+                            # its namespace is gone: nothing attached
+                            rec = {**rec, "ifindex": 0, "netns_gone": True}
+                        msg = fix(rec)
+            except _Elsewhere:
                 continue  # another namespace not named under /run/netns: repaired there
-            except KeyError:
-                msg = "unknown operation: record dropped"
-            except (DiagnosticError, OSError) as e:  # never fail the command that repairs
+            except (DiagnosticError, OSError, LookupError, ValueError) as e:
+                # never fail the command that repairs (a record missing a field included)
                 out.append(f"bpfdsl: could not repair {what} (record {path} kept): {e}")
                 continue
             os.unlink(path)
@@ -250,10 +312,22 @@ def repair_stale(locks: OpLocks) -> list[str]:
     return out
 
 
+def staging_dirs(rec: dict) -> list[str]:
+    """The staging dirs an intent record names: an attach's ``staging`` (one path) or a
+    topology apply's (object name -> path); anything else names none (a record of another
+    bpfdsl version is read, not trusted)."""
+    st = rec.get("staging")
+    if isinstance(st, str):
+        return [st]
+    if isinstance(st, dict):
+        return [d for d in st.values() if isinstance(d, str)]
+    return []
+
+
 def orphan_staging(target: str) -> list[str]:
     """Remove ``TARGET_next_*`` staging dirs no intent record names (left by an older
     bpfdsl) that hold no live link; returns a line per dir removed."""
-    named = {rec.get("staging") for _p, rec in read_intents()}
+    named = {d for _p, rec in read_intents() for d in staging_dirs(rec)}
     out = []
     for d in sorted(glob.glob(glob.escape(target) + "_next_" + "[0-9a-f]" * 8)):
         if d in named or not os.path.isdir(d) or live_links_in(d):

@@ -10,7 +10,8 @@ Everything a topology makes lives under its ``pin_dir`` (PIN_DIR, bpffs):
   (shared by the topology's objects);
 - ``PIN_DIR/bpfdsl_manifest`` (``made_by: topology``) and ``PIN_DIR/bpfdsl_topology_N``:
   the record of the last apply (JSON in symlinks: bpffs holds no regular files): object
-  digests, what was attached where and which map slots were set, the programs' tags.
+  digests, what was attached where and which map slots were set, the programs' tags
+  (:func:`bpfdsl.runtime.topology_journal.read_record`).
 
 :func:`plan` compares the file with the kernel's state and lists the changes; :func:`apply`
 makes them: every object that is new or changed is compiled (before anything else),
@@ -18,6 +19,12 @@ loaded (the kernel verifier) and pinned into a staging dir ``PIN_DIR/OBJECT_next
 first, so a broken program changes nothing; then map contents, cpumap/devmap/prog_array
 slots, sk_msg and sock_ops attachments and the XDP programs are changed, each with its
 undo, and a failure undoes them in reverse; last the staging dirs replace the old ones.
+Before changing anything apply writes an intent record (op ``topology-apply``) and, before
+each change, how to undo it (:mod:`bpfdsl.runtime.topology_journal`): SIGINT/SIGTERM roll
+back at each step until every change is made and checked, then the apply is finished; after
+a SIGKILL the next command repairs it (:mod:`bpfdsl.runtime.repair`), back or forward, so
+the system runs the old state or the new one.  ``apply --plan`` (:func:`plan_only`) and
+:func:`status` only read, and say when such a repair is pending.
 An edited object keeps the maps of the one it replaces where the definitions match
 (libbpf's bpf_map__reuse_fd), except the maps that hold programs or interfaces (cpumap,
 devmap, prog_array, sockmap/sockhash, map-in-map): those are made anew and filled again,
@@ -37,9 +44,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from bpfdsl.abi.btf.run_config import RunConfig
 from bpfdsl.abi.map_types import MapType
 from bpfdsl.abi.prog_types import AttachType
 from bpfdsl.diagnostics import DiagnosticError, UsageError, error
+from bpfdsl.kernel import netlink
 from bpfdsl.kernel import syscall as S
 from bpfdsl.runtime import (
     attach,
@@ -53,16 +62,14 @@ from bpfdsl.runtime import (
     repair,
     sockmap,
 )
+from bpfdsl.runtime import topology_journal as journal
 from bpfdsl.runtime.loader import Collection, load_collection
 from bpfdsl.runtime.mapview import MapCodec
 from bpfdsl.runtime.topology import Built, EntryDecl, HookDecl, Ref, Topology, XdpDecl
 
-Undo = Callable[[], None]
-Step = Callable[["Run"], "Undo | None"]
+Step = Callable[["Run"], None]
 
-STATE = "bpfdsl_topology_"  # + chunk number: the record of the last apply
 BY_NAME = "by_name"
-_CHUNK = 3000  # characters of JSON per symlink (a symlink target is at most PATH_MAX 4096)
 # maps that hold programs, sockets or interfaces: made anew when their object changes
 WIRING = frozenset(
     {
@@ -110,17 +117,22 @@ class Live:
 
 @dataclass(slots=True)
 class Run:
-    """An apply in progress: the staged collections and dirs, fds opened on the way."""
+    """An apply in progress: its intent record (the journal), the staged collections and
+    dirs, fds opened on the way."""
 
     top: Topology
     built: dict[str, Built]
     live: Live
+    intent: intent.Intent
     staged: dict[str, Collection] = field(default_factory=dict)
     staging: dict[str, str] = field(default_factory=dict)
-    by_name_made: list[str] = field(default_factory=list)
     fds: list[S.Fd] = field(default_factory=list)
     xdp_done: dict[str, attach.XdpAttachment] = field(default_factory=dict)
-    tags: dict[str, str] = field(default_factory=dict)
+
+    def log(self, entry: dict) -> None:
+        """Journal how to undo the change about to be made (written before it is made)."""
+        self.intent.record.setdefault("undo", []).append(entry)
+        self.intent.update()
 
     def close(self) -> None:
         for fd in self.fds:
@@ -150,36 +162,6 @@ class Run:
 # ---- reading what is there
 
 
-def read_record(pin_dir: str) -> dict | None:
-    """The record of the last apply into ``pin_dir`` (None: none, or not a topology's)."""
-    m = pins.read_manifest(pin_dir)
-    if m is None or m.get("made_by") != "topology":
-        return None
-    parts = []
-    for i in range(10_000):
-        try:
-            parts.append(os.readlink(os.path.join(pin_dir, f"{STATE}{i}")))
-        except OSError:
-            break
-    try:
-        rec = json.loads("".join(parts))
-    except ValueError:
-        return None
-    return rec if isinstance(rec, dict) else None
-
-
-def _write_record(pin_dir: str, rec: dict) -> None:
-    text = json.dumps(rec, separators=(",", ":"), sort_keys=True)
-    chunks = [text[i : i + _CHUNK] for i in range(0, len(text), _CHUNK)] or [""]
-    for i in range(10_000):  # the old record first
-        path = os.path.join(pin_dir, f"{STATE}{i}")
-        if not os.path.lexists(path):
-            break
-        os.unlink(path)
-    for i, c in enumerate(chunks):
-        os.symlink(c, os.path.join(pin_dir, f"{STATE}{i}"))
-
-
 def _ensure_root(top: Topology) -> None:
     """Make PIN_DIR (and its manifest) unless it is there; refuse a dir that is not a
     topology's."""
@@ -204,7 +186,7 @@ def _ensure_root(top: Topology) -> None:
 
 
 def read_live(top: Topology) -> Live:
-    rec = read_record(top.pin_dir) if os.path.isdir(top.pin_dir) else None
+    rec = journal.read_record(top.pin_dir) if os.path.isdir(top.pin_dir) else None
     digests = {}
     for name, o in ((rec or {}).get("objects") or {}).items():
         if os.path.isdir(os.path.join(top.pin_dir, name)):
@@ -385,12 +367,11 @@ def plan(top: Topology, built: dict[str, Built], live: Live) -> list[Change]:
                 "xdp",
                 f"{r['program']} on {r['dev']}",
                 "no longer in the file",
-                _do_xdp_detach(r["dev"]),
             )
         )
     for name in rec.get("objects") or {}:
         if name not in built:
-            out.append(Change("-", "object", name, "no longer in the file", _do_unstage(name)))
+            out.append(Change("-", "object", name, "no longer in the file"))
     return out
 
 
@@ -456,7 +437,7 @@ def _hook_drift(top: Topology, h: HookDecl, changed: set[str]) -> str:
 
 
 def _hook_recorded(top: Topology, h: HookDecl) -> bool:
-    rec = read_record(top.pin_dir) or {}
+    rec = journal.read_record(top.pin_dir) or {}
     return any(
         (r["kind"], r["program"], r["target"]) == (h.kind, str(h.program), h.target)
         for r in rec.get("hooks") or []
@@ -471,11 +452,7 @@ def _hook_ids(top: Topology, h: HookDecl) -> list[int]:
             return []
         with fd:
             return S.prog_query(fd, AttachType.SK_MSG_VERDICT)[0]
-    cg = os.open(h.target, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        return S.prog_query(cg, AttachType.CGROUP_SOCK_OPS)[0]
-    finally:
-        os.close(cg)
+    return journal.sock_ops_ids(h.target)
 
 
 def _xdp_change(top: Topology, x: XdpDecl, changed: set[str]) -> Change | None:
@@ -518,84 +495,73 @@ def _xdp_change(top: Topology, x: XdpDecl, changed: set[str]) -> Change | None:
     return None
 
 
-# ---- the steps of an apply: each returns its undo (None: nothing to undo)
+# ---- the steps of an apply: each journals how to undo it (Run.log) before it changes
 
 
 def _do_stage(name: str) -> Step:
-    def do(run: Run) -> Undo | None:
+    def do(run: Run) -> None:
         b = run.built[name]
         final = os.path.join(run.top.pin_dir, name)
         staging = f"{final}_next_{uuid.uuid4().hex[:8]}"
         reuse = _reusable(b, final)[0] if os.path.isdir(final) else {}
         by_name = os.path.join(run.top.pin_dir, BY_NAME)
+        run.staging[name] = staging
+        run.intent.update(staging=dict(run.staging))  # a rollback removes it
         os.makedirs(by_name, exist_ok=True)
         coll = load_collection(
             b.spec,
             config=b.config,
             pin_dir=by_name,
             reuse_maps=reuse,
-            before_pin=lambda path, _id: run.by_name_made.append(path),
+            before_pin=run.intent.pinning_by_name,  # a rollback removes the maps it made
         )
         run.staged[name] = coll
         pins.pin_collection(coll, staging, source=b.decl.path, made_by="topology")
-        run.staging[name] = staging
-        return None  # the staging dirs are removed by the rollback itself
 
     return do
 
 
-def _do_unstage(name: str) -> Step:
-    def do(run: Run) -> Undo | None:
-        return None  # removed at the commit (after every detach)
-
-    return do
+def _map_id(fd: int | S.Fd) -> int:
+    return int(S.map_info(fd).id)
 
 
 def _do_contents(ref: Ref, rows: list[tuple[bytes, bytes]]) -> Step:
-    def do(run: Run) -> Undo | None:
+    def do(run: Run) -> None:
         fd = run.map_fd(ref)
         vsize = len(rows[0][1])
         old = [(k, S.map_lookup(fd, k, vsize)) for k, _v in rows]
+        run.log(
+            {
+                "undo": "map",
+                "map_id": _map_id(fd),
+                "rows": [[k.hex(), v.hex() if v is not None else None] for k, v in old],
+            }
+        )
         for k, v in rows:
             S.map_update(fd, k, v)
-
-        def undo() -> None:
-            for k, v in old:
-                if v is None:
-                    S.map_delete(fd, k)
-                else:
-                    S.map_update(fd, k, v)
-
-        return undo
 
     return do
 
 
-def _restore_slot(kind: str, fd: int, key: int, raw: bytes | None) -> None:
-    """Put back slot ``key`` of a cpumap/devmap/prog_array as ``raw`` (its lookup: the
-    kernel reports the program's id, written back through an fd of that id)."""
-    if raw is None:
-        S.map_delete(fd, struct.pack("<I", key))
-        return
-    if kind == "prog_array":
-        with S.get_fd_by_id("prog", struct.unpack("<I", raw[:4])[0]) as p:
-            S.map_update(fd, struct.pack("<I", key), struct.pack("<I", int(p)))
-        return
-    first, prog_id = struct.unpack("<II", raw.ljust(8, b"\0")[:8])
-    if not prog_id:
-        S.map_update(fd, struct.pack("<I", key), raw)
-        return
-    with S.get_fd_by_id("prog", prog_id) as p:
-        S.map_update(fd, struct.pack("<I", key), struct.pack("<Ii", first, int(p))[: len(raw)])
+def _log_slot(run: Run, kind: str, fd: int, key: int) -> None:
+    old = S.map_lookup(fd, struct.pack("<I", key), S.map_info(fd).value_size)
+    run.log(
+        {
+            "undo": "slot",
+            "kind": kind,
+            "map_id": _map_id(fd),
+            "key": key,
+            "old": old.hex() if old is not None else None,
+        }
+    )
 
 
 def _do_entry(e: EntryDecl) -> Step:
-    def do(run: Run) -> Undo | None:
+    def do(run: Run) -> None:
         fd = run.map_fd(e.map)
-        info = S.map_info(fd)
-        old = S.map_lookup(fd, struct.pack("<I", e.key), info.value_size)
         pfd = run.prog_fd(e.program) if e.program is not None else None
         pname = str(e.program) if e.program is not None else ""
+        _log_slot(run, e.kind, fd, e.key)
         if e.kind == "cpumap":
             cpumap.cpumap_set(fd, e.key, e.qsize, pfd, map_name=str(e.map), prog_name=pname)
         elif e.kind == "devmap":
@@ -603,25 +569,30 @@ def _do_entry(e: EntryDecl) -> Step:
         else:
             assert pfd is not None
             progarray.prog_array_set(fd, e.key, pfd, map_name=str(e.map), prog_name=pname)
-        return lambda: _restore_slot(e.kind, fd, e.key, old)
 
     return do
 
 
 def _do_entry_delete(kind: str, ref: Ref, key: int) -> Step:
-    def do(run: Run) -> Undo | None:
+    def do(run: Run) -> None:
         fd = run.map_fd(ref)
-        info = S.map_info(fd)
-        old = S.map_lookup(fd, struct.pack("<I", key), info.value_size)
+        _log_slot(run, kind, fd, key)
         S.map_delete(fd, struct.pack("<I", key))
-        return lambda: _restore_slot(kind, fd, key, old)
 
     return do
 
 
 def _do_hook(h: HookDecl) -> Step:
-    def do(run: Run) -> Undo | None:
+    def do(run: Run) -> None:
         pfd = run.prog_fd(h.program)
+        new_id = attach.prog_id_of(pfd)
+        if h.kind == "sk_msg":
+            assert h.map is not None
+            mfd = run.map_fd(h.map)
+            old_ids = S.prog_query(mfd, AttachType.SK_MSG_VERDICT)[0]
+            run.log({"undo": "sk_msg", "map_id": _map_id(mfd), "new": new_id, "old": old_ids})
+            sockmap.sk_msg_attach(mfd, pfd, map_name=str(h.map), prog_name=str(h.program))
+            return
         old_fd = None
         if h.program.obj in run.staging:  # the program of the dir being replaced
             path = os.path.join(
@@ -630,25 +601,13 @@ def _do_hook(h: HookDecl) -> Step:
             if os.path.exists(path):
                 old_fd = S.obj_get(path)
                 run.fds.append(old_fd)
-        if h.kind == "sk_msg":
-            assert h.map is not None
-            mfd = run.map_fd(h.map)
-            sockmap.sk_msg_attach(mfd, pfd, map_name=str(h.map), prog_name=str(h.program))
-
-            def undo_sk_msg() -> None:
-                sockmap.sk_msg_detach(mfd, pfd, map_name=str(h.map))
-
-            return undo_sk_msg
+        old_id = attach.prog_id_of(old_fd) if old_fd is not None else 0
+        if old_id not in journal.sock_ops_ids(h.target):
+            old_fd, old_id = None, 0  # not attached: an undo must not attach it
+        run.log({"undo": "sock_ops", "cgroup": h.target, "new": new_id, "old": old_id})
         cgroup.sock_ops_attach(h.target, pfd, prog_name=str(h.program))
         if old_fd is not None:  # the old program runs next to the new one until here
             cgroup.sock_ops_detach(h.target, int(old_fd))
-
-        def undo() -> None:
-            if old_fd is not None:
-                cgroup.sock_ops_attach(h.target, int(old_fd))
-            cgroup.sock_ops_detach(h.target, pfd)
-
-        return undo
 
     return do
 
@@ -665,76 +624,53 @@ def _recorded_prog_fd(run: Run, program: str) -> int | None:
 
 
 def _do_hook_remove(r: dict) -> Step:
-    def do(run: Run) -> Undo | None:
+    def do(run: Run) -> None:
         pfd = _recorded_prog_fd(run, r["program"])
         if pfd is None:
-            return None
+            return
+        old_id = attach.prog_id_of(pfd)
         if r["kind"] == "sock_ops":
-            if cgroup.sock_ops_detach(r["target"], pfd):
-                return lambda: cgroup.sock_ops_attach(r["target"], pfd)
-            return None
-        ref = Ref(*str(r["target"]).split(":"))
-        fd = _pinned_map(run.top, ref)
+            if old_id not in journal.sock_ops_ids(r["target"]):
+                return  # not attached: nothing to remove, nothing to undo
+            run.log({"undo": "sock_ops", "cgroup": r["target"], "new": 0, "old": old_id})
+            cgroup.sock_ops_detach(r["target"], pfd)
+            return
+        fd = _pinned_map(run.top, Ref(*str(r["target"]).split(":")))
         if fd is None:
-            return None
+            return
         run.fds.append(fd)
-        if sockmap.sk_msg_detach(fd, pfd):
-            return lambda: sockmap.sk_msg_attach(fd, pfd)
-        return None
+        if old_id not in S.prog_query(fd, AttachType.SK_MSG_VERDICT)[0]:
+            return
+        run.log({"undo": "sk_msg", "map_id": _map_id(fd), "new": 0, "old": [old_id]})
+        sockmap.sk_msg_detach(fd, pfd)
 
     return do
 
 
 def _do_xdp(x: XdpDecl, cur: attach.XdpAttachment | None) -> Step:
-    def do(run: Run) -> Undo | None:
+    def do(run: Run) -> None:
         pfd = run.prog_fd(x.program)
         link_pin = attach.link_pin_path(run.obj_dir(x.program.obj), x.dev)
-        if cur is not None and cur.mode != x.mode:
-            with S.get_fd_by_id("prog", cur.prog_id) as old:
-                old_fd = S.Fd(os.dup(int(old)))
-            run.fds.append(old_fd)
+        old_pins = attach._pins_of_link(cur.link_id, (run.top.pin_dir,)) if cur else []
+        run.log(
+            {
+                "undo": "xdp",
+                "dev": x.dev,
+                "ifindex": netlink.ifindex(x.dev),
+                "mode": x.mode,
+                "new": attach.prog_id_of(pfd),
+                "old": cur.prog_id if cur is not None else 0,
+                "old_mode": cur.mode if cur is not None else "",
+                "old_link_pin": old_pins[0] if old_pins else None,
+            }
+        )
+        if cur is not None and cur.mode != x.mode:  # no atomic swap across modes
             attach.detach_xdp(x.dev, pin_roots=(run.top.pin_dir,))
-            res = attach.attach_xdp(pfd, x.dev, mode=x.mode, link_pin=link_pin)
-            run.xdp_done[x.dev] = res
-
-            def undo_mode() -> None:
-                attach.detach_xdp(x.dev, pin_roots=(run.top.pin_dir,))
-                old_pin = attach.link_pin_path(os.path.join(run.top.pin_dir, x.program.obj), x.dev)
-                attach.attach_xdp(old_fd, x.dev, mode=cur.mode, link_pin=old_pin)
-
-            return undo_mode
-        if cur is None:
-            res = attach.attach_xdp(pfd, x.dev, mode=x.mode, link_pin=link_pin)
-            run.xdp_done[x.dev] = res
-
-            def undo_new() -> None:
-                attach.detach_xdp(x.dev, pin_roots=(run.top.pin_dir,))
-
-            return undo_new
-        with S.get_fd_by_id("prog", cur.prog_id) as old:
-            old_fd = S.Fd(os.dup(int(old)))
-        run.fds.append(old_fd)
-        res = attach.attach_xdp(pfd, x.dev, mode=x.mode, replace=True)
-        run.xdp_done[x.dev] = res
-
-        def undo() -> None:
-            attach.attach_xdp(old_fd, x.dev, mode=x.mode, replace=True)
-
-        return undo
-
-    return do
-
-
-def _do_xdp_detach(dev: str) -> Step:
-    def do(run: Run) -> Undo | None:
-        try:
-            cur = attach.xdp_attachment(dev)
-        except DiagnosticError:
-            return None  # the interface is gone, and its program with it
-        if cur is None or not _owned(run.top, cur):
-            return None
-        attach.detach_xdp(dev, pin_roots=(run.top.pin_dir,))
-        return None  # after the last undoable step (see apply)
+            run.xdp_done[x.dev] = attach.attach_xdp(pfd, x.dev, mode=x.mode, link_pin=link_pin)
+        elif cur is None:
+            run.xdp_done[x.dev] = attach.attach_xdp(pfd, x.dev, mode=x.mode, link_pin=link_pin)
+        else:
+            run.xdp_done[x.dev] = attach.attach_xdp(pfd, x.dev, mode=x.mode, replace=True)
 
     return do
 
@@ -744,9 +680,14 @@ def _do_xdp_detach(dev: str) -> Step:
 
 @dataclass(slots=True)
 class Result:
+    """What an apply did (``applied``) or would do: ``changes``; ``notes`` for stderr
+    (repairs made first, a signal held back); ``pending``: for ``--plan``, the
+    interrupted commands the apply would repair first (:func:`pending_repairs`)."""
+
     changes: list[Change]
     applied: bool
     notes: list[str] = field(default_factory=list)
+    pending: list[str] = field(default_factory=list)
 
 
 def _locks_for(top: Topology, live: Live) -> list[oplock.LockKey]:
@@ -762,40 +703,81 @@ def _locks_for(top: Topology, live: Live) -> list[oplock.LockKey]:
     return keys
 
 
+def _lock_and_repair(locks: oplock.OpLocks, top: Topology) -> tuple[Live, list[str]]:
+    """Take the locks of ``top`` (waiting, bounded, while another command holds one),
+    repair what interrupted commands left, and read the state under the locks.  Locks
+    needed by what the repair or another command left (an interface of the last apply)
+    are added until the set covers the state read.  Returns (state, repair notes)."""
+    locks.acquire(_locks_for(top, read_live(top)))
+    notes: list[str] = []
+    for _ in range(5):
+        notes += repair.repair_stale(locks)
+        more = [k for k in _locks_for(top, read_live(top)) if k not in locks.held]
+        if not more:
+            break
+        locks.add(more)
+    for name in top.objects:
+        notes += repair.orphan_staging(os.path.join(top.pin_dir, name))
+    return read_live(top), notes
+
+
+def pending_repairs(top: Topology) -> list[str]:
+    """Read only: a line per interrupted command the next apply repairs first (any:
+    every command that changes the system repairs all it can), and per command at work
+    on this topology's locks now (the apply would wait for it)."""
+    mine = {k.name for k in _locks_for(top, read_live(top))}
+    out = []
+    for rec, running in repair.pending():
+        if not running:
+            out.append(f"interrupted {repair.describe(rec)}: the next apply repairs it first")
+        elif mine & set(rec.get("locks") or []):
+            out.append(f"running: {repair.describe(rec)}; an apply now waits for it")
+    return out
+
+
+def plan_only(top: Topology, built: dict[str, Built]) -> Result:
+    """``apply --plan``: the changes an apply would make, read from the system as it is
+    (no lock taken, no repair made: nothing is changed), with the repairs pending."""
+    live = read_live(top)
+    return Result(plan(top, built, live), False, [], pending_repairs(top))
+
+
 def apply(top: Topology, built: dict[str, Built], *, dry_run: bool = False) -> Result:
     """Bring the system to ``top`` (``built``: :func:`bpfdsl.runtime.topology.build`,
-    everything compiled before this is called).  ``dry_run``: only the plan.
-    Returns the changes made (or planned).  On a failure every change made is undone and
-    the staging dirs are removed: the old state keeps running; the error is raised with a
-    note saying so."""
-    live = read_live(top)
+    everything compiled before this is called).  ``dry_run``: only the plan
+    (:func:`plan_only`).  Returns the changes made (or planned).  On a failure or a
+    SIGINT/SIGTERM before every change is made every change is undone and the staging
+    dirs are removed: the old state keeps running; the error is raised with a note
+    saying so (:class:`bpfdsl.runtime.intent.Interrupted` for a signal, exit 128 + N).
+    A signal after that is held until the apply is finished (a note says so)."""
+    if dry_run:
+        return plan_only(top, built)
     with oplock.OpLocks() as locks, intent.Critical() as crit:
         locks.poll = lambda: crit.check("stopped while waiting for a lock: nothing changed")
-        locks.acquire(_locks_for(top, live))
-        notes = list(repair.repair_stale(locks))
-        for name in top.objects:
-            notes += repair.orphan_staging(os.path.join(top.pin_dir, name))
-        live = read_live(top)  # under the locks
+        live, notes = _lock_and_repair(locks, top)
         changes = plan(top, built, live)
-        if dry_run or not changes:
+        if not changes:
             return Result(changes, False, notes)
-        _ensure_root(top)
-        run = Run(top, built, live)
-        undo: list[Callable[[], None]] = []
+        made_root = not os.path.isdir(top.pin_dir) or not os.listdir(top.pin_dir)
+        rec = intent.Intent(
+            journal.APPLY, locks, pin_dir=top.pin_dir, file=top.path, made_root=made_root
+        )
+        rec.begin()
+        run = Run(top, built, live, rec)
         try:
-            for ch in changes:
-                if ch.kind == "xdp" and ch.op == "-":
-                    continue  # detaches are not undone: they come after the last failure point
-                if ch.kind == "object" and ch.op == "-":
-                    continue
-                crit.check("stopped before a change: what was changed was undone")
+            crit.check("stopped before a change: nothing was changed")
+            _ensure_root(top)
+            todo = [ch for ch in changes if ch.do is not None]  # detaches and removals:
+            for i, ch in enumerate(todo, 1):  # after the last failure point (finish)
                 assert ch.do is not None
-                u = ch.do(run)
-                if u is not None:
-                    undo.append(u)
+                ch.do(run)
+                rec.step(f"change-{i}")
+                crit.check("stopped before a change: what was changed was undone")
             _verify_xdp(run)
+            commit = _commit_plan(run)
         except BaseException as e:
-            failed = _rollback(run, undo)
+            failed = repair.roll_back_topology(rec.record)
+            rec.done()
             run.close()
             if isinstance(e, DiagnosticError):
                 e.diagnostics[0].notes.append(
@@ -804,12 +786,12 @@ def apply(top: Topology, built: dict[str, Built], *, dry_run: bool = False) -> R
                     else "rolled back with errors: " + "; ".join(failed)
                 )
             raise
-        for ch in changes:  # the point of no return
-            if ch.op == "-" and ch.kind == "xdp":
-                assert ch.do is not None
-                ch.do(run)
-        notes += _commit(run, changes)
-        run.close()
+        rec.step(journal.NO_RETURN, commit=commit)  # from here on the apply is finished
+        try:
+            notes += journal.finish(rec.record, rec.step)
+        finally:
+            run.close()
+        rec.done()
     late = crit.note("the apply was finished first")
     if late:
         notes.append(late)
@@ -825,45 +807,27 @@ def _verify_xdp(run: Run) -> None:
             )
 
 
-def _rollback(run: Run, undo: list[Callable[[], None]]) -> list[str]:
-    failed = []
-    for u in reversed(undo):
-        try:
-            u()
-        except (DiagnosticError, OSError) as e:
-            failed.append(str(e))
-    for d in run.staging.values():
-        try:
-            pins.remove_tree(d)
-        except OSError as e:
-            failed.append(f"removing {d}: {e}")
-    for path in run.by_name_made:
-        try:
-            os.unlink(path)
-        except OSError:
-            pass
-    return failed
-
-
-def _commit(run: Run, changes: list[Change]) -> list[str]:
-    top = run.top
-    notes: list[str] = []
-    for x in top.xdp:  # each XDP link pinned in its program's object dir (staging or final)
-        res = run.xdp_done.get(x.dev) or attach.xdp_attachment(x.dev)
-        if res is not None and res.link_id is not None:
-            attach.move_link_pin(res, attach.link_pin_path(run.obj_dir(x.program.obj), x.dev))
-    for name, staging in run.staging.items():
-        final = os.path.join(top.pin_dir, name)
-        if os.path.isdir(final):
-            pins.remove_tree(final)
-        os.rename(staging, final)
-    run.staging.clear()
-    for ch in changes:
-        if ch.kind == "object" and ch.op == "-":
-            d = os.path.join(top.pin_dir, ch.what)
-            if os.path.isdir(d):
-                pins.unpin_dir(d)
-    rec = {
+def _commit_plan(run: Run) -> dict:
+    """What finishes the apply (``commit`` of the journal): the interfaces and objects
+    no longer in the file, where each XDP link goes, the record of the new state."""
+    top, rec = run.top, run.live.record or {}
+    want_devs = {x.dev for x in top.xdp}
+    detach = []
+    for r in rec.get("xdp") or []:
+        if r["dev"] not in want_devs:
+            try:
+                detach.append([r["dev"], netlink.ifindex(r["dev"])])
+            except DiagnosticError:
+                continue  # the interface is gone, and its program with it
+    tags = {}
+    for n, b in run.built.items():
+        for p in b.spec.programs:
+            if n in run.staged:
+                pid = attach.prog_id_of(run.staged[n].programs[p].fd)
+            else:
+                pid = _pinned_prog_id(top, Ref(n, p))
+            tags[f"{n}:{p}"] = _prog_tag(pid)
+    record = {
         "file": top.path,
         "objects": {n: {"digest": b.digest, "path": b.decl.path} for n, b in run.built.items()},
         "xdp": [{"dev": x.dev, "mode": x.mode, "program": str(x.program)} for x in top.xdp],
@@ -871,67 +835,52 @@ def _commit(run: Run, changes: list[Change]) -> list[str]:
         "hooks": [
             {"kind": h.kind, "program": str(h.program), "target": h.target} for h in top.hooks
         ],
-        "tags": {
-            f"{n}:{p}": _prog_tag(_pinned_prog_id(top, Ref(n, p)))
-            for n, b in run.built.items()
-            for p in b.spec.programs
-        },
+        "tags": tags,
     }
-    _write_record(top.pin_dir, rec)
-    return notes
+    return {
+        "detach": detach,
+        "links": [[x.dev, netlink.ifindex(x.dev), x.program.obj] for x in top.xdp],
+        "remove": sorted(n for n in rec.get("objects") or {} if n not in run.built),
+        "record": record,
+    }
 
 
-def down(top: Topology) -> list[str]:
+def down(top: Topology) -> tuple[list[str], list[str]]:
     """Remove everything ``top`` made: its XDP links detached, its sock_ops and sk_msg
-    programs detached, every pin under its pin dir removed.  Returns what was done, one
-    line each ([] when nothing was there)."""
-    live = read_live(top)
-    if not os.path.isdir(top.pin_dir):
-        return []
-    if (
-        pins.read_manifest(top.pin_dir) is None
-        or (pins.read_manifest(top.pin_dir) or {}).get("made_by") != "topology"
-    ):
-        raise UsageError(
-            error("not-ours", f"{top.pin_dir} is not a topology's pin dir: nothing was removed")
-        )
-    done: list[str] = []
-    with oplock.OpLocks() as locks, intent.Critical():
-        locks.acquire(_locks_for(top, live))
-        rec = read_record(top.pin_dir) or {}
-        for r in rec.get("hooks") or []:
-            ref = Ref(*str(r["program"]).split(":"))
-            path = os.path.join(top.pin_dir, ref.obj, "progs", pins.pin_name(ref.name))
-            try:
-                pfd = S.obj_get(path)
-            except (S.BpfError, OSError):
-                continue
-            with pfd:
-                if r["kind"] == "sock_ops":
-                    if cgroup.sock_ops_detach(r["target"], int(pfd)):
-                        done.append(f"detached sock_ops {r['program']} from {r['target']}")
-                else:
-                    fd = _pinned_map(top, Ref(*str(r["target"]).split(":")))
-                    if fd is not None:
-                        with fd:
-                            if sockmap.sk_msg_detach(fd, int(pfd)):
-                                done.append(f"detached sk_msg {r['program']} from {r['target']}")
-        for name in sorted(os.listdir(top.pin_dir)):
-            d = os.path.join(top.pin_dir, name)
-            if os.path.isdir(d) and pins.read_manifest(d) is not None:
-                detached: list[str] = []
-                pins.unpin_dir(d, detached)
-                done += [f"detached {w}" for w in detached]
-                done.append(f"removed {d}")
-        pins.remove_tree(top.pin_dir)
-        done.append(f"removed {top.pin_dir}")
-    return done
+    programs detached, every pin under its pin dir removed; an interrupted apply or down
+    is repaired first.  Writes an intent record (op ``topology-down``) first: after a
+    SIGKILL the next command finishes it; SIGINT/SIGTERM stop it only before it removed
+    anything.  Returns (what was done, one line each, [] when nothing was there; the
+    repair notes).  Raises UsageError for a pin dir that is not a topology's."""
+    with oplock.OpLocks() as locks, intent.Critical() as crit:
+        locks.poll = lambda: crit.check("stopped while waiting for a lock: nothing changed")
+        _live, notes = _lock_and_repair(locks, top)
+        if not os.path.isdir(top.pin_dir):
+            return [], notes
+        if (pins.read_manifest(top.pin_dir) or {}).get("made_by") != "topology":
+            raise UsageError(
+                error("not-ours", f"{top.pin_dir} is not a topology's pin dir: nothing was removed")
+            )
+        hooks = journal.hooks_of(top.pin_dir, journal.read_record(top.pin_dir) or {})
+        rec = intent.Intent(journal.DOWN, locks, pin_dir=top.pin_dir, hooks=hooks)
+        rec.begin()
+        try:
+            crit.check("stopped before removing anything")
+        except BaseException:
+            rec.done()
+            raise
+        done = journal.take_down(top.pin_dir, hooks, rec.step)
+        rec.done()
+    late = crit.note("the down was finished first")
+    if late:
+        notes.append(late)
+    return done, notes
 
 
 @dataclass(slots=True)
 class Drift:
     """One difference between the file and the system: ``state`` missing / changed /
-    extra / not-applied, ``kind``, ``what``, ``detail``."""
+    extra / not-applied / pending (a repair), ``kind``, ``what``, ``detail``."""
 
     state: str
     kind: str
@@ -950,13 +899,15 @@ class Drift:
 def status(top: Topology, built: dict[str, Built]) -> list[Drift]:
     """How the system differs from ``top`` ([]: as declared): what an apply would change,
     as drift (missing, changed, extra, not applied), and pinned programs whose kernel tag
-    is not the one recorded at the apply."""
+    is not the one recorded at the apply; first (state ``pending``) the interrupted
+    commands the next apply repairs and those at work on the topology's locks.  Read
+    only, as :func:`plan_only`."""
     live = read_live(top)
-    out: list[Drift] = []
+    out = [Drift("pending", "repair", line) for line in pending_repairs(top)]
     try:
         changes = plan(top, built, live)
     except DiagnosticError as e:  # a foreign program on an interface: drift too
-        return [Drift("changed", "xdp", "", e.diagnostics[0].message)]
+        return out + [Drift("changed", "xdp", "", e.diagnostics[0].message)]
     for ch in changes:
         if ch.kind == "object":
             state = "missing" if ch.op == "+" else "not-applied" if ch.op == "~" else "extra"
@@ -973,6 +924,18 @@ def status(top: Topology, built: dict[str, Built]) -> list[Drift]:
             out.append(
                 Drift("changed", "program", ref_text, f"tag {have or 'none'}, applied {tag}")
             )
+    return out
+
+
+def run_configs(built: dict[str, Built]) -> dict[str, RunConfig]:
+    """``OBJECT:PROGRAM`` -> the libxdp run config (priority, chain-call actions) of each
+    XDP program of the file's objects that declares one (CollectionSpec.run_config)."""
+    out = {}
+    for name, b in sorted(built.items()):
+        for p in sorted(b.spec.programs):
+            rc = b.spec.run_config(p)
+            if rc is not None:
+                out[f"{name}:{p}"] = rc
     return out
 
 

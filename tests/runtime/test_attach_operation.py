@@ -5,16 +5,15 @@ each step of attach, replace and detach (the interface has the old or the new pr
 after SIGKILL the next command repairs and says so), attach over a program another tool
 attached (refused unless --force) and over another bpfdsl attachment.
 
-Commands run in forked children of this process (modules already imported: ~20 ms a
-command instead of a fresh interpreter's ~0.4 s) that enter the XDP namespace, so twenty
-rounds of four concurrent attaches stay cheap.  Every wait is bounded.
+Commands run in forked children of this process (support.forked: modules already
+imported, ~20 ms a command instead of a fresh interpreter's ~0.4 s) that enter the XDP
+namespace, so twenty rounds of four concurrent attaches stay cheap.  Every wait is bounded.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import select
 import shutil
 import signal
 import subprocess
@@ -22,10 +21,11 @@ import time
 import uuid
 
 import pytest
+from support.forked import Child, kill_children
 from support.netns import veth_net
 from support.paths import PROGS
 
-from bpfdsl.kernel import netlink, syscall
+from bpfdsl.kernel import syscall
 from bpfdsl.runtime import attach, intent, oplock, pins, repair
 
 OBJECTS = ("xdp_pass", "xdp_drop", "xdp_udp_filter", "xdp_src_net")
@@ -62,10 +62,7 @@ def root(net):
     try:
         yield d
     finally:
-        for c in _CHILDREN:  # a failed test's children: stopped before the clean-up
-            if c.code is None:
-                c.kill()
-        _CHILDREN.clear()
+        kill_children()  # a failed test's children: stopped before the clean-up
         leftovers = sorted(os.listdir(d)) if os.path.isdir(d) else []
         with net.in_xdp_ns():
             if attach.xdp_attachment(net.xdp_dev) is not None:
@@ -78,100 +75,8 @@ def root(net):
         assert not leftovers, f"left pinned: {leftovers}"
 
 
-_CHILDREN: list[Child] = []
-
-
-class Child:
-    """A bpfdsl command run by a forked child in the XDP namespace."""
-
-    def __init__(self, net, argv: list[str], env: dict[str, str] | None = None) -> None:
-        from bpfdsl.cli import main
-
-        self.argv = argv
-        out_r, out_w = os.pipe()
-        err_r, err_w = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # the child: never returns into pytest
-            code = 99
-            try:
-                os.dup2(out_w, 1)
-                os.dup2(err_w, 2)
-                os.environ.update(env or {})
-                import sys
-
-                sys.stdout = os.fdopen(1, "w", closefd=False)
-                sys.stderr = os.fdopen(2, "w", closefd=False)
-                with netlink.in_netns(net.xdp_ns):
-                    code = main(argv)
-            except BaseException:
-                code = 98
-            finally:
-                try:
-                    sys.stdout.flush()
-                    sys.stderr.flush()
-                finally:
-                    os._exit(code)
-        os.close(out_w)
-        os.close(err_w)
-        self.pid, self.out_fd, self.err_fd = pid, out_r, err_r
-        self.out, self.err = b"", b""
-        self.code: int | None = None
-        _CHILDREN.append(self)
-
-    def kill(self) -> None:
-        """SIGKILL and reap it (a test that failed while it ran)."""
-        try:
-            os.kill(self.pid, signal.SIGKILL)
-            os.waitpid(self.pid, 0)
-        except ChildProcessError:
-            pass
-        self.code = -signal.SIGKILL
-
-    def _read(self, timeout: float) -> None:
-        r, _w, _x = select.select([self.out_fd, self.err_fd], [], [], timeout)
-        for fd in r:
-            data = os.read(fd, 65536)
-            if fd == self.out_fd:
-                self.out += data
-            else:
-                self.err += data
-
-    def wait_for_err(self, text: str, timeout: float = 20) -> None:
-        end = time.monotonic() + timeout
-        while text.encode() not in self.err and time.monotonic() < end:
-            self._read(0.05)
-        assert text.encode() in self.err, (self.argv, self.err.decode())
-
-    def wait(self, timeout: float = 60) -> int:
-        end = time.monotonic() + timeout
-        while self.code is None and time.monotonic() < end:
-            self._read(0.02)
-            pid, status = os.waitpid(self.pid, os.WNOHANG)
-            if pid:
-                self.code = os.waitstatus_to_exitcode(status)
-        if self.code is None:
-            self.kill()
-            raise AssertionError(f"{self.argv} did not end within {timeout} s")
-        for _ in range(100):  # what is left in the pipes
-            before = len(self.out) + len(self.err)
-            self._read(0)
-            if len(self.out) + len(self.err) == before:
-                break
-        os.close(self.out_fd)
-        os.close(self.err_fd)
-        return self.code
-
-    @property
-    def stderr(self) -> str:
-        return self.err.decode(errors="replace")
-
-    @property
-    def stdout(self) -> str:
-        return self.out.decode(errors="replace")
-
-
 def run(net, *argv: str, env: dict[str, str] | None = None) -> Child:
-    c = Child(net, list(argv), env)
+    c = Child(net.xdp_ns, list(argv), env)
     c.wait()
     return c
 
@@ -217,7 +122,7 @@ def test_concurrent_attaches_leave_one_consistent_attachment(net, root, objs, n,
     names = OBJECTS[:n] if objects == "different" else [OBJECTS[2]] * n
     for rnd in range(20):
         kids = [
-            Child(net, ["--json", "attach", objs[o], net.xdp_dev, "--pin-dir",
+            Child(net.xdp_ns, ["--json", "attach", objs[o], net.xdp_dev, "--pin-dir",
                         f"{root}/{o if objects == 'different' else 'same'}"])
             for o in names
         ]  # fmt: skip
@@ -235,7 +140,7 @@ def test_second_command_waits_naming_the_holder_or_fails_after_the_timeout(net, 
     pin = f"{root}/held"
     with oplock.OpLocks() as locks:
         locks.acquire([oplock.pin_dir_key(pin)])
-        k = Child(net, ["attach", objs["xdp_pass"], net.xdp_dev, "--pin-dir", pin])
+        k = Child(net.xdp_ns, ["attach", objs["xdp_pass"], net.xdp_dev, "--pin-dir", pin])
         k.wait_for_err(f"waiting for pin dir {pin}: locked by pid {os.getpid()}")
         time.sleep(0.2)
         assert k.code is None and not os.path.exists(pin)  # it waits
@@ -257,7 +162,7 @@ NO_RETURN = {"attached", "link-moved", "renamed"}  # after these the operation f
 
 
 def _killed(net, argv, pause: str, sig: int) -> Child:
-    k = Child(net, argv, {"BPFDSL_TEST_PAUSE_AT": pause})
+    k = Child(net.xdp_ns, argv, {"BPFDSL_TEST_PAUSE_AT": pause})
     k.wait_for_err(f"test pause at {pause}")
     os.kill(k.pid, sig)
     k.wait()
@@ -522,7 +427,7 @@ def test_devmap_set_waits_for_the_pin_dirs_lock(net, root, objs):
     assert run(net, "load", obj, "--pin-dir", pin).code == 0
     with oplock.OpLocks() as locks:
         locks.acquire([oplock.pin_dir_key(pin)])
-        k = Child(net, ["devmap", "set", f"{pin}:tx_ports", "3", net.xdp_dev])
+        k = Child(net.xdp_ns, ["devmap", "set", f"{pin}:tx_ports", "3", net.xdp_dev])
         k.wait_for_err(f"waiting for pin dir {pin}: locked by pid {os.getpid()}")
     assert k.wait() == 0, k.stderr
     assert run(net, "unload", pin).code == 0
@@ -547,7 +452,7 @@ def test_sigterm_while_waiting_for_the_first_lock_exits_143_changing_nothing(net
             [oplock.pin_dir_key(pin)]
             + ([oplock.interface_key(net.xdp_dev)] if cmd == "detach" else [])
         )
-        k = Child(net, argv)
+        k = Child(net.xdp_ns, argv)
         k.wait_for_err("waiting for ")
         os.kill(k.pid, signal.SIGTERM)
         assert k.wait() == 143, k.stderr
@@ -574,7 +479,7 @@ def test_map_writes_wait_for_the_pin_dirs_lock(net, root, objs, how, tmp_path):
     }[how]
     with oplock.OpLocks() as locks:
         locks.acquire([oplock.pin_dir_key(pin)])
-        k = Child(net, argv)
+        k = Child(net.xdp_ns, argv)
         k.wait_for_err(f"waiting for pin dir {pin}: locked by pid {os.getpid()}")
         time.sleep(0.2)
         assert k.code is None  # it waits
@@ -634,3 +539,20 @@ def test_killed_attach_leaves_no_map_pinned_by_name_it_created(net, root, tmp_pa
         assert state(net, root) == (0, [])
     finally:
         shutil.rmtree(pin_root, ignore_errors=True)
+
+
+def test_orphan_staging_reads_every_record_shape(tmp_path, monkeypatch) -> None:
+    """A topology apply's record names its staging dirs as a table (object -> dir), an
+    attach's as one path; a record of another shape names none: no reader crashes on it
+    (a dict `staging` once raised TypeError in every attach while an apply was running)."""
+    assert repair.staging_dirs({"staging": "/sys/fs/bpf/x_next_0badc0de"}) == [
+        "/sys/fs/bpf/x_next_0badc0de"
+    ]
+    assert repair.staging_dirs({"staging": {"edge": "/sys/fs/bpf/t/.staging/edge"}}) == [
+        "/sys/fs/bpf/t/.staging/edge"
+    ]
+    assert repair.staging_dirs({"staging": [1, 2]}) == []
+    assert repair.staging_dirs({}) == []
+    records = [("a", {"staging": {"edge": "/x"}}), ("b", {"staging": 7}), ("c", {})]
+    monkeypatch.setattr(repair, "read_intents", lambda: records)
+    assert repair.orphan_staging(str(tmp_path / "none")) == []

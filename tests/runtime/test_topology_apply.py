@@ -8,114 +8,30 @@ pinned or attached."""
 
 from __future__ import annotations
 
-import glob
 import os
 import re
-import struct
 import uuid
-from pathlib import Path
 
 import pytest
+from support.forked import Child, kill_children
 from support.paths import ROOT
 from support.redirect_testlib import stream
+from support.topology import (
+    DATA,
+    PLANNED,
+    assert_down,
+    assert_up,
+    kernel_state,
+    pinned_sockmaps,
+    plan_lines,
+    sock_ops_ids,
+    topology,
+)
 
-from bpfdsl.abi.prog_types import AttachType
 from bpfdsl.cli import main
 from bpfdsl.kernel import syscall as S
-from bpfdsl.kernel.netlink import ifindex, veth_pair
+from bpfdsl.kernel.netlink import veth_pair
 from bpfdsl.runtime.cgroup import ChildCgroup
-
-DATA = Path(__file__).resolve().parents[1] / "data" / "topology"
-PROGS = ("front", "stage_v4", "stage_v6", "stage_arp", "on_cpu", "on_egress", "track", "redir")
-PLANNED = 11  # object, map contents, 3 prog_array slots, cpumap, devmap, sk_msg, sock_ops, 2 xdp
-
-
-def xdp_prog_id(dev: str) -> int | None:
-    from pyroute2 import IPRoute
-
-    with IPRoute() as ipr:
-        (link,) = ipr.get_links(ifname=dev)
-        xdp = link.get_attr("IFLA_XDP")
-        return xdp.get_attr("IFLA_XDP_PROG_ID") if xdp is not None else None
-
-
-def topology(tmp: Path, pin: str, a: str, b: str, cg: str, drop_port: int) -> Path:
-    """tests/data/topology/edge.toml with this test's pin dir, interfaces and cgroup."""
-    text = (DATA / "edge.toml").read_text()
-    text = text.replace("/sys/fs/bpf/topo_manual", pin).replace('"tpa"', f'"{a}"')
-    text = text.replace('"tpb"', f'"{b}"').replace('"/sys/fs/cgroup/topo_manual"', f'"{cg}"')
-    text = text.replace("drop_port = 9", f"drop_port = {drop_port}")
-    f = tmp / "edge.toml"
-    f.write_text(text)
-    return f
-
-
-def _pinned_prog(pin: str, name: str) -> int:
-    with S.obj_get(f"{pin}/edge/progs/{name}") as fd:
-        return int(S.prog_info(fd).id)
-
-
-def sock_ops_ids(cg: str) -> list[int]:
-    fd = os.open(cg, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        return S.prog_query(fd, AttachType.CGROUP_SOCK_OPS)[0]
-    finally:
-        os.close(fd)
-
-
-def sk_msg_ids(map_fd: int | S.Fd) -> list[int]:
-    return S.prog_query(map_fd, AttachType.SK_MSG_VERDICT)[0]
-
-
-def kernel_state(pin: str, a: str, b: str, cg: str) -> dict:
-    """What the kernel runs, read back: XDP on both ends, the prog ids in each slot and
-    entry, the sk_msg programs on the pinned sockhash, the sock_ops programs on ``cg``."""
-    st: dict = {"xdp": (xdp_prog_id(a), xdp_prog_id(b)), "sock_ops": sock_ops_ids(cg)}
-    st["pinned"] = {p: _pinned_prog(pin, p) for p in PROGS}
-    with S.obj_get(f"{pin}/edge/maps/stages") as fd:
-        st["slots"] = [
-            struct.unpack("<I", S.map_lookup(fd, struct.pack("<I", k), 4) or b"\0" * 4)[0]
-            for k in range(3)
-        ]
-    with S.obj_get(f"{pin}/edge/maps/cpu_map") as fd:
-        raw = S.map_lookup(fd, struct.pack("<I", 0), S.map_info(fd).value_size) or b""
-        st["cpumap"] = struct.unpack("<II", raw[:8])  # bpf_cpumap_val: qsize, bpf_prog.id
-    with S.obj_get(f"{pin}/edge/maps/tx_ports") as fd:
-        raw = S.map_lookup(fd, struct.pack("<I", 0), S.map_info(fd).value_size) or b""
-        st["devmap"] = struct.unpack("<II", raw[:8])  # bpf_devmap_val: ifindex, bpf_prog.id
-    with S.obj_get(f"{pin}/edge/maps/socks") as fd:
-        st["sk_msg"] = sk_msg_ids(fd)
-    return st
-
-
-def assert_up(st: dict, b: str) -> None:
-    """Everything the file declares runs, each with the program pinned for it."""
-    p = st["pinned"]
-    assert st["xdp"] == (p["front"], p["front"])  # the one program on both ends
-    assert st["slots"] == [p["stage_v4"], p["stage_v6"], p["stage_arp"]]
-    assert st["cpumap"] == (192, p["on_cpu"])
-    assert st["devmap"] == (ifindex(b), p["on_egress"])
-    assert st["sk_msg"] == [p["redir"]]
-    assert st["sock_ops"] == [p["track"]]  # the old one detached when replaced
-
-
-def assert_down(pin: str, a: str, b: str, cg: str, sockmaps: list[S.Fd]) -> None:
-    """Nothing pinned or attached: no XDP on either end, nothing on the cgroup, no sk_msg
-    program on any sockhash the topology pinned (``sockmaps``: fds held from before)."""
-    assert not os.path.exists(pin)
-    assert xdp_prog_id(a) is None and xdp_prog_id(b) is None
-    assert sock_ops_ids(cg) == []
-    for fd in sockmaps:
-        assert sk_msg_ids(fd) == []
-
-
-def pinned_sockmaps(pin: str) -> list[S.Fd]:
-    """Fds of every sockhash pinned under ``pin`` (the object dir and any staging dir)."""
-    return [S.obj_get(p) for p in sorted(glob.glob(f"{pin}/*/maps/socks"))]
-
-
-def plan_lines(out: str) -> list[str]:
-    return out.splitlines()[1:]  # the head says "plan:" or "applied:"
 
 
 def test_docs_example_is_the_tested_file() -> None:
@@ -191,3 +107,55 @@ def test_apply_plan_status_edit_down(tmp_path, capsys):
         finally:
             for fd in held:
                 fd.close()
+
+
+CHAIN_SRC = """license "GPL"
+
+xdp(priority: 10, chain_call: XDP_PASS | XDP_DROP) fn filter_before_counter(ctx) {
+    return XDP_PASS
+}
+
+xdp fn plain(ctx) {
+    return XDP_PASS
+}
+"""
+
+
+@pytest.mark.kernel
+def test_status_and_show_print_the_run_config(tmp_path):
+    """`status FILE` prints the libxdp run config each XDP program of the file declares
+    (from the object); `show` prints it for the attached program, read back from the
+    BTF the kernel holds (the name longer than the kernel's 15 characters: found by its
+    pin); a program that declares none gets no line."""
+    tag = uuid.uuid4().hex[:6]
+    ns, pin = f"topor{tag}", f"/sys/fs/bpf/bpfdsl_topor_{tag}"
+    (tmp_path / "chain.bpfd").write_text(CHAIN_SRC)
+    with veth_pair(f"topoa{tag}", f"topob{tag}", netns_a=ns, netns_b=ns, disable_ipv6=True):
+        f = tmp_path / "chain.toml"
+        f.write_text(
+            f'pin_dir = "{pin}"\n\n[objects.chain]\nsource = "chain.bpfd"\n\n'
+            f'[[xdp]]\nprogram = "chain:filter_before_counter"\ninterfaces = ["topoa{tag}"]\n'
+            f'mode = "generic"\n\n[[xdp]]\nprogram = "chain:plain"\n'
+            f'interfaces = ["topob{tag}"]\nmode = "generic"\n'
+        )
+        try:
+            assert Child(ns, ["apply", str(f)]).wait() == 0
+            s = Child(ns, ["status", str(f)])
+            assert s.wait() == 0, s.stderr
+            lines = s.stdout.splitlines()
+            assert lines[0].startswith("in sync")
+            assert lines[1:] == [
+                "run config of chain:filter_before_counter: priority 10, "
+                "chain_call XDP_DROP, XDP_PASS"
+            ]
+            show = Child(ns, ["show"])
+            assert show.wait() == 0, show.stderr
+            out = show.stdout.splitlines()
+            at = next(i for i, ln in enumerate(out) if ln.startswith(f"  topoa{tag}: "))
+            assert out[at + 1] == "    run config: priority 10, chain_call XDP_DROP, XDP_PASS"
+            at = next(i for i, ln in enumerate(out) if ln.startswith(f"  topob{tag}: "))
+            assert "run config" not in out[at + 1]
+        finally:
+            d = Child(ns, ["down", str(f)])
+            assert d.wait() == 0, d.stderr
+            kill_children()
