@@ -45,7 +45,7 @@ from support.topology import (
 
 from bpfdsl.kernel import netlink
 from bpfdsl.kernel import syscall as S
-from bpfdsl.runtime import attach, intent, oplock, repair
+from bpfdsl.runtime import intent, oplock, repair
 from bpfdsl.runtime.cgroup import ChildCgroup
 
 EDITED = 10  # the edited object's changes: the object, its 3 slots, cpumap, devmap,
@@ -110,7 +110,7 @@ class Edge:
                 pins.append((rel, os.readlink(path) if os.path.islink(path) else "dir"))
                 continue
             with S.obj_get(path) as fd:
-                kind = attach.fd_kind(int(fd))
+                kind = S.fd_kind(int(fd))
                 if kind != "map":
                     pins.append((rel, kind))
                     continue
