@@ -50,21 +50,6 @@ def test_noinline_parser_processed_is_the_kernels_and_at_most_clangs(name, tmp_p
     assert k_ours <= k_clang, f"bpfdsl {k_ours} > clang {k_clang}"
 
 
-def test_global_fn_that_parses_is_a_located_error():
-    src = (
-        'license "GPL"\n'
-        "global fn g() -> i32 {\n    let ip = parse ipv4 else { return 0 }\n    return 1\n}\n"
-        "xdp fn f(ctx) {\n    let eth = parse ethernet else { return XDP_PASS }\n"
-        "    g()\n    return XDP_PASS\n}\n"
-    )
-    with pytest.raises(DiagnosticError) as ei:
-        compile_source(src, "g.bpfd")
-    text = ei.value.render()
-    assert "subprog-packet" in text and "g.bpfd:2:1" in text
-    assert "global fn g() -> i32 {" in text  # the line shown
-    assert "make it `noinline fn g`" in text
-
-
 def test_noinline_packet_fn_takes_at_most_three_params():
     src = (
         'license "GPL"\n'

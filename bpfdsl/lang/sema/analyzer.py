@@ -82,6 +82,9 @@ class Checked:
     warnings: list[Diagnostic] = field(default_factory=list)
     headers: dict[str, Header | None] = field(default_factory=dict)
     packet_fns: set[str] = field(default_factory=set)
+    # packet fns and the fns that call a global packet fn (directly or not): a program
+    # calling one must have packet data
+    packet_reach: set[str] = field(default_factory=set)
     # packet fns that are the callback of a `loop` (plain fns: codegen makes the loop's
     # subprogram from each, CodeGen.declare_loop_trampoline)
     packet_callbacks: set[str] = field(default_factory=set)
@@ -287,7 +290,7 @@ class Sema(StmtChecker, DeclChecker):
         for it in items:
             if isinstance(it, ast.FnDecl):
                 self.c.fns[it.name] = self.fn_info(it)
-        self.c.packet_fns = self.find_packet_fns()
+        self.c.packet_fns, self.c.packet_reach = self.find_packet_fns()
         self.c.pkt_changing_fns = pkt_changing_fns(self.c.fns)
         check_subprog_ctx(self)
         self.check_subprog_packet()

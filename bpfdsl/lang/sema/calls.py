@@ -153,10 +153,10 @@ def call(ex, e: ast.Call) -> T.Type:
             ex.err("arg-count", f"`{e.name}` takes {len(info.params)} argument(s)", e.span)
         for a, (_n, ty) in zip(e.args, info.params, strict=False):
             ex.expect(a, ty)
-        if e.name in c.packet_fns:  # it reads the packet and moves the caller's cursor
+        if e.name in c.packet_reach:  # it reads the packet (and moves the caller's cursor)
             ex.packet_access(e.span, f"call `{e.name}` (it reads the packet)")
-            if info.linkage == "inline":  # a noinline fn parses on a copy of the cursor
-                ex.s.cursor = CURSOR_UNKNOWN
+            if info.linkage == "inline" and e.name in c.packet_fns:  # a subprogram parses
+                ex.s.cursor = CURSOR_UNKNOWN  # on a copy of the cursor or from data
         if e.name in c.pkt_changing_fns:  # it may resize: the views are invalid after it
             _mark_stale(ex, e)
         return info.ret
@@ -255,6 +255,22 @@ def call(ex, e: ast.Call) -> T.Type:
                 "offset() takes a header view",
                 e.span,
                 "e.g. `adjust_head(offset(inner) as i32)` removes everything before `inner`",
+            )
+        fn = ex.s.fn
+        sym = ex.c.sym.get(args[0]) if len(args) == 1 else None
+        if (
+            fn is not None
+            and fn.linkage == "global"
+            and sym is not None
+            and any(ex.c.sym.get(p) is sym for p in fn.decl.params)
+        ):
+            ex.err(
+                "subprog-packet",
+                f"`{args[0].id}` is a parameter of global fn `{fn.decl.name}`: memory the "
+                "caller passes, not the packet, so it has no offset in the packet",
+                e.span,
+                "pass the offset as a parameter (the caller's `offset(view)`), or make it a "
+                "`noinline fn` (a static subprogram gets the packet pointer)",
             )
         return T.U32
     if e.name == "skip_ext":
