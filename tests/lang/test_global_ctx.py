@@ -155,7 +155,6 @@ def test_global_fn_with_ctx_takes_at_most_four_params():
     assert "too-many-params" in text and "at most 4" in text and "g.bpfd:2:45" in text
 
 
-
 def test_a_program_without_packet_data_calling_a_global_packet_fn_is_a_located_error():
     """Through a plain fn too: the global fn reads the packet through the context the
     program passes on, and a sock_ops context has no packet."""

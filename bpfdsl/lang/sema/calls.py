@@ -257,16 +257,18 @@ def call(ex, e: ast.Call) -> T.Type:
                 "e.g. `adjust_head(offset(inner) as i32)` removes everything before `inner`",
             )
         fn = ex.s.fn
-        sym = ex.c.sym.get(args[0]) if len(args) == 1 else None
+        arg = args[0] if len(args) == 1 and isinstance(args[0], ast.Name) else None
+        sym = ex.c.sym.get(arg) if arg is not None else None
         if (
             fn is not None
+            and arg is not None
             and fn.linkage == "global"
             and sym is not None
             and any(ex.c.sym.get(p) is sym for p in fn.decl.params)
         ):
             ex.err(
                 "subprog-packet",
-                f"`{args[0].id}` is a parameter of global fn `{fn.decl.name}`: memory the "
+                f"`{arg.id}` is a parameter of global fn `{fn.decl.name}`: memory the "
                 "caller passes, not the packet, so it has no offset in the packet",
                 e.span,
                 "pass the offset as a parameter (the caller's `offset(view)`), or make it a "

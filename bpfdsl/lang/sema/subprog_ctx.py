@@ -113,6 +113,4 @@ def check_subprog_ctx(sema) -> None:
     ``sema.c.packet_fns``): a ``noinline`` or ``global`` fn takes it as a hidden first
     argument (CodeGen.hidden_args); loop callbacks are checked where ``loop`` names them
     (sema.calls)."""
-    sema.c.ctx_calls = find_ctx_calls(
-        {n: f.decl for n, f in sema.c.fns.items()}, sema.c.packet_fns
-    )
+    sema.c.ctx_calls = find_ctx_calls({n: f.decl for n, f in sema.c.fns.items()}, sema.c.packet_fns)
