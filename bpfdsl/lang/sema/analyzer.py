@@ -90,6 +90,8 @@ class Checked:
     packet_callbacks: set[str] = field(default_factory=set)
     # fn -> (the call that needs the program's context, the builtin): sema.subprog_ctx
     ctx_calls: dict[str, tuple[ast.Call, str]] = field(default_factory=dict)
+    # fn -> the kfunc it calls, directly or not (sema.subprog_ctx.find_kfunc_fns)
+    kfunc_fns: dict[str, str] = field(default_factory=dict)
     stores: dict[ast.Store, T.Type] = field(default_factory=dict)  # the type each `store` writes
     # what codegen needs of each `push` / `pop` (sema.encap)
     pushes: dict[ast.Push, PushPlan] = field(default_factory=dict)

@@ -19,7 +19,7 @@ from bpfdsl.lang.sema import bitcast, helpers, kfuncs, meta
 from bpfdsl.lang.sema.csum import check_swap, check_write
 from bpfdsl.lang.sema.events import EVENT_CALLS, EVENT_MAP_HINT, EVENT_MAP_USE, check_call
 from bpfdsl.lang.sema.helpers import helper_kind as _helper_kind
-from bpfdsl.lang.sema.subprog_ctx import CTX_HINT, ctx_message
+from bpfdsl.lang.sema.subprog_ctx import LOOP_CTX_HINT, ctx_message
 from bpfdsl.lang.sema.symbols import (
     BUILTINS,
     CURSOR_UNKNOWN,
@@ -153,6 +153,7 @@ def call(ex, e: ast.Call) -> T.Type:
             ex.err("arg-count", f"`{e.name}` takes {len(info.params)} argument(s)", e.span)
         for a, (_n, ty) in zip(e.args, info.params, strict=False):
             ex.expect(a, ty)
+        kfuncs.check_fn_call(ex, e, e.name)
         if e.name in c.packet_reach:  # it reads the packet (and moves the caller's cursor)
             ex.packet_access(e.span, f"call `{e.name}` (it reads the packet)")
             if info.linkage == "inline" and e.name in c.packet_fns:  # a subprogram parses
@@ -726,10 +727,12 @@ def _loop(ex, e: ast.Call) -> T.Type:
         else:
             ex.packet_access(e.span, f"call `{name}` in `loop` (it reads the packet)")
             ex.c.packet_callbacks.add(name)
-    if name in ex.c.ctx_calls:
+    kfuncs.check_fn_call(ex, e, name)
+    if name in ex.c.ctx_calls and not (name in ex.c.packet_fns and info.linkage == "inline"):
+        # a packet callback has the context: the loop's subprogram reads it from the frame
         call, builtin = ex.c.ctx_calls[name]
         ex.err("loop-callback", ctx_message("loop callback", name, call, builtin), cb.span,
-               CTX_HINT)  # fmt: skip
+               LOOP_CTX_HINT)  # fmt: skip
     if info.linkage == "inline" and name not in ex.c.packet_fns:
         info.linkage = "static"  # its address goes to bpf_loop: a subprogram of its own
     return T.I64
