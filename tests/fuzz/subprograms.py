@@ -283,6 +283,7 @@ class SubGen(ProgGen):
         pre: list[str] = []
         parses = r.random() < 0.4
         if kind == "callback":
+            self.allow_packet, self.allow_ctx = True, parses
             f.ret = "bool"
             f.params = [("i", self.c("u32", "u32", "u64"))]
             sc.vars["i"] = f.params[0][1]
@@ -312,6 +313,8 @@ class SubGen(ProgGen):
                 ps.append((self.fresh("a"), t))
             r.shuffle(ps)
             f.params = ps
+            # from here on (the unwrapping of parameters too) calls keep to the registers
+            self.allow_packet = self.allow_ctx = len(ps) <= (3 if kind == "noinline" else 4)
             sc.sub = f.ret
             for name, t in ps:
                 if t in VIEWS:
