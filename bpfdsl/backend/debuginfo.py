@@ -471,6 +471,7 @@ class DebugInfo:
         self, fn: ir.Function, *, line: int, ctx: str | DIType | None = "xdp_md",
         arg_name: str = "ctx", ret: DIType | None = None, program: bool = True,
         params: Sequence[tuple[str, DIType]] = (), void: bool = False,
+        arg_tags: dict[int, str] | None = None,
     ) -> FunctionDebug:  # fmt: skip
         """Attach a ``DISubprogram`` to ``fn`` (a program: ``int name(struct ctx *ctx)``).
 
@@ -483,6 +484,11 @@ class DebugInfo:
         ``DISPFlagLocalToUnit`` = BTF linkage static: the kernel does not verify them alone;
         external ones are BTF linkage global (a program, or a global function the kernel
         verifies on its own).  ``void``: the function returns nothing (``ret`` unused).
+        ``arg_tags``: parameter index (0-based) -> BTF decl tag, as clang writes
+        ``__attribute__((btf_decl_tag("arg:ctx")))`` on a parameter: a DILocalVariable
+        with ``annotations: !{!{!"btf_decl_tag", !"arg:ctx"}}``, which LLVM emits as BTF
+        DECL_TAG ``arg:ctx`` on the FUNC with ``component_idx`` the parameter's index (the
+        kernel's ``__arg_ctx``, Linux 6.8: btf_prepare_func_args).
         """
         ret_md = None if void else (ret or self.int_type("int")).md  # None: void (null)
         args = list(params)
@@ -498,9 +504,11 @@ class DebugInfo:
         )  # fmt: skip
         sp = self._di("DISubprogram", distinct=True, **ops)
         if args:  # the parameter names BTF shows in FUNC_PROTO come from these variables
+            tags = arg_tags or {}
             nodes = [
                 self._di("DILocalVariable", name=name, arg=i, scope=_ref(sp), file=self.file,
-                         line=line, type=ty.md)
+                         line=line, type=ty.md,
+                         **({"annotations": self.decl_tag(tags[i - 1])} if i - 1 in tags else {}))
                 for i, (name, ty) in enumerate(args, 1)
             ]  # fmt: skip
             self._set_ops(sp, **ops, retainedNodes=self._md(nodes))
@@ -509,6 +517,13 @@ class DebugInfo:
         if program:
             self.keep(fn)
         return FunctionDebug(self, sp)
+
+    def decl_tag(self, tag: str) -> ir.MDValue:
+        """``!{!{!"btf_decl_tag", !"TAG"}}``: the annotations clang gives a declaration
+        marked ``__attribute__((btf_decl_tag("TAG")))``."""
+        m = self.module
+        pair = self._md([ir.MetaDataString(m, "btf_decl_tag"), ir.MetaDataString(m, tag)])
+        return self._md([pair])
 
     def kfunc(self, fn: ir.Function, outs: Sequence[str], *, ctx: str = "xdp_md") -> None:
         """Attach the declaration DISubprogram of a kfunc to ``fn`` (``extern int

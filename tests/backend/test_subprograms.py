@@ -485,25 +485,6 @@ BAD = [
         "only its context",
     ),
     (
-        "global_parses",
-        "global fn t(x: u32) -> i32 {\n    let ip = parse ipv4 else { return 0 }\n    return 1\n}\n",
-        "subprog-packet",
-        3,
-        1,
-        "parses or reads packet bytes",
-        "`noinline fn t`",
-    ),
-    (
-        "global_calls_a_fn_that_loads",
-        "fn b(x: u32) -> u32 { let v = load u8 at 0 else { return 0 } return v as u32 }\n"
-        "global fn g(x: u32) -> i32 { return b(x) as i32 }\n",
-        "subprog-packet",
-        4,
-        1,
-        "through the fns it calls",
-        "`noinline fn g`",
-    ),
-    (
         "parsing_noinline_loop_callback",  # a plain fn that parses may be one
         "noinline fn cb(i: u32) -> bool { let ip = parse ipv4 else { return true } "
         "return false }\n"

@@ -19,6 +19,13 @@
 - packet resizes (``adjust_head``/``adjust_tail``/``adjust_meta``) in the program body
   between subprogram calls, on one path of a branch and in a loop, then a new parse whose
   views go to subprograms again (a subprogram itself cannot resize: ``resize-in-fn``);
+- subprograms that see the packet (issue 24): ``noinline`` fns that parse on from the
+  caller's cursor (``parse byte``, ``load ... at cursor``, a byte walk), ``global`` fns
+  that take the context (``__arg_ctx``) and parse from the frame's start (``parse
+  ethernet``, then ``ipv4`` on IPv4), and ``loop`` callbacks that walk the packet a byte
+  per call; the fns that call them take the context (and cursor) too, so a caller keeps
+  to the kernel's 5 argument registers (a noinline fn that reaches the packet has 3 of its
+  own, a global one 4) and a callback that reaches a context-taking fn parses itself;
 - every ISA level, ``--mcpu v1`` to ``v4``.
 
 The oracle is :func:`fuzz.programs.run_case`: every program sema accepts is one the
@@ -54,7 +61,10 @@ class Fn:
     """A generated subprogram: ``kind`` noinline/global/callback, its parameters
     ``(name, type)`` (a type is an integer type, a struct name or a header view kind
     ``VIEWS`` key), ``ret`` ("" for nothing), ``depth`` (frames it adds, callees
-    included), ``state`` (callbacks: takes a ``lst``)."""
+    included), ``state`` (callbacks: takes a ``lst``), ``packet`` (it reads the packet
+    on its caller's context and cursor: sema's packet_fns), ``ctx`` (it needs the
+    context from its caller without being a packet fn of its own: a global fn that
+    reads the packet, or a fn calling one)."""
 
     name: str
     kind: str
@@ -62,6 +72,8 @@ class Fn:
     ret: str = ""
     depth: int = 1
     state: bool = False
+    packet: bool = False
+    ctx: bool = False
 
 
 class SubGen(ProgGen):
@@ -75,6 +87,10 @@ class SubGen(ProgGen):
         self.max_callee = MAX_DEPTH  # callable fns add at most this many frames
         self.tails = False  # a prog_array `jt` exists
         self.in_call = 0  # writing the arguments of a call
+        # what the fn being written may call: fns that read the packet (the caller then
+        # takes the context and cursor) and fns that need the context
+        self.allow_packet = True
+        self.allow_ctx = True
 
     # ---- calls ----
 
@@ -84,6 +100,8 @@ class SubGen(ProgGen):
             if f.kind == "callback" or f.depth > self.max_callee:
                 continue
             if want is not None and f.ret != want:
+                continue
+            if (f.packet and not self.allow_packet) or (f.ctx and not self.allow_ctx):
                 continue
             if all(t not in VIEWS or t in sc.hdrs for _n, t in f.params):
                 out.append(f)
@@ -130,9 +148,7 @@ class SubGen(ProgGen):
         kinds = ["ring", "sref"]
         if self.callable(sc):
             kinds += ["call", "call", "call"]
-        if any(
-            f.kind == "callback" and f.depth <= self.max_callee for f in self.fns[: self.visible]
-        ):
+        if self.callbacks():
             kinds += ["loop", "loop"]
         if self.tails and sc.sub is None:
             kinds += ["tail"]
@@ -201,11 +217,20 @@ class SubGen(ProgGen):
             out.append(f"ringbuf_{end}({v}{flag})")
         return out
 
+    def callbacks(self) -> list[Fn]:
+        """The loop callbacks the body being written may give to ``loop``."""
+        return [
+            f
+            for f in self.fns[: self.visible]
+            if f.kind == "callback"
+            and f.depth <= self.max_callee
+            and not (f.packet and not self.allow_packet)
+            and not (f.ctx and not self.allow_ctx)
+        ]
+
     def s_loop(self, sc: Scope) -> list[str]:
         r = self.r
-        cbs = [f for f in self.fns[: self.visible]
-               if f.kind == "callback" and f.depth <= self.max_callee]  # fmt: skip
-        f = r.choice(cbs)
+        f = r.choice(self.callbacks())
         # a constant 0 is rare: the kernel refuses bpf_loop(0, ...) after a noinline call
         # ("No program to jit", fuzz/known.py), which would hide the rest of the program
         count = self.c(
@@ -256,7 +281,9 @@ class SubGen(ProgGen):
         f = Fn(f"{'cb' if kind == 'callback' else kind[0] + 'f'}{idx}", kind)
         sc = Scope()
         pre: list[str] = []
+        parses = r.random() < 0.4
         if kind == "callback":
+            self.allow_packet, self.allow_ctx = True, parses
             f.ret = "bool"
             f.params = [("i", self.c("u32", "u32", "u64"))]
             sc.vars["i"] = f.params[0][1]
@@ -270,19 +297,24 @@ class SubGen(ProgGen):
                 f.ret = r.choice(["i32", "i32", "u32", "u64", "i64"])
             else:
                 f.ret = r.choice(["u32", "u64", "i32", "i64", "bool", ""])
-            views = [v for v in VIEWS if r.random() < 0.3]
+            views = [v for v in VIEWS if r.random() < 0.3 and not (parses and kind == "global")]
             if "udp" in views and "tcp" in views:
                 views.remove(r.choice(["udp", "tcp"]))
             if ("udp" in views or "tcp" in views) and r.random() < 0.5:
                 views.append("ip")
             views = list(dict.fromkeys(views))[:3]
-            n = r.randint(max(0, 1 - len(views)), 5 - len(views))
+            room = 5 - len(views)
+            if parses:  # a noinline packet fn takes the ctx and cursor first, a global the ctx
+                room = min(room, (3 if kind == "noinline" else 4) - len(views))
+            n = r.randint(max(0, 1 - len(views)), max(0, room))
             ps: list[tuple[str, str]] = [(v, v) for v in views]
             for _ in range(n):
                 t = r.choice(PARAM_INTS + ("pair", "stats"))
                 ps.append((self.fresh("a"), t))
             r.shuffle(ps)
             f.params = ps
+            # from here on (the unwrapping of parameters too) calls keep to the registers
+            self.allow_packet = self.allow_ctx = len(ps) <= (3 if kind == "noinline" else 4)
             sc.sub = f.ret
             for name, t in ps:
                 if t in VIEWS:
@@ -300,11 +332,19 @@ class SubGen(ProgGen):
         sc.sub = f.ret
         self.visible = idx
         self.max_callee = MAX_DEPTH - 1
+        if kind == "callback":
+            self.allow_packet, self.allow_ctx = True, parses
+        else:
+            self.allow_packet = self.allow_ctx = len(f.params) <= (3 if kind == "noinline" else 4)
         saved = self.depth
         self.depth = 1
         if f.ret == "":  # `return` needs a value: a fn of no result cannot leave early
             body = self.flat_block(sc, r.randint(1, 4))
+            if parses:
+                body = self.byte_walk(sc, "") + body
         else:
+            if parses:
+                pre += self.parse_start(kind, sc)
             body = pre + self.block(sc, r.randint(1, 4))
         self.depth = saved
         if f.ret == "":
@@ -313,9 +353,14 @@ class SubGen(ProgGen):
             body.append(f"return {self.cond(sc)}")
         else:
             body.append(f"return {self.expr(f.ret, sc)}")
-        f.depth = 1 + max((g.depth for g in self.fns[:idx] if g.name + "(" in "\n".join(body)
-                           or f"{g.name})" in "\n".join(body) or f"{g.name}," in "\n".join(body)),
-                          default=0)  # fmt: skip
+        self.allow_packet = self.allow_ctx = True
+        text = "\n".join(body)
+        callees = [g for g in self.fns[:idx]
+                   if g.name + "(" in text or f"{g.name})" in text or f"{g.name}," in text]  # fmt: skip
+        f.depth = 1 + max((g.depth for g in callees), default=0)
+        reads = parses or any(g.packet for g in callees if g.kind != "global")
+        f.packet = reads and kind != "global"
+        f.ctx = (reads and kind == "global") or any(g.ctx for g in callees)
         self.fns.append(f)
 
         def param(name: str, t: str) -> str:
@@ -327,6 +372,48 @@ class SubGen(ProgGen):
         ret = f" -> {f.ret}" if f.ret else ""
         sig = f"{head} {f.name}({', '.join(param(n, t) for n, t in f.params)}){ret}"
         return sig + " {\n" + "\n".join(self.ind(body)) + "\n}\n"
+
+    def parse_start(self, kind: str, sc: Scope) -> list[str]:
+        """The first statements of a fn that reads the packet: a global fn parses the frame
+        from its start (Ethernet, then IPv4 when it is one), a noinline fn or a callback
+        parses on from its caller's cursor (bytes, a load ahead of the cursor, a walk)."""
+        r = self.r
+        if kind != "global":
+            return self.byte_walk(sc, self.leave(sc))
+        out = [f"let eth = parse ethernet else {{ {self.leave(sc)} }}"]
+        sc.hdrs.add("eth")
+        if r.random() < 0.6:
+            s4 = sc.child()
+            s4.hdrs.add("ip")
+            inner = [f"let ip = parse ipv4 else {{ {self.leave(sc)} }}"]
+            inner += self.block(s4, r.randint(1, 2))
+            out += ["if eth.h_proto == ETH_P_IP {", *self.ind(inner), "}"]
+        return out
+
+    def byte_walk(self, sc: Scope, leave: str) -> list[str]:
+        """Reads at the cursor: ``parse byte`` (its value a local), ``load u8/be16 at cursor
+        + N``, or a bounded walk of ``parse byte``; ``leave`` ("": none, a fn of no result)
+        is where a short packet goes."""
+        r = self.r
+        k = r.random()
+        if k < 0.35 and leave:
+            b, v = self.fresh("pb"), self.fresh("pv")
+            sc.vars[v] = "u8"
+            return [f"let {b} = parse byte else {{ {leave} }}", f"let {v}: u8 = {b}.value"]
+        if k < 0.7 and leave:
+            v, t = self.fresh("lv"), self.c("u8", "be16", "u32")
+            at = self.c("cursor", f"cursor + {r.randint(0, 40)}", str(r.randint(0, 60)))
+            sc.vars[v + "h"] = "u32" if t == "u32" else ("u16" if t == "be16" else "u8")
+            conv = f"host({v})" if t == "be16" else v
+            return [f"let {v} = load {t} at {at} else {{ {leave} }}",
+                    f"let {v}h: {sc.vars[v + 'h']} = {conv}"]  # fmt: skip
+        b, i, acc = self.fresh("wb"), self.fresh("wi"), self.fresh("wa")
+        sc.vars[acc] = "u32"
+        return [f"let {acc}: u32 = 0",
+                f"for {i} in 0..{r.randint(1, 8)} {{",
+                f"    let {b} = parse byte else {{ break }}",
+                f"    {acc} = {acc} * 31 + {b}.value as u32",
+                "}"]  # fmt: skip
 
     def flat_block(self, sc: Scope, n: int) -> list[str]:
         """Statements that never leave the function (the body of a fn returning nothing)."""

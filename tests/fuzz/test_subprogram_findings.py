@@ -55,3 +55,19 @@ def test_unused_result_of_a_noinline_fn_loads_at_v4() -> None:
     obj = compile_source(src, "ret_stack_pointer.bpfd", mcpu="v4").obj  # was checker-ret-stack
     with load_collection(read_object(obj)) as coll:  # was "cannot return stack pointer"
         assert "fuzz" in coll.programs
+
+
+@pytest.mark.kernel
+def test_context_field_loads_on_two_paths_stay_at_constant_offsets() -> None:
+    """ctx.rx_queue_index and ctx.ingress_ifindex read on two paths into one call: each
+    load keeps its constant offset from the context (llvm.preserve.static.offset), and
+    the checker and the kernel accept the object (was: checker-modified-ctx)."""
+    from bpfdsl.runtime.loader import load_collection
+
+    src = (REPRO / "ctx_field_loads_sunk.bpfd").read_text()
+    spec = read_object(compile_source(src, "ctx_field_loads_sunk.bpfd", mcpu="v4").obj)
+    insns = spec.programs["t0"].insns
+    ctx_loads = sorted(i.off for i in insns if i.is_load and i.src == 6)
+    assert 12 in ctx_loads and 16 in ctx_loads  # ingress_ifindex, rx_queue_index
+    with load_collection(spec) as coll:
+        assert "t0" in coll.programs

@@ -84,29 +84,6 @@ def _error(text: str):
 
 NEEDS_CTX = [
     (
-        "global_perf_event_output",
-        'struct e { n: u32 }\nmap pe: perf_event_array<e>()\n'
-        "global fn send(n: u32) -> i32 {\n    perf_event_output(pe, e(n: n))\n    return 0\n}\n"
-        "xdp fn f(ctx) { send(1)\n    return XDP_PASS }\n",
-        "subprog-ctx", 5, 5, "`perf_event_output` needs the program's context, which "
-        "global fn `send` does not have", "`noinline fn send`",
-    ),
-    (
-        "global_msg_cork_bytes",
-        "global fn cork(n: u32) -> i32 {\n    msg_cork_bytes(n)\n    return 0\n}\n"
-        "sk_msg fn f(ctx) { cork(10)\n    return SK_PASS }\n",
-        "subprog-ctx", 3, 5, "which global fn `cork` does not have", "`noinline fn cork`",
-    ),
-    (
-        "global_through_a_plain_fn",
-        'struct e { n: u32 }\nmap pe: perf_event_array<e>()\n'
-        "fn send(n: u32) { perf_event_output(pe, e(n: n)) }\n"
-        "global fn via(n: u32) -> i32 {\n    send(n)\n    return 0\n}\n"
-        "xdp fn f(ctx) { via(1)\n    return XDP_PASS }\n",
-        "subprog-ctx", 6, 5, "(through `send`), which global fn `via`",
-        "`noinline fn via`",
-    ),
-    (
         "loop_callback",
         "fn apply(i: u32) -> bool {\n    msg_apply_bytes(i)\n    return false\n}\n"
         "sk_msg fn f(ctx) {\n    loop(2, apply)\n    return SK_PASS\n}\n",

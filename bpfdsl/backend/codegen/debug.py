@@ -123,8 +123,11 @@ class DebugAdapter:
         with a FUNC_PROTO naming its parameters, as clang writes ``static __noinline`` and
         global functions; its body then gets line info.  ``ctx_kind``: the fn takes the
         context first (``struct ctx_kind *ctx``), and with ``pos`` then the caller's parse
-        cursor (``void *pos``): its hidden arguments (CodeGen.hidden_args)."""
+        cursor (``void *pos``): its hidden arguments (CodeGen.hidden_args).  A global fn's
+        context carries the decl tag ``arg:ctx`` (the kernel's ``__arg_ctx``): the kernel
+        verifies it alone and knows the argument is the context by its BTF only."""
         params = [(n, self.param_type(t)) for n, t in info.params]
+        tags = {0: "arg:ctx"} if ctx_kind is not None and info.linkage == "global" else None
         if ctx_kind is not None:
             di = self.di
             hidden = [("ctx", di.pointer_type(di.ctx_type(ctx_kind)))]
@@ -135,7 +138,7 @@ class DebugAdapter:
         ret = None if void else self.dtype(info.ret)
         self.fn = self.di.function(
             func, line=info.decl.span.line, ctx=None, program=False, params=params, ret=ret,
-            void=void,
+            void=void, arg_tags=tags,
         )  # fmt: skip
 
     def loop_trampoline(self, func: ir.Function, info) -> None:

@@ -216,11 +216,11 @@ class CodeGen(ExprGen, CallGen, PktGen, MapGen, HelperGen):
 
     def takes_ctx(self, name: str) -> bool:
         """Whether fn ``name`` takes its caller's context (and cursor) as hidden parameters:
-        a packet fn, or a plain fn calling a builtin whose helper takes the context
-        (bpfdsl.lang.sema.subprog_ctx; sema refuses those builtins in subprograms)."""
+        a packet fn, or a fn calling a builtin whose helper takes the context or a fn that
+        takes it (bpfdsl.lang.sema.subprog_ctx; sema refuses those in loop callbacks)."""
         if name in self.c.packet_fns:
             return True
-        return name in self.c.ctx_calls and self.c.fns[name].linkage in ("inline", "static")
+        return name in self.c.ctx_calls
 
     def fns_in_loops(self) -> set[str]:
         """The fns called inside a ``for`` body, directly or through the fns called there:
@@ -312,8 +312,12 @@ class CodeGen(ExprGen, CallGen, PktGen, MapGen, HelperGen):
         stays where it was); a ``noinline`` fn that only calls a builtin taking the context,
         the context.  A static subprogram may take PTR_TO_CTX and PTR_TO_PACKET arguments:
         the kernel verifies it at each call with the caller's registers (set_callee_state
-        copies r1-r5, a packet pointer with its checked range)."""
-        if self.c.fns[name].linkage == "inline" or name in self.c.packet_fns:
+        copies r1-r5, a packet pointer with its checked range).  A ``global`` fn takes the
+        context only (``__arg_ctx``): the kernel verifies it alone, and no BTF argument is
+        a packet pointer, so one that parses starts at the packet's first byte
+        (data, from its own context)."""
+        linkage = self.c.fns[name].linkage
+        if linkage == "inline" or (name in self.c.packet_fns and linkage != "global"):
             return 2
         return 1
 
@@ -399,6 +403,10 @@ class CodeGen(ExprGen, CallGen, PktGen, MapGen, HelperGen):
             # a subprogram parses on a cursor of its own from the one it is given
             self.f.cursor = self.alloca_ptr("cursor")
             self.b.store(cursor, self.f.cursor, align=8)
+        elif info.linkage == "global" and name in self.c.packet_fns:
+            # a global fn gets no packet pointer: it parses from data, from its context
+            self.f.cursor = self.alloca_ptr("cursor")
+            self.b.store(self.pkt_data(), self.f.cursor, align=8)
         self.f.ret_mem = out
         self.f.volatile_end = ctx_kind is not None and name in self.loop_fns
         if info.linkage != "inline":

@@ -66,7 +66,22 @@ def _field_plus_const(e: ast.Expr, h) -> tuple[Any, int] | None:
 
 class PktGen(CsumGen):
     def ctx_u32(self, off: int) -> ir.Value:
-        return self.b.load(self.gep(self.f.ctx, off), typ=I32, align=4)
+        """The u32 context field at byte ``off``, its address marked
+        ``llvm.preserve.static.offset`` as clang marks an access to a struct declared
+        ``__attribute__((preserve_static_offset))``: LLVM's BPF back end
+        (BPFPreserveStaticOffsetPass, LLVM 18) then keeps the load at a constant offset from
+        the context; otherwise SimplifyCFG may sink two loads of different fields on two
+        paths into one from a phi of the addresses, ``ctx += 12; *(u32 *)(ctx + 0)``, which
+        the verifier refuses ("dereference of modified ctx ptr"; found by subprogram
+        fuzzing)."""
+        base = self.b.call(self._static_offset(), [self.f.ctx])
+        return self.b.load(self.gep(base, off), typ=I32, align=4)
+
+    def _static_offset(self) -> ir.Function:
+        fn = self.m.globals.get("llvm.preserve.static.offset")
+        if fn is None:
+            fn = ir.Function(self.m, ir.FunctionType(PTR, [PTR]), "llvm.preserve.static.offset")
+        return fn
 
     def _ctx_ptr(self, which: int, volatile: bool = False) -> ir.Value:
         """data (0) or data_end (1) of the context as a packet pointer, loaded the way

@@ -82,11 +82,16 @@ class Checked:
     warnings: list[Diagnostic] = field(default_factory=list)
     headers: dict[str, Header | None] = field(default_factory=dict)
     packet_fns: set[str] = field(default_factory=set)
+    # packet fns and the fns that call a global packet fn (directly or not): a program
+    # calling one must have packet data
+    packet_reach: set[str] = field(default_factory=set)
     # packet fns that are the callback of a `loop` (plain fns: codegen makes the loop's
     # subprogram from each, CodeGen.declare_loop_trampoline)
     packet_callbacks: set[str] = field(default_factory=set)
     # fn -> (the call that needs the program's context, the builtin): sema.subprog_ctx
     ctx_calls: dict[str, tuple[ast.Call, str]] = field(default_factory=dict)
+    # fn -> the kfunc it calls, directly or not (sema.subprog_ctx.find_kfunc_fns)
+    kfunc_fns: dict[str, str] = field(default_factory=dict)
     stores: dict[ast.Store, T.Type] = field(default_factory=dict)  # the type each `store` writes
     # what codegen needs of each `push` / `pop` (sema.encap)
     pushes: dict[ast.Push, PushPlan] = field(default_factory=dict)
@@ -287,7 +292,7 @@ class Sema(StmtChecker, DeclChecker):
         for it in items:
             if isinstance(it, ast.FnDecl):
                 self.c.fns[it.name] = self.fn_info(it)
-        self.c.packet_fns = self.find_packet_fns()
+        self.c.packet_fns, self.c.packet_reach = self.find_packet_fns()
         self.c.pkt_changing_fns = pkt_changing_fns(self.c.fns)
         check_subprog_ctx(self)
         self.check_subprog_packet()

@@ -19,7 +19,7 @@ from bpfdsl.lang.sema import bitcast, helpers, kfuncs, meta
 from bpfdsl.lang.sema.csum import check_swap, check_write
 from bpfdsl.lang.sema.events import EVENT_CALLS, EVENT_MAP_HINT, EVENT_MAP_USE, check_call
 from bpfdsl.lang.sema.helpers import helper_kind as _helper_kind
-from bpfdsl.lang.sema.subprog_ctx import CTX_HINT, ctx_message
+from bpfdsl.lang.sema.subprog_ctx import LOOP_CTX_HINT, ctx_message
 from bpfdsl.lang.sema.symbols import (
     BUILTINS,
     CURSOR_UNKNOWN,
@@ -153,10 +153,11 @@ def call(ex, e: ast.Call) -> T.Type:
             ex.err("arg-count", f"`{e.name}` takes {len(info.params)} argument(s)", e.span)
         for a, (_n, ty) in zip(e.args, info.params, strict=False):
             ex.expect(a, ty)
-        if e.name in c.packet_fns:  # it reads the packet and moves the caller's cursor
+        kfuncs.check_fn_call(ex, e, e.name)
+        if e.name in c.packet_reach:  # it reads the packet (and moves the caller's cursor)
             ex.packet_access(e.span, f"call `{e.name}` (it reads the packet)")
-            if info.linkage == "inline":  # a noinline fn parses on a copy of the cursor
-                ex.s.cursor = CURSOR_UNKNOWN
+            if info.linkage == "inline" and e.name in c.packet_fns:  # a subprogram parses
+                ex.s.cursor = CURSOR_UNKNOWN  # on a copy of the cursor or from data
         if e.name in c.pkt_changing_fns:  # it may resize: the views are invalid after it
             _mark_stale(ex, e)
         return info.ret
@@ -255,6 +256,24 @@ def call(ex, e: ast.Call) -> T.Type:
                 "offset() takes a header view",
                 e.span,
                 "e.g. `adjust_head(offset(inner) as i32)` removes everything before `inner`",
+            )
+        fn = ex.s.fn
+        arg = args[0] if len(args) == 1 and isinstance(args[0], ast.Name) else None
+        sym = ex.c.sym.get(arg) if arg is not None else None
+        if (
+            fn is not None
+            and arg is not None
+            and fn.linkage == "global"
+            and sym is not None
+            and any(ex.c.sym.get(p) is sym for p in fn.decl.params)
+        ):
+            ex.err(
+                "subprog-packet",
+                f"`{arg.id}` is a parameter of global fn `{fn.decl.name}`: memory the "
+                "caller passes, not the packet, so it has no offset in the packet",
+                e.span,
+                "pass the offset as a parameter (the caller's `offset(view)`), or make it a "
+                "`noinline fn` (a static subprogram gets the packet pointer)",
             )
         return T.U32
     if e.name == "skip_ext":
@@ -732,10 +751,12 @@ def _loop(ex, e: ast.Call) -> T.Type:
         else:
             ex.packet_access(e.span, f"call `{name}` in `loop` (it reads the packet)")
             ex.c.packet_callbacks.add(name)
-    if name in ex.c.ctx_calls:
+    kfuncs.check_fn_call(ex, e, name)
+    if name in ex.c.ctx_calls and not (name in ex.c.packet_fns and info.linkage == "inline"):
+        # a packet callback has the context: the loop's subprogram reads it from the frame
         call, builtin = ex.c.ctx_calls[name]
         ex.err("loop-callback", ctx_message("loop callback", name, call, builtin), cb.span,
-               CTX_HINT)  # fmt: skip
+               LOOP_CTX_HINT)  # fmt: skip
     if info.linkage == "inline" and name not in ex.c.packet_fns:
         info.linkage = "static"  # its address goes to bpf_loop: a subprogram of its own
     return T.I64

@@ -411,13 +411,18 @@ class DeclChecker:
             )
         return T.ERR
 
-    def find_packet_fns(self) -> set[str]:
+    def find_packet_fns(self) -> tuple[set[str], set[str]]:
         """Names of the fns that touch the packet: they parse, call skip_ext or offset, load
-        or store bytes, take a header view with conditional (``if``) fields, or call such a fn (found without recursion; a fixed point over the
-        calls; ``loop(n, f, ...)`` counts as a call of ``f``: the loop's subprogram of a
-        packet callback takes the caller's context and cursor)."""
+        or store bytes, take a header view with conditional (``if``) fields, or call such a
+        fn other than a ``global`` one (which reads the packet through its own context; its
+        callers pass the context, bpfdsl.lang.sema.subprog_ctx) (found without recursion; a
+        fixed point over the calls; ``loop(n, f, ...)`` counts as a call of ``f``: the
+        loop's subprogram of a packet callback takes the caller's context and cursor); and
+        the fns that reach the packet through any calls, ``global`` ones too (a program
+        calling one must have packet data, ``parse-no-data``)."""
         calls: dict[str, set[str]]
         direct, calls = set(), {n: set() for n in self.c.fns}
+        globals_: dict[str, set[str]] = {n: set() for n in self.c.fns}
         for name, info in self.c.fns.items():
             if any(
                 isinstance(t, T.HeaderType)
@@ -432,8 +437,14 @@ class DeclChecker:
                     isinstance(node, ast.Call) and node.name in ("skip_ext", "offset")
                 ):
                     direct.add(name)
-                if isinstance(node, ast.Call) and node.name in calls:
+                if (
+                    isinstance(node, ast.Call)
+                    and node.name in calls
+                    and self.c.fns[node.name].decl.modifier != "global"
+                ):  # a global fn reads the packet through its own context, not the caller's
                     calls[name].add(node.name)
+                elif isinstance(node, ast.Call) and node.name in calls:
+                    globals_[name].add(node.name)
                 cb = _loop_callback(node)
                 if cb is not None and cb in calls:  # the loop's subprogram takes the ctx
                     calls[name].add(cb)
@@ -451,7 +462,15 @@ class DeclChecker:
                 if name not in out and callees & out:
                     out.add(name)
                     changed = True
-        return out
+        reach = set(out)
+        changed = True
+        while changed:
+            changed = False
+            for name, callees in calls.items():
+                if name not in reach and (callees | globals_[name]) & reach:
+                    reach.add(name)
+                    changed = True
+        return out, reach
 
     # ---- bodies ----
 
@@ -568,33 +587,43 @@ class DeclChecker:
         return FnInfo(d, params, ret, linkage)
 
     def check_subprog_packet(self) -> None:
-        """A ``global`` fn cannot parse, call skip_ext or offset, or load/store packet
-        bytes: the kernel verifies it on its own, for arguments of its BTF types, and a BTF
-        argument is never a packet pointer (btf_prepare_func_args) nor the parse cursor.  A
-        ``noinline`` (static) fn can: it takes the program's context and the caller's cursor
-        (a packet pointer) as two hidden arguments first (r1, r2), and one that only calls
-        a builtin taking the context the context (r1); the kernel verifies it at each call
-        with the caller's registers (a packet pointer keeps its checked range), so it has
-        3 (or 4) registers left for its own parameters (CodeGen.hidden_args)."""
+        """A ``noinline`` (static) fn that parses, calls skip_ext or offset, or loads/stores
+        packet bytes takes the program's context and the caller's cursor (a packet pointer)
+        as two hidden arguments first (r1, r2), and one that only calls a builtin taking
+        the context the context (r1); the kernel verifies it at each call with the
+        caller's registers (a packet pointer keeps its checked range), so it has 3 (or 4)
+        registers left for its own parameters (CodeGen.hidden_args).  A ``global`` fn takes
+        the context only (r1, ``__arg_ctx``) and parses from the packet's first byte: the
+        kernel verifies it alone, for arguments of its BTF types, and a BTF argument is
+        never a packet pointer (btf_prepare_func_args), so a header view parameter is
+        memory the caller passes, whose ``if`` fields (read against data_end) it cannot
+        read (``subprog-packet``)."""
         for name in sorted(self.c.packet_fns | set(self.c.ctx_calls)):
-            d = self.c.fns[name].decl
-            if d.modifier == "global" and name in self.c.packet_fns:
-                self.err(
-                    "subprog-packet",
-                    f"global fn `{name}` parses or reads packet bytes (directly or through "
-                    "the fns it calls): a global function gets its BTF-typed arguments only, "
-                    "never the packet or the parse cursor",
-                    d.modifier_span or d.span,
-                    f"make it `noinline fn {name}` (a static subprogram, verified with the "
-                    "caller's packet), or a plain `fn`",
-                )
-                continue
-            hidden = 2 if name in self.c.packet_fns else 1
-            if d.modifier == "noinline" and len(d.params) > MAX_BPF_FUNC_REG_ARGS - hidden:
+            info = self.c.fns[name]
+            d = info.decl
+            if d.modifier == "global":
+                for p, (_n, t) in zip(d.params, info.params, strict=True):
+                    if isinstance(t, T.HeaderType) and any(
+                        f.cond is not None for f in t.layout.fields.values()
+                    ):
+                        self.err(
+                            "subprog-packet",
+                            f"the header view `{p.name}` of global fn `{name}` is memory the "
+                            "caller passes, not the packet: its `if` fields are found by "
+                            "checks against the packet's end",
+                            p.span,
+                            f"make it `noinline fn {name}` (a static subprogram gets the "
+                            "packet pointer), pass the field values, or parse the header "
+                            "in the global fn",
+                        )
+            hidden = 2 if name in self.c.packet_fns and d.modifier != "global" else 1
+            if d.modifier in ("noinline", "global") and (
+                len(d.params) > MAX_BPF_FUNC_REG_ARGS - hidden
+            ):
                 what = "the context and the parse cursor" if hidden == 2 else "the context"
                 self.err(
                     "too-many-params",
-                    f"noinline fn `{name}` takes {what} in r1{'-r2' if hidden == 2 else ''} "
+                    f"{d.modifier} fn `{name}` takes {what} in r1{'-r2' if hidden == 2 else ''} "
                     f"before its own parameters: at most {MAX_BPF_FUNC_REG_ARGS - hidden} "
                     f"(registers r{hidden + 1}-r5), not {len(d.params)}",
                     d.params[MAX_BPF_FUNC_REG_ARGS - hidden].span,

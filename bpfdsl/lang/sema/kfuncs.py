@@ -7,7 +7,9 @@ Each writes the hints it reads into the locals it is given (the C call's pointer
 a negative errno (-EOPNOTSUPP: the driver has no such hint; -ENODATA: this frame has none).
 They read the RX descriptor through the driver, so only a device-bound program
 (``xdp(dev_bound)``) may call them: the verifier refuses them in any other ("metadata
-kfuncs require device-bound program").
+kfuncs require device-bound program").  A fn may call them (any kind: plain, ``noinline``
+and ``global`` fns take the context, sema.subprog_ctx; a ``loop`` callback that parses
+gets it through the loop's frame): the program calling the fn must be device-bound.
 """
 
 from __future__ import annotations
@@ -20,22 +22,39 @@ from bpfdsl.lang.sema.symbols import Local
 DEV_BOUND = "xdp(dev_bound)"
 
 
+def not_dev_bound(ex, at: ast.Node, builtin: str, where: str, via: str = "") -> None:
+    """``kfunc-not-dev-bound`` at ``at``: ``builtin`` (a kfunc, called directly or
+    ``via`` a fn) in ``where``, which is not a device-bound program."""
+    k = BY_BUILTIN[builtin]
+    through = f" (through `{via}`)" if via else ""
+    ex.err(
+        "kfunc-not-dev-bound",
+        f"`{builtin}`{through} reads the RX descriptor through the driver ({k.name}): only "
+        f"a device-bound program may call it, not {where}",
+        at.span,
+        "declare the program `xdp(dev_bound) fn ...`; it is then loaded for the device "
+        "it is attached to (`bpfdsl attach PROG.bpfd --dev IFNAME`)",
+    )
+
+
+def check_fn_call(ex, e: ast.Call, fn: str) -> None:
+    """A program's call of fn ``fn`` (or ``loop`` with callback ``fn``): one that calls a
+    kfunc, directly or not, needs a device-bound program (the kfunc's own call in the fn
+    is checked here, where the program is known)."""
+    kind = ex.s.kind
+    builtin = ex.c.kfunc_fns.get(fn)
+    if builtin is not None and kind is not None and kind.keyword != DEV_BOUND:
+        not_dev_bound(ex, e, builtin, f"a {kind.keyword} program", fn)
+
+
 def call(ex, e: ast.Call) -> T.Type:
     """Check a kfunc call ``e``; its type is the kfunc's ``int`` return (an i32)."""
     k = BY_BUILTIN[e.name]
     sig = ", ".join(n for n, _ in k.outs)
     decl = "; ".join(f"let {n}: {t} = 0" for n, t in k.outs)
     kind = ex.s.kind
-    if kind is None or kind.keyword != DEV_BOUND:
-        where = "a fn" if kind is None else f"a {kind.keyword} program"
-        ex.err(
-            "kfunc-not-dev-bound",
-            f"`{e.name}` reads the RX descriptor through the driver ({k.name}): only a "
-            f"device-bound program may call it, not {where}",
-            e.span,
-            "declare the program `xdp(dev_bound) fn ...`; it is then loaded for the device "
-            "it is attached to (`bpfdsl attach PROG.bpfd --dev IFNAME`)",
-        )
+    if kind is not None and kind.keyword != DEV_BOUND:  # in a fn: checked at its calls
+        not_dev_bound(ex, e, e.name, f"a {kind.keyword} program")
     if len(e.args) != len(k.outs) or e.kwargs:
         ex.err(
             "arg-count",

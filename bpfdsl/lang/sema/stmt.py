@@ -346,7 +346,10 @@ class StmtChecker:
         self.ex.coerce(s.end, ty)
         loc = Local(s.var, ty, s.span, bounds=(a, b) if a is not None and b is not None else None)
         self.c.sym[s] = loc
-        moved = moves_cursor(s.body, self.c.packet_fns)  # then each iteration starts elsewhere
+        # then each iteration starts elsewhere; a subprogram (noinline, global) parses on a
+        # cursor of its own: its call leaves the caller's where it was
+        movers = {n for n in self.c.packet_fns if self.c.fns[n].linkage == "inline"}
+        moved = moves_cursor(s.body, movers)
         if moved:
             self.cursor = CURSOR_UNKNOWN
         entry, uses = resize.snapshot(self), len(self.view_uses)
