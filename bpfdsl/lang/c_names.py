@@ -354,6 +354,10 @@ for _k in PROGRAM_KINDS:
     _SECTIONS.setdefault(_k.section, _k.keyword)
 
 
+# what C and bpfdsl programs call their context parameter
+_CONTEXT_NAMES = frozenset({"ctx", "skb", "msg", "skops", "xdp"})
+
+
 def syntax_hint(text: str, pos: int, value: str | None, expected: set[str]) -> str | None:
     """A hint naming the bpfdsl form of the C syntax at character offset ``pos`` of
     ``text`` where the parser stopped (``value``: the unexpected token's text, None for a
@@ -370,6 +374,18 @@ def syntax_hint(text: str, pos: int, value: str | None, expected: set[str]) -> s
             "bpfdsl has no preprocessor: remove the line; the kernel's headers (ethernet, "
             "ipv4, tcp, ...) and constants (XDP_PASS, ETH_P_IP, IPPROTO_UDP, ...) are built in"
         )
+    # `global fn g(ctx) -> u32`, `fn g(ctx) -> u32`: C's context parameter on a fn
+    m = re.match(r"\s*((?:global|noinline)\s+)?fn\s+(\w+)\s*\(\s*(\w+)\s*(\))?\s*$", before)
+    if m and (value == "->" if m.group(4) else value == ")"):
+        kind = (m.group(1) or "").strip()
+        fn = f"{kind + ' ' if kind else ''}fn {m.group(2)}"
+        if m.group(3) in _CONTEXT_NAMES:
+            return (
+                f"a fn gets the program's context without naming it (one that parses or "
+                f"calls a context builtin is handed it): write `{fn}() -> ...`; other "
+                f"parameters are `NAME: TYPE`"
+            )
+        return f"a parameter has a type: `{fn}({m.group(3)}: u32)`"
     m = re.match(r'\s*SEC\s*\(\s*"([^"]*)"', line)
     if m:
         sec = m.group(1)

@@ -354,6 +354,13 @@ ERRORS = [
      "returns a verdict", "write `return SK_PASS`"),
     ('license "GPL"\nfn g() -> u32 {\n    return\n}\nxdp fn f(ctx) { return XDP_PASS }\n',
      (3, 5), "return-value", "returns u32: `return` needs a value", "`return VALUE`"),
+    # C's context parameter on a fn: bpfdsl hands it over unnamed
+    ('license "GPL"\nglobal fn g(ctx) -> u32 {\n    return 1\n}\n', (2, 18), "syntax",
+     "unexpected '->'", "write `global fn g() -> ...`"),
+    ('license "GPL"\nfn g(ctx) -> u32 {\n    return 1\n}\n', (2, 9), "syntax",
+     "unexpected ')'", "write `fn g() -> ...`"),
+    ('license "GPL"\nnoinline fn g(n) -> u32 {\n    return n\n}\n', (2, 18), "syntax",
+     "unexpected '->'", "`noinline fn g(n: u32)`"),
 ]  # fmt: skip
 
 
