@@ -45,7 +45,7 @@ from bpfdsl.interp.state import FibRoute, FuncRef, RunState, TailCall
 Impl = Callable[..., Any]
 
 
-def _neg(e: int) -> int:
+def neg_errno(e: int) -> int:
     return -e & M64
 
 
@@ -72,7 +72,7 @@ def _fits(map_type: MapType, name: str) -> bool:
     return map_fits_helper(map_type, name)
 
 
-def _map(m: RunState, v: object, name: str) -> Map:
+def map_arg(m: RunState, v: object, name: str) -> Map:
     if not isinstance(v, Map):
         raise Fault(f"bpf_{name}: the map argument is not a map reference")
     if not _fits(v.map_type, name):
@@ -80,7 +80,7 @@ def _map(m: RunState, v: object, name: str) -> Map:
     return v
 
 
-def _mem(v: object, size: int, what: str) -> bytes:
+def mem_arg(v: object, size: int, what: str) -> bytes:
     if type(v) is not Ptr:
         raise Fault(f"{what}: expected a pointer to {size} readable bytes, got a scalar")
     return v.region.read_bytes(v, size)
@@ -97,35 +97,35 @@ def _xdp(m: RunState, name: str) -> XdpContext:
 
 @helper("map_lookup_elem")
 def _lookup(m: RunState, r1: object, r2: object, *_: object) -> int | Ptr:
-    mp = _map(m, r1, "map_lookup_elem")
-    r = mp.lookup(_mem(r2, mp.key_size, "map key"), m.env.cpu)
+    mp = map_arg(m, r1, "map_lookup_elem")
+    r = mp.lookup(mem_arg(r2, mp.key_size, "map key"), m.env.cpu)
     return 0 if r is None else Ptr(r, 0, r.gen)
 
 
 @helper("map_lookup_percpu_elem")
 def _lookup_percpu(m: RunState, r1: object, r2: object, r3: int, *_: object) -> int | Ptr:
-    mp = _map(m, r1, "map_lookup_percpu_elem")
+    mp = map_arg(m, r1, "map_lookup_percpu_elem")
     cpu = r3 & M32
     if cpu >= mp.ncpus:
         return 0
-    r = mp.lookup(_mem(r2, mp.key_size, "map key"), cpu)
+    r = mp.lookup(mem_arg(r2, mp.key_size, "map key"), cpu)
     return 0 if r is None else Ptr(r, 0, r.gen)
 
 
 @helper("map_update_elem")
 def _update(m: RunState, r1: object, r2: object, r3: object, r4: int, *_: object) -> int:
-    mp = _map(m, r1, "map_update_elem")
-    key = _mem(r2, mp.key_size, "map key")
+    mp = map_arg(m, r1, "map_update_elem")
+    key = mem_arg(r2, mp.key_size, "map key")
     if isinstance(mp, SlotMap):
         raise Fault(f"map_update_elem on {mp.map_type.name} is not modelled")
-    rc = mp.update(key, _mem(r3, mp.value_size, "map value"), r4, m.env.cpu)
+    rc = mp.update(key, mem_arg(r3, mp.value_size, "map value"), r4, m.env.cpu)
     return rc & M64
 
 
 @helper("map_delete_elem")
 def _delete(m: RunState, r1: object, r2: object, *_: object) -> int:
-    mp = _map(m, r1, "map_delete_elem")
-    return mp.delete(_mem(r2, mp.key_size, "map key")) & M64
+    mp = map_arg(m, r1, "map_delete_elem")
+    return mp.delete(mem_arg(r2, mp.key_size, "map key")) & M64
 
 
 # ---- time, randomness, cpu ----
@@ -162,7 +162,7 @@ def _numa(m: RunState, *_: object) -> int:
 
 @helper("trace_printk")
 def _printk(m: RunState, r1: object, r2: int, *_: object) -> int:
-    text = _mem(r1, r2 & M32, "trace_printk format")
+    text = mem_arg(r1, r2 & M32, "trace_printk format")
     m.trace.append(text.split(b"\0", 1)[0].decode("latin-1"))
     return len(text) & M64
 
@@ -188,9 +188,9 @@ def _fold16(v: int) -> int:
 def _csum_diff(m: RunState, r1: object, r2: int, r3: object, r4: int, r5: int) -> int:
     fsz, tsz, seed = r2 & M32, r4 & M32, r5 & M32
     if (fsz | tsz) & 3 or fsz > 512 or tsz > 512:
-        return _neg(errno.EINVAL)
-    frm = _mem(r1, fsz, "csum_diff from") if fsz else b""
-    to = _mem(r3, tsz, "csum_diff to") if tsz else b""
+        return neg_errno(errno.EINVAL)
+    frm = mem_arg(r1, fsz, "csum_diff from") if fsz else b""
+    to = mem_arg(r3, tsz, "csum_diff to") if tsz else b""
     ret = seed
     if fsz and tsz:
         a, b = _sum32(to, seed), _sum32(frm, 0)
@@ -216,7 +216,7 @@ def _redirect(m: RunState, r1: int, r2: int, *_: object) -> int:
 
 @helper("redirect_map")
 def _redirect_map(m: RunState, r1: object, r2: int, r3: int, *_: object) -> int:
-    mp = _map(m, r1, "redirect_map")
+    mp = map_arg(m, r1, "redirect_map")
     flags = r3
     extra = BPF_F_BROADCAST | BPF_F_EXCLUDE_INGRESS if is_devmap(mp.map_type) else 0
     if flags & ~(3 | extra):
@@ -235,13 +235,13 @@ def _redirect_map(m: RunState, r1: object, r2: int, r3: int, *_: object) -> int:
 # lock is never contended; the rules of holding it are the verifier's (checker.refs)
 @helper("spin_lock")
 def _spin_lock(m: RunState, r1: object, *_: object) -> int:
-    _mem(r1, 4, "bpf_spin_lock")  # struct bpf_spin_lock (a u32) in a map value
+    mem_arg(r1, 4, "bpf_spin_lock")  # struct bpf_spin_lock (a u32) in a map value
     return 0
 
 
 @helper("spin_unlock")
 def _spin_unlock(m: RunState, r1: object, *_: object) -> int:
-    _mem(r1, 4, "bpf_spin_unlock")
+    mem_arg(r1, 4, "bpf_spin_unlock")
     return 0
 
 
@@ -250,10 +250,10 @@ def _loop(m: RunState, r1: int, r2: object, r3: object, r4: int, *_: object) -> 
     """bpf_loop (kernel/bpf/bpf_iter.c): call the callback with (i, ctx) for i = 0..n-1
     until it returns 1; the number of calls, -EINVAL for flags, -E2BIG past 8M loops."""
     if r4:
-        return _neg(errno.EINVAL)
+        return neg_errno(errno.EINVAL)
     n = r1 & M32
     if n > BPF_MAX_LOOPS:
-        return _neg(errno.E2BIG)
+        return neg_errno(errno.E2BIG)
     if not isinstance(r2, FuncRef):
         raise Fault("bpf_loop: the callback is not a function address (ld_imm64 func)")
     for i in range(n):
@@ -269,7 +269,7 @@ def _loop(m: RunState, r1: int, r2: object, r3: object, r4: int, *_: object) -> 
 def _tail_call(m: RunState, r1: object, r2: object, r3: int, *_: object) -> int:
     """bpf_tail_call: jump to the program in slot r3 of prog_array r2 (never returns);
     an empty slot, or MAX_TAIL_CALL_CNT tail calls made, fall through."""
-    pa = _map(m, r2, "tail_call")
+    pa = map_arg(m, r2, "tail_call")
     assert isinstance(pa, ProgArrayMap)
     prog = pa.program(r3 & M32)
     if prog is None or m.tail_calls >= MAX_TAIL_CALL_CNT:
@@ -287,7 +287,7 @@ def _adjust_head(m: RunState, r1: object, r2: int, *_: object) -> int:
     metalen = pk.data - pk.lo
     new = pk.data + off
     if new < XDP_FRAME_STRUCT + metalen or new > pk.hi - ETH_HLEN:
-        return _neg(errno.EINVAL)
+        return neg_errno(errno.EINVAL)
     if metalen:
         pk.buf[pk.lo + off : pk.lo + off + metalen] = pk.buf[pk.lo : pk.data]
     pk.lo += off
@@ -305,7 +305,7 @@ def _adjust_tail(m: RunState, r1: object, r2: int, *_: object) -> int:
         return _frags_tail(x, off)
     new = pk.hi + off
     if new > XDP_FRAME_SIZE - XDP_SHINFO_TAILROOM or new < pk.data + ETH_HLEN:
-        return _neg(errno.EINVAL)
+        return neg_errno(errno.EINVAL)
     if off > 0:
         pk.buf[pk.hi : new] = bytes(off)
     pk.hi = new
@@ -317,12 +317,12 @@ def _frags_tail(x: XdpContext, off: int) -> int:
     if off >= 0:
         last = x.frags[-1]
         if off > XDP_FRAME_SIZE - len(last):  # frag tailroom: frag_size (a page) - size
-            return _neg(errno.EINVAL)
+            return neg_errno(errno.EINVAL)
         last += bytes(off)
         return 0
     shrink = -off
     if shrink > x.buff_len() - ETH_HLEN:
-        return _neg(errno.EINVAL)
+        return neg_errno(errno.EINVAL)
     while x.frags and shrink > 0:
         cut = min(shrink, len(x.frags[-1]))
         shrink -= cut
@@ -343,9 +343,9 @@ def _adjust_meta(m: RunState, r1: object, r2: int, *_: object) -> int:
     meta = pk.lo + s32(r2)
     metalen = pk.data - meta
     if meta < XDP_FRAME_STRUCT or meta > pk.data:
-        return _neg(errno.EINVAL)
+        return neg_errno(errno.EINVAL)
     if metalen & 3 or metalen > XDP_METALEN_MAX:
-        return _neg(errno.EACCES)
+        return neg_errno(errno.EACCES)
     pk.lo = meta
     return 0
 
@@ -372,11 +372,11 @@ def _fib_lookup(m: RunState, r1: object, r2: Ptr, r3: int, r4: int, *_: object) 
     no route: BPF_FIB_LKUP_RET_NOT_FWDED; a route: ifindex, smac, dmac set and SUCCESS, or
     NO_NEIGH where the route has no neighbour (dmac None), as the kernel does."""
     if r4 & ~FIB_LOOKUP_FLAGS or (r3 & M32) < BPF_FIB_LOOKUP_SIZE:
-        return _neg(errno.EINVAL)
-    raw = bytearray(_mem(r2, BPF_FIB_LOOKUP_SIZE, "fib_lookup params"))
+        return neg_errno(errno.EINVAL)
+    raw = bytearray(mem_arg(r2, BPF_FIB_LOOKUP_SIZE, "fib_lookup params"))
     family = raw[0]
     if family not in (AF_INET, AF_INET6):
-        return _neg(errno.EAFNOSUPPORT)
+        return neg_errno(errno.EAFNOSUPPORT)
     dst = bytes(raw[32:36] if family == AF_INET else raw[32:48])
     route = _fib_route(m, family, dst)
     if route is None:
@@ -400,9 +400,9 @@ def _xdp_span(m: RunState, name: str, r2: int, r4: int) -> tuple[XdpContext, int
     x = _xdp(m, name)
     off, n = r2 & M32, r4 & M32
     if off > 0xFFFF or n > 0xFFFF:
-        return _neg(errno.EFAULT)
+        return neg_errno(errno.EFAULT)
     if off + n > x.buff_len():
-        return _neg(errno.EINVAL)
+        return neg_errno(errno.EINVAL)
     return x, off, n
 
 
@@ -429,7 +429,7 @@ def _store_bytes(m: RunState, r1: object, r2: int, r3: object, r4: int, *_: obje
     if isinstance(span, int):
         return span
     x, off, n = span
-    data = _mem(r3, n, "xdp_store_bytes source")
+    data = mem_arg(r3, n, "xdp_store_bytes source")
     pk = x.pkt
     lin = pk.hi - pk.data
     for i, b in enumerate(data, start=off):  # linear part, then frags in order

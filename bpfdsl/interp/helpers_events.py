@@ -17,7 +17,7 @@ from bpfdsl.abi.flags import (
     BPF_RB_NO_WAKEUP,
 )
 from bpfdsl.interp.ctx import XdpContext
-from bpfdsl.interp.helpers import Impl, _map, _mem, _neg, registrar
+from bpfdsl.interp.helpers import Impl, map_arg, mem_arg, neg_errno, registrar
 from bpfdsl.interp.maps import EventMap, Reservation
 from bpfdsl.interp.memory import M64, Fault, Ptr
 from bpfdsl.interp.state import RunState
@@ -28,7 +28,7 @@ _RB_FLAGS = BPF_RB_NO_WAKEUP | BPF_RB_FORCE_WAKEUP
 
 
 def _events(m: RunState, v: object, name: str) -> EventMap:
-    mp = _map(m, v, name)
+    mp = map_arg(m, v, name)
     assert isinstance(mp, EventMap)
     return mp
 
@@ -37,8 +37,8 @@ def _events(m: RunState, v: object, name: str) -> EventMap:
 def _rb_output(m: RunState, r1: object, r2: object, r3: int, r4: int, *_: object) -> int:
     mp = _events(m, r1, "ringbuf_output")
     if r4 & ~_RB_FLAGS:
-        return _neg(errno.EINVAL)
-    data = _mem(r2, r3, "ringbuf_output data") if r3 else b""
+        return neg_errno(errno.EINVAL)
+    data = mem_arg(r2, r3, "ringbuf_output data") if r3 else b""
     return mp.output(data, m.env.cpu) & M64
 
 
@@ -75,19 +75,19 @@ def _perf_output(m: RunState, r1: object, r2: object, r3: int, r4: object, r5: i
     (-EFAULT when the packet is shorter), to the slot of the current CPU."""
     mp = _events(m, r2, "perf_event_output")
     if r3 & ~(BPF_F_CTXLEN_MASK | BPF_F_INDEX_MASK):
-        return _neg(errno.EINVAL)
+        return neg_errno(errno.EINVAL)
     index = r3 & BPF_F_INDEX_MASK
     cpu = m.env.cpu if index == BPF_F_CURRENT_CPU else index
     if cpu != m.env.cpu and (not mp.max_entries or cpu < mp.max_entries) and cpu in mp.readers:
-        return _neg(errno.EOPNOTSUPP)  # another CPU's event (__bpf_perf_event_output)
-    data = _mem(r4, r5, "perf_event_output data") if r5 else b""
+        return neg_errno(errno.EOPNOTSUPP)  # another CPU's event (__bpf_perf_event_output)
+    data = mem_arg(r4, r5, "perf_event_output data") if r5 else b""
     n = r3 >> 32
     if n:
         ctx = m.ctx
         if not isinstance(ctx, XdpContext):
-            return _neg(errno.EINVAL)
+            return neg_errno(errno.EINVAL)
         pkt = ctx.data_out()[ctx.data - ctx.data_meta :]
         if n > ctx.buff_len():
-            return _neg(errno.EFAULT)
+            return neg_errno(errno.EFAULT)
         data += pkt[:n]
     return mp.output(data, cpu) & M64

@@ -11,7 +11,7 @@ import errno
 from bpfdsl.abi.flags import BPF_F_INGRESS
 from bpfdsl.abi.prog_types import BPF_SOCK_OPS_ALL_CB_FLAGS, SkAction
 from bpfdsl.interp.ctx import SkMsgContext, SockOpsContext
-from bpfdsl.interp.helpers import Impl, _map, _mem, _neg, registrar
+from bpfdsl.interp.helpers import Impl, map_arg, mem_arg, neg_errno, registrar
 from bpfdsl.interp.maps import Map, SlotMap
 from bpfdsl.interp.memory import M32, M64, Fault
 from bpfdsl.interp.state import RunState
@@ -45,14 +45,14 @@ def _msg_redirect(m: RunState, mp: Map, key: bytes, flags: int, name: str) -> in
 
 @helper("msg_redirect_map")
 def _msg_redirect_map(m: RunState, r1: object, r2: object, r3: int, r4: int, *_: object) -> int:
-    mp = _map(m, r2, "msg_redirect_map")
+    mp = map_arg(m, r2, "msg_redirect_map")
     return _msg_redirect(m, mp, (r3 & M32).to_bytes(4, "little"), r4, "msg_redirect_map")
 
 
 @helper("msg_redirect_hash")
 def _msg_redirect_hash(m: RunState, r1: object, r2: object, r3: object, r4: int, *_: object) -> int:
-    mp = _map(m, r2, "msg_redirect_hash")
-    key = _mem(r3, mp.key_size, "sockhash key")
+    mp = map_arg(m, r2, "msg_redirect_hash")
+    key = mem_arg(r3, mp.key_size, "sockhash key")
     return _msg_redirect(m, mp, key, r4, "msg_redirect_hash")
 
 
@@ -75,7 +75,7 @@ def _pull(m: RunState, r1: object, r2: int, r3: int, r4: int, *_: object) -> int
     start, end = r2 & M32, r3 & M32
     size = len(pk.buf)
     if r4 or end <= start or start >= size or end > size:
-        return _neg(errno.EINVAL)
+        return neg_errno(errno.EINVAL)
     pk.data = pk.lo = start
     pk.hi = end
     return 0
@@ -87,7 +87,7 @@ def _push(m: RunState, r1: object, r2: int, r3: int, r4: int, *_: object) -> int
     pk.gen += 1
     start, n = r2 & M32, r3 & M32
     if r4 or start > len(pk.buf):
-        return _neg(errno.EINVAL)
+        return neg_errno(errno.EINVAL)
     if n:
         pk.buf[start:start] = bytes(n)
         pk.data = pk.lo = 0
@@ -101,7 +101,7 @@ def _pop(m: RunState, r1: object, r2: int, r3: int, r4: int, *_: object) -> int:
     pk.gen += 1
     start, n = r2 & M32, r3 & M32
     if r4 or not n or start >= len(pk.buf) or start + n > len(pk.buf):
-        return _neg(errno.EINVAL)
+        return neg_errno(errno.EINVAL)
     del pk.buf[start : start + n]
     pk.data = pk.lo = 0
     pk.hi = len(pk.buf)
@@ -123,21 +123,21 @@ def _sock_update(m: RunState, mp: Map, key: bytes, flags: int, name: str) -> int
     """``sock_map_update_common``/``sock_hash_update_common`` with the socket of the ctx."""
     x = _sockops(m, name)
     if x.op not in _SOCK_MAP_OPS:
-        return _neg(errno.EOPNOTSUPP)
+        return neg_errno(errno.EOPNOTSUPP)
     assert isinstance(mp, SlotMap)
     return mp.update(key, x.sock, flags) & M64
 
 
 @helper("sock_hash_update")
 def _sock_hash_update(m: RunState, r1: object, r2: object, r3: object, r4: int, *_: object) -> int:
-    mp = _map(m, r2, "sock_hash_update")
-    return _sock_update(m, mp, _mem(r3, mp.key_size, "sockhash key"), r4, "sock_hash_update")
+    mp = map_arg(m, r2, "sock_hash_update")
+    return _sock_update(m, mp, mem_arg(r3, mp.key_size, "sockhash key"), r4, "sock_hash_update")
 
 
 @helper("sock_map_update")
 def _sock_map_update(m: RunState, r1: object, r2: object, r3: object, r4: int, *_: object) -> int:
-    mp = _map(m, r2, "sock_map_update")
-    return _sock_update(m, mp, _mem(r3, mp.key_size, "sockmap key"), r4, "sock_map_update")
+    mp = map_arg(m, r2, "sock_map_update")
+    return _sock_update(m, mp, mem_arg(r3, mp.key_size, "sockmap key"), r4, "sock_map_update")
 
 
 @helper("get_socket_cookie")
@@ -161,7 +161,7 @@ def _cb_flags(m: RunState, r1: object, r2: int, *_: object) -> int:
 
 
 def _sk_lookup(m: RunState, r2: object, r3: int, name: str) -> int:
-    _mem(r2, r3 & M32, f"bpf_{name} tuple")
+    mem_arg(r2, r3 & M32, f"bpf_{name} tuple")
     return 0
 
 

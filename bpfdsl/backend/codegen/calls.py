@@ -11,7 +11,7 @@ from bpfdsl.abi.flags import BPF_F_CURRENT_CPU
 from bpfdsl.abi.helpers import HELPERS
 from bpfdsl.abi.kfuncs import BY_BUILTIN as KFUNC_BUILTINS
 from bpfdsl.abi.limits import MAX_PACKET_OFF
-from bpfdsl.backend.codegen.expr import _chunks
+from bpfdsl.backend.codegen.expr import copy_chunks
 from bpfdsl.backend.codegen.helpers import TYPED_HELPERS
 from bpfdsl.backend.codegen.host import GenHost
 from bpfdsl.backend.llvm_ext import KsymDecl
@@ -413,7 +413,7 @@ class CallGen(GenHost):
             align = max(1, ty.size)
         else:
             align = min(aa, ab, 8)
-            pieces = _chunks(ty.size, align)
+            pieces = copy_chunks(ty.size, align)
         for off, w in pieces:
             it = self.lt(ty) if isinstance(ty, (T.IntType, T.BoolType)) else ir.IntType(8 * w)
             x = self.b.load(self.gep(pa, off), typ=it, align=min(w, align))

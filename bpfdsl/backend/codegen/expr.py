@@ -19,7 +19,7 @@ PTR = ir.PointerType()
 _BSWAP = {16: "llvm.bswap.i16", 32: "llvm.bswap.i32", 64: "llvm.bswap.i64"}
 
 
-def _chunks(size: int, align: int) -> list[tuple[int, int]]:
+def copy_chunks(size: int, align: int) -> list[tuple[int, int]]:
     """(offset, width) pieces for copying ``size`` bytes with at most ``align`` per access."""
     out, off = [], 0
     while off < size:
@@ -371,12 +371,12 @@ class ExprGen(GenHost):
         return p
 
     def store_const_bytes(self, dst: ir.Value, data: bytes, align: int) -> None:
-        for off, w in _chunks(len(data), align):
+        for off, w in copy_chunks(len(data), align):
             v = int.from_bytes(data[off : off + w], "little")
             self.b.store(ir.Constant(ir.IntType(8 * w), v), self.gep(dst, off), align=w)
 
     def copy_bytes(self, dst: ir.Value, src: ir.Value, size: int, align: int) -> None:
-        for off, w in _chunks(size, align):
+        for off, w in copy_chunks(size, align):
             ty = ir.IntType(8 * w)
             v = self.b.load(self.gep(src, off), typ=ty, align=w)
             self.b.store(v, self.gep(dst, off), align=w)
@@ -411,7 +411,7 @@ class ExprGen(GenHost):
         ma, mb = self.mem_of(a), self.mem_of(b)
         align = min(self.align_of(a), self.align_of(b), 8)
         res = None
-        for off, w in _chunks(ty.size, align):
+        for off, w in copy_chunks(ty.size, align):
             it = ir.IntType(8 * w)
             vals = []
             for m in (ma, mb):

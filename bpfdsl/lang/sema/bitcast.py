@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from bpfdsl.lang import ast
 from bpfdsl.lang import types as T
-from bpfdsl.lang.sema.csum import _covering_l4
+from bpfdsl.lang.sema.csum import covering_l4
 
 BITCAST_BUILTINS = ("raw", "as_be", "csum_fold", "csum_replace")
 """The calls this module checks (pure: no helper call, no packet access)."""
@@ -69,7 +69,7 @@ def whole_header_write(ex, tgt: ast.Name, h: T.HeaderType, value: ast.Expr) -> N
         )
         return
     if ex.s.kind is not None:  # a header in a UDP/TCP payload: as a field write there
-        l4 = _covering_l4(ex, tgt)
+        l4 = covering_l4(ex, tgt)
         if l4 is not None:
             ex.s.payload_writes.append((tgt.span, l4))
 

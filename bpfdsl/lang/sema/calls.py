@@ -77,7 +77,7 @@ def _map_arg(ex, e: ast.Expr) -> T.MapType | None:
     return t
 
 
-def _mark_stale(ex, e: ast.Node) -> None:
+def mark_stale(ex, e: ast.Node) -> None:
 
     for scope in ex.s.scopes:
         for sym in scope.values():
@@ -159,7 +159,7 @@ def call(ex, e: ast.Call) -> T.Type:
             if info.linkage == "inline" and e.name in c.packet_fns:  # a subprogram parses
                 ex.s.cursor = CURSOR_UNKNOWN  # on a copy of the cursor or from data
         if e.name in c.pkt_changing_fns:  # it may resize: the views are invalid after it
-            _mark_stale(ex, e)
+            mark_stale(ex, e)
         return info.ret
     if e.name.startswith("bpf_") and e.name not in BUILTINS:  # any helper, by its name
         ht = helpers.by_name(ex, e)
@@ -327,7 +327,7 @@ def call(ex, e: ast.Call) -> T.Type:
     if e.name in PKT_RESIZE:
         if ex.s.kind is None:
             ex.err("resize-in-fn", f"`{e.name}` is only allowed in a program body", e.span)
-        _mark_stale(ex, e)
+        mark_stale(ex, e)
     if e.name == "adjust_meta":
         meta.reserve(ex, e)
     return ret

@@ -26,7 +26,7 @@ from bpfdsl.lang.headers import CORE_HEADERS, PSEUDO_FIELDS
 from bpfdsl.lang.sema.symbols import Local
 
 
-def _l4_in_scope(ex, ip_obj: ast.Expr | None):
+def l4_in_scope(ex, ip_obj: ast.Expr | None):
     """The L4 header Local visible here parsed after the IP header ``ip_obj`` (any L4
     header with a checksum if ``ip_obj`` is None), or None."""
 
@@ -45,7 +45,7 @@ def _l4_in_scope(ex, ip_obj: ast.Expr | None):
     return None
 
 
-def _covering_l4(ex, obj: ast.Expr):
+def covering_l4(ex, obj: ast.Expr):
     """The checksummed L4 header Local that the header view ``obj`` was parsed after (on
     every path: through the chain of headers each parse started just past), or None."""
     loc = ex.c.sym.get(obj) if isinstance(obj, ast.Name) else None
@@ -121,12 +121,12 @@ def check_write(ex, tgt: ast.Field) -> None:
     if layout.l4 and f.offset == layout.csum and isinstance(tgt.obj, ast.Name):
         ex.s.payload_writes.append((None, ex.c.sym.get(tgt.obj)))  # checksum set by hand
     if layout.name == "byte":
-        l4 = _l4_in_scope(ex, None)
+        l4 = l4_in_scope(ex, None)
         if l4 is not None and ex.s.kind is not None:
             ex.s.payload_writes.append((tgt.span, l4))
         return
     if layout.name not in CORE_HEADERS and ex.s.kind is not None:
-        l4 = _covering_l4(ex, tgt.obj)  # a VXLAN header under UDP: in its payload
+        l4 = covering_l4(ex, tgt.obj)  # a VXLAN header under UDP: in its payload
         if l4 is not None:
             ex.s.payload_writes.append((tgt.span, l4))
     kinds = PSEUDO_FIELDS.get(layout.name, {}).get(tgt.name)
@@ -141,7 +141,7 @@ def check_write(ex, tgt: ast.Field) -> None:
             "write it in the program (there bpfdsl finds the L4 header and updates its "
             "checksum); a `fn` may compute and return the new value",
         )
-    elif tgt.name == "protocol" and _l4_in_scope(ex, tgt.obj) is None:
+    elif tgt.name == "protocol" and l4_in_scope(ex, tgt.obj) is None:
         ex.err(
             "pseudo-header",
             f"{what} is part of the {l4} pseudo-header: parse the L4 header before "

@@ -24,7 +24,7 @@ from typing import Any
 from bpfdsl.lang import ast
 from bpfdsl.lang import types as T
 from bpfdsl.lang.sema import resize
-from bpfdsl.lang.sema.calls import _mark_stale
+from bpfdsl.lang.sema.calls import mark_stale
 from bpfdsl.lang.sema.symbols import Local
 
 # Fields push computes, per library header: ipv4 version 4, ihl 5, tot_len, the header
@@ -216,7 +216,7 @@ def push(ex, e: ast.Push) -> T.Type:
     if loc is None:
         return T.ERR
     prefix = _prefix(ex, loc, e.before, "push")
-    _mark_stale(ex, e)  # the fields were read from the views before the resize
+    mark_stale(ex, e)  # the fields were read from the views before the resize
     if prefix is None or not layouts or len(layouts) != len(e.headers):
         return T.ERR
     assert isinstance(loc.ty, T.HeaderType)  # _view
@@ -267,7 +267,7 @@ def pop(st, s: ast.Pop) -> None:
             )
         elif prefix is not None:
             plan = PopPlan(prefix, delta)
-    _mark_stale(ex, s)
+    mark_stale(ex, s)
     if plan is not None:
         st.c.pops[s] = plan
     before = st.cursor

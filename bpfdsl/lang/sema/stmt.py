@@ -12,7 +12,7 @@ from bpfdsl.diagnostics import Span
 from bpfdsl.lang import ast
 from bpfdsl.lang import types as T
 from bpfdsl.lang.sema import encap, resize
-from bpfdsl.lang.sema.csum import _l4_in_scope
+from bpfdsl.lang.sema.csum import l4_in_scope
 from bpfdsl.lang.sema.meta import MetaState
 from bpfdsl.lang.sema.meta import merge as merge_meta
 from bpfdsl.lang.sema.symbols import CURSOR_UNKNOWN, PKT_RESIZE, FnInfo, Local, const_int
@@ -206,7 +206,7 @@ class StmtChecker:
         else:
             self.ex.expr(s.value)
         if self.kind is not None:
-            l4 = _l4_in_scope(self.ex, None)
+            l4 = l4_in_scope(self.ex, None)
             if l4 is not None:
                 self.payload_writes.append((s.span, l4))
         before, paths = self.cursor, resize.snapshot(self)
