@@ -98,7 +98,15 @@ from bpfdsl.checker.subprog import (
     tail_call_exit,
     widen,
 )
-from bpfdsl.checker.transfer import _read, do_alu, do_ld, do_ldx, do_store, kernel_links_delta
+from bpfdsl.checker.transfer import (
+    _read,
+    do_alu,
+    do_ld,
+    do_ldx,
+    do_store,
+    fork_scalars,
+    kernel_links_delta,
+)
 
 INSN_LIMIT: Final = BPF_COMPLEXITY_LIMIT_INSNS  # processed insns before the kernel refuses
 HIST_FORCE: Final = 40  # kernel: a checkpoint is forced once a path's jump history is this long
@@ -731,10 +739,14 @@ def _record(st: State, i: int, prev: int, env: Env, pushed: bool) -> None:
 # (tests/checker/test_checker_insn_handlers.py holds them to the same outcomes).
 
 
-def _alu(env: Env, cfg: Cfg, st: State, i: int, x) -> None:
+def _alu(env: Env, cfg: Cfg, st: State, i: int, x):
+    other = fork_scalars(st, x)
     do_alu(env, st, x)
     if x.dst == 0:
         st.frames[-1].r0_at = i
+    if other is not None:  # the dst = 0 copy runs this insn again (maybe_fork_scalars)
+        return [(i + 1, st), (i, other)]
+    return None
 
 
 def _ldx(env: Env, cfg: Cfg, st: State, i: int, x) -> None:
@@ -935,9 +947,10 @@ def _alu_k(op: int, is64: bool, dst: int, imm: D.Reg):
     # as do_alu: only a 64-bit add of 0..S32_MAX links dst to its copies with a delta
     # (BPF_ADD_CONST); a negative immediate unlinks, as here (kernel_links_delta)
     add = op == BPF_ADD and is64 and kernel_links_delta(imm.value)
+    fork = op == BPF_AND or op == BPF_OR  # transfer.fork_scalars
     memo: dict[tuple, D.Reg] = {}  # this insn's results by the operand's tnum and bounds
 
-    def alu_k(env: Env, cfg: Cfg, st: State, i: int, x) -> None:
+    def alu_k(env: Env, cfg: Cfg, st: State, i: int, x):
         f = st.frames[-1]
         regs = f.regs
         d = regs[dst]
@@ -946,6 +959,8 @@ def _alu_k(op: int, is64: bool, dst: int, imm: D.Reg):
             return
         if add and d.id and env.privileged:
             env.inexact += 1  # the kernel links dst to its copies with a delta
+        if fork and ((d.smin == -1 and d.smax == 0) or (d.s32min == -1 and d.s32max == 0)):
+            return _alu(env, cfg, st, i, x)  # maybe_fork_scalars: two states
         key = (d.tn, d.smin, d.smax, d.umin, d.umax, d.s32min, d.s32max, d.u32min, d.u32max)
         r = memo.get(key)
         if r is None:
