@@ -202,12 +202,12 @@ def swap(r: D.Reg, bits: int, to_be: bool, is64: bool) -> D.Reg:
 
 
 def neg(r: D.Reg, is64: bool) -> D.Reg:
-    """BPF_NEG: exact on constants, else unknown.  The kernel prints the bounds of ``0 - r``
-    but a later comparison refines it as if the signed bounds were absent (measured on
-    6.18: ``r = -r; if r < 255`` gives 0..254, not 0); assuming less is the safe side."""
+    """BPF_NEG: ``0 - r``, as the kernel computes it (adjust_scalar_min_max_vals's
+    BPF_NEG case: scalar_min_max_sub from a known 0, tnum_neg): ``-[0, 1]`` is [-1, 0],
+    which decides a later ``if r != 64``."""
     if r.tn[1] == 0:
         return D.known((-r.tn[0]) & (M64 if is64 else M32))
-    return D.unknown() if is64 else D.zext32(D.unknown())
+    return scalar_alu(BPF_SUB, D.known(0), r, is64)
 
 
 def movsx(r: D.Reg, bits: int, is64: bool) -> D.Reg:

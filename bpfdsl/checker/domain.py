@@ -417,6 +417,12 @@ def _deduce(
     if s32min & M32 <= s32max & M32:
         u32min = max(u32min, s32min & M32)
         u32max = min(u32max, s32max & M32)
+    elif u32max < s32min & M32:  # an s32 range across the sign boundary: the u32
+        s32min = s32(u32min)  # range meets only its non-negative part
+        u32max = min(u32max, s32max & M32)
+    elif s32max & M32 < u32min:  # ... or only its negative part
+        s32max = s32(u32max)
+        u32min = max(u32min, s32min & M32)
     # __reg64_deduce_bounds: signed <-> unsigned within one half
     if s64(umin) <= s64(umax):
         smin = max(smin, s64(umin))
@@ -424,6 +430,12 @@ def _deduce(
     if smin & M64 <= smax & M64:
         umin = max(umin, smin & M64)
         umax = min(umax, smax & M64)
+    elif umax < smin & M64:  # as above, 64-bit
+        smin = s64(umin)
+        umax = min(umax, smax & M64)
+    elif smax & M64 < umin:
+        smax = s64(umax)
+        umin = max(umin, smin & M64)
     # __reg_deduce_mixed_bounds: 32-bit knowledge into the 64-bit range
     hi = ~M32 & M64
     umin = max(umin, (umin & hi) | u32min)

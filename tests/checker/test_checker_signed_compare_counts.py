@@ -17,19 +17,24 @@ differed, e.g. 44 vs 42, 78 vs 66, 70 vs 77):
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from support.progrun import kernel_processed
 
+from bpfdsl.abi import insn as I
+from bpfdsl.abi import opcodes as A
 from bpfdsl.abi.insn import Insn
 from bpfdsl.abi.opcodes import BPF_ALU64, BPF_AND, BPF_EXIT, BPF_JMP, BPF_K
 from bpfdsl.abi.prog_types import ProgramType
 from bpfdsl.checker import alu as ALU
-from bpfdsl.checker import analyzer, check_object
+from bpfdsl.checker import analyzer, check_insns, check_object
 from bpfdsl.checker import domain as D
 from bpfdsl.checker.cfg import build_cfg
 from bpfdsl.checker.env import Env
 from bpfdsl.checker.state import Frame, State
 from bpfdsl.compiler import compile_source
+from bpfdsl.kernel import syscall
 from bpfdsl.obj.collection import read_object
 
 
@@ -105,3 +110,56 @@ def test_and_of_zero_or_minus_one_walks_both(r1: D.Reg) -> None:
         (i, first), (j, again) = succ
         assert (i, first.regs[1].is_const, first.regs[1].value) == (1, True, 8)
         assert (j, again.regs[1].is_const, again.regs[1].value) == (0, True, 0)
+
+
+def _neg_then_compare(is64: bool) -> list:
+    """r1 = random & 0xffff; r1 = -r1 (64- or 32-bit): [-65535, 0]; then comparisons whose
+    outcome that range (and, past `r1 >= 0x7fffffff`, its negative part only) decides."""
+
+    cls = A.BPF_ALU64 if is64 else A.BPF_ALU
+    jmp = I.jmp_imm if is64 else I.jmp32_imm
+    return [
+        I.call(7),  # bpf_get_prandom_u32
+        I.mov64_reg(1, 0),
+        I.alu64_imm(A.BPF_AND, 1, 0xFFFF),
+        I.Insn(cls | A.BPF_NEG | A.BPF_K, 1, 0, 0, 0),
+        jmp(A.BPF_JGE, 1, 0x7FFFFFFF, 1),
+        I.mov64_imm(2, 0),
+        jmp(A.BPF_JSGE, 1, 0xFE, 1),
+        I.mov64_imm(2, 1),
+        jmp(A.BPF_JSGT, 1, 1000, 1),
+        I.mov64_imm(2, 2),
+        I.jmp32_imm(A.BPF_JGT, 1, 0x7FFFFFFF, 1),
+        I.mov64_imm(2, 3),
+        I.mov64_imm(0, 2),
+        I.exit_(),
+    ]
+
+
+def test_neg_is_zero_minus() -> None:
+    r = ALU.neg(D.urange(0, 1), True)  # kernel: R1=scalar(smin=smin32=-1,smax=smax32=0)
+    assert (r.smin, r.smax, r.s32min, r.s32max) == (-1, 0, -1, 0)
+
+
+def test_signed_range_across_zero_meets_one_side() -> None:
+    # s64 [-65535, 0] and u64 >= 0x7fffffff: only the negative part (kernel
+    # __reg64_deduce_bounds): smax -1, umin 0xffffffffffff0001
+    r = D.scalar((0, D.M64), (-65535, 0, 0x7FFFFFFF, D.M64) + D.UNKNOWN_BOUNDS[4:])
+    assert (r.smax, r.umin) == (-1, 0xFFFFFFFFFFFF0001)
+    # the same in 32 bits (__reg32_deduce_bounds)
+    r = D.scalar((0, D.M64), D.UNKNOWN_BOUNDS[:4] + (-65535, 0, 0x7FFFFFFF, D.M32))
+    assert (r.s32max, r.u32min) == (-1, 0xFFFF0001)
+
+
+@pytest.mark.kernel
+@pytest.mark.parametrize("is64", [True, False])
+def test_neg_compare_count_is_the_kernels(is64: bool) -> None:
+
+    prog = _neg_then_compare(is64)
+    fd, log = syscall.prog_load(
+        ProgramType.XDP, I.encode(prog), "GPL", log_level=1 | 4, log_size=1 << 20
+    )
+    fd.close()
+    m = re.search(r"processed (\d+) insns", log)
+    assert m is not None
+    assert check_insns(prog, ProgramType.XDP).insns_processed == int(m.group(1))
