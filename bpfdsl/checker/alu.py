@@ -202,25 +202,41 @@ def swap(r: D.Reg, bits: int, to_be: bool, is64: bool) -> D.Reg:
 
 
 def neg(r: D.Reg, is64: bool) -> D.Reg:
-    """BPF_NEG: exact on constants, else unknown.  The kernel prints the bounds of ``0 - r``
-    but a later comparison refines it as if the signed bounds were absent (measured on
-    6.18: ``r = -r; if r < 255`` gives 0..254, not 0); assuming less is the safe side."""
+    """BPF_NEG: ``0 - r``, as the kernel computes it (adjust_scalar_min_max_vals's
+    BPF_NEG case: scalar_min_max_sub from a known 0, tnum_neg): ``-[0, 1]`` is [-1, 0],
+    which decides a later ``if r != 64``."""
     if r.tn[1] == 0:
         return D.known((-r.tn[0]) & (M64 if is64 else M32))
-    return D.unknown() if is64 else D.zext32(D.unknown())
+    return scalar_alu(BPF_SUB, D.known(0), r, is64)
 
 
 def movsx(r: D.Reg, bits: int, is64: bool) -> D.Reg:
-    """MOVSX: sign-extend the low ``bits`` (8/16/32) bits."""
-    if r.tn[1] == 0:
-        v = _sx(r.tn[0] & ((1 << bits) - 1), bits)
-        return D.known(v & (M64 if is64 else M32))
-    if r.umax < (1 << (bits - 1)):
-        return r if is64 else D.zext32(r)  # sign bit clear: the value is unchanged
-    lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+    """MOVSX (and a sign-extending load): sign-extend the low ``bits`` (8/16/32) bits, the
+    kernel's coerce_reg_to_size_sx (64-bit; its bounds are not synced after it, as in the
+    kernel) or coerce_subreg_to_size_sx then zext_32_to_64 and reg_bounds_sync (32-bit).
+    A fresh scalar (no id)."""
+    low = (1 << bits) - 1
     if is64:
-        out = D.sync(D.Reg(D.SCALAR, tn=T.UNKNOWN, b=(lo, hi) + D.UNKNOWN_BOUNDS[2:]))
-        return out
-    return D.zext32(
-        D.sync(D.Reg(D.SCALAR, tn=T.UNKNOWN, b=D.UNKNOWN_BOUNDS[:4] + (lo, hi, 0, M32)))
-    )
+        if r.tn[1] == 0:
+            return D.known(_sx(r.tn[0] & low, bits) & M64)
+        if (r.smin & M64) >> bits == (r.smax & M64) >> bits:
+            a, b = _sx(r.smax & low, bits), _sx(r.smin & low, bits)
+            lo, hi = min(a, b), max(a, b)
+            if (lo >= 0) == (hi >= 0):  # one sign: the range sign-extends as it is
+                b8 = (lo, hi, lo & M64, hi & M64, lo, hi, lo & M32, hi & M32)
+                return D.fresh_scalar(T.trange(lo & M64, hi & M64), b8)
+        lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1  # set_sext64_default_val
+        return D.fresh_scalar(T.UNKNOWN, (lo, hi, 0, M64, lo, hi, 0, M32))
+    if r.tn[1] == 0:
+        return D.known(_sx(r.tn[0] & low, bits) & M32)
+    lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1  # set_sext32_default_val
+    tn, b32 = (0, M32), (lo, hi, 0, M32)
+    if (r.s32min & M32) >> bits == (r.s32max & M32) >> bits:
+        a, b = _sx(r.s32max & low, bits), _sx(r.s32min & low, bits)
+        x, y = min(a, b), max(a, b)
+        if (x >= 0) == (y >= 0):
+            tn, b32 = T.subreg(T.trange(x & M64, y & M64)), (x, y, x & M32, y & M32)
+    # zext_32_to_64: the 64-bit bounds from the 32-bit ones, then reg_bounds_sync
+    s32min, s32max, u32min, u32max = b32
+    smin, smax = (s32min, s32max) if s32min >= 0 and s32max >= 0 else (0, M32)
+    return D.scalar(tn, (smin, smax, u32min, u32max, s32min, s32max, u32min, u32max))

@@ -99,7 +99,15 @@ from bpfdsl.checker.subprog import (
     tail_call_exit,
     widen,
 )
-from bpfdsl.checker.transfer import _read, do_alu, do_ld, do_ldx, do_store, kernel_links_delta
+from bpfdsl.checker.transfer import (
+    _read,
+    do_alu,
+    do_ld,
+    do_ldx,
+    do_store,
+    fork_scalars,
+    kernel_links_delta,
+)
 
 # the handler of one instruction ("one instruction" below): None = the next instruction,
 # same state; else the successors [(index, state), ...] (empty: the path ended)
@@ -742,10 +750,14 @@ def _record(st: State, i: int, prev: int, env: Env, pushed: bool) -> None:
 # (tests/checker/test_checker_insn_handlers.py holds them to the same outcomes).
 
 
-def _alu(env: Env, cfg: Cfg, st: State, i: int, x: Insn) -> None:
+def _alu(env: Env, cfg: Cfg, st: State, i: int, x: Insn) -> list[tuple[int, State]] | None:
+    other = fork_scalars(st, x)
     do_alu(env, st, x)
     if x.dst == 0:
         st.frames[-1].r0_at = i
+    if other is not None:  # the dst = 0 copy runs this insn again (maybe_fork_scalars)
+        return [(i + 1, st), (i, other)]
+    return None
 
 
 def _ldx(env: Env, cfg: Cfg, st: State, i: int, x: Insn) -> None:
@@ -947,17 +959,19 @@ def _alu_k(op: int, is64: bool, dst: int, imm: D.Reg) -> Handler:
     # as do_alu: only a 64-bit add of 0..S32_MAX links dst to its copies with a delta
     # (BPF_ADD_CONST); a negative immediate unlinks, as here (kernel_links_delta)
     add = op == BPF_ADD and is64 and kernel_links_delta(imm.value)
+    fork = op == BPF_AND or op == BPF_OR  # transfer.fork_scalars
     memo: dict[tuple, D.Reg] = {}  # this insn's results by the operand's tnum and bounds
 
-    def alu_k(env: Env, cfg: Cfg, st: State, i: int, x: Insn) -> None:
+    def alu_k(env: Env, cfg: Cfg, st: State, i: int, x: Insn) -> list[tuple[int, State]] | None:
         f = st.frames[-1]
         regs = f.regs
         d = regs[dst]
         if d.t != D.SCALAR:  # pointer arithmetic, an unset register: do_alu
-            _alu(env, cfg, st, i, x)
-            return
+            return _alu(env, cfg, st, i, x)
         if add and d.id and env.privileged:
             env.inexact += 1  # the kernel links dst to its copies with a delta
+        if fork and ((d.smin == -1 and d.smax == 0) or (d.s32min == -1 and d.s32max == 0)):
+            return _alu(env, cfg, st, i, x)  # maybe_fork_scalars: two states
         key = (d.tn, d.smin, d.smax, d.umin, d.umax, d.s32min, d.s32max, d.u32min, d.u32max)
         r = memo.get(key)
         if r is None:
@@ -968,6 +982,7 @@ def _alu_k(op: int, is64: bool, dst: int, imm: D.Reg) -> Handler:
         regs[dst] = r
         if dst == 0:
             f.r0_at = i
+        return None
 
     return alu_k
 

@@ -368,59 +368,92 @@ _SCALARS: Final[dict[tuple, Reg]] = {}
 
 
 def _sync(tn: tuple[int, int], bounds: tuple[int, ...]) -> tuple[tuple[int, int], tuple[int, ...]]:
-    """sync()'s computation: (tnum, bounds) -> (tnum, bounds)."""
+    """sync()'s computation: (tnum, bounds) -> (tnum, bounds), the kernel's
+    reg_bounds_sync step by step: bounds from the tnum, __reg_deduce_bounds twice, the
+    tnum from the bounds, bounds from the tnum again."""
     v, m = tn
     if m == 0:
         return (v, 0), (s64(v), s64(v), v, v, s32(v), s32(v), v & M32, v & M32)
-    smin, smax, umin, umax, s32min, s32max, u32min, u32max = _from_tnum(v, m, bounds)
-    # 64 -> 32: when the upper halves agree, the low halves are a range
+    (v, m), b = _deduce(_deduce(((v, m), _from_tnum(v, m, bounds))))
+    smin, smax, umin, umax, s32min, s32max, u32min, u32max = b
+    # __reg_bound_offset
+    v, m = T.intersect((v, m), T.trange(umin, umax))
+    low = T.intersect((v & M32, m & M32), T.trange(u32min, u32max))
+    v, m = (v & ~M32 & M64) | low[0], (m & ~M32 & M64) | low[1]
+    return (v, m), _from_tnum(v, m, b)
+
+
+def _deduce(
+    state: tuple[tuple[int, int], tuple[int, ...]],
+) -> tuple[tuple[int, int], tuple[int, ...]]:
+    """The kernel's __reg_deduce_bounds (6.18): __reg32_deduce_bounds,
+    __reg64_deduce_bounds, __reg_deduce_mixed_bounds, in that order."""
+    tn, (smin, smax, umin, umax, s32min, s32max, u32min, u32max) = state
+    # __reg32_deduce_bounds: 64-bit ranges whose upper halves agree give the low halves
     if (umin >> 32) == (umax >> 32):
         u32min = max(u32min, umin & M32)
         u32max = min(u32max, umax & M32)
         if s32(umin) <= s32(umax):
             s32min = max(s32min, s32(umin))
             s32max = min(s32max, s32(umax))
-    if (smin >> 32) == (smax >> 32) and s32(smin) <= s32(smax):
+    if (smin >> 32) == (smax >> 32):
+        if smin & M32 <= smax & M32:
+            u32min = max(u32min, smin & M32)
+            u32max = min(u32max, smax & M32)
+        if s32(smin) <= s32(smax):
+            s32min = max(s32min, s32(smin))
+            s32max = min(s32max, s32(smax))
+    # upper halves two sequential numbers, the low halves going from negative to
+    # non-negative: a valid s32 range ([-1, 1] as s64 is [-1, 1] as s32)
+    if ((umin >> 32) + 1) & M32 == (umax >> 32) & M32 and s32(umin) < 0 <= s32(umax):
+        s32min = max(s32min, s32(umin))
+        s32max = min(s32max, s32(umax))
+    if ((smin >> 32) + 1) & M32 == (smax >> 32) & M32 and s32(smin) < 0 <= s32(smax):
         s32min = max(s32min, s32(smin))
         s32max = min(s32max, s32(smax))
-    # 32-bit signed <-> unsigned
     if s32(u32min) <= s32(u32max):
         s32min = max(s32min, s32(u32min))
         s32max = min(s32max, s32(u32max))
-    if s32min >= 0 or s32max < 0:
+    if s32min & M32 <= s32max & M32:
         u32min = max(u32min, s32min & M32)
         u32max = min(u32max, s32max & M32)
-    # 64-bit signed <-> unsigned
+    elif u32max < s32min & M32:  # an s32 range across the sign boundary: the u32
+        s32min = s32(u32min)  # range meets only its non-negative part
+        u32max = min(u32max, s32max & M32)
+    elif s32max & M32 < u32min:  # ... or only its negative part
+        s32max = s32(u32max)
+        u32min = max(u32min, s32min & M32)
+    # __reg64_deduce_bounds: signed <-> unsigned within one half
     if s64(umin) <= s64(umax):
         smin = max(smin, s64(umin))
         smax = min(smax, s64(umax))
-    if smin >= 0 or smax < 0:
+    if smin & M64 <= smax & M64:
         umin = max(umin, smin & M64)
         umax = min(umax, smax & M64)
-    # 32 -> 64: a value whose upper half is known zero
-    if umax <= M32:
-        umin = max(umin, u32min)
-        umax = min(umax, u32max)
-        smin = max(smin, u32min)
-        smax = min(smax, u32max)
+    elif umax < smin & M64:  # as above, 64-bit
+        smin = s64(umin)
+        umax = min(umax, smax & M64)
+    elif smax & M64 < umin:
+        smax = s64(umax)
+        umin = max(umin, smin & M64)
     # __reg_deduce_mixed_bounds: 32-bit knowledge into the 64-bit range
-    if u32min <= u32max:
-        umin = max(umin, (umin & ~M32 & M64) | u32min)
-        umax = min(umax, (umax & ~M32 & M64) | u32max)
-        smin = max(smin, s64((smin & ~M32 & M64) | u32min))
-        smax = min(smax, s64((smax & ~M32 & M64) | u32max))
-    # a sign-extended 32-bit value whose low half is non-negative is that value
+    hi = ~M32 & M64
+    umin = max(umin, (umin & hi) | u32min)
+    umax = min(umax, (umax & hi) | u32max)
+    smin = max(smin, s64((smin & hi) | u32min))
+    smax = min(smax, s64((smax & hi) | u32max))
+    if s32min & M32 <= s32max & M32:
+        umin = max(umin, (umin & hi) | (s32min & M32))
+        umax = min(umax, (umax & hi) | (s32max & M32))
+        smin = max(smin, s64((smin & hi) | (s32min & M32)))
+        smax = min(smax, s64((smax & hi) | (s32max & M32)))
+    # after a sign-extending load: a non-negative low half and a 64-bit range within
+    # [S32_MIN, S32_MAX] leave no value whose upper half is all ones
     if s32min >= 0 and smin >= S32_MIN and smax <= S32_MAX:
-        smin, smax = max(smin, s32min), min(smax, s32max)
-        umin, umax = max(umin, s32min), min(umax, s32max)
-    # __reg_bound_offset
-    if umin <= umax and (umin, umax) != (0, M64):
-        v, m = T.intersect((v, m), T.trange(umin, umax))
-    if u32min <= u32max and (u32min, u32max) != (0, M32):
-        low = T.intersect((v & M32, m & M32), T.trange(u32min, u32max))
-        v, m = (v & ~M32 & M64) | low[0], (m & ~M32 & M64) | low[1]
-    b = _from_tnum(v, m, (smin, smax, umin, umax, s32min, s32max, u32min, u32max))
-    return (v, m), b
+        smin, smax = s32min, s32max
+        umin, umax = s32min, s32max
+        tn = T.intersect(tn, T.trange(umin, umax))
+    return tn, (smin, smax, umin, umax, s32min, s32max, u32min, u32max)
 
 
 def _copy(r: Reg) -> Reg:

@@ -50,10 +50,14 @@ def check_bounds(regno: int, r: D.Reg, base: int, size: int, write: bool, explai
 
 
 def note_depth(env: Env, frame: Frame, lowest: int) -> None:
-    """Record how deep a function uses its stack (kernel subprog_info stack_depth)."""
+    """Record how deep a function uses its stack (kernel subprog_info stack_depth) and how
+    deep this path has accessed the frame's (kernel grow_stack_state: allocated_stack, in
+    8-byte steps)."""
     d = env.stack_depth
     if -lowest > d.get(frame.subprog, 0):
         d[frame.subprog] = -lowest
+    if -lowest > frame.allocated:
+        frame.allocated = (-lowest + 7) & ~7
 
 
 def stack_access(

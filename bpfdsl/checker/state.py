@@ -76,9 +76,21 @@ class Frame:
     index that last wrote r0 on this path (-1: none), for messages about the return value
     (not part of state equality); ``callback_depth``: callback visits pushed from this
     frame's current bpf_loop call (kernel bpf_func_state.callback_depth, not compared
-    either)."""
+    either); ``allocated``: bytes of stack this path has accessed below the frame
+    pointer, a multiple of 8 (kernel allocated_stack, grown by every access: a slot at or
+    beyond it was never touched on this path, which stacksafe tells from one touched and
+    left uninitialized)."""
 
-    __slots__ = ("regs", "stack", "callsite", "frameno", "subprog", "r0_at", "callback_depth")
+    __slots__ = (
+        "regs",
+        "stack",
+        "callsite",
+        "frameno",
+        "subprog",
+        "r0_at",
+        "callback_depth",
+        "allocated",
+    )
     regs: list[D.Reg]
     stack: dict[int, Slot]  # slot number k (bytes fp-8*(k+1)..fp-8*k) -> Slot
     callsite: int
@@ -86,6 +98,7 @@ class Frame:
     subprog: int
     r0_at: int
     callback_depth: int
+    allocated: int
 
     def __init__(
         self,
@@ -103,6 +116,7 @@ class Frame:
         self.subprog = subprog
         self.r0_at = r0_at
         self.callback_depth = 0
+        self.allocated = 0
 
     def copy(self) -> Frame:
         f = Frame(
@@ -114,6 +128,7 @@ class Frame:
             self.r0_at,
         )
         f.callback_depth = self.callback_depth
+        f.allocated = self.allocated
         return f
 
 
@@ -330,6 +345,8 @@ def stacksafe(
     scalar is precise; ``uninit_ok``: the loader may read uninitialized stack (root,
     kernel ``allow_uninit_stack``), so never-written and misc bytes are alike."""
     cstack = cur.stack
+    if exact == EXACT and old.allocated > cur.allocated:
+        return False
     for k, os in old.stack.items():
         cs = cstack.get(k)
         otypes = os.types
@@ -340,6 +357,10 @@ def stacksafe(
             continue  # the same (immutable) slot, no id to map
         if otypes == _ALL_INVALID or (uninit_ok and SPILL not in otypes and ZERO not in otypes):
             continue
+        if 8 * k >= cur.allocated:
+            # kernel: "explored stack has more populated slots than current stack and
+            # these slots were used" -- never touched on this path, not even as misc
+            return False
         prec = bool(precise >> k & 1)
         if _spilled_scalar64(os):
             nreg = None

@@ -124,7 +124,7 @@ def do_alu(env: Env, st: State, x: Insn) -> None:
                 elif s.is_ptr:
                     regs[x.dst] = D.unknown()
                 else:
-                    regs[x.dst] = ALU.movsx(s, x.off, True)
+                    regs[x.dst] = _movsx_linked(env, regs, x, s, True)
             else:
                 if s.is_ptr:
                     _ptr_leak_warn(env, x.src, s, "32-bit move")
@@ -137,7 +137,7 @@ def do_alu(env: Env, st: State, x: Insn) -> None:
                         )
                     regs[x.dst] = D.zext32(D.unknown())
                 elif x.off:
-                    regs[x.dst] = ALU.movsx(s, x.off, False)
+                    regs[x.dst] = _movsx_linked(env, regs, x, s, False)
                 elif s.t == D.SCALAR and s.umax <= D.M32:
                     # kernel: a value that fits in 32 bits is copied whole, linked to its
                     # source (assign_scalar_id_before_mov), across calls too
@@ -205,6 +205,49 @@ def do_alu(env: Env, st: State, x: Insn) -> None:
         if kernel_links_delta(s.value):
             env.inexact += 1
     regs[x.dst] = ALU.scalar_alu(op, d, s, is64, signed_div=bool(x.off))
+
+
+def _movsx_linked(env: Env, regs: list[D.Reg], x: Insn, s: D.Reg, is64: bool) -> D.Reg:
+    """``dst = (sN) src``: ALU.movsx's value; when src's sign bit cannot be set (its umax
+    below 2**(N-1)) the copy stays linked to src (the kernel's no_sext:
+    assign_scalar_id_before_mov, then the copy keeps the id)."""
+    r = ALU.movsx(s, x.off, is64)
+    if s.t != D.SCALAR or s.umax >= 1 << (x.off - 1) or not s.tn[1]:
+        return r
+    if not s.id:
+        s = s.replace(id=env.new_id())
+        regs[x.src] = s
+    return D.rebound(s, r.tn, r.bounds())
+
+
+def fork_scalars(st: State, x: Insn) -> State | None:
+    """The kernel's maybe_fork_scalars (6.18 and the stable kernels since 2026-01): an
+    AND or OR of a constant into a scalar that is either 0 or -1 (``s>> 63`` /
+    ``s>> 31`` as LLVM emits for ``c ? m : 0``) walks the two values apart.  ``st``'s
+    destination becomes -1 (all 64 bits, or the low 32 when only the 32-bit range is
+    [-1, 0]); the returned copy has 0 there and runs the same instruction again (the
+    kernel pushes it at this insn).  None when the instruction is not of that form."""
+    if x.op != BPF_AND and x.op != BPF_OR:
+        return None
+    regs = st.frames[-1].regs
+    d = regs[x.dst]
+    if d.t != D.SCALAR:
+        return None
+    if x.source == BPF_X and (x.src > 10 or regs[x.src].t != D.SCALAR or regs[x.src].tn[1]):
+        return None
+    if d.smin == -1 and d.smax == 0:
+        minus, zero = D.known(D.M64), D.known(0)
+    elif d.s32min == -1 and d.s32max == 0:
+        b = (d.smin, d.smax, d.umin, d.umax)
+        # __mark_reg32_known: the low half known, the 64-bit bounds left as they are
+        minus = D.rebound(d, T.with_subreg(d.tn, (D.M32, 0)), (*b, -1, -1, D.M32, D.M32))
+        zero = D.rebound(d, T.with_subreg(d.tn, (0, 0)), (*b, 0, 0, 0, 0))
+    else:
+        return None
+    other = st.copy()
+    other.frames[-1].regs[x.dst] = zero
+    regs[x.dst] = minus
+    return other
 
 
 def kernel_links_delta(val: int) -> bool:
