@@ -100,13 +100,13 @@ from bpfdsl.checker.subprog import (
     widen,
 )
 from bpfdsl.checker.transfer import (
-    _read,
     do_alu,
     do_ld,
     do_ldx,
     do_store,
     fork_scalars,
     kernel_links_delta,
+    read_reg,
 )
 
 # the handler of one instruction ("one instruction" below): None = the next instruction,
@@ -1020,7 +1020,7 @@ def _exit(env: Env, cfg: Cfg, st: State, i: int) -> list[tuple[int, State]] | No
         # kernel prepare_func_exit: a static function's r0 goes back as it is, unset too
         # (a caller that reads it is refused there); a callback's r0 must be set
         if is_callback_frame(cfg, st.frames[-1]):
-            _read(st, 0)
+            read_reg(st, 0)
         return leave(env, cfg, st, i)
     locked = exit_locked(env, st)  # kernel check_resource_leak: the lock first
     if locked is not None:
@@ -1028,7 +1028,7 @@ def _exit(env: Env, cfg: Cfg, st: State, i: int) -> list[tuple[int, State]] | No
     leak = leak_fault(env, st, "BPF_EXIT instruction in main prog")
     if leak is not None:
         raise leak
-    r0 = _read(st, 0)  # check_return_code: R0 !read_ok
+    r0 = read_reg(st, 0)  # check_return_code: R0 !read_ok
     if env.entry:  # a global function verified on its own
         check_global_return(r0)
         return []

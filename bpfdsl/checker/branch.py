@@ -36,7 +36,7 @@ from bpfdsl.checker.calls import nonnull_map, nonnull_type
 from bpfdsl.checker.env import Env, Fault
 from bpfdsl.checker.refs import nonnull_id
 from bpfdsl.checker.state import AT_PKT_END, BEYOND_PKT_END, Slot, State
-from bpfdsl.checker.transfer import _read, _reserved
+from bpfdsl.checker.transfer import read_reg, reserved_fields
 
 # ---- jumps ----
 
@@ -389,13 +389,13 @@ def do_cond_jump(
         raise Fault("bad-opcode", f"invalid BPF_JMP/JMP32 opcode {op:x}", "unknown jump operation")
     if x.source == BPF_X:
         if x.imm:
-            raise _reserved("BPF_JMP/JMP32")
-        s = _read(st, x.src)
+            raise reserved_fields("BPF_JMP/JMP32")
+        s = read_reg(st, x.src)
     else:
         if x.src:
-            raise _reserved("BPF_JMP/JMP32")
+            raise reserved_fields("BPF_JMP/JMP32")
         s = D.known(x.imm if not is32 else x.imm & D.M32)
-    d = _read(st, x.dst)
+    d = read_reg(st, x.dst)
     # pointer vs NULL
     d_ptr = d.t > D.SCALAR  # not NOT_INIT (0) nor SCALAR (1): Reg.is_ptr
     if d_ptr or s.t > D.SCALAR:

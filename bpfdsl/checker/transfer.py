@@ -54,7 +54,7 @@ _DIV_MOD: Final = frozenset((BPF_DIV, BPF_MOD))
 _SHIFTS: Final = frozenset((BPF_LSH, BPF_RSH, BPF_ARSH))
 
 
-def _read(st: State, regno: int) -> D.Reg:
+def read_reg(st: State, regno: int) -> D.Reg:
     if regno > 10:
         raise Fault("bad-reg", f"R{regno} is invalid", "register numbers go from r0 to r10")
     r = st.frames[-1].regs[regno]
@@ -72,7 +72,7 @@ def _dst(regno: int) -> None:
         raise Fault("fp-readonly", "frame pointer is read only", "r10 cannot be written")
 
 
-def _reserved(what: str) -> Fault:
+def reserved_fields(what: str) -> Fault:
     return Fault(
         "reserved-fields",
         f"{what} uses reserved fields",
@@ -89,10 +89,10 @@ def do_alu(env: Env, st: State, x: Insn) -> None:
     if op == BPF_NEG or op == BPF_END:
         if op == BPF_NEG:
             if src_x or x.src or x.off or x.imm:
-                raise _reserved("BPF_NEG")
+                raise reserved_fields("BPF_NEG")
         elif x.src or x.off or x.imm not in (16, 32, 64) or (is64 and src_x):
-            raise _reserved("BPF_END")
-        r = _read(st, x.dst)
+            raise reserved_fields("BPF_END")
+        r = read_reg(st, x.dst)
         _dst(x.dst)
         if op == BPF_END and is64:
             env.need(F.CPU_V4_MIN, "unconditional byte swap (bswap)")
@@ -109,8 +109,8 @@ def do_alu(env: Env, st: State, x: Insn) -> None:
         if src_x:
             allowed = (0, 8, 16, 32) if is64 else (0, 8, 16)
             if x.off not in allowed or x.imm:
-                raise _reserved("BPF_MOV")
-            s = _read(st, x.src)
+                raise reserved_fields("BPF_MOV")
+            s = read_reg(st, x.src)
             _dst(x.dst)
             if x.off:
                 env.need(F.CPU_V4_MIN, "sign-extending move (movsx)")
@@ -149,7 +149,7 @@ def do_alu(env: Env, st: State, x: Insn) -> None:
                     regs[x.dst] = D.zext32(s)
         else:
             if x.src or x.off:
-                raise _reserved("BPF_MOV")
+                raise reserved_fields("BPF_MOV")
             _dst(x.dst)
             regs[x.dst] = D.known(x.imm if is64 else x.imm & D.M32)
         return
@@ -157,13 +157,13 @@ def do_alu(env: Env, st: State, x: Insn) -> None:
         raise Fault("bad-opcode", f"invalid BPF_ALU opcode {op:x}", "unknown ALU operation")
     if src_x:
         if x.imm or x.off not in (0, 1) or (x.off == 1 and op not in (BPF_DIV, BPF_MOD)):
-            raise _reserved("BPF_ALU")
-        s = _read(st, x.src)
+            raise reserved_fields("BPF_ALU")
+        s = read_reg(st, x.src)
     else:
         if x.src or x.off not in (0, 1) or (x.off == 1 and op not in (BPF_DIV, BPF_MOD)):
-            raise _reserved("BPF_ALU")
+            raise reserved_fields("BPF_ALU")
         s = D.known(x.imm if is64 else x.imm & D.M32)
-    d = _read(st, x.dst)
+    d = read_reg(st, x.dst)
     if x.off == 1:
         env.need(F.CPU_V4_MIN, "signed division (sdiv/smod)")
     if op in _DIV_MOD and not src_x and x.imm == 0:
@@ -391,8 +391,8 @@ def _sane(r: D.Reg, name: str, dst: int) -> None:
 
 def do_ldx(env: Env, st: State, x: Insn) -> None:
     if x.mode not in (BPF_MEM, BPF_MEMSX) or x.imm:
-        raise _reserved("BPF_LDX")
-    _read(st, x.src)
+        raise reserved_fields("BPF_LDX")
+    read_reg(st, x.src)
     _dst(x.dst)
     if x.mode == BPF_MEMSX:
         env.need(F.CPU_V4_MIN, "sign-extending load (ldsx)")
@@ -407,8 +407,8 @@ def do_ldx(env: Env, st: State, x: Insn) -> None:
 def do_store(env: Env, st: State, x: Insn) -> None:
     if x.cls == BPF_ST:
         if x.mode != BPF_MEM or x.src:
-            raise _reserved("BPF_ST")
-        _read(st, x.dst)
+            raise reserved_fields("BPF_ST")
+        read_reg(st, x.dst)
         check_access(env, st, x.dst, x.off, x.size, True, D.known(x.imm))
         same_insn_pointer(env, st.regs[x.dst].t)
         env.stored_zero = False
@@ -417,9 +417,9 @@ def do_store(env: Env, st: State, x: Insn) -> None:
         do_atomic(env, st, x)
         return
     if x.mode != BPF_MEM or x.imm:
-        raise _reserved("BPF_STX")
-    v = stored = _read(st, x.src)
-    d = _read(st, x.dst)
+        raise reserved_fields("BPF_STX")
+    v = stored = read_reg(st, x.src)
+    d = read_reg(st, x.dst)
     if (
         v.t == D.SCALAR
         and env.privileged
@@ -454,10 +454,10 @@ def do_atomic(env: Env, st: State, x: Insn) -> None:
         raise Fault("bad-atomic", "invalid atomic operand size", "atomics are 32 or 64 bit")
     if x.imm != BPF_ADD:
         env.need(F.ATOMIC_FETCH_MIN, "atomic and/or/xor/fetch/xchg/cmpxchg")
-    _read(st, x.src)
-    d = _read(st, x.dst)
+    read_reg(st, x.src)
+    d = read_reg(st, x.dst)
     if x.imm == BPF_CMPXCHG:
-        _read(st, 0)
+        read_reg(st, 0)
     if d.t in (D.CTX, D.PKT, D.PKT_META, D.SOCKET, D.SOCK_COMMON, D.XDP_SOCK):
         raise Fault(
             "atomic-target",
