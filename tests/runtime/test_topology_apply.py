@@ -31,6 +31,7 @@ from support.topology import (
 from bpfdsl.cli import main
 from bpfdsl.kernel import syscall as S
 from bpfdsl.kernel.netlink import veth_pair
+from bpfdsl.runtime import pins
 from bpfdsl.runtime.cgroup import ChildCgroup
 
 
@@ -107,6 +108,8 @@ def test_apply_plan_status_edit_down(tmp_path, capsys):
         finally:
             for fd in held:
                 fd.close()
+            if os.path.isdir(pin):  # down failed: the test still leaves nothing behind
+                pins.remove_tree(pin)
 
 
 CHAIN_SRC = """license "GPL"
