@@ -4,8 +4,10 @@ environment at install time the checker's modules (bpfdsl/checker/*.py but ``__i
 Python (no C compiler needed).  bpfdsl/checker/native.py decides at import time which of
 the two runs (docs/ARCHITECTURE.md, "The compiled checker").  The same switch builds
 bpfdsl/kernel/_testrun.c, the batch form of BPF_PROG_TEST_RUN, and bpfdsl/runtime/_pcapwalk.c,
-the walk over a mapped capture (``bpfdsl run --pcap``, issue #25); without them
-bpfdsl/kernel/syscall.py and bpfdsl/runtime/pcapfile.py run the same loops in Python.
+the walk over a mapped capture (``bpfdsl run --pcap``, issue #25), and
+bpfdsl/runtime/_xsk.c, xdpsock's l2fwd step over an AF_XDP socket's rings; without them
+bpfdsl/kernel/syscall.py, bpfdsl/runtime/pcapfile.py and bpfdsl/runtime/xsk.py run the
+same loops in Python.
 
     BPFDSL_COMPILE=1 pip install -e .      # or: pip install .
 """
@@ -91,7 +93,11 @@ TESTRUN = Extension(
 PCAPWALK = Extension(
     "bpfdsl.runtime._pcapwalk", sources=["bpfdsl/runtime/_pcapwalk.c"], extra_compile_args=["-O2"]
 )
-C_LOOPS = (TESTRUN, PCAPWALK)
+# xdpsock's l2fwd step over an AF_XDP socket's rings (bpfdsl.runtime.xsk.XskSocket.l2fwd)
+XSK = Extension(
+    "bpfdsl.runtime._xsk", sources=["bpfdsl/runtime/_xsk.c"], extra_compile_args=["-O2"]
+)
+C_LOOPS = (TESTRUN, PCAPWALK, XSK)
 COMPILE = os.environ.get("BPFDSL_COMPILE", "") == "1"
 setup(
     ext_modules=[PLACEHOLDER, *C_LOOPS] if COMPILE else [],

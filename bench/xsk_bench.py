@@ -5,8 +5,9 @@
 Builds the C reference with the host's cc, libxdp and libbpf (bench/c/xsk_loop.c: the
 kernel's xdpsock loop written with libxdp's xsk API, ``xsk_ring_cons__peek`` /
 ``xsk_ring_prod__reserve`` ..., copy mode, 4096-chunk UMEM, ``--batch`` descriptors per
-ring access) and runs it and bpfdsl's Python loop (``XskSocket.rx_drop`` / ``l2fwd``: the
-burst API, ``rx_burst`` / ``fill`` / ``tx_burst`` / ``complete``) in the same run, ABBA
+ring access) and runs it and bpfdsl's loop (``XskSocket.rx_drop`` / ``l2fwd``: the burst API,
+``rx_burst`` / ``fill`` / ``tx_burst`` / ``complete``; l2fwd's step in C,
+bpfdsl/runtime/_xsk.c, when built, else in Python) in the same run, ABBA
 order, each alone on the socket's queue: the same program (``redirect_map(xsks,
 ctx.rx_queue_index, XDP_PASS)``) on dut0, the same live-frame generator on CPU 0 pushing
 64-byte frames into it, the loop on CPU 1.  Prints per mode the median over ``--runs`` of

@@ -234,7 +234,7 @@ class _Version(argparse.Action):
         from bpfdsl import __version__
         from bpfdsl.checker import native
         from bpfdsl.kernel import syscall
-        from bpfdsl.runtime import pcapfile
+        from bpfdsl.runtime import pcapfile, xsk
 
         mode = "compiled by mypyc" if native.NATIVE else f"Python ({native.REASON})"
         # RecordBatch.array() needs numpy (optional); rows, JSON lines and Event objects not
@@ -243,7 +243,8 @@ class _Version(argparse.Action):
         walk = "C" if pcapfile.PCAP_WALK_C else "Python"
         print(
             f"bpfdsl {__version__}\nchecker: {mode}\nevent batches: Python, {arrays}\n"
-            f"test runs: {syscall.TESTRUN_LOOP}, capture walk: {walk}"
+            f"test runs: {syscall.TESTRUN_LOOP}, capture walk: {walk}\n"
+            f"AF_XDP l2fwd step: {'C' if xsk.L2FWD_C else 'Python'}"
         )
         parser.exit()
 

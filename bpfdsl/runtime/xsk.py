@@ -28,6 +28,7 @@ import array
 import ctypes
 import errno
 import mmap
+import os
 import select
 import socket
 import struct
@@ -57,6 +58,15 @@ from bpfdsl.diagnostics import DiagnosticError, error
 from bpfdsl.kernel import libc
 from bpfdsl.kernel import syscall as S
 from bpfdsl.runtime.cpumap import require_map
+
+try:  # xdpsock's l2fwd step in C, built with BPFDSL_COMPILE=1 (setup.py)
+    from bpfdsl.runtime import _xsk
+except ImportError:  # not built: the same step in Python (XskSocket.l2fwd)
+    _xsk = None  # type: ignore[assignment]
+if os.environ.get("BPFDSL_PURE_PYTHON", "") not in ("", "0"):
+    _xsk = None  # type: ignore[assignment]
+L2FWD_C = _xsk is not None
+"""Whether :meth:`XskSocket.l2fwd` runs its step in C (``bpfdsl --version``)."""
 
 _STATS: tuple[str, ...] = ("rx_dropped", "rx_invalid_descs", "tx_invalid_descs", "rx_ring_full")
 _STATS += ("rx_fill_ring_empty_descs", "tx_ring_empty_descs")  # struct xdp_statistics, u64s
@@ -251,6 +261,8 @@ class XskSocket:
             self._txi = self._view(self._tx, tx[2], n * _DESC.size, "I")
             self._txidx = self._view(self._tx, 0, tx[2], "I")
             self._cridx = self._view(self._cr, 0, cr[2], "I")
+            # (producer, consumer, descriptors) byte offsets of rx, fill, tx, completion
+            self._l2fwd_offs = (*rx[:3], *fr[:3], *tx[:3], *cr[:3])
         # u32 views: the RX descriptors (len at 4i+2) and the index words of each ring
         self._rxi = self._view(self._rx, rx[2], n * _DESC.size, "I")
         self._rxidx = self._view(self._rx, 0, rx[2], "I")
@@ -357,7 +369,15 @@ class XskSocket:
         sends onto the fill ring; returns how many frames were put on the TX ring.  One
         :meth:`rx_burst`, one :meth:`tx_burst`, kicks until the kernel took the batch
         (copy mode sends 32 per ``sendto``), one :meth:`complete`.  Needs ``tx``; does
-        not wait."""
+        not wait.  For a socket without a TX pool the step runs in C
+        (bpfdsl/runtime/_xsk.c) when built (:data:`L2FWD_C`), with the same effect."""
+        if _xsk is not None and not self.tx_frames:  # the same step in C (_xsk.c)
+            put, done = _xsk.l2fwd(
+                self.sock.fileno(), self.umem, self._rx, self._fr, self._tx, self._cr,
+                self._l2fwd_offs, self.frames, limit,
+            )  # fmt: skip
+            self._fwd += put - done
+            return put
         self.complete()  # chunks sent since the last call back to the fill ring first
         frames = self.rx_burst(limit)
         put = 0

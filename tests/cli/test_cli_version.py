@@ -14,7 +14,7 @@ from support.paths import ROOT
 from bpfdsl import __version__
 from bpfdsl.checker import native
 from bpfdsl.kernel import syscall
-from bpfdsl.runtime import pcapfile
+from bpfdsl.runtime import pcapfile, xsk
 
 
 def _version(**env: str) -> subprocess.CompletedProcess:
@@ -37,6 +37,7 @@ def test_version_names_the_checker_in_use():
     assert r.stdout == (
         f"bpfdsl {__version__}\nchecker: {want}\nevent batches: Python, {arrays}\n"
         f"test runs: {syscall.TESTRUN_LOOP}, capture walk: {walk}\n"
+        f"AF_XDP l2fwd step: {'C' if xsk.L2FWD_C else 'Python'}\n"
     )
 
 
@@ -48,6 +49,7 @@ def test_version_with_the_pure_python_checker_forced():
         "checker: Python (BPFDSL_PURE_PYTHON=1)",
         r.stdout.splitlines()[2],
         "test runs: Python (BPFDSL_PURE_PYTHON=1), capture walk: Python",
+        "AF_XDP l2fwd step: Python",
     ]
     assert r.stdout.splitlines()[2].startswith("event batches: Python, ")
 
@@ -60,5 +62,7 @@ def test_version_names_the_test_run_loop_of_this_tree():
     built = find_spec("bpfdsl.kernel._testrun") is not None
     walk = find_spec("bpfdsl.runtime._pcapwalk") is not None
     loop = "C (bpfdsl/kernel/_testrun.c)" if built else "Python (not compiled"
-    assert r.stdout.splitlines()[-1].startswith(f"test runs: {loop}")
-    assert r.stdout.splitlines()[-1].endswith(f"capture walk: {'C' if walk else 'Python'}")
+    assert r.stdout.splitlines()[-2].startswith(f"test runs: {loop}")
+    assert r.stdout.splitlines()[-2].endswith(f"capture walk: {'C' if walk else 'Python'}")
+    step = "C" if find_spec("bpfdsl.runtime._xsk") is not None else "Python"
+    assert r.stdout.splitlines()[-1] == f"AF_XDP l2fwd step: {step}"
