@@ -323,3 +323,16 @@ def kind_for_section(section: str) -> ProgramKind | None:
         if k.extras and section.startswith(k.section + "/"):
             return k
     return None
+
+
+# the licences the kernel counts as GPL-compatible (include/linux/license.h
+# license_is_gpl_compatible): a program with another may not call GPL-only helpers
+GPL_COMPATIBLE_LICENSES: frozenset[str] = frozenset(
+    {"GPL", "GPL v2", "GPL and additional rights", "Dual BSD/GPL", "Dual MIT/GPL", "Dual MPL/GPL"}
+)
+
+
+def license_is_gpl_compatible(lic: str | None) -> bool:
+    """Whether the kernel takes ``lic`` (a ``license`` section's text; None: none) as
+    GPL-compatible, as include/linux/license.h does."""
+    return (lic or "") in GPL_COMPATIBLE_LICENSES

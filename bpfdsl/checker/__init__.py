@@ -26,7 +26,13 @@ import bpfdsl.checker.native as native
 from bpfdsl.abi.flags import BPF_F_RDONLY_PROG
 from bpfdsl.abi.insn import Insn, format_insn, index_by_slot, slot_offsets
 from bpfdsl.abi.map_types import MapType
-from bpfdsl.abi.prog_types import PROGRAM_KINDS, AttachType, ProgramKind, ProgramType
+from bpfdsl.abi.prog_types import (
+    PROGRAM_KINDS,
+    AttachType,
+    ProgramKind,
+    ProgramType,
+    license_is_gpl_compatible,
+)
 from bpfdsl.checker import features as F
 from bpfdsl.checker import fixups
 from bpfdsl.checker.analyzer import INSN_LIMIT, HotSpot, Outcome, Tables, analyze, hot_spot
@@ -572,7 +578,7 @@ def check_program(
         line_at=prog_spec.line_at,
         privileged=privileged,
         strict=strict,
-        gpl=_gpl(license),
+        gpl=license_is_gpl_compatible(license),
         kernel=kernel,
         nr_cpus=nr_cpus,
         timeout=timeout,
@@ -580,17 +586,6 @@ def check_program(
         subprogs=subprogs,
         has_func_info=btf is not None and bool(prog_spec.func_info),
         margin=margin,
-    )
-
-
-def _gpl(lic: str | None) -> bool:
-    return (lic or "") in (
-        "GPL",
-        "GPL v2",
-        "GPL and additional rights",
-        "Dual BSD/GPL",
-        "Dual MIT/GPL",
-        "Dual MPL/GPL",
     )
 
 

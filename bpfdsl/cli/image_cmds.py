@@ -227,10 +227,15 @@ def cmd_image_build(args: argparse.Namespace) -> int:
 
 def _default_name(path: str) -> str:
     import os
-    import re
 
-    stem = os.path.splitext(os.path.basename(path))[0].lower()
-    return re.sub(r"[^a-z0-9.-]+", "-", stem).strip("-.") or "bpfdsl"
+    from bpfdsl.deploy.manifest import object_name
+
+    return object_name(os.path.splitext(os.path.basename(path))[0])
+
+
+def _named(image: str) -> bool:
+    """``--image OBJECT=URL`` (an ``=`` before the URL's first ``/``), not a plain URL."""
+    return "=" in image.split("/", 1)[0]
 
 
 def cmd_image_manifest(args: argparse.Namespace) -> int:
@@ -239,7 +244,7 @@ def cmd_image_manifest(args: argparse.Namespace) -> int:
     from bpfdsl.diagnostics import UsageError, error
 
     if not _is_topology(args.file):
-        if len(args.image) > 1 or "=" in args.image[0].split("/", 1)[0]:
+        if len(args.image) > 1 or _named(args.image[0]):
             raise UsageError(
                 error("bad-args", "--image takes one URL for an object file", hint="--image URL")
             )
@@ -327,7 +332,7 @@ def _topology_manifest(args: argparse.Namespace, opts: Options) -> str:
         if diags:
             raise DiagnosticError(diags)
     images = {}
-    named = [i for i in args.image if "=" in i.split("/", 1)[0]]
+    named = [i for i in args.image if _named(i)]
     for item in named:
         obj, _, url = item.partition("=")
         if obj not in top.objects:
@@ -380,6 +385,4 @@ def _topology_manifest(args: argparse.Namespace, opts: Options) -> str:
         )
         for o, progs in xdp.items()
     ]
-    if args.name is None:
-        opts.name = _default_name(path)
     return topology_manifest(deployments, opts, args.output)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -108,7 +107,7 @@ class Deployment:
 def _resource_name(base: str, obj: str, several: bool) -> str:
     if not several:
         return base
-    return f"{base}-{re.sub(r'[^a-z0-9.-]+', '-', obj.lower()).strip('-.')}"
+    return f"{base}-{manifest.object_name(obj)}"
 
 
 def topology_manifest(

@@ -43,6 +43,13 @@ PROGRAM_NAME_RE = re.compile(r"^[a-zA-Z][a-zA-Z0-9_]+.")
 DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 
+def object_name(text: str) -> str:
+    """``text`` (a file stem, a topology's object name) as a Kubernetes object name part:
+    lower case, every run of other characters than ``a-z0-9.-`` one ``-``, no ``-``/``.``
+    at the ends (DNS-1123); ``bpfdsl`` when nothing is left."""
+    return re.sub(r"[^a-z0-9.-]+", "-", text.lower()).strip("-.") or "bpfdsl"
+
+
 @dataclass(slots=True)
 class Options:
     """What the resource says beyond the object: ``image`` URL; ``kind`` (xdp, tc, tcx;

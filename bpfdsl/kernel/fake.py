@@ -62,6 +62,7 @@ from bpfdsl.abi.commands import BpfCmd
 from bpfdsl.abi.flags import BPF_EXIST, BPF_NOEXIST
 from bpfdsl.abi.insn import BPF_PSEUDO_MAP_FD, BPF_PSEUDO_MAP_VALUE
 from bpfdsl.abi.map_types import MapType, is_array, is_hash, is_indexed, is_lru, is_percpu
+from bpfdsl.abi.prog_types import license_is_gpl_compatible
 from bpfdsl.kernel import syscall
 
 INSN_SIZE = 8  # bytes of one struct bpf_insn
@@ -271,15 +272,15 @@ class FakeKernel:
             MapType(t)
         except ValueError:
             raise _fail(E.EINVAL) from None
-        if not a.max_entries or not a.value_size and t not in (MapType.RINGBUF,):
+        if not a.max_entries or (not a.value_size and t != MapType.RINGBUF):
             raise _fail(E.EINVAL)
         if is_indexed(t) and a.key_size != 4:
             raise _fail(E.EINVAL)
         if is_hash(t) and not a.key_size:
             raise _fail(E.EINVAL)
-        if a.btf_fd and not isinstance(self.objects.get(int(a.btf_fd)), FakeBtf):
-            raise _fail(E.EBADF)
         btf = self.objects.get(int(a.btf_fd)) if a.btf_fd else None
+        if a.btf_fd and not isinstance(btf, FakeBtf):
+            raise _fail(E.EBADF)
         m = FakeMap(
             id=self._new_id(),
             map_type=t,
@@ -371,7 +372,8 @@ class FakeKernel:
         n = int(a.insn_cnt)
         if not n or n > 1_000_000:
             raise _fail(E.EINVAL if not n else E.E2BIG)
-        insns = bytearray(_read(int(a.insns), n * INSN_SIZE))
+        raw = _read(int(a.insns), n * INSN_SIZE)
+        insns = bytearray(raw)  # the copy bpf_prog_calc_tag hashes, map fds zeroed
         map_ids: list[int] = []
         i = 0
         while i < n:
@@ -391,7 +393,7 @@ class FakeKernel:
         p = FakeProg(
             id=self._new_id(),
             prog_type=int(a.prog_type),
-            insns=_read(int(a.insns), n * INSN_SIZE),
+            insns=raw,
             name=a.prog_name.decode(errors="replace"),
             license=licence,
             expected_attach_type=int(a.expected_attach_type),
@@ -441,7 +443,7 @@ class FakeKernel:
             out = ProgInfo(
                 type=obj.prog_type, id=obj.id, xlated_prog_len=len(obj.insns),
                 name=obj.name.encode()[:15], nr_map_ids=len(obj.map_ids),
-                gpl_compatible=int(obj.license in _GPL_COMPATIBLE),
+                gpl_compatible=int(license_is_gpl_compatible(obj.license)),
             )  # fmt: skip
             C.memmove(out.tag, obj.tag, 8)
             if asked.map_ids:
@@ -477,11 +479,6 @@ class FakeKernel:
             raise _fail(E.ENOENT)
         return self._fd_for(obj)
 
-
-# licences the kernel counts as GPL-compatible (include/linux/license.h license_is_gpl_compatible)
-_GPL_COMPATIBLE = frozenset(
-    {"GPL", "GPL v2", "GPL and additional rights", "Dual BSD/GPL", "Dual MIT/GPL", "Dual MPL/GPL"}
-)
 
 _HANDLERS: dict[BpfCmd, Callable[[FakeKernel, Any], int]] = {
     BpfCmd.MAP_CREATE: FakeKernel._map_create,

@@ -477,12 +477,11 @@ def locate(path: str, at: str | None = None, *, key: str | None = None, value: A
     the file's first line when nothing is found."""
     lines = _lines(path)
     start, end = 0, len(lines)
-    if at is not None:
-        h = _header_index(lines, at)
-        if h is not None:
-            start = h
-            end = next((i for i in range(h + 1, len(lines)) if _HEADER.match(lines[i])), len(lines))
-    elif key is not None:  # a top-level key: before the first table
+    h = _header_index(lines, at) if at is not None else None
+    if h is not None:
+        start = h
+        end = next((i for i in range(h + 1, len(lines)) if _HEADER.match(lines[i])), len(lines))
+    elif at is None and key is not None:  # a top-level key: before the first table
         end = next((i for i, t in enumerate(lines) if _HEADER.match(t)), len(lines))
     for i in range(start, end):
         text = lines[i]
@@ -494,9 +493,9 @@ def locate(path: str, at: str | None = None, *, key: str | None = None, value: A
             col = text.find(_needle(value))
             if col >= 0:
                 return Span(path, i + 1, col + 1)
-    if at is not None and start < len(lines) and _header_index(lines, at) is not None:
-        text = lines[start]
-        return Span(path, start + 1, len(text) - len(text.lstrip()) + 1)
+    if h is not None:
+        text = lines[h]
+        return Span(path, h + 1, len(text) - len(text.lstrip()) + 1)
     return Span(path, 1, 1)
 
 
