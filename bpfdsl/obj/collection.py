@@ -14,21 +14,21 @@ the records :mod:`bpfdsl.obj.spec`.
 
 from __future__ import annotations
 
+import struct
 from typing import TYPE_CHECKING
 
 from bpfdsl.abi.btf.core import Btf, BtfFormatError, parse_btf
 from bpfdsl.abi.btf.ext import parse_btf_ext
 from bpfdsl.diagnostics import UsageError, error
-from bpfdsl.obj.elf import ElfFile
+from bpfdsl.obj.elf import EM_BPF, SHF_ALLOC, SHF_WRITE, ElfError, ElfFile
 from bpfdsl.obj.link import link_programs
 from bpfdsl.obj.maps import read_maps
-from bpfdsl.obj.reader import SHF_ALLOC, SHF_WRITE, ObjectReader, fail
+from bpfdsl.obj.reader import ObjectReader, fail
 from bpfdsl.obj.spec import CollectionSpec, DataSection, Var
 
 if TYPE_CHECKING:  # pragma: no cover
     from pathlib import Path
 
-EM_BPF = 247
 LEGACY_MAPS_MSG = (
     "object uses legacy 'maps' section (unsupported); declare maps in '.maps' with BTF"
 )
@@ -71,16 +71,16 @@ def _read_guarded(path: str, raw: bytes, elf: ElfFile | None) -> CollectionSpec:
         raise
     except BtfFormatError as e:
         raise fail(path, f"BTF: {e}") from None
-    except Exception as e:  # pyelftools raises many kinds on corrupt input
-        raise fail(path, f"corrupt ELF object ({type(e).__name__}: {e})") from None
+    except ElfError as e:  # a damaged table found while reading it (a bad sh_link...)
+        raise fail(path, str(e), e.hint) from None
+    except struct.error as e:  # an entry cut short by a damaged size
+        raise fail(path, f"corrupt ELF object ({e})") from None
 
 
 def _read(r: ObjectReader) -> CollectionSpec:
     """The steps of reading an object, in order (libbpf bpf_object__open)."""
     e = r.elf
-    if e.elfclass != 64 or not e.little_endian:
-        raise r.fail("not a 64-bit little-endian ELF (eBPF objects are bpfel)")
-    if e.header.e_machine not in ("EM_BPF", EM_BPF):
+    if e.header.e_machine != EM_BPF:
         raise r.fail(
             f"wrong machine {e.header.e_machine} (expected EM_BPF)",
             hint="compile with -target bpf",

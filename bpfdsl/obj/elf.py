@@ -1,19 +1,19 @@
-"""The ELF64 little-endian reader of bpfdsl: the subset of an eBPF object it reads.
+"""The ELF reader of bpfdsl: the subset of an eBPF object (ELF64, little endian) it reads.
 
-Used by :mod:`bpfdsl.obj.collection` (objects to specs) and by the back end
-(:func:`fixup_btf_datasecs` on the emitted object, :meth:`ElfFile.functions` for stack
-depths and instruction counts).
+The one reader of objects: :mod:`bpfdsl.obj.collection` (objects to specs, through
+:mod:`bpfdsl.obj.reader`) and the back end (:func:`fixup_btf_datasecs` on the emitted
+object, :meth:`ElfFile.functions` for stack depths and instruction counts) use it.
 
-Why: pyelftools (``elftools.elf.elffile`` pulls in its DWARF and construct modules) stays
-off the load path (tests/runtime/test_load_fast.py); reading section headers, one symbol table
-and REL entries directly is a few struct unpacks.  The objects
-this returns are duck-typed like pyelftools' (``section.name``, ``section.header.sh_*``,
-``section.data()``, ``iter_symbols()`` with ``sym.name``, ``sym.entry.st_*``,
-``sym["st_info"]["type"|"bind"]``, ``iter_relocations()`` with ``r["r_offset"|"r_info_sym"|
-"r_info_type"]``), with the same string names for known constants (``SHT_PROGBITS``,
-``STT_FUNC``, ``SHN_UNDEF``...), so :mod:`bpfdsl.obj.collection` reads either.  Anything this reader
-does not handle (32-bit or big-endian ELF, a damaged header table) raises :class:`ElfError`
-and obj.reader falls back to pyelftools, the general reader, for its diagnostics.
+Why our own: an eBPF object needs section headers, one symbol table and REL entries, a few
+struct unpacks; pyelftools (``elftools.elf.elffile`` pulls in its DWARF and construct
+modules) stays off the load path (tests/runtime/test_load_fast.py) and is kept as the
+independent reader the tests compare this one with (tests/obj/test_objfile.py).  The field
+names follow pyelftools' (``section.name``, ``section.header.sh_*``, ``section.data()``,
+``iter_symbols()`` with ``sym.name``, ``sym.entry.st_*``, ``sym["st_info"]["type"|"bind"]``,
+``iter_relocations()`` with ``r["r_offset"|"r_info_sym"|"r_info_type"]``), with the same
+string names for known constants (``SHT_PROGBITS``, ``STT_FUNC``, ``SHN_UNDEF``...).  A file
+that is not ELF64 little endian, or whose header table is damaged, raises :class:`ElfError`
+with the message and the hint a user sees (obj.reader turns it into a ``bad-object`` error).
 
 Layouts: ``Elf64_Ehdr`` (64 bytes), ``Elf64_Shdr`` (64), ``Elf64_Sym`` (24), ``Elf64_Rel``
 (16) from <elf.h> / the System V gABI; all little endian (bpfel).
@@ -34,7 +34,8 @@ _SHDR = struct.Struct("<IIQQQQIIQQ")
 _SYM = struct.Struct("<IBBHQQ")
 _REL = struct.Struct("<QQ")
 SHN_XINDEX, SHN_LORESERVE = 0xFFFF, 0xFF00
-SHF_EXECINSTR = 0x4
+EM_BPF = 247  # e_machine, include/uapi/linux/elf-em.h
+SHF_WRITE, SHF_ALLOC, SHF_EXECINSTR = 0x1, 0x2, 0x4  # sh_flags, include/uapi/linux/elf.h
 
 SHT_NAMES = {0: "SHT_NULL", 1: "SHT_PROGBITS", 2: "SHT_SYMTAB", 3: "SHT_STRTAB", 4: "SHT_RELA",
              5: "SHT_HASH", 6: "SHT_DYNAMIC", 7: "SHT_NOTE", 8: "SHT_NOBITS", 9: "SHT_REL",
@@ -45,14 +46,30 @@ SHN_NAMES = {0: "SHN_UNDEF", 0xFFF1: "SHN_ABS", 0xFFF2: "SHN_COMMON"}
 
 
 class ElfError(ValueError):
-    """Not an ELF64 little-endian file this reader handles, or a damaged header table."""
+    """Not an ELF file, not ELF64 little endian (the only layout of an eBPF object, bpfel),
+    or a damaged header table.  ``str()``: what is wrong, as a user reads it; ``hint``: what
+    to do, or None."""
+
+    def __init__(self, msg: str, hint: str | None = None) -> None:
+        super().__init__(msg)
+        self.hint = hint
+
+
+_REBUILD = "rebuild it: `bpfdsl compile PROG.bpfd -o PROG.o` or `clang -target bpf -g -O2 -c`"
+
+
+def _table_past_end() -> ElfError:
+    return ElfError(
+        "corrupt ELF object: the section header table runs past the end of the file "
+        "(truncated?)", _REBUILD,
+    )  # fmt: skip
 
 
 def _cstr(blob: bytes, off: int) -> str:
     if not 0 <= off < len(blob):
         if off == 0:
             return ""
-        raise ElfError(f"string offset {off} outside the string table")
+        raise ElfError(f"corrupt ELF object: string offset {off} outside the string table")
     end = blob.find(b"\0", off)
     return blob[off : end if end >= 0 else len(blob)].decode(errors="replace")
 
@@ -68,7 +85,7 @@ class Section:
         h = self.header
         return self.elf.raw[h.sh_offset : h.sh_offset + h.sh_size]
 
-    def iter_symbols(self) -> Iterator[_Symbol]:
+    def iter_symbols(self) -> Iterator[Symbol]:
         """Symbols of a SHT_SYMTAB section (names from its sh_link string table)."""
         strtab = self.elf.section(self.header.sh_link).data()
         data = self.data()
@@ -83,7 +100,7 @@ class Section:
                 st_value=value,
                 st_size=size,
             )  # fmt: skip
-            yield _Symbol(_cstr(strtab, name), entry)
+            yield Symbol(_cstr(strtab, name), entry)
 
     def iter_relocations(self) -> Iterator[dict[str, int]]:
         """Entries of a SHT_REL section: r_offset (bytes), r_info_sym, r_info_type."""
@@ -93,7 +110,12 @@ class Section:
             yield {"r_offset": r_offset, "r_info_sym": info >> 32, "r_info_type": info & 0xFFFFFFFF}
 
 
-class _Symbol:
+class Symbol:
+    """One symbol table entry: ``name`` and ``entry`` (``st_name``, ``st_info`` as
+    ``{"type": "STT_*", "bind": "STB_*"}``, ``st_other``, ``st_shndx`` (a section index, or
+    ``SHN_*`` name), ``st_value`` (bytes into the section), ``st_size`` (bytes)), also read
+    as ``sym["st_info"]`` (Elf64_Sym)."""
+
     __slots__ = ("name", "entry")
 
     def __init__(self, name: str, entry: SimpleNamespace) -> None:
@@ -106,18 +128,28 @@ class _Symbol:
 class ElfFile:
     """The section header table of an ELF64 LE object held in ``raw`` (bytes).
 
-    ``elfclass`` (64), ``little_endian`` (True), ``header.e_machine`` (int, EM_BPF = 247).
+    ``header.e_machine`` (int, EM_BPF = 247), ``header.e_type`` (ET_REL = 1).
     Raises ElfError when the file is not ELF64 LE or the header table is damaged.
     """
 
     def __init__(self, raw: bytes) -> None:
         self.raw = raw
-        if len(raw) < _EHDR.size or raw[:4] != b"\x7fELF":
-            raise ElfError("no ELF header")
-        if raw[4] != 2 or raw[5] != 1:
-            raise ElfError("not ELF64 little endian")
+        if raw[:4] != b"\x7fELF":
+            raise ElfError("not an ELF file (it does not start with \\x7fELF)", _REBUILD)
+        if len(raw) < _EHDR.size:
+            raise ElfError(
+                f"corrupt ELF object: the ELF header is cut short ({len(raw)} of "
+                f"{_EHDR.size} bytes; truncated?)", _REBUILD,
+            )  # fmt: skip
+        if raw[4] != 2 or raw[5] != 1:  # EI_CLASS ELFCLASS64, EI_DATA ELFDATA2LSB
+            cls = {1: "32-bit", 2: "64-bit"}.get(raw[4], f"class {raw[4]}")
+            order = {1: "little-endian", 2: "big-endian"}.get(raw[5], f"data encoding {raw[5]}")
+            raise ElfError(
+                f"not a 64-bit little-endian ELF: this is a {cls} {order} object (eBPF "
+                "objects are ELF64 little endian, bpfel)",
+                "compile with `clang -target bpf` (or -target bpfel), not for the host or bpfeb",
+            )  # fmt: skip
         f = _EHDR.unpack_from(raw)
-        self.elfclass, self.little_endian = 64, True
         # f: ident, type, machine, version, entry, phoff, shoff, flags, ehsize, phentsize,
         #    phnum, shentsize, shnum, shstrndx
         self.header = SimpleNamespace(e_type=f[1], e_machine=f[2], e_shoff=f[6], e_shnum=f[12])
@@ -127,17 +159,19 @@ class ElfFile:
             self._sections: list[Section] = []
             return
         if shentsize != _SHDR.size:
-            raise ElfError(f"section header size {shentsize}")
+            raise ElfError(f"corrupt ELF object: section header size {shentsize}, not 64")
+        if shoff + _SHDR.size > len(raw):
+            raise _table_past_end()
         first = self._shdr(shoff)
         if shnum == 0:
             shnum = first.sh_size  # extended numbering: the count lives in section 0
         if shstrndx == SHN_XINDEX:
             shstrndx = first.sh_link
         if shoff + shnum * _SHDR.size > len(raw) or shnum > 65536:
-            raise ElfError("section header table runs past the end of the file")
+            raise _table_past_end()
         self._headers = [self._shdr(shoff + i * _SHDR.size) for i in range(shnum)]
         if not 0 <= shstrndx < shnum:
-            raise ElfError(f"section name table index {shstrndx} out of range")
+            raise ElfError(f"corrupt ELF object: section name table index {shstrndx} out of range")
         sh = self._headers[shstrndx]
         names = raw[sh.sh_offset : sh.sh_offset + sh.sh_size]
         self._sections = [
@@ -165,7 +199,7 @@ class ElfFile:
 
     def section(self, index: int) -> Section:
         if not 0 <= index < len(self._sections):
-            raise ElfError(f"section index {index} out of range")
+            raise ElfError(f"corrupt ELF object: section index {index} out of range")
         return self._sections[index]
 
     def iter_sections(self) -> Iterator[Section]:
@@ -175,7 +209,7 @@ class ElfFile:
         """The first section called ``name``, or None."""
         return next((s for s in self._sections if s.name == name), None)
 
-    def symbols(self) -> list[_Symbol]:
+    def symbols(self) -> list[Symbol]:
         """The symbols of the (first) SHT_SYMTAB section; empty when there is none."""
         symtab = next((s for s in self._sections if s.header.sh_type == "SHT_SYMTAB"), None)
         return [] if symtab is None else list(symtab.iter_symbols())

@@ -12,7 +12,6 @@ unrelocated -> PC-relative in the same section.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
 
 from bpfdsl.abi.btf.core import Btf
 from bpfdsl.abi.btf.ext import BtfExt
@@ -20,11 +19,9 @@ from bpfdsl.abi.insn import Insn, InsnError, check_jumps, decode, index_by_slot,
 from bpfdsl.abi.opcodes import BPF_PSEUDO_CALL, BPF_PSEUDO_FUNC, BPF_PSEUDO_KFUNC_CALL
 from bpfdsl.abi.prog_types import kind_for_section
 from bpfdsl.diagnostics import Span
-from bpfdsl.obj.reader import SHF_EXECINSTR, ObjectReader
+from bpfdsl.obj.elf import SHF_EXECINSTR, Section, Symbol
+from bpfdsl.obj.reader import ObjectReader
 from bpfdsl.obj.spec import FuncRecord, ProgramSpec, Relocation
-
-if TYPE_CHECKING:  # pragma: no cover
-    from bpfdsl.obj.reader import ElfSection, ElfSymbol
 
 
 @dataclass(slots=True)
@@ -64,7 +61,7 @@ def link_programs(
 
 def _split(
     reader: ObjectReader,
-    sec: ElfSection,
+    sec: Section,
     idx: int,
     maps: set[str],
     datasecs: set[str],
@@ -139,7 +136,7 @@ def _source_span(ext: BtfExt | None, section: str, start: int, byte: int) -> Spa
 
 
 def _classify(
-    reader: ObjectReader, f: _Func, i: int, sym: ElfSymbol, maps: set[str], datasecs: set[str]
+    reader: ObjectReader, f: _Func, i: int, sym: Symbol, maps: set[str], datasecs: set[str]
 ) -> None:
     x = f.insns[i]
     target = reader.sym_section(sym)

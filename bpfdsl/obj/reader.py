@@ -1,31 +1,15 @@
 """Object level: the ELF view of one object being read (sections, symbols, relocations).
 
-:class:`ObjectReader` wraps :class:`bpfdsl.obj.elf.ElfFile` (64-bit little-endian objects)
-or pyelftools' ``ELFFile`` for anything that reader refuses (32-bit, big-endian, damaged
-files), and gives the map and program readers (:mod:`bpfdsl.obj.maps`,
+:class:`ObjectReader` wraps :class:`bpfdsl.obj.elf.ElfFile` (the ELF64 little-endian
+reader; what it refuses becomes a ``bad-object`` error with its message and hint) and gives the map and program readers (:mod:`bpfdsl.obj.maps`,
 :mod:`bpfdsl.obj.link`) section data checked against the file size, symbols by index and
 REL entries; every failure is a UsageError naming the file.
 """
 
 from __future__ import annotations
 
-import io
-from typing import TYPE_CHECKING, Any
-
 from bpfdsl.diagnostics import UsageError, error
-from bpfdsl.obj.elf import ElfError, ElfFile
-
-if TYPE_CHECKING:  # pragma: no cover
-    from elftools.elf.sections import Section as ElftoolsSection
-    from elftools.elf.sections import Symbol as ElftoolsSymbol
-
-    from bpfdsl.obj.elf import Section, _Symbol
-
-    # a section and a symbol of either reader: obj/elf.py's ElfFile or pyelftools' ELFFile
-    ElfSection = Section | ElftoolsSection
-    ElfSymbol = _Symbol | ElftoolsSymbol
-
-SHF_WRITE, SHF_EXECINSTR, SHF_ALLOC = 0x1, 0x4, 0x2  # include/uapi/linux/elf.h
+from bpfdsl.obj.elf import ElfError, ElfFile, Section, Symbol
 
 
 def fail(path: str, msg: str, hint: str | None = None) -> UsageError:
@@ -40,23 +24,18 @@ class ObjectReader:
 
     def __init__(self, path: str, raw: bytes, elf: ElfFile | None = None) -> None:
         self.path, self.raw = path, raw
-        # ElfFile, or pyelftools' ELFFile: one duck type (obj/elf.py), which no annotation names
-        self.elf: Any = elf  # ``raw`` already read by the caller (the compiler's emit)
-        try:
-            if elf is None:
-                self.elf = ElfFile(raw)  # obj/elf.py: section headers read directly
-        except ElfError:
-            from elftools.elf.elffile import ELFFile
-
-            self.elf = ELFFile(io.BytesIO(raw))  # the general reader: 32-bit/BE/damaged files
+        try:  # ``elf``: ``raw`` already read by the caller (the compiler's emit)
+            self.elf = elf if elf is not None else ElfFile(raw)
+        except ElfError as e:
+            raise self.fail(str(e), e.hint) from None
         self.sections = list(self.elf.iter_sections())
         self.by_name = {s.name: s for s in self.sections}
-        self.symbols: list = []
+        self.symbols: list[Symbol] = []
 
     def fail(self, msg: str, hint: str | None = None) -> UsageError:
         return fail(self.path, msg, hint)
 
-    def data(self, sec: ElfSection) -> bytes:
+    def data(self, sec: Section) -> bytes:
         h = sec.header
         if h.sh_type == "SHT_NOBITS":
             return bytes(h.sh_size)
@@ -89,14 +68,14 @@ class ObjectReader:
         s = self.by_name.get(name)
         return self.sections.index(s) if s is not None else None
 
-    def symbol(self, idx: int) -> ElfSymbol:
+    def symbol(self, idx: int) -> Symbol:
         if not 0 <= idx < len(self.symbols):
             raise self.fail(
                 f"relocation names symbol {idx}, the symbol table has {len(self.symbols)}"
             )
         return self.symbols[idx]
 
-    def sym_section(self, sym: ElfSymbol) -> str | None:
+    def sym_section(self, sym: Symbol) -> str | None:
         shndx = sym.entry.st_shndx
         if not isinstance(shndx, int) or not 0 < shndx < len(self.sections):
             return None

@@ -22,7 +22,7 @@ from bpfdsl.diagnostics import UsageError, error
 from bpfdsl.kernel import syscall as S
 from bpfdsl.runtime.attach import BPFFS, DEFAULT_PIN_ROOT, ensure_bpffs, is_bpffs
 
-if TYPE_CHECKING:  # the loader (and pyelftools) is not imported by `bpfdsl unload`
+if TYPE_CHECKING:  # the loader is not imported by `bpfdsl unload`
     from bpfdsl.runtime.loader import Collection
 
 MANIFEST = "bpfdsl_manifest"

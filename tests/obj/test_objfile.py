@@ -206,21 +206,78 @@ def _objects() -> list:
     return objs + [compile_file(str(p)).obj for p in sorted(PROGS.glob("*.bpfd"))]
 
 
-def test_fast_elf_reader_agrees_with_pyelftools(monkeypatch):
-    """objfile_elf (the load path's section reader) and pyelftools read every C fixture and
-    every progs/*.bpfd object to the same CollectionSpec."""
-    from bpfdsl.obj import reader as objreader
-    from bpfdsl.obj.elf import ElfError
+def _pyelftools_view(raw: bytes) -> tuple:
+    """Sections, symbols and REL entries of ``raw`` as pyelftools reads them."""
+    import io
 
+    from elftools.elf.elffile import ELFFile
+
+    elf = ELFFile(io.BytesIO(raw))
+    secs, syms, rels = [], [], []
+    for s in elf.iter_sections():
+        h = s.header
+        # pyelftools has no name for LLVM's SHT_LLVM_ADDRSIG (llvm/BinaryFormat/ELF.h)
+        sh_type = "SHT_LLVM_ADDRSIG" if h.sh_type == 0x6FFF4C03 else h.sh_type
+        secs.append((s.name, sh_type, h.sh_flags, h.sh_offset, h.sh_size, h.sh_link,
+                     h.sh_info, s.data() if h.sh_type != "SHT_NOBITS" else b""))  # fmt: skip
+        if h.sh_type == "SHT_SYMTAB":
+            syms = [(y.name, y["st_info"]["type"], y["st_info"]["bind"], y["st_shndx"],
+                     y["st_value"], y["st_size"]) for y in s.iter_symbols()]  # fmt: skip
+        if h.sh_type == "SHT_REL":
+            rels.append([(r["r_offset"], r["r_info_sym"], r["r_info_type"])
+                         for r in s.iter_relocations()])  # fmt: skip
+    return elf.header.e_machine, secs, syms, rels
+
+
+def _our_view(raw: bytes) -> tuple:
+    """The same as :func:`_pyelftools_view`, read by bpfdsl.obj.elf."""
+    from bpfdsl.obj.elf import ElfFile
+
+    elf = ElfFile(raw)
+    secs, syms, rels = [], [], []
+    for s in elf.iter_sections():
+        h = s.header
+        secs.append((s.name, h.sh_type, h.sh_flags, h.sh_offset, h.sh_size, h.sh_link,
+                     h.sh_info, s.data() if h.sh_type != "SHT_NOBITS" else b""))  # fmt: skip
+        if h.sh_type == "SHT_SYMTAB":
+            syms = [(y.name, y["st_info"]["type"], y["st_info"]["bind"], y.entry.st_shndx,
+                     y.entry.st_value, y.entry.st_size) for y in s.iter_symbols()]  # fmt: skip
+        if h.sh_type == "SHT_REL":
+            rels.append([(r["r_offset"], r["r_info_sym"], r["r_info_type"])
+                         for r in s.iter_relocations()])  # fmt: skip
+    machine = {247: "EM_BPF"}.get(elf.header.e_machine, elf.header.e_machine)
+    return machine, secs, syms, rels
+
+
+def test_elf_reader_agrees_with_pyelftools():
+    """bpfdsl.obj.elf (the one reader of objects) and pyelftools, an independent reader,
+    see the same sections (name, type, flags, offset, size, link, info, bytes), symbols and
+    relocations in every C fixture and every progs/*.bpfd object."""
     objs = _objects()
-    fast = [_summary(read_object(o)) for o in objs]
+    ours = [_our_view(o) for o in objs]
+    theirs = [_pyelftools_view(o) for o in objs]
+    assert len(objs) > 20 and all(v[1] and v[2] for v in ours)
+    for i, (a, b) in enumerate(zip(ours, theirs, strict=True)):
+        assert a == b, f"object {i}"
 
-    def refuse(raw):
-        raise ElfError("forced: use pyelftools")
 
-    monkeypatch.setattr(objreader, "ElfFile", refuse)
-    slow = [_summary(read_object(o)) for o in objs]
-    assert len(objs) > 20 and fast == slow
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        ((4, 1), "this is a 32-bit little-endian object"),  # EI_CLASS = ELFCLASS32
+        ((5, 2), "this is a 64-bit big-endian object"),  # EI_DATA = ELFDATA2MSB
+    ],
+)
+def test_a_host_or_bpfeb_object_is_refused_with_what_to_do(edit, message):
+    """An ELF that is not ELF64 little endian is refused by the one reader with what it is
+    and how to build an eBPF object (no second reader is tried)."""
+    raw = bytearray(build("xdp_pass").read_bytes())
+    raw[edit[0]] = edit[1]
+    with pytest.raises(UsageError) as ei:
+        read_object(bytes(raw), name="host.o")
+    text = ei.value.render()
+    assert "host.o: not a 64-bit little-endian ELF" in text and message in text
+    assert "clang -target bpf" in text
 
 
 def test_fast_elf_reader_skips_pyelftools_import():

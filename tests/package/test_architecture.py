@@ -55,7 +55,6 @@ MAY_IMPORT: dict[str, set[str]] = {
 DEFERRED: dict[tuple[str, str], str] = {
     ("bpfdsl.backend.target", "llvmlite"): "llvmlite.binding: the fallback LLVM binding, "
     "chosen per call (BPFDSL_LLVM=llvmlite, an llvmlite version llvm_c is not declared for)",
-    ("bpfdsl.obj.reader", "elftools"): "pyelftools: for objects bpfdsl.obj.elf refuses",
     ("bpfdsl.kernel.netlink", "pyroute2"): "rtnetlink via pyroute2: XDP over netlink and "
     "veths; attaching through a BPF link never needs it",
     ("bpfdsl.runtime.packets", "scapy"): "captures and frame summaries only",
