@@ -289,6 +289,23 @@ def require_map(map_fd: int | S.Fd, want: Collection[MapType], map_name: str) ->
     return info
 
 
+def check_slot(info: S.MapInfo, key: int, map_name: str, code: str, what: str) -> None:
+    """UsageError ``code`` unless ``key`` is a slot 0..max_entries-1 of the array-like map
+    ``info`` (cpumap, devmap: the kernel refuses others with EINVAL or E2BIG); ``what``
+    names the key in the message ("CPU", "slot")."""
+    n = info.max_entries
+    if not 0 <= key < n:
+        kind = MapType(info.type).name.lower()
+        raise UsageError(
+            error(
+                code,
+                f"{kind} '{map_name}': {what} {key} is outside the map's slots 0..{n - 1} "
+                f"(max_entries {n} as created)",
+                hint=f"pick a {what} below {n}",
+            )
+        )
+
+
 def cpumap_set(
     map_fd: int | S.Fd,
     cpu: int,
@@ -349,10 +366,18 @@ def _update_error(e: S.BpfError, map_name: str, cpu: int) -> DiagnosticError:
 
 
 def cpumap_delete(map_fd: int | S.Fd, cpu: int, *, map_name: str = "cpumap") -> bool:
-    """Remove CPU ``cpu`` from the cpumap; False when the slot was already empty."""
-    require_map(map_fd, (MapType.CPUMAP,), map_name)
+    """Remove CPU ``cpu`` from the cpumap; False when the slot was already empty.
+
+    The kernel's delete of a cpumap slot succeeds whether or not the slot was filled
+    (kernel/bpf/cpumap.c cpu_map_delete_elem), so the slot is looked up first.  Raises
+    UsageError (``cpumap-cpu``) for a CPU outside the map's slots 0..max_entries-1 (the
+    kernel's EINVAL), naming the slots the map has -- a loader may have created it smaller
+    than declared (clamped to the possible CPUs, FIELD-BUGS B09)."""
+    info = require_map(map_fd, (MapType.CPUMAP,), map_name)
+    check_slot(info, cpu, map_name, "cpumap-cpu", "CPU")
+    key = struct.pack("<I", cpu)
     try:
-        return S.map_delete(map_fd, struct.pack("<I", cpu))
+        return S.map_lookup(map_fd, key, info.value_size) is not None and S.map_delete(map_fd, key)
     except S.BpfPermissionError:
         raise
     except S.BpfError as e:

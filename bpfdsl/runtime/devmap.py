@@ -16,11 +16,11 @@ from dataclasses import dataclass
 
 from bpfdsl.abi.map_types import DEVMAP_TYPES, MapType
 from bpfdsl.abi.prog_types import AttachType
-from bpfdsl.diagnostics import DiagnosticError, UsageError, error
+from bpfdsl.diagnostics import DiagnosticError, error
 from bpfdsl.kernel import syscall as S
 from bpfdsl.kernel.netlink import ifindex as _ifindex
 from bpfdsl.kernel.netlink import ifname as _ifname
-from bpfdsl.runtime.cpumap import entry_value, require_map
+from bpfdsl.runtime.cpumap import check_slot, entry_value, require_map
 
 DEVMAP_KINDS = DEVMAP_TYPES
 
@@ -73,13 +73,8 @@ def devmap_set(
     """
     info = require_map(map_fd, DEVMAP_KINDS, map_name)
     idx = resolve_interface(dev)
-    if info.type == MapType.DEVMAP and not 0 <= key < info.max_entries:
-        raise UsageError(
-            error(
-                "devmap-key",
-                f"devmap '{map_name}': slot {key} is outside 0..{info.max_entries - 1}",
-            )
-        )
+    if info.type == MapType.DEVMAP:
+        check_slot(info, key, map_name, "devmap-key", "slot")
     value = entry_value(info, idx, prog_fd, AttachType.XDP_DEVMAP, map_name, prog_name)
     try:
         S.map_update(map_fd, struct.pack("<I", key), value)
@@ -98,9 +93,19 @@ def devmap_set(
 
 
 def devmap_delete(map_fd: int, key: int, *, map_name: str = "devmap") -> bool:
-    """Remove slot ``key``; False when it was empty."""
-    require_map(map_fd, DEVMAP_KINDS, map_name)
-    return S.map_delete(map_fd, struct.pack("<I", key))
+    """Remove slot ``key``; False when it was empty.
+
+    A devmap's (array) delete succeeds whether or not the slot was filled
+    (kernel/bpf/devmap.c dev_map_delete_elem), so its slot is looked up first; a
+    devmap_hash says ENOENT itself.  Raises UsageError (``devmap-key``) for a devmap slot
+    outside 0..max_entries-1 (the kernel's EINVAL)."""
+    info = require_map(map_fd, DEVMAP_KINDS, map_name)
+    key_bytes = struct.pack("<I", key)
+    if info.type == MapType.DEVMAP:
+        check_slot(info, key, map_name, "devmap-key", "slot")
+        if S.map_lookup(map_fd, key_bytes, info.value_size) is None:
+            return False
+    return S.map_delete(map_fd, key_bytes)
 
 
 def devmap_entries(map_fd: int, *, map_name: str = "devmap") -> list[DevmapEntry]:
