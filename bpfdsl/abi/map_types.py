@@ -7,6 +7,7 @@ by tests/abi/test_uapi.py); the rules cite the kernel source they come from.
 
 from __future__ import annotations
 
+import errno
 from dataclasses import KW_ONLY, dataclass
 from enum import IntEnum
 from typing import Final
@@ -198,6 +199,23 @@ def takes_btf_key_value(map_type: int) -> bool:
 def is_map_in_map(map_type: int) -> bool:
     """ARRAY_OF_MAPS or HASH_OF_MAPS (:data:`MAP_IN_MAP_TYPES`)."""
     return map_type in MAP_IN_MAP_TYPES
+
+
+EMPTY_SLOT_DELETE_ERRNO: Final[dict[int, int]] = {
+    MapType.DEVMAP: 0,  # kernel/bpf/devmap.c dev_map_delete_elem: xchg(NULL), return 0
+    MapType.CPUMAP: 0,  # kernel/bpf/cpumap.c cpu_map_delete_elem: __cpu_map_entry_replace(NULL)
+    MapType.XSKMAP: 0,  # kernel/bpf/xskmap.c xsk_map_delete_elem: xchg(NULL), return 0
+    MapType.SOCKMAP: errno.EINVAL,  # net/core/sock_map.c __sock_map_delete: no socket there
+}
+"""What BPF_MAP_DELETE_ELEM of an empty slot (a key below max_entries) returns for the map
+kinds where it is not ENOENT: 0 (success) or the errno.  For these, whether a slot was
+filled shows only by looking it up first (:func:`empty_slot_delete_errno`)."""
+
+
+def empty_slot_delete_errno(map_type: int) -> int | None:
+    """:data:`EMPTY_SLOT_DELETE_ERRNO` of ``map_type``; None when its delete of an absent key
+    says ENOENT (every other kind: arraymap.c refuses deletes with EINVAL anyway)."""
+    return EMPTY_SLOT_DELETE_ERRNO.get(map_type)
 
 
 # ---- map types: the kernel's rules at BPF_MAP_CREATE (one table) ----

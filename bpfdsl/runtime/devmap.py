@@ -21,6 +21,7 @@ from bpfdsl.kernel import syscall as S
 from bpfdsl.kernel.netlink import ifindex as _ifindex
 from bpfdsl.kernel.netlink import ifname as _ifname
 from bpfdsl.runtime.cpumap import check_slot, entry_value, require_map
+from bpfdsl.runtime.mapview import delete_entry
 
 DEVMAP_KINDS = DEVMAP_TYPES
 
@@ -96,16 +97,14 @@ def devmap_delete(map_fd: int, key: int, *, map_name: str = "devmap") -> bool:
     """Remove slot ``key``; False when it was empty.
 
     A devmap's (array) delete succeeds whether or not the slot was filled
-    (kernel/bpf/devmap.c dev_map_delete_elem), so its slot is looked up first; a
-    devmap_hash says ENOENT itself.  Raises UsageError (``devmap-key``) for a devmap slot
+    (kernel/bpf/devmap.c dev_map_delete_elem), so its slot is looked up first
+    (:func:`bpfdsl.runtime.mapview.delete_entry`); a devmap_hash says ENOENT itself.  Raises UsageError (``devmap-key``) for a devmap slot
     outside 0..max_entries-1 (the kernel's EINVAL)."""
     info = require_map(map_fd, DEVMAP_KINDS, map_name)
     key_bytes = struct.pack("<I", key)
     if info.type == MapType.DEVMAP:
         check_slot(info, key, map_name, "devmap-key", "slot")
-        if S.map_lookup(map_fd, key_bytes, info.value_size) is None:
-            return False
-    return S.map_delete(map_fd, key_bytes)
+    return delete_entry(map_fd, key_bytes, info.type, info.value_size)
 
 
 def devmap_entries(map_fd: int, *, map_name: str = "devmap") -> list[DevmapEntry]:

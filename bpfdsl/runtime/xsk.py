@@ -57,7 +57,8 @@ from bpfdsl.abi.net import (
 from bpfdsl.diagnostics import DiagnosticError, error
 from bpfdsl.kernel import libc
 from bpfdsl.kernel import syscall as S
-from bpfdsl.runtime.cpumap import require_map
+from bpfdsl.runtime.cpumap import check_slot, require_map
+from bpfdsl.runtime.mapview import delete_entry
 
 try:  # xdpsock's l2fwd step in C, built with BPFDSL_COMPILE=1 (setup.py)
     from bpfdsl.runtime import _xsk
@@ -181,9 +182,14 @@ def xsk_map_set(map_fd: int | S.Fd, queue: int, xsk_fd: int, *, map_name: str = 
 
 
 def xsk_map_delete(map_fd: int, queue: int, *, map_name: str = "xskmap") -> bool:
-    """Empty slot ``queue``; redirects to it then take the program's fallback action."""
-    require_map(map_fd, (MapType.XSKMAP,), map_name)
-    return S.map_delete(map_fd, struct.pack("<I", queue))
+    """Empty slot ``queue``; redirects to it then take the program's fallback action.
+
+    True: the slot is empty now.  Whether a socket was there the kernel does not say (its
+    delete of an empty slot succeeds, and user space cannot read an xskmap).  Raises
+    UsageError (``xskmap-queue``) for a queue outside the map's slots 0..max_entries-1."""
+    info = require_map(map_fd, (MapType.XSKMAP,), map_name)
+    check_slot(info, queue, map_name, "xskmap-queue", "queue")
+    return delete_entry(map_fd, struct.pack("<I", queue), info.type, info.value_size)
 
 
 class XskSocket:

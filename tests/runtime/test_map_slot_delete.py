@@ -1,13 +1,15 @@
 """Deleting a cpumap or devmap slot says what happened (issue #26 review): the kernel's
 delete of an array-like slot succeeds whether or not the slot was filled
 (kernel/bpf/cpumap.c cpu_map_delete_elem, kernel/bpf/devmap.c dev_map_delete_elem), so
-`cpumap delete` / `devmap delete` report an empty slot as "was not set", not "removed";
+`cpumap delete` / `devmap delete` report an empty slot as "was not set", not "removed",
+and `map delete` as "not found" (a sockmap's EINVAL for an empty slot too);
 and a slot beyond the map's max_entries as created (a cpumap is clamped to the possible
 CPUs, FIELD-BUGS B09) is refused naming the slots the map has, not as "the kernel refused
 the entry value"."""
 
 from __future__ import annotations
 
+import errno
 import json
 import shutil
 import struct
@@ -23,6 +25,8 @@ from bpfdsl.diagnostics import UsageError
 from bpfdsl.kernel import syscall as S
 from bpfdsl.runtime.cpumap import cpumap_delete, cpumap_set, create_cpumap, possible_cpus
 from bpfdsl.runtime.devmap import devmap_delete, devmap_set
+from bpfdsl.runtime.mapview import delete_entry
+from bpfdsl.runtime.xsk import xsk_map_delete
 
 pytestmark = pytest.mark.kernel
 
@@ -96,6 +100,40 @@ def test_cli_cpumap_delete_says_was_not_set_and_refuses_a_slot_it_lacks() -> Non
         assert r.returncode == 2 and "error[cpumap-cpu]" in r.stderr
         assert f"slots 0..{n - 1} (max_entries {n} as created)" in r.stderr
         assert f"pick a CPU below {n}" in r.stderr
+    finally:
+        _bpfdsl("unload", pin)
+        shutil.rmtree(pin, ignore_errors=True)
+
+
+def test_sockmap_delete_of_an_empty_slot_is_false_not_einval() -> None:
+    with S.map_create(MapType.SOCKMAP, 4, 8, 4, name="slotdel_sm") as fd:
+        with pytest.raises(S.BpfError) as ei:  # the premise: the kernel says EINVAL
+            S.map_delete(fd, struct.pack("<I", 1))
+        assert ei.value.errno == errno.EINVAL
+        assert delete_entry(fd, struct.pack("<I", 1), MapType.SOCKMAP, 8) is False
+
+
+def test_xskmap_delete_beyond_its_slots_is_refused() -> None:
+    with S.map_create(MapType.XSKMAP, 4, 4, 2, name="slotdel_xm") as fd:
+        assert xsk_map_delete(fd, 1) is True  # empty now; the kernel does not say more
+        with pytest.raises(UsageError) as ei:
+            xsk_map_delete(fd, 2, map_name="xsks")
+        assert ei.value.diagnostics[0].code == "xskmap-queue"
+        assert "xskmap 'xsks': queue 2 is outside the map's slots 0..1" in str(ei.value)
+
+
+def test_cli_map_delete_of_an_empty_cpumap_slot_is_not_found() -> None:
+    pin = f"/sys/fs/bpf/bpfdsl_slotdel_{uuid.uuid4().hex[:8]}"
+    try:
+        r = _bpfdsl("load", str(PROGS / "xdp_cpumap_steer.bpfd"), "--pin-dir", pin)
+        assert r.returncode == 0, r.stderr
+        r = _bpfdsl("map", "delete", f"{pin}/maps/cpu_map", "0")
+        assert r.returncode == 1 and "error[key-not-found]" in r.stderr, r.stdout + r.stderr
+        r = _bpfdsl("cpumap", "set", f"{pin}:cpu_map", "0", "--qsize", "64")
+        assert r.returncode == 0, r.stderr
+        r = _bpfdsl("map", "delete", f"{pin}/maps/cpu_map", "0")
+        assert r.returncode == 0 and "deleted" in r.stdout, r.stdout + r.stderr
+        assert json.loads(_bpfdsl("-j", "cpumap", "show", f"{pin}:cpu_map").stdout) == []
     finally:
         _bpfdsl("unload", pin)
         shutil.rmtree(pin, ignore_errors=True)
