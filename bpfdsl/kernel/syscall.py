@@ -46,7 +46,7 @@ from bpfdsl.abi.bpf_attr import (
 from bpfdsl.abi.btf.core import Btf, BtfFormatError, parse_btf
 from bpfdsl.abi.commands import BpfCmd
 from bpfdsl.abi.flags import BPF_ANY, BPF_F_TEST_XDP_LIVE_FRAMES, BPF_OBJ_NAME_LEN
-from bpfdsl.abi.map_types import MapType
+from bpfdsl.abi.map_types import MapType, empty_slot_delete_errno
 from bpfdsl.kernel import libc
 
 try:  # the batch test run in C, built with BPFDSL_COMPILE=1 (setup.py)
@@ -294,6 +294,31 @@ def map_delete(fd: int | Fd, key: bytes) -> bool:
             return False
         raise
     return True
+
+
+def map_delete_slot(fd: int | Fd, key: bytes, map_type: int, value_size: int) -> bool:
+    """BPF_MAP_DELETE_ELEM of ``key`` (bytes as the map stores them); False when the map
+    held nothing there.  For the kinds whose delete of an empty slot does not say ENOENT
+    (:data:`bpfdsl.abi.map_types.EMPTY_SLOT_DELETE_ERRNO`: devmap, cpumap, xskmap succeed,
+    sockmap says EINVAL) the slot is looked up first; where user space cannot read the
+    values (xskmap: EOPNOTSUPP; a sockmap with 4-byte values: ENOSPC) the kernel's answer
+    to the delete decides.  Raises BpfError."""
+    quiet = empty_slot_delete_errno(map_type)
+    if quiet is None:
+        return map_delete(fd, key)
+    try:
+        if map_lookup(fd, key, value_size) is None:
+            return False
+    except BpfPermissionError:
+        raise
+    except BpfError:
+        pass  # not readable from user space: the delete below says
+    try:
+        return map_delete(fd, key)
+    except BpfError as e:
+        if quiet and e.errno == quiet:
+            return False
+        raise
 
 
 def map_get_next_key(fd: int | Fd, key: bytes | None, key_size: int) -> bytes | None:

@@ -25,7 +25,6 @@ from bpfdsl.abi.map_types import MapType
 from bpfdsl.abi.prog_types import AttachType, ProgramType
 from bpfdsl.diagnostics import DiagnosticError, UsageError, error
 from bpfdsl.kernel import syscall as S
-from bpfdsl.runtime.mapview import delete_entry
 
 
 @dataclass(frozen=True, slots=True)
@@ -371,7 +370,7 @@ def cpumap_delete(map_fd: int | S.Fd, cpu: int, *, map_name: str = "cpumap") -> 
 
     The kernel's delete of a cpumap slot succeeds whether or not the slot was filled
     (kernel/bpf/cpumap.c cpu_map_delete_elem), so the slot is looked up first
-    (:func:`bpfdsl.runtime.mapview.delete_entry`).  Raises
+    (:func:`bpfdsl.kernel.syscall.map_delete_slot`).  Raises
     UsageError (``cpumap-cpu``) for a CPU outside the map's slots 0..max_entries-1 (the
     kernel's EINVAL), naming the slots the map has -- a loader may have created it smaller
     than declared (clamped to the possible CPUs, FIELD-BUGS B09)."""
@@ -379,7 +378,7 @@ def cpumap_delete(map_fd: int | S.Fd, cpu: int, *, map_name: str = "cpumap") -> 
     check_slot(info, cpu, map_name, "cpumap-cpu", "CPU")
     key = struct.pack("<I", cpu)
     try:
-        return delete_entry(map_fd, key, info.type, info.value_size)
+        return S.map_delete_slot(map_fd, key, info.type, info.value_size)
     except S.BpfPermissionError:
         raise
     except S.BpfError as e:

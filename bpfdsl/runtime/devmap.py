@@ -21,7 +21,6 @@ from bpfdsl.kernel import syscall as S
 from bpfdsl.kernel.netlink import ifindex as _ifindex
 from bpfdsl.kernel.netlink import ifname as _ifname
 from bpfdsl.runtime.cpumap import check_slot, entry_value, require_map
-from bpfdsl.runtime.mapview import delete_entry
 
 DEVMAP_KINDS = DEVMAP_TYPES
 
@@ -98,13 +97,13 @@ def devmap_delete(map_fd: int, key: int, *, map_name: str = "devmap") -> bool:
 
     A devmap's (array) delete succeeds whether or not the slot was filled
     (kernel/bpf/devmap.c dev_map_delete_elem), so its slot is looked up first
-    (:func:`bpfdsl.runtime.mapview.delete_entry`); a devmap_hash says ENOENT itself.  Raises UsageError (``devmap-key``) for a devmap slot
+    (:func:`bpfdsl.kernel.syscall.map_delete_slot`); a devmap_hash says ENOENT itself.  Raises UsageError (``devmap-key``) for a devmap slot
     outside 0..max_entries-1 (the kernel's EINVAL)."""
     info = require_map(map_fd, DEVMAP_KINDS, map_name)
     key_bytes = struct.pack("<I", key)
     if info.type == MapType.DEVMAP:
         check_slot(info, key, map_name, "devmap-key", "slot")
-    return delete_entry(map_fd, key_bytes, info.type, info.value_size)
+    return S.map_delete_slot(map_fd, key_bytes, info.type, info.value_size)
 
 
 def devmap_entries(map_fd: int, *, map_name: str = "devmap") -> list[DevmapEntry]:

@@ -20,7 +20,6 @@ from bpfdsl.abi.flags import BPF_ANY, BPF_EXIST, BPF_NOEXIST
 from bpfdsl.abi.limits import ENOTSUPP
 from bpfdsl.abi.map_types import (
     MapType,
-    empty_slot_delete_errno,
     is_array,
     is_indexed,
     is_percpu,
@@ -131,31 +130,6 @@ def _parse_untyped(text: str, size: int) -> bytes:
     if not lo <= v <= hi:
         raise ValueError(f"{v} does not fit in {size} bytes ({lo}..{hi})")
     return v.to_bytes(size, "little")
-
-
-def delete_entry(fd: int | syscall.Fd, key: bytes, map_type: int, value_size: int) -> bool:
-    """BPF_MAP_DELETE_ELEM of ``key`` (bytes as the map stores them); False when the map
-    held nothing there.  For the kinds whose delete of an empty slot does not say ENOENT
-    (:data:`bpfdsl.abi.map_types.EMPTY_SLOT_DELETE_ERRNO`: devmap, cpumap, xskmap succeed,
-    sockmap says EINVAL) the slot is looked up first; where user space cannot read the
-    values (xskmap: EOPNOTSUPP; a sockmap with 4-byte values: ENOSPC) the kernel's answer
-    to the delete decides.  Raises syscall.BpfError."""
-    quiet = empty_slot_delete_errno(map_type)
-    if quiet is None:
-        return syscall.map_delete(fd, key)
-    try:
-        if syscall.map_lookup(fd, key, value_size) is None:
-            return False
-    except syscall.BpfPermissionError:
-        raise
-    except syscall.BpfError:
-        pass  # not readable from user space: the delete below says
-    try:
-        return syscall.map_delete(fd, key)
-    except syscall.BpfError as e:
-        if quiet and e.errno == quiet:
-            return False
-        raise
 
 
 class MapCodec:
@@ -388,9 +362,9 @@ class MapView(MapCodec):
 
     def delete(self, key: bytes) -> bool:
         """Delete ``key`` (bytes); False when the map held nothing there
-        (:func:`delete_entry`)."""
+        (:func:`bpfdsl.kernel.syscall.map_delete_slot`)."""
         try:
-            return delete_entry(self.fd, key, self.type, self.value_size)
+            return syscall.map_delete_slot(self.fd, key, self.type, self.value_size)
         except syscall.BpfError as e:
             raise self._err("deleting in", e) from None
 

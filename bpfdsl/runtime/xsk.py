@@ -58,7 +58,6 @@ from bpfdsl.diagnostics import DiagnosticError, error
 from bpfdsl.kernel import libc
 from bpfdsl.kernel import syscall as S
 from bpfdsl.runtime.cpumap import check_slot, require_map
-from bpfdsl.runtime.mapview import delete_entry
 
 try:  # xdpsock's l2fwd step in C, built with BPFDSL_COMPILE=1 (setup.py)
     from bpfdsl.runtime import _xsk
@@ -189,7 +188,7 @@ def xsk_map_delete(map_fd: int, queue: int, *, map_name: str = "xskmap") -> bool
     UsageError (``xskmap-queue``) for a queue outside the map's slots 0..max_entries-1."""
     info = require_map(map_fd, (MapType.XSKMAP,), map_name)
     check_slot(info, queue, map_name, "xskmap-queue", "queue")
-    return delete_entry(map_fd, struct.pack("<I", queue), info.type, info.value_size)
+    return S.map_delete_slot(map_fd, struct.pack("<I", queue), info.type, info.value_size)
 
 
 class XskSocket:

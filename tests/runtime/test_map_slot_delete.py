@@ -25,7 +25,6 @@ from bpfdsl.diagnostics import UsageError
 from bpfdsl.kernel import syscall as S
 from bpfdsl.runtime.cpumap import cpumap_delete, cpumap_set, create_cpumap, possible_cpus
 from bpfdsl.runtime.devmap import devmap_delete, devmap_set
-from bpfdsl.runtime.mapview import delete_entry
 from bpfdsl.runtime.xsk import xsk_map_delete
 
 pytestmark = pytest.mark.kernel
@@ -110,7 +109,7 @@ def test_sockmap_delete_of_an_empty_slot_is_false_not_einval() -> None:
         with pytest.raises(S.BpfError) as ei:  # the premise: the kernel says EINVAL
             S.map_delete(fd, struct.pack("<I", 1))
         assert ei.value.errno == errno.EINVAL
-        assert delete_entry(fd, struct.pack("<I", 1), MapType.SOCKMAP, 8) is False
+        assert S.map_delete_slot(fd, struct.pack("<I", 1), MapType.SOCKMAP, 8) is False
 
 
 def test_xskmap_delete_beyond_its_slots_is_refused() -> None:
