@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from bpfdsl.abi.btf.core import BtfFormatError
+from bpfdsl.abi.btf.sanitize import BtfFeatures, sanitize_for
 from bpfdsl.abi.btf.shape import type_decl, type_shape
 from bpfdsl.abi.flags import BPF_F_RDONLY_PROG, BPF_F_XDP_DEV_BOUND_ONLY
 from bpfdsl.abi.insn import Insn, encode
@@ -27,6 +28,7 @@ from bpfdsl.abi.map_types import MapType, is_percpu, map_create_problems
 from bpfdsl.abi.opcodes import BPF_PSEUDO_KFUNC_CALL, BPF_PSEUDO_MAP_FD, BPF_PSEUDO_MAP_VALUE
 from bpfdsl.diagnostics import DiagnosticError, error
 from bpfdsl.kernel import syscall as S
+from bpfdsl.kernel.features import btf_features
 from bpfdsl.obj import config as objconfig
 from bpfdsl.obj.maps import PIN_BY_NAME, MapSpec
 from bpfdsl.obj.spec import CollectionSpec, DataSection, ProgramSpec
@@ -128,6 +130,9 @@ class Collection:
     maps: dict[str, LoadedMap] = field(default_factory=dict)
     programs: dict[str, LoadedProgram] = field(default_factory=dict)
     btf_fd: S.Fd | None = None
+    # how the object's BTF was rewritten for this kernel (abi.btf.sanitize.sanitize_for:
+    # "DECL_TAG -> INT: 1"...); empty when the kernel takes it as it is
+    btf_changes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     pins: list[str] = field(default_factory=list)  # pins made by this load (pinning by name)
 
@@ -157,6 +162,7 @@ def load_collection(
     reuse_maps: dict[str, str] | None = None,
     ifindex: int = 0,
     before_pin: Callable[[str, int], None] | None = None,
+    btf_features: BtfFeatures | None = None,
 ) -> Collection:
     """Load ``spec``; ``config`` maps .rodata VAR names to int/bytes/str values;
     ``pin_dir`` is where maps with ``pinning: LIBBPF_PIN_BY_NAME`` live (PIN_ROOT, default
@@ -172,13 +178,15 @@ def load_collection(
     such a program without one is refused (``dev-bound-needs-device``).
     ``before_pin(path, map_id)``: called before a map this load created is pinned by name
     at ``path`` (an intent record lists it, so a repair after SIGKILL removes exactly
-    the pins this load made).  Raises LoadError, VerifierError, PermissionError
-    (BpfPermissionError)."""
+    the pins this load made).  ``btf_features``: what the kernel's BTF loader takes (None:
+    probed, :func:`bpfdsl.kernel.features.btf_features`); the object's BTF is rewritten as
+    libbpf does for a kernel that lacks a kind (``Collection.btf_changes`` says how).
+    Raises LoadError, VerifierError, PermissionError (BpfPermissionError)."""
     coll = Collection(spec)
     reuse = reuse_maps or {}
     try:
         _check_license(spec)
-        _load_btf(coll)
+        _load_btf(coll, btf_features)
         for m in spec.maps.values():
             root = (pin_dir or PIN_BY_NAME_ROOT) if pinning else None
             _create_map(coll, m, root, reuse.get(m.name), before_pin)
@@ -209,14 +217,15 @@ def _check_license(spec: CollectionSpec) -> None:
         )
 
 
-def _load_btf(coll: Collection) -> None:
+def _load_btf(coll: Collection, features: BtfFeatures | None) -> None:
     spec = coll.spec
     if spec.btf is None:
         return
     if spec.btf_error:
         raise _fail("bad-btf", f"{spec.path}: BTF cannot be fixed up: {spec.btf_error}")
     try:
-        coll.btf_fd, _ = S.btf_load(spec.btf.to_bytes())
+        btf, coll.btf_changes = sanitize_for(spec.btf, features or btf_features())
+        coll.btf_fd, _ = S.btf_load(btf.to_bytes())
     except S.BpfPermissionError:
         raise
     except S.BpfError as e:

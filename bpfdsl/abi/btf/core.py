@@ -297,9 +297,14 @@ class Btf:
         body = bytearray()
         for t in self.types[1:]:
             body += _encode_type(t)
-        strs = bytes(self.strings)
-        hdr = _HDR.pack(BTF_MAGIC, 1, 0, _HDR.size, 0, len(body), len(body), len(strs))
-        return hdr + bytes(body) + strs
+        return raw_btf(bytes(body), bytes(self.strings))
+
+
+def raw_btf(types: bytes, strings: bytes) -> bytes:
+    """A ``.BTF`` blob: struct btf_header (version 1, 24 bytes, include/uapi/linux/btf.h),
+    the encoded ``types``, then the string section ``strings`` (starting with a NUL)."""
+    hdr = _HDR.pack(BTF_MAGIC, 1, 0, _HDR.size, 0, len(types), len(types), len(strings))
+    return hdr + types + strings
 
 
 def _encode_type(t: BtfType) -> bytes:
