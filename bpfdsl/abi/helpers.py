@@ -587,6 +587,8 @@ HELPERS_BY_ID: dict[int, HelperProto] = {h.id: h for h in PROTOTYPES if h.modell
 
 BPF_FUNC_LOOP: Final = HELPERS["loop"].id  # bpf_loop: runs a callback subprogram
 BPF_FUNC_TAIL_CALL: Final = HELPERS["tail_call"].id
+# not modelled; the loader's arg:ctx probe calls it (kernel/features.py, as libbpf's)
+BPF_FUNC_GET_FUNC_IP: Final = next(h.id for h in PROTOTYPES if h.name == "get_func_ip")
 
 
 def kernel_helper_name(helper_id: int) -> str | None:

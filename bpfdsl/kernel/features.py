@@ -3,7 +3,8 @@
 Each probe is BPF_BTF_LOAD of the smallest BTF that uses one feature, the blob libbpf
 loads for it (src/features.c ``probe_kern_btf_global_func``, ``_float``, ``_decl_tag``,
 ``_type_tag``, ``_enum64``, ``_qmark_datasec``); a kernel that refuses it lacks the
-feature.  The answers (:class:`bpfdsl.abi.btf.sanitize.BtfFeatures`) are asked once per
+feature.  One more, ``probe_kern_arg_ctx_tag``, loads a program: does the verifier read
+the ``arg:ctx`` tag (:func:`bpfdsl.abi.btf.sanitize.fixup_arg_ctx` when not).  The answers (:class:`bpfdsl.abi.btf.sanitize.BtfFeatures`) are asked once per
 process; the loader rewrites an object's BTF for what is missing
 (:func:`bpfdsl.abi.btf.sanitize.sanitize_for`).
 """
@@ -21,6 +22,10 @@ from bpfdsl.abi.btf.core import (
     raw_btf,
 )
 from bpfdsl.abi.btf.sanitize import BtfFeatures
+from bpfdsl.abi.helpers import BPF_FUNC_GET_FUNC_IP
+from bpfdsl.abi.insn import Insn, encode
+from bpfdsl.abi.opcodes import BPF_CALL, BPF_EXIT, BPF_JMP, BPF_PSEUDO_CALL
+from bpfdsl.abi.prog_types import ProgramType
 from bpfdsl.kernel import syscall as S
 
 
@@ -71,6 +76,51 @@ PROBES: dict[str, tuple[list[int], bytes]] = {
 }
 
 
+# arg_ctx (libbpf probe_kern_arg_ctx_tag): a main program 'a' calls the global subprog
+# 'b(void *b __arg_ctx)', which passes its argument to bpf_get_func_ip (it needs the context)
+ARG_CTX_BTF: tuple[list[int], bytes] = (
+    _int(1)  # [1] int
+    + [0, _info(Kind.PTR), 0]  # [2] void *
+    + [0, _info(Kind.FUNC_PROTO, 1), 1, 1, 2]  # [3] int (void *a)
+    + [1, _info(Kind.FUNC, BTF_FUNC_GLOBAL), 3]  # [4] FUNC a
+    + [0, _info(Kind.FUNC_PROTO, 1), 1, 3, 2]  # [5] int (void *b __arg_ctx)
+    + [3, _info(Kind.FUNC, BTF_FUNC_GLOBAL), 5]  # [6] FUNC b
+    + [5, _info(Kind.DECL_TAG), 6, 0],  # [7] DECL_TAG arg:ctx -> b's arg 0
+    b"\0a\0b\0arg:ctx",
+)
+ARG_CTX_INSNS = [
+    Insn(BPF_JMP | BPF_CALL, 0, BPF_PSEUDO_CALL, 0, 1),  # call b (pc + 1 + 1)
+    Insn(BPF_JMP | BPF_EXIT),
+    Insn(BPF_JMP | BPF_CALL, 0, 0, 0, BPF_FUNC_GET_FUNC_IP),
+    Insn(BPF_JMP | BPF_EXIT),
+]
+ARG_CTX_FUNC_INFO = [(0, 4), (2, 6)]  # insn_off -> FUNC
+
+
+def probe_arg_ctx() -> bool:
+    """True when the verifier reads ``arg:ctx`` (Linux 6.8): BPF_PROG_LOAD of libbpf's
+    KPROBE program whose global subprog gets the context only through the tag."""
+    try:
+        btf_fd, _ = S.btf_load(probe_blob(*ARG_CTX_BTF), log_level=1, log_size=4096)
+    except S.BpfPermissionError:
+        raise
+    except S.BpfError:
+        return False
+    with btf_fd:
+        try:
+            fd, _ = S.prog_load(
+                ProgramType.KPROBE, encode(ARG_CTX_INSNS), "GPL", name="det_arg_ctx",
+                btf_fd=int(btf_fd), retry_with_log=False,
+                func_info=b"".join(struct.pack("<II", *r) for r in ARG_CTX_FUNC_INFO),
+            )  # fmt: skip
+        except S.BpfPermissionError:
+            raise
+        except S.BpfError:
+            return False
+    fd.close()
+    return True
+
+
 def probe(types: list[int], strings: bytes) -> bool:
     """True when the kernel loads this BTF (``strings``: the C literal, without its final
     NUL).  Raises BpfPermissionError (no CAP_BPF): a
@@ -87,6 +137,7 @@ def probe(types: list[int], strings: bytes) -> bool:
 
 @functools.cache
 def btf_features() -> BtfFeatures:
-    """The BTF features of the running kernel (probed once per process, all six).
-    Raises BpfPermissionError as :func:`probe` does."""
-    return BtfFeatures(**{name: probe(*blob) for name, blob in PROBES.items()})
+    """The BTF features of the running kernel (probed once per process: the six kinds and
+    arg:ctx).  Raises BpfPermissionError as :func:`probe` does."""
+    kinds = {name: probe(*blob) for name, blob in PROBES.items()}
+    return BtfFeatures(**kinds, arg_ctx=probe_arg_ctx())

@@ -10,16 +10,17 @@ Any failure closes every fd opened and removes every pin made by this call.
 
 from __future__ import annotations
 
+import copy
 import errno as E
 import os
 import socket
 import struct
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from bpfdsl.abi.btf.core import BtfFormatError
-from bpfdsl.abi.btf.sanitize import BtfFeatures, sanitize_for
+from bpfdsl.abi.btf.core import Btf, BtfFormatError
+from bpfdsl.abi.btf.sanitize import BtfFeatures, fixup_arg_ctx, sanitize_for
 from bpfdsl.abi.btf.shape import type_decl, type_shape
 from bpfdsl.abi.flags import BPF_F_RDONLY_PROG, BPF_F_XDP_DEV_BOUND_ONLY
 from bpfdsl.abi.insn import Insn, encode
@@ -31,7 +32,7 @@ from bpfdsl.kernel import syscall as S
 from bpfdsl.kernel.features import btf_features
 from bpfdsl.obj import config as objconfig
 from bpfdsl.obj.maps import PIN_BY_NAME, MapSpec
-from bpfdsl.obj.spec import CollectionSpec, DataSection, ProgramSpec
+from bpfdsl.obj.spec import CollectionSpec, DataSection, FuncRecord, ProgramSpec
 from bpfdsl.runtime import cpumap
 from bpfdsl.runtime.bpffs import BPFFS, ensure_bpffs
 from bpfdsl.runtime.kfuncs import kfunc_btf_id, needs_dev_bound
@@ -133,6 +134,9 @@ class Collection:
     # how the object's BTF was rewritten for this kernel (abi.btf.sanitize.sanitize_for:
     # "DECL_TAG -> INT: 1"...); empty when the kernel takes it as it is
     btf_changes: list[str] = field(default_factory=list)
+    # program key -> the func_info it is loaded with when the BTF rewrite cloned its
+    # functions (a kernel without arg:ctx); the spec's otherwise
+    func_info: dict[str, list[FuncRecord]] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     pins: list[str] = field(default_factory=list)  # pins made by this load (pinning by name)
 
@@ -224,7 +228,10 @@ def _load_btf(coll: Collection, features: BtfFeatures | None) -> None:
     if spec.btf_error:
         raise _fail("bad-btf", f"{spec.path}: BTF cannot be fixed up: {spec.btf_error}")
     try:
-        btf, coll.btf_changes = sanitize_for(spec.btf, features or btf_features())
+        feats = features or btf_features()  # libbpf's order: func_info fix-up, sanitize
+        btf = spec.btf if feats.arg_ctx else _fixup_arg_ctx(coll, copy.deepcopy(spec.btf))
+        btf, changes = sanitize_for(btf, feats)
+        coll.btf_changes += changes
         coll.btf_fd, _ = S.btf_load(btf.to_bytes())
     except S.BpfPermissionError:
         raise
@@ -240,6 +247,26 @@ def _load_btf(coll: Collection, features: BtfFeatures | None) -> None:
                 hint=_btf_hint(lines),
             )
         ) from None
+
+
+def _fixup_arg_ctx(coll: Collection, btf: Btf) -> Btf:
+    """``btf`` (a copy of the spec's, changed) with each program's global functions whose
+    context parameter is a tagged ``void *`` cloned as ``struct CTX *`` (abi.btf.sanitize.
+    fixup_arg_ctx, libbpf bpf_program_fixup_func_info); the programs' func_info to load
+    with go to ``coll.func_info``, warnings to ``coll.warnings``."""
+    cloned = 0
+    for key, p in coll.spec.programs.items():
+        if not p.func_info or p.kind is None or not p.kind.ctx:
+            continue
+        ids, warnings = fixup_arg_ctx(btf, [f.type_id for f in p.func_info], p.kind.ctx)
+        coll.warnings += [f"prog '{p.name}': {w}" for w in warnings]
+        if ids != [f.type_id for f in p.func_info]:
+            pairs = list(zip(p.func_info, ids, strict=True))
+            coll.func_info[key] = [replace(f, type_id=i) for f, i in pairs]
+            cloned += sum(1 for f, i in pairs if f.type_id != i)
+    if cloned:
+        coll.btf_changes.append(f"global FUNC void *ctx __arg_ctx -> struct ctx *: {cloned}")
+    return btf
 
 
 def _btf_hint(log: list[str]) -> str:
@@ -527,7 +554,8 @@ def _load_program(
     kw: dict[str, Any] = {}
     if coll.btf_fd is not None:
         kw["btf_fd"] = int(coll.btf_fd)
-        kw["func_info"] = b"".join(struct.pack("<II", f.insn_off, f.type_id) for f in p.func_info)
+        func_info = coll.func_info.get(key or p.name, p.func_info)
+        kw["func_info"] = b"".join(struct.pack("<II", f.insn_off, f.type_id) for f in func_info)
         kw["line_info"] = b"".join(
             struct.pack("<IIII", li.insn_off, li.file_name_off, li.line_off, li.line << 10 | li.col)
             for li in p.line_info

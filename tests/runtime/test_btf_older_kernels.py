@@ -7,17 +7,19 @@ program verified and giving its verdict, and must hold no type of the missing ki
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 from support.objbuild import build
 
 from bpfdsl.abi.btf.core import BTF_FUNC_GLOBAL, Kind, parse_btf
-from bpfdsl.abi.btf.sanitize import ENUM64_PLACEHOLDER, BtfFeatures, sanitize_for
+from bpfdsl.abi.btf.sanitize import ENUM64_PLACEHOLDER, BtfFeatures, fixup_arg_ctx, sanitize_for
 from bpfdsl.abi.prog_types import XdpAction
 from bpfdsl.compiler import compile_source
 from bpfdsl.kernel import syscall as S
 from bpfdsl.kernel.features import PROBES, btf_features, probe, probe_blob
 from bpfdsl.obj.collection import read_object
-from bpfdsl.runtime.loader import load_collection
+from bpfdsl.runtime.loader import VerifierError, load_collection
 from bpfdsl.runtime.packets import udp_frame
 
 pytestmark = pytest.mark.kernel
@@ -131,3 +133,48 @@ def test_each_probe_blob_rewritten_for_a_kernel_without_it_loads(feature: str) -
     assert any(gone(t) for t in btf.types[1:]) and not any(gone(t) for t in out.types[1:])
     fd, _ = S.btf_load(out.to_bytes())
     fd.close()
+
+
+def test_without_arg_ctx_a_void_ctx_parameter_is_refused() -> None:
+    """The premise: without the tag (what a kernel before 6.8 reads) a global function's
+    ``void *ctx`` is not the context, and the program is refused."""
+    spec = read_object(build("arg_ctx_void"))
+    with pytest.raises(VerifierError):
+        load_collection(spec, pinning=False, btf_features=BtfFeatures(decl_tag=False)).close()
+
+
+@pytest.mark.parametrize("decl_tag", [True, False])
+def test_a_void_ctx_parameter_is_cloned_as_the_context_struct(decl_tag: bool) -> None:
+    """libbpf's bpf_program_fixup_func_info: the global function loads as `struct xdp_md *`
+    where the verifier does not read arg:ctx, also with DECL_TAG itself missing (5.10)."""
+    spec = read_object(build("arg_ctx_void"))
+    feats = BtfFeatures(arg_ctx=False, decl_tag=decl_tag)
+    with load_collection(spec, pinning=False, btf_features=feats) as coll:
+        assert "global FUNC void *ctx __arg_ctx -> struct ctx *: 1" in coll.btf_changes
+        assert _run(coll, "len_gate") == XdpAction.PASS
+        assert S.prog_test_run(coll.programs["len_gate"].fd, FRAME[:40]).retval == XdpAction.DROP
+        (records,) = coll.func_info.values()
+    spec_ids = [f.type_id for f in spec.programs["len_gate"].func_info]
+    assert records[0].type_id == spec_ids[0] and records[1].type_id != spec_ids[1]
+
+
+def test_the_clone_points_the_tagged_parameter_at_the_context_struct() -> None:
+    spec = read_object(build("arg_ctx_void"))
+    btf = copy.deepcopy(spec.btf)
+    ids = [f.type_id for f in spec.programs["len_gate"].func_info]
+    new, warnings = fixup_arg_ctx(btf, ids, "xdp_md")
+    assert warnings == [] and new[0] == ids[0] and new[1] >= len(spec.btf.types)
+    fn = btf[new[1]]
+    assert fn.name == "frame_len" and fn.linkage == BTF_FUNC_GLOBAL
+    (param,) = btf[fn.type].members
+    ptr = btf[param.type]
+    assert ptr.kind == Kind.PTR and btf[ptr.type].name == "xdp_md"
+    assert any(t.kind == Kind.DECL_TAG and t.type == fn.id for t in btf.types)
+    assert spec.btf[ids[1]].type != fn.type  # the original FUNC_PROTO is not changed
+
+
+def test_a_context_struct_parameter_needs_no_clone() -> None:
+    spec = read_object(build("btf_new_kinds"))
+    with load_collection(spec, pinning=False, btf_features=BtfFeatures(arg_ctx=False)) as coll:
+        assert coll.btf_changes == [] and coll.func_info == {}
+        assert _run(coll, "new_kinds") == XdpAction.PASS

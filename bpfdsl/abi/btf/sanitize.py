@@ -48,6 +48,7 @@ class BtfFeatures:
     type_tag: bool = True  # FEAT_BTF_TYPE_TAG, Linux 5.17
     enum64: bool = True  # FEAT_BTF_ENUM64 (and signed enums), Linux 6.0
     qmark_datasec: bool = True  # FEAT_BTF_QMARK_DATASEC, Linux 6.x
+    arg_ctx: bool = True  # FEAT_ARG_CTX_TAG: the verifier reads DECL_TAG arg:ctx, Linux 6.8
 
     def missing(self) -> list[str]:
         """The names of the features this kernel lacks, in declaration order."""
@@ -57,8 +58,9 @@ class BtfFeatures:
 def sanitize_for(btf: Btf, features: BtfFeatures) -> tuple[Btf, list[str]]:
     """A copy of ``btf`` that a kernel with ``features`` accepts, and what changed (one
     line per rewritten kind, with its count: ``"DECL_TAG -> INT: 2"``).  ``btf`` itself is
-    not changed; with nothing missing it is returned as it is."""
-    if not features.missing():
+    not changed; with no kind missing it is returned as it is (``arg_ctx`` is not a kind:
+    :func:`fixup_arg_ctx`)."""
+    if not [f for f in features.missing() if f != "arg_ctx"]:
         return btf, []
     out = Btf(copy.deepcopy(btf.types), bytes(btf.strings))
     counts: dict[str, int] = {}
@@ -107,3 +109,77 @@ def _make_byte_int(t: BtfType) -> None:
     t.kind, t.kflag, t.size, t.type = Kind.INT, False, 1, 0
     t.encoding, t.int_offset, t.bits, t.component_idx = 0, 0, 8, 0
     t.members = []
+
+
+ARG_CTX = "arg:ctx"  # the DECL_TAG of __arg_ctx (tools/lib/bpf/bpf_helpers.h)
+
+
+def _skip_mods(btf: Btf, tid: int) -> BtfType:
+    t = btf[tid]
+    while t.kind in (Kind.TYPEDEF, Kind.VOLATILE, Kind.CONST, Kind.RESTRICT, Kind.TYPE_TAG):
+        t = btf[t.type]
+    return t
+
+
+def fixup_arg_ctx(btf: Btf, func_ids: list[int], ctx: str) -> tuple[list[int], list[str]]:
+    """libbpf's ``bpf_program_fixup_func_info`` (src/libbpf.c) for a kernel whose verifier
+    does not read ``arg:ctx`` (before Linux 6.8), which finds a global function's context
+    by its parameter's type, ``struct CTX *``.
+
+    For each global FUNC of ``func_ids`` (one program's func_info type ids) with a DECL_TAG
+    ``arg:ctx`` on a ``void *`` parameter, a clone of the FUNC and its FUNC_PROTO is
+    appended to ``btf`` whose tagged parameters point to an empty STRUCT named ``ctx``
+    (the program type's context struct, ``xdp_md``...; added once per call), with the tag
+    copied to the clone.  A parameter already typed ``struct CTX *`` needs nothing.
+    ``btf`` is changed: pass a copy.  Returns the func_info type ids to load with (each
+    clone in place of its original) and warnings: a tagged parameter that is neither
+    ``void *`` nor ``struct CTX *`` (libbpf warns the same and loads it as it is)."""
+    ids, warnings = list(func_ids), []
+    ptr_id = 0
+    clones: dict[int, int] = {}  # original FUNC -> its clone
+    for tag in [t for t in btf.types[1:] if t.kind == Kind.DECL_TAG and t.name == ARG_CTX]:
+        fn = btf[tag.type]
+        if fn.kind != Kind.FUNC or fn.linkage != BTF_FUNC_GLOBAL or fn.id not in ids:
+            continue
+        proto = btf[fn.type]
+        if proto.kind != Kind.FUNC_PROTO or not 0 <= tag.component_idx < len(proto.members):
+            continue
+        arg = _skip_mods(btf, proto.members[tag.component_idx].type)
+        target = _skip_mods(btf, arg.type) if arg.kind == Kind.PTR else None
+        if target is not None and target.kind == Kind.STRUCT and target.name == ctx:
+            continue
+        if target is None or target.id != 0:  # not a pointer, or not void *
+            warnings.append(
+                f"subprog '{fn.name}' arg#{tag.component_idx} is expected to be of "
+                f"`struct {ctx} *` type"
+            )
+            continue
+        if fn.id not in clones:
+            clones[fn.id] = _clone_func(btf, fn, proto)
+            ids = [clones[fn.id] if i == fn.id else i for i in ids]
+        if not ptr_id:
+            struct_id = len(btf.types)
+            btf.types.append(BtfType(struct_id, Kind.STRUCT, ctx, btf.add_string(ctx)))
+            ptr_id = len(btf.types)
+            btf.types.append(BtfType(ptr_id, Kind.PTR, type=struct_id))
+        clone = btf[clones[fn.id]]
+        btf.types.append(
+            BtfType(len(btf.types), Kind.DECL_TAG, ARG_CTX, tag.name_off, type=clone.id,
+                    component_idx=tag.component_idx)
+        )  # fmt: skip
+        btf[clone.type].members[tag.component_idx].type = ptr_id
+    return ids, warnings
+
+
+def _clone_func(btf: Btf, fn: BtfType, proto: BtfType) -> int:
+    """Append a copy of FUNC ``fn`` and its FUNC_PROTO ``proto`` (names kept); the new
+    FUNC's id (libbpf clone_func_btf_info)."""
+    proto_id = len(btf.types)
+    copy_proto = copy.deepcopy(proto)
+    copy_proto.id = proto_id
+    btf.types.append(copy_proto)
+    fn_id = len(btf.types)
+    btf.types.append(
+        BtfType(fn_id, Kind.FUNC, fn.name, fn.name_off, type=proto_id, linkage=fn.linkage)
+    )
+    return fn_id
