@@ -104,9 +104,7 @@ def test_taken_name_is_refused_and_not_deleted():
 
 
 def test_existing_namespace_is_used_and_kept():
-    ns = netlink.unique_name(f"{TAG}-k")
-    netlink.create_netns(ns)
-    try:
+    with netlink.netns(netlink.unique_name(f"{TAG}-k")) as ns:
         with netlink.veth_pair(netns_a=ns, netns_b=ns, make_netns=False, prefix=TAG) as p:
             assert p.made_netns == ()
             with netlink.in_netns(ns):
@@ -114,8 +112,6 @@ def test_existing_namespace_is_used_and_kept():
         assert ns in _ours()[0]
         with netlink.in_netns(ns):
             assert TAG not in " ".join(netlink.interface_names())  # the pair is gone
-    finally:
-        netlink.remove_netns(ns)
 
 
 def _details(ns: str, dev: str) -> dict:
