@@ -16,6 +16,12 @@ kernel/bpf/syscall.c, hashtab.c and arraymap.c define it (6.x):
   entry instead), arrays of ``max_entries`` zeroed values (E2BIG past the end on update,
   ENOENT on lookup, EINVAL on delete, EEXIST for BPF_NOEXIST), per-CPU values of
   ``round_up(value_size, 8) * possible CPUs`` bytes;
+- cpumap, devmap and devmap_hash entries as kernel/bpf/cpumap.c and devmap.c take them:
+  values of 4 or 8 bytes, the program fd in them resolved to the program's id (what a
+  lookup gives back), ENOMEM (cpumap) / EINVAL (devmap) for a program not loaded for
+  that map, ENODEV for a CPU beyond the possible ones, EOVERFLOW for a qsize over
+  16384, EINVAL for an ifindex the caller's namespace lacks (``interfaces``), qsize 0 /
+  ifindex 0 empty the slot; devmaps get BPF_F_RDONLY_PROG in their map_flags;
 - other map types keep the bytes written, by index for the array-backed ones
   (``is_indexed``) and by key otherwise: the kernel would resolve the fds in them;
 - BPF_PROG_LOAD accepts every program (it is not a verifier: use bpfdsl.checker or the
@@ -27,7 +33,13 @@ kernel/bpf/syscall.c, hashtab.c and arraymap.c define it (6.x):
 - OBJ_PIN creates a file at the path (EEXIST if there is one, ENOENT without its directory:
   give a temporary directory as the pin root) and OBJ_GET finds the object pinned there
   while the file exists; OBJ_GET_INFO_BY_FD (map, prog, btf), *_GET_NEXT_ID and
-  *_GET_FD_BY_ID over every object made.
+  *_GET_FD_BY_ID over every object made;
+- BPF_PROG_TEST_RUN's refusals (EINVAL for a cpumap/devmap program, unknown flags, a
+  batch size without BPF_F_TEST_XDP_LIVE_FRAMES; E2BIG for a live batch over 256); a run
+  that passes them fails with EOPNOTSUPP: the fake runs no program;
+- a caller without CAP_BPF (``FakeKernel(privileged=False)``): EPERM for every command;
+  the possible CPUs (``possible_cpus``) that :func:`bpfdsl.kernel.syscall.possible_cpus`
+  answers while the fake is installed.
 
 Each object gets a real file descriptor (of /dev/null) so that closing it works as for a
 kernel object; objects are never freed.  Any other command fails with EOPNOTSUPP.
@@ -39,6 +51,7 @@ import ctypes as C
 import errno as E
 import hashlib
 import os
+import struct
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -57,16 +70,35 @@ from bpfdsl.abi.bpf_attr import (
     ObjAttr,
     ProgInfo,
     ProgLoadAttr,
+    TestRunAttr,
 )
 from bpfdsl.abi.commands import BpfCmd
-from bpfdsl.abi.flags import BPF_EXIST, BPF_NOEXIST
+from bpfdsl.abi.flags import (
+    BPF_EXIST,
+    BPF_F_NUMA_NODE,
+    BPF_F_RDONLY,
+    BPF_F_RDONLY_PROG,
+    BPF_F_TEST_XDP_LIVE_FRAMES,
+    BPF_F_WRONLY,
+    BPF_NOEXIST,
+)
 from bpfdsl.abi.insn import BPF_PSEUDO_MAP_FD, BPF_PSEUDO_MAP_VALUE
+from bpfdsl.abi.limits import TEST_XDP_MAX_BATCH
 from bpfdsl.abi.map_types import MapType, is_array, is_hash, is_indexed, is_lru, is_percpu
-from bpfdsl.abi.prog_types import license_is_gpl_compatible
+from bpfdsl.abi.prog_types import AttachType, ProgramType, license_is_gpl_compatible
 from bpfdsl.kernel import syscall
 
 INSN_SIZE = 8  # bytes of one struct bpf_insn
 LD_IMM64 = 0x18  # BPF_LD | BPF_IMM | BPF_DW: two insn slots
+
+
+CPUMAP_MAX_QSIZE = 16384  # kernel/bpf/cpumap.c: a larger qsize is EOVERFLOW
+# cpumap and devmaps: the map_flags each takes (cpu_map_alloc, DEV_CREATE_FLAG_MASK)
+_ENTRY_MAPS: dict[int, int] = {
+    MapType.CPUMAP: BPF_F_NUMA_NODE,
+    MapType.DEVMAP: BPF_F_NUMA_NODE | BPF_F_RDONLY | BPF_F_WRONLY,
+    MapType.DEVMAP_HASH: BPF_F_NUMA_NODE | BPF_F_RDONLY | BPF_F_WRONLY,
+}
 
 
 def _fail(err: int) -> OSError:
@@ -102,13 +134,15 @@ class FakeMap:
     btf_key_type_id: int = 0
     btf_value_type_id: int = 0
     frozen: bool = False
+    cpus: int = 1  # possible CPUs of the fake kernel that made it
     entries: OrderedDict[bytes, bytes] = field(default_factory=OrderedDict)
 
     @property
     def user_value_size(self) -> int:
-        """Bytes of a value in user space (syscall.percpu_value_size for per-CPU maps)."""
+        """Bytes of a value in user space: per-CPU maps ``round_up(value_size, 8)`` per
+        possible CPU (as syscall.percpu_value_size)."""
         if is_percpu(self.map_type):
-            return syscall.percpu_value_size(self.value_size)
+            return ((self.value_size + 7) & ~7) * self.cpus
         return self.value_size
 
     def _index(self, key: bytes) -> int:
@@ -159,8 +193,9 @@ class FakeMap:
         del self.entries[key]
 
     def keys(self) -> list[bytes]:
-        """Every key in GET_NEXT_KEY order (arrays: every index)."""
-        if is_array(self.map_type):
+        """Every key in GET_NEXT_KEY order (arrays, cpumaps and devmaps: every index, as
+        ``cpu_map_get_next_key``/``dev_map_get_next_key`` walk empty slots too)."""
+        if is_array(self.map_type) or self.map_type in (MapType.CPUMAP, MapType.DEVMAP):
             return [i.to_bytes(4, "little") for i in range(self.max_entries)]
         if is_indexed(self.map_type):
             return sorted(self.entries, key=self._index)
@@ -212,13 +247,31 @@ FakeObject = FakeMap | FakeProg | FakeBtf
 
 class FakeKernel:
     """The objects made through the fake bpf(2) (see the module docstring), with
-    ``calls``: every command seen, in order."""
+    ``calls``: every command seen, in order.
 
-    def __init__(self) -> None:
+    ``possible_cpus``: the machine's possible CPUs (per-CPU value sizes, the CPUs a cpumap
+    entry may name; :func:`bpfdsl.kernel.syscall.possible_cpus` answers it while
+    installed); None: the host's.  ``privileged=False``: a caller without CAP_BPF where
+    ``kernel.unprivileged_bpf_disabled`` is 1 or 2 (the default of most distributions):
+    every command fails with EPERM, as ``__sys_bpf`` refuses it before looking at it.
+    ``interfaces``: ifindex -> name of the network namespace the caller is in (devmap
+    entries name them); the default is a fresh namespace's, ``lo`` at ifindex 1.
+    """
+
+    def __init__(
+        self,
+        *,
+        possible_cpus: int | None = None,
+        privileged: bool = True,
+        interfaces: dict[int, str] | None = None,
+    ) -> None:
         self.objects: dict[int, FakeObject] = {}  # fd -> object
         self.by_id: dict[tuple[str, int], FakeObject] = {}
         self.pins: dict[str, FakeObject] = {}
         self.calls: list[BpfCmd] = []
+        self.cpus = possible_cpus if possible_cpus is not None else syscall.host_possible_cpus()
+        self.privileged = privileged
+        self.interfaces = dict(interfaces) if interfaces is not None else {1: "lo"}
         self._next_id = 1
 
     # ---- bookkeeping ----
@@ -256,11 +309,17 @@ class FakeKernel:
         obj = self.objects.get(fd)
         return self._kind(obj) if obj is not None else ""
 
+    def possible_cpus(self) -> int:
+        """The possible CPUs of this fake machine (see the class docstring)."""
+        return self.cpus
+
     # ---- the system call ----
     def bpf(self, cmd: BpfCmd, attr: C.Structure) -> int:
         """One bpf(2) command on ``attr`` (the command's ``union bpf_attr`` member, as
         bpfdsl.kernel.syscall builds it): the result, or OSError with the kernel's errno."""
         self.calls.append(cmd)
+        if not self.privileged:
+            raise _fail(E.EPERM)
         handler = _HANDLERS.get(cmd)
         if handler is None:
             raise _fail(E.EOPNOTSUPP)
@@ -278,6 +337,12 @@ class FakeKernel:
             raise _fail(E.EINVAL)
         if is_hash(t) and not a.key_size:
             raise _fail(E.EINVAL)
+        flags = int(a.map_flags)
+        if t in _ENTRY_MAPS:  # cpu_map_alloc, dev_map_alloc_check
+            if a.key_size != 4 or a.value_size not in (4, 8) or flags & ~_ENTRY_MAPS[t]:
+                raise _fail(E.EINVAL)
+            if t != MapType.CPUMAP:
+                flags |= BPF_F_RDONLY_PROG  # programs may not write a devmap
         btf = self.objects.get(int(a.btf_fd)) if a.btf_fd else None
         if a.btf_fd and not isinstance(btf, FakeBtf):
             raise _fail(E.EBADF)
@@ -287,11 +352,12 @@ class FakeKernel:
             key_size=int(a.key_size),
             value_size=int(a.value_size),
             max_entries=int(a.max_entries),
-            map_flags=int(a.map_flags),
+            map_flags=flags,
             name=a.map_name.decode(errors="replace"),
             btf_id=btf.id if btf is not None else 0,
             btf_key_type_id=int(a.btf_key_type_id),
             btf_value_type_id=int(a.btf_value_type_id),
+            cpus=self.cpus,
         )
         return self._register(m)
 
@@ -303,12 +369,83 @@ class FakeKernel:
     def _update(self, a: MapElemAttr) -> int:
         m = self._map(int(a.map_fd))
         key = _read(int(a.key), m.key_size)
-        m.update(key, _read(int(a.value), m.user_value_size), int(a.flags))
+        value = _read(int(a.value), m.user_value_size)
+        if m.map_type in _ENTRY_MAPS:
+            self._entry_update(m, key, value, int(a.flags))
+        else:
+            m.update(key, value, int(a.flags))
         return 0
+
+    def _entry_update(self, m: FakeMap, key: bytes, value: bytes, flags: int) -> None:
+        """A cpumap or devmap entry: ``struct bpf_cpumap_val`` {qsize, prog fd} or
+        ``struct bpf_devmap_val`` {ifindex, prog fd}, cut to value_size; the kernel keeps
+        the program's id where the fd was (kernel/bpf/cpumap.c cpu_map_update_elem,
+        kernel/bpf/devmap.c __dev_map_update_elem / __dev_map_hash_update_elem)."""
+        first = int.from_bytes(value[:4], "little")
+        fd = int.from_bytes(value[4:8], "little", signed=True) if len(value) >= 8 else 0
+        if flags > BPF_EXIST or (m.map_type == MapType.DEVMAP_HASH and not first):
+            raise _fail(E.EINVAL)
+        if m.map_type == MapType.DEVMAP_HASH:
+            present = key in m.entries
+            if present and flags & BPF_NOEXIST:
+                raise _fail(E.EEXIST)
+            stored = self._devmap_val(first, fd)
+            if not present and len(m.entries) >= m.max_entries:
+                raise _fail(E.E2BIG)
+            m.entries[key] = stored[: m.value_size]
+            return
+        if m._index(key) >= m.max_entries:
+            raise _fail(E.E2BIG)
+        if flags == BPF_NOEXIST:  # every slot exists
+            raise _fail(E.EEXIST)
+        if m.map_type == MapType.CPUMAP:
+            if first > CPUMAP_MAX_QSIZE:
+                raise _fail(E.EOVERFLOW)
+            if m._index(key) >= self.cpus:
+                raise _fail(E.ENODEV)  # not a possible CPU
+            if not first:  # qsize 0: "same as deleting"
+                m.entries.pop(key, None)
+                return
+            # __cpu_map_entry_alloc fails (NULL: ENOMEM) for any program it cannot take
+            prog_id = self._entry_prog(fd, AttachType.XDP_CPUMAP, E.ENOMEM) if fd > 0 else 0
+            stored = struct.pack("<II", first, prog_id)
+        elif not first:  # no device: the slot is emptied; a program needs one
+            if fd > 0:
+                raise _fail(E.EINVAL)
+            m.entries.pop(key, None)
+            return
+        else:
+            stored = self._devmap_val(first, fd)
+        m.entries[key] = stored[: m.value_size]
+
+    def _devmap_val(self, ifindex: int, fd: int) -> bytes:
+        """``__dev_map_alloc_node``: EINVAL for an ifindex the namespace lacks and for a
+        program that is not XDP loaded for BPF_XDP_DEVMAP."""
+        if ifindex not in self.interfaces:
+            raise _fail(E.EINVAL)
+        prog_id = self._entry_prog(fd, AttachType.XDP_DEVMAP, E.EINVAL) if fd > 0 else 0
+        return struct.pack("<II", ifindex, prog_id)
+
+    def _entry_prog(self, fd: int, want: AttachType, err: int) -> int:
+        """The id of XDP program ``fd`` loaded for ``want``, else OSError ``err``."""
+        p = self.objects.get(fd)
+        if (
+            not isinstance(p, FakeProg)
+            or p.prog_type != ProgramType.XDP
+            or p.expected_attach_type != want
+        ):
+            raise _fail(err)
+        return p.id
 
     def _delete(self, a: MapElemAttr) -> int:
         m = self._map(int(a.map_fd))
-        m.delete(_read(int(a.key), m.key_size))
+        key = _read(int(a.key), m.key_size)
+        if m.map_type in (MapType.CPUMAP, MapType.DEVMAP):  # an empty slot: still 0
+            if m._index(key) >= m.max_entries:
+                raise _fail(E.EINVAL)
+            m.entries.pop(key, None)
+            return 0
+        m.delete(key)
         return 0
 
     def _next_key(self, a: MapElemAttr) -> int:
@@ -402,6 +539,27 @@ class FakeKernel:
         )
         return self._register(p)
 
+    def _test_run(self, a: TestRunAttr) -> int:
+        """BPF_PROG_TEST_RUN's refusals (kernel/bpf/syscall.c bpf_prog_test_run,
+        net/bpf/test_run.c bpf_prog_test_run_xdp); a run that passes them is EOPNOTSUPP:
+        the fake runs no program (use bpfdsl.interp)."""
+        if bool(a.ctx_size_in) != bool(a.ctx_in) or bool(a.ctx_size_out) != bool(a.ctx_out):
+            raise _fail(E.EINVAL)
+        p = self._obj(int(a.prog_fd))
+        if not isinstance(p, FakeProg):
+            raise _fail(E.EINVAL)
+        if p.prog_type == ProgramType.XDP:
+            if p.expected_attach_type in (AttachType.XDP_DEVMAP, AttachType.XDP_CPUMAP):
+                raise _fail(E.EINVAL)
+            if a.flags & ~BPF_F_TEST_XDP_LIVE_FRAMES:
+                raise _fail(E.EINVAL)
+            if a.flags & BPF_F_TEST_XDP_LIVE_FRAMES:
+                if a.batch_size > TEST_XDP_MAX_BATCH:
+                    raise _fail(E.E2BIG)
+            elif a.batch_size:
+                raise _fail(E.EINVAL)
+        raise _fail(E.EOPNOTSUPP)
+
     def _btf_load(self, a: BtfLoadAttr) -> int:
         data = _read(int(a.btf), int(a.btf_size))
         if len(data) < 24 or data[:2] != b"\x9f\xeb":  # btf_header: magic 0xeB9F
@@ -492,6 +650,7 @@ _HANDLERS: dict[BpfCmd, Callable[[FakeKernel, Any], int]] = {
     BpfCmd.MAP_DELETE_BATCH: FakeKernel._delete_batch,
     BpfCmd.PROG_LOAD: FakeKernel._prog_load,
     BpfCmd.BTF_LOAD: FakeKernel._btf_load,
+    BpfCmd.PROG_TEST_RUN: FakeKernel._test_run,
     BpfCmd.OBJ_PIN: FakeKernel._pin,
     BpfCmd.OBJ_GET: FakeKernel._get,
     BpfCmd.OBJ_GET_INFO_BY_FD: FakeKernel._info,

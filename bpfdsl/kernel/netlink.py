@@ -324,16 +324,21 @@ def _unknown_netns(name: str) -> DiagnosticError:
 # ---- veth pairs ----------------------------------------------------------------------
 
 
-def create_veth(name: str, peer: str, *, peer_netns: str | None = None) -> None:
+def create_veth(
+    name: str, peer: str, *, peer_netns: str | None = None, queues: int | None = None
+) -> None:
     """Create veth pair ``name`` (current namespace) <-> ``peer`` (in ``peer_netns``).
 
+    ``queues``: rx and tx queues of each end (IFLA_NUM_RX_QUEUES / IFLA_NUM_TX_QUEUES,
+    as ``ip link add ... numrxqueues N numtxqueues N``); None keeps the kernel's 1.
     Both ends are left down; see :func:`configure`.
     """
-    peer_spec: dict = {"ifname": peer}
+    counts: dict = {} if queues is None else {"num_rx_queues": queues, "num_tx_queues": queues}
+    peer_spec: dict = {"ifname": peer, **counts}
     if peer_netns:
         peer_spec["net_ns_fd"] = peer_netns
     with _ipr() as ipr:
-        ipr.link("add", ifname=name, kind="veth", peer=peer_spec)
+        ipr.link("add", ifname=name, kind="veth", peer=peer_spec, **counts)
 
 
 def _index(dev: str, netns: str | None) -> int:
@@ -426,6 +431,33 @@ def _if_mine(
         fn(*args, **kwargs)
 
 
+def _make_netns(stack: ExitStack, name: str) -> None:
+    """Create namespace ``name`` with its removal on ``stack``, registered before the
+    creation (an interrupt may come at any moment); a name that exists (EEXIST) is
+    someone else's and stays."""
+    mine = [True]
+    stack.callback(_if_mine, mine, remove_netns, name)
+    try:
+        create_netns(name)
+    except OSError as e:
+        if e.errno == errno.EEXIST:
+            mine[0] = False
+        raise
+
+
+@contextmanager
+def netns(name: str) -> Iterator[str]:
+    """A new network namespace ``/run/netns/NAME`` (loopback up) for the body; yields
+    ``name``.  Removed on exit, also on exceptions and KeyboardInterrupt, taking the
+    interfaces in it (a veth with one end there: the whole pair) and their XDP programs.
+    The namespace of :func:`veth_pair`, for tests that need one without a veth, or one
+    namespace several pairs share (``veth_pair(make_netns=(False, True))``).
+    Raises OSError: EEXIST when the name is taken (that namespace is left alone)."""
+    with ExitStack() as stack:
+        _make_netns(stack, name)
+        yield name
+
+
 @contextmanager
 def veth_pair(
     name_a: str | None = None,
@@ -433,13 +465,14 @@ def veth_pair(
     *,
     netns_a: str | None = None,
     netns_b: str | None = None,
-    make_netns: bool = True,
+    make_netns: bool | tuple[bool, bool] = True,
     addrs: tuple[str | None, str | None] = (None, None),
     prefixlen: int = 24,
     up: bool = True,
     mtu: int | None = None,
     neighbours: bool = False,
     disable_ipv6: bool = False,
+    queues: int | None = None,
     prefix: str = "veth",
 ) -> Iterator[VethPair]:
     """A veth pair ``name_a`` <-> ``name_b`` for the body; everything made is removed on
@@ -451,35 +484,35 @@ def veth_pair(
     namespace (``/run/netns/NAME``) of each end, None for the caller's namespace.  With
     ``make_netns`` (the default) the given namespaces are created here (loopback up)
     and removed on exit, which takes the veth and any XDP program on it with them; with
-    ``make_netns=False`` they must exist and are left alone.  ``addrs``: IPv4 address
+    ``make_netns=False`` they must exist and are left alone; ``(make_a, make_b)`` says it
+    per end (one namespace several pairs share, made with :func:`netns`: ``(False,
+    True)``; an end in the caller's namespace ignores its flag).  ``addrs``: IPv4 address
     (text) of end a and end b or None, each ``/prefixlen``.  ``up``: bring both ends up
     (a veth has carrier only while both are).  ``mtu``: bytes of L3 payload per frame
     (IFLA_MTU) of both ends; None keeps the kernel's default (1500).  ``neighbours``:
     permanent neighbour (ARP) entries for the other end's address on each end, so no ARP
     round trip is needed (needs both ``addrs``).  ``disable_ipv6``: IPv6 off on both
-    ends before they come up (no router solicitation, DAD or MLD frames).
+    ends before they come up (no router solicitation, DAD or MLD frames).  ``queues``: rx
+    and tx queues of each end (:func:`create_veth`; an XDP program sees its queue as
+    ``rx_queue_index``), None for one.
 
     Cleaned up on exit: a namespace this call created (removed, taking its interfaces);
     else the veth itself (deleting one end deletes the pair, drivers/net/veth.c).
     Removal is registered before each creation, so an interrupt at any moment leaves
     nothing; a link that was never made by this call is not deleted.
-    Raises OSError / pyroute2 NetlinkError from the kernel (EEXIST for a taken name).
+    Raises OSError / pyroute2 NetlinkError from the kernel (EEXIST for a taken name);
+    ValueError for one namespace given two different ``make_netns`` flags.
     """
+    make_a, make_b = make_netns if isinstance(make_netns, tuple) else (make_netns, make_netns)
+    if netns_a is not None and netns_a == netns_b and make_a != make_b:
+        raise ValueError(f"veth_pair: namespace {netns_a!r} is both to be made and not")
     name_a = name_a or unique_name(f"{prefix}a")
     name_b = name_b or unique_name(f"{prefix}b")
     with ExitStack() as stack:
         made: list[str] = []
-        if make_netns:
-            for made_ns in dict.fromkeys(n for n in (netns_a, netns_b) if n):
-                mine = [True]
-                # registered before creating: an interrupt may come at any moment
-                stack.callback(_if_mine, mine, remove_netns, made_ns)
-                try:
-                    create_netns(made_ns)
-                except OSError as e:
-                    if e.errno == errno.EEXIST:  # someone else's: not ours to remove
-                        mine[0] = False
-                    raise
+        for made_ns, make in ((netns_a, make_a), (netns_b, make_b)):
+            if made_ns and make and made_ns not in made:
+                _make_netns(stack, made_ns)
                 made.append(made_ns)
         # create in the namespace of one end, with the peer moved to the other's
         here_ns: str | None = netns_a
@@ -493,7 +526,7 @@ def veth_pair(
             stack.callback(_if_mine, owned, delete_link, here, netns=here_ns)
         try:
             with in_netns(here_ns) if here_ns else nullcontext():
-                create_veth(here, there, peer_netns=peer_ns)
+                create_veth(here, there, peer_netns=peer_ns, queues=queues)
         except Exception:
             owned[0] = False  # refused (a taken name...): never ours
             raise

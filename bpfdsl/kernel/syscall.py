@@ -139,6 +139,10 @@ class Backend(Protocol):
         """:func:`fd_kind` of a descriptor it made."""
         ...
 
+    def possible_cpus(self) -> int:
+        """:func:`possible_cpus` of the machine it stands for."""
+        ...
+
 
 _backend: Backend | None = None  # None: the real bpf(2)
 
@@ -398,6 +402,14 @@ def map_freeze(fd: int | Fd) -> None:
 
 
 def possible_cpus() -> int:
+    """Number of possible CPUs (the size of a per-CPU value, the CPUs a cpumap can hold):
+    the backend's (:func:`set_backend`) when one is set, else :func:`host_possible_cpus`."""
+    if _backend is not None:
+        return _backend.possible_cpus()
+    return host_possible_cpus()
+
+
+def host_possible_cpus() -> int:
     """Number of possible CPUs from /sys/devices/system/cpu/possible ("0-3,5"), as libbpf."""
     try:
         text = open("/sys/devices/system/cpu/possible").read().strip()

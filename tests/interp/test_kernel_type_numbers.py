@@ -5,8 +5,6 @@ number; known numbers keep their names."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import pytest
 
 from bpfdsl.abi import insn as I
@@ -16,6 +14,8 @@ from bpfdsl.checker import check_insns
 from bpfdsl.checker.env import MapRef
 from bpfdsl.diagnostics import DiagnosticError
 from bpfdsl.interp import make_map
+from bpfdsl.kernel import fake
+from bpfdsl.kernel import syscall as S
 from bpfdsl.obj.maps import MapSpec
 from bpfdsl.runtime import cgroup
 
@@ -51,11 +51,13 @@ def test_checker_helper_map_table_only_for_known_map_types() -> None:
 @pytest.mark.parametrize(
     ("prog_type", "named"), [(ProgramType.XDP, "xdp"), (NEW_PROG_TYPE, str(NEW_PROG_TYPE))]
 )
-def test_sock_ops_attach_names_the_wrong_program_type(monkeypatch, prog_type, named) -> None:
-    # the type check comes before the cgroup is opened: no kernel object is needed
-    monkeypatch.setattr(cgroup.S, "prog_info", lambda fd: SimpleNamespace(type=int(prog_type)))
-    with pytest.raises(DiagnosticError) as ei:
-        cgroup.sock_ops_attach("/nonexistent-cgroup", 0, prog_name="p")
+def test_sock_ops_attach_names_the_wrong_program_type(prog_type, named) -> None:
+    # a program of that type in the fake kernel (a newer kernel reports any number); the
+    # type check comes before the cgroup is opened
+    insns = I.encode([I.mov64_imm(0, 1), I.exit_()])
+    with fake.installed(), S.prog_load(prog_type, insns, "GPL")[0] as fd:
+        with pytest.raises(DiagnosticError) as ei:
+            cgroup.sock_ops_attach("/nonexistent-cgroup", int(fd), prog_name="p")
     d = ei.value.diagnostics[0]
     assert d.code == "not-sock-ops"
     assert d.message == f"program 'p' is a {named} program, not sock_ops"

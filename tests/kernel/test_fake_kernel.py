@@ -8,6 +8,7 @@ without root, is tested last."""
 from __future__ import annotations
 
 import errno as E
+import json
 import os
 import shutil
 import struct
@@ -21,9 +22,10 @@ from pathlib import Path
 import pytest
 
 from bpfdsl.abi.commands import BpfCmd
-from bpfdsl.abi.flags import BPF_ANY, BPF_EXIST, BPF_NOEXIST
+from bpfdsl.abi.flags import BPF_ANY, BPF_EXIST, BPF_F_TEST_XDP_LIVE_FRAMES, BPF_NOEXIST
+from bpfdsl.abi.limits import TEST_XDP_MAX_BATCH
 from bpfdsl.abi.map_types import MapType
-from bpfdsl.abi.prog_types import ProgramType
+from bpfdsl.abi.prog_types import AttachType, ProgramType
 from bpfdsl.kernel import fake
 from bpfdsl.kernel import syscall as S
 
@@ -137,6 +139,84 @@ def script(pin_dir: Path) -> list[tuple[str, object]]:
     )[0]
     rec("prog info", lambda: _prog_info(prog, {S.map_info(h).id: "hash"}))
 
+    # cpumap and devmap entries: the kernel keeps the program's id where the value had its
+    # fd, and refuses a program of the wrong flavour, a CPU or device it lacks
+    plain, on_cpu, on_dev = (
+        S.prog_load(ProgramType.XDP, MOV_R0_2 + EXIT, license="GPL", name=n,
+                    expected_attach_type=t)[0]
+        for n, t in (("fk_plain", 0), ("fk_cpu", AttachType.XDP_CPUMAP),
+                     ("fk_dev", AttachType.XDP_DEVMAP))
+    )  # fmt: skip
+    ids = {S.prog_info(fd).id: n for fd, n in ((plain, "plain"), (on_cpu, "cpu"), (on_dev, "dev"))}
+
+    def entry(fd: S.Fd, key: int, size: int = 8) -> object:
+        """The entry's value as (first u32, name of the program whose id it holds)."""
+        raw = S.map_lookup(fd, k32(key), size)
+        if raw is None:
+            return None
+        first, prog_id = struct.unpack("<II", raw.ljust(8, b"\0"))
+        return first, ids.get(prog_id, prog_id)
+
+    def val(first: int, fd: int = 0) -> bytes:
+        return struct.pack("<Ii", first, fd)
+
+    ncpu = S.possible_cpus()
+    cm = S.map_create(MapType.CPUMAP, 4, 8, ncpu + 1, name="fk_cpumap")
+    rec("cpumap info", lambda: _map_info(cm))
+    rec("cpumap empty slot", lambda: entry(cm, 0))
+    rec("cpumap update", lambda: S.map_update(cm, k32(0), val(64, int(on_cpu))))
+    rec("cpumap holds the prog id", lambda: entry(cm, 0))
+    rec("cpumap no prog", lambda: S.map_update(cm, k32(0), val(32)))
+    rec("cpumap no prog entry", lambda: entry(cm, 0))
+    rec("cpumap plain prog", lambda: S.map_update(cm, k32(0), val(64, int(plain))))
+    rec("cpumap devmap prog", lambda: S.map_update(cm, k32(0), val(64, int(on_dev))))
+    rec("cpumap map fd as prog", lambda: S.map_update(cm, k32(0), val(64, int(h))))
+    rec("cpumap qsize too big", lambda: S.map_update(cm, k32(0), val(16385)))
+    rec("cpumap noexist", lambda: S.map_update(cm, k32(0), val(8), BPF_NOEXIST))
+    rec("cpumap past end", lambda: S.map_update(cm, k32(ncpu + 1), val(8)))
+    rec("cpumap impossible cpu", lambda: S.map_update(cm, k32(ncpu), val(8)))
+    rec("cpumap qsize 0 empties", lambda: (S.map_update(cm, k32(0), val(0)), entry(cm, 0)))
+    rec("cpumap walk", lambda: walk_all(cm))
+    rec("cpumap delete", lambda: S.map_delete(cm, k32(0)))
+    rec("cpumap delete past end", lambda: S.map_delete(cm, k32(ncpu + 1)))
+    rec("cpumap value of 12", lambda: S.map_create(MapType.CPUMAP, 4, 12, 1).close())
+    cm4 = S.map_create(MapType.CPUMAP, 4, 4, 1, name="fk_cpumap4")
+    rec("cpumap qsize only", lambda: (S.map_update(cm4, k32(0), k32(9)), entry(cm4, 0, 4)))
+    dm = S.map_create(MapType.DEVMAP, 4, 8, 2, name="fk_devmap")
+    rec("devmap info", lambda: _map_info(dm))
+    rec("devmap update lo", lambda: S.map_update(dm, k32(1), val(1, int(on_dev))))
+    rec("devmap holds the prog id", lambda: entry(dm, 1))
+    rec("devmap cpumap prog", lambda: S.map_update(dm, k32(1), val(1, int(on_cpu))))
+    rec("devmap unknown ifindex", lambda: S.map_update(dm, k32(1), val(0x7FFFFFF0)))
+    rec("devmap prog without ifindex", lambda: S.map_update(dm, k32(1), val(0, int(on_dev))))
+    rec("devmap ifindex 0 empties", lambda: (S.map_update(dm, k32(1), val(0)), entry(dm, 1)))
+    rec("devmap noexist", lambda: S.map_update(dm, k32(0), val(1), BPF_NOEXIST))
+    rec("devmap past end", lambda: S.map_update(dm, k32(2), val(1)))
+    rec("devmap walk", lambda: walk_all(dm))
+    rec("devmap delete empty slot", lambda: S.map_delete(dm, k32(0)))
+    rec("devmap delete past end", lambda: S.map_delete(dm, k32(2)))
+    dh = S.map_create(MapType.DEVMAP_HASH, 4, 8, 1, name="fk_devhash")
+    rec("devhash info", lambda: _map_info(dh))
+    rec("devhash update", lambda: S.map_update(dh, k32(1000), val(1, int(on_dev))))
+    rec("devhash entry", lambda: entry(dh, 1000))
+    rec("devhash noexist", lambda: S.map_update(dh, k32(1000), val(1), BPF_NOEXIST))
+    rec("devhash full", lambda: S.map_update(dh, k32(7), val(1)))
+    rec("devhash ifindex 0", lambda: S.map_update(dh, k32(1000), val(0)))
+    rec("devhash delete absent", lambda: S.map_delete(dh, k32(7)))
+    rec("devhash walk", lambda: walk_all(dh))
+
+    # BPF_PROG_TEST_RUN's refusals (the fake runs nothing past them)
+    live = BPF_F_TEST_XDP_LIVE_FRAMES
+    rec("run cpumap prog", lambda: S.prog_test_run(on_cpu, bytes(64), flags=live, batch_size=1))
+    rec("run devmap prog", lambda: S.prog_test_run(on_dev, bytes(64)))
+    rec("run live batch too big",
+        lambda: S.prog_test_run(plain, bytes(64), flags=live, batch_size=TEST_XDP_MAX_BATCH + 1))  # fmt: skip
+    rec("run batch without live", lambda: S.prog_test_run(plain, bytes(64), batch_size=1))
+    rec("run unknown flag", lambda: S.prog_test_run(plain, bytes(64), flags=1 << 30))
+    rec("run a map", lambda: S.prog_test_run(int(h), bytes(64)))
+    for fd in (plain, on_cpu, on_dev, cm, cm4, dm, dh):
+        fd.close()
+
     # pins
     path = str(pin_dir / "fk_pinned")
     rec("pin", lambda: S.obj_pin(a, path))
@@ -149,6 +229,17 @@ def script(pin_dir: Path) -> list[tuple[str, object]]:
     for fd in (h, a, pa, lru, prog):
         fd.close()
     return out
+
+
+def denied_script() -> list[tuple[str, object]]:
+    """What a caller without CAP_BPF gets (kernel.unprivileged_bpf_disabled 1 or 2)."""
+    return [
+        ("probe", S.probe_bpf()),
+        ("map create", _try(lambda: S.map_create(MapType.ARRAY, 4, 4, 1).close())),
+        ("prog load", _try(lambda: S.prog_load(ProgramType.XDP, MOV_R0_2 + EXIT, "GPL"))),
+        ("get by id", _try(lambda: S.map_get_fd_by_id(1))),
+        ("next id", _try(lambda: S.get_next_id("prog", 0))),
+    ]
 
 
 def walk_all(fd: S.Fd) -> list[bytes]:
@@ -220,7 +311,7 @@ def test_fake_serves_a_process_that_may_not_call_bpf(tmp_path: Path) -> None:
     work = Path(tempfile.mkdtemp(prefix="fk_nobody_"))  # a dir user nobody can reach
     work.chmod(0o777)
     code = f"""
-import sys
+import json, sys
 sys.path.insert(0, {str(Path(__file__).parent)!r})
 from pathlib import Path
 import test_fake_kernel as t
@@ -228,6 +319,7 @@ from bpfdsl.kernel import fake, syscall as S
 from bpfdsl.abi.map_types import MapType
 from bpfdsl.runtime.mapview import MapView
 assert S.probe_bpf() is not None, "bpf() works for nobody: the test proves nothing"
+print(json.dumps(t.denied_script()))
 with fake.installed():
     got = dict(t.script(Path({str(work)!r})))
     assert got["hash full"] == "errno E2BIG", got
@@ -245,7 +337,29 @@ print("ok")
         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
     )  # fmt: skip
     shutil.rmtree(work)
-    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+    assert r.returncode == 0 and r.stdout.splitlines()[-1] == "ok", r.stderr
+    # the fake of a caller without CAP_BPF answers as the kernel answered user nobody
+    with fake.installed(fake.FakeKernel(privileged=False)) as k:
+        denied = json.loads(json.dumps(denied_script()))
+    assert denied == json.loads(r.stdout.splitlines()[0])
+    assert dict(denied)["map create"] == "errno EPERM" and k.calls
+
+
+def test_fake_possible_cpus() -> None:
+    """By default the fake has the host's possible CPUs (those the kernel sizes per-CPU
+    values by, as the contract script shows); given a number, per-CPU values, the CPUs a
+    cpumap entry may name and syscall.possible_cpus() follow it."""
+    assert fake.FakeKernel().possible_cpus() == S.host_possible_cpus()
+    with fake.installed(fake.FakeKernel(possible_cpus=3)):
+        assert S.possible_cpus() == 3 and S.percpu_value_size(4) == 24
+        with S.map_create(MapType.PERCPU_ARRAY, 4, 4, 1) as pa:
+            assert S.map_lookup(pa, k32(0), 24) == bytes(24)
+        with S.map_create(MapType.CPUMAP, 4, 4, 8) as cm:
+            S.map_update(cm, k32(2), k32(16))
+            with pytest.raises(S.BpfError) as ei:
+                S.map_update(cm, k32(3), k32(16))
+            assert ei.value.errno == E.ENODEV
+    assert S.possible_cpus() == S.host_possible_cpus()
 
 
 def test_test_runs_are_refused_under_the_fake() -> None:

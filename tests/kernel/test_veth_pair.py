@@ -4,7 +4,10 @@ or is interrupted), and nothing it did not make."""
 
 from __future__ import annotations
 
+import errno
+import json
 import subprocess
+from contextlib import ExitStack
 
 import pytest
 from support.netns import capture, send_frames
@@ -101,9 +104,7 @@ def test_taken_name_is_refused_and_not_deleted():
 
 
 def test_existing_namespace_is_used_and_kept():
-    ns = netlink.unique_name(f"{TAG}-k")
-    netlink.create_netns(ns)
-    try:
+    with netlink.netns(netlink.unique_name(f"{TAG}-k")) as ns:
         with netlink.veth_pair(netns_a=ns, netns_b=ns, make_netns=False, prefix=TAG) as p:
             assert p.made_netns == ()
             with netlink.in_netns(ns):
@@ -111,5 +112,54 @@ def test_existing_namespace_is_used_and_kept():
         assert ns in _ours()[0]
         with netlink.in_netns(ns):
             assert TAG not in " ".join(netlink.interface_names())  # the pair is gone
-    finally:
-        netlink.remove_netns(ns)
+
+
+def _details(ns: str, dev: str) -> dict:
+    """``ip -d -j link show DEV`` in ``ns``: iproute2's view, independent of pyroute2."""
+    out = subprocess.run(
+        ["ip", "-n", ns, "-d", "-j", "link", "show", dev],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
+    (link,) = json.loads(out.stdout)
+    return link
+
+
+def test_pairs_share_a_hub_namespace_with_queues_and_leave_nothing():
+    """netns() makes the hub; each veth_pair(make_netns=(False, True)) makes only its spoke's
+    namespace; ``queues`` sets both ends' rx/tx queue counts; exit removes all of it."""
+    before = _ours()
+    hub = netlink.unique_name(f"{TAG}-h")
+    spokes = [netlink.unique_name(f"{TAG}-s") for _ in range(2)]
+    with netlink.netns(hub) as h:
+        assert h == hub and hub in _ours()[0]
+        with ExitStack() as stack:
+            pairs = [
+                stack.enter_context(
+                    netlink.veth_pair(
+                        netns_a=hub, netns_b=s, make_netns=(False, True), queues=4, prefix=TAG
+                    )
+                )
+                for s in spokes
+            ]
+            assert [p.made_netns for p in pairs] == [(s,) for s in spokes]
+            for p in pairs:
+                for end in (p.a, p.b):
+                    link = _details(str(end.netns), end.name)
+                    assert link["ifindex"] == end.ifindex and link["address"] == end.mac
+                    assert (link["num_rx_queues"], link["num_tx_queues"]) == (4, 4)
+            assert _details(hub, pairs[0].a.name)["link_netnsid"] is not None
+        assert set(_ours()[0]) & set(spokes) == set()  # the spokes went with their pairs
+        with netlink.in_netns(hub):
+            assert TAG not in " ".join(netlink.interface_names())  # and the hub's ends
+        with pytest.raises(OSError) as e:  # a taken name: refused, and the hub stays
+            with netlink.netns(hub):
+                pass  # pragma: no cover
+        assert e.value.errno == errno.EEXIST and hub in _ours()[0]
+    assert _ours() == before
+    with pytest.raises(ValueError, match="both to be made and not"):
+        with netlink.veth_pair(netns_a=hub, netns_b=hub, make_netns=(False, True)):
+            pass  # pragma: no cover
+    assert _ours() == before

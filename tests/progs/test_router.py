@@ -16,7 +16,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 
 import pytest
-from support.netns import capture, send_frames
+from support.netns import capture, send_frames, veth_star
 from support.paths import PROGS
 from support.redirect_testlib import load_bpfdsl, percpu_sum
 
@@ -60,28 +60,22 @@ def routed() -> Iterator[Routed]:
     kernel forwarding blocked in the router; removed on exit, also on failure."""
     tag = uuid.uuid4().hex[:6]
     t = Routed(f"rth1{tag}", f"rtr{tag}", f"rth2{tag}", *(f"rt{x}{tag}" for x in "wxyz"))
-    made: list[str] = []
-    try:
-        for ns in (t.h1, t.r, t.h2):
-            netlink.create_netns(ns)
-            made.append(ns)
-        ip(t.h1, "link", "add", t.a0, "type", "veth", "peer", t.a1, "netns", t.r)
-        ip(t.h2, "link", "add", t.b0, "type", "veth", "peer", t.b1, "netns", t.r)
-        for ns, dev, v4, v6 in (
-            (t.h1, t.a0, "10.1.0.2/24", "fd01::2/64"),
-            (t.r, t.a1, "10.1.0.1/24", "fd01::1/64"),
-            (t.r, t.b1, "10.2.0.1/24", "fd02::1/64"),
-            (t.h2, t.b0, "10.2.0.2/24", "fd02::2/64"),
+    ports = [(t.a1, t.a0, t.h1), (t.b1, t.b0, t.h2)]
+    addrs = [("10.1.0.1", "10.1.0.2"), ("10.2.0.1", "10.2.0.2")]
+    with veth_star(t.r, ports, addrs=addrs) as (_pa, pb):
+        for ns, dev, v6 in (
+            (t.h1, t.a0, "fd01::2/64"),
+            (t.r, t.a1, "fd01::1/64"),
+            (t.r, t.b1, "fd02::1/64"),
+            (t.h2, t.b0, "fd02::2/64"),
         ):
-            ip(ns, "addr", "add", v4, "dev", dev)
             ip(ns, "-6", "addr", "add", v6, "dev", dev, "nodad")
-            ip(ns, "link", "set", dev, "up")
         for ns, gw4, gw6 in ((t.h1, "10.1.0.1", "fd01::1"), (t.h2, "10.2.0.1", "fd02::1")):
             ip(ns, "route", "add", "default", "via", gw4)
             ip(ns, "-6", "route", "add", "default", "via", gw6)
         # the next hop is known, so bpf_fib_lookup gives SUCCESS (not NO_NEIGH)
-        ip(t.r, "neigh", "add", "10.2.0.2", "lladdr", mac(t.h2, t.b0), "dev", t.b1)
-        ip(t.r, "-6", "neigh", "add", "fd02::2", "lladdr", mac(t.h2, t.b0), "dev", t.b1)
+        netlink.add_neighbour(t.b1, "10.2.0.2", pb.b.mac, netns=t.r)
+        ip(t.r, "-6", "neigh", "add", "fd02::2", "lladdr", pb.b.mac, "dev", t.b1)
         sysctl(t.r, "net.ipv4.ip_forward", "1")
         sysctl(t.r, "net.ipv6.conf.all.forwarding", "1")
         with netlink.in_netns(t.r):
@@ -94,9 +88,6 @@ def routed() -> Iterator[Routed]:
         with netlink.in_netns(t.h2):
             subprocess.run(["ethtool", "-K", t.b0, "gro", "on"], check=True, timeout=20)
         yield t
-    finally:
-        for ns in reversed(made):
-            netlink.remove_netns(ns)
 
 
 def frames4(t: Routed, n: int, ttl: int = 64) -> list[bytes]:

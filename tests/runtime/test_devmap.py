@@ -21,7 +21,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 
 import pytest
-from support.netns import capture, send_frames
+from support.netns import capture, send_frames, veth_star
 from support.paths import DATA, ROOT
 from support.redirect_testlib import (
     VARIANTS,
@@ -31,7 +31,6 @@ from support.redirect_testlib import (
     load_object,
     load_variant,
     percpu_sum,
-    quiet_ipv6,
 )
 
 from bpfdsl.abi.flags import BPF_F_BROADCAST, BPF_F_EXCLUDE_INGRESS, XdpFlags
@@ -64,26 +63,10 @@ def router(names: tuple[str, ...] = ("a", "b", "c")):
     """Namespace R with one veth port per name, peers in their own namespaces."""
     tag = uuid.uuid4().hex[:6]
     rns = f"dmr{tag}"
-    made: list[str] = []
-    try:
-        netlink.create_netns(rns)
-        made.append(rns)
-        quiet_ipv6(rns)
-        ports = {}
-        for n in names:
-            ns, dev, rdev = f"dm{n}{tag}", f"dm{n}{tag}", f"dmr{n}{tag}"
-            netlink.create_netns(ns)
-            made.append(ns)
-            quiet_ipv6(ns)
-            with netlink.in_netns(rns):
-                netlink.create_veth(rdev, dev, peer_netns=ns)
-            netlink.configure(rdev, netns=rns)
-            mac = netlink.configure(dev, netns=ns)
-            ports[n] = Port(ns, dev, rdev, mac)
-        yield Router(rns, ports)
-    finally:
-        for ns in reversed(made):
-            netlink.remove_netns(ns)
+    spokes = [(f"dmr{n}{tag}", f"dm{n}{tag}", f"dm{n}{tag}") for n in names]
+    with veth_star(rns, spokes, disable_ipv6=True) as pairs:
+        ports = zip(names, pairs, strict=True)
+        yield Router(rns, {n: Port(str(p.b.netns), p.b.name, p.a.name, p.b.mac) for n, p in ports})
 
 
 def attach(ns: str, dev: str, prog: int) -> None:

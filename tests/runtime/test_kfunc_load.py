@@ -5,10 +5,8 @@ device-bound (prog_ifindex + BPF_F_XDP_DEV_BOUND_ONLY) on the device it is given
 
 from __future__ import annotations
 
-import subprocess
-import uuid
-
 import pytest
+from support.netns import veth_here
 
 from bpfdsl.abi.btf.core import find_func_id, parse_btf
 from bpfdsl.abi.opcodes import BPF_PSEUDO_CALL, BPF_PSEUDO_KFUNC_CALL
@@ -74,17 +72,7 @@ def test_a_dev_bound_program_needs_a_device() -> None:
 
 @pytest.mark.kernel
 def test_loads_device_bound_on_a_veth() -> None:
-    tag = uuid.uuid4().hex[:6]
-    ns, a, b = f"m17k{tag}", f"m17a{tag}", f"m17b{tag}"
-    subprocess.run(["ip", "netns", "add", ns], check=True)
-    try:
-        subprocess.run(
-            ["ip", "link", "add", a, "type", "veth", "peer", "name", b, "netns", ns], check=True
-        )
-        ifindex = int(open(f"/sys/class/net/{a}/ifindex").read())
+    with veth_here("m17") as ifindex:  # a veth here, its peer in a namespace of its own
         spec = read_object(compile_source(HINTS, "hints.bpfd").obj)
         with load_collection(spec, pinning=False, ifindex=ifindex) as coll:
             assert int(coll.programs["hints"].fd) > 0
-    finally:
-        subprocess.run(["ip", "link", "del", a], check=False, capture_output=True)
-        subprocess.run(["ip", "netns", "del", ns], check=False)

@@ -20,9 +20,8 @@ import uuid
 from contextlib import contextmanager
 
 import pytest
-from support.netns import bpffs_dir, capture, send_frames
+from support.netns import bpffs_dir, capture, send_frames, veth_star
 from support.paths import ROOT
-from support.redirect_testlib import quiet_ipv6
 
 from bpfdsl.abi.net import NETDEV_XDP_ACT_NDO_XMIT
 from bpfdsl.kernel import netlink
@@ -49,22 +48,9 @@ def bpfdsl(*args: str, ns: str | None = None) -> subprocess.CompletedProcess:
 def topology():
     tag = uuid.uuid4().hex[:6]
     r, a, b = f"vwr{tag}", f"vwa{tag}", f"vwb{tag}"
-    made: list[str] = []
-    try:
-        for ns in (r, a, b):
-            netlink.create_netns(ns)
-            made.append(ns)
-            quiet_ipv6(ns)
-        with netlink.in_netns(r):
-            netlink.create_veth(f"ra{tag}", a, peer_netns=a)
-            netlink.create_veth(f"rb{tag}", b, peer_netns=b)
-        for dev in (f"ra{tag}", f"rb{tag}"):
-            netlink.configure(dev, netns=r)
-        macs = {ns: netlink.configure(ns, netns=ns) for ns in (a, b)}
-        yield r, a, b, f"ra{tag}", f"rb{tag}", macs
-    finally:
-        for ns in reversed(made):
-            netlink.remove_netns(ns)
+    ports = [(f"ra{tag}", a, a), (f"rb{tag}", b, b)]  # each peer named as its namespace
+    with veth_star(r, ports, disable_ipv6=True) as (pa, pb):
+        yield r, a, b, pa.a.name, pb.a.name, {a: pa.b.mac, b: pb.b.mac}
 
 
 def _frames(mac: str, marker: bytes) -> list[bytes]:

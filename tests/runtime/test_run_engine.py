@@ -45,15 +45,18 @@ def test_auto_uses_interp_where_the_kernel_cannot_test_run():
     assert "engine: interp (BPF_PROG_TEST_RUN refuses xdp(cpumap) programs)" in r.stderr
 
 
-def test_auto_falls_back_to_interp_without_bpf(monkeypatch, capsys):
-    # As a user without CAP_BPF: probe_bpf() gives the reason, the interpreter runs.
+def test_auto_falls_back_to_interp_without_bpf(capsys):
+    # As a user without CAP_BPF (the fake kernel refuses every bpf() with EPERM, as the
+    # kernel does with unprivileged_bpf_disabled): the probe gives the reason, the
+    # interpreter runs.
     from bpfdsl import cli
-    from bpfdsl.kernel import syscall
+    from bpfdsl.kernel import fake
 
-    monkeypatch.setattr(syscall, "probe_bpf", lambda: "bpf() not permitted: needs root")
-    rc = cli.main(["-j", "run", str(PROGS / "xdp_udp_filter.bpfd"), "--hex", FRAME])
+    with fake.installed(fake.FakeKernel(privileged=False)) as k:
+        rc = cli.main(["-j", "run", str(PROGS / "xdp_udp_filter.bpfd"), "--hex", FRAME])
     out, err = capsys.readouterr()
     assert rc == 0, err
     res = json.loads(out)
     assert res["engine"] == "interp" and res["totals"] == {"XDP_DROP": 1}
-    assert "engine: interp (bpf() not permitted: needs root)" in err
+    assert "engine: interp (bpf() not permitted: needs root (CAP_BPF + CAP_NET_ADMIN))" in err
+    assert k.calls  # the probe asked (the fake), and was refused

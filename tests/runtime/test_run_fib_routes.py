@@ -181,12 +181,6 @@ def ip(ns: str, *args: str) -> None:
                    check=True)  # fmt: skip
 
 
-def ifindex(ns: str, dev: str) -> int:
-    out = subprocess.run(["ip", "-n", ns, "-j", "link", "show", dev], capture_output=True,
-                         text=True, timeout=20, check=True).stdout  # fmt: skip
-    return json.loads(out)[0]["ifindex"]
-
-
 @pytest.mark.kernel
 def test_interpreter_routes_agree_with_the_kernels_fib(root):
     """One namespace, two veth ends (a: in, b: out to 10.2.0.0/24 with a static neighbour),
@@ -195,22 +189,18 @@ def test_interpreter_routes_agree_with_the_kernels_fib(root):
     same verdict, redirect target and output frame changes."""
     tag = uuid.uuid4().hex[:6]
     ns, a, a_peer, b, b_peer = f"fibr{tag}", f"fa{tag}", f"fA{tag}", f"fb{tag}", f"fB{tag}"
-    netlink.create_netns(ns)
-    try:
-        for dev, peer in ((a, a_peer), (b, b_peer)):
-            ip(ns, "link", "add", dev, "type", "veth", "peer", peer)
-            ip(ns, "link", "set", peer, "up")
-            ip(ns, "link", "set", dev, "up")
-        ip(ns, "addr", "add", "10.1.0.1/24", "dev", a)
-        ip(ns, "addr", "add", "10.2.0.1/24", "dev", b)
-        ip(ns, "neigh", "add", "10.2.0.2", "lladdr", DMAC, "dev", b, "nud", "permanent")
+    with (
+        netlink.netns(ns),
+        netlink.veth_pair(a, a_peer, netns_a=ns, netns_b=ns, make_netns=False,
+                          addrs=("10.1.0.1", None)) as pa,
+        netlink.veth_pair(b, b_peer, netns_a=ns, netns_b=ns, make_netns=False,
+                          addrs=("10.2.0.1", None)) as pb,
+    ):  # fmt: skip
+        netlink.add_neighbour(b, "10.2.0.2", DMAC, netns=ns)
         ip(ns, "route", "add", "10.3.0.0/16", "via", "10.2.0.2", "dev", b)
         with netlink.in_netns(ns), open("/proc/sys/net/ipv4/ip_forward", "w") as f:
             f.write("1")
-        ia, ib = ifindex(ns, a), ifindex(ns, b)
-        bmac = json.loads(subprocess.run(["ip", "-n", ns, "-j", "link", "show", b],
-                                         capture_output=True, text=True, timeout=20,
-                                         check=True).stdout)[0]["address"]  # fmt: skip
+        ia, ib, bmac = pa.a.ifindex, pb.a.ifindex, pb.a.mac
         frame = v4("10.3.7.7")
         base = [sys.executable, "-m", "bpfdsl", "--json", "run",
                 str(root / "progs" / "xdp_router.bpfd"), "--hex", frame.hex(),
@@ -232,8 +222,6 @@ def test_interpreter_routes_agree_with_the_kernels_fib(root):
         assert f"eth.h_dest: 02:00:00:00:00:02 -> {DMAC}" in k["changes"]
         assert f"eth.h_source: {HOST} -> {bmac}" in k["changes"]
         assert "ip.ttl: 64 -> 63" in k["changes"]
-    finally:
-        netlink.remove_netns(ns)
 
 
 def test_the_documented_run_is_what_the_cli_prints(capsys, root):

@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import subprocess
 
 import pytest
 from support.netns import unique
@@ -41,15 +40,9 @@ def test_ingress_ifindex_and_queue_reach_the_program_on_both_engines(tmp_path) -
     src = tmp_path / "seen.bpfd"
     src.write_text(SRC)
     ns = unique("rxq")
-    netlink.create_netns(ns)
-    try:
-        q4 = ("numrxqueues", "4", "numtxqueues", "4")
-        subprocess.run(
-            ["ip", "-n", ns, "link", "add", ns, *q4, "type", "veth", "peer", "name", "p" + ns, *q4],
-            check=True,
-        )
+    with netlink.veth_pair(netns_a=ns, netns_b=ns, queues=4, up=False, prefix="rxq") as p:
         with netlink.in_netns(ns):  # the kernel resolves ingress_ifindex in this namespace
-            idx = netlink.ifindex(ns)
+            idx = p.a.ifindex
             for engine in ("kernel", "interp"):
                 rc, out, err = _run(
                     "run",
@@ -70,8 +63,6 @@ def test_ingress_ifindex_and_queue_reach_the_program_on_both_engines(tmp_path) -
             rc, out, err = _run("run", str(src), "--hex", FRAME, "--engine", "kernel", "--json")
             (change,) = json.loads(out)["packets"][0]["map_changes"]
             assert change["new"] == {"ifindex": 1, "queue": 0}  # no ctx: loopback, queue 0
-    finally:
-        netlink.remove_netns(ns)
 
 
 def test_interpreter_takes_any_interface(tmp_path) -> None:

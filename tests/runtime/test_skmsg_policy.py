@@ -48,12 +48,8 @@ def policy(objs, request) -> Loaded:
 
 @pytest.fixture
 def ns() -> Iterator[str]:
-    name = f"skp{uuid.uuid4().hex[:6]}"
-    netlink.create_netns(name)
-    try:
+    with netlink.netns(f"skp{uuid.uuid4().hex[:6]}") as name:
         yield name
-    finally:
-        netlink.remove_netns(name)
 
 
 @contextmanager

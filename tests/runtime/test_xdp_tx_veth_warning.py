@@ -23,7 +23,6 @@ from contextlib import contextmanager
 import pytest
 from support.netns import bpffs_dir, capture, send_frames
 from support.paths import ROOT
-from support.redirect_testlib import quiet_ipv6
 
 from bpfdsl.abi.insn import decode
 from bpfdsl.abi.prog_types import XdpAction
@@ -52,20 +51,9 @@ def bpfdsl(*args: str, ns: str | None = None) -> subprocess.CompletedProcess:
 @contextmanager
 def pair():
     tag = uuid.uuid4().hex[:6]
-    a, b = f"txa{tag}", f"txb{tag}"
-    made: list[str] = []
-    try:
-        for ns in (a, b):
-            netlink.create_netns(ns)
-            made.append(ns)
-            quiet_ipv6(ns)
-        with netlink.in_netns(a):
-            netlink.create_veth(a, b, peer_netns=b)
-        macs = {ns: netlink.configure(ns, netns=ns) for ns in (a, b)}
-        yield a, b, macs
-    finally:
-        for ns in reversed(made):
-            netlink.remove_netns(ns)
+    a, b = f"txa{tag}", f"txb{tag}"  # each end named as its namespace
+    with netlink.veth_pair(a, b, netns_a=a, netns_b=b, disable_ipv6=True) as p:
+        yield a, b, {a: p.a.mac, b: p.b.mac}
 
 
 def _reflected(a: str, b: str, macs: dict[str, str]) -> int:

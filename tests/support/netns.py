@@ -17,8 +17,8 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 
 from bpfdsl.abi.net import ETH_P_ALL
@@ -251,3 +251,39 @@ def veth_here(prefix: str = "bh") -> Iterator[int]:
     ns = unique(f"{prefix}n")
     with netlink.veth_pair(netns_b=ns, up=False, prefix=prefix) as p:
         yield p.a.ifindex
+
+
+@contextmanager
+def veth_star(
+    hub: str,
+    ports: Sequence[tuple[str, str, str]],
+    *,
+    addrs: Sequence[tuple[str | None, str | None]] | None = None,
+    prefixlen: int = 24,
+    disable_ipv6: bool = False,
+) -> Iterator[list[netlink.VethPair]]:
+    """A fresh namespace ``hub`` (a router, a switch) with one veth pair per port
+    ``(hub_dev, spoke_dev, spoke_ns)``: end ``a`` is ``hub_dev`` in ``hub``, end ``b`` is
+    ``spoke_dev`` in its own fresh namespace ``spoke_ns``; both up.  ``addrs``: per port,
+    the IPv4 addresses of (a, b) or None, each ``/prefixlen``.  ``disable_ipv6``: no
+    IPv6 on the ends (no router solicitation, DAD or MLD frames on the wire).  Yields the
+    pairs in port order; removes every namespace and pair on exit, also on failure
+    (:func:`bpfdsl.kernel.netlink.netns` and :func:`~bpfdsl.kernel.netlink.veth_pair`)."""
+    with ExitStack() as stack:
+        stack.enter_context(netlink.netns(hub))
+        pairs = [
+            stack.enter_context(
+                netlink.veth_pair(
+                    hub_dev,
+                    spoke_dev,
+                    netns_a=hub,
+                    netns_b=spoke_ns,
+                    make_netns=(False, True),
+                    addrs=addrs[i] if addrs else (None, None),
+                    prefixlen=prefixlen,
+                    disable_ipv6=disable_ipv6,
+                )
+            )
+            for i, (hub_dev, spoke_dev, spoke_ns) in enumerate(ports)
+        ]
+        yield pairs
