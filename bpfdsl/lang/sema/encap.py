@@ -18,14 +18,13 @@ IPv4 or IPv6 header.  What codegen needs goes to ``Checked.pushes`` / ``Checked.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from bpfdsl.lang import ast
 from bpfdsl.lang import types as T
 from bpfdsl.lang.sema import resize
 from bpfdsl.lang.sema.calls import mark_stale
-from bpfdsl.lang.sema.symbols import Local
+from bpfdsl.lang.sema.symbols import Local, PopPlan, PushPlan
 
 # Fields push computes, per library header: ipv4 version 4, ihl 5, tot_len, the header
 # checksum (RFC 791/1071); ipv6 version 6, payload_len (RFC 8200); udp len and checksum
@@ -44,29 +43,6 @@ DEFAULTS: dict[str, dict[str, int]] = {"ipv4": {"ttl": 64}, "ipv6": {"hop_limit"
 # of both.
 ETHERTYPES = {"ipv4": 0x0800, "ipv6": 0x86DD, "vlan": 0x8100}
 L2_HEADERS = ("ethernet", "vlan")
-
-
-@dataclass(frozen=True, slots=True)
-class PushPlan:
-    """``prefix``: bytes before the view, kept in front; ``headers``: the layouts pushed,
-    outermost first; ``ethertype``: the EtherType to write in the last two bytes of the
-    prefix (None: they stay); ``inner``: the view's header name (its length field gives
-    the inner packet's length: ipv4 ``tot_len``, ipv6 ``payload_len`` + 40; any other:
-    the bytes from the view to the packet's end)."""
-
-    prefix: int
-    headers: tuple[Any, ...]
-    ethertype: int | None
-    inner: str
-
-
-@dataclass(frozen=True, slots=True)
-class PopPlan:
-    """``prefix``: bytes before the first popped header, kept in front; ``delta``: the
-    bytes popped when every popped header has a fixed size (None: computed at run time)."""
-
-    prefix: int
-    delta: int | None
 
 
 def _fixed(layout) -> bool:

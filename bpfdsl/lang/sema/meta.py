@@ -15,23 +15,13 @@ A view larger than what is reserved, or one with nothing reserved, is an error a
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from bpfdsl.lang import ast
 from bpfdsl.lang import types as T
+from bpfdsl.lang.sema.symbols import MetaState
 
 META_MAX = 252  # bytes: u8 skb_shared_info.meta_len rounded down to 4 (xdp_metalen_invalid)
 META_ALIGN = 4  # bytes: IS_ALIGNED(metalen, sizeof(u32))
 ENTRY_KINDS = ("xdp(cpumap)", "xdp(devmap)")  # run on frames that carry metadata
-
-
-@dataclass(slots=True)
-class MetaState:
-    """Metadata bytes reserved on every path here: ``reserved`` (None: unknown, anything
-    may be there) and the line of the ``adjust_meta`` that set it (0: none)."""
-
-    reserved: int | None = 0
-    line: int = 0
 
 
 def start(kind_keyword: str | None) -> MetaState:
