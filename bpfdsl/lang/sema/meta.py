@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from bpfdsl.lang import ast
 from bpfdsl.lang import types as T
-from bpfdsl.lang.sema.symbols import MetaState
+from bpfdsl.lang.sema.symbols import ExprHost, MetaState
 
 META_MAX = 252  # bytes: u8 skb_shared_info.meta_len rounded down to 4 (xdp_metalen_invalid)
 META_ALIGN = 4  # bytes: IS_ALIGNED(metalen, sizeof(u32))
@@ -40,7 +40,7 @@ def merge(before: MetaState, ends: list[tuple[MetaState, bool]]) -> MetaState:
     return MetaState(low.reserved, low.line)
 
 
-def reserve(ex, e: ast.Call) -> None:
+def reserve(ex: ExprHost, e: ast.Call) -> None:
     """``adjust_meta(delta)``: a constant delta changes the reservation by ``-delta`` bytes
     (an error when the total would not be a multiple of 4 or above 252: the kernel's
     -EACCES); any other makes it unknown."""
@@ -62,7 +62,7 @@ def reserve(ex, e: ast.Call) -> None:
     ex.s.meta = MetaState(total, e.span.line)
 
 
-def view(ex, e: ast.Call) -> T.Type:
+def view(ex: ExprHost, e: ast.Call) -> T.Type:
     """``meta(S)``: an optional view of struct ``S`` in the metadata area."""
     arg = e.args[0] if len(e.args) == 1 and not e.kwargs else None
     st = ex.c.structs.get(arg.id) if isinstance(arg, ast.Name) else None

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from bpfdsl.abi.prog_types import PROGRAM_KINDS, ProgramKind
-from bpfdsl.diagnostics import Span
+from bpfdsl.diagnostics import Diagnostic, Span
 from bpfdsl.lang import ast
 from bpfdsl.lang import types as T
 from bpfdsl.lang.sema import encap, resize
@@ -26,7 +26,7 @@ from bpfdsl.lang.sema.symbols import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Collection
+    from collections.abc import Collection, Iterable
 
 _CURSOR_MOVERS = ("skip_ext",)  # calls that move the cursor (besides PKT_RESIZE helpers)
 
@@ -58,8 +58,13 @@ class StmtChecker:
     # part the other sema modules use).
     c: Checked
     ex: ExprHost
+    diags: list[Diagnostic]
     kind: ProgramKind | None
     fn: FnInfo | None
+    prog: ast.ProgDecl | None
+    cursor: object
+    stale: dict[Local, int]
+    resized: frozenset[ast.Node]
     loop_depth: int
     loop_paths: list[resize.LoopPaths]
     view_uses: list[tuple[Local, Span]]
@@ -77,6 +82,8 @@ class StmtChecker:
         def bind(self, name: str, sym: Local) -> None: ...
         def resolve_type(self, t: ast.TypeRef) -> T.Type: ...
         def lookup(self, name: str) -> object: ...
+        def source_text(self, span: Span) -> str: ...
+        def suggest(self, name: str, options: Iterable[str]) -> str | None: ...
 
     def merge_cursors(self, ends: list[tuple[object, bool]], before: object) -> None:
         """Set the cursor after a branch from ``ends`` ((cursor, diverged) per way through

@@ -389,6 +389,7 @@ class SemaHost(ExprOwner, Protocol):
     meta: MetaState
     parse_from: dict[ast.Parse, object]
     follows: dict[Local, object]
+    pushed: dict[Local, int]
     payload_writes: list[tuple[Span | None, Local]]
     gone: dict[str, tuple[Local, int]]
 
