@@ -2,7 +2,11 @@
 this one at the top, none imports another for these): the symbol records a scope holds
 (:class:`Local`, :class:`Const`, :class:`Config`, :class:`FnInfo`), the predefined names
 (actions from prog_types' ``PROGRAM_KINDS`` return tables, map update flags, header constants),
-the builtin function signatures, and :func:`const_int`.  Codegen reads the same records."""
+the builtin function signatures, :func:`const_int`, the result of sema (:class:`Checked`,
+with the :class:`PushPlan`/:class:`PopPlan` of each push/pop) and the state records of a
+body (:class:`MetaState`).  Codegen reads the same records.  :class:`SemaHost` and
+:class:`ExprHost` are the parts of ``analyzer.Sema`` and ``expr.ExprChecker`` the other
+sema modules use (protocols: those two import the modules that take them)."""
 
 from __future__ import annotations
 
