@@ -15,11 +15,13 @@ host-order numbers read from their bits.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator, Mapping
 from importlib.resources import files
 from pathlib import Path
+from typing import ClassVar
 
 from bpfdsl.abi.ctx import CTX_STRUCTS
-from bpfdsl.diagnostics import DiagnosticError, error
+from bpfdsl.diagnostics import Diagnostic, DiagnosticError, Span, error
 from bpfdsl.lang import ast
 from bpfdsl.lang import types as T
 from bpfdsl.lang.build import parse_program
@@ -63,14 +65,15 @@ def _layout_library(name: str, path: str, text: str) -> Header:
     """Lay out the library's declaration of ``name`` (``text``: see _library_decls).  An
     error in it is a bug of the library: raised as a DiagnosticError naming
     headers.bpfd:line:col."""
-    diags: list = []
+    diags: list[Diagnostic] = []
 
-    def err(code, msg, span, hint=None):
+    def err(code: str, msg: str, span: Span, hint: str | None = None) -> None:
         diags.append(error(code, msg, span, hint=hint))
 
-    def resolve(t):
+    def resolve(t: ast.TypeRef) -> T.Type | None:
         if isinstance(t, ast.ArrayType) and isinstance(t.length, ast.IntLit):
-            return T.ArrayType(resolve(t.elem), t.length.value)
+            elem = resolve(t.elem)
+            return None if elem is None else T.ArrayType(elem, t.length.value)
         return T.BUILTIN_TYPES.get(getattr(t, "name", ""))
 
     (decl,) = parse_program(text, path).items
@@ -85,56 +88,41 @@ def _layout_library(name: str, path: str, text: str) -> Header:
     return h
 
 
-class _Library(dict):
+class _Library(Mapping[str, Header]):
     """``HEADERS``: name -> Header of the standard library.  Each declaration is parsed and
     laid out on first use of its name (a program that parses ethernet, ipv4 and udp pays
-    for those three), once per process; listing the names reads them all."""
+    for those three), once per process; ``in`` and listing the names lay out none."""
 
-    _decls: dict[str, tuple[str, str]] | None = None
+    _decls: ClassVar[dict[str, tuple[str, str]] | None] = None
+
+    def __init__(self) -> None:
+        self._laid_out: dict[str, Header] = {}
 
     def _names(self) -> dict[str, tuple[str, str]]:
         if _Library._decls is None:
             _Library._decls = _library_decls()
         return _Library._decls
 
-    def _all(self) -> None:
-        for k in self._names():
-            self[k]
-
     def __getitem__(self, k: str) -> Header:
-        h = dict.get(self, k)
+        h = self._laid_out.get(k)
         if h is None:
             decl = self._names().get(k)
             if decl is None:
                 raise KeyError(k)
-            h = _layout_library(k, *decl)
-            dict.__setitem__(self, k, h)
+            h = self._laid_out[k] = _layout_library(k, *decl)
         return h
 
-    def __contains__(self, k) -> bool:
+    def __contains__(self, k: object) -> bool:
         return k in self._names()
 
-    def get(self, k, default=None):
-        return self[k] if k in self else default
-
-    def __iter__(self):
+    def __iter__(self) -> Iterator[str]:
         return iter(self._names())
 
     def __len__(self) -> int:
         return len(self._names())
 
-    def keys(self):
-        return self._names().keys()
 
-    def items(self):
-        self._all()
-        return [(k, self[k]) for k in self._names()]
-
-    def values(self):
-        return [self[k] for k in self._names()]
-
-
-HEADERS: dict[str, Header] = _Library()
+HEADERS: Mapping[str, Header] = _Library()
 
 # Context fields per kernel context struct (offsets from bpfdsl.abi.ctx): name -> (byte
 # offset, language type, access).  Access: "u32" plain 4-byte load; "port_be" remote port,

@@ -12,20 +12,16 @@ statements.
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass, field
+from collections.abc import Iterable
 
-from bpfdsl.abi.btf.run_config import RunConfig
 from bpfdsl.abi.prog_types import PROGRAM_KINDS, ProgramKind, kind_for_keyword
 from bpfdsl.diagnostics import Diagnostic, DiagnosticError, Span, error
 from bpfdsl.lang import ast, c_names
 from bpfdsl.lang import types as T
 from bpfdsl.lang.headers import HEADERS
-from bpfdsl.lang.layout import Header
 from bpfdsl.lang.sema.csum import payload_warnings
 from bpfdsl.lang.sema.decls import DeclChecker
-from bpfdsl.lang.sema.encap import PopPlan, PushPlan
 from bpfdsl.lang.sema.expr import ExprChecker
-from bpfdsl.lang.sema.meta import MetaState
 from bpfdsl.lang.sema.meta import start as meta_start
 from bpfdsl.lang.sema.params import written_params
 from bpfdsl.lang.sema.refs import check_refs
@@ -37,85 +33,15 @@ from bpfdsl.lang.sema.symbols import (
     BUILTIN_STRUCTS,
     CURSOR_UNKNOWN,
     NULLABLE_ARG,
+    Checked,
     Config,
     Const,
     FnInfo,
     Local,
+    MetaState,
     const_int,
     is_builtin_constant,
 )
-
-
-@dataclass(eq=False, slots=True)
-class Checked:
-    """Result of sema: everything codegen needs, keyed by AST node where per-node.
-
-    ``cval``: folded scalar constants (raw memory value); ``cbytes``: folded byte
-    constants; ``sym``: Name/Let/For -> symbol; ``optype``: Compare operand type;
-    ``pkt_reset``: calls that resize the packet; ``warnings``: compile-time warnings;
-    ``stores``: the type each ``store`` writes; ``headers``: the headers the program
-    declares (None for one with errors), which replace library headers of the same name;
-    ``packet_fns``: fns that touch the packet (parse, skip_ext, load/store, or call such a
-    fn), given the ctx and cursor by codegen."""
-
-    program: ast.Program
-    filename: str
-    license: str = ""
-    structs: dict[str, T.StructType] = field(default_factory=dict)
-    consts: dict[str, Const] = field(default_factory=dict)
-    configs: dict[str, Config] = field(default_factory=dict)
-    maps: dict[str, T.MapType] = field(default_factory=dict)
-    map_decls: dict[str, ast.MapDecl] = field(default_factory=dict)
-    fns: dict[str, FnInfo] = field(default_factory=dict)
-    progs: list[tuple[ast.ProgDecl, ProgramKind]] = field(default_factory=list)
-    run_configs: dict[str, RunConfig] = field(default_factory=dict)  # libxdp, by program
-    cval: dict[ast.Expr, int] = field(default_factory=dict)
-    cbytes: dict[ast.Expr, bytes] = field(default_factory=dict)
-    sym: dict[ast.Node, object] = field(default_factory=dict)
-    optype: dict[ast.Expr, T.Type] = field(default_factory=dict)
-    pkt_reset: set[ast.Node] = field(default_factory=set)
-    # sema.resize: statements after which / loops before whose next iteration codegen puts
-    # the cursor back at the packet's start; programs that resize the packet
-    cursor_reset: set[ast.Node] = field(default_factory=set)
-    latch_reset: set[ast.Node] = field(default_factory=set)
-    resizing_progs: set[ast.Node] = field(default_factory=set)
-    warnings: list[Diagnostic] = field(default_factory=list)
-    headers: dict[str, Header | None] = field(default_factory=dict)
-    packet_fns: set[str] = field(default_factory=set)
-    # packet fns and the fns that call a global packet fn (directly or not): a program
-    # calling one must have packet data
-    packet_reach: set[str] = field(default_factory=set)
-    # packet fns that are the callback of a `loop` (plain fns: codegen makes the loop's
-    # subprogram from each, CodeGen.declare_loop_trampoline)
-    packet_callbacks: set[str] = field(default_factory=set)
-    # fn -> (the call that needs the program's context, the builtin): sema.subprog_ctx
-    ctx_calls: dict[str, tuple[ast.Call, str]] = field(default_factory=dict)
-    # fn -> the kfunc it calls, directly or not (sema.subprog_ctx.find_kfunc_fns)
-    kfunc_fns: dict[str, str] = field(default_factory=dict)
-    stores: dict[ast.Store, T.Type] = field(default_factory=dict)  # the type each `store` writes
-    # what codegen needs of each `push` / `pop` (sema.encap)
-    pushes: dict[ast.Push, PushPlan] = field(default_factory=dict)
-    pops: dict[ast.Pop, PopPlan] = field(default_factory=dict)
-    # fn -> indexes of the aggregate parameters it may write (sema.params): a call of a fn
-    # that only reads one passes the caller's memory, not a copy
-    written_params: dict[str, frozenset[int]] = field(default_factory=dict)
-    # fns that may change the packet (sema.resize.pkt_changing_fns): after a call of one,
-    # the caller's header views are invalid
-    pkt_changing_fns: set[str] = field(default_factory=set)
-    # prog_array name -> slot -> the ast.Name of the program it holds (`= { 0: prog }`)
-    prog_array_init: dict[str, dict[int, ast.Expr]] = field(default_factory=dict)
-    # (program name, prog_array name, span) of every `tail_call(map, i) else { ... }`
-    tail_calls: list[tuple[str, str, Span]] = field(default_factory=list)
-
-    def header(self, name: str) -> Header | None:
-        """The layout ``parse name`` uses: the program's own declaration, else the library's;
-        None if there is none (or the program's has errors, already reported)."""
-        if name in self.headers:
-            return self.headers[name]
-        return HEADERS.get(name)
-
-    def header_names(self) -> list[str]:
-        return list(dict.fromkeys([*self.headers, *HEADERS]))
 
 
 class Sema(StmtChecker, DeclChecker):
@@ -140,7 +66,8 @@ class Sema(StmtChecker, DeclChecker):
         self.parse_from: dict[ast.Parse, object] = {}  # parse -> the cursor it started at
         self.follows: dict[Local, object] = {}  # parsed header -> the cursor it started at
         self.pushed: dict[Local, int] = {}  # view a push made -> its offset (sema.encap)
-        self.payload_writes: list = []  # (span, L4 header Local) of payload byte writes
+        # (span, L4 header Local) of payload byte writes; span None: the L4 checksum written
+        self.payload_writes: list[tuple[Span | None, Local]] = []
         self.gone: dict[str, tuple[Local, int]] = {}  # out of scope: name -> (local, end line)
 
     # ---- helpers ----
@@ -160,7 +87,7 @@ class Sema(StmtChecker, DeclChecker):
         end = span.end_col if span.end_line == span.line and span.end_col else len(line) + 1
         return line[span.col - 1 : end - 1]
 
-    def suggest(self, name: str, options) -> str | None:
+    def suggest(self, name: str, options: Iterable[str]) -> str | None:
 
         m = difflib.get_close_matches(name, list(options), n=1)
         return f"did you mean `{m[0]}`?" if m else None
@@ -210,7 +137,7 @@ class Sema(StmtChecker, DeclChecker):
             return T.U64
         return ty
 
-    def lookup(self, name: str):
+    def lookup(self, name: str) -> object:
         for s in reversed(self.scopes):
             if name in s:
                 return s[name]

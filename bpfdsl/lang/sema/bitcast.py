@@ -18,12 +18,13 @@ from __future__ import annotations
 from bpfdsl.lang import ast
 from bpfdsl.lang import types as T
 from bpfdsl.lang.sema.csum import covering_l4
+from bpfdsl.lang.sema.symbols import ExprHost
 
 BITCAST_BUILTINS = ("raw", "as_be", "csum_fold", "csum_replace")
 """The calls this module checks (pure: no helper call, no packet access)."""
 
 
-def whole_header_write(ex, tgt: ast.Name, h: T.HeaderType, value: ast.Expr) -> None:
+def whole_header_write(ex: ExprHost, tgt: ast.Name, h: T.HeaderType, value: ast.Expr) -> None:
     """``view = value``: the bytes of a struct value laid out as the header (the same field
     names at the same offsets with the same types, nothing else) written over the header.
     Refused for a header with a checksum rule, a variable length, conditional or bit
@@ -83,12 +84,12 @@ def fold16(s: int) -> int:
     return s
 
 
-def _arg(ex, a: ast.Expr) -> T.Type:
+def _arg(ex: ExprHost, a: ast.Expr) -> T.Type:
     t = ex.expr(a)
     return t.inner if isinstance(t, T.RefType) else t
 
 
-def check(ex, e: ast.Call) -> T.Type:
+def check(ex: ExprHost, e: ast.Call) -> T.Type:
     """Check one of :data:`BITCAST_BUILTINS`; record a constant value when the arguments
     have one (a ``beN`` constant is kept as its raw bits, as ``coerce`` keeps it)."""
     c = ex.c
@@ -162,9 +163,8 @@ def check(ex, e: ast.Call) -> T.Type:
             args[2].span,
         )
         return T.BE16
-    vals = [c.cval.get(a) for a in args]
-    if all(v is not None for v in vals) and isinstance(told, T.IntType):
-        hc, old, new = (int(v) for v in vals)
+    hc, old, new = (c.cval.get(a) for a in args)
+    if hc is not None and old is not None and new is not None and isinstance(told, T.IntType):
         s = ~hc & 0xFFFF
         for i in range(0, told.bits, 16):
             s += (~(old >> i) & 0xFFFF) + ((new >> i) & 0xFFFF)

@@ -8,6 +8,8 @@ map's key type exactly (a literal takes it), lpm_trie keys may be a bare address
 
 from __future__ import annotations
 
+from typing import TypeGuard
+
 from bpfdsl.abi.helpers import map_fits_helper
 from bpfdsl.abi.kfuncs import BY_BUILTIN as KFUNC_BUILTINS
 from bpfdsl.abi.map_types import MapType, is_percpu, lookup_is_readonly
@@ -26,16 +28,17 @@ from bpfdsl.lang.sema.symbols import (
     PKT_RESIZE,
     Config,
     Const,
+    ExprHost,
     Local,
     bswap,
 )
 
 
-def _is_map(t) -> bool:
+def _is_map(t: object) -> TypeGuard[T.MapType]:
     return isinstance(t, T.MapType)
 
 
-def map_key(ex, m: T.MapType, k: ast.Expr) -> None:
+def map_key(ex: ExprHost, m: T.MapType, k: ast.Expr) -> None:
     t = ex.expr(k)
     t = t.inner if isinstance(t, T.RefType) else t
     key = m.key
@@ -69,7 +72,7 @@ def map_key(ex, m: T.MapType, k: ast.Expr) -> None:
     )
 
 
-def _map_arg(ex, e: ast.Expr) -> T.MapType | None:
+def _map_arg(ex: ExprHost, e: ast.Expr) -> T.MapType | None:
     t = ex.expr(e)
     if not _is_map(t):
         ex.err("type-mismatch", f"expected a map, found {t}", e.span)
@@ -77,7 +80,7 @@ def _map_arg(ex, e: ast.Expr) -> T.MapType | None:
     return t
 
 
-def mark_stale(ex, e: ast.Node) -> None:
+def mark_stale(ex: ExprHost, e: ast.Node) -> None:
 
     for scope in ex.s.scopes:
         for sym in scope.values():
@@ -88,7 +91,7 @@ def mark_stale(ex, e: ast.Node) -> None:
     ex.s.cursor = None  # codegen resets the parse cursor to the packet's start
 
 
-def c_call_hint(ex, e: ast.Call) -> str | None:
+def c_call_hint(ex: ExprHost, e: ast.Call) -> str | None:
     """The bpfdsl form of the C call ``e`` (``htons(53)``: ``be16(53)``; lang.c_names), its
     own arguments put in; for ``sizeof(x)`` the size of ``x`` here."""
     args = [ex.s.source_text(a.span) for a in e.args]
@@ -111,7 +114,7 @@ def c_call_hint(ex, e: ast.Call) -> str | None:
     return call_hint(e.name, args)
 
 
-def call(ex, e: ast.Call) -> T.Type:
+def call(ex: ExprHost, e: ast.Call) -> T.Type:
     c = ex.c
     if e.name in c.structs:
         st = c.structs[e.name]
@@ -123,7 +126,7 @@ def call(ex, e: ast.Call) -> T.Type:
                 f"write `{e.name}({', '.join(f + ': ...' for f in st.fields)})`",
             )
         given: dict[int, str] = {}  # byte -> field: union members share bytes
-        for k, v in e.kwargs.items():
+        for k, val in e.kwargs.items():
             if k in st.fields:
                 off, ft = st.fields[k]
                 other = next((given[b] for b in range(off, off + ft.size) if b in given), None)
@@ -132,7 +135,7 @@ def call(ex, e: ast.Call) -> T.Type:
                         "struct-literal",
                         f"`{k}` and `{other}` of `{st.name}` share bytes (a union in the "
                         "kernel's struct): give one of them",
-                        v.span,
+                        val.span,
                         f"remove `{k}` or `{other}`",
                     )
                 given.update(dict.fromkeys(range(off, off + ft.size), k))
@@ -140,12 +143,12 @@ def call(ex, e: ast.Call) -> T.Type:
                 ex.err(
                     "unknown-field",
                     f"struct `{st.name}` has no field `{k}`",
-                    v.span,
+                    val.span,
                     "fields: " + ", ".join(st.fields),
                 )
-                ex.expr(v)
+                ex.expr(val)
                 continue
-            ex.expect(v, st.fields[k][1])
+            ex.expect(val, st.fields[k][1])
         return st
     if e.name in c.fns:
         info = c.fns[e.name]
@@ -202,8 +205,9 @@ def call(ex, e: ast.Call) -> T.Type:
                 args[0].span,
             )
             return to
-        if v is not None:  # converted as codegen converts it: an i16 -2 is 0xfffffffe first
-            c.cval[e] = bswap(ex.const_as(args[0], T.IntType(to.bits)), to.bits)
+        raw = ex.const_as(args[0], T.IntType(to.bits))  # None exactly when v is
+        if raw is not None:  # converted as codegen converts it: an i16 -2 is 0xfffffffe first
+            c.cval[e] = bswap(raw, to.bits)
         return to
     if e.name in bitcast.BITCAST_BUILTINS:
         return bitcast.check(ex, e)
@@ -249,8 +253,8 @@ def call(ex, e: ast.Call) -> T.Type:
                 ex.err("type-mismatch", msg, a.span, hint)
         return T.U32
     if e.name == "offset":  # a header view's byte offset from the packet's first byte
-        t = ex.expr(args[0]) if len(args) == 1 else None
-        if not isinstance(t, (T.HeaderType, T.ErrorType)):
+        vt = ex.expr(args[0]) if len(args) == 1 else None
+        if not isinstance(vt, (T.HeaderType, T.ErrorType)):
             ex.err(
                 "type-mismatch",
                 "offset() takes a header view",
@@ -277,12 +281,12 @@ def call(ex, e: ast.Call) -> T.Type:
             )
         return T.U32
     if e.name == "skip_ext":
-        t = ex.expr(args[0]) if args else None
+        vt = ex.expr(args[0]) if args else None
         ip6 = ex.c.sym.get(args[0]) if args and isinstance(args[0], ast.Name) else None
         # the walk starts at the cursor: from just past that ipv6 header it ends at its
         # upper-layer header (which then follows it); from anywhere else, who knows
         ex.s.cursor = ip6 if ip6 is not None and ex.s.cursor is ip6 else CURSOR_UNKNOWN
-        if len(args) != 1 or not (isinstance(t, T.HeaderType) and t.name == "ipv6"):
+        if len(args) != 1 or not (isinstance(vt, T.HeaderType) and vt.name == "ipv6"):
             ex.err(
                 "type-mismatch",
                 "skip_ext() takes an ipv6 header",
@@ -333,7 +337,7 @@ def call(ex, e: ast.Call) -> T.Type:
     return ret
 
 
-def _fallback_aborted(ex, m: ast.Expr, fb: ast.Expr) -> None:
+def _fallback_aborted(ex: ExprHost, m: ast.Expr, fb: ast.Expr) -> None:
     """Warn where redirect_map's fallback is a constant 0 not spelled XDP_ABORTED: on an
     empty slot the kernel returns the low two bits of the flags (``__bpf_xdp_redirect_map``,
     include/linux/filter.h, for devmap/cpumap/xskmap alike), so 0 -- libbpf C's usual
@@ -356,7 +360,7 @@ def _fallback_aborted(ex, m: ast.Expr, fb: ast.Expr) -> None:
     )
 
 
-def method_call(ex, e: ast.MethodCall) -> T.Type:
+def method_call(ex: ExprHost, e: ast.MethodCall) -> T.Type:
     t = ex.expr(e.obj)
     if t is T.ERR:
         return T.ERR
@@ -368,6 +372,8 @@ def method_call(ex, e: ast.MethodCall) -> T.Type:
     if t.record is not None:
         ex.err("map-method", EVENT_MAP_USE.format(t.name, t.kind), e.span, EVENT_MAP_HINT)
         return T.ERR
+    value = t.value
+    assert value is not None  # DeclChecker.map_decl: every map but an event map has one
     mt = MapType(t.map_type)
     helper = {
         "lookup": "map_lookup_elem",
@@ -393,17 +399,17 @@ def method_call(ex, e: ast.MethodCall) -> T.Type:
     map_key(ex, t, e.args[0])
     if e.name == "lookup":
         ro = lookup_is_readonly(t.map_type)
-        return T.OptionalType(T.RefType(t.value, is_percpu(t.map_type), ro), "map value")
+        return T.OptionalType(T.RefType(value, is_percpu(t.map_type), ro), "map value")
     if e.name == "contains":
         return T.BOOL
     if e.name == "update":
-        ex.expect(e.args[1], t.value)
+        ex.expect(e.args[1], value)
         if n == 3:
             ex.expect(e.args[2], T.U64)
     return T.I64
 
 
-def assign(ex, s: ast.Assign) -> None:
+def assign(ex: ExprHost, s: ast.Assign) -> None:
 
     tgt, op = s.target, s.op
     if isinstance(tgt, ast.Index) and _is_map(ex.expr(tgt.obj)):
@@ -514,7 +520,7 @@ def assign(ex, s: ast.Assign) -> None:
             s.value.span,
             "shift by 0..63; for the other direction use the other operator",
         )
-    elif op in ("<<=", ">>=") and sh is not None and sh >= t.bits:
+    elif op in ("<<=", ">>=") and sh is not None and isinstance(t, T.IntType) and sh >= t.bits:
         ex.err(
             "shift-too-far",
             f"shifting a {t} by {sh} bits (it has {t.bits})",
@@ -523,7 +529,7 @@ def assign(ex, s: ast.Assign) -> None:
         )
 
 
-def _network_order_hint(ex, s: ast.Assign, t: T.IntType) -> str:
+def _network_order_hint(ex: ExprHost, s: ast.Assign, t: T.IntType) -> str:
     """The bpfdsl form of arithmetic ``s`` (``ip.tot_len -= 4``, ``ip.id++``) on the
     network-order (``be16``/``be32``/``be64``) ``s.target``: through its host-order value,
     ``ip.tot_len = be16(host(ip.tot_len) - 4)``."""
@@ -542,7 +548,7 @@ def _network_order_hint(ex, s: ast.Assign, t: T.IntType) -> str:
     )
 
 
-def _swap(ex, e: ast.Call) -> T.Type:
+def _swap(ex: ExprHost, e: ast.Call) -> T.Type:
     """``swap(a, b)``: exchange two fields of one header (or two locals/struct fields).
     Checksums need no update when both fields start at the same 16-bit word parity and are
     both in (or both out of) the pseudo-header; other header swaps are refused
@@ -598,7 +604,7 @@ def _hash_refusal(t: T.Type) -> tuple[str, str]:
     return msg, "hash its fields: `hash(v.a, v.b, ...)`"
 
 
-def _sock_redirect(ex, e: ast.Call) -> T.Type:
+def _sock_redirect(ex: ExprHost, e: ast.Call) -> T.Type:
     """msg_redirect_hash/map(map, key, flags) in sk_msg; sock_hash/map_update(map, key, flags)
     in sock_ops: the context is passed implicitly."""
     _helper_kind(ex, e, e.name)
@@ -620,7 +626,7 @@ def _sock_redirect(ex, e: ast.Call) -> T.Type:
     return T.U64 if e.name.startswith("msg") else T.I64
 
 
-def tail_call(ex, e: ast.Call) -> None:
+def tail_call(ex: ExprHost, e: ast.Call) -> None:
     """``tail_call(map, index)`` (of ``tail_call(...) else { ... }``): a program body only
     (the kernel needs the context), ``map`` a prog_array, ``index`` a u32 slot."""
     args = e.args
@@ -651,7 +657,7 @@ def tail_call(ex, e: ast.Call) -> None:
         ex.c.tail_calls.append((ex.s.prog.name, m.name, e.span))
 
 
-def _loop(ex, e: ast.Call) -> T.Type:
+def _loop(ex: ExprHost, e: ast.Call) -> T.Type:
     """``loop(count, callback)`` / ``loop(count, callback, state)``: the kernel's bpf_loop
     (helper 181, Linux 5.17): ``callback(i)`` runs for i = 0, 1, ... count - 1 (at most
     BPF_MAX_LOOPS = 8M times) until it returns true.  ``callback`` is a fn taking the index

@@ -19,14 +19,14 @@ checksummed, so a program never sends a packet with a stale checksum.
 
 from __future__ import annotations
 
-from bpfdsl.diagnostics import Diagnostic
+from bpfdsl.diagnostics import Diagnostic, Span
 from bpfdsl.lang import ast
 from bpfdsl.lang import types as T
 from bpfdsl.lang.headers import CORE_HEADERS, PSEUDO_FIELDS
-from bpfdsl.lang.sema.symbols import Local
+from bpfdsl.lang.sema.symbols import ExprHost, Local, SemaHost
 
 
-def l4_in_scope(ex, ip_obj: ast.Expr | None):
+def l4_in_scope(ex: ExprHost, ip_obj: ast.Expr | None) -> Local | None:
     """The L4 header Local visible here parsed after the IP header ``ip_obj`` (any L4
     header with a checksum if ``ip_obj`` is None), or None."""
 
@@ -45,11 +45,11 @@ def l4_in_scope(ex, ip_obj: ast.Expr | None):
     return None
 
 
-def covering_l4(ex, obj: ast.Expr):
+def covering_l4(ex: ExprHost, obj: ast.Expr) -> Local | None:
     """The checksummed L4 header Local that the header view ``obj`` was parsed after (on
     every path: through the chain of headers each parse started just past), or None."""
     loc = ex.c.sym.get(obj) if isinstance(obj, ast.Name) else None
-    seen = set()
+    seen: set[int] = set()
     while isinstance(loc, Local) and id(loc) not in seen:
         seen.add(id(loc))
         loc = ex.s.follows.get(loc)
@@ -63,7 +63,7 @@ def covering_l4(ex, obj: ast.Expr):
     return None
 
 
-def _sends(node) -> bool:
+def _sends(node: object) -> bool:
     """``node`` (an AST subtree) mentions XDP_TX / XDP_REDIRECT or calls a redirect."""
     if isinstance(node, ast.Name) and node.id in ("XDP_TX", "XDP_REDIRECT"):
         return True
@@ -76,7 +76,7 @@ def _sends(node) -> bool:
     return False
 
 
-def payload_warnings(sema, prog: ast.ProgDecl) -> None:
+def payload_warnings(sema: SemaHost, prog: ast.ProgDecl) -> None:
     """Warn for payload byte writes under a checksummed L4 header in a program that can
     send the packet on (XDP_TX, XDP_REDIRECT, redirect) and never writes that header's
     checksum field itself: bpfdsl does not update L4 checksums for payload bytes."""
@@ -87,6 +87,7 @@ def payload_warnings(sema, prog: ast.ProgDecl) -> None:
     for span, l4 in sema.payload_writes:
         if span is None or id(l4) in by_hand:
             continue
+        assert isinstance(l4.ty, T.HeaderType)  # an L4 header (l4_in_scope, covering_l4)
         name = l4.ty.layout.name
         hint = f"update `{l4.name}.check` yourself" if name != "icmp" else "update the checksum"
         if name == "udp":
@@ -103,7 +104,7 @@ def payload_warnings(sema, prog: ast.ProgDecl) -> None:
         )
 
 
-def check_write(ex, tgt: ast.Field) -> None:
+def check_write(ex: ExprHost, tgt: ast.Field) -> None:
     """Error if writing header field ``tgt`` would leave an L4 checksum stale."""
     assert isinstance(tgt.obj.ty, T.HeaderType)
     layout = tgt.obj.ty.layout
@@ -118,8 +119,9 @@ def check_write(ex, tgt: ast.Field) -> None:
         )
         return
     f = layout.fields[tgt.name]
-    if layout.l4 and f.offset == layout.csum and isinstance(tgt.obj, ast.Name):
-        ex.s.payload_writes.append((None, ex.c.sym.get(tgt.obj)))  # checksum set by hand
+    view = ex.c.sym.get(tgt.obj) if isinstance(tgt.obj, ast.Name) else None
+    if layout.l4 and f.offset == layout.csum and isinstance(view, Local):
+        ex.s.payload_writes.append((None, view))  # checksum set by hand
     if layout.name == "byte":
         l4 = l4_in_scope(ex, None)
         if l4 is not None and ex.s.kind is not None:
@@ -132,11 +134,11 @@ def check_write(ex, tgt: ast.Field) -> None:
     kinds = PSEUDO_FIELDS.get(layout.name, {}).get(tgt.name)
     if not kinds:
         return
-    l4 = "/".join(k.upper() for k in kinds)
+    l4s = "/".join(k.upper() for k in kinds)
     if ex.s.kind is None:
         ex.err(
             "pseudo-header",
-            f"{what} is part of the {l4} pseudo-header: it cannot be written in a `fn`",
+            f"{what} is part of the {l4s} pseudo-header: it cannot be written in a `fn`",
             tgt.span,
             "write it in the program (there bpfdsl finds the L4 header and updates its "
             "checksum); a `fn` may compute and return the new value",
@@ -144,13 +146,13 @@ def check_write(ex, tgt: ast.Field) -> None:
     elif tgt.name == "protocol" and l4_in_scope(ex, tgt.obj) is None:
         ex.err(
             "pseudo-header",
-            f"{what} is part of the {l4} pseudo-header: parse the L4 header before "
+            f"{what} is part of the {l4s} pseudo-header: parse the L4 header before "
             "writing it, in the same block, so its checksum can be updated",
             tgt.span,
         )
 
 
-def check_swap(ex, a: ast.Field, b: ast.Field, span) -> None:
+def check_swap(ex: ExprHost, a: ast.Field, b: ast.Field, span: Span) -> None:
     """Error unless swapping header fields ``a`` and ``b`` leaves every checksum valid."""
     assert isinstance(a.obj.ty, T.HeaderType)
     layout = a.obj.ty.layout

@@ -6,7 +6,8 @@ programs of its own kind."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
 from bpfdsl.abi.btf.records import RECORDS_VAR
 from bpfdsl.abi.flags import BPF_F_NO_PREALLOC
@@ -21,6 +22,8 @@ from bpfdsl.lang.layout import header_layout
 from bpfdsl.lang.sema.symbols import (
     BUILTIN_STRUCTS,
     FN_MODIFIERS,
+    Checked,
+    ExprHost,
     FnInfo,
     const_int,
     const_int_arg,
@@ -67,7 +70,9 @@ MAP_ARGS = ("max_entries", "no_prealloc", "pinning")  # the arguments of a map d
 PIN_VALUES = {"LIBBPF_PIN_NONE": 0, "LIBBPF_PIN_BY_NAME": 1}  # libbpf enum libbpf_pin_type
 
 
-def unknown_map_kind(kind: str, suggest) -> tuple[str, str]:
+def unknown_map_kind(
+    kind: str, suggest: Callable[[str, Iterable[str]], str | None]
+) -> tuple[str, str]:
     """(message, hint) for a map kind the language does not have.  A kernel map type
     (``prog_array``, ``BPF_MAP_TYPE_RINGBUF``) is named as not supported rather than matched
     to a similar-looking kind; ``suggest(name, options)`` gives a did-you-mean or None."""
@@ -86,8 +91,10 @@ def unknown_map_kind(kind: str, suggest) -> tuple[str, str]:
 
 class DeclChecker:
     # What this mixin uses of its host, analyzer.Sema, declared for the type checker (the
-    # analyzer imports this module, so Sema's and Checked's types cannot be named here).
-    c: Any  # analyzer.Checked
+    # analyzer imports this module, so Sema cannot be named here; symbols.SemaHost is the
+    # part the other sema modules use).
+    c: Checked
+    ex: ExprHost
     diags: list[Diagnostic]
 
     if TYPE_CHECKING:
@@ -95,7 +102,7 @@ class DeclChecker:
         def err(self, code: str, msg: str, span: Span, hint: str | None = None) -> None: ...
         def resolve_type(self, t: ast.TypeRef) -> T.Type: ...
         def value_type(self, t: ast.TypeRef, what: str) -> T.Type: ...
-        def suggest(self, name: str, options) -> str | None: ...
+        def suggest(self, name: str, options: Iterable[str]) -> str | None: ...
 
     def map_decl(self, d: ast.MapDecl) -> None:
         if d.kind in EVENT_KINDS:
@@ -700,7 +707,7 @@ class DeclChecker:
                 if mname == name and prog in kinds:
                     uses.append((kinds[prog], prog, span, "caller"))
             for v in self.c.prog_array_init.get(name, {}).values():
-                if v.id in kinds:
+                if isinstance(v, ast.Name) and v.id in kinds:  # only programs are left
                     uses.append((kinds[v.id], v.id, v.span, "slot"))
             if not uses:
                 continue

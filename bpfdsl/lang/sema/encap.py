@@ -18,14 +18,12 @@ IPv4 or IPv6 header.  What codegen needs goes to ``Checked.pushes`` / ``Checked.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
-
 from bpfdsl.lang import ast
 from bpfdsl.lang import types as T
+from bpfdsl.lang.layout import Header
 from bpfdsl.lang.sema import resize
 from bpfdsl.lang.sema.calls import mark_stale
-from bpfdsl.lang.sema.symbols import Local
+from bpfdsl.lang.sema.symbols import ExprHost, Local, PopPlan, PushPlan, SemaHost
 
 # Fields push computes, per library header: ipv4 version 4, ihl 5, tot_len, the header
 # checksum (RFC 791/1071); ipv6 version 6, payload_len (RFC 8200); udp len and checksum
@@ -46,40 +44,18 @@ ETHERTYPES = {"ipv4": 0x0800, "ipv6": 0x86DD, "vlan": 0x8100}
 L2_HEADERS = ("ethernet", "vlan")
 
 
-@dataclass(frozen=True, slots=True)
-class PushPlan:
-    """``prefix``: bytes before the view, kept in front; ``headers``: the layouts pushed,
-    outermost first; ``ethertype``: the EtherType to write in the last two bytes of the
-    prefix (None: they stay); ``inner``: the view's header name (its length field gives
-    the inner packet's length: ipv4 ``tot_len``, ipv6 ``payload_len`` + 40; any other:
-    the bytes from the view to the packet's end)."""
-
-    prefix: int
-    headers: tuple[Any, ...]
-    ethertype: int | None
-    inner: str
-
-
-@dataclass(frozen=True, slots=True)
-class PopPlan:
-    """``prefix``: bytes before the first popped header, kept in front; ``delta``: the
-    bytes popped when every popped header has a fixed size (None: computed at run time)."""
-
-    prefix: int
-    delta: int | None
-
-
-def _fixed(layout) -> bool:
+def _fixed(layout: Header) -> bool:
     return layout.length is None and not any(f.cond is not None for f in layout.fields.values())
 
 
-def _bare(layout) -> bool:
+def _bare(layout: Header) -> bool:
     """A header of variable length that is its fixed part when the fields its length is
     computed from are 0 (geneve with no options, gue with hlen 0): ``push`` builds it so
     (those fields are read-only, hence 0)."""
     if layout.length is None or layout.conditional:
         return False
-    todo, vals = [(layout.length, False)], []
+    todo: list[tuple[ast.Expr, bool]] = [(layout.length, False)]
+    vals: list[int] = []
     while todo:  # numbers, fields (0 here) and LENGTH_OPS: layout.check_expr
         x, done = todo.pop()
         if isinstance(x, ast.IntLit):
@@ -102,7 +78,7 @@ def _bare(layout) -> bool:
     return vals == [layout.size]
 
 
-def view_offset(s: Any, loc: Local) -> int | None:
+def view_offset(s: SemaHost, loc: Local) -> int | None:
     """Bytes from the packet's start to header view ``loc`` when every header before it on
     the parse chain has a fixed size (``s``: the Sema); None otherwise."""
     if loc in s.pushed:
@@ -122,7 +98,7 @@ def view_offset(s: Any, loc: Local) -> int | None:
     return None
 
 
-def _view(ex, name: ast.Name) -> Local | None:
+def _view(ex: ExprHost, name: ast.Name) -> Local | None:
     t = ex.expr(name)
     if t is T.ERR:
         return None
@@ -133,7 +109,7 @@ def _view(ex, name: ast.Name) -> Local | None:
     return None if sym in ex.s.stale else sym  # stale: reported by ex.expr
 
 
-def _prefix(ex, loc: Local, name: ast.Name, what: str) -> int | None:
+def _prefix(ex: ExprHost, loc: Local, name: ast.Name, what: str) -> int | None:
     off = view_offset(ex.s, loc)
     if off is None:
         ex.err(
@@ -146,13 +122,13 @@ def _prefix(ex, loc: Local, name: ast.Name, what: str) -> int | None:
     return off
 
 
-def push(ex, e: ast.Push) -> T.Type:
+def push(ex: ExprHost, e: ast.Push) -> T.Type:
     """Check ``push ... before VIEW``; its type: an optional view of the first header."""
     if ex.s.kind is None:
         ex.err("resize-in-fn", "`push` is only allowed in a program body", e.span)
     ex.packet_access(e.span, "push")
     loc = _view(ex, e.before)
-    layouts = []
+    layouts: list[Header] = []
     for i, ph in enumerate(e.headers):
         h = ex.c.header(ph.header)
         if h is None:
@@ -175,7 +151,7 @@ def push(ex, e: ast.Push) -> T.Type:
             )
         if h.name == "udp":
             prev = e.headers[i - 1].header if i else None
-            after = sum(ex.c.header(x.header).size for x in e.headers[i:] if ex.c.header(x.header))
+            after = sum(hx.size for x in e.headers[i:] if (hx := ex.c.header(x.header)) is not None)
             if prev == "ipv6" and after % 2:
                 ex.err(
                     "push-header",
@@ -220,12 +196,12 @@ def push(ex, e: ast.Push) -> T.Type:
     if prefix is None or not layouts or len(layouts) != len(e.headers):
         return T.ERR
     assert isinstance(loc.ty, T.HeaderType)  # _view
-    prev = ex.s.follows.get(loc)
+    before = ex.s.follows.get(loc)
     ethertype = None
     if (
-        isinstance(prev, Local)
-        and isinstance(prev.ty, T.HeaderType)
-        and prev.ty.layout.name in L2_HEADERS
+        isinstance(before, Local)
+        and isinstance(before.ty, T.HeaderType)
+        and before.ty.layout.name in L2_HEADERS
         and layouts[0].name in ETHERTYPES
     ):
         ethertype = ETHERTYPES[layouts[0].name]
@@ -233,7 +209,7 @@ def push(ex, e: ast.Push) -> T.Type:
     return T.OptionalType(T.HeaderType(layouts[0].name, layouts[0]), "header")
 
 
-def pop(st, s: ast.Pop) -> None:
+def pop(st: SemaHost, s: ast.Pop) -> None:
     """Check ``pop FIRST [through LAST] else { ... }`` (``st``: the Sema)."""
     ex = st.ex
     if st.kind is None:

@@ -17,6 +17,7 @@ from bpfdsl.abi.helpers import map_fits_helper
 from bpfdsl.abi.map_types import MapType
 from bpfdsl.lang import ast
 from bpfdsl.lang import types as T
+from bpfdsl.lang.sema.symbols import ExprHost
 
 EVENT_MAP_USE = "map `{}` ({}) has no entries to read or write: it sends records to user space"
 EVENT_MAP_HINT = (
@@ -48,7 +49,7 @@ _ARGS = {  # call -> (least, most) arguments
 }
 
 
-def _event_map(ex, e: ast.Expr, helper: str) -> T.MapType | None:
+def _event_map(ex: ExprHost, e: ast.Expr, helper: str) -> T.MapType | None:
     """The event map argument of ``helper`` (an error unless it is a map that fits)."""
     t = ex.expr(e)
     if t is T.ERR:
@@ -66,7 +67,7 @@ def _event_map(ex, e: ast.Expr, helper: str) -> T.MapType | None:
     return t
 
 
-def _record(ex, m: T.MapType | None, e: ast.Expr) -> None:
+def _record(ex: ExprHost, m: T.MapType | None, e: ast.Expr) -> None:
     """``e`` must be a record of map ``m``: a value of its record struct (built with
     ``RECORD(field: ...)``, a local, or a map value of that type)."""
     t = ex.expr(e)
@@ -84,7 +85,7 @@ def _record(ex, m: T.MapType | None, e: ast.Expr) -> None:
     )
 
 
-def check_call(ex, e: ast.Call) -> T.Type:
+def check_call(ex: ExprHost, e: ast.Call) -> T.Type:
     """Type of the event builtin call ``e`` (see the module docstring); errors for the
     wrong map kind, record type, argument count or program kind."""
     name, args = e.name, e.args

@@ -24,17 +24,18 @@ from bpfdsl.lang.sema.symbols import (
     Config,
     Const,
     Local,
+    SemaHost,
     bswap,
 )
 
 
 class ExprChecker(OpsChecker):
-    def __init__(self, sema):
+    def __init__(self, sema: SemaHost) -> None:
         self.s = sema
         self.c = sema.c
 
-    def err(self, *a, **k):
-        self.s.err(*a, **k)
+    def err(self, code: str, msg: str, span: Span, hint: str | None = None) -> None:
+        self.s.err(code, msg, span, hint)
 
     # ---- entry points ----
     def expr(self, e: ast.Expr) -> T.Type:
@@ -119,7 +120,7 @@ class ExprChecker(OpsChecker):
         e.ty = ty
         return True
 
-    def coerce_ref(self, e, t: T.RefType, ty: T.Type) -> None:
+    def coerce_ref(self, e: ast.Expr, t: T.RefType, ty: T.Type) -> None:
         if isinstance(t.inner, T.IntType) and isinstance(ty, T.IntType):
             return self.coerce_int(e, t.inner, ty)
         if t.inner != ty:
@@ -177,19 +178,19 @@ class ExprChecker(OpsChecker):
         )
 
     # ---- literals and names ----
-    def e_IntLit(self, e):
+    def e_IntLit(self, e: ast.IntLit) -> T.Type:
         self.c.cval[e] = e.value
         return T.UNTYPED
 
-    def e_BytesLit(self, e):
+    def e_BytesLit(self, e: ast.BytesLit) -> T.Type:
         self.c.cbytes[e] = e.data
         return T.ArrayType(T.U8, len(e.data))
 
-    def e_Load(self, e):
+    def e_Load(self, e: ast.Load) -> T.Type:
         ty = self.pkt_bytes(e, "load")
         return T.OptionalType(ty, "packet bytes")
 
-    def pkt_bytes(self, e, what: str) -> T.Type:
+    def pkt_bytes(self, e: ast.Load | ast.Store, what: str) -> T.Type:
         """Check ``load``/``store`` ``e``: packet data, a type of bytes, a host-order offset
         (constants from 0 to 65535, MAX_PACKET_OFF); returns the type read or written."""
         self.packet_access(e.span, what)
@@ -249,11 +250,11 @@ class ExprChecker(OpsChecker):
                          off.span, "convert it with `host(x)`")  # fmt: skip
         return ty
 
-    def e_BoolLit(self, e):
+    def e_BoolLit(self, e: ast.BoolLit) -> T.Type:
         self.c.cval[e] = int(e.value)
         return T.BOOL
 
-    def e_AddrLit(self, e):
+    def e_AddrLit(self, e: ast.AddrLit) -> T.Type:
         if e.prefixlen is not None:  # as stored: u32 prefixlen (host order), then the address
             self.c.cbytes[e] = e.prefixlen.to_bytes(4, "little") + e.data
             return T.IPV4_PREFIX if e.kind == "ipv4" else T.IPV6_PREFIX
@@ -263,7 +264,7 @@ class ExprChecker(OpsChecker):
         self.c.cbytes[e] = e.data
         return T.MAC if e.kind == "mac" else T.IPV6_ADDR
 
-    def e_Name(self, e):
+    def e_Name(self, e: ast.Name) -> T.Type:
         sym = self.s.lookup(e.id)
         if sym is None:
             if e.id in CONSTANTS:
@@ -314,9 +315,10 @@ class ExprChecker(OpsChecker):
             elif isinstance(sym.ty, T.HeaderType):
                 self.s.view_uses.append((sym, e.span))  # a loop may resize after (resize.py)
             return sym.ty
-        return sym  # MapType or CTX
+        assert isinstance(sym, T.Type), sym  # what else a scope holds: a MapType or CTX
+        return sym
 
-    def e_IncDec(self, e):
+    def e_IncDec(self, e: ast.IncDec) -> T.Type:
         """``x++`` where a value is wanted (C's post-increment): a statement only."""
         target = self.s.source_text(e.target.span) or "x"
         op = "+=" if e.op == "++" else "-="
@@ -345,7 +347,7 @@ class ExprChecker(OpsChecker):
         return T.ERR
 
     # ---- field access ----
-    def e_Field(self, e):
+    def e_Field(self, e: ast.Field) -> T.Type:
         t = self.expr(e.obj)
         if t is T.ERR:
             return T.ERR
@@ -397,7 +399,8 @@ class ExprChecker(OpsChecker):
                     self.s.suggest(e.name, fields) or "fields: " + ", ".join(fields),
                 )
                 return T.ERR
-            if e.name == "egress_ifindex" and self.s.kind.keyword != "xdp(devmap)":
+            kind = self.s.kind.keyword if self.s.kind else ""  # a fn's ctx has no fields
+            if e.name == "egress_ifindex" and kind != "xdp(devmap)":
                 self.err(
                     "ctx-field-kind",
                     "egress_ifindex is readable only in xdp(devmap) programs",
@@ -410,7 +413,7 @@ class ExprChecker(OpsChecker):
         self.err("no-fields", f"{t} has no fields", e.span)
         return T.ERR
 
-    def e_Index(self, e):
+    def e_Index(self, e: ast.Index) -> T.Type:
         t = self.expr(e.obj)
         if isinstance(t, T.MapType) and t.record is not None:
             self.expr(e.index)
@@ -434,7 +437,7 @@ class ExprChecker(OpsChecker):
             # reported: the error type, so no later check of this value claims the
             # opposite (needless-if-let / needless-else: "never missing")
             return T.ERR
-        ref = isinstance(t, T.RefType)
+        ref = t if isinstance(t, T.RefType) else None
         t = t.inner if isinstance(t, T.RefType) else t
         if isinstance(t, T.ArrayType):
             it = self.expr(e.index)
@@ -443,7 +446,7 @@ class ExprChecker(OpsChecker):
             if not (known and T.is_host_int(it) and not isinstance(it, T.UntypedInt)):
                 self.coerce(e.index, T.U32)  # a signed constant or loop variable is
             self.index_in_range(e.index, t.count)  # checked by its value/bounds instead
-            return T.RefType(t.elem, e.obj.ty.percpu, e.obj.ty.readonly) if ref else t.elem
+            return T.RefType(t.elem, ref.percpu, ref.readonly) if ref else t.elem
         self.err("not-indexable", f"{t} cannot be indexed", e.span)
         return T.ERR
 
@@ -478,7 +481,7 @@ class ExprChecker(OpsChecker):
 
     # ---- operators ----
 
-    def e_Parse(self, e):
+    def e_Parse(self, e: ast.Parse) -> T.Type:
         self.s.parse_from[e] = self.s.cursor  # the header, if any, this one follows
         self.s.cursor = e  # the Local bound to it takes its place (StmtChecker.bind_parsed)
         self.packet_access(e.span, "parse")
@@ -497,10 +500,10 @@ class ExprChecker(OpsChecker):
             return T.OptionalType(T.U64)
         return T.OptionalType(T.HeaderType(e.header, h), "header")
 
-    def e_Push(self, e):
+    def e_Push(self, e: ast.Push) -> T.Type:
         return encap.push(self, e)
 
-    def packet_access(self, span, what: str) -> None:
+    def packet_access(self, span: Span, what: str) -> None:
         """Error unless the program kind has packet data (a fn's packet access is checked
         where it is called from a program)."""
         if self.s.kind is not None and self.s.kind.ctx not in CTX_DATA:
@@ -511,10 +514,10 @@ class ExprChecker(OpsChecker):
             )
 
     # ---- calls (sema.calls) ----
-    def e_Call(self, e):
+    def e_Call(self, e: ast.Call) -> T.Type:
         return calls.call(self, e)
 
-    def e_MethodCall(self, e):
+    def e_MethodCall(self, e: ast.MethodCall) -> T.Type:
         return calls.method_call(self, e)
 
     def map_key(self, m: T.MapType, k: ast.Expr) -> None:

@@ -28,7 +28,7 @@ from bpfdsl.abi.map_types import MapType
 from bpfdsl.lang import ast
 from bpfdsl.lang import types as T
 from bpfdsl.lang.c_names import c_form
-from bpfdsl.lang.sema.symbols import FIB_LOOKUP, PKT_RESIZE, RET_TYPES, Local
+from bpfdsl.lang.sema.symbols import FIB_LOOKUP, PKT_RESIZE, RET_TYPES, ExprHost, Local
 
 BY_NAME: dict[str, HelperProto] = {h.name: h for h in PROTOTYPES[1:]}
 FIB_HINT = (
@@ -37,7 +37,7 @@ FIB_HINT = (
 )
 
 
-def helper_kind(ex, e: ast.Call, name: str) -> bool:
+def helper_kind(ex: ExprHost, e: ast.Call, name: str) -> bool:
     """Error unless helper ``name`` (a builtin or table name) may be called from the current
     program kind (the kernel's ``*_func_proto`` for its program type)."""
     h = HELPERS.get(PKT_RESIZE.get(name, name)) or HELPERS.get(name)
@@ -53,7 +53,7 @@ def helper_kind(ex, e: ast.Call, name: str) -> bool:
     return False
 
 
-def _flags(ex, e: ast.Expr, allowed: int, what: str, names: str, why: str) -> None:
+def _flags(ex: ExprHost, e: ast.Expr, allowed: int, what: str, names: str, why: str) -> None:
     """A constant flags argument ``e`` with bits outside ``allowed`` is an error."""
     ex.expect(e, T.U64)
     v = ex.const_value(e)
@@ -63,7 +63,7 @@ def _flags(ex, e: ast.Expr, allowed: int, what: str, names: str, why: str) -> No
     ex.err("bad-flags", f"{what} does not take flag bits {bad:#x}: {why}", e.span, names)
 
 
-def fib_lookup(ex, e: ast.Call) -> T.Type:
+def fib_lookup(ex: ExprHost, e: ast.Call) -> T.Type:
     """``fib_lookup(params, flags)``: ``params`` a ``bpf_fib_lookup`` local (or map value)
     the kernel reads and writes; flags BPF_FIB_LOOKUP_* (others: -EINVAL)."""
     helper_kind(ex, e, "fib_lookup")
@@ -98,7 +98,7 @@ XDP_BYTES_HINT = (
 )
 
 
-def xdp_bytes(ex, e: ast.Call) -> T.Type:
+def xdp_bytes(ex: ExprHost, e: ast.Call) -> T.Type:
     """``xdp_load_bytes(offset, dst)`` / ``xdp_store_bytes(offset, src)``:
     ``bpf_xdp_load_bytes(ctx, offset, &dst, sizeof(dst))`` / ``bpf_xdp_store_bytes`` (helpers
     189/190, net/core/filter.c, Linux 5.18), which reach every fragment of an ``xdp(frags)``
@@ -151,13 +151,13 @@ def xdp_bytes(ex, e: ast.Call) -> T.Type:
     return T.I64
 
 
-def is_empty_side(ex, a: ast.Expr) -> bool:
+def is_empty_side(ex: ExprHost, a: ast.Expr) -> bool:
     """Whether a ``csum_diff`` argument is ``none``: no bytes on that side (``NULL, 0`` in
     C), the kernel's form for adding (``from`` empty) or removing (``to`` empty) bytes."""
     return isinstance(a, ast.Name) and a.id == "none" and ex.s.lookup("none") is None
 
 
-def csum_diff(ex, e: ast.Call) -> T.Type:
+def csum_diff(ex: ExprHost, e: ast.Call) -> T.Type:
     """``csum_diff(from, to, seed)``: ``bpf_csum_diff`` over the bytes of two values (32- and
     64-bit integers as stored, structs, addresses, arrays, header fields: packet bytes),
     each a whole number of 32-bit words, at most 512 bytes, or ``none`` for no bytes (the
@@ -205,7 +205,7 @@ def csum_diff(ex, e: ast.Call) -> T.Type:
     return T.I64
 
 
-def redirect(ex, e: ast.Call) -> T.Type:
+def redirect(ex: ExprHost, e: ast.Call) -> T.Type:
     """``redirect(ifindex, flags)`` from XDP: ``bpf_xdp_redirect`` returns XDP_ABORTED for
     any flag (net/core/filter.c), so a constant other than 0 is an error."""
     helper_kind(ex, e, "redirect")
@@ -227,7 +227,7 @@ def redirect(ex, e: ast.Call) -> T.Type:
     return T.U64
 
 
-def redirect_map_fallback(ex, m: T.MapType, fb: ast.Expr) -> None:
+def redirect_map_fallback(ex: ExprHost, m: T.MapType, fb: ast.Expr) -> None:
     """The fallback (flags) of ``redirect_map``: an action in the low two bits, plus
     BPF_F_BROADCAST / BPF_F_EXCLUDE_INGRESS for a devmap (``__bpf_xdp_redirect_map``);
     any other constant bit makes the kernel return XDP_ABORTED."""
@@ -245,7 +245,7 @@ def redirect_map_fallback(ex, m: T.MapType, fb: ast.Expr) -> None:
     )
 
 
-def _c_form(ex, e: ast.Call) -> str | None:
+def _c_form(ex: ExprHost, e: ast.Call) -> str | None:
     """``write `FORM``` for the helper call ``e`` the language writes its own way (the one
     table of C names, :mod:`bpfdsl.lang.c_names`), with its arguments put in."""
     got = c_form(e.name, [ex.s.source_text(a.span) for a in e.args])
@@ -254,7 +254,7 @@ def _c_form(ex, e: ast.Call) -> str | None:
     return f"write {got[0]}" + (f" ({got[1]})" if got[1] else "")
 
 
-def by_name(ex, e: ast.Call) -> T.Type | None:
+def by_name(ex: ExprHost, e: ast.Call) -> T.Type | None:
     """``bpf_NAME(args)``: any helper of the table with scalar arguments; the context, where
     the prototype takes it first, is passed implicitly.  None if ``bpf_NAME`` is no helper."""
     h = BY_NAME.get(e.name[len("bpf_") :])

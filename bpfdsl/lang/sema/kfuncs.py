@@ -17,12 +17,12 @@ from __future__ import annotations
 from bpfdsl.abi.kfuncs import BY_BUILTIN
 from bpfdsl.lang import ast
 from bpfdsl.lang import types as T
-from bpfdsl.lang.sema.symbols import Local
+from bpfdsl.lang.sema.symbols import ExprHost, Local
 
 DEV_BOUND = "xdp(dev_bound)"
 
 
-def not_dev_bound(ex, at: ast.Node, builtin: str, where: str, via: str = "") -> None:
+def not_dev_bound(ex: ExprHost, at: ast.Node, builtin: str, where: str, via: str = "") -> None:
     """``kfunc-not-dev-bound`` at ``at``: ``builtin`` (a kfunc, called directly or
     ``via`` a fn) in ``where``, which is not a device-bound program."""
     k = BY_BUILTIN[builtin]
@@ -37,7 +37,7 @@ def not_dev_bound(ex, at: ast.Node, builtin: str, where: str, via: str = "") -> 
     )
 
 
-def check_fn_call(ex, e: ast.Call, fn: str) -> None:
+def check_fn_call(ex: ExprHost, e: ast.Call, fn: str) -> None:
     """A program's call of fn ``fn`` (or ``loop`` with callback ``fn``): one that calls a
     kfunc, directly or not, needs a device-bound program (the kfunc's own call in the fn
     is checked here, where the program is known)."""
@@ -47,7 +47,7 @@ def check_fn_call(ex, e: ast.Call, fn: str) -> None:
         not_dev_bound(ex, e, builtin, f"a {kind.keyword} program", fn)
 
 
-def call(ex, e: ast.Call) -> T.Type:
+def call(ex: ExprHost, e: ast.Call) -> T.Type:
     """Check a kfunc call ``e``; its type is the kfunc's ``int`` return (an i32)."""
     k = BY_BUILTIN[e.name]
     sig = ", ".join(n for n, _ in k.outs)

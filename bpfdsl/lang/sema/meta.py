@@ -15,23 +15,13 @@ A view larger than what is reserved, or one with nothing reserved, is an error a
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from bpfdsl.lang import ast
 from bpfdsl.lang import types as T
+from bpfdsl.lang.sema.symbols import ExprHost, MetaState
 
 META_MAX = 252  # bytes: u8 skb_shared_info.meta_len rounded down to 4 (xdp_metalen_invalid)
 META_ALIGN = 4  # bytes: IS_ALIGNED(metalen, sizeof(u32))
 ENTRY_KINDS = ("xdp(cpumap)", "xdp(devmap)")  # run on frames that carry metadata
-
-
-@dataclass(slots=True)
-class MetaState:
-    """Metadata bytes reserved on every path here: ``reserved`` (None: unknown, anything
-    may be there) and the line of the ``adjust_meta`` that set it (0: none)."""
-
-    reserved: int | None = 0
-    line: int = 0
 
 
 def start(kind_keyword: str | None) -> MetaState:
@@ -50,7 +40,7 @@ def merge(before: MetaState, ends: list[tuple[MetaState, bool]]) -> MetaState:
     return MetaState(low.reserved, low.line)
 
 
-def reserve(ex, e: ast.Call) -> None:
+def reserve(ex: ExprHost, e: ast.Call) -> None:
     """``adjust_meta(delta)``: a constant delta changes the reservation by ``-delta`` bytes
     (an error when the total would not be a multiple of 4 or above 252: the kernel's
     -EACCES); any other makes it unknown."""
@@ -72,7 +62,7 @@ def reserve(ex, e: ast.Call) -> None:
     ex.s.meta = MetaState(total, e.span.line)
 
 
-def view(ex, e: ast.Call) -> T.Type:
+def view(ex: ExprHost, e: ast.Call) -> T.Type:
     """``meta(S)``: an optional view of struct ``S`` in the metadata area."""
     arg = e.args[0] if len(e.args) == 1 and not e.kwargs else None
     st = ex.c.structs.get(arg.id) if isinstance(arg, ast.Name) else None

@@ -4,11 +4,13 @@ comparisons with their byte-order rules, logic, casts, prefix membership, consta
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from bpfdsl.abi import intops
+from bpfdsl.diagnostics import Span
 from bpfdsl.lang import ast
 from bpfdsl.lang import types as T
+from bpfdsl.lang.sema.symbols import Checked, SemaHost
 
 
 def const_convert(v: int, frm: T.Type, to: T.Type) -> int:
@@ -46,13 +48,14 @@ def _width(ty: T.Type) -> tuple[int | None, bool]:
 
 class OpsChecker:
     # What this mixin uses of its host, expr.ExprChecker, declared for the type checker
-    # (expr imports this module; analyzer.Sema and Checked cannot be named here either).
-    c: Any  # analyzer.Checked
-    s: Any  # analyzer.Sema
+    # (expr imports this module, so it is not named here; symbols.ExprHost is the part the
+    # other sema modules use).
+    c: Checked
+    s: SemaHost
 
     if TYPE_CHECKING:
 
-        def err(self, *a, **k): ...
+        def err(self, code: str, msg: str, span: Span, hint: str | None = None) -> None: ...
         def coerce(self, e: ast.Expr, ty: T.Type) -> None: ...
         def cond(self, e: ast.Expr) -> None: ...
         def expr(self, e: ast.Expr) -> T.Type: ...
@@ -86,7 +89,13 @@ class OpsChecker:
         return "(...)"
 
     def signedness(
-        self, node, op: str, a: ast.Expr, ta: T.IntType, b: ast.Expr, tb: T.IntType
+        self,
+        node: ast.BinOp | ast.Compare,
+        op: str,
+        a: ast.Expr,
+        ta: T.IntType,
+        b: ast.Expr,
+        tb: T.IntType,
     ) -> bool:
         """Refuse ``a op b`` when one operand is signed and the other unsigned and at least
         as wide: C would convert the signed one to unsigned (``-1 < 1u`` is false), and
@@ -112,7 +121,7 @@ class OpsChecker:
         )
         return True
 
-    def unify(self, node, a: ast.Expr, b: ast.Expr) -> T.Type:
+    def unify(self, node: ast.BinOp | ast.Compare, a: ast.Expr, b: ast.Expr) -> T.Type:
         ta, tb = self.expr(a), self.expr(b)
         if ta is T.ERR or tb is T.ERR:
             return T.ERR
@@ -139,7 +148,7 @@ class OpsChecker:
         self.err("type-mismatch", f"mixing {ta} and {tb}", node.span)
         return ta
 
-    def fold(self, e, op, a, b, ty):
+    def fold(self, e: ast.BinOp, op: str, a: ast.Expr, b: ast.Expr, ty: T.Type) -> None:
         """Fold ``a op b`` of result type ``ty``: each operand converted to ``ty`` as the
         generated code converts it, then ``intops.binop`` (C on the type, exact for
         untyped literals).  A constant zero divisor is an error even when ``a`` is not
@@ -155,7 +164,7 @@ class OpsChecker:
         bits, signed = _width(ty)
         self.c.cval[e] = intops.binop(op, va, vb, bits, signed)
 
-    def e_BinOp(self, e):
+    def e_BinOp(self, e: ast.BinOp) -> T.Type:
         ty = self.unify(e, e.left, e.right)
         if isinstance(ty, T.IntType) and ty.be and e.op not in "&|^":
             self.err(
@@ -195,7 +204,7 @@ class OpsChecker:
         self.fold(e, e.op, e.left, e.right, ty)
         return ty
 
-    def e_Compare(self, e):
+    def e_Compare(self, e: ast.Compare) -> T.Type:
         ty = self.unify(e, e.left, e.right)
         if isinstance(ty, T.UntypedInt):
             ty = T.U64
@@ -218,12 +227,12 @@ class OpsChecker:
                 self.c.cval[e] = int(intops.compare(e.op, va, vb, bits, signed))
         return T.BOOL
 
-    def e_Logic(self, e):
+    def e_Logic(self, e: ast.Logic) -> T.Type:
         self.cond(e.left)
         self.cond(e.right)
         return T.BOOL
 
-    def e_Unary(self, e):
+    def e_Unary(self, e: ast.Unary) -> T.Type:
         if e.op == "!":
             self.cond(e.operand)
             return T.BOOL
@@ -237,7 +246,7 @@ class OpsChecker:
             self.c.cval[e] = intops.unop(e.op, v, _width(t)[0])
         return t
 
-    def e_Cast(self, e):
+    def e_Cast(self, e: ast.Cast) -> T.Type:
         t = self.expr(e.expr)
         t = t.inner if isinstance(t, T.RefType) else t
         to = self.s.resolve_type(e.to)
@@ -255,7 +264,7 @@ class OpsChecker:
             self.c.cval[e] = const_convert(v, t, to)  # sign-extends a signed value
         return to
 
-    def e_InPrefix(self, e):
+    def e_InPrefix(self, e: ast.InPrefix) -> T.Type:
         ta, tb = self.expr(e.left), self.expr(e.right)
         want = {T.IPV4_PREFIX.name: T.BE32, T.IPV6_PREFIX.name: T.IPV6_ADDR}
         if tb.name not in want or e.right not in self.c.cbytes:

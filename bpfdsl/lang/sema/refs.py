@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from bpfdsl.diagnostics import Span
 from bpfdsl.lang import ast
-from bpfdsl.lang.sema.symbols import Local
+from bpfdsl.lang.sema.symbols import Local, SemaHost
 
 OPEN, ENDED, MAYBE = "open", "ended", "maybe"
 _ENDERS = ("ringbuf_submit", "ringbuf_discard")
@@ -38,7 +38,7 @@ class _Res:
     ended_at: tuple[int, str] | None = None
 
 
-State = dict  # Local -> _Res; None: the path does not go on (return, break, continue)
+State = dict[Local, _Res]  # Local -> _Res; None: the path does not go on (return, break, continue)
 
 
 def _join(states: list[State | None]) -> State | None:
@@ -65,13 +65,13 @@ class RefChecker:
     """One pass over a body; errors through ``sema.err`` (deduplicated: a loop body is
     walked twice)."""
 
-    def __init__(self, sema) -> None:
+    def __init__(self, sema: SemaHost) -> None:
         self.s = sema
         self.c = sema.c
-        self.seen: set[tuple] = set()
+        self.seen: set[tuple[str, int, int, str]] = set()
         self.loops: list[tuple[set[Local], list[State], list[State]]] = []
 
-    def err(self, code: str, msg: str, span, hint: str) -> None:
+    def err(self, code: str, msg: str, span: Span, hint: str) -> None:
         key = (code, span.line, span.col, msg)
         if key not in self.seen:
             self.seen.add(key)
@@ -93,7 +93,7 @@ class RefChecker:
         how = "open" if r.status == OPEN else "submitted or discarded on some paths only"
         return f"reservation `{loc.name}` (reserved at line {r.line})", how
 
-    def _leaving(self, st: State, span, what: str, only: set[Local] | None = None) -> None:
+    def _leaving(self, st: State, span: Span, what: str, only: set[Local] | None = None) -> None:
         for loc in self._open_names(st, only):
             r = st[loc]
             name, how = self._describe(loc, r)
@@ -107,7 +107,7 @@ class RefChecker:
             )
 
     # ---- expressions: uses of reservations ----
-    def expr(self, e, st: State) -> None:
+    def expr(self, e: ast.Expr, st: State) -> None:
         """Check the uses of reservations in expression ``e`` (and end them)."""
         stack: list[tuple[ast.Node, ast.Node | None]] = [(e, None)]
         while stack:
@@ -178,7 +178,9 @@ class RefChecker:
         st[loc] = _Res(ENDED, r.line, (call.span.line, call.name))
 
     # ---- statements ----
-    def block(self, b: ast.Block | None, st: State | None, bound: set[Local] | None = None):
+    def block(
+        self, b: ast.Block | None, st: State | None, bound: set[Local] | None = None
+    ) -> State | None:
         """Walk ``b``; the reservations bound in it go out of scope at its end."""
         if b is None or st is None:
             return st
@@ -287,14 +289,14 @@ class RefChecker:
         return out
 
 
-def check_refs(sema, body: ast.Block) -> None:
+def check_refs(sema: SemaHost, body: ast.Block) -> None:
     """Check the reservation rule on ``body`` (a program's or fn's), after typing."""
     if not _has_reserve(body):
         return
     RefChecker(sema).block(body, {})
 
 
-def _has_reserve(node) -> bool:
+def _has_reserve(node: object) -> bool:
     stack = [node]
     while stack:
         n = stack.pop()

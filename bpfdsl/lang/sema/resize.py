@@ -18,17 +18,17 @@ in its body is the ``stale-header`` error naming the resize and the loop.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
+from bpfdsl.diagnostics import Span
 from bpfdsl.lang import ast
-from bpfdsl.lang.sema.symbols import PKT_RESIZE, FnInfo
+from bpfdsl.lang.sema.symbols import PKT_RESIZE, FnInfo, Local, SemaHost
 
 
 @dataclass(frozen=True, slots=True)
 class PathState:
     """What a path carries: invalid views (view -> line of the resize), resize calls."""
 
-    stale: dict[Any, int]
+    stale: dict[Local, int]
     resized: frozenset[ast.Node]
 
 
@@ -40,23 +40,25 @@ class LoopPaths:
     breaks: list[PathState] = field(default_factory=list)
 
 
-def snapshot(s: Any) -> PathState:
+def snapshot(s: SemaHost) -> PathState:
     """The current path's state (``s``: the Sema)."""
     return PathState(dict(s.stale), s.resized)
 
 
-def restore(s: Any, st: PathState) -> None:
+def restore(s: SemaHost, st: PathState) -> None:
     s.stale, s.resized = dict(st.stale), st.resized
 
 
-def join(s: Any, node: ast.Node, before: PathState, ends: list[tuple[PathState, bool]]) -> None:
+def join(
+    s: SemaHost, node: ast.Node, before: PathState, ends: list[tuple[PathState, bool]]
+) -> None:
     """Set the state after ``node`` from its ways through (``ends``: (state, diverged));
     call after the cursor merge: a resize on some way that goes on resets the cursor."""
     live = [st for st, gone in ends if not gone]
     if not live:
         restore(s, before)
         return
-    stale: dict[Any, int] = {}
+    stale: dict[Local, int] = {}
     for st in live:
         for view, line in st.stale.items():
             stale.setdefault(view, line)
@@ -68,13 +70,13 @@ def join(s: Any, node: ast.Node, before: PathState, ends: list[tuple[PathState, 
 
 
 def loop_body_done(
-    s: Any,
+    s: SemaHost,
     loop: ast.For,
     entry: PathState,
     paths: LoopPaths,
     fell_through: bool,
-    outer: set[Any],
-    uses: list[tuple[Any, Any]],
+    outer: set[Local],
+    uses: list[tuple[Local, Span]],
 ) -> None:
     """After the body of ``loop``: report views from before the loop (``outer``) used in
     the body (``uses``: (view, span)) when a path back to its start resized the packet, and
@@ -82,7 +84,7 @@ def loop_body_done(
     backs = list(paths.continues)
     if fell_through:
         backs.append(snapshot(s))
-    back_stale: dict[Any, int] = {}
+    back_stale: dict[Local, int] = {}
     for st in backs:
         for view, line in st.stale.items():
             if view in outer and view not in entry.stale:
@@ -102,7 +104,7 @@ def loop_body_done(
     if any(st.resized != entry.resized for st in backs):
         s.c.latch_reset.add(loop)
     head = [(entry, False)] + [(st, False) for st in backs]
-    merged: dict[Any, int] = {}
+    merged: dict[Local, int] = {}
     for st, _ in head:
         for view, line in st.stale.items():
             merged.setdefault(view, line)

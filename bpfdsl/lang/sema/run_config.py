@@ -8,22 +8,20 @@ attach to an interface take them: ``xdp`` and ``xdp(frags)``.
 
 from __future__ import annotations
 
-from typing import Any
-
 from bpfdsl.abi.btf.run_config import ACTION_MEMBERS, DEFAULT_CHAIN_CALL_ACTIONS, RunConfig
 from bpfdsl.abi.map_types import BTF_MAX_ENTRIES
 from bpfdsl.abi.prog_types import ProgramKind
 from bpfdsl.lang import ast
-from bpfdsl.lang.sema.symbols import const_int_arg
+from bpfdsl.lang.sema.symbols import SemaHost, const_int_arg
 
-# ``sema``: the analyzer.Sema checking the program (it imports this module, so its type
-# cannot be named here); used for ``err`` and the constant folding of const_int
+# ``sema``: the analyzer.Sema checking the program (typed by its protocol, symbols.SemaHost:
+# the analyzer imports this module); used for ``err`` and the constant folding of const_int
 
 RUN_CONFIG_OPTIONS = ("priority", "chain_call")
 CHAINABLE_KINDS = ("xdp", "xdp(frags)")  # what a dispatcher on an interface runs
 
 
-def check_run_config(sema: Any, p: ast.ProgDecl, kind: ProgramKind) -> RunConfig | None:
+def check_run_config(sema: SemaHost, p: ast.ProgDecl, kind: ProgramKind) -> RunConfig | None:
     """The run config ``p`` declares, or None when it declares none or after an error
     (reported through ``sema.err`` at the option).  ``priority``: a compile-time integer
     from 0 to 2**30 - 1 (libxdp reads it as a BTF array length, which the kernel bounds);
@@ -74,7 +72,7 @@ def check_run_config(sema: Any, p: ast.ProgDecl, kind: ProgramKind) -> RunConfig
     return RunConfig(prio, chain) if ok else None
 
 
-def _actions(sema: Any, e: ast.Expr) -> set[str] | None:
+def _actions(sema: SemaHost, e: ast.Expr) -> set[str] | None:
     """The action names of ``XDP_PASS | XDP_DROP`` (or ``none``): the names, not their
     values, since ``XDP_DROP | XDP_PASS`` as a number would be XDP_TX."""
     if isinstance(e, ast.Name) and e.id == "none":

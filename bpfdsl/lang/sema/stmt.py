@@ -5,22 +5,28 @@ bodies always leave (for `let ... else` and the end of a program)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from bpfdsl.abi.prog_types import PROGRAM_KINDS, ProgramKind
-from bpfdsl.diagnostics import Span
+from bpfdsl.diagnostics import Diagnostic, Span
 from bpfdsl.lang import ast
 from bpfdsl.lang import types as T
 from bpfdsl.lang.sema import encap, resize
 from bpfdsl.lang.sema.csum import l4_in_scope
-from bpfdsl.lang.sema.meta import MetaState
 from bpfdsl.lang.sema.meta import merge as merge_meta
-from bpfdsl.lang.sema.symbols import CURSOR_UNKNOWN, PKT_RESIZE, FnInfo, Local, const_int
+from bpfdsl.lang.sema.symbols import (
+    CURSOR_UNKNOWN,
+    PKT_RESIZE,
+    Checked,
+    ExprHost,
+    FnInfo,
+    Local,
+    MetaState,
+    const_int,
+)
 
 if TYPE_CHECKING:
-    from collections.abc import Collection
-
-    from bpfdsl.lang.sema.expr import ExprChecker
+    from collections.abc import Collection, Iterable
 
 _CURSOR_MOVERS = ("skip_ext",)  # calls that move the cursor (besides PKT_RESIZE helpers)
 
@@ -48,11 +54,17 @@ def moves_cursor(node: object, fns: Collection[str] = frozenset()) -> bool:
 
 class StmtChecker:
     # What this mixin uses of its host, analyzer.Sema, declared for the type checker (the
-    # analyzer imports this module, so Sema's and Checked's types cannot be named here).
-    c: Any  # analyzer.Checked
-    ex: ExprChecker
+    # analyzer imports this module, so Sema cannot be named here; symbols.SemaHost is the
+    # part the other sema modules use).
+    c: Checked
+    ex: ExprHost
+    diags: list[Diagnostic]
     kind: ProgramKind | None
     fn: FnInfo | None
+    prog: ast.ProgDecl | None
+    cursor: object
+    stale: dict[Local, int]
+    resized: frozenset[ast.Node]
     loop_depth: int
     loop_paths: list[resize.LoopPaths]
     view_uses: list[tuple[Local, Span]]
@@ -61,7 +73,7 @@ class StmtChecker:
     gone: dict[str, tuple[Local, int]]
     follows: dict[Local, object]
     pushed: dict[Local, int]
-    payload_writes: list
+    payload_writes: list[tuple[Span | None, Local]]
     meta: MetaState
 
     if TYPE_CHECKING:
@@ -69,7 +81,9 @@ class StmtChecker:
         def err(self, code: str, msg: str, span: Span, hint: str | None = None) -> None: ...
         def bind(self, name: str, sym: Local) -> None: ...
         def resolve_type(self, t: ast.TypeRef) -> T.Type: ...
-        def lookup(self, name: str): ...
+        def lookup(self, name: str) -> object: ...
+        def source_text(self, span: Span) -> str: ...
+        def suggest(self, name: str, options: Iterable[str]) -> str | None: ...
 
     def merge_cursors(self, ends: list[tuple[object, bool]], before: object) -> None:
         """Set the cursor after a branch from ``ends`` ((cursor, diverged) per way through
@@ -432,17 +446,17 @@ class StmtChecker:
             return
         if isinstance(t, T.UntypedInt):  # helper results (u64, e.g. redirect) narrow freely
             self.ex.coerce(s.value, T.U32)
-        v = self.c.cval.get(s.value)
+        raw = self.c.cval.get(s.value)
         name = s.value.id if isinstance(s.value, ast.Name) else None
         allowed = self.kind.returns
         bad_name = (
             name is not None
-            and v is not None
+            and raw is not None
             and name not in allowed
             and any(name in k.returns for k in PROGRAM_KINDS)
         )
-        if (v is not None and v not in allowed.values()) or bad_name:
-            shown = name or str(v)
+        if (raw is not None and raw not in allowed.values()) or bad_name:
+            shown = name or str(raw)
             self.err(
                 "bad-return",
                 f"`{shown}` is not a valid return value for a {self.kind.keyword} program",

@@ -20,7 +20,7 @@ from __future__ import annotations
 from bpfdsl.abi.helpers import HELPERS, ArgKind
 from bpfdsl.abi.kfuncs import BY_BUILTIN as KFUNC_BY_BUILTIN
 from bpfdsl.lang import ast
-from bpfdsl.lang.sema.symbols import BUILTINS, PKT_RESIZE
+from bpfdsl.lang.sema.symbols import BUILTINS, PKT_RESIZE, SemaHost
 
 CTX_BUILTINS = frozenset(
     name
@@ -143,7 +143,7 @@ LOOP_CTX_HINT = (
 )
 
 
-def check_subprog_ctx(sema) -> None:
+def check_subprog_ctx(sema: SemaHost) -> None:
     """Record the fns that need the context in ``sema.c.ctx_calls`` (after
     ``sema.c.packet_fns``): a ``noinline`` or ``global`` fn takes it as a hidden first
     argument (CodeGen.hidden_args); loop callbacks are checked where ``loop`` names them

@@ -2,12 +2,19 @@
 this one at the top, none imports another for these): the symbol records a scope holds
 (:class:`Local`, :class:`Const`, :class:`Config`, :class:`FnInfo`), the predefined names
 (actions from prog_types' ``PROGRAM_KINDS`` return tables, map update flags, header constants),
-the builtin function signatures, and :func:`const_int`.  Codegen reads the same records."""
+the builtin function signatures, :func:`const_int`, the result of sema (:class:`Checked`,
+with the :class:`PushPlan`/:class:`PopPlan` of each push/pop) and the state records of a
+body (:class:`MetaState`).  Codegen reads the same records.  :class:`SemaHost` and
+:class:`ExprHost` are the parts of ``analyzer.Sema`` and ``expr.ExprChecker`` the other
+sema modules use (protocols: those two import the modules that take them)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Protocol
 
+from bpfdsl.abi.btf.run_config import RunConfig
 from bpfdsl.abi.fib import BPF_FIB_LOOKUP_SIZE, FIB_LOOKUP_FIELDS, FibLookupFlag, FibResult
 from bpfdsl.abi.flags import (
     BPF_ANY,
@@ -20,11 +27,12 @@ from bpfdsl.abi.flags import (
     BPF_RB_NO_WAKEUP,
 )
 from bpfdsl.abi.helpers import HELPERS
-from bpfdsl.abi.prog_types import PROGRAM_KINDS
-from bpfdsl.diagnostics import Span
+from bpfdsl.abi.prog_types import PROGRAM_KINDS, ProgramKind
+from bpfdsl.diagnostics import Diagnostic, Span
 from bpfdsl.lang import ast
 from bpfdsl.lang import types as T
-from bpfdsl.lang.headers import CONSTANTS
+from bpfdsl.lang.headers import CONSTANTS, HEADERS
+from bpfdsl.lang.layout import Header
 
 
 @dataclass(eq=False, slots=True)
@@ -195,14 +203,14 @@ def bswap(v: int, bits: int) -> int:
     return int.from_bytes((v & ((1 << bits) - 1)).to_bytes(bits // 8, "little"), "big")
 
 
-def const_int(sema, e: ast.Expr) -> int | None:
+def const_int(sema: ExprOwner, e: ast.Expr) -> int | None:
     """Check ``e`` and return its compile-time integer value or None: host order, and a
     signed type's value read as signed (an i32 -3 is -3, not 0xfffffffd)."""
     sema.ex.expr(e)
     return sema.ex.const_value(e)
 
 
-def const_int_arg(sema, e: ast.Expr, code: str, what: str, example: str) -> int | None:
+def const_int_arg(sema: ExprOwner, e: ast.Expr, code: str, what: str, example: str) -> int | None:
     """:func:`const_int` of an argument that must be a compile-time integer (a map's
     ``max_entries``, a program's ``priority``): None after the located error ``code``,
     "``what`` must be a compile-time integer" with the hint ``example`` (none when ``e``
@@ -230,3 +238,170 @@ def is_builtin_constant(name: str) -> bool:
 # (backend.codegen.csum._related_l4); any other L4 view (one parsed in the payload, or after a
 # branch that parsed) gets none, and codegen finds the real L4 header at run time.
 CURSOR_UNKNOWN = "unknown"
+
+
+@dataclass(slots=True)
+class MetaState:
+    """Metadata bytes reserved on every path here: ``reserved`` (None: unknown, anything
+    may be there) and the line of the ``adjust_meta`` that set it (0: none)."""
+
+    reserved: int | None = 0
+    line: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class PushPlan:
+    """``prefix``: bytes before the view, kept in front; ``headers``: the layouts pushed,
+    outermost first; ``ethertype``: the EtherType to write in the last two bytes of the
+    prefix (None: they stay); ``inner``: the view's header name (its length field gives
+    the inner packet's length: ipv4 ``tot_len``, ipv6 ``payload_len`` + 40; any other:
+    the bytes from the view to the packet's end)."""
+
+    prefix: int
+    headers: tuple[Header, ...]
+    ethertype: int | None
+    inner: str
+
+
+@dataclass(frozen=True, slots=True)
+class PopPlan:
+    """``prefix``: bytes before the first popped header, kept in front; ``delta``: the
+    bytes popped when every popped header has a fixed size (None: computed at run time)."""
+
+    prefix: int
+    delta: int | None
+
+
+@dataclass(eq=False, slots=True)
+class Checked:
+    """Result of sema: everything codegen needs, keyed by AST node where per-node.
+
+    ``cval``: folded scalar constants (raw memory value); ``cbytes``: folded byte
+    constants; ``sym``: Name/Let/For -> symbol; ``optype``: Compare operand type;
+    ``pkt_reset``: calls that resize the packet; ``warnings``: compile-time warnings;
+    ``stores``: the type each ``store`` writes; ``headers``: the headers the program
+    declares (None for one with errors), which replace library headers of the same name;
+    ``packet_fns``: fns that touch the packet (parse, skip_ext, load/store, or call such a
+    fn), given the ctx and cursor by codegen."""
+
+    program: ast.Program
+    filename: str
+    license: str = ""
+    structs: dict[str, T.StructType] = field(default_factory=dict)
+    consts: dict[str, Const] = field(default_factory=dict)
+    configs: dict[str, Config] = field(default_factory=dict)
+    maps: dict[str, T.MapType] = field(default_factory=dict)
+    map_decls: dict[str, ast.MapDecl] = field(default_factory=dict)
+    fns: dict[str, FnInfo] = field(default_factory=dict)
+    progs: list[tuple[ast.ProgDecl, ProgramKind]] = field(default_factory=list)
+    run_configs: dict[str, RunConfig] = field(default_factory=dict)  # libxdp, by program
+    cval: dict[ast.Expr, int] = field(default_factory=dict)
+    cbytes: dict[ast.Expr, bytes] = field(default_factory=dict)
+    sym: dict[ast.Node, object] = field(default_factory=dict)
+    optype: dict[ast.Expr, T.Type] = field(default_factory=dict)
+    pkt_reset: set[ast.Node] = field(default_factory=set)
+    # sema.resize: statements after which / loops before whose next iteration codegen puts
+    # the cursor back at the packet's start; programs that resize the packet
+    cursor_reset: set[ast.Node] = field(default_factory=set)
+    latch_reset: set[ast.Node] = field(default_factory=set)
+    resizing_progs: set[ast.Node] = field(default_factory=set)
+    warnings: list[Diagnostic] = field(default_factory=list)
+    headers: dict[str, Header | None] = field(default_factory=dict)
+    packet_fns: set[str] = field(default_factory=set)
+    # packet fns and the fns that call a global packet fn (directly or not): a program
+    # calling one must have packet data
+    packet_reach: set[str] = field(default_factory=set)
+    # packet fns that are the callback of a `loop` (plain fns: codegen makes the loop's
+    # subprogram from each, CodeGen.declare_loop_trampoline)
+    packet_callbacks: set[str] = field(default_factory=set)
+    # fn -> (the call that needs the program's context, the builtin): sema.subprog_ctx
+    ctx_calls: dict[str, tuple[ast.Call, str]] = field(default_factory=dict)
+    # fn -> the kfunc it calls, directly or not (sema.subprog_ctx.find_kfunc_fns)
+    kfunc_fns: dict[str, str] = field(default_factory=dict)
+    stores: dict[ast.Store, T.Type] = field(default_factory=dict)  # the type each `store` writes
+    # what codegen needs of each `push` / `pop` (sema.encap)
+    pushes: dict[ast.Push, PushPlan] = field(default_factory=dict)
+    pops: dict[ast.Pop, PopPlan] = field(default_factory=dict)
+    # fn -> indexes of the aggregate parameters it may write (sema.params): a call of a fn
+    # that only reads one passes the caller's memory, not a copy
+    written_params: dict[str, frozenset[int]] = field(default_factory=dict)
+    # fns that may change the packet (sema.resize.pkt_changing_fns): after a call of one,
+    # the caller's header views are invalid
+    pkt_changing_fns: set[str] = field(default_factory=set)
+    # prog_array name -> slot -> the ast.Name of the program it holds (`= { 0: prog }`)
+    prog_array_init: dict[str, dict[int, ast.Expr]] = field(default_factory=dict)
+    # (program name, prog_array name, span) of every `tail_call(map, i) else { ... }`
+    tail_calls: list[tuple[str, str, Span]] = field(default_factory=list)
+
+    def header(self, name: str) -> Header | None:
+        """The layout ``parse name`` uses: the program's own declaration, else the library's;
+        None if there is none (or the program's has errors, already reported)."""
+        if name in self.headers:
+            return self.headers[name]
+        return HEADERS.get(name)
+
+    def header_names(self) -> list[str]:
+        return list(dict.fromkeys([*self.headers, *HEADERS]))
+
+
+class ExprHost(Protocol):
+    """What the sema modules use of the expression checker, :class:`bpfdsl.lang.sema.expr.
+    ExprChecker` (which imports them: the mypy ``semanal_shared`` way of naming it here)."""
+
+    c: Checked
+
+    @property
+    def s(self) -> SemaHost: ...
+    def err(self, code: str, msg: str, span: Span, hint: str | None = None) -> None: ...
+    def expr(self, e: ast.Expr) -> T.Type: ...
+    def expect(self, e: ast.Expr, ty: T.Type) -> None: ...
+    def coerce(self, e: ast.Expr, ty: T.Type) -> None: ...
+    def cond(self, e: ast.Expr) -> None: ...
+    def unhandled(self, e: ast.Expr) -> None: ...
+    def const_value(self, e: ast.Expr) -> int | None: ...
+    def const_as(self, e: ast.Expr, ty: T.Type) -> int | None: ...
+    def src_text(self, e: ast.Expr) -> str: ...
+    def packet_access(self, span: Span, what: str) -> None: ...
+    def pkt_bytes(self, e: ast.Load | ast.Store, what: str) -> T.Type: ...
+    def assign(self, s: ast.Assign) -> None: ...
+    def tail_call(self, e: ast.Call) -> None: ...
+
+
+class ExprOwner(Protocol):
+    """:class:`bpfdsl.lang.sema.analyzer.Sema` or one of its mixins: what :func:`const_int`
+    needs."""
+
+    @property
+    def ex(self) -> ExprHost: ...
+    def err(self, code: str, msg: str, span: Span, hint: str | None = None) -> None: ...
+
+
+class SemaHost(ExprOwner, Protocol):
+    """What the sema modules use of :class:`bpfdsl.lang.sema.analyzer.Sema` (the state of
+    the body being checked; see its ``__init__``)."""
+
+    c: Checked
+    diags: list[Diagnostic]
+    scopes: list[dict[str, object]]
+    kind: ProgramKind | None
+    fn: FnInfo | None
+    prog: ast.ProgDecl | None
+    cursor: object
+    stale: dict[Local, int]
+    resized: frozenset[ast.Node]
+    view_uses: list[tuple[Local, Span]]
+    meta: MetaState
+    parse_from: dict[ast.Parse, object]
+    follows: dict[Local, object]
+    pushed: dict[Local, int]
+    payload_writes: list[tuple[Span | None, Local]]
+    gone: dict[str, tuple[Local, int]]
+
+    def source_text(self, span: Span) -> str: ...
+    def suggest(self, name: str, options: Iterable[str]) -> str | None: ...
+    def resolve_type(self, t: ast.TypeRef) -> T.Type: ...
+    def lookup(self, name: str) -> object: ...
+    def diverges(self, b: ast.Block | None) -> bool: ...
+    def block(
+        self, b: ast.Block, new_scope: bool = True, bind: tuple[str, Local] | None = None
+    ) -> None: ...
