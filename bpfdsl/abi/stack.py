@@ -123,9 +123,9 @@ class Rule(Enum):
 class ChainFault(Generic[K, S]):
     """The first call chain the kernel refuses: ``chain``, the subprograms from the
     program's start to the one where ``rule`` fails (``len(chain)`` frames); ``sites``, the
-    call that entered each of ``chain[1:]``; ``stack``: bytes, for COMBINED_STACK the stack of the
-    whole chain (each frame rounded up to 16), else the stack of the frames above the
-    last (for TAIL_CALL_STACK the kernel's figure)."""
+    call that entered each of ``chain[1:]``; ``stack``, in bytes: for COMBINED_STACK the
+    stack of the whole chain (each frame rounded up to 16), else that of the frames above
+    the last (for TAIL_CALL_STACK the kernel's figure)."""
 
     rule: Rule
     chain: tuple[K, ...]
