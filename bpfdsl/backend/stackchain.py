@@ -3,16 +3,19 @@
 The kernel adds up the stack frames of every call chain from a program's start
 (kernel/bpf/verifier.c check_max_stack_depth: each frame rounded up to 16 bytes with a
 JIT, round_up_stack_depth) and refuses a chain above MAX_BPF_STACK ("combined stack size
-of N calls is M. Too large").  :func:`check_call_chains` finds the deepest chain of a
-compiled object from the program's calls (sema's AST: calls of ``noinline``/``global`` fns
-and ``loop`` callbacks, through the plain fns inlined on the way) and the frame sizes in
-the object, and raises a located error at the call that passes the limit, naming each
-frame's bytes and the struct/array variables that take them.
+of N calls is M. Too large").  :func:`check_call_chains` builds the call graph of a
+compiled program from its calls (sema's AST: calls of ``noinline``/``global`` fns and
+``loop`` callbacks, through the plain fns inlined on the way) with the frame sizes in the
+object, hands it to the kernel's rule (:func:`bpfdsl.abi.stack.check_max_stack_depth`, the
+one the checker applies to the object's calls too), and raises a located error at the call
+that passes the limit, naming each frame's bytes and the struct/array variables that take
+them.
 """
 
 from __future__ import annotations
 
 from bpfdsl.abi.limits import MAX_BPF_STACK
+from bpfdsl.abi.stack import Rule, Subprog, check_max_stack_depth
 from bpfdsl.diagnostics import DiagnosticError, Span, error
 from bpfdsl.lang import ast
 from bpfdsl.lang import types as T
@@ -26,10 +29,6 @@ _HINT = (
     "instead, keep large structs in a map value (`map scratch: percpu_array<u32, T>"
     "(max_entries: 1)`), or make a fn on the chain plain (inlined)"
 )
-
-
-def _rounded(depth: int) -> int:
-    return (depth + 15) & ~15  # kernel round_up_stack_depth with a JIT
 
 
 def _walk(body: ast.Node) -> list[object]:
@@ -104,11 +103,15 @@ def _calls(c: Checked, body: ast.Block, inline: dict[str, ast.Block]) -> list[tu
 
 
 def check_call_chains(c: Checked, depths: dict[str, int]) -> None:
-    """Raise DiagnosticError (``stack-limit``) at the call where the deepest chain of calls
-    from a program passes 512 bytes of stack (``c``: sema's Checked; ``depths``: bytes per
-    function symbol of the object, bpfdsl.backend.target.stack_depths).  The deepest chain
-    below each function is computed once (the call graph has no cycles: sema refuses
-    recursion), so a wide call graph costs its edges, not its paths."""
+    """Raise DiagnosticError (``stack-limit``) at the call where the first call chain from
+    a program that the kernel refuses for its stack passes 512 bytes (``c``: sema's
+    Checked; ``depths``: bytes per function symbol of the object,
+    bpfdsl.backend.target.stack_depths).  The chain is the one the kernel's
+    check_max_stack_depth finds first (:func:`bpfdsl.abi.stack.check_max_stack_depth`, on
+    the calls in source order); a chain it refuses first for another rule (more than 8
+    frames) is left to the checker, which says what the kernel says.  No fn tail-calls
+    (sema: ``tail_call`` is only in a program body, which the tail-call rules exempt), so
+    those rules never apply here.  The cost is the calls, not the chains."""
     inline = {n: f.decl.body for n, f in c.fns.items() if f.linkage == "inline"}
     callees = {n: _calls(c, f.decl.body, inline) for n, f in c.fns.items() if n not in inline}
     # a packet callback stays a plain fn, inlined into the loop's subprogram NAME__loop
@@ -119,42 +122,27 @@ def check_call_chains(c: Checked, depths: dict[str, int]) -> None:
         frames = [d for s, d in depths.items() if s == f"{n}__loop" or s.startswith(f"{n}__loop__")]
         depths[n] = max(frames, default=0)
     bodies = {n: f.decl.body for n, f in c.fns.items()}
-    below: dict[str, tuple[int, tuple[tuple[str, int, Span], ...]]] = {}
-
-    def deepest(fn: str, visiting: frozenset[str]) -> tuple[int, tuple[tuple[str, int, Span], ...]]:
-        """Rounded bytes of the deepest chain of calls below ``fn`` and that chain."""
-        if fn in below:
-            return below[fn]
-        best: tuple[int, tuple[tuple[str, int, Span], ...]] = (0, ())
-        for callee, span in callees.get(fn, []):
-            if callee in visiting:
-                continue  # recursion: sema refuses it
-            sub, chain = deepest(callee, visiting | {callee})
-            own = depths.get(callee, 0)
-            total = _rounded(own) + sub
-            if total > best[0] or not best[1]:
-                best = (total, ((callee, own, span), *chain))
-        below[fn] = best
-        return best
-
+    graph: dict[str, Subprog[str, Span]] = {
+        n: Subprog(depths.get(n, 0), [(span, f) for f, span in calls])
+        for n, calls in callees.items()
+    }
+    for calls in callees.values():
+        for f, _span in calls:
+            graph.setdefault(f, Subprog(depths.get(f, 0)))
     for d, _kind in c.progs:
         prog_calls = _calls(c, d.body, inline)
         if not prog_calls:
+            continue  # one frame: its own size is checked where the object is emitted
+        graph[d.name] = Subprog(depths.get(d.name, 0), [(span, f) for f, span in prog_calls])
+        for f, _span in prog_calls:
+            graph.setdefault(f, Subprog(depths.get(f, 0)))
+        hit = check_max_stack_depth(graph, d.name)
+        if hit is None or hit.rule is not Rule.COMBINED_STACK:
             continue
-        callees[d.name] = prog_calls
-        below.pop(d.name, None)
-        own = depths.get(d.name, 0)
-        sub, chain = deepest(d.name, frozenset({d.name}))
-        if _rounded(own) + sub <= MAX_BPF_STACK:
-            continue
-        link: list[tuple[str, int, Span | None]] = [(d.name, own, None)]
-        total = _rounded(own)
-        for step in chain:  # up to the call that passes the limit
-            link.append(step)
-            total += _rounded(step[1])
-            if total > MAX_BPF_STACK:
-                break
-        raise _error(c, tuple(link), total, {d.name: d.body, **bodies}, inline)
+        link = [
+            (f, graph[f].depth, span) for f, span in zip(hit.chain, (None, *hit.sites), strict=True)
+        ]
+        raise _error(c, tuple(link), hit.stack, {d.name: d.body, **bodies}, inline)
 
 
 def _error(

@@ -35,26 +35,17 @@ import os
 import re
 import resource
 import selectors
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import TYPE_CHECKING, TypeAlias
 
 import llvmlite
 
 from bpfdsl.abi.btf.core import BtfFormatError
-from bpfdsl.abi.insn import Insn, InsnError, decode
+from bpfdsl.abi.insn import InsnError, decode
 from bpfdsl.abi.limits import BPF_COMPLEXITY_LIMIT_INSNS, MAX_BPF_STACK
-from bpfdsl.abi.opcodes import (
-    BPF_ADD,
-    BPF_ALU,
-    BPF_ALU64,
-    BPF_K,
-    BPF_LD,
-    BPF_LDX,
-    BPF_MOV,
-    BPF_ST,
-    BPF_STX,
-    BPF_X,
-)
+from bpfdsl.abi.stack import frame_depth
 from bpfdsl.backend import jumps, libcalls, llvm_c
 from bpfdsl.diagnostics import DiagnosticError, Span, UsageError, error
 from bpfdsl.obj.elf import ElfError, ElfFile, fixup_btf_datasecs
@@ -138,7 +129,9 @@ class InternalCompilerError(DiagnosticError):
         )
 
 
-def _init(initialize, set_option, llvm_major: int) -> None:
+def _init(
+    initialize: Callable[[], None], set_option: Callable[[str, str], None], llvm_major: int
+) -> None:
     """Initialise all targets and asm printers, lift the BPF stack limit and turn off the v4
     extensions bpfdsl does not emit (:data:`ISA_EXTENSIONS`), once per process whichever
     binding does it: both open the same libllvmlite.so (one dlopen handle, one LLVM global
@@ -150,7 +143,7 @@ def _init(initialize, set_option, llvm_major: int) -> None:
         for ext in ISA_EXTENSIONS:
             if not ext.emit and llvm_major >= ext.llvm:
                 set_option("bpfdsl", f"-{ext.option}")
-        # A frame above 512 bytes would make LLVM exit(1); stack_depths() reports it instead.
+        # A frame above 512 bytes would make LLVM exit(1); emit() reports it instead.
         set_option("bpfdsl", "-bpf-stack-size=1048576")
         # CodeGenPrepare sinks a ctx field's address (ctx + off) next to each load so that
         # it becomes the load's offset, but gives up on an address with more than 100 users
@@ -170,9 +163,10 @@ def _lean() -> llvm_c.Lib | None:
     return lib
 
 
-def _llvm():
-    """The llvmlite binding with the BPF target and asm printer initialised (once); imported
-    here, when the lean binding is not used (the fallback), not at import of this module."""
+def _llvm() -> ModuleType:
+    """The llvmlite binding (the module ``llvmlite.binding``) with the BPF target and asm
+    printer initialised (once); imported here, when the lean binding is not used (the
+    fallback), not at import of this module."""
     from llvmlite import binding as llvm
 
     def initialize() -> None:
@@ -571,44 +565,16 @@ def check_ir(mod: Module | str, mcpu: str = "v3") -> None:
 
 
 def stack_depths(obj: bytes | ElfFile) -> dict[str, int]:
-    """Stack bytes used per function of an eBPF object (ELF bytes, or read: ElfFile)
-    (deepest r10-relative access, directly or through ``rX = r10; rX += -N``), keyed by
-    function symbol name."""
+    """Stack bytes used per function of an eBPF object (ELF bytes, or read: ElfFile),
+    keyed by function symbol name: :func:`bpfdsl.abi.stack.frame_depth` of each (deepest
+    r10-relative access, directly or through ``rX = r10; rX += -N``).  Raises
+    InternalCompilerError for an object or instructions that cannot be read."""
     try:
         funcs = (obj if isinstance(obj, ElfFile) else ElfFile(obj)).functions()
         return {name: frame_depth(decode(sec.data()[start : start + size]))
                 for name, sec, start, size in funcs}  # fmt: skip
     except (ElfError, InsnError) as e:
         raise InternalCompilerError("LLVM wrote an object bpfdsl cannot read", str(e)) from None
-
-
-_MOV64_X = BPF_ALU64 | BPF_MOV | BPF_X
-_ADD64_K = BPF_ALU64 | BPF_ADD | BPF_K
-
-
-def frame_depth(insns: list[Insn]) -> int:
-    """Deepest stack byte one function's instructions touch (bytes below r10): memory
-    accesses through r10 or a register holding ``r10 + const`` (copies tracked through
-    ``rX = rY`` and ``rX += imm``; forgotten when overwritten, r0-r5 at calls)."""
-    depth = 0
-    fp: dict[int, int] = {}  # register -> its offset from r10 (a frame pointer copy)
-    for x in insns:
-        c = x.cls
-        base = x.src if c == BPF_LDX else x.dst if c in (BPF_ST, BPF_STX) else None
-        if base == 10:
-            depth = max(depth, -x.off)
-        elif base in fp:
-            depth = max(depth, -(fp[base] + x.off))
-        if x.opcode == _MOV64_X and (x.src == 10 or x.src in fp):  # r_dst = r10 (or a copy)
-            fp[x.dst] = 0 if x.src == 10 else fp[x.src]
-        elif x.opcode == _ADD64_K and x.dst in fp:  # r_dst += imm
-            fp[x.dst] += x.imm
-            depth = max(depth, -fp[x.dst])
-        elif c in (BPF_LD, BPF_LDX, BPF_ALU, BPF_ALU64) and x.dst in fp:  # dst written
-            del fp[x.dst]
-        elif x.is_call:  # a call clobbers r0-r5
-            fp = {r: o for r, o in fp.items() if r > 5}
-    return depth
 
 
 def emit_object(module_or_ir_text: ir.Module | str, mcpu: str = "v3", opt: int = 2) -> bytes:

@@ -27,7 +27,8 @@ check_max_stack_depth in kernel/bpf/verifier.c).
 * :func:`check_call_graph` is the kernel's static walk of the call graph: at most 8
   frames, 512 bytes of stack on every call chain (each frame rounded up to 16 bytes, the
   JIT's rule), and a subprogram that tail-calls may only be reached by callers with less
-  than 256 bytes of stack between them.
+  than 256 bytes of stack between them (the rules: :mod:`bpfdsl.abi.stack`, which the
+  back end's located ``stack-limit`` error applies too).
 """
 
 from __future__ import annotations
@@ -38,8 +39,9 @@ from dataclasses import dataclass
 from bpfdsl.abi.btf.core import BTF_FUNC_GLOBAL, Btf, BtfFormatError, Kind
 from bpfdsl.abi.helpers import BPF_FUNC_TAIL_CALL, HELPERS_BY_ID
 from bpfdsl.abi.kfuncs import PKT_CHANGING as PKT_CHANGING_KFUNCS
-from bpfdsl.abi.limits import MAX_BPF_STACK, MAX_CALL_FRAMES, TAIL_CALL_STACK
+from bpfdsl.abi.limits import MAX_CALL_FRAMES
 from bpfdsl.abi.opcodes import BPF_PSEUDO_KFUNC_CALL
+from bpfdsl.abi.stack import Rule, Subprog, check_max_stack_depth, has_tail_call
 from bpfdsl.checker import domain as D
 from bpfdsl.checker.calls import UNMODELLED, check_mem
 from bpfdsl.checker.cfg import Cfg
@@ -618,83 +620,66 @@ def widen(old: State, old_prec: list[int], old_sprec: list[int], cur: State) -> 
 # ---- the call graph (check_max_stack_depth) -----------------------------------------------
 
 
-def _rounded(depth: int) -> int:
-    return (depth + 15) & ~15  # round_up_stack_depth with a JIT
-
-
-def check_call_graph(env: Env, cfg: Cfg):
+def check_call_graph(env: Env, cfg: Cfg) -> tuple[int, Fault, str, dict] | None:
     """Every call chain from the program's start (calls and callback references alike)
     has at most 8 frames and 512 bytes of stack; a subprogram that tail-calls is entered
-    with less than 256 bytes of its callers' stack.  Returns the analyzer's fault tuple
-    (index, Fault, state text, regs) or None."""
-    edges: dict[int, list[tuple[int, int]]] = {}
-    for i, t in [*cfg.call_target.items(), *cfg.func_refs.items()]:
-        edges.setdefault(cfg.subprog_of[i], []).append((i, t))
-    # subprograms that tail-call (only a called one's matters: none without calls)
-    tail_calls = {
-        cfg.subprog_of[i]
-        for i, x in enumerate(cfg.insns)
-        if edges and x.is_helper_call and x.imm == BPF_FUNC_TAIL_CALL
-    }
-
-    def fault(at: int, f: Fault):
-        return (at, f, "", {})
-
+    with less than 256 bytes of its callers' stack, and none under a callback tail-calls:
+    the kernel's check_max_stack_depth, :func:`bpfdsl.abi.stack.check_max_stack_depth` on
+    the object's calls with the frame sizes the walk found (``env.stack_depth``).  Returns
+    the analyzer's fault tuple (index, Fault, state text, regs) for the chain the kernel
+    refuses first, at the call that enters its last frame (for a tail call under a
+    callback: that tail call), or None."""
+    targets = {**cfg.call_target, **cfg.func_refs}  # call or ld_imm64 insn -> function
+    calls: dict[int, list[tuple[int, int]]] = {}
+    for i in sorted(targets):  # the kernel walks each function's calls in insn order
+        calls.setdefault(cfg.subprog_of[i], []).append((i, targets[i]))
     callbacks = {cfg.subprog_of[t] for t in cfg.func_refs.values()}
-    todo: list[tuple[int, int, int, int, tuple[int, ...], int]] = [
-        (0, 0, 1, 0, (0,), -1)
-    ]  # (subprog, stack above it, frames, call insn, chain, callback on the chain or -1)
-    while todo:
-        sp, above, frames, at, chain, cb = todo.pop()
-        if frames > MAX_CALL_FRAMES:
-            return fault(at, _frames_fault(frames - 1))
-        if sp in callbacks:
-            cb = sp
-        if cb >= 0 and sp in tail_calls:
-            # kernel: a tail call in the callback itself fails its precision backtracking
-            # (backtrack_insn, the selftest tailcall_fail.c tailcall_direct_callback); one in
-            # a subprogram a callback calls, check_max_stack_depth_subprog (is_cb)
-            tc = min(
-                i
-                for i, x in enumerate(cfg.insns)
-                if cfg.subprog_of[i] == sp and x.is_helper_call and x.imm == BPF_FUNC_TAIL_CALL
-            )
-            return fault(
-                tc,
-                Fault(
-                    "tail-call-callback",
-                    "verifier bug: callback unexpected regs 1"
-                    if sp == cb
-                    else "cannot tail call within callback",
-                    "a bpf_loop callback may not tail-call, nor call a function that does: "
-                    "return from the callback and tail-call after the loop",
-                ),
-            )
-        if sp and sp in tail_calls and above >= TAIL_CALL_STACK:
-            return fault(
-                at,
-                Fault(
-                    "tail-call-stack",
-                    f"tail_calls are not allowed when call stack of previous frames is "
-                    f"{above} bytes. Too large",
-                    "a subprogram that tail-calls may be called with less than 256 bytes "
-                    "of stack in its callers",
-                ),
-            )
-        depth = above + _rounded(env.stack_depth.get(sp, 0))
-        if depth > MAX_BPF_STACK:
-            return fault(
-                at,
-                Fault(
-                    "stack-depth",
-                    f"combined stack size of {frames} calls is {depth}. Too large",
-                    "the functions on this call chain use more than 512 bytes of stack together",
-                ),
-            )
-        for i, t in edges.get(sp, []):
-            if t not in chain:
-                todo.append((t, depth, frames + 1, i, (*chain, t), cb))
-    return None
+    end = dict(zip(cfg.subprogs, [*cfg.subprogs[1:], len(cfg.insns)], strict=True))
+    graph = {
+        sp: Subprog(
+            env.stack_depth.get(sp, 0),
+            calls.get(sp, ()),
+            bool(calls) and has_tail_call(cfg.insns[sp : end[sp]]),  # none matters alone
+            sp in callbacks,
+        )
+        for sp in cfg.subprogs
+    }
+    hit = check_max_stack_depth(graph, 0)
+    if hit is None:
+        return None
+    at = hit.sites[-1] if hit.sites else 0
+    frames, last = len(hit.chain), hit.chain[-1]
+    if hit.rule is Rule.FRAMES:
+        f = _frames_fault(frames - 1)
+    elif hit.rule is Rule.TAIL_CALL_IN_CALLBACK:
+        # kernel: a tail call in the callback itself fails its precision backtracking
+        # (backtrack_insn, the selftest tailcall_fail.c tailcall_direct_callback); one in
+        # a subprogram a callback calls, check_max_stack_depth_subprog (is_cb)
+        at = next(i for i in range(last, end[last])
+                  if cfg.insns[i].is_helper_call and cfg.insns[i].imm == BPF_FUNC_TAIL_CALL)  # fmt: skip
+        f = Fault(
+            "tail-call-callback",
+            "verifier bug: callback unexpected regs 1"
+            if last in callbacks
+            else "cannot tail call within callback",
+            "a bpf_loop callback may not tail-call, nor call a function that does: "
+            "return from the callback and tail-call after the loop",
+        )
+    elif hit.rule is Rule.TAIL_CALL_STACK:
+        f = Fault(
+            "tail-call-stack",
+            f"tail_calls are not allowed when call stack of previous frames is "
+            f"{hit.stack} bytes. Too large",
+            "a subprogram that tail-calls may be called with less than 256 bytes "
+            "of stack in its callers",
+        )
+    else:
+        f = Fault(
+            "stack-depth",
+            f"combined stack size of {frames} calls is {hit.stack}. Too large",
+            "the functions on this call chain use more than 512 bytes of stack together",
+        )
+    return (at, f, "", {})
 
 
 # ---- after the walk: dead code and the JIT's subprograms ----------------------------------

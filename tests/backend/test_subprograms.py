@@ -16,6 +16,7 @@ from scapy.layers.inet import IP, TCP, UDP
 from scapy.layers.l2 import Ether
 from support.objbuild import build_text
 from support.paths import ROOT
+from support.unchecked import emit_unchecked
 
 from bpfdsl.abi.btf.core import BTF_FUNC_GLOBAL, BTF_FUNC_STATIC, Kind
 from bpfdsl.checker import check_object
@@ -370,22 +371,6 @@ def test_kernel_refuses_nine_frames_too(tmp_path):
     assert "frames is too deep" in ei.value.log
 
 
-def _object_past_the_compilers_checks(src: str) -> bytes:
-    """The object of ``src`` without the compiler's own limits after LLVM (the call-chain
-    stack): what the checker and the kernel are shown below."""
-    from llvmlite.ir import Module
-
-    from bpfdsl.backend import target
-    from bpfdsl.backend.codegen.debug import DebugAdapter
-    from bpfdsl.backend.codegen.generator import generate
-    from bpfdsl.compiler import front_end
-
-    checked = front_end(src, "stack.bpfd")
-    module = Module(name="stack.bpfd")
-    module = generate(checked, DebugAdapter(module, "stack.bpfd", src, {}), module)
-    return target.emit(str(module)).obj
-
-
 def test_compiler_refuses_a_call_chain_over_512_bytes_at_the_call():
     """Located before the kernel: the call that passes the limit, the total, each frame."""
     err = _error(_chain(4, struct_bytes=200))
@@ -398,7 +383,7 @@ def test_compiler_refuses_a_call_chain_over_512_bytes_at_the_call():
 
 
 def test_checker_adds_up_the_stack_of_a_call_chain():
-    res = check_object(read_object(_object_past_the_compilers_checks(_chain(4, 200))))
+    res = check_object(read_object(emit_unchecked(_chain(4, 200))))
     errs = [e for p in res.programs for e in p.errors]
     assert errs and errs[0].code == "stack-depth", errs
     assert "combined stack size of" in errs[0].message and "Too large" in errs[0].message
@@ -408,7 +393,7 @@ def test_checker_adds_up_the_stack_of_a_call_chain():
 def test_kernel_refuses_the_combined_stack_too():
     from bpfdsl.runtime.loader import VerifierError, load_collection
 
-    obj = _object_past_the_compilers_checks(_chain(4, struct_bytes=200))
+    obj = emit_unchecked(_chain(4, struct_bytes=200))
     with pytest.raises(VerifierError) as ei:
         load_collection(read_object(obj)).close()
     assert "combined stack size" in ei.value.log
