@@ -24,7 +24,7 @@ version``, and the in-process time of the bpfdsl work (CLI ``main`` after import
 Exit status 0 whether or not the goal is met; 1 when the benchmark cannot run.  The
 namespace and pins are removed on exit, also on failure or Ctrl-C.
 
-Usage: python3 bench/load_bench.py [--program xdp_udp_filter] [--runs N] [--quick] [--json F]
+Usage: python3 benchmarks/load_bench.py [--program xdp_udp_filter] [--runs N] [--quick] [--json F]
 """
 
 from __future__ import annotations

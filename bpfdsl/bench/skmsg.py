@@ -21,11 +21,8 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bpfdsl.diagnostics import UsageError, error
-from bpfdsl.kernel import netlink
-from bpfdsl.runtime import cgroup, sockmap
-from bpfdsl.runtime.bench import net as N
-from bpfdsl.runtime.bench.report import (
+from bpfdsl.bench import net as N
+from bpfdsl.bench.report import (
     Metric,
     Progress,
     Report,
@@ -34,7 +31,7 @@ from bpfdsl.runtime.bench.report import (
     delta_pct,
     text_table,
 )
-from bpfdsl.runtime.bench.target import (
+from bpfdsl.bench.target import (
     REDIRECT_MAPS,
     LoadedTarget,
     ObjectUnderTest,
@@ -42,7 +39,10 @@ from bpfdsl.runtime.bench.target import (
     load_target,
     one_map,
 )
-from bpfdsl.runtime.bench.tcp import TcpHelper
+from bpfdsl.bench.tcp import TcpHelper
+from bpfdsl.diagnostics import UsageError, error
+from bpfdsl.kernel import netlink
+from bpfdsl.runtime import cgroup, sockmap
 from bpfdsl.runtime.demo import sigterm_as_interrupt
 
 PLAIN = "plain TCP"
