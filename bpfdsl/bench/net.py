@@ -18,7 +18,6 @@ the namespaces are fixed: the namespaces are private to one benchmark.
 from __future__ import annotations
 
 import os
-import uuid
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -76,7 +75,7 @@ def attach_xdp(ns: str, dev: str, prog_fd: int, mode: str = "native") -> None:
 def bench_net(*, egress: bool = False) -> Iterator[BenchNet]:
     """Make the namespaces and veth pairs (see the module docstring); remove them on exit.
     Needs root (CAP_NET_ADMIN, CAP_SYS_ADMIN for the namespaces)."""
-    tag = uuid.uuid4().hex[:6]
+    tag = netlink.unique_name("")  # 6 hex digits
     gen_ns, dut_ns = f"{NS_PREFIX}{tag}-gen", f"{NS_PREFIX}{tag}-dut"
     with sigterm_as_interrupt(), ExitStack() as stack:
         gen = stack.enter_context(
