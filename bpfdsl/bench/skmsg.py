@@ -16,7 +16,6 @@ the end, also on failure.
 from __future__ import annotations
 
 import math
-import uuid
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -177,9 +176,7 @@ def run_skmsg(
             stack.callback(t.close)
             fill_user_maps(t)
         tcp = stack.enter_context(TcpHelper())
-        ns = f"{N.NS_PREFIX}{uuid.uuid4().hex[:6]}-sk"
-        stack.callback(netlink.remove_netns, ns)
-        netlink.create_netns(ns)
+        ns = stack.enter_context(netlink.netns(netlink.unique_name(N.NS_PREFIX) + "-sk"))
         cg = cgroup.ChildCgroup(prefix=CGROUP_PREFIX)
         stack.callback(cg.remove)
         reds = {label: _Redirector(t, cg.path) for label, t in targets.items()}
