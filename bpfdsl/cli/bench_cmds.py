@@ -13,8 +13,8 @@ if TYPE_CHECKING:  # pragma: no cover
     import argparse
     from types import ModuleType
 
+    from bpfdsl.bench.target import ObjectUnderTest
     from bpfdsl.cli import Subcommands
-    from bpfdsl.runtime.bench.target import ObjectUnderTest
 
 OK = 0
 MODES = {
@@ -124,7 +124,7 @@ def _plotter() -> ModuleType:
     from bpfdsl.diagnostics import UsageError, error
 
     try:
-        from bpfdsl.runtime.bench import plot
+        from bpfdsl.bench import plot
     except ImportError as e:
         raise UsageError(
             error(
@@ -137,8 +137,8 @@ def _plotter() -> ModuleType:
 
 
 def _objects(args: argparse.Namespace) -> list[ObjectUnderTest]:
+    from bpfdsl.bench.target import ObjectUnderTest
     from bpfdsl.cli import object_bytes
-    from bpfdsl.runtime.bench.target import ObjectUnderTest
 
     maps = [tuple(m) for m in args.map or []]
     sets = list(args.set or [])
@@ -158,9 +158,9 @@ def _objects(args: argparse.Namespace) -> list[ObjectUnderTest]:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    from bpfdsl.bench.report import RichProgress
     from bpfdsl.diagnostics import UsageError, error
     from bpfdsl.kernel.syscall import NoPermission
-    from bpfdsl.runtime.bench.report import RichProgress
 
     _check(args)
     plot = _plotter() if args.plot else None
@@ -170,14 +170,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
     progress = RichProgress()
     mode = args.bench_mode
     if mode == "skmsg":
-        from bpfdsl.runtime.bench import skmsg
+        from bpfdsl.bench import skmsg
 
         sizes = skmsg.parse_sizes(args.sizes) if args.sizes else skmsg.SIZES
         sk_opts = skmsg.SkmsgOptions(runs=args.runs, duration=args.duration, sizes=sizes)
         rep = skmsg.run_skmsg(objs, sk_opts, progress)
     else:
+        from bpfdsl.bench import xdp
         from bpfdsl.runtime import packets
-        from bpfdsl.runtime.bench import xdp
 
         opts = xdp.XdpOptions(runs=args.runs, duration=args.duration, size=args.size)
         opts.xdp_mode = args.xdp_mode
@@ -200,7 +200,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
                     ) from None
             rep = xdp.run_redirect(objs, opts, progress)
         else:
-            from bpfdsl.runtime.bench import xsk
+            from bpfdsl.bench import xsk
 
             wanted = [m.strip() for m in args.xsk_mode.split(",") if m.strip()]
             bad = [m for m in wanted if m not in xsk.XSK_MODES]

@@ -21,7 +21,7 @@ from bpfdsl.lang.sema import analyzer
 
 
 def _gen():
-    spec = importlib.util.spec_from_file_location("acl_gen", ROOT / "bench" / "acl_gen.py")
+    spec = importlib.util.spec_from_file_location("acl_gen", ROOT / "benchmarks" / "acl_gen.py")
     mod = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = mod
     spec.loader.exec_module(mod)

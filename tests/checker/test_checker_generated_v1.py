@@ -3,7 +3,7 @@ tests/fuzz/programs.py: the old checker walked it for ~45 s at --mcpu v1, past t
 campaign's case timeout).  With the kernel's exploration the checker walks this v1 object
 as the kernel does: accepted, in the kernel's processed count (Linux 6.18: 104,375; the
 kernel's own count is compared live when the test can load programs).  How long either
-takes is bench/checker_bench.py's business, not this test's.
+takes is benchmarks/checker_bench.py's business, not this test's.
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ from bpfdsl.obj.collection import read_object
 
 
 def _acl_gen():
-    spec = importlib.util.spec_from_file_location("acl_gen", ROOT / "bench" / "acl_gen.py")
+    spec = importlib.util.spec_from_file_location("acl_gen", ROOT / "benchmarks" / "acl_gen.py")
     mod = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = mod  # dataclasses look their module up there
     spec.loader.exec_module(mod)
@@ -39,7 +39,7 @@ def _acl_gen():
 
 
 def _static_acl(rules: int, noinline: bool):
-    """bench/acl_gen.py's ACL of ``rules`` rules: its rule functions made ``noinline``
+    """benchmarks/acl_gen.py's ACL of ``rules`` rules: its rule functions made ``noinline``
     (static subprograms with BTF), or kept ``global`` (static when checked without BTF)."""
     src = _acl_gen().bpfd_source(rules)
     if noinline:

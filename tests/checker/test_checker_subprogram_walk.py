@@ -27,7 +27,7 @@ from bpfdsl.obj.collection import read_object
 
 
 def _acl_gen():
-    spec = importlib.util.spec_from_file_location("acl_gen", ROOT / "bench" / "acl_gen.py")
+    spec = importlib.util.spec_from_file_location("acl_gen", ROOT / "benchmarks" / "acl_gen.py")
     mod = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = mod  # dataclasses look their module up there
     spec.loader.exec_module(mod)
@@ -60,7 +60,7 @@ def _kernel_processed_without_btf(spec, prog) -> int:
 @pytest.mark.kernel
 @pytest.mark.parametrize("rules", [2, 25])
 def test_acl_of_global_functions_walks_the_kernels_count(rules, tmp_path):
-    """bench/acl_gen.py's ACL, one global fn per rule: the program, then each rule on its
+    """benchmarks/acl_gen.py's ACL, one global fn per rule: the program, then each rule on its
     own; the total is the kernel's."""
     r = compile_source(_acl_gen().bpfd_source(rules), "acl.bpfd")
     spec = read_object(r.obj)

@@ -11,7 +11,7 @@ dropped silently: shorter than ETH_HLEN (14) bytes, or BIG TCP records over 7315
 (3520 linear + 17 page frags, net/bpf/test_run.c); every other frame must run.
 
 The hand-written C equivalents must agree with libpcap too (they are the yardstick of
-bench/filter_corpus_bench.py), and each of our programs is within 1.3x of its C
+benchmarks/filter_corpus_bench.py), and each of our programs is within 1.3x of its C
 equivalent's instruction count.
 """
 

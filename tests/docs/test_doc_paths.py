@@ -1,8 +1,8 @@
 """Every file, directory and module a document names exists (README.md, docs/*.md,
-bench/README.md, the module docstrings of bpfdsl/, bench/, scripts/ and tools/, and the
+benchmarks/README.md, the module docstrings of bpfdsl/, benchmarks/, scripts/ and tools/, and the
 header comment of the grammar; CHANGELOG.md is history and may name what is gone).
 
-Checked: repository paths (``tests/...``, ``bpfdsl/...``, ``bench/...``, ``progs/...``,
+Checked: repository paths (``tests/...``, ``bpfdsl/...``, ``benchmarks/...``, ``progs/...``,
 ``scripts/...``, ``docs/...``, ``tools/...``, ``grammar/...``; a part in capitals such as
 ``NAME`` or with ``*`` is a pattern, not checked); paths inside the package written from
 its top (``lang/sema/refs.py``); file names written alone (```alu.py```: some file of the
@@ -21,14 +21,18 @@ from pathlib import Path
 from support.paths import ROOT
 
 PACKAGE = ROOT / "bpfdsl"
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "bench" / "README.md"]
-TOP = ("tests", "bpfdsl", "bench", "progs", "scripts", "docs", "tools", "grammar")
+DOCS = [
+    ROOT / "README.md",
+    *sorted((ROOT / "docs").glob("*.md")),
+    ROOT / "benchmarks" / "README.md",
+]
+TOP = ("tests", "bpfdsl", "benchmarks", "progs", "scripts", "docs", "tools", "grammar")
 SUBPACKAGES = sorted(p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists())
 # packages of the distribution whose source is not under bpfdsl/ (pyproject.toml's
 # [tool.setuptools.package-dir]): grammar/ and progs/ ship as bpfdsl.grammar, bpfdsl.progs
 PACKAGE_DIRS = {"bpfdsl.grammar": ROOT / "grammar", "bpfdsl.progs": ROOT / "progs"}
 MODULE_DOCS = sorted(
-    p for top in ("bpfdsl", "bench", "scripts", "tools") for p in (ROOT / top).rglob("*.py")
+    p for top in ("bpfdsl", "benchmarks", "scripts", "tools") for p in (ROOT / top).rglob("*.py")
 )
 GRAMMARS = sorted((ROOT / "grammar").glob("*.lark"))
 
@@ -40,7 +44,7 @@ _PLACEHOLDER = re.compile(r"(?:^|/)[A-Z][A-Z_]{2,}(?:[./]|$)|[*<>{}]")
 
 FILE_NAMES = {
     p.name
-    for top in ("bpfdsl", "tests", "bench", "scripts", "tools")
+    for top in ("bpfdsl", "tests", "benchmarks", "scripts", "tools")
     for p in (ROOT / top).rglob("*")
     if p.is_file()
 }

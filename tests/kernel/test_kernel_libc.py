@@ -20,7 +20,7 @@ OTHER_LIBRARIES = {"bpfdsl/backend/llvm_c.py"}
 
 def test_only_kernel_libc_opens_the_c_library():
     opened = []
-    for path in sorted([*ROOT.glob("bpfdsl/**/*.py"), *ROOT.glob("bench/*.py")]):
+    for path in sorted([*ROOT.glob("bpfdsl/**/*.py"), *ROOT.glob("benchmarks/*.py")]):
         rel = path.relative_to(ROOT).as_posix()
         for node in ast.walk(ast.parse(path.read_text(), rel)):
             if isinstance(node, ast.Call):

@@ -35,6 +35,8 @@ MAY_IMPORT: dict[str, set[str]] = {
     "compiler": BASE | {"abi", "lang", "backend", "obj", "checker"},
     "kernel": BASE | {"abi"},
     "runtime": BASE | {"abi", "obj", "checker", "interp", "compiler", "kernel"},
+    # bench: the library of `bpfdsl bench`, a user of runtime (below cli only)
+    "bench": BASE | {"abi", "obj", "kernel", "runtime"},
     # deploy: bytecode images and cluster resources, a stage after obj (#15)
     "deploy": BASE | {"abi", "obj", "compiler"},
     "testing": BASE
@@ -42,7 +44,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     | {"kernel", "runtime"},
     "cli": BASE
     | {"abi", "lang", "backend", "obj", "checker", "interp", "compiler", "kernel"}
-    | {"runtime", "testing", "api", "deploy"},
+    | {"runtime", "bench", "testing", "api", "deploy"},
     "api": BASE
     | {"abi", "lang", "backend", "obj", "checker", "interp", "compiler", "kernel"}
     | {"runtime"},

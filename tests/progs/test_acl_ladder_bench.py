@@ -1,4 +1,4 @@
-"""Smoke test of bench/acl_ladder_bench.py: a --quick run measures both compilers on the
+"""Smoke test of benchmarks/acl_ladder_bench.py: a --quick run measures both compilers on the
 kernel (positive processed-instruction counts, the ratio is ours / clang's) for the scalar
 and the struct-key rules, times compile
 + check, and exits 0.  The benchmark proper is run by hand, never inside pytest."""
@@ -19,7 +19,7 @@ def test_acl_ladder_bench_quick_run(tmp_path):
     out = tmp_path / "acl.json"
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     r = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "acl_ladder_bench.py"), "--quick", "--json",
+        [sys.executable, str(ROOT / "benchmarks" / "acl_ladder_bench.py"), "--quick", "--json",
          str(out)],
         capture_output=True, text=True, timeout=600, env=env, cwd=ROOT,
     )  # fmt: skip

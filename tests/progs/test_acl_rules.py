@@ -1,5 +1,5 @@
 """progs/xdp_acl_rules.bpfd: a 200-rule ACL written as code, one global fn per rule.  It is
-what bench/acl_gen.py generates, it compiles and passes the checker, the kernel verifies it
+what benchmarks/acl_gen.py generates, it compiles and passes the checker, the kernel verifies it
 with work that grows linearly with the rules (each global function once), and on test-run
 frames both engines give the verdict of the first matching rule."""
 
@@ -21,7 +21,7 @@ PROG = ROOT / "progs" / "xdp_acl_rules.bpfd"
 
 
 def _gen():
-    spec = importlib.util.spec_from_file_location("acl_gen", ROOT / "bench" / "acl_gen.py")
+    spec = importlib.util.spec_from_file_location("acl_gen", ROOT / "benchmarks" / "acl_gen.py")
     mod = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = mod  # dataclasses look their module up there
     spec.loader.exec_module(mod)

@@ -1,9 +1,9 @@
-"""Smoke tests of the benchmark scripts in bench/: argument parsing and one tiny run each.
+"""Smoke tests of the benchmark scripts in benchmarks/: argument parsing and one tiny run each.
 
 The tiny runs check what a reader of the tables relies on: the numbers are measured (a
 straight-line program's verifier count equals its length, frames were counted, messages
 were redirected and skipped TCP), and nothing is left behind (namespaces, pins, cgroups).
-The benchmarks proper are run by hand (see bench/*.py docstrings), never inside pytest.
+The benchmarks proper are run by hand (see benchmarks/*.py docstrings), never inside pytest.
 """
 
 from __future__ import annotations
@@ -18,12 +18,12 @@ from pathlib import Path
 import pytest
 from support.paths import ROOT
 
-BENCH = ROOT / "bench"
+BENCH = ROOT / "benchmarks"
 SCRIPTS = ("compile_bench", "load_bench", "xdp_bench", "skmsg_bench")
 
 
 def run_script(name: str, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    """Run bench/NAME.py; ``timeout`` guards against a hang only (the first run of a bench
+    """Run benchmarks/NAME.py; ``timeout`` guards against a hang only (the first run of a bench
     installs the tree into the bench venv: ~30 s idle, minutes on 2 loaded cores)."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
@@ -208,7 +208,7 @@ def test_skmsg_bench_tiny(tmp_path: Path) -> None:
 
 @pytest.mark.kernel
 def test_userspace_bench_quick_gives_the_same_records_and_verdicts_as_c():
-    """bench/userspace_bench.py --quick: bpfdsl's events --json and run --pcap -q against
+    """benchmarks/userspace_bench.py --quick: bpfdsl's events --json and run --pcap -q against
     the libbpf C references built in the same run; what is asserted is the behaviour (the
     same records, the same verdict totals), never a time."""
     if shutil.which("cc") is None or not Path("/usr/include/bpf/libbpf.h").exists():

@@ -1,7 +1,7 @@
 """progs/xdp_router.bpfd is no larger than its C twin (tests/data/c/xdp_router.c, clang-19 -O2,
 the flags of tests/data/c/build.sh): instructions in 8-byte slots as the kernel counts them,
 and instructions the kernel verifier processes loading each (BPF_LOG_STATS' "processed N
-insns").  The issue's goal (#17): <= 1.0x on both; bench/compile_bench.py prints the same
+insns").  The issue's goal (#17): <= 1.0x on both; benchmarks/compile_bench.py prints the same
 figures for every reference program."""
 
 from __future__ import annotations

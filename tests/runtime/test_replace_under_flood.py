@@ -1,6 +1,6 @@
 """Replacing an XDP program under a flood: 20 `bpfdsl attach` replaces, racing a second
 series of attaches of the same pin dir, while the live-frame generator
-(bpfdsl.runtime.bench.livegen: BPF_PROG_TEST_RUN with BPF_F_TEST_XDP_LIVE_FRAMES) floods
+(bpfdsl.bench.livegen: BPF_PROG_TEST_RUN with BPF_F_TEST_XDP_LIVE_FRAMES) floods
 the interface from its veth peer.  Every version counts the frames it runs on in its
 own slot of one shared (reused) per-CPU array and drops them: the sum of the slots must
 equal the frames XDP ran on (veth's ``xdp_packets``), all dropped (``xdp_drops``), and
@@ -18,10 +18,10 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 from support.netns import bpffs_dir, veth_net
 
+from bpfdsl.bench.counters import xdp_counts
+from bpfdsl.bench.livegen import LiveFrameGenerator
 from bpfdsl.kernel import netlink
 from bpfdsl.runtime import attach
-from bpfdsl.runtime.bench.counters import xdp_counts
-from bpfdsl.runtime.bench.livegen import LiveFrameGenerator
 
 SRC = """license "GPL"
 config slot: u32 = 0

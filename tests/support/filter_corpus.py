@@ -18,7 +18,7 @@ length it cannot know the wire length that libpcap's ``greater``/``less``/``len`
 on the frames as the program sees them (wire length = captured length), and the frames
 where that differs from the real wire length are all cut ones (the test checks it).
 
-Used by tests/corpus/test_filter_corpus.py and bench/filter_corpus_bench.py.
+Used by tests/corpus/test_filter_corpus.py and benchmarks/filter_corpus_bench.py.
 """
 
 from __future__ import annotations

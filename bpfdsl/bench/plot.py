@@ -17,7 +17,7 @@ matplotlib.use("Agg")  # files only: no display needed
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
-from bpfdsl.runtime.bench.report import Report, Section
+from bpfdsl.bench.report import Report, Section
 
 
 def _rate_sections(rep: Report) -> list[Section]:

@@ -1,8 +1,8 @@
 """AF_XDP socket loops against libxdp's (issue #25): rxdrop and l2fwd, copy mode, on veth.
 
-    sudo python3 bench/xsk_bench.py [--runs R] [--duration S] [--batch N] [--json FILE]
+    sudo python3 benchmarks/xsk_bench.py [--runs R] [--duration S] [--batch N] [--json FILE]
 
-Builds the C reference with the host's cc, libxdp and libbpf (bench/c/xsk_loop.c: the
+Builds the C reference with the host's cc, libxdp and libbpf (benchmarks/c/xsk_loop.c: the
 kernel's xdpsock loop written with libxdp's xsk API, ``xsk_ring_cons__peek`` /
 ``xsk_ring_prod__reserve`` ..., copy mode, 4096-chunk UMEM, ``--batch`` descriptors per
 ring access) and runs it and bpfdsl's loop (``XskSocket.rx_drop`` / ``l2fwd``: the burst API,
@@ -29,9 +29,9 @@ from pathlib import Path
 import benchlib as B
 
 import bpfdsl
-from bpfdsl.runtime.bench.target import ObjectUnderTest
-from bpfdsl.runtime.bench.xdp import XdpOptions
-from bpfdsl.runtime.bench.xsk import XSK_MODES, run_xsk_loops
+from bpfdsl.bench.target import ObjectUnderTest
+from bpfdsl.bench.xdp import XdpOptions
+from bpfdsl.bench.xsk import XSK_MODES, run_xsk_loops
 
 HERE = Path(__file__).resolve().parent
 PROG = """license "GPL"

@@ -8,7 +8,7 @@ object (the best of 5 rounds: the least disturbed by other work), then a cProfil
 more checks sorted by ``--sort`` (tottime: where the time is spent; cumulative: which
 stage costs what).  No kernel needed.
 
-Usage: python3 bench/checker_profile.py NAME [N] [--sort tottime|cumulative] [--top K]
+Usage: python3 benchmarks/checker_profile.py NAME [N] [--sort tottime|cumulative] [--top K]
 """
 
 from __future__ import annotations

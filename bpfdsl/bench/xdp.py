@@ -31,15 +31,11 @@ from dataclasses import dataclass, field
 
 from bpfdsl.abi.map_types import MapType
 from bpfdsl.abi.prog_types import AttachType
-from bpfdsl.diagnostics import DiagnosticError, UsageError, error
-from bpfdsl.kernel import netlink
-from bpfdsl.kernel import syscall as S
-from bpfdsl.runtime import cpumap, devmap
-from bpfdsl.runtime.bench import net as N
-from bpfdsl.runtime.bench.counters import CpumapCounter, CpumapCounts, XdpCounts, xdp_counts
-from bpfdsl.runtime.bench.livegen import LiveFrameGenerator
-from bpfdsl.runtime.bench.report import Metric, Progress, Report, Section, abba
-from bpfdsl.runtime.bench.target import (
+from bpfdsl.bench import net as N
+from bpfdsl.bench.counters import CpumapCounter, CpumapCounts, XdpCounts, xdp_counts
+from bpfdsl.bench.livegen import LiveFrameGenerator
+from bpfdsl.bench.report import Metric, Progress, Report, Section, abba
+from bpfdsl.bench.target import (
     REDIRECT_MAPS,
     LoadedTarget,
     ObjectUnderTest,
@@ -47,7 +43,11 @@ from bpfdsl.runtime.bench.target import (
     load_target,
     one_map,
 )
-from bpfdsl.runtime.bench.tcp import TcpHelper
+from bpfdsl.bench.tcp import TcpHelper
+from bpfdsl.diagnostics import DiagnosticError, UsageError, error
+from bpfdsl.kernel import netlink
+from bpfdsl.kernel import syscall as S
+from bpfdsl.runtime import cpumap, devmap
 from bpfdsl.runtime.packets import udp_frame
 
 UDP_SPORT, UDP_DPORT = 4242, 9  # the default frame: UDP to the discard port

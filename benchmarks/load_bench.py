@@ -6,9 +6,10 @@ byte-compiled install of the working tree (``pip install`` of the tree: a wheel;
 ``benchlib.installed_venv``, shared with the other benchmarks and held with
 ``benchlib.venv_lock`` for the whole run), started from the temp dir so the tree cannot
 shadow it.
-One timed iteration of each form, run in a namespace this script creates (the script
-joins it with setns(2), so every command starts there without an ``nsenter`` in front;
-``ip netns exec`` would hide /sys/fs/bpf), into a fresh pin dir DIR:
+One timed iteration of each form, on a veth pair in a namespace ``bpfb-XXXXXX`` this script
+creates (:func:`bpfdsl.kernel.netlink.veth_pair`; the script joins it with setns(2),
+:func:`bpfdsl.kernel.netlink.in_netns`, so every command starts there without an
+``nsenter`` in front; ``ip netns exec`` would hide /sys/fs/bpf), into a fresh pin dir DIR:
 
   bpftool       ``bpftool prog loadall OBJ DIR`` + ``bpftool net attach xdp pinned DIR/PROG dev DEV``
   bpfdsl 2-proc ``bpfdsl load OBJ --pin-dir DIR`` + ``bpfdsl attach xdp DIR --dev DEV --prog PROG``
@@ -24,15 +25,13 @@ version``, and the in-process time of the bpfdsl work (CLI ``main`` after import
 Exit status 0 whether or not the goal is met; 1 when the benchmark cannot run.  The
 namespace and pins are removed on exit, also on failure or Ctrl-C.
 
-Usage: python3 bench/load_bench.py [--program xdp_udp_filter] [--runs N] [--quick] [--json F]
+Usage: python3 benchmarks/load_bench.py [--program xdp_udp_filter] [--runs N] [--quick] [--json F]
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import os
 import shutil
 import sys
 import tempfile
@@ -41,13 +40,13 @@ import uuid
 from pathlib import Path
 
 import benchlib as B
-from netns import VethNs
 
-from bpfdsl.kernel import libc  # (benchlib put the repository first on sys.path)
+from bpfdsl.kernel import netlink  # (benchlib put the repository first on sys.path)
 
 GOAL_RATIO = 1.5
 FORMS = ("bpftool", "bpfdsl 2-proc", "bpfdsl 1-proc")
 PIN_PREFIX = "bpfdsl_lbench_"
+NS_PREFIX = "bpfb-"  # the namespace of a run: bpfb-XXXXXX, removed on exit
 
 # In-process figure: the one-process form's work after imports, N times in one interpreter.
 _INPROC = """
@@ -77,26 +76,6 @@ print(statistics.median(ts) * 1000)
 """
 
 
-@contextlib.contextmanager
-def inside(ns: VethNs):
-    """Run the body with this process (and so its children) in ``ns``'s network namespace."""
-    home = os.open("/proc/self/ns/net", os.O_RDONLY)
-    try:
-        there = os.open(f"/run/netns/{ns.name}", os.O_RDONLY)
-        try:
-            libc.setns(there, libc.CLONE_NEWNET)
-        except OSError as e:
-            raise B.BenchError(f"setns into {ns.name}: {os.strerror(e.errno)}") from None
-        finally:
-            os.close(there)
-        try:
-            yield
-        finally:
-            libc.setns(home, libc.CLONE_NEWNET)
-    finally:
-        os.close(home)
-
-
 def steps(form: str, bpfdsl: str, obj: Path, pin: Path, prog: str, dev: str) -> list[list[str]]:
     """The timed command lines of one load + pin + attach in ``form``."""
     if form == "bpftool":
@@ -122,15 +101,16 @@ def pinned_prog(pin: Path, prog: str) -> Path | None:
     return None
 
 
-def xdp_prog_id(ns: VethNs, dev: str) -> int | None:
-    """Id of the XDP program on ``dev`` (``ip -j -d link``), None when there is none."""
-    info = json.loads(ns.ip("-j", "-d", "link", "show", "dev", dev).stdout)[0]
+def xdp_prog_id(ns: str, dev: str) -> int | None:
+    """Id of the XDP program on ``dev`` of namespace ``ns`` (iproute2's view, ``ip -j -d
+    link``), None when there is none."""
+    info = json.loads(B.run(["ip", "-n", ns, "-j", "-d", "link", "show", "dev", dev]).stdout)[0]
     xdp = info.get("xdp") or {}
     prog = xdp.get("prog") or {}
     return prog.get("id") or next((a["prog"]["id"] for a in xdp.get("attached", [])), None)
 
 
-def check_result(ns: VethNs, form: str, obj: Path, pin: Path, prog: str, dev: str) -> None:
+def check_result(ns: str, form: str, obj: Path, pin: Path, prog: str, dev: str) -> None:
     """BenchError unless ``prog`` of ``obj`` is pinned under ``pin`` and attached to ``dev``."""
     path = pinned_prog(pin, prog)
     if path is None:
@@ -152,7 +132,7 @@ def undo(pin: Path, dev: str) -> None:
     shutil.rmtree(pin, ignore_errors=True)
 
 
-def wait_empty(ns: VethNs, dev: str, timeout: float = 2.0) -> None:
+def wait_empty(ns: str, dev: str, timeout: float = 2.0) -> None:
     """BenchError unless ``dev`` runs no XDP program within ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while xdp_prog_id(ns, dev) is not None:
@@ -168,8 +148,10 @@ def bench(venv: Path, objs: dict[str, Path], runs: int) -> dict:
     B.ensure_bpffs()
     rows: list[dict] = []
     floor: dict[str, list[float]] = {"python -c pass": [], "bpftool version": []}
-    with VethNs(1) as ns, inside(ns):
-        dev = ns.pairs[0][0]
+    B.require_tool("ip", "apt-get install iproute2")
+    ns = netlink.unique_name(NS_PREFIX)
+    with netlink.veth_pair(netns_a=ns, netns_b=ns, prefix="bpfb") as veth, netlink.in_netns(ns):
+        dev = veth.a.name
         for label, obj in objs.items():
             prog = program_name(obj)
             times: dict[str, list[float]] = {f: [] for f in FORMS}
@@ -208,7 +190,7 @@ def bench(venv: Path, objs: dict[str, Path], runs: int) -> dict:
     return {"rows": rows, "floor_ms": {k: B.median(v) * 1000 for k, v in floor.items()}}
 
 
-def inprocess_ms(ns: VethNs, venv: Path, obj: Path, prog: str, dev: str, n: int) -> float:
+def inprocess_ms(ns: str, venv: Path, obj: Path, prog: str, dev: str, n: int) -> float:
     """Median ms of the one-process form's work inside one interpreter (imports excluded)."""
     base = f"/sys/fs/bpf/{PIN_PREFIX}inproc_{uuid.uuid4().hex[:8]}"
     cmd = [str(venv / "bin" / "python"), "-c", _INPROC, str(obj), dev, prog, base, str(n)]

@@ -8,16 +8,16 @@ in the dut namespace is where devmap redirects go (``snk1`` runs a drop program,
 both counts arrivals and lets veth accept XDP frames: drivers/net/veth.c sends
 ndo_xdp_xmit frames only to a peer with XDP or GRO on).  Addresses are 198.18.0.1/30
 (gen0) and 198.18.0.2/30 (dut0) of the benchmarking range of RFC 2544, with static
-neighbour entries; IPv6 is off so nothing but the benchmark's traffic is counted; gen0
-computes its checksums itself (transmit checksum offload off: a cpumap rebuilds redirected
-frames without the skb's partial-checksum state, :func:`bpfdsl.kernel.ethtool.set_tx_checksum`).  The
-names inside the namespaces are fixed: the namespaces are private to one benchmark.
+neighbour entries; IPv6 is off on all four interfaces (``veth_pair(disable_ipv6=True)``),
+so nothing but the benchmark's traffic is counted; gen0 computes its checksums itself
+(transmit checksum offload off: a cpumap rebuilds redirected frames without the skb's
+partial-checksum state, :func:`bpfdsl.kernel.ethtool.set_tx_checksum`).  The names inside
+the namespaces are fixed: the namespaces are private to one benchmark.
 """
 
 from __future__ import annotations
 
 import os
-import uuid
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -32,15 +32,6 @@ from bpfdsl.runtime.demo import sigterm_as_interrupt
 NS_PREFIX = "bpfdsl-bench-"  # every namespace a benchmark makes starts with this
 GEN_IP, DUT_IP = "198.18.0.1", "198.18.0.2"  # RFC 2544 benchmarking range
 GEN_DEV, DUT_DEV, EGRESS_DEV, SINK_DEV = "gen0", "dut0", "egr1", "snk1"
-
-
-def quiet_ipv6(ns: str) -> None:
-    """Turn IPv6 off in namespace ``ns`` for interfaces made afterwards (no router
-    solicitations, DAD or MLD frames for the XDP counters to see)."""
-    with netlink.in_netns(ns):  # /proc/sys/net is the calling thread's namespace
-        for conf in ("all", "default"):
-            with open(f"/proc/sys/net/ipv6/conf/{conf}/disable_ipv6", "w") as f:
-                f.write("1")
 
 
 @dataclass(slots=True)
@@ -84,7 +75,7 @@ def attach_xdp(ns: str, dev: str, prog_fd: int, mode: str = "native") -> None:
 def bench_net(*, egress: bool = False) -> Iterator[BenchNet]:
     """Make the namespaces and veth pairs (see the module docstring); remove them on exit.
     Needs root (CAP_NET_ADMIN, CAP_SYS_ADMIN for the namespaces)."""
-    tag = uuid.uuid4().hex[:6]
+    tag = netlink.unique_name("")  # 6 hex digits
     gen_ns, dut_ns = f"{NS_PREFIX}{tag}-gen", f"{NS_PREFIX}{tag}-dut"
     with sigterm_as_interrupt(), ExitStack() as stack:
         gen = stack.enter_context(
@@ -99,14 +90,17 @@ def bench_net(*, egress: bool = False) -> Iterator[BenchNet]:
                 disable_ipv6=True,
             )
         )
-        for ns in (gen_ns, dut_ns):
-            quiet_ipv6(ns)  # also for what comes later (the egress pair, a test's own)
         with netlink.in_netns(gen_ns):
             ethtool.set_tx_checksum(GEN_DEV, False)
         if egress:
             stack.enter_context(
                 netlink.veth_pair(
-                    EGRESS_DEV, SINK_DEV, netns_a=dut_ns, netns_b=dut_ns, make_netns=False
+                    EGRESS_DEV,
+                    SINK_DEV,
+                    netns_a=dut_ns,
+                    netns_b=dut_ns,
+                    make_netns=False,
+                    disable_ipv6=True,
                 )
             )
         yield BenchNet(tag, gen_ns, dut_ns, gen.a.mac, gen.b.mac, egress)

@@ -1,6 +1,6 @@
 """TCP stream and request/response measurements through a C helper (``tcpbench.c``).
 
-The helper ships with the package (``bpfdsl/runtime/bench/tcpbench.c``) and is compiled
+The helper ships with the package (``bpfdsl/bench/tcpbench.c``) and is compiled
 with the host's C compiler (``$CC``, else ``cc``/``gcc``) into a temporary directory when a
 benchmark starts; one ``send()``/``recv()`` system call per message keeps the measured
 path in the kernel (see the C file for its options and output).  :class:`TcpHelper`
@@ -45,7 +45,7 @@ class TcpHelper:
             )
         self._dir = tempfile.mkdtemp(prefix="bpfdsl-bench-")
         self.exe = os.path.join(self._dir, "tcpbench")
-        src = resources.files("bpfdsl.runtime.bench").joinpath(SOURCE)
+        src = resources.files("bpfdsl.bench").joinpath(SOURCE)
         try:
             with resources.as_file(src) as path:
                 proc = subprocess.run(

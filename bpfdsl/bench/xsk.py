@@ -28,12 +28,10 @@ from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from typing import TypeVar
 
-from bpfdsl.kernel import netlink
-from bpfdsl.kernel import syscall as S
-from bpfdsl.runtime.bench import net as N
-from bpfdsl.runtime.bench.report import Metric, Progress, Report, Section, abba
-from bpfdsl.runtime.bench.target import REDIRECT_MAPS, ObjectUnderTest, fill_user_maps, one_map
-from bpfdsl.runtime.bench.xdp import (
+from bpfdsl.bench import net as N
+from bpfdsl.bench.report import Metric, Progress, Report, Section, abba
+from bpfdsl.bench.target import REDIRECT_MAPS, ObjectUnderTest, fill_user_maps, one_map
+from bpfdsl.bench.xdp import (
     DRAIN,
     GEN_CPU,
     RATE,
@@ -43,6 +41,8 @@ from bpfdsl.runtime.bench.xdp import (
     _order,
     _report,
 )
+from bpfdsl.kernel import netlink
+from bpfdsl.kernel import syscall as S
 from bpfdsl.runtime.xsk import XskSocket, xsk_map_set
 
 XSK_MODES = ("rxdrop", "l2fwd")
@@ -235,7 +235,7 @@ def _retry_busy(make: Callable[..., _T]) -> _T:
 
 class _ChildLoop:
     """A socket loop as a child process in the DUT namespace on ``cpu``: ``argv`` then
-    ``MODE dut0 0 MAP_ID FRAMES BATCH`` (bench/c/xsk_loop.c and bench/xsk_loop.py take
+    ``MODE dut0 0 MAP_ID FRAMES BATCH`` (benchmarks/c/xsk_loop.c and benchmarks/xsk_loop.py take
     the same); it puts its own socket into slot 0 of the xskmap ``map_id``, prints
     ``ready``, and answers each stdin line with "rx tx ring_full fill_empty"."""
 
@@ -283,8 +283,8 @@ def run_xsk_loops(
     batch: int = 64,
 ) -> dict[str, dict[str, list[dict[str, float]]]]:
     """Socket loops side by side, each a process of its own (:class:`_ChildLoop`):
-    ``loops`` maps a label to the command that starts one (bench/c/xsk_loop.c, libxdp;
-    bench/xsk_loop.py, :class:`XskSocket`), each in ``modes``, the same program ``obj``
+    ``loops`` maps a label to the command that starts one (benchmarks/c/xsk_loop.c, libxdp;
+    benchmarks/xsk_loop.py, :class:`XskSocket`), each in ``modes``, the same program ``obj``
     redirecting to them, the same generator, ``batch`` descriptors per ring access, ABBA
     order over ``opts.runs``.  Returns {mode: {label: [run...]}} with per run ``rx_pps``
     (frames the program ran on per second), ``xsk_pps`` (frames the loop received per

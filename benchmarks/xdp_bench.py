@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """XDP throughput benchmark (issue 4): packets per second, bpfdsl vs clang-19, same run.
 
-A thin layer over ``bpfdsl bench``'s library (bpfdsl/runtime/bench): each scenario runs
+A thin layer over ``bpfdsl bench``'s library (bpfdsl/bench): each scenario runs
 the program compiled from ``progs/NAME.bpfd`` against its clang twin
 ``tests/data/c/NAME.c`` as the baseline, on the command's own setup (two namespaces joined
 by the veth pair gen0 <-> dut0, a live-frame generator on CPU 0: BPF_PROG_TEST_RUN with
@@ -17,7 +17,7 @@ scenario: each run, the average, ± sd and the delta against clang; goal (issue 
 why).  Everything is removed on exit, also on failure.  Exit status 0 whether or not goals
 are met (1 only when it cannot run).
 
-Usage: python3 bench/xdp_bench.py [--scenarios drop,devmap,cpumap] [--runs N]
+Usage: python3 benchmarks/xdp_bench.py [--scenarios drop,devmap,cpumap] [--runs N]
                                    [--duration S] [--quick] [--json FILE]
 """
 
@@ -31,10 +31,10 @@ from pathlib import Path
 
 import benchlib as B
 
+from bpfdsl.bench import xdp
+from bpfdsl.bench.report import RichProgress
+from bpfdsl.bench.target import ObjectUnderTest
 from bpfdsl.diagnostics import DiagnosticError
-from bpfdsl.runtime.bench import xdp
-from bpfdsl.runtime.bench.report import RichProgress
-from bpfdsl.runtime.bench.target import ObjectUnderTest
 
 GOAL = 0.98
 SCENARIOS = {"drop": "xdp_drop", "devmap": "xdp_devmap_forward", "cpumap": "xdp_cpumap_steer"}

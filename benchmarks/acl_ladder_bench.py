@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """ACL ladder benchmark (issue 11): the kernel verifier's work for an ACL written as code,
 bpfdsl (one ``global fn`` per rule) against clang-19's C (one ``__noinline`` global function
-per rule), 25/50/100/200 rules, both generated from the same rules by bench/acl_gen.py in
+per rule), 25/50/100/200 rules, both generated from the same rules by benchmarks/acl_gen.py in
 this run.
 
 1. Verifier-processed instructions per object: ``bpf_prog_info.verified_insns`` after
@@ -18,7 +18,7 @@ Run as root from the repository root; ``--quick`` does 25 and 50 rules and 1 tim
 ``--json FILE`` writes the raw figures.  Exit 0 whether or not goals are met (1 only when the
 benchmark cannot run).
 
-Usage: python3 bench/acl_ladder_bench.py [--sizes 25,50,100,200] [--runs N] [--quick]
+Usage: python3 benchmarks/acl_ladder_bench.py [--sizes 25,50,100,200] [--runs N] [--quick]
        [--json FILE]
 """
 

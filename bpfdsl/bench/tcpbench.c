@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-/* TCP stream and request/response helper of `bpfdsl bench` (bpfdsl/runtime/bench/tcp.py),
+/* TCP stream and request/response helper of `bpfdsl bench` (bpfdsl/bench/tcp.py),
  * compiled with the host's C compiler when a benchmark starts.
  *
  * A loop in Python per 64-byte message would measure Python; this helper spends one

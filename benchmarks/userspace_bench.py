@@ -1,12 +1,12 @@
 """User space around the program against C (issue #25): event records and test runs.
 
-    sudo python3 bench/userspace_bench.py [--records N] [--frames N] [--entries N]
+    sudo python3 benchmarks/userspace_bench.py [--records N] [--frames N] [--entries N]
                                           [--runs R] [--paths events,run,maps]
                                           [--tree DIR] [--quick] [--json FILE]
 
-Builds the C references with the host's cc and libbpf (bench/c/rb_print.c: libbpf's
+Builds the C references with the host's cc and libbpf (benchmarks/c/rb_print.c: libbpf's
 ring_buffer__poll printing the same JSON lines, or counting with an empty callback;
-bench/c/testrun_loop.c: libbpf load + one bpf_prog_test_run_opts per frame of the pcap) and
+benchmarks/c/testrun_loop.c: libbpf load + one bpf_prog_test_run_opts per frame of the pcap) and
 measures, in the same run, median of ``--runs``:
 
 - ``events --json``: N records already in a ring buffer (written by BPF_PROG_TEST_RUN of the

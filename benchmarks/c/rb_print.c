@@ -1,4 +1,4 @@
-// C reference of bench/userspace_bench.py: libbpf's ring_buffer__poll on a pinned ring
+// C reference of benchmarks/userspace_bench.py: libbpf's ring_buffer__poll on a pinned ring
 // buffer map until COUNT records, each printed as the JSON line `bpfdsl events --json`
 // prints for the bench's struct event (or, with `-n`, an empty callback that only counts).
 //   rb_print [-n] PIN_PATH COUNT

@@ -1,4 +1,4 @@
-// C reference of `bpfdsl bench xsk --loop c` (bench/xsk_bench.py): the AF_XDP socket loop
+// C reference of `bpfdsl bench xsk --loop c` (benchmarks/xsk_bench.py): the AF_XDP socket loop
 // of the kernel's xdpsock sample written with libxdp's xsk API (xdp/xsk.h), copy mode,
 // in the rxdrop or l2fwd form, with the same ring sizes and batch as the Python loop.
 // It does not load an XDP program (XSK_LIBXDP_FLAGS__INHIBIT_PROG_LOAD): it puts its

@@ -15,7 +15,7 @@ Also printed: which checker ran (bpfdsl.checker.NATIVE: the mypyc-compiled modul
 pure Python and why), and the floor of this Python for the checker's kind of loop (one call per
 instruction through a handler table, no work) in instructions per second.
 
-Usage: python3 bench/checker_bench.py [--runs N] [--quick] [--near-limit] [--json FILE]
+Usage: python3 benchmarks/checker_bench.py [--runs N] [--quick] [--near-limit] [--json FILE]
 """
 
 from __future__ import annotations

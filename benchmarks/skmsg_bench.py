@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """sk_msg benchmark (issue 5): TCP over loopback, plain vs sk_msg ingress redirection.
 
-A thin layer over ``bpfdsl bench skmsg``'s library (bpfdsl/runtime/bench/skmsg.py): for
+A thin layer over ``bpfdsl bench skmsg``'s library (bpfdsl/bench/skmsg.py): for
 every message size (64 B ... 256 KiB) and mode -- ``plain`` (no program), ``clang``
 (tests/data/c/sk_msg_redirect_ingress.c built with clang-19, the baseline) and ``bpfdsl``
 (progs/sk_msg_redirect_ingress.bpfd) -- it measures
@@ -12,13 +12,13 @@ every message size (64 B ... 256 KiB) and mode -- ``plain`` (no program), ``clan
 and prints mean ± sample standard deviation over --runs runs, the change against plain TCP
 in percent and the ratio bpfdsl / clang (goal: bpfdsl >= 0.98 x clang throughput at every size).
 
-Sender and receiver are the command's C helper (bpfdsl/runtime/bench/tcpbench.c, compiled
+Sender and receiver are the command's C helper (bpfdsl/bench/tcpbench.c, compiled
 with the host's cc): one send()/recv() system call per message, in a network namespace of
 its own (its TCP OutSegs count only its traffic: segs/msg ≈ 0 shows redirected data
 skipped the TCP stack), in a child cgroup v2 where the object's sock_ops program is
 attached.  Exit status 0 whether or not goals are met.
 
-Usage: python3 bench/skmsg_bench.py [--runs N] [--sizes 64,1k,...] [--millis MS] [--quick]
+Usage: python3 benchmarks/skmsg_bench.py [--runs N] [--sizes 64,1k,...] [--millis MS] [--quick]
 """
 
 from __future__ import annotations
@@ -31,10 +31,10 @@ from pathlib import Path
 
 import benchlib as B
 
+from bpfdsl.bench import skmsg
+from bpfdsl.bench.report import RichProgress
+from bpfdsl.bench.target import ObjectUnderTest
 from bpfdsl.diagnostics import DiagnosticError, UsageError
-from bpfdsl.runtime.bench import skmsg
-from bpfdsl.runtime.bench.report import RichProgress
-from bpfdsl.runtime.bench.target import ObjectUnderTest
 
 GOAL = 0.98
 NAME = "sk_msg_redirect_ingress"

@@ -16,16 +16,12 @@ the end, also on failure.
 from __future__ import annotations
 
 import math
-import uuid
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bpfdsl.diagnostics import UsageError, error
-from bpfdsl.kernel import netlink
-from bpfdsl.runtime import cgroup, sockmap
-from bpfdsl.runtime.bench import net as N
-from bpfdsl.runtime.bench.report import (
+from bpfdsl.bench import net as N
+from bpfdsl.bench.report import (
     Metric,
     Progress,
     Report,
@@ -34,7 +30,7 @@ from bpfdsl.runtime.bench.report import (
     delta_pct,
     text_table,
 )
-from bpfdsl.runtime.bench.target import (
+from bpfdsl.bench.target import (
     REDIRECT_MAPS,
     LoadedTarget,
     ObjectUnderTest,
@@ -42,7 +38,10 @@ from bpfdsl.runtime.bench.target import (
     load_target,
     one_map,
 )
-from bpfdsl.runtime.bench.tcp import TcpHelper
+from bpfdsl.bench.tcp import TcpHelper
+from bpfdsl.diagnostics import UsageError, error
+from bpfdsl.kernel import netlink
+from bpfdsl.runtime import cgroup, sockmap
 from bpfdsl.runtime.demo import sigterm_as_interrupt
 
 PLAIN = "plain TCP"
@@ -177,9 +176,7 @@ def run_skmsg(
             stack.callback(t.close)
             fill_user_maps(t)
         tcp = stack.enter_context(TcpHelper())
-        ns = f"{N.NS_PREFIX}{uuid.uuid4().hex[:6]}-sk"
-        stack.callback(netlink.remove_netns, ns)
-        netlink.create_netns(ns)
+        ns = stack.enter_context(netlink.netns(netlink.unique_name(N.NS_PREFIX) + "-sk"))
         cg = cgroup.ChildCgroup(prefix=CGROUP_PREFIX)
         stack.callback(cg.remove)
         reds = {label: _Redirector(t, cg.path) for label, t in targets.items()}

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from support.paths import ROOT
 
-from bpfdsl.runtime.bench.report import Metric, Progress, Section, abba, delta_pct
+from bpfdsl.bench.report import Metric, Progress, Section, abba, delta_pct
 
 PROGS = ROOT / "progs"
 C_DIR = ROOT / "tests" / "data" / "c"
@@ -305,9 +305,9 @@ def test_skmsg_redirection_skips_tcp_by_size(clang, nothing_left, tmp_path: Path
 def test_ctrl_c_mid_run_removes_everything(nothing_left) -> None:
     """KeyboardInterrupt between two runs (as Ctrl-C or SIGTERM): namespaces, veths,
     cgroup and helper directory are gone afterwards."""
+    from bpfdsl.bench import skmsg, xdp
+    from bpfdsl.bench.target import ObjectUnderTest
     from bpfdsl.compiler import compile_file
-    from bpfdsl.runtime.bench import skmsg, xdp
-    from bpfdsl.runtime.bench.target import ObjectUnderTest
 
     class Interrupt(Progress):
         def __init__(self) -> None:
@@ -338,9 +338,9 @@ def test_ctrl_c_mid_run_removes_everything(nothing_left) -> None:
 @pytest.mark.kernel
 def test_ethtool_counters_and_checksum_offload(nothing_left) -> None:
     """The veth statistics the benchmarks read, and the offload switch they flip."""
+    from bpfdsl.bench.counters import xdp_counts
+    from bpfdsl.bench.net import DUT_DEV, GEN_DEV, bench_net
     from bpfdsl.kernel import ethtool
-    from bpfdsl.runtime.bench.counters import xdp_counts
-    from bpfdsl.runtime.bench.net import DUT_DEV, GEN_DEV, bench_net
 
     with bench_net() as net:
         from bpfdsl.kernel import netlink

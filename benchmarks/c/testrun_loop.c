@@ -1,4 +1,4 @@
-// C reference of bench/userspace_bench.py: load an object with libbpf, then one
+// C reference of benchmarks/userspace_bench.py: load an object with libbpf, then one
 // bpf_prog_test_run_opts per frame of a pcap (classic pcap, little endian), and print the
 // totals per XDP verdict as `bpfdsl run -q` counts them.
 //   testrun_loop OBJ PROG PCAP

@@ -1,8 +1,8 @@
-"""Shared helpers of the benchmark scripts in bench/ (not part of the installed package).
+"""Shared helpers of the benchmark scripts in benchmarks/ (not part of the installed package).
 
 Paths of the reference programs, building the clang-19 objects (tests/data/c/build.sh),
 timing child processes, statistics and plain-text tables.  Every script imports this module
-from its own directory (``python3 bench/NAME.py`` puts bench/ first on sys.path) and puts the
+from its own directory (``python3 benchmarks/NAME.py`` puts benchmarks/ first on sys.path) and puts the
 repository root on sys.path so ``bpfdsl`` is taken from the working tree.
 """
 

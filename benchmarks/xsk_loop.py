@@ -1,8 +1,8 @@
-"""bpfdsl's side of bench/xsk_bench.py: the AF_XDP socket loop of bench/c/xsk_loop.c with
+"""bpfdsl's side of benchmarks/xsk_bench.py: the AF_XDP socket loop of benchmarks/c/xsk_loop.c with
 ``bpfdsl.runtime.xsk.XskSocket`` (its burst API through ``rx_drop`` / ``l2fwd``), a process
 of its own as the C loop is, with the same arguments and stdin/stdout protocol:
 
-    python3 bench/xsk_loop.py MODE IFNAME QUEUE MAP_ID FRAMES BATCH
+    python3 benchmarks/xsk_loop.py MODE IFNAME QUEUE MAP_ID FRAMES BATCH
 
 It puts its socket into slot QUEUE of the xskmap with id MAP_ID, prints ``ready``, then
 answers each line read on stdin with "rx tx ring_full fill_empty" (totals so far); EOF ends.

@@ -13,7 +13,7 @@ tests/corpus/test_filter_corpus.py asserts.
 
 Exit status 0 whether or not goals are met (1 only when it cannot run).
 
-Usage: python3 bench/filter_corpus_bench.py [--verdicts] [--filters a,b] [--json FILE]
+Usage: python3 benchmarks/filter_corpus_bench.py [--verdicts] [--filters a,b] [--json FILE]
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ installed as a user installs it (``pip install .``: byte-compiled, no editable-i
 built once per tree state under the temp dir, see benchlib.installed_venv); ``--tree`` times
 ``python -m bpfdsl`` from the tree instead.
 
-Usage: python3 bench/compile_bench.py [--runs N] [--inproc-runs N] [--programs a,b] [--quick]
+Usage: python3 benchmarks/compile_bench.py [--runs N] [--inproc-runs N] [--programs a,b] [--quick]
        [--tree]
 """
 
