@@ -97,14 +97,34 @@ ARG_CTX_INSNS = [
 ARG_CTX_FUNC_INFO = [(0, 4), (2, 6)]  # insn_off -> FUNC
 
 
-def probe_arg_ctx() -> bool:
-    """True when the verifier reads ``arg:ctx`` (Linux 6.8): BPF_PROG_LOAD of libbpf's
-    KPROBE program whose global subprog gets the context only through the tag."""
+def _load_btf(blob: bytes) -> S.Fd | None:
+    """BPF_BTF_LOAD of ``blob``; None when the kernel refuses it (BpfPermissionError is
+    raised: no CAP_BPF answers nothing about features)."""
     try:
-        btf_fd, _ = S.btf_load(probe_blob(*ARG_CTX_BTF), log_level=1, log_size=4096)
+        fd, _ = S.btf_load(blob, log_level=1, log_size=4096)
     except S.BpfPermissionError:
         raise
     except S.BpfError:
+        return None
+    return fd
+
+
+def probe(types: list[int], strings: bytes) -> bool:
+    """True when the kernel loads this BTF (``strings``: the C literal, without its final
+    NUL).  Raises BpfPermissionError (no CAP_BPF)."""
+    fd = _load_btf(probe_blob(types, strings))
+    if fd is None:
+        return False
+    fd.close()
+    return True
+
+
+def probe_arg_ctx() -> bool:
+    """True when the verifier reads ``arg:ctx`` (Linux 6.8): BPF_PROG_LOAD of libbpf's
+    KPROBE program whose global subprog gets the context only through the tag.  Raises
+    BpfPermissionError (no CAP_BPF)."""
+    btf_fd = _load_btf(probe_blob(*ARG_CTX_BTF))
+    if btf_fd is None:
         return False
     with btf_fd:
         try:
@@ -117,20 +137,6 @@ def probe_arg_ctx() -> bool:
             raise
         except S.BpfError:
             return False
-    fd.close()
-    return True
-
-
-def probe(types: list[int], strings: bytes) -> bool:
-    """True when the kernel loads this BTF (``strings``: the C literal, without its final
-    NUL).  Raises BpfPermissionError (no CAP_BPF): a
-    kernel that lets nobody load BTF answers nothing about its features."""
-    try:
-        fd, _ = S.btf_load(probe_blob(types, strings), log_level=1, log_size=4096)
-    except S.BpfPermissionError:
-        raise
-    except S.BpfError:
-        return False
     fd.close()
     return True
 

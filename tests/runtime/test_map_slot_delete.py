@@ -16,6 +16,7 @@ import struct
 import subprocess
 import sys
 import uuid
+from collections.abc import Iterator
 
 import pytest
 from support.paths import PROGS, ROOT
@@ -83,25 +84,31 @@ def _bpfdsl(*args: str) -> subprocess.CompletedProcess[str]:
     )  # fmt: skip
 
 
-def test_cli_cpumap_delete_says_was_not_set_and_refuses_a_slot_it_lacks() -> None:
+@pytest.fixture
+def pin() -> Iterator[str]:
+    """progs/xdp_cpumap_steer.bpfd loaded by `bpfdsl load` into a pin dir (unloaded after)."""
     pin = f"/sys/fs/bpf/bpfdsl_slotdel_{uuid.uuid4().hex[:8]}"
-    n = possible_cpus()
     try:
         r = _bpfdsl("load", str(PROGS / "xdp_cpumap_steer.bpfd"), "--pin-dir", pin)
         assert r.returncode == 0, r.stderr
-        r = _bpfdsl("cpumap", "delete", f"{pin}:cpu_map", "0")
-        assert r.returncode == 0 and "CPU 0 was not set" in r.stdout, r.stdout + r.stderr
-        r = _bpfdsl("cpumap", "set", f"{pin}:cpu_map", "0", "--qsize", "64")
-        assert r.returncode == 0, r.stderr
-        r = _bpfdsl("-j", "cpumap", "delete", f"{pin}:cpu_map", "0")
-        assert json.loads(r.stdout) == {"map": "cpu_map", "cpu": 0, "deleted": True}
-        r = _bpfdsl("cpumap", "delete", f"{pin}:cpu_map", str(n + 3))
-        assert r.returncode == 2 and "error[cpumap-cpu]" in r.stderr
-        assert f"slots 0..{n - 1} (max_entries {n} as created)" in r.stderr
-        assert f"pick a CPU below {n}" in r.stderr
+        yield pin
     finally:
         _bpfdsl("unload", pin)
         shutil.rmtree(pin, ignore_errors=True)
+
+
+def test_cli_cpumap_delete_says_was_not_set_and_refuses_a_slot_it_lacks(pin: str) -> None:
+    n = possible_cpus()
+    r = _bpfdsl("cpumap", "delete", f"{pin}:cpu_map", "0")
+    assert r.returncode == 0 and "CPU 0 was not set" in r.stdout, r.stdout + r.stderr
+    r = _bpfdsl("cpumap", "set", f"{pin}:cpu_map", "0", "--qsize", "64")
+    assert r.returncode == 0, r.stderr
+    r = _bpfdsl("-j", "cpumap", "delete", f"{pin}:cpu_map", "0")
+    assert json.loads(r.stdout) == {"map": "cpu_map", "cpu": 0, "deleted": True}
+    r = _bpfdsl("cpumap", "delete", f"{pin}:cpu_map", str(n + 3))
+    assert r.returncode == 2 and "error[cpumap-cpu]" in r.stderr
+    assert f"slots 0..{n - 1} (max_entries {n} as created)" in r.stderr
+    assert f"pick a CPU below {n}" in r.stderr
 
 
 def test_sockmap_delete_of_an_empty_slot_is_false_not_einval() -> None:
@@ -121,18 +128,11 @@ def test_xskmap_delete_beyond_its_slots_is_refused() -> None:
         assert "xskmap 'xsks': queue 2 is outside the map's slots 0..1" in str(ei.value)
 
 
-def test_cli_map_delete_of_an_empty_cpumap_slot_is_not_found() -> None:
-    pin = f"/sys/fs/bpf/bpfdsl_slotdel_{uuid.uuid4().hex[:8]}"
-    try:
-        r = _bpfdsl("load", str(PROGS / "xdp_cpumap_steer.bpfd"), "--pin-dir", pin)
-        assert r.returncode == 0, r.stderr
-        r = _bpfdsl("map", "delete", f"{pin}/maps/cpu_map", "0")
-        assert r.returncode == 1 and "error[key-not-found]" in r.stderr, r.stdout + r.stderr
-        r = _bpfdsl("cpumap", "set", f"{pin}:cpu_map", "0", "--qsize", "64")
-        assert r.returncode == 0, r.stderr
-        r = _bpfdsl("map", "delete", f"{pin}/maps/cpu_map", "0")
-        assert r.returncode == 0 and "deleted" in r.stdout, r.stdout + r.stderr
-        assert json.loads(_bpfdsl("-j", "cpumap", "show", f"{pin}:cpu_map").stdout) == []
-    finally:
-        _bpfdsl("unload", pin)
-        shutil.rmtree(pin, ignore_errors=True)
+def test_cli_map_delete_of_an_empty_cpumap_slot_is_not_found(pin: str) -> None:
+    r = _bpfdsl("map", "delete", f"{pin}/maps/cpu_map", "0")
+    assert r.returncode == 1 and "error[key-not-found]" in r.stderr, r.stdout + r.stderr
+    r = _bpfdsl("cpumap", "set", f"{pin}:cpu_map", "0", "--qsize", "64")
+    assert r.returncode == 0, r.stderr
+    r = _bpfdsl("map", "delete", f"{pin}/maps/cpu_map", "0")
+    assert r.returncode == 0 and "deleted" in r.stdout, r.stdout + r.stderr
+    assert json.loads(_bpfdsl("-j", "cpumap", "show", f"{pin}:cpu_map").stdout) == []
