@@ -8,6 +8,8 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
+from bpfdsl.cli.objrefs import MAP_HELP
+
 if TYPE_CHECKING:  # pragma: no cover
     import argparse
 
@@ -18,7 +20,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from bpfdsl.runtime.packets import PcapWriter
 
 OK, FAILED = 0, 1
-MAP_HELP = "MAP := PIN_PATH | DIR:NAME | id:N"
 
 
 def register(sub: Subcommands) -> None:

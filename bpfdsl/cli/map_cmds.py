@@ -8,6 +8,8 @@ import json
 import sys
 from typing import TYPE_CHECKING, Any
 
+from bpfdsl.cli.objrefs import MAP_HELP
+
 if TYPE_CHECKING:  # pragma: no cover
     import argparse
     from collections.abc import Iterator
@@ -16,7 +18,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from bpfdsl.diagnostics import DiagnosticError
 
 OK, FAILED = 0, 1
-MAP_HELP = "MAP := PIN_PATH | DIR:NAME | id:N"
+
 _FLAGS = {"any": 0, "noexist": 1, "exist": 2}  # BPF_ANY, BPF_NOEXIST, BPF_EXIST (bpf.h)
 
 
