@@ -117,7 +117,8 @@ def cmd_load(args: argparse.Namespace) -> int:
             finally:
                 rec.done()  # pinned in full, or nothing (pin_collection removes a part)
     if args.json:
-        print(json.dumps({"pin_dir": pin_dir, "objects": rows, "warnings": coll.warnings}))
+        doc = {"pin_dir": pin_dir, "objects": rows, "warnings": coll.warnings}
+        print(json.dumps({**doc, "btf_changes": coll.btf_changes}))
         return OK
     print(f"loaded {args.file} into {pin_dir}")
     for r in rows:
@@ -153,6 +154,8 @@ def _load_and_pin(
     with coll:
         for w in coll.warnings:
             print(f"warning: {w}", file=sys.stderr)
+        if args.verbose and coll.btf_changes:  # a kernel older than the object's BTF
+            print(f"BTF rewritten for this kernel: {'; '.join(coll.btf_changes)}", file=sys.stderr)
         if args.log:
             for p in coll.programs.values():
                 print(f"== verifier log of {p.name} ==\n{p.log}", file=sys.stderr)

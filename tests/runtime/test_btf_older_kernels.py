@@ -8,6 +8,9 @@ program verified and giving its verdict, and must hold no type of the missing ki
 from __future__ import annotations
 
 import copy
+import json
+import subprocess
+import sys
 
 import pytest
 from support.objbuild import build
@@ -178,3 +181,17 @@ def test_a_context_struct_parameter_needs_no_clone() -> None:
     with load_collection(spec, pinning=False, btf_features=BtfFeatures(arg_ctx=False)) as coll:
         assert coll.btf_changes == [] and coll.func_info == {}
         assert _run(coll, "new_kinds") == XdpAction.PASS
+
+
+def test_load_json_says_how_the_btf_was_rewritten(tmp_path) -> None:
+    """`bpfdsl -j load` lists the rewrite (none on this kernel, which takes every kind)."""
+    pin = f"/sys/fs/bpf/bpfdsl_btfcompat_{tmp_path.name[-8:]}"
+    obj = str(build("btf_new_kinds"))
+    run = [sys.executable, "-m", "bpfdsl"]
+    try:
+        r = subprocess.run([*run, "-j", "load", obj, "--pin-dir", pin], capture_output=True,
+                           text=True, timeout=60)  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        assert json.loads(r.stdout)["btf_changes"] == []
+    finally:
+        subprocess.run([*run, "unload", pin], capture_output=True, timeout=60)
