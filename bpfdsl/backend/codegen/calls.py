@@ -68,7 +68,7 @@ class CallGen(GenHost):
             slots.append(self.var(loc))
         return self.b.call(fn, [self.f.ctx, *slots])
 
-    def g_Call(self, e: ast.Call):
+    def g_Call(self, e: ast.Call) -> ir.Value:
 
         c = self.c
         if e.name in KFUNC_BUILTINS and e.name not in c.fns:
@@ -377,7 +377,7 @@ class CallGen(GenHost):
         self.b.store(state, self.gep(frame, self.LOOP_STATE), align=8)
         return frame
 
-    def g_MethodCall(self, e: ast.MethodCall):
+    def g_MethodCall(self, e: ast.MethodCall) -> ir.Value:
         return self.map_method(e)
 
     def lvalue_ptr(self, e: ast.Expr) -> tuple[ir.Value, int]:

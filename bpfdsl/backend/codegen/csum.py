@@ -14,6 +14,7 @@ from bpfdsl.backend.codegen.host import GenHost
 from bpfdsl.lang import ast
 from bpfdsl.lang import types as T
 from bpfdsl.lang.headers import HEADERS, L4_PROTO
+from bpfdsl.lang.layout import Header
 from bpfdsl.lang.sema.symbols import Local
 
 I8, I16, I32, I64 = (ir.IntType(n) for n in (8, 16, 32, 64))
@@ -98,12 +99,15 @@ class CsumGen(GenHost):
     def _words(self, base: ir.Value, lo: int, hi: int) -> list[ir.Value]:
         return [self.b.load(self.gep(base, o), typ=I16, align=2) for o in range(lo, hi, 2)]
 
-    def _related_l4(self, ip_obj: ast.Expr, kinds: tuple[str, ...]) -> list | None:
+    def _related_l4(
+        self, ip_obj: ast.Expr, kinds: tuple[str, ...]
+    ) -> list[tuple[Header, ir.Value]] | None:
         """L4 headers in scope parsed after the IP header ``ip_obj`` whose checksum covers
         a pseudo-header field of kind ``kinds``: [(layout, pointer)]; None if no L4 header
         parsed after it is in scope (the L4 header is then found at run time)."""
         ip = self.c.sym.get(ip_obj) if isinstance(ip_obj, ast.Name) else None
-        out, seen = [], False
+        out: list[tuple[Header, ir.Value]] = []
+        seen = False
         for scope in self.env if ip is not None else ():
             for loc, slot in scope.items():
                 if (
@@ -146,7 +150,7 @@ class CsumGen(GenHost):
         loc = self.c.sym.get(ip_obj) if isinstance(ip_obj, ast.Name) else None
         if not isinstance(loc, Local):
             return None
-        slots = self.f.__dict__.setdefault("_ext_flag_slots", {})  # per function
+        slots = self.f.ext_flag_slots
         if loc not in slots:
             slot = self.alloca(I8, "ext.flags." + loc.name, 1)
             eb = ir.IRBuilder(self.f.entry)
@@ -158,12 +162,12 @@ class CsumGen(GenHost):
     def pseudo_update(
         self,
         ip_obj: ast.Expr,
-        l4: list | None,
+        l4: list[tuple[Header, ir.Value]] | None,
         hdr: ir.Value,
         v6: bool,
         kinds: tuple[str, ...],
-        old_w,
-        new_w,
+        old_w: list[ir.Value],
+        new_w: list[ir.Value],
         rh: bool | None = None,
     ) -> None:
         """Update the checksums of the L4 headers (of ``kinds``) after the IP header ``hdr``
@@ -179,7 +183,8 @@ class CsumGen(GenHost):
         if not l4:
             return
         done = keep = None
-        slot = self.f.__dict__.get("_ext_flag_slots", {}).get(self.c.sym.get(ip_obj))
+        ip = self.c.sym.get(ip_obj)
+        slot = self.f.ext_flag_slots.get(ip) if isinstance(ip, Local) else None
         if not v6:  # the view follows the header, but a later fragment holds no L4 header
             keep = self._ipv4_later_fragment(hdr)
         elif slot is not None:  # what skip_ext passed on the way to the L4 header; no
@@ -196,7 +201,13 @@ class CsumGen(GenHost):
             self.start(done)
 
     def _runtime_l4(
-        self, ip: ir.Value, v6: bool, kinds: tuple[str, ...], old_w, new_w, rh: bool | None
+        self,
+        ip: ir.Value,
+        v6: bool,
+        kinds: tuple[str, ...],
+        old_w: list[ir.Value],
+        new_w: list[ir.Value],
+        rh: bool | None,
     ) -> None:
         """Pseudo-header update when no L4 header of this IP header is in scope: find it
         from the packet (IPv4: protocol, not a later fragment, ihl*4 on; IPv6: walk the

@@ -16,8 +16,12 @@ from llvmlite import ir
 from bpfdsl.abi.btf.records import RECORDS_SECTION, RECORDS_VAR
 from bpfdsl.abi.btf.run_config import RUN_CONFIG_SECTION, RunConfig, run_config_var
 from bpfdsl.abi.map_types import MapType
-from bpfdsl.backend.debuginfo import DebugInfo, FunctionDebug, load_config
+from bpfdsl.abi.prog_types import ProgramKind
+from bpfdsl.backend.debuginfo import DebugInfo, DIType, FunctionDebug, load_config
+from bpfdsl.diagnostics import Span
+from bpfdsl.lang import ast
 from bpfdsl.lang import types as T
+from bpfdsl.lang.sema.symbols import Config, FnInfo
 
 
 class DebugAdapter:
@@ -25,10 +29,10 @@ class DebugAdapter:
         self.di = DebugInfo(module, filename, source=source)
         self.fn: FunctionDebug | None = None
         self.map_lines = map_lines
-        self._structs: dict[str, object] = {}
-        self._bytes: dict[str, object] = {}
+        self._structs: dict[str, DIType] = {}
+        self._bytes: dict[str, DIType] = {}
 
-    def dtype(self, t: T.Type):
+    def dtype(self, t: T.Type) -> DIType:
         di = self.di
         if isinstance(t, T.IntType):
             return di.int_type(t.name)
@@ -52,7 +56,7 @@ class DebugAdapter:
             return self.header_type(t)
         raise ValueError(f"no debug type for {t}")
 
-    def header_type(self, t: T.HeaderType):
+    def header_type(self, t: T.HeaderType) -> DIType:
         """The kernel struct of a header view (``struct iphdr``: its fixed part, with the
         fields that are whole bytes; bit fields are left out, the size is the kernel's)."""
         h = t.layout
@@ -64,7 +68,7 @@ class DebugAdapter:
             self._structs[key] = self.di.struct_type(h.c_name, fields, size=h.size)
         return self._structs[key]
 
-    def param_type(self, t: T.Type):
+    def param_type(self, t: T.Type) -> DIType:
         """The BTF type of a subprogram parameter: a scalar, else a pointer to the memory
         (struct, address, header) the caller passes (OptionalType: a nullable pointer)."""
         if isinstance(t, T.OptionalType):
@@ -76,7 +80,7 @@ class DebugAdapter:
     def license_global(self, text: str) -> ir.GlobalVariable:
         return self.di.license(text)
 
-    def config_global(self, name: str, cfg, line: int) -> ir.GlobalVariable:
+    def config_global(self, name: str, cfg: Config, line: int) -> ir.GlobalVariable:
         return self.di.config_global(name, self.dtype(cfg.ty), cfg.value, line=line)
 
     def load_config(self, builder: ir.IRBuilder, gv: ir.GlobalVariable) -> ir.Value:
@@ -112,11 +116,11 @@ class DebugAdapter:
         fields = [(m, self.di.uint_member(v)) for m, v in rc.members()]
         return self.di.pointer_struct_global(run_config_var(prog), RUN_CONFIG_SECTION, fields, line)
 
-    def program(self, func: ir.Function, decl, kind) -> None:
+    def program(self, func: ir.Function, decl: ast.ProgDecl, kind: ProgramKind) -> None:
         self.fn = self.di.function(func, line=decl.span.line, ctx=kind.ctx, arg_name=decl.ctx)
 
     def subprogram(
-        self, func: ir.Function, info, ctx_kind: str | None = None, pos: bool = False
+        self, func: ir.Function, info: FnInfo, ctx_kind: str | None = None, pos: bool = False
     ) -> None:
         """The DISubprogram of a fn emitted as a BPF subprogram (``noinline``/``global``
         fn, loop callback): BTF FUNC (linkage static for ``internal``, global otherwise)
@@ -141,7 +145,7 @@ class DebugAdapter:
             void=void, arg_tags=tags,
         )  # fmt: skip
 
-    def loop_trampoline(self, func: ir.Function, info) -> None:
+    def loop_trampoline(self, func: ir.Function, info: FnInfo) -> None:
         """The DISubprogram of the loop subprogram of packet callback ``info``
         (CodeGen.declare_loop_trampoline): ``static long NAME__loop(__u64 i, void *frame)``,
         the bpf_callback_t shape of bpf_loop, BTF linkage static."""
@@ -160,7 +164,7 @@ class DebugAdapter:
     def end_program(self) -> None:
         self.fn = None
 
-    def set_location(self, builder: ir.IRBuilder, span) -> None:
+    def set_location(self, builder: ir.IRBuilder, span: Span) -> None:
         if self.fn is not None:
             builder.debug_metadata = self.fn.loc(span.line, span.col)
         else:

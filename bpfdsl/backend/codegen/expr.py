@@ -55,7 +55,7 @@ def _all_ones(v: ir.Value) -> bool:
 _PURE_CALLS = ("host", "be16", "be32", "be64", "hash", "raw", "as_be", "csum_fold", "csum_replace")
 
 
-def _calls(e) -> bool:
+def _calls(e: ast.Expr) -> bool:
     """Does expression ``e`` call a helper (or a fn, or a map method)?"""
     if isinstance(e, (ast.Call, ast.MethodCall)):
         return e.name not in _PURE_CALLS or any(_calls(a) for a in e.args)
@@ -68,7 +68,7 @@ def _calls(e) -> bool:
 
 class ExprGen(GenHost):
     # ---- scalars ----
-    def gen(self, e: ast.Expr):
+    def gen(self, e: ast.Expr) -> ir.Value:
         v = self.c.cval.get(e)
         if v is not None and isinstance(e.ty, (T.IntType, T.BoolType, T.UntypedInt)):
             return ir.Constant(self.lt(e.ty), v)
@@ -103,7 +103,7 @@ class ExprGen(GenHost):
         )
         return self.b.call(fn, [v])
 
-    def g_Name(self, e: ast.Name):
+    def g_Name(self, e: ast.Name) -> ir.Value:
         sym = self.c.sym.get(e)
         if isinstance(sym, Local):
             slot = self.var(sym)
@@ -128,7 +128,7 @@ class ExprGen(GenHost):
             return self.f.ctx
         raise AssertionError(f"codegen: unresolved name {e.id}")
 
-    def operands(self, e, ty: T.Type) -> tuple[ir.Value, ir.Value]:
+    def operands(self, e: ast.BinOp | ast.Compare, ty: T.Type) -> tuple[ir.Value, ir.Value]:
         """Both operands as ``ty``; an operand that calls a helper is evaluated first, so no
         packet pointer loaded for the other one (``ctx.len``) lives across the call, where a
         32-bit spill of it would be refused by the verifier (found by program fuzzing)."""
@@ -137,7 +137,7 @@ class ExprGen(GenHost):
             return self.rv(e.left, ty), b
         return self.rv(e.left, ty), self.rv(e.right, ty)
 
-    def g_BinOp(self, e: ast.BinOp):
+    def g_BinOp(self, e: ast.BinOp) -> ir.Value:
         ty = e.ty
         a, b = self.operands(e, ty)
         signed = getattr(ty, "signed", False)
@@ -229,7 +229,7 @@ class ExprGen(GenHost):
         }[op]
         return fn(a, b)
 
-    def g_Compare(self, e: ast.Compare):
+    def g_Compare(self, e: ast.Compare) -> ir.Value:
         ty = self.c.optype[e]
         if isinstance(ty, (T.BytesType, T.StructType, T.ArrayType)):
             eq = self.bytes_equal(e.left, e.right, ty)
@@ -239,7 +239,7 @@ class ExprGen(GenHost):
             return self.b.icmp_signed(e.op, a, b)
         return self.b.icmp_unsigned(e.op, a, b)
 
-    def g_Logic(self, e: ast.Logic):
+    def g_Logic(self, e: ast.Logic) -> ir.Value:
         t, f, end = self.new_block("l.true"), self.new_block("l.false"), self.new_block("l.end")
         self.branch_cond(e, t, f, value=True)
         self.start(t)
@@ -275,13 +275,13 @@ class ExprGen(GenHost):
         else:
             self.b.cbranch(self.gen(e), t, f)
 
-    def g_Unary(self, e: ast.Unary):
+    def g_Unary(self, e: ast.Unary) -> ir.Value:
         if e.op == "!":
             return self.b.not_(self.gen(e.operand))
         v = self.rv(e.operand, e.ty)
         return self.b.neg(v) if e.op == "-" else self.b.not_(v)
 
-    def g_Cast(self, e: ast.Cast):
+    def g_Cast(self, e: ast.Cast) -> ir.Value:
         et = e.expr.ty.inner if isinstance(e.expr.ty, T.RefType) else e.expr.ty
         return self.conv(
             self.rv(e.expr, et) if not isinstance(et, T.UntypedInt) else self.rv(e.expr, e.ty),
@@ -289,7 +289,7 @@ class ExprGen(GenHost):
             e.ty,
         )
 
-    def g_Index(self, e: ast.Index):
+    def g_Index(self, e: ast.Index) -> ir.Value:
         p = self.index_ptr(e)
         if isinstance(e.ty, T.RefType) or not isinstance(e.ty, (T.IntType, T.BoolType)):
             return p  # an element of a map value (rv() loads it) or an aggregate
@@ -303,7 +303,7 @@ class ExprGen(GenHost):
         off = self.b.mul(i, ir.Constant(I64, ot.elem.size))
         return self.gep(base, off)
 
-    def g_Field(self, e: ast.Field):
+    def g_Field(self, e: ast.Field) -> ir.Value:
         ot = e.obj.ty
         if isinstance(ot, T.HeaderType):
             return self.load_header_field(e)
@@ -322,7 +322,7 @@ class ExprGen(GenHost):
         base = self.gen(e.obj)
         return self.gep(base, st.fields[e.name][0])
 
-    def g_InPrefix(self, e: ast.InPrefix):
+    def g_InPrefix(self, e: ast.InPrefix) -> ir.Value:
         # a constant prefix (literal or const, sema): u32 prefixlen, host order, then the address
         value = self.c.cbytes[e.right]
         plen, data = int.from_bytes(value[:4], "little"), value[4:]
@@ -353,7 +353,7 @@ class ExprGen(GenHost):
         return res
 
     # ---- aggregates ----
-    def mem_of(self, e: ast.Expr):
+    def mem_of(self, e: ast.Expr) -> ir.Value | bytes:
         """Memory (ptr) or constant ``bytes`` holding the aggregate value of ``e``."""
         if e in self.c.cbytes:
             return self.c.cbytes[e]
@@ -361,10 +361,12 @@ class ExprGen(GenHost):
             return self.header_field_ptr(e)
         return self.gen(e)
 
-    def g_BytesLit(self, e: ast.BytesLit):
+    def g_BytesLit(self, e: ast.BytesLit) -> ir.Value:
         return self.g_AddrLit(e)
 
-    def g_AddrLit(self, e: ast.AddrLit | ast.Name | ast.BytesLit):  # a Name: a const with data
+    def g_AddrLit(
+        self, e: ast.AddrLit | ast.Name | ast.BytesLit
+    ) -> ir.Value:  # a Name: a const with data
         data = self.c.cbytes[e]
         p = self.alloca_mem(len(data))
         self.store_const_bytes(p, data, 8)
@@ -463,7 +465,9 @@ class ExprGen(GenHost):
             return
         self.store_scalar(slot, ty, s.op, s.value, atomic=ref and not percpu)
 
-    def store_scalar(self, slot, ty: T.Type, op: str, value: ast.Expr, atomic: bool) -> None:
+    def store_scalar(
+        self, slot: ir.Value, ty: T.Type, op: str, value: ast.Expr, atomic: bool
+    ) -> None:
         align = max(1, ty.size)
         v = self.rv(value, ty)
         if op == "=":

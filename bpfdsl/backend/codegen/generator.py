@@ -21,18 +21,21 @@ from collections.abc import Sequence
 from llvmlite import ir
 
 from bpfdsl.abi.helpers import HELPERS
+from bpfdsl.abi.prog_types import ProgramKind
 from bpfdsl.backend.codegen.calls import CallGen
+from bpfdsl.backend.codegen.debug import DebugAdapter
 from bpfdsl.backend.codegen.expr import ExprGen
 from bpfdsl.backend.codegen.helpers import HelperGen
 from bpfdsl.backend.codegen.maps import MapGen
 from bpfdsl.backend.codegen.pkt import PktGen
 from bpfdsl.backend.debuginfo import compiler_used
 from bpfdsl.backend.target import ALU32_MCPUS
+from bpfdsl.diagnostics import Span
 from bpfdsl.lang import ast
 from bpfdsl.lang import types as T
 from bpfdsl.lang.headers import CTX_DATA
 from bpfdsl.lang.sema.analyzer import Checked
-from bpfdsl.lang.sema.symbols import Local
+from bpfdsl.lang.sema.symbols import FnInfo, Local
 
 I1, I8, I16, I32, I64 = (ir.IntType(n) for n in (1, 8, 16, 32, 64))
 PTR = ir.PointerType()
@@ -46,7 +49,14 @@ class _Fn:
     ``volatile_end``: every bounds check reloads data_end (a packet fn: it may be inlined
     into a loop; a function after its first loop; see PktGen.bounds)."""
 
-    def __init__(self, func: ir.Function, kind, ctx: ir.Value | None, ctx_kind=None, info=None):
+    def __init__(
+        self,
+        func: ir.Function,
+        kind: ProgramKind | None,
+        ctx: ir.Value | None,
+        ctx_kind: str | None = None,
+        info: FnInfo | None = None,
+    ) -> None:
         self.func = func
         self.kind = kind
         self.ctx = ctx
@@ -62,12 +72,18 @@ class _Fn:
         self.placed: set[int] = set()  # id() of the blocks in func.blocks, if put by start()
         self.temps: list[ir.Value] = []  # live key/value temporaries (codegen.maps.temp_mem)
         self.rets: list[tuple[ir.Value, ir.Block]] = []  # (value, predecessor) of ret_block
+        # ipv6 view -> the i8 slot of the EXT_* flags skip_ext left (CsumGen.ext_flags_slot)
+        self.ext_flag_slots: dict[Local, ir.Value] = {}
 
 
 class CodeGen(ExprGen, CallGen, PktGen, MapGen, HelperGen):
     def __init__(
-        self, checked: Checked, dbg=None, module: ir.Module | None = None, mcpu: str = "v3"
-    ):
+        self,
+        checked: Checked,
+        dbg: DebugAdapter | None = None,
+        module: ir.Module | None = None,
+        mcpu: str = "v3",
+    ) -> None:
         self.c = checked
         self.alu32 = mcpu in ALU32_MCPUS
         self.m = module if module is not None else ir.Module(name=checked.filename)
@@ -188,7 +204,14 @@ class CodeGen(ExprGen, CallGen, PktGen, MapGen, HelperGen):
         return I64
 
     # ---- functions ----
-    def begin(self, func: ir.Function, kind, ctx, ctx_kind=None, info=None) -> None:
+    def begin(
+        self,
+        func: ir.Function,
+        kind: ProgramKind | None,
+        ctx: ir.Value | None,
+        ctx_kind: str | None = None,
+        info: FnInfo | None = None,
+    ) -> None:
         self.f = _Fn(func, kind, ctx, ctx_kind, info)
         body = func.append_basic_block("body")
         self.f.placed.update((id(self.f.entry), id(body)))
@@ -265,7 +288,7 @@ class CodeGen(ExprGen, CallGen, PktGen, MapGen, HelperGen):
             return ir.VoidType()
         return PTR if isinstance(t, T.HeaderType) or _aggregate(t) else self.lt(t)
 
-    def declare_fn(self, name: str, info, ctx_kind: str | None = None) -> None:
+    def declare_fn(self, name: str, info: FnInfo, ctx_kind: str | None = None) -> None:
         """The ir.Function of a fn (``fn_ir[name, ctx_kind]``), before any body is emitted:
         inlined (plain fn; a packet fn takes the context and the caller's cursor slot
         first), a static subprogram (``internal noinline``; see :meth:`hidden_args`) or a
@@ -386,7 +409,7 @@ class CodeGen(ExprGen, CallGen, PktGen, MapGen, HelperGen):
         ):
             self.kept.append(func)
 
-    def emit_fn(self, name: str, info, ctx_kind: str | None = None) -> None:
+    def emit_fn(self, name: str, info: FnInfo, ctx_kind: str | None = None) -> None:
         func = self.fn_ir[name, ctx_kind]
         ret = func.function_type.return_type
         args = list(func.args)
@@ -466,7 +489,7 @@ class CodeGen(ExprGen, CallGen, PktGen, MapGen, HelperGen):
         for a in func.args:
             self.b.call(fake_use, [a])
 
-    def emit_prog(self, decl: ast.ProgDecl, kind) -> None:
+    def emit_prog(self, decl: ast.ProgDecl, kind: ProgramKind) -> None:
         func = ir.Function(self.m, ir.FunctionType(I32, [PTR]), decl.name)
         self.prog_ir[decl.name] = func
         func.section = kind.section
@@ -513,7 +536,11 @@ class CodeGen(ExprGen, CallGen, PktGen, MapGen, HelperGen):
         return self.alloca(PTR, name, 8)
 
     def alloca_mem(
-        self, size: int, name: str = "", filled: Sequence[tuple[int, int]] = (), lifetime=False
+        self,
+        size: int,
+        name: str = "",
+        filled: Sequence[tuple[int, int]] = (),
+        lifetime: bool = False,
     ) -> ir.Value:
         """An 8-aligned stack area of ``size`` bytes (B07).  Every byte not in ``filled``
         ((offset, size) ranges the caller stores next) is zeroed here, so padding is zero.
@@ -555,14 +582,14 @@ class CodeGen(ExprGen, CallGen, PktGen, MapGen, HelperGen):
                 return s[loc]
         raise KeyError(loc.name)
 
-    def gep(self, p: ir.Value, off) -> ir.Value:
+    def gep(self, p: ir.Value, off: int | ir.Value) -> ir.Value:
         if isinstance(off, int):
             if off == 0:
                 return p
             off = ir.Constant(I64, off)
         return self.b.gep(p, [off], source_etype=I8)
 
-    def loc(self, span) -> None:
+    def loc(self, span: Span) -> None:
         if self.dbg:
             self.dbg.set_location(self.b, span)
 
@@ -713,10 +740,10 @@ class CodeGen(ExprGen, CallGen, PktGen, MapGen, HelperGen):
         self.b.branch(head)
         self.start(done)
 
-    def s_Break(self, s) -> None:
+    def s_Break(self, s: ast.Break) -> None:
         self.b.branch(self.f.loops[-1][1])
 
-    def s_Continue(self, s) -> None:
+    def s_Continue(self, s: ast.Continue) -> None:
         self.b.branch(self.f.loops[-1][0])
 
     def s_Return(self, s: ast.Return) -> None:
@@ -726,11 +753,13 @@ class CodeGen(ExprGen, CallGen, PktGen, MapGen, HelperGen):
             v = self.rv(s.value, T.U32, allow_narrow=True)
             self.f.rets.append((v, self.b.block))
             self.b.branch(self.f.ret_block)
-        elif isinstance(self.f.info.ret, T.OptionalType):
+            return
+        info = self.f.info
+        assert info is not None  # begin(): a fn's state carries its FnInfo
+        if isinstance(info.ret, T.OptionalType):
             assert s.value is not None  # sema: `return none`
-            self.b.ret(self.optional_value(s.value, self.f.info.ret, rt))
+            self.b.ret(self.optional_value(s.value, info.ret, rt))
         else:
-            info = self.f.info
             if s.value is None:  # a bare `return` of a fn without a result (sema)
                 if self.f.ret_block is not None:
                     self.b.branch(self.f.ret_block)
@@ -844,7 +873,10 @@ def _aggregate(t: T.Type) -> bool:
 
 
 def generate(
-    checked: Checked, dbg=None, module: ir.Module | None = None, mcpu: str = "v3"
+    checked: Checked,
+    dbg: DebugAdapter | None = None,
+    module: ir.Module | None = None,
+    mcpu: str = "v3",
 ) -> ir.Module:
     """Lower ``checked`` to an LLVM module (triple ``bpfel``).  ``dbg``: debug-info builder
     with ``program``/``map_global``/``config_global``/``license_global``/``set_location``

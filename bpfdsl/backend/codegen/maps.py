@@ -100,7 +100,7 @@ class MapGen(GenHost):
         self.end_temps(mark)
         return r
 
-    def map_update(self, m: T.MapType, kp, vp, flags: ir.Value) -> ir.Value:
+    def map_update(self, m: T.MapType, kp: ir.Value, vp: ir.Value, flags: ir.Value) -> ir.Value:
         g = self.globals[m.name]
         return self.helper(HELPERS["map_update_elem"].id, I64, [g, kp, vp, flags])
 

@@ -15,8 +15,6 @@ header with segments left follows: RFC 8200 8.1).
 
 from __future__ import annotations
 
-from typing import Any
-
 from llvmlite import ir
 
 from bpfdsl.abi.helpers import HELPERS
@@ -33,6 +31,7 @@ from bpfdsl.lang.headers import (
     IPV6_EXT_MAX,
     PSEUDO_FIELDS,
 )
+from bpfdsl.lang.layout import Header, HField
 from bpfdsl.lang.sema.encap import DEFAULTS
 from bpfdsl.lang.sema.symbols import BUILTINS, PKT_RESIZE
 
@@ -47,7 +46,7 @@ def _expr_key(e: ast.Expr) -> tuple:
     return (type(e).__name__, getattr(e, "id", getattr(e, "value", None)))
 
 
-def _field_plus_const(e: ast.Expr, h) -> tuple[Any, int] | None:
+def _field_plus_const(e: ast.Expr, h: Header) -> tuple[HField, int] | None:
     """(field, K) when length expression ``e`` of header ``h`` is ``K + FIELD``,
     ``FIELD + K`` or ``FIELD`` (K >= 0) over a host-order unsigned integer field of ``h``
     (a ``u8`` or a ``bit<N>``), else None."""
@@ -210,7 +209,7 @@ class PktGen(CsumGen):
         self.b.cbranch(self.b.icmp_unsigned(">", end, data_end), fail, ok)
         self.start(ok)
 
-    def parse(self, h, fail: ir.Block) -> ir.Value:
+    def parse(self, h: Header, fail: ir.Block) -> ir.Value:
         """``parse`` of header layout ``h`` (layout.Header): check its fixed part, move the
         cursor by its length (fixed; computed from its fields, ``fail`` when below the fixed
         size or above ``max_length``; or the fixed part plus the conditional fields there)."""
@@ -244,40 +243,49 @@ class PktGen(CsumGen):
         self.b.store(nxt, self.f.cursor)
         return cur
 
-    def header_length(self, cur: ir.Value, h, fail: ir.Block) -> ir.Value:
+    def header_length(self, cur: ir.Value, h: Header, fail: ir.Block) -> ir.Value:
         """The length (i64) of header ``h`` at ``cur``, branching to ``fail`` when it is below
         the fixed size or above ``max_length``.  A length ``FIELD * K`` (ipv4's ``ihl * 4``)
         is bounded on the field before the multiplication, the shape clang gives
         ``ip->ihl < 5``: the same instructions as C, and the verifier sees the field's range."""
-        e = h.length
+        e, max_length = h.length, h.max_length
+        assert e is not None and max_length is not None  # parse: a header with a length
         f = (
             h.fields.get(e.left.id)
             if isinstance(e, ast.BinOp) and isinstance(e.left, ast.Name)
             else None
         )
-        k = e.right.value if f is not None and isinstance(e.right, ast.IntLit) else 0
-        fmax = (1 << f.type.bits) - 1 if f is not None and isinstance(f.type, T.IntType) else 0
+        k = (
+            e.right.value
+            if f is not None and isinstance(e, ast.BinOp) and isinstance(e.right, ast.IntLit)
+            else 0
+        )
+        ft = f.type if f is not None and isinstance(f.type, T.IntType) else None
+        fmax = (1 << ft.bits) - 1 if ft is not None else 0
         if (
             k > 0
+            and isinstance(e, ast.BinOp)
             and e.op == "*"
             and f is not None
+            and ft is not None
             and fmax
-            and not f.type.be
+            and not ft.be
             and -(-h.size // k) <= fmax
         ):
             n = self.field_value(cur, f)
             bounds = [("<", -(-h.size // k))]  # ceil(size / K)
-            if h.max_length // k < fmax:  # else no value of the field is too big
-                bounds.append((">", h.max_length // k))
+            if max_length // k < fmax:  # else no value of the field is too big
+                bounds.append((">", max_length // k))
         elif (add := _field_plus_const(e, h)) is not None:
             # ``K + FIELD`` (a TLV's ``2 + len``, a DNS label's ``1 + len``): the bounds on
             # the field, as C's ``len > 63``, and only those a field value can break
             f, add_k = add
+            assert isinstance(f.type, T.IntType)  # _field_plus_const: an integer field
             n = self.field_value(cur, f)
             fmax = (1 << f.type.bits) - 1
             bounds = [("<", h.size - add_k)] if h.size > add_k else []
-            if h.max_length - add_k < fmax:
-                bounds.append((">", h.max_length - add_k))
+            if max_length - add_k < fmax:
+                bounds.append((">", max_length - add_k))
             for op, bound in bounds:
                 ok = self.new_block(f"{h.name}.len")
                 self.b.cbranch(self.b.icmp_unsigned(op, n, ir.Constant(n.type, bound)), fail, ok)
@@ -286,7 +294,7 @@ class PktGen(CsumGen):
             return self.b.add(n, ir.Constant(I64, add_k)) if add_k else n
         else:
             n, k = self.header_expr(cur, h, e), 0
-            bounds = [("<", h.size), (">", h.max_length)]
+            bounds = [("<", h.size), (">", max_length)]
         for op, bound in bounds:
             ok = self.new_block(f"{h.name}.len")
             self.b.cbranch(self.b.icmp_unsigned(op, n, ir.Constant(n.type, bound)), fail, ok)
@@ -299,7 +307,7 @@ class PktGen(CsumGen):
         return self.b.mul(n, ir.Constant(I64, k))
 
     # ---- header layouts (bpfdsl.lang.layout) ----
-    def header_expr(self, hdr: ir.Value, h, e: ast.Expr) -> ir.Value:
+    def header_expr(self, hdr: ir.Value, h: Header, e: ast.Expr) -> ir.Value:
         """A length or condition expression of header ``h`` at ``hdr`` as an i64: numbers,
         the header's fields (as host-order numbers) and LENGTH_OPS; without recursion."""
         todo, vals = [(e, False)], []
@@ -309,6 +317,7 @@ class PktGen(CsumGen):
                 vals.append(ir.Constant(I64, x.value))
             elif isinstance(x, ast.Name):
                 f = h.fields[x.id]
+                assert isinstance(f.type, T.IntType)  # layout.check_expr: integer fields
                 v = self.field_value(hdr, f)
                 if f.type.be:
                     v = self.bswap(v)
@@ -324,20 +333,22 @@ class PktGen(CsumGen):
                 vals.append(self.binop(x.op, a, b, False))
         return vals[0]
 
-    def cond_present(self, hdr: ir.Value, h, f) -> ir.Value:
+    def cond_present(self, hdr: ir.Value, h: Header, f: HField) -> ir.Value:
         """i1: conditional field ``f`` of ``h`` (at ``hdr``) is there."""
+        assert f.cond is not None  # a conditional field
         v = self.header_expr(hdr, h, f.cond)
         return self.b.icmp_unsigned("!=", v, ir.Constant(I64, 0))
 
-    def cond_offset(self, hdr: ir.Value, h, name: str | None) -> ir.Value:
+    def cond_offset(self, hdr: ir.Value, h: Header, name: str | None) -> ir.Value:
         """Byte offset (i64) of conditional field ``name`` of ``h`` (None: the header's end):
         its declared offset plus the sizes of the conditional fields before it that are there."""
         if name is None:
             before = [f for f in h.fields.values() if f.cond is not None]
         else:
             before = [h.fields[n] for n in h.fields[name].after]
-        sizes: dict[tuple, tuple[object, int]] = {}  # one term per condition (GRE: 4 * C)
+        sizes: dict[tuple, tuple[HField, int]] = {}  # one term per condition (GRE: 4 * C)
         for g in before:
+            assert g.cond is not None  # conditional fields (layout: `after` names only those)
             key = _expr_key(g.cond)
             first, n = sizes.get(key, (g, 0))
             sizes[key] = (first, n + g.type.size)
@@ -370,7 +381,7 @@ class PktGen(CsumGen):
         self.copy_bytes(dst, p, ty.size, min(8, align))
         return dst
 
-    def field_value(self, hdr: ir.Value, f) -> ir.Value:
+    def field_value(self, hdr: ir.Value, f: HField) -> ir.Value:
         """Field ``f`` (an HField) of the header at ``hdr``: an integer of its type (a bit
         field: its bits of the window read in network order, as a host-order number), or a
         pointer to its bytes."""
@@ -387,7 +398,7 @@ class PktGen(CsumGen):
             v = self.b.and_(v, ir.Constant(v.type, (1 << f.width) - 1))
         return self.conv(v, T.IntType(8 * w), f.type)
 
-    def _read_window(self, p: ir.Value, f) -> ir.Value:
+    def _read_window(self, p: ir.Value, f: HField) -> ir.Value:
         """The ``f.window`` bytes at ``p`` as a network-order (big-endian) number."""
         w = f.window
         if w in (1, 2, 4, 8):
@@ -400,7 +411,7 @@ class PktGen(CsumGen):
             v = self.b.or_(v, self.b.shl(byte, ir.Constant(it, 8 * (w - 1 - i))))
         return v
 
-    def _write_window(self, p: ir.Value, f, v: ir.Value) -> None:
+    def _write_window(self, p: ir.Value, f: HField, v: ir.Value) -> None:
         """Write ``v`` (the window as a network-order number) back as ``f.window`` bytes."""
         w = f.window
         if w in (1, 2, 4, 8):
@@ -411,7 +422,7 @@ class PktGen(CsumGen):
             self.b.store(byte, self.gep(p, i), align=1)
 
     @staticmethod
-    def _window_align(f) -> int:
+    def _window_align(f: HField) -> int:
         """Alignment of a bit field's window, relative to the header's start (headers are
         taken to be aligned like their C structs, as clang does)."""
         a = f.window if f.window in (1, 2, 4, 8) else 1
@@ -419,7 +430,7 @@ class PktGen(CsumGen):
             a //= 2
         return a
 
-    def store_bits(self, hdr: ir.Value, f, op: str, value: ast.Expr) -> None:
+    def store_bits(self, hdr: ir.Value, f: HField, op: str, value: ast.Expr) -> None:
         """Write bit field ``f`` (``op`` "=" or compound) keeping the other bits of its
         window: read, mask, insert, write back in network order."""
         w = f.window
@@ -442,7 +453,9 @@ class PktGen(CsumGen):
     # MAX_PACKET_OFF.  A larger N is bounded like a run-time offset (see pkt_offset_ptr).
     NEAR_OFF = 256
 
-    def pkt_offset_ptr(self, base: str, offset: ast.Expr | None, size: int, fail: ir.Block):
+    def pkt_offset_ptr(
+        self, base: str, offset: ast.Expr | None, size: int, fail: ir.Block
+    ) -> ir.Value:
         """Packet pointer of ``load``/``store`` bytes at ``offset`` from the cursor or the
         packet's first byte (``base``), checked for ``size`` bytes; ``fail`` on a short
         packet.
@@ -628,7 +641,7 @@ class PktGen(CsumGen):
         return self.opaque(self.b.sub(de, self.b.ptrtoint(view, I64)))
 
     @staticmethod
-    def _hdr_align(h) -> int:
+    def _hdr_align(h: Header) -> int:
         """The alignment of header ``h`` as its C struct (its widest aligned field, at most
         8): what clang assumes for ``*hdr = value``."""
         a = 1
@@ -643,7 +656,7 @@ class PktGen(CsumGen):
         """Store host-order i64 ``v`` as a be16 at ``hdr + off``."""
         self.b.store(self.bswap(self.b.trunc(v, I16)), self.gep(hdr, off), align=2)
 
-    def _build_pushed(self, hdr: ir.Value, ph: ast.PushHeader, h, rest: ir.Value) -> None:
+    def _build_pushed(self, hdr: ir.Value, ph: ast.PushHeader, h: Header, rest: ir.Value) -> None:
         """Header ``h`` in zeroed stack memory ``hdr``: the fields push computes (``rest``:
         i64 bytes from this header to the packet's end after the push), the defaults, then
         the fields given (bit fields keep the bits around them)."""
@@ -822,7 +835,7 @@ class PktGen(CsumGen):
         c = b.select(zero, ir.Constant(I16, 0xFFFF), c)
         b.store(c, self.gep(udp, 6), align=2)
 
-    def _view_len(self, hdr: ir.Value, h) -> ir.Value:
+    def _view_len(self, hdr: ir.Value, h: Header) -> ir.Value:
         """The length (i64) of the parsed header ``h`` at ``hdr`` (its parse checked it)."""
         if h.length is not None:
             return self.header_expr(hdr, h, h.length)
@@ -947,7 +960,7 @@ class PktGen(CsumGen):
             rh = False if v6 and tgt.name == "daddr" else None
             self.pseudo_update(tgt.obj, l4, hdr, v6, kinds, old_w, new_w, rh)
 
-    def _byte_step(self, f, op: str, value: ast.Expr) -> int:
+    def _byte_step(self, f: HField, op: str, value: ast.Expr) -> int:
         """``k`` (1..255) if writing u8 field ``f`` with ``op value`` is ``f -= k`` modulo
         256 (``f += n`` is ``f -= 256 - n``) for a constant ``value``; else 0."""
         n = self.c.cval.get(value)
