@@ -14,6 +14,7 @@ import stat
 import sys
 from dataclasses import dataclass, field
 from time import perf_counter
+from typing import TYPE_CHECKING, TypedDict
 
 from llvmlite.ir import Module
 
@@ -38,6 +39,9 @@ from bpfdsl.lang.sema import analyzer
 from bpfdsl.obj.collection import read_elf
 from bpfdsl.obj.elf import ElfFile
 from bpfdsl.obj.spec import CollectionSpec
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack  # typing's from Python 3.11 (mypy: 3.10)
 
 EMIT_KINDS = ("obj", "llvm-ir", "asm")
 CHECK_TIMEOUT = 10.0  # seconds the checker may take inside compile (--check-timeout)
@@ -77,9 +81,21 @@ class CompileResult:
     spec: CollectionSpec | None = None
 
 
-def front_end(text: str, filename: str = "<input>"):
+def front_end(text: str, filename: str = "<input>") -> analyzer.Checked:
     """Parse and check ``text``; returns sema.Checked.  Raises DiagnosticError."""
     return analyzer.check(parse_program(text, filename), filename)
+
+
+class CompileOptions(TypedDict, total=False):
+    """The keyword arguments of :func:`compile_source` (``compile_file`` passes them on)."""
+
+    mcpu: str
+    emit: str
+    debug: bool
+    stats: bool
+    check: bool
+    check_timeout: float | None
+    margin: float
 
 
 def compile_source(
@@ -145,7 +161,7 @@ def compile_source(
             gc.enable()
 
 
-def _deepest(text: str, filename: str):
+def _deepest(text: str, filename: str) -> tuple[Span | None, int]:
     """(span, depth) of where the AST of ``text`` first gets :data:`TOO_DEEP` levels deep on
     its deepest path (None, 0 if it cannot be told): the position for the ``too-deep``
     error.  Walks the tree with an explicit stack (the parser builds it without recursion)."""
@@ -176,7 +192,7 @@ TOO_DEEP = 500  # nesting levels where the too-deep error points (the limit is h
 DEPTH_LIMIT = 8000
 
 
-def _no_btf_run_config(checked) -> None:
+def _no_btf_run_config(checked: analyzer.Checked) -> None:
     """A run config lives in BTF (libxdp reads it there): without debug info it would be
     dropped, so it is an error at its first option."""
     decl = next(d for d, _k in checked.progs if d.name in checked.run_configs)
@@ -193,7 +209,15 @@ def _no_btf_run_config(checked) -> None:
 
 
 def _compile(
-    text, filename, mcpu, emit, debug, stats, check, check_timeout, margin=0.0
+    text: str,
+    filename: str,
+    mcpu: str,
+    emit: str,
+    debug: bool,
+    stats: bool,
+    check: bool,
+    check_timeout: float | None,
+    margin: float = 0.0,
 ) -> CompileResult:
     t = [perf_counter()]
     checked = front_end(text, filename)
@@ -359,7 +383,7 @@ def _lone_surrogate(text: str, name: str, pos: int) -> DiagnosticError:
     return DiagnosticError(d, _SURROGATE.sub("\ufffd", text))
 
 
-def compile_file(path: str | os.PathLike, **kw) -> CompileResult:
+def compile_file(path: str | os.PathLike, **kw: Unpack[CompileOptions]) -> CompileResult:
     """Read ``path`` (:func:`read_source`) and :func:`compile_source` it.  Raises UsageError
     if it cannot be read, DiagnosticError for errors in it."""
     return compile_source(read_source(path), str(path), **kw)
