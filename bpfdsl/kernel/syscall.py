@@ -216,18 +216,20 @@ class Fd:
     def __enter__(self) -> Fd:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def __repr__(self) -> str:
         return f"Fd({self._fd})"
 
 
-def _addr(buf) -> int:
+def _addr(buf: C.Array[C.c_char] | None) -> int:
+    """The user address of ``buf`` for an attr's ``__u64`` pointer field (0: NULL)."""
     return C.addressof(buf) if buf is not None else 0
 
 
-def _buf(data: bytes):
+def _buf(data: bytes) -> C.Array[C.c_char]:
+    """A ctypes copy of ``data`` (one zero byte when ``data`` is empty)."""
     return C.create_string_buffer(bytes(data), max(len(data), 1))
 
 
@@ -431,14 +433,14 @@ def percpu_value_size(value_size: int) -> int:
 # ---- programs ----
 def _log_call(
     cmd: BpfCmd,
-    attr,
+    attr: C.Structure,
     size_field: str,
     buf_field: str,
     level_field: str,
     true_field: str,
     log_level: int,
     log_size: int,
-):
+) -> tuple[int, str]:
     """Run a command with a verifier log; the buffer grows on ENOSPC (never truncated).
 
     Returns (result, log text).  On failure raises BpfError with ``.log`` set.
@@ -459,7 +461,7 @@ def _log_call(
             raise _error(cmd, e.errno, log) from None
 
 
-def _text(buf) -> str:
+def _text(buf: C.Array[C.c_char] | None) -> str:
     return buf.value.decode(errors="replace") if buf is not None else ""
 
 
@@ -711,7 +713,18 @@ class TestRunner:
         finally:
             a.data_in = C.addressof(self._din)  # :meth:`run` copies into its own buffer
 
-    def _run_spans_py(self, data, offsets, lengths, start, end, cap, min_len, skips, retvals):
+    def _run_spans_py(
+        self,
+        data: Buffer,
+        offsets: Buffer,
+        lengths: Buffer,
+        start: int,
+        end: int,
+        cap: int,
+        min_len: int,
+        skips: tuple[tuple[Buffer, int, Buffer, int, int], ...],
+        retvals: Buffer | None,
+    ) -> tuple[int, int, dict[int, int]]:
         """:meth:`run_spans` without the C loop: the same calls, from Python."""
         a, call = self._attr, self._call
         base = _buffer_address(data)
