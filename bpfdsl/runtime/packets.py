@@ -421,5 +421,5 @@ class PcapWriter:
     def __enter__(self) -> PcapWriter:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()

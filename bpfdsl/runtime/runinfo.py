@@ -318,11 +318,11 @@ def diff_maps(before: dict[str, Any], after: dict[str, Any]) -> list[tuple[str, 
     return out
 
 
-def _codec(spec: Any, name: str, ncpu: int):
+def _codec(spec: Any, name: str, ncpu: int) -> MapCodec:
     return MapCodec.for_spec(spec, name, ncpu)
 
 
-def _show_value(codec, m_type: int, v: Any) -> Any:
+def _show_value(codec: MapCodec, m_type: int, v: Any) -> Any:
     if v is None:
         return None
     if isinstance(v, SockInfo):

@@ -16,7 +16,7 @@ import errno
 import warnings
 from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from bpfdsl.abi.ctx import XDP_MD
 from bpfdsl.abi.flags import BPF_F_XDP_HAS_FRAGS
@@ -36,6 +36,7 @@ from bpfdsl.interp import InterpCollection
 from bpfdsl.interp.ctx import SockInfo
 from bpfdsl.interp.maps import SlotMap
 from bpfdsl.kernel import syscall
+from bpfdsl.obj.spec import CollectionSpec
 from bpfdsl.runtime import events, loader, runinfo
 from bpfdsl.runtime.packets import describe_change, summary
 from bpfdsl.runtime.pcapfile import RecordSpans
@@ -83,7 +84,9 @@ class KernelEngine:
 
     name = "kernel"
 
-    def __init__(self, spec, *, config: dict | None = None, ifindex: int = 0):
+    def __init__(
+        self, spec: CollectionSpec, *, config: dict | None = None, ifindex: int = 0
+    ) -> None:
         # ifindex: the device the object's device-bound programs are loaded for (they
         # cannot be test-run, but the others of the object can)
         self._coll = loader.load_collection(
@@ -276,7 +279,9 @@ class InterpEngine:
         """The records the runs since the last call sent through event maps."""
         return self._events.read_all()
 
-    def run(self, program: str, packet: bytes, repeat: int = 1, ctx: dict | None = None):
+    def run(
+        self, program: str, packet: bytes, repeat: int = 1, ctx: dict | None = None
+    ) -> RunResult:
         """Run ``program`` on ``packet`` ``repeat`` times (maps keep their changes);
         the result of the last run, ``duration_ns`` = mean wall time per run.  ``ctx``:
         context fields -- XDP ``ingress_ifindex``/``rx_queue_index``/``egress_ifindex``;
@@ -424,7 +429,9 @@ def _xdp_ctx_error(err: int, ctx: dict) -> UsageError:
     )
 
 
-def open_engine(name: str, spec, *, config: dict | None = None, ifindex: int = 0) -> Engine:
+def open_engine(
+    name: str, spec: CollectionSpec, *, config: dict | None = None, ifindex: int = 0
+) -> Engine:
     """Create engine ``name`` (see :data:`ENGINES`) for ``spec``; ``ifindex``: the device
     the kernel engine loads the object's device-bound programs for.
 
@@ -555,7 +562,15 @@ def iter_packets(
         lin.warn()
 
 
-def _iter_described(engine, program, kind, packets, repeat, ctx, lin) -> Iterator[PacketResult]:
+def _iter_described(
+    engine: Engine,
+    program: str,
+    kind: ProgramKind,
+    packets: Iterable[tuple[int, bytes]],
+    repeat: int,
+    ctx: dict | None,
+    lin: _LinearOnly,
+) -> Iterator[PacketResult]:
     """:func:`iter_packets` with ``describe``; truncated frames counted in ``lin``."""
     sock = kind.ctx in ("sk_msg_md", "bpf_sock_ops")
     spec = getattr(engine, "spec", None)
@@ -808,10 +823,20 @@ class _LinearOnly:
 _REDIRECT_HELPERS = ("redirect", "redirect_map")
 
 
-def _redirects(spec, program: str) -> bool:
+def _redirects(spec: CollectionSpec, program: str) -> bool:
     """True when ``program`` calls bpf_redirect / bpf_redirect_map."""
     ids = {HELPERS[n].id for n in _REDIRECT_HELPERS}
     return any(i.is_helper_call and i.imm in ids for i in spec.programs[program].insns)
+
+
+@runtime_checkable
+class _Replayable(Protocol):
+    """An engine whose runs the interpreter can replay (:class:`KernelEngine`): the object,
+    config and CPU count it runs with."""
+
+    spec: CollectionSpec
+    config: dict
+    ncpus: int
 
 
 class _Replay:
@@ -820,14 +845,26 @@ class _Replay:
     is found by replaying the run on the interpreter from the same map contents.  The
     replay's account is used only when its verdict equals the kernel's."""
 
-    def __init__(self, engine) -> None:
-        self.engine = engine
+    def __init__(self, engine: Engine) -> None:
+        # the interpreter itself (it has ``collection``) is not replayed
+        self.engine = (
+            engine
+            if isinstance(engine, _Replayable) and not hasattr(engine, "collection")
+            else None
+        )
         self.interp: InterpEngine | None = None
-        self.broken = hasattr(engine, "collection")  # the engine is the interpreter itself
+        self.broken = self.engine is None
 
-    def explain(self, program: str, data: bytes, ctx, before: dict, retval: int):
+    def explain(
+        self,
+        program: str,
+        data: bytes,
+        ctx: dict | None,
+        before: dict[str, dict[bytes, Any] | None],
+        retval: int,
+    ) -> tuple[dict, list[str]]:
         """(outcome, note lines) for one kernel run that started from map state ``before``."""
-        if self.broken:
+        if self.broken or self.engine is None:
             return {}, []
         try:
             if self.interp is None:
