@@ -7,12 +7,24 @@ import json
 import signal
 import sys
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Generator, Iterable, Sequence
+from typing import TYPE_CHECKING, TypeVar
+
+if TYPE_CHECKING:  # pragma: no cover
+    import argparse
+    from types import FrameType
+
+    from bpfdsl.abi.prog_types import ProgramKind
+    from bpfdsl.cli import Subcommands
+    from bpfdsl.runtime.pcapfile import RecordSpans
+    from bpfdsl.runtime.testrun import BatchCounts, PacketResult
+
+_R = TypeVar("_R")
 
 OK, FAILED = 0, 1
 
 
-def register(sub) -> None:
+def register(sub: Subcommands) -> None:
     p = sub.add_parser(
         "run",
         help="run a program on packets (BPF_PROG_TEST_RUN or the interpreter)",
@@ -120,7 +132,9 @@ def register(sub) -> None:
     d.set_defaults(func=cmd_demo)
 
 
-def _auto_engine(kind, dev_bound=(), others_bound=()) -> tuple[str, str | None]:
+def _auto_engine(
+    kind: ProgramKind, dev_bound: Sequence[str] = (), others_bound: Sequence[str] = ()
+) -> tuple[str, str | None]:
     """``("kernel", None)`` when BPF_PROG_TEST_RUN can run ``kind`` here, else
     ``("interp", reason)``.  ``dev_bound``: the kfuncs that make the program device-bound
     (the kernel does not test-run it); ``others_bound``: device-bound programs of the
@@ -145,9 +159,7 @@ def _auto_engine(kind, dev_bound=(), others_bound=()) -> tuple[str, str | None]:
     return ("interp", reason) if reason else ("kernel", None)
 
 
-def cmd_run(args) -> int:
-    from warnings import catch_warnings, simplefilter, warn_explicit
-
+def cmd_run(args: argparse.Namespace) -> int:
     from bpfdsl.cli import object_bytes
     from bpfdsl.diagnostics import UsageError, error
     from bpfdsl.obj import collection as objfile
@@ -198,7 +210,12 @@ def cmd_run(args) -> int:
     # -q on a capture prints totals only: the frames run in batches, counted, no result
     # object per frame (testrun.count_verdicts; the kernel's batches in one call each)
     counted = bool(args.quiet and not args.json and args.pcap and not ctx)
-    frames = _inputs(args, kind, warnings, batches=counted)
+    batches: Iterable[RecordSpans] | None = None
+    frames: Iterable[tuple[int, bytes]] = ()
+    if counted:
+        batches = _input_batches(args, kind, warnings)
+    else:
+        frames = _inputs(args, kind, warnings)
     entries = runinfo.map_entries(args.map, args.maps)
     ifindex = 0
     if args.dev and args.engine == "kernel":
@@ -213,10 +230,15 @@ def cmd_run(args) -> int:
         if routes and isinstance(engine, testrun.InterpEngine):  # the kernel: refused above
             engine.collection.env.fib_routes[:] = routes
         runinfo.fill_maps(engine, spec, entries, ctx)
-        results = (
-            testrun.count_verdicts(engine, name, kind, frames, repeat=args.repeat)
-            if counted
-            else testrun.iter_packets(
+        if batches is not None:
+            saw_tx = _drive(
+                out,
+                testrun.count_verdicts(engine, name, kind, batches, repeat=args.repeat),
+                out.add_counts,
+                warnings,
+            )
+        else:
+            results = testrun.iter_packets(
                 engine,
                 name,
                 kind,
@@ -226,30 +248,7 @@ def cmd_run(args) -> int:
                 ctx=ctx,
                 events=not args.quiet or args.json,  # -q shows no record: none decoded
             )
-        )
-        add = out.add_counts if counted else out.add
-        # Ctrl-C (or SIGTERM) stops between two frames, never inside one's output line
-        stop = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
-        signal.signal(signal.SIGINT, out.interrupt)
-        signal.signal(signal.SIGTERM, out.interrupt)
-        # the run's LinearOnlyWarning (frames a plain XDP program saw only 3520 bytes of)
-        # becomes a warning line with the others
-        with catch_warnings(record=True) as caught:
-            simplefilter("always", testrun.LinearOnlyWarning)
-            try:
-                for r in results:  # each frame's line (or batch's count) as soon as it is run
-                    saw_tx = add(r) or saw_tx
-                    if out.interrupted:
-                        break
-            finally:
-                results.close()  # its warning, also after an interrupt
-                signal.signal(signal.SIGINT, stop[0])
-                signal.signal(signal.SIGTERM, stop[1])
-        for c in caught:
-            if issubclass(c.category, testrun.LinearOnlyWarning):
-                warnings.append(str(c.message))
-            else:  # not ours to turn into a line: as if not caught
-                warn_explicit(c.message, c.category, c.filename, c.lineno)
+            saw_tx = _drive(out, results, out.add, warnings)
     finally:
         engine.close()
         out.stop_progress()
@@ -266,6 +265,44 @@ def cmd_run(args) -> int:
     return out.finish()
 
 
+def _drive(
+    out: _RunOutput,
+    results: Generator[_R, None, None],
+    add: Callable[[_R], bool],
+    warnings: list[str],
+) -> bool:
+    """Give each of ``results`` to ``add`` as soon as it is run (a frame's line, or a
+    batch's count: ``add`` says whether a frame got XDP_TX) until they end or a signal
+    stops them; True when a frame got XDP_TX.  Ctrl-C (or SIGTERM) stops between two
+    frames, never inside one's output line.  The run's LinearOnlyWarning (frames a plain
+    XDP program saw only 3520 bytes of) is put in ``warnings`` with the others."""
+    from warnings import catch_warnings, simplefilter, warn_explicit
+
+    from bpfdsl.runtime import testrun
+
+    saw_tx = False
+    stop = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    signal.signal(signal.SIGINT, out.interrupt)
+    signal.signal(signal.SIGTERM, out.interrupt)
+    with catch_warnings(record=True) as caught:
+        simplefilter("always", testrun.LinearOnlyWarning)
+        try:
+            for r in results:
+                saw_tx = add(r) or saw_tx
+                if out.interrupted:
+                    break
+        finally:
+            results.close()  # its warning, also after an interrupt
+            signal.signal(signal.SIGINT, stop[0])
+            signal.signal(signal.SIGTERM, stop[1])
+    for c in caught:
+        if issubclass(c.category, testrun.LinearOnlyWarning):
+            warnings.append(str(c.message))
+        else:  # not ours to turn into a line: as if not caught
+            warn_explicit(c.message, c.category, c.filename, c.lineno)
+    return saw_tx
+
+
 class _RunOutput:
     """What `run` prints, as the frames are run: a line per frame (text), or the JSON
     document written as it grows (its ``packets`` list one entry per frame), so a capture
@@ -273,7 +310,7 @@ class _RunOutput:
     on stderr instead.  After a Ctrl-C or SIGTERM (``interrupted``) the summary of the frames
     run so far is printed all the same, and the exit code is 128 + the signal (130, 143)."""
 
-    def __init__(self, args, name: str) -> None:
+    def __init__(self, args: argparse.Namespace, name: str) -> None:
         self.args, self.name = args, name
         self.totals: Counter[str] = Counter()
         self.count = self.skipped = 0
@@ -293,12 +330,12 @@ class _RunOutput:
             self.task = self.progress.add_task("run", total=None)
             self.progress.start()
 
-    def interrupt(self, signum, _frame) -> None:
+    def interrupt(self, signum: int, _frame: FrameType | None) -> None:
         """The SIGINT/SIGTERM handler: the loop stops after the frame being run."""
         self.interrupted = True
         self.signal = signum
 
-    def add_counts(self, batch) -> bool:
+    def add_counts(self, batch: tuple[BatchCounts, dict[str, int]]) -> bool:
         """A batch of ``-q`` (testrun.count_verdicts: its counts and verdict totals); True
         when a frame of it got XDP_TX."""
         counts, verdicts = batch
@@ -312,7 +349,7 @@ class _RunOutput:
             self.progress.update(self.task, completed=self.count)
         return "XDP_TX" in verdicts
 
-    def add(self, r) -> bool:
+    def add(self, r: PacketResult) -> bool:
         """One frame's result: its line (or JSON entry); True when it got XDP_TX."""
         self.totals[r.verdict or "skipped"] += 1
         if r.skipped:
@@ -360,43 +397,32 @@ class _RunOutput:
         return status
 
 
-def _inputs(args, kind, warnings: list[str], batches: bool = False) -> Iterable:
-    """(index, bytes) to run on: frames for XDP (a capture read as it is run), one message
-    for sk_msg, nothing for sock_ops (one run of the callback); with ``batches``, the
-    capture's frames in batches (packets.iter_pcap_spans).  Raises UsageError for
-    inputs of the wrong kind, or a capture that cannot be read or holds no packet."""
+def _refuse_input(args: argparse.Namespace, kind: ProgramKind) -> None:
+    """Raise UsageError for an input that programs of ``kind`` do not run on: a packet or
+    message for sock_ops, a capture for sk_msg, a message (``--msg``) for the others."""
     from bpfdsl.diagnostics import UsageError, error
-    from bpfdsl.runtime import packets
 
     what = kind.keyword or kind.section
     given = next((f"--{o}" for o in ("pcap", "hex", "msg") if getattr(args, o) is not None), None)
-    if kind.ctx == "bpf_sock_ops":
-        if given:
-            raise UsageError(
-                error(
-                    "bad-input",
-                    f"{given}: a sock_ops program runs on a socket event, not on a packet",
-                    hint="describe the event with --ctx, e.g. --ctx op=BPF_SOCK_OPS_"
-                    "PASSIVE_ESTABLISHED_CB --ctx local_ip4=10.0.0.1 --ctx local_port=80",
-                )
+    if kind.ctx == "bpf_sock_ops" and given:
+        raise UsageError(
+            error(
+                "bad-input",
+                f"{given}: a sock_ops program runs on a socket event, not on a packet",
+                hint="describe the event with --ctx, e.g. --ctx op=BPF_SOCK_OPS_"
+                "PASSIVE_ESTABLISHED_CB --ctx local_ip4=10.0.0.1 --ctx local_port=80",
             )
-        return [(1, b"")]
-    if kind.ctx == "sk_msg_md":
-        if args.pcap is not None:
-            raise UsageError(
-                error(
-                    "bad-input",
-                    "--pcap: an sk_msg program runs on a message sent on a socket, not on "
-                    "captured frames",
-                    hint="give the message with --msg TEXT or --hex BYTES",
-                )
+        )
+    if kind.ctx == "sk_msg_md" and args.pcap is not None:
+        raise UsageError(
+            error(
+                "bad-input",
+                "--pcap: an sk_msg program runs on a message sent on a socket, not on "
+                "captured frames",
+                hint="give the message with --msg TEXT or --hex BYTES",
             )
-        if given is None:
-            raise UsageError(
-                error("bad-input", "no message to run on", hint="add --msg TEXT or --hex BYTES")
-            )
-        return [(1, args.msg.encode() if args.msg is not None else packets.parse_hex(args.hex))]
-    if args.msg is not None:
+        )
+    if kind.ctx not in ("bpf_sock_ops", "sk_msg_md") and args.msg is not None:
         raise UsageError(
             error(
                 "bad-input",
@@ -404,12 +430,26 @@ def _inputs(args, kind, warnings: list[str], batches: bool = False) -> Iterable:
                 hint="give a frame with --hex or a capture with --pcap",
             )
         )
-    if args.pcap and batches:
-        spans = packets.iter_pcap_spans(args.pcap, limit=args.limit, warnings=warnings)
-        head = next(spans, None)
-        if head is None:
-            raise UsageError(error("bad-capture", f"{args.pcap}: the capture holds no packet"))
-        return itertools.chain([head], spans)
+
+
+def _inputs(
+    args: argparse.Namespace, kind: ProgramKind, warnings: list[str]
+) -> Iterable[tuple[int, bytes]]:
+    """(index, bytes) to run on: frames for XDP (a capture read as it is run), one message
+    for sk_msg, nothing for sock_ops (one run of the callback).  Raises UsageError for
+    inputs of the wrong kind, or a capture that cannot be read or holds no packet."""
+    from bpfdsl.diagnostics import UsageError, error
+    from bpfdsl.runtime import packets
+
+    _refuse_input(args, kind)
+    if kind.ctx == "bpf_sock_ops":
+        return [(1, b"")]
+    if kind.ctx == "sk_msg_md":
+        if args.msg is None and args.hex is None:
+            raise UsageError(
+                error("bad-input", "no message to run on", hint="add --msg TEXT or --hex BYTES")
+            )
+        return [(1, args.msg.encode() if args.msg is not None else packets.parse_hex(args.hex))]
     if args.pcap:
         stream = packets.iter_pcap(args.pcap, limit=args.limit, warnings=warnings)
         first = next(stream, None)  # an empty capture is refused before anything runs
@@ -423,7 +463,23 @@ def _inputs(args, kind, warnings: list[str], batches: bool = False) -> Iterable:
     return [(1, packets.parse_hex(args.hex))]
 
 
-def _print_result(r, repeat: int) -> None:
+def _input_batches(
+    args: argparse.Namespace, kind: ProgramKind, warnings: list[str]
+) -> Iterable[RecordSpans]:
+    """``--pcap``'s frames in batches (packets.iter_pcap_spans), for ``-q``.  Raises
+    UsageError as :func:`_inputs` does."""
+    from bpfdsl.diagnostics import UsageError, error
+    from bpfdsl.runtime import packets
+
+    _refuse_input(args, kind)
+    spans = packets.iter_pcap_spans(args.pcap, limit=args.limit, warnings=warnings)
+    head = next(spans, None)
+    if head is None:
+        raise UsageError(error("bad-capture", f"{args.pcap}: the capture holds no packet"))
+    return itertools.chain([head], spans)
+
+
+def _print_result(r: PacketResult, repeat: int) -> None:
     head = f"#{r.index:<5} {r.length:>5} B  "
     if r.skipped:
         print(f"{head}skipped: {r.skipped}")
@@ -442,7 +498,7 @@ def _print_result(r, repeat: int) -> None:
         print(f"        event {ev.map}: {body}{extra}")
 
 
-def cmd_demo(args) -> int:
+def cmd_demo(args: argparse.Namespace) -> int:
     from bpfdsl.runtime import demo
 
     return demo.main(packets=args.packets, port=args.port, mode=args.mode, as_json=args.json)
