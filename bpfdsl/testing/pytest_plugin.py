@@ -28,9 +28,10 @@ import socket
 import time
 import uuid
 import warnings
+from collections.abc import Generator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
 import pytest
 
@@ -38,9 +39,11 @@ from bpfdsl.abi.map_types import is_percpu, is_sockmap
 from bpfdsl.compiler import compile_file
 from bpfdsl.diagnostics import DiagnosticError
 from bpfdsl.interp import InterpCollection, SlotMap
+from bpfdsl.interp.ctx import SockInfo
+from bpfdsl.interp.maps import Map
 from bpfdsl.kernel import netlink, syscall
 from bpfdsl.obj.collection import read_object
-from bpfdsl.obj.spec import choose_program
+from bpfdsl.obj.spec import CollectionSpec, choose_program
 from bpfdsl.runtime import events, loader, sockmap
 from bpfdsl.runtime.mapview import MapCodec
 from bpfdsl.runtime.testrun import (
@@ -50,6 +53,9 @@ from bpfdsl.runtime.testrun import (
     verdict_name,
     xdp_md_ctx,
 )
+
+if TYPE_CHECKING:  # pragma: no cover
+    from scapy.layers.l2 import Ether
 
 REQUIRE_ENV = "BPFDSL_REQUIRE_KERNEL"
 
@@ -73,7 +79,7 @@ def require_kernel() -> None:
     pytest.skip(f"kernel not available: {reason}")
 
 
-def cannot_run(reason: str) -> None:
+def cannot_run(reason: str) -> NoReturn:
     """The kernel half of a test cannot run here: skip with ``reason``, or fail under
     BPFDSL_REQUIRE_KERNEL=1 (where a skip would hide that the kernel test did not run)."""
     if os.environ.get(REQUIRE_ENV) == "1":
@@ -141,7 +147,7 @@ class BpfRun:
     redirect: tuple | None = None
 
     @property
-    def packet(self):
+    def packet(self) -> Ether:
         """``data_out`` parsed by scapy as an Ethernet frame."""
         from scapy.layers.l2 import Ether
 
@@ -161,8 +167,14 @@ class BpfMap:
     them (addresses as text, structs as dicts, per-CPU values as lists)."""
 
     def __init__(
-        self, name: str, key_size: int, value_size: int, map_type: int, ncpus: int, codec=None
-    ):
+        self,
+        name: str,
+        key_size: int,
+        value_size: int,
+        map_type: int,
+        ncpus: int,
+        codec: MapCodec | None = None,
+    ) -> None:
         self.name, self.key_size, self.value_size = name, key_size, value_size
         self.map_type, self.ncpus = map_type, ncpus
         self.codec = codec
@@ -236,7 +248,7 @@ class BpfMap:
 
 
 class _InterpMap(BpfMap):
-    def __init__(self, m, codec=None):
+    def __init__(self, m: Map, codec: MapCodec | None = None) -> None:
         super().__init__(m.name, m.key_size, m.value_size, m.map_type, m.ncpus, codec)
         self.m = m
 
@@ -246,15 +258,15 @@ class _InterpMap(BpfMap):
             return
         self.m.set(self._key(key), self._value(value))
 
-    def get(self, key: Any):
+    def get(self, key: Any) -> bytes | list[bytes] | None:
         return self.m.get(self._key(key))
 
-    def items(self):
+    def items(self) -> dict[bytes, bytes | list[bytes]]:
         return dict(self.m.items())
 
 
 class _KernelMap(BpfMap):
-    def __init__(self, lm, ncpus: int, codec=None):
+    def __init__(self, lm: loader.LoadedMap, ncpus: int, codec: MapCodec | None = None) -> None:
         super().__init__(lm.name, lm.key_size, lm.value_size, lm.map_type, ncpus, codec)
         self.fd = lm.fd
 
@@ -271,18 +283,20 @@ class _KernelMap(BpfMap):
             raw = value
         syscall.map_update(self.fd, self._key(key), raw)
 
-    def _split(self, raw: bytes):
+    def _split(self, raw: bytes) -> bytes | list[bytes]:
         if not self.percpu:
             return raw
         step = (self.value_size + 7) & ~7
         return [raw[i * step : i * step + self.value_size] for i in range(self.ncpus)]
 
-    def get(self, key: Any):
+    def get(self, key: Any) -> bytes | list[bytes] | None:
         raw = syscall.map_lookup(self.fd, self._key(key), self._vsize())
         return None if raw is None else self._split(raw)
 
-    def items(self):
-        out, key, seen = {}, None, 0
+    def items(self) -> dict[bytes, bytes | list[bytes]]:
+        out: dict[bytes, bytes | list[bytes]] = {}
+        key: bytes | None = None
+        seen = 0
         while seen <= 1_000_000:
             key = syscall.map_get_next_key(self.fd, key, self.key_size)
             if key is None:
@@ -301,10 +315,21 @@ class BpfProgram:
     the :class:`bpfdsl.interp.InterpCollection` on the interpreter (``interp.env.cpu``
     sets the CPU, ``interp.env.clock_ns`` the clock), None on the kernel."""
 
-    def __init__(self, engine: str, spec, name: str | None, config: dict | None, _of=None):
+    def __init__(
+        self,
+        engine: str,
+        spec: CollectionSpec,
+        name: str | None,
+        config: dict | None,
+        _of: BpfProgram | None = None,
+    ) -> None:
         self.engine = engine
         self.spec = spec
         self.name, self.kind = choose_program(spec, name)
+        self._coll: loader.Collection | None  # the kernel's load (None on the interpreter)
+        self.interp: InterpCollection | None
+        self.maps: dict[str, BpfMap]
+        self._events: events.EventReaders
         if _of is not None:  # same load as another program
             self._coll, self.interp, self.maps = _of._coll, _of.interp, _of.maps
             self._events = _of._events
@@ -363,7 +388,7 @@ class BpfProgram:
         if linear_only(self.kind, len(data)):  # both engines lay the frame out alike
             what = f"this {len(data)}-byte frame is"
             warnings.warn(LinearOnlyWarning(linear_only_message(self.name, what)), stacklevel=2)
-        if self.engine == "interp":
+        if self.interp is not None:  # the engine is "interp"
             r = self.interp.programs[self.name].run(data, **ctx)
             verdict = verdict_name(self.kind, r.retval)
             out = r.data_out
@@ -383,8 +408,16 @@ class BpfProgram:
             cannot_run(f"the kernel test run cannot set {', '.join(sorted(set(ctx) - xdp_ctx))}")
 
         md = xdp_md_ctx(len(data), ctx) if ctx else None
-        r = syscall.prog_test_run(self._coll.programs[self.name].fd, data, ctx=md)
-        return BpfRun(r.retval, verdict_name(self.kind, r.retval), r.data_out)
+        t = syscall.prog_test_run(self._kernel_load().programs[self.name].fd, data, ctx=md)
+        return BpfRun(t.retval, verdict_name(self.kind, t.retval), t.data_out)
+
+    def _kernel_load(self) -> loader.Collection:
+        """The kernel's load of this program's object (the kernel engine only).  Raises
+        ValueError on the interpreter, or once the load is closed."""
+        if self._coll is None:
+            where = "closed" if self.engine == "kernel" else "on the interpreter"
+            raise ValueError(f"program {self.name!r}: no kernel load ({where})")
+        return self._coll
 
     def close(self) -> None:
         if self._owner:
@@ -394,7 +427,7 @@ class BpfProgram:
             self._coll = None
 
 
-def _kernel_sk_msg(prog: BpfProgram, data: bytes, sock) -> BpfRun:
+def _kernel_sk_msg(prog: BpfProgram, data: bytes, sock: SockInfo | None) -> BpfRun:
     """sk_msg on the kernel: attach the program to the object's first sockmap/sockhash,
     put the client end of a loopback TCP connection (ports as ``sock`` says) into it,
     send ``data`` and see what the server end gets.  ``SK_DROP`` when sendmsg fails with
@@ -404,7 +437,8 @@ def _kernel_sk_msg(prog: BpfProgram, data: bytes, sock) -> BpfRun:
     the ports ``sock`` names are free there whatever the machine runs, and no TIME_WAIT of
     an earlier run of the same test can hold them."""
 
-    socks = [m for m in prog._coll.maps.values() if is_sockmap(m.map_type)]
+    coll = prog._kernel_load()
+    socks = [m for m in coll.maps.values() if is_sockmap(m.map_type)]
     if not socks:
         cannot_run("the sk_msg program has no sockmap/sockhash to attach to")
     fam = getattr(sock, "family", socket.AF_INET)
@@ -431,9 +465,9 @@ def _kernel_sk_msg(prog: BpfProgram, data: bytes, sock) -> BpfRun:
         cli.connect(srv.getsockname()[:2])
         conn, _ = srv.accept()
         conn.settimeout(0.5)
-        m, fd = socks[0], prog._coll.programs[prog.name].fd
-        sockmap.sk_msg_attach(m.fd, fd, map_name=m.name, prog_name=prog.name)
-        sockmap.sockmap_add(m.fd, 0, cli, map_name=m.name)
+        m, fd = socks[0], coll.programs[prog.name].fd
+        sockmap.sk_msg_attach(m.fd, int(fd), map_name=m.name, prog_name=prog.name)
+        sockmap.sockmap_add(int(m.fd), 0, cli, map_name=m.name)
         try:
             cli.sendall(data)
         except PermissionError:
@@ -477,7 +511,7 @@ def resolve_program_path(obj: str | Path, test_path: Path | None, rootdir: Path 
     raise AssertionError  # pragma: no cover - pytest.fail raises
 
 
-def load_spec(obj: str | Path | bytes):
+def load_spec(obj: str | Path | bytes) -> CollectionSpec:
     """CollectionSpec of ``obj``: ELF bytes, a ``.o`` path, or a ``.bpfd`` source path
     (compiled with bpfdsl.compiler)."""
     if isinstance(obj, (str, Path)) and str(obj).endswith(".bpfd"):
@@ -497,8 +531,19 @@ def bpf_engine(request: pytest.FixtureRequest) -> str:
     return request.param
 
 
+class LoadProgram(Protocol):
+    """What the ``bpf_program`` fixture gives: ``bpf_program(obj, program=None, *,
+    config=None) -> BpfProgram``."""
+
+    def __call__(
+        self, obj: str | Path | bytes, program: str | None = None, *, config: dict | None = None
+    ) -> BpfProgram: ...
+
+
 @pytest.fixture
-def bpf_program(bpf_engine: str, request: pytest.FixtureRequest):
+def bpf_program(
+    bpf_engine: str, request: pytest.FixtureRequest
+) -> Generator[LoadProgram, None, None]:
     """Factory ``bpf_program(obj, program=None, *, config=None) -> BpfProgram`` on the
     engine of ``bpf_engine``; kernel objects are closed after the test.  ``obj``: ELF
     bytes or a ``.bpfd``/``.o`` path (relative: see :func:`resolve_program_path`)."""
