@@ -191,3 +191,20 @@ def test_maps_take_and_give_typed_values(tmp_path) -> None:
     rc, out = _pytest(tmp_path, {"test_typed.py": TYPED_TEST}, env={plugin.REQUIRE_ENV: "0"})
     want = {"passed": 2} if plugin.kernel_unavailable_reason() is None else {"passed": 1}
     assert rc == 0 and _counts(out) == {**want, **_skipped(out)}, out
+
+
+DROP_ALL = 'license "GPL"\nxdp fn drop_all(ctx) { return XDP_DROP }\n'
+
+
+@pytest.mark.kernel
+def test_a_run_after_the_kernel_load_is_closed_says_so() -> None:
+    """A program run on the kernel after its load was closed (the fixture closes it when
+    the test ends) raises ValueError naming the program, not AttributeError on None."""
+    from bpfdsl.compiler import compile_source
+
+    spec = plugin.load_spec(compile_source(DROP_ALL, "drop_all.bpfd").obj)
+    prog = plugin.BpfProgram("kernel", spec, None, None)
+    assert prog.run(bytes(64)).verdict == "XDP_DROP"
+    prog.close()
+    with pytest.raises(ValueError, match=r"program 'drop_all': no kernel load \(closed\)"):
+        prog.run(bytes(64))
