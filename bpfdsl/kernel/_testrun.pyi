@@ -2,18 +2,22 @@
 
 from typing import Any
 
+# an object with the buffer protocol (collections.abc.Buffer from Python 3.12), as
+# syscall.Buffer: the attr and the ``skips`` destinations and ``retvals`` writable ones
+Buffer = Any
+
 def run_spans(
     nr: int,
     cmd: int,
-    attr: Any,
+    attr: Buffer,
     layout: tuple[int, int, int, int],
-    data: Any,
-    offsets: Any,
-    lengths: Any,
+    data: Buffer,
+    offsets: Buffer,
+    lengths: Buffer,
     start: int,
     end: int,
     out_cap: int,
     min_len: int,
-    skips: tuple[tuple[Any, int, Any, int, int], ...],
-    retvals: Any,
+    skips: tuple[tuple[Buffer, int, Buffer, int, int], ...],
+    retvals: Buffer | None,
 ) -> tuple[int, int, dict[int, int]]: ...
