@@ -364,9 +364,8 @@ class ExprGen(GenHost):
     def g_BytesLit(self, e: ast.BytesLit) -> ir.Value:
         return self.g_AddrLit(e)
 
-    def g_AddrLit(
-        self, e: ast.AddrLit | ast.Name | ast.BytesLit
-    ) -> ir.Value:  # a Name: a const with data
+    def g_AddrLit(self, e: ast.AddrLit | ast.Name | ast.BytesLit) -> ir.Value:
+        # a Name: a const with data
         data = self.c.cbytes[e]
         p = self.alloca_mem(len(data))
         self.store_const_bytes(p, data, 8)

@@ -878,9 +878,9 @@ def generate(
     module: ir.Module | None = None,
     mcpu: str = "v3",
 ) -> ir.Module:
-    """Lower ``checked`` to an LLVM module (triple ``bpfel``).  ``dbg``: debug-info builder
-    with ``program``/``map_global``/``config_global``/``license_global``/``set_location``
-    (bpfdsl.backend.debuginfo adapter) or None.  ``mcpu``: the BPF ISA level the module is
+    """Lower ``checked`` to an LLVM module (triple ``bpfel``).  ``dbg``: the debug-info
+    adapter (:class:`~bpfdsl.backend.codegen.debug.DebugAdapter`: BTF and line info) or
+    None.  ``mcpu``: the BPF ISA level the module is
     emitted for (``target.MCPUS``); it picks the width of 8- to 32-bit divisions
     (``ExprGen.bpf_div``: ALU32 at v3 and v4)."""
     return CodeGen(checked, dbg, module, mcpu).generate()
