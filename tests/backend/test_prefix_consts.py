@@ -149,3 +149,28 @@ def test_in_needs_a_constant_prefix(decl: str, use: str, where: str) -> None:
     assert any("const NAME: ipv4_prefix" in h for h in d.hints)
     line = src.splitlines()[d.span.line - 1]
     assert line[d.span.col - 1 :].startswith(use.split(" in ")[-1])
+
+
+CONST_LEFT = """license "GPL"
+const IN6: ipv6_addr = fd00::1
+const OUT6: ipv6_addr = 2001:db8::1
+const IN4: be32 = 10.1.2.3
+map hits: array<u32, u64>(max_entries: 4)
+xdp fn f(ctx) {
+    if IN6 in fc00::/7 { hits[0] = 1 }
+    if OUT6 in fc00::/7 { hits[1] = 1 }
+    if IN4 in 10.0.0.0/8 { hits[2] = 1 }
+    if IN6 in ::/0 { hits[3] = 1 }
+    return XDP_PASS
+}
+"""
+
+
+def test_in_with_a_constant_address_on_the_left(bpf_program) -> None:
+    """``CONST in PREFIX`` with a named address on the left compiles (it raised
+    AttributeError in codegen for an ipv6_addr const) and answers as for a run-time
+    address, on both engines: fd00::1 is in fc00::/7, 2001:db8::1 is not, 10.1.2.3 is in
+    10.0.0.0/8, every address is in ::/0."""
+    prog = bpf_program(compile_source(CONST_LEFT, "const_left.bpfd").obj)
+    assert prog.run(_v4("192.0.2.9")).verdict == "XDP_PASS"
+    assert [prog.maps["hits"].total(i) for i in range(4)] == [1, 0, 1, 1]

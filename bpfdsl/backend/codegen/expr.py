@@ -337,6 +337,8 @@ class ExprGen(GenHost):
                 "==", self.b.and_(v, ir.Constant(I32, m)), ir.Constant(I32, n)
             )
         src = self.mem_of(e.left)
+        if isinstance(src, (bytes, bytearray)):  # a constant address (a `const`): known now
+            return ir.Constant(I1, int(int.from_bytes(src, "big") & mask == bits & mask))
         res = ir.Constant(I1, 1)
         mb, nb = mask.to_bytes(16, "big"), (bits & mask).to_bytes(16, "big")
         for off in range(0, 16, 4):
