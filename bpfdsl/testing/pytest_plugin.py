@@ -23,6 +23,7 @@ TIME_WAIT from an earlier run, nothing else listening there).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import time
@@ -444,49 +445,49 @@ def _kernel_sk_msg(prog: BpfProgram, data: bytes, sock: SockInfo | None) -> BpfR
     fam = getattr(sock, "family", socket.AF_INET)
     host = "::1" if fam == socket.AF_INET6 else "127.0.0.1"
     ns = f"bpfdsl-skmsg-{uuid.uuid4().hex[:8]}"
-    try:
-        netlink.create_netns(ns)  # loopback up
-    except (OSError, DiagnosticError) as e:
-        cannot_run(f"cannot make a network namespace for the sk_msg connection: {e}")
-    srv = cli = conn = None
-    try:
-        with netlink.in_netns(ns):  # the sockets stay in it
-            srv = socket.socket(fam, socket.SOCK_STREAM)
-            cli = socket.socket(fam, socket.SOCK_STREAM)
-        srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        cli.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    with contextlib.ExitStack() as stack:
         try:
-            srv.bind((host, getattr(sock, "remote_port", 0)))
-            cli.bind((host, getattr(sock, "local_port", 0)))
-        except OSError as e:
-            cannot_run(f"cannot bind the loopback ports the test asks for: {e}")
-        srv.listen(1)
-        cli.settimeout(2)
-        cli.connect(srv.getsockname()[:2])
-        conn, _ = srv.accept()
-        conn.settimeout(0.5)
-        m, fd = socks[0], coll.programs[prog.name].fd
-        sockmap.sk_msg_attach(m.fd, int(fd), map_name=m.name, prog_name=prog.name)
-        sockmap.sockmap_add(int(m.fd), 0, cli, map_name=m.name)
+            stack.enter_context(netlink.netns(ns))  # loopback up; removed on exit
+        except (OSError, DiagnosticError) as e:
+            cannot_run(f"cannot make a network namespace for the sk_msg connection: {e}")
+        srv = cli = conn = None
         try:
-            cli.sendall(data)
-        except PermissionError:
-            return BpfRun(0, "SK_DROP", b"")
-        got, deadline = b"", time.monotonic() + 2
-        while len(got) < len(data) and time.monotonic() < deadline:
+            with netlink.in_netns(ns):  # the sockets stay in it
+                srv = socket.socket(fam, socket.SOCK_STREAM)
+                cli = socket.socket(fam, socket.SOCK_STREAM)
+            srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            cli.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
-                chunk = conn.recv(65536)
-            except TimeoutError:
-                continue
-            if not chunk:
-                break
-            got += chunk
-        return BpfRun(1, "SK_PASS", got)
-    finally:
-        for s in (cli, conn, srv):
-            if s is not None:
-                s.close()
-        netlink.remove_netns(ns)
+                srv.bind((host, getattr(sock, "remote_port", 0)))
+                cli.bind((host, getattr(sock, "local_port", 0)))
+            except OSError as e:
+                cannot_run(f"cannot bind the loopback ports the test asks for: {e}")
+            srv.listen(1)
+            cli.settimeout(2)
+            cli.connect(srv.getsockname()[:2])
+            conn, _ = srv.accept()
+            conn.settimeout(0.5)
+            m, fd = socks[0], coll.programs[prog.name].fd
+            sockmap.sk_msg_attach(m.fd, int(fd), map_name=m.name, prog_name=prog.name)
+            sockmap.sockmap_add(int(m.fd), 0, cli, map_name=m.name)
+            try:
+                cli.sendall(data)
+            except PermissionError:
+                return BpfRun(0, "SK_DROP", b"")
+            got, deadline = b"", time.monotonic() + 2
+            while len(got) < len(data) and time.monotonic() < deadline:
+                try:
+                    chunk = conn.recv(65536)
+                except TimeoutError:
+                    continue
+                if not chunk:
+                    break
+                got += chunk
+            return BpfRun(1, "SK_PASS", got)
+        finally:
+            for s in (cli, conn, srv):
+                if s is not None:
+                    s.close()
 
 
 def resolve_program_path(obj: str | Path, test_path: Path | None, rootdir: Path | None) -> Path:
