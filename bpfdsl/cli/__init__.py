@@ -1,4 +1,5 @@
-"""Command line of bpfdsl: the one COMMANDS table and the one place that renders errors.
+"""Command line of bpfdsl: the parser built from the one COMMANDS table (cli.commands) and
+the one place that renders errors.
 
 Each command lives in a module of this package exposing ``register(sub)``, which adds its
 argparse sub-parser(s) with ``set_defaults(func=cmd_x)``; ``cmd_x(args) -> int`` only
@@ -26,46 +27,15 @@ from typing import TYPE_CHECKING, Any, NoReturn
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Callable, Sequence
 
-OK, FAILED, USAGE, NO_PERMISSION = 0, 1, 2, 3
-HOST = NO_PERMISSION
-
-# The one exit-code table: code -> what it means (DiagnosticError.exit_code picks one).
-EXIT_CODES: dict[int, str] = {
-    OK: "success",
-    FAILED: "refused: compile errors, a checker or verifier rejection, a refused operation",
-    USAGE: "unusable input or usage: bad arguments, missing or corrupt files",
-    HOST: "the host: missing privileges, no such interface, no bpffs",
-}
-
-# command -> (module under bpfdsl.cli, one-line help).  Several commands may share a module.
-COMMANDS: dict[str, tuple[str, str]] = {
-    "compile": ("compile_cmds", "compile a .bpfd program to an eBPF ELF object"),
-    "disasm": ("disasm_cmd", "disassemble an object per section, with source lines"),
-    "check": ("check_cmd", "static verifier-like check of a .bpfd or .o (no privileges)"),
-    "load": ("load_cmds", "load an object into the kernel and pin it (≈ bpftool prog loadall)"),
-    "unload": ("load_cmds", "remove everything pinned under a pin directory"),
-    "attach": ("attach_cmds", "attach an XDP program to an interface"),
-    "detach": ("attach_cmds", "detach XDP from an interface"),
-    "show": ("attach_cmds", "list what bpfdsl has loaded, pinned and attached"),
-    "map": ("map_cmds", "dump, lookup, update, delete map entries (BTF-typed)"),
-    "events": (
-        "events_cmd",
-        "stream the records of a ringbuf or perf_event_array (table, JSON, pcap)",
-    ),
-    "run": ("run_cmds", "run a program on packets (BPF_PROG_TEST_RUN or the interpreter)"),
-    "demo": ("run_cmds", "the main job end to end on a veth pair in a temporary namespace"),
-    "bench": ("bench_cmds", "benchmark a program under load: xdp, redirect, xsk, skmsg tables"),
-    "cpumap": ("entry_cmds", "set, delete, show cpumap entries (CPU, qsize, on-CPU program)"),
-    "devmap": ("entry_cmds", "set, delete, show devmap entries (egress interface, program)"),
-    "progarray": ("entry_cmds", "set, delete, show prog_array slots (tail call targets)"),
-    "sockmap": ("redirect_cmds", "attach/detach an sk_msg program to a sockmap/sockhash"),
-    "skmsg": ("redirect_cmds", "alias of sockmap"),
-    "sockops": ("redirect_cmds", "attach/detach a sock_ops program to a cgroup v2"),
-    "image": ("image_cmds", "bpfman bytecode images (OCI layout) and Kubernetes resources"),
-    "apply": ("topology_cmds", "bring the system to a topology file's state (--plan: show it)"),
-    "status": ("topology_cmds", "how the system differs from a topology file (drift)"),
-    "down": ("topology_cmds", "remove everything a topology file made"),
-}
+from bpfdsl.cli.commands import (  # noqa: F401  (re-exported: the CLI's public names)
+    COMMANDS,
+    EXIT_CODES,
+    FAILED,
+    HOST,
+    NO_PERMISSION,
+    OK,
+    USAGE,
+)
 
 
 def _module(name: str) -> ModuleType:

@@ -9,6 +9,8 @@ import sys
 import uuid
 from typing import TYPE_CHECKING
 
+from bpfdsl.cli.commands import NO_PERMISSION, OK, command_help
+
 if TYPE_CHECKING:  # pragma: no cover
     import argparse
 
@@ -16,14 +18,13 @@ if TYPE_CHECKING:  # pragma: no cover
     from bpfdsl.diagnostics import DiagnosticError
     from bpfdsl.runtime.attach import XdpAttachment
 
-OK, FAILED, NO_PERMISSION = 0, 1, 3  # bpfdsl.cli's exit codes
 PROG_HELP = "PROG := FILE.o | FILE.bpfd | PINNED_PROG | PIN_DIR (from `bpfdsl load --pin-dir`)"
 
 
 def register(sub: Subcommands) -> None:
     a = sub.add_parser(
         "attach",
-        help="attach an XDP program to an interface",
+        help=command_help("attach"),
         usage="bpfdsl attach [xdp] PROG (--dev IFACE | IFACE) [options]",
         description="Attach an XDP program to an interface through a BPF link pinned in "
         "bpffs (netlink where links are unsupported).  An attached program is replaced "
@@ -96,7 +97,7 @@ def register(sub: Subcommands) -> None:
 
     d = sub.add_parser(
         "detach",
-        help="detach XDP from an interface",
+        help=command_help("detach"),
         description="Detach the XDP program of IFACE (link or netlink) and remove the link's "
         "pins.  Programs and maps pinned by `bpfdsl attach FILE.o` are removed too; those "
         "of `bpfdsl load` stay (it says so) until `bpfdsl unload DIR`.",
@@ -113,7 +114,7 @@ def register(sub: Subcommands) -> None:
 
     s = sub.add_parser(
         "show",
-        help="list what bpfdsl has loaded, pinned and attached",
+        help=command_help("show"),
         description="XDP programs on the interfaces of this namespace, sock_ops programs on "
         "cgroups (v2), sk_msg programs on sockmaps/sockhashes, and the programs, maps and "
         "links pinned in bpffs by bpfdsl.",

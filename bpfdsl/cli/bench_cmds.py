@@ -9,6 +9,8 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
+from bpfdsl.cli.commands import OK, command_help
+
 if TYPE_CHECKING:  # pragma: no cover
     import argparse
     from types import ModuleType
@@ -16,7 +18,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from bpfdsl.bench.target import ObjectUnderTest
     from bpfdsl.cli import Subcommands
 
-OK = 0
 MODES = {
     "xdp": "packets/s and per-verdict counts of an XDP program on a veth (as xdp-bench "
     "drop/pass/tx), traffic from a live-frame generator (BPF_PROG_TEST_RUN)",
@@ -34,7 +35,7 @@ def register(sub: Subcommands) -> None:
 
     p = sub.add_parser(
         "bench",
-        help="benchmark a program under load (xdp, redirect, xsk, skmsg), tables and plots",
+        help=command_help("bench"),
         description="Run a program (.bpfd, compiled first, or an object from any compiler) "
         "under load on a setup this command makes and removes -- veth pairs in network "
         "namespaces, a cgroup for sk_msg -- and print the kernel list's tables: one row per "

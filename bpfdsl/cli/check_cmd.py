@@ -14,17 +14,17 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from bpfdsl.cli.commands import FAILED, OK, USAGE, command_help
+
 if TYPE_CHECKING:  # pragma: no cover
     from bpfdsl.cli import Subcommands
     from bpfdsl.obj.spec import CollectionSpec
-
-OK, FAILED, USAGE = 0, 1, 2
 
 
 def register(sub: Subcommands) -> None:
     p = sub.add_parser(
         "check",
-        help="static verifier-like check of a .bpfd or .o (no privileges)",
+        help=command_help("check"),
         description="Check each program as the kernel verifier would (types, packet bounds, "
         "NULL checks, stack, helper arguments, loops) and explain rejections with the source "
         "line.  Exit 0 accepted, 1 rejected, 2 unusable input.",

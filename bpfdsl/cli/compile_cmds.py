@@ -9,6 +9,8 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
+from bpfdsl.cli.commands import command_help
+
 if TYPE_CHECKING:  # pragma: no cover
     import argparse
     from collections.abc import Callable
@@ -30,7 +32,7 @@ MCPU := v1 | v2 | v3 | v4   BPF ISA level.  Default v3 (adds jmp32 and 32-bit AL
 def register(sub: Subcommands) -> None:
     p = sub.add_parser(
         "compile",
-        help="compile a .bpfd program to an eBPF ELF object",
+        help=command_help("compile"),
         description=HELP,
         formatter_class=_raw(),
     )

@@ -8,6 +8,8 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
+from bpfdsl.cli.commands import OK, command_help
+
 if TYPE_CHECKING:  # pragma: no cover
     import argparse
 
@@ -15,13 +17,11 @@ if TYPE_CHECKING:  # pragma: no cover
     from bpfdsl.cli import Subcommands
     from bpfdsl.obj.spec import CollectionSpec, ProgramSpec
 
-OK = 0
-
 
 def register(sub: Subcommands) -> None:
     p = sub.add_parser(
         "disasm",
-        help="disassemble an object per section, with source lines",
+        help=command_help("disasm"),
         description="Print each program's instructions in the kernel verifier's syntax, with "
         "the source line (from BTF line info) above the instructions it produced.  "
         "Subprograms appear after the program that calls them, as the kernel sees it.",

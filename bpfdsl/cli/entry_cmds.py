@@ -18,14 +18,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from bpfdsl.cli import kernel_int
+from bpfdsl.cli.commands import OK, command_help
 from bpfdsl.cli.objrefs import MAP_HELP, PROG_HELP, emit, open_map, open_prog
 
 if TYPE_CHECKING:  # pragma: no cover
     import argparse
 
     from bpfdsl.cli import Subcommands
-
-OK = 0
 
 
 # ---- commands --------------------------------------------------------------------
@@ -224,10 +223,9 @@ class Verb:
 
 @dataclass(frozen=True, slots=True)
 class MapCommand:
-    """``bpfdsl NAME VERB ...``: its ``help`` (the line of ``bpfdsl --help``), the
-    ``description`` of ``bpfdsl NAME --help`` and its verbs."""
+    """``bpfdsl NAME VERB ...``: the ``description`` of ``bpfdsl NAME --help`` and its
+    verbs (its line of ``bpfdsl --help``: cli.commands.COMMANDS)."""
 
-    help: str
     description: str
     verbs: tuple[Verb, ...]
 
@@ -244,7 +242,6 @@ _IFACE = kernel_int("IFACE", "int", lo=1, field="an ifindex", names=True)
 # command -> its verbs (the cli.COMMANDS entries of these commands name this module)
 MAP_VERBS: dict[str, MapCommand] = {
     "cpumap": MapCommand(
-        "set, delete, show cpumap entries (CPU, queue size, on-CPU program)",
         "cpumap entries per struct bpf_cpumap_val. " + MAP_HELP + ". " + PROG_HELP,
         (
             Verb(
@@ -268,7 +265,6 @@ MAP_VERBS: dict[str, MapCommand] = {
         ),
     ),
     "devmap": MapCommand(
-        "set, delete, show devmap/devmap_hash entries (egress interface, program)",
         "devmap entries per struct bpf_devmap_val; interfaces are resolved in "
         "this network namespace (or --netns). " + MAP_HELP + ". " + PROG_HELP,
         (
@@ -320,7 +316,6 @@ MAP_VERBS: dict[str, MapCommand] = {
         ),
     ),
     "progarray": MapCommand(
-        "set, delete, show prog_array slots (tail call targets)",
         "The slots of a prog_array: which program `tail_call(map, slot)` runs. "
         "A slot takes only a program of the kind of the ones that tail-call through the "
         "map. " + MAP_HELP + ". " + PROG_HELP,
@@ -355,7 +350,7 @@ MAP_VERBS: dict[str, MapCommand] = {
 def register(sub: Subcommands) -> None:
     """The sub-parsers of every command of :data:`MAP_VERBS` and of their verbs."""
     for command, c in MAP_VERBS.items():
-        p = sub.add_parser(command, help=c.help, description=c.description)
+        p = sub.add_parser(command, help=command_help(command), description=c.description)
         v = p.add_subparsers(dest="verb", metavar="VERB", required=True)
         for verb in c.verbs:
             s = v.add_parser(verb.name, help=verb.help)

@@ -8,6 +8,7 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
+from bpfdsl.cli.commands import OK, command_help
 from bpfdsl.cli.objrefs import MAP_HELP
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -19,13 +20,11 @@ if TYPE_CHECKING:  # pragma: no cover
     from bpfdsl.runtime.events import Event, EventStream, RecordBatch, Stats
     from bpfdsl.runtime.packets import PcapWriter
 
-OK, FAILED = 0, 1
-
 
 def register(sub: Subcommands) -> None:
     p = sub.add_parser(
         "events",
-        help="stream the records of a ringbuf or perf_event_array map (table, JSON, pcap)",
+        help=command_help("events"),
         description="Read the records a loaded program sends to user space through a "
         f"ringbuf or perf_event_array map and print them decoded by their BTF type.  "
         f"{MAP_HELP}.  A live table on a terminal, one line per record otherwise, one JSON "

@@ -8,6 +8,8 @@ import json
 import sys
 from typing import TYPE_CHECKING
 
+from bpfdsl.cli.commands import command_help
+
 if TYPE_CHECKING:  # pragma: no cover
     import argparse
 
@@ -59,7 +61,7 @@ def register(sub: Subcommands) -> None:
     raw = formatter(argparse.RawDescriptionHelpFormatter)
     p = sub.add_parser(
         "image",
-        help="build bpfman bytecode images (OCI layout) and their Kubernetes resources",
+        help=command_help("image"),
         description="Deploy to a cluster with bpfman: `image build` and `image manifest`.",
     )
     v = p.add_subparsers(dest="verb", metavar="VERB", required=True)

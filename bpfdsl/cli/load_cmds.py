@@ -9,6 +9,8 @@ import re
 import sys
 from typing import TYPE_CHECKING
 
+from bpfdsl.cli.commands import OK, command_help
+
 if TYPE_CHECKING:  # pragma: no cover
     import argparse
 
@@ -18,15 +20,13 @@ if TYPE_CHECKING:  # pragma: no cover
     from bpfdsl.runtime.loader import Collection
     from bpfdsl.runtime.pins import PinnedCollection
 
-OK = 0
-
 
 def register(sub: Subcommands) -> None:
     from bpfdsl.cli import kernel_int
 
     p = sub.add_parser(
         "load",
-        help="load an object into the kernel and pin it (≈ bpftool prog loadall)",
+        help=command_help("load"),
         description="Load every program and map of FILE (.o, or .bpfd compiled first) and pin "
         "them under DIR/progs and DIR/maps, with a manifest so `bpfdsl show`/`unload` know "
         "them.  Needs root (CAP_BPF + CAP_NET_ADMIN).",
@@ -73,7 +73,7 @@ def register(sub: Subcommands) -> None:
     p.set_defaults(func=cmd_load)
     u = sub.add_parser(
         "unload",
-        help="remove everything pinned under a pin directory",
+        help=command_help("unload"),
         description="Detach the links pinned in DIR (printing each detached attachment), "
         "then remove every pin `bpfdsl load`/`bpfdsl attach` made there and the directory "
         "itself.  Directories without a bpfdsl manifest are refused and left untouched.",

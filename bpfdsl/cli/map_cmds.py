@@ -8,6 +8,7 @@ import json
 import sys
 from typing import TYPE_CHECKING, Any
 
+from bpfdsl.cli.commands import OK, command_help
 from bpfdsl.cli.objrefs import MAP_HELP
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -17,7 +18,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from bpfdsl.cli import Subcommands
     from bpfdsl.diagnostics import DiagnosticError
 
-OK, FAILED = 0, 1
 
 _FLAGS = {"any": 0, "noexist": 1, "exist": 2}  # BPF_ANY, BPF_NOEXIST, BPF_EXIST (bpf.h)
 
@@ -25,7 +25,7 @@ _FLAGS = {"any": 0, "noexist": 1, "exist": 2}  # BPF_ANY, BPF_NOEXIST, BPF_EXIST
 def register(sub: Subcommands) -> None:
     p = sub.add_parser(
         "map",
-        help="dump, lookup, update, delete map entries (BTF-typed)",
+        help=command_help("map"),
         description=f"Read and write map entries by their BTF types. {MAP_HELP}. "
         "KEY/VALUE := 42 | 0x2a | 10.0.0.1 | 10.0.0.0/8 | fd00::1 | JSON object/array | "
         "hex:BYTES.  Integers never wrap: a value outside its type's range is refused.  "

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from bpfdsl.cli.commands import OK, command_help
 from bpfdsl.cli.objrefs import MAP_HELP, PROG_HELP
 from bpfdsl.cli.objrefs import emit as _emit
 from bpfdsl.cli.objrefs import open_map as _open_map
@@ -18,8 +19,6 @@ if TYPE_CHECKING:  # pragma: no cover
     import argparse
 
     from bpfdsl.cli import Subcommands
-
-OK = 0
 
 
 def register(sub: Subcommands) -> None:
@@ -35,7 +34,7 @@ def _register_sockmap(sub: Subcommands) -> None:
     p = sub.add_parser(
         "sockmap",
         aliases=["skmsg"],
-        help="attach/detach an sk_msg program to a sockmap/sockhash",
+        help=command_help("sockmap"),
         description="BPF_PROG_ATTACH of an sk_msg program to a sockmap or sockhash "
         "(BPF_SK_MSG_VERDICT); it runs for sockets added afterwards. "
         + MAP_HELP
@@ -53,7 +52,7 @@ def _register_sockmap(sub: Subcommands) -> None:
 def _register_sockops(sub: Subcommands) -> None:
     p = sub.add_parser(
         "sockops",
-        help="attach/detach a sock_ops program to a cgroup v2",
+        help=command_help("sockops"),
         description="BPF_PROG_ATTACH of a sock_ops program to a cgroup v2 directory "
         "(BPF_CGROUP_SOCK_OPS, BPF_F_ALLOW_MULTI); it runs for TCP sockets created by "
         "processes in that cgroup. " + PROG_HELP + " (NAME needs --pin-dir)",

@@ -10,6 +10,8 @@ from collections import Counter
 from collections.abc import Callable, Generator, Iterable, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
+from bpfdsl.cli.commands import FAILED, OK, command_help
+
 if TYPE_CHECKING:  # pragma: no cover
     import argparse
     from types import FrameType
@@ -21,13 +23,11 @@ if TYPE_CHECKING:  # pragma: no cover
 
 _R = TypeVar("_R")
 
-OK, FAILED = 0, 1
-
 
 def register(sub: Subcommands) -> None:
     p = sub.add_parser(
         "run",
-        help="run a program on packets (BPF_PROG_TEST_RUN or the interpreter)",
+        help=command_help("run"),
         description="Run a program on each packet of a capture (or one hex packet) and print "
         "its verdict and what it did: bytes changed, redirect target (or the empty slot and "
         "the fallback taken), map entries changed.  sk_msg programs run on one message "
@@ -115,7 +115,7 @@ def register(sub: Subcommands) -> None:
 
     d = sub.add_parser(
         "demo",
-        help="the main job end to end on a veth pair in a temporary namespace",
+        help=command_help("demo"),
         description="Compile progs/xdp_udp_filter.bpfd, attach it (native XDP) to one end of a "
         "fresh veth pair in a temporary network namespace, send UDP packets from the other "
         "end, print what was dropped and passed, and remove everything.  Needs root.",

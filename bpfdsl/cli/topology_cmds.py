@@ -8,13 +8,13 @@ import json
 import sys
 from typing import Any
 
-OK, FAILED = 0, 1
+from bpfdsl.cli.commands import FAILED, OK, command_help
 
 
 def register(sub: Any) -> None:
     a = sub.add_parser(
         "apply",
-        help="bring the system to a topology file's state (compile, load, attach, fill)",
+        help=command_help("apply"),
         description="Compile every object of the topology FILE (TOML, docs/topology.md), "
         "load the new or changed ones into staging pin dirs (the kernel verifier), then "
         "change what differs: map contents, cpumap/devmap/prog_array slots, sk_msg and "
@@ -34,7 +34,7 @@ def register(sub: Any) -> None:
     a.set_defaults(func=cmd_apply)
     s = sub.add_parser(
         "status",
-        help="how the system differs from a topology file (drift)",
+        help=command_help("status"),
         description="Missing or changed attachments and slots, map entries absent or "
         "different, objects edited since the last apply, pinned programs whose tag is not "
         "the applied one, interrupted commands a repair waits for; then the run config "
@@ -45,7 +45,7 @@ def register(sub: Any) -> None:
     s.set_defaults(func=cmd_status)
     d = sub.add_parser(
         "down",
-        help="remove everything a topology file made",
+        help=command_help("down"),
         description="Detach the topology's XDP, sock_ops and sk_msg programs and remove "
         "every pin under its pin dir (its maps and their entries go with them).",
     )
