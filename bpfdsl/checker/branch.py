@@ -14,6 +14,7 @@ from typing import Final
 from bpfdsl.abi.insn import Insn
 from bpfdsl.abi.limits import MAX_PACKET_OFF
 from bpfdsl.abi.opcodes import (
+    BPF_ADD,
     BPF_JEQ,
     BPF_JGE,
     BPF_JGT,
@@ -29,6 +30,7 @@ from bpfdsl.abi.opcodes import (
     BPF_K,
     BPF_X,
 )
+from bpfdsl.checker import alu as ALU
 from bpfdsl.checker import domain as D
 from bpfdsl.checker import features as F
 from bpfdsl.checker import tnum as T
@@ -90,6 +92,10 @@ def branch_taken(a: D.Reg, b: D.Reg, op: int, is32: bool) -> int:
             eq = 0
         elif (at[0] ^ bt[0]) & ~(at[1] | bt[1]):
             eq = 0
+        elif not is32 and (
+            a.u32min > b.u32max or a.u32max < b.u32min or a.s32min > b.s32max or a.s32max < b.s32min
+        ):
+            eq = 0  # a 64-bit (in)equality the 32-bit ranges decide (as the kernel)
         if eq == -1:
             return -1
         return eq if op == BPF_JEQ else 1 - eq
@@ -257,37 +263,64 @@ def _mark_ids(st: State, reg_id: int, fn: Callable[[D.Reg], D.Reg]) -> None:
     st.update_regs(lambda r: fn(r) if r.id == reg_id and r.t != D.SCALAR else None)
 
 
+def _synced(known: D.Reg, r: D.Reg) -> D.Reg | None:
+    """What scalar ``r``, linked to ``known`` (the same base id), becomes once ``known`` is
+    refined; None when it stays (kernel sync_linked_regs: a link of a 32-bit delta with a
+    64-bit one does not hold).  Without deltas, or with the same delta, ``r`` becomes
+    ``known`` itself; else ``known + (r.off - known.off)``, zero-extended when either went
+    through a 32-bit add (BPF_ADD_CONST32), keeping ``r``'s id and delta."""
+    kid, rid = known.id, r.id
+    if (kid ^ rid) & D.ADD_CONST == D.ADD_CONST:
+        return None
+    if not (kid | rid) & D.ADD_CONST or r.off == known.off:
+        return known
+    delta = D.known(r.off - known.off)
+    if (kid | rid) & D.ADD_CONST32:
+        # 64-bit add then zext_32_to_64: the 32-bit add, zero-extended
+        out = ALU.scalar_alu(BPF_ADD, known, delta, False)
+    else:
+        out = ALU.scalar_alu(BPF_ADD, known, delta, True)
+    return out.replace(id=rid, off=r.off)
+
+
 def _mark_scalar_ids(st: State, reg: D.Reg) -> None:
-    """Copies of a scalar (same id) learn the refined bounds (kernel sync_linked_regs)."""
+    """Copies of a scalar (same base id) learn the refined bounds, shifted by their
+    deltas (kernel sync_linked_regs)."""
     rid = reg.id
     if not rid or reg.t != D.SCALAR:
         return
+    base = rid & ~D.ADD_CONST
     for f in st.frames:  # State.update_regs, inlined: this runs on most branches
         regs = f.regs
         for i in range(len(regs)):
             r = regs[i]
-            if r.id == rid and r.t == D.SCALAR:
-                regs[i] = reg
+            if r.id and r.id & ~D.ADD_CONST == base and r.t == D.SCALAR and r is not reg:
+                n = _synced(reg, r)
+                if n is not None:
+                    regs[i] = n
         stack = f.stack
-        for k, s in list(stack.items()):
-            sp = s.spill
-            if sp is not None and sp.id == rid and sp.t == D.SCALAR:
-                stack[k] = Slot(s.types, reg)
+        for k, sl in list(stack.items()):
+            sp = sl.spill
+            if sp is not None and sp.id and sp.id & ~D.ADD_CONST == base and sp.t == D.SCALAR:
+                n = _synced(reg, sp)
+                if n is not None and n is not sp:
+                    stack[k] = Slot(sl.types, n)
 
 
 def _linked(st: State, a: int, b: int) -> tuple | None:
-    """Registers and spilled slots of every frame holding scalars with id ``a`` or ``b``,
-    as (frame, regno) / (frame, -1 - slot), when more than one (kernel
-    collect_linked_regs: recorded in the jump history for precision backtracking)."""
-    ids = {a, b} - {0}
+    """Registers and spilled slots of every frame holding scalars with base id ``a`` or
+    ``b`` (ids without the BPF_ADD_CONST flags), as (frame, regno) / (frame, -1 - slot),
+    when more than one (kernel collect_linked_regs: recorded in the jump history for
+    precision backtracking)."""
+    ids = {a & ~D.ADD_CONST, b & ~D.ADD_CONST} - {0}
     out = []
     for fr, f in enumerate(st.frames):
         for r, v in enumerate(f.regs):
-            if v.t == D.SCALAR and v.id in ids:
+            if v.t == D.SCALAR and v.id & ~D.ADD_CONST in ids:
                 out.append((fr, r))
         for k, sl in f.stack.items():
             sp = sl.spill
-            if sp is not None and sp.t == D.SCALAR and sp.id in ids:
+            if sp is not None and sp.t == D.SCALAR and sp.id & ~D.ADD_CONST in ids:
                 out.append((fr, -1 - k))
     return tuple(out) if len(out) > 1 else None
 
@@ -491,10 +524,13 @@ def scalar_jump(
                 env.inexact += 1
                 continue
             nd, ns = both
+        # kernel check_cond_jmp_op: both registers set, then the source's links synced,
+        # then the destination's (the destination as the source's sync left it)
         state.regs[x.dst] = nd
-        _mark_scalar_ids(state, nd)
         if x.source == BPF_X:
             state.regs[x.src] = ns
             _mark_scalar_ids(state, ns)
+            nd = state.regs[x.dst]
+        _mark_scalar_ids(state, nd)
         out.append((nxt, state))
     return out

@@ -28,6 +28,14 @@ S64_MAX: Final = (1 << 63) - 1
 S32_MIN: Final = -(1 << 31)
 S32_MAX: Final = (1 << 31) - 1
 
+# kernel BPF_ADD_CONST64 / BPF_ADD_CONST32 (include/linux/bpf_verifier.h, Linux 6.18 with
+# the 2026 stable linked-register backports): flags in a scalar's ``id`` saying its value is
+# that of the scalars with the same base id (the id without the flags) plus ``off`` -- a
+# 64-bit add, or a 32-bit add zero-extended.  Env.new_id stays far below them.
+ADD_CONST64: Final = 1 << 31
+ADD_CONST32: Final = 1 << 30
+ADD_CONST: Final = ADD_CONST64 | ADD_CONST32
+
 # register types (kernel enum bpf_reg_type, reduced)
 NOT_INIT: Final = 0
 SCALAR: Final = 1
