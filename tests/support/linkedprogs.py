@@ -4,7 +4,7 @@ deltas): copies (64- and 32-bit, sign-extending), adds and subs of constants of 
 operations, forward conditional jumps of both widths on registers and constants, then
 comparisons whose outcomes the links decide or not.  Loop-free, every register set before
 the first jump, so the kernel accepts each; what differs is its walk: the processed count.
-Deterministic for a seed (used by test_checker_linked_deltas.py).
+Deterministic for a seed (tests/checker/test_checker_linked_deltas.py).
 """
 
 from __future__ import annotations
