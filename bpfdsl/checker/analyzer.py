@@ -453,6 +453,7 @@ def analyze(
     :class:`Tables` when several walks share them (``visits`` then adds up)."""
     if tables is None:
         tables = Tables(env, cfg)
+    env.live_in = cfg.live_in
     ex = _Explorer(env, cfg, deadline, tables)
     dec = cfg.insns
 

@@ -283,46 +283,74 @@ def _synced(known: D.Reg, r: D.Reg) -> D.Reg | None:
     return out.replace(id=rid, off=r.off)
 
 
-def _mark_scalar_ids(st: State, reg: D.Reg) -> None:
-    """Copies of a scalar (same base id) learn the refined bounds, shifted by their
-    deltas (kernel sync_linked_regs)."""
+def _mark_scalar_ids(st: State, reg: D.Reg, at: tuple[int, int], linked: list) -> None:
+    """The registers and slots of ``linked`` (collect_linked's locations) holding copies of
+    scalar ``reg`` (same base id; ``reg`` itself at ``at`` = (frame, regno)) learn its
+    refined bounds, shifted by their deltas (kernel sync_linked_regs)."""
     rid = reg.id
     if not rid or reg.t != D.SCALAR:
         return
     base = rid & ~D.ADD_CONST
-    for f in st.frames:  # State.update_regs, inlined: this runs on most branches
-        regs = f.regs
-        for i in range(len(regs)):
-            r = regs[i]
-            if r.id and r.id & ~D.ADD_CONST == base and r.t == D.SCALAR and r is not reg:
+    frames = st.frames
+    for loc in linked:
+        if loc == at:
+            continue
+        f = frames[loc[0]]
+        k = loc[1]
+        if k >= 0:
+            r = f.regs[k]
+            if r.t == D.SCALAR and r.id & ~D.ADD_CONST == base:
                 n = _synced(reg, r)
                 if n is not None:
-                    regs[i] = n
-        stack = f.stack
-        for k, sl in list(stack.items()):
-            sp = sl.spill
-            if sp is not None and sp.id and sp.id & ~D.ADD_CONST == base and sp.t == D.SCALAR:
+                    f.regs[k] = n
+        else:
+            sl = f.stack.get(-1 - k)
+            sp = sl.spill if sl is not None else None
+            if sp is not None and sp.t == D.SCALAR and sp.id & ~D.ADD_CONST == base:
                 n = _synced(reg, sp)
                 if n is not None and n is not sp:
-                    stack[k] = Slot(sl.types, n)
+                    f.stack[-1 - k] = Slot(sl.types, n)
 
 
-def _linked(st: State, a: int, b: int) -> tuple | None:
-    """Registers and spilled slots of every frame holding scalars with base id ``a`` or
-    ``b`` (ids without the BPF_ADD_CONST flags), as (frame, regno) / (frame, -1 - slot),
-    when more than one (kernel collect_linked_regs: recorded in the jump history for
-    precision backtracking)."""
-    ids = {a & ~D.ADD_CONST, b & ~D.ADD_CONST} - {0}
-    out = []
-    for fr, f in enumerate(st.frames):
-        for r, v in enumerate(f.regs):
-            if v.t == D.SCALAR and v.id & ~D.ADD_CONST in ids:
-                out.append((fr, r))
-        for k, sl in f.stack.items():
-            sp = sl.spill
-            if sp is not None and sp.t == D.SCALAR and sp.id & ~D.ADD_CONST in ids:
-                out.append((fr, -1 - k))
-    return tuple(out) if len(out) > 1 else None
+MAX_LINKED_REGS: Final = 6  # kernel include/linux/bpf_verifier.h
+
+
+def collect_linked(env: Env, st: State, i: int, ids: tuple[int, int]) -> list[tuple[int, int]]:
+    """kernel collect_linked_regs for a conditional jump at insn ``i``: for each of ``ids``
+    (the source's, then the destination's; 0: none), the scalars of that base id (the id
+    without the BPF_ADD_CONST flags) in every frame, newest first -- the registers live
+    there (before ``i``, a caller's before its call; Linux 6.18 stable: dead registers are
+    not linked) in order, then the spilled slots -- as (frame, regno) / (frame, -1 - slot).
+    At most MAX_LINKED_REGS; the ones past that lose their id, in ``st``."""
+    out: list[tuple[int, int]] = []
+    frames = st.frames
+    cur = len(frames) - 1
+    live_in = env.live_in
+    for rid in ids:
+        if not rid:
+            continue
+        base = rid & ~D.ADD_CONST
+        for fr in range(cur, -1, -1):
+            f = frames[fr]
+            live = live_in[i if fr == cur else frames[fr + 1].callsite] if live_in else 0x3FF
+            regs = f.regs
+            for r in range(10):
+                v = regs[r]
+                if live >> r & 1 and v.t == D.SCALAR and v.id and v.id & ~D.ADD_CONST == base:
+                    if len(out) < MAX_LINKED_REGS:
+                        out.append((fr, r))
+                    else:
+                        regs[r] = v.replace(id=0)
+            stack = f.stack
+            for k in sorted(stack):
+                sl = stack[k]
+                sp = sl.spill
+                if sp is not None and sp.t == D.SCALAR and sp.id and sp.id & ~D.ADD_CONST == base:
+                    if len(out) < MAX_LINKED_REGS:
+                        out.append((fr, -1 - k))
+                    else:
+                        stack[k] = Slot(sl.types, sp.replace(id=0))
+    return out
 
 
 def _pkt_end_taken(d: D.Reg, s: D.Reg, op: int) -> int:
@@ -501,8 +529,15 @@ def scalar_jump(
         if x.source == BPF_X:
             env.precise(x.src)
         return [(target, st)] if bt else None  # None: falls through, same state
+    linked: list[tuple[int, int]] = []
     if (x.source == BPF_X and s.id) or d.id:
-        env.hist_linked = _linked(st, s.id if x.source == BPF_X else 0, d.id)
+        linked = collect_linked(env, st, i, (s.id if x.source == BPF_X else 0, d.id))
+        if len(linked) > 1:
+            env.hist_linked = tuple(linked)
+        # the registers collection unlinked (past MAX_LINKED_REGS) as they now are
+        d = st.regs[x.dst]
+        if x.source == BPF_X:
+            s = st.regs[x.src]
     taken = st.copy()
     out = []
     for state, cond, nxt in ((st, _NEG.get(op), i + 1), (taken, op, target)):
@@ -526,11 +561,12 @@ def scalar_jump(
             nd, ns = both
         # kernel check_cond_jmp_op: both registers set, then the source's links synced,
         # then the destination's (the destination as the source's sync left it)
+        cur = len(state.frames) - 1
         state.regs[x.dst] = nd
         if x.source == BPF_X:
             state.regs[x.src] = ns
-            _mark_scalar_ids(state, ns)
+            _mark_scalar_ids(state, ns, (cur, x.src), linked)
             nd = state.regs[x.dst]
-        _mark_scalar_ids(state, nd)
+        _mark_scalar_ids(state, nd, (cur, x.dst), linked)
         out.append((nxt, state))
     return out

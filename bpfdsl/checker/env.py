@@ -98,6 +98,9 @@ class Env:
     want_slots: list[tuple[int, int]] = field(default_factory=list)
     hist_slot: tuple[int, int] | None = None
     hist_linked: tuple | None = None
+    # registers live before each insn (Cfg.live_in; set by analyzer.analyze): a jump links
+    # only live registers (branch.collect_linked)
+    live_in: list[int] = field(default_factory=list)
     stored_zero: bool = False
     live_reads: list[tuple[int, int]] = field(default_factory=list)
     live_writes: list[tuple[int, int]] = field(default_factory=list)

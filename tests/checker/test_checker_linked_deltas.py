@@ -135,7 +135,7 @@ PROGRAMS = {
         I.mov64_reg(1, 6),
         I.alu64_imm(A.BPF_ADD, 1, 5),
         I.stx_mem(8, 10, 1, -8),
-        I.jmp_imm(A.BPF_JGT, 6, 9, 11),
+        I.jmp_imm(A.BPF_JGT, 6, 9, 13),
         I.ldx_mem(8, 2, 10, -8),
         *_tail([1, 2], [5, 14, 15]),
     ],
@@ -149,6 +149,15 @@ PROGRAMS = {
         I.alu64_imm(A.BPF_ADD, 2, 3),
         I.jmp_imm(A.BPF_JGT, 6, 4, 12),
         *_tail([1, 2], [0, 6, 10]),
+    ],
+    # r4 = (u32)x + 1 is [1, 2**32]; its low half 43 leaves one value the range and the
+    # known bits share, so r4 is the constant 43 (6.18 stable __update_reg64_bounds,
+    # tnum_step): its comparisons are decided
+    "tnum_single_value": [
+        *_u32(4),
+        I.alu64_imm(A.BPF_ADD, 4, 1),
+        I.jmp32_imm(A.BPF_JNE, 4, 43, 6),
+        *_tail([4], [43, 44, 0xFFFF]),
     ],
     # two paths meet with r1 = r6 + 4 and r1 = r6 + 5: not the same link, not pruned
     "join_other_delta": [
@@ -169,13 +178,16 @@ PROGRAMS = {
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
 def test_linked_delta_program_walks_as_the_kernel(name: str) -> None:
     kernel, ours = _both(PROGRAMS[name])
+    assert kernel[0], "each of these programs is one the kernel accepts"
     assert ours == kernel
 
 
 @pytest.mark.kernel
 def test_random_linked_programs_agree_with_the_kernel() -> None:
-    """60 random programs (seed 4): every verdict the kernel's, 54 counts or more too
-    (before the checker modelled the deltas: 41 of 100 differed at seed 1, now 11)."""
+    """60 random programs (seed 4): every verdict the kernel's, 56 counts or more too
+    (57 now; before the checker modelled the deltas, 24 of them differed; at seed 1,
+    56 of 100 then, 6 now -- walks of branches no value takes, Env.inexact, and a few
+    pruning differences not yet explained)."""
     rng = random.Random(4)
     same = 0
     for k in range(60):
@@ -183,4 +195,4 @@ def test_random_linked_programs_agree_with_the_kernel() -> None:
         assert ours_ok == ok, k
         same += ours_processed == processed
     print(f"linked programs: {same}/60 counts equal to the kernel's")
-    assert same >= 54
+    assert same >= 56
