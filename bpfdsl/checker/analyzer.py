@@ -410,7 +410,7 @@ class Tables:
     summed over all the walks); ``global_calls``, the calls of global functions (not
     entered, r0 set: kernel backtrack_insn)."""
 
-    __slots__ = ("flags", "handlers", "visits", "global_calls")
+    __slots__ = ("flags", "handlers", "visits", "global_calls", "counters")
 
     def __init__(self, env: Env, cfg: Cfg) -> None:
         dec = cfg.insns
@@ -427,6 +427,10 @@ class Tables:
         self.flags = flags
         self.handlers: list[Handler] = []  # filled by analyze(), which owns the first-visit handler
         self.visits = [0] * len(dec)
+        # (jumps processed, and the jumps / insns processed at the last checkpoint added)
+        # where the previous walk of the program ended: the kernel's env counters run on
+        # from the program into its global functions
+        self.counters = (0, 0, 0)
         self.global_calls = frozenset(
             i for i, t in cfg.call_target.items() if getattr(env.subprogs.get(t), "is_global", 0)
         )
@@ -483,8 +487,9 @@ def analyze(
     start = State([Frame(regs, {}, -1, 0, entry)])
     stack: list[tuple[int, State, int]] = [(entry, start, -1)]
     next_clock = min(base + TIME_CHECK_EVERY, INSN_LIMIT + 1)
-    processed, jmps = base, 0  # kept in locals; ex.processed / ex.jmps synced for visited()
-    ex.processed = ex.prev_insns = base
+    # kept in locals; ex.processed / ex.jmps synced for visited()
+    processed, (jmps, ex.prev_jmps, ex.prev_insns) = base, tables.counters
+    ex.processed = base
     want_regs, want_slots, live_reads = env.want_regs, env.want_slots, env.live_reads
 
     def out(
@@ -492,6 +497,7 @@ def analyze(
         path: list[tuple[int, bool]] | None = None,
         timed_out: bool = False,
     ) -> Outcome:
+        tables.counters = (jmps, ex.prev_jmps, ex.prev_insns)
         return Outcome(
             fault,
             processed,
