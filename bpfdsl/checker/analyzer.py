@@ -488,7 +488,9 @@ def analyze(
     stack: list[tuple[int, State, int]] = [(entry, start, -1)]
     next_clock = min(base + TIME_CHECK_EVERY, INSN_LIMIT + 1)
     # kept in locals; ex.processed / ex.jmps synced for visited()
-    processed, (jmps, ex.prev_jmps, ex.prev_insns) = base, tables.counters
+    processed = base
+    jmps, prev_jmps, prev_insns = tables.counters
+    ex.prev_jmps, ex.prev_insns = prev_jmps, prev_insns
     ex.processed = base
     want_regs, want_slots, live_reads = env.want_regs, env.want_slots, env.live_reads
 
