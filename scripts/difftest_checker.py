@@ -5,7 +5,8 @@ Corpus (deterministic for a seed): progs/*.bpfd compiled; libbpf-style C from
 tests/data/c and tests/data/checker_c built with clang-19; instruction-level mutants of
 both (bounds check removed / off by one, NULL check removed, bad return value,
 uninitialized stack read, write to a read-only ctx field, out-of-range or misaligned
-stack access, unbounded loop, wrong helper argument); random instruction sequences;
+stack access, unbounded loop, wrong helper argument); random instruction sequences
+(among them copies, adds and spills of linked scalars: tests/support/linkedprogs.py);
 programs near the verifier's complexity limit (tests/support/complexity.py: nested
 packet loops, TCP option walks, ACL rule ladders at several sizes, category near_limit).
 Each program is checked by bpfdsl.checker and loaded with BPF_PROG_LOAD (maps created
@@ -51,6 +52,7 @@ from idioms import idiom_prog  # noqa: E402
 from mutations import Item, mutate  # noqa: E402
 from randprogs import calls_prog, ctx_prog, random_prog  # noqa: E402
 from support import complexity  # noqa: E402
+from support.linkedprogs import linked_prog  # noqa: E402
 
 PT, AT = ProgramType, AttachType
 
@@ -287,6 +289,10 @@ def build_corpus(
     corpus += [idiom_prog(rng, k, rmaps) for k in range(n_random // 2)]
     corpus += [ctx_prog(rng, k, rmaps) for k in range(n_random // 4)]
     corpus += [calls_prog(rng, k, rmaps) for k in range(n_random // 10)]
+    corpus += [
+        Item("random_linked", f"linked#{k}", I.decode(I.encode(linked_prog(rng))), PT.XDP, AT.XDP)
+        for k in range(n_random // 4)
+    ]
     if near_limit is not None:
         corpus += near_limit_items(tmp, near_limit or None)
     return corpus

@@ -105,6 +105,32 @@ def scalar_alu(op: int, dst: D.Reg, src: D.Reg, is64: bool, signed_div: bool = F
     return hit
 
 
+def _add_sub_bounds(op: int, dst: D.Reg, src: D.Reg, bits: int) -> tuple[int, int, int, int]:
+    """(smin, smax, umin, umax) of ``dst + src`` / ``dst - src`` in ``bits`` (64, or the
+    low 32): the kernel's scalar_min_max_add/sub and scalar32_min_max_add/sub (6.18): the
+    signed sum unbounded when either end overflows; the unsigned one kept, wrapped, when
+    both ends overflow (or underflow) or neither does."""
+    _t, dsmin, dsmax, dumin, dumax = _view(dst, bits)
+    _t, ssmin, ssmax, sumin, sumax = _view(src, bits)
+    mask = M64 if bits == 64 else M32
+    lim = 1 << (bits - 1)
+    if op == BPF_ADD:
+        smin, smax = dsmin + ssmin, dsmax + ssmax
+        umin, umax = dumin + sumin, dumax + sumax
+        u_unbounded = umin <= mask < umax
+    else:
+        smin, smax = dsmin - ssmax, dsmax - ssmin
+        umin, umax = dumin - sumax, dumax - sumin
+        u_unbounded = umin < 0 <= umax
+    if smin < -lim or smax >= lim:
+        smin, smax = -lim, lim - 1
+    if u_unbounded:
+        umin, umax = 0, mask
+    else:
+        umin, umax = umin & mask, umax & mask
+    return smin, smax, umin, umax
+
+
 def _scalar_alu(op: int, dst: D.Reg, src: D.Reg, is64: bool, signed_div: bool) -> D.Reg:
     bits = 64 if is64 else 32
     mask = M64 if is64 else M32
@@ -122,18 +148,12 @@ def _scalar_alu(op: int, dst: D.Reg, src: D.Reg, is64: bool, signed_div: bool) -
     dt, dsmin, dsmax, dumin, dumax = _view(dst, bits)
     st, ssmin, ssmax, sumin, sumax = _view(src, bits)
     smin, smax, umin, umax = smin_lim, smax_lim, 0, mask
-    if op == BPF_ADD:
-        tn = T.cast(T.add(dt, st), bits // 8)
-        if smin_lim <= dsmin + ssmin and dsmax + ssmax <= smax_lim:
-            smin, smax = dsmin + ssmin, dsmax + ssmax
-        if dumax + sumax <= mask:
-            umin, umax = dumin + sumin, dumax + sumax
-    elif op == BPF_SUB:
-        tn = T.cast(T.sub(dt, st), bits // 8)
-        if smin_lim <= dsmin - ssmax and dsmax - ssmin <= smax_lim:
-            smin, smax = dsmin - ssmax, dsmax - ssmin
-        if dumin >= sumax:
-            umin, umax = dumin - sumax, dumax - sumin
+    if op == BPF_ADD or op == BPF_SUB:
+        tn = T.cast((T.add if op == BPF_ADD else T.sub)(dt, st), bits // 8)
+        smin, smax, umin, umax = _add_sub_bounds(op, dst, src, bits)
+        if is64:  # the kernel's scalar32_min_max_add/sub on the 32-bit bounds too
+            b32 = _add_sub_bounds(op, dst, src, 32)
+            return D.scalar(tn, (smin, smax, umin, umax, *b32))
     elif op == BPF_MUL:
         tn = T.cast(T.mul(dt, st), bits // 8)
         if dumax * sumax <= mask:

@@ -105,7 +105,6 @@ from bpfdsl.checker.transfer import (
     do_ldx,
     do_store,
     fork_scalars,
-    kernel_links_delta,
     read_reg,
 )
 
@@ -411,7 +410,7 @@ class Tables:
     summed over all the walks); ``global_calls``, the calls of global functions (not
     entered, r0 set: kernel backtrack_insn)."""
 
-    __slots__ = ("flags", "handlers", "visits", "global_calls")
+    __slots__ = ("flags", "handlers", "visits", "global_calls", "counters")
 
     def __init__(self, env: Env, cfg: Cfg) -> None:
         dec = cfg.insns
@@ -428,6 +427,10 @@ class Tables:
         self.flags = flags
         self.handlers: list[Handler] = []  # filled by analyze(), which owns the first-visit handler
         self.visits = [0] * len(dec)
+        # (jumps processed, and the jumps / insns processed at the last checkpoint added)
+        # where the previous walk of the program ended: the kernel's env counters run on
+        # from the program into its global functions
+        self.counters = (0, 0, 0)
         self.global_calls = frozenset(
             i for i, t in cfg.call_target.items() if getattr(env.subprogs.get(t), "is_global", 0)
         )
@@ -454,6 +457,7 @@ def analyze(
     :class:`Tables` when several walks share them (``visits`` then adds up)."""
     if tables is None:
         tables = Tables(env, cfg)
+    env.live_in = cfg.live_in
     ex = _Explorer(env, cfg, deadline, tables)
     dec = cfg.insns
 
@@ -483,8 +487,11 @@ def analyze(
     start = State([Frame(regs, {}, -1, 0, entry)])
     stack: list[tuple[int, State, int]] = [(entry, start, -1)]
     next_clock = min(base + TIME_CHECK_EVERY, INSN_LIMIT + 1)
-    processed, jmps = base, 0  # kept in locals; ex.processed / ex.jmps synced for visited()
-    ex.processed = ex.prev_insns = base
+    # kept in locals; ex.processed / ex.jmps synced for visited()
+    processed = base
+    jmps, prev_jmps, prev_insns = tables.counters
+    ex.prev_jmps, ex.prev_insns = prev_jmps, prev_insns
+    ex.processed = base
     want_regs, want_slots, live_reads = env.want_regs, env.want_slots, env.live_reads
 
     def out(
@@ -492,6 +499,7 @@ def analyze(
         path: list[tuple[int, bool]] | None = None,
         timed_out: bool = False,
     ) -> Outcome:
+        tables.counters = (jmps, ex.prev_jmps, ex.prev_insns)
         return Outcome(
             fault,
             processed,
@@ -565,7 +573,14 @@ def analyze(
             if want_regs or want_slots:
                 _precision_requests(ex, env, st, i, frame)
             if env.hist_slot is not None or env.hist_linked is not None:
+                # kernel: pushed before the other branch is made, so both branches share
+                # the record (a jump's linked registers)
+                slot, linked = env.hist_slot, env.hist_linked
                 _record(st, i, prev, env, bool(pushed))
+                for _j, other in succ or ():
+                    if other is not st:
+                        env.hist_slot, env.hist_linked = slot, linked
+                        _record(other, i, prev, env, bool(pushed))
             if callback_exit >= 0:
                 ex.callback_returned(st, callback_exit)
             prev = i
@@ -956,9 +971,9 @@ def _mov_k(dst: int, imm: D.Reg) -> Handler:
 
 def _alu_k(op: int, is64: bool, dst: int, imm: D.Reg) -> Handler:
     scalar_alu = ALU.scalar_alu
-    # as do_alu: only a 64-bit add of 0..S32_MAX links dst to its copies with a delta
-    # (BPF_ADD_CONST); a negative immediate unlinks, as here (kernel_links_delta)
-    add = op == BPF_ADD and is64 and kernel_links_delta(imm.value)
+    # an add or sub of a scalar with an id may link dst to its copies with a delta
+    # (BPF_ADD_CONST64/32: transfer.link_delta): do_alu
+    link = op == BPF_ADD or op == BPF_SUB
     fork = op == BPF_AND or op == BPF_OR  # transfer.fork_scalars
     memo: dict[tuple, D.Reg] = {}  # this insn's results by the operand's tnum and bounds
 
@@ -968,8 +983,8 @@ def _alu_k(op: int, is64: bool, dst: int, imm: D.Reg) -> Handler:
         d = regs[dst]
         if d.t != D.SCALAR:  # pointer arithmetic, an unset register: do_alu
             return _alu(env, cfg, st, i, x)
-        if add and d.id and env.privileged:
-            env.inexact += 1  # the kernel links dst to its copies with a delta
+        if link and d.id and env.privileged:
+            return _alu(env, cfg, st, i, x)
         if fork and ((d.smin == -1 and d.smax == 0) or (d.s32min == -1 and d.s32max == 0)):
             return _alu(env, cfg, st, i, x)  # maybe_fork_scalars: two states
         key = (d.tn, d.smin, d.smax, d.umin, d.umax, d.s32min, d.s32max, d.u32min, d.u32max)
@@ -997,14 +1012,14 @@ def _mov_x(is64: bool, dst: int, src: int) -> Handler:
         t = s.t
         if is64:
             # a pointer, a constant or an already linked scalar is copied as it is
-            if t > D.SCALAR or (t == D.SCALAR and (s.id or not s.tn[1])):
+            if t > D.SCALAR or (t == D.SCALAR and not s.id & D.ADD_CONST and (s.id or not s.tn[1])):
                 regs[dst] = s
             else:  # an unset register, a scalar to link to its copy: do_alu
                 _alu(env, cfg, st, i, x)
                 return
         elif t == D.SCALAR and s.umax > D.M32:
             regs[dst] = zext32(s)
-        elif t == D.SCALAR and (s.id or not s.tn[1]):
+        elif t == D.SCALAR and not s.id & D.ADD_CONST and (s.id or not s.tn[1]):
             regs[dst] = s  # as do_alu: a value that fits in 32 bits is copied whole
         else:  # a scalar to link to its copy, a pointer: do_alu
             _alu(env, cfg, st, i, x)

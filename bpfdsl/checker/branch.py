@@ -14,6 +14,7 @@ from typing import Final
 from bpfdsl.abi.insn import Insn
 from bpfdsl.abi.limits import MAX_PACKET_OFF
 from bpfdsl.abi.opcodes import (
+    BPF_ADD,
     BPF_JEQ,
     BPF_JGE,
     BPF_JGT,
@@ -29,6 +30,7 @@ from bpfdsl.abi.opcodes import (
     BPF_K,
     BPF_X,
 )
+from bpfdsl.checker import alu as ALU
 from bpfdsl.checker import domain as D
 from bpfdsl.checker import features as F
 from bpfdsl.checker import tnum as T
@@ -90,6 +92,10 @@ def branch_taken(a: D.Reg, b: D.Reg, op: int, is32: bool) -> int:
             eq = 0
         elif (at[0] ^ bt[0]) & ~(at[1] | bt[1]):
             eq = 0
+        elif not is32 and (
+            a.u32min > b.u32max or a.u32max < b.u32min or a.s32min > b.s32max or a.s32max < b.s32min
+        ):
+            eq = 0  # a 64-bit (in)equality the 32-bit ranges decide (as the kernel)
         if eq == -1:
             return -1
         return eq if op == BPF_JEQ else 1 - eq
@@ -257,39 +263,94 @@ def _mark_ids(st: State, reg_id: int, fn: Callable[[D.Reg], D.Reg]) -> None:
     st.update_regs(lambda r: fn(r) if r.id == reg_id and r.t != D.SCALAR else None)
 
 
-def _mark_scalar_ids(st: State, reg: D.Reg) -> None:
-    """Copies of a scalar (same id) learn the refined bounds (kernel sync_linked_regs)."""
+def _synced(known: D.Reg, r: D.Reg) -> D.Reg | None:
+    """What scalar ``r``, linked to ``known`` (the same base id), becomes once ``known`` is
+    refined; None when it stays (kernel sync_linked_regs: a link of a 32-bit delta with a
+    64-bit one does not hold).  Without deltas, or with the same delta, ``r`` becomes
+    ``known`` itself; else ``known + (r.off - known.off)``, zero-extended when either went
+    through a 32-bit add (BPF_ADD_CONST32), keeping ``r``'s id and delta."""
+    kid, rid = known.id, r.id
+    if (kid ^ rid) & D.ADD_CONST == D.ADD_CONST:
+        return None
+    if not (kid | rid) & D.ADD_CONST or r.off == known.off:
+        return known
+    delta = D.known(r.off - known.off)
+    if (kid | rid) & D.ADD_CONST32:
+        # 64-bit add then zext_32_to_64: the 32-bit add, zero-extended
+        out = ALU.scalar_alu(BPF_ADD, known, delta, False)
+    else:
+        out = ALU.scalar_alu(BPF_ADD, known, delta, True)
+    return out.replace(id=rid, off=r.off)
+
+
+def _mark_scalar_ids(st: State, reg: D.Reg, at: tuple[int, int], linked: list) -> None:
+    """The registers and slots of ``linked`` (collect_linked's locations) holding copies of
+    scalar ``reg`` (same base id; ``reg`` itself at ``at`` = (frame, regno)) learn its
+    refined bounds, shifted by their deltas (kernel sync_linked_regs)."""
     rid = reg.id
     if not rid or reg.t != D.SCALAR:
         return
-    for f in st.frames:  # State.update_regs, inlined: this runs on most branches
-        regs = f.regs
-        for i in range(len(regs)):
-            r = regs[i]
-            if r.id == rid and r.t == D.SCALAR:
-                regs[i] = reg
-        stack = f.stack
-        for k, s in list(stack.items()):
-            sp = s.spill
-            if sp is not None and sp.id == rid and sp.t == D.SCALAR:
-                stack[k] = Slot(s.types, reg)
+    base = rid & ~D.ADD_CONST
+    frames = st.frames
+    for loc in linked:
+        if loc == at:
+            continue
+        f = frames[loc[0]]
+        k = loc[1]
+        if k >= 0:
+            r = f.regs[k]
+            if r.t == D.SCALAR and r.id & ~D.ADD_CONST == base:
+                n = _synced(reg, r)
+                if n is not None:
+                    f.regs[k] = n
+        else:
+            sl = f.stack.get(-1 - k)
+            sp = sl.spill if sl is not None else None
+            if sp is not None and sp.t == D.SCALAR and sp.id & ~D.ADD_CONST == base:
+                n = _synced(reg, sp)
+                if n is not None and n is not sp:
+                    f.stack[-1 - k] = Slot(sl.types, n)
 
 
-def _linked(st: State, a: int, b: int) -> tuple | None:
-    """Registers and spilled slots of every frame holding scalars with id ``a`` or ``b``,
-    as (frame, regno) / (frame, -1 - slot), when more than one (kernel
-    collect_linked_regs: recorded in the jump history for precision backtracking)."""
-    ids = {a, b} - {0}
-    out = []
-    for fr, f in enumerate(st.frames):
-        for r, v in enumerate(f.regs):
-            if v.t == D.SCALAR and v.id in ids:
-                out.append((fr, r))
-        for k, sl in f.stack.items():
-            sp = sl.spill
-            if sp is not None and sp.t == D.SCALAR and sp.id in ids:
-                out.append((fr, -1 - k))
-    return tuple(out) if len(out) > 1 else None
+MAX_LINKED_REGS: Final = 6  # kernel include/linux/bpf_verifier.h
+
+
+def collect_linked(env: Env, st: State, i: int, ids: tuple[int, int]) -> list[tuple[int, int]]:
+    """kernel collect_linked_regs for a conditional jump at insn ``i``: for each of ``ids``
+    (the source's, then the destination's; 0: none), the scalars of that base id (the id
+    without the BPF_ADD_CONST flags) in every frame, newest first -- the registers live
+    there (before ``i``, a caller's before its call; Linux 6.18 stable: dead registers are
+    not linked) in order, then the spilled slots -- as (frame, regno) / (frame, -1 - slot).
+    At most MAX_LINKED_REGS; the ones past that lose their id, in ``st``."""
+    out: list[tuple[int, int]] = []
+    frames = st.frames
+    cur = len(frames) - 1
+    live_in = env.live_in
+    for rid in ids:
+        if not rid:
+            continue
+        base = rid & ~D.ADD_CONST
+        for fr in range(cur, -1, -1):
+            f = frames[fr]
+            live = live_in[i if fr == cur else frames[fr + 1].callsite] if live_in else 0x3FF
+            regs = f.regs
+            for r in range(10):
+                v = regs[r]
+                if live >> r & 1 and v.t == D.SCALAR and v.id and v.id & ~D.ADD_CONST == base:
+                    if len(out) < MAX_LINKED_REGS:
+                        out.append((fr, r))
+                    else:
+                        regs[r] = v.replace(id=0)
+            stack = f.stack
+            for k in sorted(stack):
+                sl = stack[k]
+                sp = sl.spill
+                if sp is not None and sp.t == D.SCALAR and sp.id and sp.id & ~D.ADD_CONST == base:
+                    if len(out) < MAX_LINKED_REGS:
+                        out.append((fr, -1 - k))
+                    else:
+                        stack[k] = Slot(sl.types, sp.replace(id=0))
+    return out
 
 
 def _pkt_end_taken(d: D.Reg, s: D.Reg, op: int) -> int:
@@ -468,8 +529,15 @@ def scalar_jump(
         if x.source == BPF_X:
             env.precise(x.src)
         return [(target, st)] if bt else None  # None: falls through, same state
+    linked: list[tuple[int, int]] = []
     if (x.source == BPF_X and s.id) or d.id:
-        env.hist_linked = _linked(st, s.id if x.source == BPF_X else 0, d.id)
+        linked = collect_linked(env, st, i, (s.id if x.source == BPF_X else 0, d.id))
+        if len(linked) > 1:
+            env.hist_linked = tuple(linked)
+        # the registers collection unlinked (past MAX_LINKED_REGS) as they now are
+        d = st.regs[x.dst]
+        if x.source == BPF_X:
+            s = st.regs[x.src]
     taken = st.copy()
     out = []
     for state, cond, nxt in ((st, _NEG.get(op), i + 1), (taken, op, target)):
@@ -491,10 +559,14 @@ def scalar_jump(
                 env.inexact += 1
                 continue
             nd, ns = both
+        # kernel check_cond_jmp_op: both registers set, then the source's links synced,
+        # then the destination's (the destination as the source's sync left it)
+        cur = len(state.frames) - 1
         state.regs[x.dst] = nd
-        _mark_scalar_ids(state, nd)
         if x.source == BPF_X:
             state.regs[x.src] = ns
-            _mark_scalar_ids(state, ns)
+            _mark_scalar_ids(state, ns, (cur, x.src), linked)
+            nd = state.regs[x.dst]
+        _mark_scalar_ids(state, nd, (cur, x.dst), linked)
         out.append((nxt, state))
     return out

@@ -28,6 +28,14 @@ S64_MAX: Final = (1 << 63) - 1
 S32_MIN: Final = -(1 << 31)
 S32_MAX: Final = (1 << 31) - 1
 
+# kernel BPF_ADD_CONST64 / BPF_ADD_CONST32 (include/linux/bpf_verifier.h, Linux 6.18 with
+# the 2026 stable linked-register backports): flags in a scalar's ``id`` saying its value is
+# that of the scalars with the same base id (the id without the flags) plus ``off`` -- a
+# 64-bit add, or a 32-bit add zero-extended.  Env.new_id stays far below them.
+ADD_CONST64: Final = 1 << 31
+ADD_CONST32: Final = 1 << 30
+ADD_CONST: Final = ADD_CONST64 | ADD_CONST32
+
 # register types (kernel enum bpf_reg_type, reduced)
 NOT_INIT: Final = 0
 SCALAR: Final = 1
@@ -305,7 +313,26 @@ def ptr(t: int, off: int = 0, **kw: Any) -> Reg:
 # ---- bounds (kernel reg_bounds_sync) ----
 
 
-def _from_tnum(v: int, m: int, b: tuple[int, ...]) -> tuple[int, int, int, int, int, int, int, int]:
+def tnum_step(v: int, m: int, z: int) -> int:
+    """kernel tnum_step: the smallest member of tnum (v, m) above ``z`` (its largest when
+    ``z`` is not below that, its smallest when ``z`` is below that)."""
+    tmax = v | m
+    if z >= tmax:
+        return tmax
+    if z < v:
+        return v
+    d = z - v
+    carry = (1 << (d & ~m & M64).bit_length()) - 1
+    filled = (d | carry | (~m & M64)) & M64
+    return v | ((filled + 1) & m)
+
+
+def _from_tnum(
+    v: int, m: int, b: tuple[int, ...]
+) -> tuple[tuple[int, int], tuple[int, int, int, int, int, int, int, int]]:
+    """kernel __update_reg_bounds: the bounds narrowed by what the tnum allows; when the
+    u64 range and the tnum have one value in common, the constant (Linux 6.18 stable:
+    __update_reg64_bounds with tnum_step).  (tnum, bounds)."""
     smin, smax, umin, umax, s32min, s32max, u32min, u32max = b
     sv = v | (m & (1 << 63))
     smin = max(smin, sv - (1 << 64) if sv >> 63 else sv)
@@ -319,7 +346,20 @@ def _from_tnum(v: int, m: int, b: tuple[int, ...]) -> tuple[int, int, int, int, 
     s32max = min(s32max, lv | (lm & 0x7FFFFFFF))
     u32min = max(u32min, lv)
     u32max = min(u32max, lv | lm)
-    return smin, smax, umin, umax, s32min, s32max, u32min, u32max
+    if m:
+        tmax = v | m
+        nxt = tnum_step(v, m, umin)
+        umin_in = (umin & ~m) == v
+        k = -1
+        if umin_in and nxt > umax:
+            k = umin  # the u64 range and the tnum share only umin
+        elif not umin_in and nxt == tmax:
+            k = tmax  # ... only the tnum's largest value
+        elif not umin_in and nxt <= umax and tnum_step(v, m, nxt) > umax:
+            k = nxt  # ... only one value between umin and umax
+        if k >= 0:
+            return (k, 0), (s64(k), s64(k), k, k, s32(k), s32(k), k & M32, k & M32)
+    return (v, m), (smin, smax, umin, umax, s32min, s32max, u32min, u32max)
 
 
 def sync(r: Reg) -> Reg:
@@ -374,13 +414,13 @@ def _sync(tn: tuple[int, int], bounds: tuple[int, ...]) -> tuple[tuple[int, int]
     v, m = tn
     if m == 0:
         return (v, 0), (s64(v), s64(v), v, v, s32(v), s32(v), v & M32, v & M32)
-    (v, m), b = _deduce(_deduce(((v, m), _from_tnum(v, m, bounds))))
+    (v, m), b = _deduce(_deduce(_from_tnum(v, m, bounds)))
     smin, smax, umin, umax, s32min, s32max, u32min, u32max = b
     # __reg_bound_offset
     v, m = T.intersect((v, m), T.trange(umin, umax))
     low = T.intersect((v & M32, m & M32), T.trange(u32min, u32max))
     v, m = (v & ~M32 & M64) | low[0], (m & ~M32 & M64) | low[1]
-    return (v, m), _from_tnum(v, m, b)
+    return _from_tnum(v, m, b)
 
 
 def _deduce(

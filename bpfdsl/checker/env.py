@@ -75,9 +75,8 @@ class Env:
     store put zero bytes (not a spill) into the stack; ``live_reads``/``live_writes``,
     (frame, slot) read / written whole (for stack liveness, checker/liveness.py);
     ``inexact``: times the walk knowingly departed from the kernel's -- a branch no value
-    can take that the kernel walks anyway (its is_branch_taken cannot tell), a constant of
-    0..S32_MAX added to a linked scalar (the kernel keeps the link, BPF_ADD_CONST) -- so the kernel's
-    count may differ from the checker's."""
+    can take that the kernel walks anyway (its is_branch_taken cannot tell) -- so the
+    kernel's count may differ from the checker's."""
 
     prog_type: ProgramType
     attach_type: AttachType | None
@@ -98,6 +97,9 @@ class Env:
     want_slots: list[tuple[int, int]] = field(default_factory=list)
     hist_slot: tuple[int, int] | None = None
     hist_linked: tuple | None = None
+    # registers live before each insn (Cfg.live_in; set by analyzer.analyze): a jump links
+    # only live registers (branch.collect_linked)
+    live_in: list[int] = field(default_factory=list)
     stored_zero: bool = False
     live_reads: list[tuple[int, int]] = field(default_factory=list)
     live_writes: list[tuple[int, int]] = field(default_factory=list)

@@ -248,7 +248,24 @@ class IdMap:
         if not cur_id:
             self.fresh += 1
             cur_id = ("fresh", self.fresh)
-        return self.check(old_id, cur_id)
+        if not self.check(old_id, cur_id):
+            return False
+        if old_id & D.ADD_CONST and isinstance(cur_id, int):
+            # base + delta: the base ids map consistently too (6.18 stable, "Enforce
+            # regsafe base id consistency for BPF_ADD_CONST scalars")
+            return self.check(old_id & ~D.ADD_CONST, cur_id & ~D.ADD_CONST)
+        return True
+
+    def scalar_ids(self, o: D.Reg, n: D.Reg) -> bool:
+        """kernel regsafe's id checks of an explored scalar ``o`` with an id against the
+        current ``n``: the same BPF_ADD_CONST flag (32- and 64-bit deltas link
+        differently), the same delta, then check_scalar_ids."""
+        oid = o.id
+        if oid & D.ADD_CONST != n.id & D.ADD_CONST:
+            return False
+        if oid & D.ADD_CONST and o.off != n.off:
+            return False
+        return self.check_scalar(oid, n.id)
 
 
 def _range_within(o: D.Reg, n: D.Reg) -> bool:
@@ -308,7 +325,7 @@ def regsafe(o: D.Reg, n: D.Reg, precise: bool, idmap: IdMap, exact: int) -> bool
     if t == D.SCALAR:
         if not precise and exact == NOT_EXACT:
             return True
-        if o.id and not idmap.check_scalar(o.id, n.id):
+        if o.id and not idmap.scalar_ids(o, n):
             return False
         return _range_within(o, n)
     if t in D.PACKET_TYPES:
@@ -579,7 +596,7 @@ def covers(
                 continue
             if idmap is None:
                 idmap = IdMap()
-            if not idmap.check_scalar(o.id, n.id):
+            if not idmap.scalar_ids(o, n):
                 return False
             continue
         if idmap is None:
@@ -715,7 +732,7 @@ def covers_frames(
                 continue
             if idmap is None:
                 idmap = IdMap()
-            if not idmap.check_scalar(o.id, n.id):
+            if not idmap.scalar_ids(o, n):
                 return False
             continue
         if idmap is None:

@@ -116,11 +116,8 @@ def do_alu(env: Env, st: State, x: Insn) -> None:
                 env.need(F.CPU_V4_MIN, "sign-extending move (movsx)")
             if is64:
                 if x.off == 0:
-                    if s.t == D.SCALAR and not s.id and s.tn[1]:  # not a constant
-                        # copies share an id so a later bounds check refines both
-                        s = s.replace(id=env.new_id())
-                        regs[x.src] = s
-                    regs[x.dst] = s
+                    # copies share an id so a later bounds check refines both
+                    regs[x.dst] = id_before_mov(env, regs, x.src, s)
                 elif s.is_ptr:
                     regs[x.dst] = D.unknown()
                 else:
@@ -141,10 +138,7 @@ def do_alu(env: Env, st: State, x: Insn) -> None:
                 elif s.t == D.SCALAR and s.umax <= D.M32:
                     # kernel: a value that fits in 32 bits is copied whole, linked to its
                     # source (assign_scalar_id_before_mov), across calls too
-                    if not s.id and s.tn[1]:
-                        s = s.replace(id=env.new_id())
-                        regs[x.src] = s
-                    regs[x.dst] = s
+                    regs[x.dst] = id_before_mov(env, regs, x.src, s)
                 else:
                     regs[x.dst] = D.zext32(s)
         else:
@@ -199,12 +193,57 @@ def do_alu(env: Env, st: State, x: Insn) -> None:
         off_reg = s if d_ptr else d
         regs[x.dst] = _ptr_alu(env, x, op, is64, ptr_reg, ptr_no, off_reg, d_ptr)
         return
-    if op == BPF_ADD and is64 and d.id and s.is_const and env.privileged:
-        # the kernel links dst to its copies with a delta (BPF_ADD_CONST; 64-bit adds
-        # only, an ALU32 add unlinks as here)
-        if kernel_links_delta(s.value):
-            env.inexact += 1
-    regs[x.dst] = ALU.scalar_alu(op, d, s, is64, signed_div=bool(x.off))
+    r = ALU.scalar_alu(op, d, s, is64, signed_div=bool(x.off))
+    if (op == BPF_ADD or op == BPF_SUB) and d.id and env.privileged:
+        r = link_delta(x, is64, d, s, r)
+    regs[x.dst] = r
+
+
+def id_before_mov(env: Env, regs: list[D.Reg], regno: int, s: D.Reg) -> D.Reg:
+    """kernel assign_scalar_id_before_mov, for a copy of ``s`` (register ``regno``) about to
+    be made: a scalar already ``base + delta`` (BPF_ADD_CONST) loses that link (one delta per
+    register); a non-constant scalar without an id gets a new one, so the copy and the
+    source share it.  Returns the source's value, also stored in ``regs[regno]``."""
+    if s.t != D.SCALAR:
+        return s
+    r = s
+    if r.id & D.ADD_CONST:
+        r = r.replace(id=0, off=0)
+    if not r.id and r.tn[1]:
+        r = r.replace(id=env.new_id())
+    if r is not s:
+        regs[regno] = r
+    return r
+
+
+def link_delta(x: Insn, is64: bool, d: D.Reg, s: D.Reg, r: D.Reg) -> D.Reg:
+    """``r``, the result of ``dst += s`` / ``dst -= s`` on ``d`` (a scalar with an id, a
+    bpf_capable loader), linked to ``d``'s copies with the delta when the kernel keeps the
+    link: Linux 6.18 adjust_reg_min_max_vals with the 2026 stable backports (negative
+    offsets, BPF_SUB and alu32: BPF_ADD_CONST64 for a 64-bit constant of S32_MIN..S32_MAX,
+    BPF_ADD_CONST32 for a 32-bit constant when ``d``'s value fits in 32 bits; not for
+    ``rX += rX``, not twice).  Otherwise ``r`` as it is (no id)."""
+    if x.source == BPF_X and x.src == x.dst:
+        return r
+    if is64:
+        if s.tn[1]:
+            return r
+        off = D.s64(s.tn[0])
+        if off < D.S32_MIN or off > D.S32_MAX:
+            return r
+        flag = D.ADD_CONST64
+    else:
+        if s.tn[1] & D.M32 or d.umax > D.M32:
+            return r
+        off = D.s32(s.tn[0])
+        flag = D.ADD_CONST32
+    if x.op == BPF_SUB:
+        if off == D.S32_MIN:
+            return r
+        off = -off
+    if d.id & D.ADD_CONST:
+        return r
+    return r.replace(id=d.id | flag, off=off)
 
 
 def _movsx_linked(env: Env, regs: list[D.Reg], x: Insn, s: D.Reg, is64: bool) -> D.Reg:
@@ -212,11 +251,11 @@ def _movsx_linked(env: Env, regs: list[D.Reg], x: Insn, s: D.Reg, is64: bool) ->
     below 2**(N-1)) the copy stays linked to src (the kernel's no_sext:
     assign_scalar_id_before_mov, then the copy keeps the id)."""
     r = ALU.movsx(s, x.off, is64)
-    if s.t != D.SCALAR or s.umax >= 1 << (x.off - 1) or not s.tn[1]:
+    if s.t != D.SCALAR or s.umax >= 1 << (x.off - 1):
         return r
+    s = id_before_mov(env, regs, x.src, s)
     if not s.id:
-        s = s.replace(id=env.new_id())
-        regs[x.src] = s
+        return r
     return D.rebound(s, r.tn, r.bounds())
 
 
@@ -248,15 +287,6 @@ def fork_scalars(st: State, x: Insn) -> State | None:
     other.frames[-1].regs[x.dst] = zero
     regs[x.dst] = minus
     return other
-
-
-def kernel_links_delta(val: int) -> bool:
-    """Whether the kernel keeps a 64-bit ``dst += val`` (``val`` the constant as u64) of a
-    scalar with an id linked to its copies with the delta (BPF_ADD_CONST).  Linux 6.18
-    adjust_reg_min_max_vals (bpf_capable only): a ``val > (u32)S32_MAX`` -- every negative
-    constant, so the ``r1 += -lo`` of a range check -- clears dst's id and off, which is
-    the checker's fresh scalar, so only 0..S32_MAX departs from the checker's walk."""
-    return 0 <= val <= 0x7FFFFFFF
 
 
 def _ptr_leak_warn(env: Env, regno: int, r: D.Reg, what: str) -> None:
@@ -432,10 +462,9 @@ def do_store(env: Env, st: State, x: Insn) -> None:
         # stack copy learns too; a spill narrower than the value breaks the link
         if v.umax.bit_length() > 8 * x.size:
             if v.id:
-                stored = v.replace(id=0)
-        elif not v.id and v.tn[1]:
-            v = stored = v.replace(id=env.new_id())
-            st.regs[x.src] = v
+                stored = v.replace(id=0, off=0)
+        else:
+            v = stored = id_before_mov(env, st.regs, x.src, v)
     check_access(env, st, x.dst, x.off, x.size, True, stored)
     same_insn_pointer(env, d.t)
     if env.stored_zero:  # kernel check_stack_write_fixed_off: STACK_ZERO from a register

@@ -1,11 +1,11 @@
 """A 32-bit ``w3 = w1; w3 += -43; if w3 > 1`` (LLVM's ``v - 43 < 2`` on a u32): this
-kernel (Linux 6.18.44, with the 2026 linked-register backports: BPF_ADD_CONST32, negative
-deltas) keeps w3 linked to w1 with the delta (its log: ``R3=scalar(id=1-43,...)``), so the
-branch refines w1 to [43, 44] as well and the comparisons of w1 with 45 and 46 after it are
-decided; the checker links only a 64-bit add of 0..S32_MAX (transfer.kernel_links_delta),
-walks them both ways and counts more (kernel 47 vs checker 67 at v3, 45 vs 64 at v4).
-Modelling it needs a delta on linked scalars (sync_linked_regs with the 32-bit
-zero-extension, states_equal comparing deltas, precision through the link): not done.
+kernel (Linux 6.18.44, with the 2026 stable linked-register backports: BPF_ADD_CONST32,
+negative deltas, BPF_SUB) keeps w3 linked to w1 with the delta (its log:
+``R3=scalar(id=1-43,...)``), so the branch refines w1 to [43, 44] as well and the
+comparisons of w1 with 45 and 46 after it are decided.  The checker links them the same
+way (transfer.link_delta, branch._synced: sync_linked_regs with the zero-extension of a
+32-bit link, state.IdMap.scalar_ids: regsafe's flag and delta checks), so its walk and
+count are the kernel's (before: kernel 47 vs checker 67 at v3, 45 vs 64 at v4).
 """
 
 from __future__ import annotations
@@ -37,11 +37,6 @@ xdp fn linked(ctx) {
 
 
 @pytest.mark.kernel
-@pytest.mark.xfail(
-    strict=True,
-    reason="the kernel links a 32-bit add of a negative constant (BPF_ADD_CONST32); "
-    "the checker does not, so it walks branches the kernel decides",
-)
 @pytest.mark.parametrize("mcpu", ["v3", "v4"])
 def test_alu32_add_of_negative_constant_links_as_in_the_kernel(mcpu: str) -> None:
     spec = read_object(compile_source(SRC, "linked.bpfd", mcpu=mcpu, check=False).obj)

@@ -199,10 +199,10 @@ def test_near_limit_passes_check_without_margin_and_says_how_close(tmp_path, cap
     says how close it is; --json gives the same figures."""
     prog = _check(NEAR)
     assert prog.status == "ok", [e.message for e in prog.errors]
-    assert abs(prog.insns_processed - CASES[NEAR][2]) < 0.001 * INSN_LIMIT
+    assert prog.insns_processed == CASES[NEAR][2]  # the kernel's count (a global function too)
     assert prog.limit_text() == f"processed {prog.insns_processed:,} of 1,000,000 insns (97 %)"
     doc = prog.to_json()
-    assert doc["insns_limit"] == INSN_LIMIT and 96.5 < doc["limit_percent"] < 97.0
+    assert doc["insns_limit"] == INSN_LIMIT and 96.5 <= doc["limit_percent"] < 97.0
 
 
 def test_near_limit_is_refused_with_a_margin_naming_the_option(tmp_path, capsys):
