@@ -19,7 +19,7 @@ from support.paths import ROOT
 
 from bpfdsl import checker
 from bpfdsl.abi.map_types import MapType
-from bpfdsl.checker import analyzer, check_insns, check_object
+from bpfdsl.checker import CheckOptions, analyzer, check_insns, check_object
 from bpfdsl.compiler import compile_source
 from bpfdsl.obj.collection import read_object
 from bpfdsl.obj.maps import MapSpec
@@ -78,8 +78,7 @@ def _check_item(it, privileged: bool) -> tuple:
         it.prog_type,
         it.attach_type,
         map_refs=it.refs,
-        privileged=privileged,
-        nr_cpus=2,
+        options=CheckOptions(privileged=privileged, nr_cpus=2),
     )
     return _summary(res)
 
@@ -114,7 +113,7 @@ def test_programs_and_loops_same_outcome(monkeypatch: pytest.MonkeyPatch) -> Non
             _summary(p)
             for s in specs
             for kernel in (None, (4, 19))
-            for p in check_object(s, nr_cpus=2, kernel=kernel).programs
+            for p in check_object(s, options=CheckOptions(nr_cpus=2, kernel=kernel)).programs
         ]
 
     made = run()
