@@ -32,10 +32,11 @@ from bpfdsl.abi.prog_types import (
 )
 from bpfdsl.checker import features as F
 from bpfdsl.checker import fixups
-from bpfdsl.checker.analyzer import INSN_LIMIT, HotSpot, Outcome, Tables, analyze, hot_spot
+from bpfdsl.checker.analyzer import INSN_LIMIT, Outcome, Tables, analyze
 from bpfdsl.checker.cfg import Cfg, CfgError, build_cfg
 from bpfdsl.checker.ctx import ctx_for_program_type
 from bpfdsl.checker.env import Env, Fault, MapRef
+from bpfdsl.checker.hotspot import describe, hot_spot
 from bpfdsl.checker.report import TIMEOUT, CheckError, CheckResult, ProgramResult, SourceLine
 from bpfdsl.checker.subprog import (
     SubprogInfo,
@@ -261,7 +262,7 @@ def check_insns(
     frac = min(model_frac, margin_frac)
     if out.timed_out:
         spot = hot_spot(cfg, out.visits)
-        where = _where(spot, insns, cfg.slots, line_at)
+        where = describe(spot, cfg.slots, line_at)
         res.errors.append(
             _mk(
                 insns,
@@ -284,7 +285,7 @@ def check_insns(
             spot = hot_spot(cfg, out.visits)
             if spot is not None:
                 explain = (
-                    f"the verifier walks {_where(spot, insns, cfg.slots, line_at)} once for "
+                    f"the verifier walks {describe(spot, cfg.slots, line_at)} once for "
                     "every path that reaches it; bound loops by small constants, keep loops "
                     "over packet data flat (not inside other loops), and reduce branching"
                 )
@@ -296,7 +297,7 @@ def check_insns(
         res.errors.append(err)
     elif out.processed > frac * INSN_LIMIT:
         spot = hot_spot(cfg, out.visits)
-        where = _where(spot, insns, cfg.slots, line_at)
+        where = describe(spot, cfg.slots, line_at)
         pct = 100.0 * out.processed / INSN_LIMIT
         if margin_frac < model_frac:  # the user's margin refuses it, not the model
             message = (
@@ -406,31 +407,6 @@ def _verify(env: Env, cfg: Cfg, deadline: float | None) -> Outcome:
         if dead is not None:
             fault = (dead[0], dead[1], "", {})
     return Outcome(fault, processed, states, None, peak, per_insn, out.visits)
-
-
-def _where(
-    spot: HotSpot | None, insns: Sequence[Insn], slots: list[int], line_at: LineAt | None
-) -> str:
-    """``the loop at f.bpfd:7 (its head walked 12,345 times, 80% of the walk) inside the
-    loop at f.bpfd:5`` / ``the branch at f.bpfd:9 (walked 345 times)``."""
-    if spot is None:
-        return "the program"
-
-    def at(i: int) -> str:
-        li = line_at(slots[i]) if line_at is not None else None
-        if li is None:
-            return f"insn {slots[i]}"
-        return f"{li.file.rsplit('/', 1)[-1]}:{li.line}"
-
-    if spot.kind == "loop":
-        text = (
-            f"the loop at {at(spot.idx)} (its head walked {spot.visits:,} times, "
-            f"{spot.share:.0%} of the walk)"
-        )
-        if spot.outer:
-            text += f" inside the loop at {at(spot.outer[0])}"
-        return text
-    return f"the branch at {at(spot.idx)} (walked {spot.visits:,} times)"
 
 
 def _name_lines(text: str, at: tuple[int, ...], line_at: LineAt | None) -> str:

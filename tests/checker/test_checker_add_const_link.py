@@ -4,7 +4,7 @@
 constant -- the ``r1 = r6; r1 += -lo; if r1 < n`` LLVM makes of every range check --
 clears dst's id, which is exactly the checker's fresh scalar.  So only the linked case
 marks the walk as one the model may not follow exactly (Env.inexact: half the budget,
-checker/__init__.py), for the made handler (analyzer._fast_alu) and for do_alu (a
+checker/check.py), for the made handler (handlers._fast_alu) and for do_alu (a
 register operand known constant) alike.  (bpfdsl issue #23: a 2,367-rule ACL at v2 the
 kernel accepts at 652,733 processed insns was refused on half the budget.)
 """
@@ -20,7 +20,7 @@ import pytest
 from bpfdsl.abi.insn import Insn
 from bpfdsl.abi.opcodes import BPF_ADD, BPF_ALU, BPF_ALU64, BPF_EXIT, BPF_JMP, BPF_K, BPF_X
 from bpfdsl.abi.prog_types import ProgramType
-from bpfdsl.checker import INSN_LIMIT, analyzer, check_object
+from bpfdsl.checker import INSN_LIMIT, check_object, handlers
 from bpfdsl.checker import domain as D
 from bpfdsl.checker.cfg import build_cfg
 from bpfdsl.checker.env import Env
@@ -56,7 +56,7 @@ def test_made_handler_flags_only_a_kept_link(
     val: int, links: bool, privileged: bool, linked: bool
 ) -> None:
     x = Insn(BPF_ALU64 | BPF_ADD | BPF_K, dst=1, src=0, off=0, imm=val)
-    handler = analyzer._handler(x, [1])
+    handler = handlers.handler(x, [1])
     cfg = build_cfg([x, EXIT])
     env = Env(ProgramType.XDP, None, None, {}, {}, privileged=privileged)
     st = _state(linked)
@@ -78,7 +78,7 @@ def test_do_alu_flags_only_a_kept_link(val: int, links: bool, privileged: bool) 
 
 def test_alu32_add_never_links() -> None:
     x = Insn(BPF_ALU | BPF_ADD | BPF_K, dst=1, src=0, off=0, imm=8)
-    handler = analyzer._handler(x, [1])
+    handler = handlers.handler(x, [1])
     env = Env(ProgramType.XDP, None, None, {}, {})
     handler(env, build_cfg([x, EXIT]), _state(True), 0, x)
     assert env.inexact == 0

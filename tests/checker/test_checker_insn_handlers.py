@@ -1,4 +1,4 @@
-"""The analyzer's handlers made for one instruction (bpfdsl/checker/analyzer.py _fast_alu,
+"""The analyzer's handlers made for one instruction (bpfdsl/checker/handlers.py _fast_alu,
 _cond_k: ALU on an immediate, moves, conditional jumps on an immediate, used from an insn's
 second walk on) are the general handlers' exact equivalent: with them or with the general
 ones only, every program gets the same verdict, messages, processed count and number of
@@ -19,7 +19,7 @@ from support.paths import ROOT
 
 from bpfdsl import checker
 from bpfdsl.abi.map_types import MapType
-from bpfdsl.checker import CheckOptions, analyzer, check_insns, check_object
+from bpfdsl.checker import CheckOptions, analyzer, check_insns, check_object, handlers
 from bpfdsl.compiler import compile_source
 from bpfdsl.obj.collection import read_object
 from bpfdsl.obj.maps import MapSpec
@@ -48,8 +48,8 @@ def _general_only(monkeypatch: pytest.MonkeyPatch) -> None:
         # compiled code calls _handler directly, past the module attribute: the patch
         # would change nothing.  scripts/test.sh reruns tests/checker on the .py modules.
         pytest.skip("needs the pure-Python checker (BPFDSL_PURE_PYTHON=1)")
-    general = analyzer._handler
-    monkeypatch.setattr(analyzer, "_handler", lambda x, succ, made=True: general(x, succ, False))
+    general = handlers.handler
+    monkeypatch.setattr(analyzer, "handler", lambda x, succ, made=True: general(x, succ, False))
 
 
 def _summary(res) -> tuple:
