@@ -10,7 +10,8 @@ type unless precise, live registers only) ends the path; one still on the curren
 that equals it exactly is an infinite loop.  A checkpoint is added only after 2 jumps and
 8 instructions since the last one (inside a loop: 20 jumps or 100 instructions); one that
 misses more than 3 + 3 x its hits is dropped.  Those are the kernel's heuristics; they
-decide how many instructions it walks, so the count here follows the kernel's.
+decide how many instructions it walks, so the count here follows the kernel's.  What one
+instruction does to a state is its handler's (checker/handlers.py).
 """
 
 from __future__ import annotations
