@@ -94,7 +94,7 @@ def kernel_figures(spec, runs: int = 1) -> dict[str, tuple[str, int | None, floa
 
 def checker_figures(spec, runs: int) -> dict[str, tuple[str, int, float]]:
     """Program name -> (status, processed, median CPU seconds of check_program)."""
-    from bpfdsl.checker import check_program
+    from bpfdsl.checker import CheckOptions, check_program
     from bpfdsl.kernel.syscall import possible_cpus
 
     nr_cpus = possible_cpus()  # read once: not the checker's work
@@ -108,8 +108,8 @@ def checker_figures(spec, runs: int) -> dict[str, tuple[str, int, float]]:
                 spec.maps,
                 data_sections=spec.data_sections,
                 license=spec.license,
-                nr_cpus=nr_cpus,
                 btf=spec.btf,  # global functions verified on their own, as the kernel does
+                options=CheckOptions(nr_cpus=nr_cpus),
             )
             times.append(time.process_time() - t0)
             if times[-1] > 2.0:

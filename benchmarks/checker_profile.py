@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--top", type=int, default=30, help="profile rows shown")
     a = ap.parse_args(argv)
 
-    from bpfdsl.checker import check_program
+    from bpfdsl.checker import CheckOptions, check_program
     from bpfdsl.compiler import compile_source
     from bpfdsl.kernel.syscall import possible_cpus
     from bpfdsl.obj.collection import read_object
@@ -50,8 +50,8 @@ def main(argv: list[str] | None = None) -> int:
                 spec.maps,
                 data_sections=spec.data_sections,
                 license=spec.license,
-                nr_cpus=cpus,
                 btf=spec.btf,
+                options=CheckOptions(nr_cpus=cpus),
             )
 
     check_all()  # warm-up: imports, per-opcode tables

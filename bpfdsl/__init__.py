@@ -15,7 +15,9 @@ use, so ``import bpfdsl`` imports no stage until one is asked for::
 
 Stages: ``compile_source``/``compile_file`` (source text -> ELF bytes, the checker included),
 ``read_object`` (ELF bytes or path -> CollectionSpec; pure, no kernel), ``check_object``
-(verifier-like analysis of a CollectionSpec, also of clang's objects), ``load_collection``
+(verifier-like analysis of a CollectionSpec, also of clang's objects; how it checks -- target
+kernel, unprivileged loader, time, margin -- is a :class:`CheckOptions`:
+``check_object(spec, options=CheckOptions(kernel=(6, 1)))``), ``load_collection``
 (BPF_MAP_CREATE/BPF_PROG_LOAD: maps, configs, programs), ``attach_xdp``/``detach_xdp``
 (BPF links or netlink), ``run`` (a program on frames: the kernel's BPF_PROG_TEST_RUN or the
 userspace interpreter), ``open_events`` (the records a loaded program sends through a ringbuf
@@ -47,6 +49,7 @@ _PUBLIC: dict[str, str] = {
     "CollectionSpec": "bpfdsl.obj.spec",
     "ProgramSpec": "bpfdsl.obj.spec",
     "check_object": "bpfdsl.checker",
+    "CheckOptions": "bpfdsl.checker",
     "CheckResult": "bpfdsl.checker.report",
     "load_collection": "bpfdsl.runtime.loader",
     "Collection": "bpfdsl.runtime.loader",
@@ -68,6 +71,7 @@ _PUBLIC: dict[str, str] = {
 }
 
 __all__ = [
+    "CheckOptions",
     "CheckResult",
     "Collection",
     "CollectionSpec",
@@ -98,7 +102,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time names come from __getattr__
-    from bpfdsl.checker import check_object
+    from bpfdsl.checker import CheckOptions, check_object
     from bpfdsl.checker.report import CheckResult
     from bpfdsl.compiler import CompileResult, compile_file, compile_source
     from bpfdsl.diagnostics import Diagnostic, DiagnosticError, Span, UsageError

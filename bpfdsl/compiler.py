@@ -23,7 +23,7 @@ from bpfdsl.backend import target
 from bpfdsl.backend.codegen.debug import DebugAdapter
 from bpfdsl.backend.codegen.generator import generate
 from bpfdsl.backend.stackchain import check_call_chains
-from bpfdsl.checker import check_object
+from bpfdsl.checker import CheckOptions, check_object
 from bpfdsl.checker.report import TIMEOUT
 from bpfdsl.diagnostics import (
     Diagnostic,
@@ -264,10 +264,10 @@ def check_compiled(
     spec: CollectionSpec, text: str, timeout: float | None = None, *, margin: float = 0.0
 ) -> list[Diagnostic]:
     """Run the checker over a compiled object read (at most ``timeout`` seconds, ``margin``
-    percent of the complexity budget kept free: :func:`bpfdsl.checker.check_object`); raise
+    percent of the complexity budget kept free: :class:`bpfdsl.checker.CheckOptions`); raise
     DiagnosticError (source ``text``) for its errors, return its warnings as Diagnostics
     (a program it did not finish in time is a warning: not checked, not accepted)."""
-    res = check_object(spec, timeout=timeout, margin=margin)
+    res = check_object(spec, options=CheckOptions(timeout=timeout, margin=margin))
     errs, warns = [], []
     for p in res.programs:
         for e in p.errors:

@@ -42,7 +42,7 @@ from bpfdsl.abi import insn as I  # noqa: E402
 from bpfdsl.abi.map_types import MapType, is_map_in_map  # noqa: E402
 from bpfdsl.abi.opcodes import BPF_PSEUDO_MAP_FD, BPF_PSEUDO_MAP_VALUE  # noqa: E402
 from bpfdsl.abi.prog_types import AttachType, ProgramType  # noqa: E402
-from bpfdsl.checker import DataMap, check_insns, map_refs_for  # noqa: E402
+from bpfdsl.checker import CheckOptions, DataMap, check_insns, map_refs_for  # noqa: E402
 from bpfdsl.kernel import syscall as S  # noqa: E402
 from bpfdsl.obj.collection import read_object  # noqa: E402
 
@@ -227,7 +227,8 @@ def our_verdict(item: Item) -> None:
         item.attach_type,
         map_refs=item.refs,
         name=item.name,
-        nr_cpus=S.possible_cpus(),  # the kernel bounds bpf_get_smp_processor_id() by it
+        # the kernel bounds bpf_get_smp_processor_id() by the possible CPUs
+        options=CheckOptions(nr_cpus=S.possible_cpus()),
     )
     item.our_seconds = time.perf_counter() - t0
     item.our_processed = r.insns_processed

@@ -7,11 +7,14 @@ their targets, ``goto`` targets, the insn after every call, BPF-to-BPF calls and
 targets) and static register liveness (``compute_live_registers``) used when comparing
 states.  Structural faults raise :class:`CfgError` with the kernel's message:
 jumps out of range, a last insn that is not exit/jump, unreachable instructions.
+:func:`loops` finds the natural loops (for saying where a walk went: checker/hotspot.py,
+and at which jump an infinite loop is reported: :func:`closing_jump`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from bpfdsl.abi.helpers import BPF_FUNC_LOOP, HELPERS_BY_ID
 from bpfdsl.abi.insn import Insn
@@ -410,3 +413,67 @@ def _liveness(insns: Sequence[Insn], succ: list[list[int]], loops: bool = True) 
                     inq[p] = True
                     work.append(p)
     return live
+
+
+# ---- natural loops ------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Loop:
+    """A natural loop of the control flow: ``head`` (its entry insn), ``latches`` (the
+    jumps back to the head), ``body`` (insn indexes, head included)."""
+
+    head: int
+    latches: list[int]
+    body: frozenset[int]
+
+    @property
+    def closing(self) -> int:
+        """The last jump back to the head: where the loop's own source line is."""
+        return max(self.latches)
+
+
+def loops(cfg: Cfg) -> list[Loop]:
+    """The program's loops: edges to an insn on the depth-first path (retreating edges),
+    each head's body the insns that reach a latch without passing the head."""
+    succ = cfg.succ
+    latches: dict[int, list[int]] = {}
+    state = [0] * len(succ)  # 0 new, 1 on the path, 2 done
+    for start in cfg.subprogs:
+        if state[start]:
+            continue
+        state[start] = 1
+        stack = [(start, iter(succ[start]))]
+        while stack:
+            node, it = stack[-1]
+            nxt = next(it, None)
+            if nxt is None:
+                state[node] = 2
+                stack.pop()
+            elif state[nxt] == 1:
+                latches.setdefault(nxt, []).append(node)
+            elif state[nxt] == 0:
+                state[nxt] = 1
+                stack.append((nxt, iter(succ[nxt])))
+    preds: list[list[int]] = [[] for _ in succ]
+    for a, ss in enumerate(succ):
+        for b in ss:
+            preds[b].append(a)
+    out = []
+    for head, ls in sorted(latches.items()):
+        body = {head}
+        todo = [x for x in ls if x != head]
+        body.update(todo)
+        while todo:
+            for p in preds[todo.pop()]:
+                if p not in body:
+                    body.add(p)
+                    todo.append(p)
+        out.append(Loop(head, sorted(ls), frozenset(body)))
+    return out
+
+
+def closing_jump(cfg: Cfg, i: int) -> int:
+    """The jump that closes the innermost loop around insn ``i`` (``i`` if none)."""
+    inner = [(len(lp.body), lp.closing) for lp in loops(cfg) if i in lp.body]
+    return min(inner)[1] if inner else i

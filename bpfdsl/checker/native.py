@@ -16,6 +16,16 @@ Only the public importlib API is used (``importlib.abc.MetaPathFinder``,
 ``importlib.machinery`` loaders, ``importlib.util.spec_from_file_location``).  This module
 imports only the standard library: setup.py loads it from its file to list the modules
 and write the stamp.
+
+Why a finder: mypyc projects (mypy, black) choose at install time -- a platform wheel or
+the pure one -- and have no fallback at import time; here one install serves both
+(``BPFDSL_PURE_PYTHON=1`` per process, as tests/checker runs each mode) and an edited
+source must not run stale compiled code.  The default path finder cannot make that choice:
+in one directory it tries the extension suffixes before ``.py``, always.  Building the
+extensions into a directory of their own that ``__init__`` puts on the package's
+``__path__`` only when up to date would drop the finder but move setuptools' outputs
+(build_ext, editable installs), and a ``.so`` left next to its ``.py`` by an older build
+would again win unseen.
 """
 
 from __future__ import annotations

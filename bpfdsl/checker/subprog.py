@@ -35,8 +35,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from bpfdsl.abi.btf.core import BTF_FUNC_GLOBAL, Btf, BtfFormatError, Kind
+from bpfdsl.abi.btf.core import BTF_FUNC_GLOBAL, Btf, BtfFormatError, BtfType, Kind
 from bpfdsl.abi.helpers import BPF_FUNC_TAIL_CALL, HELPERS_BY_ID
 from bpfdsl.abi.kfuncs import PKT_CHANGING as PKT_CHANGING_KFUNCS
 from bpfdsl.abi.limits import MAX_CALL_FRAMES
@@ -48,6 +49,12 @@ from bpfdsl.checker.cfg import Cfg
 from bpfdsl.checker.env import Env, Fault
 from bpfdsl.checker.stack import stack_range_written
 from bpfdsl.checker.state import SPILL, Frame, IdMap, Slot, State, regs_exact
+
+if TYPE_CHECKING:  # pragma: no cover
+    from bpfdsl.obj.spec import FuncRecord
+
+# A fault as the analyzer reports it: (index, Fault, state text, register number -> text).
+FaultAt = tuple[int, Fault, str, dict[int, str]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,10 +96,16 @@ ARG_TAGS: frozenset[str] = frozenset(
 )
 
 
-def subprog_infos(btf: Btf | None, func_info, index_of_slot, ctx: str | None) -> dict:
+def subprog_infos(
+    btf: Btf | None,
+    func_info: Sequence[FuncRecord],
+    index_of_slot: dict[int, int],
+    ctx: str | None,
+) -> dict[int, SubprogInfo]:
     """Subprogram start index -> :class:`SubprogInfo` from ``func_info`` (records with
-    ``insn_off`` in slots and a BTF FUNC ``type_id``) of a program whose context struct is
-    named ``ctx``; empty without BTF (every subprogram is then static)."""
+    ``insn_off`` in slots and a BTF FUNC ``type_id``; ``index_of_slot``: slot -> list
+    index, abi.insn.index_by_slot) of a program whose context struct is named ``ctx``;
+    empty without BTF (every subprogram is then static)."""
     out: dict[int, SubprogInfo] = {}
     if btf is None:
         return out
@@ -114,7 +127,9 @@ def subprog_infos(btf: Btf | None, func_info, index_of_slot, ctx: str | None) ->
     return out
 
 
-def _info(btf: Btf, fn, ctx: str | None, tags: dict[tuple[int, int], list[str]]) -> SubprogInfo:
+def _info(
+    btf: Btf, fn: BtfType, ctx: str | None, tags: dict[tuple[int, int], list[str]]
+) -> SubprogInfo:
     """btf_prepare_func_args for one function (a static one's tags are not looked at: the
     kernel ignores its failure for a static function)."""
     if fn.linkage != BTF_FUNC_GLOBAL:
@@ -122,7 +137,7 @@ def _info(btf: Btf, fn, ctx: str | None, tags: dict[tuple[int, int], list[str]])
     proto = btf[fn.type]
     ret = btf.resolve(proto.type) if proto.type else None
     returns_scalar = ret is not None and ret.kind in (Kind.INT, Kind.ENUM, Kind.ENUM64)
-    args = []
+    args: list[ArgSpec] = []
 
     def bad(why: str) -> SubprogInfo:
         return SubprogInfo(fn.name, True, None, why, returns_scalar)
@@ -192,7 +207,9 @@ def _info(btf: Btf, fn, ctx: str | None, tags: dict[tuple[int, int], list[str]])
 # ---- changes_pkt_data -------------------------------------------------------------------
 
 
-def changes_pkt_data(cfg: Cfg, kfuncs: dict[int, str], subprogs: dict) -> dict[int, str]:
+def changes_pkt_data(
+    cfg: Cfg, kfuncs: dict[int, str], subprogs: dict[int, SubprogInfo]
+) -> dict[int, str]:
     """Subprogram start index -> why it changes packet data (``bpf_xdp_adjust_head at insn
     12``, ``calls leaf() at insn 30``), for every subprogram that does (see the module
     doc): its own instructions (the kernel's check_cfg visits them all: an unreachable one
@@ -249,7 +266,7 @@ def _frames_fault(n: int) -> Fault:
     )
 
 
-def enter_call(env: Env, cfg: Cfg, st: State, i: int):
+def enter_call(env: Env, cfg: Cfg, st: State, i: int) -> list[tuple[int, State]] | None:
     """A ``call pc+N`` (BPF_PSEUDO_CALL): a frame for a static subprogram, an argument
     check for a global one.  Returns the analyzer's successor list (None: next insn)."""
     target = cfg.call_target[i]  # the subprogram starting at the call's destination
@@ -437,7 +454,7 @@ def check_global_return(r0: D.Reg) -> None:
 # ---- bpf_loop ---------------------------------------------------------------------------
 
 
-def loop_call(env: Env, cfg: Cfg, st: State, i: int):
+def loop_call(env: Env, cfg: Cfg, st: State, i: int) -> list[tuple[int, State]] | None:
     """``call bpf_loop`` (kernel check_helper_call BPF_FUNC_loop, push_callback_call): check
     its arguments, mark the count (r1) precise, push a visit of the callback (its own frame,
     set_loop_callback_state) while fewer than ``umax(r1)`` visits were pushed from this
@@ -513,7 +530,7 @@ def is_callback_frame(cfg: Cfg, frame: Frame) -> bool:
     return frame.callsite in cfg.callback_calls
 
 
-def leave(env: Env, cfg: Cfg, st: State, i: int):
+def leave(env: Env, cfg: Cfg, st: State, i: int) -> list[tuple[int, State]]:
     """``exit`` of a subprogram or callback frame: back to the caller (prepare_func_exit)."""
     r0 = st.regs[0]
     callee = st.frames[-1]
@@ -561,7 +578,7 @@ def tail_call_exit(env: Env, cfg: Cfg, st: State, i: int) -> list[tuple[int, Sta
     return [*leave(env, cfg, st, i), (i + 1, failed)]
 
 
-def _leave_callback(st: State, r0: D.Reg):
+def _leave_callback(st: State, r0: D.Reg) -> list[tuple[int, State]]:
     """A callback's ``exit``: r0 in [0, 1] (its precision was marked by the explorer
     before), then back to the bpf_loop call, which is walked again (the explorer widens
     the caller state first: kernel widen_imprecise_scalars)."""
@@ -620,7 +637,7 @@ def widen(old: State, old_prec: list[int], old_sprec: list[int], cur: State) -> 
 # ---- the call graph (check_max_stack_depth) -----------------------------------------------
 
 
-def check_call_graph(env: Env, cfg: Cfg) -> tuple[int, Fault, str, dict] | None:
+def check_call_graph(env: Env, cfg: Cfg) -> FaultAt | None:
     """Every call chain from the program's start (calls and callback references alike)
     has at most 8 frames and 512 bytes of stack; a subprogram that tail-calls is entered
     with less than 256 bytes of its callers' stack, and none under a callback tail-calls:

@@ -114,7 +114,7 @@ def read_input(path: str) -> CollectionSpec:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from bpfdsl.checker import check_object
+    from bpfdsl.checker import CheckOptions, check_object
     from bpfdsl.checker.features import parse_version
     from bpfdsl.diagnostics import UsageError, error
     from bpfdsl.runtime.kfuncs import needs_dev_bound
@@ -126,15 +126,14 @@ def cmd_check(args: argparse.Namespace) -> int:
         except ValueError as e:
             raise UsageError(error("bad-kernel-version", str(e))) from None
     spec = read_input(args.file)
-    res = check_object(
-        spec,
-        only=args.prog,
+    options = CheckOptions(
         privileged=not args.unprivileged,
         strict=args.strict,
         kernel=kernel,
         timeout=args.timeout if args.timeout and args.timeout > 0 else None,
         margin=args.margin,
     )
+    res = check_object(spec, only=args.prog, options=options)
     if args.prog and not res.programs:
         names = ", ".join(spec.programs) or "none"
         raise UsageError(

@@ -17,7 +17,7 @@ from bpfdsl.abi import insn as I
 from bpfdsl.abi.map_types import MapType
 from bpfdsl.abi.opcodes import BPF_ALU64, BPF_MOV, BPF_X
 from bpfdsl.abi.prog_types import AttachType, ProgramType
-from bpfdsl.checker import DataMap, check_insns
+from bpfdsl.checker import CheckOptions, DataMap, check_insns
 from bpfdsl.checker.env import MapRef
 from bpfdsl.obj.maps import MapSpec
 
@@ -144,12 +144,14 @@ def _case(name: str) -> Case:
 def test_check_b10_xsk_lookup_needs_5_3_redirect_does_not():
     look = _case("b10_xsk_lookup_queue_id")
     pt, at = KINDS["xdp"]
-    old = check_insns(look.insns, pt, at, map_refs=look.refs, kernel=(5, 2))
+    old = check_insns(look.insns, pt, at, map_refs=look.refs, options=CheckOptions(kernel=(5, 2)))
     assert not old.ok
     e = old.errors[0]
     assert e.code == "kernel-version" and "xskmap needs Linux 5.3" in e.message
     assert "call bpf_map_lookup_elem" in e.insn_text
-    assert check_insns(look.insns, pt, at, map_refs=look.refs, kernel=(5, 3)).ok
+    assert check_insns(
+        look.insns, pt, at, map_refs=look.refs, options=CheckOptions(kernel=(5, 3))
+    ).ok
     redirect = [
         I.ldx_mem(4, 2, 1, 16),
         I.ld_imm64(1, 0),
@@ -158,18 +160,18 @@ def test_check_b10_xsk_lookup_needs_5_3_redirect_does_not():
         I.exit_(),
     ]
     refs = {1: MapRef(MAPS["xsks"])}
-    assert check_insns(redirect, pt, at, map_refs=refs, kernel=(5, 2)).ok
+    assert check_insns(redirect, pt, at, map_refs=refs, options=CheckOptions(kernel=(5, 2))).ok
 
 
 def test_check_loops_and_v4_insns_need_their_kernel():
     loop = _case("bounded_loop")
     pt, at = KINDS["xdp"]
-    res = check_insns(loop.insns, pt, at, kernel=(5, 2))
+    res = check_insns(loop.insns, pt, at, options=CheckOptions(kernel=(5, 2)))
     assert (
         not res.ok
         and "a loop (back-edge from insn 2 to 1) needs Linux 5.3" in res.errors[0].message
     )
     movsx = [I.mov64_imm(1, 200), I.Insn(BPF_ALU64 | BPF_MOV | BPF_X, 0, 1, 8, 0), I.exit_()]
     assert check_insns(movsx, pt, at).ok
-    res = check_insns(movsx, pt, at, kernel=(6, 1))
+    res = check_insns(movsx, pt, at, options=CheckOptions(kernel=(6, 1)))
     assert not res.ok and "needs Linux 6.6" in res.errors[0].message

@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 from support.progrun import kernel_processed
 
-from bpfdsl.checker import check_object
+from bpfdsl.checker import CheckOptions, check_object
 from bpfdsl.compiler import compile_source
 from bpfdsl.kernel import syscall
 from bpfdsl.obj.collection import read_object
@@ -40,6 +40,6 @@ xdp fn linked(ctx) {
 @pytest.mark.parametrize("mcpu", ["v3", "v4"])
 def test_alu32_add_of_negative_constant_links_as_in_the_kernel(mcpu: str) -> None:
     spec = read_object(compile_source(SRC, "linked.bpfd", mcpu=mcpu, check=False).obj)
-    (ours,) = check_object(spec, nr_cpus=syscall.possible_cpus()).programs
+    (ours,) = check_object(spec, options=CheckOptions(nr_cpus=syscall.possible_cpus())).programs
     assert ours.ok, ours.errors
     assert ours.insns_processed == kernel_processed(spec)

@@ -4,7 +4,7 @@ register): Linux 6.18 with the 2026 stable linked-register backports (this proje
 constant of S32_MIN..S32_MAX (so the ``r1 = r6; r1 += -lo; if r1 < n`` LLVM makes of every
 range check), BPF_ADD_CONST32 for a 32-bit one of a value that fits in 32 bits -- for a
 bpf_capable loader.  The checker records the same id and delta (transfer.link_delta), in
-the made handler (analyzer._fast_alu hands such an add to do_alu) and in do_alu, and
+the made handler (handlers._fast_alu hands such an add to do_alu) and in do_alu, and
 walks the link exactly (no Env.inexact, so the full budget).  (bpfdsl issue #23: a
 2,367-rule ACL at v2 the kernel accepts at 652,733 processed insns.)
 """
@@ -29,7 +29,7 @@ from bpfdsl.abi.opcodes import (
     BPF_X,
 )
 from bpfdsl.abi.prog_types import ProgramType
-from bpfdsl.checker import INSN_LIMIT, analyzer, check_object
+from bpfdsl.checker import INSN_LIMIT, check_object, handlers
 from bpfdsl.checker import domain as D
 from bpfdsl.checker.cfg import build_cfg
 from bpfdsl.checker.env import Env
@@ -72,7 +72,7 @@ def test_made_handler_links_with_the_kernels_delta(
     op: int, is64: bool, val: int, delta: int | None, privileged: bool, linked: bool
 ) -> None:
     x = Insn((BPF_ALU64 if is64 else BPF_ALU) | op | BPF_K, dst=1, src=0, off=0, imm=val)
-    handler = analyzer._handler(x, [1])
+    handler = handlers.handler(x, [1])
     cfg = build_cfg([x, EXIT])
     env = Env(ProgramType.XDP, None, None, {}, {}, privileged=privileged)
     st = _state(linked)

@@ -7,7 +7,7 @@ import pytest
 from support.paths import PROGS
 
 from bpfdsl.abi import insn as I
-from bpfdsl.checker import check_insns, check_object, check_program, map_refs_for
+from bpfdsl.checker import CheckOptions, check_insns, check_object, check_program, map_refs_for
 from bpfdsl.obj.collection import read_object
 
 
@@ -72,7 +72,7 @@ def test_check_leaves_the_cycle_collector_as_it_found_it(udp_filter):
         for enabled in (True, False):
             gc.enable() if enabled else gc.disable()
             ok = check_object(udp_filter)
-            rejected = check_insns(bad, ProgramType.XDP, privileged=False)
+            rejected = check_insns(bad, ProgramType.XDP, options=CheckOptions(privileged=False))
             assert ok.ok and not rejected.ok
             assert gc.isenabled() is enabled
     finally:

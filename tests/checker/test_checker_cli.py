@@ -227,9 +227,9 @@ def test_check_get_current_pid_tgid_is_modelled():
     from bpfdsl.abi.insn import alu64_imm, call, exit_
     from bpfdsl.abi.opcodes import BPF_AND
     from bpfdsl.abi.prog_types import ProgramType
-    from bpfdsl.checker import check_insns
+    from bpfdsl.checker import CheckOptions, check_insns
 
     prog = [call(14), alu64_imm(BPF_AND, 0, 1), exit_()]
     assert check_insns(prog, ProgramType.XDP).ok
-    old = check_insns(prog, ProgramType.XDP, kernel=(6, 1))
+    old = check_insns(prog, ProgramType.XDP, options=CheckOptions(kernel=(6, 1)))
     assert old.errors[0].code == "kernel-version" and "6.10" in old.errors[0].message

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from support.complexity import CASES, LOOP_SKIP_EXT_TCP, TCP_OPTIONS_WALK, acl_ladder
 
-from bpfdsl.checker import INSN_LIMIT, check_object, limit_fraction
+from bpfdsl.checker import INSN_LIMIT, CheckOptions, check_object, limit_fraction
 from bpfdsl.cli import main
 from bpfdsl.compiler import compile_source
 from bpfdsl.obj.collection import read_object
@@ -42,7 +42,9 @@ def _spec(name: str):
 @functools.cache
 def _check(name: str, kernel: tuple[int, int] | None = None, timeout: float | None = None):
     spec, _ = _spec(name)
-    (prog,) = check_object(spec, nr_cpus=2, kernel=kernel, timeout=timeout).programs
+    (prog,) = check_object(
+        spec, options=CheckOptions(nr_cpus=2, kernel=kernel, timeout=timeout)
+    ).programs
     return prog
 
 
@@ -216,7 +218,7 @@ def test_near_limit_is_refused_with_a_margin_naming_the_option(tmp_path, capsys)
     assert "(97 %): over the 90% of the verifier's complexity limit that --margin 10" in out
     assert "drop or lower it" in out
     spec, _ = _spec(NEAR)
-    (prog,) = check_object(spec, nr_cpus=2, margin=10).programs
+    (prog,) = check_object(spec, options=CheckOptions(nr_cpus=2, margin=10)).programs
     (err,) = prog.errors
     assert err.code == "complexity-limit" and "--margin 10" in err.message
 
@@ -225,7 +227,7 @@ def test_over_the_limit_is_refused_with_or_without_margin():
     """Over 1,000,000 the kernel's own message, whatever the margin."""
     spec, _ = _spec("acl_ladder_100")
     for margin in (0, 10):
-        (prog,) = check_object(spec, nr_cpus=2, margin=margin).programs
+        (prog,) = check_object(spec, options=CheckOptions(nr_cpus=2, margin=margin)).programs
         (err,) = prog.errors
         assert err.message == "BPF program is too large. Processed 1000001 insn"
 

@@ -1,4 +1,4 @@
-"""A conditional jump on an immediate (bpfdsl/checker/analyzer.py _cond_k) remembers, per
+"""A conditional jump on an immediate (bpfdsl/checker/handlers.py _cond_k) remembers, per
 instruction, what it decided for each tnum and bounds of its scalar; a decision taken
 from that memory is branch.scalar_jump's for the register at hand: the same successors,
 the same refined registers (the operand's note kept), the same precision request and
@@ -33,8 +33,8 @@ from bpfdsl.abi.opcodes import (
     BPF_MOV,
 )
 from bpfdsl.abi.prog_types import ProgramType
-from bpfdsl.checker import analyzer
 from bpfdsl.checker import domain as D
+from bpfdsl.checker import handlers
 from bpfdsl.checker.branch import scalar_jump
 from bpfdsl.checker.cfg import Cfg, build_cfg
 from bpfdsl.checker.env import Env
@@ -93,7 +93,7 @@ def _outcome(env: Env, succ) -> tuple:
 def test_remembered_decision_is_scalar_jumps(op: int, cls: int) -> None:
     for imm in (0, 5, 9, 4096, -1, (1 << 31) - 1):
         x = Insn(cls | op | BPF_K, dst=3, src=0, off=TARGET - 1, imm=imm)
-        handler = analyzer._handler(x, [1, TARGET])
+        handler = handlers.handler(x, [1, TARGET])
         cfg = _cfg(x)
         # the memoizing handler (a compiled closure has no __name__: its class is
         # named after the function, cond_k__cond_k_obj)

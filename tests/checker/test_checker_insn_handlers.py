@@ -1,4 +1,4 @@
-"""The analyzer's handlers made for one instruction (bpfdsl/checker/analyzer.py _fast_alu,
+"""The analyzer's handlers made for one instruction (bpfdsl/checker/handlers.py _fast_alu,
 _cond_k: ALU on an immediate, moves, conditional jumps on an immediate, used from an insn's
 second walk on) are the general handlers' exact equivalent: with them or with the general
 ones only, every program gets the same verdict, messages, processed count and number of
@@ -19,7 +19,7 @@ from support.paths import ROOT
 
 from bpfdsl import checker
 from bpfdsl.abi.map_types import MapType
-from bpfdsl.checker import analyzer, check_insns, check_object
+from bpfdsl.checker import CheckOptions, analyzer, check_insns, check_object, handlers
 from bpfdsl.compiler import compile_source
 from bpfdsl.obj.collection import read_object
 from bpfdsl.obj.maps import MapSpec
@@ -48,8 +48,8 @@ def _general_only(monkeypatch: pytest.MonkeyPatch) -> None:
         # compiled code calls _handler directly, past the module attribute: the patch
         # would change nothing.  scripts/test.sh reruns tests/checker on the .py modules.
         pytest.skip("needs the pure-Python checker (BPFDSL_PURE_PYTHON=1)")
-    general = analyzer._handler
-    monkeypatch.setattr(analyzer, "_handler", lambda x, succ, made=True: general(x, succ, False))
+    general = handlers.handler
+    monkeypatch.setattr(analyzer, "handler", lambda x, succ, made=True: general(x, succ, False))
 
 
 def _summary(res) -> tuple:
@@ -78,8 +78,7 @@ def _check_item(it, privileged: bool) -> tuple:
         it.prog_type,
         it.attach_type,
         map_refs=it.refs,
-        privileged=privileged,
-        nr_cpus=2,
+        options=CheckOptions(privileged=privileged, nr_cpus=2),
     )
     return _summary(res)
 
@@ -114,7 +113,7 @@ def test_programs_and_loops_same_outcome(monkeypatch: pytest.MonkeyPatch) -> Non
             _summary(p)
             for s in specs
             for kernel in (None, (4, 19))
-            for p in check_object(s, nr_cpus=2, kernel=kernel).programs
+            for p in check_object(s, options=CheckOptions(nr_cpus=2, kernel=kernel)).programs
         ]
 
     made = run()

@@ -1,4 +1,4 @@
-"""The analyzer's handler made for a 32-bit register move (bpfdsl/checker/analyzer.py
+"""The analyzer's handler made for a 32-bit register move (bpfdsl/checker/handlers.py
 _mov_x, used from an insn's second walk on) keeps what the general one does: a scalar
 that fits in 32 bits is copied whole and linked to its source (kernel check_alu_op,
 assign_scalar_id_before_mov for ``w_dst = w_src``), so a bounds check of the copy bounds
@@ -23,7 +23,7 @@ from bpfdsl.abi.helpers import HELPERS
 from bpfdsl.abi.map_types import MapType
 from bpfdsl.abi.opcodes import BPF_ADD, BPF_AND, BPF_JEQ, BPF_JGT
 from bpfdsl.abi.prog_types import AttachType, ProgramType, XdpAction
-from bpfdsl.checker import analyzer, check_insns
+from bpfdsl.checker import analyzer, check_insns, handlers
 from bpfdsl.checker.env import MapRef
 from bpfdsl.obj.maps import MapSpec
 
@@ -90,8 +90,8 @@ def test_a_32_bit_copy_bounds_its_source(monkeypatch: pytest.MonkeyPatch) -> Non
         # compiled code calls _handler directly, past the module attribute: the patch
         # would change nothing.  scripts/test.sh reruns tests/checker on the .py modules.
         pytest.skip("needs the pure-Python checker (BPFDSL_PURE_PYTHON=1)")
-    general = analyzer._handler
-    monkeypatch.setattr(analyzer, "_handler", lambda x, succ, made=True: general(x, succ, False))
+    general = handlers.handler
+    monkeypatch.setattr(analyzer, "handler", lambda x, succ, made=True: general(x, succ, False))
     alone = _check(_prog(7))
     assert (alone.ok, alone.insns_processed, alone.states) == (
         made.ok,

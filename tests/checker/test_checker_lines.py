@@ -14,7 +14,7 @@ from support.paths import DATA
 from bpfdsl.abi import insn as I
 from bpfdsl.abi.opcodes import BPF_K, BPF_STX, BPF_X
 from bpfdsl.abi.prog_types import AttachType, ProgramType
-from bpfdsl.checker import check_insns, map_refs_for
+from bpfdsl.checker import DEFAULT_OPTIONS, CheckOptions, check_insns, map_refs_for
 from bpfdsl.obj.collection import read_object
 
 SRC = DATA / "checker_c" / "lines.c"
@@ -58,7 +58,7 @@ def _find(insns, pred, last=False) -> int:
     return hits[-1] if last else hits[0]
 
 
-def _check(prog, insns, refs=None, **kw):
+def _check(prog, insns, refs=None, options=DEFAULT_OPTIONS):
     p, r = prog
     return check_insns(
         insns,
@@ -66,7 +66,7 @@ def _check(prog, insns, refs=None, **kw):
         AttachType.XDP,
         map_refs=r if refs is None else refs,
         line_at=p.line_at,
-        **kw,
+        options=options,
     )
 
 
@@ -172,7 +172,7 @@ def test_check_bad_return_is_warning_at_the_insn_that_set_r0(prog):
     assert w.idx == i and w.insn_text.endswith("r0 = 7")
     assert w.source.line == prog[0].line_at(w.slot).line
     assert w.source.line != _markers()["ret"]
-    strict = _check(prog, ins, strict=True)
+    strict = _check(prog, ins, options=CheckOptions(strict=True))
     assert not strict.ok and strict.errors[0].code == "ret-range"
 
 
@@ -181,6 +181,6 @@ def test_check_uninit_stack_read_names_call_line(prog):
     priv = _check(prog, ins)
     assert priv.ok and priv.warnings[0].code == "uninit-stack"  # root may read it
     assert priv.warnings[0].source.line == _markers()["call"]
-    unpriv = _check(prog, ins, privileged=False)
+    unpriv = _check(prog, ins, options=CheckOptions(privileged=False))
     assert not unpriv.ok and unpriv.errors[0].code == "uninit-stack"
     assert unpriv.errors[0].source.line == _markers()["call"]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from bpfdsl.checker import check_object
+from bpfdsl.checker import CheckOptions, check_object
 from bpfdsl.checker.liveness import StackLiveness, _Instance, _Order
 from bpfdsl.compiler import compile_file, compile_source
 from bpfdsl.obj.collection import read_object
@@ -33,7 +33,7 @@ def _rounds(self: StackLiveness, inst: _Instance, shape: _Order) -> None:
 def _walk(spec) -> list[tuple[str, str, int, int]]:
     return [
         (p.name, p.status, p.insns_processed, p.states)
-        for p in check_object(spec, nr_cpus=2).programs
+        for p in check_object(spec, options=CheckOptions(nr_cpus=2)).programs
     ]
 
 

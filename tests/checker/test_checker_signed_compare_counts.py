@@ -29,7 +29,7 @@ from bpfdsl.abi.insn import Insn
 from bpfdsl.abi.opcodes import BPF_ALU64, BPF_AND, BPF_EXIT, BPF_JMP, BPF_K
 from bpfdsl.abi.prog_types import ProgramType
 from bpfdsl.checker import alu as ALU
-from bpfdsl.checker import analyzer, check_insns, check_object
+from bpfdsl.checker import check_insns, check_object, handlers
 from bpfdsl.checker import domain as D
 from bpfdsl.checker.cfg import build_cfg
 from bpfdsl.checker.env import Env
@@ -100,7 +100,7 @@ def test_and_of_zero_or_minus_one_walks_both(r1: D.Reg) -> None:
     x = Insn(BPF_ALU64 | BPF_AND | BPF_K, dst=1, src=0, off=0, imm=8)
     cfg = build_cfg([x, Insn(BPF_JMP | BPF_EXIT, 0, 0, 0, 0)])
     env = Env(ProgramType.XDP, None, None, {}, {})
-    for handler in (analyzer._alu, analyzer._handler(x, [1])):  # general and made handlers
+    for handler in (handlers.general_alu, handlers.handler(x, [1])):  # general and made handlers
         regs = [D.NOT_INIT_REG] * 11
         regs[1], regs[10] = r1, D.ptr(D.STACK, map=0)
         st = State([Frame(regs, {}, -1, 0, 0)])
