@@ -80,8 +80,20 @@ def release_pin_dir(pin_dir: str) -> str:
         return ""
     made_by = (pins.read_manifest(pin_dir) or {}).get("made_by", "")
     if made_by == "attach" and not live_links_in(pin_dir):
+        try:
+            maps = sorted(os.listdir(os.path.join(pin_dir, "maps")))
+        except OSError:
+            maps = []
+        # the global data (.rodata, .data, .bss: configs and globals) is the object's own
+        maps = [m for m in maps if m.split(".")[0] not in ("rodata", "data", "bss")]
         pins.remove_tree(pin_dir)
-        return f"removed {pin_dir} (the replaced program's pins)"
+        if not maps:
+            return f"removed {pin_dir} (the replaced program's pins)"
+        return (
+            f"removed {pin_dir} (the replaced program's pins): the state of its maps "
+            f"{', '.join(maps)} is gone with it; to keep maps across a replace, attach the "
+            f"new object with `--pin-dir {pin_dir}` (maps of the same definition are kept)"
+        )
     return (
         f"{pin_dir} stays pinned, not attached here any more (`bpfdsl unload {pin_dir}` removes it)"
     )

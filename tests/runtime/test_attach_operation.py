@@ -326,6 +326,23 @@ def test_detach_of_a_foreign_program_refused_unless_force(net, root, objs, tool)
 
 
 @pytest.mark.kernel
+def test_attach_over_another_dir_says_its_maps_state_is_gone(net, root):
+    """Over an attach-made dir A with maps, from another object name: A's maps go with
+    it, and the note says so and how to keep them (`--pin-dir A`, which keeps them)."""
+    src = str(PROGS / "xdp_udp_filter.bpfd")
+    a_dir, b_dir = f"{root}/a", f"{root}/b"
+    assert run(net, "attach", src, net.xdp_dev, "--pin-dir", a_dir).code == 0
+    b = run(net, "attach", src, net.xdp_dev, "--pin-dir", b_dir)
+    assert b.code == 0, b.stderr
+    assert f"removed {a_dir} (the replaced program's pins): the state of its maps drops, " \
+        f"passes is gone with it" in b.stdout, b.stdout  # fmt: skip
+    assert f"attach the new object with `--pin-dir {a_dir}`" in b.stdout
+    c = run(net, "attach", src, net.xdp_dev, "--pin-dir", b_dir)
+    assert c.code == 0 and "kept the maps of the program it replaces: drops, passes" in c.stdout
+    assert run(net, "detach", net.xdp_dev).code == 0
+
+
+@pytest.mark.kernel
 def test_attach_over_another_bpfdsl_attachment(net, root, objs):
     """Over an attach-made dir A: A's pins are removed.  Over a `bpfdsl load` dir L: L
     stays pinned and `show` lists it as not attached."""
