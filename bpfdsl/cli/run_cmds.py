@@ -374,11 +374,11 @@ class _RunOutput:
     def finish(self) -> int:
         status = OK
         if self.count and self.skipped == self.count:
-            print(
-                f"error: no packet was run: all {self.count} skipped ({self.first_skip})"
-                + (", ..." if self.count > 1 else ""),
-                file=sys.stderr,
-            )
+            from bpfdsl.diagnostics import error
+
+            why = self.first_skip + (", ..." if self.count > 1 else "")
+            d = error("nothing-run", f"no packet was run: all {self.count} skipped ({why})")
+            print(d.render(), file=sys.stderr)
             status = FAILED
         if self.interrupted:
             print(f"interrupted after {self.count} packet(s)", file=sys.stderr)

@@ -114,6 +114,25 @@ def test_errors_are_collected_not_cascaded():
     ]
 
 
+def test_an_unknown_map_indexed_is_one_error() -> None:
+    """`drop[0] += 1` for the map `drops`: the unknown name with its did-you-mean, and no
+    second error about indexing the error's placeholder type (`<error> cannot be indexed`,
+    found by a new-user review)."""
+    src = (
+        HEAD
+        + """map drops: array<u32, u64>(max_entries: 1)
+xdp fn f(ctx) {
+    drop[0] += 1
+    return XDP_PASS
+}"""
+    )
+    with pytest.raises(DiagnosticError) as ei:
+        compile_source(src, "typo.bpfd")
+    (d,) = ei.value.diagnostics
+    assert d.code == "unknown-name" and any("drops" in h for h in d.hints)
+    assert "<error>" not in ei.value.render()
+
+
 def test_cli_error_shows_source_caret_and_exits_1(tmp_path):
     src = ERRORS / "types" / "byte_order.bpfd"
     (w,) = expected(src)

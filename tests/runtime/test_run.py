@@ -186,7 +186,7 @@ def test_run_limit_below_one_and_directory_capture():
 @pytest.mark.kernel
 def test_run_all_skipped_exits_1():
     r = bpfdsl("run", str(PROGS / "xdp_pass.bpfd"), "--hex", "0011")
-    assert r.returncode == 1 and "no packet was run" in r.stderr
+    assert r.returncode == 1 and "error[nothing-run]: no packet was run" in r.stderr
     r = bpfdsl("run", str(PROGS / "xdp_pass.bpfd"), "--hex", "00" * 60)
     assert r.returncode == 0, r.stderr
 

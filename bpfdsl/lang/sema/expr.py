@@ -447,7 +447,8 @@ class ExprChecker(OpsChecker):
                 self.coerce(e.index, T.U32)  # a signed constant or loop variable is
             self.index_in_range(e.index, t.count)  # checked by its value/bounds instead
             return T.RefType(t.elem, ref.percpu, ref.readonly) if ref else t.elem
-        self.err("not-indexable", f"{t} cannot be indexed", e.span)
+        if not isinstance(t, T.ErrorType):  # an error already reported (an unknown name)
+            self.err("not-indexable", f"{t} cannot be indexed", e.span)
         return T.ERR
 
     def index_in_range(self, idx: ast.Expr, count: int) -> None:
