@@ -50,7 +50,7 @@ def register(sub: Subcommands) -> None:
     p.add_argument(
         "--timeout",
         metavar="SECONDS",
-        type=float,
+        type=seconds,
         help="stop checking after this long: the program is then CANNOT CHECK (exit 2), "
         "never OK (default: no limit)",
     )
@@ -70,6 +70,20 @@ def register(sub: Subcommands) -> None:
         "atomics, cpu v4 instructions, newer helpers) become errors",
     )
     p.set_defaults(func=cmd_check)
+
+
+def seconds(text: str) -> float:
+    """``--timeout SECONDS`` (argparse type): a number 0 or more (0 for a compile: no
+    limit); a negative number or nan is refused."""
+    import argparse
+
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not v >= 0:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"must be 0 or more seconds: {text!r}")
+    return v
 
 
 def margin_pct(text: str) -> float:

@@ -102,15 +102,10 @@ def _margin(text: str) -> float:
 
 
 def _seconds(text: str) -> float:
-    import argparse
+    """``--check-timeout SECONDS`` (argparse type): as ``bpfdsl check --timeout``."""
+    from bpfdsl.cli.check_cmd import seconds
 
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not v >= 0:  # also refuses nan
-        raise argparse.ArgumentTypeError(f"must be 0 (no limit) or more: {text!r}")
-    return v
+    return seconds(text)
 
 
 def _raw() -> Callable[..., argparse.HelpFormatter]:

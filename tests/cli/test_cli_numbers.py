@@ -91,3 +91,28 @@ def test_out_of_u32_keys_refused_map_unchanged(pins, capsys):
     assert [(r["cpu"], r["qsize"]) for r in json.loads(capsys.readouterr().out)] == [(0, 192)]
     assert main(["devmap", "delete", dev, hex(U32_MAX)]) == 0  # 0x spelling, the same key
     assert "removed" in capsys.readouterr().out
+
+
+def test_a_negative_check_timeout_is_refused(capsys) -> None:
+    prog = str(ROOT / "progs" / "xdp_pass.bpfd")
+    for argv in (["check", prog, "--timeout", "-1"],
+                 ["compile", prog, "-o", "/dev/null", "--check-timeout", "nan"]):  # fmt: skip
+        with pytest.raises(SystemExit) as ei:  # argparse's usage error
+            main(argv)
+        assert ei.value.code == 2
+        assert "must be 0 or more seconds" in capsys.readouterr().err
+
+
+@pytest.mark.kernel
+def test_writing_a_frozen_config_says_to_set_it_at_load(capsys) -> None:
+    d = bpffs_dir("bdcfg_")
+    try:
+        assert main(["load", str(ROOT / "progs" / "xdp_udp_filter.bpfd"), "--pin-dir", d]) == 0
+        capsys.readouterr()
+        assert main(["map", "update", f"{d}:rodata", "0", '{"port": 53}']) == 2
+        err = capsys.readouterr().err
+        assert "a config (.rodata) is frozen once loaded" in err
+        assert "bpfdsl load --set NAME=VALUE" in err
+    finally:
+        main(["unload", d])
+        shutil.rmtree(d, ignore_errors=True)

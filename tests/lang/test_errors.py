@@ -175,3 +175,19 @@ def test_unwritable_output_is_a_usage_error(tmp_path):
     )
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert "cannot write" in r.stderr and "directory exists" in r.stderr
+
+
+@pytest.mark.parametrize(
+    ("expr", "code", "hint"),
+    [
+        ("let x: u8 = 300", "out-of-range", "u8 holds 0..255"),
+        ("let x: be16 = 99999", "out-of-range", "be16 holds 0..65535"),
+        ("let x: u32 = 7 / 0", "division-by-zero", "divide by another value"),
+    ],
+)
+def test_constant_errors_say_what_to_do(expr: str, code: str, hint: str) -> None:
+    src = HEAD + f"xdp fn f(ctx) {{\n    {expr}\n    return XDP_PASS\n}}"
+    with pytest.raises(DiagnosticError) as ei:
+        compile_source(src, "c.bpfd")
+    (d,) = [d for d in ei.value.diagnostics if d.code == code]
+    assert any(hint in h for h in d.hints), d.hints

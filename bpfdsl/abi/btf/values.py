@@ -478,6 +478,11 @@ def encode_value(btf: Btf, tid: int, obj: Any, _depth: int = 0) -> bytes:
         return out.ljust(size, b"\0")
     if k in (Kind.STRUCT, Kind.UNION):
         return _encode_struct(btf, t, obj, size, name, _depth)
+    if k == Kind.DATASEC:  # the value of a global-data map (.rodata, .data, .bss)
+        raise ValueError(
+            f"{name} is a data section, not written as one value: a config (.rodata) is "
+            "frozen once loaded, set it at load time with `bpfdsl load --set NAME=VALUE`"
+        )
     raise ValueError(f"cannot write values of BTF kind {k.name} ({name})")
 
 

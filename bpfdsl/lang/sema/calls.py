@@ -512,7 +512,8 @@ def assign(ex: ExprHost, s: ast.Assign) -> None:
     ex.expect(s.value, t)
     sh = ex.const_value(s.value)
     if op in ("/=", "%=") and sh == 0:
-        ex.err("division-by-zero", "division by zero", s.value.span)
+        ex.err("division-by-zero", "division by zero", s.value.span,
+               "the divisor is the constant 0: divide by another value")  # fmt: skip
     if op in ("<<=", ">>=") and sh is not None and sh < 0:
         ex.err(
             "shift-negative",

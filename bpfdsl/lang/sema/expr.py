@@ -60,7 +60,9 @@ class ExprChecker(OpsChecker):
                 lo = -(1 << (ty.bits - 1)) if ty.signed else 0
                 hi = (1 << (ty.bits - (1 if ty.signed else 0))) - 1
                 if not lo <= v <= hi:
-                    self.err("out-of-range", f"{v} does not fit in {ty}", e.span)
+                    self.err("out-of-range", f"{v} does not fit in {ty}", e.span,
+                             f"{ty} holds {lo}..{hi}: use a value in that range, or a wider "
+                             "type")  # fmt: skip
                 raw = v & ((1 << ty.bits) - 1)
                 self.c.cval[e] = bswap(raw, ty.bits) if ty.be else raw
                 e.ty = ty

@@ -157,7 +157,8 @@ class OpsChecker:
             return
         va, vb = self.const_as(a, ty), self.const_as(b, ty)
         if op in ("/", "%") and vb == 0:
-            self.err("division-by-zero", "division by zero", b.span)
+            self.err("division-by-zero", "division by zero", b.span,
+                     "the divisor is the constant 0: divide by another value")  # fmt: skip
             return
         if va is None or vb is None:
             return
