@@ -13,6 +13,7 @@ propagates positions exactly as lark does, so spans and error messages are lark'
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -336,7 +337,38 @@ def _syntax_diag(
         hint = f"`{word}` is a keyword of the language: pick another name"
     if start is not None and start >= 0:  # C syntax: name the bpfdsl form (lang.c_names)
         hint = c_names.syntax_hint(text, start, word, set(exp)) or hint
+        typo = _misspelt_keyword(text, start)
+        if typo is not None:  # `lett x = ...`, `licence "GPL"`: the line's first word
+            at, first, kw = typo
+            span = Span(filename, token.line or 1, at + 1)
+            return error("syntax", f"unexpected {first!r}", span, hint=f"did you mean `{kw}`?")
     return error("syntax", f"unexpected {str(token.value)!r}", span, hint=hint)
+
+
+# the words that begin a statement or a declaration (grammar/bpfdsl.lark)
+_LEADING_KEYWORDS = ("let", "return", "if", "for", "while", "match", "break", "continue",
+                     "license", "map", "config", "const", "fn", "struct", "header", "global")  # fmt: skip
+
+
+def _misspelt_keyword(text: str, pos: int) -> tuple[int, str, str] | None:
+    """(column, word, keyword) when the line holding ``pos`` starts with a word that is not
+    a keyword but is close to a leading one (`lett`, `licence`), followed by a name or a
+    string (which no expression is): the error is there, not where the parser stopped."""
+    line_start = text.rfind("\n", 0, pos) + 1
+    line_end = text.find("\n", pos)
+    line = text[line_start : line_end if line_end >= 0 else len(text)]
+    stripped = line.lstrip()
+    words = stripped.split(None, 1)
+    first = words[0] if words else ""
+    if not first.isidentifier() or first in _LEADING_KEYWORDS or len(words) < 2:
+        return None
+    nxt = words[1][0]
+    if not (nxt.isalpha() or nxt in '_"'):  # `WORD NAME`, `WORD "..."`: no expression
+        return None
+    close = difflib.get_close_matches(first, _LEADING_KEYWORDS, n=1, cutoff=0.7)
+    if not close:
+        return None
+    return len(line) - len(stripped), first, close[0]
 
 
 def grammar_text() -> str:

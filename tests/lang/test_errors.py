@@ -191,3 +191,31 @@ def test_constant_errors_say_what_to_do(expr: str, code: str, hint: str) -> None
         compile_source(src, "c.bpfd")
     (d,) = [d for d in ei.value.diagnostics if d.code == code]
     assert any(hint in h for h in d.hints), d.hints
+
+
+@pytest.mark.parametrize(
+    ("line", "col", "word", "kw"),
+    [
+        ("    lett eth = parse ethernet else { return XDP_PASS }", 5, "lett", "let"),
+        ("    retrun XDP_PASS", None, None, None),  # an expression statement: not this rule
+    ],
+)
+def test_a_misspelt_leading_keyword_is_named(line: str, col, word, kw) -> None:
+    """`lett x = ...` is refused at `lett` with "did you mean `let`?", not at a later
+    keyword with a hint about naming (found by a new-user review)."""
+    src = HEAD + f"xdp fn f(ctx) {{\n{line}\n    return XDP_PASS\n}}"
+    with pytest.raises(DiagnosticError) as ei:
+        compile_source(src, "kw.bpfd")
+    d = ei.value.diagnostics[0]
+    if kw is None:
+        assert not any("did you mean" in h for h in d.hints)
+        return
+    assert d.message == f"unexpected {word!r}" and d.span.col == col
+    assert d.hints == [f"did you mean `{kw}`?"]
+
+
+def test_a_misspelt_license_is_named() -> None:
+    with pytest.raises(DiagnosticError) as ei:
+        compile_source('licence "GPL"\nxdp fn f(ctx) {\n    return XDP_PASS\n}\n', "kw.bpfd")
+    (d,) = ei.value.diagnostics
+    assert (d.span.line, d.span.col) == (1, 1) and d.hints == ["did you mean `license`?"]
