@@ -367,7 +367,7 @@ def _int(obj: Any, what: str) -> int:
             return int(low.replace("_", ""), 0)
         except ValueError:
             pass
-    raise ValueError(f"expected an integer for {what}, got {obj!r}")
+    raise ValueError(f"expected an integer for {what}, got {_as_json(obj)}")
 
 
 def _int_bytes(
@@ -424,6 +424,14 @@ def _address(kind: str, text: str, what: str) -> bytes:
     raise ValueError(f"expected {_FORMS[kind]} for {what}, got {text!r}{got}")
 
 
+def _as_json(obj: object) -> str:
+    """``obj`` as the user wrote it (JSON), for messages; Python's repr if it is not JSON."""
+    try:
+        return json.dumps(obj)
+    except (TypeError, ValueError):
+        return repr(obj)
+
+
 def encode_value(btf: Btf, tid: int, obj: Any, _depth: int = 0) -> bytes:
     """Python value (as :func:`format_value` returns, or str forms) -> bytes of type ``tid``."""
     if _depth > _MAX_DEPTH:
@@ -473,7 +481,7 @@ def encode_value(btf: Btf, tid: int, obj: Any, _depth: int = 0) -> bytes:
                 raise ValueError(f"string of {len(raw)} bytes does not fit char[{t.nelems}]")
             return raw.ljust(t.nelems, b"\0")
         if not isinstance(obj, list) or len(obj) > t.nelems:
-            raise ValueError(f"expected a list of at most {t.nelems} elements, got {obj!r}")
+            raise ValueError(f"expected a list of at most {t.nelems} elements, got {_as_json(obj)}")
         out = b"".join(encode_value(btf, t.type, x, _depth + 1) for x in obj)
         return out.ljust(size, b"\0")
     if k in (Kind.STRUCT, Kind.UNION):
