@@ -25,12 +25,13 @@ import pytest
 from support.netns import bpffs_dir, capture, send_frames
 from support.paths import ROOT
 
+from bpfdsl.abi.helpers import HELPERS
 from bpfdsl.abi.insn import decode
 from bpfdsl.abi.prog_types import XdpAction
 from bpfdsl.compiler import compile_source
 from bpfdsl.kernel import netlink
 from bpfdsl.obj.collection import read_object
-from bpfdsl.obj.verdicts import may_return, object_helper, possible_returns
+from bpfdsl.obj.verdicts import may_return, object_helper, possible_returns, xdp_redirect_result
 from bpfdsl.runtime.packets import udp_frame
 
 REFLECT = ROOT / "progs" / "xdp_reflect.bpfd"
@@ -184,6 +185,12 @@ def test_redirect_map_returns_xdp_redirect_or_its_fallback_action() -> None:
     # bpf_redirect from XDP (net/core/filter.c bpf_xdp_redirect): flags 0 -> XDP_REDIRECT
     red = "xdp fn f(ctx) {\n    return redirect(1, 0)\n}\n"
     assert possible_returns(_insns(red), object_helper) == {XdpAction.REDIRECT}
+    # flags not known: any fallback action; a bit above the action mask: XDP_ABORTED too
+    assert xdp_redirect_result(HELPERS["redirect_map"].id, None) == set(XdpAction)
+    got = xdp_redirect_result(HELPERS["redirect_map"].id, frozenset({XdpAction.PASS | 8}))
+    assert got == {XdpAction.ABORTED, XdpAction.PASS, XdpAction.REDIRECT}
+    assert xdp_redirect_result(HELPERS["redirect"].id, frozenset({1})) == {XdpAction.ABORTED}
+    assert xdp_redirect_result(HELPERS["map_lookup_elem"].id, frozenset({0})) is None
 
 
 def _attach_warnings(src: str, prog: str) -> list[str]:
