@@ -20,7 +20,7 @@ from bpfdsl.abi.insn import decode
 from bpfdsl.abi.map_types import MapType
 from bpfdsl.abi.prog_types import AttachType, LinkType, ProgramType, XdpAction
 from bpfdsl.diagnostics import Diagnostic, DiagnosticError, UsageError, error
-from bpfdsl.kernel import netlink, syscall
+from bpfdsl.kernel import kallsyms, netlink, syscall
 from bpfdsl.obj.verdicts import may_return
 from bpfdsl.runtime.bpffs import BPF_FS_MAGIC, BPFFS, ensure_bpffs, is_bpffs
 from bpfdsl.runtime.cpumap import refuse_dev_bound, refuse_on_interface
@@ -389,7 +389,9 @@ def devmap_target_warning(map_name: str, key: int, ifindex: int) -> Diagnostic |
 def xdp_tx_warning(prog_fd: int, dev: str, mode: str = "native") -> Diagnostic | None:
     """A warning Diagnostic (``xdp-tx-drops``) when XDP program ``prog_fd``, attached to
     interface ``dev`` in ``mode``, can return XDP_TX (its instructions as the kernel holds
-    them, :func:`bpfdsl.obj.verdicts.may_return`) and the kernel would drop every such
+    them, :func:`bpfdsl.obj.verdicts.may_return`; bpf_redirect_map's result is XDP_REDIRECT
+    or its flags' fallback action, its call told by
+    :func:`bpfdsl.kernel.kallsyms.xlated_helper`) and the kernel would drop every such
     frame (:func:`bpfdsl.kernel.netlink.xdp_tx_problem`: a veth whose peer has no XDP
     program nor GRO); None otherwise.  Generic mode sends XDP_TX frames with the stack's
     transmit path (generic_xdp_tx), which does not need the peer.  Never raises (it runs
@@ -397,7 +399,8 @@ def xdp_tx_warning(prog_fd: int, dev: str, mode: str = "native") -> Diagnostic |
     if mode != "native":
         return None
     try:
-        if not may_return(decode(syscall.prog_xlated(prog_fd)), XdpAction.TX):
+        insns = decode(syscall.prog_xlated(prog_fd))
+        if not may_return(insns, XdpAction.TX, kallsyms.xlated_helper):
             return None
         found = netlink.xdp_tx_problem(netlink.ifindex(dev))
     except (OSError, ValueError, DiagnosticError):

@@ -13,6 +13,7 @@ reflect program (progs/xdp_reflect.bpfd: swaps addresses, XDP_TX) on a; frames s
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import struct
 import subprocess
@@ -24,12 +25,13 @@ import pytest
 from support.netns import bpffs_dir, capture, send_frames
 from support.paths import ROOT
 
+from bpfdsl.abi.helpers import HELPERS
 from bpfdsl.abi.insn import decode
 from bpfdsl.abi.prog_types import XdpAction
 from bpfdsl.compiler import compile_source
 from bpfdsl.kernel import netlink
 from bpfdsl.obj.collection import read_object
-from bpfdsl.obj.verdicts import may_return, possible_returns
+from bpfdsl.obj.verdicts import may_return, object_helper, possible_returns, xdp_redirect_result
 from bpfdsl.runtime.packets import udp_frame
 
 REFLECT = ROOT / "progs" / "xdp_reflect.bpfd"
@@ -156,10 +158,74 @@ def test_possible_returns_follows_every_path_to_exit() -> None:
     no_tx = "xdp fn f(ctx) {\n    if ctx.len > 60 { return XDP_DROP }\n    return XDP_PASS\n}\n"
     assert possible_returns(_insns(no_tx)) == {1, 2}
     assert not may_return(_insns(no_tx), XdpAction.TX)
-    # a helper's result (bpf_redirect_map): not a constant, so it may be XDP_TX
+    # a helper's result with the helper not told: unknown, so it may be XDP_TX
     dyn = (
         "map tx: devmap(max_entries: 4)\n"
         "xdp fn f(ctx) {\n    return redirect_map(tx, 0, XDP_PASS)\n}\n"
     )
     assert possible_returns(_insns(dyn)) is None and may_return(_insns(dyn), XdpAction.TX)
     assert possible_returns(decode(b"")) == frozenset()
+
+
+def _redirect(fallback: str, name: str = "f") -> str:
+    return (
+        "map tx: devmap(max_entries: 4)\n"
+        f"xdp fn {name}(ctx) {{\n    if ctx.len > 60 {{ return XDP_DROP }}\n"
+        f"    return redirect_map(tx, 0, {fallback})\n}}\n"
+    )
+
+
+def test_redirect_map_returns_xdp_redirect_or_its_fallback_action() -> None:
+    # __bpf_xdp_redirect_map (include/linux/filter.h): XDP_REDIRECT, or flags & 3 on a miss
+    got = possible_returns(_insns(_redirect("XDP_PASS")), object_helper)
+    assert got == {XdpAction.DROP, XdpAction.PASS, XdpAction.REDIRECT}
+    assert not may_return(_insns(_redirect("XDP_PASS")), XdpAction.TX, object_helper)
+    got = possible_returns(_insns(_redirect("XDP_TX")), object_helper)
+    assert got == {XdpAction.DROP, XdpAction.TX, XdpAction.REDIRECT}
+    # bpf_redirect from XDP (net/core/filter.c bpf_xdp_redirect): flags 0 -> XDP_REDIRECT
+    red = "xdp fn f(ctx) {\n    return redirect(1, 0)\n}\n"
+    assert possible_returns(_insns(red), object_helper) == {XdpAction.REDIRECT}
+    # flags not known: any fallback action; a bit above the action mask: XDP_ABORTED too
+    assert xdp_redirect_result(HELPERS["redirect_map"].id, None) == set(XdpAction)
+    got = xdp_redirect_result(HELPERS["redirect_map"].id, frozenset({XdpAction.PASS | 8}))
+    assert got == {XdpAction.ABORTED, XdpAction.PASS, XdpAction.REDIRECT}
+    assert xdp_redirect_result(HELPERS["redirect"].id, frozenset({1})) == {XdpAction.ABORTED}
+    assert xdp_redirect_result(HELPERS["map_lookup_elem"].id, frozenset({0})) is None
+
+
+def _attach_warnings(src: str, prog: str) -> list[str]:
+    """Load ``src``, attach its ``prog`` (native) to a fresh veth whose peer has no XDP
+    program, and return the attach's warnings (JSON)."""
+    pin = bpffs_dir("bpfdsl_xdptx_")
+    with pair() as (a, _b, _macs):
+        obj = f"/tmp/bpfdsl_xdptx_{a}.bpfd"
+        with open(obj, "w") as f:
+            f.write(src)
+        try:
+            p = bpfdsl("--json", "load", obj, "--pin-dir", pin, ns=a)
+            assert p.returncode == 0, p.stderr
+            p = bpfdsl("--json", "attach", pin, "--prog", prog, "--dev", a, ns=a)
+            assert p.returncode == 0, p.stderr
+            return list(json.loads(p.stdout)["warnings"])
+        finally:
+            bpfdsl("detach", "--dev", a, ns=a)
+            bpfdsl("unload", pin)
+            shutil.rmtree(pin, ignore_errors=True)
+            os.unlink(obj)
+
+
+TUTORIAL = (ROOT / "docs" / "tutorial.md").read_text()
+_AT = TUTORIAL.index("// steer.bpfd")
+STEER = TUTORIAL[_AT : TUTORIAL.index("```", _AT)]  # docs/tutorial.md section 8
+
+
+@pytest.mark.kernel
+def test_the_tutorials_steer_program_gets_no_xdp_tx_warning_on_a_veth() -> None:
+    # redirect_map(cpu_map, cpu, XDP_PASS): XDP_REDIRECT or XDP_PASS, never XDP_TX
+    assert _attach_warnings(STEER, "steer") == []
+
+
+@pytest.mark.kernel
+def test_redirect_map_with_fallback_xdp_tx_gets_the_warning_on_a_veth() -> None:
+    (w,) = _attach_warnings('license "GPL"\n' + _redirect("XDP_TX", "g"), "g")
+    assert w.startswith("the program can return XDP_TX: ") and "is a veth" in w
