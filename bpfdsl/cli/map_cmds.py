@@ -8,6 +8,7 @@ import json
 import sys
 from typing import TYPE_CHECKING, Any
 
+from bpfdsl.abi.map_types import MapType, is_devmap
 from bpfdsl.cli.commands import OK, command_help
 from bpfdsl.cli.objrefs import MAP_HELP
 
@@ -99,6 +100,14 @@ def cmd_map_dump(args: argparse.Namespace) -> int:
         for k, v in rows:
             print(f"{_text(k)}: {_text(v) if v is not None else '<not readable>'}")
         print(f"{len(rows)} entr{'y' if len(rows) == 1 else 'ies'}")
+        if m.type == MapType.CPUMAP:
+            print(
+                "note: values are struct bpf_cpumap_val (qsize, prog); `bpfdsl cpumap show` decodes them"
+            )
+        elif is_devmap(m.type):
+            print(
+                "note: values are struct bpf_devmap_val (ifindex, prog); `bpfdsl devmap show` decodes them"
+            )
     return OK
 
 

@@ -110,6 +110,8 @@ def list_maps(directory: str) -> dict[str, str]:
 
 # bpf() errnos of a map kind without BPF_MAP_*_BATCH (kernel/bpf/syscall.c BPF_DO_BATCH)
 _NO_BATCH = (errno.EINVAL, errno.EOPNOTSUPP, ENOTSUPP)
+# lookup errnos of map kinds whose values user space cannot read (xskmap, sockmap...)
+_UNREADABLE = (errno.EOPNOTSUPP, errno.EINVAL, ENOTSUPP)
 
 
 def _parse_untyped(text: str, size: int) -> bytes:
@@ -340,13 +342,21 @@ class MapView(MapCodec):
                 raise self._err("walking", e) from None
             if key is None:
                 return
-            yield key, self._lookup_raw(key, vsize)
+            try:
+                val = syscall.map_lookup(self.fd, key, vsize)
+            except syscall.BpfError as e:
+                if e.errno in _UNREADABLE:
+                    yield key, None  # xskmap, sockmap...: values user space cannot read
+                    continue
+                raise self._err("reading", e) from None
+            if val is not None:  # ENOENT: an empty cpumap/devmap slot is absent (as bpftool)
+                yield key, val
 
     def _lookup_raw(self, key: bytes, vsize: int) -> bytes | None:
         try:
             return syscall.map_lookup(self.fd, key, vsize)
         except syscall.BpfError as e:
-            if e.errno in (errno.EOPNOTSUPP, errno.EINVAL, ENOTSUPP):
+            if e.errno in _UNREADABLE:
                 return None  # prog arrays, sockmaps...: values are not readable
             raise self._err("reading", e) from None
 
@@ -358,7 +368,7 @@ class MapView(MapCodec):
         try:
             syscall.map_update(self.fd, key, value, flags)
         except syscall.BpfError as e:
-            raise self._err("updating", e) from None
+            raise self._err("updating", e, key) from None
 
     def delete(self, key: bytes) -> bool:
         """Delete ``key`` (bytes); False when the map held nothing there
@@ -368,12 +378,25 @@ class MapView(MapCodec):
         except syscall.BpfError as e:
             raise self._err("deleting in", e) from None
 
-    def _err(self, what: str, e: syscall.BpfError) -> Exception:
+    def _slot_hint(self, key: bytes | None) -> str:
+        """The E2BIG hint of an array-like map: the key is beyond max_entries
+        (kernel/bpf/arraymap.c array_map_update_elem), not a full map."""
+        n = int(self.info.max_entries)
+        where = f"slots 0..{n - 1}" if n else "no slots"
+        index = f"key {int.from_bytes(key[:4], 'little')}" if key else "the key"
+        return (
+            f"{index} is outside the map's {where} (max_entries {n}); "
+            f"use a key below {n}, or declare the map with more max_entries"
+        )
+
+    def _err(self, what: str, e: syscall.BpfError, key: bytes | None = None) -> Exception:
         if isinstance(e, PermissionError):
             return e
         hint = None
         if e.errno == errno.EINVAL and is_array(self.type):
             hint = "array maps cannot delete entries; set the value to 0 instead"
+        elif e.errno == errno.E2BIG and is_indexed(self.type):
+            hint = self._slot_hint(key)
         elif e.errno == errno.E2BIG:
             hint = f"the map is full (max_entries {self.info.max_entries})"
         elif e.errno == errno.EEXIST:
@@ -561,7 +584,7 @@ class MapView(MapCodec):
 
     def _entry_err(self, what: str, e: syscall.BpfError, index: int, key: bytes) -> Exception:
         """:meth:`_err` naming the entry (1-based, in the order given) and its key."""
-        err = self._err(what, e)
+        err = self._err(what, e, key)
         if not isinstance(err, DiagnosticError):
             return err
         d = err.diagnostics[0]
