@@ -83,6 +83,11 @@ def cmd_map_dump(args: argparse.Namespace) -> int:
     from bpfdsl.runtime.mapview import MapView
 
     with MapView(args.map) as m:
+        if args.sum and not m.percpu:  # not an error: one flag for every map of a script
+            from bpfdsl.diagnostics import Diagnostic
+
+            why = f"--sum has no effect: map '{m.name}' is not per-CPU (one value a key)"
+            print(Diagnostic("note", "sum-not-percpu", why).render(), file=sys.stderr)
         rows = []
         for key, val in m.items():  # BPF_MAP_LOOKUP_BATCH where the map kind has it
             if args.sum and m.percpu:

@@ -76,3 +76,14 @@ def test_full_hash_update_still_says_full(pin: str) -> None:
     r = _bpfdsl("map", "update", pin, "3", "1")
     assert r.returncode != 0
     assert "the map is full (max_entries 2)" in r.stderr
+
+
+def test_sum_on_a_map_that_is_not_per_cpu_says_it_has_no_effect(pin: str) -> None:
+    """`--sum` on an array: the dump as without it, and a note that it did nothing."""
+    with S.map_create(MapType.ARRAY, 4, 8, 2, name="mapdump_ar") as fd:
+        S.map_update(fd, struct.pack("<I", 1), struct.pack("<Q", 7))
+        S.obj_pin(fd, pin)
+    r = _bpfdsl("map", "dump", pin, "--sum")
+    assert r.returncode == 0, r.stderr
+    assert "note[sum-not-percpu]: --sum has no effect" in r.stderr
+    assert r.stdout == _bpfdsl("map", "dump", pin).stdout

@@ -219,3 +219,10 @@ def test_a_misspelt_license_is_named() -> None:
         compile_source('licence "GPL"\nxdp fn f(ctx) {\n    return XDP_PASS\n}\n', "kw.bpfd")
     (d,) = ei.value.diagnostics
     assert (d.span.line, d.span.col) == (1, 1) and d.hints == ["did you mean `license`?"]
+
+
+def test_a_config_of_a_non_integer_type_names_the_types_it_takes() -> None:
+    with pytest.raises(DiagnosticError) as ei:
+        compile_source('license "GPL"\nconfig on: bool = 1\nxdp fn f(ctx) { return XDP_PASS }\n')
+    (d,) = [d for d in ei.value.diagnostics if d.code == "config-type"]
+    assert any("u8..u64 or i8..i64" in h and "be16/be32" in h for h in d.hints), d.hints

@@ -202,7 +202,9 @@ class Sema(StmtChecker, DeclChecker):
                             "config-type",
                             "a config value must be an integer type",
                             it.type.span,
-                            f"use u8/u16/u32/u64 (0 or 1 for a flag), e.g. `config {it.name}: u8 = 0`",
+                            "use an integer type: u8..u64 or i8..i64 (0 or 1 for a flag), "
+                            "be16/be32 for a port or an address in network order, e.g. "
+                            f"`config {it.name}: u8 = 0`",
                         )
                     self.ex.expr(it.value)  # errors in the value still count
                     # declared anyway, with the error type: its uses add no further errors
