@@ -19,6 +19,7 @@ from bpfdsl.abi.btf.core import (
     BTF_INT_SIGNED,
     BTF_VAR_STATIC,
     Kind,
+    info_word,
     raw_btf,
 )
 from bpfdsl.abi.btf.sanitize import BtfFeatures
@@ -29,14 +30,9 @@ from bpfdsl.abi.prog_types import ProgramType
 from bpfdsl.kernel import syscall as S
 
 
-def _info(kind: Kind, vlen: int = 0, kflag: int = 0) -> int:
-    """BTF_INFO_ENC(kind, kflag, vlen) of include/uapi/linux/btf.h."""
-    return kflag << 31 | int(kind) << 24 | vlen
-
-
 def _int(name: int, size: int = 4, bits: int = 32, encoding: int = BTF_INT_SIGNED) -> list[int]:
     """BTF_TYPE_INT_ENC(name, encoding, 0, bits, size) of tools/lib/bpf/libbpf_internal.h."""
-    return [name, _info(Kind.INT), size, encoding << 24 | bits]
+    return [name, info_word(Kind.INT), size, encoding << 24 | bits]
 
 
 def probe_blob(types: list[int], strings: bytes) -> bytes:
@@ -52,25 +48,29 @@ PROBES: dict[str, tuple[list[int], bytes]] = {
     # static void x(int a) {}, with FUNC x global
     "func_global": (
         _int(1)
-        + [0, _info(Kind.FUNC_PROTO, 1), 1, 7, 1]
-        + [5, _info(Kind.FUNC, BTF_FUNC_GLOBAL), 2],
+        + [0, info_word(Kind.FUNC_PROTO, 1), 1, 7, 1]
+        + [5, info_word(Kind.FUNC, BTF_FUNC_GLOBAL), 2],
         b"\0int\0x\0a",
     ),
-    "float": ([1, _info(Kind.FLOAT), 4], b"\0float"),
+    "float": ([1, info_word(Kind.FLOAT), 4], b"\0float"),
     # int; static VAR x; DECL_TAG "tag" on x
     "decl_tag": (
-        _int(0) + [1, _info(Kind.VAR), 1, BTF_VAR_STATIC] + [1, _info(Kind.DECL_TAG), 2, -1],
+        _int(0)
+        + [1, info_word(Kind.VAR), 1, BTF_VAR_STATIC]
+        + [1, info_word(Kind.DECL_TAG), 2, -1],
         b"\0tag",
     ),
     # int; TYPE_TAG "tag" -> int; PTR -> the tag
     "type_tag": (
-        _int(0) + [1, _info(Kind.TYPE_TAG), 1] + [0, _info(Kind.PTR), 2],
+        _int(0) + [1, info_word(Kind.TYPE_TAG), 1] + [0, info_word(Kind.PTR), 2],
         b"\0tag",
     ),
-    "enum64": ([1, _info(Kind.ENUM64), 8], b"\0enum64"),
+    "enum64": ([1, info_word(Kind.ENUM64), 8], b"\0enum64"),
     # int; static VAR x; DATASEC "?.data" holding x
     "qmark_datasec": (
-        _int(0) + [1, _info(Kind.VAR), 1, BTF_VAR_STATIC] + [3, _info(Kind.DATASEC, 1), 4, 2, 0, 4],
+        _int(0)
+        + [1, info_word(Kind.VAR), 1, BTF_VAR_STATIC]
+        + [3, info_word(Kind.DATASEC, 1), 4, 2, 0, 4],
         b"\0x\0?.data",
     ),
 }
@@ -80,12 +80,12 @@ PROBES: dict[str, tuple[list[int], bytes]] = {
 # 'b(void *b __arg_ctx)', which passes its argument to bpf_get_func_ip (it needs the context)
 ARG_CTX_BTF: tuple[list[int], bytes] = (
     _int(1)  # [1] int
-    + [0, _info(Kind.PTR), 0]  # [2] void *
-    + [0, _info(Kind.FUNC_PROTO, 1), 1, 1, 2]  # [3] int (void *a)
-    + [1, _info(Kind.FUNC, BTF_FUNC_GLOBAL), 3]  # [4] FUNC a
-    + [0, _info(Kind.FUNC_PROTO, 1), 1, 3, 2]  # [5] int (void *b __arg_ctx)
-    + [3, _info(Kind.FUNC, BTF_FUNC_GLOBAL), 5]  # [6] FUNC b
-    + [5, _info(Kind.DECL_TAG), 6, 0],  # [7] DECL_TAG arg:ctx -> b's arg 0
+    + [0, info_word(Kind.PTR), 0]  # [2] void *
+    + [0, info_word(Kind.FUNC_PROTO, 1), 1, 1, 2]  # [3] int (void *a)
+    + [1, info_word(Kind.FUNC, BTF_FUNC_GLOBAL), 3]  # [4] FUNC a
+    + [0, info_word(Kind.FUNC_PROTO, 1), 1, 3, 2]  # [5] int (void *b __arg_ctx)
+    + [3, info_word(Kind.FUNC, BTF_FUNC_GLOBAL), 5]  # [6] FUNC b
+    + [5, info_word(Kind.DECL_TAG), 6, 0],  # [7] DECL_TAG arg:ctx -> b's arg 0
     b"\0a\0b\0arg:ctx",
 )
 ARG_CTX_INSNS = [

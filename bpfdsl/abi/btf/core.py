@@ -307,9 +307,13 @@ def raw_btf(types: bytes, strings: bytes) -> bytes:
     return hdr + types + strings
 
 
+def info_word(kind: Kind, vlen: int = 0, kflag: bool = False) -> int:
+    """``btf_type.info``: BTF_INFO_ENC(kind, kflag, vlen) of include/uapi/linux/btf.h."""
+    return (vlen & 0xFFFF) | (int(kind) << 24) | (int(kflag) << 31)
+
+
 def _encode_type(t: BtfType) -> bytes:
-    vlen = t.vlen
-    info = (vlen & 0xFFFF) | (int(t.kind) << 24) | (int(t.kflag) << 31)
+    info = info_word(t.kind, t.vlen, t.kflag)
     st = t.size if t.kind in _SIZED else 0 if t.kind == Kind.ARRAY else t.type
     out = bytearray(_TYPE.pack(t.name_off, info, st))
     k = t.kind

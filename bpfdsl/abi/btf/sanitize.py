@@ -114,13 +114,6 @@ def _make_byte_int(t: BtfType) -> None:
 ARG_CTX = "arg:ctx"  # the DECL_TAG of __arg_ctx (tools/lib/bpf/bpf_helpers.h)
 
 
-def _skip_mods(btf: Btf, tid: int) -> BtfType:
-    t = btf[tid]
-    while t.kind in (Kind.TYPEDEF, Kind.VOLATILE, Kind.CONST, Kind.RESTRICT, Kind.TYPE_TAG):
-        t = btf[t.type]
-    return t
-
-
 def fixup_arg_ctx(btf: Btf, func_ids: list[int], ctx: str) -> tuple[list[int], list[str]]:
     """libbpf's ``bpf_program_fixup_func_info`` (src/libbpf.c) for a kernel whose verifier
     does not read ``arg:ctx`` (before Linux 6.8), which finds a global function's context
@@ -144,8 +137,8 @@ def fixup_arg_ctx(btf: Btf, func_ids: list[int], ctx: str) -> tuple[list[int], l
         proto = btf[fn.type]
         if proto.kind != Kind.FUNC_PROTO or not 0 <= tag.component_idx < len(proto.members):
             continue
-        arg = _skip_mods(btf, proto.members[tag.component_idx].type)
-        target = _skip_mods(btf, arg.type) if arg.kind == Kind.PTR else None
+        arg = btf.resolve(proto.members[tag.component_idx].type)  # libbpf skip_mods_and_typedefs
+        target = btf.resolve(arg.type) if arg.kind == Kind.PTR else None
         if target is not None and target.kind == Kind.STRUCT and target.name == ctx:
             continue
         if target is None or target.id != 0:  # not a pointer, or not void *
