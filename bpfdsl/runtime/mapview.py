@@ -342,23 +342,24 @@ class MapView(MapCodec):
                 raise self._err("walking", e) from None
             if key is None:
                 return
-            try:
-                val = syscall.map_lookup(self.fd, key, vsize)
-            except syscall.BpfError as e:
-                if e.errno in _UNREADABLE:
-                    yield key, None  # xskmap, sockmap...: values user space cannot read
-                    continue
-                raise self._err("reading", e) from None
-            if val is not None:  # ENOENT: an empty cpumap/devmap slot is absent (as bpftool)
+            readable, val = self._read(key, vsize)
+            if not readable:
+                yield key, None  # xskmap, sockmap...: values user space cannot read
+            elif val is not None:  # ENOENT: an empty cpumap/devmap slot is absent (as bpftool)
                 yield key, val
 
-    def _lookup_raw(self, key: bytes, vsize: int) -> bytes | None:
+    def _read(self, key: bytes, vsize: int) -> tuple[bool, bytes | None]:
+        """(readable, value bytes or None when absent) of ``key``: not readable for the map
+        kinds whose values user space cannot read (prog arrays, sockmaps, xskmaps)."""
         try:
-            return syscall.map_lookup(self.fd, key, vsize)
+            return True, syscall.map_lookup(self.fd, key, vsize)
         except syscall.BpfError as e:
             if e.errno in _UNREADABLE:
-                return None  # prog arrays, sockmaps...: values are not readable
+                return False, None
             raise self._err("reading", e) from None
+
+    def _lookup_raw(self, key: bytes, vsize: int) -> bytes | None:
+        return self._read(key, vsize)[1]
 
     def lookup(self, key: bytes) -> bytes | None:
         """Value bytes of ``key``, None when absent."""
